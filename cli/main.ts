@@ -1,0 +1,42 @@
+/**
+ * `mpsc` command-line entry. Each subcommand lives in its own file under cli/ and
+ * exports `register(program)`; main only wires them together and maps errors to exit codes:
+ *   0 success, 1 user error (bad spec, bad data, ...), 2 internal error (a bug in mpsc).
+ */
+import { Command, CommanderError } from 'commander';
+import { UserError } from '../compiler/errors.js';
+import { register as registerCheck } from './check.js';
+import { register as registerBuild } from './build.js';
+import { register as registerTrain } from './train.js';
+import { register as registerEval } from './eval.js';
+import { register as registerBench } from './bench.js';
+
+export async function main(argv: string[]): Promise<number> {
+  const program = new Command();
+  program
+    .name('mpsc')
+    .description('Compile declarative .model training specs to Metal (Apple GPUs) and C++ (CPU), then train.')
+    .exitOverride()
+    .showHelpAfterError('(run mpsc --help or mpsc <command> --help for usage)');
+  registerCheck(program);
+  registerBuild(program);
+  registerTrain(program);
+  registerEval(program);
+  registerBench(program);
+  try {
+    await program.parseAsync(argv, { from: 'user' });
+    return typeof process.exitCode === 'number' ? process.exitCode : 0;
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      return e.exitCode === 0 ? 0 : 1; // commander already printed the message
+    }
+    if (e instanceof UserError) {
+      process.stderr.write(e.message.endsWith('\n') ? e.message : e.message + '\n');
+      return e.exitCode;
+    }
+    const err = e as Error;
+    process.stderr.write(`mpsc: internal error (this is a bug in mpsc, please report it): ${err?.message ?? String(e)}\n`);
+    if (process.env.MPSC_DEBUG) process.stderr.write(`${err?.stack ?? ''}\n`);
+    return 2;
+  }
+}

