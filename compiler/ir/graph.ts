@@ -84,13 +84,14 @@ export interface StepScalars {
   counter: number;
 }
 
-export type ProgramName = 'train_step' | 'apply_update' | 'eval';
+export type ProgramName = 'train_step' | 'apply_update' | 'eval' | 'eval_tail';
 
 /**
  * A program: what one backend call runs. Built by compiler/ir/programs.ts.
  *  - train_step:   forward + loss + backward + (when grad_accum == 1) clip + optimizer update
  *  - apply_update: (only when grad_accum > 1) clip + optimizer update from gradacc values, then zero them
  *  - eval:         forward in eval mode + loss + metrics, no gradients
+ *  - eval_tail:    the same as eval for the smaller last batch of the test split (when it does not divide)
  */
 export interface Program {
   name: ProgramName;
@@ -163,4 +164,17 @@ export class GraphBuilder {
   get(id: number): Value {
     return this.graph.values[id];
   }
+}
+
+/**
+ * Everything one model instance runs. Programs share persistent values by *name*
+ * (a backend allocates one buffer per persistent name, zero-filled, and every program
+ * binds it); the host writes initial values through Session.write.
+ */
+export interface ProgramSet {
+  model: string; // model name
+  train_step: Program;
+  apply_update?: Program; // present iff grad_accum > 1
+  eval: Program;
+  eval_tail?: Program;
 }
