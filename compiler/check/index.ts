@@ -1,0 +1,109 @@
+/**
+ * The front end: `.model` text -> CheckedModel. Phases: parse (compiler/parser),
+ * expand_blocks, shapes, settings, lower. Every phase adds to one diagnostic list;
+ * any error throws a UserError carrying all of them.
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
+import * as nodePath from 'node:path';
+import { UserError } from '../errors.js';
+import type { CheckedModel } from '../model.js';
+import { errorAt, throwIfErrors, suggestion, type Diagnostic } from '../diagnostics.js';
+import { parseSource } from '../parser/parse.js';
+import { expand } from './expand_blocks.js';
+import { inferShapes } from './shapes.js';
+import { lower } from './lower.js';
+import { checkOptimizer, checkSchedule, checkTrain } from './settings.js';
+
+function dedupe(diags: Diagnostic[]): Diagnostic[] {
+  const seen = new Set<string>();
+  return diags.filter((d) => {
+    const k = `${d.loc.line}:${d.loc.col}:${d.message}`;
+    if (seen.has(k)) return false;
+    seen.add(k);
+    return true;
+  });
+}
+
+export function checkSource(text: string, file: string): CheckedModel {
+  const { ast, diagnostics: diags } = parseSource(text, file);
+  throwIfErrors(diags, text);
+
+  for (const m of ast.model.slice(1)) diags.push(errorAt(m.loc, "duplicate 'model' line"));
+  const name = ast.model[0]?.value.name ?? nodePath.basename(file).replace(/\.model$/, '');
+
+  const x = expand(ast, diags);
+  const optimizer = checkOptimizer(ast, diags);
+  const schedule = checkSchedule(ast, diags);
+  const train = x ? checkTrain(ast, nodePath.dirname(nodePath.resolve(file)), x.inputs, diags, x.inputErrors) : null;
+  if (x === null || optimizer === null || schedule === null || train === null) {
+    throwIfErrors(dedupe(diags), text);
+    throw new Error('internal: checking failed without a diagnostic');
+  }
+  const inf = inferShapes(x, diags);
+  if (!diags.some((d) => d.severity === 'error')) {
+    const read = new Set<number>();
+    for (const l of x.layers) for (const i of l.inputs) read.add(i);
+    x.inputs.forEach((inp, i) => {
+      if (!read.has(i)) diags.push(errorAt(inp.loc, `input '${inp.name}' is never used`, 'use it in the network, the loss or a metric, or remove it'));
+    });
+  }
+  throwIfErrors(dedupe(diags), text);
+  const low = lower(x, inf);
+
+  let numClasses: number | null = null;
+  const heads = [...(low.loss ? [low.loss.value] : []), ...low.metrics.map((m) => m.value)];
+  for (const h of heads) {
+    const node = low.graph.nodes.find((n) => n.outputs[0] === h)!;
+    if (['cross_entropy', 'nll', 'accuracy', 'top_k'].includes(node.op)) numClasses = low.graph.values[node.inputs[0]].shape[1];
+  }
+
+  return {
+    name,
+    file,
+    sourceHash: createHash('sha256').update(text).digest('hex'),
+    graph: low.graph,
+    inputs: low.inputs,
+    params: low.params,
+    layers: low.layers,
+    loss: low.loss,
+    metrics: low.metrics,
+    optimizer,
+    schedule,
+    train,
+    numClasses,
+  };
+}
+
+export function checkFile(path: string): CheckedModel {
+  let text: string;
+  try {
+    if (statSync(path).isDirectory()) throw new UserError(`${path}: is a folder, not a .model file`);
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    if (e instanceof UserError) throw e;
+    const code = (e as NodeJS.ErrnoException).code;
+    let hint = '';
+    if (code === 'ENOENT') {
+      const dir = nodePath.dirname(path);
+      try {
+        const s = suggestion(nodePath.basename(path), (require_readdir(dir) ?? []).filter((f) => f.endsWith('.model')));
+        if (s) hint = `\n  hint: ${s}`;
+      } catch {
+        /* no suggestion */
+      }
+      throw new UserError(`${path}: no such file${hint}`);
+    }
+    throw new UserError(`${path}: cannot read the file (${code ?? (e as Error).message})`);
+  }
+  return checkSource(text, path);
+}
+
+import { readdirSync } from 'node:fs';
+function require_readdir(dir: string): string[] | null {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return null;
+  }
+}

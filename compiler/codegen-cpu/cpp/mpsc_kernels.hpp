@@ -1,0 +1,234 @@
+/*
+ * mpsc_kernels.hpp: shared building blocks of the generated CPU kernels (compiler/codegen-cpu).
+ * Copied verbatim next to the generated model.cc. Shapes are passed in by the generated
+ * per-node functions, which bake them in as constants.
+ *
+ *  - sgemm: register-blocked (MR x NR micro-kernel), cache-tiled (MC x KC x NC), packed
+ *    panels, transposes via flags, multi-threaded over C tiles (each C element is computed
+ *    by exactly one thread in a fixed k order: deterministic for any thread count).
+ *  - im2col / col2im for convolution (stride, padding, dilation).
+ *  - philox4x32-10 exactly as compiler/ir/philox.ts.
+ */
+#ifndef MPSC_KERNELS_HPP
+#define MPSC_KERNELS_HPP
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "mpsc_model.h"
+#include "mpsc_parallel.hpp"
+
+namespace mk {
+
+/** run f(b, e) over [0, n), in parallel when n is at least `min_parallel` */
+template <class F>
+inline void par(mpsc_ctx* ctx, int64_t n, int64_t min_parallel, F&& f) {
+  if (n <= 0) return;
+  if (n < min_parallel || mpsc::threads(ctx) == 1) f((int64_t)0, n);
+  else mpsc::parallel_for(ctx, n, f);
+}
+
+/** a per-thread scratch buffer of at least n floats (kept across calls) */
+inline float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> bufs[4];
+  std::vector<float>& b = bufs[slot];
+  if ((int64_t)b.size() < n) b.resize((size_t)n);
+  return b.data();
+}
+
+// ------------------------------------------------------------------ sgemm
+constexpr int64_t MR = 6, NR = 16, KC = 256, MC = 96, NC_MAX = 1024;
+
+/** packs rows [i0, i0+mc) x k [k0, k0+kc) of op(A) into MR-row panels (zero padded) */
+inline void pack_a(bool tA, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* __restrict pa) {
+  for (int64_t ip = 0; ip < mc; ip += MR) {
+    const int64_t mr = std::min(MR, mc - ip);
+    if (!tA) {
+      for (int64_t k = 0; k < kc; k++) {
+        for (int64_t r = 0; r < MR; r++) pa[r] = r < mr ? A[(i0 + ip + r) * lda + k0 + k] : 0.0f;
+        pa += MR;
+      }
+    } else {
+      for (int64_t k = 0; k < kc; k++) {
+        const float* src = A + (k0 + k) * lda + i0 + ip;
+        for (int64_t r = 0; r < MR; r++) pa[r] = r < mr ? src[r] : 0.0f;
+        pa += MR;
+      }
+    }
+  }
+}
+
+/** packs k [k0, k0+kc) x cols [j0, j0+nc) of op(B) into NR-column panels (zero padded) */
+inline void pack_b(bool tB, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* __restrict pb) {
+  for (int64_t jp = 0; jp < nc; jp += NR) {
+    const int64_t nr = std::min(NR, nc - jp);
+    if (!tB) {
+      for (int64_t k = 0; k < kc; k++) {
+        const float* src = B + (k0 + k) * ldb + j0 + jp;
+        if (nr == NR) {
+          for (int64_t c = 0; c < NR; c++) pb[c] = src[c];
+        } else {
+          for (int64_t c = 0; c < NR; c++) pb[c] = c < nr ? src[c] : 0.0f;
+        }
+        pb += NR;
+      }
+    } else {
+      for (int64_t k = 0; k < kc; k++) {
+        for (int64_t c = 0; c < NR; c++) pb[c] = c < nr ? B[(j0 + jp + c) * ldb + k0 + k] : 0.0f;
+        pb += NR;
+      }
+    }
+  }
+}
+
+/** C[mr x nr] (+)= packed A panel (MR x kc) * packed B panel (kc x NR) */
+inline void micro(int64_t kc, const float* __restrict pa, const float* __restrict pb, float* C, int64_t ldc, int64_t mr, int64_t nr, bool acc_into) {
+  float acc[MR][NR];
+  for (int64_t r = 0; r < MR; r++)
+    for (int64_t c = 0; c < NR; c++) acc[r][c] = 0.0f;
+  for (int64_t k = 0; k < kc; k++) {
+    for (int64_t r = 0; r < MR; r++) {
+      const float a = pa[r];
+      for (int64_t c = 0; c < NR; c++) acc[r][c] += a * pb[c];
+    }
+    pa += MR;
+    pb += NR;
+  }
+  for (int64_t r = 0; r < mr; r++) {
+    float* crow = C + r * ldc;
+    if (acc_into) {
+      for (int64_t c = 0; c < nr; c++) crow[c] += acc[r][c];
+    } else {
+      for (int64_t c = 0; c < nr; c++) crow[c] = acc[r][c];
+    }
+  }
+}
+
+/**
+ * C[M,N] = op(A)[M,K] @ op(B)[K,N]   (accumulate: C += ...)
+ * op(A)(i,k) = tA ? A[k*lda + i] : A[i*lda + k];  op(B)(k,j) = tB ? B[j*ldb + k] : B[k*ldb + j].
+ * Parallel over C tiles when ctx is given (inline inside another parallel region).
+ */
+inline void sgemm(mpsc_ctx* ctx, bool tA, bool tB, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                  float* C, int64_t ldc, bool accumulate) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; i++) std::memset(C + i * ldc, 0, (size_t)N * 4);
+    return;
+  }
+  const int64_t T = mpsc::threads(ctx);
+  const int64_t ntM = (M + MC - 1) / MC;
+  int64_t ntN = (N + NC_MAX - 1) / NC_MAX;
+  const int64_t want = T > 1 ? 2 * T : 1;
+  if (ntM * ntN < want) ntN = std::min((N + NR - 1) / NR, (want + ntM - 1) / ntM);
+  int64_t nc = (N + ntN - 1) / ntN;
+  nc = (nc + NR - 1) / NR * NR;
+  ntN = (N + nc - 1) / nc;
+  const int64_t tiles = ntM * ntN;
+  const int64_t flops = M * N * K;
+  auto work = [&](int64_t tb, int64_t te) {
+    float* pa = scratch(0, MC * KC);
+    float* pb = scratch(1, KC * nc);
+    for (int64_t t = tb; t < te; t++) {
+      const int64_t i0 = (t / ntN) * MC, j0 = (t % ntN) * nc;
+      const int64_t mc = std::min(MC, M - i0), ncc = std::min(nc, N - j0);
+      for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        const int64_t kc = std::min(KC, K - k0);
+        pack_b(tB, B, ldb, k0, kc, j0, ncc, pb);
+        pack_a(tA, A, lda, i0, mc, k0, kc, pa);
+        const bool acc_into = accumulate || k0 > 0;
+        for (int64_t jp = 0; jp < ncc; jp += NR) {
+          for (int64_t ip = 0; ip < mc; ip += MR) {
+            micro(kc, pa + ip * kc, pb + jp * kc, C + (i0 + ip) * ldc + j0 + jp, ldc, std::min(MR, mc - ip), std::min(NR, ncc - jp), acc_into);
+          }
+        }
+      }
+    }
+  };
+  if (T == 1 || tiles == 1 || flops < 32768) work(0, tiles);
+  else mpsc::parallel_for(ctx, tiles, work);
+}
+
+// ------------------------------------------------------------------ convolution helpers
+/** col[(c*KH+kh)*KW+kw][oh*OW+ow] = x[c][oh*sh-ph+kh*dh][ow*sw-pw+kw*dw] (0 outside) for C channels of one image */
+inline void im2col(const float* x, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                   int64_t dh, int64_t dw, int64_t OH, int64_t OW, float* __restrict col) {
+  const int64_t P = OH * OW;
+  for (int64_t c = 0; c < C; c++) {
+    const float* xc = x + c * H * W;
+    for (int64_t kh = 0; kh < KH; kh++) {
+      for (int64_t kw = 0; kw < KW; kw++) {
+        float* row = col + ((c * KH + kh) * KW + kw) * P;
+        for (int64_t oh = 0; oh < OH; oh++) {
+          const int64_t ih = oh * sh - ph + kh * dh;
+          float* dst = row + oh * OW;
+          if (ih < 0 || ih >= H) {
+            for (int64_t ow = 0; ow < OW; ow++) dst[ow] = 0.0f;
+            continue;
+          }
+          const float* src = xc + ih * W;
+          for (int64_t ow = 0; ow < OW; ow++) {
+            const int64_t iw = ow * sw - pw + kw * dw;
+            dst[ow] = (iw >= 0 && iw < W) ? src[iw] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
+/** the adjoint of im2col: x[c][ih][iw] += col[...] (x must be zeroed by the caller) */
+inline void col2im(const float* __restrict col, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph,
+                   int64_t pw, int64_t dh, int64_t dw, int64_t OH, int64_t OW, float* x) {
+  const int64_t P = OH * OW;
+  for (int64_t c = 0; c < C; c++) {
+    float* xc = x + c * H * W;
+    for (int64_t kh = 0; kh < KH; kh++) {
+      for (int64_t kw = 0; kw < KW; kw++) {
+        const float* row = col + ((c * KH + kh) * KW + kw) * P;
+        for (int64_t oh = 0; oh < OH; oh++) {
+          const int64_t ih = oh * sh - ph + kh * dh;
+          if (ih < 0 || ih >= H) continue;
+          float* dst = xc + ih * W;
+          const float* src = row + oh * OW;
+          for (int64_t ow = 0; ow < OW; ow++) {
+            const int64_t iw = ow * sw - pw + kw * dw;
+            if (iw >= 0 && iw < W) dst[iw] += src[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ philox (compiler/ir/philox.ts)
+inline uint32_t philox_first(uint32_t seed, uint32_t stream, uint32_t c0, uint32_t c1) {
+  uint32_t k0 = seed, k1 = stream, x0 = c0, x1 = c1, x2 = 0, x3 = 0;
+  for (int r = 0; r < 10; r++) {
+    const uint64_t p0 = (uint64_t)0xd2511f53u * x0;
+    const uint64_t p1 = (uint64_t)0xcd9e8d57u * x2;
+    const uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+    const uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    const uint32_t n0 = hi1 ^ x1 ^ k0;
+    const uint32_t n2 = hi0 ^ x3 ^ k1;
+    x0 = n0; x1 = lo1; x2 = n2; x3 = lo0;
+    k0 += 0x9e3779b9u;
+    k1 += 0xbb67ae85u;
+  }
+  return x0;
+}
+
+// ------------------------------------------------------------------ small math
+inline float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+inline float gelu_grad(float x) {
+  return 0.5f * (1.0f + std::erf(x * 0.70710678118654752f)) + x * std::exp(-0.5f * x * x) * 0.39894228040143268f;
+}
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+}  // namespace mk
+
+#endif

@@ -1,0 +1,290 @@
+/**
+ * emit_program: turns a ProgramSet into one C++17 translation unit (`model.cc`) implementing
+ * the model ABI of runtime/cpp/mpsc_model.h for the CPU backend.
+ *
+ * Consumes: ProgramSet (compiler/ir/graph.ts) with static shapes; each Program's MemoryPlan
+ *           gives arena offsets (a program without a plan gets a trivial one: every arena
+ *           value at its own 64-byte aligned offset).
+ * Produces: { files: { 'model.cc', 'mpsc_kernels.hpp' }, tensors, programs, persistentBytes }.
+ *  - one function per node, named `p<program>_k<node>_<op>` (generated, never a spec name),
+ *    with shapes and attrs baked in as constants (kernels/<family>.ts build them);
+ *  - one `run` per program calling its kernels in order, then reading the scalar outputs;
+ *  - the descriptor table: persistent tensors (union over programs by name, sorted, each at a
+ *    64-byte aligned offset of the persistent block), programs, inputs, outputs. Every name
+ *    is emitted through cString().
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type DType, type Graph, type Program, type ProgramSet, type Value, type ValueKind, isPersistent, numel, valueBytes } from '../ir/graph.js';
+import { OPS } from '../ir/ops.js';
+import { cString, commentText } from './c_string.js';
+import { type KernelCtx, attrReaders } from './kernel_ctx.js';
+import { CPU_KERNELS } from './kernels/index.js';
+import { tpl } from './template.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ALIGN = 64;
+const BLOCK_ALIGN = 16384;
+
+export interface TensorEntry {
+  name: string;
+  dtype: DType;
+  kind: ValueKind;
+  shape: number[];
+  numel: number;
+  offset: number;
+}
+
+export interface ProgramSummary {
+  name: string;
+  batch: number;
+  kernels: number;
+  arenaBytes: number;
+  inputs: { name: string; dtype: DType; shape: number[] }[];
+  outputs: string[];
+}
+
+export interface GeneratedCpuModel {
+  /** generated files (relative path -> contents) for runtime/native/build.ts */
+  files: Record<string, string>;
+  tensors: TensorEntry[];
+  persistentBytes: number;
+  programs: ProgramSummary[];
+}
+
+const alignUp = (n: number, a: number) => Math.ceil(n / a) * a;
+
+export function programList(ps: ProgramSet): Program[] {
+  const list: Program[] = [ps.train_step];
+  if (ps.apply_update) list.push(ps.apply_update);
+  list.push(ps.eval);
+  if (ps.eval_tail) list.push(ps.eval_tail);
+  return list;
+}
+
+/** the union of persistent values over all programs (by name, sorted), with block offsets */
+export function persistentTable(programs: Program[]): { tensors: TensorEntry[]; bytes: number } {
+  const byName = new Map<string, Value>();
+  for (const p of programs) {
+    for (const v of p.graph.values) {
+      if (!isPersistent(v)) continue;
+      const prev = byName.get(v.name);
+      if (prev && (prev.shape.join(',') !== v.shape.join(',') || prev.dtype !== v.dtype)) {
+        throw new Error(`internal: persistent tensor '${v.name}' has shape [${prev.shape}] in one program and [${v.shape}] in another`);
+      }
+      if (!prev) byName.set(v.name, v);
+    }
+  }
+  let off = 0;
+  const tensors = [...byName.keys()].sort().map((name) => {
+    const v = byName.get(name)!;
+    const e: TensorEntry = { name, dtype: v.dtype, kind: v.kind, shape: [...v.shape], numel: numel(v.shape), offset: off };
+    off = alignUp(off + valueBytes(v), ALIGN);
+    return e;
+  });
+  return { tensors, bytes: alignUp(Math.max(off, 1), BLOCK_ALIGN) };
+}
+
+/** arena offsets: the program's plan, or a trivial one (each value its own aligned slot) */
+function arenaOffsets(p: Program): { offsets: number[]; bytes: number } {
+  if (p.plan) {
+    // values the plan leaves out (written but never read) share one sink slot after the arena
+    const offsets = [...p.plan.offsets];
+    let sink = 0;
+    for (const v of p.graph.values) {
+      if (!isPersistent(v) && v.kind !== 'input' && !(offsets[v.id] >= 0)) sink = Math.max(sink, valueBytes(v));
+    }
+    const base = alignUp(p.plan.arenaBytes, ALIGN);
+    if (sink > 0) for (const v of p.graph.values) if (!isPersistent(v) && v.kind !== 'input' && !(offsets[v.id] >= 0)) offsets[v.id] = base;
+    return { offsets, bytes: sink > 0 ? base + alignUp(sink, ALIGN) : p.plan.arenaBytes };
+  }
+  const offsets: number[] = [];
+  let off = 0;
+  for (const v of p.graph.values) {
+    if (isPersistent(v) || v.kind === 'input') offsets.push(-1);
+    else {
+      offsets.push(off);
+      off = alignUp(off + valueBytes(v), ALIGN);
+    }
+  }
+  return { offsets, bytes: off };
+}
+
+const CTYPE: Record<DType, string> = { f32: 'float', i32: 'int32_t' };
+const DTYPE_ENUM: Record<DType, string> = { f32: 'MPSC_F32', i32: 'MPSC_I32' };
+const KIND_ENUM: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE', optstate: 'MPSC_OPTSTATE', gradacc: 'MPSC_GRADACC', input: 'MPSC_INPUT' };
+
+interface KernelVm {
+  fn: string;
+  comment: string;
+  body: string;
+}
+
+function pointerResolver(p: Program, tensorIndex: Map<string, number>) {
+  const { offsets, bytes } = arenaOffsets(p);
+  const inputIndex = new Map(p.inputs.map((id, j) => [id, j]));
+  return {
+    arenaBytes: bytes,
+    ptr(id: number): string {
+      const v = p.graph.values[id];
+      if (!v) throw new Error(`internal: program ${p.name} references value ${id}, which does not exist`);
+      const t = CTYPE[v.dtype];
+      if (isPersistent(v)) return `((${t}*)ctx->tensors[${tensorIndex.get(v.name)}])`;
+      if (v.kind === 'input') {
+        const j = inputIndex.get(id);
+        if (j === undefined) throw new Error(`internal: program ${p.name}: input value %${id} (${v.name}) is not in Program.inputs`);
+        return `((${t}*)in[${j}])`;
+      }
+      const off = offsets[id];
+      if (off === undefined || off < 0) throw new Error(`internal: program ${p.name}: value %${id} (${v.name}) has no arena offset in the memory plan`);
+      if (off + valueBytes(v) > bytes) throw new Error(`internal: program ${p.name}: value %${id} (${v.name}) at offset ${off} overflows the ${bytes}-byte arena`);
+      return `((${t}*)(ctx->arena + ${off}))`;
+    },
+  };
+}
+
+function kernelCtx(graph: Graph, node: Graph['nodes'][number], fn: string, ptr: (id: number) => string): KernelCtx {
+  const fail = (msg: string): never => {
+    throw new Error(`internal: CPU codegen, node ${node.id} (${node.op}${node.path ? ` at ${node.path}` : ''}): ${msg}`);
+  };
+  const val = (id: number) => graph.values[id] ?? fail(`value ${id} does not exist`);
+  const inId = (i: number) => {
+    const id = node.inputs[i];
+    if (id === undefined || id < 0) fail(`input ${i} is absent`);
+    return id;
+  };
+  return {
+    graph,
+    node,
+    inPtr: (i) => (node.inputs[i] === undefined || node.inputs[i] < 0 ? 'nullptr' : ptr(node.inputs[i])),
+    outPtr: (i) => ptr(node.outputs[i] ?? fail(`output ${i} is absent`)),
+    hasInput: (i) => node.inputs[i] !== undefined && node.inputs[i] >= 0,
+    inShape: (i) => val(inId(i)).shape,
+    inDtype: (i) => val(inId(i)).dtype,
+    outShape: (i) => val(node.outputs[i] ?? fail(`output ${i} is absent`)).shape,
+    samePlace: (a, b) => a === b,
+    fail,
+    ...attrReaders(node, fail),
+  };
+  void fn;
+}
+
+const MODEL = tpl(`// generated by mpsc (compiler/codegen-cpu) for model {{modelComment}}: do not edit
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "mpsc_kernels.hpp"
+
+namespace {
+
+{{#each kernels}}
+// {{comment}}
+static int {{fn}}(mpsc_ctx* ctx, const void* const* in, const mpsc_scalars* sc) {
+  (void)ctx; (void)in; (void)sc;
+{{body}}  return 0;
+}
+
+{{/each}}
+{{#each programs}}
+static int run_{{id}}(mpsc_ctx* ctx, const void* const* in, const mpsc_scalars* sc, double* out) {
+  (void)in; (void)sc; (void)out;
+{{#each calls}}
+  if ({{this}}(ctx, in, sc)) return 1;
+{{/each}}
+{{#each outputs}}
+  out[{{@index}}] = (double)({{ptr}})[0];
+{{/each}}
+  return 0;
+}
+
+{{#each inputs}}
+static const int64_t {{shapeVar}}[] = { {{dims}} };
+{{/each}}
+static const mpsc_tensor_desc {{id}}_inputs[] = {
+{{#each inputs}}
+  { {{name}}, {{dtype}}, MPSC_INPUT, {{rank}}, {{shapeVar}}, {{numel}}, 0 },
+{{/each}}
+  { nullptr, 0, 0, 0, nullptr, 0, 0 }
+};
+static const char* const {{id}}_outputs[] = { {{#each outputNames}}{{this}}, {{/each}}nullptr };
+
+{{/each}}
+{{#each tensors}}
+static const int64_t {{shapeVar}}[] = { {{dims}} };
+{{/each}}
+static const mpsc_tensor_desc tensors[] = {
+{{#each tensors}}
+  { {{name}}, {{dtype}}, {{kind}}, {{rank}}, {{shapeVar}}, {{numel}}, {{offset}} },
+{{/each}}
+  { nullptr, 0, 0, 0, nullptr, 0, 0 }
+};
+
+static const mpsc_program_desc programs[] = {
+{{#each programs}}
+  { {{name}}, {{batch}}, {{nInputs}}, {{id}}_inputs, {{nOutputs}}, {{id}}_outputs, {{arenaBytes}}, {{nKernels}}, run_{{id}} },
+{{/each}}
+};
+
+static const mpsc_model_desc model = {
+  MPSC_ABI_VERSION, {{modelName}}, "cpu", {{nTensors}}, tensors, {{persistentBytes}}, {{nPrograms}}, programs, nullptr, nullptr
+};
+
+}  // namespace
+
+extern "C" const mpsc_model_desc* mpsc_model(void) { return &model; }
+`);
+
+let kernelsHppMemo: string | undefined;
+export function kernelsHeader(): string {
+  kernelsHppMemo ??= fs.readFileSync(path.join(HERE, 'cpp', 'mpsc_kernels.hpp'), 'utf8');
+  return kernelsHppMemo;
+}
+
+export function generateCpuModel(ps: ProgramSet): GeneratedCpuModel {
+  const programs = programList(ps);
+  const { tensors, bytes: persistentBytes } = persistentTable(programs);
+  const tensorIndex = new Map(tensors.map((t, i) => [t.name, i]));
+  const kernels: KernelVm[] = [];
+  const programVms: object[] = [];
+  const summaries: ProgramSummary[] = [];
+  programs.forEach((p, pi) => {
+    const id = `p${pi}`;
+    const r = pointerResolver(p, tensorIndex);
+    const calls: string[] = [];
+    for (const node of p.graph.nodes) {
+      const emit = CPU_KERNELS[node.op];
+      if (!emit || !OPS[node.op]) throw new Error(`internal: the CPU backend has no kernel for op '${node.op}' (node ${node.id} of ${p.name})`);
+      const fn = `${id}_k${node.id}_${node.op}`;
+      const body = emit(kernelCtx(p.graph, node, fn, r.ptr));
+      kernels.push({ fn, comment: commentText(`${p.name} node ${node.id}: ${node.op}${node.path ? ` (${node.path})` : ''}`), body });
+      calls.push(fn);
+    }
+    const inputs = p.inputs.map((vid, j) => {
+      const v = p.graph.values[vid];
+      return { name: cString(v.name), dtype: DTYPE_ENUM[v.dtype], rank: v.shape.length, shapeVar: `${id}_in${j}_shape`, dims: v.shape.length ? v.shape.join(', ') : '0', numel: numel(v.shape) };
+    });
+    programVms.push({
+      id, name: cString(p.name), batch: p.batch, calls, inputs, nInputs: inputs.length,
+      outputs: p.outputs.map((o) => ({ ptr: r.ptr(o.value) })), outputNames: p.outputs.map((o) => cString(o.name)), nOutputs: p.outputs.length,
+      arenaBytes: r.arenaBytes, nKernels: calls.length,
+    });
+    summaries.push({
+      name: p.name, batch: p.batch, kernels: calls.length, arenaBytes: r.arenaBytes,
+      inputs: p.inputs.map((vid) => ({ name: p.graph.values[vid].name, dtype: p.graph.values[vid].dtype, shape: [...p.graph.values[vid].shape] })),
+      outputs: p.outputs.map((o) => o.name),
+    });
+  });
+  const modelCc = MODEL({
+    modelComment: commentText(ps.model), modelName: cString(ps.model), kernels, programs: programVms, nPrograms: programVms.length,
+    tensors: tensors.map((t, i) => ({
+      name: cString(t.name), dtype: DTYPE_ENUM[t.dtype], kind: KIND_ENUM[t.kind], rank: t.shape.length, shapeVar: `t${i}_shape`,
+      dims: t.shape.length ? t.shape.join(', ') : '0', numel: t.numel, offset: t.offset,
+    })),
+    nTensors: tensors.length, persistentBytes,
+  });
+  return { files: { 'model.cc': modelCc, 'mpsc_kernels.hpp': kernelsHeader() }, tensors, persistentBytes, programs: summaries };
+}

@@ -1,0 +1,99 @@
+/**
+ * What a per-op kernel emitter sees: one node, its static shapes and attrs, and the C
+ * expressions that address its inputs and outputs (arena offset, persistent tensor or
+ * input batch pointer, chosen by emit_program.ts). An emitter returns the C++ *body* of
+ * the kernel function `static int <fn>(mpsc_ctx* ctx, const void* const* in, const mpsc_scalars* sc)`;
+ * the body returns 0, or sets ctx->error and returns 1.
+ */
+import type { AttrValue, DType, Graph, Node } from '../ir/graph.js';
+
+export interface KernelCtx {
+  graph: Graph;
+  node: Node;
+  /** C expression of input i's data pointer (`float*` or `int32_t*`), or `nullptr` when absent (-1) */
+  inPtr(i: number): string;
+  /** C expression of output i's data pointer */
+  outPtr(i: number): string;
+  hasInput(i: number): boolean;
+  inShape(i: number): number[];
+  inDtype(i: number): DType;
+  outShape(i: number): number[];
+  /** attr readers (throw an internal error naming the node when missing and no default) */
+  num(name: string, dflt?: number): number;
+  bool(name: string, dflt?: boolean): boolean;
+  str(name: string, dflt?: string): string;
+  pair(name: string, dflt?: [number, number]): [number, number];
+  shape(name: string, dflt?: number[]): number[];
+  /** true when the two C pointer expressions are the same memory (planned in place) */
+  samePlace(a: string, b: string): boolean;
+  fail(msg: string): never;
+}
+
+export type KernelEmitter = (k: KernelCtx) => string;
+
+export function attrReaders(node: Node, fail: (m: string) => never) {
+  const get = (name: string): AttrValue | undefined => node.attrs[name];
+  return {
+    num(name: string, dflt?: number): number {
+      const v = get(name);
+      if (v === undefined) {
+        if (dflt === undefined) fail(`missing attr '${name}'`);
+        return dflt;
+      }
+      if (typeof v !== 'number') fail(`attr '${name}' must be a number`);
+      return v;
+    },
+    bool(name: string, dflt?: boolean): boolean {
+      const v = get(name);
+      if (v === undefined) {
+        if (dflt === undefined) fail(`missing attr '${name}'`);
+        return dflt;
+      }
+      if (typeof v !== 'boolean') fail(`attr '${name}' must be a boolean`);
+      return v;
+    },
+    str(name: string, dflt?: string): string {
+      const v = get(name);
+      if (v === undefined) {
+        if (dflt === undefined) fail(`missing attr '${name}'`);
+        return dflt;
+      }
+      if (typeof v !== 'string') fail(`attr '${name}' must be a string`);
+      return v;
+    },
+    pair(name: string, dflt?: [number, number]): [number, number] {
+      const v = get(name);
+      if (v === undefined) {
+        if (dflt === undefined) fail(`missing attr '${name}'`);
+        return dflt;
+      }
+      if (typeof v === 'number') return [v, v];
+      if (Array.isArray(v) && v.length === 2) return [v[0], v[1]];
+      fail(`attr '${name}' must be [h, w]`);
+    },
+    shape(name: string, dflt?: number[]): number[] {
+      const v = get(name);
+      if (v === undefined) {
+        if (dflt === undefined) fail(`missing attr '${name}'`);
+        return dflt;
+      }
+      if (!Array.isArray(v)) fail(`attr '${name}' must be a number[]`);
+      return v;
+    },
+  };
+}
+
+export function prod(s: readonly number[]): number {
+  return s.reduce((a, b) => a * b, 1);
+}
+
+/** (outer, size, inner) around an axis */
+export function splitAxis(shape: readonly number[], axis: number): [number, number, number] {
+  let outer = 1, inner = 1;
+  for (let i = 0; i < axis; i++) outer *= shape[i];
+  for (let i = axis + 1; i < shape.length; i++) inner *= shape[i];
+  return [outer, shape[axis], inner];
+}
+
+/** elements per parallel chunk below which a loop runs single-threaded */
+export const PAR_MIN = 1 << 15;

@@ -1,0 +1,219 @@
+/** unary / unary_grad / binary (broadcasting) / reshape / sum_to / dropout / dropout_grad. */
+import { dropoutThreshold } from '../../ir/philox.js';
+import { f32Lit } from '../c_string.js';
+import { tpl } from '../template.js';
+import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
+
+const MAP = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mk::par(ctx, {{n}}, ${PAR_MIN}, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++) {
+      const float v = x[i];
+      y[i] = {{expr}};
+    }
+  });
+`);
+
+const MAP2 = tpl(`  const float* dy = {{dy}};
+  const float* x = {{x}};
+  float* dx = {{dx}};
+  mk::par(ctx, {{n}}, ${PAR_MIN}, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++) {
+      const float g = dy[i], v = x[i];
+      dx[i] = {{expr}};
+    }
+  });
+`);
+
+function unaryExpr(k: KernelCtx, fn: string, alpha: string): string {
+  switch (fn) {
+    case 'relu': return 'v > 0.0f ? v : 0.0f';
+    case 'leaky_relu': return `v > 0.0f ? v : ${alpha} * v`;
+    case 'gelu': return 'mk::gelu(v)';
+    case 'sigmoid': return 'mk::sigmoid(v)';
+    case 'tanh': return 'std::tanh(v)';
+    case 'neg': return '-v';
+    default: k.fail(`unknown unary fn '${fn}'`);
+  }
+}
+
+function unaryGradExpr(k: KernelCtx, fn: string, alpha: string): string {
+  switch (fn) {
+    case 'relu': return 'v > 0.0f ? g : 0.0f';
+    case 'leaky_relu': return `v > 0.0f ? g : ${alpha} * g`;
+    case 'gelu': return 'g * mk::gelu_grad(v)';
+    case 'sigmoid': return 'g * (mk::sigmoid(v) * (1.0f - mk::sigmoid(v)))';
+    case 'tanh': return 'g * (1.0f - std::tanh(v) * std::tanh(v))';
+    case 'neg': return '-g';
+    default: k.fail(`unknown unary fn '${fn}'`);
+  }
+}
+
+export const unary: KernelEmitter = (k) =>
+  MAP({ x: k.inPtr(0), y: k.outPtr(0), n: prod(k.inShape(0)), expr: unaryExpr(k, k.str('fn'), f32Lit(k.num('alpha', 0.01))) });
+
+export const unary_grad: KernelEmitter = (k) =>
+  MAP2({ dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0), n: prod(k.inShape(0)), expr: unaryGradExpr(k, k.str('fn'), f32Lit(k.num('alpha', 0.01))) });
+
+/** strides of `shape` read through the broadcast `out` shape (0 on stretched / prepended dims) */
+function broadcastStrides(shape: number[], out: number[]): number[] {
+  const r = out.length, off = r - shape.length;
+  const strides = new Array<number>(r).fill(0);
+  let s = 1;
+  for (let i = shape.length - 1; i >= 0; i--) {
+    strides[i + off] = shape[i] === 1 && out[i + off] !== 1 ? 0 : s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+function broadcastShape(k: KernelCtx, a: number[], b: number[]): number[] {
+  const r = Math.max(a.length, b.length);
+  const out: number[] = [];
+  for (let i = 0; i < r; i++) {
+    const da = a[a.length - r + i] ?? 1, db = b[b.length - r + i] ?? 1;
+    if (da !== db && da !== 1 && db !== 1) k.fail(`shapes [${a}] and [${b}] do not broadcast`);
+    out.push(Math.max(da, db));
+  }
+  return out;
+}
+
+const BINARY_FLAT = tpl(`  const float* a = {{a}};
+  const float* bb = {{b}};
+  float* y = {{y}};
+  mk::par(ctx, {{n}}, ${PAR_MIN}, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++) y[i] = a[{{ia}}] {{op}} bb[{{ib}}];
+  });
+`);
+
+const BINARY_BCAST = tpl(`  const float* a = {{a}};
+  const float* bb = {{b}};
+  float* y = {{y}};
+  static const int64_t dims[{{rank}}] = { {{dims}} };
+  static const int64_t sa[{{rank}}] = { {{sa}} };
+  static const int64_t sb[{{rank}}] = { {{sb}} };
+  mk::par(ctx, {{rows}}, 64, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; r++) {
+      int64_t oa = 0, ob = 0, rem = r;
+      for (int64_t d = {{rank}} - 2; d >= 0; d--) {
+        const int64_t idx = rem % dims[d];
+        rem /= dims[d];
+        oa += idx * sa[d];
+        ob += idx * sb[d];
+      }
+      float* yr = y + r * {{last}};
+      for (int64_t j = 0; j < {{last}}; j++) yr[j] = a[oa + j * {{la}}] {{op}} bb[ob + j * {{lb}}];
+    }
+  });
+`);
+
+export const binary: KernelEmitter = (k) => {
+  const fn = k.str('fn');
+  const op = fn === 'add' ? '+' : fn === 'sub' ? '-' : fn === 'mul' ? '*' : k.fail(`unknown binary fn '${fn}'`);
+  const as = k.inShape(0), bs = k.inShape(1);
+  const ys = broadcastShape(k, as, bs);
+  const n = prod(ys);
+  const na = prod(as), nb = prod(bs);
+  const vm = { a: k.inPtr(0), b: k.inPtr(1), y: k.outPtr(0), op, n };
+  if ((na === n || na === 1) && (nb === n || nb === 1)) {
+    return BINARY_FLAT({ ...vm, ia: na === 1 ? '0' : 'i', ib: nb === 1 ? '0' : 'i' });
+  }
+  const sa = broadcastStrides(as, ys), sb = broadcastStrides(bs, ys);
+  const rank = ys.length, last = ys[rank - 1];
+  return BINARY_BCAST({
+    ...vm, rank, dims: ys.join(', '), sa: sa.join(', '), sb: sb.join(', '),
+    rows: n / last, last, la: sa[rank - 1], lb: sb[rank - 1],
+  });
+};
+
+const COPY = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  if ((const void*)x != (const void*)y) std::memmove(y, x, sizeof(float) * {{n}});
+`);
+
+export const reshape: KernelEmitter = (k) => {
+  if (prod(k.inShape(0)) !== prod(k.outShape(0))) k.fail('reshape changes the element count');
+  return COPY({ x: k.inPtr(0), y: k.outPtr(0), n: prod(k.inShape(0)) });
+};
+
+const SUM_TO = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  static const int64_t dims[{{rank}}] = { {{dims}} };
+  static const int64_t sy[{{rank}}] = { {{sy}} };
+  double* acc = (double*)mk::scratch(2, 2 * {{ny}});
+  for (int64_t i = 0; i < {{ny}}; i++) acc[i] = 0.0;
+  int64_t idx[{{rank}}] = {0};
+  int64_t off = 0;
+  for (int64_t i = 0; i < {{nx}}; i++) {
+    acc[off] += x[i];
+    for (int64_t d = {{rank}} - 1; d >= 0; d--) {
+      idx[d]++;
+      off += sy[d];
+      if (idx[d] < dims[d]) break;
+      off -= sy[d] * dims[d];
+      idx[d] = 0;
+    }
+  }
+  for (int64_t i = 0; i < {{ny}}; i++) y[i] = (float)acc[i];
+`);
+
+const SUM_BLOCK = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mk::par(ctx, {{mid}}, 64, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; m++) {
+      double s = 0.0;
+      for (int64_t o = 0; o < {{outer}}; o++) {
+        const float* p = x + (o * {{mid}} + m) * {{inner}};
+        for (int64_t i = 0; i < {{inner}}; i++) s += p[i];
+      }
+      y[m] = (float)s;
+    }
+  });
+`);
+
+export const sum_to: KernelEmitter = (k) => {
+  const xs = k.inShape(0), ys = k.outShape(0);
+  let strides: number[];
+  const axes = k.node.attrs.axes;
+  if (axes !== undefined) {
+    if (!Array.isArray(axes)) k.fail(`attr 'axes' must be number[]`);
+    strides = new Array<number>(xs.length).fill(0);
+    let s = 1;
+    for (let i = xs.length - 1; i >= 0; i--) {
+      if ((axes as number[]).includes(i)) continue;
+      strides[i] = s;
+      s *= xs[i];
+    }
+  } else {
+    strides = broadcastStrides(k.shape('shape'), xs);
+  }
+  const ny = prod(ys), nx = prod(xs);
+  // kept dims form one contiguous block [a, b) (bias gradients of linear and conv): parallel over it
+  const kept = strides.map((st, i) => st !== 0 || xs[i] === 1);
+  const a = kept.indexOf(true), b = kept.lastIndexOf(true) + 1;
+  if (a >= 0 && kept.slice(a, b).every(Boolean) && prod(xs.slice(a, b)) === ny) {
+    return SUM_BLOCK({ x: k.inPtr(0), y: k.outPtr(0), outer: prod(xs.slice(0, a)), mid: ny, inner: prod(xs.slice(b)) });
+  }
+  if (xs.length === 0) return COPY({ x: k.inPtr(0), y: k.outPtr(0), n: 1 });
+  return SUM_TO({ x: k.inPtr(0), y: k.outPtr(0), rank: xs.length, dims: xs.join(', '), sy: strides.join(', '), nx, ny });
+};
+
+const DROPOUT = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  const uint32_t seed = sc->seed, counter = sc->counter;
+  mk::par(ctx, {{n}}, 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++) {
+      const bool keep = mk::philox_first(seed, {{stream}}u, (uint32_t)i, counter) >= {{threshold}}u;
+      y[i] = keep ? x[i] / {{keepP}} : 0.0f;
+    }
+  });
+`);
+
+function dropoutVm(k: KernelCtx) {
+  const p = k.num('p'), stream = k.num('stream');
+  if (!(p >= 0 && p < 1)) k.fail(`dropout p must be in [0,1), got ${p}`);
+  return { n: prod(k.inShape(0)), stream: stream >>> 0, threshold: dropoutThreshold(p), keepP: f32Lit(1 - p), x: k.inPtr(0), y: k.outPtr(0) };
+}
+
+export const dropout: KernelEmitter = (k) => DROPOUT(dropoutVm(k));
+export const dropout_grad: KernelEmitter = (k) => DROPOUT(dropoutVm(k));

@@ -1,0 +1,135 @@
+/**
+ * Losses (mean-reduced, accumulated in double), their gradients, and metrics (accuracy,
+ * top_k). Labels are checked against the class range (a clear error, never an out-of-bounds read).
+ */
+import { f32Lit } from '../c_string.js';
+import { tpl } from '../template.js';
+import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
+
+const LABEL_CHECK = `      const int32_t lab = label[n];
+      if (lab < 0 || lab >= {{C}}) { bad = n; continue; }`;
+const LABEL_ERR = `  if (bad >= 0) {
+    std::snprintf(ctx->error, sizeof ctx->error, "label %d in row %lld of the batch is outside the class range [0, {{C}})", (int)label[bad], (long long)bad);
+    return 1;
+  }`;
+
+function nc(k: KernelCtx, i: number) {
+  const s = k.inShape(i);
+  if (s.length !== 2) k.fail(`expected [N,C], got [${s}]`);
+  return { N: s[0], C: s[1] };
+}
+
+const CE = tpl(`  const float* x = {{x}};
+  const int32_t* label = {{label}};
+  float* out = {{out}};
+  int64_t bad = -1;
+  double total = 0.0;
+  for (int64_t n = 0; n < {{N}}; n++) {
+${LABEL_CHECK}
+      const float* row = x + n * {{C}};
+      float m = -INFINITY;
+      for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
+      double s = 0.0, sumx = 0.0;
+      for (int64_t c = 0; c < {{C}}; c++) { s += std::exp((double)row[c] - m); sumx += row[c]; }
+      const double lse = m + std::log(s);
+{{#if nll}}
+      total += -((double)row[lab]);
+{{else}}
+      total += -(1.0 - {{ls}}) * (row[lab] - lse) - {{ls}} / {{C}} * (sumx - {{C}} * lse);
+{{/if}}
+  }
+${LABEL_ERR}
+  out[0] = (float)(total / {{N}});
+`);
+
+const CE_GRAD = tpl(`  const float* x = {{x}};
+  const int32_t* label = {{label}};
+  float* dx = {{dx}};
+  int64_t bad = -1;
+  for (int64_t n = 0; n < {{N}}; n++) {
+${LABEL_CHECK}
+      const float* row = x + n * {{C}};
+      float* d = dx + n * {{C}};
+{{#if nll}}
+      for (int64_t c = 0; c < {{C}}; c++) d[c] = 0.0f;
+      d[lab] = -1.0f / {{N}};
+{{else}}
+      float m = -INFINITY;
+      for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
+      double s = 0.0;
+      for (int64_t c = 0; c < {{C}}; c++) s += std::exp((double)row[c] - m);
+      const double inv = 1.0 / s;
+      for (int64_t c = 0; c < {{C}}; c++) {
+        const double p = std::exp((double)row[c] - m) * inv;
+        d[c] = (float)((p - (c == lab ? 1.0 - {{ls}} : 0.0) - {{ls}} / {{C}}) / {{N}});
+      }
+{{/if}}
+  }
+${LABEL_ERR}
+`);
+
+export const cross_entropy: KernelEmitter = (k) =>
+  CE({ ...nc(k, 0), ls: String(k.num('label_smoothing', 0)), nll: false, x: k.inPtr(0), label: k.inPtr(1), out: k.outPtr(0) });
+export const nll: KernelEmitter = (k) => CE({ ...nc(k, 0), ls: '0.0', nll: true, x: k.inPtr(0), label: k.inPtr(1), out: k.outPtr(0) });
+export const cross_entropy_grad: KernelEmitter = (k) =>
+  CE_GRAD({ ...nc(k, 0), ls: String(k.num('label_smoothing', 0)), nll: false, x: k.inPtr(0), label: k.inPtr(1), dx: k.outPtr(0) });
+export const nll_grad: KernelEmitter = (k) => CE_GRAD({ ...nc(k, 0), ls: '0.0', nll: true, x: k.inPtr(0), label: k.inPtr(1), dx: k.outPtr(0) });
+
+const PAIR_MEAN = tpl(`  const float* x = {{x}};
+  const float* t = {{t}};
+  float* out = {{out}};
+  double s = 0.0;
+  for (int64_t i = 0; i < {{n}}; i++) {
+    const double v = x[i], tv = t[i];
+    s += {{expr}};
+  }
+  out[0] = (float)(s / {{n}});
+`);
+
+const PAIR_GRAD = tpl(`  const float* x = {{x}};
+  const float* t = {{t}};
+  float* dx = {{dx}};
+  mk::par(ctx, {{n}}, 1 << 15, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++) {
+      const float v = x[i], tv = t[i];
+      dx[i] = {{expr}};
+    }
+  });
+`);
+
+const pair = (k: KernelCtx) => ({ x: k.inPtr(0), t: k.inPtr(1), n: prod(k.inShape(0)) });
+export const mse: KernelEmitter = (k) => PAIR_MEAN({ ...pair(k), out: k.outPtr(0), expr: '(v - tv) * (v - tv)' });
+export const bce_with_logits: KernelEmitter = (k) =>
+  PAIR_MEAN({ ...pair(k), out: k.outPtr(0), expr: 'std::max(v, 0.0) - v * tv + std::log1p(std::exp(-std::fabs(v)))' });
+export const mse_grad: KernelEmitter = (k) => {
+  const n = prod(k.inShape(0));
+  return PAIR_GRAD({ ...pair(k), dx: k.outPtr(0), expr: `(v - tv) * ${f32Lit(2 / n)}` });
+};
+export const bce_with_logits_grad: KernelEmitter = (k) => {
+  const n = prod(k.inShape(0));
+  return PAIR_GRAD({ ...pair(k), dx: k.outPtr(0), expr: `(mk::sigmoid(v) - tv) / ${f32Lit(n)}` });
+};
+
+const METRIC = tpl(`  const float* x = {{x}};
+  const int32_t* label = {{label}};
+  float* out = {{out}};
+  int64_t bad = -1, hits = 0;
+  for (int64_t n = 0; n < {{N}}; n++) {
+${LABEL_CHECK}
+      const float* row = x + n * {{C}};
+{{#if topk}}
+      int64_t greater = 0;
+      for (int64_t c = 0; c < {{C}}; c++) greater += row[c] > row[lab];
+      hits += greater < {{k}};
+{{else}}
+      int64_t arg = 0;
+      for (int64_t c = 1; c < {{C}}; c++) if (row[c] > row[arg]) arg = c;
+      hits += arg == lab;
+{{/if}}
+  }
+${LABEL_ERR}
+  out[0] = (float)((double)hits / {{N}});
+`);
+
+export const accuracy: KernelEmitter = (k) => METRIC({ ...nc(k, 0), topk: false, k: 1, x: k.inPtr(0), label: k.inPtr(1), out: k.outPtr(0) });
+export const top_k: KernelEmitter = (k) => METRIC({ ...nc(k, 0), topk: true, k: k.num('k'), x: k.inPtr(0), label: k.inPtr(1), out: k.outPtr(0) });

@@ -1,0 +1,196 @@
+/** batchnorm (train / eval / grad) per channel, layernorm (+ grad) over the last dim. */
+import { tpl } from '../template.js';
+import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
+
+/** x [N,C] or [N,C,H,W] -> (N, C, HW) */
+function bnGeo(k: KernelCtx, xs: number[]) {
+  if (xs.length !== 2 && xs.length !== 4) k.fail('batchnorm expects [N,C] or [N,C,H,W]');
+  const [N, C] = xs;
+  const HW = xs.length === 4 ? xs[2] * xs[3] : 1;
+  return { N, C, HW, m: N * HW };
+}
+
+const BN_TRAIN = tpl(`  const float* x = {{x}};
+  const float* w = {{w}};
+  const float* bi = {{b}};
+  float* rm = {{rm}};
+  float* rv = {{rv}};
+  float* y = {{y}};
+  float* mean = {{mean}};
+  float* invstd = {{invstd}};
+  mk::par(ctx, {{C}}, 2, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; c++) {
+      double s = 0.0;
+      for (int64_t n = 0; n < {{N}}; n++) {
+        const float* p = x + (n * {{C}} + c) * {{HW}};
+        for (int64_t i = 0; i < {{HW}}; i++) s += p[i];
+      }
+      const double mu = s / {{m}};
+      double v = 0.0;
+      for (int64_t n = 0; n < {{N}}; n++) {
+        const float* p = x + (n * {{C}} + c) * {{HW}};
+        for (int64_t i = 0; i < {{HW}}; i++) { const double d = p[i] - mu; v += d * d; }
+      }
+      const double var = v / {{m}};
+      const float is = (float)(1.0 / std::sqrt(var + {{eps}}));
+      const float muf = (float)mu;
+      mean[c] = muf;
+      invstd[c] = is;
+      const float sc = is * w[c], sh = bi[c];
+      for (int64_t n = 0; n < {{N}}; n++) {
+        const float* p = x + (n * {{C}} + c) * {{HW}};
+        float* q = y + (n * {{C}} + c) * {{HW}};
+        for (int64_t i = 0; i < {{HW}}; i++) q[i] = (p[i] - muf) * sc + sh;
+      }
+      rm[c] = (float)((1.0 - {{momentum}}) * rm[c] + {{momentum}} * mu);
+      rv[c] = (float)((1.0 - {{momentum}}) * rv[c] + {{momentum}} * var * {{unbias}});
+    }
+  });
+`);
+
+export const batchnorm_train: KernelEmitter = (k) => {
+  const g = bnGeo(k, k.inShape(0));
+  const eps = k.num('eps', 1e-5), momentum = k.num('momentum', 0.1);
+  return BN_TRAIN({
+    ...g, eps: String(eps), momentum: String(momentum), unbias: g.m > 1 ? String(g.m / (g.m - 1)) : '1.0',
+    x: k.inPtr(0), w: k.inPtr(1), b: k.inPtr(2), rm: k.inPtr(3), rv: k.inPtr(4), y: k.outPtr(0), mean: k.outPtr(1), invstd: k.outPtr(2),
+  });
+};
+
+const BN_EVAL = tpl(`  const float* x = {{x}};
+  const float* w = {{w}};
+  const float* bi = {{b}};
+  const float* rm = {{rm}};
+  const float* rv = {{rv}};
+  float* y = {{y}};
+  mk::par(ctx, {{N}} * {{C}}, 64, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; r++) {
+      const int64_t c = r % {{C}};
+      const float is = (float)(1.0 / std::sqrt((double)rv[c] + {{eps}}));
+      const float sc = is * w[c], mu = rm[c], sh = bi[c];
+      const float* p = x + r * {{HW}};
+      float* q = y + r * {{HW}};
+      for (int64_t i = 0; i < {{HW}}; i++) q[i] = (p[i] - mu) * sc + sh;
+    }
+  });
+`);
+
+export const batchnorm_eval: KernelEmitter = (k) =>
+  BN_EVAL({
+    ...bnGeo(k, k.inShape(0)), eps: String(k.num('eps', 1e-5)),
+    x: k.inPtr(0), w: k.inPtr(1), b: k.inPtr(2), rm: k.inPtr(3), rv: k.inPtr(4), y: k.outPtr(0),
+  });
+
+const BN_GRAD = tpl(`  const float* dy = {{dy}};
+  const float* x = {{x}};
+  const float* w = {{w}};
+  const float* mean = {{mean}};
+  const float* invstd = {{invstd}};
+  float* dx = {{dx}};
+  float* dw = {{dw}};
+  float* db = {{db}};
+  mk::par(ctx, {{C}}, 2, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; c++) {
+      const float mu = mean[c], is = invstd[c];
+      double sdy = 0.0, sdyx = 0.0;
+      for (int64_t n = 0; n < {{N}}; n++) {
+        const float* p = x + (n * {{C}} + c) * {{HW}};
+        const float* g = dy + (n * {{C}} + c) * {{HW}};
+        for (int64_t i = 0; i < {{HW}}; i++) { sdy += g[i]; sdyx += (double)g[i] * ((p[i] - mu) * is); }
+      }
+      db[c] = (float)sdy;
+      dw[c] = (float)sdyx;
+      const float k = w[c] * is / {{m}}, fdb = (float)sdy, fdw = (float)sdyx;
+      for (int64_t n = 0; n < {{N}}; n++) {
+        const float* p = x + (n * {{C}} + c) * {{HW}};
+        const float* g = dy + (n * {{C}} + c) * {{HW}};
+        float* q = dx + (n * {{C}} + c) * {{HW}};
+        for (int64_t i = 0; i < {{HW}}; i++) q[i] = k * ({{m}} * g[i] - fdb - (p[i] - mu) * is * fdw);
+      }
+    }
+  });
+`);
+
+export const batchnorm_grad: KernelEmitter = (k) => {
+  const g = bnGeo(k, k.inShape(1));
+  return BN_GRAD({
+    ...g, m: `${g.m}.0f`,
+    dy: k.inPtr(0), x: k.inPtr(1), w: k.inPtr(2), mean: k.inPtr(3), invstd: k.inPtr(4), dx: k.outPtr(0), dw: k.outPtr(1), db: k.outPtr(2),
+  });
+};
+
+const LN = tpl(`  const float* x = {{x}};
+  const float* w = {{w}};
+  const float* bi = {{b}};
+  float* y = {{y}};
+  float* mean = {{mean}};
+  float* rstd = {{rstd}};
+  mk::par(ctx, {{rows}}, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; r++) {
+      const float* p = x + r * {{D}};
+      double s = 0.0;
+      for (int64_t i = 0; i < {{D}}; i++) s += p[i];
+      const double mu = s / {{D}};
+      double v = 0.0;
+      for (int64_t i = 0; i < {{D}}; i++) { const double d = p[i] - mu; v += d * d; }
+      const float rs = (float)(1.0 / std::sqrt(v / {{D}} + {{eps}}));
+      const float muf = (float)mu;
+      mean[r] = muf;
+      rstd[r] = rs;
+      float* q = y + r * {{D}};
+      for (int64_t i = 0; i < {{D}}; i++) q[i] = (p[i] - muf) * rs * w[i] + bi[i];
+    }
+  });
+`);
+
+export const layernorm: KernelEmitter = (k) => {
+  const xs = k.inShape(0), D = xs[xs.length - 1];
+  return LN({ rows: prod(xs) / D, D, eps: String(k.num('eps', 1e-5)), x: k.inPtr(0), w: k.inPtr(1), b: k.inPtr(2), y: k.outPtr(0), mean: k.outPtr(1), rstd: k.outPtr(2) });
+};
+
+const LN_GRAD = tpl(`  const float* dy = {{dy}};
+  const float* x = {{x}};
+  const float* w = {{w}};
+  const float* mean = {{mean}};
+  const float* rstd = {{rstd}};
+  float* dx = {{dx}};
+  float* dw = {{dw}};
+  float* db = {{db}};
+  mk::par(ctx, {{rows}}, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; r++) {
+      const float* p = x + r * {{D}};
+      const float* g = dy + r * {{D}};
+      const float mu = mean[r], rs = rstd[r];
+      double s1 = 0.0, s2 = 0.0;
+      for (int64_t i = 0; i < {{D}}; i++) {
+        const float gx = g[i] * w[i];
+        s1 += gx;
+        s2 += (double)gx * ((p[i] - mu) * rs);
+      }
+      const float m1 = (float)(s1 / {{D}}), m2 = (float)(s2 / {{D}});
+      float* q = dx + r * {{D}};
+      for (int64_t i = 0; i < {{D}}; i++) q[i] = rs * (g[i] * w[i] - m1 - (p[i] - mu) * rs * m2);
+    }
+  });
+  mk::par(ctx, {{D}}, 256, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++) {
+      double sw = 0.0, sb = 0.0;
+      for (int64_t r = 0; r < {{rows}}; r++) {
+        const float g = dy[r * {{D}} + i];
+        sw += (double)g * ((x[r * {{D}} + i] - mean[r]) * rstd[r]);
+        sb += g;
+      }
+      dw[i] = (float)sw;
+      db[i] = (float)sb;
+    }
+  });
+`);
+
+export const layernorm_grad: KernelEmitter = (k) => {
+  const xs = k.inShape(1), D = xs[xs.length - 1];
+  return LN_GRAD({
+    rows: prod(xs) / D, D,
+    dy: k.inPtr(0), x: k.inPtr(1), w: k.inPtr(2), mean: k.inPtr(3), rstd: k.inPtr(4), dx: k.outPtr(0), dw: k.outPtr(1), db: k.outPtr(2),
+  });
+};
+

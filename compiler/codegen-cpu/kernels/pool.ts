@@ -1,0 +1,122 @@
+/** maxpool2d / avgpool2d / global_avgpool and their gradients: parallel over (n, c) planes. */
+import { tpl } from '../template.js';
+import type { KernelCtx, KernelEmitter } from '../kernel_ctx.js';
+
+function geometry(k: KernelCtx, xs: number[]) {
+  if (xs.length !== 4) k.fail('pooling expects [N,C,H,W]');
+  const [N, C, H, W] = xs;
+  const [KH, KW] = k.pair('kernel');
+  const [sh, sw] = k.pair('stride', [KH, KW]);
+  const [ph, pw] = k.pair('padding', [0, 0]);
+  const OH = Math.floor((H + 2 * ph - KH) / sh) + 1;
+  const OW = Math.floor((W + 2 * pw - KW) / sw) + 1;
+  return { NC: N * C, H, W, KH, KW, sh, sw, ph, pw, OH, OW };
+}
+
+const WINDOW = `
+        const int64_t h0 = oh * {{sh}} - {{ph}}, w0 = ow * {{sw}} - {{pw}};
+        const int64_t ha = std::max<int64_t>(h0, 0), hb = std::min<int64_t>(h0 + {{KH}}, {{H}});
+        const int64_t wa = std::max<int64_t>(w0, 0), wb = std::min<int64_t>(w0 + {{KW}}, {{W}});`;
+
+const MAXPOOL = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mpsc::parallel_for(ctx, {{NC}}, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      const float* xp = x + pl * {{H}} * {{W}};
+      float* yp = y + pl * {{OH}} * {{OW}};
+      for (int64_t oh = 0; oh < {{OH}}; oh++) for (int64_t ow = 0; ow < {{OW}}; ow++) {${WINDOW}
+        float m = -INFINITY;
+        for (int64_t h = ha; h < hb; h++) for (int64_t w = wa; w < wb; w++) m = std::max(m, xp[h * {{W}} + w]);
+        yp[oh * {{OW}} + ow] = m;
+      }
+    }
+  });
+`);
+
+const MAXPOOL_GRAD = tpl(`  const float* dy = {{dy}};
+  const float* x = {{x}};
+  float* dx = {{dx}};
+  mpsc::parallel_for(ctx, {{NC}}, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      const float* xp = x + pl * {{H}} * {{W}};
+      const float* dyp = dy + pl * {{OH}} * {{OW}};
+      float* dxp = dx + pl * {{H}} * {{W}};
+      std::memset(dxp, 0, sizeof(float) * {{H}} * {{W}});
+      for (int64_t oh = 0; oh < {{OH}}; oh++) for (int64_t ow = 0; ow < {{OW}}; ow++) {${WINDOW}
+        float m = -INFINITY;
+        int64_t arg = -1;
+        for (int64_t h = ha; h < hb; h++) for (int64_t w = wa; w < wb; w++) {
+          const float v = xp[h * {{W}} + w];
+          if (arg < 0 || v > m) { m = v; arg = h * {{W}} + w; }
+        }
+        if (arg >= 0) dxp[arg] += dyp[oh * {{OW}} + ow];
+      }
+    }
+  });
+`);
+
+const AVGPOOL = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mpsc::parallel_for(ctx, {{NC}}, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      const float* xp = x + pl * {{H}} * {{W}};
+      float* yp = y + pl * {{OH}} * {{OW}};
+      for (int64_t oh = 0; oh < {{OH}}; oh++) for (int64_t ow = 0; ow < {{OW}}; ow++) {${WINDOW}
+        float s = 0.0f;
+        for (int64_t h = ha; h < hb; h++) for (int64_t w = wa; w < wb; w++) s += xp[h * {{W}} + w];
+        yp[oh * {{OW}} + ow] = s * (1.0f / ({{KH}} * {{KW}}));
+      }
+    }
+  });
+`);
+
+const AVGPOOL_GRAD = tpl(`  const float* dy = {{dy}};
+  float* dx = {{dx}};
+  mpsc::parallel_for(ctx, {{NC}}, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      const float* dyp = dy + pl * {{OH}} * {{OW}};
+      float* dxp = dx + pl * {{H}} * {{W}};
+      std::memset(dxp, 0, sizeof(float) * {{H}} * {{W}});
+      for (int64_t oh = 0; oh < {{OH}}; oh++) for (int64_t ow = 0; ow < {{OW}}; ow++) {${WINDOW}
+        const float g = dyp[oh * {{OW}} + ow] * (1.0f / ({{KH}} * {{KW}}));
+        for (int64_t h = ha; h < hb; h++) for (int64_t w = wa; w < wb; w++) dxp[h * {{W}} + w] += g;
+      }
+    }
+  });
+`);
+
+export const maxpool2d: KernelEmitter = (k) => MAXPOOL({ ...geometry(k, k.inShape(0)), x: k.inPtr(0), y: k.outPtr(0) });
+export const maxpool2d_grad: KernelEmitter = (k) =>
+  MAXPOOL_GRAD({ ...geometry(k, k.inShape(1)), dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0) });
+export const avgpool2d: KernelEmitter = (k) => AVGPOOL({ ...geometry(k, k.inShape(0)), x: k.inPtr(0), y: k.outPtr(0) });
+export const avgpool2d_grad: KernelEmitter = (k) => AVGPOOL_GRAD({ ...geometry(k, k.shape('x_shape')), dy: k.inPtr(0), dx: k.outPtr(0) });
+
+const GAP = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mk::par(ctx, {{NC}}, 64, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      double s = 0.0;
+      for (int64_t i = 0; i < {{HW}}; i++) s += x[pl * {{HW}} + i];
+      y[pl] = (float)(s / {{HW}});
+    }
+  });
+`);
+
+const GAP_GRAD = tpl(`  const float* dy = {{dy}};
+  float* dx = {{dx}};
+  mk::par(ctx, {{NC}}, 64, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      const float g = dy[pl] * (1.0f / {{HW}});
+      for (int64_t i = 0; i < {{HW}}; i++) dx[pl * {{HW}} + i] = g;
+    }
+  });
+`);
+
+export const global_avgpool: KernelEmitter = (k) => {
+  const [N, C, H, W] = k.inShape(0);
+  return GAP({ NC: N * C, HW: H * W, x: k.inPtr(0), y: k.outPtr(0) });
+};
+export const global_avgpool_grad: KernelEmitter = (k) => {
+  const [N, C, H, W] = k.shape('x_shape');
+  return GAP_GRAD({ NC: N * C, HW: H * W, dy: k.inPtr(0), dx: k.outPtr(0) });
+};

@@ -1,0 +1,182 @@
+/**
+ * lower_elementwise: IR nodes computed one output element per thread (no barriers):
+ * unary/binary (with broadcasting), reshape, dropout, slice, concat, embedding, batchnorm_eval,
+ * loss gradients that need no row statistics, sum_to.
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import { dropoutThreshold } from '../ir/philox.js';
+import type { KernelSpec, LowerCtx } from './kernel_types.js';
+import { render } from './templates.js';
+import { argOf, elementwise, f32, label, numAttr, numel, shapeOf, u32, EW_THREADS, ceilDiv } from './lower_common.js';
+
+const I = '  ';
+
+function unaryExpr(fn: string, alpha: number, v: string): string {
+  switch (fn) {
+    case 'relu': return `max(${v}, 0.0f)`;
+    case 'leaky_relu': return `(${v} > 0.0f ? ${v} : ${f32(alpha)} * ${v})`;
+    case 'gelu': return `0.5f * ${v} * mpsc_erfc(-${v} * 0.707106781f)`;
+    case 'sigmoid': return `1.0f / (1.0f + precise::exp(-${v}))`;
+    case 'tanh': return `precise::tanh(${v})`;
+    case 'neg': return `-${v}`;
+  }
+  throw new Error(`internal: unknown unary fn '${fn}'`);
+}
+
+/** f'(v) * d */
+function unaryGradExpr(fn: string, alpha: number, v: string, d: string): string {
+  switch (fn) {
+    case 'relu': return `(${v} > 0.0f ? ${d} : 0.0f)`;
+    case 'leaky_relu': return `(${v} > 0.0f ? ${d} : ${f32(alpha)} * ${d})`;
+    case 'gelu': return `${d} * (0.5f * mpsc_erfc(-${v} * 0.707106781f) + ${v} * precise::exp(-0.5f * ${v} * ${v}) * 0.398942280f)`;
+    case 'sigmoid': return `${d} * (1.0f / (1.0f + precise::exp(-${v}))) * (1.0f - 1.0f / (1.0f + precise::exp(-${v})))`;
+    case 'tanh': return `${d} * (1.0f - precise::tanh(${v}) * precise::tanh(${v}))`;
+    case 'neg': return `-${d}`;
+  }
+  throw new Error(`internal: unknown unary fn '${fn}'`);
+}
+
+function strides(shape: number[]): number[] {
+  const s = new Array(shape.length).fill(1);
+  for (let i = shape.length - 2; i >= 0; i--) s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+/** index of an operand of shape `sh` broadcast to `out`, from output flat index i (statements defining `name`) */
+function broadcastIndex(out: number[], sh: number[], name: string): string {
+  if (sh.length === out.length && sh.every((d, k) => d === out[k])) return `${I}const uint ${name} = i;\n`;
+  const st = strides(sh);
+  let s = `${I}uint ${name} = 0u;\n${I}{\n${I}  uint rem = i;\n`;
+  for (let d = out.length - 1; d >= 0; d--) {
+    const k = d - (out.length - sh.length);
+    const stride = k >= 0 && sh[k] !== 1 ? st[k] : 0;
+    if (stride !== 0) s += `${I}  ${name} += (rem % ${u32(out[d])}) * ${u32(stride)};\n`;
+    if (d > 0) s += `${I}  rem /= ${u32(out[d])};\n`;
+  }
+  return s + `${I}}\n`;
+}
+
+export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+  const ins = n.inputs, outs = n.outputs;
+  const a = (k: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, k, acc);
+  switch (n.op) {
+    case 'unary': {
+      const fn = String(n.attrs.fn);
+      if (fn === 'gelu') ctx.helpers.add('erfc');
+      const body = `${I}const float v = x[i];\n${I}y[i] = ${unaryExpr(fn, numAttr(n, 'alpha', 0.01), 'v')};\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
+    }
+    case 'unary_grad': {
+      const fn = String(n.attrs.fn);
+      if (fn === 'gelu') ctx.helpers.add('erfc');
+      const body = `${I}const float v = x[i], d = dy[i];\n${I}dx[i] = ${unaryGradExpr(fn, numAttr(n, 'alpha', 0.01), 'v', 'd')};\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'x'), a(outs[0], 'dx', 'w')], numel(shapeOf(g, outs[0])), body)];
+    }
+    case 'binary': {
+      const out = shapeOf(g, outs[0]);
+      const opc = ({ add: '+', sub: '-', mul: '*' } as Record<string, string>)[String(n.attrs.fn)];
+      if (!opc) throw new Error(`internal: unknown binary fn '${String(n.attrs.fn)}'`);
+      const body = broadcastIndex(out, shapeOf(g, ins[0]), 'ia') + broadcastIndex(out, shapeOf(g, ins[1]), 'ib') + `${I}y[i] = a[ia] ${opc} b[ib];\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'a'), a(ins[1], 'b'), a(outs[0], 'y', 'w')], numel(out), body)];
+    }
+    case 'reshape':
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), `${I}y[i] = x[i];\n`)];
+    case 'dropout':
+    case 'dropout_grad': {
+      ctx.helpers.add('philox');
+      const p = numAttr(n, 'p');
+      const src = n.op === 'dropout' ? 'x' : 'dy', dst = n.op === 'dropout' ? 'y' : 'dx';
+      const body =
+        `${I}const uint h = mpsc_philox(sp.seed, ${u32(numAttr(n, 'stream'))}, i, sp.counter);\n` +
+        `${I}${dst}[i] = h >= ${u32(dropoutThreshold(p))} ? ${src}[i] / ${f32(1 - p)} : 0.0f;\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], src), a(outs[0], dst, 'w')], numel(shapeOf(g, outs[0])), body)];
+    }
+    case 'slice': {
+      const xs = shapeOf(g, ins[0]), axis = numAttr(n, 'axis'), start = numAttr(n, 'start'), len = numAttr(n, 'length');
+      const inner = numel(xs.slice(axis + 1));
+      const body =
+        `${I}const uint inn = i % ${u32(inner)}, l = (i / ${u32(inner)}) % ${u32(len)}, o = i / ${u32(inner * len)};\n` +
+        `${I}y[i] = x[(o * ${u32(xs[axis])} + ${u32(start)} + l) * ${u32(inner)} + inn];\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
+    }
+    case 'concat': {
+      const ys = shapeOf(g, outs[0]), axis = numAttr(n, 'axis');
+      const inner = numel(ys.slice(axis + 1)), YL = ys[axis];
+      let body = `${I}const uint inn = i % ${u32(inner)}, l = (i / ${u32(inner)}) % ${u32(YL)}, o = i / ${u32(inner * YL)};\n`;
+      let start = 0;
+      const args = ins.map((v, k) => a(v, `x${k}`));
+      ins.forEach((v, k) => {
+        const L = shapeOf(g, v)[axis];
+        body += `${I}${k === 0 ? '' : 'else '}if (l < ${u32(start + L)}) y[i] = x${k}[(o * ${u32(L)} + l - ${u32(start)}) * ${u32(inner)} + inn];\n`;
+        start += L;
+      });
+      return [elementwise(ctx, g, n, [...args, a(outs[0], 'y', 'w')], numel(ys), body)];
+    }
+    case 'global_avgpool_grad': {
+      const xs = n.attrs.x_shape as number[];
+      const HW = xs[2] * xs[3];
+      return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(outs[0], 'dx', 'w')], numel(xs), `${I}dx[i] = dy[i / ${u32(HW)}] / ${f32(HW)};\n`)];
+    }
+    case 'embedding': {
+      const D = shapeOf(g, ins[1])[1];
+      return [elementwise(ctx, g, n, [a(ins[0], 'ids'), a(ins[1], 'w'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])),
+        `${I}y[i] = w[uint(ids[i / ${u32(D)}]) * ${u32(D)} + i % ${u32(D)}];\n`)];
+    }
+    case 'embedding_grad': {
+      const [V, D] = n.attrs.w_shape as number[];
+      const J = numel(shapeOf(g, ins[1]));
+      const body =
+        `${I}const int v = int(i / ${u32(D)});\n${I}const uint d = i % ${u32(D)};\n${I}float acc = 0.0f;\n` +
+        `${I}for (uint j = 0u; j < ${u32(J)}; ++j) if (ids[j] == v) acc += dy[j * ${u32(D)} + d];\n${I}dw[i] = acc;\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'ids'), a(outs[0], 'dw', 'w')], V * D, body)];
+    }
+    case 'batchnorm_eval': {
+      const xs = shapeOf(g, ins[0]);
+      const C = xs[1], S = numel(xs.slice(2));
+      const eps = numAttr(n, 'eps', 1e-5);
+      const body = `${I}const uint c = (i / ${u32(S)}) % ${u32(C)};\n${I}y[i] = (x[i] - rm[c]) / precise::sqrt(rv[c] + ${f32(eps)}) * w[c] + b[c];\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(ins[3], 'rm'), a(ins[4], 'rv'), a(outs[0], 'y', 'w')], numel(xs), body)];
+    }
+    case 'nll_grad': {
+      const [N, C] = shapeOf(g, ins[0]);
+      const body = `${I}dlogp[i] = int(i % ${u32(C)}) == label[i / ${u32(C)}] ? ${f32(-1 / N)} : 0.0f;\n`;
+      return [elementwise(ctx, g, n, [a(ins[1], 'label'), a(outs[0], 'dlogp', 'w')], N * C, body)];
+    }
+    case 'mse_grad': {
+      const cnt = numel(shapeOf(g, ins[0]));
+      return [elementwise(ctx, g, n, [a(ins[0], 'pred'), a(ins[1], 'target'), a(outs[0], 'dpred', 'w')], cnt, `${I}dpred[i] = (pred[i] - target[i]) * ${f32(2 / cnt)};\n`)];
+    }
+    case 'bce_with_logits_grad': {
+      const cnt = numel(shapeOf(g, ins[0]));
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(ins[1], 't'), a(outs[0], 'dx', 'w')], cnt,
+        `${I}dx[i] = (1.0f / (1.0f + precise::exp(-x[i])) - t[i]) * ${f32(1 / cnt)};\n`)];
+    }
+    case 'sum_to': return [lowerSumTo(ctx, g, n)];
+  }
+  return null;
+}
+
+function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
+  const xs = shapeOf(g, n.inputs[0]), ys = shapeOf(g, n.outputs[0]);
+  const st = strides(xs);
+  const reduced = new Array(xs.length).fill(false);
+  if (Array.isArray(n.attrs.axes)) {
+    for (const ax of n.attrs.axes as number[]) reduced[ax] = true;
+  } else {
+    const off = xs.length - ys.length;
+    for (let d = 0; d < xs.length; d++) reduced[d] = d < off || (ys[d - off] === 1 && xs[d] !== 1);
+  }
+  const kept: { size: string; stride: string }[] = [], red: { size: string; stride: string }[] = [];
+  let RN = 1;
+  for (let d = xs.length - 1; d >= 0; d--) {
+    const e = { size: u32(xs[d]), stride: u32(st[d]) };
+    if (reduced[d]) { red.push(e); RN *= xs[d]; } else kept.push(e);
+  }
+  const count = numel(ys);
+  return {
+    name: ctx.next(), node: n.id, op: n.op, label: label(g, n),
+    args: [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')],
+    groups: [Math.max(1, ceilDiv(count, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
+    body: render('sum_to', { n: u32(count), RN: u32(RN), kept, red }),
+  };
+}

@@ -1,0 +1,155 @@
+/**
+ * lower_reduce: ops that reduce with simd_sum/simd_max and threadgroup memory:
+ * softmax / log_softmax (+ grads), cross_entropy_grad (one threadgroup per row),
+ * batchnorm_train / batchnorm_grad (one threadgroup per channel), layernorm (+ grad),
+ * and the scalar losses / metrics / grad_norm (one threadgroup for everything).
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import type { KernelSpec, LowerCtx } from './kernel_types.js';
+import { argOf, blockKernel, ceilDiv, f32, label, numAttr, numel, rowThreads, shapeOf, u32, EW_THREADS } from './lower_common.js';
+import { render } from './templates.js';
+
+const B = '    ';
+
+export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+  const ins = n.inputs, outs = n.outputs;
+  const a = (v: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, v, acc);
+  switch (n.op) {
+    case 'softmax': case 'log_softmax': case 'softmax_grad': case 'log_softmax_grad': {
+      const xs = shapeOf(g, ins[0]), axis = numAttr(n, 'axis');
+      const Ln = xs[axis], inner = numel(xs.slice(axis + 1)), rows = numel(xs) / Ln;
+      const T = rowThreads(Ln);
+      const view = { L: u32(Ln), inner: u32(inner), rowSpan: u32(Ln * inner), log: n.op.startsWith('log') };
+      if (n.op.endsWith('_grad'))
+        return [blockKernel(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'y'), a(outs[0], 'dx', 'w')], rows, T, 'row_softmax_grad', view)];
+      return [blockKernel(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], rows, T, 'row_softmax', view)];
+    }
+    case 'cross_entropy_grad': {
+      const [N, C] = shapeOf(g, ins[0]);
+      const ls = numAttr(n, 'label_smoothing', 0);
+      return [blockKernel(ctx, g, n, [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'dlogits', 'w')], N, rowThreads(C), 'row_ce_grad',
+        { C: u32(C), onMinusLs: f32(1 - ls), lsOverC: f32(ls / C), invN: f32(1 / N) })];
+    }
+    case 'layernorm': {
+      const xs = shapeOf(g, ins[0]);
+      const D = xs[xs.length - 1], rows = numel(xs) / D;
+      return [blockKernel(ctx, g, n,
+        [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(outs[0], 'y', 'w'), a(outs[1], 'mean', 'w'), a(outs[2], 'rstd', 'w')],
+        rows, rowThreads(D), 'row_layernorm', { D: u32(D), Df: f32(D), eps: f32(numAttr(n, 'eps', 1e-5)) })];
+    }
+    case 'layernorm_grad': {
+      const xs = shapeOf(g, ins[1]);
+      const D = xs[xs.length - 1], rows = numel(xs) / D;
+      const dxK = blockKernel(ctx, g, n,
+        [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[2], 'w'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[0], 'dx', 'w')],
+        rows, rowThreads(D), 'row_layernorm_grad', { D: u32(D), Df: f32(D) }, ' [dx]');
+      const body =
+        `  const uint d = gid.x;\n  if (d >= ${u32(D)}) return;\n  float sw = 0.0f, sb = 0.0f;\n` +
+        `  for (uint r = 0u; r < ${u32(rows)}; ++r) {\n    const uint e = r * ${u32(D)} + d;\n` +
+        `    sb += dy[e];\n    sw += dy[e] * (x[e] - mean[r]) * rstd[r];\n  }\n  dweight[d] = sw;\n  dbias[d] = sb;\n`;
+      const dwK: KernelSpec = {
+        name: ctx.next(), node: n.id, op: n.op, label: label(g, n) + ' [dweight, dbias]',
+        args: [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
+        groups: [Math.max(1, ceilDiv(D, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false, body,
+      };
+      return [dxK, dwK];
+    }
+    case 'batchnorm_train': {
+      const xs = shapeOf(g, ins[0]);
+      const C = xs[1], S = numel(xs.slice(2)), m = xs[0] * S;
+      const mom = numAttr(n, 'momentum', 0.1);
+      return [blockKernel(ctx, g, n,
+        [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(ins[3], 'rmean', 'rw'), a(ins[4], 'rvar', 'rw'),
+          a(outs[0], 'y', 'w'), a(outs[1], 'mean', 'w'), a(outs[2], 'invstd', 'w')],
+        C, rowThreads(m), 'chan_batchnorm',
+        { C: u32(C), N: u32(xs[0]), S: u32(S), m: u32(m), mf: f32(m), eps: f32(numAttr(n, 'eps', 1e-5)),
+          mom: f32(mom), oneMinusMom: f32(1 - mom), unbias: f32(m > 1 ? m / (m - 1) : Infinity) })];
+    }
+    case 'batchnorm_grad': {
+      const xs = shapeOf(g, ins[1]);
+      const C = xs[1], S = numel(xs.slice(2)), m = xs[0] * S;
+      return [blockKernel(ctx, g, n,
+        [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[2], 'w'), a(ins[3], 'mean'), a(ins[4], 'invstd'),
+          a(outs[0], 'dx', 'w'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
+        C, rowThreads(m), 'chan_batchnorm_grad', { C: u32(C), S: u32(S), m: u32(m), mf: f32(m) })];
+    }
+  }
+  return lowerScalarReduce(ctx, g, n);
+}
+
+function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+  const ins = n.inputs, outs = n.outputs;
+  const a = (v: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, v, acc);
+  let loops: { count: string; item: string }[];
+  let finish: string;
+  let args;
+  let T: number;
+  const rowsOf = () => shapeOf(g, ins[0]) as [number, number];
+  switch (n.op) {
+    case 'cross_entropy': {
+      const [N, C] = rowsOf();
+      const ls = numAttr(n, 'label_smoothing', 0);
+      args = [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'loss', 'w')];
+      loops = [{
+        count: u32(N),
+        item:
+          `${B}const uint base = j * ${u32(C)};\n${B}float m = -INFINITY;\n` +
+          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = max(m, logits[base + c]);\n` +
+          `${B}float s = 0.0f, sx = 0.0f;\n` +
+          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) { s += precise::exp(logits[base + c] - m); sx += logits[base + c]; }\n` +
+          `${B}const float lse = m + precise::log(s);\n` +
+          `${B}part += -${f32(1 - ls)} * (logits[base + uint(label[j])] - lse)` + (ls ? ` - ${f32(ls / C)} * (sx - ${f32(C)} * lse);\n` : ';\n'),
+      }];
+      finish = `${B}loss[0] = total / ${f32(N)};`;
+      T = rowThreads(N);
+      break;
+    }
+    case 'nll': {
+      const [N, C] = rowsOf();
+      args = [a(ins[0], 'logp'), a(ins[1], 'label'), a(outs[0], 'loss', 'w')];
+      loops = [{ count: u32(N), item: `${B}part -= logp[j * ${u32(C)} + uint(label[j])];` }];
+      finish = `${B}loss[0] = total / ${f32(N)};`;
+      T = rowThreads(N);
+      break;
+    }
+    case 'mse': case 'bce_with_logits': {
+      const cnt = numel(shapeOf(g, ins[0]));
+      args = [a(ins[0], 'x'), a(ins[1], 't'), a(outs[0], 'loss', 'w')];
+      loops = [{
+        count: u32(cnt),
+        item: n.op === 'mse'
+          ? `${B}const float d = x[j] - t[j];\n${B}part += d * d;`
+          : `${B}const float v = x[j];\n${B}part += max(v, 0.0f) - v * t[j] + precise::log(1.0f + precise::exp(-fabs(v)));`,
+      }];
+      finish = `${B}loss[0] = total / ${f32(cnt)};`;
+      T = rowThreads(cnt);
+      break;
+    }
+    case 'accuracy': case 'top_k': {
+      const [N, C] = rowsOf();
+      args = [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'acc', 'w')];
+      const item = n.op === 'accuracy'
+        ? `${B}const uint base = j * ${u32(C)};\n${B}uint bi = 0u;\n${B}float best = logits[base];\n` +
+          `${B}for (uint c = 1u; c < ${u32(C)}; ++c) if (logits[base + c] > best) { best = logits[base + c]; bi = c; }\n` +
+          `${B}part += int(bi) == label[j] ? 1.0f : 0.0f;`
+        : `${B}const uint base = j * ${u32(C)};\n${B}const float xl = logits[base + uint(label[j])];\n${B}uint cnt = 0u;\n` +
+          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) if (logits[base + c] > xl) ++cnt;\n` +
+          `${B}part += cnt < ${u32(numAttr(n, 'k'))} ? 1.0f : 0.0f;`;
+      loops = [{ count: u32(N), item }];
+      finish = `${B}acc[0] = total / ${f32(N)};`;
+      T = rowThreads(N);
+      break;
+    }
+    case 'grad_norm': {
+      args = [...ins.map((v, k) => a(v, `g${k}`)), a(outs[0], 'norm', 'w')];
+      loops = ins.map((v, k) => ({ count: u32(numel(shapeOf(g, v))), item: `${B}part += g${k}[j] * g${k}[j];` }));
+      finish = `${B}norm[0] = precise::sqrt(total);`;
+      T = 256;
+      break;
+    }
+    default:
+      return null;
+  }
+  return [blockKernel(ctx, g, n, args, 1, T, 'reduce_all', { loops, finish })];
+}
+

@@ -1,0 +1,124 @@
+/**
+ * memory_plan: assigns arena offsets to the transient values of one Program.
+ *
+ * Consumes: a Program (its graph in final node order).
+ * Produces: a MemoryPlan (graph.ts): an arena offset per activation / grad /
+ *           output value (-1 for persistent values and inputs, which live in
+ *           their own buffers), the arena size, persistent and input bytes, and
+ *           peakBytes = arenaBytes + persistentBytes + inputBytes.
+ * Method:   liveness over the node order. A value is live from the node that
+ *           writes it to the last node that reads it, inclusive (so a node's
+ *           outputs never alias its inputs); values kept for the backward pass
+ *           (saved activations, batchnorm mean/invstd, ...) are simply read late,
+ *           so they stay live until their last backward reader. Kind 'output'
+ *           values (loss, metrics, grad norm) stay live to the end of the program
+ *           because the host reads them after the run. Placement is greedy by
+ *           size (largest first), each value at the lowest 64-byte-aligned offset
+ *           that does not overlap any already placed value with an intersecting
+ *           lifetime, so dead buffers are reused.
+ * Invariants: `verifyPlan` re-checks that no two simultaneously live values
+ *           overlap and that every arena value fits in the arena.
+ */
+import { isPersistent, valueBytes, type Graph, type MemoryPlan, type Program, type Value } from './graph.js';
+
+export const ARENA_ALIGN = 64;
+
+const alignUp = (n: number) => Math.ceil(n / ARENA_ALIGN) * ARENA_ALIGN;
+
+export function isArenaValue(v: Value): boolean {
+  return v.kind === 'activation' || v.kind === 'grad' || v.kind === 'output';
+}
+
+export interface Lifetime {
+  start: number; // index of the writing node
+  end: number; // index of the last reading node (inclusive)
+}
+
+/** Lifetime of every arena value (undefined for others). */
+export function lifetimes(graph: Graph): (Lifetime | undefined)[] {
+  const life: (Lifetime | undefined)[] = graph.values.map(() => undefined);
+  const last = graph.nodes.length - 1;
+  graph.nodes.forEach((n, i) => {
+    for (const o of n.outputs) if (isArenaValue(graph.values[o])) life[o] = { start: i, end: i };
+  });
+  graph.nodes.forEach((n, i) => {
+    for (const id of n.inputs) {
+      const l = id >= 0 ? life[id] : undefined;
+      if (l && i > l.end) l.end = i;
+    }
+  });
+  graph.values.forEach((v, id) => {
+    const l = life[id];
+    if (l && v.kind === 'output') l.end = Math.max(l.end, last);
+  });
+  return life;
+}
+
+const overlaps = (a: Lifetime, b: Lifetime) => a.start <= b.end && b.start <= a.end;
+
+export function planMemory(program: Program): MemoryPlan {
+  const { graph } = program;
+  const life = lifetimes(graph);
+  const offsets = graph.values.map(() => -1);
+  const order = graph.values
+    .filter((v) => life[v.id] !== undefined)
+    .sort((a, b) => valueBytes(b) - valueBytes(a) || life[a.id]!.start - life[b.id]!.start || a.id - b.id);
+  const placed: { off: number; size: number; life: Lifetime }[] = [];
+  let arenaBytes = 0;
+  for (const v of order) {
+    const size = alignUp(valueBytes(v));
+    const l = life[v.id]!;
+    const busy = placed.filter((p) => overlaps(p.life, l)).sort((a, b) => a.off - b.off);
+    let off = 0;
+    for (const p of busy) {
+      if (off + size <= p.off) break;
+      off = Math.max(off, p.off + p.size);
+    }
+    offsets[v.id] = off;
+    placed.push({ off, size, life: l });
+    arenaBytes = Math.max(arenaBytes, off + size);
+  }
+  let persistentBytes = 0;
+  let inputBytes = 0;
+  for (const v of graph.values) {
+    if (isPersistent(v)) persistentBytes += valueBytes(v);
+    else if (v.kind === 'input') inputBytes += valueBytes(v);
+  }
+  return { offsets, arenaBytes, persistentBytes, inputBytes, peakBytes: arenaBytes + persistentBytes + inputBytes };
+}
+
+/** Problems with program.plan (empty when valid): overlaps of simultaneously live values, bad offsets, wrong totals. */
+export function verifyPlan(program: Program): string[] {
+  const plan = program.plan;
+  if (!plan) return ['program has no memory plan'];
+  const { graph } = program;
+  const problems: string[] = [];
+  if (plan.offsets.length !== graph.values.length) problems.push(`plan has ${plan.offsets.length} offsets for ${graph.values.length} values`);
+  const life = lifetimes(graph);
+  const arena: { v: Value; off: number; end: number; life: Lifetime }[] = [];
+  graph.values.forEach((v, id) => {
+    const off = plan.offsets[id];
+    if (!isArenaValue(v)) {
+      if (off !== -1) problems.push(`%${id} (${v.name}, ${v.kind}) must not be in the arena`);
+      return;
+    }
+    if (life[id] === undefined) {
+      if (off !== -1) problems.push(`%${id} (${v.name}) is never written but has an offset`);
+      return;
+    }
+    if (!Number.isInteger(off) || off < 0 || off % ARENA_ALIGN !== 0) problems.push(`%${id} (${v.name}) has bad offset ${off}`);
+    const end = off + valueBytes(v);
+    if (end > plan.arenaBytes) problems.push(`%${id} (${v.name}) ends at ${end} beyond the arena (${plan.arenaBytes} bytes)`);
+    arena.push({ v, off, end, life: life[id]! });
+  });
+  for (let i = 0; i < arena.length; i++) {
+    for (let j = i + 1; j < arena.length; j++) {
+      const a = arena[i], b = arena[j];
+      if (overlaps(a.life, b.life) && a.off < b.end && b.off < a.end) {
+        problems.push(`%${a.v.id} (${a.v.name}) and %${b.v.id} (${b.v.name}) are live at the same time and overlap in the arena`);
+      }
+    }
+  }
+  if (plan.peakBytes !== plan.arenaBytes + plan.persistentBytes + plan.inputBytes) problems.push('peakBytes is not arena + persistent + input bytes');
+  return problems;
+}

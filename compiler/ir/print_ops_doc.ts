@@ -1,0 +1,64 @@
+/**
+ * Renders the op catalogue (ops.ts) as Markdown: docs/ops.md.
+ *   npx tsx compiler/ir/print_ops_doc.ts > docs/ops.md
+ * test/reference_ops_doc.test.ts checks that docs/ops.md is current.
+ */
+import { pathToFileURL } from 'node:url';
+import { OPS, type OpDef } from './ops.js';
+
+const INTRO = `# IR op catalogue
+
+Generated from \`compiler/ir/ops.ts\` by \`npx tsx compiler/ir/print_ops_doc.ts > docs/ops.md\`; edit ops.ts, not this page.
+\`compiler/reference\` (the float64 interpreter) is the executable form of this text: every backend is tested against it.
+
+## Conventions
+
+- Layout is row-major (C order). Images are NCHW. Linear weights are \`[out, in]\`, conv weights \`[out, in/groups, kh, kw]\` (PyTorch).
+- All tensors are f32 except class labels and token ids (i32). Scalars have shape \`[]\` (one element).
+- A node reads its inputs and writes fresh outputs; only the inputs listed under *mutates* (persistent values:
+  parameters, running stats, optimizer state, gradient accumulators) are written in place.
+- Optional inputs (marked \`?\`) are passed as value id \`-1\` when absent.
+- \`x_shape\` / \`w_shape\` attrs repeat a shape a backward op needs but cannot see in its inputs.
+- Losses are mean-reduced (PyTorch's default). Loss-gradient ops include the \`1/N\` of the mean and take no \`dy\`.
+- Reductions accumulate in at least f32 on backends, f64 in the reference.
+- *scalars* are per-run values from \`StepScalars\` (graph.ts): \`lr\`, \`t\` (1-based step), \`seed\`, \`counter\` (dropout RNG).
+`;
+
+const SECTIONS: [string, (name: string) => boolean][] = [
+  ['Forward', (n) => !isLoss(n) && !isBackward(n) && !isOptim(n)],
+  ['Losses and metrics', isLoss],
+  ['Backward', isBackward],
+  ['Gradient plumbing and optimizers', isOptim],
+];
+
+function isLoss(n: string): boolean {
+  return ['cross_entropy', 'nll', 'mse', 'bce_with_logits', 'accuracy', 'top_k'].includes(n);
+}
+function isOptim(n: string): boolean {
+  return ['grad_accumulate', 'zero', 'grad_norm', 'clip_coef', 'sgd_update', 'adam_update'].includes(n);
+}
+function isBackward(n: string): boolean {
+  return n.endsWith('_grad') || ['matmul', 'sum_to', 'slice'].includes(n);
+}
+
+function renderOp(name: string, d: OpDef): string {
+  const lines = [`### \`${name}\``, '', d.doc, ''];
+  lines.push(`- inputs: ${d.inputs.map((i) => `\`${i}\``).join(', ') || '(none)'}`);
+  lines.push(`- outputs: ${d.outputs.map((o) => `\`${o}\``).join(', ') || '(none)'}`);
+  if (d.mutates?.length) lines.push(`- mutates: ${d.mutates.map((i) => `\`${d.inputs[i].replace('?', '')}\``).join(', ')}`);
+  const attrs = Object.entries(d.attrs);
+  if (attrs.length) lines.push(`- attrs: ${attrs.map(([k, v]) => (v ? `\`${k}\` (${v})` : `\`${k}\``)).join(', ')}`);
+  if (d.scalars?.length) lines.push(`- scalars: ${d.scalars.map((s) => `\`${s}\``).join(', ')}`);
+  return lines.join('\n');
+}
+
+export function renderOpsDoc(): string {
+  const parts = [INTRO];
+  for (const [title, pick] of SECTIONS) {
+    const names = Object.keys(OPS).filter(pick);
+    parts.push(`## ${title}\n\n${names.map((n) => renderOp(n, OPS[n])).join('\n\n')}\n`);
+  }
+  return parts.join('\n');
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) process.stdout.write(renderOpsDoc());

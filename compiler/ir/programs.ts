@@ -1,0 +1,82 @@
+/**
+ * programs: builds every Program one model instance runs.
+ *
+ * Consumes: a CheckedModel (training-form forward graph with BATCH) and the
+ *           batch sizes (`batch` for train_step / eval, optional `evalTail` for
+ *           the smaller last test batch).
+ * Produces: a ProgramSet:
+ *  - train_step:   bind_batch(B) -> autodiff(loss) -> optimizer_lowering
+ *                  (forward in training form + loss + metrics + backward +
+ *                  clip + update, or + grad_accumulate when grad_accum > 1)
+ *  - apply_update: only when grad_accum > 1 (clip + update from the `<param>.grad`
+ *                  accumulators, then zero them)
+ *  - eval:         bind_batch(B) -> eval_mode (loss + metrics, no gradients)
+ *  - eval_tail:    the same for batch evalTail (when given and != B)
+ *  Each Program's outputs are the loss (named 'loss') then the metrics (their
+ *  spec names); inputs are the spec inputs in declaration order; each has its
+ *  memory plan. Programs are independent Graphs (value ids are local) sharing
+ *  persistent values by name.
+ * Invariants: every program graph passes verify.ts (a failure is a bug in mpsc
+ *  and throws an internal Error); a model without a loss cannot be trained
+ *  (UserError).
+ */
+import { UserError } from '../errors.js';
+import type { CheckedModel } from '../model.js';
+import { autodiff } from './autodiff.js';
+import { bindBatch } from './bind_batch.js';
+import { evalMode } from './eval_mode.js';
+import type { Graph, Program, ProgramName, ProgramSet } from './graph.js';
+import { planMemory } from './memory_plan.js';
+import { lowerOptimizer } from './optimizer_lowering.js';
+import { verifyGraph } from './verify.js';
+
+export interface BuildOptions {
+  batch: number;
+  evalTail?: number;
+}
+
+function makeProgram(name: ProgramName, batch: number, graph: Graph, inputs: number[], outputs: { name: string; value: number }[]): Program {
+  verifyGraph(graph, `program ${name}`);
+  const p: Program = { name, batch, graph, inputs, outputs };
+  p.plan = planMemory(p);
+  return p;
+}
+
+function modelOutputs(model: CheckedModel, map: (id: number) => number = (id) => id): { name: string; value: number }[] {
+  const outs: { name: string; value: number }[] = [];
+  if (model.loss) outs.push({ name: 'loss', value: map(model.loss.value) });
+  for (const m of model.metrics) outs.push({ name: m.name, value: map(m.value) });
+  return outs;
+}
+
+function buildEval(model: CheckedModel, name: 'eval' | 'eval_tail', batch: number): Program {
+  const { graph, idMap } = evalMode(bindBatch(model.graph, batch));
+  const map = (id: number) => {
+    const m = idMap[id];
+    if (m === undefined || m < 0) throw new Error(`internal: value %${id} does not exist in the eval graph`);
+    return m;
+  };
+  return makeProgram(name, batch, graph, model.inputs.map((i) => map(i.value)), modelOutputs(model, map));
+}
+
+export function buildPrograms(model: CheckedModel, opts: BuildOptions): ProgramSet {
+  if (!model.loss) {
+    throw new UserError(`${model.file}: error: model '${model.name}' has no loss, so it cannot be trained; add a loss (e.g. \`loss: cross_entropy(logits, label)\`) to the spec`);
+  }
+  const B = opts.batch;
+  const bound = bindBatch(model.graph, B);
+  const ad = autodiff(bound, model.loss.value);
+  if (ad.grads.length === 0) {
+    throw new UserError(`${model.file}: error: the loss of model '${model.name}' does not depend on any trainable parameter, so there is nothing to train; check that the loss reads the network's output`);
+  }
+  const lowered = lowerOptimizer(ad.graph, ad.grads, model.optimizer, model.train);
+  const inputs = model.inputs.map((i) => i.value);
+  const set: ProgramSet = {
+    model: model.name,
+    train_step: makeProgram('train_step', B, lowered.train, inputs, modelOutputs(model)),
+    eval: buildEval(model, 'eval', B),
+  };
+  if (lowered.applyUpdate) set.apply_update = makeProgram('apply_update', B, lowered.applyUpdate, [], []);
+  if (opts.evalTail !== undefined && opts.evalTail !== B && opts.evalTail > 0) set.eval_tail = buildEval(model, 'eval_tail', opts.evalTail);
+  return set;
+}

@@ -1,0 +1,101 @@
+/**
+ * verify: checks a Graph against the invariants stated in graph.ts and the op
+ * catalogue in ops.ts. Every pass's output is run through it in tests, and
+ * programs.ts verifies every Program it builds (a failure is a bug in mpsc).
+ *
+ * Consumes: a Graph (any stage after bind_batch: shapes must be static).
+ * Produces: a list of problems (empty when the graph is well formed), or throws
+ *           an internal Error listing them (`verifyGraph`).
+ * Checks:
+ *  - values[i].id === i, nodes[i].id === i
+ *  - every op is in OPS; input count matches (optional inputs may be -1,
+ *    variadic ops take >= 2 inputs, grad_norm >= 1); output count matches
+ *  - every referenced value id exists; dtypes/shapes are static (integer dims >= 1)
+ *  - SSA: each non-persistent, non-input value is written by exactly one node,
+ *    before any node reads it; persistent values and inputs are never node outputs
+ *  - `mutates` inputs are persistent values
+ *  - persistent values and inputs have unique names (programs share them by name)
+ */
+import { OPS } from './ops.js';
+import { isPersistent, type Graph } from './graph.js';
+
+export function graphProblems(graph: Graph): string[] {
+  const problems: string[] = [];
+  const { values, nodes } = graph;
+  const persistentNames = new Map<string, number>();
+  values.forEach((v, i) => {
+    if (v.id !== i) problems.push(`value at index ${i} has id ${v.id}`);
+    if (v.dtype !== 'f32' && v.dtype !== 'i32') problems.push(`value %${i} (${v.name}) has unknown dtype ${v.dtype}`);
+    if (!Array.isArray(v.shape) || v.shape.some((d) => !Number.isInteger(d) || d < 1)) {
+      problems.push(`value %${i} (${v.name}) has a non-static shape [${v.shape}]`);
+    }
+    if (isPersistent(v) || v.kind === 'input') {
+      const prev = persistentNames.get(v.name);
+      if (prev !== undefined) problems.push(`values %${prev} and %${i} share the persistent/input name '${v.name}'`);
+      else persistentNames.set(v.name, i);
+    }
+  });
+  const writtenBy = new Array<number>(values.length).fill(-1);
+  const validId = (id: number) => Number.isInteger(id) && id >= 0 && id < values.length;
+  nodes.forEach((n, i) => {
+    const where = `node #${i} (${n.op})`;
+    if (n.id !== i) problems.push(`node at index ${i} has id ${n.id}`);
+    const def = OPS[n.op];
+    if (!def) {
+      problems.push(`${where}: unknown op`);
+      return;
+    }
+    const variadic = def.inputs.includes('...');
+    if (variadic) {
+      const min = n.op === 'grad_norm' ? 1 : 2;
+      if (n.inputs.length < min) problems.push(`${where}: needs at least ${min} inputs, has ${n.inputs.length}`);
+      if (n.inputs.some((id) => id === -1)) problems.push(`${where}: variadic inputs cannot be absent (-1)`);
+    } else if (n.inputs.length !== def.inputs.length) {
+      problems.push(`${where}: expects ${def.inputs.length} inputs (${def.inputs.join(', ')}), has ${n.inputs.length}`);
+    }
+    n.inputs.forEach((id, k) => {
+      if (id === -1) {
+        if (variadic || !def.inputs[k]?.endsWith('?')) problems.push(`${where}: required input ${def.inputs[k] ?? k} is absent`);
+        return;
+      }
+      if (!validId(id)) {
+        problems.push(`${where}: input ${k} refers to unknown value ${id}`);
+        return;
+      }
+      const v = values[id];
+      if (!isPersistent(v) && v.kind !== 'input' && (writtenBy[id] === -1 || writtenBy[id] >= i)) {
+        problems.push(`${where}: reads %${id} (${v.name}) before it is written`);
+      }
+    });
+    for (const m of def.mutates ?? []) {
+      const id = n.inputs[m];
+      if (id === -1 || id === undefined || !validId(id)) continue;
+      if (!isPersistent(values[id])) problems.push(`${where}: mutates %${id} (${values[id].name}) which is not persistent (${values[id].kind})`);
+    }
+    if (n.outputs.length !== def.outputs.length) {
+      problems.push(`${where}: expects ${def.outputs.length} outputs, has ${n.outputs.length}`);
+    }
+    for (const id of n.outputs) {
+      if (!validId(id)) {
+        problems.push(`${where}: output refers to unknown value ${id}`);
+        continue;
+      }
+      const v = values[id];
+      if (isPersistent(v) || v.kind === 'input') problems.push(`${where}: writes ${v.kind} value %${id} (${v.name}); only 'mutates' may change it`);
+      if (writtenBy[id] !== -1) problems.push(`${where}: writes %${id} (${v.name}) already written by node #${writtenBy[id]}`);
+      else writtenBy[id] = i;
+    }
+  });
+  values.forEach((v, i) => {
+    if (!isPersistent(v) && v.kind !== 'input' && writtenBy[i] === -1) problems.push(`value %${i} (${v.name}, ${v.kind}) is never written`);
+  });
+  return problems;
+}
+
+/** Throws an internal Error (a bug in mpsc) listing every problem. `what` names the graph in the message. */
+export function verifyGraph(graph: Graph, what = 'graph'): void {
+  const problems = graphProblems(graph);
+  if (problems.length > 0) {
+    throw new Error(`internal: invalid IR in ${what}:\n  ${problems.slice(0, 20).join('\n  ')}${problems.length > 20 ? `\n  ... and ${problems.length - 20} more` : ''}`);
+  }
+}

@@ -1,0 +1,73 @@
+/**
+ * The float64 reference interpreter: the executable form of compiler/ir/ops.ts and the
+ * oracle every backend is tested against. Clarity over speed.
+ *
+ * An Env maps value id -> data (row-major Float64Array; i32 values hold integers).
+ * runNode reads a node's inputs from env, allocates its outputs (zero-filled, sized by the
+ * values' static shapes), runs the op, and stores the outputs in env; ops listed as
+ * `mutates` in ops.ts change those input arrays in place.
+ */
+import { type Graph, type Node, type StepScalars, numel } from '../ir/graph.js';
+import { OPS } from '../ir/ops.js';
+import type { OpCtx, OpImpl } from './kernel.js';
+import { linear, matmul } from './linear_matmul.js';
+import { conv2d, conv2d_grad_input, conv2d_grad_weight } from './conv.js';
+import { avgpool2d, avgpool2d_grad, global_avgpool, global_avgpool_grad, maxpool2d, maxpool2d_grad } from './pool.js';
+import { binary, sum_to, unary, unary_grad } from './elementwise.js';
+import { log_softmax, log_softmax_grad, softmax, softmax_grad } from './softmax.js';
+import { batchnorm_eval, batchnorm_grad, batchnorm_train, layernorm, layernorm_grad } from './norm.js';
+import { dropout, dropout_grad } from './dropout.js';
+import { embedding, embedding_grad } from './embedding.js';
+import { concat, reshape, slice } from './concat.js';
+import { bce_with_logits, bce_with_logits_grad, cross_entropy, cross_entropy_grad, mse, mse_grad, nll, nll_grad } from './losses.js';
+import { accuracy, top_k } from './metrics.js';
+import { adam_update, clip_coef, grad_accumulate, grad_norm, sgd_update, zero } from './optimizers.js';
+
+export type Env = Map<number, Float64Array>;
+
+/** One implementation per op of ops.ts (test/reference_interpret.test.ts checks the two lists agree). */
+export const REFERENCE_OPS: Record<string, OpImpl> = {
+  linear, conv2d, maxpool2d, avgpool2d, global_avgpool, reshape, unary, binary, softmax, log_softmax, dropout,
+  batchnorm_train, batchnorm_eval, layernorm, embedding, concat,
+  cross_entropy, nll, mse, bce_with_logits, accuracy, top_k,
+  matmul, sum_to, conv2d_grad_input, conv2d_grad_weight, maxpool2d_grad, avgpool2d_grad, global_avgpool_grad,
+  unary_grad, softmax_grad, log_softmax_grad, dropout_grad, batchnorm_grad, layernorm_grad, embedding_grad, slice,
+  cross_entropy_grad, nll_grad, mse_grad, bce_with_logits_grad,
+  grad_accumulate, zero, grad_norm, clip_coef, sgd_update, adam_update,
+};
+
+function describe(graph: Graph, id: number): string {
+  const v = graph.values[id];
+  return v ? `value ${id} '${v.name}' [${v.shape.join(',')}]` : `value ${id} (not in the graph)`;
+}
+
+export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars): void {
+  const impl = REFERENCE_OPS[node.op];
+  const at = `node ${node.id} (${node.op}${node.path ? ` at ${node.path}` : ''})`;
+  if (!impl || !OPS[node.op]) throw new Error(`internal: reference interpreter has no op '${node.op}' (${at})`);
+  const inputs: (Float64Array | null)[] = [];
+  const inShapes: (number[] | null)[] = [];
+  for (const id of node.inputs) {
+    if (id === -1) { inputs.push(null); inShapes.push(null); continue; }
+    const data = env.get(id);
+    if (!data) throw new Error(`internal: reference interpreter: ${at} reads ${describe(graph, id)}, which has no data in the environment`);
+    const v = graph.values[id];
+    if (!v) throw new Error(`internal: reference interpreter: ${at} reads ${describe(graph, id)}`);
+    if (data.length !== numel(v.shape)) throw new Error(`internal: reference interpreter: ${at}: ${describe(graph, id)} holds ${data.length} elements, expected ${numel(v.shape)}`);
+    inputs.push(data);
+    inShapes.push(v.shape);
+  }
+  const outShapes = node.outputs.map((id) => {
+    const v = graph.values[id];
+    if (!v) throw new Error(`internal: reference interpreter: ${at} writes ${describe(graph, id)}`);
+    return v.shape;
+  });
+  const outputs = outShapes.map((s) => new Float64Array(numel(s)));
+  const ctx: OpCtx = { node, inputs, inShapes, outputs, outShapes, attrs: node.attrs, scalars };
+  impl(ctx);
+  node.outputs.forEach((id, k) => env.set(id, outputs[k]));
+}
+
+export function runGraph(graph: Graph, env: Env, scalars: StepScalars): void {
+  for (const node of graph.nodes) runNode(graph, node, env, scalars);
+}

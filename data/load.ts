@@ -1,0 +1,49 @@
+/**
+ * Load the train and test splits the spec's `data` source names, validated against the
+ * spec's inputs. Relative paths are resolved from the spec file's folder (then the current
+ * directory, when only that has the file).
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { CheckedModel, DataSource } from '../compiler/model.js';
+import { validateDataset, type DataSplits } from './dataset.js';
+import { loadBundledMnist } from './mnist_bundled.js';
+import { loadIdxMnist } from './idx.js';
+import { loadCsv } from './csv.js';
+import { loadSafetensorsData } from './safetensors_source.js';
+import { loadSynthetic } from './synthetic.js';
+
+export function resolveDataPath(model: CheckedModel, p: string): string {
+  if (path.isAbsolute(p)) return p;
+  const fromSpec = path.resolve(path.dirname(model.file), p);
+  if (fs.existsSync(fromSpec)) return fromSpec;
+  const fromCwd = path.resolve(p);
+  return fs.existsSync(fromCwd) ? fromCwd : fromSpec;
+}
+
+function loadSource(model: CheckedModel, src: DataSource): DataSplits {
+  switch (src.kind) {
+    case 'mnist':
+      return src.dir === null ? loadBundledMnist(model) : loadIdxMnist(model, resolveDataPath(model, src.dir));
+    case 'csv':
+      return {
+        train: loadCsv(model, resolveDataPath(model, src.train), src),
+        test: src.test === null ? null : loadCsv(model, resolveDataPath(model, src.test), src),
+      };
+    case 'safetensors':
+      return {
+        train: loadSafetensorsData(model, resolveDataPath(model, src.train), src.inputs),
+        test: src.test === null ? null : loadSafetensorsData(model, resolveDataPath(model, src.test), src.inputs),
+      };
+    case 'synthetic':
+      return loadSynthetic(model, src);
+  }
+}
+
+/** Load and validate both splits (labels in range, finite features, shapes). */
+export function loadData(model: CheckedModel, src: DataSource = model.train.data): DataSplits {
+  const splits = loadSource(model, src);
+  validateDataset(model, splits.train);
+  if (splits.test) validateDataset(model, splits.test);
+  return splits;
+}

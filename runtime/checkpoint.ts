@@ -1,0 +1,279 @@
+/**
+ * Checkpoints: a Session's persistent tensors in one safetensors file.
+ *
+ * Tensors: every persistent tensor of the session under its name (parameters `fc1.weight`,
+ * buffers `bn0.running_mean`, optimizer state `fc1.weight.exp_avg`, gradient accumulators),
+ * all F32, plus `<layer>.num_batches_tracked` (I64, as in torch's state_dict) for every
+ * batchnorm layer. `__metadata__` (all strings): format, model, spec_hash, data_sha256,
+ * seed, step, epoch, batch_in_epoch, counter, total_steps, batch, grad_accum, shuffle,
+ * drop_last, device, tensors_sha256 (sha256 of the data block: detects corruption).
+ *
+ * Files are written atomically: a temporary file in the same folder, fsync, rename, fsync
+ * the folder. A folder keeps `checkpoint-<step>.safetensors` files; `latest` is found by
+ * scanning (temporary files are ignored, unreadable checkpoints are skipped with a note).
+ */
+import { createHash } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { UserError } from '../compiler/errors.js';
+import type { CheckedModel } from '../compiler/model.js';
+import { asU8, decodeSafetensors, encodeSafetensors, tensorToF32, type StFile, type StWriteTensor } from './safetensors.js';
+import type { Session } from './session.js';
+
+export const CHECKPOINT_FORMAT = 'mpsc-checkpoint-1';
+
+/** Where training stands; everything needed to continue exactly. */
+export interface TrainPosition {
+  /** optimizer steps done */
+  step: number;
+  epoch: number;
+  /** micro-batches of this epoch already consumed */
+  batchInEpoch: number;
+  /** train_step runs so far (dropout RNG counter) */
+  counter: number;
+}
+
+export interface CheckpointInfo extends TrainPosition {
+  model: string;
+  specHash: string;
+  dataSha256: string;
+  seed: number;
+  totalSteps: number;
+  batch: number;
+  gradAccum: number;
+  shuffle: boolean;
+  dropLast: boolean;
+  device: string;
+}
+
+/** torch's batchnorm layers carry num_batches_tracked; ours are the layers with a `<layer>.running_mean` state. */
+export function batchnormLayers(model: CheckedModel): string[] {
+  return model.params.filter((p) => p.kind === 'state' && p.path.endsWith('.running_mean')).map((p) => p.path.slice(0, -'.running_mean'.length));
+}
+
+export function infoToMetadata(info: CheckpointInfo): Record<string, string> {
+  return {
+    format: CHECKPOINT_FORMAT,
+    model: info.model,
+    spec_hash: info.specHash,
+    data_sha256: info.dataSha256,
+    seed: String(info.seed),
+    step: String(info.step),
+    epoch: String(info.epoch),
+    batch_in_epoch: String(info.batchInEpoch),
+    counter: String(info.counter),
+    total_steps: String(info.totalSteps),
+    batch: String(info.batch),
+    grad_accum: String(info.gradAccum),
+    shuffle: String(info.shuffle),
+    drop_last: String(info.dropLast),
+    device: info.device,
+  };
+}
+
+export function metadataToInfo(md: Record<string, string>, file: string): CheckpointInfo {
+  if (md.format !== CHECKPOINT_FORMAT) {
+    throw new UserError(`${file}: error: not an mpsc training checkpoint (no __metadata__ format "${CHECKPOINT_FORMAT}")\n  help: --resume needs a checkpoint written by mpsc train; to start from plain weights use --init-from`);
+  }
+  const int = (k: string): number => {
+    const v = Number(md[k]);
+    if (md[k] === undefined || !Number.isInteger(v) || v < 0) throw new UserError(`${file}: error: checkpoint metadata '${k}' is missing or invalid (${JSON.stringify(md[k])})`);
+    return v;
+  };
+  return {
+    model: md.model ?? '',
+    specHash: md.spec_hash ?? '',
+    dataSha256: md.data_sha256 ?? '',
+    seed: int('seed'),
+    step: int('step'),
+    epoch: int('epoch'),
+    batchInEpoch: int('batch_in_epoch'),
+    counter: int('counter'),
+    totalSteps: int('total_steps'),
+    batch: int('batch'),
+    gradAccum: int('grad_accum'),
+    shuffle: md.shuffle === 'true',
+    dropLast: md.drop_last === 'true',
+    device: md.device ?? '',
+  };
+}
+
+/** Write bytes to `file` atomically: temp file in the same folder, fsync, rename, fsync the folder. */
+export function writeFileAtomic(file: string, bytes: Uint8Array): void {
+  const dir = path.dirname(path.resolve(file));
+  fs.mkdirSync(dir, { recursive: true });
+  const tmp = path.join(dir, `.${path.basename(file)}.tmp-${process.pid}-${Date.now()}`);
+  const fd = fs.openSync(tmp, 'w');
+  try {
+    let off = 0;
+    while (off < bytes.byteLength) off += fs.writeSync(fd, bytes, off, bytes.byteLength - off);
+    fs.fsyncSync(fd);
+  } catch (e) {
+    fs.closeSync(fd);
+    fs.rmSync(tmp, { force: true });
+    throw new UserError(`${file}: error: cannot write the file (${(e as Error).message})`);
+  }
+  fs.closeSync(fd);
+  fs.renameSync(tmp, file);
+  try {
+    const dfd = fs.openSync(dir, 'r');
+    try {
+      fs.fsyncSync(dfd);
+    } finally {
+      fs.closeSync(dfd);
+    }
+  } catch {
+    // some filesystems cannot fsync a directory; the rename itself is still atomic
+  }
+}
+
+function dataBlockHash(buf: Uint8Array): string {
+  const hlen = Number(new DataView(buf.buffer, buf.byteOffset, 8).getBigUint64(0, true));
+  return createHash('sha256').update(buf.subarray(8 + hlen)).digest('hex');
+}
+
+/** Encode tensors + metadata, adding tensors_sha256 over the data block. */
+function encodeWithHash(tensors: Map<string, StWriteTensor>, metadata: Record<string, string>): Uint8Array {
+  const first = encodeSafetensors(tensors, metadata);
+  const hash = dataBlockHash(first);
+  return encodeSafetensors(tensors, { ...metadata, tensors_sha256: hash });
+}
+
+/** Session tensors (optionally only `names`) as safetensors tensors. */
+export function sessionTensors(session: Session, names?: Iterable<string>): Map<string, StWriteTensor> {
+  const out = new Map<string, StWriteTensor>();
+  for (const name of names ?? session.tensorNames()) out.set(name, { shape: session.tensorShape(name), data: session.read(name) });
+  return out;
+}
+
+/**
+ * Save a full training checkpoint of the session. Afterwards the session's tensors are set to
+ * exactly the saved f32 values (a no-op on f32 backends; on the float64 reference it rounds), so
+ * the live run continues from precisely the state a --resume would load: resumed == uninterrupted.
+ */
+export function saveCheckpoint(file: string, session: Session, model: CheckedModel, info: CheckpointInfo): void {
+  const tensors = sessionTensors(session);
+  const own = [...tensors.entries()];
+  for (const layer of batchnormLayers(model)) {
+    tensors.set(`${layer}.num_batches_tracked`, { shape: [], data: BigInt64Array.of(BigInt(info.counter)) });
+  }
+  writeFileAtomic(file, encodeWithHash(tensors, infoToMetadata(info)));
+  for (const [name, t] of own) session.write(name, t.data as Float32Array);
+}
+
+/** Save plain tensors (e.g. --save-init) with optional metadata, atomically. */
+export function saveTensors(file: string, tensors: Map<string, StWriteTensor>, metadata: Record<string, string> = {}): void {
+  writeFileAtomic(file, encodeWithHash(tensors, metadata));
+}
+
+/** Read a safetensors file, verifying tensors_sha256 when present (truncation / corruption name the file). */
+export function readCheckpointFile(file: string): StFile {
+  let buf: Uint8Array;
+  try {
+    buf = asU8(fs.readFileSync(file));
+  } catch (e) {
+    const err = e as NodeJS.ErrnoException;
+    throw new UserError(`${file}: error: ${err.code === 'ENOENT' ? 'checkpoint file not found' : `cannot read the checkpoint (${err.message})`}`);
+  }
+  const st = decodeSafetensors(buf, file);
+  const want = st.metadata.tensors_sha256;
+  if (want !== undefined && dataBlockHash(buf) !== want) {
+    throw new UserError(`${file}: error: the checkpoint is corrupt (its tensor data does not match the checksum in its header)\n  help: use an earlier checkpoint`);
+  }
+  return st;
+}
+
+export function checkpointFileName(step: number): string {
+  return `checkpoint-${step}.safetensors`;
+}
+
+const CKPT_RE = /^checkpoint-(\d+)\.safetensors$/;
+
+/** checkpoint files of a folder, newest (highest step) first; temporary files are ignored */
+export function listCheckpoints(dir: string): { file: string; step: number }[] {
+  if (!fs.existsSync(dir)) return [];
+  return fs
+    .readdirSync(dir)
+    .map((f) => ({ m: CKPT_RE.exec(f), f }))
+    .filter((x) => x.m !== null)
+    .map((x) => ({ file: path.join(dir, x.f), step: Number(x.m![1]) }))
+    .sort((a, b) => b.step - a.step);
+}
+
+/**
+ * Resolve --resume: a checkpoint file, or a folder (its newest readable checkpoint).
+ * `notes` receives a line for every newer checkpoint that was skipped because it is unreadable.
+ */
+export function resolveCheckpoint(p: string, notes: string[] = []): string {
+  if (!fs.existsSync(p)) throw new UserError(`${p}: error: checkpoint not found`);
+  if (!fs.statSync(p).isDirectory()) return p;
+  const list = listCheckpoints(p);
+  for (const c of list) {
+    try {
+      readCheckpointFile(c.file);
+      return c.file;
+    } catch (e) {
+      if (!(e instanceof UserError)) throw e;
+      notes.push(`skipping ${c.file}: ${e.message.split('\n')[0]}`);
+    }
+  }
+  throw new UserError(`${p}: error: no readable checkpoint-<step>.safetensors in this folder${notes.length ? `\n  ${notes.join('\n  ')}` : ''}`);
+}
+
+/** Keep the newest `keep` checkpoints of a folder; delete older ones. */
+export function pruneCheckpoints(dir: string, keep: number): void {
+  for (const c of listCheckpoints(dir).slice(keep)) fs.rmSync(c.file, { force: true });
+}
+
+export interface LoadIntoOptions {
+  /** names that must be present in the file (others of the session may be absent) */
+  required: Set<string>;
+  /** names the file may hold without them being an error (besides the session's tensors) */
+  ignorable?: (name: string) => boolean;
+  /** what the file is for, in messages ('--init-from', '--resume', '--weights') */
+  purpose: string;
+}
+
+/**
+ * Copy tensors of a file into the session by name. Missing required tensors, shape mismatches and
+ * unexpected names are all collected and reported in one error listing the offending tensors.
+ */
+export function loadIntoSession(session: Session, st: StFile, file: string, opts: LoadIntoOptions): string[] {
+  const sessionNames = new Set(session.tensorNames());
+  const missing: string[] = [];
+  const badShape: string[] = [];
+  const unexpected: string[] = [];
+  const badDtype: string[] = [];
+  for (const name of [...opts.required].sort()) {
+    if (!st.tensors.has(name)) missing.push(sessionNames.has(name) ? `  ${name} [${session.tensorShape(name).join(', ')}]` : `  ${name}`);
+  }
+  const loads: [string, Float32Array][] = [];
+  for (const [name, t] of [...st.tensors.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
+    if (!sessionNames.has(name)) {
+      if (!(opts.ignorable?.(name) ?? false)) unexpected.push(`  ${name} [${t.shape.join(', ')}]`);
+      continue;
+    }
+    const want = session.tensorShape(name);
+    const same = want.length === t.shape.length && want.every((d, i) => d === t.shape[i]);
+    if (!same) {
+      badShape.push(`  ${name}: file has [${t.shape.join(', ')}], model needs [${want.join(', ')}]`);
+      continue;
+    }
+    if (t.dtype !== 'F32' && t.dtype !== 'F64' && t.dtype !== 'F16' && t.dtype !== 'BF16') {
+      badDtype.push(`  ${name}: ${t.dtype} (a float tensor is needed)`);
+      continue;
+    }
+    loads.push([name, tensorToF32(t)]);
+  }
+  if (missing.length || badShape.length || unexpected.length || badDtype.length) {
+    const parts: string[] = [`${file}: error: ${opts.purpose}: the tensors do not match the model`];
+    if (badShape.length) parts.push(`shape mismatch:\n${badShape.join('\n')}`);
+    if (missing.length) parts.push(`missing from the file:\n${missing.join('\n')}`);
+    if (unexpected.length) parts.push(`not in the model:\n${unexpected.join('\n')}`);
+    if (badDtype.length) parts.push(`wrong dtype:\n${badDtype.join('\n')}`);
+    parts.push('  help: the file must come from the same architecture (same layer names and sizes)');
+    throw new UserError(parts.join('\n'));
+  }
+  for (const [name, data] of loads) session.write(name, data);
+  return loads.map((l) => l[0]);
+}

@@ -1,0 +1,209 @@
+/*
+ * mpsc_runtime.cc: the host runtime shared by every backend (see mpsc_model.h).
+ * Owns: the persistent block, the arena, the thread pool (workers live across runs).
+ */
+#include "mpsc_model.h"
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+namespace {
+
+thread_local bool tl_in_parallel = false;
+
+int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+void* aligned_zeroed(int64_t bytes) {
+  size_t n = (size_t)round_up(bytes < 1 ? 1 : bytes, MPSC_BLOCK_ALIGN);
+  void* p = std::aligned_alloc(MPSC_BLOCK_ALIGN, n);
+  if (p) std::memset(p, 0, n);
+  return p;
+}
+
+/** Fixed pool: worker w (1..T-1) runs chunk w of each job; the caller runs chunk 0. */
+struct Pool {
+  int T;
+  std::vector<std::thread> workers;
+  std::mutex mu;
+  std::condition_variable cv_start, cv_done;
+  uint64_t generation = 0;
+  int pending = 0;
+  bool stop = false;
+  // the current job
+  int64_t n = 0;
+  mpsc_range_fn fn = nullptr;
+  void* arg = nullptr;
+
+  explicit Pool(int threads) : T(threads) {
+    for (int w = 1; w < T; w++) workers.emplace_back([this, w] { loop(w); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv_start.notify_all();
+    for (auto& t : workers) t.join();
+  }
+  static void chunk(int64_t n, int T, int t, int64_t* b, int64_t* e) {
+    *b = n * t / T;
+    *e = n * (t + 1) / T;
+  }
+  void loop(int w) {
+    tl_in_parallel = true;
+    uint64_t seen = 0;
+    for (;;) {
+      int64_t jn;
+      mpsc_range_fn jfn;
+      void* jarg;
+      int jT;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv_start.wait(lk, [&] { return stop || generation != seen; });
+        if (stop) return;
+        seen = generation;
+        jn = n; jfn = fn; jarg = arg;
+        jT = (int)(n < T ? n : T);
+      }
+      if (w < jT) {
+        int64_t b, e;
+        chunk(jn, jT, w, &b, &e);
+        if (e > b) jfn(jarg, b, e);
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        if (--pending == 0) cv_done.notify_one();
+      }
+    }
+  }
+  void run(int64_t jn, mpsc_range_fn jfn, void* jarg) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      n = jn; fn = jfn; arg = jarg;
+      pending = T - 1;
+      generation++;
+    }
+    cv_start.notify_all();
+    int jT = (int)(jn < T ? jn : T);
+    int64_t b, e;
+    chunk(jn, jT, 0, &b, &e);
+    tl_in_parallel = true;
+    jfn(jarg, b, e);
+    tl_in_parallel = false;
+    std::unique_lock<std::mutex> lk(mu);
+    cv_done.wait(lk, [&] { return pending == 0; });
+  }
+};
+
+void set_err(char* err, size_t len, const char* msg) {
+  if (err && len) std::snprintf(err, len, "%s", msg);
+}
+
+}  // namespace
+
+extern "C" {
+
+mpsc_ctx* mpsc_create(const mpsc_model_desc* model, int32_t threads, char* err, size_t errlen) {
+  if (!model) { set_err(err, errlen, "mpsc_create: model is NULL"); return nullptr; }
+  if (model->abi_version != MPSC_ABI_VERSION) {
+    char m[160];
+    std::snprintf(m, sizeof m, "mpsc_create: model ABI version %d, runtime expects %d (rebuild the model)", (int)model->abi_version, MPSC_ABI_VERSION);
+    set_err(err, errlen, m);
+    return nullptr;
+  }
+  if (threads <= 0) {
+    unsigned hc = std::thread::hardware_concurrency();
+    threads = hc ? (int32_t)hc : 1;
+  }
+  mpsc_ctx* ctx = new (std::nothrow) mpsc_ctx();
+  if (!ctx) { set_err(err, errlen, "mpsc_create: out of memory"); return nullptr; }
+  ctx->model = model;
+  ctx->threads = threads;
+  int64_t arena = 0;
+  for (int i = 0; i < model->n_programs; i++)
+    if (model->programs[i].arena_bytes > arena) arena = model->programs[i].arena_bytes;
+  ctx->arena_bytes = arena;
+  ctx->persistent = (unsigned char*)aligned_zeroed(model->persistent_bytes);
+  ctx->arena = (unsigned char*)aligned_zeroed(arena);
+  ctx->tensors = (void**)std::calloc(model->n_tensors > 0 ? model->n_tensors : 1, sizeof(void*));
+  if (!ctx->persistent || !ctx->arena || !ctx->tensors) {
+    set_err(err, errlen, "mpsc_create: out of memory allocating the model's buffers");
+    mpsc_free(ctx);
+    return nullptr;
+  }
+  for (int i = 0; i < model->n_tensors; i++) ctx->tensors[i] = ctx->persistent + model->tensors[i].offset;
+  if (threads > 1) {
+    try {
+      ctx->pool = new Pool(threads);
+    } catch (...) {
+      set_err(err, errlen, "mpsc_create: could not start worker threads");
+      mpsc_free(ctx);
+      return nullptr;
+    }
+  }
+  if (model->backend_create) {
+    ctx->backend = model->backend_create(ctx);
+    if (!ctx->backend) {
+      set_err(err, errlen, ctx->error[0] ? ctx->error : "mpsc_create: backend initialisation failed");
+      mpsc_free(ctx);
+      return nullptr;
+    }
+  }
+  return ctx;
+}
+
+int32_t mpsc_tensor_index(const mpsc_model_desc* model, const char* name) {
+  for (int i = 0; i < model->n_tensors; i++)
+    if (std::strcmp(model->tensors[i].name, name) == 0) return i;
+  return -1;
+}
+
+void* mpsc_tensor_ptr(mpsc_ctx* ctx, const char* name) {
+  int32_t i = mpsc_tensor_index(ctx->model, name);
+  return i < 0 ? nullptr : ctx->tensors[i];
+}
+
+int32_t mpsc_program_index(const mpsc_model_desc* model, const char* name) {
+  for (int i = 0; i < model->n_programs; i++)
+    if (std::strcmp(model->programs[i].name, name) == 0) return i;
+  return -1;
+}
+
+int mpsc_run(mpsc_ctx* ctx, int32_t program, const void* const* inputs, const mpsc_scalars* scalars, double* outputs) {
+  if (!ctx) return 1;
+  ctx->error[0] = 0;
+  if (program < 0 || program >= ctx->model->n_programs) {
+    std::snprintf(ctx->error, sizeof ctx->error, "mpsc_run: no program with index %d", (int)program);
+    return 1;
+  }
+  return ctx->model->programs[program].run(ctx, inputs, scalars, outputs);
+}
+
+const char* mpsc_last_error(const mpsc_ctx* ctx) { return ctx ? ctx->error : "mpsc: no context"; }
+
+void mpsc_free(mpsc_ctx* ctx) {
+  if (!ctx) return;
+  if (ctx->backend && ctx->model->backend_free) ctx->model->backend_free(ctx, ctx->backend);
+  delete static_cast<Pool*>(ctx->pool);
+  std::free(ctx->persistent);
+  std::free(ctx->arena);
+  std::free(ctx->tensors);
+  delete ctx;
+}
+
+void mpsc_parallel_for(mpsc_ctx* ctx, int64_t n, mpsc_range_fn fn, void* arg) {
+  if (n <= 0) return;
+  if (!ctx || !ctx->pool || n < 2 || ctx->threads <= 1 || tl_in_parallel) {
+    fn(arg, 0, n);
+    return;
+  }
+  static_cast<Pool*>(ctx->pool)->run(n, fn, arg);
+}
+
+}  // extern "C"

@@ -1,0 +1,107 @@
+/**
+ * Device selection: `--device auto|cpu|metal|metal-emu|reference`.
+ *  - auto: metal on macOS/Apple silicon with a usable Metal backend, else cpu (never metal-emu,
+ *    which is a correctness tool, nor reference, which is slow); the choice and the reason are
+ *    reported in `note`.
+ *  - cpu: the generated C++ backend; metal-emu: the MSL emulator; reference: the float64 interpreter.
+ *  - metal anywhere else than macOS on Apple silicon: a UserError suggesting metal-emu or cpu.
+ * Backends are imported lazily so a missing or broken backend never breaks the others.
+ */
+import { UserError } from '../compiler/errors.js';
+import type { ProgramSet } from '../compiler/ir/graph.js';
+import type { Session } from './session.js';
+
+export const DEVICES = ['auto', 'cpu', 'metal', 'metal-emu', 'reference'] as const;
+export type DeviceName = (typeof DEVICES)[number];
+
+export interface OpenOptions {
+  threads?: number;
+  /** build / compile progress messages of a backend */
+  onProgress?: (msg: string) => void;
+}
+
+export interface OpenedSession {
+  session: Session;
+  /** the device actually used ('cpu', 'reference', ...) */
+  device: string;
+  /** one line saying what was picked and why (for auto) */
+  note: string;
+}
+
+// specifiers kept in variables: the modules are written by other parts of mpsc and may be absent
+const MODULES = {
+  cpu: ['./native/native_session.js', 'createCpuSession'],
+  'metal-emu': ['./metal-emu/session.js', 'createMetalEmuSession'],
+  metal: ['./metal/session.js', 'createMetalSession'],
+  reference: ['./reference_session.js', 'createReferenceSession'],
+} as const;
+
+type Factory = (programs: ProgramSet, opts: OpenOptions) => Promise<Session>;
+
+function isModuleMissing(e: unknown): boolean {
+  const code = (e as { code?: string })?.code;
+  return code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
+}
+
+async function loadFactory(device: keyof typeof MODULES): Promise<Factory | null> {
+  const [spec, fn] = MODULES[device];
+  try {
+    const mod = (await import(spec)) as Record<string, unknown>;
+    const f = mod[fn];
+    return typeof f === 'function' ? (f as Factory) : null;
+  } catch (e) {
+    if (isModuleMissing(e)) return null;
+    throw e;
+  }
+}
+
+export function isAppleSilicon(): boolean {
+  return process.platform === 'darwin' && process.arch === 'arm64';
+}
+
+export function parseDevice(d: string): DeviceName {
+  if ((DEVICES as readonly string[]).includes(d)) return d as DeviceName;
+  throw new UserError(`error: unknown device '${d}'\n  help: use one of ${DEVICES.join(', ')}`);
+}
+
+function metalElsewhere(): UserError {
+  return new UserError(
+    `error: --device metal needs macOS on Apple silicon (this machine is ${process.platform}/${process.arch})\n` +
+      `  help: use --device cpu to train here, or --device metal-emu to run the generated Metal kernels in the emulator (slow, for testing)`,
+  );
+}
+
+/** Open a session for `device` (resolving auto). */
+export async function openSession(device: string, programs: ProgramSet, opts: OpenOptions = {}): Promise<OpenedSession> {
+  const d = parseDevice(device);
+  if (d === 'auto') {
+    if (isAppleSilicon()) {
+      const metal = await loadFactory('metal');
+      if (metal) {
+        try {
+          return { session: await metal(programs, opts), device: 'metal', note: 'device: metal (auto: macOS on Apple silicon)' };
+        } catch (e) {
+          opts.onProgress?.(`metal backend unavailable (${(e as Error).message.split('\n')[0]}); falling back to cpu`);
+        }
+      }
+    }
+    const cpu = await loadFactory('cpu');
+    if (cpu) {
+      const why = isAppleSilicon() ? 'auto: no usable Metal backend' : `auto: no Metal on ${process.platform}`;
+      return { session: await cpu(programs, opts), device: 'cpu', note: `device: cpu (${why})` };
+    }
+    const ref = await loadFactory('reference');
+    if (ref) {
+      return {
+        session: await ref(programs, opts),
+        device: 'reference',
+        note: 'device: reference (auto: the cpu backend is not available in this build; the float64 interpreter is slow)',
+      };
+    }
+    throw new UserError('error: no backend is available in this build of mpsc');
+  }
+  if (d === 'metal' && !isAppleSilicon()) throw metalElsewhere();
+  const f = await loadFactory(d);
+  if (!f) throw new UserError(`error: the ${d} backend is not available in this build of mpsc\n  help: use --device ${d === 'cpu' ? 'reference' : 'cpu'}`);
+  return { session: await f(programs, opts), device: d, note: `device: ${d}` };
+}

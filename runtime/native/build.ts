@@ -1,0 +1,229 @@
+/**
+ * build: turns generated C++ sources into a loadable node-addon-api module, through a
+ * generated CMake project built by cmake-js (as a child process: cmake-js calls
+ * process.chdir), cached in a content-addressed folder.
+ *
+ * Consumes: generated source files (relative path -> text), the shared host runtime
+ *           (runtime/cpp: mpsc_model.h, mpsc_parallel.hpp, mpsc_runtime.cc, binding.cc), flags.
+ * Produces: `<cacheRoot>/<key>/mpsc_<key16>.node` where key = sha256(generated sources +
+ *           runtime sources + flags + compiler version + Node-API version).
+ *
+ * Cache protocol (safe for concurrent builders of the same key):
+ *   1. if `<root>/<key>/<module>` exists, use it (the folder only ever appears complete);
+ *   2. otherwise build in `<root>/tmp-<key16>-<pid>-<random>/`, then rename that folder to
+ *      `<root>/<key>`; if the rename loses a race (the key folder appeared meanwhile), delete
+ *      ours and use the winner's. A half-finished build is never at the final path, and the
+ *      module file name contains the hash (Node cannot reload a module of the same path).
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import { createRequire } from 'node:module';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { UserError } from '../../compiler/errors.js';
+
+const require = createRequire(import.meta.url);
+const RUNTIME_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../cpp');
+/** runtime sources copied into every project (headers and .cc files) */
+export const RUNTIME_FILES = ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc', 'binding.cc'] as const;
+export const DEFAULT_CXXFLAGS = '-O3 -march=native';
+const NAPI_VERSION = 8;
+
+export interface BuildAddonOptions {
+  /** generated files, path relative to the project's src/ folder -> contents; `.cc`/`.cpp` files are compiled */
+  files: Record<string, string>;
+  /** compiler flags (default: $MPSC_CXXFLAGS, else `-O3 -march=native`) */
+  cxxflags?: string;
+  /** cache root (default: $MPSC_CACHE_DIR, else ~/.cache/mpsc) */
+  cacheDir?: string;
+  /** parallel compile jobs (default: number of CPUs) */
+  jobs?: number;
+  onProgress?: (msg: string) => void;
+}
+
+export interface BuiltAddon {
+  key: string;
+  /** the cache folder holding the module and its sources */
+  dir: string;
+  modulePath: string;
+  /** true when the module came from the cache */
+  cached: boolean;
+}
+
+export function defaultCacheDir(): string {
+  return process.env.MPSC_CACHE_DIR || path.join(os.homedir(), '.cache', 'mpsc');
+}
+
+export function resolveCxxflags(cxxflags?: string): string {
+  return (cxxflags ?? process.env.MPSC_CXXFLAGS ?? DEFAULT_CXXFLAGS).trim();
+}
+
+let compilerVersionMemo: string | undefined;
+/** first line of `$CXX --version` (what CMake will pick), memoised per process */
+export function compilerVersion(): string {
+  if (compilerVersionMemo === undefined) {
+    const cxx = process.env.CXX || 'c++';
+    const r = spawnSync(cxx, ['--version'], { encoding: 'utf8' });
+    if (r.error || r.status !== 0) {
+      throw new UserError(
+        `mpsc: cannot run the C++ compiler '${cxx}' (${r.error?.message ?? `exit ${r.status}`}).\n` +
+          `  The CPU backend needs a C++17 compiler and CMake: install g++ (or clang) and cmake, or set CXX.`,
+      );
+    }
+    compilerVersionMemo = `${cxx}: ${r.stdout.split('\n')[0].trim()}`;
+  }
+  return compilerVersionMemo;
+}
+
+let runtimeMemo: Record<string, string> | undefined;
+export function runtimeSources(): Record<string, string> {
+  if (!runtimeMemo) {
+    runtimeMemo = {};
+    for (const f of RUNTIME_FILES) runtimeMemo[f] = fs.readFileSync(path.join(RUNTIME_DIR, f), 'utf8');
+  }
+  return runtimeMemo;
+}
+
+function napiIncludeDir(): string {
+  return path.dirname(require.resolve('node-addon-api/package.json'));
+}
+
+/** the cache key of a build */
+export function addonKey(files: Record<string, string>, cxxflags: string): string {
+  const h = createHash('sha256');
+  const add = (label: string, text: string) => {
+    h.update(`${label}\0${Buffer.byteLength(text)}\0`);
+    h.update(text);
+  };
+  add('cxxflags', cxxflags);
+  add('compiler', compilerVersion());
+  add('napi', String(NAPI_VERSION));
+  add('node-addon-api', fs.readFileSync(path.join(napiIncludeDir(), 'package.json'), 'utf8'));
+  const rt = runtimeSources();
+  for (const f of Object.keys(rt).sort()) add(`runtime/${f}`, rt[f]);
+  for (const f of Object.keys(files).sort()) add(`src/${f}`, files[f]);
+  return h.digest('hex');
+}
+
+/** CMake's quoted-argument escaping */
+function cmakeQuote(s: string): string {
+  return '"' + s.replace(/[\\"$;]/g, (c) => '\\' + c) + '"';
+}
+
+/**
+ * Writes a complete CMake project into dir: CMakeLists.txt, package.json (tells cmake-js
+ * this is a Node-API addon: no header download), src/ with the generated files and the runtime.
+ * Targets: `<target>` (the .node addon) and `<target>_embed` (a static library of the
+ * model + runtime without Node, for embedding; EXCLUDE_FROM_ALL). Returns the written paths.
+ */
+export function writeCmakeProject(dir: string, files: Record<string, string>, cxxflags: string, target: string): string[] {
+  const written: string[] = [];
+  const put = (rel: string, text: string) => {
+    const p = path.join(dir, rel);
+    fs.mkdirSync(path.dirname(p), { recursive: true });
+    fs.writeFileSync(p, text);
+    written.push(p);
+  };
+  const all: Record<string, string> = { ...runtimeSources(), ...files };
+  for (const [rel, text] of Object.entries(all)) {
+    if (rel.includes('..') || path.isAbsolute(rel)) throw new Error(`internal: bad generated file path '${rel}'`);
+    put(path.join('src', rel), text);
+  }
+  const ccs = Object.keys(all).filter((f) => /\.(cc|cpp)$/.test(f)).sort();
+  const modelCcs = ccs.filter((f) => f !== 'binding.cc');
+  const flags = cxxflags.split(/\s+/).filter(Boolean).map(cmakeQuote).join(' ');
+  const srcList = (fs_: string[]) => fs_.map((f) => cmakeQuote(`src/${f}`)).join(' ');
+  put(
+    'CMakeLists.txt',
+    `# generated by mpsc (runtime/native/build.ts); build with cmake-js (see README) or plain CMake for ${target}_embed
+cmake_minimum_required(VERSION 3.15)
+project(${target} CXX)
+set(CMAKE_CXX_STANDARD 17)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+set(CMAKE_CXX_FLAGS_RELEASE "")
+set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+find_package(Threads REQUIRED)
+
+if(CMAKE_JS_VERSION)
+  add_library(${target} SHARED ${srcList(ccs)} \${CMAKE_JS_SRC})
+  set_target_properties(${target} PROPERTIES PREFIX "" SUFFIX ".node")
+  target_include_directories(${target} PRIVATE \${CMAKE_JS_INC} ${cmakeQuote(napiIncludeDir())} src)
+  target_compile_definitions(${target} PRIVATE NAPI_VERSION=${NAPI_VERSION} NAPI_CPP_EXCEPTIONS)
+  target_compile_options(${target} PRIVATE ${flags})
+  target_link_libraries(${target} PRIVATE \${CMAKE_JS_LIB} Threads::Threads)
+endif()
+
+add_library(${target}_embed STATIC EXCLUDE_FROM_ALL ${srcList(modelCcs)})
+target_include_directories(${target}_embed PUBLIC src)
+target_compile_options(${target}_embed PRIVATE ${flags})
+target_link_libraries(${target}_embed PUBLIC Threads::Threads)
+`,
+  );
+  put('package.json', JSON.stringify({ name: target, private: true, binary: { napi_versions: [NAPI_VERSION] } }, null, 2) + '\n');
+  return written;
+}
+
+/** Runs cmake-js (child process) on a project folder; resolves to the built module path. */
+export async function runCmakeJs(projectDir: string, target: string, jobs: number, onProgress?: (m: string) => void): Promise<string> {
+  const cmakeJs = path.join(path.dirname(require.resolve('cmake-js/package.json')), 'bin', 'cmake-js');
+  const args = [cmakeJs, 'build', '-d', projectDir, '-O', path.join(projectDir, 'build'), '-B', 'Release', '-p', String(jobs), '-l', 'error'];
+  onProgress?.(`compiling ${target} (cmake-js, ${jobs} job${jobs === 1 ? '' : 's'})`);
+  const out = await new Promise<{ code: number | null; text: string }>((resolve, reject) => {
+    const child = spawn(process.execPath, args, { cwd: projectDir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env } });
+    let text = '';
+    child.stdout.on('data', (d) => (text += d));
+    child.stderr.on('data', (d) => (text += d));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, text }));
+  });
+  const mod = path.join(projectDir, 'build', 'Release', `${target}.node`);
+  if (out.code !== 0 || !fs.existsSync(mod)) {
+    const tail = out.text.split('\n').slice(-60).join('\n');
+    if (/Could not find CMAKE|cmake: not found|CMake executable is not found|ENOENT/.test(out.text)) {
+      throw new UserError(`mpsc: cmake-js could not run CMake (is cmake >= 3.15 installed?):\n${tail}`);
+    }
+    throw new Error(`internal: compiling the generated C++ failed (exit ${out.code}) in ${projectDir}:\n${tail}`);
+  }
+  return mod;
+}
+
+/** Builds (or finds in the cache) the addon for these generated sources. */
+export async function buildAddon(opts: BuildAddonOptions): Promise<BuiltAddon> {
+  const cxxflags = resolveCxxflags(opts.cxxflags);
+  const root = opts.cacheDir ?? defaultCacheDir();
+  const key = addonKey(opts.files, cxxflags);
+  const target = `mpsc_${key.slice(0, 16)}`;
+  const finalDir = path.join(root, key);
+  const finalModule = path.join(finalDir, `${target}.node`);
+  if (fs.existsSync(finalModule)) return { key, dir: finalDir, modulePath: finalModule, cached: true };
+
+  fs.mkdirSync(root, { recursive: true });
+  const tmp = path.join(root, `tmp-${key.slice(0, 16)}-${process.pid}-${randomBytes(4).toString('hex')}`);
+  fs.mkdirSync(tmp, { recursive: true });
+  try {
+    writeCmakeProject(tmp, opts.files, cxxflags, target);
+    const built = await runCmakeJs(tmp, target, opts.jobs ?? Math.max(1, os.cpus().length), opts.onProgress);
+    fs.copyFileSync(built, path.join(tmp, `${target}.node`));
+    fs.rmSync(path.join(tmp, 'build'), { recursive: true, force: true });
+    fs.writeFileSync(path.join(tmp, 'build.json'), JSON.stringify({ key, cxxflags, compiler: compilerVersion(), built: new Date().toISOString() }, null, 2) + '\n');
+    try {
+      fs.renameSync(tmp, finalDir);
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (!(code === 'ENOTEMPTY' || code === 'EEXIST' || code === 'EPERM') || !fs.existsSync(finalModule)) throw e;
+      // another process finished the same key first: theirs is complete and identical
+      fs.rmSync(tmp, { recursive: true, force: true });
+    }
+  } catch (e) {
+    fs.rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  }
+  return { key, dir: finalDir, modulePath: finalModule, cached: false };
+}
+
+/** Loads a built addon module (a fresh path per key, so each key is loaded once per process). */
+export function loadAddon<T = unknown>(modulePath: string): T {
+  return require(modulePath) as T;
+}

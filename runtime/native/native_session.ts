@@ -1,0 +1,103 @@
+/**
+ * native_session: the Session (runtime/session.ts) over a built native addon
+ * (runtime/cpp/binding.cc), and createCpuSession, which generates the CPU model,
+ * builds it (or hits the cache) and loads it.
+ *
+ * The binding checks every argument again; this layer checks first so errors name the
+ * program and input in the host's terms, and compares the module's descriptor table with
+ * the ProgramSet (a mismatch means a stale or foreign module: a bug, not a user error).
+ */
+import type { ProgramName, ProgramSet, StepScalars } from '../../compiler/ir/graph.js';
+import { generateCpuModel } from '../../compiler/codegen-cpu/emit_program.js';
+import type { Batch, Session } from '../session.js';
+import { buildAddon, loadAddon } from './build.js';
+
+export interface AddonTensor {
+  name: string;
+  dtype: 'f32' | 'i32';
+  kind: string;
+  shape: number[];
+}
+
+export interface AddonDescription {
+  abi: number;
+  model: string;
+  backend: string;
+  persistentBytes: number;
+  tensors: AddonTensor[];
+  programs: { name: string; batch: number; arenaBytes: number; kernels: number; inputs: AddonTensor[]; outputs: string[] }[];
+}
+
+/** what binding.cc exports */
+export interface NativeAddon {
+  describe(): AddonDescription;
+  create(threads: number): unknown;
+  read(handle: unknown, name: string): Float32Array;
+  write(handle: unknown, name: string, data: Float32Array): void;
+  run(handle: unknown, program: string, inputs: Batch, scalars: StepScalars): Float64Array;
+  free(handle: unknown): void;
+}
+
+const PROGRAMS: ProgramName[] = ['train_step', 'apply_update', 'eval', 'eval_tail'];
+
+export function createNativeSession(modulePath: string, programs: ProgramSet, device: string, threads?: number): Session {
+  const addon = loadAddon<NativeAddon>(modulePath);
+  const desc = addon.describe();
+  for (const name of PROGRAMS) {
+    const p = programs[name];
+    const d = desc.programs.find((q) => q.name === name);
+    if (!p !== !d) throw new Error(`internal: native module ${modulePath} ${d ? 'has' : 'lacks'} program ${name}, the ProgramSet ${p ? 'has' : 'lacks'} it`);
+    if (p && d) {
+      const ins = p.inputs.map((id) => p.graph.values[id]);
+      const same = ins.length === d.inputs.length && ins.every((v, i) => v.name === d.inputs[i].name && v.dtype === d.inputs[i].dtype && v.shape.join(',') === d.inputs[i].shape.join(','));
+      if (!same) throw new Error(`internal: native module ${modulePath} program ${name} inputs do not match the ProgramSet`);
+    }
+  }
+  const shapes = new Map(desc.tensors.map((t) => [t.name, t.shape]));
+  const names = desc.tensors.map((t) => t.name).sort();
+  let handle: unknown = addon.create(threads ?? 0);
+  const live = () => {
+    if (handle === null) throw new Error('internal: session used after close()');
+    return handle;
+  };
+  return {
+    device,
+    tensorNames: () => [...names],
+    tensorShape(name: string): number[] {
+      const s = shapes.get(name);
+      if (!s) throw new Error(`internal: no persistent tensor '${name}'`);
+      return [...s];
+    },
+    read: (name: string) => addon.read(live(), name),
+    write(name: string, data: Float32Array): void {
+      const s = shapes.get(name);
+      if (!s) throw new Error(`internal: no persistent tensor '${name}'`);
+      addon.write(live(), name, data);
+    },
+    hasProgram: (program: ProgramName) => programs[program] !== undefined,
+    run(program: ProgramName, inputs: Batch, scalars: StepScalars): Float64Array {
+      const p = programs[program];
+      if (!p) throw new Error(`internal: this model has no program '${program}'`);
+      return addon.run(live(), program, inputs, scalars);
+    },
+    close(): void {
+      if (handle !== null) addon.free(handle);
+      handle = null;
+    },
+  };
+}
+
+export interface CpuSessionOptions {
+  threads?: number;
+  cxxflags?: string;
+  cacheDir?: string;
+  onProgress?: (msg: string) => void;
+}
+
+/** Generates the CPU model for these programs, builds it (or reuses the cache) and opens a session. */
+export async function createCpuSession(programs: ProgramSet, opts: CpuSessionOptions = {}): Promise<Session> {
+  const gen = generateCpuModel(programs);
+  const built = await buildAddon({ files: gen.files, cxxflags: opts.cxxflags, cacheDir: opts.cacheDir, onProgress: opts.onProgress });
+  opts.onProgress?.(built.cached ? `using cached CPU build ${built.dir}` : `built CPU model into ${built.dir}`);
+  return createNativeSession(built.modulePath, programs, 'cpu', opts.threads);
+}

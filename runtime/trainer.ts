@@ -1,0 +1,426 @@
+/**
+ * The host training loop (device independent: it only talks to the Session interface).
+ *
+ * One optimizer step = grad_accum train_step runs (micro-batches), then apply_update when the
+ * ProgramSet has it. StepScalars: lr = lrAt(schedule, base lr, updates done, total updates),
+ * t = 1-based optimizer step, counter = train_step runs so far, seed = the run seed.
+ * Evaluation on the test split: every eval_every optimizer steps (or at each epoch end), and
+ * at the end: full batches through `eval`, the remainder through `eval_tail`; the results are
+ * the sample-weighted means. Checkpoints: every checkpoint_every steps (or each epoch end) and
+ * at the end; a stop request (SIGINT) saves one at the current position. Resume restores every
+ * persistent tensor and the position (epoch, micro-batch, counter); since the shuffle order is a
+ * pure function of (seed, epoch) and dropout of (seed, counter), the continued run is exactly
+ * the uninterrupted one.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { UserError } from '../compiler/errors.js';
+import type { ProgramName, ProgramSet, StepScalars } from '../compiler/ir/graph.js';
+import type { CheckedModel, TrainConfig } from '../compiler/model.js';
+import { createBatcher, epochOrder, trainBatchesPerEpoch } from '../data/batcher.js';
+import { datasetChecksum, type Dataset } from '../data/dataset.js';
+import { loadData } from '../data/load.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { initParams } from '../compiler/train/init.js';
+import { lrAt } from '../compiler/train/schedule.js';
+import {
+  pruneCheckpoints,
+  readCheckpointFile,
+  resolveCheckpoint,
+  saveCheckpoint,
+  saveTensors,
+  sessionTensors,
+  checkpointFileName,
+  loadIntoSession,
+  metadataToInfo,
+  type CheckpointInfo,
+  type TrainPosition,
+} from './checkpoint.js';
+import { openSession } from './device.js';
+import type { Session } from './session.js';
+
+export interface TrainOptions {
+  device?: string; // default 'auto'
+  epochs?: number;
+  steps?: number;
+  batch?: number;
+  seed?: number;
+  threads?: number;
+  initFrom?: string;
+  saveInit?: string;
+  /** default: checkpoints/<model name> under the current directory */
+  checkpointDir?: string;
+  /** a checkpoint file, or a folder (its newest checkpoint) */
+  resume?: string;
+  metricsFile?: string;
+  /** log (and write a metrics line) every N optimizer steps (default 50), plus the first and the last */
+  logEvery?: number;
+  /** stop on a NaN/Inf loss (default true) */
+  nanCheck?: boolean;
+  /** how many checkpoint files to keep in the folder (default 3) */
+  keepCheckpoints?: number;
+  /** set to request a stop (SIGINT): a checkpoint is written at the current position */
+  signal?: AbortSignal;
+  onEvent?: (e: TrainEvent) => void;
+}
+
+export type TrainEvent =
+  | { kind: 'note'; message: string }
+  | { kind: 'start'; device: string; totalSteps: number; stepsPerEpoch: number; startStep: number; batch: number; trainSamples: number; testSamples: number }
+  | { kind: 'step'; step: number; epoch: number; loss: number; lr: number; metrics: Record<string, number>; samplesPerSec: number; logged: boolean }
+  | { kind: 'eval'; step: number; epoch: number; result: EvalResult }
+  | { kind: 'checkpoint'; step: number; file: string };
+
+export interface EvalResult {
+  loss: number | null;
+  metrics: Record<string, number>;
+  samples: number;
+}
+
+export interface TrainResult {
+  device: string;
+  steps: number;
+  epochs: number;
+  seconds: number;
+  samplesPerSec: number;
+  test: EvalResult | null;
+  checkpoint: string | null;
+  interrupted: boolean;
+  lastLoss: number | null;
+}
+
+/** The spec's train settings with the command line's overrides applied. */
+export function effectiveTrainConfig(model: CheckedModel, o: TrainOptions): TrainConfig {
+  const t: TrainConfig = { ...model.train };
+  if (o.batch !== undefined) t.batch = o.batch;
+  if (o.seed !== undefined) t.seed = o.seed;
+  if (o.steps !== undefined) {
+    t.steps = o.steps;
+    t.epochs = null;
+  } else if (o.epochs !== undefined) {
+    t.epochs = o.epochs;
+    t.steps = null;
+  }
+  if (t.steps === null && t.epochs === null) t.epochs = 1;
+  return t;
+}
+
+/** Run the eval program over a dataset (file order), sample-weighted means of loss and metrics. */
+export function evaluate(session: Session, programs: ProgramSet, ds: Dataset, scalars: StepScalars): EvalResult {
+  const B = programs.eval.batch;
+  const names = (p: ProgramName) => {
+    const prog = programs[p]!;
+    return prog.inputs.map((id) => prog.graph.values[id].name);
+  };
+  const outNames = programs.eval.outputs.map((o) => o.name);
+  const sums = new Float64Array(outNames.length);
+  const order = epochOrder(ds.count, false, 0, 0);
+  const full = Math.floor(ds.count / B);
+  const tail = ds.count - full * B;
+  if (full > 0) {
+    const batcher = createBatcher(ds, names('eval'), B);
+    for (let i = 0; i < full; i++) {
+      const out = session.run('eval', batcher.fill(order, i * B), scalars);
+      for (let k = 0; k < sums.length; k++) sums[k] += out[k] * B;
+    }
+  }
+  if (tail > 0) {
+    if (!programs.eval_tail || programs.eval_tail.batch !== tail) {
+      throw new Error(`internal: the test split has a tail of ${tail} samples but there is no eval_tail program for it`);
+    }
+    const batcher = createBatcher(ds, names('eval_tail'), tail);
+    const out = session.run('eval_tail', batcher.fill(order, full * B), scalars);
+    for (let k = 0; k < sums.length; k++) sums[k] += out[k] * tail;
+  }
+  const res: EvalResult = { loss: null, metrics: {}, samples: ds.count };
+  outNames.forEach((n, k) => {
+    const v = sums[k] / ds.count;
+    if (n === 'loss') res.loss = v;
+    else res.metrics[n] = v;
+  });
+  return res;
+}
+
+/** names the model's params/state (what --init-from / --save-init / --weights cover) */
+export function modelTensorNames(model: CheckedModel): Set<string> {
+  return new Set(model.params.map((p) => p.path));
+}
+
+/** true for checkpoint entries that are not parameters but may appear in a weights file */
+export function isAuxiliaryTensor(name: string): boolean {
+  return name.endsWith('.num_batches_tracked');
+}
+
+function fmtMetrics(m: Record<string, number>): string {
+  return Object.entries(m)
+    .map(([k, v]) => `${k} ${v.toFixed(4)}`)
+    .join(' ');
+}
+
+export async function train(model0: CheckedModel, opts: TrainOptions = {}): Promise<TrainResult> {
+  const emit = opts.onEvent ?? (() => {});
+  const cfg = effectiveTrainConfig(model0, opts);
+  for (const [k, v] of [['batch', cfg.batch], ['grad_accum', cfg.grad_accum]] as const) {
+    if (!Number.isInteger(v) || v < 1) throw new UserError(`error: ${k} must be a positive integer (got ${v})`);
+  }
+  const model: CheckedModel = { ...model0, train: cfg };
+  const logEvery = opts.logEvery ?? 50;
+  const nanCheck = opts.nanCheck ?? true;
+  const B = cfg.batch;
+  const K = cfg.grad_accum;
+
+  // ---- resume: read the checkpoint first (its seed and position win)
+  let resumeFile: string | null = null;
+  let resumeInfo: CheckpointInfo | null = null;
+  let resumeSt: ReturnType<typeof readCheckpointFile> | null = null;
+  if (opts.resume !== undefined) {
+    const notes: string[] = [];
+    resumeFile = resolveCheckpoint(opts.resume, notes);
+    for (const n of notes) emit({ kind: 'note', message: n });
+    resumeSt = readCheckpointFile(resumeFile);
+    resumeInfo = metadataToInfo(resumeSt.metadata, resumeFile);
+    if (resumeInfo.specHash !== model.sourceHash) {
+      throw new UserError(
+        `${resumeFile}: error: the checkpoint was written for a different spec (spec hash ${resumeInfo.specHash.slice(0, 12)}..., ` +
+          `${model.file} is ${model.sourceHash.slice(0, 12)}...)\n  help: resume with the unchanged spec, or start from its weights with --init-from`,
+      );
+    }
+    for (const [what, was, now] of [
+      ['batch', resumeInfo.batch, B],
+      ['grad_accum', resumeInfo.gradAccum, K],
+    ] as const) {
+      if (was !== now) throw new UserError(`${resumeFile}: error: the checkpoint was trained with ${what} ${was} but this run uses ${now}\n  help: resume with the same ${what}`);
+    }
+    if (opts.seed !== undefined && opts.seed !== resumeInfo.seed) {
+      throw new UserError(`${resumeFile}: error: the checkpoint was trained with seed ${resumeInfo.seed}; --seed ${opts.seed} cannot change it on --resume`);
+    }
+    cfg.seed = resumeInfo.seed;
+    cfg.shuffle = resumeInfo.shuffle;
+    cfg.drop_last = resumeInfo.dropLast;
+  }
+
+  // ---- data
+  const data = loadData(model);
+  const train = data.train;
+  const test = data.test;
+  const dataSha = datasetChecksum(train);
+  if (resumeInfo && resumeInfo.dataSha256 && resumeInfo.dataSha256 !== dataSha) {
+    throw new UserError(`${resumeFile}: error: the training data changed since this checkpoint was written (${train.source})\n  help: resume with the same data`);
+  }
+  const microPerEpoch = trainBatchesPerEpoch(train.count, B, cfg.drop_last);
+  const stepsPerEpoch = Math.floor(microPerEpoch / K);
+  if (stepsPerEpoch < 1) {
+    throw new UserError(
+      `${model.file}: error: the training split has ${train.count} samples, fewer than one optimizer step needs (batch ${B}${K > 1 ? ` x grad_accum ${K}` : ''}${cfg.drop_last ? ', drop_last' : ''})\n` +
+        `  help: lower the batch size (--batch)`,
+    );
+  }
+  const totalSteps = cfg.steps ?? (cfg.epochs ?? 1) * stepsPerEpoch;
+
+  // ---- programs and session
+  const evalTail = test && test.count % B !== 0 ? test.count % B : undefined;
+  const programs = buildPrograms(model, { batch: B, evalTail });
+  const opened = await openSession(opts.device ?? 'auto', programs, {
+    threads: opts.threads,
+    onProgress: (m) => emit({ kind: 'note', message: m }),
+  });
+  const session = opened.session;
+  emit({ kind: 'note', message: opened.note });
+  const baseLr = model.optimizer.lr;
+  const paramNames = modelTensorNames(model);
+  const sessionNames = new Set(session.tensorNames());
+
+  let metricsFd: number | null = null;
+  const started = Date.now();
+  let pos: TrainPosition = { step: 0, epoch: 0, batchInEpoch: 0, counter: 0 };
+  try {
+    // ---- initial parameters
+    if (resumeInfo && resumeSt && resumeFile) {
+      loadIntoSession(session, resumeSt, resumeFile, {
+        required: sessionNames,
+        ignorable: isAuxiliaryTensor,
+        purpose: '--resume',
+      });
+      pos = { step: resumeInfo.step, epoch: resumeInfo.epoch, batchInEpoch: resumeInfo.batchInEpoch, counter: resumeInfo.counter };
+      emit({ kind: 'note', message: `resuming from ${resumeFile} at step ${pos.step} (epoch ${pos.epoch + 1})` });
+    } else {
+      const init = initParams(model, cfg.seed);
+      for (const [name, v] of init) if (sessionNames.has(name)) session.write(name, v);
+      if (opts.initFrom !== undefined) {
+        const st = readCheckpointFile(opts.initFrom);
+        const loaded = loadIntoSession(session, st, opts.initFrom, {
+          required: new Set([...paramNames].filter((n) => sessionNames.has(n))),
+          ignorable: (n) => isAuxiliaryTensor(n),
+          purpose: '--init-from',
+        });
+        emit({ kind: 'note', message: `initial parameters from ${opts.initFrom} (${loaded.length} tensors)` });
+      }
+    }
+    if (opts.saveInit !== undefined) {
+      const names = [...paramNames].filter((n) => sessionNames.has(n)).sort();
+      saveTensors(opts.saveInit, sessionTensors(session, names), { format: 'mpsc-weights-1', model: model.name, spec_hash: model.sourceHash, seed: String(cfg.seed) });
+      emit({ kind: 'note', message: `initial parameters written to ${opts.saveInit}` });
+    }
+    if (opts.metricsFile !== undefined) {
+      fs.mkdirSync(path.dirname(path.resolve(opts.metricsFile)), { recursive: true });
+      metricsFd = fs.openSync(opts.metricsFile, resumeInfo ? 'a' : 'w');
+    }
+    const writeMetrics = (obj: Record<string, unknown>) => {
+      if (metricsFd !== null) fs.writeSync(metricsFd, JSON.stringify(obj) + '\n');
+    };
+
+    // default folder: the resumed checkpoint's folder, else checkpoints/<model>
+    const ckptDir = opts.checkpointDir ?? (resumeFile ? path.dirname(resumeFile) : path.join('checkpoints', model.name));
+    const keep = opts.keepCheckpoints ?? 3;
+    let lastCheckpoint: string | null = null;
+    let lastCheckpointStep = -1;
+    const checkpoint = () => {
+      const file = path.join(ckptDir, checkpointFileName(pos.step));
+      saveCheckpoint(file, session, model, {
+        ...pos,
+        model: model.name,
+        specHash: model.sourceHash,
+        dataSha256: dataSha,
+        seed: cfg.seed,
+        totalSteps,
+        batch: B,
+        gradAccum: K,
+        shuffle: cfg.shuffle,
+        dropLast: cfg.drop_last,
+        device: opened.device,
+      });
+      pruneCheckpoints(ckptDir, keep);
+      lastCheckpoint = file;
+      lastCheckpointStep = pos.step;
+      emit({ kind: 'checkpoint', step: pos.step, file });
+    };
+    let lastEval: EvalResult | null = null;
+    let lastEvalStep = -1;
+    const runEval = () => {
+      if (!test) return;
+      lastEval = evaluate(session, programs, test, { lr: 0, t: Math.max(pos.step, 1), seed: cfg.seed, counter: pos.counter });
+      lastEvalStep = pos.step;
+      emit({ kind: 'eval', step: pos.step, epoch: pos.epoch, result: lastEval });
+      const line: Record<string, unknown> = { step: pos.step, epoch: pos.epoch, split: 'test' };
+      if (lastEval.loss !== null) line.loss = lastEval.loss;
+      Object.assign(line, lastEval.metrics);
+      writeMetrics(line);
+    };
+
+    emit({ kind: 'start', device: opened.device, totalSteps, stepsPerEpoch, startStep: pos.step, batch: B, trainSamples: train.count, testSamples: test?.count ?? 0 });
+
+    const trainNames = programs.train_step.inputs.map((id) => programs.train_step.graph.values[id].name);
+    const batcher = createBatcher(train, trainNames, B);
+    const outNames = programs.train_step.outputs.map((o) => o.name);
+    const lossIdx = outNames.indexOf('loss');
+    const hasApply = session.hasProgram('apply_update');
+    let order = epochOrder(train.count, cfg.shuffle, cfg.seed, pos.epoch);
+    let lastLoss: number | null = null;
+    const loopStart = Date.now();
+    let interrupted = false;
+    const startStep = pos.step;
+
+    while (pos.step < totalSteps) {
+      if (pos.batchInEpoch + K > stepsPerEpoch * K) {
+        pos.epoch += 1;
+        pos.batchInEpoch = 0;
+        order = epochOrder(train.count, cfg.shuffle, cfg.seed, pos.epoch);
+      }
+      const lr = lrAt(model.schedule, baseLr, pos.step, totalSteps);
+      const scalars: StepScalars = { lr, t: pos.step + 1, seed: cfg.seed, counter: 0 };
+      const sums = new Float64Array(outNames.length);
+      for (let k = 0; k < K; k++) {
+        scalars.counter = pos.counter;
+        const out = session.run('train_step', batcher.fill(order, pos.batchInEpoch * B), scalars);
+        pos.counter += 1;
+        pos.batchInEpoch += 1;
+        if (nanCheck && lossIdx >= 0 && !Number.isFinite(out[lossIdx])) {
+          const kept = lastCheckpoint ? ` The last good checkpoint is ${lastCheckpoint} (step ${lastCheckpointStep}).` : '';
+          throw new UserError(
+            `error: the loss became ${out[lossIdx]} at step ${pos.step + 1} (epoch ${pos.epoch + 1}, micro-batch ${pos.batchInEpoch}); training stopped.${kept}\n` +
+              `  help: lower the learning rate, add grad_clip, or check the data for extreme values (--nan-check off disables this check)`,
+          );
+        }
+        for (let i = 0; i < sums.length; i++) sums[i] += out[i];
+      }
+      if (hasApply) session.run('apply_update', [], scalars);
+      pos.step += 1;
+      const loss = lossIdx >= 0 ? sums[lossIdx] / K : NaN;
+      lastLoss = loss;
+      const metrics: Record<string, number> = {};
+      outNames.forEach((n, i) => {
+        if (i !== lossIdx) metrics[n] = sums[i] / K;
+      });
+      const elapsed = (Date.now() - loopStart) / 1000;
+      const samplesPerSec = ((pos.step - startStep) * B * K) / Math.max(elapsed, 1e-3);
+      const logged = pos.step === 1 || pos.step % logEvery === 0 || pos.step === totalSteps;
+      emit({ kind: 'step', step: pos.step, epoch: pos.epoch, loss, lr, metrics, samplesPerSec, logged });
+      if (logged) writeMetrics({ step: pos.step, epoch: pos.epoch, loss, lr, ...metrics });
+
+      const epochEnd = pos.batchInEpoch + K > stepsPerEpoch * K;
+      if (cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd) runEval();
+      if (cfg.checkpoint_every !== null ? pos.step % cfg.checkpoint_every === 0 : epochEnd) checkpoint();
+
+      await new Promise((r) => setImmediate(r)); // let SIGINT and timers in
+      if (opts.signal?.aborted && pos.step < totalSteps) {
+        interrupted = true;
+        break;
+      }
+    }
+    if (!interrupted && lastEvalStep !== pos.step) runEval();
+    if (lastCheckpointStep !== pos.step) checkpoint();
+    const seconds = (Date.now() - started) / 1000;
+    const doneSamples = (pos.step - startStep) * B * K;
+    return {
+      device: opened.device,
+      steps: pos.step,
+      epochs: pos.epoch + (pos.batchInEpoch > 0 ? 1 : 0),
+      seconds,
+      samplesPerSec: doneSamples / Math.max(seconds, 1e-6),
+      test: lastEval,
+      checkpoint: lastCheckpoint,
+      interrupted,
+      lastLoss,
+    };
+  } finally {
+    if (metricsFd !== null) fs.closeSync(metricsFd);
+    session.close();
+  }
+}
+
+export interface EvalOptions {
+  device?: string;
+  weights: string;
+  threads?: number;
+  batch?: number;
+  onEvent?: (e: TrainEvent) => void;
+}
+
+/** mpsc eval: load weights (params + buffers) and evaluate on the test split. */
+export async function evaluateWeights(model0: CheckedModel, opts: EvalOptions): Promise<EvalResult & { device: string; seconds: number; split: string }> {
+  const emit = opts.onEvent ?? (() => {});
+  const cfg = effectiveTrainConfig(model0, { batch: opts.batch });
+  const model: CheckedModel = { ...model0, train: cfg };
+  const st = readCheckpointFile(opts.weights);
+  const data = loadData(model);
+  const split = data.test ? 'test' : 'train';
+  const ds = data.test ?? data.train;
+  if (!data.test) emit({ kind: 'note', message: 'the spec has no test data; evaluating on the training split' });
+  const B = Math.min(cfg.batch, ds.count);
+  const programs = buildPrograms(model, { batch: B, evalTail: ds.count % B !== 0 ? ds.count % B : undefined });
+  const opened = await openSession(opts.device ?? 'auto', programs, { threads: opts.threads, onProgress: (m) => emit({ kind: 'note', message: m }) });
+  emit({ kind: 'note', message: opened.note });
+  const session = opened.session;
+  try {
+    const names = new Set(session.tensorNames());
+    const required = new Set([...modelTensorNames(model)].filter((n) => names.has(n)));
+    loadIntoSession(session, st, opts.weights, { required, ignorable: isAuxiliaryTensor, purpose: '--weights' });
+    const t0 = Date.now();
+    const r = evaluate(session, programs, ds, { lr: 0, t: 1, seed: cfg.seed, counter: 0 });
+    return { ...r, device: opened.device, seconds: (Date.now() - t0) / 1000, split };
+  } finally {
+    session.close();
+  }
+}
+
+export { fmtMetrics };

@@ -1,0 +1,263 @@
+/**
+ * Generated CPU kernels vs the float64 reference interpreter: every op of ops.ts (forward,
+ * backward, optimizer) at several shapes (odd sizes, non-multiples of the sgemm tiles,
+ * stride 2, groups 2, padding, dilation), relative error < 1e-4.
+ *
+ * All cases go into ONE generated module (one cmake build for the file): each case is a
+ * node whose f32 inputs and outputs are persistent tensors (written / read by name through
+ * the session), whose i32 inputs are program inputs. Run with 2 threads so the parallel
+ * paths are exercised.
+ */
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type AttrValue, type DType, GraphBuilder, type ProgramSet, type StepScalars, numel } from '../compiler/ir/graph.js';
+import { OPS } from '../compiler/ir/ops.js';
+import { makeRng, randomInts, randomTensor, relError, runOp } from '../compiler/reference/fixtures.js';
+import { CPU_KERNELS } from '../compiler/codegen-cpu/kernels/index.js';
+import type { Session } from '../runtime/session.js';
+import { createCpuSession } from '../runtime/native/native_session.js';
+
+interface In {
+  shape: number[];
+  dtype?: DType;
+  lo?: number;
+  hi?: number;
+  /** i32: class count (values in [0, ints)) */
+  ints?: number;
+}
+interface Case {
+  label: string;
+  op: string;
+  inputs: (In | null)[];
+  outShapes: number[][];
+  attrs?: Record<string, AttrValue>;
+}
+
+const convOut = (H: number, K: number, s: number, p: number, d: number) => Math.floor((H + 2 * p - d * (K - 1) - 1) / s) + 1;
+
+function convCases(): Case[] {
+  const cases: Case[] = [];
+  const geos = [
+    { N: 2, C: 3, H: 7, W: 9, O: 5, KH: 3, KW: 3, s: [1, 1], p: [1, 1], d: [1, 1], g: 1, bias: true },
+    { N: 2, C: 4, H: 11, W: 10, O: 6, KH: 3, KW: 2, s: [2, 2], p: [0, 1], d: [2, 1], g: 2, bias: true },
+    { N: 3, C: 8, H: 15, W: 13, O: 17, KH: 5, KW: 5, s: [1, 2], p: [2, 2], d: [1, 1], g: 1, bias: false },
+    { N: 2, C: 6, H: 5, W: 4, O: 9, KH: 1, KW: 1, s: [1, 1], p: [0, 0], d: [1, 1], g: 3, bias: true },
+  ];
+  geos.forEach((c, i) => {
+    const OH = convOut(c.H, c.KH, c.s[0], c.p[0], c.d[0]), OW = convOut(c.W, c.KW, c.s[1], c.p[1], c.d[1]);
+    const attrs = { stride: c.s, padding: c.p, dilation: c.d, groups: c.g };
+    const xs = [c.N, c.C, c.H, c.W], ws = [c.O, c.C / c.g, c.KH, c.KW], ys = [c.N, c.O, OH, OW];
+    cases.push({ label: `conv${i}`, op: 'conv2d', inputs: [{ shape: xs }, { shape: ws }, c.bias ? { shape: [c.O] } : null], outShapes: [ys], attrs });
+    cases.push({ label: `conv${i}_gi`, op: 'conv2d_grad_input', inputs: [{ shape: ys }, { shape: ws }], outShapes: [xs], attrs: { ...attrs, x_shape: xs } });
+    cases.push({ label: `conv${i}_gw`, op: 'conv2d_grad_weight', inputs: [{ shape: ys }, { shape: xs }], outShapes: [ws], attrs: { ...attrs, w_shape: ws } });
+  });
+  return cases;
+}
+
+function poolCases(): Case[] {
+  const cases: Case[] = [];
+  const geos = [
+    { xs: [2, 3, 9, 8], k: [3, 3], s: [2, 2], p: [1, 1] },
+    { xs: [3, 2, 8, 8], k: [2, 2], s: [2, 2], p: [0, 0] },
+    { xs: [1, 4, 7, 5], k: [3, 2], s: [1, 2], p: [1, 0] },
+  ];
+  geos.forEach((g, i) => {
+    const OH = Math.floor((g.xs[2] + 2 * g.p[0] - g.k[0]) / g.s[0]) + 1, OW = Math.floor((g.xs[3] + 2 * g.p[1] - g.k[1]) / g.s[1]) + 1;
+    const ys = [g.xs[0], g.xs[1], OH, OW];
+    const attrs = { kernel: g.k, stride: g.s, padding: g.p };
+    cases.push({ label: `maxpool${i}`, op: 'maxpool2d', inputs: [{ shape: g.xs }], outShapes: [ys], attrs });
+    cases.push({ label: `maxpool${i}_g`, op: 'maxpool2d_grad', inputs: [{ shape: ys }, { shape: g.xs }], outShapes: [g.xs], attrs });
+    cases.push({ label: `avgpool${i}`, op: 'avgpool2d', inputs: [{ shape: g.xs }], outShapes: [ys], attrs });
+    cases.push({ label: `avgpool${i}_g`, op: 'avgpool2d_grad', inputs: [{ shape: ys }], outShapes: [g.xs], attrs: { ...attrs, x_shape: g.xs } });
+  });
+  cases.push({ label: 'gap', op: 'global_avgpool', inputs: [{ shape: [2, 3, 5, 4] }], outShapes: [[2, 3, 1, 1]] });
+  cases.push({ label: 'gap_g', op: 'global_avgpool_grad', inputs: [{ shape: [2, 3, 1, 1] }], outShapes: [[2, 3, 5, 4]], attrs: { x_shape: [2, 3, 5, 4] } });
+  return cases;
+}
+
+function gemmCases(): Case[] {
+  const cases: Case[] = [
+    { label: 'linear_small', op: 'linear', inputs: [{ shape: [7, 13] }, { shape: [5, 13] }, { shape: [5] }], outShapes: [[7, 5]] },
+    { label: 'linear_big', op: 'linear', inputs: [{ shape: [70, 300] }, { shape: [100, 300] }, null], outShapes: [[70, 100]] },
+    { label: 'linear_3d', op: 'linear', inputs: [{ shape: [2, 3, 9] }, { shape: [4, 9] }, { shape: [4] }], outShapes: [[2, 3, 4]] },
+  ];
+  for (const tA of [false, true]) {
+    for (const tB of [false, true]) {
+      const [M, N, K] = tA && tB ? [97, 33, 260] : [13, 35, 9];
+      cases.push({
+        label: `matmul_${tA}_${tB}`, op: 'matmul',
+        inputs: [{ shape: tA ? [K, M] : [M, K] }, { shape: tB ? [N, K] : [K, N] }], outShapes: [[M, N]], attrs: { transA: tA, transB: tB },
+      });
+    }
+  }
+  return cases;
+}
+
+function elementwiseCases(): Case[] {
+  const cases: Case[] = [];
+  for (const fn of ['relu', 'leaky_relu', 'gelu', 'sigmoid', 'tanh', 'neg']) {
+    const attrs: Record<string, AttrValue> = fn === 'leaky_relu' ? { fn, alpha: 0.2 } : { fn };
+    cases.push({ label: `unary_${fn}`, op: 'unary', inputs: [{ shape: [5, 11], lo: -3, hi: 3 }], outShapes: [[5, 11]], attrs });
+    cases.push({ label: `unary_grad_${fn}`, op: 'unary_grad', inputs: [{ shape: [5, 11] }, { shape: [5, 11], lo: -3, hi: 3 }], outShapes: [[5, 11]], attrs });
+  }
+  cases.push({ label: 'bin_bcast', op: 'binary', inputs: [{ shape: [4, 1, 5] }, { shape: [3, 1] }], outShapes: [[4, 3, 5]], attrs: { fn: 'add' } });
+  cases.push({ label: 'bin_same', op: 'binary', inputs: [{ shape: [6, 7] }, { shape: [6, 7] }], outShapes: [[6, 7]], attrs: { fn: 'sub' } });
+  cases.push({ label: 'bin_row', op: 'binary', inputs: [{ shape: [6, 7] }, { shape: [7] }], outShapes: [[6, 7]], attrs: { fn: 'mul' } });
+  cases.push({ label: 'bin_scalar', op: 'binary', inputs: [{ shape: [1] }, { shape: [3, 4] }], outShapes: [[3, 4]], attrs: { fn: 'sub' } });
+  cases.push({ label: 'reshape', op: 'reshape', inputs: [{ shape: [2, 3, 4] }], outShapes: [[6, 4]], attrs: { shape: [6, 4] } });
+  cases.push({ label: 'sum_to_shape', op: 'sum_to', inputs: [{ shape: [4, 3, 5] }], outShapes: [[3, 1]], attrs: { shape: [3, 1] } });
+  cases.push({ label: 'sum_to_prepend', op: 'sum_to', inputs: [{ shape: [4, 3, 5] }], outShapes: [[5]], attrs: { shape: [5] } });
+  cases.push({ label: 'sum_to_bias', op: 'sum_to', inputs: [{ shape: [7, 5] }], outShapes: [[5]], attrs: { axes: [0] } });
+  cases.push({ label: 'sum_to_conv_bias', op: 'sum_to', inputs: [{ shape: [2, 3, 4, 5] }], outShapes: [[3]], attrs: { axes: [0, 2, 3] } });
+  cases.push({ label: 'sum_to_mid', op: 'sum_to', inputs: [{ shape: [2, 3, 4] }], outShapes: [[2, 4]], attrs: { axes: [1] } });
+  cases.push({ label: 'dropout', op: 'dropout', inputs: [{ shape: [1000] }], outShapes: [[1000]], attrs: { p: 0.3, stream: 7 } });
+  cases.push({ label: 'dropout_g', op: 'dropout_grad', inputs: [{ shape: [33, 7] }], outShapes: [[33, 7]], attrs: { p: 0.5, stream: 2 } });
+  return cases;
+}
+
+function softmaxNormCases(): Case[] {
+  const cases: Case[] = [];
+  for (const [op, axis] of [['softmax', 1], ['log_softmax', 2], ['log_softmax', 0], ['softmax', 2]] as const) {
+    cases.push({ label: `${op}_${axis}`, op, inputs: [{ shape: [3, 5, 4], lo: -4, hi: 4 }], outShapes: [[3, 5, 4]], attrs: { axis } });
+    cases.push({ label: `${op}_g${axis}`, op: `${op}_grad`, inputs: [{ shape: [3, 5, 4] }, { shape: [3, 5, 4], lo: op === 'softmax' ? 0 : -3, hi: op === 'softmax' ? 1 : 0 }], outShapes: [[3, 5, 4]], attrs: { axis } });
+  }
+  for (const xs of [[4, 3, 5, 5], [6, 4]]) {
+    const C = xs[1];
+    const pos = { shape: [C], lo: 0.5, hi: 1.5 };
+    cases.push({ label: `bn_train_${xs.length}`, op: 'batchnorm_train', inputs: [{ shape: xs }, { shape: [C] }, { shape: [C] }, { shape: [C] }, pos], outShapes: [xs, [C], [C]], attrs: { eps: 1e-5, momentum: 0.1 } });
+    cases.push({ label: `bn_eval_${xs.length}`, op: 'batchnorm_eval', inputs: [{ shape: xs }, { shape: [C] }, { shape: [C] }, { shape: [C] }, pos], outShapes: [xs], attrs: { eps: 1e-5 } });
+    cases.push({ label: `bn_grad_${xs.length}`, op: 'batchnorm_grad', inputs: [{ shape: xs }, { shape: xs }, { shape: [C] }, { shape: [C] }, pos], outShapes: [xs, [C], [C]] });
+  }
+  cases.push({ label: 'ln', op: 'layernorm', inputs: [{ shape: [3, 4, 10] }, { shape: [10] }, { shape: [10] }], outShapes: [[3, 4, 10], [3, 4], [3, 4]], attrs: { eps: 1e-5 } });
+  cases.push({
+    label: 'ln_grad', op: 'layernorm_grad',
+    inputs: [{ shape: [3, 4, 10] }, { shape: [3, 4, 10] }, { shape: [10] }, { shape: [3, 4], lo: -0.2, hi: 0.2 }, { shape: [3, 4], lo: 0.5, hi: 2 }],
+    outShapes: [[3, 4, 10], [10], [10]],
+  });
+  return cases;
+}
+
+function gatherLossCases(): Case[] {
+  const ids = { shape: [3, 4], dtype: 'i32' as const, ints: 10 };
+  const lab = { shape: [9], dtype: 'i32' as const, ints: 7 };
+  const cases: Case[] = [
+    { label: 'embedding', op: 'embedding', inputs: [ids, { shape: [10, 6] }], outShapes: [[3, 4, 6]] },
+    { label: 'embedding_g', op: 'embedding_grad', inputs: [{ shape: [3, 4, 6] }, ids], outShapes: [[10, 6]], attrs: { w_shape: [10, 6] } },
+    { label: 'concat2', op: 'concat', inputs: [{ shape: [2, 3, 4] }, { shape: [2, 5, 4] }], outShapes: [[2, 8, 4]], attrs: { axis: 1 } },
+    { label: 'concat3', op: 'concat', inputs: [{ shape: [2, 3, 1] }, { shape: [2, 3, 4] }, { shape: [2, 3, 2] }], outShapes: [[2, 3, 7]], attrs: { axis: 2 } },
+    { label: 'slice', op: 'slice', inputs: [{ shape: [2, 8, 4] }], outShapes: [[2, 4, 4]], attrs: { axis: 1, start: 3, length: 4 } },
+    { label: 'ce', op: 'cross_entropy', inputs: [{ shape: [9, 7], lo: -3, hi: 3 }, lab], outShapes: [[]] },
+    { label: 'ce_ls', op: 'cross_entropy', inputs: [{ shape: [9, 7], lo: -3, hi: 3 }, lab], outShapes: [[]], attrs: { label_smoothing: 0.1 } },
+    { label: 'ce_g', op: 'cross_entropy_grad', inputs: [{ shape: [9, 7], lo: -3, hi: 3 }, lab], outShapes: [[9, 7]] },
+    { label: 'ce_ls_g', op: 'cross_entropy_grad', inputs: [{ shape: [9, 7], lo: -3, hi: 3 }, lab], outShapes: [[9, 7]], attrs: { label_smoothing: 0.2 } },
+    { label: 'nll', op: 'nll', inputs: [{ shape: [9, 7], lo: -5, hi: 0 }, lab], outShapes: [[]] },
+    { label: 'nll_g', op: 'nll_grad', inputs: [{ shape: [9, 7] }, lab], outShapes: [[9, 7]] },
+    { label: 'mse', op: 'mse', inputs: [{ shape: [5, 6] }, { shape: [5, 6] }], outShapes: [[]] },
+    { label: 'mse_g', op: 'mse_grad', inputs: [{ shape: [5, 6] }, { shape: [5, 6] }], outShapes: [[5, 6]] },
+    { label: 'bce', op: 'bce_with_logits', inputs: [{ shape: [5, 6], lo: -4, hi: 4 }, { shape: [5, 6], lo: 0, hi: 1 }], outShapes: [[]] },
+    { label: 'bce_g', op: 'bce_with_logits_grad', inputs: [{ shape: [5, 6], lo: -4, hi: 4 }, { shape: [5, 6], lo: 0, hi: 1 }], outShapes: [[5, 6]] },
+    { label: 'acc', op: 'accuracy', inputs: [{ shape: [9, 7] }, lab], outShapes: [[]] },
+    { label: 'topk', op: 'top_k', inputs: [{ shape: [9, 7] }, lab], outShapes: [[]], attrs: { k: 3 } },
+  ];
+  return cases;
+}
+
+function optimCases(): Case[] {
+  const p = { shape: [37, 5] };
+  const sq = { shape: [37, 5], lo: 0, hi: 0.5 };
+  const gs = { shape: [], lo: 0.3, hi: 0.9 };
+  return [
+    { label: 'gacc', op: 'grad_accumulate', inputs: [{ shape: [50] }, { shape: [50] }], outShapes: [], attrs: { scale: 0.25 } },
+    { label: 'zero', op: 'zero', inputs: [{ shape: [50] }], outShapes: [] },
+    { label: 'gnorm', op: 'grad_norm', inputs: [{ shape: [5, 6] }, { shape: [7] }, { shape: [3, 3, 2] }], outShapes: [[]] },
+    { label: 'clip', op: 'clip_coef', inputs: [{ shape: [], lo: 1, hi: 3 }], outShapes: [[]], attrs: { max_norm: 0.5 } },
+    { label: 'clip1', op: 'clip_coef', inputs: [{ shape: [], lo: 0, hi: 0.4 }], outShapes: [[]], attrs: { max_norm: 0.5 } },
+    { label: 'sgd', op: 'sgd_update', inputs: [p, p, null, null], outShapes: [], attrs: { momentum: 0, nesterov: false, weight_decay: 0 } },
+    { label: 'sgd_mom', op: 'sgd_update', inputs: [p, p, p, gs], outShapes: [], attrs: { momentum: 0.9, nesterov: true, weight_decay: 0.01 } },
+    { label: 'sgd_mom2', op: 'sgd_update', inputs: [p, p, p, null], outShapes: [], attrs: { momentum: 0.9, nesterov: false, weight_decay: 0 } },
+    { label: 'adam', op: 'adam_update', inputs: [p, p, p, sq, null], outShapes: [], attrs: { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, decoupled: false } },
+    { label: 'adamw', op: 'adam_update', inputs: [p, p, p, sq, gs], outShapes: [], attrs: { beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.05, decoupled: true } },
+  ];
+}
+
+const CASES: Case[] = [...gemmCases(), ...convCases(), ...poolCases(), ...elementwiseCases(), ...softmaxNormCases(), ...gatherLossCases(), ...optimCases()];
+const SCALARS: StepScalars = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
+
+interface Built {
+  programs: ProgramSet;
+  data: Map<string, Float64Array>; // initial data by persistent / input name
+  intInputs: { name: string; data: Int32Array }[];
+}
+
+function buildAll(): Built {
+  const rng = makeRng(42);
+  const b = new GraphBuilder();
+  const data = new Map<string, Float64Array>();
+  const intInputs: { name: string; data: Int32Array }[] = [];
+  const inputIds: number[] = [];
+  CASES.forEach((c) => {
+    const ids = c.inputs.map((inp, i) => {
+      if (!inp) return -1;
+      const name = `${c.label}.in${i}`;
+      const d = inp.ints !== undefined ? randomInts(inp.shape, inp.ints, rng) : randomTensor(inp.shape, rng, inp.lo ?? -1, inp.hi ?? 1);
+      data.set(name, d);
+      if (inp.dtype === 'i32') {
+        const id = b.value(name, 'i32', inp.shape, 'input');
+        inputIds.push(id);
+        intInputs.push({ name, data: Int32Array.from(d) });
+        return id;
+      }
+      return b.value(name, 'f32', inp.shape, 'param');
+    });
+    // outputs live in the persistent block (kind 'state') so the test can read them back by name
+    const outs = c.outShapes.map((s, k) => b.value(`${c.label}.out${k}`, 'f32', s, 'state'));
+    b.node(c.op, ids, outs, c.attrs ?? {});
+  });
+  const graph = b.graph;
+  const prog = { name: 'train_step' as const, batch: 1, graph, inputs: inputIds, outputs: [] };
+  const evalProg = { name: 'eval' as const, batch: 1, graph: { values: [], nodes: [] }, inputs: [], outputs: [] };
+  return { programs: { model: 'cpu_kernels_test', train_step: prog, eval: evalProg }, data, intInputs };
+}
+
+describe('generated CPU kernels vs the reference interpreter', () => {
+  let session: Session;
+  let built: Built;
+  beforeAll(async () => {
+    built = buildAll();
+    session = await createCpuSession(built.programs, { threads: 2, cacheDir: process.env.MPSC_CACHE_DIR ?? path.join(os.tmpdir(), 'mpsc-test-cache') });
+    for (const name of session.tensorNames()) {
+      const d = built.data.get(name);
+      if (d) session.write(name, Float32Array.from(d));
+    }
+    session.run('train_step', built.intInputs.map((x) => x.data), SCALARS);
+  });
+  afterAll(() => session?.close());
+
+  it('has an emitter for every op in ops.ts, and the cases cover every op', () => {
+    expect(Object.keys(CPU_KERNELS).sort()).toEqual(Object.keys(OPS).sort());
+    expect([...new Set(CASES.map((c) => c.op))].sort()).toEqual(Object.keys(OPS).sort());
+  });
+
+  for (const c of CASES) {
+    it(`${c.label} (${c.op})`, () => {
+      // the reference runs on the f32-rounded inputs the kernel saw
+      const refInputs = c.inputs.map((inp, i) => {
+        if (!inp) return null;
+        const d = Float64Array.from(Float32Array.from(built.data.get(`${c.label}.in${i}`)!));
+        return { shape: inp.shape, data: d, dtype: inp.dtype ?? 'f32' };
+      });
+      const outs = runOp(c.op, refInputs, c.outShapes, c.attrs ?? {}, SCALARS);
+      outs.forEach((ref, k) => {
+        const got = session.read(`${c.label}.out${k}`);
+        expect(got.length).toBe(numel(c.outShapes[k]));
+        expect(relError(got, ref), `${c.label} output ${k}`).toBeLessThan(1e-4);
+      });
+      for (const m of OPS[c.op].mutates ?? []) {
+        if (!refInputs[m]) continue;
+        const got = session.read(`${c.label}.in${m}`);
+        expect(relError(got, refInputs[m]!.data), `${c.label} mutated input ${m}`).toBeLessThan(1e-4);
+      }
+    });
+  }
+});

@@ -1,0 +1,240 @@
+/**
+ * autodiff: for small hand-built forward graphs covering every forward op and loss,
+ * the gradients computed by the train graph in the float64 reference interpreter
+ * match central finite differences of the loss (forward graph only) with respect to
+ * every parameter element (relative error < 1e-6).
+ */
+import { describe, expect, it } from 'vitest';
+import { GraphBuilder, type Graph } from '../compiler/ir/graph.js';
+import { autodiff } from '../compiler/ir/autodiff.js';
+import { bindBatch } from '../compiler/ir/bind_batch.js';
+import { BATCH } from '../compiler/model.js';
+import { gradCheck } from './ir_helpers.js';
+
+function params(g: Graph): string[] {
+  return g.values.filter((v) => v.kind === 'param').map((v) => v.name).sort();
+}
+
+describe('autodiff: finite-difference gradient checks (float64)', () => {
+  it('MLP: linear, relu, linear, cross_entropy with label smoothing (odd sizes, accuracy metric ignored)', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [BATCH, 7], 'input');
+    const y = b.value('label', 'i32', [BATCH], 'input');
+    const w1 = b.value('fc1.weight', 'f32', [6, 7], 'param');
+    const b1 = b.value('fc1.bias', 'f32', [6], 'param');
+    const w2 = b.value('fc2.weight', 'f32', [4, 6], 'param');
+    const b2 = b.value('fc2.bias', 'f32', [4], 'param');
+    const [h] = b.emit('linear', [x, w1, b1], [{ name: 'fc1.out', shape: [BATCH, 6] }]);
+    const [a] = b.emit('unary', [h], [{ name: 'relu.out', shape: [BATCH, 6] }], { fn: 'relu' });
+    const [z] = b.emit('linear', [a, w2, b2], [{ name: 'fc2.out', shape: [BATCH, 4] }]);
+    const [loss] = b.emit('cross_entropy', [z, y], [{ name: 'loss', shape: [], kind: 'output' }], { label_smoothing: 0.1 });
+    b.emit('accuracy', [z, y], [{ name: 'acc', shape: [], kind: 'output' }]);
+    const g = bindBatch(b.graph, 5);
+    expect(gradCheck({ graph: g, loss, ints: { [y]: 4 } })).toEqual(params(g));
+    // no gradients for inputs or labels
+    const ad = autodiff(g, loss);
+    expect(ad.graph.values.filter((v) => v.kind === 'grad').map((v) => v.name)).not.toContain('d_x');
+    expect(ad.grads.map((p) => ad.graph.values[p.grad].name).sort()).toEqual(['fc1.bias.grad', 'fc1.weight.grad', 'fc2.bias.grad', 'fc2.weight.grad']);
+    // the first layer's input gradient is not computed (x is an input)
+    const matmulsOnX = ad.graph.nodes.filter((n) => n.op === 'matmul' && n.inputs.includes(w1));
+    expect(matmulsOnX).toEqual([]);
+  });
+
+  it('conv + pools: conv2d stride 2 / padding, maxpool, grouped dilated conv, avgpool with padding, global_avgpool, flatten, mse', () => {
+    const b = new GraphBuilder();
+    const x = b.value('image', 'f32', [2, 4, 9, 7], 'input');
+    const t = b.value('target', 'f32', [2, 3], 'input');
+    const w1 = b.value('c1.weight', 'f32', [6, 4, 3, 3], 'param');
+    const b1 = b.value('c1.bias', 'f32', [6], 'param');
+    const [c1] = b.emit('conv2d', [x, w1, b1], [{ name: 'c1.out', shape: [2, 6, 5, 4] }], { stride: [2, 2], padding: [1, 1], dilation: [1, 1], groups: 1 });
+    const [p1] = b.emit('maxpool2d', [c1], [{ name: 'pool.out', shape: [2, 6, 4, 3] }], { kernel: [2, 2], stride: [1, 1], padding: [0, 0] });
+    // groups 3, dilation [2,1], kernel 2x3, padding [1,1]: OH = (4+2-2*1-1)/1+1 = 4, OW = (3+2-2-1)+1 = 3
+    const w2 = b.value('c2.weight', 'f32', [6, 2, 2, 3], 'param');
+    const [c2] = b.emit('conv2d', [p1, w2, -1], [{ name: 'c2.out', shape: [2, 6, 4, 3] }], { stride: [1, 1], padding: [1, 1], dilation: [2, 1], groups: 3 });
+    const [r2] = b.emit('unary', [c2], [{ name: 'act', shape: [2, 6, 4, 3] }], { fn: 'tanh' });
+    // avgpool 3x2 stride 2 padding 1: OH = (4+2-3)/2+1 = 2, OW = (3+2-2)/2+1 = 2
+    const [a2] = b.emit('avgpool2d', [r2], [{ name: 'avg.out', shape: [2, 6, 2, 2] }], { kernel: [3, 2], stride: [2, 2], padding: [1, 1] });
+    const [gp] = b.emit('global_avgpool', [a2], [{ name: 'gap.out', shape: [2, 6, 1, 1] }]);
+    const [fl] = b.emit('reshape', [gp], [{ name: 'flat', shape: [2, 6] }], { shape: [2, 6] });
+    const w3 = b.value('fc.weight', 'f32', [3, 6], 'param');
+    const b3 = b.value('fc.bias', 'f32', [3], 'param');
+    const [o] = b.emit('linear', [fl, w3, b3], [{ name: 'fc.out', shape: [2, 3] }]);
+    const [loss] = b.emit('mse', [o, t], [{ name: 'loss', shape: [], kind: 'output' }]);
+    expect(gradCheck({ graph: b.graph, loss })).toEqual(params(b.graph));
+  });
+
+  it('conv2d with groups 2, stride [2,1], padding [1,0], dilation [1,2], non-square kernel, odd sizes', () => {
+    const b = new GraphBuilder();
+    const x = b.value('image', 'f32', [3, 4, 7, 9], 'input');
+    const lab = b.value('label', 'i32', [3], 'input');
+    const w = b.value('c.weight', 'f32', [6, 2, 3, 2], 'param');
+    const bias = b.value('c.bias', 'f32', [6], 'param');
+    // OH = (7+2-1*(3-1)-1)/2+1 = 4, OW = (9+0-2*(2-1)-1)/1+1 = 7
+    const [c] = b.emit('conv2d', [x, w, bias], [{ name: 'c.out', shape: [3, 6, 4, 7] }], { stride: [2, 1], padding: [1, 0], dilation: [1, 2], groups: 2 });
+    const [f] = b.emit('reshape', [c], [{ name: 'flat', shape: [3, 168] }], { shape: [3, 168] });
+    const wf = b.value('fc.weight', 'f32', [5, 168], 'param');
+    const [z] = b.emit('linear', [f, wf, -1], [{ name: 'fc.out', shape: [3, 5] }]);
+    const [loss] = b.emit('cross_entropy', [z, lab], [{ name: 'loss', shape: [], kind: 'output' }], { label_smoothing: 0 });
+    expect(gradCheck({ graph: b.graph, loss, ints: { [lab]: 5 } })).toEqual(params(b.graph));
+  });
+
+  it('residual: a value used twice and a weight shared by two layers accumulate their gradients', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [4, 5], 'input');
+    const lab = b.value('label', 'i32', [4], 'input');
+    const w = b.value('shared.weight', 'f32', [5, 5], 'param');
+    const w2 = b.value('fc2.weight', 'f32', [5, 5], 'param');
+    const bias = b.value('fc2.bias', 'f32', [5], 'param');
+    const [h] = b.emit('linear', [x, w, -1], [{ name: 'h', shape: [4, 5] }]);
+    const [a] = b.emit('unary', [h], [{ name: 'a', shape: [4, 5] }], { fn: 'gelu' });
+    const [u] = b.emit('linear', [a, w2, bias], [{ name: 'u', shape: [4, 5] }]);
+    const [s] = b.emit('binary', [h, u], [{ name: 'res', shape: [4, 5] }], { fn: 'add' }); // h used twice
+    const [v] = b.emit('linear', [s, w, -1], [{ name: 'v', shape: [4, 5] }]); // shared weight used twice
+    const [lp] = b.emit('log_softmax', [v], [{ name: 'logp', shape: [4, 5] }], { axis: 1 });
+    const [loss] = b.emit('nll', [lp, lab], [{ name: 'loss', shape: [], kind: 'output' }]);
+    expect(gradCheck({ graph: b.graph, loss, ints: { [lab]: 5 } })).toEqual(params(b.graph));
+    const ad = autodiff(b.graph, loss);
+    // the shared weight's gradient is a sum of two contributions
+    const gw = ad.grads.find((p) => p.param === w)!;
+    const sumNode = ad.graph.nodes.find((n) => n.outputs.includes(gw.grad))!;
+    expect(sumNode.op).toBe('binary');
+    expect(sumNode.attrs.fn).toBe('add');
+    expect(ad.graph.values[gw.grad].name).toBe('shared.weight.grad');
+  });
+
+  it('batchnorm (training mode, 4-D and 2-D) with leaky_relu', () => {
+    const b = new GraphBuilder();
+    const x = b.value('image', 'f32', [BATCH, 2, 5, 3], 'input');
+    const lab = b.value('label', 'i32', [BATCH], 'input');
+    const w = b.value('c.weight', 'f32', [3, 2, 3, 3], 'param');
+    const [c] = b.emit('conv2d', [x, w, -1], [{ name: 'c.out', shape: [BATCH, 3, 5, 3] }], { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 });
+    const bw = b.value('bn.weight', 'f32', [3], 'param');
+    const bb = b.value('bn.bias', 'f32', [3], 'param');
+    const rm = b.value('bn.running_mean', 'f32', [3], 'state');
+    const rv = b.value('bn.running_var', 'f32', [3], 'state');
+    const [y] = b.emit('batchnorm_train', [c, bw, bb, rm, rv], [{ name: 'bn.out', shape: [BATCH, 3, 5, 3] }, { name: 'bn.mean', shape: [3] }, { name: 'bn.invstd', shape: [3] }], { eps: 1e-5, momentum: 0.1 });
+    const [a] = b.emit('unary', [y], [{ name: 'act', shape: [BATCH, 3, 5, 3] }], { fn: 'leaky_relu', alpha: 0.2 });
+    const [f] = b.emit('reshape', [a], [{ name: 'flat', shape: [BATCH, 45] }], { shape: [BATCH, 45] });
+    const fw = b.value('fc.weight', 'f32', [4, 45], 'param');
+    const [z] = b.emit('linear', [f, fw, -1], [{ name: 'fc.out', shape: [BATCH, 4] }]);
+    const b2w = b.value('bn2.weight', 'f32', [4], 'param');
+    const b2b = b.value('bn2.bias', 'f32', [4], 'param');
+    const rm2 = b.value('bn2.running_mean', 'f32', [4], 'state');
+    const rv2 = b.value('bn2.running_var', 'f32', [4], 'state');
+    const [z2] = b.emit('batchnorm_train', [z, b2w, b2b, rm2, rv2], [{ name: 'bn2.out', shape: [BATCH, 4] }, { name: 'bn2.mean', shape: [4] }, { name: 'bn2.invstd', shape: [4] }], { eps: 1e-5, momentum: 0.1 });
+    const [loss] = b.emit('cross_entropy', [z2, lab], [{ name: 'loss', shape: [], kind: 'output' }], { label_smoothing: 0 });
+    const g = bindBatch(b.graph, 3);
+    expect(gradCheck({ graph: g, loss, ints: { [lab]: 4 } })).toEqual(params(g));
+  });
+
+  it('embedding (repeated ids) + layernorm on [N,T,D] + flatten + linear', () => {
+    const b = new GraphBuilder();
+    const ids = b.value('tokens', 'i32', [3, 4], 'input');
+    const lab = b.value('label', 'i32', [3], 'input');
+    const e = b.value('emb.weight', 'f32', [5, 6], 'param');
+    const [em] = b.emit('embedding', [ids, e], [{ name: 'emb.out', shape: [3, 4, 6] }]);
+    const lw = b.value('ln.weight', 'f32', [6], 'param');
+    const lb = b.value('ln.bias', 'f32', [6], 'param');
+    const [ln] = b.emit('layernorm', [em, lw, lb], [{ name: 'ln.out', shape: [3, 4, 6] }, { name: 'ln.mean', shape: [3, 4] }, { name: 'ln.rstd', shape: [3, 4] }], { eps: 1e-5 });
+    const [f] = b.emit('reshape', [ln], [{ name: 'flat', shape: [3, 24] }], { shape: [3, 24] });
+    const fw = b.value('fc.weight', 'f32', [3, 24], 'param');
+    const fb = b.value('fc.bias', 'f32', [3], 'param');
+    const [z] = b.emit('linear', [f, fw, fb], [{ name: 'fc.out', shape: [3, 3] }]);
+    const [loss] = b.emit('cross_entropy', [z, lab], [{ name: 'loss', shape: [], kind: 'output' }], { label_smoothing: 0.2 });
+    expect(gradCheck({ graph: b.graph, loss, ints: { [ids]: 5, [lab]: 3 } })).toEqual(params(b.graph));
+  });
+
+  it('concat + broadcasting add/sub/mul + sigmoid/neg + bce_with_logits', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [4, 3], 'input');
+    const t = b.value('target', 'f32', [4, 7], 'input');
+    const w1 = b.value('a.weight', 'f32', [4, 3], 'param');
+    const w2 = b.value('b.weight', 'f32', [3, 3], 'param');
+    const sc = b.value('scale', 'f32', [7], 'param');
+    const sh = b.value('shift', 'f32', [4, 1], 'param');
+    const one = b.value('one', 'f32', [1, 1], 'param');
+    const [a] = b.emit('linear', [x, w1, -1], [{ name: 'a', shape: [4, 4] }]);
+    const [c] = b.emit('linear', [x, w2, -1], [{ name: 'b', shape: [4, 3] }]);
+    const [cat] = b.emit('concat', [a, c], [{ name: 'cat', shape: [4, 7] }], { axis: 1 });
+    const [m] = b.emit('binary', [cat, sc], [{ name: 'm', shape: [4, 7] }], { fn: 'mul' });
+    const [s] = b.emit('binary', [sh, m], [{ name: 's', shape: [4, 7] }], { fn: 'sub' });
+    const [sg] = b.emit('unary', [s], [{ name: 'sig', shape: [4, 7] }], { fn: 'sigmoid' });
+    const [n] = b.emit('unary', [cat], [{ name: 'neg', shape: [4, 7] }], { fn: 'neg' });
+    const [u] = b.emit('binary', [sg, n], [{ name: 'u', shape: [4, 7] }], { fn: 'add' });
+    const [v] = b.emit('binary', [u, one], [{ name: 'v', shape: [4, 7] }], { fn: 'mul' });
+    const [loss] = b.emit('bce_with_logits', [v, t], [{ name: 'loss', shape: [], kind: 'output' }]);
+    expect(gradCheck({ graph: b.graph, loss, unit: [t] })).toEqual(params(b.graph));
+  });
+
+  it('concat along axis 0 and 3 inputs; add of same-shape operands', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [2, 3], 'input');
+    const t = b.value('target', 'f32', [5, 3], 'input');
+    const p1 = b.value('p1', 'f32', [2, 3], 'param');
+    const p2 = b.value('p2', 'f32', [1, 3], 'param');
+    const [s] = b.emit('binary', [x, p1], [{ name: 's', shape: [2, 3] }], { fn: 'add' });
+    const [cat] = b.emit('concat', [s, p2, s], [{ name: 'cat', shape: [5, 3] }], { axis: 0 });
+    const [loss] = b.emit('mse', [cat, t], [{ name: 'loss', shape: [], kind: 'output' }]);
+    expect(gradCheck({ graph: b.graph, loss })).toEqual(['p1', 'p2']);
+  });
+
+  it('dropout (same seed/counter in backward) + softmax + mse', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [BATCH, 6], 'input');
+    const t = b.value('target', 'f32', [BATCH, 3], 'input');
+    const w1 = b.value('fc1.weight', 'f32', [8, 6], 'param');
+    const w2 = b.value('fc2.weight', 'f32', [3, 8], 'param');
+    const [h] = b.emit('linear', [x, w1, -1], [{ name: 'h', shape: [BATCH, 8] }]);
+    const [d] = b.emit('dropout', [h], [{ name: 'drop', shape: [BATCH, 8] }], { p: 0.4, stream: 0 });
+    const [a] = b.emit('unary', [d], [{ name: 'a', shape: [BATCH, 8] }], { fn: 'tanh' });
+    const [z] = b.emit('linear', [a, w2, -1], [{ name: 'z', shape: [BATCH, 3] }]);
+    const [sm] = b.emit('softmax', [z], [{ name: 'prob', shape: [BATCH, 3] }], { axis: 1 });
+    const [loss] = b.emit('mse', [sm, t], [{ name: 'loss', shape: [], kind: 'output' }]);
+    const g = bindBatch(b.graph, 5);
+    expect(gradCheck({ graph: g, loss })).toEqual(params(g));
+    const ad = autodiff(g, loss);
+    const dg = ad.graph.nodes.find((n) => n.op === 'dropout_grad')!;
+    expect(dg.attrs).toEqual({ p: 0.4, stream: 0 });
+  });
+
+  for (const lossOp of ['cross_entropy', 'nll', 'mse', 'bce_with_logits'] as const) {
+    it(`loss ${lossOp} on a non-square linear output`, () => {
+      const b = new GraphBuilder();
+      const x = b.value('x', 'f32', [3, 5], 'input');
+      const intLabel = lossOp === 'cross_entropy' || lossOp === 'nll';
+      const t = b.value('target', intLabel ? 'i32' : 'f32', intLabel ? [3] : [3, 4], 'input');
+      const w = b.value('fc.weight', 'f32', [4, 5], 'param');
+      const bias = b.value('fc.bias', 'f32', [4], 'param');
+      let [z] = b.emit('linear', [x, w, bias], [{ name: 'z', shape: [3, 4] }]);
+      if (lossOp === 'nll') [z] = b.emit('log_softmax', [z], [{ name: 'logp', shape: [3, 4] }], { axis: 1 });
+      const attrs: Record<string, number> = lossOp === 'cross_entropy' ? { label_smoothing: 0.3 } : {};
+      const [loss] = b.emit(lossOp, [z, t], [{ name: 'loss', shape: [], kind: 'output' }], attrs);
+      expect(gradCheck({ graph: b.graph, loss, ints: { [t]: 4 }, unit: [t] })).toEqual(['fc.bias', 'fc.weight']);
+    });
+  }
+
+  it('mse whose target also depends on a parameter; a parameter that does not reach the loss gets no gradient', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [3, 2], 'input');
+    const w = b.value('p.weight', 'f32', [2, 2], 'param');
+    const q = b.value('q.weight', 'f32', [2, 2], 'param');
+    const unused = b.value('unused.weight', 'f32', [2, 2], 'param');
+    const [pp] = b.emit('linear', [x, w, -1], [{ name: 'pred', shape: [3, 2] }]);
+    const [tt] = b.emit('linear', [x, q, -1], [{ name: 'tgt', shape: [3, 2] }]);
+    b.emit('linear', [x, unused, -1], [{ name: 'side', shape: [3, 2] }]);
+    const [loss] = b.emit('mse', [pp, tt], [{ name: 'loss', shape: [], kind: 'output' }]);
+    expect(gradCheck({ graph: b.graph, loss })).toEqual(['p.weight', 'q.weight']);
+  });
+
+  it('a scalar loss that is the sum of two losses', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [3, 2], 'input');
+    const t = b.value('t', 'f32', [3, 2], 'input');
+    const w = b.value('w', 'f32', [2, 2], 'param');
+    const [p] = b.emit('linear', [x, w, -1], [{ name: 'pred', shape: [3, 2] }]);
+    const [l1] = b.emit('mse', [p, t], [{ name: 'l1', shape: [] }]);
+    const [l2] = b.emit('bce_with_logits', [p, t], [{ name: 'l2', shape: [] }]);
+    const [loss] = b.emit('binary', [l1, l2], [{ name: 'loss', shape: [], kind: 'output' }], { fn: 'add' });
+    expect(gradCheck({ graph: b.graph, loss, unit: [t] })).toEqual(['w']);
+  });
+});

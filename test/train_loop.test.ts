@@ -1,0 +1,158 @@
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { UserError } from '../compiler/errors.js';
+import { initParams } from '../compiler/train/init.js';
+import { readCheckpointFile } from '../runtime/checkpoint.js';
+import { tensorToF32 } from '../runtime/safetensors.js';
+import { evaluateWeights, train, type TrainOptions } from '../runtime/trainer.js';
+import type { CheckedModel } from '../compiler/model.js';
+import { tinyClassifier, type TinyOptions } from './fixtures/train/models.js';
+
+let dir: string;
+beforeAll(() => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-train-'));
+});
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+const DEVICE = process.env.MPSC_TRAIN_TEST_DEVICE ?? 'reference';
+
+function tiny(o: Partial<TinyOptions> = {}): CheckedModel {
+  return tinyClassifier({ features: [6], classes: 3, data: { kind: 'synthetic', train_size: 100, test_size: 37, seed: 4 }, batch: 8, ...o });
+}
+function tensors(file: string): Map<string, Float32Array> {
+  const st = readCheckpointFile(file);
+  const out = new Map<string, Float32Array>();
+  for (const [n, t] of st.tensors) if (t.dtype === 'F32') out.set(n, tensorToF32(t));
+  return out;
+}
+async function run(m: CheckedModel, name: string, o: TrainOptions = {}) {
+  return train(m, { device: DEVICE, checkpointDir: path.join(dir, name), ...o });
+}
+function expectBitwiseEqual(a: Map<string, Float32Array>, b: Map<string, Float32Array>): void {
+  expect([...a.keys()].sort()).toEqual([...b.keys()].sort());
+  for (const [n, v] of a) {
+    const w = b.get(n)!;
+    expect(new Uint8Array(w.buffer, w.byteOffset, w.byteLength), n).toEqual(new Uint8Array(v.buffer, v.byteOffset, v.byteLength));
+  }
+}
+async function userError(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (e) {
+    expect(e).toBeInstanceOf(UserError);
+    return (e as Error).message;
+  }
+  throw new Error('expected a UserError');
+}
+
+describe(`training loop (${DEVICE})`, () => {
+  it('learns the synthetic task and reports test metrics (weighted over eval + eval_tail)', async () => {
+    const r = await run(tiny({ epochs: 8 }), 'learn');
+    // 100 samples, batch 8, drop_last false -> 13 steps per epoch
+    expect(r.steps).toBe(8 * 13);
+    expect(r.test).not.toBeNull();
+    expect(r.test!.samples).toBe(37);
+    expect(r.test!.metrics.accuracy).toBeGreaterThan(0.8);
+    expect(fs.existsSync(r.checkpoint!)).toBe(true);
+    // the tail-weighted mean equals one single-batch evaluation of all 37 samples
+    const m = tiny();
+    const a = await evaluateWeights(m, { device: DEVICE, weights: r.checkpoint!, batch: 8 });
+    const b = await evaluateWeights(m, { device: DEVICE, weights: r.checkpoint!, batch: 37 });
+    expect(a.loss!).toBeCloseTo(r.test!.loss!, 6);
+    expect(Math.abs(a.loss! - b.loss!)).toBeLessThan(1e-6);
+    expect(a.metrics.accuracy).toBeCloseTo(b.metrics.accuracy, 9);
+  });
+
+  for (const variant of [
+    { name: 'sgd momentum, shuffle', o: {} },
+    { name: 'adam, grad_accum 2, no shuffle', o: { optimizer: { kind: 'adam', lr: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0 }, grad_accum: 2, shuffle: false } },
+  ] as { name: string; o: Partial<TinyOptions> }[]) {
+    it(`resume: 2N straight == N + --resume + N, bitwise (${variant.name})`, async () => {
+      const N = 17; // crosses an epoch boundary (13 or 6 steps per epoch)
+      const m = tiny(variant.o);
+      const mEvery = { ...m, train: { ...m.train, checkpoint_every: N } };
+      // the same checkpoint steps in every run: on the float64 reference each checkpoint rounds the live
+      // state to the saved f32 values, so the runs agree bitwise when they checkpoint at the same steps
+      const straight = await run(mEvery, `straight-${variant.name}`, { steps: 2 * N });
+      const half = await run(mEvery, `half-${variant.name}`, { steps: N });
+      expect(half.steps).toBe(N);
+      const resumed = await run(mEvery, `half-${variant.name}`, { steps: 2 * N, resume: half.checkpoint! });
+      expect(resumed.steps).toBe(2 * N);
+      expectBitwiseEqual(tensors(straight.checkpoint!), tensors(resumed.checkpoint!));
+      expect(resumed.test!.loss).toBe(straight.test!.loss);
+    });
+  }
+
+  it('a stop request (SIGINT) writes a checkpoint at the current step; resuming from the folder finishes identically', async () => {
+    const m = tiny();
+    const mEvery = { ...m, train: { ...m.train, checkpoint_every: 9 } };
+    const straight = await run(mEvery, 'sig-straight', { steps: 20 });
+    const ac = new AbortController();
+    const stopped = await run(mEvery, 'sig', { steps: 20, signal: ac.signal, onEvent: (e) => e.kind === 'step' && e.step === 9 && ac.abort() });
+    expect(stopped.interrupted).toBe(true);
+    expect(stopped.steps).toBe(9);
+    expect(path.basename(stopped.checkpoint!)).toBe('checkpoint-9.safetensors');
+    const resumed = await run(mEvery, 'sig', { steps: 20, resume: path.join(dir, 'sig') });
+    expectBitwiseEqual(tensors(straight.checkpoint!), tensors(resumed.checkpoint!));
+  });
+
+  it('--resume with a checkpoint of a different spec, batch or seed is an error', async () => {
+    const r = await run(tiny(), 'other', { steps: 2 });
+    const msg = await userError(run(tiny({ sourceHash: 'b'.repeat(64) }), 'other2', { resume: r.checkpoint! }));
+    expect(msg).toContain('different spec');
+    expect(await userError(run(tiny(), 'other3', { resume: r.checkpoint!, batch: 4 }))).toContain('batch 8');
+    expect(await userError(run(tiny(), 'other4', { resume: r.checkpoint!, seed: 99 }))).toContain('seed');
+    expect(await userError(run(tiny(), 'other5', { resume: path.join(dir, 'nothing-here') }))).toContain('not found');
+  });
+
+  it('--save-init writes the initial parameters; --init-from loads them; wrong shapes list the tensors', async () => {
+    const m = tiny();
+    const initFile = path.join(dir, 'init.safetensors');
+    await run(m, 'si', { steps: 1, saveInit: initFile, seed: 3 });
+    const saved = tensors(initFile);
+    expect([...saved.keys()].sort()).toEqual(['fc.bias', 'fc.weight']);
+    expect(saved.get('fc.weight')).toEqual(initParams(m, 3).get('fc.weight'));
+    // init-from gives the same run as that seed's own init
+    const a = await run(m, 'if-a', { steps: 5, seed: 3 });
+    const c = await run(m, 'if-c', { steps: 5, seed: 3, initFrom: initFile });
+    expectBitwiseEqual(tensors(a.checkpoint!), tensors(c.checkpoint!));
+    // wrong shapes
+    const wide = tiny({ features: [7] });
+    const wideFile = path.join(dir, 'wide.safetensors');
+    await run(wide, 'wide', { steps: 1, saveInit: wideFile });
+    const msg = await userError(run(m, 'if-bad', { steps: 1, initFrom: wideFile }));
+    expect(msg).toContain('wide.safetensors');
+    expect(msg).toContain('fc.weight: file has [3, 7], model needs [3, 6]');
+  });
+
+  it('a NaN/Inf loss stops training naming the step (unless --nan-check off)', async () => {
+    // a negative weight decay multiplies the weights by 1e100 every step: overflow within a few steps
+    const m = tiny({ optimizer: { kind: 'sgd', lr: 1, momentum: 0, nesterov: false, weight_decay: -1e100 } });
+    const msg = await userError(run(m, 'nan', { steps: 30 }));
+    expect(msg).toMatch(/loss became (NaN|Infinity|-Infinity) at step \d+/);
+    const r = await run(m, 'nan-off', { steps: 30, nanCheck: false });
+    expect(r.steps).toBe(30);
+  });
+
+  it('--metrics writes one JSON line per logged step and per evaluation', async () => {
+    const f = path.join(dir, 'metrics.jsonl');
+    const m = { ...tiny(), train: { ...tiny().train, eval_every: 10 } };
+    await run(m, 'metrics', { steps: 25, logEvery: 10, metricsFile: f });
+    const lines = fs.readFileSync(f, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const steps = lines.filter((l) => l.split === undefined);
+    const evals = lines.filter((l) => l.split === 'test');
+    expect(steps.map((l) => l.step)).toEqual([1, 10, 20, 25]);
+    expect(steps[0]).toMatchObject({ step: 1, epoch: 0, lr: 0.1 });
+    expect(typeof steps[0].loss).toBe('number');
+    expect(evals.map((l) => l.step)).toEqual([10, 20, 25]);
+    expect(typeof evals[0].accuracy).toBe('number');
+    expect(typeof evals[0].loss).toBe('number');
+  });
+
+  it('too little data for one step is a clear error', async () => {
+    const m = tiny({ data: { kind: 'synthetic', train_size: 5, test_size: 5, seed: 1 }, drop_last: true });
+    expect(await userError(run(m, 'small', { steps: 1 }))).toContain('5 samples');
+  });
+});
