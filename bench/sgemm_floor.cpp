@@ -11,7 +11,7 @@
 #include <atomic>
 #include <functional>
 
-#include "../runtime/cpp/fast/sgemm.h"
+#include "../runtime/cpp/fast/conv.h"
 
 using namespace mpsc_fast;
 using clk = std::chrono::steady_clock;
@@ -129,6 +129,39 @@ static Rate time_gemm(const Shape& s, int threads, int reps) {
   return Rate{g[g.size() / 2], g.back()};
 }
 
+
+struct ConvCase { const char* name; int64_t N, C, H, W, O, K, pad; };
+
+// GFLOP/s (median, best) of one conv pass over a whole batch, parts on a persistent pool
+static Rate time_conv(const ConvCase& c, ConvPass pass, int threads, int reps) {
+  const Conv2dShape s = conv2d_shape(c.N, c.C, c.H, c.W, c.O, c.K, c.K, 1, 1, c.pad, c.pad, 1, 1, 1);
+  std::vector<float> x(c.N * c.C * c.H * c.W, 0.5f), w(c.O * c.C * c.K * c.K, 0.25f), b(c.O, 0.1f);
+  std::vector<float> y(c.N * c.O * s.OH * s.OW, 0.1f), dx(x.size()), dw(w.size());
+  const size_t wsb = conv2d_scratch_bytes(s, pass);
+  std::vector<std::vector<float>> ws(threads, std::vector<float>(wsb / 4 + 16));
+  auto aligned = [](std::vector<float>& v) { return (void*)(((uintptr_t)v.data() + 63) & ~uintptr_t(63)); };
+  Pool pool(threads);
+  auto run_once = [&] {
+    pool.run([&](int p) {
+      if (pass == CONV_FORWARD) conv2d_forward_part(s, x.data(), w.data(), b.data(), true, y.data(), p, threads, aligned(ws[p]));
+      else if (pass == CONV_GRAD_INPUT) conv2d_grad_input_part(s, y.data(), w.data(), dx.data(), p, threads, aligned(ws[p]));
+      else conv2d_grad_weight_part(s, y.data(), x.data(), dw.data(), p, threads, aligned(ws[p]));
+    });
+  };
+  const double flop = 2.0 * c.N * c.O * s.OH * s.OW * c.C * c.K * c.K;
+  int inner = std::max(1, (int)(30e9 * 0.03 / flop * threads));
+  run_once();
+  std::vector<double> g;
+  for (int r = 0; r < reps; ++r) {
+    double t = now_s();
+    for (int i = 0; i < inner; ++i) run_once();
+    t = now_s() - t;
+    g.push_back(flop * inner / t / 1e9);
+  }
+  std::sort(g.begin(), g.end());
+  return Rate{g[g.size() / 2], g.back()};
+}
+
 int main(int argc, char** argv) {
   bool json = argc > 1 && std::string(argv[1]) == "--json";
   // the GEMMs of the reference workloads (train step: forward, grad-input, grad-weight)
@@ -163,6 +196,30 @@ int main(int argc, char** argv) {
       firstj = false;
     }
   }
+  js += "]";
+  // the convolutions of the reference workloads, whole batch, through conv.h
+  const ConvCase convs[] = {
+      {"lenet conv1 b64 1->32 28x28", 64, 1, 28, 28, 32, 3, 1},
+      {"lenet conv2 b64 32->64 14x14", 64, 32, 14, 14, 64, 3, 1},
+      {"seed conv1 b32 3->64 64x64", 32, 3, 64, 64, 64, 3, 1},
+      {"seed conv2 b32 64->128 64x64", 32, 64, 64, 64, 128, 3, 1},
+  };
+  const char* pass_names[] = {"fwd", "dX", "dW"};
+  js += ",\"conv\":[";
+  firstj = true;
+  for (const ConvCase& c : convs)
+    for (int pass = 0; pass < 3; ++pass) {
+      if (pass == CONV_GRAD_INPUT && c.C <= 3) continue;  // first layers: no grad-input in training
+      for (int t : nthreads) {
+        Rate g = time_conv(c, (ConvPass)pass, t, 5);
+        if (!json) printf("%-34s %-3s     threads=%d  median %6.1f  best %6.1f GFLOP/s\n", c.name, pass_names[pass], t, g.median, g.best);
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s{\"name\":\"%s\",\"pass\":\"%s\",\"threads\":%d,\"gflops\":%.2f,\"best\":%.2f}",
+                 firstj ? "" : ",", c.name, pass_names[pass], t, g.median, g.best);
+        js += buf;
+        firstj = false;
+      }
+    }
   js += "]}";
   if (json) printf("%s\n", js.c_str());
   return 0;

@@ -9,13 +9,13 @@ import type { CheckedModel } from '../compiler/model.js';
 import { readSafetensors, tensorToF32, tensorToF64, isFloatDType } from '../runtime/safetensors.js';
 import { sampleShape, type DataArray, type Dataset } from './dataset.js';
 
-export function loadSafetensorsData(model: CheckedModel, file: string, mapping: Record<string, string>): Dataset {
+export function loadSafetensorsData(model: CheckedModel, file: string, mapping: Record<string, string> | null): Dataset {
   const st = readSafetensors(file);
   const tensors = new Map<string, DataArray>();
   let count = -1;
   let countFrom = '';
   for (const inp of model.inputs) {
-    const tname = mapping[inp.name] ?? inp.name;
+    const tname = mapping?.[inp.name] ?? inp.name;
     const t = st.tensors.get(tname);
     if (!t) {
       throw new UserError(

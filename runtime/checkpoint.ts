@@ -232,6 +232,8 @@ export interface LoadIntoOptions {
   ignorable?: (name: string) => boolean;
   /** what the file is for, in messages ('--init-from', '--resume', '--weights') */
   purpose: string;
+  /** load only these names (others of the session that the file holds, e.g. optimizer state, are left alone); default: all */
+  only?: Set<string>;
 }
 
 /**
@@ -253,6 +255,7 @@ export function loadIntoSession(session: Session, st: StFile, file: string, opts
       if (!(opts.ignorable?.(name) ?? false)) unexpected.push(`  ${name} [${t.shape.join(', ')}]`);
       continue;
     }
+    if (opts.only && !opts.only.has(name)) continue;
     const want = session.tensorShape(name);
     const same = want.length === t.shape.length && want.every((d, i) => d === t.shape[i]);
     if (!same) {

@@ -248,8 +248,10 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       for (const [name, v] of init) if (sessionNames.has(name)) session.write(name, v);
       if (opts.initFrom !== undefined) {
         const st = readCheckpointFile(opts.initFrom);
+        const params = new Set([...paramNames].filter((n) => sessionNames.has(n)));
         const loaded = loadIntoSession(session, st, opts.initFrom, {
-          required: new Set([...paramNames].filter((n) => sessionNames.has(n))),
+          required: params,
+          only: params,
           ignorable: (n) => isAuxiliaryTensor(n),
           purpose: '--init-from',
         });
@@ -414,7 +416,7 @@ export async function evaluateWeights(model0: CheckedModel, opts: EvalOptions): 
   try {
     const names = new Set(session.tensorNames());
     const required = new Set([...modelTensorNames(model)].filter((n) => names.has(n)));
-    loadIntoSession(session, st, opts.weights, { required, ignorable: isAuxiliaryTensor, purpose: '--weights' });
+    loadIntoSession(session, st, opts.weights, { required, only: required, ignorable: isAuxiliaryTensor, purpose: '--weights' });
     const t0 = Date.now();
     const r = evaluate(session, programs, ds, { lr: 0, t: 1, seed: cfg.seed, counter: 0 });
     return { ...r, device: opened.device, seconds: (Date.now() - t0) / 1000, split };

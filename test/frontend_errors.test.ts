@@ -54,7 +54,7 @@ describe('diagnostic format', () => {
     expect(heads).toEqual([
       "t.model:5:16: error: unknown layer 'relux'",
       "t.model:6:43: error: linear 'linear0' has no argument 'bais'",
-      "t.model:9:15: error: argument 'lr' of optimizer sgd must be > 0, got -1",
+      "t.model:9:19: error: argument 'lr' of optimizer sgd must be > 0, got -1",
     ]);
     expect(msg.endsWith('3 errors')).toBe(true);
   });

@@ -226,6 +226,36 @@ describe('autodiff: finite-difference gradient checks (float64)', () => {
     expect(gradCheck({ graph: b.graph, loss })).toEqual(['p.weight', 'q.weight']);
   });
 
+  it('maxpool with padding and overlapping windows; softmax / log_softmax over a middle axis of a 3-D tensor', () => {
+    const b = new GraphBuilder();
+    const x = b.value('image', 'f32', [2, 3, 7, 6], 'input');
+    const lab = b.value('label', 'i32', [2], 'input');
+    const w = b.value('c.weight', 'f32', [4, 3, 2, 2], 'param');
+    const [c] = b.emit('conv2d', [x, w, -1], [{ name: 'c.out', shape: [2, 4, 6, 5] }], { stride: [1, 1], padding: [0, 0], dilation: [1, 1], groups: 1 });
+    // kernel 3, stride 2, padding 1: OH = (6+2-3)/2+1 = 3, OW = (5+2-3)/2+1 = 3
+    const [p] = b.emit('maxpool2d', [c], [{ name: 'pool', shape: [2, 4, 3, 3] }], { kernel: [3, 3], stride: [2, 2], padding: [1, 1] });
+    const [r] = b.emit('reshape', [p], [{ name: 'r', shape: [2, 4, 9] }], { shape: [2, 4, 9] });
+    const [sm] = b.emit('softmax', [r], [{ name: 'sm', shape: [2, 4, 9] }], { axis: 1 });
+    const [ls] = b.emit('log_softmax', [sm], [{ name: 'ls', shape: [2, 4, 9] }], { axis: 1 });
+    const [f] = b.emit('reshape', [ls], [{ name: 'flat', shape: [2, 36] }], { shape: [2, 36] });
+    const fw = b.value('fc.weight', 'f32', [3, 36], 'param');
+    const [z] = b.emit('linear', [f, fw, -1], [{ name: 'z', shape: [2, 3] }]);
+    const [loss] = b.emit('cross_entropy', [z, lab], [{ name: 'loss', shape: [], kind: 'output' }], { label_smoothing: 0 });
+    expect(gradCheck({ graph: b.graph, loss, ints: { [lab]: 3 } })).toEqual(['c.weight', 'fc.weight']);
+  });
+
+  it('a value used as both operands of one node (x*x, x+x)', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [3, 4], 'input');
+    const t = b.value('t', 'f32', [3, 2], 'input');
+    const w = b.value('w', 'f32', [2, 4], 'param');
+    const [h] = b.emit('linear', [x, w, -1], [{ name: 'h', shape: [3, 2] }]);
+    const [sq] = b.emit('binary', [h, h], [{ name: 'sq', shape: [3, 2] }], { fn: 'mul' });
+    const [dbl] = b.emit('binary', [sq, sq], [{ name: 'dbl', shape: [3, 2] }], { fn: 'add' });
+    const [loss] = b.emit('mse', [dbl, t], [{ name: 'loss', shape: [], kind: 'output' }]);
+    expect(gradCheck({ graph: b.graph, loss })).toEqual(['w']);
+  });
+
   it('a scalar loss that is the sum of two losses', () => {
     const b = new GraphBuilder();
     const x = b.value('x', 'f32', [3, 2], 'input');

@@ -119,6 +119,23 @@ describe('verify', () => {
     }
     expect(() => verifyGraph(b.graph, 'test')).toThrow(/internal: invalid IR in test/);
   });
+
+  it('reports shapes and dtypes that break an op rule', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [2, 3, 9, 7], 'input');
+    const lab = b.value('label', 'f32', [2], 'input');
+    const w = b.value('c.weight', 'f32', [4, 3, 3, 3], 'param');
+    const fw = b.value('fc.weight', 'f32', [5, 4], 'param');
+    const [c] = b.emit('conv2d', [x, w, -1], [{ name: 'c.out', shape: [2, 4, 7, 6] }], { stride: [1, 1], padding: [0, 0], dilation: [1, 1], groups: 1 }); // OW should be 5
+    const [f] = b.emit('reshape', [c], [{ name: 'flat', shape: [2, 100] }], { shape: [2, 100] }); // 168 elements, not 200
+    const [z] = b.emit('linear', [f, fw, -1], [{ name: 'z', shape: [2, 5] }]); // K mismatch
+    b.emit('binary', [z, f], [{ name: 's', shape: [2, 5] }], { fn: 'add' }); // no broadcast
+    b.emit('cross_entropy', [z, lab], [{ name: 'loss', shape: [], kind: 'output' }], { label_smoothing: 0 }); // f32 label
+    const problems = graphProblems(b.graph).join('\n');
+    for (const frag of ['(conv2d): output has shape [2,4,7,6], expected [2,4,7,5]', 'changes the element count', 'x [2,100] and weight [5,4] do not match', 'do not broadcast', 'label must be i32']) {
+      expect(problems).toContain(frag);
+    }
+  });
 });
 
 describe('memory plan', () => {

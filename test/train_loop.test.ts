@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
 import { initParams } from '../compiler/train/init.js';
-import { readCheckpointFile } from '../runtime/checkpoint.js';
+import { readCheckpointFile, saveTensors } from '../runtime/checkpoint.js';
 import { tensorToF32 } from '../runtime/safetensors.js';
 import { evaluateWeights, train, type TrainOptions } from '../runtime/trainer.js';
 import type { CheckedModel } from '../compiler/model.js';
@@ -65,39 +65,6 @@ describe(`training loop (${DEVICE})`, () => {
     expect(a.metrics.accuracy).toBeCloseTo(b.metrics.accuracy, 9);
   });
 
-  for (const variant of [
-    { name: 'sgd momentum, shuffle', o: {} },
-    { name: 'adam, grad_accum 2, no shuffle', o: { optimizer: { kind: 'adam', lr: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0 }, grad_accum: 2, shuffle: false } },
-  ] as { name: string; o: Partial<TinyOptions> }[]) {
-    it(`resume: 2N straight == N + --resume + N, bitwise (${variant.name})`, async () => {
-      const N = 17; // crosses an epoch boundary (13 or 6 steps per epoch)
-      const m = tiny(variant.o);
-      const mEvery = { ...m, train: { ...m.train, checkpoint_every: N } };
-      // the same checkpoint steps in every run: on the float64 reference each checkpoint rounds the live
-      // state to the saved f32 values, so the runs agree bitwise when they checkpoint at the same steps
-      const straight = await run(mEvery, `straight-${variant.name}`, { steps: 2 * N });
-      const half = await run(mEvery, `half-${variant.name}`, { steps: N });
-      expect(half.steps).toBe(N);
-      const resumed = await run(mEvery, `half-${variant.name}`, { steps: 2 * N, resume: half.checkpoint! });
-      expect(resumed.steps).toBe(2 * N);
-      expectBitwiseEqual(tensors(straight.checkpoint!), tensors(resumed.checkpoint!));
-      expect(resumed.test!.loss).toBe(straight.test!.loss);
-    });
-  }
-
-  it('a stop request (SIGINT) writes a checkpoint at the current step; resuming from the folder finishes identically', async () => {
-    const m = tiny();
-    const mEvery = { ...m, train: { ...m.train, checkpoint_every: 9 } };
-    const straight = await run(mEvery, 'sig-straight', { steps: 20 });
-    const ac = new AbortController();
-    const stopped = await run(mEvery, 'sig', { steps: 20, signal: ac.signal, onEvent: (e) => e.kind === 'step' && e.step === 9 && ac.abort() });
-    expect(stopped.interrupted).toBe(true);
-    expect(stopped.steps).toBe(9);
-    expect(path.basename(stopped.checkpoint!)).toBe('checkpoint-9.safetensors');
-    const resumed = await run(mEvery, 'sig', { steps: 20, resume: path.join(dir, 'sig') });
-    expectBitwiseEqual(tensors(straight.checkpoint!), tensors(resumed.checkpoint!));
-  });
-
   it('--resume with a checkpoint of a different spec, batch or seed is an error', async () => {
     const r = await run(tiny(), 'other', { steps: 2 });
     const msg = await userError(run(tiny({ sourceHash: 'b'.repeat(64) }), 'other2', { resume: r.checkpoint! }));
@@ -118,6 +85,14 @@ describe(`training loop (${DEVICE})`, () => {
     const a = await run(m, 'if-a', { steps: 5, seed: 3 });
     const c = await run(m, 'if-c', { steps: 5, seed: 3, initFrom: initFile });
     expectBitwiseEqual(tensors(a.checkpoint!), tensors(c.checkpoint!));
+    // a full checkpoint as --init-from: only the parameters are taken (not the optimizer state)
+    const paramsOnly = path.join(dir, 'params-only.safetensors');
+    const full = tensors(a.checkpoint!);
+    expect(full.has('fc.weight.momentum_buffer')).toBe(true);
+    saveTensors(paramsOnly, new Map(['fc.weight', 'fc.bias'].map((n) => [n, { shape: n === 'fc.bias' ? [3] : [3, 6], data: full.get(n)! }])));
+    const fromFull = await run(m, 'if-full', { steps: 3, initFrom: a.checkpoint! });
+    const fromParams = await run(m, 'if-params', { steps: 3, initFrom: paramsOnly });
+    expectBitwiseEqual(tensors(fromFull.checkpoint!), tensors(fromParams.checkpoint!));
     // wrong shapes
     const wide = tiny({ features: [7] });
     const wideFile = path.join(dir, 'wide.safetensors');
@@ -156,3 +131,47 @@ describe(`training loop (${DEVICE})`, () => {
     expect(await userError(run(m, 'small', { steps: 1 }))).toContain('5 samples');
   });
 });
+
+const cpuAvailable = fs.existsSync(path.join(__dirname, '..', 'runtime', 'native', 'native_session.ts'));
+
+async function runOn(device: string, m: CheckedModel, name: string, o: TrainOptions = {}) {
+  return train(m, { device, checkpointDir: path.join(dir, name), ...o });
+}
+
+// cpu: bitwise as well (the CPU kernels use a fixed reduction order, independent of thread scheduling)
+for (const device of ['reference', 'cpu']) {
+  describe.skipIf(device === 'cpu' && !cpuAvailable)(`resume (${device})`, () => {
+    for (const variant of [
+      { name: 'sgd momentum, shuffle', o: {} },
+      { name: 'adam, grad_accum 2, no shuffle', o: { optimizer: { kind: 'adam', lr: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0 }, grad_accum: 2, shuffle: false } },
+    ] as { name: string; o: Partial<TinyOptions> }[]) {
+      it(`${device}: 2N straight == N + --resume + N, bitwise (${variant.name})`, async () => {
+        const N = 17; // crosses an epoch boundary (13 or 6 steps per epoch)
+        const m = tiny(variant.o);
+        const mEvery = { ...m, train: { ...m.train, checkpoint_every: N } };
+        // the same checkpoint steps in every run: on the float64 reference each checkpoint rounds the live
+        // state to the saved f32 values, so the runs agree bitwise when they checkpoint at the same steps
+        const straight = await runOn(device, mEvery, `${device}-straight-${variant.name}`, { steps: 2 * N });
+        const half = await runOn(device, mEvery, `${device}-half-${variant.name}`, { steps: N });
+        expect(half.steps).toBe(N);
+        const resumed = await runOn(device, mEvery, `${device}-half-${variant.name}`, { steps: 2 * N, resume: half.checkpoint! });
+        expect(resumed.steps).toBe(2 * N);
+        expectBitwiseEqual(tensors(straight.checkpoint!), tensors(resumed.checkpoint!));
+        expect(resumed.test!.loss).toBe(straight.test!.loss);
+      });
+    }
+
+    it(`${device}: a stop request (SIGINT) writes a checkpoint at the current step; resuming from the folder finishes identically`, async () => {
+      const m = tiny();
+      const mEvery = { ...m, train: { ...m.train, checkpoint_every: 9 } };
+      const straight = await runOn(device, mEvery, `${device}-sig-straight`, { steps: 20 });
+      const ac = new AbortController();
+      const stopped = await runOn(device, mEvery, `${device}-sig`, { steps: 20, signal: ac.signal, onEvent: (e) => e.kind === 'step' && e.step === 9 && ac.abort() });
+      expect(stopped.interrupted).toBe(true);
+      expect(stopped.steps).toBe(9);
+      expect(path.basename(stopped.checkpoint!)).toBe('checkpoint-9.safetensors');
+      const resumed = await runOn(device, mEvery, `${device}-sig`, { steps: 20, resume: path.join(dir, `${device}-sig`) });
+      expectBitwiseEqual(tensors(straight.checkpoint!), tensors(resumed.checkpoint!));
+    });
+  });
+}

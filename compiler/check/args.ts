@@ -147,6 +147,7 @@ export function constEval(e: A.Expr, diags: Diagnostic[]): Val | null {
       diags.push(errorAt(e.loc, "'->' is only allowed in the network and in blocks"));
       return null;
   }
+  return unreachable(e);
 }
 
 function inRange(spec: ArgSpec, x: number): boolean {
@@ -385,4 +386,8 @@ function parseInit(e: A.Expr, ctx: BindCtx): InitSpec | null {
     return null;
   }
   return def.make(args);
+}
+
+export function unreachable(x: never): never {
+  throw new Error(`internal: unexpected ${JSON.stringify(x)}`);
 }

@@ -12,7 +12,7 @@ import type * as A from '../parser/ast.js';
 import type { DType } from '../ir/graph.js';
 import { BATCH } from '../model.js';
 import { errorAt, suggestion, type Diagnostic } from '../diagnostics.js';
-import { arith, bindArgs, convert, describeVal, type ArgSpec, type PositionalArg, type Val } from './args.js';
+import { arith, bindArgs, convert, describeVal, unreachable, type ArgSpec, type PositionalArg, type Val } from './args.js';
 import { LAYERS, layersWithRole, type LayerDef, type LayerRole } from './layers.js';
 import { MAX_INT } from '../parser/to_ast.js';
 
@@ -307,6 +307,7 @@ export class Expander {
         }
         return this.call(e, scope, null, false);
     }
+    return unreachable(e);
   }
 
   private callable(name: string, scope: Scope): boolean {

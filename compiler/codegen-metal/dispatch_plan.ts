@@ -74,6 +74,7 @@ function bindingsFor(p: Program, layout: ProgramLayout, ids: { value: number; ac
 }
 
 function fallbackBindings(p: Program, layout: ProgramLayout, node: number): PlanBinding[] {
+  // the node's present inputs, then its outputs (cpu_fallback.ts fallbackValues)
   const n = p.graph.nodes[node];
   const mutates = opDef(n.op).mutates ?? [];
   const ids: { value: number; access: 'r' | 'w' | 'rw' }[] = [];

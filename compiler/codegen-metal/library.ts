@@ -30,7 +30,7 @@ export function kernelSource(k: KernelSpec, v: KernelVariant, what: string): str
     paramsIndex: k.args.length,
     tgmem: v.tgmem > 0,
     builtins: builtinsOf(v.body),
-    body: v.body,
+    body: v.body.replace(/\n+$/, ''),
   });
 }
 

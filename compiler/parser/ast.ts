@@ -28,11 +28,6 @@ export interface BoolExpr {
   value: boolean;
   loc: Loc;
 }
-export interface NameExpr {
-  kind: 'name';
-  name: string;
-  loc: Loc;
-}
 export interface ListExpr {
   kind: 'list';
   items: Expr[];
@@ -52,7 +47,10 @@ export interface Arg {
   name?: Ident;
   value: Expr;
 }
-/** `f(args)`, or a bare `f` as a pipe stage (hasParens false); `as NAME` names the instance. */
+/**
+ * `f(args)`; a bare name `f` is a call with hasParens false: a value reference in an
+ * expression, a layer without arguments as a pipe stage. `as NAME` names the instance.
+ */
 export interface CallExpr {
   kind: 'call';
   callee: Ident;
@@ -81,7 +79,7 @@ export interface PipeExpr {
   loc: Loc;
 }
 
-export type Expr = NumExpr | StrExpr | BoolExpr | NameExpr | ListExpr | MapExpr | CallExpr | NegExpr | ChainExpr | PipeExpr;
+export type Expr = NumExpr | StrExpr | BoolExpr | ListExpr | MapExpr | CallExpr | NegExpr | ChainExpr | PipeExpr;
 
 export type Stmt =
   | { kind: 'in'; names: Ident[]; loc: Loc }

@@ -8,6 +8,8 @@
 #ifndef MPSC_PARALLEL_HPP
 #define MPSC_PARALLEL_HPP
 
+#include <type_traits>
+
 #include "mpsc_model.h"
 
 namespace mpsc {
@@ -15,8 +17,9 @@ namespace mpsc {
 template <class F>
 inline void parallel_for(mpsc_ctx* ctx, int64_t n, F&& f) {
   if (n <= 0) return;
-  auto thunk = [](void* arg, int64_t b, int64_t e) { (*static_cast<F*>(arg))(b, e); };
-  mpsc_parallel_for(ctx, n, thunk, static_cast<void*>(&f));
+  using Fn = typename std::remove_reference<F>::type;
+  auto thunk = [](void* arg, int64_t b, int64_t e) { (*static_cast<Fn*>(arg))(b, e); };
+  mpsc_parallel_for(ctx, n, thunk, const_cast<void*>(static_cast<const void*>(&f)));
 }
 
 /** the context's thread count (1 for nullptr): use it to size per-chunk partial buffers,

@@ -9,7 +9,7 @@ import type { KernelCtx, KernelEmitter } from '../kernel_ctx.js';
 
 interface Geo {
   N: number; C: number; H: number; W: number; O: number; KH: number; KW: number;
-  sh: number; sw: number; ph: number; pw: number; dh: number; dw: number; G: number;
+  sh: number; sw: number; ph: number; pw: number; dlh: number; dlw: number; G: number;
   OH: number; OW: number; Cg: number; Og: number; CKK: number; P: number; direct: boolean;
 }
 
@@ -19,16 +19,16 @@ function geometry(k: KernelCtx, xs: number[], ws: number[]): Geo {
   const [O, Cg, KH, KW] = ws;
   const [sh, sw] = k.pair('stride', [1, 1]);
   const [ph, pw] = k.pair('padding', [0, 0]);
-  const [dh, dw] = k.pair('dilation', [1, 1]);
+  const [dlh, dlw] = k.pair('dilation', [1, 1]);
   const G = k.num('groups', 1);
   if (C % G !== 0 || O % G !== 0 || Cg !== C / G) k.fail(`channels ${C}/${O} do not split into ${G} groups of weight in-channels ${Cg}`);
-  const OH = Math.floor((H + 2 * ph - dh * (KH - 1) - 1) / sh) + 1;
-  const OW = Math.floor((W + 2 * pw - dw * (KW - 1) - 1) / sw) + 1;
+  const OH = Math.floor((H + 2 * ph - dlh * (KH - 1) - 1) / sh) + 1;
+  const OW = Math.floor((W + 2 * pw - dlw * (KW - 1) - 1) / sw) + 1;
   const direct = KH === 1 && KW === 1 && sh === 1 && sw === 1 && ph === 0 && pw === 0;
-  return { N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, G, OH, OW, Cg, Og: O / G, CKK: Cg * KH * KW, P: OH * OW, direct };
+  return { N, C, H, W, O, KH, KW, sh, sw, ph, pw, dlh, dlw, G, OH, OW, Cg, Og: O / G, CKK: Cg * KH * KW, P: OH * OW, direct };
 }
 
-const IM2COL_ARGS = '{{Cg}}, {{H}}, {{W}}, {{KH}}, {{KW}}, {{sh}}, {{sw}}, {{ph}}, {{pw}}, {{dh}}, {{dw}}, {{OH}}, {{OW}}';
+const IM2COL_ARGS = '{{Cg}}, {{H}}, {{W}}, {{KH}}, {{KW}}, {{sh}}, {{sw}}, {{ph}}, {{pw}}, {{dlh}}, {{dlw}}, {{OH}}, {{OW}}';
 
 const FORWARD = tpl(`  const float* x = {{x}};
   const float* w = {{w}};

@@ -1,0 +1,93 @@
+/**
+ * The Metal backend's code generator.
+ *
+ *   generateMetalProject(programs, outDir)   `mpsc build --target metal`: per program a
+ *       `.metal` library and a dispatch plan (JSON), the host tables for the Objective-C++
+ *       bridge, the bridge sources, and the metal-emu model source
+ *   buildMetal(programs, model, opts)        the same artifacts in memory (tests, metal-emu)
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Program, ProgramSet } from '../ir/graph.js';
+import { lowerProgram, type LoweredProgram } from './lower_program.js';
+import { librarySource } from './library.js';
+import { persistentTable, programLayout, programsOf, type PersistentTable } from './layout.js';
+import { buildPlan, type DispatchPlan } from './dispatch_plan.js';
+import { checkLimits } from './limits.js';
+import { emuModelSource, type CpuFallbackEmitter } from './emu_model.js';
+import { bridgeHostSource } from './bridge_host.js';
+import { cpuFallbackFunction } from './cpu_fallback.js';
+import { kernelsHeader } from '../codegen-cpu/emit_program.js';
+
+export interface MetalOptions {
+  /** ops forced onto the CPU fallback (tests the fallback path) */
+  fallbackOps?: string[];
+  /** an op without a Metal kernel is an error instead of a CPU fallback */
+  noFallback?: boolean;
+}
+
+export interface MetalProgramArtifacts {
+  program: Program;
+  lowered: LoweredProgram;
+  plan: DispatchPlan;
+  /** `<name>.metal` */
+  libraryFile: string;
+  library: string;
+}
+
+export interface MetalArtifacts {
+  model: string;
+  table: PersistentTable;
+  programs: MetalProgramArtifacts[];
+  warnings: string[];
+}
+
+export function buildMetal(programs: Program[], model: string, opts: MetalOptions = {}): MetalArtifacts {
+  const table = persistentTable(programs);
+  const warnings: string[] = [];
+  const out = programs.map((p) => {
+    const lowered = lowerProgram(p, opts);
+    warnings.push(...lowered.warnings);
+    const plan = buildPlan(lowered, programLayout(p, table), table, model);
+    checkLimits(plan, p);
+    return { program: p, lowered, plan, libraryFile: `${p.name}.metal`, library: librarySource(lowered, model) };
+  });
+  return { model, table, programs: out, warnings };
+}
+
+/** Sources of the metal-emu model: file name -> contents (the .metal libraries and the model .cc). */
+export function metalEmuSources(a: MetalArtifacts, cpuFallback: CpuFallbackEmitter = cpuFallbackFunction): Record<string, string> {
+  const files: Record<string, string> = {};
+  for (const p of a.programs) files[p.libraryFile] = p.library;
+  const { source, fallbackSource } = emuModelSource(a.model, a.table,
+    a.programs.map((p) => ({ lowered: p.lowered, plan: p.plan, library: p.libraryFile })), { cpuFallback });
+  files['model_metal_emu.cc'] = source;
+  if (fallbackSource) {
+    files['metal_emu_fallback.inc'] = fallbackSource;
+    files['mpsc_kernels.hpp'] = kernelsHeader();
+  }
+  return files;
+}
+
+const BRIDGE_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../runtime/metal-bridge');
+
+export function generateMetalProject(programs: ProgramSet, outDir: string, opts: { fallbackOps?: string[]; noFallback?: boolean } = {}): { files: string[]; warnings: string[] } {
+  const a = buildMetal(programsOf(programs), programs.model, opts);
+  const files: string[] = [];
+  const write = (rel: string, text: string) => {
+    const f = path.join(outDir, rel);
+    fs.mkdirSync(path.dirname(f), { recursive: true });
+    fs.writeFileSync(f, text);
+    files.push(f);
+  };
+  for (const p of a.programs) {
+    write(path.join('metal', p.libraryFile), p.library);
+    write(path.join('metal', `${p.program.name}.plan.json`), JSON.stringify(p.plan, null, 1) + '\n');
+  }
+  write(path.join('bridge', 'mpsc_metal_plan.inc'), bridgeHostSource(a));
+  for (const f of fs.readdirSync(BRIDGE_DIR)) {
+    if (/\.(mm|h|txt|md)$/.test(f)) write(path.join('bridge', f), fs.readFileSync(path.join(BRIDGE_DIR, f), 'utf8'));
+  }
+  return { files, warnings: a.warnings };
+}

@@ -1,0 +1,70 @@
+import { describe, it, expect } from 'vitest';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, readdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { layersWithRole } from '../compiler/check/layers.js';
+import { OPTIMIZERS, SCHEDULES, DATA_SOURCES, TRAIN_KEYS } from '../compiler/check/settings.js';
+import { INITS } from '../compiler/check/args.js';
+
+function mpsc(...args: string[]) {
+  return spawnSync(process.execPath, ['bin/mpsc.js', ...args], { encoding: 'utf8', timeout: 60_000 });
+}
+
+describe('mpsc check', () => {
+  const specs = [...readdirSync('specs').filter((f) => f.endsWith('.model')).map((f) => `specs/${f}`), 'bench/mnist_mlp_b256_adam.model', 'bench/mnist_cnn_b64_sgdm.model', 'bench/seed_cnn_b32_64px_adam.model'];
+  it('specs/ holds the required examples', () => {
+    for (const f of ['mnist_mlp', 'lenet', 'resnet_small', 'seed_cnn']) expect(specs).toContain(`specs/${f}.model`);
+  });
+  for (const f of specs) {
+    it(`${f} exits 0 with a summary`, () => {
+      const r = mpsc('check', f);
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+      expect(r.stdout).toContain('parameters:');
+    });
+  }
+
+  it('--json gives the summary as JSON', () => {
+    const r = mpsc('check', 'specs/mnist_mlp.model', '--json');
+    expect(r.status).toBe(0);
+    const s = JSON.parse(r.stdout);
+    expect(s.layers.map((l: { path: string }) => l.path)).toEqual(['flatten0', 'fc1', 'relu0', 'fc2']);
+    expect(s.totals.params).toBe(784 * 256 + 256 + 256 * 10 + 10);
+    expect(s.totals.persistentBytes).toBe(s.totals.params * 4 * 4); // params + grads + adam's 2 moments
+  });
+
+  it('an invalid spec exits 1 with file:line:col diagnostics; a missing file exits 1', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mpsc-fe-'));
+    const f = join(dir, 'bad.model');
+    writeFileSync(f, readFileSync('specs/lenet.model', 'utf8').replace('-> flatten ', ''));
+    const r = mpsc('check', f);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain(`${f}:10:`);
+    expect(r.stderr).toContain("hint: insert 'flatten' before it");
+    const m = mpsc('check', join(dir, 'nope.model'));
+    expect(m.status).toBe(1);
+    expect(m.stderr).toContain('no such file');
+  });
+});
+
+describe('docs/language.md documents the tables', () => {
+  const doc = readFileSync('docs/language.md', 'utf8');
+  const names = [
+    ...layersWithRole('layer').map((d) => d.name),
+    ...layersWithRole('loss').map((d) => d.name),
+    ...layersWithRole('metric').map((d) => d.name),
+    ...Object.keys(OPTIMIZERS),
+    ...Object.keys(SCHEDULES),
+    ...Object.keys(DATA_SOURCES),
+    ...TRAIN_KEYS.map((k) => k.name),
+    ...Object.keys(INITS),
+  ];
+  for (const n of names) it(`documents \`${n}\``, () => expect(doc).toContain(`| \`${n}\` |`));
+  it('documents every argument of every layer', () => {
+    for (const d of [...layersWithRole('layer'), ...layersWithRole('loss'), ...layersWithRole('metric')]) {
+      const row = doc.split('\n').find((l) => l.startsWith(`| \`${d.name}\` |`))!;
+      for (const a of d.args) if (a.name !== 'shape') expect(row, `${d.name}.${a.name}`).toContain(a.name);
+    }
+  });
+});

@@ -1,0 +1,246 @@
+// fast_gemm_driver.cpp: checks runtime/cpp/fast (sgemm.h, conv.h) against naive double-precision loops.
+// Driven by test/fast_gemm.test.ts. Prints one line per case:
+//   CASE <kind> <name> err=<max|got-ref| / max|ref|> same=<1 if nparts = 2, 3 match nparts = 1 bit for bit>
+// and a final line "DONE <cases>". Parts run concurrently on std::threads, each with its own workspace.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../runtime/cpp/fast/conv.h"
+
+using namespace mpsc_fast;
+
+static int g_cases = 0;
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float frand() {  // uniform [-1, 1)
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (float)((g_rng >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
+}
+static std::vector<float> rnd(size_t n) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = frand();
+  return v;
+}
+
+static double rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double e = std::fabs((double)got[i] - ref[i]);
+    if (!(e <= num)) num = std::isnan(e) ? INFINITY : e;
+    den = std::max(den, std::fabs(ref[i]));
+  }
+  return den > 0 ? num / den : num;
+}
+
+static void report(const char* kind, const std::string& name, double err, bool same) {
+  ++g_cases;
+  printf("CASE %s %s err=%.3e same=%d\n", kind, name.c_str(), err, same ? 1 : 0);
+}
+
+/** runs f(part, nparts, ws) for every part on its own thread, each with a fresh aligned workspace */
+template <class F>
+static void run_parts(int nparts, size_t ws_bytes, F f) {
+  std::vector<std::vector<float>> ws(nparts, std::vector<float>(ws_bytes / 4 + 32, NAN));
+  std::vector<std::thread> th;
+  for (int p = 0; p < nparts; ++p)
+    th.emplace_back([&, p] {
+      void* w = (void*)(((uintptr_t)ws[p].data() + 63) & ~uintptr_t(63));
+      f(p, nparts, w);
+    });
+  for (auto& t : th) t.join();
+}
+
+// ---------------------------------------------------------------- sgemm
+
+static void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, int epi_kind,
+                       bool relu, int pad) {
+  const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  const int64_t arows = ta ? K : M, brows = tb ? N : K;
+  std::vector<float> A = rnd((size_t)std::max<int64_t>(1, arows * lda)), B = rnd((size_t)std::max<int64_t>(1, brows * ldb));
+  std::vector<float> C0 = rnd((size_t)std::max<int64_t>(1, M * ldc));
+  if (beta == 0.0f) for (auto& c : C0) c = NAN;  // must not be read
+  std::vector<float> bias = rnd((size_t)std::max<int64_t>(M, N));
+  Epilogue e;
+  e.bias = epi_kind ? bias.data() : nullptr;
+  e.bias_kind = epi_kind;
+  e.relu = relu;
+  std::vector<double> ref((size_t)(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < K; ++p)
+        s += (double)(ta ? A[p * lda + i] : A[i * lda + p]) * (double)(tb ? B[j * ldb + p] : B[p * ldb + j]);
+      double v = alpha * s + (beta == 0.0f ? 0.0 : beta * (double)C0[i * ldc + j]);
+      if (epi_kind == BIAS_ROW) v += bias[i];
+      if (epi_kind == BIAS_COL) v += bias[j];
+      if (relu) v = v > 0 ? v : 0;
+      ref[i * N + j] = v;
+    }
+  std::vector<float> first;
+  bool same = true;
+  double err = 0;
+  for (int nparts = 1; nparts <= 3; ++nparts) {
+    std::vector<float> C = C0;
+    run_parts(nparts, sgemm_workspace_bytes(M, N, K), [&](int p, int np, void* ws) {
+      sgemm_part(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, &e, p, np, ws);
+    });
+    std::vector<float> got((size_t)(M * N));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) got[i * N + j] = C[i * ldc + j];
+    // padding columns of C (j >= N) must be untouched
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = N; j < ldc; ++j)
+        if (!(C[i * ldc + j] == C0[i * ldc + j] || (std::isnan(C[i * ldc + j]) && std::isnan(C0[i * ldc + j]))))
+          err = INFINITY;
+    err = std::max(err, rel_err(got, ref));
+    if (nparts == 1) first = got;
+    else if (memcmp(first.data(), got.data(), got.size() * 4) != 0) same = false;
+  }
+  // also the thread_local-workspace entry point
+  {
+    std::vector<float> C = C0;
+    sgemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, &e);
+    std::vector<float> got((size_t)(M * N));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) got[i * N + j] = C[i * ldc + j];
+    if (memcmp(first.data(), got.data(), got.size() * 4) != 0) same = false;
+  }
+  char name[200];
+  snprintf(name, sizeof name, "%s%s_%lldx%lldx%lld_a%g_b%g_epi%d%s_pad%d", ta ? "T" : "N", tb ? "T" : "N",
+           (long long)M, (long long)N, (long long)K, alpha, beta, epi_kind, relu ? "relu" : "", pad);
+  report("sgemm", name, err, same);
+}
+
+// ---------------------------------------------------------------- conv (naive double references)
+
+struct Ref {
+  const Conv2dShape& s;
+  int64_t Cg, Og;
+  explicit Ref(const Conv2dShape& sh) : s(sh), Cg(sh.C / sh.groups), Og(sh.O / sh.groups) {}
+  // calls f(n, o, oh, ow, c, kh, kw, xindex) for every valid (non-padding) tap
+  template <class F>
+  void taps(F f) const {
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t o = 0; o < s.O; ++o) {
+        const int64_t g = o / Og;
+        for (int64_t oh = 0; oh < s.OH; ++oh)
+          for (int64_t ow = 0; ow < s.OW; ++ow)
+            for (int64_t cg = 0; cg < Cg; ++cg)
+              for (int64_t kh = 0; kh < s.KH; ++kh)
+                for (int64_t kw = 0; kw < s.KW; ++kw) {
+                  const int64_t ih = oh * s.sh - s.ph + kh * s.dh, iw = ow * s.sw - s.pw + kw * s.dw;
+                  if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
+                  const int64_t c = g * Cg + cg;
+                  f(((n * s.O + o) * s.OH + oh) * s.OW + ow, ((o * Cg + cg) * s.KH + kh) * s.KW + kw,
+                    ((n * s.C + c) * s.H + ih) * s.W + iw);
+                }
+      }
+  }
+};
+
+static void check_conv(const char* label, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW,
+                       int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups) {
+  const Conv2dShape s = conv2d_shape(N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups);
+  const size_t nx = (size_t)(N * C * H * W), nw = (size_t)(O * (C / groups) * KH * KW), ny = (size_t)(N * O * s.OH * s.OW);
+  std::vector<float> x = rnd(nx), w = rnd(nw), bias = rnd((size_t)O), dy = rnd(ny);
+  Ref r(s);
+  std::vector<double> y_ref(ny, 0.0), dx_ref(nx, 0.0), dw_ref(nw, 0.0), db_ref((size_t)O, 0.0);
+  r.taps([&](int64_t yi, int64_t wi, int64_t xi) {
+    y_ref[yi] += (double)w[wi] * x[xi];
+    dx_ref[xi] += (double)w[wi] * dy[yi];
+    dw_ref[wi] += (double)dy[yi] * x[xi];
+  });
+  const int64_t P = s.OH * s.OW;
+  std::vector<double> yb_ref(ny);
+  for (size_t i = 0; i < ny; ++i) {
+    const int64_t o = (int64_t)(i / P) % O;
+    double v = y_ref[i] + bias[o];
+    yb_ref[i] = v > 0 ? v : 0;
+    db_ref[o] += dy[i];
+  }
+  char base[200];
+  snprintf(base, sizeof base, "%s_N%lldC%lldH%lldW%lldO%lldK%lldx%lld_s%lld,%lld_p%lld,%lld_d%lld,%lld_g%lld", label,
+           (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, (long long)KH, (long long)KW,
+           (long long)sh, (long long)sw, (long long)ph, (long long)pw, (long long)dh, (long long)dw, (long long)groups);
+
+  auto check = [&](const char* pass, size_t n_out, const std::vector<double>& ref, ConvPass cp,
+                   const std::function<void(float*, int, int, void*)>& f) {
+    std::vector<float> first;
+    bool same = true;
+    double err = 0;
+    for (int nparts = 1; nparts <= 3; ++nparts) {
+      std::vector<float> out(n_out, NAN);  // outputs are fully written, never read
+      run_parts(nparts, cp == CONV_GRAD_BIAS ? 0 : conv2d_scratch_bytes(s, cp),
+                [&](int p, int np, void* ws) { f(out.data(), p, np, ws); });
+      err = std::max(err, rel_err(out, ref));
+      if (nparts == 1) first = out;
+      else if (memcmp(first.data(), out.data(), out.size() * 4) != 0) same = false;
+    }
+    report(pass, base, err, same);
+  };
+  check("conv_fwd", ny, y_ref, CONV_FORWARD, [&](float* out, int p, int np, void* ws) {
+    conv2d_forward_part(s, x.data(), w.data(), nullptr, false, out, p, np, ws);
+  });
+  check("conv_fwd_bias_relu", ny, yb_ref, CONV_FORWARD, [&](float* out, int p, int np, void* ws) {
+    conv2d_forward_part(s, x.data(), w.data(), bias.data(), true, out, p, np, ws);
+  });
+  check("conv_grad_input", nx, dx_ref, CONV_GRAD_INPUT, [&](float* out, int p, int np, void* ws) {
+    conv2d_grad_input_part(s, dy.data(), w.data(), out, p, np, ws);
+  });
+  check("conv_grad_weight", nw, dw_ref, CONV_GRAD_WEIGHT, [&](float* out, int p, int np, void* ws) {
+    conv2d_grad_weight_part(s, dy.data(), x.data(), out, p, np, ws);
+  });
+  check("conv_grad_bias", (size_t)O, db_ref, CONV_GRAD_BIAS, [&](float* out, int p, int np, void*) {
+    conv2d_grad_bias_part(s, dy.data(), out, p, np);
+  });
+}
+
+int main() {
+  // sgemm: every trans combination, odd sizes incl. 1, blocks larger than MC / KC / NC
+  const int64_t sizes[][3] = {{1, 1, 1},  {1, 17, 5},   {7, 1, 3},   {13, 29, 31}, {6, 16, 256}, {6, 16, 1},
+                              {50, 70, 300}, {150, 40, 20}, {5, 2100, 9}, {37, 3, 513}, {2, 2, 0}};
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (auto& sz : sizes) check_gemm(ta, tb, sz[0], sz[1], sz[2], 1.0f, 0.0f, BIAS_NONE, false, 0);
+  // alpha / beta, padded leading dimensions, epilogues
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      check_gemm(ta, tb, 19, 35, 41, 0.5f, 2.0f, BIAS_NONE, false, 3);
+      check_gemm(ta, tb, 19, 35, 300, -1.5f, 1.0f, BIAS_ROW, true, 1);
+      check_gemm(ta, tb, 23, 33, 17, 1.0f, 0.0f, BIAS_COL, false, 2);
+      check_gemm(ta, tb, 23, 48, 270, 1.0f, 0.0f, BIAS_COL, true, 0);
+      check_gemm(ta, tb, 12, 32, 64, 1.0f, 0.0f, BIAS_ROW, false, 0);
+      check_gemm(ta, tb, 9, 10, 11, 0.0f, 0.25f, BIAS_ROW, true, 1);
+      check_gemm(ta, tb, 9, 10, 0, 1.0f, 0.5f, BIAS_COL, false, 0);
+    }
+  // workload-like shapes
+  check_gemm(false, true, 64, 128, 3136, 1.0f, 0.0f, BIAS_COL, true, 0);
+  check_gemm(true, false, 256, 784, 64, 1.0f, 0.0f, BIAS_NONE, false, 0);
+
+  // conv2d: N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups
+  check_conv("basic", 2, 3, 8, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("stride2", 2, 3, 9, 8, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1);
+  check_conv("mixed", 1, 2, 7, 11, 3, 5, 3, 1, 2, 2, 0, 1, 1, 1);
+  check_conv("dilation2", 2, 3, 10, 10, 4, 3, 3, 1, 1, 2, 2, 2, 2, 1);
+  check_conv("dil_stride", 2, 2, 13, 12, 3, 3, 2, 2, 3, 1, 2, 2, 3, 1);
+  check_conv("groups2", 2, 4, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2);
+  check_conv("depthwise", 2, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 4);
+  check_conv("depthwise_x2", 3, 4, 7, 6, 8, 3, 3, 2, 1, 1, 1, 1, 1, 4);
+  check_conv("one_channel", 3, 1, 28, 28, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("pointwise", 2, 6, 5, 7, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1);
+  check_conv("pointwise_g2", 2, 6, 5, 7, 4, 1, 1, 1, 1, 0, 0, 1, 1, 2);
+  check_conv("pointwise_s2", 2, 4, 7, 7, 3, 1, 1, 2, 2, 0, 0, 1, 1, 1);
+  check_conv("pad_only_rows", 1, 2, 4, 4, 2, 1, 1, 1, 1, 2, 2, 1, 1, 1);
+  check_conv("valid_1x1out", 2, 3, 3, 3, 5, 3, 3, 1, 1, 0, 0, 1, 1, 1);
+  check_conv("chunked", 1, 64, 20, 20, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("chunked_g2", 2, 16, 40, 40, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2);
+  check_conv("batch1", 1, 3, 6, 6, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  printf("DONE %d\n", g_cases);
+  return 0;
+}

@@ -1,0 +1,113 @@
+/**
+ * The fuzz oracle: runs one mutated spec through the front end (and, when it is accepted,
+ * through buildPrograms) and classifies the outcome.
+ *
+ * Consumes: a FuzzCase (tools/fuzz/mutate.ts) and the file name it pretends to be.
+ * Produces: accepted | rejected | failure. The contract checked:
+ *   - accepted: checkSource returned a CheckedModel (and buildPrograms either built the programs
+ *     or threw a UserError);
+ *   - rejected: a UserError whose first line is `<file>:<line>:<col>: error: <message>`;
+ *   - failure: anything else: another exception type (TypeError, RangeError from a stack
+ *     overflow, an `internal:` Error), a UserError without a location, or a case slower than
+ *     the time limit (2 s).
+ * Decoding is what checkFile does (`readFileSync(path, 'utf8')`: invalid UTF-8 becomes U+FFFD).
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { checkSource } from '../../compiler/check/index.js';
+import { UserError } from '../../compiler/errors.js';
+import { buildPrograms } from '../../compiler/ir/programs.js';
+import type { FuzzCase } from './mutate.js';
+
+export const TIME_LIMIT_MS = 2000;
+
+export interface CaseResult {
+  index: number;
+  outcome: 'accepted' | 'rejected' | 'failure';
+  ms: number;
+  /** for failures: what went wrong; for rejections: the first diagnostic line */
+  detail: string;
+  mutations: string[];
+  seedFile: string;
+}
+
+/** the seed specs: every example spec plus the fuzz seeds under test/fixtures/reliability/seeds (sorted, so case numbers are stable for a tree) */
+export function loadSeeds(root = process.cwd()): { files: string[]; texts: string[] } {
+  const dirs = ['specs', 'test/fixtures/reliability/seeds', 'test/fixtures/train', 'bench'];
+  const files: string[] = [];
+  for (const d of dirs) {
+    const abs = path.join(root, d);
+    if (!fs.existsSync(abs)) continue;
+    for (const f of fs.readdirSync(abs).sort()) if (f.endsWith('.model')) files.push(path.join(d, f));
+  }
+  return { files, texts: files.map((f) => fs.readFileSync(path.join(root, f), 'utf8')) };
+}
+
+function escapeRe(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+function describeError(e: unknown): string {
+  const err = e as Error;
+  const name = err?.constructor?.name ?? typeof e;
+  const frame = (err?.stack ?? '').split('\n').find((l) => l.trim().startsWith('at ')) ?? '';
+  return `${name}: ${String(err?.message ?? e).split('\n')[0].slice(0, 300)} ${frame.trim()}`;
+}
+
+export interface RunOptions {
+  /** also build the programs of accepted specs (default true) */
+  programs?: boolean;
+  timeLimitMs?: number;
+}
+
+export function runCase(c: FuzzCase, seedFile: string, opts: RunOptions = {}): CaseResult {
+  const file = seedFile;
+  const text = Buffer.from(c.bytes).toString('utf8');
+  const limit = opts.timeLimitMs ?? TIME_LIMIT_MS;
+  const t0 = performance.now();
+  const base = { index: c.index, mutations: c.mutations, seedFile };
+  let outcome: CaseResult['outcome'];
+  let detail = '';
+  try {
+    const model = checkSource(text, file);
+    outcome = 'accepted';
+    if (opts.programs !== false) {
+      try {
+        const batch = Math.min(model.train.batch, 64);
+        buildPrograms(model, { batch, evalTail: batch > 1 ? batch - 1 : undefined });
+      } catch (e) {
+        if (!(e instanceof UserError)) {
+          outcome = 'failure';
+          detail = `buildPrograms of an accepted spec threw ${describeError(e)}`;
+        }
+      }
+    }
+  } catch (e) {
+    if (e instanceof UserError) {
+      const first = e.message.split('\n')[0];
+      const re = new RegExp(`^${escapeRe(file)}:\\d+:\\d+: error: \\S`);
+      if (re.test(first)) {
+        outcome = 'rejected';
+        detail = first.slice(0, 300);
+      } else {
+        outcome = 'failure';
+        detail = `UserError without a 'path:line:col: error:' location: ${first.slice(0, 300)}`;
+      }
+    } else {
+      outcome = 'failure';
+      detail = describeError(e);
+    }
+  }
+  const ms = performance.now() - t0;
+  if (ms > limit && outcome !== 'failure') {
+    outcome = 'failure';
+    detail = `took ${ms.toFixed(0)} ms (limit ${limit} ms)${detail ? `; ${detail}` : ''}`;
+  }
+  return { ...base, outcome, ms, detail };
+}
+
+/** a short, printable preview of a case's input for reports */
+export function preview(bytes: Uint8Array, max = 160): string {
+  const s = Buffer.from(bytes).toString('utf8');
+  return JSON.stringify(s.length > max ? s.slice(0, max) + `...(${s.length} chars)` : s);
+}
