@@ -1,7 +1,120 @@
+/**
+ * `mpsc build SPEC [-o DIR] [--target cpu|metal|all] [--batch N] [--threads N] [--cxxflags FLAGS]`
+ *
+ * Writes the generated sources and CMake project to DIR (default build/<model>): DIR/cpu is a
+ * complete CMake project (the node addon via cmake-js, and `<target>_embed`, a static library
+ * of the model + host runtime for embedding without Node); DIR/metal holds the Metal
+ * backend's sources (target metal|all). Compiles what this machine can run (the CPU module,
+ * into the build cache that `mpsc train` uses), then prints where everything went and a
+ * short report: kernels, buffers, planned memory.
+ */
 import type { Command } from 'commander';
-// placeholder until the 'build' command lands (owned by its issue's helper)
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { checkFile } from '../compiler/check/index.js';
+import { generateCpuModel, programList } from '../compiler/codegen-cpu/emit_program.js';
+import { UserError } from '../compiler/errors.js';
+import { type ProgramSet } from '../compiler/ir/graph.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
+import { cpuInputsKey } from '../runtime/native/native_session.js';
+
+interface BuildOpts {
+  output?: string;
+  target: string;
+  batch?: string;
+  threads?: string;
+  cxxflags?: string;
+  compile: boolean;
+}
+
+const TARGETS = ['cpu', 'metal', 'all'];
+
+function positiveInt(v: string | undefined, flag: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new UserError(`error: ${flag} must be a positive integer, got '${v}'`);
+  return n;
+}
+
+function mib(bytes: number): string {
+  return bytes >= 1 << 20 ? `${(bytes / (1 << 20)).toFixed(2)} MiB` : `${(bytes / 1024).toFixed(1)} KiB`;
+}
+
+async function writeMetal(programs: ProgramSet, dir: string, log: (s: string) => void): Promise<void> {
+  // specifier in a variable: the Metal generator is another part of mpsc and may be absent
+  const spec = '../compiler/codegen-metal/index.js';
+  let mod: { generateMetalProject?: (p: ProgramSet, outDir: string) => { files: string[]; warnings: string[] } };
+  try {
+    mod = await import(spec);
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') throw new UserError('error: this mpsc has no Metal code generator (compiler/codegen-metal); use --target cpu');
+    throw e;
+  }
+  if (typeof mod.generateMetalProject !== 'function') throw new UserError('error: the Metal code generator is not available in this build of mpsc; use --target cpu');
+  const r = mod.generateMetalProject(programs, dir);
+  log(`metal: ${r.files.length} files in ${dir}`);
+  for (const w of r.warnings) log(`  warning: ${w}`);
+  if (process.platform === 'darwin' && process.arch === 'arm64') log('  compile and run them with: mpsc train SPEC --device metal');
+  else log(`  (this machine is ${process.platform}/${process.arch}: Metal needs macOS on Apple silicon; test the kernels here with --device metal-emu)`);
+}
+
 export function register(program: Command): void {
-  program.command('build').description('(build: not implemented yet)').action(() => {
-    throw new Error('build is not implemented yet');
-  });
+  program
+    .command('build')
+    .description('generate and compile the kernels and host runtime for a .model spec, and report kernels and memory')
+    .argument('<spec>', 'path to a .model file')
+    .option('-o, --output <dir>', 'output folder (default: build/<model>)')
+    .option('--target <target>', 'cpu | metal | all', 'cpu')
+    .option('--batch <n>', "batch size to compile for (default: the spec's train { batch })")
+    .option('--threads <n>', 'threads the CPU module will use by default (report only; mpsc train takes --threads)')
+    .option('--cxxflags <flags>', 'C++ compiler flags (default: $MPSC_CXXFLAGS or "-O3 -march=native")')
+    .option('--no-compile', 'only write the sources, do not compile')
+    .action(async (spec: string, opts: BuildOpts) => {
+      if (!TARGETS.includes(opts.target)) throw new UserError(`error: unknown --target '${opts.target}'\n  help: use one of ${TARGETS.join(', ')}`);
+      const batch = positiveInt(opts.batch, '--batch');
+      positiveInt(opts.threads, '--threads');
+      const model = checkFile(spec);
+      const programs = buildPrograms(model, { batch: batch ?? model.train.batch });
+      const outDir = path.resolve(opts.output ?? path.join('build', model.name));
+      const log = (s: string) => process.stdout.write(s + '\n');
+      fs.mkdirSync(outDir, { recursive: true });
+      log(`model ${model.name} (${spec}), batch ${programs.train_step.batch}`);
+
+      if (opts.target === 'cpu' || opts.target === 'all') {
+        const cxxflags = resolveCxxflags(opts.cxxflags);
+        const gen = generateCpuModel(programs);
+        const cpuDir = path.join(outDir, 'cpu');
+        const target = `mpsc_${model.name.replace(/[^A-Za-z0-9_]/g, '_')}`;
+        const files = writeCmakeProject(cpuDir, gen.files, cxxflags, target);
+        log(`cpu: ${files.length} files in ${cpuDir} (CMake targets ${target}, ${target}_embed; flags ${cxxflags})`);
+        if (opts.compile) {
+          const built = await buildAddon({
+            files: gen.files, inputsKey: cpuInputsKey(programs), cxxflags,
+            onProgress: (m) => process.stderr.write(m + '\n'),
+          });
+          log(`  module: ${built.modulePath} (${built.cached ? 'cached' : 'built'})`);
+        }
+        log('');
+        log('program        batch  kernels  arena');
+        for (const p of gen.programs) log(`${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${mib(p.arenaBytes)}`);
+        const byKind = new Map<string, { n: number; bytes: number }>();
+        for (const t of gen.tensors) {
+          const e = byKind.get(t.kind) ?? { n: 0, bytes: 0 };
+          e.n++;
+          e.bytes += t.numel * 4;
+          byKind.set(t.kind, e);
+        }
+        log('');
+        log(`persistent buffers: ${gen.tensors.length} (${mib(gen.persistentBytes)})`);
+        for (const [kind, e] of byKind) log(`  ${kind.padEnd(9)} ${String(e.n).padStart(4)}  ${mib(e.bytes)}`);
+        const arena = Math.max(...gen.programs.map((p) => p.arenaBytes));
+        const inputs = Math.max(...programList(programs).map((p) => p.plan?.inputBytes ?? 0));
+        log(`planned memory: arena ${mib(arena)} + persistent ${mib(gen.persistentBytes)} + input batch ${mib(inputs)} = ${mib(arena + gen.persistentBytes + inputs)}`);
+      }
+      if (opts.target === 'metal' || opts.target === 'all') {
+        await writeMetal(programs, path.join(outDir, 'metal'), log);
+      }
+    });
 }

@@ -5,7 +5,9 @@
  * floor(0.8 * n_d) samples go to train and the rest to test; each split concatenates the
  * digits 0..9 in that fixed order (shuffling, when on, happens in the batcher).
  */
+import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
@@ -31,12 +33,74 @@ function digitsDir(): string {
   return path.join(path.dirname(pkg), 'src', 'digits');
 }
 
-/** train = first 80% of each digit's samples, test = the last 20%; digits 0..9 in order. */
-export function loadBundledMnistArrays(): { train: MnistArrays; test: MnistArrays } {
-  const dir = digitsDir();
+const CACHE_VERSION = 'mnist-bundled-v1';
+
+function cacheDir(): string {
+  return process.env.MPSC_CACHE_DIR || path.join(os.homedir(), '.cache', 'mpsc');
+}
+
+/**
+ * Parsing the 22 MB of JSON takes ~0.4 s, so the parsed digits are kept as a binary file in the
+ * mpsc cache folder (keyed by the JSON files' sizes and mtimes): [10 x u32 counts][f32 pixels].
+ * The cache is only an accelerator: any problem with it falls back to the JSON files.
+ */
+function readCache(file: string): Float32Array[] | null {
+  try {
+    const b = fs.readFileSync(file);
+    const ab = (b.byteOffset === 0 && b.byteLength === b.buffer.byteLength ? b.buffer : b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength)) as ArrayBuffer;
+    if (ab.byteLength < 40) return null;
+    const counts = new Uint32Array(ab, 0, 10);
+    let total = 0;
+    for (const c of counts) total += c;
+    if (ab.byteLength !== 40 + total * MNIST_PIXELS * 4) return null;
+    const all = new Float32Array(ab, 40);
+    const out: Float32Array[] = [];
+    let k = 0;
+    for (const c of counts) {
+      out.push(all.subarray(k * MNIST_PIXELS, (k + c) * MNIST_PIXELS));
+      k += c;
+    }
+    return out;
+  } catch {
+    return null;
+  }
+}
+
+function writeCache(file: string, per: Float32Array[]): void {
+  try {
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    const tmp = `${file}.tmp-${process.pid}`;
+    const fd = fs.openSync(tmp, 'w');
+    try {
+      fs.writeSync(fd, new Uint8Array(Uint32Array.from(per.map((a) => a.length / MNIST_PIXELS)).buffer));
+      for (const a of per) fs.writeSync(fd, new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, file);
+  } catch {
+    // a read-only cache folder only costs the JSON parse next time
+  }
+}
+
+function readDigits(dir: string): Float32Array[] {
+  const files = Array.from({ length: 10 }, (_, d) => path.join(dir, `${d}.json`));
+  let key: string | null = null;
+  try {
+    const h = createHash('sha256').update(CACHE_VERSION);
+    for (const f of files) {
+      const st = fs.statSync(f);
+      h.update(`${f}:${st.size}:${st.mtimeMs};`);
+    }
+    key = h.digest('hex').slice(0, 24);
+  } catch {
+    key = null; // a missing file is reported below
+  }
+  const cacheFile = key ? path.join(cacheDir(), `${CACHE_VERSION}-${key}.bin`) : null;
+  const cached = cacheFile ? readCache(cacheFile) : null;
+  if (cached) return cached;
   const per: Float32Array[] = [];
-  for (let d = 0; d < 10; d++) {
-    const file = path.join(dir, `${d}.json`);
+  for (const file of files) {
     let data: unknown;
     try {
       data = (JSON.parse(fs.readFileSync(file, 'utf8')) as { data?: unknown }).data;
@@ -48,6 +112,13 @@ export function loadBundledMnistArrays(): { train: MnistArrays; test: MnistArray
     }
     per.push(Float32Array.from(data as number[]));
   }
+  if (cacheFile) writeCache(cacheFile, per);
+  return per;
+}
+
+/** train = first 80% of each digit's samples, test = the last 20%; digits 0..9 in order. */
+export function loadBundledMnistArrays(): { train: MnistArrays; test: MnistArrays } {
+  const per = readDigits(digitsDir());
   const counts = per.map((a) => a.length / MNIST_PIXELS);
   const trainCounts = counts.map((n) => Math.floor((n * 8) / 10));
   const make = (take: (d: number) => [number, number]): MnistArrays => {

@@ -1,4 +1,5 @@
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -98,6 +99,42 @@ describe('checkpoint files', () => {
     expect(typeof md.tensors_sha256).toBe('string');
     expect(metadataToInfo(readCheckpointFile(f).metadata, f)).toEqual(info(7));
     expect(batchnormLayers(withBn)).toEqual(['bn0']);
+    s.close();
+  });
+
+  it('Python (stdlib json + struct, no mpsc code) reads the same names, shapes, dtypes and values', async () => {
+    const s = await session();
+    const f = path.join(dir, 'py', 'checkpoint-3.safetensors');
+    saveCheckpoint(f, s, withBn, info(3));
+    const py = [
+      'import json, struct, sys',
+      'b = open(sys.argv[1], "rb").read()',
+      'n = struct.unpack("<Q", b[:8])[0]',
+      'h = json.loads(b[8:8 + n])',
+      'd = b[8 + n:]',
+      'out = {}',
+      'ends = 0',
+      'for k, v in h.items():',
+      '    if k == "__metadata__": continue',
+      '    s, e = v["data_offsets"]',
+      '    ends = max(ends, e)',
+      '    fmt = {"F32": "f", "I64": "q"}[v["dtype"]]',
+      '    out[k] = {"dtype": v["dtype"], "shape": v["shape"], "values": list(struct.unpack("<%d%s" % ((e - s) // struct.calcsize(fmt), fmt), d[s:e]))}',
+      'assert ends == len(d), "data block not fully covered"',
+      'print(json.dumps({"tensors": out, "metadata": h["__metadata__"]}))',
+    ].join('\n');
+    const r = spawnSync('python3', ['-c', py, f], { encoding: 'utf8' });
+    if (r.error) return; // no python3 on this machine: the TypeScript parser above still checks the format
+    expect(r.stderr).toBe('');
+    const got = JSON.parse(r.stdout) as { tensors: Record<string, { dtype: string; shape: number[]; values: number[] }>; metadata: Record<string, string> };
+    expect(Object.keys(got.tensors).sort()).toEqual(['bn0.num_batches_tracked', ...s.tensorNames()].sort());
+    for (const n of s.tensorNames()) {
+      expect(got.tensors[n].dtype).toBe('F32');
+      expect(got.tensors[n].shape).toEqual(s.tensorShape(n));
+      expect(got.tensors[n].values).toEqual([...s.read(n)]);
+    }
+    expect(got.tensors['bn0.num_batches_tracked']).toEqual({ dtype: 'I64', shape: [], values: [11] });
+    expect(got.metadata.step).toBe('3');
     s.close();
   });
 

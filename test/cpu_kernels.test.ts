@@ -181,7 +181,21 @@ function optimCases(): Case[] {
   ];
 }
 
-const CASES: Case[] = [...gemmCases(), ...convCases(), ...poolCases(), ...elementwiseCases(), ...softmaxNormCases(), ...gatherLossCases(), ...optimCases()];
+/** large enough to take the multi-threaded paths (element-wise loops split above 32768 elements) */
+function parallelCases(): Case[] {
+  const big = [301, 157];
+  return [
+    { label: 'big_unary', op: 'unary', inputs: [{ shape: big }], outShapes: [big], attrs: { fn: 'gelu' } },
+    { label: 'big_binary', op: 'binary', inputs: [{ shape: big }, { shape: [157] }], outShapes: [big], attrs: { fn: 'add' } },
+    { label: 'big_dropout', op: 'dropout', inputs: [{ shape: big }], outShapes: [big], attrs: { p: 0.1, stream: 3 } },
+    { label: 'big_sum_to', op: 'sum_to', inputs: [{ shape: big }], outShapes: [[157]], attrs: { axes: [0] } },
+    { label: 'big_softmax', op: 'log_softmax', inputs: [{ shape: big }], outShapes: [big], attrs: { axis: 1 } },
+    { label: 'big_adam', op: 'adam_update', inputs: [{ shape: big }, { shape: big }, { shape: big }, { shape: big, lo: 0, hi: 0.1 }, null], outShapes: [], attrs: { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0, decoupled: false } },
+    { label: 'big_matmul', op: 'matmul', inputs: [{ shape: [201, 300] }, { shape: [300, 150] }], outShapes: [[201, 150]], attrs: { transA: false, transB: false } },
+  ];
+}
+
+const CASES: Case[] = [...gemmCases(), ...convCases(), ...poolCases(), ...elementwiseCases(), ...softmaxNormCases(), ...gatherLossCases(), ...optimCases(), ...parallelCases()];
 const SCALARS: StepScalars = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
 
 interface Built {

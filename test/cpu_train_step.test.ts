@@ -11,6 +11,7 @@
  */
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { checkFile, checkSource } from '../compiler/check/index.js';
 import { numel, type Program, type ProgramSet, type StepScalars } from '../compiler/ir/graph.js';
@@ -113,7 +114,7 @@ async function compare(label: string, model: CheckedModel, batch: number, evalTa
   }
 }
 
-const spec = (name: string) => path.join(import.meta.dirname ?? path.dirname(new URL(import.meta.url).pathname), '..', 'specs', name);
+const spec = (name: string) => path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'specs', name);
 
 describe('CPU backend whole train steps vs the reference interpreter (20 steps)', () => {
   it('mnist_mlp (adam)', async () => {

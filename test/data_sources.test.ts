@@ -64,6 +64,10 @@ function expectUserError(f: () => unknown, ...parts: (string | RegExp)[]): void 
   for (const p of parts) expect((err as Error).message).toMatch(p);
 }
 
+function sameBytes(a: Float32Array | Int32Array, b: Float32Array | Int32Array): boolean {
+  return a.length === b.length && Buffer.compare(new Uint8Array(a.buffer, a.byteOffset, a.byteLength), new Uint8Array(b.buffer, b.byteOffset, b.byteLength)) === 0;
+}
+
 describe('bundled MNIST', () => {
   it('splits each digit 80/20 and concatenates digits 0..9 in order', () => {
     const { train, test } = loadBundledMnistArrays();
@@ -87,6 +91,26 @@ describe('bundled MNIST', () => {
     for (const v of train.images) mx = Math.max(mx, v);
     expect(mx).toBeLessThanOrEqual(1);
     expect(mx).toBeGreaterThan(0.9);
+  });
+  it('the binary cache of the parsed digits gives the same arrays as the JSON files', () => {
+    const cache = path.join(dir, 'cache');
+    const old = process.env.MPSC_CACHE_DIR;
+    process.env.MPSC_CACHE_DIR = cache;
+    try {
+      const fromJson = loadBundledMnistArrays();
+      expect(fs.readdirSync(cache).filter((f) => f.startsWith('mnist-bundled-')).length).toBe(1);
+      const fromCache = loadBundledMnistArrays();
+      expect(sameBytes(fromCache.train.images, fromJson.train.images)).toBe(true);
+      expect(sameBytes(fromCache.test.images, fromJson.test.images)).toBe(true);
+      expect(sameBytes(fromCache.train.labels, fromJson.train.labels)).toBe(true);
+      // a damaged cache file is ignored
+      const f = path.join(cache, fs.readdirSync(cache)[0]);
+      fs.truncateSync(f, 1000);
+      expect(sameBytes(loadBundledMnistArrays().test.images, fromJson.test.images)).toBe(true);
+    } finally {
+      if (old === undefined) delete process.env.MPSC_CACHE_DIR;
+      else process.env.MPSC_CACHE_DIR = old;
+    }
   });
   it('maps onto the spec inputs by role and validates', () => {
     const m = mnistModel(null);

@@ -101,6 +101,8 @@ describe('robustness: bad input only ever raises UserError', () => {
     'input x: f32[N, 99999, 99999, 99999]\nnetwork { y = x -> relu }',
     'block a() { in x\n out x -> a }\nnetwork { y = image -> a }',
     'network { repeat 999999999 { h = h } }',
+    'input image: f32[N, 4]\ninput label: i32[N]\nnetwork { repeat 100000 { repeat 100000 { } } }',
+    'input image: f32[N, 4]\ninput label: i32[N]\nnetwork { h = image\n repeat 100000 { repeat 100000 { h = h -> relu } } }',
   ];
   for (const s of samples) {
     it(`rejects ${JSON.stringify(s.slice(0, 30))}${s.length > 30 ? '...' : ''}`, () => {

@@ -59,13 +59,15 @@ export function reference(c: OpCase, scalars: StepScalars): Map<number, Float64A
 
 export interface EmuBuild { exe: string; art: MetalArtifacts }
 
-export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFallback?: CpuFallbackEmitter, model = 'metal_test'): EmuBuild {
+/** `mutate` may edit the artifacts (library text, plans) before the emulator sources are made: used to break kernels on purpose. */
+export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFallback?: CpuFallbackEmitter, model = 'metal_test', mutate?: (a: MetalArtifacts) => void): EmuBuild {
   const art = buildMetal(programs, model, opts);
+  mutate?.(art);
   const files = metalEmuSources(art, cpuFallback);
   const h = crypto.createHash('sha256');
   for (const [k, v] of Object.entries(files).sort()) h.update(k).update('\0').update(v).update('\0');
-  for (const f of ['emu_fiber.h', 'emu_dispatch.h', 'metal_compat.h', 'metal_compat_end.h', 'emu_test_main.cc']) h.update(fs.readFileSync(path.join(EMU, f)));
-  for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) h.update(fs.readFileSync(path.join(CPP, f)));
+  for (const f of ['emu_fiber.h', 'emu_dispatch.h', 'metal_compat.h', 'metal_compat_end.h', 'emu_test_main.cc']) h.update(fs.readFileSync(path.join(EMU, f), 'utf8'));
+  for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) h.update(fs.readFileSync(path.join(CPP, f), 'utf8'));
   const dir = path.join(os.tmpdir(), 'mpsc-metal-emu-test', h.digest('hex').slice(0, 16));
   const exe = path.join(dir, 'emu_test');
   if (!fs.existsSync(exe)) {
@@ -98,7 +100,7 @@ export function runEmu(b: EmuBuild, writes: { tensor: number; data: Float32Array
   }
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-emu-run-'));
   try {
-    fs.writeFileSync(path.join(dir, 'in'), Buffer.concat(parts));
+    fs.writeFileSync(path.join(dir, 'in'), Buffer.concat(parts as unknown as Uint8Array[]) as unknown as Uint8Array);
     execFileSync(b.exe, [path.join(dir, 'in'), path.join(dir, 'out')], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
     const o = fs.readFileSync(path.join(dir, 'out'));
     let at = 0;
@@ -109,11 +111,11 @@ export function runEmu(b: EmuBuild, writes: { tensor: number; data: Float32Array
       const outputs: number[] = [];
       for (let i = 0; i < no; i++) { outputs.push(o.readDoubleLE(at)); at += 8; }
       const ab = Number(o.readBigUInt64LE(at)); at += 8;
-      const arena = Buffer.from(o.subarray(at, at + ab)); at += ab;
+      const arena = o.subarray(at, at + ab); at += ab;
       return { ok: true, outputs, arena };
     });
     const pb = Number(o.readBigUInt64LE(at)); at += 8;
-    return { results, persistent: Buffer.from(o.subarray(at, at + pb)) };
+    return { results, persistent: o.subarray(at, at + pb) };
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }

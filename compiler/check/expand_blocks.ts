@@ -19,6 +19,8 @@ import { MAX_INT } from '../parser/to_ast.js';
 export const MAX_LAYERS = 200_000;
 export const MAX_BLOCK_DEPTH = 32;
 export const MAX_REPEAT = 100_000;
+/** statements executed while expanding (repeat bodies count once per iteration) */
+export const MAX_STEPS = 2_000_000;
 
 export interface FlatInput {
   name: string;
@@ -72,6 +74,7 @@ export class Expander {
   readonly paths = new Map<string, A.Loc>();
   /** inputs whose declaration failed: known names (no 'undefined name' cascade) without a value */
   readonly badInputs = new Set<string>();
+  private steps = 0;
   constructor(readonly diags: Diagnostic[]) {}
 
   err(loc: A.Loc, message: string, hint?: string): null {
@@ -179,6 +182,10 @@ export class Expander {
   exec(body: A.Stmt[], scope: Scope, inBlock: boolean): { out: Val | null; found: boolean } {
     let result: { out: Val | null; found: boolean } = { out: null, found: false };
     for (const s of body) {
+      if (++this.steps > MAX_STEPS) {
+        this.err(s.loc, `the network takes more than ${MAX_STEPS} statements to expand`, "lower a 'repeat' count");
+        throw new Abort();
+      }
       switch (s.kind) {
         case 'in':
           if (!inBlock) this.err(s.loc, "'in' is only allowed inside a block", "the network's inputs are the 'input' lines");
@@ -215,9 +222,11 @@ export class Expander {
             this.err(s.count.loc, `repeat count must be an integer in [0, ${MAX_REPEAT}], got ${describeVal(c)}`);
             break;
           }
+          const errorsBefore = this.diags.length;
           for (let i = 0; i < c.v; i++) {
             const r = this.exec(s.body, scope, inBlock);
             if (r.found) result = r;
+            if (this.diags.length > errorsBefore) break; // the next iterations would repeat the same errors
           }
           break;
         }
@@ -398,6 +407,7 @@ export class Expander {
   /** Paths of losses and metrics: `loss`; a metric's `as` name or its type. */
   private headPath(def: LayerDef, alias: A.Ident | undefined, loc: A.Loc): string | null {
     const path = def.role === 'loss' ? 'loss' : (alias?.name ?? def.name);
+    if (this.inputs.some((i) => i.name === path)) return this.err(alias?.loc ?? loc, `metric name '${path}' is also an input name`, "name the metric with 'as'");
     if (this.paths.has(path)) {
       const p = this.paths.get(path)!;
       return this.err(alias?.loc ?? loc, `duplicate metric name '${path}'`, `'${path}' is first used at ${p.line}:${p.col}; name this one with 'as'`);

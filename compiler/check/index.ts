@@ -4,7 +4,7 @@
  * any error throws a UserError carrying all of them.
  */
 import { createHash } from 'node:crypto';
-import { readFileSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import * as nodePath from 'node:path';
 import { UserError } from '../errors.js';
 import type { CheckedModel } from '../model.js';
@@ -83,27 +83,19 @@ export function checkFile(path: string): CheckedModel {
   } catch (e) {
     if (e instanceof UserError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
-    let hint = '';
     if (code === 'ENOENT') {
-      const dir = nodePath.dirname(path);
-      try {
-        const s = suggestion(nodePath.basename(path), (require_readdir(dir) ?? []).filter((f) => f.endsWith('.model')));
-        if (s) hint = `\n  hint: ${s}`;
-      } catch {
-        /* no suggestion */
-      }
-      throw new UserError(`${path}: no such file${hint}`);
+      const hint = suggestion(nodePath.basename(path), listModels(nodePath.dirname(path)));
+      throw new UserError(`${path}: no such file${hint ? `\n  hint: ${hint}` : ''}`);
     }
     throw new UserError(`${path}: cannot read the file (${code ?? (e as Error).message})`);
   }
   return checkSource(text, path);
 }
 
-import { readdirSync } from 'node:fs';
-function require_readdir(dir: string): string[] | null {
+function listModels(dir: string): string[] {
   try {
-    return readdirSync(dir);
+    return readdirSync(dir).filter((f) => f.endsWith('.model'));
   } catch {
-    return null;
+    return [];
   }
 }

@@ -8,6 +8,7 @@
 import type { MetalArtifacts } from './index.js';
 import { cString } from './msl_text.js';
 import { render } from './templates.js';
+import { cpuFallbackFunction } from './cpu_fallback.js';
 
 function rawString(s: string): string {
   let delim = 'MSL';
@@ -20,9 +21,11 @@ function rawString(s: string): string {
 
 export function bridgeHostSource(a: MetalArtifacts): string {
   const kinds: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE', optstate: 'MPSC_OPTSTATE', gradacc: 'MPSC_GRADACC' };
+  let fallback = '';
   const programs = a.programs.map((p, pi) => {
     const id = `p${pi}`;
     const steps = p.plan.steps.map((s, si) => ({
+      cpuFn: s.kind === 'cpu' ? ((fallback += cpuFallbackFunction(p.lowered, s.node, `mfb_${id}_${si}`) + '\n'), `mfb_${id}_${si}`) : 'nullptr',
       bindName: `mb_${id}_${si}`,
       binds: s.bindings.map((b) => ({
         region: b.region === 'arena' ? 0 : b.region === 'persistent' ? 1 : 2, slot: b.slot, offset: b.offset, bytes: b.bytes,
@@ -53,6 +56,7 @@ export function bridgeHostSource(a: MetalArtifacts): string {
     };
   });
   return render('bridge_plan', {
+    fallback,
     modelName: cString(a.model), programs, nprograms: programs.length, persistentBytes: a.table.bytes, ntensors: a.table.tensors.length,
     tensors: a.table.tensors.map((t) => ({ cname: cString(t.name), dtype: t.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32', kind: kinds[t.kind] ?? 'MPSC_STATE',
       rank: t.shape.length, shape: t.shape.length ? t.shape.join(', ') : '0', numel: t.shape.reduce((x, y) => x * y, 1), offset: t.offset })),

@@ -71,6 +71,7 @@ export function metalEmuSources(a: MetalArtifacts, cpuFallback: CpuFallbackEmitt
 }
 
 const BRIDGE_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../runtime/metal-bridge');
+const RUNTIME_CPP = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../runtime/cpp');
 
 export function generateMetalProject(programs: ProgramSet, outDir: string, opts: { fallbackOps?: string[]; noFallback?: boolean } = {}): { files: string[]; warnings: string[] } {
   const a = buildMetal(programsOf(programs), programs.model, opts);
@@ -89,5 +90,9 @@ export function generateMetalProject(programs: ProgramSet, outDir: string, opts:
   for (const f of fs.readdirSync(BRIDGE_DIR)) {
     if (/\.(mm|h|txt|md)$/.test(f)) write(path.join('bridge', f), fs.readFileSync(path.join(BRIDGE_DIR, f), 'utf8'));
   }
+  // the shared host runtime (model ABI, runtime, Node binding) and the CPU kernels used by fallback steps
+  for (const f of ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc', 'binding.cc'])
+    write(path.join('bridge', f), fs.readFileSync(path.join(RUNTIME_CPP, f), 'utf8'));
+  write(path.join('bridge', 'mpsc_kernels.hpp'), kernelsHeader());
   return { files, warnings: a.warnings };
 }

@@ -31,7 +31,7 @@ export function kernelSource(k: KernelSpec, v: KernelVariant, what: string): str
     tgmem: v.tgmem > 0,
     builtins: builtinsOf(v.body),
     body: v.body.replace(/\n+$/, ''),
-  });
+  }).replace(/\n+$/, '');
 }
 
 export function librarySource(lp: LoweredProgram, model: string): string {

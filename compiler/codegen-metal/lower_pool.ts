@@ -37,9 +37,9 @@ export function lowerPool(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null
   if (fwd) {
     const body =
       `${I}const uint ow = i % ${u32(OW)}, oh = (i / ${u32(OW)}) % ${u32(OH)}, p = i / ${u32(OH * OW)};\n` +
-      (isMax ? `${I}float best = -INFINITY;\n${I}bool any = false;\n` : `${I}float s = 0.0f;\n`) +
+      (isMax ? `${I}float best = -INFINITY;\n${I}bool seen = false;\n` : `${I}float s = 0.0f;\n`) +
       scan(isMax
-        ? `${I}    const float v = x[(p * ${u32(H)} + uint(ih)) * ${u32(W)} + uint(iw)];\n${I}    if (!any || v > best) { best = v; any = true; }\n`
+        ? `${I}    const float v = x[(p * ${u32(H)} + uint(ih)) * ${u32(W)} + uint(iw)];\n${I}    if (!seen || v > best) { best = v; seen = true; }\n`
         : `${I}    s += x[(p * ${u32(H)} + uint(ih)) * ${u32(W)} + uint(iw)];\n`) +
       (isMax ? `${I}y[i] = best;\n` : `${I}y[i] = s / ${f32(KH * KW)};\n`);
     return [elementwise(ctx, g, n, [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')], xs[0] * xs[1] * OH * OW, body)];

@@ -6,7 +6,9 @@
  * Consumes: generated source files (relative path -> text), the shared host runtime
  *           (runtime/cpp: mpsc_model.h, mpsc_parallel.hpp, mpsc_runtime.cc, binding.cc), flags.
  * Produces: `<cacheRoot>/<key>/mpsc_<key16>.node` where key = sha256(generated sources +
- *           runtime sources + flags + compiler version + Node-API version).
+ *           runtime sources + flags + compiler version + Node-API version). Callers may pass
+ *           `inputsKey` (a digest of what the generated sources are a pure function of) instead
+ *           of the sources, so a cache hit skips code generation entirely.
  *
  * Cache protocol (safe for concurrent builders of the same key):
  *   1. if `<root>/<key>/<module>` exists, use it (the folder only ever appears complete);
@@ -32,8 +34,17 @@ export const DEFAULT_CXXFLAGS = '-O3 -march=native';
 const NAPI_VERSION = 8;
 
 export interface BuildAddonOptions {
-  /** generated files, path relative to the project's src/ folder -> contents; `.cc`/`.cpp` files are compiled */
-  files: Record<string, string>;
+  /**
+   * generated files, path relative to the project's src/ folder -> contents; `.cc`/`.cpp` files are
+   * compiled. A function is called only when the cache misses (then `inputsKey` is required).
+   */
+  files: Record<string, string> | (() => Record<string, string>);
+  /**
+   * Optional: a digest of everything the generated files are a pure function of (e.g. the
+   * ProgramSet JSON + the generator's own sources, see sourcesDigest). When given, it replaces the
+   * generated sources in the cache key, so a warm cache needs no code generation at all.
+   */
+  inputsKey?: string;
   /** compiler flags (default: $MPSC_CXXFLAGS, else `-O3 -march=native`) */
   cxxflags?: string;
   /** cache root (default: $MPSC_CACHE_DIR, else ~/.cache/mpsc) */
@@ -90,20 +101,39 @@ function napiIncludeDir(): string {
   return path.dirname(require.resolve('node-addon-api/package.json'));
 }
 
-/** the cache key of a build */
-export function addonKey(files: Record<string, string>, cxxflags: string): string {
+/** sha256 over the contents of files / folders (recursively, sorted): e.g. a code generator's sources */
+export function sourcesDigest(paths: string[]): string {
+  const h = createHash('sha256');
+  const visit = (p: string) => {
+    const st = fs.statSync(p);
+    if (st.isDirectory()) {
+      for (const f of fs.readdirSync(p).sort()) visit(path.join(p, f));
+    } else {
+      h.update(`${p}\0${st.size}\0`);
+      h.update(fs.readFileSync(p, "utf8"));
+    }
+  };
+  for (const p of paths) visit(p);
+  return h.digest('hex');
+}
+
+/** the cache key of a build: generated files, or (when given) the digest of their inputs */
+export function addonKey(files: Record<string, string> | string, cxxflags: string): string {
   const h = createHash('sha256');
   const add = (label: string, text: string) => {
     h.update(`${label}\0${Buffer.byteLength(text)}\0`);
     h.update(text);
   };
   add('cxxflags', cxxflags);
+  // -march=native code is only valid on this kind of CPU (a cache folder may be shared)
+  if (/-march=native|-mcpu=native|-mtune=native/.test(cxxflags)) add('cpu', `${process.arch} ${os.cpus()[0]?.model ?? 'unknown'}`);
   add('compiler', compilerVersion());
   add('napi', String(NAPI_VERSION));
   add('node-addon-api', fs.readFileSync(path.join(napiIncludeDir(), 'package.json'), 'utf8'));
   const rt = runtimeSources();
   for (const f of Object.keys(rt).sort()) add(`runtime/${f}`, rt[f]);
-  for (const f of Object.keys(files).sort()) add(`src/${f}`, files[f]);
+  if (typeof files === 'string') add('inputs', files);
+  else for (const f of Object.keys(files).sort()) add(`src/${f}`, files[f]);
   return h.digest('hex');
 }
 
@@ -189,21 +219,37 @@ export async function runCmakeJs(projectDir: string, target: string, jobs: numbe
   return mod;
 }
 
+/** removes temporary build folders left by builds that died more than a day ago */
+function removeStaleTemps(root: string): void {
+  const dayAgo = Date.now() - 24 * 3600 * 1000;
+  for (const e of fs.readdirSync(root)) {
+    if (!e.startsWith('tmp-')) continue;
+    try {
+      if (fs.statSync(path.join(root, e)).mtimeMs < dayAgo) fs.rmSync(path.join(root, e), { recursive: true, force: true });
+    } catch {
+      // another process removed or renamed it meanwhile
+    }
+  }
+}
+
 /** Builds (or finds in the cache) the addon for these generated sources. */
 export async function buildAddon(opts: BuildAddonOptions): Promise<BuiltAddon> {
   const cxxflags = resolveCxxflags(opts.cxxflags);
   const root = opts.cacheDir ?? defaultCacheDir();
-  const key = addonKey(opts.files, cxxflags);
+  if (typeof opts.files === 'function' && opts.inputsKey === undefined) throw new Error('internal: buildAddon: lazy files need an inputsKey');
+  const key = addonKey(opts.inputsKey ?? (opts.files as Record<string, string>), cxxflags);
   const target = `mpsc_${key.slice(0, 16)}`;
   const finalDir = path.join(root, key);
   const finalModule = path.join(finalDir, `${target}.node`);
   if (fs.existsSync(finalModule)) return { key, dir: finalDir, modulePath: finalModule, cached: true };
 
   fs.mkdirSync(root, { recursive: true });
+  removeStaleTemps(root);
   const tmp = path.join(root, `tmp-${key.slice(0, 16)}-${process.pid}-${randomBytes(4).toString('hex')}`);
   fs.mkdirSync(tmp, { recursive: true });
   try {
-    writeCmakeProject(tmp, opts.files, cxxflags, target);
+    const files = typeof opts.files === 'function' ? opts.files() : opts.files;
+    writeCmakeProject(tmp, files, cxxflags, target);
     const built = await runCmakeJs(tmp, target, opts.jobs ?? Math.max(1, os.cpus().length), opts.onProgress);
     fs.copyFileSync(built, path.join(tmp, `${target}.node`));
     fs.rmSync(path.join(tmp, 'build'), { recursive: true, force: true });

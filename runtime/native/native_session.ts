@@ -7,10 +7,13 @@
  * program and input in the host's terms, and compares the module's descriptor table with
  * the ProgramSet (a mismatch means a stale or foreign module: a bug, not a user error).
  */
+import { createHash } from 'node:crypto';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { ProgramName, ProgramSet, StepScalars } from '../../compiler/ir/graph.js';
 import { generateCpuModel } from '../../compiler/codegen-cpu/emit_program.js';
 import type { Batch, Session } from '../session.js';
-import { buildAddon, loadAddon } from './build.js';
+import { buildAddon, loadAddon, sourcesDigest } from './build.js';
 
 export interface AddonTensor {
   name: string;
@@ -94,10 +97,29 @@ export interface CpuSessionOptions {
   onProgress?: (msg: string) => void;
 }
 
-/** Generates the CPU model for these programs, builds it (or reuses the cache) and opens a session. */
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+/** what the generated CPU sources are a pure function of, besides the ProgramSet */
+const GENERATOR_SOURCES = [path.resolve(HERE, '../../compiler/codegen-cpu'), path.resolve(HERE, '../../compiler/ir/philox.ts')];
+let generatorDigest: string | undefined;
+
+/** digest of the CPU generator's inputs: the ProgramSet (plain data) and the generator's sources */
+export function cpuInputsKey(programs: ProgramSet): string {
+  generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
+  return createHash('sha256').update(generatorDigest).update('\0').update(JSON.stringify(programs)).digest('hex');
+}
+
+/**
+ * Generates the CPU model for these programs, builds it (or reuses the cache) and opens a
+ * session. A warm cache skips code generation (the key digests the generator's inputs).
+ */
 export async function createCpuSession(programs: ProgramSet, opts: CpuSessionOptions = {}): Promise<Session> {
-  const gen = generateCpuModel(programs);
-  const built = await buildAddon({ files: gen.files, cxxflags: opts.cxxflags, cacheDir: opts.cacheDir, onProgress: opts.onProgress });
+  const built = await buildAddon({
+    files: () => generateCpuModel(programs).files,
+    inputsKey: cpuInputsKey(programs),
+    cxxflags: opts.cxxflags,
+    cacheDir: opts.cacheDir,
+    onProgress: opts.onProgress,
+  });
   opts.onProgress?.(built.cached ? `using cached CPU build ${built.dir}` : `built CPU model into ${built.dir}`);
   return createNativeSession(built.modulePath, programs, 'cpu', opts.threads);
 }

@@ -241,6 +241,7 @@ int main() {
   check_conv("chunked", 1, 64, 20, 20, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   check_conv("chunked_g2", 2, 16, 40, 40, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2);
   check_conv("batch1", 1, 3, 6, 6, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("wide_out", 2, 32, 6, 7, 150, 3, 3, 1, 1, 1, 1, 1, 1, 1);  // O > MC, Kd > KC
   printf("DONE %d\n", g_cases);
   return 0;
 }

@@ -84,19 +84,37 @@ inline void pack_b(bool tB, const float* B, int64_t ldb, int64_t k0, int64_t kc,
   }
 }
 
-/** C[mr x nr] (+)= packed A panel (MR x kc) * packed B panel (kc x NR) */
+typedef float v8f __attribute__((vector_size(32)));
+
+inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/** C[mr x nr] (+)= packed A panel (MR x kc) * packed B panel (kc x NR); 12 vector accumulators (GCC/Clang vector extensions) */
 inline void micro(int64_t kc, const float* __restrict pa, const float* __restrict pb, float* C, int64_t ldc, int64_t mr, int64_t nr, bool acc_into) {
-  float acc[MR][NR];
-  for (int64_t r = 0; r < MR; r++)
-    for (int64_t c = 0; c < NR; c++) acc[r][c] = 0.0f;
+  static_assert(MR == 6 && NR == 16, "micro-kernel is written for 6x16");
+  v8f c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {}, c40 = {}, c41 = {}, c50 = {}, c51 = {};
   for (int64_t k = 0; k < kc; k++) {
-    for (int64_t r = 0; r < MR; r++) {
-      const float a = pa[r];
-      for (int64_t c = 0; c < NR; c++) acc[r][c] += a * pb[c];
-    }
+    const v8f b0 = load8(pb), b1 = load8(pb + 8);
+    v8f a;
+    a = v8f{} + pa[0]; c00 += a * b0; c01 += a * b1;
+    a = v8f{} + pa[1]; c10 += a * b0; c11 += a * b1;
+    a = v8f{} + pa[2]; c20 += a * b0; c21 += a * b1;
+    a = v8f{} + pa[3]; c30 += a * b0; c31 += a * b1;
+    a = v8f{} + pa[4]; c40 += a * b0; c41 += a * b1;
+    a = v8f{} + pa[5]; c50 += a * b0; c51 += a * b1;
     pa += MR;
     pb += NR;
   }
+  alignas(32) float acc[MR][NR];
+  std::memcpy(&acc[0][0], &c00, 32); std::memcpy(&acc[0][8], &c01, 32);
+  std::memcpy(&acc[1][0], &c10, 32); std::memcpy(&acc[1][8], &c11, 32);
+  std::memcpy(&acc[2][0], &c20, 32); std::memcpy(&acc[2][8], &c21, 32);
+  std::memcpy(&acc[3][0], &c30, 32); std::memcpy(&acc[3][8], &c31, 32);
+  std::memcpy(&acc[4][0], &c40, 32); std::memcpy(&acc[4][8], &c41, 32);
+  std::memcpy(&acc[5][0], &c50, 32); std::memcpy(&acc[5][8], &c51, 32);
   for (int64_t r = 0; r < mr; r++) {
     float* crow = C + r * ldc;
     if (acc_into) {

@@ -151,6 +151,57 @@ inline void col2im(const Conv2dShape& s, const float* __restrict col, int64_t Kd
   }
 }
 
+/** output-column block of the forward GEMM: a KC x CONV_NC packed B block is 256 KiB (fits L2) */
+constexpr int64_t CONV_NC = 256;
+/** dW-column block (rows p of col) of the grad-weight GEMM */
+constexpr int64_t CONV_NC_W = 512;
+
+/** scatters a row of nc values into row `r` of the NR-column panels of a packed B block (kc rows) */
+inline void scatter_row_to_panels(const float* __restrict row, int64_t nc, int64_t kc, int64_t r, float* __restrict dst) {
+  int64_t jr = 0;
+  for (; jr + NR <= nc; jr += NR) {
+    float* d = dst + jr * kc + r * NR;
+    store8(d, load8(row + jr));
+    store8(d + 8, load8(row + jr + 8));
+  }
+  if (jr < nc) {
+    float* d = dst + jr * kc + r * NR;
+    int64_t c = 0;
+    for (; c < nc - jr; ++c) d[c] = row[jr + c];
+    for (; c < NR; ++c) d[c] = 0.0f;
+  }
+}
+
+/** packed B block for the forward GEMM: rows p in [pc, pc+kc) of col, output columns [jc, jc+nc) */
+inline void im2col_packed(const Conv2dShape& s, const float* xg, int64_t pc, int64_t kc, int64_t jc, int64_t nc,
+                          float* __restrict dst) {
+  float row[CONV_NC > KC ? CONV_NC : KC];
+  for (int64_t p = pc; p < pc + kc; ++p) {
+    im2col(s, xg, p, p + 1, jc, jc + nc, row);
+    scatter_row_to_panels(row, nc, kc, p - pc, dst);
+  }
+}
+
+/**
+ * packed B block for the grad-weight GEMM (op(B) = col^T): K index = output column j in [pc, pc+kc),
+ * N index = row p in [jc, jc+nc): panel column (p - jc) % NR holds row p of col.
+ */
+inline void im2col_packed_t(const Conv2dShape& s, const float* xg, int64_t pc, int64_t kc, int64_t jc, int64_t nc,
+                            float* __restrict dst) {
+  float row[KC];
+  for (int64_t p = jc; p < jc + nc; ++p) {
+    im2col(s, xg, p, p + 1, pc, pc + kc, row);
+    float* d = dst + (p - jc) / NR * NR * kc + (p - jc) % NR;
+    for (int64_t k = 0; k < kc; ++k) d[k * NR] = row[k];
+  }
+  const int64_t used = nc % NR;
+  if (used) {
+    float* d = dst + (nc - used) * kc;
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t c = used; c < NR; ++c) d[k * NR + c] = 0.0f;
+  }
+}
+
 /** [b, e) = share `part` of n items */
 inline void share(int64_t n, int part, int nparts, int64_t& b, int64_t& e) {
   if (nparts < 1) nparts = 1;
@@ -164,7 +215,11 @@ inline float* align64(void* p) { return reinterpret_cast<float*>((reinterpret_ca
 
 /**
  * Bytes of scratch one part of `pass` needs (same for every part and nparts), including its
- * sgemm packing workspace; pass a 64-byte-aligned block of at least this size per concurrent part.
+ * packed GEMM operands; pass a 64-byte-aligned block of at least this size per concurrent part.
+ * (CONV_GRAD_BIAS needs none.)
+ *   forward:      packed W_g + one packed KC x 256 im2col block
+ *   grad-input:   packed W_g^T + a col chunk (<= 512 KiB) + one packed block of dy
+ *   grad-weight:  one packed block of dy + one packed KC x 512 im2col^T block
  */
 inline size_t conv2d_scratch_bytes(const Conv2dShape& s, ConvPass pass) {
   using namespace detail;
@@ -172,15 +227,14 @@ inline size_t conv2d_scratch_bytes(const Conv2dShape& s, ConvPass pass) {
   if (s.N <= 0 || d.P <= 0 || d.Og <= 0 || d.Kd <= 0) return 0;
   int64_t f = 0;
   if (pass == CONV_FORWARD) {
-    const int64_t cols = chunk_cols(d.Kd, d.P);
-    f = (d.direct ? 0 : align16(d.Kd * cols)) + (int64_t)(sgemm_workspace_bytes(d.Og, cols, d.Kd) / 4);
+    f = packed_a_all_floats(d.Og, d.Kd) + align16(std::min(KC, d.Kd) * round_up(std::min(CONV_NC, d.P), NR));
   } else if (pass == CONV_GRAD_INPUT) {
-    const int64_t cols = chunk_cols(d.Kd, d.P);
+    const int64_t cols = std::min(NC, chunk_cols(d.Kd, d.P));
     f = d.direct ? (int64_t)(sgemm_workspace_bytes(d.Cg, d.P, d.Og) / 4)
-                 : align16(d.Kd * cols) + (int64_t)(sgemm_workspace_bytes(d.Kd, cols, d.Og) / 4);
+                 : packed_a_all_floats(d.Kd, d.Og) + align16(d.Kd * cols) +
+                       align16(std::min(KC, d.Og) * round_up(cols, NR));
   } else if (pass == CONV_GRAD_WEIGHT) {
-    const int64_t cols = chunk_cols(d.Kd, d.P);
-    f = (d.direct ? 0 : align16(d.Kd * cols)) + (int64_t)(sgemm_workspace_bytes(d.Og, d.Kd, cols) / 4);
+    f = packed_a_floats(d.Og, d.P) + align16(std::min(KC, d.P) * round_up(std::min(CONV_NC_W, d.Kd), NR));
   }
   return (size_t)f * sizeof(float);
 }
@@ -193,39 +247,43 @@ inline size_t conv2d_scratch_bytes_max(const Conv2dShape& s) {
 
 /**
  * y = conv2d(x, w) (+ bias[o]) (then relu if `relu`), share `part` of nparts.
- * bias may be nullptr. y is fully written (not read).
+ * bias may be nullptr. y is fully written (not read). im2col rows are generated straight
+ * into packed GEMM panels (no col buffer); W_g is packed once per group per call.
  */
 inline void conv2d_forward_part(const Conv2dShape& s, const float* x, const float* w, const float* bias, bool relu,
                                 float* y, int part, int nparts, void* scratch) {
   using namespace detail;
   const ConvDims d = conv_dims(s);
   if (s.N <= 0 || d.P <= 0 || d.Og <= 0) return;
-  const int64_t cols = chunk_cols(d.Kd, d.P), nch = (d.P + cols - 1) / cols;
-  float* col = align64(scratch);
-  float* gws = d.direct ? col : col + align16(d.Kd * cols);
-  int64_t b, e;
+  const int64_t ncb = std::min(CONV_NC, d.P), nch = (d.P + ncb - 1) / ncb;
+  float* Apre = align64(scratch);
+  float* Bp = Apre + packed_a_all_floats(d.Og, d.Kd);
+  int64_t b, e, packed_g = -1;
   share(s.N * s.groups * nch, part, nparts, b, e);
   for (int64_t it = b; it < e; ++it) {
     const int64_t n = it / (s.groups * nch), g = (it / nch) % s.groups, ch = it % nch;
-    const int64_t j0 = ch * cols, j1 = std::min(d.P, j0 + cols);
+    const int64_t j0 = ch * ncb, j1 = std::min(d.P, j0 + ncb);
     const float* xg = x + (n * s.C + g * d.Cg) * d.HW;
     float* yg = y + (n * s.O + g * d.Og) * d.P;
     Epilogue ep;
     ep.bias = bias ? bias + g * d.Og : nullptr;
     ep.bias_kind = bias ? BIAS_ROW : BIAS_NONE;
     ep.relu = relu;
-    const float* B;
-    int64_t ldb;
-    if (d.direct) {
-      B = xg + j0;
-      ldb = d.P;
-    } else {
-      im2col(s, xg, 0, d.Kd, j0, j1, col);
-      B = col;
-      ldb = j1 - j0;
+    if (d.Kd <= 0) {
+      scale_only(0, d.Og, j0, j1, 0.0f, yg, d.P, ep);
+      continue;
     }
-    sgemm_part(false, false, d.Og, j1 - j0, d.Kd, 1.0f, w + g * d.Og * d.Kd, d.Kd, B, ldb, 0.0f, yg + j0, d.P, &ep, 0,
-               1, gws);
+    if (g != packed_g) {
+      pack_a_all(false, w + g * d.Og * d.Kd, d.Kd, d.Og, d.Kd, Apre);
+      packed_g = g;
+    }
+    gemm_driver(
+        0, d.Og, j0, j1, d.Kd, ncb, 1.0f, 0.0f, yg, d.P, ep,
+        [&](int64_t ic, int64_t mc, int64_t pc, int64_t) { return packed_a_block(Apre, d.Kd, ic, mc, pc); },
+        [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
+          im2col_packed(s, xg, pc, kc, jc, nc, Bp);
+          return (const float*)Bp;
+        });
   }
 }
 
@@ -234,10 +292,9 @@ inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const 
                                    int nparts, void* scratch) {
   using namespace detail;
   const ConvDims d = conv_dims(s);
-  const int64_t cols = chunk_cols(d.Kd, d.P);
-  float* col = align64(scratch);
-  float* gws = d.direct ? col : col + align16(d.Kd * cols);
-  int64_t b, e;
+  const int64_t cols = std::min(NC, chunk_cols(d.Kd, d.P));
+  float* base = align64(scratch);
+  int64_t b, e, packed_g = -1;
   share(s.N * s.groups, part, nparts, b, e);
   for (int64_t it = b; it < e; ++it) {
     const int64_t n = it / s.groups, g = it % s.groups;
@@ -246,57 +303,66 @@ inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const 
     const float* wg = w + g * d.Og * d.Kd;
     if (d.direct) {
       // dx_g (Cg x HW) = W_g^T (Cg x Og) * dy_g (Og x HW); W_g is Og x Cg
-      sgemm_part(true, false, d.Cg, d.P, d.Og, 1.0f, wg, d.Kd, dyg, d.P, 0.0f, dxg, d.P, nullptr, 0, 1, gws);
+      sgemm_part(true, false, d.Cg, d.P, d.Og, 1.0f, wg, d.Kd, dyg, d.P, 0.0f, dxg, d.P, nullptr, 0, 1, base);
       continue;
     }
     memset(dxg, 0, (size_t)(d.Cg * d.HW) * sizeof(float));
     if (d.P <= 0 || d.Og <= 0) continue;
+    float* Apre = base;
+    float* col = Apre + packed_a_all_floats(d.Kd, d.Og);
+    float* Bp = col + align16(d.Kd * cols);
+    if (g != packed_g) {
+      pack_a_all(true, wg, d.Kd, d.Kd, d.Og, Apre);  // op(A) = W_g^T, Kd x Og
+      packed_g = g;
+    }
     for (int64_t j0 = 0; j0 < d.P; j0 += cols) {
       const int64_t j1 = std::min(d.P, j0 + cols);
-      sgemm_part(true, false, d.Kd, j1 - j0, d.Og, 1.0f, wg, d.Kd, dyg + j0, d.P, 0.0f, col, j1 - j0, nullptr, 0, 1,
-                 gws);
+      gemm_driver(
+          0, d.Kd, 0, j1 - j0, d.Og, NC, 1.0f, 0.0f, col, j1 - j0, Epilogue{},
+          [&](int64_t ic, int64_t mc, int64_t pc, int64_t) { return packed_a_block(Apre, d.Og, ic, mc, pc); },
+          [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
+            pack_b(false, dyg + j0, d.P, pc, kc, jc, nc, Bp);
+            return (const float*)Bp;
+          });
       col2im(s, col, d.Kd, j0, j1, dxg);
     }
   }
 }
 
-/** dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts. dw fully written. */
+/**
+ * dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts (split over
+ * the columns p of dW across groups). dw is fully written. Per image one GEMM
+ * dW_g[:, p-range] (+)= dy_g[n] (Og x P) * col^T, im2col^T generated straight into packed panels.
+ */
 inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
                                     int nparts, void* scratch) {
   using namespace detail;
   const ConvDims d = conv_dims(s);
-  const int64_t cols = chunk_cols(d.Kd, d.P);
-  float* col = align64(scratch);
-  float* gws = d.direct ? col : col + align16(d.Kd * cols);
+  float* Ap = align64(scratch);
+  float* Bp = Ap + packed_a_floats(d.Og, d.P);
   int64_t r0, r1;
   share(s.groups * d.Kd, part, nparts, r0, r1);
   for (int64_t g = 0; g < s.groups; ++g) {
     const int64_t p0 = std::max(r0, g * d.Kd) - g * d.Kd, p1 = std::min(r1, (g + 1) * d.Kd) - g * d.Kd;
     if (p1 <= p0) continue;
-    const int64_t pr = p1 - p0;
-    float* dwg = dw + g * d.Og * d.Kd + p0;  // Og x pr block, row stride Kd
+    float* dwg = dw + g * d.Og * d.Kd;  // Og x Kd, columns [p0, p1) are this part's
     if (s.N <= 0 || d.P <= 0) {
-      for (int64_t o = 0; o < d.Og; ++o) memset(dwg + o * d.Kd, 0, (size_t)pr * sizeof(float));
+      for (int64_t o = 0; o < d.Og; ++o) memset(dwg + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
       continue;
     }
     for (int64_t n = 0; n < s.N; ++n) {
       const float* xg = x + (n * s.C + g * d.Cg) * d.HW;
       const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
-      for (int64_t j0 = 0; j0 < d.P; j0 += cols) {
-        const int64_t j1 = std::min(d.P, j0 + cols);
-        const float* B;
-        int64_t ldb;
-        if (d.direct) {
-          B = xg + p0 * d.HW + j0;
-          ldb = d.HW;
-        } else {
-          im2col(s, xg, p0, p1, j0, j1, col);
-          B = col;
-          ldb = j1 - j0;
-        }
-        const float beta = (n == 0 && j0 == 0) ? 0.0f : 1.0f;
-        sgemm_part(false, true, d.Og, pr, j1 - j0, 1.0f, dyg + j0, d.P, B, ldb, beta, dwg, d.Kd, nullptr, 0, 1, gws);
-      }
+      gemm_driver(
+          0, d.Og, p0, p1, d.P, CONV_NC_W, 1.0f, n == 0 ? 0.0f : 1.0f, dwg, d.Kd, Epilogue{},
+          [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
+            pack_a(false, dyg, d.P, ic, mc, pc, kc, Ap);
+            return (const float*)Ap;
+          },
+          [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
+            im2col_packed_t(s, xg, pc, kc, jc, nc, Bp);
+            return (const float*)Bp;
+          });
     }
   }
 }

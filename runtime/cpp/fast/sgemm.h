@@ -274,20 +274,23 @@ inline float* thread_workspace(int64_t floats) {
   return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
 }
 
-/** the blocked GEMM on the sub-block C[m0..m1, n0..n1) */
-inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K,
-                       float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                       int64_t ldc, const Epilogue& e, float* ws) {
-  float* Ap = ws;
-  float* Bp = ws + packed_a_floats(m1 - m0, K);
-  for (int64_t jc = n0; jc < n1; jc += NC) {
-    const int64_t nc = std::min(NC, n1 - jc);
+/**
+ * The blocked loop nest on C[m0..m1, n0..n1) (Goto order: jc, pc, ic, jr, ir).
+ * packB(pc, kc, jc, nc) -> packed KC x NC block of op(B) (NR-column panels, zero-padded);
+ * packA(ic, mc, pc, kc) -> packed MC x KC block of op(A) (MR-row panels, zero-padded).
+ * Callers supply packers that read plain matrices, prepacked blocks, or generate im2col rows.
+ */
+template <class PackA, class PackB>
+inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, int64_t nc_max, float alpha,
+                        float beta, float* C, int64_t ldc, const Epilogue& e, PackA&& packA, PackB&& packB) {
+  for (int64_t jc = n0; jc < n1; jc += nc_max) {
+    const int64_t nc = std::min(nc_max, n1 - jc);
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
-      pack_b(transB, B, ldb, pc, kc, jc, nc, Bp);
+      const float* Bp = packB(pc, kc, jc, nc);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = std::min(MC, m1 - ic);
-        pack_a(transA, A, lda, ic, mc, pc, kc, Ap);
+        const float* Ap = packA(ic, mc, pc, kc);
         StoreArgs s{alpha, beta, pc == 0, pc + kc >= K, e, 0, 0};
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min(NR, nc - jr);
@@ -301,6 +304,44 @@ inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t
       }
     }
   }
+}
+
+/** the blocked GEMM on the sub-block C[m0..m1, n0..n1), packing from plain matrices into ws */
+inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K,
+                       float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                       int64_t ldc, const Epilogue& e, float* ws) {
+  float* Ap = ws;
+  float* Bp = ws + packed_a_floats(m1 - m0, K);
+  gemm_driver(
+      m0, m1, n0, n1, K, NC, alpha, beta, C, ldc, e,
+      [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
+        pack_a(transA, A, lda, ic, mc, pc, kc, Ap);
+        return (const float*)Ap;
+      },
+      [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
+        pack_b(transB, B, ldb, pc, kc, jc, nc, Bp);
+        return (const float*)Bp;
+      });
+}
+
+/** floats of a whole op(A) (M x K) packed once by pack_a_all */
+inline int64_t packed_a_all_floats(int64_t M, int64_t K) { return round_up(round_up(M, MR) * K, 16); }
+
+/**
+ * Packs all of op(A) (M x K) so gemm_driver can reuse it: block (ic, pc) lives at
+ * dst + ic*K + round_up(mc, MR)*pc (every block but the last in each direction is full).
+ */
+inline void pack_a_all(bool transA, const float* A, int64_t lda, int64_t M, int64_t K, float* dst) {
+  for (int64_t ic = 0; ic < M; ic += MC) {
+    const int64_t mc = std::min(MC, M - ic);
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      pack_a(transA, A, lda, ic, mc, pc, kc, dst + ic * K + round_up(mc, MR) * pc);
+    }
+  }
+}
+inline const float* packed_a_block(const float* all, int64_t K, int64_t ic, int64_t mc, int64_t pc) {
+  return all + ic * K + round_up(mc, MR) * pc;
 }
 
 }  // namespace detail

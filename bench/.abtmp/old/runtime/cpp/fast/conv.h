@@ -1,0 +1,327 @@
+/*
+ * conv.h: conv2d forward, grad-input, grad-weight and grad-bias for NCHW float tensors,
+ * built on sgemm.h (header-only, C++17). Semantics are those of the IR ops conv2d,
+ * conv2d_grad_input and conv2d_grad_weight (compiler/ir/ops.ts), i.e. torch's conv2d:
+ *
+ *   x [N,C,H,W], weight [O,C/groups,KH,KW], bias [O] -> y [N,O,OH,OW]
+ *   OH = floor((H + 2ph - dh*(KH-1) - 1)/sh) + 1 (same for OW)
+ *
+ * Method: per (image, group), im2col of a *chunk* of output columns into scratch (rows
+ * p = (c, kh, kw) of the unrolled window, about 512 KiB at most, so it stays in L2 until
+ * sgemm packs it), then one sgemm per chunk. Padding rows/columns are handled by computing
+ * the valid output range once per (row p, output row) and copying contiguous runs (memcpy
+ * when the stride is 1), so for 1-channel 3x3 inputs the im2col costs ~9 copies per output
+ * pixel against 2*O*9 flops. 1x1 / stride 1 / no padding convolutions skip im2col.
+ *   forward:      y_g[n]  (Og x P)  = W_g (Og x Kd) * col (Kd x P)    + bias, relu (fused epilogue)
+ *   grad-input:   col     (Kd x P)  = W_g^T * dy_g[n],  dx_g[n] = col2im(col)
+ *   grad-weight:  dW_g    (Og x Kd) = sum_n dy_g[n] (Og x P) * col^T (P x Kd)
+ *   (Kd = C/groups*KH*KW, P = OH*OW)
+ *
+ * Threading without owning threads: every *_part(..., part, nparts, scratch) function
+ * computes a disjoint share of its output; run part = 0..nparts-1 on the caller's pool,
+ * each with its own scratch of conv2d_scratch_bytes(shape, pass) bytes (64-byte aligned).
+ * Shares: forward splits (image, group, column chunk) items; grad-input splits (image,
+ * group) items; grad-weight splits the columns of dW (rows p of col) across all groups;
+ * grad-bias splits output channels. Results are bitwise identical for every nparts.
+ */
+#ifndef MPSC_FAST_CONV_H
+#define MPSC_FAST_CONV_H
+
+#include "sgemm.h"
+
+namespace mpsc_fast {
+
+struct Conv2dShape {
+  int64_t N, C, H, W;      // input x [N,C,H,W]
+  int64_t O, KH, KW;       // weight [O, C/groups, KH, KW]
+  int64_t sh, sw, ph, pw;  // stride, zero padding
+  int64_t dh, dw;          // dilation
+  int64_t groups;
+  int64_t OH, OW;          // output spatial size (filled by conv2d_shape)
+};
+
+/** fills OH, OW from the other fields (the formula above) */
+inline Conv2dShape conv2d_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW,
+                                int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                                int64_t groups) {
+  Conv2dShape s{N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups, 0, 0};
+  s.OH = (H + 2 * ph - dh * (KH - 1) - 1) / sh + 1;
+  s.OW = (W + 2 * pw - dw * (KW - 1) - 1) / sw + 1;
+  return s;
+}
+
+enum ConvPass : int { CONV_FORWARD = 0, CONV_GRAD_INPUT = 1, CONV_GRAD_WEIGHT = 2, CONV_GRAD_BIAS = 3 };
+
+namespace detail {
+
+struct ConvDims {
+  int64_t Cg, Og, Kd, P, HW;
+  bool direct;  // 1x1, stride 1, no padding: col is x itself
+};
+
+inline ConvDims conv_dims(const Conv2dShape& s) {
+  ConvDims d;
+  d.Cg = s.C / s.groups;
+  d.Og = s.O / s.groups;
+  d.Kd = d.Cg * s.KH * s.KW;
+  d.P = s.OH * s.OW;
+  d.HW = s.H * s.W;
+  d.direct = s.KH == 1 && s.KW == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+  return d;
+}
+
+/** output columns per im2col chunk: about 128K floats (512 KiB) of col, a multiple of NR */
+inline int64_t chunk_cols(int64_t rows, int64_t P) {
+  const int64_t target = 131072;
+  int64_t cols = std::max<int64_t>(NR, target / std::max<int64_t>(rows, 1) / NR * NR);
+  return std::max<int64_t>(1, std::min(cols, P));
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+inline int64_t align16(int64_t f) { return (f + 15) / 16 * 16; }
+
+/**
+ * For unrolled row p = (c, kh, kw) and output row oh: calls run(ow_lo, ow_hi, xrow) where
+ * output columns [ow_lo, ow_hi) of [ow0, ow1) read x row `xrow` (nullptr: the whole row is
+ * padding) at iw = ow*sw - pw + kw*dw; outside [ow_lo, ow_hi) the window is in padding.
+ */
+template <class F>
+inline void window_rows(const Conv2dShape& s, const float* xc, int64_t kh, int64_t kw, int64_t j0, int64_t j1, F&& run) {
+  int64_t j = j0;
+  while (j < j1) {
+    const int64_t oh = j / s.OW, ow0 = j % s.OW;
+    const int64_t ow1 = std::min(s.OW, ow0 + (j1 - j));
+    const int64_t ih = oh * s.sh - s.ph + kh * s.dh;
+    const int64_t off = kw * s.dw - s.pw;  // iw = ow*sw + off
+    if (ih < 0 || ih >= s.H) {
+      run(j - j0, ow0, ow1, ow1, ow1, (const float*)nullptr, off);
+    } else {
+      int64_t lo = std::max(ow0, ceil_div(-off, s.sw));
+      int64_t hi = std::min(ow1, floor_div(s.W - 1 - off, s.sw) + 1);
+      if (hi < lo) lo = hi = ow1;
+      run(j - j0, ow0, lo, hi, ow1, xc + ih * s.W, off);
+    }
+    j += ow1 - ow0;
+  }
+}
+
+/** col[(p - p0) * (j1 - j0) + (j - j0)] = x_g[window p at output column j] for p in [p0,p1), j in [j0,j1) */
+inline void im2col(const Conv2dShape& s, const float* xg, int64_t p0, int64_t p1, int64_t j0, int64_t j1,
+                   float* __restrict col) {
+  const int64_t ld = j1 - j0, KK = s.KH * s.KW, HW = s.H * s.W;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t c = p / KK, kh = (p / s.KW) % s.KH, kw = p % s.KW;
+    float* dst = col + (p - p0) * ld;
+    window_rows(s, xg + c * HW, kh, kw, j0, j1,
+                [&](int64_t at, int64_t ow0, int64_t lo, int64_t hi, int64_t ow1, const float* xr, int64_t off) {
+                  float* d = dst + at - ow0;  // d[ow] is output column ow of this output row
+                  for (int64_t ow = ow0; ow < lo; ++ow) d[ow] = 0.0f;
+                  if (hi > lo) {
+                    if (s.sw == 1) {
+                      memcpy(d + lo, xr + lo + off, (size_t)(hi - lo) * sizeof(float));
+                    } else {
+                      for (int64_t ow = lo; ow < hi; ++ow) d[ow] = xr[ow * s.sw + off];
+                    }
+                  }
+                  for (int64_t ow = hi; ow < ow1; ++ow) d[ow] = 0.0f;
+                });
+  }
+}
+
+/** dx_g[window p at output column j] += col[...], the adjoint of im2col over all rows p */
+inline void col2im(const Conv2dShape& s, const float* __restrict col, int64_t Kd, int64_t j0, int64_t j1, float* dxg) {
+  const int64_t ld = j1 - j0, KK = s.KH * s.KW, HW = s.H * s.W;
+  for (int64_t p = 0; p < Kd; ++p) {
+    const int64_t c = p / KK, kh = (p / s.KW) % s.KH, kw = p % s.KW;
+    const float* src = col + p * ld;
+    float* xc = dxg + c * HW;
+    window_rows(s, xc, kh, kw, j0, j1,
+                [&](int64_t at, int64_t ow0, int64_t lo, int64_t hi, int64_t, const float* xr, int64_t off) {
+                  if (hi <= lo) return;
+                  float* xrow = const_cast<float*>(xr);
+                  const float* sp = src + at - ow0;
+                  if (s.sw == 1) {
+                    float* xo = xrow + off;
+                    for (int64_t ow = lo; ow < hi; ++ow) xo[ow] += sp[ow];
+                  } else {
+                    for (int64_t ow = lo; ow < hi; ++ow) xrow[ow * s.sw + off] += sp[ow];
+                  }
+                });
+  }
+}
+
+/** [b, e) = share `part` of n items */
+inline void share(int64_t n, int part, int nparts, int64_t& b, int64_t& e) {
+  if (nparts < 1) nparts = 1;
+  b = n * part / nparts;
+  e = n * (part + 1) / nparts;
+}
+
+inline float* align64(void* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
+
+}  // namespace detail
+
+/**
+ * Bytes of scratch one part of `pass` needs (same for every part and nparts), including its
+ * sgemm packing workspace; pass a 64-byte-aligned block of at least this size per concurrent part.
+ */
+inline size_t conv2d_scratch_bytes(const Conv2dShape& s, ConvPass pass) {
+  using namespace detail;
+  const ConvDims d = conv_dims(s);
+  if (s.N <= 0 || d.P <= 0 || d.Og <= 0 || d.Kd <= 0) return 0;
+  int64_t f = 0;
+  if (pass == CONV_FORWARD) {
+    const int64_t cols = chunk_cols(d.Kd, d.P);
+    f = (d.direct ? 0 : align16(d.Kd * cols)) + (int64_t)(sgemm_workspace_bytes(d.Og, cols, d.Kd) / 4);
+  } else if (pass == CONV_GRAD_INPUT) {
+    const int64_t cols = chunk_cols(d.Kd, d.P);
+    f = d.direct ? (int64_t)(sgemm_workspace_bytes(d.Cg, d.P, d.Og) / 4)
+                 : align16(d.Kd * cols) + (int64_t)(sgemm_workspace_bytes(d.Kd, cols, d.Og) / 4);
+  } else if (pass == CONV_GRAD_WEIGHT) {
+    const int64_t cols = chunk_cols(d.Kd, d.P);
+    f = (d.direct ? 0 : align16(d.Kd * cols)) + (int64_t)(sgemm_workspace_bytes(d.Og, d.Kd, cols) / 4);
+  }
+  return (size_t)f * sizeof(float);
+}
+
+/** the largest of the three passes' scratch (one buffer per thread serves them all) */
+inline size_t conv2d_scratch_bytes_max(const Conv2dShape& s) {
+  return std::max(conv2d_scratch_bytes(s, CONV_FORWARD),
+                  std::max(conv2d_scratch_bytes(s, CONV_GRAD_INPUT), conv2d_scratch_bytes(s, CONV_GRAD_WEIGHT)));
+}
+
+/**
+ * y = conv2d(x, w) (+ bias[o]) (then relu if `relu`), share `part` of nparts.
+ * bias may be nullptr. y is fully written (not read).
+ */
+inline void conv2d_forward_part(const Conv2dShape& s, const float* x, const float* w, const float* bias, bool relu,
+                                float* y, int part, int nparts, void* scratch) {
+  using namespace detail;
+  const ConvDims d = conv_dims(s);
+  if (s.N <= 0 || d.P <= 0 || d.Og <= 0) return;
+  const int64_t cols = chunk_cols(d.Kd, d.P), nch = (d.P + cols - 1) / cols;
+  float* col = align64(scratch);
+  float* gws = d.direct ? col : col + align16(d.Kd * cols);
+  int64_t b, e;
+  share(s.N * s.groups * nch, part, nparts, b, e);
+  for (int64_t it = b; it < e; ++it) {
+    const int64_t n = it / (s.groups * nch), g = (it / nch) % s.groups, ch = it % nch;
+    const int64_t j0 = ch * cols, j1 = std::min(d.P, j0 + cols);
+    const float* xg = x + (n * s.C + g * d.Cg) * d.HW;
+    float* yg = y + (n * s.O + g * d.Og) * d.P;
+    Epilogue ep;
+    ep.bias = bias ? bias + g * d.Og : nullptr;
+    ep.bias_kind = bias ? BIAS_ROW : BIAS_NONE;
+    ep.relu = relu;
+    const float* B;
+    int64_t ldb;
+    if (d.direct) {
+      B = xg + j0;
+      ldb = d.P;
+    } else {
+      im2col(s, xg, 0, d.Kd, j0, j1, col);
+      B = col;
+      ldb = j1 - j0;
+    }
+    sgemm_part(false, false, d.Og, j1 - j0, d.Kd, 1.0f, w + g * d.Og * d.Kd, d.Kd, B, ldb, 0.0f, yg + j0, d.P, &ep, 0,
+               1, gws);
+  }
+}
+
+/** dx = d(conv2d)/dx applied to dy, share `part` of nparts. dx is fully written (not read). */
+inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const float* w, float* dx, int part,
+                                   int nparts, void* scratch) {
+  using namespace detail;
+  const ConvDims d = conv_dims(s);
+  const int64_t cols = chunk_cols(d.Kd, d.P);
+  float* col = align64(scratch);
+  float* gws = d.direct ? col : col + align16(d.Kd * cols);
+  int64_t b, e;
+  share(s.N * s.groups, part, nparts, b, e);
+  for (int64_t it = b; it < e; ++it) {
+    const int64_t n = it / s.groups, g = it % s.groups;
+    float* dxg = dx + (n * s.C + g * d.Cg) * d.HW;
+    const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
+    const float* wg = w + g * d.Og * d.Kd;
+    if (d.direct) {
+      // dx_g (Cg x HW) = W_g^T (Cg x Og) * dy_g (Og x HW); W_g is Og x Cg
+      sgemm_part(true, false, d.Cg, d.P, d.Og, 1.0f, wg, d.Kd, dyg, d.P, 0.0f, dxg, d.P, nullptr, 0, 1, gws);
+      continue;
+    }
+    memset(dxg, 0, (size_t)(d.Cg * d.HW) * sizeof(float));
+    if (d.P <= 0 || d.Og <= 0) continue;
+    for (int64_t j0 = 0; j0 < d.P; j0 += cols) {
+      const int64_t j1 = std::min(d.P, j0 + cols);
+      sgemm_part(true, false, d.Kd, j1 - j0, d.Og, 1.0f, wg, d.Kd, dyg + j0, d.P, 0.0f, col, j1 - j0, nullptr, 0, 1,
+                 gws);
+      col2im(s, col, d.Kd, j0, j1, dxg);
+    }
+  }
+}
+
+/** dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts. dw fully written. */
+inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
+                                    int nparts, void* scratch) {
+  using namespace detail;
+  const ConvDims d = conv_dims(s);
+  const int64_t cols = chunk_cols(d.Kd, d.P);
+  float* col = align64(scratch);
+  float* gws = d.direct ? col : col + align16(d.Kd * cols);
+  int64_t r0, r1;
+  share(s.groups * d.Kd, part, nparts, r0, r1);
+  for (int64_t g = 0; g < s.groups; ++g) {
+    const int64_t p0 = std::max(r0, g * d.Kd) - g * d.Kd, p1 = std::min(r1, (g + 1) * d.Kd) - g * d.Kd;
+    if (p1 <= p0) continue;
+    const int64_t pr = p1 - p0;
+    float* dwg = dw + g * d.Og * d.Kd + p0;  // Og x pr block, row stride Kd
+    if (s.N <= 0 || d.P <= 0) {
+      for (int64_t o = 0; o < d.Og; ++o) memset(dwg + o * d.Kd, 0, (size_t)pr * sizeof(float));
+      continue;
+    }
+    for (int64_t n = 0; n < s.N; ++n) {
+      const float* xg = x + (n * s.C + g * d.Cg) * d.HW;
+      const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
+      for (int64_t j0 = 0; j0 < d.P; j0 += cols) {
+        const int64_t j1 = std::min(d.P, j0 + cols);
+        const float* B;
+        int64_t ldb;
+        if (d.direct) {
+          B = xg + p0 * d.HW + j0;
+          ldb = d.HW;
+        } else {
+          im2col(s, xg, p0, p1, j0, j1, col);
+          B = col;
+          ldb = j1 - j0;
+        }
+        const float beta = (n == 0 && j0 == 0) ? 0.0f : 1.0f;
+        sgemm_part(false, true, d.Og, pr, j1 - j0, 1.0f, dyg + j0, d.P, B, ldb, beta, dwg, d.Kd, nullptr, 0, 1, gws);
+      }
+    }
+  }
+}
+
+/** db[o] = sum over n, oh, ow of dy[n,o,oh,ow], share `part` of nparts (split over o). No scratch. */
+inline void conv2d_grad_bias_part(const Conv2dShape& s, const float* dy, float* db, int part, int nparts) {
+  using namespace detail;
+  const int64_t P = s.OH * s.OW;
+  int64_t b, e;
+  share(s.O, part, nparts, b, e);
+  for (int64_t o = b; o < e; ++o) {
+    v8f acc = splat8(0.0f);
+    float tail = 0.0f;
+    for (int64_t n = 0; n < s.N; ++n) {
+      const float* r = dy + (n * s.O + o) * P;
+      int64_t j = 0;
+      for (; j + 8 <= P; j += 8) acc += load8(r + j);
+      for (; j < P; ++j) tail += r[j];
+    }
+    float t = tail;
+    for (int l = 0; l < 8; ++l) t += acc[l];
+    db[o] = t;
+  }
+}
+
+}  // namespace mpsc_fast
+
+#endif

@@ -1,0 +1,357 @@
+/*
+ * sgemm.h: portable blocked single-precision GEMM for the CPU backend (header-only, C++17).
+ *
+ *   C = alpha * op(A) * op(B) + beta * C        (row-major; op(X) = X or X^T)
+ *   then, optionally: C += bias (per row or per column of C), C = max(C, 0)
+ *
+ *   op(A) is M x K: A is M x K (lda >= K) or, with transA, K x M (lda >= M).
+ *   op(B) is K x N: B is K x N (ldb >= N) or, with transB, N x K (ldb >= K).
+ *   C is M x N (ldc >= N). With beta == 0, C is not read (it may hold NaN garbage).
+ *
+ * Design (Goto / BLIS): A is packed into MC x KC blocks of MR-row micro-panels, B into
+ * KC x NC blocks of NR-column micro-panels, and an MR x NR register-tiled micro-kernel
+ * (GCC/clang vector extensions: g++ -march=native emits AVX2/AVX-512 FMAs, clang on arm64
+ * emits NEON fmla) accumulates over KC. Edge tiles are zero-padded in the packed panels
+ * and masked on store, so any M, N, K >= 0 works.
+ *
+ * Threading without owning threads: sgemm_part(..., part, nparts, ws) computes a disjoint
+ * share of C (a contiguous range of MR-row tiles or NR-column tiles, whichever axis has
+ * more tiles). Run part = 0..nparts-1 on the caller's own pool, one per thread, each with
+ * its own workspace. Every element of C is computed by the same sequence of operations
+ * whatever nparts is, so results are bitwise identical for any thread count.
+ *
+ * Workspace: sgemm_workspace_bytes(M, N, K) bytes per concurrently running part, 64-byte
+ * aligned (pass it as ws). Pass ws = nullptr to use a thread_local buffer that grows once
+ * and is then reused (no allocation per call in steady state).
+ */
+#ifndef MPSC_FAST_SGEMM_H
+#define MPSC_FAST_SGEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace mpsc_fast {
+
+/** micro-tile: MR rows x NR columns of C held in registers (12 vectors of 8 floats) */
+constexpr int64_t MR = 6;
+constexpr int64_t NR = 16;
+/** cache blocking: an MC x KC block of A stays in L2, a KC x NR panel of B in L1, KC x NC of B in L2/L3 */
+constexpr int64_t MC = 144;
+constexpr int64_t KC = 256;
+constexpr int64_t NC = 2048;
+
+enum BiasKind : int { BIAS_NONE = 0, BIAS_ROW = 1, BIAS_COL = 2 };
+
+/** fused epilogue applied once the full K sum is in C: C += bias, then relu if asked */
+struct Epilogue {
+  const float* bias = nullptr;  // BIAS_ROW: bias[i] for row i (M values); BIAS_COL: bias[j] (N values)
+  int bias_kind = BIAS_NONE;
+  bool relu = false;
+};
+
+namespace detail {
+
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float* p) {
+  v8f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void store8(float* p, v8f v) { memcpy(p, &v, sizeof v); }
+static inline v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
+static inline v8f max8(v8f a, v8f b) { return a > b ? a : b; }
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/** floats of packed A and packed B for one part (each rounded to 16 floats = 64 bytes) */
+inline int64_t packed_a_floats(int64_t M, int64_t K) {
+  return round_up(round_up(std::min(M, MC), MR) * std::min(K, KC), 16);
+}
+inline int64_t packed_b_floats(int64_t N, int64_t K) {
+  return round_up(std::min(K, KC) * round_up(std::min(N, NC), NR), 16);
+}
+
+/** pack op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row micro-panels: dst[panel][p][r] */
+inline void pack_a(bool transA, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                   float* __restrict dst) {
+  for (int64_t ir = 0; ir < mc; ir += MR) {
+    const int64_t mr = std::min(MR, mc - ir);
+    float* d = dst + ir * kc;
+    if (transA) {
+      const float* src = A + p0 * lda + (i0 + ir);
+      if (mr == MR) {
+        for (int64_t p = 0; p < kc; ++p) {
+          const float* s = src + p * lda;
+          for (int64_t r = 0; r < MR; ++r) d[p * MR + r] = s[r];
+        }
+      } else {
+        for (int64_t p = 0; p < kc; ++p) {
+          const float* s = src + p * lda;
+          int64_t r = 0;
+          for (; r < mr; ++r) d[p * MR + r] = s[r];
+          for (; r < MR; ++r) d[p * MR + r] = 0.0f;
+        }
+      }
+    } else {
+      for (int64_t r = 0; r < mr; ++r) {
+        const float* s = A + (i0 + ir + r) * lda + p0;
+        for (int64_t p = 0; p < kc; ++p) d[p * MR + r] = s[p];
+      }
+      for (int64_t r = mr; r < MR; ++r)
+        for (int64_t p = 0; p < kc; ++p) d[p * MR + r] = 0.0f;
+    }
+  }
+}
+
+/** pack op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column micro-panels: dst[panel][p][c] */
+inline void pack_b(bool transB, const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                   float* __restrict dst) {
+  for (int64_t jr = 0; jr < nc; jr += NR) {
+    const int64_t nr = std::min(NR, nc - jr);
+    float* d = dst + jr * kc;
+    if (!transB) {
+      const float* src = B + p0 * ldb + (j0 + jr);
+      if (nr == NR) {
+        for (int64_t p = 0; p < kc; ++p) {
+          const float* s = src + p * ldb;
+          store8(d + p * NR, load8(s));
+          store8(d + p * NR + 8, load8(s + 8));
+        }
+      } else {
+        for (int64_t p = 0; p < kc; ++p) {
+          const float* s = src + p * ldb;
+          int64_t c = 0;
+          for (; c < nr; ++c) d[p * NR + c] = s[c];
+          for (; c < NR; ++c) d[p * NR + c] = 0.0f;
+        }
+      }
+    } else {
+      // B is N x K: column c of the panel is row (j0 + jr + c) of B, contiguous in p.
+      // Walk 4 source rows at a time so each destination cache line is touched fewer times.
+      int64_t c = 0;
+      for (; c + 4 <= nr; c += 4) {
+        const float* s0 = B + (j0 + jr + c) * ldb + p0;
+        const float* s1 = s0 + ldb;
+        const float* s2 = s1 + ldb;
+        const float* s3 = s2 + ldb;
+        for (int64_t p = 0; p < kc; ++p) {
+          float* dp = d + p * NR + c;
+          dp[0] = s0[p];
+          dp[1] = s1[p];
+          dp[2] = s2[p];
+          dp[3] = s3[p];
+        }
+      }
+      for (; c < nr; ++c) {
+        const float* s = B + (j0 + jr + c) * ldb + p0;
+        for (int64_t p = 0; p < kc; ++p) d[p * NR + c] = s[p];
+      }
+      for (; c < NR; ++c)
+        for (int64_t p = 0; p < kc; ++p) d[p * NR + c] = 0.0f;
+    }
+  }
+}
+
+/** store modes of the micro-kernel */
+struct StoreArgs {
+  float alpha;
+  float beta;   // used only when first
+  bool first;   // first KC block: C = alpha*acc + beta*C (C not read when beta == 0)
+  bool last;    // last KC block: apply the epilogue
+  Epilogue epi;
+  int64_t row0;  // absolute row / column of the tile in C (to index the bias)
+  int64_t col0;
+};
+
+/** finish one row of a full tile: v = alpha*acc + (beta or 1)*C, epilogue, store */
+static inline void finish_row(float* c, v8f a0, v8f a1, const StoreArgs& s, int64_t r) {
+  v8f va = splat8(s.alpha);
+  v8f x0 = a0 * va, x1 = a1 * va;
+  if (!s.first) {
+    x0 += load8(c);
+    x1 += load8(c + 8);
+  } else if (s.beta != 0.0f) {
+    v8f vb = splat8(s.beta);
+    x0 += vb * load8(c);
+    x1 += vb * load8(c + 8);
+  }
+  if (s.last) {
+    if (s.epi.bias_kind == BIAS_ROW) {
+      v8f b = splat8(s.epi.bias[s.row0 + r]);
+      x0 += b;
+      x1 += b;
+    } else if (s.epi.bias_kind == BIAS_COL) {
+      x0 += load8(s.epi.bias + s.col0);
+      x1 += load8(s.epi.bias + s.col0 + 8);
+    }
+    if (s.epi.relu) {
+      v8f z = splat8(0.0f);
+      x0 = max8(x0, z);
+      x1 = max8(x1, z);
+    }
+  }
+  store8(c, x0);
+  store8(c + 8, x1);
+}
+
+/** the same formula, one element at a time, for edge tiles */
+static inline void finish_scalar(float* c, float acc, const StoreArgs& s, int64_t r, int64_t col) {
+  float x = acc * s.alpha;
+  if (!s.first) x += *c;
+  else if (s.beta != 0.0f) x += s.beta * *c;
+  if (s.last) {
+    if (s.epi.bias_kind == BIAS_ROW) x += s.epi.bias[s.row0 + r];
+    else if (s.epi.bias_kind == BIAS_COL) x += s.epi.bias[s.col0 + col];
+    if (s.epi.relu) x = x > 0.0f ? x : 0.0f;
+  }
+  *c = x;
+}
+
+/**
+ * MR x NR micro-kernel: acc = sum_p a[p][0..MR) (outer) b[p][0..NR), then finish into C.
+ * a, b: packed panels (kc steps of MR and NR floats). mr, nr: valid part of the tile.
+ */
+static inline void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
+                                int64_t ldc, int64_t mr, int64_t nr, const StoreArgs& s) {
+  v8f c00 = splat8(0), c01 = splat8(0), c10 = splat8(0), c11 = splat8(0), c20 = splat8(0), c21 = splat8(0);
+  v8f c30 = splat8(0), c31 = splat8(0), c40 = splat8(0), c41 = splat8(0), c50 = splat8(0), c51 = splat8(0);
+  for (int64_t p = 0; p < kc; ++p) {
+    const v8f b0 = load8(b), b1 = load8(b + 8);
+    v8f x;
+    x = splat8(a[0]); c00 += x * b0; c01 += x * b1;
+    x = splat8(a[1]); c10 += x * b0; c11 += x * b1;
+    x = splat8(a[2]); c20 += x * b0; c21 += x * b1;
+    x = splat8(a[3]); c30 += x * b0; c31 += x * b1;
+    x = splat8(a[4]); c40 += x * b0; c41 += x * b1;
+    x = splat8(a[5]); c50 += x * b0; c51 += x * b1;
+    a += MR;
+    b += NR;
+  }
+  if (mr == MR && nr == NR) {
+    finish_row(c + 0 * ldc, c00, c01, s, 0);
+    finish_row(c + 1 * ldc, c10, c11, s, 1);
+    finish_row(c + 2 * ldc, c20, c21, s, 2);
+    finish_row(c + 3 * ldc, c30, c31, s, 3);
+    finish_row(c + 4 * ldc, c40, c41, s, 4);
+    finish_row(c + 5 * ldc, c50, c51, s, 5);
+    return;
+  }
+  float t[MR * NR];
+  store8(t + 0 * NR, c00); store8(t + 0 * NR + 8, c01);
+  store8(t + 1 * NR, c10); store8(t + 1 * NR + 8, c11);
+  store8(t + 2 * NR, c20); store8(t + 2 * NR + 8, c21);
+  store8(t + 3 * NR, c30); store8(t + 3 * NR + 8, c31);
+  store8(t + 4 * NR, c40); store8(t + 4 * NR + 8, c41);
+  store8(t + 5 * NR, c50); store8(t + 5 * NR + 8, c51);
+  for (int64_t r = 0; r < mr; ++r)
+    for (int64_t j = 0; j < nr; ++j) finish_scalar(c + r * ldc + j, t[r * NR + j], s, r, j);
+}
+
+/** C[m0..m1, n0..n1) with K == 0 or alpha == 0: C = beta*C, then the epilogue */
+inline void scale_only(int64_t m0, int64_t m1, int64_t n0, int64_t n1, float beta, float* C, int64_t ldc,
+                       const Epilogue& e) {
+  for (int64_t i = m0; i < m1; ++i) {
+    float* c = C + i * ldc;
+    for (int64_t j = n0; j < n1; ++j) {
+      float x = beta == 0.0f ? 0.0f : beta * c[j];
+      if (e.bias_kind == BIAS_ROW) x += e.bias[i];
+      else if (e.bias_kind == BIAS_COL) x += e.bias[j];
+      if (e.relu) x = x > 0.0f ? x : 0.0f;
+      c[j] = x;
+    }
+  }
+}
+
+inline float* thread_workspace(int64_t floats) {
+  static thread_local std::vector<float> buf;
+  if ((int64_t)buf.size() < floats + 16) buf.resize((size_t)(floats + 16));
+  uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
+  return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+}
+
+/** the blocked GEMM on the sub-block C[m0..m1, n0..n1) */
+inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K,
+                       float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                       int64_t ldc, const Epilogue& e, float* ws) {
+  float* Ap = ws;
+  float* Bp = ws + packed_a_floats(m1 - m0, K);
+  for (int64_t jc = n0; jc < n1; jc += NC) {
+    const int64_t nc = std::min(NC, n1 - jc);
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      pack_b(transB, B, ldb, pc, kc, jc, nc, Bp);
+      for (int64_t ic = m0; ic < m1; ic += MC) {
+        const int64_t mc = std::min(MC, m1 - ic);
+        pack_a(transA, A, lda, ic, mc, pc, kc, Ap);
+        StoreArgs s{alpha, beta, pc == 0, pc + kc >= K, e, 0, 0};
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nr = std::min(NR, nc - jr);
+          s.col0 = jc + jr;
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int64_t mr = std::min(MR, mc - ir);
+            s.row0 = ic + ir;
+            micro_kernel(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + (jc + jr), ldc, mr, nr, s);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+/** bytes of workspace one part needs (64-byte aligned), for any part / nparts of this shape */
+inline size_t sgemm_workspace_bytes(int64_t M, int64_t N, int64_t K) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  return (size_t)(detail::packed_a_floats(M, K) + detail::packed_b_floats(N, K)) * sizeof(float);
+}
+
+/**
+ * The share `part` (0 <= part < nparts) of C = alpha*op(A)*op(B) + beta*C (+ epilogue).
+ * Parts are disjoint and together cover C; run them concurrently, each with its own ws
+ * (sgemm_workspace_bytes(M, N, K) bytes, 64-byte aligned) or ws = nullptr (thread_local).
+ * epi may be nullptr (no epilogue).
+ */
+inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                       const Epilogue* epi, int part, int nparts, void* ws) {
+  if (M <= 0 || N <= 0) return;
+  if (nparts < 1) nparts = 1;
+  const Epilogue e = epi ? *epi : Epilogue{};
+  // split the axis with more micro-tiles into nparts contiguous tile ranges
+  const int64_t mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
+  int64_t m0 = 0, m1 = M, n0 = 0, n1 = N;
+  if (nparts > 1) {
+    if (nt >= mt) {
+      n0 = std::min(N, nt * part / nparts * NR);
+      n1 = std::min(N, nt * (part + 1) / nparts * NR);
+    } else {
+      m0 = std::min(M, mt * part / nparts * MR);
+      m1 = std::min(M, mt * (part + 1) / nparts * MR);
+    }
+  }
+  if (m0 >= m1 || n0 >= n1) return;
+  if (K <= 0 || alpha == 0.0f) {
+    detail::scale_only(m0, m1, n0, n1, beta, C, ldc, e);
+    return;
+  }
+  float* w = ws ? static_cast<float*>(ws)
+                : detail::thread_workspace((int64_t)(sgemm_workspace_bytes(M, N, K) / sizeof(float)));
+  detail::gemm_block(transA, transB, m0, m1, n0, n1, K, alpha, A, lda, B, ldb, beta, C, ldc, e, w);
+}
+
+/** the whole product on the calling thread (thread_local workspace when ws is nullptr) */
+inline void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                  const Epilogue* epi = nullptr, void* ws = nullptr) {
+  sgemm_part(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epi, 0, 1, ws);
+}
+
+}  // namespace mpsc_fast
+
+#endif

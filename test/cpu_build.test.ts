@@ -1,0 +1,137 @@
+/**
+ * The CPU build cache and the native binding:
+ *  - two processes building the same key at once both succeed and load the same complete module;
+ *  - a later build of the same sources is a cache hit (no rebuild, no leftovers);
+ *  - the binding rejects wrong inputs with a JS Error before native code reads them;
+ *  - names reach generated C++ only as escaped string literals (odd names round-trip);
+ *  - a fixed thread count gives bitwise-identical results.
+ */
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cString } from '../compiler/codegen-cpu/c_string.js';
+import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
+import { buildAddon } from '../runtime/native/build.js';
+import { createNativeSession } from '../runtime/native/native_session.js';
+import type { Session } from '../runtime/session.js';
+import { ODD_NAME, tinyProgramSet } from './cpu_helpers.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-cache-test-'));
+const TAG = `tiny_${process.pid}`;
+
+function child(): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, ['--import', 'tsx', path.join(HERE, 'cpu_build_child.ts'), cacheDir, TAG], { cwd: path.join(HERE, '..'), stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (err += d));
+    p.on('close', (code) => resolve({ code, out, err }));
+  });
+}
+
+describe('cString', () => {
+  it('escapes everything that could end or bend a C string literal', () => {
+    expect(cString('fc1.weight')).toBe('"fc1.weight"');
+    expect(cString('a"b\\c\nd??=e')).toBe('"a\\042b\\134c\\012d\\077\\077=e"');
+    expect(cString('é')).toBe('"\\303\\251"');
+  });
+});
+
+describe('CPU build cache and binding', () => {
+  let modulePath = '';
+  let session: Session;
+  const programs = tinyProgramSet(4, TAG);
+
+  beforeAll(async () => {
+    const [a, b] = await Promise.all([child(), child()]);
+    for (const r of [a, b]) {
+      if (r.code !== 0) throw new Error(`child build failed (exit ${r.code}):\n${r.err}`);
+    }
+    const ra = JSON.parse(a.out), rb = JSON.parse(b.out);
+    expect(ra.modulePath).toBe(rb.modulePath);
+    expect(ra.model).toBe(TAG);
+    modulePath = ra.modulePath;
+  });
+  afterAll(() => {
+    session?.close();
+    fs.rmSync(cacheDir, { recursive: true, force: true });
+  });
+
+  it('concurrent builders leave exactly one complete cache entry and no temporary folders', () => {
+    const entries = fs.readdirSync(cacheDir);
+    expect(entries.filter((e) => e.startsWith('tmp-'))).toEqual([]);
+    expect(entries).toHaveLength(1);
+    expect(fs.existsSync(modulePath)).toBe(true);
+    expect(path.basename(modulePath)).toMatch(/^mpsc_[0-9a-f]{16}\.node$/);
+  });
+
+  it('a second build of the same sources is a cache hit', async () => {
+    const before = fs.statSync(modulePath).mtimeMs;
+    const again = await buildAddon({ files: generateCpuModel(programs).files, cacheDir });
+    expect(again.cached).toBe(true);
+    expect(again.modulePath).toBe(modulePath);
+    expect(fs.statSync(modulePath).mtimeMs).toBe(before);
+  });
+
+  it('different flags give a different key', async () => {
+    const files = generateCpuModel(programs).files;
+    const { addonKey } = await import('../runtime/native/build.js');
+    expect(addonKey(files, '-O2')).not.toBe(addonKey(files, '-O3 -march=native'));
+  });
+
+  it('round-trips odd tensor names and reports shapes', () => {
+    session = createNativeSession(modulePath, programs, 'cpu', 2);
+    expect(session.tensorNames()).toEqual([ODD_NAME, 'fc1.bias'].sort());
+    expect(session.tensorShape(ODD_NAME)).toEqual([3, 6]);
+    const w = Float32Array.from({ length: 18 }, (_, i) => (i - 9) / 10);
+    session.write(ODD_NAME, w);
+    expect(Array.from(session.read(ODD_NAME))).toEqual(Array.from(w));
+  });
+
+  const x = Float32Array.from({ length: 24 }, (_, i) => Math.sin(i));
+  const label = Int32Array.from([0, 1, 2, 1]);
+  const sc = { lr: 0.1, t: 1, seed: 1, counter: 0 };
+
+  it('rejects a wrong-length batch, a wrong dtype and a wrong input count with an Error', () => {
+    expect(() => session.run('eval', [x.subarray(0, 20), label], sc)).toThrow(/'x' has 20 elements, expected 24/);
+    expect(() => session.run('eval', [x, new Int32Array(5)], sc)).toThrow(/'label' has 5 elements/);
+    expect(() => session.run('eval', [x, Float32Array.from(label)], sc)).toThrow(/must be an Int32Array/);
+    expect(() => session.run('eval', [x], sc)).toThrow(/got 1 inputs, the program takes 2/);
+    expect(() => session.write('fc1.bias', new Float32Array(4))).toThrow(/got 4 elements, the tensor has 3/);
+    expect(() => session.read('nope')).toThrow(/no persistent tensor/);
+  });
+
+  it('reports a label outside the class range as an error, and keeps working afterwards', () => {
+    expect(() => session.run('eval', [x, Int32Array.from([0, 1, 3, 1])], sc)).toThrow(/label 3 in row 2 of the batch is outside the class range \[0, 3\)/);
+    const out = session.run('eval', [x, label], sc);
+    expect(out.length).toBe(2);
+    expect(Number.isFinite(out[0])).toBe(true);
+  });
+
+  it('trains (loss goes down) and is bitwise reproducible for a fixed thread count', () => {
+    const runSteps = (s: Session) => {
+      s.write(ODD_NAME, Float32Array.from({ length: 18 }, (_, i) => ((i * 7) % 5) / 10 - 0.2));
+      s.write('fc1.bias', new Float32Array(3));
+      const losses: number[] = [];
+      for (let i = 0; i < 30; i++) losses.push(s.run('train_step', [x, label], { ...sc, t: i + 1, counter: i })[0]);
+      return { losses, w: s.read(ODD_NAME) };
+    };
+    const a = runSteps(session);
+    const other = createNativeSession(modulePath, programs, 'cpu', 2);
+    const b = runSteps(other);
+    other.close();
+    expect(a.losses[29]).toBeLessThan(a.losses[0]);
+    expect(Array.from(b.w)).toEqual(Array.from(a.w));
+    expect(b.losses).toEqual(a.losses);
+  });
+
+  it('refuses use after close', () => {
+    const s = createNativeSession(modulePath, programs, 'cpu', 1);
+    s.close();
+    expect(() => s.read('fc1.bias')).toThrow(/after close/);
+  });
+});

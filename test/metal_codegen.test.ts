@@ -1,0 +1,154 @@
+/**
+ * Metal code generation on Linux: `generateMetalProject` writes the .metal libraries,
+ * dispatch plans and bridge project for the example specs; golden files of the generated
+ * MSL and plans for two specs (UPDATE_GOLDEN=1 rewrites them: review the diff); Metal's
+ * limits are enforced at build time; forced fallbacks are listed as warnings; spec strings
+ * never reach generated code unescaped.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { checkFile } from '../compiler/check/index.js';
+import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { UserError } from '../compiler/errors.js';
+import { buildMetal, generateMetalProject } from '../compiler/codegen-metal/index.js';
+import { checkLimits } from '../compiler/codegen-metal/limits.js';
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+const GOLDEN = path.join(ROOT, 'test/golden/metal');
+
+function programsOf(spec: string) {
+  const model = checkFile(path.join(ROOT, 'specs', spec));
+  return buildPrograms(model, { batch: model.train.batch });
+}
+
+describe('generateMetalProject', () => {
+  for (const spec of fs.readdirSync(path.join(ROOT, 'specs')).filter((f) => f.endsWith('.model'))) {
+    it(`writes sources, plans and the bridge project for ${spec}`, () => {
+      const out = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-metal-gen-'));
+      try {
+        const { files, warnings } = generateMetalProject(programsOf(spec), out);
+        expect(warnings).toEqual([]);
+        const rel = files.map((f) => path.relative(out, f));
+        expect(rel).toContain('metal/train_step.metal');
+        expect(rel).toContain('metal/eval.metal');
+        expect(rel).toContain('metal/train_step.plan.json');
+        expect(rel).toContain('bridge/mpsc_metal_plan.inc');
+        expect(rel).toContain('bridge/mpsc_metal_bridge.mm');
+        expect(rel).toContain('bridge/CMakeLists.txt');
+        const plan = JSON.parse(fs.readFileSync(path.join(out, 'metal/train_step.plan.json'), 'utf8'));
+        expect(plan.format).toBe('mpsc-metal-plan/1');
+        for (const s of plan.steps) {
+          expect(s.kind).toBe('kernel');
+          expect(s.bindings.length + 1).toBeLessThanOrEqual(31);
+          expect(s.threadgroup[0] * s.threadgroup[1] * s.threadgroup[2]).toBeLessThanOrEqual(1024);
+          expect(s.threadgroupMemory).toBeLessThanOrEqual(32768);
+        }
+      } finally {
+        fs.rmSync(out, { recursive: true, force: true });
+      }
+    });
+  }
+
+  it('lists forced CPU fallbacks as warnings and plans them as CPU steps', () => {
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-metal-gen-'));
+    try {
+      const { warnings } = generateMetalProject(programsOf('mnist_mlp.model'), out, { fallbackOps: ['cross_entropy'] });
+      expect(warnings.length).toBe(2); // train_step and eval
+      expect(warnings[0]).toMatch(/node \d+ \(cross_entropy[ )].* runs on the CPU/);
+      const plan = JSON.parse(fs.readFileSync(path.join(out, 'metal/train_step.plan.json'), 'utf8'));
+      expect(plan.steps.filter((s: { kind: string }) => s.kind === 'cpu').map((s: { op: string }) => s.op)).toEqual(['cross_entropy']);
+    } finally {
+      fs.rmSync(out, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('bridge host tables', () => {
+  it('the generated mpsc_metal_plan.inc (with a CPU fallback step) is valid C++', () => {
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-metal-gen-'));
+    try {
+      generateMetalProject(programsOf('lenet.model'), out, { fallbackOps: ['maxpool2d_grad'] });
+      const inc = fs.readFileSync(path.join(out, 'bridge/mpsc_metal_plan.inc'), 'utf8');
+      expect(inc).toMatch(/static int mfb_p0_\d+\(mpsc_ctx\* ctx/);
+      execFileSync('g++', ['-std=c++17', '-fsyntax-only', '-x', 'c++', path.join(out, 'bridge/mpsc_metal_plan.inc')], { stdio: ['ignore', 'ignore', 'pipe'] });
+    } finally {
+      fs.rmSync(out, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('golden MSL', () => {
+  for (const spec of ['mnist_mlp', 'lenet']) {
+    it(`${spec}: generated .metal and plans match test/golden/metal (UPDATE_GOLDEN=1 to rewrite)`, () => {
+      const ps = programsOf(`${spec}.model`);
+      const a = buildMetal([ps.train_step, ps.eval], ps.model);
+      for (const p of a.programs) {
+        for (const [file, text] of [[`${spec}.${p.program.name}.metal`, p.library], [`${spec}.${p.program.name}.plan.json`, JSON.stringify(p.plan, null, 1) + '\n']]) {
+          const f = path.join(GOLDEN, file);
+          if (process.env.UPDATE_GOLDEN === '1' || !fs.existsSync(f)) {
+            fs.mkdirSync(GOLDEN, { recursive: true });
+            fs.writeFileSync(f, text);
+          }
+          expect(text, `${file} differs from the golden file; if the change is intended, rerun with UPDATE_GOLDEN=1 and review the diff`).toBe(fs.readFileSync(f, 'utf8'));
+        }
+      }
+    });
+  }
+});
+
+function concatProgram(n: number, name = 'cat'): Program {
+  const b = new GraphBuilder();
+  const xs = Array.from({ length: n }, (_, i) => b.value(`x${i}`, 'f32', [2, 3], 'input'));
+  b.emit('concat', xs, [{ name: 'y', shape: [2, 3 * n] }], { axis: 1 }, name, { file: 'big.model', line: 4, col: 7 });
+  return { name: 'train_step', batch: 2, graph: b.graph, inputs: xs, outputs: [] };
+}
+
+describe('Metal limits are checked at build time', () => {
+  it('more than 31 buffer bindings is a user error naming the layer and the fix', () => {
+    expect(() => buildMetal([concatProgram(29)], 'm')).not.toThrow(); // 29 inputs + output + params = 31
+    let err: unknown;
+    try { buildMetal([concatProgram(30)], 'm'); } catch (e) { err = e; }
+    expect(err).toBeInstanceOf(UserError);
+    expect((err as Error).message).toMatch(/big\.model:4:7: node 0 \(concat in layer 'cat'\): kernel k0 needs 32 buffer bindings .*Metal allows 31/);
+    expect((err as Error).message).toMatch(/fix:/);
+  });
+
+  it('threadgroup size and threadgroup memory over the limits are errors', () => {
+    const p = concatProgram(2);
+    const plan = buildMetal([p], 'm').programs[0].plan;
+    const s = plan.steps[0];
+    if (s.kind !== 'kernel') throw new Error('expected a kernel');
+    s.threadgroup = [32, 64, 1];
+    s.threadgroupMemory = 40000;
+    expect(() => checkLimits(plan, p)).toThrow(/2048 threads per threadgroup; Metal allows 1024[\s\S]*40000 bytes of threadgroup memory; Metal allows 32768/);
+  });
+
+  it('an op without a Metal kernel is a CPU fallback, or an error with noFallback', () => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [4], 'input');
+    b.emit('mystery_op', [x], [{ name: 'y', shape: [4] }], {}, 'odd');
+    const p: Program = { name: 'eval', batch: 1, graph: b.graph, inputs: [x], outputs: [] };
+    expect(buildMetal([p], 'm').warnings[0]).toMatch(/node 0 \(mystery_op in layer 'odd'\) has no Metal kernel/);
+    expect(() => buildMetal([p], 'm', { noFallback: true })).toThrow(UserError);
+  });
+});
+
+describe('spec strings in generated code', () => {
+  it('layer paths and value names are escaped in comments, C strings and JSON', () => {
+    const b = new GraphBuilder();
+    const evil = 'a*/ #include "x" \n b\\ ??= é';
+    const x = b.value(evil, 'f32', [4], 'input');
+    b.emit('unary', [x], [{ name: `${evil}.out`, shape: [4] }], { fn: 'relu' }, evil);
+    const p: Program = { name: 'eval', batch: 1, graph: b.graph, inputs: [x], outputs: [] };
+    const a = buildMetal([p], evil);
+    const lib = a.programs[0].library;
+    expect(lib).not.toContain(evil);
+    expect(lib).not.toMatch(/a\*\/ #include/);
+    for (const line of lib.split('\n')) if (/^\s*#/.test(line)) expect(line).toBe('#include <metal_stdlib>');
+    expect(JSON.parse(JSON.stringify(a.programs[0].plan)).steps[0].bindings[0].name).toBe(evil);
+  });
+});
