@@ -18,18 +18,27 @@ function generate(layers: number): string {
 
 const text = generate(5000);
 checkSource(text, 'warmup.model'); // first run builds the parser (self-analysis) once per process
+// wall time, and CPU time of this process (robust when other work shares the cores)
 const runs: number[] = [];
+const cpu: number[] = [];
 let layerCount = 0;
 for (let i = 0; i < 5; i++) {
   const t = performance.now();
+  const c = process.cpuUsage();
   const m = checkSource(text, 'scale.model');
+  const d = process.cpuUsage(c);
   runs.push(performance.now() - t);
+  cpu.push((d.user + d.system) / 1000);
   layerCount = m.layers.length;
 }
 runs.sort((a, b) => a - b);
+cpu.sort((a, b) => a - b);
 const median = runs[2];
-console.log(`frontend_scale: ${layerCount} layers, ${text.length} bytes, checkSource median ${median.toFixed(1)} ms (min ${runs[0].toFixed(1)}, max ${runs[4].toFixed(1)})`);
-if (median > 1000) {
+console.log(
+  `frontend_scale: ${layerCount} layers, ${text.length} bytes, checkSource median ${median.toFixed(1)} ms wall ` +
+    `(min ${runs[0].toFixed(1)}, max ${runs[4].toFixed(1)}), median ${cpu[2].toFixed(1)} ms CPU`,
+);
+if (cpu[2] > 1000) {
   console.error('frontend_scale: slower than 1 s');
   process.exitCode = 1;
 }

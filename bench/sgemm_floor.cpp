@@ -163,7 +163,16 @@ static Rate time_conv(const ConvCase& c, ConvPass pass, int threads, int reps) {
 }
 
 int main(int argc, char** argv) {
-  bool json = argc > 1 && std::string(argv[1]) == "--json";
+  // args: [--json] [--no-peak] [FILTER]: FILTER runs only the measurements whose name contains it
+  bool json = false, peak = true;
+  std::string filter;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") json = true;
+    else if (a == "--no-peak") peak = false;
+    else filter = a;
+  }
+  auto wanted = [&](const std::string& name) { return filter.empty() || name.find(filter) != std::string::npos; };
   // the GEMMs of the reference workloads (train step: forward, grad-input, grad-weight)
   const Shape shapes[] = {
       {"mlp fc1 fwd 256x256x784 (x W^T)", false, true, 256, 256, 784},
@@ -179,6 +188,7 @@ int main(int argc, char** argv) {
   const int nthreads[] = {1, 2};
   std::string js = "{\"peak\":{";
   for (int t : nthreads) {
+    if (!peak) break;
     double p = fma_peak(t);
     if (!json) printf("fma peak          threads=%d  %8.1f GFLOP/s\n", t, p);
     js += (t > 1 ? "," : "") + std::string("\"") + std::to_string(t) + "\":" + std::to_string(p);
@@ -186,6 +196,7 @@ int main(int argc, char** argv) {
   js += "},\"sgemm\":[";
   bool firstj = true;
   for (const Shape& s : shapes) {
+    if (!wanted(s.name)) continue;
     for (int t : nthreads) {
       Rate g = time_gemm(s, t, 7);
       if (!json) printf("%-42s threads=%d  median %6.1f  best %6.1f GFLOP/s\n", s.name, t, g.median, g.best);
@@ -210,6 +221,7 @@ int main(int argc, char** argv) {
   for (const ConvCase& c : convs)
     for (int pass = 0; pass < 3; ++pass) {
       if (pass == CONV_GRAD_INPUT && c.C <= 3) continue;  // first layers: no grad-input in training
+      if (!wanted(std::string(c.name) + " " + pass_names[pass])) continue;
       for (int t : nthreads) {
         Rate g = time_conv(c, (ConvPass)pass, t, 5);
         if (!json) printf("%-34s %-3s     threads=%d  median %6.1f  best %6.1f GFLOP/s\n", c.name, pass_names[pass], t, g.median, g.best);

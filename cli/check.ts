@@ -3,7 +3,7 @@
  * Exit 0 when valid, 1 with diagnostics when not.
  */
 import type { Command } from 'commander';
-import { checkFile } from '../compiler/check/index.js';
+import { checkFileWithWarnings } from '../compiler/check/index.js';
 import { renderSummary, summarize } from '../compiler/check/summary.js';
 
 export function register(program: Command): void {
@@ -15,7 +15,8 @@ export function register(program: Command): void {
     // EXTENSION POINT (IR / memory planner issue): add `--ir` here to print the train-step
     // program, and add the memory plan's planned peak bytes to the summary below.
     .action((spec: string, opts: { json?: boolean }) => {
-      const model = checkFile(spec);
+      const { model, warnings } = checkFileWithWarnings(spec);
+      for (const w of warnings) process.stderr.write(w + '\n');
       const summary = summarize(model);
       process.stdout.write(opts.json ? JSON.stringify(summary, null, 2) + '\n' : renderSummary(summary) + '\n');
     });

@@ -186,7 +186,7 @@ export function register(program: Command): void {
     .option('--threads <n>', 'CPU threads (default: all cores)', parsePositiveInt('--threads'))
     .option('--init-from <file>', 'load initial parameters from a safetensors file')
     .option('--save-init <file>', 'write the initial parameters to a safetensors file')
-    .option('--checkpoint-dir <dir>', 'where checkpoints go (default checkpoints/<model>)')
+    .option('--checkpoint-dir <dir>', 'where checkpoints go (default: checkpoints/<model>, or the folder of the --resume checkpoint)')
     .option('--resume <file>', 'continue from a checkpoint file (or the newest one in a folder)')
     .option('--metrics <file>', 'write JSON lines: one per logged step and one per evaluation')
     .option('--log-every <n>', 'log every N steps', parsePositiveInt('--log-every'), 50)

@@ -48,11 +48,16 @@ function sourceLine(source: string, line: number): string | null {
   return s.length > 300 ? s.slice(0, 300) : s;
 }
 
-/** Sort by position and format all diagnostics, one blank-line-free block each. */
+/** At most this many diagnostics are printed; the rest are counted. */
+export const MAX_SHOWN = 50;
+
+/** Sort by position and format the diagnostics (the first MAX_SHOWN), with an error count when there are several. */
 export function formatDiagnostics(diags: readonly Diagnostic[], source: string): string {
   const sorted = [...diags].sort((a, b) => a.loc.line - b.loc.line || a.loc.col - b.loc.col);
   const errors = sorted.filter((d) => d.severity === 'error').length;
-  const body = sorted.map((d) => formatDiagnostic(d, source)).join('\n');
+  const shown = sorted.slice(0, MAX_SHOWN).map((d) => formatDiagnostic(d, source));
+  if (sorted.length > MAX_SHOWN) shown.push(`... and ${sorted.length - MAX_SHOWN} more`);
+  const body = shown.join('\n');
   return errors > 1 ? `${body}\n${errors} errors` : body;
 }
 

@@ -72,8 +72,11 @@ function writeCache(file: string, per: Float32Array[]): void {
     const tmp = `${file}.tmp-${process.pid}`;
     const fd = fs.openSync(tmp, 'w');
     try {
-      fs.writeSync(fd, new Uint8Array(Uint32Array.from(per.map((a) => a.length / MNIST_PIXELS)).buffer));
-      for (const a of per) fs.writeSync(fd, new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+      const writeAll = (u: Uint8Array) => {
+        for (let off = 0; off < u.byteLength; ) off += fs.writeSync(fd, u, off, u.byteLength - off);
+      };
+      writeAll(new Uint8Array(Uint32Array.from(per.map((a) => a.length / MNIST_PIXELS)).buffer));
+      for (const a of per) writeAll(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
     } finally {
       fs.closeSync(fd);
     }

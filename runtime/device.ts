@@ -32,7 +32,7 @@ export interface OpenedSession {
 const MODULES = {
   cpu: ['./native/native_session.js', 'createCpuSession'],
   'metal-emu': ['./metal-emu/session.js', 'createMetalEmuSession'],
-  metal: ['./metal/session.js', 'createMetalSession'],
+  metal: ['./metal-bridge/session.js', 'createMetalSession'],
   reference: ['./reference_session.js', 'createReferenceSession'],
 } as const;
 

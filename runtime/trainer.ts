@@ -24,6 +24,7 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { initParams } from '../compiler/train/init.js';
 import { lrAt } from '../compiler/train/schedule.js';
 import {
+  batchnormLayers,
   pruneCheckpoints,
   readCheckpointFile,
   resolveCheckpoint,
@@ -203,8 +204,10 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   const data = loadData(model);
   const train = data.train;
   const test = data.test;
-  const dataSha = datasetChecksum(train);
-  if (resumeInfo && resumeInfo.dataSha256 && resumeInfo.dataSha256 !== dataSha) {
+  // computed when first needed (resume check, first checkpoint): keeps it off the path to the first step
+  let dataShaMemo: string | null = null;
+  const dataSha = () => (dataShaMemo ??= datasetChecksum(train));
+  if (resumeInfo && resumeInfo.dataSha256 && resumeInfo.dataSha256 !== dataSha()) {
     throw new UserError(`${resumeFile}: error: the training data changed since this checkpoint was written (${train.source})\n  help: resume with the same data`);
   }
   const microPerEpoch = trainBatchesPerEpoch(train.count, B, cfg.drop_last);
@@ -216,6 +219,14 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     );
   }
   const totalSteps = cfg.steps ?? (cfg.epochs ?? 1) * stepsPerEpoch;
+  if (resumeInfo && resumeInfo.totalSteps !== totalSteps && model.schedule.kind === 'cosine' && model.schedule.t_max === null) {
+    emit({
+      kind: 'note',
+      message:
+        `note: the cosine schedule spans the whole run: it was planned for ${resumeInfo.totalSteps} steps and now continues for ${totalSteps}; ` +
+        `the result differs from one uninterrupted ${totalSteps}-step run (set t_max in the spec to make the schedule independent of the run length)`,
+    });
+  }
 
   // ---- programs and session
   const evalTail = test && test.count % B !== 0 ? test.count % B : undefined;
@@ -260,7 +271,9 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     }
     if (opts.saveInit !== undefined) {
       const names = [...paramNames].filter((n) => sessionNames.has(n)).sort();
-      saveTensors(opts.saveInit, sessionTensors(session, names), { format: 'mpsc-weights-1', model: model.name, spec_hash: model.sourceHash, seed: String(cfg.seed) });
+      const t = sessionTensors(session, names);
+      for (const layer of batchnormLayers(model)) t.set(`${layer}.num_batches_tracked`, { shape: [], data: BigInt64Array.of(BigInt(pos.counter)) });
+      saveTensors(opts.saveInit, t, { format: 'mpsc-weights-1', model: model.name, spec_hash: model.sourceHash, seed: String(cfg.seed) });
       emit({ kind: 'note', message: `initial parameters written to ${opts.saveInit}` });
     }
     if (opts.metricsFile !== undefined) {
@@ -282,7 +295,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         ...pos,
         model: model.name,
         specHash: model.sourceHash,
-        dataSha256: dataSha,
+        dataSha256: dataSha(),
         seed: cfg.seed,
         totalSteps,
         batch: B,

@@ -253,6 +253,20 @@ describe('generated CPU kernels vs the reference interpreter', () => {
     expect([...new Set(CASES.map((c) => c.op))].sort()).toEqual(Object.keys(OPS).sort());
   });
 
+  it('gives the same bits with 1 thread as with 2 (no reduction depends on the thread count)', async () => {
+    const one = await createCpuSession(built.programs, { threads: 1, cacheDir: process.env.MPSC_CACHE_DIR ?? path.join(os.tmpdir(), 'mpsc-test-cache') });
+    try {
+      for (const name of one.tensorNames()) {
+        const d = built.data.get(name);
+        if (d) one.write(name, Float32Array.from(d));
+      }
+      one.run('train_step', built.intInputs.map((x) => x.data), SCALARS);
+      for (const name of one.tensorNames()) expect(Array.from(one.read(name)), name).toEqual(Array.from(session.read(name)));
+    } finally {
+      one.close();
+    }
+  });
+
   for (const c of CASES) {
     it(`${c.label} (${c.op})`, () => {
       // the reference runs on the f32-rounded inputs the kernel saw

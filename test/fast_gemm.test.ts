@@ -64,17 +64,17 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   });
 
   it('conv2d forward (plain and fused bias+relu)', () => {
-    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 18);
+    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 19);
     expect(bad(/^conv_fwd/)).toEqual([]);
   });
 
   it('conv2d grad-input', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(18);
+    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(19);
     expect(bad('conv_grad_input')).toEqual([]);
   });
 
   it('conv2d grad-weight and grad-bias', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(18);
+    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(19);
     expect(bad('conv_grad_weight')).toEqual([]);
     expect(bad('conv_grad_bias')).toEqual([]);
   });

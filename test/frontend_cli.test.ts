@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { layersWithRole } from '../compiler/check/layers.js';
 import { OPTIMIZERS, SCHEDULES, DATA_SOURCES, TRAIN_KEYS } from '../compiler/check/settings.js';
 import { INITS } from '../compiler/check/args.js';
+import { checkSource } from '../compiler/check/index.js';
 
 function mpsc(...args: string[]) {
   return spawnSync(process.execPath, ['bin/mpsc.js', ...args], { encoding: 'utf8', timeout: 60_000 });
@@ -60,6 +61,12 @@ describe('docs/language.md documents the tables', () => {
     ...TRAIN_KEYS.map((k) => k.name),
     ...Object.keys(INITS),
   ];
+  it('the example at the top of the page checks', () => {
+    const example = doc.split('```')[1];
+    const m = checkSource(example, 'docs/example.model');
+    expect(m.layers.map((l) => l.path)).toContain('stage2.maxpool0');
+    expect(m.params.map((p) => p.path)).toContain('fc2.weight');
+  });
   for (const n of names) it(`documents \`${n}\``, () => expect(doc).toContain(`| \`${n}\` |`));
   it('documents every argument of every layer', () => {
     for (const d of [...layersWithRole('layer'), ...layersWithRole('loss'), ...layersWithRole('metric')]) {

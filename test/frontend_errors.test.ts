@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { checkSource } from '../compiler/check/index.js';
+import { checkSource, checkSourceWithWarnings } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
 import { didYouMean, editDistance, formatDiagnostic } from '../compiler/diagnostics.js';
 import { INVALID } from './fixtures/frontend/invalid_cases.js';
@@ -73,9 +73,26 @@ describe('diagnostic format', () => {
     expect(msg.split('\n').filter((l) => l.startsWith('t.model:'))).toEqual(["t.model:2:14: error: unknown dtype 'f64'"]);
   });
 
+  it('prints at most 50 diagnostics and counts the rest', () => {
+    const msg = errorOf('model t\n' + '@ '.repeat(70));
+    expect(msg.split('\n').filter((l) => l.startsWith('t.model:')).length).toBe(50);
+    expect(msg.endsWith('... and 20 more\n70 errors')).toBe(true);
+  });
+
   it('formats a hint-less diagnostic without a hint line', () => {
     const text = formatDiagnostic({ severity: 'error', loc: { file: 'f', line: 2, col: 3, endLine: 2, endCol: 4 }, message: 'm' }, 'a\nbcde\n');
     expect(text).toBe('f:2:3: error: m\n  bcde\n    ^^');
+  });
+});
+
+describe('warnings', () => {
+  it('a value that is computed but never used is a warning, not an error', () => {
+    const src = `model t\ninput image: f32[N, 784]\ninput label: i32[N]\nnetwork {\n  spare = image -> relu\n  logits = image -> linear(10)\n}\n${GOOD_TAIL}`;
+    const r = checkSourceWithWarnings(src, 't.model');
+    expect(r.warnings).toEqual([
+      "t.model:5:3: warning: value 'spare' is never used\n    spare = image -> relu\n    ^^^^^\n  hint: use it in the loss or a metric, or remove it (its layers still run)",
+    ]);
+    expect(r.model.layers.map((l) => l.path)).toEqual(['relu0', 'linear0']);
   });
 });
 

@@ -41,6 +41,12 @@ describe('parser: sections', () => {
     expect(ast.inputs[0].name.loc).toEqual({ file: 'p.model', line: 3, col: 7, endLine: 3, endCol: 11 });
   });
 
+  it('a byte-order mark and CRLF line ends are whitespace', () => {
+    const ast = parse('\uFEFFmodel a\r\ninput x: f32[N, 2]\r\n');
+    expect(ast.model[0].value.name).toBe('a');
+    expect(ast.inputs[0].name.loc.line).toBe(2);
+  });
+
   it('blocks with typed parameters and defaults, in/out statements', () => {
     const ast = parse('block conv_block(channels: int, k: int = 3) {\n  in x, y\n  out x -> conv2d(channels, k, padding: k / 2)\n}');
     const b = ast.blocks[0];

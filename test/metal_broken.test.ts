@@ -30,6 +30,7 @@ const cases = {
   noBarrierAfterUse: opCase('nb_use', 'linear', [f([20, 40]), f([18, 40]), f([18])], [[20, 18]]),
   noBarrierInReduce: opCase('nb_reduce', 'softmax', [f([5, 300])], [[5, 300]], { axis: 1 }),
   divergentBarrier: opCase('divergent', 'softmax', [f([5, 300])], [[5, 300]], { axis: 1 }),
+  threadgroupPastEnd: opCase('oob_tg', 'softmax', [f([5, 300])], [[5, 300]], { axis: 1 }),
   writePastEnd: opCase('oob_write', 'unary', [f([300])], [[300]], { fn: 'relu' }),
   readPastEnd: opCase('oob_read', 'linear', [f([20, 40]), f([18, 40]), f([18])], [[20, 18]]),
   controlChain: chain('chain_ok'),
@@ -48,7 +49,7 @@ function edit(a: MetalArtifacts, c: OpCase, from: string | RegExp, to: string, c
 let results: ReturnType<typeof runCases>;
 
 beforeAll(() => {
-  const build = compileEmu(list.map((c) => c.program), {}, undefined, 'broken', (a) => {
+  const build = compileEmu(list.map((c) => c.program), { fuse: false }, undefined, 'broken', (a) => {
     const barrier = '    threadgroup_barrier(mem_flags::mem_threadgroup);\n';
     edit(a, cases.noBarrierAfterLoad, barrier, '', 1); // first barrier of the tiled GEMM loop
     const p1 = a.programs[index(cases.noBarrierAfterUse)];
@@ -56,6 +57,7 @@ beforeAll(() => {
     p1.library = p1.library.slice(0, at) + p1.library.slice(at + barrier.length); // second barrier
     edit(a, cases.noBarrierInReduce, '  if (lane == 0u) sh[sg] = v;\n  threadgroup_barrier(mem_flags::mem_threadgroup);\n', '  if (lane == 0u) sh[sg] = v;\n', 1);
     edit(a, cases.divergentBarrier, '  const uint r = tgid.x;\n', '  const uint r = tgid.x;\n  if (tidx == 5u) return;\n', 1);
+    edit(a, cases.threadgroupPastEnd, '  if (lane == 0u) sh[sg] = v;\n', '  if (lane == 0u) sh[sg + 8u] = v;\n', 1);
     edit(a, cases.writePastEnd, '  y[i] = ', '  y[i + 1u] = ', 1);
     edit(a, cases.readPastEnd, 'v = x[mi * 40u + ki];', 'v = x[mi * 40u + ki + 1u];', 2);
     const plan = a.programs[index(cases.planWithoutBarrier)].plan;
@@ -97,6 +99,9 @@ describe('the emulator catches broken kernels and plans', () => {
   });
   it('a write past the end of a buffer is reported with the kernel and binding', () => {
     expect(error(cases.writePastEnd)).toMatch(/oob_write\.k0 .*out-of-bounds access to \[\[buffer\(1\)\]\] 'oob_write\.out0' \(1200 bytes\): byte offset 1200/);
+  });
+  it('an access past the end of threadgroup memory is reported', () => {
+    expect(error(cases.threadgroupPastEnd)).toMatch(/oob_tg\.k0 .*out-of-bounds access to threadgroup memory \[\[threadgroup\(0\)\]\] \(32 bytes\): byte offset 32/);
   });
   it('a read past the end of a buffer (wrong index) is reported', () => {
     expect(error(cases.readPastEnd)).toMatch(/out-of-bounds access to \[\[buffer\(0\)\]\] 'oob_read\.in0' \(3200 bytes\)/);

@@ -5,6 +5,7 @@
  */
 import { makeRng, randomInts, randomTensor } from '../compiler/reference/fixtures.js';
 import { UNARY_FNS } from '../compiler/ir/ops.js';
+import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
 import { opCase, type OpCase } from './metal_harness.js';
 
 export function allOpCases(): OpCase[] {
@@ -94,6 +95,8 @@ export function allOpCases(): OpCase[] {
   add('concat', [f([2, 3, 4]), f([2, 5, 4])], [[2, 8, 4]], { axis: 1 });
   add('concat', [f([1, 3]), f([2, 3]), f([4, 3])], [[7, 3]], { axis: 0 });
   add('slice', [f([2, 8, 4])], [[2, 3, 4]], { axis: 1, start: 2, length: 3 });
+  // more inputs than one kernel may bind: split into several kernels
+  add('concat', Array.from({ length: 40 }, (_, i) => f([2, 1 + (i % 3), 3])), [[2, 79, 3]], { axis: 1 });
 
   for (const [N, C] of [[9, 10], [70, 3], [1, 17]]) {
     add('cross_entropy', [f([N, C], -3, 3), ids([N], C)], [[]], { label_smoothing: 0 });
@@ -116,6 +119,7 @@ export function allOpCases(): OpCase[] {
   add('grad_accumulate', [f([50]), f([50])], [], { scale: 0.25 });
   add('zero', [f([37])], []);
   add('grad_norm', [f([5, 7]), f([300]), f([1])], [[]]);
+  add('grad_norm', Array.from({ length: 65 }, (_, i) => f([1 + i])), [[]]);
   add('clip_coef', [f([], 0, 3)], [[]], { max_norm: 1 });
   add('clip_coef', [f([], 0, 0.5)], [[]], { max_norm: 1 });
   add('sgd_update', [f([40]), f([40]), null, null], [], { momentum: 0, nesterov: false, weight_decay: 0 });
@@ -125,4 +129,27 @@ export function allOpCases(): OpCase[] {
   add('adam_update', [f([300]), f([300]), f([300], -0.1, 0.1), f([300], 0, 0.01), f([], 0.3, 1)], [], { beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.05, decoupled: true });
   add('adam_update', [f([33]), f([33]), f([33], -0.1, 0.1), f([33], 0, 0.01), null], [], { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, decoupled: false });
   return cases;
+}
+
+/** Two-node chains whose unary the Metal backend fuses into the GEMM kernel's store. */
+export function fusedCases(): OpCase[] {
+  const rng = makeRng(77);
+  const out: OpCase[] = [];
+  const chain = (name: string, op: string, ins: { shape: number[] }[], yShape: number[], attrs: Record<string, number[] | number>, fn: string) => {
+    const b = new GraphBuilder();
+    const data = new Map<number, Float64Array>();
+    const ids = ins.map((x, k) => {
+      const id = b.value(`${name}.in${k}`, 'f32', x.shape, 'input');
+      data.set(id, Float64Array.from(randomTensor(x.shape, rng), (v) => Math.fround(v)));
+      return id;
+    });
+    const [y] = b.emit(op, ids, [{ name: `${name}.y`, shape: yShape }], attrs);
+    const [z] = b.emit('unary', [y], [{ name: `${name}.z`, shape: yShape }], { fn, alpha: 0.1 });
+    const program = { name, batch: 1, graph: b.graph, inputs: ids, outputs: [] } as unknown as Program;
+    out.push({ program, data, check: [z] });
+  };
+  chain('fuse_linear_relu', 'linear', [{ shape: [19, 23] }, { shape: [17, 23] }, { shape: [17] }], [19, 17], {}, 'relu');
+  chain('fuse_conv_gelu', 'conv2d', [{ shape: [2, 3, 7, 6] }, { shape: [5, 3, 3, 3] }, { shape: [5] }], [2, 5, 7, 6], { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 }, 'gelu');
+  chain('fuse_matmul_leaky', 'matmul', [{ shape: [9, 33] }, { shape: [33, 18] }], [9, 18], {}, 'leaky_relu');
+  return out;
 }

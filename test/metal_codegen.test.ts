@@ -33,13 +33,13 @@ describe('generateMetalProject', () => {
         const { files, warnings } = generateMetalProject(programsOf(spec), out);
         expect(warnings).toEqual([]);
         const rel = files.map((f) => path.relative(out, f));
-        expect(rel).toContain('metal/train_step.metal');
-        expect(rel).toContain('metal/eval.metal');
-        expect(rel).toContain('metal/train_step.plan.json');
+        expect(rel).toContain('train_step.metal');
+        expect(rel).toContain('eval.metal');
+        expect(rel).toContain('train_step.plan.json');
         expect(rel).toContain('bridge/mpsc_metal_plan.inc');
         expect(rel).toContain('bridge/mpsc_metal_bridge.mm');
         expect(rel).toContain('bridge/CMakeLists.txt');
-        const plan = JSON.parse(fs.readFileSync(path.join(out, 'metal/train_step.plan.json'), 'utf8'));
+        const plan = JSON.parse(fs.readFileSync(path.join(out, 'train_step.plan.json'), 'utf8'));
         expect(plan.format).toBe('mpsc-metal-plan/1');
         for (const s of plan.steps) {
           expect(s.kind).toBe('kernel');
@@ -59,7 +59,7 @@ describe('generateMetalProject', () => {
       const { warnings } = generateMetalProject(programsOf('mnist_mlp.model'), out, { fallbackOps: ['cross_entropy'] });
       expect(warnings.length).toBe(2); // train_step and eval
       expect(warnings[0]).toMatch(/node \d+ \(cross_entropy[ )].* runs on the CPU/);
-      const plan = JSON.parse(fs.readFileSync(path.join(out, 'metal/train_step.plan.json'), 'utf8'));
+      const plan = JSON.parse(fs.readFileSync(path.join(out, 'train_step.plan.json'), 'utf8'));
       expect(plan.steps.filter((s: { kind: string }) => s.kind === 'cpu').map((s: { op: string }) => s.op)).toEqual(['cross_entropy']);
     } finally {
       fs.rmSync(out, { recursive: true, force: true });
@@ -108,10 +108,21 @@ function concatProgram(n: number, name = 'cat'): Program {
 }
 
 describe('Metal limits are checked at build time', () => {
+  it('variadic ops are split to stay within 31 buffer bindings', () => {
+    const a = buildMetal([concatProgram(70)], 'm');
+    const steps = a.programs[0].plan.steps;
+    expect(steps.length).toBe(3);
+    for (const s of steps) expect(s.bindings.length + 1).toBeLessThanOrEqual(31);
+  });
+
   it('more than 31 buffer bindings is a user error naming the layer and the fix', () => {
-    expect(() => buildMetal([concatProgram(29)], 'm')).not.toThrow(); // 29 inputs + output + params = 31
+    const p = concatProgram(29);
+    const plan = buildMetal([p], 'm').programs[0].plan; // 29 inputs + output + params = 31: fine
+    const s = plan.steps[0];
+    if (s.kind !== 'kernel') throw new Error('expected a kernel');
+    s.bindings.push({ ...s.bindings[0], index: s.bindings.length });
     let err: unknown;
-    try { buildMetal([concatProgram(30)], 'm'); } catch (e) { err = e; }
+    try { checkLimits(plan, p); } catch (e) { err = e; }
     expect(err).toBeInstanceOf(UserError);
     expect((err as Error).message).toMatch(/big\.model:4:7: node 0 \(concat in layer 'cat'\): kernel k0 needs 32 buffer bindings .*Metal allows 31/);
     expect((err as Error).message).toMatch(/fix:/);
@@ -134,6 +145,13 @@ describe('Metal limits are checked at build time', () => {
     const p: Program = { name: 'eval', batch: 1, graph: b.graph, inputs: [x], outputs: [] };
     expect(buildMetal([p], 'm').warnings[0]).toMatch(/node 0 \(mystery_op in layer 'odd'\) has no Metal kernel/);
     expect(() => buildMetal([p], 'm', { noFallback: true })).toThrow(UserError);
+  });
+});
+
+describe('--device metal off macOS', () => {
+  it.skipIf(process.platform === 'darwin')('createMetalSession is a user error that suggests metal-emu', async () => {
+    const { createMetalSession } = await import('../runtime/metal-bridge/session.js');
+    await expect(createMetalSession(programsOf('mnist_mlp.model'))).rejects.toThrow(/needs macOS[\s\S]*--device metal-emu/);
   });
 });
 

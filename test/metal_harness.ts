@@ -60,12 +60,13 @@ export function reference(c: OpCase, scalars: StepScalars): Map<number, Float64A
 export interface EmuBuild { exe: string; art: MetalArtifacts }
 
 /** `mutate` may edit the artifacts (library text, plans) before the emulator sources are made: used to break kernels on purpose. */
-export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFallback?: CpuFallbackEmitter, model = 'metal_test', mutate?: (a: MetalArtifacts) => void): EmuBuild {
+export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFallback?: CpuFallbackEmitter, model = 'metal_test', mutate?: (a: MetalArtifacts) => void, cxxflags: string[] = []): EmuBuild {
   const art = buildMetal(programs, model, opts);
   mutate?.(art);
   const files = metalEmuSources(art, cpuFallback);
   const h = crypto.createHash('sha256');
   for (const [k, v] of Object.entries(files).sort()) h.update(k).update('\0').update(v).update('\0');
+  h.update(cxxflags.join(' '));
   for (const f of ['emu_fiber.h', 'emu_dispatch.h', 'metal_compat.h', 'metal_compat_end.h', 'emu_test_main.cc']) h.update(fs.readFileSync(path.join(EMU, f), 'utf8'));
   for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) h.update(fs.readFileSync(path.join(CPP, f), 'utf8'));
   const dir = path.join(os.tmpdir(), 'mpsc-metal-emu-test', h.digest('hex').slice(0, 16));
@@ -74,7 +75,7 @@ export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFall
     fs.mkdirSync(dir, { recursive: true });
     for (const [k, v] of Object.entries(files)) fs.writeFileSync(path.join(dir, k), v);
     const tmp = `${exe}.${process.pid}`;
-    execFileSync('nice', ['g++', '-std=c++17', '-O1', '-Wno-attributes', `-I${dir}`, `-I${EMU}`, `-I${path.join(EMU, 'include')}`, `-I${CPP}`,
+    execFileSync('nice', ['g++', '-std=c++17', '-O1', '-Wno-attributes', ...cxxflags, `-I${dir}`, `-I${EMU}`, `-I${path.join(EMU, 'include')}`, `-I${CPP}`,
       path.join(dir, 'model_metal_emu.cc'), path.join(CPP, 'mpsc_runtime.cc'), path.join(EMU, 'emu_test_main.cc'), '-o', tmp, '-lpthread'],
       { stdio: ['ignore', 'ignore', 'pipe'] });
     fs.renameSync(tmp, exe);

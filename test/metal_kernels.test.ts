@@ -7,10 +7,11 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { OPS } from '../compiler/ir/ops.js';
 import { relError } from '../compiler/reference/fixtures.js';
 import { compileEmu, reference, runCases, type EmuBuild, type OpCase } from './metal_harness.js';
-import { allOpCases } from './metal_cases.js';
+import { allOpCases, fusedCases } from './metal_cases.js';
 
 const SCALARS = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
-const cases: OpCase[] = allOpCases();
+const fused = fusedCases();
+const cases: OpCase[] = [...allOpCases(), ...fused];
 let build: EmuBuild;
 const results: Record<string, (Map<number, Float64Array> | string)[]> = {};
 
@@ -21,7 +22,29 @@ beforeAll(() => {
   results.threads2 = runCases(build, cases, SCALARS, { MPSC_METAL_EMU_THREADS: '2' });
 });
 
+describe('the portable (ucontext) fiber switch', () => {
+  it('gives the same results on the barrier- and SIMD-heavy kernels', () => {
+    const heavy = cases.filter((c) => ['linear', 'conv2d', 'softmax', 'batchnorm_train', 'cross_entropy', 'grad_norm'].includes(c.program.graph.nodes[0].op));
+    const b = compileEmu(heavy.map((c) => c.program), {}, undefined, 'ucontext', undefined, ['-DMTLEMU_UCONTEXT']);
+    const got = runCases(b, heavy, SCALARS);
+    heavy.forEach((c, i) => {
+      const r = got[i];
+      if (typeof r === 'string') throw new Error(r);
+      const ref = reference(c, SCALARS);
+      for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), c.program.name).toBeLessThan(1e-4);
+    });
+  });
+});
+
 describe('Metal kernels through the emulator equal the reference interpreter', () => {
+  it('fuses a unary into the GEMM kernel before it (one launch per chain)', () => {
+    for (const c of fused) {
+      const p = build.art.programs[cases.indexOf(c)];
+      expect(p.plan.steps.length, c.program.name).toBe(1);
+      expect(p.library).toMatch(/fused node 1: unary/);
+    }
+  });
+
   it('covers every op of the catalogue', () => {
     const covered = new Set(cases.map((c) => c.program.graph.nodes[0].op));
     expect(Object.keys(OPS).filter((op) => !covered.has(op))).toEqual([]);

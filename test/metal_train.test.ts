@@ -8,7 +8,7 @@
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { checkFile } from '../compiler/check/index.js';
+import { checkFile, checkSource } from '../compiler/check/index.js';
 import { numel, type Program, type ProgramSet, type StepScalars } from '../compiler/ir/graph.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import type { CheckedModel } from '../compiler/model.js';
@@ -83,7 +83,58 @@ async function compare(spec: string, batch: number, fallbackOps: string[] = []) 
   }
 }
 
+// every op family at once: grouped/strided convs, batchnorm, pools, residual arithmetic,
+// layernorm, dropout, concat, metrics, grad clipping, gradient accumulation, eval_tail
+const MIXED = `model mixed
+input image: f32[N, 2, 9, 7]
+input label: i32[N]
+network {
+  a = image -> conv2d(4, kernel: 3, stride: 2, padding: 1, groups: 2) -> batchnorm -> gelu
+  b = a -> conv2d(4, kernel: [3, 1], padding: [1, 0]) -> tanh
+  c = a + b * a
+  d = c -> avgpool(2, stride: 1) -> maxpool(2) -> flatten -> linear(6) -> layernorm -> dropout(0.3) -> leaky_relu(0.1)
+  e = c -> global_avgpool -> flatten -> linear(6, bias: false) -> sigmoid
+  f = concat(d, e) -> linear(3)
+}
+loss cross_entropy(f, label, label_smoothing: 0.1)
+metrics accuracy(f, label), top_k(f, label, k: 2)
+optimizer adamw(lr: 0.01, weight_decay: 0.01)
+train { data: synthetic(), epochs: 1, batch: 4, grad_accum: 2, grad_clip: 1.0 }
+`;
+
 describe('metal-emu trains like the CPU backend', () => {
+  it('a spec using every op family, with grad_accum, grad_clip, dropout and eval_tail', async () => {
+    const model = checkSource(MIXED, 'mixed.model');
+    const programs = buildPrograms(model, { batch: 4, evalTail: 3 });
+    const cpu = await createCpuSession(programs, { threads: 1, cacheDir: CACHE });
+    const emu = await createMetalEmuSession(programs, { threads: 1, cacheDir: CACHE });
+    try {
+      expect(emu.hasProgram('apply_update')).toBe(true);
+      initParams(model, [cpu, emu]);
+      for (const s of [cpu, emu]) for (const n of s.tensorNames().filter((t) => t.endsWith('running_var'))) s.write(n, new Float32Array(s.tensorShape(n).reduce((x, y) => x * y, 1)).fill(1));
+      const data = batches(programs.train_step, 8, 3);
+      const tail = batches(programs.eval_tail!, 1, 3)[0];
+      const outs = (s: Session) => {
+        const r: number[][] = [];
+        data.forEach((batch, step) => {
+          r.push(Array.from(s.run('train_step', batch, { lr: 0.01, t: Math.floor(step / 2) + 1, seed: 5, counter: step })));
+          if (step % 2 === 1) r.push(Array.from(s.run('apply_update', [], { lr: 0.01, t: Math.floor(step / 2) + 1, seed: 5, counter: step })));
+        });
+        r.push(Array.from(s.run('eval', data[0], { lr: 0, t: 1, seed: 5, counter: 0 })));
+        r.push(Array.from(s.run('eval_tail', tail, { lr: 0, t: 1, seed: 5, counter: 0 })));
+        return r;
+      };
+      const a = outs(cpu), b = outs(emu);
+      expect(b.length).toBe(a.length);
+      for (let i = 0; i < a.length; i++)
+        for (let k = 0; k < a[i].length; k++)
+          expect(Math.abs(b[i][k] - a[i][k]) / Math.max(1e-6, Math.abs(a[i][k])), `run ${i} output ${k}: ${b[i][k]} vs ${a[i][k]}`).toBeLessThan(1e-4);
+    } finally {
+      cpu.close();
+      emu.close();
+    }
+  }, 600_000);
+
   it('mnist_mlp: 20 steps, per-step losses within 1e-4', async () => {
     await compare('mnist_mlp.model', 16);
   }, 600_000);

@@ -4,9 +4,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
 import { initParams } from '../compiler/train/init.js';
+import { checkFile } from '../compiler/check/index.js';
 import { readCheckpointFile, saveTensors } from '../runtime/checkpoint.js';
 import { tensorToF32 } from '../runtime/safetensors.js';
-import { evaluateWeights, train, type TrainOptions } from '../runtime/trainer.js';
+import { effectiveTrainConfig, evaluateWeights, train, type TrainOptions } from '../runtime/trainer.js';
 import type { CheckedModel } from '../compiler/model.js';
 import { tinyClassifier, type TinyOptions } from './fixtures/train/models.js';
 
@@ -126,6 +127,27 @@ describe(`training loop (${DEVICE})`, () => {
     expect(typeof evals[0].loss).toBe('number');
   });
 
+  it('trains from CSV files (train and test split), and command-line values override the spec', async () => {
+    const rows = (n: number, off: number) => {
+      const out: string[] = ['a,b,c,d,e,f,label'];
+      for (let i = 0; i < n; i++) {
+        const x = Array.from({ length: 6 }, (_, j) => Math.sin(7.3 * (i + off) + 1.7 * j));
+        const label = x[0] + x[1] > 0.5 ? 2 : x[0] - x[2] > 0 ? 1 : 0;
+        out.push([...x.map((v) => v.toFixed(5)), label].join(','));
+      }
+      return out.join('\n') + '\n';
+    };
+    fs.writeFileSync(path.join(dir, 'train.csv'), rows(200, 0));
+    fs.writeFileSync(path.join(dir, 'test.csv'), rows(50, 1000));
+    const m = tiny({ data: { kind: 'csv', train: path.join(dir, 'train.csv'), test: path.join(dir, 'test.csv'), label_column: 'label', normalize: null }, epochs: 3 });
+    const r = await run(m, 'csv', { epochs: 10, batch: 20 });
+    expect(r.steps).toBe(100); // 10 epochs x 200/20 (the override wins over the spec's 3 epochs and batch 8)
+    expect(r.test!.samples).toBe(50);
+    expect(r.test!.metrics.accuracy).toBeGreaterThan(0.7);
+    expect(effectiveTrainConfig(m, { steps: 7 })).toMatchObject({ steps: 7, epochs: null, batch: 8 });
+    expect(effectiveTrainConfig({ ...m, train: { ...m.train, steps: 9, epochs: null } }, { epochs: 2, seed: 5 })).toMatchObject({ steps: null, epochs: 2, seed: 5 });
+  });
+
   it('too little data for one step is a clear error', async () => {
     const m = tiny({ data: { kind: 'synthetic', train_size: 5, test_size: 5, seed: 1 }, drop_last: true });
     expect(await userError(run(m, 'small', { steps: 1 }))).toContain('5 samples');
@@ -172,6 +194,23 @@ for (const device of ['reference', 'cpu']) {
       expect(path.basename(stopped.checkpoint!)).toBe('checkpoint-9.safetensors');
       const resumed = await runOn(device, mEvery, `${device}-sig`, { steps: 20, resume: path.join(dir, `${device}-sig`) });
       expectBitwiseEqual(tensors(straight.checkpoint!), tensors(resumed.checkpoint!));
+    });
+
+    it(`${device}: batchnorm + dropout + adamw + cosine: stopped at N and resumed == straight, bitwise (running stats, RNG, schedule)`, async () => {
+      const m0 = checkFile(path.join(__dirname, 'fixtures', 'train', 'bn_dropout.model'));
+      const m = { ...m0, train: { ...m0.train, checkpoint_every: 10 } };
+      const straight = await runOn(device, m, `${device}-bn-straight`, { steps: 30 });
+      const ac = new AbortController();
+      const stopped = await runOn(device, m, `${device}-bn`, { steps: 30, signal: ac.signal, onEvent: (e) => e.kind === 'step' && e.step === 10 && ac.abort() });
+      expect(stopped.steps).toBe(10);
+      const resumed = await runOn(device, m, `${device}-bn`, { steps: 30, resume: stopped.checkpoint! });
+      const a = tensors(straight.checkpoint!);
+      expect(a.has('bn1.running_mean')).toBe(true);
+      expect(a.has('fc1.weight.exp_avg_sq')).toBe(true);
+      expectBitwiseEqual(a, tensors(resumed.checkpoint!));
+      const nbt = readCheckpointFile(resumed.checkpoint!).tensors.get('bn1.num_batches_tracked')!;
+      expect(nbt.dtype).toBe('I64');
+      expect(tensorToF32(nbt)[0]).toBe(30);
     });
   });
 }

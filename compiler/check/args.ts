@@ -39,6 +39,8 @@ export interface BindCtx {
   diags: Diagnostic[];
   /** evaluates a named argument's expression to a constant (or tensor) */
   evalExpr: (e: A.Expr) => Val | null;
+  /** what the arguments are called in messages (default 'argument'; the train section says 'key') */
+  argWord?: string;
 }
 
 export function describeVal(v: Val): string {
@@ -165,12 +167,12 @@ function rangeText(spec: ArgSpec): string {
 /** Convert one evaluated value to the JS value of spec's type, or report and return undefined. */
 export function convert(spec: ArgSpec, v: Val, loc: A.Loc, ctx: BindCtx): unknown {
   const bad = () => {
-    ctx.diags.push(errorAt(loc, `argument '${spec.name}' of ${ctx.what} expects ${TYPE_WORDS[spec.type]}, got ${describeVal(v)}`));
+    ctx.diags.push(errorAt(loc, `${ctx.argWord ?? 'argument'} '${spec.name}' of ${ctx.what} expects ${TYPE_WORDS[spec.type]}, got ${describeVal(v)}`));
     return undefined;
   };
   const range = (x: number) => {
     if (inRange(spec, x)) return true;
-    ctx.diags.push(errorAt(loc, `argument '${spec.name}' of ${ctx.what} must be ${rangeText(spec)}, got ${x}`));
+    ctx.diags.push(errorAt(loc, `${ctx.argWord ?? 'argument'} '${spec.name}' of ${ctx.what} must be ${rangeText(spec)}, got ${x}`));
     return false;
   };
   switch (spec.type) {
@@ -250,12 +252,12 @@ export function bindArgs(ctx: BindCtx, specs: ArgSpec[], positional: PositionalA
     const key = a.name!;
     const spec = specs.find((s) => s.name === key.name);
     if (!spec) {
-      ctx.diags.push(errorAt(key.loc, `${ctx.what} has no argument '${key.name}'`, suggestion(key.name, specs.map((s) => s.name)) ?? (specs.length ? `its arguments are: ${specs.map((s) => s.name).join(', ')}` : `it takes no arguments`)));
+      ctx.diags.push(errorAt(key.loc, `${ctx.what} has no ${ctx.argWord ?? 'argument'} '${key.name}'`, suggestion(key.name, specs.map((s) => s.name)) ?? (specs.length ? `its ${ctx.argWord ?? 'argument'}s are: ${specs.map((s) => s.name).join(', ')}` : `it takes no arguments`)));
       ok = false;
       continue;
     }
     if (given.has(key.name)) {
-      ctx.diags.push(errorAt(key.loc, `argument '${key.name}' of ${ctx.what} is given twice`));
+      ctx.diags.push(errorAt(key.loc, `${ctx.argWord ?? 'argument'} '${key.name}' of ${ctx.what} is given twice`));
       ok = false;
       continue;
     }
@@ -268,7 +270,7 @@ export function bindArgs(ctx: BindCtx, specs: ArgSpec[], positional: PositionalA
     }
     if (spec.type === 'call') {
       if (a.value.kind !== 'call') {
-        ctx.diags.push(errorAt(a.value.loc, `argument '${spec.name}' of ${ctx.what} expects ${TYPE_WORDS.call}`));
+        ctx.diags.push(errorAt(a.value.loc, `${ctx.argWord ?? 'argument'} '${spec.name}' of ${ctx.what} expects ${TYPE_WORDS.call}`));
         ok = false;
       }
       out[spec.name] = a.value;
@@ -298,7 +300,7 @@ export function bindArgs(ctx: BindCtx, specs: ArgSpec[], positional: PositionalA
   for (const s of specs) {
     if (given.has(s.name)) continue;
     if (s.default === undefined) {
-      ctx.diags.push(errorAt(callLoc, `${ctx.what} is missing argument '${s.name}'`, `${s.name}: ${s.doc}`));
+      ctx.diags.push(errorAt(callLoc, `${ctx.what} is missing ${ctx.argWord ?? 'argument'} '${s.name}'`, `${s.name}: ${s.doc}`));
       ok = false;
     } else out[s.name] = s.default;
   }

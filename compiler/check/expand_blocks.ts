@@ -19,7 +19,7 @@ import { MAX_INT } from '../parser/to_ast.js';
 export const MAX_LAYERS = 200_000;
 export const MAX_BLOCK_DEPTH = 32;
 export const MAX_REPEAT = 100_000;
-/** statements executed while expanding (repeat bodies count once per iteration) */
+/** statements and repeat iterations executed while expanding */
 export const MAX_STEPS = 2_000_000;
 
 export interface FlatInput {
@@ -46,6 +46,8 @@ export interface Expanded {
   names: Map<string, Val | null>;
   /** some input declaration was rejected (data-source checks are skipped) */
   inputErrors: boolean;
+  /** `name = tensor` assignments, in execution order */
+  assigned: { name: string; id: number; loc: A.Loc }[];
 }
 
 interface Scope {
@@ -75,6 +77,8 @@ export class Expander {
   /** inputs whose declaration failed: known names (no 'undefined name' cascade) without a value */
   readonly badInputs = new Set<string>();
   private steps = 0;
+  /** every `name = tensor` executed (for unused-value warnings) */
+  readonly assigned: { name: string; id: number; loc: A.Loc }[] = [];
   constructor(readonly diags: Diagnostic[]) {}
 
   err(loc: A.Loc, message: string, hint?: string): null {
@@ -213,6 +217,7 @@ export class Expander {
           const v = this.eval(s.expr, scope);
           if (v !== null && v.t !== 'tensor') this.err(s.expr.loc, `'${name}' must be a tensor, got ${describeVal(v)}`);
           scope.vars.set(name, { val: v, kind: 'value', loc: s.target.loc });
+          if (v !== null && v.t === 'tensor') this.assigned.push({ name, id: v.id, loc: s.target.loc });
           break;
         }
         case 'repeat': {
@@ -224,6 +229,10 @@ export class Expander {
           }
           const errorsBefore = this.diags.length;
           for (let i = 0; i < c.v; i++) {
+            if (++this.steps > MAX_STEPS) {
+              this.err(s.loc, `the network takes more than ${MAX_STEPS} statements to expand`, "lower a 'repeat' count");
+              throw new Abort();
+            }
             const r = this.exec(s.body, scope, inBlock);
             if (r.found) result = r;
             if (this.diags.length > errorsBefore) break; // the next iterations would repeat the same errors
@@ -329,7 +338,7 @@ export class Expander {
   call(c: A.CallExpr, scope: Scope, piped: PositionalArg | null, dry: boolean): Val | null {
     const name = c.callee.name;
     if (!this.callable(name, scope)) {
-      if (scope.vars.has(name) && c.hasParens) return this.err(c.callee.loc, `'${name}' is a value, not a ${scope.role}`);
+      if (scope.vars.has(name)) return this.err(c.callee.loc, `'${name}' is a value, not a ${scope.role}`, c.alias ? "'as' names a layer instance: put it after a layer call" : undefined);
       const cands = [...layersWithRole(scope.role).map((d) => d.name), ...(scope.role === 'layer' ? this.blocks.keys() : [])];
       const other = LAYERS[name] && !LAYERS[name].internal ? ` ('${name}' is a ${LAYERS[name].role})` : '';
       return this.err(c.callee.loc, `unknown ${scope.role} '${name}'${other}`, suggestion(name, cands) ?? (scope.role === 'layer' ? undefined : `${scope.role === 'loss' ? 'losses' : 'metrics'}: ${cands.join(', ')}`));
@@ -347,7 +356,7 @@ export class Expander {
     const named = c.args.filter((a) => a.name);
     const block = this.blocks.get(name);
     if (block) return this.instantiate(block, positional, named, c, scope);
-    return this.layer(LAYERS[name], positional.filter((p) => p.val.t === 'tensor').map((p) => p.val), positional, named, c.alias, scope, c.loc, c);
+    return this.layer(LAYERS[name], [], positional, named, c.alias, scope, c.loc, c);
   }
 
   private instancePath(type: string, alias: A.Ident | undefined, scope: Scope, loc: A.Loc): string | null {
@@ -380,7 +389,11 @@ export class Expander {
     return { tensors: positional.slice(0, k).map((p) => p.val), rest: positional.slice(k) };
   }
 
-  layer(def: LayerDef, _t: Val[], positional: PositionalArg[], named: A.Arg[], alias: A.Ident | undefined, scope: Scope, loc: A.Loc, c?: A.CallExpr): Val | null {
+  /**
+   * One layer instance. From a call (`c` given) the tensor inputs are the leading tensor
+   * positionals; from an operator (`a + b`, `-a`; no `c`) they are `operands`.
+   */
+  layer(def: LayerDef, operands: Val[], positional: PositionalArg[], named: A.Arg[], alias: A.Ident | undefined, scope: Scope, loc: A.Loc, c?: A.CallExpr): Val | null {
     if (this.layers.length >= MAX_LAYERS) {
       this.err(loc, `the network expands to more than ${MAX_LAYERS} layers`, "lower a 'repeat' count");
       throw new Abort();
@@ -390,7 +403,7 @@ export class Expander {
     let tensors: Val[];
     let rest: PositionalArg[];
     if (c === undefined) {
-      tensors = _t;
+      tensors = operands;
       rest = [];
     } else {
       const split = this.tensorArgs({ what, count: def.inputs, names: def.inputNames }, positional, loc);
@@ -470,7 +483,7 @@ export class Expander {
       for (const m of ast.metrics) for (const c of m.value) this.head(c, scope.vars, 'metric');
       const names = new Map<string, Val | null>();
       for (const [k, v] of scope.vars) names.set(k, v.val);
-      return { inputs: this.inputs, layers: this.layers, names, inputErrors: this.badInputs.size > 0 };
+      return { inputs: this.inputs, layers: this.layers, names, inputErrors: this.badInputs.size > 0, assigned: this.assigned };
     } catch (e) {
       if (e instanceof Abort) return null;
       throw e;

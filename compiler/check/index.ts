@@ -8,7 +8,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import * as nodePath from 'node:path';
 import { UserError } from '../errors.js';
 import type { CheckedModel } from '../model.js';
-import { errorAt, throwIfErrors, suggestion, type Diagnostic } from '../diagnostics.js';
+import { errorAt, formatDiagnostic, throwIfErrors, suggestion, type Diagnostic } from '../diagnostics.js';
 import { parseSource } from '../parser/parse.js';
 import { expand } from './expand_blocks.js';
 import { inferShapes } from './shapes.js';
@@ -25,7 +25,25 @@ function dedupe(diags: Diagnostic[]): Diagnostic[] {
   });
 }
 
+export interface CheckResult {
+  model: CheckedModel;
+  /** formatted warnings (values computed but never used) */
+  warnings: string[];
+}
+
 export function checkSource(text: string, file: string): CheckedModel {
+  return checkSourceWithWarnings(text, file).model;
+}
+
+export function checkFile(path: string): CheckedModel {
+  return checkSourceWithWarnings(readSpec(path), path).model;
+}
+
+export function checkFileWithWarnings(path: string): CheckResult {
+  return checkSourceWithWarnings(readSpec(path), path);
+}
+
+export function checkSourceWithWarnings(text: string, file: string): CheckResult {
   const { ast, diagnostics: diags } = parseSource(text, file);
   throwIfErrors(diags, text);
 
@@ -51,6 +69,13 @@ export function checkSource(text: string, file: string): CheckedModel {
   throwIfErrors(dedupe(diags), text);
   const low = lower(x, inf);
 
+  const read = new Set<number>();
+  for (const l of x.layers) for (const i of l.inputs) read.add(i);
+  const warnings: Diagnostic[] = [];
+  for (const a of x.assigned) {
+    if (!read.has(a.id)) warnings.push({ severity: 'warning', loc: a.loc, message: `value '${a.name}' is never used`, hint: 'use it in the loss or a metric, or remove it (its layers still run)' });
+  }
+
   let numClasses: number | null = null;
   const heads = [...(low.loss ? [low.loss.value] : []), ...low.metrics.map((m) => m.value)];
   for (const h of heads) {
@@ -58,7 +83,7 @@ export function checkSource(text: string, file: string): CheckedModel {
     if (['cross_entropy', 'nll', 'accuracy', 'top_k'].includes(node.op)) numClasses = low.graph.values[node.inputs[0]].shape[1];
   }
 
-  return {
+  const model: CheckedModel = {
     name,
     file,
     sourceHash: createHash('sha256').update(text).digest('hex'),
@@ -73,13 +98,14 @@ export function checkSource(text: string, file: string): CheckedModel {
     train,
     numClasses,
   };
+  return { model, warnings: dedupe(warnings).map((w) => formatDiagnostic(w, text)) };
 }
 
-export function checkFile(path: string): CheckedModel {
-  let text: string;
+/** Read a spec file; a missing or unreadable file is a UserError. */
+function readSpec(path: string): string {
   try {
     if (statSync(path).isDirectory()) throw new UserError(`${path}: is a folder, not a .model file`);
-    text = readFileSync(path, 'utf8');
+    return readFileSync(path, 'utf8');
   } catch (e) {
     if (e instanceof UserError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
@@ -89,7 +115,6 @@ export function checkFile(path: string): CheckedModel {
     }
     throw new UserError(`${path}: cannot read the file (${code ?? (e as Error).message})`);
   }
-  return checkSource(text, path);
 }
 
 function listModels(dir: string): string[] {

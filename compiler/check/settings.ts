@@ -215,7 +215,7 @@ export function checkTrain(ast: A.ModelFile, specDir: string, inputs: FlatInput[
   }
   const m = ast.train[0].value;
   const named: A.Arg[] = m.entries.map((e) => ({ name: e.key, value: e.value }));
-  const a = bindArgs({ what: 'train', diags, evalExpr: (e) => constEval(e, diags) }, TRAIN_KEYS, [], named, ast.train[0].loc) as Record<string, any> | null;
+  const a = bindArgs({ what: 'train', diags, evalExpr: (e) => constEval(e, diags), argWord: 'key' }, TRAIN_KEYS, [], named, ast.train[0].loc) as Record<string, any> | null;
   if (a === null) return null;
   if (a.epochs !== null && a.steps !== null) {
     const loc = m.entries.find((e) => e.key.name === 'steps')!.key.loc;

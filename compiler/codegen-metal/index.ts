@@ -1,9 +1,9 @@
 /**
  * The Metal backend's code generator.
  *
- *   generateMetalProject(programs, outDir)   `mpsc build --target metal`: per program a
- *       `.metal` library and a dispatch plan (JSON), the host tables for the Objective-C++
- *       bridge, the bridge sources, and the metal-emu model source
+ *   generateMetalProject(programs, outDir)   `mpsc build --target metal`: per program
+ *       outDir/<program>.metal and outDir/<program>.plan.json, and outDir/bridge/ (the bridge
+ *       sources, the plans as host tables, the shared runtime): a CMake project for macOS
  *   buildMetal(programs, model, opts)        the same artifacts in memory (tests, metal-emu)
  */
 import fs from 'node:fs';
@@ -25,6 +25,8 @@ export interface MetalOptions {
   fallbackOps?: string[];
   /** an op without a Metal kernel is an error instead of a CPU fallback */
   noFallback?: boolean;
+  /** fuse GEMM + unary epilogues (default true) */
+  fuse?: boolean;
 }
 
 export interface MetalProgramArtifacts {
@@ -47,9 +49,10 @@ export function buildMetal(programs: Program[], model: string, opts: MetalOption
   const table = persistentTable(programs);
   const warnings: string[] = [];
   const out = programs.map((p) => {
-    const lowered = lowerProgram(p, opts);
+    const layout = programLayout(p, table);
+    const lowered = lowerProgram(p, opts, layout);
     warnings.push(...lowered.warnings);
-    const plan = buildPlan(lowered, programLayout(p, table), table, model);
+    const plan = buildPlan(lowered, layout, table, model);
     checkLimits(plan, p);
     return { program: p, lowered, plan, libraryFile: `${p.name}.metal`, library: librarySource(lowered, model) };
   });
@@ -83,8 +86,8 @@ export function generateMetalProject(programs: ProgramSet, outDir: string, opts:
     files.push(f);
   };
   for (const p of a.programs) {
-    write(path.join('metal', p.libraryFile), p.library);
-    write(path.join('metal', `${p.program.name}.plan.json`), JSON.stringify(p.plan, null, 1) + '\n');
+    write(p.libraryFile, p.library);
+    write(`${p.program.name}.plan.json`, JSON.stringify(p.plan, null, 1) + '\n');
   }
   write(path.join('bridge', 'mpsc_metal_plan.inc'), bridgeHostSource(a));
   for (const f of fs.readdirSync(BRIDGE_DIR)) {

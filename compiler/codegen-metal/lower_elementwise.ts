@@ -10,8 +10,10 @@ import { render } from './templates.js';
 import { argOf, elementwise, f32, label, numAttr, numel, shapeOf, u32, EW_THREADS, ceilDiv } from './lower_common.js';
 
 const I = '  ';
+/** inputs per concat kernel: + the output + the params struct stays within 31 bindings */
+export const CONCAT_CHUNK = 29;
 
-function unaryExpr(fn: string, alpha: number, v: string): string {
+export function unaryExpr(fn: string, alpha: number, v: string): string {
   switch (fn) {
     case 'relu': return `max(${v}, 0.0f)`;
     case 'leaky_relu': return `(${v} > 0.0f ? ${v} : ${f32(alpha)} * ${v})`;
@@ -100,17 +102,29 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'concat': {
+      // one kernel per chunk of at most CONCAT_CHUNK inputs (Metal's 31 buffer bindings), each
+      // writing the slab of y its inputs cover
       const ys = shapeOf(g, outs[0]), axis = numAttr(n, 'axis');
-      const inner = numel(ys.slice(axis + 1)), YL = ys[axis];
-      let body = `${I}const uint inn = i % ${u32(inner)}, l = (i / ${u32(inner)}) % ${u32(YL)}, o = i / ${u32(inner * YL)};\n`;
+      const inner = numel(ys.slice(axis + 1)), YL = ys[axis], outer = numel(ys.slice(0, axis));
+      const kernels: KernelSpec[] = [];
       let start = 0;
-      const args = ins.map((v, k) => a(v, `x${k}`));
-      ins.forEach((v, k) => {
-        const L = shapeOf(g, v)[axis];
-        body += `${I}${k === 0 ? '' : 'else '}if (l < ${u32(start + L)}) y[i] = x${k}[(o * ${u32(L)} + l - ${u32(start)}) * ${u32(inner)} + inn];\n`;
-        start += L;
-      });
-      return [elementwise(ctx, g, n, [...args, a(outs[0], 'y', 'w')], numel(ys), body)];
+      for (let c0 = 0; c0 < ins.length; c0 += CONCAT_CHUNK) {
+        const chunk = ins.slice(c0, c0 + CONCAT_CHUNK);
+        const CL = chunk.reduce((s, v) => s + shapeOf(g, v)[axis], 0);
+        let body = `${I}const uint inn = i % ${u32(inner)}, l = (i / ${u32(inner)}) % ${u32(CL)}, o = i / ${u32(inner * CL)};\n` +
+          `${I}const uint at = (o * ${u32(YL)} + ${u32(start)} + l) * ${u32(inner)} + inn;\n`;
+        let s0 = 0;
+        chunk.forEach((v, k) => {
+          const L = shapeOf(g, v)[axis];
+          body += `${I}${k === 0 ? '' : 'else '}if (l < ${u32(s0 + L)}) y[at] = x${k}[(o * ${u32(L)} + l - ${u32(s0)}) * ${u32(inner)} + inn];\n`;
+          s0 += L;
+        });
+        const args = [...chunk.map((v, k) => a(v, `x${k}`)), a(outs[0], 'y', 'w')];
+        const what = ins.length > CONCAT_CHUNK ? ` [inputs ${c0}..${c0 + chunk.length - 1}]` : '';
+        kernels.push(elementwise(ctx, g, n, args, outer * CL * inner, body, what));
+        start += CL;
+      }
+      return kernels;
     }
     case 'global_avgpool_grad': {
       const xs = n.attrs.x_shape as number[];

@@ -10,12 +10,15 @@ import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
 import { render } from './templates.js';
 import { argOf, ceilDiv, label, numAttr, pairAttr, shapeOf, u32 } from './lower_common.js';
+import { unaryExpr } from './lower_elementwise.js';
 
 const L = '          ';
 
 interface Gemm {
   M: number; N: number; K: number; G: number;
-  loadA: string; loadB: string; store: string;
+  loadA: string; loadB: string;
+  /** the store: statements `pre`, then `out[idx] = acc + bias` */
+  pre: string; out: string; idx: string; bias: string;
   args: KernelArg[];
 }
 
@@ -57,7 +60,7 @@ function gemmOf(g: Graph, n: Node): Gemm | null {
         M, N, K, G: 1, args,
         loadA: `${L}v = x[mi * ${u(K)} + ki];`,
         loadB: `${L}v = w[ni * ${u(K)} + ki];`,
-        store: `      y[mi * ${u(N)} + ni] = acc${hasBias ? ' + b[ni]' : ''};`,
+        pre: '', out: 'y', idx: `mi * ${u(N)} + ni`, bias: hasBias ? 'b[ni]' : '',
       };
     }
     case 'matmul': {
@@ -70,7 +73,7 @@ function gemmOf(g: Graph, n: Node): Gemm | null {
         args: [argOf(g, 'a', ins[0], 'r'), argOf(g, 'b', ins[1], 'r'), argOf(g, 'y', n.outputs[0], 'w')],
         loadA: ta ? `${L}v = a[ki * ${u(M)} + mi];` : `${L}v = a[mi * ${u(K)} + ki];`,
         loadB: tb ? `${L}v = b[ni * ${u(K)} + ki];` : `${L}v = b[ki * ${u(N)} + ni];`,
-        store: `      y[mi * ${u(N)} + ni] = acc;`,
+        pre: '', out: 'y', idx: `mi * ${u(N)} + ni`, bias: '',
       };
     }
     case 'conv2d': {
@@ -84,9 +87,8 @@ function gemmOf(g: Graph, n: Node): Gemm | null {
         M: c.NB * c.OH * c.OW, N: c.OG, K, G: c.G, args,
         loadA: im2col(c, 'mi', 'ki'),
         loadB: `${L}v = w[(g * ${u(c.OG)} + ni) * ${u(K)} + ki];`,
-        store:
-          `      const uint nb = mi / ${u(c.OH * c.OW)}, p = mi % ${u(c.OH * c.OW)};\n` +
-          `      y[(nb * ${u(c.O)} + g * ${u(c.OG)} + ni) * ${u(c.OH * c.OW)} + p] = acc${hasBias ? ` + b[g * ${u(c.OG)} + ni]` : ''};`,
+        pre: `      const uint nb = mi / ${u(c.OH * c.OW)}, p = mi % ${u(c.OH * c.OW)};\n`,
+        out: 'y', idx: `(nb * ${u(c.O)} + g * ${u(c.OG)} + ni) * ${u(c.OH * c.OW)} + p`, bias: hasBias ? `b[g * ${u(c.OG)} + ni]` : '',
       };
     }
     case 'conv2d_grad_input': {
@@ -104,9 +106,8 @@ function gemmOf(g: Graph, n: Node): Gemm | null {
           `${L}  if (oh < ${u(c.OH)} && ow < ${u(c.OW)}) v = dy[((nb * ${u(c.O)} + g * ${u(c.OG)} + o) * ${u(c.OH)} + oh) * ${u(c.OW)} + ow];\n` +
           `${L}}`,
         loadB: `${L}v = w[((g * ${u(c.OG)} + ki / ${u(KK)}) * ${u(c.CG)} + ni) * ${u(KK)} + ki % ${u(KK)}];`,
-        store:
-          `      const uint nb = mi / ${u(c.H * c.W)}, p = mi % ${u(c.H * c.W)};\n` +
-          `      dx[(nb * ${u(c.C)} + g * ${u(c.CG)} + ni) * ${u(c.H * c.W)} + p] = acc;`,
+        pre: `      const uint nb = mi / ${u(c.H * c.W)}, p = mi % ${u(c.H * c.W)};\n`,
+        out: 'dx', idx: `(nb * ${u(c.C)} + g * ${u(c.CG)} + ni) * ${u(c.H * c.W)} + p`, bias: '',
       };
     }
     case 'conv2d_grad_weight': {
@@ -119,20 +120,34 @@ function gemmOf(g: Graph, n: Node): Gemm | null {
           `${L}const uint nb = ki / ${u(c.OH * c.OW)}, p = ki % ${u(c.OH * c.OW)};\n` +
           `${L}v = dy[(nb * ${u(c.O)} + g * ${u(c.OG)} + mi) * ${u(c.OH * c.OW)} + p];`,
         loadB: im2col(c, 'ki', 'ni'),
-        store: `      dw[(g * ${u(c.OG)} + mi) * ${u(N)} + ni] = acc;`,
+        pre: '', out: 'dw', idx: `(g * ${u(c.OG)} + mi) * ${u(N)} + ni`, bias: '',
       };
     }
   }
   return null;
 }
 
-export function lowerGemm(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+export const GEMM_OPS = ['linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
+
+/** `epilogue`: a following element-wise `unary` node fused into the store (its output replaces the GEMM's). */
+export function lowerGemm(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null {
   const gm = gemmOf(g, n);
   if (!gm) return null;
-  const view = { M: u32(gm.M), N: u32(gm.N), K: u32(gm.K), loadA: gm.loadA, loadB: gm.loadB, store: gm.store };
+  let value = gm.bias ? `acc + ${gm.bias}` : 'acc';
+  let args = gm.args;
+  let what = '';
+  if (epilogue) {
+    const fn = String(epilogue.attrs.fn);
+    if (fn === 'gelu') ctx.helpers.add('erfc');
+    value = unaryExpr(fn, typeof epilogue.attrs.alpha === 'number' ? epilogue.attrs.alpha : 0.01, `(${value})`);
+    args = [...args.slice(0, -1), argOf(g, gm.out, epilogue.outputs[0], 'w')];
+    what = ` + fused node ${epilogue.id}: unary ${fn} -> ${g.values[epilogue.outputs[0]].name}`;
+  }
+  const store = `${gm.pre}      ${gm.out}[${gm.idx}] = ${value};`;
+  const view = { M: u32(gm.M), N: u32(gm.N), K: u32(gm.K), loadA: gm.loadA, loadB: gm.loadB, store };
   const name = ctx.next();
   return [{
-    name, node: n.id, op: n.op, label: label(g, n), args: gm.args,
+    name, node: n.id, op: n.op, label: label(g, n) + what, args,
     groups: [Math.max(1, ceilDiv(gm.N, 16)), Math.max(1, ceilDiv(gm.M, 16)), gm.G],
     tgsize: [16, 16, 1], tgmem: 2 * 256 * 4, sync: true,
     body: render('gemm_tiled', view),

@@ -7,7 +7,8 @@ import type { Graph, Node, Program } from '../ir/graph.js';
 import { UserError } from '../errors.js';
 import type { Helper, KernelSpec, LowerCtx } from './kernel_types.js';
 import { lowerElementwise } from './lower_elementwise.js';
-import { lowerGemm } from './lower_gemm.js';
+import { GEMM_OPS, lowerGemm } from './lower_gemm.js';
+import type { ProgramLayout } from './layout.js';
 import { lowerPool } from './lower_pool.js';
 import { lowerReduce } from './lower_reduce.js';
 import { lowerOptim } from './lower_optim.js';
@@ -25,6 +26,8 @@ export interface LoweredProgram {
 export interface LowerOptions {
   fallbackOps?: string[];
   noFallback?: boolean;
+  /** fuse a `unary` into the GEMM-family kernel right before it when that is safe (default true) */
+  fuse?: boolean;
 }
 
 const LOWERINGS = [lowerGemm, lowerElementwise, lowerPool, lowerReduce, lowerOptim];
@@ -42,13 +45,48 @@ function where(n: Node): string {
   return `${loc}node ${n.id} (${n.op}${n.path ? ` in layer '${n.path}'` : ''})`;
 }
 
-export function lowerProgram(p: Program, opts: LowerOptions = {}): LoweredProgram {
+/**
+ * A GEMM-family node followed directly by a `unary` that is the only reader of its output
+ * (and the output is not a program output) can write the unary's result from its store:
+ * the intermediate is never materialised. Not when the unary's output memory overlaps one of
+ * the GEMM's inputs (the memory plan may reuse a buffer whose last reader is the GEMM).
+ */
+function fusable(p: Program, i: number, layout: ProgramLayout | undefined, forced: Set<string>): boolean {
+  const g = p.graph;
+  const n = g.nodes[i], m = g.nodes[i + 1];
+  if (!m || !GEMM_OPS.includes(n.op) || m.op !== 'unary' || forced.has(n.op) || forced.has(m.op)) return false;
+  const y = n.outputs[0];
+  if (m.inputs[0] !== y || p.outputs.some((o) => o.value === y)) return false;
+  let readers = 0;
+  for (const k of g.nodes) for (const v of k.inputs) if (v === y) readers++;
+  if (readers !== 1) return false;
+  if (!layout) return true;
+  const out = layout.homes[m.outputs[0]];
+  if (!out) return false;
+  return n.inputs.every((v) => {
+    const h = v >= 0 ? layout.homes[v] : undefined;
+    return !h || h.region !== out.region || h.index !== out.index || h.offset + h.bytes <= out.offset || out.offset + out.bytes <= h.offset;
+  });
+}
+
+export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: ProgramLayout): LoweredProgram {
   let k = 0;
   const helpers = new Set<Helper>();
   const ctx: LowerCtx = { next: () => `k${k++}`, helpers };
   const forced = new Set(opts.fallbackOps ?? []);
   const out: LoweredProgram = { program: p, kernels: [], steps: [], helpers, warnings: [] };
-  for (const n of p.graph.nodes) {
+  const nodes = p.graph.nodes;
+  for (let i = 0; i < nodes.length; i++) {
+    const n = nodes[i];
+    if (opts.fuse !== false && fusable(p, i, layout, forced)) {
+      const ks = lowerGemm(ctx, p.graph, n, nodes[i + 1])!;
+      for (const kern of ks) {
+        out.kernels.push(kern);
+        out.steps.push({ kind: 'kernel', kernel: kern });
+      }
+      i++;
+      continue;
+    }
     if (forced.has(n.op)) {
       out.steps.push({ kind: 'cpu', node: n.id, op: n.op, reason: 'forced by fallbackOps' });
       out.warnings.push(`${where(n)} runs on the CPU (fallback forced for op '${n.op}'); program ${p.name}`);

@@ -10,6 +10,8 @@ import { argOf, blockKernel, ceilDiv, f32, label, numAttr, numel, rowThreads, sh
 import { render } from './templates.js';
 
 const B = '    ';
+/** inputs per grad_norm kernel: + the output + the params struct stays within 31 bindings */
+export const GRAD_NORM_CHUNK = 29;
 
 export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const ins = n.inputs, outs = n.outputs;
@@ -141,11 +143,18 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
       break;
     }
     case 'grad_norm': {
-      args = [...ins.map((v, k) => a(v, `g${k}`)), a(outs[0], 'norm', 'w')];
-      loops = ins.map((v, k) => ({ count: u32(numel(shapeOf(g, v))), item: `${B}part += g${k}[j] * g${k}[j];` }));
-      finish = `${B}norm[0] = precise::sqrt(total);`;
-      T = 256;
-      break;
+      // chunks of at most GRAD_NORM_CHUNK inputs (Metal's 31 buffer bindings): each kernel adds its
+      // sum of squares to norm[0] (the first one sets it), the last one takes the square root
+      const chunks: number[][] = [];
+      for (let k = 0; k < ins.length; k += GRAD_NORM_CHUNK) chunks.push(ins.slice(k, k + GRAD_NORM_CHUNK));
+      return chunks.map((chunk, ci) => {
+        const first = ci === 0, last = ci === chunks.length - 1;
+        const kargs = [...chunk.map((v, k) => a(v, `g${k}`)), a(outs[0], 'norm', first ? 'w' : 'rw')];
+        const kloops = chunk.map((v, k) => ({ count: u32(numel(shapeOf(g, v))), item: `${B}part += g${k}[j] * g${k}[j];` }));
+        const sum = first ? 'total' : 'norm[0] + total';
+        const kfinish = `${B}norm[0] = ${last ? `precise::sqrt(${sum})` : sum};`;
+        return blockKernel(ctx, g, n, kargs, 1, 256, 'reduce_all', { loops: kloops, finish: kfinish }, chunks.length > 1 ? ` [inputs ${ci * GRAD_NORM_CHUNK}..${ci * GRAD_NORM_CHUNK + chunk.length - 1}]` : '');
+      });
     }
     default:
       return null;

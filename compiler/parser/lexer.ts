@@ -5,7 +5,7 @@
  */
 import { createToken, Lexer, type TokenType } from 'chevrotain';
 
-export const WhiteSpace = createToken({ name: 'WhiteSpace', pattern: /[ \t\r\n]+/, group: Lexer.SKIPPED });
+export const WhiteSpace = createToken({ name: 'WhiteSpace', pattern: /[ \t\r\n\uFEFF]+/, group: Lexer.SKIPPED });
 export const Comment = createToken({ name: 'Comment', pattern: /#[^\n]*/, group: Lexer.SKIPPED });
 
 export const Name = createToken({ name: 'Name', pattern: Lexer.NA });

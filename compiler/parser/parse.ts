@@ -8,9 +8,10 @@ import * as T from './lexer.js';
 import { modelParser, describeToken } from './parser.js';
 import { AstBuilder } from './to_ast.js';
 import type { ModelFile } from './ast.js';
-import { errorAt, type Diagnostic } from '../diagnostics.js';
+import { errorAt, suggestion, type Diagnostic } from '../diagnostics.js';
 
 const SECTION_KEYWORDS = [T.Model, T.Input, T.Block, T.Network, T.Loss, T.Metrics, T.Optimizer, T.Schedule, T.Train];
+const SECTION_NAMES = ['model', 'input', 'block', 'network', 'loss', 'metrics', 'optimizer', 'schedule', 'train'];
 /** Deeper bracket nesting is rejected before parsing (keeps recursion far from the stack limit). */
 export const MAX_NESTING = 64;
 
@@ -47,7 +48,11 @@ export function parseSource(text: string, file: string): ParseResult {
     } else if (!strayReported) {
       strayReported = true;
       diags.push(
-        errorAt(builder.tokLoc(t), `expected a section (model, input, block, network, loss, metrics, optimizer, schedule, train) but found ${describeToken(t)}`),
+        errorAt(
+          builder.tokLoc(t),
+          `expected a section (model, input, block, network, loss, metrics, optimizer, schedule, train) but found ${describeToken(t)}`,
+          tokenMatcher(t, T.Ident) ? suggestion(t.image, SECTION_NAMES) : undefined,
+        ),
       );
     }
   }
@@ -81,7 +86,8 @@ export function parseSource(text: string, file: string): ParseResult {
         loc.endCol = loc.col;
         loc.endLine = loc.line;
       }
-      diags.push(errorAt(loc, e.message));
+      const near = tokenMatcher(t, T.Ident) ? suggestion(t.image, SECTION_NAMES) : undefined;
+      diags.push(errorAt(loc, e.message, near));
       continue;
     }
     builder.section(cst, ast);

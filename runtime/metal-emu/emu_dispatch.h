@@ -19,7 +19,7 @@ thread_local Group* g_group = nullptr;
 thread_local Fiber* g_cur = nullptr;
 const char* g_kernel_name = nullptr;
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MTLEMU_UCONTEXT)
 asm(R"(
 .text
 .globl mtlemu_swap
@@ -65,7 +65,7 @@ inline void start_fiber(Group& g, Fiber& f) {
     f.stack = static_cast<char*>(std::malloc(FIBER_STACK));
     if (!f.stack) fail("out of memory for fiber stacks");
   }
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MTLEMU_UCONTEXT)
   // stack top aligned to 16; layout (low to high): mxcsr|fpucw, r15 r14 r13 r12 rbx rbp, return address, pad
   uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack) + FIBER_STACK) & ~uintptr_t(15);
   uint64_t* sp = reinterpret_cast<uint64_t*>(top);
@@ -90,7 +90,7 @@ inline void start_fiber(Group& g, Fiber& f) {
 
 inline void resume(Group& g, Fiber& f) {
   g_cur = &f;
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MTLEMU_UCONTEXT)
   mtlemu_swap(&g.sched_sp, f.sp);
 #else
   swapcontext(&g.sched_uc, &f.uc);
@@ -230,21 +230,32 @@ inline void on_fault(int sig, siginfo_t* si, void*) {
   fail_msg(msg);
 }
 
-inline void install_fault_handler() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  static char altstack[64 * 1024];
-  stack_t ss{};
-  ss.ss_sp = altstack;
-  ss.ss_size = sizeof altstack;
-  sigaltstack(&ss, nullptr);
-  struct sigaction sa{};
-  sa.sa_sigaction = on_fault;
-  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-  sigaction(SIGSEGV, &sa, nullptr);
-  sigaction(SIGBUS, &sa, nullptr);
-}
+/** Installs the fault handler for the duration of one dispatch (the previous handlers, e.g. the
+ *  host process's own, are restored afterwards by FaultScope's destructor). */
+struct FaultScope {
+  struct sigaction old_segv{}, old_bus{};
+  FaultScope() {
+    static thread_local bool alt = false;
+    if (!alt) {
+      alt = true;
+      static thread_local char altstack[64 * 1024];
+      stack_t ss{};
+      ss.ss_sp = altstack;
+      ss.ss_size = sizeof altstack;
+      sigaltstack(&ss, nullptr);
+    }
+    struct sigaction sa{};
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+  }
+  ~FaultScope() {
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+  }
+};
 
 // ------------------------------------------------------------------ one dispatch
 
@@ -283,7 +294,7 @@ struct GroupRunner {
 
 /** Runs one dispatch. Returns false (message in g_error) when the kernel broke a rule or faulted. */
 inline bool dispatch(const Launch& L, const Binding* bind, unsigned nbind, const void* params, unsigned threads) {
-  install_fault_handler();
+  FaultScope faults;
   g_failed = false;
   g_error[0] = 0;
   g_kernel_name = L.kernel;

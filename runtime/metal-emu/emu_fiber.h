@@ -16,7 +16,7 @@
 #include <vector>
 #include <atomic>
 #include <csetjmp>
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(MTLEMU_UCONTEXT)
 #include <ucontext.h>
 #endif
 #include <unistd.h>
@@ -31,7 +31,7 @@ constexpr unsigned SIMD_WIDTH = 32;
 constexpr size_t FIBER_STACK = 64 * 1024;
 
 struct Fiber {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MTLEMU_UCONTEXT)
   void* sp = nullptr;
 #else
   ucontext_t uc;
@@ -53,7 +53,7 @@ struct Group {
   Dim3 tgpos{0, 0, 0};
   void (*body)(void*) = nullptr;
   void* arg = nullptr;
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MTLEMU_UCONTEXT)
   void* sched_sp = nullptr;
 #else
   ucontext_t sched_uc;
@@ -88,14 +88,14 @@ inline thread_local sigjmp_buf* t_jmp = nullptr;
   fail_msg(msg);
 }
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MTLEMU_UCONTEXT)
 extern "C" void mtlemu_swap(void** save_sp, void* new_sp);
 #endif
 
 inline void yield_to_scheduler() {
   Group* g = g_group;
   Fiber* f = g_cur;
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MTLEMU_UCONTEXT)
   mtlemu_swap(&f->sp, g->sched_sp);
 #else
   swapcontext(&f->uc, &g->sched_uc);

@@ -24,6 +24,7 @@
 typedef unsigned int uint;
 typedef unsigned short ushort;
 typedef unsigned char uchar;
+typedef unsigned long ulong;
 typedef _Float16 half;
 
 namespace metal {

@@ -30,7 +30,8 @@ const require = createRequire(import.meta.url);
 const RUNTIME_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../cpp');
 /** runtime sources copied into every project (headers and .cc files) */
 export const RUNTIME_FILES = ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc', 'binding.cc'] as const;
-export const DEFAULT_CXXFLAGS = '-O3 -march=native';
+/** `-march=native` on x86; Arm compilers (Apple clang, GCC on aarch64) spell it `-mcpu=native` */
+export const DEFAULT_CXXFLAGS = process.arch === 'arm64' ? '-O3 -mcpu=native' : '-O3 -march=native';
 const NAPI_VERSION = 8;
 
 export interface BuildAddonOptions {
@@ -45,7 +46,7 @@ export interface BuildAddonOptions {
    * generated sources in the cache key, so a warm cache needs no code generation at all.
    */
   inputsKey?: string;
-  /** compiler flags (default: $MPSC_CXXFLAGS, else `-O3 -march=native`) */
+  /** compiler flags (default: $MPSC_CXXFLAGS, else DEFAULT_CXXFLAGS: `-O3 -march=native`) */
   cxxflags?: string;
   /** cache root (default: $MPSC_CACHE_DIR, else ~/.cache/mpsc) */
   cacheDir?: string;
@@ -243,7 +244,15 @@ export async function buildAddon(opts: BuildAddonOptions): Promise<BuiltAddon> {
   const finalModule = path.join(finalDir, `${target}.node`);
   if (fs.existsSync(finalModule)) return { key, dir: finalDir, modulePath: finalModule, cached: true };
 
-  fs.mkdirSync(root, { recursive: true });
+  try {
+    fs.mkdirSync(root, { recursive: true });
+    fs.accessSync(root, fs.constants.W_OK);
+  } catch (e) {
+    throw new UserError(
+      `error: cannot use the build cache folder ${root} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})\n` +
+        `  help: set MPSC_CACHE_DIR to a writable folder`,
+    );
+  }
   removeStaleTemps(root);
   const tmp = path.join(root, `tmp-${key.slice(0, 16)}-${process.pid}-${randomBytes(4).toString('hex')}`);
   fs.mkdirSync(tmp, { recursive: true });

@@ -232,7 +232,7 @@ int main() {
   check_conv("groups2", 2, 4, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2);
   check_conv("depthwise", 2, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 4);
   check_conv("depthwise_x2", 3, 4, 7, 6, 8, 3, 3, 2, 1, 1, 1, 1, 1, 4);
-  check_conv("one_channel", 3, 1, 28, 28, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("one_channel", 3, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1);  // dW split over o (Og >= Kd)
   check_conv("pointwise", 2, 6, 5, 7, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1);
   check_conv("pointwise_g2", 2, 6, 5, 7, 4, 1, 1, 1, 1, 0, 0, 1, 1, 2);
   check_conv("pointwise_s2", 2, 4, 7, 7, 3, 1, 1, 2, 2, 0, 0, 1, 1, 1);
@@ -241,6 +241,7 @@ int main() {
   check_conv("chunked", 1, 64, 20, 20, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   check_conv("chunked_g2", 2, 16, 40, 40, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2);
   check_conv("batch1", 1, 3, 6, 6, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("pointwise_wide_g2", 2, 4, 5, 5, 40, 1, 1, 1, 1, 0, 0, 1, 1, 2);  // dW split over o, groups
   check_conv("wide_out", 2, 32, 6, 7, 150, 3, 3, 1, 1, 1, 1, 1, 1, 1);  // O > MC, Kd > KC
   printf("DONE %d\n", g_cases);
   return 0;

@@ -40,17 +40,31 @@ inline float* scratch(int slot, int64_t n) {
 }
 
 // ------------------------------------------------------------------ sgemm
-constexpr int64_t MR = 6, NR = 16, KC = 256, MC = 96, NC_MAX = 1024;
+// vector width in floats: the widest registers the compile flags allow (AVX-512 16, AVX 8, SSE / NEON 4)
+#if defined(__AVX512F__)
+constexpr int64_t VW = 16;
+#elif defined(__AVX__)
+constexpr int64_t VW = 8;
+#else
+constexpr int64_t VW = 4;
+#endif
+constexpr int64_t MR = 6, NR = 2 * VW, KC = 256, MC = 96, NC_MAX = 1024;
 
 /** packs rows [i0, i0+mc) x k [k0, k0+kc) of op(A) into MR-row panels (zero padded) */
 inline void pack_a(bool tA, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* __restrict pa) {
   for (int64_t ip = 0; ip < mc; ip += MR) {
     const int64_t mr = std::min(MR, mc - ip);
     if (!tA) {
-      for (int64_t k = 0; k < kc; k++) {
-        for (int64_t r = 0; r < MR; r++) pa[r] = r < mr ? A[(i0 + ip + r) * lda + k0 + k] : 0.0f;
-        pa += MR;
+      // row by row: contiguous reads along k
+      for (int64_t r = 0; r < MR; r++) {
+        if (r < mr) {
+          const float* src = A + (i0 + ip + r) * lda + k0;
+          for (int64_t k = 0; k < kc; k++) pa[k * MR + r] = src[k];
+        } else {
+          for (int64_t k = 0; k < kc; k++) pa[k * MR + r] = 0.0f;
+        }
       }
+      pa += kc * MR;
     } else {
       for (int64_t k = 0; k < kc; k++) {
         const float* src = A + (k0 + k) * lda + i0 + ip;
@@ -76,45 +90,50 @@ inline void pack_b(bool tB, const float* B, int64_t ldb, int64_t k0, int64_t kc,
         pb += NR;
       }
     } else {
-      for (int64_t k = 0; k < kc; k++) {
-        for (int64_t c = 0; c < NR; c++) pb[c] = c < nr ? B[(j0 + jp + c) * ldb + k0 + k] : 0.0f;
-        pb += NR;
+      // column by column: contiguous reads along k
+      for (int64_t c = 0; c < NR; c++) {
+        if (c < nr) {
+          const float* src = B + (j0 + jp + c) * ldb + k0;
+          for (int64_t k = 0; k < kc; k++) pb[k * NR + c] = src[k];
+        } else {
+          for (int64_t k = 0; k < kc; k++) pb[k * NR + c] = 0.0f;
+        }
       }
+      pb += kc * NR;
     }
   }
 }
 
-typedef float v8f __attribute__((vector_size(32)));
+typedef float vf __attribute__((vector_size(VW * 4)));
 
-inline v8f load8(const float* p) {
-  v8f v;
+inline vf loadv(const float* p) {
+  vf v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
 /** C[mr x nr] (+)= packed A panel (MR x kc) * packed B panel (kc x NR); 12 vector accumulators (GCC/Clang vector extensions) */
 inline void micro(int64_t kc, const float* __restrict pa, const float* __restrict pb, float* C, int64_t ldc, int64_t mr, int64_t nr, bool acc_into) {
-  static_assert(MR == 6 && NR == 16, "micro-kernel is written for 6x16");
-  v8f c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {}, c40 = {}, c41 = {}, c50 = {}, c51 = {};
+  static_assert(MR == 6 && NR == 2 * VW, "micro-kernel is written for 6 x (2 vectors)");
+  vf c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {}, c40 = {}, c41 = {}, c50 = {}, c51 = {};
   for (int64_t k = 0; k < kc; k++) {
-    const v8f b0 = load8(pb), b1 = load8(pb + 8);
-    v8f a;
-    a = v8f{} + pa[0]; c00 += a * b0; c01 += a * b1;
-    a = v8f{} + pa[1]; c10 += a * b0; c11 += a * b1;
-    a = v8f{} + pa[2]; c20 += a * b0; c21 += a * b1;
-    a = v8f{} + pa[3]; c30 += a * b0; c31 += a * b1;
-    a = v8f{} + pa[4]; c40 += a * b0; c41 += a * b1;
-    a = v8f{} + pa[5]; c50 += a * b0; c51 += a * b1;
+    const vf b0 = loadv(pb), b1 = loadv(pb + VW);
+    vf a;
+    a = vf{} + pa[0]; c00 += a * b0; c01 += a * b1;
+    a = vf{} + pa[1]; c10 += a * b0; c11 += a * b1;
+    a = vf{} + pa[2]; c20 += a * b0; c21 += a * b1;
+    a = vf{} + pa[3]; c30 += a * b0; c31 += a * b1;
+    a = vf{} + pa[4]; c40 += a * b0; c41 += a * b1;
+    a = vf{} + pa[5]; c50 += a * b0; c51 += a * b1;
     pa += MR;
     pb += NR;
   }
-  alignas(32) float acc[MR][NR];
-  std::memcpy(&acc[0][0], &c00, 32); std::memcpy(&acc[0][8], &c01, 32);
-  std::memcpy(&acc[1][0], &c10, 32); std::memcpy(&acc[1][8], &c11, 32);
-  std::memcpy(&acc[2][0], &c20, 32); std::memcpy(&acc[2][8], &c21, 32);
-  std::memcpy(&acc[3][0], &c30, 32); std::memcpy(&acc[3][8], &c31, 32);
-  std::memcpy(&acc[4][0], &c40, 32); std::memcpy(&acc[4][8], &c41, 32);
-  std::memcpy(&acc[5][0], &c50, 32); std::memcpy(&acc[5][8], &c51, 32);
+  alignas(64) float acc[MR][NR];
+  const vf* rows[MR][2] = {{&c00, &c01}, {&c10, &c11}, {&c20, &c21}, {&c30, &c31}, {&c40, &c41}, {&c50, &c51}};
+  for (int64_t r = 0; r < MR; r++) {
+    std::memcpy(&acc[r][0], rows[r][0], sizeof(vf));
+    std::memcpy(&acc[r][VW], rows[r][1], sizeof(vf));
+  }
   for (int64_t r = 0; r < mr; r++) {
     float* crow = C + r * ldc;
     if (acc_into) {

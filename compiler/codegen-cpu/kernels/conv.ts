@@ -1,8 +1,8 @@
 /**
  * conv2d (im2col + sgemm per image and group, bias folded in as the GEMM's initial C),
  * conv2d_grad_input (sgemm into a column buffer, then col2im), conv2d_grad_weight
- * (per-chunk partial sums over images, combined in chunk order: deterministic for a
- * fixed thread count). 1x1 / stride 1 / no padding skips im2col.
+ * (partial sums over a fixed number of image chunks, combined in chunk order: the same
+ * bits for any thread count). 1x1 / stride 1 / no padding skips im2col.
  */
 import { tpl } from '../template.js';
 import type { KernelCtx, KernelEmitter } from '../kernel_ctx.js';
@@ -94,7 +94,8 @@ const GRAD_WEIGHT = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dw = {{dw}};
   constexpr int64_t WN = {{O}} * {{CKK}};
-  const int64_t chunks = std::min<int64_t>(mpsc::threads(ctx), {{N}});
+  // a fixed number of image chunks (not the thread count): the summation order, and so the result, is the same for any --threads
+  constexpr int64_t chunks = {{chunks}};
   float* partial = chunks > 1 ? mk::scratch(3, (chunks - 1) * WN) : nullptr;
   mpsc::parallel_for(ctx, chunks, [&](int64_t cb, int64_t ce) {
     for (int64_t c = cb; c < ce; c++) {
@@ -126,5 +127,5 @@ const GRAD_WEIGHT = tpl(`  const float* dy = {{dy}};
 
 export const conv2d_grad_weight: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(1), k.shape('w_shape'));
-  return GRAD_WEIGHT({ ...g, dy: k.inPtr(0), x: k.inPtr(1), dw: k.outPtr(0) });
+  return GRAD_WEIGHT({ ...g, chunks: Math.min(8, g.N), dy: k.inPtr(0), x: k.inPtr(1), dw: k.outPtr(0) });
 };

@@ -21,7 +21,7 @@
  * computes a disjoint share of its output; run part = 0..nparts-1 on the caller's pool,
  * each with its own scratch of conv2d_scratch_bytes(shape, pass) bytes (64-byte aligned).
  * Shares: forward splits (image, group, column chunk) items; grad-input splits (image,
- * group) items; grad-weight splits the columns of dW (rows p of col) across all groups;
+ * group) items; grad-weight splits dW by output channel (Og >= Kd) or by column p (rows of col);
  * grad-bias splits output channels. Results are bitwise identical for every nparts.
  */
 #ifndef MPSC_FAST_CONV_H
@@ -188,17 +188,17 @@ inline void im2col_packed(const Conv2dShape& s, const float* xg, int64_t pc, int
  */
 inline void im2col_packed_t(const Conv2dShape& s, const float* xg, int64_t pc, int64_t kc, int64_t jc, int64_t nc,
                             float* __restrict dst) {
-  float row[KC];
-  for (int64_t p = jc; p < jc + nc; ++p) {
-    im2col(s, xg, p, p + 1, pc, pc + kc, row);
-    float* d = dst + (p - jc) / NR * NR * kc + (p - jc) % NR;
-    for (int64_t k = 0; k < kc; ++k) d[k * NR] = row[k];
-  }
-  const int64_t used = nc % NR;
-  if (used) {
-    float* d = dst + (nc - used) * kc;
-    for (int64_t k = 0; k < kc; ++k)
-      for (int64_t c = used; c < NR; ++c) d[k * NR + c] = 0.0f;
+  // 16 rows p at a time into an L1 tile (NR x kc), then written panel-row by panel-row (contiguous stores)
+  float tile[NR * KC];
+  for (int64_t jr = 0; jr < nc; jr += NR) {
+    const int64_t nr = std::min(NR, nc - jr);
+    for (int64_t c = 0; c < nr; ++c) im2col(s, xg, jc + jr + c, jc + jr + c + 1, pc, pc + kc, tile + c * kc);
+    for (int64_t c = nr; c < NR; ++c) memset(tile + c * kc, 0, (size_t)kc * sizeof(float));
+    float* d = dst + jr * kc;
+    for (int64_t k = 0; k < kc; ++k) {
+      float* dk = d + k * NR;
+      for (int64_t c = 0; c < NR; ++c) dk[c] = tile[c * kc + k];
+    }
   }
 }
 
@@ -330,9 +330,11 @@ inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const 
 }
 
 /**
- * dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts (split over
- * the columns p of dW across groups). dw is fully written. Per image one GEMM
- * dW_g[:, p-range] (+)= dy_g[n] (Og x P) * col^T, im2col^T generated straight into packed panels.
+ * dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts. dw is fully
+ * written. Per image one GEMM dW_g[o-range, p-range] (+)= dy_g[n] (Og x P) * col^T, with im2col^T
+ * generated straight into packed panels. Parts split the axis of dW whose operand costs more to
+ * pack, so it is packed once: output channels o when Og >= Kd (e.g. 1- or 3-channel first layers,
+ * where a p split would leave each part a sliver of a 9- or 27-wide matrix), else the columns p.
  */
 inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
                                     int nparts, void* scratch) {
@@ -340,21 +342,29 @@ inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const
   const ConvDims d = conv_dims(s);
   float* Ap = align64(scratch);
   float* Bp = Ap + packed_a_floats(d.Og, d.P);
+  const bool split_o = d.Og >= d.Kd;
   int64_t r0, r1;
-  share(s.groups * d.Kd, part, nparts, r0, r1);
+  share(s.groups * (split_o ? d.Og : d.Kd), part, nparts, r0, r1);
   for (int64_t g = 0; g < s.groups; ++g) {
-    const int64_t p0 = std::max(r0, g * d.Kd) - g * d.Kd, p1 = std::min(r1, (g + 1) * d.Kd) - g * d.Kd;
-    if (p1 <= p0) continue;
-    float* dwg = dw + g * d.Og * d.Kd;  // Og x Kd, columns [p0, p1) are this part's
+    int64_t o0 = 0, o1 = d.Og, p0 = 0, p1 = d.Kd;
+    if (split_o) {
+      o0 = std::max(r0, g * d.Og) - g * d.Og;
+      o1 = std::min(r1, (g + 1) * d.Og) - g * d.Og;
+    } else {
+      p0 = std::max(r0, g * d.Kd) - g * d.Kd;
+      p1 = std::min(r1, (g + 1) * d.Kd) - g * d.Kd;
+    }
+    if (p1 <= p0 || o1 <= o0) continue;
+    float* dwg = dw + g * d.Og * d.Kd;  // Og x Kd; this part writes [o0, o1) x [p0, p1)
     if (s.N <= 0 || d.P <= 0) {
-      for (int64_t o = 0; o < d.Og; ++o) memset(dwg + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
+      for (int64_t o = o0; o < o1; ++o) memset(dwg + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
       continue;
     }
     for (int64_t n = 0; n < s.N; ++n) {
       const float* xg = x + (n * s.C + g * d.Cg) * d.HW;
       const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
       gemm_driver(
-          0, d.Og, p0, p1, d.P, CONV_NC_W, 1.0f, n == 0 ? 0.0f : 1.0f, dwg, d.Kd, Epilogue{},
+          o0, o1, p0, p1, d.P, CONV_NC_W, 1.0f, n == 0 ? 0.0f : 1.0f, dwg, d.Kd, Epilogue{},
           [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
             pack_a(false, dyg, d.P, ic, mc, pc, kc, Ap);
             return (const float*)Ap;

@@ -39,10 +39,21 @@ namespace mpsc_fast {
 /** micro-tile: MR rows x NR columns of C held in registers (12 vectors of 8 floats) */
 constexpr int64_t MR = 6;
 constexpr int64_t NR = 16;
-/** cache blocking: an MC x KC block of A stays in L2, a KC x NR panel of B in L1, KC x NC of B in L2/L3 */
-constexpr int64_t MC = 144;
-constexpr int64_t KC = 256;
-constexpr int64_t NC = 2048;
+/** cache blocking: an MC x KC block of A stays in L2, a KC x NR panel of B in L1, KC x NC of B in L2/L3
+ *  (overridable with -DMPSC_FAST_MC=... etc. for tuning; MC must stay a multiple of MR) */
+#ifndef MPSC_FAST_MC
+#define MPSC_FAST_MC 144
+#endif
+#ifndef MPSC_FAST_KC
+#define MPSC_FAST_KC 256
+#endif
+#ifndef MPSC_FAST_NC
+#define MPSC_FAST_NC 2048
+#endif
+constexpr int64_t MC = MPSC_FAST_MC;
+constexpr int64_t KC = MPSC_FAST_KC;
+constexpr int64_t NC = MPSC_FAST_NC;
+static_assert(MC % MR == 0, "MC must be a multiple of MR");
 
 enum BiasKind : int { BIAS_NONE = 0, BIAS_ROW = 1, BIAS_COL = 2 };
 

@@ -35,7 +35,7 @@ inline float mpsc_block_max(float v, threadgroup float* sh, uint lane, uint sg, 
   return r;
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out [16x16 tiles]
+// node 0: conv2d (conv2d0) -> conv2d0.out + fused node 1: unary relu -> relu0.out [16x16 tiles]
 kernel void k0(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -80,12 +80,11 @@ kernel void k0(
   if (row < 50176u && col < 32u) {
     const uint mi = row, ni = col;
       const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = acc + b[g * 32u + ni];
+      y[(nb * 32u + g * 32u + ni) * 784u + p] = max((acc + b[g * 32u + ni]), 0.0f);
   }
 }
 
-
-// node 0: conv2d (conv2d0) -> conv2d0.out [simdgroup_float8x8, Apple7+]
+// node 0: conv2d (conv2d0) -> conv2d0.out + fused node 1: unary relu -> relu0.out [simdgroup_float8x8, Apple7+]
 kernel void k0_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -132,41 +131,26 @@ kernel void k0_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 50176u && ni < 32u) {
       const float acc = Cs[e];
       const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = acc + b[g * 32u + ni];
+      y[(nb * 32u + g * 32u + ni) * 784u + p] = max((acc + b[g * 32u + ni]), 0.0f);
     }
   }
 }
 
-
-// node 1: unary (relu0) -> relu0.out
-kernel void k1(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1605632u) return;
-  const float v = x[i];
-  y[i] = max(v, 0.0f);
-}
-
-
 // node 2: maxpool2d (maxpool0) -> maxpool0.out
-kernel void k2(
+kernel void k1(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -176,7 +160,7 @@ kernel void k2(
   if (i >= 401408u) return;
   const uint ow = i % 14u, oh = (i / 14u) % 14u, p = i / 196u;
   float best = -INFINITY;
-  bool any = false;
+  bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
     if (ih < 0 || ih >= 28) continue;
@@ -184,15 +168,14 @@ kernel void k2(
       const int iw = int(ow * 2u + kw) - 0;
       if (iw < 0 || iw >= 28) continue;
       const float v = x[(p * 28u + uint(ih)) * 28u + uint(iw)];
-      if (!any || v > best) { best = v; any = true; }
+      if (!seen || v > best) { best = v; seen = true; }
     }
   }
   y[i] = best;
 }
 
-
 // node 3: conv2d (conv2d1) -> conv2d1.out [16x16 tiles]
-kernel void k3(
+kernel void k2(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -240,9 +223,8 @@ kernel void k3(
   }
 }
 
-
 // node 3: conv2d (conv2d1) -> conv2d1.out [simdgroup_float8x8, Apple7+]
-kernel void k3_mma(
+kernel void k2_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -288,13 +270,13 @@ kernel void k3_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -306,9 +288,8 @@ kernel void k3_mma(
   }
 }
 
-
 // node 4: unary (relu1) -> relu1.out
-kernel void k4(
+kernel void k3(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -320,9 +301,8 @@ kernel void k4(
   y[i] = max(v, 0.0f);
 }
 
-
 // node 5: maxpool2d (maxpool1) -> maxpool1.out
-kernel void k5(
+kernel void k4(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -332,7 +312,7 @@ kernel void k5(
   if (i >= 200704u) return;
   const uint ow = i % 7u, oh = (i / 7u) % 7u, p = i / 49u;
   float best = -INFINITY;
-  bool any = false;
+  bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
     if (ih < 0 || ih >= 14) continue;
@@ -340,15 +320,14 @@ kernel void k5(
       const int iw = int(ow * 2u + kw) - 0;
       if (iw < 0 || iw >= 14) continue;
       const float v = x[(p * 14u + uint(ih)) * 14u + uint(iw)];
-      if (!any || v > best) { best = v; any = true; }
+      if (!seen || v > best) { best = v; seen = true; }
     }
   }
   y[i] = best;
 }
 
-
 // node 6: reshape (flatten0) -> flatten0.out
-kernel void k6(
+kernel void k5(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -359,9 +338,8 @@ kernel void k6(
   y[i] = x[i];
 }
 
-
-// node 7: linear (linear0) -> linear0.out [16x16 tiles]
-kernel void k7(
+// node 7: linear (linear0) -> linear0.out + fused node 8: unary relu -> relu2.out [16x16 tiles]
+kernel void k6(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -401,13 +379,12 @@ kernel void k7(
   }
   if (row < 64u && col < 128u) {
     const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
+      y[mi * 128u + ni] = max((acc + b[ni]), 0.0f);
   }
 }
 
-
-// node 7: linear (linear0) -> linear0.out [simdgroup_float8x8, Apple7+]
-kernel void k7_mma(
+// node 7: linear (linear0) -> linear0.out + fused node 8: unary relu -> relu2.out [simdgroup_float8x8, Apple7+]
+kernel void k6_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -450,40 +427,25 @@ kernel void k7_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 128u) {
       const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
+      y[mi * 128u + ni] = max((acc + b[ni]), 0.0f);
     }
   }
 }
 
-
-// node 8: unary (relu2) -> relu2.out
-kernel void k8(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 8192u) return;
-  const float v = x[i];
-  y[i] = max(v, 0.0f);
-}
-
-
 // node 9: linear (linear1) -> linear1.out [16x16 tiles]
-kernel void k9(
+kernel void k7(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -527,9 +489,8 @@ kernel void k9(
   }
 }
 
-
 // node 9: linear (linear1) -> linear1.out [simdgroup_float8x8, Apple7+]
-kernel void k9_mma(
+kernel void k7_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -572,13 +533,13 @@ kernel void k9_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -589,9 +550,8 @@ kernel void k9_mma(
   }
 }
 
-
 // node 10: cross_entropy (loss) -> loss
-kernel void k10(
+kernel void k8(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],
@@ -619,9 +579,8 @@ kernel void k10(
   }
 }
 
-
 // node 11: accuracy (accuracy) -> accuracy
-kernel void k11(
+kernel void k9(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* acc [[buffer(2)]],
@@ -645,4 +604,3 @@ kernel void k11(
     acc[0] = total / 64.0000000f;
   }
 }
-

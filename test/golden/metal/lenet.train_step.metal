@@ -84,7 +84,6 @@ kernel void k0(
   }
 }
 
-
 // node 0: conv2d (conv2d0) -> conv2d0.out [simdgroup_float8x8, Apple7+]
 kernel void k0_mma(
     device const float* x [[buffer(0)]],
@@ -132,13 +131,13 @@ kernel void k0_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -149,7 +148,6 @@ kernel void k0_mma(
     }
   }
 }
-
 
 // node 1: unary (relu0) -> relu0.out
 kernel void k1(
@@ -164,7 +162,6 @@ kernel void k1(
   y[i] = max(v, 0.0f);
 }
 
-
 // node 2: maxpool2d (maxpool0) -> maxpool0.out
 kernel void k2(
     device const float* x [[buffer(0)]],
@@ -176,7 +173,7 @@ kernel void k2(
   if (i >= 401408u) return;
   const uint ow = i % 14u, oh = (i / 14u) % 14u, p = i / 196u;
   float best = -INFINITY;
-  bool any = false;
+  bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
     if (ih < 0 || ih >= 28) continue;
@@ -184,12 +181,11 @@ kernel void k2(
       const int iw = int(ow * 2u + kw) - 0;
       if (iw < 0 || iw >= 28) continue;
       const float v = x[(p * 28u + uint(ih)) * 28u + uint(iw)];
-      if (!any || v > best) { best = v; any = true; }
+      if (!seen || v > best) { best = v; seen = true; }
     }
   }
   y[i] = best;
 }
-
 
 // node 3: conv2d (conv2d1) -> conv2d1.out [16x16 tiles]
 kernel void k3(
@@ -240,7 +236,6 @@ kernel void k3(
   }
 }
 
-
 // node 3: conv2d (conv2d1) -> conv2d1.out [simdgroup_float8x8, Apple7+]
 kernel void k3_mma(
     device const float* x [[buffer(0)]],
@@ -288,13 +283,13 @@ kernel void k3_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -305,7 +300,6 @@ kernel void k3_mma(
     }
   }
 }
-
 
 // node 4: unary (relu1) -> relu1.out
 kernel void k4(
@@ -320,7 +314,6 @@ kernel void k4(
   y[i] = max(v, 0.0f);
 }
 
-
 // node 5: maxpool2d (maxpool1) -> maxpool1.out
 kernel void k5(
     device const float* x [[buffer(0)]],
@@ -332,7 +325,7 @@ kernel void k5(
   if (i >= 200704u) return;
   const uint ow = i % 7u, oh = (i / 7u) % 7u, p = i / 49u;
   float best = -INFINITY;
-  bool any = false;
+  bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
     if (ih < 0 || ih >= 14) continue;
@@ -340,12 +333,11 @@ kernel void k5(
       const int iw = int(ow * 2u + kw) - 0;
       if (iw < 0 || iw >= 14) continue;
       const float v = x[(p * 14u + uint(ih)) * 14u + uint(iw)];
-      if (!any || v > best) { best = v; any = true; }
+      if (!seen || v > best) { best = v; seen = true; }
     }
   }
   y[i] = best;
 }
-
 
 // node 6: reshape (flatten0) -> flatten0.out
 kernel void k6(
@@ -358,7 +350,6 @@ kernel void k6(
   if (i >= 200704u) return;
   y[i] = x[i];
 }
-
 
 // node 7: linear (linear0) -> linear0.out [16x16 tiles]
 kernel void k7(
@@ -405,7 +396,6 @@ kernel void k7(
   }
 }
 
-
 // node 7: linear (linear0) -> linear0.out [simdgroup_float8x8, Apple7+]
 kernel void k7_mma(
     device const float* x [[buffer(0)]],
@@ -450,13 +440,13 @@ kernel void k7_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -466,7 +456,6 @@ kernel void k7_mma(
     }
   }
 }
-
 
 // node 8: unary (relu2) -> relu2.out
 kernel void k8(
@@ -480,7 +469,6 @@ kernel void k8(
   const float v = x[i];
   y[i] = max(v, 0.0f);
 }
-
 
 // node 9: linear (linear1) -> linear1.out [16x16 tiles]
 kernel void k9(
@@ -527,7 +515,6 @@ kernel void k9(
   }
 }
 
-
 // node 9: linear (linear1) -> linear1.out [simdgroup_float8x8, Apple7+]
 kernel void k9_mma(
     device const float* x [[buffer(0)]],
@@ -572,13 +559,13 @@ kernel void k9_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -588,7 +575,6 @@ kernel void k9_mma(
     }
   }
 }
-
 
 // node 10: cross_entropy (loss) -> loss
 kernel void k10(
@@ -619,7 +605,6 @@ kernel void k10(
   }
 }
 
-
 // node 11: accuracy (accuracy) -> accuracy
 kernel void k11(
     device const float* logits [[buffer(0)]],
@@ -645,7 +630,6 @@ kernel void k11(
     acc[0] = total / 64.0000000f;
   }
 }
-
 
 // node 12: cross_entropy_grad (loss) -> d_linear1.out
 kernel void k12(
@@ -675,7 +659,6 @@ kernel void k12(
     dlogits[base + c] = (p - target) * 0.0156250000f;
   }
 }
-
 
 // node 13: matmul (linear1) -> d_relu2.out [16x16 tiles]
 kernel void k13(
@@ -721,7 +704,6 @@ kernel void k13(
   }
 }
 
-
 // node 13: matmul (linear1) -> d_relu2.out [simdgroup_float8x8, Apple7+]
 kernel void k13_mma(
     device const float* a [[buffer(0)]],
@@ -765,13 +747,13 @@ kernel void k13_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -781,7 +763,6 @@ kernel void k13_mma(
     }
   }
 }
-
 
 // node 14: matmul (linear1) -> linear1.weight.grad [16x16 tiles]
 kernel void k14(
@@ -827,7 +808,6 @@ kernel void k14(
   }
 }
 
-
 // node 14: matmul (linear1) -> linear1.weight.grad [simdgroup_float8x8, Apple7+]
 kernel void k14_mma(
     device const float* a [[buffer(0)]],
@@ -871,13 +851,13 @@ kernel void k14_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -887,7 +867,6 @@ kernel void k14_mma(
     }
   }
 }
-
 
 // node 15: sum_to (linear1) -> linear1.bias.grad
 kernel void k15(
@@ -910,7 +889,6 @@ kernel void k15(
   y[i] = acc;
 }
 
-
 // node 16: unary_grad (relu2) -> d_linear0.out
 kernel void k16(
     device const float* dy [[buffer(0)]],
@@ -924,7 +902,6 @@ kernel void k16(
   const float v = x[i], d = dy[i];
   dx[i] = (v > 0.0f ? d : 0.0f);
 }
-
 
 // node 17: matmul (linear0) -> d_flatten0.out [16x16 tiles]
 kernel void k17(
@@ -970,7 +947,6 @@ kernel void k17(
   }
 }
 
-
 // node 17: matmul (linear0) -> d_flatten0.out [simdgroup_float8x8, Apple7+]
 kernel void k17_mma(
     device const float* a [[buffer(0)]],
@@ -1014,13 +990,13 @@ kernel void k17_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -1030,7 +1006,6 @@ kernel void k17_mma(
     }
   }
 }
-
 
 // node 18: matmul (linear0) -> linear0.weight.grad [16x16 tiles]
 kernel void k18(
@@ -1076,7 +1051,6 @@ kernel void k18(
   }
 }
 
-
 // node 18: matmul (linear0) -> linear0.weight.grad [simdgroup_float8x8, Apple7+]
 kernel void k18_mma(
     device const float* a [[buffer(0)]],
@@ -1120,13 +1094,13 @@ kernel void k18_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -1136,7 +1110,6 @@ kernel void k18_mma(
     }
   }
 }
-
 
 // node 19: sum_to (linear0) -> linear0.bias.grad
 kernel void k19(
@@ -1159,7 +1132,6 @@ kernel void k19(
   y[i] = acc;
 }
 
-
 // node 20: reshape (flatten0) -> d_maxpool1.out
 kernel void k20(
     device const float* x [[buffer(0)]],
@@ -1171,7 +1143,6 @@ kernel void k20(
   if (i >= 200704u) return;
   y[i] = x[i];
 }
-
 
 // node 21: maxpool2d_grad (maxpool1) -> d_relu1.out
 kernel void k21(
@@ -1209,7 +1180,6 @@ kernel void k21(
   dx[i] = acc;
 }
 
-
 // node 22: unary_grad (relu1) -> d_conv2d1.out
 kernel void k22(
     device const float* dy [[buffer(0)]],
@@ -1223,7 +1193,6 @@ kernel void k22(
   const float v = x[i], d = dy[i];
   dx[i] = (v > 0.0f ? d : 0.0f);
 }
-
 
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [16x16 tiles]
 kernel void k23(
@@ -1276,7 +1245,6 @@ kernel void k23(
   }
 }
 
-
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [simdgroup_float8x8, Apple7+]
 kernel void k23_mma(
     device const float* dy [[buffer(0)]],
@@ -1326,13 +1294,13 @@ kernel void k23_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -1343,7 +1311,6 @@ kernel void k23_mma(
     }
   }
 }
-
 
 // node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [16x16 tiles]
 kernel void k24(
@@ -1393,7 +1360,6 @@ kernel void k24(
   }
 }
 
-
 // node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [simdgroup_float8x8, Apple7+]
 kernel void k24_mma(
     device const float* dy [[buffer(0)]],
@@ -1441,13 +1407,13 @@ kernel void k24_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -1457,7 +1423,6 @@ kernel void k24_mma(
     }
   }
 }
-
 
 // node 25: sum_to (conv2d1) -> conv2d1.bias.grad
 kernel void k25(
@@ -1481,7 +1446,6 @@ kernel void k25(
   }
   y[i] = acc;
 }
-
 
 // node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
 kernel void k26(
@@ -1519,7 +1483,6 @@ kernel void k26(
   dx[i] = acc;
 }
 
-
 // node 27: unary_grad (relu0) -> d_conv2d0.out
 kernel void k27(
     device const float* dy [[buffer(0)]],
@@ -1533,7 +1496,6 @@ kernel void k27(
   const float v = x[i], d = dy[i];
   dx[i] = (v > 0.0f ? d : 0.0f);
 }
-
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [16x16 tiles]
 kernel void k28(
@@ -1583,7 +1545,6 @@ kernel void k28(
   }
 }
 
-
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [simdgroup_float8x8, Apple7+]
 kernel void k28_mma(
     device const float* dy [[buffer(0)]],
@@ -1631,13 +1592,13 @@ kernel void k28_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -1647,7 +1608,6 @@ kernel void k28_mma(
     }
   }
 }
-
 
 // node 29: sum_to (conv2d0) -> conv2d0.bias.grad
 kernel void k29(
@@ -1672,7 +1632,6 @@ kernel void k29(
   y[i] = acc;
 }
 
-
 // node 30: sgd_update (conv2d0.weight)
 kernel void k30(
     device float* param [[buffer(0)]],
@@ -1689,7 +1648,6 @@ kernel void k30(
   gr = bv;
   param[i] -= sp.lr * gr;
 }
-
 
 // node 31: sgd_update (conv2d0.bias)
 kernel void k31(
@@ -1708,7 +1666,6 @@ kernel void k31(
   param[i] -= sp.lr * gr;
 }
 
-
 // node 32: sgd_update (conv2d1.weight)
 kernel void k32(
     device float* param [[buffer(0)]],
@@ -1725,7 +1682,6 @@ kernel void k32(
   gr = bv;
   param[i] -= sp.lr * gr;
 }
-
 
 // node 33: sgd_update (conv2d1.bias)
 kernel void k33(
@@ -1744,7 +1700,6 @@ kernel void k33(
   param[i] -= sp.lr * gr;
 }
 
-
 // node 34: sgd_update (linear0.weight)
 kernel void k34(
     device float* param [[buffer(0)]],
@@ -1761,7 +1716,6 @@ kernel void k34(
   gr = bv;
   param[i] -= sp.lr * gr;
 }
-
 
 // node 35: sgd_update (linear0.bias)
 kernel void k35(
@@ -1780,7 +1734,6 @@ kernel void k35(
   param[i] -= sp.lr * gr;
 }
 
-
 // node 36: sgd_update (linear1.weight)
 kernel void k36(
     device float* param [[buffer(0)]],
@@ -1798,7 +1751,6 @@ kernel void k36(
   param[i] -= sp.lr * gr;
 }
 
-
 // node 37: sgd_update (linear1.bias)
 kernel void k37(
     device float* param [[buffer(0)]],
@@ -1815,4 +1767,3 @@ kernel void k37(
   gr = bv;
   param[i] -= sp.lr * gr;
 }
-

@@ -47,7 +47,6 @@ kernel void k0(
   y[i] = x[i];
 }
 
-
 // node 1: linear (fc1) -> fc1.out [16x16 tiles]
 kernel void k1(
     device const float* x [[buffer(0)]],
@@ -93,7 +92,6 @@ kernel void k1(
   }
 }
 
-
 // node 1: linear (fc1) -> fc1.out [simdgroup_float8x8, Apple7+]
 kernel void k1_mma(
     device const float* x [[buffer(0)]],
@@ -138,13 +136,13 @@ kernel void k1_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -154,7 +152,6 @@ kernel void k1_mma(
     }
   }
 }
-
 
 // node 2: unary (relu0) -> relu0.out
 kernel void k2(
@@ -168,7 +165,6 @@ kernel void k2(
   const float v = x[i];
   y[i] = max(v, 0.0f);
 }
-
 
 // node 3: linear (fc2) -> fc2.out [16x16 tiles]
 kernel void k3(
@@ -215,7 +211,6 @@ kernel void k3(
   }
 }
 
-
 // node 3: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
 kernel void k3_mma(
     device const float* x [[buffer(0)]],
@@ -260,13 +255,13 @@ kernel void k3_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -276,7 +271,6 @@ kernel void k3_mma(
     }
   }
 }
-
 
 // node 4: cross_entropy (loss) -> loss
 kernel void k4(
@@ -307,7 +301,6 @@ kernel void k4(
   }
 }
 
-
 // node 5: accuracy (accuracy) -> accuracy
 kernel void k5(
     device const float* logits [[buffer(0)]],
@@ -333,4 +326,3 @@ kernel void k5(
     acc[0] = total / 64.0000000f;
   }
 }
-

@@ -47,7 +47,6 @@ kernel void k0(
   y[i] = x[i];
 }
 
-
 // node 1: linear (fc1) -> fc1.out [16x16 tiles]
 kernel void k1(
     device const float* x [[buffer(0)]],
@@ -93,7 +92,6 @@ kernel void k1(
   }
 }
 
-
 // node 1: linear (fc1) -> fc1.out [simdgroup_float8x8, Apple7+]
 kernel void k1_mma(
     device const float* x [[buffer(0)]],
@@ -138,13 +136,13 @@ kernel void k1_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -154,7 +152,6 @@ kernel void k1_mma(
     }
   }
 }
-
 
 // node 2: unary (relu0) -> relu0.out
 kernel void k2(
@@ -168,7 +165,6 @@ kernel void k2(
   const float v = x[i];
   y[i] = max(v, 0.0f);
 }
-
 
 // node 3: linear (fc2) -> fc2.out [16x16 tiles]
 kernel void k3(
@@ -215,7 +211,6 @@ kernel void k3(
   }
 }
 
-
 // node 3: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
 kernel void k3_mma(
     device const float* x [[buffer(0)]],
@@ -260,13 +255,13 @@ kernel void k3_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -276,7 +271,6 @@ kernel void k3_mma(
     }
   }
 }
-
 
 // node 4: cross_entropy (loss) -> loss
 kernel void k4(
@@ -307,7 +301,6 @@ kernel void k4(
   }
 }
 
-
 // node 5: accuracy (accuracy) -> accuracy
 kernel void k5(
     device const float* logits [[buffer(0)]],
@@ -333,7 +326,6 @@ kernel void k5(
     acc[0] = total / 64.0000000f;
   }
 }
-
 
 // node 6: cross_entropy_grad (loss) -> d_fc2.out
 kernel void k6(
@@ -363,7 +355,6 @@ kernel void k6(
     dlogits[base + c] = (p - target) * 0.0156250000f;
   }
 }
-
 
 // node 7: matmul (fc2) -> d_relu0.out [16x16 tiles]
 kernel void k7(
@@ -409,7 +400,6 @@ kernel void k7(
   }
 }
 
-
 // node 7: matmul (fc2) -> d_relu0.out [simdgroup_float8x8, Apple7+]
 kernel void k7_mma(
     device const float* a [[buffer(0)]],
@@ -453,13 +443,13 @@ kernel void k7_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -469,7 +459,6 @@ kernel void k7_mma(
     }
   }
 }
-
 
 // node 8: matmul (fc2) -> fc2.weight.grad [16x16 tiles]
 kernel void k8(
@@ -515,7 +504,6 @@ kernel void k8(
   }
 }
 
-
 // node 8: matmul (fc2) -> fc2.weight.grad [simdgroup_float8x8, Apple7+]
 kernel void k8_mma(
     device const float* a [[buffer(0)]],
@@ -559,13 +547,13 @@ kernel void k8_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -575,7 +563,6 @@ kernel void k8_mma(
     }
   }
 }
-
 
 // node 9: sum_to (fc2) -> fc2.bias.grad
 kernel void k9(
@@ -598,7 +585,6 @@ kernel void k9(
   y[i] = acc;
 }
 
-
 // node 10: unary_grad (relu0) -> d_fc1.out
 kernel void k10(
     device const float* dy [[buffer(0)]],
@@ -612,7 +598,6 @@ kernel void k10(
   const float v = x[i], d = dy[i];
   dx[i] = (v > 0.0f ? d : 0.0f);
 }
-
 
 // node 11: matmul (fc1) -> fc1.weight.grad [16x16 tiles]
 kernel void k11(
@@ -658,7 +643,6 @@ kernel void k11(
   }
 }
 
-
 // node 11: matmul (fc1) -> fc1.weight.grad [simdgroup_float8x8, Apple7+]
 kernel void k11_mma(
     device const float* a [[buffer(0)]],
@@ -702,13 +686,13 @@ kernel void k11_mma(
     for (uint kk = 0u; kk < 16u; kk += 8u) {
       simdgroup_float8x8 a;
       simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(kk, br));
-      simdgroup_load(b, Bs, 16, ulong2(bc, kk));
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  simdgroup_store(acc, Cs, 16, ulong2(bc, br));
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
@@ -718,7 +702,6 @@ kernel void k11_mma(
     }
   }
 }
-
 
 // node 12: sum_to (fc1) -> fc1.bias.grad
 kernel void k12(
@@ -740,7 +723,6 @@ kernel void k12(
   }
   y[i] = acc;
 }
-
 
 // node 13: adam_update (fc1.weight)
 kernel void k13(
@@ -765,7 +747,6 @@ kernel void k13(
   param[i] = p;
 }
 
-
 // node 14: adam_update (fc1.bias)
 kernel void k14(
     device float* param [[buffer(0)]],
@@ -788,7 +769,6 @@ kernel void k14(
   p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
   param[i] = p;
 }
-
 
 // node 15: adam_update (fc2.weight)
 kernel void k15(
@@ -813,7 +793,6 @@ kernel void k15(
   param[i] = p;
 }
 
-
 // node 16: adam_update (fc2.bias)
 kernel void k16(
     device float* param [[buffer(0)]],
@@ -836,4 +815,3 @@ kernel void k16(
   p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
   param[i] = p;
 }
-

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Memory-safety job (issue 7). Builds the generated CPU model and the host runtime with
+# AddressSanitizer + UBSan (through MPSC_CXXFLAGS, in a cache folder of its own) and runs, under
+# the sanitizer runtimes:
+#   1. a short training (3 steps + the final evaluation, which includes an eval_tail batch) of every
+#      spec given (default: specs/*.model), each spec's data source swapped for synthetic() data of
+#      the same input shapes so the run is a few seconds even with the sanitizers;
+#   2. the boundary probe (test/fixtures/reliability/boundary_probe.ts): bad batches, out-of-range
+#      labels / embedding ids and bad tensor writes must be refused before native code reads them.
+# Node itself is not instrumented, so the runtimes are preloaded (libasan first); leak detection is
+# off because node does not free everything at exit. Any sanitizer report fails the job.
+# Usage: .ci/sanitize.sh [SPEC...]          exit 0 clean, 1 on any failure
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+asan=$(g++ -print-file-name=libasan.so)
+ubsan=$(g++ -print-file-name=libubsan.so)
+if [ ! -e "$asan" ] || [ ! -e "$ubsan" ]; then
+  echo "sanitize: libasan/libubsan not found next to g++ ($asan, $ubsan)" >&2
+  exit 1
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/mpsc-sanitize-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export MPSC_CACHE_DIR="${MPSC_SANITIZE_CACHE_DIR:-$PWD/.mpsc-cache/sanitize}"
+export MPSC_CXXFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+export CI=1
+san_env=(LD_PRELOAD="$asan $ubsan"
+  ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:detect_stack_use_after_return=0:exitcode=86"
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=87")
+
+if [ $# -gt 0 ]; then specs=("$@"); else specs=(specs/*.model); fi
+failed=0
+ran=0
+
+check_log() { # name, exit code, log file
+  local name=$1 rc=$2 log=$3
+  if [ "$rc" -ne 0 ] || grep -qE 'ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|SUMMARY: (Address|UndefinedBehavior)Sanitizer' "$log"; then
+    echo "sanitize: FAIL $name (exit $rc)"
+    grep -E -A30 'ERROR: AddressSanitizer|runtime error:' "$log" | head -60
+    tail -20 "$log"
+    failed=1
+  else
+    echo "sanitize: ok   $name"
+  fi
+}
+
+for spec in "${specs[@]}"; do
+  name=$(basename "$spec" .model)
+  copy="$work/$name.model"
+  # same network, loss and optimizer; small synthetic data (test_size 5 with batch 4: one eval batch + an eval_tail of 1)
+  sed -E 's/data: *[a-z_]+\([^)]*\)/data: synthetic(train_size: 32, test_size: 5, seed: 1)/' "$spec" > "$copy"
+  log="$work/$name.log"
+  env "${san_env[@]}" node bin/mpsc.js train "$copy" --device cpu --steps 3 --batch 4 --threads 2 \
+    --checkpoint-dir "$work/ck-$name" --log-every 1 > "$log" 2>&1
+  check_log "train $spec" $? "$log"
+  ran=$((ran + 1))
+done
+
+log="$work/probe.log"
+env "${san_env[@]}" node --import tsx test/fixtures/reliability/boundary_probe.ts > "$log" 2>&1
+check_log "boundary probe" $? "$log"
+grep -E '^\{"cases"' "$log" || true
+
+# the modules really are instrumented (otherwise a clean run would prove nothing)
+instrumented=$(find "$MPSC_CACHE_DIR" -name '*.node' 2>/dev/null | while read -r m; do nm -D "$m" 2>/dev/null | grep -q __asan_report && echo "$m"; done | wc -l)
+if [ "$instrumented" -lt 1 ]; then
+  echo "sanitize: FAIL no module in $MPSC_CACHE_DIR references the ASan runtime: MPSC_CXXFLAGS was not applied"
+  failed=1
+else
+  echo "sanitize: $instrumented instrumented module(s) in $MPSC_CACHE_DIR"
+fi
+
+echo "sanitize: $ran spec(s) trained + boundary probe, $([ $failed -eq 0 ] && echo clean || echo FAILED)"
+exit $failed
