@@ -5,7 +5,9 @@
 #   1. a short training (3 steps + the final evaluation, which includes an eval_tail batch) of every
 #      spec given (default: specs/*.model), each spec's data source swapped for synthetic() data of
 #      the same input shapes so the run is a few seconds even with the sanitizers;
-#   2. the boundary probe (test/fixtures/reliability/boundary_probe.ts): bad batches, out-of-range
+#   2. a negative control (test/fixtures/reliability/asan_control.ts): a module with a deliberate
+#      heap overflow must abort with an ASan report, or the job fails;
+#   3. the boundary probe (test/fixtures/reliability/boundary_probe.ts): bad batches, out-of-range
 #      labels / embedding ids and bad tensor writes must be refused before native code reads them.
 # Node itself is not instrumented, so the runtimes are preloaded (libasan first); leak detection is
 # off because node does not free everything at exit. Any sanitizer report fails the job.
@@ -53,7 +55,9 @@ for spec in "${specs[@]}"; do
   log="$work/$name.log"
   env "${san_env[@]}" node bin/mpsc.js train "$copy" --device cpu --steps 3 --batch 4 --threads 2 \
     --checkpoint-dir "$work/ck-$name" --log-every 1 > "$log" 2>&1
-  check_log "train $spec" $? "$log"
+  rc=$?
+  if [ $rc -eq 0 ] && ! grep -q '^step 3/3' "$log"; then rc=3; echo "sanitize: $spec did not reach step 3"; fi
+  check_log "train $spec" $rc "$log"
   ran=$((ran + 1))
 done
 
@@ -61,6 +65,18 @@ log="$work/probe.log"
 env "${san_env[@]}" node --import tsx test/fixtures/reliability/boundary_probe.ts > "$log" 2>&1
 check_log "boundary probe" $? "$log"
 grep -E '^\{"cases"' "$log" || true
+
+# negative control: a module with a deliberate heap overflow must be caught
+log="$work/control.log"
+env "${san_env[@]}" node --import tsx test/fixtures/reliability/asan_control.ts > "$log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q 'ERROR: AddressSanitizer: heap-buffer-overflow' "$log"; then
+  echo "sanitize: ok   negative control (a deliberate heap overflow is reported)"
+else
+  echo "sanitize: FAIL negative control: a deliberate heap overflow was not reported (exit $rc)"
+  tail -20 "$log"
+  failed=1
+fi
 
 # the modules really are instrumented (otherwise a clean run would prove nothing)
 instrumented=$(find "$MPSC_CACHE_DIR" -name '*.node' 2>/dev/null | while read -r m; do nm -D "$m" 2>/dev/null | grep -q __asan_report && echo "$m"; done | wc -l)

@@ -152,12 +152,6 @@ export function isAuxiliaryTensor(name: string): boolean {
   return name.endsWith('.num_batches_tracked');
 }
 
-function fmtMetrics(m: Record<string, number>): string {
-  return Object.entries(m)
-    .map(([k, v]) => `${k} ${v.toFixed(4)}`)
-    .join(' ');
-}
-
 export async function train(model0: CheckedModel, opts: TrainOptions = {}): Promise<TrainResult> {
   const emit = opts.onEvent ?? (() => {});
   const cfg = effectiveTrainConfig(model0, opts);
@@ -438,4 +432,3 @@ export async function evaluateWeights(model0: CheckedModel, opts: EvalOptions): 
   }
 }
 
-export { fmtMetrics };

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cString } from '../compiler/codegen-cpu/c_string.js';
 import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import { buildAddon } from '../runtime/native/build.js';
-import { createNativeSession } from '../runtime/native/native_session.js';
+import { cpuInputsKey, createNativeSession } from '../runtime/native/native_session.js';
 import type { Session } from '../runtime/session.js';
 import { ODD_NAME, tinyProgramSet } from './cpu_helpers.js';
 
@@ -62,7 +62,7 @@ describe('CPU build cache and binding', () => {
   });
 
   it('concurrent builders leave exactly one complete cache entry and no temporary folders', () => {
-    const entries = fs.readdirSync(cacheDir);
+    const entries = fs.readdirSync(cacheDir).filter((e) => e !== 'by-inputs');
     expect(entries.filter((e) => e.startsWith('tmp-'))).toEqual([]);
     expect(entries).toHaveLength(1);
     expect(fs.existsSync(modulePath)).toBe(true);
@@ -75,6 +75,20 @@ describe('CPU build cache and binding', () => {
     expect(again.cached).toBe(true);
     expect(again.modulePath).toBe(modulePath);
     expect(fs.statSync(modulePath).mtimeMs).toBe(before);
+  });
+
+  it('a build keyed by the generator inputs finds the same entry, then skips code generation', async () => {
+    let generated = 0;
+    const files = () => {
+      generated++;
+      return generateCpuModel(programs).files;
+    };
+    const first = await buildAddon({ files, inputsKey: cpuInputsKey(programs), cacheDir });
+    expect(first).toMatchObject({ cached: true, modulePath });
+    expect(generated).toBe(1);
+    const second = await buildAddon({ files, inputsKey: cpuInputsKey(programs), cacheDir });
+    expect(second).toMatchObject({ cached: true, modulePath });
+    expect(generated).toBe(1);
   });
 
   it('different flags give a different key', async () => {

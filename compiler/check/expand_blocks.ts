@@ -16,11 +16,11 @@ import { arith, bindArgs, convert, describeVal, unreachable, type ArgSpec, type 
 import { LAYERS, layersWithRole, type LayerDef, type LayerRole } from './layers.js';
 import { MAX_INT } from '../parser/to_ast.js';
 
-export const MAX_LAYERS = 200_000;
+export const MAX_LAYERS = 50_000;
 export const MAX_BLOCK_DEPTH = 32;
 export const MAX_REPEAT = 100_000;
 /** statements and repeat iterations executed while expanding */
-export const MAX_STEPS = 2_000_000;
+export const MAX_STEPS = 500_000;
 
 export interface FlatInput {
   name: string;

@@ -6,9 +6,11 @@
  * Consumes: generated source files (relative path -> text), the shared host runtime
  *           (runtime/cpp: mpsc_model.h, mpsc_parallel.hpp, mpsc_runtime.cc, binding.cc), flags.
  * Produces: `<cacheRoot>/<key>/mpsc_<key16>.node` where key = sha256(generated sources +
- *           runtime sources + flags + compiler version + Node-API version). Callers may pass
- *           `inputsKey` (a digest of what the generated sources are a pure function of) instead
- *           of the sources, so a cache hit skips code generation entirely.
+ *           runtime sources + flags + compiler version + Node-API version). Callers may also pass
+ *           `inputsKey` (a digest of what the generated sources are a pure function of): then
+ *           `<cacheRoot>/by-inputs/<sha256(inputsKey + flags + ...)>` records the key, so a warm
+ *           cache is found without generating any code (the entry itself stays addressed by
+ *           the generated sources, shared with callers that pass files).
  *
  * Cache protocol (safe for concurrent builders of the same key):
  *   1. if `<root>/<key>/<module>` exists, use it (the folder only ever appears complete);
@@ -238,11 +240,32 @@ export async function buildAddon(opts: BuildAddonOptions): Promise<BuiltAddon> {
   const cxxflags = resolveCxxflags(opts.cxxflags);
   const root = opts.cacheDir ?? defaultCacheDir();
   if (typeof opts.files === 'function' && opts.inputsKey === undefined) throw new Error('internal: buildAddon: lazy files need an inputsKey');
-  const key = addonKey(opts.inputsKey ?? (opts.files as Record<string, string>), cxxflags);
-  const target = `mpsc_${key.slice(0, 16)}`;
-  const finalDir = path.join(root, key);
-  const finalModule = path.join(finalDir, `${target}.node`);
-  if (fs.existsSync(finalModule)) return { key, dir: finalDir, modulePath: finalModule, cached: true };
+  const located = (key: string) => {
+    const target = `mpsc_${key.slice(0, 16)}`;
+    const dir = path.join(root, key);
+    return { target, dir, module: path.join(dir, `${target}.node`) };
+  };
+  // warm path: inputs digest -> key, without generating anything
+  const aliasPath = opts.inputsKey !== undefined ? path.join(root, 'by-inputs', addonKey(opts.inputsKey, cxxflags)) : null;
+  if (aliasPath && fs.existsSync(aliasPath)) {
+    const key = fs.readFileSync(aliasPath, 'utf8').trim();
+    const loc = located(key);
+    if (/^[0-9a-f]{64}$/.test(key) && fs.existsSync(loc.module)) return { key, dir: loc.dir, modulePath: loc.module, cached: true };
+  }
+  const files = typeof opts.files === 'function' ? opts.files() : opts.files;
+  const key = addonKey(files, cxxflags);
+  const { target, dir: finalDir, module: finalModule } = located(key);
+  const remember = () => {
+    if (!aliasPath) return;
+    const tmpAlias = `${aliasPath}.${process.pid}.${randomBytes(4).toString('hex')}`;
+    fs.mkdirSync(path.dirname(aliasPath), { recursive: true });
+    fs.writeFileSync(tmpAlias, key + '\n');
+    fs.renameSync(tmpAlias, aliasPath);
+  };
+  if (fs.existsSync(finalModule)) {
+    remember();
+    return { key, dir: finalDir, modulePath: finalModule, cached: true };
+  }
 
   try {
     fs.mkdirSync(root, { recursive: true });
@@ -257,7 +280,6 @@ export async function buildAddon(opts: BuildAddonOptions): Promise<BuiltAddon> {
   const tmp = path.join(root, `tmp-${key.slice(0, 16)}-${process.pid}-${randomBytes(4).toString('hex')}`);
   fs.mkdirSync(tmp, { recursive: true });
   try {
-    const files = typeof opts.files === 'function' ? opts.files() : opts.files;
     writeCmakeProject(tmp, files, cxxflags, target);
     const built = await runCmakeJs(tmp, target, opts.jobs ?? Math.max(1, os.cpus().length), opts.onProgress);
     fs.copyFileSync(built, path.join(tmp, `${target}.node`));
@@ -275,6 +297,7 @@ export async function buildAddon(opts: BuildAddonOptions): Promise<BuiltAddon> {
     fs.rmSync(tmp, { recursive: true, force: true });
     throw e;
   }
+  remember();
   return { key, dir: finalDir, modulePath: finalModule, cached: false };
 }
 

@@ -29,6 +29,11 @@
 
 #include "sgemm.h"
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 namespace mpsc_fast {
 
 struct Conv2dShape {
@@ -399,5 +404,9 @@ inline void conv2d_grad_bias_part(const Conv2dShape& s, const float* dy, float* 
 }
 
 }  // namespace mpsc_fast
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #endif

@@ -34,6 +34,13 @@
 #include <algorithm>
 #include <vector>
 
+// Without AVX (e.g. a portable x86-64 build) GCC warns that 32-byte vector arguments change the
+// ABI; these helpers are internal and inlined, so the warning is noise.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 namespace mpsc_fast {
 
 /** micro-tile: MR rows x NR columns of C held in registers (12 vectors of 8 floats) */
@@ -75,7 +82,18 @@ static inline v8f load8(const float* p) {
 }
 static inline void store8(float* p, v8f v) { memcpy(p, &v, sizeof v); }
 static inline v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
-static inline v8f max8(v8f a, v8f b) { return a > b ? a : b; }
+#if defined(__clang__) && defined(__has_builtin)
+#if __has_builtin(__builtin_elementwise_max)
+#define MPSC_FAST_HAS_ELEMENTWISE_MAX 1
+#endif
+#endif
+static inline v8f max8(v8f a, v8f b) {
+#ifdef MPSC_FAST_HAS_ELEMENTWISE_MAX
+  return __builtin_elementwise_max(a, b);  // clang (Apple arm64: NEON fmax)
+#else
+  return a > b ? a : b;  // GCC vector conditional
+#endif
+}
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -405,5 +423,9 @@ inline void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, flo
 }
 
 }  // namespace mpsc_fast
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #endif
