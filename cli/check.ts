@@ -1,10 +1,11 @@
 /**
- * `mpsc check SPEC [--json]`: parse and check a .model file, print the model summary.
+ * `mpsc check SPEC [--json] [--ir [PROGRAM]]`: parse and check a .model file, print the model summary.
  * Exit 0 when valid, 1 with diagnostics when not.
  */
 import type { Command } from 'commander';
 import { checkFileWithWarnings } from '../compiler/check/index.js';
 import { renderSummary, summarize } from '../compiler/check/summary.js';
+import { formatProgramsForCheck, plannedPeakBytes } from '../compiler/ir/print_ir.js';
 
 export function register(program: Command): void {
   program
@@ -12,12 +13,24 @@ export function register(program: Command): void {
     .description('check a .model spec (syntax, names, shapes, settings) and print a model summary')
     .argument('<spec>', 'path to a .model file')
     .option('--json', 'print the summary as JSON')
-    // EXTENSION POINT (IR / memory planner issue): add `--ir` here to print the train-step
-    // program, and add the memory plan's planned peak bytes to the summary below.
-    .action((spec: string, opts: { json?: boolean }) => {
+    .option('--ir [program]', 'print a program after autodiff, optimizer lowering and memory planning: train_step (default), apply_update, eval, eval_tail, all')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  mpsc check specs/lenet.model            layers, shapes, parameter counts, planned memory
+  mpsc check specs/lenet.model --json     the same as one JSON object
+  mpsc check specs/lenet.model --ir       the train-step program the backends generate code from
+  mpsc check specs/lenet.model --ir eval  the forward-only evaluation program`,
+    )
+    .action((spec: string, opts: { json?: boolean; ir?: string | boolean }) => {
       const { model, warnings } = checkFileWithWarnings(spec);
       for (const w of warnings) process.stderr.write(w + '\n');
-      const summary = summarize(model);
+      if (opts.ir !== undefined) {
+        process.stdout.write(formatProgramsForCheck(model, opts.ir === true ? 'train_step' : String(opts.ir)));
+        return;
+      }
+      const summary = summarize(model, model.loss ? plannedPeakBytes(model) : null);
       process.stdout.write(opts.json ? JSON.stringify(summary, null, 2) + '\n' : renderSummary(summary) + '\n');
     });
 }

@@ -7,6 +7,7 @@
  */
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
+import { checkFile } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel } from '../compiler/model.js';
 import { DEVICES } from '../runtime/device.js';
@@ -29,7 +30,6 @@ export function parseNonNegInt(name: string): (v: string) => number {
 }
 
 export async function checkSpec(file: string): Promise<CheckedModel> {
-  const { checkFile } = await import('../compiler/check/index.js');
   return checkFile(file);
 }
 

@@ -82,6 +82,9 @@ function gemmCases(): Case[] {
     { label: 'linear_big', op: 'linear', inputs: [{ shape: [70, 300] }, { shape: [100, 300] }, null], outShapes: [[70, 100]] },
     { label: 'linear_3d', op: 'linear', inputs: [{ shape: [2, 3, 9] }, { shape: [4, 9] }, { shape: [4] }], outShapes: [[2, 3, 4]] },
   ];
+  // narrow outputs (N below one register panel) take the transposed-C path
+  cases.push({ label: 'matmul_narrow_tA', op: 'matmul', inputs: [{ shape: [70, 200] }, { shape: [70, 5] }], outShapes: [[200, 5]], attrs: { transA: true, transB: false } });
+  cases.push({ label: 'matmul_narrow_tB', op: 'matmul', inputs: [{ shape: [300, 270] }, { shape: [9, 270] }], outShapes: [[300, 9]], attrs: { transA: false, transB: true } });
   for (const tA of [false, true]) {
     for (const tB of [false, true]) {
       const [M, N, K] = tA && tB ? [97, 33, 260] : [13, 35, 9];

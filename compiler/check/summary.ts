@@ -7,6 +7,7 @@
 import { BATCH, type CheckedModel } from '../model.js';
 import { numel } from '../ir/graph.js';
 import { fmtDims } from './shape_util.js';
+import { formatBytes as fmtBytes } from '../ir/print_ir.js';
 
 export interface ModelSummary {
   model: string;
@@ -28,6 +29,8 @@ export interface ModelSummary {
     persistentBytes: number;
     /** inputs + every forward activation of one training batch, unplanned */
     activationBytes: number;
+    /** the memory plan's peak: persistent tensors + the largest program arena + its input batch */
+    plannedPeakBytes: number | null;
   };
 }
 
@@ -37,7 +40,7 @@ export function optimizerSlots(m: CheckedModel): number {
   return 2;
 }
 
-export function summarize(m: CheckedModel): ModelSummary {
+export function summarize(m: CheckedModel, plannedPeakBytes: number | null = null): ModelSummary {
   const batch = m.train.batch;
   const bind = (s: number[]) => s.map((d) => (d === BATCH ? batch : d));
   const params = m.params.filter((p) => p.kind === 'param').reduce((s, p) => s + numel(p.shape), 0);
@@ -65,15 +68,9 @@ export function summarize(m: CheckedModel): ModelSummary {
       bufferBytes: state * 4,
       persistentBytes: paramBytes * 2 + opt + state * 4,
       activationBytes: activation,
+      plannedPeakBytes,
     },
   };
-}
-
-export function fmtBytes(n: number): string {
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
-  if (n < 1024 ** 3) return `${(n / 1024 / 1024).toFixed(1)} MiB`;
-  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
 }
 
 function group(n: number): string {
@@ -98,6 +95,7 @@ export function renderSummary(s: ModelSummary): string {
     `parameters: ${group(t.params)}${t.stateElements ? ` (+ ${group(t.stateElements)} buffer elements)` : ''}`,
     `parameters + gradients + optimizer state${t.bufferBytes ? ' + buffers' : ''}: ${fmtBytes(t.persistentBytes)} (${fmtBytes(t.paramBytes)} + ${fmtBytes(t.gradBytes)} + ${fmtBytes(t.optimizerStateBytes)}${t.bufferBytes ? ` + ${fmtBytes(t.bufferBytes)}` : ''})`,
     `activations at batch ${s.batch} (forward, unplanned upper bound): ${fmtBytes(t.activationBytes)}`,
+    ...(t.plannedPeakBytes !== null ? [`planned peak memory of a training step (memory plan, all programs): ${fmtBytes(t.plannedPeakBytes)}`] : []),
   ];
   return out.join('\n');
 }

@@ -113,6 +113,8 @@ inline vf loadv(const float* p) {
 }
 
 /** C[mr x nr] (+)= packed A panel (MR x kc) * packed B panel (kc x NR); 12 vector accumulators (GCC/Clang vector extensions) */
+/** TC: C is stored transposed (tile element (r, c) at C[c * ldc + r]) */
+template <bool TC>
 inline void micro(int64_t kc, const float* __restrict pa, const float* __restrict pb, float* C, int64_t ldc, int64_t mr, int64_t nr, bool acc_into) {
   static_assert(MR == 6 && NR == 2 * VW, "micro-kernel is written for 6 x (2 vectors)");
   vf c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {}, c40 = {}, c41 = {}, c50 = {}, c51 = {};
@@ -134,6 +136,17 @@ inline void micro(int64_t kc, const float* __restrict pa, const float* __restric
     std::memcpy(&acc[r][0], rows[r][0], sizeof(vf));
     std::memcpy(&acc[r][VW], rows[r][1], sizeof(vf));
   }
+  if (TC) {
+    for (int64_t c = 0; c < nr; c++) {
+      float* ccol = C + c * ldc;
+      if (acc_into) {
+        for (int64_t r = 0; r < mr; r++) ccol[r] += acc[r][c];
+      } else {
+        for (int64_t r = 0; r < mr; r++) ccol[r] = acc[r][c];
+      }
+    }
+    return;
+  }
   for (int64_t r = 0; r < mr; r++) {
     float* crow = C + r * ldc;
     if (acc_into) {
@@ -149,6 +162,10 @@ inline void micro(int64_t kc, const float* __restrict pa, const float* __restric
  * op(A)(i,k) = tA ? A[k*lda + i] : A[i*lda + k];  op(B)(k,j) = tB ? B[j*ldb + k] : B[k*ldb + j].
  * Parallel over C tiles when ctx is given (inline inside another parallel region).
  */
+template <bool TC>
+inline void sgemm_tiles(mpsc_ctx* ctx, bool tA, bool tB, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                        float* C, int64_t ldc, bool accumulate);
+
 inline void sgemm(mpsc_ctx* ctx, bool tA, bool tB, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                   float* C, int64_t ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
@@ -157,6 +174,16 @@ inline void sgemm(mpsc_ctx* ctx, bool tA, bool tB, int64_t M, int64_t N, int64_t
       for (int64_t i = 0; i < M; i++) std::memset(C + i * ldc, 0, (size_t)N * 4);
     return;
   }
+  // narrow C (N below one register panel, e.g. a 10-class head): compute C^T = op(B)^T op(A)^T so
+  // the wide side fills the panels; each element keeps the same k summation order
+  if (N < NR && M > N) sgemm_tiles<true>(ctx, !tB, !tA, N, M, K, B, ldb, A, lda, C, ldc, accumulate);
+  else sgemm_tiles<false>(ctx, tA, tB, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+/** the tiled product; TC: C is stored transposed (element (i, j) at C[j * ldc + i]) */
+template <bool TC>
+inline void sgemm_tiles(mpsc_ctx* ctx, bool tA, bool tB, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                        float* C, int64_t ldc, bool accumulate) {
   const int64_t T = mpsc::threads(ctx);
   const int64_t ntM = (M + MC - 1) / MC;
   int64_t ntN = (N + NC_MAX - 1) / NC_MAX;
@@ -180,7 +207,8 @@ inline void sgemm(mpsc_ctx* ctx, bool tA, bool tB, int64_t M, int64_t N, int64_t
         const bool acc_into = accumulate || k0 > 0;
         for (int64_t jp = 0; jp < ncc; jp += NR) {
           for (int64_t ip = 0; ip < mc; ip += MR) {
-            micro(kc, pa + ip * kc, pb + jp * kc, C + (i0 + ip) * ldc + j0 + jp, ldc, std::min(MR, mc - ip), std::min(NR, ncc - jp), acc_into);
+            float* ct = TC ? C + (j0 + jp) * ldc + i0 + ip : C + (i0 + ip) * ldc + j0 + jp;
+            micro<TC>(kc, pa + ip * kc, pb + jp * kc, ct, ldc, std::min(MR, mc - ip), std::min(NR, ncc - jp), acc_into);
           }
         }
       }
