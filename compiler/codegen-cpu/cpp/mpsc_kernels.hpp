@@ -287,6 +287,52 @@ inline uint32_t philox_first(uint32_t seed, uint32_t stream, uint32_t c0, uint32
   return x0;
 }
 
+// ------------------------------------------------------------------ reductions
+// 16 float lanes (vectorisable without reassociation flags), combined in double: fast and
+// accurate for the row lengths of normalisation and bias-gradient sums; the order is fixed.
+constexpr int64_t LANES = 16;
+
+inline double sum_f(const float* __restrict p, int64_t n) {
+  float lane[LANES] = {};
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int64_t j = 0; j < LANES; j++) lane[j] += p[i + j];
+  double s = 0.0;
+  for (int64_t j = 0; j < LANES; j++) s += lane[j];
+  for (; i < n; i++) s += p[i];
+  return s;
+}
+
+/** sum of (p[i] - mu)^2 */
+inline double sum_sq_dev(const float* __restrict p, int64_t n, float mu) {
+  float lane[LANES] = {};
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int64_t j = 0; j < LANES; j++) {
+      const float d = p[i + j] - mu;
+      lane[j] += d * d;
+    }
+  double s = 0.0;
+  for (int64_t j = 0; j < LANES; j++) s += lane[j];
+  for (; i < n; i++) {
+    const double d = (double)p[i] - mu;
+    s += d * d;
+  }
+  return s;
+}
+
+/** sum of g[i] * (x[i] - mu) */
+inline double dot_dev(const float* __restrict g, const float* __restrict x, int64_t n, float mu) {
+  float lane[LANES] = {};
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int64_t j = 0; j < LANES; j++) lane[j] += g[i + j] * (x[i + j] - mu);
+  double s = 0.0;
+  for (int64_t j = 0; j < LANES; j++) s += lane[j];
+  for (; i < n; i++) s += (double)g[i] * (x[i] - mu);
+  return s;
+}
+
 // ------------------------------------------------------------------ small math
 inline float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 inline float gelu_grad(float x) {

@@ -162,10 +162,7 @@ const SUM_BLOCK = tpl(`  const float* x = {{x}};
   mk::par(ctx, {{mid}}, 64, [&](int64_t b, int64_t e) {
     for (int64_t m = b; m < e; m++) {
       double s = 0.0;
-      for (int64_t o = 0; o < {{outer}}; o++) {
-        const float* p = x + (o * {{mid}} + m) * {{inner}};
-        for (int64_t i = 0; i < {{inner}}; i++) s += p[i];
-      }
+      for (int64_t o = 0; o < {{outer}}; o++) s += mk::sum_f(x + (o * {{mid}} + m) * {{inner}}, {{inner}});
       y[m] = (float)s;
     }
   });

@@ -21,16 +21,10 @@ const BN_TRAIN = tpl(`  const float* x = {{x}};
   mk::par(ctx, {{C}}, 2, [&](int64_t cb, int64_t ce) {
     for (int64_t c = cb; c < ce; c++) {
       double s = 0.0;
-      for (int64_t n = 0; n < {{N}}; n++) {
-        const float* p = x + (n * {{C}} + c) * {{HW}};
-        for (int64_t i = 0; i < {{HW}}; i++) s += p[i];
-      }
+      for (int64_t n = 0; n < {{N}}; n++) s += mk::sum_f(x + (n * {{C}} + c) * {{HW}}, {{HW}});
       const double mu = s / {{m}};
       double v = 0.0;
-      for (int64_t n = 0; n < {{N}}; n++) {
-        const float* p = x + (n * {{C}} + c) * {{HW}};
-        for (int64_t i = 0; i < {{HW}}; i++) { const double d = p[i] - mu; v += d * d; }
-      }
+      for (int64_t n = 0; n < {{N}}; n++) v += mk::sum_sq_dev(x + (n * {{C}} + c) * {{HW}}, {{HW}}, (float)mu);
       const double var = v / {{m}};
       const float is = (float)(1.0 / std::sqrt(var + {{eps}}));
       const float muf = (float)mu;
@@ -96,8 +90,10 @@ const BN_GRAD = tpl(`  const float* dy = {{dy}};
       for (int64_t n = 0; n < {{N}}; n++) {
         const float* p = x + (n * {{C}} + c) * {{HW}};
         const float* g = dy + (n * {{C}} + c) * {{HW}};
-        for (int64_t i = 0; i < {{HW}}; i++) { sdy += g[i]; sdyx += (double)g[i] * ((p[i] - mu) * is); }
+        sdy += mk::sum_f(g, {{HW}});
+        sdyx += mk::dot_dev(g, p, {{HW}}, mu);
       }
+      sdyx *= is;
       db[c] = (float)sdy;
       dw[c] = (float)sdyx;
       const float k = w[c] * is / {{m}}, fdb = (float)sdy, fdw = (float)sdyx;
