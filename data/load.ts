@@ -6,7 +6,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { CheckedModel, DataSource } from '../compiler/model.js';
-import { validateDataset, type DataSplits } from './dataset.js';
+import { validateDataset, type DataSplits, type Dataset } from './dataset.js';
 import { loadBundledMnist } from './mnist_bundled.js';
 import { loadIdxMnist } from './idx.js';
 import { loadCsv } from './csv.js';
@@ -23,8 +23,11 @@ export function resolveDataPath(model: CheckedModel, p: string): string {
 
 function loadSource(model: CheckedModel, src: DataSource): DataSplits {
   switch (src.kind) {
-    case 'mnist':
-      return src.dir === null ? loadBundledMnist(model) : loadIdxMnist(model, resolveDataPath(model, src.dir));
+    case 'mnist': {
+      const splits = src.dir === null ? loadBundledMnist(model) : loadIdxMnist(model, resolveDataPath(model, src.dir));
+      if (src.normalize) for (const ds of [splits.train, splits.test]) if (ds) standardiseMnistImages(ds);
+      return splits;
+    }
     case 'csv':
       return {
         train: loadCsv(model, resolveDataPath(model, src.train), src),
@@ -37,6 +40,18 @@ function loadSource(model: CheckedModel, src: DataSource): DataSplits {
       };
     case 'synthetic':
       return loadSynthetic(model, src);
+  }
+}
+
+/** The MNIST training-set pixel mean and std (torchvision's usual Normalize((0.1307,), (0.3081,))). */
+export const MNIST_MEAN = 0.1307;
+export const MNIST_STD = 0.3081;
+
+/** In place: the f32 image tensor of an mnist() split, (x - mean) / std. The arrays are fresh per load. */
+function standardiseMnistImages(ds: Dataset): void {
+  for (const t of ds.tensors.values()) {
+    if (!(t instanceof Float32Array)) continue;
+    for (let i = 0; i < t.length; i++) t[i] = (t[i] - MNIST_MEAN) / MNIST_STD;
   }
 }
 

@@ -79,6 +79,12 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(bad('conv_grad_bias')).toEqual([]);
   });
 
+  it('backward passes with dy fused into the packing (relu-grad provider) match the plain passes bit for bit', () => {
+    expect(cases.filter((c) => c.kind === 'conv_grad_input_fused').length).toBe(6);
+    expect(cases.filter((c) => c.kind === 'conv_grad_weight_fused').length).toBe(6);
+    expect(bad(/_fused$/)).toEqual([]);
+  });
+
   it('covers stride 2, dilation 2, groups 2, depthwise, 1 channel, 1x1 and chunked im2col', () => {
     for (const label of ['stride2_', 'dilation2_', 'groups2_', 'depthwise_', 'one_channel_', 'pointwise_', 'chunked_'])
       expect(cases.some((c) => c.kind === 'conv_fwd' && c.name.startsWith(label))).toBe(true);

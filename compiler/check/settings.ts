@@ -57,7 +57,11 @@ export const SCHEDULES: Record<string, { args: ArgSpec[]; doc: string }> = {
 };
 
 export const DATA_SOURCES: Record<string, { args: ArgSpec[]; doc: string }> = {
-  mnist: { doc: 'MNIST digits: bundled (no argument) or IDX files in a folder', args: [{ name: 'dir', type: 'string', default: null, doc: 'folder with the four IDX files (default: the bundled digits)' }] },
+  mnist: { doc: 'MNIST digits: bundled (no argument) or IDX files in a folder', args: [
+      { name: 'dir', type: 'string', default: null, doc: 'folder with the four IDX files (default: the bundled digits)' },
+      { name: 'normalize', type: 'bool', default: true, doc: 'standardise pixels with the MNIST mean 0.1307 and std 0.3081 (as torchvision.transforms.Normalize); false keeps them in [0, 1]' },
+    ],
+  },
   csv: {
     doc: 'CSV files with one sample per row',
     args: [
@@ -183,7 +187,7 @@ function checkData(c: A.CallExpr, specDir: string, inputs: FlatInput[], diags: D
         diags.push(errorAt(c.loc, `mnist() provides images f32[N, 1, 28, 28] (or f32[N, 784]) and labels i32[N], but the inputs are ${describeInputs(inputs) || 'none'}`, 'declare: input image: f32[N, 1, 28, 28] and input label: i32[N]'));
         return null;
       }
-      return { kind: 'mnist', dir: abs(a.dir) };
+      return { kind: 'mnist', dir: abs(a.dir), normalize: a.normalize };
     }
     case 'csv':
       return { kind: 'csv', train: abs(a.train)!, test: abs(a.test), label_column: a.label_column, normalize: a.normalize };

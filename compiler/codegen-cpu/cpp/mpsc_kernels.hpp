@@ -294,27 +294,27 @@ constexpr int64_t LANES = 16;
 
 inline double sum_f(const float* __restrict p, int64_t n) {
   float lane[LANES] = {};
-  int64_t i = 0;
-  for (; i + LANES <= n; i += LANES)
+  const int64_t nb = n > 0 ? n / LANES * LANES : 0;
+  for (int64_t i = 0; i < nb; i += LANES)
     for (int64_t j = 0; j < LANES; j++) lane[j] += p[i + j];
   double s = 0.0;
   for (int64_t j = 0; j < LANES; j++) s += lane[j];
-  for (; i < n; i++) s += p[i];
+  for (int64_t i = nb; i < n; i++) s += p[i];
   return s;
 }
 
 /** sum of (p[i] - mu)^2 */
 inline double sum_sq_dev(const float* __restrict p, int64_t n, float mu) {
   float lane[LANES] = {};
-  int64_t i = 0;
-  for (; i + LANES <= n; i += LANES)
+  const int64_t nb = n > 0 ? n / LANES * LANES : 0;
+  for (int64_t i = 0; i < nb; i += LANES)
     for (int64_t j = 0; j < LANES; j++) {
       const float d = p[i + j] - mu;
       lane[j] += d * d;
     }
   double s = 0.0;
   for (int64_t j = 0; j < LANES; j++) s += lane[j];
-  for (; i < n; i++) {
+  for (int64_t i = nb; i < n; i++) {
     const double d = (double)p[i] - mu;
     s += d * d;
   }
@@ -324,12 +324,12 @@ inline double sum_sq_dev(const float* __restrict p, int64_t n, float mu) {
 /** sum of g[i] * (x[i] - mu) */
 inline double dot_dev(const float* __restrict g, const float* __restrict x, int64_t n, float mu) {
   float lane[LANES] = {};
-  int64_t i = 0;
-  for (; i + LANES <= n; i += LANES)
+  const int64_t nb = n > 0 ? n / LANES * LANES : 0;
+  for (int64_t i = 0; i < nb; i += LANES)
     for (int64_t j = 0; j < LANES; j++) lane[j] += g[i + j] * (x[i + j] - mu);
   double s = 0.0;
   for (int64_t j = 0; j < LANES; j++) s += lane[j];
-  for (; i < n; i++) s += (double)g[i] * (x[i] - mu);
+  for (int64_t i = nb; i < n; i++) s += (double)g[i] * (x[i] - mu);
   return s;
 }
 

@@ -6,12 +6,14 @@
  *   x [N,C,H,W], weight [O,C/groups,KH,KW], bias [O] -> y [N,O,OH,OW]
  *   OH = floor((H + 2ph - dh*(KH-1) - 1)/sh) + 1 (same for OW)
  *
- * Method: per (image, group), im2col of a *chunk* of output columns into scratch (rows
- * p = (c, kh, kw) of the unrolled window, about 512 KiB at most, so it stays in L2 until
- * sgemm packs it), then one sgemm per chunk. Padding rows/columns are handled by computing
- * the valid output range once per (row p, output row) and copying contiguous runs (memcpy
- * when the stride is 1), so for 1-channel 3x3 inputs the im2col costs ~9 copies per output
- * pixel against 2*O*9 flops. 1x1 / stride 1 / no padding convolutions skip im2col.
+ * Method (implicit GEMM with packing): the GEMM packers generate the unrolled-window rows
+ * p = (c, kh, kw) of im2col straight into the packed, cache-blocked B panels, so forward and
+ * grad-weight need no col buffer; grad-input computes a chunk of col (<= 512 KiB) and scatters
+ * it back with col2im. Padding is handled by computing the valid output range once per
+ * (row p, output row) and copying contiguous runs (memcpy when the stride is 1), so for
+ * 1-channel 3x3 inputs the im2col costs ~9 copies per output pixel against 2*O*9 flops.
+ * Weights are packed once per group per call. The backward passes read dy through a row
+ * provider (conv2d_grad_*_part_rows) so a dy producer (relu-grad, pool-grad) can be fused.
  *   forward:      y_g[n]  (Og x P)  = W_g (Og x Kd) * col (Kd x P)    + bias, relu (fused epilogue)
  *   grad-input:   col     (Kd x P)  = W_g^T * dy_g[n],  dx_g[n] = col2im(col)
  *   grad-weight:  dW_g    (Og x Kd) = sum_n dy_g[n] (Og x P) * col^T (P x Kd)
@@ -75,9 +77,14 @@ inline ConvDims conv_dims(const Conv2dShape& s) {
   return d;
 }
 
-/** output columns per im2col chunk: about 128K floats (512 KiB) of col, a multiple of NR */
+/** floats of the col chunk of grad-input (col2im source); -DMPSC_FAST_CONV_COL_FLOATS=... to tune */
+#ifndef MPSC_FAST_CONV_COL_FLOATS
+#define MPSC_FAST_CONV_COL_FLOATS 131072
+#endif
+
+/** output columns per col chunk: about MPSC_FAST_CONV_COL_FLOATS floats of col, a multiple of NR */
 inline int64_t chunk_cols(int64_t rows, int64_t P) {
-  const int64_t target = 131072;
+  const int64_t target = MPSC_FAST_CONV_COL_FLOATS;
   int64_t cols = std::max<int64_t>(NR, target / std::max<int64_t>(rows, 1) / NR * NR);
   return std::max<int64_t>(1, std::min(cols, P));
 }
@@ -235,13 +242,12 @@ inline size_t conv2d_scratch_bytes(const Conv2dShape& s, ConvPass pass) {
     f = packed_a_all_floats(d.Og, d.Kd) + align16(std::min(KC, d.Kd) * round_up(std::min(CONV_NC, d.P), NR));
   } else if (pass == CONV_GRAD_INPUT) {
     const int64_t cols = std::min(NC, chunk_cols(d.Kd, d.P));
-    f = d.direct ? (int64_t)(sgemm_workspace_bytes(d.Cg, d.P, d.Og) / 4)
-                 : packed_a_all_floats(d.Kd, d.Og) + align16(d.Kd * cols) +
-                       align16(std::min(KC, d.Og) * round_up(cols, NR));
+    f = packed_a_all_floats(d.Kd, d.Og) + (d.direct ? 0 : align16(d.Kd * cols)) +
+        align16(std::min(KC, d.Og) * round_up(cols, NR));
   } else if (pass == CONV_GRAD_WEIGHT) {
     f = packed_a_floats(d.Og, d.P) + align16(std::min(KC, d.P) * round_up(std::min(CONV_NC_W, d.Kd), NR));
   }
-  return (size_t)f * sizeof(float);
+  return (size_t)f * sizeof(float) + 64;  // + 64: tolerates a scratch pointer that is not 64-byte aligned
 }
 
 /** the largest of the three passes' scratch (one buffer per thread serves them all) */
@@ -292,57 +298,82 @@ inline void conv2d_forward_part(const Conv2dShape& s, const float* x, const floa
   }
 }
 
-/** dx = d(conv2d)/dx applied to dy, share `part` of nparts. dx is fully written (not read). */
-inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const float* w, float* dx, int part,
-                                   int nparts, void* scratch) {
+/**
+ * The backward passes read dy through a row provider, so a producer of dy (relu-grad,
+ * pool-grad, a loss gradient) can be fused into the GEMM packing instead of materialising dy:
+ *
+ *   const float* dy_rows(int64_t n, int64_t o, int64_t j0, int64_t j1, float* tmp)
+ *
+ * returns the values dy[n, o, j0 .. j1) (j = oh*OW + ow; o the absolute output channel),
+ * either as a pointer into memory or after writing them to tmp[0 .. j1-j0) and returning tmp.
+ * It is called concurrently from different parts (it must not write shared state) and may be
+ * called more than once for the same row. The plain overloads pass a pointer into dy.
+ */
+struct DyMemory {
+  const float* dy;
+  int64_t O, P;
+  const float* operator()(int64_t n, int64_t o, int64_t j0, int64_t, float*) const { return dy + (n * O + o) * P + j0; }
+};
+
+/** dx = d(conv2d)/dx applied to dy (rows from dy_rows), share `part` of nparts. dx fully written (not read). */
+template <class DyRows>
+inline void conv2d_grad_input_part_rows(const Conv2dShape& s, DyRows&& dy_rows, const float* w, float* dx, int part,
+                                        int nparts, void* scratch) {
   using namespace detail;
   const ConvDims d = conv_dims(s);
   const int64_t cols = std::min(NC, chunk_cols(d.Kd, d.P));
-  float* base = align64(scratch);
+  float* Apre = align64(scratch);
+  float* col = Apre + packed_a_all_floats(d.Kd, d.Og);
+  float* Bp = col + (d.direct ? 0 : align16(d.Kd * cols));
   int64_t b, e, packed_g = -1;
   share(s.N * s.groups, part, nparts, b, e);
   for (int64_t it = b; it < e; ++it) {
     const int64_t n = it / s.groups, g = it % s.groups;
     float* dxg = dx + (n * s.C + g * d.Cg) * d.HW;
-    const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
-    const float* wg = w + g * d.Og * d.Kd;
-    if (d.direct) {
-      // dx_g (Cg x HW) = W_g^T (Cg x Og) * dy_g (Og x HW); W_g is Og x Cg
-      sgemm_part(true, false, d.Cg, d.P, d.Og, 1.0f, wg, d.Kd, dyg, d.P, 0.0f, dxg, d.P, nullptr, 0, 1, base);
-      continue;
-    }
-    memset(dxg, 0, (size_t)(d.Cg * d.HW) * sizeof(float));
+    if (!d.direct || d.P <= 0 || d.Og <= 0) memset(dxg, 0, (size_t)(d.Cg * d.HW) * sizeof(float));
     if (d.P <= 0 || d.Og <= 0) continue;
-    float* Apre = base;
-    float* col = Apre + packed_a_all_floats(d.Kd, d.Og);
-    float* Bp = col + align16(d.Kd * cols);
     if (g != packed_g) {
-      pack_a_all(true, wg, d.Kd, d.Kd, d.Og, Apre);  // op(A) = W_g^T, Kd x Og
+      pack_a_all(true, w + g * d.Og * d.Kd, d.Kd, d.Kd, d.Og, Apre);  // op(A) = W_g^T, Kd x Og
       packed_g = g;
     }
     for (int64_t j0 = 0; j0 < d.P; j0 += cols) {
       const int64_t j1 = std::min(d.P, j0 + cols);
+      // 1x1 / stride 1 / no padding: col is dx itself
+      float* out = d.direct ? dxg + j0 : col;
+      const int64_t ldo = d.direct ? d.P : j1 - j0;
       gemm_driver(
-          0, d.Kd, 0, j1 - j0, d.Og, NC, 1.0f, 0.0f, col, j1 - j0, Epilogue{},
+          0, d.Kd, 0, j1 - j0, d.Og, NC, 1.0f, 0.0f, out, ldo, Epilogue{},
           [&](int64_t ic, int64_t mc, int64_t pc, int64_t) { return packed_a_block(Apre, d.Og, ic, mc, pc); },
           [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
-            pack_b(false, dyg + j0, d.P, pc, kc, jc, nc, Bp);
+            float tmp[NC];
+            for (int64_t o = pc; o < pc + kc; ++o) {
+              const float* r = dy_rows(n, g * d.Og + o, j0 + jc, j0 + jc + nc, tmp);
+              scatter_row_to_panels(r, nc, kc, o - pc, Bp);
+            }
             return (const float*)Bp;
           });
-      col2im(s, col, d.Kd, j0, j1, dxg);
+      if (!d.direct) col2im(s, col, d.Kd, j0, j1, dxg);
     }
   }
 }
 
+/** dx = d(conv2d)/dx applied to dy, share `part` of nparts. dx is fully written (not read). */
+inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const float* w, float* dx, int part,
+                                   int nparts, void* scratch) {
+  conv2d_grad_input_part_rows(s, DyMemory{dy, s.O, s.OH * s.OW}, w, dx, part, nparts, scratch);
+}
+
 /**
- * dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts. dw is fully
- * written. Per image one GEMM dW_g[o-range, p-range] (+)= dy_g[n] (Og x P) * col^T, with im2col^T
- * generated straight into packed panels. Parts split the axis of dW whose operand costs more to
- * pack, so it is packed once: output channels o when Og >= Kd (e.g. 1- or 3-channel first layers,
- * where a p split would leave each part a sliver of a 9- or 27-wide matrix), else the columns p.
+ * dw = d(conv2d)/dw applied to dy (rows from dy_rows, summed over the batch), share `part` of
+ * nparts. dw is fully written. Per image one GEMM dW_g[o-range, p-range] (+)= dy_g[n] (Og x P) *
+ * col^T, with im2col^T generated straight into packed panels. Parts split the axis of dW whose
+ * operand costs more to pack, so it is packed once: output channels o when Og >= Kd (e.g. 1- or
+ * 3-channel first layers, where a p split would leave each part a sliver of a 9- or 27-wide
+ * matrix), else the columns p.
  */
-inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
-                                    int nparts, void* scratch) {
+template <class DyRows>
+inline void conv2d_grad_weight_part_rows(const Conv2dShape& s, DyRows&& dy_rows, const float* x, float* dw, int part,
+                                         int nparts, void* scratch) {
   using namespace detail;
   const ConvDims d = conv_dims(s);
   float* Ap = align64(scratch);
@@ -367,11 +398,21 @@ inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const
     }
     for (int64_t n = 0; n < s.N; ++n) {
       const float* xg = x + (n * s.C + g * d.Cg) * d.HW;
-      const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
       gemm_driver(
           o0, o1, p0, p1, d.P, CONV_NC_W, 1.0f, n == 0 ? 0.0f : 1.0f, dwg, d.Kd, Epilogue{},
           [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
-            pack_a(false, dyg, d.P, ic, mc, pc, kc, Ap);
+            // MR-row panels of dy_g[n][ic .. ic+mc, pc .. pc+kc)
+            float tmp[KC];
+            for (int64_t ir = 0; ir < mc; ir += MR) {
+              const int64_t mr = std::min(MR, mc - ir);
+              float* dpanel = Ap + ir * kc;
+              for (int64_t r = 0; r < mr; ++r) {
+                const float* src = dy_rows(n, g * d.Og + ic + ir + r, pc, pc + kc, tmp);
+                for (int64_t k = 0; k < kc; ++k) dpanel[k * MR + r] = src[k];
+              }
+              for (int64_t r = mr; r < MR; ++r)
+                for (int64_t k = 0; k < kc; ++k) dpanel[k * MR + r] = 0.0f;
+            }
             return (const float*)Ap;
           },
           [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
@@ -380,6 +421,12 @@ inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const
           });
     }
   }
+}
+
+/** dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts. dw fully written. */
+inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
+                                    int nparts, void* scratch) {
+  conv2d_grad_weight_part_rows(s, DyMemory{dy, s.O, s.OH * s.OW}, x, dw, part, nparts, scratch);
 }
 
 /** db[o] = sum over n, oh, ow of dy[n,o,oh,ow], share `part` of nparts (split over o). No scratch. */
