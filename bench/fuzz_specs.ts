@@ -53,6 +53,8 @@ function runRange(a: number, b: number): Promise<number> {
   return new Promise((resolve) => {
     const child: ChildProcess = fork(workerPath, [], { execArgv: ['--import', 'tsx', '--max-old-space-size=3072'], stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
     let current = a;
+    let stage = 'start-up';
+    let caseInfo = { seedFile: '?', mutations: ['?'] };
     let stderr = '';
     let timer: NodeJS.Timeout | null = null;
     let finished = false;
@@ -65,14 +67,21 @@ function runRange(a: number, b: number): Promise<number> {
       finished = true;
       if (timer) clearTimeout(timer);
       child.kill('SIGKILL');
-      record({ index: current, outcome: 'failure', ms: hangMs, programsMs: 0, detail: why, mutations: ['?'], seedFile: '?' });
+      record({ index: current, outcome: 'failure', ms: hangMs, programsMs: 0, detail: `${why} (stage: ${stage})`, mutations: caseInfo.mutations, seedFile: caseInfo.seedFile });
       resolve(current + 1);
     };
     child.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-2000)));
-    child.on('message', (m: { start?: number; result?: Failure; done?: boolean }) => {
-      if (m.start !== undefined) {
+    child.on('message', (m: { ready?: boolean; start?: number; stage?: string; seedFile?: string; mutations?: string[]; result?: Failure; done?: boolean }) => {
+      if (m.ready) {
+        child.send({ runSeed, from: a, to: b, programs });
+      } else if (m.start !== undefined) {
         current = m.start;
+        stage = 'generating the case';
+        caseInfo = { seedFile: '?', mutations: ['?'] };
         arm();
+      } else if (m.stage !== undefined) {
+        stage = m.stage;
+        caseInfo = { seedFile: m.seedFile!, mutations: m.mutations! };
       } else if (m.result) record(m.result);
       else if (m.done) {
         finished = true;
@@ -82,8 +91,7 @@ function runRange(a: number, b: number): Promise<number> {
       }
     });
     child.on('exit', (code, sig) => fail(`the worker died (exit ${code}, signal ${sig}) during this case: ${stderr.trim().split('\n').slice(-3).join(' | ')}`));
-    child.send({ runSeed, from: a, to: b, programs });
-    arm();
+    // the watchdog is armed per case, once the worker has loaded (start-up on a loaded machine can be slow)
   });
 }
 
