@@ -31,7 +31,7 @@ describe('mpsc build', () => {
     expect(r.stdout).toMatch(/planned memory: arena .* \+ persistent .* \+ input batch .* = /);
     const mod = r.stdout.match(/module: (\S+)/)![1];
     expect(fs.existsSync(mod)).toBe(true);
-  });
+  }, 300_000);
 
   it('--no-compile only writes the sources', () => {
     const dir = path.join(out, 'nc');

@@ -119,22 +119,22 @@ const spec = (name: string) => path.join(path.dirname(fileURLToPath(import.meta.
 describe('CPU backend whole train steps vs the reference interpreter (20 steps)', () => {
   it('mnist_mlp (adam)', async () => {
     await compare('mnist_mlp', checkFile(spec('mnist_mlp.model')), 4, 3);
-  });
+  }, 300_000);
 
   it('lenet (sgd momentum, conv + maxpool)', async () => {
     await compare('lenet', checkFile(spec('lenet.model')), 2, 1);
-  });
+  }, 300_000);
 
   it('resnet_small (batchnorm, residual adds, nesterov, weight decay, grad clip, label smoothing)', async () => {
     // batchnorm over tiny batches amplifies f32-vs-f64 drift: each step starts from the reference state
     await compare('resnet_small', checkFile(spec('resnet_small.model')), 2, 1, 8, true);
-  });
+  }, 300_000);
 
   it('mnist_mlp with grad_accum 2 and grad_clip (apply_update program)', async () => {
     const m = checkFile(spec('mnist_mlp.model'));
     m.train = { ...m.train, grad_accum: 2, grad_clip: 0.5 };
     await compare('mnist_mlp_accum', m, 3, 2);
-  });
+  }, 300_000);
 
   it('a model with dropout, gelu, layernorm and adamw', async () => {
     const m = checkSource(
@@ -152,5 +152,5 @@ train { data: synthetic(), epochs: 1, batch: 8 }
       'drop_mlp.model',
     );
     await compare('drop_mlp', m, 5, 2);
-  });
+  }, 300_000);
 });

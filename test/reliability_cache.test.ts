@@ -86,7 +86,7 @@ describe('the native build cache under concurrency and kills', () => {
       await new Promise((r) => setTimeout(r, 50));
     }
     expect(compiling, `the build never reached the compile step:\n${err}`).toBe(true);
-    await new Promise((r) => setTimeout(r, 300 + Math.floor(Math.random() * 1500)));
+    await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 500)));
     process.kill(-child.pid!, 'SIGKILL');
     expect(await closed).toBe('SIGKILL');
     await new Promise((r) => setTimeout(r, 200));

@@ -62,19 +62,19 @@ describe('the fuzzer itself', () => {
 });
 
 describe('fuzzed specs end accepted or with path:line:col diagnostics (fixed-seed sample)', () => {
-  it('300 mutated specs through checkSource', () => {
-    const { counts, failures } = runSample(20261202, 300, false);
+  it('500 mutated specs through checkSource', () => {
+    const { counts, failures } = runSample(20261202, 500, false);
     expect(failures, failures.join('\n')).toEqual([]);
-    expect(counts.accepted + counts.rejected).toBe(300);
+    expect(counts.accepted + counts.rejected).toBe(500);
     // a sample where nearly everything is accepted or nearly everything rejected would test little
-    expect(counts.rejected).toBeGreaterThan(150);
+    expect(counts.rejected).toBeGreaterThan(250);
     expect(counts.accepted).toBeGreaterThan(10);
   }, 600_000);
 
-  it('40 more, accepted ones also through buildPrograms (no internal error after the front end says yes)', () => {
-    const { counts, failures } = runSample(99, 40, true);
+  it('60 more, accepted ones also through buildPrograms (no internal error after the front end says yes)', () => {
+    const { counts, failures } = runSample(99, 60, true);
     expect(failures, failures.join('\n')).toEqual([]);
-    expect(counts.accepted + counts.rejected).toBe(40);
+    expect(counts.accepted + counts.rejected).toBe(60);
   }, 600_000);
 });
 

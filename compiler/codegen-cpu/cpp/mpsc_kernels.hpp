@@ -246,6 +246,32 @@ inline void im2col(const float* x, int64_t C, int64_t H, int64_t W, int64_t KH, 
   }
 }
 
+/** im2col transposed: colT[oh*OW+ow][(c*KH+kh)*KW+kw] (rows of C*KH*KW), so a GEMM can read it without a transposed pack */
+inline void im2col_t(const float* x, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                     int64_t dh, int64_t dw, int64_t OH, int64_t OW, float* __restrict colT) {
+  const int64_t R = C * KH * KW;
+  for (int64_t oh = 0; oh < OH; oh++) {
+    for (int64_t ow = 0; ow < OW; ow++) {
+      float* row = colT + (oh * OW + ow) * R;
+      for (int64_t c = 0; c < C; c++) {
+        const float* xc = x + c * H * W;
+        for (int64_t kh = 0; kh < KH; kh++) {
+          const int64_t ih = oh * sh - ph + kh * dh;
+          float* dst = row + (c * KH + kh) * KW;
+          if (ih < 0 || ih >= H) {
+            for (int64_t kw = 0; kw < KW; kw++) dst[kw] = 0.0f;
+            continue;
+          }
+          for (int64_t kw = 0; kw < KW; kw++) {
+            const int64_t iw = ow * sw - pw + kw * dw;
+            dst[kw] = (iw >= 0 && iw < W) ? xc[ih * W + iw] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
 /** the adjoint of im2col: x[c][ih][iw] += col[...] (x must be zeroed by the caller) */
 inline void col2im(const float* __restrict col, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph,
                    int64_t pw, int64_t dh, int64_t dw, int64_t OH, int64_t OW, float* x) {

@@ -1,8 +1,9 @@
 /**
  * conv2d (im2col + sgemm per image and group, bias folded in as the GEMM's initial C),
- * conv2d_grad_input (sgemm into a column buffer, then col2im), conv2d_grad_weight
- * (partial sums over a fixed number of image chunks, combined in chunk order: the same
- * bits for any thread count). 1x1 / stride 1 / no padding skips im2col.
+ * conv2d_grad_input (sgemm into a column buffer, then col2im), conv2d_grad_weight (a
+ * transposed im2col so the GEMM needs no transposed pack; partial sums over a fixed number
+ * of image chunks, combined in chunk order: the same bits for any thread count).
+ * 1x1 / stride 1 / no padding skips im2col.
  */
 import { tpl } from '../template.js';
 import type { KernelCtx, KernelEmitter } from '../kernel_ctx.js';
@@ -110,11 +111,11 @@ const GRAD_WEIGHT = tpl(`  const float* dy = {{dy}};
           const float* xg = x + (n * {{C}} + g * {{Cg}}) * {{H}} * {{W}};
           const float* dyg = dy + (n * {{O}} + g * {{Og}}) * {{P}};
 {{#if direct}}
-          const float* col = xg;
+          mk::sgemm(nullptr, false, true, {{Og}}, {{CKK}}, {{P}}, dyg, {{P}}, xg, {{P}}, acc + g * {{Og}} * {{CKK}}, {{CKK}}, true);
 {{else}}
-          mk::im2col(xg, ${IM2COL_ARGS}, col);
+          mk::im2col_t(xg, ${IM2COL_ARGS}, col);
+          mk::sgemm(nullptr, false, false, {{Og}}, {{CKK}}, {{P}}, dyg, {{P}}, col, {{CKK}}, acc + g * {{Og}} * {{CKK}}, {{CKK}}, true);
 {{/if}}
-          mk::sgemm(nullptr, false, true, {{Og}}, {{CKK}}, {{P}}, dyg, {{P}}, col, {{P}}, acc + g * {{Og}} * {{CKK}}, {{CKK}}, true);
         }
       }
     }
