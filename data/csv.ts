@@ -36,11 +36,29 @@ function parseNumber(s: string): number {
   return Number(s);
 }
 
+/** UTF-8 text or a UserError: a NUL byte or invalid UTF-8 means this is not a CSV file. */
+function decodeText(bytes: Buffer, file: string): string {
+  const nul = bytes.indexOf(0);
+  if (nul >= 0) throw new UserError(`${file}: error: not a text CSV file (NUL byte at offset ${nul})\n  help: csv() reads comma-separated numbers as UTF-8 text`);
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    throw new UserError(`${file}: error: not a text CSV file (invalid UTF-8)\n  help: csv() reads comma-separated numbers as UTF-8 text`);
+  }
+}
+
+/** A field quoted for an error message: control and non-ASCII characters escaped, long text cut. */
+function shown(s: string, max = 40): string {
+  const cut = s.length > max ? s.slice(0, max) + '...' : s;
+  return JSON.stringify(cut).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
 export function loadCsv(model: CheckedModel, file: string, spec: CsvSpec): Dataset {
   let text: string;
   try {
-    text = fs.readFileSync(file, 'utf8');
+    text = decodeText(fs.readFileSync(file), file);
   } catch (e) {
+    if (e instanceof UserError) throw e;
     const err = e as NodeJS.ErrnoException;
     throw new UserError(`${file}: error: ${err.code === 'ENOENT' ? 'data file not found' : `cannot read the data file (${err.message})`}\n  help: check the path in the spec's data source (relative paths are resolved from the spec's folder)`);
   }
@@ -67,7 +85,7 @@ export function loadCsv(model: CheckedModel, file: string, spec: CsvSpec): Datas
     } else if (typeof lc === 'string') {
       if (!header) throw new UserError(`${file}: error: label_column "${lc}" names a column but the CSV file has no header row\n  help: give the column's 0-based index instead`);
       labelCol = header.indexOf(lc);
-      if (labelCol < 0) throw new UserError(`${file}: error: no column named "${lc}" (columns: ${header.join(', ')})`);
+      if (labelCol < 0) throw new UserError(`${file}: error: no column named ${shown(String(lc))} (columns: ${header.slice(0, 20).map((h) => shown(h)).join(', ')}${header.length > 20 ? `, ... ${header.length} in all` : ''})`);
     } else if (header) {
       labelCol = header.indexOf(roles.label.name);
       if (labelCol < 0) labelCol = header.indexOf('label');
@@ -103,12 +121,12 @@ export function loadCsv(model: CheckedModel, file: string, spec: CsvSpec): Datas
       const s = fields[c];
       if (!isNumber(s)) {
         const col = header ? `column "${header[c]}"` : `column ${c + 1}`;
-        throw new UserError(`${file}:${line}: error: ${col}: '${s}' is not a number`);
+        throw new UserError(`${file}:${line}: error: ${col}: ${shown(s)} is not a number`);
       }
       const v = parseNumber(s);
       if (c === labelCol) {
         if (labels instanceof Int32Array && !Number.isInteger(v)) {
-          throw new UserError(`${file}:${line}: error: label '${s}' is not an integer class index`);
+          throw new UserError(`${file}:${line}: error: label ${shown(s)} is not an integer class index`);
         }
         labels![r] = v;
         continue;

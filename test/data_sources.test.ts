@@ -204,7 +204,7 @@ describe('CSV', () => {
   });
   it('non-numeric field names line and column', () => {
     fs.writeFileSync(path.join(dir, 'nn.csv'), 'label,a,b,c\n0,1,2,3\n1,1,abc,3\n');
-    expectUserError(() => loadData(model('nn.csv', null)), 'nn.csv:3', 'column "b"', "'abc' is not a number");
+    expectUserError(() => loadData(model('nn.csv', null)), 'nn.csv:3', 'column "b"', '"abc" is not a number');
   });
   it('NaN input, label out of range, non-integer label, wrong width, missing file', () => {
     fs.writeFileSync(path.join(dir, 'nan.csv'), '0,1,2,3\n1,1,nan,3\n');

@@ -36,6 +36,12 @@ let dir: string;
 let spec: string;
 let env: Record<string, string>;
 let reference: string;
+/** native module folders the runs used (the generated code must not change during the test) */
+const modules = new Set<string>();
+const noteModule = (stderr: string) => {
+  for (const m of stderr.matchAll(/(?:using cached CPU build|built CPU model into) (\S+)/g)) modules.add(m[1]);
+};
+const sameModule = () => (modules.size <= 1 ? '' : `the runs used ${modules.size} different native modules (the tree changed during the test?): ${[...modules].join(', ')}`);
 const common = () => ['train', spec, '--device', 'cpu', '--threads', '2', '--log-every', '1', '--json'];
 
 beforeAll(async () => {
@@ -45,6 +51,7 @@ beforeAll(async () => {
   env = { MPSC_CACHE_DIR: process.env.MPSC_CACHE_DIR ?? path.join(dir, 'cache') };
   const r = await runMpsc([...common(), '--checkpoint-dir', path.join(dir, 'ref')], dir, env);
   expect(r.code, r.stderr).toBe(0);
+  noteModule(r.stderr);
   reference = path.join(dir, 'ref', `checkpoint-${STEPS}.safetensors`);
   expect(fs.existsSync(reference)).toBe(true);
 }, 600_000);
@@ -90,6 +97,7 @@ async function killOnce(args: string[], ckdir: string, mode: Mode, r: ReturnType
   }
   const res = await run.done;
   watcher?.close();
+  noteModule(res.stderr);
   const midWrite = tempFiles(ckdir).some((f) => !tmpBefore.has(f));
   return { killed: killed && res.signal === 'SIGKILL', code: res.code, midWrite, stderr: res.stderr };
 }
@@ -111,6 +119,7 @@ describe('SIGKILL at random moments, then --resume: same final state as an unint
       const mode: Mode | null = kills < 22 ? modes[cycle % modes.length] : null;
       if (mode === null) {
         const res = await runMpsc(args, dir, env);
+        noteModule(res.stderr);
         expect(res.code, res.stderr).toBe(0);
         finished = true;
         log.push(`cycle ${cycle}: ran to completion`);
@@ -135,7 +144,7 @@ describe('SIGKILL at random moments, then --resume: same final state as an unint
     // to run; the next test kills the same writer deterministically half way through a large file)
     const final = path.join(ckdir, `checkpoint-${STEPS}.safetensors`);
     expect(fs.existsSync(final)).toBe(true);
-    expect(differingTensors(reference, final)).toEqual([]);
+    expect(differingTensors(reference, final), sameModule()).toEqual([]);
   }, 1_200_000);
 });
 
@@ -152,6 +161,7 @@ describe('SIGINT and damaged checkpoints', () => {
       }
     });
     const res = await run.done;
+    noteModule(res.stderr);
     expect(sent).toBe(true);
     expect(res.code, res.stderr).toBe(130);
     const summary = JSON.parse(res.stdout.trim().split('\n').at(-1)!);
@@ -181,11 +191,12 @@ describe('SIGINT and damaged checkpoints', () => {
     expect(direct2.stderr).not.toMatch(/internal error/);
 
     const resumed = await runMpsc([...common(), '--checkpoint-dir', ckdir, '--resume', ckdir], dir, env);
+    noteModule(resumed.stderr);
     expect(resumed.code, resumed.stderr).toBe(0);
     expect(resumed.stderr).toContain(`skipping ${newest.file}`);
     expect(resumed.stderr).toContain(`skipping ${second.file}`);
     expect(resumed.stderr).toContain(`resuming from ${third.file} at step ${third.step}`);
-    expect(differingTensors(reference, path.join(ckdir, `checkpoint-${STEPS}.safetensors`))).toEqual([]);
+    expect(differingTensors(reference, path.join(ckdir, `checkpoint-${STEPS}.safetensors`)), sameModule()).toEqual([]);
   }, 600_000);
 });
 

@@ -20,6 +20,7 @@ import { type DType, type Graph, type Program, type ProgramSet, type Value, type
 import { OPS } from '../ir/ops.js';
 import { cString, commentText } from './c_string.js';
 import { type KernelCtx, attrReaders } from './kernel_ctx.js';
+import { type FusionPlan, planReluFusion } from './fuse_relu.js';
 import { CPU_KERNELS } from './kernels/index.js';
 import { tpl } from './template.js';
 
@@ -126,6 +127,7 @@ function pointerResolver(p: Program, tensorIndex: Map<string, number>) {
   const inputIndex = new Map(p.inputs.map((id, j) => [id, j]));
   return {
     arenaBytes: bytes,
+    offsets,
     ptr(id: number): string {
       const v = p.graph.values[id];
       if (!v) throw new Error(`internal: program ${p.name} references value ${id}, which does not exist`);
@@ -144,27 +146,33 @@ function pointerResolver(p: Program, tensorIndex: Map<string, number>) {
   };
 }
 
-function kernelCtx(graph: Graph, node: Graph['nodes'][number], fn: string, ptr: (id: number) => string): KernelCtx {
+function kernelCtx(graph: Graph, node: Graph['nodes'][number], fn: string, ptr: (id: number) => string, fusion: FusionPlan): KernelCtx {
   const fail = (msg: string): never => {
     throw new Error(`internal: CPU codegen, node ${node.id} (${node.op}${node.path ? ` at ${node.path}` : ''}): ${msg}`);
   };
   const val = (id: number) => graph.values[id] ?? fail(`value ${id} does not exist`);
+  // the fusion plan may point an input (relu-grad reading relu's output) or output 0 (producer writing relu's output) elsewhere
+  const redirect = fusion.redirect.get(node.id);
+  const inputs = node.inputs.map((id, i) => redirect?.get(i) ?? id);
+  const fusedOut = fusion.fused.get(node.id);
+  const outputs = fusedOut === undefined ? node.outputs : [fusedOut, ...node.outputs.slice(1)];
   const inId = (i: number) => {
-    const id = node.inputs[i];
+    const id = inputs[i];
     if (id === undefined || id < 0) fail(`input ${i} is absent`);
     return id;
   };
   return {
     graph,
     node,
-    inPtr: (i) => (node.inputs[i] === undefined || node.inputs[i] < 0 ? 'nullptr' : ptr(node.inputs[i])),
-    outPtr: (i) => ptr(node.outputs[i] ?? fail(`output ${i} is absent`)),
-    hasInput: (i) => node.inputs[i] !== undefined && node.inputs[i] >= 0,
+    inPtr: (i) => (inputs[i] === undefined || inputs[i] < 0 ? 'nullptr' : ptr(inputs[i])),
+    outPtr: (i) => ptr(outputs[i] ?? fail(`output ${i} is absent`)),
+    hasInput: (i) => inputs[i] !== undefined && inputs[i] >= 0,
     inShape: (i) => val(inId(i)).shape,
     inDtype: (i) => val(inId(i)).dtype,
-    outShape: (i) => val(node.outputs[i] ?? fail(`output ${i} is absent`)).shape,
+    outShape: (i) => val(outputs[i] ?? fail(`output ${i} is absent`)).shape,
     samePlace: (a, b) => a === b,
     fail,
+    fuseRelu: fusedOut !== undefined,
     ...attrReaders(node, fail),
   };
   void fn;
@@ -192,8 +200,13 @@ static int {{fn}}(mpsc_ctx* ctx, const void* const* in, const mpsc_scalars* sc) 
 {{#each programs}}
 static int run_{{id}}(mpsc_ctx* ctx, const void* const* in, const mpsc_scalars* sc, double* out) {
   (void)in; (void)sc; (void)out;
+  const bool prof = mk::prof_on();
 {{#each calls}}
-  if ({{this}}(ctx, in, sc)) return 1;
+  {
+    const double t0 = prof ? mk::prof_now() : 0.0;
+    if ({{fn}}(ctx, in, sc)) return 1;
+    if (prof) mk::prof_add({{slot}}, "{{fn}}", t0);
+  }
 {{/each}}
 {{#each outputs}}
   out[{{@index}}] = (double)({{ptr}})[0];
@@ -238,13 +251,31 @@ static const mpsc_model_desc model = {
 extern "C" const mpsc_model_desc* mpsc_model(void) { return &model; }
 `);
 
+/** the fast GEMM / conv core (runtime/cpp/fast), inlined in front of mpsc_kernels.hpp */
+export const FAST_CORE_DIR = path.resolve(HERE, '../../runtime/cpp/fast');
+
 let kernelsHppMemo: string | undefined;
+/**
+ * mpsc_kernels.hpp as shipped next to generated code: runtime/cpp/fast/sgemm.h and conv.h
+ * (namespace mpsc_fast) followed by compiler/codegen-cpu/cpp/mpsc_kernels.hpp, one self-contained file.
+ */
 export function kernelsHeader(): string {
-  kernelsHppMemo ??= fs.readFileSync(path.join(HERE, 'cpp', 'mpsc_kernels.hpp'), 'utf8');
+  if (kernelsHppMemo === undefined) {
+    const sgemm = fs.readFileSync(path.join(FAST_CORE_DIR, 'sgemm.h'), 'utf8');
+    const conv = fs.readFileSync(path.join(FAST_CORE_DIR, 'conv.h'), 'utf8').replace(/^#include "sgemm.h"$/m, '// (sgemm.h is inlined above)');
+    const mk = fs.readFileSync(path.join(HERE, 'cpp', 'mpsc_kernels.hpp'), 'utf8');
+    kernelsHppMemo = `// ---- runtime/cpp/fast/sgemm.h\n${sgemm}\n// ---- runtime/cpp/fast/conv.h\n${conv}\n// ---- compiler/codegen-cpu/cpp/mpsc_kernels.hpp\n${mk}`;
+  }
   return kernelsHppMemo;
 }
 
-export function generateCpuModel(ps: ProgramSet): GeneratedCpuModel {
+export interface CpuCodegenOptions {
+  /** fold relu into the producing linear / conv2d when the memory plan allows it (fuse_relu.ts); default true */
+  fuse?: boolean;
+}
+
+export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): GeneratedCpuModel {
+  const fuse = opts.fuse ?? process.env.MPSC_CPU_FUSE !== '0';
   const programs = programList(ps);
   const { tensors, bytes: persistentBytes } = persistentTable(programs);
   const tensorIndex = new Map(tensors.map((t, i) => [t.name, i]));
@@ -254,14 +285,17 @@ export function generateCpuModel(ps: ProgramSet): GeneratedCpuModel {
   programs.forEach((p, pi) => {
     const id = `p${pi}`;
     const r = pointerResolver(p, tensorIndex);
-    const calls: string[] = [];
+    const calls: { fn: string; slot: number }[] = [];
+    const fusion = fuse ? planReluFusion(p, r.offsets) : { fused: new Map(), skip: new Set<number>(), redirect: new Map() };
     for (const node of p.graph.nodes) {
+      if (fusion.skip.has(node.id)) continue;
       const emit = CPU_KERNELS[node.op];
       if (!emit || !OPS[node.op]) throw new Error(`internal: the CPU backend has no kernel for op '${node.op}' (node ${node.id} of ${p.name})`);
       const fn = `${id}_k${node.id}_${node.op}`;
-      const body = emit(kernelCtx(p.graph, node, fn, r.ptr));
-      kernels.push({ fn, comment: commentText(`${p.name} node ${node.id}: ${node.op}${node.path ? ` (${node.path})` : ''}`), body });
-      calls.push(fn);
+      const body = emit(kernelCtx(p.graph, node, fn, r.ptr, fusion));
+      const fusedNote = fusion.fused.has(node.id) ? ' + relu (fused)' : '';
+      kernels.push({ fn, comment: commentText(`${p.name} node ${node.id}: ${node.op}${fusedNote}${node.path ? ` (${node.path})` : ''}`), body });
+      calls.push({ fn, slot: kernels.length - 1 });
     }
     const inputs = p.inputs.map((vid, j) => {
       const v = p.graph.values[vid];

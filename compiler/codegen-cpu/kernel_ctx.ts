@@ -27,6 +27,12 @@ export interface KernelCtx {
   /** true when the two C pointer expressions are the same memory (planned in place) */
   samePlace(a: string, b: string): boolean;
   fail(msg: string): never;
+  /**
+   * Set by the CPU fusion pass (fuse.ts) when this node's single consumer is a relu that was folded
+   * into it: the emitter applies relu in its epilogue, and outPtr(0) already addresses the relu's output.
+   * Absent (false) for every other caller (e.g. the Metal backend's CPU fallback).
+   */
+  fuseRelu?: boolean;
 }
 
 export type KernelEmitter = (k: KernelCtx) => string;

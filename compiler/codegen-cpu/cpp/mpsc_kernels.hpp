@@ -8,13 +8,18 @@
  *    by exactly one thread in a fixed k order: deterministic for any thread count).
  *  - im2col / col2im for convolution (stride, padding, dilation).
  *  - philox4x32-10 exactly as compiler/ir/philox.ts.
+ *  - run_parts / part_scratch: drive the fast GEMM / conv core (runtime/cpp/fast, namespace
+ *    mpsc_fast), which emit_program.ts prepends to this header, on the runtime's pool.
  */
 #ifndef MPSC_KERNELS_HPP
 #define MPSC_KERNELS_HPP
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -37,6 +42,84 @@ inline float* scratch(int slot, int64_t n) {
   std::vector<float>& b = bufs[slot];
   if ((int64_t)b.size() < n) b.resize((size_t)n);
   return b.data();
+}
+
+/**
+ * Scratch for the fast core's per-part workspaces (runtime/cpp/fast): one 64-byte aligned block
+ * per calling thread, grown on first use and reused by every later kernel and step (the kernels of
+ * a program run one after another on the calling thread, so they can share it).
+ */
+inline char* part_scratch(size_t bytes) {
+  struct Block {
+    char* p = nullptr;
+    size_t n = 0;
+    ~Block() { std::free(p); }
+  };
+  thread_local Block b;
+  if (b.n < bytes) {
+    std::free(b.p);
+    b.n = (bytes + 4095) / 4096 * 4096;
+    b.p = static_cast<char*>(std::aligned_alloc(64, b.n));
+    if (!b.p) b.n = 0;
+  }
+  return b.p;
+}
+
+/**
+ * Runs f(part, nparts, scratch) for part = 0..nparts-1 (nparts = the context's thread count) on the
+ * pool, each part with its own `per_part`-byte block of part_scratch. The fast core's results are
+ * the same bits for any nparts, so the thread count does not change training.
+ */
+template <class F>
+inline void run_parts(mpsc_ctx* ctx, size_t per_part, F&& f) {
+  const int np = (int)mpsc::threads(ctx);
+  const size_t stride = (per_part + 63) / 64 * 64;
+  char* base = part_scratch(stride * (size_t)np + 64);
+  if (np == 1) {
+    f(0, 1, (void*)base);
+    return;
+  }
+  mpsc::parallel_for(ctx, np, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; p++) f((int)p, np, (void*)(base + (size_t)p * stride));
+  });
+}
+
+// ------------------------------------------------------------------ profile (MPSC_PROFILE=1)
+/** per-kernel wall time, summed over runs, printed to stderr at process exit (generated run_* call these) */
+struct ProfEntry {
+  const char* name = nullptr;
+  double ms = 0;
+  int64_t calls = 0;
+};
+inline std::vector<ProfEntry>& prof_table() {
+  static std::vector<ProfEntry> t;
+  return t;
+}
+inline void prof_dump() {
+  std::vector<ProfEntry> t = prof_table();
+  double total = 0;
+  for (auto& e : t) total += e.ms;
+  std::sort(t.begin(), t.end(), [](const ProfEntry& a, const ProfEntry& b) { return a.ms > b.ms; });
+  std::fprintf(stderr, "mpsc profile: %.1f ms in kernels\n", total);
+  for (size_t i = 0; i < t.size() && i < 30; i++)
+    if (t[i].name) std::fprintf(stderr, "  %9.2f ms %5.1f%% %6lld calls  %s\n", t[i].ms, total > 0 ? 100 * t[i].ms / total : 0.0, (long long)t[i].calls, t[i].name);
+}
+inline bool prof_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("MPSC_PROFILE");
+    const bool b = v && *v && *v != '0';
+    if (b) std::atexit(prof_dump);
+    return b;
+  }();
+  return on;
+}
+inline double prof_now() { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+inline void prof_add(int slot, const char* name, double t0) {
+  auto& t = prof_table();
+  if ((int)t.size() <= slot) t.resize((size_t)slot + 1);
+  t[(size_t)slot].name = name;
+  t[(size_t)slot].ms += prof_now() - t0;
+  t[(size_t)slot].calls += 1;
 }
 
 // ------------------------------------------------------------------ sgemm

@@ -1,9 +1,9 @@
 /**
- * conv2d (im2col + sgemm per image and group, bias folded in as the GEMM's initial C),
- * conv2d_grad_input (sgemm into a column buffer, then col2im), conv2d_grad_weight (a
- * transposed im2col so the GEMM needs no transposed pack; partial sums over a fixed number
- * of image chunks, combined in chunk order: the same bits for any thread count).
- * 1x1 / stride 1 / no padding skips im2col.
+ * conv2d, conv2d_grad_input and conv2d_grad_weight through the fast core
+ * (runtime/cpp/fast/conv.h): im2col generated straight into packed GEMM panels, one part per
+ * pool thread with its own scratch block (mk::run_parts, reserved once and reused), bias and
+ * (when the fusion pass folded the following relu in: KernelCtx.fuseRelu) relu in the
+ * forward GEMM's epilogue. Results are the same bits for any thread count.
  */
 import { tpl } from '../template.js';
 import type { KernelCtx, KernelEmitter } from '../kernel_ctx.js';
@@ -29,60 +29,29 @@ function geometry(k: KernelCtx, xs: number[], ws: number[]): Geo {
   return { N, C, H, W, O, KH, KW, sh, sw, ph, pw, dlh, dlw, G, OH, OW, Cg, Og: O / G, CKK: Cg * KH * KW, P: OH * OW, direct };
 }
 
-const IM2COL_ARGS = '{{Cg}}, {{H}}, {{W}}, {{KH}}, {{KW}}, {{sh}}, {{sw}}, {{ph}}, {{pw}}, {{dlh}}, {{dlw}}, {{OH}}, {{OW}}';
+const SHAPE = `  static const mpsc_fast::Conv2dShape s = mpsc_fast::conv2d_shape({{N}}, {{C}}, {{H}}, {{W}}, {{O}}, {{KH}}, {{KW}}, {{sh}}, {{sw}}, {{ph}}, {{pw}}, {{dlh}}, {{dlw}}, {{G}});
+`;
 
 const FORWARD = tpl(`  const float* x = {{x}};
   const float* w = {{w}};
+  const float* bias = {{bias}};
   float* y = {{y}};
-  mpsc::parallel_for(ctx, {{N}} * {{G}}, [&](int64_t b, int64_t e) {
-{{#unless direct}}
-    float* col = mk::scratch(2, {{CKK}} * {{P}});
-{{/unless}}
-    for (int64_t t = b; t < e; t++) {
-      const int64_t n = t / {{G}}, g = t % {{G}};
-      const float* xg = x + (n * {{C}} + g * {{Cg}}) * {{H}} * {{W}};
-      float* yg = y + (n * {{O}} + g * {{Og}}) * {{P}};
-{{#if direct}}
-      const float* col = xg;
-{{else}}
-      mk::im2col(xg, ${IM2COL_ARGS}, col);
-{{/if}}
-{{#if bias}}
-      for (int64_t o = 0; o < {{Og}}; o++) {
-        const float bv = {{bias}}[g * {{Og}} + o];
-        for (int64_t p = 0; p < {{P}}; p++) yg[o * {{P}} + p] = bv;
-      }
-{{/if}}
-      mk::sgemm(ctx, false, false, {{Og}}, {{P}}, {{CKK}}, w + g * {{Og}} * {{CKK}}, {{CKK}}, col, {{P}}, yg, {{P}}, {{accumulate}});
-    }
+${SHAPE}  mk::run_parts(ctx, mpsc_fast::conv2d_scratch_bytes(s, mpsc_fast::CONV_FORWARD), [&](int part, int nparts, void* ws) {
+    mpsc_fast::conv2d_forward_part(s, x, w, bias, {{relu}}, y, part, nparts, ws);
   });
 `);
 
 export const conv2d: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(0), k.inShape(1));
-  const bias = k.hasInput(2) ? k.inPtr(2) : '';
-  return FORWARD({ ...g, x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, accumulate: bias ? 'true' : 'false' });
+  const bias = k.hasInput(2) ? k.inPtr(2) : 'nullptr';
+  return FORWARD({ ...g, x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, relu: k.fuseRelu === true ? 'true' : 'false' });
 };
 
 const GRAD_INPUT = tpl(`  const float* dy = {{dy}};
   const float* w = {{w}};
   float* dx = {{dx}};
-  mpsc::parallel_for(ctx, {{N}} * {{G}}, [&](int64_t b, int64_t e) {
-{{#unless direct}}
-    float* col = mk::scratch(2, {{CKK}} * {{P}});
-{{/unless}}
-    for (int64_t t = b; t < e; t++) {
-      const int64_t n = t / {{G}}, g = t % {{G}};
-      float* dxg = dx + (n * {{C}} + g * {{Cg}}) * {{H}} * {{W}};
-      const float* dyg = dy + (n * {{O}} + g * {{Og}}) * {{P}};
-{{#if direct}}
-      mk::sgemm(ctx, true, false, {{CKK}}, {{P}}, {{Og}}, w + g * {{Og}} * {{CKK}}, {{CKK}}, dyg, {{P}}, dxg, {{P}}, false);
-{{else}}
-      mk::sgemm(ctx, true, false, {{CKK}}, {{P}}, {{Og}}, w + g * {{Og}} * {{CKK}}, {{CKK}}, dyg, {{P}}, col, {{P}}, false);
-      std::memset(dxg, 0, sizeof(float) * {{Cg}} * {{H}} * {{W}});
-      mk::col2im(col, ${IM2COL_ARGS}, dxg);
-{{/if}}
-    }
+${SHAPE}  mk::run_parts(ctx, mpsc_fast::conv2d_scratch_bytes(s, mpsc_fast::CONV_GRAD_INPUT), [&](int part, int nparts, void* ws) {
+    mpsc_fast::conv2d_grad_input_part(s, dy, w, dx, part, nparts, ws);
   });
 `);
 
@@ -94,39 +63,12 @@ export const conv2d_grad_input: KernelEmitter = (k) => {
 const GRAD_WEIGHT = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dw = {{dw}};
-  constexpr int64_t WN = {{O}} * {{CKK}};
-  // a fixed number of image chunks (not the thread count): the summation order, and so the result, is the same for any --threads
-  constexpr int64_t chunks = {{chunks}};
-  float* partial = chunks > 1 ? mk::scratch(3, (chunks - 1) * WN) : nullptr;
-  mpsc::parallel_for(ctx, chunks, [&](int64_t cb, int64_t ce) {
-    for (int64_t c = cb; c < ce; c++) {
-      float* acc = c == 0 ? dw : partial + (c - 1) * WN;
-      std::memset(acc, 0, sizeof(float) * WN);
-{{#unless direct}}
-      float* col = mk::scratch(2, {{CKK}} * {{P}});
-{{/unless}}
-      const int64_t n0 = {{N}} * c / chunks, n1 = {{N}} * (c + 1) / chunks;
-      for (int64_t n = n0; n < n1; n++) {
-        for (int64_t g = 0; g < {{G}}; g++) {
-          const float* xg = x + (n * {{C}} + g * {{Cg}}) * {{H}} * {{W}};
-          const float* dyg = dy + (n * {{O}} + g * {{Og}}) * {{P}};
-{{#if direct}}
-          mk::sgemm(nullptr, false, true, {{Og}}, {{CKK}}, {{P}}, dyg, {{P}}, xg, {{P}}, acc + g * {{Og}} * {{CKK}}, {{CKK}}, true);
-{{else}}
-          mk::im2col_t(xg, ${IM2COL_ARGS}, col);
-          mk::sgemm(nullptr, false, false, {{Og}}, {{CKK}}, {{P}}, dyg, {{P}}, col, {{CKK}}, acc + g * {{Og}} * {{CKK}}, {{CKK}}, true);
-{{/if}}
-        }
-      }
-    }
+${SHAPE}  mk::run_parts(ctx, mpsc_fast::conv2d_scratch_bytes(s, mpsc_fast::CONV_GRAD_WEIGHT), [&](int part, int nparts, void* ws) {
+    mpsc_fast::conv2d_grad_weight_part(s, dy, x, dw, part, nparts, ws);
   });
-  for (int64_t c = 1; c < chunks; c++) {
-    const float* p = partial + (c - 1) * WN;
-    for (int64_t i = 0; i < WN; i++) dw[i] += p[i];
-  }
 `);
 
 export const conv2d_grad_weight: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(1), k.shape('w_shape'));
-  return GRAD_WEIGHT({ ...g, chunks: Math.min(8, g.N), dy: k.inPtr(0), x: k.inPtr(1), dw: k.outPtr(0) });
+  return GRAD_WEIGHT({ ...g, dy: k.inPtr(0), x: k.inPtr(1), dw: k.outPtr(0) });
 };

@@ -1,15 +1,23 @@
-/** linear and matmul: the packed, tiled mk::sgemm (transposes via flags). */
+/**
+ * linear and matmul through the fast core's sgemm_part (runtime/cpp/fast/sgemm.h): one part per
+ * pool thread, each with its own workspace from mk::run_parts; bias (and relu, when the fusion
+ * pass folded the following relu into this node: KernelCtx.fuseRelu) in the GEMM's epilogue.
+ */
 import { tpl } from '../template.js';
 import { type KernelEmitter, prod } from '../kernel_ctx.js';
 
 const LINEAR = tpl(`  const float* x = {{x}};
   const float* w = {{w}};
   float* y = {{y}};
+  mpsc_fast::Epilogue ep;
 {{#if bias}}
-  const float* b = {{bias}};
-  for (int64_t i = 0; i < {{M}}; i++) std::memcpy(y + i * {{N}}, b, {{N}} * sizeof(float));
+  ep.bias = {{bias}};
+  ep.bias_kind = mpsc_fast::BIAS_COL;
 {{/if}}
-  mk::sgemm(ctx, false, true, {{M}}, {{N}}, {{K}}, x, {{K}}, w, {{K}}, y, {{N}}, {{accumulate}});
+  ep.relu = {{relu}};
+  mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) {
+    mpsc_fast::sgemm_part(false, true, {{M}}, {{N}}, {{K}}, 1.0f, x, {{K}}, w, {{K}}, 0.0f, y, {{N}}, &ep, part, nparts, ws);
+  });
 `);
 
 export const linear: KernelEmitter = (k) => {
@@ -18,10 +26,15 @@ export const linear: KernelEmitter = (k) => {
   const [N, K] = ws;
   const M = prod(k.inShape(0)) / K;
   const bias = k.hasInput(2) ? k.inPtr(2) : '';
-  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, accumulate: bias ? 'true' : 'false' });
+  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, relu: k.fuseRelu === true ? 'true' : 'false' });
 };
 
-const MATMUL = tpl(`  mk::sgemm(ctx, {{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, {{a}}, {{lda}}, {{b}}, {{ldb}}, {{y}}, {{N}}, false);
+const MATMUL = tpl(`  const float* a = {{a}};
+  const float* b = {{b}};
+  float* y = {{y}};
+  mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) {
+    mpsc_fast::sgemm_part({{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, 1.0f, a, {{lda}}, b, {{ldb}}, 0.0f, y, {{N}}, nullptr, part, nparts, ws);
+  });
 `);
 
 export const matmul: KernelEmitter = (k) => {

@@ -85,9 +85,66 @@ const AVGPOOL_GRAD = tpl(`  const float* dy = {{dy}};
   });
 `);
 
-export const maxpool2d: KernelEmitter = (k) => MAXPOOL({ ...geometry(k, k.inShape(0)), x: k.inPtr(0), y: k.outPtr(0) });
-export const maxpool2d_grad: KernelEmitter = (k) =>
-  MAXPOOL_GRAD({ ...geometry(k, k.inShape(1)), dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0) });
+// Tiled windows (stride == kernel, no padding): every window lies inside the plane, so the bounds
+// are compile-time constants and the window loops unroll; same scan order and tie rule as above.
+const MAXPOOL_TILED = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mk::par(ctx, {{NC}}, 8, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      const float* xp = x + pl * {{H}} * {{W}};
+      float* yp = y + pl * {{OH}} * {{OW}};
+      for (int64_t oh = 0; oh < {{OH}}; oh++) for (int64_t ow = 0; ow < {{OW}}; ow++) {
+        const float* win = xp + oh * {{KH}} * {{W}} + ow * {{KW}};
+        float m = -INFINITY;
+        for (int64_t h = 0; h < {{KH}}; h++) for (int64_t w = 0; w < {{KW}}; w++) m = std::max(m, win[h * {{W}} + w]);
+        yp[oh * {{OW}} + ow] = m;
+      }
+    }
+  });
+`);
+
+const MAXPOOL_GRAD_TILED = tpl(`  const float* dy = {{dy}};
+  const float* x = {{x}};
+  float* dx = {{dx}};
+  mk::par(ctx, {{NC}}, 8, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      const float* xp = x + pl * {{H}} * {{W}};
+      const float* dyp = dy + pl * {{OH}} * {{OW}};
+      float* dxp = dx + pl * {{H}} * {{W}};
+{{#if ragged}}
+      std::memset(dxp, 0, sizeof(float) * {{H}} * {{W}});
+{{/if}}
+      for (int64_t oh = 0; oh < {{OH}}; oh++) for (int64_t ow = 0; ow < {{OW}}; ow++) {
+        const int64_t base = oh * {{KH}} * {{W}} + ow * {{KW}};
+        float m = xp[base];
+        int64_t arg = base;
+        for (int64_t h = 0; h < {{KH}}; h++) for (int64_t w = 0; w < {{KW}}; w++) {
+          const int64_t i = base + h * {{W}} + w;
+          const float v = xp[i];
+          const bool gt = v > m;  // branch-free select: argmax positions are unpredictable
+          dxp[i] = 0.0f;
+          m = gt ? v : m;
+          arg = gt ? i : arg;
+        }
+        dxp[arg] = dyp[oh * {{OW}} + ow];
+      }
+    }
+  });
+`);
+
+function tiled(g: ReturnType<typeof geometry>): boolean {
+  return g.sh === g.KH && g.sw === g.KW && g.ph === 0 && g.pw === 0;
+}
+
+export const maxpool2d: KernelEmitter = (k) => {
+  const g = geometry(k, k.inShape(0));
+  return (tiled(g) ? MAXPOOL_TILED : MAXPOOL)({ ...g, x: k.inPtr(0), y: k.outPtr(0) });
+};
+export const maxpool2d_grad: KernelEmitter = (k) => {
+  const g = geometry(k, k.inShape(1));
+  const ragged = g.OH * g.KH !== g.H || g.OW * g.KW !== g.W;
+  return (tiled(g) ? MAXPOOL_GRAD_TILED : MAXPOOL_GRAD)({ ...g, ragged, dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0) });
+};
 export const avgpool2d: KernelEmitter = (k) => AVGPOOL({ ...geometry(k, k.inShape(0)), x: k.inPtr(0), y: k.outPtr(0) });
 export const avgpool2d_grad: KernelEmitter = (k) => AVGPOOL_GRAD({ ...geometry(k, k.shape('x_shape')), dy: k.inPtr(0), dx: k.outPtr(0) });
 

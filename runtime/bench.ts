@@ -1,0 +1,174 @@
+/**
+ * bench: times whole training steps and eval steps of a checked model on synthetic data of
+ * its input shapes, after a warm-up (what `mpsc bench` prints).
+ *
+ * Consumes: a CheckedModel, a device, step counts. Produces a BenchResult (plain data):
+ * median / min ms per step, samples/s and achieved GFLOP/s (from compiler/ir/flops.ts) for
+ * the train step (train_step, + apply_update when the model accumulates gradients) and the
+ * eval program, the memory plan's peak bytes and the process RSS high-water mark.
+ * Synthetic data: f32 inputs uniform in [-1, 1); i32 inputs (labels, token ids) uniform in
+ * range (the class count, or the rows of the embedding they index), from a fixed seed.
+ */
+import { UserError } from '../compiler/errors.js';
+import { countFlops } from '../compiler/ir/flops.js';
+import { type Program, type ProgramSet, type StepScalars, numel } from '../compiler/ir/graph.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import type { CheckedModel } from '../compiler/model.js';
+import { initParams } from '../compiler/train/init.js';
+import { openSession } from './device.js';
+import type { Batch, Session } from './session.js';
+
+export interface BenchOptions {
+  device: string;
+  steps: number;
+  warmup: number;
+  threads?: number;
+  batch?: number;
+  onProgress?: (msg: string) => void;
+}
+
+export interface PhaseTiming {
+  median_ms: number;
+  min_ms: number;
+  samples_per_s: number;
+  /** total flops / median time */
+  gflops: number;
+  steps: number;
+}
+
+export interface BenchResult {
+  spec: string;
+  model: string;
+  device: string;
+  threads: number | null;
+  batch: number;
+  /** seconds from the start of the call to the first finished train step (build or cache hit included) */
+  first_step_s: number;
+  /** seconds spent opening the session (code generation, build or cache lookup, loading) */
+  open_s: number;
+  train: PhaseTiming;
+  eval: PhaseTiming;
+  flops: { train_step: number; eval: number; train_step_gemm: number; eval_gemm: number };
+  /** the largest memory plan (arena + persistent + inputs) over the programs */
+  peak_bytes: number;
+  /** process resident-set high-water mark */
+  rss_peak_bytes: number;
+}
+
+/** xorshift32, deterministic synthetic data */
+function rng(seed: number): () => number {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
+    return s / 4294967296;
+  };
+}
+
+/** the exclusive upper bound of an i32 input: the rows of an embedding it indexes, else the class count */
+function intRange(p: Program, vid: number, numClasses: number | null): number {
+  for (const n of p.graph.nodes) {
+    if (n.op === 'embedding' && n.inputs[1] === vid) return p.graph.values[n.inputs[0]].shape[0];
+    if (n.op === 'embedding' && n.inputs[0] === vid) return p.graph.values[n.inputs[1]].shape[0];
+  }
+  return Math.max(1, numClasses ?? 2);
+}
+
+export function syntheticBatch(p: Program, numClasses: number | null, seed: number): Batch {
+  const r = rng(seed);
+  return p.inputs.map((vid) => {
+    const v = p.graph.values[vid];
+    const n = numel(v.shape);
+    if (v.dtype === 'i32') {
+      const hi = intRange(p, vid, numClasses);
+      const a = new Int32Array(n);
+      for (let i = 0; i < n; i++) a[i] = Math.min(hi - 1, Math.floor(r() * hi));
+      return a;
+    }
+    const a = new Float32Array(n);
+    for (let i = 0; i < n; i++) a[i] = r() * 2 - 1;
+    return a;
+  });
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+function timing(ms: number[], batch: number, flops: number): PhaseTiming {
+  const med = median(ms);
+  return {
+    median_ms: Number(med.toFixed(3)),
+    min_ms: Number(Math.min(...ms).toFixed(3)),
+    samples_per_s: Number(((batch * 1000) / med).toFixed(1)),
+    gflops: Number((flops / (med * 1e6)).toFixed(2)),
+    steps: ms.length,
+  };
+}
+
+function timeSteps(n: number, f: () => void): number[] {
+  const ms: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = process.hrtime.bigint();
+    f();
+    ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  return ms;
+}
+
+export async function bench(model: CheckedModel, opts: BenchOptions): Promise<BenchResult> {
+  const t0 = performance.now();
+  const B = opts.batch ?? model.train.batch;
+  if (!model.loss) throw new UserError(`${model.file}: error: model '${model.name}' has no loss, so there is no train step to time; add a loss to the spec`);
+  const programs: ProgramSet = buildPrograms(model, { batch: B });
+  const tOpen = performance.now();
+  const opened = await openSession(opts.device, programs, { threads: opts.threads, onProgress: opts.onProgress });
+  const open_s = (performance.now() - tOpen) / 1000;
+  const session: Session = opened.session;
+  try {
+    for (const [name, data] of initParams(model, model.train.seed)) session.write(name, data);
+    const trainIn = syntheticBatch(programs.train_step, model.numClasses, 1);
+    const evalIn = syntheticBatch(programs.eval, model.numClasses, 2);
+    let t = 0;
+    const scalars = (): StepScalars => ({ lr: model.optimizer.lr, t, seed: model.train.seed, counter: t });
+    const hasUpdate = session.hasProgram('apply_update');
+    const trainStep = () => {
+      t += 1;
+      session.run('train_step', trainIn, scalars());
+      if (hasUpdate) session.run('apply_update', [], scalars());
+    };
+    const evalStep = () => void session.run('eval', evalIn, scalars());
+    trainStep();
+    const first_step_s = (performance.now() - t0) / 1000;
+    timeSteps(Math.max(0, opts.warmup - 1), trainStep);
+    const trainMs = timeSteps(opts.steps, trainStep);
+    timeSteps(opts.warmup, evalStep);
+    const evalMs = timeSteps(opts.steps, evalStep);
+    const ft = countFlops(programs.train_step);
+    const fu = programs.apply_update ? countFlops(programs.apply_update) : { total: 0, gemm: 0 };
+    const fe = countFlops(programs.eval);
+    const trainFlops = ft.total + fu.total;
+    const all = [programs.train_step, programs.apply_update, programs.eval].filter((p): p is Program => p !== undefined);
+    return {
+      spec: model.file,
+      model: model.name,
+      device: opened.device,
+      threads: opts.threads ?? null,
+      batch: B,
+      first_step_s: Number(first_step_s.toFixed(3)),
+      open_s: Number(open_s.toFixed(3)),
+      train: timing(trainMs, B, trainFlops),
+      eval: timing(evalMs, B, fe.total),
+      flops: { train_step: trainFlops, eval: fe.total, train_step_gemm: ft.gemm + fu.gemm, eval_gemm: fe.gemm },
+      peak_bytes: Math.max(...all.map((p) => p.plan?.peakBytes ?? 0)),
+      rss_peak_bytes: process.resourceUsage().maxRSS * 1024,
+    };
+  } finally {
+    session.close();
+  }
+}
