@@ -9,18 +9,10 @@ import { autodiff } from '../compiler/ir/autodiff.js';
 import { graphProblems } from '../compiler/ir/verify.js';
 import type { CheckedModel, InitSpec, OptimizerConfig, ScheduleConfig, TrainConfig } from '../compiler/model.js';
 import { runGraph, type Env } from '../compiler/reference/interpret.js';
+import { makeRng } from '../compiler/reference/fixtures.js';
 
-/** mulberry32: small deterministic RNG in [0,1) */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** small deterministic RNG in [0,1) (the reference fixtures' mulberry32) */
+export const rng = makeRng;
 
 export function randArray(n: number, r: () => number, lo = -1, hi = 1): Float64Array {
   const a = new Float64Array(n);
