@@ -3,6 +3,7 @@
  * exports `register(program)`; main only wires them together and maps errors to exit codes:
  *   0 success, 1 user error (bad spec, bad data, ...), 2 internal error (a bug in mpsc).
  */
+import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { UserError } from '../compiler/errors.js';
 import { register as registerCheck } from './check.js';
@@ -11,11 +12,17 @@ import { register as registerTrain } from './train.js';
 import { register as registerEval } from './eval.js';
 import { register as registerBench } from './bench.js';
 
+function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
 export async function main(argv: string[]): Promise<number> {
   const program = new Command();
   program
     .name('mpsc')
     .description('Compile declarative .model training specs to Metal (Apple GPUs) and C++ (CPU), then train.')
+    .version(packageVersion(), '-V, --version', 'print the mpsc version')
     .exitOverride()
     .showHelpAfterError('(run mpsc --help or mpsc <command> --help for usage)');
   registerCheck(program);
