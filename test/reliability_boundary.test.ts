@@ -17,8 +17,10 @@ const run = promisify(execFile);
 
 describe('bad batches never reach native code', () => {
   it('33 bad calls refused, then a valid step runs', async () => {
-    const cache = process.env.MPSC_CACHE_DIR ?? fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-boundary-'));
+    const own = process.env.MPSC_CACHE_DIR ? null : fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-boundary-'));
+    const cache = own ?? process.env.MPSC_CACHE_DIR!;
     const { stdout } = await run(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/fixtures/reliability/boundary_probe.ts'), cache], { cwd: ROOT, maxBuffer: 1 << 24 });
+    if (own) fs.rmSync(own, { recursive: true, force: true });
     const res = JSON.parse(stdout.trim().split('\n').at(-1)!);
     expect(res.failures).toEqual([]);
     expect(res.cases).toBeGreaterThanOrEqual(33);

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { makeCase, tokenize, TEXT_MUTATIONS, BYTE_MUTATIONS, rng } from '../tools/fuzz/mutate.js';
 import { loadSeeds, preview, runCase, type CaseResult } from '../tools/fuzz/oracle.js';
 
@@ -80,6 +80,7 @@ describe('fuzzed specs end accepted or with path:line:col diagnostics (fixed-see
 
 describe('the real CLI on hostile files: exit 0 or 1, never a stack trace', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-fuzz-cli-'));
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
   const spec = seeds.texts[seeds.files.indexOf('specs/mnist_mlp.model')] ?? seeds.texts[0];
   const enc = (s: string) => new TextEncoder().encode(s);
   const r = rng(11);

@@ -16,6 +16,11 @@
  *  - no node in (P, R) writes over z's bytes;
  *  - for every relu-grad U of y: no node in (R, U) writes over z's bytes, and U's own output
  *    either misses z or is exactly z (element-wise in place).
+ * When that fails (the planner gave z bytes that are still in use), the other way round: P writes
+ * relu(y) into y's slot and z's readers read y (relu-grads keep reading y: [y' > 0] = [y > 0]),
+ * when no node after P up to the last reader of z or y writes over y's bytes.
+ *
+ * In both cases `fused` maps P to the value it writes, `skip` holds R, `redirect` the readers moved.
  */
 import { type Program, valueBytes } from '../ir/graph.js';
 
@@ -65,10 +70,28 @@ export function planReluFusion(p: Program, offsets: readonly number[]): FusionPl
       const dx = range(nodes[U].outputs[0]);
       if (overlaps(dx, zr) && !(dx![0] === zr[0] && dx![1] === zr[1])) safe = false;
     }
-    if (!safe) continue;
-    plan.fused.set(P.id, z);
+    if (safe) {
+      plan.fused.set(P.id, z);
+      plan.skip.add(R);
+      for (const U of grads) plan.redirect.set(U, new Map([[1, z]]));
+      continue;
+    }
+    // B: P writes relu(y) into y's own slot and z's readers read y. The plan keeps y intact until its
+    // last reader (R or a relu-grad); z's readers that come later need y's bytes untouched up to them.
+    const yr = range(y);
+    const zReaders = readers.get(z) ?? [];
+    if (!yr || zReaders.length === 0) continue;
+    const last = Math.max(...zReaders, ...grads);
+    let safeB = true;
+    for (let i = P.id + 1; i <= last && safeB; i++) if (i !== R && nodes[i].outputs.some((id) => overlaps(range(id), yr))) safeB = false;
+    if (!safeB) continue;
+    plan.fused.set(P.id, y);
     plan.skip.add(R);
-    for (const U of grads) plan.redirect.set(U, new Map([[1, z]]));
+    for (const n of zReaders) {
+      const m = plan.redirect.get(n) ?? new Map<number, number>();
+      nodes[n].inputs.forEach((id, i) => id === z && m.set(i, y));
+      plan.redirect.set(n, m);
+    }
   }
   return plan;
 }

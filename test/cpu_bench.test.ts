@@ -1,0 +1,138 @@
+/**
+ * issue 6: the FLOP counter (compiler/ir/flops.ts), the relu fusion plan of the CPU backend
+ * (compiler/codegen-cpu/fuse_relu.ts) and `mpsc bench` (cli/bench.ts, runtime/bench.ts).
+ */
+import { spawnSync } from 'node:child_process';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { checkFile } from '../compiler/check/index.js';
+import { countFlops } from '../compiler/ir/flops.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
+import { planReluFusion } from '../compiler/codegen-cpu/fuse_relu.js';
+import type { Program } from '../compiler/ir/graph.js';
+import { syntheticBatch } from '../runtime/bench.js';
+
+const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
+const env = { ...process.env, MPSC_CACHE_DIR: process.env.MPSC_CACHE_DIR ?? path.join(os.tmpdir(), 'mpsc-test-cache') };
+
+async function programs(spec: string, batch?: number) {
+  const model = await checkFile(path.join(ROOT, spec));
+  return { model, ps: buildPrograms(model, { batch: batch ?? model.train.batch }) };
+}
+
+describe('countFlops', () => {
+  it('counts 2*M*N*K for every GEMM of the MLP workload (bench/NOTES.md: 209.5 MFLOP train, 104.1 forward)', async () => {
+    const { ps } = await programs('bench/mnist_mlp_b256_adam.model');
+    const t = countFlops(ps.train_step), e = countFlops(ps.eval);
+    // fc1 fwd + dW (no dX: its input is data), fc2 fwd + dX + dW
+    expect(t.gemm).toBe(2 * 256 * 784 * 256 * 2 + 2 * 256 * 256 * 10 * 3);
+    expect(e.gemm).toBe(2 * 256 * 784 * 256 + 2 * 256 * 256 * 10);
+    expect(t.elementwise).toBeGreaterThan(0);
+    expect(t.total).toBe(t.gemm + t.elementwise);
+  });
+
+  it('counts the three conv passes of the LeNet workload (1599.7 MFLOP train, 542.9 forward)', async () => {
+    const { ps } = await programs('bench/mnist_cnn_b64_sgdm.model');
+    const conv1 = 2 * 64 * 32 * 784 * 9, conv2 = 2 * 64 * 64 * 196 * 288, fc1 = 2 * 64 * 3136 * 128, fc2 = 2 * 64 * 128 * 10;
+    expect(countFlops(ps.eval).gemm).toBe(conv1 + conv2 + fc1 + fc2);
+    expect(countFlops(ps.train_step).gemm).toBe(2 * conv1 + 3 * conv2 + 3 * fc1 + 3 * fc2);
+    expect(countFlops(ps.train_step).byOp.conv2d_grad_input).toBe(conv2);
+  });
+});
+
+describe('relu fusion plan', () => {
+  const relus = (p: Program) => p.graph.nodes.filter((n) => n.op === 'unary' && n.attrs.fn === 'relu').map((n) => n.id);
+
+  it('folds the MLP relu into fc1 and points its relu-grad at the relu output', async () => {
+    const { ps } = await programs('bench/mnist_mlp_b256_adam.model');
+    const p = ps.train_step;
+    const plan = planReluFusion(p, p.plan!.offsets);
+    const [r] = relus(p);
+    expect(plan.skip.has(r)).toBe(true);
+    const producer = p.graph.nodes.find((n) => n.outputs.includes(p.graph.nodes[r].inputs[0]))!;
+    expect(producer.op).toBe('linear');
+    expect(plan.fused.get(producer.id)).toBe(p.graph.nodes[r].outputs[0]);
+    const grad = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[1] === producer.outputs[0])!;
+    expect(plan.redirect.get(grad.id)?.get(1)).toBe(p.graph.nodes[r].outputs[0]);
+  });
+
+  it('writes relu(y) over y instead when z shares memory with the input, and does not fuse when both are unsafe', async () => {
+    const { ps } = await programs('bench/mnist_mlp_b256_adam.model');
+    const p = ps.eval;
+    const [r] = relus(p);
+    const y = p.graph.nodes[r].inputs[0], z = p.graph.nodes[r].outputs[0];
+    const producer = p.graph.nodes.find((n) => n.outputs.includes(y))!;
+    const reader = p.graph.nodes.find((n) => n.inputs.includes(z))!;
+    // every arena value in its own 1 MiB slot: A (write z at the producer) is safe
+    const own = p.plan!.offsets.map((o, id) => (o >= 0 ? id * (1 << 20) : -1));
+    expect(planReluFusion(p, own).fused.get(producer.id)).toBe(z);
+    // z on the producer's input x (as a planner reusing x's slot would): B, z's reader reads y
+    const x = producer.inputs[0];
+    const shared = [...own];
+    shared[z] = shared[x];
+    const b = planReluFusion(p, shared);
+    expect(b.fused.get(producer.id)).toBe(y);
+    expect(b.skip.has(r)).toBe(true);
+    expect([...b.redirect.get(reader.id)!.values()]).toEqual([y]);
+    // and the reader's output over y as well: neither is safe
+    shared[reader.outputs[0]] = shared[y];
+    expect(planReluFusion(p, shared).fused.size).toBe(0);
+  });
+
+  it('leaves a relu whose input has another reader alone, and the generated code says what it fused', async () => {
+    const { ps } = await programs('bench/mnist_cnn_b64_sgdm.model');
+    const code = generateCpuModel(ps).files['model.cc'];
+    expect(code).toMatch(/train_step node \d+: conv2d _ relu _fused_/);
+    expect(code).toMatch(/train_step node \d+: linear _ relu _fused_/);
+    const off = generateCpuModel(ps, { fuse: false }).files['model.cc'];
+    expect(off).not.toMatch(/_fused_/);
+  });
+});
+
+describe('syntheticBatch', () => {
+  it('gives labels in range and f32 inputs in [-1, 1)', async () => {
+    const { model, ps } = await programs('bench/mnist_mlp_b256_adam.model');
+    const b = syntheticBatch(ps.train_step, model.numClasses, 1);
+    const ints = b.find((a) => a instanceof Int32Array)!;
+    const floats = b.find((a) => a instanceof Float32Array)!;
+    expect(ints.reduce((m, v) => Math.min(m, v), Infinity)).toBeGreaterThanOrEqual(0);
+    expect(ints.reduce((m, v) => Math.max(m, v), -Infinity)).toBe(model.numClasses! - 1);
+    expect(floats.reduce((m, v) => Math.max(m, v), -Infinity)).toBeLessThan(1);
+    expect(floats.reduce((m, v) => Math.min(m, v), Infinity)).toBeGreaterThanOrEqual(-1);
+  });
+});
+
+describe('mpsc bench', () => {
+  const mpsc = (...args: string[]) => spawnSync(process.execPath, [path.join(ROOT, 'bin', 'mpsc.js'), 'bench', ...args], { cwd: ROOT, env, encoding: 'utf8' });
+
+  it('--json prints median ms, samples/s, GFLOP/s and peak memory of train and eval steps', () => {
+    const r = mpsc('bench/mnist_mlp_b256_adam.model', '--device', 'cpu', '--steps', '3', '--warmup', '1', '--threads', '2', '--batch', '32', '--json');
+    expect(r.status, r.stderr).toBe(0);
+    const o = JSON.parse(r.stdout);
+    expect(o).toMatchObject({ device: 'cpu', threads: 2, batch: 32 });
+    for (const ph of [o.train, o.eval]) {
+      expect(ph.median_ms).toBeGreaterThan(0);
+      expect(ph.steps).toBe(3);
+      expect(ph.samples_per_s).toBeCloseTo((32 * 1000) / ph.median_ms, 0);
+      expect(ph.gflops).toBeGreaterThan(0);
+    }
+    expect(o.flops.train_step).toBeGreaterThan(o.flops.eval);
+    expect(o.flops.eval_gemm).toBe(2 * 32 * 784 * 256 + 2 * 32 * 256 * 10);
+    expect(o.peak_bytes).toBeGreaterThan(203530 * 4 * 3);
+    expect(o.rss_peak_bytes).toBeGreaterThan(o.peak_bytes);
+  }, 300_000);
+
+  it('prints a table without --json and rejects a bad --steps', () => {
+    const r = mpsc('bench/mnist_mlp_b256_adam.model', '--device', 'reference', '--steps', '1', '--warmup', '0', '--batch', '4');
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/train\s+[\d.]+ ms\/step/);
+    expect(r.stdout).toMatch(/eval\s+[\d.]+ ms\/step/);
+    expect(r.stdout).toMatch(/GFLOP\/s/);
+    const bad = mpsc('bench/mnist_mlp_b256_adam.model', '--steps', '0');
+    expect(bad.status).toBe(1);
+    expect(bad.stderr).toMatch(/--steps must be a positive integer/);
+  }, 120_000);
+});
