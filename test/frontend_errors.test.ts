@@ -59,6 +59,15 @@ describe('diagnostic format', () => {
     expect(msg.endsWith('3 errors')).toBe(true);
   });
 
+  it('reports a shape error and a settings error in the same run', () => {
+    const src = `model t\ninput image: f32[N, 1, 28, 28]\ninput label: i32[N]\nnetwork {\n  logits = image -> linear(10) as fc1\n}\nloss cross_entropy(logits, label)\noptimizer sgd(lr: 0.1, nesterv: true)\ntrain { data: mnist(), batch: 8 }\n`;
+    const heads = errorOf(src).split('\n').filter((l) => l.startsWith('t.model:'));
+    expect(heads).toEqual([
+      "t.model:5:21: error: linear 'fc1' expects [N, features], got f32[N, 1, 28, 28]",
+      "t.model:8:24: error: optimizer sgd has no argument 'nesterv'",
+    ]);
+  });
+
   it('reports one syntax error per section and keeps going', () => {
     const msg = errorOf('model a b\nnetwork { h = ( }\nloss x(\n');
     expect(msg.split('\n').filter((l) => l.startsWith('t.model:'))).toEqual([

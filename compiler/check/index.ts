@@ -54,11 +54,12 @@ export function checkSourceWithWarnings(text: string, file: string): CheckResult
   const optimizer = checkOptimizer(ast, diags);
   const schedule = checkSchedule(ast, diags);
   const train = x ? checkTrain(ast, nodePath.dirname(nodePath.resolve(file)), x.inputs, diags, x.inputErrors) : null;
-  if (x === null || optimizer === null || schedule === null || train === null) {
+  // shapes are checked even when a setting is wrong, so one run reports both kinds of error
+  const inf = x ? inferShapes(x, diags) : null;
+  if (x === null || inf === null || optimizer === null || schedule === null || train === null) {
     throwIfErrors(dedupe(diags), text);
     throw new Error('internal: checking failed without a diagnostic');
   }
-  const inf = inferShapes(x, diags);
   if (!diags.some((d) => d.severity === 'error')) {
     const read = new Set<number>();
     for (const l of x.layers) for (const i of l.inputs) read.add(i);
