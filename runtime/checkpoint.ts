@@ -17,6 +17,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel } from '../compiler/model.js';
+import { isPersistent, type ProgramSet } from '../compiler/ir/graph.js';
 import { asU8, decodeSafetensors, encodeSafetensors, tensorToF32, type StFile, type StWriteTensor } from './safetensors.js';
 import type { Session } from './session.js';
 
@@ -240,7 +241,28 @@ export interface LoadIntoOptions {
  * Copy tensors of a file into the session by name. Missing required tensors, shape mismatches and
  * unexpected names are all collected and reported in one error listing the offending tensors.
  */
-export function loadIntoSession(session: Session, st: StFile, file: string, opts: LoadIntoOptions): string[] {
+/** What loadIntoSession needs of its target: a Session, or a shape table checked before any backend is built. */
+export type TensorTarget = Pick<Session, 'tensorNames' | 'tensorShape' | 'write'>;
+
+/**
+ * The persistent tensors of a ProgramSet (names and shapes, as every backend allocates them) with a
+ * write that does nothing: loading a file into it checks names and shapes before a backend is
+ * compiled, so a mismatched file fails at once.
+ */
+export function programTensorTable(programs: ProgramSet): TensorTarget {
+  const shapes = new Map<string, number[]>();
+  for (const p of [programs.train_step, programs.apply_update, programs.eval, programs.eval_tail]) {
+    if (!p) continue;
+    for (const v of p.graph.values) if (isPersistent(v)) shapes.set(v.name, v.shape);
+  }
+  return {
+    tensorNames: () => [...shapes.keys()].sort(),
+    tensorShape: (name) => [...(shapes.get(name) ?? [])],
+    write: () => {},
+  };
+}
+
+export function loadIntoSession(session: TensorTarget, st: StFile, file: string, opts: LoadIntoOptions): string[] {
   const sessionNames = new Set(session.tensorNames());
   const missing: string[] = [];
   const badShape: string[] = [];

@@ -33,6 +33,7 @@ import {
   sessionTensors,
   checkpointFileName,
   loadIntoSession,
+  programTensorTable,
   metadataToInfo,
   type CheckpointInfo,
   type TrainPosition,
@@ -225,6 +226,15 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   // ---- programs and session
   const evalTail = test && test.count % B !== 0 ? test.count % B : undefined;
   const programs = buildPrograms(model, { batch: B, evalTail });
+  // check checkpoint files against the programs' tensors before a backend is compiled
+  const table = programTensorTable(programs);
+  const tableNames = new Set(table.tensorNames());
+  const resumeLoad = { required: tableNames, ignorable: isAuxiliaryTensor, purpose: '--resume' };
+  const initParamNames = new Set([...modelTensorNames(model)].filter((n) => tableNames.has(n)));
+  const initLoad = { required: initParamNames, only: initParamNames, ignorable: isAuxiliaryTensor, purpose: '--init-from' };
+  const initSt = !resumeSt && opts.initFrom !== undefined ? readCheckpointFile(opts.initFrom) : null;
+  if (resumeSt && resumeFile) loadIntoSession(table, resumeSt, resumeFile, resumeLoad);
+  if (initSt && opts.initFrom !== undefined) loadIntoSession(table, initSt, opts.initFrom, initLoad);
   const opened = await openSession(opts.device ?? 'auto', programs, {
     threads: opts.threads,
     onProgress: (m) => emit({ kind: 'note', message: m }),
@@ -241,25 +251,14 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   try {
     // ---- initial parameters
     if (resumeInfo && resumeSt && resumeFile) {
-      loadIntoSession(session, resumeSt, resumeFile, {
-        required: sessionNames,
-        ignorable: isAuxiliaryTensor,
-        purpose: '--resume',
-      });
+      loadIntoSession(session, resumeSt, resumeFile, resumeLoad);
       pos = { step: resumeInfo.step, epoch: resumeInfo.epoch, batchInEpoch: resumeInfo.batchInEpoch, counter: resumeInfo.counter };
       emit({ kind: 'note', message: `resuming from ${resumeFile} at step ${pos.step} (epoch ${pos.epoch + 1})` });
     } else {
       const init = initParams(model, cfg.seed);
       for (const [name, v] of init) if (sessionNames.has(name)) session.write(name, v);
-      if (opts.initFrom !== undefined) {
-        const st = readCheckpointFile(opts.initFrom);
-        const params = new Set([...paramNames].filter((n) => sessionNames.has(n)));
-        const loaded = loadIntoSession(session, st, opts.initFrom, {
-          required: params,
-          only: params,
-          ignorable: (n) => isAuxiliaryTensor(n),
-          purpose: '--init-from',
-        });
+      if (initSt && opts.initFrom !== undefined) {
+        const loaded = loadIntoSession(session, initSt, opts.initFrom, initLoad);
         emit({ kind: 'note', message: `initial parameters from ${opts.initFrom} (${loaded.length} tensors)` });
       }
     }
@@ -417,13 +416,16 @@ export async function evaluateWeights(model0: CheckedModel, opts: EvalOptions): 
   if (!data.test) emit({ kind: 'note', message: 'the spec has no test data; evaluating on the training split' });
   const B = Math.min(cfg.batch, ds.count);
   const programs = buildPrograms(model, { batch: B, evalTail: ds.count % B !== 0 ? ds.count % B : undefined });
+  const table = programTensorTable(programs);
+  const names = new Set(table.tensorNames());
+  const required = new Set([...modelTensorNames(model)].filter((n) => names.has(n)));
+  const load = { required, only: required, ignorable: isAuxiliaryTensor, purpose: '--weights' };
+  loadIntoSession(table, st, opts.weights, load); // names and shapes, before a backend is compiled
   const opened = await openSession(opts.device ?? 'auto', programs, { threads: opts.threads, onProgress: (m) => emit({ kind: 'note', message: m }) });
   emit({ kind: 'note', message: opened.note });
   const session = opened.session;
   try {
-    const names = new Set(session.tensorNames());
-    const required = new Set([...modelTensorNames(model)].filter((n) => names.has(n)));
-    loadIntoSession(session, st, opts.weights, { required, only: required, ignorable: isAuxiliaryTensor, purpose: '--weights' });
+    loadIntoSession(session, st, opts.weights, load);
     const t0 = Date.now();
     const r = evaluate(session, programs, ds, { lr: 0, t: 1, seed: cfg.seed, counter: 0 });
     return { ...r, device: opened.device, seconds: (Date.now() - t0) / 1000, split };
