@@ -13,6 +13,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { checkFile } from '../compiler/check/index.js';
 import { generateCpuModel, programList } from '../compiler/codegen-cpu/emit_program.js';
+import { generateMetalProject } from '../compiler/codegen-metal/index.js';
 import { UserError } from '../compiler/errors.js';
 import { type ProgramSet } from '../compiler/ir/graph.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
@@ -26,6 +27,8 @@ interface BuildOpts {
   threads?: string;
   cxxflags?: string;
   compile: boolean;
+  fallback: boolean;
+  fallbackOp: string[];
 }
 
 const TARGETS = ['cpu', 'metal', 'all'];
@@ -41,19 +44,8 @@ function mib(bytes: number): string {
   return bytes >= 1 << 20 ? `${(bytes / (1 << 20)).toFixed(2)} MiB` : `${(bytes / 1024).toFixed(1)} KiB`;
 }
 
-async function writeMetal(programs: ProgramSet, dir: string, log: (s: string) => void): Promise<void> {
-  // specifier in a variable: the Metal generator is another part of mpsc and may be absent
-  const spec = '../compiler/codegen-metal/index.js';
-  let mod: { generateMetalProject?: (p: ProgramSet, outDir: string) => { files: string[]; warnings: string[] } };
-  try {
-    mod = await import(spec);
-  } catch (e) {
-    const code = (e as { code?: string }).code;
-    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') throw new UserError('error: this mpsc has no Metal code generator (compiler/codegen-metal); use --target cpu');
-    throw e;
-  }
-  if (typeof mod.generateMetalProject !== 'function') throw new UserError('error: the Metal code generator is not available in this build of mpsc; use --target cpu');
-  const r = mod.generateMetalProject(programs, dir);
+function writeMetal(programs: ProgramSet, dir: string, opts: { fallbackOps: string[]; fallback: boolean }, log: (s: string) => void): void {
+  const r = generateMetalProject(programs, dir, { fallbackOps: opts.fallbackOps, noFallback: !opts.fallback });
   log(`metal: ${r.files.length} files in ${dir}`);
   for (const w of r.warnings) log(`  warning: ${w}`);
   if (process.platform === 'darwin' && process.arch === 'arm64') log('  compile and run them with: mpsc train SPEC --device metal');
@@ -71,8 +63,11 @@ export function register(program: Command): void {
     .option('--threads <n>', 'threads the CPU module will use by default (report only; mpsc train takes --threads)')
     .option('--cxxflags <flags>', 'C++ compiler flags (default: $MPSC_CXXFLAGS or "-O3 -march=native")')
     .option('--no-compile', 'only write the sources, do not compile')
+    .option('--no-fallback', 'metal: make an op without a Metal kernel an error instead of a CPU-fallback warning')
+    .option('--fallback-op <op...>', 'metal: run these IR ops on the CPU fallback (testing the fallback path)', [])
     .action(async (spec: string, opts: BuildOpts) => {
       if (!TARGETS.includes(opts.target)) throw new UserError(`error: unknown --target '${opts.target}'\n  help: use one of ${TARGETS.join(', ')}`);
+      if (!opts.fallback && opts.fallbackOp.length) throw new UserError('error: --no-fallback and --fallback-op contradict each other\n  help: --fallback-op forces ops onto the CPU fallback; --no-fallback forbids any fallback');
       const batch = positiveInt(opts.batch, '--batch');
       positiveInt(opts.threads, '--threads');
       const model = checkFile(spec);
@@ -114,7 +109,7 @@ export function register(program: Command): void {
         log(`planned memory: arena ${mib(arena)} + persistent ${mib(gen.persistentBytes)} + input batch ${mib(inputs)} = ${mib(arena + gen.persistentBytes + inputs)}`);
       }
       if (opts.target === 'metal' || opts.target === 'all') {
-        await writeMetal(programs, path.join(outDir, 'metal'), log);
+        writeMetal(programs, path.join(outDir, 'metal'), { fallbackOps: opts.fallbackOp, fallback: opts.fallback }, log);
       }
     });
 }
