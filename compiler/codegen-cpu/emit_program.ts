@@ -20,6 +20,7 @@ import { type DType, type Graph, type Program, type ProgramSet, type Value, type
 import { OPS } from '../ir/ops.js';
 import { cString, commentText } from './c_string.js';
 import { type KernelCtx, attrReaders } from './kernel_ctx.js';
+import { planInputReshapeAliases } from './alias_reshape.js';
 import { type FusionPlan, planReluFusion } from './fuse_relu.js';
 import { CPU_KERNELS } from './kernels/index.js';
 import { tpl } from './template.js';
@@ -156,8 +157,8 @@ function kernelCtx(graph: Graph, node: Graph['nodes'][number], fn: string, ptr: 
   const inputs = node.inputs.map((id, i) => redirect?.get(i) ?? id);
   const fusedOut = fusion.fused.get(node.id);
   const outputs = fusedOut === undefined ? node.outputs : [fusedOut, ...node.outputs.slice(1)];
-  const inId = (i: number) => {
-    const id = inputs[i];
+  const origId = (i: number) => {
+    const id = node.inputs[i];
     if (id === undefined || id < 0) fail(`input ${i} is absent`);
     return id;
   };
@@ -167,8 +168,9 @@ function kernelCtx(graph: Graph, node: Graph['nodes'][number], fn: string, ptr: 
     inPtr: (i) => (inputs[i] === undefined || inputs[i] < 0 ? 'nullptr' : ptr(inputs[i])),
     outPtr: (i) => ptr(outputs[i] ?? fail(`output ${i} is absent`)),
     hasInput: (i) => inputs[i] !== undefined && inputs[i] >= 0,
-    inShape: (i) => val(inId(i)).shape,
-    inDtype: (i) => val(inId(i)).dtype,
+    // shapes and dtypes are the node's own inputs' (a redirect changes where data is read, not its view)
+    inShape: (i) => val(origId(i)).shape,
+    inDtype: (i) => val(origId(i)).dtype,
     outShape: (i) => val(outputs[i] ?? fail(`output ${i} is absent`)).shape,
     samePlace: (a, b) => a === b,
     fail,
@@ -286,7 +288,12 @@ export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): 
     const id = `p${pi}`;
     const r = pointerResolver(p, tensorIndex);
     const calls: { fn: string; slot: number }[] = [];
-    const fusion = fuse ? planReluFusion(p, r.offsets) : { fused: new Map(), skip: new Set<number>(), redirect: new Map() };
+    const fusion: FusionPlan = fuse ? planReluFusion(p, r.offsets) : { fused: new Map(), skip: new Set<number>(), redirect: new Map() };
+    if (fuse) {
+      const alias = planInputReshapeAliases(p);
+      for (const id of alias.skip) fusion.skip.add(id);
+      for (const [nid, m] of alias.redirect) fusion.redirect.set(nid, new Map([...(fusion.redirect.get(nid) ?? []), ...m]));
+    }
     for (const node of p.graph.nodes) {
       if (fusion.skip.has(node.id)) continue;
       const emit = CPU_KERNELS[node.op];

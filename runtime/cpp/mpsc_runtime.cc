@@ -4,6 +4,8 @@
  */
 #include "mpsc_model.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -26,8 +28,27 @@ void* aligned_zeroed(int64_t bytes) {
   return p;
 }
 
-/** Fixed pool: worker w (1..T-1) runs chunk w of each job; the caller runs chunk 0. */
+/** a short busy wait (about `us` microseconds) for `ready`, before a caller falls back to a condition variable:
+ *  kernels of a step follow each other within microseconds, while a condition-variable wake-up costs tens */
+template <class Ready>
+inline bool spin_until(Ready&& ready, int us) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  for (int i = 0;; i++) {
+    if (ready()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > end) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+}
+
+/** Fixed pool: worker w (1..T-1) runs chunk w of each job; the caller runs chunk 0.
+ *  The mutex-protected fields are authoritative; agen / apending mirror generation / pending so
+ *  that workers and the caller can spin briefly (SPIN_US) before sleeping on the condition variables. */
 struct Pool {
+  static constexpr int SPIN_US = 100;
   int T;
   std::vector<std::thread> workers;
   std::mutex mu;
@@ -35,6 +56,8 @@ struct Pool {
   uint64_t generation = 0;
   int pending = 0;
   bool stop = false;
+  std::atomic<uint64_t> agen{0};
+  std::atomic<int> apending{0};
   // the current job
   int64_t n = 0;
   mpsc_range_fn fn = nullptr;
@@ -47,6 +70,7 @@ struct Pool {
     {
       std::lock_guard<std::mutex> lk(mu);
       stop = true;
+      agen.fetch_add(1, std::memory_order_release);
     }
     cv_start.notify_all();
     for (auto& t : workers) t.join();
@@ -63,6 +87,7 @@ struct Pool {
       mpsc_range_fn jfn;
       void* jarg;
       int jT;
+      spin_until([&] { return agen.load(std::memory_order_acquire) != seen; }, SPIN_US);
       {
         std::unique_lock<std::mutex> lk(mu);
         cv_start.wait(lk, [&] { return stop || generation != seen; });
@@ -78,6 +103,7 @@ struct Pool {
       }
       {
         std::lock_guard<std::mutex> lk(mu);
+        apending.store(pending - 1, std::memory_order_release);
         if (--pending == 0) cv_done.notify_one();
       }
     }
@@ -87,7 +113,9 @@ struct Pool {
       std::lock_guard<std::mutex> lk(mu);
       n = jn; fn = jfn; arg = jarg;
       pending = T - 1;
+      apending.store(T - 1, std::memory_order_relaxed);
       generation++;
+      agen.store(generation, std::memory_order_release);
     }
     cv_start.notify_all();
     int jT = (int)(jn < T ? jn : T);
@@ -96,6 +124,7 @@ struct Pool {
     tl_in_parallel = true;
     jfn(jarg, b, e);
     tl_in_parallel = false;
+    spin_until([&] { return apending.load(std::memory_order_acquire) == 0; }, SPIN_US);
     std::unique_lock<std::mutex> lk(mu);
     cv_done.wait(lk, [&] { return pending == 0; });
   }

@@ -92,8 +92,9 @@ struct ProfEntry {
   int64_t calls = 0;
 };
 inline std::vector<ProfEntry>& prof_table() {
-  static std::vector<ProfEntry> t;
-  return t;
+  // never destroyed: prof_dump runs from atexit, after the destructors of statics built later
+  static std::vector<ProfEntry>* t = new std::vector<ProfEntry>();
+  return *t;
 }
 inline void prof_dump() {
   std::vector<ProfEntry> t = prof_table();

@@ -37,10 +37,10 @@ const CLIP = tpl(`  const float nrm = {{norm}}[0];
 `);
 export const clip_coef: KernelEmitter = (k) => CLIP({ norm: k.inPtr(0), out: k.outPtr(0), maxNorm: String(k.num('max_norm')) });
 
-const SGD = tpl(`  float* p = {{p}};
-  const float* grad = {{grad}};
+const SGD = tpl(`  float* __restrict p = {{p}};
+  const float* __restrict grad = {{grad}};
 {{#if hasBuf}}
-  float* buf = {{buf}};
+  float* __restrict buf = {{buf}};
 {{/if}}
   const float gs = {{gscale}};
   const float lr = sc->lr;
@@ -66,10 +66,11 @@ export const sgd_update: KernelEmitter = (k) => {
   });
 };
 
-const ADAM = tpl(`  float* p = {{p}};
-  const float* grad = {{grad}};
-  float* m = {{m}};
-  float* v = {{v}};
+// __restrict: param, grad and the two moments are distinct buffers, so the loop vectorises (element-wise: same bits)
+const ADAM = tpl(`  float* __restrict p = {{p}};
+  const float* __restrict grad = {{grad}};
+  float* __restrict m = {{m}};
+  float* __restrict v = {{v}};
   const float gs = {{gscale}};
   const double lr = sc->lr;
   const double bc1 = 1.0 - std::pow({{b1d}}, (double)sc->t), bc2 = 1.0 - std::pow({{b2d}}, (double)sc->t);
