@@ -51,7 +51,9 @@ export const MNIST_STD = 0.3081;
 function standardiseMnistImages(ds: Dataset): void {
   for (const t of ds.tensors.values()) {
     if (!(t instanceof Float32Array)) continue;
-    for (let i = 0; i < t.length; i++) t[i] = (t[i] - MNIST_MEAN) / MNIST_STD;
+    const scale = 1 / MNIST_STD;
+    const shift = -MNIST_MEAN / MNIST_STD;
+    for (let i = 0; i < t.length; i++) t[i] = t[i] * scale + shift;
   }
 }
 

@@ -12,16 +12,14 @@ const M1 = 0xcd9e8d57;
 const W0 = 0x9e3779b9;
 const W1 = 0xbb67ae85;
 
-/** high 32 bits of the 64-bit product of two uint32 */
+/**
+ * High 32 bits of the 64-bit product of two uint32, exactly: with b = bHi*2^16 + bLo,
+ * a*b / 2^32 = (a*bHi + a*bLo / 2^16) / 2^16, and every intermediate stays below 2^53.
+ */
 function mulhi(a: number, b: number): number {
-  const aLo = a & 0xffff, aHi = a >>> 16;
-  const bLo = b & 0xffff, bHi = b >>> 16;
-  const lolo = aLo * bLo;
-  const hilo = aHi * bLo;
-  const lohi = aLo * bHi;
-  const hihi = aHi * bHi;
-  const cross = (lolo >>> 16) + (hilo & 0xffff) + (lohi & 0xffff);
-  return (hihi + (hilo >>> 16) + (lohi >>> 16) + Math.floor(cross / 65536)) >>> 0;
+  const lo = a * (b & 0xffff); // < 2^48
+  const hi = a * (b >>> 16); // < 2^48
+  return Math.floor((hi + Math.floor(lo / 65536)) / 65536) >>> 0;
 }
 
 export function philox4x32(key0: number, key1: number, c0: number, c1: number, c2: number, c3: number): [number, number, number, number] {

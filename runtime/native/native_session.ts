@@ -99,7 +99,9 @@ export interface CpuSessionOptions {
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 /** what the generated CPU sources are a pure function of, besides the ProgramSet */
-const GENERATOR_SOURCES = [path.resolve(HERE, '../../compiler/codegen-cpu'), path.resolve(HERE, '../cpp/fast'), path.resolve(HERE, '../../compiler/ir/philox.ts')];
+// (.ts when run from the sources, .js when run from the transpiled dist/ tree)
+const EXT = path.extname(fileURLToPath(import.meta.url));
+const GENERATOR_SOURCES = [path.resolve(HERE, '../../compiler/codegen-cpu'), path.resolve(HERE, '../cpp/fast'), path.resolve(HERE, `../../compiler/ir/philox${EXT}`)];
 let generatorDigest: string | undefined;
 
 /** digest of the CPU generator's inputs: the ProgramSet (plain data) and the generator's sources */
