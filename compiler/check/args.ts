@@ -102,8 +102,8 @@ export function arith(op: '+' | '-' | '*' | '/', a: Val, b: Val, loc: A.Loc, dia
   return { t: 'float', v: r };
 }
 
-/** Evaluate an expression made only of constants (settings sections). */
-export function constEval(e: A.Expr, diags: Diagnostic[]): Val | null {
+/** The value of a literal (number, string, boolean), or null for any other expression. */
+export function literalVal(e: A.Expr): Val | null {
   switch (e.kind) {
     case 'num':
       return e.isInt ? { t: 'int', v: e.value } : { t: 'float', v: e.value };
@@ -111,6 +111,18 @@ export function constEval(e: A.Expr, diags: Diagnostic[]): Val | null {
       return { t: 'str', v: e.value };
     case 'bool':
       return { t: 'bool', v: e.value };
+    default:
+      return null;
+  }
+}
+
+/** Evaluate an expression made only of constants (settings sections). */
+export function constEval(e: A.Expr, diags: Diagnostic[]): Val | null {
+  switch (e.kind) {
+    case 'num':
+    case 'str':
+    case 'bool':
+      return literalVal(e);
     case 'list': {
       const items: Val[] = [];
       for (const it of e.items) {

@@ -12,7 +12,7 @@ import type * as A from '../parser/ast.js';
 import type { DType } from '../ir/graph.js';
 import { BATCH } from '../model.js';
 import { errorAt, suggestion, type Diagnostic } from '../diagnostics.js';
-import { arith, bindArgs, convert, describeVal, unreachable, type ArgSpec, type PositionalArg, type Val } from './args.js';
+import { arith, bindArgs, convert, describeVal, literalVal, unreachable, type ArgSpec, type PositionalArg, type Val } from './args.js';
 import { LAYERS, layersWithRole, type LayerDef, type LayerRole } from './layers.js';
 import { MAX_INT } from '../parser/to_ast.js';
 
@@ -249,11 +249,9 @@ export class Expander {
   eval(e: A.Expr, scope: Scope): Val | null {
     switch (e.kind) {
       case 'num':
-        return e.isInt ? { t: 'int', v: e.value } : { t: 'float', v: e.value };
       case 'str':
-        return { t: 'str', v: e.value };
       case 'bool':
-        return { t: 'bool', v: e.value };
+        return literalVal(e);
       case 'list': {
         const items: Val[] = [];
         for (const it of e.items) {
