@@ -221,9 +221,25 @@ export function resolveCheckpoint(p: string, notes: string[] = []): string {
   throw new UserError(`${p}: error: no readable checkpoint-<step>.safetensors in this folder${notes.length ? `\n  ${notes.join('\n  ')}` : ''}`);
 }
 
-/** Keep the newest `keep` checkpoints of a folder; delete older ones. */
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Keep the newest `keep` checkpoints of a folder; delete older ones, and the temporary files of
+ * writes whose process is gone (a run killed mid-write leaves one; it is never loaded).
+ */
 export function pruneCheckpoints(dir: string, keep: number): void {
   for (const c of listCheckpoints(dir).slice(keep)) fs.rmSync(c.file, { force: true });
+  for (const name of fs.readdirSync(dir)) {
+    const m = /^\.checkpoint-\d+\.safetensors\.tmp-(\d+)-\d+$/.exec(name);
+    if (m && !processAlive(Number(m[1]))) fs.rmSync(path.join(dir, name), { force: true });
+  }
 }
 
 export interface LoadIntoOptions {

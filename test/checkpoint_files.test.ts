@@ -181,6 +181,18 @@ describe('checkpoint files', () => {
     s.close();
   });
 
+  it('removes the temporary files of dead writers, never those of a live one', () => {
+    const d = path.join(dir, 'prune-tmp');
+    fs.mkdirSync(d, { recursive: true });
+    const dead = spawnSync(process.execPath, ['-e', '0']).pid!; // exited before we look
+    const deadTmp = `.checkpoint-7.safetensors.tmp-${dead}-1700000000000`;
+    const liveTmp = `.checkpoint-8.safetensors.tmp-${process.pid}-1700000000001`;
+    fs.writeFileSync(path.join(d, deadTmp), 'partial');
+    fs.writeFileSync(path.join(d, liveTmp), 'partial');
+    pruneCheckpoints(d, 3);
+    expect(fs.readdirSync(d).sort()).toEqual([liveTmp]);
+  });
+
   it('loading lists every mismatching tensor in one error', async () => {
     const s = await session();
     const other = tinyClassifier({ features: [5], classes: 3, data: model.train.data, batch: 8 });
