@@ -79,7 +79,10 @@ else
 fi
 
 # the modules really are instrumented (otherwise a clean run would prove nothing)
-instrumented=$(find "$MPSC_CACHE_DIR" -name '*.node' 2>/dev/null | while read -r m; do nm -D "$m" 2>/dev/null | grep -q __asan_report && echo "$m"; done | wc -l)
+# (grep -c reads all of nm's output: with grep -q, nm could die of SIGPIPE and pipefail would miss a module)
+instrumented=$(find "$MPSC_CACHE_DIR" -name '*.node' 2>/dev/null | while read -r m; do
+  if [ "$(nm -D "$m" 2>/dev/null | grep -c __asan_report)" -gt 0 ]; then echo "$m"; fi
+done | wc -l)
 if [ "$instrumented" -lt 1 ]; then
   echo "sanitize: FAIL no module in $MPSC_CACHE_DIR references the ASan runtime: MPSC_CXXFLAGS was not applied"
   failed=1
