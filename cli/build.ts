@@ -17,6 +17,7 @@ import { generateMetalProject } from '../compiler/codegen-metal/index.js';
 import { UserError } from '../compiler/errors.js';
 import { type ProgramSet } from '../compiler/ir/graph.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
+import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
 import { cpuInputsKey } from '../runtime/native/native_session.js';
 
@@ -40,9 +41,6 @@ function positiveInt(v: string | undefined, flag: string): number | undefined {
   return n;
 }
 
-function mib(bytes: number): string {
-  return bytes >= 1 << 20 ? `${(bytes / (1 << 20)).toFixed(2)} MiB` : `${(bytes / 1024).toFixed(1)} KiB`;
-}
 
 function writeMetal(programs: ProgramSet, dir: string, opts: { fallbackOps: string[]; fallback: boolean }, log: (s: string) => void): void {
   const r = generateMetalProject(programs, dir, { fallbackOps: opts.fallbackOps, noFallback: !opts.fallback });
@@ -93,7 +91,7 @@ export function register(program: Command): void {
         }
         log('');
         log('program        batch  kernels  arena');
-        for (const p of gen.programs) log(`${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${mib(p.arenaBytes)}`);
+        for (const p of gen.programs) log(`${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${formatBytes(p.arenaBytes)}`);
         const byKind = new Map<string, { n: number; bytes: number }>();
         for (const t of gen.tensors) {
           const e = byKind.get(t.kind) ?? { n: 0, bytes: 0 };
@@ -102,11 +100,11 @@ export function register(program: Command): void {
           byKind.set(t.kind, e);
         }
         log('');
-        log(`persistent buffers: ${gen.tensors.length} (${mib(gen.persistentBytes)})`);
-        for (const [kind, e] of byKind) log(`  ${kind.padEnd(9)} ${String(e.n).padStart(4)}  ${mib(e.bytes)}`);
+        log(`persistent buffers: ${gen.tensors.length} (${formatBytes(gen.persistentBytes)})`);
+        for (const [kind, e] of byKind) log(`  ${kind.padEnd(9)} ${String(e.n).padStart(4)}  ${formatBytes(e.bytes)}`);
         const arena = Math.max(...gen.programs.map((p) => p.arenaBytes));
         const inputs = Math.max(...programList(programs).map((p) => p.plan?.inputBytes ?? 0));
-        log(`planned memory: arena ${mib(arena)} + persistent ${mib(gen.persistentBytes)} + input batch ${mib(inputs)} = ${mib(arena + gen.persistentBytes + inputs)}`);
+        log(`planned memory: arena ${formatBytes(arena)} + persistent ${formatBytes(gen.persistentBytes)} + input batch ${formatBytes(inputs)} = ${formatBytes(arena + gen.persistentBytes + inputs)}`);
       }
       if (opts.target === 'metal' || opts.target === 'all') {
         writeMetal(programs, path.join(outDir, 'metal'), { fallbackOps: opts.fallbackOp, fallback: opts.fallback }, log);
