@@ -43,6 +43,13 @@ function convCases(): Case[] {
     { N: 2, C: 4, H: 11, W: 10, O: 6, KH: 3, KW: 2, s: [2, 2], p: [0, 1], d: [2, 1], g: 2, bias: true },
     { N: 3, C: 8, H: 15, W: 13, O: 17, KH: 5, KW: 5, s: [1, 2], p: [2, 2], d: [1, 1], g: 1, bias: false },
     { N: 2, C: 6, H: 5, W: 4, O: 9, KH: 1, KW: 1, s: [1, 1], p: [0, 0], d: [1, 1], g: 3, bias: true },
+    // stride 1 with C/g*KH*KW > 32: the "wide" implicit-GEMM path (runtime/cpp/fast/conv.h), several
+    // output-row bands per image (30 x 31 wide columns), dilation and unequal padding, groups
+    { N: 1, C: 10, H: 30, W: 30, O: 7, KH: 3, KW: 3, s: [1, 1], p: [1, 1], d: [1, 1], g: 1, bias: true },
+    { N: 2, C: 12, H: 8, W: 10, O: 8, KH: 3, KW: 3, s: [1, 1], p: [2, 1], d: [2, 1], g: 2, bias: false },
+    { N: 3, C: 9, H: 6, W: 11, O: 13, KH: 3, KW: 5, s: [1, 1], p: [0, 2], d: [1, 1], g: 1, bias: true },
+    // padding larger than the window: grad-input cannot be a forward convolution (col2im path)
+    { N: 2, C: 4, H: 5, W: 5, O: 3, KH: 2, KW: 2, s: [1, 1], p: [2, 2], d: [1, 1], g: 1, bias: true },
   ];
   geos.forEach((c, i) => {
     const OH = convOut(c.H, c.KH, c.s[0], c.p[0], c.d[0]), OW = convOut(c.W, c.KW, c.s[1], c.p[1], c.d[1]);

@@ -6,14 +6,19 @@
  *   x [N,C,H,W], weight [O,C/groups,KH,KW], bias [O] -> y [N,O,OH,OW]
  *   OH = floor((H + 2ph - dh*(KH-1) - 1)/sh) + 1 (same for OW)
  *
- * Method (implicit GEMM with packing): the GEMM packers generate the unrolled-window rows
- * p = (c, kh, kw) of im2col straight into the packed, cache-blocked B panels, so forward and
- * grad-weight need no col buffer; grad-input computes a chunk of col (<= 512 KiB) and scatters
- * it back with col2im. Padding is handled by computing the valid output range once per
- * (row p, output row) and copying contiguous runs (memcpy when the stride is 1), so for
- * 1-channel 3x3 inputs the im2col costs ~9 copies per output pixel against 2*O*9 flops.
- * Weights are packed once per group per call. The backward passes read dy through a row
- * provider (conv2d_grad_*_part_rows) so a dy producer (relu-grad, pool-grad) can be fused.
+ * Three methods, picked per shape (results are the same bits for any thread count in each):
+ *  - stride 1, Kd <= 32 (first layers: 1 or 3 input channels): direct kernels. Each output row
+ *    (in "wide" columns, below) is accumulated in registers from the padded image; grad-weight is
+ *    one dot product per (image, o, p). A GEMM with K = Kd would be bound by writing C.
+ *  - stride 1 otherwise: implicit GEMM on "wide" columns. The input is copied with zero padding
+ *    into rows of Wp = max(W + pw, OW) floats, so the im2col row p = (c, kh, kw) is a contiguous
+ *    slice (offset kh*dh*Wp + kw*dw) and packing a B panel is a plain copy. Output columns with
+ *    ow >= OW are computed and dropped (a few %). Forward splits (image, group, band of output
+ *    rows); grad-input is the forward convolution of dy with the flipped, transposed weights
+ *    (padding (K-1)*d - p), so no col2im scatter; grad-weight is a GEMM over wide columns with
+ *    dy = 0 on the dropped ones.
+ *  - any other stride: im2col generated straight into the packed B panels (no col buffer);
+ *    grad-input computes a chunk of col (<= 512 KiB) and scatters it back with col2im.
  *   forward:      y_g[n]  (Og x P)  = W_g (Og x Kd) * col (Kd x P)    + bias, relu (fused epilogue)
  *   grad-input:   col     (Kd x P)  = W_g^T * dy_g[n],  dx_g[n] = col2im(col)
  *   grad-weight:  dW_g    (Og x Kd) = sum_n dy_g[n] (Og x P) * col^T (P x Kd)
@@ -22,9 +27,11 @@
  * Threading without owning threads: every *_part(..., part, nparts, scratch) function
  * computes a disjoint share of its output; run part = 0..nparts-1 on the caller's pool,
  * each with its own scratch of conv2d_scratch_bytes(shape, pass) bytes (64-byte aligned).
- * Shares: forward splits (image, group, column chunk) items; grad-input splits (image,
- * group) items; grad-weight splits dW by output channel (Og >= Kd) or by column p (rows of col);
- * grad-bias splits output channels. Results are bitwise identical for every nparts.
+ * Shares: forward splits (image, group, column chunk or row band) items; grad-input splits
+ * (image, group[, row band]) items; grad-weight splits dW by output channel (Og >= Kd, and always
+ * in the direct kernel) or by column p (rows of col); grad-bias splits output channels. Every
+ * element is computed by one part in one fixed order, so results are bitwise identical for every
+ * nparts.
  */
 #ifndef MPSC_FAST_CONV_H
 #define MPSC_FAST_CONV_H
@@ -172,9 +179,7 @@ constexpr int64_t CONV_NC_W = 512;
 inline void scatter_row_to_panels(const float* __restrict row, int64_t nc, int64_t kc, int64_t r, float* __restrict dst) {
   int64_t jr = 0;
   for (; jr + NR <= nc; jr += NR) {
-    float* d = dst + jr * kc + r * NR;
-    store8(d, load8(row + jr));
-    store8(d + 8, load8(row + jr + 8));
+    copy_nr(dst + jr * kc + r * NR, row + jr);
   }
   if (jr < nc) {
     float* d = dst + jr * kc + r * NR;
@@ -223,6 +228,402 @@ inline void share(int64_t n, int part, int nparts, int64_t& b, int64_t& e) {
 
 inline float* align64(void* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
 
+/*
+ * The stride-1 "wide" path. For stride 1 the unrolled-window row p = (c, kh, kw) of im2col is a
+ * contiguous slice of a zero-padded copy of the input whose rows are Wp = max(W + pw, OW) floats
+ * long (pw zeros, then the W values; a row's right padding is the next row's left padding):
+ * output column j = oh*Wp + ow ("wide" column) reads position j + kh*dh*Wp + kw*dw. Columns with
+ * ow >= OW are computed and dropped (forward), or carry dy = 0 (grad-weight). So packing a GEMM
+ * panel is a contiguous copy instead of a gather, and the grad-input is the forward convolution
+ * of dy (padded by (K-1)*d - p) with the flipped, transposed weights: no col2im scatter.
+ */
+struct Wide {
+  int64_t Wp;      // padded row length
+  int64_t rows;    // output rows per band (forward)
+  int64_t bands;   // bands per image
+  int64_t halo;    // extra padded input rows a band reads: (KH-1)*dh
+  int64_t slack;   // zeroed floats after the last row: (KW-1)*dw
+};
+
+inline bool wide_ok(const Conv2dShape& s) { return s.sh == 1 && s.sw == 1 && s.OH > 0 && s.OW > 0; }
+
+/** output columns (wide) a forward band aims at */
+#ifndef MPSC_FAST_CONV_BAND_COLS
+#define MPSC_FAST_CONV_BAND_COLS 512
+#endif
+
+inline Wide wide_dims(const Conv2dShape& s) {
+  Wide w;
+  w.Wp = std::max(s.W + s.pw, s.OW);
+  const int64_t total = s.OH * w.Wp;
+  const int64_t nb = std::max<int64_t>(1, (total + MPSC_FAST_CONV_BAND_COLS - 1) / MPSC_FAST_CONV_BAND_COLS);
+  w.rows = (s.OH + nb - 1) / nb;
+  w.bands = (s.OH + w.rows - 1) / w.rows;
+  w.halo = (s.KH - 1) * s.dh;
+  w.slack = (s.KW - 1) * s.dw;
+  return w;
+}
+
+/** floats of one channel of a padded band of `r` output rows (input rows r + halo, then slack) */
+inline int64_t wide_plane(const Wide& w, int64_t r) { return align16((r + w.halo) * w.Wp + w.slack); }
+
+/**
+ * Writes the padded copy of input rows for output rows [oh0, oh0 + r) of channels [c0, c1) of
+ * x_g (plane H x W) into dst (channel c at dst + (c - c0) * plane): padded row q holds input row
+ * ih = oh0 + q - ph.
+ */
+inline void wide_fill(const Conv2dShape& s, const Wide& w, const float* xg, int64_t c0, int64_t c1, int64_t oh0,
+                      int64_t r, int64_t plane, float* __restrict dst) {
+  const int64_t HW = s.H * s.W, nrow = r + w.halo;
+  for (int64_t c = c0; c < c1; ++c) {
+    float* d = dst + (c - c0) * plane;
+    const float* xc = xg + c * HW;
+    for (int64_t q = 0; q < nrow; ++q) {
+      float* dr = d + q * w.Wp;
+      const int64_t ih = oh0 + q - s.ph;
+      if (ih < 0 || ih >= s.H) {
+        memset(dr, 0, (size_t)w.Wp * sizeof(float));
+        continue;
+      }
+      for (int64_t i = 0; i < s.pw; ++i) dr[i] = 0.0f;
+      memcpy(dr + s.pw, xc + ih * s.W, (size_t)s.W * sizeof(float));
+      for (int64_t i = s.pw + s.W; i < w.Wp; ++i) dr[i] = 0.0f;
+    }
+    memset(d + nrow * w.Wp, 0, (size_t)(plane - nrow * w.Wp) * sizeof(float));
+  }
+}
+
+/** packed B block of the wide forward GEMM: rows p in [pc, pc+kc), wide columns [jc, jc+nc) of a band */
+inline void wide_packed(const Conv2dShape& s, const Wide& w, const float* band, int64_t plane, int64_t pc, int64_t kc,
+                        int64_t jc, int64_t nc, float* __restrict dst) {
+  const int64_t KK = s.KH * s.KW;
+  for (int64_t p = pc; p < pc + kc; ++p) {
+    const int64_t c = p / KK, kh = (p / s.KW) % s.KH, kw = p % s.KW;
+    scatter_row_to_panels(band + c * plane + kh * s.dh * w.Wp + kw * s.dw + jc, nc, kc, p - pc, dst);
+  }
+}
+
+/** the shape of grad-input as a stride-1 forward convolution of dy (valid when wide_grad_input_ok) */
+inline Conv2dShape grad_input_as_forward(const Conv2dShape& s) {
+  Conv2dShape t = s;
+  t.C = s.O;
+  t.H = s.OH;
+  t.W = s.OW;
+  t.O = s.C;
+  t.ph = (s.KH - 1) * s.dh - s.ph;
+  t.pw = (s.KW - 1) * s.dw - s.pw;
+  t.OH = s.H;
+  t.OW = s.W;
+  return t;
+}
+inline bool wide_grad_input_ok(const Conv2dShape& s) {
+  return wide_ok(s) && (s.KH - 1) * s.dh >= s.ph && (s.KW - 1) * s.dw >= s.pw && s.H > 0 && s.W > 0;
+}
+
+/** floats of the wide forward's scratch: packed A (+ the flipped weights of one group), band, C tile, packed B */
+inline int64_t wide_forward_floats(const Conv2dShape& s, bool flipped) {
+  const ConvDims d = conv_dims(s);
+  const Wide w = wide_dims(s);
+  const int64_t cols = w.rows * w.Wp;
+  return packed_a_all_floats(d.Og, d.Kd) + (flipped ? align16(d.Og * d.Kd) : 0) + d.Cg * wide_plane(w, w.rows) +
+         align16(d.Og * cols) + align16(std::min(KC, d.Kd) * round_up(cols, NR));
+}
+
+/**
+ * y = conv2d(x, w) (+bias, relu) for stride 1, share `part` of nparts: items (image, group, band
+ * of output rows). With `flipped`, w is the weight of the convolution this one is the grad-input
+ * of ([C_this_out... ] = [s.C, s.O/groups, KH, KW] in this call's terms) and is used flipped and
+ * transposed: w_this[g*Og + o][c][kh][kw] = w[g*Cg + c][o][KH-1-kh][KW-1-kw].
+ */
+inline void wide_forward_part(const Conv2dShape& s, const float* x, const float* w, bool flipped, const float* bias,
+                              bool relu, float* y, int part, int nparts, void* scratch) {
+  const ConvDims d = conv_dims(s);
+  const Wide wd = wide_dims(s);
+  const int64_t cols_max = wd.rows * wd.Wp, plane = wide_plane(wd, wd.rows), KK = s.KH * s.KW;
+  float* Apre = align64(scratch);
+  float* wflip = Apre + packed_a_all_floats(d.Og, d.Kd);
+  float* band = wflip + (flipped ? align16(d.Og * d.Kd) : 0);
+  float* Ct = band + d.Cg * plane;
+  float* Bp = Ct + align16(d.Og * cols_max);
+  int64_t b, e, packed_g = -1;
+  share(s.N * s.groups * wd.bands, part, nparts, b, e);
+  for (int64_t it = b; it < e; ++it) {
+    const int64_t n = it / (s.groups * wd.bands), g = (it / wd.bands) % s.groups, bi = it % wd.bands;
+    const int64_t oh0 = bi * wd.rows, r = std::min(wd.rows, s.OH - oh0), cols = r * wd.Wp;
+    const float* xg = x + (n * s.C + g * d.Cg) * d.HW;
+    if (g != packed_g) {
+      if (flipped) {
+        // this call's weight row o (= input channel of the original conv), column (c, kh, kw)
+        const float* wg = w + g * d.Cg * d.Og * KK;  // original [g*Cg + c][o][.][.] block of group g
+        for (int64_t o = 0; o < d.Og; ++o)
+          for (int64_t c = 0; c < d.Cg; ++c)
+            for (int64_t k = 0; k < KK; ++k) wflip[o * d.Kd + c * KK + k] = wg[(c * d.Og + o) * KK + (KK - 1 - k)];
+        pack_a_all(false, wflip, d.Kd, d.Og, d.Kd, Apre);
+      } else {
+        pack_a_all(false, w + g * d.Og * d.Kd, d.Kd, d.Og, d.Kd, Apre);
+      }
+      packed_g = g;
+    }
+    wide_fill(s, wd, xg, 0, d.Cg, oh0, r, plane, band);
+    Epilogue ep;
+    ep.bias = bias ? bias + g * d.Og : nullptr;
+    ep.bias_kind = bias ? BIAS_ROW : BIAS_NONE;
+    ep.relu = relu;
+    gemm_driver(
+        0, d.Og, 0, cols, d.Kd, cols, 1.0f, 0.0f, Ct, cols, ep,
+        [&](int64_t ic, int64_t mc, int64_t pc, int64_t) { return packed_a_block(Apre, d.Kd, ic, mc, pc); },
+        [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
+          wide_packed(s, wd, band, plane, pc, kc, jc, nc, Bp);
+          return (const float*)Bp;
+        });
+    float* yg = y + (n * s.O + g * d.Og) * d.P + oh0 * s.OW;
+    for (int64_t o = 0; o < d.Og; ++o)
+      for (int64_t q = 0; q < r; ++q)
+        memcpy(yg + o * d.P + q * s.OW, Ct + o * cols + q * wd.Wp, (size_t)s.OW * sizeof(float));
+  }
+}
+
+/** floats of the wide grad-weight's scratch: packed dy block, packed col^T block, padded image of Cg channels */
+inline int64_t wide_grad_weight_floats(const Conv2dShape& s) {
+  const ConvDims d = conv_dims(s);
+  const Wide w = wide_dims(s);
+  const int64_t K = s.OH * w.Wp;
+  return packed_a_floats(d.Og, K) + align16(std::min(KC, K) * round_up(std::min(CONV_NC_W, d.Kd), NR)) +
+         d.Cg * wide_plane(w, s.OH) + align16(std::min(MC, d.Og) * std::min(KC, K));
+}
+
+/**
+ * dw for stride 1 (sum over the batch), share `part` of nparts: as conv2d_grad_weight_part_rows,
+ * but the K index of each image's GEMM is the wide column (dy is 0 on the dropped columns) and
+ * col^T panels are contiguous slices of the padded image.
+ */
+inline void wide_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
+                                  int nparts, void* scratch) {
+  const ConvDims d = conv_dims(s);
+  const Wide wd = wide_dims(s);
+  const int64_t K = s.OH * wd.Wp, plane = wide_plane(wd, s.OH), KK = s.KH * s.KW;
+  float* Ap = align64(scratch);
+  float* Bp = Ap + packed_a_floats(d.Og, K);
+  float* img = Bp + align16(std::min(KC, K) * round_up(std::min(CONV_NC_W, d.Kd), NR));
+  float* dyw = img + d.Cg * plane;  // rows of dy expanded to wide columns (one A block)
+  const bool split_o = d.Og >= d.Kd;
+  int64_t r0, r1;
+  share(s.groups * (split_o ? d.Og : d.Kd), part, nparts, r0, r1);
+  for (int64_t g = 0; g < s.groups; ++g) {
+    int64_t o0 = 0, o1 = d.Og, p0 = 0, p1 = d.Kd;
+    if (split_o) {
+      o0 = std::max(r0, g * d.Og) - g * d.Og;
+      o1 = std::min(r1, (g + 1) * d.Og) - g * d.Og;
+    } else {
+      p0 = std::max(r0, g * d.Kd) - g * d.Kd;
+      p1 = std::min(r1, (g + 1) * d.Kd) - g * d.Kd;
+    }
+    if (p1 <= p0 || o1 <= o0) continue;
+    float* dwg = dw + g * d.Og * d.Kd;
+    if (s.N <= 0) {
+      for (int64_t o = o0; o < o1; ++o) memset(dwg + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
+      continue;
+    }
+    const int64_t c0 = p0 / KK, c1 = (p1 - 1) / KK + 1;  // channels this part's rows p read
+    for (int64_t n = 0; n < s.N; ++n) {
+      wide_fill(s, wd, x + (n * s.C + g * d.Cg) * d.HW, c0, c1, 0, s.OH, plane, img);
+      const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
+      gemm_driver(
+          o0, o1, p0, p1, K, CONV_NC_W, 1.0f, n == 0 ? 0.0f : 1.0f, dwg, d.Kd, Epilogue{},
+          [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
+            // MR-row panels of dy in wide columns [pc, pc+kc): rows first expanded into dyw (0 where
+            // ow >= OW), then transposed 8 x 8 at a time
+            for (int64_t rr = 0; rr < mc; ++rr) {
+              const float* src = dyg + (ic + rr) * d.P;
+              float* dr = dyw + rr * kc;
+              int64_t k = pc;
+              while (k < pc + kc) {
+                const int64_t oh = k / wd.Wp, ow = k % wd.Wp;
+                const int64_t run = std::min(wd.Wp - ow, pc + kc - k);
+                const int64_t valid = std::max<int64_t>(0, std::min(run, s.OW - ow));
+                memcpy(dr + (k - pc), src + oh * s.OW + ow, (size_t)valid * sizeof(float));
+                for (int64_t t = valid; t < run; ++t) dr[k - pc + t] = 0.0f;
+                k += run;
+              }
+            }
+            for (int64_t ir = 0; ir < mc; ir += MR)
+              pack_rows([&](int64_t rr) { return (const float*)dyw + (ir + rr) * kc; }, std::min(MR, mc - ir), MR, kc,
+                        Ap + ir * kc);
+            return (const float*)Ap;
+          },
+          [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
+            // NR-column panels of col^T: panel column (p - jc) % NR holds row p's slice [pc, pc+kc)
+            for (int64_t jr = 0; jr < nc; jr += NR)
+              pack_rows(
+                  [&](int64_t c) {
+                    const int64_t p = jc + jr + c, ch = p / KK, kh = (p / s.KW) % s.KH, kw = p % s.KW;
+                    return (const float*)img + (ch - c0) * plane + kh * s.dh * wd.Wp + kw * s.dw + pc;
+                  },
+                  std::min(NR, nc - jr), NR, kc, Bp + jr * kc);
+            return (const float*)Bp;
+          });
+    }
+  }
+}
+
+/*
+ * Direct stride-1 kernels for convolutions with a short unrolled window (Kd = C/groups*KH*KW
+ * <= 32, e.g. a network's first 1- or 3-channel layer): a GEMM with K = Kd is bound by writing C,
+ * so these compute each output row straight from the padded image (one multiply-add pass per
+ * window row p over a row of outputs held in L1) and write y once.
+ */
+#ifndef MPSC_FAST_CONV_DIRECT_KD
+#define MPSC_FAST_CONV_DIRECT_KD 32
+#endif
+inline bool direct_ok(const Conv2dShape& s) {
+  return wide_ok(s) && (s.C / s.groups) * s.KH * s.KW <= MPSC_FAST_CONV_DIRECT_KD && s.C / s.groups > 0;
+}
+
+/** per-channel floats of the direct kernels' padded image: the wide plane plus 4*VW readable zeros */
+inline int64_t direct_plane(const Wide& w, const Conv2dShape& s) { return wide_plane(w, s.OH) + 4 * VW; }
+/** wide columns the direct kernels compute: OH*Wp rounded up to 4*VW */
+inline int64_t direct_len(const Wide& w, const Conv2dShape& s) { return round_up(s.OH * w.Wp, 4 * VW); }
+/** offset of window row p = (c, kh, kw) in the padded image */
+inline int64_t direct_off(const Conv2dShape& s, const Wide& w, int64_t plane, int64_t p) {
+  const int64_t KK = s.KH * s.KW, c = p / KK, kh = (p / s.KW) % s.KH, kw = p % s.KW;
+  return c * plane + kh * s.dh * w.Wp + kw * s.dw;
+}
+
+/** out[ob][j] = sum_p wr[ob][p] * img[off[p] + j] for j < len (a multiple of 4*VW), OB rows at once */
+template <int OB>
+inline void direct_rows(const float* img, const int64_t* off, int64_t Kd, const float* const* wr, int64_t len,
+                        float* const* out) {
+  for (int64_t j = 0; j < len; j += 4 * VW) {
+    vf acc[OB][4];
+    for (int ob = 0; ob < OB; ++ob)
+      for (int i = 0; i < 4; ++i) acc[ob][i] = splatv(0.0f);
+    for (int64_t p = 0; p < Kd; ++p) {
+      const float* src = img + off[p] + j;
+      const vf x0 = loadv(src), x1 = loadv(src + VW), x2 = loadv(src + 2 * VW), x3 = loadv(src + 3 * VW);
+      for (int ob = 0; ob < OB; ++ob) {
+        const vf wv = splatv(wr[ob][p]);
+        acc[ob][0] += wv * x0;
+        acc[ob][1] += wv * x1;
+        acc[ob][2] += wv * x2;
+        acc[ob][3] += wv * x3;
+      }
+    }
+    for (int ob = 0; ob < OB; ++ob)
+      for (int i = 0; i < 4; ++i) storev(out[ob] + j + i * VW, acc[ob][i]);
+  }
+}
+
+inline int64_t direct_forward_floats(const Conv2dShape& s) {
+  const Wide w = wide_dims(s);
+  return (s.C / s.groups) * direct_plane(w, s) + 4 * direct_len(w, s) + align16((s.C / s.groups) * s.KH * s.KW);
+}
+
+/** forward for direct_ok shapes, share `part` of nparts: items (image, group); y fully written */
+inline void direct_forward_part(const Conv2dShape& s, const float* x, const float* w, const float* bias, bool relu,
+                                float* y, int part, int nparts, void* scratch) {
+  const ConvDims d = conv_dims(s);
+  const Wide wd = wide_dims(s);
+  const int64_t plane = direct_plane(wd, s), len = direct_len(wd, s), OW = s.OW;
+  float* img = align64(scratch);
+  float* rows = img + d.Cg * plane;  // 4 rows of len
+  int64_t* off = reinterpret_cast<int64_t*>(rows + 4 * len);
+  for (int64_t p = 0; p < d.Kd; ++p) off[p] = direct_off(s, wd, plane, p);
+  int64_t b, e;
+  share(s.N * s.groups, part, nparts, b, e);
+  for (int64_t it = b; it < e; ++it) {
+    const int64_t n = it / s.groups, g = it % s.groups;
+    wide_fill(s, wd, x + (n * s.C + g * d.Cg) * d.HW, 0, d.Cg, 0, s.OH, plane, img);
+    for (int64_t o0 = 0; o0 < d.Og; o0 += 4) {
+      const int ob = (int)std::min<int64_t>(4, d.Og - o0);
+      const float* wr[4];
+      float* out[4];
+      for (int i = 0; i < 4; ++i) {
+        wr[i] = w + (g * d.Og + o0 + std::min(i, ob - 1)) * d.Kd;
+        out[i] = rows + i * len;
+      }
+      if (ob == 4) direct_rows<4>(img, off, d.Kd, wr, len, out);
+      else for (int i = 0; i < ob; ++i) direct_rows<1>(img, off, d.Kd, wr + i, len, out + i);
+      for (int i = 0; i < ob; ++i) {
+        const int64_t o = g * d.Og + o0 + i;
+        const float bo = bias ? bias[o] : 0.0f;
+        float* yo = y + (n * s.O + o) * d.P;
+        for (int64_t oh = 0; oh < s.OH; ++oh) {
+          const float* a = out[i] + oh * wd.Wp;
+          float* yr = yo + oh * OW;
+          if (relu) {
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              const float v = a[ow] + bo;
+              yr[ow] = v > 0.0f ? v : 0.0f;
+            }
+          } else {
+            for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = a[ow] + bo;
+          }
+        }
+      }
+    }
+  }
+}
+
+inline int64_t direct_grad_weight_floats(const Conv2dShape& s) {
+  const ConvDims d = conv_dims(s);
+  const Wide w = wide_dims(s);
+  return d.Cg * direct_plane(w, s) + direct_len(w, s) + align16(d.Og * d.Kd) + align16(d.Kd);
+}
+
+/** sum of the VW lanes of v in lane order */
+inline float lane_sum(vf v) {
+  float t = 0.0f;
+  for (int i = 0; i < VW; ++i) t += v[i];
+  return t;
+}
+
+/**
+ * dw for direct_ok shapes (sum over the batch), share `part` of nparts: parts split the output
+ * channels. Per (image, o, p) one dot product of dy (in wide columns, 0 on dropped columns) with
+ * the shifted padded image, in a fixed lane and chunk order, summed over images in order: every
+ * element has one fixed order whatever nparts is.
+ */
+inline void direct_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
+                                    int nparts, void* scratch) {
+  const ConvDims d = conv_dims(s);
+  const Wide wd = wide_dims(s);
+  const int64_t plane = direct_plane(wd, s), len = direct_len(wd, s), OW = s.OW;
+  float* img = align64(scratch);
+  float* dyw = img + d.Cg * plane;  // one dy plane in wide columns
+  float* acc = dyw + len;           // [o][p] sums over images
+  int64_t* off = reinterpret_cast<int64_t*>(acc + align16(d.Og * d.Kd));
+  for (int64_t p = 0; p < d.Kd; ++p) off[p] = direct_off(s, wd, plane, p);
+  int64_t r0, r1;
+  share(s.groups * d.Og, part, nparts, r0, r1);
+  for (int64_t g = 0; g < s.groups; ++g) {
+    const int64_t o0 = std::max(r0, g * d.Og) - g * d.Og, o1 = std::min(r1, (g + 1) * d.Og) - g * d.Og;
+    if (o1 <= o0) continue;
+    for (int64_t i = 0; i < (o1 - o0) * d.Kd; ++i) acc[i] = 0.0f;
+    for (int64_t n = 0; n < s.N; ++n) {
+      wide_fill(s, wd, x + (n * s.C + g * d.Cg) * d.HW, 0, d.Cg, 0, s.OH, plane, img);
+      for (int64_t o = o0; o < o1; ++o) {
+        const float* dyo = dy + (n * s.O + g * d.Og + o) * d.P;
+        memset(dyw, 0, (size_t)len * sizeof(float));
+        for (int64_t oh = 0; oh < s.OH; ++oh) memcpy(dyw + oh * wd.Wp, dyo + oh * OW, (size_t)OW * sizeof(float));
+        float* ao = acc + (o - o0) * d.Kd;
+        for (int64_t p = 0; p < d.Kd; ++p) {
+          const float* src = img + off[p];
+          vf a0 = splatv(0.0f), a1 = a0, a2 = a0, a3 = a0;
+          for (int64_t j = 0; j < len; j += 4 * VW) {
+            a0 += loadv(dyw + j) * loadv(src + j);
+            a1 += loadv(dyw + j + VW) * loadv(src + j + VW);
+            a2 += loadv(dyw + j + 2 * VW) * loadv(src + j + 2 * VW);
+            a3 += loadv(dyw + j + 3 * VW) * loadv(src + j + 3 * VW);
+          }
+          ao[p] += lane_sum((a0 + a1) + (a2 + a3));
+        }
+      }
+    }
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t p = 0; p < d.Kd; ++p) dw[(g * d.Og + o) * d.Kd + p] = acc[(o - o0) * d.Kd + p];
+  }
+}
+
 }  // namespace detail
 
 /**
@@ -238,7 +639,17 @@ inline size_t conv2d_scratch_bytes(const Conv2dShape& s, ConvPass pass) {
   const ConvDims d = conv_dims(s);
   if (s.N <= 0 || d.P <= 0 || d.Og <= 0 || d.Kd <= 0) return 0;
   int64_t f = 0;
-  if (pass == CONV_FORWARD) {
+  if (pass == CONV_FORWARD && direct_ok(s)) {
+    f = direct_forward_floats(s);
+  } else if (pass == CONV_GRAD_WEIGHT && direct_ok(s)) {
+    f = direct_grad_weight_floats(s);
+  } else if (pass == CONV_FORWARD && wide_ok(s)) {
+    f = wide_forward_floats(s, false);
+  } else if (pass == CONV_GRAD_INPUT && wide_grad_input_ok(s)) {
+    f = wide_forward_floats(grad_input_as_forward(s), true);
+  } else if (pass == CONV_GRAD_WEIGHT && wide_ok(s)) {
+    f = wide_grad_weight_floats(s);
+  } else if (pass == CONV_FORWARD) {
     f = packed_a_all_floats(d.Og, d.Kd) + align16(std::min(KC, d.Kd) * round_up(std::min(CONV_NC, d.P), NR));
   } else if (pass == CONV_GRAD_INPUT) {
     const int64_t cols = std::min(NC, chunk_cols(d.Kd, d.P));
@@ -266,6 +677,8 @@ inline void conv2d_forward_part(const Conv2dShape& s, const float* x, const floa
   using namespace detail;
   const ConvDims d = conv_dims(s);
   if (s.N <= 0 || d.P <= 0 || d.Og <= 0) return;
+  if (direct_ok(s)) return direct_forward_part(s, x, w, bias, relu, y, part, nparts, scratch);
+  if (wide_ok(s) && d.Kd > 0) return wide_forward_part(s, x, w, false, bias, relu, y, part, nparts, scratch);
   const int64_t ncb = std::min(CONV_NC, d.P), nch = (d.P + ncb - 1) / ncb;
   float* Apre = align64(scratch);
   float* Bp = Apre + packed_a_all_floats(d.Og, d.Kd);
@@ -298,16 +711,13 @@ inline void conv2d_forward_part(const Conv2dShape& s, const float* x, const floa
   }
 }
 
+namespace detail {
+
 /**
- * The backward passes read dy through a row provider, so a producer of dy (relu-grad,
- * pool-grad, a loss gradient) can be fused into the GEMM packing instead of materialising dy:
- *
+ * The im2col backward passes (any stride) read dy through a row provider:
  *   const float* dy_rows(int64_t n, int64_t o, int64_t j0, int64_t j1, float* tmp)
- *
- * returns the values dy[n, o, j0 .. j1) (j = oh*OW + ow; o the absolute output channel),
- * either as a pointer into memory or after writing them to tmp[0 .. j1-j0) and returning tmp.
- * It is called concurrently from different parts (it must not write shared state) and may be
- * called more than once for the same row. The plain overloads pass a pointer into dy.
+ * returns dy[n, o, j0 .. j1) (j = oh*OW + ow; o the absolute output channel), a pointer into
+ * memory or tmp after filling it (the hook where a dy producer could be fused into the packing).
  */
 struct DyMemory {
   const float* dy;
@@ -317,9 +727,8 @@ struct DyMemory {
 
 /** dx = d(conv2d)/dx applied to dy (rows from dy_rows), share `part` of nparts. dx fully written (not read). */
 template <class DyRows>
-inline void conv2d_grad_input_part_rows(const Conv2dShape& s, DyRows&& dy_rows, const float* w, float* dx, int part,
+inline void im2col_grad_input_part_rows(const Conv2dShape& s, DyRows&& dy_rows, const float* w, float* dx, int part,
                                         int nparts, void* scratch) {
-  using namespace detail;
   const ConvDims d = conv_dims(s);
   const int64_t cols = std::min(NC, chunk_cols(d.Kd, d.P));
   float* Apre = align64(scratch);
@@ -357,11 +766,22 @@ inline void conv2d_grad_input_part_rows(const Conv2dShape& s, DyRows&& dy_rows, 
   }
 }
 
-/** dx = d(conv2d)/dx applied to dy, share `part` of nparts. dx is fully written (not read). */
+}  // namespace detail
+
+/**
+ * dx = d(conv2d)/dx applied to dy, share `part` of nparts. dx is fully written (not read).
+ * Stride 1 with padding <= (K-1)*dilation: the forward convolution of dy with the flipped,
+ * transposed weights (wide path); otherwise im2col GEMM chunks scattered back with col2im.
+ */
 inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const float* w, float* dx, int part,
                                    int nparts, void* scratch) {
-  conv2d_grad_input_part_rows(s, DyMemory{dy, s.O, s.OH * s.OW}, w, dx, part, nparts, scratch);
+  if (detail::wide_grad_input_ok(s) && s.N > 0 && s.O / s.groups > 0 && s.C > 0)
+    return detail::wide_forward_part(detail::grad_input_as_forward(s), dy, w, true, nullptr, false, dx, part, nparts,
+                                     scratch);
+  detail::im2col_grad_input_part_rows(s, detail::DyMemory{dy, s.O, s.OH * s.OW}, w, dx, part, nparts, scratch);
 }
+
+namespace detail {
 
 /**
  * dw = d(conv2d)/dw applied to dy (rows from dy_rows, summed over the batch), share `part` of
@@ -372,9 +792,8 @@ inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const 
  * matrix), else the columns p.
  */
 template <class DyRows>
-inline void conv2d_grad_weight_part_rows(const Conv2dShape& s, DyRows&& dy_rows, const float* x, float* dw, int part,
+inline void im2col_grad_weight_part_rows(const Conv2dShape& s, DyRows&& dy_rows, const float* x, float* dw, int part,
                                          int nparts, void* scratch) {
-  using namespace detail;
   const ConvDims d = conv_dims(s);
   float* Ap = align64(scratch);
   float* Bp = Ap + packed_a_floats(d.Og, d.P);
@@ -423,10 +842,17 @@ inline void conv2d_grad_weight_part_rows(const Conv2dShape& s, DyRows&& dy_rows,
   }
 }
 
-/** dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts. dw fully written. */
+}  // namespace detail
+
+/**
+ * dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts. dw fully
+ * written. Stride 1: direct kernel (C/groups*KH*KW <= 32) or wide GEMM; otherwise im2col GEMM.
+ */
 inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
                                     int nparts, void* scratch) {
-  conv2d_grad_weight_part_rows(s, DyMemory{dy, s.O, s.OH * s.OW}, x, dw, part, nparts, scratch);
+  if (detail::direct_ok(s)) return detail::direct_grad_weight_part(s, dy, x, dw, part, nparts, scratch);
+  if (detail::wide_ok(s) && s.C > 0) return detail::wide_grad_weight_part(s, dy, x, dw, part, nparts, scratch);
+  detail::im2col_grad_weight_part_rows(s, detail::DyMemory{dy, s.O, s.OH * s.OW}, x, dw, part, nparts, scratch);
 }
 
 /** db[o] = sum over n, oh, ow of dy[n,o,oh,ow], share `part` of nparts (split over o). No scratch. */

@@ -43,11 +43,26 @@
 
 namespace mpsc_fast {
 
-/** micro-tile: MR rows x NR columns of C held in registers (12 vectors of 8 floats) */
-constexpr int64_t MR = 6;
-constexpr int64_t NR = 16;
-/** cache blocking: an MC x KC block of A stays in L2, a KC x NR panel of B in L1, KC x NC of B in L2/L3
- *  (overridable with -DMPSC_FAST_MC=... etc. for tuning; MC must stay a multiple of MR) */
+/**
+ * vector width in floats: 16 (one zmm) where the compile flags allow AVX-512, else 8 (two NEON q
+ * registers on arm64, one ymm with AVX2). -DMPSC_FAST_VW=8 forces the narrow kernel.
+ * micro-tile: MR rows x NR = 2*VW columns of C held in registers (AVX-512: 8 x 32 in 16 zmm;
+ * otherwise 6 x 16 in 12 vectors).
+ */
+#ifndef MPSC_FAST_VW
+#if defined(__AVX512F__)
+#define MPSC_FAST_VW 16
+#else
+#define MPSC_FAST_VW 8
+#endif
+#endif
+constexpr int64_t VW = MPSC_FAST_VW;
+static_assert(VW == 8 || VW == 16, "MPSC_FAST_VW must be 8 or 16");
+#ifndef MPSC_FAST_MR
+#define MPSC_FAST_MR (MPSC_FAST_VW == 16 ? 8 : 6)
+#endif
+constexpr int64_t MR = MPSC_FAST_MR;
+constexpr int64_t NR = 2 * VW;
 #ifndef MPSC_FAST_MC
 #define MPSC_FAST_MC 144
 #endif
@@ -74,6 +89,8 @@ struct Epilogue {
 namespace detail {
 
 typedef float v8f __attribute__((vector_size(32)));
+/** one register of VW floats (the micro-kernel's unit) */
+typedef float vf __attribute__((vector_size(VW * 4)));
 
 static inline v8f load8(const float* p) {
   v8f v;
@@ -82,12 +99,28 @@ static inline v8f load8(const float* p) {
 }
 static inline void store8(float* p, v8f v) { memcpy(p, &v, sizeof v); }
 static inline v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
+static inline vf loadv(const float* p) {
+  vf v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void storev(float* p, vf v) { memcpy(p, &v, sizeof v); }
+#if MPSC_FAST_VW == 16
+static inline vf splatv(float x) { return vf{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+#else
+static inline vf splatv(float x) { return vf{x, x, x, x, x, x, x, x}; }
+#endif
+/** copies the NR floats of one packed panel row */
+static inline void copy_nr(float* __restrict d, const float* __restrict s) {
+  storev(d, loadv(s));
+  storev(d + VW, loadv(s + VW));
+}
 #if defined(__clang__) && defined(__has_builtin)
 #if __has_builtin(__builtin_elementwise_max)
 #define MPSC_FAST_HAS_ELEMENTWISE_MAX 1
 #endif
 #endif
-static inline v8f max8(v8f a, v8f b) {
+static inline vf maxv(vf a, vf b) {
 #ifdef MPSC_FAST_HAS_ELEMENTWISE_MAX
   return __builtin_elementwise_max(a, b);  // clang (Apple arm64: NEON fmax)
 #else
@@ -103,6 +136,65 @@ inline int64_t packed_a_floats(int64_t M, int64_t K) {
 }
 inline int64_t packed_b_floats(int64_t N, int64_t K) {
   return round_up(std::min(K, KC) * round_up(std::min(N, NC), NR), 16);
+}
+
+/** in-register transpose of an 8 x 8 block: r[i][j] -> r[j][i] */
+static inline void transpose8x8(v8f r[8]) {
+  v8f t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    r[i + 4] = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+
+/** KC readable zeros (stand-in rows for the padding of partial panels) */
+inline const float* zero_row() {
+  static const float z[KC + 8] = {};
+  return z;
+}
+
+/**
+ * Packs `width` rows (<= 8) into columns [0, width) of a panel with row stride ld:
+ * dst[k * ld + r] = rows[r][k] for k < kc (kc <= KC); rows[r] may be zero_row().
+ * 8 x 8 blocks are transposed in registers; the kc % 8 tail is copied one value at a time.
+ */
+inline void pack_rows8(const float* const rows[8], int64_t width, int64_t kc, float* __restrict dst, int64_t ld) {
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    v8f r[8];
+    for (int i = 0; i < 8; ++i) r[i] = load8(rows[i] + k);
+    transpose8x8(r);
+    if (width == 8) {
+      for (int i = 0; i < 8; ++i) store8(dst + (k + i) * ld, r[i]);
+    } else {
+      for (int i = 0; i < 8; ++i) memcpy(dst + (k + i) * ld, &r[i], (size_t)width * sizeof(float));
+    }
+  }
+  for (; k < kc; ++k)
+    for (int64_t i = 0; i < width; ++i) dst[k * ld + i] = rows[i][k];
+}
+
+/**
+ * Packs the first nrows rows (row r at src[r]) of a panel of `ld` columns (MR or NR):
+ * dst[k * ld + r] = src[r][k] for r < nrows, 0 for nrows <= r < ld.
+ */
+template <class RowPtr>
+inline void pack_rows(RowPtr&& src, int64_t nrows, int64_t ld, int64_t kc, float* __restrict dst) {
+  for (int64_t r0 = 0; r0 < ld; r0 += 8) {
+    const float* rows[8];
+    for (int64_t i = 0; i < 8; ++i) rows[i] = r0 + i < nrows ? src(r0 + i) : zero_row();
+    pack_rows8(rows, std::min<int64_t>(8, ld - r0), kc, dst + r0, ld);
+  }
 }
 
 /** pack op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row micro-panels: dst[panel][p][r] */
@@ -127,12 +219,7 @@ inline void pack_a(bool transA, const float* A, int64_t lda, int64_t i0, int64_t
         }
       }
     } else {
-      for (int64_t r = 0; r < mr; ++r) {
-        const float* s = A + (i0 + ir + r) * lda + p0;
-        for (int64_t p = 0; p < kc; ++p) d[p * MR + r] = s[p];
-      }
-      for (int64_t r = mr; r < MR; ++r)
-        for (int64_t p = 0; p < kc; ++p) d[p * MR + r] = 0.0f;
+      pack_rows([&](int64_t r) { return A + (i0 + ir + r) * lda + p0; }, mr, MR, kc, d);
     }
   }
 }
@@ -148,8 +235,7 @@ inline void pack_b(bool transB, const float* B, int64_t ldb, int64_t p0, int64_t
       if (nr == NR) {
         for (int64_t p = 0; p < kc; ++p) {
           const float* s = src + p * ldb;
-          store8(d + p * NR, load8(s));
-          store8(d + p * NR + 8, load8(s + 8));
+          copy_nr(d + p * NR, s);
         }
       } else {
         for (int64_t p = 0; p < kc; ++p) {
@@ -160,28 +246,8 @@ inline void pack_b(bool transB, const float* B, int64_t ldb, int64_t p0, int64_t
         }
       }
     } else {
-      // B is N x K: column c of the panel is row (j0 + jr + c) of B, contiguous in p.
-      // Walk 4 source rows at a time so each destination cache line is touched fewer times.
-      int64_t c = 0;
-      for (; c + 4 <= nr; c += 4) {
-        const float* s0 = B + (j0 + jr + c) * ldb + p0;
-        const float* s1 = s0 + ldb;
-        const float* s2 = s1 + ldb;
-        const float* s3 = s2 + ldb;
-        for (int64_t p = 0; p < kc; ++p) {
-          float* dp = d + p * NR + c;
-          dp[0] = s0[p];
-          dp[1] = s1[p];
-          dp[2] = s2[p];
-          dp[3] = s3[p];
-        }
-      }
-      for (; c < nr; ++c) {
-        const float* s = B + (j0 + jr + c) * ldb + p0;
-        for (int64_t p = 0; p < kc; ++p) d[p * NR + c] = s[p];
-      }
-      for (; c < NR; ++c)
-        for (int64_t p = 0; p < kc; ++p) d[p * NR + c] = 0.0f;
+      // B is N x K: column c of the panel is row (j0 + jr + c) of B, contiguous in p
+      pack_rows([&](int64_t c) { return B + (j0 + jr + c) * ldb + p0; }, nr, NR, kc, d);
     }
   }
 }
@@ -198,34 +264,34 @@ struct StoreArgs {
 };
 
 /** finish one row of a full tile: v = alpha*acc + (beta or 1)*C, epilogue, store */
-static inline void finish_row(float* c, v8f a0, v8f a1, const StoreArgs& s, int64_t r) {
-  v8f va = splat8(s.alpha);
-  v8f x0 = a0 * va, x1 = a1 * va;
+static inline void finish_row(float* c, vf a0, vf a1, const StoreArgs& s, int64_t r) {
+  vf va = splatv(s.alpha);
+  vf x0 = a0 * va, x1 = a1 * va;
   if (!s.first) {
-    x0 += load8(c);
-    x1 += load8(c + 8);
+    x0 += loadv(c);
+    x1 += loadv(c + VW);
   } else if (s.beta != 0.0f) {
-    v8f vb = splat8(s.beta);
-    x0 += vb * load8(c);
-    x1 += vb * load8(c + 8);
+    vf vb = splatv(s.beta);
+    x0 += vb * loadv(c);
+    x1 += vb * loadv(c + VW);
   }
   if (s.last) {
     if (s.epi.bias_kind == BIAS_ROW) {
-      v8f b = splat8(s.epi.bias[s.row0 + r]);
+      vf b = splatv(s.epi.bias[s.row0 + r]);
       x0 += b;
       x1 += b;
     } else if (s.epi.bias_kind == BIAS_COL) {
-      x0 += load8(s.epi.bias + s.col0);
-      x1 += load8(s.epi.bias + s.col0 + 8);
+      x0 += loadv(s.epi.bias + s.col0);
+      x1 += loadv(s.epi.bias + s.col0 + VW);
     }
     if (s.epi.relu) {
-      v8f z = splat8(0.0f);
-      x0 = max8(x0, z);
-      x1 = max8(x1, z);
+      vf z = splatv(0.0f);
+      x0 = maxv(x0, z);
+      x1 = maxv(x1, z);
     }
   }
-  store8(c, x0);
-  store8(c + 8, x1);
+  storev(c, x0);
+  storev(c + VW, x1);
 }
 
 /** the same formula, one element at a time, for edge tiles */
@@ -244,39 +310,35 @@ static inline void finish_scalar(float* c, float acc, const StoreArgs& s, int64_
 /**
  * MR x NR micro-kernel: acc = sum_p a[p][0..MR) (outer) b[p][0..NR), then finish into C.
  * a, b: packed panels (kc steps of MR and NR floats). mr, nr: valid part of the tile.
+ * Every element is one fused multiply-add chain over p in order, whatever VW and MR are.
  */
 static inline void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
                                 int64_t ldc, int64_t mr, int64_t nr, const StoreArgs& s) {
-  v8f c00 = splat8(0), c01 = splat8(0), c10 = splat8(0), c11 = splat8(0), c20 = splat8(0), c21 = splat8(0);
-  v8f c30 = splat8(0), c31 = splat8(0), c40 = splat8(0), c41 = splat8(0), c50 = splat8(0), c51 = splat8(0);
+  vf acc0[MR], acc1[MR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) acc0[r] = acc1[r] = splatv(0.0f);
   for (int64_t p = 0; p < kc; ++p) {
-    const v8f b0 = load8(b), b1 = load8(b + 8);
-    v8f x;
-    x = splat8(a[0]); c00 += x * b0; c01 += x * b1;
-    x = splat8(a[1]); c10 += x * b0; c11 += x * b1;
-    x = splat8(a[2]); c20 += x * b0; c21 += x * b1;
-    x = splat8(a[3]); c30 += x * b0; c31 += x * b1;
-    x = splat8(a[4]); c40 += x * b0; c41 += x * b1;
-    x = splat8(a[5]); c50 += x * b0; c51 += x * b1;
+    const vf b0 = loadv(b), b1 = loadv(b + VW);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const vf x = splatv(a[r]);
+      acc0[r] += x * b0;
+      acc1[r] += x * b1;
+    }
     a += MR;
     b += NR;
   }
   if (mr == MR && nr == NR) {
-    finish_row(c + 0 * ldc, c00, c01, s, 0);
-    finish_row(c + 1 * ldc, c10, c11, s, 1);
-    finish_row(c + 2 * ldc, c20, c21, s, 2);
-    finish_row(c + 3 * ldc, c30, c31, s, 3);
-    finish_row(c + 4 * ldc, c40, c41, s, 4);
-    finish_row(c + 5 * ldc, c50, c51, s, 5);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) finish_row(c + r * ldc, acc0[r], acc1[r], s, r);
     return;
   }
   float t[MR * NR];
-  store8(t + 0 * NR, c00); store8(t + 0 * NR + 8, c01);
-  store8(t + 1 * NR, c10); store8(t + 1 * NR + 8, c11);
-  store8(t + 2 * NR, c20); store8(t + 2 * NR + 8, c21);
-  store8(t + 3 * NR, c30); store8(t + 3 * NR + 8, c31);
-  store8(t + 4 * NR, c40); store8(t + 4 * NR + 8, c41);
-  store8(t + 5 * NR, c50); store8(t + 5 * NR + 8, c51);
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    storev(t + r * NR, acc0[r]);
+    storev(t + r * NR + VW, acc1[r]);
+  }
   for (int64_t r = 0; r < mr; ++r)
     for (int64_t j = 0; j < nr; ++j) finish_scalar(c + r * ldc + j, t[r * NR + j], s, r, j);
 }
