@@ -9,6 +9,11 @@ mpsc bench --json: the train-step median is read from train.median_ms (also acce
 key path mentions "train" and "median"); the forward median from eval.median_ms (or a path with "eval"/"forward"
 and "median"). If the bench command is missing or fails, the torch numbers are still printed and mpsc is shown
 as "n/a" with the reason.
+
+FLOP floor: the machine's sgemm rate is measured in the same run as the best of torch.mm (OpenBLAS) on
+512^2 / 1024^2 / 2048^2 float32 matrices at the same thread count; each workload's floor is its train-step FLOP
+count (flops.train_step from mpsc bench --json, the compiler's count) at that rate, and the table prints
+mpsc ms / floor ms (target <= 2 on the two CNN workloads).
 """
 import argparse
 import json
@@ -23,6 +28,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKLOADS = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam"]
 TARGET = 0.7
+FLOOR_TARGET = 2.0
+CNN_WORKLOADS = ("mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam")
+
+SGEMM_SCRIPT = r"""
+import json, time, torch
+best = 0.0
+for n in (512, 1024, 2048):
+    a = torch.randn(n, n); b = torch.randn(n, n); c = torch.empty(n, n)
+    for _ in range(3): torch.mm(a, b, out=c)
+    reps = max(3, int(2e9 / (2 * n ** 3)))
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(reps): torch.mm(a, b, out=c)
+        best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - t) / 1e9)
+print(json.dumps({"gflops": best, "threads": torch.get_num_threads()}))
+"""
+
+
+def torch_sgemm(threads, python):
+    """best float32 GEMM rate of torch.mm (OpenBLAS on Debian) at `threads`, GFLOP/s"""
+    try:
+        out = subprocess.run([python, "-c", SGEMM_SCRIPT], capture_output=True, text=True, env=torch_env(threads))
+        return json.loads(out.stdout.strip().splitlines()[-1])["gflops"]
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
 
 
 def torch_env(threads):
@@ -88,7 +118,12 @@ def run_mpsc(name, threads, steps, node):
         return None, None, "mpsc bench --json printed no JSON object"
     train = pick(obj, ("train",), ("train", "median_ms"))
     fwd = pick(obj, ("eval", "forward"), ("eval", "median_ms"))
+    flops = (obj.get("flops") or {}).get("train_step")
+    FLOPS[name] = float(flops) if isinstance(flops, (int, float)) else None
     return train, fwd, None if train is not None else "no train median_ms in mpsc bench JSON"
+
+
+FLOPS = {}
 
 
 def fmt(x):
@@ -103,6 +138,7 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3", help="python with torch (Debian's, not pyenv's)")
     ap.add_argument("--torch-ref", default=os.environ.get("TORCH_REF", os.path.join(ROOT, "..", "shared", "bench", "torch_ref.py")))
     ap.add_argument("--skip-torch-forward", action="store_true")
+    ap.add_argument("--skip-floor", action="store_true", help="do not measure torch.mm's sgemm rate")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ap.add_argument("workloads", nargs="*", default=WORKLOADS)
     a = ap.parse_args()
@@ -132,6 +168,10 @@ def main():
             if mf is not None: e["mpsc_fwd"].append(mf)
             if why: e["why"] = why
 
+    rate = None
+    if not a.skip_floor:
+        sys.stderr.write("[compare] sgemm rate: torch.mm (OpenBLAS)\n")
+        rate = torch_sgemm(a.threads, a.python)
     med = lambda xs: statistics.median(xs) if xs else None
     ratio = lambda m, t: m / t if m is not None and t else None
     rows = []
@@ -142,9 +182,13 @@ def main():
                "torch_forward_ms": med(e["torch_fwd"]), "mpsc_forward_ms": med(e["mpsc_fwd"]), "mpsc_error": e["why"]}
         row["train_ratio"] = ratio(row["mpsc_train_ms"], row["torch_train_ms"])
         row["forward_ratio"] = ratio(row["mpsc_forward_ms"], row["torch_forward_ms"])
+        row["train_flops"] = FLOPS.get(w)
+        row["floor_ms"] = row["train_flops"] / (rate * 1e9) * 1e3 if rate and row["train_flops"] else None
+        row["floor_ratio"] = ratio(row["mpsc_train_ms"], row["floor_ms"])
         rows.append(row)
     if a.json:
-        print(json.dumps({"threads": a.threads, "rounds": a.rounds, "target_ratio": TARGET, "workloads": rows}))
+        print(json.dumps({"threads": a.threads, "rounds": a.rounds, "target_ratio": TARGET, "sgemm_gflops": rate,
+                          "floor_target": FLOOR_TARGET, "workloads": rows}))
         return
     print(f"threads={a.threads} rounds={a.rounds} (ratio = mpsc/torch, target <= {TARGET})")
     print(f"{'workload':26s} {'pass':7s} {'torch ms':>9s} {'mpsc ms':>9s} {'ratio':>7s}")
@@ -157,6 +201,17 @@ def main():
             print(f"{row['workload']:26s} {label:7s} {fmt(t)} {fmt(m)} {qs:>7s}")
         if row["mpsc_error"]:
             print(f"  mpsc: {row['mpsc_error']}")
+    if rate:
+        print(f"\nFLOP floor at the machine's sgemm rate: torch.mm (OpenBLAS), {a.threads} threads, {rate:.1f} GFLOP/s")
+        print(f"{'workload':26s} {'GFLOP':>7s} {'floor ms':>9s} {'mpsc ms':>9s} {'x floor':>8s}")
+        for row in rows:
+            if row["floor_ms"] is None:
+                continue
+            q = row["floor_ratio"]
+            tgt = row["workload"] in CNN_WORKLOADS
+            qs = "n/a" if q is None else f"{q:5.2f}{(' ok' if q <= FLOOR_TARGET else '') if tgt else ''}"
+            print(f"{row['workload']:26s} {row['train_flops'] / 1e9:7.3f} {fmt(row['floor_ms'])} {fmt(row['mpsc_train_ms'])} {qs:>8s}")
+        print(f"(target: x floor <= {FLOOR_TARGET} on {', '.join(CNN_WORKLOADS)})")
 
 
 if __name__ == "__main__":

@@ -18,14 +18,14 @@ using clk = std::chrono::steady_clock;
 
 static double now_s() { return std::chrono::duration<double>(clk::now().time_since_epoch()).count(); }
 
-typedef float v8 __attribute__((vector_size(32)));
+typedef detail::vf vec;  // the micro-kernel's register: 16 floats with AVX-512, else 8
 
-// 12 independent FMA chains of 8 lanes per thread: the most a 2-FMA-pipe, 4-cycle-latency core can retire.
+// 12 independent FMA chains of VW lanes per thread: the most a 2-FMA-pipe, 4-cycle-latency core can retire.
 static double fma_peak_one(long iters) {
-  v8 m = {0.9999999f, 0.9999999f, 0.9999999f, 0.9999999f, 0.9999999f, 0.9999999f, 0.9999999f, 0.9999999f};
-  v8 c = {1e-8f, 1e-8f, 1e-8f, 1e-8f, 1e-8f, 1e-8f, 1e-8f, 1e-8f};
-  v8 a0 = m + 0.f, a1 = m + 1.f, a2 = m + 2.f, a3 = m + 3.f, a4 = m + 4.f, a5 = m + 5.f;
-  v8 a6 = m + 6.f, a7 = m + 7.f, a8 = m + 8.f, a9 = m + 9.f, a10 = m + 10.f, a11 = m + 11.f;
+  vec m = detail::splatv(0.9999999f);
+  vec c = detail::splatv(1e-8f);
+  vec a0 = m + 0.f, a1 = m + 1.f, a2 = m + 2.f, a3 = m + 3.f, a4 = m + 4.f, a5 = m + 5.f;
+  vec a6 = m + 6.f, a7 = m + 7.f, a8 = m + 8.f, a9 = m + 9.f, a10 = m + 10.f, a11 = m + 11.f;
   double t = now_s();
   for (long it = 0; it < iters; ++it) {
     a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c; a4 = a4 * m + c; a5 = a5 * m + c;
@@ -33,9 +33,9 @@ static double fma_peak_one(long iters) {
     __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
   }
   t = now_s() - t;
-  v8 s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+  vec s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
   if (s[0] == 12345.f) printf("!");
-  return 12.0 * 8 * 2 * iters / t / 1e9;
+  return 12.0 * VW * 2 * iters / t / 1e9;
 }
 
 static double fma_peak_sample(int threads) {
@@ -46,7 +46,7 @@ static double fma_peak_sample(int threads) {
   for (int i = 0; i < threads; ++i) th.emplace_back([&, i] { r[i] = fma_peak_one(iters); });
   for (auto& x : th) x.join();
   t = now_s() - t;
-  return 12.0 * 8 * 2 * iters * threads / t / 1e9;
+  return 12.0 * VW * 2 * iters * threads / t / 1e9;
 }
 
 // best of 5 samples: the machine may be shared, the peak is what the core can do when it gets a slot

@@ -68,6 +68,10 @@ function poolCases(): Case[] {
     { xs: [2, 3, 9, 8], k: [3, 3], s: [2, 2], p: [1, 1] },
     { xs: [3, 2, 8, 8], k: [2, 2], s: [2, 2], p: [0, 0] },
     { xs: [1, 4, 7, 5], k: [3, 2], s: [1, 2], p: [1, 0] },
+    // 2x2 / stride 2 fast path (vectorised rows): odd H and W, a row wider than the vectors, 28x28
+    { xs: [2, 3, 15, 11], k: [2, 2], s: [2, 2], p: [0, 0] },
+    { xs: [1, 2, 3, 37], k: [2, 2], s: [2, 2], p: [0, 0] },
+    { xs: [2, 5, 28, 28], k: [2, 2], s: [2, 2], p: [0, 0] },
   ];
   geos.forEach((g, i) => {
     const OH = Math.floor((g.xs[2] + 2 * g.p[0] - g.k[0]) / g.s[0]) + 1, OW = Math.floor((g.xs[3] + 2 * g.p[1] - g.k[1]) / g.s[1]) + 1;

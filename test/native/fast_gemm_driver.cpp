@@ -46,14 +46,26 @@ static void report(const char* kind, const std::string& name, double err, bool s
 /** runs f(part, nparts, ws) for every part on its own thread, each with a fresh aligned workspace */
 template <class F>
 static void run_parts(int nparts, size_t ws_bytes, F f) {
-  std::vector<std::vector<float>> ws(nparts, std::vector<float>(ws_bytes / 4 + 32, NAN));
+  // each part's block is followed by 256 guard bytes of a canary pattern: a kernel that writes past
+  // the scratch size it declared (conv2d_scratch_bytes / sgemm_workspace_bytes) stops the driver
+  const uint32_t canary = 0x7fc0dead;
+  const size_t guard = 64;
+  std::vector<std::vector<uint32_t>> ws(nparts, std::vector<uint32_t>(ws_bytes / 4 + 16 + guard, canary));
+  std::vector<float*> at(nparts);
+  for (int p = 0; p < nparts; ++p) at[p] = (float*)(((uintptr_t)ws[p].data() + 63) & ~uintptr_t(63));
   std::vector<std::thread> th;
-  for (int p = 0; p < nparts; ++p)
-    th.emplace_back([&, p] {
-      void* w = (void*)(((uintptr_t)ws[p].data() + 63) & ~uintptr_t(63));
-      f(p, nparts, w);
-    });
+  for (int p = 0; p < nparts; ++p) th.emplace_back([&, p] { f(p, nparts, (void*)at[p]); });
   for (auto& t : th) t.join();
+  for (int p = 0; p < nparts; ++p) {
+    const uint32_t* end = (const uint32_t*)((const char*)at[p] + ws_bytes);
+    const uint32_t* stop = ws[p].data() + ws[p].size();
+    for (const uint32_t* q = end; q < stop; ++q)
+      if (*q != canary) {
+        fprintf(stderr, "scratch overflow: a part wrote %zu bytes past its %zu-byte scratch\n",
+                (size_t)((const char*)q - (const char*)end) + 4, ws_bytes);
+        exit(3);
+      }
+  }
 }
 
 // ---------------------------------------------------------------- sgemm

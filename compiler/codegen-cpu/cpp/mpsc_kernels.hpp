@@ -413,6 +413,50 @@ inline double sum_f(const float* __restrict p, int64_t n) {
   return s;
 }
 
+/**
+ * sum_f of four rows at once: the same bits as four sum_f calls (same lanes, same order), with four
+ * independent accumulator chains in flight (sum_f alone waits on one chain of vector adds)
+ */
+inline void sum_f4(const float* __restrict p0, const float* __restrict p1, const float* __restrict p2, const float* __restrict p3, int64_t n,
+                   double* out) {
+  typedef float lanes_t __attribute__((vector_size(4 * LANES)));
+  lanes_t a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  const int64_t nb = n > 0 ? n / LANES * LANES : 0;
+  for (int64_t i = 0; i < nb; i += LANES) {
+    lanes_t v0, v1, v2, v3;
+    std::memcpy(&v0, p0 + i, sizeof v0);
+    std::memcpy(&v1, p1 + i, sizeof v1);
+    std::memcpy(&v2, p2 + i, sizeof v2);
+    std::memcpy(&v3, p3 + i, sizeof v3);
+    a0 += v0;
+    a1 += v1;
+    a2 += v2;
+    a3 += v3;
+  }
+  float l0[LANES], l1[LANES], l2[LANES], l3[LANES];
+  std::memcpy(l0, &a0, sizeof l0);
+  std::memcpy(l1, &a1, sizeof l1);
+  std::memcpy(l2, &a2, sizeof l2);
+  std::memcpy(l3, &a3, sizeof l3);
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  for (int64_t j = 0; j < LANES; j++) {
+    s0 += l0[j];
+    s1 += l1[j];
+    s2 += l2[j];
+    s3 += l3[j];
+  }
+  for (int64_t i = nb; i < n; i++) {
+    s0 += p0[i];
+    s1 += p1[i];
+    s2 += p2[i];
+    s3 += p3[i];
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+}
+
 /** sum of (p[i] - mu)^2 */
 inline double sum_sq_dev(const float* __restrict p, int64_t n, float mu) {
   float lane[LANES] = {};
@@ -441,6 +485,171 @@ inline double dot_dev(const float* __restrict g, const float* __restrict x, int6
   for (int64_t j = 0; j < LANES; j++) s += lane[j];
   for (int64_t i = nb; i < n; i++) s += (double)g[i] * (x[i] - mu);
   return s;
+}
+
+// ------------------------------------------------------------------ 2x2 / stride-2 max pooling
+// One output row from one pair of input rows, with 8- (or 4-) float vectors (GCC / Clang vector
+// extensions: even / odd lanes split by shuffles). The last vector of a row may overlap the one
+// before it (outputs are recomputed and rewritten with the same bits), so the output must not
+// alias the inputs; the memory plan guarantees that (a node's outputs never alias its inputs).
+// Same comparisons as the scalar kernels in pool.ts: forward m = max(m, v) from -inf in the order
+// (0,0) (0,1) (1,0) (1,1); gradient to the first maximum in that order (NaN: as the scalar code).
+// 8-float vectors where AVX registers hold them; otherwise (SSE, NEON) 4-float vectors only
+#if defined(__AVX__)
+#define MK_MP8 1
+typedef float mp_f8 __attribute__((vector_size(32)));
+typedef int32_t mp_i8 __attribute__((vector_size(32)));
+#else
+#define MK_MP8 0
+#endif
+typedef float mp_f4 __attribute__((vector_size(16)));
+typedef int32_t mp_i4 __attribute__((vector_size(16)));
+
+template <class V>
+inline V mp_load(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+inline void mp_store(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+#if MK_MP8
+/** even / odd floats of p[0, 16) */
+inline void mp_split(const float* p, mp_f8& ev, mp_f8& od) {
+  const mp_f8 lo = mp_load<mp_f8>(p), hi = mp_load<mp_f8>(p + 8);
+#if defined(__clang__)
+  ev = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14);
+  od = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15);
+#else
+  ev = __builtin_shuffle(lo, hi, mp_i8{0, 2, 4, 6, 8, 10, 12, 14});
+  od = __builtin_shuffle(lo, hi, mp_i8{1, 3, 5, 7, 9, 11, 13, 15});
+#endif
+}
+#endif
+inline void mp_split(const float* p, mp_f4& ev, mp_f4& od) {
+  const mp_f4 lo = mp_load<mp_f4>(p), hi = mp_load<mp_f4>(p + 4);
+#if defined(__clang__)
+  ev = __builtin_shufflevector(lo, hi, 0, 2, 4, 6);
+  od = __builtin_shufflevector(lo, hi, 1, 3, 5, 7);
+#else
+  ev = __builtin_shuffle(lo, hi, mp_i4{0, 2, 4, 6});
+  od = __builtin_shuffle(lo, hi, mp_i4{1, 3, 5, 7});
+#endif
+}
+/** p[2i] = ev[i], p[2i+1] = od[i] */
+#if MK_MP8
+inline void mp_merge(float* p, mp_f8 ev, mp_f8 od) {
+#if defined(__clang__)
+  mp_store(p, (mp_f8)__builtin_shufflevector(ev, od, 0, 8, 1, 9, 2, 10, 3, 11));
+  mp_store(p + 8, (mp_f8)__builtin_shufflevector(ev, od, 4, 12, 5, 13, 6, 14, 7, 15));
+#else
+  mp_store(p, __builtin_shuffle(ev, od, mp_i8{0, 8, 1, 9, 2, 10, 3, 11}));
+  mp_store(p + 8, __builtin_shuffle(ev, od, mp_i8{4, 12, 5, 13, 6, 14, 7, 15}));
+#endif
+}
+#endif
+inline void mp_merge(float* p, mp_f4 ev, mp_f4 od) {
+#if defined(__clang__)
+  mp_store(p, (mp_f4)__builtin_shufflevector(ev, od, 0, 4, 1, 5));
+  mp_store(p + 4, (mp_f4)__builtin_shufflevector(ev, od, 2, 6, 3, 7));
+#else
+  mp_store(p, __builtin_shuffle(ev, od, mp_i4{0, 4, 1, 5}));
+  mp_store(p + 4, __builtin_shuffle(ev, od, mp_i4{2, 6, 3, 7}));
+#endif
+}
+
+template <class V>
+inline void mp2_fwd_vec(const float* x0, const float* x1, float* y) {
+  V a, b, c, d;
+  mp_split(x0, a, b);
+  mp_split(x1, c, d);
+  V m = V{} - INFINITY;
+  m = m < a ? a : m;  // std::max(m, v)
+  m = m < b ? b : m;
+  m = m < c ? c : m;
+  m = m < d ? d : m;
+  mp_store(y, m);
+}
+inline void mp2_fwd_one(const float* x0, const float* x1, float* y) {
+  float m = -INFINITY;
+  m = std::max(m, x0[0]);
+  m = std::max(m, x0[1]);
+  m = std::max(m, x1[0]);
+  m = std::max(m, x1[1]);
+  *y = m;
+}
+template <class V>
+inline void mp2_grad_vec(const float* x0, const float* x1, const float* dy, float* d0, float* d1) {
+  V a, b, c, d;
+  mp_split(x0, a, b);
+  mp_split(x1, c, d);
+  const V g = mp_load<V>(dy), z = V{};
+  V m = a;
+  const auto s1 = b > m;
+  m = s1 ? b : m;
+  const auto s2 = c > m;
+  m = s2 ? c : m;
+  const auto s3 = d > m;
+  mp_merge(d0, (s1 | s2 | s3) ? z : g, (s1 & ~(s2 | s3)) ? g : z);
+  mp_merge(d1, (s2 & ~s3) ? g : z, s3 ? g : z);
+}
+inline void mp2_grad_one(const float* x0, const float* x1, const float* dy, float* d0, float* d1) {
+  const float a = x0[0], b = x0[1], c = x1[0], d = x1[1], g = *dy;
+  float m = a;
+  const bool s1 = b > m;
+  m = s1 ? b : m;
+  const bool s2 = c > m;
+  m = s2 ? c : m;
+  const bool s3 = d > m;
+  d0[0] = (s1 | s2 | s3) ? 0.0f : g;
+  d0[1] = (s1 & !(s2 | s3)) ? g : 0.0f;
+  d1[0] = (s2 & !s3) ? g : 0.0f;
+  d1[1] = s3 ? g : 0.0f;
+}
+
+/** y[0, OW) = 2x2 maxima of input rows x0, x1 (reads x0[0, 2*OW), x1[0, 2*OW)) */
+template <int64_t OW>
+inline void maxpool2x2_row(const float* x0, const float* x1, float* y) {
+#if MK_MP8
+  if constexpr (OW >= 8) {
+    for (int64_t o = 0; o + 8 <= OW; o += 8) mp2_fwd_vec<mp_f8>(x0 + 2 * o, x1 + 2 * o, y + o);
+    if constexpr (OW % 8 != 0) mp2_fwd_vec<mp_f8>(x0 + 2 * (OW - 8), x1 + 2 * (OW - 8), y + OW - 8);
+    return;
+  }
+#endif
+  if constexpr (OW >= 4) {
+    for (int64_t o = 0; o + 4 <= OW; o += 4) mp2_fwd_vec<mp_f4>(x0 + 2 * o, x1 + 2 * o, y + o);
+    if constexpr (OW % 4 != 0) mp2_fwd_vec<mp_f4>(x0 + 2 * (OW - 4), x1 + 2 * (OW - 4), y + OW - 4);
+  } else {
+    for (int64_t o = 0; o < OW; o++) mp2_fwd_one(x0 + 2 * o, x1 + 2 * o, y + o);
+  }
+}
+
+/** d0[0, 2*OW), d1[0, 2*OW) = gradient of the 2x2 maxima of rows x0, x1 for dy[0, OW): each element written once */
+template <int64_t OW>
+inline void maxpool2x2_grad_row(const float* x0, const float* x1, const float* dy, float* d0, float* d1) {
+#if MK_MP8
+  if constexpr (OW >= 8) {
+    for (int64_t o = 0; o + 8 <= OW; o += 8) mp2_grad_vec<mp_f8>(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
+    if constexpr (OW % 8 != 0) {
+      constexpr int64_t o = OW - 8;
+      mp2_grad_vec<mp_f8>(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
+    }
+    return;
+  }
+#endif
+  if constexpr (OW >= 4) {
+    for (int64_t o = 0; o + 4 <= OW; o += 4) mp2_grad_vec<mp_f4>(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
+    if constexpr (OW % 4 != 0) {
+      constexpr int64_t o = OW - 4;
+      mp2_grad_vec<mp_f4>(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
+    }
+  } else {
+    for (int64_t o = 0; o < OW; o++) mp2_grad_one(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
+  }
 }
 
 // ------------------------------------------------------------------ small math

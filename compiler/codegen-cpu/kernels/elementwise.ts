@@ -131,9 +131,26 @@ const COPY = tpl(`  const float* x = {{x}};
   if ((const void*)x != (const void*)y) std::memmove(y, x, sizeof(float) * {{n}});
 `);
 
+// large copies (flatten of an activation): disjoint buffers (the memory plan never overlaps a node's
+// output with its input) copied in 4096-float blocks split over the threads; overlap falls back to memmove
+const COPY_PAR = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  if ((const void*)x == (const void*)y) return 0;
+  if (x < y + {{n}} && y < x + {{n}}) {
+    std::memmove(y, x, sizeof(float) * {{n}});
+    return 0;
+  }
+  mk::par(ctx, {{blocks}}, 2, [&](int64_t b, int64_t e) {
+    const int64_t i0 = b * 4096, i1 = std::min<int64_t>(e * 4096, {{n}});
+    std::memcpy(y + i0, x + i0, sizeof(float) * (i1 - i0));
+  });
+`);
+
 export const reshape: KernelEmitter = (k) => {
   if (prod(k.inShape(0)) !== prod(k.outShape(0))) k.fail('reshape changes the element count');
-  return COPY({ x: k.inPtr(0), y: k.outPtr(0), n: prod(k.inShape(0)) });
+  const n = prod(k.inShape(0));
+  if (n >= 4 * PAR_MIN) return COPY_PAR({ x: k.inPtr(0), y: k.outPtr(0), n, blocks: Math.ceil(n / 4096) });
+  return COPY({ x: k.inPtr(0), y: k.outPtr(0), n });
 };
 
 const SUM_TO = tpl(`  const float* x = {{x}};
@@ -159,10 +176,21 @@ const SUM_TO = tpl(`  const float* x = {{x}};
 
 const SUM_BLOCK = tpl(`  const float* x = {{x}};
   float* y = {{y}};
-  mk::par(ctx, {{mid}}, 64, [&](int64_t b, int64_t e) {
+  mk::par(ctx, {{mid}}, {{minPar}}, [&](int64_t b, int64_t e) {
     for (int64_t m = b; m < e; m++) {
       double s = 0.0;
-      for (int64_t o = 0; o < {{outer}}; o++) s += mk::sum_f(x + (o * {{mid}} + m) * {{inner}}, {{inner}});
+      int64_t o = 0;
+      // rows o..o+3 at once (sum_f4: the same bits as sum_f per row), added to s in row order
+      for (; o + 4 <= {{outer}}; o += 4) {
+        double r[4];
+        const float* p = x + (o * {{mid}} + m) * {{inner}};
+        mk::sum_f4(p, p + {{mid}} * {{inner}}, p + 2 * {{mid}} * {{inner}}, p + 3 * {{mid}} * {{inner}}, {{inner}}, r);
+        s += r[0];
+        s += r[1];
+        s += r[2];
+        s += r[3];
+      }
+      for (; o < {{outer}}; o++) s += mk::sum_f(x + (o * {{mid}} + m) * {{inner}}, {{inner}});
       y[m] = (float)s;
     }
   });
@@ -189,7 +217,11 @@ export const sum_to: KernelEmitter = (k) => {
   const kept = strides.map((st, i) => st !== 0 || xs[i] === 1);
   const a = kept.indexOf(true), b = kept.lastIndexOf(true) + 1;
   if (a >= 0 && kept.slice(a, b).every(Boolean) && prod(xs.slice(a, b)) === ny) {
-    return SUM_BLOCK({ x: k.inPtr(0), y: k.outPtr(0), outer: prod(xs.slice(0, a)), mid: ny, inner: prod(xs.slice(b)) });
+    // each y[m] is summed by one thread in a fixed order, so any split gives the same bits: split
+    // as soon as the whole reduction is worth it (conv bias grads have few channels but large planes)
+    const outer = prod(xs.slice(0, a)), inner = prod(xs.slice(b));
+    const minPar = nx >= PAR_MIN ? 2 : 64;
+    return SUM_BLOCK({ x: k.inPtr(0), y: k.outPtr(0), outer, mid: ny, inner, minPar });
   }
   if (xs.length === 0) return COPY({ x: k.inPtr(0), y: k.outPtr(0), n: 1 });
   return SUM_TO({ x: k.inPtr(0), y: k.outPtr(0), rank: xs.length, dims: xs.join(', '), sy: strides.join(', '), nx, ny });

@@ -132,18 +132,71 @@ const MAXPOOL_GRAD_TILED = tpl(`  const float* dy = {{dy}};
   });
 `);
 
+// 2x2 windows, stride 2, no padding (the common case): a pair of input rows per output row, vectorised
+// in mpsc_kernels.hpp (maxpool2x2_row / maxpool2x2_grad_row: same comparisons, order and tie rule).
+// The gradient writes every dx element once: the rows pooled by the helper, then the zero column /
+// row a ragged plane (odd W / H) leaves uncovered.
+const MAXPOOL_2X2 = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mk::par(ctx, {{NC}}, 8, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      const float* xp = x + pl * {{H}} * {{W}};
+      float* yp = y + pl * {{OH}} * {{OW}};
+      for (int64_t oh = 0; oh < {{OH}}; oh++) {
+        const float* x0 = xp + 2 * oh * {{W}};
+        mk::maxpool2x2_row<{{OW}}>(x0, x0 + {{W}}, yp + oh * {{OW}});
+      }
+    }
+  });
+`);
+
+const MAXPOOL_GRAD_2X2 = tpl(`  const float* dy = {{dy}};
+  const float* x = {{x}};
+  float* dx = {{dx}};
+  mk::par(ctx, {{NC}}, 8, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; pl++) {
+      const float* xp = x + pl * {{H}} * {{W}};
+      const float* dyp = dy + pl * {{OH}} * {{OW}};
+      float* dxp = dx + pl * {{H}} * {{W}};
+      for (int64_t oh = 0; oh < {{OH}}; oh++) {
+        const int64_t r = 2 * oh * {{W}};
+        mk::maxpool2x2_grad_row<{{OW}}>(xp + r, xp + r + {{W}}, dyp + oh * {{OW}}, dxp + r, dxp + r + {{W}});
+{{#if raggedW}}
+        dxp[r + {{W}} - 1] = 0.0f;
+        dxp[r + 2 * {{W}} - 1] = 0.0f;
+{{/if}}
+      }
+{{#if raggedH}}
+      std::memset(dxp + 2 * {{OH}} * {{W}}, 0, sizeof(float) * {{W}});
+{{/if}}
+    }
+  });
+`);
+
 function tiled(g: ReturnType<typeof geometry>): boolean {
   return g.sh === g.KH && g.sw === g.KW && g.ph === 0 && g.pw === 0;
 }
 
+/** tiled 2x2 windows with at least one output per plane (H, W >= 2) */
+function tiled2x2(g: ReturnType<typeof geometry>): boolean {
+  return tiled(g) && g.KH === 2 && g.KW === 2 && g.OH >= 1 && g.OW >= 1;
+}
+
 export const maxpool2d: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(0));
-  return (tiled(g) ? MAXPOOL_TILED : MAXPOOL)({ ...g, x: k.inPtr(0), y: k.outPtr(0) });
+  const vm = { ...g, x: k.inPtr(0), y: k.outPtr(0) };
+  if (tiled2x2(g)) return MAXPOOL_2X2(vm);
+  return (tiled(g) ? MAXPOOL_TILED : MAXPOOL)(vm);
 };
 export const maxpool2d_grad: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(1));
   const ragged = g.OH * g.KH !== g.H || g.OW * g.KW !== g.W;
-  return (tiled(g) ? MAXPOOL_GRAD_TILED : MAXPOOL_GRAD)({ ...g, ragged, dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0) });
+  const vm = { ...g, ragged, dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0) };
+  if (tiled2x2(g)) {
+    // 2 * OW = W - 1 when W is odd: one uncovered column (likewise one row for odd H)
+    return MAXPOOL_GRAD_2X2({ ...vm, raggedW: 2 * g.OW !== g.W, raggedH: 2 * g.OH !== g.H });
+  }
+  return (tiled(g) ? MAXPOOL_GRAD_TILED : MAXPOOL_GRAD)(vm);
 };
 export const avgpool2d: KernelEmitter = (k) => AVGPOOL({ ...geometry(k, k.inShape(0)), x: k.inPtr(0), y: k.outPtr(0) });
 export const avgpool2d_grad: KernelEmitter = (k) => AVGPOOL_GRAD({ ...geometry(k, k.shape('x_shape')), dy: k.inPtr(0), dx: k.outPtr(0) });

@@ -293,13 +293,28 @@ inline void wide_fill(const Conv2dShape& s, const Wide& w, const float* xg, int6
   }
 }
 
-/** packed B block of the wide forward GEMM: rows p in [pc, pc+kc), wide columns [jc, jc+nc) of a band */
+/** packed B block of the wide forward GEMM: rows p in [pc, pc+kc), wide columns [jc, jc+nc) of a band
+ *  (panel by panel, so the packed block is written sequentially) */
 inline void wide_packed(const Conv2dShape& s, const Wide& w, const float* band, int64_t plane, int64_t pc, int64_t kc,
                         int64_t jc, int64_t nc, float* __restrict dst) {
   const int64_t KK = s.KH * s.KW;
+  const float* src[KC];
   for (int64_t p = pc; p < pc + kc; ++p) {
     const int64_t c = p / KK, kh = (p / s.KW) % s.KH, kw = p % s.KW;
-    scatter_row_to_panels(band + c * plane + kh * s.dh * w.Wp + kw * s.dw + jc, nc, kc, p - pc, dst);
+    src[p - pc] = band + c * plane + kh * s.dh * w.Wp + kw * s.dw + jc;
+  }
+  int64_t jr = 0;
+  for (; jr + NR <= nc; jr += NR) {
+    float* d = dst + jr * kc;
+    for (int64_t r = 0; r < kc; ++r) copy_nr(d + r * NR, src[r] + jr);
+  }
+  if (jr < nc) {
+    float* d = dst + jr * kc;
+    for (int64_t r = 0; r < kc; ++r) {
+      int64_t c = 0;
+      for (; c < nc - jr; ++c) d[r * NR + c] = src[r][jr + c];
+      for (; c < NR; ++c) d[r * NR + c] = 0.0f;
+    }
   }
 }
 
@@ -515,7 +530,7 @@ inline void direct_rows(const float* img, const int64_t* off, int64_t Kd, const 
 
 inline int64_t direct_forward_floats(const Conv2dShape& s) {
   const Wide w = wide_dims(s);
-  return (s.C / s.groups) * direct_plane(w, s) + 4 * direct_len(w, s) + align16((s.C / s.groups) * s.KH * s.KW);
+  return (s.C / s.groups) * direct_plane(w, s) + 4 * direct_len(w, s) + align16(2 * (s.C / s.groups) * s.KH * s.KW);  // + Kd int64 offsets
 }
 
 /** forward for direct_ok shapes, share `part` of nparts: items (image, group); y fully written */
@@ -567,7 +582,7 @@ inline void direct_forward_part(const Conv2dShape& s, const float* x, const floa
 inline int64_t direct_grad_weight_floats(const Conv2dShape& s) {
   const ConvDims d = conv_dims(s);
   const Wide w = wide_dims(s);
-  return d.Cg * direct_plane(w, s) + direct_len(w, s) + align16(d.Og * d.Kd) + align16(d.Kd);
+  return d.Cg * direct_plane(w, s) + direct_len(w, s) + align16(d.Og * d.Kd) + align16(2 * d.Kd);  // + Kd int64 offsets
 }
 
 /** sum of the VW lanes of v in lane order */
