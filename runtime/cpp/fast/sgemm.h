@@ -130,6 +130,17 @@ static inline vf maxv(vf a, vf b) {
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+/**
+ * depth of the K blocks of a K-long product: K split into ceil(K/KC) blocks of equal depth (the
+ * last may be shorter), e.g. 288 -> 144 + 144 rather than 256 + 32, so no block is a short tail
+ * that pays a full pass over C. Always <= KC; depends on K only, so results do not depend on nparts.
+ */
+inline int64_t kc_step(int64_t K) {
+  if (K <= KC) return K > 0 ? K : 1;
+  const int64_t nb = (K + KC - 1) / KC;
+  return (K + nb - 1) / nb;
+}
+
 /** floats of packed A and packed B for one part (each rounded to 16 floats = 64 bytes) */
 inline int64_t packed_a_floats(int64_t M, int64_t K) {
   return round_up(round_up(std::min(M, MC), MR) * std::min(K, KC), 16);
@@ -374,10 +385,11 @@ inline float* thread_workspace(int64_t floats) {
 template <class PackA, class PackB>
 inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, int64_t nc_max, float alpha,
                         float beta, float* C, int64_t ldc, const Epilogue& e, PackA&& packA, PackB&& packB) {
+  const int64_t step = kc_step(K);
   for (int64_t jc = n0; jc < n1; jc += nc_max) {
     const int64_t nc = std::min(nc_max, n1 - jc);
-    for (int64_t pc = 0; pc < K; pc += KC) {
-      const int64_t kc = std::min(KC, K - pc);
+    for (int64_t pc = 0; pc < K; pc += step) {
+      const int64_t kc = std::min(step, K - pc);
       const float* Bp = packB(pc, kc, jc, nc);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = std::min(MC, m1 - ic);
@@ -420,13 +432,14 @@ inline int64_t packed_a_all_floats(int64_t M, int64_t K) { return round_up(round
 
 /**
  * Packs all of op(A) (M x K) so gemm_driver can reuse it: block (ic, pc) lives at
- * dst + ic*K + round_up(mc, MR)*pc (every block but the last in each direction is full).
+ * dst + ic*K + round_up(mc, MR)*pc (K blocks of kc_step(K); every block but the last in each
+ * direction is full).
  */
 inline void pack_a_all(bool transA, const float* A, int64_t lda, int64_t M, int64_t K, float* dst) {
   for (int64_t ic = 0; ic < M; ic += MC) {
     const int64_t mc = std::min(MC, M - ic);
-    for (int64_t pc = 0; pc < K; pc += KC) {
-      const int64_t kc = std::min(KC, K - pc);
+    for (int64_t pc = 0; pc < K; pc += kc_step(K)) {
+      const int64_t kc = std::min(kc_step(K), K - pc);
       pack_a(transA, A, lda, ic, mc, pc, kc, dst + ic * K + round_up(mc, MR) * pc);
     }
   }
