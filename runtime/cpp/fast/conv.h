@@ -582,7 +582,7 @@ inline void direct_forward_part(const Conv2dShape& s, const float* x, const floa
 inline int64_t direct_grad_weight_floats(const Conv2dShape& s) {
   const ConvDims d = conv_dims(s);
   const Wide w = wide_dims(s);
-  return d.Cg * direct_plane(w, s) + direct_len(w, s) + align16(d.Og * d.Kd) + align16(2 * d.Kd);  // + Kd int64 offsets
+  return d.Cg * direct_plane(w, s) + 4 * direct_len(w, s) + align16(d.Og * d.Kd * VW) + align16(2 * d.Kd);  // + Kd int64 offsets
 }
 
 /** sum of the VW lanes of v in lane order */
@@ -594,9 +594,9 @@ inline float lane_sum(vf v) {
 
 /**
  * dw for direct_ok shapes (sum over the batch), share `part` of nparts: parts split the output
- * channels. Per (image, o, p) one dot product of dy (in wide columns, 0 on dropped columns) with
- * the shifted padded image, in a fixed lane and chunk order, summed over images in order: every
- * element has one fixed order whatever nparts is.
+ * channels. Per (image, o, p) a VW-lane dot product of dy (in wide columns, 0 on dropped columns)
+ * with the shifted padded image, added lane-wise into a VW-float partial per (o, p) over images in
+ * order; the lanes are summed once at the end. Every element has one fixed order whatever nparts is.
  */
 inline void direct_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
                                     int nparts, void* scratch) {
@@ -604,38 +604,56 @@ inline void direct_grad_weight_part(const Conv2dShape& s, const float* dy, const
   const Wide wd = wide_dims(s);
   const int64_t plane = direct_plane(wd, s), len = direct_len(wd, s), OW = s.OW;
   float* img = align64(scratch);
-  float* dyw = img + d.Cg * plane;  // one dy plane in wide columns
-  float* acc = dyw + len;           // [o][p] sums over images
-  int64_t* off = reinterpret_cast<int64_t*>(acc + align16(d.Og * d.Kd));
+  float* dyw = img + d.Cg * plane;  // 4 dy planes in wide columns
+  float* acc = dyw + 4 * len;           // [o][p] VW-lane partial sums over images and chunks
+  int64_t* off = reinterpret_cast<int64_t*>(acc + align16(d.Og * d.Kd * VW));
   for (int64_t p = 0; p < d.Kd; ++p) off[p] = direct_off(s, wd, plane, p);
   int64_t r0, r1;
   share(s.groups * d.Og, part, nparts, r0, r1);
   for (int64_t g = 0; g < s.groups; ++g) {
     const int64_t o0 = std::max(r0, g * d.Og) - g * d.Og, o1 = std::min(r1, (g + 1) * d.Og) - g * d.Og;
     if (o1 <= o0) continue;
-    for (int64_t i = 0; i < (o1 - o0) * d.Kd; ++i) acc[i] = 0.0f;
+    for (int64_t i = 0; i < (o1 - o0) * d.Kd * VW; ++i) acc[i] = 0.0f;
     for (int64_t n = 0; n < s.N; ++n) {
       wide_fill(s, wd, x + (n * s.C + g * d.Cg) * d.HW, 0, d.Cg, 0, s.OH, plane, img);
-      for (int64_t o = o0; o < o1; ++o) {
-        const float* dyo = dy + (n * s.O + g * d.Og + o) * d.P;
-        memset(dyw, 0, (size_t)len * sizeof(float));
-        for (int64_t oh = 0; oh < s.OH; ++oh) memcpy(dyw + oh * wd.Wp, dyo + oh * OW, (size_t)OW * sizeof(float));
-        float* ao = acc + (o - o0) * d.Kd;
+      for (int64_t ob = o0; ob < o1; ob += 4) {
+        // up to 4 output channels at once: each chunk of the shifted image is loaded once for all 4
+        const int64_t nb = std::min<int64_t>(4, o1 - ob);
+        for (int64_t i = 0; i < 4; ++i) {
+          float* dr = dyw + i * len;
+          memset(dr, 0, (size_t)len * sizeof(float));
+          if (i >= nb) continue;
+          const float* dyo = dy + (n * s.O + g * d.Og + ob + i) * d.P;
+          for (int64_t oh = 0; oh < s.OH; ++oh) memcpy(dr + oh * wd.Wp, dyo + oh * OW, (size_t)OW * sizeof(float));
+        }
+        const float *d0 = dyw, *d1 = dyw + len, *d2 = dyw + 2 * len, *d3 = dyw + 3 * len;
+        // columns in chunks of 512 so the 4 dy rows and the image slices stay in L1 across p
+        for (int64_t j0 = 0; j0 < len; j0 += 512)
         for (int64_t p = 0; p < d.Kd; ++p) {
           const float* src = img + off[p];
-          vf a0 = splatv(0.0f), a1 = a0, a2 = a0, a3 = a0;
-          for (int64_t j = 0; j < len; j += 4 * VW) {
-            a0 += loadv(dyw + j) * loadv(src + j);
-            a1 += loadv(dyw + j + VW) * loadv(src + j + VW);
-            a2 += loadv(dyw + j + 2 * VW) * loadv(src + j + 2 * VW);
-            a3 += loadv(dyw + j + 3 * VW) * loadv(src + j + 3 * VW);
+          const int64_t j1 = std::min<int64_t>(len, j0 + 512);
+          vf a0 = splatv(0.0f), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+          for (int64_t j = j0; j < j1; j += 2 * VW) {
+            const vf x0 = loadv(src + j), x1 = loadv(src + j + VW);
+            a0 += loadv(d0 + j) * x0;
+            b0 += loadv(d0 + j + VW) * x1;
+            a1 += loadv(d1 + j) * x0;
+            b1 += loadv(d1 + j + VW) * x1;
+            a2 += loadv(d2 + j) * x0;
+            b2 += loadv(d2 + j + VW) * x1;
+            a3 += loadv(d3 + j) * x0;
+            b3 += loadv(d3 + j + VW) * x1;
           }
-          ao[p] += lane_sum((a0 + a1) + (a2 + a3));
+          const vf sums[4] = {a0 + b0, a1 + b1, a2 + b2, a3 + b3};
+          for (int64_t i = 0; i < nb; ++i) {
+            float* ap = acc + ((ob + i - o0) * d.Kd + p) * VW;
+            storev(ap, loadv(ap) + sums[i]);
+          }
         }
       }
     }
     for (int64_t o = o0; o < o1; ++o)
-      for (int64_t p = 0; p < d.Kd; ++p) dw[(g * d.Og + o) * d.Kd + p] = acc[(o - o0) * d.Kd + p];
+      for (int64_t p = 0; p < d.Kd; ++p) dw[(g * d.Og + o) * d.Kd + p] = lane_sum(loadv(acc + ((o - o0) * d.Kd + p) * VW));
   }
 }
 
