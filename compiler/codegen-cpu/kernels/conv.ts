@@ -1,6 +1,7 @@
 /**
  * conv2d, conv2d_grad_input and conv2d_grad_weight through the fast core
- * (runtime/cpp/fast/conv.h): im2col generated straight into packed GEMM panels, one part per
+ * (runtime/cpp/fast/conv.h, which picks the method per shape: direct kernels, the stride-1
+ * "wide"-row implicit GEMM, or im2col generated straight into packed GEMM panels), one part per
  * pool thread with its own scratch block (mk::run_parts, reserved once and reused), bias and
  * (when the fusion pass folded the following relu in: KernelCtx.fuseRelu) relu in the
  * forward GEMM's epilogue. Results are the same bits for any thread count.
