@@ -219,6 +219,23 @@ inline void im2col_packed_t(const Conv2dShape& s, const float* xg, int64_t pc, i
   }
 }
 
+/**
+ * The block [o0, o1) x [p0, p1) of group g's dW (Og x Kd) inside the share [r0, r1) of the
+ * grad-weight items, which number groups*Og (split_o) or groups*Kd; false when it is empty.
+ */
+inline bool dw_block(const ConvDims& d, int64_t g, bool split_o, int64_t r0, int64_t r1, int64_t& o0, int64_t& o1,
+                     int64_t& p0, int64_t& p1) {
+  o0 = 0, o1 = d.Og, p0 = 0, p1 = d.Kd;
+  if (split_o) {
+    o0 = std::max(r0, g * d.Og) - g * d.Og;
+    o1 = std::min(r1, (g + 1) * d.Og) - g * d.Og;
+  } else {
+    p0 = std::max(r0, g * d.Kd) - g * d.Kd;
+    p1 = std::min(r1, (g + 1) * d.Kd) - g * d.Kd;
+  }
+  return p1 > p0 && o1 > o0;
+}
+
 /** [b, e) = share `part` of n items */
 inline void share(int64_t n, int part, int nparts, int64_t& b, int64_t& e) {
   if (nparts < 1) nparts = 1;
@@ -425,15 +442,8 @@ inline void wide_grad_weight_part(const Conv2dShape& s, const float* dy, const f
   int64_t r0, r1;
   share(s.groups * (split_o ? d.Og : d.Kd), part, nparts, r0, r1);
   for (int64_t g = 0; g < s.groups; ++g) {
-    int64_t o0 = 0, o1 = d.Og, p0 = 0, p1 = d.Kd;
-    if (split_o) {
-      o0 = std::max(r0, g * d.Og) - g * d.Og;
-      o1 = std::min(r1, (g + 1) * d.Og) - g * d.Og;
-    } else {
-      p0 = std::max(r0, g * d.Kd) - g * d.Kd;
-      p1 = std::min(r1, (g + 1) * d.Kd) - g * d.Kd;
-    }
-    if (p1 <= p0 || o1 <= o0) continue;
+    int64_t o0, o1, p0, p1;
+    if (!dw_block(d, g, split_o, r0, r1, o0, o1, p0, p1)) continue;
     float* dwg = dw + g * d.Og * d.Kd;
     if (s.N <= 0) {
       for (int64_t o = o0; o < o1; ++o) memset(dwg + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
@@ -834,15 +844,8 @@ inline void im2col_grad_weight_part_rows(const Conv2dShape& s, DyRows&& dy_rows,
   int64_t r0, r1;
   share(s.groups * (split_o ? d.Og : d.Kd), part, nparts, r0, r1);
   for (int64_t g = 0; g < s.groups; ++g) {
-    int64_t o0 = 0, o1 = d.Og, p0 = 0, p1 = d.Kd;
-    if (split_o) {
-      o0 = std::max(r0, g * d.Og) - g * d.Og;
-      o1 = std::min(r1, (g + 1) * d.Og) - g * d.Og;
-    } else {
-      p0 = std::max(r0, g * d.Kd) - g * d.Kd;
-      p1 = std::min(r1, (g + 1) * d.Kd) - g * d.Kd;
-    }
-    if (p1 <= p0 || o1 <= o0) continue;
+    int64_t o0, o1, p0, p1;
+    if (!dw_block(d, g, split_o, r0, r1, o0, o1, p0, p1)) continue;
     float* dwg = dw + g * d.Og * d.Kd;  // Og x Kd; this part writes [o0, o1) x [p0, p1)
     if (s.N <= 0 || d.P <= 0) {
       for (int64_t o = o0; o < o1; ++o) memset(dwg + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
