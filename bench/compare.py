@@ -3,7 +3,7 @@
 For each round, runs PyTorch (train steps: ../shared/bench/torch_ref.py; eval forward: bench/torch_forward.py)
 and then `node bin/mpsc.js bench bench/<workload>.model --threads T --json` for each workload, all with the same
 thread count (OMP_NUM_THREADS=T for torch). Prints per workload: torch ms, mpsc ms, ratio mpsc/torch (median over
-rounds), for the train step and for the forward pass. Stdlib only (runs under /usr/bin/python3).
+rounds; with several rounds also each round's own ratio), for the train step and for the forward pass. Stdlib only (runs under /usr/bin/python3).
 
 mpsc bench --json: the train-step median is read from train.median_ms (also accepted: any numeric leaf whose
 key path mentions "train" and "median"); the forward median from eval.median_ms (or a path with "eval"/"forward"
@@ -182,6 +182,10 @@ def main():
                "torch_forward_ms": med(e["torch_fwd"]), "mpsc_forward_ms": med(e["mpsc_fwd"]), "mpsc_error": e["why"]}
         row["train_ratio"] = ratio(row["mpsc_train_ms"], row["torch_train_ms"])
         row["forward_ratio"] = ratio(row["mpsc_forward_ms"], row["torch_forward_ms"])
+        # per-round ratios (torch and mpsc of one round ran minutes apart at most): their spread is the
+        # honest error bar of the ratio on a machine whose speed drifts
+        row["train_ratio_rounds"] = [m / t for m, t in zip(e["mpsc_train"], e["torch_train"]) if t]
+        row["forward_ratio_rounds"] = [m / t for m, t in zip(e["mpsc_fwd"], e["torch_fwd"]) if t]
         row["train_flops"] = FLOPS.get(w)
         row["floor_ms"] = row["train_flops"] / (rate * 1e9) * 1e3 if rate and row["train_flops"] else None
         row["floor_ratio"] = ratio(row["mpsc_train_ms"], row["floor_ms"])
@@ -191,14 +195,16 @@ def main():
                           "floor_target": FLOOR_TARGET, "workloads": rows}))
         return
     print(f"threads={a.threads} rounds={a.rounds} (ratio = mpsc/torch, target <= {TARGET})")
-    print(f"{'workload':26s} {'pass':7s} {'torch ms':>9s} {'mpsc ms':>9s} {'ratio':>7s}")
+    print(f"{'workload':26s} {'pass':7s} {'torch ms':>9s} {'mpsc ms':>9s} {'ratio':>7s}  per-round ratios")
     for row in rows:
-        for label, t, m, q in (("train", row["torch_train_ms"], row["mpsc_train_ms"], row["train_ratio"]),
-                               ("forward", row["torch_forward_ms"], row["mpsc_forward_ms"], row["forward_ratio"])):
+        for label, t, m, q, qr in (
+                ("train", row["torch_train_ms"], row["mpsc_train_ms"], row["train_ratio"], row["train_ratio_rounds"]),
+                ("forward", row["torch_forward_ms"], row["mpsc_forward_ms"], row["forward_ratio"], row["forward_ratio_rounds"])):
             if t is None and m is None:
                 continue
             qs = "n/a" if q is None else f"{q:6.2f}{' ok' if q <= TARGET else ''}"
-            print(f"{row['workload']:26s} {label:7s} {fmt(t)} {fmt(m)} {qs:>7s}")
+            rs = " ".join(f"{x:.2f}" for x in qr) if len(qr) > 1 else ""
+            print(f"{row['workload']:26s} {label:7s} {fmt(t)} {fmt(m)} {qs:>7s}  {rs}")
         if row["mpsc_error"]:
             print(f"  mpsc: {row['mpsc_error']}")
     if rate:
