@@ -12,8 +12,9 @@ import { countFlops } from '../compiler/ir/flops.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import { planReluFusion } from '../compiler/codegen-cpu/fuse_relu.js';
+import { planReluGradFusion } from '../compiler/codegen-cpu/fuse_relu_grad.js';
 import { planInputReshapeAliases } from '../compiler/codegen-cpu/alias_reshape.js';
-import type { Program } from '../compiler/ir/graph.js';
+import { type Program, valueBytes } from '../compiler/ir/graph.js';
 import { syntheticBatch } from '../runtime/bench.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -90,6 +91,57 @@ describe('relu fusion plan', () => {
     expect(code).toMatch(/train_step node \d+: linear _ relu _fused_/);
     const off = generateCpuModel(ps, { fuse: false }).files['model.cc'];
     expect(off).not.toMatch(/_fused_/);
+  });
+});
+
+describe('relu-grad folded into the pooling gradient (fuse_relu_grad.ts)', () => {
+  it('folds the relu-grad after the global-avgpool grad of the seed CNN, masked by the fused relu output', async () => {
+    const { ps } = await programs('bench/seed_cnn_b32_64px_adam.model');
+    const p = ps.train_step;
+    const plan = planReluFusion(p, p.plan!.offsets);
+    planReluGradFusion(p, p.plan!.offsets, plan);
+    const P = p.graph.nodes.find((n) => n.op === 'global_avgpool_grad')!;
+    const U = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])!;
+    expect(plan.skip.has(U.id)).toBe(true);
+    expect(plan.fused.get(P.id)).toBe(U.outputs[0]);
+    // the mask is what the relu-grad would have read (the fused relu's output after fuse_relu's redirect)
+    expect(plan.reluMask.get(P.id)).toBe(plan.redirect.get(U.id)?.get(1) ?? U.inputs[1]);
+    const code = generateCpuModel(ps).files['model.cc'];
+    expect(code).toMatch(/train_step node \d+: global_avgpool_grad _ relu-grad _fused_/);
+    expect(code).not.toMatch(new RegExp(`train_step node ${U.id}: unary_grad`));
+  });
+
+  it('does not fold when the relu-grad output would overwrite what the pool grad still reads', async () => {
+    const { ps } = await programs('bench/seed_cnn_b32_64px_adam.model');
+    const p = ps.train_step;
+    const P = p.graph.nodes.find((n) => n.op === 'global_avgpool_grad')!;
+    const U = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])!;
+    const plan = planReluFusion(p, p.plan!.offsets);
+    const mask = plan.redirect.get(U.id)?.get(1) ?? U.inputs[1];
+    // put dx over the second half of the mask: the kernel would overwrite mask values before reading them
+    const off = [...p.plan!.offsets];
+    off[U.outputs[0]] = off[mask] + 4096;
+    planReluGradFusion(p, off, plan);
+    expect(plan.reluMask.size).toBe(0);
+    expect(plan.skip.has(U.id)).toBe(false);
+  });
+
+  it('leaves LeNet alone: its relu-grads are planned over the max-pool input that the pool grad reads', async () => {
+    const { ps } = await programs('bench/mnist_cnn_b64_sgdm.model');
+    const p = ps.train_step;
+    const plan = planReluFusion(p, p.plan!.offsets);
+    planReluGradFusion(p, p.plan!.offsets, plan);
+    const off = p.plan!.offsets;
+    const bytes = (id: number) => valueBytes(p.graph.values[id]);
+    const pools = p.graph.nodes.filter((n) => n.op === 'maxpool2d_grad');
+    expect(pools.length).toBe(2);
+    for (const P of pools) {
+      const U = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])!;
+      const dx = U.outputs[0], x = P.inputs[1];
+      expect(off[dx] < off[x] + bytes(x) && off[x] < off[dx] + bytes(dx)).toBe(true);
+      expect(plan.reluMask.has(P.id)).toBe(false);
+      expect(plan.skip.has(U.id)).toBe(false);
+    }
   });
 });
 

@@ -22,6 +22,7 @@ import { cString, commentText } from './c_string.js';
 import { type KernelCtx, attrReaders } from './kernel_ctx.js';
 import { planInputReshapeAliases } from './alias_reshape.js';
 import { type FusionPlan, planReluFusion } from './fuse_relu.js';
+import { planReluGradFusion } from './fuse_relu_grad.js';
 import { CPU_KERNELS } from './kernels/index.js';
 import { tpl } from './template.js';
 
@@ -174,7 +175,8 @@ function kernelCtx(graph: Graph, node: Graph['nodes'][number], fn: string, ptr: 
     outShape: (i) => val(outputs[i] ?? fail(`output ${i} is absent`)).shape,
     samePlace: (a, b) => a === b,
     fail,
-    fuseRelu: fusedOut !== undefined,
+    fuseRelu: fusedOut !== undefined && !fusion.reluMask.has(node.id),
+    reluMaskPtr: fusion.reluMask.has(node.id) ? ptr(fusion.reluMask.get(node.id)!) : undefined,
     ...attrReaders(node, fail),
   };
   void fn;
@@ -288,7 +290,8 @@ export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): 
     const id = `p${pi}`;
     const r = pointerResolver(p, tensorIndex);
     const calls: { fn: string; slot: number }[] = [];
-    const fusion: FusionPlan = fuse ? planReluFusion(p, r.offsets) : { fused: new Map(), skip: new Set<number>(), redirect: new Map() };
+    const fusion: FusionPlan = fuse ? planReluFusion(p, r.offsets) : { fused: new Map(), skip: new Set<number>(), redirect: new Map(), reluMask: new Map() };
+    if (fuse) planReluGradFusion(p, r.offsets, fusion);
     if (fuse) {
       const alias = planInputReshapeAliases(p);
       for (const id of alias.skip) fusion.skip.add(id);
@@ -300,7 +303,7 @@ export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): 
       if (!emit || !OPS[node.op]) throw new Error(`internal: the CPU backend has no kernel for op '${node.op}' (node ${node.id} of ${p.name})`);
       const fn = `${id}_k${node.id}_${node.op}`;
       const body = emit(kernelCtx(p.graph, node, fn, r.ptr, fusion));
-      const fusedNote = fusion.fused.has(node.id) ? ' + relu (fused)' : '';
+      const fusedNote = fusion.reluMask.has(node.id) ? ' + relu-grad (fused)' : fusion.fused.has(node.id) ? ' + relu (fused)' : '';
       kernels.push({ fn, comment: commentText(`${p.name} node ${node.id}: ${node.op}${fusedNote}${node.path ? ` (${node.path})` : ''}`), body });
       calls.push({ fn, slot: kernels.length - 1 });
     }

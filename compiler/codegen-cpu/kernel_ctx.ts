@@ -33,6 +33,12 @@ export interface KernelCtx {
    * Absent (false) for every other caller (e.g. the Metal backend's CPU fallback).
    */
   fuseRelu?: boolean;
+  /**
+   * Set by fuse_relu_grad.ts on a pool-grad node whose relu-grad consumer was folded into it: the
+   * C pointer of the mask (the relu's input or output); the emitter writes `mask > 0 ? g : 0`, and
+   * outPtr(0) already addresses the relu-grad's output.
+   */
+  reluMaskPtr?: string;
 }
 
 export type KernelEmitter = (k: KernelCtx) => string;

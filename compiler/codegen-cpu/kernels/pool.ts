@@ -36,6 +36,9 @@ const MAXPOOL = tpl(`  const float* x = {{x}};
 const MAXPOOL_GRAD = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dx = {{dx}};
+{{#if mask}}
+  const float* mask = {{mask}};  // relu-grad folded in (fuse_relu_grad.ts): dx = mask > 0 ? g : 0
+{{/if}}
   mpsc::parallel_for(ctx, {{NC}}, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
       const float* xp = x + pl * {{H}} * {{W}};
@@ -51,6 +54,9 @@ const MAXPOOL_GRAD = tpl(`  const float* dy = {{dy}};
         }
         if (arg >= 0) dxp[arg] += dyp[oh * {{OW}} + ow];
       }
+{{#if mask}}
+      for (int64_t i = 0; i < {{H}} * {{W}}; i++) dxp[i] = mask[pl * {{H}} * {{W}} + i] > 0.0f ? dxp[i] : 0.0f;
+{{/if}}
     }
   });
 `);
@@ -106,6 +112,9 @@ const MAXPOOL_TILED = tpl(`  const float* x = {{x}};
 const MAXPOOL_GRAD_TILED = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dx = {{dx}};
+{{#if mask}}
+  const float* mask = {{mask}};  // relu-grad folded in (fuse_relu_grad.ts): dx = mask > 0 ? g : 0
+{{/if}}
   mk::par(ctx, {{NC}}, 8, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
       const float* xp = x + pl * {{H}} * {{W}};
@@ -128,6 +137,9 @@ const MAXPOOL_GRAD_TILED = tpl(`  const float* dy = {{dy}};
         }
         dxp[arg] = dyp[oh * {{OW}} + ow];
       }
+{{#if mask}}
+      for (int64_t i = 0; i < {{H}} * {{W}}; i++) dxp[i] = mask[pl * {{H}} * {{W}} + i] > 0.0f ? dxp[i] : 0.0f;
+{{/if}}
     }
   });
 `);
@@ -153,6 +165,9 @@ const MAXPOOL_2X2 = tpl(`  const float* x = {{x}};
 const MAXPOOL_GRAD_2X2 = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dx = {{dx}};
+{{#if mask}}
+  const float* mask = {{mask}};  // relu-grad folded in (fuse_relu_grad.ts): dx = mask > 0 ? g : 0
+{{/if}}
   mk::par(ctx, {{NC}}, 8, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
       const float* xp = x + pl * {{H}} * {{W}};
@@ -168,6 +183,9 @@ const MAXPOOL_GRAD_2X2 = tpl(`  const float* dy = {{dy}};
       }
 {{#if raggedH}}
       std::memset(dxp + 2 * {{OH}} * {{W}}, 0, sizeof(float) * {{W}});
+{{/if}}
+{{#if mask}}
+      for (int64_t i = 0; i < {{H}} * {{W}}; i++) dxp[i] = mask[pl * {{H}} * {{W}} + i] > 0.0f ? dxp[i] : 0.0f;
 {{/if}}
     }
   });
@@ -191,7 +209,7 @@ export const maxpool2d: KernelEmitter = (k) => {
 export const maxpool2d_grad: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(1));
   const ragged = g.OH * g.KH !== g.H || g.OW * g.KW !== g.W;
-  const vm = { ...g, ragged, dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0) };
+  const vm = { ...g, ragged, dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0), mask: k.reluMaskPtr ?? '' };
   if (tiled2x2(g)) {
     // 2 * OW = W - 1 when W is odd: one uncovered column (likewise one row for odd H)
     return MAXPOOL_GRAD_2X2({ ...vm, raggedW: 2 * g.OW !== g.W, raggedH: 2 * g.OH !== g.H });
@@ -220,10 +238,21 @@ const GAP = tpl(`  const float* x = {{x}};
 
 const GAP_GRAD = tpl(`  const float* dy = {{dy}};
   float* dx = {{dx}};
+{{#if mask}}
+  const float* mask = {{mask}};  // relu-grad folded in (fuse_relu_grad.ts): dx = mask > 0 ? g : 0
+  // dx may now lie over dy (planned for the relu-grad, after dy's last use): copy dy aside first
+  float* dy_copy = reinterpret_cast<float*>(mk::part_scratch(sizeof(float) * {{NC}}));
+  std::memcpy(dy_copy, dy, sizeof(float) * {{NC}});
+  dy = dy_copy;
+{{/if}}
   mk::par(ctx, {{NC}}, 64, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
       const float g = dy[pl] * (1.0f / {{HW}});
+{{#if mask}}
+      for (int64_t i = 0; i < {{HW}}; i++) dx[pl * {{HW}} + i] = mask[pl * {{HW}} + i] > 0.0f ? g : 0.0f;
+{{else}}
       for (int64_t i = 0; i < {{HW}}; i++) dx[pl * {{HW}} + i] = g;
+{{/if}}
     }
   });
 `);
@@ -234,5 +263,5 @@ export const global_avgpool: KernelEmitter = (k) => {
 };
 export const global_avgpool_grad: KernelEmitter = (k) => {
   const [N, C, H, W] = k.shape('x_shape');
-  return GAP_GRAD({ NC: N * C, HW: H * W, dy: k.inPtr(0), dx: k.outPtr(0) });
+  return GAP_GRAD({ NC: N * C, HW: H * W, dy: k.inPtr(0), dx: k.outPtr(0), mask: k.reluMaskPtr ?? '' });
 };
