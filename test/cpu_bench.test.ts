@@ -13,8 +13,9 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import { planReluFusion } from '../compiler/codegen-cpu/fuse_relu.js';
 import { planReluGradFusion } from '../compiler/codegen-cpu/fuse_relu_grad.js';
+import { planReluPoolFusion } from '../compiler/codegen-cpu/fuse_relu_pool.js';
 import { planInputReshapeAliases } from '../compiler/codegen-cpu/alias_reshape.js';
-import { type Program, valueBytes } from '../compiler/ir/graph.js';
+import { GraphBuilder, type Program, valueBytes } from '../compiler/ir/graph.js';
 import { syntheticBatch } from '../runtime/bench.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -142,6 +143,47 @@ describe('relu-grad folded into the pooling gradient (fuse_relu_grad.ts)', () =>
       expect(plan.reluMask.has(P.id)).toBe(false);
       expect(plan.skip.has(U.id)).toBe(false);
     }
+  });
+});
+
+describe('relu folded into the global average pool that reads it (fuse_relu_pool.ts)', () => {
+  it('folds the eval relu of the seed CNN (which the conv could not take) into the pool', async () => {
+    const { ps } = await programs('bench/seed_cnn_b32_64px_adam.model');
+    const p = ps.eval;
+    const plan = planReluFusion(p, p.plan!.offsets);
+    const R = p.graph.nodes.find((n) => n.op === 'unary' && n.attrs.fn === 'relu' && p.graph.nodes.some((g) => g.op === 'global_avgpool' && g.inputs[0] === n.outputs[0]))!;
+    expect(plan.skip.has(R.id)).toBe(false); // the producer could not write the relu's output here
+    planReluPoolFusion(p, p.plan!.offsets, plan);
+    const G = p.graph.nodes.find((n) => n.op === 'global_avgpool')!;
+    expect(plan.skip.has(R.id)).toBe(true);
+    expect(plan.reluIn.has(G.id)).toBe(true);
+    expect(plan.redirect.get(G.id)?.get(0)).toBe(R.inputs[0]);
+    expect(generateCpuModel(ps).files['model.cc']).toMatch(/eval node \d+: global_avgpool of relu _fused_/);
+  });
+
+  it('does not fold when a node between the relu and the pool writes over the relu input', () => {
+    // x -> y = relu(x); z = relu(y); t = relu(x); m = global_avgpool(z): t is written between R and G
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [1, 2, 4, 4], 'input');
+    const y = b.value('y', 'f32', [1, 2, 4, 4], 'activation');
+    const z = b.value('z', 'f32', [1, 2, 4, 4], 'activation');
+    const t = b.value('t', 'f32', [1, 2, 4, 4], 'activation');
+    const m = b.value('m', 'f32', [1, 2], 'activation');
+    b.node('unary', [x], [y], { fn: 'relu' });
+    const R = b.node('unary', [y], [z], { fn: 'relu' });
+    b.node('unary', [x], [t], { fn: 'relu' });
+    const G = b.node('global_avgpool', [z], [m], {});
+    const p: Program = { name: 'eval', batch: 1, graph: b.graph, inputs: [x], outputs: [{ name: 'm', value: m }, { name: 't', value: t }] } as unknown as Program;
+    const plan = () => ({ fused: new Map(), skip: new Set<number>(), redirect: new Map(), reluMask: new Map(), reluIn: new Set<number>() });
+    const apart = [-1, 0, 128, 256, 384];
+    const ok = plan();
+    planReluPoolFusion(p, apart, ok);
+    expect(ok.reluIn.has(G) && ok.skip.has(R)).toBe(true);
+    const over = [-1, 0, 128, 64, 384]; // t overlaps y
+    const no = plan();
+    planReluPoolFusion(p, over, no);
+    expect(no.reluIn.size).toBe(0);
+    expect(no.skip.size).toBe(0);
   });
 });
 

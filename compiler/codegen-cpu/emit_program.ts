@@ -23,6 +23,7 @@ import { type KernelCtx, attrReaders } from './kernel_ctx.js';
 import { planInputReshapeAliases } from './alias_reshape.js';
 import { type FusionPlan, planReluFusion } from './fuse_relu.js';
 import { planReluGradFusion } from './fuse_relu_grad.js';
+import { planReluPoolFusion } from './fuse_relu_pool.js';
 import { CPU_KERNELS } from './kernels/index.js';
 import { tpl } from './template.js';
 
@@ -177,6 +178,7 @@ function kernelCtx(graph: Graph, node: Graph['nodes'][number], fn: string, ptr: 
     fail,
     fuseRelu: fusedOut !== undefined && !fusion.reluMask.has(node.id),
     reluMaskPtr: fusion.reluMask.has(node.id) ? ptr(fusion.reluMask.get(node.id)!) : undefined,
+    reluIn: fusion.reluIn.has(node.id),
     ...attrReaders(node, fail),
   };
   void fn;
@@ -290,8 +292,11 @@ export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): 
     const id = `p${pi}`;
     const r = pointerResolver(p, tensorIndex);
     const calls: { fn: string; slot: number }[] = [];
-    const fusion: FusionPlan = fuse ? planReluFusion(p, r.offsets) : { fused: new Map(), skip: new Set<number>(), redirect: new Map(), reluMask: new Map() };
+    const fusion: FusionPlan = fuse
+      ? planReluFusion(p, r.offsets)
+      : { fused: new Map(), skip: new Set<number>(), redirect: new Map(), reluMask: new Map(), reluIn: new Set<number>() };
     if (fuse) planReluGradFusion(p, r.offsets, fusion);
+    if (fuse) planReluPoolFusion(p, r.offsets, fusion);
     if (fuse) {
       const alias = planInputReshapeAliases(p);
       for (const id of alias.skip) fusion.skip.add(id);
@@ -303,7 +308,9 @@ export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): 
       if (!emit || !OPS[node.op]) throw new Error(`internal: the CPU backend has no kernel for op '${node.op}' (node ${node.id} of ${p.name})`);
       const fn = `${id}_k${node.id}_${node.op}`;
       const body = emit(kernelCtx(p.graph, node, fn, r.ptr, fusion));
-      const fusedNote = fusion.reluMask.has(node.id) ? ' + relu-grad (fused)' : fusion.fused.has(node.id) ? ' + relu (fused)' : '';
+      const fusedNote = fusion.reluMask.has(node.id)
+        ? ' + relu-grad (fused)'
+        : fusion.fused.has(node.id) ? ' + relu (fused)' : fusion.reluIn.has(node.id) ? ' of relu (fused)' : '';
       kernels.push({ fn, comment: commentText(`${p.name} node ${node.id}: ${node.op}${fusedNote}${node.path ? ` (${node.path})` : ''}`), body });
       calls.push({ fn, slot: kernels.length - 1 });
     }

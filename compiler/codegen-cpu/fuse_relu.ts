@@ -30,12 +30,14 @@ export interface FusionPlan {
   redirect: Map<number, Map<number, number>>;
   /** pool-grad node id -> mask value id: the node applies a folded relu-grad (fuse_relu_grad.ts) */
   reluMask: Map<number, number>;
+  /** global_avgpool node ids that apply a folded relu to their input (fuse_relu_pool.ts) */
+  reluIn: Set<number>;
 }
 
 const PRODUCERS = new Set(['linear', 'conv2d']);
 
 export function planReluFusion(p: Program, offsets: readonly number[]): FusionPlan {
-  const plan: FusionPlan = { fused: new Map(), skip: new Set(), redirect: new Map(), reluMask: new Map() };
+  const plan: FusionPlan = { fused: new Map(), skip: new Set(), redirect: new Map(), reluMask: new Map(), reluIn: new Set() };
   const { nodes, values } = p.graph;
   const readers = new Map<number, number[]>();
   nodes.forEach((n) => n.inputs.forEach((id) => id >= 0 && readers.set(id, [...(readers.get(id) ?? []), n.id])));

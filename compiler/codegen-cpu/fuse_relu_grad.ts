@@ -35,6 +35,11 @@ export function planReluGradFusion(p: Program, offsets: readonly number[], plan:
     return off === undefined || off < 0 ? null : [off, off + valueBytes(values[id])];
   };
   const overlaps = (a: [number, number] | null, b: [number, number]) => a !== null && a[0] < b[1] && b[0] < a[1];
+  // what node i writes once the earlier fusions are applied (a fused node writes its folded consumer's output)
+  const written = (i: number) => {
+    const f = plan.fused.get(i);
+    return f === undefined ? nodes[i].outputs : [f, ...nodes[i].outputs.slice(1)];
+  };
 
   for (const P of nodes) {
     if (!POOL_GRADS.has(P.op) || P.outputs.length !== 1 || plan.skip.has(P.id) || plan.fused.has(P.id)) continue;
@@ -64,7 +69,7 @@ export function planReluGradFusion(p: Program, offsets: readonly number[], plan:
       const n = nodes[i];
       if (plan.skip.has(i)) continue;
       if (n.inputs.some((id) => id >= 0 && overlaps(range(id), dxr))) safe = false;
-      if (n.outputs.some((id) => overlaps(range(id), dxr) || overlaps(range(id), mr))) safe = false;
+      if (written(i).some((id) => overlaps(range(id), dxr) || overlaps(range(id), mr))) safe = false;
     }
     if (!safe) continue;
     plan.fused.set(P.id, dx);

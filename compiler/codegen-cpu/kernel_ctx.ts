@@ -39,6 +39,11 @@ export interface KernelCtx {
    * outPtr(0) already addresses the relu-grad's output.
    */
   reluMaskPtr?: string;
+  /**
+   * Set by fuse_relu_pool.ts on a global_avgpool whose input relu was folded into it: inPtr(0)
+   * addresses the relu's input, and the emitter applies relu to each value it reads.
+   */
+  reluIn?: boolean;
 }
 
 export type KernelEmitter = (k: KernelCtx) => string;

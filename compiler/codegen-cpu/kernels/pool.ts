@@ -221,6 +221,12 @@ export const avgpool2d_grad: KernelEmitter = (k) => AVGPOOL_GRAD({ ...geometry(k
 
 const GAP = tpl(`  const float* x = {{x}};
   float* y = {{y}};
+{{#if relu}}
+  // relu folded in (fuse_relu_pool.ts): x is the relu's input. The output may lie over x (planned
+  // for after the relu), so the means go to scratch and are copied out once every plane is read.
+  float* const y_out = y;
+  y = reinterpret_cast<float*>(mk::part_scratch(sizeof(float) * {{NC}}));
+{{/if}}
   mk::par(ctx, {{NC}}, 64, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
       // 8 independent double lanes (vectorised; a fixed order per plane, so any thread count gives the same bits)
@@ -228,12 +234,15 @@ const GAP = tpl(`  const float* x = {{x}};
       double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int64_t i = 0;
       for (; i + 8 <= {{HW}}; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += (double)xp[i + l];
+        for (int l = 0; l < 8; l++) acc[l] += (double)({{#if relu}}xp[i + l] > 0.0f ? xp[i + l] : 0.0f{{else}}xp[i + l]{{/if}});
       double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-      for (; i < {{HW}}; i++) s += xp[i];
+      for (; i < {{HW}}; i++) s += {{#if relu}}(xp[i] > 0.0f ? xp[i] : 0.0f){{else}}xp[i]{{/if}};
       y[pl] = (float)(s / {{HW}});
     }
   });
+{{#if relu}}
+  std::memcpy(y_out, y, sizeof(float) * {{NC}});
+{{/if}}
 `);
 
 const GAP_GRAD = tpl(`  const float* dy = {{dy}};
@@ -259,7 +268,7 @@ const GAP_GRAD = tpl(`  const float* dy = {{dy}};
 
 export const global_avgpool: KernelEmitter = (k) => {
   const [N, C, H, W] = k.inShape(0);
-  return GAP({ NC: N * C, HW: H * W, x: k.inPtr(0), y: k.outPtr(0) });
+  return GAP({ NC: N * C, HW: H * W, x: k.inPtr(0), y: k.outPtr(0), relu: k.reluIn === true });
 };
 export const global_avgpool_grad: KernelEmitter = (k) => {
   const [N, C, H, W] = k.shape('x_shape');
