@@ -23,6 +23,7 @@
  * In both cases `fused` maps P to the value it writes, `skip` holds R, `redirect` the readers moved.
  */
 import { type Program, valueBytes } from '../ir/graph.js';
+import { fusionView } from './fusion_view.js';
 
 export interface FusionPlan {
   fused: Map<number, number>;
@@ -39,14 +40,7 @@ const PRODUCERS = new Set(['linear', 'conv2d']);
 export function planReluFusion(p: Program, offsets: readonly number[]): FusionPlan {
   const plan: FusionPlan = { fused: new Map(), skip: new Set(), redirect: new Map(), reluMask: new Map(), reluIn: new Set() };
   const { nodes, values } = p.graph;
-  const readers = new Map<number, number[]>();
-  nodes.forEach((n) => n.inputs.forEach((id) => id >= 0 && readers.set(id, [...(readers.get(id) ?? []), n.id])));
-  const outputsRead = new Set(p.outputs.map((o) => o.value));
-  const range = (id: number): [number, number] | null => {
-    const off = offsets[id];
-    return off === undefined || off < 0 ? null : [off, off + valueBytes(values[id])];
-  };
-  const overlaps = (a: [number, number] | null, b: [number, number]) => a !== null && a[0] < b[1] && b[0] < a[1];
+  const { readers, outputsRead, range, overlaps } = fusionView(p, offsets);
   const isRelu = (id: number) => nodes[id].op === 'unary' && nodes[id].attrs.fn === 'relu';
   const isReluGradOf = (id: number, y: number) =>
     nodes[id].op === 'unary_grad' && nodes[id].attrs.fn === 'relu' && nodes[id].inputs[1] === y && nodes[id].inputs[0] !== y;

@@ -22,24 +22,16 @@
  */
 import { type Program, valueBytes } from '../ir/graph.js';
 import type { FusionPlan } from './fuse_relu.js';
+import { fusionView } from './fusion_view.js';
 
 const POOL_GRADS = new Set(['maxpool2d_grad', 'global_avgpool_grad']);
 
 export function planReluGradFusion(p: Program, offsets: readonly number[], plan: FusionPlan): void {
   const { nodes, values } = p.graph;
-  const readers = new Map<number, number[]>();
-  nodes.forEach((n) => n.inputs.forEach((id) => id >= 0 && readers.set(id, [...(readers.get(id) ?? []), n.id])));
-  const outputsRead = new Set(p.outputs.map((o) => o.value));
-  const range = (id: number): [number, number] | null => {
-    const off = offsets[id];
-    return off === undefined || off < 0 ? null : [off, off + valueBytes(values[id])];
-  };
-  const overlaps = (a: [number, number] | null, b: [number, number]) => a !== null && a[0] < b[1] && b[0] < a[1];
+  const v = fusionView(p, offsets);
+  const { readers, outputsRead, range, overlaps } = v;
   // what node i writes once the earlier fusions are applied (a fused node writes its folded consumer's output)
-  const written = (i: number) => {
-    const f = plan.fused.get(i);
-    return f === undefined ? nodes[i].outputs : [f, ...nodes[i].outputs.slice(1)];
-  };
+  const written = (i: number) => v.written(i, plan.fused);
 
   for (const P of nodes) {
     if (!POOL_GRADS.has(P.op) || P.outputs.length !== 1 || plan.skip.has(P.id) || plan.fused.has(P.id)) continue;

@@ -17,24 +17,16 @@
  * no node in (R, G) writes over y's bytes (the plan let y die at R). G's own output may lie over y:
  * the kernel writes its means to scratch and copies them out after reading every plane.
  */
-import { type Program, valueBytes } from '../ir/graph.js';
+import type { Program } from '../ir/graph.js';
 import type { FusionPlan } from './fuse_relu.js';
+import { fusionView } from './fusion_view.js';
 
 export function planReluPoolFusion(p: Program, offsets: readonly number[], plan: FusionPlan): void {
   const { nodes, values } = p.graph;
-  const readers = new Map<number, number[]>();
-  nodes.forEach((n) => n.inputs.forEach((id) => id >= 0 && readers.set(id, [...(readers.get(id) ?? []), n.id])));
-  const outputsRead = new Set(p.outputs.map((o) => o.value));
-  const range = (id: number): [number, number] | null => {
-    const off = offsets[id];
-    return off === undefined || off < 0 ? null : [off, off + valueBytes(values[id])];
-  };
-  const overlaps = (a: [number, number] | null, b: [number, number]) => a !== null && a[0] < b[1] && b[0] < a[1];
+  const v = fusionView(p, offsets);
+  const { readers, outputsRead, range, overlaps } = v;
   // what node i writes once the earlier fusions are applied (a fused node writes its folded consumer's output)
-  const written = (i: number) => {
-    const f = plan.fused.get(i);
-    return f === undefined ? nodes[i].outputs : [f, ...nodes[i].outputs.slice(1)];
-  };
+  const written = (i: number) => v.written(i, plan.fused);
 
   for (const R of nodes) {
     if (R.op !== 'unary' || R.attrs.fn !== 'relu' || plan.skip.has(R.id)) continue;
