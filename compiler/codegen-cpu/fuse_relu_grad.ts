@@ -1,9 +1,13 @@
 /**
- * fuse_relu_grad: folds a relu-grad into the pooling gradient that produces its incoming
- * gradient (maxpool2d_grad / global_avgpool_grad -> unary_grad fn relu), for the CPU backend.
- * The pool-grad kernel then writes `mask > 0 ? g : 0` straight into the relu-grad's output, so
- * the pooled gradient g is never written and read back (LeNet: two passes over 6.4 and 3.2 MB per
- * step; seed CNN: one over 67 MB). Same bits as the unfused pair: the same select on the same g.
+ * fuse_relu_grad: folds a relu-grad into the global-average-pool gradient that produces its
+ * incoming gradient (global_avgpool_grad -> unary_grad fn relu), for the CPU backend. The pool
+ * grad then writes `mask > 0 ? g : 0` straight into the relu-grad's output, so the broadcast
+ * gradient g is never written and read back (seed CNN: one pass over 67 MB per step). Same bits
+ * as the unfused pair: the same select on the same g.
+ *
+ * Max-pool grads are not folded: in the networks here the plan puts the relu-grad's output over
+ * the max-pool input, which the pool grad reads window by window while it writes, so the fused
+ * kernel would have to work in place (bench/NOTES.md, next steps).
  *
  * Consumes: a Program, its arena offsets (bytes per value id, -1 when not in the arena) and the
  * FusionPlan of fuse_relu.ts (whose redirects say where each relu-grad reads its mask).
@@ -15,16 +19,14 @@
  * Fused only when it is safe under the memory plan (the relu-grad's output dx is now written at
  * the pool-grad node P instead of at the relu-grad U):
  *  - g = P's output is read by U only (as input 0) and is not a program output;
- *  - dx and the mask are in the arena; dx overlaps none of P's inputs (P reads them while it writes
- *    dx; global_avgpool_grad copies its N x C input aside first, so it may), nor the mask, except
- *    exactly in place for global_avgpool_grad (it reads mask[i] right before it writes dx[i]);
+ *  - dx and the mask are in the arena; dx does not overlap the mask, except exactly in place (the
+ *    kernel reads mask[i] right before it writes dx[i]). dx may overlap P's input: the kernel
+ *    copies that N x C input aside before it writes (pool.ts);
  *  - no node in (P, U) reads or writes dx's bytes or writes the mask's bytes.
  */
 import { type Program, valueBytes } from '../ir/graph.js';
 import type { FusionPlan } from './fuse_relu.js';
 import { fusionView } from './fusion_view.js';
-
-const POOL_GRADS = new Set(['maxpool2d_grad', 'global_avgpool_grad']);
 
 export function planReluGradFusion(p: Program, offsets: readonly number[], plan: FusionPlan): void {
   const { nodes, values } = p.graph;
@@ -34,7 +36,7 @@ export function planReluGradFusion(p: Program, offsets: readonly number[], plan:
   const written = (i: number) => v.written(i, plan.fused);
 
   for (const P of nodes) {
-    if (!POOL_GRADS.has(P.op) || P.outputs.length !== 1 || plan.skip.has(P.id) || plan.fused.has(P.id)) continue;
+    if (P.op !== 'global_avgpool_grad' || P.outputs.length !== 1 || plan.skip.has(P.id) || plan.fused.has(P.id)) continue;
     const g = P.outputs[0];
     if (values[g].dtype !== 'f32' || outputsRead.has(g)) continue;
     const rs = readers.get(g) ?? [];
@@ -47,15 +49,8 @@ export function planReluGradFusion(p: Program, offsets: readonly number[], plan:
     const mr = range(mask);
     if (!dxr || !mr || outputsRead.has(dx) || valueBytes(values[dx]) !== valueBytes(values[g])) continue;
     if (valueBytes(values[mask]) !== valueBytes(values[g])) continue;
-    // P reads its inputs and the mask while it writes dx. The unfused U may have been planned in place
-    // over its mask: global_avgpool_grad reads mask[i] just before it writes dx[i], so exactly the
-    // same bytes are fine there; max-pool grad writes a window before it reads the next mask values.
-    // global_avgpool_grad copies its small input (N x C) aside before it writes (pool.ts), so only the
-    // max-pool grad needs dx clear of its inputs
-    const gap = P.op === 'global_avgpool_grad';
-    const inPlace = gap && mr[0] === dxr[0] && mr[1] === dxr[1];
-    if (!gap && P.inputs.some((id) => id >= 0 && overlaps(range(id), dxr))) continue;
-    if (overlaps(mr, dxr) && !inPlace) continue;
+    // in place over the mask is fine (mask[i] is read right before dx[i] is written), a partial overlap is not
+    if (overlaps(mr, dxr) && !(mr[0] === dxr[0] && mr[1] === dxr[1])) continue;
     let safe = true;
     for (let i = P.id + 1; i < U.id && safe; i++) {
       const n = nodes[i];

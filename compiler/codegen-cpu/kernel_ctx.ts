@@ -34,7 +34,7 @@ export interface KernelCtx {
    */
   fuseRelu?: boolean;
   /**
-   * Set by fuse_relu_grad.ts on a pool-grad node whose relu-grad consumer was folded into it: the
+   * Set by fuse_relu_grad.ts on a global_avgpool_grad node whose relu-grad consumer was folded into it: the
    * C pointer of the mask (the relu's input or output); the emitter writes `mask > 0 ? g : 0`, and
    * outPtr(0) already addresses the relu-grad's output.
    */

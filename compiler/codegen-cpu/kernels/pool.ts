@@ -36,9 +36,6 @@ const MAXPOOL = tpl(`  const float* x = {{x}};
 const MAXPOOL_GRAD = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dx = {{dx}};
-{{#if mask}}
-  const float* mask = {{mask}};  // relu-grad folded in (fuse_relu_grad.ts): dx = mask > 0 ? g : 0
-{{/if}}
   mpsc::parallel_for(ctx, {{NC}}, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
       const float* xp = x + pl * {{H}} * {{W}};
@@ -54,9 +51,6 @@ const MAXPOOL_GRAD = tpl(`  const float* dy = {{dy}};
         }
         if (arg >= 0) dxp[arg] += dyp[oh * {{OW}} + ow];
       }
-{{#if mask}}
-      for (int64_t i = 0; i < {{H}} * {{W}}; i++) dxp[i] = mask[pl * {{H}} * {{W}} + i] > 0.0f ? dxp[i] : 0.0f;
-{{/if}}
     }
   });
 `);
@@ -112,9 +106,6 @@ const MAXPOOL_TILED = tpl(`  const float* x = {{x}};
 const MAXPOOL_GRAD_TILED = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dx = {{dx}};
-{{#if mask}}
-  const float* mask = {{mask}};  // relu-grad folded in (fuse_relu_grad.ts): dx = mask > 0 ? g : 0
-{{/if}}
   mk::par(ctx, {{NC}}, 8, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
       const float* xp = x + pl * {{H}} * {{W}};
@@ -137,9 +128,6 @@ const MAXPOOL_GRAD_TILED = tpl(`  const float* dy = {{dy}};
         }
         dxp[arg] = dyp[oh * {{OW}} + ow];
       }
-{{#if mask}}
-      for (int64_t i = 0; i < {{H}} * {{W}}; i++) dxp[i] = mask[pl * {{H}} * {{W}} + i] > 0.0f ? dxp[i] : 0.0f;
-{{/if}}
     }
   });
 `);
@@ -165,9 +153,6 @@ const MAXPOOL_2X2 = tpl(`  const float* x = {{x}};
 const MAXPOOL_GRAD_2X2 = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dx = {{dx}};
-{{#if mask}}
-  const float* mask = {{mask}};  // relu-grad folded in (fuse_relu_grad.ts): dx = mask > 0 ? g : 0
-{{/if}}
   mk::par(ctx, {{NC}}, 8, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
       const float* xp = x + pl * {{H}} * {{W}};
@@ -183,9 +168,6 @@ const MAXPOOL_GRAD_2X2 = tpl(`  const float* dy = {{dy}};
       }
 {{#if raggedH}}
       std::memset(dxp + 2 * {{OH}} * {{W}}, 0, sizeof(float) * {{W}});
-{{/if}}
-{{#if mask}}
-      for (int64_t i = 0; i < {{H}} * {{W}}; i++) dxp[i] = mask[pl * {{H}} * {{W}} + i] > 0.0f ? dxp[i] : 0.0f;
 {{/if}}
     }
   });
@@ -209,7 +191,7 @@ export const maxpool2d: KernelEmitter = (k) => {
 export const maxpool2d_grad: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(1));
   const ragged = g.OH * g.KH !== g.H || g.OW * g.KW !== g.W;
-  const vm = { ...g, ragged, dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0), mask: k.reluMaskPtr ?? '' };
+  const vm = { ...g, ragged, dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0) };
   if (tiled2x2(g)) {
     // 2 * OW = W - 1 when W is odd: one uncovered column (likewise one row for odd H)
     return MAXPOOL_GRAD_2X2({ ...vm, raggedW: 2 * g.OW !== g.W, raggedH: 2 * g.OH !== g.H });

@@ -205,35 +205,13 @@ inline void im2col_packed(const Conv2dShape& s, const float* xg, int64_t pc, int
  */
 inline void im2col_packed_t(const Conv2dShape& s, const float* xg, int64_t pc, int64_t kc, int64_t jc, int64_t nc,
                             float* __restrict dst) {
-  // 16 rows p at a time into an L1 tile (NR x kc), then written panel-row by panel-row (contiguous stores)
+  // NR rows p at a time into an L1 tile (NR x kc), then transposed into the panel (pack_rows)
   float tile[NR * KC];
   for (int64_t jr = 0; jr < nc; jr += NR) {
     const int64_t nr = std::min(NR, nc - jr);
     for (int64_t c = 0; c < nr; ++c) im2col(s, xg, jc + jr + c, jc + jr + c + 1, pc, pc + kc, tile + c * kc);
-    for (int64_t c = nr; c < NR; ++c) memset(tile + c * kc, 0, (size_t)kc * sizeof(float));
-    float* d = dst + jr * kc;
-    for (int64_t k = 0; k < kc; ++k) {
-      float* dk = d + k * NR;
-      for (int64_t c = 0; c < NR; ++c) dk[c] = tile[c * kc + k];
-    }
+    pack_rows([&](int64_t c) { return (const float*)tile + c * kc; }, nr, NR, kc, dst + jr * kc);
   }
-}
-
-/**
- * The block [o0, o1) x [p0, p1) of group g's dW (Og x Kd) inside the share [r0, r1) of the
- * grad-weight items, which number groups*Og (split_o) or groups*Kd; false when it is empty.
- */
-inline bool dw_block(const ConvDims& d, int64_t g, bool split_o, int64_t r0, int64_t r1, int64_t& o0, int64_t& o1,
-                     int64_t& p0, int64_t& p1) {
-  o0 = 0, o1 = d.Og, p0 = 0, p1 = d.Kd;
-  if (split_o) {
-    o0 = std::max(r0, g * d.Og) - g * d.Og;
-    o1 = std::min(r1, (g + 1) * d.Og) - g * d.Og;
-  } else {
-    p0 = std::max(r0, g * d.Kd) - g * d.Kd;
-    p1 = std::min(r1, (g + 1) * d.Kd) - g * d.Kd;
-  }
-  return p1 > p0 && o1 > o0;
 }
 
 /** [b, e) = share `part` of n items */
@@ -241,6 +219,34 @@ inline void share(int64_t n, int part, int nparts, int64_t& b, int64_t& e) {
   if (nparts < 1) nparts = 1;
   b = n * part / nparts;
   e = n * (part + 1) / nparts;
+}
+
+/**
+ * How grad-weight work is shared: parts split the output channels (split_o, Og >= Kd) or the
+ * columns p of dW, over all groups; [r0, r1) is this part's range of those groups*Og or groups*Kd.
+ */
+struct DwShare {
+  bool split_o;
+  int64_t r0, r1;
+};
+inline DwShare dw_share(const Conv2dShape& s, const ConvDims& d, bool split_o, int part, int nparts) {
+  DwShare sh{split_o, 0, 0};
+  share(s.groups * (split_o ? d.Og : d.Kd), part, nparts, sh.r0, sh.r1);
+  return sh;
+}
+
+/** The block [o0, o1) x [p0, p1) of group g's dW (Og x Kd) inside this part's share; false when empty. */
+inline bool dw_block(const ConvDims& d, const DwShare& sh, int64_t g, int64_t& o0, int64_t& o1, int64_t& p0,
+                     int64_t& p1) {
+  o0 = 0, o1 = d.Og, p0 = 0, p1 = d.Kd;
+  if (sh.split_o) {
+    o0 = std::max(sh.r0, g * d.Og) - g * d.Og;
+    o1 = std::min(sh.r1, (g + 1) * d.Og) - g * d.Og;
+  } else {
+    p0 = std::max(sh.r0, g * d.Kd) - g * d.Kd;
+    p1 = std::min(sh.r1, (g + 1) * d.Kd) - g * d.Kd;
+  }
+  return p1 > p0 && o1 > o0;
 }
 
 inline float* align64(void* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
@@ -438,12 +444,10 @@ inline void wide_grad_weight_part(const Conv2dShape& s, const float* dy, const f
   float* Bp = Ap + packed_a_floats(d.Og, K);
   float* img = Bp + align16(std::min(KC, K) * round_up(std::min(CONV_NC_W, d.Kd), NR));
   float* dyw = img + d.Cg * plane;  // rows of dy expanded to wide columns (one A block)
-  const bool split_o = d.Og >= d.Kd;
-  int64_t r0, r1;
-  share(s.groups * (split_o ? d.Og : d.Kd), part, nparts, r0, r1);
+  const DwShare sh = dw_share(s, d, d.Og >= d.Kd, part, nparts);
   for (int64_t g = 0; g < s.groups; ++g) {
     int64_t o0, o1, p0, p1;
-    if (!dw_block(d, g, split_o, r0, r1, o0, o1, p0, p1)) continue;
+    if (!dw_block(d, sh, g, o0, o1, p0, p1)) continue;
     float* dwg = dw + g * d.Og * d.Kd;
     if (s.N <= 0) {
       for (int64_t o = o0; o < o1; ++o) memset(dwg + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
@@ -618,11 +622,10 @@ inline void direct_grad_weight_part(const Conv2dShape& s, const float* dy, const
   float* acc = dyw + 4 * len;           // [o][p] VW-lane partial sums over images and chunks
   int64_t* off = reinterpret_cast<int64_t*>(acc + align16(d.Og * d.Kd * VW));
   for (int64_t p = 0; p < d.Kd; ++p) off[p] = direct_off(s, wd, plane, p);
-  int64_t r0, r1;
-  share(s.groups * d.Og, part, nparts, r0, r1);
+  const DwShare sh = dw_share(s, d, true, part, nparts);
   for (int64_t g = 0; g < s.groups; ++g) {
-    const int64_t o0 = std::max(r0, g * d.Og) - g * d.Og, o1 = std::min(r1, (g + 1) * d.Og) - g * d.Og;
-    if (o1 <= o0) continue;
+    int64_t o0, o1, p0, p1;
+    if (!dw_block(d, sh, g, o0, o1, p0, p1)) continue;
     for (int64_t i = 0; i < (o1 - o0) * d.Kd * VW; ++i) acc[i] = 0.0f;
     for (int64_t n = 0; n < s.N; ++n) {
       wide_fill(s, wd, x + (n * s.C + g * d.Cg) * d.HW, 0, d.Cg, 0, s.OH, plane, img);
@@ -756,22 +759,9 @@ inline void conv2d_forward_part(const Conv2dShape& s, const float* x, const floa
 
 namespace detail {
 
-/**
- * The im2col backward passes (any stride) read dy through a row provider:
- *   const float* dy_rows(int64_t n, int64_t o, int64_t j0, int64_t j1, float* tmp)
- * returns dy[n, o, j0 .. j1) (j = oh*OW + ow; o the absolute output channel), a pointer into
- * memory or tmp after filling it (the hook where a dy producer could be fused into the packing).
- */
-struct DyMemory {
-  const float* dy;
-  int64_t O, P;
-  const float* operator()(int64_t n, int64_t o, int64_t j0, int64_t, float*) const { return dy + (n * O + o) * P + j0; }
-};
-
-/** dx = d(conv2d)/dx applied to dy (rows from dy_rows), share `part` of nparts. dx fully written (not read). */
-template <class DyRows>
-inline void im2col_grad_input_part_rows(const Conv2dShape& s, DyRows&& dy_rows, const float* w, float* dx, int part,
-                                        int nparts, void* scratch) {
+/** dx = d(conv2d)/dx applied to dy through im2col chunks and col2im, share `part` of nparts. dx fully written. */
+inline void im2col_grad_input_part(const Conv2dShape& s, const float* dy, const float* w, float* dx, int part,
+                                   int nparts, void* scratch) {
   const ConvDims d = conv_dims(s);
   const int64_t cols = std::min(NC, chunk_cols(d.Kd, d.P));
   float* Apre = align64(scratch);
@@ -797,11 +787,8 @@ inline void im2col_grad_input_part_rows(const Conv2dShape& s, DyRows&& dy_rows, 
           0, d.Kd, 0, j1 - j0, d.Og, NC, 1.0f, 0.0f, out, ldo, Epilogue{},
           [&](int64_t ic, int64_t mc, int64_t pc, int64_t) { return packed_a_block(Apre, d.Og, ic, mc, pc); },
           [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
-            float tmp[NC];
-            for (int64_t o = pc; o < pc + kc; ++o) {
-              const float* r = dy_rows(n, g * d.Og + o, j0 + jc, j0 + jc + nc, tmp);
-              scatter_row_to_panels(r, nc, kc, o - pc, Bp);
-            }
+            for (int64_t o = pc; o < pc + kc; ++o)
+              scatter_row_to_panels(dy + (n * s.O + g * d.Og + o) * d.P + j0 + jc, nc, kc, o - pc, Bp);
             return (const float*)Bp;
           });
       if (!d.direct) col2im(s, col, d.Kd, j0, j1, dxg);
@@ -821,31 +808,28 @@ inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const 
   if (detail::wide_grad_input_ok(s) && s.N > 0 && s.O / s.groups > 0 && s.C > 0)
     return detail::wide_forward_part(detail::grad_input_as_forward(s), dy, w, true, nullptr, false, dx, part, nparts,
                                      scratch);
-  detail::im2col_grad_input_part_rows(s, detail::DyMemory{dy, s.O, s.OH * s.OW}, w, dx, part, nparts, scratch);
+  detail::im2col_grad_input_part(s, dy, w, dx, part, nparts, scratch);
 }
 
 namespace detail {
 
 /**
- * dw = d(conv2d)/dw applied to dy (rows from dy_rows, summed over the batch), share `part` of
+ * dw = d(conv2d)/dw applied to dy (summed over the batch) through im2col, share `part` of
  * nparts. dw is fully written. Per image one GEMM dW_g[o-range, p-range] (+)= dy_g[n] (Og x P) *
  * col^T, with im2col^T generated straight into packed panels. Parts split the axis of dW whose
  * operand costs more to pack, so it is packed once: output channels o when Og >= Kd (e.g. 1- or
  * 3-channel first layers, where a p split would leave each part a sliver of a 9- or 27-wide
  * matrix), else the columns p.
  */
-template <class DyRows>
-inline void im2col_grad_weight_part_rows(const Conv2dShape& s, DyRows&& dy_rows, const float* x, float* dw, int part,
-                                         int nparts, void* scratch) {
+inline void im2col_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
+                                    int nparts, void* scratch) {
   const ConvDims d = conv_dims(s);
   float* Ap = align64(scratch);
   float* Bp = Ap + packed_a_floats(d.Og, d.P);
-  const bool split_o = d.Og >= d.Kd;
-  int64_t r0, r1;
-  share(s.groups * (split_o ? d.Og : d.Kd), part, nparts, r0, r1);
+  const DwShare sh = dw_share(s, d, d.Og >= d.Kd, part, nparts);
   for (int64_t g = 0; g < s.groups; ++g) {
     int64_t o0, o1, p0, p1;
-    if (!dw_block(d, g, split_o, r0, r1, o0, o1, p0, p1)) continue;
+    if (!dw_block(d, sh, g, o0, o1, p0, p1)) continue;
     float* dwg = dw + g * d.Og * d.Kd;  // Og x Kd; this part writes [o0, o1) x [p0, p1)
     if (s.N <= 0 || d.P <= 0) {
       for (int64_t o = o0; o < o1; ++o) memset(dwg + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
@@ -857,17 +841,9 @@ inline void im2col_grad_weight_part_rows(const Conv2dShape& s, DyRows&& dy_rows,
           o0, o1, p0, p1, d.P, CONV_NC_W, 1.0f, n == 0 ? 0.0f : 1.0f, dwg, d.Kd, Epilogue{},
           [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
             // MR-row panels of dy_g[n][ic .. ic+mc, pc .. pc+kc)
-            float tmp[KC];
-            for (int64_t ir = 0; ir < mc; ir += MR) {
-              const int64_t mr = std::min(MR, mc - ir);
-              float* dpanel = Ap + ir * kc;
-              for (int64_t r = 0; r < mr; ++r) {
-                const float* src = dy_rows(n, g * d.Og + ic + ir + r, pc, pc + kc, tmp);
-                for (int64_t k = 0; k < kc; ++k) dpanel[k * MR + r] = src[k];
-              }
-              for (int64_t r = mr; r < MR; ++r)
-                for (int64_t k = 0; k < kc; ++k) dpanel[k * MR + r] = 0.0f;
-            }
+            const float* dyg = dy + (n * s.O + g * d.Og) * d.P + pc;
+            for (int64_t ir = 0; ir < mc; ir += MR)
+              pack_rows([&](int64_t r) { return dyg + (ic + ir + r) * d.P; }, std::min(MR, mc - ir), MR, kc, Ap + ir * kc);
             return (const float*)Ap;
           },
           [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
@@ -888,7 +864,7 @@ inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const
                                     int nparts, void* scratch) {
   if (detail::direct_ok(s)) return detail::direct_grad_weight_part(s, dy, x, dw, part, nparts, scratch);
   if (detail::wide_ok(s) && s.C > 0) return detail::wide_grad_weight_part(s, dy, x, dw, part, nparts, scratch);
-  detail::im2col_grad_weight_part_rows(s, detail::DyMemory{dy, s.O, s.OH * s.OW}, x, dw, part, nparts, scratch);
+  detail::im2col_grad_weight_part(s, dy, x, dw, part, nparts, scratch);
 }
 
 /** db[o] = sum over n, oh, ow of dy[n,o,oh,ow], share `part` of nparts (split over o). No scratch. */
