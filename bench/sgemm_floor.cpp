@@ -139,14 +139,17 @@ static Rate time_conv(const ConvCase& c, ConvPass pass, int threads, int reps) {
   std::vector<float> y(c.N * c.O * s.OH * s.OW, 0.1f), dx(x.size()), dw(w.size());
   const size_t wsb = conv2d_scratch_bytes(s, pass);
   std::vector<std::vector<float>> ws(threads, std::vector<float>(wsb / 4 + 16));
+  std::vector<float> shared(conv2d_grad_weight_shared_bytes(s) / 4 + 16);
   auto aligned = [](std::vector<float>& v) { return (void*)(((uintptr_t)v.data() + 63) & ~uintptr_t(63)); };
   Pool pool(threads);
   auto run_once = [&] {
     pool.run([&](int p) {
       if (pass == CONV_FORWARD) conv2d_forward_part(s, x.data(), w.data(), b.data(), true, y.data(), p, threads, aligned(ws[p]));
       else if (pass == CONV_GRAD_INPUT) conv2d_grad_input_part(s, y.data(), w.data(), dx.data(), p, threads, aligned(ws[p]));
-      else conv2d_grad_weight_part(s, y.data(), x.data(), dw.data(), p, threads, aligned(ws[p]));
+      else conv2d_grad_weight_part(s, y.data(), x.data(), dw.data(), p, threads, aligned(ws[p]), 0, shared.data());
     });
+    if (pass == CONV_GRAD_WEIGHT && conv2d_grad_weight_phases(s) > 1)  // the batch chunks' sums, added in order
+      pool.run([&](int p) { conv2d_grad_weight_part(s, y.data(), x.data(), dw.data(), p, threads, aligned(ws[p]), 1, shared.data()); });
   };
   const double flop = 2.0 * c.N * c.O * s.OH * s.OW * c.C * c.K * c.K;
   int inner = std::max(1, (int)(30e9 * 0.03 / flop * threads));

@@ -23,7 +23,7 @@ let cases: Case[] = [];
 let declared = -1;
 
 /** compiles and runs the driver with extra flags; returns its cases and the count it declared */
-function runDriver(tag: string, flags: string[]): { cases: Case[]; declared: number } {
+function runDriver(tag: string, flags: string[]): { cases: Case[]; declared: number; dwChunks: number } {
   const exe = join(dir, `fast_gemm_driver_${tag}`);
   execFileSync(
     'nice',
@@ -34,22 +34,27 @@ function runDriver(tag: string, flags: string[]): { cases: Case[]; declared: num
   const out = execFileSync(exe, { encoding: 'utf8', maxBuffer: 16 << 20 });
   const found: Case[] = [];
   let count = -1;
+  let dwChunks = -1;
   for (const line of out.split('\n')) {
+    const q = /^DWCHUNKS batch_chunks (\d+)$/.exec(line);
+    if (q) dwChunks = Number(q[1]);
     const m = /^CASE (\S+) (\S+) err=(\S+) same=([01])$/.exec(line);
     if (m) found.push({ kind: m[1], name: m[2], err: Number(m[3]), same: m[4] === '1' });
     const d = /^DONE (\d+)$/.exec(line);
     if (d) count = Number(d[1]);
   }
-  return { cases: found, declared: count };
+  return { cases: found, declared: count, dwChunks };
 }
 
 // the kernel of this machine's widest vectors (AVX-512 here: 16 lanes), and the 8-lane kernel
 // that AVX2 machines and arm64 (NEON) compile, forced with -DMPSC_FAST_VW=8
-let narrow: { cases: Case[]; declared: number } = { cases: [], declared: -1 };
+// (the narrow build also caps grad-weight's batch chunks at 3, so a second chunk count is checked)
+let dwChunks = -1;
+let narrow: { cases: Case[]; declared: number; dwChunks: number } = { cases: [], declared: -1, dwChunks: -1 };
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'mpsc-fast-gemm-'));
-  ({ cases, declared } = runDriver('native', []));
-  narrow = runDriver('vw8', ['-DMPSC_FAST_VW=8']);
+  ({ cases, declared, dwChunks } = runDriver('native', []));
+  narrow = runDriver('vw8', ['-DMPSC_FAST_VW=8', '-DMPSC_FAST_CONV_DW_CHUNKS=3']);
 });
 
 afterAll(() => {
@@ -82,19 +87,25 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   });
 
   it('conv2d forward (plain and fused bias+relu)', () => {
-    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 21);
+    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 22);
     expect(bad(/^conv_fwd/)).toEqual([]);
   });
 
   it('conv2d grad-input', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(21);
+    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(22);
     expect(bad('conv_grad_input')).toEqual([]);
   });
 
   it('conv2d grad-weight and grad-bias', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(21);
+    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(22);
     expect(bad('conv_grad_weight')).toEqual([]);
     expect(bad('conv_grad_bias')).toEqual([]);
+  });
+
+  it('grad-weight in batch chunks (two phases, partial sums in a shared block): 8 chunks, and 3 in the narrow build', () => {
+    expect(dwChunks).toBe(8);
+    expect(narrow.dwChunks).toBe(3);
+    expect(cases.some((c) => c.kind === 'conv_grad_weight' && c.name.startsWith('batch_chunks_'))).toBe(true);
   });
 
   it('covers stride 2, dilation 2, groups 2, depthwise, 1 channel, 1x1, chunked im2col and the stride-1 wide and direct paths', () => {

@@ -182,14 +182,18 @@ static void check_conv(const char* label, int64_t N, int64_t C, int64_t H, int64
            (long long)sh, (long long)sw, (long long)ph, (long long)pw, (long long)dh, (long long)dw, (long long)groups);
 
   auto check = [&](const char* pass, size_t n_out, const std::vector<double>& ref, ConvPass cp,
-                   const std::function<void(float*, int, int, void*)>& f) {
+                   const std::function<void(float*, int, int, void*)>& f, int phases = 1,
+                   const std::function<void(int)>& set_phase = nullptr) {
     std::vector<float> first;
     bool same = true;
     double err = 0;
     for (int nparts = 1; nparts <= 3; ++nparts) {
       std::vector<float> out(n_out, NAN);  // outputs are fully written, never read
-      run_parts(nparts, cp == CONV_GRAD_BIAS ? 0 : conv2d_scratch_bytes(s, cp),
-                [&](int p, int np, void* ws) { f(out.data(), p, np, ws); });
+      for (int ph = 0; ph < phases; ++ph) {
+        if (set_phase) set_phase(ph);
+        run_parts(nparts, cp == CONV_GRAD_BIAS ? 0 : conv2d_scratch_bytes(s, cp),
+                  [&](int p, int np, void* ws) { f(out.data(), p, np, ws); });
+      }
       err = std::max(err, rel_err(out, ref));
       if (nparts == 1) first = out;
       else if (memcmp(first.data(), out.data(), out.size() * 4) != 0) same = false;
@@ -205,9 +209,21 @@ static void check_conv(const char* label, int64_t N, int64_t C, int64_t H, int64
   check("conv_grad_input", nx, dx_ref, CONV_GRAD_INPUT, [&](float* out, int p, int np, void* ws) {
     conv2d_grad_input_part(s, dy.data(), w.data(), out, p, np, ws);
   });
+  // grad-weight in its phases, all parts of one phase before the next, with one shared block
+  // (canary-guarded like the scratch) for the batch chunks' partial sums
+  const size_t shared_bytes = conv2d_grad_weight_shared_bytes(s);
+  const int phases = conv2d_grad_weight_phases(s);
+  const uint32_t canary = 0x7fc0dead;
+  std::vector<uint32_t> shared(shared_bytes / 4 + 64, canary);
+  int phase = 0;
   check("conv_grad_weight", nw, dw_ref, CONV_GRAD_WEIGHT, [&](float* out, int p, int np, void* ws) {
-    conv2d_grad_weight_part(s, dy.data(), x.data(), out, p, np, ws);
-  });
+    conv2d_grad_weight_part(s, dy.data(), x.data(), out, p, np, ws, phase, shared_bytes ? (float*)shared.data() : nullptr);
+  }, phases, [&](int ph) { phase = ph; });
+  for (size_t i = shared_bytes / 4; i < shared.size(); ++i)
+    if (shared[i] != canary) {
+      fprintf(stderr, "shared block overflow: grad-weight wrote past its %zu shared bytes\n", shared_bytes);
+      exit(3);
+    }
   check("conv_grad_bias", (size_t)O, db_ref, CONV_GRAD_BIAS, [&](float* out, int p, int np, void*) {
     conv2d_grad_bias_part(s, dy.data(), out, p, np);
   });
@@ -260,6 +276,10 @@ int main() {
   // chunked_g2), the direct kernels below that; padding beyond the window keeps grad-input on col2im
   check_conv("wide_dil_pad_g2", 2, 12, 8, 10, 8, 3, 3, 1, 1, 2, 1, 2, 1, 2);
   check_conv("direct_bigpad", 2, 4, 5, 5, 3, 2, 2, 1, 1, 2, 2, 1, 1, 1);
+  // grad-weight in batch chunks of unequal size (10 images: Q = 8 chunks of 1-2, or 3 of 3-4 with
+  // -DMPSC_FAST_CONV_DW_CHUNKS=3), partial sums added in a second phase
+  check_conv("batch_chunks", 10, 8, 7, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  printf("DWCHUNKS batch_chunks %lld\n", (long long)conv2d_grad_weight_chunks(conv2d_shape(10, 8, 7, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1)));
   printf("DONE %d\n", g_cases);
   return 0;
 }

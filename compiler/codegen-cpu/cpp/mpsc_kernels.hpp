@@ -81,6 +81,24 @@ inline void run_parts(mpsc_ctx* ctx, size_t per_part, F&& f) {
   });
 }
 
+/**
+ * conv2d grad-weight through the fast core in its one or two phases (mpsc_fast::
+ * conv2d_grad_weight_phases: batch chunks summed by the parts, then the chunks added in order),
+ * every part of a phase finished before the next starts; the chunks' partial sums live in a
+ * scratch block of the calling thread (slot 3), reused by every call.
+ */
+inline void conv_grad_weight(mpsc_ctx* ctx, const mpsc_fast::Conv2dShape& s, const float* dy, const float* x,
+                             float* dw) {
+  const size_t shared_bytes = mpsc_fast::conv2d_grad_weight_shared_bytes(s);
+  float* shared = shared_bytes ? scratch(3, (int64_t)(shared_bytes / sizeof(float))) : nullptr;
+  const size_t per_part = mpsc_fast::conv2d_scratch_bytes(s, mpsc_fast::CONV_GRAD_WEIGHT);
+  const int phases = mpsc_fast::conv2d_grad_weight_phases(s);
+  for (int phase = 0; phase < phases; ++phase)
+    run_parts(ctx, phase == 0 ? per_part : 0, [&](int part, int nparts, void* ws) {
+      mpsc_fast::conv2d_grad_weight_part(s, dy, x, dw, part, nparts, ws, phase, shared);
+    });
+}
+
 // ------------------------------------------------------------------ profile (MPSC_PROFILE=1)
 /** per-kernel wall time, summed over runs, printed to stderr at process exit (generated run_* call these) */
 struct ProfEntry {

@@ -4,7 +4,8 @@
  * "wide"-row implicit GEMM, or im2col generated straight into packed GEMM panels), one part per
  * pool thread with its own scratch block (mk::run_parts, reserved once and reused), bias and
  * (when the fusion pass folded the following relu in: KernelCtx.fuseRelu) relu in the
- * forward GEMM's epilogue. Results are the same bits for any thread count.
+ * forward GEMM's epilogue; grad-weight in batch chunks added in a second phase
+ * (mk::conv_grad_weight). Results are the same bits for any thread count.
  */
 import { tpl } from '../template.js';
 import type { KernelCtx, KernelEmitter } from '../kernel_ctx.js';
@@ -64,9 +65,7 @@ export const conv2d_grad_input: KernelEmitter = (k) => {
 const GRAD_WEIGHT = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dw = {{dw}};
-${SHAPE}  mk::run_parts(ctx, mpsc_fast::conv2d_scratch_bytes(s, mpsc_fast::CONV_GRAD_WEIGHT), [&](int part, int nparts, void* ws) {
-    mpsc_fast::conv2d_grad_weight_part(s, dy, x, dw, part, nparts, ws);
-  });
+${SHAPE}  mk::conv_grad_weight(ctx, s, dy, x, dw);
 `);
 
 export const conv2d_grad_weight: KernelEmitter = (k) => {

@@ -291,6 +291,24 @@ inline Wide wide_dims(const Conv2dShape& s) {
 inline int64_t wide_plane(const Wide& w, int64_t r) { return align16((r + w.halo) * w.Wp + w.slack); }
 
 /**
+ * rows[i] = band + offset of unrolled-window row p = p0 + i (channel c - c0, kh, kw) in a padded
+ * band (channel planes `plane` floats apart) + col, for i < n: one division for the first row,
+ * then stepping (kw, kh, c), so packing a block costs no integer division per row.
+ */
+inline void wide_row_ptrs(const Conv2dShape& s, const Wide& w, const float* band, int64_t plane, int64_t c0,
+                          int64_t p0, int64_t n, int64_t col, const float** rows) {
+  const int64_t KK = s.KH * s.KW;
+  int64_t c = p0 / KK, kh = (p0 / s.KW) % s.KH, kw = p0 % s.KW;
+  for (int64_t i = 0; i < n; ++i) {
+    rows[i] = band + (c - c0) * plane + kh * s.dh * w.Wp + kw * s.dw + col;
+    if (++kw == s.KW) {
+      kw = 0;
+      if (++kh == s.KH) kh = 0, ++c;
+    }
+  }
+}
+
+/**
  * Writes the padded copy of input rows for output rows [oh0, oh0 + r) of channels [c0, c1) of
  * x_g (plane H x W) into dst (channel c at dst + (c - c0) * plane): padded row q holds input row
  * ih = oh0 + q - ph.
@@ -320,12 +338,8 @@ inline void wide_fill(const Conv2dShape& s, const Wide& w, const float* xg, int6
  *  (panel by panel, so the packed block is written sequentially) */
 inline void wide_packed(const Conv2dShape& s, const Wide& w, const float* band, int64_t plane, int64_t pc, int64_t kc,
                         int64_t jc, int64_t nc, float* __restrict dst) {
-  const int64_t KK = s.KH * s.KW;
   const float* src[KC];
-  for (int64_t p = pc; p < pc + kc; ++p) {
-    const int64_t c = p / KK, kh = (p / s.KW) % s.KH, kw = p % s.KW;
-    src[p - pc] = band + c * plane + kh * s.dh * w.Wp + kw * s.dw + jc;
-  }
+  wide_row_ptrs(s, w, band, plane, 0, pc, kc, jc, src);
   int64_t jr = 0;
   for (; jr + NR <= nc; jr += NR) {
     float* d = dst + jr * kc;
@@ -427,72 +441,94 @@ inline int64_t wide_grad_weight_floats(const Conv2dShape& s) {
   const Wide w = wide_dims(s);
   const int64_t K = s.OH * w.Wp;
   return packed_a_floats(d.Og, K) + align16(std::min(KC, K) * round_up(std::min(CONV_NC_W, d.Kd), NR)) +
-         d.Cg * wide_plane(w, s.OH) + align16(std::min(MC, d.Og) * std::min(KC, K));
+         d.Cg * wide_plane(w, s.OH);
 }
 
 /**
- * dw for stride 1 (sum over the batch), share `part` of nparts: as conv2d_grad_weight_part_rows,
- * but the K index of each image's GEMM is the wide column (dy is 0 on the dropped columns) and
- * col^T panels are contiguous slices of the padded image.
+ * Group g's dW block [o0, o1) x [p0, p1) summed over images [n0, n1) into out (group g's Og x Kd,
+ * row stride Kd; zero when the range is empty): per image one GEMM whose K index is the wide
+ * column (dy is 0 on the dropped columns) and whose col^T panels are contiguous slices of the
+ * padded image.
  */
-inline void wide_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
-                                  int nparts, void* scratch) {
+inline void wide_grad_weight_block(const Conv2dShape& s, const float* dy, const float* x, float* out, int64_t g,
+                                   int64_t o0, int64_t o1, int64_t p0, int64_t p1, int64_t n0, int64_t n1,
+                                   void* scratch) {
   const ConvDims d = conv_dims(s);
   const Wide wd = wide_dims(s);
   const int64_t K = s.OH * wd.Wp, plane = wide_plane(wd, s.OH), KK = s.KH * s.KW;
   float* Ap = align64(scratch);
   float* Bp = Ap + packed_a_floats(d.Og, K);
   float* img = Bp + align16(std::min(KC, K) * round_up(std::min(CONV_NC_W, d.Kd), NR));
-  float* dyw = img + d.Cg * plane;  // rows of dy expanded to wide columns (one A block)
+  if (n1 <= n0) {
+    for (int64_t o = o0; o < o1; ++o) memset(out + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
+    return;
+  }
+  const int64_t c0 = p0 / KK, c1 = (p1 - 1) / KK + 1;  // channels the rows p read
+  for (int64_t n = n0; n < n1; ++n) {
+    wide_fill(s, wd, x + (n * s.C + g * d.Cg) * d.HW, c0, c1, 0, s.OH, plane, img);
+    const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
+    gemm_driver(
+        o0, o1, p0, p1, K, CONV_NC_W, 1.0f, n == n0 ? 0.0f : 1.0f, out, d.Kd, Epilogue{},
+        [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
+          // MR-row panels of dy in wide columns [pc, pc+kc), transposed 8 x 8 straight from dy's
+          // rows one output row (oh) at a time; 0 where ow >= OW
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int64_t mr = std::min(MR, mc - ir);
+            float* dst = Ap + ir * kc;
+            int64_t k = pc;
+            while (k < pc + kc) {
+              const int64_t oh = k / wd.Wp, ow = k % wd.Wp;
+              const int64_t run = std::min(wd.Wp - ow, pc + kc - k);
+              const int64_t valid = std::max<int64_t>(0, std::min(run, s.OW - ow));
+              float* dk = dst + (k - pc) * MR;
+              if (valid > 0)
+                for (int64_t r0 = 0; r0 < MR; r0 += 8) {
+                  const float* rows[8];
+                  for (int64_t i = 0; i < 8; ++i)
+                    rows[i] = r0 + i < mr ? dyg + (ic + ir + r0 + i) * d.P + oh * s.OW + ow : zero_row();
+                  pack_rows8(rows, std::min<int64_t>(8, MR - r0), valid, dk + r0, MR);
+                }
+              for (int64_t t = valid; t < run; ++t)
+                for (int64_t r = 0; r < MR; ++r) dk[t * MR + r] = 0.0f;
+              k += run;
+            }
+          }
+          return (const float*)Ap;
+        },
+        [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
+          // NR-column panels of col^T: panel column (p - jc) % NR holds row p's slice [pc, pc+kc)
+          const float* rows[CONV_NC_W];
+          wide_row_ptrs(s, wd, img, plane, c0, jc, nc, pc, rows);
+          for (int64_t jr = 0; jr < nc; jr += NR)
+            pack_rows([&](int64_t c) { return rows[jr + c]; }, std::min(NR, nc - jr), NR, kc, Bp + jr * kc);
+          return (const float*)Bp;
+        });
+  }
+}
+
+/** dw for stride 1 (sum over the batch), share `part` of nparts: parts split dW's rows or columns (dw_share) */
+inline void wide_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
+                                  int nparts, void* scratch) {
+  const ConvDims d = conv_dims(s);
   const DwShare sh = dw_share(s, d, d.Og >= d.Kd, part, nparts);
   for (int64_t g = 0; g < s.groups; ++g) {
     int64_t o0, o1, p0, p1;
-    if (!dw_block(d, sh, g, o0, o1, p0, p1)) continue;
-    float* dwg = dw + g * d.Og * d.Kd;
-    if (s.N <= 0) {
-      for (int64_t o = o0; o < o1; ++o) memset(dwg + o * d.Kd + p0, 0, (size_t)(p1 - p0) * sizeof(float));
-      continue;
-    }
-    const int64_t c0 = p0 / KK, c1 = (p1 - 1) / KK + 1;  // channels this part's rows p read
-    for (int64_t n = 0; n < s.N; ++n) {
-      wide_fill(s, wd, x + (n * s.C + g * d.Cg) * d.HW, c0, c1, 0, s.OH, plane, img);
-      const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
-      gemm_driver(
-          o0, o1, p0, p1, K, CONV_NC_W, 1.0f, n == 0 ? 0.0f : 1.0f, dwg, d.Kd, Epilogue{},
-          [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
-            // MR-row panels of dy in wide columns [pc, pc+kc): rows first expanded into dyw (0 where
-            // ow >= OW), then transposed 8 x 8 at a time
-            for (int64_t rr = 0; rr < mc; ++rr) {
-              const float* src = dyg + (ic + rr) * d.P;
-              float* dr = dyw + rr * kc;
-              int64_t k = pc;
-              while (k < pc + kc) {
-                const int64_t oh = k / wd.Wp, ow = k % wd.Wp;
-                const int64_t run = std::min(wd.Wp - ow, pc + kc - k);
-                const int64_t valid = std::max<int64_t>(0, std::min(run, s.OW - ow));
-                memcpy(dr + (k - pc), src + oh * s.OW + ow, (size_t)valid * sizeof(float));
-                for (int64_t t = valid; t < run; ++t) dr[k - pc + t] = 0.0f;
-                k += run;
-              }
-            }
-            for (int64_t ir = 0; ir < mc; ir += MR)
-              pack_rows([&](int64_t rr) { return (const float*)dyw + (ir + rr) * kc; }, std::min(MR, mc - ir), MR, kc,
-                        Ap + ir * kc);
-            return (const float*)Ap;
-          },
-          [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
-            // NR-column panels of col^T: panel column (p - jc) % NR holds row p's slice [pc, pc+kc)
-            for (int64_t jr = 0; jr < nc; jr += NR)
-              pack_rows(
-                  [&](int64_t c) {
-                    const int64_t p = jc + jr + c, ch = p / KK, kh = (p / s.KW) % s.KH, kw = p % s.KW;
-                    return (const float*)img + (ch - c0) * plane + kh * s.dh * wd.Wp + kw * s.dw + pc;
-                  },
-                  std::min(NR, nc - jr), NR, kc, Bp + jr * kc);
-            return (const float*)Bp;
-          });
-    }
+    if (dw_block(d, sh, g, o0, o1, p0, p1))
+      wide_grad_weight_block(s, dy, x, dw + g * d.Og * d.Kd, g, o0, o1, p0, p1, 0, s.N, scratch);
   }
+}
+
+/**
+ * Batch chunks of the grad-weight (phase 0 of conv2d_grad_weight_part when there are more than
+ * one): chunk q sums images [N*q/Q, N*(q+1)/Q) into the whole of `out` (dw for chunk 0, a partial
+ * dW in the shared block otherwise), so no part packs what another part packs too.
+ */
+inline void wide_grad_weight_chunk(const Conv2dShape& s, const float* dy, const float* x, float* out, int64_t q,
+                                   int64_t Q, void* scratch) {
+  const ConvDims d = conv_dims(s);
+  for (int64_t g = 0; g < s.groups; ++g)
+    wide_grad_weight_block(s, dy, x, out + g * d.Og * d.Kd, g, 0, d.Og, 0, d.Kd, s.N * q / Q, s.N * (q + 1) / Q,
+                           scratch);
 }
 
 /*
@@ -856,12 +892,69 @@ inline void im2col_grad_weight_part(const Conv2dShape& s, const float* dy, const
 
 }  // namespace detail
 
+#ifndef MPSC_FAST_CONV_DW_CHUNKS
+#define MPSC_FAST_CONV_DW_CHUNKS 8
+#endif
+#ifndef MPSC_FAST_CONV_DW_SHARED_BYTES
+#define MPSC_FAST_CONV_DW_SHARED_BYTES (16 << 20)
+#endif
+
 /**
- * dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts. dw fully
- * written. Stride 1: direct kernel (C/groups*KH*KW <= 32) or wide GEMM; otherwise im2col GEMM.
+ * Batch chunks Q of the grad-weight (a function of the shape only, so the sums do not depend on
+ * the thread count). Q > 1 for the stride-1 wide path: each part sums whole chunks of images
+ * into a whole dW (dw itself for chunk 0, the shared block for the others) and a second phase
+ * adds the chunks in order. Splitting dW's rows or columns instead (Q = 1) has every part pack
+ * all of dy or all of the image. Q is at most MPSC_FAST_CONV_DW_CHUNKS and its partial dWs at most
+ * MPSC_FAST_CONV_DW_SHARED_BYTES.
+ */
+inline int64_t conv2d_grad_weight_chunks(const Conv2dShape& s) {
+  using namespace detail;
+  if (direct_ok(s) || !wide_ok(s) || s.C <= 0 || s.N < 2) return 1;
+  const int64_t wfloats = s.O * conv_dims(s).Kd;
+  int64_t q = std::min<int64_t>(s.N, MPSC_FAST_CONV_DW_CHUNKS);
+  while (q > 1 && (q - 1) * wfloats * (int64_t)sizeof(float) > (int64_t)MPSC_FAST_CONV_DW_SHARED_BYTES) --q;
+  return q;
+}
+
+/** bytes of the block shared by all parts of a grad-weight call (0 when conv2d_grad_weight_chunks(s) == 1) */
+inline size_t conv2d_grad_weight_shared_bytes(const Conv2dShape& s) {
+  const int64_t Q = conv2d_grad_weight_chunks(s);
+  return Q > 1 ? (size_t)((Q - 1) * s.O * detail::conv_dims(s).Kd) * sizeof(float) : 0;
+}
+
+/** phases of a grad-weight call: run every part of phase 0, then every part of phase 1 (if 2) */
+inline int conv2d_grad_weight_phases(const Conv2dShape& s) { return conv2d_grad_weight_chunks(s) > 1 ? 2 : 1; }
+
+/**
+ * dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts of `phase`
+ * (conv2d_grad_weight_phases: all parts of phase 0 must finish before phase 1 starts). dw fully
+ * written. `shared`: conv2d_grad_weight_shared_bytes(s) bytes, the same block for every part and
+ * both phases (nullptr when 0). Stride 1: direct kernel (C/groups*KH*KW <= 32) or wide GEMM in
+ * batch chunks; otherwise im2col GEMM.
  */
 inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
-                                    int nparts, void* scratch) {
+                                    int nparts, void* scratch, int phase = 0, float* shared = nullptr) {
+  const int64_t Q = conv2d_grad_weight_chunks(s);
+  if (Q > 1) {
+    const int64_t wsize = s.O * detail::conv_dims(s).Kd;
+    int64_t b, e;
+    if (phase == 0) {
+      detail::share(Q, part, nparts, b, e);
+      for (int64_t q = b; q < e; ++q)
+        detail::wide_grad_weight_chunk(s, dy, x, q == 0 ? dw : shared + (q - 1) * wsize, q, Q, scratch);
+    } else {
+      // dw = ((chunk 0 + chunk 1) + chunk 2) + ..., split over 16-float blocks
+      detail::share((wsize + 15) / 16, part, nparts, b, e);
+      const int64_t i0 = b * 16, i1 = std::min(wsize, e * 16);
+      for (int64_t q = 1; q < Q; ++q) {
+        const float* __restrict src = shared + (q - 1) * wsize;
+        float* __restrict dst = dw;
+        for (int64_t i = i0; i < i1; ++i) dst[i] += src[i];
+      }
+    }
+    return;
+  }
+  if (phase != 0) return;
   if (detail::direct_ok(s)) return detail::direct_grad_weight_part(s, dy, x, dw, part, nparts, scratch);
   if (detail::wide_ok(s) && s.C > 0) return detail::wide_grad_weight_part(s, dy, x, dw, part, nparts, scratch);
   detail::im2col_grad_weight_part(s, dy, x, dw, part, nparts, scratch);

@@ -152,16 +152,19 @@ inline int64_t packed_b_floats(int64_t N, int64_t K) {
 /** in-register transpose of an 8 x 8 block: r[i][j] -> r[j][i] */
 static inline void transpose8x8(v8f r[8]) {
   v8f t[8], u[8];
+#pragma GCC unroll 8
   for (int i = 0; i < 8; i += 2) {
     t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
     t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
   }
+#pragma GCC unroll 8
   for (int i = 0; i < 8; i += 4) {
     u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
     u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
     u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
     u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
   }
+#pragma GCC unroll 8
   for (int i = 0; i < 4; ++i) {
     r[i] = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
     r[i + 4] = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
@@ -177,22 +180,32 @@ inline const float* zero_row() {
 /**
  * Packs `width` rows (<= 8) into columns [0, width) of a panel with row stride ld:
  * dst[k * ld + r] = rows[r][k] for k < kc (kc <= KC); rows[r] may be zero_row().
- * 8 x 8 blocks are transposed in registers; the kc % 8 tail is copied one value at a time.
+ * 8 x 8 blocks are transposed in registers; a kc % 8 tail is the block of the last 8 columns
+ * again (it rewrites some columns with the same values: no scalar or gathered tail), and only a
+ * kc < 8 panel is copied one value at a time.
  */
-inline void pack_rows8(const float* const rows[8], int64_t width, int64_t kc, float* __restrict dst, int64_t ld) {
-  int64_t k = 0;
-  for (; k + 8 <= kc; k += 8) {
-    v8f r[8];
-    for (int i = 0; i < 8; ++i) r[i] = load8(rows[i] + k);
-    transpose8x8(r);
-    if (width == 8) {
-      for (int i = 0; i < 8; ++i) store8(dst + (k + i) * ld, r[i]);
-    } else {
-      for (int i = 0; i < 8; ++i) memcpy(dst + (k + i) * ld, &r[i], (size_t)width * sizeof(float));
-    }
+inline void pack_block8(const float* const rows[8], int64_t width, int64_t k, float* __restrict dst, int64_t ld) {
+  v8f r[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = load8(rows[i] + k);
+  transpose8x8(r);
+  if (width == 8) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) store8(dst + (k + i) * ld, r[i]);
+  } else {
+    for (int i = 0; i < 8; ++i) memcpy(dst + (k + i) * ld, &r[i], (size_t)width * sizeof(float));
   }
-  for (; k < kc; ++k)
-    for (int64_t i = 0; i < width; ++i) dst[k * ld + i] = rows[i][k];
+}
+
+inline void pack_rows8(const float* const rows[8], int64_t width, int64_t kc, float* __restrict dst, int64_t ld) {
+  if (kc < 8) {
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t i = 0; i < width; ++i) dst[k * ld + i] = rows[i][k];
+    return;
+  }
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) pack_block8(rows, width, k, dst, ld);
+  if (k < kc) pack_block8(rows, width, kc - 8, dst, ld);
 }
 
 /**
