@@ -1,5 +1,5 @@
 /**
- * runtime/cpp/fast (sgemm.h, conv.h) against naive double-precision loops: compiles
+ * runtime/cpp/fast (sgemm.h, winograd.h, conv.h) against naive double-precision loops: compiles
  * test/native/fast_gemm_driver.cpp once, runs it, and checks every case it reports
  * (relative error < 1e-4, and nparts = 2, 3 bitwise equal to nparts = 1).
  */
@@ -23,7 +23,15 @@ let cases: Case[] = [];
 let declared = -1;
 
 /** compiles and runs the driver with extra flags; returns its cases and the count it declared */
-function runDriver(tag: string, flags: string[]): { cases: Case[]; declared: number; dwChunks: number } {
+interface DriverRun {
+  cases: Case[];
+  declared: number;
+  dwChunks: number;
+  /** winograd.h taken for the seed CNN's 64 -> 128 layer, and for LeNet's 32 -> 64 (it should not be) */
+  wino: [number, number];
+}
+
+function runDriver(tag: string, flags: string[]): DriverRun {
   const exe = join(dir, `fast_gemm_driver_${tag}`);
   execFileSync(
     'nice',
@@ -35,7 +43,10 @@ function runDriver(tag: string, flags: string[]): { cases: Case[]; declared: num
   const found: Case[] = [];
   let count = -1;
   let dwChunks = -1;
+  let wino: [number, number] = [-1, -1];
   for (const line of out.split('\n')) {
+    const w = /^WINO ([01]) ([01])$/.exec(line);
+    if (w) wino = [Number(w[1]), Number(w[2])];
     const q = /^DWCHUNKS batch_chunks (\d+)$/.exec(line);
     if (q) dwChunks = Number(q[1]);
     const m = /^CASE (\S+) (\S+) err=(\S+) same=([01])$/.exec(line);
@@ -43,18 +54,24 @@ function runDriver(tag: string, flags: string[]): { cases: Case[]; declared: num
     const d = /^DONE (\d+)$/.exec(line);
     if (d) count = Number(d[1]);
   }
-  return { cases: found, declared: count, dwChunks };
+  return { cases: found, declared: count, dwChunks, wino };
 }
 
 // the kernel of this machine's widest vectors (AVX-512 here: 16 lanes), and the 8-lane kernel
 // that AVX2 machines and arm64 (NEON) compile, forced with -DMPSC_FAST_VW=8
 // (the narrow build also caps grad-weight's batch chunks at 3, so a second chunk count is checked)
+// and a build without Winograd (-DMPSC_FAST_WINOGRAD=0), so the wide GEMM path stays checked on the
+// shapes Winograd takes
 let dwChunks = -1;
-let narrow: { cases: Case[]; declared: number; dwChunks: number } = { cases: [], declared: -1, dwChunks: -1 };
+let wino: [number, number] = [-1, -1];
+const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1] };
+let narrow = none;
+let noWino = none;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'mpsc-fast-gemm-'));
-  ({ cases, declared, dwChunks } = runDriver('native', []));
+  ({ cases, declared, dwChunks, wino } = runDriver('native', []));
   narrow = runDriver('vw8', ['-DMPSC_FAST_VW=8', '-DMPSC_FAST_CONV_DW_CHUNKS=3']);
+  noWino = runDriver('nowino', ['-DMPSC_FAST_WINOGRAD=0']);
 });
 
 afterAll(() => {
@@ -87,19 +104,31 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   });
 
   it('conv2d forward (plain and fused bias+relu)', () => {
-    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 22);
+    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 27);
     expect(bad(/^conv_fwd/)).toEqual([]);
   });
 
   it('conv2d grad-input', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(22);
+    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(27);
     expect(bad('conv_grad_input')).toEqual([]);
   });
 
   it('conv2d grad-weight and grad-bias', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(22);
+    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(27);
     expect(bad('conv_grad_weight')).toEqual([]);
     expect(bad('conv_grad_bias')).toEqual([]);
+  });
+
+  it('Winograd F(2x2, 3x3) for 3x3 stride-1 layers with enough channels (seed 64 -> 128, not LeNet 32 -> 64), at both widths; the build without it passes every case on the wide path', () => {
+    expect(wino).toEqual([1, 0]);
+    expect(narrow.wino).toEqual([1, 0]);
+    expect(noWino.wino).toEqual([0, 0]);
+    expect(noWino.declared).toBe(declared);
+    expect(noWino.cases.length).toBe(declared);
+    expect(noWino.cases.filter((c) => !(c.err < 1e-4) || !c.same).map((c) => `${c.kind} ${c.name} err=${c.err}`)).toEqual([]);
+    for (const label of ['wino_odd_', 'wino_pad0_', 'wino_pad2_', 'wino_blocks_', 'wino_seed_'])
+      for (const kind of ['conv_fwd', 'conv_fwd_bias_relu', 'conv_grad_input'])
+        expect(cases.some((c) => c.kind === kind && c.name.startsWith(label))).toBe(true);
   });
 
   it('grad-weight in batch chunks (two phases, partial sums in a shared block): 8 chunks, and 3 in the narrow build', () => {

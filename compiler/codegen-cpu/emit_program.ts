@@ -262,15 +262,20 @@ export const FAST_CORE_DIR = path.resolve(HERE, '../../runtime/cpp/fast');
 
 let kernelsHppMemo: string | undefined;
 /**
- * mpsc_kernels.hpp as shipped next to generated code: runtime/cpp/fast/sgemm.h and conv.h
+ * mpsc_kernels.hpp as shipped next to generated code: runtime/cpp/fast/sgemm.h, winograd.h and conv.h
  * (namespace mpsc_fast) followed by compiler/codegen-cpu/cpp/mpsc_kernels.hpp, one self-contained file.
  */
 export function kernelsHeader(): string {
   if (kernelsHppMemo === undefined) {
     const sgemm = fs.readFileSync(path.join(FAST_CORE_DIR, 'sgemm.h'), 'utf8');
-    const conv = fs.readFileSync(path.join(FAST_CORE_DIR, 'conv.h'), 'utf8').replace(/^#include "sgemm.h"$/m, '// (sgemm.h is inlined above)');
+    const inlined = (file: string) =>
+      fs
+        .readFileSync(path.join(FAST_CORE_DIR, file), 'utf8')
+        .replace(/^#include "(sgemm|winograd)\.h"$/gm, '// ($1.h is inlined above)');
+    const wino = inlined('winograd.h');
+    const conv = inlined('conv.h');
     const mk = fs.readFileSync(path.join(HERE, 'cpp', 'mpsc_kernels.hpp'), 'utf8');
-    kernelsHppMemo = `// ---- runtime/cpp/fast/sgemm.h\n${sgemm}\n// ---- runtime/cpp/fast/conv.h\n${conv}\n// ---- compiler/codegen-cpu/cpp/mpsc_kernels.hpp\n${mk}`;
+    kernelsHppMemo = `// ---- runtime/cpp/fast/sgemm.h\n${sgemm}\n// ---- runtime/cpp/fast/winograd.h\n${wino}\n// ---- runtime/cpp/fast/conv.h\n${conv}\n// ---- compiler/codegen-cpu/cpp/mpsc_kernels.hpp\n${mk}`;
   }
   return kernelsHppMemo;
 }

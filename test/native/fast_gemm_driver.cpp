@@ -279,6 +279,16 @@ int main() {
   // grad-weight in batch chunks of unequal size (10 images: Q = 8 chunks of 1-2, or 3 of 3-4 with
   // -DMPSC_FAST_CONV_DW_CHUNKS=3), partial sums added in a second phase
   check_conv("batch_chunks", 10, 8, 7, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  // Winograd F(2x2, 3x3) (winograd.h: 3x3, stride 1, C*O/(C+O) >= 32): odd output sizes (cut last
+  // tile row / column), padding 0 and 2 (grad-input padding 2 and 0), blocks of tiles that start
+  // mid-row and span images, the seed CNN's 64 -> 128 layer
+  check_conv("wino_odd", 3, 64, 9, 11, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("wino_pad0", 2, 65, 10, 13, 70, 3, 3, 1, 1, 0, 0, 1, 1, 1);
+  check_conv("wino_pad2", 2, 64, 7, 6, 96, 3, 3, 1, 1, 2, 2, 1, 1, 1);
+  check_conv("wino_blocks", 5, 64, 30, 29, 80, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("wino_seed", 2, 64, 16, 16, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  printf("WINO %d %d\n", (int)detail::wino_conv_ok(conv2d_shape(2, 64, 16, 16, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
+         (int)detail::wino_conv_ok(conv2d_shape(4, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1)));
   printf("DWCHUNKS batch_chunks %lld\n", (long long)conv2d_grad_weight_chunks(conv2d_shape(10, 8, 7, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1)));
   printf("DONE %d\n", g_cases);
   return 0;

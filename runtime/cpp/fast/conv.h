@@ -37,6 +37,7 @@
 #define MPSC_FAST_CONV_H
 
 #include "sgemm.h"
+#include "winograd.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
@@ -370,6 +371,11 @@ inline Conv2dShape grad_input_as_forward(const Conv2dShape& s) {
 }
 inline bool wide_grad_input_ok(const Conv2dShape& s) {
   return wide_ok(s) && (s.KH - 1) * s.dh >= s.ph && (s.KW - 1) * s.dw >= s.pw && s.H > 0 && s.W > 0;
+}
+
+/** Winograd F(2x2, 3x3) (winograd.h) for this forward-convolution shape */
+inline bool wino_conv_ok(const Conv2dShape& s) {
+  return wino_ok(s.N, s.C, s.O, s.KH, s.KW, s.sh, s.sw, s.dh, s.dw, s.groups, s.ph, s.pw, s.OH, s.OW);
 }
 
 /** floats of the wide forward's scratch: packed A (+ the flipped weights of one group), band, C tile, packed B */
@@ -721,7 +727,12 @@ inline size_t conv2d_scratch_bytes(const Conv2dShape& s, ConvPass pass) {
   const ConvDims d = conv_dims(s);
   if (s.N <= 0 || d.P <= 0 || d.Og <= 0 || d.Kd <= 0) return 0;
   int64_t f = 0;
-  if (pass == CONV_FORWARD && direct_ok(s)) {
+  if (pass == CONV_FORWARD && wino_conv_ok(s)) {
+    f = wino_floats(s.N, s.C, s.O, s.OH, s.OW);
+  } else if (pass == CONV_GRAD_INPUT && wide_grad_input_ok(s) && wino_conv_ok(grad_input_as_forward(s))) {
+    const Conv2dShape t = grad_input_as_forward(s);
+    f = wino_floats(t.N, t.C, t.O, t.OH, t.OW);
+  } else if (pass == CONV_FORWARD && direct_ok(s)) {
     f = direct_forward_floats(s);
   } else if (pass == CONV_GRAD_WEIGHT && direct_ok(s)) {
     f = direct_grad_weight_floats(s);
@@ -759,6 +770,9 @@ inline void conv2d_forward_part(const Conv2dShape& s, const float* x, const floa
   using namespace detail;
   const ConvDims d = conv_dims(s);
   if (s.N <= 0 || d.P <= 0 || d.Og <= 0) return;
+  if (wino_conv_ok(s))
+    return wino_forward_part(s.N, s.C, s.H, s.W, s.O, s.ph, s.pw, s.OH, s.OW, x, w, false, bias, relu, y, part, nparts,
+                             scratch);
   if (direct_ok(s)) return direct_forward_part(s, x, w, bias, relu, y, part, nparts, scratch);
   if (wide_ok(s) && d.Kd > 0) return wide_forward_part(s, x, w, false, bias, relu, y, part, nparts, scratch);
   const int64_t ncb = std::min(CONV_NC, d.P), nch = (d.P + ncb - 1) / ncb;
@@ -841,9 +855,13 @@ inline void im2col_grad_input_part(const Conv2dShape& s, const float* dy, const 
  */
 inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const float* w, float* dx, int part,
                                    int nparts, void* scratch) {
-  if (detail::wide_grad_input_ok(s) && s.N > 0 && s.O / s.groups > 0 && s.C > 0)
-    return detail::wide_forward_part(detail::grad_input_as_forward(s), dy, w, true, nullptr, false, dx, part, nparts,
-                                     scratch);
+  if (detail::wide_grad_input_ok(s) && s.N > 0 && s.O / s.groups > 0 && s.C > 0) {
+    const Conv2dShape t = detail::grad_input_as_forward(s);
+    if (detail::wino_conv_ok(t))
+      return detail::wino_forward_part(t.N, t.C, t.H, t.W, t.O, t.ph, t.pw, t.OH, t.OW, dy, w, true, nullptr, false, dx,
+                                       part, nparts, scratch);
+    return detail::wide_forward_part(t, dy, w, true, nullptr, false, dx, part, nparts, scratch);
+  }
   detail::im2col_grad_input_part(s, dy, w, dx, part, nparts, scratch);
 }
 
