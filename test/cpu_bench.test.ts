@@ -15,7 +15,7 @@ import { planReluFusion } from '../compiler/codegen-cpu/fuse_relu.js';
 import { planReluGradFusion } from '../compiler/codegen-cpu/fuse_relu_grad.js';
 import { planReluPoolFusion } from '../compiler/codegen-cpu/fuse_relu_pool.js';
 import { planInputReshapeAliases } from '../compiler/codegen-cpu/alias_reshape.js';
-import { GraphBuilder, type Program, valueBytes } from '../compiler/ir/graph.js';
+import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
 import { syntheticBatch } from '../runtime/bench.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -127,22 +127,61 @@ describe('relu-grad folded into the pooling gradient (fuse_relu_grad.ts)', () =>
     expect(plan.skip.has(U.id)).toBe(false);
   });
 
-  it('leaves LeNet alone: its relu-grads are planned over the max-pool input that the pool grad reads', async () => {
+  it('folds both LeNet relu-grads into their 2x2 max-pool grads, in place over the pool input (the mask)', async () => {
     const { ps } = await programs('bench/mnist_cnn_b64_sgdm.model');
     const p = ps.train_step;
     const plan = planReluFusion(p, p.plan!.offsets);
     planReluGradFusion(p, p.plan!.offsets, plan);
     const off = p.plan!.offsets;
-    const bytes = (id: number) => valueBytes(p.graph.values[id]);
     const pools = p.graph.nodes.filter((n) => n.op === 'maxpool2d_grad');
     expect(pools.length).toBe(2);
+    const code = generateCpuModel(ps).files['model.cc'];
     for (const P of pools) {
       const U = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])!;
       const dx = U.outputs[0], x = P.inputs[1];
-      expect(off[dx] < off[x] + bytes(x) && off[x] < off[dx] + bytes(dx)).toBe(true);
-      expect(plan.reluMask.has(P.id)).toBe(false);
-      expect(plan.skip.has(U.id)).toBe(false);
+      // the relu-grad's mask (after fuse_relu's redirect) is the pool input, and dx is planned exactly over it
+      expect(plan.redirect.get(U.id)?.get(1)).toBe(x);
+      expect(off[dx]).toBe(off[x]);
+      expect(plan.reluMask.get(P.id)).toBe(x);
+      expect(plan.fused.get(P.id)).toBe(dx);
+      expect(plan.skip.has(U.id)).toBe(true);
+      expect(code).toMatch(new RegExp(`train_step node ${P.id}: maxpool2d_grad _ relu-grad _fused_`));
+      expect(code).not.toMatch(new RegExp(`train_step node ${U.id}: unary_grad`));
     }
+  });
+
+  it('does not fold a max-pool grad on a partial overlap, over dy, with another reader of g, off the 2x2 / stride-2 kernel, or with a mask that is not the pool input', async () => {
+    const { ps } = await programs('bench/mnist_cnn_b64_sgdm.model');
+    const p = ps.train_step;
+    const pools = p.graph.nodes.filter((n) => n.op === 'maxpool2d_grad');
+    const fold = (off: readonly number[], relu = true, prog: Program = p) => {
+      const plan = relu ? planReluFusion(prog, p.plan!.offsets) : { fused: new Map(), skip: new Set<number>(), redirect: new Map(), reluMask: new Map(), reluIn: new Set<number>() };
+      planReluGradFusion(prog, off, plan);
+      return pools.map((P) => plan.reluMask.has(P.id));
+    };
+    expect(fold(p.plan!.offsets)).toEqual([true, true]);
+    for (const [k, P] of pools.entries()) {
+      const U = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])!;
+      const dx = U.outputs[0], [dy, x] = P.inputs;
+      const expected = pools.map((_, i) => i !== k);
+      // dx half a row pair past x: the kernel would write pool inputs before it reads them
+      const shifted = [...p.plan!.offsets];
+      shifted[dx] = shifted[x] + 4 * p.graph.values[x].shape[3];
+      expect(fold(shifted)).toEqual(expected);
+      // dx over dy, which the kernel reads while it writes
+      const overDy = [...p.plan!.offsets];
+      overDy[dx] = overDy[dy];
+      expect(fold(overDy)).toEqual(expected);
+      // g read by another node as well (a neg at the end that writes nothing): the pool grad must still write it
+      const neg = { ...U, id: p.graph.nodes.length, op: 'unary', attrs: { fn: 'neg' }, inputs: [P.outputs[0]], outputs: [] };
+      const extra: Program = { ...p, graph: { ...p.graph, nodes: [...p.graph.nodes, neg] } };
+      expect(fold(p.plan!.offsets, true, extra)).toEqual(expected);
+      // not a 2x2 / stride-2 window (same plan): only the 2x2 kernel takes a folded relu-grad
+      const stride1: Program = { ...p, graph: { ...p.graph, nodes: p.graph.nodes.map((n) => (n.id === P.id ? { ...n, attrs: { ...n.attrs, stride: [1, 1] } } : n)) } };
+      expect(fold(p.plan!.offsets, true, stride1)).toEqual(expected);
+    }
+    // without fuse_relu's redirect the relu-grads read their mask from the conv output, not the pool input
+    expect(fold(p.plan!.offsets, false)).toEqual([false, false]);
   });
 });
 

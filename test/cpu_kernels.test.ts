@@ -15,6 +15,7 @@ import { type AttrValue, type DType, GraphBuilder, type ProgramSet, type StepSca
 import { OPS } from '../compiler/ir/ops.js';
 import { makeRng, randomInts, randomTensor, relError, runOp } from '../compiler/reference/fixtures.js';
 import { CPU_KERNELS } from '../compiler/codegen-cpu/kernels/index.js';
+import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import type { Session } from '../runtime/session.js';
 import { createCpuSession } from '../runtime/native/native_session.js';
 
@@ -302,4 +303,105 @@ describe('generated CPU kernels vs the reference interpreter', () => {
       }
     });
   }
+});
+
+/**
+ * The 2x2 max-pool grad with the relu-grad folded in (fuse_relu_grad.ts, pool.ts), in a module of its
+ * own since the fusion needs arena values: per case t = neg(x) (x drawn from a few values, so windows
+ * tie and have zero or negative maxima), g = maxpool2d_grad(dy, t), dx = relu-grad(g, mask t), copied
+ * out by a reshape. A hand-made memory plan puts dx exactly over t (in place, as LeNet's plan does) or
+ * apart. The kernel only selects, so dx must match the float64 reference bit for bit.
+ */
+describe('2x2 max-pool grad with the relu-grad folded in', () => {
+  // OW: 8-float chunks with and without a tail (18, 14, 8), 4-float (7, 5), scalar (3); odd H / W; 64 planes for 2 threads
+  const geos = [
+    { xs: [2, 3, 15, 11], inPlace: true },
+    { xs: [1, 2, 3, 37], inPlace: true },
+    { xs: [4, 16, 28, 28], inPlace: true },
+    { xs: [2, 8, 14, 14], inPlace: true },
+    { xs: [2, 3, 8, 16], inPlace: true },
+    { xs: [1, 3, 6, 7], inPlace: true },
+    { xs: [2, 5, 28, 28], inPlace: false },
+    { xs: [1, 2, 5, 7], inPlace: false },
+  ];
+  const attrs = { kernel: [2, 2], stride: [2, 2], padding: [0, 0] };
+  const rng = makeRng(11);
+  const b = new GraphBuilder();
+  const offsets: number[] = [];
+  let arena = 0;
+  const place = (id: number, off: number) => {
+    offsets[id] = off;
+    arena = Math.max(arena, off + Math.ceil((4 * numel(b.graph.values[id].shape)) / 64) * 64);
+  };
+  const cases = geos.map((c, i) => {
+    const [N, C, H, W] = c.xs;
+    const ys = [N, C, Math.floor(H / 2), Math.floor(W / 2)];
+    const x = Float64Array.from(randomInts(c.xs, 7, rng), (v) => (v - 3) * 0.5);
+    const dy = randomTensor(ys, rng);
+    const ids = {
+      x: b.value(`mp${i}.x`, 'f32', c.xs, 'param'),
+      dy: b.value(`mp${i}.dy`, 'f32', ys, 'param'),
+      t: b.value(`mp${i}.t`, 'f32', c.xs, 'activation'),
+      g: b.value(`mp${i}.g`, 'f32', c.xs, 'grad'),
+      dx: b.value(`mp${i}.dx`, 'f32', c.xs, 'grad'),
+      out: b.value(`mp${i}.out`, 'f32', c.xs, 'state'),
+    };
+    const base = arena;
+    place(ids.t, base);
+    place(ids.g, arena);
+    place(ids.dx, c.inPlace ? base : arena);
+    b.node('unary', [ids.x], [ids.t], { fn: 'neg' });
+    const P = b.node('maxpool2d_grad', [ids.dy, ids.t], [ids.g], attrs);
+    b.node('unary_grad', [ids.g, ids.t], [ids.dx], { fn: 'relu' });
+    b.node('reshape', [ids.dx], [ids.out], { shape: c.xs });
+    return { ...c, i, P, ys, x, dy };
+  });
+  for (const v of b.graph.values) offsets[v.id] ??= -1;
+  const train = { name: 'train_step' as const, batch: 1, graph: b.graph, inputs: [], outputs: [], plan: { offsets, arenaBytes: arena, persistentBytes: 0, inputBytes: 0, peakBytes: arena } };
+  const programs: ProgramSet = { model: 'cpu_kernels_mp_relu', train_step: train, eval: { name: 'eval', batch: 1, graph: { values: [], nodes: [] }, inputs: [], outputs: [] } };
+
+  it('folds every case', () => {
+    const code = generateCpuModel(programs, { fuse: true }).files['model.cc'];
+    for (const c of cases) expect(code, `case ${c.i}`).toMatch(new RegExp(`train_step node ${c.P}: maxpool2d_grad _ relu-grad _fused_`));
+    expect(code).not.toMatch(/unary_grad/);
+  });
+
+  /** each case's dx from a build with the fusion passes on or off (MPSC_CPU_FUSE, read by the code generator and the cache key) */
+  async function run(fuse: boolean): Promise<Float32Array[]> {
+    const saved = process.env.MPSC_CPU_FUSE;
+    process.env.MPSC_CPU_FUSE = fuse ? '1' : '0';
+    let session: Session | undefined;
+    try {
+      session = await createCpuSession(programs, { threads: 2, cacheDir: process.env.MPSC_CACHE_DIR ?? path.join(os.tmpdir(), 'mpsc-test-cache') });
+    } finally {
+      if (saved === undefined) delete process.env.MPSC_CPU_FUSE;
+      else process.env.MPSC_CPU_FUSE = saved;
+    }
+    try {
+      for (const c of cases) {
+        session.write(`mp${c.i}.x`, Float32Array.from(c.x));
+        session.write(`mp${c.i}.dy`, Float32Array.from(c.dy));
+      }
+      session.run('train_step', [], SCALARS);
+      return cases.map((c) => session!.read(`mp${c.i}.out`));
+    } finally {
+      session.close();
+    }
+  }
+  const bits = (a: Float32Array) => Array.from(new Uint32Array(a.buffer, a.byteOffset, a.length));
+
+  it('gives the bits of the unfused pair, and the float64 reference values (ties to the first maximum)', async () => {
+    const fused = await run(true);
+    const unfused = await run(false);
+    for (const c of cases) {
+      expect(bits(fused[c.i]), `case ${c.i} ${c.xs}`).toEqual(bits(unfused[c.i]));
+      const f32 = (d: Float64Array) => Float64Array.from(Float32Array.from(d));
+      const [t] = runOp('unary', [{ shape: c.xs, data: f32(c.x), dtype: 'f32' }], [c.xs], { fn: 'neg' });
+      const [g] = runOp('maxpool2d_grad', [{ shape: c.ys, data: f32(c.dy), dtype: 'f32' }, { shape: c.xs, data: t, dtype: 'f32' }], [c.xs], attrs);
+      const [dx] = runOp('unary_grad', [{ shape: c.xs, data: g, dtype: 'f32' }, { shape: c.xs, data: t, dtype: 'f32' }], [c.xs], { fn: 'relu' });
+      expect(dx.some((v) => v !== 0), `case ${c.i} has gradients`).toBe(true);
+      // the reference multiplies by relu' (-0 where g < 0 is masked); the kernels select +0
+      expect(bits(fused[c.i]), `case ${c.i} ${c.xs} vs the reference`).toEqual(bits(Float32Array.from(dx, (v) => v + 0)));
+    }
+  }, 300_000);
 });

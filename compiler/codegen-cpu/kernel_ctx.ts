@@ -34,9 +34,10 @@ export interface KernelCtx {
    */
   fuseRelu?: boolean;
   /**
-   * Set by fuse_relu_grad.ts on a global_avgpool_grad node whose relu-grad consumer was folded into it: the
-   * C pointer of the mask (the relu's input or output); the emitter writes `mask > 0 ? g : 0`, and
-   * outPtr(0) already addresses the relu-grad's output.
+   * Set by fuse_relu_grad.ts on a global_avgpool_grad or 2x2 maxpool2d_grad node whose relu-grad consumer
+   * was folded into it: the C pointer of the mask (the relu's input or output; for the max-pool grad it is
+   * the pool's input itself); the emitter writes `mask > 0 ? g : 0`, and outPtr(0) already addresses the
+   * relu-grad's output.
    */
   reluMaskPtr?: string;
   /**

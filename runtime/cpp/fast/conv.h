@@ -6,7 +6,9 @@
  *   x [N,C,H,W], weight [O,C/groups,KH,KW], bias [O] -> y [N,O,OH,OW]
  *   OH = floor((H + 2ph - dh*(KH-1) - 1)/sh) + 1 (same for OW)
  *
- * Three methods, picked per shape (results are the same bits for any thread count in each):
+ * Four methods, picked per shape (results are the same bits for any thread count in each):
+ *  - 3x3, stride 1, one group, C*O/(C+O) >= 32: Winograd F(2x2, 3x3) (winograd.h) for the forward
+ *    and for the grad-input (as the forward convolution below); grad-weight as the wide path.
  *  - stride 1, Kd <= 32 (first layers: 1 or 3 input channels): direct kernels. Each output row
  *    (in "wide" columns, below) is accumulated in registers from the padded image; grad-weight is
  *    one dot product per (image, o, p). A GEMM with K = Kd would be bound by writing C.
@@ -28,8 +30,10 @@
  * computes a disjoint share of its output; run part = 0..nparts-1 on the caller's pool,
  * each with its own scratch of conv2d_scratch_bytes(shape, pass) bytes (64-byte aligned).
  * Shares: forward splits (image, group, column chunk or row band) items; grad-input splits
- * (image, group[, row band]) items; grad-weight splits dW by output channel (Og >= Kd, and always
- * in the direct kernel) or by column p (rows of col); grad-bias splits output channels. Every
+ * (image, group[, row band]) items; grad-weight on the wide path sums fixed batch chunks
+ * (conv2d_grad_weight_chunks) and adds them in a second phase, elsewhere it splits dW by output
+ * channel (Og >= Kd, and always in the direct kernel) or by column p (rows of col); grad-bias
+ * splits output channels. Every
  * element is computed by one part in one fixed order, so results are bitwise identical for every
  * nparts.
  */

@@ -481,11 +481,14 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
   if (M <= 0 || N <= 0) return;
   if (nparts < 1) nparts = 1;
   const Epilogue e = epi ? *epi : Epilogue{};
-  // split the axis with more micro-tiles into nparts contiguous tile ranges
+  // split one axis into nparts contiguous micro-tile ranges. Every part packs all of the other
+  // operand, so when both axes have a tile per part, split N (every part packs A, M x K) when
+  // M <= N and M otherwise; else the axis with more tiles
   const int64_t mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
   int64_t m0 = 0, m1 = M, n0 = 0, n1 = N;
   if (nparts > 1) {
-    if (nt >= mt) {
+    const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
+    if (split_n) {
       n0 = std::min(N, nt * part / nparts * NR);
       n1 = std::min(N, nt * (part + 1) / nparts * NR);
     } else {
