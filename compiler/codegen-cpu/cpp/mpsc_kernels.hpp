@@ -339,29 +339,47 @@ inline void mp2_fwd_one(const float* x0, const float* x1, float* y) {
   m = std::max(m, x1[1]);
   *y = m;
 }
-template <class V>
-inline void mp2_grad_vec(const float* x0, const float* x1, const float* dy, float* d0, float* d1) {
+/**
+ * The gradient of L 2x2 windows (rows x0, x1, columns [0, 2L)) for dy[0, L): r = dx of row 0 (even,
+ * odd lanes), of row 1 (even, odd); the first maximum in (x0[0], x0[1], x1[0], x1[1]) order takes
+ * dy. With Relu (a relu-grad folded in, fuse_relu_grad.ts: the mask is the pool input itself), dy
+ * only where the window maximum is > 0: the bits of the unfused relu-grad's `mask > 0 ? g : 0`.
+ */
+template <class V, bool Relu>
+inline void mp2_grad_vec(const float* x0, const float* x1, const float* dy, V (&r)[4]) {
   V a, b, c, d;
   mp_split(x0, a, b);
   mp_split(x1, c, d);
-  const V g = mp_load<V>(dy), z = V{};
+  const V z = V{};
   V m = a;
   const auto s1 = b > m;
   m = s1 ? b : m;
   const auto s2 = c > m;
   m = s2 ? c : m;
   const auto s3 = d > m;
-  mp_merge(d0, (s1 | s2 | s3) ? z : g, (s1 & ~(s2 | s3)) ? g : z);
-  mp_merge(d1, (s2 & ~s3) ? g : z, s3 ? g : z);
+  m = s3 ? d : m;
+  const V g = Relu ? (m > z ? mp_load<V>(dy) : z) : mp_load<V>(dy);
+  r[0] = (s1 | s2 | s3) ? z : g;
+  r[1] = (s1 & ~(s2 | s3)) ? g : z;
+  r[2] = (s2 & ~s3) ? g : z;
+  r[3] = s3 ? g : z;
 }
+template <class V>
+inline void mp2_grad_store(float* d0, float* d1, const V (&r)[4]) {
+  mp_merge(d0, r[0], r[1]);
+  mp_merge(d1, r[2], r[3]);
+}
+template <bool Relu>
 inline void mp2_grad_one(const float* x0, const float* x1, const float* dy, float* d0, float* d1) {
-  const float a = x0[0], b = x0[1], c = x1[0], d = x1[1], g = *dy;
+  const float a = x0[0], b = x0[1], c = x1[0], d = x1[1];
   float m = a;
   const bool s1 = b > m;
   m = s1 ? b : m;
   const bool s2 = c > m;
   m = s2 ? c : m;
   const bool s3 = d > m;
+  m = s3 ? d : m;
+  const float g = Relu ? (m > 0.0f ? *dy : 0.0f) : *dy;
   d0[0] = (s1 | s2 | s3) ? 0.0f : g;
   d0[1] = (s1 & !(s2 | s3)) ? g : 0.0f;
   d1[0] = (s2 & !s3) ? g : 0.0f;
@@ -386,27 +404,36 @@ inline void maxpool2x2_row(const float* x0, const float* x1, float* y) {
   }
 }
 
-/** d0[0, 2*OW), d1[0, 2*OW) = gradient of the 2x2 maxima of rows x0, x1 for dy[0, OW): each element written once */
-template <int64_t OW>
+/** the vector rows of maxpool2x2_grad_row: OW >= L */
+template <class V, int64_t OW, bool Relu>
+inline void mp2_grad_rows(const float* x0, const float* x1, const float* dy, float* d0, float* d1) {
+  constexpr int64_t L = sizeof(V) / sizeof(float), ot = OW - L;
+  V t[4] = {};
+  if constexpr (OW % L != 0) mp2_grad_vec<V, Relu>(x0 + 2 * ot, x1 + 2 * ot, dy + ot, t);
+  for (int64_t o = 0; o + L <= OW; o += L) {
+    V r[4];
+    mp2_grad_vec<V, Relu>(x0 + 2 * o, x1 + 2 * o, dy + o, r);
+    mp2_grad_store(d0 + 2 * o, d1 + 2 * o, r);
+  }
+  if constexpr (OW % L != 0) mp2_grad_store(d0 + 2 * ot, d1 + 2 * ot, t);
+}
+
+/**
+ * d0[0, 2*OW), d1[0, 2*OW) = gradient of the 2x2 maxima of rows x0, x1 for dy[0, OW) (Relu: with the
+ * relu-grad folded in, see mp2_grad_vec). d0, d1 may be x0, x1 (in place): every chunk of windows is
+ * loaded before it is stored, and the last chunk (which overlaps the one before it when the vector
+ * width does not divide OW) is loaded before the rows are written and stored after them, rewriting
+ * the shared windows with the same bits.
+ */
+template <int64_t OW, bool Relu = false>
 inline void maxpool2x2_grad_row(const float* x0, const float* x1, const float* dy, float* d0, float* d1) {
 #if MK_MP8
-  if constexpr (OW >= 8) {
-    for (int64_t o = 0; o + 8 <= OW; o += 8) mp2_grad_vec<mp_f8>(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
-    if constexpr (OW % 8 != 0) {
-      constexpr int64_t o = OW - 8;
-      mp2_grad_vec<mp_f8>(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
-    }
-    return;
-  }
+  if constexpr (OW >= 8) return mp2_grad_rows<mp_f8, OW, Relu>(x0, x1, dy, d0, d1);
 #endif
   if constexpr (OW >= 4) {
-    for (int64_t o = 0; o + 4 <= OW; o += 4) mp2_grad_vec<mp_f4>(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
-    if constexpr (OW % 4 != 0) {
-      constexpr int64_t o = OW - 4;
-      mp2_grad_vec<mp_f4>(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
-    }
+    mp2_grad_rows<mp_f4, OW, Relu>(x0, x1, dy, d0, d1);
   } else {
-    for (int64_t o = 0; o < OW; o++) mp2_grad_one(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
+    for (int64_t o = 0; o < OW; o++) mp2_grad_one<Relu>(x0 + 2 * o, x1 + 2 * o, dy + o, d0 + 2 * o, d1 + 2 * o);
   }
 }
 

@@ -150,6 +150,8 @@ const MAXPOOL_2X2 = tpl(`  const float* x = {{x}};
   });
 `);
 
+// with relu: the relu-grad folded in (fuse_relu_grad.ts); the mask is the pool input x itself, and dx
+// is usually x (planned in place for the relu-grad), which maxpool2x2_grad_row allows
 const MAXPOOL_GRAD_2X2 = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dx = {{dx}};
@@ -160,102 +162,10 @@ const MAXPOOL_GRAD_2X2 = tpl(`  const float* dy = {{dy}};
       float* dxp = dx + pl * {{H}} * {{W}};
       for (int64_t oh = 0; oh < {{OH}}; oh++) {
         const int64_t r = 2 * oh * {{W}};
-        mk::maxpool2x2_grad_row<{{OW}}>(xp + r, xp + r + {{W}}, dyp + oh * {{OW}}, dxp + r, dxp + r + {{W}});
+        mk::maxpool2x2_grad_row<{{OW}}, {{relu}}>(xp + r, xp + r + {{W}}, dyp + oh * {{OW}}, dxp + r, dxp + r + {{W}});
 {{#if raggedW}}
         dxp[r + {{W}} - 1] = 0.0f;
         dxp[r + 2 * {{W}} - 1] = 0.0f;
-{{/if}}
-      }
-{{#if raggedH}}
-      std::memset(dxp + 2 * {{OH}} * {{W}}, 0, sizeof(float) * {{W}});
-{{/if}}
-    }
-  });
-`);
-
-// The same with the relu-grad folded in (fuse_relu_grad.ts): the mask is the pool input x itself, so
-// the mask at a window's argmax is the window maximum m, and dx = (m > 0 ? dy : 0) at the argmax, 0
-// elsewhere: the selects of mk::mp2_grad_vec / mp2_grad_one on that g, the bits of the unfused pair.
-// dx is usually x itself (planned in place for the relu-grad), so a chunk of windows is loaded before
-// it is stored and no chunk reads what another wrote: unlike maxpool2x2_grad_row, the last chunk of a
-// row (which overlaps the one before it when L does not divide OW) is loaded and computed before the
-// row pair is written, and stored after (rewriting the shared windows with the same bits).
-const MAXPOOL_GRAD_2X2_RELU = tpl(`  const float* dy = {{dy}};
-  const float* x = {{x}};  // also the relu-grad's mask
-  float* dx = {{dx}};  // may be x: in place
-{{#if vec}}
-#if MK_MP8
-  using V = {{#if vec8}}mk::mp_f8{{else}}mk::mp_f4{{/if}};
-#else
-  using V = mk::mp_f4;
-#endif
-  constexpr int64_t L = sizeof(V) / sizeof(float);
-  // L windows from rows x0, x1 (columns [0, 2L)) and gradients g[0, L): r = dx of row 0 (even, odd lanes), of row 1 (even, odd)
-  auto chunk = [](const float* x0, const float* x1, const float* gp, V (&r)[4]) {
-    V a, b, c, d;
-    mk::mp_split(x0, a, b);
-    mk::mp_split(x1, c, d);
-    const V z = V{};
-    V m = a;
-    const auto s1 = b > m;
-    m = s1 ? b : m;
-    const auto s2 = c > m;
-    m = s2 ? c : m;
-    const auto s3 = d > m;
-    m = s3 ? d : m;  // the value at the argmax: the mask there
-    const V g = m > z ? mk::mp_load<V>(gp) : z;
-    r[0] = (s1 | s2 | s3) ? z : g;
-    r[1] = (s1 & ~(s2 | s3)) ? g : z;
-    r[2] = (s2 & ~s3) ? g : z;
-    r[3] = s3 ? g : z;
-  };
-{{/if}}
-  mk::par(ctx, {{NC}}, 8, [&](int64_t pb, int64_t pe) {
-    for (int64_t pl = pb; pl < pe; pl++) {
-      const float* xp = x + pl * {{H}} * {{W}};
-      const float* dyp = dy + pl * {{OH}} * {{OW}};
-      float* dxp = dx + pl * {{H}} * {{W}};
-      for (int64_t oh = 0; oh < {{OH}}; oh++) {
-        const int64_t r = 2 * oh * {{W}};
-        const float* x0 = xp + r;
-        const float* x1 = x0 + {{W}};
-        const float* g = dyp + oh * {{OW}};
-        float* d0 = dxp + r;
-        float* d1 = d0 + {{W}};
-{{#if vec}}
-        constexpr int64_t ot = {{OW}} - L;  // the last chunk
-        V t[4] = {};
-        if constexpr ({{OW}} % L != 0) chunk(x0 + 2 * ot, x1 + 2 * ot, g + ot, t);
-        for (int64_t o = 0; o + L <= {{OW}}; o += L) {
-          V c[4];
-          chunk(x0 + 2 * o, x1 + 2 * o, g + o, c);
-          mk::mp_merge(d0 + 2 * o, c[0], c[1]);
-          mk::mp_merge(d1 + 2 * o, c[2], c[3]);
-        }
-        if constexpr ({{OW}} % L != 0) {
-          mk::mp_merge(d0 + 2 * ot, t[0], t[1]);
-          mk::mp_merge(d1 + 2 * ot, t[2], t[3]);
-        }
-{{else}}
-        for (int64_t o = 0; o < {{OW}}; o++) {
-          const float a = x0[2 * o], b = x0[2 * o + 1], c = x1[2 * o], d = x1[2 * o + 1];
-          float m = a;
-          const bool s1 = b > m;
-          m = s1 ? b : m;
-          const bool s2 = c > m;
-          m = s2 ? c : m;
-          const bool s3 = d > m;
-          m = s3 ? d : m;
-          const float gm = m > 0.0f ? g[o] : 0.0f;
-          d0[2 * o] = (s1 | s2 | s3) ? 0.0f : gm;
-          d0[2 * o + 1] = (s1 & !(s2 | s3)) ? gm : 0.0f;
-          d1[2 * o] = (s2 & !s3) ? gm : 0.0f;
-          d1[2 * o + 1] = s3 ? gm : 0.0f;
-        }
-{{/if}}
-{{#if raggedW}}
-        d0[{{W}} - 1] = 0.0f;
-        d1[{{W}} - 1] = 0.0f;
 {{/if}}
       }
 {{#if raggedH}}
@@ -286,11 +196,9 @@ export const maxpool2d_grad: KernelEmitter = (k) => {
   const vm = { ...g, ragged, dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0) };
   if (tiled2x2(g)) {
     // 2 * OW = W - 1 when W is odd: one uncovered column (likewise one row for odd H)
-    const rg = { ...vm, raggedW: 2 * g.OW !== g.W, raggedH: 2 * g.OH !== g.H };
-    if (k.reluMaskPtr === undefined) return MAXPOOL_GRAD_2X2(rg);
-    if (k.reluMaskPtr !== vm.x) k.fail('a folded relu-grad must take its mask from the pool input');
-    // 8-float vectors (AVX) from OW >= 8, 4-float from OW >= 4, scalar below
-    return MAXPOOL_GRAD_2X2_RELU({ ...rg, vec: g.OW >= 4, vec8: g.OW >= 8 });
+    const relu = k.reluMaskPtr !== undefined;
+    if (relu && k.reluMaskPtr !== vm.x) k.fail('a folded relu-grad must take its mask from the pool input');
+    return MAXPOOL_GRAD_2X2({ ...vm, raggedW: 2 * g.OW !== g.W, raggedH: 2 * g.OH !== g.H, relu: relu ? 'true' : 'false' });
   }
   if (k.reluMaskPtr !== undefined) k.fail('a relu-grad is folded only into 2x2 / stride-2 max-pool grads');
   return (tiled(g) ? MAXPOOL_GRAD_TILED : MAXPOOL_GRAD)(vm);

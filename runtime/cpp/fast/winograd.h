@@ -38,8 +38,6 @@
 namespace mpsc_fast {
 namespace detail {
 
-inline int64_t round_up16(int64_t f) { return (f + 15) / 16 * 16; }
-
 /** geometry of the F(2x2, 3x3) tiling of a convolution with output OH x OW */
 struct Wino {
   int64_t th, tw;   // tile rows / columns per image: ceil(OH/2), ceil(OW/2)
@@ -80,8 +78,8 @@ inline bool wino_ok(int64_t N, int64_t C, int64_t O, int64_t KH, int64_t KW, int
 /** floats of one part's scratch: packed U (16 x O x C), U before packing, V, M, a packed B block, input rows */
 inline int64_t wino_floats(int64_t N, int64_t C, int64_t O, int64_t OH, int64_t OW) {
   const Wino w = wino_dims(N, C, O, OH, OW);
-  return 16 * packed_a_all_floats(O, C) + round_up16(16 * O * C) + round_up16(16 * C * w.Tbs) +
-         round_up16(16 * O * w.Tbs + 16) + round_up16(kc_step(C) * w.Tb) + round_up16(2 * w.rowlen * (2 * w.th + 3));
+  return 16 * packed_a_all_floats(O, C) + round_up(16 * O * C, 16) + round_up(16 * C * w.Tbs, 16) +
+         round_up(16 * O * w.Tbs + 16, 16) + round_up(kc_step(C) * w.Tb, 16) + round_up(2 * w.rowlen * (2 * w.th + 3), 16);
 }
 
 /**
@@ -267,10 +265,10 @@ inline void wino_forward_part(int64_t N, int64_t C, int64_t H, int64_t W, int64_
   const int64_t pa = packed_a_all_floats(O, C);
   float* Up = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
   float* Ug = Up + 16 * pa;
-  float* V = Ug + round_up16(16 * O * C);
-  float* M = V + round_up16(16 * C * w.Tbs);
-  float* Bp = M + round_up16(16 * O * w.Tbs + 16);
-  float* rows = Bp + round_up16(kc_step(C) * w.Tb);
+  float* V = Ug + round_up(16 * O * C, 16);
+  float* M = V + round_up(16 * C * w.Tbs, 16);
+  float* Bp = M + round_up(16 * O * w.Tbs + 16, 16);
+  float* rows = Bp + round_up(kc_step(C) * w.Tb, 16);
   wino_weights(wt, flipped, C, O, Ug, Up);
   for (int64_t bi = b0; bi < b1; ++bi) {
     const int64_t t0 = bi * w.Tb, t1 = std::min(w.T, t0 + w.Tb), nt = t1 - t0;
