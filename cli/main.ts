@@ -3,7 +3,6 @@
  * exports `register(program)`; main only wires them together and maps errors to exit codes:
  *   0 success, 1 user error (bad spec, bad data, ...), 2 internal error (a bug in mpsc).
  */
-import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { UserError } from '../compiler/errors.js';
 import { register as registerCheck } from './check.js';
@@ -11,11 +10,9 @@ import { register as registerBuild } from './build.js';
 import { register as registerTrain } from './train.js';
 import { register as registerEval } from './eval.js';
 import { register as registerBench } from './bench.js';
+import { register as registerPredict } from './predict.js';
+import { packageVersion } from './version.js';
 
-function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
-}
 
 export async function main(argv: string[]): Promise<number> {
   const program = new Command();
@@ -30,6 +27,7 @@ export async function main(argv: string[]): Promise<number> {
   registerTrain(program);
   registerEval(program);
   registerBench(program);
+  registerPredict(program);
   try {
     await program.parseAsync(argv, { from: 'user' });
     return typeof process.exitCode === 'number' ? process.exitCode : 0;
