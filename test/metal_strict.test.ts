@@ -3,9 +3,7 @@
  * example spec (all programs) and of every op case of the Metal kernel tests compiles with clang
  * against msl_strict.h, where device / constant / threadgroup are distinct address spaces and
  * only MSL's own functions exist; deliberately broken kernels fail it (negative control). The
- * Objective-C++ bridge compiles with ARC against the declaration headers in
- * runtime/metal-strict/sdk for a macOS 15 SDK and a macOS 14 SDK; a misspelled selector, a wrong
- * type and an unguarded macOS 15 API fail it. clang is required: without it these tests fail.
+ * Objective-C++ side is test/metal_bridge.test.ts. clang is required: without it these tests fail.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -14,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { checkFile } from '../compiler/check/index.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { buildMetal, generateMetalProject } from '../compiler/codegen-metal/index.js';
-import { checkBridge, checkMsl, checkSignatures, findClang, rewriteAttributes, type MslFile } from '../runtime/metal-strict/strict_check.js';
+import { checkMsl, checkSignatures, findClang, rewriteAttributes, staticThreadgroupArrays, type MslFile } from '../runtime/metal-strict/strict_check.js';
 import { allOpCases, fusedCases } from './metal_cases.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -113,6 +111,27 @@ describe('strict check helpers', () => {
   it('rewrites attributes and leaves other brackets alone', () => {
     expect(rewriteAttributes('device float* y [[buffer(3)]], uint3 gid [[thread_position_in_grid]]) { a[b[0]] = 1; }'))
       .toBe('device float* y MSL_ATTR_buffer(3), uint3 gid MSL_ATTR_thread_position_in_grid) { a[b[0]] = 1; }');
+  });
+  it('makes threadgroup arrays inside functions static, and only there', () => {
+    expect(staticThreadgroupArrays('threadgroup float g[4];\nkernel void k() {\n  threadgroup float t[2][8]; // tile\n  threadgroup float* p = t[0];\n}'))
+      .toBe('threadgroup float g[4];\nkernel void k() {\n  static threadgroup float t[2][8]; // tile\n  threadgroup float* p = t[0];\n}');
+  });
+  it('accepts a threadgroup array declared in a kernel and keeps its address space', () => {
+    const kernel = (call: string) => ({ name: 'tg_array.metal', source: `#include <metal_stdlib>
+using namespace metal;
+inline float first(threadgroup float* t) { return t[0]; }
+inline float first_device(device float* t) { return t[0]; }
+kernel void k(device float* y [[buffer(0)]], uint tidx [[thread_index_in_threadgroup]]) {
+  threadgroup float tile[32];
+  tile[tidx] = y[tidx];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[tidx] = ${call}(tile);
+}
+` });
+    expectClean(checkMsl(clang(), [kernel('first')]));
+    const r = checkMsl(clang(), [kernel('first_device')]);
+    expect(r.ok).toBe(false);
+    expect(r.diagnostics).toMatch(/no matching function for call to 'first_device'/);
   });
   it('finds a buffer index bound twice and one beyond 30', () => {
     const src = 'kernel void k(device float* a [[buffer(0)]], device float* b [[buffer(0)]], constant float& c [[buffer(31)]]) {}';

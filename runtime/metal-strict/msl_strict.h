@@ -5,7 +5,9 @@
 // Consumes: a generated `.metal` file, included unmodified except that strict_check.ts has
 //           rewritten each `[[attribute(...)]]` into `MSL_ATTR_attribute(...)` (the MSL
 //           attribute `[[threadgroup(0)]]` shares its name with the address-space keyword, which
-//           no macro can serve in both places).
+//           no macro can serve in both places) and made threadgroup arrays declared inside a
+//           kernel `static` (clang refuses automatic variables in an address space; Metal
+//           allocates them per threadgroup).
 // Produces: clang diagnostics only (`clang++ -fsyntax-only -nostdinc -nostdinc++`).
 // Relies on: clang's `address_space(N)` type attribute. In C++ clang refuses every implicit
 //           conversion between pointers or references of different address spaces, which is
@@ -167,8 +169,8 @@ uint mulhi(uint x, uint y);
 float select(float a, float b, bool c);
 int select(int a, int b, bool c);
 uint select(uint a, uint b, bool c);
-// reinterpretation (MSL 2.19)
-template <typename To, typename From> To as_type(From x);
+// reinterpretation (MSL 2.19): source and destination must have the same size
+template <typename To, typename From> To as_type(From x) { return __builtin_bit_cast(To, x); }
 
 // ---- synchronisation (MSL 6.9.1) ----------------------------------------------------------------
 enum class mem_flags : uint {
@@ -197,8 +199,7 @@ MSL_SIMD_FUNCTIONS(half)
 MSL_SIMD_FUNCTIONS(int)
 MSL_SIMD_FUNCTIONS(uint)
 #undef MSL_SIMD_FUNCTIONS
-// simd_shuffle_xor takes integer or floating-point scalars (Ti in the table is "any")
-float simd_shuffle_xor(float value, ushort mask);
+// simd_shuffle_xor: table 6.14 gives it for Ti, the integer types only
 int simd_shuffle_xor(int value, ushort mask);
 uint simd_shuffle_xor(uint value, ushort mask);
 

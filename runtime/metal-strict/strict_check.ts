@@ -9,6 +9,8 @@
  * MSL signatures. Before that, this module
  *   - rewrites each `[[name]]` / `[[name(args)]]` attribute into `MSL_ATTR_name` /
  *     `MSL_ATTR_name(args)` (msl_strict.h defines the known ones; an unknown one is a syntax error),
+ *   - makes `threadgroup T name[N];` declarations inside functions `static` (clang allows no
+ *     automatic variable in an address space; Metal gives each threadgroup one copy),
  *   - checks every kernel signature: `[[buffer(n)]]` only on device / constant pointers or
  *     references, each index once and below 31; `[[threadgroup(n)]]` only on threadgroup pointers;
  *     built-in attributes only on the types the specification allows for them.
@@ -71,6 +73,17 @@ const MAX_BUFFERS = 31;
 /** `[[name(args)]]` -> `MSL_ATTR_name(args)`; anything else inside `[[ ]]` is left for clang to reject */
 export function rewriteAttributes(source: string): string {
   return source.replace(/\[\[\s*([A-Za-z_]\w*)\s*(\([^()[\]]*\))?\s*\]\]/g, (_m, name: string, args: string | undefined) => `MSL_ATTR_${name}${args ?? ''}`);
+}
+
+/** `threadgroup T name[N];` inside a function body -> `static threadgroup T name[N];` (line by line, braces counted) */
+export function staticThreadgroupArrays(source: string): string {
+  let depth = 0;
+  return source.split('\n').map((line) => {
+    const code = line.replace(/\/\/.*$/, '');
+    const out = depth > 0 ? line.replace(/^(\s*)(threadgroup\s+[^;=()]*\[[^;=]*\]\s*;)/, '$1static $2') : line;
+    for (const c of code) depth += c === '{' ? 1 : c === '}' ? -1 : 0;
+    return out;
+  }).join('\n');
 }
 
 function lineOf(text: string, index: number): number {
@@ -163,7 +176,7 @@ export function checkMsl(clang: string, files: MslFile[]): CheckResult {
     let tu = '#include <metal_stdlib>\n';
     files.forEach((f, i) => {
       const safe = f.name.replace(/[^A-Za-z0-9_.-]/g, '_');
-      fs.writeFileSync(path.join(dir, safe), rewriteAttributes(f.source));
+      fs.writeFileSync(path.join(dir, safe), staticThreadgroupArrays(rewriteAttributes(f.source)));
       tu += `namespace msl_file_${i} {\n#include "${safe}"\n}\n`;
     });
     fs.writeFileSync(path.join(dir, 'all.cc'), tu);
