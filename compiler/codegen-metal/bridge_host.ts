@@ -6,7 +6,7 @@
  * flags, the CPU fallback steps, and the persistent-tensor table of the model ABI.
  */
 import type { MetalArtifacts } from './index.js';
-import { cString } from './msl_text.js';
+import { cString } from '../cfamily/text.js';
 import { render } from './templates.js';
 import { cpuFallbackFunction } from './cpu_fallback.js';
 

@@ -1,17 +1,20 @@
 /**
- * lower_program: a Program's nodes, in order, to Metal kernels (or CPU fallback steps).
+ * lower_program: a Program's nodes, in order, to GPU kernels of the kernel language
+ * (compiler/kernels, rendered in the given dialect; MSL by default) or CPU fallback steps.
  * An op is a fallback step when it is listed in `fallbackOps` (used to test the fallback
- * path) or when no Metal lowering exists for it; with `noFallback` the latter is an error.
+ * path) or when no GPU lowering exists for it; with `noFallback` the latter is an error.
  */
 import type { Graph, Node, Program } from '../ir/graph.js';
 import { UserError } from '../errors.js';
-import type { Helper, KernelSpec, LowerCtx } from './kernel_types.js';
-import { lowerElementwise } from './lower_elementwise.js';
-import { GEMM_OPS, lowerGemm } from './lower_gemm.js';
+import type { Dialect } from '../kernels/dialect.js';
+import type { Helper, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { lowerElementwise } from '../kernels/elementwise.js';
+import { GEMM_OPS, lowerGemm } from '../kernels/gemm.js';
 import type { ProgramLayout } from './layout.js';
-import { lowerPool } from './lower_pool.js';
-import { lowerReduce } from './lower_reduce.js';
-import { lowerOptim } from './lower_optim.js';
+import { lowerPool } from '../kernels/pool.js';
+import { lowerReduce } from '../kernels/reduce.js';
+import { lowerOptim } from '../kernels/optim.js';
+import { MSL } from './msl_dialect.js';
 
 export type Step = { kind: 'kernel'; kernel: KernelSpec } | { kind: 'cpu'; node: number; op: string; reason: string };
 
@@ -69,10 +72,10 @@ function fusable(p: Program, i: number, layout: ProgramLayout | undefined, force
   });
 }
 
-export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: ProgramLayout): LoweredProgram {
+export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: ProgramLayout, dialect: Dialect = MSL): LoweredProgram {
   let k = 0;
   const helpers = new Set<Helper>();
-  const ctx: LowerCtx = { next: () => `k${k++}`, helpers };
+  const ctx: LowerCtx = { next: () => `k${k++}`, helpers, d: dialect };
   const forced = new Set(opts.fallbackOps ?? []);
   const out: LoweredProgram = { program: p, kernels: [], steps: [], helpers, warnings: [] };
   const nodes = p.graph.nodes;

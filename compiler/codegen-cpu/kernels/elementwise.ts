@@ -1,6 +1,6 @@
 /** unary / unary_grad / binary (broadcasting) / reshape / sum_to / dropout / dropout_grad. */
 import { dropoutThreshold } from '../../ir/philox.js';
-import { f32Lit } from '../c_string.js';
+import { f32Lit } from '../../cfamily/text.js';
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
 

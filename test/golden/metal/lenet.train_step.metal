@@ -12,9 +12,9 @@ struct StepParams {
   uint counter;
 };
 
-// threadgroup-wide sum / max: simd_sum within each SIMD-group, then the partials through
-// threadgroup memory. Every thread of the threadgroup must call it (uniform control flow);
-// every thread gets the result. sh needs nsg floats.
+// threadgroup-wide sum / max: a SIMD-group reduction within each SIMD-group, then the partials
+// through threadgroup memory. Every thread of the threadgroup must call it (uniform control
+// flow); every thread gets the result. sh needs nsg floats.
 inline float mpsc_block_sum(float v, threadgroup float* sh, uint lane, uint sg, uint nsg) {
   v = simd_sum(v);
   if (lane == 0u) sh[sg] = v;
@@ -97,7 +97,7 @@ kernel void k0_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -172,7 +172,7 @@ kernel void k2(
   const uint i = gid.x;
   if (i >= 401408u) return;
   const uint ow = i % 14u, oh = (i / 14u) % 14u, p = i / 196u;
-  float best = -INFINITY;
+  float best = (-INFINITY);
   bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
@@ -249,7 +249,7 @@ kernel void k3_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -324,7 +324,7 @@ kernel void k5(
   const uint i = gid.x;
   if (i >= 200704u) return;
   const uint ow = i % 7u, oh = (i / 7u) % 7u, p = i / 49u;
-  float best = -INFINITY;
+  float best = (-INFINITY);
   bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
@@ -409,7 +409,7 @@ kernel void k7_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -528,7 +528,7 @@ kernel void k9_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -591,17 +591,17 @@ kernel void k10(
   float part = 0.0f;
   for (uint j = tidx; j < 64u; j += 64u) {
     const uint base = j * 10u;
-    float m = -INFINITY;
+    float m = (-INFINITY);
     for (uint c = 0u; c < 10u; ++c) m = max(m, logits[base + c]);
-    float s = 0.0f, sx = 0.0f;
-    for (uint c = 0u; c < 10u; ++c) { s += precise::exp(logits[base + c] - m); sx += logits[base + c]; }
+    float s = 0.0f;
+    for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
-    part += -1.00000000f * (logits[base + uint(label[j])] - lse);
+    part += -1.0f * (logits[base + uint(label[j])] - lse);
 
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    loss[0] = total / 64.0000000f;
+    loss[0] = total / 64.0f;
   }
 }
 
@@ -627,7 +627,7 @@ kernel void k11(
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    acc[0] = total / 64.0000000f;
+    acc[0] = total / 64.0f;
   }
 }
 
@@ -643,10 +643,10 @@ kernel void k12(
     uint lane [[thread_index_in_simdgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // one threadgroup per row n of 10u logits: (softmax - (1-ls)*onehot - ls/C) / N
+  // one threadgroup per row n of 10u logits: (softmax - onehot) / N
   const uint n = tgid.x;
   const uint base = n * 10u;
-  float m = -INFINITY;
+  float m = (-INFINITY);
   for (uint c = tidx; c < 10u; c += 32u) m = max(m, logits[base + c]);
   m = mpsc_block_max(m, tg, lane, sg, 1u);
   float s = 0.0f;
@@ -655,7 +655,7 @@ kernel void k12(
   const int lab = label[n];
   for (uint c = tidx; c < 10u; c += 32u) {
     const float p = precise::exp(logits[base + c] - m) / s;
-    const float target = (int(c) == lab ? 1.00000000f : 0.0f) + 0.0f;
+    const float target = int(c) == lab ? 1.0f : 0.0f;
     dlogits[base + c] = (p - target) * 0.0156250000f;
   }
 }
@@ -716,7 +716,7 @@ kernel void k13_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -820,7 +820,7 @@ kernel void k14_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -875,7 +875,7 @@ kernel void k15(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64u terms per output)
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   const uint i = gid.x;
   if (i >= 10u) return;
   uint rem = i, base = 0u;
@@ -959,7 +959,7 @@ kernel void k17_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -1063,7 +1063,7 @@ kernel void k18_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -1118,7 +1118,7 @@ kernel void k19(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64u terms per output)
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   const uint i = gid.x;
   if (i >= 128u) return;
   uint rem = i, base = 0u;
@@ -1257,7 +1257,7 @@ kernel void k23_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[12544u x 32u] = A[12544u x 576u] * B[576u x 32u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -1372,7 +1372,7 @@ kernel void k24_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 288u] = A[64u x 12544u] * B[12544u x 288u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -1431,7 +1431,7 @@ kernel void k25(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (12544u terms per output)
+  // y[i] = sum of x over the reduced dims (12544 terms per output)
   const uint i = gid.x;
   if (i >= 64u) return;
   uint rem = i, base = 0u;
@@ -1557,7 +1557,7 @@ kernel void k28_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[32u x 9u] = A[32u x 50176u] * B[50176u x 9u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -1616,7 +1616,7 @@ kernel void k29(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (50176u terms per output)
+  // y[i] = sum of x over the reduced dims (50176 terms per output)
   const uint i = gid.x;
   if (i >= 32u) return;
   uint rem = i, base = 0u;

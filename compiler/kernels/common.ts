@@ -1,10 +1,10 @@
 /**
- * lower_common: small helpers shared by the lower_*.ts passes (IR node -> KernelSpec).
+ * common: small helpers shared by the kernel lowerings (IR node -> KernelSpec in one dialect):
+ * attribute readers, kernel arguments, and the two launch shapes most kernels use (one thread
+ * per element; one threadgroup per row / channel with a block reduction).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { numel } from '../ir/graph.js';
-import { render } from './templates.js';
-import { f32, u32 } from './msl_text.js';
 import { type Access, type KernelArg, type KernelSpec, type LowerCtx, ceilDiv, SIMD } from './kernel_types.js';
 
 export const EW_THREADS = 256;
@@ -55,7 +55,7 @@ export function elementwise(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[],
     tgsize: [EW_THREADS, 1, 1],
     tgmem: 0,
     sync: false,
-    body: render('elementwise', { n: u32(count), body }),
+    body: `  const uint i = gid.x;\n  if (i >= ${ctx.d.u(count)}) return;\n${body}`,
   };
 }
 
@@ -66,8 +66,17 @@ export function rowThreads(len: number): number {
   return t;
 }
 
-/** A kernel with `groups` threadgroups of `T` threads using mpsc_block_sum/max (threadgroup memory: one float per SIMD-group). */
-export function blockKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], groups: number, T: number, template: string, view: object, what = ''): KernelSpec {
+/** The shape of a block-reduction kernel's body: T threads per threadgroup, nsg SIMD-groups (both as literals). */
+export interface BlockShape {
+  T: string;
+  nsg: string;
+}
+
+/**
+ * A kernel with `groups` threadgroups of `T` threads using mpsc_block_sum/max (shared memory:
+ * one float per SIMD-group); `body` writes the statements for that shape.
+ */
+export function blockKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], groups: number, T: number, body: (s: BlockShape) => string, what = ''): KernelSpec {
   ctx.helpers.add('block_reduce');
   const nsg = T / SIMD;
   return {
@@ -80,8 +89,8 @@ export function blockKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[],
     tgsize: [T, 1, 1],
     tgmem: nsg * 4,
     sync: true,
-    body: render(template, { T: u32(T), nsg: u32(nsg), ...view }),
+    body: body({ T: ctx.d.u(T), nsg: ctx.d.u(nsg) }),
   };
 }
 
-export { f32, u32, numel, ceilDiv };
+export { numel, ceilDiv };
