@@ -31,6 +31,8 @@ export interface LowerOptions {
   noFallback?: boolean;
   /** fuse a `unary` into the GEMM-family kernel right before it when that is safe (default true) */
   fuse?: boolean;
+  /** prefix of the kernel names (default ''): kernels of several programs in one source file */
+  kernelPrefix?: string;
 }
 
 const LOWERINGS = [lowerGemm, lowerElementwise, lowerPool, lowerReduce, lowerOptim];
@@ -75,7 +77,7 @@ function fusable(p: Program, i: number, layout: ProgramLayout | undefined, force
 export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: ProgramLayout, dialect: Dialect = MSL): LoweredProgram {
   let k = 0;
   const helpers = new Set<Helper>();
-  const ctx: LowerCtx = { next: () => `k${k++}`, helpers, d: dialect };
+  const ctx: LowerCtx = { next: () => `${opts.kernelPrefix ?? ''}k${k++}`, helpers, d: dialect };
   const forced = new Set(opts.fallbackOps ?? []);
   const out: LoweredProgram = { program: p, kernels: [], steps: [], helpers, warnings: [] };
   const nodes = p.graph.nodes;

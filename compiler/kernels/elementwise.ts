@@ -76,7 +76,8 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
     case 'unary_grad': {
       const fn = String(n.attrs.fn);
       if (fn === 'gelu') ctx.helpers.add('erfc');
-      const body = `${I}const float v = x[i], d = dy[i];\n${I}dx[i] = ${unaryGradExpr(d, fn, numAttr(n, 'alpha', 0.01), 'v', 'd')};\n`;
+      const expr = unaryGradExpr(d, fn, numAttr(n, 'alpha', 0.01), 'v', 'd');
+      const body = `${I}const float ${/\bv\b/.test(expr) ? 'v = x[i], ' : ''}d = dy[i];\n${I}dx[i] = ${expr};\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'x'), a(outs[0], 'dx', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'binary': {

@@ -136,6 +136,9 @@ interface TileView {
   loadA: string; loadB: string; store: string;
 }
 
+/** the group index, declared only where a loader or the store reads it (no unused variable) */
+const groupIndex = (v: TileView) => (/\bg\b/.test(v.loadA + v.loadB + v.store) ? `  const uint g = tgid.z;\n` : '');
+
 /** operand loads of one 16x16 A tile (rows mi, columns ki) and B tile (rows ki, columns ni) into v */
 function loadTile(v: TileView, indent: string, a: { mi: string; ki: string; dst: string }, b: { ki: string; ni: string; dst: string }): string {
   const I = indent;
@@ -150,7 +153,7 @@ function gemmTiled(d: Dialect, v: TileView): string {
   const sh = d.space.shared;
   return (
     `  // C[${v.M} x ${v.N}] = A[${v.M} x ${v.K}] * B[${v.K} x ${v.N}] per group (grid z), 16x16 tiles in threadgroup memory\n` +
-    `  const uint g = tgid.z;\n` +
+    groupIndex(v) +
     `  const uint row = tgid.y * 16u + tid.y;\n` +
     `  const uint col = tgid.x * 16u + tid.x;\n` +
     `  ${sh}float* As = tg;        // [16][16], As[r * 16 + k]\n` +
@@ -178,7 +181,7 @@ function gemmMatrixUnit(d: Dialect, v: TileView): string {
   return (
     `  // C[${v.M} x ${v.N}] = A[${v.M} x ${v.K}] * B[${v.K} x ${v.N}] per group (grid z): a 16x16 output tile per\n` +
     `  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit\n` +
-    `  const uint g = tgid.z;\n` +
+    groupIndex(v) +
     `  ${sh}float* As = tg;        // [16][16] A tile, row-major\n` +
     `  ${sh}float* Bs = tg + 256;  // [16][16] B tile, row-major\n` +
     `  ${sh}float* Cs = tg + 512;  // [16][16] C tile, row-major\n` +

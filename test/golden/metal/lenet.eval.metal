@@ -350,7 +350,6 @@ kernel void k6(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -397,7 +396,6 @@ kernel void k6_mma(
 {
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -456,7 +454,6 @@ kernel void k7(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -503,7 +500,6 @@ kernel void k7_mma(
 {
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major

@@ -363,7 +363,6 @@ kernel void k7(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -410,7 +409,6 @@ kernel void k7_mma(
 {
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -482,7 +480,6 @@ kernel void k9(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -529,7 +526,6 @@ kernel void k9_mma(
 {
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -671,7 +667,6 @@ kernel void k13(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -717,7 +712,6 @@ kernel void k13_mma(
 {
   // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -775,7 +769,6 @@ kernel void k14(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -821,7 +814,6 @@ kernel void k14_mma(
 {
   // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -914,7 +906,6 @@ kernel void k17(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -960,7 +951,6 @@ kernel void k17_mma(
 {
   // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -1018,7 +1008,6 @@ kernel void k18(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -1064,7 +1053,6 @@ kernel void k18_mma(
 {
   // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major

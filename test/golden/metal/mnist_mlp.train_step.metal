@@ -59,7 +59,6 @@ kernel void k1(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -106,7 +105,6 @@ kernel void k1_mma(
 {
   // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -178,7 +176,6 @@ kernel void k3(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -225,7 +222,6 @@ kernel void k3_mma(
 {
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -367,7 +363,6 @@ kernel void k7(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -413,7 +408,6 @@ kernel void k7_mma(
 {
   // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -471,7 +465,6 @@ kernel void k8(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -517,7 +510,6 @@ kernel void k8_mma(
 {
   // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -610,7 +602,6 @@ kernel void k11(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -656,7 +647,6 @@ kernel void k11_mma(
 {
   // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
