@@ -17,8 +17,7 @@ import { buildPlan, type DispatchPlan } from './dispatch_plan.js';
 import { checkLimits } from './limits.js';
 import { emuModelSource, type CpuFallbackEmitter } from './emu_model.js';
 import { bridgeHostSource } from './bridge_host.js';
-import { cpuFallbackFunction } from './cpu_fallback.js';
-import { kernelsHeader } from '../codegen-cpu/emit_program.js';
+import { cpuFallbackFunction, cpuKernelsHeader } from './cpu_fallback.js';
 
 export interface MetalOptions {
   /** ops forced onto the CPU fallback (tests the fallback path) */
@@ -68,7 +67,7 @@ export function metalEmuSources(a: MetalArtifacts, cpuFallback: CpuFallbackEmitt
   files['model_metal_emu.cc'] = source;
   if (fallbackSource) {
     files['metal_emu_fallback.inc'] = fallbackSource;
-    files['mpsc_kernels.hpp'] = kernelsHeader();
+    files['mpsc_kernels.hpp'] = cpuKernelsHeader();
   }
   return files;
 }
@@ -96,6 +95,6 @@ export function generateMetalProject(programs: ProgramSet, outDir: string, opts:
   // the shared host runtime (model ABI, runtime, Node binding) and the CPU kernels used by fallback steps
   for (const f of ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc', 'binding.cc'])
     write(path.join('bridge', f), fs.readFileSync(path.join(RUNTIME_CPP, f), 'utf8'));
-  write(path.join('bridge', 'mpsc_kernels.hpp'), kernelsHeader());
+  write(path.join('bridge', 'mpsc_kernels.hpp'), cpuKernelsHeader());
   return { files, warnings: a.warnings };
 }
