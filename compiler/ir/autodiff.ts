@@ -144,9 +144,8 @@ export function autodiff(forward: Graph, loss: number): AutodiffResult {
         if (need[0]) accumulate(x0, emit('reshape', [dy!], gname(x0), shapeOf(x0), { shape: shapeOf(x0) }, n), n);
         break;
       case 'unary': {
-        const attrs: Record<string, AttrValue> = { fn: n.attrs.fn };
-        if (n.attrs.alpha !== undefined) attrs.alpha = n.attrs.alpha;
-        if (need[0]) accumulate(x0, emit('unary_grad', [dy!, x0], gname(x0), shapeOf(x0), attrs, n), n);
+        // the fn and all its attrs (scalar_fns.ts): the gradient formula reads the same attrs
+        if (need[0]) accumulate(x0, emit('unary_grad', [dy!, x0], gname(x0), shapeOf(x0), { ...n.attrs }, n), n);
         break;
       }
       case 'binary': {

@@ -1,3 +1,5 @@
+import { BINARY_FNS, UNARY_FNS, UNARY_FNS_TABLE } from './scalar_fns.js';
+
 /**
  * The op catalogue: the one list of IR operations every pass and backend agrees on.
  * Each entry states the exact semantics a backend must implement; the float64
@@ -28,10 +30,18 @@ export interface OpDef {
   doc: string;
 }
 
-export const UNARY_FNS = ['relu', 'leaky_relu', 'gelu', 'sigmoid', 'tanh', 'neg'] as const;
-export type UnaryFn = (typeof UNARY_FNS)[number];
-export const BINARY_FNS = ['add', 'sub', 'mul'] as const;
-export type BinaryFn = (typeof BINARY_FNS)[number];
+export { UNARY_FNS, type UnaryFn, BINARY_FNS, type BinaryFn } from './scalar_fns.js';
+
+/** the numeric attrs of the unary fns, each with the fns that read it and their defaults */
+function unaryAttrDocs(): Record<string, string> {
+  const uses = new Map<string, string[]>();
+  for (const fn of UNARY_FNS) {
+    for (const [name, dflt] of Object.entries(UNARY_FNS_TABLE[fn].attrs as Record<string, number>)) {
+      uses.set(name, [...(uses.get(name) ?? []), `${fn} (default ${dflt})`]);
+    }
+  }
+  return Object.fromEntries([...uses].map(([name, fns]) => [name, fns.join(', ')]));
+}
 
 export const OPS: Record<string, OpDef> = {
   // ---------------------------------------------------------------- forward
@@ -76,10 +86,8 @@ export const OPS: Record<string, OpDef> = {
   unary: {
     inputs: ['x'],
     outputs: ['y'],
-    attrs: { fn: UNARY_FNS.join('|'), alpha: 'negative slope for leaky_relu (default 0.01)' },
-    doc:
-      'Element-wise. relu max(x,0); leaky_relu x>0?x:alpha*x; gelu exact 0.5*x*(1+erf(x/sqrt(2))) (torch default); ' +
-      'sigmoid 1/(1+exp(-x)); tanh; neg -x.',
+    attrs: { fn: UNARY_FNS.join('|'), ...unaryAttrDocs() },
+    doc: 'Element-wise y = f(x), f from compiler/ir/scalar_fns.ts: ' + UNARY_FNS.map((f) => `${f}: ${UNARY_FNS_TABLE[f].doc}`).join('; ') + '.',
   },
   binary: {
     inputs: ['a', 'b'],
@@ -233,8 +241,8 @@ export const OPS: Record<string, OpDef> = {
   unary_grad: {
     inputs: ['dy', 'x'],
     outputs: ['dx'],
-    attrs: { fn: '', alpha: '' },
-    doc: "dx = dy * f'(x) with x the forward input; relu'(0) = 0, leaky_relu'(0) = alpha.",
+    attrs: { fn: '', ...unaryAttrDocs() },
+    doc: "dx = dy * f'(x) with x the forward input, f' as PyTorch's backward computes it (scalar_fns.ts `grad`, kinks included).",
   },
   softmax_grad: {
     inputs: ['dy', 'y'],

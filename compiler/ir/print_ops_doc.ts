@@ -5,6 +5,7 @@
  */
 import { pathToFileURL } from 'node:url';
 import { OPS, type OpDef } from './ops.js';
+import { type ScalarLang, UNARY_FNS, UNARY_FNS_TABLE, renderScalar } from './scalar_fns.js';
 
 const INTRO = `# IR op catalogue
 
@@ -52,12 +53,38 @@ function renderOp(name: string, d: OpDef): string {
   return lines.join('\n');
 }
 
+/** scalar expressions as plain math text (attributes by name, literals in shortest float64 form) */
+const TEXT_LANG: ScalarLang = { lit: (v) => String(v), call: (fn, args) => `${fn}(${args.join(', ')})`, select: (c, a, b) => `${c} ? ${a} : ${b}` };
+
+function renderUnaryFns(): string {
+  const rows = UNARY_FNS.map((fn) => {
+    const d = UNARY_FNS_TABLE[fn];
+    const attrs = d.attrs as Record<string, number>;
+    const names = Object.fromEntries(Object.keys(attrs).map((n) => [n, n]));
+    const attrText = Object.entries(attrs).map(([n, v]) => `${n}=${v}`).join(', ');
+    const cell = (t: string) => t.replace(/\|/g, '\\|');
+    return `| \`${fn}\` | ${attrText} | \`${cell(renderScalar(d.fwd, TEXT_LANG, { x: 'x' }, names))}\` | \`${cell(renderScalar(d.grad, TEXT_LANG, { x: 'x', g: 'g' }, names))}\` | ${cell(d.doc)} | \`${d.torch}\` |`;
+  });
+  return [
+    '## Element-wise functions (`unary {fn}` / `unary_grad {fn}`)',
+    '',
+    'Generated from `compiler/ir/scalar_fns.ts`, the one place these formulas are written: the reference evaluates them in',
+    'float64, the backends render them to their languages. `g` is the incoming gradient dy; `a ? b : c` selects.',
+    '',
+    '| fn | attrs (default) | y = f(x) | dx | notes | PyTorch |',
+    '|---|---|---|---|---|---|',
+    ...rows,
+    '',
+  ].join('\n');
+}
+
 export function renderOpsDoc(): string {
   const parts = [INTRO];
   for (const [title, pick] of SECTIONS) {
     const names = Object.keys(OPS).filter(pick);
     parts.push(`## ${title}\n\n${names.map((n) => renderOp(n, OPS[n])).join('\n\n')}\n`);
   }
+  parts.push(renderUnaryFns());
   return parts.join('\n');
 }
 
