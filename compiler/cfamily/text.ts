@@ -12,7 +12,7 @@
 
 /**
  * A float literal that reads back as exactly Math.fround(x). One policy for every backend:
- * integers as `N.0f`, other values with 9 significant digits, negatives (and -0) in
+ * integers as `N.0f`, other values with 9 significant digits (trailing zeros dropped), negatives (and -0) in
  * parentheses so the literal is safe after any operator, infinities as `INFINITY` /
  * `(-INFINITY)` and NaN as `NAN`.
  */
@@ -27,9 +27,11 @@ export function f32Lit(x: number): string {
   let s: string;
   if (Number.isInteger(a) && a < 1e15) s = `${a}.0`;
   else {
-    s = a.toPrecision(9);
-    const [mant, exp] = s.split('e');
-    if (!mant.includes('.')) s = exp === undefined ? `${mant}.0` : `${mant}.0e${exp}`;
+    // 9 significant digits read back exactly; trailing zeros of the mantissa are dropped
+    const [m, exp] = a.toPrecision(9).split('e');
+    let mant = m.includes('.') ? m.replace(/0+$/, '') : m;
+    if (mant.endsWith('.') || !mant.includes('.')) mant = `${mant.replace(/\.$/, '')}.0`;
+    s = exp === undefined ? mant : `${mant}e${exp}`;
   }
   return f < 0 ? `(-${s}f)` : `${s}f`;
 }

@@ -28,7 +28,8 @@ class CudaDialect extends CStyleDialect {
   readonly helperQual = '__device__ __forceinline__';
   readonly space = { global: '', constant: '', shared: '', local: '' };
   protected readonly mathNames: Record<MathFn, string> = {
-    exp: 'expf', log: 'logf', sqrt: 'sqrtf', tanh: 'tanhf', pow: 'powf', fabs: 'fabsf', fmax: 'fmaxf', fmin: 'fminf',
+    exp: 'expf', expm1: 'expm1f', log: 'logf', log1p: 'log1pf', sqrt: 'sqrtf', tanh: 'tanhf', erf: 'erff', erfc: 'erfcf',
+    pow: 'powf', abs: 'fabsf', max: 'fmaxf', min: 'fminf',
   };
   readonly mma = {
     declAcc: (m: string) => `mpsc_acc8 ${m} = {{0.0f, 0.0f}};`,

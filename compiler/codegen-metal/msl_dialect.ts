@@ -3,7 +3,8 @@
  * (compiler/kernels/dialect.ts). Produces MSL 2.3+ text: explicit address spaces on every
  * pointer (device / constant / threadgroup), [[buffer(n)]] on every buffer with the constant
  * StepParams after them, [[threadgroup(0)]] shared memory, only the built-in attributes a body
- * reads, metal::precise math (the libraries are compiled without fast math), simd_sum /
+ * reads, metal::precise math (the libraries are compiled without fast math; erf, erfc, expm1
+ * and log1p, which the Metal library lacks, from prelude helpers), simd_sum /
  * simd_max, simdgroup_float8x8 for the 8x8 matrix unit (Apple7+). No `std::`, no doubles.
  */
 import { CStyleDialect, type Builtin, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
@@ -24,8 +25,11 @@ class MslDialect extends CStyleDialect {
   readonly space = { global: 'device ', constant: 'constant ', shared: 'threadgroup ', local: 'thread ' };
   protected readonly mathNames: Record<MathFn, string> = {
     exp: 'precise::exp', log: 'precise::log', sqrt: 'precise::sqrt', tanh: 'precise::tanh', pow: 'precise::pow',
-    fabs: 'fabs', fmax: 'max', fmin: 'min',
+    abs: 'fabs', max: 'max', min: 'min',
+    erf: 'mpsc_erf', erfc: 'mpsc_erfc', expm1: 'mpsc_expm1', log1p: 'mpsc_log1p',
   };
+  // not in the Metal standard library: prelude helpers
+  protected readonly mathHelpers = { erf: 'erf', erfc: 'erfc', expm1: 'expm1', log1p: 'log1p' } as const;
   readonly mma = {
     declAcc: (m: string) => `simdgroup_float8x8 ${m} = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);`,
     declOperand: (m: string) => `simdgroup_float8x8 ${m};`,

@@ -5,6 +5,7 @@
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { numel } from '../ir/graph.js';
+import { mathFnsUsed, renderScalar, type ScalarVar, type SExpr } from '../ir/scalar_fns.js';
 import { type Access, type KernelArg, type KernelSpec, type LowerCtx, ceilDiv, SIMD } from './kernel_types.js';
 
 export const EW_THREADS = 256;
@@ -41,6 +42,18 @@ export function pairAttr(n: Node, key: string, dflt?: [number, number]): [number
 export function label(g: Graph, n: Node): string {
   const out = n.outputs.map((o) => g.values[o].name).join(', ');
   return `node ${n.id}: ${n.op}${n.path ? ` (${n.path})` : ''}${out ? ` -> ${out}` : ''}`;
+}
+
+/**
+ * A scalar-math table expression (compiler/ir/scalar_fns.ts) in the context's dialect, with
+ * the prelude helpers its math calls need recorded in ctx.helpers.
+ */
+export function scalarExpr(ctx: LowerCtx, e: SExpr, vars: Partial<Record<ScalarVar, string>>, attrs: Record<string, number>): string {
+  for (const fn of mathFnsUsed(e)) {
+    const h = ctx.d.helperFor(fn);
+    if (h) ctx.helpers.add(h);
+  }
+  return renderScalar(e, ctx.d.scalar, vars, attrs);
 }
 
 /** One thread per element, 256 per threadgroup, no barriers. */

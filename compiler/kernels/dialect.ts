@@ -20,11 +20,18 @@
  * Consumes nothing; produces spellings. Plain strings cross files: a lowered kernel's body is
  * text in one dialect (the lowering is run once per target).
  */
-import type { Access } from './kernel_types.js';
+import type { Access, Helper } from './kernel_types.js';
+import type { MathFn as ScalarMathFn, ScalarLang } from '../ir/scalar_fns.js';
 import { f32Lit, u32Lit } from '../cfamily/text.js';
 
-/** Math functions the kernels call (float arguments and result). */
-export type MathFn = 'exp' | 'log' | 'sqrt' | 'tanh' | 'pow' | 'fabs' | 'fmax' | 'fmin';
+/**
+ * Math functions the kernels call (float arguments and result): those of the scalar-math
+ * table (compiler/ir/scalar_fns.ts, with their meaning there: max / min of non-NaN values,
+ * abs the float absolute value) and pow.
+ */
+export type MathFn = ScalarMathFn | 'pow';
+/** The math functions a dialect may compute with a prelude helper (prelude.ts) instead of a library call. */
+export type MathHelper = Extract<Helper, 'erf' | 'erfc' | 'expm1' | 'log1p'>;
 
 /** The built-in index values a kernel body may read, with their kernel-language types. */
 export const BUILTINS = [
@@ -100,6 +107,10 @@ export interface Dialect {
   u(n: number): string;
   /** a math function at full precision (the kernels are compiled without fast math) */
   math(fn: MathFn, ...args: string[]): string;
+  /** the prelude helper `math(fn)` calls, if the target's library lacks fn (MSL has no erf, erfc, expm1, log1p) */
+  helperFor(fn: MathFn): MathHelper | null;
+  /** the scalar-math table's rendering hooks (literals, math calls, select) in this dialect */
+  readonly scalar: ScalarLang;
   /** min of two ints */
   imin(a: string, b: string): string;
   /** high 32 bits of the 64-bit product of two uints */
@@ -117,8 +128,8 @@ export interface Dialect {
 }
 
 /**
- * What C-family GPU languages share: the literal policy of cfamily/text.ts, C math names
- * (overridden per target), plain `int` min. A target overrides the rest.
+ * What C-family GPU languages share: the literal policy of cfamily/text.ts, C's `?:` for the
+ * scalar table's select, plain `int` min, `mulhi`. A target supplies the rest.
  */
 export abstract class CStyleDialect implements Dialect {
   abstract readonly name: string;
@@ -127,6 +138,13 @@ export abstract class CStyleDialect implements Dialect {
   abstract readonly mma: MatrixUnit;
   /** name of each math function */
   protected abstract readonly mathNames: Record<MathFn, string>;
+  /** the math functions computed by prelude helpers (their names in mathNames are the helpers') */
+  protected readonly mathHelpers: Partial<Record<MathFn, MathHelper>> = {};
+  readonly scalar: ScalarLang = {
+    lit: (v) => this.f(v),
+    call: (fn, args) => this.math(fn, ...args),
+    select: (c, a, b) => `${c} ? ${a} : ${b}`,
+  };
   abstract fileHeader(): string;
   abstract barrier(): string;
   abstract simdSum(v: string): string;
@@ -140,6 +158,9 @@ export abstract class CStyleDialect implements Dialect {
   }
   math(fn: MathFn, ...args: string[]): string {
     return `${this.mathNames[fn]}(${args.join(', ')})`;
+  }
+  helperFor(fn: MathFn): MathHelper | null {
+    return this.mathHelpers[fn] ?? null;
   }
   imin(a: string, b: string): string {
     return `min(${a}, ${b})`;

@@ -6,39 +6,25 @@
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { dropoutThreshold } from '../ir/philox.js';
+import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs, type UnaryFn } from '../ir/scalar_fns.js';
 import type { Dialect } from './dialect.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, elementwise, label, numAttr, numel, shapeOf, EW_THREADS, ceilDiv } from './common.js';
+import { argOf, elementwise, label, numAttr, numel, scalarExpr, shapeOf, EW_THREADS, ceilDiv } from './common.js';
 
 const I = '  ';
 /** inputs per concat kernel: + the output + the params struct stays within Metal's 31 bindings */
 export const CONCAT_CHUNK = 29;
 
-export function unaryExpr(d: Dialect, fn: string, alpha: number, v: string): string {
-  const exp = (x: string) => d.math('exp', x);
-  switch (fn) {
-    case 'relu': return d.math('fmax', v, d.f(0));
-    case 'leaky_relu': return `(${v} > ${d.f(0)} ? ${v} : ${d.f(alpha)} * ${v})`;
-    case 'gelu': return `${d.f(0.5)} * ${v} * mpsc_erfc(-${v} * ${d.f(0.707106781)})`;
-    case 'sigmoid': return `${d.f(1)} / (${d.f(1)} + ${exp(`-${v}`)})`;
-    case 'tanh': return d.math('tanh', v);
-    case 'neg': return `-${v}`;
-  }
-  throw new Error(`internal: unknown unary fn '${fn}'`);
+/** y = f(x) of the unary fn of node n (scalar-math table), x spelled `x` */
+export function unaryFwd(ctx: LowerCtx, n: Node, x: string): string {
+  const fn = unaryFnOf(n);
+  return scalarExpr(ctx, UNARY_FNS_TABLE[fn].fwd, { x }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
 }
 
-/** f'(v) * dy */
-function unaryGradExpr(d: Dialect, fn: string, alpha: number, v: string, dy: string): string {
-  const exp = (x: string) => d.math('exp', x), one = d.f(1);
-  switch (fn) {
-    case 'relu': return `(${v} > ${d.f(0)} ? ${dy} : ${d.f(0)})`;
-    case 'leaky_relu': return `(${v} > ${d.f(0)} ? ${dy} : ${d.f(alpha)} * ${dy})`;
-    case 'gelu': return `${dy} * (${d.f(0.5)} * mpsc_erfc(-${v} * ${d.f(0.707106781)}) + ${v} * ${exp(`${d.f(-0.5)} * ${v} * ${v}`)} * ${d.f(0.39894228)})`;
-    case 'sigmoid': return `${dy} * (${one} / (${one} + ${exp(`-${v}`)})) * (${one} - ${one} / (${one} + ${exp(`-${v}`)}))`;
-    case 'tanh': return `${dy} * (${one} - ${d.math('tanh', v)} * ${d.math('tanh', v)})`;
-    case 'neg': return `-${dy}`;
-  }
-  throw new Error(`internal: unknown unary fn '${fn}'`);
+function unaryFnOf(n: Node): UnaryFn {
+  const fn = String(n.attrs.fn);
+  if (!isUnaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown unary fn '${fn}'`);
+  return fn;
 }
 
 function strides(shape: number[]): number[] {
@@ -68,23 +54,21 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
   const d = ctx.d, f32 = (x: number) => d.f(x), u32 = (k: number) => d.u(k);
   switch (n.op) {
     case 'unary': {
-      const fn = String(n.attrs.fn);
-      if (fn === 'gelu') ctx.helpers.add('erfc');
-      const body = `${I}const float v = x[i];\n${I}y[i] = ${unaryExpr(d, fn, numAttr(n, 'alpha', 0.01), 'v')};\n`;
+      const body = `${I}const float v = x[i];\n${I}y[i] = ${unaryFwd(ctx, n, 'v')};\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'unary_grad': {
-      const fn = String(n.attrs.fn);
-      if (fn === 'gelu') ctx.helpers.add('erfc');
-      const expr = unaryGradExpr(d, fn, numAttr(n, 'alpha', 0.01), 'v', 'd');
+      const fn = unaryFnOf(n);
+      const expr = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
       const body = `${I}const float ${/\bv\b/.test(expr) ? 'v = x[i], ' : ''}d = dy[i];\n${I}dx[i] = ${expr};\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'x'), a(outs[0], 'dx', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'binary': {
       const out = shapeOf(g, outs[0]);
-      const opc = ({ add: '+', sub: '-', mul: '*' } as Record<string, string>)[String(n.attrs.fn)];
-      if (!opc) throw new Error(`internal: unknown binary fn '${String(n.attrs.fn)}'`);
-      const body = broadcastIndex(d, out, shapeOf(g, ins[0]), 'ia') + broadcastIndex(d, out, shapeOf(g, ins[1]), 'ib') + `${I}y[i] = a[ia] ${opc} b[ib];\n`;
+      const fn = String(n.attrs.fn);
+      if (!isBinaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown binary fn '${fn}'`);
+      const body = broadcastIndex(d, out, shapeOf(g, ins[0]), 'ia') + broadcastIndex(d, out, shapeOf(g, ins[1]), 'ib') +
+        `${I}y[i] = ${scalarExpr(ctx, BINARY_FNS_TABLE[fn].fwd, { a: 'a[ia]', b: 'b[ib]' }, {})};\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'a'), a(ins[1], 'b'), a(outs[0], 'y', 'w')], numel(out), body)];
     }
     case 'reshape':

@@ -11,7 +11,7 @@ import type { Graph, Node } from '../ir/graph.js';
 import type { Dialect } from './dialect.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
 import { argOf, ceilDiv, label, numAttr, pairAttr, shapeOf } from './common.js';
-import { unaryExpr } from './elementwise.js';
+import { unaryFwd } from './elementwise.js';
 
 const L = '          ';
 
@@ -223,8 +223,7 @@ export function lowerGemm(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): Ke
   let what = '';
   if (epilogue) {
     const fn = String(epilogue.attrs.fn);
-    if (fn === 'gelu') ctx.helpers.add('erfc');
-    value = unaryExpr(d, fn, typeof epilogue.attrs.alpha === 'number' ? epilogue.attrs.alpha : 0.01, `(${value})`);
+    value = unaryFwd(ctx, epilogue, `(${value})`);
     args = [...args.slice(0, -1), argOf(g, gm.out, epilogue.outputs[0], 'w')];
     what = ` + fused node ${epilogue.id}: unary ${fn} -> ${g.values[epilogue.outputs[0]].name}`;
   }

@@ -44,7 +44,7 @@ export interface KernelSpec extends KernelVariant {
 }
 
 /** Helper functions a library prelude must contain. */
-export type Helper = 'erfc' | 'philox' | 'block_reduce';
+export type Helper = 'erf' | 'erfc' | 'expm1' | 'log1p' | 'philox' | 'block_reduce';
 
 export interface LowerCtx {
   /** next kernel number within the program */

@@ -22,7 +22,7 @@ export function lowerOptim(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
       return [elementwise(ctx, g, n, [a(ins[0], 'x', 'w')], numel(shapeOf(g, ins[0])), `${I}x[i] = ${f32(0)};\n`)];
     case 'clip_coef':
       return [elementwise(ctx, g, n, [a(ins[0], 'norm'), a(n.outputs[0], 'coef', 'w')], 1,
-        `${I}coef[0] = ${d.math('fmin', f32(1), `${f32(numAttr(n, 'max_norm'))} / (norm[0] + ${f32(1e-6)})`)};\n`)];
+        `${I}coef[0] = ${d.math('min', f32(1), `${f32(numAttr(n, 'max_norm'))} / (norm[0] + ${f32(1e-6)})`)};\n`)];
     case 'sgd_update': {
       const mom = numAttr(n, 'momentum', 0), wd = numAttr(n, 'weight_decay', 0), nest = boolAttr(n, 'nesterov');
       const args = [a(ins[0], 'param', 'rw'), a(ins[1], 'grad')];

@@ -18,10 +18,56 @@ function erfcHelper(d: Dialect): string {
   return (
     `// erfc(x) with fractional error < 1.2e-7 (Numerical Recipes erfcc), evaluated in float\n` +
     `${d.helperQual} float mpsc_erfc(float x) {\n` +
-    `  const float z = ${d.math('fabs', 'x')};\n` +
+    `  const float z = ${d.math('abs', 'x')};\n` +
     `  const float t = ${f(1)} / (${f(1)} + ${f(0.5)} * z);\n` +
     `  const float r = t * ${d.math('exp', `-z * z - ${f(1.26551223)} + t * (${p})`)};\n` +
     `  return x >= ${f(0)} ? r : ${f(2)} - r;\n` +
+    `}\n`
+  );
+}
+
+/** erf(x): its Taylor series below 0.5 (relative error < 3e-8 there), 1 - erfc(|x|) above */
+function erfHelper(d: Dialect): string {
+  const f = (x: number) => d.f(x);
+  // 2/sqrt(pi) * (-1)^n / (n! (2n+1)), n = 0..5
+  const c = [0, 1, 2, 3, 4, 5].map((n) => (2 / Math.sqrt(Math.PI)) * (n % 2 ? -1 : 1) / ([1, 1, 2, 6, 24, 120][n] * (2 * n + 1)));
+  let p = f(c[5]);
+  for (let i = 4; i >= 0; i--) p = `${f(c[i])} + x2 * (${p})`;
+  return (
+    `// erf(x): Taylor series for |x| < 0.5, else 1 - erfc(|x|) with the sign of x\n` +
+    `${d.helperQual} float mpsc_erf(float x) {\n` +
+    `  const float z = ${d.math('abs', 'x')};\n` +
+    `  if (z < ${f(0.5)}) {\n    const float x2 = x * x;\n    return x * (${p});\n  }\n` +
+    `  const float r = ${f(1)} - mpsc_erfc(z);\n` +
+    `  return x < ${f(0)} ? -r : r;\n` +
+    `}\n`
+  );
+}
+
+/** exp(x) - 1 without cancellation near 0 (Kahan: (u - 1) * x / log(u), u = exp(x)) */
+function expm1Helper(d: Dialect): string {
+  const f = (x: number) => d.f(x);
+  return (
+    `// expm1(x) = exp(x) - 1, accurate near 0 (Kahan's correction of u - 1 by x / log(u), u = exp(x))\n` +
+    `${d.helperQual} float mpsc_expm1(float x) {\n` +
+    `  const float u = ${d.math('exp', 'x')};\n` +
+    `  if (${d.math('abs', 'x')} > ${f(0.5)}) return u - ${f(1)};\n` +
+    `  if (u == ${f(1)}) return x;\n` +
+    `  return (u - ${f(1)}) * x / ${d.math('log', 'u')};\n` +
+    `}\n`
+  );
+}
+
+/** log(1 + x) without cancellation near 0 (Kahan: log(u) * x / (u - 1), u = 1 + x) */
+function log1pHelper(d: Dialect): string {
+  const f = (x: number) => d.f(x);
+  return (
+    `// log1p(x) = log(1 + x), accurate near 0 (Kahan's correction log(u) * x / (u - 1), u = 1 + x)\n` +
+    `${d.helperQual} float mpsc_log1p(float x) {\n` +
+    `  const float u = ${f(1)} + x;\n` +
+    `  if (${d.math('abs', 'x')} > ${f(0.5)}) return ${d.math('log', 'u')};\n` +
+    `  if (u == ${f(1)}) return x;\n` +
+    `  return ${d.math('log', 'u')} * x / (u - ${f(1)});\n` +
     `}\n`
   );
 }
@@ -63,14 +109,17 @@ function blockReduceHelpers(d: Dialect): string {
     `  if (lane == 0u) sh[sg] = v;\n` +
     `  ${d.barrier()}\n` +
     `  float r = sh[0];\n` +
-    `  for (uint i = 1u; i < nsg; ++i) r = ${d.math('fmax', 'r', 'sh[i]')};\n` +
+    `  for (uint i = 1u; i < nsg; ++i) r = ${d.math('max', 'r', 'sh[i]')};\n` +
     `  ${d.barrier()}\n` +
     `  return r;\n` +
     `}\n`
   );
 }
 
-const HELPERS: Record<Helper, (d: Dialect) => string> = { erfc: erfcHelper, philox: philoxHelper, block_reduce: blockReduceHelpers };
+/** every helper, in the order a file defines them (erf calls erfc) */
+const HELPERS: Record<Helper, (d: Dialect) => string> = {
+  erfc: erfcHelper, erf: erfHelper, expm1: expm1Helper, log1p: log1pHelper, philox: philoxHelper, block_reduce: blockReduceHelpers,
+};
 
 /** One kernel function in the dialect (`what` is appended to its comment). */
 export function kernelSource(d: Dialect, k: KernelSpec, v: KernelVariant, what: string): string {
@@ -97,7 +146,9 @@ export function kernelFile(d: Dialect, title: string[], helpers: Set<Helper>, ke
   );
   const own = d.helpers();
   if (own) parts.push(own);
-  for (const h of ['erfc', 'philox', 'block_reduce'] as Helper[]) if (helpers.has(h)) parts.push(HELPERS[h](d));
+  const need = new Set(helpers);
+  if (need.has('erf')) need.add('erfc');
+  for (const h of Object.keys(HELPERS) as Helper[]) if (need.has(h)) parts.push(HELPERS[h](d));
   for (const k of kernels) {
     parts.push(kernelSource(d, k, k, k.mma ? variantNote.plain : '') + '\n');
     if (k.mma) parts.push(kernelSource(d, k, k.mma, variantNote.mma) + '\n');

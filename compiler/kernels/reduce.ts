@@ -98,7 +98,7 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
         count: u32(N),
         item:
           `${B}const uint base = j * ${u32(C)};\n${B}float m = ${f32(-Infinity)};\n` +
-          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = ${d.math('fmax', 'm', 'logits[base + c]')};\n` +
+          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
           (ls
             ? `${B}float s = ${f32(0)}, sx = ${f32(0)};\n` +
               `${B}for (uint c = 0u; c < ${u32(C)}; ++c) { s += ${exp('logits[base + c] - m')}; sx += logits[base + c]; }\n`
@@ -126,7 +126,7 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
         count: u32(cnt),
         item: n.op === 'mse'
           ? `${B}const float d = x[j] - t[j];\n${B}part += d * d;`
-          : `${B}const float v = x[j];\n${B}part += ${d.math('fmax', 'v', f32(0))} - v * t[j] + ${log(`${f32(1)} + ${exp(`-${d.math('fabs', 'v')}`)}`)};`,
+          : `${B}const float v = x[j];\n${B}part += ${d.math('max', 'v', f32(0))} - v * t[j] + ${log(`${f32(1)} + ${exp(`-${d.math('abs', 'v')}`)}`)};`,
       }];
       finish = `${B}loss[0] = total / ${f32(cnt)};`;
       T = rowThreads(cnt);

@@ -17,7 +17,7 @@ export function rowSoftmax(d: Dialect, s: BlockShape, v: { L: string; inner: str
     `  const uint r = tgid.x;\n` +
     `  const uint base = (r / ${v.inner}) * ${v.rowSpan} + r % ${v.inner};\n` +
     `  float m = ${d.f(-Infinity)};\n` +
-    `  for (uint l = tidx; l < ${v.L}; l += ${s.T}) m = ${d.math('fmax', 'm', `x[${at}]`)};\n` +
+    `  for (uint l = tidx; l < ${v.L}; l += ${s.T}) m = ${d.math('max', 'm', `x[${at}]`)};\n` +
     `  m = mpsc_block_max(m, tg, lane, sg, ${s.nsg});\n` +
     `  float s = ${d.f(0)};\n` +
     `  for (uint l = tidx; l < ${v.L}; l += ${s.T}) s += ${exp(`x[${at}] - m`)};\n` +
@@ -60,7 +60,7 @@ export function rowCrossEntropyGrad(d: Dialect, s: BlockShape, v: { C: number; l
     `  const uint n = tgid.x;\n` +
     `  const uint base = n * ${C};\n` +
     `  float m = ${d.f(-Infinity)};\n` +
-    `  for (uint c = tidx; c < ${C}; c += ${s.T}) m = ${d.math('fmax', 'm', 'logits[base + c]')};\n` +
+    `  for (uint c = tidx; c < ${C}; c += ${s.T}) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
     `  m = mpsc_block_max(m, tg, lane, sg, ${s.nsg});\n` +
     `  float s = ${d.f(0)};\n` +
     `  for (uint c = tidx; c < ${C}; c += ${s.T}) s += ${exp('logits[base + c] - m')};\n` +

@@ -80,7 +80,7 @@ kernel void k0(
   if (row < 50176u && col < 32u) {
     const uint mi = row, ni = col;
       const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = max((acc + b[g * 32u + ni]), 0.0f);
+      y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
   }
 }
 
@@ -144,7 +144,7 @@ kernel void k0_mma(
     if (mi < 50176u && ni < 32u) {
       const float acc = Cs[e];
       const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = max((acc + b[g * 32u + ni]), 0.0f);
+      y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
     }
   }
 }
@@ -298,7 +298,7 @@ kernel void k3(
   const uint i = gid.x;
   if (i >= 802816u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 5: maxpool2d (maxpool1) -> maxpool1.out
@@ -378,7 +378,7 @@ kernel void k6(
   }
   if (row < 64u && col < 128u) {
     const uint mi = row, ni = col;
-      y[mi * 128u + ni] = max((acc + b[ni]), 0.0f);
+      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
   }
 }
 
@@ -437,7 +437,7 @@ kernel void k6_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 128u) {
       const float acc = Cs[e];
-      y[mi * 128u + ni] = max((acc + b[ni]), 0.0f);
+      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
     }
   }
 }

@@ -159,7 +159,7 @@ kernel void k1(
   const uint i = gid.x;
   if (i >= 1605632u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 2: maxpool2d (maxpool0) -> maxpool0.out
@@ -311,7 +311,7 @@ kernel void k4(
   const uint i = gid.x;
   if (i >= 802816u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 5: maxpool2d (maxpool1) -> maxpool1.out
@@ -465,7 +465,7 @@ kernel void k8(
   const uint i = gid.x;
   if (i >= 8192u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 9: linear (linear1) -> linear1.out [16x16 tiles]
@@ -652,7 +652,7 @@ kernel void k12(
   for (uint c = tidx; c < 10u; c += 32u) {
     const float p = precise::exp(logits[base + c] - m) / s;
     const float target = int(c) == lab ? 1.0f : 0.0f;
-    dlogits[base + c] = (p - target) * 0.0156250000f;
+    dlogits[base + c] = (p - target) * 0.015625f;
   }
 }
 
@@ -892,7 +892,7 @@ kernel void k16(
   const uint i = gid.x;
   if (i >= 8192u) return;
   const float v = x[i], d = dy[i];
-  dx[i] = (v > 0.0f ? d : 0.0f);
+  dx[i] = v > 0.0f ? d : 0.0f;
 }
 
 // node 17: matmul (linear0) -> d_flatten0.out [16x16 tiles]
@@ -1179,7 +1179,7 @@ kernel void k22(
   const uint i = gid.x;
   if (i >= 802816u) return;
   const float v = x[i], d = dy[i];
-  dx[i] = (v > 0.0f ? d : 0.0f);
+  dx[i] = v > 0.0f ? d : 0.0f;
 }
 
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [16x16 tiles]
@@ -1482,7 +1482,7 @@ kernel void k27(
   const uint i = gid.x;
   if (i >= 1605632u) return;
   const float v = x[i], d = dy[i];
-  dx[i] = (v > 0.0f ? d : 0.0f);
+  dx[i] = v > 0.0f ? d : 0.0f;
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [16x16 tiles]

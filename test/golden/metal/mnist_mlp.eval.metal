@@ -161,7 +161,7 @@ kernel void k2(
   const uint i = gid.x;
   if (i >= 16384u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 3: linear (fc2) -> fc2.out [16x16 tiles]

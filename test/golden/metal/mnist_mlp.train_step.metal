@@ -161,7 +161,7 @@ kernel void k2(
   const uint i = gid.x;
   if (i >= 16384u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 3: linear (fc2) -> fc2.out [16x16 tiles]
@@ -348,7 +348,7 @@ kernel void k6(
   for (uint c = tidx; c < 10u; c += 32u) {
     const float p = precise::exp(logits[base + c] - m) / s;
     const float target = int(c) == lab ? 1.0f : 0.0f;
-    dlogits[base + c] = (p - target) * 0.0156250000f;
+    dlogits[base + c] = (p - target) * 0.015625f;
   }
 }
 
@@ -588,7 +588,7 @@ kernel void k10(
   const uint i = gid.x;
   if (i >= 16384u) return;
   const float v = x[i], d = dy[i];
-  dx[i] = (v > 0.0f ? d : 0.0f);
+  dx[i] = v > 0.0f ? d : 0.0f;
 }
 
 // node 11: matmul (fc1) -> fc1.weight.grad [16x16 tiles]
