@@ -12,7 +12,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AttrValue, type DType, GraphBuilder, type ProgramSet, type StepScalars, numel } from '../compiler/ir/graph.js';
-import { OPS, UNARY_FNS } from '../compiler/ir/ops.js';
+import { OPS, UNARY_FNS, opDef } from '../compiler/ir/ops.js';
 import { makeRng, randomInts, randomTensor, relError, runOp } from '../compiler/reference/fixtures.js';
 import { CPU_KERNELS } from '../compiler/codegen-cpu/kernels/index.js';
 import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
@@ -306,7 +306,7 @@ describe('generated CPU kernels vs the reference interpreter', () => {
         expect(got.length).toBe(numel(c.outShapes[k]));
         expect(relError(got, ref), `${c.label} output ${k}`).toBeLessThan(1e-4);
       });
-      for (const m of OPS[c.op].mutates ?? []) {
+      for (const m of opDef(c.op).mutates ?? []) {
         if (!refInputs[m]) continue;
         const got = session.read(`${c.label}.in${m}`);
         expect(relError(got, refInputs[m]!.data), `${c.label} mutated input ${m}`).toBeLessThan(1e-4);

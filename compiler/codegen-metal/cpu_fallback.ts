@@ -9,6 +9,7 @@
  * the rest of the backend reaches the CPU backend only through the exports below.
  */
 import type { Graph, Node } from '../ir/graph.js';
+import { isOpName } from '../ir/ops.js';
 import { CPU_KERNELS } from '../codegen-cpu/kernels/index.js';
 import { attrReaders, type KernelCtx } from '../codegen-cpu/kernel_ctx.js';
 import { kernelsHeader } from '../codegen-cpu/emit_program.js';
@@ -51,7 +52,7 @@ function ctxFor(g: Graph, n: Node): KernelCtx {
 export function cpuFallbackFunction(lp: LoweredProgram, node: number, fnName: string): string {
   const g = lp.program.graph;
   const n = g.nodes[node];
-  const emit = CPU_KERNELS[n.op];
+  const emit = isOpName(n.op) ? CPU_KERNELS[n.op] : undefined;
   if (!emit) throw new Error(`internal: neither a Metal nor a CPU kernel exists for op '${n.op}'`);
   const body = emit(ctxFor(g, n));
   return `// CPU fallback: node ${n.id} (${n.op})\nstatic int ${fnName}(mpsc_ctx* ctx, void* const* ptrs, const mpsc_scalars* sc) {\n  const void* const* in = nullptr;\n  (void)ctx; (void)ptrs; (void)sc; (void)in;\n${body}  return 0;\n}\n`;

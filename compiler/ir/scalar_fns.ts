@@ -133,8 +133,8 @@ export const UNARY_FNS_TABLE = {
   sigmoid: {
     attrs: {},
     fwd: sigmoidOf(x),
-    // s(x)*(1-s(x)) = e/(1+e)^2 with e = exp(-|x|): no cancellation in 1-s for large |x|
-    grad: mul(g, div(exp(neg(call('abs', x))), mul(add(1, exp(neg(call('abs', x)))), add(1, exp(neg(call('abs', x))))))),
+    // s(x)*(1-s(x)) written s(x)*s(-x): no cancellation in 1-s for large x, two exps
+    grad: mul(g, mul(sigmoidOf(x), sigmoidOf(neg(x)))),
     doc: '1/(1 + exp(-x))',
     torch: 'torch.sigmoid(x)',
   },
