@@ -11,6 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Program, ProgramSet } from '../ir/graph.js';
 import { lowerProgram, type LoweredProgram } from './lower_program.js';
+import type { GpuRegistry } from '../kernels/registry.js';
 import { librarySource } from './library.js';
 import { persistentTable, programLayout, programsOf, type PersistentTable } from './layout.js';
 import { buildPlan, type DispatchPlan } from './dispatch_plan.js';
@@ -26,6 +27,8 @@ export interface MetalOptions {
   noFallback?: boolean;
   /** fuse GEMM + unary epilogues (default true) */
   fuse?: boolean;
+  /** the GPU kernel registry (default compiler/kernels/registry.ts GPU_KERNELS; 'cpu' entries run on the CPU fallback) */
+  registry?: GpuRegistry;
 }
 
 export interface MetalProgramArtifacts {

@@ -2,18 +2,16 @@
  * lower_program: a Program's nodes, in order, to GPU kernels of the kernel language
  * (compiler/kernels, rendered in the given dialect; MSL by default) or CPU fallback steps.
  * An op is a fallback step when it is listed in `fallbackOps` (used to test the fallback
- * path) or when no GPU lowering exists for it; with `noFallback` the latter is an error.
+ * path) or when the GPU registry (compiler/kernels/registry.ts) sends it to the CPU; with
+ * `noFallback` the latter is an error.
  */
 import type { Graph, Node, Program } from '../ir/graph.js';
 import { UserError } from '../errors.js';
 import type { Dialect } from '../kernels/dialect.js';
 import type { Helper, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { lowerElementwise } from '../kernels/elementwise.js';
 import { GEMM_OPS, lowerGemm } from '../kernels/gemm.js';
+import { GPU_KERNELS, lowerNode, type GpuRegistry } from '../kernels/registry.js';
 import type { ProgramLayout } from './layout.js';
-import { lowerPool } from '../kernels/pool.js';
-import { lowerReduce } from '../kernels/reduce.js';
-import { lowerOptim } from '../kernels/optim.js';
 import { MSL } from './msl_dialect.js';
 
 export type Step = { kind: 'kernel'; kernel: KernelSpec } | { kind: 'cpu'; node: number; op: string; reason: string };
@@ -33,16 +31,8 @@ export interface LowerOptions {
   fuse?: boolean;
   /** prefix of the kernel names (default ''): kernels of several programs in one source file */
   kernelPrefix?: string;
-}
-
-const LOWERINGS = [lowerGemm, lowerElementwise, lowerPool, lowerReduce, lowerOptim];
-
-export function lowerNode(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
-  for (const f of LOWERINGS) {
-    const r = f(ctx, g, n);
-    if (r) return r;
-  }
-  return null;
+  /** the GPU kernel registry (default GPU_KERNELS); an entry 'cpu' sends the op to the CPU fallback */
+  registry?: GpuRegistry;
 }
 
 function where(n: Node): string {
@@ -97,7 +87,7 @@ export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: Progr
       out.warnings.push(`${where(n)} runs on the CPU (fallback forced for op '${n.op}'); program ${p.name}`);
       continue;
     }
-    const ks = lowerNode(ctx, p.graph, n);
+    const ks = lowerNode(ctx, p.graph, n, opts.registry ?? GPU_KERNELS);
     if (!ks) {
       if (opts.noFallback)
         throw new UserError(`error: ${where(n)} has no Metal kernel and CPU fallback is disabled (--no-fallback).\n  fix: allow the fallback, or use --target cpu`);
