@@ -17,7 +17,7 @@ import { persistentTable, programLayout, programsOf, type PersistentTable } from
 import { buildPlan, type DispatchPlan } from './dispatch_plan.js';
 import { checkLimits } from './limits.js';
 import { emuModelSource, type CpuFallbackEmitter } from './emu_model.js';
-import { bridgeHostSource } from './bridge_host.js';
+import { bridgeHostSource, bridgeProjectFiles } from './bridge_host.js';
 import { cpuFallbackFunction, cpuKernelsHeader } from './cpu_fallback.js';
 
 export interface MetalOptions {
@@ -93,8 +93,9 @@ export function generateMetalProject(programs: ProgramSet, outDir: string, opts:
   }
   write(path.join('bridge', 'mpsc_metal_plan.inc'), bridgeHostSource(a));
   for (const f of fs.readdirSync(BRIDGE_DIR)) {
-    if (/\.(mm|h|txt|md)$/.test(f)) write(path.join('bridge', f), fs.readFileSync(path.join(BRIDGE_DIR, f), 'utf8'));
+    if (/\.(mm|h|txt|md|cmake)$/.test(f)) write(path.join('bridge', f), fs.readFileSync(path.join(BRIDGE_DIR, f), 'utf8'));
   }
+  for (const [f, text] of Object.entries(bridgeProjectFiles())) write(path.join('bridge', f), text);
   // the shared host runtime (model ABI, runtime, Node binding) and the CPU kernels used by fallback steps
   for (const f of ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc', 'binding.cc'])
     write(path.join('bridge', f), fs.readFileSync(path.join(RUNTIME_CPP, f), 'utf8'));
