@@ -5,6 +5,7 @@
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { numel } from '../ir/graph.js';
+import { boolAttrOf, numAttrOf, pairAttrOf } from '../ir/attrs.js';
 import { mathFnsUsed, renderScalar, type ScalarVar, type SExpr } from '../ir/scalar_fns.js';
 import { type Access, type KernelArg, type KernelSpec, type LowerCtx, ceilDiv, SIMD } from './kernel_types.js';
 
@@ -18,26 +19,14 @@ export function argOf(g: Graph, name: string, value: number, access: Access): Ke
   return { name, value, access, type: g.values[value].dtype === 'i32' ? 'int' : 'float' };
 }
 
-export function numAttr(n: Node, key: string, dflt?: number): number {
-  const v = n.attrs[key];
-  if (typeof v === 'number') return v;
-  if (typeof v === 'boolean') return v ? 1 : 0;
-  if (v === undefined && dflt !== undefined) return dflt;
-  throw new Error(`internal: node ${n.id} (${n.op}) lacks numeric attr '${key}'`);
-}
+const failOf = (n: Node) => (msg: string): never => {
+  throw new Error(`internal: node ${n.id} (${n.op}): ${msg}`);
+};
 
-export function boolAttr(n: Node, key: string, dflt = false): boolean {
-  const v = n.attrs[key];
-  return v === undefined ? dflt : Boolean(v);
-}
-
-export function pairAttr(n: Node, key: string, dflt?: [number, number]): [number, number] {
-  const v = n.attrs[key];
-  if (Array.isArray(v) && v.length === 2) return [v[0], v[1]];
-  if (typeof v === 'number') return [v, v];
-  if (v === undefined && dflt) return dflt;
-  throw new Error(`internal: node ${n.id} (${n.op}) lacks pair attr '${key}'`);
-}
+/** the attribute readers of compiler/ir/attrs.ts, failing with the node named */
+export const numAttr = (n: Node, key: string, dflt?: number): number => numAttrOf(n.attrs, key, failOf(n), dflt);
+export const boolAttr = (n: Node, key: string, dflt = false): boolean => boolAttrOf(n.attrs, key, failOf(n), dflt);
+export const pairAttr = (n: Node, key: string, dflt?: [number, number]): [number, number] => pairAttrOf(n.attrs, key, failOf(n), dflt);
 
 export function label(g: Graph, n: Node): string {
   const out = n.outputs.map((o) => g.values[o].name).join(', ');
@@ -56,20 +45,20 @@ export function scalarExpr(ctx: LowerCtx, e: SExpr, vars: Partial<Record<ScalarV
   return renderScalar(e, ctx.d.scalar, vars, attrs);
 }
 
-/** One thread per element, 256 per threadgroup, no barriers. */
+/** How a kernel is launched and what it runs (the rest of a KernelSpec comes from its node). */
+export type Launch = Pick<KernelSpec, 'groups' | 'tgsize' | 'tgmem' | 'sync' | 'body'>;
+
+/** A KernelSpec for node n: the next kernel name, n's label (+ `what`), the arguments and the launch. */
+export function kernelSpec(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], launch: Launch, what = ''): KernelSpec {
+  return { name: ctx.next(), node: n.id, op: n.op, label: label(g, n) + what, args, ...launch };
+}
+
+/** One thread per element, 256 per threadgroup, no barriers (the body sees `i` < count). */
 export function elementwise(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, body: string, what = ''): KernelSpec {
-  return {
-    name: ctx.next(),
-    node: n.id,
-    op: n.op,
-    label: label(g, n) + what,
-    args,
-    groups: [Math.max(1, ceilDiv(count, EW_THREADS)), 1, 1],
-    tgsize: [EW_THREADS, 1, 1],
-    tgmem: 0,
-    sync: false,
+  return kernelSpec(ctx, g, n, args, {
+    groups: [Math.max(1, ceilDiv(count, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
     body: `  const uint i = gid.x;\n  if (i >= ${ctx.d.u(count)}) return;\n${body}`,
-  };
+  }, what);
 }
 
 /** Threadgroup size for a strided loop over `len` elements: a power of two in [32, 256]. */
@@ -92,18 +81,9 @@ export interface BlockShape {
 export function blockKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], groups: number, T: number, body: (s: BlockShape) => string, what = ''): KernelSpec {
   ctx.helpers.add('block_reduce');
   const nsg = T / SIMD;
-  return {
-    name: ctx.next(),
-    node: n.id,
-    op: n.op,
-    label: label(g, n) + what,
-    args,
-    groups: [groups, 1, 1],
-    tgsize: [T, 1, 1],
-    tgmem: nsg * 4,
-    sync: true,
-    body: body({ T: ctx.d.u(T), nsg: ctx.d.u(nsg) }),
-  };
+  return kernelSpec(ctx, g, n, args, {
+    groups: [groups, 1, 1], tgsize: [T, 1, 1], tgmem: nsg * 4, sync: true, body: body({ T: ctx.d.u(T), nsg: ctx.d.u(nsg) }),
+  }, what);
 }
 
 export { numel, ceilDiv };

@@ -179,15 +179,10 @@ function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
   }
   const count = numel(ys);
   const body =
-    `  // y[i] = sum of x over the reduced dims (${RN} terms per output)\n` +
-    `  const uint i = gid.x;\n  if (i >= ${u32(count)}) return;\n  uint rem = i, base = ${u32(0)};\n` +
+    `  // y[i] = sum of x over the reduced dims (${RN} terms per output)\n  uint rem = i, base = ${u32(0)};\n` +
     kept.map((k) => `  { const uint c = rem % ${k.size}; rem /= ${k.size}; base += c * ${k.stride}; }\n`).join('') +
     `  float acc = ${ctx.d.f(0)};\n  for (uint t = ${u32(0)}; t < ${u32(RN)}; ++t) {\n    uint q = t, off = base;\n` +
     red.map((k) => `    { const uint c = q % ${k.size}; q /= ${k.size}; off += c * ${k.stride}; }\n`).join('') +
     `    acc += x[off];\n  }\n  y[i] = acc;\n`;
-  return {
-    name: ctx.next(), node: n.id, op: n.op, label: label(g, n),
-    args: [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')],
-    groups: [Math.max(1, ceilDiv(count, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false, body,
-  };
+  return elementwise(ctx, g, n, [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')], count, body);
 }

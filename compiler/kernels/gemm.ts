@@ -8,6 +8,7 @@
  * Consumes IR nodes (and an optional fused unary epilogue); produces KernelSpecs.
  */
 import type { Graph, Node } from '../ir/graph.js';
+import { windowOut } from '../ir/shapes.js';
 import type { Dialect } from './dialect.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
 import { argOf, ceilDiv, label, numAttr, pairAttr, shapeOf } from './common.js';
@@ -30,8 +31,7 @@ function convGeom(n: Node, xs: number[], ws: number[]) {
   const G = numAttr(n, 'groups', 1);
   const [NB, C, H, W] = xs;
   const [O, CG, KH, KW] = ws;
-  const OH = Math.floor((H + 2 * PH - DH * (KH - 1) - 1) / SH) + 1;
-  const OW = Math.floor((W + 2 * PW - DW * (KW - 1) - 1) / SW) + 1;
+  const OH = windowOut(H, KH, SH, PH, DH), OW = windowOut(W, KW, SW, PW, DW);
   return { SH, SW, PH, PW, DH, DW, G, NB, C, H, W, O, CG, KH, KW, OH, OW, OG: O / G };
 }
 

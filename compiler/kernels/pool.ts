@@ -5,6 +5,7 @@
  * Consumes IR nodes; produces KernelSpecs.
  */
 import type { Graph, Node } from '../ir/graph.js';
+import { windowOut } from '../ir/shapes.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
 import { argOf, blockKernel, elementwise, numel, pairAttr, rowThreads, shapeOf } from './common.js';
 import { chanMean } from './rows.js';
@@ -28,7 +29,7 @@ export function lowerPool(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null
   const fwd = n.op === 'maxpool2d' || n.op === 'avgpool2d';
   const xs = fwd ? shapeOf(g, n.inputs[0]) : n.op === 'maxpool2d_grad' ? shapeOf(g, n.inputs[1]) : (n.attrs.x_shape as number[]);
   const [, , H, W] = xs;
-  const OH = Math.floor((H + 2 * PH - KH) / SH) + 1, OW = Math.floor((W + 2 * PW - KW) / SW) + 1;
+  const OH = windowOut(H, KH, SH, PH), OW = windowOut(W, KW, SW, PW);
   const isMax = n.op.startsWith('max');
   // scan of window (oh, ow) over valid positions: defines ih, iw, v
   const scan = (inner: string) =>

@@ -7,7 +7,7 @@
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, blockKernel, ceilDiv, label, numAttr, numel, rowThreads, shapeOf, EW_THREADS } from './common.js';
+import { argOf, blockKernel, elementwise, numAttr, numel, rowThreads, shapeOf } from './common.js';
 import { chanBatchnorm, chanBatchnormGrad, reduceAll, rowCrossEntropyGrad, rowLayernorm, rowLayernormGrad, rowSoftmax, rowSoftmaxGrad } from './rows.js';
 
 const B = '    ';
@@ -47,15 +47,14 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       const dxK = blockKernel(ctx, g, n,
         [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[2], 'w'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[0], 'dx', 'w')],
         rows, rowThreads(D), (s) => rowLayernormGrad(d, s, { D }), ' [dx]');
+      // one thread per feature d: sums over the rows
       const body =
-        `  const uint d = gid.x;\n  if (d >= ${u32(D)}) return;\n  float sw = ${d.f(0)}, sb = ${d.f(0)};\n` +
-        `  for (uint r = 0u; r < ${u32(rows)}; ++r) {\n    const uint e = r * ${u32(D)} + d;\n` +
-        `    sb += dy[e];\n    sw += dy[e] * (x[e] - mean[r]) * rstd[r];\n  }\n  dweight[d] = sw;\n  dbias[d] = sb;\n`;
-      const dwK: KernelSpec = {
-        name: ctx.next(), node: n.id, op: n.op, label: label(g, n) + ' [dweight, dbias]',
-        args: [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
-        groups: [Math.max(1, ceilDiv(D, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false, body,
-      };
+        `  float sw = ${d.f(0)}, sb = ${d.f(0)};\n` +
+        `  for (uint r = 0u; r < ${u32(rows)}; ++r) {\n    const uint e = r * ${u32(D)} + i;\n` +
+        `    sb += dy[e];\n    sw += dy[e] * (x[e] - mean[r]) * rstd[r];\n  }\n  dweight[i] = sw;\n  dbias[i] = sb;\n`;
+      const dwK = elementwise(ctx, g, n,
+        [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
+        D, body, ' [dweight, dbias]');
       return [dxK, dwK];
     }
     case 'batchnorm_train': {

@@ -867,9 +867,9 @@ kernel void k15(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64 terms per output)
   const uint i = gid.x;
   if (i >= 10u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
   float acc = 0.0f;
@@ -1106,9 +1106,9 @@ kernel void k19(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64 terms per output)
   const uint i = gid.x;
   if (i >= 128u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
@@ -1419,9 +1419,9 @@ kernel void k25(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (12544 terms per output)
   const uint i = gid.x;
   if (i >= 64u) return;
+  // y[i] = sum of x over the reduced dims (12544 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 64u; rem /= 64u; base += c * 196u; }
   float acc = 0.0f;
@@ -1604,9 +1604,9 @@ kernel void k29(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (50176 terms per output)
   const uint i = gid.x;
   if (i >= 32u) return;
+  // y[i] = sum of x over the reduced dims (50176 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 32u; rem /= 32u; base += c * 784u; }
   float acc = 0.0f;

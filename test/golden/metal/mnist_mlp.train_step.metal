@@ -563,9 +563,9 @@ kernel void k9(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64 terms per output)
   const uint i = gid.x;
   if (i >= 10u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
   float acc = 0.0f;
@@ -700,9 +700,9 @@ kernel void k12(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64 terms per output)
   const uint i = gid.x;
   if (i >= 256u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
   float acc = 0.0f;
