@@ -18,7 +18,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type DType, type Graph, type Program, type ProgramSet, type Value, type ValueKind, isPersistent, numel, valueBytes } from '../ir/graph.js';
 import { isOpName } from '../ir/ops.js';
-import { cString, commentText } from './c_string.js';
+import { cString, commentText } from '../cfamily/text.js';
 import { type KernelCtx, attrReaders } from './kernel_ctx.js';
 import { planInputReshapeAliases } from './alias_reshape.js';
 import { type FusionPlan, planReluFusion } from './fuse_relu.js';

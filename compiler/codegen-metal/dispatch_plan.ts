@@ -12,7 +12,7 @@
  */
 import type { Program } from '../ir/graph.js';
 import { OPS, isOpName } from '../ir/ops.js';
-import type { KernelSpec } from './kernel_types.js';
+import type { KernelSpec } from '../kernels/kernel_types.js';
 import type { LoweredProgram } from './lower_program.js';
 import type { PersistentTable, ProgramLayout } from './layout.js';
 

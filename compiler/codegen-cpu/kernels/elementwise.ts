@@ -6,7 +6,7 @@
 import { dropoutThreshold } from '../../ir/philox.js';
 import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, type UnaryFnDef, isBinaryFn, isUnaryFn, renderScalar, unaryFnAttrs } from '../../ir/scalar_fns.js';
 import { broadcastShapes, broadcastStrides } from '../../ir/shapes.js';
-import { f32Lit } from '../c_string.js';
+import { f32Lit } from '../../cfamily/text.js';
 import { CPP_SCALAR_LANG } from '../scalar_cpp.js';
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
