@@ -353,6 +353,8 @@ export function register(program: Command): void {
           runDir: o.runDir,
           runsRoot: RUNS_ROOT,
           keepCheckpoints: o.keep,
+          // COORDINATOR (issue 16 contract): once runtime/report/index.js (workflowB) is on main, add
+          // `onRunUpdate: writeReport,` here (import { writeReport } from '../runtime/report/index.js')
           runConfig: { argv: process.argv.slice(2), overrides: recorded, mpscVersion: packageVersion(), threads },
           metricsFile: o.metrics,
           logEvery: o.logEvery,

@@ -85,6 +85,11 @@ export interface TrainOptions {
   runDir?: string;
   /** create a new run folder under `<runsRoot>/<model>` (the CLI passes 'runs'); without runDir/runsRoot no run folder is written */
   runsRoot?: string;
+  /**
+   * called with the run folder after each evaluation and at the end (the report page is rebuilt
+   * here); an exception becomes a warning note, never the end of training
+   */
+  onRunUpdate?: (runDir: string) => void;
   /** recorded in config.json */
   runConfig?: { argv: string[]; overrides: string[]; mpscVersion: string; threads: number | null };
   /** set to request a stop (SIGINT): a checkpoint is written at the current position */
@@ -404,6 +409,14 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     let esRef: { value: number; step: number } | null = null;
     let stopEarly = false;
     const improves = (v: number, ref: number, delta: number) => (monitor!.mode === 'min' ? v < ref - delta : v > ref + delta);
+    const runUpdate = () => {
+      if (runDir === null || !opts.onRunUpdate) return;
+      try {
+        opts.onRunUpdate(runDir);
+      } catch (e) {
+        emit({ kind: 'note', message: `warning: updating ${runDir} failed (${(e as Error).message.split('\n')[0]}); training goes on` });
+      }
+    };
     const runEval = () => {
       if (!test && !val) return;
       const scalars = { lr: 0, t: Math.max(pos.step, 1), seed: cfg.seed, counter: pos.counter };
@@ -424,6 +437,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         writeMetrics(line);
       }
       lastEvalStep = pos.step;
+      runUpdate();
       if (!monitor) return;
       const v = values[monitor.monitor];
       if (v === undefined || !Number.isFinite(v)) return;
@@ -508,6 +522,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     }
     if (!interrupted && lastEvalStep !== pos.step) runEval();
     if (lastCheckpointStep !== pos.step) checkpoint();
+    runUpdate();
     const seconds = trainSeconds();
     const doneSamples = pos.step * B * K;
     return {

@@ -9,7 +9,8 @@ import * as path from 'node:path';
 import { decodeSafetensors, encodeSafetensors, asU8 } from '../runtime/safetensors.js';
 import { lastPerKey } from '../cli/train.js';
 import { physicalCoresFromCpuinfo } from '../runtime/threads.js';
-import { evalTailBatch } from '../runtime/trainer.js';
+import { evalTailBatch, train } from '../runtime/trainer.js';
+import { tinyClassifier } from './fixtures/train/models.js';
 import { runIdFor } from '../runtime/run_folder.js';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -141,6 +142,34 @@ describe('run folders and checkpoints', () => {
     expect(b.checkpoint).toBe(path.join(ck, 'checkpoint-13.safetensors'));
     expect(fs.existsSync(b.checkpoint)).toBe(true);
     expect(fs.existsSync(path.join(ck, 'checkpoint-65.safetensors'))).toBe(true);
+  });
+});
+
+describe('the report hook', () => {
+  it('onRunUpdate runs after each evaluation and at the end; a failing one is a warning, training goes on', async () => {
+    const m = tinyClassifier({ features: [6], classes: 3, data: { kind: 'synthetic', train_size: 100, test_size: 37, seed: 4 }, batch: 8 });
+    const calls: number[] = [];
+    const notes: string[] = [];
+    const runDir = path.join(dir, 'hook');
+    let evals = 0;
+    const r = await train(m, {
+      device: 'reference',
+      steps: 26,
+      runDir,
+      onRunUpdate: (d) => {
+        expect(d).toBe(runDir);
+        calls.push(evals);
+        throw new Error('report broke');
+      },
+      onEvent: (e) => {
+        if (e.kind === 'eval') evals++;
+        if (e.kind === 'note') notes.push(e.message);
+      },
+    });
+    expect(r.steps).toBe(26);
+    expect(calls).toEqual([1, 2, 2]); // after the evaluations at steps 13 and 26, then at the end
+    expect(notes.filter((n) => n.startsWith(`warning: updating ${runDir} failed (report broke)`))).toHaveLength(3);
+    expect(fs.existsSync(path.join(runDir, 'metrics.jsonl'))).toBe(true);
   });
 });
 
