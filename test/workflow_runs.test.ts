@@ -12,6 +12,7 @@ import { physicalCoresFromCpuinfo } from '../runtime/threads.js';
 import { evalTailBatch, train } from '../runtime/trainer.js';
 import { tinyClassifier } from './fixtures/train/models.js';
 import { runIdFor } from '../runtime/run_folder.js';
+import { checkSource } from '../compiler/check/index.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'mpsc.js');
@@ -222,6 +223,28 @@ describe('overrides, validation split, early stopping', () => {
     const bad = mpsc(cwd, 'train', spec, '--device', 'reference');
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain("early_stop monitors 'val_loss' but the train section has no val_split");
+  });
+
+  it('val_split and early_stop are checked like every setting', () => {
+    const base = fs.readFileSync(TINY, 'utf8');
+    const spec = (train: string) => base.replace('batch: 8 }', `batch: 8, ${train} }`);
+    const err = (train: string) => {
+      try {
+        checkSource(spec(train), 's.model');
+      } catch (e) {
+        return (e as Error).message;
+      }
+      return '';
+    };
+    expect(err('val_split: 1')).toContain("key 'val_split' of train must be in [0, 1), got 1");
+    expect(err('early_stop: { patiense: 3 }')).toContain("early_stop has no key 'patiense'");
+    expect(err('early_stop: { patiense: 3 }')).toContain("did you mean 'patience'?");
+    expect(err('early_stop: 3')).toContain("key 'early_stop' of train expects a map {key: value, ...}");
+    expect(err('val_split: 0.2, early_stop: { mode: "up" }')).toContain("early_stop mode must be 'min', 'max' or 'auto', got 'up'");
+    const t = (train: string) => checkSource(spec(train), 's.model').train;
+    expect(t('val_split: 0.2, early_stop: { monitor: "val_accuracy" }').early_stop).toEqual({ monitor: 'val_accuracy', patience: 3, min_delta: 0, mode: 'max' });
+    expect(t('early_stop: {}').early_stop).toEqual({ monitor: 'test_loss', patience: 3, min_delta: 0, mode: 'min' });
+    expect(t('val_split: 0.1, early_stop: { mode: "max" }').early_stop!.monitor).toBe('val_loss');
   });
 
   it('helpers: eval tails of val and test share one program; last override per key; run ids; physical cores', () => {
