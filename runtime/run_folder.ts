@@ -65,14 +65,19 @@ export function ensureRunDir(dir: string): string {
   return dir;
 }
 
-/** Point `<parent>/latest` at `runDir` (atomically: a new link renamed over the old one). */
-export function updateLatest(runDir: string): void {
-  const parent = path.dirname(path.resolve(runDir));
+/**
+ * Point `<modelDir>/latest` at `runDir` (atomically: a new link renamed over the old one). The
+ * link holds the run-id when the run folder is in modelDir, else its absolute path (--run-dir).
+ */
+export function updateLatest(modelDir: string, runDir: string): void {
+  const parent = path.resolve(modelDir);
+  fs.mkdirSync(parent, { recursive: true });
+  const target = path.dirname(path.resolve(runDir)) === parent ? path.basename(runDir) : path.resolve(runDir);
   const link = path.join(parent, LATEST);
   const tmp = path.join(parent, `.${LATEST}.tmp-${process.pid}`);
   fs.rmSync(tmp, { force: true });
   try {
-    fs.symlinkSync(path.basename(runDir), tmp, 'dir');
+    fs.symlinkSync(target, tmp, 'dir');
     fs.renameSync(tmp, link);
   } catch {
     fs.rmSync(tmp, { force: true });
@@ -81,7 +86,7 @@ export function updateLatest(runDir: string): void {
     } catch {
       // no link yet
     }
-    writeFileAtomic(link, new TextEncoder().encode(path.basename(runDir) + '\n'));
+    writeFileAtomic(link, new TextEncoder().encode(target + '\n'));
   }
 }
 
@@ -96,7 +101,7 @@ export function readLatest(modelDir: string): string | null {
   }
   if (st.isSymbolicLink() || st.isDirectory()) return safeRealpath(link);
   const id = fs.readFileSync(link, 'utf8').trim();
-  return id ? path.join(modelDir, id) : null;
+  return id ? path.resolve(modelDir, id) : null;
 }
 
 function safeRealpath(p: string): string | null {

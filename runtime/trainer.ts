@@ -335,7 +335,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     else if (opts.runsRoot !== undefined) runDir = createRunDir(modelRunsDir(model.name, opts.runsRoot));
     if (runDir !== null) {
       writeRunConfig(runDir, model, opts, opened.device, resumeFile);
-      updateLatest(runDir);
+      if (opts.runsRoot !== undefined) updateLatest(modelRunsDir(model.name, opts.runsRoot), runDir);
       emit({ kind: 'run', dir: runDir, resumed: resumeRunDir !== null && runDir === resumeRunDir });
     }
 

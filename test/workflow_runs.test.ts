@@ -135,6 +135,17 @@ describe('run folders and checkpoints', () => {
     expect(b.seconds).toBeLessThan(1100);
   });
 
+  it('--run-dir chooses the folder; runs/<model>/latest points at it, nothing is written next to it', () => {
+    const cwd = path.join(dir, 'rundir');
+    const r = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '3', '--run-dir', 'exp/one', '--json'));
+    expect(r.run_dir).toBe('exp/one');
+    expect(fs.existsSync(path.resolve(cwd, 'exp/one/config.json'))).toBe(true);
+    expect(fs.readdirSync(path.resolve(cwd, 'exp'))).toEqual(['one']);
+    expect(fs.realpathSync(path.resolve(cwd, 'runs/tiny/latest'))).toBe(fs.realpathSync(path.resolve(cwd, 'exp/one')));
+    const e = json(mpsc(cwd, 'eval', TINY, '--weights', 'latest', '--device', 'reference', '--json'));
+    expect(e.weights).toBe(path.join(fs.realpathSync(path.resolve(cwd, 'exp/one')), 'best.safetensors'));
+  });
+
   it('--checkpoint-dir keeps working: checkpoints there, shared folders never lose the printed file', () => {
     const cwd = path.join(dir, 'ckdir');
     const ck = path.resolve(cwd, 'ck');
