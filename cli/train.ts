@@ -217,7 +217,7 @@ interface TrainCliOptions {
   batch?: number;
   seed?: number;
   lr?: string;
-  set: string[];
+  set?: string[];
   threads?: number;
   initFrom?: string;
   saveInit?: string;
@@ -250,8 +250,8 @@ export function lastPerKey(texts: string[]): string[] {
   return texts.filter((t, i) => !texts.slice(i + 1).some((u) => key(u) === key(t)));
 }
 
-function collect(v: string, prev: string[]): string[] {
-  return [...prev, v];
+function collect(v: string, prev: string[] | undefined): string[] {
+  return [...(prev ?? []), v];
 }
 
 export const TRAIN_EXAMPLES = `
@@ -286,7 +286,7 @@ export function register(program: Command): void {
     .option('--batch <n>', 'batch size (= --set train.batch=N)', parsePositiveInt('--batch'))
     .option('--seed <n>', 'random seed: init, shuffling, dropout (= --set train.seed=N)', parseNonNegInt('--seed'))
     .option('--lr <x>', 'learning rate (= --set optimizer.lr=X)')
-    .option('--set <key=value>', 'override a train, optimizer, schedule or data setting (repeatable; see below)', collect, [])
+    .option('--set <key=value>', 'override a train, optimizer, schedule or data setting (repeatable; see below)', collect)
     .option('--threads <n>', THREADS_HELP, parsePositiveInt('--threads'))
     .option('--init-from <file>', 'load initial parameters from a safetensors file')
     .option('--save-init <file>', 'write the initial parameters to a safetensors file')
@@ -301,7 +301,7 @@ export function register(program: Command): void {
     .addHelpText('after', TRAIN_EXAMPLES)
     .action(async (spec: string, o: TrainCliOptions) => {
       if (o.epochs !== undefined && o.steps !== undefined) throw new UserError('error: give either --epochs or --steps, not both');
-      const given = [...(o.lr !== undefined ? [lrOverride(o.lr)] : []), ...o.set.map((t) => parseSetArg(t))];
+      const given = [...(o.lr !== undefined ? [lrOverride(o.lr)] : []), ...(o.set ?? []).map((t) => parseSetArg(t))];
       // --resume of a run folder: that run's --set overrides apply again (given ones after them win)
       const inherited = o.resume !== undefined ? runOverrides(o.resume, (await checkSpec(spec)).name) : [];
       if (inherited.length) process.stderr.write(`resuming with the run's settings: --set ${inherited.join(' --set ')}\n`);
