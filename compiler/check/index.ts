@@ -98,6 +98,7 @@ export function checkSourceWithWarnings(text: string, file: string): CheckResult
     schedule,
     train,
     numClasses,
+    names: x.assigned.map((a) => ({ name: a.name, value: low.valueIds[a.id] })),
   };
   return { model, warnings: dedupe(warnings).map((w) => formatDiagnostic(w, text)) };
 }
