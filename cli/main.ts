@@ -12,6 +12,7 @@ import { register as registerTrain } from './train.js';
 import { register as registerEval } from './eval.js';
 import { register as registerBench } from './bench.js';
 import { register as registerExport } from './export.js';
+import { register as registerReport } from './report.js';
 
 function packageVersion(): string {
   const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -32,6 +33,7 @@ export async function main(argv: string[]): Promise<number> {
   registerEval(program);
   registerBench(program);
   registerExport(program);
+  registerReport(program);
   try {
     await program.parseAsync(argv, { from: 'user' });
     return typeof process.exitCode === 'number' ? process.exitCode : 0;
