@@ -7,7 +7,7 @@
 import type { AttrValue, DType } from '../ir/graph.js';
 import { BATCH, type InitSpec } from '../model.js';
 import type { ArgSpec } from './args.js';
-import { broadcast, fmtDims, fmtTensor, sampleNumel, windowOut, type TensorInfo } from './shape_util.js';
+import { broadcast, fmtDims, fmtTensor, sameShapeHint, sampleNumel, windowOut, type TensorInfo } from './shape_util.js';
 
 export interface ParamPlan {
   name: string; // `weight`, `bias`, `running_mean`
@@ -142,7 +142,7 @@ function sameShapeLoss(name: string, doc: string, names: [string, string]): Laye
     infer(x, _a, ctx) {
       const [p, t] = x;
       if (p.dtype !== 'f32' || t.dtype !== 'f32' || fmtDims(p.shape) !== fmtDims(t.shape))
-        return ctx.fail(`${ctx.what} expects ${names[0]} and ${names[1]} of the same shape (f32), got ${fmtTensor(p)} and ${fmtTensor(t)}`);
+        return ctx.fail(`${ctx.what} expects ${names[0]} and ${names[1]} of the same shape (f32), got ${fmtTensor(p)} and ${fmtTensor(t)}`, sameShapeHint(p, t, names));
       return { op: name, attrs: {}, out: f32([]), params: [] };
     },
   };
