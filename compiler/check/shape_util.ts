@@ -1,4 +1,4 @@
-/** Shape helpers for the checker: printing with `N` for the batch dim, broadcasting, window sizes, the hint of a same-shape loss mismatch. */
+/** Shape helpers for the checker: printing with `N` for the batch dim (the shape formulas are compiler/ir/shapes.ts), the hint of a same-shape loss mismatch. */
 import type { DType } from '../ir/graph.js';
 import { BATCH } from '../model.js';
 
@@ -21,27 +21,6 @@ export function sampleNumel(shape: readonly number[]): number {
   for (const d of shape) if (d !== BATCH) n *= d;
   return n;
 }
-
-/** numpy broadcasting with the symbolic batch dim (N against 1 gives N; N against k > 1 fails). */
-export function broadcast(a: readonly number[], b: readonly number[]): number[] | null {
-  const r = Math.max(a.length, b.length);
-  const out: number[] = [];
-  for (let i = 0; i < r; i++) {
-    const x = a[a.length - r + i] ?? 1;
-    const y = b[b.length - r + i] ?? 1;
-    if (x === y) out.push(x);
-    else if (x === 1) out.push(y);
-    else if (y === 1) out.push(x);
-    else return null;
-  }
-  return out;
-}
-
-/** floor((size + 2*pad - dil*(k-1) - 1)/stride) + 1 */
-export function windowOut(size: number, k: number, stride: number, pad: number, dil: number): number {
-  return Math.floor((size + 2 * pad - dil * (k - 1) - 1) / stride) + 1;
-}
-
 /** How to make a same-shape loss's two operands agree (the hint of its shape error). */
 export function sameShapeHint(p: { dtype: string; shape: number[] }, t: { dtype: string; shape: number[] }, names: [string, string]): string {
   if (p.dtype !== 'f32' || t.dtype !== 'f32') return `both must be f32: declare the ${names[1]} input as f32 (i32 is for class labels, used by cross_entropy)`;

@@ -11,14 +11,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Program, ProgramSet } from '../ir/graph.js';
 import { lowerProgram, type LoweredProgram } from './lower_program.js';
+import type { GpuRegistry } from '../kernels/registry.js';
 import { librarySource } from './library.js';
 import { persistentTable, programLayout, programsOf, type PersistentTable } from './layout.js';
 import { buildPlan, type DispatchPlan } from './dispatch_plan.js';
 import { checkLimits } from './limits.js';
 import { emuModelSource, type CpuFallbackEmitter } from './emu_model.js';
-import { bridgeHostSource } from './bridge_host.js';
-import { cpuFallbackFunction } from './cpu_fallback.js';
-import { kernelsHeader } from '../codegen-cpu/emit_program.js';
+import { bridgeHostSource, bridgeProjectFiles } from './bridge_host.js';
+import { cpuFallbackFunction, cpuKernelsHeader } from './cpu_fallback.js';
 
 export interface MetalOptions {
   /** ops forced onto the CPU fallback (tests the fallback path) */
@@ -27,6 +27,8 @@ export interface MetalOptions {
   noFallback?: boolean;
   /** fuse GEMM + unary epilogues (default true) */
   fuse?: boolean;
+  /** the GPU kernel registry (default compiler/kernels/registry.ts GPU_KERNELS; 'cpu' entries run on the CPU fallback) */
+  registry?: GpuRegistry;
 }
 
 export interface MetalProgramArtifacts {
@@ -68,7 +70,7 @@ export function metalEmuSources(a: MetalArtifacts, cpuFallback: CpuFallbackEmitt
   files['model_metal_emu.cc'] = source;
   if (fallbackSource) {
     files['metal_emu_fallback.inc'] = fallbackSource;
-    files['mpsc_kernels.hpp'] = kernelsHeader();
+    files['mpsc_kernels.hpp'] = cpuKernelsHeader();
   }
   return files;
 }
@@ -91,11 +93,12 @@ export function generateMetalProject(programs: ProgramSet, outDir: string, opts:
   }
   write(path.join('bridge', 'mpsc_metal_plan.inc'), bridgeHostSource(a));
   for (const f of fs.readdirSync(BRIDGE_DIR)) {
-    if (/\.(mm|h|txt|md)$/.test(f)) write(path.join('bridge', f), fs.readFileSync(path.join(BRIDGE_DIR, f), 'utf8'));
+    if (/\.(mm|h|txt|md|cmake)$/.test(f)) write(path.join('bridge', f), fs.readFileSync(path.join(BRIDGE_DIR, f), 'utf8'));
   }
+  for (const [f, text] of Object.entries(bridgeProjectFiles())) write(path.join('bridge', f), text);
   // the shared host runtime (model ABI, runtime, Node binding) and the CPU kernels used by fallback steps
   for (const f of ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc', 'binding.cc'])
     write(path.join('bridge', f), fs.readFileSync(path.join(RUNTIME_CPP, f), 'utf8'));
-  write(path.join('bridge', 'mpsc_kernels.hpp'), kernelsHeader());
+  write(path.join('bridge', 'mpsc_kernels.hpp'), cpuKernelsHeader());
   return { files, warnings: a.warnings };
 }

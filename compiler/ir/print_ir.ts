@@ -13,7 +13,7 @@
  */
 import { UserError } from '../errors.js';
 import type { CheckedModel } from '../model.js';
-import { isPersistent, valueBytes, type AttrValue, type Program, type ProgramName, type ProgramSet, type Value } from './graph.js';
+import { PROGRAM_NAMES, isPersistent, programsOf, valueBytes, type AttrValue, type Program, type ProgramName, type ProgramSet, type Value } from './graph.js';
 import { buildPrograms } from './programs.js';
 
 export function formatBytes(n: number): string {
@@ -77,12 +77,6 @@ export function printProgram(p: Program): string {
   return lines.join('\n');
 }
 
-const PROGRAM_NAMES: ProgramName[] = ['train_step', 'apply_update', 'eval', 'eval_tail'];
-
-function programsOf(set: ProgramSet): Program[] {
-  return PROGRAM_NAMES.map((n) => set[n]).filter((p): p is Program => p !== undefined);
-}
-
 /**
  * Peak device bytes planned for the model at its batch size: every persistent tensor
  * once (programs share them by name) + the largest (arena + input batch) of any program.
@@ -104,14 +98,14 @@ export function plannedPeakBytes(model: CheckedModel): number {
 }
 
 /**
- * Text for `mpsc check --ir [program]`: `which` is a program name (train_step,
- * apply_update, eval) or 'all'. Programs are built at the spec's batch size.
+ * Text for `mpsc check --ir [program]`: `which` is a program name (PROGRAM_NAMES:
+ * train_step, apply_update, eval, eval_tail) or 'all'. Programs are built at the spec's batch size.
  */
 export function formatProgramsForCheck(model: CheckedModel, which: string): string {
   const set = buildPrograms(model, { batch: model.train.batch });
   if (which === 'all') return programsOf(set).map(printProgram).join('\n\n') + `\nplanned peak: ${formatBytes(plannedPeakBytesOf(set))}\n`;
-  if (!(PROGRAM_NAMES as string[]).includes(which)) {
-    throw new UserError(`error: unknown program '${which}' for --ir; use one of: train_step, apply_update, eval, all`);
+  if (!(PROGRAM_NAMES as readonly string[]).includes(which)) {
+    throw new UserError(`error: unknown program '${which}' for --ir; use one of: ${PROGRAM_NAMES.join(', ')}, all`);
   }
   const p = set[which as ProgramName];
   if (!p) {

@@ -2,13 +2,17 @@
 //
 // Implements the model ABI of mpsc_model.h (the same one the CPU backend and metal-emu
 // implement) from the generated tables in mpsc_metal_plan.inc:
-//  - MTLDevice discovery (MTLCreateSystemDefaultDevice); Apple7+ GPUs use the
-//    simdgroup_float8x8 GEMM variants, older ones the plain 16x16-tiled kernels
+//  - MTLDevice discovery: MTLCreateSystemDefaultDevice(), which returns nil in command-line
+//    processes that do not load CoreGraphics (CMakeLists.txt links it), else the first device of
+//    MTLCopyAllDevices(); Apple7+ GPUs use the simdgroup_float8x8 GEMM variants, older ones the
+//    plain 16x16-tiled kernels
 //  - per program a library: `mpsc_<program>.metallib` next to this module when the build
 //    could run `xcrun metal` (compiled with -fno-fast-math), else newLibraryWithSource from the
-//    embedded source with MTLMathModeSafe (fastMathEnabled = NO before macOS 15)
+//    embedded source with MTLMathModeSafe when built with the macOS 15 SDK and run on macOS 15+
+//    (fastMathEnabled = NO otherwise: the SDK guard is compile time, @available run time)
 //  - every pipeline state created once at load and cached; its maxTotalThreadsPerThreadgroup
-//    is checked against the plan
+//    is checked against the plan, and its threadExecutionWidth must be 32 (the SIMD-group size
+//    the kernels' simd_sum / simdgroup_matrix code and the plan's threadgroup shapes assume)
 //  - unified memory: the runtime's persistent block and arena (16 KiB aligned, 16 KiB
 //    multiples) are wrapped without copying (newBufferWithBytesNoCopy, shared storage);
 //    each program input has one shared buffer the batch is copied into
@@ -18,7 +22,10 @@
 //    memory, and start the next one
 //  - the host waits once per run: the ABI returns the run's loss and metrics, and the
 //    persistent tensors are read directly from shared memory
-//  - command-buffer errors and timeouts become error messages (ctx->error), never hangs
+//  - command-buffer errors and timeouts become error messages (ctx->error), never hangs. After
+//    a timeout the GPU may still be writing the arena and the persistent block: the session is
+//    poisoned (every later run fails at once) and backend_free waits for that command buffer
+//    before the runtime frees the memory it wraps
 //
 // This file was written against Apple's documented API and has never been compiled or run
 // by the mpsc authors (no Mac was available): see README.md.
@@ -26,6 +33,7 @@
 #import <Metal/Metal.h>
 
 #include <dlfcn.h>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,15 +55,31 @@ struct ProgramState {
 
 struct Backend {
   id<MTLDevice> device = nil;
+  std::string device_name;  // owned copy: mpsc_metal_memory hands out its c_str()
   id<MTLCommandQueue> queue = nil;
   id<MTLBuffer> persistent = nil;
   id<MTLBuffer> arena = nil;
   bool mma = false;
   double timeout_s = 120.0;
   std::vector<ProgramState> programs;
+  // a command buffer that timed out and may still write the shared memory (see commit_and_wait)
+  id<MTLCommandBuffer> in_flight = nil;
+  std::string poisoned;  // non-empty: why every run fails
 };
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+/** the SIMD-group width the generated kernels are written for */
+constexpr NSUInteger kSimdWidth = 32;
+
+/** the system default GPU; command-line processes that do not load CoreGraphics get nil from
+ *  MTLCreateSystemDefaultDevice, so fall back to the first device Metal lists */
+id<MTLDevice> find_device() {
+  id<MTLDevice> d = MTLCreateSystemDefaultDevice();
+  if (d) return d;
+  NSArray<id<MTLDevice>>* all = MTLCopyAllDevices();
+  return all.count > 0 ? all.firstObject : nil;
+}
 
 void set_error(mpsc_ctx* ctx, const std::string& msg) {
   std::snprintf(ctx->error, sizeof ctx->error, "%s", msg.c_str());
@@ -89,10 +113,17 @@ id<MTLLibrary> load_library(Backend* be, const MetalProgram& P, std::string& err
     return nil;
   }
   MTLCompileOptions* opts = [MTLCompileOptions new];
+  bool safe_math = false;
+  // mathMode / mathFloatingPointFunctions exist only in the macOS 15 SDK (compile-time guard) and
+  // only on macOS 15+ (run-time guard)
+#if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
   if (@available(macOS 15.0, *)) {
     opts.mathMode = MTLMathModeSafe;
     opts.mathFloatingPointFunctions = MTLMathFloatingPointFunctionsPrecise;
-  } else {
+    safe_math = true;
+  }
+#endif
+  if (!safe_math) {
 #pragma clang diagnostic push
 #pragma clang diagnostic ignored "-Wdeprecated-declarations"
     opts.fastMathEnabled = NO;
@@ -115,6 +146,12 @@ id<MTLComputePipelineState> pipeline(Backend* be, id<MTLLibrary> lib, const char
     err = std::string("cannot create the pipeline of kernel ") + name + ": " + ns_string(e);
     return nil;
   }
+  if (pso.threadExecutionWidth != kSimdWidth) {
+    err = std::string("kernel ") + name + " runs SIMD-groups of " + std::to_string((unsigned long)pso.threadExecutionWidth) +
+          " threads on this GPU, but the generated kernels assume " + std::to_string((unsigned long)kSimdWidth) +
+          " (Apple GPUs); use --device cpu on this machine";
+    return nil;
+  }
   NSUInteger threads = NSUInteger(tg[0]) * tg[1] * tg[2];
   if (threads > pso.maxTotalThreadsPerThreadgroup) {
     err = std::string("kernel ") + name + " needs " + std::to_string((unsigned long)threads) + " threads per threadgroup but this GPU allows " +
@@ -127,12 +164,13 @@ id<MTLComputePipelineState> pipeline(Backend* be, id<MTLLibrary> lib, const char
 void* backend_create(mpsc_ctx* ctx) {
   @autoreleasepool {
     Backend* be = new Backend();
-    be->device = MTLCreateSystemDefaultDevice();
+    be->device = find_device();
     if (!be->device) {
-      set_error(ctx, "no Metal device: MTLCreateSystemDefaultDevice() returned nil (use --device cpu)");
+      set_error(ctx, "no Metal device: MTLCreateSystemDefaultDevice() returned nil and MTLCopyAllDevices() is empty (use --device cpu)");
       delete be;
       return nullptr;
     }
+    be->device_name = be->device.name.UTF8String ?: "";
     const char* nomma = std::getenv("MPSC_METAL_NO_MMA");
     be->mma = [be->device supportsFamily:MTLGPUFamilyApple7] && !(nomma && nomma[0] == '1');
     if (const char* t = std::getenv("MPSC_METAL_TIMEOUT_S")) be->timeout_s = std::atof(t) > 0 ? std::atof(t) : be->timeout_s;
@@ -192,11 +230,17 @@ void* backend_create(mpsc_ctx* ctx) {
 
 void backend_free(mpsc_ctx*, void* backend) {
   @autoreleasepool {
-    delete static_cast<Backend*>(backend);
+    Backend* be = static_cast<Backend*>(backend);
+    // the runtime frees the arena and persistent block after this returns: a command buffer that
+    // timed out must be finished first (Metal ends a hung one with an error status itself)
+    if (be->in_flight) [be->in_flight waitUntilCompleted];
+    delete be;
   }
 }
 
-/** commits cb and waits for it with a timeout; false (ctx->error set) on a GPU error or timeout */
+/** commits cb and waits for it with a timeout; false (ctx->error set) on a GPU error or timeout.
+ *  On a timeout the command buffer may still write the shared memory: it is kept in
+ *  be->in_flight and the session is poisoned instead of being reused. */
 bool commit_and_wait(mpsc_ctx* ctx, Backend* be, id<MTLCommandBuffer> cb, const MetalProgram& P) {
   dispatch_semaphore_t done = dispatch_semaphore_create(0);
   [cb addCompletedHandler:^(id<MTLCommandBuffer>) {
@@ -205,8 +249,11 @@ bool commit_and_wait(mpsc_ctx* ctx, Backend* be, id<MTLCommandBuffer> cb, const 
   [cb commit];
   int64_t ns = static_cast<int64_t>(be->timeout_s * 1e9);
   if (dispatch_semaphore_wait(done, dispatch_time(DISPATCH_TIME_NOW, ns)) != 0) {
-    set_error(ctx, std::string("the Metal command buffer of program ") + P.name + " did not complete within " +
-                       std::to_string((int)be->timeout_s) + " s (a GPU hang, or set MPSC_METAL_TIMEOUT_S for very long steps)");
+    be->in_flight = cb;
+    be->poisoned = std::string("the Metal command buffer of program ") + P.name + " did not complete within " +
+                   std::to_string((int)be->timeout_s) + " s (a GPU hang, or set MPSC_METAL_TIMEOUT_S for very long steps); the GPU may " +
+                   "still be writing the model's memory, so this session cannot run again (free it and create a new one)";
+    set_error(ctx, be->poisoned);
     return false;
   }
   if (cb.status == MTLCommandBufferStatusError) {
@@ -228,6 +275,10 @@ int run_program(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc
     Backend* be = static_cast<Backend*>(ctx->backend);
     const MetalProgram& P = kModel.programs[PI];
     ProgramState& S = be->programs[PI];
+    if (!be->poisoned.empty()) {
+      set_error(ctx, be->poisoned);
+      return 1;
+    }
     for (int i = 0; i < P.ninputs; ++i) std::memcpy(S.inputs[i].contents, inputs[i], (size_t)(P.inputs[i].numel * 4));
     id<MTLCommandBuffer> cb = [be->queue commandBuffer];
     id<MTLComputeCommandEncoder> enc = [cb computeCommandEncoderWithDispatchType:MTLDispatchTypeConcurrent];
@@ -296,12 +347,13 @@ extern "C" const mpsc_model_desc* mpsc_model(void) {
 }
 
 /** Metal memory, as torch.mps.current_allocated_memory() / driver_allocated_memory() report it:
- *  bytes currently allocated by this device, and the recommended working-set limit. 0 on success. */
+ *  bytes currently allocated by this device, and the recommended working-set limit. 0 on success.
+ *  *device_name stays valid until the session is freed (the backend owns the string). */
 extern "C" int mpsc_metal_memory(mpsc_ctx* ctx, int64_t* current_allocated, int64_t* recommended_max, const char** device_name) {
   if (!ctx || !ctx->backend) return 1;
   Backend* be = static_cast<Backend*>(ctx->backend);
   if (current_allocated) *current_allocated = (int64_t)be->device.currentAllocatedSize;
   if (recommended_max) *recommended_max = (int64_t)be->device.recommendedMaxWorkingSetSize;
-  if (device_name) *device_name = be->device.name.UTF8String;
+  if (device_name) *device_name = be->device_name.c_str();
   return 0;
 }

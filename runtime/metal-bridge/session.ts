@@ -1,6 +1,7 @@
 /**
  * createMetalSession (macOS on Apple silicon): generates the Metal project for a ProgramSet
- * (compiler/codegen-metal generateMetalProject: .metal libraries, plans, bridge sources),
+ * (compiler/codegen-metal generateMetalProject: .metal libraries, plans, bridge sources, and
+ * the package.json / mpsc_paths.cmake cmake-js and the CMake project need),
  * builds the Objective-C++ bridge with cmake-js into a content-addressed cache, and loads it
  * through the shared native session (runtime/native/native_session.ts) as device 'metal'.
  * Never executed by its authors (no Mac was available): see README.md.
@@ -9,15 +10,12 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createRequire } from 'node:module';
 import { UserError } from '../../compiler/errors.js';
 import type { ProgramSet } from '../../compiler/ir/graph.js';
 import { generateMetalProject } from '../../compiler/codegen-metal/index.js';
 import { defaultCacheDir, runCmakeJs } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
-
-const require = createRequire(import.meta.url);
 
 export interface MetalSessionOptions {
   threads?: number;
@@ -47,7 +45,6 @@ export async function createMetalSession(programs: ProgramSet, opts: MetalSessio
   const tmp = fs.mkdtempSync(path.join(root, 'tmp-'));
   const { warnings } = generateMetalProject(programs, tmp, { fallbackOps: opts.fallbackOps });
   for (const w of warnings) opts.onProgress?.(`warning: ${w}`);
-  fs.writeFileSync(path.join(tmp, 'bridge', 'package.json'), JSON.stringify({ name: 'mpsc_metal', private: true, binary: { napi_versions: [8] } }) + '\n');
   const key = hashDir(tmp);
   const dir = path.join(root, key.slice(0, 32));
   const mod = path.join(dir, 'bridge', 'build', 'Release', 'mpsc_metal.node');
@@ -55,7 +52,6 @@ export async function createMetalSession(programs: ProgramSet, opts: MetalSessio
     fs.rmSync(tmp, { recursive: true, force: true });
     opts.onProgress?.(`using cached Metal build ${dir}`);
   } else {
-    process.env.MPSC_NAPI_INC = path.dirname(require.resolve('node-addon-api/package.json'));
     await runCmakeJs(path.join(tmp, 'bridge'), 'mpsc_metal', Math.max(1, os.cpus().length), opts.onProgress);
     fs.rmSync(dir, { recursive: true, force: true });
     fs.renameSync(tmp, dir);

@@ -12,9 +12,9 @@ struct StepParams {
   uint counter;
 };
 
-// threadgroup-wide sum / max: simd_sum within each SIMD-group, then the partials through
-// threadgroup memory. Every thread of the threadgroup must call it (uniform control flow);
-// every thread gets the result. sh needs nsg floats.
+// threadgroup-wide sum / max: a SIMD-group reduction within each SIMD-group, then the partials
+// through threadgroup memory. Every thread of the threadgroup must call it (uniform control
+// flow); every thread gets the result. sh needs nsg floats.
 inline float mpsc_block_sum(float v, threadgroup float* sh, uint lane, uint sg, uint nsg) {
   v = simd_sum(v);
   if (lane == 0u) sh[sg] = v;
@@ -59,7 +59,6 @@ kernel void k1(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -105,8 +104,7 @@ kernel void k1_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -163,7 +161,7 @@ kernel void k2(
   const uint i = gid.x;
   if (i >= 16384u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 3: linear (fc2) -> fc2.out [16x16 tiles]
@@ -178,7 +176,6 @@ kernel void k3(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -224,8 +221,7 @@ kernel void k3_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -287,17 +283,17 @@ kernel void k4(
   float part = 0.0f;
   for (uint j = tidx; j < 64u; j += 64u) {
     const uint base = j * 10u;
-    float m = -INFINITY;
+    float m = (-INFINITY);
     for (uint c = 0u; c < 10u; ++c) m = max(m, logits[base + c]);
-    float s = 0.0f, sx = 0.0f;
-    for (uint c = 0u; c < 10u; ++c) { s += precise::exp(logits[base + c] - m); sx += logits[base + c]; }
+    float s = 0.0f;
+    for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
-    part += -1.00000000f * (logits[base + uint(label[j])] - lse);
+    part += -1.0f * (logits[base + uint(label[j])] - lse);
 
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    loss[0] = total / 64.0000000f;
+    loss[0] = total / 64.0f;
   }
 }
 
@@ -323,6 +319,6 @@ kernel void k5(
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    acc[0] = total / 64.0000000f;
+    acc[0] = total / 64.0f;
   }
 }

@@ -1,0 +1,188 @@
+/**
+ * elementwise: GPU kernels of the IR nodes computed one output element per thread (no
+ * barriers): unary/binary (with broadcasting), reshape, dropout, slice, concat, embedding,
+ * batchnorm_eval, loss gradients that need no row statistics, sum_to. Consumes IR nodes;
+ * produces KernelSpecs whose bodies are written in the lowering context's dialect.
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import { dropoutThreshold } from '../ir/philox.js';
+import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs, type UnaryFn } from '../ir/scalar_fns.js';
+import type { Dialect } from './dialect.js';
+import type { KernelSpec, LowerCtx } from './kernel_types.js';
+import { argOf, elementwise, label, numAttr, numel, scalarExpr, shapeOf, EW_THREADS, ceilDiv } from './common.js';
+
+const I = '  ';
+/** inputs per concat kernel: + the output + the params struct stays within Metal's 31 bindings */
+export const CONCAT_CHUNK = 29;
+
+/** y = f(x) of the unary fn of node n (scalar-math table), x spelled `x` */
+export function unaryFwd(ctx: LowerCtx, n: Node, x: string): string {
+  const fn = unaryFnOf(n);
+  return scalarExpr(ctx, UNARY_FNS_TABLE[fn].fwd, { x }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+}
+
+function unaryFnOf(n: Node): UnaryFn {
+  const fn = String(n.attrs.fn);
+  if (!isUnaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown unary fn '${fn}'`);
+  return fn;
+}
+
+function strides(shape: number[]): number[] {
+  const s = new Array(shape.length).fill(1);
+  for (let i = shape.length - 2; i >= 0; i--) s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+/** index of an operand of shape `sh` broadcast to `out`, from output flat index i (statements defining `name`) */
+function broadcastIndex(d: Dialect, out: number[], sh: number[], name: string): string {
+  const u32 = (n: number) => d.u(n);
+  if (sh.length === out.length && sh.every((d, k) => d === out[k])) return `${I}const uint ${name} = i;\n`;
+  const st = strides(sh);
+  let s = `${I}uint ${name} = 0u;\n${I}{\n${I}  uint rem = i;\n`;
+  for (let d = out.length - 1; d >= 0; d--) {
+    const k = d - (out.length - sh.length);
+    const stride = k >= 0 && sh[k] !== 1 ? st[k] : 0;
+    if (stride !== 0) s += `${I}  ${name} += (rem % ${u32(out[d])}) * ${u32(stride)};\n`;
+    if (d > 0) s += `${I}  rem /= ${u32(out[d])};\n`;
+  }
+  return s + `${I}}\n`;
+}
+
+export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+  const ins = n.inputs, outs = n.outputs;
+  const a = (k: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, k, acc);
+  const d = ctx.d, f32 = (x: number) => d.f(x), u32 = (k: number) => d.u(k);
+  switch (n.op) {
+    case 'unary': {
+      const body = `${I}const float v = x[i];\n${I}y[i] = ${unaryFwd(ctx, n, 'v')};\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
+    }
+    case 'unary_grad': {
+      const fn = unaryFnOf(n);
+      const expr = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+      const body = `${I}const float ${/\bv\b/.test(expr) ? 'v = x[i], ' : ''}d = dy[i];\n${I}dx[i] = ${expr};\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'x'), a(outs[0], 'dx', 'w')], numel(shapeOf(g, outs[0])), body)];
+    }
+    case 'binary': {
+      const out = shapeOf(g, outs[0]);
+      const fn = String(n.attrs.fn);
+      if (!isBinaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown binary fn '${fn}'`);
+      const body = broadcastIndex(d, out, shapeOf(g, ins[0]), 'ia') + broadcastIndex(d, out, shapeOf(g, ins[1]), 'ib') +
+        `${I}y[i] = ${scalarExpr(ctx, BINARY_FNS_TABLE[fn].fwd, { a: 'a[ia]', b: 'b[ib]' }, {})};\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'a'), a(ins[1], 'b'), a(outs[0], 'y', 'w')], numel(out), body)];
+    }
+    case 'reshape':
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), `${I}y[i] = x[i];\n`)];
+    case 'dropout':
+    case 'dropout_grad': {
+      ctx.helpers.add('philox');
+      const p = numAttr(n, 'p');
+      const src = n.op === 'dropout' ? 'x' : 'dy', dst = n.op === 'dropout' ? 'y' : 'dx';
+      const body =
+        `${I}const uint h = mpsc_philox(sp.seed, ${u32(numAttr(n, 'stream'))}, i, sp.counter);\n` +
+        `${I}${dst}[i] = h >= ${u32(dropoutThreshold(p))} ? ${src}[i] / ${f32(1 - p)} : ${f32(0)};\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], src), a(outs[0], dst, 'w')], numel(shapeOf(g, outs[0])), body)];
+    }
+    case 'slice': {
+      const xs = shapeOf(g, ins[0]), axis = numAttr(n, 'axis'), start = numAttr(n, 'start'), len = numAttr(n, 'length');
+      const inner = numel(xs.slice(axis + 1));
+      const body =
+        `${I}const uint inn = i % ${u32(inner)}, l = (i / ${u32(inner)}) % ${u32(len)}, o = i / ${u32(inner * len)};\n` +
+        `${I}y[i] = x[(o * ${u32(xs[axis])} + ${u32(start)} + l) * ${u32(inner)} + inn];\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
+    }
+    case 'concat': {
+      // one kernel per chunk of at most CONCAT_CHUNK inputs (Metal's 31 buffer bindings), each
+      // writing the slab of y its inputs cover
+      const ys = shapeOf(g, outs[0]), axis = numAttr(n, 'axis');
+      const inner = numel(ys.slice(axis + 1)), YL = ys[axis], outer = numel(ys.slice(0, axis));
+      const kernels: KernelSpec[] = [];
+      let start = 0;
+      for (let c0 = 0; c0 < ins.length; c0 += CONCAT_CHUNK) {
+        const chunk = ins.slice(c0, c0 + CONCAT_CHUNK);
+        const CL = chunk.reduce((s, v) => s + shapeOf(g, v)[axis], 0);
+        let body = `${I}const uint inn = i % ${u32(inner)}, l = (i / ${u32(inner)}) % ${u32(CL)}, o = i / ${u32(inner * CL)};\n` +
+          `${I}const uint at = (o * ${u32(YL)} + ${u32(start)} + l) * ${u32(inner)} + inn;\n`;
+        let s0 = 0;
+        chunk.forEach((v, k) => {
+          const L = shapeOf(g, v)[axis];
+          body += `${I}${k === 0 ? '' : 'else '}if (l < ${u32(s0 + L)}) y[at] = x${k}[(o * ${u32(L)} + l - ${u32(s0)}) * ${u32(inner)} + inn];\n`;
+          s0 += L;
+        });
+        const args = [...chunk.map((v, k) => a(v, `x${k}`)), a(outs[0], 'y', 'w')];
+        const what = ins.length > CONCAT_CHUNK ? ` [inputs ${c0}..${c0 + chunk.length - 1}]` : '';
+        kernels.push(elementwise(ctx, g, n, args, outer * CL * inner, body, what));
+        start += CL;
+      }
+      return kernels;
+    }
+    case 'global_avgpool_grad': {
+      const xs = n.attrs.x_shape as number[];
+      const HW = xs[2] * xs[3];
+      return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(outs[0], 'dx', 'w')], numel(xs), `${I}dx[i] = dy[i / ${u32(HW)}] / ${f32(HW)};\n`)];
+    }
+    case 'embedding': {
+      const D = shapeOf(g, ins[1])[1];
+      return [elementwise(ctx, g, n, [a(ins[0], 'ids'), a(ins[1], 'w'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])),
+        `${I}y[i] = w[uint(ids[i / ${u32(D)}]) * ${u32(D)} + i % ${u32(D)}];\n`)];
+    }
+    case 'embedding_grad': {
+      const [V, D] = n.attrs.w_shape as number[];
+      const J = numel(shapeOf(g, ins[1]));
+      const body =
+        `${I}const int v = int(i / ${u32(D)});\n${I}const uint d = i % ${u32(D)};\n${I}float acc = ${f32(0)};\n` +
+        `${I}for (uint j = 0u; j < ${u32(J)}; ++j) if (ids[j] == v) acc += dy[j * ${u32(D)} + d];\n${I}dw[i] = acc;\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'ids'), a(outs[0], 'dw', 'w')], V * D, body)];
+    }
+    case 'batchnorm_eval': {
+      const xs = shapeOf(g, ins[0]);
+      const C = xs[1], S = numel(xs.slice(2));
+      const eps = numAttr(n, 'eps', 1e-5);
+      const body = `${I}const uint c = (i / ${u32(S)}) % ${u32(C)};\n${I}y[i] = (x[i] - rm[c]) / ${d.math('sqrt', `rv[c] + ${f32(eps)}`)} * w[c] + b[c];\n`;
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(ins[3], 'rm'), a(ins[4], 'rv'), a(outs[0], 'y', 'w')], numel(xs), body)];
+    }
+    case 'nll_grad': {
+      const [N, C] = shapeOf(g, ins[0]);
+      const body = `${I}dlogp[i] = int(i % ${u32(C)}) == label[i / ${u32(C)}] ? ${f32(-1 / N)} : ${f32(0)};\n`;
+      return [elementwise(ctx, g, n, [a(ins[1], 'label'), a(outs[0], 'dlogp', 'w')], N * C, body)];
+    }
+    case 'mse_grad': {
+      const cnt = numel(shapeOf(g, ins[0]));
+      return [elementwise(ctx, g, n, [a(ins[0], 'pred'), a(ins[1], 'target'), a(outs[0], 'dpred', 'w')], cnt, `${I}dpred[i] = (pred[i] - target[i]) * ${f32(2 / cnt)};\n`)];
+    }
+    case 'bce_with_logits_grad': {
+      const cnt = numel(shapeOf(g, ins[0]));
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(ins[1], 't'), a(outs[0], 'dx', 'w')], cnt,
+        `${I}dx[i] = (${f32(1)} / (${f32(1)} + ${d.math('exp', '-x[i]')}) - t[i]) * ${f32(1 / cnt)};\n`)];
+    }
+    case 'sum_to': return [lowerSumTo(ctx, g, n)];
+  }
+  return null;
+}
+
+function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
+  const xs = shapeOf(g, n.inputs[0]), ys = shapeOf(g, n.outputs[0]);
+  const st = strides(xs);
+  const reduced = new Array(xs.length).fill(false);
+  if (Array.isArray(n.attrs.axes)) {
+    for (const ax of n.attrs.axes as number[]) reduced[ax] = true;
+  } else {
+    const off = xs.length - ys.length;
+    for (let d = 0; d < xs.length; d++) reduced[d] = d < off || (ys[d - off] === 1 && xs[d] !== 1);
+  }
+  const u32 = (k: number) => ctx.d.u(k);
+  const kept: { size: string; stride: string }[] = [], red: { size: string; stride: string }[] = [];
+  let RN = 1;
+  for (let d = xs.length - 1; d >= 0; d--) {
+    const e = { size: u32(xs[d]), stride: u32(st[d]) };
+    if (reduced[d]) { red.push(e); RN *= xs[d]; } else kept.push(e);
+  }
+  const count = numel(ys);
+  const body =
+    `  // y[i] = sum of x over the reduced dims (${RN} terms per output)\n  uint rem = i, base = ${u32(0)};\n` +
+    kept.map((k) => `  { const uint c = rem % ${k.size}; rem /= ${k.size}; base += c * ${k.stride}; }\n`).join('') +
+    `  float acc = ${ctx.d.f(0)};\n  for (uint t = ${u32(0)}; t < ${u32(RN)}; ++t) {\n    uint q = t, off = base;\n` +
+    red.map((k) => `    { const uint c = q % ${k.size}; q /= ${k.size}; off += c * ${k.stride}; }\n`).join('') +
+    `    acc += x[off];\n  }\n  y[i] = acc;\n`;
+  return elementwise(ctx, g, n, [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')], count, body);
+}

@@ -1,0 +1,58 @@
+/**
+ * kernel_types: the plain data one lowered GPU kernel is described by. Produced by the
+ * lowerings of compiler/kernels (elementwise, reduce, gemm, pool, optim), for one dialect;
+ * consumed by the backends (codegen-metal: library.ts for the source text, dispatch_plan.ts
+ * for the launches, limits.ts, emu_model.ts; codegen-cuda).
+ */
+import type { Dialect } from './dialect.js';
+
+export type Access = 'r' | 'w' | 'rw';
+
+export interface KernelArg {
+  /** generated parameter name used by the body (x, w, y, ...) */
+  name: string;
+  /** IR value id bound to this argument */
+  value: number;
+  access: Access;
+  /** element type */
+  type: 'float' | 'int';
+}
+
+export interface KernelVariant {
+  /** kernel function name */
+  name: string;
+  /** body text (statements) in the dialect the program was lowered for */
+  body: string;
+  tgsize: [number, number, number];
+  /** bytes of shared (threadgroup) memory `tg` (0: none) */
+  tgmem: number;
+  /** uses barriers or SIMD-group functions (the emulator then runs threads as fibers) */
+  sync: boolean;
+}
+
+export interface KernelSpec extends KernelVariant {
+  /** IR node this kernel implements (a node may need several kernels) */
+  node: number;
+  op: string;
+  /** what the kernel does, for comments (may contain spec strings: escaped on output) */
+  label: string;
+  args: KernelArg[];
+  /** threadgroups per grid (dispatchThreadgroups; CUDA: blocks) */
+  groups: [number, number, number];
+  /** 8x8 matrix-unit variant (Metal: simdgroup_float8x8, Apple7+): same args and grid */
+  mma?: KernelVariant;
+}
+
+/** Helper functions a library prelude must contain. */
+export type Helper = 'erf' | 'erfc' | 'expm1' | 'log1p' | 'philox' | 'block_reduce';
+
+export interface LowerCtx {
+  /** next kernel number within the program */
+  next(): string;
+  helpers: Set<Helper>;
+  /** the target the bodies are written for */
+  d: Dialect;
+}
+
+export const SIMD = 32;
+export const ceilDiv = (a: number, b: number) => Math.floor((a + b - 1) / b);

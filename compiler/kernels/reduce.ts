@@ -1,0 +1,168 @@
+/**
+ * reduce: GPU kernels of the ops that reduce with SIMD-group reductions and shared memory:
+ * softmax / log_softmax (+ grads), cross_entropy_grad (one threadgroup per row),
+ * batchnorm_train / batchnorm_grad (one threadgroup per channel), layernorm (+ grad),
+ * and the scalar losses / metrics / grad_norm (one threadgroup for everything).
+ * Consumes IR nodes; produces KernelSpecs (bodies from rows.ts, in the context's dialect).
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import type { KernelSpec, LowerCtx } from './kernel_types.js';
+import { argOf, blockKernel, elementwise, numAttr, numel, rowThreads, shapeOf } from './common.js';
+import { chanBatchnorm, chanBatchnormGrad, reduceAll, rowCrossEntropyGrad, rowLayernorm, rowLayernormGrad, rowSoftmax, rowSoftmaxGrad } from './rows.js';
+
+const B = '    ';
+/** inputs per grad_norm kernel: + the output + the params struct stays within Metal's 31 bindings */
+export const GRAD_NORM_CHUNK = 29;
+
+export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+  const ins = n.inputs, outs = n.outputs;
+  const a = (v: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, v, acc);
+  const d = ctx.d, u32 = (k: number) => d.u(k);
+  switch (n.op) {
+    case 'softmax': case 'log_softmax': case 'softmax_grad': case 'log_softmax_grad': {
+      const xs = shapeOf(g, ins[0]), axis = numAttr(n, 'axis');
+      const Ln = xs[axis], inner = numel(xs.slice(axis + 1)), rows = numel(xs) / Ln;
+      const T = rowThreads(Ln);
+      const view = { L: u32(Ln), inner: u32(inner), rowSpan: u32(Ln * inner), log: n.op.startsWith('log') };
+      if (n.op.endsWith('_grad'))
+        return [blockKernel(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'y'), a(outs[0], 'dx', 'w')], rows, T, (s) => rowSoftmaxGrad(d, s, view))];
+      return [blockKernel(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], rows, T, (s) => rowSoftmax(d, s, view))];
+    }
+    case 'cross_entropy_grad': {
+      const [N, C] = shapeOf(g, ins[0]);
+      const ls = numAttr(n, 'label_smoothing', 0);
+      return [blockKernel(ctx, g, n, [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'dlogits', 'w')], N, rowThreads(C),
+        (s) => rowCrossEntropyGrad(d, s, { C, ls, N }))];
+    }
+    case 'layernorm': {
+      const xs = shapeOf(g, ins[0]);
+      const D = xs[xs.length - 1], rows = numel(xs) / D;
+      return [blockKernel(ctx, g, n,
+        [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(outs[0], 'y', 'w'), a(outs[1], 'mean', 'w'), a(outs[2], 'rstd', 'w')],
+        rows, rowThreads(D), (s) => rowLayernorm(d, s, { D, eps: numAttr(n, 'eps', 1e-5) }))];
+    }
+    case 'layernorm_grad': {
+      const xs = shapeOf(g, ins[1]);
+      const D = xs[xs.length - 1], rows = numel(xs) / D;
+      const dxK = blockKernel(ctx, g, n,
+        [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[2], 'w'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[0], 'dx', 'w')],
+        rows, rowThreads(D), (s) => rowLayernormGrad(d, s, { D }), ' [dx]');
+      // one thread per feature d: sums over the rows
+      const body =
+        `  float sw = ${d.f(0)}, sb = ${d.f(0)};\n` +
+        `  for (uint r = 0u; r < ${u32(rows)}; ++r) {\n    const uint e = r * ${u32(D)} + i;\n` +
+        `    sb += dy[e];\n    sw += dy[e] * (x[e] - mean[r]) * rstd[r];\n  }\n  dweight[i] = sw;\n  dbias[i] = sb;\n`;
+      const dwK = elementwise(ctx, g, n,
+        [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
+        D, body, ' [dweight, dbias]');
+      return [dxK, dwK];
+    }
+    case 'batchnorm_train': {
+      const xs = shapeOf(g, ins[0]);
+      const C = xs[1], S = numel(xs.slice(2)), m = xs[0] * S;
+      const mom = numAttr(n, 'momentum', 0.1);
+      return [blockKernel(ctx, g, n,
+        [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(ins[3], 'rmean', 'rw'), a(ins[4], 'rvar', 'rw'),
+          a(outs[0], 'y', 'w'), a(outs[1], 'mean', 'w'), a(outs[2], 'invstd', 'w')],
+        C, rowThreads(m), (s) => chanBatchnorm(d, s, { C, N: xs[0], S, eps: numAttr(n, 'eps', 1e-5), momentum: mom }))];
+    }
+    case 'batchnorm_grad': {
+      const xs = shapeOf(g, ins[1]);
+      const C = xs[1], S = numel(xs.slice(2)), m = xs[0] * S;
+      return [blockKernel(ctx, g, n,
+        [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[2], 'w'), a(ins[3], 'mean'), a(ins[4], 'invstd'),
+          a(outs[0], 'dx', 'w'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
+        C, rowThreads(m), (s) => chanBatchnormGrad(d, s, { C, N: xs[0], S }))];
+    }
+  }
+  return lowerScalarReduce(ctx, g, n);
+}
+
+function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+  const ins = n.inputs, outs = n.outputs;
+  const a = (v: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, v, acc);
+  const d = ctx.d, u32 = (k: number) => d.u(k), f32 = (x: number) => d.f(x);
+  const exp = (x: string) => d.math('exp', x), log = (x: string) => d.math('log', x);
+  let loops: { count: string; item: string }[];
+  let finish: string;
+  let args;
+  let T: number;
+  const rowsOf = () => shapeOf(g, ins[0]) as [number, number];
+  switch (n.op) {
+    case 'cross_entropy': {
+      const [N, C] = rowsOf();
+      const ls = numAttr(n, 'label_smoothing', 0);
+      args = [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'loss', 'w')];
+      loops = [{
+        count: u32(N),
+        item:
+          `${B}const uint base = j * ${u32(C)};\n${B}float m = ${f32(-Infinity)};\n` +
+          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
+          (ls
+            ? `${B}float s = ${f32(0)}, sx = ${f32(0)};\n` +
+              `${B}for (uint c = 0u; c < ${u32(C)}; ++c) { s += ${exp('logits[base + c] - m')}; sx += logits[base + c]; }\n`
+            : `${B}float s = ${f32(0)};\n` +
+              `${B}for (uint c = 0u; c < ${u32(C)}; ++c) s += ${exp('logits[base + c] - m')};\n`) +
+          `${B}const float lse = m + ${log('s')};\n` +
+          `${B}part += -${f32(1 - ls)} * (logits[base + uint(label[j])] - lse)` + (ls ? ` - ${f32(ls / C)} * (sx - ${f32(C)} * lse);\n` : ';\n'),
+      }];
+      finish = `${B}loss[0] = total / ${f32(N)};`;
+      T = rowThreads(N);
+      break;
+    }
+    case 'nll': {
+      const [N, C] = rowsOf();
+      args = [a(ins[0], 'logp'), a(ins[1], 'label'), a(outs[0], 'loss', 'w')];
+      loops = [{ count: u32(N), item: `${B}part -= logp[j * ${u32(C)} + uint(label[j])];` }];
+      finish = `${B}loss[0] = total / ${f32(N)};`;
+      T = rowThreads(N);
+      break;
+    }
+    case 'mse': case 'bce_with_logits': {
+      const cnt = numel(shapeOf(g, ins[0]));
+      args = [a(ins[0], 'x'), a(ins[1], 't'), a(outs[0], 'loss', 'w')];
+      loops = [{
+        count: u32(cnt),
+        item: n.op === 'mse'
+          ? `${B}const float d = x[j] - t[j];\n${B}part += d * d;`
+          : `${B}const float v = x[j];\n${B}part += ${d.math('max', 'v', f32(0))} - v * t[j] + ${log(`${f32(1)} + ${exp(`-${d.math('abs', 'v')}`)}`)};`,
+      }];
+      finish = `${B}loss[0] = total / ${f32(cnt)};`;
+      T = rowThreads(cnt);
+      break;
+    }
+    case 'accuracy': case 'top_k': {
+      const [N, C] = rowsOf();
+      args = [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'acc', 'w')];
+      const item = n.op === 'accuracy'
+        ? `${B}const uint base = j * ${u32(C)};\n${B}uint bi = 0u;\n${B}float best = logits[base];\n` +
+          `${B}for (uint c = 1u; c < ${u32(C)}; ++c) if (logits[base + c] > best) { best = logits[base + c]; bi = c; }\n` +
+          `${B}part += int(bi) == label[j] ? ${f32(1)} : ${f32(0)};`
+        : `${B}const uint base = j * ${u32(C)};\n${B}const float xl = logits[base + uint(label[j])];\n${B}uint cnt = 0u;\n` +
+          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) if (logits[base + c] > xl) ++cnt;\n` +
+          `${B}part += cnt < ${u32(numAttr(n, 'k'))} ? ${f32(1)} : ${f32(0)};`;
+      loops = [{ count: u32(N), item }];
+      finish = `${B}acc[0] = total / ${f32(N)};`;
+      T = rowThreads(N);
+      break;
+    }
+    case 'grad_norm': {
+      // chunks of at most GRAD_NORM_CHUNK inputs (Metal's 31 buffer bindings): each kernel adds its
+      // sum of squares to norm[0] (the first one sets it), the last one takes the square root
+      const chunks: number[][] = [];
+      for (let k = 0; k < ins.length; k += GRAD_NORM_CHUNK) chunks.push(ins.slice(k, k + GRAD_NORM_CHUNK));
+      return chunks.map((chunk, ci) => {
+        const first = ci === 0, last = ci === chunks.length - 1;
+        const kargs = [...chunk.map((v, k) => a(v, `g${k}`)), a(outs[0], 'norm', first ? 'w' : 'rw')];
+        const kloops = chunk.map((v, k) => ({ count: u32(numel(shapeOf(g, v))), item: `${B}part += g${k}[j] * g${k}[j];` }));
+        const sum = first ? 'total' : 'norm[0] + total';
+        const kfinish = `${B}norm[0] = ${last ? d.math('sqrt', sum) : sum};`;
+        return blockKernel(ctx, g, n, kargs, 1, 256, (s) => reduceAll(d, s, { loops: kloops, finish: kfinish }), chunks.length > 1 ? ` [inputs ${ci * GRAD_NORM_CHUNK}..${ci * GRAD_NORM_CHUNK + chunk.length - 1}]` : '');
+      });
+    }
+    default:
+      return null;
+  }
+  return [blockKernel(ctx, g, n, args, 1, T, (s) => reduceAll(d, s, { loops, finish }))];
+}
+
