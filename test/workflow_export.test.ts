@@ -1,6 +1,6 @@
-// mpsc export (issue 16): ONNX models run by onnxruntime match mpsc's own eval forward (the float64
-// reference interpreter on the same float32 weights and input) for every example spec and a spec that
-// uses every op the exporter maps; the torch export loads with load_state_dict(strict=True) and
+// mpsc export (issue 16): ONNX models run by onnxruntime, and the exported torch modules, match mpsc's
+// own eval forward (the float64 reference interpreter on the same float32 weights and input) for every
+// example spec and two specs that use every op and activation the exporters map; the torch export loads with load_state_dict(strict=True) and
 // reproduces `mpsc eval`'s test loss after a short training of mnist_mlp and lenet.
 // Python (.venv-test, made by .ci/run: onnxruntime, onnx, numpy, torch from the local wheel index)
 // runs the Python side; MPSC_TEST_PYTHON overrides the interpreter.
@@ -41,6 +41,22 @@ network {
 }
 loss nll(lp, label)
 metrics accuracy(logits, label)
+optimizer sgd(lr: 0.1)
+train { data: synthetic(), batch: 4 }
+`;
+
+const ACTS = `# every element-wise activation of the scalar-function table
+model acts
+input x: f32[N, 6]
+input label: i32[N]
+network {
+  a = x -> silu -> relu6 -> hardtanh(min_val: -0.5, max_val: 0.3)
+  b = x -> hardswish -> softplus(beta: 2, threshold: 0.1)
+  c = x -> elu(alpha: 0.7) -> mish -> leaky_relu(0.1)
+  d = x -> sigmoid -> tanh -> gelu
+  logits = concat(a, b, c, d) -> linear(4) -> relu -> linear(3)
+}
+loss cross_entropy(logits, label)
 optimizer sgd(lr: 0.1)
 train { data: synthetic(), batch: 4 }
 `;
@@ -122,9 +138,11 @@ describe('mpsc export --format onnx', () => {
   const dir = mkdtempSync(join(tmpdir(), 'mpsc-onnx-'));
   const zooFile = join(dir, 'zoo.model');
   writeFileSync(zooFile, ZOO);
-  const specs = [...readdirSync('specs').filter((f) => f.endsWith('.model')).map((f) => `specs/${f}`), zooFile];
+  const actsFile = join(dir, 'acts.model');
+  writeFileSync(actsFile, ACTS);
+  const specs = [...readdirSync('specs').filter((f) => f.endsWith('.model')).map((f) => `specs/${f}`), zooFile, actsFile];
   for (const spec of specs) {
-    it(`${spec}: onnxruntime matches mpsc's eval forward (max rel. diff <= 1e-4), batch symbolic`, () => {
+    it(`${spec}: onnxruntime and the exported torch module match mpsc's eval forward (max rel. diff <= 1e-4), batch symbolic`, () => {
       const model = checkFile(spec);
       const name = model.name;
       const wfile = join(dir, `${name}.safetensors`);
@@ -156,6 +174,20 @@ describe('mpsc export --format onnx', () => {
         expect(got.outputs[k].shape[0]).toBe(B);
         const d = maxRelDiff(got.outputs[k].data, ref);
         expect(d, `${spec} output ${k}`).toBeLessThanOrEqual(1e-4);
+      }
+      // the torch export of the same weights, in eval mode, on the same input
+      const torchDir = join(dir, `${name}_torch`);
+      const x = mpsc('export', spec, '--weights', wfile, '--format', 'torch', '-o', torchDir);
+      expect(x.status, x.stderr).toBe(0);
+      const tOut = join(dir, `${name}.torch.json`);
+      const tp = python('test/py/torch_run.py', torchDir, inFile, tOut);
+      expect(tp.stderr).toBe('');
+      const tgot = JSON.parse(readFileSync(tOut, 'utf8')) as { outputs: Record<string, { shape: number[]; data: number[] }> };
+      const single = want.size === 1 ? [...want.keys()][0] : null;
+      for (const [k, ref] of want) {
+        const o = tgot.outputs[single !== null ? '__single__' : k];
+        expect(o.data.length).toBe(ref.length);
+        expect(maxRelDiff(o.data, ref), `${spec} torch output ${k}`).toBeLessThanOrEqual(1e-4);
       }
     }, 120_000);
   }

@@ -170,19 +170,46 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
       }
       case 'unary': {
         const fn = String(n.attrs.fn);
-        if (fn === 'relu') emit('Relu', [ins[0]], [out]);
-        else if (fn === 'sigmoid') emit('Sigmoid', [ins[0]], [out]);
-        else if (fn === 'tanh') emit('Tanh', [ins[0]], [out]);
-        else if (fn === 'neg') emit('Neg', [ins[0]], [out]);
-        else if (fn === 'leaky_relu') emit('LeakyRelu', [ins[0]], [out], [floatAttr('alpha', num(n.attrs.alpha, 0.01))]);
-        else if (fn === 'gelu') {
+        const at = (k: string, dflt: number) => num(n.attrs[k], dflt);
+        const t = (what: string) => fresh(`${where}/${what}`);
+        const x = ins[0];
+        if (fn === 'relu') emit('Relu', [x], [out]);
+        else if (fn === 'sigmoid') emit('Sigmoid', [x], [out]);
+        else if (fn === 'tanh') emit('Tanh', [x], [out]);
+        else if (fn === 'neg') emit('Neg', [x], [out]);
+        else if (fn === 'leaky_relu') emit('LeakyRelu', [x], [out], [floatAttr('alpha', at('alpha', 0.01))]);
+        else if (fn === 'elu') emit('Elu', [x], [out], [floatAttr('alpha', at('alpha', 1))]);
+        else if (fn === 'hardswish') emit('HardSwish', [x], [out]);
+        else if (fn === 'relu6' || fn === 'hardtanh') {
+          const [lo, hi] = fn === 'relu6' ? [0, 6] : [at('min_val', -1), at('max_val', 1)];
+          emit('Clip', [x, scalarF32(`${where}/min`, lo), scalarF32(`${where}/max`, hi)], [out]);
+        } else if (fn === 'silu') {
+          const s1 = t('sigmoid');
+          emit('Sigmoid', [x], [s1]);
+          emit('Mul', [x, s1], [out]);
+        } else if (fn === 'gelu') {
           // opset 17 has no Gelu: 0.5 * x * (1 + erf(x / sqrt(2))), the exact form ops.ts defines
-          const d = fresh(`${where}/div`), e = fresh(`${where}/erf`), a = fresh(`${where}/add`), m = fresh(`${where}/mul`);
-          emit('Div', [ins[0], scalarF32(`${where}/sqrt2`, Math.SQRT2)], [d]);
+          const d = t('div'), e = t('erf'), a = t('add'), m = t('mul');
+          emit('Div', [x, scalarF32(`${where}/sqrt2`, Math.SQRT2)], [d]);
           emit('Erf', [d], [e]);
           emit('Add', [e, scalarF32(`${where}/one`, 1)], [a]);
-          emit('Mul', [ins[0], a], [m]);
+          emit('Mul', [x, a], [m]);
           emit('Mul', [m, scalarF32(`${where}/half`, 0.5)], [out]);
+        } else if (fn === 'softplus') {
+          // softplus(beta*x)/beta, or x where beta*x > threshold
+          const beta = at('beta', 1);
+          const bx = t('bx'), sp = t('softplus'), q = t('div'), gt = t('gt');
+          emit('Mul', [x, scalarF32(`${where}/beta`, beta)], [bx]);
+          emit('Softplus', [bx], [sp]);
+          emit('Div', [sp, scalarF32(`${where}/beta`, beta)], [q]);
+          emit('Greater', [bx, scalarF32(`${where}/threshold`, at('threshold', 20))], [gt]);
+          emit('Where', [gt, x, q], [out]);
+        } else if (fn === 'mish') {
+          // opset 17 has no Mish: x * tanh(softplus(x))
+          const sp = t('softplus'), th = t('tanh');
+          emit('Softplus', [x], [sp]);
+          emit('Tanh', [sp], [th]);
+          emit('Mul', [x, th], [out]);
         } else throw unsupported(model, n, `unary function '${fn}'`);
         break;
       }

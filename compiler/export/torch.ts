@@ -11,11 +11,12 @@
  *           become functional calls in forward(). forward takes the spec inputs the network
  *           reads (by their spec names) and returns the network output the loss reads
  *           (heads.ts), or a dict by name when the loss and metrics read several.
- * Relies on: ops.ts semantics matching torch's (conv padding zeros, max-pool -inf padding,
+ * Relies on: the scalar-function table's `torch` spelling of each unary function; ops.ts semantics matching torch's (conv padding zeros, max-pool -inf padding,
  *           avg-pool count_include_pad=True, exact gelu, batchnorm unbiased running var).
  */
 import { UserError } from '../errors.js';
 import type { Graph, Node } from '../ir/graph.js';
+import { isUnaryFn, UNARY_FNS_TABLE } from '../ir/scalar_fns.js';
 import type { CheckedModel } from '../model.js';
 import type { StWriteTensor } from '../../runtime/safetensors.js';
 import { forwardNodesFor, networkOutputs } from './heads.js';
@@ -145,16 +146,12 @@ export function exportTorch(model: CheckedModel, weights: ExportWeights, produce
         break;
       case 'unary': {
         const fn = String(a.fn);
-        const call: Record<string, string> = {
-          relu: `F.relu(${x})`,
-          leaky_relu: `F.leaky_relu(${x}, ${pyFloat(typeof a.alpha === 'number' ? a.alpha : 0.01)})`,
-          gelu: `F.gelu(${x})`,
-          sigmoid: `torch.sigmoid(${x})`,
-          tanh: `torch.tanh(${x})`,
-          neg: `-${x}`,
-        };
-        if (!call[fn]) throw unsupported(model, n, `unary function '${fn}'`);
-        body.push(`${y} = ${call[fn]}`);
+        if (!isUnaryFn(fn)) throw unsupported(model, n, `unary function '${fn}'`);
+        // the table's torch spelling, with x and each attribute (the node's value, else the table default) filled in
+        const def = UNARY_FNS_TABLE[fn];
+        const vals: Record<string, string> = { x };
+        for (const [k, dflt] of Object.entries(def.attrs as Record<string, number>)) vals[k] = pyFloat(typeof a[k] === 'number' ? (a[k] as number) : dflt);
+        body.push(`${y} = ${def.torch.replace(/\b[A-Za-z_]\w*\b/g, (w) => vals[w] ?? w)}`);
         break;
       }
       case 'binary': {
