@@ -11,6 +11,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { checkSource } from '../../compiler/check/index.js';
+import { UserError } from '../../compiler/errors.js';
 import { renderSummary, summarize } from '../../compiler/check/summary.js';
 import { plannedPeakBytes } from '../../compiler/ir/print_ir.js';
 import { buildPrograms } from '../../compiler/ir/programs.js';
@@ -19,12 +20,26 @@ import { buildCharts } from './charts.js';
 import { renderPage, type RunSection } from './html.js';
 import { readRun, type RunData } from './run_data.js';
 
+/** model sections by spec file + text + batch: the trainer rewrites the page after every evaluation of one run */
+const modelSections = new Map<string, Omit<RunSection, 'run'>>();
+
 function section(run: RunData): RunSection {
   const c = run.config;
   if (typeof c.spec_text !== 'string') return { run, summary: 'config.json has no spec_text', memory: [] };
+  const key = JSON.stringify([c.spec_file, c.spec_text, c.settings?.train?.batch]);
+  let m = modelSections.get(key);
+  if (!m) {
+    m = modelSection(c.spec_text, c.spec_file ?? `${c.model ?? 'model'}.model`, Number((c.settings?.train as { batch?: unknown } | undefined)?.batch));
+    if (modelSections.size >= 8) modelSections.delete(modelSections.keys().next().value!);
+    modelSections.set(key, m);
+  }
+  return { run, ...m };
+}
+
+function modelSection(specText: string, specFile: string, settingsBatch: number): Omit<RunSection, 'run'> {
   try {
-    const model = checkSource(c.spec_text, c.spec_file ?? `${c.model ?? 'model'}.model`);
-    const batch = Number((c.settings?.train as { batch?: unknown } | undefined)?.batch) || model.train.batch;
+    const model = checkSource(specText, specFile);
+    const batch = settingsBatch > 0 ? settingsBatch : model.train.batch;
     const m = { ...model, train: { ...model.train, batch } };
     const summary = renderSummary(summarize(m, m.loss ? plannedPeakBytes(m) : null));
     const memory: RunSection['memory'] = [];
@@ -34,9 +49,10 @@ function section(run: RunData): RunSection {
         if (p?.plan) memory.push({ program: p.name, batch: p.batch, arenaBytes: p.plan.arenaBytes, persistentBytes: p.plan.persistentBytes, inputBytes: p.plan.inputBytes, peakBytes: p.plan.peakBytes });
       }
     }
-    return { run, summary, memory };
+    return { summary, memory };
   } catch (e) {
-    return { run, summary: `the recorded spec does not check now:\n${(e as Error).message}`, memory: [] };
+    if (!(e instanceof UserError)) throw e;
+    return { summary: `the recorded spec does not check now:\n${e.message}`, memory: [] };
   }
 }
 
