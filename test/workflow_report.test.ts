@@ -168,4 +168,14 @@ describe('report page in headless chromium', () => {
     expect(bad.status).toBe(1);
     expect(bad.stderr).toContain('not a run folder (it has no config.json)');
   }, 60_000);
+
+  it('a run without metrics yet, or whose recorded spec no longer checks, still gets a page that says so', () => {
+    const dir = join(root, 'runs', 'lenet', '20261203-130000');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'config.json'), JSON.stringify({ model: 'lenet', spec_file: '/x/lenet.model', spec_text: 'model lenet\nnetwork { y = x -> lineer(3) }\n', settings: {} }));
+    const html = readFileSync(writeReport(dir), 'utf8');
+    expect(html).toContain('no metrics logged yet');
+    expect(html).toContain('the recorded spec does not check now:');
+    expect(html).toContain("unknown layer 'lineer'");
+  });
 });
