@@ -120,19 +120,9 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
       onnxNodes.push({ name: fresh(where), opType, input, output, attribute });
     switch (n.op) {
       case 'linear': {
-        const x = graph.values[n.inputs[0]];
+        // x [N, K] (the checker allows no other rank), weight [out, K]: Gemm with transB
         const bias = n.inputs[2] !== undefined && n.inputs[2] >= 0 ? [ins[2]] : [];
-        if (x.shape.length === 2) {
-          emit('Gemm', [ins[0], ins[1], ...bias], [out], [intAttr('transB', 1)]);
-        } else {
-          const wt = fresh(`${where}/weight_t`);
-          emit('Transpose', [ins[1]], [wt], [intsAttr('perm', [1, 0])]);
-          if (bias.length) {
-            const mm = fresh(`${where}/matmul`);
-            emit('MatMul', [ins[0], wt], [mm]);
-            emit('Add', [mm, bias[0]], [out]);
-          } else emit('MatMul', [ins[0], wt], [out]);
-        }
+        emit('Gemm', [ins[0], ins[1], ...bias], [out], [intAttr('transB', 1)]);
         break;
       }
       case 'conv2d': {
