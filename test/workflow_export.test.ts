@@ -24,7 +24,7 @@ import { batchnormLayers, listCheckpoints, saveTensors } from '../runtime/checkp
 import type { StWriteTensor } from '../runtime/safetensors.js';
 
 const PY = process.env.MPSC_TEST_PYTHON ?? resolve('.venv-test/bin/python');
-const ZOO = `# every forward op the exporters map
+const ZOO = `# every forward op the exporters map (a layer named with a Python keyword too)
 model zoo
 input tokens: i32[N, 6]
 input feats: f32[N, 3, 8, 8]
@@ -33,7 +33,7 @@ network {
   e = tokens -> embedding(20, 8) -> layernorm -> gelu -> flatten
   c = feats -> conv2d(4, 3, padding: 1) -> batchnorm -> leaky_relu(0.2) -> avgpool(2) -> flatten
   m = feats -> maxpool(2, padding: 1) -> global_avgpool -> flatten -> linear(8, bias: false) -> sigmoid
-  h = concat(e, c) -> linear(8) -> dropout(0.3) -> tanh
+  h = concat(e, c) -> linear(8) as pass -> dropout(0.3) -> tanh
   h = h * m - h
   s = h + m -> softmax -> reshape(2, 4) -> flatten
   logits = concat(h, s) -> linear(5)
