@@ -12,6 +12,7 @@ import { join, resolve } from 'node:path';
 import { checkFile, checkSource } from '../compiler/check/index.js';
 import { networkOutputs } from '../compiler/export/heads.js';
 import { exportOnnx } from '../compiler/export/onnx.js';
+import { exportTorch } from '../compiler/export/torch.js';
 import { readExportWeights } from '../compiler/export/weights.js';
 import { bindBatch } from '../compiler/ir/bind_batch.js';
 import { evalMode } from '../compiler/ir/eval_mode.js';
@@ -197,16 +198,17 @@ describe('mpsc export --format onnx', () => {
     expect(networkOutputs(m).map((h) => h.name)).toEqual(['lp', 'logits']);
   });
 
-  it('an op ONNX cannot express is a UserError naming the op and the layer', () => {
+  it('an op ONNX (or torch) cannot express is a UserError naming the op and the layer', () => {
     const model = checkFile('specs/mnist_mlp.model');
     const wfile = join(dir, 'mlp_bad.safetensors');
     writeWeights(model, wfile);
     const w = readExportWeights(model, wfile);
     const bad: CheckedModel = structuredClone(model);
     const relu = bad.graph.nodes.find((n) => n.op === 'unary')!;
-    relu.attrs.fn = 'softplus';
+    relu.attrs.fn = 'erfinv'; // a function no table has (as a later catalogue addition without an ONNX mapping would be)
     expect(() => exportOnnx(bad, w, 'test')).toThrow(UserError);
-    expect(() => exportOnnx(bad, w, 'test')).toThrow(/ONNX export does not support unary function 'softplus' \(layer 'relu0'\)/);
+    expect(() => exportOnnx(bad, w, 'test')).toThrow(/ONNX export does not support unary function 'erfinv' \(layer 'relu0'\)/);
+    expect(() => exportTorch(bad, w, 'test')).toThrow(/PyTorch export does not support unary function 'erfinv' \(layer 'relu0'\)/);
   });
 
   it('weights that lack a tensor of the spec exit 1 naming it', () => {
