@@ -4,7 +4,7 @@
 // number of points, a screenshot is not blank. `mpsc report` rebuilds one run and overlays several.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import puppeteer, { type Browser } from 'puppeteer-core';
@@ -159,6 +159,11 @@ describe('report page in headless chromium', () => {
     const one = mpsc('report', a);
     expect(one.status).toBe(0);
     expect(existsSync(join(a, 'report.html'))).toBe(true);
+    // `latest` as a symlink: the page names the run it points at
+    symlinkSync('20261203-110000', join(root, 'runs', 'lenet', 'latest'));
+    expect(mpsc('report', join(root, 'runs', 'lenet', 'latest')).status).toBe(0);
+    expect(readFileSync(join(a, 'report.html'), 'utf8')).toContain('<title>lenet · run 20261203-110000</title>');
+    rmSync(join(root, 'runs', 'lenet', 'latest'));
     // `latest` as a text file holding the run-id (where symlinks fail)
     writeFileSync(join(root, 'runs', 'lenet', 'latest'), '20261203-120000\n');
     const latest = mpsc('report', join(root, 'runs', 'lenet', 'latest'));

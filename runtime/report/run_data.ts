@@ -32,7 +32,7 @@ export interface RunConfig {
 export type MetricRecord = Record<string, unknown> & { split: string; step?: number; epoch?: number };
 
 export interface RunData {
-  /** the folder name (the run-id) */
+  /** the folder name (the run-id; through a `latest` symlink, the folder it points at) */
   id: string;
   dir: string;
   config: RunConfig;
@@ -67,7 +67,7 @@ export function readRun(runDir: string): RunData {
     if (err.code === 'ENOENT') throw new UserError(`${runDir}: error: not a run folder (it has no config.json)\n  hint: pass a folder that mpsc train wrote, such as runs/<model>/latest`);
     throw new UserError(`${cfgFile}: error: cannot read the run's configuration (${err.message})`);
   }
-  const run: RunData = { id: path.basename(path.resolve(runDir)), dir: runDir, config, train: [], val: [], test: [], summary: null, skippedLines: 0 };
+  const run: RunData = { id: path.basename(fs.realpathSync(runDir)), dir: runDir, config, train: [], val: [], test: [], summary: null, skippedLines: 0 };
   const metricsFile = path.join(runDir, 'metrics.jsonl');
   const text = fs.existsSync(metricsFile) ? fs.readFileSync(metricsFile, 'utf8') : '';
   for (const line of text.split('\n')) {
