@@ -65,6 +65,10 @@ train { data: synthetic(), batch: 4 }
 function mpsc(...args: string[]) {
   return spawnSync(process.execPath, ['bin/mpsc.js', ...args], { encoding: 'utf8', timeout: 240_000 });
 }
+/** mpsc run in another folder (training writes its run folder under the current folder) */
+function mpscIn(cwd: string, ...args: string[]) {
+  return spawnSync(process.execPath, [resolve('bin/mpsc.js'), ...args], { encoding: 'utf8', timeout: 240_000, cwd });
+}
 function python(...args: string[]) {
   return spawnSync(PY, args, { encoding: 'utf8', timeout: 240_000 });
 }
@@ -230,7 +234,7 @@ describe('mpsc export --format torch', () => {
   for (const name of ['mnist_mlp', 'lenet']) {
     it(`${name}: after a short training, model.py loads strictly and reproduces mpsc eval's test loss`, () => {
       const ckdir = join(dir, `ck_${name}`);
-      const t = mpsc('train', `specs/${name}.model`, '--steps', '20', '--device', 'cpu', '--threads', '1', '--checkpoint-dir', ckdir, '--json');
+      const t = mpscIn(dir, 'train', resolve(`specs/${name}.model`), '--steps', '20', '--device', 'cpu', '--threads', '1', '--checkpoint-dir', ckdir, '--json');
       expect(t.status, t.stderr).toBe(0);
       const ckpt = listCheckpoints(ckdir)[0].file;
       const e = mpsc('eval', `specs/${name}.model`, '--weights', ckpt, '--device', 'cpu', '--threads', '1', '--json');
