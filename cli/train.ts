@@ -19,6 +19,7 @@ import { DEVICES } from '../runtime/device.js';
 import { CONFIG_FILE, LOG_FILE, RUNS_ROOT, resolveResume } from '../runtime/run_folder.js';
 import { defaultThreads, THREADS_HELP } from '../runtime/threads.js';
 import { train, type EvalResult, type TrainEvent, type TrainResult } from '../runtime/trainer.js';
+import { writeReport } from '../runtime/report/index.js';
 import { packageVersion } from './version.js';
 
 export function parsePositiveInt(name: string): (v: string) => number {
@@ -353,8 +354,7 @@ export function register(program: Command): void {
           runDir: o.runDir,
           runsRoot: RUNS_ROOT,
           keepCheckpoints: o.keep,
-          // COORDINATOR (issue 16 contract): once runtime/report/index.js (workflowB) is on main, add
-          // `onRunUpdate: writeReport,` here (import { writeReport } from '../runtime/report/index.js')
+          onRunUpdate: (dir) => void writeReport(dir), // report.html after each evaluation and at the end
           runConfig: { argv: process.argv.slice(2), overrides: recorded, mpscVersion: packageVersion(), threads },
           metricsFile: o.metrics,
           logEvery: o.logEvery,

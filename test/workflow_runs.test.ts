@@ -79,7 +79,7 @@ describe('run folders and checkpoints', () => {
     const rd = path.resolve(cwd, r.run_dir);
     expect(path.basename(rd)).toMatch(/^\d{8}-\d{6}$/);
     const files = fs.readdirSync(rd).sort();
-    expect(files).toEqual(['best.safetensors', 'checkpoint-20.safetensors', 'checkpoint-30.safetensors', 'config.json', 'metrics.jsonl', 'model.safetensors', 'train.log']);
+    expect(files).toEqual(['best.safetensors', 'checkpoint-20.safetensors', 'checkpoint-30.safetensors', 'config.json', 'metrics.jsonl', 'model.safetensors', 'report.html', 'train.log']);
     const cfg = JSON.parse(fs.readFileSync(path.join(rd, 'config.json'), 'utf8'));
     expect(cfg).toMatchObject({ model: 'bn_dropout', spec_file: BN, device: 'reference', overrides: ['optimizer.lr=0.02', 'train.batch=10'] });
     expect(cfg.spec_text).toBe(fs.readFileSync(BN, 'utf8'));
