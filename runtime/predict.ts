@@ -3,8 +3,9 @@
  * its loss and metrics read (for example `logits`).
  *
  * Consumes: the CheckedModel, a weights file (checkpoint, best.safetensors or model.safetensors),
- * and input samples (safetensors / CSV / image files, see loadPredictInputs). Produces: per head
- * value (named as the loss / metric argument in the spec), a [N, ...] float64 array.
+ * and input samples (safetensors / CSV / image files, see loadPredictInputs). Produces: per
+ * network output (compiler/export/heads.ts: the same values and names an ONNX export returns),
+ * a [N, ...] float64 array.
  *
  * How: the forward graph bound to the chunk size and put in eval form (compiler/ir bind_batch +
  * eval_mode, exactly the `eval` program's graph), executed by the float64 reference interpreter
@@ -20,8 +21,7 @@ import { bindBatch } from '../compiler/ir/bind_batch.js';
 import { evalMode } from '../compiler/ir/eval_mode.js';
 import { isPersistent, numel, type Graph } from '../compiler/ir/graph.js';
 import { runGraph, type Env } from '../compiler/reference/interpret.js';
-import { parseSource } from '../compiler/parser/parse.js';
-import type * as A from '../compiler/parser/ast.js';
+import { networkOutputs } from '../compiler/export/heads.js';
 import { inputRoles, validateDataset, type DataArray, type Dataset } from '../data/dataset.js';
 import { loadCsv } from '../data/csv.js';
 import { loadSafetensorsData } from '../data/safetensors_source.js';
@@ -39,39 +39,21 @@ export interface Head {
   scores: 'logits' | 'log_probs' | null;
 }
 
-/** the plain name of a loss / metric argument (`logits` in cross_entropy(logits, label)), or null */
-function argName(call: A.CallExpr | undefined, k: number): string | null {
-  const a = call?.args.filter((x) => !x.name)[k]?.value;
-  return a && a.kind === 'call' && !a.hasParens ? a.callee.name : null;
-}
-
-/** The values the loss and metrics read, other than spec inputs (what predict returns). */
+/**
+ * The values the loss and metrics read, other than spec inputs (what predict returns), named as
+ * the export names them (compiler/export/heads.ts: the spec's name for the value, e.g. `logits`),
+ * with the kind of scores a class-label head reads from them.
+ */
 export function headValues(model: CheckedModel): Head[] {
-  let ast: A.ModelFile | null = null;
-  try {
-    ast = parseSource(fs.readFileSync(model.file, 'utf8'), model.file).ast;
-  } catch {
-    ast = null; // a model checked from text: graph names are used
-  }
-  const calls: (A.CallExpr | undefined)[] = [ast?.loss[0]?.value, ...(ast?.metrics.flatMap((m) => m.value) ?? [])];
-  const outs = [...(model.loss ? [model.loss.value] : [null]), ...model.metrics.map((m) => m.value)];
-  const inputIds = new Set(model.inputs.map((i) => i.value));
-  const heads = new Map<number, Head>();
-  outs.forEach((out, k) => {
-    if (out === null) return;
-    const node = model.graph.nodes.find((n) => n.outputs.includes(out));
-    if (!node) return;
-    const v = node.inputs[0];
-    if (v === undefined || inputIds.has(v)) return;
-    const scores = node.op === 'nll' ? 'log_probs' : ['cross_entropy', 'accuracy', 'top_k'].includes(node.op) ? 'logits' : null;
-    const prev = heads.get(v);
-    if (prev) {
-      if (!prev.scores && scores) Object.assign(prev, { scores, classScores: true });
-      return;
+  return networkOutputs(model).map((o) => {
+    let scores: Head['scores'] = null;
+    for (const n of model.graph.nodes) {
+      if (n.inputs[0] !== o.value) continue;
+      if (n.op === 'nll') scores = 'log_probs';
+      else if (scores === null && ['cross_entropy', 'accuracy', 'top_k'].includes(n.op)) scores = 'logits';
     }
-    heads.set(v, { name: argName(calls[k], 0) ?? model.graph.values[v].name, value: v, classScores: scores !== null, scores });
+    return { name: o.name, value: o.value, classScores: scores !== null, scores };
   });
-  return [...heads.values()];
 }
 
 export interface PredictInputs {
