@@ -17,7 +17,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel } from '../compiler/model.js';
-import { isPersistent, type ProgramSet } from '../compiler/ir/graph.js';
+import { isPersistent, programsOf, type ProgramSet } from '../compiler/ir/graph.js';
 import { asU8, decodeSafetensors, encodeSafetensors, tensorToF32, type StFile, type StWriteTensor } from './safetensors.js';
 import type { Session } from './session.js';
 
@@ -289,8 +289,7 @@ export type TensorTarget = Pick<Session, 'tensorNames' | 'tensorShape' | 'write'
  */
 export function programTensorTable(programs: ProgramSet): TensorTarget {
   const shapes = new Map<string, number[]>();
-  for (const p of [programs.train_step, programs.apply_update, programs.eval, programs.eval_tail]) {
-    if (!p) continue;
+  for (const p of programsOf(programs)) {
     for (const v of p.graph.values) if (isPersistent(v)) shapes.set(v.name, v.shape);
   }
   return {
