@@ -17,10 +17,8 @@ import { exportOnnx } from '../compiler/export/onnx.js';
 import { exportTorch } from '../compiler/export/torch.js';
 import { readExportWeights } from '../compiler/export/weights.js';
 import { saveTensors, writeFileAtomic } from '../runtime/checkpoint.js';
-
-function packageVersion(): string {
-  return (JSON.parse(fs.readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-}
+import { resolveWeights } from '../runtime/run_folder.js';
+import { packageVersion } from './version.js';
 
 interface ExportCliOptions {
   weights: string;
@@ -34,7 +32,7 @@ export function register(program: Command): void {
     .command('export')
     .description('export trained weights as an ONNX model or a PyTorch module')
     .argument('<spec>', 'the .model file the weights were trained with')
-    .requiredOption('--weights <file>', 'a checkpoint or model.safetensors (optimizer state is ignored)')
+    .requiredOption('--weights <file>', 'a checkpoint, model.safetensors, a run folder or `latest` (optimizer state is ignored)')
     .addOption(new Option('--format <format>', 'onnx: one .onnx file; torch: a folder with model.py + model.safetensors').choices(['onnx', 'torch']).makeOptionMandatory())
     .requiredOption('-o, --output <path>', 'the .onnx file (onnx) or the folder (torch) to write')
     .option('--json', 'print what was written as one JSON object on stdout')
@@ -52,7 +50,7 @@ The torch folder: import model; m = model.load("model.safetensors"); m(x).`,
     )
     .action((spec: string, o: ExportCliOptions) => {
       const model = checkFile(spec);
-      const weights = readExportWeights(model, o.weights);
+      const weights = readExportWeights(model, resolveWeights(o.weights, model.name).file);
       const version = packageVersion();
       if (o.format === 'onnx') {
         const r = exportOnnx(model, weights, version);
