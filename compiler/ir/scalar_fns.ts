@@ -67,6 +67,11 @@ export interface UnaryFnDef {
   doc: string;
   /** the PyTorch equivalent */
   torch: string;
+  /**
+   * the open interval of x where f is defined and finite in float (absent: every x); tests
+   * sample inside it (log, sqrt: x > 0; exp: below float overflow)
+   */
+  domain?: [number, number];
 }
 
 export interface BinaryFnDef {
@@ -211,6 +216,7 @@ export const UNARY_FNS_TABLE = {
     grad: mul(g, exp(x)),
     doc: 'exp(x)',
     torch: 'torch.exp(x)',
+    domain: [-Infinity, 88],
   },
   log: {
     attrs: {},
@@ -218,6 +224,7 @@ export const UNARY_FNS_TABLE = {
     grad: div(g, x),
     doc: 'natural log (log(0) = -inf, NaN below 0)',
     torch: 'torch.log(x)',
+    domain: [0, Infinity],
   },
   sqrt: {
     attrs: {},
@@ -226,14 +233,16 @@ export const UNARY_FNS_TABLE = {
     grad: div(g, mul(2, call('sqrt', x))),
     doc: 'sqrt(x) (NaN below 0; gradient inf at 0)',
     torch: 'torch.sqrt(x)',
+    domain: [0, Infinity],
   },
   rsqrt: {
     attrs: {},
     fwd: div(1, call('sqrt', x)),
     // torch: -0.5 * grad * result^3
     grad: mul(mul(-0.5, g), mul(mul(div(1, call('sqrt', x)), div(1, call('sqrt', x))), div(1, call('sqrt', x)))),
-    doc: '1/sqrt(x)',
+    doc: '1/sqrt(x) (inf at 0, NaN below 0)',
     torch: 'torch.rsqrt(x)',
+    domain: [0, Infinity],
   },
   abs: {
     attrs: {},
@@ -246,10 +255,11 @@ export const UNARY_FNS_TABLE = {
   pow: {
     attrs: { p: 2 },
     fwd: call('pow', x, attr('p')),
-    // torch's pow_backward: 0 when the exponent is 0, else grad * p * x^(p-1)
-    grad: select(le(call('abs', attr('p')), 0), 0, mul(g, mul(attr('p'), call('pow', x, sub(attr('p'), 1))))),
-    doc: "x^p for a constant exponent p (NaN for x < 0 and non-integer p); pow'(x) = p*x^(p-1), 0 when p = 0",
+    // torch's pow_backward: grad * p * x^(p-1) (torch special-cases p = 0 to 0, which this gives too except at x = 0)
+    grad: mul(g, mul(attr('p'), call('pow', x, sub(attr('p'), 1)))),
+    doc: "x^p for a constant exponent p (NaN for x < 0 and non-integer p); pow'(x) = p*x^(p-1)",
     torch: 'torch.pow(x, p)',
+    domain: [0, Infinity],
   },
   affine: {
     attrs: { scale: 1, shift: 0 },

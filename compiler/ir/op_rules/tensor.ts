@@ -42,7 +42,7 @@ function maskedFillVjp(c: VjpCtx) {
   if (!c.need(0)) return;
   const a = c.node.attrs;
   const attrs: Record<string, AttrValue> = { value: 0, causal: a.causal === true, invert: a.invert === true };
-  const g = c.emit('masked_fill', c.node.inputs.length > 1 ? [c.dy(), c.x(1)] : [c.dy()], c.x(0), attrs, c.shape(c.y(0)));
+  const g = c.emit('masked_fill', [c.dy(), c.x(1)], c.x(0), attrs, c.shape(c.y(0)));
   c.acc(0, c.unbroadcast(g, 0));
 }
 
