@@ -5,6 +5,7 @@
  */
 import { makeRng, randomInts, randomTensor } from '../compiler/reference/fixtures.js';
 import { UNARY_FNS } from '../compiler/ir/ops.js';
+import { UNARY_FNS_TABLE } from '../compiler/ir/scalar_fns.js';
 import { attrVariants, samplePoints } from './unary_cases.js';
 import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
 import { opCase, reference, type OpCase } from './metal_harness.js';
@@ -67,7 +68,9 @@ export function allOpCases(): OpCase[] {
   for (const fn of UNARY_FNS) {
     for (const fnAttrs of attrVariants(fn)) {
       const p = samplePoints(fn, fnAttrs);
-      const x = { shape: [0], data: Float64Array.from([...p.exact, ...p.smooth, ...randomTensor([300], rng, -4, 4)]) };
+      // random points inside the fn's domain (log, sqrt, pow: x > 0)
+      const [dlo, dhi] = (UNARY_FNS_TABLE[fn] as { domain?: [number, number] }).domain ?? [-Infinity, Infinity];
+      const x = { shape: [0], data: Float64Array.from([...p.exact, ...p.smooth, ...randomTensor([300], rng, Math.max(-4, dlo + 0.05), Math.min(4, dhi - 0.05))]) };
       x.shape = [x.data.length];
       add('unary', [x], [x.shape], { fn, ...fnAttrs });
       add('unary_grad', [f(x.shape), x], [x.shape], { fn, ...fnAttrs });
