@@ -9,7 +9,7 @@ import { f32Lit } from '../cfamily/text.js';
 
 const CPP_MATH: Record<MathFn, string> = {
   exp: 'std::exp', expm1: 'std::expm1', log: 'std::log', log1p: 'std::log1p', sqrt: 'std::sqrt', tanh: 'std::tanh',
-  erf: 'std::erf', erfc: 'std::erfc', abs: 'std::fabs', max: 'std::max', min: 'std::min',
+  erf: 'std::erf', erfc: 'std::erfc', abs: 'std::fabs', max: 'std::max', min: 'std::min', pow: 'std::pow',
 };
 
 export const CPP_SCALAR_LANG: ScalarLang = {

@@ -1,7 +1,7 @@
 /**
  * registry: the GPU kernel lowering of every IR op, keyed by the catalogue's op-name union
  * (`OpName`, compiler/ir/ops.ts), so an op added to the catalogue without a GPU entry fails
- * `tsc`. An op deliberately left to the CPU fallback is the explicit entry 'cpu' (none today).
+ * `tsc`. An op deliberately left to the CPU fallback is the explicit entry 'cpu'.
  * Consumes an IR node and a lowering context (its dialect); produces the node's kernels.
  * Used by the backends' program lowering (codegen-metal/lower_program.ts).
  */
@@ -40,6 +40,9 @@ export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
   maxpool2d: pool, avgpool2d: pool, global_avgpool: pool, maxpool2d_grad: pool, avgpool2d_grad: pool,
   // gradient plumbing and optimizers
   grad_accumulate: optim, zero: optim, clip_coef: optim, sgd_update: optim, adam_update: optim,
+  // issue 13 tensor algebra and attention: the CPU fallback until their GPU lowerings land
+  permute: 'cpu', pad: 'cpu', broadcast_to: 'cpu', reduce: 'cpu', reduce_max_grad: 'cpu', masked_fill: 'cpu',
+  positions: 'cpu', attention: 'cpu', attention_grad: 'cpu',
 };
 
 /** A backend's registry: GPU_KERNELS, or a copy with some entries replaced (e.g. a library GEMM, or 'cpu'). */

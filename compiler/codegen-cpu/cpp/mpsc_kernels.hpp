@@ -7,6 +7,9 @@
  *  - reductions, 2x2 max pooling rows, small math.
  *  - run_parts / part_scratch: drive the fast GEMM / conv core (runtime/cpp/fast, namespace
  *    mpsc_fast), which emit_program.ts prepends to this header, on the runtime's pool.
+ *  - attention_fwd_tile / attention_bwd_head: blocked (flash-attention) scaled dot-product
+ *    attention over (query tile, key tile) pairs with the online softmax, so a head's T x S
+ *    scores never exist whole (only one ATT_BR x ATT_BC tile, in a thread's scratch).
  */
 #ifndef MPSC_KERNELS_HPP
 #define MPSC_KERNELS_HPP
@@ -439,6 +442,150 @@ inline void maxpool2x2_grad_row(const float* x0, const float* x1, const float* d
 
 // ------------------------------------------------------------------ small math
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// ------------------------------------------------------------------ blocked attention
+// Tile sizes: ATT_BR queries x ATT_BC keys of scores, plus the tile's K transposed ([D][ATT_BC]),
+// stay in L1/L2 for D <= 128. Every output element is computed by one thread in a fixed order
+// (tiles visited in increasing key order), so results are the same bits for any thread count.
+constexpr int64_t ATT_BR = 32, ATT_BC = 64;
+
+/** first key hidden from query t (exclusive end of its visible keys): S, or t + 1 + (S - T) when causal */
+inline int64_t att_key_end(bool causal, int64_t t, int64_t T, int64_t S) { return causal ? std::min(S, t + 1 + S - T) : S; }
+
+/**
+ * Forward of one (head, query tile): q [T][D], k and v [S][D] of one head; queries t0..t1-1.
+ * Online softmax: per query row the running max m, sum l and unnormalised output acc are
+ * rescaled by exp(m_old - m_new) when a key tile raises the max. o = acc / l, lse = m + log l.
+ * ws: ATT_BR*ATT_BC + D*ATT_BC + ATT_BR*D + 2*ATT_BR floats.
+ */
+inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
+                               int64_t D, float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
+  float* sc = ws;                       // [ATT_BR][ATT_BC] scores, then probabilities
+  float* kt = sc + ATT_BR * ATT_BC;     // [D][ATT_BC] the key tile transposed
+  float* acc = kt + D * ATT_BC;         // [ATT_BR][D]
+  float* m = acc + ATT_BR * D;          // [ATT_BR]
+  float* l = m + ATT_BR;                // [ATT_BR]
+  const int64_t nr = t1 - t0;
+  for (int64_t i = 0; i < nr; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+  std::memset(acc, 0, sizeof(float) * nr * D);
+  const int64_t kend = att_key_end(causal, t1 - 1, T, S);
+  for (int64_t u0 = 0; u0 < kend; u0 += ATT_BC) {
+    const int64_t nc = std::min(ATT_BC, kend - u0);
+    for (int64_t j = 0; j < nc; j++)
+      for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * D + d];
+    for (int64_t i = 0; i < nr; i++) {
+      const float* qi = q + (t0 + i) * D;
+      float* si = sc + i * ATT_BC;
+      for (int64_t j = 0; j < nc; j++) si[j] = 0.0f;
+      for (int64_t d = 0; d < D; d++) {
+        const float qd = qi[d] * scale;
+        const float* kd = kt + d * ATT_BC;
+        for (int64_t j = 0; j < nc; j++) si[j] += qd * kd[j];
+      }
+      const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
+      float mx = m[i];
+      for (int64_t j = 0; j < vis; j++) mx = std::max(mx, si[j]);
+      if (vis <= 0) { for (int64_t j = 0; j < nc; j++) si[j] = 0.0f; continue; }
+      const float corr = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first visible tile
+      float rs = 0.0f;
+      for (int64_t j = 0; j < vis; j++) { si[j] = std::exp(si[j] - mx); rs += si[j]; }
+      for (int64_t j = vis; j < nc; j++) si[j] = 0.0f;
+      l[i] = l[i] * corr + rs;
+      m[i] = mx;
+      float* ai = acc + i * D;
+      if (corr != 1.0f) for (int64_t d = 0; d < D; d++) ai[d] *= corr;
+      for (int64_t j = 0; j < vis; j++) {
+        const float p = si[j];
+        const float* vj = v + (u0 + j) * D;
+        for (int64_t d = 0; d < D; d++) ai[d] += p * vj[d];
+      }
+    }
+  }
+  for (int64_t i = 0; i < nr; i++) {
+    const float inv = 1.0f / l[i];
+    for (int64_t d = 0; d < D; d++) o[(t0 + i) * D + d] = acc[i * D + d] * inv;
+    lse[t0 + i] = m[i] + std::log(l[i]);
+  }
+}
+
+/** floats of scratch attention_fwd_tile needs */
+inline int64_t attention_fwd_ws(int64_t D) { return ATT_BR * ATT_BC + D * ATT_BC + ATT_BR * D + 2 * ATT_BR; }
+
+/**
+ * Backward of one head, blocked like the forward: for each key tile (its dk, dv rows owned here)
+ * and each query tile that sees it, P = exp(scale q k^T - lse) is recomputed from the saved lse,
+ * dv += P^T do, dP = do v^T, dS = P (dP - delta) with delta[t] = do[t].o[t], dq += scale dS k,
+ * dk += scale dS^T q. dq, dk, dv are overwritten. ws: attention_bwd_ws(T, D) floats.
+ */
+inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
+                               float* dq, float* dk, float* dv, int64_t T, int64_t S, int64_t D, float scale, bool causal, float* ws) {
+  float* p = ws;                     // [ATT_BR][ATT_BC] probabilities, then dS
+  float* kt = p + ATT_BR * ATT_BC;   // [D][ATT_BC] key tile transposed
+  float* vt = kt + D * ATT_BC;       // [D][ATT_BC] value tile transposed
+  float* delta = vt + D * ATT_BC;    // [T]
+  std::memset(dq, 0, sizeof(float) * T * D);
+  std::memset(dk, 0, sizeof(float) * S * D);
+  std::memset(dv, 0, sizeof(float) * S * D);
+  for (int64_t t = 0; t < T; t++) {
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; d++) s += dO[t * D + d] * o[t * D + d];
+    delta[t] = s;
+  }
+  for (int64_t u0 = 0; u0 < S; u0 += ATT_BC) {
+    const int64_t nc = std::min(ATT_BC, S - u0);
+    for (int64_t j = 0; j < nc; j++)
+      for (int64_t d = 0; d < D; d++) { kt[d * ATT_BC + j] = k[(u0 + j) * D + d]; vt[d * ATT_BC + j] = v[(u0 + j) * D + d]; }
+    // the first query that sees key u0: t + 1 + S - T > u0
+    const int64_t tfirst = causal ? std::max<int64_t>(0, u0 - (S - T)) : 0;
+    for (int64_t t0 = tfirst; t0 < T; t0 += ATT_BR) {
+      const int64_t nr = std::min(ATT_BR, T - t0);
+      for (int64_t i = 0; i < nr; i++) {
+        const int64_t t = t0 + i;
+        const float* qi = q + t * D;
+        const float* gi = dO + t * D;
+        float* pi = p + i * ATT_BC;
+        const int64_t vis = std::min(nc, att_key_end(causal, t, T, S) - u0);
+        for (int64_t j = 0; j < nc; j++) pi[j] = 0.0f;
+        if (vis <= 0) continue;
+        for (int64_t d = 0; d < D; d++) {
+          const float qd = qi[d] * scale;
+          const float* kd = kt + d * ATT_BC;
+          for (int64_t j = 0; j < nc; j++) pi[j] += qd * kd[j];
+        }
+        const float L = lse[t];
+        for (int64_t j = 0; j < vis; j++) pi[j] = std::exp(pi[j] - L);
+        for (int64_t j = vis; j < nc; j++) pi[j] = 0.0f;
+        // dv[u] += p[t,u] do[t]
+        for (int64_t j = 0; j < vis; j++) {
+          const float pj = pi[j];
+          float* dvj = dv + (u0 + j) * D;
+          for (int64_t d = 0; d < D; d++) dvj[d] += pj * gi[d];
+        }
+        // dP[t,u] = do[t].v[u]; dS = p (dP - delta) * scale, kept in pi
+        float dp[ATT_BC];
+        for (int64_t j = 0; j < nc; j++) dp[j] = 0.0f;
+        for (int64_t d = 0; d < D; d++) {
+          const float gd = gi[d];
+          const float* vd = vt + d * ATT_BC;
+          for (int64_t j = 0; j < nc; j++) dp[j] += gd * vd[j];
+        }
+        const float dl = delta[t];
+        for (int64_t j = 0; j < vis; j++) pi[j] = pi[j] * (dp[j] - dl) * scale;
+        // dq[t] += sum_u dS[t,u] k[u]; dk[u] += dS[t,u] q[t]
+        float* dqi = dq + t * D;
+        for (int64_t j = 0; j < vis; j++) {
+          const float sj = pi[j];
+          const float* kj = k + (u0 + j) * D;
+          float* dkj = dk + (u0 + j) * D;
+          for (int64_t d = 0; d < D; d++) { dqi[d] += sj * kj[d]; dkj[d] += sj * qi[d]; }
+        }
+      }
+    }
+  }
+}
+
+/** floats of scratch attention_bwd_head needs */
+inline int64_t attention_bwd_ws(int64_t T, int64_t D) { return ATT_BR * ATT_BC + 2 * D * ATT_BC + T; }
 
 }  // namespace mk
 
