@@ -21,7 +21,7 @@ export interface ParamPlan {
 }
 
 /** A node input of a multi-op layer: the layer's k-th tensor input, its k-th parameter, or an output of an earlier step. */
-export type StepRef = { in: number } | { param: number } | { step: number; out?: number };
+export type StepRef = { in: number } | { param: number } | { step: number; out?: number } | { absent: true };
 
 /** One node of a layer lowered to several ops (attention, where): outputs named `<path>.<suffix>`, the last step's first is `<path>.out`. */
 export interface PlanStep {
@@ -346,7 +346,7 @@ const TENSOR_LAYERS: LayerDef[] = [
         const sc = [BATCH, H, T, T];
         steps.push({ op: 'matmul', inputs: [q, k], attrs: { transA: false, transB: true }, outs: [{ suffix: 'scores', dtype: 'f32', shape: sc }] });
         steps.push({ op: 'unary', inputs: [{ step: steps.length - 1 }], attrs: { fn: 'affine', scale, shift: 0 }, outs: [{ suffix: 'scaled', dtype: 'f32', shape: sc }] });
-        if (a.causal) steps.push({ op: 'masked_fill', inputs: [{ step: steps.length - 1 }], attrs: { value: -Infinity, causal: true, invert: false }, outs: [{ suffix: 'masked', dtype: 'f32', shape: sc }] });
+        if (a.causal) steps.push({ op: 'masked_fill', inputs: [{ step: steps.length - 1 }, { absent: true }], attrs: { value: -Infinity, causal: true, invert: false }, outs: [{ suffix: 'masked', dtype: 'f32', shape: sc }] });
         steps.push({ op: 'softmax', inputs: [{ step: steps.length - 1 }], attrs: { axis: 3 }, outs: [{ suffix: 'weights', dtype: 'f32', shape: sc }] });
         steps.push({ op: 'dropout', inputs: [{ step: steps.length - 1 }], attrs: { p, stream: ctx.nextStream() }, outs: [{ suffix: 'dropped', dtype: 'f32', shape: sc }] });
         steps.push({ op: 'matmul', inputs: [{ step: steps.length - 1 }, v], attrs: { transA: false, transB: false }, outs: [{ suffix: 'o', dtype: 'f32', shape: heads }] });
@@ -531,7 +531,8 @@ const TENSOR_LAYERS: LayerDef[] = [
         shape = b;
       } else if (!a.causal) return ctx.fail(`${ctx.what} needs a mask tensor or causal: true`, 'masked_fill(x, mask, value: ...) or masked_fill(x, value: -inf, causal: true)');
       if (a.causal && (s.shape.length < 3 || s.shape[s.shape.length - 1] < s.shape[s.shape.length - 2])) return ctx.fail(`${ctx.what}: causal needs [N, ..., T, S] with S >= T, got ${fmtTensor(s)}`);
-      return { op: 'masked_fill', attrs: { value: a.value as number, causal: a.causal as boolean, invert: false }, out: f32(shape), params: [] };
+      // without a mask tensor the op's optional mask input is absent (-1)
+      return { op: 'masked_fill', attrs: { value: a.value as number, causal: a.causal as boolean, invert: false }, out: f32(shape), params: x.length > 1 ? [] : [null] };
     },
   },
   {

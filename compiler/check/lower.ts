@@ -55,7 +55,7 @@ export function lower(x: Expanded, inf: Inferred): Lowered {
       const outsOf: number[][] = [];
       plan.steps.forEach((st, j) => {
         const last = j === plan.steps!.length - 1;
-        const refs = st.inputs.map((r) => ('in' in r ? ins[r.in] : 'param' in r ? pins[r.param] : outsOf[r.step][r.out ?? 0]));
+        const refs = st.inputs.map((r) => ('in' in r ? ins[r.in] : 'param' in r ? pins[r.param] : 'step' in r ? outsOf[r.step][r.out ?? 0] : -1));
         const outs = st.outs.map((o, m) => ({ name: last && m === 0 ? `${l.path}.out` : `${l.path}.${o.suffix}`, dtype: o.dtype, shape: o.shape }));
         outsOf.push(b.emit(st.op, refs, outs, st.attrs, l.path, l.loc));
       });
