@@ -118,6 +118,10 @@ function activation(fn: UnaryFn, opts: ActivationOpts = {}): LayerDef {
     internal: opts.internal,
     infer(x, a, ctx) {
       if (!needF32(x[0], ctx)) return null;
+      for (const [attr] of attrs) {
+        const v = a[argName(attr)] as number;
+        if (!Number.isFinite(Math.fround(v))) return ctx.fail(`${ctx.what}: ${argName(attr)} = ${v} is outside the f32 range`, 'use a value of magnitude below 3.4e38');
+      }
       const problem = opts.check?.(a);
       if (problem) return ctx.fail(`${ctx.what}: ${problem[0]}`, problem[1]);
       const out: Record<string, AttrValue> = { fn };
