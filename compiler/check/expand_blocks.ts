@@ -394,9 +394,27 @@ export class Expander {
     }
     if (!ok) return null;
     const named = c.args.filter((a) => a.name);
+    const folded = this.foldMath(name, positional, named, c);
+    if (folded !== undefined) return folded;
     const block = this.blocks.get(name);
     if (block) return this.instantiate(block, positional, named, c, scope);
     return this.layer(LAYERS[name], [], positional, named, c.alias, scope, c.loc, c);
+  }
+
+  /**
+   * `sqrt(d / heads)` and the other math functions on a number: evaluated at compile time
+   * (float64) into a number; undefined when the call is not one (a tensor argument).
+   */
+  private foldMath(name: string, positional: PositionalArg[], named: A.Arg[], c: A.CallExpr): Val | null | undefined {
+    const def = LAYERS[name];
+    const first = positional[0]?.val;
+    if (!def?.math || !first || (first.t !== 'int' && first.t !== 'float')) return undefined;
+    if (c.alias) return this.err(c.alias.loc, `'as' names a layer instance, but ${name}(${describeVal(first)}) is a number`);
+    const args = bindArgs({ what: name, diags: this.diags, evalExpr: (e) => this.eval(e, { prefix: '', vars: new Map(), counters: new Map(), blockStack: [], role: 'layer' }) }, def.args, positional.slice(1), named, c.loc);
+    if (args === null) return null;
+    const v = def.math(first.v, args as Record<string, number>);
+    if (!Number.isFinite(v)) return this.err(c.loc, `${name}(${first.v}) is not a finite number (${v})`);
+    return { t: 'float', v };
   }
 
   private instancePath(type: string, alias: A.Ident | undefined, scope: Scope, loc: A.Loc): string | null {

@@ -5,7 +5,7 @@
  * (a test checks that every entry is documented).
  */
 import type { AttrValue, DType } from '../ir/graph.js';
-import { type UnaryFn, UNARY_FNS_TABLE } from '../ir/scalar_fns.js';
+import { evalScalar, type UnaryFn, UNARY_FNS_TABLE } from '../ir/scalar_fns.js';
 import { BATCH, type InitSpec } from '../model.js';
 import type { ArgSpec } from './args.js';
 import { broadcastShapes, windowOut } from '../ir/shapes.js';
@@ -71,6 +71,8 @@ export interface LayerDef {
   internal?: boolean;
   /** optional tensor inputs after the `inputs` required ones (masked_fill's mask) */
   optionalInputs?: number;
+  /** element-wise math fns: their value on a number (`sqrt(64)` folds at compile time) */
+  math?: (x: number, a: Record<string, number>) => number;
   /**
    * several outputs (split, chunk): how many, from the arguments, or null when the number of
    * names assigned decides (`q, k, v = split(x, 128, 2)`); infer then gets `part` in the args
@@ -236,7 +238,11 @@ function axisOf(ax: number, r: number, s: TensorInfo, ctx: LayerCtx, argName = '
   return a;
 }
 
-const unaryMath = (fn: UnaryFn, argDocs?: Record<string, string>) => activation(fn, { argDocs });
+/** exp, log, ...: a layer on tensors; on a number, folded at compile time with the table's float64 formula */
+const unaryMath = (fn: UnaryFn, argDocs?: Record<string, string>): LayerDef => ({
+  ...activation(fn, { argDocs }),
+  math: (x, a) => evalScalar(UNARY_FNS_TABLE[fn].fwd, { vars: { x }, attrs: { ...(UNARY_FNS_TABLE[fn].attrs as Record<string, number>), ...a } }),
+});
 
 function reduceLayer(fn: 'sum' | 'mean' | 'max', doc: string): LayerDef {
   return {
