@@ -9,6 +9,7 @@
 import { createHash } from 'node:crypto';
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel, InputDecl } from '../compiler/model.js';
+import type { Vocabulary } from './text.js';
 
 export type DataArray = Float32Array | Int32Array;
 
@@ -19,12 +20,20 @@ export interface Dataset {
   tensors: Map<string, DataArray>;
   /** the file each input came from, when the inputs come from different files (IDX images / labels) */
   inputSources?: Record<string, string>;
+  /**
+   * text data (data/text.ts): `tensors` is empty and sample k is a window of T + 1 tokens of
+   * `ids` (inputs `tokens` = its first T, `targets` = its last T), cut by data/batcher.ts:
+   * random: seeded random starts (training); else the non-overlapping window k*T (evaluation)
+   */
+  windows?: { ids: Int32Array; T: number; tokens: string; targets: string; random: boolean };
 }
 
 export interface DataSplits {
   train: Dataset;
   /** null when the spec gives no test data */
   test: Dataset | null;
+  /** text data: the tokenizer's vocabulary (stored in checkpoints for `mpsc sample`) */
+  vocab?: Vocabulary;
 }
 
 /** elements per sample of an input (its shape without the leading batch dimension) */
@@ -78,6 +87,8 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
   if (!Number.isInteger(ds.count) || ds.count <= 0) {
     throw new UserError(`${ds.source}: error: the data has no samples\n  help: check the file is the one you meant and is not empty`);
   }
+  if (ds.windows) return; // text windows: data/text.ts checks the vocabulary against the model
+  const rows = embeddingRowsByInput(model);
   for (const inp of model.inputs) {
     const src = ds.inputSources?.[inp.name] ?? ds.source;
     const arr = ds.tensors.get(inp.name);
@@ -103,6 +114,7 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
     } else {
       if (!(arr instanceof Int32Array)) throw new Error(`internal: input '${inp.name}' should be an Int32Array`);
       const hi = roles.classLabels.has(inp.name) ? model.numClasses : null;
+      const emb = rows.get(inp.name) ?? null;
       for (let i = 0; i < arr.length; i++) {
         const v = arr[i];
         if (v < 0 || (hi !== null && v >= hi)) {
@@ -113,14 +125,40 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
               (hi !== null ? `\n  help: the model has ${hi} classes; fix the label or make the last layer output ${v + 1} or more classes` : ''),
           );
         }
+        if (emb !== null && v >= emb.rows) {
+          const s = Math.floor(i / per);
+          throw new UserError(
+            `${src}: error: sample ${s}: token id ${v} of input '${inp.name}' (value ${i - s * per} of the sample) is outside embedding '${emb.path}' with ${emb.rows} rows [0, ${emb.rows})\n` +
+              `  help: fix the data, or give the embedding at least ${v + 1} rows (num_embeddings)`,
+          );
+        }
       }
     }
   }
 }
 
+/** The smallest embedding (rows, layer path) each i32 input feeds directly: its ids must be below the rows. */
+function embeddingRowsByInput(model: CheckedModel): Map<string, { rows: number; path: string }> {
+  const out = new Map<string, { rows: number; path: string }>();
+  for (const n of model.graph.nodes) {
+    if (n.op !== 'embedding') continue;
+    const inp = model.inputs.find((i) => i.value === n.inputs[0]);
+    if (!inp) continue;
+    const rows = model.graph.values[n.inputs[1]].shape[0];
+    const prev = out.get(inp.name);
+    if (!prev || rows < prev.rows) out.set(inp.name, { rows, path: n.path ?? 'embedding' });
+  }
+  return out;
+}
+
 /** sha256 over the dataset's arrays (input name order), stored in checkpoints to detect a changed dataset on resume. */
 export function datasetChecksum(ds: Dataset): string {
   const h = createHash('sha256');
+  if (ds.windows) {
+    const w = ds.windows;
+    h.update(`windows T=${w.T}`);
+    h.update(new Uint8Array(w.ids.buffer, w.ids.byteOffset, w.ids.byteLength));
+  }
   for (const name of [...ds.tensors.keys()].sort()) {
     const a = ds.tensors.get(name)!;
     h.update(name);

@@ -296,6 +296,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         shuffle: cfg.shuffle,
         dropLast: cfg.drop_last,
         device: opened.device,
+        ...(data.vocab ? { vocab: data.vocab } : {}),
       });
       pruneCheckpoints(ckptDir, keep);
       lastCheckpoint = file;
@@ -318,7 +319,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     emit({ kind: 'start', device: opened.device, totalSteps, stepsPerEpoch, startStep: pos.step, batch: B, trainSamples: train.count, testSamples: test?.count ?? 0 });
 
     const trainNames = programs.train_step.inputs.map((id) => programs.train_step.graph.values[id].name);
-    const batcher = createBatcher(train, trainNames, B);
+    const batcher = createBatcher(train, trainNames, B, cfg.seed);
     const outNames = programs.train_step.outputs.map((o) => o.name);
     const lossIdx = outNames.indexOf('loss');
     const hasApply = session.hasProgram('apply_update');
@@ -339,7 +340,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       const sums = new Float64Array(outNames.length);
       for (let k = 0; k < K; k++) {
         scalars.counter = pos.counter;
-        const out = session.run('train_step', batcher.fill(order, pos.batchInEpoch * B), scalars);
+        const out = session.run('train_step', batcher.fill(order, pos.batchInEpoch * B, pos.epoch), scalars);
         pos.counter += 1;
         pos.batchInEpoch += 1;
         if (nanCheck && lossIdx >= 0 && !Number.isFinite(out[lossIdx])) {

@@ -72,6 +72,11 @@ export interface UnaryFnDef {
    * sample inside it (log, sqrt: x > 0; exp: below float overflow)
    */
   domain?: [number, number];
+  /**
+   * a math function of the language (`exp(x)`, `x * 0.5` as affine), written as a call or an
+   * operator, not an activation layer (absent: an activation, with its line in check/layers.ts)
+   */
+  math?: true;
 }
 
 export interface BinaryFnDef {
@@ -216,6 +221,7 @@ export const UNARY_FNS_TABLE = {
     grad: mul(g, exp(x)),
     doc: 'exp(x)',
     torch: 'torch.exp(x)',
+    math: true,
     domain: [-Infinity, 88],
   },
   log: {
@@ -224,6 +230,7 @@ export const UNARY_FNS_TABLE = {
     grad: div(g, x),
     doc: 'natural log (log(0) = -inf, NaN below 0)',
     torch: 'torch.log(x)',
+    math: true,
     domain: [0, Infinity],
   },
   sqrt: {
@@ -233,6 +240,7 @@ export const UNARY_FNS_TABLE = {
     grad: div(g, mul(2, call('sqrt', x))),
     doc: 'sqrt(x) (NaN below 0; gradient inf at 0)',
     torch: 'torch.sqrt(x)',
+    math: true,
     domain: [0, Infinity],
   },
   rsqrt: {
@@ -242,6 +250,7 @@ export const UNARY_FNS_TABLE = {
     grad: mul(mul(-0.5, g), mul(mul(div(1, call('sqrt', x)), div(1, call('sqrt', x))), div(1, call('sqrt', x)))),
     doc: '1/sqrt(x) (inf at 0, NaN below 0)',
     torch: 'torch.rsqrt(x)',
+    math: true,
     domain: [0, Infinity],
   },
   abs: {
@@ -251,6 +260,7 @@ export const UNARY_FNS_TABLE = {
     grad: select(gt(x, 0), g, select(lt(x, 0), neg(g), 0)),
     doc: "|x|; abs'(0) = 0 (torch's sign)",
     torch: 'torch.abs(x)',
+    math: true,
   },
   pow: {
     attrs: { p: 2 },
@@ -259,6 +269,7 @@ export const UNARY_FNS_TABLE = {
     grad: mul(g, mul(attr('p'), call('pow', x, sub(attr('p'), 1)))),
     doc: "x^p for a constant exponent p (NaN for x < 0 and non-integer p); pow'(x) = p*x^(p-1)",
     torch: 'torch.pow(x, p)',
+    math: true,
     domain: [0, Infinity],
   },
   affine: {
@@ -267,6 +278,7 @@ export const UNARY_FNS_TABLE = {
     grad: mul(g, attr('scale')),
     doc: 'x*scale + shift: tensor-by-number arithmetic (x*0.5 is scale 0.5; x/8 is scale 0.125; 1 - x is scale -1, shift 1; x + 2 is shift 2)',
     torch: 'x * scale + shift',
+    math: true,
   },
 } satisfies Record<string, UnaryFnDef>;
 
