@@ -1,9 +1,9 @@
 /**
  * Metal code generation on Linux: `generateMetalProject` writes the .metal libraries,
  * dispatch plans and bridge project for the example specs; golden files of the generated
- * MSL and plans for two specs (UPDATE_GOLDEN=1 rewrites them: review the diff); Metal's
- * limits are enforced at build time; forced fallbacks are listed as warnings; spec strings
- * never reach generated code unescaped.
+ * MSL and plans for three specs (the MLP, LeNet and the char-level GPT; UPDATE_GOLDEN=1
+ * rewrites them: review the diff); Metal's limits are enforced at build time; forced
+ * fallbacks are listed as warnings; spec strings never reach generated code unescaped.
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -83,7 +83,7 @@ describe('bridge host tables', () => {
 });
 
 describe('golden MSL', () => {
-  for (const spec of ['mnist_mlp', 'lenet']) {
+  for (const spec of ['mnist_mlp', 'lenet', 'char_gpt']) {
     it(`${spec}: generated .metal and plans match test/golden/metal (UPDATE_GOLDEN=1 to rewrite)`, () => {
       const ps = programsOf(`${spec}.model`);
       const a = buildMetal([ps.train_step, ps.eval], ps.model);
