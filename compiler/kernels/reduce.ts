@@ -37,10 +37,15 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
     }
     case 'cross_entropy_grad': case 'nll_grad': {
       // one threadgroup per position (row of C); the kept count is summed by each threadgroup
+      // (nll_grad without ignore_index: one thread per element)
       const { R, C, ignore } = classRows(g, n);
-      if (n.op === 'nll_grad')
-        return [blockKernel(ctx, g, n, [a(ins[1], 'label'), a(outs[0], 'dlogp', 'w')], R, rowThreads(ignore === undefined ? C : Math.max(C, R)),
+      if (n.op === 'nll_grad') {
+        if (ignore === undefined)
+          return [elementwise(ctx, g, n, [a(ins[1], 'label'), a(outs[0], 'dlogp', 'w')], R * C,
+            `  dlogp[i] = int(i % ${u32(C)}) == label[i / ${u32(C)}] ? ${d.f(-1 / R)} : ${d.f(0)};\n`)];
+        return [blockKernel(ctx, g, n, [a(ins[1], 'label'), a(outs[0], 'dlogp', 'w')], R, rowThreads(Math.max(C, R)),
           (s) => rowNllGrad(d, s, { C, R, ignore }))];
+      }
       const ls = numAttr(n, 'label_smoothing', 0);
       return [blockKernel(ctx, g, n, [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'dlogits', 'w')], R, rowThreads(ignore === undefined ? C : Math.max(C, R)),
         (s) => rowCrossEntropyGrad(d, s, { C, ls, R, ignore }))];

@@ -78,15 +78,15 @@ export function rowCrossEntropyGrad(d: Dialect, s: BlockShape, v: { C: number; l
   );
 }
 
-/** nll gradient for one row of C: -1/count at the label, 0 elsewhere (and on an ignored row) */
-export function rowNllGrad(d: Dialect, s: BlockShape, v: { C: number; R: number; ignore?: number }): string {
+/** nll gradient for one row of C under ignore_index: -1/count at the label, 0 elsewhere and on an ignored row */
+export function rowNllGrad(d: Dialect, s: BlockShape, v: { C: number; R: number; ignore: number }): string {
   const C = d.u(v.C);
   return (
     `  // one threadgroup per row n of ${C}: -1/count at the label\n` +
     `  const uint n = tgid.x;\n` +
     keptCount(d, s, v) +
     `  const int lab = label[n];\n` +
-    `  for (uint c = tidx; c < ${C}; c += ${s.T}) dlogp[n * ${C} + c] = int(c) == lab${v.ignore === undefined ? '' : ` && lab != ${v.ignore}`} ? ${d.f(-1)} / count : ${d.f(0)};\n`
+    `  for (uint c = tidx; c < ${C}; c += ${s.T}) dlogp[n * ${C} + c] = int(c) == lab && lab != ${v.ignore} ? ${d.f(-1)} / count : ${d.f(0)};\n`
   );
 }
 

@@ -78,9 +78,11 @@ export function lowerTensor(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       let body = `${I}uint rem = i, src = 0u;\n${I}bool inside = true;\n`;
       for (let k = ys.length - 1; k >= 0; k--) {
         body += `${I}{\n${I}  const uint c = rem % ${u(ys[k])};\n`;
-        if (pads[2 * k] > 0 || pads[2 * k + 1] > 0)
-          body += `${I}  if (c < ${u(pads[2 * k])} || c >= ${u(pads[2 * k] + xs[k])}) inside = false;\n${I}  else src += (c - ${u(pads[2 * k])}) * ${u(st[k])};\n`;
-        else body += `${I}  src += c * ${u(st[k])};\n`;
+        const before = pads[2 * k], outside = [...(before > 0 ? [`c < ${u(before)}`] : []), ...(pads[2 * k + 1] > 0 ? [`c >= ${u(before + xs[k])}`] : [])];
+        const at = before > 0 ? `(c - ${u(before)})` : 'c';
+        body += outside.length
+          ? `${I}  if (${outside.join(' || ')}) inside = false;\n${I}  else src += ${at} * ${u(st[k])};\n`
+          : `${I}  src += c * ${u(st[k])};\n`;
         body += (k > 0 ? `${I}  rem /= ${u(ys[k])};\n` : '') + `${I}}\n`;
       }
       body += `${I}y[i] = inside ? x[src] : ${d.f(value)};\n`;
