@@ -5415,7 +5415,7 @@ kernel void k118(
   }
   {
     const uint c = rem % 3u;
-    if (c < 2u || c >= 3u) inside = false;
+    if (c < 2u) inside = false;
     else src += (c - 2u) * 262144u;
   }
   y[i] = inside ? x[src] : 0.0f;
@@ -5532,8 +5532,8 @@ kernel void k123(
   }
   {
     const uint c = rem % 3u;
-    if (c < 0u || c >= 1u) inside = false;
-    else src += (c - 0u) * 262144u;
+    if (c >= 1u) inside = false;
+    else src += c * 262144u;
   }
   y[i] = inside ? x[src] : 0.0f;
 }
@@ -7347,7 +7347,7 @@ kernel void k159(
   }
   {
     const uint c = rem % 3u;
-    if (c < 2u || c >= 3u) inside = false;
+    if (c < 2u) inside = false;
     else src += (c - 2u) * 262144u;
   }
   y[i] = inside ? x[src] : 0.0f;
@@ -7464,8 +7464,8 @@ kernel void k164(
   }
   {
     const uint c = rem % 3u;
-    if (c < 0u || c >= 1u) inside = false;
-    else src += (c - 0u) * 262144u;
+    if (c >= 1u) inside = false;
+    else src += c * 262144u;
   }
   y[i] = inside ? x[src] : 0.0f;
 }
@@ -9279,7 +9279,7 @@ kernel void k200(
   }
   {
     const uint c = rem % 3u;
-    if (c < 2u || c >= 3u) inside = false;
+    if (c < 2u) inside = false;
     else src += (c - 2u) * 262144u;
   }
   y[i] = inside ? x[src] : 0.0f;
@@ -9396,8 +9396,8 @@ kernel void k205(
   }
   {
     const uint c = rem % 3u;
-    if (c < 0u || c >= 1u) inside = false;
-    else src += (c - 0u) * 262144u;
+    if (c >= 1u) inside = false;
+    else src += c * 262144u;
   }
   y[i] = inside ? x[src] : 0.0f;
 }
@@ -11211,7 +11211,7 @@ kernel void k241(
   }
   {
     const uint c = rem % 3u;
-    if (c < 2u || c >= 3u) inside = false;
+    if (c < 2u) inside = false;
     else src += (c - 2u) * 262144u;
   }
   y[i] = inside ? x[src] : 0.0f;
@@ -11328,8 +11328,8 @@ kernel void k246(
   }
   {
     const uint c = rem % 3u;
-    if (c < 0u || c >= 1u) inside = false;
-    else src += (c - 0u) * 262144u;
+    if (c >= 1u) inside = false;
+    else src += c * 262144u;
   }
   y[i] = inside ? x[src] : 0.0f;
 }
