@@ -278,6 +278,15 @@ function forwardBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats
   return { body, floats: mem.floats };
 }
 
+/**
+ * Between the score products and their element-wise use in the backward kernels: the matrix
+ * unit writes 8x8 blocks, so a barrier; the plain products write element e from the thread
+ * that later reads element e (the same strided loop over the B x B tile), so none.
+ */
+function scoresReady(d: Dialect, mma: boolean): string {
+  return mma ? `    ${d.barrier()}\n` : `    // (each thread reads back only the score elements it computed: no barrier)\n`;
+}
+
 /** P and dS of a (query tile q0, key tile k0) pair from Ss (raw scores) and dPs (dO V^T); `put` stores them */
 function probsAndDs(t: ReturnType<typeof txt>, d: Dialect, gm: Geom, put: (p: string, ds: string) => string): string {
   return (
@@ -316,7 +325,7 @@ function gradKVBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats:
     `    ${d.barrier()}\n` +
     `    // raw scores Q K^T and dP = dO V^T of the tile pair\n` +
     (mma ? mmaProduct(d, sProd) + mmaProduct(d, dpProd) : plainProduct(d, { ...sProd, init: () => f(0) }) + plainProduct(d, { ...dpProd, init: () => f(0) })) +
-    `    ${d.barrier()}\n` +
+    scoresReady(d, mma) +
     probsAndDs(t, d, gm, (p, ds) => `      PT[j * ${t.B} + i] = ${p};\n      dST[j * ${t.B} + i] = ${ds};\n`) +
     `    ${d.barrier()}\n` +
     `    // dV += P^T dO, dK += dS^T Q (scale folded into dS)\n` +
@@ -360,7 +369,7 @@ function gradQBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats: 
     `    ${d.barrier()}\n` +
     `    // raw scores Q K^T and dP = dO V^T of the tile pair\n` +
     (mma ? mmaProduct(d, sProd) + mmaProduct(d, dpProd) : plainProduct(d, { ...sProd, init: () => f(0) }) + plainProduct(d, { ...dpProd, init: () => f(0) })) +
-    `    ${d.barrier()}\n` +
+    scoresReady(d, mma) +
     probsAndDs(t, d, gm, (_p, ds) => `      dSs[e] = ${ds};\n`) +
     `    ${d.barrier()}\n` +
     `    // dQ += dS K (scale folded into dS)\n` +

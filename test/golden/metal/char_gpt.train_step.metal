@@ -4971,7 +4971,7 @@ kernel void k115(
       for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
       dPs[r * 16u + c] = acc;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // (each thread reads back only the score elements it computed: no barrier)
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
       const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
@@ -5224,7 +5224,7 @@ kernel void k116(
       for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
       dPs[r * 16u + c] = acc;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // (each thread reads back only the score elements it computed: no barrier)
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
       const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
@@ -6903,7 +6903,7 @@ kernel void k156(
       for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
       dPs[r * 16u + c] = acc;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // (each thread reads back only the score elements it computed: no barrier)
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
       const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
@@ -7156,7 +7156,7 @@ kernel void k157(
       for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
       dPs[r * 16u + c] = acc;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // (each thread reads back only the score elements it computed: no barrier)
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
       const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
@@ -8835,7 +8835,7 @@ kernel void k197(
       for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
       dPs[r * 16u + c] = acc;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // (each thread reads back only the score elements it computed: no barrier)
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
       const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
@@ -9088,7 +9088,7 @@ kernel void k198(
       for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
       dPs[r * 16u + c] = acc;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // (each thread reads back only the score elements it computed: no barrier)
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
       const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
@@ -10767,7 +10767,7 @@ kernel void k238(
       for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
       dPs[r * 16u + c] = acc;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // (each thread reads back only the score elements it computed: no barrier)
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
       const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
@@ -11020,7 +11020,7 @@ kernel void k239(
       for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
       dPs[r * 16u + c] = acc;
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // (each thread reads back only the score elements it computed: no barrier)
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
       const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
