@@ -25,8 +25,9 @@ const WORKLOADS: Record<string, [number, number, number, number, number, number,
   gpt_char_b64_t256: [65, 256, 384, 6, 6, 64, 1e-3],
 };
 
-export function gptModel(name: string): CheckedModel {
-  const w = WORKLOADS[name];
+/** the model of a workload of WORKLOADS, or of explicit dims [V, T, C, L, H, B, lr] (tests use toy sizes) */
+export function gptModel(name: string, dims?: [number, number, number, number, number, number, number]): CheckedModel {
+  const w = dims ?? WORKLOADS[name];
   if (!w) throw new Error(`unknown workload ${name}; one of ${Object.keys(WORKLOADS).join(', ')}`);
   const [V, T, C, L, H, B, lr] = w;
   const D = C / H;
