@@ -3,8 +3,8 @@
 // attention, and with the output layer tied to the embedding. PyTorch starts from mpsc's
 // initial weights (--save-init, loaded by name with strict=True), trains on the same batches
 // (cut here by mpsc's own batcher) with the learning rates mpsc used, and each step's loss
-// must agree within 1e-3 relative. Python: $TORCH_PYTHON, else .venv-test (made by .ci/run),
-// else /work/venv-torch.
+// must agree within 1e-3 relative. Python: $MPSC_TEST_PYTHON, else .venv-test (made by .ci/run
+// from the local wheel index: torch 2.13 CPU), else /work/venv-torch.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -17,9 +17,9 @@ import { train } from '../runtime/trainer.js';
 
 const ROOT = path.resolve(__dirname, '..');
 function torchPython(): string {
-  const cands = [process.env.TORCH_PYTHON, path.join(ROOT, '.venv-test', 'bin', 'python'), '/work/venv-torch/bin/python'].filter((p): p is string => !!p);
+  const cands = [process.env.MPSC_TEST_PYTHON, path.join(ROOT, '.venv-test', 'bin', 'python'), '/work/venv-torch/bin/python'].filter((p): p is string => !!p);
   const found = cands.find((p) => fs.existsSync(p));
-  if (!found) throw new Error(`no Python with PyTorch: set TORCH_PYTHON or create .venv-test (see .ci/run); tried ${cands.join(', ')}`);
+  if (!found) throw new Error(`no Python with PyTorch: set MPSC_TEST_PYTHON or create .venv-test (see .ci/run); tried ${cands.join(', ')}`);
   return found;
 }
 
