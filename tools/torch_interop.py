@@ -4,25 +4,14 @@ Reads an mpsc checkpoint with a plain safetensors parser (json + struct, no mpsc
 filtered out: torch keeps it in the optimizer, not the module), and evaluates it on the same test
 split of the bundled digits, so the accuracy can be compared with `mpsc eval`.
 Usage: /usr/bin/python3 tools/torch_interop.py mlp|lenet CHECKPOINT"""
-import json, os, struct, sys
+import json, os, sys
 import torch, torch.nn as nn
-
-def read_safetensors(path):
-    raw = open(path, 'rb').read()
-    (n,) = struct.unpack('<Q', raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop('__metadata__', {})
-    out = {}
-    for name, t in header.items():
-        b, e = t['data_offsets']
-        dtype = {'F32': torch.float32, 'I64': torch.int64, 'I32': torch.int32}[t['dtype']]
-        buf = bytearray(raw[8 + n + b:8 + n + e])
-        out[name] = torch.frombuffer(buf, dtype=dtype).reshape(t['shape']).clone()
-    return out, meta
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt_model import OPTIMIZER_STATE, read_safetensors  # the one plain safetensors reader of tools/
 
 which, ckpt = sys.argv[1], sys.argv[2]
 tensors, meta = read_safetensors(ckpt)
-state = {k: v for k, v in tensors.items() if not k.endswith(('.exp_avg', '.exp_avg_sq', '.momentum_buffer', '.grad'))}
+state = {k: v for k, v in tensors.items() if not k.endswith(OPTIMIZER_STATE)}
 if which == 'mlp':
     model = nn.Sequential()
     model.add_module('flatten0', nn.Flatten())
