@@ -113,6 +113,8 @@ export interface CheckedModel {
   optimizer: OptimizerConfig;
   schedule: ScheduleConfig;
   train: TrainConfig;
+  /** the network's `name = ...` assignments (graph value ids, in source order; a name assigned twice appears twice): how export / predict name the values they output */
+  names?: { name: string; value: number }[];
   /** number of classes when the loss/metrics take class labels (for label range checks), else null */
   numClasses: number | null;
 }

@@ -27,8 +27,10 @@ function dedupe(diags: Diagnostic[]): Diagnostic[] {
 
 export interface CheckResult {
   model: CheckedModel;
-  /** formatted warnings (values computed but never used) */
+  /** formatted warnings (values computed but never used, data files that do not exist) */
   warnings: string[];
+  /** the same warnings as Diagnostics (for --json) */
+  warningDiagnostics: Diagnostic[];
 }
 
 export function checkSource(text: string, file: string): CheckedModel {
@@ -72,7 +74,7 @@ export function checkSourceWithWarnings(text: string, file: string): CheckResult
 
   const read = new Set<number>();
   for (const l of x.layers) for (const i of l.inputs) read.add(i);
-  const warnings: Diagnostic[] = [];
+  const warnings: Diagnostic[] = diags.filter((d) => d.severity === 'warning');
   for (const a of x.assigned) {
     if (!read.has(a.id)) warnings.push({ severity: 'warning', loc: a.loc, message: `value '${a.name}' is never used`, hint: 'use it in the loss or a metric, or remove it (its layers still run)' });
   }
@@ -101,8 +103,10 @@ export function checkSourceWithWarnings(text: string, file: string): CheckResult
     schedule,
     train,
     numClasses,
+    names: x.assigned.map((a) => ({ name: a.name, value: low.valueIds[a.id] })),
   };
-  return { model, warnings: dedupe(warnings).map((w) => formatDiagnostic(w, text)) };
+  const shown = dedupe(warnings);
+  return { model, warnings: shown.map((w) => formatDiagnostic(w, text)), warningDiagnostics: shown };
 }
 
 /** Read a spec file; a missing or unreadable file is a UserError. */

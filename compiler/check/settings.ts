@@ -3,6 +3,7 @@
  * into OptimizerConfig / ScheduleConfig / TrainConfig. Relative data paths resolve
  * against the spec file's folder.
  */
+import * as fs from 'node:fs';
 import * as nodePath from 'node:path';
 import type * as A from '../parser/ast.js';
 import type { DataSource, OptimizerConfig, ScheduleConfig, TrainConfig } from '../model.js';
@@ -179,6 +180,16 @@ function describeInputs(inputs: FlatInput[]): string {
   return inputs.map((i) => `'${i.name}' ${fmtTensor(i)}`).join(', ');
 }
 
+/**
+ * A data file or folder that does not exist (yet) is a warning, not an error: `mpsc check` still
+ * checks the rest (the data may be fetched later) and `mpsc train` fails when it loads the data.
+ */
+function warnMissingFiles(c: A.CallExpr, files: [string, string | null][], diags: Diagnostic[]): void {
+  for (const [arg, file] of files) {
+    if (file !== null && !fs.existsSync(file)) diags.push({ severity: 'warning', loc: c.loc, message: `${c.callee.name}() ${arg} ${file} does not exist`, hint: `training will fail until it does; paths are relative to the spec's folder` });
+  }
+}
+
 function checkData(c: A.CallExpr, specDir: string, inputs: FlatInput[], diags: Diagnostic[], inputErrors: boolean): DataSource | null {
   const r = bindCall(c, DATA_SOURCES, 'data source', diags);
   if (!r) return null;
@@ -194,9 +205,11 @@ function checkData(c: A.CallExpr, specDir: string, inputs: FlatInput[], diags: D
         diags.push(errorAt(c.loc, `mnist() provides images f32[N, 1, 28, 28] (or f32[N, 784]) and labels i32[N], but the inputs are ${describeInputs(inputs) || 'none'}`, 'declare: input image: f32[N, 1, 28, 28] and input label: i32[N]'));
         return null;
       }
+      warnMissingFiles(c, [['dir', abs(a.dir)]], diags);
       return { kind: 'mnist', dir: abs(a.dir), normalize: a.normalize };
     }
     case 'csv':
+      warnMissingFiles(c, [['train', abs(a.train)], ['test', abs(a.test)]], diags);
       return { kind: 'csv', train: abs(a.train)!, test: abs(a.test), label_column: a.label_column, normalize: a.normalize };
     case 'safetensors': {
       const map: Record<string, string> = a.inputs ?? Object.fromEntries(inputs.map((i) => [i.name, i.name]));
@@ -211,6 +224,7 @@ function checkData(c: A.CallExpr, specDir: string, inputs: FlatInput[], diags: D
         diags.push(errorAt(c.loc, `safetensors inputs map has no tensor for input '${missing[0].name}'`, `add ${missing[0].name}: "tensor_name"`));
         return null;
       }
+      warnMissingFiles(c, [['train', abs(a.train)], ['test', abs(a.test)]], diags);
       return { kind: 'safetensors', train: abs(a.train)!, test: abs(a.test), inputs: map };
     }
     case 'text': {
