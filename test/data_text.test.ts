@@ -118,6 +118,21 @@ describe('windows', () => {
   });
 });
 
+describe('synthetic() for a language model (benchmarks, sanitizer runs)', () => {
+  it('token ids below the embedding rows, per-position classes below the class count', () => {
+    const d = loadData(model('synthetic(train_size: 10, test_size: 3)', { V: 20 }));
+    const tok = d.train.tensors.get('tokens')!;
+    const tgt = d.train.tensors.get('targets')!;
+    expect(tok).toBeInstanceOf(Int32Array);
+    expect(tok.length).toBe(10 * 8);
+    expect(tgt.length).toBe(10 * 8);
+    expect(Math.max(...tok)).toBeLessThan(20);
+    expect(Math.max(...tgt)).toBeLessThan(20);
+    expect(new Set(tok).size).toBeGreaterThan(5);
+    expect(d.test!.count).toBe(3);
+  });
+});
+
 describe('bad input: clear errors, exit 1', () => {
   it('a text with more distinct characters than the embedding has rows names both numbers', () => {
     const msg = userError(() => loadData(model('text()', { V: 65 })));
