@@ -102,7 +102,7 @@ inline void conv_grad_weight(mpsc_ctx* ctx, const mpsc_fast::Conv2dShape& s, con
     });
 }
 
-// ------------------------------------------------------------------ profile (MPSC_PROFILE=1)
+// ------------------------------------------------------------------ profile (MPSC_PROFILE=1, or =all)
 /** per-kernel wall time, summed over runs, printed to stderr at process exit (generated run_* call these) */
 struct ProfEntry {
   const char* name = nullptr;
@@ -120,7 +120,10 @@ inline void prof_dump() {
   for (auto& e : t) total += e.ms;
   std::sort(t.begin(), t.end(), [](const ProfEntry& a, const ProfEntry& b) { return a.ms > b.ms; });
   std::fprintf(stderr, "mpsc profile: %.1f ms in kernels\n", total);
-  for (size_t i = 0; i < t.size() && i < 30; i++)
+  // MPSC_PROFILE=all lists every kernel, any other value the 30 slowest
+  const char* v = std::getenv("MPSC_PROFILE");
+  const size_t shown = v && std::strcmp(v, "all") == 0 ? t.size() : 30;
+  for (size_t i = 0; i < t.size() && i < shown; i++)
     if (t[i].name) std::fprintf(stderr, "  %9.2f ms %5.1f%% %6lld calls  %s\n", t[i].ms, total > 0 ? 100 * t[i].ms / total : 0.0, (long long)t[i].calls, t[i].name);
 }
 inline bool prof_on() {
@@ -442,6 +445,36 @@ inline void maxpool2x2_grad_row(const float* x0, const float* x1, const float* d
 
 // ------------------------------------------------------------------ small math
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+/**
+ * exp and erf for the element-wise kernels (compiler/codegen-cpu/scalar_cpp.ts renders the table's
+ * exp / erf as these): straight-line float arithmetic the compiler vectorises (a std::exp / std::erf
+ * call keeps a loop scalar). exp_v: x = n ln2 + r, |r| <= ln2/2, degree-6 Taylor polynomial of e^r
+ * (relative error < 2e-7), times 2^n from the exponent bits; 0 below -87.33 (under FLT_MIN), inf
+ * above 88.72, NaN passes through. erf_v: odd; |x| < 0.5: x * its Taylor series to x^12 (error
+ * < 1e-9); else 1 - t P(t) exp(-x^2) with t = 1/(1 + 0.3275911 |x|) (Abramowitz & Stegun 7.1.26,
+ * absolute error < 1.5e-7); NaN passes through.
+ */
+inline float exp_v(float x) {
+  const float xc = std::min(std::max(x, -87.0f), 88.5f);
+  const float n = std::nearbyint(xc * 1.44269504088896341f);
+  const float r = (xc - n * 0.693145751953125f) - n * 1.42860682030941723e-06f;
+  const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-01f + r * (4.16666679e-02f + r * (8.33333377e-03f + r * 1.38888892e-03f)))));
+  const int32_t bits = ((int32_t)n + 126) << 23;  // 2^(n-1): n in [-125, 128]
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  const float y = p * scale * 2.0f;
+  return x < -87.3365479f ? 0.0f : x > 88.7228394f ? INFINITY : x != x ? x : y;
+}
+
+inline float erf_v(float x) {
+  const float a = std::fabs(x), a2 = x * x;
+  const float small = x * (1.12837917f + a2 * (-0.376126389f + a2 * (0.112837917f + a2 * (-0.0268661706f + a2 * (5.22397891e-03f + a2 * (-8.54832702e-04f + a2 * 1.20553447e-04f))))));
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float tail = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) * exp_v(-a2);
+  const float big = std::copysign(1.0f - tail, x);
+  return a < 0.5f ? small : x != x ? x : big;
+}
 
 // ------------------------------------------------------------------ blocked attention
 // Tile sizes: ATT_BR queries x ATT_BC keys of scores, plus the tile's K transposed ([D][ATT_BC]),

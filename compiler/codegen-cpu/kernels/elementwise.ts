@@ -170,6 +170,25 @@ const SUM_BLOCK = tpl(`  const float* x = {{x}};
   });
 `);
 
+// inner == 1 (bias gradients of linear over [..., N]): column blocks of 64 per work item, rows
+// streamed in order into double accumulators: each y[m] is the same row-ordered double sum as
+// SUM_BLOCK's (sum_f of one element is that element), read row-contiguously instead of strided
+const SUM_ROWS = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mk::par(ctx, {{blocks}}, 2, [&](int64_t b, int64_t e) {
+    double acc[64];
+    for (int64_t blk = b; blk < e; blk++) {
+      const int64_t m0 = blk * 64, m1 = std::min<int64_t>({{mid}}, m0 + 64), w = m1 - m0;
+      for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
+      for (int64_t o = 0; o < {{outer}}; o++) {
+        const float* r = x + o * {{mid}} + m0;
+        for (int64_t j = 0; j < w; j++) acc[j] += r[j];
+      }
+      for (int64_t j = 0; j < w; j++) y[m0 + j] = (float)acc[j];
+    }
+  });
+`);
+
 export const sum_to: KernelEmitter = (k) => {
   const xs = k.inShape(0), ys = k.outShape(0);
   let strides: number[];
@@ -194,6 +213,7 @@ export const sum_to: KernelEmitter = (k) => {
     // each y[m] is summed by one thread in a fixed order, so any split gives the same bits: split
     // as soon as the whole reduction is worth it (conv bias grads have few channels but large planes)
     const outer = prod(xs.slice(0, a)), inner = prod(xs.slice(b));
+    if (inner === 1 && outer > 1) return SUM_ROWS({ x: k.inPtr(0), y: k.outPtr(0), outer, mid: ny, blocks: Math.ceil(ny / 64) });
     const minPar = nx >= PAR_MIN ? 2 : 64;
     return SUM_BLOCK({ x: k.inPtr(0), y: k.outPtr(0), outer, mid: ny, inner, minPar });
   }
