@@ -14,9 +14,9 @@ import { register as registerBuild } from './build.js';
 import { register as registerTrain } from './train.js';
 import { register as registerEval } from './eval.js';
 import { register as registerBench } from './bench.js';
-import { register as registerSample } from './sample.js';
 import { register as registerExport } from './export.js';
 import { register as registerReport } from './report.js';
+import { register as registerSample } from './sample.js';
 
 function packageVersion(): string {
   const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -36,9 +36,9 @@ export async function main(argv: string[]): Promise<number> {
   registerTrain(program);
   registerEval(program);
   registerBench(program);
-  registerSample(program);
   registerExport(program);
   registerReport(program);
+  registerSample(program);
   try {
     await program.parseAsync(argv, { from: 'user' });
     return typeof process.exitCode === 'number' ? process.exitCode : 0;

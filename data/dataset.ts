@@ -138,7 +138,7 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
 }
 
 /** The smallest embedding (rows, layer path) each i32 input feeds directly: its ids must be below the rows. */
-function embeddingRowsByInput(model: CheckedModel): Map<string, { rows: number; path: string }> {
+export function embeddingRowsByInput(model: CheckedModel): Map<string, { rows: number; path: string }> {
   const out = new Map<string, { rows: number; path: string }>();
   for (const n of model.graph.nodes) {
     if (n.op !== 'embedding') continue;

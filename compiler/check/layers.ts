@@ -178,8 +178,12 @@ function classLoss(name: string, role: LayerRole, op: string, doc: string, args:
       const C = lg.shape[lg.shape.length - 1];
       if (lb.dtype !== 'i32' || fmtDims(lb.shape) !== fmtDims(lead))
         return ctx.fail(
-          `${ctx.what} expects label i32${fmtDims(lead)} (the ${xName} shape without its class dim), got ${fmtTensor(lb)}`,
-          lb.dtype !== 'i32' ? `declare the label input as i32${fmtDims(lead)} (class indices)` : `${xName} ${fmtTensor(lg)} has its classes (${C}) in the last dim`,
+          `${ctx.what} expects label i32${fmtDims(lead)}${lead.length > 1 ? ` (the ${xName} shape without its class dim)` : ''}, got ${fmtTensor(lb)}`,
+          lb.dtype !== 'i32'
+            ? `declare the label input as i32${fmtDims(lead)} (class indices)`
+            : lb.shape.length === 1
+              ? `insert 'flatten' before the output layer (linear acts on the last dim and keeps the others of ${fmtTensor(lg)})`
+              : `${xName} ${fmtTensor(lg)} has its classes (${C}) in the last dim`,
         );
       if (a.k !== undefined && a.k > C) return ctx.fail(`${ctx.what}: k = ${a.k} is larger than the number of classes ${C}`);
       const attrs: Record<string, AttrValue> = {};
