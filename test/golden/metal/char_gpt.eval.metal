@@ -239,20 +239,8 @@ kernel void k5_mma(
   }
 }
 
-// node 6: reshape (blocks.0.attn) -> blocks.0.attn.qkv_split
-kernel void k6(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 7: permute (blocks.0.attn) -> blocks.0.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k7(
+kernel void k6(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -277,7 +265,7 @@ kernel void k7(
 }
 
 // node 8: slice (blocks.0.attn) -> blocks.0.attn.q_slice
-kernel void k8(
+kernel void k7(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -289,20 +277,8 @@ kernel void k8(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 9: reshape (blocks.0.attn) -> blocks.0.attn.q
-kernel void k9(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 10: slice (blocks.0.attn) -> blocks.0.attn.k_slice
-kernel void k10(
+kernel void k8(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -314,20 +290,8 @@ kernel void k10(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 11: reshape (blocks.0.attn) -> blocks.0.attn.k
-kernel void k11(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 12: slice (blocks.0.attn) -> blocks.0.attn.v_slice
-kernel void k12(
+kernel void k9(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -339,20 +303,8 @@ kernel void k12(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 13: reshape (blocks.0.attn) -> blocks.0.attn.v
-kernel void k13(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 14: attention (blocks.0.attn) -> blocks.0.attn.o, blocks.0.attn.lse [16x16 tiles]
-kernel void k14(
+kernel void k10(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -437,7 +389,7 @@ kernel void k14(
 }
 
 // node 14: attention (blocks.0.attn) -> blocks.0.attn.o, blocks.0.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k14_mma(
+kernel void k10_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -538,7 +490,7 @@ kernel void k14_mma(
 }
 
 // node 15: permute (blocks.0.attn) -> blocks.0.attn.o_merge (perm [0,2,1,3])
-kernel void k15(
+kernel void k11(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -560,20 +512,8 @@ kernel void k15(
   y[i] = x[src];
 }
 
-// node 16: reshape (blocks.0.attn) -> blocks.0.attn.merged
-kernel void k16(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 17: linear (blocks.0.attn) -> blocks.0.attn.out [16x16 tiles]
-kernel void k17(
+kernel void k12(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -617,7 +557,7 @@ kernel void k17(
 }
 
 // node 17: linear (blocks.0.attn) -> blocks.0.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k17_mma(
+kernel void k12_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -677,7 +617,7 @@ kernel void k17_mma(
 }
 
 // node 18: binary (blocks.0.add0) -> blocks.0.add0.out
-kernel void k18(
+kernel void k13(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -692,7 +632,7 @@ kernel void k18(
 }
 
 // node 19: layernorm (blocks.0.ln2) -> blocks.0.ln2.out, blocks.0.ln2.mean, blocks.0.ln2.rstd
-kernel void k19(
+kernel void k14(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -721,7 +661,7 @@ kernel void k19(
 }
 
 // node 20: linear (blocks.0.fc) -> blocks.0.fc.out [16x16 tiles]
-kernel void k20(
+kernel void k15(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -765,7 +705,7 @@ kernel void k20(
 }
 
 // node 20: linear (blocks.0.fc) -> blocks.0.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k20_mma(
+kernel void k15_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -825,7 +765,7 @@ kernel void k20_mma(
 }
 
 // node 21: unary (blocks.0.gelu0) -> blocks.0.gelu0.out
-kernel void k21(
+kernel void k16(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -838,7 +778,7 @@ kernel void k21(
 }
 
 // node 22: linear (blocks.0.proj) -> blocks.0.proj.out [16x16 tiles]
-kernel void k22(
+kernel void k17(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -882,7 +822,7 @@ kernel void k22(
 }
 
 // node 22: linear (blocks.0.proj) -> blocks.0.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k22_mma(
+kernel void k17_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -942,7 +882,7 @@ kernel void k22_mma(
 }
 
 // node 23: binary (blocks.0.add1) -> blocks.0.add1.out
-kernel void k23(
+kernel void k18(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -957,7 +897,7 @@ kernel void k23(
 }
 
 // node 24: layernorm (blocks.1.ln1) -> blocks.1.ln1.out, blocks.1.ln1.mean, blocks.1.ln1.rstd
-kernel void k24(
+kernel void k19(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -986,7 +926,7 @@ kernel void k24(
 }
 
 // node 25: linear (blocks.1.attn) -> blocks.1.attn.qkv [16x16 tiles]
-kernel void k25(
+kernel void k20(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1030,7 +970,7 @@ kernel void k25(
 }
 
 // node 25: linear (blocks.1.attn) -> blocks.1.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k25_mma(
+kernel void k20_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1089,20 +1029,8 @@ kernel void k25_mma(
   }
 }
 
-// node 26: reshape (blocks.1.attn) -> blocks.1.attn.qkv_split
-kernel void k26(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 27: permute (blocks.1.attn) -> blocks.1.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k27(
+kernel void k21(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1127,7 +1055,7 @@ kernel void k27(
 }
 
 // node 28: slice (blocks.1.attn) -> blocks.1.attn.q_slice
-kernel void k28(
+kernel void k22(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1139,20 +1067,8 @@ kernel void k28(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 29: reshape (blocks.1.attn) -> blocks.1.attn.q
-kernel void k29(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 30: slice (blocks.1.attn) -> blocks.1.attn.k_slice
-kernel void k30(
+kernel void k23(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1164,20 +1080,8 @@ kernel void k30(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 31: reshape (blocks.1.attn) -> blocks.1.attn.k
-kernel void k31(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 32: slice (blocks.1.attn) -> blocks.1.attn.v_slice
-kernel void k32(
+kernel void k24(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1189,20 +1093,8 @@ kernel void k32(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 33: reshape (blocks.1.attn) -> blocks.1.attn.v
-kernel void k33(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 34: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [16x16 tiles]
-kernel void k34(
+kernel void k25(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -1287,7 +1179,7 @@ kernel void k34(
 }
 
 // node 34: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k34_mma(
+kernel void k25_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -1388,7 +1280,7 @@ kernel void k34_mma(
 }
 
 // node 35: permute (blocks.1.attn) -> blocks.1.attn.o_merge (perm [0,2,1,3])
-kernel void k35(
+kernel void k26(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1410,20 +1302,8 @@ kernel void k35(
   y[i] = x[src];
 }
 
-// node 36: reshape (blocks.1.attn) -> blocks.1.attn.merged
-kernel void k36(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 37: linear (blocks.1.attn) -> blocks.1.attn.out [16x16 tiles]
-kernel void k37(
+kernel void k27(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1467,7 +1347,7 @@ kernel void k37(
 }
 
 // node 37: linear (blocks.1.attn) -> blocks.1.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k37_mma(
+kernel void k27_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1527,7 +1407,7 @@ kernel void k37_mma(
 }
 
 // node 38: binary (blocks.1.add0) -> blocks.1.add0.out
-kernel void k38(
+kernel void k28(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1542,7 +1422,7 @@ kernel void k38(
 }
 
 // node 39: layernorm (blocks.1.ln2) -> blocks.1.ln2.out, blocks.1.ln2.mean, blocks.1.ln2.rstd
-kernel void k39(
+kernel void k29(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1571,7 +1451,7 @@ kernel void k39(
 }
 
 // node 40: linear (blocks.1.fc) -> blocks.1.fc.out [16x16 tiles]
-kernel void k40(
+kernel void k30(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1615,7 +1495,7 @@ kernel void k40(
 }
 
 // node 40: linear (blocks.1.fc) -> blocks.1.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k40_mma(
+kernel void k30_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1675,7 +1555,7 @@ kernel void k40_mma(
 }
 
 // node 41: unary (blocks.1.gelu0) -> blocks.1.gelu0.out
-kernel void k41(
+kernel void k31(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1688,7 +1568,7 @@ kernel void k41(
 }
 
 // node 42: linear (blocks.1.proj) -> blocks.1.proj.out [16x16 tiles]
-kernel void k42(
+kernel void k32(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1732,7 +1612,7 @@ kernel void k42(
 }
 
 // node 42: linear (blocks.1.proj) -> blocks.1.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k42_mma(
+kernel void k32_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1792,7 +1672,7 @@ kernel void k42_mma(
 }
 
 // node 43: binary (blocks.1.add1) -> blocks.1.add1.out
-kernel void k43(
+kernel void k33(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1807,7 +1687,7 @@ kernel void k43(
 }
 
 // node 44: layernorm (blocks.2.ln1) -> blocks.2.ln1.out, blocks.2.ln1.mean, blocks.2.ln1.rstd
-kernel void k44(
+kernel void k34(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1836,7 +1716,7 @@ kernel void k44(
 }
 
 // node 45: linear (blocks.2.attn) -> blocks.2.attn.qkv [16x16 tiles]
-kernel void k45(
+kernel void k35(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1880,7 +1760,7 @@ kernel void k45(
 }
 
 // node 45: linear (blocks.2.attn) -> blocks.2.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k45_mma(
+kernel void k35_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1939,20 +1819,8 @@ kernel void k45_mma(
   }
 }
 
-// node 46: reshape (blocks.2.attn) -> blocks.2.attn.qkv_split
-kernel void k46(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 47: permute (blocks.2.attn) -> blocks.2.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k47(
+kernel void k36(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1977,7 +1845,7 @@ kernel void k47(
 }
 
 // node 48: slice (blocks.2.attn) -> blocks.2.attn.q_slice
-kernel void k48(
+kernel void k37(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1989,20 +1857,8 @@ kernel void k48(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 49: reshape (blocks.2.attn) -> blocks.2.attn.q
-kernel void k49(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 50: slice (blocks.2.attn) -> blocks.2.attn.k_slice
-kernel void k50(
+kernel void k38(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2014,20 +1870,8 @@ kernel void k50(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 51: reshape (blocks.2.attn) -> blocks.2.attn.k
-kernel void k51(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 52: slice (blocks.2.attn) -> blocks.2.attn.v_slice
-kernel void k52(
+kernel void k39(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2039,20 +1883,8 @@ kernel void k52(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 53: reshape (blocks.2.attn) -> blocks.2.attn.v
-kernel void k53(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 54: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [16x16 tiles]
-kernel void k54(
+kernel void k40(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -2137,7 +1969,7 @@ kernel void k54(
 }
 
 // node 54: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k54_mma(
+kernel void k40_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -2238,7 +2070,7 @@ kernel void k54_mma(
 }
 
 // node 55: permute (blocks.2.attn) -> blocks.2.attn.o_merge (perm [0,2,1,3])
-kernel void k55(
+kernel void k41(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2260,20 +2092,8 @@ kernel void k55(
   y[i] = x[src];
 }
 
-// node 56: reshape (blocks.2.attn) -> blocks.2.attn.merged
-kernel void k56(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 57: linear (blocks.2.attn) -> blocks.2.attn.out [16x16 tiles]
-kernel void k57(
+kernel void k42(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2317,7 +2137,7 @@ kernel void k57(
 }
 
 // node 57: linear (blocks.2.attn) -> blocks.2.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k57_mma(
+kernel void k42_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2377,7 +2197,7 @@ kernel void k57_mma(
 }
 
 // node 58: binary (blocks.2.add0) -> blocks.2.add0.out
-kernel void k58(
+kernel void k43(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -2392,7 +2212,7 @@ kernel void k58(
 }
 
 // node 59: layernorm (blocks.2.ln2) -> blocks.2.ln2.out, blocks.2.ln2.mean, blocks.2.ln2.rstd
-kernel void k59(
+kernel void k44(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2421,7 +2241,7 @@ kernel void k59(
 }
 
 // node 60: linear (blocks.2.fc) -> blocks.2.fc.out [16x16 tiles]
-kernel void k60(
+kernel void k45(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2465,7 +2285,7 @@ kernel void k60(
 }
 
 // node 60: linear (blocks.2.fc) -> blocks.2.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k60_mma(
+kernel void k45_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2525,7 +2345,7 @@ kernel void k60_mma(
 }
 
 // node 61: unary (blocks.2.gelu0) -> blocks.2.gelu0.out
-kernel void k61(
+kernel void k46(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2538,7 +2358,7 @@ kernel void k61(
 }
 
 // node 62: linear (blocks.2.proj) -> blocks.2.proj.out [16x16 tiles]
-kernel void k62(
+kernel void k47(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2582,7 +2402,7 @@ kernel void k62(
 }
 
 // node 62: linear (blocks.2.proj) -> blocks.2.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k62_mma(
+kernel void k47_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2642,7 +2462,7 @@ kernel void k62_mma(
 }
 
 // node 63: binary (blocks.2.add1) -> blocks.2.add1.out
-kernel void k63(
+kernel void k48(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -2657,7 +2477,7 @@ kernel void k63(
 }
 
 // node 64: layernorm (blocks.3.ln1) -> blocks.3.ln1.out, blocks.3.ln1.mean, blocks.3.ln1.rstd
-kernel void k64(
+kernel void k49(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2686,7 +2506,7 @@ kernel void k64(
 }
 
 // node 65: linear (blocks.3.attn) -> blocks.3.attn.qkv [16x16 tiles]
-kernel void k65(
+kernel void k50(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2730,7 +2550,7 @@ kernel void k65(
 }
 
 // node 65: linear (blocks.3.attn) -> blocks.3.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k65_mma(
+kernel void k50_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2789,20 +2609,8 @@ kernel void k65_mma(
   }
 }
 
-// node 66: reshape (blocks.3.attn) -> blocks.3.attn.qkv_split
-kernel void k66(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 67: permute (blocks.3.attn) -> blocks.3.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k67(
+kernel void k51(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2827,7 +2635,7 @@ kernel void k67(
 }
 
 // node 68: slice (blocks.3.attn) -> blocks.3.attn.q_slice
-kernel void k68(
+kernel void k52(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2839,20 +2647,8 @@ kernel void k68(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 69: reshape (blocks.3.attn) -> blocks.3.attn.q
-kernel void k69(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 70: slice (blocks.3.attn) -> blocks.3.attn.k_slice
-kernel void k70(
+kernel void k53(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2864,20 +2660,8 @@ kernel void k70(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 71: reshape (blocks.3.attn) -> blocks.3.attn.k
-kernel void k71(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 72: slice (blocks.3.attn) -> blocks.3.attn.v_slice
-kernel void k72(
+kernel void k54(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2889,20 +2673,8 @@ kernel void k72(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 73: reshape (blocks.3.attn) -> blocks.3.attn.v
-kernel void k73(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 74: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [16x16 tiles]
-kernel void k74(
+kernel void k55(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -2987,7 +2759,7 @@ kernel void k74(
 }
 
 // node 74: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k74_mma(
+kernel void k55_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -3088,7 +2860,7 @@ kernel void k74_mma(
 }
 
 // node 75: permute (blocks.3.attn) -> blocks.3.attn.o_merge (perm [0,2,1,3])
-kernel void k75(
+kernel void k56(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -3110,20 +2882,8 @@ kernel void k75(
   y[i] = x[src];
 }
 
-// node 76: reshape (blocks.3.attn) -> blocks.3.attn.merged
-kernel void k76(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 77: linear (blocks.3.attn) -> blocks.3.attn.out [16x16 tiles]
-kernel void k77(
+kernel void k57(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3167,7 +2927,7 @@ kernel void k77(
 }
 
 // node 77: linear (blocks.3.attn) -> blocks.3.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k77_mma(
+kernel void k57_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3227,7 +2987,7 @@ kernel void k77_mma(
 }
 
 // node 78: binary (blocks.3.add0) -> blocks.3.add0.out
-kernel void k78(
+kernel void k58(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3242,7 +3002,7 @@ kernel void k78(
 }
 
 // node 79: layernorm (blocks.3.ln2) -> blocks.3.ln2.out, blocks.3.ln2.mean, blocks.3.ln2.rstd
-kernel void k79(
+kernel void k59(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3271,7 +3031,7 @@ kernel void k79(
 }
 
 // node 80: linear (blocks.3.fc) -> blocks.3.fc.out [16x16 tiles]
-kernel void k80(
+kernel void k60(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3315,7 +3075,7 @@ kernel void k80(
 }
 
 // node 80: linear (blocks.3.fc) -> blocks.3.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k80_mma(
+kernel void k60_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3375,7 +3135,7 @@ kernel void k80_mma(
 }
 
 // node 81: unary (blocks.3.gelu0) -> blocks.3.gelu0.out
-kernel void k81(
+kernel void k61(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -3388,7 +3148,7 @@ kernel void k81(
 }
 
 // node 82: linear (blocks.3.proj) -> blocks.3.proj.out [16x16 tiles]
-kernel void k82(
+kernel void k62(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3432,7 +3192,7 @@ kernel void k82(
 }
 
 // node 82: linear (blocks.3.proj) -> blocks.3.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k82_mma(
+kernel void k62_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3492,7 +3252,7 @@ kernel void k82_mma(
 }
 
 // node 83: binary (blocks.3.add1) -> blocks.3.add1.out
-kernel void k83(
+kernel void k63(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3507,7 +3267,7 @@ kernel void k83(
 }
 
 // node 84: layernorm (ln_f) -> ln_f.out, ln_f.mean, ln_f.rstd
-kernel void k84(
+kernel void k64(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3536,7 +3296,7 @@ kernel void k84(
 }
 
 // node 85: linear (head) -> head.out [16x16 tiles]
-kernel void k85(
+kernel void k65(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3579,7 +3339,7 @@ kernel void k85(
 }
 
 // node 85: linear (head) -> head.out [simdgroup_float8x8, Apple7+]
-kernel void k85_mma(
+kernel void k65_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3638,7 +3398,7 @@ kernel void k85_mma(
 }
 
 // node 86: cross_entropy (loss) -> loss
-kernel void k86(
+kernel void k66(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],

@@ -239,20 +239,8 @@ kernel void k5_mma(
   }
 }
 
-// node 6: reshape (blocks.0.attn) -> blocks.0.attn.qkv_split
-kernel void k6(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 7: permute (blocks.0.attn) -> blocks.0.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k7(
+kernel void k6(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -277,7 +265,7 @@ kernel void k7(
 }
 
 // node 8: slice (blocks.0.attn) -> blocks.0.attn.q_slice
-kernel void k8(
+kernel void k7(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -289,20 +277,8 @@ kernel void k8(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 9: reshape (blocks.0.attn) -> blocks.0.attn.q
-kernel void k9(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 10: slice (blocks.0.attn) -> blocks.0.attn.k_slice
-kernel void k10(
+kernel void k8(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -314,20 +290,8 @@ kernel void k10(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 11: reshape (blocks.0.attn) -> blocks.0.attn.k
-kernel void k11(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 12: slice (blocks.0.attn) -> blocks.0.attn.v_slice
-kernel void k12(
+kernel void k9(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -339,20 +303,8 @@ kernel void k12(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 13: reshape (blocks.0.attn) -> blocks.0.attn.v
-kernel void k13(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 14: attention (blocks.0.attn) -> blocks.0.attn.o, blocks.0.attn.lse [16x16 tiles]
-kernel void k14(
+kernel void k10(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -437,7 +389,7 @@ kernel void k14(
 }
 
 // node 14: attention (blocks.0.attn) -> blocks.0.attn.o, blocks.0.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k14_mma(
+kernel void k10_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -538,7 +490,7 @@ kernel void k14_mma(
 }
 
 // node 15: permute (blocks.0.attn) -> blocks.0.attn.o_merge (perm [0,2,1,3])
-kernel void k15(
+kernel void k11(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -560,20 +512,8 @@ kernel void k15(
   y[i] = x[src];
 }
 
-// node 16: reshape (blocks.0.attn) -> blocks.0.attn.merged
-kernel void k16(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 17: linear (blocks.0.attn) -> blocks.0.attn.out [16x16 tiles]
-kernel void k17(
+kernel void k12(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -617,7 +557,7 @@ kernel void k17(
 }
 
 // node 17: linear (blocks.0.attn) -> blocks.0.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k17_mma(
+kernel void k12_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -677,7 +617,7 @@ kernel void k17_mma(
 }
 
 // node 18: binary (blocks.0.add0) -> blocks.0.add0.out
-kernel void k18(
+kernel void k13(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -692,7 +632,7 @@ kernel void k18(
 }
 
 // node 19: layernorm (blocks.0.ln2) -> blocks.0.ln2.out, blocks.0.ln2.mean, blocks.0.ln2.rstd
-kernel void k19(
+kernel void k14(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -721,7 +661,7 @@ kernel void k19(
 }
 
 // node 20: linear (blocks.0.fc) -> blocks.0.fc.out [16x16 tiles]
-kernel void k20(
+kernel void k15(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -765,7 +705,7 @@ kernel void k20(
 }
 
 // node 20: linear (blocks.0.fc) -> blocks.0.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k20_mma(
+kernel void k15_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -825,7 +765,7 @@ kernel void k20_mma(
 }
 
 // node 21: unary (blocks.0.gelu0) -> blocks.0.gelu0.out
-kernel void k21(
+kernel void k16(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -838,7 +778,7 @@ kernel void k21(
 }
 
 // node 22: linear (blocks.0.proj) -> blocks.0.proj.out [16x16 tiles]
-kernel void k22(
+kernel void k17(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -882,7 +822,7 @@ kernel void k22(
 }
 
 // node 22: linear (blocks.0.proj) -> blocks.0.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k22_mma(
+kernel void k17_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -942,7 +882,7 @@ kernel void k22_mma(
 }
 
 // node 23: binary (blocks.0.add1) -> blocks.0.add1.out
-kernel void k23(
+kernel void k18(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -957,7 +897,7 @@ kernel void k23(
 }
 
 // node 24: layernorm (blocks.1.ln1) -> blocks.1.ln1.out, blocks.1.ln1.mean, blocks.1.ln1.rstd
-kernel void k24(
+kernel void k19(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -986,7 +926,7 @@ kernel void k24(
 }
 
 // node 25: linear (blocks.1.attn) -> blocks.1.attn.qkv [16x16 tiles]
-kernel void k25(
+kernel void k20(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1030,7 +970,7 @@ kernel void k25(
 }
 
 // node 25: linear (blocks.1.attn) -> blocks.1.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k25_mma(
+kernel void k20_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1089,20 +1029,8 @@ kernel void k25_mma(
   }
 }
 
-// node 26: reshape (blocks.1.attn) -> blocks.1.attn.qkv_split
-kernel void k26(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 27: permute (blocks.1.attn) -> blocks.1.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k27(
+kernel void k21(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1127,7 +1055,7 @@ kernel void k27(
 }
 
 // node 28: slice (blocks.1.attn) -> blocks.1.attn.q_slice
-kernel void k28(
+kernel void k22(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1139,20 +1067,8 @@ kernel void k28(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 29: reshape (blocks.1.attn) -> blocks.1.attn.q
-kernel void k29(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 30: slice (blocks.1.attn) -> blocks.1.attn.k_slice
-kernel void k30(
+kernel void k23(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1164,20 +1080,8 @@ kernel void k30(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 31: reshape (blocks.1.attn) -> blocks.1.attn.k
-kernel void k31(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 32: slice (blocks.1.attn) -> blocks.1.attn.v_slice
-kernel void k32(
+kernel void k24(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1189,20 +1093,8 @@ kernel void k32(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 33: reshape (blocks.1.attn) -> blocks.1.attn.v
-kernel void k33(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 34: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [16x16 tiles]
-kernel void k34(
+kernel void k25(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -1287,7 +1179,7 @@ kernel void k34(
 }
 
 // node 34: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k34_mma(
+kernel void k25_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -1388,7 +1280,7 @@ kernel void k34_mma(
 }
 
 // node 35: permute (blocks.1.attn) -> blocks.1.attn.o_merge (perm [0,2,1,3])
-kernel void k35(
+kernel void k26(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1410,20 +1302,8 @@ kernel void k35(
   y[i] = x[src];
 }
 
-// node 36: reshape (blocks.1.attn) -> blocks.1.attn.merged
-kernel void k36(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 37: linear (blocks.1.attn) -> blocks.1.attn.out [16x16 tiles]
-kernel void k37(
+kernel void k27(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1467,7 +1347,7 @@ kernel void k37(
 }
 
 // node 37: linear (blocks.1.attn) -> blocks.1.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k37_mma(
+kernel void k27_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1527,7 +1407,7 @@ kernel void k37_mma(
 }
 
 // node 38: binary (blocks.1.add0) -> blocks.1.add0.out
-kernel void k38(
+kernel void k28(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1542,7 +1422,7 @@ kernel void k38(
 }
 
 // node 39: layernorm (blocks.1.ln2) -> blocks.1.ln2.out, blocks.1.ln2.mean, blocks.1.ln2.rstd
-kernel void k39(
+kernel void k29(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1571,7 +1451,7 @@ kernel void k39(
 }
 
 // node 40: linear (blocks.1.fc) -> blocks.1.fc.out [16x16 tiles]
-kernel void k40(
+kernel void k30(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1615,7 +1495,7 @@ kernel void k40(
 }
 
 // node 40: linear (blocks.1.fc) -> blocks.1.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k40_mma(
+kernel void k30_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1675,7 +1555,7 @@ kernel void k40_mma(
 }
 
 // node 41: unary (blocks.1.gelu0) -> blocks.1.gelu0.out
-kernel void k41(
+kernel void k31(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1688,7 +1568,7 @@ kernel void k41(
 }
 
 // node 42: linear (blocks.1.proj) -> blocks.1.proj.out [16x16 tiles]
-kernel void k42(
+kernel void k32(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1732,7 +1612,7 @@ kernel void k42(
 }
 
 // node 42: linear (blocks.1.proj) -> blocks.1.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k42_mma(
+kernel void k32_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1792,7 +1672,7 @@ kernel void k42_mma(
 }
 
 // node 43: binary (blocks.1.add1) -> blocks.1.add1.out
-kernel void k43(
+kernel void k33(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1807,7 +1687,7 @@ kernel void k43(
 }
 
 // node 44: layernorm (blocks.2.ln1) -> blocks.2.ln1.out, blocks.2.ln1.mean, blocks.2.ln1.rstd
-kernel void k44(
+kernel void k34(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1836,7 +1716,7 @@ kernel void k44(
 }
 
 // node 45: linear (blocks.2.attn) -> blocks.2.attn.qkv [16x16 tiles]
-kernel void k45(
+kernel void k35(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1880,7 +1760,7 @@ kernel void k45(
 }
 
 // node 45: linear (blocks.2.attn) -> blocks.2.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k45_mma(
+kernel void k35_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1939,20 +1819,8 @@ kernel void k45_mma(
   }
 }
 
-// node 46: reshape (blocks.2.attn) -> blocks.2.attn.qkv_split
-kernel void k46(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 47: permute (blocks.2.attn) -> blocks.2.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k47(
+kernel void k36(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1977,7 +1845,7 @@ kernel void k47(
 }
 
 // node 48: slice (blocks.2.attn) -> blocks.2.attn.q_slice
-kernel void k48(
+kernel void k37(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1989,20 +1857,8 @@ kernel void k48(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 49: reshape (blocks.2.attn) -> blocks.2.attn.q
-kernel void k49(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 50: slice (blocks.2.attn) -> blocks.2.attn.k_slice
-kernel void k50(
+kernel void k38(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2014,20 +1870,8 @@ kernel void k50(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 51: reshape (blocks.2.attn) -> blocks.2.attn.k
-kernel void k51(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 52: slice (blocks.2.attn) -> blocks.2.attn.v_slice
-kernel void k52(
+kernel void k39(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2039,20 +1883,8 @@ kernel void k52(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 53: reshape (blocks.2.attn) -> blocks.2.attn.v
-kernel void k53(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 54: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [16x16 tiles]
-kernel void k54(
+kernel void k40(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -2137,7 +1969,7 @@ kernel void k54(
 }
 
 // node 54: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k54_mma(
+kernel void k40_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -2238,7 +2070,7 @@ kernel void k54_mma(
 }
 
 // node 55: permute (blocks.2.attn) -> blocks.2.attn.o_merge (perm [0,2,1,3])
-kernel void k55(
+kernel void k41(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2260,20 +2092,8 @@ kernel void k55(
   y[i] = x[src];
 }
 
-// node 56: reshape (blocks.2.attn) -> blocks.2.attn.merged
-kernel void k56(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 57: linear (blocks.2.attn) -> blocks.2.attn.out [16x16 tiles]
-kernel void k57(
+kernel void k42(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2317,7 +2137,7 @@ kernel void k57(
 }
 
 // node 57: linear (blocks.2.attn) -> blocks.2.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k57_mma(
+kernel void k42_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2377,7 +2197,7 @@ kernel void k57_mma(
 }
 
 // node 58: binary (blocks.2.add0) -> blocks.2.add0.out
-kernel void k58(
+kernel void k43(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -2392,7 +2212,7 @@ kernel void k58(
 }
 
 // node 59: layernorm (blocks.2.ln2) -> blocks.2.ln2.out, blocks.2.ln2.mean, blocks.2.ln2.rstd
-kernel void k59(
+kernel void k44(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2421,7 +2241,7 @@ kernel void k59(
 }
 
 // node 60: linear (blocks.2.fc) -> blocks.2.fc.out [16x16 tiles]
-kernel void k60(
+kernel void k45(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2465,7 +2285,7 @@ kernel void k60(
 }
 
 // node 60: linear (blocks.2.fc) -> blocks.2.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k60_mma(
+kernel void k45_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2525,7 +2345,7 @@ kernel void k60_mma(
 }
 
 // node 61: unary (blocks.2.gelu0) -> blocks.2.gelu0.out
-kernel void k61(
+kernel void k46(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2538,7 +2358,7 @@ kernel void k61(
 }
 
 // node 62: linear (blocks.2.proj) -> blocks.2.proj.out [16x16 tiles]
-kernel void k62(
+kernel void k47(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2582,7 +2402,7 @@ kernel void k62(
 }
 
 // node 62: linear (blocks.2.proj) -> blocks.2.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k62_mma(
+kernel void k47_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2642,7 +2462,7 @@ kernel void k62_mma(
 }
 
 // node 63: binary (blocks.2.add1) -> blocks.2.add1.out
-kernel void k63(
+kernel void k48(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -2657,7 +2477,7 @@ kernel void k63(
 }
 
 // node 64: layernorm (blocks.3.ln1) -> blocks.3.ln1.out, blocks.3.ln1.mean, blocks.3.ln1.rstd
-kernel void k64(
+kernel void k49(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2686,7 +2506,7 @@ kernel void k64(
 }
 
 // node 65: linear (blocks.3.attn) -> blocks.3.attn.qkv [16x16 tiles]
-kernel void k65(
+kernel void k50(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2730,7 +2550,7 @@ kernel void k65(
 }
 
 // node 65: linear (blocks.3.attn) -> blocks.3.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k65_mma(
+kernel void k50_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2789,20 +2609,8 @@ kernel void k65_mma(
   }
 }
 
-// node 66: reshape (blocks.3.attn) -> blocks.3.attn.qkv_split
-kernel void k66(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 67: permute (blocks.3.attn) -> blocks.3.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k67(
+kernel void k51(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2827,7 +2635,7 @@ kernel void k67(
 }
 
 // node 68: slice (blocks.3.attn) -> blocks.3.attn.q_slice
-kernel void k68(
+kernel void k52(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2839,20 +2647,8 @@ kernel void k68(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 69: reshape (blocks.3.attn) -> blocks.3.attn.q
-kernel void k69(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 70: slice (blocks.3.attn) -> blocks.3.attn.k_slice
-kernel void k70(
+kernel void k53(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2864,20 +2660,8 @@ kernel void k70(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 71: reshape (blocks.3.attn) -> blocks.3.attn.k
-kernel void k71(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 72: slice (blocks.3.attn) -> blocks.3.attn.v_slice
-kernel void k72(
+kernel void k54(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2889,20 +2673,8 @@ kernel void k72(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 73: reshape (blocks.3.attn) -> blocks.3.attn.v
-kernel void k73(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 74: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [16x16 tiles]
-kernel void k74(
+kernel void k55(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -2987,7 +2759,7 @@ kernel void k74(
 }
 
 // node 74: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k74_mma(
+kernel void k55_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -3088,7 +2860,7 @@ kernel void k74_mma(
 }
 
 // node 75: permute (blocks.3.attn) -> blocks.3.attn.o_merge (perm [0,2,1,3])
-kernel void k75(
+kernel void k56(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -3110,20 +2882,8 @@ kernel void k75(
   y[i] = x[src];
 }
 
-// node 76: reshape (blocks.3.attn) -> blocks.3.attn.merged
-kernel void k76(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 77: linear (blocks.3.attn) -> blocks.3.attn.out [16x16 tiles]
-kernel void k77(
+kernel void k57(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3167,7 +2927,7 @@ kernel void k77(
 }
 
 // node 77: linear (blocks.3.attn) -> blocks.3.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k77_mma(
+kernel void k57_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3227,7 +2987,7 @@ kernel void k77_mma(
 }
 
 // node 78: binary (blocks.3.add0) -> blocks.3.add0.out
-kernel void k78(
+kernel void k58(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3242,7 +3002,7 @@ kernel void k78(
 }
 
 // node 79: layernorm (blocks.3.ln2) -> blocks.3.ln2.out, blocks.3.ln2.mean, blocks.3.ln2.rstd
-kernel void k79(
+kernel void k59(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3271,7 +3031,7 @@ kernel void k79(
 }
 
 // node 80: linear (blocks.3.fc) -> blocks.3.fc.out [16x16 tiles]
-kernel void k80(
+kernel void k60(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3315,7 +3075,7 @@ kernel void k80(
 }
 
 // node 80: linear (blocks.3.fc) -> blocks.3.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k80_mma(
+kernel void k60_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3375,7 +3135,7 @@ kernel void k80_mma(
 }
 
 // node 81: unary (blocks.3.gelu0) -> blocks.3.gelu0.out
-kernel void k81(
+kernel void k61(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -3388,7 +3148,7 @@ kernel void k81(
 }
 
 // node 82: linear (blocks.3.proj) -> blocks.3.proj.out [16x16 tiles]
-kernel void k82(
+kernel void k62(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3432,7 +3192,7 @@ kernel void k82(
 }
 
 // node 82: linear (blocks.3.proj) -> blocks.3.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k82_mma(
+kernel void k62_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3492,7 +3252,7 @@ kernel void k82_mma(
 }
 
 // node 83: binary (blocks.3.add1) -> blocks.3.add1.out
-kernel void k83(
+kernel void k63(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3507,7 +3267,7 @@ kernel void k83(
 }
 
 // node 84: layernorm (ln_f) -> ln_f.out, ln_f.mean, ln_f.rstd
-kernel void k84(
+kernel void k64(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3536,7 +3296,7 @@ kernel void k84(
 }
 
 // node 85: linear (head) -> head.out [16x16 tiles]
-kernel void k85(
+kernel void k65(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3579,7 +3339,7 @@ kernel void k85(
 }
 
 // node 85: linear (head) -> head.out [simdgroup_float8x8, Apple7+]
-kernel void k85_mma(
+kernel void k65_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3638,7 +3398,7 @@ kernel void k85_mma(
 }
 
 // node 86: cross_entropy (loss) -> loss
-kernel void k86(
+kernel void k66(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],
@@ -3666,7 +3426,7 @@ kernel void k86(
 }
 
 // node 87: cross_entropy_grad (loss) -> d_head.out
-kernel void k87(
+kernel void k67(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* dlogits [[buffer(2)]],
@@ -3696,7 +3456,7 @@ kernel void k87(
 }
 
 // node 88: matmul (head) -> d_ln_f.out [16x16 tiles]
-kernel void k88(
+kernel void k68(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3746,7 +3506,7 @@ kernel void k88(
 }
 
 // node 88: matmul (head) -> d_ln_f.out [simdgroup_float8x8, Apple7+]
-kernel void k88_mma(
+kernel void k68_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3811,32 +3571,8 @@ kernel void k88_mma(
   }
 }
 
-// node 89: reshape (head) -> d_head.weight
-kernel void k89(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 169984u) return;
-  y[i] = x[i];
-}
-
-// node 90: reshape (head) -> d_head.weight
-kernel void k90(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 91: matmul (head) -> head.weight.grad [16x16 tiles]
-kernel void k91(
+kernel void k69(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3879,7 +3615,7 @@ kernel void k91(
 }
 
 // node 91: matmul (head) -> head.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k91_mma(
+kernel void k69_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3938,7 +3674,7 @@ kernel void k91_mma(
 }
 
 // node 92: layernorm_grad (ln_f) -> d_blocks.3.add1.out, ln_f.weight.grad, ln_f.bias.grad [dx]
-kernel void k92(
+kernel void k70(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -3972,7 +3708,7 @@ kernel void k92(
 }
 
 // node 92: layernorm_grad (ln_f) -> d_blocks.3.add1.out, ln_f.weight.grad, ln_f.bias.grad [dweight, dbias]
-kernel void k93(
+kernel void k71(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -3995,7 +3731,7 @@ kernel void k93(
 }
 
 // node 93: matmul (blocks.3.proj) -> d_blocks.3.gelu0.out [16x16 tiles]
-kernel void k94(
+kernel void k72(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4045,7 +3781,7 @@ kernel void k94(
 }
 
 // node 93: matmul (blocks.3.proj) -> d_blocks.3.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k94_mma(
+kernel void k72_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4110,32 +3846,8 @@ kernel void k94_mma(
   }
 }
 
-// node 94: reshape (blocks.3.proj) -> d_blocks.3.proj.weight
-kernel void k95(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
-// node 95: reshape (blocks.3.proj) -> d_blocks.3.proj.weight
-kernel void k96(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  y[i] = x[i];
-}
-
 // node 96: matmul (blocks.3.proj) -> blocks.3.proj.weight.grad [16x16 tiles]
-kernel void k97(
+kernel void k73(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4178,7 +3890,7 @@ kernel void k97(
 }
 
 // node 96: matmul (blocks.3.proj) -> blocks.3.proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k97_mma(
+kernel void k73_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4237,7 +3949,7 @@ kernel void k97_mma(
 }
 
 // node 97: sum_to (blocks.3.proj) -> blocks.3.proj.bias.grad
-kernel void k98(
+kernel void k74(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -4259,7 +3971,7 @@ kernel void k98(
 }
 
 // node 98: unary_grad (blocks.3.gelu0) -> d_blocks.3.fc.out
-kernel void k99(
+kernel void k75(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -4273,7 +3985,7 @@ kernel void k99(
 }
 
 // node 99: matmul (blocks.3.fc) -> d_blocks.3.ln2.out [16x16 tiles]
-kernel void k100(
+kernel void k76(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4323,7 +4035,7 @@ kernel void k100(
 }
 
 // node 99: matmul (blocks.3.fc) -> d_blocks.3.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k100_mma(
+kernel void k76_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4388,32 +4100,8 @@ kernel void k100_mma(
   }
 }
 
-// node 100: reshape (blocks.3.fc) -> d_blocks.3.fc.weight
-kernel void k101(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  y[i] = x[i];
-}
-
-// node 101: reshape (blocks.3.fc) -> d_blocks.3.fc.weight
-kernel void k102(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 102: matmul (blocks.3.fc) -> blocks.3.fc.weight.grad [16x16 tiles]
-kernel void k103(
+kernel void k77(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4456,7 +4144,7 @@ kernel void k103(
 }
 
 // node 102: matmul (blocks.3.fc) -> blocks.3.fc.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k103_mma(
+kernel void k77_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4515,7 +4203,7 @@ kernel void k103_mma(
 }
 
 // node 103: sum_to (blocks.3.fc) -> blocks.3.fc.bias.grad
-kernel void k104(
+kernel void k78(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -4537,7 +4225,7 @@ kernel void k104(
 }
 
 // node 104: layernorm_grad (blocks.3.ln2) -> d_blocks.3.add0.out, blocks.3.ln2.weight.grad, blocks.3.ln2.bias.grad [dx]
-kernel void k105(
+kernel void k79(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -4571,7 +4259,7 @@ kernel void k105(
 }
 
 // node 104: layernorm_grad (blocks.3.ln2) -> d_blocks.3.add0.out, blocks.3.ln2.weight.grad, blocks.3.ln2.bias.grad [dweight, dbias]
-kernel void k106(
+kernel void k80(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -4594,7 +4282,7 @@ kernel void k106(
 }
 
 // node 105: binary (blocks.3.ln2) -> d_blocks.3.add0.out
-kernel void k107(
+kernel void k81(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4609,7 +4297,7 @@ kernel void k107(
 }
 
 // node 106: matmul (blocks.3.attn) -> d_blocks.3.attn.merged [16x16 tiles]
-kernel void k108(
+kernel void k82(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4659,7 +4347,7 @@ kernel void k108(
 }
 
 // node 106: matmul (blocks.3.attn) -> d_blocks.3.attn.merged [simdgroup_float8x8, Apple7+]
-kernel void k108_mma(
+kernel void k82_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4724,32 +4412,8 @@ kernel void k108_mma(
   }
 }
 
-// node 107: reshape (blocks.3.attn) -> d_blocks.3.attn.out_proj.weight
-kernel void k109(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
-// node 108: reshape (blocks.3.attn) -> d_blocks.3.attn.out_proj.weight
-kernel void k110(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 109: matmul (blocks.3.attn) -> blocks.3.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k111(
+kernel void k83(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4792,7 +4456,7 @@ kernel void k111(
 }
 
 // node 109: matmul (blocks.3.attn) -> blocks.3.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k111_mma(
+kernel void k83_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4851,7 +4515,7 @@ kernel void k111_mma(
 }
 
 // node 110: sum_to (blocks.3.attn) -> blocks.3.attn.out_proj.bias.grad
-kernel void k112(
+kernel void k84(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -4872,20 +4536,8 @@ kernel void k112(
   y[i] = acc;
 }
 
-// node 111: reshape (blocks.3.attn) -> d_blocks.3.attn.o_merge
-kernel void k113(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 112: permute (blocks.3.attn) -> d_blocks.3.attn.o (perm [0,2,1,3])
-kernel void k114(
+kernel void k85(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -4908,7 +4560,7 @@ kernel void k114(
 }
 
 // node 113: attention_grad (blocks.3.attn) -> d_blocks.3.attn.q, d_blocks.3.attn.k, d_blocks.3.attn.v [dk, dv] [16x16 tiles]
-kernel void k115(
+kernel void k86(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -5005,7 +4657,7 @@ kernel void k115(
 }
 
 // node 113: attention_grad (blocks.3.attn) -> d_blocks.3.attn.q, d_blocks.3.attn.k, d_blocks.3.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k115_mma(
+kernel void k86_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -5162,7 +4814,7 @@ kernel void k115_mma(
 }
 
 // node 113: attention_grad (blocks.3.attn) -> d_blocks.3.attn.q, d_blocks.3.attn.k, d_blocks.3.attn.v [dq] [16x16 tiles]
-kernel void k116(
+kernel void k87(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -5248,7 +4900,7 @@ kernel void k116(
 }
 
 // node 113: attention_grad (blocks.3.attn) -> d_blocks.3.attn.q, d_blocks.3.attn.k, d_blocks.3.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k116_mma(
+kernel void k87_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -5370,20 +5022,8 @@ kernel void k116_mma(
   }
 }
 
-// node 114: reshape (blocks.3.attn) -> d_blocks.3.attn.v_slice
-kernel void k117(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 115: pad (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
-kernel void k118(
+kernel void k88(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5421,20 +5061,8 @@ kernel void k118(
   y[i] = inside ? x[src] : 0.0f;
 }
 
-// node 116: reshape (blocks.3.attn) -> d_blocks.3.attn.k_slice
-kernel void k119(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 117: pad (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
-kernel void k120(
+kernel void k89(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5473,7 +5101,7 @@ kernel void k120(
 }
 
 // node 118: binary (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
-kernel void k121(
+kernel void k90(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5487,20 +5115,8 @@ kernel void k121(
   y[i] = a[ia] + b[ib];
 }
 
-// node 119: reshape (blocks.3.attn) -> d_blocks.3.attn.q_slice
-kernel void k122(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 120: pad (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
-kernel void k123(
+kernel void k91(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5539,7 +5155,7 @@ kernel void k123(
 }
 
 // node 121: binary (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
-kernel void k124(
+kernel void k92(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5554,7 +5170,7 @@ kernel void k124(
 }
 
 // node 122: permute (blocks.3.attn) -> d_blocks.3.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k125(
+kernel void k93(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5578,20 +5194,8 @@ kernel void k125(
   y[i] = x[src];
 }
 
-// node 123: reshape (blocks.3.attn) -> d_blocks.3.attn.qkv
-kernel void k126(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 124: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [16x16 tiles]
-kernel void k127(
+kernel void k94(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5641,7 +5245,7 @@ kernel void k127(
 }
 
 // node 124: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k127_mma(
+kernel void k94_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5706,32 +5310,8 @@ kernel void k127_mma(
   }
 }
 
-// node 125: reshape (blocks.3.attn) -> d_blocks.3.attn.in_proj_weight
-kernel void k128(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
-// node 126: reshape (blocks.3.attn) -> d_blocks.3.attn.in_proj_weight
-kernel void k129(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 127: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k130(
+kernel void k95(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5774,7 +5354,7 @@ kernel void k130(
 }
 
 // node 127: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k130_mma(
+kernel void k95_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5833,7 +5413,7 @@ kernel void k130_mma(
 }
 
 // node 128: sum_to (blocks.3.attn) -> blocks.3.attn.in_proj_bias.grad
-kernel void k131(
+kernel void k96(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5855,7 +5435,7 @@ kernel void k131(
 }
 
 // node 129: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dx]
-kernel void k132(
+kernel void k97(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -5889,7 +5469,7 @@ kernel void k132(
 }
 
 // node 129: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dweight, dbias]
-kernel void k133(
+kernel void k98(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -5912,7 +5492,7 @@ kernel void k133(
 }
 
 // node 130: binary (blocks.3.ln1) -> d_blocks.2.add1.out
-kernel void k134(
+kernel void k99(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5927,7 +5507,7 @@ kernel void k134(
 }
 
 // node 131: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [16x16 tiles]
-kernel void k135(
+kernel void k100(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5977,7 +5557,7 @@ kernel void k135(
 }
 
 // node 131: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k135_mma(
+kernel void k100_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6042,32 +5622,8 @@ kernel void k135_mma(
   }
 }
 
-// node 132: reshape (blocks.2.proj) -> d_blocks.2.proj.weight
-kernel void k136(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
-// node 133: reshape (blocks.2.proj) -> d_blocks.2.proj.weight
-kernel void k137(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  y[i] = x[i];
-}
-
 // node 134: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [16x16 tiles]
-kernel void k138(
+kernel void k101(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6110,7 +5666,7 @@ kernel void k138(
 }
 
 // node 134: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k138_mma(
+kernel void k101_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6169,7 +5725,7 @@ kernel void k138_mma(
 }
 
 // node 135: sum_to (blocks.2.proj) -> blocks.2.proj.bias.grad
-kernel void k139(
+kernel void k102(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -6191,7 +5747,7 @@ kernel void k139(
 }
 
 // node 136: unary_grad (blocks.2.gelu0) -> d_blocks.2.fc.out
-kernel void k140(
+kernel void k103(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -6205,7 +5761,7 @@ kernel void k140(
 }
 
 // node 137: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [16x16 tiles]
-kernel void k141(
+kernel void k104(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6255,7 +5811,7 @@ kernel void k141(
 }
 
 // node 137: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k141_mma(
+kernel void k104_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6320,32 +5876,8 @@ kernel void k141_mma(
   }
 }
 
-// node 138: reshape (blocks.2.fc) -> d_blocks.2.fc.weight
-kernel void k142(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  y[i] = x[i];
-}
-
-// node 139: reshape (blocks.2.fc) -> d_blocks.2.fc.weight
-kernel void k143(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 140: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [16x16 tiles]
-kernel void k144(
+kernel void k105(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6388,7 +5920,7 @@ kernel void k144(
 }
 
 // node 140: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k144_mma(
+kernel void k105_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6447,7 +5979,7 @@ kernel void k144_mma(
 }
 
 // node 141: sum_to (blocks.2.fc) -> blocks.2.fc.bias.grad
-kernel void k145(
+kernel void k106(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -6469,7 +6001,7 @@ kernel void k145(
 }
 
 // node 142: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dx]
-kernel void k146(
+kernel void k107(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -6503,7 +6035,7 @@ kernel void k146(
 }
 
 // node 142: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dweight, dbias]
-kernel void k147(
+kernel void k108(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -6526,7 +6058,7 @@ kernel void k147(
 }
 
 // node 143: binary (blocks.2.ln2) -> d_blocks.2.add0.out
-kernel void k148(
+kernel void k109(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6541,7 +6073,7 @@ kernel void k148(
 }
 
 // node 144: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [16x16 tiles]
-kernel void k149(
+kernel void k110(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6591,7 +6123,7 @@ kernel void k149(
 }
 
 // node 144: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [simdgroup_float8x8, Apple7+]
-kernel void k149_mma(
+kernel void k110_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6656,32 +6188,8 @@ kernel void k149_mma(
   }
 }
 
-// node 145: reshape (blocks.2.attn) -> d_blocks.2.attn.out_proj.weight
-kernel void k150(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
-// node 146: reshape (blocks.2.attn) -> d_blocks.2.attn.out_proj.weight
-kernel void k151(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 147: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k152(
+kernel void k111(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6724,7 +6232,7 @@ kernel void k152(
 }
 
 // node 147: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k152_mma(
+kernel void k111_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6783,7 +6291,7 @@ kernel void k152_mma(
 }
 
 // node 148: sum_to (blocks.2.attn) -> blocks.2.attn.out_proj.bias.grad
-kernel void k153(
+kernel void k112(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -6804,20 +6312,8 @@ kernel void k153(
   y[i] = acc;
 }
 
-// node 149: reshape (blocks.2.attn) -> d_blocks.2.attn.o_merge
-kernel void k154(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 150: permute (blocks.2.attn) -> d_blocks.2.attn.o (perm [0,2,1,3])
-kernel void k155(
+kernel void k113(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -6840,7 +6336,7 @@ kernel void k155(
 }
 
 // node 151: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dk, dv] [16x16 tiles]
-kernel void k156(
+kernel void k114(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -6937,7 +6433,7 @@ kernel void k156(
 }
 
 // node 151: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k156_mma(
+kernel void k114_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -7094,7 +6590,7 @@ kernel void k156_mma(
 }
 
 // node 151: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dq] [16x16 tiles]
-kernel void k157(
+kernel void k115(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -7180,7 +6676,7 @@ kernel void k157(
 }
 
 // node 151: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k157_mma(
+kernel void k115_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -7302,20 +6798,8 @@ kernel void k157_mma(
   }
 }
 
-// node 152: reshape (blocks.2.attn) -> d_blocks.2.attn.v_slice
-kernel void k158(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 153: pad (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k159(
+kernel void k116(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -7353,20 +6837,8 @@ kernel void k159(
   y[i] = inside ? x[src] : 0.0f;
 }
 
-// node 154: reshape (blocks.2.attn) -> d_blocks.2.attn.k_slice
-kernel void k160(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 155: pad (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k161(
+kernel void k117(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -7405,7 +6877,7 @@ kernel void k161(
 }
 
 // node 156: binary (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k162(
+kernel void k118(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7419,20 +6891,8 @@ kernel void k162(
   y[i] = a[ia] + b[ib];
 }
 
-// node 157: reshape (blocks.2.attn) -> d_blocks.2.attn.q_slice
-kernel void k163(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 158: pad (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k164(
+kernel void k119(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -7471,7 +6931,7 @@ kernel void k164(
 }
 
 // node 159: binary (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k165(
+kernel void k120(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7486,7 +6946,7 @@ kernel void k165(
 }
 
 // node 160: permute (blocks.2.attn) -> d_blocks.2.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k166(
+kernel void k121(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -7510,20 +6970,8 @@ kernel void k166(
   y[i] = x[src];
 }
 
-// node 161: reshape (blocks.2.attn) -> d_blocks.2.attn.qkv
-kernel void k167(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 162: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [16x16 tiles]
-kernel void k168(
+kernel void k122(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7573,7 +7021,7 @@ kernel void k168(
 }
 
 // node 162: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k168_mma(
+kernel void k122_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7638,32 +7086,8 @@ kernel void k168_mma(
   }
 }
 
-// node 163: reshape (blocks.2.attn) -> d_blocks.2.attn.in_proj_weight
-kernel void k169(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
-// node 164: reshape (blocks.2.attn) -> d_blocks.2.attn.in_proj_weight
-kernel void k170(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 165: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k171(
+kernel void k123(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7706,7 +7130,7 @@ kernel void k171(
 }
 
 // node 165: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k171_mma(
+kernel void k123_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7765,7 +7189,7 @@ kernel void k171_mma(
 }
 
 // node 166: sum_to (blocks.2.attn) -> blocks.2.attn.in_proj_bias.grad
-kernel void k172(
+kernel void k124(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -7787,7 +7211,7 @@ kernel void k172(
 }
 
 // node 167: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dx]
-kernel void k173(
+kernel void k125(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -7821,7 +7245,7 @@ kernel void k173(
 }
 
 // node 167: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dweight, dbias]
-kernel void k174(
+kernel void k126(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -7844,7 +7268,7 @@ kernel void k174(
 }
 
 // node 168: binary (blocks.2.ln1) -> d_blocks.1.add1.out
-kernel void k175(
+kernel void k127(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7859,7 +7283,7 @@ kernel void k175(
 }
 
 // node 169: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [16x16 tiles]
-kernel void k176(
+kernel void k128(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7909,7 +7333,7 @@ kernel void k176(
 }
 
 // node 169: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k176_mma(
+kernel void k128_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7974,32 +7398,8 @@ kernel void k176_mma(
   }
 }
 
-// node 170: reshape (blocks.1.proj) -> d_blocks.1.proj.weight
-kernel void k177(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
-// node 171: reshape (blocks.1.proj) -> d_blocks.1.proj.weight
-kernel void k178(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  y[i] = x[i];
-}
-
 // node 172: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [16x16 tiles]
-kernel void k179(
+kernel void k129(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8042,7 +7442,7 @@ kernel void k179(
 }
 
 // node 172: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k179_mma(
+kernel void k129_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8101,7 +7501,7 @@ kernel void k179_mma(
 }
 
 // node 173: sum_to (blocks.1.proj) -> blocks.1.proj.bias.grad
-kernel void k180(
+kernel void k130(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -8123,7 +7523,7 @@ kernel void k180(
 }
 
 // node 174: unary_grad (blocks.1.gelu0) -> d_blocks.1.fc.out
-kernel void k181(
+kernel void k131(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -8137,7 +7537,7 @@ kernel void k181(
 }
 
 // node 175: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [16x16 tiles]
-kernel void k182(
+kernel void k132(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8187,7 +7587,7 @@ kernel void k182(
 }
 
 // node 175: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k182_mma(
+kernel void k132_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8252,32 +7652,8 @@ kernel void k182_mma(
   }
 }
 
-// node 176: reshape (blocks.1.fc) -> d_blocks.1.fc.weight
-kernel void k183(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  y[i] = x[i];
-}
-
-// node 177: reshape (blocks.1.fc) -> d_blocks.1.fc.weight
-kernel void k184(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 178: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [16x16 tiles]
-kernel void k185(
+kernel void k133(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8320,7 +7696,7 @@ kernel void k185(
 }
 
 // node 178: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k185_mma(
+kernel void k133_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8379,7 +7755,7 @@ kernel void k185_mma(
 }
 
 // node 179: sum_to (blocks.1.fc) -> blocks.1.fc.bias.grad
-kernel void k186(
+kernel void k134(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -8401,7 +7777,7 @@ kernel void k186(
 }
 
 // node 180: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dx]
-kernel void k187(
+kernel void k135(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -8435,7 +7811,7 @@ kernel void k187(
 }
 
 // node 180: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dweight, dbias]
-kernel void k188(
+kernel void k136(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -8458,7 +7834,7 @@ kernel void k188(
 }
 
 // node 181: binary (blocks.1.ln2) -> d_blocks.1.add0.out
-kernel void k189(
+kernel void k137(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8473,7 +7849,7 @@ kernel void k189(
 }
 
 // node 182: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [16x16 tiles]
-kernel void k190(
+kernel void k138(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8523,7 +7899,7 @@ kernel void k190(
 }
 
 // node 182: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [simdgroup_float8x8, Apple7+]
-kernel void k190_mma(
+kernel void k138_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8588,32 +7964,8 @@ kernel void k190_mma(
   }
 }
 
-// node 183: reshape (blocks.1.attn) -> d_blocks.1.attn.out_proj.weight
-kernel void k191(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
-// node 184: reshape (blocks.1.attn) -> d_blocks.1.attn.out_proj.weight
-kernel void k192(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 185: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k193(
+kernel void k139(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8656,7 +8008,7 @@ kernel void k193(
 }
 
 // node 185: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k193_mma(
+kernel void k139_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8715,7 +8067,7 @@ kernel void k193_mma(
 }
 
 // node 186: sum_to (blocks.1.attn) -> blocks.1.attn.out_proj.bias.grad
-kernel void k194(
+kernel void k140(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -8736,20 +8088,8 @@ kernel void k194(
   y[i] = acc;
 }
 
-// node 187: reshape (blocks.1.attn) -> d_blocks.1.attn.o_merge
-kernel void k195(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 188: permute (blocks.1.attn) -> d_blocks.1.attn.o (perm [0,2,1,3])
-kernel void k196(
+kernel void k141(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -8772,7 +8112,7 @@ kernel void k196(
 }
 
 // node 189: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dk, dv] [16x16 tiles]
-kernel void k197(
+kernel void k142(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -8869,7 +8209,7 @@ kernel void k197(
 }
 
 // node 189: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k197_mma(
+kernel void k142_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -9026,7 +8366,7 @@ kernel void k197_mma(
 }
 
 // node 189: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dq] [16x16 tiles]
-kernel void k198(
+kernel void k143(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -9112,7 +8452,7 @@ kernel void k198(
 }
 
 // node 189: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k198_mma(
+kernel void k143_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -9234,20 +8574,8 @@ kernel void k198_mma(
   }
 }
 
-// node 190: reshape (blocks.1.attn) -> d_blocks.1.attn.v_slice
-kernel void k199(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 191: pad (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k200(
+kernel void k144(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -9285,20 +8613,8 @@ kernel void k200(
   y[i] = inside ? x[src] : 0.0f;
 }
 
-// node 192: reshape (blocks.1.attn) -> d_blocks.1.attn.k_slice
-kernel void k201(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 193: pad (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k202(
+kernel void k145(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -9337,7 +8653,7 @@ kernel void k202(
 }
 
 // node 194: binary (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k203(
+kernel void k146(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9351,20 +8667,8 @@ kernel void k203(
   y[i] = a[ia] + b[ib];
 }
 
-// node 195: reshape (blocks.1.attn) -> d_blocks.1.attn.q_slice
-kernel void k204(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 196: pad (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k205(
+kernel void k147(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -9403,7 +8707,7 @@ kernel void k205(
 }
 
 // node 197: binary (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k206(
+kernel void k148(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9418,7 +8722,7 @@ kernel void k206(
 }
 
 // node 198: permute (blocks.1.attn) -> d_blocks.1.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k207(
+kernel void k149(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -9442,20 +8746,8 @@ kernel void k207(
   y[i] = x[src];
 }
 
-// node 199: reshape (blocks.1.attn) -> d_blocks.1.attn.qkv
-kernel void k208(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 200: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [16x16 tiles]
-kernel void k209(
+kernel void k150(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9505,7 +8797,7 @@ kernel void k209(
 }
 
 // node 200: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k209_mma(
+kernel void k150_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9570,32 +8862,8 @@ kernel void k209_mma(
   }
 }
 
-// node 201: reshape (blocks.1.attn) -> d_blocks.1.attn.in_proj_weight
-kernel void k210(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
-// node 202: reshape (blocks.1.attn) -> d_blocks.1.attn.in_proj_weight
-kernel void k211(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 203: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k212(
+kernel void k151(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9638,7 +8906,7 @@ kernel void k212(
 }
 
 // node 203: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k212_mma(
+kernel void k151_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9697,7 +8965,7 @@ kernel void k212_mma(
 }
 
 // node 204: sum_to (blocks.1.attn) -> blocks.1.attn.in_proj_bias.grad
-kernel void k213(
+kernel void k152(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -9719,7 +8987,7 @@ kernel void k213(
 }
 
 // node 205: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dx]
-kernel void k214(
+kernel void k153(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -9753,7 +9021,7 @@ kernel void k214(
 }
 
 // node 205: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dweight, dbias]
-kernel void k215(
+kernel void k154(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -9776,7 +9044,7 @@ kernel void k215(
 }
 
 // node 206: binary (blocks.1.ln1) -> d_blocks.0.add1.out
-kernel void k216(
+kernel void k155(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9791,7 +9059,7 @@ kernel void k216(
 }
 
 // node 207: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [16x16 tiles]
-kernel void k217(
+kernel void k156(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9841,7 +9109,7 @@ kernel void k217(
 }
 
 // node 207: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k217_mma(
+kernel void k156_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9906,32 +9174,8 @@ kernel void k217_mma(
   }
 }
 
-// node 208: reshape (blocks.0.proj) -> d_blocks.0.proj.weight
-kernel void k218(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
-// node 209: reshape (blocks.0.proj) -> d_blocks.0.proj.weight
-kernel void k219(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  y[i] = x[i];
-}
-
 // node 210: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [16x16 tiles]
-kernel void k220(
+kernel void k157(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9974,7 +9218,7 @@ kernel void k220(
 }
 
 // node 210: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k220_mma(
+kernel void k157_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10033,7 +9277,7 @@ kernel void k220_mma(
 }
 
 // node 211: sum_to (blocks.0.proj) -> blocks.0.proj.bias.grad
-kernel void k221(
+kernel void k158(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -10055,7 +9299,7 @@ kernel void k221(
 }
 
 // node 212: unary_grad (blocks.0.gelu0) -> d_blocks.0.fc.out
-kernel void k222(
+kernel void k159(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -10069,7 +9313,7 @@ kernel void k222(
 }
 
 // node 213: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [16x16 tiles]
-kernel void k223(
+kernel void k160(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10119,7 +9363,7 @@ kernel void k223(
 }
 
 // node 213: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k223_mma(
+kernel void k160_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10184,32 +9428,8 @@ kernel void k223_mma(
   }
 }
 
-// node 214: reshape (blocks.0.fc) -> d_blocks.0.fc.weight
-kernel void k224(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  y[i] = x[i];
-}
-
-// node 215: reshape (blocks.0.fc) -> d_blocks.0.fc.weight
-kernel void k225(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 216: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [16x16 tiles]
-kernel void k226(
+kernel void k161(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10252,7 +9472,7 @@ kernel void k226(
 }
 
 // node 216: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k226_mma(
+kernel void k161_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10311,7 +9531,7 @@ kernel void k226_mma(
 }
 
 // node 217: sum_to (blocks.0.fc) -> blocks.0.fc.bias.grad
-kernel void k227(
+kernel void k162(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -10333,7 +9553,7 @@ kernel void k227(
 }
 
 // node 218: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dx]
-kernel void k228(
+kernel void k163(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -10367,7 +9587,7 @@ kernel void k228(
 }
 
 // node 218: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dweight, dbias]
-kernel void k229(
+kernel void k164(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -10390,7 +9610,7 @@ kernel void k229(
 }
 
 // node 219: binary (blocks.0.ln2) -> d_blocks.0.add0.out
-kernel void k230(
+kernel void k165(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10405,7 +9625,7 @@ kernel void k230(
 }
 
 // node 220: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [16x16 tiles]
-kernel void k231(
+kernel void k166(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10455,7 +9675,7 @@ kernel void k231(
 }
 
 // node 220: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [simdgroup_float8x8, Apple7+]
-kernel void k231_mma(
+kernel void k166_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10520,32 +9740,8 @@ kernel void k231_mma(
   }
 }
 
-// node 221: reshape (blocks.0.attn) -> d_blocks.0.attn.out_proj.weight
-kernel void k232(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
-// node 222: reshape (blocks.0.attn) -> d_blocks.0.attn.out_proj.weight
-kernel void k233(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 223: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k234(
+kernel void k167(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10588,7 +9784,7 @@ kernel void k234(
 }
 
 // node 223: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k234_mma(
+kernel void k167_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10647,7 +9843,7 @@ kernel void k234_mma(
 }
 
 // node 224: sum_to (blocks.0.attn) -> blocks.0.attn.out_proj.bias.grad
-kernel void k235(
+kernel void k168(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -10668,20 +9864,8 @@ kernel void k235(
   y[i] = acc;
 }
 
-// node 225: reshape (blocks.0.attn) -> d_blocks.0.attn.o_merge
-kernel void k236(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 226: permute (blocks.0.attn) -> d_blocks.0.attn.o (perm [0,2,1,3])
-kernel void k237(
+kernel void k169(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -10704,7 +9888,7 @@ kernel void k237(
 }
 
 // node 227: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dk, dv] [16x16 tiles]
-kernel void k238(
+kernel void k170(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -10801,7 +9985,7 @@ kernel void k238(
 }
 
 // node 227: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k238_mma(
+kernel void k170_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -10958,7 +10142,7 @@ kernel void k238_mma(
 }
 
 // node 227: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dq] [16x16 tiles]
-kernel void k239(
+kernel void k171(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -11044,7 +10228,7 @@ kernel void k239(
 }
 
 // node 227: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k239_mma(
+kernel void k171_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -11166,20 +10350,8 @@ kernel void k239_mma(
   }
 }
 
-// node 228: reshape (blocks.0.attn) -> d_blocks.0.attn.v_slice
-kernel void k240(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 229: pad (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k241(
+kernel void k172(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -11217,20 +10389,8 @@ kernel void k241(
   y[i] = inside ? x[src] : 0.0f;
 }
 
-// node 230: reshape (blocks.0.attn) -> d_blocks.0.attn.k_slice
-kernel void k242(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 231: pad (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k243(
+kernel void k173(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -11269,7 +10429,7 @@ kernel void k243(
 }
 
 // node 232: binary (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k244(
+kernel void k174(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -11283,20 +10443,8 @@ kernel void k244(
   y[i] = a[ia] + b[ib];
 }
 
-// node 233: reshape (blocks.0.attn) -> d_blocks.0.attn.q_slice
-kernel void k245(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 234: pad (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k246(
+kernel void k175(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -11335,7 +10483,7 @@ kernel void k246(
 }
 
 // node 235: binary (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k247(
+kernel void k176(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -11350,7 +10498,7 @@ kernel void k247(
 }
 
 // node 236: permute (blocks.0.attn) -> d_blocks.0.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k248(
+kernel void k177(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -11374,20 +10522,8 @@ kernel void k248(
   y[i] = x[src];
 }
 
-// node 237: reshape (blocks.0.attn) -> d_blocks.0.attn.qkv
-kernel void k249(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
 // node 238: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [16x16 tiles]
-kernel void k250(
+kernel void k178(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -11437,7 +10573,7 @@ kernel void k250(
 }
 
 // node 238: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k250_mma(
+kernel void k178_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -11502,32 +10638,8 @@ kernel void k250_mma(
   }
 }
 
-// node 239: reshape (blocks.0.attn) -> d_blocks.0.attn.in_proj_weight
-kernel void k251(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  y[i] = x[i];
-}
-
-// node 240: reshape (blocks.0.attn) -> d_blocks.0.attn.in_proj_weight
-kernel void k252(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  y[i] = x[i];
-}
-
 // node 241: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k253(
+kernel void k179(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -11570,7 +10682,7 @@ kernel void k253(
 }
 
 // node 241: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k253_mma(
+kernel void k179_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -11629,7 +10741,7 @@ kernel void k253_mma(
 }
 
 // node 242: sum_to (blocks.0.attn) -> blocks.0.attn.in_proj_bias.grad
-kernel void k254(
+kernel void k180(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -11651,7 +10763,7 @@ kernel void k254(
 }
 
 // node 243: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dx]
-kernel void k255(
+kernel void k181(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -11685,7 +10797,7 @@ kernel void k255(
 }
 
 // node 243: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dweight, dbias]
-kernel void k256(
+kernel void k182(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -11708,7 +10820,7 @@ kernel void k256(
 }
 
 // node 244: binary (blocks.0.ln1) -> d_add0.out
-kernel void k257(
+kernel void k183(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -11723,7 +10835,7 @@ kernel void k257(
 }
 
 // node 245: embedding_grad (pos) -> pos.weight.grad
-kernel void k258(
+kernel void k184(
     device const float* dy [[buffer(0)]],
     device const int* ids [[buffer(1)]],
     device float* dw [[buffer(2)]],
@@ -11740,7 +10852,7 @@ kernel void k258(
 }
 
 // node 246: embedding_grad (tok) -> tok.weight.grad
-kernel void k259(
+kernel void k185(
     device const float* dy [[buffer(0)]],
     device const int* ids [[buffer(1)]],
     device float* dw [[buffer(2)]],
@@ -11757,7 +10869,7 @@ kernel void k259(
 }
 
 // node 247: adam_update (tok.weight)
-kernel void k260(
+kernel void k186(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11781,7 +10893,7 @@ kernel void k260(
 }
 
 // node 248: adam_update (pos.weight)
-kernel void k261(
+kernel void k187(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11805,7 +10917,7 @@ kernel void k261(
 }
 
 // node 249: adam_update (blocks.0.ln1.weight)
-kernel void k262(
+kernel void k188(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11829,7 +10941,7 @@ kernel void k262(
 }
 
 // node 250: adam_update (blocks.0.ln1.bias)
-kernel void k263(
+kernel void k189(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11853,7 +10965,7 @@ kernel void k263(
 }
 
 // node 251: adam_update (blocks.0.attn.in_proj_weight)
-kernel void k264(
+kernel void k190(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11877,7 +10989,7 @@ kernel void k264(
 }
 
 // node 252: adam_update (blocks.0.attn.in_proj_bias)
-kernel void k265(
+kernel void k191(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11901,7 +11013,7 @@ kernel void k265(
 }
 
 // node 253: adam_update (blocks.0.attn.out_proj.weight)
-kernel void k266(
+kernel void k192(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11925,7 +11037,7 @@ kernel void k266(
 }
 
 // node 254: adam_update (blocks.0.attn.out_proj.bias)
-kernel void k267(
+kernel void k193(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11949,7 +11061,7 @@ kernel void k267(
 }
 
 // node 255: adam_update (blocks.0.ln2.weight)
-kernel void k268(
+kernel void k194(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11973,7 +11085,7 @@ kernel void k268(
 }
 
 // node 256: adam_update (blocks.0.ln2.bias)
-kernel void k269(
+kernel void k195(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -11997,7 +11109,7 @@ kernel void k269(
 }
 
 // node 257: adam_update (blocks.0.fc.weight)
-kernel void k270(
+kernel void k196(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12021,7 +11133,7 @@ kernel void k270(
 }
 
 // node 258: adam_update (blocks.0.fc.bias)
-kernel void k271(
+kernel void k197(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12045,7 +11157,7 @@ kernel void k271(
 }
 
 // node 259: adam_update (blocks.0.proj.weight)
-kernel void k272(
+kernel void k198(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12069,7 +11181,7 @@ kernel void k272(
 }
 
 // node 260: adam_update (blocks.0.proj.bias)
-kernel void k273(
+kernel void k199(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12093,7 +11205,7 @@ kernel void k273(
 }
 
 // node 261: adam_update (blocks.1.ln1.weight)
-kernel void k274(
+kernel void k200(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12117,7 +11229,7 @@ kernel void k274(
 }
 
 // node 262: adam_update (blocks.1.ln1.bias)
-kernel void k275(
+kernel void k201(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12141,7 +11253,7 @@ kernel void k275(
 }
 
 // node 263: adam_update (blocks.1.attn.in_proj_weight)
-kernel void k276(
+kernel void k202(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12165,7 +11277,7 @@ kernel void k276(
 }
 
 // node 264: adam_update (blocks.1.attn.in_proj_bias)
-kernel void k277(
+kernel void k203(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12189,7 +11301,7 @@ kernel void k277(
 }
 
 // node 265: adam_update (blocks.1.attn.out_proj.weight)
-kernel void k278(
+kernel void k204(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12213,7 +11325,7 @@ kernel void k278(
 }
 
 // node 266: adam_update (blocks.1.attn.out_proj.bias)
-kernel void k279(
+kernel void k205(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12237,7 +11349,7 @@ kernel void k279(
 }
 
 // node 267: adam_update (blocks.1.ln2.weight)
-kernel void k280(
+kernel void k206(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12261,7 +11373,7 @@ kernel void k280(
 }
 
 // node 268: adam_update (blocks.1.ln2.bias)
-kernel void k281(
+kernel void k207(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12285,7 +11397,7 @@ kernel void k281(
 }
 
 // node 269: adam_update (blocks.1.fc.weight)
-kernel void k282(
+kernel void k208(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12309,7 +11421,7 @@ kernel void k282(
 }
 
 // node 270: adam_update (blocks.1.fc.bias)
-kernel void k283(
+kernel void k209(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12333,7 +11445,7 @@ kernel void k283(
 }
 
 // node 271: adam_update (blocks.1.proj.weight)
-kernel void k284(
+kernel void k210(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12357,7 +11469,7 @@ kernel void k284(
 }
 
 // node 272: adam_update (blocks.1.proj.bias)
-kernel void k285(
+kernel void k211(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12381,7 +11493,7 @@ kernel void k285(
 }
 
 // node 273: adam_update (blocks.2.ln1.weight)
-kernel void k286(
+kernel void k212(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12405,7 +11517,7 @@ kernel void k286(
 }
 
 // node 274: adam_update (blocks.2.ln1.bias)
-kernel void k287(
+kernel void k213(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12429,7 +11541,7 @@ kernel void k287(
 }
 
 // node 275: adam_update (blocks.2.attn.in_proj_weight)
-kernel void k288(
+kernel void k214(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12453,7 +11565,7 @@ kernel void k288(
 }
 
 // node 276: adam_update (blocks.2.attn.in_proj_bias)
-kernel void k289(
+kernel void k215(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12477,7 +11589,7 @@ kernel void k289(
 }
 
 // node 277: adam_update (blocks.2.attn.out_proj.weight)
-kernel void k290(
+kernel void k216(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12501,7 +11613,7 @@ kernel void k290(
 }
 
 // node 278: adam_update (blocks.2.attn.out_proj.bias)
-kernel void k291(
+kernel void k217(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12525,7 +11637,7 @@ kernel void k291(
 }
 
 // node 279: adam_update (blocks.2.ln2.weight)
-kernel void k292(
+kernel void k218(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12549,7 +11661,7 @@ kernel void k292(
 }
 
 // node 280: adam_update (blocks.2.ln2.bias)
-kernel void k293(
+kernel void k219(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12573,7 +11685,7 @@ kernel void k293(
 }
 
 // node 281: adam_update (blocks.2.fc.weight)
-kernel void k294(
+kernel void k220(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12597,7 +11709,7 @@ kernel void k294(
 }
 
 // node 282: adam_update (blocks.2.fc.bias)
-kernel void k295(
+kernel void k221(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12621,7 +11733,7 @@ kernel void k295(
 }
 
 // node 283: adam_update (blocks.2.proj.weight)
-kernel void k296(
+kernel void k222(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12645,7 +11757,7 @@ kernel void k296(
 }
 
 // node 284: adam_update (blocks.2.proj.bias)
-kernel void k297(
+kernel void k223(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12669,7 +11781,7 @@ kernel void k297(
 }
 
 // node 285: adam_update (blocks.3.ln1.weight)
-kernel void k298(
+kernel void k224(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12693,7 +11805,7 @@ kernel void k298(
 }
 
 // node 286: adam_update (blocks.3.ln1.bias)
-kernel void k299(
+kernel void k225(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12717,7 +11829,7 @@ kernel void k299(
 }
 
 // node 287: adam_update (blocks.3.attn.in_proj_weight)
-kernel void k300(
+kernel void k226(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12741,7 +11853,7 @@ kernel void k300(
 }
 
 // node 288: adam_update (blocks.3.attn.in_proj_bias)
-kernel void k301(
+kernel void k227(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12765,7 +11877,7 @@ kernel void k301(
 }
 
 // node 289: adam_update (blocks.3.attn.out_proj.weight)
-kernel void k302(
+kernel void k228(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12789,7 +11901,7 @@ kernel void k302(
 }
 
 // node 290: adam_update (blocks.3.attn.out_proj.bias)
-kernel void k303(
+kernel void k229(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12813,7 +11925,7 @@ kernel void k303(
 }
 
 // node 291: adam_update (blocks.3.ln2.weight)
-kernel void k304(
+kernel void k230(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12837,7 +11949,7 @@ kernel void k304(
 }
 
 // node 292: adam_update (blocks.3.ln2.bias)
-kernel void k305(
+kernel void k231(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12861,7 +11973,7 @@ kernel void k305(
 }
 
 // node 293: adam_update (blocks.3.fc.weight)
-kernel void k306(
+kernel void k232(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12885,7 +11997,7 @@ kernel void k306(
 }
 
 // node 294: adam_update (blocks.3.fc.bias)
-kernel void k307(
+kernel void k233(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12909,7 +12021,7 @@ kernel void k307(
 }
 
 // node 295: adam_update (blocks.3.proj.weight)
-kernel void k308(
+kernel void k234(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12933,7 +12045,7 @@ kernel void k308(
 }
 
 // node 296: adam_update (blocks.3.proj.bias)
-kernel void k309(
+kernel void k235(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12957,7 +12069,7 @@ kernel void k309(
 }
 
 // node 297: adam_update (ln_f.weight)
-kernel void k310(
+kernel void k236(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -12981,7 +12093,7 @@ kernel void k310(
 }
 
 // node 298: adam_update (ln_f.bias)
-kernel void k311(
+kernel void k237(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -13005,7 +12117,7 @@ kernel void k311(
 }
 
 // node 299: adam_update (head.weight)
-kernel void k312(
+kernel void k238(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
