@@ -5,19 +5,11 @@
 import { Option, type Command } from 'commander';
 import { UserError } from '../compiler/errors.js';
 import { DEVICES } from '../runtime/device.js';
-import { sample } from '../runtime/sampler.js';
+import { sample, type SampleOptions } from '../runtime/sampler.js';
 import { checkSpec, parseNonNegInt, parsePositiveInt } from './train.js';
 
-interface SampleCliOptions {
-  weights: string;
-  prompt?: string;
-  tokens: number;
-  temperature: number;
-  topK?: number;
-  seed: number;
-  device: string;
-  threads?: number;
-}
+/** what commander parses: the sampler's options without the output callbacks */
+type SampleCliOptions = Omit<SampleOptions, 'onText' | 'onNote'> & { device: string };
 
 function parseTemperature(v: string): number {
   const x = Number(v);
@@ -48,14 +40,7 @@ export function register(program: Command): void {
     .action(async (spec: string, o: SampleCliOptions) => {
       const model = await checkSpec(spec);
       const r = await sample(model, {
-        weights: o.weights,
-        prompt: o.prompt,
-        tokens: o.tokens,
-        temperature: o.temperature,
-        topK: o.topK,
-        seed: o.seed,
-        device: o.device,
-        threads: o.threads,
+        ...o,
         onText: (s) => process.stdout.write(s),
         onNote: (m) => process.stderr.write(m + '\n'),
       });
