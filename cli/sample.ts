@@ -20,9 +20,9 @@ function parseTemperature(v: string): number {
 export function register(program: Command): void {
   program
     .command('sample')
-    .description('generate text with a language model trained on text(): `mpsc sample specs/char_gpt.model --weights checkpoints/char_gpt/checkpoint-2000.safetensors`')
+    .description('generate text with a language model trained on text(): `mpsc sample specs/char_gpt.model --weights latest`')
     .argument('<spec>', 'the .model file')
-    .requiredOption('--weights <file>', 'the trained weights (a checkpoint: it holds the vocabulary)')
+    .requiredOption('--weights <ref>', "the trained weights: a checkpoint or weights file, a run folder, or latest (they hold the vocabulary)")
     .option('--prompt <text>', 'text to continue (default: a newline); every character must be in the vocabulary')
     .option('--tokens <n>', 'how many tokens to generate', parsePositiveInt('--tokens'), 500)
     .option('--temperature <t>', 'divide the logits by t before the softmax (0: always the most likely token)', parseTemperature, 1)

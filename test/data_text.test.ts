@@ -171,7 +171,7 @@ describe('bad input: clear errors, exit 1', () => {
     tokens[13] = 90;
     fs.writeFileSync(f, encodeSafetensors(new Map([['tokens', { shape: [4, 8], data: tokens }], ['targets', { shape: [4, 8], data: new Int32Array(32) }]])));
     const msg = userError(() => loadData(model(`safetensors(train: "${f}")`)));
-    expect(msg).toMatch(/sample 1: token id 90 of input 'tokens' \(value 5 of the sample\) is outside embedding 'tok' with 83 rows \[0, 83\)/);
+    expect(msg).toMatch(/sample 1, position 5 of input 'tokens': token id 90 is outside \[0, 83\), the vocabulary of embedding 'tok'/);
   });
   it('a prompt with characters outside the vocabulary', () => {
     const vocab = { tokenizer: 'char' as const, chars: ['\n', ' ', 'a', 'b'] };
