@@ -12,6 +12,7 @@ import { checkSource } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
 import { initParams } from '../compiler/train/init.js';
 import { createBatcher, epochOrder } from '../data/batcher.js';
+import { holdOut } from '../data/dataset.js';
 import { loadData } from '../data/load.js';
 import { bundledTextPath, decodeTokens, encodeText } from '../data/text.js';
 import { saveTensors } from '../runtime/checkpoint.js';
@@ -108,6 +109,19 @@ describe('windows', () => {
     const [tgt, tok] = b.fill(epochOrder(d.test!.count, false, 0, 0), 2);
     expect(Array.from(tok as Int32Array)).toEqual(Array.from(ids.subarray(16, 32)));
     expect(Array.from(tgt as Int32Array)).toEqual(Array.from(ids.subarray(17, 33)));
+  });
+  it('a validation split (val_split) takes the last part of the training tokens as non-overlapping windows', () => {
+    const d = loadData(model(`text("${file()}")`));
+    const w = d.train.windows!;
+    const { train, val } = holdOut(d.train, 0.25, 'x');
+    const cut = w.ids.length - Math.floor(w.ids.length * 0.25);
+    expect(train.windows!.ids.length).toBe(cut);
+    expect(train.windows!.random).toBe(true);
+    expect(train.count).toBe(Math.floor(cut / 8));
+    expect(val.windows!.random).toBe(false);
+    expect(val.count).toBe(Math.floor((w.ids.length - cut - 1) / 8));
+    expect(Array.from(val.windows!.ids.subarray(0, 5))).toEqual(Array.from(w.ids.subarray(cut, cut + 5)));
+    expect(userError(() => holdOut(d.train, 0.001, 'x'))).toMatch(/leaves 0 validation windows/);
   });
   it('tokenizer "byte": 256 ids, the file\'s bytes', () => {
     const f = path.join(dir, 'bytes.txt');
