@@ -38,6 +38,11 @@ export function register(program: Command): void {
         '(tokens/s) is printed on stderr at the end.',
     )
     .action(async (spec: string, o: SampleCliOptions) => {
+      // `mpsc sample ... | head`: a reader that stops early ends the generation quietly
+      process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+        if (e.code === 'EPIPE') process.exit(0);
+        throw e;
+      });
       const model = await checkSpec(spec);
       const r = await sample(model, {
         ...o,
