@@ -5,7 +5,6 @@
  * With --json, a user error is also printed on stdout as `{"ok": false, "diagnostics": [...]}`
  * (compiler/diagnostics.ts JsonDiagnostic: file, line, col, endLine, endCol, severity, message, hint).
  */
-import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { userErrorJson } from '../compiler/diagnostics.js';
 import { UserError } from '../compiler/errors.js';
@@ -14,14 +13,11 @@ import { register as registerBuild } from './build.js';
 import { register as registerTrain } from './train.js';
 import { register as registerEval } from './eval.js';
 import { register as registerBench } from './bench.js';
+import { register as registerPredict } from './predict.js';
 import { register as registerExport } from './export.js';
 import { register as registerReport } from './report.js';
 import { register as registerSample } from './sample.js';
-
-function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
-}
+import { packageVersion } from './version.js';
 
 export async function main(argv: string[]): Promise<number> {
   const program = new Command();
@@ -36,6 +32,7 @@ export async function main(argv: string[]): Promise<number> {
   registerTrain(program);
   registerEval(program);
   registerBench(program);
+  registerPredict(program);
   registerExport(program);
   registerReport(program);
   registerSample(program);

@@ -5,19 +5,11 @@
 import { Option, type Command } from 'commander';
 import { UserError } from '../compiler/errors.js';
 import { DEVICES } from '../runtime/device.js';
-import { sample } from '../runtime/sampler.js';
+import { sample, type SampleOptions } from '../runtime/sampler.js';
 import { checkSpec, parseNonNegInt, parsePositiveInt } from './train.js';
 
-interface SampleCliOptions {
-  weights: string;
-  prompt?: string;
-  tokens: number;
-  temperature: number;
-  topK?: number;
-  seed: number;
-  device: string;
-  threads?: number;
-}
+/** what commander parses: the sampler's options without the output callbacks */
+type SampleCliOptions = Omit<SampleOptions, 'onText' | 'onNote'> & { device: string };
 
 function parseTemperature(v: string): number {
   const x = Number(v);
@@ -28,9 +20,9 @@ function parseTemperature(v: string): number {
 export function register(program: Command): void {
   program
     .command('sample')
-    .description('generate text with a language model trained on text(): `mpsc sample specs/char_gpt.model --weights checkpoints/char_gpt/checkpoint-2000.safetensors`')
+    .description('generate text with a language model trained on text(): `mpsc sample specs/char_gpt.model --weights latest`')
     .argument('<spec>', 'the .model file')
-    .requiredOption('--weights <file>', 'the trained weights (a checkpoint: it holds the vocabulary)')
+    .requiredOption('--weights <ref>', "the trained weights: a checkpoint or weights file, a run folder, or latest (they hold the vocabulary)")
     .option('--prompt <text>', 'text to continue (default: a newline); every character must be in the vocabulary')
     .option('--tokens <n>', 'how many tokens to generate', parsePositiveInt('--tokens'), 500)
     .option('--temperature <t>', 'divide the logits by t before the softmax (0: always the most likely token)', parseTemperature, 1)
@@ -46,16 +38,14 @@ export function register(program: Command): void {
         '(tokens/s) is printed on stderr at the end.',
     )
     .action(async (spec: string, o: SampleCliOptions) => {
+      // `mpsc sample ... | head`: a reader that stops early ends the generation quietly
+      process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+        if (e.code === 'EPIPE') process.exit(0);
+        throw e;
+      });
       const model = await checkSpec(spec);
       const r = await sample(model, {
-        weights: o.weights,
-        prompt: o.prompt,
-        tokens: o.tokens,
-        temperature: o.temperature,
-        topK: o.topK,
-        seed: o.seed,
-        device: o.device,
-        threads: o.threads,
+        ...o,
         onText: (s) => process.stdout.write(s),
         onNote: (m) => process.stderr.write(m + '\n'),
       });

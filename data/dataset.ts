@@ -81,14 +81,33 @@ export function inputRoles(model: CheckedModel): InputRoles {
   return { features, label, classLabels };
 }
 
-/** Check a dataset against the spec: every input present with the right length, finite features, labels in range. */
+/**
+ * i32 inputs that feed an `embedding` directly, with the table size V: their ids must lie in
+ * [0, V) (the smallest table when an input feeds several).
+ */
+export function embeddingIdRanges(model: CheckedModel): Map<string, { vocab: number; layer: string }> {
+  const byValue = new Map(model.inputs.map((i) => [i.value, i]));
+  const out = new Map<string, { vocab: number; layer: string }>();
+  for (const n of model.graph.nodes) {
+    if (n.op !== 'embedding') continue;
+    const inp = byValue.get(n.inputs[0]);
+    if (!inp) continue;
+    const vocab = model.graph.values[n.inputs[1]].shape[0];
+    const layer = model.graph.values[n.inputs[1]].name.replace(/\.weight$/, '');
+    const prev = out.get(inp.name);
+    if (!prev || vocab < prev.vocab) out.set(inp.name, { vocab, layer });
+  }
+  return out;
+}
+
+/** Check a dataset against the spec: every input present with the right length, finite features, labels and token ids in range. */
 export function validateDataset(model: CheckedModel, ds: Dataset): void {
   const roles = inputRoles(model);
+  const ids = embeddingIdRanges(model);
   if (!Number.isInteger(ds.count) || ds.count <= 0) {
     throw new UserError(`${ds.source}: error: the data has no samples\n  help: check the file is the one you meant and is not empty`);
   }
   if (ds.windows) return; // text windows: data/text.ts checks the vocabulary against the model
-  const rows = embeddingRowsByInput(model);
   for (const inp of model.inputs) {
     const src = ds.inputSources?.[inp.name] ?? ds.source;
     const arr = ds.tensors.get(inp.name);
@@ -113,8 +132,20 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
       }
     } else {
       if (!(arr instanceof Int32Array)) throw new Error(`internal: input '${inp.name}' should be an Int32Array`);
+      const emb = ids.get(inp.name);
+      if (emb) {
+        for (let i = 0; i < arr.length; i++) {
+          const v = arr[i];
+          if (v < 0 || v >= emb.vocab) {
+            const s = Math.floor(i / per);
+            throw new UserError(
+              `${src}: error: sample ${s}, position ${i - s * per} of input '${inp.name}': token id ${v} is outside [0, ${emb.vocab}), the vocabulary of embedding '${emb.layer}'\n` +
+                `  help: the embedding has ${emb.vocab} rows; fix the data or make it embedding(${v + 1}, ...) or larger`,
+            );
+          }
+        }
+      }
       const hi = roles.classLabels.has(inp.name) ? model.numClasses : null;
-      const emb = rows.get(inp.name) ?? null;
       for (let i = 0; i < arr.length; i++) {
         const v = arr[i];
         if (v < 0 || (hi !== null && v >= hi)) {
@@ -125,30 +156,55 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
               (hi !== null ? `\n  help: the model has ${hi} classes; fix the label or make the last layer output ${v + 1} or more classes` : ''),
           );
         }
-        if (emb !== null && v >= emb.rows) {
-          const s = Math.floor(i / per);
-          throw new UserError(
-            `${src}: error: sample ${s}: token id ${v} of input '${inp.name}' (value ${i - s * per} of the sample) is outside embedding '${emb.path}' with ${emb.rows} rows [0, ${emb.rows})\n` +
-              `  help: fix the data, or give the embedding at least ${v + 1} rows (num_embeddings)`,
-          );
-        }
       }
     }
   }
 }
 
-/** The smallest embedding (rows, layer path) each i32 input feeds directly: its ids must be below the rows. */
-export function embeddingRowsByInput(model: CheckedModel): Map<string, { rows: number; path: string }> {
-  const out = new Map<string, { rows: number; path: string }>();
-  for (const n of model.graph.nodes) {
-    if (n.op !== 'embedding') continue;
-    const inp = model.inputs.find((i) => i.value === n.inputs[0]);
-    if (!inp) continue;
-    const rows = model.graph.values[n.inputs[1]].shape[0];
-    const prev = out.get(inp.name);
-    if (!prev || rows < prev.rows) out.set(inp.name, { rows, path: n.path ?? 'embedding' });
+/**
+ * Split off the last `fraction` of a dataset (file order) as a validation set: the first
+ * count - floor(count * fraction) samples stay for training.
+ */
+export function holdOut(ds: Dataset, fraction: number, what: string): { train: Dataset; val: Dataset } {
+  if (ds.windows) return holdOutWindows(ds, fraction, what);
+  const nVal = Math.floor(ds.count * fraction);
+  const nTrain = ds.count - nVal;
+  if (nVal < 1 || nTrain < 1) {
+    throw new UserError(
+      `${what}: error: val_split ${fraction} of ${ds.count} training samples leaves ${nVal} for validation and ${nTrain} for training\n` +
+        `  help: use a val_split that keeps at least one sample on each side`,
+    );
   }
-  return out;
+  const part = (from: number, to: number, tag: string): Dataset => {
+    const tensors = new Map<string, DataArray>();
+    for (const [name, a] of ds.tensors) {
+      const per = a.length / ds.count;
+      tensors.set(name, a.slice(from * per, to * per) as DataArray);
+    }
+    return { source: `${ds.source} (${tag})`, count: to - from, tensors, ...(ds.inputSources ? { inputSources: ds.inputSources } : {}) };
+  };
+  return { train: part(0, nTrain, `first ${nTrain} samples`), val: part(nTrain, ds.count, `last ${nVal} samples, validation`) };
+}
+
+/**
+ * Text windows (data/text.ts): the last `fraction` of the training tokens becomes the validation
+ * text (its non-overlapping windows), the rest keeps random training windows (len / T an epoch).
+ */
+function holdOutWindows(ds: Dataset, fraction: number, what: string): { train: Dataset; val: Dataset } {
+  const w = ds.windows!;
+  const cut = w.ids.length - Math.floor(w.ids.length * fraction);
+  const nTrain = Math.floor(cut / w.T);
+  const nVal = Math.floor((w.ids.length - cut - 1) / w.T);
+  if (nVal < 1 || cut < w.T + 1) {
+    throw new UserError(
+      `${what}: error: val_split ${fraction} of ${w.ids.length} training tokens leaves ${nVal} validation windows of ${w.T} and ${cut} tokens for training\n` +
+        `  help: use a val_split that keeps at least one window of T + 1 tokens on each side`,
+    );
+  }
+  return {
+    train: { source: `${ds.source} (first ${cut} tokens)`, count: nTrain, tensors: new Map(), windows: { ...w, ids: w.ids.subarray(0, cut), random: true } },
+    val: { source: `${ds.source} (last ${w.ids.length - cut} tokens, validation)`, count: nVal, tensors: new Map(), windows: { ...w, ids: w.ids.subarray(cut), random: false } },
+  };
 }
 
 /** sha256 over the dataset's arrays (input name order), stored in checkpoints to detect a changed dataset on resume. */

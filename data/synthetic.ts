@@ -11,7 +11,7 @@
  */
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel } from '../compiler/model.js';
-import { embeddingRowsByInput, inputRoles, sampleSize, type DataArray, type DataSplits, type Dataset } from './dataset.js';
+import { embeddingIdRanges, inputRoles, sampleSize, type DataArray, type DataSplits, type Dataset } from './dataset.js';
 import { mix32, normalStream, randBelow, uint32Stream } from './rng.js';
 
 export interface SyntheticSpec {
@@ -24,7 +24,7 @@ export function loadSynthetic(model: CheckedModel, spec: SyntheticSpec): DataSpl
   const roles = inputRoles(model);
   // i32 features (token ids) are uniform over the rows of the embedding they index
   const idFeatures = roles.features.filter((f) => f.dtype === 'i32');
-  const rows = embeddingRowsByInput(model);
+  const rows = embeddingIdRanges(model);
   for (const f of idFeatures) {
     if (!rows.has(f.name)) throw new UserError(`${model.file}: error: synthetic() makes i32 features only for token ids read by an embedding; input '${f.name}' is not`);
   }
@@ -53,7 +53,7 @@ export function loadSynthetic(model: CheckedModel, spec: SyntheticSpec): DataSpl
     const feats = floats.map((f) => new Float32Array(count * sampleSize(f)));
     const ids = idFeatures.map((f) => {
       const a = new Int32Array(count * sampleSize(f));
-      const hi = rows.get(f.name)!.rows;
+      const hi = rows.get(f.name)!.vocab;
       for (let i = 0; i < a.length; i++) a[i] = randBelow(idRand, hi);
       return a;
     });

@@ -23,7 +23,7 @@ import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel, DataSource } from '../compiler/model.js';
-import { inputRoles, type DataSplits, type Dataset } from './dataset.js';
+import { embeddingIdRanges, inputRoles, type DataSplits, type Dataset } from './dataset.js';
 
 export type TextSource = Extract<DataSource, { kind: 'text' }>;
 
@@ -106,23 +106,14 @@ export function textInputs(model: CheckedModel): { tokens: string; targets: stri
   return { tokens: tokens.name, targets: roles.label.name, T: tokens.shape[1] };
 }
 
-/** The rows of the embedding that reads `input` (directly), or null when none does. */
-function embeddingRows(model: CheckedModel, input: string): { rows: number; path: string } | null {
-  const id = model.inputs.find((i) => i.name === input)!.value;
-  for (const n of model.graph.nodes) {
-    if (n.op === 'embedding' && n.inputs[0] === id) return { rows: model.graph.values[n.inputs[1]].shape[0], path: n.path ?? 'embedding' };
-  }
-  return null;
-}
-
 /** Check the vocabulary against the layers that index by token id. */
 export function checkVocabulary(model: CheckedModel, v: Vocabulary, source: string): void {
   const size = vocabSize(v);
   const { tokens } = textInputs(model);
-  const emb = embeddingRows(model, tokens);
+  const emb = embeddingIdRanges(model).get(tokens);
   const what = v.tokenizer === 'char' ? `${size} distinct characters` : '256 byte values';
-  if (emb && size > emb.rows) {
-    throw new UserError(`${source}: error: the text has ${what}, but embedding '${emb.path}' has ${emb.rows} rows (num_embeddings)\n  help: make the embedding embedding(${size}, ...)${model.numClasses !== null ? ` and the output layer ${size} wide` : ''}, or use a text with at most ${emb.rows} distinct characters`);
+  if (emb && size > emb.vocab) {
+    throw new UserError(`${source}: error: the text has ${what}, but embedding '${emb.layer}' has ${emb.vocab} rows (num_embeddings)\n  help: make the embedding embedding(${size}, ...)${model.numClasses !== null ? ` and the output layer ${size} wide` : ''}, or use a text with at most ${emb.vocab} distinct characters`);
   }
   if (model.numClasses !== null && size > model.numClasses) {
     throw new UserError(`${source}: error: the text has ${what}, but the output layer gives ${model.numClasses} classes (the logits' last dim)\n  help: make the output layer linear(${size}, ...)`);

@@ -2,8 +2,9 @@
  * Autoregressive sampling from a trained language model (`mpsc sample`).
  *
  * Consumes: a checked model trained on text() (two i32 [N, T] inputs, a class-last loss over
- *   logits [N, T, V]), a weights file (a checkpoint: its `vocab` metadata gives the tokenizer;
- *   a file without it falls back to the spec's text source), the prompt and sampling options.
+ *   logits [N, T, V]), weights (a checkpoint or weights file, a run folder or `latest`, resolved
+ *   by run_folder.ts; its `vocab` metadata gives the tokenizer; a file without it falls back to
+ *   the spec's text source), the prompt and sampling options.
  * Produces: the prompt then the generated text, streamed through `onText` one token at a time, and the
  *   timing (tokens/s over the generated tokens).
  * Relies on: compiler/ir/sample_program.ts (the eval program at batch 1 returning one
@@ -22,6 +23,7 @@ import { uniformStream } from '../data/rng.js';
 import { checkVocabulary, decodeTokens, encodeText, textInputs, type Vocabulary } from '../data/text.js';
 import { loadIntoSession, programTensorTable, readCheckpointFile } from './checkpoint.js';
 import { openSession } from './device.js';
+import { resolveWeights } from './run_folder.js';
 import { isAuxiliaryTensor, modelTensorNames } from './trainer.js';
 
 export interface SampleOptions {
@@ -86,9 +88,11 @@ export async function sample(model0: CheckedModel, o: SampleOptions): Promise<Sa
   }
   const { T } = textInputs(model0);
   const model: CheckedModel = { ...model0, train: { ...model0.train, batch: 1 } };
-  const st = readCheckpointFile(o.weights);
-  const vocab = vocabFromMetadata(st.metadata, o.weights) ?? (loadData(model).vocab as Vocabulary);
-  checkVocabulary(model, vocab, o.weights);
+  const w = resolveWeights(o.weights, model.name);
+  if (w.note) o.onNote?.(w.note);
+  const st = readCheckpointFile(w.file);
+  const vocab = vocabFromMetadata(st.metadata, w.file) ?? (loadData(model).vocab as Vocabulary);
+  checkVocabulary(model, vocab, w.file);
   const set = buildPrograms(model, { batch: 1 });
   const logits = lossLogits(set.eval);
   if (logits === null) {
@@ -99,7 +103,7 @@ export async function sample(model0: CheckedModel, o: SampleOptions): Promise<Sa
   const names = new Set(table.tensorNames());
   const required = new Set([...modelTensorNames(model)].filter((n) => names.has(n)));
   const load = { required, only: required, ignorable: isAuxiliaryTensor, purpose: '--weights' };
-  loadIntoSession(table, st, o.weights, load);
+  loadIntoSession(table, st, w.file, load);
 
   const promptText = o.prompt ?? (vocab.tokenizer === 'byte' || vocab.chars!.includes('\n') ? '\n' : vocab.chars![0]);
   if (promptText.length === 0) throw new UserError('error: --prompt is empty\n  help: leave it out to start from a newline');
@@ -109,7 +113,7 @@ export async function sample(model0: CheckedModel, o: SampleOptions): Promise<Sa
   o.onNote?.(opened.note);
   const session = opened.session;
   try {
-    loadIntoSession(session, st, o.weights, load);
+    loadIntoSession(session, st, w.file, load);
     const inputNames = set.eval.inputs.map((id) => set.eval.graph.values[id].name);
     const { tokens: tokName } = textInputs(model);
     const tokBuf = new Int32Array(T);

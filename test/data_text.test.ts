@@ -12,6 +12,7 @@ import { checkSource } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
 import { initParams } from '../compiler/train/init.js';
 import { createBatcher, epochOrder } from '../data/batcher.js';
+import { holdOut } from '../data/dataset.js';
 import { loadData } from '../data/load.js';
 import { bundledTextPath, decodeTokens, encodeText } from '../data/text.js';
 import { saveTensors } from '../runtime/checkpoint.js';
@@ -109,6 +110,19 @@ describe('windows', () => {
     expect(Array.from(tok as Int32Array)).toEqual(Array.from(ids.subarray(16, 32)));
     expect(Array.from(tgt as Int32Array)).toEqual(Array.from(ids.subarray(17, 33)));
   });
+  it('a validation split (val_split) takes the last part of the training tokens as non-overlapping windows', () => {
+    const d = loadData(model(`text("${file()}")`));
+    const w = d.train.windows!;
+    const { train, val } = holdOut(d.train, 0.25, 'x');
+    const cut = w.ids.length - Math.floor(w.ids.length * 0.25);
+    expect(train.windows!.ids.length).toBe(cut);
+    expect(train.windows!.random).toBe(true);
+    expect(train.count).toBe(Math.floor(cut / 8));
+    expect(val.windows!.random).toBe(false);
+    expect(val.count).toBe(Math.floor((w.ids.length - cut - 1) / 8));
+    expect(Array.from(val.windows!.ids.subarray(0, 5))).toEqual(Array.from(w.ids.subarray(cut, cut + 5)));
+    expect(userError(() => holdOut(d.train, 0.001, 'x'))).toMatch(/leaves 0 validation windows/);
+  });
   it('tokenizer "byte": 256 ids, the file\'s bytes', () => {
     const f = path.join(dir, 'bytes.txt');
     fs.writeFileSync(f, Buffer.from('héllo wörld '.repeat(30), 'utf8'));
@@ -171,7 +185,7 @@ describe('bad input: clear errors, exit 1', () => {
     tokens[13] = 90;
     fs.writeFileSync(f, encodeSafetensors(new Map([['tokens', { shape: [4, 8], data: tokens }], ['targets', { shape: [4, 8], data: new Int32Array(32) }]])));
     const msg = userError(() => loadData(model(`safetensors(train: "${f}")`)));
-    expect(msg).toMatch(/sample 1: token id 90 of input 'tokens' \(value 5 of the sample\) is outside embedding 'tok' with 83 rows \[0, 83\)/);
+    expect(msg).toMatch(/sample 1, position 5 of input 'tokens': token id 90 is outside \[0, 83\), the vocabulary of embedding 'tok'/);
   });
   it('a prompt with characters outside the vocabulary', () => {
     const vocab = { tokenizer: 'char' as const, chars: ['\n', ' ', 'a', 'b'] };

@@ -77,6 +77,22 @@ describe('specs/char_gpt.model', () => {
   });
 });
 
+describe('attention options', () => {
+  it('dropout > 0 takes the unfused path (dropout on the weights, removed in eval); bias: false drops both biases', () => {
+    const m = checkSource(net('h = tokens -> embedding(10, 8) as tok -> attention(2, causal: true, dropout: 0.1, bias: false) as attn\nlogits = h -> linear(10) as head'), 'x.model');
+    expect(m.graph.nodes.filter((n) => n.path === 'attn').map((n) => n.op)).toEqual([
+      'linear', 'reshape', 'permute', 'slice', 'reshape', 'slice', 'reshape', 'slice', 'reshape',
+      'matmul', 'unary', 'masked_fill', 'softmax', 'dropout', 'matmul', 'permute', 'reshape', 'linear',
+    ]);
+    expect(m.params.filter((p) => p.layer === 'attn').map((p) => p.path)).toEqual(['attn.in_proj_weight', 'attn.out_proj.weight']);
+    const linears = m.graph.nodes.filter((n) => n.path === 'attn' && n.op === 'linear');
+    for (const l of linears) expect(l.inputs[2]).toBe(-1);
+    const p = buildPrograms(m, { batch: 2 });
+    expect(p.eval.graph.nodes.some((n) => n.op === 'dropout')).toBe(false);
+    expect(p.train_step.graph.nodes.some((n) => n.op === 'dropout')).toBe(true);
+  });
+});
+
 describe('repeat as NAME, blocks with integer expressions', () => {
   it('names iteration i of a one-block body NAME.i and of a longer body NAME.i.<layer>', () => {
     const blocks = 'block mlp(d: int) {\n  in x\n  out x -> linear(2 * d) as up -> relu -> linear(d) as down\n}';

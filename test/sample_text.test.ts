@@ -4,6 +4,7 @@
 // reference device: streamed text in the vocabulary, deterministic for a seed, greedy at
 // temperature 0, and a context longer than the window T.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -128,5 +129,18 @@ describe('sample() on the reference device', () => {
     const g1 = await go({ seed: 1, temperature: 0 });
     const g2 = await go({ seed: 2, temperature: 0 });
     expect(g1.r.text).toBe(g2.r.text);
+  });
+});
+
+describe('mpsc sample: user errors exit 1', () => {
+  const mpsc = (...args: string[]) => spawnSync(process.execPath, ['bin/mpsc.js', ...args], { encoding: 'utf8', timeout: 120_000 });
+  it('a negative temperature; a spec that does not train on text()', () => {
+    const { weights } = lm();
+    const t = mpsc('sample', path.join(dir, 'lm.model'), '--weights', weights, '--temperature', '-1');
+    expect(t.status).toBe(1);
+    expect(t.stderr).toMatch(/--temperature must be a number >= 0, got '-1'/);
+    const m = mpsc('sample', 'specs/mnist_mlp.model', '--weights', weights);
+    expect(m.status).toBe(1);
+    expect(m.stderr).toMatch(/mpsc sample generates text, but this spec trains on mnist\(\) data/);
   });
 });

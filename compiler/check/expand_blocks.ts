@@ -6,7 +6,13 @@
  * Paths: `as NAME` names an instance; otherwise `<layer><ordinal>` with one counter per
  * layer type per scope (the ordinal counts named instances too, so naming one layer never
  * renumbers the others). Inside a block instance the path is `<instance>.<layer>`; an
- * unnamed block instance is `<block><ordinal>`.
+ * unnamed block instance is `<block><ordinal>`. `repeat N as NAME` gives iteration i the
+ * prefix `NAME.i.` (fresh counters), and a body with exactly one block call names that block
+ * instance `NAME.i` itself (nn.ModuleList).
+ *
+ * Also here: `a, b = split(...)` (a call of a layer with `outputs` gives one instance per
+ * part, `<path>.<i>`), tensor-by-number arithmetic (one `affine` instance), math functions on
+ * numbers (folded), `inf`, and `tied_to: NAME` arguments (resolved to an earlier instance path).
  */
 import type * as A from '../parser/ast.js';
 import type { DType } from '../ir/graph.js';

@@ -344,7 +344,7 @@ const TENSOR_LAYERS: LayerDef[] = [
       const bias = a.bias as boolean;
       const heads = [BATCH, H, T, D];
       const steps: PlanStep[] = [
-        { op: 'linear', inputs: [{ in: 0 }, { param: 0 }, ...(bias ? [{ param: 1 }] : [])], attrs: {}, outs: [{ suffix: 'qkv', dtype: 'f32', shape: [BATCH, T, 3 * C] }] },
+        { op: 'linear', inputs: [{ in: 0 }, { param: 0 }, bias ? { param: 1 } : { absent: true }], attrs: {}, outs: [{ suffix: 'qkv', dtype: 'f32', shape: [BATCH, T, 3 * C] }] },
         { op: 'reshape', inputs: [{ step: 0 }], attrs: { shape: [BATCH, T, 3, H, D] }, outs: [{ suffix: 'qkv_split', dtype: 'f32', shape: [BATCH, T, 3, H, D] }] },
         { op: 'permute', inputs: [{ step: 1 }], attrs: { perm: [2, 0, 3, 1, 4] }, outs: [{ suffix: 'qkv_heads', dtype: 'f32', shape: [3, BATCH, H, T, D] }] },
       ];
@@ -368,14 +368,14 @@ const TENSOR_LAYERS: LayerDef[] = [
       const o = steps.length - 1;
       steps.push({ op: 'permute', inputs: [{ step: o }], attrs: { perm: [0, 2, 1, 3] }, outs: [{ suffix: 'o_merge', dtype: 'f32', shape: [BATCH, T, H, D] }] });
       steps.push({ op: 'reshape', inputs: [{ step: steps.length - 1 }], attrs: { shape: [BATCH, T, C] }, outs: [{ suffix: 'merged', dtype: 'f32', shape: [BATCH, T, C] }] });
-      steps.push({ op: 'linear', inputs: [{ step: steps.length - 1 }, { param: 2 }, ...(bias ? [{ param: 3 }] : [])], attrs: {}, outs: [{ suffix: 'out', dtype: 'f32', shape: [BATCH, T, C] }] });
+      steps.push({ op: 'linear', inputs: [{ step: steps.length - 1 }, { param: 2 }, bias ? { param: 3 } : { absent: true }], attrs: {}, outs: [{ suffix: 'out', dtype: 'f32', shape: [BATCH, T, C] }] });
       const params: ParamPlan[] = [
         { name: 'in_proj_weight', shape: [3 * C, C], kind: 'param', init: { kind: 'default_weight' } },
         { name: 'in_proj_bias', shape: [3 * C], kind: 'param', init: { kind: 'default_bias', fan_in: C } },
         { name: 'out_proj.weight', shape: [C, C], kind: 'param', init: { kind: 'default_weight' } },
         { name: 'out_proj.bias', shape: [C], kind: 'param', init: { kind: 'default_bias', fan_in: C } },
       ];
-      // without bias the steps still index params 0..3: the bias slots hold null and are not referenced
+      // without bias the steps still index params 0..3: the bias slots hold null and the linears get an absent (-1) bias
       return { op: 'attention', attrs: { causal: a.causal as boolean, scale }, out: f32(s.shape), params: bias ? params : [params[0], null, params[2], null], steps };
     },
   },

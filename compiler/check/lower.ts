@@ -1,6 +1,9 @@
 /**
  * Lowering: expanded layers + their shape plans -> the forward IR Graph (training form,
  * BATCH for N), with parameter declarations, layer summaries, loss and metric outputs.
+ * A plan with `steps` becomes several nodes (all with the layer's path; the last step's
+ * first output is `<path>.out`); a parameter with `tiedTo` is not declared again: the node
+ * reads the earlier parameter's value (weight tying: one tensor, gradients summed by autodiff).
  */
 import { GraphBuilder } from '../ir/graph.js';
 import type { InputDecl, LayerSummary, ParamDecl } from '../model.js';

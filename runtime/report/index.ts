@@ -15,6 +15,7 @@ import { UserError } from '../../compiler/errors.js';
 import { renderSummary, summarize } from '../../compiler/check/summary.js';
 import { plannedPeakBytes } from '../../compiler/ir/print_ir.js';
 import { buildPrograms } from '../../compiler/ir/programs.js';
+import { programsOf } from '../../compiler/ir/graph.js';
 import { writeFileAtomic } from '../checkpoint.js';
 import { buildCharts } from './charts.js';
 import { renderPage, type RunSection } from './html.js';
@@ -45,8 +46,8 @@ function modelSection(specText: string, specFile: string, settingsBatch: number)
     const memory: RunSection['memory'] = [];
     if (m.loss) {
       const set = buildPrograms(m, { batch });
-      for (const p of [set.train_step, set.apply_update, set.eval, set.eval_tail]) {
-        if (p?.plan) memory.push({ program: p.name, batch: p.batch, arenaBytes: p.plan.arenaBytes, persistentBytes: p.plan.persistentBytes, inputBytes: p.plan.inputBytes, peakBytes: p.plan.peakBytes });
+      for (const p of programsOf(set)) {
+        if (p.plan) memory.push({ program: p.name, batch: p.batch, arenaBytes: p.plan.arenaBytes, persistentBytes: p.plan.persistentBytes, inputBytes: p.plan.inputBytes, peakBytes: p.plan.peakBytes });
       }
     }
     return { summary, memory };
