@@ -478,7 +478,8 @@ inline float erf_v(float x) {
 
 // ------------------------------------------------------------------ blocked attention
 // Tile sizes: ATT_BR queries x ATT_BC keys of scores, plus the tile's K transposed ([D][ATT_BC]),
-// stay in L1/L2 for D <= 128. Every output element is computed by one thread in a fixed order
+// stay in L1/L2 for D <= 128. The head size D is a template argument (shapes are static), so the
+// loops over it have constant trip counts and vectorise fully. Every output element is computed by one thread in a fixed order
 // (tiles visited in increasing key order), so results are the same bits for any thread count.
 constexpr int64_t ATT_BR = 32, ATT_BC = 64;
 
@@ -491,8 +492,9 @@ inline int64_t att_key_end(bool causal, int64_t t, int64_t T, int64_t S) { retur
  * rescaled by exp(m_old - m_new) when a key tile raises the max. o = acc / l, lse = m + log l.
  * ws: ATT_BR*ATT_BC + D*ATT_BC + ATT_BR*D + 2*ATT_BR floats.
  */
+template <int64_t D>
 inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
-                               int64_t D, float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
+                               float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
   float* sc = ws;                       // [ATT_BR][ATT_BC] scores, then probabilities
   float* kt = sc + ATT_BR * ATT_BC;     // [D][ATT_BC] the key tile transposed
   float* acc = kt + D * ATT_BC;         // [ATT_BR][D]
@@ -507,22 +509,22 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
     for (int64_t j = 0; j < nc; j++)
       for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * D + d];
     for (int64_t i = 0; i < nr; i++) {
+      const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
+      if (vis <= 0) continue;
       const float* qi = q + (t0 + i) * D;
       float* si = sc + i * ATT_BC;
-      for (int64_t j = 0; j < nc; j++) si[j] = 0.0f;
+      for (int64_t j = 0; j < vis; j++) si[j] = 0.0f;
       for (int64_t d = 0; d < D; d++) {
         const float qd = qi[d] * scale;
         const float* kd = kt + d * ATT_BC;
-        for (int64_t j = 0; j < nc; j++) si[j] += qd * kd[j];
+        for (int64_t j = 0; j < vis; j++) si[j] += qd * kd[j];
       }
-      const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
       float mx = m[i];
       for (int64_t j = 0; j < vis; j++) mx = std::max(mx, si[j]);
-      if (vis <= 0) { for (int64_t j = 0; j < nc; j++) si[j] = 0.0f; continue; }
       const float corr = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first visible tile
       float rs = 0.0f;
-      for (int64_t j = 0; j < vis; j++) { si[j] = std::exp(si[j] - mx); rs += si[j]; }
-      for (int64_t j = vis; j < nc; j++) si[j] = 0.0f;
+      for (int64_t j = 0; j < vis; j++) si[j] = exp_v(si[j] - mx);
+      for (int64_t j = 0; j < vis; j++) rs += si[j];
       l[i] = l[i] * corr + rs;
       m[i] = mx;
       float* ai = acc + i * D;
@@ -550,8 +552,9 @@ inline int64_t attention_fwd_ws(int64_t D) { return ATT_BR * ATT_BC + D * ATT_BC
  * dv += P^T do, dP = do v^T, dS = P (dP - delta) with delta[t] = do[t].o[t], dq += scale dS k,
  * dk += scale dS^T q. dq, dk, dv are overwritten. ws: attention_bwd_ws(T, D) floats.
  */
+template <int64_t D>
 inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                               float* dq, float* dk, float* dv, int64_t T, int64_t S, int64_t D, float scale, bool causal, float* ws) {
+                               float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
   float* p = ws;                     // [ATT_BR][ATT_BC] probabilities, then dS
   float* kt = p + ATT_BR * ATT_BC;   // [D][ATT_BC] key tile transposed
   float* vt = kt + D * ATT_BC;       // [D][ATT_BC] value tile transposed
@@ -578,16 +581,15 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
         const float* gi = dO + t * D;
         float* pi = p + i * ATT_BC;
         const int64_t vis = std::min(nc, att_key_end(causal, t, T, S) - u0);
-        for (int64_t j = 0; j < nc; j++) pi[j] = 0.0f;
         if (vis <= 0) continue;
+        for (int64_t j = 0; j < vis; j++) pi[j] = 0.0f;
         for (int64_t d = 0; d < D; d++) {
           const float qd = qi[d] * scale;
           const float* kd = kt + d * ATT_BC;
-          for (int64_t j = 0; j < nc; j++) pi[j] += qd * kd[j];
+          for (int64_t j = 0; j < vis; j++) pi[j] += qd * kd[j];
         }
         const float L = lse[t];
-        for (int64_t j = 0; j < vis; j++) pi[j] = std::exp(pi[j] - L);
-        for (int64_t j = vis; j < nc; j++) pi[j] = 0.0f;
+        for (int64_t j = 0; j < vis; j++) pi[j] = exp_v(pi[j] - L);
         // dv[u] += p[t,u] do[t]
         for (int64_t j = 0; j < vis; j++) {
           const float pj = pi[j];
@@ -596,11 +598,11 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
         }
         // dP[t,u] = do[t].v[u]; dS = p (dP - delta) * scale, kept in pi
         float dp[ATT_BC];
-        for (int64_t j = 0; j < nc; j++) dp[j] = 0.0f;
+        for (int64_t j = 0; j < vis; j++) dp[j] = 0.0f;
         for (int64_t d = 0; d < D; d++) {
           const float gd = gi[d];
           const float* vd = vt + d * ATT_BC;
-          for (int64_t j = 0; j < nc; j++) dp[j] += gd * vd[j];
+          for (int64_t j = 0; j < vis; j++) dp[j] += gd * vd[j];
         }
         const float dl = delta[t];
         for (int64_t j = 0; j < vis; j++) pi[j] = pi[j] * (dp[j] - dl) * scale;
