@@ -86,8 +86,6 @@ function reduceGeo(k: KernelCtx, xs: readonly number[]) {
   return { ny: prod(keep), nx: prod(xs), count: prod(axes.map((a) => xs[a])), rank: xs.length, dims: list(xs), sy: list(kst) };
 }
 
-
-
 const REDUCE = tpl(`  const float* x = {{x}};
   float* y = {{y}};
 {{#if max}}
