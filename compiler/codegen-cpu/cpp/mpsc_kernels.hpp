@@ -478,7 +478,8 @@ inline float erf_v(float x) {
 
 // ------------------------------------------------------------------ blocked attention
 // Tile sizes: ATT_BR queries x ATT_BC keys of scores, plus the tile's K transposed ([D][ATT_BC]),
-// stay in L1/L2 for D <= 128. Every output element is computed by one thread in a fixed order
+// stay in L1/L2 for D <= 128. The head size D is a template argument (shapes are static), so the
+// loops over it have constant trip counts and vectorise fully. Every output element is computed by one thread in a fixed order
 // (tiles visited in increasing key order), so results are the same bits for any thread count.
 constexpr int64_t ATT_BR = 32, ATT_BC = 64;
 
@@ -491,8 +492,9 @@ inline int64_t att_key_end(bool causal, int64_t t, int64_t T, int64_t S) { retur
  * rescaled by exp(m_old - m_new) when a key tile raises the max. o = acc / l, lse = m + log l.
  * ws: ATT_BR*ATT_BC + D*ATT_BC + ATT_BR*D + 2*ATT_BR floats.
  */
+template <int64_t D>
 inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
-                               int64_t D, float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
+                               float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
   float* sc = ws;                       // [ATT_BR][ATT_BC] scores, then probabilities
   float* kt = sc + ATT_BR * ATT_BC;     // [D][ATT_BC] the key tile transposed
   float* acc = kt + D * ATT_BC;         // [ATT_BR][D]
@@ -507,31 +509,34 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
     for (int64_t j = 0; j < nc; j++)
       for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * D + d];
     for (int64_t i = 0; i < nr; i++) {
+      const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
+      if (vis <= 0) continue;
       const float* qi = q + (t0 + i) * D;
       float* si = sc + i * ATT_BC;
-      for (int64_t j = 0; j < nc; j++) si[j] = 0.0f;
+      for (int64_t j = 0; j < vis; j++) si[j] = 0.0f;
       for (int64_t d = 0; d < D; d++) {
         const float qd = qi[d] * scale;
         const float* kd = kt + d * ATT_BC;
-        for (int64_t j = 0; j < nc; j++) si[j] += qd * kd[j];
+        for (int64_t j = 0; j < vis; j++) si[j] += qd * kd[j];
       }
-      const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
       float mx = m[i];
       for (int64_t j = 0; j < vis; j++) mx = std::max(mx, si[j]);
-      if (vis <= 0) { for (int64_t j = 0; j < nc; j++) si[j] = 0.0f; continue; }
       const float corr = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first visible tile
       float rs = 0.0f;
-      for (int64_t j = 0; j < vis; j++) { si[j] = std::exp(si[j] - mx); rs += si[j]; }
-      for (int64_t j = vis; j < nc; j++) si[j] = 0.0f;
+      for (int64_t j = 0; j < vis; j++) si[j] = exp_v(si[j] - mx);
+      for (int64_t j = 0; j < vis; j++) rs += si[j];
       l[i] = l[i] * corr + rs;
       m[i] = mx;
+      // the row's accumulator in registers (a local array: no aliasing with v)
       float* ai = acc + i * D;
-      if (corr != 1.0f) for (int64_t d = 0; d < D; d++) ai[d] *= corr;
+      float ar[D];
+      for (int64_t d = 0; d < D; d++) ar[d] = ai[d] * corr;
       for (int64_t j = 0; j < vis; j++) {
         const float p = si[j];
         const float* vj = v + (u0 + j) * D;
-        for (int64_t d = 0; d < D; d++) ai[d] += p * vj[d];
+        for (int64_t d = 0; d < D; d++) ar[d] += p * vj[d];
       }
+      for (int64_t d = 0; d < D; d++) ai[d] = ar[d];
     }
   }
   for (int64_t i = 0; i < nr; i++) {
@@ -547,13 +552,16 @@ inline int64_t attention_fwd_ws(int64_t D) { return ATT_BR * ATT_BC + D * ATT_BC
 /**
  * Backward of one head, blocked like the forward: for each key tile (its dk, dv rows owned here)
  * and each query tile that sees it, P = exp(scale q k^T - lse) is recomputed from the saved lse,
- * dv += P^T do, dP = do v^T, dS = P (dP - delta) with delta[t] = do[t].o[t], dq += scale dS k,
- * dk += scale dS^T q. dq, dk, dv are overwritten. ws: attention_bwd_ws(T, D) floats.
+ * dP = do v^T and dS = scale P (dP - delta) with delta[t] = do[t].o[t] are formed as tiles, then
+ * dv += P^T do, dk += dS^T q, dq += dS k with each output row accumulated in registers. dq, dk,
+ * dv are overwritten. ws: attention_bwd_ws(T, D) floats.
  */
+template <int64_t D>
 inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                               float* dq, float* dk, float* dv, int64_t T, int64_t S, int64_t D, float scale, bool causal, float* ws) {
-  float* p = ws;                     // [ATT_BR][ATT_BC] probabilities, then dS
-  float* kt = p + ATT_BR * ATT_BC;   // [D][ATT_BC] key tile transposed
+                               float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
+  float* p = ws;                     // [ATT_BR][ATT_BC] probabilities
+  float* ds = p + ATT_BR * ATT_BC;   // [ATT_BR][ATT_BC] dS
+  float* kt = ds + ATT_BR * ATT_BC;  // [D][ATT_BC] key tile transposed
   float* vt = kt + D * ATT_BC;       // [D][ATT_BC] value tile transposed
   float* delta = vt + D * ATT_BC;    // [T]
   std::memset(dq, 0, sizeof(float) * T * D);
@@ -572,53 +580,61 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
     const int64_t tfirst = causal ? std::max<int64_t>(0, u0 - (S - T)) : 0;
     for (int64_t t0 = tfirst; t0 < T; t0 += ATT_BR) {
       const int64_t nr = std::min(ATT_BR, T - t0);
+      // P and dS = P (dP - delta) scale of the tile, zero where a query does not see a key
       for (int64_t i = 0; i < nr; i++) {
         const int64_t t = t0 + i;
         const float* qi = q + t * D;
         const float* gi = dO + t * D;
         float* pi = p + i * ATT_BC;
-        const int64_t vis = std::min(nc, att_key_end(causal, t, T, S) - u0);
-        for (int64_t j = 0; j < nc; j++) pi[j] = 0.0f;
-        if (vis <= 0) continue;
-        for (int64_t d = 0; d < D; d++) {
-          const float qd = qi[d] * scale;
-          const float* kd = kt + d * ATT_BC;
-          for (int64_t j = 0; j < nc; j++) pi[j] += qd * kd[j];
-        }
-        const float L = lse[t];
-        for (int64_t j = 0; j < vis; j++) pi[j] = std::exp(pi[j] - L);
-        for (int64_t j = vis; j < nc; j++) pi[j] = 0.0f;
-        // dv[u] += p[t,u] do[t]
-        for (int64_t j = 0; j < vis; j++) {
-          const float pj = pi[j];
-          float* dvj = dv + (u0 + j) * D;
-          for (int64_t d = 0; d < D; d++) dvj[d] += pj * gi[d];
-        }
-        // dP[t,u] = do[t].v[u]; dS = p (dP - delta) * scale, kept in pi
+        float* si = ds + i * ATT_BC;
+        const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t, T, S) - u0));
+        for (int64_t j = 0; j < nc; j++) { pi[j] = 0.0f; si[j] = 0.0f; }
+        if (vis == 0) continue;
         float dp[ATT_BC];
-        for (int64_t j = 0; j < nc; j++) dp[j] = 0.0f;
+        for (int64_t j = 0; j < vis; j++) dp[j] = 0.0f;
         for (int64_t d = 0; d < D; d++) {
-          const float gd = gi[d];
+          const float qd = qi[d] * scale, gd = gi[d];
+          const float* kd = kt + d * ATT_BC;
           const float* vd = vt + d * ATT_BC;
-          for (int64_t j = 0; j < nc; j++) dp[j] += gd * vd[j];
+          for (int64_t j = 0; j < vis; j++) { pi[j] += qd * kd[j]; dp[j] += gd * vd[j]; }
         }
-        const float dl = delta[t];
-        for (int64_t j = 0; j < vis; j++) pi[j] = pi[j] * (dp[j] - dl) * scale;
-        // dq[t] += sum_u dS[t,u] k[u]; dk[u] += dS[t,u] q[t]
-        float* dqi = dq + t * D;
-        for (int64_t j = 0; j < vis; j++) {
-          const float sj = pi[j];
+        const float L = lse[t], dl = delta[t];
+        for (int64_t j = 0; j < vis; j++) pi[j] = exp_v(pi[j] - L);
+        for (int64_t j = 0; j < vis; j++) si[j] = pi[j] * (dp[j] - dl) * scale;
+      }
+      // dv[u] += sum_t P[t,u] do[t]; dk[u] += sum_t dS[t,u] q[t]: the key's rows in registers
+      for (int64_t j = 0; j < nc; j++) {
+        float av[D], ak[D];
+        float* dvj = dv + (u0 + j) * D;
+        float* dkj = dk + (u0 + j) * D;
+        for (int64_t d = 0; d < D; d++) { av[d] = dvj[d]; ak[d] = dkj[d]; }
+        for (int64_t i = 0; i < nr; i++) {
+          const float pij = p[i * ATT_BC + j], sij = ds[i * ATT_BC + j];
+          const float* gi = dO + (t0 + i) * D;
+          const float* qi = q + (t0 + i) * D;
+          for (int64_t d = 0; d < D; d++) { av[d] += pij * gi[d]; ak[d] += sij * qi[d]; }
+        }
+        for (int64_t d = 0; d < D; d++) { dvj[d] = av[d]; dkj[d] = ak[d]; }
+      }
+      // dq[t] += sum_u dS[t,u] k[u]
+      for (int64_t i = 0; i < nr; i++) {
+        float aq[D];
+        float* dqi = dq + (t0 + i) * D;
+        for (int64_t d = 0; d < D; d++) aq[d] = dqi[d];
+        const float* si = ds + i * ATT_BC;
+        for (int64_t j = 0; j < nc; j++) {
+          const float sij = si[j];
           const float* kj = k + (u0 + j) * D;
-          float* dkj = dk + (u0 + j) * D;
-          for (int64_t d = 0; d < D; d++) { dqi[d] += sj * kj[d]; dkj[d] += sj * qi[d]; }
+          for (int64_t d = 0; d < D; d++) aq[d] += sij * kj[d];
         }
+        for (int64_t d = 0; d < D; d++) dqi[d] = aq[d];
       }
     }
   }
 }
 
 /** floats of scratch attention_bwd_head needs */
-inline int64_t attention_bwd_ws(int64_t T, int64_t D) { return ATT_BR * ATT_BC + 2 * D * ATT_BC + T; }
+inline int64_t attention_bwd_ws(int64_t T, int64_t D) { return 2 * ATT_BR * ATT_BC + 2 * D * ATT_BC + T; }
 
 }  // namespace mk
 

@@ -25,8 +25,8 @@ const FWD = tpl(`  const float* q = {{q}};
     float* ws = mk::scratch(0, mk::attention_fwd_ws({{D}}));
     for (int64_t w = b; w < e; w++) {
       const int64_t h = w / tiles, t0 = (w % tiles) * mk::ATT_BR, t1 = std::min<int64_t>({{T}}, t0 + mk::ATT_BR);
-      mk::attention_fwd_tile(q + h * {{T}} * {{D}}, k + h * {{S}} * {{D}}, v + h * {{S}} * {{D}}, o + h * {{T}} * {{D}}, lse + h * {{T}},
-                             {{T}}, {{S}}, {{D}}, {{scale}}, {{causal}}, t0, t1, ws);
+      mk::attention_fwd_tile<{{D}}>(q + h * {{T}} * {{D}}, k + h * {{S}} * {{D}}, v + h * {{S}} * {{D}}, o + h * {{T}} * {{D}}, lse + h * {{T}},
+                                    {{T}}, {{S}}, {{scale}}, {{causal}}, t0, t1, ws);
     }
   });
 `);
@@ -49,8 +49,8 @@ const BWD = tpl(`  const float* dO = {{dO}};
     float* ws = mk::scratch(0, mk::attention_bwd_ws({{T}}, {{D}}));
     for (int64_t h = b; h < e; h++) {
       const int64_t qo = h * {{T}} * {{D}}, ko = h * {{S}} * {{D}};
-      mk::attention_bwd_head(dO + qo, q + qo, k + ko, v + ko, o + qo, lse + h * {{T}}, dq + qo, dk + ko, dv + ko,
-                             {{T}}, {{S}}, {{D}}, {{scale}}, {{causal}}, ws);
+      mk::attention_bwd_head<{{D}}>(dO + qo, q + qo, k + ko, v + ko, o + qo, lse + h * {{T}}, dq + qo, dk + ko, dv + ko,
+                                    {{T}}, {{S}}, {{scale}}, {{causal}}, ws);
     }
   });
 `);

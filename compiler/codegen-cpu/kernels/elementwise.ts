@@ -127,16 +127,17 @@ export const reshape: KernelEmitter = (k) => {
   return COPY({ x: k.inPtr(0), y: k.outPtr(0), n });
 };
 
-const SUM_TO = tpl(`  const float* x = {{x}};
-  float* y = {{y}};
-  static const int64_t dims[{{rank}}] = { {{dims}} };
+/**
+ * A row-major walk over x (dims) keeping `off`, the offset of the reduced element each x[i] goes to
+ * (strides sy, 0 on reduced axes); the template's `visit` runs once per element (reductions here
+ * and in tensor.ts).
+ */
+export const STRIDED_WALK = `  static const int64_t dims[{{rank}}] = { {{dims}} };
   static const int64_t sy[{{rank}}] = { {{sy}} };
-  double* acc = (double*)mk::scratch(2, 2 * {{ny}});
-  for (int64_t i = 0; i < {{ny}}; i++) acc[i] = 0.0;
   int64_t idx[{{rank}}] = {0};
   int64_t off = 0;
   for (int64_t i = 0; i < {{nx}}; i++) {
-    acc[off] += x[i];
+{{{visit}}}
     for (int64_t d = {{rank}} - 1; d >= 0; d--) {
       idx[d]++;
       off += sy[d];
@@ -144,7 +145,13 @@ const SUM_TO = tpl(`  const float* x = {{x}};
       off -= sy[d] * dims[d];
       idx[d] = 0;
     }
-  }
+  }`;
+
+const SUM_TO = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  double* acc = (double*)mk::scratch(2, 2 * {{ny}});
+  for (int64_t i = 0; i < {{ny}}; i++) acc[i] = 0.0;
+${STRIDED_WALK}
   for (int64_t i = 0; i < {{ny}}; i++) y[i] = (float)acc[i];
 `);
 
@@ -218,7 +225,7 @@ export const sum_to: KernelEmitter = (k) => {
     return SUM_BLOCK({ x: k.inPtr(0), y: k.outPtr(0), outer, mid: ny, inner, minPar });
   }
   if (xs.length === 0) return COPY({ x: k.inPtr(0), y: k.outPtr(0), n: 1 });
-  return SUM_TO({ x: k.inPtr(0), y: k.outPtr(0), rank: xs.length, dims: xs.join(', '), sy: strides.join(', '), nx, ny });
+  return SUM_TO({ x: k.inPtr(0), y: k.outPtr(0), rank: xs.length, dims: xs.join(', '), sy: strides.join(', '), nx, ny, visit: '    acc[off] += x[i];' });
 };
 
 const DROPOUT = tpl(`  const float* x = {{x}};

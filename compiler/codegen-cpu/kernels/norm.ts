@@ -178,16 +178,23 @@ const LN_GRAD = tpl(`  const float* dy = {{dy}};
       for (int64_t i = 0; i < {{D}}; i++) q[i] = rs * (g[i]{{#if w}} * w[i]{{/if}} - m1 - (p[i] - mu) * rs * m2);
     }
   });
-  mk::par(ctx, {{D}}, 256, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; i++) {
-      double sw = 0.0, sb = 0.0;
+  // dweight / dbias: blocks of 64 columns per work item, rows streamed in order (each column's double
+  // sum runs over the rows in order whatever the split: the same bits for any thread count)
+  mk::par(ctx, ({{D}} + 63) / 64, 2, [&](int64_t b, int64_t e) {
+    double sw[64], sb[64];
+    for (int64_t blk = b; blk < e; blk++) {
+      const int64_t i0 = blk * 64, w = std::min<int64_t>({{D}}, i0 + 64) - i0;
+      for (int64_t j = 0; j < w; j++) { sw[j] = 0.0; sb[j] = 0.0; }
       for (int64_t r = 0; r < {{rows}}; r++) {
-        const float g = dy[r * {{D}} + i];
-        sw += (double)g * ((x[r * {{D}} + i] - mean[r]) * rstd[r]);
-        sb += g;
+        const float* g = dy + r * {{D}} + i0;
+        const float* p = x + r * {{D}} + i0;
+        const float mu = mean[r], rs = rstd[r];
+        for (int64_t j = 0; j < w; j++) {
+          sw[j] += (double)g[j] * ((p[j] - mu) * rs);
+          sb[j] += g[j];
+        }
       }
-      dw[i] = (float)sw;
-      db[i] = (float)sb;
+      for (int64_t j = 0; j < w; j++) { dw[i0 + j] = (float)sw[j]; db[i0 + j] = (float)sb[j]; }
     }
   });
 `);

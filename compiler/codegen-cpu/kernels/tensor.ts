@@ -8,6 +8,7 @@ import { broadcastShapes, broadcastStrides } from '../../ir/shapes.js';
 import { reducedShape } from '../../ir/op_rules/tensor.js';
 import { f32Lit } from '../../cfamily/text.js';
 import { tpl } from '../template.js';
+import { STRIDED_WALK } from './elementwise.js';
 import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
 
 const stridesOf = (s: readonly number[]) => s.map((_, i) => prod(s.slice(i + 1)));
@@ -85,33 +86,18 @@ function reduceGeo(k: KernelCtx, xs: readonly number[]) {
   return { ny: prod(keep), nx: prod(xs), count: prod(axes.map((a) => xs[a])), rank: xs.length, dims: list(xs), sy: list(kst) };
 }
 
-const WALK = `  static const int64_t dims[{{rank}}] = { {{dims}} };
-  static const int64_t sy[{{rank}}] = { {{sy}} };
-  int64_t idx[{{rank}}] = {0};
-  int64_t off = 0;
-  for (int64_t i = 0; i < {{nx}}; i++) {
-{{{visit}}}
-    for (int64_t d = {{rank}} - 1; d >= 0; d--) {
-      idx[d]++;
-      off += sy[d];
-      if (idx[d] < dims[d]) break;
-      off -= sy[d] * dims[d];
-      idx[d] = 0;
-    }
-  }`;
-
 const REDUCE = tpl(`  const float* x = {{x}};
   float* y = {{y}};
 {{#if max}}
   // first maximum per group (NaN counts as the maximum), as the reference and torch.max(dim)
   int64_t* arg = (int64_t*)mk::scratch(2, 2 * {{ny}});
   for (int64_t i = 0; i < {{ny}}; i++) arg[i] = -1;
-${WALK}
+${STRIDED_WALK}
   for (int64_t i = 0; i < {{ny}}; i++) y[i] = x[arg[i]];
 {{else}}
   double* acc = (double*)mk::scratch(2, 2 * {{ny}});
   for (int64_t i = 0; i < {{ny}}; i++) acc[i] = 0.0;
-${WALK}
+${STRIDED_WALK}
   for (int64_t i = 0; i < {{ny}}; i++) y[i] = (float)(acc[i]{{#if mean}} / {{count}}.0{{/if}});
 {{/if}}
 `);
@@ -130,7 +116,7 @@ const REDUCE_MAX_GRAD = tpl(`  const float* dy = {{dy}};
   float* dx = {{dx}};
   int64_t* arg = (int64_t*)mk::scratch(2, 2 * {{ny}});
   for (int64_t i = 0; i < {{ny}}; i++) arg[i] = -1;
-${WALK}
+${STRIDED_WALK}
   std::memset(dx, 0, sizeof(float) * {{nx}});
   for (int64_t i = 0; i < {{ny}}; i++) dx[arg[i]] = dy[i];
 `);
