@@ -16,6 +16,7 @@ import { register as registerBench } from './bench.js';
 import { register as registerPredict } from './predict.js';
 import { register as registerExport } from './export.js';
 import { register as registerReport } from './report.js';
+import { register as registerSample } from './sample.js';
 import { packageVersion } from './version.js';
 
 export async function main(argv: string[]): Promise<number> {
@@ -34,6 +35,7 @@ export async function main(argv: string[]): Promise<number> {
   registerPredict(program);
   registerExport(program);
   registerReport(program);
+  registerSample(program);
   try {
     await program.parseAsync(argv, { from: 'user' });
     return typeof process.exitCode === 'number' ? process.exitCode : 0;

@@ -80,7 +80,9 @@ export type DataSource =
   | { kind: 'mnist'; dir: string | null; normalize: boolean }
   | { kind: 'csv'; train: string; test: string | null; label_column: string | number | null; normalize: number | null }
   | { kind: 'safetensors'; train: string; test: string | null; inputs: Record<string, string> } // spec input name -> tensor name
-  | { kind: 'synthetic'; train_size: number; test_size: number; seed: number };
+  | { kind: 'synthetic'; train_size: number; test_size: number; seed: number }
+  // file null: the bundled Moby Dick text (data/text.ts); token windows of the inputs' T
+  | { kind: 'text'; file: string | null; tokenizer: 'char' | 'byte' };
 
 export interface TrainConfig {
   data: DataSource;

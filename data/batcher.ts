@@ -35,11 +35,42 @@ export function epochOrder(count: number, shuffle: boolean, seed: number, epoch:
 /** Assembles batches of `batch` samples for the given inputs (in program input order) into reused arrays. */
 export interface Batcher {
   readonly batch: number;
-  /** fill the batch made of order[start .. start+batch) (wrapping to the start of order) and return it */
-  fill(order: Uint32Array, start: number): Batch;
+  /**
+   * fill the batch made of order[start .. start+batch) (wrapping to the start of order) and return it;
+   * text windows with random starts (data/text.ts) draw window k of the epoch from (seed, epoch, k)
+   */
+  fill(order: Uint32Array, start: number, epoch?: number): Batch;
 }
 
-export function createBatcher(ds: Dataset, inputNames: string[], batch: number): Batcher {
+/** The start of training window `k` of `epoch`: uniform in [0, len - T - 1], a pure function of (seed, epoch, k). */
+export function randomWindowStart(seed: number, epoch: number, k: number, len: number, T: number): number {
+  const next = uint32Stream(mix32((seed >>> 0) ^ mix32((epoch + 1) >>> 0)) ^ mix32((k + 0x5bd1e995) >>> 0));
+  return randBelow(next, len - T);
+}
+
+function createWindowBatcher(ds: Dataset, inputNames: string[], batch: number, seed: number): Batcher {
+  const w = ds.windows!;
+  const bufs = inputNames.map(() => new Int32Array(batch * w.T));
+  const shift = inputNames.map((n) => {
+    if (n === w.tokens) return 0;
+    if (n === w.targets) return 1;
+    throw new Error(`internal: text windows have no input '${n}'`);
+  });
+  return {
+    batch,
+    fill(order: Uint32Array, start: number, epoch = 0): Batch {
+      const n = order.length;
+      for (let b = 0; b < batch; b++) {
+        const s = w.random ? randomWindowStart(seed, epoch, start + b, w.ids.length, w.T) : order[(start + b) % n] * w.T;
+        for (let k = 0; k < bufs.length; k++) bufs[k].set(w.ids.subarray(s + shift[k], s + shift[k] + w.T), b * w.T);
+      }
+      return bufs;
+    },
+  };
+}
+
+export function createBatcher(ds: Dataset, inputNames: string[], batch: number, seed = 0): Batcher {
+  if (ds.windows) return createWindowBatcher(ds, inputNames, batch, seed);
   const srcs: DataArray[] = inputNames.map((n) => {
     const a = ds.tensors.get(n);
     if (!a) throw new Error(`internal: dataset ${ds.source} has no array for input '${n}'`);

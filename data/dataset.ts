@@ -9,6 +9,7 @@
 import { createHash } from 'node:crypto';
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel, InputDecl } from '../compiler/model.js';
+import type { Vocabulary } from './text.js';
 
 export type DataArray = Float32Array | Int32Array;
 
@@ -19,12 +20,20 @@ export interface Dataset {
   tensors: Map<string, DataArray>;
   /** the file each input came from, when the inputs come from different files (IDX images / labels) */
   inputSources?: Record<string, string>;
+  /**
+   * text data (data/text.ts): `tensors` is empty and sample k is a window of T + 1 tokens of
+   * `ids` (inputs `tokens` = its first T, `targets` = its last T), cut by data/batcher.ts:
+   * random: seeded random starts (training); else the non-overlapping window k*T (evaluation)
+   */
+  windows?: { ids: Int32Array; T: number; tokens: string; targets: string; random: boolean };
 }
 
 export interface DataSplits {
   train: Dataset;
   /** null when the spec gives no test data */
   test: Dataset | null;
+  /** text data: the tokenizer's vocabulary (stored in checkpoints for `mpsc sample`) */
+  vocab?: Vocabulary;
 }
 
 /** elements per sample of an input (its shape without the leading batch dimension) */
@@ -98,6 +107,7 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
   if (!Number.isInteger(ds.count) || ds.count <= 0) {
     throw new UserError(`${ds.source}: error: the data has no samples\n  help: check the file is the one you meant and is not empty`);
   }
+  if (ds.windows) return; // text windows: data/text.ts checks the vocabulary against the model
   for (const inp of model.inputs) {
     const src = ds.inputSources?.[inp.name] ?? ds.source;
     const arr = ds.tensors.get(inp.name);
@@ -156,6 +166,7 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
  * count - floor(count * fraction) samples stay for training.
  */
 export function holdOut(ds: Dataset, fraction: number, what: string): { train: Dataset; val: Dataset } {
+  if (ds.windows) return holdOutWindows(ds, fraction, what);
   const nVal = Math.floor(ds.count * fraction);
   const nTrain = ds.count - nVal;
   if (nVal < 1 || nTrain < 1) {
@@ -175,9 +186,35 @@ export function holdOut(ds: Dataset, fraction: number, what: string): { train: D
   return { train: part(0, nTrain, `first ${nTrain} samples`), val: part(nTrain, ds.count, `last ${nVal} samples, validation`) };
 }
 
+/**
+ * Text windows (data/text.ts): the last `fraction` of the training tokens becomes the validation
+ * text (its non-overlapping windows), the rest keeps random training windows (len / T an epoch).
+ */
+function holdOutWindows(ds: Dataset, fraction: number, what: string): { train: Dataset; val: Dataset } {
+  const w = ds.windows!;
+  const cut = w.ids.length - Math.floor(w.ids.length * fraction);
+  const nTrain = Math.floor(cut / w.T);
+  const nVal = Math.floor((w.ids.length - cut - 1) / w.T);
+  if (nVal < 1 || cut < w.T + 1) {
+    throw new UserError(
+      `${what}: error: val_split ${fraction} of ${w.ids.length} training tokens leaves ${nVal} validation windows of ${w.T} and ${cut} tokens for training\n` +
+        `  help: use a val_split that keeps at least one window of T + 1 tokens on each side`,
+    );
+  }
+  return {
+    train: { source: `${ds.source} (first ${cut} tokens)`, count: nTrain, tensors: new Map(), windows: { ...w, ids: w.ids.subarray(0, cut), random: true } },
+    val: { source: `${ds.source} (last ${w.ids.length - cut} tokens, validation)`, count: nVal, tensors: new Map(), windows: { ...w, ids: w.ids.subarray(cut), random: false } },
+  };
+}
+
 /** sha256 over the dataset's arrays (input name order), stored in checkpoints to detect a changed dataset on resume. */
 export function datasetChecksum(ds: Dataset): string {
   const h = createHash('sha256');
+  if (ds.windows) {
+    const w = ds.windows;
+    h.update(`windows T=${w.T}`);
+    h.update(new Uint8Array(w.ids.buffer, w.ids.byteOffset, w.ids.byteLength));
+  }
   for (const name of [...ds.tensors.keys()].sort()) {
     const a = ds.tensors.get(name)!;
     h.update(name);

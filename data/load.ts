@@ -12,6 +12,7 @@ import { loadIdxMnist } from './idx.js';
 import { loadCsv } from './csv.js';
 import { loadSafetensorsData } from './safetensors_source.js';
 import { loadSynthetic } from './synthetic.js';
+import { loadText } from './text.js';
 
 export function resolveDataPath(model: CheckedModel, p: string): string {
   if (path.isAbsolute(p)) return p;
@@ -40,6 +41,8 @@ function loadSource(model: CheckedModel, src: DataSource): DataSplits {
       };
     case 'synthetic':
       return loadSynthetic(model, src);
+    case 'text':
+      return loadText(model, src, src.file === null ? null : resolveDataPath(model, src.file));
   }
 }
 

@@ -6,7 +6,8 @@
  * all F32, plus `<layer>.num_batches_tracked` (I64, as in torch's state_dict) for every
  * batchnorm layer. `__metadata__` (all strings): format, model, spec_hash, data_sha256,
  * seed, step, epoch, batch_in_epoch, counter, total_steps, batch, grad_accum, shuffle,
- * drop_last, device, tensors_sha256 (sha256 of the data block: detects corruption).
+ * drop_last, device, tensors_sha256 (sha256 of the data block: detects corruption), and for text
+ * data vocab (the tokenizer and its characters, JSON: `mpsc sample` decodes with it).
  *
  * Files are written atomically: a temporary file in the same folder, fsync, rename, fsync
  * the folder. A folder keeps `checkpoint-<step>.safetensors` files; `latest` is found by
@@ -20,6 +21,7 @@ import type { CheckedModel } from '../compiler/model.js';
 import { isPersistent, programsOf, type ProgramSet } from '../compiler/ir/graph.js';
 import { asU8, decodeSafetensors, encodeSafetensors, tensorToF32, type StFile, type StWriteTensor } from './safetensors.js';
 import type { Session } from './session.js';
+import type { Vocabulary } from '../data/text.js';
 
 export const CHECKPOINT_FORMAT = 'mpsc-checkpoint-1';
 
@@ -47,6 +49,8 @@ export interface CheckpointInfo extends TrainPosition {
   device: string;
   /** seconds of training (every session of the run, resumed ones included) up to this checkpoint */
   trainSeconds?: number;
+  /** text data: the tokenizer's vocabulary (metadata key `vocab`, JSON), read by `mpsc sample` */
+  vocab?: Vocabulary;
 }
 
 /** torch's batchnorm layers carry num_batches_tracked; ours are the layers with a `<layer>.running_mean` state. */
@@ -72,6 +76,7 @@ export function infoToMetadata(info: CheckpointInfo): Record<string, string> {
     drop_last: String(info.dropLast),
     device: info.device,
     train_seconds: String(info.trainSeconds ?? 0),
+    ...(info.vocab ? { vocab: JSON.stringify(info.vocab) } : {}),
   };
 }
 

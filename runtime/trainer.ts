@@ -280,6 +280,8 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   // computed when first needed (resume check, first checkpoint): keeps it off the path to the first step
   let dataShaMemo: string | null = null;
   const dataSha = () => (dataShaMemo ??= datasetChecksum(train));
+  // text data: the vocabulary goes into every weights file too (mpsc sample reads it)
+  const vocabMeta: Record<string, string> = data.vocab ? { vocab: JSON.stringify(data.vocab) } : {};
   if (resumeInfo && resumeInfo.dataSha256 && resumeInfo.dataSha256 !== dataSha()) {
     throw new UserError(`${resumeFile}: error: the training data changed since this checkpoint was written (${train.source})\n  help: resume with the same data (and the same val_split)`);
   }
@@ -353,7 +355,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       }
     }
     if (opts.saveInit !== undefined) {
-      saveWeights(opts.saveInit, session, model, pos.counter, { seed: String(cfg.seed) });
+      saveWeights(opts.saveInit, session, model, pos.counter, { seed: String(cfg.seed), ...vocabMeta });
       emit({ kind: 'note', message: `initial parameters written to ${opts.saveInit}` });
     }
     for (const f of [...(runDir !== null ? [path.join(runDir, METRICS_FILE)] : []), ...(opts.metricsFile !== undefined ? [opts.metricsFile] : [])]) {
@@ -385,6 +387,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       dropLast: cfg.drop_last,
       device: opened.device,
       trainSeconds: trainSeconds(),
+      ...(data.vocab ? { vocab: data.vocab } : {}),
     });
     let lastCheckpoint: string | null = null;
     let lastCheckpointStep = -1;
@@ -396,7 +399,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       lastCheckpoint = file;
       lastCheckpointStep = pos.step;
       weightsFile = path.join(ckptDir, WEIGHTS_FILE);
-      saveWeights(weightsFile, session, model, pos.counter, { seed: String(cfg.seed), step: String(pos.step) });
+      saveWeights(weightsFile, session, model, pos.counter, { seed: String(cfg.seed), step: String(pos.step), ...vocabMeta });
       emit({ kind: 'checkpoint', step: pos.step, file });
     };
 
@@ -462,7 +465,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     emit({ kind: 'start', device: opened.device, totalSteps, stepsPerEpoch, startStep: pos.step, batch: B, trainSamples: train.count, testSamples: test?.count ?? 0 });
 
     const trainNames = programs.train_step.inputs.map((id) => programs.train_step.graph.values[id].name);
-    const batcher = createBatcher(train, trainNames, B);
+    const batcher = createBatcher(train, trainNames, B, cfg.seed);
     const outNames = programs.train_step.outputs.map((o) => o.name);
     const lossIdx = outNames.indexOf('loss');
     const hasApply = session.hasProgram('apply_update');
@@ -483,7 +486,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       const sums = new Float64Array(outNames.length);
       for (let k = 0; k < K; k++) {
         scalars.counter = pos.counter;
-        const out = session.run('train_step', batcher.fill(order, pos.batchInEpoch * B), scalars);
+        const out = session.run('train_step', batcher.fill(order, pos.batchInEpoch * B, pos.epoch), scalars);
         pos.counter += 1;
         pos.batchInEpoch += 1;
         if (nanCheck && lossIdx >= 0 && !Number.isFinite(out[lossIdx])) {

@@ -36,6 +36,8 @@ interface Case {
   inputs: (In | null)[];
   outShapes: number[][];
   attrs?: Record<string, AttrValue>;
+  /** the (single) output is i32 */
+  outI32?: boolean;
 }
 
 const convOut = (H: number, K: number, s: number, p: number, d: number) => Math.floor((H + 2 * p - d * (K - 1) - 1) / s) + 1;
@@ -109,6 +111,74 @@ function gemmCases(): Case[] {
       });
     }
   }
+  // batched matmul: broadcast batch dims (b shared by a's leading dim), transposes, the shared-2-D-b
+  // fold into one GEMM, many small products (whole products per thread), a few large ones
+  for (const [tA, tB] of [[false, false], [true, false], [false, true], [true, true]]) {
+    const [M, K, N] = [5, 7, 4];
+    cases.push({
+      label: `bmm_bcast_${tA}_${tB}`, op: 'matmul', attrs: { transA: tA, transB: tB },
+      inputs: [{ shape: [2, 3, ...(tA ? [K, M] : [M, K])] }, { shape: [3, ...(tB ? [N, K] : [K, N])] }], outShapes: [[2, 3, M, N]],
+    });
+  }
+  cases.push({ label: 'bmm_fold', op: 'matmul', inputs: [{ shape: [2, 9, 33] }, { shape: [33, 17] }], outShapes: [[2, 9, 17]], attrs: { transA: false, transB: false } });
+  cases.push({ label: 'bmm_many', op: 'matmul', inputs: [{ shape: [3, 4, 19, 8] }, { shape: [3, 4, 23, 8] }], outShapes: [[3, 4, 19, 23]], attrs: { transA: false, transB: true } });
+  cases.push({ label: 'bmm_few', op: 'matmul', inputs: [{ shape: [2, 70, 150] }, { shape: [1, 150, 90] }], outShapes: [[2, 70, 90]], attrs: { transA: false, transB: false } });
+  return cases;
+}
+
+/** issue 13 tensor algebra and attention at odd sizes: T not a tile multiple, heads 1 and 16, D 8 and 64 */
+function tensorAttentionCases(): Case[] {
+  const cases: Case[] = [
+    { label: 'permute_inner', op: 'permute', inputs: [{ shape: [2, 3, 4, 5] }], outShapes: [[2, 4, 3, 5]], attrs: { perm: [0, 2, 1, 3] } },
+    { label: 'permute_strided', op: 'permute', inputs: [{ shape: [2, 3, 4, 5] }], outShapes: [[5, 3, 2, 4]], attrs: { perm: [3, 1, 0, 2] } },
+    { label: 'pad', op: 'pad', inputs: [{ shape: [2, 3, 4] }], outShapes: [[3, 5, 8]], attrs: { pads: [1, 0, 0, 2, 3, 1], value: 0.5 } },
+    { label: 'pad_last', op: 'pad', inputs: [{ shape: [3, 5] }], outShapes: [[3, 7]], attrs: { pads: [0, 0, 2, 0], value: 0 } },
+    { label: 'bcast_to', op: 'broadcast_to', inputs: [{ shape: [3, 1, 5] }], outShapes: [[2, 3, 4, 5]], attrs: { shape: [2, 3, 4, 5] } },
+    { label: 'bcast_to_col', op: 'broadcast_to', inputs: [{ shape: [3, 1] }], outShapes: [[3, 6]], attrs: { shape: [3, 6] } },
+    { label: 'reduce_sum', op: 'reduce', inputs: [{ shape: [3, 5, 4] }], outShapes: [[3, 1, 4]], attrs: { fn: 'sum', axes: [1], keepdim: true } },
+    { label: 'reduce_mean', op: 'reduce', inputs: [{ shape: [3, 5, 4] }], outShapes: [[5]], attrs: { fn: 'mean', axes: [0, 2], keepdim: false } },
+    { label: 'reduce_max', op: 'reduce', inputs: [{ shape: [3, 5, 4] }], outShapes: [[3, 5]], attrs: { fn: 'max', axes: [2], keepdim: false } },
+    { label: 'reduce_max_g', op: 'reduce_max_grad', inputs: [{ shape: [3, 1, 4] }, { shape: [3, 5, 4] }], outShapes: [[3, 5, 4]], attrs: { axes: [1], keepdim: true } },
+    { label: 'mfill_causal', op: 'masked_fill', inputs: [{ shape: [2, 3, 5, 7] }, null], outShapes: [[2, 3, 5, 7]], attrs: { value: -30, causal: true } },
+    { label: 'mfill_i32', op: 'masked_fill', inputs: [{ shape: [2, 5, 3] }, { shape: [5, 1], dtype: 'i32', ints: 2 }], outShapes: [[2, 5, 3]], attrs: { value: 2.5, invert: true } },
+    { label: 'mfill_f32', op: 'masked_fill', inputs: [{ shape: [4, 6] }, { shape: [2, 4, 6], values: Array.from({ length: 48 }, (_, i) => (i % 3 === 0 ? 1 : 0)) }], outShapes: [[2, 4, 6]], attrs: { value: -1, causal: true } },
+    { label: 'positions', op: 'positions', inputs: [{ shape: [3, 7], dtype: 'i32', ints: 5 }], outShapes: [[3, 7]], outI32: true },
+    { label: 'ln_noaffine', op: 'layernorm', inputs: [{ shape: [3, 4, 10] }, null, null], outShapes: [[3, 4, 10], [3, 4], [3, 4]], attrs: { eps: 1e-5 } },
+    { label: 'ln_bias_only', op: 'layernorm', inputs: [{ shape: [5, 9] }, null, { shape: [9] }], outShapes: [[5, 9], [5], [5]], attrs: { eps: 1e-5 } },
+    {
+      label: 'ln_grad_noaffine', op: 'layernorm_grad',
+      inputs: [{ shape: [3, 4, 10] }, { shape: [3, 4, 10] }, null, { shape: [3, 4], lo: -0.2, hi: 0.2 }, { shape: [3, 4], lo: 0.5, hi: 2 }],
+      outShapes: [[3, 4, 10], [10], [10]],
+    },
+  ];
+  const lab = { shape: [2, 3, 5], dtype: 'i32' as const, ints: 7 };
+  const x = { shape: [2, 3, 5, 7], lo: -3, hi: 3 };
+  for (const ii of [undefined, 2]) {
+    const a: Record<string, AttrValue> = ii === undefined ? {} : { ignore_index: ii }, tag = ii === undefined ? '' : '_ign';
+    cases.push({ label: `ce_nd${tag}`, op: 'cross_entropy', inputs: [x, lab], outShapes: [[]], attrs: { label_smoothing: 0.1, ...a } });
+    cases.push({ label: `ce_nd_g${tag}`, op: 'cross_entropy_grad', inputs: [x, lab], outShapes: [x.shape], attrs: { label_smoothing: 0.1, ...a } });
+    cases.push({ label: `nll_nd${tag}`, op: 'nll', inputs: [{ shape: x.shape, lo: -5, hi: 0 }, lab], outShapes: [[]], attrs: a });
+    cases.push({ label: `nll_nd_g${tag}`, op: 'nll_grad', inputs: [x, lab], outShapes: [x.shape], attrs: a });
+    cases.push({ label: `acc_nd${tag}`, op: 'accuracy', inputs: [x, lab], outShapes: [[]], attrs: a });
+    cases.push({ label: `topk_nd${tag}`, op: 'top_k', inputs: [x, lab], outShapes: [[]], attrs: { k: 2, ...a } });
+  }
+  // attention: [N, H, T, D] with S keys; T = 37 and 70 are not multiples of the 32-query / 64-key tiles
+  const geos = [
+    { N: 1, H: 1, T: 37, S: 37, D: 8, causal: true },
+    { N: 2, H: 16, T: 19, S: 19, D: 64, causal: false },
+    { N: 1, H: 3, T: 70, S: 70, D: 8, causal: true },
+    { N: 2, H: 2, T: 33, S: 45, D: 64, causal: true },
+    { N: 1, H: 16, T: 5, S: 130, D: 8, causal: false },
+  ];
+  geos.forEach((g, i) => {
+    const q = { shape: [g.N, g.H, g.T, g.D], lo: -2, hi: 2 }, kv = { shape: [g.N, g.H, g.S, g.D], lo: -2, hi: 2 };
+    const attrs = { causal: g.causal, scale: 1 / Math.sqrt(g.D) };
+    cases.push({ label: `attn${i}`, op: 'attention', inputs: [q, kv, kv], outShapes: [q.shape, [g.N, g.H, g.T]], attrs });
+    cases.push({
+      label: `attn${i}_g`, op: 'attention_grad', attrs,
+      inputs: [q, q, kv, kv, q, { shape: [g.N, g.H, g.T], lo: 1, hi: 3 }], outShapes: [q.shape, kv.shape, kv.shape],
+    });
+  });
   return cases;
 }
 
@@ -219,7 +289,7 @@ function parallelCases(): Case[] {
   ];
 }
 
-const CASES: Case[] = [...gemmCases(), ...convCases(), ...poolCases(), ...elementwiseCases(), ...softmaxNormCases(), ...gatherLossCases(), ...optimCases(), ...parallelCases()];
+const CASES: Case[] = [...gemmCases(), ...convCases(), ...poolCases(), ...elementwiseCases(), ...softmaxNormCases(), ...gatherLossCases(), ...optimCases(), ...parallelCases(), ...tensorAttentionCases()];
 const SCALARS: StepScalars = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
 
 interface Built {
@@ -250,7 +320,7 @@ function buildAll(): Built {
       return b.value(name, 'f32', inp.shape, 'param');
     });
     // outputs live in the persistent block (kind 'state') so the test can read them back by name
-    const outs = c.outShapes.map((s, k) => b.value(`${c.label}.out${k}`, 'f32', s, 'state'));
+    const outs = c.outShapes.map((s, k) => b.value(`${c.label}.out${k}`, c.outI32 ? 'i32' : 'f32', s, 'state'));
     b.node(c.op, ids, outs, c.attrs ?? {});
   });
   const graph = b.graph;
@@ -302,7 +372,8 @@ describe('generated CPU kernels vs the reference interpreter', () => {
       });
       const outs = runOp(c.op, refInputs, c.outShapes, c.attrs ?? {}, SCALARS);
       outs.forEach((ref, k) => {
-        const got = session.read(`${c.label}.out${k}`);
+        const raw = session.read(`${c.label}.out${k}`);
+        const got = c.outI32 ? Int32Array.from(new Int32Array(raw.buffer, raw.byteOffset, raw.length)) : raw;
         expect(got.length).toBe(numel(c.outShapes[k]));
         expect(relError(got, ref), `${c.label} output ${k}`).toBeLessThan(1e-4);
       });

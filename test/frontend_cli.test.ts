@@ -41,8 +41,8 @@ describe('mpsc check', () => {
     writeFileSync(f, readFileSync('specs/lenet.model', 'utf8').replace('-> flatten ', ''));
     const r = mpsc('check', f);
     expect(r.status).toBe(1);
-    expect(r.stderr).toContain(`${f}:10:`);
-    expect(r.stderr).toContain("hint: insert 'flatten' before it");
+    expect(r.stderr).toContain(`${f}:13:6: error: cross_entropy 'loss' expects label i32[N, 64, 7]`);
+    expect(r.stderr).toContain("hint: insert 'flatten' before the output layer");
     const m = mpsc('check', join(dir, 'nope.model'));
     expect(m.status).toBe(1);
     expect(m.stderr).toContain('no such file');

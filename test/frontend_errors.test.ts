@@ -35,14 +35,13 @@ train { data: mnist(), batch: 8 }
 
 describe('diagnostic format', () => {
   it('prints the source line and a caret under the span', () => {
-    const src = `model t\ninput image: f32[N, 1, 28, 28]\ninput label: i32[N]\nnetwork {\n  logits = image -> linear(10) as fc1\n}\n${GOOD_TAIL}`;
+    const src = `model t\ninput image: f32[N, 1, 28, 28]\ninput label: i32[N]\nnetwork {\n  logits = image -> softmax(axis: 5) as sm\n}\n${GOOD_TAIL}`;
     const msg = errorOf(src, 'lenet.model');
     expect(msg).toBe(
       [
-        "lenet.model:5:21: error: linear 'fc1' expects [N, features], got f32[N, 1, 28, 28]",
-        '    logits = image -> linear(10) as fc1',
-        '                      ^^^^^^^^^^^^^^^^^',
-        "  hint: insert 'flatten' before it",
+        "lenet.model:5:21: error: softmax 'sm': axis 5 is out of range for f32[N, 1, 28, 28]",
+        '    logits = image -> softmax(axis: 5) as sm',
+        '                      ^^^^^^^^^^^^^^^^^^^^^^',
       ].join('\n'),
     );
   });
@@ -63,7 +62,7 @@ describe('diagnostic format', () => {
     const src = `model t\ninput image: f32[N, 1, 28, 28]\ninput label: i32[N]\nnetwork {\n  logits = image -> linear(10) as fc1\n}\nloss cross_entropy(logits, label)\noptimizer sgd(lr: 0.1, nesterv: true)\ntrain { data: mnist(), batch: 8 }\n`;
     const heads = errorOf(src).split('\n').filter((l) => l.startsWith('t.model:'));
     expect(heads).toEqual([
-      "t.model:5:21: error: linear 'fc1' expects [N, features], got f32[N, 1, 28, 28]",
+      "t.model:7:6: error: cross_entropy 'loss' expects label i32[N, 1, 28] (the logits shape without its class dim), got i32[N]",
       "t.model:8:24: error: optimizer sgd has no argument 'nesterv'",
     ]);
   });

@@ -65,7 +65,20 @@ describe('parser: sections', () => {
     expect(body.map((s) => s.kind)).toEqual(['assign', 'repeat']);
     const r = body[1] as Extract<Stmt, { kind: 'repeat' }>;
     expect(strip(r.count)).toEqual(num(2));
-    expect(strip(r.body)).toEqual([{ kind: 'assign', target: id('h'), expr: call('residual', [arg(call('h', [], false)), arg(num(64))]) }]);
+    expect(strip(r.body)).toEqual([{ kind: 'assign', target: id('h'), targets: [id('h')], expr: call('residual', [arg(call('h', [], false)), arg(num(64))]) }]);
+  });
+
+  it('repeat ... as NAME and several assigned names', () => {
+    const ast = parse('network {\n  repeat 4 as blocks { q, k, v = split(h, 8, 2) }\n  repeat n as more { h = x }\n}');
+    const [r, r2] = ast.network[0].value as Extract<Stmt, { kind: 'repeat' }>[];
+    expect(r.alias?.name).toBe('blocks');
+    expect(strip(r.count)).toEqual(num(4));
+    const a = r.body[0] as Extract<Stmt, { kind: 'assign' }>;
+    expect(a.targets.map((t) => t.name)).toEqual(['q', 'k', 'v']);
+    expect(a.target.name).toBe('q');
+    // `n as more`: the alias goes to the repeat, not to the name n
+    expect(r2.alias?.name).toBe('more');
+    expect(strip(r2.count)).toEqual(call('n', [], false));
   });
 
   it('loss, metrics list, optimizer, schedule, train map with keyword keys', () => {

@@ -269,6 +269,83 @@ describe('autodiff: finite-difference gradient checks (float64)', () => {
     expect(gradCheck({ graph: b.graph, loss, unit: [t] })).toEqual(['w']);
   });
 
+  it('transformer block: embeddings + positions, layernorm, linear on [N,T,C], heads by reshape / permute / slice, fused causal attention, residual, layernorm without affine, tied-free head, cross_entropy over [N,T,V] with ignore_index', () => {
+    const b = new GraphBuilder();
+    const N = 2, T = 5, C = 8, H = 2, D = 4, V = 7;
+    const tok = b.value('tokens', 'i32', [N, T], 'input');
+    const tgt = b.value('targets', 'i32', [N, T], 'input');
+    const te = b.value('tok.weight', 'f32', [V, C], 'param');
+    const pe = b.value('pos.weight', 'f32', [T, C], 'param');
+    const [e1] = b.emit('embedding', [tok, te], [{ name: 'tok.out', shape: [N, T, C] }]);
+    const [pos] = b.emit('positions', [tok], [{ name: 'pos.ids', shape: [N, T], dtype: 'i32' }]);
+    const [e2] = b.emit('embedding', [pos, pe], [{ name: 'pos.out', shape: [N, T, C] }]);
+    const [h0] = b.emit('binary', [e1, e2], [{ name: 'h0', shape: [N, T, C] }], { fn: 'add' });
+    const lw = b.value('ln1.weight', 'f32', [C], 'param');
+    const lb = b.value('ln1.bias', 'f32', [C], 'param');
+    const [ln] = b.emit('layernorm', [h0, lw, lb], [{ name: 'ln1.out', shape: [N, T, C] }, { name: 'ln1.mean', shape: [N, T] }, { name: 'ln1.rstd', shape: [N, T] }], { eps: 1e-5 });
+    const wi = b.value('attn.in_proj_weight', 'f32', [3 * C, C], 'param');
+    const bi = b.value('attn.in_proj_bias', 'f32', [3 * C], 'param');
+    const [qkv] = b.emit('linear', [ln, wi, bi], [{ name: 'qkv', shape: [N, T, 3 * C] }]);
+    const [r5] = b.emit('reshape', [qkv], [{ name: 'qkv5', shape: [N, T, 3, H, D] }], { shape: [N, T, 3, H, D] });
+    const [pm] = b.emit('permute', [r5], [{ name: 'qkvp', shape: [3, N, H, T, D] }], { perm: [2, 0, 3, 1, 4] });
+    const parts = [0, 1, 2].map((i) => {
+      const [sl] = b.emit('slice', [pm], [{ name: `s${i}`, shape: [1, N, H, T, D] }], { axis: 0, start: i, length: 1 });
+      return b.emit('reshape', [sl], [{ name: `h${i}`, shape: [N, H, T, D] }], { shape: [N, H, T, D] })[0];
+    });
+    const [o] = b.emit('attention', parts, [{ name: 'att.o', shape: [N, H, T, D] }, { name: 'att.lse', shape: [N, H, T] }], { causal: true, scale: 1 / Math.sqrt(D) });
+    const [op] = b.emit('permute', [o], [{ name: 'att.t', shape: [N, T, H, D] }], { perm: [0, 2, 1, 3] });
+    const [om] = b.emit('reshape', [op], [{ name: 'att.m', shape: [N, T, C] }], { shape: [N, T, C] });
+    const wo = b.value('attn.out_proj.weight', 'f32', [C, C], 'param');
+    const [ao] = b.emit('linear', [om, wo, -1], [{ name: 'attn.out', shape: [N, T, C] }]);
+    const [h1] = b.emit('binary', [h0, ao], [{ name: 'h1', shape: [N, T, C] }], { fn: 'add' });
+    const [lf] = b.emit('layernorm', [h1, -1, -1], [{ name: 'ln_f.out', shape: [N, T, C] }, { name: 'ln_f.mean', shape: [N, T] }, { name: 'ln_f.rstd', shape: [N, T] }], { eps: 1e-5 });
+    const wh = b.value('head.weight', 'f32', [V, C], 'param');
+    const [logits] = b.emit('linear', [lf, wh, -1], [{ name: 'logits', shape: [N, T, V] }]);
+    const [loss] = b.emit('cross_entropy', [logits, tgt], [{ name: 'loss', shape: [], kind: 'output' }], { label_smoothing: 0, ignore_index: 3 });
+    b.emit('accuracy', [logits, tgt], [{ name: 'acc', shape: [], kind: 'output' }], { ignore_index: 3 });
+    expect(gradCheck({ graph: b.graph, loss, ints: { [tok]: V, [tgt]: V } })).toEqual(params(b.graph));
+  });
+
+  it('hand-written attention and tensor algebra: batched matmul (transB, broadcast batch), affine, causal masked_fill -inf, softmax, where via masked_fill, reduce sum/mean/max, pad, broadcast_to, div, exp/log/sqrt/rsqrt/abs/pow, nll over [N,T,C]', () => {
+    const b = new GraphBuilder();
+    const N = 2, H = 2, T = 4, D = 3;
+    const q = b.value('q', 'f32', [N, H, T, D], 'param');
+    const k = b.value('k', 'f32', [N, H, T, D], 'param');
+    const v = b.value('v', 'f32', [H, T, D], 'param'); // broadcast over N
+    const [sc] = b.emit('matmul', [q, k], [{ name: 'scores', shape: [N, H, T, T] }], { transA: false, transB: true });
+    const [ss] = b.emit('unary', [sc], [{ name: 'scaled', shape: [N, H, T, T] }], { fn: 'affine', scale: 0.5, shift: 0 });
+    const [mf] = b.emit('masked_fill', [ss, -1], [{ name: 'masked', shape: [N, H, T, T] }], { value: -Infinity, causal: true });
+    const [pr] = b.emit('softmax', [mf], [{ name: 'probs', shape: [N, H, T, T] }], { axis: 3 });
+    const [av] = b.emit('matmul', [pr, v], [{ name: 'av', shape: [N, H, T, D] }], { transA: false, transB: false });
+    // where(mask, av, alt) = masked_fill(av, mask, 0, invert) + masked_fill(alt, mask, 0)
+    const mask = b.value('mask', 'i32', [T, 1], 'input');
+    const alt = b.value('alt', 'f32', [N, H, T, D], 'param');
+    const [wa] = b.emit('masked_fill', [av, mask], [{ name: 'wa', shape: [N, H, T, D] }], { value: 0, invert: true });
+    const [wb] = b.emit('masked_fill', [alt, mask], [{ name: 'wb', shape: [N, H, T, D] }], { value: 0 });
+    const [wh] = b.emit('binary', [wa, wb], [{ name: 'where', shape: [N, H, T, D] }], { fn: 'add' });
+    const [ex] = b.emit('unary', [wh], [{ name: 'ex', shape: [N, H, T, D] }], { fn: 'exp' });
+    const [sm] = b.emit('reduce', [ex], [{ name: 'sum', shape: [N, 1, T, 1] }], { fn: 'sum', axes: [1, 3], keepdim: true });
+    const [dv] = b.emit('binary', [ex, sm], [{ name: 'div', shape: [N, H, T, D] }], { fn: 'div' });
+    const [lg] = b.emit('unary', [dv], [{ name: 'log', shape: [N, H, T, D] }], { fn: 'log' });
+    const [sq] = b.emit('unary', [ex], [{ name: 'sqrt', shape: [N, H, T, D] }], { fn: 'sqrt' });
+    const [ab] = b.emit('unary', [wh], [{ name: 'abs', shape: [N, H, T, D] }], { fn: 'abs' });
+    const [ab1] = b.emit('unary', [ab], [{ name: 'abs1', shape: [N, H, T, D] }], { fn: 'affine', scale: 1, shift: 0.5 });
+    const [rs] = b.emit('unary', [ab1], [{ name: 'rsqrt', shape: [N, H, T, D] }], { fn: 'rsqrt' });
+    const [pw] = b.emit('unary', [ab1], [{ name: 'pow', shape: [N, H, T, D] }], { fn: 'pow', p: 1.5 });
+    const [s1] = b.emit('binary', [lg, sq], [{ name: 's1', shape: [N, H, T, D] }], { fn: 'add' });
+    const [s2] = b.emit('binary', [rs, pw], [{ name: 's2', shape: [N, H, T, D] }], { fn: 'sub' });
+    const [s3] = b.emit('binary', [s1, s2], [{ name: 's3', shape: [N, H, T, D] }], { fn: 'mul' });
+    const [mx] = b.emit('reduce', [s3], [{ name: 'max', shape: [N, T, D] }], { fn: 'max', axes: [1], keepdim: false });
+    const [mn] = b.emit('reduce', [s3], [{ name: 'mean', shape: [N, T] }], { fn: 'mean', axes: [1, 3], keepdim: false });
+    const [mb] = b.emit('broadcast_to', [b.emit('reshape', [mn], [{ name: 'mn3', shape: [N, T, 1] }], { shape: [N, T, 1] })[0]], [{ name: 'mb', shape: [N, T, D] }], { shape: [N, T, D] });
+    const [cb] = b.emit('binary', [mx, mb], [{ name: 'cb', shape: [N, T, D] }], { fn: 'add' });
+    const [pd] = b.emit('pad', [cb], [{ name: 'pd', shape: [N, T, D + 3] }], { pads: [0, 0, 0, 0, 1, 2], value: 0.25 });
+    const [lsm] = b.emit('log_softmax', [pd], [{ name: 'logp', shape: [N, T, D + 3] }], { axis: 2 });
+    const lab = b.value('label', 'i32', [N, T], 'input');
+    const [loss] = b.emit('nll', [lsm, lab], [{ name: 'loss', shape: [], kind: 'output' }], {});
+    expect(gradCheck({ graph: b.graph, loss, ints: { [lab]: D + 3, [mask]: 2 } })).toEqual(['alt', 'k', 'q', 'v']);
+  });
+
   // last in the file: every gradient rule of the op catalogue ran in a check above
   it('covers every op with a gradient rule', () => {
     const withRule = OP_NAMES.filter((op) => OPS[op].vjp !== undefined);

@@ -3,7 +3,10 @@
  * threadgroup barrier, a wrong index, a barrier in divergent control flow) and a dispatch
  * plan with a missing memory barrier between dependent launches either give results that
  * differ from the reference or fail with a message naming the kernel and the binding.
- * The untouched kernels of the same programs pass (the control).
+ * The untouched kernels of the same programs pass (the control). Every barrier of the fused
+ * attention's loops (forward, backward dK/dV, backward dQ) is needed: without any one of them
+ * the results are wrong when the threads of a threadgroup run in ascending or in descending
+ * order (MPSC_METAL_EMU_ORDER=reverse).
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
@@ -36,7 +39,27 @@ const cases = {
   controlChain: chain('chain_ok'),
   planWithoutBarrier: chain('chain_nb'),
 };
-const list = Object.values(cases);
+
+// fused attention: forward and backward at a causal shape that is not a tile multiple; each
+// barrier of the key / query loop of each kernel is removed in its own copy
+const [AN, AH, AT, AD] = [1, 2, 37, 8];
+const attnAttrs = { causal: true, scale: 1 / Math.sqrt(AD) };
+const attnIn = [f([AN, AH, AT, AD]), f([AN, AH, AT, AD]), f([AN, AH, AT, AD])];
+const attnOut = [[AN, AH, AT, AD], [AN, AH, AT]];
+const attnFwdCase = (name: string) => opCase(name, 'attention', attnIn, attnOut, attnAttrs);
+const fwdRef = attnFwdCase('attn_ref'), fwdVals = reference(fwdRef, S);
+const [attnO, attnLse] = fwdRef.check.map((id) => ({ shape: fwdRef.program.graph.values[id].shape, data: fwdVals.get(id)! }));
+const attnDo = f([AN, AH, AT, AD]);
+const attnGradCase = (name: string) => opCase(name, 'attention_grad', [attnDo, ...attnIn, attnO, attnLse], [[AN, AH, AT, AD], [AN, AH, AT, AD], [AN, AH, AT, AD]], attnAttrs);
+/** the kernels of the attention ops (plain variants: k0 forward; k0 dK/dV and k1 dQ of the backward) and the barriers in their loops */
+const attnBroken = [
+  ...[0, 1, 2, 3].map((k) => ({ kernel: 'k0', barrier: k, c: attnFwdCase(`nb_attn_fwd${k}`), what: 'forward' })),
+  ...[0, 1, 2].map((k) => ({ kernel: 'k0', barrier: k, c: attnGradCase(`nb_attn_dkv${k}`), what: 'backward dK/dV' })),
+  ...[0, 1, 2].map((k) => ({ kernel: 'k1', barrier: k, c: attnGradCase(`nb_attn_dq${k}`), what: 'backward dQ' })),
+];
+const attnControl = [attnFwdCase('attn_ok'), attnGradCase('attn_grad_ok')];
+
+const list = [...Object.values(cases), ...attnBroken.map((b) => b.c), ...attnControl];
 const index = (c: OpCase) => list.indexOf(c);
 
 function edit(a: MetalArtifacts, c: OpCase, from: string | RegExp, to: string, count = 1) {
@@ -47,6 +70,8 @@ function edit(a: MetalArtifacts, c: OpCase, from: string | RegExp, to: string, c
 }
 
 let results: ReturnType<typeof runCases>;
+/** the same build with the threads of each threadgroup in descending order */
+let reversed: ReturnType<typeof runCases>;
 
 beforeAll(() => {
   const build = compileEmu(list.map((c) => c.program), { fuse: false }, undefined, 'broken', (a) => {
@@ -60,16 +85,27 @@ beforeAll(() => {
     edit(a, cases.threadgroupPastEnd, '  if (lane == 0u) sh[sg] = v;\n', '  if (lane == 0u) sh[sg + 8u] = v;\n', 1);
     edit(a, cases.writePastEnd, '  y[i] = ', '  y[i + 1u] = ', 1);
     edit(a, cases.readPastEnd, 'v = x[mi * 40u + ki];', 'v = x[mi * 40u + ki + 1u];', 2);
+    for (const b of attnBroken) {
+      // the k-th barrier line inside the kernel's loop (the plain variant: `kernel void k0(`)
+      const p = a.programs[index(b.c)];
+      const start = p.library.indexOf(`kernel void ${b.kernel}(`);
+      let at = start;
+      for (let k = 0; k <= b.barrier; k++) at = p.library.indexOf(barrier, at + 1);
+      const end = p.library.indexOf('\nkernel void', start + 1);
+      if (start < 0 || at < 0 || (end >= 0 && at > end)) throw new Error(`test setup: barrier ${b.barrier} of ${b.kernel} not found in ${p.program.name}`);
+      p.library = p.library.slice(0, at) + p.library.slice(at + barrier.length);
+    }
     const plan = a.programs[index(cases.planWithoutBarrier)].plan;
     const dep = plan.steps.find((s) => s.kind === 'kernel' && s.barrier);
     if (!dep || dep.kind !== 'kernel') throw new Error('test setup: the chain has no barrier');
     dep.barrier = false;
   });
   results = runCases(build, list, S);
+  reversed = runCases(build, list, S, { MPSC_METAL_EMU_ORDER: 'reverse' });
 });
 
-function maxErr(c: OpCase): number {
-  const got = results[index(c)];
+function maxErr(c: OpCase, from = results): number {
+  const got = from[index(c)];
   if (typeof got === 'string') throw new Error(got);
   const ref = reference(c, S);
   return Math.max(...c.check.map((id) => relError(got.get(id)!, ref.get(id)!)));
@@ -105,6 +141,15 @@ describe('the emulator catches broken kernels and plans', () => {
   });
   it('a read past the end of a buffer (wrong index) is reported', () => {
     expect(error(cases.readPastEnd)).toMatch(/out-of-bounds access to \[\[buffer\(0\)\]\] 'oob_read\.in0' \(3200 bytes\)/);
+  });
+  it('control: the untouched attention kernels are right in both thread orders', () => {
+    for (const c of attnControl) {
+      expect(maxErr(c), c.program.name).toBeLessThan(1e-5);
+      expect(maxErr(c, reversed), c.program.name).toBeLessThan(1e-5);
+    }
+  });
+  it.each(attnBroken.map((b) => [b.what, b.barrier, b] as const))('fused attention %s without loop barrier %i gives wrong results (in one thread order or the other)', (_w, _k, b) => {
+    expect(Math.max(maxErr(b.c), maxErr(b.c, reversed))).toBeGreaterThan(1e-2);
   });
   it('a dispatch plan without the memory barrier between dependent launches gives wrong results', () => {
     expect(maxErr(cases.planWithoutBarrier)).toBeGreaterThan(1e-2);

@@ -5,9 +5,11 @@
  */
 import { makeRng, randomInts, randomTensor } from '../compiler/reference/fixtures.js';
 import { UNARY_FNS } from '../compiler/ir/ops.js';
+import { UNARY_FNS_TABLE } from '../compiler/ir/scalar_fns.js';
 import { attrVariants, samplePoints } from './unary_cases.js';
 import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
-import { opCase, type OpCase } from './metal_harness.js';
+import { opCase, reference, type OpCase } from './metal_harness.js';
+import { DEFAULT_SCALARS } from '../compiler/reference/fixtures.js';
 
 export function allOpCases(): OpCase[] {
   const rng = makeRng(20261202);
@@ -15,8 +17,8 @@ export function allOpCases(): OpCase[] {
   const ids = (shape: number[], n: number) => ({ shape, data: randomInts(shape, n, rng), dtype: 'i32' as const });
   const cases: OpCase[] = [];
   let k = 0;
-  const add = (op: string, inputs: Parameters<typeof opCase>[2], outs: number[][], attrs: Parameters<typeof opCase>[4] = {}) =>
-    cases.push(opCase(`c${k++}_${op}`, op, inputs, outs, attrs));
+  const add: Add = (op, inputs, outs, attrs = {}, outDtypes = []) =>
+    cases.push(opCase(`c${k++}_${op}`, op, inputs, outs, attrs, outDtypes));
 
   for (const [M, K, N, bias] of [[5, 7, 3, true], [33, 20, 17, true], [16, 32, 16, true], [9, 18, 40, false]] as const)
     add('linear', [f([M, K]), f([N, K]), bias ? f([N]) : null], [[M, N]]);
@@ -66,7 +68,9 @@ export function allOpCases(): OpCase[] {
   for (const fn of UNARY_FNS) {
     for (const fnAttrs of attrVariants(fn)) {
       const p = samplePoints(fn, fnAttrs);
-      const x = { shape: [0], data: Float64Array.from([...p.exact, ...p.smooth, ...randomTensor([300], rng, -4, 4)]) };
+      // random points inside the fn's domain (log, sqrt, pow: x > 0)
+      const [dlo, dhi] = (UNARY_FNS_TABLE[fn] as { domain?: [number, number] }).domain ?? [-Infinity, Infinity];
+      const x = { shape: [0], data: Float64Array.from([...p.exact, ...p.smooth, ...randomTensor([300], rng, Math.max(-4, dlo + 0.05), Math.min(4, dhi - 0.05))]) };
       x.shape = [x.data.length];
       add('unary', [x], [x.shape], { fn, ...fnAttrs });
       add('unary_grad', [f(x.shape), x], [x.shape], { fn, ...fnAttrs });
@@ -136,7 +140,79 @@ export function allOpCases(): OpCase[] {
   add('adam_update', [f([40]), f([40]), f([40], -0.1, 0.1), f([40], 0, 0.01), null], [], { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0, decoupled: false });
   add('adam_update', [f([300]), f([300]), f([300], -0.1, 0.1), f([300], 0, 0.01), f([], 0.3, 1)], [], { beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.05, decoupled: true });
   add('adam_update', [f([33]), f([33]), f([33], -0.1, 0.1), f([33], 0, 0.01), null], [], { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, decoupled: false });
+  transformerCases(add, f, ids, rng);
   return cases;
+}
+
+type Add = (op: string, inputs: Parameters<typeof opCase>[2], outs: number[][], attrs?: Parameters<typeof opCase>[4], outDtypes?: Parameters<typeof opCase>[5]) => void;
+type F = (shape: number[], lo?: number, hi?: number) => { shape: number[]; data: Float64Array };
+type Ids = (shape: number[], n: number) => { shape: number[]; data: Float64Array; dtype: 'i32' };
+
+/**
+ * The ops of issue 13 (tensor algebra, sequence losses, fused attention) at the sizes the issue
+ * asks for: T not a multiple of the 16-query tile, heads of 1 and 16, C/heads of 8 and 64 (and
+ * 12 and 100: a padded head, the 8-query tile), causal and not, S > T.
+ */
+function transformerCases(add: Add, f: F, ids: Ids, rng: () => number): void {
+  // batched matmul: full batch, broadcast batch dims, a shared rank-2 operand, transposes
+  add('matmul', [f([2, 3, 17, 9]), f([2, 3, 9, 21])], [[2, 3, 17, 21]]);
+  add('matmul', [f([3, 1, 5, 7]), f([4, 7, 6])], [[3, 4, 5, 6]]);
+  add('matmul', [f([2, 5, 7]), f([7, 3])], [[2, 5, 3]]);
+  add('matmul', [f([2, 2, 9, 17]), f([2, 2, 19, 9])], [[2, 2, 17, 19]], { transA: true, transB: true });
+  add('matmul', [f([4, 8, 33]), f([33, 5])], [[4, 8, 5]], { transA: false, transB: false });
+  add('linear', [f([2, 5, 7]), f([3, 7]), f([3])], [[2, 5, 3]]);
+  add('permute', [f([2, 3, 4, 5])], [[2, 4, 3, 5]], { perm: [0, 2, 1, 3] });
+  add('permute', [f([3, 4, 5])], [[5, 3, 4]], { perm: [2, 0, 1] });
+  add('slice', [f([3, 5, 7])], [[3, 5, 4]], { axis: 2, start: 3, length: 4 });
+  add('pad', [f([2, 3, 4])], [[2, 6, 7]], { pads: [0, 0, 1, 2, 0, 3], value: 0 });
+  add('pad', [f([5, 2])], [[8, 2]], { pads: [3, 0, 0, 0], value: -1.5 });
+  add('broadcast_to', [f([3, 1])], [[2, 3, 4]], { shape: [2, 3, 4] });
+  add('broadcast_to', [f([4])], [[3, 4]], { shape: [3, 4] });
+  // small integers: ties in every max group (the first maximal element wins)
+  const tied = (shape: number[]) => ({ shape, data: randomInts(shape, 4, rng) });
+  for (const [shape, axes, keepdim] of [[[3, 7, 4], [1], false], [[2, 3, 5], [0, 2], true], [[4, 6], [0, 1], false], [[5, 40], [1], true]] as [number[], number[], boolean][]) {
+    const ys = keepdim ? shape.map((d, i) => (axes.includes(i) ? 1 : d)) : shape.filter((_, i) => !axes.includes(i));
+    for (const fn of ['sum', 'mean', 'max']) add('reduce', [fn === 'max' ? tied(shape) : f(shape)], [ys], { fn, axes, keepdim });
+    add('reduce_max_grad', [f(ys), tied(shape)], [shape], { axes, keepdim });
+  }
+  add('masked_fill', [f([3, 4, 5]), ids([4, 1], 2)], [[3, 4, 5]], { value: -2.5 });
+  add('masked_fill', [f([4, 5]), f([2, 1, 5], 0, 1.4)], [[2, 4, 5]], { value: 3, invert: true });
+  add('masked_fill', [f([2, 3, 7, 9]), null], [[2, 3, 7, 9]], { value: -7, causal: true });
+  add('masked_fill', [f([5, 5]), ids([5, 5], 2)], [[5, 5]], { value: 0, causal: true });
+  add('positions', [ids([3, 7], 5)], [[3, 7]], {}, ['i32']);
+  add('positions', [f([2, 5, 4])], [[2, 5]], {}, ['i32']);
+  // layernorm without weight and / or bias
+  add('layernorm', [f([4, 3, 33]), null, null], [[4, 3, 33], [4, 3], [4, 3]], { eps: 1e-5 });
+  add('layernorm', [f([5, 12]), f([12]), null], [[5, 12], [5], [5]], { eps: 1e-5 });
+  add('layernorm_grad', [f([4, 3, 33]), f([4, 3, 33]), null, f([4, 3], -0.2, 0.2), f([4, 3], 0.5, 2)], [[4, 3, 33], [33], [33]]);
+  // class losses and metrics over leading dims, with and without ignore_index
+  for (const [shape, ignore] of [[[2, 5, 7], undefined], [[3, 11, 4], 1], [[2, 9, 6], -100]] as [number[], number | undefined][]) {
+    const C = shape[shape.length - 1], rows = shape.slice(0, -1);
+    const lab = ids(rows, C);
+    if (ignore === -100) lab.data.forEach((_, i) => { if (i % 3 === 1) lab.data[i] = -100; });
+    const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
+    add('cross_entropy', [f(shape, -3, 3), lab], [[]], { label_smoothing: 0, ...ii });
+    add('cross_entropy', [f(shape, -3, 3), lab], [[]], { label_smoothing: 0.1, ...ii });
+    add('cross_entropy_grad', [f(shape, -3, 3), lab], [shape], { label_smoothing: 0.1, ...ii });
+    add('cross_entropy_grad', [f(shape, -3, 3), lab], [shape], { label_smoothing: 0, ...ii });
+    add('nll', [f(shape, -3, 0), lab], [[]], ii);
+    add('nll_grad', [f(shape, -3, 0), lab], [shape], ii);
+    add('accuracy', [f(shape), lab], [[]], ii);
+    add('top_k', [f(shape), lab], [[]], { k: 2, ...ii });
+  }
+  // fused attention: forward, and its backward from the reference forward's o and lse
+  for (const [N, H, T, S, D, causal] of [
+    [1, 1, 37, 37, 8, true], [1, 1, 37, 37, 8, false], [1, 16, 21, 21, 64, true], [1, 16, 21, 21, 64, false],
+    [2, 2, 5, 13, 12, true], [2, 1, 9, 20, 12, false], [1, 1, 11, 11, 100, true],
+  ] as [number, number, number, number, number, boolean][]) {
+    const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
+    const attrs = { causal, scale: 1 / Math.sqrt(D) };
+    add('attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
+    const fwd = opCase('attention_fwd', 'attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
+    const r = reference(fwd, DEFAULT_SCALARS);
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    add('attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs);
+  }
 }
 
 /** Two-node chains whose unary the Metal backend fuses into the GEMM kernel's store. */

@@ -1,9 +1,9 @@
 /**
  * Metal code generation on Linux: `generateMetalProject` writes the .metal libraries,
  * dispatch plans and bridge project for the example specs; golden files of the generated
- * MSL and plans for two specs (UPDATE_GOLDEN=1 rewrites them: review the diff); Metal's
- * limits are enforced at build time; forced fallbacks are listed as warnings; spec strings
- * never reach generated code unescaped.
+ * MSL and plans for three specs (the MLP, LeNet and the char-level GPT; UPDATE_GOLDEN=1
+ * rewrites them: review the diff); Metal's limits are enforced at build time; forced
+ * fallbacks are listed as warnings; spec strings never reach generated code unescaped.
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -83,7 +83,7 @@ describe('bridge host tables', () => {
 });
 
 describe('golden MSL', () => {
-  for (const spec of ['mnist_mlp', 'lenet']) {
+  for (const spec of ['mnist_mlp', 'lenet', 'char_gpt']) {
     it(`${spec}: generated .metal and plans match test/golden/metal (UPDATE_GOLDEN=1 to rewrite)`, () => {
       const ps = programsOf(`${spec}.model`);
       const a = buildMetal([ps.train_step, ps.eval], ps.model);
@@ -137,6 +137,25 @@ describe('Metal limits are checked at build time', () => {
     s.threadgroup = [32, 64, 1];
     s.threadgroupMemory = 40000;
     expect(() => checkLimits(plan, p)).toThrow(/2048 threads per threadgroup; Metal allows 1024[\s\S]*40000 bytes of threadgroup memory; Metal allows 32768/);
+  });
+
+  it('fused attention picks its tile from the head width; heads too wide for 32 KiB are a user error', () => {
+    const attn = (D: number) => {
+      const b = new GraphBuilder();
+      const [q, k, v] = ['q', 'k', 'v'].map((n) => b.value(n, 'f32', [1, 2, 17, D], 'input'));
+      b.emit('attention', [q, k, v], [{ name: 'o', shape: [1, 2, 17, D] }, { name: 'lse', shape: [1, 2, 17] }], { causal: true, scale: 1 / Math.sqrt(D) }, 'attn', { file: 'wide.model', line: 3, col: 9 });
+      const p: Program = { name: 'eval', batch: 1, graph: b.graph, inputs: [q, k, v], outputs: [] };
+      return () => buildMetal([p], 'm').programs[0].plan.steps;
+    };
+    for (const [D, tile] of [[64, 16], [72, 16], [80, 8], [160, 8]]) {
+      const s = attn(D)()[0];
+      if (s.kind !== 'kernel') throw new Error('expected a kernel');
+      expect(s.groups[0], `D = ${D}`).toBe(Math.ceil(17 / tile));
+      expect(s.threadgroupMemory).toBeLessThanOrEqual(32768);
+      expect(s.mma!.threadgroupMemory).toBeLessThanOrEqual(32768);
+    }
+    expect(attn(168)).toThrow(UserError);
+    expect(attn(168)).toThrow(/wide\.model:3:9: node 0 \(attention in layer 'attn'\): the fused Metal attention supports heads of at most 160 features per head; this one has 168[\s\S]*fix: use more heads/);
   });
 
   it("an op whose registry entry is 'cpu' is a CPU fallback, or an error with noFallback", () => {

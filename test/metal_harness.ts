@@ -29,8 +29,8 @@ export interface OpCase {
   check: number[];
 }
 
-/** One node as a program; mutated inputs become persistent values named `<name>.in<k>`. */
-export function opCase(name: string, op: string, inputs: (CaseInput | null)[], outShapes: number[][], attrs: Record<string, AttrValue> = {}): OpCase {
+/** One node as a program; mutated inputs become persistent values named `<name>.in<k>`; outputs are f32 unless `outDtypes` says otherwise. */
+export function opCase(name: string, op: string, inputs: (CaseInput | null)[], outShapes: number[][], attrs: Record<string, AttrValue> = {}, outDtypes: DType[] = []): OpCase {
   const b = new GraphBuilder();
   const mut = opDef(op).mutates ?? [];
   const data = new Map<number, Float64Array>();
@@ -44,7 +44,7 @@ export function opCase(name: string, op: string, inputs: (CaseInput | null)[], o
     if (kind === 'input') progInputs.push(id);
     return id;
   });
-  const outs = outShapes.map((s, k) => b.value(`${name}.out${k}`, 'f32', s, 'activation'));
+  const outs = outShapes.map((s, k) => b.value(`${name}.out${k}`, outDtypes[k] ?? 'f32', s, 'activation'));
   b.node(op, ids, outs, attrs, name);
   const program = { name: name as Program['name'], batch: 1, graph: b.graph, inputs: progInputs, outputs: [] } as Program;
   return { program, data, check: [...outs, ...mut.map((k) => ids[k]).filter((v) => v >= 0)] };
@@ -144,9 +144,9 @@ export function runCases(b: EmuBuild, cases: OpCase[], scalars: StepScalars, env
     for (const id of c.check) {
       const h = layout.homes[id]!;
       const buf = h.region === 'arena' ? r.arena : persistent;
-      const f = new Float32Array(numel(c.program.graph.values[id].shape));
-      for (let i = 0; i < f.length; i++) f[i] = buf.readFloatLE(h.offset + 4 * i);
-      m.set(id, Float64Array.from(f));
+      const v = c.program.graph.values[id], f = new Float64Array(numel(v.shape));
+      for (let i = 0; i < f.length; i++) f[i] = v.dtype === 'i32' ? buf.readInt32LE(h.offset + 4 * i) : buf.readFloatLE(h.offset + 4 * i);
+      m.set(id, f);
     }
     return m;
   });

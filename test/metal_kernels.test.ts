@@ -1,7 +1,8 @@
 /**
  * Every Metal kernel (forward, backward, optimizer), run through the MSL emulator at several
  * shapes, equals the float64 reference interpreter (max-norm relative error < 1e-4): both the
- * plain tiled GEMM path and the simdgroup_float8x8 path, on one and on two emulator threads.
+ * plain tiled GEMM path and the simdgroup_float8x8 path, on one and on two emulator threads,
+ * and both paths with the threads of each threadgroup run in descending order.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { OPS } from '../compiler/ir/ops.js';
@@ -20,6 +21,10 @@ beforeAll(() => {
   results.plain = runCases(build, cases, SCALARS);
   results.mma = runCases(build, cases, SCALARS, { MPSC_METAL_EMU_MMA: '1' });
   results.threads2 = runCases(build, cases, SCALARS, { MPSC_METAL_EMU_THREADS: '2' });
+  // the threads of each threadgroup in descending order: a missing barrier whose race the
+  // ascending order hides (the writer runs first) shows here
+  results.reversed = runCases(build, cases, SCALARS, { MPSC_METAL_EMU_ORDER: 'reverse' });
+  results.mma_reversed = runCases(build, cases, SCALARS, { MPSC_METAL_EMU_MMA: '1', MPSC_METAL_EMU_ORDER: 'reverse' });
 });
 
 describe('the portable (ucontext) fiber switch', () => {
@@ -50,7 +55,7 @@ describe('Metal kernels through the emulator equal the reference interpreter', (
     expect(Object.keys(OPS).filter((op) => !covered.has(op))).toEqual([]);
   });
 
-  for (const variant of ['plain', 'mma', 'threads2']) {
+  for (const variant of ['plain', 'mma', 'threads2', 'reversed', 'mma_reversed']) {
     it.each(cases.map((c, i) => [c.program.name, i] as const))(`${variant}: %s`, (_name, i) => {
       const c = cases[i];
       const ref = reference(c, SCALARS);

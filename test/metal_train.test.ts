@@ -3,7 +3,8 @@
  * -> metal-emu native module) train 20 steps from the same initial parameters and batches as
  * the CPU backend; per-step losses and metrics agree within 1e-4 relative. The same with an
  * op forced onto the CPU fallback (the fallback path runs the CPU backend's kernel on the
- * shared buffers between two command buffers).
+ * shared buffers between two command buffers). A small GPT three ways (fused attention,
+ * the unfused attention path, attention written by hand) trains alike on both.
  */
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -57,14 +58,18 @@ function train(model: CheckedModel, programs: ProgramSet, session: Session, data
 }
 
 async function compare(spec: string, batch: number, fallbackOps: string[] = []) {
-  const model = checkFile(path.join(ROOT, 'specs', spec));
+  await compareModel(checkFile(path.join(ROOT, 'specs', spec)), batch, fallbackOps);
+}
+
+/** `classes`: the range of every i32 input (labels, token ids) */
+async function compareModel(model: CheckedModel, batch: number, fallbackOps: string[] = [], classes = model.numClasses ?? 10) {
   const programs = buildPrograms(model, { batch });
   const cpu = await createCpuSession(programs, { threads: 1, cacheDir: CACHE });
   const emu = await createMetalEmuSession(programs, { threads: 2, cacheDir: CACHE, fallbackOps });
   try {
     expect(emu.device).toBe('metal-emu');
     initParams(model, [cpu, emu]);
-    const data = batches(programs.train_step, STEPS, model.numClasses ?? 10);
+    const data = batches(programs.train_step, STEPS, classes);
     const a = train(model, programs, cpu, data);
     const b = train(model, programs, emu, data);
     for (let s = 0; s < a.length; s++)
@@ -101,6 +106,74 @@ metrics accuracy(f, label), top_k(f, label, k: 2)
 optimizer adamw(lr: 0.01, weight_decay: 0.01)
 train { data: synthetic(), epochs: 1, batch: 4, grad_accum: 2, grad_clip: 1.0 }
 `;
+
+/**
+ * A small GPT (char_gpt's structure at tiny sizes): token + position embeddings, pre-norm blocks
+ * with causal multi-head attention, a GELU MLP, the output layer tied to the token embedding.
+ * `attn` is the attention layer's text (the fused op, or the unfused path with dropout).
+ * SGD, not Adam: the gradient of the key bias is zero in exact arithmetic (softmax ignores a
+ * constant added to every score of a row), and Adam would turn each backend's float roundoff
+ * in it into steps of size lr in unrelated directions, which the parameter comparison flags.
+ */
+const tinyGpt = (attn: string) => `model tiny_gpt
+input tokens: i32[N, 9]
+input targets: i32[N, 9]
+block gpt_block(d: int, heads: int) {
+  in x
+  h = x + (x -> layernorm as ln1 -> ${attn} as attn)
+  out h + (h -> layernorm as ln2 -> linear(2 * d) as fc -> gelu -> linear(d) as proj)
+}
+network {
+  h = (tokens -> embedding(11, 16) as tok) + (tokens -> positions -> embedding(9, 16) as pos)
+  repeat 2 as blocks { h = gpt_block(h, 16, 2) }
+  logits = h -> layernorm as ln_f -> linear(11, bias: false, tied_to: tok) as head
+}
+loss cross_entropy(logits, targets)
+optimizer sgd(lr: 0.1, momentum: 0.9)
+train { data: synthetic(), steps: 20, batch: 3, seed: 0 }
+`;
+
+// attention written by hand with the tensor algebra (split, reshape, transpose, batched matmul,
+// number arithmetic, the causal masked_fill with -inf, softmax on the last axis), layernorm
+// without affine, reductions over an axis, pad + slice, cross_entropy over [N, T, C] with ignore_index
+const MANUAL_GPT = `model manual_gpt
+input tokens: i32[N, 9]
+input targets: i32[N, 9]
+block manual_block(d: int, heads: int) {
+  in x
+  q, k, v = split(x -> layernorm(elementwise_affine: false) as ln1 -> linear(3 * d) as qkv, d, 2)
+  qh = transpose(reshape(q, 9, heads, d / heads), 1, 2)
+  kh = transpose(reshape(k, 9, heads, d / heads), 1, 2)
+  vh = transpose(reshape(v, 9, heads, d / heads), 1, 2)
+  att = matmul(qh, transpose(kh, -2, -1)) / sqrt(d / heads) -> masked_fill(value: -inf, causal: true) -> softmax(axis: -1)
+  o = reshape(transpose(matmul(att, vh), 1, 2), 9, d) -> linear(d) as proj
+  h = x + o
+  s = h - (h -> mean(axis: 2, keepdim: true)) + (h -> max(axis: 2, keepdim: true)) * 0.1
+  out s + (pad(s, [0, 0, 1, 0]) -> slice(1, 0, 9)) * 0.5
+}
+network {
+  h = (tokens -> embedding(11, 16) as tok) + (tokens -> positions -> embedding(9, 16) as pos)
+  repeat 2 as blocks { h = manual_block(h, 16, 2) }
+  logits = h -> layernorm as ln_f -> linear(11, bias: false, tied_to: tok) as head
+}
+loss cross_entropy(logits, targets, ignore_index: 3)
+optimizer sgd(lr: 0.1, momentum: 0.9)
+train { data: synthetic(), steps: 20, batch: 3, seed: 0 }
+`;
+
+describe('metal-emu trains a small GPT like the CPU backend', () => {
+  it('fused causal attention, tied output layer: 20 steps, per-step losses within 1e-4', async () => {
+    await compareModel(checkSource(tinyGpt('attention(heads, causal: true)'), 'tiny_gpt.model'), 3, [], 11);
+  }, 600_000);
+
+  it('the unfused attention path (dropout 0.1 inside attention)', async () => {
+    await compareModel(checkSource(tinyGpt('attention(heads, causal: true, dropout: 0.1)'), 'tiny_gpt.model'), 3, [], 11);
+  }, 600_000);
+
+  it('attention written by hand with the tensor algebra, and a loss with ignore_index', async () => {
+    await compareModel(checkSource(MANUAL_GPT, 'manual_gpt.model'), 3, [], 11);
+  }, 600_000);
+});
 
 describe('metal-emu trains like the CPU backend', () => {
   it('a spec using every op family, with grad_accum, grad_clip, dropout and eval_tail', async () => {

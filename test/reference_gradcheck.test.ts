@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { BINARY_FNS, UNARY_FNS } from '../compiler/ir/ops.js';
+import { UNARY_FNS_TABLE } from '../compiler/ir/scalar_fns.js';
 import { type Rng, dot, finiteDiff, makeRng, randomInts, randomTensor, relError, runOp } from '../compiler/reference/fixtures.js';
 
 const TOL = 1e-6;
@@ -122,7 +123,8 @@ describe('unary_grad', () => {
       it(`${fn} [${shape}]`, () => {
         const rng = makeRng(fn.length * 31 + shape.length);
         // keep |x| >= 0.05 so relu / leaky_relu kinks are farther than the FD step; span [-4, 4] for gelu/sigmoid/tanh
-        const x = randomTensor(shape, rng, -4, 4).map((v) => (v >= 0 ? 0.05 + v : v - 0.05));
+        const [lo, hi] = (UNARY_FNS_TABLE[fn] as { domain?: [number, number] }).domain ?? [-Infinity, Infinity];
+        const x = randomTensor(shape, rng, -4, 4).map((v) => (v >= 0 ? 0.05 + v : v - 0.05)).map((v) => (v <= lo ? lo + 0.05 - v : Math.min(v, hi - 0.05)));
         const w = randomTensor(shape, rng);
         const attrs = { fn, alpha: 0.2 };
         const L = () => dot(w, runOp('unary', [f(shape, x)], [shape], attrs)[0]);
@@ -147,13 +149,19 @@ describe('binary broadcasting, backward through sum_to', () => {
         const rng = makeRng(as.length * 7 + bs.length + fn.length);
         const r = Math.max(as.length, bs.length);
         const ys = Array.from({ length: r }, (_, i) => Math.max(as[as.length - r + i] ?? 1, bs[bs.length - r + i] ?? 1));
-        const a = randomTensor(as, rng), b = randomTensor(bs, rng), w = randomTensor(ys, rng);
+        // div: |b| in [0.5, 1.5] keeps the quotient smooth
+        const a = randomTensor(as, rng), w = randomTensor(ys, rng);
+        const b = fn === 'div' ? randomTensor(bs, rng, 0.5, 1.5).map((v, i) => (i % 2 ? -v : v)) : randomTensor(bs, rng);
         const L = () => dot(w, runOp('binary', [f(as, a), f(bs, b)], [ys], { fn })[0]);
-        // dy/da: w (add, sub), w*b (mul); dy/db: w (add), -w (sub), w*a (mul); then sum_to the input shape
-        const gradA = fn === 'mul' ? runOp('binary', [f(ys, w), f(bs, b)], [ys], { fn: 'mul' })[0] : w;
+        // dy/da: w (add, sub), w*b (mul), w/b (div); dy/db: w (add), -w (sub), w*a (mul), -(w/b)*(a/b) (div);
+        // then sum_to the input shape
+        const q = runOp('binary', [f(ys, w), f(bs, b)], [ys], { fn: 'div' })[0];
+        const y = runOp('binary', [f(as, a), f(bs, b)], [ys], { fn: 'div' })[0];
+        const gradA = fn === 'mul' ? runOp('binary', [f(ys, w), f(bs, b)], [ys], { fn: 'mul' })[0] : fn === 'div' ? q : w;
         const gradB =
           fn === 'mul' ? runOp('binary', [f(ys, w), f(as, a)], [ys], { fn: 'mul' })[0]
           : fn === 'sub' ? runOp('unary', [f(ys, w)], [ys], { fn: 'neg' })[0]
+          : fn === 'div' ? runOp('unary', [f(ys, runOp('binary', [f(ys, q), f(ys, y)], [ys], { fn: 'mul' })[0])], [ys], { fn: 'neg' })[0]
           : w;
         const [da] = runOp('sum_to', [f(ys, gradA)], [as], { shape: as });
         const [db] = runOp('sum_to', [f(ys, gradB)], [bs], { shape: bs });

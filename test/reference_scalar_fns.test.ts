@@ -75,7 +75,7 @@ describe('element-wise fns: gradient = central differences, next to the kinks', 
 describe('renderScalar keeps the meaning of every table expression', () => {
   const MATH: Record<MathFn, (...a: number[]) => number> = {
     exp: Math.exp, expm1: Math.expm1, log: Math.log, log1p: Math.log1p, sqrt: Math.sqrt, tanh: Math.tanh,
-    erf, erfc, abs: Math.abs, max: Math.max, min: Math.min,
+    erf, erfc, abs: Math.abs, max: Math.max, min: Math.min, pow: Math.pow,
   };
   // literals printed exactly; a negative one as `-3` (the renderer must parenthesise it where C would need it)
   const JS: ScalarLang = {

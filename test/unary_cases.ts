@@ -46,12 +46,14 @@ export function kinks(fn: UnaryFn, attrs: Record<string, number>): number[] {
 /**
  * Points to evaluate a fn at: its kinks (exactly, where the fn's subgradient choice shows),
  * kink +- 1e-3, a grid over [-4, 4] stretched to 2 past the outermost kinks, and far values
- * (+-30, +-100: saturation, no overflow).
+ * (+-30, +-100: saturation, no overflow), all inside the fn's `domain` when it has one.
  */
 export function samplePoints(fn: UnaryFn, attrs: Record<string, number>): { exact: number[]; smooth: number[] } {
   const ks = kinks(fn, attrs);
-  const lo = Math.min(-4, ...ks.map((k) => k - 2)), hi = Math.max(4, ...ks.map((k) => k + 2));
+  const [dlo, dhi] = (UNARY_FNS_TABLE[fn] as { domain?: [number, number] }).domain ?? [-Infinity, Infinity];
+  // a fn defined on part of the line only (log, sqrt: x > 0) is sampled inside it, from 0.05 past its edge
+  const lo = Math.max(Math.min(-4, ...ks.map((k) => k - 2)), dlo + 0.05), hi = Math.min(Math.max(4, ...ks.map((k) => k + 2)), dhi - 0.05);
   const grid = Array.from({ length: 23 }, (_, i) => lo + ((hi - lo) * (i + 0.37)) / 23);
-  const smooth = [...grid, ...ks.flatMap((k) => [k - 1e-3, k + 1e-3]), -30, 30, -100, 100];
+  const smooth = [...grid, ...ks.flatMap((k) => [k - 1e-3, k + 1e-3]), -30, 30, -100, 100].filter((x) => x > dlo && x < dhi);
   return { exact: ks, smooth };
 }

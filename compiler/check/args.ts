@@ -14,9 +14,11 @@ export type Val =
   | { t: 'bool'; v: boolean }
   | { t: 'str'; v: string }
   | { t: 'list'; items: Val[] }
-  | { t: 'tensor'; id: number };
+  | { t: 'tensor'; id: number }
+  /** several tensors from one call (`split`, `chunk`): only an assignment `a, b = ...` takes it */
+  | { t: 'tuple'; items: { t: 'tensor'; id: number }[] };
 
-export type ArgType = 'int' | 'float' | 'bool' | 'string' | 'pair' | 'ints' | 'str_or_int' | 'strmap' | 'init' | 'call' | 'map';
+export type ArgType = 'int' | 'float' | 'bool' | 'string' | 'pair' | 'ints' | 'int_or_ints' | 'str_or_int' | 'strmap' | 'init' | 'call' | 'map' | 'layer_ref';
 
 export interface ArgSpec {
   name: string;
@@ -41,6 +43,8 @@ export interface BindCtx {
   evalExpr: (e: A.Expr) => Val | null;
   /** what the arguments are called in messages (default 'argument'; the train section says 'key') */
   argWord?: string;
+  /** resolves a `layer_ref` argument to the instance path (reports and returns null when there is none) */
+  layerRef?: (name: A.Ident) => string | null;
 }
 
 export function describeVal(v: Val): string {
@@ -57,6 +61,8 @@ export function describeVal(v: Val): string {
       return 'a list';
     case 'tensor':
       return 'a tensor';
+    case 'tuple':
+      return `${v.items.length} tensors`;
   }
 }
 
@@ -67,6 +73,8 @@ const TYPE_WORDS: Record<ArgType, string> = {
   string: 'a string',
   pair: 'an integer or [h, w]',
   ints: 'a list of integers',
+  int_or_ints: 'an integer or a list of integers',
+  layer_ref: 'the name of an earlier layer instance (its `as` name)',
   str_or_int: 'a string or an integer',
   strmap: 'a map {name: "string", ...}',
   init: 'an initializer such as xavier_uniform() or normal(std: 0.02)',
@@ -96,7 +104,7 @@ export function arith(op: '+' | '-' | '*' | '/', a: Val, b: Val, loc: A.Loc, dia
     return { t: 'int', v: r };
   }
   const r = op === '+' ? x + y : op === '-' ? x - y : op === '*' ? x * y : x / y;
-  if (!Number.isFinite(r)) {
+  if (!Number.isFinite(r) && Number.isFinite(x) && Number.isFinite(y)) {
     diags.push(errorAt(loc, `arithmetic result is not a finite number`));
     return null;
   }
@@ -210,7 +218,9 @@ export function convert(spec: ArgSpec, v: Val, loc: A.Loc, ctx: BindCtx): unknow
       else return bad();
       return p.every((x) => range(x)) ? p : undefined;
     }
+    case 'int_or_ints':
     case 'ints': {
+      if (spec.type === 'int_or_ints' && v.t === 'int') return range(v.v) ? [v.v] : undefined;
       if (v.t !== 'list' || !v.items.every((i) => i.t === 'int')) return bad();
       const xs = v.items.map((i) => (i as { v: number }).v);
       return xs.every((x) => range(x)) ? xs : undefined;
@@ -235,7 +245,7 @@ export function bindArgs(ctx: BindCtx, specs: ArgSpec[], positional: PositionalA
   let ok = true;
   const variadic = specs.length > 0 && specs[specs.length - 1].variadic ? specs[specs.length - 1] : null;
   const fixed = variadic ? specs.length - 1 : specs.length;
-  const positionalSpecs = specs.filter((s) => s.type !== 'init' && s.type !== 'strmap' && s.type !== 'call' && s.type !== 'map');
+  const positionalSpecs = specs.filter((s) => s.type !== 'init' && s.type !== 'strmap' && s.type !== 'call' && s.type !== 'map' && s.type !== 'layer_ref');
   for (let i = 0; i < positional.length; i++) {
     const p = positional[i];
     if (variadic && i >= fixed) {
@@ -287,6 +297,20 @@ export function bindArgs(ctx: BindCtx, specs: ArgSpec[], positional: PositionalA
         ok = false;
       }
       out[spec.name] = a.value;
+      continue;
+    }
+    if (spec.type === 'layer_ref') {
+      // resolved to a parameter path by the expander (it knows the scope's prefix)
+      if (a.value.kind !== 'call' || a.value.hasParens || a.value.alias) {
+        ctx.diags.push(errorAt(a.value.loc, `${ctx.argWord ?? 'argument'} '${spec.name}' of ${ctx.what} expects ${TYPE_WORDS.layer_ref}`, 'for example tied_to: tok'));
+        ok = false;
+      } else if (ctx.layerRef) {
+        out[spec.name] = ctx.layerRef(a.value.callee);
+        if (out[spec.name] === null) ok = false;
+      } else {
+        ctx.diags.push(errorAt(a.value.loc, `${ctx.argWord ?? 'argument'} '${spec.name}' of ${ctx.what} names a layer, which is only possible in the network`));
+        ok = false;
+      }
       continue;
     }
     if (spec.type === 'strmap') {

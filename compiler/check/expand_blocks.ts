@@ -6,7 +6,13 @@
  * Paths: `as NAME` names an instance; otherwise `<layer><ordinal>` with one counter per
  * layer type per scope (the ordinal counts named instances too, so naming one layer never
  * renumbers the others). Inside a block instance the path is `<instance>.<layer>`; an
- * unnamed block instance is `<block><ordinal>`.
+ * unnamed block instance is `<block><ordinal>`. `repeat N as NAME` gives iteration i the
+ * prefix `NAME.i.` (fresh counters), and a body with exactly one block call names that block
+ * instance `NAME.i` itself (nn.ModuleList).
+ *
+ * Also here: `a, b = split(...)` (a call of a layer with `outputs` gives one instance per
+ * part, `<path>.<i>`), tensor-by-number arithmetic (one `affine` instance), math functions on
+ * numbers (folded), `inf`, and `tied_to: NAME` arguments (resolved to an earlier instance path).
  */
 import type * as A from '../parser/ast.js';
 import type { DType } from '../ir/graph.js';
@@ -57,6 +63,11 @@ interface Scope {
   blockStack: string[];
   /** which table calls resolve against */
   role: LayerRole;
+  /**
+   * inside `repeat N as NAME` whose body calls one block: iteration i's block instance takes
+   * the path `NAME.i` itself (the nn.ModuleList convention); consumed by that call
+   */
+  slot?: { path: string; used: boolean };
 }
 
 interface BlockInfo {
@@ -77,6 +88,8 @@ export class Expander {
   /** inputs whose declaration failed: known names (no 'undefined name' cascade) without a value */
   readonly badInputs = new Set<string>();
   private steps = 0;
+  /** the number of names of the assignment being evaluated (`q, k, v = split(x, 128, 2)` splits in 3) */
+  private wantParts: number | null = null;
   /** every `name = tensor` executed (for unused-value warnings) */
   readonly assigned: { name: string; id: number; loc: A.Loc }[] = [];
   constructor(readonly diags: Diagnostic[]) {}
@@ -202,22 +215,37 @@ export class Expander {
           result = { out: this.eval(s.expr, scope), found: true };
           break;
         case 'assign': {
-          const name = s.target.name;
-          const prev = scope.vars.get(name);
-          if (prev && prev.kind !== 'value') {
-            this.err(s.target.loc, `cannot assign to ${prev.kind === 'input' ? 'input' : 'block parameter'} '${name}'`, 'pick another name');
-            this.eval(s.expr, scope);
-            break;
+          let bad = false;
+          for (const t of s.targets) {
+            const name = t.name;
+            const prev = scope.vars.get(name);
+            if (prev && prev.kind !== 'value') {
+              this.err(t.loc, `cannot assign to ${prev.kind === 'input' ? 'input' : 'block parameter'} '${name}'`, 'pick another name');
+              bad = true;
+            } else if (LAYERS[name] || this.blocks.has(name)) {
+              this.err(t.loc, `'${name}' is the name of a ${LAYERS[name] ? LAYERS[name].role : 'block'}`, 'pick another name');
+              bad = true;
+            }
           }
-          if (LAYERS[name] || this.blocks.has(name)) {
-            this.err(s.target.loc, `'${name}' is the name of a ${LAYERS[name] ? LAYERS[name].role : 'block'}`, 'pick another name');
-            this.eval(s.expr, scope);
-            break;
-          }
+          this.wantParts = s.targets.length > 1 ? s.targets.length : null;
           const v = this.eval(s.expr, scope);
-          if (v !== null && v.t !== 'tensor') this.err(s.expr.loc, `'${name}' must be a tensor, got ${describeVal(v)}`);
-          scope.vars.set(name, { val: v, kind: 'value', loc: s.target.loc });
-          if (v !== null && v.t === 'tensor') this.assigned.push({ name, id: v.id, loc: s.target.loc });
+          this.wantParts = null;
+          if (bad) break;
+          const many = s.targets.length > 1;
+          let vals: (Val | null)[] = s.targets.map(() => null);
+          if (v !== null) {
+            if (v.t === 'tuple') {
+              if (v.items.length === s.targets.length) vals = v.items;
+              else this.err(s.target.loc, `${s.expr.kind === 'call' ? `'${s.expr.callee.name}'` : 'the expression'} gives ${v.items.length} tensors, but ${s.targets.length} name${many ? 's are' : ' is'} assigned`, `write ${v.items.map((_, i) => `t${i}`).join(', ')} = ...`);
+            } else if (many) this.err(s.expr.loc, `${s.targets.length} names are assigned but the expression gives ${describeVal(v)}`, 'several names take the tensors of split(...) or chunk(...)');
+            else if (v.t !== 'tensor') this.err(s.expr.loc, `'${s.target.name}' must be a tensor, got ${describeVal(v)}`);
+            else vals = [v];
+          }
+          s.targets.forEach((t, i) => {
+            const val = vals[i];
+            scope.vars.set(t.name, { val, kind: 'value', loc: t.loc });
+            if (val !== null && val.t === 'tensor') this.assigned.push({ name: t.name, id: val.id, loc: t.loc });
+          });
           break;
         }
         case 'repeat': {
@@ -233,7 +261,10 @@ export class Expander {
               this.err(s.loc, `the network takes more than ${MAX_STEPS} statements to expand`, "lower a 'repeat' count");
               throw new Abort();
             }
-            const r = this.exec(s.body, scope, inBlock);
+            const iter: Scope = s.alias
+              ? { ...scope, prefix: `${scope.prefix}${s.alias.name}.${i}.`, counters: new Map(), slot: countBlockCalls(s.body, this.blocks) === 1 ? { path: `${scope.prefix}${s.alias.name}.${i}`, used: false } : undefined }
+              : scope;
+            const r = this.exec(s.body, iter, inBlock);
             if (r.found) result = r;
             if (this.diags.length > errorsBefore) break; // the next iterations would repeat the same errors
           }
@@ -279,16 +310,32 @@ export class Expander {
             continue;
           }
           if (acc.t === 'tensor' || rhs.t === 'tensor') {
-            if (acc.t !== 'tensor' || rhs.t !== 'tensor') {
-              acc = this.err(r.opLoc, `'${r.op}' needs two tensors or two numbers, got ${describeVal(acc)} and ${describeVal(rhs)}`);
+            const loc = { ...e.first.loc, endLine: r.rhs.loc.endLine, endCol: r.rhs.loc.endCol };
+            const isNum = (v: Val) => v.t === 'int' || v.t === 'float';
+            if (acc.t === 'tensor' && rhs.t === 'tensor') {
+              const def = LAYERS[r.op === '+' ? 'add' : r.op === '-' ? 'sub' : r.op === '*' ? 'mul' : 'div'];
+              acc = this.layer(def, [acc, rhs], [], [], undefined, scope, loc);
               continue;
             }
-            if (r.op === '/') {
-              acc = this.err(r.opLoc, "'/' is not defined on tensors", "tensors support '+', '-' and '*'");
+            // tensor-by-number arithmetic: y = x*scale + shift (the `affine` element-wise fn)
+            const [t, n, numLeft] = acc.t === 'tensor' ? [acc, rhs, false] : [rhs, acc, true];
+            if (!isNum(n) || t.t !== 'tensor') {
+              acc = this.err(r.opLoc, `'${r.op}' needs two tensors, two numbers or a tensor and a number, got ${describeVal(acc)} and ${describeVal(rhs)}`);
               continue;
             }
-            const def = LAYERS[r.op === '+' ? 'add' : r.op === '-' ? 'sub' : 'mul'];
-            acc = this.layer(def, [acc, rhs], [], [], undefined, scope, { ...e.first.loc, endLine: r.rhs.loc.endLine, endCol: r.rhs.loc.endCol });
+            const c = (n as { v: number }).v;
+            let affine: { scale: number; shift: number };
+            if (r.op === '+') affine = { scale: 1, shift: c };
+            else if (r.op === '-') affine = numLeft ? { scale: -1, shift: c } : { scale: 1, shift: -c };
+            else if (r.op === '*') affine = { scale: c, shift: 0 };
+            else if (numLeft) {
+              acc = this.err(r.opLoc, `'${c} / tensor' (a number divided by a tensor) is not supported`, `write ${c} * pow(x, -1)`);
+              continue;
+            } else if (c === 0) {
+              acc = this.err(r.opLoc, 'division of a tensor by zero', 'divide by a non-zero number');
+              continue;
+            } else affine = { scale: 1 / c, shift: 0 };
+            acc = this.layer(LAYERS.affine, [t], [], [], undefined, scope, loc, undefined, affine);
             continue;
           }
           acc = arith(r.op, acc, rhs, r.opLoc, this.diags);
@@ -315,6 +362,7 @@ export class Expander {
         if (!e.hasParens && !e.alias) {
           const b = scope.vars.get(e.callee.name);
           if (b) return b.val;
+          if (e.callee.name === 'inf') return { t: 'float', v: Infinity };
           if (this.callable(e.callee.name, scope)) {
             const what = this.blocks.has(e.callee.name) ? 'block' : LAYERS[e.callee.name].role;
             return this.err(e.callee.loc, `${what} '${e.callee.name}' needs an input`, `write 'x -> ${e.callee.name}' or '${e.callee.name}(x)'`);
@@ -352,9 +400,27 @@ export class Expander {
     }
     if (!ok) return null;
     const named = c.args.filter((a) => a.name);
+    const folded = this.foldMath(name, positional, named, c);
+    if (folded !== undefined) return folded;
     const block = this.blocks.get(name);
     if (block) return this.instantiate(block, positional, named, c, scope);
     return this.layer(LAYERS[name], [], positional, named, c.alias, scope, c.loc, c);
+  }
+
+  /**
+   * `sqrt(d / heads)` and the other math functions on a number: evaluated at compile time
+   * (float64) into a number; undefined when the call is not one (a tensor argument).
+   */
+  private foldMath(name: string, positional: PositionalArg[], named: A.Arg[], c: A.CallExpr): Val | null | undefined {
+    const def = LAYERS[name];
+    const first = positional[0]?.val;
+    if (!def?.math || !first || (first.t !== 'int' && first.t !== 'float')) return undefined;
+    if (c.alias) return this.err(c.alias.loc, `'as' names a layer instance, but ${name}(${describeVal(first)}) is a number`);
+    const args = bindArgs({ what: name, diags: this.diags, evalExpr: (e) => this.eval(e, { prefix: '', vars: new Map(), counters: new Map(), blockStack: [], role: 'layer' }) }, def.args, positional.slice(1), named, c.loc);
+    if (args === null) return null;
+    const v = def.math(first.v, args as Record<string, number>);
+    if (!Number.isFinite(v)) return this.err(c.loc, `${name}(${first.v}) is not a finite number (${v})`);
+    return { t: 'float', v };
   }
 
   private instancePath(type: string, alias: A.Ident | undefined, scope: Scope, loc: A.Loc): string | null {
@@ -373,10 +439,11 @@ export class Expander {
     return path;
   }
 
-  private tensorArgs(def: { what: string; count: number | 'many'; names: string[] }, positional: PositionalArg[], loc: A.Loc): { tensors: Val[]; rest: PositionalArg[] } | null {
+  private tensorArgs(def: { what: string; count: number | 'many'; names: string[]; optional?: number }, positional: PositionalArg[], loc: A.Loc): { tensors: Val[]; rest: PositionalArg[] } | null {
     let k = 0;
     while (k < positional.length && positional[k].val.t === 'tensor') k++;
-    const want = def.count;
+    for (const p of positional) if (p.val.t === 'tuple') return this.err(p.loc, `${def.what}: an argument is ${describeVal(p.val)}`, 'assign the parts of split / chunk to names first: a, b = split(...)');
+    const want = def.count === 'many' || !def.optional ? def.count : Math.min(k, def.count + def.optional);
     if (want === 'many' ? k < 2 : k < want) {
       const need = want === 'many' ? 'at least 2 tensor inputs' : `${want} tensor input${want === 1 ? '' : 's'} (${def.names.join(', ')})`;
       return this.err(positional[k]?.loc ?? loc, `${def.what} needs ${need}, got ${k === 0 ? 'none' : k}`, k === 0 && want === 1 ? `write 'x -> ${def.what.split(' ')[0]}(...)' or pass the input first` : undefined);
@@ -391,7 +458,7 @@ export class Expander {
    * One layer instance. From a call (`c` given) the tensor inputs are the leading tensor
    * positionals; from an operator (`a + b`, `-a`; no `c`) they are `operands`.
    */
-  layer(def: LayerDef, operands: Val[], positional: PositionalArg[], named: A.Arg[], alias: A.Ident | undefined, scope: Scope, loc: A.Loc, c?: A.CallExpr): Val | null {
+  layer(def: LayerDef, operands: Val[], positional: PositionalArg[], named: A.Arg[], alias: A.Ident | undefined, scope: Scope, loc: A.Loc, c?: A.CallExpr, fixedArgs?: Record<string, unknown>): Val | null {
     if (this.layers.length >= MAX_LAYERS) {
       this.err(loc, `the network expands to more than ${MAX_LAYERS} layers`, "lower a 'repeat' count");
       throw new Abort();
@@ -404,14 +471,34 @@ export class Expander {
       tensors = operands;
       rest = [];
     } else {
-      const split = this.tensorArgs({ what, count: def.inputs, names: def.inputNames }, positional, loc);
+      const split = this.tensorArgs({ what, count: def.inputs, names: def.inputNames, optional: def.optionalInputs }, positional, loc);
       if (split === null) return null;
       ({ tensors, rest } = split);
     }
-    const args = bindArgs({ what, diags: this.diags, evalExpr: (e) => this.eval(e, scope) }, def.args, rest, named, c?.loc ?? loc);
+    const layerRef = (n: A.Ident): string | null => {
+      // the name of an instance in this scope (or, from inside a block, of the network)
+      for (const p of [scope.prefix + n.name, n.name]) if (this.paths.has(p)) return p;
+      return this.err(n.loc, `no layer instance named '${n.name}' before this line`, suggestion(n.name, [...this.paths.keys()].filter((p) => p.startsWith(scope.prefix)).map((p) => p.slice(scope.prefix.length))) ?? "name the layer with 'as' before it is used here");
+    };
+    const args = fixedArgs ?? bindArgs({ what, diags: this.diags, evalExpr: (e) => this.eval(e, scope), layerRef }, def.args, rest, named, c?.loc ?? loc);
     if (args === null || path === null) return null;
+    const at = c ? { ...c.callee.loc, endLine: c.loc.endLine, endCol: c.loc.endCol } : loc;
+    const ins = tensors.map((t) => (t as { id: number }).id);
+    if (def.outputs) {
+      // several outputs (split, chunk): one slice layer each, `<path>.<i>`
+      let parts = def.outputs(args);
+      const fromNames = parts === null;
+      if (parts === null) parts = this.wantParts;
+      if (parts === null) return this.err(at, `${what} with one size needs the number of parts from the names it is assigned to`, 'write q, k, v = split(x, 128, 2), or give the sizes as a list');
+      const items: { t: 'tensor'; id: number }[] = [];
+      for (let part = 0; part < parts; part++) {
+        items.push({ t: 'tensor', id: this.inputs.length + this.layers.length });
+        this.layers.push({ type: def.name, role: def.role, path: `${path}.${part}`, inputs: ins, args: { ...args, part, ...(fromNames ? { parts } : {}) }, loc: at });
+      }
+      return { t: 'tuple', items };
+    }
     const id = this.inputs.length + this.layers.length;
-    this.layers.push({ type: def.name, role: def.role, path, inputs: tensors.map((t) => (t as { id: number }).id), args, loc: c ? { ...c.callee.loc, endLine: c.loc.endLine, endCol: c.loc.endCol } : loc });
+    this.layers.push({ type: def.name, role: def.role, path, inputs: ins, args, loc: at });
     return { t: 'tensor', id };
   }
 
@@ -433,7 +520,12 @@ export class Expander {
       return this.err(c.callee.loc, `block '${name}' uses itself: ${[...scope.blockStack.slice(scope.blockStack.indexOf(name)), name].join(' -> ')}`, 'blocks cannot be recursive');
     }
     if (scope.blockStack.length >= MAX_BLOCK_DEPTH) return this.err(c.callee.loc, `blocks nested deeper than ${MAX_BLOCK_DEPTH} levels`);
-    const path = this.instancePath(name, c.alias, scope, c.callee.loc);
+    let path: string | null;
+    if (scope.slot && !scope.slot.used && !c.alias) {
+      scope.slot.used = true;
+      path = scope.slot.path;
+      this.paths.set(path, c.callee.loc);
+    } else path = this.instancePath(name, c.alias, scope, c.callee.loc);
     const what = `block ${name} '${path ?? name}'`;
     const split = this.tensorArgs({ what, count: b.ins.length, names: b.ins.map((i) => i.name) }, positional, c.loc);
     if (split === null) return null;
@@ -496,6 +588,43 @@ function toVal(type: ArgSpec['type'], v: unknown): Val {
   if (type === 'float') return { t: 'float', v: v as number };
   if (type === 'bool') return { t: 'bool', v: v as boolean };
   return { t: 'str', v: v as string };
+}
+
+/** Block calls written in a statement list (a `repeat as` body with exactly one names its instance `NAME.i`). */
+function countBlockCalls(body: A.Stmt[], blocks: Map<string, unknown>): number {
+  let n = 0;
+  const expr = (e: A.Expr): void => {
+    switch (e.kind) {
+      case 'call':
+        if (blocks.has(e.callee.name) && (e.hasParens || e.alias)) n++;
+        for (const a of e.args) expr(a.value);
+        return;
+      case 'pipe':
+        expr(e.head);
+        for (const st of e.stages) {
+          if (blocks.has(st.callee.name) && !st.hasParens && !st.alias) n++;
+          expr(st);
+        }
+        return;
+      case 'chain':
+        expr(e.first);
+        for (const r of e.rest) expr(r.rhs);
+        return;
+      case 'neg':
+        expr(e.operand);
+        return;
+      case 'list':
+        e.items.forEach(expr);
+        return;
+      default:
+        return;
+    }
+  };
+  for (const s of body) {
+    if (s.kind === 'assign' || s.kind === 'out') expr(s.expr);
+    else if (s.kind === 'repeat') n += 2; // nested repeats: several instances, keep the ordinal names
+  }
+  return n;
 }
 
 export function expand(ast: A.ModelFile, diags: Diagnostic[]): Expanded | null {

@@ -92,7 +92,10 @@ export function checkSourceWithWarnings(text: string, file: string, overrides: O
   const heads = [...(low.loss ? [low.loss.value] : []), ...low.metrics.map((m) => m.value)];
   for (const h of heads) {
     const node = low.graph.nodes.find((n) => n.outputs[0] === h)!;
-    if (['cross_entropy', 'nll', 'accuracy', 'top_k'].includes(node.op)) numClasses = low.graph.values[node.inputs[0]].shape[1];
+    if (['cross_entropy', 'nll', 'accuracy', 'top_k'].includes(node.op)) {
+      const s = low.graph.values[node.inputs[0]].shape;
+      numClasses = s[s.length - 1];
+    }
   }
 
   const model: CheckedModel = {

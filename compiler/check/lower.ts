@@ -1,6 +1,9 @@
 /**
  * Lowering: expanded layers + their shape plans -> the forward IR Graph (training form,
  * BATCH for N), with parameter declarations, layer summaries, loss and metric outputs.
+ * A plan with `steps` becomes several nodes (all with the layer's path; the last step's
+ * first output is `<path>.out`); a parameter with `tiedTo` is not declared again: the node
+ * reads the earlier parameter's value (weight tying: one tensor, gradients summed by autodiff).
  */
 import { GraphBuilder } from '../ir/graph.js';
 import type { InputDecl, LayerSummary, ParamDecl } from '../model.js';
@@ -31,22 +34,44 @@ export function lower(x: Expanded, inf: Inferred): Lowered {
   const layers: LayerSummary[] = [];
   let loss: Lowered['loss'] = null;
   const metrics: Lowered['metrics'] = [];
+  /** parameter value ids by path (weight tying reads an earlier one) */
+  const byPath = new Map<string, number>();
   x.layers.forEach((l, k) => {
     const plan = inf.plans[k];
     if (!plan) throw new Error(`internal: layer '${l.path}' has no shape plan after checking`);
     const pins = plan.params.map((p) => {
       if (p === null) return -1;
+      if (p.tiedTo !== undefined) {
+        const tied = byPath.get(p.tiedTo);
+        if (tied === undefined) throw new Error(`internal: tied parameter '${p.tiedTo}' is not declared before '${l.path}'`);
+        return tied;
+      }
       const path = `${l.path}.${p.name}`;
       const v = b.value(path, 'f32', p.shape, p.kind);
+      byPath.set(path, v);
       params.push({ path, value: v, shape: [...p.shape], kind: p.kind, init: p.init, layer: l.path, layerType: l.type, loc: l.loc });
       return v;
     });
     const isHead = l.role !== 'layer';
-    const outs = [
-      { name: isHead ? l.path : `${l.path}.out`, dtype: plan.out.dtype, shape: plan.out.shape, kind: isHead ? ('output' as const) : ('activation' as const) },
-      ...(plan.extra ?? []).map((e) => ({ name: `${l.path}.${e.suffix}`, shape: e.shape })),
-    ];
-    const [out] = b.emit(plan.op, [...l.inputs.map((i) => ids[i]), ...pins], outs, plan.attrs, l.path, l.loc);
+    const ins = l.inputs.map((i) => ids[i]);
+    let out: number;
+    if (plan.steps) {
+      // a layer of several nodes: each step's inputs are the layer's inputs, parameters or earlier steps' outputs
+      const outsOf: number[][] = [];
+      plan.steps.forEach((st, j) => {
+        const last = j === plan.steps!.length - 1;
+        const refs = st.inputs.map((r) => ('in' in r ? ins[r.in] : 'param' in r ? pins[r.param] : 'step' in r ? outsOf[r.step][r.out ?? 0] : -1));
+        const outs = st.outs.map((o, m) => ({ name: last && m === 0 ? `${l.path}.out` : `${l.path}.${o.suffix}`, dtype: o.dtype, shape: o.shape }));
+        outsOf.push(b.emit(st.op, refs, outs, st.attrs, l.path, l.loc));
+      });
+      out = outsOf[outsOf.length - 1][0];
+    } else {
+      const outs = [
+        { name: isHead ? l.path : `${l.path}.out`, dtype: plan.out.dtype, shape: plan.out.shape, kind: isHead ? ('output' as const) : ('activation' as const) },
+        ...(plan.extra ?? []).map((e) => ({ name: `${l.path}.${e.suffix}`, shape: e.shape })),
+      ];
+      [out] = b.emit(plan.op, [...ins, ...pins], outs, plan.attrs, l.path, l.loc);
+    }
     ids.push(out);
     if (l.role === 'loss') loss = { kind: l.type, value: out };
     else if (l.role === 'metric') metrics.push({ name: l.path, value: out });
@@ -56,7 +81,7 @@ export function lower(x: Expanded, inf: Inferred): Lowered {
         type: l.type,
         outShape: [...plan.out.shape],
         outDtype: plan.out.dtype,
-        params: plan.params.reduce((s, p) => s + (p && p.kind === 'param' ? numel(p.shape) : 0), 0),
+        params: plan.params.reduce((s, p) => s + (p && p.kind === 'param' && !p.tiedTo ? numel(p.shape) : 0), 0),
         loc: l.loc,
       });
   });

@@ -80,6 +80,13 @@ export const DATA_SOURCES: Record<string, { args: ArgSpec[]; doc: string }> = {
       { name: 'inputs', type: 'strmap', default: null, doc: 'map spec input name -> tensor name (default: the same names)' },
     ],
   },
+  text: {
+    doc: 'a text as token windows for a language model: text() is Moby Dick (bundled), text("file.txt") a UTF-8 file; first 90% trains, last 10% tests',
+    args: [
+      { name: 'file', type: 'string', default: null, doc: 'a UTF-8 text file (default: the bundled Moby Dick, 1,190,317 characters, 83 distinct)' },
+      { name: 'tokenizer', type: 'string', default: 'char', doc: '"char" (the sorted distinct characters of the file) or "byte" (256 ids)' },
+    ],
+  },
   synthetic: {
     doc: 'random data of the inputs\' shapes (benchmarks)',
     args: [
@@ -265,6 +272,18 @@ function checkData(c: A.CallExpr, specDir: string, inputs: FlatInput[], diags: D
       }
       warnMissingFiles(c, [['train', abs(a.train)], ['test', abs(a.test)]], diags);
       return { kind: 'safetensors', train: abs(a.train)!, test: abs(a.test), inputs: map };
+    }
+    case 'text': {
+      if (a.tokenizer !== 'char' && a.tokenizer !== 'byte') {
+        diags.push(errorAt(c.loc, `tokenizer must be "char" or "byte", got "${a.tokenizer}"`, suggestion(a.tokenizer, ['char', 'byte']) ?? 'char: one id per distinct character; byte: the 256 byte values'));
+        return null;
+      }
+      const T = inputs[0]?.shape[1];
+      if (!inputErrors && (inputs.length !== 2 || inputs.some((i) => i.dtype !== 'i32' || i.shape.length !== 2 || i.shape[1] !== T))) {
+        diags.push(errorAt(c.loc, `text() provides token windows as two i32[N, T] inputs (tokens and targets), but the inputs are ${describeInputs(inputs) || 'none'}`, 'declare: input tokens: i32[N, 64] and input targets: i32[N, 64]'));
+        return null;
+      }
+      return { kind: 'text', file: abs(a.file), tokenizer: a.tokenizer };
     }
     default:
       return { kind: 'synthetic', train_size: a.train_size, test_size: a.test_size, seed: a.seed };

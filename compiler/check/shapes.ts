@@ -19,6 +19,8 @@ export function inferShapes(x: Expanded, diags: Diagnostic[]): Inferred {
   const infos: (TensorInfo | null)[] = x.inputs.map((i) => ({ dtype: i.dtype, shape: i.shape }));
   const plans: (LayerPlan | null)[] = [];
   let stream = 0;
+  /** parameter shapes by full path, for weight tying */
+  const paramShapes = new Map<string, number[]>();
   for (const l of x.layers) {
     const ins = l.inputs.map((id) => infos[id]);
     let plan: LayerPlan | null = null;
@@ -27,6 +29,7 @@ export function inferShapes(x: Expanded, diags: Diagnostic[]): Inferred {
       plan = LAYERS[l.type].infer(ins as TensorInfo[], l.args, {
         what,
         nextStream: () => stream++,
+        paramShape: (path) => paramShapes.get(path) ?? null,
         fail: (message, hint) => {
           diags.push(errorAt(l.loc, message, hint));
           return null;
@@ -40,6 +43,7 @@ export function inferShapes(x: Expanded, diags: Diagnostic[]): Inferred {
         }
       }
     }
+    if (plan) for (const p of plan.params) if (p && !p.tiedTo) paramShapes.set(`${l.path}.${p.name}`, p.shape);
     plans.push(plan);
     infos.push(plan ? plan.out : null);
   }

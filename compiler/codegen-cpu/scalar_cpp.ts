@@ -1,15 +1,18 @@
 /**
  * scalar_cpp: the C++ (float) spelling of the scalar expression language of
- * compiler/ir/scalar_fns.ts: float literals (f32Lit), <cmath> float overloads, C's ?:.
+ * compiler/ir/scalar_fns.ts: float literals (f32Lit), <cmath> float overloads (exp and erf: the
+ * vectorisable mk::exp_v / mk::erf_v of mpsc_kernels.hpp), C's ?:.
  * Consumed by the element-wise kernels (kernels/elementwise.ts); relies on the generated
  * unit including <cmath> and <algorithm> (emit_program.ts does).
  */
 import { type MathFn, type ScalarLang } from '../ir/scalar_fns.js';
 import { f32Lit } from '../cfamily/text.js';
 
+// exp and erf: mk::exp_v / mk::erf_v (mpsc_kernels.hpp), straight-line float code that vectorises
+// (gelu and its gradient are the bulk of a transformer MLP's element-wise time); the rest from <cmath>
 const CPP_MATH: Record<MathFn, string> = {
-  exp: 'std::exp', expm1: 'std::expm1', log: 'std::log', log1p: 'std::log1p', sqrt: 'std::sqrt', tanh: 'std::tanh',
-  erf: 'std::erf', erfc: 'std::erfc', abs: 'std::fabs', max: 'std::max', min: 'std::min',
+  exp: 'mk::exp_v', expm1: 'std::expm1', log: 'std::log', log1p: 'std::log1p', sqrt: 'std::sqrt', tanh: 'std::tanh',
+  erf: 'mk::erf_v', erfc: 'std::erfc', abs: 'std::fabs', max: 'std::max', min: 'std::min', pow: 'std::pow',
 };
 
 export const CPP_SCALAR_LANG: ScalarLang = {

@@ -3,7 +3,8 @@
  * (compiler/kernels, rendered in the given dialect; MSL by default) or CPU fallback steps.
  * An op is a fallback step when it is listed in `fallbackOps` (used to test the fallback
  * path) or when the GPU registry (compiler/kernels/registry.ts) sends it to the CPU; with
- * `noFallback` the latter is an error.
+ * `noFallback` the latter is an error. A reshape that the memory plan made a view (its output
+ * on its input's bytes) gets no step at all.
  */
 import type { Graph, Node, Program } from '../ir/graph.js';
 import { UserError } from '../errors.js';
@@ -64,6 +65,13 @@ function fusable(p: Program, i: number, layout: ProgramLayout | undefined, force
   });
 }
 
+/** a reshape whose output the memory plan puts on its input's bytes (a view): nothing to run */
+function isView(n: Node, layout: ProgramLayout | undefined): boolean {
+  if (n.op !== 'reshape' || !layout) return false;
+  const a = layout.homes[n.inputs[0]], b = layout.homes[n.outputs[0]];
+  return !!a && !!b && a.region === b.region && a.index === b.index && a.offset === b.offset;
+}
+
 export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: ProgramLayout, dialect: Dialect = MSL): LoweredProgram {
   let k = 0;
   const helpers = new Set<Helper>();
@@ -82,6 +90,7 @@ export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: Progr
       i++;
       continue;
     }
+    if (isView(n, layout)) continue;
     if (forced.has(n.op)) {
       out.steps.push({ kind: 'cpu', node: n.id, op: n.op, reason: 'forced by fallbackOps' });
       out.warnings.push(`${where(n)} runs on the CPU (fallback forced for op '${n.op}'); program ${p.name}`);

@@ -124,8 +124,8 @@ export function autodiff(forward: Graph, loss: number): AutodiffResult {
       need: (k) => needs(n.inputs[k] ?? -1),
       shape: (id) => [...V(id).shape],
       emit: (op, inputs, gradOf, attrs = {}, shape) => emit(op, inputs, gname(gradOf), shape ?? [...V(gradOf).shape], attrs, n),
-      emitN: (op, inputs, gradOf, attrs = {}) =>
-        b.emit(op, inputs, gradOf.map((id) => ({ name: gname(id), shape: [...V(id).shape], kind: 'grad' as const })), attrs, n.path, n.loc),
+      emitN: (op, inputs, gradOf, attrs = {}, shapes) =>
+        b.emit(op, inputs, gradOf.map((id, k) => ({ name: gname(id), shape: [...(shapes?.[k] ?? V(id).shape)], kind: 'grad' as const })), attrs, n.path, n.loc),
       acc: (k, g) => accumulate(n.inputs[k], g, n),
       passSeed: (k) => accumulate(n.inputs[k], SEED, n),
       unbroadcast: (g, k) => unbroadcast(g, n.inputs[k], n),

@@ -16,8 +16,13 @@
  *           size (largest first), each value at the lowest 64-byte-aligned offset
  *           that does not overlap any already placed value with an intersecting
  *           lifetime, so dead buffers are reused.
+ *           A reshape whose input and output are both activations / gradients is a
+ *           view: its output shares its input's buffer (one placement for the chain,
+ *           live over the union of their lifetimes), so the reshape copies nothing
+ *           (backends skip a copy onto itself).
  * Invariants: `verifyPlan` re-checks that no two simultaneously live values
- *           overlap and that every arena value fits in the arena.
+ *           overlap (except the values of one reshape chain, which share bytes by
+ *           design) and that every arena value fits in the arena.
  */
 import { isPersistent, valueBytes, type Graph, type MemoryPlan, type Program, type Value } from './graph.js';
 
@@ -56,12 +61,36 @@ export function lifetimes(graph: Graph): (Lifetime | undefined)[] {
 
 const overlaps = (a: Lifetime, b: Lifetime) => a.start <= b.end && b.start <= a.end;
 
+/**
+ * For every value, the value whose buffer it uses: itself, or for the output of a reshape of an
+ * activation / gradient into an activation / gradient, its input's root (chains follow).
+ */
+export function viewRoots(graph: Graph): number[] {
+  const root = graph.values.map((_, i) => i);
+  const viewable = (v: Value) => v.kind === 'activation' || v.kind === 'grad';
+  for (const n of graph.nodes) {
+    if (n.op !== 'reshape' || n.inputs[0] === undefined || n.inputs[0] < 0 || n.outputs.length !== 1) continue;
+    const src = graph.values[n.inputs[0]], dst = graph.values[n.outputs[0]];
+    if (viewable(src) && viewable(dst) && src.dtype === dst.dtype) root[dst.id] = root[src.id];
+  }
+  return root;
+}
+
 export function planMemory(program: Program): MemoryPlan {
   const { graph } = program;
   const life = lifetimes(graph);
+  // a reshape chain is placed once, at its root, live over the union of its members' lifetimes
+  const root = viewRoots(graph);
+  graph.values.forEach((v, id) => {
+    const l = life[id], r = root[id];
+    if (r === id || !l) return;
+    const lr = life[r]!;
+    lr.start = Math.min(lr.start, l.start);
+    lr.end = Math.max(lr.end, l.end);
+  });
   const offsets = graph.values.map(() => -1);
   const order = graph.values
-    .filter((v) => life[v.id] !== undefined)
+    .filter((v) => life[v.id] !== undefined && root[v.id] === v.id)
     .sort((a, b) => valueBytes(b) - valueBytes(a) || life[a.id]!.start - life[b.id]!.start || a.id - b.id);
   const placed: { off: number; size: number; life: Lifetime }[] = [];
   let arenaBytes = 0;
@@ -78,6 +107,9 @@ export function planMemory(program: Program): MemoryPlan {
     placed.push({ off, size, life: l });
     arenaBytes = Math.max(arenaBytes, off + size);
   }
+  graph.values.forEach((v, id) => {
+    if (root[id] !== id && life[id] !== undefined) offsets[id] = offsets[root[id]];
+  });
   let persistentBytes = 0;
   let inputBytes = 0;
   for (const v of graph.values) {
@@ -95,6 +127,7 @@ export function verifyPlan(program: Program): string[] {
   const problems: string[] = [];
   if (plan.offsets.length !== graph.values.length) problems.push(`plan has ${plan.offsets.length} offsets for ${graph.values.length} values`);
   const life = lifetimes(graph);
+  const root = viewRoots(graph);
   const arena: { v: Value; off: number; end: number; life: Lifetime }[] = [];
   graph.values.forEach((v, id) => {
     const off = plan.offsets[id];
@@ -114,6 +147,10 @@ export function verifyPlan(program: Program): string[] {
   for (let i = 0; i < arena.length; i++) {
     for (let j = i + 1; j < arena.length; j++) {
       const a = arena[i], b = arena[j];
+      if (root[a.v.id] === root[b.v.id]) {
+        if (a.off !== b.off) problems.push(`%${a.v.id} (${a.v.name}) and its reshape view %${b.v.id} (${b.v.name}) are at different offsets`);
+        continue;
+      }
       if (overlaps(a.life, b.life) && a.off < b.end && b.off < a.end) {
         problems.push(`%${a.v.id} (${a.v.name}) and %${b.v.id} (${b.v.name}) are live at the same time and overlap in the arena`);
       }

@@ -32,6 +32,8 @@ import { NORM_OPS } from './op_rules/norm.js';
 import { GATHER_OPS } from './op_rules/gather.js';
 import { LOSS_OPS } from './op_rules/losses.js';
 import { OPTIM_OPS } from './op_rules/optim.js';
+import { TENSOR_OPS } from './op_rules/tensor.js';
+import { ATTENTION_OPS } from './op_rules/attention.js';
 
 export { UNARY_FNS, type UnaryFn, BINARY_FNS, type BinaryFn } from './scalar_fns.js';
 
@@ -75,8 +77,8 @@ export interface VjpCtx {
    * named `d_<its name>`, shaped like it unless `shape` is given; returns the output id
    */
   emit(op: string, inputs: number[], gradOf: number, attrs?: Record<string, AttrValue>, shape?: number[]): number;
-  /** the same with one output per entry of gradOf */
-  emitN(op: string, inputs: number[], gradOf: number[], attrs?: Record<string, AttrValue>): number[];
+  /** the same with one output per entry of gradOf (shaped like it, or shapes[k] when given) */
+  emitN(op: string, inputs: number[], gradOf: number[], attrs?: Record<string, AttrValue>, shapes?: number[][]): number[];
   /** adds g to the gradient of input k (nothing when input k needs none) */
   acc(k: number, g: number): void;
   /** input k receives the implicit loss seed (a sum of losses) */
@@ -124,7 +126,7 @@ export interface OpDef {
 }
 
 const OP_DEFS = {
-  ...GEMM_CONV_OPS, ...POOL_OPS, ...ELEMENTWISE_OPS, ...NORM_OPS, ...GATHER_OPS, ...LOSS_OPS, ...OPTIM_OPS,
+  ...GEMM_CONV_OPS, ...POOL_OPS, ...ELEMENTWISE_OPS, ...NORM_OPS, ...GATHER_OPS, ...TENSOR_OPS, ...ATTENTION_OPS, ...LOSS_OPS, ...OPTIM_OPS,
 };
 
 /** the union of IR op names */

@@ -34,11 +34,13 @@ export type ScalarVar = 'x' | 'g' | 'a' | 'b';
  * meaning in its compute type (C++: std::, MSL: precise::).
  *   exp, expm1 (exp(x)-1), log, log1p (log(1+x)), sqrt, tanh, erf, erfc (1-erf(x)),
  *   abs, max(a, b), min(a, b): max / min of two non-NaN values (with a NaN operand the
- *   result is target-dependent: write a `select` when NaN propagation matters).
+ *   result is target-dependent: write a `select` when NaN propagation matters),
+ *   pow(a, b) = a^b (C's pow: pow(x, 0) = 1 for every x, NaN for a negative base and a
+ *   non-integer exponent).
  */
-export type MathFn = 'exp' | 'expm1' | 'log' | 'log1p' | 'sqrt' | 'tanh' | 'erf' | 'erfc' | 'abs' | 'max' | 'min';
+export type MathFn = 'exp' | 'expm1' | 'log' | 'log1p' | 'sqrt' | 'tanh' | 'erf' | 'erfc' | 'abs' | 'max' | 'min' | 'pow';
 export const MATH_FN_ARITY: Record<MathFn, 1 | 2> = {
-  exp: 1, expm1: 1, log: 1, log1p: 1, sqrt: 1, tanh: 1, erf: 1, erfc: 1, abs: 1, max: 2, min: 2,
+  exp: 1, expm1: 1, log: 1, log1p: 1, sqrt: 1, tanh: 1, erf: 1, erfc: 1, abs: 1, max: 2, min: 2, pow: 2,
 };
 
 export type BinOp = '+' | '-' | '*' | '/';
@@ -65,6 +67,16 @@ export interface UnaryFnDef {
   doc: string;
   /** the PyTorch equivalent */
   torch: string;
+  /**
+   * the open interval of x where f is defined and finite in float (absent: every x); tests
+   * sample inside it (log, sqrt: x > 0; exp: below float overflow)
+   */
+  domain?: [number, number];
+  /**
+   * a math function of the language (`exp(x)`, `x * 0.5` as affine), written as a call or an
+   * operator, not an activation layer (absent: an activation, with its line in check/layers.ts)
+   */
+  math?: true;
 }
 
 export interface BinaryFnDef {
@@ -203,6 +215,71 @@ export const UNARY_FNS_TABLE = {
     doc: 'x*tanh(softplus(x)) (softplus with beta 1 and no threshold, as torch)',
     torch: 'torch.nn.functional.mish(x)',
   },
+  exp: {
+    attrs: {},
+    fwd: exp(x),
+    grad: mul(g, exp(x)),
+    doc: 'exp(x)',
+    torch: 'torch.exp(x)',
+    math: true,
+    domain: [-Infinity, 88],
+  },
+  log: {
+    attrs: {},
+    fwd: call('log', x),
+    grad: div(g, x),
+    doc: 'natural log (log(0) = -inf, NaN below 0)',
+    torch: 'torch.log(x)',
+    math: true,
+    domain: [0, Infinity],
+  },
+  sqrt: {
+    attrs: {},
+    fwd: call('sqrt', x),
+    // torch: grad / (2 * result)
+    grad: div(g, mul(2, call('sqrt', x))),
+    doc: 'sqrt(x) (NaN below 0; gradient inf at 0)',
+    torch: 'torch.sqrt(x)',
+    math: true,
+    domain: [0, Infinity],
+  },
+  rsqrt: {
+    attrs: {},
+    fwd: div(1, call('sqrt', x)),
+    // torch: -0.5 * grad * result^3
+    grad: mul(mul(-0.5, g), mul(mul(div(1, call('sqrt', x)), div(1, call('sqrt', x))), div(1, call('sqrt', x)))),
+    doc: '1/sqrt(x) (inf at 0, NaN below 0)',
+    torch: 'torch.rsqrt(x)',
+    math: true,
+    domain: [0, Infinity],
+  },
+  abs: {
+    attrs: {},
+    fwd: call('abs', x),
+    // torch: grad * sgn(x), sgn(0) = 0
+    grad: select(gt(x, 0), g, select(lt(x, 0), neg(g), 0)),
+    doc: "|x|; abs'(0) = 0 (torch's sign)",
+    torch: 'torch.abs(x)',
+    math: true,
+  },
+  pow: {
+    attrs: { p: 2 },
+    fwd: call('pow', x, attr('p')),
+    // torch's pow_backward: grad * p * x^(p-1) (torch special-cases p = 0 to 0, which this gives too except at x = 0)
+    grad: mul(g, mul(attr('p'), call('pow', x, sub(attr('p'), 1)))),
+    doc: "x^p for a constant exponent p (NaN for x < 0 and non-integer p); pow'(x) = p*x^(p-1)",
+    torch: 'torch.pow(x, p)',
+    math: true,
+    domain: [0, Infinity],
+  },
+  affine: {
+    attrs: { scale: 1, shift: 0 },
+    fwd: add(mul(x, attr('scale')), attr('shift')),
+    grad: mul(g, attr('scale')),
+    doc: 'x*scale + shift: tensor-by-number arithmetic (x*0.5 is scale 0.5; x/8 is scale 0.125; 1 - x is scale -1, shift 1; x + 2 is shift 2)',
+    torch: 'x * scale + shift',
+    math: true,
+  },
 } satisfies Record<string, UnaryFnDef>;
 
 export type UnaryFn = keyof typeof UNARY_FNS_TABLE;
@@ -218,6 +295,7 @@ export const BINARY_FNS_TABLE = {
   add: { fwd: add(a, b), doc: 'a + b', torch: 'a + b' },
   sub: { fwd: sub(a, b), doc: 'a - b', torch: 'a - b' },
   mul: { fwd: mul(a, b), doc: 'a * b', torch: 'a * b' },
+  div: { fwd: div(a, b), doc: 'a / b (IEEE: x/0 = ±inf, 0/0 = NaN)', torch: 'a / b' },
 } satisfies Record<string, BinaryFnDef>;
 
 export type BinaryFn = keyof typeof BINARY_FNS_TABLE;
@@ -246,7 +324,7 @@ export interface ScalarEnv {
 
 const MATH64: Record<MathFn, (...a: number[]) => number> = {
   exp: Math.exp, expm1: Math.expm1, log: Math.log, log1p: Math.log1p, sqrt: Math.sqrt, tanh: Math.tanh,
-  erf, erfc, abs: Math.abs, max: Math.max, min: Math.min,
+  erf, erfc, abs: Math.abs, max: Math.max, min: Math.min, pow: Math.pow,
 };
 
 /** The value of e in float64 (the reference semantics). */

@@ -71,3 +71,18 @@ export function broadcastStrides(small: readonly number[], big: readonly number[
   }
   return strides;
 }
+
+/**
+ * The dims of a (batched) matmul op(a) @ op(b) for a [..., M, K] (transA: [..., K, M]) and
+ * b [..., K, N] (transB: [..., N, K]): the broadcast batch shape and M, N, K; null when a rank
+ * is below 2, the inner dims differ or the batch dims do not broadcast.
+ */
+export function matmulDims(a: readonly number[], b: readonly number[], transA: boolean, transB: boolean): { batch: number[]; M: number; N: number; K: number } | null {
+  if (a.length < 2 || b.length < 2) return null;
+  const [a0, a1] = a.slice(-2), [b0, b1] = b.slice(-2);
+  const [M, K] = transA ? [a1, a0] : [a0, a1];
+  const [Kb, N] = transB ? [b1, b0] : [b0, b1];
+  const batch = broadcastShapes(a.slice(0, -2), b.slice(0, -2));
+  if (K !== Kb || batch === null) return null;
+  return { batch, M, N, K };
+}

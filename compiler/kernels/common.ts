@@ -7,6 +7,7 @@ import type { Graph, Node } from '../ir/graph.js';
 import { numel } from '../ir/graph.js';
 import { boolAttrOf, numAttrOf, pairAttrOf } from '../ir/attrs.js';
 import { mathFnsUsed, renderScalar, type ScalarVar, type SExpr } from '../ir/scalar_fns.js';
+import type { Dialect } from './dialect.js';
 import { type Access, type KernelArg, type KernelSpec, type LowerCtx, ceilDiv, SIMD } from './kernel_types.js';
 
 export const EW_THREADS = 256;
@@ -84,6 +85,32 @@ export function blockKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[],
   return kernelSpec(ctx, g, n, args, {
     groups: [groups, 1, 1], tgsize: [T, 1, 1], tgmem: nsg * 4, sync: true, body: body({ T: ctx.d.u(T), nsg: ctx.d.u(nsg) }),
   }, what);
+}
+
+/**
+ * Statements declaring `uint name` = the sum over the dims of `shape` of (coordinate of the
+ * row-major flat index `index` in that dim) * strides[dim]; dims with stride 0 cost nothing.
+ * Used to read a broadcast, permuted or batched operand from an output index.
+ */
+export function stridedIndex(d: Dialect, index: string, shape: readonly number[], strides: readonly number[], name: string, indent = '  '): string {
+  const I = indent;
+  if (!strides.some((s) => s !== 0)) return `${I}const uint ${name} = 0u;\n`;
+  const contiguous = strides.every((s, k) => s === numel(shape.slice(k + 1)));
+  if (contiguous) return `${I}const uint ${name} = ${index};\n`;
+  let s = `${I}uint ${name} = 0u;\n${I}{\n${I}  uint rem = ${index};\n`;
+  const last = strides.findIndex((st) => st !== 0);
+  for (let k = shape.length - 1; k >= last; k--) {
+    if (strides[k] !== 0) s += `${I}  ${name} += (rem % ${d.u(shape[k])}) * ${d.u(strides[k])};\n`;
+    if (k > last) s += `${I}  rem /= ${d.u(shape[k])};\n`;
+  }
+  return s + `${I}}\n`;
+}
+
+/** row-major strides of a shape */
+export function stridesOf(shape: readonly number[]): number[] {
+  const s = new Array<number>(shape.length).fill(1);
+  for (let i = shape.length - 2; i >= 0; i--) s[i] = s[i + 1] * shape[i + 1];
+  return s;
 }
 
 export { numel, ceilDiv };

@@ -9,7 +9,8 @@ import { dropoutThreshold } from '../ir/philox.js';
 import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs, type UnaryFn } from '../ir/scalar_fns.js';
 import type { Dialect } from './dialect.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, elementwise, label, numAttr, numel, scalarExpr, shapeOf, EW_THREADS, ceilDiv } from './common.js';
+import { broadcastStrides } from '../ir/shapes.js';
+import { argOf, elementwise, label, numAttr, numel, scalarExpr, shapeOf, stridedIndex, stridesOf, EW_THREADS, ceilDiv } from './common.js';
 
 const I = '  ';
 /** inputs per concat kernel: + the output + the params struct stays within Metal's 31 bindings */
@@ -27,25 +28,9 @@ function unaryFnOf(n: Node): UnaryFn {
   return fn;
 }
 
-function strides(shape: number[]): number[] {
-  const s = new Array(shape.length).fill(1);
-  for (let i = shape.length - 2; i >= 0; i--) s[i] = s[i + 1] * shape[i + 1];
-  return s;
-}
-
 /** index of an operand of shape `sh` broadcast to `out`, from output flat index i (statements defining `name`) */
-function broadcastIndex(d: Dialect, out: number[], sh: number[], name: string): string {
-  const u32 = (n: number) => d.u(n);
-  if (sh.length === out.length && sh.every((d, k) => d === out[k])) return `${I}const uint ${name} = i;\n`;
-  const st = strides(sh);
-  let s = `${I}uint ${name} = 0u;\n${I}{\n${I}  uint rem = i;\n`;
-  for (let d = out.length - 1; d >= 0; d--) {
-    const k = d - (out.length - sh.length);
-    const stride = k >= 0 && sh[k] !== 1 ? st[k] : 0;
-    if (stride !== 0) s += `${I}  ${name} += (rem % ${u32(out[d])}) * ${u32(stride)};\n`;
-    if (d > 0) s += `${I}  rem /= ${u32(out[d])};\n`;
-  }
-  return s + `${I}}\n`;
+export function broadcastIndex(d: Dialect, out: number[], sh: number[], name: string): string {
+  return stridedIndex(d, 'i', out, broadcastStrides(sh, out), name, I);
 }
 
 export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
@@ -141,11 +126,6 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       const body = `${I}const uint c = (i / ${u32(S)}) % ${u32(C)};\n${I}y[i] = (x[i] - rm[c]) / ${d.math('sqrt', `rv[c] + ${f32(eps)}`)} * w[c] + b[c];\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(ins[3], 'rm'), a(ins[4], 'rv'), a(outs[0], 'y', 'w')], numel(xs), body)];
     }
-    case 'nll_grad': {
-      const [N, C] = shapeOf(g, ins[0]);
-      const body = `${I}dlogp[i] = int(i % ${u32(C)}) == label[i / ${u32(C)}] ? ${f32(-1 / N)} : ${f32(0)};\n`;
-      return [elementwise(ctx, g, n, [a(ins[1], 'label'), a(outs[0], 'dlogp', 'w')], N * C, body)];
-    }
     case 'mse_grad': {
       const cnt = numel(shapeOf(g, ins[0]));
       return [elementwise(ctx, g, n, [a(ins[0], 'pred'), a(ins[1], 'target'), a(outs[0], 'dpred', 'w')], cnt, `${I}dpred[i] = (pred[i] - target[i]) * ${f32(2 / cnt)};\n`)];
@@ -162,7 +142,7 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
 
 function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
   const xs = shapeOf(g, n.inputs[0]), ys = shapeOf(g, n.outputs[0]);
-  const st = strides(xs);
+  const st = stridesOf(xs);
   const reduced = new Array(xs.length).fill(false);
   if (Array.isArray(n.attrs.axes)) {
     for (const ax of n.attrs.axes as number[]) reduced[ax] = true;

@@ -1,6 +1,7 @@
 /**
  * gemm: every matrix-product-shaped op as one GEMM kernel with op-specific loaders:
- * linear, matmul, conv2d (implicit im2col), conv2d_grad_input, conv2d_grad_weight.
+ * linear (over the last dim of x [..., K]), matmul (batched: one product per batch index on grid z,
+ * leading dims broadcast), conv2d (implicit im2col), conv2d_grad_input, conv2d_grad_weight.
  * Two variants with the same grid: a plain 16x16-tiled kernel (all GPUs) and one on the
  * dialect's 8x8 matrix unit (Metal: simdgroup_float8x8, Apple7+), recorded as the launch's
  * `mma` variant. Loader snippets see g (group), mi/ki (A) or ki/ni (B) and assign `v`; the
@@ -8,16 +9,18 @@
  * Consumes IR nodes (and an optional fused unary epilogue); produces KernelSpecs.
  */
 import type { Graph, Node } from '../ir/graph.js';
-import { windowOut } from '../ir/shapes.js';
+import { broadcastStrides, matmulDims, windowOut } from '../ir/shapes.js';
 import type { Dialect } from './dialect.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, ceilDiv, label, numAttr, pairAttr, shapeOf } from './common.js';
+import { argOf, ceilDiv, label, numAttr, numel, pairAttr, shapeOf, stridedIndex } from './common.js';
 import { unaryFwd } from './elementwise.js';
 
 const L = '          ';
 
 interface Gemm {
   M: number; N: number; K: number; G: number;
+  /** statements at the top of the kernel (after the group index g) */
+  head?: string;
   loadA: string; loadB: string;
   /** the store: statements `pre`, then `out[idx] = acc + bias` */
   pre: string; out: string; idx: string; bias: string;
@@ -51,7 +54,8 @@ function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
   const ins = n.inputs;
   switch (n.op) {
     case 'linear': {
-      const [M, K] = shapeOf(g, ins[0]);
+      // x [..., K]: the leading dims are the rows
+      const xs = shapeOf(g, ins[0]), K = xs[xs.length - 1], M = numel(xs) / K;
       const N = shapeOf(g, ins[1])[0];
       const hasBias = ins.length > 2 && ins[2] >= 0;
       const args = [argOf(g, 'x', ins[0], 'r'), argOf(g, 'w', ins[1], 'r')];
@@ -65,16 +69,24 @@ function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
       };
     }
     case 'matmul': {
+      // one product per batch index g (grid z); an operand's batch offset through its broadcast strides
       const ta = Boolean(n.attrs.transA), tb = Boolean(n.attrs.transB);
-      const as = shapeOf(g, ins[0]);
-      const [M, N] = shapeOf(g, n.outputs[0]);
-      const K = ta ? as[0] : as[1];
+      const as = shapeOf(g, ins[0]), bs = shapeOf(g, ins[1]);
+      const dims = matmulDims(as, bs, ta, tb);
+      if (!dims) throw new Error(`internal: node ${n.id}: matmul operands do not multiply`);
+      const { batch, M, N, K } = dims;
+      const G = numel(batch);
+      const sa = broadcastStrides(as.slice(0, -2), batch).map((x) => x * M * K);
+      const sb = broadcastStrides(bs.slice(0, -2), batch).map((x) => x * K * N);
+      const batched = G > 1;
+      const head = batched ? stridedIndex(d, 'g', batch, sa, 'ao') + stridedIndex(d, 'g', batch, sb, 'bo') : '';
+      const ao = batched ? 'ao + ' : '', bo = batched ? 'bo + ' : '';
       return {
-        M, N, K, G: 1,
+        M, N, K, G, head,
         args: [argOf(g, 'a', ins[0], 'r'), argOf(g, 'b', ins[1], 'r'), argOf(g, 'y', n.outputs[0], 'w')],
-        loadA: ta ? `${L}v = a[ki * ${u(M)} + mi];` : `${L}v = a[mi * ${u(K)} + ki];`,
-        loadB: tb ? `${L}v = b[ni * ${u(K)} + ki];` : `${L}v = b[ki * ${u(N)} + ni];`,
-        pre: '', out: 'y', idx: `mi * ${u(N)} + ni`, bias: '',
+        loadA: ta ? `${L}v = a[${ao}ki * ${u(M)} + mi];` : `${L}v = a[${ao}mi * ${u(K)} + ki];`,
+        loadB: tb ? `${L}v = b[${bo}ni * ${u(K)} + ki];` : `${L}v = b[${bo}ki * ${u(N)} + ni];`,
+        pre: '', out: 'y', idx: batched ? `g * ${u(M * N)} + mi * ${u(N)} + ni` : `mi * ${u(N)} + ni`, bias: '',
       };
     }
     case 'conv2d': {
@@ -133,11 +145,12 @@ export const GEMM_OPS = ['linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'con
 /** GEMM geometry and snippets as the tile kernels see them (all but the loaders already literals) */
 interface TileView {
   M: string; N: string; K: string;
+  head: string;
   loadA: string; loadB: string; store: string;
 }
 
 /** the group index, declared only where a loader or the store reads it (no unused variable) */
-const groupIndex = (v: TileView) => (/\bg\b/.test(v.loadA + v.loadB + v.store) ? `  const uint g = tgid.z;\n` : '');
+const groupIndex = (v: TileView) => (/\bg\b/.test(v.head + v.loadA + v.loadB + v.store) ? `  const uint g = tgid.z;\n` : '') + v.head;
 
 /** operand loads of one 16x16 A tile (rows mi, columns ki) and B tile (rows ki, columns ni) into v */
 function loadTile(v: TileView, indent: string, a: { mi: string; ki: string; dst: string }, b: { ki: string; ni: string; dst: string }): string {
@@ -228,7 +241,7 @@ export function lowerGemm(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): Ke
     what = ` + fused node ${epilogue.id}: unary ${fn} -> ${g.values[epilogue.outputs[0]].name}`;
   }
   const store = `${gm.pre}      ${gm.out}[${gm.idx}] = ${value};`;
-  const view: TileView = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), loadA: gm.loadA, loadB: gm.loadB, store };
+  const view: TileView = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store };
   const name = ctx.next();
   return [{
     name, node: n.id, op: n.op, label: label(g, n) + what, args,

@@ -55,4 +55,6 @@ export interface LowerCtx {
 }
 
 export const SIMD = 32;
+/** shared (threadgroup) memory a kernel may use on every target: Metal's 32 KiB, the smallest limit */
+export const MAX_SHARED_BYTES = 32 * 1024;
 export const ceilDiv = (a: number, b: number) => Math.floor((a + b - 1) / b);

@@ -8,7 +8,13 @@
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
 import { argOf, blockKernel, elementwise, numAttr, numel, rowThreads, shapeOf } from './common.js';
-import { chanBatchnorm, chanBatchnormGrad, reduceAll, rowCrossEntropyGrad, rowLayernorm, rowLayernormGrad, rowSoftmax, rowSoftmaxGrad } from './rows.js';
+import { chanBatchnorm, chanBatchnormGrad, reduceAll, rowCrossEntropyGrad, rowLayernorm, rowLayernormGrad, rowNllGrad, rowSoftmax, rowSoftmaxGrad } from './rows.js';
+
+/** a class loss / metric node's rows: logits [..., C] as R rows of C, and its ignore_index (if any) */
+function classRows(g: Graph, n: Node): { R: number; C: number; ignore?: number } {
+  const xs = shapeOf(g, n.inputs[0]), C = xs[xs.length - 1];
+  return { R: numel(xs) / C, C, ignore: n.attrs.ignore_index === undefined ? undefined : numAttr(n, 'ignore_index') };
+}
 
 const B = '    ';
 /** inputs per grad_norm kernel: + the output + the params struct stays within Metal's 31 bindings */
@@ -18,6 +24,7 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
   const ins = n.inputs, outs = n.outputs;
   const a = (v: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, v, acc);
   const d = ctx.d, u32 = (k: number) => d.u(k);
+  const has = (k: number) => ins.length > k && ins[k] >= 0;
   switch (n.op) {
     case 'softmax': case 'log_softmax': case 'softmax_grad': case 'log_softmax_grad': {
       const xs = shapeOf(g, ins[0]), axis = numAttr(n, 'axis');
@@ -28,25 +35,35 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
         return [blockKernel(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'y'), a(outs[0], 'dx', 'w')], rows, T, (s) => rowSoftmaxGrad(d, s, view))];
       return [blockKernel(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], rows, T, (s) => rowSoftmax(d, s, view))];
     }
-    case 'cross_entropy_grad': {
-      const [N, C] = shapeOf(g, ins[0]);
+    case 'cross_entropy_grad': case 'nll_grad': {
+      // one threadgroup per position (row of C); the kept count is summed by each threadgroup
+      // (nll_grad without ignore_index: one thread per element)
+      const { R, C, ignore } = classRows(g, n);
+      if (n.op === 'nll_grad') {
+        if (ignore === undefined)
+          return [elementwise(ctx, g, n, [a(ins[1], 'label'), a(outs[0], 'dlogp', 'w')], R * C,
+            `  dlogp[i] = int(i % ${u32(C)}) == label[i / ${u32(C)}] ? ${d.f(-1 / R)} : ${d.f(0)};\n`)];
+        return [blockKernel(ctx, g, n, [a(ins[1], 'label'), a(outs[0], 'dlogp', 'w')], R, rowThreads(Math.max(C, R)),
+          (s) => rowNllGrad(d, s, { C, R, ignore }))];
+      }
       const ls = numAttr(n, 'label_smoothing', 0);
-      return [blockKernel(ctx, g, n, [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'dlogits', 'w')], N, rowThreads(C),
-        (s) => rowCrossEntropyGrad(d, s, { C, ls, N }))];
+      return [blockKernel(ctx, g, n, [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'dlogits', 'w')], R, rowThreads(ignore === undefined ? C : Math.max(C, R)),
+        (s) => rowCrossEntropyGrad(d, s, { C, ls, R, ignore }))];
     }
     case 'layernorm': {
       const xs = shapeOf(g, ins[0]);
       const D = xs[xs.length - 1], rows = numel(xs) / D;
-      return [blockKernel(ctx, g, n,
-        [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(outs[0], 'y', 'w'), a(outs[1], 'mean', 'w'), a(outs[2], 'rstd', 'w')],
-        rows, rowThreads(D), (s) => rowLayernorm(d, s, { D, eps: numAttr(n, 'eps', 1e-5) }))];
+      const weight = has(1), bias = has(2);
+      const args = [a(ins[0], 'x'), ...(weight ? [a(ins[1], 'w')] : []), ...(bias ? [a(ins[2], 'b')] : []), a(outs[0], 'y', 'w'), a(outs[1], 'mean', 'w'), a(outs[2], 'rstd', 'w')];
+      return [blockKernel(ctx, g, n, args, rows, rowThreads(D), (s) => rowLayernorm(d, s, { D, eps: numAttr(n, 'eps', 1e-5), weight, bias }))];
     }
     case 'layernorm_grad': {
       const xs = shapeOf(g, ins[1]);
       const D = xs[xs.length - 1], rows = numel(xs) / D;
+      const weight = has(2);
       const dxK = blockKernel(ctx, g, n,
-        [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[2], 'w'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[0], 'dx', 'w')],
-        rows, rowThreads(D), (s) => rowLayernormGrad(d, s, { D }), ' [dx]');
+        [a(ins[0], 'dy'), a(ins[1], 'x'), ...(weight ? [a(ins[2], 'w')] : []), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[0], 'dx', 'w')],
+        rows, rowThreads(D), (s) => rowLayernormGrad(d, s, { D, weight }), ' [dx]');
       // one thread per feature d: sums over the rows
       const body =
         `  float sw = ${d.f(0)}, sb = ${d.f(0)};\n` +
@@ -87,35 +104,38 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
   let finish: string;
   let args;
   let T: number;
-  const rowsOf = () => shapeOf(g, ins[0]) as [number, number];
+  let counted = false;
+  /** a class loss / metric: the row item only for kept labels, which it counts; the mean over the kept rows */
+  const classLoop = (item: string, out: string) => {
+    const { R, ignore } = classRows(g, n);
+    if (ignore === undefined) return { loops: [{ count: u32(R), item }], finish: `${B}${out}[0] = total / ${f32(R)};`, T: rowThreads(R), counted: false };
+    return {
+      loops: [{ count: u32(R), item: `${B}if (label[j] != ${ignore}) {\n${B}cnt += ${f32(1)};\n${item}\n${B}}` }],
+      finish: `${B}${out}[0] = total / count;`, T: rowThreads(R), counted: true,
+    };
+  };
   switch (n.op) {
     case 'cross_entropy': {
-      const [N, C] = rowsOf();
+      const { C } = classRows(g, n);
       const ls = numAttr(n, 'label_smoothing', 0);
       args = [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'loss', 'w')];
-      loops = [{
-        count: u32(N),
-        item:
-          `${B}const uint base = j * ${u32(C)};\n${B}float m = ${f32(-Infinity)};\n` +
-          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
-          (ls
-            ? `${B}float s = ${f32(0)}, sx = ${f32(0)};\n` +
-              `${B}for (uint c = 0u; c < ${u32(C)}; ++c) { s += ${exp('logits[base + c] - m')}; sx += logits[base + c]; }\n`
-            : `${B}float s = ${f32(0)};\n` +
-              `${B}for (uint c = 0u; c < ${u32(C)}; ++c) s += ${exp('logits[base + c] - m')};\n`) +
-          `${B}const float lse = m + ${log('s')};\n` +
-          `${B}part += -${f32(1 - ls)} * (logits[base + uint(label[j])] - lse)` + (ls ? ` - ${f32(ls / C)} * (sx - ${f32(C)} * lse);\n` : ';\n'),
-      }];
-      finish = `${B}loss[0] = total / ${f32(N)};`;
-      T = rowThreads(N);
+      ({ loops, finish, T, counted } = classLoop(
+        `${B}const uint base = j * ${u32(C)};\n${B}float m = ${f32(-Infinity)};\n` +
+        `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
+        (ls
+          ? `${B}float s = ${f32(0)}, sx = ${f32(0)};\n` +
+            `${B}for (uint c = 0u; c < ${u32(C)}; ++c) { s += ${exp('logits[base + c] - m')}; sx += logits[base + c]; }\n`
+          : `${B}float s = ${f32(0)};\n` +
+            `${B}for (uint c = 0u; c < ${u32(C)}; ++c) s += ${exp('logits[base + c] - m')};\n`) +
+        `${B}const float lse = m + ${log('s')};\n` +
+        `${B}part += -${f32(1 - ls)} * (logits[base + uint(label[j])] - lse)` + (ls ? ` - ${f32(ls / C)} * (sx - ${f32(C)} * lse);` : ';'),
+        'loss'));
       break;
     }
     case 'nll': {
-      const [N, C] = rowsOf();
+      const { C } = classRows(g, n);
       args = [a(ins[0], 'logp'), a(ins[1], 'label'), a(outs[0], 'loss', 'w')];
-      loops = [{ count: u32(N), item: `${B}part -= logp[j * ${u32(C)} + uint(label[j])];` }];
-      finish = `${B}loss[0] = total / ${f32(N)};`;
-      T = rowThreads(N);
+      ({ loops, finish, T, counted } = classLoop(`${B}part -= logp[j * ${u32(C)} + uint(label[j])];`, 'loss'));
       break;
     }
     case 'mse': case 'bce_with_logits': {
@@ -132,18 +152,16 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
       break;
     }
     case 'accuracy': case 'top_k': {
-      const [N, C] = rowsOf();
+      const { C } = classRows(g, n);
       args = [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'acc', 'w')];
       const item = n.op === 'accuracy'
         ? `${B}const uint base = j * ${u32(C)};\n${B}uint bi = 0u;\n${B}float best = logits[base];\n` +
           `${B}for (uint c = 1u; c < ${u32(C)}; ++c) if (logits[base + c] > best) { best = logits[base + c]; bi = c; }\n` +
           `${B}part += int(bi) == label[j] ? ${f32(1)} : ${f32(0)};`
-        : `${B}const uint base = j * ${u32(C)};\n${B}const float xl = logits[base + uint(label[j])];\n${B}uint cnt = 0u;\n` +
-          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) if (logits[base + c] > xl) ++cnt;\n` +
-          `${B}part += cnt < ${u32(numAttr(n, 'k'))} ? ${f32(1)} : ${f32(0)};`;
-      loops = [{ count: u32(N), item }];
-      finish = `${B}acc[0] = total / ${f32(N)};`;
-      T = rowThreads(N);
+        : `${B}const uint base = j * ${u32(C)};\n${B}const float xl = logits[base + uint(label[j])];\n${B}uint above = 0u;\n` +
+          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) if (logits[base + c] > xl) ++above;\n` +
+          `${B}part += above < ${u32(numAttr(n, 'k'))} ? ${f32(1)} : ${f32(0)};`;
+      ({ loops, finish, T, counted } = classLoop(item, 'acc'));
       break;
     }
     case 'grad_norm': {
@@ -163,6 +181,6 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
     default:
       return null;
   }
-  return [blockKernel(ctx, g, n, args, 1, T, (s) => reduceAll(d, s, { loops, finish }))];
+  return [blockKernel(ctx, g, n, args, 1, T, (s) => reduceAll(d, s, { loops, finish, counted }))];
 }
 

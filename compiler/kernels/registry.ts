@@ -13,6 +13,8 @@ import { lowerGemm } from './gemm.js';
 import { lowerOptim } from './optim.js';
 import { lowerPool } from './pool.js';
 import { lowerReduce } from './reduce.js';
+import { lowerTensor } from './tensor.js';
+import { lowerAttention } from './attention.js';
 
 export type GpuLowering = (ctx: LowerCtx, g: Graph, n: Node) => KernelSpec[];
 
@@ -24,6 +26,7 @@ const family = (f: (ctx: LowerCtx, g: Graph, n: Node) => KernelSpec[] | null): G
 };
 const ew = family(lowerElementwise), gemm = family((ctx, g, n) => lowerGemm(ctx, g, n));
 const red = family(lowerReduce), pool = family(lowerPool), optim = family(lowerOptim);
+const tensor = family(lowerTensor), attn = family(lowerAttention);
 
 export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
   // GEMM family (tiled + 8x8 matrix-unit variants)
@@ -31,15 +34,19 @@ export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
   // one thread per element
   reshape: ew, unary: ew, unary_grad: ew, binary: ew, sum_to: ew, dropout: ew, dropout_grad: ew,
   embedding: ew, embedding_grad: ew, concat: ew, slice: ew, batchnorm_eval: ew,
-  nll_grad: ew, mse_grad: ew, bce_with_logits_grad: ew, global_avgpool_grad: ew,
+  mse_grad: ew, bce_with_logits_grad: ew, global_avgpool_grad: ew,
   // block reductions (rows, channels, whole tensors)
-  cross_entropy: red, nll: red, mse: red, bce_with_logits: red, accuracy: red, top_k: red, cross_entropy_grad: red,
+  cross_entropy: red, nll: red, mse: red, bce_with_logits: red, accuracy: red, top_k: red, cross_entropy_grad: red, nll_grad: red,
   softmax: red, log_softmax: red, softmax_grad: red, log_softmax_grad: red,
   batchnorm_train: red, batchnorm_grad: red, layernorm: red, layernorm_grad: red, grad_norm: red,
   // pooling
   maxpool2d: pool, avgpool2d: pool, global_avgpool: pool, maxpool2d_grad: pool, avgpool2d_grad: pool,
   // gradient plumbing and optimizers
   grad_accumulate: optim, zero: optim, clip_coef: optim, sgd_update: optim, adam_update: optim,
+  // tensor algebra: one thread per output element or reduction group
+  permute: tensor, pad: tensor, broadcast_to: tensor, reduce: tensor, reduce_max_grad: tensor, masked_fill: tensor, positions: tensor,
+  // fused attention (query tiles x streamed key tiles, online softmax; backward in two kernels)
+  attention: attn, attention_grad: attn,
 };
 
 /** A backend's registry: GPU_KERNELS, or a copy with some entries replaced (e.g. a library GEMM, or 'cpu'). */

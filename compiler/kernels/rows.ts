@@ -47,18 +47,20 @@ export function rowSoftmaxGrad(d: Dialect, s: BlockShape, v: { L: string; inner:
 }
 
 /**
- * cross-entropy gradient for one row of C logits: (softmax - (1-ls)*onehot - ls/C) / N;
- * without label smoothing (ls = 0) the uniform term is not emitted.
+ * cross-entropy gradient for one row of C logits: (softmax - (1-ls)*onehot - ls/C) / count,
+ * count = the rows kept under ignore_index (all R without it); an ignored row gets 0. Without
+ * label smoothing (ls = 0) the uniform term is not emitted.
  */
-export function rowCrossEntropyGrad(d: Dialect, s: BlockShape, v: { C: number; ls: number; N: number }): string {
+export function rowCrossEntropyGrad(d: Dialect, s: BlockShape, v: { C: number; ls: number; R: number; ignore?: number }): string {
   const C = d.u(v.C), exp = (x: string) => d.math('exp', x);
   const target = v.ls
     ? `(int(c) == lab ? ${d.f(1 - v.ls)} : ${d.f(0)}) + ${d.f(v.ls / v.C)}`
     : `int(c) == lab ? ${d.f(1)} : ${d.f(0)}`;
   return (
-    `  // one threadgroup per row n of ${C} logits: (softmax - ${v.ls ? '(1-ls)*onehot - ls/C' : 'onehot'}) / N\n` +
+    `  // one threadgroup per row n of ${C} logits: (softmax - ${v.ls ? '(1-ls)*onehot - ls/C' : 'onehot'}) / count\n` +
     `  const uint n = tgid.x;\n` +
     `  const uint base = n * ${C};\n` +
+    keptCount(d, s, v) +
     `  float m = ${d.f(-Infinity)};\n` +
     `  for (uint c = tidx; c < ${C}; c += ${s.T}) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
     `  m = mpsc_block_max(m, tg, lane, sg, ${s.nsg});\n` +
@@ -69,13 +71,27 @@ export function rowCrossEntropyGrad(d: Dialect, s: BlockShape, v: { C: number; l
     `  for (uint c = tidx; c < ${C}; c += ${s.T}) {\n` +
     `    const float p = ${exp('logits[base + c] - m')} / s;\n` +
     `    const float target = ${target};\n` +
-    `    dlogits[base + c] = (p - target) * ${d.f(1 / v.N)};\n` +
+    (v.ignore === undefined
+      ? `    dlogits[base + c] = (p - target) / count;\n`
+      : `    dlogits[base + c] = lab == ${v.ignore} ? ${d.f(0)} : (p - target) / count;\n`) +
     `  }\n`
   );
 }
 
-/** layernorm over rows of D (x, w, b -> y, mean, rstd) */
-export function rowLayernorm(d: Dialect, s: BlockShape, v: { D: number; eps: number }): string {
+/** nll gradient for one row of C under ignore_index: -1/count at the label, 0 elsewhere and on an ignored row */
+export function rowNllGrad(d: Dialect, s: BlockShape, v: { C: number; R: number; ignore: number }): string {
+  const C = d.u(v.C);
+  return (
+    `  // one threadgroup per row n of ${C}: -1/count at the label\n` +
+    `  const uint n = tgid.x;\n` +
+    keptCount(d, s, v) +
+    `  const int lab = label[n];\n` +
+    `  for (uint c = tidx; c < ${C}; c += ${s.T}) dlogp[n * ${C} + c] = int(c) == lab && lab != ${v.ignore} ? ${d.f(-1)} / count : ${d.f(0)};\n`
+  );
+}
+
+/** layernorm over rows of D (x, w?, b? -> y, mean, rstd; absent weight 1, absent bias 0) */
+export function rowLayernorm(d: Dialect, s: BlockShape, v: { D: number; eps: number; weight: boolean; bias: boolean }): string {
   const D = d.u(v.D), Df = d.f(v.D);
   return (
     `  // one threadgroup per row of D = ${D}\n` +
@@ -88,29 +104,29 @@ export function rowLayernorm(d: Dialect, s: BlockShape, v: { D: number; eps: num
     `  for (uint d = tidx; d < ${D}; d += ${s.T}) { const float c = x[base + d] - mu; q += c * c; }\n` +
     `  const float var = mpsc_block_sum(q, tg, lane, sg, ${s.nsg}) / ${Df};\n` +
     `  const float rs = ${d.f(1)} / ${d.math('sqrt', `var + ${d.f(v.eps)}`)};\n` +
-    `  for (uint d = tidx; d < ${D}; d += ${s.T}) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];\n` +
+    `  for (uint d = tidx; d < ${D}; d += ${s.T}) y[base + d] = (x[base + d] - mu) * rs${v.weight ? ' * w[d]' : ''}${v.bias ? ' + b[d]' : ''};\n` +
     `  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }\n`
   );
 }
 
-/** layernorm's dx (dy, x, w, mean, rstd -> dx) */
-export function rowLayernormGrad(d: Dialect, s: BlockShape, v: { D: number }): string {
-  const D = d.u(v.D), Df = d.f(v.D);
+/** layernorm's dx (dy, x, w?, mean, rstd -> dx; absent weight 1) */
+export function rowLayernormGrad(d: Dialect, s: BlockShape, v: { D: number; weight: boolean }): string {
+  const D = d.u(v.D), Df = d.f(v.D), w = v.weight ? ' * w[d]' : '';
   return (
-    `  // dx for one row of D = ${D} per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w\n` +
+    `  // dx for one row of D = ${D} per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy${w ? '*w' : ''}\n` +
     `  const uint r = tgid.x;\n` +
     `  const uint base = r * ${D};\n` +
     `  const float mu = mean[r], rs = rstd[r];\n` +
     `  float s1 = ${d.f(0)}, s2 = ${d.f(0)};\n` +
     `  for (uint d = tidx; d < ${D}; d += ${s.T}) {\n` +
-    `    const float g = dy[base + d] * w[d];\n` +
+    `    const float g = dy[base + d]${w};\n` +
     `    s1 += g;\n` +
     `    s2 += g * (x[base + d] - mu) * rs;\n` +
     `  }\n` +
     `  s1 = mpsc_block_sum(s1, tg, lane, sg, ${s.nsg});\n` +
     `  s2 = mpsc_block_sum(s2, tg, lane, sg, ${s.nsg});\n` +
     `  for (uint d = tidx; d < ${D}; d += ${s.T}) {\n` +
-    `    const float g = dy[base + d] * w[d];\n` +
+    `    const float g = dy[base + d]${w};\n` +
     `    const float xh = (x[base + d] - mu) * rs;\n` +
     `    dx[base + d] = rs * (g - s1 / ${Df} - xh * s2 / ${Df});\n` +
     `  }\n`
@@ -184,13 +200,32 @@ export function chanMean(d: Dialect, s: BlockShape, v: { HW: number }): string {
   );
 }
 
-/** one threadgroup reduces everything to one scalar: `loops` add to `part`, `finish` (run by thread 0) reads `total` */
-export function reduceAll(d: Dialect, s: BlockShape, v: { loops: { count: string; item: string }[]; finish: string }): string {
+/**
+ * one threadgroup reduces everything to one scalar: `loops` add to `part`, `finish` (run by
+ * thread 0) reads `total`; with `counted`, the loops also add to `cnt` and finish reads its
+ * sum as `count` (the positions a class loss keeps under ignore_index).
+ */
+export function reduceAll(d: Dialect, s: BlockShape, v: { loops: { count: string; item: string }[]; finish: string; counted?: boolean }): string {
   return (
     `  // a single threadgroup of ${s.T} threads reduces everything to one scalar\n` +
     `  float part = ${d.f(0)};\n` +
+    (v.counted ? `  float cnt = ${d.f(0)};\n` : '') +
     v.loops.map((l) => `  for (uint j = tidx; j < ${l.count}; j += ${s.T}) {\n${l.item}\n  }\n`).join('') +
     `  const float total = mpsc_block_sum(part, tg, lane, sg, ${s.nsg});\n` +
+    (v.counted ? `  const float count = mpsc_block_sum(cnt, tg, lane, sg, ${s.nsg});\n` : '') +
     `  if (tidx == 0u) {\n${v.finish}\n  }\n`
+  );
+}
+
+/**
+ * statements declaring `count`, the number of labels (of R) not equal to ignore_index, summed by
+ * the whole threadgroup (every thread calls it); without ignore_index the constant R
+ */
+export function keptCount(d: Dialect, s: BlockShape, v: { R: number; ignore?: number }): string {
+  if (v.ignore === undefined) return `  const float count = ${d.f(v.R)};\n`;
+  return (
+    `  float cnt = ${d.f(0)};\n` +
+    `  for (uint j = tidx; j < ${d.u(v.R)}; j += ${s.T}) if (label[j] != ${v.ignore}) cnt += ${d.f(1)};\n` +
+    `  const float count = mpsc_block_sum(cnt, tg, lane, sg, ${s.nsg});\n`
   );
 }

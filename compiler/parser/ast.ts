@@ -84,8 +84,10 @@ export type Expr = NumExpr | StrExpr | BoolExpr | ListExpr | MapExpr | CallExpr 
 export type Stmt =
   | { kind: 'in'; names: Ident[]; loc: Loc }
   | { kind: 'out'; expr: Expr; loc: Loc }
-  | { kind: 'assign'; target: Ident; expr: Expr; loc: Loc }
-  | { kind: 'repeat'; count: Expr; body: Stmt[]; loc: Loc };
+  /** `a = expr`, or `q, k, v = split(...)` (targets in order; target = targets[0]) */
+  | { kind: 'assign'; target: Ident; targets: Ident[]; expr: Expr; loc: Loc }
+  /** `repeat N { ... }`; `repeat N as NAME { ... }` names iteration i's instances `NAME.i` */
+  | { kind: 'repeat'; count: Expr; alias?: Ident; body: Stmt[]; loc: Loc };
 
 export interface Dim {
   /** an integer size, or a name (only `N`, the batch dimension, is accepted by the checker) */

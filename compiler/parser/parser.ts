@@ -10,8 +10,8 @@
  *   blockDecl  = "block" Ident "(" [ param { "," param } ] ")" "{" { stmt } "}"
  *   param      = Ident ":" Ident [ "=" expr ]
  *   networkDecl= "network" "{" { stmt } "}"
- *   stmt       = "in" Ident { "," Ident } | "out" expr | Ident "=" expr
- *              | "repeat" expr "{" { stmt } "}"
+ *   stmt       = "in" Ident { "," Ident } | "out" expr | Ident { "," Ident } "=" expr
+ *              | "repeat" expr [ "as" Ident ] "{" { stmt } "}"
  *   lossDecl   = "loss" call          metricsDecl = "metrics" call { "," call }
  *   optimizerDecl = "optimizer" call  scheduleDecl = "schedule" call
  *   trainDecl  = "train" map
@@ -153,12 +153,16 @@ export class ModelParser extends CstParser {
         ALT: () => {
           this.CONSUME(T.Repeat);
           this.SUBRULE2(this.expr);
+          this.OPTION(() => {
+            this.CONSUME(T.As);
+            this.CONSUME3(T.Ident, { LABEL: 'repeatAlias' });
+          });
           this.SUBRULE(this.body);
         },
       },
       {
         ALT: () => {
-          this.CONSUME2(T.Ident);
+          this.AT_LEAST_ONE_SEP2({ SEP: T.Comma, DEF: () => this.CONSUME2(T.Ident) });
           this.CONSUME(T.Equals);
           this.SUBRULE3(this.expr);
         },

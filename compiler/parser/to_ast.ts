@@ -113,8 +113,18 @@ export class AstBuilder {
     const loc = this.nodeLoc(n);
     if (k.Kw_in) return { kind: 'in', names: toks(k, 'Ident').map((t) => this.ident(t)), loc };
     if (k.Kw_out) return { kind: 'out', expr: this.expr(nodes(k, 'expr')[0]), loc };
-    if (k.Kw_repeat) return { kind: 'repeat', count: this.expr(nodes(k, 'expr')[0]), body: this.body(nodes(k, 'body')[0]), loc };
-    return { kind: 'assign', target: this.ident(tok(k, 'Ident')), expr: this.expr(nodes(k, 'expr')[0]), loc };
+    if (k.Kw_repeat) {
+      let count = this.expr(nodes(k, 'expr')[0]);
+      let alias = k.repeatAlias ? this.ident(tok(k, 'repeatAlias')) : undefined;
+      // `repeat n as blocks`: the call rule takes `as blocks` as an alias of the name `n`
+      if (!alias && count.kind === 'call' && !count.hasParens && count.alias) {
+        alias = count.alias;
+        count = { ...count, alias: undefined, loc: count.callee.loc };
+      }
+      return { kind: 'repeat', count, ...(alias ? { alias } : {}), body: this.body(nodes(k, 'body')[0]), loc };
+    }
+    const targets = toks(k, 'Ident').map((t) => this.ident(t));
+    return { kind: 'assign', target: targets[0], targets, expr: this.expr(nodes(k, 'expr')[0]), loc };
   }
 
   expr(n: CstNode): A.Expr {

@@ -1,4 +1,5 @@
-/** linear (forward) and matmul (used by linear backward). */
+/** linear (forward, over the last dim) and the batched, broadcasting matmul. */
+import { broadcastStrides, matmulDims } from '../ir/shapes.js';
 import { type OpCtx, type OpImpl, expectShape, fail, input, inShape } from './kernel.js';
 
 /** x [M,K], weight [N,K], bias [N] -> y [M,N] = x @ weight^T + bias. Leading dims of x are flattened into M. */
@@ -21,23 +22,37 @@ export const linear: OpImpl = (c: OpCtx) => {
   }
 };
 
-/** y = op(a) @ op(b), op = transpose when transA / transB is set; 2-D only. */
+/**
+ * y = op(a) @ op(b) per batch index, op = transpose of the last two dims when transA / transB is
+ * set; the leading dims broadcast (a rank-2 operand is shared by every batch).
+ */
 export const matmul: OpImpl = (c: OpCtx) => {
   const a = input(c, 0), b = input(c, 1);
   const as = inShape(c, 0), bs = inShape(c, 1);
-  if (as.length !== 2 || bs.length !== 2) fail(c, `matmul is 2-D only, got [${as.join(',')}] and [${bs.join(',')}]`);
   const tA = c.attrs.transA === true, tB = c.attrs.transB === true;
-  const M = tA ? as[1] : as[0], K = tA ? as[0] : as[1];
-  const Kb = tB ? bs[1] : bs[0], N = tB ? bs[0] : bs[1];
-  if (K !== Kb) fail(c, `inner dims differ: op(a) is [${M},${K}], op(b) is [${Kb},${N}]`);
-  expectShape(c, 'output', c.outShapes[0], [M, N]);
-  // a element (m,k): tA ? a[k*M + m] : a[m*K + k]; b element (k,n): tB ? b[n*K + k] : b[k*N + n]
+  const d = matmulDims(as, bs, tA, tB);
+  if (!d) fail(c, `op(a) [${as.join(',')}] and op(b) [${bs.join(',')}] do not multiply`);
+  const { batch, M, N, K } = d;
+  expectShape(c, 'output', c.outShapes[0], [...batch, M, N]);
+  // batch offsets of a and b, read through broadcast strides over the batch shape
+  const sa = broadcastStrides(as.slice(0, -2), batch), sb = broadcastStrides(bs.slice(0, -2), batch);
+  const nb = batch.reduce((x, y) => x * y, 1), idx = new Array<number>(batch.length).fill(0);
   const y = c.outputs[0];
-  for (let m = 0; m < M; m++) {
-    for (let n = 0; n < N; n++) {
-      let s = 0;
-      for (let k = 0; k < K; k++) s += (tA ? a[k * M + m] : a[m * K + k]) * (tB ? b[n * K + k] : b[k * N + n]);
-      y[m * N + n] = s;
+  for (let bi = 0; bi < nb; bi++) {
+    let oa = 0, ob = 0;
+    idx.forEach((v, j) => { oa += v * sa[j]; ob += v * sb[j]; });
+    const A = oa * M * K, B = ob * K * N, Y = bi * M * N;
+    // a element (m,k): tA ? a[k*M + m] : a[m*K + k]; b element (k,n): tB ? b[n*K + k] : b[k*N + n]
+    for (let m = 0; m < M; m++) {
+      for (let n = 0; n < N; n++) {
+        let s = 0;
+        for (let k = 0; k < K; k++) s += (tA ? a[A + k * M + m] : a[A + m * K + k]) * (tB ? b[B + n * K + k] : b[B + k * N + n]);
+        y[Y + m * N + n] = s;
+      }
+    }
+    for (let j = batch.length - 1; j >= 0; j--) {
+      if (++idx[j] < batch[j]) break;
+      idx[j] = 0;
     }
   }
 };

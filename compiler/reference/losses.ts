@@ -1,17 +1,24 @@
 /** Losses (mean-reduced, scalar outputs) and their gradients with respect to the first input. */
 import { type OpCtx, type OpImpl, expectShape, fail, input, inShape, numAttr } from './kernel.js';
 
-/** [N, C] from a 2-D input plus its i32 [N] labels, each checked to be in [0, C). */
-export function classRows(c: OpCtx): { N: number; C: number; label: Float64Array } {
+/**
+ * Logits [N, ..., C] (class dim last) as N rows of C (N = every position) plus the i32 labels
+ * [N, ...], each checked to be in [0, C) unless it equals ignore_index; `keep[n]` says whether
+ * position n counts, `count` how many do.
+ */
+export function classRows(c: OpCtx): { N: number; C: number; label: Float64Array; keep: boolean[]; count: number } {
   const s = inShape(c, 0);
-  if (s.length !== 2) fail(c, `expected [N,C] logits, got [${s.join(',')}]`);
-  const [N, C] = s;
-  expectShape(c, 'label', inShape(c, 1), [N]);
+  if (s.length < 2) fail(c, `expected [N, ..., C] logits, got [${s.join(',')}]`);
+  const C = s[s.length - 1], N = s.slice(0, -1).reduce((a, b) => a * b, 1);
+  expectShape(c, 'label', inShape(c, 1), s.slice(0, -1));
   const label = input(c, 1);
+  const ignore = c.attrs.ignore_index === undefined ? undefined : numAttr(c, 'ignore_index');
+  const keep: boolean[] = [];
   for (let n = 0; n < N; n++) {
-    if (!Number.isInteger(label[n]) || label[n] < 0 || label[n] >= C) fail(c, `label ${label[n]} at row ${n} is outside [0, ${C})`);
+    keep.push(label[n] !== ignore);
+    if (keep[n] && (!Number.isInteger(label[n]) || label[n] < 0 || label[n] >= C)) fail(c, `label ${label[n]} at row ${n} is outside [0, ${C})`);
   }
-  return { N, C, label };
+  return { N, C, label, keep, count: keep.filter(Boolean).length };
 }
 
 function lsAttr(c: OpCtx): number {
@@ -32,44 +39,46 @@ function logSoftmaxRow(x: Float64Array, n: number, C: number, out: Float64Array)
 
 /** loss = mean_n( -(1-ls)*logp[n,label] - ls/C * sum_c logp[n,c] ) */
 export const cross_entropy: OpImpl = (c: OpCtx) => {
-  const x = input(c, 0), { N, C, label } = classRows(c), ls = lsAttr(c);
+  const x = input(c, 0), { N, C, label, keep, count } = classRows(c), ls = lsAttr(c);
   expectShape(c, 'loss', c.outShapes[0], []);
   const logp = new Float64Array(C);
   let total = 0;
   for (let n = 0; n < N; n++) {
+    if (!keep[n]) continue;
     logSoftmaxRow(x, n, C, logp);
     let all = 0;
     for (let k = 0; k < C; k++) all += logp[k];
     total += -(1 - ls) * logp[label[n]] - (ls / C) * all;
   }
-  c.outputs[0][0] = total / N;
+  c.outputs[0][0] = total / count;
 };
 
-/** dlogits[n,c] = (softmax[n,c] - (1-ls)*[c == label[n]] - ls/C) / N */
+/** dlogits[n,c] = (softmax[n,c] - (1-ls)*[c == label[n]] - ls/C) / count; 0 on ignored rows */
 export const cross_entropy_grad: OpImpl = (c: OpCtx) => {
-  const x = input(c, 0), { N, C, label } = classRows(c), ls = lsAttr(c);
-  expectShape(c, 'output', c.outShapes[0], [N, C]);
+  const x = input(c, 0), { N, C, label, keep, count } = classRows(c), ls = lsAttr(c);
+  expectShape(c, 'output', c.outShapes[0], inShape(c, 0));
   const dx = c.outputs[0], logp = new Float64Array(C);
   for (let n = 0; n < N; n++) {
+    if (!keep[n]) continue;
     logSoftmaxRow(x, n, C, logp);
-    for (let k = 0; k < C; k++) dx[n * C + k] = (Math.exp(logp[k]) - (k === label[n] ? 1 - ls : 0) - ls / C) / N;
+    for (let k = 0; k < C; k++) dx[n * C + k] = (Math.exp(logp[k]) - (k === label[n] ? 1 - ls : 0) - ls / C) / count;
   }
 };
 
-/** loss = mean_n(-logp[n,label[n]]) */
+/** loss = mean over kept positions of -logp[n,label[n]] */
 export const nll: OpImpl = (c: OpCtx) => {
-  const logp = input(c, 0), { N, C, label } = classRows(c);
+  const logp = input(c, 0), { N, C, label, keep, count } = classRows(c);
   expectShape(c, 'loss', c.outShapes[0], []);
   let total = 0;
-  for (let n = 0; n < N; n++) total -= logp[n * C + label[n]];
-  c.outputs[0][0] = total / N;
+  for (let n = 0; n < N; n++) if (keep[n]) total -= logp[n * C + label[n]];
+  c.outputs[0][0] = total / count;
 };
 
-/** dlogp[n,label[n]] = -1/N, 0 elsewhere */
+/** dlogp[n,label[n]] = -1/count on kept positions, 0 elsewhere */
 export const nll_grad: OpImpl = (c: OpCtx) => {
-  const { N, C, label } = classRows(c);
-  expectShape(c, 'output', c.outShapes[0], [N, C]);
-  for (let n = 0; n < N; n++) c.outputs[0][n * C + label[n]] = -1 / N;
+  const { N, C, label, keep, count } = classRows(c);
+  expectShape(c, 'output', c.outShapes[0], inShape(c, 0));
+  for (let n = 0; n < N; n++) if (keep[n]) c.outputs[0][n * C + label[n]] = -1 / count;
 };
 
 function sameShapePair(c: OpCtx): [Float64Array, Float64Array] {

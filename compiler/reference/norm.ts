@@ -101,10 +101,10 @@ function rows(c: OpCtx, xs: number[]): { R: number; D: number } {
 }
 
 export const layernorm: OpImpl = (c: OpCtx) => {
-  const x = input(c, 0), w = input(c, 1), b = input(c, 2);
-  const xs = inShape(c, 0), { R, D } = rows(c, xs);
-  expectShape(c, 'weight', inShape(c, 1), [D]);
-  expectShape(c, 'bias', inShape(c, 2), [D]);
+  const x = input(c, 0), xs = inShape(c, 0), { R, D } = rows(c, xs);
+  const w = c.inputs[1] ?? new Float64Array(D).fill(1), b = c.inputs[2] ?? new Float64Array(D);
+  if (c.inputs[1]) expectShape(c, 'weight', inShape(c, 1), [D]);
+  if (c.inputs[2]) expectShape(c, 'bias', inShape(c, 2), [D]);
   expectShape(c, 'y', c.outShapes[0], xs);
   expectShape(c, 'mean', c.outShapes[1], xs.slice(0, -1));
   expectShape(c, 'rstd', c.outShapes[2], xs.slice(0, -1));
@@ -124,14 +124,15 @@ export const layernorm: OpImpl = (c: OpCtx) => {
 };
 
 /**
- * xhat = (x-mean)*rstd, g = dy*weight; dbias = sum_rows dy; dweight = sum_rows dy*xhat;
+ * xhat = (x-mean)*rstd, g = dy*weight (weight absent: 1); dbias = sum_rows dy; dweight = sum_rows dy*xhat;
  * dx = rstd/D * (D*g - sum_d g - xhat * sum_d g*xhat) per row.
  */
 export const layernorm_grad: OpImpl = (c: OpCtx) => {
-  const dy = input(c, 0), x = input(c, 1), w = input(c, 2), mean = input(c, 3), rstd = input(c, 4);
+  const dy = input(c, 0), x = input(c, 1), mean = input(c, 3), rstd = input(c, 4);
   const xs = inShape(c, 1), { R, D } = rows(c, xs);
+  const w = c.inputs[2] ?? new Float64Array(D).fill(1);
   expectShape(c, 'dy', inShape(c, 0), xs);
-  expectShape(c, 'weight', inShape(c, 2), [D]);
+  if (c.inputs[2]) expectShape(c, 'weight', inShape(c, 2), [D]);
   expectShape(c, 'mean', inShape(c, 3), xs.slice(0, -1));
   expectShape(c, 'rstd', inShape(c, 4), xs.slice(0, -1));
   expectShape(c, 'dx', c.outShapes[0], xs);

@@ -5,7 +5,8 @@
 //    (and whose mapping starts after one), so a kernel that reads or writes past the end of a
 //    binding faults, and the fault is reported with the kernel, binding index and value name
 //  - threadgroup memory gets the same guard
-//  - threadgroups run on `threads` OS threads; the threads of one threadgroup run as fibers
+//  - threadgroups run on `threads` OS threads; the threads of one threadgroup run as fibers,
+//    in ascending index order, or descending with MPSC_METAL_EMU_ORDER=reverse
 #pragma once
 #include <atomic>
 #include <csignal>
@@ -97,11 +98,25 @@ inline void resume(Group& g, Fiber& f) {
 #endif
 }
 
+/** MPSC_METAL_EMU_ORDER=reverse: the threads of a threadgroup run in descending index order
+ *  (between barriers, and as plain calls). A missing barrier between a write by one thread and a
+ *  read by another shows in the ascending order when the reader has the lower index, in the
+ *  descending order when it has the higher one. Read once. */
+inline bool reverse_order() {
+  static const bool r = [] {
+    const char* e = std::getenv("MPSC_METAL_EMU_ORDER");
+    return e != nullptr && std::strcmp(e, "reverse") == 0;
+  }();
+  return r;
+}
+
 inline void run_group(Group& g) {
   g_group = &g;
+  const bool rev = reverse_order();
+  auto fiber = [&](unsigned i) -> Fiber& { return g.fibers[rev ? g.n - 1 - i : i]; };
   if (!g.fibered) {
     for (unsigned i = 0; i < g.n; ++i) {
-      Fiber& f = g.fibers[i];
+      Fiber& f = fiber(i);
       f.state = RUNNING;
       g_cur = &f;
       g.body(g.arg);
@@ -109,11 +124,11 @@ inline void run_group(Group& g) {
     }
     return;
   }
-  for (unsigned i = 0; i < g.n; ++i) start_fiber(g, g.fibers[i]);
+  for (unsigned i = 0; i < g.n; ++i) start_fiber(g, fiber(i));
   unsigned nsimd = (g.n + SIMD_WIDTH - 1) / SIMD_WIDTH;
   for (;;) {
     for (unsigned i = 0; i < g.n; ++i)
-      if (g.fibers[i].state == RUNNING) resume(g, g.fibers[i]);
+      if (fiber(i).state == RUNNING) resume(g, fiber(i));
     unsigned done = 0, attg = 0;
     for (unsigned i = 0; i < g.n; ++i) {
       if (g.fibers[i].state == DONE) ++done;

@@ -7,6 +7,9 @@
  *  - reductions, 2x2 max pooling rows, small math.
  *  - run_parts / part_scratch: drive the fast GEMM / conv core (runtime/cpp/fast, namespace
  *    mpsc_fast), which emit_program.ts prepends to this header, on the runtime's pool.
+ *  - attention_fwd_tile / attention_bwd_head: blocked (flash-attention) scaled dot-product
+ *    attention over (query tile, key tile) pairs with the online softmax, so a head's T x S
+ *    scores never exist whole (only one ATT_BR x ATT_BC tile, in a thread's scratch).
  */
 #ifndef MPSC_KERNELS_HPP
 #define MPSC_KERNELS_HPP
@@ -99,7 +102,7 @@ inline void conv_grad_weight(mpsc_ctx* ctx, const mpsc_fast::Conv2dShape& s, con
     });
 }
 
-// ------------------------------------------------------------------ profile (MPSC_PROFILE=1)
+// ------------------------------------------------------------------ profile (MPSC_PROFILE=1, or =all)
 /** per-kernel wall time, summed over runs, printed to stderr at process exit (generated run_* call these) */
 struct ProfEntry {
   const char* name = nullptr;
@@ -117,7 +120,10 @@ inline void prof_dump() {
   for (auto& e : t) total += e.ms;
   std::sort(t.begin(), t.end(), [](const ProfEntry& a, const ProfEntry& b) { return a.ms > b.ms; });
   std::fprintf(stderr, "mpsc profile: %.1f ms in kernels\n", total);
-  for (size_t i = 0; i < t.size() && i < 30; i++)
+  // MPSC_PROFILE=all lists every kernel, any other value the 30 slowest
+  const char* v = std::getenv("MPSC_PROFILE");
+  const size_t shown = v && std::strcmp(v, "all") == 0 ? t.size() : 30;
+  for (size_t i = 0; i < t.size() && i < shown; i++)
     if (t[i].name) std::fprintf(stderr, "  %9.2f ms %5.1f%% %6lld calls  %s\n", t[i].ms, total > 0 ? 100 * t[i].ms / total : 0.0, (long long)t[i].calls, t[i].name);
 }
 inline bool prof_on() {
@@ -439,6 +445,196 @@ inline void maxpool2x2_grad_row(const float* x0, const float* x1, const float* d
 
 // ------------------------------------------------------------------ small math
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+/**
+ * exp and erf for the element-wise kernels (compiler/codegen-cpu/scalar_cpp.ts renders the table's
+ * exp / erf as these): straight-line float arithmetic the compiler vectorises (a std::exp / std::erf
+ * call keeps a loop scalar). exp_v: x = n ln2 + r, |r| <= ln2/2, degree-6 Taylor polynomial of e^r
+ * (relative error < 2e-7), times 2^n from the exponent bits; 0 below -87.33 (under FLT_MIN), inf
+ * above 88.72, NaN passes through. erf_v: odd; |x| < 0.5: x * its Taylor series to x^12 (error
+ * < 1e-9); else 1 - t P(t) exp(-x^2) with t = 1/(1 + 0.3275911 |x|) (Abramowitz & Stegun 7.1.26,
+ * absolute error < 1.5e-7); NaN passes through.
+ */
+inline float exp_v(float x) {
+  const float xc = std::min(std::max(x, -87.0f), 88.5f);
+  const float n = std::nearbyint(xc * 1.44269504088896341f);
+  const float r = (xc - n * 0.693145751953125f) - n * 1.42860682030941723e-06f;
+  const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-01f + r * (4.16666679e-02f + r * (8.33333377e-03f + r * 1.38888892e-03f)))));
+  const int32_t bits = ((int32_t)n + 126) << 23;  // 2^(n-1): n in [-125, 128]
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  const float y = p * scale * 2.0f;
+  return x < -87.3365479f ? 0.0f : x > 88.7228394f ? INFINITY : x != x ? x : y;
+}
+
+inline float erf_v(float x) {
+  const float a = std::fabs(x), a2 = x * x;
+  const float small = x * (1.12837917f + a2 * (-0.376126389f + a2 * (0.112837917f + a2 * (-0.0268661706f + a2 * (5.22397891e-03f + a2 * (-8.54832702e-04f + a2 * 1.20553447e-04f))))));
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float tail = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) * exp_v(-a2);
+  const float big = std::copysign(1.0f - tail, x);
+  return a < 0.5f ? small : x != x ? x : big;
+}
+
+// ------------------------------------------------------------------ blocked attention
+// Tile sizes: ATT_BR queries x ATT_BC keys of scores, plus the tile's K transposed ([D][ATT_BC]),
+// stay in L1/L2 for D <= 128. The head size D is a template argument (shapes are static), so the
+// loops over it have constant trip counts and vectorise fully. Every output element is computed by one thread in a fixed order
+// (tiles visited in increasing key order), so results are the same bits for any thread count.
+constexpr int64_t ATT_BR = 32, ATT_BC = 64;
+
+/** first key hidden from query t (exclusive end of its visible keys): S, or t + 1 + (S - T) when causal */
+inline int64_t att_key_end(bool causal, int64_t t, int64_t T, int64_t S) { return causal ? std::min(S, t + 1 + S - T) : S; }
+
+/**
+ * Forward of one (head, query tile): q [T][D], k and v [S][D] of one head; queries t0..t1-1.
+ * Online softmax: per query row the running max m, sum l and unnormalised output acc are
+ * rescaled by exp(m_old - m_new) when a key tile raises the max. o = acc / l, lse = m + log l.
+ * ws: ATT_BR*ATT_BC + D*ATT_BC + ATT_BR*D + 2*ATT_BR floats.
+ */
+template <int64_t D>
+inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
+                               float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
+  float* sc = ws;                       // [ATT_BR][ATT_BC] scores, then probabilities
+  float* kt = sc + ATT_BR * ATT_BC;     // [D][ATT_BC] the key tile transposed
+  float* acc = kt + D * ATT_BC;         // [ATT_BR][D]
+  float* m = acc + ATT_BR * D;          // [ATT_BR]
+  float* l = m + ATT_BR;                // [ATT_BR]
+  const int64_t nr = t1 - t0;
+  for (int64_t i = 0; i < nr; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+  std::memset(acc, 0, sizeof(float) * nr * D);
+  const int64_t kend = att_key_end(causal, t1 - 1, T, S);
+  for (int64_t u0 = 0; u0 < kend; u0 += ATT_BC) {
+    const int64_t nc = std::min(ATT_BC, kend - u0);
+    for (int64_t j = 0; j < nc; j++)
+      for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * D + d];
+    for (int64_t i = 0; i < nr; i++) {
+      const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
+      if (vis <= 0) continue;
+      const float* qi = q + (t0 + i) * D;
+      float* si = sc + i * ATT_BC;
+      for (int64_t j = 0; j < vis; j++) si[j] = 0.0f;
+      for (int64_t d = 0; d < D; d++) {
+        const float qd = qi[d] * scale;
+        const float* kd = kt + d * ATT_BC;
+        for (int64_t j = 0; j < vis; j++) si[j] += qd * kd[j];
+      }
+      float mx = m[i];
+      for (int64_t j = 0; j < vis; j++) mx = std::max(mx, si[j]);
+      const float corr = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first visible tile
+      float rs = 0.0f;
+      for (int64_t j = 0; j < vis; j++) si[j] = exp_v(si[j] - mx);
+      for (int64_t j = 0; j < vis; j++) rs += si[j];
+      l[i] = l[i] * corr + rs;
+      m[i] = mx;
+      // the row's accumulator in registers (a local array: no aliasing with v)
+      float* ai = acc + i * D;
+      float ar[D];
+      for (int64_t d = 0; d < D; d++) ar[d] = ai[d] * corr;
+      for (int64_t j = 0; j < vis; j++) {
+        const float p = si[j];
+        const float* vj = v + (u0 + j) * D;
+        for (int64_t d = 0; d < D; d++) ar[d] += p * vj[d];
+      }
+      for (int64_t d = 0; d < D; d++) ai[d] = ar[d];
+    }
+  }
+  for (int64_t i = 0; i < nr; i++) {
+    const float inv = 1.0f / l[i];
+    for (int64_t d = 0; d < D; d++) o[(t0 + i) * D + d] = acc[i * D + d] * inv;
+    lse[t0 + i] = m[i] + std::log(l[i]);
+  }
+}
+
+/** floats of scratch attention_fwd_tile needs */
+inline int64_t attention_fwd_ws(int64_t D) { return ATT_BR * ATT_BC + D * ATT_BC + ATT_BR * D + 2 * ATT_BR; }
+
+/**
+ * Backward of one head, blocked like the forward: for each key tile (its dk, dv rows owned here)
+ * and each query tile that sees it, P = exp(scale q k^T - lse) is recomputed from the saved lse,
+ * dP = do v^T and dS = scale P (dP - delta) with delta[t] = do[t].o[t] are formed as tiles, then
+ * dv += P^T do, dk += dS^T q, dq += dS k with each output row accumulated in registers. dq, dk,
+ * dv are overwritten. ws: attention_bwd_ws(T, D) floats.
+ */
+template <int64_t D>
+inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
+                               float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
+  float* p = ws;                     // [ATT_BR][ATT_BC] probabilities
+  float* ds = p + ATT_BR * ATT_BC;   // [ATT_BR][ATT_BC] dS
+  float* kt = ds + ATT_BR * ATT_BC;  // [D][ATT_BC] key tile transposed
+  float* vt = kt + D * ATT_BC;       // [D][ATT_BC] value tile transposed
+  float* delta = vt + D * ATT_BC;    // [T]
+  std::memset(dq, 0, sizeof(float) * T * D);
+  std::memset(dk, 0, sizeof(float) * S * D);
+  std::memset(dv, 0, sizeof(float) * S * D);
+  for (int64_t t = 0; t < T; t++) {
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; d++) s += dO[t * D + d] * o[t * D + d];
+    delta[t] = s;
+  }
+  for (int64_t u0 = 0; u0 < S; u0 += ATT_BC) {
+    const int64_t nc = std::min(ATT_BC, S - u0);
+    for (int64_t j = 0; j < nc; j++)
+      for (int64_t d = 0; d < D; d++) { kt[d * ATT_BC + j] = k[(u0 + j) * D + d]; vt[d * ATT_BC + j] = v[(u0 + j) * D + d]; }
+    // the first query that sees key u0: t + 1 + S - T > u0
+    const int64_t tfirst = causal ? std::max<int64_t>(0, u0 - (S - T)) : 0;
+    for (int64_t t0 = tfirst; t0 < T; t0 += ATT_BR) {
+      const int64_t nr = std::min(ATT_BR, T - t0);
+      // P and dS = P (dP - delta) scale of the tile, zero where a query does not see a key
+      for (int64_t i = 0; i < nr; i++) {
+        const int64_t t = t0 + i;
+        const float* qi = q + t * D;
+        const float* gi = dO + t * D;
+        float* pi = p + i * ATT_BC;
+        float* si = ds + i * ATT_BC;
+        const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t, T, S) - u0));
+        for (int64_t j = 0; j < nc; j++) { pi[j] = 0.0f; si[j] = 0.0f; }
+        if (vis == 0) continue;
+        float dp[ATT_BC];
+        for (int64_t j = 0; j < vis; j++) dp[j] = 0.0f;
+        for (int64_t d = 0; d < D; d++) {
+          const float qd = qi[d] * scale, gd = gi[d];
+          const float* kd = kt + d * ATT_BC;
+          const float* vd = vt + d * ATT_BC;
+          for (int64_t j = 0; j < vis; j++) { pi[j] += qd * kd[j]; dp[j] += gd * vd[j]; }
+        }
+        const float L = lse[t], dl = delta[t];
+        for (int64_t j = 0; j < vis; j++) pi[j] = exp_v(pi[j] - L);
+        for (int64_t j = 0; j < vis; j++) si[j] = pi[j] * (dp[j] - dl) * scale;
+      }
+      // dv[u] += sum_t P[t,u] do[t]; dk[u] += sum_t dS[t,u] q[t]: the key's rows in registers
+      for (int64_t j = 0; j < nc; j++) {
+        float av[D], ak[D];
+        float* dvj = dv + (u0 + j) * D;
+        float* dkj = dk + (u0 + j) * D;
+        for (int64_t d = 0; d < D; d++) { av[d] = dvj[d]; ak[d] = dkj[d]; }
+        for (int64_t i = 0; i < nr; i++) {
+          const float pij = p[i * ATT_BC + j], sij = ds[i * ATT_BC + j];
+          const float* gi = dO + (t0 + i) * D;
+          const float* qi = q + (t0 + i) * D;
+          for (int64_t d = 0; d < D; d++) { av[d] += pij * gi[d]; ak[d] += sij * qi[d]; }
+        }
+        for (int64_t d = 0; d < D; d++) { dvj[d] = av[d]; dkj[d] = ak[d]; }
+      }
+      // dq[t] += sum_u dS[t,u] k[u]
+      for (int64_t i = 0; i < nr; i++) {
+        float aq[D];
+        float* dqi = dq + (t0 + i) * D;
+        for (int64_t d = 0; d < D; d++) aq[d] = dqi[d];
+        const float* si = ds + i * ATT_BC;
+        for (int64_t j = 0; j < nc; j++) {
+          const float sij = si[j];
+          const float* kj = k + (u0 + j) * D;
+          for (int64_t d = 0; d < D; d++) aq[d] += sij * kj[d];
+        }
+        for (int64_t d = 0; d < D; d++) dqi[d] = aq[d];
+      }
+    }
+  }
+}
+
+/** floats of scratch attention_bwd_head needs */
+inline int64_t attention_bwd_ws(int64_t T, int64_t D) { return 2 * ATT_BR * ATT_BC + 2 * D * ATT_BC + T; }
 
 }  // namespace mk
 

@@ -127,16 +127,17 @@ export const reshape: KernelEmitter = (k) => {
   return COPY({ x: k.inPtr(0), y: k.outPtr(0), n });
 };
 
-const SUM_TO = tpl(`  const float* x = {{x}};
-  float* y = {{y}};
-  static const int64_t dims[{{rank}}] = { {{dims}} };
+/**
+ * A row-major walk over x (dims) keeping `off`, the offset of the reduced element each x[i] goes to
+ * (strides sy, 0 on reduced axes); the template's `visit` runs once per element (reductions here
+ * and in tensor.ts).
+ */
+export const STRIDED_WALK = `  static const int64_t dims[{{rank}}] = { {{dims}} };
   static const int64_t sy[{{rank}}] = { {{sy}} };
-  double* acc = (double*)mk::scratch(2, 2 * {{ny}});
-  for (int64_t i = 0; i < {{ny}}; i++) acc[i] = 0.0;
   int64_t idx[{{rank}}] = {0};
   int64_t off = 0;
   for (int64_t i = 0; i < {{nx}}; i++) {
-    acc[off] += x[i];
+{{{visit}}}
     for (int64_t d = {{rank}} - 1; d >= 0; d--) {
       idx[d]++;
       off += sy[d];
@@ -144,7 +145,13 @@ const SUM_TO = tpl(`  const float* x = {{x}};
       off -= sy[d] * dims[d];
       idx[d] = 0;
     }
-  }
+  }`;
+
+const SUM_TO = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  double* acc = (double*)mk::scratch(2, 2 * {{ny}});
+  for (int64_t i = 0; i < {{ny}}; i++) acc[i] = 0.0;
+${STRIDED_WALK}
   for (int64_t i = 0; i < {{ny}}; i++) y[i] = (float)acc[i];
 `);
 
@@ -166,6 +173,25 @@ const SUM_BLOCK = tpl(`  const float* x = {{x}};
       }
       for (; o < {{outer}}; o++) s += mk::sum_f(x + (o * {{mid}} + m) * {{inner}}, {{inner}});
       y[m] = (float)s;
+    }
+  });
+`);
+
+// inner == 1 (bias gradients of linear over [..., N]): column blocks of 64 per work item, rows
+// streamed in order into double accumulators: each y[m] is the same row-ordered double sum as
+// SUM_BLOCK's (sum_f of one element is that element), read row-contiguously instead of strided
+const SUM_ROWS = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mk::par(ctx, {{blocks}}, 2, [&](int64_t b, int64_t e) {
+    double acc[64];
+    for (int64_t blk = b; blk < e; blk++) {
+      const int64_t m0 = blk * 64, m1 = std::min<int64_t>({{mid}}, m0 + 64), w = m1 - m0;
+      for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
+      for (int64_t o = 0; o < {{outer}}; o++) {
+        const float* r = x + o * {{mid}} + m0;
+        for (int64_t j = 0; j < w; j++) acc[j] += r[j];
+      }
+      for (int64_t j = 0; j < w; j++) y[m0 + j] = (float)acc[j];
     }
   });
 `);
@@ -194,11 +220,12 @@ export const sum_to: KernelEmitter = (k) => {
     // each y[m] is summed by one thread in a fixed order, so any split gives the same bits: split
     // as soon as the whole reduction is worth it (conv bias grads have few channels but large planes)
     const outer = prod(xs.slice(0, a)), inner = prod(xs.slice(b));
+    if (inner === 1 && outer > 1) return SUM_ROWS({ x: k.inPtr(0), y: k.outPtr(0), outer, mid: ny, blocks: Math.ceil(ny / 64) });
     const minPar = nx >= PAR_MIN ? 2 : 64;
     return SUM_BLOCK({ x: k.inPtr(0), y: k.outPtr(0), outer, mid: ny, inner, minPar });
   }
   if (xs.length === 0) return COPY({ x: k.inPtr(0), y: k.outPtr(0), n: 1 });
-  return SUM_TO({ x: k.inPtr(0), y: k.outPtr(0), rank: xs.length, dims: xs.join(', '), sy: strides.join(', '), nx, ny });
+  return SUM_TO({ x: k.inPtr(0), y: k.outPtr(0), rank: xs.length, dims: xs.join(', '), sy: strides.join(', '), nx, ny, visit: '    acc[off] += x[i];' });
 };
 
 const DROPOUT = tpl(`  const float* x = {{x}};

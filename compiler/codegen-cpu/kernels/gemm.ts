@@ -1,10 +1,11 @@
 /**
- * linear and matmul through the fast core's sgemm_part (runtime/cpp/fast/sgemm.h): one part per
+ * linear and the batched matmul through the fast core's sgemm_part (runtime/cpp/fast/sgemm.h): one part per
  * pool thread, each with its own workspace from mk::run_parts; bias (and relu, when the fusion
  * pass folded the following relu into this node: KernelCtx.fuseRelu) in the GEMM's epilogue.
  */
 import { tpl } from '../template.js';
 import { type KernelEmitter, prod } from '../kernel_ctx.js';
+import { broadcastStrides, matmulDims } from '../../ir/shapes.js';
 
 const LINEAR = tpl(`  const float* x = {{x}};
   const float* w = {{w}};
@@ -32,17 +33,55 @@ export const linear: KernelEmitter = (k) => {
 const MATMUL = tpl(`  const float* a = {{a}};
   const float* b = {{b}};
   float* y = {{y}};
+{{#if single}}
   mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) {
     mpsc_fast::sgemm_part({{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, 1.0f, a, {{lda}}, b, {{ldb}}, 0.0f, y, {{N}}, nullptr, part, nparts, ws);
   });
+{{else}}
+  // {{nb}} products; batch offsets of a and b through the broadcast strides (in matrices)
+  static const int64_t dims[{{rank}}] = { {{dims}} };
+  static const int64_t sa[{{rank}}] = { {{sa}} };
+  static const int64_t sb[{{rank}}] = { {{sb}} };
+  auto one = [&](int64_t i, int part, int nparts, void* ws) {
+    int64_t oa = 0, ob = 0, rem = i;
+    for (int64_t d = {{rank}} - 1; d >= 0; d--) {
+      const int64_t idx = rem % dims[d];
+      rem /= dims[d];
+      oa += idx * sa[d];
+      ob += idx * sb[d];
+    }
+    mpsc_fast::sgemm_part({{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, 1.0f, a + oa * {{sizeA}}, {{lda}}, b + ob * {{sizeB}}, {{ldb}}, 0.0f,
+                          y + i * {{sizeY}}, {{N}}, nullptr, part, nparts, ws);
+  };
+  if ({{nb}} >= 2 * mpsc::threads(ctx)) {
+    // many small products: whole products per thread (the same bits as any split: sgemm_part's contract)
+    mk::par(ctx, {{nb}}, 2, [&](int64_t b0, int64_t e0) {
+      for (int64_t i = b0; i < e0; i++) one(i, 0, 1, nullptr);
+    });
+  } else {
+    for (int64_t i = 0; i < {{nb}}; i++)
+      mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) { one(i, part, nparts, ws); });
+  }
+{{/if}}
 `);
 
 export const matmul: KernelEmitter = (k) => {
   const as = k.inShape(0), bs = k.inShape(1);
-  if (as.length !== 2 || bs.length !== 2) k.fail('matmul is 2-D only');
   const tA = k.bool('transA', false), tB = k.bool('transB', false);
-  const M = tA ? as[1] : as[0], K = tA ? as[0] : as[1];
-  const Kb = tB ? bs[1] : bs[0], N = tB ? bs[0] : bs[1];
-  if (K !== Kb) k.fail(`inner dims differ (${K} vs ${Kb})`);
-  return MATMUL({ tA: String(tA), tB: String(tB), M, N, K, a: k.inPtr(0), lda: as[1], b: k.inPtr(1), ldb: bs[1], y: k.outPtr(0) });
+  const d = matmulDims(as, bs, tA, tB);
+  if (!d) return k.fail(`op(a) [${as}] and op(b) [${bs}] do not multiply`);
+  const { batch, N, K } = d;
+  let M = d.M;
+  const nb = prod(batch);
+  const vm = { tA: String(tA), tB: String(tB), N, K, a: k.inPtr(0), lda: as[as.length - 1], b: k.inPtr(1), ldb: bs[bs.length - 1], y: k.outPtr(0) };
+  // a [..., M, K] (not transposed) times a shared 2-D b: one GEMM with the batch folded into M
+  if (nb === 1 || (!tA && bs.length === 2 && prod(as.slice(0, -2)) === nb)) {
+    M *= nb;
+    return MATMUL({ ...vm, M, single: true });
+  }
+  const sa = broadcastStrides(as.slice(0, -2), batch), sb = broadcastStrides(bs.slice(0, -2), batch);
+  return MATMUL({
+    ...vm, M, single: false, nb, rank: batch.length, dims: batch.join(', '), sa: sa.join(', '), sb: sb.join(', '),
+    sizeA: as[as.length - 2] * as[as.length - 1], sizeB: bs[bs.length - 2] * bs[bs.length - 1], sizeY: M * N,
+  });
 };

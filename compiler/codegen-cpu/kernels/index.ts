@@ -9,6 +9,8 @@ import { log_softmax, log_softmax_grad, softmax, softmax_grad } from './softmax.
 import { batchnorm_eval, batchnorm_grad, batchnorm_train, layernorm, layernorm_grad } from './norm.js';
 import { concat, embedding, embedding_grad, slice } from './gather.js';
 import { accuracy, bce_with_logits, bce_with_logits_grad, cross_entropy, cross_entropy_grad, mse, mse_grad, nll, nll_grad, top_k } from './losses.js';
+import { broadcast_to, masked_fill, pad, permute, positions, reduce, reduce_max_grad } from './tensor.js';
+import { attention, attention_grad } from './attention.js';
 import { adam_update, clip_coef, grad_accumulate, grad_norm, sgd_update, zero } from './optim.js';
 
 export const CPU_KERNELS: Record<OpName, KernelEmitter> = {
@@ -19,4 +21,5 @@ export const CPU_KERNELS: Record<OpName, KernelEmitter> = {
   unary_grad, softmax_grad, log_softmax_grad, dropout_grad, batchnorm_grad, layernorm_grad, embedding_grad, slice,
   cross_entropy_grad, nll_grad, mse_grad, bce_with_logits_grad,
   grad_accumulate, zero, grad_norm, clip_coef, sgd_update, adam_update,
+  permute, pad, broadcast_to, reduce, reduce_max_grad, masked_fill, positions, attention, attention_grad,
 };

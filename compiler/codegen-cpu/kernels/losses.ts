@@ -1,28 +1,35 @@
 /**
  * Losses (mean-reduced, accumulated in double), their gradients, and metrics (accuracy,
- * top_k). Labels are checked against the class range (a clear error, never an out-of-bounds read).
+ * top_k); class losses over logits [N, ..., C] (every position a row) with ignore_index. Labels are checked against the class range (a clear error, never an out-of-bounds read).
  */
 import { f32Lit } from '../../cfamily/text.js';
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
 
+// ignored positions (ignore_index) are skipped before the range check; count = positions that count
 const LABEL_CHECK = `      const int32_t lab = label[n];
-      if (lab < 0 || lab >= {{C}}) { bad = n; continue; }`;
+{{#if ignore}}
+      if (lab == {{ignore}}) continue;
+{{/if}}
+      if (lab < 0 || lab >= {{C}}) { bad = n; continue; }
+      count++;`;
 const LABEL_ERR = `  if (bad >= 0) {
     std::snprintf(ctx->error, sizeof ctx->error, "label %d in row %lld of the batch is outside the class range [0, {{C}})", (int)label[bad], (long long)bad);
     return 1;
   }`;
 
+/** logits [N, ..., C] as N rows (every position) of C, and ignore_index as a C literal ('' when absent) */
 function nc(k: KernelCtx, i: number) {
   const s = k.inShape(i);
-  if (s.length !== 2) k.fail(`expected [N,C], got [${s}]`);
-  return { N: s[0], C: s[1] };
+  if (s.length < 2) k.fail(`expected [N, ..., C], got [${s}]`);
+  const C = s[s.length - 1], ii = k.node.attrs.ignore_index;
+  return { N: prod(s) / C, C, ignore: ii === undefined ? '' : `(${k.num('ignore_index')})` };
 }
 
 const CE = tpl(`  const float* x = {{x}};
   const int32_t* label = {{label}};
   float* out = {{out}};
-  int64_t bad = -1;
+  int64_t bad = -1, count = 0;
   double total = 0.0;
   for (int64_t n = 0; n < {{N}}; n++) {
 ${LABEL_CHECK}
@@ -39,20 +46,29 @@ ${LABEL_CHECK}
 {{/if}}
   }
 ${LABEL_ERR}
-  out[0] = (float)(total / {{N}});
+  out[0] = (float)(total / (double)count);
 `);
 
 const CE_GRAD = tpl(`  const float* x = {{x}};
   const int32_t* label = {{label}};
   float* dx = {{dx}};
-  int64_t bad = -1;
+  int64_t bad = -1, count = 0;
   for (int64_t n = 0; n < {{N}}; n++) {
 ${LABEL_CHECK}
-      const float* row = x + n * {{C}};
+  }
+${LABEL_ERR}
+  const double cnt = (double)count;
+  for (int64_t n = 0; n < {{N}}; n++) {
+      const int32_t lab = label[n];
       float* d = dx + n * {{C}};
+{{#if ignore}}
+      if (lab == {{ignore}}) { for (int64_t c = 0; c < {{C}}; c++) d[c] = 0.0f; continue; }
+{{/if}}
+      const float* row = x + n * {{C}};
 {{#if nll}}
+      (void)row;
       for (int64_t c = 0; c < {{C}}; c++) d[c] = 0.0f;
-      d[lab] = -1.0f / {{N}};
+      d[lab] = (float)(-1.0 / cnt);
 {{else}}
       float m = -INFINITY;
       for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
@@ -61,11 +77,10 @@ ${LABEL_CHECK}
       const double inv = 1.0 / s;
       for (int64_t c = 0; c < {{C}}; c++) {
         const double p = std::exp((double)row[c] - m) * inv;
-        d[c] = (float)((p - (c == lab ? 1.0 - {{ls}} : 0.0) - {{ls}} / {{C}}) / {{N}});
+        d[c] = (float)((p - (c == lab ? 1.0 - {{ls}} : 0.0) - {{ls}} / {{C}}) / cnt);
       }
 {{/if}}
   }
-${LABEL_ERR}
 `);
 
 export const cross_entropy: KernelEmitter = (k) =>
@@ -113,7 +128,7 @@ export const bce_with_logits_grad: KernelEmitter = (k) => {
 const METRIC = tpl(`  const float* x = {{x}};
   const int32_t* label = {{label}};
   float* out = {{out}};
-  int64_t bad = -1, hits = 0;
+  int64_t bad = -1, hits = 0, count = 0;
   for (int64_t n = 0; n < {{N}}; n++) {
 ${LABEL_CHECK}
       const float* row = x + n * {{C}};
@@ -128,7 +143,7 @@ ${LABEL_CHECK}
 {{/if}}
   }
 ${LABEL_ERR}
-  out[0] = (float)((double)hits / {{N}});
+  out[0] = (float)((double)hits / (double)count);
 `);
 
 export const accuracy: KernelEmitter = (k) => METRIC({ ...nc(k, 0), topk: false, k: 1, x: k.inPtr(0), label: k.inPtr(1), out: k.outPtr(0) });

@@ -77,7 +77,9 @@ export const batchnorm_eval: KernelEmitter = (k) =>
 
 const BN_GRAD = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
+{{#if w}}
   const float* w = {{w}};
+{{/if}}
   const float* mean = {{mean}};
   const float* invstd = {{invstd}};
   float* dx = {{dx}};
@@ -111,13 +113,17 @@ export const batchnorm_grad: KernelEmitter = (k) => {
   const g = bnGeo(k, k.inShape(1));
   return BN_GRAD({
     ...g, m: `${g.m}.0f`,
-    dy: k.inPtr(0), x: k.inPtr(1), w: k.inPtr(2), mean: k.inPtr(3), invstd: k.inPtr(4), dx: k.outPtr(0), dw: k.outPtr(1), db: k.outPtr(2),
+    dy: k.inPtr(0), x: k.inPtr(1), w: k.hasInput(2) ? k.inPtr(2) : '', mean: k.inPtr(3), invstd: k.inPtr(4), dx: k.outPtr(0), dw: k.outPtr(1), db: k.outPtr(2),
   });
 };
 
 const LN = tpl(`  const float* x = {{x}};
+{{#if w}}
   const float* w = {{w}};
+{{/if}}
+{{#if b}}
   const float* bi = {{b}};
+{{/if}}
   float* y = {{y}};
   float* mean = {{mean}};
   float* rstd = {{rstd}};
@@ -134,19 +140,23 @@ const LN = tpl(`  const float* x = {{x}};
       mean[r] = muf;
       rstd[r] = rs;
       float* q = y + r * {{D}};
-      for (int64_t i = 0; i < {{D}}; i++) q[i] = (p[i] - muf) * rs * w[i] + bi[i];
+      for (int64_t i = 0; i < {{D}}; i++) q[i] = (p[i] - muf) * rs{{#if w}} * w[i]{{/if}}{{#if b}} + bi[i]{{/if}};
     }
   });
 `);
 
 export const layernorm: KernelEmitter = (k) => {
   const xs = k.inShape(0), D = xs[xs.length - 1];
-  return LN({ rows: prod(xs) / D, D, eps: String(k.num('eps', 1e-5)), x: k.inPtr(0), w: k.inPtr(1), b: k.inPtr(2), y: k.outPtr(0), mean: k.outPtr(1), rstd: k.outPtr(2) });
+  // weight / bias optional (elementwise_affine=False): the product / sum is left out, not multiplied by 1
+  const w = k.hasInput(1) ? k.inPtr(1) : '', b = k.hasInput(2) ? k.inPtr(2) : '';
+  return LN({ rows: prod(xs) / D, D, eps: String(k.num('eps', 1e-5)), x: k.inPtr(0), w, b, y: k.outPtr(0), mean: k.outPtr(1), rstd: k.outPtr(2) });
 };
 
 const LN_GRAD = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
+{{#if w}}
   const float* w = {{w}};
+{{/if}}
   const float* mean = {{mean}};
   const float* rstd = {{rstd}};
   float* dx = {{dx}};
@@ -159,25 +169,32 @@ const LN_GRAD = tpl(`  const float* dy = {{dy}};
       const float mu = mean[r], rs = rstd[r];
       double s1 = 0.0, s2 = 0.0;
       for (int64_t i = 0; i < {{D}}; i++) {
-        const float gx = g[i] * w[i];
+        const float gx = g[i]{{#if w}} * w[i]{{/if}};
         s1 += gx;
         s2 += (double)gx * ((p[i] - mu) * rs);
       }
       const float m1 = (float)(s1 / {{D}}), m2 = (float)(s2 / {{D}});
       float* q = dx + r * {{D}};
-      for (int64_t i = 0; i < {{D}}; i++) q[i] = rs * (g[i] * w[i] - m1 - (p[i] - mu) * rs * m2);
+      for (int64_t i = 0; i < {{D}}; i++) q[i] = rs * (g[i]{{#if w}} * w[i]{{/if}} - m1 - (p[i] - mu) * rs * m2);
     }
   });
-  mk::par(ctx, {{D}}, 256, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; i++) {
-      double sw = 0.0, sb = 0.0;
+  // dweight / dbias: blocks of 64 columns per work item, rows streamed in order (each column's double
+  // sum runs over the rows in order whatever the split: the same bits for any thread count)
+  mk::par(ctx, ({{D}} + 63) / 64, 2, [&](int64_t b, int64_t e) {
+    double sw[64], sb[64];
+    for (int64_t blk = b; blk < e; blk++) {
+      const int64_t i0 = blk * 64, w = std::min<int64_t>({{D}}, i0 + 64) - i0;
+      for (int64_t j = 0; j < w; j++) { sw[j] = 0.0; sb[j] = 0.0; }
       for (int64_t r = 0; r < {{rows}}; r++) {
-        const float g = dy[r * {{D}} + i];
-        sw += (double)g * ((x[r * {{D}} + i] - mean[r]) * rstd[r]);
-        sb += g;
+        const float* g = dy + r * {{D}} + i0;
+        const float* p = x + r * {{D}} + i0;
+        const float mu = mean[r], rs = rstd[r];
+        for (int64_t j = 0; j < w; j++) {
+          sw[j] += (double)g[j] * ((p[j] - mu) * rs);
+          sb[j] += g[j];
+        }
       }
-      dw[i] = (float)sw;
-      db[i] = (float)sb;
+      for (int64_t j = 0; j < w; j++) { dw[i0 + j] = (float)sw[j]; db[i0 + j] = (float)sb[j]; }
     }
   });
 `);
@@ -186,7 +203,7 @@ export const layernorm_grad: KernelEmitter = (k) => {
   const xs = k.inShape(1), D = xs[xs.length - 1];
   return LN_GRAD({
     rows: prod(xs) / D, D,
-    dy: k.inPtr(0), x: k.inPtr(1), w: k.inPtr(2), mean: k.inPtr(3), rstd: k.inPtr(4), dx: k.outPtr(0), dw: k.outPtr(1), db: k.outPtr(2),
+    dy: k.inPtr(0), x: k.inPtr(1), w: k.hasInput(2) ? k.inPtr(2) : '', mean: k.inPtr(3), rstd: k.inPtr(4), dx: k.outPtr(0), dw: k.outPtr(1), db: k.outPtr(2),
   });
 };
 

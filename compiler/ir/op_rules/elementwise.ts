@@ -113,6 +113,14 @@ export const ELEMENTWISE_OPS = {
       } else if (fn === 'mul') {
         if (c.need(0)) c.acc(0, c.unbroadcast(c.emit('binary', [dy, c.x(1)], c.x(0), { fn: 'mul' }, yShape), 0));
         if (c.need(1)) c.acc(1, c.unbroadcast(c.emit('binary', [dy, c.x(0)], c.x(1), { fn: 'mul' }, yShape), 1));
+      } else if (fn === 'div') {
+        // y = a / b: da = dy / b, db = -(dy / b) * y (= -dy * a / b^2)
+        const q = c.emit('binary', [dy, c.x(1)], c.x(0), { fn: 'div' }, yShape);
+        if (c.need(0)) c.acc(0, c.unbroadcast(q, 0));
+        if (c.need(1)) {
+          const qy = c.emit('binary', [q, c.y(0)], c.x(1), { fn: 'mul' }, yShape);
+          c.acc(1, c.unbroadcast(c.emit('unary', [qy], c.x(1), { fn: 'neg' }, yShape), 1));
+        }
       } else {
         throw new Error(`internal: autodiff: no gradient rule for binary fn '${String(fn)}'`);
       }

@@ -1,6 +1,6 @@
 /**
- * Op rules, gather / layout family: embedding and its gradient, concat and slice (its
- * gradient) (see ops.ts for what each field means).
+ * Op rules, gather / layout family: embedding and its gradient, concat and slice (concat's
+ * gradient; its own is pad) (see ops.ts for what each field means).
  */
 import type { OpDef } from '../ops.js';
 
@@ -63,13 +63,19 @@ export const GATHER_OPS = {
   slice: {
     inputs: ['x'],
     outputs: ['y'],
-    attrs: { axis: '', start: '', length: '' },
-    doc: 'y = x[..., start:start+length, ...] along axis (concat backward).',
-    category: 'backward',
+    attrs: { axis: 'non-negative axis', start: '>= 0', length: '>= 1' },
+    doc: 'y = x[..., start:start+length, ...] along axis (torch.narrow; split / chunk lower to slices; concat backward).',
+    category: 'forward',
     shape(c) {
       const x = c.in(0), axis = c.attrs.axis as number, start = c.attrs.start as number, len = c.attrs.length as number;
       c.want(start >= 0 && start + len <= (x[axis] ?? 0), `slice ${start}+${len} out of range of ${fmt(x)} on axis ${axis}`);
       return [x.map((d, i) => (i === axis ? len : d))];
+    },
+    vjp(c) {
+      if (!c.need(0)) return;
+      const xs = c.shape(c.x(0)), a = c.node.attrs, axis = a.axis as number, start = a.start as number;
+      const pads = xs.flatMap((d, i) => (i === axis ? [start, d - start - (a.length as number)] : [0, 0]));
+      c.acc(0, c.emit('pad', [c.dy()], c.x(0), { pads, value: 0 }));
     },
     flops: { perElement: 0 },
   },

@@ -3,7 +3,7 @@
  * each field means). Shapes use shapes.ts's conv2dOutShape (the one conv output-size formula).
  */
 import type { OpDef, ShapeCtx } from '../ops.js';
-import { type ConvGeometry, conv2dOutShape, windowOut } from '../shapes.js';
+import { type ConvGeometry, conv2dOutShape, matmulDims, windowOut } from '../shapes.js';
 
 const fmt = (s: readonly number[]) => `[${s.join(',')}]`;
 
@@ -63,19 +63,26 @@ export const GEMM_CONV_OPS = {
     inputs: ['x', 'weight', 'bias?'],
     outputs: ['y'],
     attrs: {},
-    doc: 'x [M,K], weight [N,K], bias [N] -> y [M,N] = x @ weight^T + bias.',
+    doc: 'x [..., K], weight [N,K], bias [N] -> y [..., N] = x @ weight^T + bias over the last dim (torch.nn.functional.linear).',
     category: 'forward',
     shape(c) {
       const x = c.in(0), w = c.in(1);
-      c.want(x.length === 2 && w.length === 2 && x[1] === w[1], `x ${fmt(x)} and weight ${fmt(w)} do not match ([M,K] and [N,K])`);
+      c.want(x.length >= 1 && w.length === 2 && x[x.length - 1] === w[1], `x ${fmt(x)} and weight ${fmt(w)} do not match ([..., K] and [N,K])`);
       if (c.has(2)) c.sameAs(2, [w[0]], 'bias');
-      return [[x[0], w[0]]];
+      return [[...x.slice(0, -1), w[0]]];
     },
     vjp(c) {
-      const dy = c.dy();
+      const dy = c.dy(), xs = c.shape(c.x(0)), [N, K] = c.shape(c.x(1));
+      const M = xs.reduce((a, b) => a * b, 1) / K;
       if (c.need(0)) c.acc(0, c.emit('matmul', [dy, c.x(1)], c.x(0), { transA: false, transB: false }));
-      if (c.need(1)) c.acc(1, c.emit('matmul', [dy, c.x(0)], c.x(1), { transA: true, transB: false }));
-      if (c.need(2)) c.acc(2, c.emit('sum_to', [dy], c.x(2), { shape: c.shape(c.x(2)), axes: [0] }));
+      if (c.need(1)) {
+        // dW = dy^T x with the leading dims flattened into rows (reshapes are free views on every backend)
+        const flat = xs.length > 2;
+        const dy2 = flat ? c.emit('reshape', [dy], c.x(1), { shape: [M, N] }, [M, N]) : dy;
+        const x2 = flat ? c.emit('reshape', [c.x(0)], c.x(1), { shape: [M, K] }, [M, K]) : c.x(0);
+        c.acc(1, c.emit('matmul', [dy2, x2], c.x(1), { transA: true, transB: false }));
+      }
+      if (c.need(2)) c.acc(2, c.emit('sum_to', [dy], c.x(2), { shape: c.shape(c.x(2)), axes: xs.slice(0, -1).map((_, i) => i) }));
     },
     flops: { gemm: (s) => 2 * (s(0).reduce((a, b) => a * b, 1) / s(1)[1]) * s(1)[0] * s(1)[1] },
   },
@@ -104,21 +111,37 @@ export const GEMM_CONV_OPS = {
   matmul: {
     inputs: ['a', 'b'],
     outputs: ['y'],
-    attrs: { transA: 'bool', transB: 'bool' },
-    doc: 'y = op(a) @ op(b), op = transpose when the flag is set; 2-D only. Used by linear backward.',
-    category: 'backward',
+    attrs: { transA: 'bool: op(a) swaps the last two dims of a', transB: 'bool: the same for b' },
+    doc:
+      'a [..., M, K] (transA: [..., K, M]), b [..., K, N] (transB: [..., N, K]) -> y [..., M, N] = op(a) @ op(b), ' +
+      'one product per batch index; the leading (batch) dims broadcast numpy-style (torch.matmul for rank >= 2, ' +
+      'a rank-2 operand is shared by every batch). Rank >= 2 each. Linear backward and attention use it.',
+    category: 'forward',
     shape(c) {
-      const a = c.in(0), b = c.in(1);
-      const ta = c.attrs.transA === true, tb = c.attrs.transB === true;
-      const [m, ka] = ta ? [a[1], a[0]] : [a[0], a[1]];
-      const [kb, n] = tb ? [b[1], b[0]] : [b[0], b[1]];
-      c.want(a.length === 2 && b.length === 2 && ka === kb, `inner dimensions of ${fmt(a)} and ${fmt(b)} do not match`);
-      return [[m, n]];
+      const r = matmulDims(c.in(0), c.in(1), c.attrs.transA === true, c.attrs.transB === true);
+      c.want(r !== null, `matmul: ${fmt(c.in(0))}${c.attrs.transA === true ? '^T' : ''} @ ${fmt(c.in(1))}${c.attrs.transB === true ? '^T' : ''}: inner dims or batch dims do not match`);
+      return [r ? [...r.batch, r.M, r.N] : []];
+    },
+    vjp(c) {
+      const dy = c.dy(), tA = c.node.attrs.transA === true, tB = c.node.attrs.transB === true;
+      const a = c.x(0), b = c.x(1), ys = c.shape(c.y(0)), batch = ys.slice(0, -2);
+      const as = c.shape(a), bs = c.shape(b);
+      // y = op(a) op(b): d op(a) = dy op(b)^T, d op(b) = op(a)^T dy, transposed back when the flag is set
+      if (c.need(0)) {
+        const s = [...batch, as[as.length - 2], as[as.length - 1]];
+        const g = tA ? c.emit('matmul', [b, dy], a, { transA: tB, transB: true }, s) : c.emit('matmul', [dy, b], a, { transA: false, transB: !tB }, s);
+        c.acc(0, c.unbroadcast(g, 0));
+      }
+      if (c.need(1)) {
+        const s = [...batch, bs[bs.length - 2], bs[bs.length - 1]];
+        const g = tB ? c.emit('matmul', [dy, a], b, { transA: true, transB: tA }, s) : c.emit('matmul', [a, dy], b, { transA: !tA, transB: false }, s);
+        c.acc(1, c.unbroadcast(g, 1));
+      }
     },
     flops: {
       gemm: (s, at) => {
-        const a = s(0), b = s(1), tA = at.transA === true, tB = at.transB === true;
-        return 2 * (tA ? a[1] : a[0]) * (tB ? b[0] : b[1]) * (tA ? a[0] : a[1]);
+        const r = matmulDims(s(0), s(1), at.transA === true, at.transB === true);
+        return r ? 2 * r.batch.reduce((x, y) => x * y, 1) * r.M * r.N * r.K : 0;
       },
     },
   },

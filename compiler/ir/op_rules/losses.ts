@@ -9,16 +9,28 @@ import type { OpDef, ShapeCtx, VjpCtx } from '../ops.js';
 
 const fmt = (s: readonly number[]) => `[${s.join(',')}]`;
 
-/** logits [N,C] and i32 labels [N]; the output is a scalar, or dlogits for the gradient ops */
+/**
+ * logits [N, ..., C] (class dim last) and i32 labels [N, ...]; the output is a scalar, or
+ * dlogits for the gradient ops. ignore_index, when present, is an integer.
+ */
 function classShape(grad: boolean) {
   return (c: ShapeCtx): (readonly number[])[] => {
-    const x = c.in(0);
-    c.want(x.length === 2, `logits must be [N,C], got ${fmt(x)}`);
+    const x = c.in(0), ii = c.attrs.ignore_index;
+    c.want(x.length >= 2, `logits must be [N, ..., C], got ${fmt(x)}`);
     c.want(c.dtype(1) === 'i32', 'label must be i32');
-    c.sameAs(1, [x[0]], 'label');
+    c.sameAs(1, x.slice(0, -1), 'label');
+    c.want(ii === undefined || (typeof ii === 'number' && Number.isInteger(ii)), `ignore_index must be an integer, got ${String(ii)}`);
     return [grad ? x : []];
   };
 }
+
+const IGNORE = {
+  ignore_index: 'optional integer: positions whose label equals it are left out of the mean (PyTorch\'s; absent: none). All positions ignored: the mean is 0/0 = NaN, as torch',
+};
+/** the attrs a class loss hands its gradient op */
+const classAttrs = (a: Readonly<Record<string, AttrValue>>, extra: Record<string, AttrValue> = {}): Record<string, AttrValue> =>
+  (a.ignore_index === undefined ? extra : { ...extra, ignore_index: a.ignore_index });
+const ROWS = 'Logits [N, ..., C] with the class dim last and i32 labels [N, ...]: every position (row of C) counts; ';
 
 /** prediction and an f32 target of the same shape */
 function pairShape(grad: boolean) {
@@ -55,23 +67,23 @@ export const LOSS_OPS = {
   cross_entropy: {
     inputs: ['logits', 'label'],
     outputs: ['loss'],
-    attrs: { label_smoothing: 'in [0,1), default 0' },
+    attrs: { label_smoothing: 'in [0,1), default 0', ...IGNORE },
     doc:
-      'logits [N,C], label i32 [N]. With logp = log_softmax(logits): loss = mean_n( -(1-ls)*logp[n,label[n]] - ls/C * sum_c logp[n,c] ) ' +
-      '(torch.nn.functional.cross_entropy with label_smoothing).',
+      ROWS + 'with logp = log_softmax over C: loss = mean over the non-ignored positions n of ( -(1-ls)*logp[n,label[n]] - ls/C * sum_c logp[n,c] ) ' +
+      '(torch.nn.functional.cross_entropy with label_smoothing and ignore_index, the logits permuted to [N, C, ...]).',
     category: 'loss',
     shape: classShape(false),
-    vjp: lossVjp('cross_entropy_grad', (a) => ({ label_smoothing: a.label_smoothing ?? 0 }), false),
+    vjp: lossVjp('cross_entropy_grad', (a) => classAttrs(a, { label_smoothing: a.label_smoothing ?? 0 }), false),
     flops: { perElement: 5 },
   },
   nll: {
     inputs: ['logp', 'label'],
     outputs: ['loss'],
-    attrs: {},
-    doc: 'logp [N,C], label i32 [N]: loss = mean_n(-logp[n,label[n]]).',
+    attrs: { ...IGNORE },
+    doc: ROWS + 'loss = mean over the non-ignored positions n of -logp[n,label[n]] (torch.nn.functional.nll_loss).',
     category: 'loss',
     shape: classShape(false),
-    vjp: lossVjp('nll_grad', none, false),
+    vjp: lossVjp('nll_grad', (a) => classAttrs(a), false),
   },
   mse: {
     inputs: ['pred', 'target'],
@@ -96,30 +108,30 @@ export const LOSS_OPS = {
   accuracy: {
     inputs: ['logits', 'label'],
     outputs: ['acc'],
-    attrs: {},
-    doc: 'logits [N,C], label i32 [N]: fraction of rows whose argmax (first maximum on ties) equals label.',
+    attrs: { ...IGNORE },
+    doc: ROWS + 'the fraction of non-ignored positions whose argmax (first maximum on ties) equals the label.',
     category: 'metric',
     shape: classShape(false),
   },
   top_k: {
     inputs: ['logits', 'label'],
     outputs: ['acc'],
-    attrs: { k: 'int >= 1' },
-    doc: 'Fraction of rows where the label logit is strictly greater than all but fewer than k other logits (count of c with logits[c] > logits[label] is < k).',
+    attrs: { k: 'int >= 1', ...IGNORE },
+    doc: ROWS + 'the fraction of non-ignored positions where the label logit is strictly greater than all but fewer than k other logits (count of c with logits[c] > logits[label] is < k).',
     category: 'metric',
     shape: classShape(false),
   },
   cross_entropy_grad: {
     inputs: ['logits', 'label'],
     outputs: ['dlogits'],
-    attrs: { label_smoothing: '' },
-    doc: 'd loss / d logits for cross_entropy (includes the 1/N of the mean).',
+    attrs: { label_smoothing: '', ignore_index: '' },
+    doc: 'd loss / d logits for cross_entropy (includes the 1/count of the mean; ignored positions get 0).',
     category: 'backward',
     shape: classShape(true),
     flops: { perElement: 5 },
   },
   nll_grad: {
-    inputs: ['logp', 'label'], outputs: ['dlogp'], attrs: {}, doc: 'dlogp[n,label[n]] = -1/N, 0 elsewhere.',
+    inputs: ['logp', 'label'], outputs: ['dlogp'], attrs: { ignore_index: '' }, doc: 'dlogp[n,label[n]] = -1/count (count = non-ignored positions), 0 elsewhere and at ignored positions.',
     category: 'backward', shape: classShape(true),
   },
   mse_grad: {

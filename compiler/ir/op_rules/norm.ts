@@ -83,19 +83,27 @@ export const NORM_OPS = {
     flops: { perElement: 2 },
   },
   layernorm: {
-    inputs: ['x', 'weight', 'bias'],
+    inputs: ['x', 'weight?', 'bias?'],
     outputs: ['y', 'mean', 'rstd'],
     attrs: { eps: 'default 1e-5' },
     doc:
-      'Normalise over the last dim D: x [..., D], weight/bias [D]. mean, rstd have shape x.shape[:-1] ' +
+      'Normalise over the last dim D: x [..., D], weight/bias [D], each optional (absent: weight 1, bias 0; ' +
+      'nn.LayerNorm(elementwise_affine=False) or bias=False). mean, rstd have shape x.shape[:-1] ' +
       '(rstd = 1/sqrt(biased var + eps)). y = (x-mean)*rstd*weight + bias.',
     category: 'forward',
     shape(c) {
       const x = c.in(0);
-      for (let k = 1; k < 3; k++) c.sameAs(k, [x[x.length - 1]], `input ${k}`);
+      for (let k = 1; k < 3; k++) if (c.has(k)) c.sameAs(k, [x[x.length - 1]], `input ${k}`);
       return [x, x.slice(0, -1), x.slice(0, -1)];
     },
-    vjp: normVjp('layernorm_grad'),
+    vjp(c) {
+      if (c.hasDy(1) || c.hasDy(2)) throw new Error('internal: autodiff: gradient reaches the saved statistics of layernorm');
+      if (!(c.need(0) || c.need(1) || c.need(2))) return;
+      const xs = c.shape(c.x(0)), D = [xs[xs.length - 1]];
+      // dweight / dbias are [D] even when the forward has no weight / bias (then they are unused)
+      const outs = c.emitN('layernorm_grad', [c.dy(), c.x(0), c.x(1), c.y(1), c.y(2)], [0, 1, 2].map((k) => (c.x(k) >= 0 ? c.x(k) : c.x(0))), {}, [xs, D, D]);
+      for (let j = 0; j < 3; j++) if (c.need(j)) c.acc(j, outs[j]);
+    },
     flops: { perElement: 8 },
   },
   softmax_grad: {
@@ -132,12 +140,21 @@ export const NORM_OPS = {
     flops: { perElement: 10 },
   },
   layernorm_grad: {
-    inputs: ['dy', 'x', 'weight', 'mean', 'rstd'],
+    inputs: ['dy', 'x', 'weight?', 'mean', 'rstd'],
     outputs: ['dx', 'dweight', 'dbias'],
     attrs: {},
-    doc: 'Layernorm backward over the last dim.',
+    doc:
+      'Layernorm backward over the last dim D, per row: xhat = (x-mean)*rstd, dbias = sum_rows dy, dweight = sum_rows dy*xhat, ' +
+      'gx = dy*weight (weight absent: 1), dx = rstd * (gx - mean_D(gx) - xhat*mean_D(gx*xhat)). dweight, dbias are [D] always.',
     category: 'backward',
-    shape: normGradShape,
+    shape(c) {
+      const x = c.in(1), D = [x[x.length - 1]];
+      c.sameAs(0, x, 'dy');
+      if (c.has(2)) c.sameAs(2, D, 'weight');
+      c.sameAs(3, x.slice(0, -1), 'mean');
+      c.sameAs(4, x.slice(0, -1), 'rstd');
+      return [x, D, D];
+    },
     flops: { perElement: 10 },
   },
 } satisfies Record<string, OpDef>;

@@ -326,20 +326,8 @@ kernel void k4(
   y[i] = best;
 }
 
-// node 6: reshape (flatten0) -> flatten0.out
+// node 7: linear (linear0) -> linear0.out [16x16 tiles]
 kernel void k5(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 200704u) return;
-  y[i] = x[i];
-}
-
-// node 7: linear (linear0) -> linear0.out + fused node 8: unary relu -> relu2.out [16x16 tiles]
-kernel void k6(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -378,12 +366,12 @@ kernel void k6(
   }
   if (row < 64u && col < 128u) {
     const uint mi = row, ni = col;
-      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+      y[mi * 128u + ni] = acc + b[ni];
   }
 }
 
-// node 7: linear (linear0) -> linear0.out + fused node 8: unary relu -> relu2.out [simdgroup_float8x8, Apple7+]
-kernel void k6_mma(
+// node 7: linear (linear0) -> linear0.out [simdgroup_float8x8, Apple7+]
+kernel void k5_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -437,9 +425,22 @@ kernel void k6_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 128u) {
       const float acc = Cs[e];
-      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+      y[mi * 128u + ni] = acc + b[ni];
     }
   }
+}
+
+// node 8: unary (relu2) -> relu2.out
+kernel void k6(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 8192u) return;
+  const float v = x[i];
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 9: linear (linear1) -> linear1.out [16x16 tiles]
@@ -567,7 +568,6 @@ kernel void k8(
     for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
     part += -1.0f * (logits[base + uint(label[j])] - lse);
-
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {

@@ -339,20 +339,8 @@ kernel void k5(
   y[i] = best;
 }
 
-// node 6: reshape (flatten0) -> flatten0.out
-kernel void k6(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 200704u) return;
-  y[i] = x[i];
-}
-
 // node 7: linear (linear0) -> linear0.out [16x16 tiles]
-kernel void k7(
+kernel void k6(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -396,7 +384,7 @@ kernel void k7(
 }
 
 // node 7: linear (linear0) -> linear0.out [simdgroup_float8x8, Apple7+]
-kernel void k7_mma(
+kernel void k6_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -456,7 +444,7 @@ kernel void k7_mma(
 }
 
 // node 8: unary (relu2) -> relu2.out
-kernel void k8(
+kernel void k7(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -469,7 +457,7 @@ kernel void k8(
 }
 
 // node 9: linear (linear1) -> linear1.out [16x16 tiles]
-kernel void k9(
+kernel void k8(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -513,7 +501,7 @@ kernel void k9(
 }
 
 // node 9: linear (linear1) -> linear1.out [simdgroup_float8x8, Apple7+]
-kernel void k9_mma(
+kernel void k8_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -573,7 +561,7 @@ kernel void k9_mma(
 }
 
 // node 10: cross_entropy (loss) -> loss
-kernel void k10(
+kernel void k9(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],
@@ -593,7 +581,6 @@ kernel void k10(
     for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
     part += -1.0f * (logits[base + uint(label[j])] - lse);
-
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
@@ -602,7 +589,7 @@ kernel void k10(
 }
 
 // node 11: accuracy (accuracy) -> accuracy
-kernel void k11(
+kernel void k10(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* acc [[buffer(2)]],
@@ -628,7 +615,7 @@ kernel void k11(
 }
 
 // node 12: cross_entropy_grad (loss) -> d_linear1.out
-kernel void k12(
+kernel void k11(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* dlogits [[buffer(2)]],
@@ -639,9 +626,10 @@ kernel void k12(
     uint lane [[thread_index_in_simdgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // one threadgroup per row n of 10u logits: (softmax - onehot) / N
+  // one threadgroup per row n of 10u logits: (softmax - onehot) / count
   const uint n = tgid.x;
   const uint base = n * 10u;
+  const float count = 64.0f;
   float m = (-INFINITY);
   for (uint c = tidx; c < 10u; c += 32u) m = max(m, logits[base + c]);
   m = mpsc_block_max(m, tg, lane, sg, 1u);
@@ -652,12 +640,12 @@ kernel void k12(
   for (uint c = tidx; c < 10u; c += 32u) {
     const float p = precise::exp(logits[base + c] - m) / s;
     const float target = int(c) == lab ? 1.0f : 0.0f;
-    dlogits[base + c] = (p - target) * 0.015625f;
+    dlogits[base + c] = (p - target) / count;
   }
 }
 
 // node 13: matmul (linear1) -> d_relu2.out [16x16 tiles]
-kernel void k13(
+kernel void k12(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -700,7 +688,7 @@ kernel void k13(
 }
 
 // node 13: matmul (linear1) -> d_relu2.out [simdgroup_float8x8, Apple7+]
-kernel void k13_mma(
+kernel void k12_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -759,7 +747,7 @@ kernel void k13_mma(
 }
 
 // node 14: matmul (linear1) -> linear1.weight.grad [16x16 tiles]
-kernel void k14(
+kernel void k13(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -802,7 +790,7 @@ kernel void k14(
 }
 
 // node 14: matmul (linear1) -> linear1.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k14_mma(
+kernel void k13_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -861,7 +849,7 @@ kernel void k14_mma(
 }
 
 // node 15: sum_to (linear1) -> linear1.bias.grad
-kernel void k15(
+kernel void k14(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -882,7 +870,7 @@ kernel void k15(
 }
 
 // node 16: unary_grad (relu2) -> d_linear0.out
-kernel void k16(
+kernel void k15(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -896,7 +884,7 @@ kernel void k16(
 }
 
 // node 17: matmul (linear0) -> d_flatten0.out [16x16 tiles]
-kernel void k17(
+kernel void k16(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -939,7 +927,7 @@ kernel void k17(
 }
 
 // node 17: matmul (linear0) -> d_flatten0.out [simdgroup_float8x8, Apple7+]
-kernel void k17_mma(
+kernel void k16_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -998,7 +986,7 @@ kernel void k17_mma(
 }
 
 // node 18: matmul (linear0) -> linear0.weight.grad [16x16 tiles]
-kernel void k18(
+kernel void k17(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1041,7 +1029,7 @@ kernel void k18(
 }
 
 // node 18: matmul (linear0) -> linear0.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k18_mma(
+kernel void k17_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1100,7 +1088,7 @@ kernel void k18_mma(
 }
 
 // node 19: sum_to (linear0) -> linear0.bias.grad
-kernel void k19(
+kernel void k18(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1120,20 +1108,8 @@ kernel void k19(
   y[i] = acc;
 }
 
-// node 20: reshape (flatten0) -> d_maxpool1.out
-kernel void k20(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 200704u) return;
-  y[i] = x[i];
-}
-
 // node 21: maxpool2d_grad (maxpool1) -> d_relu1.out
-kernel void k21(
+kernel void k19(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -1169,7 +1145,7 @@ kernel void k21(
 }
 
 // node 22: unary_grad (relu1) -> d_conv2d1.out
-kernel void k22(
+kernel void k20(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -1183,7 +1159,7 @@ kernel void k22(
 }
 
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [16x16 tiles]
-kernel void k23(
+kernel void k21(
     device const float* dy [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -1234,7 +1210,7 @@ kernel void k23(
 }
 
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [simdgroup_float8x8, Apple7+]
-kernel void k23_mma(
+kernel void k21_mma(
     device const float* dy [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -1301,7 +1277,7 @@ kernel void k23_mma(
 }
 
 // node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [16x16 tiles]
-kernel void k24(
+kernel void k22(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dw [[buffer(2)]],
@@ -1349,7 +1325,7 @@ kernel void k24(
 }
 
 // node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k24_mma(
+kernel void k22_mma(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dw [[buffer(2)]],
@@ -1413,7 +1389,7 @@ kernel void k24_mma(
 }
 
 // node 25: sum_to (conv2d1) -> conv2d1.bias.grad
-kernel void k25(
+kernel void k23(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1436,7 +1412,7 @@ kernel void k25(
 }
 
 // node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
-kernel void k26(
+kernel void k24(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -1472,7 +1448,7 @@ kernel void k26(
 }
 
 // node 27: unary_grad (relu0) -> d_conv2d0.out
-kernel void k27(
+kernel void k25(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -1486,7 +1462,7 @@ kernel void k27(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [16x16 tiles]
-kernel void k28(
+kernel void k26(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dw [[buffer(2)]],
@@ -1534,7 +1510,7 @@ kernel void k28(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k28_mma(
+kernel void k26_mma(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dw [[buffer(2)]],
@@ -1598,7 +1574,7 @@ kernel void k28_mma(
 }
 
 // node 29: sum_to (conv2d0) -> conv2d0.bias.grad
-kernel void k29(
+kernel void k27(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1621,7 +1597,7 @@ kernel void k29(
 }
 
 // node 30: sgd_update (conv2d0.weight)
-kernel void k30(
+kernel void k28(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* buf [[buffer(2)]],
@@ -1638,7 +1614,7 @@ kernel void k30(
 }
 
 // node 31: sgd_update (conv2d0.bias)
-kernel void k31(
+kernel void k29(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* buf [[buffer(2)]],
@@ -1655,7 +1631,7 @@ kernel void k31(
 }
 
 // node 32: sgd_update (conv2d1.weight)
-kernel void k32(
+kernel void k30(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* buf [[buffer(2)]],
@@ -1672,7 +1648,7 @@ kernel void k32(
 }
 
 // node 33: sgd_update (conv2d1.bias)
-kernel void k33(
+kernel void k31(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* buf [[buffer(2)]],
@@ -1689,7 +1665,7 @@ kernel void k33(
 }
 
 // node 34: sgd_update (linear0.weight)
-kernel void k34(
+kernel void k32(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* buf [[buffer(2)]],
@@ -1706,7 +1682,7 @@ kernel void k34(
 }
 
 // node 35: sgd_update (linear0.bias)
-kernel void k35(
+kernel void k33(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* buf [[buffer(2)]],
@@ -1723,7 +1699,7 @@ kernel void k35(
 }
 
 // node 36: sgd_update (linear1.weight)
-kernel void k36(
+kernel void k34(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* buf [[buffer(2)]],
@@ -1740,7 +1716,7 @@ kernel void k36(
 }
 
 // node 37: sgd_update (linear1.bias)
-kernel void k37(
+kernel void k35(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* buf [[buffer(2)]],

@@ -289,7 +289,6 @@ kernel void k4(
     for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
     part += -1.0f * (logits[base + uint(label[j])] - lse);
-
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {

@@ -289,7 +289,6 @@ kernel void k4(
     for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
     part += -1.0f * (logits[base + uint(label[j])] - lse);
-
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
@@ -335,9 +334,10 @@ kernel void k6(
     uint lane [[thread_index_in_simdgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // one threadgroup per row n of 10u logits: (softmax - onehot) / N
+  // one threadgroup per row n of 10u logits: (softmax - onehot) / count
   const uint n = tgid.x;
   const uint base = n * 10u;
+  const float count = 64.0f;
   float m = (-INFINITY);
   for (uint c = tidx; c < 10u; c += 32u) m = max(m, logits[base + c]);
   m = mpsc_block_max(m, tg, lane, sg, 1u);
@@ -348,7 +348,7 @@ kernel void k6(
   for (uint c = tidx; c < 10u; c += 32u) {
     const float p = precise::exp(logits[base + c] - m) / s;
     const float target = int(c) == lab ? 1.0f : 0.0f;
-    dlogits[base + c] = (p - target) * 0.015625f;
+    dlogits[base + c] = (p - target) / count;
   }
 }
 
