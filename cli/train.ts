@@ -178,7 +178,7 @@ export function register(program: Command): void {
     .command('train')
     .description('train a model: `mpsc train specs/mnist_mlp.model` (command-line values override the spec\'s train settings)')
     .argument('<spec>', 'the .model file')
-    .addOption(new Option('--device <device>', 'where to run: auto picks metal on Apple silicon, else cpu').choices([...DEVICES]).default('auto'))
+    .addOption(new Option('--device <device>', 'where to run: auto picks cuda (NVIDIA GPU + CUDA toolkit), else metal on Apple silicon, else cpu').choices([...DEVICES]).default('auto'))
     .option('--epochs <n>', 'number of epochs', parsePositiveInt('--epochs'))
     .option('--steps <n>', 'number of optimizer steps (instead of --epochs)', parsePositiveInt('--steps'))
     .option('--batch <n>', 'batch size', parsePositiveInt('--batch'))
