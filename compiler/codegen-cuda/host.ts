@@ -181,10 +181,14 @@ void destroy(Backend* b) {
 void* backend_create(mpsc_ctx* ctx) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  if (drv == 0 || e == cudaErrorNoDevice) {
+    std::snprintf(ctx->error, sizeof ctx->error, "no CUDA device found (no NVIDIA driver or GPU: %s): use --device cpu", cudaGetErrorString(e));
+    return nullptr;
+  }
   if (e == cudaErrorInsufficientDriver) {
-    int rt = 0, drv = 0;
-    cudaRuntimeGetVersion(&rt);
-    cudaDriverGetVersion(&drv);
     std::snprintf(ctx->error, sizeof ctx->error, "the NVIDIA driver is too old for this CUDA runtime (runtime %d.%d, driver supports %d.%d): update the driver, or use --device cpu",
                   rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10);
     return nullptr;
