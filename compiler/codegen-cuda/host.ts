@@ -16,7 +16,8 @@
  *    read / write / checkpoints see) in step with the device copy.
  * Every CUDA call and launch is checked; failures become ctx->error messages (never a crash).
  * Kernel variant: the tensor-core (3xTF32) GEMMs unless MPSC_CUDA_PLAIN=1 picks the 16x16-tile
- * ones (bench/cuda_check.sh runs both).
+ * ones (bench/cuda_check.sh runs both). MPSC_CUDA_MIRROR_ARENA=1 copies the arena back to
+ * ctx->arena after each step whose outputs are read (the kernel checks read intermediate values).
  */
 import { cString, commentText } from '../cfamily/text.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
@@ -72,7 +73,10 @@ function runFn(p: ProgramPlan, i: number): string {
     `  q.pending[s] = true;\n  b->device_newer = true;\n` +
     `  if (outputs) {\n` +
     `    if (!ck(ctx, cudaEventSynchronize(q.done[s]), "the ${commentText(p.name)} step")) return 1;\n` +
-    `${readOut}  }\n  return 0;\n}\n`
+    `${readOut}` +
+    `    // MPSC_CUDA_MIRROR_ARENA=1 (bench/cuda_check.ts): the arena is copied to the host after each step, for kernel checks\n` +
+    `    if (b->mirror && !ck(ctx, cudaMemcpy(ctx->arena, b->dev + ARENA_OFFSET, ARENA_BYTES < (size_t)ctx->arena_bytes ? ARENA_BYTES : (size_t)ctx->arena_bytes, cudaMemcpyDeviceToHost), "mirroring the arena")) return 1;\n` +
+    `  }\n  return 0;\n}\n`
   );
 }
 
@@ -108,6 +112,8 @@ namespace {
 const size_t DEVICE_BYTES = ${plan.deviceBytes};
 const size_t PERSISTENT_OFFSET = ${plan.persistent.offset};
 const size_t SCALARS_OFFSET = ${plan.scalars.offset};
+const size_t ARENA_OFFSET = ${plan.arena.offset};
+const size_t ARENA_BYTES = ${plan.arena.bytes};
 const int NPROG = ${P.length};
 const size_t STAGING_BYTES[NPROG] = { ${P.map((p) => p.stagingBytes).join(', ')} };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
@@ -124,6 +130,7 @@ struct Backend {
   unsigned char* dev = nullptr;  // the one device allocation
   cudaStream_t stream = nullptr;
   bool mma = true;               // tensor-core (3xTF32) GEMM variants
+  bool mirror = false;           // copy the arena to ctx->arena after each step whose outputs are read
   bool host_dirty = true;        // the host copy of the persistent block is newer than the device's
   bool device_newer = false;     // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -200,6 +207,8 @@ void* backend_create(mpsc_ctx* ctx) {
   Backend* b = new Backend();
   const char* plain = std::getenv("MPSC_CUDA_PLAIN");
   b->mma = !(plain && plain[0] == '1');
+  const char* mirror = std::getenv("MPSC_CUDA_MIRROR_ARENA");
+  b->mirror = mirror && mirror[0] == '1';
   if (!ck(ctx, cudaSetDevice(0), "cudaSetDevice") || !ck(ctx, cudaMemGetInfo(&b->free_before, &b->total), "cudaMemGetInfo")) { destroy(b); return nullptr; }
   const cudaError_t em = cudaMalloc(reinterpret_cast<void**>(&b->dev), DEVICE_BYTES);
   if (em != cudaSuccess) {
