@@ -16,7 +16,8 @@
  * Relies on: nvcc and a GPU (findNvcc / findGpu), compute-sanitizer on PATH or in /usr/local/cuda/bin.
  * Usage: npx tsx bench/cuda_check.ts [kernels] [parity] [sanitize]   (default: all three)
  */
-import { execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -36,10 +37,14 @@ import { reference, runCases, runEmu, type EmuBuild } from '../test/metal_harnes
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const OUT = process.env.OUT_DIR ?? fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-check-'));
+fs.mkdirSync(OUT, { recursive: true });
 const TOL = 1e-4;
 const STEPS = 20;
 const SCALARS: StepScalars = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
-const SPECS = fs.readdirSync(path.join(ROOT, 'specs')).filter((f) => f.endsWith('.model')).sort();
+/** seconds one compute-sanitizer run may take (racecheck is slow on large kernels) */
+const SANITIZE_TIMEOUT_S = Number(process.env.SANITIZE_TIMEOUT_S ?? 90);
+/** the example specs ($CUDA_CHECK_SPECS: a comma-separated subset) */
+const SPECS = fs.readdirSync(path.join(ROOT, 'specs')).filter((f) => f.endsWith('.model') && (!process.env.CUDA_CHECK_SPECS || process.env.CUDA_CHECK_SPECS.split(',').includes(f))).sort();
 
 const nv = findNvcc();
 const gpu = findGpu();
@@ -51,23 +56,23 @@ const ARCH = cudaArchitecture(gpu.computeCap);
 const summary: { part: string; what: string; result: string; ok: boolean }[] = [];
 const log = (s: string) => process.stdout.write(s + '\n');
 
-/** the generated CUDA model of `programs` linked with the runtime and the ABI test driver */
-function buildDriver(programs: Program[], model: string): EmuBuild {
+/** the generated CUDA model of `programs` linked with the runtime and the ABI test driver (nvcc runs concurrently) */
+async function buildDriver(programs: Program[], model: string): Promise<EmuBuild> {
   const a = buildCuda(programs, model);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `cuda-driver-${model}-`));
   for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);
   for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) fs.copyFileSync(path.join(ROOT, 'runtime/cpp', f), path.join(dir, f));
   fs.copyFileSync(path.join(ROOT, 'runtime/metal-emu/emu_test_main.cc'), path.join(dir, 'emu_test_main.cc'));
   const exe = path.join(dir, 'driver');
-  execFileSync(nv!.nvcc, [`-arch=sm_${ARCH}`, '-O3', '-fmad=true', '-lineinfo', '-std=c++17', `-I${dir}`,
-    path.join(dir, 'model_cuda.cu'), path.join(dir, 'mpsc_runtime.cc'), path.join(dir, 'emu_test_main.cc'), '-o', exe, '-lpthread'], { stdio: 'inherit' });
+  await promisify(execFile)(nv!.nvcc, [`-arch=sm_${ARCH}`, '-O3', '-fmad=true', '-lineinfo', '-std=c++17', `-I${dir}`,
+    path.join(dir, 'model_cuda.cu'), path.join(dir, 'mpsc_runtime.cc'), path.join(dir, 'emu_test_main.cc'), '-o', exe, '-lpthread'], { maxBuffer: 1 << 24 });
   return { exe, art: { table: a.table } as MetalArtifacts };
 }
 
-function checkKernels(): void {
+async function checkKernels(): Promise<void> {
   const cases = [...allOpCases(), ...fusedCases()];
   const t0 = Date.now();
-  const build = buildDriver(cases.map((c) => c.program), 'cuda_kernel_cases');
+  const build = await buildDriver(cases.map((c) => c.program), 'cuda_kernel_cases');
   log(`kernels: ${cases.length} cases built in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   for (const variant of ['mma', 'plain'] as const) {
     const got = runCases(build, cases, SCALARS, { MPSC_CUDA_MIRROR_ARENA: '1', MPSC_CUDA_PLAIN: variant === 'plain' ? '1' : '0' });
@@ -108,13 +113,27 @@ function trainSteps(model: CheckedModel, s: Session, data: Batch[]): number[][] 
   return outs;
 }
 
-async function checkParity(): Promise<void> {
-  for (const spec of SPECS) {
+/** both sessions of every spec, built concurrently (cmake-js children) */
+function openParitySessions() {
+  return SPECS.map((spec) => {
     const model = checkFile(path.join(ROOT, 'specs', spec));
     const programs = buildPrograms(model, { batch: model.train.batch });
+    const cpu = createCpuSession(programs, { threads: Math.min(8, os.cpus().length) });
+    const cuda = createCudaSession(programs, { onProgress: (m) => log(`  ${m}`) });
+    return { spec, model, programs, sessions: Promise.all([cpu, cuda]) };
+  });
+}
+
+async function checkParity(opened: ReturnType<typeof openParitySessions>): Promise<void> {
+  for (const { spec, model, programs, sessions } of opened) {
     const data = batches(model, programs.train_step, STEPS);
-    const cpu = await createCpuSession(programs, { threads: Math.min(8, os.cpus().length) });
-    const cuda = await createCudaSession(programs, { onProgress: (m) => log(`  ${m}`) });
+    let cpu: Session, cuda: Session;
+    try {
+      [cpu, cuda] = await sessions;
+    } catch (e) {
+      summary.push({ part: 'parity', what: `${spec} sessions`, ok: false, result: String((e as Error).message).split('\n').slice(0, 4).join(' | ') });
+      continue;
+    }
     try {
       const a = trainSteps(model, cpu, data), b = trainSteps(model, cuda, data);
       let worst = 0, where = '';
@@ -137,20 +156,34 @@ function sanitizerPath(): string {
   return 'compute-sanitizer';
 }
 
-function checkSanitizer(): void {
-  const cs = sanitizerPath();
-  for (const spec of SPECS) {
+/** one train step's driver per spec, built concurrently */
+function sanitizeDrivers() {
+  return SPECS.map((spec) => {
     const model = checkFile(path.join(ROOT, 'specs', spec));
-    const programs = buildPrograms(model, { batch: model.train.batch });
-    const p = programs.train_step;
+    const p = buildPrograms(model, { batch: model.train.batch }).train_step;
     const build = buildDriver([p], `sanitize_${spec.replace(/\W/g, '_')}`);
+    build.catch(() => undefined); // reported when awaited
+    return { spec, model, p, build };
+  });
+}
+
+async function checkSanitizer(drivers: ReturnType<typeof sanitizeDrivers>): Promise<void> {
+  const cs = sanitizerPath();
+  for (const { spec, model, p, build: building } of drivers) {
+    let build: EmuBuild;
+    try {
+      build = await building;
+    } catch (e) {
+      summary.push({ part: 'sanitize', what: `${spec} driver build`, ok: false, result: String((e as Error).message).split('\n').slice(0, 4).join(' | ') });
+      continue;
+    }
     const init = initParams(model, 1);
     const writes = build.art.table.tensors.flatMap((t, i) => (init.has(t.name) ? [{ tensor: i, data: init.get(t.name)! }] : []));
     const runs = [{ program: 0, scalars: { lr: model.optimizer.lr, t: 1, seed: 3, counter: 0 }, inputs: batches(model, p, 1)[0] }];
     for (const tool of ['memcheck', 'racecheck', 'synccheck']) {
       const logFile = path.join(OUT, `sanitize_${spec.replace(/\.model$/, '')}_${tool}.log`);
       const wrapper = path.join(path.dirname(build.exe), `san_${tool}.sh`);
-      fs.writeFileSync(wrapper, `#!/bin/sh\nexec ${cs} --tool ${tool} --error-exitcode 9 --print-limit 20 --log-file ${logFile} ${build.exe} "$@"\n`, { mode: 0o755 });
+      fs.writeFileSync(wrapper, `#!/bin/sh\nexec timeout ${SANITIZE_TIMEOUT_S} ${cs} --tool ${tool} --error-exitcode 9 --print-limit 20 --log-file ${logFile} ${build.exe} "$@"\n`, { mode: 0o755 });
       let ok = true, result = 'clean';
       try {
         const r = runEmu({ exe: wrapper, art: build.art }, writes, runs).results[0];
@@ -182,9 +215,13 @@ const run = async (name: string, f: () => void | Promise<void>) => {
   log(`${name}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 };
 log(`cuda_check on ${gpu.name} (compute ${gpu.computeCap}, sm_${ARCH}), ${nv.version}; logs in ${OUT}`);
+// the parity sessions build (cmake-js child processes) while the kernel cases build and run
+const opened = want('parity') ? openParitySessions() : [];
+for (const o of opened) o.sessions.catch(() => undefined); // reported when awaited
+const drivers = want('sanitize') ? sanitizeDrivers() : [];
 if (want('kernels')) await run('kernels', checkKernels);
-if (want('parity')) await run('parity', checkParity);
-if (want('sanitize')) await run('sanitize', checkSanitizer);
+if (want('parity')) await run('parity', () => checkParity(opened));
+if (want('sanitize')) await run('sanitize', () => checkSanitizer(drivers));
 fs.writeFileSync(path.join(OUT, 'cuda_check.json'), JSON.stringify(summary, null, 1) + '\n');
 log('\npart      ok    what                                              result');
 for (const s of summary) log(`${s.part.padEnd(9)} ${(s.ok ? 'ok' : 'FAIL').padEnd(5)} ${s.what.padEnd(49)} ${s.result}`);
