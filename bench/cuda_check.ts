@@ -4,8 +4,8 @@
  * at odd, non-tile-multiple shapes, plus GEMM + unary fusions) and the example specs; produces a
  * report (stdout, and cuda_check.json in $OUT_DIR):
  *   kernels   every case's outputs (and mutated inputs) against the float64 reference interpreter,
- *             max-norm relative error < 1e-4, for both GEMM variants (3xTF32 tensor cores; 16x16
- *             fp32 tiles with MPSC_CUDA_PLAIN=1), through the model ABI test driver
+ *             max-norm relative error < 1e-4, for the CUDA 64x64 GEMMs and the shared 16x16 ones,
+ *             each as 3xTF32 tensor cores and as fp32 (MPSC_CUDA_PLAIN=1), through the model ABI test driver
  *             (runtime/metal-emu/emu_test_main.cc linked with the generated model_cuda.cu; the
  *             arena is mirrored to the host after each case: MPSC_CUDA_MIRROR_ARENA=1);
  *   parity    every example spec, 20 train steps + one eval from the same initial parameters and
@@ -27,7 +27,7 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import type { CheckedModel } from '../compiler/model.js';
 import { makeRng, relError } from '../compiler/reference/fixtures.js';
 import { initParams } from '../compiler/train/init.js';
-import { buildCuda } from '../compiler/codegen-cuda/index.js';
+import { buildCuda, type CudaGemm } from '../compiler/codegen-cuda/index.js';
 import type { MetalArtifacts } from '../compiler/codegen-metal/index.js';
 import { cudaArchitecture, createCudaSession, findGpu, findNvcc } from '../runtime/cuda/session.js';
 import { createCpuSession } from '../runtime/native/native_session.js';
@@ -57,8 +57,8 @@ const summary: { part: string; what: string; result: string; ok: boolean }[] = [
 const log = (s: string) => process.stdout.write(s + '\n');
 
 /** the generated CUDA model of `programs` linked with the runtime and the ABI test driver (nvcc runs concurrently) */
-async function buildDriver(programs: Program[], model: string): Promise<EmuBuild> {
-  const a = buildCuda(programs, model);
+async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 'cuda'): Promise<EmuBuild> {
+  const a = buildCuda(programs, model, { gemm });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `cuda-driver-${model}-`));
   for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);
   for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) fs.copyFileSync(path.join(ROOT, 'runtime/cpp', f), path.join(dir, f));
@@ -72,8 +72,10 @@ async function buildDriver(programs: Program[], model: string): Promise<EmuBuild
 async function checkKernels(): Promise<void> {
   const cases = [...allOpCases(), ...fusedCases()];
   const t0 = Date.now();
-  const build = await buildDriver(cases.map((c) => c.program), 'cuda_kernel_cases');
-  log(`kernels: ${cases.length} cases built in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  const gemms: CudaGemm[] = ['cuda', 'shared'];
+  const builds = await Promise.all(gemms.map((gm) => buildDriver(cases.map((c) => c.program), `cuda_kernel_cases_${gm}`, gm)));
+  log(`kernels: ${cases.length} cases built (cuda and shared GEMMs) in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  for (const [bi, build] of builds.entries())
   for (const variant of ['mma', 'plain'] as const) {
     const got = runCases(build, cases, SCALARS, { MPSC_CUDA_MIRROR_ARENA: '1', MPSC_CUDA_PLAIN: variant === 'plain' ? '1' : '0' });
     let worst = 0, worstCase = '';
@@ -89,7 +91,7 @@ async function checkKernels(): Promise<void> {
       }
     });
     for (const b of bad) log(`  FAIL ${variant}: ${b}`);
-    summary.push({ part: 'kernels', what: `${cases.length} op cases, ${variant === 'mma' ? '3xTF32 GEMMs' : 'fp32 16x16 GEMMs'}`, ok: bad.length === 0,
+    summary.push({ part: 'kernels', what: `${cases.length} op cases, ${gemms[bi]} GEMMs, ${variant === 'mma' ? '3xTF32' : 'fp32'}`, ok: bad.length === 0,
       result: `${cases.length - bad.length}/${cases.length} within ${TOL}; worst ${worst.toExponential(2)} (${worstCase})` });
   }
 }

@@ -68,7 +68,7 @@ async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, lo
   log('  program        batch  kernels  graph nodes');
   for (const p of a.plan.programs) log(`  ${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${String(p.nodes.length).padStart(11)}`);
   log(`  planned device memory: ${formatBytes(a.plan.deviceBytes)} in one allocation (persistent ${formatBytes(a.plan.persistent.bytes)}, arena ${formatBytes(a.plan.arena.bytes)}, input batches ${formatBytes(a.plan.inputs.reduce((s, r) => s + r.bytes, 0))})`);
-  log('  GEMMs: the generated kernels (3xTF32 tensor cores; MPSC_CUDA_PLAIN=1 at run time: 16x16 fp32 tiles)');
+  log('  GEMMs: the generated 64x64-tile kernels, 3xTF32 on the tensor cores (MPSC_CUDA_PLAIN=1 at run time: fp32 FFMA); cuBLASLt is not used');
 }
 
 export function register(program: Command): void {

@@ -76,6 +76,14 @@ class CudaDialect extends CStyleDialect {
       `  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n` +
       `               : "+f"(acc.v[0]), "+f"(acc.v[1]), "+f"(d2), "+f"(d3)\n` +
       `               : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));\n}\n\n` +
+      `// x = hi + lo, both tf32 (the 3xTF32 split)\n` +
+      `${q} void mpsc_split_tf32(float x, uint& hi, uint& lo) {\n` +
+      `  hi = mpsc_tf32(x);\n  lo = mpsc_tf32(x - __uint_as_float(hi));\n}\n\n` +
+      `// c (a 16x8 fp32 C-fragment) += a (16x8 tf32 A-fragment) * b (8x8 tf32 B-fragment)\n` +
+      `${q} void mpsc_mma16x8(float* c, const uint* a, const uint* b) {\n` +
+      `  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n` +
+      `               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n` +
+      `               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));\n}\n\n` +
       `${q} void mpsc_mat8_mac(mpsc_acc8& acc, const mpsc_mat8 a, const mpsc_mat8 b) {\n` +
       `  const uint l = ${TIDX} % 32u, g = l / 4u, t = l % 4u;\n` +
       `  const float a0 = a.p[g * a.ld + t], a2 = a.p[g * a.ld + t + 4u];\n` +

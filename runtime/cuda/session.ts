@@ -15,7 +15,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UserError } from '../../compiler/errors.js';
 import type { ProgramSet } from '../../compiler/ir/graph.js';
-import { generateCudaModel } from '../../compiler/codegen-cuda/index.js';
+import { generateCudaModel, type CudaGemm } from '../../compiler/codegen-cuda/index.js';
 import { buildAddon, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
@@ -74,10 +74,17 @@ const GENERATOR_SOURCES = [
 ];
 let generatorDigest: string | undefined;
 
+/** the GEMM kernels to generate: $MPSC_CUDA_GEMM = cuda (64x64 tiles, default) | shared (the kernel language's 16x16 tiles) */
+export function cudaGemmChoice(): CudaGemm {
+  const v = process.env.MPSC_CUDA_GEMM ?? 'cuda';
+  if (v !== 'cuda' && v !== 'shared') throw new UserError(`error: MPSC_CUDA_GEMM must be 'cuda' or 'shared', got '${v}'`);
+  return v;
+}
+
 /** digest of what the generated CUDA sources are a pure function of */
-export function cudaInputsKey(programs: ProgramSet): string {
+export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda'): string {
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
-  return createHash('sha256').update(generatorDigest).update('\0').update(JSON.stringify(programs)).digest('hex');
+  return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 
 /** The CUDA build settings for this machine (nvcc, architecture), or a UserError saying what is missing. */
@@ -93,20 +100,21 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   if (!gpu) throw new UserError('error: --device cuda: no CUDA device found (nvidia-smi lists no GPU, or there is no NVIDIA driver)\n  help: use --device cpu on this machine');
   const settings = cudaBuildSettings();
   let planned = 0;
+  const gemm = cudaGemmChoice();
   const built = await buildAddon({
     files: () => {
-      const a = generateCudaModel(programs);
+      const a = generateCudaModel(programs, { gemm });
       planned = a.plan.deviceBytes;
       return a.files;
     },
-    inputsKey: cudaInputsKey(programs),
+    inputsKey: cudaInputsKey(programs, gemm),
     cxxflags: opts.cxxflags ?? '-O2',
     cacheDir: opts.cacheDir,
     cuda: settings,
     onProgress: opts.onProgress,
   });
-  if (!planned) planned = generateCudaModel(programs).plan.deviceBytes;
-  opts.onProgress?.(`${built.cached ? 'using cached' : 'built'} CUDA model (sm_${settings.architectures}, ${gpu.name}) in ${built.dir}; planned device memory ${planned} bytes (one allocation)`);
+  if (!planned) planned = generateCudaModel(programs, { gemm }).plan.deviceBytes;
+  opts.onProgress?.(`${built.cached ? 'using cached' : 'built'} CUDA model (sm_${settings.architectures}, ${gpu.name}, ${gemm} GEMMs) in ${built.dir}; planned device memory ${planned} bytes (one allocation)`);
   try {
     // one host thread: the work runs on the GPU
     return createNativeSession(built.modulePath, programs, 'cuda', 1);

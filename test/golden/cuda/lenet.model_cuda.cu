@@ -15,6 +15,8 @@ namespace {
 const size_t DEVICE_BYTES = 30276096;
 const size_t PERSISTENT_OFFSET = 0;
 const size_t SCALARS_OFFSET = 29873920;
+const size_t ARENA_OFFSET = 3375104;
+const size_t ARENA_BYTES = 26498752;
 const int NPROG = 2;
 const size_t STAGING_BYTES[NPROG] = { 201024, 201024 };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
@@ -31,6 +33,7 @@ struct Backend {
   unsigned char* dev = nullptr;  // the one device allocation
   cudaStream_t stream = nullptr;
   bool mma = true;               // tensor-core (3xTF32) GEMM variants
+  bool mirror = false;           // copy the arena to ctx->arena after each step whose outputs are read
   bool host_dirty = true;        // the host copy of the persistent block is newer than the device's
   bool device_newer = false;     // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -77,8 +80,8 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
   if (!ck(ctx, cudaMemcpyAsync(dev + 30074880, stage + 200704, 256, cudaMemcpyHostToDevice, st), "copy of input label")) return false;
   if (!ck(ctx, cudaMemcpyAsync(dev + 29873920, stage + 200960, 16, cudaMemcpyHostToDevice, st), "copy of step scalars")) return false;
   {
-    if (mma) p0_k0_mma<<<dim3(2u, 3136u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k0<<<dim3(2u, 3136u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k0_mma<<<dim3(1u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k0<<<dim3(1u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k0 (node 0: conv2d)")) return false;
   }
   {
@@ -90,8 +93,8 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k2 (node 2: maxpool2d)")) return false;
   }
   {
-    if (mma) p0_k3_mma<<<dim3(4u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k3<<<dim3(4u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k3_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k3<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 3: conv2d)")) return false;
   }
   {
@@ -107,8 +110,8 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 6: reshape)")) return false;
   }
   {
-    if (mma) p0_k7_mma<<<dim3(8u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k7<<<dim3(8u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k7_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k7<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k7 (node 7: linear)")) return false;
   }
   {
@@ -116,8 +119,8 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k8 (node 8: unary)")) return false;
   }
   {
-    if (mma) p0_k9_mma<<<dim3(1u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k9<<<dim3(1u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k9_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k9<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k9 (node 9: linear)")) return false;
   }
   {
@@ -133,13 +136,13 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k12 (node 12: cross_entropy_grad)")) return false;
   }
   {
-    if (mma) p0_k13_mma<<<dim3(8u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k13<<<dim3(8u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k13_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k13<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k13 (node 13: matmul)")) return false;
   }
   {
-    if (mma) p0_k14_mma<<<dim3(8u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<float*>(dev + 29868032), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k14<<<dim3(8u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<float*>(dev + 29868032), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k14_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<float*>(dev + 29868032), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k14<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<float*>(dev + 29868032), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k14 (node 14: matmul)")) return false;
   }
   {
@@ -151,13 +154,13 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k16 (node 16: unary_grad)")) return false;
   }
   {
-    if (mma) p0_k17_mma<<<dim3(196u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k17<<<dim3(196u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k17_mma<<<dim3(49u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k17<<<dim3(49u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k17 (node 17: matmul)")) return false;
   }
   {
-    if (mma) p0_k18_mma<<<dim3(196u, 8u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 27459584), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k18<<<dim3(196u, 8u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 27459584), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k18_mma<<<dim3(49u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 27459584), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k18<<<dim3(49u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 27459584), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k18 (node 18: matmul)")) return false;
   }
   {
@@ -177,13 +180,13 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k22 (node 22: unary_grad)")) return false;
   }
   {
-    if (mma) p0_k23_mma<<<dim3(2u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k23<<<dim3(2u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k23_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k23<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k23 (node 23: conv2d_grad_input)")) return false;
   }
   {
-    if (mma) p0_k24_mma<<<dim3(18u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k24<<<dim3(18u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k24_mma<<<dim3(5u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k24<<<dim3(5u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k24 (node 24: conv2d_grad_weight)")) return false;
   }
   {
@@ -199,8 +202,8 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k27 (node 27: unary_grad)")) return false;
   }
   {
-    if (mma) p0_k28_mma<<<dim3(1u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k28<<<dim3(1u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k28_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k28<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k28 (node 28: conv2d_grad_weight)")) return false;
   }
   {
@@ -251,8 +254,8 @@ bool record_p1(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
   if (!ck(ctx, cudaMemcpyAsync(dev + 30275840, stage + 200704, 256, cudaMemcpyHostToDevice, st), "copy of input label")) return false;
   if (!ck(ctx, cudaMemcpyAsync(dev + 29873920, stage + 200960, 16, cudaMemcpyHostToDevice, st), "copy of step scalars")) return false;
   {
-    if (mma) p1_k0_mma<<<dim3(2u, 3136u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 30075136), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k0<<<dim3(2u, 3136u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 30075136), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p1_k0_mma<<<dim3(1u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 30075136), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k0<<<dim3(1u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 30075136), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k0 (node 0: conv2d)")) return false;
   }
   {
@@ -260,8 +263,8 @@ bool record_p1(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p1_k1 (node 2: maxpool2d)")) return false;
   }
   {
-    if (mma) p1_k2_mma<<<dim3(4u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k2<<<dim3(4u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p1_k2_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k2<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 3: conv2d)")) return false;
   }
   {
@@ -277,13 +280,13 @@ bool record_p1(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p1_k5 (node 6: reshape)")) return false;
   }
   {
-    if (mma) p1_k6_mma<<<dim3(8u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 4177920), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k6<<<dim3(8u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 4177920), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p1_k6_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 4177920), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k6<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 4177920), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k6 (node 7: linear)")) return false;
   }
   {
-    if (mma) p1_k7_mma<<<dim3(1u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k7<<<dim3(1u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p1_k7_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k7<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k7 (node 9: linear)")) return false;
   }
   {
@@ -322,6 +325,8 @@ int run_p0(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, dou
     if (!ck(ctx, cudaEventSynchronize(q.done[s]), "the train_step step")) return 1;
     { float v; std::memcpy(&v, stage + 200976, 4); outputs[0] = v; }
     { float v; std::memcpy(&v, stage + 200980, 4); outputs[1] = v; }
+    // MPSC_CUDA_MIRROR_ARENA=1 (bench/cuda_check.ts): the arena is copied to the host after each step, for kernel checks
+    if (b->mirror && !ck(ctx, cudaMemcpy(ctx->arena, b->dev + ARENA_OFFSET, ARENA_BYTES < (size_t)ctx->arena_bytes ? ARENA_BYTES : (size_t)ctx->arena_bytes, cudaMemcpyDeviceToHost), "mirroring the arena")) return 1;
   }
   return 0;
 }
@@ -349,6 +354,8 @@ int run_p1(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, dou
     if (!ck(ctx, cudaEventSynchronize(q.done[s]), "the eval step")) return 1;
     { float v; std::memcpy(&v, stage + 200976, 4); outputs[0] = v; }
     { float v; std::memcpy(&v, stage + 200980, 4); outputs[1] = v; }
+    // MPSC_CUDA_MIRROR_ARENA=1 (bench/cuda_check.ts): the arena is copied to the host after each step, for kernel checks
+    if (b->mirror && !ck(ctx, cudaMemcpy(ctx->arena, b->dev + ARENA_OFFSET, ARENA_BYTES < (size_t)ctx->arena_bytes ? ARENA_BYTES : (size_t)ctx->arena_bytes, cudaMemcpyDeviceToHost), "mirroring the arena")) return 1;
   }
   return 0;
 }
@@ -388,6 +395,8 @@ void* backend_create(mpsc_ctx* ctx) {
   Backend* b = new Backend();
   const char* plain = std::getenv("MPSC_CUDA_PLAIN");
   b->mma = !(plain && plain[0] == '1');
+  const char* mirror = std::getenv("MPSC_CUDA_MIRROR_ARENA");
+  b->mirror = mirror && mirror[0] == '1';
   if (!ck(ctx, cudaSetDevice(0), "cudaSetDevice") || !ck(ctx, cudaMemGetInfo(&b->free_before, &b->total), "cudaMemGetInfo")) { destroy(b); return nullptr; }
   const cudaError_t em = cudaMalloc(reinterpret_cast<void**>(&b->dev), DEVICE_BYTES);
   if (em != cudaSuccess) {

@@ -15,6 +15,8 @@ namespace {
 const size_t DEVICE_BYTES = 3939328;
 const size_t PERSISTENT_OFFSET = 0;
 const size_t SCALARS_OFFSET = 3537152;
+const size_t ARENA_OFFSET = 2457600;
+const size_t ARENA_BYTES = 1079488;
 const int NPROG = 2;
 const size_t STAGING_BYTES[NPROG] = { 201024, 201024 };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
@@ -31,6 +33,7 @@ struct Backend {
   unsigned char* dev = nullptr;  // the one device allocation
   cudaStream_t stream = nullptr;
   bool mma = true;               // tensor-core (3xTF32) GEMM variants
+  bool mirror = false;           // copy the arena to ctx->arena after each step whose outputs are read
   bool host_dirty = true;        // the host copy of the persistent block is newer than the device's
   bool device_newer = false;     // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -81,8 +84,8 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k0 (node 0: reshape)")) return false;
   }
   {
-    if (mma) p0_k1_mma<<<dim3(16u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k1<<<dim3(16u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k1_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k1<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k1 (node 1: linear)")) return false;
   }
   {
@@ -90,8 +93,8 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k2 (node 2: unary)")) return false;
   }
   {
-    if (mma) p0_k3_mma<<<dim3(1u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k3<<<dim3(1u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 3: linear)")) return false;
   }
   {
@@ -107,13 +110,13 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 6: cross_entropy_grad)")) return false;
   }
   {
-    if (mma) p0_k7_mma<<<dim3(16u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k7<<<dim3(16u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k7_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k7<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k7 (node 7: matmul)")) return false;
   }
   {
-    if (mma) p0_k8_mma<<<dim3(16u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k8<<<dim3(16u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k8_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k8<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k8 (node 8: matmul)")) return false;
   }
   {
@@ -125,8 +128,8 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k10 (node 10: unary_grad)")) return false;
   }
   {
-    if (mma) p0_k11_mma<<<dim3(49u, 16u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k11<<<dim3(49u, 16u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p0_k11_mma<<<dim3(13u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k11<<<dim3(13u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p0_k11 (node 11: matmul)")) return false;
   }
   {
@@ -165,8 +168,8 @@ bool record_p1(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p1_k0 (node 0: reshape)")) return false;
   }
   {
-    if (mma) p1_k1_mma<<<dim3(16u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k1<<<dim3(16u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p1_k1_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k1<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k1 (node 1: linear)")) return false;
   }
   {
@@ -174,8 +177,8 @@ bool record_p1(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 2: unary)")) return false;
   }
   {
-    if (mma) p1_k3_mma<<<dim3(1u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k3<<<dim3(1u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p1_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k3 (node 3: linear)")) return false;
   }
   {
@@ -214,6 +217,8 @@ int run_p0(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, dou
     if (!ck(ctx, cudaEventSynchronize(q.done[s]), "the train_step step")) return 1;
     { float v; std::memcpy(&v, stage + 200976, 4); outputs[0] = v; }
     { float v; std::memcpy(&v, stage + 200980, 4); outputs[1] = v; }
+    // MPSC_CUDA_MIRROR_ARENA=1 (bench/cuda_check.ts): the arena is copied to the host after each step, for kernel checks
+    if (b->mirror && !ck(ctx, cudaMemcpy(ctx->arena, b->dev + ARENA_OFFSET, ARENA_BYTES < (size_t)ctx->arena_bytes ? ARENA_BYTES : (size_t)ctx->arena_bytes, cudaMemcpyDeviceToHost), "mirroring the arena")) return 1;
   }
   return 0;
 }
@@ -241,6 +246,8 @@ int run_p1(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, dou
     if (!ck(ctx, cudaEventSynchronize(q.done[s]), "the eval step")) return 1;
     { float v; std::memcpy(&v, stage + 200976, 4); outputs[0] = v; }
     { float v; std::memcpy(&v, stage + 200980, 4); outputs[1] = v; }
+    // MPSC_CUDA_MIRROR_ARENA=1 (bench/cuda_check.ts): the arena is copied to the host after each step, for kernel checks
+    if (b->mirror && !ck(ctx, cudaMemcpy(ctx->arena, b->dev + ARENA_OFFSET, ARENA_BYTES < (size_t)ctx->arena_bytes ? ARENA_BYTES : (size_t)ctx->arena_bytes, cudaMemcpyDeviceToHost), "mirroring the arena")) return 1;
   }
   return 0;
 }
@@ -280,6 +287,8 @@ void* backend_create(mpsc_ctx* ctx) {
   Backend* b = new Backend();
   const char* plain = std::getenv("MPSC_CUDA_PLAIN");
   b->mma = !(plain && plain[0] == '1');
+  const char* mirror = std::getenv("MPSC_CUDA_MIRROR_ARENA");
+  b->mirror = mirror && mirror[0] == '1';
   if (!ck(ctx, cudaSetDevice(0), "cudaSetDevice") || !ck(ctx, cudaMemGetInfo(&b->free_before, &b->total), "cudaMemGetInfo")) { destroy(b); return nullptr; }
   const cudaError_t em = cudaMalloc(reinterpret_cast<void**>(&b->dev), DEVICE_BYTES);
   if (em != cudaSuccess) {
