@@ -53,8 +53,17 @@ if (!nv || !gpu) {
   process.exit(1);
 }
 const ARCH = cudaArchitecture(gpu.computeCap);
-const summary: { part: string; what: string; result: string; ok: boolean }[] = [];
+type Row = { part: string; what: string; result: string; ok: boolean };
 const log = (s: string) => process.stdout.write(s + '\n');
+const rowText = (s: Row) => `${s.part.padEnd(9)} ${(s.ok ? 'ok' : 'FAIL').padEnd(5)} ${s.what.padEnd(49)} ${s.result}`;
+/** the results, each also printed when it is known (a run cut short by a time limit keeps what it printed) */
+const summary = {
+  rows: [] as Row[],
+  push(r: Row) {
+    this.rows.push(r);
+    log(`RESULT ${rowText(r)}`);
+  },
+};
 
 /** the generated CUDA model of `programs` linked with the runtime and the ABI test driver (nvcc runs concurrently) */
 async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 'cuda'): Promise<EmuBuild> {
@@ -224,9 +233,9 @@ const drivers = want('sanitize') ? sanitizeDrivers() : [];
 if (want('kernels')) await run('kernels', checkKernels);
 if (want('parity')) await run('parity', () => checkParity(opened));
 if (want('sanitize')) await run('sanitize', () => checkSanitizer(drivers));
-fs.writeFileSync(path.join(OUT, 'cuda_check.json'), JSON.stringify(summary, null, 1) + '\n');
+fs.writeFileSync(path.join(OUT, 'cuda_check.json'), JSON.stringify(summary.rows, null, 1) + '\n');
 log('\npart      ok    what                                              result');
-for (const s of summary) log(`${s.part.padEnd(9)} ${(s.ok ? 'ok' : 'FAIL').padEnd(5)} ${s.what.padEnd(49)} ${s.result}`);
-const failed = summary.filter((s) => !s.ok).length;
+for (const s of summary.rows) log(rowText(s));
+const failed = summary.rows.filter((s) => !s.ok).length;
 log(failed ? `\n${failed} check(s) FAILED` : '\nall checks passed');
 process.exit(failed ? 1 : 0);
