@@ -147,12 +147,14 @@ async function checkParity(opened: ReturnType<typeof openParitySessions>): Promi
     }
     try {
       const a = trainSteps(model, cpu, data), b = trainSteps(model, cuda, data);
-      let worst = 0, where = '';
+      let worst = 0, where = '', first = '';
       for (let s = 0; s < a.length; s++)
         for (let k = 0; k < a[s].length; k++) {
           const e = Math.abs(b[s][k] - a[s][k]) / Math.max(1e-6, Math.abs(a[s][k]));
           if (!(e <= worst)) { worst = e; where = `step ${s} output ${k}: cuda ${b[s][k]} cpu ${a[s][k]}`; }
+          if (!first && !(e < TOL)) first = `; first over ${TOL}: step ${s} output ${k} (cuda ${b[s][k]}, cpu ${a[s][k]})`;
         }
+      log(`  ${spec} per step (loss, metrics): ${a.map((r, s) => `${s}: cpu ${r.map((x) => x.toPrecision(7)).join('/')} cuda ${b[s].map((x) => x.toPrecision(7)).join('/')}`).join('; ')}${first}`);
       log(`parity ${spec}: losses cpu ${a[0][0].toFixed(5)} -> ${a[STEPS - 1][0].toFixed(5)}, cuda ${b[0][0].toFixed(5)} -> ${b[STEPS - 1][0].toFixed(5)}; worst ${where}`);
       summary.push({ part: 'parity', what: `${spec} ${STEPS} steps + eval vs cpu`, ok: worst < TOL, result: `worst rel ${worst.toExponential(2)}` });
     } finally {
@@ -201,7 +203,8 @@ async function checkSanitizer(drivers: ReturnType<typeof sanitizeDrivers>): Prom
         if (!r.ok) { ok = false; result = `run failed: ${r.error}`; }
       } catch (e) {
         ok = false;
-        result = `errors (see ${path.basename(logFile)})`;
+        const timedOut = /status 124|exit code 124/.test(String((e as Error).message)) || (e as { status?: number }).status === 124;
+        result = timedOut ? `not finished within ${SANITIZE_TIMEOUT_S} s (SANITIZE_TIMEOUT_S)` : `errors (see ${path.basename(logFile)})`;
         const text = fs.existsSync(logFile) ? fs.readFileSync(logFile, 'utf8') : String((e as Error).message);
         log(text.split('\n').slice(0, 30).join('\n'));
       }
