@@ -10,7 +10,7 @@ nvcc=${MPSC_NVCC:-$(command -v nvcc || echo /usr/local/bin/nvcc)}
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-node "$root/bin/mpsc.js" build "$spec" --target cuda --no-compile -o "$dir/out" >/dev/null
+node "$root/bin/mpsc.js" build "$spec" --device cuda --no-compile -o "$dir/out" >/dev/null
 cp "$dir/out/cuda/src/model_kernels.cuh" "$dir/k.cu"
 "$nvcc" -arch=sm_$arch -fmad=true -c "$dir/k.cu" -o "$dir/k.o" -Xptxas -v 2>"$dir/log"
 awk '

@@ -10,7 +10,7 @@
 import { createHash } from 'node:crypto';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ProgramName, ProgramSet, StepScalars } from '../../compiler/ir/graph.js';
+import { PROGRAM_NAMES, type ProgramName, type ProgramSet, type StepScalars } from '../../compiler/ir/graph.js';
 import { generateCpuModel } from '../../compiler/codegen-cpu/emit_program.js';
 import type { Batch, Session } from '../session.js';
 import { buildAddon, loadAddon, sourcesDigest } from './build.js';
@@ -41,12 +41,11 @@ export interface NativeAddon {
   free(handle: unknown): void;
 }
 
-const PROGRAMS: ProgramName[] = ['train_step', 'apply_update', 'eval', 'eval_tail'];
 
 export function createNativeSession(modulePath: string, programs: ProgramSet, device: string, threads?: number): Session {
   const addon = loadAddon<NativeAddon>(modulePath);
   const desc = addon.describe();
-  for (const name of PROGRAMS) {
+  for (const name of PROGRAM_NAMES) {
     const p = programs[name];
     const d = desc.programs.find((q) => q.name === name);
     if (!p !== !d) throw new Error(`internal: native module ${modulePath} ${d ? 'has' : 'lacks'} program ${name}, the ProgramSet ${p ? 'has' : 'lacks'} it`);
