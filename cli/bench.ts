@@ -40,7 +40,7 @@ export function register(program: Command): void {
     .command('bench')
     .description('time training and eval steps of a spec on synthetic data: `mpsc bench bench/mnist_mlp_b256_adam.model --threads 2`')
     .argument('<spec>', 'the .model file (its data section is ignored: inputs are synthetic, of the spec\'s shapes)')
-    .addOption(new Option('--device <device>', 'where to run: auto picks metal on Apple silicon, else cpu').choices([...DEVICES]).default('auto'))
+    .addOption(new Option('--device <device>', 'where to run: auto picks cuda (NVIDIA GPU + CUDA toolkit), else metal on Apple silicon, else cpu').choices([...DEVICES]).default('auto'))
     .option('--steps <n>', 'timed steps per phase (the median is reported)', parsePositiveInt('--steps'), 20)
     .option('--warmup <n>', 'untimed steps before timing each phase', parseNonNegInt('--warmup'), 3)
     .option('--threads <n>', THREADS_HELP, parsePositiveInt('--threads'))

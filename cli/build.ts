@@ -1,12 +1,13 @@
 /**
- * `mpsc build SPEC [-o DIR] [--device cpu|metal|all (alias --target)] [--batch N] [--threads N] [--cxxflags FLAGS]`
+ * `mpsc build SPEC [-o DIR] [--device cpu|metal|cuda|all (alias --target)] [--batch N] [--threads N] [--cxxflags FLAGS]`
  *
  * Writes the generated sources and CMake project to DIR (default build/<model>): DIR/cpu is a
  * complete CMake project (the node addon via cmake-js, and `<target>_embed`, a static library
  * of the model + host runtime for embedding without Node); DIR/metal holds the Metal
- * backend's sources (target metal|all). Compiles what this machine can run (the CPU module,
- * into the build cache that `mpsc train` uses), then prints where everything went and a
- * short report: kernels, buffers, planned memory.
+ * backend's sources (device metal|all); DIR/cuda the CUDA backend's kernels, host code and CMake
+ * project (CUDA as a CMake language; device cuda|all). Compiles what this machine can build (the
+ * CPU module; the CUDA module where nvcc is found), into the build cache that `mpsc train` uses,
+ * then prints where everything went and a short report: kernels, buffers, planned memory.
  */
 import { Option, type Command } from 'commander';
 import * as fs from 'node:fs';
@@ -20,6 +21,8 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
 import { cpuInputsKey } from '../runtime/native/native_session.js';
+import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
+import { cudaArchitecture, cudaInputsKey, findGpu, findNvcc } from '../runtime/cuda/session.js';
 
 interface BuildOpts {
   output?: string;
@@ -33,7 +36,7 @@ interface BuildOpts {
   fallbackOp: string[];
 }
 
-const TARGETS = ['cpu', 'metal', 'all'];
+const TARGETS = ['cpu', 'metal', 'cuda', 'all'];
 
 function positiveInt(v: string | undefined, flag: string): number | undefined {
   if (v === undefined) return undefined;
@@ -51,13 +54,31 @@ function writeMetal(programs: ProgramSet, dir: string, opts: { fallbackOps: stri
   else log(`  (this machine is ${process.platform}/${process.arch}: Metal needs macOS on Apple silicon; test the kernels here with --device metal-emu)`);
 }
 
+async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, log: (s: string) => void): Promise<void> {
+  const a = generateCudaModel(programs);
+  const nv = findNvcc();
+  const gpu = findGpu();
+  const settings = { nvcc: nv?.nvcc ?? 'nvcc', version: nv?.version ?? 'unknown', architectures: cudaArchitecture(gpu?.computeCap ?? null) };
+  const target = `mpsc_${programs.model.replace(/[^A-Za-z0-9_]/g, '_')}_cuda`;
+  const files = writeCmakeProject(dir, a.files, '-O2', target, settings);
+  log(`cuda: ${files.length} files in ${dir} (CMake targets ${target}, ${target}_embed; CMAKE_CUDA_ARCHITECTURES ${settings.architectures}${gpu ? ` for ${gpu.name}` : ' (no GPU here: Hopper assumed)'})`);
+  if (compile && nv) {
+    const built = await buildAddon({ files: a.files, inputsKey: cudaInputsKey(programs), cxxflags: '-O2', cuda: settings, onProgress: (m) => process.stderr.write(m + '\n') });
+    log(`  module: ${built.modulePath} (${built.cached ? 'cached' : 'built'})`);
+  } else if (compile) log('  not compiled: nvcc was not found (set MPSC_NVCC or put nvcc on PATH)');
+  log('  program        batch  kernels  graph nodes');
+  for (const p of a.plan.programs) log(`  ${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${String(p.nodes.length).padStart(11)}`);
+  log(`  planned device memory: ${formatBytes(a.plan.deviceBytes)} in one allocation (persistent ${formatBytes(a.plan.persistent.bytes)}, arena ${formatBytes(a.plan.arena.bytes)}, input batches ${formatBytes(a.plan.inputs.reduce((s, r) => s + r.bytes, 0))})`);
+  log('  GEMMs: the generated 64x64-tile kernels, 3xTF32 on the tensor cores (MPSC_CUDA_PLAIN=1 at run time: fp32 FFMA); cuBLASLt is not used');
+}
+
 export function register(program: Command): void {
   program
     .command('build')
     .description('generate and compile the kernels and host runtime for a .model spec, and report kernels and memory')
     .argument('<spec>', 'path to a .model file')
     .option('-o, --output <dir>', 'output folder (default: build/<model>)')
-    .option('--device <device>', 'what to generate and compile: cpu | metal | all (default cpu)')
+    .option('--device <device>', 'what to generate and compile: cpu | metal | cuda | all (default cpu)')
     .addOption(new Option('--target <target>', 'the same as --device (older name)').hideHelp())
     .option('--batch <n>', "batch size to compile for (default: the spec's train { batch })")
     .option('--threads <n>', 'threads the CPU module will use by default (report only; mpsc train takes --threads)')
@@ -122,5 +143,6 @@ Examples:
       if (device === 'metal' || device === 'all') {
         writeMetal(programs, path.join(outDir, 'metal'), { fallbackOps: opts.fallbackOp, fallback: opts.fallback }, log);
       }
+      if (device === 'cuda' || device === 'all') await writeCuda(programs, path.join(outDir, 'cuda'), opts.compile, log);
     });
 }

@@ -281,7 +281,7 @@ export function register(program: Command): void {
     .command('train')
     .description('train a model: `mpsc train specs/mnist_mlp.model` (command-line values override the spec\'s settings)')
     .argument('<spec>', 'the .model file')
-    .addOption(new Option('--device <device>', 'where to run: auto picks metal on Apple silicon, else cpu').choices([...DEVICES]).default('auto'))
+    .addOption(new Option('--device <device>', 'where to run: auto picks cuda (NVIDIA GPU + CUDA toolkit), else metal on Apple silicon, else cpu').choices([...DEVICES]).default('auto'))
     .option('--epochs <n>', 'number of epochs (= --set train.epochs=N)', parsePositiveInt('--epochs'))
     .option('--steps <n>', 'number of optimizer steps instead of epochs (= --set train.steps=N)', parsePositiveInt('--steps'))
     .option('--batch <n>', 'batch size (= --set train.batch=N)', parsePositiveInt('--batch'))

@@ -1,8 +1,10 @@
 /**
- * Device selection: `--device auto|cpu|metal|metal-emu|reference`.
- *  - auto: metal on macOS/Apple silicon with a usable Metal backend, else cpu (never metal-emu,
- *    which is a correctness tool, nor reference, which is slow); the choice and the reason are
- *    reported in `note`.
+ * Device selection: `--device auto|cuda|cpu|metal|metal-emu|reference`.
+ *  - auto: cuda when this machine has an NVIDIA GPU and the CUDA toolkit (and the CUDA model
+ *    builds and starts), else metal on macOS/Apple silicon with a usable Metal backend, else cpu
+ *    (never metal-emu, which is a correctness tool, nor reference, which is slow); the choice and
+ *    the reason are reported in `note`.
+ *  - cuda: the generated CUDA backend (runtime/cuda); without a GPU or toolkit a UserError says which is missing.
  *  - cpu: the generated C++ backend; metal-emu: the MSL emulator; reference: the float64 interpreter.
  *  - metal anywhere else than macOS on Apple silicon: a UserError suggesting metal-emu or cpu.
  * Backends are imported lazily so a missing or broken backend never breaks the others.
@@ -11,7 +13,7 @@ import { UserError } from '../compiler/errors.js';
 import type { ProgramSet } from '../compiler/ir/graph.js';
 import type { Session } from './session.js';
 
-export const DEVICES = ['auto', 'cpu', 'metal', 'metal-emu', 'reference'] as const;
+export const DEVICES = ['auto', 'cuda', 'cpu', 'metal', 'metal-emu', 'reference'] as const;
 export type DeviceName = (typeof DEVICES)[number];
 
 export interface OpenOptions {
@@ -30,6 +32,7 @@ export interface OpenedSession {
 
 // specifiers kept in variables: the modules are written by other parts of mpsc and may be absent
 const MODULES = {
+  cuda: ['./cuda/session.js', 'createCudaSession'],
   cpu: ['./native/native_session.js', 'createCpuSession'],
   'metal-emu': ['./metal-emu/session.js', 'createMetalEmuSession'],
   metal: ['./metal-bridge/session.js', 'createMetalSession'],
@@ -75,11 +78,25 @@ function metalElsewhere(): UserError {
 export async function openSession(device: string, programs: ProgramSet, opts: OpenOptions = {}): Promise<OpenedSession> {
   const d = parseDevice(device);
   if (d === 'auto') {
+    let cudaWhy = '';
+    const probe = await import('./cuda/session.js').catch((e) => (isModuleMissing(e) ? null : Promise.reject(e)));
+    const missing = probe ? probe.cudaUnavailable() : 'the cuda backend is not in this build';
+    if (!missing) {
+      const cuda = await loadFactory('cuda');
+      if (cuda) {
+        try {
+          return { session: await cuda(programs, opts), device: 'cuda', note: 'device: cuda (auto: an NVIDIA GPU and the CUDA toolkit are present)' };
+        } catch (e) {
+          cudaWhy = `the cuda backend failed: ${(e as Error).message.split('\n')[0]}`;
+          opts.onProgress?.(`${cudaWhy}; trying the next device`);
+        }
+      }
+    } else cudaWhy = missing;
     if (isAppleSilicon()) {
       const metal = await loadFactory('metal');
       if (metal) {
         try {
-          return { session: await metal(programs, opts), device: 'metal', note: 'device: metal (auto: macOS on Apple silicon)' };
+          return { session: await metal(programs, opts), device: 'metal', note: `device: metal (auto: ${cudaWhy}; macOS on Apple silicon)` };
         } catch (e) {
           opts.onProgress?.(`metal backend unavailable (${(e as Error).message.split('\n')[0]}); falling back to cpu`);
         }
@@ -87,7 +104,7 @@ export async function openSession(device: string, programs: ProgramSet, opts: Op
     }
     const cpu = await loadFactory('cpu');
     if (cpu) {
-      const why = isAppleSilicon() ? 'auto: no usable Metal backend' : `auto: no Metal on ${process.platform}`;
+      const why = `auto: ${cudaWhy}; ${isAppleSilicon() ? 'no usable Metal backend' : `no Metal on ${process.platform}`}`;
       return { session: await cpu(programs, opts), device: 'cpu', note: `device: cpu (${why})` };
     }
     const ref = await loadFactory('reference');

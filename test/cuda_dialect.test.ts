@@ -2,7 +2,7 @@
  * The CUDA dialect of the GPU kernel language (compiler/codegen-cuda/cuda_dialect.ts): every
  * kernel of the example specs (train_step and eval) and of every op case of the Metal kernel
  * tests, lowered once more for CUDA, compiles with `nvcc -arch=sm_90a` with warnings as errors.
- * Compile only: nothing runs on a GPU here (issue 14's bench/cuda_check.sh will run them).
+ * Compile only: nothing runs on a GPU here (bench/cuda_check.sh runs them on one).
  * The same lowering gives MSL without any CUDA spelling, and CUDA without any MSL spelling.
  */
 import { execFileSync } from 'node:child_process';

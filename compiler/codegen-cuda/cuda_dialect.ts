@@ -5,11 +5,12 @@
  * and StepParams by value, `__shared__` memory sized at compile time, the built-ins computed
  * from threadIdx / blockIdx / blockDim, `__syncthreads()`, SIMD-group reductions as warp
  * butterflies (`__shfl_xor_sync` over the full warp: the kernels call them with whole warps in
- * uniform control flow), single-precision libm names (`expf`; nvcc is not given fast math),
- * and the 8x8 matrix unit as scalar code in which lane l of a warp owns elements 2l and 2l+1
- * of the 8x8 accumulator. (Issue 14 will add a tensor-core variant of the matrix unit; the
- * interface stays the same.) Nothing here runs on a GPU in this repository: the CUDA test
- * compiles every rendered kernel with nvcc.
+ * uniform control flow), single-precision libm names (`expf`; nvcc gets `-fmad=true` and no
+ * fast math, so results stay within 1e-4 of the float64 reference), and the 8x8 matrix unit on
+ * the tensor cores as 3xTF32 (split precision: fp32 accuracy, unlike plain TF32, which PyTorch
+ * does not use for fp32 matmuls either): `mma.sync.m16n8k8` with the upper 8 rows zero.
+ * The step scalars are read through a pointer (`spp`) into device memory, so a captured CUDA
+ * graph never needs re-capture when lr / t / seed / counter change.
  */
 import { CStyleDialect, type Builtin, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
 
@@ -61,26 +62,51 @@ class CudaDialect extends CStyleDialect {
       `  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n  return v;\n}\n\n` +
       `${q} float mpsc_warp_max(float v) {\n` +
       `  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));\n  return v;\n}\n\n` +
-      `// the 8x8 matrix unit in scalar code: an operand is its top-left element in shared memory and\n` +
-      `// its row length; lane l of the warp owns accumulator elements 2l and 2l+1 (row 2l / 8)\n` +
+      `// the 8x8 matrix unit on the tensor cores, fp32-accurate by 3xTF32 split precision: each operand\n` +
+      `// x = hi + lo with hi = tf32(x), lo = tf32(x - hi); a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b (the dropped\n` +
+      `// lo_a*lo_b is below 2^-22 relative), accumulated in fp32 by mma.sync m16n8k8 whose rows 8..15 are\n` +
+      `// zero. An operand is its top-left element in shared memory and its row length; lane l owns\n` +
+      `// accumulator elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1), the mma C-fragment layout.\n` +
       `struct mpsc_mat8 { const float* p; uint ld; };\n` +
       `struct mpsc_acc8 { float v[2]; };\n\n` +
+      `${q} uint mpsc_tf32(float x) {\n` +
+      `  uint r;\n  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n\n` +
+      `${q} void mpsc_mma_tf32(mpsc_acc8& acc, uint a0, uint a2, uint b0, uint b1) {\n` +
+      `  float d2 = 0.0f, d3 = 0.0f;\n` +
+      `  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n` +
+      `               : "+f"(acc.v[0]), "+f"(acc.v[1]), "+f"(d2), "+f"(d3)\n` +
+      `               : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));\n}\n\n` +
+      `// x = hi + lo, both tf32 (the 3xTF32 split)\n` +
+      `${q} void mpsc_split_tf32(float x, uint& hi, uint& lo) {\n` +
+      `  hi = mpsc_tf32(x);\n  lo = mpsc_tf32(x - __uint_as_float(hi));\n}\n\n` +
+      `// c (a 16x8 fp32 C-fragment) += a (16x8 tf32 A-fragment) * b (8x8 tf32 B-fragment)\n` +
+      `${q} void mpsc_mma16x8(float* c, const uint* a, const uint* b) {\n` +
+      `  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n` +
+      `               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n` +
+      `               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));\n}\n\n` +
       `${q} void mpsc_mat8_mac(mpsc_acc8& acc, const mpsc_mat8 a, const mpsc_mat8 b) {\n` +
-      `  const uint e = (${TIDX} % 32u) * 2u, r = e / 8u, c = e % 8u;\n` +
-      `  for (uint j = 0u; j < 2u; ++j) {\n` +
-      `    float s = acc.v[j];\n` +
-      `    for (uint k = 0u; k < 8u; ++k) s += a.p[r * a.ld + k] * b.p[k * b.ld + c + j];\n` +
-      `    acc.v[j] = s;\n  }\n}\n\n` +
+      `  const uint l = ${TIDX} % 32u, g = l / 4u, t = l % 4u;\n` +
+      `  const float a0 = a.p[g * a.ld + t], a2 = a.p[g * a.ld + t + 4u];\n` +
+      `  const float b0 = b.p[t * b.ld + g], b1 = b.p[(t + 4u) * b.ld + g];\n` +
+      `  const uint a0h = mpsc_tf32(a0), a2h = mpsc_tf32(a2), b0h = mpsc_tf32(b0), b1h = mpsc_tf32(b1);\n` +
+      `  const uint a0l = mpsc_tf32(a0 - __uint_as_float(a0h)), a2l = mpsc_tf32(a2 - __uint_as_float(a2h));\n` +
+      `  const uint b0l = mpsc_tf32(b0 - __uint_as_float(b0h)), b1l = mpsc_tf32(b1 - __uint_as_float(b1h));\n` +
+      `  mpsc_mma_tf32(acc, a0l, a2l, b0h, b1h);\n` +
+      `  mpsc_mma_tf32(acc, a0h, a2h, b0l, b1l);\n` +
+      `  mpsc_mma_tf32(acc, a0h, a2h, b0h, b1h);\n}\n\n` +
       `${q} void mpsc_mat8_store(const mpsc_acc8& acc, float* dst, uint ld) {\n` +
-      `  const uint e = (${TIDX} % 32u) * 2u, r = e / 8u, c = e % 8u;\n` +
+      `  const uint l = ${TIDX} % 32u, r = l / 4u, c = (l % 4u) * 2u;\n` +
       `  dst[r * ld + c] = acc.v[0];\n  dst[r * ld + c + 1u] = acc.v[1];\n}\n`
     );
   }
   kernel(k: KernelDecl): string {
     const params = k.args.map((a) => `    ${a.access === 'r' ? 'const ' : ''}${a.type}* ${a.name}`);
-    params.push('    const StepParams sp');
+    // the step scalars live in device memory (a CUDA graph replays the launch with the same
+    // arguments; the host updates the values between replays)
+    params.push('    const StepParams* __restrict__ spp');
     const threads = k.tgsize[0] * k.tgsize[1] * k.tgsize[2];
     const pre: string[] = [];
+    if (/\bsp\b/.test(k.body)) pre.push('  const StepParams sp = *spp;');
     if (k.tgmem > 0) pre.push(`  __shared__ float tg[${k.tgmem / 4}];`);
     for (const b of builtinsOf(k.body)) pre.push(`  ${DEFINE[b]}`);
     return `// ${k.comment}\nextern "C" __global__ void __launch_bounds__(${threads}) ${k.name}(\n${params.join(',\n')})\n{\n` +

@@ -34,6 +34,8 @@ export interface LowerOptions {
   kernelPrefix?: string;
   /** the GPU kernel registry (default GPU_KERNELS); an entry 'cpu' sends the op to the CPU fallback */
   registry?: GpuRegistry;
+  /** the lowering of a GEMM-family node with a fused unary epilogue (default: the shared lowerGemm) */
+  gemm?: typeof lowerGemm;
 }
 
 function where(n: Node): string {
@@ -82,7 +84,7 @@ export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: Progr
   for (let i = 0; i < nodes.length; i++) {
     const n = nodes[i];
     if (opts.fuse !== false && fusable(p, i, layout, forced)) {
-      const ks = lowerGemm(ctx, p.graph, n, nodes[i + 1])!;
+      const ks = (opts.gemm ?? lowerGemm)(ctx, p.graph, n, nodes[i + 1])!;
       for (const kern of ks) {
         out.kernels.push(kern);
         out.steps.push({ kind: 'kernel', kernel: kern });

@@ -17,7 +17,7 @@ import { unaryFwd } from './elementwise.js';
 
 const L = '          ';
 
-interface Gemm {
+export interface Gemm {
   M: number; N: number; K: number; G: number;
   /** statements at the top of the kernel (after the group index g) */
   head?: string;
@@ -226,10 +226,19 @@ function gemmMatrixUnit(d: Dialect, v: TileView): string {
   );
 }
 
+/** A GEMM node's geometry, loaders, kernel arguments and store statement (with an optional fused unary epilogue). */
+export interface GemmParts {
+  gm: Gemm;
+  args: KernelArg[];
+  /** label suffix naming the fused node */
+  what: string;
+  /** statements storing `acc` (with mi, ni, g in scope) */
+  store: string;
+}
+
 /** `epilogue`: a following element-wise `unary` node fused into the store (its output replaces the GEMM's). */
-export function lowerGemm(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null {
-  const d = ctx.d;
-  const gm = gemmOf(d, g, n);
+export function gemmParts(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): GemmParts | null {
+  const gm = gemmOf(ctx.d, g, n);
   if (!gm) return null;
   let value = gm.bias ? `acc + ${gm.bias}` : 'acc';
   let args = gm.args;
@@ -240,7 +249,15 @@ export function lowerGemm(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): Ke
     args = [...args.slice(0, -1), argOf(g, gm.out, epilogue.outputs[0], 'w')];
     what = ` + fused node ${epilogue.id}: unary ${fn} -> ${g.values[epilogue.outputs[0]].name}`;
   }
-  const store = `${gm.pre}      ${gm.out}[${gm.idx}] = ${value};`;
+  return { gm, args, what, store: `${gm.pre}      ${gm.out}[${gm.idx}] = ${value};` };
+}
+
+/** `epilogue`: a following element-wise `unary` node fused into the store (its output replaces the GEMM's). */
+export function lowerGemm(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null {
+  const d = ctx.d;
+  const parts = gemmParts(ctx, g, n, epilogue);
+  if (!parts) return null;
+  const { gm, args, what, store } = parts;
   const view: TileView = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store };
   const name = ctx.next();
   return [{

@@ -134,6 +134,7 @@ Napi::Value Read(const Napi::CallbackInfo& info) {
   std::string name = get_string(info, 1, "tensor name");
   int32_t i = tensor_or_throw(env, h, name);
   const mpsc_tensor_desc& t = h->ctx->model->tensors[i];
+  if (mpsc_tensors_to_host(h->ctx) != 0) throw Napi::Error::New(env, std::string("mpsc: read('") + name + "') failed: " + mpsc_last_error(h->ctx));
   Napi::Float32Array out = Napi::Float32Array::New(env, (size_t)t.numel);
   std::memcpy(out.Data(), h->ctx->tensors[i], (size_t)t.numel * 4);
   return out;
@@ -150,7 +151,9 @@ Napi::Value Write(const Napi::CallbackInfo& info) {
   Napi::Float32Array a = info[2].As<Napi::Float32Array>();
   if ((int64_t)a.ElementLength() != t.numel)
     throw Napi::Error::New(env, "mpsc: write('" + name + "'): got " + std::to_string(a.ElementLength()) + " elements, the tensor has " + std::to_string(t.numel));
+  if (mpsc_tensors_to_host(h->ctx) != 0) throw Napi::Error::New(env, std::string("mpsc: write('") + name + "') failed: " + mpsc_last_error(h->ctx));
   std::memcpy(h->ctx->tensors[i], a.Data(), (size_t)t.numel * 4);
+  if (mpsc_tensors_from_host(h->ctx) != 0) throw Napi::Error::New(env, std::string("mpsc: write('") + name + "') failed: " + mpsc_last_error(h->ctx));
   return env.Undefined();
 }
 

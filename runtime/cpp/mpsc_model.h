@@ -13,6 +13,8 @@
  *
  *   CPU backend:        run() executes generated C++ kernels (compiler/codegen-cpu).
  *   Metal emulator:     run() executes generated MSL through the emulator; the same table.
+ *   CUDA:               run() replays a CUDA graph over one device allocation; the persistent
+ *                       block here is the host copy (backend_to_host / backend_from_host).
  *   Embedding:          link the generated model .cc + mpsc_runtime.cc into any C/C++
  *                       program and use the API at the bottom of this file (no Node needed).
  *
@@ -52,7 +54,7 @@
 extern "C" {
 #endif
 
-#define MPSC_ABI_VERSION 1
+#define MPSC_ABI_VERSION 2
 /** alignment (bytes) of the persistent block and of the arena */
 #define MPSC_BLOCK_ALIGN 16384
 
@@ -128,6 +130,12 @@ typedef struct mpsc_model_desc {
    * start of mpsc_free; create returns ctx->backend, or NULL with ctx->error set on failure. */
   void* (*backend_create)(mpsc_ctx* ctx);
   void (*backend_free)(mpsc_ctx* ctx, void* backend);
+  /* optional (NULL when the persistent tensors live in host memory): a device backend (cuda) keeps
+   * them in device memory and ctx->persistent is the host copy. to_host brings the host copy up to
+   * date before the host reads it; from_host tells the backend the host copy changed (upload
+   * before the next run). Both return 0, or non-zero with ctx->error set. */
+  int (*backend_to_host)(mpsc_ctx* ctx, void* backend);
+  int (*backend_from_host)(mpsc_ctx* ctx, void* backend);
 } mpsc_model_desc;
 
 /* ------------------------------------------------------------------ implemented by the generated model */
@@ -144,9 +152,15 @@ mpsc_ctx* mpsc_create(const mpsc_model_desc* model, int32_t threads, char* err, 
 int32_t mpsc_tensor_index(const mpsc_model_desc* model, const char* name);
 /** Pointer to a persistent tensor's data (numel * 4 bytes), or NULL for an unknown name. */
 void* mpsc_tensor_ptr(mpsc_ctx* ctx, const char* name);
+/** Makes ctx->persistent current (a device backend downloads its copy). Call before reading tensors. 0 or non-zero. */
+int mpsc_tensors_to_host(mpsc_ctx* ctx);
+/** Says the host changed ctx->persistent (a device backend uploads it before the next run). Call after writing
+ *  tensors, having called mpsc_tensors_to_host before. 0 or non-zero. */
+int mpsc_tensors_from_host(mpsc_ctx* ctx);
 /** Index of a program by name, or -1 (apply_update / eval_tail may be absent). */
 int32_t mpsc_program_index(const mpsc_model_desc* model, const char* name);
-/** Runs program `program` (an index from mpsc_program_index). Returns 0 or non-zero (see mpsc_last_error). */
+/** Runs program `program` (an index from mpsc_program_index). Returns 0 or non-zero (see mpsc_last_error).
+ *  outputs may be NULL: then a device backend does not wait for the step to finish. */
 int mpsc_run(mpsc_ctx* ctx, int32_t program, const void* const* inputs, const mpsc_scalars* scalars, double* outputs);
 const char* mpsc_last_error(const mpsc_ctx* ctx);
 /** Stops the workers and frees everything. NULL is a no-op. */

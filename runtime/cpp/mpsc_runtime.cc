@@ -211,6 +211,16 @@ void* mpsc_tensor_ptr(mpsc_ctx* ctx, const char* name) {
   return i < 0 ? nullptr : ctx->tensors[i];
 }
 
+int mpsc_tensors_to_host(mpsc_ctx* ctx) {
+  if (!ctx || !ctx->backend || !ctx->model->backend_to_host) return 0;
+  return ctx->model->backend_to_host(ctx, ctx->backend);
+}
+
+int mpsc_tensors_from_host(mpsc_ctx* ctx) {
+  if (!ctx || !ctx->backend || !ctx->model->backend_from_host) return 0;
+  return ctx->model->backend_from_host(ctx, ctx->backend);
+}
+
 int32_t mpsc_program_index(const mpsc_model_desc* model, const char* name) {
   for (int i = 0; i < model->n_programs; i++)
     if (std::strcmp(model->programs[i].name, name) == 0) return i;

@@ -1,5 +1,6 @@
 // metal-emu test driver: links a generated model (model_metal_emu.cc) with the shared runtime
-// and runs a script of writes and program runs read from a file, dumping results.
+// and runs a script of writes and program runs read from a file, dumping results. Also the CUDA
+// backend's kernel-check driver (bench/cuda_check.ts links it with model_cuda.cu).
 //   emu_test_main IN OUT
 // IN  (little-endian): u32 nwrites, {u32 tensor, u32 bytes, data}*, u32 nruns,
 //                      {u32 program, f32 lr, i32 t, u32 seed, u32 counter, u32 ninputs, {u32 bytes, data}*}*
@@ -34,12 +35,15 @@ int main(int argc, char** argv) {
   const char* th = std::getenv("MPSC_METAL_EMU_THREADS");
   mpsc_ctx* ctx = mpsc_create(m, th ? std::atoi(th) : 1, err, sizeof err);
   if (!ctx) { std::fprintf(stderr, "emu_test_main: %s\n", err); return 2; }
+  // a device backend (cuda) keeps the persistent block on the device: sync around host access
+  if (mpsc_tensors_to_host(ctx) != 0) { std::fprintf(stderr, "emu_test_main: %s\n", mpsc_last_error(ctx)); return 2; }
   uint32_t nw = rd32();
   for (uint32_t i = 0; i < nw; ++i) {
     uint32_t t = rd32(), n = rd32();
     std::vector<char> b = rdbytes(n);
     std::memcpy(ctx->tensors[t], b.data(), n);
   }
+  if (mpsc_tensors_from_host(ctx) != 0) { std::fprintf(stderr, "emu_test_main: %s\n", mpsc_last_error(ctx)); return 2; }
   uint32_t nr = rd32();
   for (uint32_t r = 0; r < nr; ++r) {
     uint32_t p = rd32();
@@ -73,6 +77,7 @@ int main(int argc, char** argv) {
     std::fwrite(&ab, 8, 1, out);
     std::fwrite(ctx->arena, 1, ab, out);
   }
+  if (mpsc_tensors_to_host(ctx) != 0) { std::fprintf(stderr, "emu_test_main: %s\n", mpsc_last_error(ctx)); return 2; }
   uint64_t pb = static_cast<uint64_t>(m->persistent_bytes);
   std::fwrite(&pb, 8, 1, out);
   std::fwrite(ctx->persistent, 1, pb, out);

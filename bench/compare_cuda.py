@@ -1,0 +1,77 @@
+"""mpsc --device cuda vs PyTorch (eager, torch.compile, hand-captured CUDA graph) on the GPU machine.
+Consumes bench/<workload>.model (mpsc bench --device cuda --json) and torch_ref.py (the PyTorch anchors);
+prints, per workload, ms per training step (median), the ratio of mpsc to the best PyTorch, mpsc's achieved
+TFLOP/s, and the issue's target; first the GPU's ceilings measured here (device copy bandwidth, fp32 and
+TF32 / bf16 matrix rates through torch.matmul on random data).
+Usage: python3 bench/compare_cuda.py [--torch-ref DIR] [--skip-compile] [--steps N] [workload ...]"""
+import argparse, json, os, re, statistics, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKLOADS = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam", "wide_mlp_b1024_adam"]
+# issue 14's targets (ms per step, fp32)
+TARGET = {"mnist_mlp_b256_adam": 0.085, "mnist_cnn_b64_sgdm": 0.18, "seed_cnn_b32_64px_adam": 0.88, "wide_mlp_b1024_adam": 3.06}
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--torch-ref", default=next((d for d in [os.path.join(ROOT, ".device-env/bench"), os.path.join(ROOT, "../.device-env/bench"),
+                                                             os.path.join(ROOT, "../shared/bench")] if os.path.exists(os.path.join(d, "torch_ref.py"))), ""))
+ap.add_argument("--skip-compile", action="store_true", help="leave out torch.compile (its compile time dominates a short run)")
+ap.add_argument("--steps", type=int, default=50)
+ap.add_argument("workloads", nargs="*", default=WORKLOADS)
+a = ap.parse_args()
+
+def ceilings():
+    import torch
+    def timed(f, n=20):
+        for _ in range(3): f()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(n):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); f(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
+        return statistics.median(ts)
+    x = torch.randn(256 * 2**20, device="cuda"); y = torch.empty_like(x)
+    bw = 2 * x.numel() * 4 / timed(lambda: y.copy_(x)) / 1e9  # GB/s, read + write
+    out = {"copy_GBps": bw}
+    n = 8192
+    A, B = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    for name, tf32, dt in [("fp32_TFLOPs", False, torch.float32), ("tf32_TFLOPs", True, torch.float32), ("bf16_TFLOPs", False, torch.bfloat16)]:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        a_, b_ = A.to(dt), B.to(dt)
+        out[name] = 2 * n**3 / timed(lambda: a_ @ b_, 10) / 1e9
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return out
+
+def torch_times(flag):
+    if not a.torch_ref: return {}
+    cmd = [sys.executable, os.path.join(a.torch_ref, "torch_ref.py"), "cuda"] + ([flag] if flag else [])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    got = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"(\S+) \S+ ([0-9.]+) ms/step", line)
+        if m: got[m.group(1)] = float(m.group(2))
+    if r.returncode != 0: print(f"torch_ref.py {flag or 'eager'} failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+    return got
+
+def mpsc_time(w):
+    r = subprocess.run(["node", os.path.join(ROOT, "bin/mpsc.js"), "bench", os.path.join(ROOT, "bench", w + ".model"), "--device", "cuda", "--json",
+                        "--steps", str(a.steps), "--warmup", "5"], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"mpsc bench {w} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+c = ceilings()
+print(f"ceilings measured here: copy {c['copy_GBps']:.0f} GB/s, fp32 matmul {c['fp32_TFLOPs']:.1f} TFLOP/s, tf32 {c['tf32_TFLOPs']:.1f}, bf16 {c['bf16_TFLOPs']:.1f}", flush=True)
+eager, graph = torch_times(""), torch_times("--cudagraph")
+comp = {} if a.skip_compile else torch_times("--compile")
+rows = []
+for w in a.workloads:
+    r = mpsc_time(w)
+    ms = r["train"]["median_ms"] if r else float("nan")
+    tflops = r["train"]["gflops"] / 1000 if r else float("nan")
+    best = min([t for t in (eager.get(w), comp.get(w), graph.get(w)) if t is not None], default=float("nan"))
+    rows.append((w, ms, eager.get(w), comp.get(w), graph.get(w), ms / best if best == best else float("nan"), tflops, TARGET.get(w)))
+fmt = lambda v: "-" if v is None else f"{v:.3f}"
+print("\nworkload                  mpsc ms   eager  compile cudagraph  mpsc/best  mpsc TFLOP/s  target   met")
+for w, ms, e, co, g, ratio, tf, tgt in rows:
+    print(f"{w:25s} {ms:8.3f} {fmt(e):>7} {fmt(co):>8} {fmt(g):>9} {ratio:10.2f} {tf:13.3f} {fmt(tgt):>7}   {'yes' if tgt and ms <= tgt else 'no'}")

@@ -1,0 +1,244 @@
+/**
+ * cuda_check: the CUDA backend's correctness sweep on a GPU machine (bench/cuda_check.sh runs it).
+ * Consumes the kernel-case table of the Metal tests (test/metal_cases.ts: every op of the catalogue
+ * at odd, non-tile-multiple shapes, plus GEMM + unary fusions) and the example specs; produces a
+ * report (stdout, and cuda_check.json in $OUT_DIR):
+ *   kernels   every case's outputs (and mutated inputs) against the float64 reference interpreter,
+ *             max-norm relative error < 1e-4, for the CUDA 64x64 GEMMs and the shared 16x16 ones,
+ *             each as 3xTF32 tensor cores and as fp32 (MPSC_CUDA_PLAIN=1), through the model ABI test driver
+ *             (runtime/metal-emu/emu_test_main.cc linked with the generated model_cuda.cu; the
+ *             arena is mirrored to the host after each case: MPSC_CUDA_MIRROR_ARENA=1);
+ *   parity    every example spec, 20 train steps + one eval from the same initial parameters and
+ *             batches on --device cuda and the CPU backend: per-step loss and metrics within 1e-4
+ *             relative;
+ *   sanitize  compute-sanitizer memcheck, racecheck and synccheck over one train step of each spec
+ *             (logs in $OUT_DIR/sanitize_<spec>_<tool>.log).
+ * Relies on: nvcc and a GPU (findNvcc / findGpu), compute-sanitizer on PATH or in /usr/local/cuda/bin.
+ * Usage: npx tsx bench/cuda_check.ts [kernels] [parity] [sanitize]   (default: all three)
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { checkFile } from '../compiler/check/index.js';
+import { numel, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import type { CheckedModel } from '../compiler/model.js';
+import { makeRng, relError } from '../compiler/reference/fixtures.js';
+import { initParams } from '../compiler/train/init.js';
+import { buildCuda, type CudaGemm } from '../compiler/codegen-cuda/index.js';
+import type { MetalArtifacts } from '../compiler/codegen-metal/index.js';
+import { cudaArchitecture, createCudaSession, findGpu, findNvcc } from '../runtime/cuda/session.js';
+import { createCpuSession } from '../runtime/native/native_session.js';
+import type { Batch, Session } from '../runtime/session.js';
+import { allOpCases, fusedCases } from '../test/metal_cases.js';
+import { reference, runCases, runEmu, type EmuBuild } from '../test/metal_harness.js';
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+const OUT = process.env.OUT_DIR ?? fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-check-'));
+fs.mkdirSync(OUT, { recursive: true });
+const TOL = 1e-4;
+const STEPS = 20;
+const SCALARS: StepScalars = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
+/** seconds one compute-sanitizer run may take (racecheck is slow on large kernels) */
+const SANITIZE_TIMEOUT_S = Number(process.env.SANITIZE_TIMEOUT_S ?? 90);
+/** the example specs ($CUDA_CHECK_SPECS: a comma-separated subset) */
+const SPECS = fs.readdirSync(path.join(ROOT, 'specs')).filter((f) => f.endsWith('.model') && (!process.env.CUDA_CHECK_SPECS || process.env.CUDA_CHECK_SPECS.split(',').includes(f))).sort();
+
+const nv = findNvcc();
+const gpu = findGpu();
+if (!nv || !gpu) {
+  console.error(`cuda_check: needs nvcc and a GPU (nvcc: ${nv?.nvcc ?? 'not found'}, GPU: ${gpu?.name ?? 'none'})`);
+  process.exit(1);
+}
+const ARCH = cudaArchitecture(gpu.computeCap);
+type Row = { part: string; what: string; result: string; ok: boolean };
+const log = (s: string) => process.stdout.write(s + '\n');
+const rowText = (s: Row) => `${s.part.padEnd(9)} ${(s.ok ? 'ok' : 'FAIL').padEnd(5)} ${s.what.padEnd(49)} ${s.result}`;
+/** the results, each also printed when it is known (a run cut short by a time limit keeps what it printed) */
+const summary = {
+  rows: [] as Row[],
+  push(r: Row) {
+    this.rows.push(r);
+    log(`RESULT ${rowText(r)}`);
+  },
+};
+
+/** the generated CUDA model of `programs` linked with the runtime and the ABI test driver (nvcc runs concurrently) */
+async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 'cuda'): Promise<EmuBuild> {
+  const a = buildCuda(programs, model, { gemm });
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `cuda-driver-${model}-`));
+  for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);
+  for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) fs.copyFileSync(path.join(ROOT, 'runtime/cpp', f), path.join(dir, f));
+  fs.copyFileSync(path.join(ROOT, 'runtime/metal-emu/emu_test_main.cc'), path.join(dir, 'emu_test_main.cc'));
+  const exe = path.join(dir, 'driver');
+  await promisify(execFile)(nv!.nvcc, [`-arch=sm_${ARCH}`, '-O3', '-fmad=true', '-lineinfo', '-std=c++17', `-I${dir}`,
+    path.join(dir, 'model_cuda.cu'), path.join(dir, 'mpsc_runtime.cc'), path.join(dir, 'emu_test_main.cc'), '-o', exe, '-lpthread'], { maxBuffer: 1 << 24 });
+  return { exe, art: { table: a.table } as MetalArtifacts };
+}
+
+async function checkKernels(): Promise<void> {
+  const cases = [...allOpCases(), ...fusedCases()];
+  const t0 = Date.now();
+  const gemms: CudaGemm[] = ['cuda', 'shared'];
+  const builds = await Promise.all(gemms.map((gm) => buildDriver(cases.map((c) => c.program), `cuda_kernel_cases_${gm}`, gm)));
+  log(`kernels: ${cases.length} cases built (cuda and shared GEMMs) in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  for (const [bi, build] of builds.entries())
+  for (const variant of ['mma', 'plain'] as const) {
+    const got = runCases(build, cases, SCALARS, { MPSC_CUDA_MIRROR_ARENA: '1', MPSC_CUDA_PLAIN: variant === 'plain' ? '1' : '0' });
+    let worst = 0, worstCase = '';
+    const bad: string[] = [];
+    cases.forEach((c, i) => {
+      const r = got[i];
+      if (typeof r === 'string') { bad.push(`${c.program.name}: ${r}`); return; }
+      const ref = reference(c, SCALARS);
+      for (const id of c.check) {
+        const e = relError(r.get(id)!, ref.get(id)!);
+        if (!(e < TOL)) bad.push(`${c.program.name} value ${c.program.graph.values[id].name}: rel error ${e}`);
+        if (e > worst) { worst = e; worstCase = c.program.name; }
+      }
+    });
+    for (const b of bad) log(`  FAIL ${variant}: ${b}`);
+    summary.push({ part: 'kernels', what: `${cases.length} op cases, ${gemms[bi]} GEMMs, ${variant === 'mma' ? '3xTF32' : 'fp32'}`, ok: bad.length === 0,
+      result: `${cases.length - bad.length}/${cases.length} within ${TOL}; worst ${worst.toExponential(2)} (${worstCase})` });
+  }
+}
+
+function batches(model: CheckedModel, p: Program, n: number): Batch[] {
+  const rng = makeRng(11);
+  const classes = model.numClasses ?? 10;
+  const two = [0, 1].map(() => p.inputs.map((id) => {
+    const v = p.graph.values[id];
+    const k = numel(v.shape);
+    if (v.dtype === 'i32') return Int32Array.from({ length: k }, () => Math.min(classes - 1, Math.floor(rng() * classes)));
+    return Float32Array.from({ length: k }, () => 2 * rng() - 1);
+  }));
+  return Array.from({ length: n }, (_, s) => two[s % 2]);
+}
+
+function trainSteps(model: CheckedModel, s: Session, data: Batch[]): number[][] {
+  for (const [name, v] of initParams(model, 1)) s.write(name, v);
+  const outs = data.map((b, step) => Array.from(s.run('train_step', b, { lr: model.optimizer.lr, t: step + 1, seed: 3, counter: step })));
+  outs.push(Array.from(s.run('eval', data[0], { lr: 0, t: STEPS, seed: 3, counter: STEPS })));
+  return outs;
+}
+
+/** both sessions of every spec, built concurrently (cmake-js children) */
+function openParitySessions() {
+  return SPECS.map((spec) => {
+    const model = checkFile(path.join(ROOT, 'specs', spec));
+    const programs = buildPrograms(model, { batch: model.train.batch });
+    const cpu = createCpuSession(programs, { threads: Math.min(8, os.cpus().length) });
+    const cuda = createCudaSession(programs, { onProgress: (m) => log(`  ${m}`) });
+    return { spec, model, programs, sessions: Promise.all([cpu, cuda]) };
+  });
+}
+
+async function checkParity(opened: ReturnType<typeof openParitySessions>): Promise<void> {
+  for (const { spec, model, programs, sessions } of opened) {
+    const data = batches(model, programs.train_step, STEPS);
+    let cpu: Session, cuda: Session;
+    try {
+      [cpu, cuda] = await sessions;
+    } catch (e) {
+      summary.push({ part: 'parity', what: `${spec} sessions`, ok: false, result: String((e as Error).message).split('\n').slice(0, 4).join(' | ') });
+      continue;
+    }
+    try {
+      const a = trainSteps(model, cpu, data), b = trainSteps(model, cuda, data);
+      let worst = 0, where = '', first = '';
+      for (let s = 0; s < a.length; s++)
+        for (let k = 0; k < a[s].length; k++) {
+          const e = Math.abs(b[s][k] - a[s][k]) / Math.max(1e-6, Math.abs(a[s][k]));
+          if (!(e <= worst)) { worst = e; where = `step ${s} output ${k}: cuda ${b[s][k]} cpu ${a[s][k]}`; }
+          if (!first && !(e < TOL)) first = `; first over ${TOL}: step ${s} output ${k} (cuda ${b[s][k]}, cpu ${a[s][k]})`;
+        }
+      log(`  ${spec} per step (loss, metrics): ${a.map((r, s) => `${s}: cpu ${r.map((x) => x.toPrecision(7)).join('/')} cuda ${b[s].map((x) => x.toPrecision(7)).join('/')}`).join('; ')}${first}`);
+      log(`parity ${spec}: losses cpu ${a[0][0].toFixed(5)} -> ${a[STEPS - 1][0].toFixed(5)}, cuda ${b[0][0].toFixed(5)} -> ${b[STEPS - 1][0].toFixed(5)}; worst ${where}`);
+      summary.push({ part: 'parity', what: `${spec} ${STEPS} steps + eval vs cpu`, ok: worst < TOL, result: `worst rel ${worst.toExponential(2)}` });
+    } finally {
+      cpu.close();
+      cuda.close();
+    }
+  }
+}
+
+function sanitizerPath(): string {
+  for (const p of ['/usr/local/cuda/bin/compute-sanitizer', path.join(path.dirname(fs.realpathSync(nv!.nvcc)), 'compute-sanitizer')]) if (fs.existsSync(p)) return p;
+  return 'compute-sanitizer';
+}
+
+/** one train step's driver per spec, built concurrently */
+function sanitizeDrivers() {
+  return SPECS.map((spec) => {
+    const model = checkFile(path.join(ROOT, 'specs', spec));
+    const p = buildPrograms(model, { batch: model.train.batch }).train_step;
+    const build = buildDriver([p], `sanitize_${spec.replace(/\W/g, '_')}`);
+    build.catch(() => undefined); // reported when awaited
+    return { spec, model, p, build };
+  });
+}
+
+async function checkSanitizer(drivers: ReturnType<typeof sanitizeDrivers>): Promise<void> {
+  const cs = sanitizerPath();
+  for (const { spec, model, p, build: building } of drivers) {
+    let build: EmuBuild;
+    try {
+      build = await building;
+    } catch (e) {
+      summary.push({ part: 'sanitize', what: `${spec} driver build`, ok: false, result: String((e as Error).message).split('\n').slice(0, 4).join(' | ') });
+      continue;
+    }
+    const init = initParams(model, 1);
+    const writes = build.art.table.tensors.flatMap((t, i) => (init.has(t.name) ? [{ tensor: i, data: init.get(t.name)! }] : []));
+    const runs = [{ program: 0, scalars: { lr: model.optimizer.lr, t: 1, seed: 3, counter: 0 }, inputs: batches(model, p, 1)[0] }];
+    for (const tool of ['memcheck', 'racecheck', 'synccheck']) {
+      const logFile = path.join(OUT, `sanitize_${spec.replace(/\.model$/, '')}_${tool}.log`);
+      const wrapper = path.join(path.dirname(build.exe), `san_${tool}.sh`);
+      fs.writeFileSync(wrapper, `#!/bin/sh\nexec timeout ${SANITIZE_TIMEOUT_S} ${cs} --tool ${tool} --error-exitcode 9 --print-limit 20 --log-file ${logFile} ${build.exe} "$@"\n`, { mode: 0o755 });
+      let ok = true, result = 'clean';
+      try {
+        const r = runEmu({ exe: wrapper, art: build.art }, writes, runs).results[0];
+        if (!r.ok) { ok = false; result = `run failed: ${r.error}`; }
+      } catch (e) {
+        ok = false;
+        const timedOut = /status 124|exit code 124/.test(String((e as Error).message)) || (e as { status?: number }).status === 124;
+        result = timedOut ? `not finished within ${SANITIZE_TIMEOUT_S} s (SANITIZE_TIMEOUT_S)` : `errors (see ${path.basename(logFile)})`;
+        const text = fs.existsSync(logFile) ? fs.readFileSync(logFile, 'utf8') : String((e as Error).message);
+        log(text.split('\n').slice(0, 30).join('\n'));
+      }
+      if (ok && fs.existsSync(logFile)) {
+        const m = fs.readFileSync(logFile, 'utf8').match(/ERROR SUMMARY: (\d+) error/);
+        if (m && m[1] !== '0') { ok = false; result = `${m[1]} errors`; }
+      }
+      summary.push({ part: 'sanitize', what: `${spec} train_step ${tool}`, ok, result });
+    }
+  }
+}
+
+const parts = process.argv.slice(2);
+const want = (p: string) => parts.length === 0 || parts.includes(p);
+const run = async (name: string, f: () => void | Promise<void>) => {
+  const t0 = Date.now();
+  try {
+    await f();
+  } catch (e) {
+    summary.push({ part: name, what: 'aborted', ok: false, result: String((e as Error).message).split('\n').slice(0, 3).join(' | ') });
+  }
+  log(`${name}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+};
+log(`cuda_check on ${gpu.name} (compute ${gpu.computeCap}, sm_${ARCH}), ${nv.version}; logs in ${OUT}`);
+// the parity sessions build (cmake-js child processes) while the kernel cases build and run
+const opened = want('parity') ? openParitySessions() : [];
+for (const o of opened) o.sessions.catch(() => undefined); // reported when awaited
+const drivers = want('sanitize') ? sanitizeDrivers() : [];
+if (want('kernels')) await run('kernels', checkKernels);
+if (want('parity')) await run('parity', () => checkParity(opened));
+if (want('sanitize')) await run('sanitize', () => checkSanitizer(drivers));
+fs.writeFileSync(path.join(OUT, 'cuda_check.json'), JSON.stringify(summary.rows, null, 1) + '\n');
+log('\npart      ok    what                                              result');
+for (const s of summary.rows) log(rowText(s));
+const failed = summary.rows.filter((s) => !s.ok).length;
+log(failed ? `\n${failed} check(s) FAILED` : '\nall checks passed');
+process.exit(failed ? 1 : 0);

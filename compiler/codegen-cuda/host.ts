@@ -1,0 +1,271 @@
+/**
+ * host: the CUDA backend's host code, `model_cuda.cu`: an implementation of the model ABI
+ * (runtime/cpp/mpsc_model.h) over the plan of plan.ts. Consumes a CudaPlan and the kernels'
+ * file name; produces CUDA C++ text that
+ *  - at create: finds a device (a clear message when there is none, or the driver is too old
+ *    for the runtime), makes the ONE device allocation of the plan (out of memory names the
+ *    planned bytes and what the GPU has free), zero-fills it, creates one stream and, per
+ *    program, two pinned staging sets;
+ *  - per run: uploads the host's persistent tensors when the host changed them (checkpoint load,
+ *    init), waits until the GPU is done with the staging set it is about to fill (so filling one
+ *    set overlaps the step running from the other), copies the batch and the step scalars into
+ *    it, launches the program's CUDA graph (captured ONCE per staging set, replayed afterwards:
+ *    the kernels read the scalars from device memory, so nothing is re-captured), and only when
+ *    the caller asks for the outputs (outputs != NULL) waits for the step and reads them back;
+ *  - backend_to_host / backend_from_host: keep the host copy of the persistent block (what
+ *    read / write / checkpoints see) in step with the device copy.
+ * Every CUDA call and launch is checked; failures become ctx->error messages (never a crash).
+ * Kernel variant: the tensor-core (3xTF32) GEMMs unless MPSC_CUDA_PLAIN=1 picks the 16x16-tile
+ * ones (bench/cuda_check.sh runs both). MPSC_CUDA_MIRROR_ARENA=1 copies the arena back to
+ * ctx->arena after each step whose outputs are read (the kernel checks read intermediate values).
+ */
+import { cString, commentText } from '../cfamily/text.js';
+import type { PersistentTable } from '../codegen-metal/layout.js';
+import type { CudaPlan, GraphNodePlan, ProgramPlan } from './plan.js';
+
+const dim3 = (d: number[]) => `dim3(${d[0]}u, ${d[1]}u, ${d[2]}u)`;
+
+function launch(n: Extract<GraphNodePlan, { kind: 'kernel' }>): string {
+  const args = n.args.map((a) => {
+    const t = `${a.access === 'r' ? 'const ' : ''}${a.type}*`;
+    return `reinterpret_cast<${t}>(dev + ${a.offset})`;
+  });
+  args.push(`reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET)`);
+  const call = (k: string, block: number[]) => `${k}<<<${dim3(n.grid)}, ${dim3(block)}, 0, st>>>(${args.join(', ')});`;
+  const what = cString(`${n.kernel} (node ${n.node}: ${n.op})`);
+  const body = n.mma ? `if (mma) ${call(n.mma.kernel, n.mma.block)}\n    else ${call(n.kernel, n.block)}` : call(n.kernel, n.block);
+  return `  {\n    ${body}\n    if (!ck(ctx, cudaGetLastError(), ${what})) return false;\n  }\n`;
+}
+
+function recordFn(p: ProgramPlan, i: number): string {
+  let s = `// program ${commentText(p.name)}: the graph's nodes in stream order (${p.kernels} kernels)\n`;
+  s += `bool record_p${i}(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStream_t st, bool mma) {\n  (void)mma;\n`;
+  for (const n of p.nodes) {
+    if (n.kind === 'kernel') s += launch(n);
+    else {
+      const [dst, src, dir] = n.kind === 'h2d'
+        ? [`dev + ${n.deviceOffset}`, `stage + ${n.hostOffset}`, 'cudaMemcpyHostToDevice']
+        : [`stage + ${n.hostOffset}`, `dev + ${n.deviceOffset}`, 'cudaMemcpyDeviceToHost'];
+      s += `  if (!ck(ctx, cudaMemcpyAsync(${dst}, ${src}, ${n.bytes}, ${dir}, st), ${cString(`copy of ${n.what}`)})) return false;\n`;
+    }
+  }
+  return s + '  return true;\n}\n';
+}
+
+function runFn(p: ProgramPlan, i: number): string {
+  const copyIn = p.inputs.map((inp, k) => `  std::memcpy(stage + ${inp.hostOffset}, inputs[${k}], ${inp.bytes});\n`).join('');
+  const readOut = p.outputs.map((o, k) => `    { float v; std::memcpy(&v, stage + ${o.hostOffset}, 4); outputs[${k}] = v; }\n`).join('');
+  return (
+    `int run_p${i}(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, double* outputs) {\n` +
+    `  Backend* b = static_cast<Backend*>(ctx->backend);\n` +
+    `  Prog& q = b->progs[${i}];\n` +
+    `  if (!upload_if_dirty(ctx, b)) return 1;\n` +
+    `  const int s = q.next;\n  q.next ^= 1;\n` +
+    `  // the GPU must be done reading this staging set (the step before the previous one)\n` +
+    `  if (q.pending[s] && !ck(ctx, cudaEventSynchronize(q.done[s]), "a previous step")) return 1;\n` +
+    `  q.pending[s] = false;\n` +
+    `  unsigned char* stage = q.stage[s];\n` +
+    `  (void)inputs;\n${copyIn}` +
+    `  std::memcpy(stage + ${p.scalarsHostOffset}, sc, sizeof(StepParams));\n` +
+    `  if (!q.exec[s] && !capture(ctx, b, record_p${i}, stage, &q.exec[s], ${cString(p.name)})) return 1;\n` +
+    `  if (!ck(ctx, cudaGraphLaunch(q.exec[s], b->stream), "launching the ${commentText(p.name)} graph")) return 1;\n` +
+    `  if (!ck(ctx, cudaEventRecord(q.done[s], b->stream), "cudaEventRecord")) return 1;\n` +
+    `  q.pending[s] = true;\n  b->device_newer = true;\n` +
+    `  if (outputs) {\n` +
+    `    if (!ck(ctx, cudaEventSynchronize(q.done[s]), "the ${commentText(p.name)} step")) return 1;\n` +
+    `${readOut}` +
+    `    // MPSC_CUDA_MIRROR_ARENA=1 (bench/cuda_check.ts): the arena is copied to the host after each step, for kernel checks\n` +
+    `    if (b->mirror && !ck(ctx, cudaMemcpy(ctx->arena, b->dev + ARENA_OFFSET, ARENA_BYTES < (size_t)ctx->arena_bytes ? ARENA_BYTES : (size_t)ctx->arena_bytes, cudaMemcpyDeviceToHost), "mirroring the arena")) return 1;\n` +
+    `  }\n  return 0;\n}\n`
+  );
+}
+
+const KINDS: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE', optstate: 'MPSC_OPTSTATE', gradacc: 'MPSC_GRADACC' };
+
+/** `model_cuda.cu`: includes the kernels file `kernelsFile` and implements the model ABI. */
+export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFile: string): string {
+  const P = plan.programs;
+  const tensors = table.tensors.map((t, i) => ({
+    shape: `const int64_t tshape${i}[] = { ${t.shape.length ? t.shape.join(', ') : '0'} };`,
+    row: `  { ${cString(t.name)}, ${t.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32'}, ${KINDS[t.kind] ?? 'MPSC_STATE'}, ${t.shape.length}, tshape${i}, ${t.shape.reduce((a, b) => a * b, 1)}, ${t.offset} },`,
+  }));
+  const progTables = P.map((p, i) =>
+    p.inputs.map((inp, k) => `const int64_t ishape_p${i}_${k}[] = { ${inp.shape.length ? inp.shape.join(', ') : '0'} };\n`).join('') +
+    `const mpsc_tensor_desc in_p${i}[] = {\n` +
+    p.inputs.map((inp, k) => `  { ${cString(inp.name)}, ${inp.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32'}, MPSC_INPUT, ${inp.shape.length}, ishape_p${i}_${k}, ${inp.shape.reduce((a, b) => a * b, 1)}, 0 },\n`).join('') +
+    `  { nullptr, 0, 0, 0, nullptr, 0, 0 }\n};\n` +
+    `const char* const outnames_p${i}[] = { ${p.outputs.map((o) => cString(o.name) + ', ').join('')}nullptr };\n`).join('');
+  return `// Generated by mpsc: the CUDA implementation of mpsc_model.h for model ${commentText(plan.model)}.
+// One device allocation of ${plan.deviceBytes} bytes (persistent ${plan.persistent.bytes} at ${plan.persistent.offset},
+// arena ${plan.arena.bytes} at ${plan.arena.offset}, step scalars at ${plan.scalars.offset}, input batches after them);
+// each program is one CUDA graph, captured once per pinned staging set and replayed.
+// Do not edit; regenerate with \`mpsc build --target cuda\`.
+#include "mpsc_model.h"
+#include ${cString(kernelsFile)}
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+const size_t DEVICE_BYTES = ${plan.deviceBytes};
+const size_t PERSISTENT_OFFSET = ${plan.persistent.offset};
+const size_t SCALARS_OFFSET = ${plan.scalars.offset};
+const size_t ARENA_OFFSET = ${plan.arena.offset};
+const size_t ARENA_BYTES = ${plan.arena.bytes};
+const int NPROG = ${P.length};
+const size_t STAGING_BYTES[NPROG] = { ${P.map((p) => p.stagingBytes).join(', ')} };
+static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
+
+struct Prog {
+  unsigned char* stage[2] = {nullptr, nullptr};  // pinned host staging sets
+  cudaGraphExec_t exec[2] = {nullptr, nullptr};  // captured on first use, then replayed
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  bool pending[2] = {false, false};
+  int next = 0;
+};
+
+struct Backend {
+  unsigned char* dev = nullptr;  // the one device allocation
+  cudaStream_t stream = nullptr;
+  bool mma = true;               // tensor-core (3xTF32) GEMM variants
+  bool mirror = false;           // copy the arena to ctx->arena after each step whose outputs are read
+  bool host_dirty = true;        // the host copy of the persistent block is newer than the device's
+  bool device_newer = false;     // the device copy is newer than the host's
+  size_t free_before = 0, total = 0;
+  Prog progs[NPROG];
+};
+
+bool ck(mpsc_ctx* ctx, cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  std::snprintf(ctx->error, sizeof ctx->error, "CUDA error in %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return false;
+}
+
+bool upload_if_dirty(mpsc_ctx* ctx, Backend* b) {
+  if (!b->host_dirty) return true;
+  if (!ck(ctx, cudaMemcpyAsync(b->dev + PERSISTENT_OFFSET, ctx->persistent, (size_t)ctx->model->persistent_bytes, cudaMemcpyHostToDevice, b->stream), "uploading the persistent tensors")) return false;
+  if (!ck(ctx, cudaStreamSynchronize(b->stream), "uploading the persistent tensors")) return false;
+  b->host_dirty = false;
+  return true;
+}
+
+typedef bool (*record_fn)(mpsc_ctx*, unsigned char*, unsigned char*, cudaStream_t, bool);
+
+/** stream capture of one program's nodes into an instantiated graph */
+bool capture(mpsc_ctx* ctx, Backend* b, record_fn rec, unsigned char* stage, cudaGraphExec_t* exec, const char* name) {
+  if (!ck(ctx, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture")) return false;
+  const bool ok = rec(ctx, b->dev, stage, b->stream, b->mma);
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(b->stream, &g);
+  if (!ok) { if (g) cudaGraphDestroy(g); return false; }
+  if (!ck(ctx, e, "cudaStreamEndCapture")) return false;
+  const cudaError_t ei = cudaGraphInstantiate(exec, g, 0);
+  cudaGraphDestroy(g);
+  if (ei != cudaSuccess) {
+    std::snprintf(ctx->error, sizeof ctx->error, "CUDA error instantiating the %s graph: %s", name, cudaGetErrorString(ei));
+    return false;
+  }
+  return true;
+}
+
+${P.map(recordFn).join('\n')}
+${P.map(runFn).join('\n')}
+void destroy(Backend* b) {
+  if (b->stream) cudaStreamSynchronize(b->stream);
+  for (Prog& q : b->progs)
+    for (int s = 0; s < 2; ++s) {
+      if (q.exec[s]) cudaGraphExecDestroy(q.exec[s]);
+      if (q.done[s]) cudaEventDestroy(q.done[s]);
+      if (q.stage[s]) cudaFreeHost(q.stage[s]);
+    }
+  if (b->dev) cudaFree(b->dev);
+  if (b->stream) cudaStreamDestroy(b->stream);
+  delete b;
+}
+
+void* backend_create(mpsc_ctx* ctx) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  if (drv == 0 || e == cudaErrorNoDevice) {
+    std::snprintf(ctx->error, sizeof ctx->error, "no CUDA device found (no NVIDIA driver or GPU: %s): use --device cpu", cudaGetErrorString(e));
+    return nullptr;
+  }
+  if (e == cudaErrorInsufficientDriver) {
+    std::snprintf(ctx->error, sizeof ctx->error, "the NVIDIA driver is too old for this CUDA runtime (runtime %d.%d, driver supports %d.%d): update the driver, or use --device cpu",
+                  rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10);
+    return nullptr;
+  }
+  if (e != cudaSuccess || n == 0) {
+    std::snprintf(ctx->error, sizeof ctx->error, "no CUDA device found (%s): use --device cpu", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return nullptr;
+  }
+  Backend* b = new Backend();
+  const char* plain = std::getenv("MPSC_CUDA_PLAIN");
+  b->mma = !(plain && plain[0] == '1');
+  const char* mirror = std::getenv("MPSC_CUDA_MIRROR_ARENA");
+  b->mirror = mirror && mirror[0] == '1';
+  if (!ck(ctx, cudaSetDevice(0), "cudaSetDevice") || !ck(ctx, cudaMemGetInfo(&b->free_before, &b->total), "cudaMemGetInfo")) { destroy(b); return nullptr; }
+  const cudaError_t em = cudaMalloc(reinterpret_cast<void**>(&b->dev), DEVICE_BYTES);
+  if (em != cudaSuccess) {
+    b->dev = nullptr;
+    std::snprintf(ctx->error, sizeof ctx->error, "out of GPU memory: the model needs %zu bytes on the device (its static memory plan), the GPU has %zu of %zu free (%s): use a smaller batch",
+                  DEVICE_BYTES, b->free_before, b->total, cudaGetErrorString(em));
+    cudaGetLastError();
+    destroy(b);
+    return nullptr;
+  }
+  bool ok = ck(ctx, cudaMemset(b->dev, 0, DEVICE_BYTES), "cudaMemset") &&
+            ck(ctx, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (int i = 0; ok && i < NPROG; ++i)
+    for (int s = 0; ok && s < 2; ++s)
+      ok = ck(ctx, cudaHostAlloc(reinterpret_cast<void**>(&b->progs[i].stage[s]), STAGING_BYTES[i], cudaHostAllocDefault), "cudaHostAlloc (pinned staging)") &&
+           ck(ctx, cudaEventCreateWithFlags(&b->progs[i].done[s], cudaEventDisableTiming), "cudaEventCreate");
+  if (!ok) { destroy(b); return nullptr; }
+  for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);
+  return b;
+}
+
+void backend_free(mpsc_ctx* ctx, void* p) {
+  (void)ctx;
+  if (p) destroy(static_cast<Backend*>(p));
+}
+
+int backend_to_host(mpsc_ctx* ctx, void* p) {
+  Backend* b = static_cast<Backend*>(p);
+  if (!b->device_newer) return 0;
+  if (!ck(ctx, cudaStreamSynchronize(b->stream), "waiting for the GPU")) return 1;
+  if (!ck(ctx, cudaMemcpy(ctx->persistent, b->dev + PERSISTENT_OFFSET, (size_t)ctx->model->persistent_bytes, cudaMemcpyDeviceToHost), "downloading the persistent tensors")) return 1;
+  b->device_newer = false;
+  return 0;
+}
+
+int backend_from_host(mpsc_ctx* ctx, void* p) {
+  (void)ctx;
+  static_cast<Backend*>(p)->host_dirty = true;
+  return 0;
+}
+
+${progTables}
+${tensors.map((t) => t.shape).join('\n')}
+const mpsc_tensor_desc tensors[] = {
+${tensors.map((t) => t.row).join('\n')}
+  { nullptr, 0, 0, 0, nullptr, 0, 0 }
+};
+const mpsc_program_desc programs[] = {
+${P.map((p, i) => `  { ${cString(p.name)}, ${p.batch}, ${p.inputs.length}, in_p${i}, ${p.outputs.length}, outnames_p${i}, ${p.arenaBytes}, ${p.kernels}, run_p${i} },`).join('\n')}
+};
+const mpsc_model_desc model = {
+  MPSC_ABI_VERSION, ${cString(plan.model)}, "cuda", ${table.tensors.length}, tensors, ${table.bytes}, ${P.length}, programs,
+  backend_create, backend_free, backend_to_host, backend_from_host,
+};
+
+} // namespace
+
+extern "C" const mpsc_model_desc* mpsc_model(void) { return &model; }
+`;
+}

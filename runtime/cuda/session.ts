@@ -1,0 +1,126 @@
+/**
+ * The cuda Session: the generated CUDA model (compiler/codegen-cuda: kernels from the shared kernel
+ * language + host code over one device allocation and one CUDA graph per program), built by the
+ * shared native build (runtime/native/build.ts: cmake-js, CUDA as a CMake language, the
+ * content-addressed cache) and loaded with createNativeSession, so the host side is the CPU
+ * backend's. Also the probes `--device auto` and `mpsc build --target cuda` use: where nvcc is,
+ * which GPU this machine has (nvidia-smi) and the CUDA architecture to build for (90a on Hopper,
+ * else the GPU's own compute capability).
+ * Errors a user can act on (no toolkit, no GPU, driver too old, out of GPU memory) are UserErrors.
+ */
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { UserError } from '../../compiler/errors.js';
+import type { ProgramSet } from '../../compiler/ir/graph.js';
+import { generateCudaModel, type CudaGemm } from '../../compiler/codegen-cuda/index.js';
+import { buildAddon, sourcesDigest, type CudaBuild } from '../native/build.js';
+import { createNativeSession } from '../native/native_session.js';
+import type { Session } from '../session.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const EXT = path.extname(fileURLToPath(import.meta.url));
+
+/** the nvcc to use ($MPSC_NVCC, /usr/local/bin, /usr/local/cuda/bin, PATH) and its release line, or null */
+export function findNvcc(): { nvcc: string; version: string } | null {
+  const candidates = [process.env.MPSC_NVCC, '/usr/local/bin/nvcc', '/usr/local/cuda/bin/nvcc', 'nvcc'].filter((c): c is string => !!c);
+  for (const nvcc of candidates) {
+    if (nvcc.includes('/') && !fs.existsSync(nvcc)) continue;
+    const r = spawnSync(nvcc, ['--version'], { encoding: 'utf8' });
+    if (r.status === 0) return { nvcc, version: r.stdout.split('\n').find((l) => /release/.test(l))?.trim() ?? r.stdout.trim() };
+  }
+  return null;
+}
+
+export interface GpuInfo { name: string; computeCap: string }
+
+/** the first GPU nvidia-smi lists, or null (no driver, no GPU, no nvidia-smi) */
+export function findGpu(): GpuInfo | null {
+  const r = spawnSync('nvidia-smi', ['--query-gpu=name,compute_cap', '--format=csv,noheader'], { encoding: 'utf8' });
+  if (r.error || r.status !== 0) return null;
+  const line = r.stdout.split('\n').find((l) => l.trim());
+  if (!line) return null;
+  const [name, cap] = line.split(',').map((s) => s.trim());
+  return /^\d+\.\d+$/.test(cap ?? '') ? { name, computeCap: cap } : null;
+}
+
+/** CMAKE_CUDA_ARCHITECTURES for a compute capability: 90a on Hopper (its own instructions), else e.g. 89 */
+export function cudaArchitecture(computeCap: string | null): string {
+  if (!computeCap) return '90a';
+  const [maj, min] = computeCap.split('.');
+  return maj === '9' && min === '0' ? '90a' : `${maj}${min}`;
+}
+
+/** Why CUDA cannot run here, or null when a toolkit and a GPU are both present. */
+export function cudaUnavailable(): string | null {
+  const gpu = findGpu();
+  if (!gpu) return 'no CUDA device found: nvidia-smi lists no GPU';
+  if (!findNvcc()) return `a GPU (${gpu.name}) but no CUDA toolkit: nvcc was not found (set MPSC_NVCC or put nvcc on PATH)`;
+  return null;
+}
+
+export interface CudaSessionOptions {
+  cxxflags?: string;
+  cacheDir?: string;
+  onProgress?: (msg: string) => void;
+}
+
+const GENERATOR_SOURCES = [
+  path.resolve(HERE, '../../compiler/codegen-cuda'), path.resolve(HERE, '../../compiler/kernels'),
+  path.resolve(HERE, `../../compiler/codegen-metal/lower_program${EXT}`), path.resolve(HERE, `../../compiler/codegen-metal/dispatch_plan${EXT}`),
+  path.resolve(HERE, `../../compiler/codegen-metal/layout${EXT}`), path.resolve(HERE, `../../compiler/ir/scalar_fns${EXT}`),
+];
+let generatorDigest: string | undefined;
+
+/** the GEMM kernels to generate: $MPSC_CUDA_GEMM = cuda (64x64 tiles, default) | shared (the kernel language's 16x16 tiles) */
+export function cudaGemmChoice(): CudaGemm {
+  const v = process.env.MPSC_CUDA_GEMM ?? 'cuda';
+  if (v !== 'cuda' && v !== 'shared') throw new UserError(`error: MPSC_CUDA_GEMM must be 'cuda' or 'shared', got '${v}'`);
+  return v;
+}
+
+/** digest of what the generated CUDA sources are a pure function of */
+export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda'): string {
+  generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
+  return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update('\0').update(JSON.stringify(programs)).digest('hex');
+}
+
+/** The CUDA build settings for this machine (nvcc, architecture), or a UserError saying what is missing. */
+export function cudaBuildSettings(): CudaBuild & { gpu: GpuInfo | null } {
+  const nv = findNvcc();
+  if (!nv) throw new UserError('error: --device cuda: no CUDA toolkit found (nvcc is not in /usr/local/bin, /usr/local/cuda/bin or on PATH)\n  help: install the CUDA toolkit or set MPSC_NVCC; or use --device cpu');
+  const gpu = findGpu();
+  return { nvcc: nv.nvcc, version: nv.version, architectures: cudaArchitecture(gpu?.computeCap ?? null), gpu };
+}
+
+export async function createCudaSession(programs: ProgramSet, opts: CudaSessionOptions = {}): Promise<Session> {
+  const gpu = findGpu();
+  if (!gpu) throw new UserError('error: --device cuda: no CUDA device found (nvidia-smi lists no GPU, or there is no NVIDIA driver)\n  help: use --device cpu on this machine');
+  const settings = cudaBuildSettings();
+  let planned = 0;
+  const gemm = cudaGemmChoice();
+  const built = await buildAddon({
+    files: () => {
+      const a = generateCudaModel(programs, { gemm });
+      planned = a.plan.deviceBytes;
+      return a.files;
+    },
+    inputsKey: cudaInputsKey(programs, gemm),
+    cxxflags: opts.cxxflags ?? '-O2',
+    cacheDir: opts.cacheDir,
+    cuda: settings,
+    onProgress: opts.onProgress,
+  });
+  if (!planned) planned = generateCudaModel(programs, { gemm }).plan.deviceBytes;
+  opts.onProgress?.(`${built.cached ? 'using cached' : 'built'} CUDA model (sm_${settings.architectures}, ${gpu.name}, ${gemm} GEMMs) in ${built.dir}; planned device memory ${planned} bytes (one allocation)`);
+  try {
+    // one host thread: the work runs on the GPU
+    return createNativeSession(built.modulePath, programs, 'cuda', 1);
+  } catch (e) {
+    const msg = (e as Error).message;
+    if (/^mpsc: /.test(msg) && !/internal/.test(msg)) throw new UserError(`error: --device cuda: ${msg.replace(/^mpsc: /, '')}`);
+    throw e;
+  }
+}

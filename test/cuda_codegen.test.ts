@@ -1,0 +1,183 @@
+/**
+ * The CUDA backend without a GPU: the generated sources of every example spec (kernels from the
+ * shared kernel language + host code over the device plan), golden files for two specs
+ * (test/golden/cuda; UPDATE_GOLDEN=1 rewrites them: review the diff), every generated model
+ * compiled with `nvcc -arch=sm_90a` with warnings as errors (a deliberately broken kernel must
+ * fail: negative control), the host-side planning (one device allocation: regions, kernel
+ * argument offsets, the graph's node list and the step-scalar slot), and one full cmake-js build
+ * of the CUDA addon whose `create` must say that there is no CUDA device (CI has none).
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { checkFile } from '../compiler/check/index.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { isPersistent, type ProgramSet } from '../compiler/ir/graph.js';
+import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
+import { CUDA_ALIGN, planProblems, SCALAR_BYTES, type CudaPlan } from '../compiler/codegen-cuda/plan.js';
+import { buildAddon, loadAddon } from '../runtime/native/build.js';
+import { cudaInputsKey, findGpu, findNvcc } from '../runtime/cuda/session.js';
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+const GOLDEN = path.join(ROOT, 'test/golden/cuda');
+const SPECS = fs.readdirSync(path.join(ROOT, 'specs')).filter((f) => f.endsWith('.model')).sort();
+const NV = findNvcc();
+
+function programsOf(spec: string): ProgramSet {
+  const model = checkFile(path.join(ROOT, 'specs', spec));
+  return buildPrograms(model, { batch: model.train.batch });
+}
+
+/** nvcc -c of the host file (which includes the kernels) in dir; returns the compiler's complaint or '' */
+function nvccCompile(dir: string, file: string): string {
+  fs.copyFileSync(path.join(ROOT, 'runtime/cpp/mpsc_model.h'), path.join(dir, 'mpsc_model.h'));
+  try {
+    execFileSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', path.join(dir, file), '-o', path.join(dir, 'out.o'), '-Werror', 'all-warnings'], { stdio: 'pipe' });
+    return '';
+  } catch (e) {
+    const err = e as { stderr?: Buffer; message: string };
+    return err.stderr?.toString() || err.message;
+  }
+}
+
+function writeAll(dir: string, files: Record<string, string>): void {
+  for (const [f, t] of Object.entries(files)) fs.writeFileSync(path.join(dir, f), t);
+}
+
+describe('CUDA sources of every example spec', () => {
+  for (const spec of SPECS) {
+    it(`${spec}: generated, planned soundly, and compiled by nvcc -arch=sm_90a -Werror`, () => {
+      const a = generateCudaModel(programsOf(spec));
+      expect(planProblems(a.plan)).toEqual([]);
+      expect(Object.keys(a.files).sort()).toEqual([KERNELS_FILE, HOST_FILE].sort());
+      const cu = a.files[HOST_FILE];
+      // every kernel of the kernels file is launched by the host code
+      const kernels = [...a.files[KERNELS_FILE].matchAll(/__global__ void __launch_bounds__\(\d+\) (\w+)\(/g)].map((m) => m[1]);
+      expect(kernels.length).toBeGreaterThan(0);
+      for (const k of kernels) expect(cu, `kernel ${k} is never launched`).toContain(`${k}<<<`);
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-cuda-gen-'));
+      try {
+        writeAll(dir, a.files);
+        expect(nvccCompile(dir, HOST_FILE)).toBe('');
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    }, 300_000);
+  }
+
+  it('a deliberately broken kernel fails the nvcc compile (negative control)', () => {
+    const a = generateCudaModel(programsOf('mnist_mlp.model'));
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-cuda-bad-'));
+    try {
+      // a barrier with its semicolon dropped, and a read of an undeclared buffer
+      const broken = a.files[KERNELS_FILE].replace('__syncthreads();', '__syncthreads()').replace(/(\n  const uint i = gid\.x;)/, '$1\n  float zz = nowhere[i];');
+      expect(broken).not.toBe(a.files[KERNELS_FILE]);
+      writeAll(dir, { ...a.files, [KERNELS_FILE]: broken });
+      expect(nvccCompile(dir, HOST_FILE)).toMatch(/error/);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
+
+describe('golden CUDA sources', () => {
+  for (const spec of ['mnist_mlp', 'lenet']) {
+    it(`${spec}: kernels, host code and plan match test/golden/cuda (UPDATE_GOLDEN=1 to rewrite)`, () => {
+      const a = generateCudaModel(programsOf(`${spec}.model`));
+      const outs: [string, string][] = [
+        [`${spec}.kernels.cuh`, a.files[KERNELS_FILE]], [`${spec}.model_cuda.cu`, a.files[HOST_FILE]],
+        [`${spec}.plan.json`, JSON.stringify(a.plan, null, 1) + '\n'],
+      ];
+      for (const [file, text] of outs) {
+        const f = path.join(GOLDEN, file);
+        if (process.env.UPDATE_GOLDEN === '1') {
+          fs.mkdirSync(GOLDEN, { recursive: true });
+          fs.writeFileSync(f, text);
+        }
+        expect(fs.existsSync(f), `${f} is missing: run with UPDATE_GOLDEN=1`).toBe(true);
+        expect(text, `${file} differs from the golden file; if the change is intended, rerun with UPDATE_GOLDEN=1 and review the diff`).toBe(fs.readFileSync(f, 'utf8'));
+      }
+    });
+  }
+});
+
+describe('host-side planning', () => {
+  const ps = programsOf('lenet.model');
+  const a = generateCudaModel(ps);
+  const plan = a.plan;
+
+  it('lays out one allocation: persistent block, arena, scalar slot, input batches, aligned and disjoint', () => {
+    expect(plan.persistent.offset).toBe(0);
+    expect(plan.persistent.bytes).toBe(a.table.bytes);
+    expect(plan.arena.offset).toBeGreaterThanOrEqual(plan.persistent.bytes);
+    expect(plan.arena.bytes).toBe(Math.max(...[ps.train_step, ps.eval].map((p) => p.plan!.arenaBytes)));
+    expect(plan.scalars.bytes).toBe(SCALAR_BYTES);
+    expect(plan.inputs).toHaveLength(plan.programs.length);
+    for (const r of [plan.persistent, plan.arena, plan.scalars, ...plan.inputs]) expect(r.offset % CUDA_ALIGN).toBe(0);
+    const last = plan.inputs[plan.inputs.length - 1];
+    expect(plan.deviceBytes).toBeGreaterThanOrEqual(last.offset + last.bytes);
+    expect(plan.deviceBytes % CUDA_ALIGN).toBe(0);
+    expect(planProblems(plan)).toEqual([]);
+  });
+
+  it('binds every kernel argument at its value\'s home: persistent by the table, activations by the memory plan', () => {
+    const p = ps.train_step;
+    const tp = plan.programs.find((q) => q.name === 'train_step')!;
+    const table = new Map(a.table.tensors.map((t) => [t.name, t.offset]));
+    let checked = 0;
+    for (const n of tp.nodes) {
+      if (n.kind !== 'kernel') continue;
+      for (const arg of n.args) {
+        const v = p.graph.values.find((x) => x.name === arg.value)!;
+        if (isPersistent(v)) expect(arg.offset).toBe(plan.persistent.offset + table.get(v.name)!);
+        else if (v.kind === 'input') expect(arg.offset).toBe(tp.inputs.find((i) => i.name === v.name)!.deviceOffset);
+        else expect(arg.offset).toBe(plan.arena.offset + p.plan!.offsets[v.id]);
+        checked++;
+      }
+    }
+    expect(checked).toBeGreaterThan(50);
+  });
+
+  it('orders each graph: batch and scalar copies in, the kernels, the outputs out', () => {
+    for (const tp of plan.programs) {
+      const kinds = tp.nodes.map((n) => n.kind);
+      const nIn = tp.inputs.length + 1;
+      expect(kinds.slice(0, nIn)).toEqual(Array(nIn).fill('h2d'));
+      expect(kinds.slice(-tp.outputs.length)).toEqual(Array(tp.outputs.length).fill('d2h'));
+      expect(kinds.filter((k) => k === 'kernel')).toHaveLength(tp.kernels);
+      const sc = tp.nodes[nIn - 1];
+      expect(sc).toMatchObject({ kind: 'h2d', what: 'step scalars', deviceOffset: plan.scalars.offset, bytes: SCALAR_BYTES, hostOffset: tp.scalarsHostOffset });
+      expect(tp.outputs.map((o) => o.name)).toEqual((tp.name === 'train_step' ? ps.train_step : ps.eval).outputs.map((o) => o.name));
+    }
+    // the GEMMs carry their tensor-core variant; the host picks it at capture time
+    const gemms = plan.programs[0].nodes.filter((n) => n.kind === 'kernel' && /linear|conv2d|matmul/.test(n.op));
+    expect(gemms.length).toBeGreaterThan(0);
+    for (const g of gemms) expect(g.kind === 'kernel' && g.mma?.kernel).toMatch(/_mma$/);
+  });
+
+  it('planProblems catches overlapping regions and arguments outside them', () => {
+    const bad: CudaPlan = structuredClone(plan);
+    bad.arena.offset = bad.persistent.offset + 64;
+    expect(planProblems(bad).join('\n')).toMatch(/persistent overlaps arena|arena is not 256-byte aligned/);
+    const bad2: CudaPlan = structuredClone(plan);
+    const k = bad2.programs[0].nodes.find((n) => n.kind === 'kernel')!;
+    if (k.kind === 'kernel') k.args[0].offset = bad2.deviceBytes;
+    expect(planProblems(bad2).join('\n')).toMatch(/leaves its region/);
+  });
+});
+
+describe.skipIf(!NV || findGpu() !== null)('the CUDA addon on a machine without a GPU', () => {
+  it('builds with cmake-js (CUDA as a CMake language) and its create() says that no CUDA device was found', async () => {
+    const ps = programsOf('mnist_mlp.model');
+    const built = await buildAddon({
+      files: () => generateCudaModel(ps).files, inputsKey: cudaInputsKey(ps), cxxflags: '-O2',
+      cuda: { nvcc: NV!.nvcc, version: NV!.version, architectures: '90a' },
+    });
+    const addon = loadAddon<{ describe(): { backend: string; programs: { name: string }[] }; create(t: number): unknown }>(built.modulePath);
+    expect(addon.describe().backend).toBe('cuda');
+    expect(addon.describe().programs.map((p) => p.name)).toEqual(['train_step', 'eval']);
+    expect(() => addon.create(1)).toThrowError(/no CUDA device found/);
+  }, 600_000);
+});
