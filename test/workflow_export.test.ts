@@ -145,7 +145,10 @@ describe('mpsc export --format onnx', () => {
   writeFileSync(zooFile, ZOO);
   const actsFile = join(dir, 'acts.model');
   writeFileSync(actsFile, ACTS);
-  const specs = [...readdirSync('specs').filter((f) => f.endsWith('.model')).map((f) => `specs/${f}`), zooFile, actsFile];
+  // the transformer spec uses ops the exporters do not map yet (positions, attention, ...): its
+  // export is checked below to fail with a clear error instead
+  const NOT_EXPORTABLE = new Set(['specs/char_gpt.model']);
+  const specs = [...readdirSync('specs').filter((f) => f.endsWith('.model')).map((f) => `specs/${f}`).filter((f) => !NOT_EXPORTABLE.has(f)), zooFile, actsFile];
   for (const spec of specs) {
     it(`${spec}: onnxruntime and the exported torch module match mpsc's eval forward (max rel. diff <= 1e-4), batch symbolic`, () => {
       const model = checkFile(spec);
@@ -213,6 +216,15 @@ describe('mpsc export --format onnx', () => {
     expect(() => exportOnnx(bad, w, 'test')).toThrow(UserError);
     expect(() => exportOnnx(bad, w, 'test')).toThrow(/ONNX export does not support unary function 'erfinv' \(layer 'relu0'\)/);
     expect(() => exportTorch(bad, w, 'test')).toThrow(/PyTorch export does not support unary function 'erfinv' \(layer 'relu0'\)/);
+  });
+
+  it('the transformer spec (ops without an ONNX mapping yet) is a UserError naming the op', () => {
+    const model = checkFile('specs/char_gpt.model');
+    const wfile = join(dir, 'gpt.safetensors');
+    writeWeights(model, wfile);
+    const w = readExportWeights(model, wfile);
+    expect(() => exportOnnx(model, w, 'test')).toThrow(UserError);
+    expect(() => exportOnnx(model, w, 'test')).toThrow(/ONNX export does not support op '/);
   });
 
   it('weights that lack a tensor of the spec exit 1 naming it', () => {

@@ -521,20 +521,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k5(
   y[i] = best;
 }
 
-// node 6: reshape (flatten0) -> flatten0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k6(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 200704u) return;
-  y[i] = x[i];
-}
-
 // node 7: linear (linear0) -> linear0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k7(
+extern "C" __global__ void __launch_bounds__(256) p0_k6(
     const float* x,
     const float* w,
     const float* b,
@@ -605,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
 }
 
 // node 7: linear (linear0) -> linear0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k6_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -697,7 +685,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
 }
 
 // node 8: unary (relu2) -> relu2.out
-extern "C" __global__ void __launch_bounds__(256) p0_k8(
+extern "C" __global__ void __launch_bounds__(256) p0_k7(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -710,7 +698,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
 }
 
 // node 9: linear (linear1) -> linear1.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k9(
+extern "C" __global__ void __launch_bounds__(256) p0_k8(
     const float* x,
     const float* w,
     const float* b,
@@ -781,7 +769,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9(
 }
 
 // node 9: linear (linear1) -> linear1.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -873,7 +861,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
 }
 
 // node 10: cross_entropy (loss) -> loss
-extern "C" __global__ void __launch_bounds__(64) p0_k10(
+extern "C" __global__ void __launch_bounds__(64) p0_k9(
     const float* logits,
     const int* label,
     float* loss,
@@ -893,7 +881,6 @@ extern "C" __global__ void __launch_bounds__(64) p0_k10(
     for (uint c = 0u; c < 10u; ++c) s += expf(logits[base + c] - m);
     const float lse = m + logf(s);
     part += -1.0f * (logits[base + uint(label[j])] - lse);
-
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
@@ -902,7 +889,7 @@ extern "C" __global__ void __launch_bounds__(64) p0_k10(
 }
 
 // node 11: accuracy (accuracy) -> accuracy
-extern "C" __global__ void __launch_bounds__(64) p0_k11(
+extern "C" __global__ void __launch_bounds__(64) p0_k10(
     const float* logits,
     const int* label,
     float* acc,
@@ -928,7 +915,7 @@ extern "C" __global__ void __launch_bounds__(64) p0_k11(
 }
 
 // node 12: cross_entropy_grad (loss) -> d_linear1.out
-extern "C" __global__ void __launch_bounds__(32) p0_k12(
+extern "C" __global__ void __launch_bounds__(32) p0_k11(
     const float* logits,
     const int* label,
     float* dlogits,
@@ -939,9 +926,10 @@ extern "C" __global__ void __launch_bounds__(32) p0_k12(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // one threadgroup per row n of 10u logits: (softmax - onehot) / N
+  // one threadgroup per row n of 10u logits: (softmax - onehot) / count
   const uint n = tgid.x;
   const uint base = n * 10u;
+  const float count = 64.0f;
   float m = (-INFINITY);
   for (uint c = tidx; c < 10u; c += 32u) m = fmaxf(m, logits[base + c]);
   m = mpsc_block_max(m, tg, lane, sg, 1u);
@@ -952,12 +940,12 @@ extern "C" __global__ void __launch_bounds__(32) p0_k12(
   for (uint c = tidx; c < 10u; c += 32u) {
     const float p = expf(logits[base + c] - m) / s;
     const float target = int(c) == lab ? 1.0f : 0.0f;
-    dlogits[base + c] = (p - target) * 0.015625f;
+    dlogits[base + c] = (p - target) / count;
   }
 }
 
 // node 13: matmul (linear1) -> d_relu2.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k13(
+extern "C" __global__ void __launch_bounds__(256) p0_k12(
     const float* a,
     const float* b,
     float* y,
@@ -1027,7 +1015,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k13(
 }
 
 // node 13: matmul (linear1) -> d_relu2.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k13_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1118,7 +1106,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k13_mma(
 }
 
 // node 14: matmul (linear1) -> linear1.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k14(
+extern "C" __global__ void __launch_bounds__(256) p0_k13(
     const float* a,
     const float* b,
     float* y,
@@ -1188,7 +1176,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14(
 }
 
 // node 14: matmul (linear1) -> linear1.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k14_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k13_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1279,7 +1267,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k14_mma(
 }
 
 // node 15: sum_to (linear1) -> linear1.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k15(
+extern "C" __global__ void __launch_bounds__(256) p0_k14(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -1300,7 +1288,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
 }
 
 // node 16: unary_grad (relu2) -> d_linear0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k16(
+extern "C" __global__ void __launch_bounds__(256) p0_k15(
     const float* dy,
     const float* x,
     float* dx,
@@ -1314,7 +1302,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16(
 }
 
 // node 17: matmul (linear0) -> d_flatten0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k17(
+extern "C" __global__ void __launch_bounds__(256) p0_k16(
     const float* a,
     const float* b,
     float* y,
@@ -1384,7 +1372,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k17(
 }
 
 // node 17: matmul (linear0) -> d_flatten0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k17_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1475,7 +1463,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k17_mma(
 }
 
 // node 18: matmul (linear0) -> linear0.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k18(
+extern "C" __global__ void __launch_bounds__(256) p0_k17(
     const float* a,
     const float* b,
     float* y,
@@ -1545,7 +1533,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k18(
 }
 
 // node 18: matmul (linear0) -> linear0.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k18_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k17_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1636,7 +1624,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k18_mma(
 }
 
 // node 19: sum_to (linear0) -> linear0.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k19(
+extern "C" __global__ void __launch_bounds__(256) p0_k18(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -1656,20 +1644,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
   y[i] = acc;
 }
 
-// node 20: reshape (flatten0) -> d_maxpool1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k20(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 200704u) return;
-  y[i] = x[i];
-}
-
 // node 21: maxpool2d_grad (maxpool1) -> d_relu1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k21(
+extern "C" __global__ void __launch_bounds__(256) p0_k19(
     const float* dy,
     const float* x,
     float* dx,
@@ -1705,7 +1681,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k21(
 }
 
 // node 22: unary_grad (relu1) -> d_conv2d1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k22(
+extern "C" __global__ void __launch_bounds__(256) p0_k20(
     const float* dy,
     const float* x,
     float* dx,
@@ -1719,7 +1695,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
 }
 
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k23(
+extern "C" __global__ void __launch_bounds__(256) p0_k21(
     const float* dy,
     const float* w,
     float* dx,
@@ -1797,7 +1773,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k23(
 }
 
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k23_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k21_mma(
     const float* dy,
     const float* w,
     float* dx,
@@ -1896,7 +1872,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k23_mma(
 }
 
 // node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k24(
+extern "C" __global__ void __launch_bounds__(256) p0_k22(
     const float* dy,
     const float* x,
     float* dw,
@@ -1971,7 +1947,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
 }
 
 // node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k24_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
     const float* dy,
     const float* x,
     float* dw,
@@ -2067,7 +2043,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k24_mma(
 }
 
 // node 25: sum_to (conv2d1) -> conv2d1.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k25(
+extern "C" __global__ void __launch_bounds__(256) p0_k23(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -2090,7 +2066,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
 }
 
 // node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k26(
+extern "C" __global__ void __launch_bounds__(256) p0_k24(
     const float* dy,
     const float* x,
     float* dx,
@@ -2126,7 +2102,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26(
 }
 
 // node 27: unary_grad (relu0) -> d_conv2d0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k27(
+extern "C" __global__ void __launch_bounds__(256) p0_k25(
     const float* dy,
     const float* x,
     float* dx,
@@ -2140,7 +2116,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k27(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k28(
+extern "C" __global__ void __launch_bounds__(256) p0_k26(
     const float* dy,
     const float* x,
     float* dw,
@@ -2215,7 +2191,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k28_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k26_mma(
     const float* dy,
     const float* x,
     float* dw,
@@ -2311,7 +2287,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k28_mma(
 }
 
 // node 29: sum_to (conv2d0) -> conv2d0.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k29(
+extern "C" __global__ void __launch_bounds__(256) p0_k27(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -2334,7 +2310,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
 }
 
 // node 30: sgd_update (conv2d0.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k30(
+extern "C" __global__ void __launch_bounds__(256) p0_k28(
     float* param,
     const float* grad,
     float* buf,
@@ -2352,7 +2328,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30(
 }
 
 // node 31: sgd_update (conv2d0.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k31(
+extern "C" __global__ void __launch_bounds__(256) p0_k29(
     float* param,
     const float* grad,
     float* buf,
@@ -2370,7 +2346,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31(
 }
 
 // node 32: sgd_update (conv2d1.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k32(
+extern "C" __global__ void __launch_bounds__(256) p0_k30(
     float* param,
     const float* grad,
     float* buf,
@@ -2388,7 +2364,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32(
 }
 
 // node 33: sgd_update (conv2d1.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k33(
+extern "C" __global__ void __launch_bounds__(256) p0_k31(
     float* param,
     const float* grad,
     float* buf,
@@ -2406,7 +2382,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33(
 }
 
 // node 34: sgd_update (linear0.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k34(
+extern "C" __global__ void __launch_bounds__(256) p0_k32(
     float* param,
     const float* grad,
     float* buf,
@@ -2424,7 +2400,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34(
 }
 
 // node 35: sgd_update (linear0.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k35(
+extern "C" __global__ void __launch_bounds__(256) p0_k33(
     float* param,
     const float* grad,
     float* buf,
@@ -2442,7 +2418,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k35(
 }
 
 // node 36: sgd_update (linear1.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k36(
+extern "C" __global__ void __launch_bounds__(256) p0_k34(
     float* param,
     const float* grad,
     float* buf,
@@ -2460,7 +2436,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k36(
 }
 
 // node 37: sgd_update (linear1.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k37(
+extern "C" __global__ void __launch_bounds__(256) p0_k35(
     float* param,
     const float* grad,
     float* buf,
@@ -2886,20 +2862,8 @@ extern "C" __global__ void __launch_bounds__(256) p1_k4(
   y[i] = best;
 }
 
-// node 6: reshape (flatten0) -> flatten0.out
+// node 7: linear (linear0) -> linear0.out [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k5(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 200704u) return;
-  y[i] = x[i];
-}
-
-// node 7: linear (linear0) -> linear0.out + fused node 8: unary relu -> relu2.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p1_k6(
     const float* x,
     const float* w,
     const float* b,
@@ -2964,13 +2928,13 @@ extern "C" __global__ void __launch_bounds__(256) p1_k6(
         const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
         if (mi < 64u && ni < 128u) {
           const float acc = cacc[i][j];
-      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+      y[mi * 128u + ni] = acc + b[ni];
         }
       }
 }
 
-// node 7: linear (linear0) -> linear0.out + fused node 8: unary relu -> relu2.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k6_mma(
+// node 7: linear (linear0) -> linear0.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p1_k5_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -3056,9 +3020,22 @@ extern "C" __global__ void __launch_bounds__(128) p1_k6_mma(
         const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 128u) {
           const float acc = cacc[i][j][q];
-      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+      y[mi * 128u + ni] = acc + b[ni];
         }
       }
+}
+
+// node 8: unary (relu2) -> relu2.out
+extern "C" __global__ void __launch_bounds__(256) p1_k6(
+    const float* x,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 8192u) return;
+  const float v = x[i];
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 9: linear (linear1) -> linear1.out [fp32]
@@ -3245,7 +3222,6 @@ extern "C" __global__ void __launch_bounds__(64) p1_k8(
     for (uint c = 0u; c < 10u; ++c) s += expf(logits[base + c] - m);
     const float lse = m + logf(s);
     part += -1.0f * (logits[base + uint(label[j])] - lse);
-
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {

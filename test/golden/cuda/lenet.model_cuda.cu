@@ -73,7 +73,7 @@ bool capture(mpsc_ctx* ctx, Backend* b, record_fn rec, unsigned char* stage, cud
   return true;
 }
 
-// program train_step: the graph's nodes in stream order (38 kernels)
+// program train_step: the graph's nodes in stream order (36 kernels)
 bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStream_t st, bool mma) {
   (void)mma;
   if (!ck(ctx, cudaMemcpyAsync(dev + 29874176, stage + 0, 200704, cudaMemcpyHostToDevice, st), "copy of input image")) return false;
@@ -106,141 +106,133 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p0_k5 (node 5: maxpool2d)")) return false;
   }
   {
-    p0_k6<<<dim3(784u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<float*>(dev + 23445504), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 6: reshape)")) return false;
+    if (mma) p0_k6_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 23445504), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k6<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 23445504), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 7: linear)")) return false;
   }
   {
-    if (mma) p0_k7_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k7<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k7 (node 7: linear)")) return false;
+    p0_k7<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 23478272), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k7 (node 8: unary)")) return false;
   }
   {
-    p0_k8<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<float*>(dev + 22675456), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k8 (node 8: unary)")) return false;
+    if (mma) p0_k8_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 23511040), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k8<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 23511040), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k8 (node 9: linear)")) return false;
   }
   {
-    if (mma) p0_k9_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k9<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k9 (node 9: linear)")) return false;
+    p0_k9<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const int*>(dev + 30074880), reinterpret_cast<float*>(dev + 29873728), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k9 (node 10: cross_entropy)")) return false;
   }
   {
-    p0_k10<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22708224), reinterpret_cast<const int*>(dev + 30074880), reinterpret_cast<float*>(dev + 29873728), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k10 (node 10: cross_entropy)")) return false;
+    p0_k10<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const int*>(dev + 30074880), reinterpret_cast<float*>(dev + 29873792), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k10 (node 11: accuracy)")) return false;
   }
   {
-    p0_k11<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22708224), reinterpret_cast<const int*>(dev + 30074880), reinterpret_cast<float*>(dev + 29873792), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k11 (node 11: accuracy)")) return false;
+    p0_k11<<<dim3(64u, 1u, 1u), dim3(32u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const int*>(dev + 30074880), reinterpret_cast<float*>(dev + 23543808), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k11 (node 12: cross_entropy_grad)")) return false;
   }
   {
-    p0_k12<<<dim3(64u, 1u, 1u), dim3(32u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22708224), reinterpret_cast<const int*>(dev + 30074880), reinterpret_cast<float*>(dev + 22740992), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k12 (node 12: cross_entropy_grad)")) return false;
+    if (mma) p0_k12_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23543808), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 23511040), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k12<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23543808), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 23511040), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k12 (node 13: matmul)")) return false;
   }
   {
-    if (mma) p0_k13_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k13<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 22708224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k13 (node 13: matmul)")) return false;
+    if (mma) p0_k13_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23543808), reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<float*>(dev + 29868032), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k13<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23543808), reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<float*>(dev + 29868032), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k13 (node 14: matmul)")) return false;
   }
   {
-    if (mma) p0_k14_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<float*>(dev + 29868032), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k14<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<const float*>(dev + 22675456), reinterpret_cast<float*>(dev + 29868032), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k14 (node 14: matmul)")) return false;
+    p0_k14<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23543808), reinterpret_cast<float*>(dev + 29873664), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k14 (node 15: sum_to)")) return false;
   }
   {
-    p0_k15<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22740992), reinterpret_cast<float*>(dev + 29873664), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k15 (node 15: sum_to)")) return false;
+    p0_k15<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 23478272), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k15 (node 16: unary_grad)")) return false;
   }
   {
-    p0_k16<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22708224), reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k16 (node 16: unary_grad)")) return false;
+    if (mma) p0_k16_mma<<<dim3(49u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 29065216), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k16<<<dim3(49u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 29065216), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k16 (node 17: matmul)")) return false;
   }
   {
-    if (mma) p0_k17_mma<<<dim3(49u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k17<<<dim3(49u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k17 (node 17: matmul)")) return false;
+    if (mma) p0_k17_mma<<<dim3(49u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<float*>(dev + 27459584), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k17<<<dim3(49u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<float*>(dev + 27459584), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k17 (node 18: matmul)")) return false;
   }
   {
-    if (mma) p0_k18_mma<<<dim3(49u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 27459584), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k18<<<dim3(49u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 27459584), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k18 (node 18: matmul)")) return false;
+    p0_k18<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<float*>(dev + 29873152), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k18 (node 19: sum_to)")) return false;
   }
   {
-    p0_k19<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<float*>(dev + 29873152), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k19 (node 19: sum_to)")) return false;
+    p0_k19<<<dim3(3136u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 29065216), reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k19 (node 21: maxpool2d_grad)")) return false;
   }
   {
-    p0_k20<<<dim3(784u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<float*>(dev + 29065216), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k20 (node 20: reshape)")) return false;
+    p0_k20<<<dim3(3136u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<float*>(dev + 19431424), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k20 (node 22: unary_grad)")) return false;
   }
   {
-    p0_k21<<<dim3(3136u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 29065216), reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k21 (node 21: maxpool2d_grad)")) return false;
+    if (mma) p0_k21_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k21<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k21 (node 23: conv2d_grad_input)")) return false;
   }
   {
-    p0_k22<<<dim3(3136u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<float*>(dev + 19431424), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k22 (node 22: unary_grad)")) return false;
+    if (mma) p0_k22_mma<<<dim3(5u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k22<<<dim3(5u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k22 (node 24: conv2d_grad_weight)")) return false;
   }
   {
-    if (mma) p0_k23_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k23<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k23 (node 23: conv2d_grad_input)")) return false;
+    p0_k23<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 24322048), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k23 (node 25: sum_to)")) return false;
   }
   {
-    if (mma) p0_k24_mma<<<dim3(5u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k24<<<dim3(5u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k24 (node 24: conv2d_grad_weight)")) return false;
+    p0_k24<<<dim3(6272u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k24 (node 26: maxpool2d_grad)")) return false;
   }
   {
-    p0_k25<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 24322048), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k25 (node 25: sum_to)")) return false;
+    p0_k25<<<dim3(6272u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k25 (node 27: unary_grad)")) return false;
   }
   {
-    p0_k26<<<dim3(6272u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k26 (node 26: maxpool2d_grad)")) return false;
+    if (mma) p0_k26_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p0_k26<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k26 (node 28: conv2d_grad_weight)")) return false;
   }
   {
-    p0_k27<<<dim3(6272u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k27 (node 27: unary_grad)")) return false;
+    p0_k27<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 3376256), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k27 (node 29: sum_to)")) return false;
   }
   {
-    if (mma) p0_k28_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p0_k28<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 29874176), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k28 (node 28: conv2d_grad_weight)")) return false;
+    p0_k28<<<dim3(2u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 256), reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 1408), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k28 (node 30: sgd_update)")) return false;
   }
   {
-    p0_k29<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 3376256), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k29 (node 29: sum_to)")) return false;
+    p0_k29<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 0), reinterpret_cast<const float*>(dev + 3376256), reinterpret_cast<float*>(dev + 128), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k29 (node 31: sgd_update)")) return false;
   }
   {
-    p0_k30<<<dim3(2u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 256), reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 1408), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k30 (node 30: sgd_update)")) return false;
+    p0_k30<<<dim3(72u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3072), reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<float*>(dev + 76800), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k30 (node 32: sgd_update)")) return false;
   }
   {
-    p0_k31<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 0), reinterpret_cast<const float*>(dev + 3376256), reinterpret_cast<float*>(dev + 128), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k31 (node 31: sgd_update)")) return false;
+    p0_k31<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2560), reinterpret_cast<const float*>(dev + 24322048), reinterpret_cast<float*>(dev + 2816), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k31 (node 33: sgd_update)")) return false;
   }
   {
-    p0_k32<<<dim3(72u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3072), reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<float*>(dev + 76800), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k32 (node 32: sgd_update)")) return false;
+    p0_k32<<<dim3(1568u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 151552), reinterpret_cast<const float*>(dev + 27459584), reinterpret_cast<float*>(dev + 1757184), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k32 (node 34: sgd_update)")) return false;
   }
   {
-    p0_k33<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2560), reinterpret_cast<const float*>(dev + 24322048), reinterpret_cast<float*>(dev + 2816), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k33 (node 33: sgd_update)")) return false;
+    p0_k33<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 150528), reinterpret_cast<const float*>(dev + 29873152), reinterpret_cast<float*>(dev + 151040), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k33 (node 35: sgd_update)")) return false;
   }
   {
-    p0_k34<<<dim3(1568u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 151552), reinterpret_cast<const float*>(dev + 27459584), reinterpret_cast<float*>(dev + 1757184), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k34 (node 34: sgd_update)")) return false;
+    p0_k34<<<dim3(5u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 29868032), reinterpret_cast<float*>(dev + 3368064), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k34 (node 36: sgd_update)")) return false;
   }
   {
-    p0_k35<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 150528), reinterpret_cast<const float*>(dev + 29873152), reinterpret_cast<float*>(dev + 151040), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k35 (node 35: sgd_update)")) return false;
-  }
-  {
-    p0_k36<<<dim3(5u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 29868032), reinterpret_cast<float*>(dev + 3368064), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k36 (node 36: sgd_update)")) return false;
-  }
-  {
-    p0_k37<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3362816), reinterpret_cast<const float*>(dev + 29873664), reinterpret_cast<float*>(dev + 3362880), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p0_k37 (node 37: sgd_update)")) return false;
+    p0_k35<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3362816), reinterpret_cast<const float*>(dev + 29873664), reinterpret_cast<float*>(dev + 3362880), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p0_k35 (node 37: sgd_update)")) return false;
   }
   if (!ck(ctx, cudaMemcpyAsync(stage + 200976, dev + 29873728, 4, cudaMemcpyDeviceToHost, st), "copy of output loss")) return false;
   if (!ck(ctx, cudaMemcpyAsync(stage + 200980, dev + 29873792, 4, cudaMemcpyDeviceToHost, st), "copy of output accuracy")) return false;
@@ -276,29 +268,29 @@ bool record_p1(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p1_k4 (node 5: maxpool2d)")) return false;
   }
   {
-    p1_k5<<<dim3(784u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 4177920), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k5 (node 6: reshape)")) return false;
+    if (mma) p1_k5_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 4177920), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k5<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 4177920), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k5 (node 7: linear)")) return false;
   }
   {
-    if (mma) p1_k6_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 4177920), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k6<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 4177920), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k6 (node 7: linear)")) return false;
+    p1_k6<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 4177920), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k6 (node 8: unary)")) return false;
   }
   {
-    if (mma) p1_k7_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k7<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p1_k7_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k7<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k7 (node 9: linear)")) return false;
   }
   {
-    p1_k8<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const int*>(dev + 30275840), reinterpret_cast<float*>(dev + 3377664), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    p1_k8<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 30275840), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k8 (node 10: cross_entropy)")) return false;
   }
   {
-    p1_k9<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const int*>(dev + 30275840), reinterpret_cast<float*>(dev + 3377728), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    p1_k9<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 30275840), reinterpret_cast<float*>(dev + 3375168), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k9 (node 11: accuracy)")) return false;
   }
-  if (!ck(ctx, cudaMemcpyAsync(stage + 200976, dev + 3377664, 4, cudaMemcpyDeviceToHost, st), "copy of output loss")) return false;
-  if (!ck(ctx, cudaMemcpyAsync(stage + 200980, dev + 3377728, 4, cudaMemcpyDeviceToHost, st), "copy of output accuracy")) return false;
+  if (!ck(ctx, cudaMemcpyAsync(stage + 200976, dev + 3375104, 4, cudaMemcpyDeviceToHost, st), "copy of output loss")) return false;
+  if (!ck(ctx, cudaMemcpyAsync(stage + 200980, dev + 3375168, 4, cudaMemcpyDeviceToHost, st), "copy of output accuracy")) return false;
   return true;
 }
 
@@ -491,7 +483,7 @@ const mpsc_tensor_desc tensors[] = {
   { nullptr, 0, 0, 0, nullptr, 0, 0 }
 };
 const mpsc_program_desc programs[] = {
-  { "train_step", 64, 2, in_p0, 2, outnames_p0, 26498752, 38, run_p0 },
+  { "train_step", 64, 2, in_p0, 2, outnames_p0, 26498752, 36, run_p0 },
   { "eval", 64, 2, in_p1, 2, outnames_p1, 12845056, 10, run_p1 },
 };
 const mpsc_model_desc model = {

@@ -471,7 +471,6 @@ extern "C" __global__ void __launch_bounds__(64) p0_k4(
     for (uint c = 0u; c < 10u; ++c) s += expf(logits[base + c] - m);
     const float lse = m + logf(s);
     part += -1.0f * (logits[base + uint(label[j])] - lse);
-
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
@@ -517,9 +516,10 @@ extern "C" __global__ void __launch_bounds__(32) p0_k6(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // one threadgroup per row n of 10u logits: (softmax - onehot) / N
+  // one threadgroup per row n of 10u logits: (softmax - onehot) / count
   const uint n = tgid.x;
   const uint base = n * 10u;
+  const float count = 64.0f;
   float m = (-INFINITY);
   for (uint c = tidx; c < 10u; c += 32u) m = fmaxf(m, logits[base + c]);
   m = mpsc_block_max(m, tg, lane, sg, 1u);
@@ -530,7 +530,7 @@ extern "C" __global__ void __launch_bounds__(32) p0_k6(
   for (uint c = tidx; c < 10u; c += 32u) {
     const float p = expf(logits[base + c] - m) / s;
     const float target = int(c) == lab ? 1.0f : 0.0f;
-    dlogits[base + c] = (p - target) * 0.015625f;
+    dlogits[base + c] = (p - target) / count;
   }
 }
 
@@ -1541,7 +1541,6 @@ extern "C" __global__ void __launch_bounds__(64) p1_k4(
     for (uint c = 0u; c < 10u; ++c) s += expf(logits[base + c] - m);
     const float lse = m + logf(s);
     part += -1.0f * (logits[base + uint(label[j])] - lse);
-
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
