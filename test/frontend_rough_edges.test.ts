@@ -141,6 +141,6 @@ describe('--json diagnostics', () => {
     expect(JSON.parse(r.stdout)).toEqual({ ok: false, diagnostics: [{ file: join(dir, 'nope.model'), line: null, col: null, endLine: null, endCol: null, severity: 'error', message: 'no such file', hint: null }] });
     const e = mpsc('export', 'specs/mnist_mlp.model', '--weights', join(dir, 'none.safetensors'), '--format', 'onnx', '-o', join(dir, 'x.onnx'), '--json');
     expect(e.status).toBe(1);
-    expect(JSON.parse(e.stdout).diagnostics[0]).toMatchObject({ file: join(dir, 'none.safetensors'), severity: 'error', message: 'checkpoint file not found' });
+    expect(JSON.parse(e.stdout).diagnostics[0]).toMatchObject({ file: join(dir, 'none.safetensors'), severity: 'error', message: 'weights file not found' });
   });
 });
