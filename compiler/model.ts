@@ -8,7 +8,8 @@
  * The graph is in *training* form (batchnorm_train, dropout);
  * compiler/ir/eval_mode.ts derives the eval form.
  */
-import type { DType, Graph, SourceLoc } from './ir/graph.js';
+import type { DType, Graph, HostDType, SourceLoc } from './ir/graph.js';
+import type { Precision } from './ir/precision.js';
 
 export const BATCH = -1;
 
@@ -42,7 +43,7 @@ export interface ParamDecl {
 export interface InputDecl {
   name: string;
   value: number;
-  dtype: DType;
+  dtype: HostDType;
   /** with BATCH (-1) for N */
   shape: number[];
   loc?: SourceLoc;
@@ -100,6 +101,8 @@ export interface TrainConfig {
   val_split?: number;
   /** stop when the monitored value has not improved for `patience` evaluations; null = never */
   early_stop?: EarlyStopConfig | null;
+  /** mixed precision (compiler/ir/precision.ts); absent = 'fp32' (optional: checkSource always sets it) */
+  precision?: Precision;
 }
 
 /**

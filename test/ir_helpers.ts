@@ -4,7 +4,7 @@
  * reference interpreter with persistent tensors kept by name (as a backend does).
  */
 import { expect } from 'vitest';
-import { isPersistent, numel, type Graph, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { hostDType, isPersistent, numel, type Graph, type Program, type StepScalars } from '../compiler/ir/graph.js';
 import { autodiff } from '../compiler/ir/autodiff.js';
 import { graphProblems } from '../compiler/ir/verify.js';
 import type { CheckedModel, InitSpec, OptimizerConfig, ScheduleConfig, TrainConfig } from '../compiler/model.js';
@@ -59,7 +59,7 @@ export function makeModel(
     file: 'test.model',
     sourceHash: '0',
     graph,
-    inputs: graph.values.filter((v) => v.kind === 'input').map((v) => ({ name: v.name, value: v.id, dtype: v.dtype, shape: [...v.shape] })),
+    inputs: graph.values.filter((v) => v.kind === 'input').map((v) => ({ name: v.name, value: v.id, dtype: hostDType(v), shape: [...v.shape] })),
     params: graph.values
       .filter((v) => v.kind === 'param' || v.kind === 'state')
       .map((v) => ({

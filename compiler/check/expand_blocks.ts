@@ -15,7 +15,7 @@
  * numbers (folded), `inf`, and `tied_to: NAME` arguments (resolved to an earlier instance path).
  */
 import type * as A from '../parser/ast.js';
-import type { DType } from '../ir/graph.js';
+import type { HostDType } from '../ir/graph.js';
 import { BATCH } from '../model.js';
 import { closestNames, errorAt, suggestion, type Diagnostic } from '../diagnostics.js';
 import { arith, bindArgs, convert, describeVal, literalVal, unreachable, type ArgSpec, type PositionalArg, type Val } from './args.js';
@@ -30,7 +30,7 @@ export const MAX_STEPS = 500_000;
 
 export interface FlatInput {
   name: string;
-  dtype: DType;
+  dtype: HostDType;
   shape: number[];
   loc: A.Loc;
 }
@@ -137,7 +137,7 @@ export class Expander {
         this.badInputs.add(d.name.name);
         continue;
       }
-      this.inputs.push({ name: d.name.name, dtype: dtype as DType, shape, loc: d.name.loc });
+      this.inputs.push({ name: d.name.name, dtype: dtype as HostDType, shape, loc: d.name.loc });
     }
   }
 

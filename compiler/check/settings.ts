@@ -12,6 +12,7 @@ import { errorAt, suggestion, type Diagnostic } from '../diagnostics.js';
 import { bindArgs, constEval, type ArgSpec, type PositionalArg } from './args.js';
 import type { FlatInput } from './expand_blocks.js';
 import { fmtTensor } from './shape_util.js';
+import { PRECISIONS, type Precision } from '../ir/precision.js';
 
 const LR: ArgSpec = { name: 'lr', type: 'float', min: 0, minExclusive: true, doc: 'learning rate (required)' };
 const ADAM = (wd: number): ArgSpec[] => [
@@ -111,6 +112,7 @@ export const TRAIN_KEYS: ArgSpec[] = [
   { name: 'checkpoint_every', type: 'int', min: 1, default: null, doc: 'checkpoint every this many optimizer steps (default: each epoch end)' },
   { name: 'val_split', type: 'float', min: 0, max: 1, maxExclusive: true, default: 0, doc: 'hold out this fraction of the training data (its last samples, unshuffled) as a validation set' },
   { name: 'early_stop', type: 'map', default: null, doc: 'stop when the monitored value stops improving: { monitor: "val_loss", patience: 3, min_delta: 0 }' },
+  { name: 'precision', type: 'string', default: 'fp32', doc: '"fp32", "fp16" (with dynamic loss scaling) or "bf16": 16-bit GEMM operands with f32 accumulation, everything else f32 (docs/language.md, Precision)' },
 ];
 
 export const EARLY_STOP_KEYS: ArgSpec[] = [
@@ -305,6 +307,12 @@ export function checkTrain(ast: A.ModelFile, specDir: string, inputs: FlatInput[
     diags.push(errorAt(loc, "give either 'epochs' or 'steps', not both"));
     return null;
   }
+  if (!(PRECISIONS as readonly string[]).includes(a.precision)) {
+    const loc = m.entries.find((e) => e.key.name === 'precision')!.value.loc;
+    const near = suggestion(a.precision, [...PRECISIONS]);
+    diags.push(errorAt(loc, `precision must be ${PRECISIONS.map((p) => `"${p}"`).join(', ')}, got "${a.precision}"`, near ?? 'fp32: all f32; fp16: f16 GEMM operands with dynamic loss scaling; bf16: bf16 GEMM operands'));
+    return null;
+  }
   const data = checkData(a.data as A.CallExpr, specDir, inputs, diags, inputErrors);
   const earlyStop = a.early_stop === null ? null : checkEarlyStop(a.early_stop as A.MapExpr, a.val_split, metrics, diags);
   if (data === null || (a.early_stop !== null && earlyStop === null)) return null;
@@ -322,5 +330,6 @@ export function checkTrain(ast: A.ModelFile, specDir: string, inputs: FlatInput[
     checkpoint_every: a.checkpoint_every,
     val_split: a.val_split,
     early_stop: earlyStop,
+    precision: a.precision as Precision,
   };
 }

@@ -16,7 +16,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type DType, type Graph, type Program, type ProgramSet, type Value, type ValueKind, isPersistent, numel, valueBytes } from '../ir/graph.js';
+import { type DType, type HostDType, hostDType, type Graph, type Program, type ProgramSet, type Value, type ValueKind, isPersistent, numel, valueBytes } from '../ir/graph.js';
 import { isOpName } from '../ir/ops.js';
 import { cString, commentText } from '../cfamily/text.js';
 import { type KernelCtx, attrReaders } from './kernel_ctx.js';
@@ -25,6 +25,7 @@ import { type FusionPlan, planReluFusion } from './fuse_relu.js';
 import { planReluGradFusion } from './fuse_relu_grad.js';
 import { planReluPoolFusion } from './fuse_relu_pool.js';
 import { CPU_KERNELS } from './kernels/index.js';
+import { withWidenedInputs } from './kernels/precision.js';
 import { tpl } from './template.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -33,7 +34,7 @@ const BLOCK_ALIGN = 16384;
 
 export interface TensorEntry {
   name: string;
-  dtype: DType;
+  dtype: HostDType;
   kind: ValueKind;
   shape: number[];
   numel: number;
@@ -83,7 +84,7 @@ export function persistentTable(programs: Program[]): { tensors: TensorEntry[]; 
   let off = 0;
   const tensors = [...byName.keys()].sort().map((name) => {
     const v = byName.get(name)!;
-    const e: TensorEntry = { name, dtype: v.dtype, kind: v.kind, shape: [...v.shape], numel: numel(v.shape), offset: off };
+    const e: TensorEntry = { name, dtype: hostDType(v), kind: v.kind, shape: [...v.shape], numel: numel(v.shape), offset: off };
     off = alignUp(off + valueBytes(v), ALIGN);
     return e;
   });
@@ -115,8 +116,9 @@ function arenaOffsets(p: Program): { offsets: number[]; bytes: number } {
   return { offsets, bytes: off };
 }
 
-const CTYPE: Record<DType, string> = { f32: 'float', i32: 'int32_t' };
-const DTYPE_ENUM: Record<DType, string> = { f32: 'MPSC_F32', i32: 'MPSC_I32' };
+/** 16-bit values are raw bit patterns (runtime/cpp/mpsc_half.hpp converts them) */
+const CTYPE: Record<DType, string> = { f32: 'float', i32: 'int32_t', f16: 'uint16_t', bf16: 'uint16_t' };
+const DTYPE_ENUM: Record<HostDType, string> = { f32: 'MPSC_F32', i32: 'MPSC_I32' };
 const KIND_ENUM: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE', optstate: 'MPSC_OPTSTATE', gradacc: 'MPSC_GRADACC', input: 'MPSC_INPUT' };
 
 interface KernelVm {
@@ -259,11 +261,14 @@ extern "C" const mpsc_model_desc* mpsc_model(void) { return &model; }
 
 /** the fast GEMM / conv core (runtime/cpp/fast), inlined in front of mpsc_kernels.hpp */
 export const FAST_CORE_DIR = path.resolve(HERE, '../../runtime/cpp/fast');
+/** the 16-bit storage helpers (mixed precision), inlined after mpsc_kernels.hpp */
+const HALF_HPP = path.resolve(HERE, '../../runtime/cpp/mpsc_half.hpp');
 
 let kernelsHppMemo: string | undefined;
 /**
  * mpsc_kernels.hpp as shipped next to generated code: runtime/cpp/fast/sgemm.h, winograd.h and conv.h
- * (namespace mpsc_fast) followed by compiler/codegen-cpu/cpp/mpsc_kernels.hpp, one self-contained file.
+ * (namespace mpsc_fast) followed by compiler/codegen-cpu/cpp/mpsc_kernels.hpp and runtime/cpp/mpsc_half.hpp,
+ * one self-contained file.
  */
 export function kernelsHeader(): string {
   if (kernelsHppMemo === undefined) {
@@ -275,7 +280,8 @@ export function kernelsHeader(): string {
     const wino = inlined('winograd.h');
     const conv = inlined('conv.h');
     const mk = fs.readFileSync(path.join(HERE, 'cpp', 'mpsc_kernels.hpp'), 'utf8');
-    kernelsHppMemo = `// ---- runtime/cpp/fast/sgemm.h\n${sgemm}\n// ---- runtime/cpp/fast/winograd.h\n${wino}\n// ---- runtime/cpp/fast/conv.h\n${conv}\n// ---- compiler/codegen-cpu/cpp/mpsc_kernels.hpp\n${mk}`;
+    const half = fs.readFileSync(path.join(HALF_HPP), 'utf8');
+    kernelsHppMemo = `// ---- runtime/cpp/fast/sgemm.h\n${sgemm}\n// ---- runtime/cpp/fast/winograd.h\n${wino}\n// ---- runtime/cpp/fast/conv.h\n${conv}\n// ---- compiler/codegen-cpu/cpp/mpsc_kernels.hpp\n${mk}\n// ---- runtime/cpp/mpsc_half.hpp\n${half}`;
   }
   return kernelsHppMemo;
 }
@@ -313,7 +319,7 @@ export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): 
       const emit = CPU_KERNELS[node.op];
       if (!emit) throw new Error(`internal: the CPU backend has no kernel for op '${node.op}' (node ${node.id} of ${p.name})`);
       const fn = `${id}_k${node.id}_${node.op}`;
-      const body = emit(kernelCtx(p.graph, node, fn, r.ptr, fusion));
+      const body = withWidenedInputs(kernelCtx(p.graph, node, fn, r.ptr, fusion), emit);
       const fusedNote = fusion.reluMask.has(node.id)
         ? ' + relu-grad (fused)'
         : fusion.fused.has(node.id) ? ' + relu (fused)' : fusion.reluIn.has(node.id) ? ' of relu (fused)' : '';
@@ -322,7 +328,7 @@ export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): 
     }
     const inputs = p.inputs.map((vid, j) => {
       const v = p.graph.values[vid];
-      return { name: cString(v.name), dtype: DTYPE_ENUM[v.dtype], rank: v.shape.length, shapeVar: `${id}_in${j}_shape`, dims: v.shape.length ? v.shape.join(', ') : '0', numel: numel(v.shape) };
+      return { name: cString(v.name), dtype: DTYPE_ENUM[hostDType(v)], rank: v.shape.length, shapeVar: `${id}_in${j}_shape`, dims: v.shape.length ? v.shape.join(', ') : '0', numel: numel(v.shape) };
     });
     programVms.push({
       id, name: cString(p.name), batch: p.batch, calls, inputs, nInputs: inputs.length,

@@ -15,7 +15,7 @@
  * Relies on: every kernel binding has a home (dispatch_plan.ts checks), kernels run in stream
  * order (a graph captured from one stream is a chain, so the plan's barriers are implied).
  */
-import type { Program } from '../ir/graph.js';
+import { hostDType, type Program } from '../ir/graph.js';
 import type { KernelSpec } from '../kernels/kernel_types.js';
 import type { DispatchPlan, PlanBinding } from '../codegen-metal/dispatch_plan.js';
 import type { LoweredProgram } from '../codegen-metal/lower_program.js';
@@ -115,7 +115,7 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       const v = p.graph.values[i.value];
       const hostOffset = host;
       host = align(host + i.bytes, 16);
-      return { name: i.name, dtype: v.dtype, shape: v.shape, bytes: i.bytes, deviceOffset: region.offset + inLocal[k], hostOffset };
+      return { name: i.name, dtype: hostDType(v), shape: v.shape, bytes: i.bytes, deviceOffset: region.offset + inLocal[k], hostOffset };
     });
     const scalarsHostOffset = host;
     host += SCALAR_BYTES;

@@ -6,7 +6,7 @@
  *  - everything else: the arena, at the memory plan's offsets (program.plan); without a plan,
  *    each value gets its own slot (no reuse).
  */
-import { isPersistent, numel, valueBytes, type Program, type ProgramSet, type Value } from '../ir/graph.js';
+import { hostDType, isPersistent, numel, valueBytes, type Program, type ProgramSet, type Value } from '../ir/graph.js';
 
 export interface PersistentEntry { name: string; dtype: 'f32' | 'i32'; kind: string; shape: number[]; bytes: number; offset: number }
 
@@ -32,7 +32,7 @@ export function persistentTable(programs: Program[]): PersistentTable {
   let off = 0;
   const tensors = names.map((name) => {
     const v = byName.get(name)!;
-    const e: PersistentEntry = { name, dtype: v.dtype, kind: v.kind, shape: v.shape, bytes: valueBytes(v), offset: off };
+    const e: PersistentEntry = { name, dtype: hostDType(v), kind: v.kind, shape: v.shape, bytes: valueBytes(v), offset: off };
     off = align(off + e.bytes, 64);
     return e;
   });

@@ -15,7 +15,7 @@
 import protobuf from 'protobufjs';
 import { fileURLToPath } from 'node:url';
 import { UserError } from '../errors.js';
-import type { AttrValue, Graph, Node } from '../ir/graph.js';
+import { hostDType, type AttrValue, type Graph, type Node } from '../ir/graph.js';
 import { evalMode } from '../ir/eval_mode.js';
 import type { CheckedModel } from '../model.js';
 import { forwardNodesFor, networkOutputs } from './heads.js';
@@ -251,7 +251,7 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
       input: inputs.map((i) => valueInfo(i.name, i.dtype, i.shape)),
       output: heads.map((h, k) => {
         const v = graph.values[outIds[k]];
-        return valueInfo(nm(outIds[k]), v.dtype, v.shape);
+        return valueInfo(nm(outIds[k]), hostDType(v), v.shape);
       }),
     },
   };

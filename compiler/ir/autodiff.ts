@@ -1,8 +1,9 @@
 /**
  * autodiff: reverse-mode automatic differentiation of a scalar loss.
  *
- * Consumes: a batch-bound forward Graph in training form (bind_batch output) and
- *           the value id of its scalar loss.
+ * Consumes: a batch-bound forward Graph in training form (bind_batch output),
+ *           the value id of its scalar loss, and optionally a scalar value to seed the
+ *           backward with instead of 1 (fp16 loss scaling: every gradient is then scaled by it).
  * Produces: a new Graph = the forward graph unchanged (same value and node ids)
  *           followed by backward nodes built from the backward ops of ops.ts, and
  *           the list of { param, grad } pairs: one per parameter the loss depends
@@ -48,7 +49,11 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((d, i) => d === b[i]);
 }
 
-export function autodiff(forward: Graph, loss: number): AutodiffResult {
+/**
+ * `seed`: the id of a scalar value of `forward` to use as the loss's gradient instead of the
+ * implicit 1 (fp16 loss scaling: the `amp.loss_scale` state), so every gradient is scaled by it.
+ */
+export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffResult {
   const b = new GraphBuilder();
   for (const v of forward.values) b.graph.values.push({ ...v, shape: [...v.shape] });
   for (const n of forward.nodes) b.graph.nodes.push({ ...n, inputs: [...n.inputs], outputs: [...n.outputs], attrs: { ...n.attrs } });
@@ -102,7 +107,11 @@ export function autodiff(forward: Graph, loss: number): AutodiffResult {
     return emit('sum_to', [dy], gname(target), [...shape], { shape: [...shape] }, n);
   };
 
-  if (needs(loss)) grad.set(loss, SEED);
+  if (seed !== undefined && (forward.values[seed]?.shape.length ?? -1) !== 0) throw new Error(`internal: autodiff seed %${seed} is not a scalar value`);
+  if (needs(loss)) {
+    grad.set(loss, seed ?? SEED);
+    if (seed !== undefined) claim(seed);
+  }
   for (let k = forward.nodes.length - 1; k >= 0; k--) {
     const n = forward.nodes[k];
     const dyOf = n.outputs.map((o) => grad.get(o));

@@ -17,7 +17,21 @@
  *  - everything is plain JSON-serialisable data (no classes, no functions)
  */
 
-export type DType = 'f32' | 'i32';
+/** the 16-bit float types: f16 (IEEE binary16) and bf16 (bfloat16) */
+export type HalfDType = 'f16' | 'bf16';
+
+/**
+ * A value's element type. The 16-bit types appear only under a `train { precision }` other than
+ * fp32, and only on activations / gradients (never on inputs, persistent values or outputs, so
+ * the host and the model ABI see f32 and i32 only): compiler/ir/precision.ts makes them with
+ * `cast` nodes, and only the inputs an op lists in `OpDef.halfInputs` (GEMM-family operands)
+ * read them; verify.ts checks all three.
+ */
+export type DType = 'f32' | 'i32' | HalfDType;
+
+export function isHalf(d: DType): d is HalfDType {
+  return d === 'f16' || d === 'bf16';
+}
 
 export interface SourceLoc {
   file: string;
@@ -117,8 +131,17 @@ export interface MemoryPlan {
   peakBytes: number;
 }
 
+/** the element types the host sees (inputs, persistent tensors, outputs) */
+export type HostDType = 'f32' | 'i32';
+
+/** the element type of a value the host sees (an input, persistent tensor or output): never 16-bit */
+export function hostDType(v: Value): HostDType {
+  if (isHalf(v.dtype)) throw new Error(`internal: value '${v.name}' (${v.kind}) is ${v.dtype}, but inputs, persistent values and outputs are f32 or i32`);
+  return v.dtype;
+}
+
 export function dtypeBytes(d: DType): number {
-  return 4;
+  return isHalf(d) ? 2 : 4;
 }
 
 export function numel(shape: readonly number[]): number {
@@ -177,6 +200,8 @@ export interface ProgramSet {
   apply_update?: Program; // present iff grad_accum > 1
   eval: Program;
   eval_tail?: Program;
+  /** train { precision } when not fp32 (compiler/ir/precision.ts); backends without 16-bit kernels refuse such a set */
+  precision?: 'fp16' | 'bf16';
 }
 
 /** the program names in run order: the one list every part iterates */

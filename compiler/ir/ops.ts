@@ -16,7 +16,9 @@
  * Conventions
  *  - Layout is row-major (C order). Images are NCHW. Linear weights are [out, in]
  *    and conv weights [out, in/groups, kh, kw] (PyTorch).
- *  - All tensors are f32 except class labels / token ids (i32).
+ *  - All tensors are f32 except class labels / token ids (i32), and under a 16-bit precision
+ *    the f16 / bf16 copies compiler/ir/precision.ts makes (`cast`) for the inputs an op lists in
+ *    `halfInputs`: such an op reads them widened to f32 (exactly) and computes as usual.
  *  - Scalars (shape []) are one element.
  *  - "x_shape" style attrs repeat a shape a backward op needs but cannot see in its inputs.
  *  - Reductions accumulate in at least f32 (backends) / f64 (reference).
@@ -34,6 +36,7 @@ import { LOSS_OPS } from './op_rules/losses.js';
 import { OPTIM_OPS } from './op_rules/optim.js';
 import { TENSOR_OPS } from './op_rules/tensor.js';
 import { ATTENTION_OPS } from './op_rules/attention.js';
+import { PRECISION_OPS } from './op_rules/precision.js';
 
 export { UNARY_FNS, type UnaryFn, BINARY_FNS, type BinaryFn } from './scalar_fns.js';
 
@@ -121,12 +124,18 @@ export interface OpDef {
   elementwise?: boolean;
   /** element-wise ops with a scalar_fns formula: that formula, for the node's attrs */
   scalar?(attrs: Readonly<Record<string, AttrValue>>): SExpr;
+  /**
+   * mixed precision: the inputs that may hold f16 / bf16 values (the GEMM-family operands);
+   * the op widens them to f32 exactly and accumulates in f32 (f64 in the reference); its outputs
+   * stay f32. compiler/ir/precision.ts casts exactly these inputs; verify.ts allows 16-bit values nowhere else.
+   */
+  halfInputs?: number[];
   /** eval_mode: 'identity' = the node is removed and readers of output 0 read input 0; or the op it becomes, keeping its first `outputs` outputs and dropping `dropAttrs` */
   evalMode?: 'identity' | { op: string; outputs: number; dropAttrs?: string[] };
 }
 
 const OP_DEFS = {
-  ...GEMM_CONV_OPS, ...POOL_OPS, ...ELEMENTWISE_OPS, ...NORM_OPS, ...GATHER_OPS, ...TENSOR_OPS, ...ATTENTION_OPS, ...LOSS_OPS, ...OPTIM_OPS,
+  ...GEMM_CONV_OPS, ...POOL_OPS, ...ELEMENTWISE_OPS, ...NORM_OPS, ...GATHER_OPS, ...TENSOR_OPS, ...ATTENTION_OPS, ...LOSS_OPS, ...OPTIM_OPS, ...PRECISION_OPS,
 };
 
 /** the union of IR op names */

@@ -13,6 +13,11 @@
  *      and `applyUpdate`, a separate Graph holding only persistent values:
  *      [grad_norm(accs) -> clip_coef], one update per parameter reading acc as its
  *      gradient, then zero(acc) for every accumulator.
+ *  - loss scaling (fp16, `scaling` given): as grad_accum > 1 (also for K = 1), and train_step ends
+ *      with grad_norm(accs) as the output AMP_CHECK_OUTPUT (the host skips apply_update and zeroes
+ *      the accumulators when it is not finite); apply_update divides each accumulator by the
+ *      LOSS_SCALE_STATE scalar (`binary div`) before the clip and the update read it, as
+ *      torch.amp.GradScaler unscales before clipping.
  *  Optimizer state values have kind 'optstate' and the parameter's shape, named
  *  `<param>.momentum_buffer` (sgd with momentum != 0), `<param>.exp_avg` and
  *  `<param>.exp_avg_sq` (adam, adamw); they start at zero (backends zero-fill).
@@ -68,30 +73,47 @@ function emitUpdates(b: GraphBuilder, pairs: { param: Value; grad: number }[], o
   return norm;
 }
 
-export function lowerOptimizer(graph: Graph, grads: ParamGrad[], opt: OptimizerConfig, train: Pick<TrainConfig, 'grad_clip' | 'grad_accum'>): LoweredOptimizer {
+/** the train_step output that fp16 loss scaling checks: the norm of the scaled, accumulated gradients (inf / NaN: skip the step) */
+export const AMP_CHECK_OUTPUT = 'amp.grad_norm';
+/** the persistent scalar (kind state) holding the fp16 loss scale; the host's scaler (runtime/loss_scaler.ts) writes it */
+export const LOSS_SCALE_STATE = 'amp.loss_scale';
+
+export interface LossScaling {
+  /** value id of the LOSS_SCALE_STATE scalar in `graph` */
+  scale: number;
+}
+
+export function lowerOptimizer(graph: Graph, grads: ParamGrad[], opt: OptimizerConfig, train: Pick<TrainConfig, 'grad_clip' | 'grad_accum'>, scaling?: LossScaling): LoweredOptimizer {
   const K = train.grad_accum;
   if (!Number.isInteger(K) || K < 1) throw new Error(`internal: grad_accum must be an integer >= 1, got ${K}`);
   const b = copyGraph(graph);
-  if (K === 1) {
+  if (K === 1 && !scaling) {
     const pairs = grads.map((g) => ({ param: b.graph.values[g.param], grad: g.grad }));
     const gradNorm = emitUpdates(b, pairs, opt, train.grad_clip);
     return { train: b.graph, gradNorm };
   }
-  // grad_accum > 1: accumulate in train_step, update in apply_update
+  // grad_accum > 1 or loss scaling: accumulate in train_step, update in apply_update
   const up = new GraphBuilder();
   const pairs: { param: Value; grad: number }[] = [];
   const accs: number[] = [];
+  const trainAccs: number[] = [];
+  const upScale = scaling ? up.value(LOSS_SCALE_STATE, 'f32', [], 'state') : -1;
   for (const g of grads) {
     const p = b.graph.values[g.param];
     const gv = b.graph.values[g.grad];
     if (gv.name === `${p.name}.grad`) gv.name = `d_${p.name}`;
     const acc = b.value(`${p.name}.grad`, 'f32', [...p.shape], 'gradacc');
     b.node('grad_accumulate', [acc, g.grad], [], { scale: 1 / K }, p.name);
+    trainAccs.push(acc);
     const upParam = up.value(p.name, p.dtype, [...p.shape], 'param');
     const upAcc = up.value(`${p.name}.grad`, 'f32', [...p.shape], 'gradacc');
-    pairs.push({ param: up.get(upParam), grad: upAcc });
+    // loss scaling: the optimizer (and the clip before it) reads the unscaled gradient, acc / scale
+    const grad = scaling ? up.emit('binary', [upAcc, upScale], [{ name: `${p.name}.grad_unscaled`, shape: [...p.shape] }], { fn: 'div' }, p.name)[0] : upAcc;
+    pairs.push({ param: up.get(upParam), grad });
     accs.push(upAcc);
   }
+  // loss scaling: the host skips apply_update when the scaled gradients hold an inf or NaN (their norm is then not finite)
+  if (scaling) b.emit('grad_norm', trainAccs, [{ name: AMP_CHECK_OUTPUT, shape: [], kind: 'output' }], {}, 'optimizer');
   const gradNorm = emitUpdates(up, pairs, opt, train.grad_clip);
   for (const acc of accs) up.node('zero', [acc], [], {}, up.get(acc).name);
   return { train: b.graph, applyUpdate: up.graph, gradNorm };

@@ -12,6 +12,10 @@
  *                  accumulators, then zero them)
  *  - eval:         bind_batch(B) -> eval_mode (loss + metrics, no gradients)
  *  - eval_tail:    the same for batch evalTail (when given and != B)
+ *  - precision (train { precision }): every program goes through precision.ts (16-bit GEMM
+ *                  operands); fp16 also seeds autodiff with the `amp.loss_scale` state, always
+ *                  has apply_update (the unscale + clip + update the host skips on overflow), and
+ *                  train_step's last output is `amp.grad_norm` (optimizer_lowering.ts)
  *  Each Program's outputs are the loss (named 'loss') then the metrics (their
  *  spec names); inputs are the spec inputs in declaration order; each has its
  *  memory plan. Programs are independent Graphs (value ids are local) sharing
@@ -29,6 +33,13 @@ import type { Graph, Program, ProgramName, ProgramSet } from './graph.js';
 import { planMemory } from './memory_plan.js';
 import { lowerOptimizer } from './optimizer_lowering.js';
 import { verifyGraph } from './verify.js';
+import { applyPrecision, type Precision } from './precision.js';
+import { AMP_CHECK_OUTPUT, LOSS_SCALE_STATE, type LossScaling } from './optimizer_lowering.js';
+
+/** the model's train precision (fp32 when unset) */
+export function precisionOf(model: CheckedModel): Precision {
+  return model.train.precision ?? 'fp32';
+}
 
 export interface BuildOptions {
   batch: number;
@@ -50,7 +61,9 @@ function modelOutputs(model: CheckedModel, map: (id: number) => number = (id) =>
 }
 
 function buildEval(model: CheckedModel, name: 'eval' | 'eval_tail', batch: number): Program {
-  const { graph, idMap } = evalMode(bindBatch(model.graph, batch));
+  const ev = evalMode(bindBatch(model.graph, batch));
+  const idMap = ev.idMap;
+  const graph = applyPrecision(ev.graph, precisionOf(model));
   const map = (id: number) => {
     const m = idMap[id];
     if (m === undefined || m < 0) throw new Error(`internal: value %${id} does not exist in the eval graph`);
@@ -64,19 +77,29 @@ export function buildPrograms(model: CheckedModel, opts: BuildOptions): ProgramS
     throw new UserError(`${model.file}: error: model '${model.name}' has no loss, so it cannot be trained; add a loss (e.g. \`loss: cross_entropy(logits, label)\`) to the spec`);
   }
   const B = opts.batch;
+  const precision = precisionOf(model);
   const bound = bindBatch(model.graph, B);
-  const ad = autodiff(bound, model.loss.value);
+  // fp16: the backward is seeded with the loss scale (a persistent scalar the host's scaler writes)
+  let scaling: LossScaling | undefined;
+  if (precision === 'fp16') {
+    scaling = { scale: bound.values.length };
+    bound.values.push({ id: scaling.scale, name: LOSS_SCALE_STATE, dtype: 'f32', shape: [], kind: 'state' });
+  }
+  const ad = autodiff(bound, model.loss.value, scaling?.scale);
   if (ad.grads.length === 0) {
     throw new UserError(`${model.file}: error: the loss of model '${model.name}' does not depend on any trainable parameter, so there is nothing to train; check that the loss reads the network's output`);
   }
-  const lowered = lowerOptimizer(ad.graph, ad.grads, model.optimizer, model.train);
+  const lowered = lowerOptimizer(ad.graph, ad.grads, model.optimizer, model.train, scaling);
   const inputs = model.inputs.map((i) => i.value);
+  const trainOutputs = modelOutputs(model);
+  if (scaling) trainOutputs.push({ name: AMP_CHECK_OUTPUT, value: lowered.train.values.findIndex((v) => v.name === AMP_CHECK_OUTPUT && v.kind === 'output') });
   const set: ProgramSet = {
     model: model.name,
-    train_step: makeProgram('train_step', B, lowered.train, inputs, modelOutputs(model)),
+    train_step: makeProgram('train_step', B, applyPrecision(lowered.train, precision), inputs, trainOutputs),
     eval: buildEval(model, 'eval', B),
   };
-  if (lowered.applyUpdate) set.apply_update = makeProgram('apply_update', B, lowered.applyUpdate, [], []);
+  if (precision !== 'fp32') set.precision = precision;
+  if (lowered.applyUpdate) set.apply_update = makeProgram('apply_update', B, applyPrecision(lowered.applyUpdate, precision), [], []);
   if (opts.evalTail !== undefined && opts.evalTail !== B && opts.evalTail > 0) set.eval_tail = buildEval(model, 'eval_tail', opts.evalTail);
   return set;
 }

@@ -15,13 +15,16 @@
  *    before any node reads it; persistent values and inputs are never node outputs
  *  - `mutates` inputs are persistent values
  *  - persistent values and inputs have unique names (programs share them by name)
+ *  - mixed precision (compiler/ir/precision.ts): f16 / bf16 values are activations or gradients,
+ *    written only by `cast` (whose output type is its `to`), and read only at the inputs their
+ *    reader's op lists in `halfInputs`
  *  - shapes and dtypes agree with each op's shape rule in the catalogue (ops.ts,
  *    op_rules/*.ts): every output has the shape the rule computes, and the rule's own
  *    checks of its inputs hold (matching parameter / gradient / optimizer-state shapes,
  *    i32 labels and ids, broadcasting, element counts)
  */
 import { OPS, type OpDef, type ShapeCtx, isOpName, opDef } from './ops.js';
-import { isPersistent, type Graph, type Node, type Value } from './graph.js';
+import { isHalf, isPersistent, type Graph, type Node, type Value } from './graph.js';
 import { pairOf } from './shapes.js';
 
 export function graphProblems(graph: Graph): string[] {
@@ -30,7 +33,8 @@ export function graphProblems(graph: Graph): string[] {
   const persistentNames = new Map<string, number>();
   values.forEach((v, i) => {
     if (v.id !== i) problems.push(`value at index ${i} has id ${v.id}`);
-    if (v.dtype !== 'f32' && v.dtype !== 'i32') problems.push(`value %${i} (${v.name}) has unknown dtype ${v.dtype}`);
+    if (!['f32', 'i32', 'f16', 'bf16'].includes(v.dtype)) problems.push(`value %${i} (${v.name}) has unknown dtype ${v.dtype}`);
+    if (isHalf(v.dtype) && v.kind !== 'activation' && v.kind !== 'grad') problems.push(`value %${i} (${v.name}) is ${v.kind} but ${v.dtype}: only activations and gradients may be 16-bit`);
     if (!Array.isArray(v.shape) || v.shape.some((d) => !Number.isInteger(d) || d < 1)) {
       problems.push(`value %${i} (${v.name}) has a non-static shape [${v.shape}]`);
     }
@@ -68,6 +72,7 @@ export function graphProblems(graph: Graph): string[] {
         return;
       }
       const v = values[id];
+      if (isHalf(v.dtype) && !(def.halfInputs ?? []).includes(k)) problems.push(`${where}: input ${def.inputs[k] ?? k} reads ${v.dtype} value %${id} (${v.name}), but the op takes 16-bit values only at ${def.halfInputs ? `inputs ${def.halfInputs.join(', ')}` : 'no input'}`);
       if (!isPersistent(v) && v.kind !== 'input' && (writtenBy[id] === -1 || writtenBy[id] >= i)) {
         problems.push(`${where}: reads %${id} (${v.name}) before it is written`);
       }
@@ -87,6 +92,7 @@ export function graphProblems(graph: Graph): string[] {
       }
       const v = values[id];
       if (isPersistent(v) || v.kind === 'input') problems.push(`${where}: writes ${v.kind} value %${id} (${v.name}); only 'mutates' may change it`);
+      if (n.op === 'cast' ? v.dtype !== n.attrs.to : isHalf(v.dtype)) problems.push(`${where}: writes ${v.dtype} value %${id} (${v.name})${n.op === 'cast' ? ` but casts to ${String(n.attrs.to)}` : '; only cast makes 16-bit values'}`);
       if (writtenBy[id] !== -1) problems.push(`${where}: writes %${id} (${v.name}) already written by node #${writtenBy[id]}`);
       else writtenBy[id] = i;
     }

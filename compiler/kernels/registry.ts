@@ -47,6 +47,9 @@ export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
   permute: tensor, pad: tensor, broadcast_to: tensor, reduce: tensor, reduce_max_grad: tensor, masked_fill: tensor, positions: tensor,
   // fused attention (query tiles x streamed key tiles, online softmax; backward in two kernels)
   attention: attn, attention_grad: attn,
+  // mixed precision: no GPU backend runs a 16-bit precision yet (runtime/device.ts refuses it before a
+  // build), so a cast never reaches a GPU kernel file
+  cast: 'cpu',
 };
 
 /** A backend's registry: GPU_KERNELS, or a copy with some entries replaced (e.g. a library GEMM, or 'cpu'). */

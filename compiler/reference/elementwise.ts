@@ -3,6 +3,7 @@
  * and sum_to (the inverse of broadcasting; also bias gradients through attrs.axes).
  */
 import { broadcastShapes, broadcastStrides } from '../ir/shapes.js';
+import { roundToHalf } from './half.js';
 import { type OpCtx, type OpImpl, expectShape, fail, input, inShape, numAttr, strAttr } from './kernel.js';
 import { type UnaryFn, BINARY_FNS_TABLE, UNARY_FNS_TABLE, compileScalar, isBinaryFn, isUnaryFn, unaryFnAttrs } from '../ir/scalar_fns.js';
 
@@ -107,4 +108,12 @@ export const sum_to: OpImpl = (c: OpCtx) => {
   const bc = broadcastShapes(target, xs);
   if (!bc || bc.length !== xs.length || !bc.every((d, i) => d === xs[i])) fail(c, `[${xs.join(',')}] is not a broadcast of [${target.join(',')}]`);
   forEachBroadcast(xs, broadcastStrides(target, xs), (i, off) => { y[off] += x[i]; });
+};
+
+/** cast: to f16 / bf16 rounds (half.ts: the points where the backends round); to f32 widens a 16-bit value, which is exact */
+export const cast: OpImpl = (c: OpCtx) => {
+  const x = input(c, 0), y = c.outputs[0], to = strAttr(c, 'to');
+  if (to === 'f32') y.set(x);
+  else if (to === 'f16' || to === 'bf16') for (let i = 0; i < x.length; i++) y[i] = roundToHalf(x[i], to);
+  else fail(c, `cast to unknown type '${to}'`);
 };

@@ -13,7 +13,7 @@ import type { OpCtx, OpImpl } from './kernel.js';
 import { linear, matmul } from './linear_matmul.js';
 import { conv2d, conv2d_grad_input, conv2d_grad_weight } from './conv.js';
 import { avgpool2d, avgpool2d_grad, global_avgpool, global_avgpool_grad, maxpool2d, maxpool2d_grad } from './pool.js';
-import { binary, sum_to, unary, unary_grad } from './elementwise.js';
+import { binary, cast, sum_to, unary, unary_grad } from './elementwise.js';
 import { log_softmax, log_softmax_grad, softmax, softmax_grad } from './softmax.js';
 import { batchnorm_eval, batchnorm_grad, batchnorm_train, layernorm, layernorm_grad } from './norm.js';
 import { dropout, dropout_grad } from './dropout.js';
@@ -37,6 +37,7 @@ export const REFERENCE_OPS: Record<OpName, OpImpl> = {
   cross_entropy_grad, nll_grad, mse_grad, bce_with_logits_grad,
   grad_accumulate, zero, grad_norm, clip_coef, sgd_update, adam_update,
   permute, pad, broadcast_to, reduce, reduce_max_grad, masked_fill, positions, attention, attention_grad,
+  cast,
 };
 
 function describe(graph: Graph, id: number): string {

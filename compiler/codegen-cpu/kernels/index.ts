@@ -12,6 +12,7 @@ import { accuracy, bce_with_logits, bce_with_logits_grad, cross_entropy, cross_e
 import { broadcast_to, masked_fill, pad, permute, positions, reduce, reduce_max_grad } from './tensor.js';
 import { attention, attention_grad } from './attention.js';
 import { adam_update, clip_coef, grad_accumulate, grad_norm, sgd_update, zero } from './optim.js';
+import { cast } from './precision.js';
 
 export const CPU_KERNELS: Record<OpName, KernelEmitter> = {
   linear, conv2d, maxpool2d, avgpool2d, global_avgpool, reshape, unary, binary, softmax, log_softmax, dropout,
@@ -22,4 +23,5 @@ export const CPU_KERNELS: Record<OpName, KernelEmitter> = {
   cross_entropy_grad, nll_grad, mse_grad, bce_with_logits_grad,
   grad_accumulate, zero, grad_norm, clip_coef, sgd_update, adam_update,
   permute, pad, broadcast_to, reduce, reduce_max_grad, masked_fill, positions, attention, attention_grad,
+  cast,
 };

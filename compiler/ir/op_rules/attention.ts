@@ -32,6 +32,7 @@ const attnFlops = (s: (k: number) => readonly number[], base: number, passes: nu
 export const ATTENTION_OPS = {
   attention: {
     inputs: ['q', 'k', 'v'],
+    halfInputs: [0, 1, 2],
     outputs: ['o', 'lse'],
     attrs: { causal: 'bool (default false): mask ' + CAUSAL_DOC, scale: 'the score scale (the layer uses 1/sqrt(D))' },
     doc:
@@ -56,6 +57,7 @@ export const ATTENTION_OPS = {
   },
   attention_grad: {
     inputs: ['do', 'q', 'k', 'v', 'o', 'lse'],
+    halfInputs: [0, 1, 2, 3, 4],
     outputs: ['dq', 'dk', 'dv'],
     attrs: { causal: '', scale: '' },
     doc:

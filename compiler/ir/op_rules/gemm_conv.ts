@@ -40,6 +40,7 @@ function convGrad(wrt: 'x' | 'weight'): OpDef {
   const xw = (own: readonly number[], other: readonly number[]) => (isX ? [own, other] : [other, own]);
   return {
     inputs: ['dy', isX ? 'weight' : 'x'],
+    halfInputs: [0, 1],
     outputs: [isX ? 'dx' : 'dw'],
     attrs: { stride: '', padding: '', dilation: '', groups: '', [attr]: `shape of ${wrt}` },
     doc: `Gradient of conv2d with respect to ${wrt}.`,
@@ -61,6 +62,7 @@ function convGrad(wrt: 'x' | 'weight'): OpDef {
 export const GEMM_CONV_OPS = {
   linear: {
     inputs: ['x', 'weight', 'bias?'],
+    halfInputs: [0, 1],
     outputs: ['y'],
     attrs: {},
     doc: 'x [..., K], weight [N,K], bias [N] -> y [..., N] = x @ weight^T + bias over the last dim (torch.nn.functional.linear).',
@@ -88,6 +90,7 @@ export const GEMM_CONV_OPS = {
   },
   conv2d: {
     inputs: ['x', 'weight', 'bias?'],
+    halfInputs: [0, 1],
     outputs: ['y'],
     attrs: { stride: '[sh,sw]', padding: '[ph,pw] (zeros)', dilation: '[dh,dw]', groups: 'int' },
     doc:
@@ -110,6 +113,7 @@ export const GEMM_CONV_OPS = {
   },
   matmul: {
     inputs: ['a', 'b'],
+    halfInputs: [0, 1],
     outputs: ['y'],
     attrs: { transA: 'bool: op(a) swaps the last two dims of a', transB: 'bool: the same for b' },
     doc:

@@ -1,0 +1,39 @@
+/**
+ * CPU kernels, mixed precision (issue 15): `cast` between f32 and f16 / bf16, and the operand
+ * widening every op with 16-bit inputs (`OpDef.halfInputs`: the GEMM family) goes through.
+ * Consumes a KernelCtx; produces kernel bodies calling runtime/cpp/mpsc_half.hpp (16-bit values
+ * are uint16_t bit patterns there). Relies on precision.ts making 16-bit values only by cast.
+ */
+import { isHalf } from '../../ir/graph.js';
+import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
+import { tpl } from '../template.js';
+
+const CAST = tpl(`  mk::par(ctx, {{n}}, ${PAR_MIN}, [&](int64_t b, int64_t e) { mh::{{fn}}({{x}}, {{y}}, b, e); });
+`);
+
+export const cast: KernelEmitter = (k) => {
+  const from = k.inDtype(0), to = k.str('to');
+  const fn = to === 'f16' || to === 'bf16' ? (from === 'f32' ? `to_${to}` : null) : to === 'f32' && isHalf(from) ? `from_${from}` : null;
+  if (fn === null) k.fail(`cast from ${from} to ${to} is not supported`);
+  return CAST({ fn, x: k.inPtr(0), y: k.outPtr(0), n: prod(k.inShape(0)) });
+};
+
+/**
+ * The kernel of a node whose inputs include 16-bit values: each such input is widened (exactly)
+ * into a per-thread float buffer first, and `emit` sees it as an f32 input at that buffer.
+ */
+export function withWidenedInputs(k: KernelCtx, emit: KernelEmitter): string {
+  if (k.node.op === 'cast') return emit(k);
+  const widened = new Map<number, string>();
+  let pre = '';
+  k.node.inputs.forEach((id, i) => {
+    if (id < 0 || !isHalf(k.inDtype(i))) return;
+    const name = `w${widened.size}`;
+    pre += `  float* ${name} = mh::widen(ctx, ${k.inPtr(i)}, ${prod(k.inShape(i))}, ${k.inDtype(i) === 'bf16'}, ${widened.size});\n`;
+    widened.set(i, name);
+  });
+  if (widened.size === 0) return emit(k);
+  if (widened.size > 6) k.fail(`${widened.size} 16-bit inputs, more than the 6 widening buffers`);
+  const ctx: KernelCtx = { ...k, inPtr: (i) => widened.get(i) ?? k.inPtr(i), inDtype: (i) => (widened.has(i) ? 'f32' : k.inDtype(i)) };
+  return pre + emit(ctx);
+}
