@@ -9,6 +9,7 @@ import { checkFileWithWarnings } from '../compiler/check/index.js';
 import { diagnosticJson } from '../compiler/diagnostics.js';
 import { renderSummary, summarize } from '../compiler/check/summary.js';
 import { formatProgramsForCheck, plannedPeakBytes } from '../compiler/ir/print_ir.js';
+import { precisionOverride } from '../compiler/check/overrides.js';
 
 export function register(program: Command): void {
   program
@@ -16,6 +17,7 @@ export function register(program: Command): void {
     .description('check a .model spec (syntax, names, shapes, settings) and print a model summary')
     .argument('<spec>', 'path to a .model file')
     .option('--json', 'print the summary as JSON ({ok: true, ..., diagnostics: [warnings]}); errors as {ok: false, diagnostics: [...]} (exit 1)')
+    .option('--precision <p>', 'check (and plan memory) at this train precision: fp32, fp16 or bf16 (= train { precision }); --ir shows each value\'s storage type')
     .option('--ir [program]', 'print a program after autodiff, optimizer lowering and memory planning: train_step (default), apply_update, eval, eval_tail, all')
     .addHelpText(
       'after',
@@ -24,10 +26,11 @@ Examples:
   mpsc check specs/lenet.model            layers, shapes, parameter counts, planned memory
   mpsc check specs/lenet.model --json     the same as one JSON object (errors too: {"ok": false, "diagnostics": [...]})
   mpsc check specs/lenet.model --ir       the train-step program the backends generate code from
-  mpsc check specs/lenet.model --ir eval  the forward-only evaluation program`,
+  mpsc check specs/lenet.model --ir eval  the forward-only evaluation program
+  mpsc check specs/lenet.model --precision bf16 --ir   bf16 storage of GEMM operands (f16 / bf16 types) and the memory plan`,
     )
-    .action((spec: string, opts: { json?: boolean; ir?: string | boolean }) => {
-      const { model, warnings, warningDiagnostics } = checkFileWithWarnings(spec);
+    .action((spec: string, opts: { json?: boolean; ir?: string | boolean; precision?: string }) => {
+      const { model, warnings, warningDiagnostics } = checkFileWithWarnings(spec, opts.precision !== undefined ? [precisionOverride(opts.precision)] : []);
       for (const w of warnings) process.stderr.write(w + '\n');
       if (opts.ir !== undefined) {
         process.stdout.write(formatProgramsForCheck(model, opts.ir === true ? 'train_step' : String(opts.ir)));

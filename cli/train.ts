@@ -14,7 +14,7 @@ import cliProgress from 'cli-progress';
 import { checkFile } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel } from '../compiler/model.js';
-import { lrOverride, overrideText, parseSetArg, type Override } from '../compiler/check/overrides.js';
+import { lrOverride, overrideText, parseSetArg, precisionOverride, type Override } from '../compiler/check/overrides.js';
 import { DEVICES } from '../runtime/device.js';
 import { CONFIG_FILE, LOG_FILE, RUNS_ROOT, resolveResume } from '../runtime/run_folder.js';
 import { defaultThreads, THREADS_HELP } from '../runtime/threads.js';
@@ -218,6 +218,7 @@ interface TrainCliOptions {
   batch?: number;
   seed?: number;
   lr?: string;
+  precision?: string;
   set?: string[];
   threads?: number;
   initFrom?: string;
@@ -287,6 +288,7 @@ export function register(program: Command): void {
     .option('--batch <n>', 'batch size (= --set train.batch=N)', parsePositiveInt('--batch'))
     .option('--seed <n>', 'random seed: init, shuffling, dropout (= --set train.seed=N)', parseNonNegInt('--seed'))
     .option('--lr <x>', 'learning rate (= --set optimizer.lr=X)')
+    .option('--precision <p>', 'fp32, fp16 (with dynamic loss scaling) or bf16 (= --set train.precision="P"); 16-bit runs on --device cpu and reference')
     .option('--set <key=value>', 'override a train, optimizer, schedule or data setting (repeatable; see below)', collect)
     .option('--threads <n>', THREADS_HELP, parsePositiveInt('--threads'))
     .option('--init-from <file>', 'load initial parameters from a safetensors file')
@@ -302,7 +304,7 @@ export function register(program: Command): void {
     .addHelpText('after', TRAIN_EXAMPLES)
     .action(async (spec: string, o: TrainCliOptions) => {
       if (o.epochs !== undefined && o.steps !== undefined) throw new UserError('error: give either --epochs or --steps, not both');
-      const given = [...(o.lr !== undefined ? [lrOverride(o.lr)] : []), ...(o.set ?? []).map((t) => parseSetArg(t))];
+      const given = [...(o.lr !== undefined ? [lrOverride(o.lr)] : []), ...(o.precision !== undefined ? [precisionOverride(o.precision)] : []), ...(o.set ?? []).map((t) => parseSetArg(t))];
       // --resume of a run folder: that run's --set overrides apply again (given ones after them win)
       const inherited = o.resume !== undefined ? runOverrides(o.resume, (await checkSpec(spec)).name) : [];
       if (inherited.length) process.stderr.write(`resuming with the run's settings: --set ${inherited.join(' --set ')}\n`);

@@ -6,7 +6,8 @@
  * all F32, plus `<layer>.num_batches_tracked` (I64, as in torch's state_dict) for every
  * batchnorm layer. `__metadata__` (all strings): format, model, spec_hash, data_sha256,
  * seed, step, epoch, batch_in_epoch, counter, total_steps, batch, grad_accum, shuffle,
- * drop_last, device, tensors_sha256 (sha256 of the data block: detects corruption), and for text
+ * drop_last, device, precision, for fp16 the loss scaler's amp_scale / amp_growth_tracker /
+ * amp_skipped_steps / amp_consecutive_skips (the `amp.loss_scale` tensor is saved too), tensors_sha256 (sha256 of the data block: detects corruption), and for text
  * data vocab (the tokenizer and its characters, JSON: `mpsc sample` decodes with it).
  *
  * Files are written atomically: a temporary file in the same folder, fsync, rename, fsync
@@ -22,6 +23,8 @@ import { isPersistent, programsOf, type ProgramSet } from '../compiler/ir/graph.
 import { asU8, decodeSafetensors, encodeSafetensors, tensorToF32, type StFile, type StWriteTensor } from './safetensors.js';
 import type { Session } from './session.js';
 import type { Vocabulary } from '../data/text.js';
+import { PRECISIONS, type Precision } from '../compiler/ir/precision.js';
+import type { ScalerState } from './loss_scaler.js';
 
 export const CHECKPOINT_FORMAT = 'mpsc-checkpoint-1';
 
@@ -51,6 +54,10 @@ export interface CheckpointInfo extends TrainPosition {
   trainSeconds?: number;
   /** text data: the tokenizer's vocabulary (metadata key `vocab`, JSON), read by `mpsc sample` */
   vocab?: Vocabulary;
+  /** train { precision } (metadata `precision`; absent in older checkpoints: fp32) */
+  precision?: Precision;
+  /** fp16: the loss scaler's state (metadata `amp_scale`, `amp_growth_tracker`, `amp_skipped_steps`, `amp_consecutive_skips`) */
+  amp?: ScalerState;
 }
 
 /** torch's batchnorm layers carry num_batches_tracked; ours are the layers with a `<layer>.running_mean` state. */
@@ -77,6 +84,15 @@ export function infoToMetadata(info: CheckpointInfo): Record<string, string> {
     device: info.device,
     train_seconds: String(info.trainSeconds ?? 0),
     ...(info.vocab ? { vocab: JSON.stringify(info.vocab) } : {}),
+    precision: info.precision ?? 'fp32',
+    ...(info.amp
+      ? {
+          amp_scale: String(info.amp.scale),
+          amp_growth_tracker: String(info.amp.growthTracker),
+          amp_skipped_steps: String(info.amp.skipped),
+          amp_consecutive_skips: String(info.amp.consecutiveSkips),
+        }
+      : {}),
   };
 }
 
@@ -105,7 +121,15 @@ export function metadataToInfo(md: Record<string, string>, file: string): Checkp
     dropLast: md.drop_last === 'true',
     device: md.device ?? '',
     trainSeconds: Number.isFinite(Number(md.train_seconds)) ? Number(md.train_seconds) : 0,
+    precision: (PRECISIONS as readonly string[]).includes(md.precision ?? '') ? (md.precision as Precision) : 'fp32',
+    ...(md.amp_scale !== undefined ? { amp: ampOf(md, int, file) } : {}),
   };
+}
+
+function ampOf(md: Record<string, string>, int: (k: string) => number, file: string): ScalerState {
+  const scale = Number(md.amp_scale);
+  if (!(scale > 0) || !Number.isFinite(scale)) throw new UserError(`${file}: error: checkpoint metadata 'amp_scale' is invalid (${JSON.stringify(md.amp_scale)})`);
+  return { scale, growthTracker: int('amp_growth_tracker'), skipped: int('amp_skipped_steps'), consecutiveSkips: int('amp_consecutive_skips') };
 }
 
 /** Write bytes to `file` atomically: temp file in the same folder, fsync, rename, fsync the folder. */

@@ -7,6 +7,8 @@
  *  - cuda: the generated CUDA backend (runtime/cuda); without a GPU or toolkit a UserError says which is missing.
  *  - cpu: the generated C++ backend; metal-emu: the MSL emulator; reference: the float64 interpreter.
  *  - metal anywhere else than macOS on Apple silicon: a UserError suggesting metal-emu or cpu.
+ *  - a 16-bit train precision (ProgramSet.precision) runs on cpu and reference only: another
+ *    device is a UserError naming those, and auto picks cpu.
  * Backends are imported lazily so a missing or broken backend never breaks the others.
  */
 import { UserError } from '../compiler/errors.js';
@@ -74,9 +76,25 @@ function metalElsewhere(): UserError {
   );
 }
 
+/** the devices that run a 16-bit train precision (the others have no 16-bit kernels yet) */
+export const HALF_DEVICES: readonly DeviceName[] = ['cpu', 'reference'];
+
+function precisionUnsupported(d: DeviceName, precision: string): UserError {
+  return new UserError(
+    `error: --device ${d} does not run precision "${precision}" yet; it runs on ${HALF_DEVICES.map((x) => `--device ${x}`).join(' and ')}\n` +
+      `  help: use --device cpu, or train in fp32 on this device (--precision fp32)`,
+  );
+}
+
 /** Open a session for `device` (resolving auto). */
 export async function openSession(device: string, programs: ProgramSet, opts: OpenOptions = {}): Promise<OpenedSession> {
   const d = parseDevice(device);
+  if (programs.precision && d !== 'auto' && !HALF_DEVICES.includes(d)) throw precisionUnsupported(d, programs.precision);
+  if (d === 'auto' && programs.precision) {
+    // no GPU backend has 16-bit kernels yet: auto picks the cpu, saying so
+    const cpu = await loadFactory('cpu');
+    if (cpu) return { session: await cpu(programs, opts), device: 'cpu', note: `device: cpu (auto: precision ${programs.precision} runs on the cpu and reference backends only)` };
+  }
   if (d === 'auto') {
     let cudaWhy = '';
     const probe = await import('./cuda/session.js').catch((e) => (isModuleMissing(e) ? null : Promise.reject(e)));

@@ -12,6 +12,12 @@
  * pure function of (seed, epoch) and dropout of (seed, counter), the continued run is exactly
  * the uninterrupted one.
  *
+ * Precision fp16 (runtime/loss_scaler.ts): after the micro-batches, the train_step output
+ * `amp.grad_norm` says whether the scaled gradients are finite; if so apply_update runs, else the
+ * step is skipped (the accumulators are zeroed, Adam's t does not advance) and the scale backs off;
+ * the scale goes to the session's `amp.loss_scale` state, the scaler's state into each checkpoint,
+ * and each skipped step writes a metrics line; 40 skipped steps in a row stop the run (UserError).
+ *
  * Run folders (run_folder.ts): with `runDir` / `runsRoot` the run writes config.json, metrics.jsonl
  * (every line has `split`: train / val / test; epochs 1-based as on the console), its checkpoints,
  * model.safetensors (weights only, rewritten with every checkpoint) and best.safetensors (a full
@@ -24,7 +30,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
-import type { ProgramName, ProgramSet, StepScalars } from '../compiler/ir/graph.js';
+import { numel, type ProgramName, type ProgramSet, type StepScalars } from '../compiler/ir/graph.js';
 import type { CheckedModel, TrainConfig } from '../compiler/model.js';
 import { createBatcher, epochOrder, trainBatchesPerEpoch } from '../data/batcher.js';
 import { datasetChecksum, type Dataset } from '../data/dataset.js';
@@ -47,6 +53,8 @@ import {
   type TrainPosition,
 } from './checkpoint.js';
 import { openSession } from './device.js';
+import { MAX_CONSECUTIVE_SKIPS, initialScaler, updateScaler, type ScalerState } from './loss_scaler.js';
+import { AMP_CHECK_OUTPUT, LOSS_SCALE_STATE } from '../compiler/ir/optimizer_lowering.js';
 import type { Session } from './session.js';
 import { holdOut } from '../data/dataset.js';
 import {
@@ -100,7 +108,7 @@ export interface TrainOptions {
 export type TrainEvent =
   | { kind: 'note'; message: string }
   | { kind: 'start'; device: string; totalSteps: number; stepsPerEpoch: number; startStep: number; batch: number; trainSamples: number; testSamples: number }
-  | { kind: 'step'; step: number; epoch: number; loss: number; lr: number; metrics: Record<string, number>; samplesPerSec: number; logged: boolean }
+  | { kind: 'step'; step: number; epoch: number; loss: number; lr: number; metrics: Record<string, number>; samplesPerSec: number; logged: boolean; amp?: { scale: number; skipped: boolean; skippedSteps: number } }
   | { kind: 'eval'; step: number; epoch: number; split: 'val' | 'test'; result: EvalResult }
   | { kind: 'checkpoint'; step: number; file: string }
   | { kind: 'run'; dir: string; resumed: boolean }
@@ -255,6 +263,10 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     ] as const) {
       if (was !== now) throw new UserError(`${resumeFile}: error: the checkpoint was trained with ${what} ${was} but this run uses ${now}\n  help: resume with the same ${what}`);
     }
+    const precision = cfg.precision ?? 'fp32';
+    if ((resumeInfo.precision ?? 'fp32') !== precision) {
+      throw new UserError(`${resumeFile}: error: the checkpoint was trained with precision ${resumeInfo.precision ?? 'fp32'} but this run uses ${precision}\n  help: resume with the same precision (--precision ${resumeInfo.precision ?? 'fp32'}), or start from its weights with --init-from`);
+    }
     if (opts.seed !== undefined && opts.seed !== resumeInfo.seed) {
       throw new UserError(`${resumeFile}: error: the checkpoint was trained with seed ${resumeInfo.seed}; --seed ${opts.seed} cannot change it on --resume`);
     }
@@ -329,6 +341,11 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   const priorSeconds = resumeInfo?.trainSeconds ?? 0;
   const trainSeconds = () => priorSeconds + (Date.now() - started) / 1000;
   let pos: TrainPosition = { step: 0, epoch: 0, batchInEpoch: 0, counter: 0 };
+  // fp16: the loss scaler (torch.amp.GradScaler's rules); its state resumes from the checkpoint
+  const scaling = programs.precision === 'fp16';
+  if (scaling && resumeInfo && !resumeInfo.amp) throw new UserError(`${resumeFile}: error: the checkpoint has no loss scaler state (amp_scale) although it was trained with precision fp16`);
+  let scaler: ScalerState = resumeInfo?.amp ? { ...resumeInfo.amp } : initialScaler();
+  const gradAccs = programs.train_step.graph.values.filter((v) => v.kind === 'gradacc').map((v) => ({ name: v.name, n: numel(v.shape) }));
   try {
     // ---- the run folder (after the backend is built: a compile stopped by Ctrl-C leaves none)
     let runDir: string | null = null;
@@ -354,6 +371,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         emit({ kind: 'note', message: `initial parameters from ${opts.initFrom} (${loaded.length} tensors)` });
       }
     }
+    if (scaling) session.write(LOSS_SCALE_STATE, Float32Array.of(scaler.scale));
     if (opts.saveInit !== undefined) {
       saveWeights(opts.saveInit, session, model, pos.counter, { seed: String(cfg.seed), ...vocabMeta });
       emit({ kind: 'note', message: `initial parameters written to ${opts.saveInit}` });
@@ -388,6 +406,8 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       device: opened.device,
       trainSeconds: trainSeconds(),
       ...(data.vocab ? { vocab: data.vocab } : {}),
+      precision: cfg.precision ?? 'fp32',
+      ...(scaling ? { amp: { ...scaler } } : {}),
     });
     let lastCheckpoint: string | null = null;
     let lastCheckpointStep = -1;
@@ -468,6 +488,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     const batcher = createBatcher(train, trainNames, B, cfg.seed);
     const outNames = programs.train_step.outputs.map((o) => o.name);
     const lossIdx = outNames.indexOf('loss');
+    const ampIdx = outNames.indexOf(AMP_CHECK_OUTPUT);
     const hasApply = session.hasProgram('apply_update');
     let order = epochOrder(train.count, cfg.shuffle, cfg.seed, pos.epoch);
     let lastLoss: number | null = null;
@@ -482,14 +503,18 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         order = epochOrder(train.count, cfg.shuffle, cfg.seed, pos.epoch);
       }
       const lr = lrAt(model.schedule, baseLr, pos.step, totalSteps);
-      const scalars: StepScalars = { lr, t: pos.step + 1, seed: cfg.seed, counter: 0 };
+      // t: the optimizer's own step count (Adam's bias correction), which a skipped fp16 step does not advance (as in torch)
+      const scalars: StepScalars = { lr, t: pos.step + 1 - scaler.skipped * Number(scaling), seed: cfg.seed, counter: 0 };
       const sums = new Float64Array(outNames.length);
+      let ampNorm = 0;
       for (let k = 0; k < K; k++) {
         scalars.counter = pos.counter;
         const out = session.run('train_step', batcher.fill(order, pos.batchInEpoch * B, pos.epoch), scalars);
         pos.counter += 1;
         pos.batchInEpoch += 1;
-        if (nanCheck && lossIdx >= 0 && !Number.isFinite(out[lossIdx])) {
+        if (ampIdx >= 0) ampNorm = out[ampIdx];
+        // fp16: a non-finite loss gives non-finite gradients: the scaler skips the step (below)
+        if (nanCheck && !scaling && lossIdx >= 0 && !Number.isFinite(out[lossIdx])) {
           const kept = lastCheckpoint ? ` The last good checkpoint is ${lastCheckpoint} (step ${lastCheckpointStep}).` : '';
           throw new UserError(
             `error: the loss became ${out[lossIdx]} at step ${pos.step + 1} (epoch ${pos.epoch + 1}, micro-batch ${pos.batchInEpoch}); training stopped.${kept}\n` +
@@ -498,19 +523,41 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         }
         for (let i = 0; i < sums.length; i++) sums[i] += out[i];
       }
-      if (hasApply) session.run('apply_update', [], scalars);
+      const usedScale = scaler.scale;
+      let skippedNow = false;
+      if (scaling) {
+        // found_inf: the scaled, accumulated gradients hold an inf or NaN: no update, the accumulators are cleared
+        skippedNow = !Number.isFinite(ampNorm);
+        if (skippedNow) for (const g of gradAccs) session.write(g.name, new Float32Array(g.n));
+        else session.run('apply_update', [], scalars);
+        scaler = updateScaler(scaler, skippedNow);
+        if (scaler.scale !== usedScale) session.write(LOSS_SCALE_STATE, Float32Array.of(scaler.scale));
+        if (nanCheck && scaler.consecutiveSkips >= MAX_CONSECUTIVE_SKIPS) {
+          const kept = lastCheckpoint ? ` The last good checkpoint is ${lastCheckpoint} (step ${lastCheckpointStep}).` : '';
+          throw new UserError(
+            `error: precision fp16: the gradients were inf or NaN in ${scaler.consecutiveSkips} consecutive steps (up to step ${pos.step + 1}, epoch ${pos.epoch + 1}); ` +
+              `the loss scale backed off to ${scaler.scale} and the loss is ${sums[lossIdx] / K}, so no scale makes them finite; training stopped.${kept}\n` +
+              `  help: lower the learning rate, add grad_clip, check the data for extreme values, or train with precision "bf16" or "fp32" (--nan-check off keeps skipping steps)`,
+          );
+        }
+      } else if (hasApply) session.run('apply_update', [], scalars);
       pos.step += 1;
       const loss = lossIdx >= 0 ? sums[lossIdx] / K : NaN;
       lastLoss = loss;
       const metrics: Record<string, number> = {};
       outNames.forEach((n, i) => {
-        if (i !== lossIdx) metrics[n] = sums[i] / K;
+        if (i !== lossIdx && i !== ampIdx) metrics[n] = sums[i] / K;
       });
       const elapsed = (Date.now() - loopStart) / 1000;
       const samplesPerSec = ((pos.step - startStep) * B * K) / Math.max(elapsed, 1e-3);
       const logged = pos.step === 1 || pos.step % logEvery === 0 || pos.step === totalSteps;
-      emit({ kind: 'step', step: pos.step, epoch: pos.epoch, loss, lr, metrics, samplesPerSec, logged });
-      if (logged) writeMetrics({ split: 'train', step: pos.step, epoch: pos.epoch + 1, loss, lr, samples_per_sec: samplesPerSec, ...metrics });
+      const amp = scaling ? { scale: usedScale, skipped: skippedNow, skippedSteps: scaler.skipped } : undefined;
+      emit({ kind: 'step', step: pos.step, epoch: pos.epoch, loss, lr, metrics, samplesPerSec, logged, ...(amp ? { amp } : {}) });
+      // fp16: every skipped step gets a line too (loss_scale: the scale the step ran with; skipped_steps: the run's total so far)
+      if (logged || skippedNow) {
+        const ampFields = amp ? { loss_scale: amp.scale, skipped: amp.skipped, skipped_steps: amp.skippedSteps } : {};
+        writeMetrics({ split: 'train', step: pos.step, epoch: pos.epoch + 1, loss, lr, samples_per_sec: samplesPerSec, ...metrics, ...ampFields });
+      }
 
       const epochEnd = pos.batchInEpoch + K > stepsPerEpoch * K;
       if (cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd) runEval();

@@ -42,8 +42,8 @@ export function checkFile(path: string, overrides: Override[] = []): CheckedMode
   return checkSourceWithWarnings(readSpec(path), path, overrides).model;
 }
 
-export function checkFileWithWarnings(path: string): CheckResult {
-  return checkSourceWithWarnings(readSpec(path), path);
+export function checkFileWithWarnings(path: string, overrides: Override[] = []): CheckResult {
+  return checkSourceWithWarnings(readSpec(path), path, overrides);
 }
 
 /** `overrides` (--set, --lr) replace settings of the parsed spec before they are checked (overrides.ts). */

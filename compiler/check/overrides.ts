@@ -54,6 +54,12 @@ export function lrOverride(value: string): Override {
   return { key: 'optimizer.lr', value, source: value, flag: '--lr', file: `<--lr ${value}>`, keyCol: 1, valueCol: 1 };
 }
 
+/** `--precision P` -> the train.precision override (the value is the spec's string `"P"`, so it is checked as spec text). */
+export function precisionOverride(value: string): Override {
+  const text = JSON.stringify(value);
+  return { key: 'train.precision', value: text, source: text, flag: '--precision', file: `<--precision ${value}>`, keyCol: 1, valueCol: 1 };
+}
+
 /** the text form recorded in config.json */
 export function overrideText(o: Override): string {
   return `${o.key}=${o.value}`;

@@ -310,7 +310,8 @@ export function checkTrain(ast: A.ModelFile, specDir: string, inputs: FlatInput[
   if (!(PRECISIONS as readonly string[]).includes(a.precision)) {
     const loc = m.entries.find((e) => e.key.name === 'precision')!.value.loc;
     const near = suggestion(a.precision, [...PRECISIONS]);
-    diags.push(errorAt(loc, `precision must be ${PRECISIONS.map((p) => `"${p}"`).join(', ')}, got "${a.precision}"`, near ?? 'fp32: all f32; fp16: f16 GEMM operands with dynamic loss scaling; bf16: bf16 GEMM operands'));
+    const allowed = PRECISIONS.map((p) => `"${p}"`);
+    diags.push(errorAt(loc, `precision must be ${allowed.slice(0, -1).join(', ')} or ${allowed[allowed.length - 1]}, got "${a.precision}"`, near ?? 'fp32: all f32; fp16: f16 GEMM operands with dynamic loss scaling; bf16: bf16 GEMM operands'));
     return null;
   }
   const data = checkData(a.data as A.CallExpr, specDir, inputs, diags, inputErrors);

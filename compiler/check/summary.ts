@@ -1,6 +1,6 @@
 /**
  * The model summary `mpsc check` prints: each layer with its path, type, output shape
- * and parameter count, then totals. Memory totals here are simple sums (no planning):
+ * and parameter count, the train precision, then totals. Memory totals here are simple sums (no planning):
  * parameters + gradients + optimizer state + buffers, and every activation of one
  * training batch alive at once (an upper bound of the planned peak).
  */
@@ -18,6 +18,8 @@ export interface ModelSummary {
   loss: string | null;
   metrics: string[];
   optimizer: string;
+  /** train { precision }: fp32, or fp16 / bf16 with 16-bit copies of the GEMM operands */
+  precision: string;
   totals: {
     params: number;
     stateElements: number;
@@ -58,6 +60,7 @@ export function summarize(m: CheckedModel, plannedPeakBytes: number | null = nul
     layers: m.layers.map((l) => ({ path: l.path, type: l.type, outShape: `${l.outDtype}${fmtDims(l.outShape)}`, params: l.params })),
     loss: m.loss?.kind ?? null,
     metrics: m.metrics.map((x) => x.name),
+    precision: m.train.precision ?? 'fp32',
     optimizer: o.kind === 'sgd' ? `sgd(lr ${o.lr}, momentum ${o.momentum}${o.nesterov ? ', nesterov' : ''}, weight_decay ${o.weight_decay})` : `${o.kind}(lr ${o.lr}, betas ${o.beta1}/${o.beta2}, weight_decay ${o.weight_decay})`,
     totals: {
       params,
@@ -92,6 +95,7 @@ export function renderSummary(s: ModelSummary): string {
     ...rows.map(line),
     '',
     `loss: ${s.loss ?? 'none'}   metrics: ${s.metrics.join(', ') || 'none'}   optimizer: ${s.optimizer}`,
+    `precision: ${s.precision === 'fp32' ? 'fp32' : `${s.precision} (GEMM operands stored as ${s.precision === 'fp16' ? 'f16' : 'bf16'} copies, f32 accumulation; f32 master weights, gradients, optimizer state${s.precision === 'fp16' ? '; dynamic loss scaling' : ''}; the storage type of every value: --ir)`}`,
     `parameters: ${group(t.params)}${t.stateElements ? ` (+ ${group(t.stateElements)} buffer elements)` : ''}`,
     `parameters + gradients + optimizer state${t.bufferBytes ? ' + buffers' : ''}: ${fmtBytes(t.persistentBytes)} (${fmtBytes(t.paramBytes)} + ${fmtBytes(t.gradBytes)} + ${fmtBytes(t.optimizerStateBytes)}${t.bufferBytes ? ` + ${fmtBytes(t.bufferBytes)}` : ''})`,
     `activations at batch ${s.batch} (forward, unplanned upper bound): ${fmtBytes(t.activationBytes)}`,
