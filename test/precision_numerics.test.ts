@@ -1,0 +1,129 @@
+/**
+ * Mixed precision (issue 15), the numerics against PyTorch 2.13 (test/fixtures/torch_precision.json,
+ * written by tools/torch_precision_fixture.py):
+ *  - the reference's rounding to f16 / bf16 (compiler/reference/half.ts) equals torch's `.to(dtype)`
+ *    bit for bit (value and sign) on edge cases (ties to even, the overflow midpoints, subnormals,
+ *    NaN, inf, signed zeros) and on random values over each format's range;
+ *  - the CPU backend's cast kernels (runtime/cpp/mpsc_half.hpp, F16C where the build targets it)
+ *    give the same values (a generated program: cast -> cast back -> accumulate into a gradacc);
+ *  - runtime/loss_scaler.ts follows torch.amp.GradScaler step by step on the same inf / NaN
+ *    pattern (4100 steps: back-offs, growth after 2000 finite steps, back-off after growth).
+ */
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as fs from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { GraphBuilder, type HalfDType, type ProgramSet } from '../compiler/ir/graph.js';
+import { graphProblems } from '../compiler/ir/verify.js';
+import { planMemory } from '../compiler/ir/memory_plan.js';
+import { HALF_FORMATS, maxFinite, roundToHalf } from '../compiler/reference/half.js';
+import { GRAD_SCALER_DEFAULTS, initialScaler, updateScaler } from '../runtime/loss_scaler.js';
+import { createCpuSession } from '../runtime/native/native_session.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const FIX = JSON.parse(fs.readFileSync(path.join(HERE, 'fixtures', 'torch_precision.json'), 'utf8'));
+const CACHE = process.env.MPSC_CACHE_DIR ?? path.join(os.tmpdir(), 'mpsc-test-cache');
+
+const dec = (v: number | string | null, negative: boolean): number => {
+  if (v === null) return NaN;
+  if (v === 'inf') return Infinity;
+  if (v === '-inf') return -Infinity;
+  return v === 0 && negative ? -0 : (v as number);
+};
+const R = FIX.rounding;
+const xs: number[] = R.x.map((v: number | string | null, i: number) => dec(v, R.x_negative[i]));
+const want = (d: HalfDType): number[] => R[d].map((v: number | string | null, i: number) => dec(v, R[`${d}_negative`][i]));
+const same = (a: number, b: number) => Object.is(a, b) || (Number.isNaN(a) && Number.isNaN(b));
+
+describe('rounding to f16 / bf16 (reference) equals torch', () => {
+  for (const d of ['f16', 'bf16'] as const) {
+    it(`${d}: ${xs.length} values, edge cases first`, () => {
+      const w = want(d);
+      const bad = xs.map((x, i) => [x, roundToHalf(x, d), w[i]]).filter(([, got, exp]) => !same(got, exp));
+      expect(bad).toEqual([]);
+    });
+  }
+
+  it('the named edge cases', () => {
+    expect(maxFinite(HALF_FORMATS.f16)).toBe(65504);
+    expect(roundToHalf(65519.99609375, 'f16')).toBe(65504); // below the midpoint
+    expect(roundToHalf(65520, 'f16')).toBe(Infinity); // the midpoint: ties to even = 65536 = overflow
+    expect(roundToHalf(2 ** -25, 'f16')).toBe(0); // half the smallest subnormal: tie to even (0)
+    expect(roundToHalf(3 * 2 ** -25, 'f16')).toBe(2 ** -23); // tie between 1 and 2 subnormal steps: 2
+    expect(roundToHalf(1 + 2 ** -11, 'f16')).toBe(1);
+    expect(roundToHalf(1 + 3 * 2 ** -11, 'f16')).toBe(1 + 2 ** -9);
+    expect(roundToHalf(1 + 2 ** -8, 'bf16')).toBe(1);
+    expect(roundToHalf(2 ** -133, 'bf16')).toBe(2 ** -133); // the smallest bf16 subnormal is kept
+    expect(Object.is(roundToHalf(-1e-30, 'f16'), -0)).toBe(true);
+    expect(roundToHalf(NaN, 'bf16')).toBeNaN();
+  });
+});
+
+/**
+ * train_step: for each input x<j> of the given lengths and each type, x<j> -> cast(to) -> cast(f32)
+ * -> grad_accumulate into `<type>.out<j>`, read back. Inputs shorter than 8 take the scalar path
+ * of the conversions (the F16C loop handles 8 at a time).
+ */
+function castProgram(lengths: number[]): ProgramSet {
+  const g = new GraphBuilder();
+  const e = new GraphBuilder();
+  const ins = lengths.map((n, j) => g.value(`x${j}`, 'f32', [n], 'input'));
+  lengths.forEach((n, j) => e.value(`x${j}`, 'f32', [n], 'input'));
+  lengths.forEach((n, j) => {
+    for (const d of ['f16', 'bf16'] as const) {
+      const acc = g.value(`${d}.out${j}`, 'f32', [n], 'gradacc');
+      const [h] = g.emit('cast', [ins[j]], [{ name: `x${j}.${d}`, dtype: d, shape: [n] }], { to: d });
+      const [back] = g.emit('cast', [h], [{ name: `x${j}.${d}.f32`, shape: [n] }], { to: 'f32' });
+      g.node('grad_accumulate', [acc, back], [], { scale: 1 });
+    }
+  });
+  expect(graphProblems(g.graph)).toEqual([]);
+  const p = (name: 'train_step' | 'eval', graph: typeof g.graph) => {
+    const prog = { name, batch: 1, graph, inputs: ins, outputs: [] };
+    return { ...prog, plan: planMemory(prog) };
+  };
+  return { model: 'casts', train_step: p('train_step', g.graph), eval: p('eval', e.graph) };
+}
+
+describe('CPU cast kernels equal torch', () => {
+  it('f16 and bf16, vector and scalar paths', async () => {
+    // all values (mostly the vector path), then the first 49 (the edge cases) in pieces of 7 (the scalar path)
+    const starts = [0, ...Array.from({ length: 7 }, (_, j) => j * 7)];
+    const lengths = [xs.length, ...Array(7).fill(7)];
+    const session = await createCpuSession(castProgram(lengths), { threads: 2, cacheDir: CACHE });
+    try {
+      session.run('train_step', lengths.map((n, j) => Float32Array.from(xs.slice(starts[j], starts[j] + n))), { lr: 0, t: 1, seed: 0, counter: 0 });
+      for (const d of ['f16', 'bf16'] as const) {
+        const w = want(d);
+        lengths.forEach((n, j) => {
+          const got = session.read(`${d}.out${j}`);
+          // the accumulator starts at +0, so a -0 reads back as +0: zeros compare by value only
+          const bad = [...got].map((v, i) => [xs[starts[j] + i], v, w[starts[j] + i]]).filter(([, g2, e2]) => !(same(g2, e2) || (g2 === 0 && e2 === 0)));
+          expect(bad, `${d}, input ${j}`).toEqual([]);
+        });
+      }
+    } finally {
+      session.close();
+    }
+  }, 300_000);
+});
+
+describe('the fp16 loss scaler follows torch.amp.GradScaler', () => {
+  it('defaults', () => {
+    const d = FIX.grad_scaler.defaults;
+    expect(GRAD_SCALER_DEFAULTS).toEqual({ initScale: d.init_scale, growthFactor: d.growth_factor, backoffFactor: d.backoff_factor, growthInterval: d.growth_interval });
+  });
+  it(`the same scales and skipped steps over ${FIX.grad_scaler.steps.length} steps`, () => {
+    const bad = new Set(Object.keys(FIX.grad_scaler.bad_steps).map(Number));
+    let s = initialScaler();
+    const rows: [number, boolean, number][] = [];
+    FIX.grad_scaler.steps.forEach((_: unknown, step: number) => {
+      const used = s.scale;
+      s = updateScaler(s, bad.has(step));
+      rows.push([used, bad.has(step), s.scale]);
+    });
+    expect(rows).toEqual(FIX.grad_scaler.steps);
+    expect(s.skipped).toBe(bad.size);
+  });
+});
