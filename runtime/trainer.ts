@@ -561,7 +561,9 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
 
       const epochEnd = pos.batchInEpoch + K > stepsPerEpoch * K;
       if (cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd) runEval();
-      if (cfg.checkpoint_every !== null ? pos.step % cfg.checkpoint_every === 0 : epochEnd) checkpoint();
+      // fp16: no checkpoint while the loss is not finite (the last good one stays the newest)
+      const goodState = !scaling || Number.isFinite(loss);
+      if ((cfg.checkpoint_every !== null ? pos.step % cfg.checkpoint_every === 0 : epochEnd) && goodState) checkpoint();
       if (stopEarly) break;
 
       await new Promise((r) => setImmediate(r)); // let SIGINT and timers in
