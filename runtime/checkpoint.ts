@@ -6,7 +6,7 @@
  * all F32, plus `<layer>.num_batches_tracked` (I64, as in torch's state_dict) for every
  * batchnorm layer. `__metadata__` (all strings): format, model, spec_hash, data_sha256,
  * seed, step, epoch, batch_in_epoch, counter, total_steps, batch, grad_accum, shuffle,
- * drop_last, device, precision, for fp16 the loss scaler's amp_scale / amp_growth_tracker /
+ * drop_last, device, precision (fp16 / bf16 only), for fp16 the loss scaler's amp_scale / amp_growth_tracker /
  * amp_skipped_steps / amp_consecutive_skips (the `amp.loss_scale` tensor is saved too), tensors_sha256 (sha256 of the data block: detects corruption), and for text
  * data vocab (the tokenizer and its characters, JSON: `mpsc sample` decodes with it).
  *
@@ -54,7 +54,7 @@ export interface CheckpointInfo extends TrainPosition {
   trainSeconds?: number;
   /** text data: the tokenizer's vocabulary (metadata key `vocab`, JSON), read by `mpsc sample` */
   vocab?: Vocabulary;
-  /** train { precision } (metadata `precision`; absent in older checkpoints: fp32) */
+  /** train { precision } when not fp32 (metadata `precision`; absent: fp32) */
   precision?: Precision;
   /** fp16: the loss scaler's state (metadata `amp_scale`, `amp_growth_tracker`, `amp_skipped_steps`, `amp_consecutive_skips`) */
   amp?: ScalerState;
@@ -84,7 +84,7 @@ export function infoToMetadata(info: CheckpointInfo): Record<string, string> {
     device: info.device,
     train_seconds: String(info.trainSeconds ?? 0),
     ...(info.vocab ? { vocab: JSON.stringify(info.vocab) } : {}),
-    precision: info.precision ?? 'fp32',
+    ...(info.precision && info.precision !== 'fp32' ? { precision: info.precision } : {}),
     ...(info.amp
       ? {
           amp_scale: String(info.amp.scale),
@@ -121,9 +121,14 @@ export function metadataToInfo(md: Record<string, string>, file: string): Checkp
     dropLast: md.drop_last === 'true',
     device: md.device ?? '',
     trainSeconds: Number.isFinite(Number(md.train_seconds)) ? Number(md.train_seconds) : 0,
-    precision: (PRECISIONS as readonly string[]).includes(md.precision ?? '') ? (md.precision as Precision) : 'fp32',
+    ...(md.precision !== undefined ? { precision: precisionOf(md.precision, file) } : {}),
     ...(md.amp_scale !== undefined ? { amp: ampOf(md, int, file) } : {}),
   };
+}
+
+function precisionOf(p: string, file: string): Precision {
+  if (!(PRECISIONS as readonly string[]).includes(p)) throw new UserError(`${file}: error: checkpoint metadata 'precision' is invalid (${JSON.stringify(p)})`);
+  return p as Precision;
 }
 
 function ampOf(md: Record<string, string>, int: (k: string) => number, file: string): ScalerState {
