@@ -12,12 +12,13 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AttrValue, type DType, GraphBuilder, type ProgramSet, type StepScalars, numel } from '../compiler/ir/graph.js';
-import { OPS } from '../compiler/ir/ops.js';
+import { OPS, UNARY_FNS, opDef } from '../compiler/ir/ops.js';
 import { makeRng, randomInts, randomTensor, relError, runOp } from '../compiler/reference/fixtures.js';
 import { CPU_KERNELS } from '../compiler/codegen-cpu/kernels/index.js';
 import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import type { Session } from '../runtime/session.js';
 import { createCpuSession } from '../runtime/native/native_session.js';
+import { attrVariants, samplePoints } from './unary_cases.js';
 
 interface In {
   shape: number[];
@@ -26,6 +27,8 @@ interface In {
   hi?: number;
   /** i32: class count (values in [0, ints)) */
   ints?: number;
+  /** fixed values (instead of random ones) */
+  values?: number[];
 }
 interface Case {
   label: string;
@@ -111,10 +114,16 @@ function gemmCases(): Case[] {
 
 function elementwiseCases(): Case[] {
   const cases: Case[] = [];
-  for (const fn of ['relu', 'leaky_relu', 'gelu', 'sigmoid', 'tanh', 'neg']) {
-    const attrs: Record<string, AttrValue> = fn === 'leaky_relu' ? { fn, alpha: 0.2 } : { fn };
-    cases.push({ label: `unary_${fn}`, op: 'unary', inputs: [{ shape: [5, 11], lo: -3, hi: 3 }], outShapes: [[5, 11]], attrs });
-    cases.push({ label: `unary_grad_${fn}`, op: 'unary_grad', inputs: [{ shape: [5, 11] }, { shape: [5, 11], lo: -3, hi: 3 }], outShapes: [[5, 11]], attrs });
+  // every fn of the table, each attribute variant, at its kinks and around them (test/unary_cases.ts)
+  for (const fn of UNARY_FNS) {
+    attrVariants(fn).forEach((fnAttrs, v) => {
+      const p = samplePoints(fn, fnAttrs);
+      const values = [...p.exact, ...p.smooth];
+      const shape = [values.length];
+      const attrs: Record<string, AttrValue> = { fn, ...fnAttrs };
+      cases.push({ label: `unary_${fn}_${v}`, op: 'unary', inputs: [{ shape, values }], outShapes: [shape], attrs });
+      cases.push({ label: `unary_grad_${fn}_${v}`, op: 'unary_grad', inputs: [{ shape }, { shape, values }], outShapes: [shape], attrs });
+    });
   }
   cases.push({ label: 'bin_bcast', op: 'binary', inputs: [{ shape: [4, 1, 5] }, { shape: [3, 1] }], outShapes: [[4, 3, 5]], attrs: { fn: 'add' } });
   cases.push({ label: 'bin_same', op: 'binary', inputs: [{ shape: [6, 7] }, { shape: [6, 7] }], outShapes: [[6, 7]], attrs: { fn: 'sub' } });
@@ -229,7 +238,8 @@ function buildAll(): Built {
     const ids = c.inputs.map((inp, i) => {
       if (!inp) return -1;
       const name = `${c.label}.in${i}`;
-      const d = inp.ints !== undefined ? randomInts(inp.shape, inp.ints, rng) : randomTensor(inp.shape, rng, inp.lo ?? -1, inp.hi ?? 1);
+      const d = inp.values ? Float64Array.from(inp.values)
+        : inp.ints !== undefined ? randomInts(inp.shape, inp.ints, rng) : randomTensor(inp.shape, rng, inp.lo ?? -1, inp.hi ?? 1);
       data.set(name, d);
       if (inp.dtype === 'i32') {
         const id = b.value(name, 'i32', inp.shape, 'input');
@@ -296,7 +306,7 @@ describe('generated CPU kernels vs the reference interpreter', () => {
         expect(got.length).toBe(numel(c.outShapes[k]));
         expect(relError(got, ref), `${c.label} output ${k}`).toBeLessThan(1e-4);
       });
-      for (const m of OPS[c.op].mutates ?? []) {
+      for (const m of opDef(c.op).mutates ?? []) {
         if (!refInputs[m]) continue;
         const got = session.read(`${c.label}.in${m}`);
         expect(relError(got, refInputs[m]!.data), `${c.label} mutated input ${m}`).toBeLessThan(1e-4);

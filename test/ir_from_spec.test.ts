@@ -6,6 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { checkSource } from '../compiler/check/index.js';
+import { layersWithRole } from '../compiler/check/layers.js';
+import { UNARY_FNS } from '../compiler/ir/scalar_fns.js';
 import { bindBatch } from '../compiler/ir/bind_batch.js';
 import { verifyPlan } from '../compiler/ir/memory_plan.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
@@ -61,5 +63,41 @@ describe('IR passes on a front-end model', () => {
     const init = initParams(model, 1);
     for (const p of model.params) expect(init.get(p.path)?.length).toBe(p.shape.reduce((a, b) => a * b, 1));
     expect(Array.from(init.get('batchnorm0.running_var')!)).toEqual([1, 1, 1, 1]);
+  });
+});
+
+describe('every activation layer, from a spec', () => {
+  // every table fn that is a layer (neg is written as the operator `-x`)
+  const fns = UNARY_FNS.filter((fn) => layersWithRole('layer').some((d) => d.name === fn && !d.internal));
+  // one branch per activation (a deep chain would make the gradients vanish), then a few with arguments
+  const branches = fns.map((fn, i) => `  b${i} = x -> linear(4) -> ${fn}`).join('\n');
+  const spec = `model acts
+input x: f32[N, 6]
+input label: i32[N]
+network {
+${branches}
+  h = concat(${fns.map((_, i) => `b${i}`).join(', ')}) -> hardtanh(min_val: -0.5, max_val: 2) -> linear(6) -> softplus(beta: 2, threshold: 3) -> elu(0.5)
+  logits = h -> leaky_relu(negative_slope: 0.2) -> linear(3)
+}
+loss cross_entropy(logits, label)
+optimizer sgd(lr: 0.1)
+train { data: synthetic(), epochs: 1, batch: 4 }
+`;
+  const model = checkSource(spec, 'acts.model');
+
+  it('covers every activation of the layer table and lowers each to unary {fn} with its attrs', () => {
+    expect(fns).toEqual(UNARY_FNS.filter((fn) => fn !== 'neg'));
+    const unary = model.graph.nodes.filter((n) => n.op === 'unary').map((n) => n.attrs);
+    expect(unary.map((a) => a.fn)).toEqual([...fns, 'hardtanh', 'softplus', 'elu', 'leaky_relu']);
+    expect(unary.slice(-4)).toEqual([
+      { fn: 'hardtanh', min_val: -0.5, max_val: 2 }, { fn: 'softplus', beta: 2, threshold: 3 }, { fn: 'elu', alpha: 0.5 }, { fn: 'leaky_relu', alpha: 0.2 },
+    ]);
+    expect(unary.find((a) => a.fn === 'softplus')).toEqual({ fn: 'softplus', beta: 1, threshold: 20 });
+  });
+
+  it('autodiff gradients through them match finite differences', () => {
+    const g = bindBatch(model.graph, 3);
+    const label = model.inputs.find((i) => i.name === 'label')!.value;
+    gradCheck({ graph: g, loss: model.loss!.value, ints: { [label]: 3 } }, 5);
   });
 });

@@ -132,7 +132,7 @@ describe('verify', () => {
     b.emit('binary', [z, f], [{ name: 's', shape: [2, 5] }], { fn: 'add' }); // no broadcast
     b.emit('cross_entropy', [z, lab], [{ name: 'loss', shape: [], kind: 'output' }], { label_smoothing: 0 }); // f32 label
     const problems = graphProblems(b.graph).join('\n');
-    for (const frag of ['(conv2d): output has shape [2,4,7,6], expected [2,4,7,5]', 'changes the element count', 'x [2,100] and weight [5,4] do not match', 'do not broadcast', 'label must be i32']) {
+    for (const frag of ['(conv2d): output y has shape [2,4,7,6], expected [2,4,7,5]', 'changes the element count', 'x [2,100] and weight [5,4] do not match', 'do not broadcast', 'label must be i32']) {
       expect(problems).toContain(frag);
     }
   });

@@ -5,6 +5,7 @@
  * (a test checks that every entry is documented).
  */
 import type { AttrValue, DType } from '../ir/graph.js';
+import { type UnaryFn, UNARY_FNS_TABLE } from '../ir/scalar_fns.js';
 import { BATCH, type InitSpec } from '../model.js';
 import type { ArgSpec } from './args.js';
 import { broadcast, fmtDims, fmtTensor, sampleNumel, windowOut, type TensorInfo } from './shape_util.js';
@@ -62,20 +63,41 @@ function needF32(x: TensorInfo, ctx: LayerCtx): boolean {
   return false;
 }
 
-function elementwise(name: string, fn: string, doc: string, extraArgs: ArgSpec[] = []): LayerDef {
+interface ActivationOpts {
+  /** the layer's argument name for a fn attr, where PyTorch's differs from the IR attr name */
+  argNames?: Record<string, string>;
+  /** one line per argument, by argument name */
+  argDocs?: Record<string, string>;
+  /** a rule over the argument values: the problem and how to fix it, or null when they are fine */
+  check?: (a: Record<string, number>) => [problem: string, hint: string] | null;
+  /** the layer's doc line, where the table's (written with IR attr names) would mislead */
+  doc?: string;
+  internal?: boolean;
+}
+
+/**
+ * An element-wise activation layer lowered to `unary {fn}`: its arguments are the fn's attrs
+ * (compiler/ir/scalar_fns.ts) with the table's defaults, under PyTorch's argument names.
+ */
+function activation(fn: UnaryFn, opts: ActivationOpts = {}): LayerDef {
+  const attrs = Object.entries(UNARY_FNS_TABLE[fn].attrs as Record<string, number>);
+  const argName = (attr: string) => opts.argNames?.[attr] ?? attr;
   return {
-    name,
+    name: fn,
     role: 'layer',
     inputs: 1,
     inputNames: ['x'],
-    args: extraArgs,
-    doc,
+    args: attrs.map(([attr, dflt]) => ({ name: argName(attr), type: 'float', default: dflt, doc: opts.argDocs?.[argName(attr)] ?? attr })),
+    doc: opts.doc ?? UNARY_FNS_TABLE[fn].doc,
     shapeRule: 'output shape = input shape',
+    internal: opts.internal,
     infer(x, a, ctx) {
       if (!needF32(x[0], ctx)) return null;
-      const attrs: Record<string, AttrValue> = { fn };
-      if (fn === 'leaky_relu') attrs.alpha = a.negative_slope;
-      return { op: 'unary', attrs, out: f32(x[0].shape), params: [] };
+      const problem = opts.check?.(a);
+      if (problem) return ctx.fail(`${ctx.what}: ${problem[0]}`, problem[1]);
+      const out: Record<string, AttrValue> = { fn };
+      for (const [attr] of attrs) out[attr] = a[argName(attr)] as number;
+      return { op: 'unary', attrs: out, out: f32(x[0].shape), params: [] };
     },
   };
 }
@@ -292,12 +314,25 @@ const LIST: LayerDef[] = [
       return { op: 'reshape', attrs: { shape }, out: { dtype: s.dtype, shape }, params: [] };
     },
   },
-  elementwise('relu', 'relu', 'max(x, 0)'),
-  elementwise('leaky_relu', 'leaky_relu', 'x > 0 ? x : negative_slope*x', [{ name: 'negative_slope', type: 'float', default: 0.01, doc: 'slope for x < 0' }]),
-  elementwise('gelu', 'gelu', 'exact GELU 0.5*x*(1 + erf(x/sqrt(2)))'),
-  elementwise('sigmoid', 'sigmoid', '1/(1 + exp(-x))'),
-  elementwise('tanh', 'tanh', 'tanh(x)'),
-  { ...elementwise('neg', 'neg', '`-x` on a tensor (written with the operator)'), internal: true },
+  activation('relu'),
+  activation('leaky_relu', { argNames: { alpha: 'negative_slope' }, argDocs: { negative_slope: 'slope for x < 0' }, doc: 'x > 0 ? x : negative_slope*x' }),
+  activation('gelu'),
+  activation('sigmoid'),
+  activation('tanh'),
+  activation('silu'),
+  activation('relu6'),
+  activation('hardtanh', {
+    argDocs: { min_val: 'lower bound', max_val: 'upper bound' },
+    check: (a) => (a.max_val > a.min_val ? null : [`max_val (${a.max_val}) must be greater than min_val (${a.min_val})`, 'for example hardtanh(min_val: -1, max_val: 1)']),
+  }),
+  activation('hardswish'),
+  activation('softplus', {
+    argDocs: { beta: 'sharpness: log(1 + exp(beta*x))/beta', threshold: 'beta*x above which the layer is the identity' },
+    check: (a) => (a.beta !== 0 ? null : ['beta must not be 0 (softplus divides by it)', 'beta: 1 is the usual softplus; larger beta is closer to relu']),
+  }),
+  activation('elu', { argDocs: { alpha: 'alpha*(exp(x) - 1) for x <= 0' } }),
+  activation('mish'),
+  activation('neg', { internal: true, doc: '`-x` on a tensor (written with the operator)' }),
   ...(['softmax', 'log_softmax'] as const).map(
     (name): LayerDef => ({
       name,

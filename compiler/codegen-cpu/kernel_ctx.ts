@@ -5,7 +5,8 @@
  * the kernel function `static int <fn>(mpsc_ctx* ctx, const void* const* in, const mpsc_scalars* sc)`;
  * the body returns 0, or sets ctx->error and returns 1.
  */
-import type { AttrValue, DType, Graph, Node } from '../ir/graph.js';
+import type { DType, Graph, Node } from '../ir/graph.js';
+import { boolAttrOf, numAttrOf, pairAttrOf, shapeAttrOf, strAttrOf } from '../ir/attrs.js';
 
 export interface KernelCtx {
   graph: Graph;
@@ -49,55 +50,15 @@ export interface KernelCtx {
 
 export type KernelEmitter = (k: KernelCtx) => string;
 
+/** the attribute readers of a node (compiler/ir/attrs.ts), reporting through `fail` */
 export function attrReaders(node: Node, fail: (m: string) => never) {
-  const get = (name: string): AttrValue | undefined => node.attrs[name];
+  const a = node.attrs;
   return {
-    num(name: string, dflt?: number): number {
-      const v = get(name);
-      if (v === undefined) {
-        if (dflt === undefined) fail(`missing attr '${name}'`);
-        return dflt;
-      }
-      if (typeof v !== 'number') fail(`attr '${name}' must be a number`);
-      return v;
-    },
-    bool(name: string, dflt?: boolean): boolean {
-      const v = get(name);
-      if (v === undefined) {
-        if (dflt === undefined) fail(`missing attr '${name}'`);
-        return dflt;
-      }
-      if (typeof v !== 'boolean') fail(`attr '${name}' must be a boolean`);
-      return v;
-    },
-    str(name: string, dflt?: string): string {
-      const v = get(name);
-      if (v === undefined) {
-        if (dflt === undefined) fail(`missing attr '${name}'`);
-        return dflt;
-      }
-      if (typeof v !== 'string') fail(`attr '${name}' must be a string`);
-      return v;
-    },
-    pair(name: string, dflt?: [number, number]): [number, number] {
-      const v = get(name);
-      if (v === undefined) {
-        if (dflt === undefined) fail(`missing attr '${name}'`);
-        return dflt;
-      }
-      if (typeof v === 'number') return [v, v];
-      if (Array.isArray(v) && v.length === 2) return [v[0], v[1]];
-      fail(`attr '${name}' must be [h, w]`);
-    },
-    shape(name: string, dflt?: number[]): number[] {
-      const v = get(name);
-      if (v === undefined) {
-        if (dflt === undefined) fail(`missing attr '${name}'`);
-        return dflt;
-      }
-      if (!Array.isArray(v)) fail(`attr '${name}' must be a number[]`);
-      return v;
-    },
+    num: (name: string, dflt?: number) => numAttrOf(a, name, fail, dflt),
+    bool: (name: string, dflt?: boolean) => boolAttrOf(a, name, fail, dflt),
+    str: (name: string, dflt?: string) => strAttrOf(a, name, fail, dflt),
+    pair: (name: string, dflt?: [number, number]) => pairAttrOf(a, name, fail, dflt),
+    shape: (name: string, dflt?: number[]) => shapeAttrOf(a, name, fail, dflt),
   };
 }
 

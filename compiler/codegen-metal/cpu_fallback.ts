@@ -5,6 +5,7 @@
  * the step's plan bindings, in order (the node's present inputs, then its outputs).
  */
 import type { Graph, Node } from '../ir/graph.js';
+import { isOpName } from '../ir/ops.js';
 import { CPU_KERNELS } from '../codegen-cpu/kernels/index.js';
 import { attrReaders, type KernelCtx } from '../codegen-cpu/kernel_ctx.js';
 import type { LoweredProgram } from './lower_program.js';
@@ -43,7 +44,7 @@ function ctxFor(g: Graph, n: Node): KernelCtx {
 export function cpuFallbackFunction(lp: LoweredProgram, node: number, fnName: string): string {
   const g = lp.program.graph;
   const n = g.nodes[node];
-  const emit = CPU_KERNELS[n.op];
+  const emit = isOpName(n.op) ? CPU_KERNELS[n.op] : undefined;
   if (!emit) throw new Error(`internal: neither a Metal nor a CPU kernel exists for op '${n.op}'`);
   const body = emit(ctxFor(g, n));
   return `// CPU fallback: node ${n.id} (${n.op})\nstatic int ${fnName}(mpsc_ctx* ctx, void* const* ptrs, const mpsc_scalars* sc) {\n  const void* const* in = nullptr;\n  (void)ctx; (void)ptrs; (void)sc; (void)in;\n${body}  return 0;\n}\n`;

@@ -8,6 +8,9 @@
  *           the list of { param, grad } pairs: one per parameter the loss depends
  *           on (parameters that do not reach the loss get no gradient, like a
  *           PyTorch parameter whose .grad stays None).
+ * How: walks the nodes in reverse and runs each op's gradient rule (`vjp` in the op
+ *           catalogue, ops.ts / op_rules/*.ts) through a VjpCtx that names, shapes and
+ *           accumulates what the rule emits; this file knows no op by name.
  * Invariants relied on: the forward graph is in topological order and SSA; the
  *           loss is a scalar produced by a loss op (cross_entropy, nll, mse,
  *           bce_with_logits) or by `binary add` of such scalars.
@@ -24,6 +27,7 @@
  *    value is not also the gradient of another value, e.g. through `add`).
  */
 import { GraphBuilder, type AttrValue, type Graph, type Node, type Value } from './graph.js';
+import { type VjpCtx, opDef } from './ops.js';
 
 export interface ParamGrad {
   /** parameter value id */
@@ -39,13 +43,6 @@ export interface AutodiffResult {
 
 /** The implicit gradient of the loss with respect to itself (1). */
 const SEED = -2;
-
-const LOSS_GRAD_OP: Record<string, string> = {
-  cross_entropy: 'cross_entropy_grad',
-  nll: 'nll_grad',
-  mse: 'mse_grad',
-  bce_with_logits: 'bce_with_logits_grad',
-};
 
 function sameShape(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((d, i) => d === b[i]);
@@ -110,135 +107,31 @@ export function autodiff(forward: Graph, loss: number): AutodiffResult {
     const n = forward.nodes[k];
     const dyOf = n.outputs.map((o) => grad.get(o));
     if (dyOf.every((g) => g === undefined)) continue;
-    const dy = dyOf[0];
-    const [x0, x1, x2] = n.inputs;
-    const need = n.inputs.map((i) => needs(i));
-    const shapeOf = (id: number) => [...V(id).shape];
-    if (dy === SEED && !(n.op in LOSS_GRAD_OP) && !(n.op === 'binary' && n.attrs.fn === 'add')) {
-      throw new Error(`internal: autodiff: the loss must be produced by a loss op, not '${n.op}'`);
-    }
-    switch (n.op) {
-      case 'linear': {
-        if (need[0]) accumulate(x0, emit('matmul', [dy!, x1], gname(x0), shapeOf(x0), { transA: false, transB: false }, n), n);
-        if (need[1]) accumulate(x1, emit('matmul', [dy!, x0], gname(x1), shapeOf(x1), { transA: true, transB: false }, n), n);
-        if (x2 >= 0 && need[2]) accumulate(x2, emit('sum_to', [dy!], gname(x2), shapeOf(x2), { shape: shapeOf(x2), axes: [0] }, n), n);
-        break;
-      }
-      case 'conv2d': {
-        const conv = { stride: n.attrs.stride, padding: n.attrs.padding, dilation: n.attrs.dilation, groups: n.attrs.groups };
-        if (need[0]) accumulate(x0, emit('conv2d_grad_input', [dy!, x1], gname(x0), shapeOf(x0), { ...conv, x_shape: shapeOf(x0) }, n), n);
-        if (need[1]) accumulate(x1, emit('conv2d_grad_weight', [dy!, x0], gname(x1), shapeOf(x1), { ...conv, w_shape: shapeOf(x1) }, n), n);
-        if (x2 >= 0 && need[2]) accumulate(x2, emit('sum_to', [dy!], gname(x2), shapeOf(x2), { shape: shapeOf(x2), axes: [0, 2, 3] }, n), n);
-        break;
-      }
-      case 'maxpool2d':
-        if (need[0]) accumulate(x0, emit('maxpool2d_grad', [dy!, x0], gname(x0), shapeOf(x0), { kernel: n.attrs.kernel, stride: n.attrs.stride, padding: n.attrs.padding }, n), n);
-        break;
-      case 'avgpool2d':
-        if (need[0]) accumulate(x0, emit('avgpool2d_grad', [dy!], gname(x0), shapeOf(x0), { kernel: n.attrs.kernel, stride: n.attrs.stride, padding: n.attrs.padding, x_shape: shapeOf(x0) }, n), n);
-        break;
-      case 'global_avgpool':
-        if (need[0]) accumulate(x0, emit('global_avgpool_grad', [dy!], gname(x0), shapeOf(x0), { x_shape: shapeOf(x0) }, n), n);
-        break;
-      case 'reshape':
-        if (need[0]) accumulate(x0, emit('reshape', [dy!], gname(x0), shapeOf(x0), { shape: shapeOf(x0) }, n), n);
-        break;
-      case 'unary': {
-        const attrs: Record<string, AttrValue> = { fn: n.attrs.fn };
-        if (n.attrs.alpha !== undefined) attrs.alpha = n.attrs.alpha;
-        if (need[0]) accumulate(x0, emit('unary_grad', [dy!, x0], gname(x0), shapeOf(x0), attrs, n), n);
-        break;
-      }
-      case 'binary': {
-        const fn = n.attrs.fn;
-        if (dy === SEED) {
-          // scalar loss = add(loss_a, loss_b): both receive the seed
-          if (need[0]) accumulate(x0, SEED, n);
-          if (need[1]) accumulate(x1, SEED, n);
-          break;
-        }
-        const yShape = V(n.outputs[0]).shape;
-        if (fn === 'add' || fn === 'sub') {
-          if (need[0]) accumulate(x0, unbroadcast(dy!, x0, n), n);
-          if (need[1]) {
-            const g = fn === 'add' ? dy! : emit('unary', [dy!], gname(x1), [...yShape], { fn: 'neg' }, n);
-            accumulate(x1, unbroadcast(g, x1, n), n);
-          }
-        } else if (fn === 'mul') {
-          if (need[0]) accumulate(x0, unbroadcast(emit('binary', [dy!, x1], gname(x0), [...yShape], { fn: 'mul' }, n), x0, n), n);
-          if (need[1]) accumulate(x1, unbroadcast(emit('binary', [dy!, x0], gname(x1), [...yShape], { fn: 'mul' }, n), x1, n), n);
-        } else {
-          throw new Error(`internal: autodiff: no gradient rule for binary fn '${String(fn)}'`);
-        }
-        break;
-      }
-      case 'softmax':
-        if (need[0]) accumulate(x0, emit('softmax_grad', [dy!, n.outputs[0]], gname(x0), shapeOf(x0), { axis: n.attrs.axis }, n), n);
-        break;
-      case 'log_softmax':
-        if (need[0]) accumulate(x0, emit('log_softmax_grad', [dy!, n.outputs[0]], gname(x0), shapeOf(x0), { axis: n.attrs.axis }, n), n);
-        break;
-      case 'dropout':
-        if (need[0]) accumulate(x0, emit('dropout_grad', [dy!], gname(x0), shapeOf(x0), { p: n.attrs.p, stream: n.attrs.stream }, n), n);
-        break;
-      case 'batchnorm_train':
-      case 'layernorm': {
-        // only dy of output 0 flows back (mean / invstd are saved statistics, not differentiated outputs)
-        if (dyOf.slice(1).some((g) => g !== undefined)) throw new Error(`internal: autodiff: gradient reaches the saved statistics of ${n.op}`);
-        if (!(need[0] || need[1] || need[2])) break;
-        const gop = n.op === 'layernorm' ? 'layernorm_grad' : 'batchnorm_grad';
-        const outs = b.emit(
-          gop,
-          [dy!, x0, x1, n.outputs[1], n.outputs[2]],
-          [
-            { name: gname(x0), shape: shapeOf(x0), kind: 'grad' },
-            { name: gname(x1), shape: shapeOf(x1), kind: 'grad' },
-            { name: gname(x2), shape: shapeOf(x2), kind: 'grad' },
-          ],
-          {},
-          n.path,
-          n.loc,
-        );
-        for (let j = 0; j < 3; j++) if (need[j]) accumulate(n.inputs[j], outs[j], n);
-        break;
-      }
-      case 'embedding':
-        if (need[1]) accumulate(x1, emit('embedding_grad', [dy!, x0], gname(x1), shapeOf(x1), { w_shape: shapeOf(x1) }, n), n);
-        break;
-      case 'concat': {
-        const axis = n.attrs.axis as number;
-        let start = 0;
-        for (const id of n.inputs) {
-          const len = V(id).shape[axis];
-          if (needs(id)) accumulate(id, emit('slice', [dy!], gname(id), shapeOf(id), { axis, start, length: len }, n), n);
-          start += len;
-        }
-        break;
-      }
-      case 'cross_entropy':
-      case 'nll':
-      case 'mse':
-      case 'bce_with_logits': {
-        const gop = LOSS_GRAD_OP[n.op];
-        const attrs: Record<string, AttrValue> = n.op === 'cross_entropy' ? { label_smoothing: n.attrs.label_smoothing ?? 0 } : {};
-        const scaled = (g: number, target: number): number =>
-          dy === SEED ? g : emit('binary', [g, dy!], gname(target), shapeOf(target), { fn: 'mul' }, n);
-        let dpred = -1;
-        if (need[0]) {
-          dpred = emit(gop, [x0, x1], gname(x0), shapeOf(x0), attrs, n);
-          accumulate(x0, scaled(dpred, x0), n);
-        }
-        if (need[1]) {
-          if (n.op !== 'mse') throw new Error(`internal: autodiff: no gradient for the target of ${n.op}`);
-          // mse is symmetric: d/dtarget = -d/dpred
-          const dp = dpred >= 0 ? dpred : emit(gop, [x0, x1], gname(x0), shapeOf(x0), attrs, n);
-          accumulate(x1, scaled(emit('unary', [dp], gname(x1), shapeOf(x1), { fn: 'neg' }, n), x1), n);
-        }
-        break;
-      }
-      default:
-        throw new Error(`internal: autodiff: no gradient rule for op '${n.op}'`);
-    }
+    const def = opDef(n.op);
+    if (!def.vjp) throw new Error(`internal: autodiff: no gradient rule for op '${n.op}'`);
+    const ctx: VjpCtx = {
+      node: n,
+      x: (k) => n.inputs[k],
+      y: (k) => n.outputs[k],
+      dy() {
+        const g = dyOf[0];
+        if (g === undefined) throw new Error(`internal: autodiff: ${n.op} output 0 has no gradient`);
+        if (g === SEED) throw new Error(`internal: autodiff: the loss must be produced by a loss op, not '${n.op}'`);
+        return g;
+      },
+      isSeed: dyOf[0] === SEED,
+      hasDy: (k) => dyOf[k] !== undefined,
+      need: (k) => needs(n.inputs[k] ?? -1),
+      shape: (id) => [...V(id).shape],
+      emit: (op, inputs, gradOf, attrs = {}, shape) => emit(op, inputs, gname(gradOf), shape ?? [...V(gradOf).shape], attrs, n),
+      emitN: (op, inputs, gradOf, attrs = {}) =>
+        b.emit(op, inputs, gradOf.map((id) => ({ name: gname(id), shape: [...V(id).shape], kind: 'grad' as const })), attrs, n.path, n.loc),
+      acc: (k, g) => accumulate(n.inputs[k], g, n),
+      passSeed: (k) => accumulate(n.inputs[k], SEED, n),
+      unbroadcast: (g, k) => unbroadcast(g, n.inputs[k], n),
+      timesDy: (g, gradOf) => (dyOf[0] === SEED ? g : emit('binary', [g, ctx.dy()], gname(gradOf), [...V(gradOf).shape], { fn: 'mul' }, n)),
+    };
+    def.vjp(ctx);
   }
 
   const grads: ParamGrad[] = [];

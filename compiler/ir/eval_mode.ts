@@ -3,7 +3,8 @@
  *
  * Consumes: a batch-bound forward Graph in training form (bind_batch output).
  * Produces: a new, compacted Graph plus `idMap` (old value id -> new id, -1 for
- *           values that no longer exist) in which
+ *           values that no longer exist) in which each op's `evalMode` rule (op
+ *           catalogue, ops.ts) is applied; today:
  *            - batchnorm_train(x, w, b, rm, rv) -> y, mean, invstd becomes
  *              batchnorm_eval(x, w, b, rm, rv) -> y (the saved-statistics outputs
  *              are dropped; running stats are read, never mutated);
@@ -14,6 +15,7 @@
  *           no node of the result mutates anything.
  */
 import type { Graph, Node } from './graph.js';
+import { opDef } from './ops.js';
 
 export interface EvalGraph {
   graph: Graph;
@@ -27,17 +29,17 @@ export function evalMode(graph: Graph): EvalGraph {
   const dropped = new Set<number>();
   const kept: Node[] = [];
   for (const n of graph.nodes) {
-    if (n.op === 'dropout') {
+    const rule = opDef(n.op).evalMode;
+    if (rule === 'identity') {
       alias[n.outputs[0]] = resolve(n.inputs[0]);
       dropped.add(n.outputs[0]);
       continue;
     }
-    if (n.op === 'batchnorm_train') {
-      dropped.add(n.outputs[1]);
-      dropped.add(n.outputs[2]);
+    if (rule) {
+      for (const id of n.outputs.slice(rule.outputs)) dropped.add(id);
       const attrs = { ...n.attrs };
-      delete attrs.momentum;
-      kept.push({ ...n, op: 'batchnorm_eval', inputs: n.inputs.map(resolve), outputs: [n.outputs[0]], attrs });
+      for (const a of rule.dropAttrs ?? []) delete attrs[a];
+      kept.push({ ...n, op: rule.op, inputs: n.inputs.map(resolve), outputs: n.outputs.slice(0, rule.outputs), attrs });
       continue;
     }
     kept.push({ ...n, inputs: n.inputs.map(resolve), outputs: [...n.outputs], attrs: { ...n.attrs } });

@@ -4,7 +4,8 @@
  * test/reference_ops_doc.test.ts checks that docs/ops.md is current.
  */
 import { pathToFileURL } from 'node:url';
-import { OPS, type OpDef } from './ops.js';
+import { OPS, OP_NAMES, type OpCategory, type OpDef } from './ops.js';
+import { type ScalarLang, UNARY_FNS, UNARY_FNS_TABLE, renderScalar } from './scalar_fns.js';
 
 const INTRO = `# IR op catalogue
 
@@ -24,22 +25,12 @@ Generated from \`compiler/ir/ops.ts\` by \`npx tsx compiler/ir/print_ops_doc.ts 
 - *scalars* are per-run values from \`StepScalars\` (graph.ts): \`lr\`, \`t\` (1-based step), \`seed\`, \`counter\` (dropout RNG).
 `;
 
-const SECTIONS: [string, (name: string) => boolean][] = [
-  ['Forward', (n) => !isLoss(n) && !isBackward(n) && !isOptim(n)],
-  ['Losses and metrics', isLoss],
-  ['Backward', isBackward],
-  ['Gradient plumbing and optimizers', isOptim],
+const SECTIONS: [string, OpCategory[]][] = [
+  ['Forward', ['forward']],
+  ['Losses and metrics', ['loss', 'metric']],
+  ['Backward', ['backward']],
+  ['Gradient plumbing and optimizers', ['optimizer']],
 ];
-
-function isLoss(n: string): boolean {
-  return ['cross_entropy', 'nll', 'mse', 'bce_with_logits', 'accuracy', 'top_k'].includes(n);
-}
-function isOptim(n: string): boolean {
-  return ['grad_accumulate', 'zero', 'grad_norm', 'clip_coef', 'sgd_update', 'adam_update'].includes(n);
-}
-function isBackward(n: string): boolean {
-  return n.endsWith('_grad') || ['matmul', 'sum_to', 'slice'].includes(n);
-}
 
 function renderOp(name: string, d: OpDef): string {
   const lines = [`### \`${name}\``, '', d.doc, ''];
@@ -49,15 +40,43 @@ function renderOp(name: string, d: OpDef): string {
   const attrs = Object.entries(d.attrs);
   if (attrs.length) lines.push(`- attrs: ${attrs.map(([k, v]) => (v ? `\`${k}\` (${v})` : `\`${k}\``)).join(', ')}`);
   if (d.scalars?.length) lines.push(`- scalars: ${d.scalars.map((s) => `\`${s}\``).join(', ')}`);
+  const traits = [d.elementwise ? 'element-wise' : '', d.vjp ? 'has a gradient rule' : '', d.evalMode ? `in eval: ${d.evalMode === 'identity' ? 'removed (identity)' : `becomes \`${d.evalMode.op}\``}` : ''];
+  if (traits.some(Boolean)) lines.push(`- ${traits.filter(Boolean).join('; ')}`);
   return lines.join('\n');
+}
+
+/** scalar expressions as plain math text (attributes by name, literals in shortest float64 form) */
+const TEXT_LANG: ScalarLang = { lit: (v) => String(v), call: (fn, args) => `${fn}(${args.join(', ')})`, select: (c, a, b) => `${c} ? ${a} : ${b}` };
+
+function renderUnaryFns(): string {
+  const rows = UNARY_FNS.map((fn) => {
+    const d = UNARY_FNS_TABLE[fn];
+    const attrs = d.attrs as Record<string, number>;
+    const names = Object.fromEntries(Object.keys(attrs).map((n) => [n, n]));
+    const attrText = Object.entries(attrs).map(([n, v]) => `${n}=${v}`).join(', ');
+    const cell = (t: string) => t.replace(/\|/g, '\\|');
+    return `| \`${fn}\` | ${attrText} | \`${cell(renderScalar(d.fwd, TEXT_LANG, { x: 'x' }, names))}\` | \`${cell(renderScalar(d.grad, TEXT_LANG, { x: 'x', g: 'g' }, names))}\` | ${cell(d.doc)} | \`${d.torch}\` |`;
+  });
+  return [
+    '## Element-wise functions (`unary {fn}` / `unary_grad {fn}`)',
+    '',
+    'Generated from `compiler/ir/scalar_fns.ts`, the one place these formulas are written: the reference evaluates them in',
+    'float64, the backends render them to their languages. `g` is the incoming gradient dy; `a ? b : c` selects.',
+    '',
+    '| fn | attrs (default) | y = f(x) | dx | notes | PyTorch |',
+    '|---|---|---|---|---|---|',
+    ...rows,
+    '',
+  ].join('\n');
 }
 
 export function renderOpsDoc(): string {
   const parts = [INTRO];
-  for (const [title, pick] of SECTIONS) {
-    const names = Object.keys(OPS).filter(pick);
+  for (const [title, cats] of SECTIONS) {
+    const names = OP_NAMES.filter((n) => cats.includes(OPS[n].category));
     parts.push(`## ${title}\n\n${names.map((n) => renderOp(n, OPS[n])).join('\n\n')}\n`);
   }
+  parts.push(renderUnaryFns());
   return parts.join('\n');
 }
 

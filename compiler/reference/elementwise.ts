@@ -3,100 +3,40 @@
  * and sum_to (the inverse of broadcasting; also bias gradients through attrs.axes).
  */
 import { type OpCtx, type OpImpl, expectShape, fail, input, inShape, numAttr, strAttr } from './kernel.js';
-import { UNARY_FNS } from '../ir/ops.js';
+import { type UnaryFn, BINARY_FNS_TABLE, UNARY_FNS_TABLE, compileScalar, isBinaryFn, isUnaryFn, unaryFnAttrs } from '../ir/scalar_fns.js';
 
-// ------------------------------------------------------------------ erf (for exact gelu)
+// ------------------------------------------------------------------ unary (formulas: compiler/ir/scalar_fns.ts)
 
-const SQRT1_2 = Math.SQRT1_2;
-const INV_SQRT_PI = 1 / Math.sqrt(Math.PI);
-const INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
-
-/** erf for |z| < 1.5: 2/sqrt(pi) * exp(-z^2) * sum_n (2z^2)^n z / (1*3*...*(2n+1)); all terms share one sign, so no cancellation. */
-function erfSeries(z: number): number {
-  const z2 = 2 * z * z;
-  let term = z, sum = z;
-  for (let n = 1; n < 200; n++) {
-    term *= z2 / (2 * n + 1);
-    sum += term;
-    if (Math.abs(term) < 1e-17 * Math.abs(sum)) break;
-  }
-  return 2 * INV_SQRT_PI * Math.exp(-z * z) * sum;
-}
-
-/** erfc for z >= 1.5 (120 terms: converged to ~1 ulp there) by its continued fraction erfc(z) = exp(-z^2)/sqrt(pi) / (z + (1/2)/(z + 1/(z + (3/2)/(z + ...)))). */
-function erfcLarge(z: number): number {
-  let t = z;
-  for (let n = 120; n >= 1; n--) t = z + n / 2 / t;
-  return (Math.exp(-z * z) * INV_SQRT_PI) / t;
-}
-
-/** Complementary error function, ~1e-15 relative for z > -1.5, ~1e-16 absolute below. */
-export function erfc(z: number): number {
-  if (Number.isNaN(z)) return NaN;
-  if (z >= 1.5) return erfcLarge(z);
-  if (z <= -1.5) return 2 - erfcLarge(-z);
-  return 1 - erfSeries(z);
-}
-
-export function erf(z: number): number {
-  if (Number.isNaN(z)) return NaN;
-  if (Math.abs(z) < 1.5) return erfSeries(z);
-  return z > 0 ? 1 - erfcLarge(z) : erfcLarge(-z) - 1;
-}
-
-// ------------------------------------------------------------------ unary
-
-type UFn = (typeof UNARY_FNS)[number];
-
-function fnAttr(c: OpCtx): UFn {
+function fnAttr(c: OpCtx): UnaryFn {
   const fn = strAttr(c, 'fn');
-  if (!(UNARY_FNS as readonly string[]).includes(fn)) fail(c, `unknown unary fn '${fn}'`);
-  return fn as UFn;
-}
-
-function sigmoid(x: number): number {
-  if (x >= 0) return 1 / (1 + Math.exp(-x));
-  const e = Math.exp(x);
-  return e / (1 + e);
-}
-
-/** f(x) for each unary fn (alpha: leaky_relu negative slope). */
-export function unaryValue(fn: UFn, x: number, alpha: number): number {
-  switch (fn) {
-    case 'relu': return Math.max(x, 0); // NaN stays NaN, as in torch
-    case 'leaky_relu': return x > 0 ? x : alpha * x;
-    case 'gelu': return 0.5 * x * erfc(-x * SQRT1_2);
-    case 'sigmoid': return sigmoid(x);
-    case 'tanh': return Math.tanh(x);
-    case 'neg': return -x;
-  }
-}
-
-/** f'(x) for each unary fn; relu'(0) = 0, leaky_relu'(0) = alpha. */
-export function unaryDerivative(fn: UFn, x: number, alpha: number): number {
-  switch (fn) {
-    case 'relu': return x > 0 ? 1 : 0;
-    case 'leaky_relu': return x > 0 ? 1 : alpha;
-    case 'gelu': return 0.5 * erfc(-x * SQRT1_2) + x * INV_SQRT_2PI * Math.exp(-0.5 * x * x);
-    case 'sigmoid': { const s = sigmoid(x); return s * (1 - s); }
-    case 'tanh': { const t = Math.tanh(x); return 1 - t * t; }
-    case 'neg': return -1;
-  }
+  if (!isUnaryFn(fn)) fail(c, `unknown unary fn '${fn}'`);
+  return fn;
 }
 
 export const unary: OpImpl = (c: OpCtx) => {
-  const x = input(c, 0), fn = fnAttr(c), alpha = numAttr(c, 'alpha', 0.01);
+  const x = input(c, 0), fn = fnAttr(c);
   expectShape(c, 'output', c.outShapes[0], inShape(c, 0));
+  const f = compileScalar(UNARY_FNS_TABLE[fn].fwd, unaryFnAttrs(fn, (name, d) => numAttr(c, name, d)));
+  const vars = { x: 0 };
   const y = c.outputs[0];
-  for (let i = 0; i < x.length; i++) y[i] = unaryValue(fn, x[i], alpha);
+  for (let i = 0; i < x.length; i++) {
+    vars.x = x[i];
+    y[i] = f(vars);
+  }
 };
 
 export const unary_grad: OpImpl = (c: OpCtx) => {
-  const dy = input(c, 0), x = input(c, 1), fn = fnAttr(c), alpha = numAttr(c, 'alpha', 0.01);
+  const dy = input(c, 0), x = input(c, 1), fn = fnAttr(c);
   expectShape(c, 'dy', inShape(c, 0), inShape(c, 1));
   expectShape(c, 'output', c.outShapes[0], inShape(c, 1));
+  const f = compileScalar(UNARY_FNS_TABLE[fn].grad, unaryFnAttrs(fn, (name, d) => numAttr(c, name, d)));
+  const vars = { x: 0, g: 0 };
   const dx = c.outputs[0];
-  for (let i = 0; i < x.length; i++) dx[i] = dy[i] * unaryDerivative(fn, x[i], alpha);
+  for (let i = 0; i < x.length; i++) {
+    vars.x = x[i];
+    vars.g = dy[i];
+    dx[i] = f(vars);
+  }
 };
 
 // ------------------------------------------------------------------ broadcasting
@@ -158,12 +98,14 @@ export const binary: OpImpl = (c: OpCtx) => {
   // Offsets into b, recorded on a first pass; the second pass combines with a.
   const ob = new Int32Array(y.length);
   forEachBroadcast(ys, sb, (i, off) => { ob[i] = off; });
-  let op: (u: number, v: number) => number;
-  if (fn === 'add') op = (u, v) => u + v;
-  else if (fn === 'sub') op = (u, v) => u - v;
-  else if (fn === 'mul') op = (u, v) => u * v;
-  else fail(c, `unknown binary fn '${fn}'`);
-  forEachBroadcast(ys, sa, (i, off) => { y[i] = op(a[off], b[ob[i]]); });
+  if (!isBinaryFn(fn)) fail(c, `unknown binary fn '${fn}'`);
+  const op = compileScalar(BINARY_FNS_TABLE[fn].fwd, {});
+  const vars = { a: 0, b: 0 };
+  forEachBroadcast(ys, sa, (i, off) => {
+    vars.a = a[off];
+    vars.b = b[ob[i]];
+    y[i] = op(vars);
+  });
 };
 
 export const sum_to: OpImpl = (c: OpCtx) => {

@@ -8,7 +8,7 @@
  * `mutates` in ops.ts change those input arrays in place.
  */
 import { type Graph, type Node, type StepScalars, numel } from '../ir/graph.js';
-import { OPS } from '../ir/ops.js';
+import { type OpName, isOpName } from '../ir/ops.js';
 import type { OpCtx, OpImpl } from './kernel.js';
 import { linear, matmul } from './linear_matmul.js';
 import { conv2d, conv2d_grad_input, conv2d_grad_weight } from './conv.js';
@@ -25,8 +25,8 @@ import { adam_update, clip_coef, grad_accumulate, grad_norm, sgd_update, zero } 
 
 export type Env = Map<number, Float64Array>;
 
-/** One implementation per op of ops.ts (test/reference_interpret.test.ts checks the two lists agree). */
-export const REFERENCE_OPS: Record<string, OpImpl> = {
+/** One implementation per op of ops.ts: keyed by OpName, so a missing op fails tsc. */
+export const REFERENCE_OPS: Record<OpName, OpImpl> = {
   linear, conv2d, maxpool2d, avgpool2d, global_avgpool, reshape, unary, binary, softmax, log_softmax, dropout,
   batchnorm_train, batchnorm_eval, layernorm, embedding, concat,
   cross_entropy, nll, mse, bce_with_logits, accuracy, top_k,
@@ -42,9 +42,9 @@ function describe(graph: Graph, id: number): string {
 }
 
 export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars): void {
-  const impl = REFERENCE_OPS[node.op];
   const at = `node ${node.id} (${node.op}${node.path ? ` at ${node.path}` : ''})`;
-  if (!impl || !OPS[node.op]) throw new Error(`internal: reference interpreter has no op '${node.op}' (${at})`);
+  if (!isOpName(node.op)) throw new Error(`internal: reference interpreter has no op '${node.op}' (${at})`);
+  const impl = REFERENCE_OPS[node.op];
   const inputs: (Float64Array | null)[] = [];
   const inShapes: (number[] | null)[] = [];
   for (const id of node.inputs) {

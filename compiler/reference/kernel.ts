@@ -8,6 +8,7 @@
  * input in `mutates`.
  */
 import type { AttrValue, Node, StepScalars } from '../ir/graph.js';
+import { boolAttrOf, numAttrOf, pairAttrOf, shapeAttrOf, strAttrOf } from '../ir/attrs.js';
 
 export interface OpCtx {
   node: Node;
@@ -42,57 +43,13 @@ export function inShape(c: OpCtx, i: number): number[] {
   return s;
 }
 
-export function numAttr(c: OpCtx, name: string, dflt?: number): number {
-  const v = c.attrs[name];
-  if (v === undefined) {
-    if (dflt === undefined) fail(c, `missing attr '${name}'`);
-    return dflt;
-  }
-  if (typeof v !== 'number') fail(c, `attr '${name}' must be a number, got ${JSON.stringify(v)}`);
-  return v;
-}
-
-export function boolAttr(c: OpCtx, name: string, dflt?: boolean): boolean {
-  const v = c.attrs[name];
-  if (v === undefined) {
-    if (dflt === undefined) fail(c, `missing attr '${name}'`);
-    return dflt;
-  }
-  if (typeof v !== 'boolean') fail(c, `attr '${name}' must be a boolean, got ${JSON.stringify(v)}`);
-  return v;
-}
-
-export function strAttr(c: OpCtx, name: string, dflt?: string): string {
-  const v = c.attrs[name];
-  if (v === undefined) {
-    if (dflt === undefined) fail(c, `missing attr '${name}'`);
-    return dflt;
-  }
-  if (typeof v !== 'string') fail(c, `attr '${name}' must be a string, got ${JSON.stringify(v)}`);
-  return v;
-}
-
-export function shapeAttr(c: OpCtx, name: string, dflt?: number[]): number[] {
-  const v = c.attrs[name];
-  if (v === undefined) {
-    if (dflt === undefined) fail(c, `missing attr '${name}'`);
-    return dflt;
-  }
-  if (!Array.isArray(v)) fail(c, `attr '${name}' must be a number[], got ${JSON.stringify(v)}`);
-  return v;
-}
-
+// attribute readers: compiler/ir/attrs.ts, reporting through fail(c, ...)
+export const numAttr = (c: OpCtx, name: string, dflt?: number): number => numAttrOf(c.attrs, name, (m) => fail(c, m), dflt);
+export const boolAttr = (c: OpCtx, name: string, dflt?: boolean): boolean => boolAttrOf(c.attrs, name, (m) => fail(c, m), dflt);
+export const strAttr = (c: OpCtx, name: string, dflt?: string): string => strAttrOf(c.attrs, name, (m) => fail(c, m), dflt);
+export const shapeAttr = (c: OpCtx, name: string, dflt?: number[]): number[] => shapeAttrOf(c.attrs, name, (m) => fail(c, m), dflt);
 /** A 2-element window attr (`[h, w]`); a single number means the same for both. */
-export function pairAttr(c: OpCtx, name: string, dflt?: [number, number]): [number, number] {
-  const v = c.attrs[name];
-  if (v === undefined) {
-    if (dflt === undefined) fail(c, `missing attr '${name}'`);
-    return dflt;
-  }
-  if (typeof v === 'number') return [v, v];
-  if (Array.isArray(v) && v.length === 2) return [v[0], v[1]];
-  fail(c, `attr '${name}' must be [h, w], got ${JSON.stringify(v)}`);
-}
+export const pairAttr = (c: OpCtx, name: string, dflt?: [number, number]): [number, number] => pairAttrOf(c.attrs, name, (m) => fail(c, m), dflt);
 
 export function sameShape(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((d, i) => d === b[i]);

@@ -438,10 +438,6 @@ inline void maxpool2x2_grad_row(const float* x0, const float* x1, const float* d
 }
 
 // ------------------------------------------------------------------ small math
-inline float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
-inline float gelu_grad(float x) {
-  return 0.5f * (1.0f + std::erf(x * 0.70710678118654752f)) + x * std::exp(-0.5f * x * x) * 0.39894228040143268f;
-}
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace mk

@@ -1,6 +1,12 @@
-/** unary / unary_grad / binary (broadcasting) / reshape / sum_to / dropout / dropout_grad. */
+/**
+ * unary / unary_grad / binary (broadcasting) / reshape / sum_to / dropout / dropout_grad.
+ * The element-wise formulas come from compiler/ir/scalar_fns.ts, rendered to C++ float by
+ * scalar_cpp.ts inside plain loops the compiler can vectorise.
+ */
 import { dropoutThreshold } from '../../ir/philox.js';
+import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, type UnaryFnDef, isBinaryFn, isUnaryFn, renderScalar, unaryFnAttrs } from '../../ir/scalar_fns.js';
 import { f32Lit } from '../c_string.js';
+import { CPP_SCALAR_LANG } from '../scalar_cpp.js';
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
 
@@ -25,35 +31,22 @@ const MAP2 = tpl(`  const float* dy = {{dy}};
   });
 `);
 
-function unaryExpr(k: KernelCtx, fn: string, alpha: string): string {
-  switch (fn) {
-    case 'relu': return 'v > 0.0f ? v : 0.0f';
-    case 'leaky_relu': return `v > 0.0f ? v : ${alpha} * v`;
-    case 'gelu': return 'mk::gelu(v)';
-    case 'sigmoid': return 'mk::sigmoid(v)';
-    case 'tanh': return 'std::tanh(v)';
-    case 'neg': return '-v';
-    default: k.fail(`unknown unary fn '${fn}'`);
-  }
+/** the fn of a unary / unary_grad node and its attribute values (formulas: compiler/ir/scalar_fns.ts) */
+function unaryFn(k: KernelCtx): { def: UnaryFnDef; attrs: Record<string, number> } {
+  const fn = k.str('fn');
+  if (!isUnaryFn(fn)) k.fail(`unknown unary fn '${fn}'`);
+  return { def: UNARY_FNS_TABLE[fn], attrs: unaryFnAttrs(fn, (name, d) => k.num(name, d)) };
 }
 
-function unaryGradExpr(k: KernelCtx, fn: string, alpha: string): string {
-  switch (fn) {
-    case 'relu': return 'v > 0.0f ? g : 0.0f';
-    case 'leaky_relu': return `v > 0.0f ? g : ${alpha} * g`;
-    case 'gelu': return 'g * mk::gelu_grad(v)';
-    case 'sigmoid': return 'g * (mk::sigmoid(v) * (1.0f - mk::sigmoid(v)))';
-    case 'tanh': return 'g * (1.0f - std::tanh(v) * std::tanh(v))';
-    case 'neg': return '-g';
-    default: k.fail(`unknown unary fn '${fn}'`);
-  }
-}
+export const unary: KernelEmitter = (k) => {
+  const { def, attrs } = unaryFn(k);
+  return MAP({ x: k.inPtr(0), y: k.outPtr(0), n: prod(k.inShape(0)), expr: renderScalar(def.fwd, CPP_SCALAR_LANG, { x: 'v' }, attrs) });
+};
 
-export const unary: KernelEmitter = (k) =>
-  MAP({ x: k.inPtr(0), y: k.outPtr(0), n: prod(k.inShape(0)), expr: unaryExpr(k, k.str('fn'), f32Lit(k.num('alpha', 0.01))) });
-
-export const unary_grad: KernelEmitter = (k) =>
-  MAP2({ dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0), n: prod(k.inShape(0)), expr: unaryGradExpr(k, k.str('fn'), f32Lit(k.num('alpha', 0.01))) });
+export const unary_grad: KernelEmitter = (k) => {
+  const { def, attrs } = unaryFn(k);
+  return MAP2({ dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0), n: prod(k.inShape(0)), expr: renderScalar(def.grad, CPP_SCALAR_LANG, { x: 'v', g: 'g' }, attrs) });
+};
 
 /** strides of `shape` read through the broadcast `out` shape (0 on stretched / prepended dims) */
 function broadcastStrides(shape: number[], out: number[]): number[] {
@@ -82,7 +75,7 @@ const BINARY_FLAT = tpl(`  const float* a = {{a}};
   const float* bb = {{b}};
   float* y = {{y}};
   mk::par(ctx, {{n}}, ${PAR_MIN}, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; i++) y[i] = a[{{ia}}] {{op}} bb[{{ib}}];
+    for (int64_t i = b; i < e; i++) y[i] = {{expr}};
   });
 `);
 
@@ -102,27 +95,29 @@ const BINARY_BCAST = tpl(`  const float* a = {{a}};
         ob += idx * sb[d];
       }
       float* yr = y + r * {{last}};
-      for (int64_t j = 0; j < {{last}}; j++) yr[j] = a[oa + j * {{la}}] {{op}} bb[ob + j * {{lb}}];
+      for (int64_t j = 0; j < {{last}}; j++) yr[j] = {{expr}};
     }
   });
 `);
 
 export const binary: KernelEmitter = (k) => {
   const fn = k.str('fn');
-  const op = fn === 'add' ? '+' : fn === 'sub' ? '-' : fn === 'mul' ? '*' : k.fail(`unknown binary fn '${fn}'`);
+  if (!isBinaryFn(fn)) return k.fail(`unknown binary fn '${fn}'`);
+  const fwd = BINARY_FNS_TABLE[fn].fwd;
+  const expr = (ia: string, ib: string) => renderScalar(fwd, CPP_SCALAR_LANG, { a: `a[${ia}]`, b: `bb[${ib}]` }, {});
   const as = k.inShape(0), bs = k.inShape(1);
   const ys = broadcastShape(k, as, bs);
   const n = prod(ys);
   const na = prod(as), nb = prod(bs);
-  const vm = { a: k.inPtr(0), b: k.inPtr(1), y: k.outPtr(0), op, n };
+  const vm = { a: k.inPtr(0), b: k.inPtr(1), y: k.outPtr(0), n };
   if ((na === n || na === 1) && (nb === n || nb === 1)) {
-    return BINARY_FLAT({ ...vm, ia: na === 1 ? '0' : 'i', ib: nb === 1 ? '0' : 'i' });
+    return BINARY_FLAT({ ...vm, expr: expr(na === 1 ? '0' : 'i', nb === 1 ? '0' : 'i') });
   }
   const sa = broadcastStrides(as, ys), sb = broadcastStrides(bs, ys);
   const rank = ys.length, last = ys[rank - 1];
   return BINARY_BCAST({
-    ...vm, rank, dims: ys.join(', '), sa: sa.join(', '), sb: sb.join(', '),
-    rows: n / last, last, la: sa[rank - 1], lb: sb[rank - 1],
+    ...vm, rank, dims: ys.join(', '), sa: sa.join(', '), sb: sb.join(', '), rows: n / last, last,
+    expr: expr(`oa + j * ${sa[rank - 1]}`, `ob + j * ${sb[rank - 1]}`),
   });
 };
 

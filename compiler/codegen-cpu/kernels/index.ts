@@ -1,4 +1,5 @@
-/** The emitter for every op of compiler/ir/ops.ts (test/cpu_kernels checks the two lists agree). */
+/** The emitter for every op of compiler/ir/ops.ts: keyed by OpName, so a missing op fails tsc. */
+import type { OpName } from '../../ir/ops.js';
 import type { KernelEmitter } from '../kernel_ctx.js';
 import { linear, matmul } from './gemm.js';
 import { conv2d, conv2d_grad_input, conv2d_grad_weight } from './conv.js';
@@ -10,7 +11,7 @@ import { concat, embedding, embedding_grad, slice } from './gather.js';
 import { accuracy, bce_with_logits, bce_with_logits_grad, cross_entropy, cross_entropy_grad, mse, mse_grad, nll, nll_grad, top_k } from './losses.js';
 import { adam_update, clip_coef, grad_accumulate, grad_norm, sgd_update, zero } from './optim.js';
 
-export const CPU_KERNELS: Record<string, KernelEmitter> = {
+export const CPU_KERNELS: Record<OpName, KernelEmitter> = {
   linear, conv2d, maxpool2d, avgpool2d, global_avgpool, reshape, unary, binary, softmax, log_softmax, dropout,
   batchnorm_train, batchnorm_eval, layernorm, embedding, concat,
   cross_entropy, nll, mse, bce_with_logits, accuracy, top_k,

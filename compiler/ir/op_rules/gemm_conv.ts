@@ -1,0 +1,123 @@
+/**
+ * Op rules, GEMM family: linear, matmul, conv2d and its two gradients (see ops.ts for what
+ * each field means). Shapes use shapes.ts's conv2dOutShape (the one conv output-size formula).
+ */
+import type { OpDef, ShapeCtx } from '../ops.js';
+import { type ConvGeometry, conv2dOutShape, windowOut } from '../shapes.js';
+
+const fmt = (s: readonly number[]) => `[${s.join(',')}]`;
+
+function geometry(c: ShapeCtx): ConvGeometry {
+  return { stride: c.pairAttr('stride'), padding: c.pairAttr('padding'), dilation: c.pairAttr('dilation') };
+}
+
+/** checks x [N,C,H,W], weight [O,C/g,KH,KW] and groups; returns the conv2d output shape */
+function convShape(c: ShapeCtx, x: readonly number[], w: readonly number[]): number[] {
+  const g = c.attrs.groups as number;
+  c.want(x.length === 4 && w.length === 4, 'x and weight must be 4-D');
+  c.want(Number.isInteger(g) && g >= 1 && x[1] % g === 0 && w[0] % g === 0 && w[1] * g === x[1], `channels: x ${fmt(x)}, weight ${fmt(w)}, groups ${g}`);
+  return conv2dOutShape(x, w, geometry(c));
+}
+
+/** 2 * N * O * OH * OW * (C/g) * KH * KW for x [N,C,H,W] and weight [O,C/g,KH,KW] */
+export function convFlops(xs: readonly number[], ws: readonly number[], attrs: Readonly<Record<string, unknown>>): number {
+  if (xs.length !== 4 || ws.length !== 4) return 0;
+  const pr = (v: unknown, d: number): [number, number] => (Array.isArray(v) ? [v[0], v[1]] : typeof v === 'number' ? [v, v] : [d, d]);
+  const [sh, sw] = pr(attrs.stride, 1), [ph, pw] = pr(attrs.padding, 0), [dh, dw] = pr(attrs.dilation, 1);
+  const [N, , H, W] = xs, [O, Cg, KH, KW] = ws;
+  return 2 * N * O * windowOut(H, KH, sh, ph, dh) * windowOut(W, KW, sw, pw, dw) * Cg * KH * KW;
+}
+
+const CONV_ATTRS = ['stride', 'padding', 'dilation', 'groups'] as const;
+
+export const GEMM_CONV_OPS = {
+  linear: {
+    inputs: ['x', 'weight', 'bias?'],
+    outputs: ['y'],
+    attrs: {},
+    doc: 'x [M,K], weight [N,K], bias [N] -> y [M,N] = x @ weight^T + bias.',
+    category: 'forward',
+    shape(c) {
+      const x = c.in(0), w = c.in(1);
+      c.want(x.length === 2 && w.length === 2 && x[1] === w[1], `x ${fmt(x)} and weight ${fmt(w)} do not match ([M,K] and [N,K])`);
+      if (c.has(2)) c.sameAs(2, [w[0]], 'bias');
+      return [[x[0], w[0]]];
+    },
+    vjp(c) {
+      const dy = c.dy();
+      if (c.need(0)) c.acc(0, c.emit('matmul', [dy, c.x(1)], c.x(0), { transA: false, transB: false }));
+      if (c.need(1)) c.acc(1, c.emit('matmul', [dy, c.x(0)], c.x(1), { transA: true, transB: false }));
+      if (c.need(2)) c.acc(2, c.emit('sum_to', [dy], c.x(2), { shape: c.shape(c.x(2)), axes: [0] }));
+    },
+    flops: { gemm: (s) => 2 * (s(0).reduce((a, b) => a * b, 1) / s(1)[1]) * s(1)[0] * s(1)[1] },
+  },
+  conv2d: {
+    inputs: ['x', 'weight', 'bias?'],
+    outputs: ['y'],
+    attrs: { stride: '[sh,sw]', padding: '[ph,pw] (zeros)', dilation: '[dh,dw]', groups: 'int' },
+    doc:
+      'x [N,C,H,W], weight [O,C/groups,KH,KW], bias [O] -> y [N,O,OH,OW], ' +
+      'OH = floor((H + 2ph - dh*(KH-1) - 1)/sh) + 1 (same for OW). Cross-correlation as torch.nn.functional.conv2d.',
+    category: 'forward',
+    shape(c) {
+      const y = convShape(c, c.in(0), c.in(1));
+      if (c.has(2)) c.sameAs(2, [c.in(1)[0]], 'bias');
+      return [y];
+    },
+    vjp(c) {
+      const dy = c.dy(), a = c.node.attrs;
+      const conv = Object.fromEntries(CONV_ATTRS.map((k) => [k, a[k]]));
+      if (c.need(0)) c.acc(0, c.emit('conv2d_grad_input', [dy, c.x(1)], c.x(0), { ...conv, x_shape: c.shape(c.x(0)) }));
+      if (c.need(1)) c.acc(1, c.emit('conv2d_grad_weight', [dy, c.x(0)], c.x(1), { ...conv, w_shape: c.shape(c.x(1)) }));
+      if (c.need(2)) c.acc(2, c.emit('sum_to', [dy], c.x(2), { shape: c.shape(c.x(2)), axes: [0, 2, 3] }));
+    },
+    flops: { gemm: (s, a) => convFlops(s(0), s(1), a) },
+  },
+  matmul: {
+    inputs: ['a', 'b'],
+    outputs: ['y'],
+    attrs: { transA: 'bool', transB: 'bool' },
+    doc: 'y = op(a) @ op(b), op = transpose when the flag is set; 2-D only. Used by linear backward.',
+    category: 'backward',
+    shape(c) {
+      const a = c.in(0), b = c.in(1);
+      const ta = c.attrs.transA === true, tb = c.attrs.transB === true;
+      const [m, ka] = ta ? [a[1], a[0]] : [a[0], a[1]];
+      const [kb, n] = tb ? [b[1], b[0]] : [b[0], b[1]];
+      c.want(a.length === 2 && b.length === 2 && ka === kb, `inner dimensions of ${fmt(a)} and ${fmt(b)} do not match`);
+      return [[m, n]];
+    },
+    flops: {
+      gemm: (s, at) => {
+        const a = s(0), b = s(1), tA = at.transA === true, tB = at.transB === true;
+        return 2 * (tA ? a[1] : a[0]) * (tB ? b[0] : b[1]) * (tA ? a[0] : a[1]);
+      },
+    },
+  },
+  conv2d_grad_input: {
+    inputs: ['dy', 'weight'],
+    outputs: ['dx'],
+    attrs: { stride: '', padding: '', dilation: '', groups: '', x_shape: 'shape of x' },
+    doc: 'Gradient of conv2d with respect to x.',
+    category: 'backward',
+    shape(c) {
+      const xs = c.shapeAttr('x_shape');
+      c.sameAs(0, convShape(c, xs, c.in(1)), 'dy');
+      return [xs];
+    },
+    flops: { gemm: (s, a) => convFlops(Array.isArray(a.x_shape) ? a.x_shape : [], s(1), a) },
+  },
+  conv2d_grad_weight: {
+    inputs: ['dy', 'x'],
+    outputs: ['dw'],
+    attrs: { stride: '', padding: '', dilation: '', groups: '', w_shape: 'shape of weight' },
+    doc: 'Gradient of conv2d with respect to weight.',
+    category: 'backward',
+    shape(c) {
+      const ws = c.shapeAttr('w_shape');
+      c.sameAs(0, convShape(c, c.in(1), ws), 'dy');
+      return [ws];
+    },
+    flops: { gemm: (s, a) => convFlops(s(1), Array.isArray(a.w_shape) ? a.w_shape : [], a) },
+  },
+} satisfies Record<string, OpDef>;

@@ -1,0 +1,57 @@
+/**
+ * shapes: the shape formulas every part of mpsc shares, each written once: window output
+ * sizes (convolution and pooling), numpy broadcasting, and the output shapes of conv2d and
+ * the 2-D pools. Consumed by the op catalogue's shape rules (ops.ts / op_rules), the front
+ * end's layer table (check/layers.ts), flops.ts, the reference interpreter and the code
+ * generators. Relies on nothing; the batch dim may be symbolic (BATCH = -1): broadcasting
+ * treats it as any other size, and the spatial dims the window formulas read are never it.
+ */
+
+/** floor((size + 2*pad - dil*(k-1) - 1)/stride) + 1: the output size of a convolution or pooling window */
+export function windowOut(size: number, k: number, stride: number, pad: number, dil = 1): number {
+  return Math.floor((size + 2 * pad - dil * (k - 1) - 1) / stride) + 1;
+}
+
+/**
+ * numpy / PyTorch broadcasting of two shapes (aligned at the right, size-1 dims stretch), or
+ * null when they do not broadcast.
+ */
+export function broadcastShapes(a: readonly number[], b: readonly number[]): number[] | null {
+  const r = Math.max(a.length, b.length);
+  const out: number[] = [];
+  for (let i = 0; i < r; i++) {
+    const x = a[a.length - r + i] ?? 1;
+    const y = b[b.length - r + i] ?? 1;
+    if (x === y || y === 1) out.push(x);
+    else if (x === 1) out.push(y);
+    else return null;
+  }
+  return out;
+}
+
+/** a 2-element window attr ([h, w]; one number means both), or null when it is neither */
+export function pairOf(v: unknown): [number, number] | null {
+  if (typeof v === 'number') return [v, v];
+  if (Array.isArray(v) && v.length === 2 && v.every((d) => typeof d === 'number')) return [v[0], v[1]];
+  return null;
+}
+
+export interface ConvGeometry {
+  stride: [number, number];
+  padding: [number, number];
+  dilation: [number, number];
+}
+
+/** [N, O, OH, OW] of conv2d for x [N, C, H, W] and weight [O, C/groups, KH, KW] */
+export function conv2dOutShape(x: readonly number[], w: readonly number[], g: ConvGeometry): number[] {
+  return [
+    x[0], w[0],
+    windowOut(x[2], w[2], g.stride[0], g.padding[0], g.dilation[0]),
+    windowOut(x[3], w[3], g.stride[1], g.padding[1], g.dilation[1]),
+  ];
+}
+
+/** [N, C, OH, OW] of a 2-D pool (max or average, dilation 1) for x [N, C, H, W] */
+export function pool2dOutShape(x: readonly number[], kernel: readonly number[], stride: readonly number[], padding: readonly number[]): number[] {
+  return [x[0], x[1], windowOut(x[2], kernel[0], stride[0], padding[0]), windowOut(x[3], kernel[1], stride[1], padding[1])];
+}
