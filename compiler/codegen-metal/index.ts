@@ -19,13 +19,16 @@ import { emuModelSource, type CpuFallbackEmitter } from './emu_model.js';
 import { bridgeHostSource, bridgeProjectFiles } from './bridge_host.js';
 import { cpuFallbackFunction } from './cpu_fallback.js';
 import { kernelsHeader } from '../codegen-cpu/emit_program.js';
+import { NO_FUSIONS } from '../ir/fuse.js';
+import { fuseForBackend } from '../ir/programs.js';
+import { metalFusions } from './fusions.js';
 
 export interface MetalOptions {
   /** ops forced onto the CPU fallback (tests the fallback path) */
   fallbackOps?: string[];
   /** an op without a Metal kernel is an error instead of a CPU fallback */
   noFallback?: boolean;
-  /** fuse GEMM + unary epilogues (default true) */
+  /** fuse GEMM + unary epilogues (fusions.ts, compiler/ir/fuse.ts; default true) */
   fuse?: boolean;
 }
 
@@ -45,7 +48,10 @@ export interface MetalArtifacts {
   warnings: string[];
 }
 
-export function buildMetal(programs: Program[], model: string, opts: MetalOptions = {}): MetalArtifacts {
+/** `programs` unfused: each is fused with the Metal capability set (fusions.ts) and planned again. */
+export function buildMetal(unfused: Program[], model: string, opts: MetalOptions = {}): MetalArtifacts {
+  const caps = opts.fuse === false ? NO_FUSIONS : metalFusions(opts.fallbackOps);
+  const programs = unfused.map((p) => fuseForBackend(p, caps));
   const table = persistentTable(programs);
   const warnings: string[] = [];
   const out = programs.map((p) => {

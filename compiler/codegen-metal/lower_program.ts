@@ -4,6 +4,7 @@
  * path) or when no Metal lowering exists for it; with `noFallback` the latter is an error.
  */
 import type { Graph, Node, Program } from '../ir/graph.js';
+import { epilogueOf } from '../ir/fuse.js';
 import { UserError } from '../errors.js';
 import type { Helper, KernelSpec, LowerCtx } from './kernel_types.js';
 import { lowerElementwise } from './lower_elementwise.js';
@@ -26,8 +27,6 @@ export interface LoweredProgram {
 export interface LowerOptions {
   fallbackOps?: string[];
   noFallback?: boolean;
-  /** fuse a `unary` into the GEMM-family kernel right before it when that is safe (default true) */
-  fuse?: boolean;
 }
 
 const LOWERINGS = [lowerGemm, lowerElementwise, lowerPool, lowerReduce, lowerOptim];
@@ -45,30 +44,6 @@ function where(n: Node): string {
   return `${loc}node ${n.id} (${n.op}${n.path ? ` in layer '${n.path}'` : ''})`;
 }
 
-/**
- * A GEMM-family node followed directly by a `unary` that is the only reader of its output
- * (and the output is not a program output) can write the unary's result from its store:
- * the intermediate is never materialised. Not when the unary's output memory overlaps one of
- * the GEMM's inputs (the memory plan may reuse a buffer whose last reader is the GEMM).
- */
-function fusable(p: Program, i: number, layout: ProgramLayout | undefined, forced: Set<string>): boolean {
-  const g = p.graph;
-  const n = g.nodes[i], m = g.nodes[i + 1];
-  if (!m || !GEMM_OPS.includes(n.op) || m.op !== 'unary' || forced.has(n.op) || forced.has(m.op)) return false;
-  const y = n.outputs[0];
-  if (m.inputs[0] !== y || p.outputs.some((o) => o.value === y)) return false;
-  let readers = 0;
-  for (const k of g.nodes) for (const v of k.inputs) if (v === y) readers++;
-  if (readers !== 1) return false;
-  if (!layout) return true;
-  const out = layout.homes[m.outputs[0]];
-  if (!out) return false;
-  return n.inputs.every((v) => {
-    const h = v >= 0 ? layout.homes[v] : undefined;
-    return !h || h.region !== out.region || h.index !== out.index || h.offset + h.bytes <= out.offset || out.offset + out.bytes <= h.offset;
-  });
-}
-
 export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: ProgramLayout): LoweredProgram {
   let k = 0;
   const helpers = new Set<Helper>();
@@ -78,13 +53,15 @@ export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: Progr
   const nodes = p.graph.nodes;
   for (let i = 0; i < nodes.length; i++) {
     const n = nodes[i];
-    if (opts.fuse !== false && fusable(p, i, layout, forced)) {
-      const ks = lowerGemm(ctx, p.graph, n, nodes[i + 1])!;
+    // a GEMM with a fused epilogue (compiler/ir/fuse.ts, caps in fusions.ts) applies it in its store
+    const epilogue = epilogueOf(n);
+    if (epilogue) {
+      const ks = lowerGemm(ctx, p.graph, n, { id: n.id, op: 'unary', inputs: n.outputs, outputs: n.outputs, attrs: epilogue });
+      if (!ks) throw new Error(`internal: ${where(n)} carries an epilogue but has no Metal GEMM kernel`);
       for (const kern of ks) {
         out.kernels.push(kern);
         out.steps.push({ kind: 'kernel', kernel: kern });
       }
-      i++;
       continue;
     }
     if (forced.has(n.op)) {

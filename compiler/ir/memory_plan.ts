@@ -16,10 +16,17 @@
  *           size (largest first), each value at the lowest 64-byte-aligned offset
  *           that does not overlap any already placed value with an intersecting
  *           lifetime, so dead buffers are reused.
+ *           In place: when a node's op says output 0 may take over one of its inputs
+ *           (ops.ts `inPlace`, e.g. a fused max-pool grad over the pool input it reads)
+ *           and the node is that input's last reader, both have the same byte size and
+ *           the input is an arena value, output 0 gets the input's offset: the two are
+ *           placed as one block living from the input's writer to the output's last reader.
  * Invariants: `verifyPlan` re-checks that no two simultaneously live values
- *           overlap and that every arena value fits in the arena.
+ *           overlap (except such an in-place pair, at the same offset) and that every
+ *           arena value fits in the arena.
  */
 import { isPersistent, valueBytes, type Graph, type MemoryPlan, type Program, type Value } from './graph.js';
+import { isOpName, OPS } from './ops.js';
 
 export const ARENA_ALIGN = 64;
 
@@ -56,18 +63,57 @@ export function lifetimes(graph: Graph): (Lifetime | undefined)[] {
 
 const overlaps = (a: Lifetime, b: Lifetime) => a.start <= b.end && b.start <= a.end;
 
+/** the input ids output 0 of node i may take over (ops.ts `inPlace`) */
+function inPlaceInputs(graph: Graph, i: number): number[] {
+  const n = graph.nodes[i];
+  const def = isOpName(n.op) ? OPS[n.op] : undefined;
+  return (def?.inPlace?.(n) ?? []).map((k) => n.inputs[k]).filter((id) => id !== undefined && id >= 0);
+}
+
+/**
+ * output value id -> the input value whose bytes it takes over: node i's output 0 and an input
+ * its op allows, when node i is the input's last reader and both are arena values of one size.
+ */
+export function inPlacePairs(graph: Graph, life: (Lifetime | undefined)[] = lifetimes(graph)): Map<number, number> {
+  const pairs = new Map<number, number>();
+  const taken = new Set<number>();
+  graph.nodes.forEach((n, i) => {
+    const o = n.outputs[0];
+    if (o === undefined || !life[o]) return;
+    for (const id of inPlaceInputs(graph, i)) {
+      const l = life[id];
+      if (!l || l.end !== i || taken.has(id) || valueBytes(graph.values[id]) !== valueBytes(graph.values[o])) continue;
+      pairs.set(o, id);
+      taken.add(id);
+      return;
+    }
+  });
+  return pairs;
+}
+
 export function planMemory(program: Program): MemoryPlan {
   const { graph } = program;
   const life = lifetimes(graph);
   const offsets = graph.values.map(() => -1);
+  // in-place chains become one block: the root (first value of the chain) carries the joined lifetime
+  const pairs = inPlacePairs(graph, life);
+  const rootOf = (id: number): number => (pairs.has(id) ? rootOf(pairs.get(id)!) : id);
+  const blockLife = new Map<number, Lifetime>();
+  graph.values.forEach((v) => {
+    const l = life[v.id];
+    if (!l) return;
+    const r = rootOf(v.id);
+    const b = blockLife.get(r);
+    blockLife.set(r, b ? { start: Math.min(b.start, l.start), end: Math.max(b.end, l.end) } : { ...l });
+  });
   const order = graph.values
-    .filter((v) => life[v.id] !== undefined)
-    .sort((a, b) => valueBytes(b) - valueBytes(a) || life[a.id]!.start - life[b.id]!.start || a.id - b.id);
+    .filter((v) => blockLife.has(v.id))
+    .sort((a, b) => valueBytes(b) - valueBytes(a) || blockLife.get(a.id)!.start - blockLife.get(b.id)!.start || a.id - b.id);
   const placed: { off: number; size: number; life: Lifetime }[] = [];
   let arenaBytes = 0;
   for (const v of order) {
     const size = alignUp(valueBytes(v));
-    const l = life[v.id]!;
+    const l = blockLife.get(v.id)!;
     const busy = placed.filter((p) => overlaps(p.life, l)).sort((a, b) => a.off - b.off);
     let off = 0;
     for (const p of busy) {
@@ -78,6 +124,7 @@ export function planMemory(program: Program): MemoryPlan {
     placed.push({ off, size, life: l });
     arenaBytes = Math.max(arenaBytes, off + size);
   }
+  for (const v of graph.values) if (life[v.id] && !blockLife.has(v.id)) offsets[v.id] = offsets[rootOf(v.id)];
   let persistentBytes = 0;
   let inputBytes = 0;
   for (const v of graph.values) {
@@ -95,6 +142,7 @@ export function verifyPlan(program: Program): string[] {
   const problems: string[] = [];
   if (plan.offsets.length !== graph.values.length) problems.push(`plan has ${plan.offsets.length} offsets for ${graph.values.length} values`);
   const life = lifetimes(graph);
+  const pairs = inPlacePairs(graph, life);
   const arena: { v: Value; off: number; end: number; life: Lifetime }[] = [];
   graph.values.forEach((v, id) => {
     const off = plan.offsets[id];
@@ -114,7 +162,8 @@ export function verifyPlan(program: Program): string[] {
   for (let i = 0; i < arena.length; i++) {
     for (let j = i + 1; j < arena.length; j++) {
       const a = arena[i], b = arena[j];
-      if (overlaps(a.life, b.life) && a.off < b.end && b.off < a.end) {
+      const inPlace = (pairs.get(a.v.id) === b.v.id || pairs.get(b.v.id) === a.v.id) && a.off === b.off;
+      if (overlaps(a.life, b.life) && a.off < b.end && b.off < a.end && !inPlace) {
         problems.push(`%${a.v.id} (${a.v.name}) and %${b.v.id} (${b.v.name}) are live at the same time and overlap in the arena`);
       }
     }

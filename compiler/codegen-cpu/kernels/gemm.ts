@@ -1,10 +1,11 @@
 /**
  * linear and matmul through the fast core's sgemm_part (runtime/cpp/fast/sgemm.h): one part per
- * pool thread, each with its own workspace from mk::run_parts; bias (and relu, when the fusion
- * pass folded the following relu into this node: KernelCtx.fuseRelu) in the GEMM's epilogue.
+ * pool thread, each with its own workspace from mk::run_parts; bias (and relu, when
+ * compiler/ir/fuse.ts folded the following relu into this node: attr `epilogue`) in the
+ * GEMM's epilogue.
  */
 import { tpl } from '../template.js';
-import { type KernelEmitter, prod } from '../kernel_ctx.js';
+import { type KernelEmitter, prod, reluEpilogue } from '../kernel_ctx.js';
 
 const LINEAR = tpl(`  const float* x = {{x}};
   const float* w = {{w}};
@@ -26,7 +27,7 @@ export const linear: KernelEmitter = (k) => {
   const [N, K] = ws;
   const M = prod(k.inShape(0)) / K;
   const bias = k.hasInput(2) ? k.inPtr(2) : '';
-  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, relu: k.fuseRelu === true ? 'true' : 'false' });
+  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, relu: String(reluEpilogue(k)) });
 };
 
 const MATMUL = tpl(`  const float* a = {{a}};
@@ -44,5 +45,6 @@ export const matmul: KernelEmitter = (k) => {
   const M = tA ? as[1] : as[0], K = tA ? as[0] : as[1];
   const Kb = tB ? bs[1] : bs[0], N = tB ? bs[0] : bs[1];
   if (K !== Kb) k.fail(`inner dims differ (${K} vs ${Kb})`);
+  if (k.str('epilogue', '') !== '') k.fail('the CPU matmul takes no epilogue (fusions.ts)');
   return MATMUL({ tA: String(tA), tB: String(tB), M, N, K, a: k.inPtr(0), lda: as[1], b: k.inPtr(1), ldb: bs[1], y: k.outPtr(0) });
 };
