@@ -10,9 +10,8 @@
  *  - one function per node, named `p<program>_k<node>_<op>` (generated, never a spec name),
  *    with shapes and attrs baked in as constants (kernels/<family>.ts build them);
  *  - one `run` per program calling its kernels in order, then reading the scalar outputs;
- *  - the descriptor table: persistent tensors (union over programs by name, sorted, each at a
- *    64-byte aligned offset of the persistent block), programs, inputs, outputs. Every name
- *    is emitted through cString().
+ *  - the descriptor table: persistent tensors (compiler/ir/persistent_table.ts, the one rule of
+ *    the model ABI layout), programs, inputs, outputs. Every name is emitted through cString().
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -23,6 +22,7 @@ import { cString, commentText } from './c_string.js';
 import { type KernelCtx, attrReaders } from './kernel_ctx.js';
 import { type AliasPlan, planInputReshapeAliases } from './alias_reshape.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
+import { type PersistentEntry, persistentTable } from '../ir/persistent_table.js';
 import { fuseProgramSet, programList } from '../ir/programs.js';
 import { CPU_FUSIONS } from './fusions.js';
 import { CPU_KERNELS } from './kernels/index.js';
@@ -30,16 +30,6 @@ import { tpl } from './template.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ALIGN = 64;
-const BLOCK_ALIGN = 16384;
-
-export interface TensorEntry {
-  name: string;
-  dtype: DType;
-  kind: ValueKind;
-  shape: number[];
-  numel: number;
-  offset: number;
-}
 
 export interface ProgramSummary {
   name: string;
@@ -53,35 +43,12 @@ export interface ProgramSummary {
 export interface GeneratedCpuModel {
   /** generated files (relative path -> contents) for runtime/native/build.ts */
   files: Record<string, string>;
-  tensors: TensorEntry[];
+  tensors: PersistentEntry[];
   persistentBytes: number;
   programs: ProgramSummary[];
 }
 
 const alignUp = (n: number, a: number) => Math.ceil(n / a) * a;
-
-/** the union of persistent values over all programs (by name, sorted), with block offsets */
-export function persistentTable(programs: Program[]): { tensors: TensorEntry[]; bytes: number } {
-  const byName = new Map<string, Value>();
-  for (const p of programs) {
-    for (const v of p.graph.values) {
-      if (!isPersistent(v)) continue;
-      const prev = byName.get(v.name);
-      if (prev && (prev.shape.join(',') !== v.shape.join(',') || prev.dtype !== v.dtype)) {
-        throw new Error(`internal: persistent tensor '${v.name}' has shape [${prev.shape}] in one program and [${v.shape}] in another`);
-      }
-      if (!prev) byName.set(v.name, v);
-    }
-  }
-  let off = 0;
-  const tensors = [...byName.keys()].sort().map((name) => {
-    const v = byName.get(name)!;
-    const e: TensorEntry = { name, dtype: v.dtype, kind: v.kind, shape: [...v.shape], numel: numel(v.shape), offset: off };
-    off = alignUp(off + valueBytes(v), ALIGN);
-    return e;
-  });
-  return { tensors, bytes: alignUp(Math.max(off, 1), BLOCK_ALIGN) };
-}
 
 /** arena offsets: the program's plan, or a trivial one (each value its own aligned slot) */
 function arenaOffsets(p: Program): { offsets: number[]; bytes: number } {

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import type { Program, ProgramSet } from '../ir/graph.js';
 import { lowerProgram, type LoweredProgram } from './lower_program.js';
 import { librarySource } from './library.js';
-import { persistentTable, programLayout, programsOf, type PersistentTable } from './layout.js';
+import { persistentTable, programLayout, type PersistentTable } from './layout.js';
 import { buildPlan, type DispatchPlan } from './dispatch_plan.js';
 import { checkLimits } from './limits.js';
 import { emuModelSource, type CpuFallbackEmitter } from './emu_model.js';
@@ -20,7 +20,7 @@ import { bridgeHostSource, bridgeProjectFiles } from './bridge_host.js';
 import { cpuFallbackFunction } from './cpu_fallback.js';
 import { kernelsHeader } from '../codegen-cpu/emit_program.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
-import { fuseForBackend } from '../ir/programs.js';
+import { fuseForBackend, programList } from '../ir/programs.js';
 import { metalFusions } from './fusions.js';
 
 export interface MetalOptions {
@@ -83,7 +83,7 @@ const BRIDGE_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '.
 const RUNTIME_CPP = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../runtime/cpp');
 
 export function generateMetalProject(programs: ProgramSet, outDir: string, opts: { fallbackOps?: string[]; noFallback?: boolean } = {}): { files: string[]; warnings: string[] } {
-  const a = buildMetal(programsOf(programs), programs.model, opts);
+  const a = buildMetal(programList(programs), programs.model, opts);
   const files: string[] = [];
   const write = (rel: string, text: string) => {
     const f = path.join(outDir, rel);
