@@ -30,11 +30,14 @@ export function convFlops(xs: readonly number[], ws: readonly number[], attrs: R
 
 const CONV_ATTRS = ['stride', 'padding', 'dilation', 'groups'] as const;
 
+/** the fused epilogue attrs every GEMM-family op may carry (fuse.ts, checked by verify.ts) */
+const EPILOGUE = { epilogue: 'fused unary fn (fuse.ts): the output is fn(result); its attrs as epilogue_<name>' };
+
 export const GEMM_CONV_OPS = {
   linear: {
     inputs: ['x', 'weight', 'bias?'],
     outputs: ['y'],
-    attrs: {},
+    attrs: { ...EPILOGUE },
     doc: 'x [M,K], weight [N,K], bias [N] -> y [M,N] = x @ weight^T + bias.',
     category: 'forward',
     shape(c) {
@@ -54,7 +57,7 @@ export const GEMM_CONV_OPS = {
   conv2d: {
     inputs: ['x', 'weight', 'bias?'],
     outputs: ['y'],
-    attrs: { stride: '[sh,sw]', padding: '[ph,pw] (zeros)', dilation: '[dh,dw]', groups: 'int' },
+    attrs: { stride: '[sh,sw]', padding: '[ph,pw] (zeros)', dilation: '[dh,dw]', groups: 'int', ...EPILOGUE },
     doc:
       'x [N,C,H,W], weight [O,C/groups,KH,KW], bias [O] -> y [N,O,OH,OW], ' +
       'OH = floor((H + 2ph - dh*(KH-1) - 1)/sh) + 1 (same for OW). Cross-correlation as torch.nn.functional.conv2d.',
@@ -76,7 +79,7 @@ export const GEMM_CONV_OPS = {
   matmul: {
     inputs: ['a', 'b'],
     outputs: ['y'],
-    attrs: { transA: 'bool', transB: 'bool' },
+    attrs: { transA: 'bool', transB: 'bool', ...EPILOGUE },
     doc: 'y = op(a) @ op(b), op = transpose when the flag is set; 2-D only. Used by linear backward.',
     category: 'backward',
     shape(c) {
@@ -97,7 +100,7 @@ export const GEMM_CONV_OPS = {
   conv2d_grad_input: {
     inputs: ['dy', 'weight'],
     outputs: ['dx'],
-    attrs: { stride: '', padding: '', dilation: '', groups: '', x_shape: 'shape of x' },
+    attrs: { stride: '', padding: '', dilation: '', groups: '', x_shape: 'shape of x', ...EPILOGUE },
     doc: 'Gradient of conv2d with respect to x.',
     category: 'backward',
     shape(c) {
@@ -110,7 +113,7 @@ export const GEMM_CONV_OPS = {
   conv2d_grad_weight: {
     inputs: ['dy', 'x'],
     outputs: ['dw'],
-    attrs: { stride: '', padding: '', dilation: '', groups: '', w_shape: 'shape of weight' },
+    attrs: { stride: '', padding: '', dilation: '', groups: '', w_shape: 'shape of weight', ...EPILOGUE },
     doc: 'Gradient of conv2d with respect to weight.',
     category: 'backward',
     shape(c) {
