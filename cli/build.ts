@@ -15,8 +15,8 @@ import { checkFile } from '../compiler/check/index.js';
 import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import { generateMetalProject } from '../compiler/codegen-metal/index.js';
 import { UserError } from '../compiler/errors.js';
-import { type ProgramSet } from '../compiler/ir/graph.js';
-import { buildPrograms, programList } from '../compiler/ir/programs.js';
+import { type ProgramSet, programsOf } from '../compiler/ir/graph.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
 import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
 import { cpuInputsKey } from '../runtime/native/native_session.js';
@@ -103,7 +103,7 @@ export function register(program: Command): void {
         log(`persistent buffers: ${gen.tensors.length} (${formatBytes(gen.persistentBytes)})`);
         for (const [kind, e] of byKind) log(`  ${kind.padEnd(9)} ${String(e.n).padStart(4)}  ${formatBytes(e.bytes)}`);
         const arena = Math.max(...gen.programs.map((p) => p.arenaBytes));
-        const inputs = Math.max(...programList(programs).map((p) => p.plan?.inputBytes ?? 0));
+        const inputs = Math.max(...programsOf(programs).map((p) => p.plan?.inputBytes ?? 0));
         log(`planned memory: arena ${formatBytes(arena)} + persistent ${formatBytes(gen.persistentBytes)} + input batch ${formatBytes(inputs)} = ${formatBytes(arena + gen.persistentBytes + inputs)}`);
       }
       if (opts.target === 'metal' || opts.target === 'all') {

@@ -64,11 +64,11 @@ describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusin
       expect(p.graph.nodes.filter((n) => n.attrs.epilogue === 'relu').map((n) => n.op)).toEqual(['conv2d', 'conv2d', 'linear']);
     }
     const code = generateCpuModel(ps).files['model.cc'];
-    expect(code).toMatch(/train_step node \d+: conv2d _ relu _fused_/);
-    expect(code).toMatch(/eval node 2: conv2d _ relu _fused_/);
-    expect(code).toMatch(/train_step node \d+: linear _ relu _fused_/);
+    expect(code).toMatch(/train_step node \d+: conv2d \+ relu \(fused\)/);
+    expect(code).toMatch(/eval node 2: conv2d \+ relu \(fused\)/);
+    expect(code).toMatch(/train_step node \d+: linear \+ relu \(fused\)/);
     const off = generateCpuModel(ps, { fuse: false }).files['model.cc'];
-    expect(off).not.toMatch(/_fused_/);
+    expect(off).not.toMatch(/\(fused\)/);
   });
 
   it('folds the relu-grad after the global-avgpool grad of the seed CNN, masked by the fused relu output', async () => {
@@ -83,7 +83,7 @@ describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusin
     // element-wise in the mask: planned in place over it
     expect(p.plan!.offsets[P.outputs[0]]).toBe(p.plan!.offsets[P.inputs[1]]);
     const code = generateCpuModel(ps).files['model.cc'];
-    expect(code).toMatch(/train_step node \d+: global_avgpool_grad _ relu-grad _fused_/);
+    expect(code).toMatch(/train_step node \d+: global_avgpool_grad \+ relu-grad \(fused\)/);
   });
 
   it('folds both LeNet relu-grads into their 2x2 max-pool grads, in place over the pool input (the mask)', async () => {
@@ -97,7 +97,7 @@ describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusin
       expect(P.attrs.relu_grad).toBe(true);
       expect(mask).toBe(x);
       expect(p.plan!.offsets[P.outputs[0]]).toBe(p.plan!.offsets[x]);
-      expect(code).toMatch(new RegExp(`train_step node ${P.id}: maxpool2d_grad _ relu-grad _fused_`));
+      expect(code).toMatch(new RegExp(`train_step node ${P.id}: maxpool2d_grad \\+ relu-grad \\(fused\\)`));
     }
     // what remains is the relu-grad of fc1 (no pool to fold into), reading fc1's fused relu output
     const left = p.graph.nodes.filter((n) => n.op === 'unary_grad');
@@ -111,7 +111,7 @@ describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusin
       expect(G.attrs.relu_in).toBe(true);
       expect(p.graph.nodes.find((n) => n.outputs.includes(G.inputs[0]))!.op).toBe('binary');
     }
-    expect(generateCpuModel(ps).files['model.cc']).toMatch(/eval node \d+: global_avgpool of relu _fused_/);
+    expect(generateCpuModel(ps).files['model.cc']).toMatch(/eval node \d+: global_avgpool of relu \(fused\)/);
   });
 });
 

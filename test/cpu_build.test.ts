@@ -12,7 +12,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cString } from '../compiler/codegen-cpu/c_string.js';
+import { cString } from '../compiler/cfamily/text.js';
 import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import { buildAddon } from '../runtime/native/build.js';
 import { cpuInputsKey, createNativeSession } from '../runtime/native/native_session.js';

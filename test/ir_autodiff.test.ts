@@ -9,7 +9,8 @@ import { GraphBuilder, type Graph } from '../compiler/ir/graph.js';
 import { autodiff } from '../compiler/ir/autodiff.js';
 import { bindBatch } from '../compiler/ir/bind_batch.js';
 import { BATCH } from '../compiler/model.js';
-import { gradCheck } from './ir_helpers.js';
+import { OPS, OP_NAMES } from '../compiler/ir/ops.js';
+import { GRAD_CHECKED_OPS, gradCheck } from './ir_helpers.js';
 
 function params(g: Graph): string[] {
   return g.values.filter((v) => v.kind === 'param').map((v) => v.name).sort();
@@ -266,5 +267,11 @@ describe('autodiff: finite-difference gradient checks (float64)', () => {
     const [l2] = b.emit('bce_with_logits', [p, t], [{ name: 'l2', shape: [] }]);
     const [loss] = b.emit('binary', [l1, l2], [{ name: 'loss', shape: [], kind: 'output' }], { fn: 'add' });
     expect(gradCheck({ graph: b.graph, loss, unit: [t] })).toEqual(['w']);
+  });
+
+  // last in the file: every gradient rule of the op catalogue ran in a check above
+  it('covers every op with a gradient rule', () => {
+    const withRule = OP_NAMES.filter((op) => OPS[op].vjp !== undefined);
+    expect(withRule.filter((op) => !GRAD_CHECKED_OPS.has(op))).toEqual([]);
   });
 });

@@ -131,8 +131,13 @@ describe('verify', () => {
     const [z] = b.emit('linear', [f, fw, -1], [{ name: 'z', shape: [2, 5] }]); // K mismatch
     b.emit('binary', [z, f], [{ name: 's', shape: [2, 5] }], { fn: 'add' }); // no broadcast
     b.emit('cross_entropy', [z, lab], [{ name: 'loss', shape: [], kind: 'output' }], { label_smoothing: 0 }); // f32 label
+    b.emit('unary', [z], [{ name: 'u1', shape: [2, 5] }], { fn: 'swish' }); // not in scalar_fns.ts
+    b.emit('unary', [z], [{ name: 'u2', shape: [2, 5] }], { fn: 'hardtanh', min_val: '-1' }); // attr of the wrong type
     const problems = graphProblems(b.graph).join('\n');
-    for (const frag of ['(conv2d): output y has shape [2,4,7,6], expected [2,4,7,5]', 'changes the element count', 'x [2,100] and weight [5,4] do not match', 'do not broadcast', 'label must be i32']) {
+    for (const frag of [
+      '(conv2d): output y has shape [2,4,7,6], expected [2,4,7,5]', 'changes the element count', 'x [2,100] and weight [5,4] do not match', 'do not broadcast', 'label must be i32',
+      "unknown unary fn 'swish'", "attr 'min_val' of hardtanh must be a number",
+    ]) {
       expect(problems).toContain(frag);
     }
   });

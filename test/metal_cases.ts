@@ -5,6 +5,7 @@
  */
 import { makeRng, randomInts, randomTensor } from '../compiler/reference/fixtures.js';
 import { UNARY_FNS } from '../compiler/ir/ops.js';
+import { attrVariants, samplePoints } from './unary_cases.js';
 import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
 import { opCase, type OpCase } from './metal_harness.js';
 
@@ -60,9 +61,16 @@ export function allOpCases(): OpCase[] {
   add('global_avgpool_grad', [f([2, 3, 1, 1])], [[2, 3, 5, 7]], { x_shape: [2, 3, 5, 7] });
   add('reshape', [f([3, 4, 5])], [[12, 5]], { shape: [12, 5] });
 
+  // every fn of the scalar-math table, each attribute variant, at its kinks, around them and
+  // at random points (test/unary_cases.ts derives the points from the table)
   for (const fn of UNARY_FNS) {
-    add('unary', [f([300], -4, 4)], [[300]], { fn, alpha: 0.2 });
-    add('unary_grad', [f([300]), f([300], -4, 4)], [[300]], { fn, alpha: 0.2 });
+    for (const fnAttrs of attrVariants(fn)) {
+      const p = samplePoints(fn, fnAttrs);
+      const x = { shape: [0], data: Float64Array.from([...p.exact, ...p.smooth, ...randomTensor([300], rng, -4, 4)]) };
+      x.shape = [x.data.length];
+      add('unary', [x], [x.shape], { fn, ...fnAttrs });
+      add('unary_grad', [f(x.shape), x], [x.shape], { fn, ...fnAttrs });
+    }
   }
   add('binary', [f([4, 5]), f([5])], [[4, 5]], { fn: 'add' });
   add('binary', [f([3, 1, 5]), f([4, 1])], [[3, 4, 5]], { fn: 'mul' });
@@ -144,12 +152,14 @@ export function fusedCases(): OpCase[] {
       return id;
     });
     const [y] = b.emit(op, ids, [{ name: `${name}.y`, shape: yShape }], attrs);
-    const [z] = b.emit('unary', [y], [{ name: `${name}.z`, shape: yShape }], { fn, alpha: 0.1 });
+    const [z] = b.emit('unary', [y], [{ name: `${name}.z`, shape: yShape }], { fn });
     const program = { name, batch: 1, graph: b.graph, inputs: ids, outputs: [] } as unknown as Program;
     out.push({ program, data, check: [z] });
   };
   chain('fuse_linear_relu', 'linear', [{ shape: [19, 23] }, { shape: [17, 23] }, { shape: [17] }], [19, 17], {}, 'relu');
   chain('fuse_conv_gelu', 'conv2d', [{ shape: [2, 3, 7, 6] }, { shape: [5, 3, 3, 3] }, { shape: [5] }], [2, 5, 7, 6], { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 }, 'gelu');
   chain('fuse_matmul_leaky', 'matmul', [{ shape: [9, 33] }, { shape: [33, 18] }], [9, 18], {}, 'leaky_relu');
+  chain('fuse_linear_silu', 'linear', [{ shape: [7, 12] }, { shape: [10, 12] }, { shape: [10] }], [7, 10], {}, 'silu');
+  chain('fuse_matmul_mish', 'matmul', [{ shape: [6, 20] }, { shape: [20, 9] }], [6, 9], {}, 'mish');
   return out;
 }

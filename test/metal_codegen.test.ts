@@ -16,6 +16,7 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { UserError } from '../compiler/errors.js';
 import { buildMetal, generateMetalProject } from '../compiler/codegen-metal/index.js';
 import { checkLimits } from '../compiler/codegen-metal/limits.js';
+import { GPU_KERNELS } from '../compiler/kernels/registry.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const GOLDEN = path.join(ROOT, 'test/golden/metal');
@@ -138,13 +139,17 @@ describe('Metal limits are checked at build time', () => {
     expect(() => checkLimits(plan, p)).toThrow(/2048 threads per threadgroup; Metal allows 1024[\s\S]*40000 bytes of threadgroup memory; Metal allows 32768/);
   });
 
-  it('an op without a Metal kernel is a CPU fallback, or an error with noFallback', () => {
+  it("an op whose registry entry is 'cpu' is a CPU fallback, or an error with noFallback", () => {
     const b = new GraphBuilder();
     const x = b.value('x', 'f32', [4], 'input');
-    b.emit('mystery_op', [x], [{ name: 'y', shape: [4] }], {}, 'odd');
+    b.emit('unary', [x], [{ name: 'y', shape: [4] }], { fn: 'relu' }, 'odd');
     const p: Program = { name: 'eval', batch: 1, graph: b.graph, inputs: [x], outputs: [] };
-    expect(buildMetal([p], 'm').warnings[0]).toMatch(/node 0 \(mystery_op in layer 'odd'\) has no Metal kernel/);
-    expect(() => buildMetal([p], 'm', { noFallback: true })).toThrow(UserError);
+    const registry = { ...GPU_KERNELS, unary: 'cpu' as const };
+    expect(buildMetal([p], 'm').warnings).toEqual([]);
+    const a = buildMetal([p], 'm', { registry });
+    expect(a.warnings[0]).toMatch(/node 0 \(unary in layer 'odd'\) has no Metal kernel/);
+    expect(a.programs[0].plan.steps.map((s) => s.kind)).toEqual(['cpu']);
+    expect(() => buildMetal([p], 'm', { registry, noFallback: true })).toThrow(UserError);
   });
 });
 

@@ -5,7 +5,7 @@
  * relative error < 1e-6 by fixtures.relError).
  */
 import { describe, expect, it } from 'vitest';
-import { UNARY_FNS } from '../compiler/ir/ops.js';
+import { BINARY_FNS, UNARY_FNS } from '../compiler/ir/ops.js';
 import { type Rng, dot, finiteDiff, makeRng, randomInts, randomTensor, relError, runOp } from '../compiler/reference/fixtures.js';
 
 const TOL = 1e-6;
@@ -142,7 +142,7 @@ describe('binary broadcasting, backward through sum_to', () => {
     [[2, 3], [2, 3]],
   ];
   for (const [as, bs] of pairs) {
-    for (const fn of ['add', 'sub', 'mul']) {
+    for (const fn of BINARY_FNS) {
       it(`${fn} [${as}] with [${bs}]`, () => {
         const rng = makeRng(as.length * 7 + bs.length + fn.length);
         const r = Math.max(as.length, bs.length);

@@ -8,7 +8,8 @@ import type { AttrValue, DType } from '../ir/graph.js';
 import { type UnaryFn, UNARY_FNS_TABLE } from '../ir/scalar_fns.js';
 import { BATCH, type InitSpec } from '../model.js';
 import type { ArgSpec } from './args.js';
-import { broadcast, fmtDims, fmtTensor, sampleNumel, windowOut, type TensorInfo } from './shape_util.js';
+import { broadcastShapes, windowOut } from '../ir/shapes.js';
+import { fmtDims, fmtTensor, sampleNumel, type TensorInfo } from './shape_util.js';
 
 export interface ParamPlan {
   name: string; // `weight`, `bias`, `running_mean`
@@ -93,6 +94,10 @@ function activation(fn: UnaryFn, opts: ActivationOpts = {}): LayerDef {
     internal: opts.internal,
     infer(x, a, ctx) {
       if (!needF32(x[0], ctx)) return null;
+      for (const [attr] of attrs) {
+        const v = a[argName(attr)] as number;
+        if (!Number.isFinite(Math.fround(v))) return ctx.fail(`${ctx.what}: ${argName(attr)} = ${v} is outside the f32 range`, 'use a value of magnitude below 3.4e38');
+      }
       const problem = opts.check?.(a);
       if (problem) return ctx.fail(`${ctx.what}: ${problem[0]}`, problem[1]);
       const out: Record<string, AttrValue> = { fn };
@@ -182,7 +187,7 @@ const binary = (name: string, fn: string, sym: string): LayerDef => ({
   infer(x, _a, ctx) {
     const [l, r] = x;
     if (l.dtype !== 'f32' || r.dtype !== 'f32') return ctx.fail(`${ctx.what} expects f32 operands, got ${fmtTensor(l)} and ${fmtTensor(r)}`);
-    const s = broadcast(l.shape, r.shape);
+    const s = broadcastShapes(l.shape, r.shape);
     if (s === null) return ctx.fail(`${ctx.what}: shapes ${fmtTensor(l)} and ${fmtTensor(r)} do not broadcast`, 'each dim must be equal or 1 (aligned at the right)');
     return { op: 'binary', attrs: { fn }, out: f32(s), params: [] };
   },

@@ -16,14 +16,14 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type DType, type Graph, type Program, type ProgramSet, type Value, type ValueKind, isPersistent, numel, valueBytes } from '../ir/graph.js';
+import { type DType, type Graph, type Program, type ProgramSet, isPersistent, numel, programsOf, valueBytes } from '../ir/graph.js';
 import { isOpName } from '../ir/ops.js';
-import { cString, commentText } from './c_string.js';
+import { cString, commentText } from '../cfamily/text.js';
 import { type KernelCtx, attrReaders } from './kernel_ctx.js';
 import { type AliasPlan, planInputReshapeAliases } from './alias_reshape.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
 import { type PersistentEntry, persistentTable } from '../ir/persistent_table.js';
-import { fuseProgramSet, programList } from '../ir/programs.js';
+import { fuseProgramSet } from '../ir/programs.js';
 import { CPU_FUSIONS } from './fusions.js';
 import { CPU_KERNELS } from './kernels/index.js';
 import { tpl } from './template.js';
@@ -249,7 +249,7 @@ export function cpuPrograms(ps: ProgramSet, opts: CpuCodegenOptions = {}): Progr
 export function generateCpuModel(unfused: ProgramSet, opts: CpuCodegenOptions = {}): GeneratedCpuModel {
   const fuse = opts.fuse ?? process.env.MPSC_CPU_FUSE !== '0';
   const ps = cpuPrograms(unfused, { fuse });
-  const programs = programList(ps);
+  const programs = programsOf(ps);
   const { tensors, bytes: persistentBytes } = persistentTable(programs);
   const tensorIndex = new Map(tensors.map((t, i) => [t.name, i]));
   const kernels: KernelVm[] = [];

@@ -5,7 +5,7 @@
  * unit including <cmath> and <algorithm> (emit_program.ts does).
  */
 import { type MathFn, type ScalarLang } from '../ir/scalar_fns.js';
-import { f32Lit } from './c_string.js';
+import { f32Lit } from '../cfamily/text.js';
 
 const CPP_MATH: Record<MathFn, string> = {
   exp: 'std::exp', expm1: 'std::expm1', log: 'std::log', log1p: 'std::log1p', sqrt: 'std::sqrt', tanh: 'std::tanh',

@@ -10,7 +10,7 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import type { MetalArtifacts } from './index.js';
-import { cString } from './msl_text.js';
+import { cString } from '../cfamily/text.js';
 import { render } from './templates.js';
 import { cpuFallbackFunction } from './cpu_fallback.js';
 

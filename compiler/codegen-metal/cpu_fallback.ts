@@ -3,11 +3,19 @@
  * backend's kernel for the node (compiler/codegen-cpu/kernels) directly on the shared
  * buffers (arena, persistent block, inputs) between two command buffers. Its pointers are
  * the step's plan bindings, in order (the node's present inputs, then its outputs).
+ *
+ * This is the one file of codegen-metal that imports codegen-cpu (its kernel registry, the
+ * kernel context and the kernels header the fallback code and the bridge project include);
+ * the rest of the backend reaches the CPU backend only through the exports below.
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { isOpName } from '../ir/ops.js';
 import { CPU_KERNELS } from '../codegen-cpu/kernels/index.js';
 import { attrReaders, type KernelCtx } from '../codegen-cpu/kernel_ctx.js';
+import { kernelsHeader } from '../codegen-cpu/emit_program.js';
+
+/** `mpsc_kernels.hpp` as the CPU backend ships it: included by the fallback code (emulator and bridge) */
+export const cpuKernelsHeader = (): string => kernelsHeader();
 import type { LoweredProgram } from './lower_program.js';
 
 /** the value ids a fallback step binds, in binding order */

@@ -11,8 +11,8 @@
  * segment in reverse order, so a missing barrier changes results.
  */
 import type { Program } from '../ir/graph.js';
-import { opDef } from '../ir/ops.js';
-import type { KernelSpec } from './kernel_types.js';
+import { OPS, isOpName } from '../ir/ops.js';
+import type { KernelSpec } from '../kernels/kernel_types.js';
 import type { LoweredProgram } from './lower_program.js';
 import type { PersistentTable, ProgramLayout } from './layout.js';
 
@@ -76,7 +76,7 @@ function bindingsFor(p: Program, layout: ProgramLayout, ids: { value: number; ac
 function fallbackBindings(p: Program, layout: ProgramLayout, node: number): PlanBinding[] {
   // the node's present inputs, then its outputs (cpu_fallback.ts fallbackValues)
   const n = p.graph.nodes[node];
-  const mutates = opDef(n.op).mutates ?? [];
+  const mutates = (isOpName(n.op) ? OPS[n.op].mutates : undefined) ?? [];
   const ids: { value: number; access: 'r' | 'w' | 'rw' }[] = [];
   n.inputs.forEach((v, k) => { if (v >= 0) ids.push({ value: v, access: mutates.includes(k) ? 'rw' : 'r' }); });
   n.outputs.forEach((v) => ids.push({ value: v, access: 'w' }));

@@ -5,14 +5,13 @@
  * namespace; per kernel a shim passes the bound buffers, the StepParams, threadgroup memory
  * and the built-in values in the kernel's parameter order.
  */
-import type { KernelSpec, KernelVariant } from './kernel_types.js';
+import type { KernelSpec, KernelVariant } from '../kernels/kernel_types.js';
+import { builtinsOf } from '../kernels/dialect.js';
+import { cString, commentText } from '../cfamily/text.js';
 import type { DispatchPlan, PlanBinding } from './dispatch_plan.js';
 import type { LoweredProgram } from './lower_program.js';
 import type { PersistentTable } from './layout.js';
-import { builtinsOf } from './library.js';
-import { cString } from './msl_text.js';
 import { render } from './templates.js';
-import { commentSafe } from './msl_text.js';
 
 export interface EmuProgram {
   lowered: LoweredProgram;
@@ -42,7 +41,7 @@ function shimCall(ns: string, k: KernelSpec, v: KernelVariant): string {
   const args = k.args.map((a, i) => `static_cast<${a.access === 'r' ? 'const ' : ''}${a.type}*>(static_cast<void*>(a->buf[${i}]))`);
   args.push(`*static_cast<const ${ns}::StepParams*>(a->params)`);
   if (v.tgmem > 0) args.push('reinterpret_cast<volatile float*>(a->tgmem)');
-  for (const b of builtinsOf(v.body)) args.push(BUILTIN_VALUE[b.name]);
+  for (const b of builtinsOf(v.body)) args.push(BUILTIN_VALUE[b]);
   return `${ns}::${v.name}(\n      ${args.join(',\n      ')})`;
 }
 
@@ -75,7 +74,7 @@ export function emuModelSource(model: string, table: PersistentTable, progs: Emu
       const launch = (v: KernelVariant) => {
         const shim = `s_${id}_${v.name}`;
         shims.push({ shim, call: shimCall(ns, k, v) });
-        return `mtlemu::Launch{${cString(`${lp.program.name}.${v.name} (${commentSafe(k.label)})`)}, ${shim}, ${dims(k.groups)}, ${dims(v.tgsize)}, ${v.tgmem}u, ${v.sync}}`;
+        return `mtlemu::Launch{${cString(`${lp.program.name}.${v.name} (${commentText(k.label)})`)}, ${shim}, ${dims(k.groups)}, ${dims(v.tgsize)}, ${v.tgmem}u, ${v.sync}}`;
       };
       const plain = launch(k);
       const mma = k.mma ? launch(k.mma) : 'mtlemu::Launch{nullptr, nullptr, {0u, 0u, 0u}, {0u, 0u, 0u}, 0u, false}';
@@ -97,7 +96,7 @@ export function emuModelSource(model: string, table: PersistentTable, progs: Emu
   });
   const kinds: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE', optstate: 'MPSC_OPTSTATE', gradacc: 'MPSC_GRADACC' };
   const source = render('emu_model', {
-    modelComment: commentSafe(model), modelName: cString(model),
+    modelComment: commentText(model), modelName: cString(model),
     fallbackInclude: fallback ? 'metal_emu_fallback.inc' : '',
     programs: programs.map((p) => ({ ...p, name: p.name })),
     tensors: table.tensors.map((t) => ({ cname: cString(t.name), dtype: t.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32', kind: kinds[t.kind] ?? 'MPSC_STATE',

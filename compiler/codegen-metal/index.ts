@@ -9,18 +9,18 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Program, ProgramSet } from '../ir/graph.js';
+import { type Program, type ProgramSet, programsOf } from '../ir/graph.js';
 import { lowerProgram, type LoweredProgram } from './lower_program.js';
+import type { GpuRegistry } from '../kernels/registry.js';
 import { librarySource } from './library.js';
 import { persistentTable, programLayout, type PersistentTable } from './layout.js';
 import { buildPlan, type DispatchPlan } from './dispatch_plan.js';
 import { checkLimits } from './limits.js';
 import { emuModelSource, type CpuFallbackEmitter } from './emu_model.js';
 import { bridgeHostSource, bridgeProjectFiles } from './bridge_host.js';
-import { cpuFallbackFunction } from './cpu_fallback.js';
-import { kernelsHeader } from '../codegen-cpu/emit_program.js';
+import { cpuFallbackFunction, cpuKernelsHeader } from './cpu_fallback.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
-import { fuseForBackend, programList } from '../ir/programs.js';
+import { fuseForBackend } from '../ir/programs.js';
 import { metalFusions } from './fusions.js';
 
 export interface MetalOptions {
@@ -30,6 +30,8 @@ export interface MetalOptions {
   noFallback?: boolean;
   /** fuse GEMM + unary epilogues (fusions.ts, compiler/ir/fuse.ts; default true) */
   fuse?: boolean;
+  /** the GPU kernel registry (default compiler/kernels/registry.ts GPU_KERNELS; 'cpu' entries run on the CPU fallback) */
+  registry?: GpuRegistry;
 }
 
 export interface MetalProgramArtifacts {
@@ -50,7 +52,7 @@ export interface MetalArtifacts {
 
 /** `programs` unfused: each is fused with the Metal capability set (fusions.ts) and planned again. */
 export function buildMetal(unfused: Program[], model: string, opts: MetalOptions = {}): MetalArtifacts {
-  const caps = opts.fuse === false ? NO_FUSIONS : metalFusions(opts.fallbackOps);
+  const caps = opts.fuse === false ? NO_FUSIONS : metalFusions(opts.fallbackOps, opts.registry);
   const programs = unfused.map((p) => fuseForBackend(p, caps));
   const table = persistentTable(programs);
   const warnings: string[] = [];
@@ -74,7 +76,7 @@ export function metalEmuSources(a: MetalArtifacts, cpuFallback: CpuFallbackEmitt
   files['model_metal_emu.cc'] = source;
   if (fallbackSource) {
     files['metal_emu_fallback.inc'] = fallbackSource;
-    files['mpsc_kernels.hpp'] = kernelsHeader();
+    files['mpsc_kernels.hpp'] = cpuKernelsHeader();
   }
   return files;
 }
@@ -83,7 +85,7 @@ const BRIDGE_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '.
 const RUNTIME_CPP = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../runtime/cpp');
 
 export function generateMetalProject(programs: ProgramSet, outDir: string, opts: { fallbackOps?: string[]; noFallback?: boolean } = {}): { files: string[]; warnings: string[] } {
-  const a = buildMetal(programList(programs), programs.model, opts);
+  const a = buildMetal(programsOf(programs), programs.model, opts);
   const files: string[] = [];
   const write = (rel: string, text: string) => {
     const f = path.join(outDir, rel);
@@ -103,6 +105,6 @@ export function generateMetalProject(programs: ProgramSet, outDir: string, opts:
   // the shared host runtime (model ABI, runtime, Node binding) and the CPU kernels used by fallback steps
   for (const f of ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc', 'binding.cc'])
     write(path.join('bridge', f), fs.readFileSync(path.join(RUNTIME_CPP, f), 'utf8'));
-  write(path.join('bridge', 'mpsc_kernels.hpp'), kernelsHeader());
+  write(path.join('bridge', 'mpsc_kernels.hpp'), cpuKernelsHeader());
   return { files, warnings: a.warnings };
 }

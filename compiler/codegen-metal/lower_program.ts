@@ -1,18 +1,19 @@
 /**
- * lower_program: a Program's nodes, in order, to Metal kernels (or CPU fallback steps).
+ * lower_program: a Program's nodes, in order, to GPU kernels of the kernel language
+ * (compiler/kernels, rendered in the given dialect; MSL by default) or CPU fallback steps.
  * An op is a fallback step when it is listed in `fallbackOps` (used to test the fallback
- * path) or when no Metal lowering exists for it; with `noFallback` the latter is an error.
+ * path) or when the GPU registry (compiler/kernels/registry.ts) sends it to the CPU; with
+ * `noFallback` the latter is an error.
  */
-import type { Graph, Node, Program } from '../ir/graph.js';
+import type { Node, Program } from '../ir/graph.js';
 import { epilogueOf } from '../ir/fuse.js';
 import { UserError } from '../errors.js';
-import type { Helper, KernelSpec, LowerCtx } from './kernel_types.js';
-import { lowerElementwise } from './lower_elementwise.js';
-import { GEMM_OPS, lowerGemm } from './lower_gemm.js';
+import type { Dialect } from '../kernels/dialect.js';
+import type { Helper, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { lowerGemm } from '../kernels/gemm.js';
+import { GPU_KERNELS, lowerNode, type GpuRegistry } from '../kernels/registry.js';
 import type { ProgramLayout } from './layout.js';
-import { lowerPool } from './lower_pool.js';
-import { lowerReduce } from './lower_reduce.js';
-import { lowerOptim } from './lower_optim.js';
+import { MSL } from './msl_dialect.js';
 
 export type Step = { kind: 'kernel'; kernel: KernelSpec } | { kind: 'cpu'; node: number; op: string; reason: string };
 
@@ -27,16 +28,10 @@ export interface LoweredProgram {
 export interface LowerOptions {
   fallbackOps?: string[];
   noFallback?: boolean;
-}
-
-const LOWERINGS = [lowerGemm, lowerElementwise, lowerPool, lowerReduce, lowerOptim];
-
-export function lowerNode(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
-  for (const f of LOWERINGS) {
-    const r = f(ctx, g, n);
-    if (r) return r;
-  }
-  return null;
+  /** prefix of the kernel names (default ''): kernels of several programs in one source file */
+  kernelPrefix?: string;
+  /** the GPU kernel registry (default GPU_KERNELS); an entry 'cpu' sends the op to the CPU fallback */
+  registry?: GpuRegistry;
 }
 
 function where(n: Node): string {
@@ -44,10 +39,10 @@ function where(n: Node): string {
   return `${loc}node ${n.id} (${n.op}${n.path ? ` in layer '${n.path}'` : ''})`;
 }
 
-export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: ProgramLayout): LoweredProgram {
+export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: ProgramLayout, dialect: Dialect = MSL): LoweredProgram {
   let k = 0;
   const helpers = new Set<Helper>();
-  const ctx: LowerCtx = { next: () => `k${k++}`, helpers };
+  const ctx: LowerCtx = { next: () => `${opts.kernelPrefix ?? ''}k${k++}`, helpers, d: dialect };
   const forced = new Set(opts.fallbackOps ?? []);
   const out: LoweredProgram = { program: p, kernels: [], steps: [], helpers, warnings: [] };
   const nodes = p.graph.nodes;
@@ -57,7 +52,7 @@ export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: Progr
     const epilogue = epilogueOf(n);
     if (epilogue) {
       const ks = lowerGemm(ctx, p.graph, n, { id: n.id, op: 'unary', inputs: n.outputs, outputs: n.outputs, attrs: epilogue });
-      if (!ks) throw new Error(`internal: ${where(n)} carries an epilogue but has no Metal GEMM kernel`);
+      if (!ks) throw new Error(`internal: ${where(n)} carries an epilogue but has no GPU GEMM kernel`);
       for (const kern of ks) {
         out.kernels.push(kern);
         out.steps.push({ kind: 'kernel', kernel: kern });
@@ -69,7 +64,7 @@ export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: Progr
       out.warnings.push(`${where(n)} runs on the CPU (fallback forced for op '${n.op}'); program ${p.name}`);
       continue;
     }
-    const ks = lowerNode(ctx, p.graph, n);
+    const ks = lowerNode(ctx, p.graph, n, opts.registry ?? GPU_KERNELS);
     if (!ks) {
       if (opts.noFallback)
         throw new UserError(`error: ${where(n)} has no Metal kernel and CPU fallback is disabled (--no-fallback).\n  fix: allow the fallback, or use --target cpu`);

@@ -1,6 +1,8 @@
 /**
- * templates: the handlebars templates of the Metal backend, compiled once at load time
- * with { noEscape: true, strict: true }. Views are plain objects.
+ * templates: the handlebars templates of the Metal backend's host-side text (the emulator's
+ * model ABI, emu_model.hbs, and the bridge's plan tables, bridge_plan.hbs), compiled once at
+ * load time with { noEscape: true, strict: true }. Views are plain objects. The kernels are
+ * not templates: they are the GPU kernel language (compiler/kernels) in the MSL dialect.
  */
 import fs from 'node:fs';
 import path from 'node:path';

@@ -178,3 +178,11 @@ export interface ProgramSet {
   eval: Program;
   eval_tail?: Program;
 }
+
+/** the program names in run order: the one list every part iterates */
+export const PROGRAM_NAMES: readonly ProgramName[] = ['train_step', 'apply_update', 'eval', 'eval_tail'];
+
+/** the programs a set holds, in PROGRAM_NAMES order */
+export function programsOf(set: ProgramSet): Program[] {
+  return PROGRAM_NAMES.map((n) => set[n]).filter((p): p is Program => p !== undefined);
+}

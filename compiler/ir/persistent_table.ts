@@ -2,7 +2,7 @@
  * persistent_table: the model ABI's table of persistent tensors (runtime/cpp/mpsc_model.h
  * `tensors`), one rule for every backend (codegen-cpu/emit_program.ts, codegen-metal/layout.ts).
  *
- * Consumes: the Programs of one model (programs.ts programList order).
+ * Consumes: the Programs of one model (graph.ts programsOf order).
  * Produces: one entry per persistent name (param / state / optstate / gradacc), sorted by name,
  *           each at a 64-byte aligned offset of one block whose size is padded to 16 KiB (at
  *           least 16 KiB), with its dtype, kind, shape, element count and bytes.

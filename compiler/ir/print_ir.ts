@@ -15,9 +15,9 @@
  */
 import { UserError } from '../errors.js';
 import type { CheckedModel } from '../model.js';
+import { PROGRAM_NAMES, isPersistent, programsOf, valueBytes, type AttrValue, type Program, type ProgramName, type ProgramSet, type Value } from './graph.js';
 import { type FusionCaps, NO_FUSIONS } from './fuse.js';
-import { isPersistent, valueBytes, type AttrValue, type Program, type ProgramName, type ProgramSet, type Value } from './graph.js';
-import { PROGRAM_NAMES, buildPrograms, programList } from './programs.js';
+import { buildPrograms } from './programs.js';
 
 export function formatBytes(n: number): string {
   if (n < 1024) return `${n} B`;
@@ -87,7 +87,7 @@ export function printProgram(p: Program): string {
 export function plannedPeakBytesOf(set: ProgramSet): number {
   const persistent = new Map<string, number>();
   let transient = 0;
-  for (const p of programList(set)) {
+  for (const p of programsOf(set)) {
     for (const v of p.graph.values) if (isPersistent(v)) persistent.set(v.name, valueBytes(v));
     if (p.plan) transient = Math.max(transient, p.plan.arenaBytes + p.plan.inputBytes);
   }
@@ -101,21 +101,21 @@ export function plannedPeakBytes(model: CheckedModel): number {
 }
 
 /**
- * Text for `mpsc check --ir [program]`: `which` is a program name (train_step,
- * apply_update, eval) or 'all'. Programs are built at the spec's batch size, fused with
- * `fusions` (the capability set of the backend named `device`) and planned after that.
+ * Text for `mpsc check --ir [program]`: `which` is a program name (PROGRAM_NAMES:
+ * train_step, apply_update, eval, eval_tail) or 'all'. Programs are built at the spec's batch
+ * size, fused with `fusions` (the capability set of the backend named `device`) and planned after that.
  */
 export function formatProgramsForCheck(model: CheckedModel, which: string, fusions: FusionCaps = NO_FUSIONS, device = 'reference'): string {
   const set = buildPrograms(model, { batch: model.train.batch, fusions });
   const head = `# programs as the ${device} backend runs them (fused by compiler/ir/fuse.ts, then memory-planned)\n`;
-  if (which === 'all') return head + programList(set).map(printProgram).join('\n\n') + `\nplanned peak: ${formatBytes(plannedPeakBytesOf(set))}\n`;
-  if (!(PROGRAM_NAMES as string[]).includes(which)) {
-    throw new UserError(`error: unknown program '${which}' for --ir; use one of: train_step, apply_update, eval, all`);
+  if (which === 'all') return head + programsOf(set).map(printProgram).join('\n\n') + `\nplanned peak: ${formatBytes(plannedPeakBytesOf(set))}\n`;
+  if (!(PROGRAM_NAMES as readonly string[]).includes(which)) {
+    throw new UserError(`error: unknown program '${which}' for --ir; use one of: ${PROGRAM_NAMES.join(', ')}, all`);
   }
   const p = set[which as ProgramName];
   if (!p) {
     const why = which === 'apply_update' ? ' (it exists only when train.grad_accum > 1)' : ' (it exists only when the test split does not divide by the batch)';
-    throw new UserError(`error: model '${model.name}' has no '${which}' program${why}; use one of: ${programList(set).map((q) => q.name).join(', ')}, all`);
+    throw new UserError(`error: model '${model.name}' has no '${which}' program${why}; use one of: ${programsOf(set).map((q) => q.name).join(', ')}, all`);
   }
   return head + printProgram(p) + '\n';
 }

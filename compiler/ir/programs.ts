@@ -19,7 +19,6 @@
  *  With `fusions` (a backend's FusionCaps), fuse.ts runs on each graph before it
  *  is verified and planned; `fuseProgramSet` does the same to a built set (what a
  *  backend does with the unfused set the host hands it).
- *  `programList` is the one list of a set's programs, in the order above.
  * Invariants: every program graph passes verify.ts (a failure is a bug in mpsc
  *  and throws an internal Error); a model without a loss cannot be trained
  *  (UserError).
@@ -40,13 +39,6 @@ export interface BuildOptions {
   evalTail?: number;
   /** the fusions of the backend the programs are for (fuse.ts); default none */
   fusions?: FusionCaps;
-}
-
-/** every program of a set, in the fixed order train_step, apply_update, eval, eval_tail */
-export const PROGRAM_NAMES: readonly ProgramName[] = ['train_step', 'apply_update', 'eval', 'eval_tail'];
-
-export function programList(ps: ProgramSet): Program[] {
-  return PROGRAM_NAMES.map((n) => ps[n]).filter((p): p is Program => p !== undefined);
 }
 
 /** verify, fuse (for a backend), plan memory */

@@ -102,7 +102,7 @@ const clampOf = (e: E, lo: E, hi: E): SExpr => select(lt(e, lo), lo, select(gt(e
 
 const SQRT1_2 = Math.SQRT1_2;
 const INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
-const erfcGelu = call('erfc', mul(neg(x), SQRT1_2)); // Phi(x) = 0.5*erfc(-x/sqrt2): no cancellation for x < 0
+const onePlusErf = add(1, call('erf', mul(x, SQRT1_2))); // 2*Phi(x), as torch's gelu and its backward spell it
 const bx = mul(x, attr('beta'));
 const tanhSp = call('tanh', softplusOf(x));
 
@@ -125,16 +125,16 @@ export const UNARY_FNS_TABLE = {
   },
   gelu: {
     attrs: {},
-    fwd: mul(mul(0.5, x), erfcGelu),
-    grad: mul(g, add(mul(0.5, erfcGelu), mul(mul(x, INV_SQRT_2PI), exp(mul(mul(-0.5, x), x))))),
+    fwd: mul(mul(0.5, x), onePlusErf),
+    grad: mul(g, add(mul(0.5, onePlusErf), mul(mul(x, exp(mul(mul(-0.5, x), x))), INV_SQRT_2PI))),
     doc: 'exact GELU x*Phi(x) = 0.5*x*(1 + erf(x/sqrt(2)))',
     torch: 'torch.nn.functional.gelu(x)',
   },
   sigmoid: {
     attrs: {},
     fwd: sigmoidOf(x),
-    // s(x)*(1-s(x)) = e/(1+e)^2 with e = exp(-|x|): no cancellation in 1-s for large |x|
-    grad: mul(g, div(exp(neg(call('abs', x))), mul(add(1, exp(neg(call('abs', x)))), add(1, exp(neg(call('abs', x))))))),
+    // s(x)*(1-s(x)) written s(x)*s(-x): no cancellation in 1-s for large x, two exps
+    grad: mul(g, mul(sigmoidOf(x), sigmoidOf(neg(x)))),
     doc: '1/(1 + exp(-x))',
     torch: 'torch.sigmoid(x)',
   },

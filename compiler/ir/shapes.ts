@@ -55,3 +55,19 @@ export function conv2dOutShape(x: readonly number[], w: readonly number[], g: Co
 export function pool2dOutShape(x: readonly number[], kernel: readonly number[], stride: readonly number[], padding: readonly number[]): number[] {
   return [x[0], x[1], windowOut(x[2], kernel[0], stride[0], padding[0]), windowOut(x[3], kernel[1], stride[1], padding[1])];
 }
+
+/**
+ * Element strides to read a tensor of shape `small` while iterating row-major over `big`
+ * (small aligned at the right, as broadcasting does): 0 on the dims small stretches (size 1)
+ * or lacks.
+ */
+export function broadcastStrides(small: readonly number[], big: readonly number[]): number[] {
+  const r = big.length, off = r - small.length;
+  const strides = new Array<number>(r).fill(0);
+  let s = 1;
+  for (let i = small.length - 1; i >= 0; i--) {
+    strides[off + i] = small[i] === 1 && big[off + i] !== 1 ? 0 : s;
+    s *= small[i];
+  }
+  return strides;
+}

@@ -7,6 +7,7 @@
  *   with g = floor(o / (O/groups)), Cg = C/groups; out-of-range x reads are zero.
  * The gradients below are this same sum, scattered instead of gathered.
  */
+import { windowOut } from '../ir/shapes.js';
 import { type OpCtx, type OpImpl, expectShape, fail, input, inShape, numAttr, pairAttr, shapeAttr } from './kernel.js';
 
 interface ConvGeom {
@@ -27,8 +28,7 @@ function geometry(c: OpCtx, xs: number[], ws: number[]): ConvGeom {
   const [O, Cg, KH, KW] = ws;
   if (C % groups !== 0 || O % groups !== 0) fail(c, `groups ${groups} must divide C=${C} and O=${O}`);
   if (Cg !== C / groups) fail(c, `weight dim 1 is ${Cg}, expected C/groups = ${C / groups}`);
-  const OH = Math.floor((H + 2 * ph - dh * (KH - 1) - 1) / sh) + 1;
-  const OW = Math.floor((W + 2 * pw - dw * (KW - 1) - 1) / sw) + 1;
+  const OH = windowOut(H, KH, sh, ph, dh), OW = windowOut(W, KW, sw, pw, dw);
   if (OH < 1 || OW < 1) fail(c, `empty output ${OH}x${OW}`);
   return { N, C, H, W, O, Cg, Og: O / groups, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw };
 }

@@ -2,6 +2,7 @@
  * Element-wise ops: unary (+ unary_grad), binary with numpy/PyTorch broadcasting,
  * and sum_to (the inverse of broadcasting; also bias gradients through attrs.axes).
  */
+import { broadcastShapes, broadcastStrides } from '../ir/shapes.js';
 import { type OpCtx, type OpImpl, expectShape, fail, input, inShape, numAttr, strAttr } from './kernel.js';
 import { type UnaryFn, BINARY_FNS_TABLE, UNARY_FNS_TABLE, compileScalar, isBinaryFn, isUnaryFn, unaryFnAttrs } from '../ir/scalar_fns.js';
 
@@ -41,33 +42,6 @@ export const unary_grad: OpImpl = (c: OpCtx) => {
 
 // ------------------------------------------------------------------ broadcasting
 
-/** numpy broadcast of two shapes, or null when they do not broadcast. */
-export function broadcastShape(a: readonly number[], b: readonly number[]): number[] | null {
-  const r = Math.max(a.length, b.length);
-  const out: number[] = [];
-  for (let i = 0; i < r; i++) {
-    const da = a[a.length - r + i] ?? 1, db = b[b.length - r + i] ?? 1;
-    if (da !== db && da !== 1 && db !== 1) return null;
-    out.push(da === 1 ? db : da);
-  }
-  return out;
-}
-
-/**
- * Strides to read a tensor of shape `small` while iterating over `big` (small aligned at
- * the right): stride 0 on dims that are stretched (size 1 in small) or absent from small.
- */
-function broadcastStrides(small: readonly number[], big: readonly number[]): number[] {
-  const r = big.length, off = r - small.length;
-  const strides = new Array<number>(r).fill(0);
-  let s = 1;
-  for (let i = small.length - 1; i >= 0; i--) {
-    strides[off + i] = small[i] === 1 && big[off + i] !== 1 ? 0 : s;
-    s *= small[i];
-  }
-  return strides;
-}
-
 /** Calls visit(flatIndexInBig, offsetInSmall) for every element of `big`, in row-major order. */
 function forEachBroadcast(big: readonly number[], strides: number[], visit: (i: number, off: number) => void): void {
   const r = big.length;
@@ -90,7 +64,7 @@ function forEachBroadcast(big: readonly number[], strides: number[], visit: (i: 
 export const binary: OpImpl = (c: OpCtx) => {
   const a = input(c, 0), b = input(c, 1), as = inShape(c, 0), bs = inShape(c, 1);
   const fn = strAttr(c, 'fn');
-  const ys = broadcastShape(as, bs);
+  const ys = broadcastShapes(as, bs);
   if (!ys) fail(c, `shapes [${as.join(',')}] and [${bs.join(',')}] do not broadcast`);
   expectShape(c, 'output', c.outShapes[0], ys);
   const y = c.outputs[0];
@@ -130,7 +104,7 @@ export const sum_to: OpImpl = (c: OpCtx) => {
   const target = c.attrs.shape;
   if (!Array.isArray(target)) fail(c, `attr 'shape' (number[]) or 'axes' is required`);
   expectShape(c, 'output', ys, target);
-  const bc = broadcastShape(target, xs);
+  const bc = broadcastShapes(target, xs);
   if (!bc || bc.length !== xs.length || !bc.every((d, i) => d === xs[i])) fail(c, `[${xs.join(',')}] is not a broadcast of [${target.join(',')}]`);
   forEachBroadcast(xs, broadcastStrides(target, xs), (i, off) => { y[off] += x[i]; });
 };

@@ -3,6 +3,7 @@
  * A window's position (oh, ow) covers input rows oh*sh - ph + [0, kh) and columns ow*sw - pw + [0, kw);
  * positions outside the input are padding (-inf for max, 0 for average; the average always divides by kh*kw).
  */
+import { windowOut } from '../ir/shapes.js';
 import { type OpCtx, type OpImpl, expectShape, fail, input, inShape, pairAttr, shapeAttr } from './kernel.js';
 
 interface PoolGeom { NC: number; H: number; W: number; OH: number; OW: number; kh: number; kw: number; sh: number; sw: number; ph: number; pw: number }
@@ -13,8 +14,7 @@ function geometry(c: OpCtx, xs: number[]): PoolGeom {
   const [sh, sw] = pairAttr(c, 'stride', [kh, kw]);
   const [ph, pw] = pairAttr(c, 'padding', [0, 0]);
   const [N, C, H, W] = xs;
-  const OH = Math.floor((H + 2 * ph - kh) / sh) + 1;
-  const OW = Math.floor((W + 2 * pw - kw) / sw) + 1;
+  const OH = windowOut(H, kh, sh, ph), OW = windowOut(W, kw, sw, pw);
   if (OH < 1 || OW < 1) fail(c, `empty output ${OH}x${OW}`);
   return { NC: N * C, H, W, OH, OW, kh, kw, sh, sw, ph, pw };
 }

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ProgramSet } from '../../compiler/ir/graph.js';
 import { buildMetal, metalEmuSources } from '../../compiler/codegen-metal/index.js';
-import { programList } from '../../compiler/ir/programs.js';
+import { programsOf } from '../../compiler/ir/graph.js';
 import { buildAddon } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
@@ -31,7 +31,7 @@ export interface MetalEmuOptions {
 
 /** Everything the metal-emu native module is built from: file name (under src/) -> contents. */
 export function metalEmuProjectFiles(programs: ProgramSet, opts: { fallbackOps?: string[] } = {}): { files: Record<string, string>; warnings: string[] } {
-  const art = buildMetal(programList(programs), programs.model, { fallbackOps: opts.fallbackOps });
+  const art = buildMetal(programsOf(programs), programs.model, { fallbackOps: opts.fallbackOps });
   const files = metalEmuSources(art);
   for (const f of EMU_FILES) files[f] = fs.readFileSync(path.join(HERE, f), 'utf8');
   // what `#include <metal_stdlib>` in the unmodified .metal text resolves to

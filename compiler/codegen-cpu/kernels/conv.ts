@@ -7,6 +7,7 @@
  * forward GEMM's epilogue; grad-weight in batch chunks added in a second phase
  * (mk::conv_grad_weight). Results are the same bits for any thread count.
  */
+import { windowOut } from '../../ir/shapes.js';
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, reluEpilogue } from '../kernel_ctx.js';
 
@@ -25,8 +26,7 @@ function geometry(k: KernelCtx, xs: number[], ws: number[]): Geo {
   const [dlh, dlw] = k.pair('dilation', [1, 1]);
   const G = k.num('groups', 1);
   if (C % G !== 0 || O % G !== 0 || Cg !== C / G) k.fail(`channels ${C}/${O} do not split into ${G} groups of weight in-channels ${Cg}`);
-  const OH = Math.floor((H + 2 * ph - dlh * (KH - 1) - 1) / sh) + 1;
-  const OW = Math.floor((W + 2 * pw - dlw * (KW - 1) - 1) / sw) + 1;
+  const OH = windowOut(H, KH, sh, ph, dlh), OW = windowOut(W, KW, sw, pw, dlw);
   const direct = KH === 1 && KW === 1 && sh === 1 && sw === 1 && ph === 0 && pw === 0;
   return { N, C, H, W, O, KH, KW, sh, sw, ph, pw, dlh, dlw, G, OH, OW, Cg, Og: O / G, CKK: Cg * KH * KW, P: OH * OW, direct };
 }

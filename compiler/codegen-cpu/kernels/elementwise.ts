@@ -5,7 +5,8 @@
  */
 import { dropoutThreshold } from '../../ir/philox.js';
 import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, type UnaryFnDef, isBinaryFn, isUnaryFn, renderScalar, unaryFnAttrs } from '../../ir/scalar_fns.js';
-import { f32Lit } from '../c_string.js';
+import { broadcastShapes, broadcastStrides } from '../../ir/shapes.js';
+import { f32Lit } from '../../cfamily/text.js';
 import { CPP_SCALAR_LANG } from '../scalar_cpp.js';
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
@@ -48,29 +49,6 @@ export const unary_grad: KernelEmitter = (k) => {
   return MAP2({ dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0), n: prod(k.inShape(0)), expr: renderScalar(def.grad, CPP_SCALAR_LANG, { x: 'v', g: 'g' }, attrs) });
 };
 
-/** strides of `shape` read through the broadcast `out` shape (0 on stretched / prepended dims) */
-function broadcastStrides(shape: number[], out: number[]): number[] {
-  const r = out.length, off = r - shape.length;
-  const strides = new Array<number>(r).fill(0);
-  let s = 1;
-  for (let i = shape.length - 1; i >= 0; i--) {
-    strides[i + off] = shape[i] === 1 && out[i + off] !== 1 ? 0 : s;
-    s *= shape[i];
-  }
-  return strides;
-}
-
-function broadcastShape(k: KernelCtx, a: number[], b: number[]): number[] {
-  const r = Math.max(a.length, b.length);
-  const out: number[] = [];
-  for (let i = 0; i < r; i++) {
-    const da = a[a.length - r + i] ?? 1, db = b[b.length - r + i] ?? 1;
-    if (da !== db && da !== 1 && db !== 1) k.fail(`shapes [${a}] and [${b}] do not broadcast`);
-    out.push(Math.max(da, db));
-  }
-  return out;
-}
-
 const BINARY_FLAT = tpl(`  const float* a = {{a}};
   const float* bb = {{b}};
   float* y = {{y}};
@@ -106,7 +84,8 @@ export const binary: KernelEmitter = (k) => {
   const fwd = BINARY_FNS_TABLE[fn].fwd;
   const expr = (ia: string, ib: string) => renderScalar(fwd, CPP_SCALAR_LANG, { a: `a[${ia}]`, b: `bb[${ib}]` }, {});
   const as = k.inShape(0), bs = k.inShape(1);
-  const ys = broadcastShape(k, as, bs);
+  const ys = broadcastShapes(as, bs);
+  if (!ys) return k.fail(`shapes [${as}] and [${bs}] do not broadcast`);
   const n = prod(ys);
   const na = prod(as), nb = prod(bs);
   const vm = { a: k.inPtr(0), b: k.inPtr(1), y: k.outPtr(0), n };

@@ -2,7 +2,7 @@
  * Losses (mean-reduced, accumulated in double), their gradients, and metrics (accuracy,
  * top_k). Labels are checked against the class range (a clear error, never an out-of-bounds read).
  */
-import { f32Lit } from '../c_string.js';
+import { f32Lit } from '../../cfamily/text.js';
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
 

@@ -1,5 +1,5 @@
 /** grad_accumulate, zero, grad_norm, clip_coef, sgd_update, adam_update (in place on persistent tensors). */
-import { f32Lit } from '../c_string.js';
+import { f32Lit } from '../../cfamily/text.js';
 import { tpl } from '../template.js';
 import { type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
 

@@ -1,4 +1,5 @@
 /** maxpool2d / avgpool2d / global_avgpool and their gradients: parallel over (n, c) planes. */
+import { windowOut } from '../../ir/shapes.js';
 import { tpl } from '../template.js';
 import type { KernelCtx, KernelEmitter } from '../kernel_ctx.js';
 
@@ -8,8 +9,7 @@ function geometry(k: KernelCtx, xs: number[]) {
   const [KH, KW] = k.pair('kernel');
   const [sh, sw] = k.pair('stride', [KH, KW]);
   const [ph, pw] = k.pair('padding', [0, 0]);
-  const OH = Math.floor((H + 2 * ph - KH) / sh) + 1;
-  const OW = Math.floor((W + 2 * pw - KW) / sw) + 1;
+  const OH = windowOut(H, KH, sh, ph), OW = windowOut(W, KW, sw, pw);
   return { NC: N * C, H, W, KH, KW, sh, sw, ph, pw, OH, OW };
 }
 

@@ -2,7 +2,7 @@
  * Op rules, element-wise family: unary / unary_grad / binary (formulas in scalar_fns.ts),
  * reshape, sum_to, dropout / dropout_grad (see ops.ts for what each field means).
  */
-import type { OpDef } from '../ops.js';
+import type { OpDef, ShapeCtx } from '../ops.js';
 import { BINARY_FNS, BINARY_FNS_TABLE, UNARY_FNS, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn } from '../scalar_fns.js';
 import { broadcastShapes } from '../shapes.js';
 
@@ -19,6 +19,16 @@ function unaryAttrDocs(): Record<string, string> {
     }
   }
   return Object.fromEntries([...uses].map(([name, fns]) => [name, fns.join(', ')]));
+}
+
+/** the fn is in the table and each of its attrs, when given, is a number */
+function checkUnaryAttrs(c: ShapeCtx): void {
+  const fn = String(c.attrs.fn);
+  c.want(isUnaryFn(fn), `unknown unary fn '${fn}'`);
+  if (!isUnaryFn(fn)) return;
+  for (const name of Object.keys(UNARY_FNS_TABLE[fn].attrs)) {
+    c.want(c.attrs[name] === undefined || typeof c.attrs[name] === 'number', `attr '${name}' of ${fn} must be a number, got ${JSON.stringify(c.attrs[name])}`);
+  }
 }
 
 function unaryFnOf(a: Readonly<Record<string, unknown>>) {
@@ -51,7 +61,7 @@ export const ELEMENTWISE_OPS = {
     doc: 'Element-wise y = f(x), f from compiler/ir/scalar_fns.ts: ' + UNARY_FNS.map((f) => `${f}: ${UNARY_FNS_TABLE[f].doc}`).join('; ') + '.',
     category: 'forward',
     shape(c) {
-      c.want(isUnaryFn(String(c.attrs.fn)), `unknown unary fn '${String(c.attrs.fn)}'`);
+      checkUnaryAttrs(c);
       return [c.in(0)];
     },
     vjp(c) {
@@ -68,7 +78,7 @@ export const ELEMENTWISE_OPS = {
     doc: "dx = dy * f'(x) with x the forward input, f' as PyTorch's backward computes it (scalar_fns.ts `grad`, kinks included).",
     category: 'backward',
     shape(c) {
-      c.want(isUnaryFn(String(c.attrs.fn)), `unknown unary fn '${String(c.attrs.fn)}'`);
+      checkUnaryAttrs(c);
       c.sameAs(1, c.in(0), 'second input');
       return [c.in(0)];
     },

@@ -33,6 +33,34 @@ const CONV_ATTRS = ['stride', 'padding', 'dilation', 'groups'] as const;
 /** the fused epilogue attrs every GEMM-family op may carry (fuse.ts, checked by verify.ts) */
 const EPILOGUE = { epilogue: 'fused unary fn (fuse.ts): the output is fn(result); its attrs as epilogue_<name>' };
 
+/**
+ * conv2d_grad_input (wrt = 'x': inputs dy, weight; attr x_shape) and conv2d_grad_weight
+ * (wrt = 'weight': inputs dy, x; attr w_shape): the output has the shape the attr repeats,
+ * and dy must be the conv2d output for x and weight.
+ */
+function convGrad(wrt: 'x' | 'weight'): OpDef {
+  const isX = wrt === 'x', attr = isX ? 'x_shape' : 'w_shape';
+  const xw = (own: readonly number[], other: readonly number[]) => (isX ? [own, other] : [other, own]);
+  return {
+    inputs: ['dy', isX ? 'weight' : 'x'],
+    outputs: [isX ? 'dx' : 'dw'],
+    attrs: { stride: '', padding: '', dilation: '', groups: '', [attr]: `shape of ${wrt}`, ...EPILOGUE },
+    doc: `Gradient of conv2d with respect to ${wrt}.`,
+    category: 'backward',
+    shape(c) {
+      const own = c.shapeAttr(attr), [x, w] = xw(own, c.in(1));
+      c.sameAs(0, convShape(c, x, w), 'dy');
+      return [own];
+    },
+    flops: {
+      gemm: (s, a) => {
+        const [x, w] = xw(Array.isArray(a[attr]) ? (a[attr] as number[]) : [], s(1));
+        return convFlops(x, w, a);
+      },
+    },
+  };
+}
+
 export const GEMM_CONV_OPS = {
   linear: {
     inputs: ['x', 'weight', 'bias?'],
@@ -97,30 +125,6 @@ export const GEMM_CONV_OPS = {
       },
     },
   },
-  conv2d_grad_input: {
-    inputs: ['dy', 'weight'],
-    outputs: ['dx'],
-    attrs: { stride: '', padding: '', dilation: '', groups: '', x_shape: 'shape of x', ...EPILOGUE },
-    doc: 'Gradient of conv2d with respect to x.',
-    category: 'backward',
-    shape(c) {
-      const xs = c.shapeAttr('x_shape');
-      c.sameAs(0, convShape(c, xs, c.in(1)), 'dy');
-      return [xs];
-    },
-    flops: { gemm: (s, a) => convFlops(Array.isArray(a.x_shape) ? a.x_shape : [], s(1), a) },
-  },
-  conv2d_grad_weight: {
-    inputs: ['dy', 'x'],
-    outputs: ['dw'],
-    attrs: { stride: '', padding: '', dilation: '', groups: '', w_shape: 'shape of weight', ...EPILOGUE },
-    doc: 'Gradient of conv2d with respect to weight.',
-    category: 'backward',
-    shape(c) {
-      const ws = c.shapeAttr('w_shape');
-      c.sameAs(0, convShape(c, c.in(1), ws), 'dy');
-      return [ws];
-    },
-    flops: { gemm: (s, a) => convFlops(s(1), Array.isArray(a.w_shape) ? a.w_shape : [], a) },
-  },
+  conv2d_grad_input: convGrad('x'),
+  conv2d_grad_weight: convGrad('weight'),
 } satisfies Record<string, OpDef>;

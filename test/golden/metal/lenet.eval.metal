@@ -12,9 +12,9 @@ struct StepParams {
   uint counter;
 };
 
-// threadgroup-wide sum / max: simd_sum within each SIMD-group, then the partials through
-// threadgroup memory. Every thread of the threadgroup must call it (uniform control flow);
-// every thread gets the result. sh needs nsg floats.
+// threadgroup-wide sum / max: a SIMD-group reduction within each SIMD-group, then the partials
+// through threadgroup memory. Every thread of the threadgroup must call it (uniform control
+// flow); every thread gets the result. sh needs nsg floats.
 inline float mpsc_block_sum(float v, threadgroup float* sh, uint lane, uint sg, uint nsg) {
   v = simd_sum(v);
   if (lane == 0u) sh[sg] = v;
@@ -80,7 +80,7 @@ kernel void k0(
   if (row < 50176u && col < 32u) {
     const uint mi = row, ni = col;
       const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = max((acc + b[g * 32u + ni]), 0.0f);
+      y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
   }
 }
 
@@ -97,7 +97,7 @@ kernel void k0_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -144,7 +144,7 @@ kernel void k0_mma(
     if (mi < 50176u && ni < 32u) {
       const float acc = Cs[e];
       const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = max((acc + b[g * 32u + ni]), 0.0f);
+      y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
     }
   }
 }
@@ -159,7 +159,7 @@ kernel void k1(
   const uint i = gid.x;
   if (i >= 401408u) return;
   const uint ow = i % 14u, oh = (i / 14u) % 14u, p = i / 196u;
-  float best = -INFINITY;
+  float best = (-INFINITY);
   bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
@@ -219,7 +219,7 @@ kernel void k2(
   if (row < 12544u && col < 64u) {
     const uint mi = row, ni = col;
       const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = max((acc + b[g * 64u + ni]), 0.0f);
+      y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
   }
 }
 
@@ -236,7 +236,7 @@ kernel void k2_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -283,7 +283,7 @@ kernel void k2_mma(
     if (mi < 12544u && ni < 64u) {
       const float acc = Cs[e];
       const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = max((acc + b[g * 64u + ni]), 0.0f);
+      y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
     }
   }
 }
@@ -298,7 +298,7 @@ kernel void k3(
   const uint i = gid.x;
   if (i >= 200704u) return;
   const uint ow = i % 7u, oh = (i / 7u) % 7u, p = i / 49u;
-  float best = -INFINITY;
+  float best = (-INFINITY);
   bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
@@ -337,7 +337,6 @@ kernel void k5(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -366,7 +365,7 @@ kernel void k5(
   }
   if (row < 64u && col < 128u) {
     const uint mi = row, ni = col;
-      y[mi * 128u + ni] = max((acc + b[ni]), 0.0f);
+      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
   }
 }
 
@@ -383,8 +382,7 @@ kernel void k5_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -426,7 +424,7 @@ kernel void k5_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 128u) {
       const float acc = Cs[e];
-      y[mi * 128u + ni] = max((acc + b[ni]), 0.0f);
+      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
     }
   }
 }
@@ -443,7 +441,6 @@ kernel void k6(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -489,8 +486,7 @@ kernel void k6_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -552,17 +548,17 @@ kernel void k7(
   float part = 0.0f;
   for (uint j = tidx; j < 64u; j += 64u) {
     const uint base = j * 10u;
-    float m = -INFINITY;
+    float m = (-INFINITY);
     for (uint c = 0u; c < 10u; ++c) m = max(m, logits[base + c]);
-    float s = 0.0f, sx = 0.0f;
-    for (uint c = 0u; c < 10u; ++c) { s += precise::exp(logits[base + c] - m); sx += logits[base + c]; }
+    float s = 0.0f;
+    for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
-    part += -1.00000000f * (logits[base + uint(label[j])] - lse);
+    part += -1.0f * (logits[base + uint(label[j])] - lse);
 
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    loss[0] = total / 64.0000000f;
+    loss[0] = total / 64.0f;
   }
 }
 
@@ -588,6 +584,6 @@ kernel void k8(
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    acc[0] = total / 64.0000000f;
+    acc[0] = total / 64.0f;
   }
 }

@@ -12,9 +12,9 @@ struct StepParams {
   uint counter;
 };
 
-// threadgroup-wide sum / max: simd_sum within each SIMD-group, then the partials through
-// threadgroup memory. Every thread of the threadgroup must call it (uniform control flow);
-// every thread gets the result. sh needs nsg floats.
+// threadgroup-wide sum / max: a SIMD-group reduction within each SIMD-group, then the partials
+// through threadgroup memory. Every thread of the threadgroup must call it (uniform control
+// flow); every thread gets the result. sh needs nsg floats.
 inline float mpsc_block_sum(float v, threadgroup float* sh, uint lane, uint sg, uint nsg) {
   v = simd_sum(v);
   if (lane == 0u) sh[sg] = v;
@@ -97,7 +97,7 @@ kernel void k0_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -159,7 +159,7 @@ kernel void k1(
   const uint i = gid.x;
   if (i >= 1605632u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 2: maxpool2d (maxpool0) -> maxpool0.out
@@ -172,7 +172,7 @@ kernel void k2(
   const uint i = gid.x;
   if (i >= 401408u) return;
   const uint ow = i % 14u, oh = (i / 14u) % 14u, p = i / 196u;
-  float best = -INFINITY;
+  float best = (-INFINITY);
   bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
@@ -249,7 +249,7 @@ kernel void k3_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -311,7 +311,7 @@ kernel void k4(
   const uint i = gid.x;
   if (i >= 802816u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 5: maxpool2d (maxpool1) -> maxpool1.out
@@ -324,7 +324,7 @@ kernel void k5(
   const uint i = gid.x;
   if (i >= 200704u) return;
   const uint ow = i % 7u, oh = (i / 7u) % 7u, p = i / 49u;
-  float best = -INFINITY;
+  float best = (-INFINITY);
   bool seen = false;
   for (uint kh = 0u; kh < 2u; ++kh) {
     const int ih = int(oh * 2u + kh) - 0;
@@ -363,7 +363,6 @@ kernel void k7(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -409,8 +408,7 @@ kernel void k7_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -467,7 +465,7 @@ kernel void k8(
   const uint i = gid.x;
   if (i >= 8192u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 9: linear (linear1) -> linear1.out [16x16 tiles]
@@ -482,7 +480,6 @@ kernel void k9(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -528,8 +525,7 @@ kernel void k9_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -591,17 +587,17 @@ kernel void k10(
   float part = 0.0f;
   for (uint j = tidx; j < 64u; j += 64u) {
     const uint base = j * 10u;
-    float m = -INFINITY;
+    float m = (-INFINITY);
     for (uint c = 0u; c < 10u; ++c) m = max(m, logits[base + c]);
-    float s = 0.0f, sx = 0.0f;
-    for (uint c = 0u; c < 10u; ++c) { s += precise::exp(logits[base + c] - m); sx += logits[base + c]; }
+    float s = 0.0f;
+    for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
-    part += -1.00000000f * (logits[base + uint(label[j])] - lse);
+    part += -1.0f * (logits[base + uint(label[j])] - lse);
 
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    loss[0] = total / 64.0000000f;
+    loss[0] = total / 64.0f;
   }
 }
 
@@ -627,7 +623,7 @@ kernel void k11(
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    acc[0] = total / 64.0000000f;
+    acc[0] = total / 64.0f;
   }
 }
 
@@ -643,10 +639,10 @@ kernel void k12(
     uint lane [[thread_index_in_simdgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // one threadgroup per row n of 10u logits: (softmax - (1-ls)*onehot - ls/C) / N
+  // one threadgroup per row n of 10u logits: (softmax - onehot) / N
   const uint n = tgid.x;
   const uint base = n * 10u;
-  float m = -INFINITY;
+  float m = (-INFINITY);
   for (uint c = tidx; c < 10u; c += 32u) m = max(m, logits[base + c]);
   m = mpsc_block_max(m, tg, lane, sg, 1u);
   float s = 0.0f;
@@ -655,8 +651,8 @@ kernel void k12(
   const int lab = label[n];
   for (uint c = tidx; c < 10u; c += 32u) {
     const float p = precise::exp(logits[base + c] - m) / s;
-    const float target = (int(c) == lab ? 1.00000000f : 0.0f) + 0.0f;
-    dlogits[base + c] = (p - target) * 0.0156250000f;
+    const float target = int(c) == lab ? 1.0f : 0.0f;
+    dlogits[base + c] = (p - target) * 0.015625f;
   }
 }
 
@@ -671,7 +667,6 @@ kernel void k13(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -716,8 +711,7 @@ kernel void k13_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -775,7 +769,6 @@ kernel void k14(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -820,8 +813,7 @@ kernel void k14_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -875,9 +867,9 @@ kernel void k15(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64u terms per output)
   const uint i = gid.x;
   if (i >= 10u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
   float acc = 0.0f;
@@ -900,7 +892,7 @@ kernel void k16(
   const uint i = gid.x;
   if (i >= 8192u) return;
   const float v = x[i], d = dy[i];
-  dx[i] = (v > 0.0f ? d : 0.0f);
+  dx[i] = v > 0.0f ? d : 0.0f;
 }
 
 // node 17: matmul (linear0) -> d_flatten0.out [16x16 tiles]
@@ -914,7 +906,6 @@ kernel void k17(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -959,8 +950,7 @@ kernel void k17_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -1018,7 +1008,6 @@ kernel void k18(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -1063,8 +1052,7 @@ kernel void k18_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -1118,9 +1106,9 @@ kernel void k19(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64u terms per output)
   const uint i = gid.x;
   if (i >= 128u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
@@ -1191,7 +1179,7 @@ kernel void k22(
   const uint i = gid.x;
   if (i >= 802816u) return;
   const float v = x[i], d = dy[i];
-  dx[i] = (v > 0.0f ? d : 0.0f);
+  dx[i] = v > 0.0f ? d : 0.0f;
 }
 
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [16x16 tiles]
@@ -1257,7 +1245,7 @@ kernel void k23_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[12544u x 32u] = A[12544u x 576u] * B[576u x 32u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -1372,7 +1360,7 @@ kernel void k24_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 288u] = A[64u x 12544u] * B[12544u x 288u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -1431,9 +1419,9 @@ kernel void k25(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (12544u terms per output)
   const uint i = gid.x;
   if (i >= 64u) return;
+  // y[i] = sum of x over the reduced dims (12544 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 64u; rem /= 64u; base += c * 196u; }
   float acc = 0.0f;
@@ -1494,7 +1482,7 @@ kernel void k27(
   const uint i = gid.x;
   if (i >= 1605632u) return;
   const float v = x[i], d = dy[i];
-  dx[i] = (v > 0.0f ? d : 0.0f);
+  dx[i] = v > 0.0f ? d : 0.0f;
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [16x16 tiles]
@@ -1557,7 +1545,7 @@ kernel void k28_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[32u x 9u] = A[32u x 50176u] * B[50176u x 9u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -1616,9 +1604,9 @@ kernel void k29(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (50176u terms per output)
   const uint i = gid.x;
   if (i >= 32u) return;
+  // y[i] = sum of x over the reduced dims (50176 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 32u; rem /= 32u; base += c * 784u; }
   float acc = 0.0f;

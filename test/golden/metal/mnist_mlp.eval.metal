@@ -12,9 +12,9 @@ struct StepParams {
   uint counter;
 };
 
-// threadgroup-wide sum / max: simd_sum within each SIMD-group, then the partials through
-// threadgroup memory. Every thread of the threadgroup must call it (uniform control flow);
-// every thread gets the result. sh needs nsg floats.
+// threadgroup-wide sum / max: a SIMD-group reduction within each SIMD-group, then the partials
+// through threadgroup memory. Every thread of the threadgroup must call it (uniform control
+// flow); every thread gets the result. sh needs nsg floats.
 inline float mpsc_block_sum(float v, threadgroup float* sh, uint lane, uint sg, uint nsg) {
   v = simd_sum(v);
   if (lane == 0u) sh[sg] = v;
@@ -59,7 +59,6 @@ kernel void k1(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -88,7 +87,7 @@ kernel void k1(
   }
   if (row < 64u && col < 256u) {
     const uint mi = row, ni = col;
-      y[mi * 256u + ni] = max((acc + b[ni]), 0.0f);
+      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
   }
 }
 
@@ -105,8 +104,7 @@ kernel void k1_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -148,7 +146,7 @@ kernel void k1_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 256u) {
       const float acc = Cs[e];
-      y[mi * 256u + ni] = max((acc + b[ni]), 0.0f);
+      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
     }
   }
 }
@@ -165,7 +163,6 @@ kernel void k2(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -211,8 +208,7 @@ kernel void k2_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -274,17 +270,17 @@ kernel void k3(
   float part = 0.0f;
   for (uint j = tidx; j < 64u; j += 64u) {
     const uint base = j * 10u;
-    float m = -INFINITY;
+    float m = (-INFINITY);
     for (uint c = 0u; c < 10u; ++c) m = max(m, logits[base + c]);
-    float s = 0.0f, sx = 0.0f;
-    for (uint c = 0u; c < 10u; ++c) { s += precise::exp(logits[base + c] - m); sx += logits[base + c]; }
+    float s = 0.0f;
+    for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
-    part += -1.00000000f * (logits[base + uint(label[j])] - lse);
+    part += -1.0f * (logits[base + uint(label[j])] - lse);
 
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    loss[0] = total / 64.0000000f;
+    loss[0] = total / 64.0f;
   }
 }
 
@@ -310,6 +306,6 @@ kernel void k4(
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    acc[0] = total / 64.0000000f;
+    acc[0] = total / 64.0f;
   }
 }

@@ -12,9 +12,9 @@ struct StepParams {
   uint counter;
 };
 
-// threadgroup-wide sum / max: simd_sum within each SIMD-group, then the partials through
-// threadgroup memory. Every thread of the threadgroup must call it (uniform control flow);
-// every thread gets the result. sh needs nsg floats.
+// threadgroup-wide sum / max: a SIMD-group reduction within each SIMD-group, then the partials
+// through threadgroup memory. Every thread of the threadgroup must call it (uniform control
+// flow); every thread gets the result. sh needs nsg floats.
 inline float mpsc_block_sum(float v, threadgroup float* sh, uint lane, uint sg, uint nsg) {
   v = simd_sum(v);
   if (lane == 0u) sh[sg] = v;
@@ -59,7 +59,6 @@ kernel void k1(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -105,8 +104,7 @@ kernel void k1_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -163,7 +161,7 @@ kernel void k2(
   const uint i = gid.x;
   if (i >= 16384u) return;
   const float v = x[i];
-  y[i] = max(v, 0.0f);
+  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 3: linear (fc2) -> fc2.out [16x16 tiles]
@@ -178,7 +176,6 @@ kernel void k3(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -224,8 +221,7 @@ kernel void k3_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -287,17 +283,17 @@ kernel void k4(
   float part = 0.0f;
   for (uint j = tidx; j < 64u; j += 64u) {
     const uint base = j * 10u;
-    float m = -INFINITY;
+    float m = (-INFINITY);
     for (uint c = 0u; c < 10u; ++c) m = max(m, logits[base + c]);
-    float s = 0.0f, sx = 0.0f;
-    for (uint c = 0u; c < 10u; ++c) { s += precise::exp(logits[base + c] - m); sx += logits[base + c]; }
+    float s = 0.0f;
+    for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
     const float lse = m + precise::log(s);
-    part += -1.00000000f * (logits[base + uint(label[j])] - lse);
+    part += -1.0f * (logits[base + uint(label[j])] - lse);
 
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    loss[0] = total / 64.0000000f;
+    loss[0] = total / 64.0f;
   }
 }
 
@@ -323,7 +319,7 @@ kernel void k5(
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
-    acc[0] = total / 64.0000000f;
+    acc[0] = total / 64.0f;
   }
 }
 
@@ -339,10 +335,10 @@ kernel void k6(
     uint lane [[thread_index_in_simdgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // one threadgroup per row n of 10u logits: (softmax - (1-ls)*onehot - ls/C) / N
+  // one threadgroup per row n of 10u logits: (softmax - onehot) / N
   const uint n = tgid.x;
   const uint base = n * 10u;
-  float m = -INFINITY;
+  float m = (-INFINITY);
   for (uint c = tidx; c < 10u; c += 32u) m = max(m, logits[base + c]);
   m = mpsc_block_max(m, tg, lane, sg, 1u);
   float s = 0.0f;
@@ -351,8 +347,8 @@ kernel void k6(
   const int lab = label[n];
   for (uint c = tidx; c < 10u; c += 32u) {
     const float p = precise::exp(logits[base + c] - m) / s;
-    const float target = (int(c) == lab ? 1.00000000f : 0.0f) + 0.0f;
-    dlogits[base + c] = (p - target) * 0.0156250000f;
+    const float target = int(c) == lab ? 1.0f : 0.0f;
+    dlogits[base + c] = (p - target) * 0.015625f;
   }
 }
 
@@ -367,7 +363,6 @@ kernel void k7(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -412,8 +407,7 @@ kernel void k7_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -471,7 +465,6 @@ kernel void k8(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -516,8 +509,7 @@ kernel void k8_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -571,9 +563,9 @@ kernel void k9(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64u terms per output)
   const uint i = gid.x;
   if (i >= 10u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
   float acc = 0.0f;
@@ -596,7 +588,7 @@ kernel void k10(
   const uint i = gid.x;
   if (i >= 16384u) return;
   const float v = x[i], d = dy[i];
-  dx[i] = (v > 0.0f ? d : 0.0f);
+  dx[i] = v > 0.0f ? d : 0.0f;
 }
 
 // node 11: matmul (fc1) -> fc1.weight.grad [16x16 tiles]
@@ -610,7 +602,6 @@ kernel void k11(
     uint3 tid [[thread_position_in_threadgroup]])
 {
   // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -655,8 +646,7 @@ kernel void k11_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block with simdgroup_float8x8 (Apple7+)
-  const uint g = tgid.z;
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
@@ -710,9 +700,9 @@ kernel void k12(
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
-  // y[i] = sum of x over the reduced dims (64u terms per output)
   const uint i = gid.x;
   if (i >= 256u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
   uint rem = i, base = 0u;
   { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
   float acc = 0.0f;

@@ -1,16 +1,18 @@
 /**
- * lower_gemm: every matrix-product-shaped op as one GEMM template with op-specific loaders:
+ * gemm: every matrix-product-shaped op as one GEMM kernel with op-specific loaders:
  * linear, matmul, conv2d (implicit im2col), conv2d_grad_input, conv2d_grad_weight.
- * Two variants with the same grid: a plain 16x16-tiled kernel (all GPUs) and a
- * simdgroup_float8x8 kernel (Apple7+), recorded as the launch's `mma` variant.
- * Loader snippets see g (group), mi/ki (A) or ki/ni (B) and assign `v`; the store sees
- * g, mi, ni and acc. Out-of-range indices never reach a loader.
+ * Two variants with the same grid: a plain 16x16-tiled kernel (all GPUs) and one on the
+ * dialect's 8x8 matrix unit (Metal: simdgroup_float8x8, Apple7+), recorded as the launch's
+ * `mma` variant. Loader snippets see g (group), mi/ki (A) or ki/ni (B) and assign `v`; the
+ * store sees g, mi, ni and acc. Out-of-range indices never reach a loader.
+ * Consumes IR nodes (and an optional fused unary epilogue); produces KernelSpecs.
  */
 import type { Graph, Node } from '../ir/graph.js';
+import { windowOut } from '../ir/shapes.js';
+import type { Dialect } from './dialect.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
-import { render } from './templates.js';
-import { argOf, ceilDiv, label, numAttr, pairAttr, shapeOf, u32 } from './lower_common.js';
-import { unaryExpr } from './lower_elementwise.js';
+import { argOf, ceilDiv, label, numAttr, pairAttr, shapeOf } from './common.js';
+import { unaryFwd } from './elementwise.js';
 
 const L = '          ';
 
@@ -29,14 +31,13 @@ function convGeom(n: Node, xs: number[], ws: number[]) {
   const G = numAttr(n, 'groups', 1);
   const [NB, C, H, W] = xs;
   const [O, CG, KH, KW] = ws;
-  const OH = Math.floor((H + 2 * PH - DH * (KH - 1) - 1) / SH) + 1;
-  const OW = Math.floor((W + 2 * PW - DW * (KW - 1) - 1) / SW) + 1;
+  const OH = windowOut(H, KH, SH, PH, DH), OW = windowOut(W, KW, SW, PW, DW);
   return { SH, SW, PH, PW, DH, DW, G, NB, C, H, W, O, CG, KH, KW, OH, OW, OG: O / G };
 }
 
 /** im2col read of x: spatial index `sp` = (nb, oh, ow), filter index `fk` = (c, kh, kw) */
-function im2col(c: ReturnType<typeof convGeom>, sp: string, fk: string): string {
-  const u = u32;
+function im2col(d: Dialect, c: ReturnType<typeof convGeom>, sp: string, fk: string): string {
+  const u = (k: number) => d.u(k);
   return (
     `${L}const uint nb = ${sp} / ${u(c.OH * c.OW)}, p = ${sp} % ${u(c.OH * c.OW)}, oh = p / ${u(c.OW)}, ow = p % ${u(c.OW)};\n` +
     `${L}const uint c = ${fk} / ${u(c.KH * c.KW)}, q = ${fk} % ${u(c.KH * c.KW)}, kh = q / ${u(c.KW)}, kw = q % ${u(c.KW)};\n` +
@@ -45,8 +46,8 @@ function im2col(c: ReturnType<typeof convGeom>, sp: string, fk: string): string 
   );
 }
 
-function gemmOf(g: Graph, n: Node): Gemm | null {
-  const u = u32;
+function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
+  const u = (k: number) => d.u(k);
   const ins = n.inputs;
   switch (n.op) {
     case 'linear': {
@@ -85,7 +86,7 @@ function gemmOf(g: Graph, n: Node): Gemm | null {
       args.push(argOf(g, 'y', n.outputs[0], 'w'));
       return {
         M: c.NB * c.OH * c.OW, N: c.OG, K, G: c.G, args,
-        loadA: im2col(c, 'mi', 'ki'),
+        loadA: im2col(d, c, 'mi', 'ki'),
         loadB: `${L}v = w[(g * ${u(c.OG)} + ni) * ${u(K)} + ki];`,
         pre: `      const uint nb = mi / ${u(c.OH * c.OW)}, p = mi % ${u(c.OH * c.OW)};\n`,
         out: 'y', idx: `(nb * ${u(c.O)} + g * ${u(c.OG)} + ni) * ${u(c.OH * c.OW)} + p`, bias: hasBias ? `b[g * ${u(c.OG)} + ni]` : '',
@@ -119,7 +120,7 @@ function gemmOf(g: Graph, n: Node): Gemm | null {
         loadA:
           `${L}const uint nb = ki / ${u(c.OH * c.OW)}, p = ki % ${u(c.OH * c.OW)};\n` +
           `${L}v = dy[(nb * ${u(c.O)} + g * ${u(c.OG)} + mi) * ${u(c.OH * c.OW)} + p];`,
-        loadB: im2col(c, 'ki', 'ni'),
+        loadB: im2col(d, c, 'ki', 'ni'),
         pre: '', out: 'dw', idx: `(g * ${u(c.OG)} + mi) * ${u(N)} + ni`, bias: '',
       };
     }
@@ -129,28 +130,111 @@ function gemmOf(g: Graph, n: Node): Gemm | null {
 
 export const GEMM_OPS = ['linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
+/** GEMM geometry and snippets as the tile kernels see them (all but the loaders already literals) */
+interface TileView {
+  M: string; N: string; K: string;
+  loadA: string; loadB: string; store: string;
+}
+
+/** the group index, declared only where a loader or the store reads it (no unused variable) */
+const groupIndex = (v: TileView) => (/\bg\b/.test(v.loadA + v.loadB + v.store) ? `  const uint g = tgid.z;\n` : '');
+
+/** operand loads of one 16x16 A tile (rows mi, columns ki) and B tile (rows ki, columns ni) into v */
+function loadTile(v: TileView, indent: string, a: { mi: string; ki: string; dst: string }, b: { ki: string; ni: string; dst: string }): string {
+  const I = indent;
+  return (
+    `${I}{\n${I}  const uint mi = ${a.mi}, ki = ${a.ki};\n${I}  float v = 0.0f;\n${I}  if (mi < ${v.M} && ki < ${v.K}) {\n${v.loadA}\n${I}  }\n${I}  ${a.dst} = v;\n${I}}\n` +
+    `${I}{\n${I}  const uint ki = ${b.ki}, ni = ${b.ni};\n${I}  float v = 0.0f;\n${I}  if (ki < ${v.K} && ni < ${v.N}) {\n${v.loadB}\n${I}  }\n${I}  ${b.dst} = v;\n${I}}\n`
+  );
+}
+
+/** C = A * B per group (grid z) in 16x16 tiles of shared memory, one output per thread (16x16 threads) */
+function gemmTiled(d: Dialect, v: TileView): string {
+  const sh = d.space.shared;
+  return (
+    `  // C[${v.M} x ${v.N}] = A[${v.M} x ${v.K}] * B[${v.K} x ${v.N}] per group (grid z), 16x16 tiles in threadgroup memory\n` +
+    groupIndex(v) +
+    `  const uint row = tgid.y * 16u + tid.y;\n` +
+    `  const uint col = tgid.x * 16u + tid.x;\n` +
+    `  ${sh}float* As = tg;        // [16][16], As[r * 16 + k]\n` +
+    `  ${sh}float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]\n` +
+    `  float acc = 0.0f;\n` +
+    `  for (uint k0 = 0u; k0 < ${v.K}; k0 += 16u) {\n` +
+    loadTile(v, '    ', { mi: 'row', ki: 'k0 + tid.x', dst: 'As[tid.y * 16u + tid.x]' }, { ki: 'k0 + tid.y', ni: 'col', dst: 'Bs[tid.y * 16u + tid.x]' }) +
+    `    ${d.barrier()}\n` +
+    `    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];\n` +
+    `    ${d.barrier()}\n` +
+    `  }\n` +
+    `  if (row < ${v.M} && col < ${v.N}) {\n` +
+    `    const uint mi = row, ni = col;\n${v.store}\n` +
+    `  }\n`
+  );
+}
+
+/**
+ * The same product on the 8x8 matrix unit: a 16x16 output tile per threadgroup of 128 threads,
+ * four SIMD-groups each accumulating one 8x8 block; the result goes through shared memory to
+ * the same store as the tiled kernel.
+ */
+function gemmMatrixUnit(d: Dialect, v: TileView): string {
+  const sh = d.space.shared, mu = d.mma;
+  return (
+    `  // C[${v.M} x ${v.N}] = A[${v.M} x ${v.K}] * B[${v.K} x ${v.N}] per group (grid z): a 16x16 output tile per\n` +
+    `  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit\n` +
+    groupIndex(v) +
+    `  ${sh}float* As = tg;        // [16][16] A tile, row-major\n` +
+    `  ${sh}float* Bs = tg + 256;  // [16][16] B tile, row-major\n` +
+    `  ${sh}float* Cs = tg + 512;  // [16][16] C tile, row-major\n` +
+    `  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;\n` +
+    `  ${mu.declAcc('acc')}\n` +
+    `  for (uint k0 = 0u; k0 < ${v.K}; k0 += 16u) {\n` +
+    `    for (uint e = tidx; e < 256u; e += 128u) {\n` +
+    `      const uint r = e / 16u, c = e % 16u;\n` +
+    loadTile(v, '      ', { mi: 'tgid.y * 16u + r', ki: 'k0 + c', dst: 'As[e]' }, { ki: 'k0 + r', ni: 'tgid.x * 16u + c', dst: 'Bs[e]' }) +
+    `    }\n` +
+    `    ${d.barrier()}\n` +
+    `    for (uint kk = 0u; kk < 16u; kk += 8u) {\n` +
+    `      ${mu.declOperand('a')}\n` +
+    `      ${mu.declOperand('b')}\n` +
+    `      ${mu.load('a', 'As', 16, 'kk', 'br')}\n` +
+    `      ${mu.load('b', 'Bs', 16, 'bc', 'kk')}\n` +
+    `      ${mu.mac('acc', 'a', 'b')}\n` +
+    `    }\n` +
+    `    ${d.barrier()}\n` +
+    `  }\n` +
+    `  ${mu.store('acc', 'Cs', 16, 'bc', 'br')}\n` +
+    `  ${d.barrier()}\n` +
+    `  for (uint e = tidx; e < 256u; e += 128u) {\n` +
+    `    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;\n` +
+    `    if (mi < ${v.M} && ni < ${v.N}) {\n` +
+    `      const float acc = Cs[e];\n${v.store}\n` +
+    `    }\n` +
+    `  }\n`
+  );
+}
+
 /** `epilogue`: a following element-wise `unary` node fused into the store (its output replaces the GEMM's). */
 export function lowerGemm(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null {
-  const gm = gemmOf(g, n);
+  const d = ctx.d;
+  const gm = gemmOf(d, g, n);
   if (!gm) return null;
   let value = gm.bias ? `acc + ${gm.bias}` : 'acc';
   let args = gm.args;
   let what = '';
   if (epilogue) {
     const fn = String(epilogue.attrs.fn);
-    if (fn === 'gelu') ctx.helpers.add('erfc');
-    value = unaryExpr(fn, typeof epilogue.attrs.alpha === 'number' ? epilogue.attrs.alpha : 0.01, `(${value})`);
+    value = unaryFwd(ctx, epilogue, `(${value})`);
     args = [...args.slice(0, -1), argOf(g, gm.out, epilogue.outputs[0], 'w')];
     what = ` + fused node ${epilogue.id}: unary ${fn} -> ${g.values[epilogue.outputs[0]].name}`;
   }
   const store = `${gm.pre}      ${gm.out}[${gm.idx}] = ${value};`;
-  const view = { M: u32(gm.M), N: u32(gm.N), K: u32(gm.K), loadA: gm.loadA, loadB: gm.loadB, store };
+  const view: TileView = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), loadA: gm.loadA, loadB: gm.loadB, store };
   const name = ctx.next();
   return [{
     name, node: n.id, op: n.op, label: label(g, n) + what, args,
     groups: [Math.max(1, ceilDiv(gm.N, 16)), Math.max(1, ceilDiv(gm.M, 16)), gm.G],
     tgsize: [16, 16, 1], tgmem: 2 * 256 * 4, sync: true,
-    body: render('gemm_tiled', view),
-    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: 3 * 256 * 4, sync: true, body: render('gemm_mma', view) },
+    body: gemmTiled(d, view),
+    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: 3 * 256 * 4, sync: true, body: gemmMatrixUnit(d, view) },
   }];
 }

@@ -1,41 +1,30 @@
 /**
- * lower_elementwise: IR nodes computed one output element per thread (no barriers):
- * unary/binary (with broadcasting), reshape, dropout, slice, concat, embedding, batchnorm_eval,
- * loss gradients that need no row statistics, sum_to.
+ * elementwise: GPU kernels of the IR nodes computed one output element per thread (no
+ * barriers): unary/binary (with broadcasting), reshape, dropout, slice, concat, embedding,
+ * batchnorm_eval, loss gradients that need no row statistics, sum_to. Consumes IR nodes;
+ * produces KernelSpecs whose bodies are written in the lowering context's dialect.
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { dropoutThreshold } from '../ir/philox.js';
+import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs, type UnaryFn } from '../ir/scalar_fns.js';
+import type { Dialect } from './dialect.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
-import { render } from './templates.js';
-import { argOf, elementwise, f32, label, numAttr, numel, shapeOf, u32, EW_THREADS, ceilDiv } from './lower_common.js';
+import { argOf, elementwise, label, numAttr, numel, scalarExpr, shapeOf, EW_THREADS, ceilDiv } from './common.js';
 
 const I = '  ';
-/** inputs per concat kernel: + the output + the params struct stays within 31 bindings */
+/** inputs per concat kernel: + the output + the params struct stays within Metal's 31 bindings */
 export const CONCAT_CHUNK = 29;
 
-export function unaryExpr(fn: string, alpha: number, v: string): string {
-  switch (fn) {
-    case 'relu': return `max(${v}, 0.0f)`;
-    case 'leaky_relu': return `(${v} > 0.0f ? ${v} : ${f32(alpha)} * ${v})`;
-    case 'gelu': return `0.5f * ${v} * mpsc_erfc(-${v} * 0.707106781f)`;
-    case 'sigmoid': return `1.0f / (1.0f + precise::exp(-${v}))`;
-    case 'tanh': return `precise::tanh(${v})`;
-    case 'neg': return `-${v}`;
-  }
-  throw new Error(`internal: unknown unary fn '${fn}'`);
+/** y = f(x) of the unary fn of node n (scalar-math table), x spelled `x` */
+export function unaryFwd(ctx: LowerCtx, n: Node, x: string): string {
+  const fn = unaryFnOf(n);
+  return scalarExpr(ctx, UNARY_FNS_TABLE[fn].fwd, { x }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
 }
 
-/** f'(v) * d */
-function unaryGradExpr(fn: string, alpha: number, v: string, d: string): string {
-  switch (fn) {
-    case 'relu': return `(${v} > 0.0f ? ${d} : 0.0f)`;
-    case 'leaky_relu': return `(${v} > 0.0f ? ${d} : ${f32(alpha)} * ${d})`;
-    case 'gelu': return `${d} * (0.5f * mpsc_erfc(-${v} * 0.707106781f) + ${v} * precise::exp(-0.5f * ${v} * ${v}) * 0.398942280f)`;
-    case 'sigmoid': return `${d} * (1.0f / (1.0f + precise::exp(-${v}))) * (1.0f - 1.0f / (1.0f + precise::exp(-${v})))`;
-    case 'tanh': return `${d} * (1.0f - precise::tanh(${v}) * precise::tanh(${v}))`;
-    case 'neg': return `-${d}`;
-  }
-  throw new Error(`internal: unknown unary fn '${fn}'`);
+function unaryFnOf(n: Node): UnaryFn {
+  const fn = String(n.attrs.fn);
+  if (!isUnaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown unary fn '${fn}'`);
+  return fn;
 }
 
 function strides(shape: number[]): number[] {
@@ -45,7 +34,8 @@ function strides(shape: number[]): number[] {
 }
 
 /** index of an operand of shape `sh` broadcast to `out`, from output flat index i (statements defining `name`) */
-function broadcastIndex(out: number[], sh: number[], name: string): string {
+function broadcastIndex(d: Dialect, out: number[], sh: number[], name: string): string {
+  const u32 = (n: number) => d.u(n);
   if (sh.length === out.length && sh.every((d, k) => d === out[k])) return `${I}const uint ${name} = i;\n`;
   const st = strides(sh);
   let s = `${I}uint ${name} = 0u;\n${I}{\n${I}  uint rem = i;\n`;
@@ -61,24 +51,24 @@ function broadcastIndex(out: number[], sh: number[], name: string): string {
 export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const ins = n.inputs, outs = n.outputs;
   const a = (k: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, k, acc);
+  const d = ctx.d, f32 = (x: number) => d.f(x), u32 = (k: number) => d.u(k);
   switch (n.op) {
     case 'unary': {
-      const fn = String(n.attrs.fn);
-      if (fn === 'gelu') ctx.helpers.add('erfc');
-      const body = `${I}const float v = x[i];\n${I}y[i] = ${unaryExpr(fn, numAttr(n, 'alpha', 0.01), 'v')};\n`;
+      const body = `${I}const float v = x[i];\n${I}y[i] = ${unaryFwd(ctx, n, 'v')};\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'unary_grad': {
-      const fn = String(n.attrs.fn);
-      if (fn === 'gelu') ctx.helpers.add('erfc');
-      const body = `${I}const float v = x[i], d = dy[i];\n${I}dx[i] = ${unaryGradExpr(fn, numAttr(n, 'alpha', 0.01), 'v', 'd')};\n`;
+      const fn = unaryFnOf(n);
+      const expr = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+      const body = `${I}const float ${/\bv\b/.test(expr) ? 'v = x[i], ' : ''}d = dy[i];\n${I}dx[i] = ${expr};\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'x'), a(outs[0], 'dx', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'binary': {
       const out = shapeOf(g, outs[0]);
-      const opc = ({ add: '+', sub: '-', mul: '*' } as Record<string, string>)[String(n.attrs.fn)];
-      if (!opc) throw new Error(`internal: unknown binary fn '${String(n.attrs.fn)}'`);
-      const body = broadcastIndex(out, shapeOf(g, ins[0]), 'ia') + broadcastIndex(out, shapeOf(g, ins[1]), 'ib') + `${I}y[i] = a[ia] ${opc} b[ib];\n`;
+      const fn = String(n.attrs.fn);
+      if (!isBinaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown binary fn '${fn}'`);
+      const body = broadcastIndex(d, out, shapeOf(g, ins[0]), 'ia') + broadcastIndex(d, out, shapeOf(g, ins[1]), 'ib') +
+        `${I}y[i] = ${scalarExpr(ctx, BINARY_FNS_TABLE[fn].fwd, { a: 'a[ia]', b: 'b[ib]' }, {})};\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'a'), a(ins[1], 'b'), a(outs[0], 'y', 'w')], numel(out), body)];
     }
     case 'reshape':
@@ -90,7 +80,7 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       const src = n.op === 'dropout' ? 'x' : 'dy', dst = n.op === 'dropout' ? 'y' : 'dx';
       const body =
         `${I}const uint h = mpsc_philox(sp.seed, ${u32(numAttr(n, 'stream'))}, i, sp.counter);\n` +
-        `${I}${dst}[i] = h >= ${u32(dropoutThreshold(p))} ? ${src}[i] / ${f32(1 - p)} : 0.0f;\n`;
+        `${I}${dst}[i] = h >= ${u32(dropoutThreshold(p))} ? ${src}[i] / ${f32(1 - p)} : ${f32(0)};\n`;
       return [elementwise(ctx, g, n, [a(ins[0], src), a(outs[0], dst, 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'slice': {
@@ -140,7 +130,7 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       const [V, D] = n.attrs.w_shape as number[];
       const J = numel(shapeOf(g, ins[1]));
       const body =
-        `${I}const int v = int(i / ${u32(D)});\n${I}const uint d = i % ${u32(D)};\n${I}float acc = 0.0f;\n` +
+        `${I}const int v = int(i / ${u32(D)});\n${I}const uint d = i % ${u32(D)};\n${I}float acc = ${f32(0)};\n` +
         `${I}for (uint j = 0u; j < ${u32(J)}; ++j) if (ids[j] == v) acc += dy[j * ${u32(D)} + d];\n${I}dw[i] = acc;\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'ids'), a(outs[0], 'dw', 'w')], V * D, body)];
     }
@@ -148,12 +138,12 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       const xs = shapeOf(g, ins[0]);
       const C = xs[1], S = numel(xs.slice(2));
       const eps = numAttr(n, 'eps', 1e-5);
-      const body = `${I}const uint c = (i / ${u32(S)}) % ${u32(C)};\n${I}y[i] = (x[i] - rm[c]) / precise::sqrt(rv[c] + ${f32(eps)}) * w[c] + b[c];\n`;
+      const body = `${I}const uint c = (i / ${u32(S)}) % ${u32(C)};\n${I}y[i] = (x[i] - rm[c]) / ${d.math('sqrt', `rv[c] + ${f32(eps)}`)} * w[c] + b[c];\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(ins[3], 'rm'), a(ins[4], 'rv'), a(outs[0], 'y', 'w')], numel(xs), body)];
     }
     case 'nll_grad': {
       const [N, C] = shapeOf(g, ins[0]);
-      const body = `${I}dlogp[i] = int(i % ${u32(C)}) == label[i / ${u32(C)}] ? ${f32(-1 / N)} : 0.0f;\n`;
+      const body = `${I}dlogp[i] = int(i % ${u32(C)}) == label[i / ${u32(C)}] ? ${f32(-1 / N)} : ${f32(0)};\n`;
       return [elementwise(ctx, g, n, [a(ins[1], 'label'), a(outs[0], 'dlogp', 'w')], N * C, body)];
     }
     case 'mse_grad': {
@@ -163,7 +153,7 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
     case 'bce_with_logits_grad': {
       const cnt = numel(shapeOf(g, ins[0]));
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(ins[1], 't'), a(outs[0], 'dx', 'w')], cnt,
-        `${I}dx[i] = (1.0f / (1.0f + precise::exp(-x[i])) - t[i]) * ${f32(1 / cnt)};\n`)];
+        `${I}dx[i] = (${f32(1)} / (${f32(1)} + ${d.math('exp', '-x[i]')}) - t[i]) * ${f32(1 / cnt)};\n`)];
     }
     case 'sum_to': return [lowerSumTo(ctx, g, n)];
   }
@@ -180,6 +170,7 @@ function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
     const off = xs.length - ys.length;
     for (let d = 0; d < xs.length; d++) reduced[d] = d < off || (ys[d - off] === 1 && xs[d] !== 1);
   }
+  const u32 = (k: number) => ctx.d.u(k);
   const kept: { size: string; stride: string }[] = [], red: { size: string; stride: string }[] = [];
   let RN = 1;
   for (let d = xs.length - 1; d >= 0; d--) {
@@ -187,10 +178,11 @@ function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
     if (reduced[d]) { red.push(e); RN *= xs[d]; } else kept.push(e);
   }
   const count = numel(ys);
-  return {
-    name: ctx.next(), node: n.id, op: n.op, label: label(g, n),
-    args: [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')],
-    groups: [Math.max(1, ceilDiv(count, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
-    body: render('sum_to', { n: u32(count), RN: u32(RN), kept, red }),
-  };
+  const body =
+    `  // y[i] = sum of x over the reduced dims (${RN} terms per output)\n  uint rem = i, base = ${u32(0)};\n` +
+    kept.map((k) => `  { const uint c = rem % ${k.size}; rem /= ${k.size}; base += c * ${k.stride}; }\n`).join('') +
+    `  float acc = ${ctx.d.f(0)};\n  for (uint t = ${u32(0)}; t < ${u32(RN)}; ++t) {\n    uint q = t, off = base;\n` +
+    red.map((k) => `    { const uint c = q % ${k.size}; q /= ${k.size}; off += c * ${k.stride}; }\n`).join('') +
+    `    acc += x[off];\n  }\n  y[i] = acc;\n`;
+  return elementwise(ctx, g, n, [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')], count, body);
 }

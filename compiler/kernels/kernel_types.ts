@@ -1,7 +1,10 @@
 /**
- * kernel_types: the plain data one lowered kernel is described by. Produced by the lower_*.ts
- * passes, consumed by library.ts (MSL text), dispatch_plan.ts (launches) and limits.ts.
+ * kernel_types: the plain data one lowered GPU kernel is described by. Produced by the
+ * lowerings of compiler/kernels (elementwise, reduce, gemm, pool, optim), for one dialect;
+ * consumed by the backends (codegen-metal: library.ts for the source text, dispatch_plan.ts
+ * for the launches, limits.ts, emu_model.ts; codegen-cuda).
  */
+import type { Dialect } from './dialect.js';
 
 export type Access = 'r' | 'w' | 'rw';
 
@@ -11,19 +14,19 @@ export interface KernelArg {
   /** IR value id bound to this argument */
   value: number;
   access: Access;
-  /** MSL element type */
+  /** element type */
   type: 'float' | 'int';
 }
 
 export interface KernelVariant {
   /** kernel function name */
   name: string;
-  /** MSL body text (statements), rendered from a template */
+  /** body text (statements) in the dialect the program was lowered for */
   body: string;
   tgsize: [number, number, number];
-  /** bytes of [[threadgroup(0)]] memory (0: none) */
+  /** bytes of shared (threadgroup) memory `tg` (0: none) */
   tgmem: number;
-  /** uses threadgroup_barrier or SIMD-group functions (the emulator then runs threads as fibers) */
+  /** uses barriers or SIMD-group functions (the emulator then runs threads as fibers) */
   sync: boolean;
 }
 
@@ -34,19 +37,21 @@ export interface KernelSpec extends KernelVariant {
   /** what the kernel does, for comments (may contain spec strings: escaped on output) */
   label: string;
   args: KernelArg[];
-  /** threadgroups per grid (dispatchThreadgroups) */
+  /** threadgroups per grid (dispatchThreadgroups; CUDA: blocks) */
   groups: [number, number, number];
-  /** simdgroup_float8x8 variant for Apple7+ GPUs: same args and grid */
+  /** 8x8 matrix-unit variant (Metal: simdgroup_float8x8, Apple7+): same args and grid */
   mma?: KernelVariant;
 }
 
 /** Helper functions a library prelude must contain. */
-export type Helper = 'erfc' | 'philox' | 'block_reduce';
+export type Helper = 'erf' | 'erfc' | 'expm1' | 'log1p' | 'philox' | 'block_reduce';
 
 export interface LowerCtx {
   /** next kernel number within the program */
   next(): string;
   helpers: Set<Helper>;
+  /** the target the bodies are written for */
+  d: Dialect;
 }
 
 export const SIMD = 32;

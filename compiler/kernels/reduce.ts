@@ -1,21 +1,23 @@
 /**
- * lower_reduce: ops that reduce with simd_sum/simd_max and threadgroup memory:
+ * reduce: GPU kernels of the ops that reduce with SIMD-group reductions and shared memory:
  * softmax / log_softmax (+ grads), cross_entropy_grad (one threadgroup per row),
  * batchnorm_train / batchnorm_grad (one threadgroup per channel), layernorm (+ grad),
  * and the scalar losses / metrics / grad_norm (one threadgroup for everything).
+ * Consumes IR nodes; produces KernelSpecs (bodies from rows.ts, in the context's dialect).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, blockKernel, ceilDiv, f32, label, numAttr, numel, rowThreads, shapeOf, u32, EW_THREADS } from './lower_common.js';
-import { render } from './templates.js';
+import { argOf, blockKernel, elementwise, numAttr, numel, rowThreads, shapeOf } from './common.js';
+import { chanBatchnorm, chanBatchnormGrad, reduceAll, rowCrossEntropyGrad, rowLayernorm, rowLayernormGrad, rowSoftmax, rowSoftmaxGrad } from './rows.js';
 
 const B = '    ';
-/** inputs per grad_norm kernel: + the output + the params struct stays within 31 bindings */
+/** inputs per grad_norm kernel: + the output + the params struct stays within Metal's 31 bindings */
 export const GRAD_NORM_CHUNK = 29;
 
 export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const ins = n.inputs, outs = n.outputs;
   const a = (v: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, v, acc);
+  const d = ctx.d, u32 = (k: number) => d.u(k);
   switch (n.op) {
     case 'softmax': case 'log_softmax': case 'softmax_grad': case 'log_softmax_grad': {
       const xs = shapeOf(g, ins[0]), axis = numAttr(n, 'axis');
@@ -23,37 +25,36 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       const T = rowThreads(Ln);
       const view = { L: u32(Ln), inner: u32(inner), rowSpan: u32(Ln * inner), log: n.op.startsWith('log') };
       if (n.op.endsWith('_grad'))
-        return [blockKernel(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'y'), a(outs[0], 'dx', 'w')], rows, T, 'row_softmax_grad', view)];
-      return [blockKernel(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], rows, T, 'row_softmax', view)];
+        return [blockKernel(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'y'), a(outs[0], 'dx', 'w')], rows, T, (s) => rowSoftmaxGrad(d, s, view))];
+      return [blockKernel(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], rows, T, (s) => rowSoftmax(d, s, view))];
     }
     case 'cross_entropy_grad': {
       const [N, C] = shapeOf(g, ins[0]);
       const ls = numAttr(n, 'label_smoothing', 0);
-      return [blockKernel(ctx, g, n, [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'dlogits', 'w')], N, rowThreads(C), 'row_ce_grad',
-        { C: u32(C), onMinusLs: f32(1 - ls), lsOverC: f32(ls / C), invN: f32(1 / N) })];
+      return [blockKernel(ctx, g, n, [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'dlogits', 'w')], N, rowThreads(C),
+        (s) => rowCrossEntropyGrad(d, s, { C, ls, N }))];
     }
     case 'layernorm': {
       const xs = shapeOf(g, ins[0]);
       const D = xs[xs.length - 1], rows = numel(xs) / D;
       return [blockKernel(ctx, g, n,
         [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(outs[0], 'y', 'w'), a(outs[1], 'mean', 'w'), a(outs[2], 'rstd', 'w')],
-        rows, rowThreads(D), 'row_layernorm', { D: u32(D), Df: f32(D), eps: f32(numAttr(n, 'eps', 1e-5)) })];
+        rows, rowThreads(D), (s) => rowLayernorm(d, s, { D, eps: numAttr(n, 'eps', 1e-5) }))];
     }
     case 'layernorm_grad': {
       const xs = shapeOf(g, ins[1]);
       const D = xs[xs.length - 1], rows = numel(xs) / D;
       const dxK = blockKernel(ctx, g, n,
         [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[2], 'w'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[0], 'dx', 'w')],
-        rows, rowThreads(D), 'row_layernorm_grad', { D: u32(D), Df: f32(D) }, ' [dx]');
+        rows, rowThreads(D), (s) => rowLayernormGrad(d, s, { D }), ' [dx]');
+      // one thread per feature d: sums over the rows
       const body =
-        `  const uint d = gid.x;\n  if (d >= ${u32(D)}) return;\n  float sw = 0.0f, sb = 0.0f;\n` +
-        `  for (uint r = 0u; r < ${u32(rows)}; ++r) {\n    const uint e = r * ${u32(D)} + d;\n` +
-        `    sb += dy[e];\n    sw += dy[e] * (x[e] - mean[r]) * rstd[r];\n  }\n  dweight[d] = sw;\n  dbias[d] = sb;\n`;
-      const dwK: KernelSpec = {
-        name: ctx.next(), node: n.id, op: n.op, label: label(g, n) + ' [dweight, dbias]',
-        args: [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
-        groups: [Math.max(1, ceilDiv(D, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false, body,
-      };
+        `  float sw = ${d.f(0)}, sb = ${d.f(0)};\n` +
+        `  for (uint r = 0u; r < ${u32(rows)}; ++r) {\n    const uint e = r * ${u32(D)} + i;\n` +
+        `    sb += dy[e];\n    sw += dy[e] * (x[e] - mean[r]) * rstd[r];\n  }\n  dweight[i] = sw;\n  dbias[i] = sb;\n`;
+      const dwK = elementwise(ctx, g, n,
+        [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
+        D, body, ' [dweight, dbias]');
       return [dxK, dwK];
     }
     case 'batchnorm_train': {
@@ -63,9 +64,7 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       return [blockKernel(ctx, g, n,
         [a(ins[0], 'x'), a(ins[1], 'w'), a(ins[2], 'b'), a(ins[3], 'rmean', 'rw'), a(ins[4], 'rvar', 'rw'),
           a(outs[0], 'y', 'w'), a(outs[1], 'mean', 'w'), a(outs[2], 'invstd', 'w')],
-        C, rowThreads(m), 'chan_batchnorm',
-        { C: u32(C), N: u32(xs[0]), S: u32(S), m: u32(m), mf: f32(m), eps: f32(numAttr(n, 'eps', 1e-5)),
-          mom: f32(mom), oneMinusMom: f32(1 - mom), unbias: f32(m > 1 ? m / (m - 1) : Infinity) })];
+        C, rowThreads(m), (s) => chanBatchnorm(d, s, { C, N: xs[0], S, eps: numAttr(n, 'eps', 1e-5), momentum: mom }))];
     }
     case 'batchnorm_grad': {
       const xs = shapeOf(g, ins[1]);
@@ -73,7 +72,7 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       return [blockKernel(ctx, g, n,
         [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[2], 'w'), a(ins[3], 'mean'), a(ins[4], 'invstd'),
           a(outs[0], 'dx', 'w'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
-        C, rowThreads(m), 'chan_batchnorm_grad', { C: u32(C), S: u32(S), m: u32(m), mf: f32(m) })];
+        C, rowThreads(m), (s) => chanBatchnormGrad(d, s, { C, N: xs[0], S }))];
     }
   }
   return lowerScalarReduce(ctx, g, n);
@@ -82,6 +81,8 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
 function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const ins = n.inputs, outs = n.outputs;
   const a = (v: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, v, acc);
+  const d = ctx.d, u32 = (k: number) => d.u(k), f32 = (x: number) => d.f(x);
+  const exp = (x: string) => d.math('exp', x), log = (x: string) => d.math('log', x);
   let loops: { count: string; item: string }[];
   let finish: string;
   let args;
@@ -95,11 +96,14 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
       loops = [{
         count: u32(N),
         item:
-          `${B}const uint base = j * ${u32(C)};\n${B}float m = -INFINITY;\n` +
-          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = max(m, logits[base + c]);\n` +
-          `${B}float s = 0.0f, sx = 0.0f;\n` +
-          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) { s += precise::exp(logits[base + c] - m); sx += logits[base + c]; }\n` +
-          `${B}const float lse = m + precise::log(s);\n` +
+          `${B}const uint base = j * ${u32(C)};\n${B}float m = ${f32(-Infinity)};\n` +
+          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
+          (ls
+            ? `${B}float s = ${f32(0)}, sx = ${f32(0)};\n` +
+              `${B}for (uint c = 0u; c < ${u32(C)}; ++c) { s += ${exp('logits[base + c] - m')}; sx += logits[base + c]; }\n`
+            : `${B}float s = ${f32(0)};\n` +
+              `${B}for (uint c = 0u; c < ${u32(C)}; ++c) s += ${exp('logits[base + c] - m')};\n`) +
+          `${B}const float lse = m + ${log('s')};\n` +
           `${B}part += -${f32(1 - ls)} * (logits[base + uint(label[j])] - lse)` + (ls ? ` - ${f32(ls / C)} * (sx - ${f32(C)} * lse);\n` : ';\n'),
       }];
       finish = `${B}loss[0] = total / ${f32(N)};`;
@@ -121,7 +125,7 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
         count: u32(cnt),
         item: n.op === 'mse'
           ? `${B}const float d = x[j] - t[j];\n${B}part += d * d;`
-          : `${B}const float v = x[j];\n${B}part += max(v, 0.0f) - v * t[j] + precise::log(1.0f + precise::exp(-fabs(v)));`,
+          : `${B}const float v = x[j];\n${B}part += ${d.math('max', 'v', f32(0))} - v * t[j] + ${log(`${f32(1)} + ${exp(`-${d.math('abs', 'v')}`)}`)};`,
       }];
       finish = `${B}loss[0] = total / ${f32(cnt)};`;
       T = rowThreads(cnt);
@@ -133,10 +137,10 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
       const item = n.op === 'accuracy'
         ? `${B}const uint base = j * ${u32(C)};\n${B}uint bi = 0u;\n${B}float best = logits[base];\n` +
           `${B}for (uint c = 1u; c < ${u32(C)}; ++c) if (logits[base + c] > best) { best = logits[base + c]; bi = c; }\n` +
-          `${B}part += int(bi) == label[j] ? 1.0f : 0.0f;`
+          `${B}part += int(bi) == label[j] ? ${f32(1)} : ${f32(0)};`
         : `${B}const uint base = j * ${u32(C)};\n${B}const float xl = logits[base + uint(label[j])];\n${B}uint cnt = 0u;\n` +
           `${B}for (uint c = 0u; c < ${u32(C)}; ++c) if (logits[base + c] > xl) ++cnt;\n` +
-          `${B}part += cnt < ${u32(numAttr(n, 'k'))} ? 1.0f : 0.0f;`;
+          `${B}part += cnt < ${u32(numAttr(n, 'k'))} ? ${f32(1)} : ${f32(0)};`;
       loops = [{ count: u32(N), item }];
       finish = `${B}acc[0] = total / ${f32(N)};`;
       T = rowThreads(N);
@@ -152,13 +156,13 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
         const kargs = [...chunk.map((v, k) => a(v, `g${k}`)), a(outs[0], 'norm', first ? 'w' : 'rw')];
         const kloops = chunk.map((v, k) => ({ count: u32(numel(shapeOf(g, v))), item: `${B}part += g${k}[j] * g${k}[j];` }));
         const sum = first ? 'total' : 'norm[0] + total';
-        const kfinish = `${B}norm[0] = ${last ? `precise::sqrt(${sum})` : sum};`;
-        return blockKernel(ctx, g, n, kargs, 1, 256, 'reduce_all', { loops: kloops, finish: kfinish }, chunks.length > 1 ? ` [inputs ${ci * GRAD_NORM_CHUNK}..${ci * GRAD_NORM_CHUNK + chunk.length - 1}]` : '');
+        const kfinish = `${B}norm[0] = ${last ? d.math('sqrt', sum) : sum};`;
+        return blockKernel(ctx, g, n, kargs, 1, 256, (s) => reduceAll(d, s, { loops: kloops, finish: kfinish }), chunks.length > 1 ? ` [inputs ${ci * GRAD_NORM_CHUNK}..${ci * GRAD_NORM_CHUNK + chunk.length - 1}]` : '');
       });
     }
     default:
       return null;
   }
-  return [blockKernel(ctx, g, n, args, 1, T, 'reduce_all', { loops, finish })];
+  return [blockKernel(ctx, g, n, args, 1, T, (s) => reduceAll(d, s, { loops, finish }))];
 }
 

@@ -1,21 +1,25 @@
 /**
- * lower_pool: max / average pooling forward and backward (one thread per output element;
- * the backward kernels gather over the windows covering an input element, so no atomics),
- * and global average pooling (one threadgroup per plane, simd_sum reduction).
+ * pool: GPU kernels of max / average pooling forward and backward (one thread per output
+ * element; the backward kernels gather over the windows covering an input element, so no
+ * atomics), and global average pooling (one threadgroup per plane, SIMD-group reduction).
+ * Consumes IR nodes; produces KernelSpecs.
  */
 import type { Graph, Node } from '../ir/graph.js';
+import { windowOut } from '../ir/shapes.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, blockKernel, elementwise, f32, numel, pairAttr, rowThreads, shapeOf, u32 } from './lower_common.js';
+import { argOf, blockKernel, elementwise, numel, pairAttr, rowThreads, shapeOf } from './common.js';
+import { chanMean } from './rows.js';
 
 const I = '  ';
 
 export function lowerPool(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+  const d = ctx.d, f32 = (x: number) => d.f(x), u32 = (k: number) => d.u(k);
   switch (n.op) {
     case 'maxpool2d': case 'avgpool2d': case 'maxpool2d_grad': case 'avgpool2d_grad': break;
     case 'global_avgpool': {
       const xs = shapeOf(g, n.inputs[0]);
       const HW = xs[2] * xs[3], T = rowThreads(HW);
-      return [blockKernel(ctx, g, n, [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')], xs[0] * xs[1], T, 'chan_gap', { HW: u32(HW), HWf: f32(HW) })];
+      return [blockKernel(ctx, g, n, [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')], xs[0] * xs[1], T, (s) => chanMean(d, s, { HW }))];
     }
     default: return null;
   }
@@ -25,7 +29,7 @@ export function lowerPool(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null
   const fwd = n.op === 'maxpool2d' || n.op === 'avgpool2d';
   const xs = fwd ? shapeOf(g, n.inputs[0]) : n.op === 'maxpool2d_grad' ? shapeOf(g, n.inputs[1]) : (n.attrs.x_shape as number[]);
   const [, , H, W] = xs;
-  const OH = Math.floor((H + 2 * PH - KH) / SH) + 1, OW = Math.floor((W + 2 * PW - KW) / SW) + 1;
+  const OH = windowOut(H, KH, SH, PH), OW = windowOut(W, KW, SW, PW);
   const isMax = n.op.startsWith('max');
   // scan of window (oh, ow) over valid positions: defines ih, iw, v
   const scan = (inner: string) =>
@@ -37,7 +41,7 @@ export function lowerPool(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null
   if (fwd) {
     const body =
       `${I}const uint ow = i % ${u32(OW)}, oh = (i / ${u32(OW)}) % ${u32(OH)}, p = i / ${u32(OH * OW)};\n` +
-      (isMax ? `${I}float best = -INFINITY;\n${I}bool seen = false;\n` : `${I}float s = 0.0f;\n`) +
+      (isMax ? `${I}float best = ${f32(-Infinity)};\n${I}bool seen = false;\n` : `${I}float s = ${f32(0)};\n`) +
       scan(isMax
         ? `${I}    const float v = x[(p * ${u32(H)} + uint(ih)) * ${u32(W)} + uint(iw)];\n${I}    if (!seen || v > best) { best = v; seen = true; }\n`
         : `${I}    s += x[(p * ${u32(H)} + uint(ih)) * ${u32(W)} + uint(iw)];\n`) +
@@ -48,14 +52,14 @@ export function lowerPool(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null
   let body =
     `${I}const uint w = i % ${u32(W)}, h = (i / ${u32(W)}) % ${u32(H)}, p = i / ${u32(H * W)};\n` +
     `${I}const int hp = int(h) + ${PH}, wp = int(w) + ${PW};\n` +
-    `${I}const int ohLo = hp >= ${KH} ? (hp - ${KH} + ${SH}) / ${SH} : 0, ohHi = min(hp / ${SH}, ${OH - 1});\n` +
-    `${I}const int owLo = wp >= ${KW} ? (wp - ${KW} + ${SW}) / ${SW} : 0, owHi = min(wp / ${SW}, ${OW - 1});\n` +
-    `${I}float acc = 0.0f;\n` +
+    `${I}const int ohLo = hp >= ${KH} ? (hp - ${KH} + ${SH}) / ${SH} : 0, ohHi = ${d.imin(`hp / ${SH}`, `${OH - 1}`)};\n` +
+    `${I}const int owLo = wp >= ${KW} ? (wp - ${KW} + ${SW}) / ${SW} : 0, owHi = ${d.imin(`wp / ${SW}`, `${OW - 1}`)};\n` +
+    `${I}float acc = ${f32(0)};\n` +
     `${I}for (int ohi = ohLo; ohi <= ohHi; ++ohi) {\n${I}  for (int owi = owLo; owi <= owHi; ++owi) {\n` +
     `${I}    const uint oh = uint(ohi), ow = uint(owi);\n`;
   if (isMax) {
     body +=
-      `${I}    int bestAt = -1;\n${I}    float best = 0.0f;\n` +
+      `${I}    int bestAt = -1;\n${I}    float best = ${f32(0)};\n` +
       scan(`${I}    const float v = x[(p * ${u32(H)} + uint(ih)) * ${u32(W)} + uint(iw)];\n${I}    if (bestAt < 0 || v > best) { best = v; bestAt = ih * ${W} + iw; }\n`)
         .split('\n').map((l) => (l ? '    ' + l : l)).join('\n') +
       `${I}    if (bestAt == int(h * ${u32(W)} + w)) acc += dy[(p * ${u32(OH)} + oh) * ${u32(OW)} + ow];\n`;

@@ -1,0 +1,62 @@
+/**
+ * msl_dialect: the Metal Shading Language dialect of the GPU kernel language
+ * (compiler/kernels/dialect.ts). Produces MSL 2.3+ text: explicit address spaces on every
+ * pointer (device / constant / threadgroup), [[buffer(n)]] on every buffer with the constant
+ * StepParams after them, [[threadgroup(0)]] shared memory, only the built-in attributes a body
+ * reads, metal::precise math (the libraries are compiled without fast math; erf, erfc, expm1
+ * and log1p, which the Metal library lacks, from prelude helpers), simd_sum /
+ * simd_max, simdgroup_float8x8 for the 8x8 matrix unit (Apple7+). No `std::`, no doubles.
+ */
+import { CStyleDialect, type Builtin, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
+
+const ATTR: Record<Builtin, string> = {
+  gid: 'thread_position_in_grid',
+  tgid: 'threadgroup_position_in_grid',
+  tid: 'thread_position_in_threadgroup',
+  tidx: 'thread_index_in_threadgroup',
+  lane: 'thread_index_in_simdgroup',
+  sg: 'simdgroup_index_in_threadgroup',
+};
+const TYPE: Record<Builtin, string> = { gid: 'uint3', tgid: 'uint3', tid: 'uint3', tidx: 'uint', lane: 'uint', sg: 'uint' };
+
+class MslDialect extends CStyleDialect {
+  readonly name = 'msl';
+  readonly helperQual = 'inline';
+  readonly space = { global: 'device ', constant: 'constant ', shared: 'threadgroup ', local: 'thread ' };
+  protected readonly mathNames: Record<MathFn, string> = {
+    exp: 'precise::exp', log: 'precise::log', sqrt: 'precise::sqrt', tanh: 'precise::tanh', pow: 'precise::pow',
+    abs: 'fabs', max: 'max', min: 'min',
+    erf: 'mpsc_erf', erfc: 'mpsc_erfc', expm1: 'mpsc_expm1', log1p: 'mpsc_log1p',
+  };
+  // not in the Metal standard library: prelude helpers
+  protected readonly mathHelpers = { erf: 'erf', erfc: 'erfc', expm1: 'expm1', log1p: 'log1p' } as const;
+  readonly mma = {
+    declAcc: (m: string) => `simdgroup_float8x8 ${m} = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);`,
+    declOperand: (m: string) => `simdgroup_float8x8 ${m};`,
+    load: (m: string, src: string, ld: number, col: string, row: string) => `simdgroup_load(${m}, ${src}, ${ld}, ulong2(ulong(${col}), ulong(${row})));`,
+    mac: (acc: string, a: string, b: string) => `simdgroup_multiply_accumulate(${acc}, ${a}, ${b}, ${acc});`,
+    store: (m: string, dst: string, ld: number, col: string, row: string) => `simdgroup_store(${m}, ${dst}, ${ld}, ulong2(ulong(${col}), ulong(${row})));`,
+  };
+  fileHeader(): string {
+    return '#include <metal_stdlib>\nusing namespace metal;\n';
+  }
+  barrier(): string {
+    return 'threadgroup_barrier(mem_flags::mem_threadgroup);';
+  }
+  simdSum(v: string): string {
+    return `simd_sum(${v})`;
+  }
+  simdMax(v: string): string {
+    return `simd_max(${v})`;
+  }
+  kernel(k: KernelDecl): string {
+    const params = k.args.map((a, i) => `    device ${a.access === 'r' ? 'const ' : ''}${a.type}* ${a.name} [[buffer(${i})]]`);
+    params.push(`    constant StepParams& sp [[buffer(${k.args.length})]]`);
+    if (k.tgmem > 0) params.push('    threadgroup float* tg [[threadgroup(0)]]');
+    for (const b of builtinsOf(k.body)) params.push(`    ${TYPE[b]} ${b} [[${ATTR[b]}]]`);
+    return `// ${k.comment}\nkernel void ${k.name}(\n${params.join(',\n')})\n{\n${k.body.replace(/\n+$/, '')}\n}`;
+  }
+}
+
+/** The MSL dialect (stateless). */
+export const MSL = new MslDialect();

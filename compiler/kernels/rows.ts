@@ -1,0 +1,196 @@
+/**
+ * rows: the bodies of the block-reduction kernels (one threadgroup per row, channel, plane, or
+ * one for everything), written once in the kernel language against a Dialect. Consumes the
+ * kernel's constants (already literals of that dialect) and its BlockShape; produces body
+ * text. Every thread calls mpsc_block_sum / mpsc_block_max (prelude.ts) in uniform control
+ * flow. Used by reduce.ts and pool.ts.
+ */
+import type { Dialect } from './dialect.js';
+import type { BlockShape } from './common.js';
+
+/** softmax / log_softmax over rows of L elements with stride `inner` (x -> y) */
+export function rowSoftmax(d: Dialect, s: BlockShape, v: { L: string; inner: string; rowSpan: string; log: boolean }): string {
+  const exp = (x: string) => d.math('exp', x);
+  const at = `base + l * ${v.inner}`;
+  return (
+    `  // one threadgroup per row of ${v.L} elements (stride ${v.inner})\n` +
+    `  const uint r = tgid.x;\n` +
+    `  const uint base = (r / ${v.inner}) * ${v.rowSpan} + r % ${v.inner};\n` +
+    `  float m = ${d.f(-Infinity)};\n` +
+    `  for (uint l = tidx; l < ${v.L}; l += ${s.T}) m = ${d.math('max', 'm', `x[${at}]`)};\n` +
+    `  m = mpsc_block_max(m, tg, lane, sg, ${s.nsg});\n` +
+    `  float s = ${d.f(0)};\n` +
+    `  for (uint l = tidx; l < ${v.L}; l += ${s.T}) s += ${exp(`x[${at}] - m`)};\n` +
+    `  s = mpsc_block_sum(s, tg, lane, sg, ${s.nsg});\n` +
+    (v.log
+      ? `  const float lse = ${d.math('log', 's')};\n` +
+        `  for (uint l = tidx; l < ${v.L}; l += ${s.T}) y[${at}] = x[${at}] - m - lse;\n`
+      : `  for (uint l = tidx; l < ${v.L}; l += ${s.T}) y[${at}] = ${exp(`x[${at}] - m`)} / s;\n`)
+  );
+}
+
+/** their gradients from the forward output y (dy, y -> dx) */
+export function rowSoftmaxGrad(d: Dialect, s: BlockShape, v: { L: string; inner: string; rowSpan: string; log: boolean }): string {
+  const at = `base + l * ${v.inner}`;
+  return (
+    `  // one threadgroup per row of ${v.L} elements (stride ${v.inner}); y is the forward output\n` +
+    `  const uint r = tgid.x;\n` +
+    `  const uint base = (r / ${v.inner}) * ${v.rowSpan} + r % ${v.inner};\n` +
+    `  float s = ${d.f(0)};\n` +
+    `  for (uint l = tidx; l < ${v.L}; l += ${s.T}) s += dy[${at}]${v.log ? '' : ` * y[${at}]`};\n` +
+    `  s = mpsc_block_sum(s, tg, lane, sg, ${s.nsg});\n` +
+    `  for (uint l = tidx; l < ${v.L}; l += ${s.T}) {\n` +
+    `    const uint e = ${at};\n` +
+    (v.log ? `    dx[e] = dy[e] - ${d.math('exp', 'y[e]')} * s;\n` : `    dx[e] = y[e] * (dy[e] - s);\n`) +
+    `  }\n`
+  );
+}
+
+/**
+ * cross-entropy gradient for one row of C logits: (softmax - (1-ls)*onehot - ls/C) / N;
+ * without label smoothing (ls = 0) the uniform term is not emitted.
+ */
+export function rowCrossEntropyGrad(d: Dialect, s: BlockShape, v: { C: number; ls: number; N: number }): string {
+  const C = d.u(v.C), exp = (x: string) => d.math('exp', x);
+  const target = v.ls
+    ? `(int(c) == lab ? ${d.f(1 - v.ls)} : ${d.f(0)}) + ${d.f(v.ls / v.C)}`
+    : `int(c) == lab ? ${d.f(1)} : ${d.f(0)}`;
+  return (
+    `  // one threadgroup per row n of ${C} logits: (softmax - ${v.ls ? '(1-ls)*onehot - ls/C' : 'onehot'}) / N\n` +
+    `  const uint n = tgid.x;\n` +
+    `  const uint base = n * ${C};\n` +
+    `  float m = ${d.f(-Infinity)};\n` +
+    `  for (uint c = tidx; c < ${C}; c += ${s.T}) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
+    `  m = mpsc_block_max(m, tg, lane, sg, ${s.nsg});\n` +
+    `  float s = ${d.f(0)};\n` +
+    `  for (uint c = tidx; c < ${C}; c += ${s.T}) s += ${exp('logits[base + c] - m')};\n` +
+    `  s = mpsc_block_sum(s, tg, lane, sg, ${s.nsg});\n` +
+    `  const int lab = label[n];\n` +
+    `  for (uint c = tidx; c < ${C}; c += ${s.T}) {\n` +
+    `    const float p = ${exp('logits[base + c] - m')} / s;\n` +
+    `    const float target = ${target};\n` +
+    `    dlogits[base + c] = (p - target) * ${d.f(1 / v.N)};\n` +
+    `  }\n`
+  );
+}
+
+/** layernorm over rows of D (x, w, b -> y, mean, rstd) */
+export function rowLayernorm(d: Dialect, s: BlockShape, v: { D: number; eps: number }): string {
+  const D = d.u(v.D), Df = d.f(v.D);
+  return (
+    `  // one threadgroup per row of D = ${D}\n` +
+    `  const uint r = tgid.x;\n` +
+    `  const uint base = r * ${D};\n` +
+    `  float s = ${d.f(0)};\n` +
+    `  for (uint d = tidx; d < ${D}; d += ${s.T}) s += x[base + d];\n` +
+    `  const float mu = mpsc_block_sum(s, tg, lane, sg, ${s.nsg}) / ${Df};\n` +
+    `  float q = ${d.f(0)};\n` +
+    `  for (uint d = tidx; d < ${D}; d += ${s.T}) { const float c = x[base + d] - mu; q += c * c; }\n` +
+    `  const float var = mpsc_block_sum(q, tg, lane, sg, ${s.nsg}) / ${Df};\n` +
+    `  const float rs = ${d.f(1)} / ${d.math('sqrt', `var + ${d.f(v.eps)}`)};\n` +
+    `  for (uint d = tidx; d < ${D}; d += ${s.T}) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];\n` +
+    `  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }\n`
+  );
+}
+
+/** layernorm's dx (dy, x, w, mean, rstd -> dx) */
+export function rowLayernormGrad(d: Dialect, s: BlockShape, v: { D: number }): string {
+  const D = d.u(v.D), Df = d.f(v.D);
+  return (
+    `  // dx for one row of D = ${D} per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w\n` +
+    `  const uint r = tgid.x;\n` +
+    `  const uint base = r * ${D};\n` +
+    `  const float mu = mean[r], rs = rstd[r];\n` +
+    `  float s1 = ${d.f(0)}, s2 = ${d.f(0)};\n` +
+    `  for (uint d = tidx; d < ${D}; d += ${s.T}) {\n` +
+    `    const float g = dy[base + d] * w[d];\n` +
+    `    s1 += g;\n` +
+    `    s2 += g * (x[base + d] - mu) * rs;\n` +
+    `  }\n` +
+    `  s1 = mpsc_block_sum(s1, tg, lane, sg, ${s.nsg});\n` +
+    `  s2 = mpsc_block_sum(s2, tg, lane, sg, ${s.nsg});\n` +
+    `  for (uint d = tidx; d < ${D}; d += ${s.T}) {\n` +
+    `    const float g = dy[base + d] * w[d];\n` +
+    `    const float xh = (x[base + d] - mu) * rs;\n` +
+    `    dx[base + d] = rs * (g - s1 / ${Df} - xh * s2 / ${Df});\n` +
+    `  }\n`
+  );
+}
+
+/** batchnorm (training) per channel of NCHW-like x: statistics over N and S positions */
+export function chanBatchnorm(d: Dialect, s: BlockShape, v: { C: number; N: number; S: number; eps: number; momentum: number }): string {
+  const C = d.u(v.C), S = d.u(v.S), m = v.N * v.S, M = d.u(m), Mf = d.f(m);
+  const at = `((j / ${S}) * ${C} + c) * ${S} + j % ${S}`;
+  const unbias = d.f(m > 1 ? m / (m - 1) : Infinity);
+  return (
+    `  // one threadgroup per channel c of ${C}: statistics over N = ${d.u(v.N)} and ${S} spatial positions\n` +
+    `  const uint c = tgid.x;\n` +
+    `  float s = ${d.f(0)};\n` +
+    `  for (uint j = tidx; j < ${M}; j += ${s.T}) s += x[${at}];\n` +
+    `  const float mu = mpsc_block_sum(s, tg, lane, sg, ${s.nsg}) / ${Mf};\n` +
+    `  float q = ${d.f(0)};\n` +
+    `  for (uint j = tidx; j < ${M}; j += ${s.T}) { const float d = x[${at}] - mu; q += d * d; }\n` +
+    `  const float var = mpsc_block_sum(q, tg, lane, sg, ${s.nsg}) / ${Mf};\n` +
+    `  const float is = ${d.f(1)} / ${d.math('sqrt', `var + ${d.f(v.eps)}`)};\n` +
+    `  for (uint j = tidx; j < ${M}; j += ${s.T}) {\n` +
+    `    const uint e = ${at};\n` +
+    `    y[e] = (x[e] - mu) * is * w[c] + b[c];\n` +
+    `  }\n` +
+    `  if (tidx == 0u) {\n` +
+    `    mean[c] = mu;\n` +
+    `    invstd[c] = is;\n` +
+    `    rmean[c] = ${d.f(1 - v.momentum)} * rmean[c] + ${d.f(v.momentum)} * mu;\n` +
+    `    rvar[c] = ${d.f(1 - v.momentum)} * rvar[c] + ${d.f(v.momentum)} * var * ${unbias};\n` +
+    `  }\n`
+  );
+}
+
+/** its gradient: dbias = sum dy, dweight = sum dy*xhat, dx = w*invstd/m * (m*dy - dbias - xhat*dweight) */
+export function chanBatchnormGrad(d: Dialect, s: BlockShape, v: { C: number; N: number; S: number }): string {
+  const C = d.u(v.C), S = d.u(v.S), m = v.N * v.S, M = d.u(m), Mf = d.f(m);
+  const at = `((j / ${S}) * ${C} + c) * ${S} + j % ${S}`;
+  return (
+    `  // one threadgroup per channel c of ${C}: dbias = sum dy, dweight = sum dy*xhat,\n` +
+    `  // dx = w*invstd/m * (m*dy - dbias - xhat*dweight), m = ${M}\n` +
+    `  const uint c = tgid.x;\n` +
+    `  const float mu = mean[c], is = invstd[c];\n` +
+    `  float s1 = ${d.f(0)}, s2 = ${d.f(0)};\n` +
+    `  for (uint j = tidx; j < ${M}; j += ${s.T}) {\n` +
+    `    const uint e = ${at};\n` +
+    `    s1 += dy[e];\n` +
+    `    s2 += dy[e] * (x[e] - mu) * is;\n` +
+    `  }\n` +
+    `  s1 = mpsc_block_sum(s1, tg, lane, sg, ${s.nsg});\n` +
+    `  s2 = mpsc_block_sum(s2, tg, lane, sg, ${s.nsg});\n` +
+    `  const float k = w[c] * is / ${Mf};\n` +
+    `  for (uint j = tidx; j < ${M}; j += ${s.T}) {\n` +
+    `    const uint e = ${at};\n` +
+    `    dx[e] = k * (${Mf} * dy[e] - s1 - (x[e] - mu) * is * s2);\n` +
+    `  }\n` +
+    `  if (tidx == 0u) { dbias[c] = s1; dweight[c] = s2; }\n`
+  );
+}
+
+/** global average pooling: the mean of each (n, c) plane of HW elements */
+export function chanMean(d: Dialect, s: BlockShape, v: { HW: number }): string {
+  const HW = d.u(v.HW);
+  return (
+    `  // one threadgroup per (n, c) plane of ${HW} elements: the mean\n` +
+    `  const uint p = tgid.x;\n` +
+    `  float s = ${d.f(0)};\n` +
+    `  for (uint j = tidx; j < ${HW}; j += ${s.T}) s += x[p * ${HW} + j];\n` +
+    `  s = mpsc_block_sum(s, tg, lane, sg, ${s.nsg});\n` +
+    `  if (tidx == 0u) y[p] = s / ${d.f(v.HW)};\n`
+  );
+}
+
+/** one threadgroup reduces everything to one scalar: `loops` add to `part`, `finish` (run by thread 0) reads `total` */
+export function reduceAll(d: Dialect, s: BlockShape, v: { loops: { count: string; item: string }[]; finish: string }): string {
+  return (
+    `  // a single threadgroup of ${s.T} threads reduces everything to one scalar\n` +
+    `  float part = ${d.f(0)};\n` +
+    v.loops.map((l) => `  for (uint j = tidx; j < ${l.count}; j += ${s.T}) {\n${l.item}\n  }\n`).join('') +
+    `  const float total = mpsc_block_sum(part, tg, lane, sg, ${s.nsg});\n` +
+    `  if (tidx == 0u) {\n${v.finish}\n  }\n`
+  );
+}
