@@ -8,6 +8,7 @@ import { checkFile } from '../compiler/check/index.js';
 import { DEVICES } from '../runtime/device.js';
 import { bench, type BenchResult, type PhaseTiming } from '../runtime/bench.js';
 import { parseNonNegInt, parsePositiveInt } from './train.js';
+import { defaultThreads, THREADS_HELP } from '../runtime/threads.js';
 
 interface BenchCliOptions {
   device: string;
@@ -42,7 +43,7 @@ export function register(program: Command): void {
     .addOption(new Option('--device <device>', 'where to run: auto picks metal on Apple silicon, else cpu').choices([...DEVICES]).default('auto'))
     .option('--steps <n>', 'timed steps per phase (the median is reported)', parsePositiveInt('--steps'), 20)
     .option('--warmup <n>', 'untimed steps before timing each phase', parseNonNegInt('--warmup'), 3)
-    .option('--threads <n>', 'CPU threads (default: all cores)', parsePositiveInt('--threads'))
+    .option('--threads <n>', THREADS_HELP, parsePositiveInt('--threads'))
     .option('--batch <n>', "batch size (default: the spec's train batch)", parsePositiveInt('--batch'))
     .option('--json', 'print one JSON object: { spec, device, threads, batch, train: { median_ms, samples_per_s, gflops }, eval: {...}, flops, peak_bytes, ... }')
     .addHelpText(
@@ -57,7 +58,7 @@ export function register(program: Command): void {
         device: o.device,
         steps: o.steps,
         warmup: o.warmup,
-        threads: o.threads,
+        threads: o.threads ?? defaultThreads(),
         batch: o.batch,
         onProgress: o.json ? undefined : (m) => process.stderr.write(m + '\n'),
       });

@@ -1,5 +1,5 @@
 /**
- * `mpsc build SPEC [-o DIR] [--target cpu|metal|all] [--batch N] [--threads N] [--cxxflags FLAGS]`
+ * `mpsc build SPEC [-o DIR] [--device cpu|metal|all (alias --target)] [--batch N] [--threads N] [--cxxflags FLAGS]`
  *
  * Writes the generated sources and CMake project to DIR (default build/<model>): DIR/cpu is a
  * complete CMake project (the node addon via cmake-js, and `<target>_embed`, a static library
@@ -8,7 +8,7 @@
  * into the build cache that `mpsc train` uses), then prints where everything went and a
  * short report: kernels, buffers, planned memory.
  */
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { checkFile } from '../compiler/check/index.js';
@@ -23,7 +23,8 @@ import { cpuInputsKey } from '../runtime/native/native_session.js';
 
 interface BuildOpts {
   output?: string;
-  target: string;
+  device?: string;
+  target?: string;
   batch?: string;
   threads?: string;
   cxxflags?: string;
@@ -56,15 +57,27 @@ export function register(program: Command): void {
     .description('generate and compile the kernels and host runtime for a .model spec, and report kernels and memory')
     .argument('<spec>', 'path to a .model file')
     .option('-o, --output <dir>', 'output folder (default: build/<model>)')
-    .option('--target <target>', 'cpu | metal | all', 'cpu')
+    .option('--device <device>', 'what to generate and compile: cpu | metal | all (default cpu)')
+    .addOption(new Option('--target <target>', 'the same as --device (older name)').hideHelp())
     .option('--batch <n>', "batch size to compile for (default: the spec's train { batch })")
     .option('--threads <n>', 'threads the CPU module will use by default (report only; mpsc train takes --threads)')
     .option('--cxxflags <flags>', 'C++ compiler flags (default: $MPSC_CXXFLAGS or "-O3 -march=native")')
     .option('--no-compile', 'only write the sources, do not compile')
     .option('--no-fallback', 'metal: make an op without a Metal kernel an error instead of a CPU-fallback warning')
     .option('--fallback-op <op...>', 'metal: run these IR ops on the CPU fallback (testing the fallback path)', [])
+    .addHelpText('after', `
+Examples:
+  mpsc build specs/mnist_mlp.model                      generate and compile the CPU module into build/mnist_mlp
+  mpsc build specs/lenet.model --device metal -o out    write the Metal kernels and host project
+  mpsc build specs/lenet.model --device all --no-compile
+`)
     .action(async (spec: string, opts: BuildOpts) => {
-      if (!TARGETS.includes(opts.target)) throw new UserError(`error: unknown --target '${opts.target}'\n  help: use one of ${TARGETS.join(', ')}`);
+      if (opts.device !== undefined && opts.target !== undefined && opts.device !== opts.target) {
+        throw new UserError(`error: --device ${opts.device} and --target ${opts.target} disagree\n  help: --target is the older name of --device; give one`);
+      }
+      const device = opts.device ?? opts.target ?? 'cpu';
+      const flag = opts.device !== undefined ? '--device' : '--target';
+      if (!TARGETS.includes(device)) throw new UserError(`error: unknown ${flag} '${device}'\n  help: use one of ${TARGETS.join(', ')}`);
       if (!opts.fallback && opts.fallbackOp.length) throw new UserError('error: --no-fallback and --fallback-op contradict each other\n  help: --fallback-op forces ops onto the CPU fallback; --no-fallback forbids any fallback');
       const batch = positiveInt(opts.batch, '--batch');
       positiveInt(opts.threads, '--threads');
@@ -75,7 +88,7 @@ export function register(program: Command): void {
       fs.mkdirSync(outDir, { recursive: true });
       log(`model ${model.name} (${spec}), batch ${programs.train_step.batch}`);
 
-      if (opts.target === 'cpu' || opts.target === 'all') {
+      if (device === 'cpu' || device === 'all') {
         const cxxflags = resolveCxxflags(opts.cxxflags);
         const gen = generateCpuModel(programs);
         const cpuDir = path.join(outDir, 'cpu');
@@ -106,7 +119,7 @@ export function register(program: Command): void {
         const inputs = Math.max(...programsOf(programs).map((p) => p.plan?.inputBytes ?? 0));
         log(`planned memory: arena ${formatBytes(arena)} + persistent ${formatBytes(gen.persistentBytes)} + input batch ${formatBytes(inputs)} = ${formatBytes(arena + gen.persistentBytes + inputs)}`);
       }
-      if (opts.target === 'metal' || opts.target === 'all') {
+      if (device === 'metal' || device === 'all') {
         writeMetal(programs, path.join(outDir, 'metal'), { fallbackOps: opts.fallbackOp, fallback: opts.fallback }, log);
       }
     });

@@ -1,10 +1,13 @@
 /**
  * `mpsc check SPEC [--json] [--ir [PROGRAM]] [--device D]`: parse and check a .model file, print the
  * model summary; with --ir, a program as backend D runs it (fused, planned). Exit 0 when valid, 1
- * with diagnostics when not.
+ * with diagnostics when not. With --json, stdout is one JSON object either way:
+ * the summary plus `ok: true` and `diagnostics` (warnings), or `{ok: false, diagnostics}` (cli/main.ts);
+ * each diagnostic has file, line, col, endLine, endCol, severity, message, hint.
  */
 import type { Command } from 'commander';
 import { checkFileWithWarnings } from '../compiler/check/index.js';
+import { diagnosticJson } from '../compiler/diagnostics.js';
 import { renderSummary, summarize } from '../compiler/check/summary.js';
 import { CPU_FUSIONS } from '../compiler/codegen-cpu/fusions.js';
 import { metalFusions } from '../compiler/codegen-metal/fusions.js';
@@ -20,7 +23,7 @@ export function register(program: Command): void {
     .command('check')
     .description('check a .model spec (syntax, names, shapes, settings) and print a model summary')
     .argument('<spec>', 'path to a .model file')
-    .option('--json', 'print the summary as JSON')
+    .option('--json', 'print the summary as JSON ({ok: true, ..., diagnostics: [warnings]}); errors as {ok: false, diagnostics: [...]} (exit 1)')
     .option('--ir [program]', 'print a program after autodiff, optimizer lowering, fusion and memory planning: train_step (default), apply_update, eval, eval_tail, all')
     .option('--device <device>', 'with --ir: the backend whose fusions to apply: cpu (default), metal, metal-emu, reference (none)', 'cpu')
     .addHelpText(
@@ -28,7 +31,7 @@ export function register(program: Command): void {
       `
 Examples:
   mpsc check specs/lenet.model            layers, shapes, parameter counts, planned memory
-  mpsc check specs/lenet.model --json     the same as one JSON object
+  mpsc check specs/lenet.model --json     the same as one JSON object (errors too: {"ok": false, "diagnostics": [...]})
   mpsc check specs/lenet.model --ir       the train-step program the backends generate code from
   mpsc check specs/lenet.model --ir eval  the forward-only evaluation program
   mpsc check specs/lenet.model --ir --device metal   the train step as the Metal backend fuses it`,
@@ -36,13 +39,14 @@ Examples:
     .action((spec: string, opts: { json?: boolean; ir?: string | boolean; device: string }) => {
       const fusions = DEVICE_FUSIONS[opts.device];
       if (!fusions) throw new UserError(`error: unknown --device '${opts.device}' for check --ir\n  help: use one of ${Object.keys(DEVICE_FUSIONS).join(', ')}`);
-      const { model, warnings } = checkFileWithWarnings(spec);
+      const { model, warnings, warningDiagnostics } = checkFileWithWarnings(spec);
       for (const w of warnings) process.stderr.write(w + '\n');
       if (opts.ir !== undefined) {
         process.stdout.write(formatProgramsForCheck(model, opts.ir === true ? 'train_step' : String(opts.ir), fusions, opts.device));
         return;
       }
       const summary = summarize(model, model.loss ? plannedPeakBytes(model) : null);
-      process.stdout.write(opts.json ? JSON.stringify(summary, null, 2) + '\n' : renderSummary(summary) + '\n');
+      const json = { ok: true, ...summary, diagnostics: warningDiagnostics.map(diagnosticJson) };
+      process.stdout.write(opts.json ? JSON.stringify(json, null, 2) + '\n' : renderSummary(summary) + '\n');
     });
 }

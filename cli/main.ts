@@ -2,20 +2,21 @@
  * `mpsc` command-line entry. Each subcommand lives in its own file under cli/ and
  * exports `register(program)`; main only wires them together and maps errors to exit codes:
  *   0 success, 1 user error (bad spec, bad data, ...), 2 internal error (a bug in mpsc).
+ * With --json, a user error is also printed on stdout as `{"ok": false, "diagnostics": [...]}`
+ * (compiler/diagnostics.ts JsonDiagnostic: file, line, col, endLine, endCol, severity, message, hint).
  */
-import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
+import { userErrorJson } from '../compiler/diagnostics.js';
 import { UserError } from '../compiler/errors.js';
 import { register as registerCheck } from './check.js';
 import { register as registerBuild } from './build.js';
 import { register as registerTrain } from './train.js';
 import { register as registerEval } from './eval.js';
 import { register as registerBench } from './bench.js';
-
-function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
-}
+import { register as registerPredict } from './predict.js';
+import { register as registerExport } from './export.js';
+import { register as registerReport } from './report.js';
+import { packageVersion } from './version.js';
 
 export async function main(argv: string[]): Promise<number> {
   const program = new Command();
@@ -30,6 +31,9 @@ export async function main(argv: string[]): Promise<number> {
   registerTrain(program);
   registerEval(program);
   registerBench(program);
+  registerPredict(program);
+  registerExport(program);
+  registerReport(program);
   try {
     await program.parseAsync(argv, { from: 'user' });
     return typeof process.exitCode === 'number' ? process.exitCode : 0;
@@ -38,6 +42,8 @@ export async function main(argv: string[]): Promise<number> {
       return e.exitCode === 0 ? 0 : 1; // commander already printed the message
     }
     if (e instanceof UserError) {
+      // with --json the error is also one JSON object on stdout (for editors and CI annotators)
+      if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ok: false, diagnostics: userErrorJson(e) }) + '\n');
       process.stderr.write(e.message.endsWith('\n') ? e.message : e.message + '\n');
       return e.exitCode;
     }

@@ -1,17 +1,26 @@
 /**
- * `mpsc train SPEC`: check the spec, load its data, build the programs, open a device session
- * and run the training loop (runtime/trainer.ts). Command-line values override the spec's
- * `train { }` settings. Progress goes to stderr (a progress bar on a terminal, else one line
- * every --log-every steps); the end summary goes to stdout (one JSON object with --json).
- * SIGINT writes a checkpoint at the current position and exits with code 130.
+ * `mpsc train SPEC`: check the spec (with the --set / --lr overrides applied), load its data,
+ * build the programs, open a device session and run the training loop (runtime/trainer.ts) in a
+ * run folder (runtime/run_folder.ts). Progress goes to stderr (a progress bar on a terminal,
+ * else one line every --log-every steps) and, as lines, to the run's train.log; the end summary
+ * goes to stdout and train.log (one JSON object with --json). SIGINT during training writes a
+ * checkpoint at the current position and exits with code 130; before training starts (checking,
+ * compiling) it prints one line and exits 130 at once.
  */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import cliProgress from 'cli-progress';
 import { checkFile } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel } from '../compiler/model.js';
+import { lrOverride, overrideText, parseSetArg, type Override } from '../compiler/check/overrides.js';
 import { DEVICES } from '../runtime/device.js';
+import { CONFIG_FILE, LOG_FILE, RUNS_ROOT, resolveResume } from '../runtime/run_folder.js';
+import { defaultThreads, THREADS_HELP } from '../runtime/threads.js';
 import { train, type EvalResult, type TrainEvent, type TrainResult } from '../runtime/trainer.js';
+import { writeReport } from '../runtime/report/index.js';
+import { packageVersion } from './version.js';
 
 export function parsePositiveInt(name: string): (v: string) => number {
   return (v: string) => {
@@ -29,8 +38,8 @@ export function parseNonNegInt(name: string): (v: string) => number {
   };
 }
 
-export async function checkSpec(file: string): Promise<CheckedModel> {
-  return checkFile(file);
+export async function checkSpec(file: string, overrides: Override[] = []): Promise<CheckedModel> {
+  return checkFile(file, overrides);
 }
 
 export function metricLabel(name: string, v: number): string {
@@ -62,31 +71,59 @@ interface Progress {
   stop(): void;
 }
 
-/** TTY: a cli-progress bar on stderr; otherwise a line every logged step. */
-function makeProgress(tty: boolean): Progress {
-  const err = (s: string) => process.stderr.write(s + '\n');
+/**
+ * The console text of an event (the non-TTY progress and train.log both show these lines):
+ * null for steps that are not logged.
+ */
+export function eventLine(): (e: TrainEvent) => string | null {
   let total = 0;
   let perEpoch = 1;
   let startStep = 0;
   let t0 = Date.now();
+  return (e) => {
+    switch (e.kind) {
+      case 'note':
+        return e.message;
+      case 'run':
+        return `run folder: ${e.dir}${e.resumed ? ' (continued)' : ''}`;
+      case 'start':
+        total = e.totalSteps;
+        perEpoch = e.stepsPerEpoch;
+        startStep = e.startStep;
+        t0 = Date.now();
+        return `training: ${e.trainSamples} samples, batch ${e.batch}, ${e.totalSteps} steps (${e.stepsPerEpoch} per epoch) on ${e.device}`;
+      case 'step': {
+        if (!e.logged) return null;
+        const done = e.step - startStep;
+        const eta = done > 0 ? (((Date.now() - t0) / 1000) * (total - e.step)) / done : NaN;
+        const ms = Object.entries(e.metrics).map(([k, v]) => `  ${metricLabel(k, v)}`).join('');
+        return `step ${e.step}/${total}  epoch ${e.epoch + 1}/${Math.ceil(total / perEpoch)}  loss ${e.loss.toFixed(4)}${ms}  lr ${e.lr.toPrecision(3)}  ${Math.round(e.samplesPerSec)} samples/s  ETA ${fmtEta(eta)}`;
+      }
+      case 'eval':
+        return `eval at step ${e.step}: ${e.split} ${evalLine(e.result)}`;
+      case 'best':
+        return null;
+      case 'early_stop':
+        return `early stopping at step ${e.step}: ${e.monitor} has not improved${e.minDelta > 0 ? ` by more than ${e.minDelta}` : ''} in ${e.patience} evaluation${e.patience === 1 ? '' : 's'} since ${e.best.toPrecision(5)} at step ${e.bestStep}`;
+      case 'checkpoint':
+        return null;
+    }
+  };
+}
+
+/** TTY: a cli-progress bar on stderr; otherwise a line every logged step. `log` receives every line either way. */
+function makeProgress(tty: boolean, log: (line: string) => void): Progress {
+  const err = (s: string) => process.stderr.write(s + '\n');
+  const line = eventLine();
+  let total = 0;
+  let perEpoch = 1;
   if (!tty) {
     return {
       onEvent(e) {
-        if (e.kind === 'note') err(e.message);
-        else if (e.kind === 'start') {
-          total = e.totalSteps;
-          perEpoch = e.stepsPerEpoch;
-          startStep = e.startStep;
-          t0 = Date.now();
-          err(`training: ${e.trainSamples} samples, batch ${e.batch}, ${e.totalSteps} steps (${e.stepsPerEpoch} per epoch) on ${e.device}`);
-        } else if (e.kind === 'step' && e.logged) {
-          const done = e.step - startStep;
-          const eta = done > 0 ? (((Date.now() - t0) / 1000) * (total - e.step)) / done : NaN;
-          const ms = Object.entries(e.metrics).map(([k, v]) => `  ${metricLabel(k, v)}`).join('');
-          err(`step ${e.step}/${total}  epoch ${e.epoch + 1}/${Math.ceil(total / perEpoch)}  loss ${e.loss.toFixed(4)}${ms}  lr ${e.lr.toPrecision(3)}  ${Math.round(e.samplesPerSec)} samples/s  ETA ${fmtEta(eta)}`);
-        } else if (e.kind === 'eval') {
-          err(`eval at step ${e.step}: test ${evalLine(e.result)}`);
-        }
+        const l = line(e);
+        if (l === null) return;
+        err(l);
+        log(l);
       },
       stop() {},
     };
@@ -106,14 +143,14 @@ function makeProgress(tty: boolean): Progress {
   let bar: cliProgress.SingleBar | null = null;
   return {
     onEvent(e) {
-      if (e.kind === 'note') {
-        if (bar) multi.log(e.message + '\n');
-        else err(e.message);
-      } else if (e.kind === 'start') {
+      const l = line(e);
+      if (l !== null) log(l);
+      if (e.kind === 'start') {
         total = e.totalSteps;
         perEpoch = e.stepsPerEpoch;
         bar = multi.create(e.totalSteps, e.startStep, { epoch: '-', loss: '-', metric: '', sps: '-' });
-      } else if (e.kind === 'step' && bar) {
+      } else if (e.kind === 'step') {
+        if (!bar) return;
         const [mk, mv] = Object.entries(e.metrics)[0] ?? [];
         bar.update(e.step, {
           epoch: `${e.epoch + 1}/${Math.ceil(total / perEpoch)}`,
@@ -121,8 +158,9 @@ function makeProgress(tty: boolean): Progress {
           metric: mk !== undefined ? metricLabel(mk, mv!) : '',
           sps: Math.round(e.samplesPerSec),
         });
-      } else if (e.kind === 'eval' && bar) {
-        multi.log(`eval at step ${e.step}: test ${evalLine(e.result)}\n`);
+      } else if (l !== null) {
+        if (bar) multi.log(l + '\n');
+        else err(l);
       }
     },
     stop() {
@@ -131,29 +169,46 @@ function makeProgress(tty: boolean): Progress {
   };
 }
 
-export function printTrainSummary(r: TrainResult, json: boolean): void {
+/** The summary lines (or one JSON object); every path printed exists. */
+export function trainSummary(r: TrainResult, json: boolean): string {
+  const exists = (f: string | null | undefined): string | null => (f && fs.existsSync(f) ? f : null);
   if (json) {
     const o = {
       ...evalJson(r.test),
+      ...(r.val ? evalJson(r.val, 'val') : {}),
       steps: r.steps,
       epochs: r.epochs,
       seconds: Number(r.seconds.toFixed(3)),
       samples_per_sec: Number(r.samplesPerSec.toFixed(1)),
       train_loss: r.lastLoss,
-      checkpoint: r.checkpoint,
+      checkpoint: exists(r.checkpoint),
+      run_dir: exists(r.runDir),
+      weights: exists(r.weights),
+      best: exists(r.best?.file) ? { file: r.best!.file, step: r.best!.step, monitor: r.best!.monitor, value: r.best!.value } : null,
+      stopped_early: r.stoppedEarly,
       device: r.device,
       interrupted: r.interrupted,
     };
-    process.stdout.write(JSON.stringify(o) + '\n');
-    return;
+    return JSON.stringify(o) + '\n';
   }
   const lines: string[] = [];
-  if (r.interrupted) lines.push(`interrupted at step ${r.steps}; checkpoint saved (resume with --resume ${r.checkpoint})`);
+  const ckpt = exists(r.checkpoint);
+  const resumeRef = r.runDir ?? ckpt;
+  if (r.interrupted) lines.push(`interrupted at step ${r.steps}; checkpoint saved (resume with --resume ${resumeRef})`);
+  if (r.stoppedEarly) lines.push(`stopped early at step ${r.steps} (early_stop patience reached)`);
+  if (r.val) lines.push(`val ${evalLine(r.val)}  (${r.val.samples} samples)`);
   if (r.test) lines.push(`test ${evalLine(r.test)}  (${r.test.samples} samples)`);
-  else if (!r.interrupted) lines.push('no test split: the spec gives no test data');
+  else if (!r.interrupted && !r.val) lines.push('no test split: the spec gives no test data');
   lines.push(`${r.steps} steps, ${r.epochs} epoch${r.epochs === 1 ? '' : 's'} in ${r.seconds.toFixed(1)} s (${Math.round(r.samplesPerSec)} samples/s) on ${r.device}`);
-  if (r.checkpoint) lines.push(`checkpoint: ${r.checkpoint}`);
-  process.stdout.write(lines.join('\n') + '\n');
+  if (exists(r.runDir)) lines.push(`run folder: ${r.runDir}`);
+  if (ckpt) lines.push(`checkpoint: ${ckpt}`);
+  if (exists(r.best?.file)) lines.push(`best:       ${r.best!.file} (${r.best!.monitor} ${r.best!.value.toPrecision(5)} at step ${r.best!.step})`);
+  if (exists(r.weights)) lines.push(`weights:    ${r.weights} (parameters and buffers only)`);
+  return lines.join('\n') + '\n';
+}
+
+export function printTrainSummary(r: TrainResult, json: boolean): void {
+  process.stdout.write(trainSummary(r, json));
 }
 
 interface TrainCliOptions {
@@ -162,9 +217,13 @@ interface TrainCliOptions {
   steps?: number;
   batch?: number;
   seed?: number;
+  lr?: string;
+  set?: string[];
   threads?: number;
   initFrom?: string;
   saveInit?: string;
+  runDir?: string;
+  keep: number;
   checkpointDir?: string;
   resume?: string;
   metrics?: string;
@@ -173,38 +232,112 @@ interface TrainCliOptions {
   nanCheck: 'on' | 'off';
 }
 
+/** the overrides config.json of the run that --resume names recorded (none for a bare checkpoint) */
+function runOverrides(ref: string, model: string): string[] {
+  const notes: string[] = [];
+  const t = resolveResume(ref, model, notes);
+  if (!t.runDir) return [];
+  try {
+    const cfg = JSON.parse(fs.readFileSync(path.join(t.runDir, CONFIG_FILE), 'utf8')) as { overrides?: unknown };
+    return Array.isArray(cfg.overrides) ? cfg.overrides.filter((x): x is string => typeof x === 'string') : [];
+  } catch {
+    return [];
+  }
+}
+
+/** `key=value` texts with only the last one of each key kept (in the order of those last ones): the same result when applied in order */
+export function lastPerKey(texts: string[]): string[] {
+  const key = (t: string) => t.slice(0, t.indexOf('='));
+  return texts.filter((t, i) => !texts.slice(i + 1).some((u) => key(u) === key(t)));
+}
+
+function collect(v: string, prev: string[] | undefined): string[] {
+  return [...(prev ?? []), v];
+}
+
+export const TRAIN_EXAMPLES = `
+Examples:
+  mpsc train specs/mnist_mlp.model                          train; writes runs/mnist_mlp/<run-id>/
+  mpsc train specs/mnist_mlp.model --epochs 1 --lr 3e-4     shortcuts for train.epochs and optimizer.lr
+  mpsc train specs/mnist_mlp.model --set train.batch=128 --set schedule="cosine()"
+  mpsc train specs/mnist_mlp.model --set train.val_split=0.1 --set train.early_stop.patience=3
+  mpsc train specs/mnist_mlp.model --resume latest          continue the newest run in its folder
+  mpsc train specs/mnist_mlp.model --resume runs/mnist_mlp/20260101-120000
+
+Run folder (runs/<model>/<run-id>/, or --run-dir): config.json, metrics.jsonl, train.log,
+checkpoint-<step>.safetensors, best.safetensors, model.safetensors, report.html;
+runs/<model>/latest points at the newest run.
+Checkpoints: one at each epoch end (or every checkpoint_every steps) and at the end; the newest
+--keep K (default 3) are kept. best.safetensors (a full checkpoint) is rewritten whenever the
+monitored value improves: early_stop's monitor, else val_loss with a val_split, else test_loss.
+model.safetensors holds only the weights (parameters and buffers, torch names) of the newest
+checkpoint: load it with mpsc eval/predict --weights or torch's load_state_dict(strict=True).
+--set KEY=VALUE: KEY is train.<key>, train.early_stop.<key>, optimizer[.<arg>], schedule[.<arg>]
+or data[.<arg>]; VALUE is written as in the spec (3e-4, true, [100, 200], cosine(t_max: 500)).
+`;
+
 export function register(program: Command): void {
   program
     .command('train')
-    .description('train a model: `mpsc train specs/mnist_mlp.model` (command-line values override the spec\'s train settings)')
+    .description('train a model: `mpsc train specs/mnist_mlp.model` (command-line values override the spec\'s settings)')
     .argument('<spec>', 'the .model file')
     .addOption(new Option('--device <device>', 'where to run: auto picks metal on Apple silicon, else cpu').choices([...DEVICES]).default('auto'))
-    .option('--epochs <n>', 'number of epochs', parsePositiveInt('--epochs'))
-    .option('--steps <n>', 'number of optimizer steps (instead of --epochs)', parsePositiveInt('--steps'))
-    .option('--batch <n>', 'batch size', parsePositiveInt('--batch'))
-    .option('--seed <n>', 'random seed (init, shuffling, dropout)', parseNonNegInt('--seed'))
-    .option('--threads <n>', 'CPU threads (default: all cores)', parsePositiveInt('--threads'))
+    .option('--epochs <n>', 'number of epochs (= --set train.epochs=N)', parsePositiveInt('--epochs'))
+    .option('--steps <n>', 'number of optimizer steps instead of epochs (= --set train.steps=N)', parsePositiveInt('--steps'))
+    .option('--batch <n>', 'batch size (= --set train.batch=N)', parsePositiveInt('--batch'))
+    .option('--seed <n>', 'random seed: init, shuffling, dropout (= --set train.seed=N)', parseNonNegInt('--seed'))
+    .option('--lr <x>', 'learning rate (= --set optimizer.lr=X)')
+    .option('--set <key=value>', 'override a train, optimizer, schedule or data setting (repeatable; see below)', collect)
+    .option('--threads <n>', THREADS_HELP, parsePositiveInt('--threads'))
     .option('--init-from <file>', 'load initial parameters from a safetensors file')
     .option('--save-init <file>', 'write the initial parameters to a safetensors file')
-    .option('--checkpoint-dir <dir>', 'where checkpoints go (default: checkpoints/<model>, or the folder of the --resume checkpoint)')
-    .option('--resume <file>', 'continue from a checkpoint file (or the newest one in a folder)')
-    .option('--metrics <file>', 'write JSON lines: one per logged step and one per evaluation')
+    .option('--run-dir <dir>', "the run folder (default: runs/<model>/<YYYYMMDD-HHMMSS>, or the resumed run's folder)")
+    .option('--keep <k>', 'keep the newest K checkpoint-<step> files (best.safetensors and model.safetensors are extra)', parsePositiveInt('--keep'), 3)
+    .option('--checkpoint-dir <dir>', 'write checkpoints here instead of the run folder')
+    .option('--resume <ref>', 'continue a run: latest, a run folder, a checkpoint file, or a folder of checkpoints (its newest)')
+    .option('--metrics <file>', 'also write the metrics JSON lines to this file')
     .option('--log-every <n>', 'log every N steps', parsePositiveInt('--log-every'), 50)
     .option('--json', 'print the end summary as one JSON object on stdout')
     .addOption(new Option('--nan-check <on|off>', 'stop when the loss becomes NaN/Inf').choices(['on', 'off']).default('on'))
+    .addHelpText('after', TRAIN_EXAMPLES)
     .action(async (spec: string, o: TrainCliOptions) => {
       if (o.epochs !== undefined && o.steps !== undefined) throw new UserError('error: give either --epochs or --steps, not both');
-      const model = await checkSpec(spec);
+      const given = [...(o.lr !== undefined ? [lrOverride(o.lr)] : []), ...(o.set ?? []).map((t) => parseSetArg(t))];
+      // --resume of a run folder: that run's --set overrides apply again (given ones after them win)
+      const inherited = o.resume !== undefined ? runOverrides(o.resume, (await checkSpec(spec)).name) : [];
+      if (inherited.length) process.stderr.write(`resuming with the run's settings: --set ${inherited.join(' --set ')}\n`);
+      const overrides = [...inherited.map((t) => parseSetArg(t)), ...given];
+      const model = await checkSpec(spec, overrides);
+      const texts = overrides.map(overrideText);
+      for (const [k, v] of [['epochs', o.epochs], ['steps', o.steps], ['batch', o.batch], ['seed', o.seed]] as const) if (v !== undefined) texts.push(`train.${k}=${v}`);
+      const recorded = lastPerKey(texts);
+      const threads = o.threads ?? defaultThreads();
+
+      // train.log: the console lines, buffered until the run folder exists
+      let logFd: number | null = null;
+      const pending: string[] = [];
+      const log = (line: string) => {
+        if (logFd !== null) fs.writeSync(logFd, line + '\n');
+        else pending.push(line);
+      };
       const controller = new AbortController();
+      let started = false;
       let sigints = 0;
       const onSigint = () => {
         sigints += 1;
+        if (!started) {
+          // still checking, loading or compiling: nothing to save, stop at once
+          process.stderr.write('\ninterrupted before training started (nothing was written)\n');
+          process.exit(130);
+        }
         if (sigints > 1) process.exit(130);
-        process.stderr.write('\ninterrupt: finishing the current step and writing a checkpoint (press Ctrl-C again to quit at once)\n');
+        const l = 'interrupt: finishing the current step and writing a checkpoint (press Ctrl-C again to quit at once)';
+        process.stderr.write(`\n${l}\n`);
+        log(l);
         controller.abort();
       };
       process.on('SIGINT', onSigint);
-      const progress = makeProgress(process.stderr.isTTY === true && !process.env.CI);
+      const progress = makeProgress(process.stderr.isTTY === true && !process.env.CI, log);
       let result: TrainResult;
       try {
         result = await train(model, {
@@ -213,22 +346,42 @@ export function register(program: Command): void {
           steps: o.steps,
           batch: o.batch,
           seed: o.seed,
-          threads: o.threads,
+          threads,
           initFrom: o.initFrom,
           saveInit: o.saveInit,
           checkpointDir: o.checkpointDir,
           resume: o.resume,
+          runDir: o.runDir,
+          runsRoot: RUNS_ROOT,
+          keepCheckpoints: o.keep,
+          onRunUpdate: (dir) => void writeReport(dir), // report.html after each evaluation and at the end
+          runConfig: { argv: process.argv.slice(2), overrides: recorded, mpscVersion: packageVersion(), threads },
           metricsFile: o.metrics,
           logEvery: o.logEvery,
           nanCheck: o.nanCheck !== 'off',
           signal: controller.signal,
-          onEvent: (e) => progress.onEvent(e),
+          onEvent: (e) => {
+            if (e.kind === 'run') {
+              logFd = fs.openSync(path.join(e.dir, LOG_FILE), e.resumed ? 'a' : 'w');
+              for (const l of pending.splice(0)) fs.writeSync(logFd, l + '\n');
+            }
+            if (e.kind === 'start') started = true;
+            progress.onEvent(e);
+          },
         });
+      } catch (e) {
+        if (logFd !== null) fs.writeSync(logFd, `${(e as Error).message}\n`);
+        throw e;
       } finally {
         progress.stop();
         process.off('SIGINT', onSigint);
       }
-      printTrainSummary(result, o.json === true);
+      const summary = trainSummary(result, o.json === true);
+      process.stdout.write(summary);
+      if (logFd !== null) {
+        fs.writeSync(logFd, summary);
+        fs.closeSync(logFd);
+      }
       if (result.interrupted) process.exitCode = 130;
     });
 }

@@ -1,7 +1,8 @@
 /**
  * Compiler diagnostics: `path:line:col: error: message`, the source line, a caret line
  * under the span, and an optional `hint: ...`. Every phase of the front end collects
- * Diagnostics into a list; `throwIfErrors` turns the list into one UserError.
+ * Diagnostics into a list; `throwIfErrors` turns the list into one UserError (a
+ * DiagnosticsError, which keeps the list for `--json`: diagnosticJson / userErrorJson).
  */
 import { UserError } from './errors.js';
 import type { SourceLoc } from './ir/graph.js';
@@ -61,11 +62,57 @@ export function formatDiagnostics(diags: readonly Diagnostic[], source: string):
   return errors > 1 ? `${body}\n${errors} errors` : body;
 }
 
+/** A UserError that carries its diagnostics, so `--json` can print them as objects. */
+export class DiagnosticsError extends UserError {
+  constructor(message: string, readonly diagnostics: readonly Diagnostic[]) {
+    super(message);
+    this.name = 'DiagnosticsError';
+  }
+}
+
 /** Throw one UserError carrying every diagnostic when any of them is an error. */
 export function throwIfErrors(diags: readonly Diagnostic[], source: string): void {
   if (diags.some((d) => d.severity === 'error')) {
-    throw new UserError(formatDiagnostics(diags.filter((d) => d.severity === 'error'), source));
+    const errors = diags.filter((d) => d.severity === 'error');
+    throw new DiagnosticsError(formatDiagnostics(errors, source), [...errors].sort((a, b) => a.loc.line - b.loc.line || a.loc.col - b.loc.col));
   }
+}
+
+/** The JSON form of a diagnostic (`mpsc check --json`, docs/language.md "Diagnostics as JSON"). */
+export interface JsonDiagnostic {
+  file: string;
+  line: number | null;
+  col: number | null;
+  endLine: number | null;
+  endCol: number | null;
+  severity: 'error' | 'warning';
+  message: string;
+  hint: string | null;
+}
+
+export function diagnosticJson(d: Diagnostic): JsonDiagnostic {
+  const { file, line, col } = d.loc;
+  return { file, line, col, endLine: d.loc.endLine ?? line, endCol: d.loc.endCol ?? col, severity: d.severity, message: d.message, hint: d.hint ?? null };
+}
+
+/**
+ * Any UserError as JSON diagnostics: a DiagnosticsError's own, else one error whose file and
+ * position are read from a leading `file:line:col:` or `file:` when there is one, with the
+ * message's `hint:` / `help:` line as the hint.
+ */
+export function userErrorJson(e: UserError): JsonDiagnostic[] {
+  if (e instanceof DiagnosticsError) return e.diagnostics.map(diagnosticJson);
+  const lines = e.message.split('\n');
+  const first = lines[0];
+  const hintLine = lines.find((l) => /^\s*(hint|help): /.test(l));
+  const hint = hintLine ? hintLine.replace(/^\s*(hint|help): /, '') : null;
+  const at = /^(.+?):(\d+):(\d+): (?:error: )?(.*)$/.exec(first);
+  if (at) {
+    const [line, col] = [Number(at[2]), Number(at[3])];
+    return [{ file: at[1], line, col, endLine: line, endCol: col, severity: 'error', message: at[4], hint }];
+  }
+  const f = /^([^\s:]+): (?:error: )?(.*)$/.exec(first);
+  return [{ file: f ? f[1] : '', line: null, col: null, endLine: null, endCol: null, severity: 'error', message: f ? f[2] : first, hint }];
 }
 
 /** Edit distance with adjacent transpositions (optimal string alignment), capped: returns max+1 once it exceeds max. */
@@ -109,4 +156,15 @@ export function didYouMean(word: string, candidates: Iterable<string>): string |
 export function suggestion(word: string, candidates: Iterable<string>): string | undefined {
   const m = didYouMean(word, candidates);
   return m === null ? undefined : `did you mean '${m}'?`;
+}
+
+/** The n candidates closest to word by edit distance (ties in the candidates' order). */
+export function closestNames(word: string, candidates: Iterable<string>, n: number): string[] {
+  const w = word.toLowerCase();
+  return [...new Set(candidates)]
+    .filter((c) => c !== word)
+    .map((c, i) => ({ c, i, d: editDistance(w, c.toLowerCase()) - (c.toLowerCase().includes(w) || w.includes(c.toLowerCase()) ? 0.5 : 0) }))
+    .sort((a, b) => a.d - b.d || a.i - b.i)
+    .slice(0, n)
+    .map((x) => x.c);
 }

@@ -94,6 +94,22 @@ export interface TrainConfig {
   grad_accum: number; // >= 1
   eval_every: number | null; // optimizer steps; null = at the end of each epoch
   checkpoint_every: number | null; // optimizer steps; null = at the end of each epoch
+  /** fraction of the training data (its last samples, in file order) held out for validation; 0 or absent = none (optional: checkSource always sets it) */
+  val_split?: number;
+  /** stop when the monitored value has not improved for `patience` evaluations; null = never */
+  early_stop?: EarlyStopConfig | null;
+}
+
+/**
+ * Early stopping: `monitor` is `<split>_<name>` with split val / test and name `loss` or a
+ * metric's name. mode 'max' for accuracy-like metrics (accuracy, top_k), 'min' otherwise. An
+ * evaluation improves when it beats the best value so far by more than min_delta.
+ */
+export interface EarlyStopConfig {
+  monitor: string;
+  patience: number;
+  min_delta: number;
+  mode: 'min' | 'max';
 }
 
 export interface CheckedModel {
@@ -111,6 +127,8 @@ export interface CheckedModel {
   optimizer: OptimizerConfig;
   schedule: ScheduleConfig;
   train: TrainConfig;
+  /** the network's `name = ...` assignments (graph value ids, in source order; a name assigned twice appears twice): how export / predict name the values they output */
+  names?: { name: string; value: number }[];
   /** number of classes when the loss/metrics take class labels (for label range checks), else null */
   numClasses: number | null;
 }

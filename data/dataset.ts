@@ -72,9 +72,29 @@ export function inputRoles(model: CheckedModel): InputRoles {
   return { features, label, classLabels };
 }
 
-/** Check a dataset against the spec: every input present with the right length, finite features, labels in range. */
+/**
+ * i32 inputs that feed an `embedding` directly, with the table size V: their ids must lie in
+ * [0, V) (the smallest table when an input feeds several).
+ */
+export function embeddingIdRanges(model: CheckedModel): Map<string, { vocab: number; layer: string }> {
+  const byValue = new Map(model.inputs.map((i) => [i.value, i]));
+  const out = new Map<string, { vocab: number; layer: string }>();
+  for (const n of model.graph.nodes) {
+    if (n.op !== 'embedding') continue;
+    const inp = byValue.get(n.inputs[0]);
+    if (!inp) continue;
+    const vocab = model.graph.values[n.inputs[1]].shape[0];
+    const layer = model.graph.values[n.inputs[1]].name.replace(/\.weight$/, '');
+    const prev = out.get(inp.name);
+    if (!prev || vocab < prev.vocab) out.set(inp.name, { vocab, layer });
+  }
+  return out;
+}
+
+/** Check a dataset against the spec: every input present with the right length, finite features, labels and token ids in range. */
 export function validateDataset(model: CheckedModel, ds: Dataset): void {
   const roles = inputRoles(model);
+  const ids = embeddingIdRanges(model);
   if (!Number.isInteger(ds.count) || ds.count <= 0) {
     throw new UserError(`${ds.source}: error: the data has no samples\n  help: check the file is the one you meant and is not empty`);
   }
@@ -102,6 +122,19 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
       }
     } else {
       if (!(arr instanceof Int32Array)) throw new Error(`internal: input '${inp.name}' should be an Int32Array`);
+      const emb = ids.get(inp.name);
+      if (emb) {
+        for (let i = 0; i < arr.length; i++) {
+          const v = arr[i];
+          if (v < 0 || v >= emb.vocab) {
+            const s = Math.floor(i / per);
+            throw new UserError(
+              `${src}: error: sample ${s}, position ${i - s * per} of input '${inp.name}': token id ${v} is outside [0, ${emb.vocab}), the vocabulary of embedding '${emb.layer}'\n` +
+                `  help: the embedding has ${emb.vocab} rows; fix the data or make it embedding(${v + 1}, ...) or larger`,
+            );
+          }
+        }
+      }
       const hi = roles.classLabels.has(inp.name) ? model.numClasses : null;
       for (let i = 0; i < arr.length; i++) {
         const v = arr[i];
@@ -116,6 +149,30 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
       }
     }
   }
+}
+
+/**
+ * Split off the last `fraction` of a dataset (file order) as a validation set: the first
+ * count - floor(count * fraction) samples stay for training.
+ */
+export function holdOut(ds: Dataset, fraction: number, what: string): { train: Dataset; val: Dataset } {
+  const nVal = Math.floor(ds.count * fraction);
+  const nTrain = ds.count - nVal;
+  if (nVal < 1 || nTrain < 1) {
+    throw new UserError(
+      `${what}: error: val_split ${fraction} of ${ds.count} training samples leaves ${nVal} for validation and ${nTrain} for training\n` +
+        `  help: use a val_split that keeps at least one sample on each side`,
+    );
+  }
+  const part = (from: number, to: number, tag: string): Dataset => {
+    const tensors = new Map<string, DataArray>();
+    for (const [name, a] of ds.tensors) {
+      const per = a.length / ds.count;
+      tensors.set(name, a.slice(from * per, to * per) as DataArray);
+    }
+    return { source: `${ds.source} (${tag})`, count: to - from, tensors, ...(ds.inputSources ? { inputSources: ds.inputSources } : {}) };
+  };
+  return { train: part(0, nTrain, `first ${nTrain} samples`), val: part(nTrain, ds.count, `last ${nVal} samples, validation`) };
 }
 
 /** sha256 over the dataset's arrays (input name order), stored in checkpoints to detect a changed dataset on resume. */

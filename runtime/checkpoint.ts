@@ -45,6 +45,8 @@ export interface CheckpointInfo extends TrainPosition {
   shuffle: boolean;
   dropLast: boolean;
   device: string;
+  /** seconds of training (every session of the run, resumed ones included) up to this checkpoint */
+  trainSeconds?: number;
 }
 
 /** torch's batchnorm layers carry num_batches_tracked; ours are the layers with a `<layer>.running_mean` state. */
@@ -69,6 +71,7 @@ export function infoToMetadata(info: CheckpointInfo): Record<string, string> {
     shuffle: String(info.shuffle),
     drop_last: String(info.dropLast),
     device: info.device,
+    train_seconds: String(info.trainSeconds ?? 0),
   };
 }
 
@@ -96,6 +99,7 @@ export function metadataToInfo(md: Record<string, string>, file: string): Checkp
     shuffle: md.shuffle === 'true',
     dropLast: md.drop_last === 'true',
     device: md.device ?? '',
+    trainSeconds: Number.isFinite(Number(md.train_seconds)) ? Number(md.train_seconds) : 0,
   };
 }
 
@@ -160,6 +164,21 @@ export function saveCheckpoint(file: string, session: Session, model: CheckedMod
   }
   writeFileAtomic(file, encodeWithHash(tensors, infoToMetadata(info)));
   for (const [name, t] of own) session.write(name, t.data as Float32Array);
+}
+
+export const WEIGHTS_FORMAT = 'mpsc-weights-1';
+
+/**
+ * Save the model's weights only: parameters and buffers (running statistics) under their torch
+ * names, plus `<layer>.num_batches_tracked` for batchnorm layers, no optimizer state; loads into
+ * the torch module with load_state_dict(strict=True) and into mpsc with --weights / --init-from.
+ */
+export function saveWeights(file: string, session: Session, model: CheckedModel, counter: number, metadata: Record<string, string> = {}): void {
+  const have = new Set(session.tensorNames());
+  const names = model.params.map((p) => p.path).filter((n) => have.has(n)).sort();
+  const t = sessionTensors(session, names);
+  for (const layer of batchnormLayers(model)) t.set(`${layer}.num_batches_tracked`, { shape: [], data: BigInt64Array.of(BigInt(counter)) });
+  saveTensors(file, t, { format: WEIGHTS_FORMAT, model: model.name, spec_hash: model.sourceHash, ...metadata });
 }
 
 /** Save plain tensors (e.g. --save-init) with optional metadata, atomically. */
@@ -232,10 +251,13 @@ function processAlive(pid: number): boolean {
 
 /**
  * Keep the newest `keep` checkpoints of a folder; delete older ones, and the temporary files of
- * writes whose process is gone (a run killed mid-write leaves one; it is never loaded).
+ * writes whose process is gone (a run killed mid-write leaves one; it is never loaded). With
+ * `upToStep`, only checkpoints at or below that step count and are pruned (a higher step in a
+ * shared --checkpoint-dir belongs to another run and is left alone, so this run's newest file is
+ * never the one deleted).
  */
-export function pruneCheckpoints(dir: string, keep: number): void {
-  for (const c of listCheckpoints(dir).slice(keep)) fs.rmSync(c.file, { force: true });
+export function pruneCheckpoints(dir: string, keep: number, upToStep = Infinity): void {
+  for (const c of listCheckpoints(dir).filter((x) => x.step <= upToStep).slice(keep)) fs.rmSync(c.file, { force: true });
   for (const name of fs.readdirSync(dir)) {
     const m = /^\.checkpoint-\d+\.safetensors\.tmp-(\d+)-\d+$/.exec(name);
     if (m && !processAlive(Number(m[1]))) fs.rmSync(path.join(dir, name), { force: true });

@@ -11,6 +11,15 @@
  * persistent tensor and the position (epoch, micro-batch, counter); since the shuffle order is a
  * pure function of (seed, epoch) and dropout of (seed, counter), the continued run is exactly
  * the uninterrupted one.
+ *
+ * Run folders (run_folder.ts): with `runDir` / `runsRoot` the run writes config.json, metrics.jsonl
+ * (every line has `split`: train / val / test; epochs 1-based as on the console), its checkpoints,
+ * model.safetensors (weights only, rewritten with every checkpoint) and best.safetensors (a full
+ * checkpoint whenever the monitored value improves) into one folder and points `latest` at it.
+ * Retention: the newest `keepCheckpoints` checkpoint-<step> files of this run (best and model are
+ * extra). Validation: `val_split` holds out the last fraction of the training data (file order),
+ * evaluated with the test split at each evaluation. Monitor (best + early stopping): early_stop's
+ * monitor, else val_loss with a validation split, else test_loss, else none.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -24,22 +33,33 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { initParams } from '../compiler/train/init.js';
 import { lrAt } from '../compiler/train/schedule.js';
 import {
-  batchnormLayers,
   pruneCheckpoints,
   readCheckpointFile,
-  resolveCheckpoint,
   saveCheckpoint,
-  saveTensors,
-  sessionTensors,
   checkpointFileName,
   loadIntoSession,
   programTensorTable,
   metadataToInfo,
+  listCheckpoints,
+  saveWeights,
+  writeFileAtomic,
   type CheckpointInfo,
   type TrainPosition,
 } from './checkpoint.js';
 import { openSession } from './device.js';
 import type { Session } from './session.js';
+import { holdOut } from '../data/dataset.js';
+import {
+  BEST_FILE,
+  CONFIG_FILE,
+  METRICS_FILE,
+  WEIGHTS_FILE,
+  createRunDir,
+  ensureRunDir,
+  modelRunsDir,
+  resolveResume,
+  updateLatest,
+} from './run_folder.js';
 
 export interface TrainOptions {
   device?: string; // default 'auto'
@@ -61,6 +81,17 @@ export interface TrainOptions {
   nanCheck?: boolean;
   /** how many checkpoint files to keep in the folder (default 3) */
   keepCheckpoints?: number;
+  /** the run folder (created when missing); default: the resumed run's folder, else a new one under runsRoot */
+  runDir?: string;
+  /** create a new run folder under `<runsRoot>/<model>` (the CLI passes 'runs'); without runDir/runsRoot no run folder is written */
+  runsRoot?: string;
+  /**
+   * called with the run folder after each evaluation and at the end (the report page is rebuilt
+   * here); an exception becomes a warning note, never the end of training
+   */
+  onRunUpdate?: (runDir: string) => void;
+  /** recorded in config.json */
+  runConfig?: { argv: string[]; overrides: string[]; mpscVersion: string; threads: number | null };
   /** set to request a stop (SIGINT): a checkpoint is written at the current position */
   signal?: AbortSignal;
   onEvent?: (e: TrainEvent) => void;
@@ -70,8 +101,11 @@ export type TrainEvent =
   | { kind: 'note'; message: string }
   | { kind: 'start'; device: string; totalSteps: number; stepsPerEpoch: number; startStep: number; batch: number; trainSamples: number; testSamples: number }
   | { kind: 'step'; step: number; epoch: number; loss: number; lr: number; metrics: Record<string, number>; samplesPerSec: number; logged: boolean }
-  | { kind: 'eval'; step: number; epoch: number; result: EvalResult }
-  | { kind: 'checkpoint'; step: number; file: string };
+  | { kind: 'eval'; step: number; epoch: number; split: 'val' | 'test'; result: EvalResult }
+  | { kind: 'checkpoint'; step: number; file: string }
+  | { kind: 'run'; dir: string; resumed: boolean }
+  | { kind: 'best'; step: number; monitor: string; value: number; file: string }
+  | { kind: 'early_stop'; step: number; monitor: string; best: number; bestStep: number; patience: number; minDelta: number };
 
 export interface EvalResult {
   loss: number | null;
@@ -86,9 +120,37 @@ export interface TrainResult {
   seconds: number;
   samplesPerSec: number;
   test: EvalResult | null;
+  val: EvalResult | null;
   checkpoint: string | null;
   interrupted: boolean;
   lastLoss: number | null;
+  /** the run folder, when one was written */
+  runDir: string | null;
+  /** weights-only file (model.safetensors) and the best checkpoint, when written */
+  weights: string | null;
+  best: { file: string; step: number; monitor: string; value: number } | null;
+  /** early stopping ended the run */
+  stoppedEarly: boolean;
+}
+
+/** What best.safetensors and early stopping watch: early_stop's monitor, else val_loss, else test_loss. */
+export function monitorOf(cfg: TrainConfig, hasVal: boolean, hasTest: boolean): { monitor: string; mode: 'min' | 'max' } | null {
+  if (cfg.early_stop) return { monitor: cfg.early_stop.monitor, mode: cfg.early_stop.mode };
+  if (hasVal) return { monitor: 'val_loss', mode: 'min' };
+  if (hasTest) return { monitor: 'test_loss', mode: 'min' };
+  return null;
+}
+
+function gcd(a: number, b: number): number {
+  while (b) [a, b] = [b, a % b];
+  return a;
+}
+
+/** the eval_tail batch that covers the last partial batch of every evaluated split (their gcd) */
+export function evalTailBatch(B: number, counts: number[]): number | undefined {
+  const tails = counts.map((c) => c % B).filter((t) => t > 0);
+  if (!tails.length) return undefined;
+  return tails.reduce(gcd);
 }
 
 /** The spec's train settings with the command line's overrides applied. */
@@ -127,12 +189,15 @@ export function evaluate(session: Session, programs: ProgramSet, ds: Dataset, sc
     }
   }
   if (tail > 0) {
-    if (!programs.eval_tail || programs.eval_tail.batch !== tail) {
-      throw new Error(`internal: the test split has a tail of ${tail} samples but there is no eval_tail program for it`);
+    const tb = programs.eval_tail?.batch;
+    if (tb === undefined || tail % tb !== 0) {
+      throw new Error(`internal: the split has a tail of ${tail} samples but no eval_tail program whose batch divides it`);
     }
-    const batcher = createBatcher(ds, names('eval_tail'), tail);
-    const out = session.run('eval_tail', batcher.fill(order, full * B), scalars);
-    for (let k = 0; k < sums.length; k++) sums[k] += out[k] * tail;
+    const batcher = createBatcher(ds, names('eval_tail'), tb);
+    for (let off = full * B; off < ds.count; off += tb) {
+      const out = session.run('eval_tail', batcher.fill(order, off), scalars);
+      for (let k = 0; k < sums.length; k++) sums[k] += out[k] * tb;
+    }
   }
   const res: EvalResult = { loss: null, metrics: {}, samples: ds.count };
   outNames.forEach((n, k) => {
@@ -167,11 +232,14 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
 
   // ---- resume: read the checkpoint first (its seed and position win)
   let resumeFile: string | null = null;
+  let resumeRunDir: string | null = null;
   let resumeInfo: CheckpointInfo | null = null;
   let resumeSt: ReturnType<typeof readCheckpointFile> | null = null;
   if (opts.resume !== undefined) {
     const notes: string[] = [];
-    resumeFile = resolveCheckpoint(opts.resume, notes);
+    const target = resolveResume(opts.resume, model.name, notes, opts.runsRoot);
+    resumeFile = target.checkpoint;
+    resumeRunDir = target.runDir;
     for (const n of notes) emit({ kind: 'note', message: n });
     resumeSt = readCheckpointFile(resumeFile);
     resumeInfo = metadataToInfo(resumeSt.metadata, resumeFile);
@@ -195,15 +263,25 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     cfg.drop_last = resumeInfo.dropLast;
   }
 
-  // ---- data
+  // ---- data (the validation split is the last val_split of the training data, in file order)
   const data = loadData(model);
-  const train = data.train;
+  let train = data.train;
+  let val: Dataset | null = null;
+  if ((cfg.val_split ?? 0) > 0) {
+    const parts = holdOut(data.train, cfg.val_split!, model.file);
+    train = parts.train;
+    val = parts.val;
+  }
   const test = data.test;
+  const monitor = monitorOf(cfg, val !== null, test !== null);
+  if (cfg.early_stop && cfg.early_stop.monitor.startsWith('test_') && !test) {
+    throw new UserError(`${model.file}: error: early_stop monitors '${cfg.early_stop.monitor}' but the data source gives no test split\n  help: add val_split and monitor val_${cfg.early_stop.monitor.slice(5)}`);
+  }
   // computed when first needed (resume check, first checkpoint): keeps it off the path to the first step
   let dataShaMemo: string | null = null;
   const dataSha = () => (dataShaMemo ??= datasetChecksum(train));
   if (resumeInfo && resumeInfo.dataSha256 && resumeInfo.dataSha256 !== dataSha()) {
-    throw new UserError(`${resumeFile}: error: the training data changed since this checkpoint was written (${train.source})\n  help: resume with the same data`);
+    throw new UserError(`${resumeFile}: error: the training data changed since this checkpoint was written (${train.source})\n  help: resume with the same data (and the same val_split)`);
   }
   const microPerEpoch = trainBatchesPerEpoch(train.count, B, cfg.drop_last);
   const stepsPerEpoch = Math.floor(microPerEpoch / K);
@@ -224,7 +302,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   }
 
   // ---- programs and session
-  const evalTail = test && test.count % B !== 0 ? test.count % B : undefined;
+  const evalTail = evalTailBatch(B, [test?.count ?? 0, val?.count ?? 0]);
   const programs = buildPrograms(model, { batch: B, evalTail });
   // check checkpoint files against the programs' tensors before a backend is compiled
   const table = programTensorTable(programs);
@@ -242,13 +320,25 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   const session = opened.session;
   emit({ kind: 'note', message: opened.note });
   const baseLr = model.optimizer.lr;
-  const paramNames = modelTensorNames(model);
   const sessionNames = new Set(session.tensorNames());
 
-  let metricsFd: number | null = null;
+  const metricsFds: number[] = [];
   const started = Date.now();
+  const priorSeconds = resumeInfo?.trainSeconds ?? 0;
+  const trainSeconds = () => priorSeconds + (Date.now() - started) / 1000;
   let pos: TrainPosition = { step: 0, epoch: 0, batchInEpoch: 0, counter: 0 };
   try {
+    // ---- the run folder (after the backend is built: a compile stopped by Ctrl-C leaves none)
+    let runDir: string | null = null;
+    if (opts.runDir !== undefined) runDir = ensureRunDir(opts.runDir);
+    else if (resumeRunDir !== null && (opts.runsRoot !== undefined || opts.checkpointDir === undefined)) runDir = resumeRunDir;
+    else if (opts.runsRoot !== undefined) runDir = createRunDir(modelRunsDir(model.name, opts.runsRoot));
+    if (runDir !== null) {
+      writeRunConfig(runDir, model, opts, opened.device, resumeFile);
+      if (opts.runsRoot !== undefined) updateLatest(modelRunsDir(model.name, opts.runsRoot), runDir);
+      emit({ kind: 'run', dir: runDir, resumed: resumeRunDir !== null && runDir === resumeRunDir });
+    }
+
     // ---- initial parameters
     if (resumeInfo && resumeSt && resumeFile) {
       loadIntoSession(session, resumeSt, resumeFile, resumeLoad);
@@ -263,56 +353,110 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       }
     }
     if (opts.saveInit !== undefined) {
-      const names = [...paramNames].filter((n) => sessionNames.has(n)).sort();
-      const t = sessionTensors(session, names);
-      for (const layer of batchnormLayers(model)) t.set(`${layer}.num_batches_tracked`, { shape: [], data: BigInt64Array.of(BigInt(pos.counter)) });
-      saveTensors(opts.saveInit, t, { format: 'mpsc-weights-1', model: model.name, spec_hash: model.sourceHash, seed: String(cfg.seed) });
+      saveWeights(opts.saveInit, session, model, pos.counter, { seed: String(cfg.seed) });
       emit({ kind: 'note', message: `initial parameters written to ${opts.saveInit}` });
     }
-    if (opts.metricsFile !== undefined) {
-      fs.mkdirSync(path.dirname(path.resolve(opts.metricsFile)), { recursive: true });
-      metricsFd = fs.openSync(opts.metricsFile, resumeInfo ? 'a' : 'w');
+    for (const f of [...(runDir !== null ? [path.join(runDir, METRICS_FILE)] : []), ...(opts.metricsFile !== undefined ? [opts.metricsFile] : [])]) {
+      fs.mkdirSync(path.dirname(path.resolve(f)), { recursive: true });
+      metricsFds.push(fs.openSync(f, resumeInfo ? 'a' : 'w'));
     }
     const writeMetrics = (obj: Record<string, unknown>) => {
-      if (metricsFd !== null) fs.writeSync(metricsFd, JSON.stringify(obj) + '\n');
+      const line = JSON.stringify(obj) + '\n';
+      for (const fd of metricsFds) fs.writeSync(fd, line);
     };
 
-    // default folder: the resumed checkpoint's folder, else checkpoints/<model>
-    const ckptDir = opts.checkpointDir ?? (resumeFile ? path.dirname(resumeFile) : path.join('checkpoints', model.name));
+    // checkpoints: --checkpoint-dir, else the run folder, else the resumed checkpoint's folder, else checkpoints/<model>
+    const ckptDir = opts.checkpointDir ?? runDir ?? (resumeFile ? path.dirname(resumeFile) : path.join('checkpoints', model.name));
     const keep = opts.keepCheckpoints ?? 3;
+    const others = listCheckpoints(ckptDir).filter((c) => c.step > pos.step && !(resumeRunDir !== null && path.resolve(ckptDir) === path.resolve(resumeRunDir)));
+    if (others.length && runDir === null) {
+      emit({ kind: 'note', message: `note: ${ckptDir} already holds checkpoints up to step ${others[0].step} from another run; they are left alone (--resume ${ckptDir} would pick the highest step; use a run folder per run)` });
+    }
+    const infoNow = (): CheckpointInfo => ({
+      ...pos,
+      model: model.name,
+      specHash: model.sourceHash,
+      dataSha256: dataSha(),
+      seed: cfg.seed,
+      totalSteps,
+      batch: B,
+      gradAccum: K,
+      shuffle: cfg.shuffle,
+      dropLast: cfg.drop_last,
+      device: opened.device,
+      trainSeconds: trainSeconds(),
+    });
     let lastCheckpoint: string | null = null;
     let lastCheckpointStep = -1;
+    let weightsFile: string | null = null;
     const checkpoint = () => {
       const file = path.join(ckptDir, checkpointFileName(pos.step));
-      saveCheckpoint(file, session, model, {
-        ...pos,
-        model: model.name,
-        specHash: model.sourceHash,
-        dataSha256: dataSha(),
-        seed: cfg.seed,
-        totalSteps,
-        batch: B,
-        gradAccum: K,
-        shuffle: cfg.shuffle,
-        dropLast: cfg.drop_last,
-        device: opened.device,
-      });
-      pruneCheckpoints(ckptDir, keep);
+      saveCheckpoint(file, session, model, infoNow());
+      pruneCheckpoints(ckptDir, keep, pos.step);
       lastCheckpoint = file;
       lastCheckpointStep = pos.step;
+      weightsFile = path.join(ckptDir, WEIGHTS_FILE);
+      saveWeights(weightsFile, session, model, pos.counter, { seed: String(cfg.seed), step: String(pos.step) });
       emit({ kind: 'checkpoint', step: pos.step, file });
     };
+
+    // ---- evaluation, best checkpoint, early stopping
     let lastEval: EvalResult | null = null;
+    let lastVal: EvalResult | null = null;
     let lastEvalStep = -1;
+    let best: TrainResult['best'] = null;
+    let sinceBest = 0;
+    let esRef: { value: number; step: number } | null = null;
+    let stopEarly = false;
+    const improves = (v: number, ref: number, delta: number) => (monitor!.mode === 'min' ? v < ref - delta : v > ref + delta);
+    const runUpdate = () => {
+      if (runDir === null || !opts.onRunUpdate) return;
+      try {
+        opts.onRunUpdate(runDir);
+      } catch (e) {
+        emit({ kind: 'note', message: `warning: updating ${runDir} failed (${(e as Error).message.split('\n')[0]}); training goes on` });
+      }
+    };
     const runEval = () => {
-      if (!test) return;
-      lastEval = evaluate(session, programs, test, { lr: 0, t: Math.max(pos.step, 1), seed: cfg.seed, counter: pos.counter });
+      if (!test && !val) return;
+      const scalars = { lr: 0, t: Math.max(pos.step, 1), seed: cfg.seed, counter: pos.counter };
+      const values: Record<string, number> = {};
+      for (const [split, ds] of [['val', val], ['test', test]] as const) {
+        if (!ds) continue;
+        const r = evaluate(session, programs, ds, scalars);
+        if (split === 'val') lastVal = r;
+        else lastEval = r;
+        emit({ kind: 'eval', step: pos.step, epoch: pos.epoch, split, result: r });
+        const line: Record<string, unknown> = { split, step: pos.step, epoch: pos.epoch + 1 };
+        if (r.loss !== null) {
+          line.loss = r.loss;
+          values[`${split}_loss`] = r.loss;
+        }
+        for (const [k, v] of Object.entries(r.metrics)) values[`${split}_${k}`] = v;
+        Object.assign(line, r.metrics);
+        writeMetrics(line);
+      }
       lastEvalStep = pos.step;
-      emit({ kind: 'eval', step: pos.step, epoch: pos.epoch, result: lastEval });
-      const line: Record<string, unknown> = { step: pos.step, epoch: pos.epoch, split: 'test' };
-      if (lastEval.loss !== null) line.loss = lastEval.loss;
-      Object.assign(line, lastEval.metrics);
-      writeMetrics(line);
+      runUpdate();
+      if (!monitor) return;
+      const v = values[monitor.monitor];
+      if (v === undefined || !Number.isFinite(v)) return;
+      // best.safetensors: any improvement; early stopping (as Keras): an improvement beyond min_delta resets the count
+      if (best === null || improves(v, best.value, 0)) {
+        const file = path.join(ckptDir, BEST_FILE);
+        saveCheckpoint(file, session, model, infoNow());
+        best = { file, step: pos.step, monitor: monitor.monitor, value: v };
+        emit({ kind: 'best', step: pos.step, monitor: monitor.monitor, value: v, file });
+      }
+      if (!cfg.early_stop) return;
+      if (esRef === null || improves(v, esRef.value, cfg.early_stop.min_delta)) {
+        esRef = { value: v, step: pos.step };
+        sinceBest = 0;
+      } else sinceBest += 1;
+      if (sinceBest >= cfg.early_stop.patience && pos.step < totalSteps) {
+        stopEarly = true;
+        emit({ kind: 'early_stop', step: pos.step, monitor: monitor.monitor, best: esRef.value, bestStep: esRef.step, patience: cfg.early_stop.patience, minDelta: cfg.early_stop.min_delta });
+      }
     };
 
     emit({ kind: 'start', device: opened.device, totalSteps, stepsPerEpoch, startStep: pos.step, batch: B, trainSamples: train.count, testSamples: test?.count ?? 0 });
@@ -363,11 +507,12 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       const samplesPerSec = ((pos.step - startStep) * B * K) / Math.max(elapsed, 1e-3);
       const logged = pos.step === 1 || pos.step % logEvery === 0 || pos.step === totalSteps;
       emit({ kind: 'step', step: pos.step, epoch: pos.epoch, loss, lr, metrics, samplesPerSec, logged });
-      if (logged) writeMetrics({ step: pos.step, epoch: pos.epoch, loss, lr, ...metrics });
+      if (logged) writeMetrics({ split: 'train', step: pos.step, epoch: pos.epoch + 1, loss, lr, samples_per_sec: samplesPerSec, ...metrics });
 
       const epochEnd = pos.batchInEpoch + K > stepsPerEpoch * K;
       if (cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd) runEval();
       if (cfg.checkpoint_every !== null ? pos.step % cfg.checkpoint_every === 0 : epochEnd) checkpoint();
+      if (stopEarly) break;
 
       await new Promise((r) => setImmediate(r)); // let SIGINT and timers in
       if (opts.signal?.aborted && pos.step < totalSteps) {
@@ -377,8 +522,9 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     }
     if (!interrupted && lastEvalStep !== pos.step) runEval();
     if (lastCheckpointStep !== pos.step) checkpoint();
-    const seconds = (Date.now() - started) / 1000;
-    const doneSamples = (pos.step - startStep) * B * K;
+    runUpdate();
+    const seconds = trainSeconds();
+    const doneSamples = pos.step * B * K;
     return {
       device: opened.device,
       steps: pos.step,
@@ -386,14 +532,53 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       seconds,
       samplesPerSec: doneSamples / Math.max(seconds, 1e-6),
       test: lastEval,
+      val: lastVal,
       checkpoint: lastCheckpoint,
       interrupted,
       lastLoss,
+      runDir,
+      weights: weightsFile,
+      best,
+      stoppedEarly: stopEarly,
     };
   } finally {
-    if (metricsFd !== null) fs.closeSync(metricsFd);
+    for (const fd of metricsFds) fs.closeSync(fd);
     session.close();
   }
+}
+
+/** config.json of a run folder (the shared contract with the report page). */
+function writeRunConfig(runDir: string, model: CheckedModel, opts: TrainOptions, device: string, resumedFrom: string | null): void {
+  let specText = '';
+  try {
+    specText = fs.readFileSync(model.file, 'utf8');
+  } catch {
+    // a model checked from text has no file: the spec text stays empty
+  }
+  const { data, ...train } = model.train;
+  const rc = opts.runConfig;
+  const config: Record<string, unknown> = {
+    mpsc_version: rc?.mpscVersion ?? null,
+    model: model.name,
+    spec_file: path.resolve(model.file),
+    spec_text: specText,
+    argv: rc?.argv ?? [],
+    device,
+    threads: rc?.threads ?? opts.threads ?? null,
+    settings: { train, optimizer: model.optimizer, schedule: model.schedule, data },
+    overrides: rc?.overrides ?? [],
+    started_at: new Date().toISOString(),
+  };
+  if (resumedFrom !== null) {
+    config.resumed_from = path.resolve(resumedFrom);
+    try {
+      const before = JSON.parse(fs.readFileSync(path.join(runDir, CONFIG_FILE), 'utf8')) as { started_at?: unknown };
+      if (typeof before.started_at === 'string') config.started_at = before.started_at; // the run started then
+    } catch {
+      // a new folder for the resumed run: it starts now
+    }
+  }
+  writeFileAtomic(path.join(runDir, CONFIG_FILE), new TextEncoder().encode(JSON.stringify(config, null, 2) + '\n'));
 }
 
 export interface EvalOptions {

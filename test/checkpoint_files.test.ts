@@ -97,7 +97,7 @@ describe('checkpoint files', () => {
     expect(md.seed).toBe('5');
     expect(md.counter).toBe('11');
     expect(typeof md.tensors_sha256).toBe('string');
-    expect(metadataToInfo(readCheckpointFile(f).metadata, f)).toEqual(info(7));
+    expect(metadataToInfo(readCheckpointFile(f).metadata, f)).toEqual({ ...info(7), trainSeconds: 0 });
     expect(batchnormLayers(withBn)).toEqual(['bn0']);
     s.close();
   });

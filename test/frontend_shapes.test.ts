@@ -173,6 +173,8 @@ describe('lowering to the forward IR graph', () => {
       grad_accum: 1,
       eval_every: null,
       checkpoint_every: null,
+      val_split: 0,
+      early_stop: null,
     });
     expect(m.schedule).toEqual({ kind: 'constant', warmup_steps: 0, warmup_start_factor: 1 / 3 });
   });

@@ -42,7 +42,7 @@ describe('mpsc train / eval (child process)', () => {
     expect(out.checkpoint).toBe(path.join(ck, 'checkpoint-6.safetensors'));
     expect(fs.existsSync(out.checkpoint)).toBe(true);
     const lines = fs.readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-    expect(lines.filter((l) => !l.split).map((l) => l.step)).toEqual([1, 2, 4, 6]);
+    expect(lines.filter((l) => l.split === 'train').map((l) => l.step)).toEqual([1, 2, 4, 6]);
     expect(lines.at(-1)).toMatchObject({ step: 6, split: 'test' });
     const e = mpsc('eval', TINY, '--weights', out.checkpoint, '--device', 'reference', '--json');
     expect(e.code).toBe(0);

@@ -117,10 +117,14 @@ describe(`training loop (${DEVICE})`, () => {
     const m = { ...tiny(), train: { ...tiny().train, eval_every: 10 } };
     await run(m, 'metrics', { steps: 25, logEvery: 10, metricsFile: f });
     const lines = fs.readFileSync(f, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-    const steps = lines.filter((l) => l.split === undefined);
+    const steps = lines.filter((l) => l.split === 'train');
     const evals = lines.filter((l) => l.split === 'test');
+    expect(lines.every((l) => l.split === 'train' || l.split === 'test')).toBe(true);
     expect(steps.map((l) => l.step)).toEqual([1, 10, 20, 25]);
-    expect(steps[0]).toMatchObject({ step: 1, epoch: 0, lr: 0.1 });
+    // epochs are 1-based, as the console shows them (tiny: 13 steps per epoch)
+    expect(steps.map((l) => l.epoch)).toEqual([1, 1, 2, 2]);
+    expect(steps[0]).toMatchObject({ step: 1, epoch: 1, lr: 0.1 });
+    expect(typeof steps[0].samples_per_sec).toBe('number');
     expect(typeof steps[0].loss).toBe('number');
     expect(evals.map((l) => l.step)).toEqual([10, 20, 25]);
     expect(typeof evals[0].accuracy).toBe('number');

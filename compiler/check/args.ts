@@ -16,7 +16,7 @@ export type Val =
   | { t: 'list'; items: Val[] }
   | { t: 'tensor'; id: number };
 
-export type ArgType = 'int' | 'float' | 'bool' | 'string' | 'pair' | 'ints' | 'str_or_int' | 'strmap' | 'init' | 'call';
+export type ArgType = 'int' | 'float' | 'bool' | 'string' | 'pair' | 'ints' | 'str_or_int' | 'strmap' | 'init' | 'call' | 'map';
 
 export interface ArgSpec {
   name: string;
@@ -71,6 +71,7 @@ const TYPE_WORDS: Record<ArgType, string> = {
   strmap: 'a map {name: "string", ...}',
   init: 'an initializer such as xavier_uniform() or normal(std: 0.02)',
   call: 'a call such as mnist()',
+  map: 'a map {key: value, ...}',
 };
 
 /** Integer/float arithmetic with integer results kept exact (`/` on integers floors). */
@@ -234,7 +235,7 @@ export function bindArgs(ctx: BindCtx, specs: ArgSpec[], positional: PositionalA
   let ok = true;
   const variadic = specs.length > 0 && specs[specs.length - 1].variadic ? specs[specs.length - 1] : null;
   const fixed = variadic ? specs.length - 1 : specs.length;
-  const positionalSpecs = specs.filter((s) => s.type !== 'init' && s.type !== 'strmap' && s.type !== 'call');
+  const positionalSpecs = specs.filter((s) => s.type !== 'init' && s.type !== 'strmap' && s.type !== 'call' && s.type !== 'map');
   for (let i = 0; i < positional.length; i++) {
     const p = positional[i];
     if (variadic && i >= fixed) {
@@ -280,9 +281,9 @@ export function bindArgs(ctx: BindCtx, specs: ArgSpec[], positional: PositionalA
       out[spec.name] = init;
       continue;
     }
-    if (spec.type === 'call') {
-      if (a.value.kind !== 'call') {
-        ctx.diags.push(errorAt(a.value.loc, `${ctx.argWord ?? 'argument'} '${spec.name}' of ${ctx.what} expects ${TYPE_WORDS.call}`));
+    if (spec.type === 'call' || spec.type === 'map') {
+      if (a.value.kind !== spec.type) {
+        ctx.diags.push(errorAt(a.value.loc, `${ctx.argWord ?? 'argument'} '${spec.name}' of ${ctx.what} expects ${TYPE_WORDS[spec.type]}`));
         ok = false;
       }
       out[spec.name] = a.value;

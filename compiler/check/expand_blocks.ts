@@ -11,7 +11,7 @@
 import type * as A from '../parser/ast.js';
 import type { DType } from '../ir/graph.js';
 import { BATCH } from '../model.js';
-import { errorAt, suggestion, type Diagnostic } from '../diagnostics.js';
+import { closestNames, errorAt, suggestion, type Diagnostic } from '../diagnostics.js';
 import { arith, bindArgs, convert, describeVal, literalVal, unreachable, type ArgSpec, type PositionalArg, type Val } from './args.js';
 import { LAYERS, layersWithRole, type LayerDef, type LayerRole } from './layers.js';
 import { MAX_INT } from '../parser/to_ast.js';
@@ -339,7 +339,7 @@ export class Expander {
       if (scope.vars.has(name)) return this.err(c.callee.loc, `'${name}' is a value, not a ${scope.role}`, c.alias ? "'as' names a layer instance: put it after a layer call" : undefined);
       const cands = [...layersWithRole(scope.role).map((d) => d.name), ...(scope.role === 'layer' ? this.blocks.keys() : [])];
       const other = LAYERS[name] && !LAYERS[name].internal ? ` ('${name}' is a ${LAYERS[name].role})` : '';
-      return this.err(c.callee.loc, `unknown ${scope.role} '${name}'${other}`, suggestion(name, cands) ?? (scope.role === 'layer' ? undefined : `${scope.role === 'loss' ? 'losses' : 'metrics'}: ${cands.join(', ')}`));
+      return this.err(c.callee.loc, `unknown ${scope.role} '${name}'${other}`, scope.role === 'layer' ? suggestion(name, cands) ?? `closest layers: ${closestNames(name, cands, 4).join(', ')} (all layers: docs/language.md)` : suggestion(name, cands) ?? `${scope.role === 'loss' ? 'losses' : 'metrics'}: ${cands.join(', ')}`);
     }
     if (dry) return null;
     const positional: PositionalArg[] = piped ? [piped] : [];

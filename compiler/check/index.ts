@@ -14,6 +14,7 @@ import { expand } from './expand_blocks.js';
 import { inferShapes } from './shapes.js';
 import { lower } from './lower.js';
 import { checkOptimizer, checkSchedule, checkTrain } from './settings.js';
+import { applyOverrides, formatWithOverrides, type Override } from './overrides.js';
 
 function dedupe(diags: Diagnostic[]): Diagnostic[] {
   const seen = new Set<string>();
@@ -27,25 +28,34 @@ function dedupe(diags: Diagnostic[]): Diagnostic[] {
 
 export interface CheckResult {
   model: CheckedModel;
-  /** formatted warnings (values computed but never used) */
+  /** formatted warnings (values computed but never used, data files that do not exist) */
   warnings: string[];
+  /** the same warnings as Diagnostics (for --json) */
+  warningDiagnostics: Diagnostic[];
 }
 
 export function checkSource(text: string, file: string): CheckedModel {
   return checkSourceWithWarnings(text, file).model;
 }
 
-export function checkFile(path: string): CheckedModel {
-  return checkSourceWithWarnings(readSpec(path), path).model;
+export function checkFile(path: string, overrides: Override[] = []): CheckedModel {
+  return checkSourceWithWarnings(readSpec(path), path, overrides).model;
 }
 
 export function checkFileWithWarnings(path: string): CheckResult {
   return checkSourceWithWarnings(readSpec(path), path);
 }
 
-export function checkSourceWithWarnings(text: string, file: string): CheckResult {
-  const { ast, diagnostics: diags } = parseSource(text, file);
+/** `overrides` (--set, --lr) replace settings of the parsed spec before they are checked (overrides.ts). */
+export function checkSourceWithWarnings(text: string, file: string, overrides: Override[] = []): CheckResult {
+  const parsed = parseSource(text, file);
+  const diags = parsed.diagnostics;
   throwIfErrors(diags, text);
+  const ast = overrides.length ? applyOverrides(parsed.ast, overrides, diags) : parsed.ast;
+  const failOnErrors = (ds: Diagnostic[], src: string) => {
+    if (overrides.length && ds.some((d) => d.severity === 'error')) throw new UserError(formatWithOverrides(ds.filter((d) => d.severity === 'error'), src, overrides));
+    throwIfErrors(ds, src);
+  };
 
   for (const m of ast.model.slice(1)) diags.push(errorAt(m.loc, "duplicate 'model' line"));
   const name = ast.model[0]?.value.name ?? nodePath.basename(file).replace(/\.model$/, '');
@@ -53,11 +63,12 @@ export function checkSourceWithWarnings(text: string, file: string): CheckResult
   const x = expand(ast, diags);
   const optimizer = checkOptimizer(ast, diags);
   const schedule = checkSchedule(ast, diags);
-  const train = x ? checkTrain(ast, nodePath.dirname(nodePath.resolve(file)), x.inputs, diags, x.inputErrors) : null;
+  const metricInfo = x ? x.layers.filter((l) => l.role === 'metric').map((l) => ({ name: l.path, type: l.type })) : [];
+  const train = x ? checkTrain(ast, nodePath.dirname(nodePath.resolve(file)), x.inputs, diags, x.inputErrors, metricInfo) : null;
   // shapes are checked even when a setting is wrong, so one run reports both kinds of error
   const inf = x ? inferShapes(x, diags) : null;
   if (x === null || inf === null || optimizer === null || schedule === null || train === null) {
-    throwIfErrors(dedupe(diags), text);
+    failOnErrors(dedupe(diags), text);
     throw new Error('internal: checking failed without a diagnostic');
   }
   if (!diags.some((d) => d.severity === 'error')) {
@@ -67,12 +78,12 @@ export function checkSourceWithWarnings(text: string, file: string): CheckResult
       if (!read.has(i)) diags.push(errorAt(inp.loc, `input '${inp.name}' is never used`, 'use it in the network, the loss or a metric, or remove it'));
     });
   }
-  throwIfErrors(dedupe(diags), text);
+  failOnErrors(dedupe(diags), text);
   const low = lower(x, inf);
 
   const read = new Set<number>();
   for (const l of x.layers) for (const i of l.inputs) read.add(i);
-  const warnings: Diagnostic[] = [];
+  const warnings: Diagnostic[] = diags.filter((d) => d.severity === 'warning');
   for (const a of x.assigned) {
     if (!read.has(a.id)) warnings.push({ severity: 'warning', loc: a.loc, message: `value '${a.name}' is never used`, hint: 'use it in the loss or a metric, or remove it (its layers still run)' });
   }
@@ -98,8 +109,10 @@ export function checkSourceWithWarnings(text: string, file: string): CheckResult
     schedule,
     train,
     numClasses,
+    names: x.assigned.map((a) => ({ name: a.name, value: low.valueIds[a.id] })),
   };
-  return { model, warnings: dedupe(warnings).map((w) => formatDiagnostic(w, text)) };
+  const shown = dedupe(warnings);
+  return { model, warnings: shown.map((w) => formatDiagnostic(w, text)), warningDiagnostics: shown };
 }
 
 /** Read a spec file; a missing or unreadable file is a UserError. */

@@ -9,7 +9,7 @@ import { type UnaryFn, UNARY_FNS_TABLE } from '../ir/scalar_fns.js';
 import { BATCH, type InitSpec } from '../model.js';
 import type { ArgSpec } from './args.js';
 import { broadcastShapes, windowOut } from '../ir/shapes.js';
-import { fmtDims, fmtTensor, sampleNumel, type TensorInfo } from './shape_util.js';
+import { fmtDims, fmtTensor, sameShapeHint, sampleNumel, type TensorInfo } from './shape_util.js';
 
 export interface ParamPlan {
   name: string; // `weight`, `bias`, `running_mean`
@@ -169,7 +169,7 @@ function sameShapeLoss(name: string, doc: string, names: [string, string]): Laye
     infer(x, _a, ctx) {
       const [p, t] = x;
       if (p.dtype !== 'f32' || t.dtype !== 'f32' || fmtDims(p.shape) !== fmtDims(t.shape))
-        return ctx.fail(`${ctx.what} expects ${names[0]} and ${names[1]} of the same shape (f32), got ${fmtTensor(p)} and ${fmtTensor(t)}`);
+        return ctx.fail(`${ctx.what} expects ${names[0]} and ${names[1]} of the same shape (f32), got ${fmtTensor(p)} and ${fmtTensor(t)}`, sameShapeHint(p, t, names));
       return { op: name, attrs: {}, out: f32([]), params: [] };
     },
   };

@@ -15,6 +15,8 @@ export interface Lowered {
   layers: LayerSummary[];
   loss: { kind: string; value: number } | null;
   metrics: { name: string; value: number }[];
+  /** graph value id of each expanded value (inputs first, then layer k at inputs.length + k) */
+  valueIds: number[];
 }
 
 export function lower(x: Expanded, inf: Inferred): Lowered {
@@ -58,5 +60,5 @@ export function lower(x: Expanded, inf: Inferred): Lowered {
         loc: l.loc,
       });
   });
-  return { graph: b.graph, inputs, params, layers, loss, metrics };
+  return { graph: b.graph, inputs, params, layers, loss, metrics, valueIds: ids };
 }

@@ -3,9 +3,10 @@
  * into OptimizerConfig / ScheduleConfig / TrainConfig. Relative data paths resolve
  * against the spec file's folder.
  */
+import * as fs from 'node:fs';
 import * as nodePath from 'node:path';
 import type * as A from '../parser/ast.js';
-import type { DataSource, OptimizerConfig, ScheduleConfig, TrainConfig } from '../model.js';
+import type { DataSource, EarlyStopConfig, OptimizerConfig, ScheduleConfig, TrainConfig } from '../model.js';
 import { BATCH } from '../model.js';
 import { errorAt, suggestion, type Diagnostic } from '../diagnostics.js';
 import { bindArgs, constEval, type ArgSpec, type PositionalArg } from './args.js';
@@ -101,7 +102,53 @@ export const TRAIN_KEYS: ArgSpec[] = [
   { name: 'grad_accum', type: 'int', min: 1, default: 1, doc: 'batches accumulated per optimizer step' },
   { name: 'eval_every', type: 'int', min: 1, default: null, doc: 'evaluate every this many optimizer steps (default: each epoch end)' },
   { name: 'checkpoint_every', type: 'int', min: 1, default: null, doc: 'checkpoint every this many optimizer steps (default: each epoch end)' },
+  { name: 'val_split', type: 'float', min: 0, max: 1, maxExclusive: true, default: 0, doc: 'hold out this fraction of the training data (its last samples, unshuffled) as a validation set' },
+  { name: 'early_stop', type: 'map', default: null, doc: 'stop when the monitored value stops improving: { monitor: "val_loss", patience: 3, min_delta: 0 }' },
 ];
+
+export const EARLY_STOP_KEYS: ArgSpec[] = [
+  { name: 'monitor', type: 'string', default: null, doc: 'val_loss, val_<metric>, test_loss or test_<metric> (default: val_loss with a val_split, else test_loss)' },
+  { name: 'patience', type: 'int', min: 1, default: 3, doc: 'evaluations without improvement before stopping' },
+  { name: 'min_delta', type: 'float', min: 0, default: 0, doc: 'an improvement must beat the best value by more than this' },
+  { name: 'mode', type: 'string', default: 'auto', doc: "'min', 'max' or 'auto' (max for accuracy and top_k, min for losses and other metrics)" },
+];
+
+/** the metrics of the spec (name and layer type), which early_stop may monitor */
+export interface MetricInfo {
+  name: string;
+  type: string;
+}
+
+/** max for accuracy-like metrics, min for losses and everything else */
+export function monitorMode(monitor: string, metrics: MetricInfo[]): 'min' | 'max' {
+  const name = monitor.replace(/^(val|test)_/, '');
+  const m = metrics.find((x) => x.name === name);
+  return m && (m.type === 'accuracy' || m.type === 'top_k') ? 'max' : 'min';
+}
+
+function checkEarlyStop(e: A.MapExpr, valSplit: number, metrics: MetricInfo[], diags: Diagnostic[]): EarlyStopConfig | null {
+  const named: A.Arg[] = e.entries.map((en) => ({ name: en.key, value: en.value }));
+  const a = bindArgs({ what: 'early_stop', diags, evalExpr: (x) => constEval(x, diags), argWord: 'key' }, EARLY_STOP_KEYS, [], named, e.loc) as Record<string, any> | null;
+  if (a === null) return null;
+  const monitor: string = a.monitor ?? (valSplit > 0 ? 'val_loss' : 'test_loss');
+  const at = e.entries.find((en) => en.key.name === 'monitor')?.value.loc ?? e.loc;
+  const allowed = ['val', 'test'].flatMap((s) => ['loss', ...metrics.map((m) => m.name)].map((n) => `${s}_${n}`));
+  if (!allowed.includes(monitor)) {
+    diags.push(errorAt(at, `early_stop cannot monitor '${monitor}'`, suggestion(monitor, allowed) ?? `monitor one of: ${allowed.join(', ')}`));
+    return null;
+  }
+  if (monitor.startsWith('val_') && valSplit === 0) {
+    diags.push(errorAt(at, `early_stop monitors '${monitor}' but the train section has no val_split`, `add e.g. val_split: 0.1, or monitor test_${monitor.slice(4)}`));
+    return null;
+  }
+  if (!['min', 'max', 'auto'].includes(a.mode)) {
+    const mloc = e.entries.find((en) => en.key.name === 'mode')!.value.loc;
+    diags.push(errorAt(mloc, `early_stop mode must be 'min', 'max' or 'auto', got '${a.mode}'`));
+    return null;
+  }
+  const mode = a.mode === 'auto' ? monitorMode(monitor, metrics) : (a.mode as 'min' | 'max');
+  return { monitor, patience: a.patience, min_delta: a.min_delta, mode };
+}
 
 function bindCall(c: A.CallExpr, table: Record<string, { args: ArgSpec[] }>, kind: string, diags: Diagnostic[]): { name: string; args: Record<string, unknown> } | null {
   const def = table[c.callee.name];
@@ -172,6 +219,16 @@ function describeInputs(inputs: FlatInput[]): string {
   return inputs.map((i) => `'${i.name}' ${fmtTensor(i)}`).join(', ');
 }
 
+/**
+ * A data file or folder that does not exist (yet) is a warning, not an error: `mpsc check` still
+ * checks the rest (the data may be fetched later) and `mpsc train` fails when it loads the data.
+ */
+function warnMissingFiles(c: A.CallExpr, files: [string, string | null][], diags: Diagnostic[]): void {
+  for (const [arg, file] of files) {
+    if (file !== null && !fs.existsSync(file)) diags.push({ severity: 'warning', loc: c.loc, message: `${c.callee.name}() ${arg} ${file} does not exist`, hint: `training will fail until it does; paths are relative to the spec's folder` });
+  }
+}
+
 function checkData(c: A.CallExpr, specDir: string, inputs: FlatInput[], diags: Diagnostic[], inputErrors: boolean): DataSource | null {
   const r = bindCall(c, DATA_SOURCES, 'data source', diags);
   if (!r) return null;
@@ -187,9 +244,11 @@ function checkData(c: A.CallExpr, specDir: string, inputs: FlatInput[], diags: D
         diags.push(errorAt(c.loc, `mnist() provides images f32[N, 1, 28, 28] (or f32[N, 784]) and labels i32[N], but the inputs are ${describeInputs(inputs) || 'none'}`, 'declare: input image: f32[N, 1, 28, 28] and input label: i32[N]'));
         return null;
       }
+      warnMissingFiles(c, [['dir', abs(a.dir)]], diags);
       return { kind: 'mnist', dir: abs(a.dir), normalize: a.normalize };
     }
     case 'csv':
+      warnMissingFiles(c, [['train', abs(a.train)], ['test', abs(a.test)]], diags);
       return { kind: 'csv', train: abs(a.train)!, test: abs(a.test), label_column: a.label_column, normalize: a.normalize };
     case 'safetensors': {
       const map: Record<string, string> = a.inputs ?? Object.fromEntries(inputs.map((i) => [i.name, i.name]));
@@ -204,6 +263,7 @@ function checkData(c: A.CallExpr, specDir: string, inputs: FlatInput[], diags: D
         diags.push(errorAt(c.loc, `safetensors inputs map has no tensor for input '${missing[0].name}'`, `add ${missing[0].name}: "tensor_name"`));
         return null;
       }
+      warnMissingFiles(c, [['train', abs(a.train)], ['test', abs(a.test)]], diags);
       return { kind: 'safetensors', train: abs(a.train)!, test: abs(a.test), inputs: map };
     }
     default:
@@ -211,7 +271,7 @@ function checkData(c: A.CallExpr, specDir: string, inputs: FlatInput[], diags: D
   }
 }
 
-export function checkTrain(ast: A.ModelFile, specDir: string, inputs: FlatInput[], diags: Diagnostic[], inputErrors = false): TrainConfig | null {
+export function checkTrain(ast: A.ModelFile, specDir: string, inputs: FlatInput[], diags: Diagnostic[], inputErrors = false, metrics: MetricInfo[] = []): TrainConfig | null {
   for (const o of ast.train.slice(1)) diags.push(errorAt(o.loc, "duplicate 'train' section"));
   if (ast.train.length === 0) {
     diags.push(errorAt({ file: ast.file, line: 1, col: 1 }, 'the spec has no train section', 'add e.g.: train { data: mnist(), epochs: 1, batch: 64 }'));
@@ -227,7 +287,8 @@ export function checkTrain(ast: A.ModelFile, specDir: string, inputs: FlatInput[
     return null;
   }
   const data = checkData(a.data as A.CallExpr, specDir, inputs, diags, inputErrors);
-  if (data === null) return null;
+  const earlyStop = a.early_stop === null ? null : checkEarlyStop(a.early_stop as A.MapExpr, a.val_split, metrics, diags);
+  if (data === null || (a.early_stop !== null && earlyStop === null)) return null;
   return {
     data,
     epochs: a.steps === null ? (a.epochs ?? 1) : null,
@@ -240,5 +301,7 @@ export function checkTrain(ast: A.ModelFile, specDir: string, inputs: FlatInput[
     grad_accum: a.grad_accum,
     eval_every: a.eval_every,
     checkpoint_every: a.checkpoint_every,
+    val_split: a.val_split,
+    early_stop: earlyStop,
   };
 }

@@ -15,6 +15,74 @@ const SECTION_NAMES = ['model', 'input', 'block', 'network', 'loss', 'metrics', 
 /** Deeper bracket nesting is rejected before parsing (keeps recursion far from the stack limit). */
 export const MAX_NESTING = 64;
 
+/** Hints for characters the lexer rejects that are easy to type by accident. */
+const CHAR_HINTS: Record<string, string> = {
+  ';': 'statements need no separator; remove it',
+  '\u201C': 'use a straight double quote (") for strings',
+  '\u201D': 'use a straight double quote (") for strings',
+  "'": 'strings use double quotes ("...")',
+  '\u2018': 'strings use straight double quotes ("...")',
+  '\u2019': 'strings use straight double quotes ("...")',
+  '\u2192': "write the arrow as '->'",
+  '\u2212': "write minus as '-'",
+  '\u00D7': "write times as '*'",
+};
+
+/**
+ * Words (outside comments and strings) made of letters, digits and _ with at least one non-ASCII
+ * letter: each distinct one with its first position and use count, and the text with every such
+ * word's code units replaced by 'x' (same length, so positions stay right).
+ */
+function nonAsciiNames(text: string): { text: string; names: { name: string; bad: string; line: number; col: number; uses: number }[] } {
+  const names = new Map<string, { name: string; bad: string; line: number; col: number; uses: number }>();
+  let out = '';
+  let line = 1;
+  let lineStart = 0;
+  let i = 0;
+  while (i < text.length) {
+    const ch = text[i];
+    if (ch === '\n') {
+      out += ch;
+      line++;
+      lineStart = ++i;
+    } else if (ch === '#') {
+      const end = text.indexOf('\n', i);
+      const stop = end < 0 ? text.length : end;
+      out += text.slice(i, stop);
+      i = stop;
+    } else if (ch === '"') {
+      let j = i + 1;
+      while (j < text.length && text[j] !== '"' && text[j] !== '\n') j += text[j] === '\\' ? 2 : 1;
+      const stop = Math.min(text.length, text[j] === '"' ? j + 1 : j);
+      out += text.slice(i, stop);
+      i = stop;
+    } else {
+      const m = /^[\p{L}\p{N}_\p{M}]+/u.exec(text.slice(i, i + 200));
+      if (m && /[^\x00-\x7F]/.test(m[0])) {
+        const w = m[0];
+        const seen = names.get(w);
+        if (seen) seen.uses++;
+        else names.set(w, { name: w, bad: /[^\x00-\x7F]/u.exec(w)![0], line, col: i - lineStart + 1, uses: 1 });
+        out += /^\p{N}/u.test(w) ? '_' + 'x'.repeat(w.length - 1) : 'x'.repeat(w.length);
+        i += w.length;
+      } else if (m) {
+        out += m[0];
+        i += m[0].length;
+      } else {
+        out += ch;
+        i++;
+      }
+    }
+  }
+  return { text: out, names: [...names.values()] };
+}
+
+/** An ASCII spelling of a name (accents dropped, ß -> ss), or null when nothing ASCII is left. */
+function asciiSpelling(name: string): string | null {
+  const s = name.normalize('NFD').replace(/\p{M}/gu, '').replace(/ß/g, 'ss').replace(/æ/g, 'ae').replace(/ø/g, 'o').replace(/[^A-Za-z0-9_]/g, '');
+  return /^[A-Za-z_]/.test(s) ? s : null;
+}
+
 export interface ParseResult {
   ast: ModelFile;
   diagnostics: Diagnostic[];
@@ -25,12 +93,24 @@ export function parseSource(text: string, file: string): ParseResult {
   const builder = new AstBuilder(file, diags);
   const ast: ModelFile = { file, model: [], inputs: [], blocks: [], network: [], loss: [], metrics: [], optimizer: [], schedule: [], train: [] };
 
-  const lexed = T.modelLexer.tokenize(text);
+  // names with non-ASCII letters: one error per distinct name, and the lexer sees an ASCII stand-in of
+  // the same length so the rest of the file parses without a cascade
+  const nonAscii = nonAsciiNames(text);
+  for (const n of nonAscii.names) {
+    const loc = { file, line: n.line, col: n.col, endLine: n.line, endCol: n.col + n.name.length - 1 };
+    const ascii = asciiSpelling(n.name);
+    diags.push(errorAt(loc, `name '${n.name}' has a non-ASCII character '${n.bad}'${n.uses > 1 ? ` (and ${n.uses - 1} more use${n.uses > 2 ? 's' : ''} of it)` : ''}`, `names are ASCII letters, digits and _${ascii ? `: rename it, e.g. '${ascii}'` : ''}`));
+  }
+  const lexed = T.modelLexer.tokenize(nonAscii.text);
   for (const e of lexed.errors) {
     const ch = text.slice(e.offset, e.offset + 1);
     const loc = { file, line: e.line ?? 1, col: e.column ?? 1 };
     if (ch === '"') diags.push(errorAt(loc, 'unterminated string', 'close the string with " on the same line'));
-    else diags.push(errorAt(loc, `unexpected character ${JSON.stringify(ch)}`, ch === ';' ? 'statements need no separator; remove it' : undefined));
+    else diags.push(errorAt(loc, `unexpected character ${JSON.stringify(ch)}${ch.charCodeAt(0) > 127 ? ` (U+${ch.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')})` : ''}`, CHAR_HINTS[ch]));
+  }
+  if (lexed.tokens.length === 0 && lexed.errors.length === 0 && nonAscii.names.length === 0) {
+    diags.push(errorAt({ file, line: 1, col: 1 }, text.trim() === '' ? 'the file is empty' : 'the file has only comments', 'a spec needs a model line, inputs, a network, a loss, an optimizer and a train section: start from specs/mnist_mlp.model (docs/language.md)'));
+    return { ast, diagnostics: diags };
   }
 
   const tokens = lexed.tokens;

@@ -1,0 +1,76 @@
+/**
+ * `mpsc predict SPEC --weights REF --input FILE... [--json] [--batch N]`: run a trained model on
+ * new inputs (runtime/predict.ts). Prints each sample's top class and probability for a
+ * classifier (a head read by cross_entropy / nll / accuracy / top_k), else the head values;
+ * with --json one object {"outputs": {"<value>": [...nested arrays...]}} on stdout.
+ */
+import type { Command } from 'commander';
+import { resolveWeights } from '../runtime/run_folder.js';
+import { loadEvalWeights, loadPredictInputs, nested, predict, topClasses } from '../runtime/predict.js';
+import { checkSpec, parsePositiveInt } from './train.js';
+
+interface PredictCliOptions {
+  weights: string;
+  input: string[];
+  batch?: number;
+  json?: boolean;
+}
+
+export const PREDICT_HELP = `
+Inputs (--input):
+  one .safetensors file   one tensor per spec input except the label, named as in the spec, [N, ...]
+  one .csv file           rows as the spec's csv() source reads them, with or without the label column
+  .png / .jpg files       one sample each, for a model with one f32 image input [N, C, H, W]: grayscale
+                          (C = 1) or RGB, resized to H x W, scaled as the data source scales pixels
+                          (mnist(): /255 then the MNIST mean/std; MNIST digits are white on black)
+Labels are never needed (the label input is fed zeros; the loss is not reported).
+--weights: a checkpoint, model.safetensors, a run folder or latest (a folder's best.safetensors,
+else its model.safetensors, else its newest checkpoint). Runs the eval graph on the float64
+reference interpreter (no compile step).
+
+Examples:
+  mpsc predict specs/mnist_mlp.model --weights latest --input digit.png
+  mpsc predict specs/lenet.model --weights runs/lenet/20260101-120000 --input a.png b.jpg
+  mpsc predict specs/mnist_mlp.model --weights model.safetensors --input batch.safetensors --json
+`;
+
+export function register(program: Command): void {
+  program
+    .command('predict')
+    .description('run a trained model on new inputs: `mpsc predict specs/mnist_mlp.model --weights latest --input digit.png`')
+    .argument('<spec>', 'the .model file')
+    .requiredOption('--weights <ref>', 'a checkpoint or weights file, a run folder, or latest')
+    .requiredOption('--input <files...>', 'a .safetensors file, a .csv file, or image files (.png, .jpg)')
+    .option('--batch <n>', "samples per evaluation chunk (default: the spec's batch)", parsePositiveInt('--batch'))
+    .option('--json', 'print {"outputs": {"<value>": [...]}} on stdout')
+    .addHelpText('after', PREDICT_HELP)
+    .action(async (spec: string, o: PredictCliOptions) => {
+      const model = await checkSpec(spec);
+      const w = resolveWeights(o.weights, model.name);
+      if (w.note) process.stderr.write(w.note + '\n');
+      const weights = loadEvalWeights(model, w.file);
+      const inputs = loadPredictInputs(model, o.input);
+      const r = predict(model, weights, inputs, o.batch ?? model.train.batch);
+      if (o.json) {
+        const outputs: Record<string, unknown> = {};
+        r.heads.forEach((h, k) => (outputs[h.name] = nested(r.values[k], inputs.count, r.shapes[k])));
+        process.stdout.write(JSON.stringify({ outputs }) + '\n');
+        return;
+      }
+      const lines: string[] = [];
+      r.heads.forEach((h, k) => {
+        const shape = r.shapes[k];
+        if (h.scores && shape.length === 1) {
+          const top = topClasses(r.values[k], inputs.count, shape[0], h.scores);
+          top.forEach((t, i) => lines.push(`${inputs.labels[i]}: class ${t.cls} (p=${t.p.toFixed(4)})`));
+        } else {
+          const per = shape.reduce((a, b) => a * b, 1);
+          for (let i = 0; i < inputs.count; i++) {
+            const vals = Array.from(r.values[k].subarray(i * per, Math.min((i + 1) * per, i * per + 8)), (v) => v.toPrecision(5));
+            lines.push(`${inputs.labels[i]}: ${h.name} [${shape.join(', ')}] ${vals.join(' ')}${per > 8 ? ' ...' : ''}`);
+          }
+        }
+      });
+      process.stdout.write(lines.join('\n') + '\n');
+    });
+}
