@@ -31,7 +31,8 @@
  * Threads: ctx owns a pool of (threads - 1) workers that stay alive across runs;
  * generated code splits work with mpsc_parallel_for (or the C++ wrapper in
  * mpsc_parallel.hpp). The partition of [0, n) into chunks depends only on n and the
- * thread count, never on timing, so results are bitwise reproducible for a fixed
+ * thread count, never on timing (threads claim chunks, so which thread runs a chunk
+ * may vary, never its bounds), so results are bitwise reproducible for a fixed
  * thread count.
  *
  * Errors: functions returning int return 0 on success, non-zero on error;

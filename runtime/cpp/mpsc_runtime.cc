@@ -44,27 +44,34 @@ inline bool spin_until(Ready&& ready, int us) {
   }
 }
 
-/** Fixed pool: worker w (1..T-1) runs chunk w of each job; the caller runs chunk 0.
- *  The mutex-protected fields are authoritative; agen / apending mirror generation / pending so
- *  that workers and the caller can spin briefly (SPIN_US) before sleeping on the condition variables. */
+/** Fixed pool with claimable chunks. A job over [0, n) is cut into jT = min(n, T) chunks at the fixed
+ *  boundaries n*t/jT (set by n and T only, so the results never depend on who runs a chunk), and every
+ *  participant, the caller included, claims the next unclaimed chunk until none is left. A worker the OS
+ *  has not scheduled yet (another process busy on its core) therefore claims nothing and delays nothing:
+ *  the caller runs its chunks instead of waiting a time slice for it (issue 16, bug 4).
+ *  `claim` packs (job generation << 20 | next chunk), so a worker that wakes late can never claim a chunk
+ *  of a newer job with the old job's function; `done` counts finished chunks of the current job.
+ *  Workers and the caller spin briefly (SPIN_US) before sleeping on the condition variables. */
 struct Pool {
   static constexpr int SPIN_US = 100;
+  static constexpr int CHUNK_BITS = 20;  // T <= 2^20 threads
   int T;
   std::vector<std::thread> workers;
   std::mutex mu;
   std::condition_variable cv_start, cv_done;
   uint64_t generation = 0;
-  int pending = 0;
   bool stop = false;
   std::atomic<uint64_t> agen{0};
-  std::atomic<int> apending{0};
-  // the current job
+  std::atomic<uint64_t> claim{0};
+  std::atomic<int> done{0};
+  // the current job (written under mu before agen / generation move)
   int64_t n = 0;
+  int jobT = 0;
   mpsc_range_fn fn = nullptr;
   void* arg = nullptr;
 
   explicit Pool(int threads) : T(threads) {
-    for (int w = 1; w < T; w++) workers.emplace_back([this, w] { loop(w); });
+    for (int w = 1; w < T; w++) workers.emplace_back([this] { loop(); });
   }
   ~Pool() {
     {
@@ -75,11 +82,27 @@ struct Pool {
     cv_start.notify_all();
     for (auto& t : workers) t.join();
   }
-  static void chunk(int64_t n, int T, int t, int64_t* b, int64_t* e) {
-    *b = n * t / T;
-    *e = n * (t + 1) / T;
+  /** claims and runs chunks of job `gen` until none is left; returns how many it ran */
+  int work(uint64_t gen, int64_t jn, int jT, mpsc_range_fn jfn, void* jarg) {
+    int ran = 0;
+    for (;;) {
+      uint64_t c = claim.load(std::memory_order_acquire);
+      int t;
+      do {
+        if ((c >> CHUNK_BITS) != (gen & ((uint64_t(1) << (64 - CHUNK_BITS)) - 1))) return ran;
+        t = (int)(c & ((uint64_t(1) << CHUNK_BITS) - 1));
+        if (t >= jT) return ran;
+      } while (!claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+      const int64_t b = jn * t / jT, e = jn * (t + 1) / jT;
+      if (e > b) jfn(jarg, b, e);
+      ran++;
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == jT) {
+        std::lock_guard<std::mutex> lk(mu);  // pairs with the caller's predicate check under mu
+        cv_done.notify_one();
+      }
+    }
   }
-  void loop(int w) {
+  void loop() {
     tl_in_parallel = true;
     uint64_t seen = 0;
     for (;;) {
@@ -93,40 +116,30 @@ struct Pool {
         cv_start.wait(lk, [&] { return stop || generation != seen; });
         if (stop) return;
         seen = generation;
-        jn = n; jfn = fn; jarg = arg;
-        jT = (int)(n < T ? n : T);
+        jn = n; jfn = fn; jarg = arg; jT = jobT;
       }
-      if (w < jT) {
-        int64_t b, e;
-        chunk(jn, jT, w, &b, &e);
-        if (e > b) jfn(jarg, b, e);
-      }
-      {
-        std::lock_guard<std::mutex> lk(mu);
-        apending.store(pending - 1, std::memory_order_release);
-        if (--pending == 0) cv_done.notify_one();
-      }
+      work(seen, jn, jT, jfn, jarg);
     }
   }
   void run(int64_t jn, mpsc_range_fn jfn, void* jarg) {
+    const int jT = (int)(jn < T ? jn : T);
+    uint64_t gen;
     {
       std::lock_guard<std::mutex> lk(mu);
-      n = jn; fn = jfn; arg = jarg;
-      pending = T - 1;
-      apending.store(T - 1, std::memory_order_relaxed);
-      generation++;
-      agen.store(generation, std::memory_order_release);
+      n = jn; fn = jfn; arg = jarg; jobT = jT;
+      gen = ++generation;
+      done.store(0, std::memory_order_relaxed);
+      claim.store((gen & ((uint64_t(1) << (64 - CHUNK_BITS)) - 1)) << CHUNK_BITS, std::memory_order_release);
+      agen.store(gen, std::memory_order_release);
     }
     cv_start.notify_all();
-    int jT = (int)(jn < T ? jn : T);
-    int64_t b, e;
-    chunk(jn, jT, 0, &b, &e);
     tl_in_parallel = true;
-    jfn(jarg, b, e);
+    work(gen, jn, jT, jfn, jarg);
     tl_in_parallel = false;
-    spin_until([&] { return apending.load(std::memory_order_acquire) == 0; }, SPIN_US);
+    // every chunk is claimed now; wait for the ones other threads are still running
+    if (spin_until([&] { return done.load(std::memory_order_acquire) == jT; }, SPIN_US)) return;
     std::unique_lock<std::mutex> lk(mu);
-    cv_done.wait(lk, [&] { return pending == 0; });
+    cv_done.wait(lk, [&] { return done.load(std::memory_order_acquire) == jT; });
   }
 };
 
