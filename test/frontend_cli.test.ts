@@ -49,7 +49,7 @@ describe('mpsc check', () => {
     expect(ref.stdout).toMatch(/unary\(%\d+\) \{fn=relu\}/);
     const bad = mpsc('check', 'specs/lenet.model', '--ir', '--device', 'tpu');
     expect(bad.status).toBe(1);
-    expect(bad.stderr).toMatch(/unknown --device 'tpu'[\s\S]*use one of cpu, metal, metal-emu, reference/);
+    expect(bad.stderr).toMatch(/unknown --device 'tpu'[\s\S]*use one of cpu, cuda, metal, metal-emu, reference/);
   });
 
   it('an invalid spec exits 1 with file:line:col diagnostics; a missing file exits 1', () => {
