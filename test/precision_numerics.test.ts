@@ -5,7 +5,10 @@
  *    bit for bit (value and sign) on edge cases (ties to even, the overflow midpoints, subnormals,
  *    NaN, inf, signed zeros) and on random values over each format's range;
  *  - the CPU backend's cast kernels (runtime/cpp/mpsc_half.hpp, F16C where the build targets it)
- *    give the same values (a generated program: cast -> cast back -> accumulate into a gradacc);
+ *    give the same values (a generated program: cast -> cast back -> accumulate into a gradacc),
+ *    and its bf16 x bf16 linear (VDPBF16PS where the build targets AVX-512 BF16) equals the
+ *    reference's to f32 summation noise; built twice: native flags and the x86-64 baseline
+ *    (-O3 alone: the scalar paths);
  *  - runtime/loss_scaler.ts follows torch.amp.GradScaler step by step on the same inf / NaN
  *    pattern (4100 steps: back-offs, growth after 2000 finite steps, back-off after growth).
  */
@@ -20,6 +23,8 @@ import { planMemory } from '../compiler/ir/memory_plan.js';
 import { HALF_FORMATS, maxFinite, roundToHalf } from '../compiler/reference/half.js';
 import { GRAD_SCALER_DEFAULTS, initialScaler, updateScaler } from '../runtime/loss_scaler.js';
 import { createCpuSession } from '../runtime/native/native_session.js';
+import { makeRng, relError } from '../compiler/reference/fixtures.js';
+import { runProgram } from './ir_helpers.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const FIX = JSON.parse(fs.readFileSync(path.join(HERE, 'fixtures', 'torch_precision.json'), 'utf8'));
@@ -70,6 +75,15 @@ function castProgram(lengths: number[]): ProgramSet {
   const e = new GraphBuilder();
   const ins = lengths.map((n, j) => g.value(`x${j}`, 'f32', [n], 'input'));
   lengths.forEach((n, j) => e.value(`x${j}`, 'f32', [n], 'input'));
+  // and a linear with both operands bf16 (the CPU's bf16 dot-product kernel): [M, K] x [N, K]^T + bias, relu
+  const [M, N, K] = LIN;
+  const lx = g.value('lin.x', 'f32', [M, K], 'input'), lw = g.value('lin.w', 'f32', [N, K], 'input'), lb = g.value('lin.b', 'f32', [N], 'input');
+  e.value('lin.x', 'f32', [M, K], 'input'), e.value('lin.w', 'f32', [N, K], 'input'), e.value('lin.b', 'f32', [N], 'input');
+  ins.push(lx, lw, lb);
+  const [x16] = g.emit('cast', [lx], [{ name: 'lin.x.bf16', dtype: 'bf16', shape: [M, K] }], { to: 'bf16' });
+  const [w16] = g.emit('cast', [lw], [{ name: 'lin.w.bf16', dtype: 'bf16', shape: [N, K] }], { to: 'bf16' });
+  const [ly] = g.emit('linear', [x16, w16, lb], [{ name: 'lin.y', shape: [M, N] }], { epilogue: 'relu' });
+  g.node('grad_accumulate', [g.value('lin.out', 'f32', [M, N], 'gradacc'), ly], [], { scale: 1 });
   lengths.forEach((n, j) => {
     for (const d of ['f16', 'bf16'] as const) {
       const acc = g.value(`${d}.out${j}`, 'f32', [n], 'gradacc');
@@ -86,27 +100,41 @@ function castProgram(lengths: number[]): ProgramSet {
   return { model: 'casts', train_step: p('train_step', g.graph), eval: p('eval', e.graph) };
 }
 
-describe('CPU cast kernels equal torch', () => {
-  it('f16 and bf16, vector and scalar paths', async () => {
-    // all values (mostly the vector path), then the first 49 (the edge cases) in pieces of 7 (the scalar path)
-    const starts = [0, ...Array.from({ length: 7 }, (_, j) => j * 7)];
-    const lengths = [xs.length, ...Array(7).fill(7)];
-    const session = await createCpuSession(castProgram(lengths), { threads: 2, cacheDir: CACHE });
-    try {
-      session.run('train_step', lengths.map((n, j) => Float32Array.from(xs.slice(starts[j], starts[j] + n))), { lr: 0, t: 1, seed: 0, counter: 0 });
-      for (const d of ['f16', 'bf16'] as const) {
-        const w = want(d);
-        lengths.forEach((n, j) => {
-          const got = session.read(`${d}.out${j}`);
-          // the accumulator starts at +0, so a -0 reads back as +0: zeros compare by value only
-          const bad = [...got].map((v, i) => [xs[starts[j] + i], v, w[starts[j] + i]]).filter(([, g2, e2]) => !(same(g2, e2) || (g2 === 0 && e2 === 0)));
-          expect(bad, `${d}, input ${j}`).toEqual([]);
-        });
+const LIN = [3, 5, 75]; // M, N, K: K = 2 x 32 + 11 (a masked tail for VDPBF16PS)
+
+describe('CPU cast kernels equal torch; the bf16 linear equals the reference', () => {
+  // native: F16C and AVX-512 BF16 on this machine; -O3 alone (x86-64 baseline): the scalar conversions and dot products
+  for (const cxxflags of [undefined, '-O3']) {
+    it(`f16 and bf16, vector and scalar paths (${cxxflags ?? 'native flags'})`, async () => {
+      // all values (mostly the vector path), then the first 49 (the edge cases) in pieces of 7 (the scalar path)
+      const starts = [0, ...Array.from({ length: 7 }, (_, j) => j * 7)];
+      const lengths = [xs.length, ...Array(7).fill(7)];
+      const programs = castProgram(lengths);
+      const session = await createCpuSession(programs, { threads: 2, cacheDir: CACHE, cxxflags });
+      try {
+        const rng = makeRng(1);
+        const [M, N, K] = LIN;
+        const lin = [M * K, N * K, N].map((n) => Float32Array.from({ length: n }, () => Math.fround(rng() * 4 - 2)));
+        const inputs = [...lengths.map((n, j) => Float32Array.from(xs.slice(starts[j], starts[j] + n))), ...lin];
+        session.run('train_step', inputs, { lr: 0, t: 1, seed: 0, counter: 0 });
+        const store = new Map([['lin.out', new Float64Array(M * N)], ...lengths.map((n, j) => [`f16.out${j}`, new Float64Array(n)] as const), ...lengths.map((n, j) => [`bf16.out${j}`, new Float64Array(n)] as const)]);
+        runProgram(programs.train_step, store, inputs.map((a) => Float64Array.from(a)), { lr: 0, t: 1, seed: 0, counter: 0 });
+        expect(relError(session.read('lin.out'), store.get('lin.out')!)).toBeLessThan(1e-6);
+        expect(store.get('lin.out')!.some((v) => v === 0) && store.get('lin.out')!.some((v) => v > 0)).toBe(true); // the relu epilogue acted
+        for (const d of ['f16', 'bf16'] as const) {
+          const w = want(d);
+          lengths.forEach((n, j) => {
+            const got = session.read(`${d}.out${j}`);
+            // the accumulator starts at +0, so a -0 reads back as +0: zeros compare by value only
+            const bad = [...got].map((v, i) => [xs[starts[j] + i], v, w[starts[j] + i]]).filter(([, g2, e2]) => !(same(g2, e2) || (g2 === 0 && e2 === 0)));
+            expect(bad, `${d}, input ${j}`).toEqual([]);
+          });
+        }
+      } finally {
+        session.close();
       }
-    } finally {
-      session.close();
-    }
-  }, 300_000);
+    }, 300_000);
+  }
 });
 
 describe('the fp16 loss scaler follows torch.amp.GradScaler', () => {

@@ -5,7 +5,7 @@
  * are uint16_t bit patterns there). Relies on precision.ts making 16-bit values only by cast.
  */
 import { isHalf } from '../../ir/graph.js';
-import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
+import { type KernelCtx, type KernelEmitter, PAR_MIN, prod, reluEpilogue } from '../kernel_ctx.js';
 import { tpl } from '../template.js';
 
 const CAST = tpl(`  mk::par(ctx, {{n}}, ${PAR_MIN}, [&](int64_t b, int64_t e) { mh::{{fn}}({{x}}, {{y}}, b, e); });
@@ -18,12 +18,23 @@ export const cast: KernelEmitter = (k) => {
   return CAST({ fn, x: k.inPtr(0), y: k.outPtr(0), n: prod(k.inShape(0)) });
 };
 
+const LINEAR_BF16 = tpl(`  mh::linear_bf16(ctx, {{x}}, {{w}}, {{bias}}, {{y}}, {{M}}, {{N}}, {{K}}, {{relu}});
+`);
+
+/** linear with both operands bf16: rows of bf16 dot products (VDPBF16PS where the build targets AVX-512 BF16), bias and the relu epilogue in f32 */
+function linearBf16(k: KernelCtx): string {
+  const xs = k.inShape(0), [N, K] = k.inShape(1);
+  return LINEAR_BF16({ x: k.inPtr(0), w: k.inPtr(1), bias: k.hasInput(2) ? k.inPtr(2) : 'nullptr', y: k.outPtr(0), M: prod(xs) / K, N, K, relu: String(reluEpilogue(k)) });
+}
+
 /**
- * The kernel of a node whose inputs include 16-bit values: each such input is widened (exactly)
+ * The kernel of a node whose inputs include 16-bit values: a bf16 x bf16 linear gets its own
+ * kernel (linearBf16); otherwise each such input is widened (exactly)
  * into a per-thread float buffer first, and `emit` sees it as an f32 input at that buffer.
  */
 export function withWidenedInputs(k: KernelCtx, emit: KernelEmitter): string {
   if (k.node.op === 'cast') return emit(k);
+  if (k.node.op === 'linear' && k.inDtype(0) === 'bf16' && k.inDtype(1) === 'bf16') return linearBf16(k);
   const widened = new Map<number, string>();
   let pre = '';
   k.node.inputs.forEach((id, i) => {
