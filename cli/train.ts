@@ -93,11 +93,13 @@ export function eventLine(): (e: TrainEvent) => string | null {
         t0 = Date.now();
         return `training: ${e.trainSamples} samples, batch ${e.batch}, ${e.totalSteps} steps (${e.stepsPerEpoch} per epoch) on ${e.device}`;
       case 'step': {
-        if (!e.logged) return null;
+        if (!e.logged && !e.amp?.skipped) return null;
         const done = e.step - startStep;
         const eta = done > 0 ? (((Date.now() - t0) / 1000) * (total - e.step)) / done : NaN;
         const ms = Object.entries(e.metrics).map(([k, v]) => `  ${metricLabel(k, v)}`).join('');
-        return `step ${e.step}/${total}  epoch ${e.epoch + 1}/${Math.ceil(total / perEpoch)}  loss ${e.loss.toFixed(4)}${ms}  lr ${e.lr.toPrecision(3)}  ${Math.round(e.samplesPerSec)} samples/s  ETA ${fmtEta(eta)}`;
+        // fp16: the loss scale, and a skipped step (its gradients overflowed) is always shown
+        const amp = e.amp ? `  loss scale ${e.amp.scale}${e.amp.skipped ? ` (step skipped: inf/NaN gradients; ${e.amp.skippedSteps} so far)` : ''}` : '';
+        return `step ${e.step}/${total}  epoch ${e.epoch + 1}/${Math.ceil(total / perEpoch)}  loss ${e.loss.toFixed(4)}${ms}  lr ${e.lr.toPrecision(3)}${amp}  ${Math.round(e.samplesPerSec)} samples/s  ETA ${fmtEta(eta)}`;
       }
       case 'eval':
         return `eval at step ${e.step}: ${e.split} ${evalLine(e.result)}`;
