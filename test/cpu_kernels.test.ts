@@ -8,6 +8,7 @@
  * the session), whose i32 inputs are program inputs. Run with 2 threads so the parallel
  * paths are exercised.
  */
+import { roundToHalf } from '../compiler/reference/half.js';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -32,6 +33,8 @@ interface In {
   values?: number[];
   /** the same value as input k (a fused max-pool grad's mask is its input x) */
   same?: number;
+  /** mixed precision: the op reads a 16-bit copy of the input, made by a `cast` node (rounded in the reference too) */
+  cast?: 'f16' | 'bf16';
 }
 interface Case {
   label: string;
@@ -310,7 +313,21 @@ function fusedCases(): Case[] {
   ];
 }
 
-const CASES: Case[] = [...gemmCases(), ...convCases(), ...poolCases(), ...elementwiseCases(), ...softmaxNormCases(), ...gatherLossCases(), ...optimCases(), ...parallelCases(), ...tensorAttentionCases(), ...fusedCases()];
+/** mixed precision (issue 15): cast both ways, and GEMM-family ops reading 16-bit operands (widened, or the bf16 dot-product linear) */
+function precisionCases(): Case[] {
+  const h = (shape: number[], cast: 'f16' | 'bf16'): In => ({ shape, cast });
+  return [
+    { label: 'cast_f16', op: 'cast', inputs: [h([300, 7], 'f16')], outShapes: [[300, 7]], attrs: { to: 'f32' } },
+    { label: 'cast_bf16', op: 'cast', inputs: [h([41], 'bf16')], outShapes: [[41]], attrs: { to: 'f32' } },
+    { label: 'lin_bf16', op: 'linear', inputs: [h([6, 75], 'bf16'), h([9, 75], 'bf16'), { shape: [9] }], outShapes: [[6, 9]] },
+    { label: 'lin_bf16_relu', op: 'linear', inputs: [h([2, 3, 40], 'bf16'), h([5, 40], 'bf16'), null], outShapes: [[2, 3, 5]], attrs: { epilogue: 'relu' } },
+    { label: 'lin_f16', op: 'linear', inputs: [h([6, 33], 'f16'), h([9, 33], 'f16'), { shape: [9] }], outShapes: [[6, 9]] },
+    { label: 'mm_f16', op: 'matmul', inputs: [h([17, 9], 'f16'), h([21, 9], 'f16')], outShapes: [[17, 21]], attrs: { transA: false, transB: true } },
+    { label: 'conv_bf16', op: 'conv2d', inputs: [h([2, 3, 7, 9], 'bf16'), h([5, 3, 3, 3], 'bf16'), { shape: [5] }], outShapes: [[2, 5, 7, 9]], attrs: { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 } },
+  ];
+}
+
+const CASES: Case[] = [...precisionCases(), ...gemmCases(), ...convCases(), ...poolCases(), ...elementwiseCases(), ...softmaxNormCases(), ...gatherLossCases(), ...optimCases(), ...parallelCases(), ...tensorAttentionCases(), ...fusedCases()];
 const SCALARS: StepScalars = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
 
 interface Built {
@@ -340,7 +357,11 @@ function buildAll(): Built {
         intInputs.push({ name, data: Int32Array.from(d) });
         return id;
       }
-      return b.value(name, 'f32', inp.shape, 'param');
+      const id = b.value(name, 'f32', inp.shape, 'param');
+      if (!inp.cast) return id;
+      const h = b.value(`${name}.${inp.cast}`, inp.cast, inp.shape, 'activation');
+      b.node('cast', [id], [h], { to: inp.cast });
+      return h;
     })()));
     // outputs live in the persistent block (kind 'state') so the test can read them back by name
     const outs = c.outShapes.map((s, k) => b.value(`${c.label}.out${k}`, c.outI32 ? 'i32' : 'f32', s, 'state'));
@@ -391,6 +412,8 @@ describe('generated CPU kernels vs the reference interpreter', () => {
       const refInputs = c.inputs.map((inp, i) => {
         if (!inp) return null;
         const d = Float64Array.from(Float32Array.from(built.data.get(`${c.label}.in${inp.same ?? i}`)!));
+        // a 16-bit input: the op reads the cast's rounding of it (the reference's rounding rule)
+        if (inp.cast) d.forEach((v, j) => (d[j] = roundToHalf(v, inp.cast!)));
         return { shape: inp.shape, data: d, dtype: inp.dtype ?? 'f32' };
       });
       const outs = runOp(c.op, refInputs, c.outShapes, c.attrs ?? {}, SCALARS);

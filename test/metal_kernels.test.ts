@@ -5,7 +5,8 @@
  * and both paths with the threads of each threadgroup run in descending order.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { OPS } from '../compiler/ir/ops.js';
+import { OPS, type OpName } from '../compiler/ir/ops.js';
+import { GPU_KERNELS } from '../compiler/kernels/registry.js';
 import { relError } from '../compiler/reference/fixtures.js';
 import { compileEmu, reference, runCases, type EmuBuild, type OpCase } from './metal_harness.js';
 import { allOpCases, fusedCases } from './metal_cases.js';
@@ -50,9 +51,11 @@ describe('Metal kernels through the emulator equal the reference interpreter', (
     }
   });
 
-  it('covers every op of the catalogue', () => {
+  it('covers every op of the catalogue that has a GPU kernel', () => {
     const covered = new Set(cases.map((c) => c.program.graph.nodes[0].op));
-    expect(Object.keys(OPS).filter((op) => !covered.has(op))).toEqual([]);
+    // ops the registry routes to the CPU kernels ('cpu': today only mixed precision's cast, which no
+    // GPU backend runs yet) are covered by test/cpu_kernels.test.ts
+    expect(Object.keys(OPS).filter((op) => !covered.has(op) && GPU_KERNELS[op as OpName] !== 'cpu')).toEqual([]);
   });
 
   for (const variant of ['plain', 'mma', 'threads2', 'reversed', 'mma_reversed']) {
