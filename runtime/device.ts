@@ -83,7 +83,12 @@ function metalElsewhere(): UserError {
 /** the devices that run a 16-bit train precision (the others have no 16-bit kernels yet) */
 export const HALF_DEVICES: readonly DeviceName[] = ['cpu', 'reference'];
 
-function precisionUnsupported(d: DeviceName, precision: string): UserError {
+/** a UserError when `programs` has a 16-bit precision and device `d` (a backend or a build target) has no 16-bit kernels */
+export function checkPrecisionSupported(d: string, programs: ProgramSet): void {
+  if (programs.precision && !(HALF_DEVICES as readonly string[]).includes(d)) throw precisionUnsupported(d, programs.precision);
+}
+
+function precisionUnsupported(d: string, precision: string): UserError {
   return new UserError(
     `error: --device ${d} does not run precision "${precision}" yet; it runs on ${HALF_DEVICES.map((x) => `--device ${x}`).join(' and ')}\n` +
       `  help: use --device cpu, or train in fp32 on this device (--precision fp32)`,
@@ -93,7 +98,7 @@ function precisionUnsupported(d: DeviceName, precision: string): UserError {
 /** Open a session for `device` (resolving auto). */
 export async function openSession(device: string, programs: ProgramSet, opts: OpenOptions = {}): Promise<OpenedSession> {
   const d = parseDevice(device);
-  if (programs.precision && d !== 'auto' && !HALF_DEVICES.includes(d)) throw precisionUnsupported(d, programs.precision);
+  if (d !== 'auto') checkPrecisionSupported(d, programs);
   if (d === 'auto' && programs.precision) {
     // no GPU backend has 16-bit kernels yet: auto picks the cpu, saying so
     const cpu = await loadFactory('cpu');

@@ -18,7 +18,7 @@ import { AMP_CHECK_OUTPUT, LOSS_SCALE_STATE } from '../compiler/ir/optimizer_low
 import { applyPrecision } from '../compiler/ir/precision.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { graphProblems } from '../compiler/ir/verify.js';
-import { openSession } from '../runtime/device.js';
+import { checkPrecisionSupported, openSession } from '../runtime/device.js';
 import { gptModel } from '../bench/gpt_tiny.js';
 import type { CheckedModel } from '../compiler/model.js';
 
@@ -212,4 +212,9 @@ describe('devices without 16-bit kernels refuse a 16-bit precision', () => {
       expect((e as Error).message).toContain(`--device ${d} does not run precision "bf16" yet; it runs on --device cpu and --device reference`);
     });
   }
+  it('mpsc build --device metal / cuda (checkPrecisionSupported), and fp32 or the cpu pass', () => {
+    for (const d of ['metal', 'cuda']) expect(() => checkPrecisionSupported(d, set)).toThrow(UserError);
+    expect(() => checkPrecisionSupported('cpu', set)).not.toThrow();
+    expect(() => checkPrecisionSupported('metal', buildPrograms(checkFile(spec('mnist_mlp.model')), { batch: 2 }))).not.toThrow();
+  });
 });
