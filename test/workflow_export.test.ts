@@ -21,6 +21,7 @@ import type { CheckedModel } from '../compiler/model.js';
 import { runGraph, type Env } from '../compiler/reference/interpret.js';
 import { initParams } from '../compiler/train/init.js';
 import { UserError } from '../compiler/errors.js';
+import { embeddingIdRanges, inputRoles } from '../data/dataset.js';
 import { batchnormLayers, listCheckpoints, saveTensors } from '../runtime/checkpoint.js';
 import type { StWriteTensor } from '../runtime/safetensors.js';
 
@@ -59,6 +60,41 @@ network {
 }
 loss cross_entropy(logits, label)
 optimizer sgd(lr: 0.1)
+train { data: synthetic(), batch: 4 }
+`;
+
+const ALGEBRA = `# every tensor-algebra op the exporters map: matmul / transpose / permute / split / chunk,
+# reductions, pad, masked_fill (mask, causal, where), math functions, division, positions,
+# the fused attention layer and its unfused (dropout) form, tied weights
+model algebra
+input tokens: i32[N, 8]
+input feats: f32[N, 8, 6]
+input targets: i32[N, 8]
+block manual_attn(d: int, heads: int) {
+  in x
+  q, k, v = split(x -> linear(3 * d) as c_attn, d, 2)
+  q = transpose(reshape(q, 8, heads, d / heads), 1, 2)
+  k = transpose(reshape(k, 8, heads, d / heads), 1, 2)
+  v = transpose(reshape(v, 8, heads, d / heads), 1, 2)
+  att = matmul(q, transpose(k, -2, -1)) * (1.0 / sqrt(d / heads))
+  att = masked_fill(att, value: -inf, causal: true) -> softmax(axis: -1)
+  out reshape(transpose(matmul(att, v), 1, 2), 8, d) -> linear(d) as c_proj
+}
+network {
+  h = (tokens -> embedding(11, 12) as tok) + (tokens -> positions -> embedding(8, 12) as pos)
+  f = feats -> linear(12) as proj_in
+  a, b = chunk(f, 2, 2)
+  g = permute(concat(a, b, axis: 2), [0, 2, 1]) -> pad([1, 2]) -> sum(axis: 2, keepdim: true)
+  m = mean(f, axis: 1, keepdim: true) + max(f, axis: 2, keepdim: true) - transpose(g, 1, 2) / 7
+  w = where(feats -> sum(axis: 2, keepdim: true), exp(abs(f) * -1), sqrt(abs(f) + 1) - rsqrt(f * f + 1))
+  h = h + masked_fill(f, feats -> mean(axis: 2, keepdim: true), value: 0.5) * m + w + pow(abs(f), 1.5) / (abs(m) + 1)
+  h = h + (h -> layernorm as ln1 -> attention(3, causal: true) as attn)
+  h = h + (h -> layernorm as ln2 -> manual_attn(12, 2) as mattn)
+  h = h + (h -> attention(2, dropout: 0.1) as dattn) + log(abs(h) + 1) * 0.1
+  logits = h -> layernorm as ln_f -> linear(11, bias: false, tied_to: tok) as head
+}
+loss cross_entropy(logits, targets)
+optimizer adamw(lr: 1e-3)
 train { data: synthetic(), batch: 4 }
 `;
 
@@ -112,10 +148,11 @@ function mpscForward(model: CheckedModel, weightsFile: string, inputs: Map<strin
 function makeInputs(model: CheckedModel, B: number): Map<string, Float32Array | Int32Array> {
   const r = rng(11);
   const out = new Map<string, Float32Array | Int32Array>();
+  const ids = embeddingIdRanges(model);
   for (const i of model.inputs) {
     const n = numel(i.shape.map((d) => (d < 0 ? B : d)));
     if (i.dtype === 'f32') out.set(i.name, Float32Array.from({ length: n }, () => 2 * r() - 1));
-    else out.set(i.name, Int32Array.from({ length: n }, () => Math.floor(r() * (model.numClasses ?? 5))));
+    else out.set(i.name, Int32Array.from({ length: n }, () => Math.floor(r() * (ids.get(i.name)?.vocab ?? model.numClasses ?? 5))));
   }
   return out;
 }
@@ -145,10 +182,10 @@ describe('mpsc export --format onnx', () => {
   writeFileSync(zooFile, ZOO);
   const actsFile = join(dir, 'acts.model');
   writeFileSync(actsFile, ACTS);
-  // the transformer spec uses ops the exporters do not map yet (positions, attention, ...): its
-  // export is checked below to fail with a clear error instead
-  const NOT_EXPORTABLE = new Set(['specs/char_gpt.model']);
-  const specs = [...readdirSync('specs').filter((f) => f.endsWith('.model')).map((f) => `specs/${f}`).filter((f) => !NOT_EXPORTABLE.has(f)), zooFile, actsFile];
+  const algebraFile = join(dir, 'algebra.model');
+  writeFileSync(algebraFile, ALGEBRA);
+  // every example spec (the transformer too), and three specs that use every forward op the exporters map
+  const specs = [...readdirSync('specs').filter((f) => f.endsWith('.model')).map((f) => `specs/${f}`), zooFile, actsFile, algebraFile];
   for (const spec of specs) {
     it(`${spec}: onnxruntime and the exported torch module match mpsc's eval forward (max rel. diff <= 1e-4), batch symbolic`, () => {
       const model = checkFile(spec);
@@ -172,7 +209,7 @@ describe('mpsc export --format onnx', () => {
       const got = JSON.parse(readFileSync(outFile, 'utf8')) as { opset: number; inputs: Record<string, (string | number)[]>; outputs: Record<string, { shape: number[]; data: number[] }> };
       expect(got.opset).toBe(17);
       // inputs: the spec's names, only those the network reads (not the label), batch 'N'
-      const netInputs = model.inputs.filter((i) => i.name !== 'label');
+      const netInputs = inputRoles(model).features;
       expect(Object.keys(got.inputs).sort()).toEqual(netInputs.map((i) => i.name).sort());
       for (const i of netInputs) expect(got.inputs[i.name]).toEqual(['N', ...i.shape.slice(1)]);
       const want = mpscForward(model, wfile, inputs, B);
@@ -216,15 +253,6 @@ describe('mpsc export --format onnx', () => {
     expect(() => exportOnnx(bad, w, 'test')).toThrow(UserError);
     expect(() => exportOnnx(bad, w, 'test')).toThrow(/ONNX export does not support unary function 'erfinv' \(layer 'relu0'\)/);
     expect(() => exportTorch(bad, w, 'test')).toThrow(/PyTorch export does not support unary function 'erfinv' \(layer 'relu0'\)/);
-  });
-
-  it('the transformer spec (ops without an ONNX mapping yet) is a UserError naming the op', () => {
-    const model = checkFile('specs/char_gpt.model');
-    const wfile = join(dir, 'gpt.safetensors');
-    writeWeights(model, wfile);
-    const w = readExportWeights(model, wfile);
-    expect(() => exportOnnx(model, w, 'test')).toThrow(UserError);
-    expect(() => exportOnnx(model, w, 'test')).toThrow(/ONNX export does not support op '/);
   });
 
   it('weights that lack a tensor of the spec exit 1 naming it', () => {
