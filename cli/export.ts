@@ -68,7 +68,7 @@ The torch folder: import model; m = model.load("model.safetensors"); m(x).`,
       const py = path.join(o.output, 'model.py');
       const st = path.join(o.output, 'model.safetensors');
       writeFileAtomic(py, new TextEncoder().encode(r.source));
-      saveTensors(st, r.tensors, { format: 'pt', mpsc_model: model.name });
+      saveTensors(st, r.tensors, { format: 'pt', mpsc_model: model.name, ...weights.metadata });
       const info = { format: 'torch', folder: o.output, files: [py, st], class: r.className, tensors: r.tensors.size };
       process.stdout.write(o.json ? JSON.stringify(info) + '\n' : `wrote ${py} (class ${r.className}) and ${st} (${r.tensors.size} tensors)\n`);
     });

@@ -7,10 +7,14 @@
  *           the module's train() / eval() mode as in torch) and its weights (weights.ts).
  * Produces: `{ source, tensors }`: the Python source and the tensors to write.
  *           Layers with parameters become submodules at their parameter paths (`fc1` ->
- *           nn.Linear, `stem.conv2d0` -> nn.Conv2d inside a container `stem`); layers without
- *           become functional calls in forward(). forward takes the spec inputs the network
+ *           nn.Linear, `stem.conv2d0` -> nn.Conv2d inside a container `stem`); a tensor whose
+ *           name does not fit a module (attention's `in_proj_weight`) or that a module already
+ *           owns (a tied weight read by a second layer) is registered at its own path and read
+ *           by an F.* call; layers without parameters (positions, attention's core as
+ *           F.scaled_dot_product_attention, tensor algebra) become calls in forward(). forward takes the spec inputs the network
  *           reads (by their spec names) and returns the network output the loss reads
- *           (heads.ts), or a dict by name when the loss and metrics read several.
+ *           (heads.ts), or a dict by name when the loss and metrics read several; the module-level
+ *           INPUTS gives each input's dtype and shape (None for the batch dimension).
  * Relies on: the scalar-function table's `torch` spelling of each unary function; ops.ts semantics matching torch's (conv padding zeros, max-pool -inf padding,
  *           avg-pool count_include_pad=True, exact gelu, batchnorm unbiased running var).
  */
@@ -299,6 +303,9 @@ export function exportTorch(model: CheckedModel, weights: ExportWeights, produce
   src.push(`#   model = ${className}(); model.load_state_dict(read_safetensors("model.safetensors"), strict=True)`);
   src.push(`# forward(${inputs.map((i) => local.get(i.value)).join(', ')}) returns ${heads.length === 1 ? `'${heads[0].name}'` : `a dict of ${heads.map((h) => `'${h.name}'`).join(', ')}`}.`);
   src.push('import json', 'import struct', '', 'import torch', 'import torch.nn as nn', 'import torch.nn.functional as F', '', '');
+  // the inputs forward takes, with their dtype and shape (None: the batch dimension)
+  const inputSpec = inputs.map((i) => `${JSON.stringify(local.get(i.value))}: (${i.dtype === 'f32' ? 'torch.float32' : 'torch.int32'}, [${i.shape.map((d) => (d < 0 ? 'None' : d)).join(', ')}])`);
+  src.push(`INPUTS = {${inputSpec.join(', ')}}`, '', '');
   src.push(`class ${className}(nn.Module):`);
   src.push('    def __init__(self):');
   src.push('        super().__init__()');
