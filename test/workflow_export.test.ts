@@ -1,7 +1,9 @@
 // mpsc export (issue 16): ONNX models run by onnxruntime, and the exported torch modules, match mpsc's
 // own eval forward (the float64 reference interpreter on the same float32 weights and input) for every
-// example spec and two specs that use every op and activation the exporters map; the torch export loads with load_state_dict(strict=True) and
-// reproduces `mpsc eval`'s test loss after a short training of mnist_mlp and lenet.
+// example spec (the char_gpt transformer included) and three specs that use every op and activation the
+// exporters map; the torch export loads with load_state_dict(strict=True) and reproduces `mpsc eval`'s
+// test loss after a short training of mnist_mlp, lenet (tools/torch_interop.py) and char_gpt
+// (tools/torch_gpt_interop.py).
 // Python (.venv-test, made by .ci/run: onnxruntime, onnx, numpy, torch from the local wheel index)
 // runs the Python side; MPSC_TEST_PYTHON overrides the interpreter.
 import { describe, it, expect, beforeAll } from 'vitest';
@@ -296,6 +298,28 @@ describe('mpsc export --format torch', () => {
       expect(Math.abs(torch.test_loss - mpscLoss) / mpscLoss).toBeLessThanOrEqual(1e-4);
     }, 240_000);
   }
+
+  it('char_gpt: after two training steps, model.py loads strictly and tools/torch_gpt_interop.py reproduces mpsc eval\'s test loss', () => {
+    const spec = resolve('specs/char_gpt.model');
+    const ckdir = join(dir, 'ck_gpt');
+    const t = mpscIn(dir, 'train', spec, '--steps', '2', '--device', 'cpu', '--threads', '1', '--checkpoint-dir', ckdir, '--json');
+    expect(t.status, t.stderr).toBe(0);
+    const ckpt = listCheckpoints(ckdir)[0].file;
+    const e = mpsc('eval', spec, '--weights', ckpt, '--device', 'cpu', '--threads', '1', '--json');
+    expect(e.status, e.stderr).toBe(0);
+    const mpscLoss = JSON.parse(e.stdout).test_loss as number;
+    const out = join(dir, 'gpt_torch');
+    const x = mpsc('export', spec, '--weights', ckpt, '--format', 'torch', '-o', out);
+    expect(x.status, x.stderr).toBe(0);
+    const r = python('tools/torch_gpt_interop.py', out, '--json');
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    const torch = JSON.parse(r.stdout) as { test_loss: number; tensors: number; windows: number; T: number };
+    expect(torch.tensors).toBe(checkFile(spec).params.length);
+    expect(torch.T).toBe(64);
+    expect(torch.windows).toBe(JSON.parse(e.stdout).samples);
+    expect(Math.abs(torch.test_loss - mpscLoss) / mpscLoss).toBeLessThanOrEqual(1e-4);
+  }, 600_000);
 
   it('a batchnorm spec exports num_batches_tracked so strict loading works', () => {
     const model = checkFile('specs/resnet_small.model');
