@@ -42,6 +42,7 @@ export function register(program: Command): void {
 Examples:
   mpsc export specs/lenet.model --weights runs/lenet/latest/model.safetensors --format onnx -o lenet.onnx
   mpsc export specs/lenet.model --weights runs/lenet/latest/best.safetensors --format torch -o lenet_torch/
+  mpsc export specs/char_gpt.model --weights latest --format onnx -o char_gpt.onnx   (the transformer too)
 
 The ONNX model's inputs are the spec inputs the network reads (batch dimension 'N'), its outputs
 the values the loss and metrics read (e.g. 'logits'); dropout is absent and batchnorm uses the
