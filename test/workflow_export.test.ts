@@ -274,51 +274,45 @@ describe('mpsc export --format torch', () => {
   beforeAll(() => {
     expect(existsSync(PY), `${PY} is missing: run the venv block of .ci/run`).toBe(true);
   });
-  for (const name of ['mnist_mlp', 'lenet']) {
-    it(`${name}: after a short training, model.py loads strictly and reproduces mpsc eval's test loss`, () => {
-      const ckdir = join(dir, `ck_${name}`);
-      const t = mpscIn(dir, 'train', resolve(`specs/${name}.model`), '--steps', '20', '--device', 'cpu', '--threads', '1', '--checkpoint-dir', ckdir, '--json');
-      expect(t.status, t.stderr).toBe(0);
-      const ckpt = listCheckpoints(ckdir)[0].file;
-      const e = mpsc('eval', `specs/${name}.model`, '--weights', ckpt, '--device', 'cpu', '--threads', '1', '--json');
-      expect(e.status, e.stderr).toBe(0);
-      const mpscLoss = JSON.parse(e.stdout).test_loss as number;
-      const out = join(dir, `${name}_torch`);
-      const x = mpsc('export', `specs/${name}.model`, '--weights', ckpt, '--format', 'torch', '-o', out);
-      expect(x.status, x.stderr).toBe(0);
-      // state_dict keys equal the checkpoint's parameter and buffer names (load_state_dict strict inside)
-      const keys = python('-c', `import importlib.util,sys; s=importlib.util.spec_from_file_location('m', sys.argv[1]); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); print('\\n'.join(sorted(m.load(sys.argv[2]).state_dict().keys())))`, join(out, 'model.py'), join(out, 'model.safetensors'));
-      expect(keys.stderr).toBe('');
-      expect(keys.stdout.trim().split('\n')).toEqual(checkFile(`specs/${name}.model`).params.map((p) => p.path).sort());
-      const r = python('tools/torch_interop.py', out, '--json');
-      expect(r.stderr).toBe('');
-      expect(r.status).toBe(0);
-      const torch = JSON.parse(r.stdout) as { test_loss: number; samples: number };
-      expect(torch.samples).toBe(JSON.parse(e.stdout).samples);
-      expect(Math.abs(torch.test_loss - mpscLoss) / mpscLoss).toBeLessThanOrEqual(1e-4);
-    }, 240_000);
-  }
-
-  it('char_gpt: after two training steps, model.py loads strictly and tools/torch_gpt_interop.py reproduces mpsc eval\'s test loss', () => {
-    const spec = resolve('specs/char_gpt.model');
-    const ckdir = join(dir, 'ck_gpt');
-    const t = mpscIn(dir, 'train', spec, '--steps', '2', '--device', 'cpu', '--threads', '1', '--checkpoint-dir', ckdir, '--json');
+  /**
+   * A short CPU training of a spec, `mpsc eval` of its checkpoint, the torch export of it and an
+   * interop tool run on the export: returns mpsc's eval result, the tool's JSON and the export folder.
+   */
+  function trainExportEvaluate(name: string, steps: number, tool: string) {
+    const spec = resolve(`specs/${name}.model`);
+    const ckdir = join(dir, `ck_${name}`);
+    const t = mpscIn(dir, 'train', spec, '--steps', String(steps), '--device', 'cpu', '--threads', '1', '--checkpoint-dir', ckdir, '--json');
     expect(t.status, t.stderr).toBe(0);
     const ckpt = listCheckpoints(ckdir)[0].file;
     const e = mpsc('eval', spec, '--weights', ckpt, '--device', 'cpu', '--threads', '1', '--json');
     expect(e.status, e.stderr).toBe(0);
-    const mpscLoss = JSON.parse(e.stdout).test_loss as number;
-    const out = join(dir, 'gpt_torch');
+    const out = join(dir, `${name}_torch`);
     const x = mpsc('export', spec, '--weights', ckpt, '--format', 'torch', '-o', out);
     expect(x.status, x.stderr).toBe(0);
-    const r = python('tools/torch_gpt_interop.py', out, '--json');
+    const r = python(tool, out, '--json');
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
-    const torch = JSON.parse(r.stdout) as { test_loss: number; tensors: number; windows: number; T: number };
-    expect(torch.tensors).toBe(checkFile(spec).params.length);
+    return { mpsc: JSON.parse(e.stdout) as { test_loss: number; samples: number }, torch: JSON.parse(r.stdout) as Record<string, number>, out };
+  }
+
+  for (const name of ['mnist_mlp', 'lenet']) {
+    it(`${name}: after a short training, model.py loads strictly and reproduces mpsc eval's test loss`, () => {
+      const { mpsc: m, torch, out } = trainExportEvaluate(name, 20, 'tools/torch_interop.py');
+      // state_dict keys equal the checkpoint's parameter and buffer names (load_state_dict strict inside)
+      const keys = python('-c', `import importlib.util,sys; s=importlib.util.spec_from_file_location('m', sys.argv[1]); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); print('\\n'.join(sorted(m.load(sys.argv[2]).state_dict().keys())))`, join(out, 'model.py'), join(out, 'model.safetensors'));
+      expect(keys.stderr).toBe('');
+      expect(keys.stdout.trim().split('\n')).toEqual(checkFile(`specs/${name}.model`).params.map((p) => p.path).sort());
+      expect(torch.samples).toBe(m.samples);
+      expect(Math.abs(torch.test_loss - m.test_loss) / m.test_loss).toBeLessThanOrEqual(1e-4);
+    }, 240_000);
+  }
+
+  it('char_gpt: after two training steps, model.py loads strictly and tools/torch_gpt_interop.py reproduces mpsc eval\'s test loss', () => {
+    const { mpsc: m, torch } = trainExportEvaluate('char_gpt', 2, 'tools/torch_gpt_interop.py');
+    expect(torch.tensors).toBe(checkFile('specs/char_gpt.model').params.length);
     expect(torch.T).toBe(64);
-    expect(torch.windows).toBe(JSON.parse(e.stdout).samples);
-    expect(Math.abs(torch.test_loss - mpscLoss) / mpscLoss).toBeLessThanOrEqual(1e-4);
+    expect(torch.windows).toBe(m.samples);
+    expect(Math.abs(torch.test_loss - m.test_loss) / m.test_loss).toBeLessThanOrEqual(1e-4);
   }, 600_000);
 
   it('a batchnorm spec exports num_batches_tracked so strict loading works', () => {
