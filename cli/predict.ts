@@ -1,6 +1,7 @@
 /**
- * `mpsc predict SPEC --weights REF --input FILE... [--json] [--batch N]`: run a trained model on
- * new inputs (runtime/predict.ts). Prints each sample's top class and probability for a
+ * `mpsc predict SPEC --weights REF --input FILE... [--json] [--batch N] [--device D] [--threads N]`:
+ * run a trained model on new inputs (runtime/predict.ts) on any device (auto, as train; reference
+ * for the float64 interpreter). Prints each sample's top class and probability for a
  * classifier (a head read by cross_entropy / nll / accuracy / top_k), else the head values;
  * with --json one object {"outputs": {"<value>": [...nested arrays...]}} on stdout.
  */
