@@ -8,7 +8,7 @@
 // runs the Python side; MPSC_TEST_PYTHON overrides the interpreter.
 import { describe, it, expect, beforeAll } from 'vitest';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { checkFile, checkSource } from '../compiler/check/index.js';
@@ -188,56 +188,88 @@ describe('mpsc export --format onnx', () => {
   writeFileSync(algebraFile, ALGEBRA);
   // every example spec (the transformer too), and three specs that use every forward op the exporters map
   const specs = [...readdirSync('specs').filter((f) => f.endsWith('.model')).map((f) => `specs/${f}`), zooFile, actsFile, algebraFile];
+  /**
+   * Exports a model with random weights to ONNX and torch (`exporter` writes one format to a path and
+   * returns the ONNX outputs it reported), runs both on batch 3 in Python and compares with mpsc's eval forward.
+   */
+  function roundTrip(model: CheckedModel, label: string, exporter: (wfile: string, format: 'onnx' | 'torch', out: string) => string[] | void) {
+    const name = model.name;
+    const wfile = join(dir, `${name}.safetensors`);
+    writeWeights(model, wfile);
+    const onnxFile = join(dir, `${name}.onnx`);
+    expect(exporter(wfile, 'onnx', onnxFile)).toEqual(networkOutputs(model).map((h) => h.name));
+    const B = 3; // not the spec's batch: the batch dimension is symbolic
+    const inputs = makeInputs(model, B);
+    const inFile = join(dir, `${name}.inputs.safetensors`);
+    saveTensors(inFile, new Map(model.inputs.map((i) => [i.name, { shape: i.shape.map((d) => (d < 0 ? B : d)), data: inputs.get(i.name)! }])));
+    const outFile = join(dir, `${name}.out.json`);
+    const p = python('test/py/onnx_run.py', onnxFile, inFile, outFile);
+    expect(p.stderr).toBe('');
+    expect(p.status).toBe(0);
+    const got = JSON.parse(readFileSync(outFile, 'utf8')) as { opset: number; inputs: Record<string, (string | number)[]>; outputs: Record<string, { shape: number[]; data: number[] }> };
+    expect(got.opset).toBe(17);
+    // inputs: the spec's names, only those the network reads (not the label), batch 'N'
+    const netInputs = inputRoles(model).features;
+    expect(Object.keys(got.inputs).sort()).toEqual(netInputs.map((i) => i.name).sort());
+    for (const i of netInputs) expect(got.inputs[i.name]).toEqual(['N', ...i.shape.slice(1)]);
+    const want = mpscForward(model, wfile, inputs, B);
+    expect(Object.keys(got.outputs).sort()).toEqual([...want.keys()].sort());
+    for (const [k, ref] of want) {
+      expect(got.outputs[k].data.length).toBe(ref.length);
+      expect(got.outputs[k].shape[0]).toBe(B);
+      const d = maxRelDiff(got.outputs[k].data, ref);
+      expect(d, `${label} output ${k}`).toBeLessThanOrEqual(1e-4);
+    }
+    // the torch export of the same weights, in eval mode, on the same input
+    const torchDir = join(dir, `${name}_torch`);
+    exporter(wfile, 'torch', torchDir);
+    const tOut = join(dir, `${name}.torch.json`);
+    const tp = python('test/py/torch_run.py', torchDir, inFile, tOut);
+    expect(tp.stderr).toBe('');
+    const tgot = JSON.parse(readFileSync(tOut, 'utf8')) as { outputs: Record<string, { shape: number[]; data: number[] }> };
+    const single = want.size === 1 ? [...want.keys()][0] : null;
+    for (const [k, ref] of want) {
+      const o = tgot.outputs[single !== null ? '__single__' : k];
+      expect(o.data.length).toBe(ref.length);
+      expect(maxRelDiff(o.data, ref), `${label} torch output ${k}`).toBeLessThanOrEqual(1e-4);
+    }
+  }
+
   for (const spec of specs) {
     it(`${spec}: onnxruntime and the exported torch module match mpsc's eval forward (max rel. diff <= 1e-4), batch symbolic`, () => {
-      const model = checkFile(spec);
-      const name = model.name;
-      const wfile = join(dir, `${name}.safetensors`);
-      writeWeights(model, wfile);
-      const onnxFile = join(dir, `${name}.onnx`);
-      const r = mpsc('export', spec, '--weights', wfile, '--format', 'onnx', '-o', onnxFile, '--json');
-      expect(r.stderr).toBe('');
-      expect(r.status).toBe(0);
-      const info = JSON.parse(r.stdout);
-      expect(info.outputs).toEqual(networkOutputs(model).map((h) => h.name));
-      const B = 3; // not the spec's batch: the batch dimension is symbolic
-      const inputs = makeInputs(model, B);
-      const inFile = join(dir, `${name}.inputs.safetensors`);
-      saveTensors(inFile, new Map(model.inputs.map((i) => [i.name, { shape: i.shape.map((d) => (d < 0 ? B : d)), data: inputs.get(i.name)! }])));
-      const outFile = join(dir, `${name}.out.json`);
-      const p = python('test/py/onnx_run.py', onnxFile, inFile, outFile);
-      expect(p.stderr).toBe('');
-      expect(p.status).toBe(0);
-      const got = JSON.parse(readFileSync(outFile, 'utf8')) as { opset: number; inputs: Record<string, (string | number)[]>; outputs: Record<string, { shape: number[]; data: number[] }> };
-      expect(got.opset).toBe(17);
-      // inputs: the spec's names, only those the network reads (not the label), batch 'N'
-      const netInputs = inputRoles(model).features;
-      expect(Object.keys(got.inputs).sort()).toEqual(netInputs.map((i) => i.name).sort());
-      for (const i of netInputs) expect(got.inputs[i.name]).toEqual(['N', ...i.shape.slice(1)]);
-      const want = mpscForward(model, wfile, inputs, B);
-      expect(Object.keys(got.outputs).sort()).toEqual([...want.keys()].sort());
-      for (const [k, ref] of want) {
-        expect(got.outputs[k].data.length).toBe(ref.length);
-        expect(got.outputs[k].shape[0]).toBe(B);
-        const d = maxRelDiff(got.outputs[k].data, ref);
-        expect(d, `${spec} output ${k}`).toBeLessThanOrEqual(1e-4);
-      }
-      // the torch export of the same weights, in eval mode, on the same input
-      const torchDir = join(dir, `${name}_torch`);
-      const x = mpsc('export', spec, '--weights', wfile, '--format', 'torch', '-o', torchDir);
-      expect(x.status, x.stderr).toBe(0);
-      const tOut = join(dir, `${name}.torch.json`);
-      const tp = python('test/py/torch_run.py', torchDir, inFile, tOut);
-      expect(tp.stderr).toBe('');
-      const tgot = JSON.parse(readFileSync(tOut, 'utf8')) as { outputs: Record<string, { shape: number[]; data: number[] }> };
-      const single = want.size === 1 ? [...want.keys()][0] : null;
-      for (const [k, ref] of want) {
-        const o = tgot.outputs[single !== null ? '__single__' : k];
-        expect(o.data.length).toBe(ref.length);
-        expect(maxRelDiff(o.data, ref), `${spec} torch output ${k}`).toBeLessThanOrEqual(1e-4);
-      }
+      roundTrip(checkFile(spec), spec, (wfile, format, out) => {
+        const r = mpsc('export', spec, '--weights', wfile, '--format', format, '-o', out, '--json');
+        expect(r.stderr).toBe('');
+        expect(r.status).toBe(0);
+        return format === 'onnx' ? (JSON.parse(r.stdout).outputs as string[]) : undefined;
+      });
     }, 120_000);
   }
+
+  it('broadcast_to (no spec syntax makes it in a forward graph yet): Expand with the batch read at run time, and torch expand', () => {
+    // the algebra spec with `m` (mean over axis 1, [N, 1, 12]) expanded to [N, 8, 12] before its reader
+    const model: CheckedModel = structuredClone(checkSource(ALGEBRA, algebraFile));
+    const g = model.graph;
+    const at = g.nodes.findIndex((n) => n.op === 'reduce' && n.attrs.fn === 'mean' && n.attrs.keepdim === true && g.values[n.outputs[0]].shape[1] === 1);
+    const src = g.nodes[at].outputs[0];
+    const b = g.values.length;
+    g.values.push({ ...g.values[src], id: b, name: 'm.expanded', shape: [-1, 8, 12] });
+    for (const n of g.nodes.slice(at + 1)) n.inputs = n.inputs.map((i) => (i === src ? b : i));
+    g.nodes.splice(at + 1, 0, { id: 0, op: 'broadcast_to', inputs: [src], outputs: [b], attrs: { shape: [-1, 8, 12] }, path: 'expand' });
+    g.nodes.forEach((n, i) => (n.id = i));
+    roundTrip(model, 'broadcast_to', (wfile, format, out) => {
+      const w = readExportWeights(model, wfile);
+      if (format === 'onnx') {
+        const r = exportOnnx(model, w, 'test');
+        writeFileSync(out, r.bytes);
+        return r.outputs;
+      }
+      const r = exportTorch(model, w, 'test');
+      mkdirSync(out, { recursive: true });
+      writeFileSync(join(out, 'model.py'), r.source);
+      saveTensors(join(out, 'model.safetensors'), r.tensors);
+    });
+  }, 120_000);
 
   it('the zoo spec exports two outputs named as the spec names them', () => {
     const m = checkSource(ZOO, zooFile);
