@@ -103,7 +103,11 @@ inline void conv_grad_weight(mpsc_ctx* ctx, const mpsc_fast::Conv2dShape& s, con
 }
 
 // ------------------------------------------------------------------ profile (MPSC_PROFILE=1, or =all)
-/** per-kernel wall time, summed over runs, printed to stderr at process exit (generated run_* call these) */
+/**
+ * per-kernel wall time, summed over runs, printed to stderr at process exit (generated run_* call these).
+ * MPSC_PROFILE_CLOCK=cpu times with the calling thread's CPU clock instead: with --threads 1 on a shared
+ * machine that is each kernel's own work, without the time the thread waited for a core.
+ */
 struct ProfEntry {
   const char* name = nullptr;
   double ms = 0;
@@ -119,7 +123,7 @@ inline void prof_dump() {
   double total = 0;
   for (auto& e : t) total += e.ms;
   std::sort(t.begin(), t.end(), [](const ProfEntry& a, const ProfEntry& b) { return a.ms > b.ms; });
-  std::fprintf(stderr, "mpsc profile: %.1f ms in kernels\n", total);
+  std::fprintf(stderr, "mpsc profile: %.1f ms in kernels%s\n", total, std::getenv("MPSC_PROFILE_CLOCK") ? " (MPSC_PROFILE_CLOCK)" : "");
   // MPSC_PROFILE=all lists every kernel, any other value the 30 slowest
   const char* v = std::getenv("MPSC_PROFILE");
   const size_t shown = v && std::strcmp(v, "all") == 0 ? t.size() : 30;
@@ -135,7 +139,18 @@ inline bool prof_on() {
   }();
   return on;
 }
-inline double prof_now() { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+inline double prof_now() {
+  static const bool cpu = [] {
+    const char* v = std::getenv("MPSC_PROFILE_CLOCK");
+    return v && std::strcmp(v, "cpu") == 0;
+  }();
+  if (cpu) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+  }
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 inline void prof_add(int slot, const char* name, double t0) {
   auto& t = prof_table();
   if ((int)t.size() <= slot) t.resize((size_t)slot + 1);
@@ -454,8 +469,15 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
  * above 88.72, NaN passes through. erf_v: odd; |x| < 0.5: x * its Taylor series to x^12 (error
  * < 1e-9); else 1 - t P(t) exp(-x^2) with t = 1/(1 + 0.3275911 |x|) (Abramowitz & Stegun 7.1.26,
  * absolute error < 1.5e-7); NaN passes through.
+ * Both are always inlined: in a large generated model.cc GCC otherwise stops inlining them once its
+ * unit-growth limit is reached, and a loop that calls them stays scalar (the gelu kernels ran 4-5x slower).
  */
-inline float exp_v(float x) {
+#if defined(__GNUC__)
+#define MK_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define MK_ALWAYS_INLINE inline
+#endif
+MK_ALWAYS_INLINE float exp_v(float x) {
   const float xc = std::min(std::max(x, -87.0f), 88.5f);
   const float n = std::nearbyint(xc * 1.44269504088896341f);
   const float r = (xc - n * 0.693145751953125f) - n * 1.42860682030941723e-06f;
@@ -467,7 +489,7 @@ inline float exp_v(float x) {
   return x < -87.3365479f ? 0.0f : x > 88.7228394f ? INFINITY : x != x ? x : y;
 }
 
-inline float erf_v(float x) {
+MK_ALWAYS_INLINE float erf_v(float x) {
   const float a = std::fabs(x), a2 = x * x;
   const float small = x * (1.12837917f + a2 * (-0.376126389f + a2 * (0.112837917f + a2 * (-0.0268661706f + a2 * (5.22397891e-03f + a2 * (-8.54832702e-04f + a2 * 1.20553447e-04f))))));
   const float t = 1.0f / (1.0f + 0.3275911f * a);
