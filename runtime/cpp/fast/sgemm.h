@@ -221,58 +221,66 @@ inline void pack_rows(RowPtr&& src, int64_t nrows, int64_t ld, int64_t kc, float
   }
 }
 
-/** pack op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row micro-panels: dst[panel][p][r] */
+/**
+ * pack op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row micro-panels: dst[panel][p][r].
+ * A transposed (K x M in memory): row p of A holds column p of every panel, so the rows are walked once
+ * in order (p outer), each split into the panels' MR-float pieces, rather than panel by panel (which
+ * re-reads all kc rows, strided, per panel and ran mostly from L2).
+ */
 inline void pack_a(bool transA, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                    float* __restrict dst) {
-  for (int64_t ir = 0; ir < mc; ir += MR) {
-    const int64_t mr = std::min(MR, mc - ir);
-    float* d = dst + ir * kc;
-    if (transA) {
-      const float* src = A + p0 * lda + (i0 + ir);
-      if (mr == MR) {
-        for (int64_t p = 0; p < kc; ++p) {
-          const float* s = src + p * lda;
-          for (int64_t r = 0; r < MR; ++r) d[p * MR + r] = s[r];
-        }
-      } else {
-        for (int64_t p = 0; p < kc; ++p) {
-          const float* s = src + p * lda;
-          int64_t r = 0;
-          for (; r < mr; ++r) d[p * MR + r] = s[r];
-          for (; r < MR; ++r) d[p * MR + r] = 0.0f;
+  if (transA) {
+    const int64_t full = mc / MR * MR;
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* s = A + (p0 + p) * lda + i0;
+      float* d = dst + p * MR;
+      int64_t ir = 0;
+      for (; ir < full; ir += MR) {
+        if constexpr (MR == 8) {
+          store8(d + ir * kc, load8(s + ir));
+        } else {
+          for (int64_t r = 0; r < MR; ++r) d[ir * kc + r] = s[ir + r];
         }
       }
-    } else {
-      pack_rows([&](int64_t r) { return A + (i0 + ir + r) * lda + p0; }, mr, MR, kc, d);
+      if (ir < mc) {
+        int64_t r = 0;
+        for (; r < mc - ir; ++r) d[ir * kc + r] = s[ir + r];
+        for (; r < MR; ++r) d[ir * kc + r] = 0.0f;
+      }
     }
+    return;
+  }
+  for (int64_t ir = 0; ir < mc; ir += MR) {
+    const int64_t mr = std::min(MR, mc - ir);
+    pack_rows([&](int64_t r) { return A + (i0 + ir + r) * lda + p0; }, mr, MR, kc, dst + ir * kc);
   }
 }
 
-/** pack op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column micro-panels: dst[panel][p][c] */
+/**
+ * pack op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column micro-panels: dst[panel][p][c].
+ * B not transposed (K x N): row p is walked once (p outer) and split into the panels' NR-float pieces.
+ */
 inline void pack_b(bool transB, const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                    float* __restrict dst) {
+  if (!transB) {
+    const int64_t full = nc / NR * NR;
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* s = B + (p0 + p) * ldb + j0;
+      float* d = dst + p * NR;
+      int64_t jr = 0;
+      for (; jr < full; jr += NR) copy_nr(d + jr * kc, s + jr);
+      if (jr < nc) {
+        int64_t c = 0;
+        for (; c < nc - jr; ++c) d[jr * kc + c] = s[jr + c];
+        for (; c < NR; ++c) d[jr * kc + c] = 0.0f;
+      }
+    }
+    return;
+  }
+  // B is N x K: column c of a panel is row (j0 + jr + c) of B, contiguous in p
   for (int64_t jr = 0; jr < nc; jr += NR) {
     const int64_t nr = std::min(NR, nc - jr);
-    float* d = dst + jr * kc;
-    if (!transB) {
-      const float* src = B + p0 * ldb + (j0 + jr);
-      if (nr == NR) {
-        for (int64_t p = 0; p < kc; ++p) {
-          const float* s = src + p * ldb;
-          copy_nr(d + p * NR, s);
-        }
-      } else {
-        for (int64_t p = 0; p < kc; ++p) {
-          const float* s = src + p * ldb;
-          int64_t c = 0;
-          for (; c < nr; ++c) d[p * NR + c] = s[c];
-          for (; c < NR; ++c) d[p * NR + c] = 0.0f;
-        }
-      }
-    } else {
-      // B is N x K: column c of the panel is row (j0 + jr + c) of B, contiguous in p
-      pack_rows([&](int64_t c) { return B + (j0 + jr + c) * ldb + p0; }, nr, NR, kc, d);
-    }
+    pack_rows([&](int64_t c) { return B + (j0 + jr + c) * ldb + p0; }, nr, NR, kc, dst + jr * kc);
   }
 }
 
