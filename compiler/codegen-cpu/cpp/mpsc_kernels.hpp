@@ -530,17 +530,23 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
     const int64_t nc = std::min(ATT_BC, kend - u0);
     for (int64_t j = 0; j < nc; j++)
       for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * D + d];
+    for (int64_t d = 0; d < D; d++)  // a short last tile: zero columns (the score rows span ATT_BC)
+      for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = 0.0f;
     for (int64_t i = 0; i < nr; i++) {
       const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
       if (vis <= 0) continue;
       const float* qi = q + (t0 + i) * D;
       float* si = sc + i * ATT_BC;
-      for (int64_t j = 0; j < vis; j++) si[j] = 0.0f;
+      // the scores of the whole tile width in a fixed-size local row (registers; the columns past
+      // `vis` see stale key columns and are dropped), each visible one the same chain over d
+      float sr[ATT_BC];
+      for (int64_t j = 0; j < ATT_BC; j++) sr[j] = 0.0f;
       for (int64_t d = 0; d < D; d++) {
         const float qd = qi[d] * scale;
         const float* kd = kt + d * ATT_BC;
-        for (int64_t j = 0; j < vis; j++) si[j] += qd * kd[j];
+        for (int64_t j = 0; j < ATT_BC; j++) sr[j] += qd * kd[j];
       }
+      for (int64_t j = 0; j < vis; j++) si[j] = sr[j];
       float mx = m[i];
       for (int64_t j = 0; j < vis; j++) mx = std::max(mx, si[j]);
       const float corr = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first visible tile
@@ -598,6 +604,8 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
     const int64_t nc = std::min(ATT_BC, S - u0);
     for (int64_t j = 0; j < nc; j++)
       for (int64_t d = 0; d < D; d++) { kt[d * ATT_BC + j] = k[(u0 + j) * D + d]; vt[d * ATT_BC + j] = v[(u0 + j) * D + d]; }
+    for (int64_t d = 0; d < D; d++)  // a short last tile: zero columns (the score rows span ATT_BC)
+      for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = vt[d * ATT_BC + j] = 0.0f;
     // the first query that sees key u0: t + 1 + S - T > u0
     const int64_t tfirst = causal ? std::max<int64_t>(0, u0 - (S - T)) : 0;
     for (int64_t t0 = tfirst; t0 < T; t0 += ATT_BR) {
@@ -612,16 +620,17 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
         const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t, T, S) - u0));
         for (int64_t j = 0; j < nc; j++) { pi[j] = 0.0f; si[j] = 0.0f; }
         if (vis == 0) continue;
-        float dp[ATT_BC];
-        for (int64_t j = 0; j < vis; j++) dp[j] = 0.0f;
+        // scores and dP of the whole tile width in fixed-size local rows (registers), as in the forward
+        float sr[ATT_BC], dp[ATT_BC];
+        for (int64_t j = 0; j < ATT_BC; j++) { sr[j] = 0.0f; dp[j] = 0.0f; }
         for (int64_t d = 0; d < D; d++) {
           const float qd = qi[d] * scale, gd = gi[d];
           const float* kd = kt + d * ATT_BC;
           const float* vd = vt + d * ATT_BC;
-          for (int64_t j = 0; j < vis; j++) { pi[j] += qd * kd[j]; dp[j] += gd * vd[j]; }
+          for (int64_t j = 0; j < ATT_BC; j++) { sr[j] += qd * kd[j]; dp[j] += gd * vd[j]; }
         }
         const float L = lse[t], dl = delta[t];
-        for (int64_t j = 0; j < vis; j++) pi[j] = exp_v(pi[j] - L);
+        for (int64_t j = 0; j < vis; j++) pi[j] = exp_v(sr[j] - L);
         for (int64_t j = 0; j < vis; j++) si[j] = pi[j] * (dp[j] - dl) * scale;
       }
       // dv[u] += sum_t P[t,u] do[t]; dk[u] += sum_t dS[t,u] q[t]: the key's rows in registers
@@ -630,7 +639,9 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
         float* dvj = dv + (u0 + j) * D;
         float* dkj = dk + (u0 + j) * D;
         for (int64_t d = 0; d < D; d++) { av[d] = dvj[d]; ak[d] = dkj[d]; }
-        for (int64_t i = 0; i < nr; i++) {
+        // rows before the key's first query (causal) hold P = dS = 0: skipped
+        const int64_t ilo = causal ? std::min(nr, std::max<int64_t>(0, u0 + j - (S - T) - t0)) : 0;
+        for (int64_t i = ilo; i < nr; i++) {
           const float pij = p[i * ATT_BC + j], sij = ds[i * ATT_BC + j];
           const float* gi = dO + (t0 + i) * D;
           const float* qi = q + (t0 + i) * D;
@@ -644,7 +655,8 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
         float* dqi = dq + (t0 + i) * D;
         for (int64_t d = 0; d < D; d++) aq[d] = dqi[d];
         const float* si = ds + i * ATT_BC;
-        for (int64_t j = 0; j < nc; j++) {
+        const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t0 + i, T, S) - u0));  // dS = 0 past it
+        for (int64_t j = 0; j < vis; j++) {
           const float sij = si[j];
           const float* kj = k + (u0 + j) * D;
           for (int64_t d = 0; d < D; d++) aq[d] += sij * kj[d];
