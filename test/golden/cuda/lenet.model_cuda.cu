@@ -239,55 +239,47 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
   return true;
 }
 
-// program eval: the graph's nodes in stream order (10 kernels)
+// program eval: the graph's nodes in stream order (8 kernels)
 bool record_p1(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStream_t st, bool mma) {
   (void)mma;
   if (!ck(ctx, cudaMemcpyAsync(dev + 30075136, stage + 0, 200704, cudaMemcpyHostToDevice, st), "copy of input image")) return false;
   if (!ck(ctx, cudaMemcpyAsync(dev + 30275840, stage + 200704, 256, cudaMemcpyHostToDevice, st), "copy of input label")) return false;
   if (!ck(ctx, cudaMemcpyAsync(dev + 29873920, stage + 200960, 16, cudaMemcpyHostToDevice, st), "copy of step scalars")) return false;
   {
-    if (mma) p1_k0_mma<<<dim3(1u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 30075136), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k0<<<dim3(1u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 30075136), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (mma) p1_k0_mma<<<dim3(1u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 30075136), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k0<<<dim3(1u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 30075136), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
     if (!ck(ctx, cudaGetLastError(), "p1_k0 (node 0: conv2d)")) return false;
   }
   {
-    p1_k1<<<dim3(1568u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 6586368), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k1 (node 2: maxpool2d)")) return false;
+    p1_k1<<<dim3(1568u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k1 (node 1: maxpool2d)")) return false;
   }
   {
-    if (mma) p1_k2_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k2<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 3: conv2d)")) return false;
+    if (mma) p1_k2_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k2<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 2: conv2d)")) return false;
   }
   {
-    p1_k3<<<dim3(3136u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 6586368), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k3 (node 4: unary)")) return false;
+    p1_k3<<<dim3(784u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 6586368), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k3 (node 3: maxpool2d)")) return false;
   }
   {
-    p1_k4<<<dim3(784u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k4 (node 5: maxpool2d)")) return false;
+    if (mma) p1_k4_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k4<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k4 (node 5: linear)")) return false;
   }
   {
-    if (mma) p1_k5_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 4177920), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k5<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 4177920), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k5 (node 7: linear)")) return false;
+    if (mma) p1_k5_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k5<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k5 (node 6: linear)")) return false;
   }
   {
-    p1_k6<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 4177920), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k6 (node 8: unary)")) return false;
+    p1_k6<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 30275840), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k6 (node 7: cross_entropy)")) return false;
   }
   {
-    if (mma) p1_k7_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k7<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k7 (node 9: linear)")) return false;
-  }
-  {
-    p1_k8<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 30275840), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k8 (node 10: cross_entropy)")) return false;
-  }
-  {
-    p1_k9<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 30275840), reinterpret_cast<float*>(dev + 3375168), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k9 (node 11: accuracy)")) return false;
+    p1_k7<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 30275840), reinterpret_cast<float*>(dev + 3375168), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k7 (node 8: accuracy)")) return false;
   }
   if (!ck(ctx, cudaMemcpyAsync(stage + 200976, dev + 3375104, 4, cudaMemcpyDeviceToHost, st), "copy of output loss")) return false;
   if (!ck(ctx, cudaMemcpyAsync(stage + 200980, dev + 3375168, 4, cudaMemcpyDeviceToHost, st), "copy of output accuracy")) return false;
@@ -484,7 +476,7 @@ const mpsc_tensor_desc tensors[] = {
 };
 const mpsc_program_desc programs[] = {
   { "train_step", 64, 2, in_p0, 2, outnames_p0, 26498752, 36, run_p0 },
-  { "eval", 64, 2, in_p1, 2, outnames_p1, 12845056, 10, run_p1 },
+  { "eval", 64, 2, in_p1, 2, outnames_p1, 8028160, 8, run_p1 },
 };
 const mpsc_model_desc model = {
   MPSC_ABI_VERSION, "lenet", "cuda", 16, tensors, 3375104, 2, programs,

@@ -157,7 +157,7 @@ bool record_p0(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
   return true;
 }
 
-// program eval: the graph's nodes in stream order (6 kernels)
+// program eval: the graph's nodes in stream order (5 kernels)
 bool record_p1(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStream_t st, bool mma) {
   (void)mma;
   if (!ck(ctx, cudaMemcpyAsync(dev + 3738368, stage + 0, 200704, cudaMemcpyHostToDevice, st), "copy of input image")) return false;
@@ -173,24 +173,20 @@ bool record_p1(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStre
     if (!ck(ctx, cudaGetLastError(), "p1_k1 (node 1: linear)")) return false;
   }
   {
-    p1_k2<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 2: unary)")) return false;
+    if (mma) p1_k2_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    else p1_k2<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 2: linear)")) return false;
   }
   {
-    if (mma) p1_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    else p1_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k3 (node 3: linear)")) return false;
+    p1_k3<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const int*>(dev + 3939072), reinterpret_cast<float*>(dev + 2460160), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k3 (node 3: cross_entropy)")) return false;
   }
   {
-    p1_k4<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const int*>(dev + 3939072), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k4 (node 4: cross_entropy)")) return false;
+    p1_k4<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const int*>(dev + 3939072), reinterpret_cast<float*>(dev + 2460224), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
+    if (!ck(ctx, cudaGetLastError(), "p1_k4 (node 4: accuracy)")) return false;
   }
-  {
-    p1_k5<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const int*>(dev + 3939072), reinterpret_cast<float*>(dev + 2457664), reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET));
-    if (!ck(ctx, cudaGetLastError(), "p1_k5 (node 5: accuracy)")) return false;
-  }
-  if (!ck(ctx, cudaMemcpyAsync(stage + 200976, dev + 2457600, 4, cudaMemcpyDeviceToHost, st), "copy of output loss")) return false;
-  if (!ck(ctx, cudaMemcpyAsync(stage + 200980, dev + 2457664, 4, cudaMemcpyDeviceToHost, st), "copy of output accuracy")) return false;
+  if (!ck(ctx, cudaMemcpyAsync(stage + 200976, dev + 2460160, 4, cudaMemcpyDeviceToHost, st), "copy of output loss")) return false;
+  if (!ck(ctx, cudaMemcpyAsync(stage + 200980, dev + 2460224, 4, cudaMemcpyDeviceToHost, st), "copy of output accuracy")) return false;
   return true;
 }
 
@@ -376,7 +372,7 @@ const mpsc_tensor_desc tensors[] = {
 };
 const mpsc_program_desc programs[] = {
   { "train_step", 64, 2, in_p0, 2, outnames_p0, 1079488, 17, run_p0 },
-  { "eval", 64, 2, in_p1, 2, outnames_p1, 266240, 6, run_p1 },
+  { "eval", 64, 2, in_p1, 2, outnames_p1, 266240, 5, run_p1 },
 };
 const mpsc_model_desc model = {
   MPSC_ABI_VERSION, "mnist_mlp", "cuda", 12, tensors, 2457600, 2, programs,
