@@ -222,34 +222,34 @@ inline void pack_rows(RowPtr&& src, int64_t nrows, int64_t ld, int64_t kc, float
 }
 
 /**
- * pack op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row micro-panels: dst[panel][p][r].
- * A transposed (K x M in memory): row p of A holds column p of every panel, so the rows are walked once
- * in order (p outer), each split into the panels' MR-float pieces, rather than panel by panel (which
- * re-reads all kc rows, strided, per panel and ran mostly from L2).
+ * Packs kc source rows of n floats (row p at src + p*ld) into panels of W columns:
+ * dst[panel][p][c] = src[p][panel*W + c], zero past n. Each source row is read once, in order,
+ * and split into the panels (walking panel by panel would re-read all kc strided rows per panel).
+ */
+template <int64_t W>
+inline void pack_split_rows(const float* src, int64_t ld, int64_t n, int64_t kc, float* __restrict dst) {
+  const int64_t full = n / W * W;
+  for (int64_t p = 0; p < kc; ++p) {
+    const float* s = src + p * ld;
+    float* d = dst + p * W;
+    int64_t j = 0;
+    for (; j < full; j += W) memcpy(d + j * kc, s + j, W * sizeof(float));
+    if (j < n) {
+      int64_t c = 0;
+      for (; c < n - j; ++c) d[j * kc + c] = s[j + c];
+      for (; c < W; ++c) d[j * kc + c] = 0.0f;
+    }
+  }
+}
+
+/**
+ * pack op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row micro-panels: dst[panel][p][r]. A transposed
+ * (K x M in memory): row p of A holds column p of every panel (pack_split_rows); otherwise the
+ * panels' rows are K-contiguous and go through 8 x 8 transposes.
  */
 inline void pack_a(bool transA, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                    float* __restrict dst) {
-  if (transA) {
-    const int64_t full = mc / MR * MR;
-    for (int64_t p = 0; p < kc; ++p) {
-      const float* s = A + (p0 + p) * lda + i0;
-      float* d = dst + p * MR;
-      int64_t ir = 0;
-      for (; ir < full; ir += MR) {
-        if constexpr (MR == 8) {
-          store8(d + ir * kc, load8(s + ir));
-        } else {
-          for (int64_t r = 0; r < MR; ++r) d[ir * kc + r] = s[ir + r];
-        }
-      }
-      if (ir < mc) {
-        int64_t r = 0;
-        for (; r < mc - ir; ++r) d[ir * kc + r] = s[ir + r];
-        for (; r < MR; ++r) d[ir * kc + r] = 0.0f;
-      }
-    }
-    return;
-  }
+  if (transA) return pack_split_rows<MR>(A + p0 * lda + i0, lda, mc, kc, dst);
   for (int64_t ir = 0; ir < mc; ir += MR) {
     const int64_t mr = std::min(MR, mc - ir);
     pack_rows([&](int64_t r) { return A + (i0 + ir + r) * lda + p0; }, mr, MR, kc, dst + ir * kc);
@@ -257,27 +257,13 @@ inline void pack_a(bool transA, const float* A, int64_t lda, int64_t i0, int64_t
 }
 
 /**
- * pack op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column micro-panels: dst[panel][p][c].
- * B not transposed (K x N): row p is walked once (p outer) and split into the panels' NR-float pieces.
+ * pack op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column micro-panels: dst[panel][p][c]. B not
+ * transposed (K x N): pack_split_rows; transposed (N x K): column c of a panel is row (j0 + jr + c)
+ * of B, contiguous in p, through 8 x 8 transposes.
  */
 inline void pack_b(bool transB, const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                    float* __restrict dst) {
-  if (!transB) {
-    const int64_t full = nc / NR * NR;
-    for (int64_t p = 0; p < kc; ++p) {
-      const float* s = B + (p0 + p) * ldb + j0;
-      float* d = dst + p * NR;
-      int64_t jr = 0;
-      for (; jr < full; jr += NR) copy_nr(d + jr * kc, s + jr);
-      if (jr < nc) {
-        int64_t c = 0;
-        for (; c < nc - jr; ++c) d[jr * kc + c] = s[jr + c];
-        for (; c < NR; ++c) d[jr * kc + c] = 0.0f;
-      }
-    }
-    return;
-  }
-  // B is N x K: column c of a panel is row (j0 + jr + c) of B, contiguous in p
+  if (!transB) return pack_split_rows<NR>(B + p0 * ldb + j0, ldb, nc, kc, dst);
   for (int64_t jr = 0; jr < nc; jr += NR) {
     const int64_t nr = std::min(NR, nc - jr);
     pack_rows([&](int64_t c) { return B + (j0 + jr + c) * ldb + p0; }, nr, NR, kc, dst + jr * kc);
