@@ -263,7 +263,7 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
         const conds: string[] = [];
         if (ins[1] !== undefined && ins[1] !== '') {
           const eq = t('is_zero');
-          emit('Equal', [ins[1], zeroOf(`${where}/zero`, graph.values[n.inputs[1]].dtype)], [eq]);
+          emit('Equal', [ins[1], zeroOf(`${where}/zero`, hostDType(graph.values[n.inputs[1]]))], [eq]);
           if (n.attrs.invert === true) conds.push(eq);
           else {
             const ne = t('nonzero');
