@@ -9,14 +9,25 @@ import sys
 DEFAULT = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam"]
 
 
+def has_device_option(root):
+    """checkouts from before the CUDA backend have no `bench --device` (and always run on the CPU)"""
+    out = subprocess.run(["node", os.path.join(root, "bin", "mpsc.js"), "bench", "--help"], cwd=root, capture_output=True, text=True)
+    return "--device" in out.stdout
+
+
 def bench(root, spec, threads, steps):
     cmd = ["node", os.path.join(root, "bin", "mpsc.js"), "bench", spec, "--threads", str(threads), "--json"]
+    # the CPU backend on both sides: `auto` would pick a GPU where there is one
+    if has_device_option(root):
+        cmd += ["--device", "cpu"]
     if steps:
         cmd += ["--steps", str(steps)]
     out = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"ab_checkouts: {' '.join(cmd)} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
     d = json.loads(out.stdout.strip().splitlines()[-1])
+    if d.get("device", "cpu") != "cpu":
+        raise SystemExit(f"ab_checkouts: {root} ran on {d.get('device')}, not the CPU")
     return d["train"]["median_ms"], d["eval"]["median_ms"]
 
 

@@ -2,7 +2,8 @@
 # A/B of mpsc's CPU speed between two checkouts of mpsc, interleaved in one run (the issue-12 check
 # that a refactor did not move the speed): for each round and workload, `mpsc bench --json` of
 # checkout A, then of checkout B, same thread count; prints each round's train / forward ms and
-# the median ratio B/A per workload.
+# the median ratio B/A per workload. mpsc runs on the CPU backend on both sides (`--device cpu` where the
+# checkout has it: on a GPU machine `auto` would pick CUDA).
 # Usage: bench/ab_checkouts.sh DIR_A DIR_B [--threads 2] [--rounds 3] [workload ...]
 # (workloads: bench/<name>.model of checkout B; default the three CPU reference workloads).
 # Both checkouts need node_modules (or run under .device-env/enter.sh on the GPU machine).

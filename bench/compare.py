@@ -104,7 +104,7 @@ def mpsc_sgemm(threads):
 def run_mpsc(node, name, threads, steps):
     """(train ms, eval ms, flops dict, error)"""
     cmd = [node, os.path.join(ROOT, "bin", "mpsc.js"), "bench", os.path.join(HERE, f"{name}.model"), "--threads",
-           str(threads), "--json"] + (["--steps", str(steps)] if steps else [])
+           str(threads), "--json", "--device", "cpu"] + (["--steps", str(steps)] if steps else [])  # cpu: `auto` picks CUDA on a GPU machine
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     except OSError as e:
