@@ -20,6 +20,7 @@ import { CUDA } from './cuda_dialect.js';
 import { planCuda, type CudaPlan } from './plan.js';
 import { cudaHostSource } from './host.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
+import { lowerSumToCuda } from './reduce_cuda.js';
 import { GPU_KERNELS, type GpuLowering, type GpuRegistry } from '../kernels/registry.js';
 
 /** which GEMM kernels: the CUDA 64x64 ones (gemm_cuda.ts, default) or the shared 16x16 ones */
@@ -30,9 +31,17 @@ const cudaGemm: GpuLowering = (ctx, g, n) => {
   if (!ks) throw new Error(`internal: op '${n.op}' is not a GEMM`);
   return ks;
 };
-/** the shared registry with the GEMM family on gemm_cuda.ts */
+const sharedSumTo = GPU_KERNELS.sum_to;
+if (sharedSumTo === 'cpu') throw new Error('internal: sum_to has no shared GPU kernel');
+/** long sums: a block per output (reduce_cuda.ts); short ones: the shared kernel */
+const cudaSumTo: GpuLowering = (ctx, g, n) => {
+  const k = lowerSumToCuda(ctx, g, n);
+  return k ? [k] : sharedSumTo(ctx, g, n);
+};
+/** the shared registry with the GEMM family on gemm_cuda.ts and long sum_to on reduce_cuda.ts */
 export const CUDA_REGISTRY: GpuRegistry = {
   ...GPU_KERNELS, linear: cudaGemm, matmul: cudaGemm, conv2d: cudaGemm, conv2d_grad_input: cudaGemm, conv2d_grad_weight: cudaGemm,
+  sum_to: cudaSumTo,
 };
 
 export const KERNELS_FILE = 'model_kernels.cuh';
