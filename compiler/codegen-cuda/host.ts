@@ -140,8 +140,7 @@ const size_t DEVICE_BYTES = ${plan.deviceBytes};
 const size_t PERSISTENT_OFFSET = ${plan.persistent.offset};
 const size_t ARENA_OFFSET = ${plan.arena.offset};
 const size_t ARENA_BYTES = ${plan.arena.bytes};
-const size_t SCRATCH_OFFSET = ${plan.scratch.offset};  // split-K partial sums, ${plan.scratch.bytes} bytes
-const int NPROG = ${P.length};
+${P.some((p) => p.nodes.some((n) => n.scratch)) ? `const size_t SCRATCH_OFFSET = ${plan.scratch.offset};  // split-K partial sums, ${plan.scratch.bytes} bytes\n` : ''}const int NPROG = ${P.length};
 const size_t STAGING_BYTES[NPROG] = { ${P.map((p) => p.stagingBytes).join(', ')} };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
 

@@ -16,7 +16,6 @@ const size_t DEVICE_BYTES = 4342272;
 const size_t PERSISTENT_OFFSET = 0;
 const size_t ARENA_OFFSET = 2457600;
 const size_t ARENA_BYTES = 1079488;
-const size_t SCRATCH_OFFSET = 3537152;  // split-K partial sums, 0 bytes
 const int NPROG = 2;
 const size_t STAGING_BYTES[NPROG] = { 201024, 201024 };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
