@@ -19,6 +19,7 @@ ap.add_argument("--torch-ref", default=next((d for d in [os.path.join(ROOT, ".de
                                                              os.path.join(ROOT, "../shared/bench")] if os.path.exists(os.path.join(d, "torch_ref.py"))), ""))
 ap.add_argument("--skip-compile", action="store_true", help="leave out torch.compile (its compile time dominates a short run)")
 ap.add_argument("--steps", type=int, default=50)
+ap.add_argument("--timeout", type=int, default=240, help="seconds one mpsc run (build included) may take")
 ap.add_argument("--profile", type=int, default=0, metavar="K",
                 help="after the table, each workload's K slowest kernels per program (MPSC_CUDA_PROFILE=1: launched one by one, cudaEvent times)")
 ap.add_argument("workloads", nargs="*", default=WORKLOADS)
@@ -70,7 +71,11 @@ def mpsc_time(w, profile=False):
         cmd = ["node", os.path.join(ROOT, "bin/mpsc.js"), "bench", os.path.join(ROOT, "bench", w + ".model"), "--device", "cuda", "--json",
                "--steps", steps, "--warmup", "5"]
     env = dict(os.environ, MPSC_CUDA_PROFILE="1" if profile else "0")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.timeout)
+    except subprocess.TimeoutExpired:
+        print(f"mpsc {w}: not finished within {a.timeout} s (--timeout; the build included)", file=sys.stderr, flush=True)
+        return None
     if profile:
         shown = 0
         for line in r.stderr.splitlines():
@@ -86,17 +91,16 @@ c = ceilings()
 print(f"ceilings measured here: copy {c['copy_GBps']:.0f} GB/s, fp32 matmul {c['fp32_TFLOPs']:.1f} TFLOP/s, tf32 {c['tf32_TFLOPs']:.1f}, bf16 {c['bf16_TFLOPs']:.1f}", flush=True)
 eager, graph = torch_times(""), torch_times("--cudagraph")
 comp = {} if a.skip_compile else torch_times("--compile")
-rows = []
-for w in a.workloads:
+fmt = lambda v: "-" if v is None else f"{v:.3f}"
+print("\nworkload                  mpsc ms   eager  compile cudagraph  mpsc/best  mpsc TFLOP/s  target   met", flush=True)
+for w in a.workloads:  # each row as soon as it is measured (a run cut short keeps the rows it printed)
     r = mpsc_time(w)
     ms = r["train"]["median_ms"] if r else float("nan")
-    tflops = r["train"]["gflops"] / 1000 if r else float("nan")
-    best = min([t for t in (eager.get(w), comp.get(w), graph.get(w)) if t is not None], default=float("nan"))
-    rows.append((w, ms, eager.get(w), comp.get(w), graph.get(w), ms / best if best == best else float("nan"), tflops, TARGET.get(w)))
-fmt = lambda v: "-" if v is None else f"{v:.3f}"
-print("\nworkload                  mpsc ms   eager  compile cudagraph  mpsc/best  mpsc TFLOP/s  target   met")
-for w, ms, e, co, g, ratio, tf, tgt in rows:
-    print(f"{w:25s} {ms:8.3f} {fmt(e):>7} {fmt(co):>8} {fmt(g):>9} {ratio:10.2f} {tf:13.3f} {fmt(tgt):>7}   {'yes' if tgt and ms <= tgt else 'no'}")
+    tf = r["train"]["gflops"] / 1000 if r else float("nan")
+    e, co, g, tgt = eager.get(w), comp.get(w), graph.get(w), TARGET.get(w)
+    best = min([t for t in (e, co, g) if t is not None], default=float("nan"))
+    ratio = ms / best if best == best else float("nan")
+    print(f"{w:25s} {ms:8.3f} {fmt(e):>7} {fmt(co):>8} {fmt(g):>9} {ratio:10.2f} {tf:13.3f} {fmt(tgt):>7}   {'yes' if tgt and ms <= tgt else 'no'}", flush=True)
 if a.profile:
     print("\nwhere the time goes (kernels launched one by one with events; the graph replays them without launch gaps)")
     for w in a.workloads: mpsc_time(w, profile=True)
