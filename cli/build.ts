@@ -13,10 +13,10 @@ import { Option, type Command } from 'commander';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { checkFile } from '../compiler/check/index.js';
-import { generateCpuModel, programList } from '../compiler/codegen-cpu/emit_program.js';
+import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import { generateMetalProject } from '../compiler/codegen-metal/index.js';
 import { UserError } from '../compiler/errors.js';
-import { type ProgramSet } from '../compiler/ir/graph.js';
+import { type ProgramSet, programsOf } from '../compiler/ir/graph.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
@@ -137,7 +137,7 @@ Examples:
         log(`persistent buffers: ${gen.tensors.length} (${formatBytes(gen.persistentBytes)})`);
         for (const [kind, e] of byKind) log(`  ${kind.padEnd(9)} ${String(e.n).padStart(4)}  ${formatBytes(e.bytes)}`);
         const arena = Math.max(...gen.programs.map((p) => p.arenaBytes));
-        const inputs = Math.max(...programList(programs).map((p) => p.plan?.inputBytes ?? 0));
+        const inputs = Math.max(...programsOf(programs).map((p) => p.plan?.inputBytes ?? 0));
         log(`planned memory: arena ${formatBytes(arena)} + persistent ${formatBytes(gen.persistentBytes)} + input batch ${formatBytes(inputs)} = ${formatBytes(arena + gen.persistentBytes + inputs)}`);
       }
       if (device === 'metal' || device === 'all') {

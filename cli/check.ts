@@ -1,6 +1,7 @@
 /**
- * `mpsc check SPEC [--json] [--ir [PROGRAM]]`: parse and check a .model file, print the model summary.
- * Exit 0 when valid, 1 with diagnostics when not. With --json, stdout is one JSON object either way:
+ * `mpsc check SPEC [--json] [--ir [PROGRAM]] [--device D]`: parse and check a .model file, print the
+ * model summary; with --ir, a program as backend D runs it (fused, planned). Exit 0 when valid, 1
+ * with diagnostics when not. With --json, stdout is one JSON object either way:
  * the summary plus `ok: true` and `diagnostics` (warnings), or `{ok: false, diagnostics}` (cli/main.ts);
  * each diagnostic has file, line, col, endLine, endCol, severity, message, hint.
  */
@@ -8,7 +9,15 @@ import type { Command } from 'commander';
 import { checkFileWithWarnings } from '../compiler/check/index.js';
 import { diagnosticJson } from '../compiler/diagnostics.js';
 import { renderSummary, summarize } from '../compiler/check/summary.js';
+import { CPU_FUSIONS } from '../compiler/codegen-cpu/fusions.js';
+import { metalFusions } from '../compiler/codegen-metal/fusions.js';
+import { cudaFusions } from '../compiler/codegen-cuda/fusions.js';
+import { UserError } from '../compiler/errors.js';
+import { type FusionCaps, NO_FUSIONS } from '../compiler/ir/fuse.js';
 import { formatProgramsForCheck, plannedPeakBytes } from '../compiler/ir/print_ir.js';
+
+/** what each backend fuses (its capability set), for `--ir --device` */
+const DEVICE_FUSIONS: Record<string, FusionCaps> = { cpu: CPU_FUSIONS, cuda: cudaFusions(), metal: metalFusions(), 'metal-emu': metalFusions(), reference: NO_FUSIONS };
 
 export function register(program: Command): void {
   program
@@ -16,7 +25,8 @@ export function register(program: Command): void {
     .description('check a .model spec (syntax, names, shapes, settings) and print a model summary')
     .argument('<spec>', 'path to a .model file')
     .option('--json', 'print the summary as JSON ({ok: true, ..., diagnostics: [warnings]}); errors as {ok: false, diagnostics: [...]} (exit 1)')
-    .option('--ir [program]', 'print a program after autodiff, optimizer lowering and memory planning: train_step (default), apply_update, eval, eval_tail, all')
+    .option('--ir [program]', 'print a program after autodiff, optimizer lowering, fusion and memory planning: train_step (default), apply_update, eval, eval_tail, all')
+    .option('--device <device>', 'with --ir: the backend whose fusions to apply: cpu (default), cuda, metal, metal-emu, reference (none)', 'cpu')
     .addHelpText(
       'after',
       `
@@ -24,13 +34,16 @@ Examples:
   mpsc check specs/lenet.model            layers, shapes, parameter counts, planned memory
   mpsc check specs/lenet.model --json     the same as one JSON object (errors too: {"ok": false, "diagnostics": [...]})
   mpsc check specs/lenet.model --ir       the train-step program the backends generate code from
-  mpsc check specs/lenet.model --ir eval  the forward-only evaluation program`,
+  mpsc check specs/lenet.model --ir eval  the forward-only evaluation program
+  mpsc check specs/lenet.model --ir --device metal   the train step as the Metal backend fuses it`,
     )
-    .action((spec: string, opts: { json?: boolean; ir?: string | boolean }) => {
+    .action((spec: string, opts: { json?: boolean; ir?: string | boolean; device: string }) => {
+      const fusions = DEVICE_FUSIONS[opts.device];
+      if (!fusions) throw new UserError(`error: unknown --device '${opts.device}' for check --ir\n  help: use one of ${Object.keys(DEVICE_FUSIONS).join(', ')}`);
       const { model, warnings, warningDiagnostics } = checkFileWithWarnings(spec);
       for (const w of warnings) process.stderr.write(w + '\n');
       if (opts.ir !== undefined) {
-        process.stdout.write(formatProgramsForCheck(model, opts.ir === true ? 'train_step' : String(opts.ir)));
+        process.stdout.write(formatProgramsForCheck(model, opts.ir === true ? 'train_step' : String(opts.ir), fusions, opts.device));
         return;
       }
       const summary = summarize(model, model.loss ? plannedPeakBytes(model) : null);

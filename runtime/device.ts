@@ -7,7 +7,8 @@
  *  - cuda: the generated CUDA backend (runtime/cuda); without a GPU or toolkit a UserError says which is missing.
  *  - cpu: the generated C++ backend; metal-emu: the MSL emulator; reference: the float64 interpreter.
  *  - metal anywhere else than macOS on Apple silicon: a UserError suggesting metal-emu or cpu.
- * Backends are imported lazily so a missing or broken backend never breaks the others.
+ * Backends are imported lazily, through literal import() paths in one registry (BACKENDS), so a
+ * missing or broken backend never breaks the others.
  */
 import { UserError } from '../compiler/errors.js';
 import type { ProgramSet } from '../compiler/ir/graph.js';
@@ -30,28 +31,31 @@ export interface OpenedSession {
   note: string;
 }
 
-// specifiers kept in variables: the modules are written by other parts of mpsc and may be absent
-const MODULES = {
-  cuda: ['./cuda/session.js', 'createCudaSession'],
-  cpu: ['./native/native_session.js', 'createCpuSession'],
-  'metal-emu': ['./metal-emu/session.js', 'createMetalEmuSession'],
-  metal: ['./metal-bridge/session.js', 'createMetalSession'],
-  reference: ['./reference_session.js', 'createReferenceSession'],
-} as const;
-
 type Factory = (programs: ProgramSet, opts: OpenOptions) => Promise<Session>;
+type Backend = Exclude<DeviceName, 'auto'>;
+
+/**
+ * The one registry of backends: each is loaded on first use through a literal import() (lazy, so
+ * a backend's dependencies load only when it is picked; literal, so tsc checks the module and its
+ * factory's type, and a reader can follow it).
+ */
+const BACKENDS: Record<Backend, () => Promise<Factory>> = {
+  cuda: async () => (await import('./cuda/session.js')).createCudaSession,
+  cpu: async () => (await import('./native/native_session.js')).createCpuSession,
+  'metal-emu': async () => (await import('./metal-emu/session.js')).createMetalEmuSession,
+  metal: async () => (await import('./metal-bridge/session.js')).createMetalSession,
+  reference: async () => (await import('./reference_session.js')).createReferenceSession,
+};
 
 function isModuleMissing(e: unknown): boolean {
   const code = (e as { code?: string })?.code;
   return code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
 }
 
-async function loadFactory(device: keyof typeof MODULES): Promise<Factory | null> {
-  const [spec, fn] = MODULES[device];
+/** the backend's session factory, or null when its module is missing from this build */
+async function loadFactory(device: Backend): Promise<Factory | null> {
   try {
-    const mod = (await import(spec)) as Record<string, unknown>;
-    const f = mod[fn];
-    return typeof f === 'function' ? (f as Factory) : null;
+    return await BACKENDS[device]();
   } catch (e) {
     if (isModuleMissing(e)) return null;
     throw e;

@@ -3,17 +3,15 @@
  * One Float64Array per persistent value *name*, shared by every program and zero-filled
  * at creation (the host writes initial values through write()).
  */
-import { PROGRAM_NAMES, type Program, type ProgramName, type ProgramSet, type StepScalars, isPersistent, numel } from '../compiler/ir/graph.js';
+import { type Program, type ProgramName, type ProgramSet, type StepScalars, isPersistent, numel, programsOf } from '../compiler/ir/graph.js';
 import { type Env, runGraph } from '../compiler/reference/interpret.js';
 import type { Batch, Session } from './session.js';
-
 
 export async function createReferenceSession(programs: ProgramSet): Promise<Session> {
   const tensors = new Map<string, { shape: number[]; data: Float64Array }>();
   const present = new Map<ProgramName, Program>();
-  for (const name of PROGRAM_NAMES) {
-    const p = programs[name];
-    if (!p) continue;
+  for (const p of programsOf(programs)) {
+    const name = p.name;
     present.set(name, p);
     for (const v of p.graph.values) {
       if (!isPersistent(v)) continue;

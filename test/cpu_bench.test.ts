@@ -1,6 +1,7 @@
 /**
- * issue 6: the FLOP counter (compiler/ir/flops.ts), the relu fusion plan of the CPU backend
- * (compiler/codegen-cpu/fuse_relu.ts) and `mpsc bench` (cli/bench.ts, runtime/bench.ts).
+ * issue 6: the FLOP counter (compiler/ir/flops.ts), what the CPU backend fuses on the example
+ * workloads (compiler/ir/fuse.ts with codegen-cpu/fusions.ts) and `mpsc bench` (cli/bench.ts,
+ * runtime/bench.ts). The pass on its own: test/ir_fuse.test.ts.
  */
 import { spawnSync } from 'node:child_process';
 import * as os from 'node:os';
@@ -10,12 +11,9 @@ import { describe, expect, it } from 'vitest';
 import { checkFile } from '../compiler/check/index.js';
 import { countFlops } from '../compiler/ir/flops.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
-import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
-import { planReluFusion } from '../compiler/codegen-cpu/fuse_relu.js';
-import { planReluGradFusion } from '../compiler/codegen-cpu/fuse_relu_grad.js';
-import { planReluPoolFusion } from '../compiler/codegen-cpu/fuse_relu_pool.js';
+import { cpuPrograms, generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import { planInputReshapeAliases } from '../compiler/codegen-cpu/alias_reshape.js';
-import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
+import type { Program } from '../compiler/ir/graph.js';
 import { syntheticBatch } from '../runtime/bench.js';
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -46,183 +44,74 @@ describe('countFlops', () => {
   });
 });
 
-describe('relu fusion plan', () => {
-  const relus = (p: Program) => p.graph.nodes.filter((n) => n.op === 'unary' && n.attrs.fn === 'relu').map((n) => n.id);
+describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusing)', () => {
+  const fusedNodes = (p: Program) => p.graph.nodes.filter((n) => n.attrs.epilogue !== undefined || n.attrs.relu_grad !== undefined || n.attrs.relu_in !== undefined);
 
   it('folds the MLP relu into fc1 and points its relu-grad at the relu output', async () => {
     const { ps } = await programs('bench/mnist_mlp_b256_adam.model');
-    const p = ps.train_step;
-    const plan = planReluFusion(p, p.plan!.offsets);
-    const [r] = relus(p);
-    expect(plan.skip.has(r)).toBe(true);
-    const producer = p.graph.nodes.find((n) => n.outputs.includes(p.graph.nodes[r].inputs[0]))!;
-    expect(producer.op).toBe('linear');
-    expect(plan.fused.get(producer.id)).toBe(p.graph.nodes[r].outputs[0]);
-    const grad = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[1] === producer.outputs[0])!;
-    expect(plan.redirect.get(grad.id)?.get(1)).toBe(p.graph.nodes[r].outputs[0]);
+    const p = cpuPrograms(ps).train_step;
+    expect(p.graph.nodes.some((n) => n.op === 'unary' && n.attrs.fn === 'relu')).toBe(false);
+    const fc1 = p.graph.nodes.find((n) => n.op === 'linear' && n.attrs.epilogue === 'relu')!;
+    const grad = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.attrs.fn === 'relu')!;
+    expect(grad.inputs[1]).toBe(fc1.outputs[0]);
+    expect(fusedNodes(cpuPrograms(ps).eval).map((n) => [n.op, n.attrs.epilogue])).toEqual([['linear', 'relu']]);
   });
 
-  it('writes relu(y) over y instead when z shares memory with the input, and does not fuse when both are unsafe', async () => {
-    const { ps } = await programs('bench/mnist_mlp_b256_adam.model');
-    const p = ps.eval;
-    const [r] = relus(p);
-    const y = p.graph.nodes[r].inputs[0], z = p.graph.nodes[r].outputs[0];
-    const producer = p.graph.nodes.find((n) => n.outputs.includes(y))!;
-    const reader = p.graph.nodes.find((n) => n.inputs.includes(z))!;
-    // every arena value in its own 1 MiB slot: A (write z at the producer) is safe
-    const own = p.plan!.offsets.map((o, id) => (o >= 0 ? id * (1 << 20) : -1));
-    expect(planReluFusion(p, own).fused.get(producer.id)).toBe(z);
-    // z on the producer's input x (as a planner reusing x's slot would): B, z's reader reads y
-    const x = producer.inputs[0];
-    const shared = [...own];
-    shared[z] = shared[x];
-    const b = planReluFusion(p, shared);
-    expect(b.fused.get(producer.id)).toBe(y);
-    expect(b.skip.has(r)).toBe(true);
-    expect([...b.redirect.get(reader.id)!.values()]).toEqual([y]);
-    // and the reader's output over y as well: neither is safe
-    shared[reader.outputs[0]] = shared[y];
-    expect(planReluFusion(p, shared).fused.size).toBe(0);
-  });
-
-  it('leaves a relu whose input has another reader alone, and the generated code says what it fused', async () => {
+  it('LeNet: every conv / linear relu folded (eval too), and the generated code says what it fused', async () => {
     const { ps } = await programs('bench/mnist_cnn_b64_sgdm.model');
+    for (const p of [cpuPrograms(ps).train_step, cpuPrograms(ps).eval]) {
+      expect(p.graph.nodes.filter((n) => n.op === 'unary').map((n) => n.attrs.fn)).toEqual([]);
+      expect(p.graph.nodes.filter((n) => n.attrs.epilogue === 'relu').map((n) => n.op)).toEqual(['conv2d', 'conv2d', 'linear']);
+    }
     const code = generateCpuModel(ps).files['model.cc'];
     expect(code).toMatch(/train_step node \d+: conv2d \+ relu \(fused\)/);
+    expect(code).toMatch(/eval node 2: conv2d \+ relu \(fused\)/);
     expect(code).toMatch(/train_step node \d+: linear \+ relu \(fused\)/);
     const off = generateCpuModel(ps, { fuse: false }).files['model.cc'];
     expect(off).not.toMatch(/\(fused\)/);
   });
-});
 
-describe('relu-grad folded into the pooling gradient (fuse_relu_grad.ts)', () => {
   it('folds the relu-grad after the global-avgpool grad of the seed CNN, masked by the fused relu output', async () => {
     const { ps } = await programs('bench/seed_cnn_b32_64px_adam.model');
-    const p = ps.train_step;
-    const plan = planReluFusion(p, p.plan!.offsets);
-    planReluGradFusion(p, p.plan!.offsets, plan);
+    const p = cpuPrograms(ps).train_step;
     const P = p.graph.nodes.find((n) => n.op === 'global_avgpool_grad')!;
-    const U = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])!;
-    expect(plan.skip.has(U.id)).toBe(true);
-    expect(plan.fused.get(P.id)).toBe(U.outputs[0]);
-    // the mask is what the relu-grad would have read (the fused relu's output after fuse_relu's redirect)
-    expect(plan.reluMask.get(P.id)).toBe(plan.redirect.get(U.id)?.get(1) ?? U.inputs[1]);
+    expect(P.attrs.relu_grad).toBe(true);
+    const conv2 = p.graph.nodes.filter((n) => n.op === 'conv2d')[1];
+    expect(conv2.attrs.epilogue).toBe('relu');
+    expect(P.inputs[1]).toBe(conv2.outputs[0]);
+    expect(p.graph.nodes.some((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])).toBe(false);
+    // element-wise in the mask: planned in place over it
+    expect(p.plan!.offsets[P.outputs[0]]).toBe(p.plan!.offsets[P.inputs[1]]);
     const code = generateCpuModel(ps).files['model.cc'];
     expect(code).toMatch(/train_step node \d+: global_avgpool_grad \+ relu-grad \(fused\)/);
-    expect(code).not.toMatch(new RegExp(`train_step node ${U.id}: unary_grad`));
-  });
-
-  it('does not fold when the relu-grad output would overwrite what the pool grad still reads', async () => {
-    const { ps } = await programs('bench/seed_cnn_b32_64px_adam.model');
-    const p = ps.train_step;
-    const P = p.graph.nodes.find((n) => n.op === 'global_avgpool_grad')!;
-    const U = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])!;
-    const plan = planReluFusion(p, p.plan!.offsets);
-    const mask = plan.redirect.get(U.id)?.get(1) ?? U.inputs[1];
-    // put dx over the second half of the mask: the kernel would overwrite mask values before reading them
-    const off = [...p.plan!.offsets];
-    off[U.outputs[0]] = off[mask] + 4096;
-    planReluGradFusion(p, off, plan);
-    expect(plan.reluMask.size).toBe(0);
-    expect(plan.skip.has(U.id)).toBe(false);
   });
 
   it('folds both LeNet relu-grads into their 2x2 max-pool grads, in place over the pool input (the mask)', async () => {
     const { ps } = await programs('bench/mnist_cnn_b64_sgdm.model');
-    const p = ps.train_step;
-    const plan = planReluFusion(p, p.plan!.offsets);
-    planReluGradFusion(p, p.plan!.offsets, plan);
-    const off = p.plan!.offsets;
+    const p = cpuPrograms(ps).train_step;
     const pools = p.graph.nodes.filter((n) => n.op === 'maxpool2d_grad');
     expect(pools.length).toBe(2);
     const code = generateCpuModel(ps).files['model.cc'];
     for (const P of pools) {
-      const U = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])!;
-      const dx = U.outputs[0], x = P.inputs[1];
-      // the relu-grad's mask (after fuse_relu's redirect) is the pool input, and dx is planned exactly over it
-      expect(plan.redirect.get(U.id)?.get(1)).toBe(x);
-      expect(off[dx]).toBe(off[x]);
-      expect(plan.reluMask.get(P.id)).toBe(x);
-      expect(plan.fused.get(P.id)).toBe(dx);
-      expect(plan.skip.has(U.id)).toBe(true);
+      const [, x, mask] = P.inputs;
+      expect(P.attrs.relu_grad).toBe(true);
+      expect(mask).toBe(x);
+      expect(p.plan!.offsets[P.outputs[0]]).toBe(p.plan!.offsets[x]);
       expect(code).toMatch(new RegExp(`train_step node ${P.id}: maxpool2d_grad \\+ relu-grad \\(fused\\)`));
-      expect(code).not.toMatch(new RegExp(`train_step node ${U.id}: unary_grad`));
     }
+    // what remains is the relu-grad of fc1 (no pool to fold into), reading fc1's fused relu output
+    const left = p.graph.nodes.filter((n) => n.op === 'unary_grad');
+    expect(left.map((n) => p.graph.nodes.find((m) => m.outputs.includes(n.inputs[1]))!.op)).toEqual(['linear']);
   });
 
-  it('does not fold a max-pool grad on a partial overlap, over dy, with another reader of g, off the 2x2 / stride-2 kernel, or with a mask that is not the pool input', async () => {
-    const { ps } = await programs('bench/mnist_cnn_b64_sgdm.model');
-    const p = ps.train_step;
-    const pools = p.graph.nodes.filter((n) => n.op === 'maxpool2d_grad');
-    const fold = (off: readonly number[], relu = true, prog: Program = p) => {
-      const plan = relu ? planReluFusion(prog, p.plan!.offsets) : { fused: new Map(), skip: new Set<number>(), redirect: new Map(), reluMask: new Map(), reluIn: new Set<number>() };
-      planReluGradFusion(prog, off, plan);
-      return pools.map((P) => plan.reluMask.has(P.id));
-    };
-    expect(fold(p.plan!.offsets)).toEqual([true, true]);
-    for (const [k, P] of pools.entries()) {
-      const U = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.inputs[0] === P.outputs[0])!;
-      const dx = U.outputs[0], [dy, x] = P.inputs;
-      const expected = pools.map((_, i) => i !== k);
-      // dx half a row pair past x: the kernel would write pool inputs before it reads them
-      const shifted = [...p.plan!.offsets];
-      shifted[dx] = shifted[x] + 4 * p.graph.values[x].shape[3];
-      expect(fold(shifted)).toEqual(expected);
-      // dx over dy, which the kernel reads while it writes
-      const overDy = [...p.plan!.offsets];
-      overDy[dx] = overDy[dy];
-      expect(fold(overDy)).toEqual(expected);
-      // g read by another node as well (a neg at the end that writes nothing): the pool grad must still write it
-      const neg = { ...U, id: p.graph.nodes.length, op: 'unary', attrs: { fn: 'neg' }, inputs: [P.outputs[0]], outputs: [] };
-      const extra: Program = { ...p, graph: { ...p.graph, nodes: [...p.graph.nodes, neg] } };
-      expect(fold(p.plan!.offsets, true, extra)).toEqual(expected);
-      // not a 2x2 / stride-2 window (same plan): only the 2x2 kernel takes a folded relu-grad
-      const stride1: Program = { ...p, graph: { ...p.graph, nodes: p.graph.nodes.map((n) => (n.id === P.id ? { ...n, attrs: { ...n.attrs, stride: [1, 1] } } : n)) } };
-      expect(fold(p.plan!.offsets, true, stride1)).toEqual(expected);
+  it('folds a relu whose producer is not a GEMM into the global_avgpool reading it (ResNet: after the residual add)', async () => {
+    const { ps } = await programs('specs/resnet_small.model');
+    for (const p of [cpuPrograms(ps).train_step, cpuPrograms(ps).eval]) {
+      const G = p.graph.nodes.find((n) => n.op === 'global_avgpool')!;
+      expect(G.attrs.relu_in).toBe(true);
+      expect(p.graph.nodes.find((n) => n.outputs.includes(G.inputs[0]))!.op).toBe('binary');
     }
-    // without fuse_relu's redirect the relu-grads read their mask from the conv output, not the pool input
-    expect(fold(p.plan!.offsets, false)).toEqual([false, false]);
-  });
-});
-
-describe('relu folded into the global average pool that reads it (fuse_relu_pool.ts)', () => {
-  it('folds the eval relu of the seed CNN (which the conv could not take) into the pool', async () => {
-    const { ps } = await programs('bench/seed_cnn_b32_64px_adam.model');
-    const p = ps.eval;
-    const plan = planReluFusion(p, p.plan!.offsets);
-    const R = p.graph.nodes.find((n) => n.op === 'unary' && n.attrs.fn === 'relu' && p.graph.nodes.some((g) => g.op === 'global_avgpool' && g.inputs[0] === n.outputs[0]))!;
-    expect(plan.skip.has(R.id)).toBe(false); // the producer could not write the relu's output here
-    planReluPoolFusion(p, p.plan!.offsets, plan);
-    const G = p.graph.nodes.find((n) => n.op === 'global_avgpool')!;
-    expect(plan.skip.has(R.id)).toBe(true);
-    expect(plan.reluIn.has(G.id)).toBe(true);
-    expect(plan.redirect.get(G.id)?.get(0)).toBe(R.inputs[0]);
     expect(generateCpuModel(ps).files['model.cc']).toMatch(/eval node \d+: global_avgpool of relu \(fused\)/);
-  });
-
-  it('does not fold when a node between the relu and the pool writes over the relu input', () => {
-    // x -> y = relu(x); z = relu(y); t = relu(x); m = global_avgpool(z): t is written between R and G
-    const b = new GraphBuilder();
-    const x = b.value('x', 'f32', [1, 2, 4, 4], 'input');
-    const y = b.value('y', 'f32', [1, 2, 4, 4], 'activation');
-    const z = b.value('z', 'f32', [1, 2, 4, 4], 'activation');
-    const t = b.value('t', 'f32', [1, 2, 4, 4], 'activation');
-    const m = b.value('m', 'f32', [1, 2], 'activation');
-    b.node('unary', [x], [y], { fn: 'relu' });
-    const R = b.node('unary', [y], [z], { fn: 'relu' });
-    b.node('unary', [x], [t], { fn: 'relu' });
-    const G = b.node('global_avgpool', [z], [m], {});
-    const p: Program = { name: 'eval', batch: 1, graph: b.graph, inputs: [x], outputs: [{ name: 'm', value: m }, { name: 't', value: t }] } as unknown as Program;
-    const plan = () => ({ fused: new Map(), skip: new Set<number>(), redirect: new Map(), reluMask: new Map(), reluIn: new Set<number>() });
-    const apart = [-1, 0, 128, 256, 384];
-    const ok = plan();
-    planReluPoolFusion(p, apart, ok);
-    expect(ok.reluIn.has(G) && ok.skip.has(R)).toBe(true);
-    const over = [-1, 0, 128, 64, 384]; // t overlaps y
-    const no = plan();
-    planReluPoolFusion(p, over, no);
-    expect(no.reluIn.size).toBe(0);
-    expect(no.skip.size).toBe(0);
   });
 });
 

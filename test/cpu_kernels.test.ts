@@ -11,11 +11,12 @@
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AttrValue, type DType, GraphBuilder, type ProgramSet, type StepScalars, numel } from '../compiler/ir/graph.js';
+import { type AttrValue, type DType, GraphBuilder, type Program, type ProgramSet, type StepScalars, numel } from '../compiler/ir/graph.js';
 import { OPS, UNARY_FNS, opDef } from '../compiler/ir/ops.js';
 import { makeRng, randomInts, randomTensor, relError, runOp } from '../compiler/reference/fixtures.js';
 import { CPU_KERNELS } from '../compiler/codegen-cpu/kernels/index.js';
-import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
+import { cpuPrograms, generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
+import { planMemory } from '../compiler/ir/memory_plan.js';
 import type { Session } from '../runtime/session.js';
 import { createCpuSession } from '../runtime/native/native_session.js';
 import { attrVariants, samplePoints } from './unary_cases.js';
@@ -29,6 +30,8 @@ interface In {
   ints?: number;
   /** fixed values (instead of random ones) */
   values?: number[];
+  /** the same value as input k (a fused max-pool grad's mask is its input x) */
+  same?: number;
 }
 interface Case {
   label: string;
@@ -289,7 +292,25 @@ function parallelCases(): Case[] {
   ];
 }
 
-const CASES: Case[] = [...gemmCases(), ...convCases(), ...poolCases(), ...elementwiseCases(), ...softmaxNormCases(), ...gatherLossCases(), ...optimCases(), ...parallelCases(), ...tensorAttentionCases()];
+/** nodes carrying the fusion attrs of compiler/ir/fuse.ts that CPU_FUSIONS produces (the reference runs them as the unfused pair) */
+function fusedCases(): Case[] {
+  const conv = (K: number) => ({ stride: [1, 1], padding: [(K - 1) / 2, (K - 1) / 2], dilation: [1, 1], groups: 1, epilogue: 'relu' });
+  const ep = { epilogue: 'relu' };
+  return [
+    { label: 'linear_relu', op: 'linear', inputs: [{ shape: [7, 13] }, { shape: [5, 13] }, { shape: [5] }], outShapes: [[7, 5]], attrs: ep },
+    { label: 'linear_relu_big', op: 'linear', inputs: [{ shape: [70, 300] }, { shape: [100, 300] }, null], outShapes: [[70, 100]], attrs: ep },
+    // im2col (5x5), direct 1x1, the stride-1 "wide" path, Winograd (C*O/(C+O) >= 32)
+    { label: 'conv_relu_5x5', op: 'conv2d', inputs: [{ shape: [2, 3, 9, 8] }, { shape: [4, 3, 5, 5] }, { shape: [4] }], outShapes: [[2, 4, 9, 8]], attrs: conv(5) },
+    { label: 'conv_relu_1x1', op: 'conv2d', inputs: [{ shape: [2, 6, 5, 4] }, { shape: [9, 6, 1, 1] }, { shape: [9] }], outShapes: [[2, 9, 5, 4]], attrs: conv(1) },
+    { label: 'conv_relu_wide', op: 'conv2d', inputs: [{ shape: [1, 10, 30, 30] }, { shape: [7, 10, 3, 3] }, null], outShapes: [[1, 7, 30, 30]], attrs: conv(3) },
+    { label: 'conv_relu_winograd', op: 'conv2d', inputs: [{ shape: [1, 64, 10, 10] }, { shape: [64, 64, 3, 3] }, { shape: [64] }], outShapes: [[1, 64, 10, 10]], attrs: conv(3) },
+    { label: 'gap_relu_in', op: 'global_avgpool', inputs: [{ shape: [2, 3, 5, 4] }], outShapes: [[2, 3, 1, 1]], attrs: { relu_in: true } },
+    { label: 'gap_g_relu', op: 'global_avgpool_grad', inputs: [{ shape: [2, 3, 1, 1] }, { shape: [2, 3, 5, 4] }], outShapes: [[2, 3, 5, 4]], attrs: { x_shape: [2, 3, 5, 4], relu_grad: true } },
+    { label: 'maxpool_g_relu', op: 'maxpool2d_grad', inputs: [{ shape: [2, 3, 7, 5] }, { shape: [2, 3, 15, 11] }, { shape: [2, 3, 15, 11], same: 1 }], outShapes: [[2, 3, 15, 11]], attrs: { kernel: [2, 2], stride: [2, 2], padding: [0, 0], relu_grad: true } },
+  ];
+}
+
+const CASES: Case[] = [...gemmCases(), ...convCases(), ...poolCases(), ...elementwiseCases(), ...softmaxNormCases(), ...gatherLossCases(), ...optimCases(), ...parallelCases(), ...tensorAttentionCases(), ...fusedCases()];
 const SCALARS: StepScalars = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
 
 interface Built {
@@ -305,8 +326,10 @@ function buildAll(): Built {
   const intInputs: { name: string; data: Int32Array }[] = [];
   const inputIds: number[] = [];
   CASES.forEach((c) => {
-    const ids = c.inputs.map((inp, i) => {
+    const ids: number[] = [];
+    c.inputs.forEach((inp, i) => ids.push((() => {
       if (!inp) return -1;
+      if (inp.same !== undefined) return ids[inp.same];
       const name = `${c.label}.in${i}`;
       const d = inp.values ? Float64Array.from(inp.values)
         : inp.ints !== undefined ? randomInts(inp.shape, inp.ints, rng) : randomTensor(inp.shape, rng, inp.lo ?? -1, inp.hi ?? 1);
@@ -318,7 +341,7 @@ function buildAll(): Built {
         return id;
       }
       return b.value(name, 'f32', inp.shape, 'param');
-    });
+    })()));
     // outputs live in the persistent block (kind 'state') so the test can read them back by name
     const outs = c.outShapes.map((s, k) => b.value(`${c.label}.out${k}`, c.outI32 ? 'i32' : 'f32', s, 'state'));
     b.node(c.op, ids, outs, c.attrs ?? {});
@@ -367,7 +390,7 @@ describe('generated CPU kernels vs the reference interpreter', () => {
       // the reference runs on the f32-rounded inputs the kernel saw
       const refInputs = c.inputs.map((inp, i) => {
         if (!inp) return null;
-        const d = Float64Array.from(Float32Array.from(built.data.get(`${c.label}.in${i}`)!));
+        const d = Float64Array.from(Float32Array.from(built.data.get(`${c.label}.in${inp.same ?? i}`)!));
         return { shape: inp.shape, data: d, dtype: inp.dtype ?? 'f32' };
       });
       const outs = runOp(c.op, refInputs, c.outShapes, c.attrs ?? {}, SCALARS);
@@ -387,11 +410,12 @@ describe('generated CPU kernels vs the reference interpreter', () => {
 });
 
 /**
- * The 2x2 max-pool grad with the relu-grad folded in (fuse_relu_grad.ts, pool.ts), in a module of its
- * own since the fusion needs arena values: per case t = neg(x) (x drawn from a few values, so windows
- * tie and have zero or negative maxima), g = maxpool2d_grad(dy, t), dx = relu-grad(g, mask t), copied
- * out by a reshape. A hand-made memory plan puts dx exactly over t (in place, as LeNet's plan does) or
- * apart. The kernel only selects, so dx must match the float64 reference bit for bit.
+ * The 2x2 max-pool grad with the relu-grad folded in (compiler/ir/fuse.ts, pool.ts) on valid IR with
+ * arena values, as the pass and the planner leave it: per case t = neg(x) (x drawn from a few values,
+ * so windows tie and have zero or negative maxima), g = maxpool2d_grad(dy, t), dx = relu-grad(g, mask t),
+ * accumulated into a gradacc tensor the test reads. The pass folds the pair; the planner puts dx
+ * exactly over t (in place, as in LeNet: ops.ts inPlace) unless a later node still reads t.
+ * The kernel only selects, so dx must match the unfused pair and the float64 reference bit for bit.
  */
 describe('2x2 max-pool grad with the relu-grad folded in', () => {
   // OW: 8-float chunks with and without a tail (18, 14, 8), 4-float (7, 5), scalar (3); odd H / W; 64 planes for 2 threads
@@ -408,12 +432,6 @@ describe('2x2 max-pool grad with the relu-grad folded in', () => {
   const attrs = { kernel: [2, 2], stride: [2, 2], padding: [0, 0] };
   const rng = makeRng(11);
   const b = new GraphBuilder();
-  const offsets: number[] = [];
-  let arena = 0;
-  const place = (id: number, off: number) => {
-    offsets[id] = off;
-    arena = Math.max(arena, off + Math.ceil((4 * numel(b.graph.values[id].shape)) / 64) * 64);
-  };
   const cases = geos.map((c, i) => {
     const [N, C, H, W] = c.xs;
     const ys = [N, C, Math.floor(H / 2), Math.floor(W / 2)];
@@ -425,25 +443,29 @@ describe('2x2 max-pool grad with the relu-grad folded in', () => {
       t: b.value(`mp${i}.t`, 'f32', c.xs, 'activation'),
       g: b.value(`mp${i}.g`, 'f32', c.xs, 'grad'),
       dx: b.value(`mp${i}.dx`, 'f32', c.xs, 'grad'),
-      out: b.value(`mp${i}.out`, 'f32', c.xs, 'state'),
+      out: b.value(`mp${i}.out`, 'f32', c.xs, 'gradacc'),
+      keep: b.value(`mp${i}.keep`, 'f32', c.xs, 'gradacc'),
     };
-    const base = arena;
-    place(ids.t, base);
-    place(ids.g, arena);
-    place(ids.dx, c.inPlace ? base : arena);
     b.node('unary', [ids.x], [ids.t], { fn: 'neg' });
-    const P = b.node('maxpool2d_grad', [ids.dy, ids.t], [ids.g], attrs);
+    b.node('maxpool2d_grad', [ids.dy, ids.t], [ids.g], attrs);
     b.node('unary_grad', [ids.g, ids.t], [ids.dx], { fn: 'relu' });
-    b.node('reshape', [ids.dx], [ids.out], { shape: c.xs });
-    return { ...c, i, P, ys, x, dy };
+    b.node('grad_accumulate', [ids.out, ids.dx], [], { scale: 1 });
+    if (!c.inPlace) b.node('grad_accumulate', [ids.keep, ids.t], [], { scale: 1 });
+    return { ...c, i, ys, x, dy };
   });
-  for (const v of b.graph.values) offsets[v.id] ??= -1;
-  const train = { name: 'train_step' as const, batch: 1, graph: b.graph, inputs: [], outputs: [], plan: { offsets, arenaBytes: arena, persistentBytes: 0, inputBytes: 0, peakBytes: arena } };
+  const train: Program = { name: 'train_step', batch: 1, graph: b.graph, inputs: [], outputs: [] };
+  train.plan = planMemory(train);
   const programs: ProgramSet = { model: 'cpu_kernels_mp_relu', train_step: train, eval: { name: 'eval', batch: 1, graph: { values: [], nodes: [] }, inputs: [], outputs: [] } };
 
-  it('folds every case', () => {
+  it('folds every case, in place over the pool input unless it is read later', () => {
+    const p = cpuPrograms(programs, { fuse: true }).train_step;
     const code = generateCpuModel(programs, { fuse: true }).files['model.cc'];
-    for (const c of cases) expect(code, `case ${c.i}`).toMatch(new RegExp(`train_step node ${c.P}: maxpool2d_grad \\+ relu-grad \\(fused\\)`));
+    const pools = p.graph.nodes.filter((n) => n.op === 'maxpool2d_grad');
+    expect(pools.length).toBe(cases.length);
+    pools.forEach((P, k) => {
+      expect(code, `case ${k}`).toMatch(new RegExp(`train_step node ${P.id}: maxpool2d_grad \\+ relu-grad \\(fused\\)`));
+      expect(p.plan!.offsets[P.outputs[0]] === p.plan!.offsets[P.inputs[1]], `case ${k} in place`).toBe(cases[k].inPlace);
+    });
     expect(code).not.toMatch(/unary_grad/);
   });
 

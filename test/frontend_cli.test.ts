@@ -35,6 +35,23 @@ describe('mpsc check', () => {
     expect(s.totals.persistentBytes).toBe(s.totals.params * 4 * 4); // params + grads + adam's 2 moments
   });
 
+  it('--ir prints the programs as a backend runs them: fused for --device (cpu by default)', () => {
+    const cpu = mpsc('check', 'specs/lenet.model', '--ir', 'all');
+    expect(cpu.status).toBe(0);
+    expect(cpu.stdout).toMatch(/^# programs as the cpu backend runs them/);
+    expect(cpu.stdout).toMatch(/conv2d\(%image, %conv2d0\.weight, %conv2d0\.bias\) \{[^}]*epilogue=relu\}/);
+    expect(cpu.stdout).toMatch(/maxpool2d_grad\((%\d+), (%\d+), \2\) \{[^}]*relu_grad=true\}/);
+    const metal = mpsc('check', 'specs/lenet.model', '--ir', 'eval', '--device', 'metal');
+    expect(metal.stdout).toMatch(/epilogue=relu/);
+    expect(metal.stdout).not.toMatch(/relu_grad/);
+    const ref = mpsc('check', 'specs/lenet.model', '--ir', '--device', 'reference');
+    expect(ref.stdout).not.toMatch(/epilogue|relu_grad|relu_in/);
+    expect(ref.stdout).toMatch(/unary\(%\d+\) \{fn=relu\}/);
+    const bad = mpsc('check', 'specs/lenet.model', '--ir', '--device', 'tpu');
+    expect(bad.status).toBe(1);
+    expect(bad.stderr).toMatch(/unknown --device 'tpu'[\s\S]*use one of cpu, cuda, metal, metal-emu, reference/);
+  });
+
   it('an invalid spec exits 1 with file:line:col diagnostics; a missing file exits 1', () => {
     const dir = mkdtempSync(join(tmpdir(), 'mpsc-fe-'));
     const f = join(dir, 'bad.model');

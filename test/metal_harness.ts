@@ -139,10 +139,12 @@ export function runCases(b: EmuBuild, cases: OpCase[], scalars: StepScalars, env
   return cases.map((c, ci) => {
     const r = results[ci];
     if (!r.ok) return r.error;
-    const layout = programLayout(c.program, table);
+    // the program as built (fused by compiler/ir/fuse.ts: ids renumbered, names kept)
+    const built = b.art.programs[ci].program;
+    const layout = programLayout(built, table);
     const m = new Map<number, Float64Array>();
     for (const id of c.check) {
-      const h = layout.homes[id]!;
+      const h = layout.homes[built.graph.values.findIndex((v) => v.name === c.program.graph.values[id].name)]!;
       const buf = h.region === 'arena' ? r.arena : persistent;
       const v = c.program.graph.values[id], f = new Float64Array(numel(v.shape));
       for (let i = 0; i < f.length; i++) f[i] = v.dtype === 'i32' ? buf.readInt32LE(h.offset + 4 * i) : buf.readFloatLE(h.offset + 4 * i);

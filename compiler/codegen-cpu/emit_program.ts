@@ -2,43 +2,34 @@
  * emit_program: turns a ProgramSet into one C++17 translation unit (`model.cc`) implementing
  * the model ABI of runtime/cpp/mpsc_model.h for the CPU backend.
  *
- * Consumes: ProgramSet (compiler/ir/graph.ts) with static shapes; each Program's MemoryPlan
- *           gives arena offsets (a program without a plan gets a trivial one: every arena
- *           value at its own 64-byte aligned offset).
+ * Consumes: ProgramSet (compiler/ir/graph.ts) with static shapes, unfused: each program is
+ *           first fused with the CPU's capability set (fusions.ts, compiler/ir/fuse.ts) and
+ *           planned again (programs.ts fuseProgramSet), so arena offsets come from the plan of
+ *           the fused graph.
  * Produces: { files: { 'model.cc', 'mpsc_kernels.hpp' }, tensors, programs, persistentBytes }.
  *  - one function per node, named `p<program>_k<node>_<op>` (generated, never a spec name),
  *    with shapes and attrs baked in as constants (kernels/<family>.ts build them);
  *  - one `run` per program calling its kernels in order, then reading the scalar outputs;
- *  - the descriptor table: persistent tensors (union over programs by name, sorted, each at a
- *    64-byte aligned offset of the persistent block), programs, inputs, outputs. Every name
- *    is emitted through cString().
+ *  - the descriptor table: persistent tensors (compiler/ir/persistent_table.ts, the one rule of
+ *    the model ABI layout), programs, inputs, outputs. Every name is emitted through cString().
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type DType, type Graph, type Program, type ProgramSet, type Value, type ValueKind, isPersistent, numel, valueBytes } from '../ir/graph.js';
+import { type DType, type Graph, type Program, type ProgramSet, isPersistent, numel, programsOf, valueBytes } from '../ir/graph.js';
 import { isOpName } from '../ir/ops.js';
 import { cString, commentText } from '../cfamily/text.js';
 import { type KernelCtx, attrReaders } from './kernel_ctx.js';
-import { planInputReshapeAliases } from './alias_reshape.js';
-import { type FusionPlan, planReluFusion } from './fuse_relu.js';
-import { planReluGradFusion } from './fuse_relu_grad.js';
-import { planReluPoolFusion } from './fuse_relu_pool.js';
+import { type AliasPlan, planInputReshapeAliases } from './alias_reshape.js';
+import { NO_FUSIONS } from '../ir/fuse.js';
+import { type PersistentEntry, persistentTable } from '../ir/persistent_table.js';
+import { fuseProgramSet } from '../ir/programs.js';
+import { CPU_FUSIONS } from './fusions.js';
 import { CPU_KERNELS } from './kernels/index.js';
 import { tpl } from './template.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ALIGN = 64;
-const BLOCK_ALIGN = 16384;
-
-export interface TensorEntry {
-  name: string;
-  dtype: DType;
-  kind: ValueKind;
-  shape: number[];
-  numel: number;
-  offset: number;
-}
 
 export interface ProgramSummary {
   name: string;
@@ -52,43 +43,12 @@ export interface ProgramSummary {
 export interface GeneratedCpuModel {
   /** generated files (relative path -> contents) for runtime/native/build.ts */
   files: Record<string, string>;
-  tensors: TensorEntry[];
+  tensors: PersistentEntry[];
   persistentBytes: number;
   programs: ProgramSummary[];
 }
 
 const alignUp = (n: number, a: number) => Math.ceil(n / a) * a;
-
-export function programList(ps: ProgramSet): Program[] {
-  const list: Program[] = [ps.train_step];
-  if (ps.apply_update) list.push(ps.apply_update);
-  list.push(ps.eval);
-  if (ps.eval_tail) list.push(ps.eval_tail);
-  return list;
-}
-
-/** the union of persistent values over all programs (by name, sorted), with block offsets */
-export function persistentTable(programs: Program[]): { tensors: TensorEntry[]; bytes: number } {
-  const byName = new Map<string, Value>();
-  for (const p of programs) {
-    for (const v of p.graph.values) {
-      if (!isPersistent(v)) continue;
-      const prev = byName.get(v.name);
-      if (prev && (prev.shape.join(',') !== v.shape.join(',') || prev.dtype !== v.dtype)) {
-        throw new Error(`internal: persistent tensor '${v.name}' has shape [${prev.shape}] in one program and [${v.shape}] in another`);
-      }
-      if (!prev) byName.set(v.name, v);
-    }
-  }
-  let off = 0;
-  const tensors = [...byName.keys()].sort().map((name) => {
-    const v = byName.get(name)!;
-    const e: TensorEntry = { name, dtype: v.dtype, kind: v.kind, shape: [...v.shape], numel: numel(v.shape), offset: off };
-    off = alignUp(off + valueBytes(v), ALIGN);
-    return e;
-  });
-  return { tensors, bytes: alignUp(Math.max(off, 1), BLOCK_ALIGN) };
-}
 
 /** arena offsets: the program's plan, or a trivial one (each value its own aligned slot) */
 function arenaOffsets(p: Program): { offsets: number[]; bytes: number } {
@@ -149,16 +109,15 @@ function pointerResolver(p: Program, tensorIndex: Map<string, number>) {
   };
 }
 
-function kernelCtx(graph: Graph, node: Graph['nodes'][number], fn: string, ptr: (id: number) => string, fusion: FusionPlan): KernelCtx {
+function kernelCtx(graph: Graph, node: Graph['nodes'][number], ptr: (id: number) => string, alias: AliasPlan): KernelCtx {
   const fail = (msg: string): never => {
     throw new Error(`internal: CPU codegen, node ${node.id} (${node.op}${node.path ? ` at ${node.path}` : ''}): ${msg}`);
   };
   const val = (id: number) => graph.values[id] ?? fail(`value ${id} does not exist`);
-  // the fusion plan may point an input (relu-grad reading relu's output) or output 0 (producer writing relu's output) elsewhere
-  const redirect = fusion.redirect.get(node.id);
+  // alias_reshape.ts may point an input (the reshaped data batch) at the data input itself
+  const redirect = alias.redirect.get(node.id);
   const inputs = node.inputs.map((id, i) => redirect?.get(i) ?? id);
-  const fusedOut = fusion.fused.get(node.id);
-  const outputs = fusedOut === undefined ? node.outputs : [fusedOut, ...node.outputs.slice(1)];
+  const outputs = node.outputs;
   const origId = (i: number) => {
     const id = node.inputs[i];
     if (id === undefined || id < 0) fail(`input ${i} is absent`);
@@ -176,12 +135,8 @@ function kernelCtx(graph: Graph, node: Graph['nodes'][number], fn: string, ptr: 
     outShape: (i) => val(outputs[i] ?? fail(`output ${i} is absent`)).shape,
     samePlace: (a, b) => a === b,
     fail,
-    fuseRelu: fusedOut !== undefined && !fusion.reluMask.has(node.id),
-    reluMaskPtr: fusion.reluMask.has(node.id) ? ptr(fusion.reluMask.get(node.id)!) : undefined,
-    reluIn: fusion.reluIn.has(node.id),
     ...attrReaders(node, fail),
   };
-  void fn;
 }
 
 const MODEL = tpl(`// generated by mpsc (compiler/codegen-cpu) for model {{modelComment}}: do not edit
@@ -281,13 +236,20 @@ export function kernelsHeader(): string {
 }
 
 export interface CpuCodegenOptions {
-  /** fold relu into the producing linear / conv2d when the memory plan allows it (fuse_relu.ts); default true */
+  /** fuse what CPU_FUSIONS lists (fusions.ts, compiler/ir/fuse.ts) and alias input reshapes; default true (MPSC_CPU_FUSE=0: false) */
   fuse?: boolean;
 }
 
-export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): GeneratedCpuModel {
+/** the programs as the CPU backend runs them: fused with CPU_FUSIONS (or none) and planned again */
+export function cpuPrograms(ps: ProgramSet, opts: CpuCodegenOptions = {}): ProgramSet {
   const fuse = opts.fuse ?? process.env.MPSC_CPU_FUSE !== '0';
-  const programs = programList(ps);
+  return fuseProgramSet(ps, fuse ? CPU_FUSIONS : NO_FUSIONS);
+}
+
+export function generateCpuModel(unfused: ProgramSet, opts: CpuCodegenOptions = {}): GeneratedCpuModel {
+  const fuse = opts.fuse ?? process.env.MPSC_CPU_FUSE !== '0';
+  const ps = cpuPrograms(unfused, { fuse });
+  const programs = programsOf(ps);
   const { tensors, bytes: persistentBytes } = persistentTable(programs);
   const tensorIndex = new Map(tensors.map((t, i) => [t.name, i]));
   const kernels: KernelVm[] = [];
@@ -297,26 +259,17 @@ export function generateCpuModel(ps: ProgramSet, opts: CpuCodegenOptions = {}): 
     const id = `p${pi}`;
     const r = pointerResolver(p, tensorIndex);
     const calls: { fn: string; slot: number }[] = [];
-    const fusion: FusionPlan = fuse
-      ? planReluFusion(p, r.offsets)
-      : { fused: new Map(), skip: new Set<number>(), redirect: new Map(), reluMask: new Map(), reluIn: new Set<number>() };
-    if (fuse) planReluGradFusion(p, r.offsets, fusion);
-    if (fuse) planReluPoolFusion(p, r.offsets, fusion);
-    if (fuse) {
-      const alias = planInputReshapeAliases(p);
-      for (const id of alias.skip) fusion.skip.add(id);
-      for (const [nid, m] of alias.redirect) fusion.redirect.set(nid, new Map([...(fusion.redirect.get(nid) ?? []), ...m]));
-    }
+    const alias: AliasPlan = fuse ? planInputReshapeAliases(p) : { skip: new Set(), redirect: new Map() };
     for (const node of p.graph.nodes) {
-      if (fusion.skip.has(node.id)) continue;
+      if (alias.skip.has(node.id)) continue;
       if (!isOpName(node.op)) throw new Error(`internal: the CPU backend has no kernel for op '${node.op}' (node ${node.id} of ${p.name})`);
       const emit = CPU_KERNELS[node.op];
       if (!emit) throw new Error(`internal: the CPU backend has no kernel for op '${node.op}' (node ${node.id} of ${p.name})`);
       const fn = `${id}_k${node.id}_${node.op}`;
-      const body = emit(kernelCtx(p.graph, node, fn, r.ptr, fusion));
-      const fusedNote = fusion.reluMask.has(node.id)
+      const body = emit(kernelCtx(p.graph, node, r.ptr, alias));
+      const fusedNote = node.attrs.relu_grad === true
         ? ' + relu-grad (fused)'
-        : fusion.fused.has(node.id) ? ' + relu (fused)' : fusion.reluIn.has(node.id) ? ' of relu (fused)' : '';
+        : node.attrs.epilogue !== undefined ? ` + ${String(node.attrs.epilogue)} (fused)` : node.attrs.relu_in === true ? ' of relu (fused)' : '';
       kernels.push({ fn, comment: commentText(`${p.name} node ${node.id}: ${node.op}${fusedNote}${node.path ? ` (${node.path})` : ''}`), body });
       calls.push({ fn, slot: kernels.length - 1 });
     }

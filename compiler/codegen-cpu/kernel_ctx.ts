@@ -3,7 +3,9 @@
  * expressions that address its inputs and outputs (arena offset, persistent tensor or
  * input batch pointer, chosen by emit_program.ts). An emitter returns the C++ *body* of
  * the kernel function `static int <fn>(mpsc_ctx* ctx, const void* const* in, const mpsc_scalars* sc)`;
- * the body returns 0, or sets ctx->error and returns 1.
+ * the body returns 0, or sets ctx->error and returns 1. A node fused by compiler/ir/fuse.ts
+ * says so in its attrs (`epilogue`, `relu_grad` + the `mask` input, `relu_in`); the emitter
+ * reads them like any attr.
  */
 import type { DType, Graph, Node } from '../ir/graph.js';
 import { boolAttrOf, numAttrOf, pairAttrOf, shapeAttrOf, strAttrOf } from '../ir/attrs.js';
@@ -28,24 +30,6 @@ export interface KernelCtx {
   /** true when the two C pointer expressions are the same memory (planned in place) */
   samePlace(a: string, b: string): boolean;
   fail(msg: string): never;
-  /**
-   * Set by the CPU fusion pass (fuse.ts) when this node's single consumer is a relu that was folded
-   * into it: the emitter applies relu in its epilogue, and outPtr(0) already addresses the relu's output.
-   * Absent (false) for every other caller (e.g. the Metal backend's CPU fallback).
-   */
-  fuseRelu?: boolean;
-  /**
-   * Set by fuse_relu_grad.ts on a global_avgpool_grad or 2x2 maxpool2d_grad node whose relu-grad consumer
-   * was folded into it: the C pointer of the mask (the relu's input or output; for the max-pool grad it is
-   * the pool's input itself); the emitter writes `mask > 0 ? g : 0`, and outPtr(0) already addresses the
-   * relu-grad's output.
-   */
-  reluMaskPtr?: string;
-  /**
-   * Set by fuse_relu_pool.ts on a global_avgpool whose input relu was folded into it: inPtr(0)
-   * addresses the relu's input, and the emitter applies relu to each value it reads.
-   */
-  reluIn?: boolean;
 }
 
 export type KernelEmitter = (k: KernelCtx) => string;
@@ -60,6 +44,17 @@ export function attrReaders(node: Node, fail: (m: string) => never) {
     pair: (name: string, dflt?: [number, number]) => pairAttrOf(a, name, fail, dflt),
     shape: (name: string, dflt?: number[]) => shapeAttrOf(a, name, fail, dflt),
   };
+}
+
+/**
+ * The fused epilogue of a GEMM-family node (compiler/ir/fuse.ts) as the fast core's relu flag:
+ * false without one, true for relu; any other fn is not in CPU_FUSIONS (fusions.ts), so it is
+ * an internal error here.
+ */
+export function reluEpilogue(k: KernelCtx): boolean {
+  const fn = k.str('epilogue', '');
+  if (fn !== '' && fn !== 'relu') k.fail(`the CPU kernels apply only a relu epilogue, not '${fn}'`);
+  return fn === 'relu';
 }
 
 export function prod(s: readonly number[]): number {

@@ -1,5 +1,6 @@
 /**
- * The CUDA backend's code generator. Consumes a ProgramSet (with memory plans); produces
+ * The CUDA backend's code generator. Consumes a ProgramSet (with memory plans, unfused: each
+ * program is fused with fusions.ts's capability set and planned again); produces
  *   - `model_kernels.cuh`: every kernel of every program, from the shared kernel language
  *     (compiler/kernels) in the CUDA dialect (cuda_dialect.ts), kernel names prefixed per program;
  *   - `model_cuda.cu`: the host code implementing the model ABI (host.ts) over the device plan
@@ -9,18 +10,21 @@
  * layout.ts), run with the CUDA dialect: the same kernels and the same bindings as Metal.
  * No CPU fallback: every op of the catalogue has a GPU kernel (compiler/kernels/registry.ts).
  */
-import type { Program, ProgramSet } from '../ir/graph.js';
+import { programsOf, type Program, type ProgramSet } from '../ir/graph.js';
 import type { Helper } from '../kernels/kernel_types.js';
 import { kernelFile } from '../kernels/prelude.js';
 import { commentText } from '../cfamily/text.js';
 import { lowerProgram, type LoweredProgram } from '../codegen-metal/lower_program.js';
 import { buildPlan } from '../codegen-metal/dispatch_plan.js';
-import { persistentTable, programLayout, programsOf, type PersistentTable } from '../codegen-metal/layout.js';
+import { persistentTable, programLayout, type PersistentTable } from '../codegen-metal/layout.js';
 import { CUDA } from './cuda_dialect.js';
 import { planCuda, type CudaPlan } from './plan.js';
 import { cudaHostSource } from './host.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
 import { lowerSumToCuda } from './reduce_cuda.js';
+import { NO_FUSIONS } from '../ir/fuse.js';
+import { fuseForBackend } from '../ir/programs.js';
+import { cudaFusions } from './fusions.js';
 import { GPU_KERNELS, type GpuLowering, type GpuRegistry } from '../kernels/registry.js';
 
 /** which GEMM kernels: the CUDA 64x64 ones (gemm_cuda.ts, default) or the shared 16x16 ones */
@@ -68,8 +72,10 @@ export function cudaKernelsSource(model: string, lowered: LoweredProgram[]): str
 }
 
 /** Lowers, plans and emits the CUDA model of these programs. */
-export function buildCuda(programs: Program[], model: string, opts: { gemm?: CudaGemm } = {}): CudaArtifacts {
+export function buildCuda(unfused: Program[], model: string, opts: { gemm?: CudaGemm; fuse?: boolean } = {}): CudaArtifacts {
   const own = (opts.gemm ?? 'cuda') === 'cuda';
+  const caps = opts.fuse === false ? NO_FUSIONS : cudaFusions();
+  const programs = unfused.map((p) => fuseForBackend(p, caps));
   const table = persistentTable(programs);
   const parts = programs.map((p, i) => {
     const layout = programLayout(p, table);
@@ -84,6 +90,6 @@ export function buildCuda(programs: Program[], model: string, opts: { gemm?: Cud
   };
 }
 
-export function generateCudaModel(programs: ProgramSet, opts: { gemm?: CudaGemm } = {}): CudaArtifacts {
+export function generateCudaModel(programs: ProgramSet, opts: { gemm?: CudaGemm; fuse?: boolean } = {}): CudaArtifacts {
   return buildCuda(programsOf(programs), programs.model, opts);
 }

@@ -9,23 +9,26 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Program, ProgramSet } from '../ir/graph.js';
+import { type Program, type ProgramSet, programsOf } from '../ir/graph.js';
 import { lowerProgram, type LoweredProgram } from './lower_program.js';
 import type { GpuRegistry } from '../kernels/registry.js';
 import { librarySource } from './library.js';
-import { persistentTable, programLayout, programsOf, type PersistentTable } from './layout.js';
+import { persistentTable, programLayout, type PersistentTable } from './layout.js';
 import { buildPlan, type DispatchPlan } from './dispatch_plan.js';
 import { checkLimits } from './limits.js';
 import { emuModelSource, type CpuFallbackEmitter } from './emu_model.js';
 import { bridgeHostSource, bridgeProjectFiles } from './bridge_host.js';
 import { cpuFallbackFunction, cpuKernelsHeader } from './cpu_fallback.js';
+import { NO_FUSIONS } from '../ir/fuse.js';
+import { fuseForBackend } from '../ir/programs.js';
+import { metalFusions } from './fusions.js';
 
 export interface MetalOptions {
   /** ops forced onto the CPU fallback (tests the fallback path) */
   fallbackOps?: string[];
   /** an op without a Metal kernel is an error instead of a CPU fallback */
   noFallback?: boolean;
-  /** fuse GEMM + unary epilogues (default true) */
+  /** fuse GEMM + unary epilogues (fusions.ts, compiler/ir/fuse.ts; default true) */
   fuse?: boolean;
   /** the GPU kernel registry (default compiler/kernels/registry.ts GPU_KERNELS; 'cpu' entries run on the CPU fallback) */
   registry?: GpuRegistry;
@@ -47,7 +50,10 @@ export interface MetalArtifacts {
   warnings: string[];
 }
 
-export function buildMetal(programs: Program[], model: string, opts: MetalOptions = {}): MetalArtifacts {
+/** `programs` unfused: each is fused with the Metal capability set (fusions.ts) and planned again. */
+export function buildMetal(unfused: Program[], model: string, opts: MetalOptions = {}): MetalArtifacts {
+  const caps = opts.fuse === false ? NO_FUSIONS : metalFusions(opts.fallbackOps, opts.registry);
+  const programs = unfused.map((p) => fuseForBackend(p, caps));
   const table = persistentTable(programs);
   const warnings: string[] = [];
   const out = programs.map((p) => {

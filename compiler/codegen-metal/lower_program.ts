@@ -6,11 +6,12 @@
  * `noFallback` the latter is an error. A reshape that the memory plan made a view (its output
  * on its input's bytes) gets no step at all.
  */
-import type { Graph, Node, Program } from '../ir/graph.js';
+import type { Node, Program } from '../ir/graph.js';
+import { epilogueOf } from '../ir/fuse.js';
 import { UserError } from '../errors.js';
 import type { Dialect } from '../kernels/dialect.js';
 import type { Helper, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { GEMM_OPS, lowerGemm } from '../kernels/gemm.js';
+import { lowerGemm } from '../kernels/gemm.js';
 import { GPU_KERNELS, lowerNode, type GpuRegistry } from '../kernels/registry.js';
 import type { ProgramLayout } from './layout.js';
 import { MSL } from './msl_dialect.js';
@@ -28,8 +29,6 @@ export interface LoweredProgram {
 export interface LowerOptions {
   fallbackOps?: string[];
   noFallback?: boolean;
-  /** fuse a `unary` into the GEMM-family kernel right before it when that is safe (default true) */
-  fuse?: boolean;
   /** prefix of the kernel names (default ''): kernels of several programs in one source file */
   kernelPrefix?: string;
   /** the GPU kernel registry (default GPU_KERNELS); an entry 'cpu' sends the op to the CPU fallback */
@@ -41,30 +40,6 @@ export interface LowerOptions {
 function where(n: Node): string {
   const loc = n.loc ? `${n.loc.file}:${n.loc.line}:${n.loc.col}: ` : '';
   return `${loc}node ${n.id} (${n.op}${n.path ? ` in layer '${n.path}'` : ''})`;
-}
-
-/**
- * A GEMM-family node followed directly by a `unary` that is the only reader of its output
- * (and the output is not a program output) can write the unary's result from its store:
- * the intermediate is never materialised. Not when the unary's output memory overlaps one of
- * the GEMM's inputs (the memory plan may reuse a buffer whose last reader is the GEMM).
- */
-function fusable(p: Program, i: number, layout: ProgramLayout | undefined, forced: Set<string>): boolean {
-  const g = p.graph;
-  const n = g.nodes[i], m = g.nodes[i + 1];
-  if (!m || !GEMM_OPS.includes(n.op) || m.op !== 'unary' || forced.has(n.op) || forced.has(m.op)) return false;
-  const y = n.outputs[0];
-  if (m.inputs[0] !== y || p.outputs.some((o) => o.value === y)) return false;
-  let readers = 0;
-  for (const k of g.nodes) for (const v of k.inputs) if (v === y) readers++;
-  if (readers !== 1) return false;
-  if (!layout) return true;
-  const out = layout.homes[m.outputs[0]];
-  if (!out) return false;
-  return n.inputs.every((v) => {
-    const h = v >= 0 ? layout.homes[v] : undefined;
-    return !h || h.region !== out.region || h.index !== out.index || h.offset + h.bytes <= out.offset || out.offset + out.bytes <= h.offset;
-  });
 }
 
 /** a reshape whose output the memory plan puts on its input's bytes (a view): nothing to run */
@@ -83,13 +58,15 @@ export function lowerProgram(p: Program, opts: LowerOptions = {}, layout?: Progr
   const nodes = p.graph.nodes;
   for (let i = 0; i < nodes.length; i++) {
     const n = nodes[i];
-    if (opts.fuse !== false && fusable(p, i, layout, forced)) {
-      const ks = (opts.gemm ?? lowerGemm)(ctx, p.graph, n, nodes[i + 1])!;
+    // a GEMM with a fused epilogue (compiler/ir/fuse.ts, caps in fusions.ts) applies it in its store
+    const epilogue = epilogueOf(n);
+    if (epilogue) {
+      const ks = (opts.gemm ?? lowerGemm)(ctx, p.graph, n, { id: n.id, op: 'unary', inputs: n.outputs, outputs: n.outputs, attrs: epilogue });
+      if (!ks) throw new Error(`internal: ${where(n)} carries an epilogue but has no GPU GEMM kernel`);
       for (const kern of ks) {
         out.kernels.push(kern);
         out.steps.push({ kind: 'kernel', kernel: kern });
       }
-      i++;
       continue;
     }
     if (isView(n, layout)) continue;

@@ -20,11 +20,18 @@
  *           view: its output shares its input's buffer (one placement for the chain,
  *           live over the union of their lifetimes), so the reshape copies nothing
  *           (backends skip a copy onto itself).
+ *           In place: when a node's op says output 0 may take over one of its inputs
+ *           (ops.ts `inPlace`, e.g. a fused max-pool grad over the pool input it reads)
+ *           and the node is the last reader of that input's buffer, both have the same
+ *           byte size and the input is an arena value, output 0 gets the input's offset:
+ *           views and in-place outputs form one block (`bufferRoots`), placed once and
+ *           live from its first writer to its last reader.
  * Invariants: `verifyPlan` re-checks that no two simultaneously live values
- *           overlap (except the values of one reshape chain, which share bytes by
- *           design) and that every arena value fits in the arena.
+ *           overlap (except the members of one such block, at one offset) and that
+ *           every arena value fits in the arena.
  */
 import { isPersistent, valueBytes, type Graph, type MemoryPlan, type Program, type Value } from './graph.js';
+import { isOpName, OPS } from './ops.js';
 
 export const ARENA_ALIGN = 64;
 
@@ -76,27 +83,77 @@ export function viewRoots(graph: Graph): number[] {
   return root;
 }
 
-export function planMemory(program: Program): MemoryPlan {
-  const { graph } = program;
-  const life = lifetimes(graph);
-  // a reshape chain is placed once, at its root, live over the union of its members' lifetimes
-  const root = viewRoots(graph);
-  graph.values.forEach((v, id) => {
+/** Lifetimes with each reshape chain's root live over the union of its members' lifetimes. */
+function joinedLifetimes(graph: Graph, life: (Lifetime | undefined)[], root: number[]): (Lifetime | undefined)[] {
+  const joined = life.map((l) => (l ? { ...l } : undefined));
+  graph.values.forEach((_, id) => {
     const l = life[id], r = root[id];
     if (r === id || !l) return;
-    const lr = life[r]!;
+    const lr = joined[r]!;
     lr.start = Math.min(lr.start, l.start);
     lr.end = Math.max(lr.end, l.end);
   });
+  return joined;
+}
+
+/** the input ids output 0 of node i may take over (ops.ts `inPlace`) */
+function inPlaceInputs(graph: Graph, i: number): number[] {
+  const n = graph.nodes[i];
+  const def = isOpName(n.op) ? OPS[n.op] : undefined;
+  return (def?.inPlace?.(n) ?? []).map((k) => n.inputs[k]).filter((id) => id !== undefined && id >= 0);
+}
+
+/**
+ * output value id -> the input value whose bytes it takes over: node i's output 0 and an input
+ * its op allows, when node i is the last reader of the input's buffer (its whole reshape chain),
+ * both are arena values of one size and the output is not itself a reshape view.
+ */
+export function inPlacePairs(graph: Graph, life: (Lifetime | undefined)[] = lifetimes(graph)): Map<number, number> {
+  const root = viewRoots(graph);
+  const joined = joinedLifetimes(graph, life, root);
+  const pairs = new Map<number, number>();
+  const taken = new Set<number>();
+  graph.nodes.forEach((n, i) => {
+    const o = n.outputs[0];
+    if (o === undefined || !life[o] || root[o] !== o) return;
+    for (const id of inPlaceInputs(graph, i)) {
+      const r = root[id];
+      const l = joined[r];
+      if (!l || l.end !== i || taken.has(r) || valueBytes(graph.values[id]) !== valueBytes(graph.values[o])) continue;
+      pairs.set(o, r);
+      taken.add(r);
+      return;
+    }
+  });
+  return pairs;
+}
+
+/**
+ * For every value, the value at whose offset it is placed: reshape views share their input's
+ * buffer, and in-place outputs take over their input's (chains of both follow).
+ */
+export function bufferRoots(graph: Graph, life: (Lifetime | undefined)[] = lifetimes(graph)): number[] {
+  const view = viewRoots(graph);
+  const pairs = inPlacePairs(graph, life);
+  const follow = (id: number): number => (pairs.has(id) ? follow(view[pairs.get(id)!]) : id);
+  return view.map((r) => follow(r));
+}
+
+export function planMemory(program: Program): MemoryPlan {
+  const { graph } = program;
+  const life = lifetimes(graph);
+  const root = bufferRoots(graph, life);
+  // a chain of views and in-place outputs is placed once, at its root, live over the union of its members' lifetimes
+  const joined = joinedLifetimes(graph, life, root);
   const offsets = graph.values.map(() => -1);
   const order = graph.values
     .filter((v) => life[v.id] !== undefined && root[v.id] === v.id)
-    .sort((a, b) => valueBytes(b) - valueBytes(a) || life[a.id]!.start - life[b.id]!.start || a.id - b.id);
+    .sort((a, b) => valueBytes(b) - valueBytes(a) || joined[a.id]!.start - joined[b.id]!.start || a.id - b.id);
   const placed: { off: number; size: number; life: Lifetime }[] = [];
   let arenaBytes = 0;
   for (const v of order) {
     const size = alignUp(valueBytes(v));
-    const l = life[v.id]!;
+    const l = joined[v.id]!;
     const busy = placed.filter((p) => overlaps(p.life, l)).sort((a, b) => a.off - b.off);
     let off = 0;
     for (const p of busy) {
@@ -127,7 +184,7 @@ export function verifyPlan(program: Program): string[] {
   const problems: string[] = [];
   if (plan.offsets.length !== graph.values.length) problems.push(`plan has ${plan.offsets.length} offsets for ${graph.values.length} values`);
   const life = lifetimes(graph);
-  const root = viewRoots(graph);
+  const root = bufferRoots(graph, life);
   const arena: { v: Value; off: number; end: number; life: Lifetime }[] = [];
   graph.values.forEach((v, id) => {
     const off = plan.offsets[id];
@@ -148,7 +205,7 @@ export function verifyPlan(program: Program): string[] {
     for (let j = i + 1; j < arena.length; j++) {
       const a = arena[i], b = arena[j];
       if (root[a.v.id] === root[b.v.id]) {
-        if (a.off !== b.off) problems.push(`%${a.v.id} (${a.v.name}) and its reshape view %${b.v.id} (${b.v.name}) are at different offsets`);
+        if (a.off !== b.off) problems.push(`%${a.v.id} (${a.v.name}) and %${b.v.id} (${b.v.name}) share a buffer (reshape view or in-place) but are at different offsets`);
         continue;
       }
       if (overlaps(a.life, b.life) && a.off < b.end && b.off < a.end) {

@@ -21,7 +21,14 @@
  *  - "x_shape" style attrs repeat a shape a backward op needs but cannot see in its inputs.
  *  - Reductions accumulate in at least f32 (backends) / f64 (reference).
  *  - Losses are mean-reduced (PyTorch's default reduction='mean').
- *  - Optional inputs are passed as -1 when absent.
+ *  - Optional inputs are passed as -1 when absent; trailing optional inputs may also be
+ *    left out (the fused `mask` of a pool gradient, see fuse.ts).
+ *  - Fusion attributes (written only by compiler/ir/fuse.ts, checked by verify.ts): on the
+ *    GEMM family (fuse.ts EPILOGUE_OPS) `epilogue: <unary fn>` + that fn's attrs as
+ *    `epilogue_<name>`: output 0 is f(the op's result); on global_avgpool_grad and
+ *    maxpool2d_grad `relu_grad: true` with the optional last input `mask`: the output is
+ *    `mask > 0 ? (the op's result) : 0`; on global_avgpool `relu_in: true`: the op reads
+ *    relu(x).
  */
 import type { AttrValue, DType, Node } from './graph.js';
 import type { SExpr } from './scalar_fns.js';
@@ -121,6 +128,13 @@ export interface OpDef {
   elementwise?: boolean;
   /** element-wise ops with a scalar_fns formula: that formula, for the node's attrs */
   scalar?(attrs: Readonly<Record<string, AttrValue>>): SExpr;
+  /**
+   * inputs whose arena bytes output 0 may take over when this node is their last reader and
+   * they have its byte size (memory_plan.ts): every backend's kernel for this node reads
+   * element i of that input before it writes element i of the output, and reads nothing of
+   * the input after writing near it. Default none (outputs never alias inputs).
+   */
+  inPlace?(n: Node): number[];
   /** eval_mode: 'identity' = the node is removed and readers of output 0 read input 0; or the op it becomes, keeping its first `outputs` outputs and dropping `dropAttrs` */
   evalMode?: 'identity' | { op: string; outputs: number; dropAttrs?: string[] };
 }

@@ -8,12 +8,15 @@
  *   %12 = conv2d(%3, %conv1.weight, %conv1.bias) {stride=[1,1], ...} : f32[64,32,28,28]  # conv1.out @4096 (conv1)
  *   persistent values and inputs print by name (%fc1.weight), others by id (%12);
  *   absent optional inputs print as `-`; `@N` is the arena offset; then the
- *   persistent values, the outputs and the memory plan summary.
+ *   persistent values, the outputs and the memory plan summary. `mpsc check --ir`
+ *   prints the programs fused for one backend (fuse.ts; the fusion attrs such as
+ *   `epilogue=relu`, `relu_grad=true` show in the node's attrs) and planned after that.
  * Invariants: pure function of its input; never mutates it.
  */
 import { UserError } from '../errors.js';
 import type { CheckedModel } from '../model.js';
 import { PROGRAM_NAMES, isPersistent, programsOf, valueBytes, type AttrValue, type Program, type ProgramName, type ProgramSet, type Value } from './graph.js';
+import { type FusionCaps, NO_FUSIONS } from './fuse.js';
 import { buildPrograms } from './programs.js';
 
 export function formatBytes(n: number): string {
@@ -99,11 +102,13 @@ export function plannedPeakBytes(model: CheckedModel): number {
 
 /**
  * Text for `mpsc check --ir [program]`: `which` is a program name (PROGRAM_NAMES:
- * train_step, apply_update, eval, eval_tail) or 'all'. Programs are built at the spec's batch size.
+ * train_step, apply_update, eval, eval_tail) or 'all'. Programs are built at the spec's batch
+ * size, fused with `fusions` (the capability set of the backend named `device`) and planned after that.
  */
-export function formatProgramsForCheck(model: CheckedModel, which: string): string {
-  const set = buildPrograms(model, { batch: model.train.batch });
-  if (which === 'all') return programsOf(set).map(printProgram).join('\n\n') + `\nplanned peak: ${formatBytes(plannedPeakBytesOf(set))}\n`;
+export function formatProgramsForCheck(model: CheckedModel, which: string, fusions: FusionCaps = NO_FUSIONS, device = 'reference'): string {
+  const set = buildPrograms(model, { batch: model.train.batch, fusions });
+  const head = `# programs as the ${device} backend runs them (fused by compiler/ir/fuse.ts, then memory-planned)\n`;
+  if (which === 'all') return head + programsOf(set).map(printProgram).join('\n\n') + `\nplanned peak: ${formatBytes(plannedPeakBytesOf(set))}\n`;
   if (!(PROGRAM_NAMES as readonly string[]).includes(which)) {
     throw new UserError(`error: unknown program '${which}' for --ir; use one of: ${PROGRAM_NAMES.join(', ')}, all`);
   }
@@ -112,5 +117,5 @@ export function formatProgramsForCheck(model: CheckedModel, which: string): stri
     const why = which === 'apply_update' ? ' (it exists only when train.grad_accum > 1)' : ' (it exists only when the test split does not divide by the batch)';
     throw new UserError(`error: model '${model.name}' has no '${which}' program${why}; use one of: ${programsOf(set).map((q) => q.name).join(', ')}, all`);
   }
-  return printProgram(p) + '\n';
+  return head + printProgram(p) + '\n';
 }

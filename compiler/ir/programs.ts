@@ -16,6 +16,9 @@
  *  spec names); inputs are the spec inputs in declaration order; each has its
  *  memory plan. Programs are independent Graphs (value ids are local) sharing
  *  persistent values by name.
+ *  With `fusions` (a backend's FusionCaps), fuse.ts runs on each graph before it
+ *  is verified and planned; `fuseProgramSet` does the same to a built set (what a
+ *  backend does with the unfused set the host hands it).
  * Invariants: every program graph passes verify.ts (a failure is a bug in mpsc
  *  and throws an internal Error); a model without a loss cannot be trained
  *  (UserError).
@@ -25,7 +28,8 @@ import type { CheckedModel } from '../model.js';
 import { autodiff } from './autodiff.js';
 import { bindBatch } from './bind_batch.js';
 import { evalMode } from './eval_mode.js';
-import type { Graph, Program, ProgramName, ProgramSet } from './graph.js';
+import { type FusionCaps, NO_FUSIONS, fuseProgram } from './fuse.js';
+import type { Program, ProgramName, ProgramSet } from './graph.js';
 import { planMemory } from './memory_plan.js';
 import { lowerOptimizer } from './optimizer_lowering.js';
 import { verifyGraph } from './verify.js';
@@ -33,13 +37,36 @@ import { verifyGraph } from './verify.js';
 export interface BuildOptions {
   batch: number;
   evalTail?: number;
+  /** the fusions of the backend the programs are for (fuse.ts); default none */
+  fusions?: FusionCaps;
 }
 
-function makeProgram(name: ProgramName, batch: number, graph: Graph, inputs: number[], outputs: { name: string; value: number }[]): Program {
-  verifyGraph(graph, `program ${name}`);
-  const p: Program = { name, batch, graph, inputs, outputs };
-  p.plan = planMemory(p);
-  return p;
+/** verify, fuse (for a backend), plan memory */
+function finish(p: Program, fusions: FusionCaps): Program {
+  verifyGraph(p.graph, `program ${p.name}`);
+  const fused = fuseForBackend(p, fusions);
+  fused.plan = planMemory(fused);
+  return fused;
+}
+
+/**
+ * One program as a backend with these fusions runs it: fused (fuse.ts), the fused graph verified,
+ * and planned again (memory_plan.ts) when the program had a plan; a program without one (kernel
+ * tests: every value in its own slot) stays without.
+ */
+export function fuseForBackend(p: Program, fusions: FusionCaps): Program {
+  const fused = fuseProgram(p, fusions);
+  if (fused.graph !== p.graph) verifyGraph(fused.graph, `program ${p.name} after fusion`);
+  if (p.plan) fused.plan = planMemory(fused);
+  return fused;
+}
+
+/** The set as a backend with these fusions runs it: each program fused and planned again. */
+export function fuseProgramSet(ps: ProgramSet, fusions: FusionCaps): ProgramSet {
+  const out: ProgramSet = { model: ps.model, train_step: fuseForBackend(ps.train_step, fusions), eval: fuseForBackend(ps.eval, fusions) };
+  if (ps.apply_update) out.apply_update = fuseForBackend(ps.apply_update, fusions);
+  if (ps.eval_tail) out.eval_tail = fuseForBackend(ps.eval_tail, fusions);
+  return out;
 }
 
 function modelOutputs(model: CheckedModel, map: (id: number) => number = (id) => id): { name: string; value: number }[] {
@@ -49,14 +76,14 @@ function modelOutputs(model: CheckedModel, map: (id: number) => number = (id) =>
   return outs;
 }
 
-function buildEval(model: CheckedModel, name: 'eval' | 'eval_tail', batch: number): Program {
+function buildEval(model: CheckedModel, name: 'eval' | 'eval_tail', batch: number, fusions: FusionCaps): Program {
   const { graph, idMap } = evalMode(bindBatch(model.graph, batch));
   const map = (id: number) => {
     const m = idMap[id];
     if (m === undefined || m < 0) throw new Error(`internal: value %${id} does not exist in the eval graph`);
     return m;
   };
-  return makeProgram(name, batch, graph, model.inputs.map((i) => map(i.value)), modelOutputs(model, map));
+  return finish({ name, batch, graph, inputs: model.inputs.map((i) => map(i.value)), outputs: modelOutputs(model, map) }, fusions);
 }
 
 export function buildPrograms(model: CheckedModel, opts: BuildOptions): ProgramSet {
@@ -71,12 +98,13 @@ export function buildPrograms(model: CheckedModel, opts: BuildOptions): ProgramS
   }
   const lowered = lowerOptimizer(ad.graph, ad.grads, model.optimizer, model.train);
   const inputs = model.inputs.map((i) => i.value);
+  const fusions = opts.fusions ?? NO_FUSIONS;
   const set: ProgramSet = {
     model: model.name,
-    train_step: makeProgram('train_step', B, lowered.train, inputs, modelOutputs(model)),
-    eval: buildEval(model, 'eval', B),
+    train_step: finish({ name: 'train_step', batch: B, graph: lowered.train, inputs, outputs: modelOutputs(model) }, fusions),
+    eval: buildEval(model, 'eval', B, fusions),
   };
-  if (lowered.applyUpdate) set.apply_update = makeProgram('apply_update', B, lowered.applyUpdate, [], []);
-  if (opts.evalTail !== undefined && opts.evalTail !== B && opts.evalTail > 0) set.eval_tail = buildEval(model, 'eval_tail', opts.evalTail);
+  if (lowered.applyUpdate) set.apply_update = finish({ name: 'apply_update', batch: B, graph: lowered.applyUpdate, inputs: [], outputs: [] }, fusions);
+  if (opts.evalTail !== undefined && opts.evalTail !== B && opts.evalTail > 0) set.eval_tail = buildEval(model, 'eval_tail', opts.evalTail, fusions);
   return set;
 }

@@ -8,8 +8,13 @@
  *           an internal Error listing them (`verifyGraph`).
  * Checks:
  *  - values[i].id === i, nodes[i].id === i
- *  - every op is in OPS; input count matches (optional inputs may be -1,
- *    variadic ops take >= 2 inputs, grad_norm >= 1); output count matches
+ *  - every op is in OPS; input count matches (optional inputs may be -1, trailing
+ *    optional inputs may be left out, variadic ops take >= 2 inputs, grad_norm >= 1);
+ *    output count matches
+ *  - fusion attrs (fuse.ts): `epilogue` only on the GEMM family, naming a unary fn, with
+ *    `epilogue_<name>` only for that fn's numeric attrs; `relu_grad` only on the pool
+ *    gradients, exactly when the `mask` input is present, the mask an f32 of the output's
+ *    shape; `relu_in` only on global_avgpool
  *  - every referenced value id exists; dtypes/shapes are static (integer dims >= 1)
  *  - SSA: each non-persistent, non-input value is written by exactly one node,
  *    before any node reads it; persistent values and inputs are never node outputs
@@ -22,6 +27,8 @@
  */
 import { OPS, type OpDef, type ShapeCtx, isOpName, opDef } from './ops.js';
 import { isPersistent, type Graph, type Node, type Value } from './graph.js';
+import { EPILOGUE_ATTR, EPILOGUE_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
+import { UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
 import { pairOf } from './shapes.js';
 
 export function graphProblems(graph: Graph): string[] {
@@ -55,8 +62,12 @@ export function graphProblems(graph: Graph): string[] {
       const min = def.minInputs ?? 2;
       if (n.inputs.length < min) problems.push(`${where}: needs at least ${min} inputs, has ${n.inputs.length}`);
       if (n.inputs.some((id) => id === -1)) problems.push(`${where}: variadic inputs cannot be absent (-1)`);
-    } else if (n.inputs.length !== def.inputs.length) {
-      problems.push(`${where}: expects ${def.inputs.length} inputs (${def.inputs.join(', ')}), has ${n.inputs.length}`);
+    } else {
+      const required = def.inputs.length - [...def.inputs].reverse().findIndex((name) => !name.endsWith('?'));
+      const least = required > def.inputs.length ? 0 : required;
+      if (n.inputs.length < least || n.inputs.length > def.inputs.length) {
+        problems.push(`${where}: expects ${def.inputs.length} inputs (${def.inputs.join(', ')}), has ${n.inputs.length}`);
+      }
     }
     n.inputs.forEach((id, k) => {
       if (id === -1) {
@@ -94,8 +105,41 @@ export function graphProblems(graph: Graph): string[] {
   values.forEach((v, i) => {
     if (!isPersistent(v) && v.kind !== 'input' && writtenBy[i] === -1) problems.push(`value %${i} (${v.name}, ${v.kind}) is never written`);
   });
-  if (problems.length === 0) for (const n of nodes) problems.push(...shapeProblems(graph, n, opDef(n.op)));
+  if (problems.length === 0) for (const n of nodes) problems.push(...shapeProblems(graph, n, opDef(n.op)), ...fusionProblems(graph, n));
   return problems;
+}
+
+/** the fusion attrs of fuse.ts on one node; assumes ids are valid (checked before) */
+function fusionProblems(graph: Graph, n: Node): string[] {
+  const out: string[] = [];
+  const where = `node #${n.id} (${n.op}${n.path ? ` at ${n.path}` : ''})`;
+  const fn = n.attrs[EPILOGUE_ATTR];
+  if (fn !== undefined) {
+    if (!(EPILOGUE_OPS as readonly string[]).includes(n.op)) out.push(`${where}: a fused epilogue is only allowed on ${EPILOGUE_OPS.join(', ')}`);
+    if (typeof fn !== 'string' || !isUnaryFn(fn)) out.push(`${where}: epilogue '${String(fn)}' is not a unary fn`);
+  }
+  const fnAttrs: Record<string, number> = typeof fn === 'string' && isUnaryFn(fn) ? UNARY_FNS_TABLE[fn].attrs : {};
+  for (const [k, v] of Object.entries(n.attrs)) {
+    if (!k.startsWith(`${EPILOGUE_ATTR}_`)) continue;
+    const name = k.slice(EPILOGUE_ATTR.length + 1);
+    if (!(name in fnAttrs)) out.push(`${where}: attr ${k} does not belong to the epilogue${fn === undefined ? ' (there is none)' : ` '${String(fn)}'`}`);
+    else if (typeof v !== 'number') out.push(`${where}: attr ${k} must be a number`);
+  }
+  const pool = (RELU_GRAD_OPS as readonly string[]).includes(n.op);
+  const rg = n.attrs.relu_grad;
+  if (rg !== undefined && (!pool || typeof rg !== 'boolean')) out.push(`${where}: relu_grad is only a boolean of ${RELU_GRAD_OPS.join(', ')}`);
+  if (pool) {
+    const k = opDef(n.op).inputs.indexOf('mask?');
+    const mask = n.inputs[k] ?? -1;
+    if ((mask >= 0) !== (rg === true)) out.push(`${where}: the mask input is present exactly when relu_grad is true`);
+    if (mask >= 0) {
+      const m = graph.values[mask], dx = graph.values[n.outputs[0]];
+      if (m.dtype !== 'f32' || !eq(m.shape, dx.shape)) out.push(`${where}: mask %${mask} is ${m.dtype}${fmt(m.shape)}, expected f32${fmt(dx.shape)} (the output's shape)`);
+    }
+  }
+  const ri = n.attrs.relu_in;
+  if (ri !== undefined && (!(RELU_IN_OPS as readonly string[]).includes(n.op) || typeof ri !== 'boolean')) out.push(`${where}: relu_in is only a boolean of ${RELU_IN_OPS.join(', ')}`);
+  return out;
 }
 
 const fmt = (s: readonly number[]) => `[${s.join(',')}]`;

@@ -5,11 +5,14 @@
  * An Env maps value id -> data (row-major Float64Array; i32 values hold integers).
  * runNode reads a node's inputs from env, allocates its outputs (zero-filled, sized by the
  * values' static shapes), runs the op, and stores the outputs in env; ops listed as
- * `mutates` in ops.ts change those input arrays in place.
+ * `mutates` in ops.ts change those input arrays in place. A node fused by compiler/ir/fuse.ts
+ * runs as the original nodes in sequence (fuse.ts `fusedParts`), so fused programs stay
+ * comparable with the unfused oracle.
  */
-import { type Graph, type Node, type StepScalars, numel } from '../ir/graph.js';
+import { type AttrValue, type Graph, type Node, type StepScalars, numel } from '../ir/graph.js';
+import { fusedParts, unfusedAttrs } from '../ir/fuse.js';
 import { type OpName, isOpName } from '../ir/ops.js';
-import type { OpCtx, OpImpl } from './kernel.js';
+import type { OpImpl } from './kernel.js';
 import { linear, matmul } from './linear_matmul.js';
 import { conv2d, conv2d_grad_input, conv2d_grad_weight } from './conv.js';
 import { avgpool2d, avgpool2d_grad, global_avgpool, global_avgpool_grad, maxpool2d, maxpool2d_grad } from './pool.js';
@@ -65,9 +68,25 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
     if (!v) throw new Error(`internal: reference interpreter: ${at} writes ${describe(graph, id)}`);
     return v.shape;
   });
-  const outputs = outShapes.map((s) => new Float64Array(numel(s)));
-  const ctx: OpCtx = { node, inputs, inShapes, outputs, outShapes, attrs: node.attrs, scalars };
-  impl(ctx);
+  const exec = (run: OpImpl, attrs: Record<string, AttrValue>, ins: (Float64Array | null)[], shapes: (number[] | null)[], outs: number[][]) => {
+    const outputs = outs.map((s) => new Float64Array(numel(s)));
+    run({ node, inputs: ins, inShapes: shapes, outputs, outShapes: outs, attrs, scalars });
+    return outputs;
+  };
+  const parts = fusedParts(node);
+  let outputs: Float64Array[];
+  if (!parts) outputs = exec(impl, node.attrs, inputs, inShapes, outShapes);
+  else {
+    const ins = inputs.slice(0, parts.coreInputs), shapes = inShapes.slice(0, parts.coreInputs);
+    if (parts.pre) ins[0] = exec(REFERENCE_OPS.unary, parts.pre, [ins[0]], [shapes[0]], [shapes[0]!])[0];
+    outputs = exec(impl, unfusedAttrs(node), ins, shapes, outShapes);
+    const post = parts.post;
+    if (post?.op === 'unary') outputs[0] = exec(REFERENCE_OPS.unary, post.attrs, [outputs[0]], [outShapes[0]], [outShapes[0]])[0];
+    else if (post) {
+      const k = post.maskInput;
+      outputs[0] = exec(REFERENCE_OPS.unary_grad, post.attrs, [outputs[0], inputs[k]], [outShapes[0], inShapes[k]], [outShapes[0]])[0];
+    }
+  }
   node.outputs.forEach((id, k) => env.set(id, outputs[k]));
 }
 

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ProgramSet } from '../../compiler/ir/graph.js';
 import { buildMetal, metalEmuSources } from '../../compiler/codegen-metal/index.js';
-import { programsOf } from '../../compiler/codegen-metal/layout.js';
+import { programsOf } from '../../compiler/ir/graph.js';
 import { buildAddon } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';

@@ -101,15 +101,15 @@ export interface CpuSessionOptions {
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 /** what the generated CPU sources are a pure function of, besides the ProgramSet */
-// (.ts when run from the sources, .js when run from the transpiled dist/ tree)
-const EXT = path.extname(fileURLToPath(import.meta.url));
-const GENERATOR_SOURCES = [path.resolve(HERE, '../../compiler/codegen-cpu'), path.resolve(HERE, '../cpp/fast'), path.resolve(HERE, `../../compiler/ir/philox${EXT}`)];
+// compiler/ir as a whole: the backend fuses and plans the programs itself (fuse.ts, memory_plan.ts,
+// the ops' in-place rules) and renders element-wise math from scalar_fns.ts
+const GENERATOR_SOURCES = [path.resolve(HERE, '../../compiler/codegen-cpu'), path.resolve(HERE, '../cpp/fast'), path.resolve(HERE, '../../compiler/ir')];
 let generatorDigest: string | undefined;
 
 /** digest of the CPU generator's inputs: the ProgramSet (plain data) and the generator's sources */
 export function cpuInputsKey(programs: ProgramSet): string {
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
-  // MPSC_CPU_FUSE=0 turns the relu fusion off (an A/B switch of generateCpuModel): part of the key
+  // MPSC_CPU_FUSE=0 turns the CPU fusions off (an A/B switch of generateCpuModel): part of the key
   const fuse = process.env.MPSC_CPU_FUSE === '0' ? 'nofuse' : 'fuse';
   return createHash('sha256').update(generatorDigest).update('\0').update(fuse).update('\0').update(JSON.stringify(programs)).digest('hex');
 }

@@ -3,13 +3,13 @@
  * (runtime/cpp/fast/conv.h, which picks the method per shape: direct kernels, the stride-1
  * "wide"-row implicit GEMM, or im2col generated straight into packed GEMM panels), one part per
  * pool thread with its own scratch block (mk::run_parts, reserved once and reused), bias and
- * (when the fusion pass folded the following relu in: KernelCtx.fuseRelu) relu in the
+ * (when compiler/ir/fuse.ts folded the following relu in: attr `epilogue`) relu in the
  * forward GEMM's epilogue; grad-weight in batch chunks added in a second phase
  * (mk::conv_grad_weight). Results are the same bits for any thread count.
  */
 import { windowOut } from '../../ir/shapes.js';
 import { tpl } from '../template.js';
-import type { KernelCtx, KernelEmitter } from '../kernel_ctx.js';
+import { type KernelCtx, type KernelEmitter, reluEpilogue } from '../kernel_ctx.js';
 
 interface Geo {
   N: number; C: number; H: number; W: number; O: number; KH: number; KW: number;
@@ -46,7 +46,7 @@ ${SHAPE}  mk::run_parts(ctx, mpsc_fast::conv2d_scratch_bytes(s, mpsc_fast::CONV_
 export const conv2d: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(0), k.inShape(1));
   const bias = k.hasInput(2) ? k.inPtr(2) : 'nullptr';
-  return FORWARD({ ...g, x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, relu: k.fuseRelu === true ? 'true' : 'false' });
+  return FORWARD({ ...g, x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, relu: String(reluEpilogue(k)) });
 };
 
 const GRAD_INPUT = tpl(`  const float* dy = {{dy}};
@@ -59,6 +59,7 @@ ${SHAPE}  mk::run_parts(ctx, mpsc_fast::conv2d_scratch_bytes(s, mpsc_fast::CONV_
 
 export const conv2d_grad_input: KernelEmitter = (k) => {
   const g = geometry(k, k.shape('x_shape'), k.inShape(1));
+  if (k.str('epilogue', '') !== '') k.fail('the CPU conv2d_grad_input takes no epilogue (fusions.ts)');
   return GRAD_INPUT({ ...g, dy: k.inPtr(0), w: k.inPtr(1), dx: k.outPtr(0) });
 };
 
@@ -70,5 +71,6 @@ ${SHAPE}  mk::conv_grad_weight(ctx, s, dy, x, dw);
 
 export const conv2d_grad_weight: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(1), k.shape('w_shape'));
+  if (k.str('epilogue', '') !== '') k.fail('the CPU conv2d_grad_weight takes no epilogue (fusions.ts)');
   return GRAD_WEIGHT({ ...g, dy: k.inPtr(0), x: k.inPtr(1), dw: k.outPtr(0) });
 };

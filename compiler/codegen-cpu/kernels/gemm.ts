@@ -1,10 +1,11 @@
 /**
  * linear and the batched matmul through the fast core's sgemm_part (runtime/cpp/fast/sgemm.h): one part per
- * pool thread, each with its own workspace from mk::run_parts; bias (and relu, when the fusion
- * pass folded the following relu into this node: KernelCtx.fuseRelu) in the GEMM's epilogue.
+ * pool thread, each with its own workspace from mk::run_parts; bias (and relu, when
+ * compiler/ir/fuse.ts folded the following relu into this node: attr `epilogue`) in the
+ * GEMM's epilogue.
  */
 import { tpl } from '../template.js';
-import { type KernelEmitter, prod } from '../kernel_ctx.js';
+import { type KernelEmitter, prod, reluEpilogue } from '../kernel_ctx.js';
 import { broadcastStrides, matmulDims } from '../../ir/shapes.js';
 
 const LINEAR = tpl(`  const float* x = {{x}};
@@ -27,7 +28,7 @@ export const linear: KernelEmitter = (k) => {
   const [N, K] = ws;
   const M = prod(k.inShape(0)) / K;
   const bias = k.hasInput(2) ? k.inPtr(2) : '';
-  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, relu: k.fuseRelu === true ? 'true' : 'false' });
+  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, relu: String(reluEpilogue(k)) });
 };
 
 const MATMUL = tpl(`  const float* a = {{a}};
@@ -70,6 +71,7 @@ export const matmul: KernelEmitter = (k) => {
   const tA = k.bool('transA', false), tB = k.bool('transB', false);
   const d = matmulDims(as, bs, tA, tB);
   if (!d) return k.fail(`op(a) [${as}] and op(b) [${bs}] do not multiply`);
+  if (k.str('epilogue', '') !== '') k.fail('the CPU matmul takes no epilogue (fusions.ts)');
   const { batch, N, K } = d;
   let M = d.M;
   const nb = prod(batch);

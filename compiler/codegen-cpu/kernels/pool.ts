@@ -150,8 +150,8 @@ const MAXPOOL_2X2 = tpl(`  const float* x = {{x}};
   });
 `);
 
-// with relu: the relu-grad folded in (fuse_relu_grad.ts); the mask is the pool input x itself, and dx
-// is usually x (planned in place for the relu-grad), which maxpool2x2_grad_row allows
+// with relu: the relu-grad folded in (compiler/ir/fuse.ts, attr relu_grad); the mask is the pool input
+// x itself, and dx is usually x (planned in place: ops.ts inPlace), which maxpool2x2_grad_row allows
 const MAXPOOL_GRAD_2X2 = tpl(`  const float* dy = {{dy}};
   const float* x = {{x}};
   float* dx = {{dx}};
@@ -192,15 +192,15 @@ export const maxpool2d: KernelEmitter = (k) => {
 };
 export const maxpool2d_grad: KernelEmitter = (k) => {
   const g = geometry(k, k.inShape(1));
+  const relu = k.bool('relu_grad', false);
   const ragged = g.OH * g.KH !== g.H || g.OW * g.KW !== g.W;
   const vm = { ...g, ragged, dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0) };
   if (tiled2x2(g)) {
     // 2 * OW = W - 1 when W is odd: one uncovered column (likewise one row for odd H)
-    const relu = k.reluMaskPtr !== undefined;
-    if (relu && k.reluMaskPtr !== vm.x) k.fail('a folded relu-grad must take its mask from the pool input');
+    if (relu && k.node.inputs[2] !== k.node.inputs[1]) k.fail('a folded relu-grad must take its mask from the pool input');
     return MAXPOOL_GRAD_2X2({ ...vm, raggedW: 2 * g.OW !== g.W, raggedH: 2 * g.OH !== g.H, relu: relu ? 'true' : 'false' });
   }
-  if (k.reluMaskPtr !== undefined) k.fail('a relu-grad is folded only into 2x2 / stride-2 max-pool grads');
+  if (relu) k.fail('a relu-grad is folded only into 2x2 / stride-2 max-pool grads');
   return (tiled(g) ? MAXPOOL_GRAD_TILED : MAXPOOL_GRAD)(vm);
 };
 export const avgpool2d: KernelEmitter = (k) => AVGPOOL({ ...geometry(k, k.inShape(0)), x: k.inPtr(0), y: k.outPtr(0) });
@@ -208,12 +208,6 @@ export const avgpool2d_grad: KernelEmitter = (k) => AVGPOOL_GRAD({ ...geometry(k
 
 const GAP = tpl(`  const float* x = {{x}};
   float* y = {{y}};
-{{#if relu}}
-  // relu folded in (fuse_relu_pool.ts): x is the relu's input. The output may lie over x (planned
-  // for after the relu), so the means go to scratch and are copied out once every plane is read.
-  float* const y_out = y;
-  y = reinterpret_cast<float*>(mk::part_scratch(sizeof(float) * {{NC}}));
-{{/if}}
   mk::par(ctx, {{NC}}, 64, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
       // 8 independent double lanes (vectorised; a fixed order per plane, so any thread count gives the same bits)
@@ -227,19 +221,12 @@ const GAP = tpl(`  const float* x = {{x}};
       y[pl] = (float)(s / {{HW}});
     }
   });
-{{#if relu}}
-  std::memcpy(y_out, y, sizeof(float) * {{NC}});
-{{/if}}
 `);
 
 const GAP_GRAD = tpl(`  const float* dy = {{dy}};
   float* dx = {{dx}};
 {{#if mask}}
-  const float* mask = {{mask}};  // relu-grad folded in (fuse_relu_grad.ts): dx = mask > 0 ? g : 0
-  // dx may now lie over dy (planned for the relu-grad, after dy's last use): copy dy aside first
-  float* dy_copy = reinterpret_cast<float*>(mk::part_scratch(sizeof(float) * {{NC}}));
-  std::memcpy(dy_copy, dy, sizeof(float) * {{NC}});
-  dy = dy_copy;
+  const float* mask = {{mask}};  // relu-grad folded in (compiler/ir/fuse.ts): dx = mask > 0 ? g : 0, possibly in place over mask
 {{/if}}
   mk::par(ctx, {{NC}}, 64, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; pl++) {
@@ -255,9 +242,12 @@ const GAP_GRAD = tpl(`  const float* dy = {{dy}};
 
 export const global_avgpool: KernelEmitter = (k) => {
   const [N, C, H, W] = k.inShape(0);
-  return GAP({ NC: N * C, HW: H * W, x: k.inPtr(0), y: k.outPtr(0), relu: k.reluIn === true });
+  // relu_in (compiler/ir/fuse.ts): x is the folded relu's input; y never lies over x (memory_plan.ts)
+  return GAP({ NC: N * C, HW: H * W, x: k.inPtr(0), y: k.outPtr(0), relu: k.bool('relu_in', false) });
 };
 export const global_avgpool_grad: KernelEmitter = (k) => {
   const [N, C, H, W] = k.shape('x_shape');
-  return GAP_GRAD({ NC: N * C, HW: H * W, dy: k.inPtr(0), dx: k.outPtr(0), mask: k.reluMaskPtr ?? '' });
+  const relu = k.bool('relu_grad', false);
+  if (relu !== k.hasInput(1)) k.fail('relu_grad and the mask input go together');
+  return GAP_GRAD({ NC: N * C, HW: H * W, dy: k.inPtr(0), dx: k.outPtr(0), mask: relu ? k.inPtr(1) : '' });
 };

@@ -30,6 +30,9 @@ export function convFlops(xs: readonly number[], ws: readonly number[], attrs: R
 
 const CONV_ATTRS = ['stride', 'padding', 'dilation', 'groups'] as const;
 
+/** the fused epilogue attrs every GEMM-family op may carry (fuse.ts, checked by verify.ts) */
+const EPILOGUE = { epilogue: 'fused unary fn (fuse.ts): the output is fn(result); its attrs as epilogue_<name>' };
+
 /**
  * conv2d_grad_input (wrt = 'x': inputs dy, weight; attr x_shape) and conv2d_grad_weight
  * (wrt = 'weight': inputs dy, x; attr w_shape): the output has the shape the attr repeats,
@@ -41,7 +44,7 @@ function convGrad(wrt: 'x' | 'weight'): OpDef {
   return {
     inputs: ['dy', isX ? 'weight' : 'x'],
     outputs: [isX ? 'dx' : 'dw'],
-    attrs: { stride: '', padding: '', dilation: '', groups: '', [attr]: `shape of ${wrt}` },
+    attrs: { stride: '', padding: '', dilation: '', groups: '', [attr]: `shape of ${wrt}`, ...EPILOGUE },
     doc: `Gradient of conv2d with respect to ${wrt}.`,
     category: 'backward',
     shape(c) {
@@ -62,7 +65,7 @@ export const GEMM_CONV_OPS = {
   linear: {
     inputs: ['x', 'weight', 'bias?'],
     outputs: ['y'],
-    attrs: {},
+    attrs: { ...EPILOGUE },
     doc: 'x [..., K], weight [N,K], bias [N] -> y [..., N] = x @ weight^T + bias over the last dim (torch.nn.functional.linear).',
     category: 'forward',
     shape(c) {
@@ -89,7 +92,7 @@ export const GEMM_CONV_OPS = {
   conv2d: {
     inputs: ['x', 'weight', 'bias?'],
     outputs: ['y'],
-    attrs: { stride: '[sh,sw]', padding: '[ph,pw] (zeros)', dilation: '[dh,dw]', groups: 'int' },
+    attrs: { stride: '[sh,sw]', padding: '[ph,pw] (zeros)', dilation: '[dh,dw]', groups: 'int', ...EPILOGUE },
     doc:
       'x [N,C,H,W], weight [O,C/groups,KH,KW], bias [O] -> y [N,O,OH,OW], ' +
       'OH = floor((H + 2ph - dh*(KH-1) - 1)/sh) + 1 (same for OW). Cross-correlation as torch.nn.functional.conv2d.',
@@ -111,7 +114,7 @@ export const GEMM_CONV_OPS = {
   matmul: {
     inputs: ['a', 'b'],
     outputs: ['y'],
-    attrs: { transA: 'bool: op(a) swaps the last two dims of a', transB: 'bool: the same for b' },
+    attrs: { transA: 'bool: op(a) swaps the last two dims of a', transB: 'bool: the same for b', ...EPILOGUE },
     doc:
       'a [..., M, K] (transA: [..., K, M]), b [..., K, N] (transB: [..., N, K]) -> y [..., M, N] = op(a) @ op(b), ' +
       'one product per batch index; the leading (batch) dims broadcast numpy-style (torch.matmul for rank >= 2, ' +

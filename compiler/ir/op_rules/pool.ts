@@ -39,7 +39,7 @@ export const POOL_OPS = {
   global_avgpool: {
     inputs: ['x'],
     outputs: ['y'],
-    attrs: {},
+    attrs: { relu_in: 'fused relu (fuse.ts): the mean of relu(x)' },
     doc: 'x [N,C,H,W] -> y [N,C,1,1], mean over H and W (torch AdaptiveAvgPool2d(1)).',
     category: 'forward',
     shape(c) {
@@ -52,15 +52,17 @@ export const POOL_OPS = {
     },
   },
   maxpool2d_grad: {
-    inputs: ['dy', 'x'],
+    inputs: ['dy', 'x', 'mask?'],
     outputs: ['dx'],
-    attrs: { kernel: '', stride: '', padding: '' },
+    attrs: { kernel: '', stride: '', padding: '', relu_grad: 'fused relu-grad (fuse.ts): dx = mask > 0 ? dx : 0' },
     doc: 'Routes dy to the first maximum of each window (row-major scan order); overlapping windows add.',
     category: 'backward',
     shape(c) {
       c.sameAs(0, poolShape(c, c.in(1)), 'dy');
       return [c.in(1)];
     },
+    // the fused 2x2 form reads each window of x (= mask) before it writes that window of dx
+    inPlace: (n) => (n.attrs.relu_grad === true && n.inputs[2] === n.inputs[1] ? [1, 2] : []),
   },
   avgpool2d_grad: {
     inputs: ['dy'],
@@ -75,9 +77,9 @@ export const POOL_OPS = {
     },
   },
   global_avgpool_grad: {
-    inputs: ['dy'],
+    inputs: ['dy', 'mask?'],
     outputs: ['dx'],
-    attrs: { x_shape: '' },
+    attrs: { x_shape: '', relu_grad: 'fused relu-grad (fuse.ts): dx = mask > 0 ? dx : 0' },
     doc: 'dx[n,c,h,w] = dy[n,c,0,0] / (H*W).',
     category: 'backward',
     shape(c) {
@@ -85,5 +87,7 @@ export const POOL_OPS = {
       c.sameAs(0, [xs[0], xs[1], 1, 1], 'dy');
       return [xs];
     },
+    // element-wise in the mask: dx[i] = mask[i] > 0 ? dy[plane] / HW : 0
+    inPlace: (n) => (n.attrs.relu_grad === true ? [1] : []),
   },
 } satisfies Record<string, OpDef>;

@@ -2570,7 +2570,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k38(
   param[i] -= sp.lr * gr;
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out + fused node 1: unary relu -> relu0.out [fp32]
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k0(
     const float* x,
     const float* w,
@@ -2646,7 +2646,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0(
       }
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out + fused node 1: unary relu -> relu0.out [3xTF32 tensor cores]
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p1_k0_mma(
     const float* x,
     const float* w,
@@ -2743,7 +2743,7 @@ extern "C" __global__ void __launch_bounds__(128) p1_k0_mma(
       }
 }
 
-// node 2: maxpool2d (maxpool0) -> maxpool0.out
+// node 1: maxpool2d (maxpool0) -> maxpool0.out
 extern "C" __global__ void __launch_bounds__(256) p1_k1(
     const float* x,
     float* y,
@@ -2768,7 +2768,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k1(
   y[i] = best;
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [fp32]
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k2(
     const float* x,
     const float* w,
@@ -2839,12 +2839,12 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
         if (mi < 12544u && ni < 64u) {
           const float acc = cacc[i][j];
       const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
+      y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
         }
       }
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [3xTF32 tensor cores]
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p1_k2_mma(
     const float* x,
     const float* w,
@@ -2936,26 +2936,13 @@ extern "C" __global__ void __launch_bounds__(128) p1_k2_mma(
         if (mi < 12544u && ni < 64u) {
           const float acc = cacc[i][j][q];
       const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
+      y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
         }
       }
 }
 
-// node 4: unary (relu1) -> relu1.out
+// node 3: maxpool2d (maxpool1) -> maxpool1.out
 extern "C" __global__ void __launch_bounds__(256) p1_k3(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 802816u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 5: maxpool2d (maxpool1) -> maxpool1.out
-extern "C" __global__ void __launch_bounds__(256) p1_k4(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -2979,8 +2966,8 @@ extern "C" __global__ void __launch_bounds__(256) p1_k4(
   y[i] = best;
 }
 
-// node 7: linear (linear0) -> linear0.out [split K: 6 chunks of 528, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p1_k5(
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: 6 chunks of 528, partial sums] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p1_k4(
     const float* x,
     const float* w,
     const float* b,
@@ -3053,8 +3040,8 @@ extern "C" __global__ void __launch_bounds__(256) p1_k5(
       }
 }
 
-// node 7: linear (linear0) -> linear0.out [split K: 6 chunks of 528, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k5_mma(
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: 6 chunks of 528, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p1_k4_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -3148,8 +3135,8 @@ extern "C" __global__ void __launch_bounds__(128) p1_k5_mma(
       }
 }
 
-// node 7: linear (linear0) -> linear0.out [split K: sum of 6 partials]
-extern "C" __global__ void __launch_bounds__(256) p1_k6(
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: sum of 6 partials]
+extern "C" __global__ void __launch_bounds__(256) p1_k5(
     const float* x,
     const float* w,
     const float* b,
@@ -3168,26 +3155,13 @@ extern "C" __global__ void __launch_bounds__(256) p1_k6(
     for (uint s = 0u; s < 6u; ++s) sum += part[s * 8192u];
     {
       const float acc = sum;
-      y[mi * 128u + ni] = acc + b[ni];
+      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
     }
   }
 }
 
-// node 8: unary (relu2) -> relu2.out
-extern "C" __global__ void __launch_bounds__(256) p1_k7(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 8192u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 9: linear (linear1) -> linear1.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p1_k8(
+// node 6: linear (linear1) -> linear1.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p1_k6(
     const float* x,
     const float* w,
     const float* b,
@@ -3257,8 +3231,8 @@ extern "C" __global__ void __launch_bounds__(256) p1_k8(
       }
 }
 
-// node 9: linear (linear1) -> linear1.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k8_mma(
+// node 6: linear (linear1) -> linear1.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p1_k6_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -3349,8 +3323,8 @@ extern "C" __global__ void __launch_bounds__(128) p1_k8_mma(
       }
 }
 
-// node 10: cross_entropy (loss) -> loss
-extern "C" __global__ void __launch_bounds__(64) p1_k9(
+// node 7: cross_entropy (loss) -> loss
+extern "C" __global__ void __launch_bounds__(64) p1_k7(
     const float* logits,
     const int* label,
     float* loss,
@@ -3377,8 +3351,8 @@ extern "C" __global__ void __launch_bounds__(64) p1_k9(
   }
 }
 
-// node 11: accuracy (accuracy) -> accuracy
-extern "C" __global__ void __launch_bounds__(64) p1_k10(
+// node 8: accuracy (accuracy) -> accuracy
+extern "C" __global__ void __launch_bounds__(64) p1_k8(
     const float* logits,
     const int* label,
     float* acc,

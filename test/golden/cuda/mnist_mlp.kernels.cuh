@@ -1181,7 +1181,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0(
   y[i] = x[i];
 }
 
-// node 1: linear (fc1) -> fc1.out [fp32]
+// node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k1(
     const float* x,
     const float* w,
@@ -1247,12 +1247,12 @@ extern "C" __global__ void __launch_bounds__(256) p1_k1(
         const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
         if (mi < 64u && ni < 256u) {
           const float acc = cacc[i][j];
-      y[mi * 256u + ni] = acc + b[ni];
+      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
         }
       }
 }
 
-// node 1: linear (fc1) -> fc1.out [3xTF32 tensor cores]
+// node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p1_k1_mma(
     const float* x,
     const float* w,
@@ -1339,26 +1339,13 @@ extern "C" __global__ void __launch_bounds__(128) p1_k1_mma(
         const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 256u) {
           const float acc = cacc[i][j][q];
-      y[mi * 256u + ni] = acc + b[ni];
+      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
         }
       }
 }
 
-// node 2: unary (relu0) -> relu0.out
+// node 2: linear (fc2) -> fc2.out [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k2(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 3: linear (fc2) -> fc2.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p1_k3(
     const float* x,
     const float* w,
     const float* b,
@@ -1428,8 +1415,8 @@ extern "C" __global__ void __launch_bounds__(256) p1_k3(
       }
 }
 
-// node 3: linear (fc2) -> fc2.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k3_mma(
+// node 2: linear (fc2) -> fc2.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p1_k2_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -1520,8 +1507,8 @@ extern "C" __global__ void __launch_bounds__(128) p1_k3_mma(
       }
 }
 
-// node 4: cross_entropy (loss) -> loss
-extern "C" __global__ void __launch_bounds__(64) p1_k4(
+// node 3: cross_entropy (loss) -> loss
+extern "C" __global__ void __launch_bounds__(64) p1_k3(
     const float* logits,
     const int* label,
     float* loss,
@@ -1548,8 +1535,8 @@ extern "C" __global__ void __launch_bounds__(64) p1_k4(
   }
 }
 
-// node 5: accuracy (accuracy) -> accuracy
-extern "C" __global__ void __launch_bounds__(64) p1_k5(
+// node 4: accuracy (accuracy) -> accuracy
+extern "C" __global__ void __launch_bounds__(64) p1_k4(
     const float* logits,
     const int* label,
     float* acc,

@@ -660,7 +660,7 @@ kernel void k14(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 20: linear (blocks.0.fc) -> blocks.0.fc.out [16x16 tiles]
+// node 20: linear (blocks.0.fc) -> blocks.0.gelu0.out + fused node 20: unary gelu -> blocks.0.gelu0.out [16x16 tiles]
 kernel void k15(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -700,11 +700,11 @@ kernel void k15(
   }
   if (row < 2048u && col < 512u) {
     const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc + b[ni];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
   }
 }
 
-// node 20: linear (blocks.0.fc) -> blocks.0.fc.out [simdgroup_float8x8, Apple7+]
+// node 20: linear (blocks.0.fc) -> blocks.0.gelu0.out + fused node 20: unary gelu -> blocks.0.gelu0.out [simdgroup_float8x8, Apple7+]
 kernel void k15_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -759,26 +759,13 @@ kernel void k15_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 2048u && ni < 512u) {
       const float acc = Cs[e];
-      y[mi * 512u + ni] = acc + b[ni];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
     }
   }
 }
 
-// node 21: unary (blocks.0.gelu0) -> blocks.0.gelu0.out
+// node 21: linear (blocks.0.proj) -> blocks.0.proj.out [16x16 tiles]
 kernel void k16(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  const float v = x[i];
-  y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
-}
-
-// node 22: linear (blocks.0.proj) -> blocks.0.proj.out [16x16 tiles]
-kernel void k17(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -821,8 +808,8 @@ kernel void k17(
   }
 }
 
-// node 22: linear (blocks.0.proj) -> blocks.0.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k17_mma(
+// node 21: linear (blocks.0.proj) -> blocks.0.proj.out [simdgroup_float8x8, Apple7+]
+kernel void k16_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -881,8 +868,8 @@ kernel void k17_mma(
   }
 }
 
-// node 23: binary (blocks.0.add1) -> blocks.0.add1.out
-kernel void k18(
+// node 22: binary (blocks.0.add1) -> blocks.0.add1.out
+kernel void k17(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -896,8 +883,8 @@ kernel void k18(
   y[i] = a[ia] + b[ib];
 }
 
-// node 24: layernorm (blocks.1.ln1) -> blocks.1.ln1.out, blocks.1.ln1.mean, blocks.1.ln1.rstd
-kernel void k19(
+// node 23: layernorm (blocks.1.ln1) -> blocks.1.ln1.out, blocks.1.ln1.mean, blocks.1.ln1.rstd
+kernel void k18(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -925,8 +912,8 @@ kernel void k19(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 25: linear (blocks.1.attn) -> blocks.1.attn.qkv [16x16 tiles]
-kernel void k20(
+// node 24: linear (blocks.1.attn) -> blocks.1.attn.qkv [16x16 tiles]
+kernel void k19(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -969,8 +956,8 @@ kernel void k20(
   }
 }
 
-// node 25: linear (blocks.1.attn) -> blocks.1.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k20_mma(
+// node 24: linear (blocks.1.attn) -> blocks.1.attn.qkv [simdgroup_float8x8, Apple7+]
+kernel void k19_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1029,8 +1016,8 @@ kernel void k20_mma(
   }
 }
 
-// node 27: permute (blocks.1.attn) -> blocks.1.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k21(
+// node 26: permute (blocks.1.attn) -> blocks.1.attn.qkv_heads (perm [2,0,3,1,4])
+kernel void k20(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1054,8 +1041,8 @@ kernel void k21(
   y[i] = x[src];
 }
 
-// node 28: slice (blocks.1.attn) -> blocks.1.attn.q_slice
-kernel void k22(
+// node 27: slice (blocks.1.attn) -> blocks.1.attn.q_slice
+kernel void k21(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1067,8 +1054,8 @@ kernel void k22(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 30: slice (blocks.1.attn) -> blocks.1.attn.k_slice
-kernel void k23(
+// node 29: slice (blocks.1.attn) -> blocks.1.attn.k_slice
+kernel void k22(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1080,8 +1067,8 @@ kernel void k23(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 32: slice (blocks.1.attn) -> blocks.1.attn.v_slice
-kernel void k24(
+// node 31: slice (blocks.1.attn) -> blocks.1.attn.v_slice
+kernel void k23(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1093,8 +1080,8 @@ kernel void k24(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 34: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [16x16 tiles]
-kernel void k25(
+// node 33: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [16x16 tiles]
+kernel void k24(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -1178,8 +1165,8 @@ kernel void k25(
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 34: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k25_mma(
+// node 33: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k24_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -1279,8 +1266,8 @@ kernel void k25_mma(
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 35: permute (blocks.1.attn) -> blocks.1.attn.o_merge (perm [0,2,1,3])
-kernel void k26(
+// node 34: permute (blocks.1.attn) -> blocks.1.attn.o_merge (perm [0,2,1,3])
+kernel void k25(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1302,8 +1289,8 @@ kernel void k26(
   y[i] = x[src];
 }
 
-// node 37: linear (blocks.1.attn) -> blocks.1.attn.out [16x16 tiles]
-kernel void k27(
+// node 36: linear (blocks.1.attn) -> blocks.1.attn.out [16x16 tiles]
+kernel void k26(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1346,8 +1333,8 @@ kernel void k27(
   }
 }
 
-// node 37: linear (blocks.1.attn) -> blocks.1.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k27_mma(
+// node 36: linear (blocks.1.attn) -> blocks.1.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k26_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1406,8 +1393,8 @@ kernel void k27_mma(
   }
 }
 
-// node 38: binary (blocks.1.add0) -> blocks.1.add0.out
-kernel void k28(
+// node 37: binary (blocks.1.add0) -> blocks.1.add0.out
+kernel void k27(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1421,8 +1408,8 @@ kernel void k28(
   y[i] = a[ia] + b[ib];
 }
 
-// node 39: layernorm (blocks.1.ln2) -> blocks.1.ln2.out, blocks.1.ln2.mean, blocks.1.ln2.rstd
-kernel void k29(
+// node 38: layernorm (blocks.1.ln2) -> blocks.1.ln2.out, blocks.1.ln2.mean, blocks.1.ln2.rstd
+kernel void k28(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1450,8 +1437,8 @@ kernel void k29(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 40: linear (blocks.1.fc) -> blocks.1.fc.out [16x16 tiles]
-kernel void k30(
+// node 39: linear (blocks.1.fc) -> blocks.1.gelu0.out + fused node 39: unary gelu -> blocks.1.gelu0.out [16x16 tiles]
+kernel void k29(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1490,11 +1477,115 @@ kernel void k30(
   }
   if (row < 2048u && col < 512u) {
     const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc + b[ni];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
   }
 }
 
-// node 40: linear (blocks.1.fc) -> blocks.1.fc.out [simdgroup_float8x8, Apple7+]
+// node 39: linear (blocks.1.fc) -> blocks.1.gelu0.out + fused node 39: unary gelu -> blocks.1.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k29_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 512u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 512u) {
+      const float acc = Cs[e];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
+    }
+  }
+}
+
+// node 40: linear (blocks.1.proj) -> blocks.1.proj.out [16x16 tiles]
+kernel void k30(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc + b[ni];
+  }
+}
+
+// node 40: linear (blocks.1.proj) -> blocks.1.proj.out [simdgroup_float8x8, Apple7+]
 kernel void k30_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1506,123 +1597,6 @@ kernel void k30_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 512u) {
-      const float acc = Cs[e];
-      y[mi * 512u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 41: unary (blocks.1.gelu0) -> blocks.1.gelu0.out
-kernel void k31(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  const float v = x[i];
-  y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
-}
-
-// node 42: linear (blocks.1.proj) -> blocks.1.proj.out [16x16 tiles]
-kernel void k32(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
-  }
-}
-
-// node 42: linear (blocks.1.proj) -> blocks.1.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k32_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
   // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -1671,8 +1645,8 @@ kernel void k32_mma(
   }
 }
 
-// node 43: binary (blocks.1.add1) -> blocks.1.add1.out
-kernel void k33(
+// node 41: binary (blocks.1.add1) -> blocks.1.add1.out
+kernel void k31(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1686,8 +1660,8 @@ kernel void k33(
   y[i] = a[ia] + b[ib];
 }
 
-// node 44: layernorm (blocks.2.ln1) -> blocks.2.ln1.out, blocks.2.ln1.mean, blocks.2.ln1.rstd
-kernel void k34(
+// node 42: layernorm (blocks.2.ln1) -> blocks.2.ln1.out, blocks.2.ln1.mean, blocks.2.ln1.rstd
+kernel void k32(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1715,8 +1689,8 @@ kernel void k34(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 45: linear (blocks.2.attn) -> blocks.2.attn.qkv [16x16 tiles]
-kernel void k35(
+// node 43: linear (blocks.2.attn) -> blocks.2.attn.qkv [16x16 tiles]
+kernel void k33(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1759,8 +1733,8 @@ kernel void k35(
   }
 }
 
-// node 45: linear (blocks.2.attn) -> blocks.2.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k35_mma(
+// node 43: linear (blocks.2.attn) -> blocks.2.attn.qkv [simdgroup_float8x8, Apple7+]
+kernel void k33_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1819,8 +1793,8 @@ kernel void k35_mma(
   }
 }
 
-// node 47: permute (blocks.2.attn) -> blocks.2.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k36(
+// node 45: permute (blocks.2.attn) -> blocks.2.attn.qkv_heads (perm [2,0,3,1,4])
+kernel void k34(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1844,8 +1818,8 @@ kernel void k36(
   y[i] = x[src];
 }
 
-// node 48: slice (blocks.2.attn) -> blocks.2.attn.q_slice
-kernel void k37(
+// node 46: slice (blocks.2.attn) -> blocks.2.attn.q_slice
+kernel void k35(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1857,8 +1831,8 @@ kernel void k37(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 50: slice (blocks.2.attn) -> blocks.2.attn.k_slice
-kernel void k38(
+// node 48: slice (blocks.2.attn) -> blocks.2.attn.k_slice
+kernel void k36(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1870,8 +1844,8 @@ kernel void k38(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 52: slice (blocks.2.attn) -> blocks.2.attn.v_slice
-kernel void k39(
+// node 50: slice (blocks.2.attn) -> blocks.2.attn.v_slice
+kernel void k37(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -1883,8 +1857,8 @@ kernel void k39(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 54: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [16x16 tiles]
-kernel void k40(
+// node 52: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [16x16 tiles]
+kernel void k38(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -1968,8 +1942,8 @@ kernel void k40(
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 54: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k40_mma(
+// node 52: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k38_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -2069,8 +2043,8 @@ kernel void k40_mma(
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 55: permute (blocks.2.attn) -> blocks.2.attn.o_merge (perm [0,2,1,3])
-kernel void k41(
+// node 53: permute (blocks.2.attn) -> blocks.2.attn.o_merge (perm [0,2,1,3])
+kernel void k39(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2092,8 +2066,8 @@ kernel void k41(
   y[i] = x[src];
 }
 
-// node 57: linear (blocks.2.attn) -> blocks.2.attn.out [16x16 tiles]
-kernel void k42(
+// node 55: linear (blocks.2.attn) -> blocks.2.attn.out [16x16 tiles]
+kernel void k40(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2136,8 +2110,8 @@ kernel void k42(
   }
 }
 
-// node 57: linear (blocks.2.attn) -> blocks.2.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k42_mma(
+// node 55: linear (blocks.2.attn) -> blocks.2.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k40_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2196,8 +2170,8 @@ kernel void k42_mma(
   }
 }
 
-// node 58: binary (blocks.2.add0) -> blocks.2.add0.out
-kernel void k43(
+// node 56: binary (blocks.2.add0) -> blocks.2.add0.out
+kernel void k41(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -2211,8 +2185,8 @@ kernel void k43(
   y[i] = a[ia] + b[ib];
 }
 
-// node 59: layernorm (blocks.2.ln2) -> blocks.2.ln2.out, blocks.2.ln2.mean, blocks.2.ln2.rstd
-kernel void k44(
+// node 57: layernorm (blocks.2.ln2) -> blocks.2.ln2.out, blocks.2.ln2.mean, blocks.2.ln2.rstd
+kernel void k42(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2240,8 +2214,8 @@ kernel void k44(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 60: linear (blocks.2.fc) -> blocks.2.fc.out [16x16 tiles]
-kernel void k45(
+// node 58: linear (blocks.2.fc) -> blocks.2.gelu0.out + fused node 58: unary gelu -> blocks.2.gelu0.out [16x16 tiles]
+kernel void k43(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2280,12 +2254,12 @@ kernel void k45(
   }
   if (row < 2048u && col < 512u) {
     const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc + b[ni];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
   }
 }
 
-// node 60: linear (blocks.2.fc) -> blocks.2.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k45_mma(
+// node 58: linear (blocks.2.fc) -> blocks.2.gelu0.out + fused node 58: unary gelu -> blocks.2.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k43_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2339,26 +2313,13 @@ kernel void k45_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 2048u && ni < 512u) {
       const float acc = Cs[e];
-      y[mi * 512u + ni] = acc + b[ni];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
     }
   }
 }
 
-// node 61: unary (blocks.2.gelu0) -> blocks.2.gelu0.out
-kernel void k46(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  const float v = x[i];
-  y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
-}
-
-// node 62: linear (blocks.2.proj) -> blocks.2.proj.out [16x16 tiles]
-kernel void k47(
+// node 59: linear (blocks.2.proj) -> blocks.2.proj.out [16x16 tiles]
+kernel void k44(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2401,7 +2362,155 @@ kernel void k47(
   }
 }
 
-// node 62: linear (blocks.2.proj) -> blocks.2.proj.out [simdgroup_float8x8, Apple7+]
+// node 59: linear (blocks.2.proj) -> blocks.2.proj.out [simdgroup_float8x8, Apple7+]
+kernel void k44_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 60: binary (blocks.2.add1) -> blocks.2.add1.out
+kernel void k45(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 61: layernorm (blocks.3.ln1) -> blocks.3.ln1.out, blocks.3.ln1.mean, blocks.3.ln1.rstd
+kernel void k46(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    device float* mean [[buffer(4)]],
+    device float* rstd [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // one threadgroup per row of D = 128u
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  float s = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
+  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
+  float q = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
+  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
+  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
+  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
+  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
+}
+
+// node 62: linear (blocks.3.attn) -> blocks.3.attn.qkv [16x16 tiles]
+kernel void k47(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 384u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 384u) {
+    const uint mi = row, ni = col;
+      y[mi * 384u + ni] = acc + b[ni];
+  }
+}
+
+// node 62: linear (blocks.3.attn) -> blocks.3.attn.qkv [simdgroup_float8x8, Apple7+]
 kernel void k47_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -2413,154 +2522,6 @@ kernel void k47_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 63: binary (blocks.2.add1) -> blocks.2.add1.out
-kernel void k48(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 64: layernorm (blocks.3.ln1) -> blocks.3.ln1.out, blocks.3.ln1.mean, blocks.3.ln1.rstd
-kernel void k49(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    device float* mean [[buffer(4)]],
-    device float* rstd [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // one threadgroup per row of D = 128u
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  float s = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
-  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
-  float q = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
-  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
-  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
-  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
-  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
-}
-
-// node 65: linear (blocks.3.attn) -> blocks.3.attn.qkv [16x16 tiles]
-kernel void k50(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 384u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 384u) {
-    const uint mi = row, ni = col;
-      y[mi * 384u + ni] = acc + b[ni];
-  }
-}
-
-// node 65: linear (blocks.3.attn) -> blocks.3.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k50_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
   // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -2609,8 +2570,8 @@ kernel void k50_mma(
   }
 }
 
-// node 67: permute (blocks.3.attn) -> blocks.3.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k51(
+// node 64: permute (blocks.3.attn) -> blocks.3.attn.qkv_heads (perm [2,0,3,1,4])
+kernel void k48(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2634,8 +2595,8 @@ kernel void k51(
   y[i] = x[src];
 }
 
-// node 68: slice (blocks.3.attn) -> blocks.3.attn.q_slice
-kernel void k52(
+// node 65: slice (blocks.3.attn) -> blocks.3.attn.q_slice
+kernel void k49(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2647,8 +2608,8 @@ kernel void k52(
   y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
 }
 
-// node 70: slice (blocks.3.attn) -> blocks.3.attn.k_slice
-kernel void k53(
+// node 67: slice (blocks.3.attn) -> blocks.3.attn.k_slice
+kernel void k50(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2660,8 +2621,8 @@ kernel void k53(
   y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
 }
 
-// node 72: slice (blocks.3.attn) -> blocks.3.attn.v_slice
-kernel void k54(
+// node 69: slice (blocks.3.attn) -> blocks.3.attn.v_slice
+kernel void k51(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2673,8 +2634,8 @@ kernel void k54(
   y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
 }
 
-// node 74: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [16x16 tiles]
-kernel void k55(
+// node 71: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [16x16 tiles]
+kernel void k52(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -2758,8 +2719,8 @@ kernel void k55(
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 74: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k55_mma(
+// node 71: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k52_mma(
     device const float* q [[buffer(0)]],
     device const float* k [[buffer(1)]],
     device const float* v [[buffer(2)]],
@@ -2859,8 +2820,8 @@ kernel void k55_mma(
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 75: permute (blocks.3.attn) -> blocks.3.attn.o_merge (perm [0,2,1,3])
-kernel void k56(
+// node 72: permute (blocks.3.attn) -> blocks.3.attn.o_merge (perm [0,2,1,3])
+kernel void k53(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -2882,8 +2843,8 @@ kernel void k56(
   y[i] = x[src];
 }
 
-// node 77: linear (blocks.3.attn) -> blocks.3.attn.out [16x16 tiles]
-kernel void k57(
+// node 74: linear (blocks.3.attn) -> blocks.3.attn.out [16x16 tiles]
+kernel void k54(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2926,8 +2887,8 @@ kernel void k57(
   }
 }
 
-// node 77: linear (blocks.3.attn) -> blocks.3.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k57_mma(
+// node 74: linear (blocks.3.attn) -> blocks.3.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k54_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2986,8 +2947,8 @@ kernel void k57_mma(
   }
 }
 
-// node 78: binary (blocks.3.add0) -> blocks.3.add0.out
-kernel void k58(
+// node 75: binary (blocks.3.add0) -> blocks.3.add0.out
+kernel void k55(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3001,8 +2962,8 @@ kernel void k58(
   y[i] = a[ia] + b[ib];
 }
 
-// node 79: layernorm (blocks.3.ln2) -> blocks.3.ln2.out, blocks.3.ln2.mean, blocks.3.ln2.rstd
-kernel void k59(
+// node 76: layernorm (blocks.3.ln2) -> blocks.3.ln2.out, blocks.3.ln2.mean, blocks.3.ln2.rstd
+kernel void k56(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3030,8 +2991,8 @@ kernel void k59(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 80: linear (blocks.3.fc) -> blocks.3.fc.out [16x16 tiles]
-kernel void k60(
+// node 77: linear (blocks.3.fc) -> blocks.3.gelu0.out + fused node 77: unary gelu -> blocks.3.gelu0.out [16x16 tiles]
+kernel void k57(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3070,12 +3031,12 @@ kernel void k60(
   }
   if (row < 2048u && col < 512u) {
     const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc + b[ni];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
   }
 }
 
-// node 80: linear (blocks.3.fc) -> blocks.3.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k60_mma(
+// node 77: linear (blocks.3.fc) -> blocks.3.gelu0.out + fused node 77: unary gelu -> blocks.3.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k57_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3129,26 +3090,13 @@ kernel void k60_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 2048u && ni < 512u) {
       const float acc = Cs[e];
-      y[mi * 512u + ni] = acc + b[ni];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
     }
   }
 }
 
-// node 81: unary (blocks.3.gelu0) -> blocks.3.gelu0.out
-kernel void k61(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  const float v = x[i];
-  y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
-}
-
-// node 82: linear (blocks.3.proj) -> blocks.3.proj.out [16x16 tiles]
-kernel void k62(
+// node 78: linear (blocks.3.proj) -> blocks.3.proj.out [16x16 tiles]
+kernel void k58(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3191,8 +3139,8 @@ kernel void k62(
   }
 }
 
-// node 82: linear (blocks.3.proj) -> blocks.3.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k62_mma(
+// node 78: linear (blocks.3.proj) -> blocks.3.proj.out [simdgroup_float8x8, Apple7+]
+kernel void k58_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3251,8 +3199,8 @@ kernel void k62_mma(
   }
 }
 
-// node 83: binary (blocks.3.add1) -> blocks.3.add1.out
-kernel void k63(
+// node 79: binary (blocks.3.add1) -> blocks.3.add1.out
+kernel void k59(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3266,8 +3214,8 @@ kernel void k63(
   y[i] = a[ia] + b[ib];
 }
 
-// node 84: layernorm (ln_f) -> ln_f.out, ln_f.mean, ln_f.rstd
-kernel void k64(
+// node 80: layernorm (ln_f) -> ln_f.out, ln_f.mean, ln_f.rstd
+kernel void k60(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -3295,8 +3243,8 @@ kernel void k64(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 85: linear (head) -> head.out [16x16 tiles]
-kernel void k65(
+// node 81: linear (head) -> head.out [16x16 tiles]
+kernel void k61(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3338,8 +3286,8 @@ kernel void k65(
   }
 }
 
-// node 85: linear (head) -> head.out [simdgroup_float8x8, Apple7+]
-kernel void k65_mma(
+// node 81: linear (head) -> head.out [simdgroup_float8x8, Apple7+]
+kernel void k61_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3397,8 +3345,8 @@ kernel void k65_mma(
   }
 }
 
-// node 86: cross_entropy (loss) -> loss
-kernel void k66(
+// node 82: cross_entropy (loss) -> loss
+kernel void k62(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],

@@ -35,7 +35,7 @@ inline float mpsc_block_max(float v, threadgroup float* sh, uint lane, uint sg, 
   return r;
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out + fused node 1: unary relu -> relu0.out [16x16 tiles]
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [16x16 tiles]
 kernel void k0(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -84,7 +84,7 @@ kernel void k0(
   }
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out + fused node 1: unary relu -> relu0.out [simdgroup_float8x8, Apple7+]
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [simdgroup_float8x8, Apple7+]
 kernel void k0_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -149,7 +149,7 @@ kernel void k0_mma(
   }
 }
 
-// node 2: maxpool2d (maxpool0) -> maxpool0.out
+// node 1: maxpool2d (maxpool0) -> maxpool0.out
 kernel void k1(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
@@ -174,7 +174,7 @@ kernel void k1(
   y[i] = best;
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [16x16 tiles]
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [16x16 tiles]
 kernel void k2(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -219,11 +219,11 @@ kernel void k2(
   if (row < 12544u && col < 64u) {
     const uint mi = row, ni = col;
       const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
+      y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
   }
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [simdgroup_float8x8, Apple7+]
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [simdgroup_float8x8, Apple7+]
 kernel void k2_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -283,26 +283,13 @@ kernel void k2_mma(
     if (mi < 12544u && ni < 64u) {
       const float acc = Cs[e];
       const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
+      y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
     }
   }
 }
 
-// node 4: unary (relu1) -> relu1.out
+// node 3: maxpool2d (maxpool1) -> maxpool1.out
 kernel void k3(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 802816u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 5: maxpool2d (maxpool1) -> maxpool1.out
-kernel void k4(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -326,8 +313,8 @@ kernel void k4(
   y[i] = best;
 }
 
-// node 7: linear (linear0) -> linear0.out [16x16 tiles]
-kernel void k5(
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [16x16 tiles]
+kernel void k4(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -366,12 +353,12 @@ kernel void k5(
   }
   if (row < 64u && col < 128u) {
     const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
+      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
   }
 }
 
-// node 7: linear (linear0) -> linear0.out [simdgroup_float8x8, Apple7+]
-kernel void k5_mma(
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [simdgroup_float8x8, Apple7+]
+kernel void k4_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -425,26 +412,13 @@ kernel void k5_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 128u) {
       const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
+      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
     }
   }
 }
 
-// node 8: unary (relu2) -> relu2.out
-kernel void k6(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 8192u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 9: linear (linear1) -> linear1.out [16x16 tiles]
-kernel void k7(
+// node 6: linear (linear1) -> linear1.out [16x16 tiles]
+kernel void k5(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -487,8 +461,8 @@ kernel void k7(
   }
 }
 
-// node 9: linear (linear1) -> linear1.out [simdgroup_float8x8, Apple7+]
-kernel void k7_mma(
+// node 6: linear (linear1) -> linear1.out [simdgroup_float8x8, Apple7+]
+kernel void k5_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -547,8 +521,8 @@ kernel void k7_mma(
   }
 }
 
-// node 10: cross_entropy (loss) -> loss
-kernel void k8(
+// node 7: cross_entropy (loss) -> loss
+kernel void k6(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],
@@ -575,8 +549,8 @@ kernel void k8(
   }
 }
 
-// node 11: accuracy (accuracy) -> accuracy
-kernel void k9(
+// node 8: accuracy (accuracy) -> accuracy
+kernel void k7(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* acc [[buffer(2)]],

@@ -47,7 +47,7 @@ kernel void k0(
   y[i] = x[i];
 }
 
-// node 1: linear (fc1) -> fc1.out [16x16 tiles]
+// node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [16x16 tiles]
 kernel void k1(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -87,11 +87,11 @@ kernel void k1(
   }
   if (row < 64u && col < 256u) {
     const uint mi = row, ni = col;
-      y[mi * 256u + ni] = acc + b[ni];
+      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
   }
 }
 
-// node 1: linear (fc1) -> fc1.out [simdgroup_float8x8, Apple7+]
+// node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [simdgroup_float8x8, Apple7+]
 kernel void k1_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -146,26 +146,13 @@ kernel void k1_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 256u) {
       const float acc = Cs[e];
-      y[mi * 256u + ni] = acc + b[ni];
+      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
     }
   }
 }
 
-// node 2: unary (relu0) -> relu0.out
+// node 2: linear (fc2) -> fc2.out [16x16 tiles]
 kernel void k2(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 3: linear (fc2) -> fc2.out [16x16 tiles]
-kernel void k3(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -208,8 +195,8 @@ kernel void k3(
   }
 }
 
-// node 3: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
-kernel void k3_mma(
+// node 2: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
+kernel void k2_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -268,8 +255,8 @@ kernel void k3_mma(
   }
 }
 
-// node 4: cross_entropy (loss) -> loss
-kernel void k4(
+// node 3: cross_entropy (loss) -> loss
+kernel void k3(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],
@@ -296,8 +283,8 @@ kernel void k4(
   }
 }
 
-// node 5: accuracy (accuracy) -> accuracy
-kernel void k5(
+// node 4: accuracy (accuracy) -> accuracy
+kernel void k4(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* acc [[buffer(2)]],

@@ -1,0 +1,17 @@
+/**
+ * fusions: what the CPU backend's kernels execute fused (the capability set it hands to
+ * compiler/ir/fuse.ts; emit_program.ts fuses every program with it before planning memory).
+ *  - GEMM epilogue: relu in the epilogue of linear (sgemm) and conv2d (conv.h), with the
+ *    relu-grads of the pre-activation reading the relu output instead;
+ *  - relu-grad folded into global_avgpool_grad, and into the 2x2 / stride-2 maxpool2d_grad
+ *    (mk::maxpool2x2_grad_row<..., true>, which may run in place over the pool input);
+ *  - relu folded into the global_avgpool that reads it.
+ * The kernels read the fusion attrs from the node (kernels/gemm.ts, conv.ts, pool.ts).
+ */
+import type { FusionCaps } from '../ir/fuse.js';
+
+export const CPU_FUSIONS: FusionCaps = {
+  epilogue: { ops: ['linear', 'conv2d'], fns: ['relu'], gradReaders: true },
+  poolGradRelu: { globalAvgpool: true, maxpool2x2: true },
+  reluIntoGlobalAvgpool: true,
+};

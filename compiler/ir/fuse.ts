@@ -1,0 +1,234 @@
+/**
+ * fuse: folds a node into its neighbour when a backend runs the pair as one kernel, by
+ * rewriting the graph with explicit attributes (no backend keeps fusion side tables).
+ * Runs after autodiff / optimizer lowering / eval_mode and before memory planning
+ * (programs.ts `fuseProgram`), so the memory plan, `mpsc check --ir` and every backend see
+ * the same fused graph.
+ *
+ * Consumes: a Program (verified graph; its memory plan, if any, is dropped) and the
+ *           FusionCaps of the backend that will run it (each backend declares its set:
+ *           compiler/codegen-cpu/fusions.ts, compiler/codegen-metal/fusions.ts).
+ * Produces: a new Program (the input is not changed) without a plan, whose graph has value
+ *           and node ids renumbered after the removals (Program.inputs / outputs follow):
+ *  1. GEMM epilogue: a GEMM-family node P (EPILOGUE_OPS) with output y, and the `unary` R
+ *     (z = f(y)) reading it: R disappears and P writes z, with attrs `epilogue: f` and f's
+ *     own attrs as `epilogue_<name>` (e.g. `epilogue_alpha`). Legal when y is not a program
+ *     output and its readers are R and, when caps allow and f's derivative can be read from
+ *     f's output (GRAD_FROM_OUTPUT: relu'(y) = [relu(y) > 0]), `unary_grad` nodes of the same
+ *     f and attrs reading y as their forward input: those read z instead (same bits: the same
+ *     select on the same sign).
+ *  2. relu-grad into a pool gradient: P = global_avgpool_grad or maxpool2d_grad writing g,
+ *     and U = `unary_grad relu` (dx = mask > 0 ? g : 0) the only reader of g: U disappears, P
+ *     gets attr `relu_grad: true`, the mask as its optional last input `mask`, and writes dx.
+ *     maxpool2d_grad only with 2x2 windows, stride 2, no padding, and the mask being the pool
+ *     input x itself (after rule 1 the relu-grad reads relu's output, which is what the pool
+ *     read): the kernel the CPU backend has for it.
+ *  3. relu into global_avgpool: R = `unary relu` (z = relu(y)) whose output only the
+ *     global_avgpool G reads: R disappears, G reads y with attr `relu_in: true`.
+ *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
+ *  A node never carries two fusions of the same kind; running the pass on its own output
+ *  changes nothing.
+ * Relies on: SSA and topological order (verify.ts); a fused node is written where the first
+ *  node of the pair ran, and every reader of its output comes after the second node, so
+ *  moving the write earlier never reorders a read. Every fused form's meaning is "the
+ *  original nodes in sequence" (`fusedParts`), which the reference interpreter executes.
+ */
+import type { AttrValue, Graph, Node, Program } from './graph.js';
+import type { OpName } from './ops.js';
+import { type UnaryFn, UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
+import { pairOf } from './shapes.js';
+
+/** Which fusions a backend executes (plain data). An absent field means none of that kind. */
+export interface FusionCaps {
+  /** rule 1: the GEMM-family ops whose kernels apply an epilogue, the fns they apply, and whether
+   * relu-grads may be redirected to the fused output (otherwise the unary must be y's only reader) */
+  epilogue?: { ops: readonly OpName[]; fns: readonly UnaryFn[]; gradReaders: boolean };
+  /** rule 2: which pool gradients take a folded relu-grad */
+  poolGradRelu?: { globalAvgpool: boolean; maxpool2x2: boolean };
+  /** rule 3 */
+  reluIntoGlobalAvgpool?: boolean;
+}
+
+export const NO_FUSIONS: FusionCaps = {};
+
+/** the ops that may carry an `epilogue` (verify.ts checks it) */
+export const EPILOGUE_OPS: readonly OpName[] = ['linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
+/** the pool gradients that may carry `relu_grad` + `mask` */
+export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool2d_grad'];
+/** the ops that may carry `relu_in` */
+export const RELU_IN_OPS: readonly OpName[] = ['global_avgpool'];
+/**
+ * Unary fns whose derivative, as unary_grad computes it, is the same when it reads f(y) instead
+ * of y: relu ([y > 0] = [relu(y) > 0]). (relu6 / hardtanh would qualify too, but no backend
+ * declares them for grad readers.)
+ */
+export const GRAD_FROM_OUTPUT: readonly UnaryFn[] = ['relu'];
+
+export const EPILOGUE_ATTR = 'epilogue';
+const PREFIX = 'epilogue_';
+
+/** the fused epilogue of a GEMM-family node as `unary` attrs ({ fn, ...fn attrs }), or null */
+export function epilogueOf(n: Node): Record<string, AttrValue> | null {
+  const fn = n.attrs[EPILOGUE_ATTR];
+  if (fn === undefined) return null;
+  const out: Record<string, AttrValue> = { fn };
+  for (const [k, v] of Object.entries(n.attrs)) if (k.startsWith(PREFIX)) out[k.slice(PREFIX.length)] = v;
+  return out;
+}
+
+/** a node's attrs without the fusion attrs (what its unfused op reads) */
+export function unfusedAttrs(n: Node): Record<string, AttrValue> {
+  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in'));
+}
+
+/**
+ * The meaning of a fused node as the original nodes in sequence:
+ *  - `pre`:  input 0 is first mapped through `unary` with these attrs (relu_in);
+ *  - `core`: the node's own op with `unfusedAttrs` and its first `coreInputs` inputs;
+ *  - `post`: the core's output 0 then goes through `unary` (epilogue) or through
+ *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad).
+ */
+export interface FusedParts {
+  pre?: Record<string, AttrValue>;
+  coreInputs: number;
+  post?: { op: 'unary'; attrs: Record<string, AttrValue> } | { op: 'unary_grad'; attrs: Record<string, AttrValue>; maskInput: number };
+}
+
+export function fusedParts(n: Node): FusedParts | null {
+  const epi = epilogueOf(n);
+  if (epi) return { coreInputs: n.inputs.length, post: { op: 'unary', attrs: epi } };
+  if (n.attrs.relu_grad === true) return { coreInputs: n.inputs.length - 1, post: { op: 'unary_grad', attrs: { fn: 'relu' }, maskInput: n.inputs.length - 1 } };
+  if (n.attrs.relu_in === true) return { pre: { fn: 'relu' }, coreInputs: n.inputs.length };
+  return null;
+}
+
+/** the graph being rewritten: removed nodes are null until the final renumbering */
+interface Work {
+  nodes: (Node | null)[];
+  /** value id -> ids of the nodes reading it (recomputed after each rewrite) */
+  readers: Map<number, number[]>;
+  /** intermediate values no node writes any more */
+  dropValues: Set<number>;
+  /** the program's output values (never fused away) */
+  outputs: Set<number>;
+}
+
+const sameAttrs = (a: Record<string, AttrValue>, b: Record<string, AttrValue>) => {
+  const ka = Object.keys(a).sort(), kb = Object.keys(b).sort();
+  return ka.length === kb.length && ka.every((k, i) => k === kb[i] && JSON.stringify(a[k]) === JSON.stringify(b[k]));
+};
+
+function readersOf(nodes: (Node | null)[]): Map<number, number[]> {
+  const r = new Map<number, number[]>();
+  for (const n of nodes) if (n) for (const id of new Set(n.inputs)) if (id >= 0) r.set(id, [...(r.get(id) ?? []), n.id]);
+  return r;
+}
+
+function replaceInput(n: Node, from: number, to: number): Node {
+  return { ...n, inputs: n.inputs.map((id) => (id === from ? to : id)) };
+}
+
+/** rule 1 */
+function fuseEpilogues(g: Graph, w: Work, caps: NonNullable<FusionCaps['epilogue']>): void {
+  for (const P of w.nodes) {
+    if (!P || !caps.ops.includes(P.op as OpName) || P.attrs[EPILOGUE_ATTR] !== undefined || P.outputs.length !== 1) continue;
+    const y = P.outputs[0];
+    if (g.values[y].dtype !== 'f32' || w.outputs.has(y)) continue;
+    const rs = (w.readers.get(y) ?? []).map((id) => w.nodes[id]!);
+    const unaries = rs.filter((r) => r.op === 'unary' && r.inputs[0] === y);
+    if (unaries.length !== 1) continue;
+    const R = unaries[0];
+    const fn = String(R.attrs.fn);
+    if (!isUnaryFn(fn) || !caps.fns.includes(fn)) continue;
+    const grads = rs.filter((r) => r !== R);
+    const gradOk = (u: Node) =>
+      u.op === 'unary_grad' && u.inputs[1] === y && u.inputs[0] !== y && sameAttrs(u.attrs, R.attrs);
+    if (grads.length > 0 && !(caps.gradReaders && GRAD_FROM_OUTPUT.includes(fn) && grads.every(gradOk))) continue;
+    const z = R.outputs[0];
+    const attrs: Record<string, AttrValue> = { ...P.attrs, [EPILOGUE_ATTR]: fn };
+    for (const name of Object.keys(UNARY_FNS_TABLE[fn].attrs)) if (R.attrs[name] !== undefined) attrs[PREFIX + name] = R.attrs[name];
+    w.nodes[P.id] = { ...P, attrs, outputs: [z] };
+    w.nodes[R.id] = null;
+    for (const u of grads) w.nodes[u.id] = replaceInput(u, y, z);
+    w.dropValues.add(y);
+    w.readers = readersOf(w.nodes);
+  }
+}
+
+/** a 2x2 / stride-2 / unpadded max-pool gradient over an input of at least 2x2 */
+function maxpool2x2(P: Node, xShape: readonly number[]): boolean {
+  const is = (a: AttrValue | undefined, h: number, w: number) => {
+    const p = pairOf(a);
+    return p !== null && p[0] === h && p[1] === w;
+  };
+  return is(P.attrs.kernel, 2, 2) && is(P.attrs.stride, 2, 2) && (P.attrs.padding === undefined || is(P.attrs.padding, 0, 0)) &&
+    xShape.length === 4 && xShape[2] >= 2 && xShape[3] >= 2;
+}
+
+/** rule 2 */
+function fusePoolGradRelu(g: Graph, w: Work, caps: NonNullable<FusionCaps['poolGradRelu']>): void {
+  for (const P of w.nodes) {
+    if (!P || P.outputs.length !== 1 || P.attrs.relu_grad !== undefined) continue;
+    if (!((P.op === 'global_avgpool_grad' && caps.globalAvgpool) || (P.op === 'maxpool2d_grad' && caps.maxpool2x2))) continue;
+    const gv = P.outputs[0];
+    if (g.values[gv].dtype !== 'f32' || w.outputs.has(gv)) continue;
+    const rs = w.readers.get(gv) ?? [];
+    if (rs.length !== 1) continue;
+    const U = w.nodes[rs[0]]!;
+    if (U.op !== 'unary_grad' || U.attrs.fn !== 'relu' || U.inputs[0] !== gv || U.inputs[1] === gv) continue;
+    const mask = U.inputs[1];
+    if (g.values[mask].dtype !== 'f32' || g.values[mask].shape.join(',') !== g.values[gv].shape.join(',')) continue;
+    if (P.op === 'maxpool2d_grad' && (mask !== P.inputs[1] || !maxpool2x2(P, g.values[P.inputs[1]].shape))) continue;
+    w.nodes[P.id] = { ...P, inputs: [...P.inputs, mask], outputs: [...U.outputs], attrs: { ...P.attrs, relu_grad: true } };
+    w.nodes[U.id] = null;
+    w.dropValues.add(gv);
+    w.readers = readersOf(w.nodes);
+  }
+}
+
+/** rule 3 */
+function fuseReluIntoPool(g: Graph, w: Work): void {
+  for (const R of w.nodes) {
+    if (!R || R.op !== 'unary' || R.attrs.fn !== 'relu') continue;
+    const y = R.inputs[0], z = R.outputs[0];
+    if (g.values[y].dtype !== 'f32' || w.outputs.has(z)) continue;
+    const rs = w.readers.get(z) ?? [];
+    if (rs.length !== 1) continue;
+    const G = w.nodes[rs[0]]!;
+    if (G.op !== 'global_avgpool' || G.inputs[0] !== z || G.attrs.relu_in !== undefined) continue;
+    w.nodes[G.id] = { ...replaceInput(G, z, y), attrs: { ...G.attrs, relu_in: true } };
+    w.nodes[R.id] = null;
+    w.dropValues.add(z);
+    w.readers = readersOf(w.nodes);
+  }
+}
+
+/** The fused Program for a backend with these capabilities (see the header). */
+export function fuseProgram(p: Program, caps: FusionCaps): Program {
+  const g = p.graph;
+  const w: Work = { nodes: [...g.nodes], readers: readersOf(g.nodes), dropValues: new Set(), outputs: new Set(p.outputs.map((o) => o.value)) };
+  if (caps.epilogue) fuseEpilogues(g, w, caps.epilogue);
+  if (caps.poolGradRelu) fusePoolGradRelu(g, w, caps.poolGradRelu);
+  if (caps.reluIntoGlobalAvgpool) fuseReluIntoPool(g, w);
+  if (w.dropValues.size === 0) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
+  // renumber: kept values and nodes in their old order
+  const vmap = new Map<number, number>();
+  const values = g.values.filter((v) => !w.dropValues.has(v.id)).map((v, i) => {
+    vmap.set(v.id, i);
+    return { ...v, id: i };
+  });
+  const mapId = (id: number) => {
+    if (id < 0) return id;
+    const m = vmap.get(id);
+    if (m === undefined) throw new Error(`internal: fuse: program ${p.name} still references removed value %${id} (${g.values[id].name})`);
+    return m;
+  };
+  const nodes = w.nodes.filter((n): n is Node => n !== null).map((n, i) => ({ ...n, id: i, inputs: n.inputs.map(mapId), outputs: n.outputs.map(mapId) }));
+  return {
+    name: p.name,
+    batch: p.batch,
+    graph: { values, nodes },
+    inputs: p.inputs.map(mapId),
+    outputs: p.outputs.map((o) => ({ name: o.name, value: mapId(o.value) })),
+  };
+}

@@ -1,0 +1,290 @@
+/**
+ * The fusion pass (compiler/ir/fuse.ts) on its own: which pairs fuse for which capability set,
+ * which must not, the fused graph verified (and verify.ts rejecting malformed fusion attrs), the
+ * reference interpreter running fused nodes to the same values as the unfused graph, and the
+ * memory planner's in-place rule (ops.ts `inPlace`) for fused pool gradients.
+ */
+import { describe, expect, it } from 'vitest';
+import { CPU_FUSIONS } from '../compiler/codegen-cpu/fusions.js';
+import { metalFusions } from '../compiler/codegen-metal/fusions.js';
+import { type FusionCaps, NO_FUSIONS, fuseProgram } from '../compiler/ir/fuse.js';
+import { type AttrValue, GraphBuilder, type Node, type Program } from '../compiler/ir/graph.js';
+import { inPlacePairs, planMemory, verifyPlan } from '../compiler/ir/memory_plan.js';
+import { graphProblems } from '../compiler/ir/verify.js';
+import { type Env, runGraph } from '../compiler/reference/interpret.js';
+
+const SCALARS = { lr: 0.1, t: 1, seed: 1, counter: 0 };
+
+/** a Program around a builder's graph; `outs` are the values the host reads */
+function program(b: GraphBuilder, inputs: number[], outs: number[]): Program {
+  return { name: 'train_step', batch: 2, graph: b.graph, inputs, outputs: outs.map((v) => ({ name: b.get(v).name, value: v })) };
+}
+
+const opsOf = (p: Program) => p.graph.nodes.map((n) => n.op);
+const nodeOf = (p: Program, op: string): Node => p.graph.nodes.find((n) => n.op === op)!;
+const valueId = (p: Program, name: string) => p.graph.values.findIndex((v) => v.name === name);
+
+/** x [4,6] -> linear (w [5,6], b [5]) -> y -> unary fn -> z; extra readers of y from `more` */
+function linearUnary(fn: string, attrs: Record<string, AttrValue> = {}, more?: (b: GraphBuilder, y: number, z: number) => number[]) {
+  const b = new GraphBuilder();
+  const x = b.value('x', 'f32', [4, 6], 'input');
+  const w = b.value('w', 'f32', [5, 6], 'param');
+  const bias = b.value('b', 'f32', [5], 'param');
+  const [y] = b.emit('linear', [x, w, bias], [{ name: 'y', shape: [4, 5] }]);
+  const [z] = b.emit('unary', [y], [{ name: 'z', shape: [4, 5] }], { fn, ...attrs });
+  const outs = more ? more(b, y, z) : [z];
+  return { b, p: program(b, [x], outs), x, y, z };
+}
+
+/** dz -> unary_grad fn (dz, y) -> dy, the backward of the unary */
+const withGrad = (fn: string, attrs: Record<string, AttrValue> = {}) => (b: GraphBuilder, y: number, z: number) => {
+  const dz = b.emit('unary', [z], [{ name: 'dz', shape: [4, 5] }], { fn: 'neg' })[0];
+  const [dy] = b.emit('unary_grad', [dz, y], [{ name: 'dy', shape: [4, 5] }], { fn, ...attrs });
+  return [dy];
+};
+
+function fused(p: Program, caps: FusionCaps): Program {
+  const f = fuseProgram(p, caps);
+  expect(graphProblems(f.graph)).toEqual([]);
+  return f;
+}
+
+/** runs both graphs in float64 on the same random inputs / params; compares every value both have (by name) */
+function sameValues(a: Program, b: Program, seed = 3): number {
+  let s = seed;
+  const rnd = () => ((s = (s * 1103515245 + 12345) % 2147483648) / 2147483648) * 2 - 1;
+  const data = new Map<string, Float64Array>();
+  const envOf = (p: Program): Env => {
+    const env: Env = new Map();
+    for (const v of p.graph.values) {
+      if (v.kind !== 'input' && v.kind !== 'param') continue;
+      if (!data.has(v.name)) data.set(v.name, Float64Array.from({ length: v.shape.reduce((x, y) => x * y, 1) }, rnd));
+      env.set(v.id, data.get(v.name)!);
+    }
+    runGraph(p.graph, env, SCALARS);
+    return env;
+  };
+  const ea = envOf(a), eb = envOf(b);
+  let compared = 0;
+  for (const v of b.graph.values) {
+    const i = valueId(a, v.name);
+    if (i < 0 || v.kind === 'input' || v.kind === 'param') continue;
+    expect(Array.from(eb.get(v.id)!), v.name).toEqual(Array.from(ea.get(i)!));
+    compared++;
+  }
+  return compared;
+}
+
+describe('GEMM epilogue', () => {
+  it('folds the unary into the linear: attrs, the unary gone, ids renumbered, same values', () => {
+    const { p } = linearUnary('relu');
+    const f = fused(p, CPU_FUSIONS);
+    expect(opsOf(f)).toEqual(['linear']);
+    const lin = f.graph.nodes[0];
+    expect(lin.attrs).toEqual({ epilogue: 'relu' });
+    expect(f.graph.values.map((v) => v.name)).toEqual(['x', 'w', 'b', 'z']);
+    expect(lin.outputs).toEqual([3]);
+    expect(f.outputs).toEqual([{ name: 'z', value: 3 }]);
+    expect(sameValues(p, f)).toBe(1);
+    // the input program is unchanged
+    expect(opsOf(p)).toEqual(['linear', 'unary']);
+  });
+
+  it('copies the fn attrs as epilogue_<name> (Metal: any fn)', () => {
+    const { p } = linearUnary('hardtanh', { min_val: -0.5, max_val: 0.25 });
+    const f = fused(p, metalFusions());
+    expect(f.graph.nodes[0].attrs).toEqual({ epilogue: 'hardtanh', epilogue_min_val: -0.5, epilogue_max_val: 0.25 });
+    expect(sameValues(p, f)).toBe(1);
+    // the CPU executes only a relu epilogue
+    expect(opsOf(fused(p, CPU_FUSIONS))).toEqual(['linear', 'unary']);
+  });
+
+  it('redirects relu-grads of the pre-activation to the relu output when the backend allows it', () => {
+    const { p } = linearUnary('relu', {}, withGrad('relu'));
+    const f = fused(p, CPU_FUSIONS);
+    expect(opsOf(f)).toEqual(['linear', 'unary', 'unary_grad']);
+    expect(nodeOf(f, 'unary_grad').inputs[1]).toBe(valueId(f, 'z'));
+    expect(valueId(f, 'y')).toBe(-1);
+    expect(sameValues(p, f)).toBeGreaterThan(0);
+    // Metal fuses only a unary that is the GEMM output's only reader
+    expect(opsOf(fused(p, metalFusions()))).toEqual(opsOf(p));
+  });
+
+  it('does not fold when another reader needs the pre-activation', () => {
+    // a leaky_relu-grad: its derivative is not read from the output (GRAD_FROM_OUTPUT)
+    const leaky = linearUnary('leaky_relu', { alpha: 0.1 }, withGrad('leaky_relu', { alpha: 0.1 })).p;
+    expect(opsOf(fused(leaky, { epilogue: { ops: ['linear'], fns: ['leaky_relu'], gradReaders: true } }))).toEqual(opsOf(leaky));
+    // a relu-grad with other attrs than the relu, a binary reader, y read by the host, two unaries
+    const cases = [
+      linearUnary('relu', {}, withGrad('relu', { alpha: 1 })).p,
+      linearUnary('relu', {}, (b, y, z) => [b.emit('binary', [y, z], [{ name: 's', shape: [4, 5] }], { fn: 'add' })[0]]).p,
+      linearUnary('relu', {}, (_b, y, z) => [y, z]).p,
+      linearUnary('relu', {}, (b, y, z) => [z, b.emit('unary', [y], [{ name: 't', shape: [4, 5] }], { fn: 'relu' })[0]]).p,
+    ];
+    for (const p of cases) expect(opsOf(fused(p, CPU_FUSIONS))).toEqual(opsOf(p));
+  });
+
+  it('only for ops and fns the capability set lists', () => {
+    const b = new GraphBuilder();
+    const a = b.value('a', 'f32', [3, 4], 'input');
+    const w = b.value('w', 'f32', [4, 2], 'param');
+    const [y] = b.emit('matmul', [a, w], [{ name: 'y', shape: [3, 2] }], { transA: false, transB: false });
+    const [z] = b.emit('unary', [y], [{ name: 'z', shape: [3, 2] }], { fn: 'relu' });
+    const p = program(b, [a], [z]);
+    expect(opsOf(fused(p, CPU_FUSIONS))).toEqual(['matmul', 'unary']);
+    expect(opsOf(fused(p, metalFusions()))).toEqual(['matmul']);
+    expect(opsOf(fused(p, metalFusions(['matmul'])))).toEqual(['matmul', 'unary']);
+    expect(opsOf(fused(p, metalFusions(['unary'])))).toEqual(['matmul', 'unary']);
+    expect(fuseProgram(p, NO_FUSIONS).graph).toBe(p.graph);
+  });
+});
+
+/** x [2,3,4,4] -> conv (fused relu when `fuseConv`) ... the backward of a pool over relu(conv) */
+function poolGradGraph(pool: 'global' | 'max', window: { kernel: number[]; stride: number[] } = { kernel: [2, 2], stride: [2, 2] }) {
+  const b = new GraphBuilder();
+  const x = b.value('x', 'f32', [2, 3, 4, 4], 'input');
+  const w = b.value('w', 'f32', [3, 3, 3, 3], 'param');
+  const conv = { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 };
+  const [y] = b.emit('conv2d', [x, w, -1], [{ name: 'y', shape: [2, 3, 4, 4] }], conv);
+  const [z] = b.emit('unary', [y], [{ name: 'z', shape: [2, 3, 4, 4] }], { fn: 'relu' });
+  let g: number;
+  if (pool === 'global') {
+    const [m] = b.emit('global_avgpool', [z], [{ name: 'm', shape: [2, 3, 1, 1] }]);
+    const [dm] = b.emit('unary', [m], [{ name: 'dm', shape: [2, 3, 1, 1] }], { fn: 'tanh' });
+    [g] = b.emit('global_avgpool_grad', [dm], [{ name: 'g', shape: [2, 3, 4, 4], kind: 'grad' }], { x_shape: [2, 3, 4, 4] });
+  } else {
+    const oh = Math.floor((4 - window.kernel[0]) / window.stride[0]) + 1;
+    const [m] = b.emit('maxpool2d', [z], [{ name: 'm', shape: [2, 3, oh, oh] }], { ...window, padding: [0, 0] });
+    const [dm] = b.emit('unary', [m], [{ name: 'dm', shape: [2, 3, oh, oh] }], { fn: 'tanh' });
+    [g] = b.emit('maxpool2d_grad', [dm, z], [{ name: 'g', shape: [2, 3, 4, 4], kind: 'grad' }], { ...window, padding: [0, 0] });
+  }
+  const [dy] = b.emit('unary_grad', [g, y], [{ name: 'dy', shape: [2, 3, 4, 4], kind: 'grad' }], { fn: 'relu' });
+  const [s] = b.emit('unary', [dy], [{ name: 's', shape: [2, 3, 4, 4] }], { fn: 'sigmoid' });
+  return { b, p: program(b, [x], [s]) };
+}
+
+describe('relu-grad folded into the pool gradient', () => {
+  it('global_avgpool_grad takes the relu output as its mask and writes the relu-grad output', () => {
+    const { p } = poolGradGraph('global');
+    const f = fused(p, CPU_FUSIONS);
+    expect(opsOf(f)).toEqual(['conv2d', 'global_avgpool', 'unary', 'global_avgpool_grad', 'unary']);
+    const P = nodeOf(f, 'global_avgpool_grad');
+    expect(P.attrs.relu_grad).toBe(true);
+    expect(P.inputs).toEqual([valueId(f, 'dm'), valueId(f, 'z')]);
+    expect(P.outputs).toEqual([valueId(f, 'dy')]);
+    expect(valueId(f, 'g')).toBe(-1);
+    expect(sameValues(p, f)).toBeGreaterThan(0);
+  });
+
+  it('a 2x2 / stride-2 max-pool grad whose mask is its own input (after the epilogue fold)', () => {
+    const { p } = poolGradGraph('max');
+    const f = fused(p, CPU_FUSIONS);
+    const P = nodeOf(f, 'maxpool2d_grad');
+    const z = valueId(f, 'z');
+    expect(P.inputs).toEqual([valueId(f, 'dm'), z, z]);
+    expect(P.attrs.relu_grad).toBe(true);
+    expect(opsOf(f)).not.toContain('unary_grad');
+    expect(sameValues(p, f)).toBeGreaterThan(0);
+  });
+
+  it('not when the mask is not the pool input, off the 2x2 kernel, or when g has another reader', () => {
+    // without the epilogue fold the relu-grad reads the conv output, not the pool input
+    const { p } = poolGradGraph('max');
+    expect(opsOf(fused(p, { poolGradRelu: { globalAvgpool: true, maxpool2x2: true } }))).toContain('unary_grad');
+    const s1 = poolGradGraph('max', { kernel: [2, 2], stride: [1, 1] }).p;
+    expect(opsOf(fused(s1, CPU_FUSIONS))).toContain('unary_grad');
+    const two = poolGradGraph('global');
+    const g = valueId(two.p, 'g');
+    two.b.emit('unary', [g], [{ name: 'extra', shape: [2, 3, 4, 4] }], { fn: 'neg' });
+    const extra = program(two.b, two.p.inputs, [valueId(two.p, 's'), valueId(two.p, 'extra')]);
+    expect(opsOf(fused(extra, CPU_FUSIONS))).toContain('unary_grad');
+    // Metal folds no pool gradients
+    expect(opsOf(fused(poolGradGraph('global').p, metalFusions()))).toContain('unary_grad');
+  });
+});
+
+describe('relu folded into global_avgpool', () => {
+  const graph = (extraReader: boolean) => {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [2, 3, 4, 4], 'input');
+    const [y] = b.emit('unary', [x], [{ name: 'y', shape: [2, 3, 4, 4] }], { fn: 'tanh' });
+    const [z] = b.emit('unary', [y], [{ name: 'z', shape: [2, 3, 4, 4] }], { fn: 'relu' });
+    const [m] = b.emit('global_avgpool', [z], [{ name: 'm', shape: [2, 3, 1, 1] }]);
+    const outs = [m];
+    if (extraReader) outs.push(b.emit('unary', [z], [{ name: 'n', shape: [2, 3, 4, 4] }], { fn: 'neg' })[0]);
+    return program(b, [x], outs);
+  };
+
+  it('the pool reads the relu input with relu_in', () => {
+    const p = graph(false);
+    const f = fused(p, CPU_FUSIONS);
+    expect(opsOf(f)).toEqual(['unary', 'global_avgpool']);
+    expect(nodeOf(f, 'global_avgpool')).toMatchObject({ inputs: [valueId(f, 'y')], attrs: { relu_in: true } });
+    expect(sameValues(p, f)).toBe(2);
+    expect(opsOf(fused(p, metalFusions()))).toEqual(opsOf(p));
+  });
+
+  it('not when the relu output has another reader', () => {
+    const p = graph(true);
+    expect(opsOf(fused(p, CPU_FUSIONS))).toEqual(opsOf(p));
+  });
+});
+
+it('running the pass on its own output changes nothing', () => {
+  for (const p of [linearUnary('relu', {}, withGrad('relu')).p, poolGradGraph('max').p, poolGradGraph('global').p]) {
+    const once = fuseProgram(p, CPU_FUSIONS);
+    expect(fuseProgram(once, CPU_FUSIONS)).toEqual(once);
+  }
+});
+
+describe('verify.ts checks the fusion attrs', () => {
+  const problems = (edit: (p: Program) => void) => {
+    const f = fuseProgram(poolGradGraph('max').p, CPU_FUSIONS);
+    const copy: Program = JSON.parse(JSON.stringify(f));
+    edit(copy);
+    return graphProblems(copy.graph).join('\n');
+  };
+  const node = (p: Program, op: string) => p.graph.nodes.find((n) => n.op === op)!;
+
+  it('accepts the fused graph and rejects malformed attrs', () => {
+    expect(problems(() => {})).toBe('');
+    expect(problems((p) => (node(p, 'maxpool2d').attrs.epilogue = 'relu'))).toMatch(/epilogue is only allowed on linear/);
+    expect(problems((p) => (node(p, 'conv2d').attrs.epilogue = 'swish'))).toMatch(/'swish' is not a unary fn/);
+    expect(problems((p) => (node(p, 'conv2d').attrs.epilogue_alpha = 0.1))).toMatch(/epilogue_alpha does not belong to the epilogue 'relu'/);
+    expect(problems((p) => (node(p, 'maxpool2d_grad').attrs.relu_grad = false))).toMatch(/mask input is present exactly when relu_grad/);
+    expect(problems((p) => node(p, 'maxpool2d_grad').inputs.pop())).toMatch(/mask input is present exactly when relu_grad/);
+    expect(problems((p) => (node(p, 'maxpool2d_grad').inputs[2] = node(p, 'maxpool2d').outputs[0]))).toMatch(/mask %\d+ is f32\[2,3,2,2\], expected f32\[2,3,4,4\]/);
+    expect(problems((p) => (node(p, 'maxpool2d').attrs.relu_in = true))).toMatch(/relu_in is only a boolean of global_avgpool/);
+    expect(problems((p) => (node(p, 'conv2d').attrs.relu_grad = true))).toMatch(/relu_grad is only a boolean of/);
+  });
+});
+
+describe('memory plan of fused pool gradients (ops.ts inPlace)', () => {
+  it('puts the fused max-pool grad output exactly over its input when it is the last reader', () => {
+    const f = fuseProgram(poolGradGraph('max').p, CPU_FUSIONS);
+    f.plan = planMemory(f);
+    const P = nodeOf(f, 'maxpool2d_grad');
+    expect(inPlacePairs(f.graph).get(P.outputs[0])).toBe(P.inputs[1]);
+    expect(f.plan.offsets[P.outputs[0]]).toBe(f.plan.offsets[P.inputs[1]]);
+    expect(verifyPlan(f)).toEqual([]);
+    // the plan checker still rejects an in-place overlap the op does not allow
+    const unfused = poolGradGraph('max').p;
+    unfused.plan = planMemory(unfused);
+    const g = valueId(unfused, 'g'), z = valueId(unfused, 'z');
+    unfused.plan.offsets[g] = unfused.plan.offsets[z];
+    expect(verifyPlan(unfused).join('\n')).toMatch(/live at the same time and overlap/);
+  });
+
+  it('not when the input is read after the node', () => {
+    const { b, p } = poolGradGraph('max');
+    const z = valueId(p, 'z');
+    b.emit('unary', [z], [{ name: 'late', shape: [2, 3, 4, 4] }], { fn: 'neg' });
+    const f = fuseProgram(program(b, p.inputs, [valueId(p, 's'), valueId(p, 'late')]), CPU_FUSIONS);
+    f.plan = planMemory(f);
+    const P = nodeOf(f, 'maxpool2d_grad');
+    expect(P.attrs.relu_grad).toBe(true);
+    expect(inPlacePairs(f.graph).size).toBe(0);
+    expect(f.plan.offsets[P.outputs[0]]).not.toBe(f.plan.offsets[P.inputs[1]]);
+    expect(verifyPlan(f)).toEqual([]);
+  });
+});
