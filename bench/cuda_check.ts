@@ -57,6 +57,8 @@ const SCALARS: StepScalars = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
 const SANITIZE_TIMEOUT_S = Number(process.env.SANITIZE_TIMEOUT_S ?? 90);
 /** the batch of the sanitized train step */
 const SANITIZE_BATCH = Number(process.env.SANITIZE_BATCH ?? 4);
+/** the compute-sanitizer tools ($SANITIZE_TOOLS: a comma-separated subset) */
+const SANITIZE_TOOLS = (process.env.SANITIZE_TOOLS ?? 'memcheck,racecheck,synccheck').split(',');
 /** the example specs ($CUDA_CHECK_SPECS: a comma-separated subset) */
 const SPECS = fs.readdirSync(path.join(ROOT, 'specs')).filter((f) => f.endsWith('.model') && (!process.env.CUDA_CHECK_SPECS || process.env.CUDA_CHECK_SPECS.split(',').includes(f))).sort();
 
@@ -289,7 +291,7 @@ async function checkSanitizer(drivers: ReturnType<typeof sanitizeDrivers>): Prom
     const init = initParams(model, 1);
     const writes = build.art.table.tensors.flatMap((t, i) => (init.has(t.name) ? [{ tensor: i, data: init.get(t.name)! }] : []));
     const runs = [{ program: 0, scalars: { lr: model.optimizer.lr, t: 1, seed: 3, counter: 0 }, inputs: batches(model, p, 1)[0] }];
-    for (const tool of ['memcheck', 'racecheck', 'synccheck']) {
+    for (const tool of SANITIZE_TOOLS) {
       const logFile = path.join(OUT, `sanitize_${spec.replace(/\.model$/, '')}_${tool}.log`);
       const wrapper = path.join(path.dirname(build.exe), `san_${tool}.sh`);
       fs.writeFileSync(wrapper, `#!/bin/sh\nexec timeout ${SANITIZE_TIMEOUT_S} ${cs} --tool ${tool} --error-exitcode 9 --print-limit 20 --log-file ${logFile} ${build.exe} "$@"\n`, { mode: 0o755 });
