@@ -40,7 +40,7 @@ def ceilings():
     for _ in range(30): A @ B  # out of idle clocks before anything is timed
     torch.cuda.synchronize()
     x = torch.randn(256 * 2**20, device="cuda"); y = torch.empty_like(x)
-    bw = 2 * x.numel() * 4 / timed(lambda: y.copy_(x)) / 1e9  # GB/s, read + write
+    bw = 2 * x.numel() * 4 / (timed(lambda: y.copy_(x)) / 1e3) / 1e9  # GB/s, read + write (timed() gives ms)
     out = {"copy_GBps": bw}
     for name, tf32, dt in [("fp32_TFLOPs", False, torch.float32), ("tf32_TFLOPs", True, torch.float32), ("bf16_TFLOPs", False, torch.bfloat16)]:
         torch.backends.cuda.matmul.allow_tf32 = tf32
