@@ -17,6 +17,7 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { isPersistent, type ProgramSet } from '../compiler/ir/graph.js';
 import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { CUDA_ALIGN, planProblems, SCALAR_BYTES, type CudaPlan } from '../compiler/codegen-cuda/plan.js';
+import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { buildAddon, loadAddon } from '../runtime/native/build.js';
 import { cudaInputsKey, findGpu, findNvcc } from '../runtime/cuda/session.js';
 
@@ -101,6 +102,25 @@ describe('golden CUDA sources', () => {
       }
     });
   }
+});
+
+describe('split K (gemm_cuda.ts)', () => {
+  it('splits long-K GEMMs on small tile grids into chunks that cover K exactly, and leaves the rest alone', () => {
+    // conv weight gradients: LeNet's conv1 (1 tile, K 50 176), the seed CNN's conv2 (18 tiles, K 131 072), grouped
+    for (const [M, N, K, G] of [[32, 9, 50176, 1], [128, 576, 131072, 1], [6, 18, 3600, 2], [20, 24, 3000, 1]]) {
+      const sp = splitK(M, N, K, G)!;
+      expect(sp, `${M}x${N}x${K}`).not.toBeNull();
+      expect(sp.Kc % 16).toBe(0);
+      expect(sp.Kc).toBeGreaterThanOrEqual(512);
+      expect((sp.S - 1) * sp.Kc).toBeLessThan(K);
+      expect(sp.S * sp.Kc).toBeGreaterThanOrEqual(K);
+      expect(sp.S).toBeLessThanOrEqual(128);
+    }
+    expect(splitK(32, 9, 50176, 1)).toEqual({ S: 98, Kc: 512 });
+    // a grid that already fills the GPU, and short K, are not split
+    expect(splitK(4096, 4096, 1024, 1)).toBeNull();
+    expect(splitK(256, 256, 784, 1)).toBeNull();
+  });
 });
 
 describe('host-side planning', () => {
