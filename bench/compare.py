@@ -1,23 +1,24 @@
-"""Side-by-side timing of mpsc and PyTorch on the reference workloads (helper of bench/compare.sh).
+"""Side-by-side timing of mpsc and PyTorch on the CPU reference workloads (helper of bench/compare.sh).
 
-For each round, runs PyTorch (train steps: ../shared/bench/torch_ref.py; eval forward: bench/torch_forward.py)
-and then `node bin/mpsc.js bench bench/<workload>.model --threads T --json` for each workload, all with the same
-thread count (OMP_NUM_THREADS=T for torch). Prints per workload: torch ms, mpsc ms, ratio mpsc/torch (median over
-rounds; with several rounds also each round's own ratio), for the train step and for the forward pass. Stdlib only (runs under /usr/bin/python3).
+For each thread count of --threads (e.g. 2,8) and each round: PyTorch's train step and forward pass, eager and
+torch.compile (bench/torch_workloads.py, OMP/MKL threads = T, one process per mode), then
+`node bin/mpsc.js bench bench/<workload>.model --threads T --json` per workload (its train and eval medians).
+Prints one table: per workload, pass and thread count the medians over rounds of torch eager, torch.compile and
+mpsc, mpsc / the better of the two torch columns (targets: train <= 0.5, forward <= 0.7), each round's own
+ratio, and mpsc against its FLOP floor.
 
-mpsc bench --json: the train-step median is read from train.median_ms (also accepted: any numeric leaf whose
-key path mentions "train" and "median"); the forward median from eval.median_ms (or a path with "eval"/"forward"
-and "median"). If the bench command is missing or fails, the torch numbers are still printed and mpsc is shown
-as "n/a" with the reason.
-
-FLOP floor: the machine's sgemm rate is measured in the same run as the best of torch.mm (OpenBLAS) on
-512^2 / 1024^2 / 2048^2 float32 matrices at the same thread count; each workload's floor is its train-step FLOP
-count (flops.train_step from mpsc bench --json, the compiler's count) at that rate, and the table prints
-mpsc ms / floor ms (target <= 2 on the two CNN workloads).
+FLOP floor: the machine's sgemm rate at T threads, measured in the same run as the better of torch.mm
+(MKL / OpenBLAS, best of 512^2, 1024^2, 2048^2) and mpsc's own kernel (bench/sgemm_floor.sh, square
+512^3 and 1024^3, best sample); a pass's floor is its FLOP count (`flops.train_step` / `flops.eval` of
+`mpsc bench --json`, the compiler's count of the direct algorithm) at that rate. Target: the CNNs and the
+GPT train step within 1.5x of it (issue 17). A ratio below 1 is possible where mpsc does fewer
+multiply-adds than the direct count (Winograd convolutions).
+Stdlib only, so it runs under any python3.
 """
 import argparse
 import json
 import os
+import platform
 import re
 import shutil
 import statistics
@@ -26,10 +27,11 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-WORKLOADS = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam"]
-TARGET = 0.7
-FLOOR_TARGET = 2.0
-CNN_WORKLOADS = ("mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam")
+WORKLOADS = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam", "gpt_tiny_b32_t64"]
+TARGET = {"train": 0.5, "forward": 0.7}
+FLOOR_TARGET = 1.5
+FLOOR_WORKLOADS = ("mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam", "gpt_tiny_b32_t64")
+MODES = [("train", False), ("train", True), ("forward", False), ("forward", True)]
 
 SGEMM_SCRIPT = r"""
 import json, time, torch
@@ -45,9 +47,42 @@ for n in (512, 1024, 2048):
 print(json.dumps({"gflops": best, "threads": torch.get_num_threads()}))
 """
 
+INFO_SCRIPT = "import torch; print(torch.__version__, 'MKL' if torch.backends.mkl.is_available() else 'no MKL', " \
+              "'oneDNN' if torch.backends.mkldnn.is_available() else 'no oneDNN')"
 
-def torch_sgemm(threads, python):
-    """best float32 GEMM rate of torch.mm (OpenBLAS on Debian) at `threads`, GFLOP/s"""
+
+def log(msg):
+    sys.stderr.write(f"[compare] {msg}\n")
+    sys.stderr.flush()
+
+
+def torch_env(threads):
+    env = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[k] = str(threads)
+    return env
+
+
+def run_torch(python, threads, workloads, forward, compiled):
+    """name -> ms (or an error string) from bench/torch_workloads.py"""
+    args = [python, os.path.join(HERE, "torch_workloads.py")] + (["--forward"] if forward else []) + \
+        (["--compile"] if compiled else []) + workloads
+    out = subprocess.run(args, env=torch_env(threads), capture_output=True, text=True)
+    got = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r"^(\S+)\s+\S+\s+([0-9.]+)\s+ms/step", line)
+        if m:
+            got[m.group(1)] = float(m.group(2))
+            continue
+        m = re.match(r"^(\S+)\s+\S+\s+error:\s*(.*)$", line)
+        if m:
+            got[m.group(1)] = m.group(2)
+    if out.returncode != 0:
+        log(f"torch_workloads.py {' '.join(args[2:])} failed (exit {out.returncode}): {out.stderr.strip()[-1500:]}")
+    return got
+
+
+def torch_sgemm(python, threads):
     try:
         out = subprocess.run([python, "-c", SGEMM_SCRIPT], capture_output=True, text=True, env=torch_env(threads))
         return json.loads(out.stdout.strip().splitlines()[-1])["gflops"]
@@ -55,169 +90,157 @@ def torch_sgemm(threads, python):
         return None
 
 
-def torch_env(threads):
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(threads)
-    env["MKL_NUM_THREADS"] = str(threads)
-    env["OPENBLAS_NUM_THREADS"] = str(threads)
-    return env
+def mpsc_sgemm(threads):
+    """best GFLOP/s of mpsc's sgemm on square 512 / 1024 at `threads` (bench/sgemm_floor.sh), or None"""
+    try:
+        out = subprocess.run(["sh", os.path.join(HERE, "sgemm_floor.sh"), "--json", "--no-peak", "--threads", str(threads),
+                              "square"], capture_output=True, text=True)
+        obj = json.loads(out.stdout.strip().splitlines()[-1])
+        return max(s["best"] for s in obj["sgemm"])
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
 
 
-def run_torch(script, args, threads, python):
-    """name -> ms from lines 'name device ms ms/step'"""
-    out = subprocess.run([python, script] + args, env=torch_env(threads), capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.stderr.write(f"[compare] {os.path.basename(script)} failed (exit {out.returncode}):\n{out.stderr[-2000:]}\n")
-        return {}
-    got = {}
-    for line in out.stdout.splitlines():
-        m = re.match(r"^(\S+)\s+\S+\s+([0-9.]+)\s+ms/step", line)
-        if m:
-            got[m.group(1)] = float(m.group(2))
-    return got
-
-
-def leaves(obj, path=()):
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from leaves(v, path + (str(k).lower(),))
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        yield path, float(obj)
-
-
-def pick(obj, section_words, exact):
-    cur = obj
-    for k in exact:
-        cur = cur.get(k) if isinstance(cur, dict) else None
-    if isinstance(cur, (int, float)) and not isinstance(cur, bool):
-        return float(cur)
-    for path, v in leaves(obj):
-        joined = ".".join(path)
-        if any(w in joined for w in section_words) and "median" in joined and "ms" in joined:
-            return v
-    return None
-
-
-def run_mpsc(name, threads, steps, node):
-    spec = os.path.join(HERE, f"{name}.model")
-    cmd = [node, os.path.join(ROOT, "bin", "mpsc.js"), "bench", spec, "--threads", str(threads), "--json"]
-    if steps:
-        cmd += ["--steps", str(steps)]
+def run_mpsc(node, name, threads, steps):
+    """(train ms, eval ms, flops dict, error)"""
+    cmd = [node, os.path.join(ROOT, "bin", "mpsc.js"), "bench", os.path.join(HERE, f"{name}.model"), "--threads",
+           str(threads), "--json"] + (["--steps", str(steps)] if steps else [])
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     except OSError as e:
-        return None, None, f"cannot run node: {e}"
+        return None, None, {}, f"cannot run node: {e}"
     if out.returncode != 0:
         lines = out.stderr.strip().splitlines() or ["(no message)"]
-        msg = next((l for l in lines if "error" in l.lower()), lines[0])
-        return None, None, f"mpsc bench failed (exit {out.returncode}): {msg}"
+        return None, None, {}, f"mpsc bench failed (exit {out.returncode}): " + next((l for l in lines if "error" in l.lower()), lines[0])
     try:
         text = out.stdout.strip()
         obj = json.loads(text[text.index("{"):])
-    except (ValueError, json.JSONDecodeError):
-        return None, None, "mpsc bench --json printed no JSON object"
-    train = pick(obj, ("train",), ("train", "median_ms"))
-    fwd = pick(obj, ("eval", "forward"), ("eval", "median_ms"))
-    flops = (obj.get("flops") or {}).get("train_step")
-    FLOPS[name] = float(flops) if isinstance(flops, (int, float)) else None
-    return train, fwd, None if train is not None else "no train median_ms in mpsc bench JSON"
+        return obj["train"]["median_ms"], obj["eval"]["median_ms"], obj.get("flops") or {}, None
+    except (ValueError, KeyError, TypeError):
+        return None, None, {}, "mpsc bench --json printed no train / eval medians"
 
 
-FLOPS = {}
+def machine():
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} logical CPUs"
 
 
-def fmt(x):
-    return f"{'n/a':>9s}" if x is None else f"{x:9.3f}"
+def loadavg():
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=1, help="repeat torch+mpsc this many times, report medians")
+    ap.add_argument("--threads", default="2", help="comma-separated thread counts, e.g. 2,8")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat every measurement this many times; medians reported")
     ap.add_argument("--steps", type=int, default=0, help="passed to mpsc bench --steps (0: its default)")
-    ap.add_argument("--python", default="/usr/bin/python3", help="python with torch (Debian's, not pyenv's)")
-    ap.add_argument("--torch-ref", default=os.environ.get("TORCH_REF", os.path.join(ROOT, "..", "shared", "bench", "torch_ref.py")))
-    ap.add_argument("--skip-torch-forward", action="store_true")
-    ap.add_argument("--skip-floor", action="store_true", help="do not measure torch.mm's sgemm rate")
+    ap.add_argument("--python", default=sys.executable, help="python with torch")
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile columns")
+    ap.add_argument("--no-forward", action="store_true", help="train steps only")
+    ap.add_argument("--skip-floor", action="store_true", help="do not measure the sgemm rate")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ap.add_argument("workloads", nargs="*", default=WORKLOADS)
     a = ap.parse_args()
-
-    if not os.path.exists(a.torch_ref):
-        sys.exit(f"[compare] {a.torch_ref} not found (set --torch-ref or TORCH_REF)")
-    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
-    if "openblas" not in blas:
-        sys.stderr.write(f"[compare] warning: libblas.so.3 -> {blas}: Debian's torch then uses a reference BLAS "
-                         "and is not a fair anchor (apt-get install libopenblas0-pthread)\n")
+    try:
+        thread_list = [int(t) for t in a.threads.split(",") if t.strip()]
+        if not thread_list or min(thread_list) < 1:
+            raise ValueError
+    except ValueError:
+        sys.exit(f"compare: --threads takes thread counts >= 1 separated by commas, e.g. 2,8 (got {a.threads!r})")
+    unknown = [w for w in a.workloads if not os.path.exists(os.path.join(HERE, f"{w}.model"))]
+    if unknown:
+        sys.exit(f"compare: no bench/<workload>.model for {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
     node = shutil.which("node") or "node"
-    res = {w: {"torch_train": [], "torch_fwd": [], "mpsc_train": [], "mpsc_fwd": [], "why": None} for w in a.workloads}
-    for r in range(a.rounds):
-        sys.stderr.write(f"[compare] round {r + 1}/{a.rounds}: torch train steps\n")
-        tt = run_torch(a.torch_ref, ["cpu"], a.threads, a.python)
-        tf = {}
-        if not a.skip_torch_forward:
-            sys.stderr.write(f"[compare] round {r + 1}/{a.rounds}: torch forward (no_grad)\n")
-            tf = run_torch(os.path.join(HERE, "torch_forward.py"), ["cpu"] + a.workloads, a.threads, a.python)
-        for w in a.workloads:
-            sys.stderr.write(f"[compare] round {r + 1}/{a.rounds}: mpsc bench {w}\n")
-            mt, mf, why = run_mpsc(w, a.threads, a.steps, node)
-            e = res[w]
-            if w in tt: e["torch_train"].append(tt[w])
-            if w in tf: e["torch_fwd"].append(tf[w])
-            if mt is not None: e["mpsc_train"].append(mt)
-            if mf is not None: e["mpsc_fwd"].append(mf)
-            if why: e["why"] = why
+    info = subprocess.run([a.python, "-c", INFO_SCRIPT], capture_output=True, text=True).stdout.strip() or "torch n/a"
+    load0 = loadavg()
+    modes = [m for m in MODES if not (a.no_compile and m[1]) and not (a.no_forward and m[0] == "forward")]
 
-    rate = None
-    if not a.skip_floor:
-        sys.stderr.write("[compare] sgemm rate: torch.mm (OpenBLAS)\n")
-        rate = torch_sgemm(a.threads, a.python)
+    # res[(w, pass, T)] = {"eager": [...], "compile": [...], "mpsc": [...], "errors": set()}
+    res, flops, rates = {}, {}, {}
+    for t in thread_list:
+        for r in range(a.rounds):
+            torch_ms = {}
+            for pas, comp in modes:
+                log(f"threads {t}, round {r + 1}/{a.rounds}: torch {pas} {'compile' if comp else 'eager'}")
+                torch_ms[(pas, comp)] = run_torch(a.python, t, a.workloads, pas == "forward", comp)
+            for w in a.workloads:
+                log(f"threads {t}, round {r + 1}/{a.rounds}: mpsc bench {w}")
+                mt, mf, fl, why = run_mpsc(node, w, t, a.steps)
+                flops[w] = fl or flops.get(w, {})
+                for pas in ("train", "forward"):
+                    if a.no_forward and pas == "forward":
+                        continue
+                    e = res.setdefault((w, pas, t), {"eager": [], "compile": [], "mpsc": [], "errors": set()})
+                    m = mt if pas == "train" else mf
+                    if m is not None:
+                        e["mpsc"].append(m)
+                    elif why:
+                        e["errors"].add(f"mpsc: {why}")
+                    for comp in (False, True):
+                        v = torch_ms.get((pas, comp), {}).get(w)
+                        if isinstance(v, float):
+                            e["compile" if comp else "eager"].append(v)
+                        elif isinstance(v, str):
+                            e["errors"].add(f"torch {'compile' if comp else 'eager'}: {v}")
+        if not a.skip_floor:
+            log(f"threads {t}: sgemm rate (torch.mm, mpsc sgemm_floor)")
+            rates[t] = {"torch_mm": torch_sgemm(a.python, t), "mpsc": mpsc_sgemm(t)}
+
     med = lambda xs: statistics.median(xs) if xs else None
-    ratio = lambda m, t: m / t if m is not None and t else None
     rows = []
-    for w in a.workloads:
-        e = res[w]
-        row = {"workload": w, "threads": a.threads,
-               "torch_train_ms": med(e["torch_train"]), "mpsc_train_ms": med(e["mpsc_train"]),
-               "torch_forward_ms": med(e["torch_fwd"]), "mpsc_forward_ms": med(e["mpsc_fwd"]), "mpsc_error": e["why"]}
-        row["train_ratio"] = ratio(row["mpsc_train_ms"], row["torch_train_ms"])
-        row["forward_ratio"] = ratio(row["mpsc_forward_ms"], row["torch_forward_ms"])
-        # per-round ratios (torch and mpsc of one round ran minutes apart at most): their spread is the
-        # honest error bar of the ratio on a machine whose speed drifts
-        row["train_ratio_rounds"] = [m / t for m, t in zip(e["mpsc_train"], e["torch_train"]) if t]
-        row["forward_ratio_rounds"] = [m / t for m, t in zip(e["mpsc_fwd"], e["torch_fwd"]) if t]
-        row["train_flops"] = FLOPS.get(w)
-        row["floor_ms"] = row["train_flops"] / (rate * 1e9) * 1e3 if rate and row["train_flops"] else None
-        row["floor_ratio"] = ratio(row["mpsc_train_ms"], row["floor_ms"])
-        rows.append(row)
+    for (w, pas, t), e in res.items():
+        eager, comp, m = med(e["eager"]), med(e["compile"]), med(e["mpsc"])
+        best = min([x for x in (eager, comp) if x is not None], default=None)
+        # each round's own ratio (torch and mpsc of a round ran minutes apart at most): the error bar
+        rounds = []
+        for i in range(min(len(e["mpsc"]), max(len(e["eager"]), len(e["compile"])))):
+            b = min(x[i] for x in (e["eager"], e["compile"]) if i < len(x))
+            rounds.append(e["mpsc"][i] / b)
+        fl = flops.get(w, {}).get("train_step" if pas == "train" else "eval")
+        rate = max([x for x in rates.get(t, {}).values() if x], default=None)
+        floor = fl / (rate * 1e9) * 1e3 if fl and rate else None
+        rows.append({"workload": w, "pass": pas, "threads": t, "torch_eager_ms": eager, "torch_compile_ms": comp,
+                     "mpsc_ms": m, "ratio": m / best if m is not None and best else None, "target": TARGET[pas],
+                     "ratio_rounds": rounds, "gflop": fl / 1e9 if fl else None, "floor_ms": floor,
+                     "floor_ratio": m / floor if m is not None and floor else None, "errors": sorted(e["errors"])})
+    head = {"machine": machine(), "torch": info, "threads": thread_list, "rounds": a.rounds,
+            "loadavg_start": load0, "loadavg_end": loadavg(),
+            "sgemm_gflops": {str(t): r for t, r in rates.items()}, "floor_target": FLOOR_TARGET}
     if a.json:
-        print(json.dumps({"threads": a.threads, "rounds": a.rounds, "target_ratio": TARGET, "sgemm_gflops": rate,
-                          "floor_target": FLOOR_TARGET, "workloads": rows}))
+        print(json.dumps({**head, "rows": rows}))
         return
-    print(f"threads={a.threads} rounds={a.rounds} (ratio = mpsc/torch, target <= {TARGET})")
-    print(f"{'workload':26s} {'pass':7s} {'torch ms':>9s} {'mpsc ms':>9s} {'ratio':>7s}  per-round ratios")
+    f = lambda x, w=8, p=2: f"{'-':>{w}s}" if x is None else f"{x:{w}.{p}f}"
+    print(f"machine: {head['machine']}; torch {info}; rounds {a.rounds}; load average {load0} -> {head['loadavg_end']}")
+    for t, r in rates.items():
+        tm, mm = r["torch_mm"], r["mpsc"]
+        print(f"sgemm rate, {t} threads: torch.mm {f(tm, 0, 1)} GFLOP/s, mpsc {f(mm, 0, 1)} GFLOP/s; floor at the better")
+    print(f"ratio = mpsc / min(eager, compile); targets: train <= {TARGET['train']}, forward <= {TARGET['forward']}; "
+          f"x floor <= {FLOOR_TARGET} for {', '.join(FLOOR_WORKLOADS)} train")
+    print(f"{'workload':24s} {'pass':7s} {'thr':>3s} {'eager ms':>9s} {'compile':>9s} {'mpsc ms':>9s} {'ratio':>8s} "
+          f"{'GFLOP':>7s} {'floor ms':>9s} {'x floor':>8s}  per-round ratios")
     for row in rows:
-        for label, t, m, q, qr in (
-                ("train", row["torch_train_ms"], row["mpsc_train_ms"], row["train_ratio"], row["train_ratio_rounds"]),
-                ("forward", row["torch_forward_ms"], row["mpsc_forward_ms"], row["forward_ratio"], row["forward_ratio_rounds"])):
-            if t is None and m is None:
-                continue
-            qs = "n/a" if q is None else f"{q:6.2f}{' ok' if q <= TARGET else ''}"
-            rs = " ".join(f"{x:.2f}" for x in qr) if len(qr) > 1 else ""
-            print(f"{row['workload']:26s} {label:7s} {fmt(t)} {fmt(m)} {qs:>7s}  {rs}")
-        if row["mpsc_error"]:
-            print(f"  mpsc: {row['mpsc_error']}")
-    if rate:
-        print(f"\nFLOP floor at the machine's sgemm rate: torch.mm (OpenBLAS), {a.threads} threads, {rate:.1f} GFLOP/s")
-        print(f"{'workload':26s} {'GFLOP':>7s} {'floor ms':>9s} {'mpsc ms':>9s} {'x floor':>8s}")
-        for row in rows:
-            if row["floor_ms"] is None:
-                continue
-            q = row["floor_ratio"]
-            tgt = row["workload"] in CNN_WORKLOADS
-            qs = "n/a" if q is None else f"{q:5.2f}{(' ok' if q <= FLOOR_TARGET else '') if tgt else ''}"
-            print(f"{row['workload']:26s} {row['train_flops'] / 1e9:7.3f} {fmt(row['floor_ms'])} {fmt(row['mpsc_train_ms'])} {qs:>8s}")
-        print(f"(target: x floor <= {FLOOR_TARGET} on {', '.join(CNN_WORKLOADS)})")
+        q = row["ratio"]
+        qs = f"{'-':>8s}" if q is None else f"{q:5.2f}{' ok' if q <= row['target'] else '   '}"
+        fr = row["floor_ratio"]
+        tgt = row["pass"] == "train" and row["workload"] in FLOOR_WORKLOADS
+        fs = f"{'-':>8s}" if fr is None else f"{fr:5.2f}{(' ok' if fr <= FLOOR_TARGET else '   ') if tgt else '   '}"
+        rs = " ".join(f"{x:.2f}" for x in row["ratio_rounds"]) if len(row["ratio_rounds"]) > 1 else ""
+        print(f"{row['workload']:24s} {row['pass']:7s} {row['threads']:3d} {f(row['torch_eager_ms'], 9)} "
+              f"{f(row['torch_compile_ms'], 9)} {f(row['mpsc_ms'], 9)} {qs} {f(row['gflop'], 7, 3)} "
+              f"{f(row['floor_ms'], 9)} {fs}  {rs}")
+        for err in row["errors"]:
+            print(f"  {err}")
 
 
 if __name__ == "__main__":

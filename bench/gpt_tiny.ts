@@ -8,7 +8,7 @@
  *   npx tsx bench/gpt_tiny.ts [--device cpu|cuda] [--threads 2] [--steps 20] [--warmup 5] [--workload gpt_tiny_b32_t64] [--emit DIR]
  * (--device cuda: bench/compare_cuda.py's GPT rows)
  * Consumes nothing but its arguments; relies on the IR op catalogue (compiler/ir/ops.ts) and
- * runtime/bench.ts. Used by bench/gpt_compare.sh.
+ * runtime/bench.ts. bench/compare.sh times the same network from bench/gpt_tiny_b32_t64.model.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';

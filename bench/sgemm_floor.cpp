@@ -1,8 +1,9 @@
 // sgemm_floor.cpp: this machine's single-precision rate with mpsc's fast sgemm (runtime/cpp/fast),
-// at the shapes of the reference workloads, on 1 and 2 threads, plus a tight-FMA-loop peak estimate.
-// Build and run: bench/sgemm_floor.sh   (prints one line per measurement; --json for one JSON object)
+// at the shapes of the reference workloads, on 1 and 2 threads (or --threads LIST), plus a tight-FMA-loop
+// peak estimate. Build and run: bench/sgemm_floor.sh   (one line per measurement; --json for one JSON object)
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -166,14 +167,27 @@ static Rate time_conv(const ConvCase& c, ConvPass pass, int threads, int reps) {
 }
 
 int main(int argc, char** argv) {
-  // args: [--json] [--no-peak] [FILTER]: FILTER runs only the measurements whose name contains it
+  // args: [--json] [--no-peak] [--threads 1,2] [FILTER]: FILTER runs only the measurements whose name contains it
   bool json = false, peak = true;
   std::string filter;
+  std::vector<int> nthreads = {1, 2};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json") json = true;
     else if (a == "--no-peak") peak = false;
-    else filter = a;
+    else if (a == "--threads" && i + 1 < argc) {
+      nthreads.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end;
+        const long t = strtol(p, &end, 10);
+        if (end == p || t < 1 || t > 1024) {
+          fprintf(stderr, "sgemm_floor: --threads takes a comma-separated list of counts >= 1, e.g. 1,2,8 (got %s)\n", argv[i]);
+          return 1;
+        }
+        nthreads.push_back((int)t);
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else filter = a;
   }
   auto wanted = [&](const std::string& name) { return filter.empty() || name.find(filter) != std::string::npos; };
   // the GEMMs of the reference workloads (train step: forward, grad-input, grad-weight)
@@ -186,15 +200,20 @@ int main(int argc, char** argv) {
       {"seed conv2 fwd 128x4096x576 (per image)", false, false, 128, 4096, 576},
       {"seed conv2 dW 128x576x4096 (dY col^T)", false, true, 128, 576, 4096},
       {"seed conv2 dX 576x4096x128 (W^T dY)", true, false, 576, 4096, 128},
+      {"gpt fc fwd 2048x512x128 (x W^T)", false, true, 2048, 512, 128},
+      {"gpt proj fwd 2048x128x512 (x W^T)", false, true, 2048, 128, 512},
+      {"gpt fc dX 2048x128x512 (dY W)", false, false, 2048, 128, 512},
+      {"gpt fc dW 512x128x2048 (dY^T X)", true, false, 512, 128, 2048},
+      {"gpt qkv fwd 2048x384x128 (x W^T)", false, true, 2048, 384, 128},
       {"square 512x512x512", false, false, 512, 512, 512},
+      {"square 1024x1024x1024", false, false, 1024, 1024, 1024},
   };
-  const int nthreads[] = {1, 2};
   std::string js = "{\"peak\":{";
   for (int t : nthreads) {
     if (!peak) break;
     double p = fma_peak(t);
     if (!json) printf("fma peak          threads=%d  %8.1f GFLOP/s\n", t, p);
-    js += (t > 1 ? "," : "") + std::string("\"") + std::to_string(t) + "\":" + std::to_string(p);
+    js += (t != nthreads.front() ? "," : "") + std::string("\"") + std::to_string(t) + "\":" + std::to_string(p);
   }
   js += "},\"sgemm\":[";
   bool firstj = true;

@@ -42,6 +42,7 @@ export function register(program: Command): void {
 Examples:
   mpsc export specs/lenet.model --weights runs/lenet/latest/model.safetensors --format onnx -o lenet.onnx
   mpsc export specs/lenet.model --weights runs/lenet/latest/best.safetensors --format torch -o lenet_torch/
+  mpsc export specs/char_gpt.model --weights latest --format onnx -o char_gpt.onnx   (the transformer too)
 
 The ONNX model's inputs are the spec inputs the network reads (batch dimension 'N'), its outputs
 the values the loss and metrics read (e.g. 'logits'); dropout is absent and batchnorm uses the
@@ -68,7 +69,7 @@ The torch folder: import model; m = model.load("model.safetensors"); m(x).`,
       const py = path.join(o.output, 'model.py');
       const st = path.join(o.output, 'model.safetensors');
       writeFileAtomic(py, new TextEncoder().encode(r.source));
-      saveTensors(st, r.tensors, { format: 'pt', mpsc_model: model.name });
+      saveTensors(st, r.tensors, { format: 'pt', mpsc_model: model.name, ...weights.metadata });
       const info = { format: 'torch', folder: o.output, files: [py, st], class: r.className, tensors: r.tensors.size };
       process.stdout.write(o.json ? JSON.stringify(info) + '\n' : `wrote ${py} (class ${r.className}) and ${st} (${r.tensors.size} tensors)\n`);
     });

@@ -19,6 +19,19 @@ import { register as registerReport } from './report.js';
 import { register as registerSample } from './sample.js';
 import { packageVersion } from './version.js';
 
+/** the daily workflow end to end (docs/workflow.md), under `mpsc --help` */
+export const WORKFLOW_HELP = `
+Workflow: train -> report -> predict -> export (docs/workflow.md)
+  mpsc train specs/lenet.model                    runs/lenet/<run-id>/: config.json, metrics.jsonl, train.log,
+                                                  checkpoints, best.safetensors, model.safetensors, report.html
+  mpsc report runs/lenet/latest                   rebuild the run's report.html (curves, settings, spec, memory)
+  mpsc eval specs/lenet.model --weights latest    test loss and metrics of the newest run's best weights
+  mpsc predict specs/lenet.model --weights latest --input digit.png
+                                                  class and probability per sample (--json: the logits)
+  mpsc export specs/lenet.model --weights latest --format onnx -o lenet.onnx
+  mpsc export specs/lenet.model --weights latest --format torch -o lenet_torch/
+Each command's --help has its options and examples.`;
+
 export async function main(argv: string[]): Promise<number> {
   const program = new Command();
   program
@@ -26,7 +39,8 @@ export async function main(argv: string[]): Promise<number> {
     .description('Compile declarative .model training specs to Metal (Apple GPUs) and C++ (CPU), then train.')
     .version(packageVersion(), '-V, --version', 'print the mpsc version')
     .exitOverride()
-    .showHelpAfterError('(run mpsc --help or mpsc <command> --help for usage)');
+    .showHelpAfterError('(run mpsc --help or mpsc <command> --help for usage)')
+    .addHelpText('after', WORKFLOW_HELP);
   registerCheck(program);
   registerBuild(program);
   registerTrain(program);

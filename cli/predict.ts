@@ -1,18 +1,23 @@
 /**
- * `mpsc predict SPEC --weights REF --input FILE... [--json] [--batch N]`: run a trained model on
- * new inputs (runtime/predict.ts). Prints each sample's top class and probability for a
+ * `mpsc predict SPEC --weights REF --input FILE... [--json] [--batch N] [--device D] [--threads N]`:
+ * run a trained model on new inputs (runtime/predict.ts) on any device (auto, as train; reference
+ * for the float64 interpreter). Prints each sample's top class and probability for a
  * classifier (a head read by cross_entropy / nll / accuracy / top_k), else the head values;
  * with --json one object {"outputs": {"<value>": [...nested arrays...]}} on stdout.
  */
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
+import { DEVICES } from '../runtime/device.js';
 import { resolveWeights } from '../runtime/run_folder.js';
-import { loadEvalWeights, loadPredictInputs, nested, predict, topClasses } from '../runtime/predict.js';
+import { loadPredictInputs, nested, predict, topClasses } from '../runtime/predict.js';
+import { defaultThreads, THREADS_HELP } from '../runtime/threads.js';
 import { checkSpec, parsePositiveInt } from './train.js';
 
 interface PredictCliOptions {
   weights: string;
   input: string[];
   batch?: number;
+  device: string;
+  threads?: number;
   json?: boolean;
 }
 
@@ -25,13 +30,16 @@ Inputs (--input):
                           (mnist(): /255 then the MNIST mean/std; MNIST digits are white on black)
 Labels are never needed (the label input is fed zeros; the loss is not reported).
 --weights: a checkpoint, model.safetensors, a run folder or latest (a folder's best.safetensors,
-else its model.safetensors, else its newest checkpoint). Runs the eval graph on the float64
-reference interpreter (no compile step).
+else its model.safetensors, else its newest checkpoint). Runs the spec's eval program on --device
+(auto: cuda, else metal on Apple silicon, else cpu, as train; the first run on a native device
+compiles the model, later runs reuse the build cache; --device reference runs the float64
+interpreter with no compile step).
 
 Examples:
   mpsc predict specs/mnist_mlp.model --weights latest --input digit.png
   mpsc predict specs/lenet.model --weights runs/lenet/20260101-120000 --input a.png b.jpg
   mpsc predict specs/mnist_mlp.model --weights model.safetensors --input batch.safetensors --json
+  mpsc predict specs/lenet.model --weights latest --input digit.png --device reference
 `;
 
 export function register(program: Command): void {
@@ -42,15 +50,22 @@ export function register(program: Command): void {
     .requiredOption('--weights <ref>', 'a checkpoint or weights file, a run folder, or latest')
     .requiredOption('--input <files...>', 'a .safetensors file, a .csv file, or image files (.png, .jpg)')
     .option('--batch <n>', "samples per evaluation chunk (default: the spec's batch)", parsePositiveInt('--batch'))
+    .addOption(new Option('--device <device>', 'where to run: auto picks cuda (NVIDIA GPU + CUDA toolkit), else metal on Apple silicon, else cpu').choices([...DEVICES]).default('auto'))
+    .option('--threads <n>', THREADS_HELP, parsePositiveInt('--threads'))
     .option('--json', 'print {"outputs": {"<value>": [...]}} on stdout')
     .addHelpText('after', PREDICT_HELP)
     .action(async (spec: string, o: PredictCliOptions) => {
       const model = await checkSpec(spec);
       const w = resolveWeights(o.weights, model.name);
       if (w.note) process.stderr.write(w.note + '\n');
-      const weights = loadEvalWeights(model, w.file);
       const inputs = loadPredictInputs(model, o.input);
-      const r = predict(model, weights, inputs, o.batch ?? model.train.batch);
+      const r = await predict(model, inputs, {
+        weights: w.file,
+        batch: o.batch ?? model.train.batch,
+        device: o.device,
+        threads: o.threads ?? defaultThreads(),
+        onNote: (m) => process.stderr.write(m + '\n'),
+      });
       if (o.json) {
         const outputs: Record<string, unknown> = {};
         r.heads.forEach((h, k) => (outputs[h.name] = nested(r.values[k], inputs.count, r.shapes[k])));

@@ -5,28 +5,32 @@
  * Consumes: the CheckedModel, a weights file (checkpoint, best.safetensors or model.safetensors),
  * and input samples (safetensors / CSV / image files, see loadPredictInputs). Produces: per
  * network output (compiler/export/heads.ts: the same values and names an ONNX export returns),
- * a [N, ...] float64 array.
+ * a [N, ...] float32 array.
  *
- * How: the forward graph bound to the chunk size and put in eval form (compiler/ir bind_batch +
- * eval_mode, exactly the `eval` program's graph), executed by the float64 reference interpreter
- * (compiler/reference): no native build, and the values are the oracle's. Labels are not needed:
- * the label input is fed zeros, so the loss and metric nodes compute meaningless numbers that
- * are never read. Chunks of `batch` samples (the last one smaller).
+ * How: the `eval` program (and `eval_tail` for a smaller last chunk) of compiler/ir/programs.ts,
+ * extended by compiler/ir/predict_program.ts so the head values come back whole, run through the
+ * Session interface on any device (--device: auto picks cuda / metal / cpu as train does; the
+ * float64 reference interpreter is `--device reference`). The weights load as `mpsc eval` loads
+ * them (trainer.ts weightsLoad: parameters and buffers, a checkpoint's optimizer state skipped).
+ * Labels are not needed: the label input is fed zeros, so the loss and metric nodes compute
+ * meaningless numbers that are never read. Chunks of `batch` samples (the last one smaller).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel } from '../compiler/model.js';
-import { bindBatch } from '../compiler/ir/bind_batch.js';
-import { evalMode } from '../compiler/ir/eval_mode.js';
-import { isPersistent, numel, type Graph } from '../compiler/ir/graph.js';
-import { runGraph, type Env } from '../compiler/reference/interpret.js';
-import { networkOutputs } from '../compiler/export/heads.js';
+import { numel } from '../compiler/ir/graph.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { buildPredictProgram, predictBufferName } from '../compiler/ir/predict_program.js';
+import { headReads, networkOutputs } from '../compiler/export/heads.js';
 import { inputRoles, validateDataset, type DataArray, type Dataset } from '../data/dataset.js';
 import { loadCsv } from '../data/csv.js';
 import { loadSafetensorsData } from '../data/safetensors_source.js';
 import { IMAGE_EXTENSIONS, loadImages } from '../data/images.js';
-import { loadIntoSession, readCheckpointFile, type TensorTarget } from './checkpoint.js';
+import { loadIntoSession, programTensorTable, readCheckpointFile } from './checkpoint.js';
+import { openSession } from './device.js';
+import type { Batch } from './session.js';
+import { weightsLoad } from './trainer.js';
 
 export interface Head {
   /** the name the spec's loss / metric uses for it (`logits`), else the graph value's name */
@@ -124,78 +128,81 @@ export function loadPredictInputs(model: CheckedModel, files: string[]): Predict
   return { count: ds.count, tensors: ds.tensors, labels };
 }
 
-/** one eval-form graph per chunk size */
-function evalGraph(model: CheckedModel, n: number): { graph: Graph; map: (id: number) => number } {
-  const { graph, idMap } = evalMode(bindBatch(model.graph, n));
-  return {
-    graph,
-    map: (id) => {
-      const m = idMap[id];
-      if (m === undefined || m < 0) throw new Error(`internal: value %${id} is not in the eval graph`);
-      return m;
-    },
-  };
-}
-
-/** Load the weights (parameters and buffers) the eval graph reads, by name, with the usual mismatch report. */
-export function loadEvalWeights(model: CheckedModel, file: string): Map<string, Float32Array> {
-  const g = evalGraph(model, 1).graph;
-  const shapes = new Map<string, number[]>();
-  for (const v of g.values) if (isPersistent(v)) shapes.set(v.name, v.shape);
-  const params = new Set(model.params.map((p) => p.path));
-  const out = new Map<string, Float32Array>();
-  const target: TensorTarget = {
-    tensorNames: () => [...shapes.keys()].sort(),
-    tensorShape: (n) => [...(shapes.get(n) ?? [])],
-    write: (n, d) => out.set(n, d),
-  };
-  const st = readCheckpointFile(file);
-  const names = new Set(shapes.keys());
-  // a training checkpoint also holds optimizer state and step counters: not needed here
-  loadIntoSession(target, st, file, { required: names, only: names, ignorable: (n) => !params.has(n), purpose: '--weights' });
-  return out;
+export interface PredictOptions {
+  /** a weights or checkpoint file (already resolved: run_folder.ts resolveWeights) */
+  weights: string;
+  /** samples per run (the last chunk may be smaller) */
+  batch: number;
+  /** runtime/device.ts: auto (default), cpu, cuda, metal, metal-emu, reference */
+  device?: string;
+  threads?: number;
+  onNote?: (msg: string) => void;
 }
 
 export interface PredictResult {
   heads: Head[];
   /** per head: N x (sample size) values, row-major */
-  values: Float64Array[];
+  values: Float32Array[];
   /** per head: the sample shape (without N) */
   shapes: number[][];
+  /** the device that ran it */
+  device: string;
 }
 
-export function predict(model: CheckedModel, weights: Map<string, Float32Array>, inputs: PredictInputs, batch: number): PredictResult {
-  const heads = headValues(model);
-  if (heads.length === 0) throw new UserError(`${model.file}: error: the spec's loss and metrics read no network value, so there is nothing to predict`);
-  const shapes = heads.map((h) => model.graph.values[h.value].shape.slice(1));
-  const values = heads.map((_, k) => new Float64Array(inputs.count * numel(shapes[k])));
-  const graphs = new Map<number, ReturnType<typeof evalGraph>>();
-  for (let start = 0; start < inputs.count; start += batch) {
-    const n = Math.min(batch, inputs.count - start);
-    let eg = graphs.get(n);
-    if (!eg) graphs.set(n, (eg = evalGraph(model, n)));
-    const env: Env = new Map();
-    for (const v of eg.graph.values) {
-      if (!isPersistent(v)) continue;
-      const w = weights.get(v.name);
-      env.set(v.id, w ? Float64Array.from(w) : new Float64Array(numel(v.shape)));
-    }
-    for (const inp of model.inputs) {
-      const per = numel(inp.shape.slice(1));
-      const src = inputs.tensors.get(inp.name);
-      env.set(eg.map(inp.value), src ? Float64Array.from(src.subarray(start * per, (start + n) * per)) : new Float64Array(n * per));
-    }
-    runGraph(eg.graph, env, { lr: 0, t: 1, seed: model.train.seed, counter: 0 });
-    heads.forEach((h, k) => {
-      const per = numel(shapes[k]);
-      values[k].set(env.get(eg!.map(h.value))!.subarray(0, n * per), start * per);
-    });
+/**
+ * Run the eval program on the inputs in chunks of `batch` samples, on any backend through the
+ * Session interface: the eval (and, for a smaller last chunk, eval_tail) program extended by
+ * compiler/ir/predict_program.ts so each head value is read back whole after a run.
+ */
+export async function predict(model0: CheckedModel, inputs: PredictInputs, o: PredictOptions): Promise<PredictResult> {
+  const heads = headValues(model0);
+  if (heads.length === 0) throw new UserError(`${model0.file}: error: the spec's loss and metrics read no network value, so there is nothing to predict`);
+  const B = Math.min(o.batch, inputs.count);
+  const model: CheckedModel = { ...model0, train: { ...model0.train, batch: B } };
+  const tail = inputs.count % B;
+  const set = buildPrograms(model, { batch: B, evalTail: tail > 0 ? tail : undefined });
+  const bufferOf = (k: number) => `out${k}`;
+  for (const name of ['eval', 'eval_tail'] as const) {
+    const p = set[name];
+    if (!p) continue;
+    const reads = headReads(p.graph);
+    if (reads.length !== heads.length) throw new Error(`internal: program ${name} reads ${reads.length} network values, the model ${heads.length}`);
+    set[name] = buildPredictProgram(p, reads.map((value, k) => ({ name: bufferOf(k), value })));
   }
-  return { heads, values, shapes };
+  const st = readCheckpointFile(o.weights);
+  const table = programTensorTable(set);
+  const load = weightsLoad(model, table);
+  loadIntoSession(table, st, o.weights, load); // names and shapes, before a backend is compiled
+  const opened = await openSession(o.device ?? 'auto', set, { threads: o.threads, onProgress: o.onNote });
+  o.onNote?.(opened.note);
+  const session = opened.session;
+  const shapes = heads.map((h) => model.graph.values[h.value].shape.slice(1));
+  const values = heads.map((_, k) => new Float32Array(inputs.count * numel(shapes[k])));
+  try {
+    loadIntoSession(session, st, o.weights, load);
+    for (let start = 0; start < inputs.count; start += B) {
+      const n = Math.min(B, inputs.count - start);
+      const name = n === B ? 'eval' : 'eval_tail';
+      const p = set[name]!;
+      // the spec's inputs in program order; the label (and any input predict was not given) is fed zeros
+      const batch: Batch = p.inputs.map((id) => {
+        const v = p.graph.values[id];
+        const per = numel(v.shape.slice(1));
+        const src = inputs.tensors.get(v.name);
+        if (src) return src.subarray(start * per, (start + n) * per);
+        return v.dtype === 'i32' ? new Int32Array(n * per) : new Float32Array(n * per);
+      });
+      session.run(name, batch, { lr: 0, t: 1, seed: model.train.seed, counter: 0 });
+      heads.forEach((_, k) => values[k].set(session.read(predictBufferName(name, bufferOf(k))), start * numel(shapes[k])));
+    }
+  } finally {
+    session.close();
+  }
+  return { heads, values, shapes, device: opened.device };
 }
 
 /** [N, ...shape] flat values -> nested arrays */
-export function nested(values: Float64Array, count: number, shape: number[]): unknown[] {
+export function nested(values: Float32Array, count: number, shape: number[]): unknown[] {
   const build = (off: number, dims: number[]): unknown => {
     if (dims.length === 0) return values[off];
     const stride = numel(dims.slice(1));
@@ -205,7 +212,7 @@ export function nested(values: Float64Array, count: number, shape: number[]): un
 }
 
 /** top class and its probability per sample of a [N, C] score head */
-export function topClasses(values: Float64Array, count: number, classes: number, scores: 'logits' | 'log_probs'): { cls: number; p: number }[] {
+export function topClasses(values: Float32Array, count: number, classes: number, scores: 'logits' | 'log_probs'): { cls: number; p: number }[] {
   const out: { cls: number; p: number }[] = [];
   for (let i = 0; i < count; i++) {
     const row = values.subarray(i * classes, (i + 1) * classes);

@@ -24,7 +24,7 @@ import { checkVocabulary, decodeTokens, encodeText, textInputs, type Vocabulary 
 import { loadIntoSession, programTensorTable, readCheckpointFile } from './checkpoint.js';
 import { openSession } from './device.js';
 import { resolveWeights } from './run_folder.js';
-import { isAuxiliaryTensor, modelTensorNames } from './trainer.js';
+import { weightsLoad } from './trainer.js';
 
 export interface SampleOptions {
   weights: string;
@@ -100,9 +100,7 @@ export async function sample(model0: CheckedModel, o: SampleOptions): Promise<Sa
   }
   set.eval = buildSampleProgram(set.eval, logits);
   const table = programTensorTable(set);
-  const names = new Set(table.tensorNames());
-  const required = new Set([...modelTensorNames(model)].filter((n) => names.has(n)));
-  const load = { required, only: required, ignorable: isAuxiliaryTensor, purpose: '--weights' };
+  const load = weightsLoad(model, table);
   loadIntoSession(table, st, w.file, load);
 
   const promptText = o.prompt ?? (vocab.tokenizer === 'byte' || vocab.chars!.includes('\n') ? '\n' : vocab.chars![0]);

@@ -44,6 +44,8 @@ import {
   saveWeights,
   writeFileAtomic,
   type CheckpointInfo,
+  type LoadIntoOptions,
+  type TensorTarget,
   type TrainPosition,
 } from './checkpoint.js';
 import { openSession } from './device.js';
@@ -216,6 +218,17 @@ export function modelTensorNames(model: CheckedModel): Set<string> {
 /** true for checkpoint entries that are not parameters but may appear in a weights file */
 export function isAuxiliaryTensor(name: string): boolean {
   return name.endsWith('.num_batches_tracked');
+}
+
+/**
+ * How a weights file (a checkpoint, best.safetensors or model.safetensors) loads into a model's
+ * programs for eval, predict, sample and export: every parameter and buffer the programs hold must
+ * be in the file; a full checkpoint's optimizer state is skipped.
+ */
+export function weightsLoad(model: CheckedModel, table: TensorTarget): LoadIntoOptions {
+  const names = new Set(table.tensorNames());
+  const required = new Set([...modelTensorNames(model)].filter((n) => names.has(n)));
+  return { required, only: required, ignorable: isAuxiliaryTensor, purpose: '--weights' };
 }
 
 export async function train(model0: CheckedModel, opts: TrainOptions = {}): Promise<TrainResult> {
@@ -617,9 +630,7 @@ export async function evaluateWeights(model0: CheckedModel, opts: EvalOptions): 
   const B = Math.min(cfg.batch, ds.count);
   const programs = buildPrograms(model, { batch: B, evalTail: ds.count % B !== 0 ? ds.count % B : undefined });
   const table = programTensorTable(programs);
-  const names = new Set(table.tensorNames());
-  const required = new Set([...modelTensorNames(model)].filter((n) => names.has(n)));
-  const load = { required, only: required, ignorable: isAuxiliaryTensor, purpose: '--weights' };
+  const load = weightsLoad(model, table);
   loadIntoSession(table, st, opts.weights, load); // names and shapes, before a backend is compiled
   const opened = await openSession(opts.device ?? 'auto', programs, { threads: opts.threads, onProgress: (m) => emit({ kind: 'note', message: m }) });
   emit({ kind: 'note', message: opened.note });

@@ -1,4 +1,5 @@
-// Issue 16: `mpsc predict` on safetensors, CSV and image inputs; token ids out of an embedding's
+// Issue 16: `mpsc predict` on safetensors, CSV and image inputs, on the native CPU backend and
+// metal-emu against the float64 reference; token ids out of an embedding's
 // range caught when the data is loaded (every device); Ctrl-C during the first compile.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
@@ -61,7 +62,7 @@ describe('mpsc predict', () => {
     fs.writeFileSync(path.join(dir, 'x.csv'), 'a,b,c,d,e,f\n' + xs.map((r) => r.map((v) => Math.fround(v)).join(',')).join('\n') + '\n');
     fs.writeFileSync(path.join(dir, 'xl.csv'), xs.map((r) => [7, ...r.map((v) => Math.fround(v))].join(',')).join('\n') + '\n');
     for (const input of ['x.safetensors', 'x.csv', 'xl.csv']) {
-      const r = mpsc(['predict', TINY, '--weights', 'latest', '--input', input, '--json', '--batch', '2']);
+      const r = mpsc(['predict', TINY, '--weights', 'latest', '--input', input, '--json', '--batch', '2', '--device', 'reference']);
       expect(r.stderr).not.toContain('error');
       expect(r.code).toBe(0);
       const out = JSON.parse(r.stdout);
@@ -70,7 +71,7 @@ describe('mpsc predict', () => {
       expect(maxRelDiff(out.outputs.logits.flat(), want.flat())).toBeLessThan(1e-5);
     }
     // text: each sample's top class and its softmax probability
-    const txt = mpsc(['predict', TINY, '--weights', run, '--input', 'x.safetensors']);
+    const txt = mpsc(['predict', TINY, '--weights', run, '--input', 'x.safetensors', '--device', 'reference']);
     expect(txt.code).toBe(0);
     const rows = txt.stdout.trim().split('\n');
     expect(rows).toHaveLength(5);
@@ -111,23 +112,42 @@ describe('mpsc predict', () => {
     // what training sees: (pixel / 255 - mean) / std
     const norm = Float32Array.from(px.flat(), (v) => (v / 255 - MNIST_MEAN) / MNIST_STD);
     fs.writeFileSync(path.join(dir, 'd.safetensors'), encodeSafetensors({ image: { shape: [3, 1, 28, 28], data: norm } }));
-    const viaTensor = mpsc(['predict', MLP, '--weights', 'mlp.safetensors', '--input', 'd.safetensors', '--json']);
+    const viaTensor = mpsc(['predict', MLP, '--weights', 'mlp.safetensors', '--input', 'd.safetensors', '--json', '--device', 'reference']);
     expect(viaTensor.code).toBe(0);
     const want = JSON.parse(viaTensor.stdout).outputs.logits as number[][];
-    const viaPng = mpsc(['predict', MLP, '--weights', 'mlp.safetensors', '--input', 'd0.png', 'd1.png', 'd2.png', 'big.png', 'd1.jpg', '--json']);
-    expect(viaPng.stderr).toBe('');
+    const viaPng = mpsc(['predict', MLP, '--weights', 'mlp.safetensors', '--input', 'd0.png', 'd1.png', 'd2.png', 'big.png', 'd1.jpg', '--json', '--device', 'reference']);
+    expect(viaPng.stderr).toBe('device: reference\n');
     const got = JSON.parse(viaPng.stdout).outputs.logits as number[][];
     expect(got).toHaveLength(5);
     expect(maxRelDiff(got.slice(0, 3).flat(), want.flat())).toBeLessThan(1e-5);
     expect(maxRelDiff(got[3], want[0])).toBeLessThan(1e-5);
     expect(maxRelDiff(got[4], want[1])).toBeLessThan(0.05); // JPEG at quality 100 is close, not exact
-    const txt = mpsc(['predict', MLP, '--weights', 'mlp.safetensors', '--input', 'd0.png', 'big.png']);
+    const txt = mpsc(['predict', MLP, '--weights', 'mlp.safetensors', '--input', 'd0.png', 'big.png', '--device', 'reference']);
     expect(txt.stdout).toMatch(/^d0\.png: class \d \(p=0\.\d{4}\)\nbig\.png: class \d \(p=0\.\d{4}\)\n$/);
     // an image for a non-image model is a user error
     const wrong = mpsc(['predict', TINY, '--weights', 'latest', '--input', 'd0.png']);
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toContain('image files need an image input');
   });
+
+  it('runs on the native CPU backend by default (and on metal-emu) with the values of the float64 reference (--device reference)', () => {
+    // the MLP's random weights and digits of the previous test; 5 samples at --batch 2: the eval
+    // program twice, then eval_tail for the last one
+    const args = ['predict', MLP, '--weights', 'mlp.safetensors', '--input', 'd0.png', 'd1.png', 'd2.png', 'big.png', 'd1.jpg', '--json', '--batch', '2', '--threads', '1'];
+    const ref = mpsc([...args, '--device', 'reference']);
+    expect(ref.code, ref.stderr).toBe(0);
+    const want = (JSON.parse(ref.stdout).outputs.logits as number[][]).flat();
+    for (const device of ['auto', 'metal-emu']) {
+      const r = mpsc([...args, '--device', device]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).toContain(device === 'auto' ? 'device: cpu' : 'device: metal-emu');
+      const got = (JSON.parse(r.stdout).outputs.logits as number[][]).flat();
+      expect(got).toHaveLength(50);
+      // float32 kernels against the float64 oracle, relative to the largest logit
+      const scale = Math.max(...want.map(Math.abs));
+      expect(Math.max(...got.map((g, i) => Math.abs(g - want[i]))) / scale, device).toBeLessThan(1e-5);
+    }
+  }, 300_000);
 
   it('area resize averages what each output pixel covers', () => {
     const src = Float64Array.from([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);

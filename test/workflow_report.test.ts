@@ -7,12 +7,12 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import puppeteer, { type Browser } from 'puppeteer-core';
+import type { Browser } from 'puppeteer-core';
 import { buildCharts } from '../runtime/report/charts.js';
 import { writeReport } from '../runtime/report/index.js';
 import { readRun } from '../runtime/report/run_data.js';
+import { CHROMIUM, launchChromium, openReport } from '../scripts/report_page.js';
 
-const CHROMIUM = process.env.MPSC_TEST_CHROMIUM ?? '/usr/bin/chromium';
 const STEPS_PER_EPOCH = 100;
 
 /** A run folder as mpsc train writes it (docs/workflow.md, "run folder"): 2 epochs, logged every 10 steps, val + test at each epoch end. */
@@ -44,46 +44,19 @@ function mpsc(...args: string[]) {
   return spawnSync(process.execPath, [resolve('bin/mpsc.js'), ...args], { encoding: 'utf8', timeout: 120_000 });
 }
 
-interface Drawn { charts: { id: string; series: { label: string; points: number }[] }[] }
 
 describe('report page in headless chromium', () => {
   let browser: Browser;
   const root = mkdtempSync(join(tmpdir(), 'mpsc-report-'));
   beforeAll(async () => {
     expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: .ci/run installs Debian's chromium`).toBe(true);
-    browser = await puppeteer.launch({
-      executablePath: CHROMIUM,
-      headless: true,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${mkdtempSync(join(tmpdir(), 'mpsc-chromium-'))}`],
-    });
+    browser = await launchChromium();
   }, 60_000);
   afterAll(async () => {
     await browser?.close();
   });
 
-  /** open a page offline: every request but the file itself is refused and counted */
-  async function load(file: string) {
-    const page = await browser.newPage();
-    const errors: string[] = [];
-    const requests: string[] = [];
-    page.on('console', (m) => {
-      if (m.type() === 'error' || m.type() === 'warn') errors.push(m.text());
-    });
-    page.on('pageerror', (e) => errors.push(String(e)));
-    await page.setRequestInterception(true);
-    page.on('request', (r) => {
-      if (r.url() === `file://${file}`) void r.continue();
-      else {
-        requests.push(r.url());
-        void r.abort();
-      }
-    });
-    await page.setViewport({ width: 1280, height: 1000 });
-    await page.goto(`file://${file}`, { waitUntil: 'load' });
-    await page.waitForFunction('window.mpscReport !== undefined', { timeout: 10_000 });
-    const drawn = (await page.evaluate('window.mpscReport')) as Drawn;
-    return { page, errors, requests, drawn };
-  }
+  const load = (file: string) => openReport(browser, file);
 
   async function nonWhitePixels(png: Uint8Array): Promise<{ nonWhite: number; total: number }> {
     const p = await browser.newPage();

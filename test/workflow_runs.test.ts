@@ -285,6 +285,15 @@ describe('command-line rough edges', () => {
     expect(mpsc(dir, 'predict', '--help').stdout).toContain('Examples:');
   });
 
+  it('mpsc --help shows the workflow end to end (train -> report -> predict -> export), and each of those commands has examples', () => {
+    const h = mpsc(dir, '--help').stdout;
+    const steps = ['mpsc train specs/', 'mpsc report runs/', 'mpsc predict specs/', 'mpsc export specs/lenet.model --weights latest --format onnx', '--format torch'];
+    const at = steps.map((s) => h.indexOf(s));
+    expect(at.every((i) => i > 0), `${steps.filter((_, k) => at[k] < 0).join(', ')} missing from mpsc --help`).toBe(true);
+    expect([...at].sort((a, b) => a - b)).toEqual(at); // in workflow order
+    for (const cmd of ['train', 'report', 'predict', 'export']) expect(mpsc(dir, cmd, '--help').stdout, cmd).toContain('Examples:');
+  });
+
   it('eval on a folder without weights is a user error, not EISDIR; build takes --device (and --target as the older name)', () => {
     const empty = path.join(dir, 'empty');
     fs.mkdirSync(empty, { recursive: true });

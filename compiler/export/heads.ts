@@ -6,7 +6,8 @@
  * Produces: `{ name, value }[]` in first-read order: `value` is a model graph value id,
  *           `name` the spec's name for it (the last `name = ...` assignment that binds it,
  *           CheckedModel.names) or, for an unnamed value, its debug name (`fc2.out`).
- * Also forwardNodesFor: the nodes a set of values depends on.
+ * Also headReads (the same values of any graph of the model, e.g. a bound eval program's, by id)
+ * and forwardNodesFor: the nodes a set of values depends on.
  * Relies on: loss and metric nodes ("heads") write only `output` values; a head may read
  *           another head's output (a sum of losses), which is not a network output; spec
  *           inputs (labels, targets) are not network outputs either.
@@ -20,12 +21,19 @@ export interface NetworkOutput {
 }
 
 export function networkOutputs(model: CheckedModel): NetworkOutput[] {
-  const g = model.graph;
-  const isHead = (outs: number[]) => outs.length > 0 && outs.every((o) => g.values[o].kind === 'output');
-  const seen = new Set<number>();
-  const out: NetworkOutput[] = [];
   const nameOf = new Map<number, string>();
   for (const a of model.names ?? []) nameOf.set(a.value, a.name);
+  return headReads(model.graph).map((id) => ({ name: nameOf.get(id) ?? model.graph.values[id].name, value: id }));
+}
+
+/**
+ * The network values the loss and metric nodes of a graph read, in first-read order. Graph passes
+ * keep node order, so a bound or eval-form graph of a model gives its networkOutputs in the same order.
+ */
+export function headReads(g: Graph): number[] {
+  const isHead = (outs: number[]) => outs.length > 0 && outs.every((o) => g.values[o].kind === 'output');
+  const seen = new Set<number>();
+  const out: number[] = [];
   for (const n of g.nodes) {
     if (!isHead(n.outputs)) continue;
     for (const id of n.inputs) {
@@ -33,7 +41,7 @@ export function networkOutputs(model: CheckedModel): NetworkOutput[] {
       const v = g.values[id];
       if (v.kind === 'input' || v.kind === 'output') continue;
       seen.add(id);
-      out.push({ name: nameOf.get(id) ?? v.name, value: id });
+      out.push(id);
     }
   }
   return out;

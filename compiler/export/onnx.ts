@@ -8,9 +8,14 @@
  *           and buffers are initializers named by their torch names. Loss and metric nodes
  *           and everything only they need are left out.
  * Relies on: eval_mode.ts on the unbound graph (BATCH = -1 stays in value shapes and in
- *           reshape's `shape`, where ONNX's Reshape reads -1 as "the rest"); the official
- *           `onnx.proto` schema (vendored beside this file, Apache-2.0) encoded with
- *           protobufjs. An op ONNX cannot express is a UserError naming it.
+ *           reshape's `shape`, where ONNX's Reshape reads -1 as "the rest"; where a shape tensor
+ *           needs the batch size itself, e.g. broadcast_to, it is read at run time with Shape);
+ *           the official `onnx.proto` schema (vendored beside this file, Apache-2.0) encoded with
+ *           protobufjs. Every forward op of the catalogue maps to standard opset-17 operators:
+ *           linear -> Gemm (2-D) or MatMul + Add, matmul -> MatMul (Transpose for transA / transB),
+ *           attention -> MatMul, scale, the causal mask as a constant bool triangle in Where, Softmax,
+ *           MatMul; positions -> a constant 0..T-1 row Expanded to Shape(ids)[0:2]; gelu -> Erf;
+ *           masked_fill -> Where. An op or function without a mapping is a UserError naming it.
  */
 import protobuf from 'protobufjs';
 import { fileURLToPath } from 'node:url';
@@ -26,6 +31,7 @@ const IR_VERSION = 8;
 const FLOAT = 1;
 const INT32 = 6;
 const INT64 = 7;
+const BOOL = 9;
 const ATTR = { FLOAT: 1, INT: 2, INTS: 7 } as const;
 
 let modelProto: protobuf.Type | null = null;
@@ -105,6 +111,22 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
     return name;
   };
   const scalarF32 = (base: string, x: number) => constInit(base, [], FLOAT, new Uint8Array(Float32Array.of(x).buffer));
+  const int64s = (base: string, xs: number[]) => constInit(base, [xs.length], INT64, new Uint8Array(BigInt64Array.from(xs, (d) => BigInt(d)).buffer));
+  const zeroOf = (base: string, dtype: 'f32' | 'i32') =>
+    dtype === 'f32' ? scalarF32(base, 0) : constInit(base, [], INT32, new Uint8Array(Int32Array.of(0).buffer));
+  /** the causal rule of masked_fill / attention over [T, S] as a bool constant: true where s > t + (S - T) */
+  const causalMask = (base: string, T: number, S: number) => {
+    const m = new Uint8Array(T * S);
+    for (let t = 0; t < T; t++) for (let s = 0; s < S; s++) m[t * S + s] = s > t + (S - T) ? 1 : 0;
+    return constInit(base, [T, S], BOOL, m);
+  };
+  // the batch size at run time ([1] int64, from the first spec input the network reads), made once when needed
+  let batchDim: string | null = null;
+  const firstInput = () => {
+    const id = nodes.flatMap((n) => n.inputs).find((i) => i >= 0 && graph.values[i].kind === 'input');
+    if (id === undefined) throw new Error('internal: ONNX export: a shape needs the batch size but the network reads no input');
+    return id;
+  };
 
   for (const n of nodes) {
     for (const i of n.inputs) {
@@ -115,14 +137,65 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
     }
     const where = `${n.path ?? n.op}`;
     const ins = n.inputs.map((i) => (i < 0 ? '' : nm(i)));
+    const shapeOf = (k: number) => graph.values[n.inputs[k]].shape;
     const out = nm(n.outputs[0]);
     const emit = (opType: string, input: string[], output: string[], attribute: OnnxAttr[] = []) =>
       onnxNodes.push({ name: fresh(where), opType, input, output, attribute });
+    const t = (what: string) => fresh(`${where}/${what}`);
+    /** x with its last two dims swapped (a new value) */
+    const swapLast2 = (x: string, rank: number) => {
+      const y = t('transpose');
+      emit('Transpose', [x], [y], [intsAttr('perm', [...Array.from({ length: rank - 2 }, (_, i) => i), rank - 1, rank - 2])]);
+      return y;
+    };
+    /** an int64 shape tensor for `shape`, with the batch size read at run time where it says -1 */
+    const shapeTensor = (shape: number[]) => {
+      if (!shape.includes(-1)) return int64s(`${where}/shape`, shape);
+      if (batchDim === null) {
+        batchDim = fresh('batch_size');
+        onnxNodes.push({ name: fresh('batch_size'), opType: 'Shape', input: [nm(firstInput())], output: [batchDim], attribute: [intAttr('start', 0), intAttr('end', 1)] });
+      }
+      const parts = shape.map((d) => (d === -1 ? batchDim! : int64s(`${where}/dim`, [d])));
+      const s = t('shape');
+      emit('Concat', parts, [s], [intAttr('axis', 0)]);
+      return s;
+    };
     switch (n.op) {
       case 'linear': {
-        // x [N, K] (the checker allows no other rank), weight [out, K]: Gemm with transB
         const bias = n.inputs[2] !== undefined && n.inputs[2] >= 0 ? [ins[2]] : [];
-        emit('Gemm', [ins[0], ins[1], ...bias], [out], [intAttr('transB', 1)]);
+        if (shapeOf(0).length === 2) {
+          emit('Gemm', [ins[0], ins[1], ...bias], [out], [intAttr('transB', 1)]);
+          break;
+        }
+        // x [..., K]: MatMul with weightᵀ over the last dim, then the bias
+        const wt = swapLast2(ins[1], 2);
+        if (bias.length === 0) emit('MatMul', [ins[0], wt], [out]);
+        else {
+          const mm = t('matmul');
+          emit('MatMul', [ins[0], wt], [mm]);
+          emit('Add', [mm, bias[0]], [out]);
+        }
+        break;
+      }
+      case 'matmul': {
+        const a = n.attrs.transA === true ? swapLast2(ins[0], shapeOf(0).length) : ins[0];
+        const b = n.attrs.transB === true ? swapLast2(ins[1], shapeOf(1).length) : ins[1];
+        emit('MatMul', [a, b], [out]);
+        break;
+      }
+      case 'attention': {
+        // softmax(q kᵀ * scale, causal -inf) v per (n, h); lse (output 1) is a training-only value
+        const [T, S] = [shapeOf(0)[2], shapeOf(1)[2]];
+        const s = t('scores'), ss = t('scaled'), p = t('probs');
+        emit('MatMul', [ins[0], swapLast2(ins[1], 4)], [s]);
+        emit('Mul', [s, scalarF32(`${where}/scale`, num(n.attrs.scale, 1))], [ss]);
+        let logits = ss;
+        if (n.attrs.causal === true) {
+          logits = t('masked');
+          emit('Where', [causalMask(`${where}/causal`, T, S), scalarF32(`${where}/neg_inf`, -Infinity), ss], [logits]);
+        }
+        emit('Softmax', [logits], [p], [intAttr('axis', -1)]);
+        emit('MatMul', [p, ins[2]], [out]);
         break;
       }
       case 'conv2d': {
@@ -154,25 +227,91 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
         if (shape.some((d) => d < -1) || shape.filter((d) => d === -1).length > 1) {
           throw new UserError(`${model.file}: error: cannot export reshape at '${where}' to ONNX: its target shape [${shape.join(', ')}] mixes the batch size into another dimension\n  hint: keep the batch dimension N first and separate in reshape / flatten`);
         }
-        const s = constInit(`${where}/shape`, [shape.length], INT64, new Uint8Array(BigInt64Array.from(shape, (d) => BigInt(d)).buffer));
-        emit('Reshape', [ins[0], s], [out]);
+        emit('Reshape', [ins[0], int64s(`${where}/shape`, shape)], [out]);
+        break;
+      }
+      case 'permute':
+        emit('Transpose', [ins[0]], [out], [intsAttr('perm', n.attrs.perm as number[])]);
+        break;
+      case 'slice': {
+        const [axis, start, length] = [num(n.attrs.axis, 0), num(n.attrs.start, 0), num(n.attrs.length, 1)];
+        emit('Slice', [ins[0], int64s(`${where}/starts`, [start]), int64s(`${where}/ends`, [start + length]), int64s(`${where}/axes`, [axis])], [out]);
+        break;
+      }
+      case 'pad': {
+        // mpsc: [before0, after0, before1, after1, ...]; ONNX: [before0, before1, ..., after0, after1, ...]
+        const pads = n.attrs.pads as number[];
+        const onnxPads = [...pads.filter((_, i) => i % 2 === 0), ...pads.filter((_, i) => i % 2 === 1)];
+        emit('Pad', [ins[0], int64s(`${where}/pads`, onnxPads), scalarF32(`${where}/value`, num(n.attrs.value, 0))], [out]);
+        break;
+      }
+      case 'broadcast_to':
+        emit('Expand', [ins[0], shapeTensor(n.attrs.shape as number[])], [out]);
+        break;
+      case 'reduce': {
+        const fn = String(n.attrs.fn);
+        const axes = n.attrs.axes as number[];
+        const keep = intAttr('keepdims', n.attrs.keepdim === true ? 1 : 0);
+        // opset 17: ReduceSum takes the axes as an input, ReduceMean / ReduceMax as an attribute
+        if (fn === 'sum') emit('ReduceSum', [ins[0], int64s(`${where}/axes`, axes)], [out], [keep]);
+        else if (fn === 'mean' || fn === 'max') emit(fn === 'mean' ? 'ReduceMean' : 'ReduceMax', [ins[0]], [out], [intsAttr('axes', axes), keep]);
+        else throw unsupported(model, n, `reduce function '${fn}'`);
+        break;
+      }
+      case 'masked_fill': {
+        // y = masked ? value : x, with y the broadcast of x and the mask
+        const conds: string[] = [];
+        if (ins[1] !== undefined && ins[1] !== '') {
+          const eq = t('is_zero');
+          emit('Equal', [ins[1], zeroOf(`${where}/zero`, graph.values[n.inputs[1]].dtype)], [eq]);
+          if (n.attrs.invert === true) conds.push(eq);
+          else {
+            const ne = t('nonzero');
+            emit('Not', [eq], [ne]);
+            conds.push(ne);
+          }
+        }
+        if (n.attrs.causal === true) {
+          const xs = shapeOf(0);
+          conds.push(causalMask(`${where}/causal`, xs[xs.length - 2], xs[xs.length - 1]));
+        }
+        let cond = conds[0];
+        if (conds.length === 2) {
+          cond = t('mask');
+          emit('Or', conds, [cond]);
+        }
+        emit('Where', [cond, scalarF32(`${where}/value`, num(n.attrs.value, 0)), ins[0]], [out]);
+        break;
+      }
+      case 'positions': {
+        // pos[n, t] = t: the row 0..T-1 expanded to ids' [N, T]
+        const T = shapeOf(0)[1];
+        const row = constInit(`${where}/range`, [T], INT32, new Uint8Array(Int32Array.from({ length: T }, (_, i) => i).buffer));
+        const nt = t('shape');
+        emit('Shape', [ins[0]], [nt], [intAttr('start', 0), intAttr('end', 2)]);
+        emit('Expand', [row, nt], [out]);
         break;
       }
       case 'unary': {
         const fn = String(n.attrs.fn);
         const at = (k: string, dflt: number) => num(n.attrs[k], dflt);
-        const t = (what: string) => fresh(`${where}/${what}`);
         const x = ins[0];
-        if (fn === 'relu') emit('Relu', [x], [out]);
-        else if (fn === 'sigmoid') emit('Sigmoid', [x], [out]);
-        else if (fn === 'tanh') emit('Tanh', [x], [out]);
-        else if (fn === 'neg') emit('Neg', [x], [out]);
+        const simple: Record<string, string> = { relu: 'Relu', sigmoid: 'Sigmoid', tanh: 'Tanh', neg: 'Neg', hardswish: 'HardSwish', exp: 'Exp', log: 'Log', sqrt: 'Sqrt', abs: 'Abs' };
+        if (simple[fn]) emit(simple[fn], [x], [out]);
         else if (fn === 'leaky_relu') emit('LeakyRelu', [x], [out], [floatAttr('alpha', at('alpha', 0.01))]);
         else if (fn === 'elu') emit('Elu', [x], [out], [floatAttr('alpha', at('alpha', 1))]);
-        else if (fn === 'hardswish') emit('HardSwish', [x], [out]);
         else if (fn === 'relu6' || fn === 'hardtanh') {
           const [lo, hi] = fn === 'relu6' ? [0, 6] : [at('min_val', -1), at('max_val', 1)];
           emit('Clip', [x, scalarF32(`${where}/min`, lo), scalarF32(`${where}/max`, hi)], [out]);
+        } else if (fn === 'rsqrt') {
+          const s = t('sqrt');
+          emit('Sqrt', [x], [s]);
+          emit('Reciprocal', [s], [out]);
+        } else if (fn === 'pow') emit('Pow', [x, scalarF32(`${where}/p`, at('p', 1))], [out]);
+        else if (fn === 'affine') {
+          const m = t('scaled');
+          emit('Mul', [x, scalarF32(`${where}/scale`, at('scale', 1))], [m]);
+          emit('Add', [m, scalarF32(`${where}/shift`, at('shift', 0))], [out]);
         } else if (fn === 'silu') {
           const s1 = t('sigmoid');
           emit('Sigmoid', [x], [s1]);
@@ -205,7 +344,7 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
       }
       case 'binary': {
         const fn = String(n.attrs.fn);
-        const op = { add: 'Add', sub: 'Sub', mul: 'Mul' }[fn];
+        const op = { add: 'Add', sub: 'Sub', mul: 'Mul', div: 'Div' }[fn];
         if (!op) throw unsupported(model, n, `binary function '${fn}'`);
         emit(op, [ins[0], ins[1]], [out]);
         break;

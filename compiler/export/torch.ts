@@ -7,15 +7,19 @@
  *           the module's train() / eval() mode as in torch) and its weights (weights.ts).
  * Produces: `{ source, tensors }`: the Python source and the tensors to write.
  *           Layers with parameters become submodules at their parameter paths (`fc1` ->
- *           nn.Linear, `stem.conv2d0` -> nn.Conv2d inside a container `stem`); layers without
- *           become functional calls in forward(). forward takes the spec inputs the network
+ *           nn.Linear, `stem.conv2d0` -> nn.Conv2d inside a container `stem`); a tensor whose
+ *           name does not fit a module (attention's `in_proj_weight`) or that a module already
+ *           owns (a tied weight read by a second layer) is registered at its own path and read
+ *           by an F.* call; layers without parameters (positions, attention's core as
+ *           F.scaled_dot_product_attention, tensor algebra) become calls in forward(). forward takes the spec inputs the network
  *           reads (by their spec names) and returns the network output the loss reads
- *           (heads.ts), or a dict by name when the loss and metrics read several.
+ *           (heads.ts), or a dict by name when the loss and metrics read several; the module-level
+ *           INPUTS gives each input's dtype and shape (None for the batch dimension).
  * Relies on: the scalar-function table's `torch` spelling of each unary function; ops.ts semantics matching torch's (conv padding zeros, max-pool -inf padding,
  *           avg-pool count_include_pad=True, exact gelu, batchnorm unbiased running var).
  */
 import { UserError } from '../errors.js';
-import type { Graph, Node } from '../ir/graph.js';
+import type { AttrValue, Graph, Node } from '../ir/graph.js';
 import { isUnaryFn, UNARY_FNS_TABLE } from '../ir/scalar_fns.js';
 import type { CheckedModel } from '../model.js';
 import type { StWriteTensor } from '../../runtime/safetensors.js';
@@ -28,6 +32,8 @@ const PY_KEYWORDS = new Set(
 const isPyIdent = (s: string) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(s) && !PY_KEYWORDS.has(s);
 
 function pyFloat(x: number): string {
+  if (Number.isNaN(x)) return 'float("nan")';
+  if (!Number.isFinite(x)) return x > 0 ? 'float("inf")' : 'float("-inf")';
   if (Number.isInteger(x)) return `${x}.0`;
   return String(x);
 }
@@ -70,58 +76,145 @@ export function exportTorch(model: CheckedModel, weights: ExportWeights, produce
     return s;
   };
 
+  // Parameters and buffers: owned by a torch module (nn.Linear at `fc1` owns fc1.weight / fc1.bias)
+  // when a layer's names follow torch's `<path>.weight` / `<path>.bias` pattern, else registered
+  // one by one at their own path (attention's in_proj_weight, a tied weight read by a second layer)
   const modules: { path: string; ctor: string }[] = [];
-  const body: string[] = [];
-  const modulePathOf = (n: Node) => {
-    const w = g.values[n.inputs[1]];
-    return w.name.slice(0, w.name.lastIndexOf('.'));
+  const raw: { path: string; shape: number[]; buffer: boolean }[] = [];
+  const owner = new Map<string, string>(); // tensor name -> python expression
+  const modulePaths = new Set<string>();
+  const tensorRef = (id: number) => {
+    const val = g.values[id];
+    let ref = owner.get(val.name);
+    if (ref === undefined) {
+      const buffer = val.kind !== 'param';
+      raw.push({ path: val.name, shape: val.shape, buffer });
+      ref = `self.${buffer ? 'get_buffer' : 'get_parameter'}(${JSON.stringify(val.name)})`;
+      owner.set(val.name, ref);
+    }
+    return ref;
   };
+  /**
+   * The module path for node n when its tensor inputs (from index 1) are `<path>.<leaf>` with the
+   * given leaves, none owned yet and the path free; the module then owns them. Else null.
+   */
+  const claimModule = (n: Node, leaves: string[], ctor: string): string | null => {
+    const w = g.values[n.inputs[1]].name;
+    if (!w.endsWith(`.${leaves[0]}`)) return null;
+    const path = w.slice(0, w.length - leaves[0].length - 1);
+    const tensors = leaves.map((leaf, k) => (n.inputs[k + 1] !== undefined && n.inputs[k + 1] >= 0 ? { leaf, name: g.values[n.inputs[k + 1]].name } : null));
+    if (modulePaths.has(path) || owner.has(path) || tensors.some((t) => t !== null && (t.name !== `${path}.${t.leaf}` || owner.has(t.name)))) return null;
+    modulePaths.add(path);
+    modules.push({ path, ctor });
+    for (const t of tensors) if (t) owner.set(t.name, `${modRef(path)}.${t.leaf}`);
+    return path;
+  };
+  const firstInput = inputs.length > 0 ? local.get(inputs[0].value)! : null;
+  const dims = (shape: number[]) =>
+    shape.map((d) => {
+      if (d >= 0) return String(d);
+      if (firstInput === null) throw new Error('internal: torch export: a shape needs the batch size but the network reads no input');
+      return `${firstInput}.shape[0]`;
+    });
+  const body: string[] = [];
   for (const n of nodes) {
     const a = n.attrs;
     const x = v(n.inputs[0]);
     const y = v(n.outputs[0]);
     const has = (k: number) => n.inputs[k] !== undefined && n.inputs[k] >= 0;
+    const shapeOf = (k: number) => g.values[n.inputs[k]].shape;
     switch (n.op) {
       case 'linear': {
         const w = g.values[n.inputs[1]];
-        const path = modulePathOf(n);
-        modules.push({ path, ctor: `nn.Linear(${w.shape[1]}, ${w.shape[0]}, bias=${has(2) ? 'True' : 'False'})` });
-        body.push(`${y} = ${modRef(path)}(${x})`);
+        const path = claimModule(n, ['weight', 'bias'], `nn.Linear(${w.shape[1]}, ${w.shape[0]}, bias=${has(2) ? 'True' : 'False'})`);
+        if (path !== null) body.push(`${y} = ${modRef(path)}(${x})`);
+        else body.push(`${y} = F.linear(${x}, ${tensorRef(n.inputs[1])}, ${has(2) ? tensorRef(n.inputs[2]) : 'None'})`);
         break;
       }
       case 'conv2d': {
         const w = g.values[n.inputs[1]];
         const groups = typeof a.groups === 'number' ? a.groups : 1;
-        const path = modulePathOf(n);
-        modules.push({
-          path,
-          ctor: `nn.Conv2d(${w.shape[1] * groups}, ${w.shape[0]}, (${w.shape[2]}, ${w.shape[3]}), stride=${pyTuple(a.stride, 1)}, padding=${pyTuple(a.padding, 0)}, dilation=${pyTuple(a.dilation, 1)}, groups=${groups}, bias=${has(2) ? 'True' : 'False'})`,
-        });
-        body.push(`${y} = ${modRef(path)}(${x})`);
+        const geometry = `stride=${pyTuple(a.stride, 1)}, padding=${pyTuple(a.padding, 0)}, dilation=${pyTuple(a.dilation, 1)}, groups=${groups}`;
+        const path = claimModule(n, ['weight', 'bias'], `nn.Conv2d(${w.shape[1] * groups}, ${w.shape[0]}, (${w.shape[2]}, ${w.shape[3]}), ${geometry}, bias=${has(2) ? 'True' : 'False'})`);
+        if (path !== null) body.push(`${y} = ${modRef(path)}(${x})`);
+        else body.push(`${y} = F.conv2d(${x}, ${tensorRef(n.inputs[1])}, ${has(2) ? tensorRef(n.inputs[2]) : 'None'}, ${geometry})`);
         break;
       }
       case 'batchnorm_train': {
         const w = g.values[n.inputs[1]];
-        const rank = g.values[n.inputs[0]].shape.length;
-        const path = modulePathOf(n);
+        const rank = shapeOf(0).length;
         const eps = typeof a.eps === 'number' ? a.eps : 1e-5;
         const mom = typeof a.momentum === 'number' ? a.momentum : 0.1;
-        modules.push({ path, ctor: `nn.BatchNorm${rank === 4 ? '2d' : '1d'}(${w.shape[0]}, eps=${pyFloat(eps)}, momentum=${pyFloat(mom)})` });
+        const path = claimModule(n, ['weight', 'bias', 'running_mean', 'running_var'], `nn.BatchNorm${rank === 4 ? '2d' : '1d'}(${w.shape[0]}, eps=${pyFloat(eps)}, momentum=${pyFloat(mom)})`);
+        // a batchnorm's tensors always carry its layer path (the checkpoint's num_batches_tracked relies on it)
+        if (path === null) throw unsupported(model, n, `batchnorm tensors not named <layer>.weight / .bias / .running_mean / .running_var`);
         body.push(`${y} = ${modRef(path)}(${x})`);
         break;
       }
       case 'layernorm': {
         const w = g.values[n.inputs[1]];
-        const path = modulePathOf(n);
-        modules.push({ path, ctor: `nn.LayerNorm(${w.shape[0]}, eps=${pyFloat(typeof a.eps === 'number' ? a.eps : 1e-5)})` });
-        body.push(`${y} = ${modRef(path)}(${x})`);
+        const eps = pyFloat(typeof a.eps === 'number' ? a.eps : 1e-5);
+        const path = claimModule(n, ['weight', 'bias'], `nn.LayerNorm(${w.shape[0]}, eps=${eps})`);
+        if (path !== null) body.push(`${y} = ${modRef(path)}(${x})`);
+        else body.push(`${y} = F.layer_norm(${x}, (${w.shape[0]},), ${tensorRef(n.inputs[1])}, ${tensorRef(n.inputs[2])}, eps=${eps})`);
         break;
       }
       case 'embedding': {
         const w = g.values[n.inputs[1]];
-        const path = modulePathOf(n);
-        modules.push({ path, ctor: `nn.Embedding(${w.shape[0]}, ${w.shape[1]})` });
-        body.push(`${y} = ${modRef(path)}(${x}.long())`);
+        const path = claimModule(n, ['weight'], `nn.Embedding(${w.shape[0]}, ${w.shape[1]})`);
+        if (path !== null) body.push(`${y} = ${modRef(path)}(${x}.long())`);
+        else body.push(`${y} = F.embedding(${x}.long(), ${tensorRef(n.inputs[1])})`);
+        break;
+      }
+      case 'positions':
+        body.push(`${y} = torch.arange(${x}.shape[1], device=${x}.device).unsqueeze(0).expand(${x}.shape[0], -1)`);
+        break;
+      case 'attention': {
+        const [T, S] = [shapeOf(0)[2], shapeOf(1)[2]];
+        const scale = `scale=${pyFloat(Number(a.scale))}`;
+        // torch's is_causal aligns the triangle upper-left; mpsc's rule (bottom-right) equals it when S = T
+        const causal = a.causal !== true ? '' : T === S ? ', is_causal=True' : `, attn_mask=torch.ones(${T}, ${S}, dtype=torch.bool, device=${x}.device).tril(${S - T})`;
+        body.push(`${y} = F.scaled_dot_product_attention(${x}, ${v(n.inputs[1])}, ${v(n.inputs[2])}${causal}, ${scale})`);
+        break;
+      }
+      case 'matmul': {
+        const tr = (s: string, flag: AttrValue | undefined) => (flag === true ? `${s}.transpose(-2, -1)` : s);
+        body.push(`${y} = torch.matmul(${tr(x, a.transA)}, ${tr(v(n.inputs[1]), a.transB)})`);
+        break;
+      }
+      case 'permute':
+        body.push(`${y} = ${x}.permute(${(a.perm as number[]).join(', ')})`);
+        break;
+      case 'slice':
+        body.push(`${y} = ${x}.narrow(${Number(a.axis)}, ${Number(a.start)}, ${Number(a.length)})`);
+        break;
+      case 'pad': {
+        // mpsc: a pair per dim in dim order; F.pad: the last dim's pair first
+        const pads = a.pads as number[];
+        const pairs = Array.from({ length: pads.length / 2 }, (_, i) => [pads[2 * i], pads[2 * i + 1]]).reverse().flat();
+        body.push(`${y} = F.pad(${x}, (${pairs.join(', ')}), value=${pyFloat(typeof a.value === 'number' ? a.value : 0)})`);
+        break;
+      }
+      case 'broadcast_to':
+        body.push(`${y} = ${x}.expand(${dims(a.shape as number[]).join(', ')})`);
+        break;
+      case 'reduce': {
+        const fn = String(a.fn);
+        const axes = `dim=(${(a.axes as number[]).join(', ')},), keepdim=${a.keepdim === true ? 'True' : 'False'}`;
+        if (fn === 'sum' || fn === 'mean') body.push(`${y} = ${x}.${fn}(${axes})`);
+        else if (fn === 'max') body.push(`${y} = torch.amax(${x}, ${axes})`);
+        else throw unsupported(model, n, `reduce function '${fn}'`);
+        break;
+      }
+      case 'masked_fill': {
+        const conds: string[] = [];
+        if (has(1)) conds.push(`(${v(n.inputs[1])} ${a.invert === true ? '==' : '!='} 0)`);
+        if (a.causal === true) {
+          const xs = shapeOf(0);
+          const [T, S] = [xs[xs.length - 2], xs[xs.length - 1]];
+          conds.push(`torch.ones(${T}, ${S}, dtype=torch.bool, device=${x}.device).triu(${1 + S - T})`);
+        }
+        body.push(`${y} = torch.where(${conds.join(' | ')}, torch.tensor(${pyFloat(Number(a.value))}, dtype=${x}.dtype, device=${x}.device), ${x})`);
         break;
       }
       case 'maxpool2d':
@@ -155,7 +248,7 @@ export function exportTorch(model: CheckedModel, weights: ExportWeights, produce
         break;
       }
       case 'binary': {
-        const op = { add: '+', sub: '-', mul: '*' }[String(a.fn)];
+        const op = { add: '+', sub: '-', mul: '*', div: '/' }[String(a.fn)];
         if (!op) throw unsupported(model, n, `binary function '${String(a.fn)}'`);
         body.push(`${y} = ${x} ${op} ${v(n.inputs[1])}`);
         break;
@@ -175,23 +268,33 @@ export function exportTorch(model: CheckedModel, weights: ExportWeights, produce
   }
   const ret = heads.length === 1 ? v(heads[0].value) : `{${heads.map((h) => `${JSON.stringify(h.name)}: ${v(h.value)}`).join(', ')}}`;
 
-  // containers for dotted module paths, created parent first
+  // containers for the dotted paths of modules and of tensors registered one by one, parents first;
+  // a path that is itself a module is not a container (modules are added shallowest first)
   const containers: string[] = [];
-  const seen = new Set<string>();
-  for (const m of modules) {
-    const parts = m.path.split('.');
+  const seen = new Set<string>(modulePaths);
+  for (const p of [...modules.map((m) => m.path), ...raw.map((r) => r.path)]) {
+    const parts = p.split('.');
     for (let k = 1; k < parts.length; k++) {
-      const p = parts.slice(0, k).join('.');
-      if (!seen.has(p)) {
-        seen.add(p);
-        containers.push(p);
+      const c = parts.slice(0, k).join('.');
+      if (!seen.has(c)) {
+        seen.add(c);
+        containers.push(c);
       }
     }
   }
-  const put = (path: string, ctor: string) => {
+  const depth = (p: string) => p.split('.').length;
+  const parentOf = (path: string) => {
     const k = path.lastIndexOf('.');
-    const parent = k < 0 ? 'self' : `self.get_submodule(${JSON.stringify(path.slice(0, k))})`;
-    return `        ${parent}.add_module(${JSON.stringify(path.slice(k + 1))}, ${ctor})`;
+    return { parent: k < 0 ? 'self' : `self.get_submodule(${JSON.stringify(path.slice(0, k))})`, leaf: JSON.stringify(path.slice(k + 1)) };
+  };
+  const put = (path: string, ctor: string) => {
+    const { parent, leaf } = parentOf(path);
+    return `        ${parent}.add_module(${leaf}, ${ctor})`;
+  };
+  const putTensor = (r: { path: string; shape: number[]; buffer: boolean }) => {
+    const { parent, leaf } = parentOf(r.path);
+    const shape = `(${r.shape.join(', ')}${r.shape.length === 1 ? ',' : ''})`;
+    return r.buffer ? `        ${parent}.register_buffer(${leaf}, torch.zeros(${shape}))` : `        ${parent}.register_parameter(${leaf}, nn.Parameter(torch.empty(${shape})))`;
   };
   const className = pyClassName(model.name);
   const src: string[] = [];
@@ -200,11 +303,15 @@ export function exportTorch(model: CheckedModel, weights: ExportWeights, produce
   src.push(`#   model = ${className}(); model.load_state_dict(read_safetensors("model.safetensors"), strict=True)`);
   src.push(`# forward(${inputs.map((i) => local.get(i.value)).join(', ')}) returns ${heads.length === 1 ? `'${heads[0].name}'` : `a dict of ${heads.map((h) => `'${h.name}'`).join(', ')}`}.`);
   src.push('import json', 'import struct', '', 'import torch', 'import torch.nn as nn', 'import torch.nn.functional as F', '', '');
+  // the inputs forward takes, with their dtype and shape (None: the batch dimension)
+  const inputSpec = inputs.map((i) => `${JSON.stringify(local.get(i.value))}: (${i.dtype === 'f32' ? 'torch.float32' : 'torch.int32'}, [${i.shape.map((d) => (d < 0 ? 'None' : d)).join(', ')}])`);
+  src.push(`INPUTS = {${inputSpec.join(', ')}}`, '', '');
   src.push(`class ${className}(nn.Module):`);
   src.push('    def __init__(self):');
   src.push('        super().__init__()');
   for (const c of containers) src.push(put(c, 'nn.Module()'));
-  for (const m of modules) src.push(put(m.path, m.ctor));
+  for (const m of [...modules].sort((x, y) => depth(x.path) - depth(y.path))) src.push(put(m.path, m.ctor));
+  for (const r of raw) src.push(putTensor(r));
   src.push('');
   src.push(`    def forward(self, ${inputs.map((i) => local.get(i.value)).join(', ')}):`);
   for (const line of body) src.push(`        ${line}`);

@@ -4,43 +4,35 @@
  * weights-only `model.safetensors`).
  *
  * Consumes: a CheckedModel and a file path.
- * Produces: `ExportWeights`: every ParamDecl's tensor as float32 (shape checked against the
- *           spec) and `<layer>.num_batches_tracked` (torch's batchnorm counter; 0 when the
- *           file has none) for every layer with a running_mean.
- * Relies on: runtime/checkpoint.ts (checksum-verified reading); checkpoint names are torch names.
- * A missing or mis-shaped tensor is a UserError naming the tensor and the file.
+ * Produces: `ExportWeights`: every parameter and buffer the model's programs hold, as float32
+ *           (shape checked against the spec), `<layer>.num_batches_tracked` (torch's batchnorm
+ *           counter; 0 when the file has none) for every layer with a running_mean, and the
+ *           file's `vocab` metadata (a text model's tokenizer) when it has one.
+ * Relies on: the one weights-loading path of eval / predict / sample (runtime/trainer.ts
+ *           weightsLoad + runtime/checkpoint.ts loadIntoSession, into a table of the programs'
+ *           persistent tensors instead of a session), so a missing, unexpected or mis-shaped
+ *           tensor is the same UserError naming the tensors and the file.
  */
-import { UserError } from '../errors.js';
 import type { CheckedModel } from '../model.js';
-import { batchnormLayers, readCheckpointFile } from '../../runtime/checkpoint.js';
+import { buildPrograms } from '../ir/programs.js';
+import { batchnormLayers, loadIntoSession, programTensorTable, readCheckpointFile } from '../../runtime/checkpoint.js';
 import { tensorToF32 } from '../../runtime/safetensors.js';
+import { weightsLoad } from '../../runtime/trainer.js';
 
 export interface ExportWeights {
   /** param / state path -> float32 values (row-major, ParamDecl.shape) */
   tensors: Map<string, { shape: number[]; data: Float32Array }>;
   /** batchnorm layer path -> num_batches_tracked */
   batchesTracked: Map<string, bigint>;
+  /** metadata to carry into an exported weights file (`vocab` of a text model) */
+  metadata: Record<string, string>;
 }
 
 export function readExportWeights(model: CheckedModel, file: string): ExportWeights {
   const st = readCheckpointFile(file);
+  const table = programTensorTable(buildPrograms(model, { batch: 1 }));
   const tensors = new Map<string, { shape: number[]; data: Float32Array }>();
-  const missing: string[] = [];
-  for (const p of model.params) {
-    const t = st.tensors.get(p.path);
-    if (!t) {
-      missing.push(p.path);
-      continue;
-    }
-    if (t.shape.length !== p.shape.length || t.shape.some((d, i) => d !== p.shape[i])) {
-      throw new UserError(`${file}: error: tensor '${p.path}' has shape [${t.shape.join(', ')}], the spec ${model.file} needs [${p.shape.join(', ')}]\n  hint: export with the spec the weights were trained with`);
-    }
-    tensors.set(p.path, { shape: [...p.shape], data: tensorToF32(t) });
-  }
-  if (missing.length > 0) {
-    const shown = missing.slice(0, 5).map((m) => `'${m}'`).join(', ');
-    throw new UserError(`${file}: error: the weights file has no tensor ${shown}${missing.length > 5 ? ` and ${missing.length - 5} more` : ''} of model '${model.name}'\n  hint: pass a checkpoint or model.safetensors written by training ${model.file}`);
-  }
+  loadIntoSession({ ...table, write: (name, data) => tensors.set(name, { shape: table.tensorShape(name), data }) }, st, file, weightsLoad(model, table));
   const batchesTracked = new Map<string, bigint>();
   for (const layer of batchnormLayers(model)) {
     const t = st.tensors.get(`${layer}.num_batches_tracked`);
@@ -49,5 +41,7 @@ export function readExportWeights(model: CheckedModel, file: string): ExportWeig
     else if (t) v = BigInt(Math.round(tensorToF32(t)[0]));
     batchesTracked.set(layer, v);
   }
-  return { tensors, batchesTracked };
+  const metadata: Record<string, string> = {};
+  if (st.metadata.vocab !== undefined) metadata.vocab = st.metadata.vocab;
+  return { tensors, batchesTracked, metadata };
 }

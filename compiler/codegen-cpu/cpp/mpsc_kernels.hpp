@@ -103,7 +103,11 @@ inline void conv_grad_weight(mpsc_ctx* ctx, const mpsc_fast::Conv2dShape& s, con
 }
 
 // ------------------------------------------------------------------ profile (MPSC_PROFILE=1, or =all)
-/** per-kernel wall time, summed over runs, printed to stderr at process exit (generated run_* call these) */
+/**
+ * per-kernel wall time, summed over runs, printed to stderr at process exit (generated run_* call these).
+ * MPSC_PROFILE_CLOCK=cpu times with the calling thread's CPU clock instead: with --threads 1 on a shared
+ * machine that is each kernel's own work, without the time the thread waited for a core.
+ */
 struct ProfEntry {
   const char* name = nullptr;
   double ms = 0;
@@ -119,7 +123,7 @@ inline void prof_dump() {
   double total = 0;
   for (auto& e : t) total += e.ms;
   std::sort(t.begin(), t.end(), [](const ProfEntry& a, const ProfEntry& b) { return a.ms > b.ms; });
-  std::fprintf(stderr, "mpsc profile: %.1f ms in kernels\n", total);
+  std::fprintf(stderr, "mpsc profile: %.1f ms in kernels%s\n", total, std::getenv("MPSC_PROFILE_CLOCK") ? " (MPSC_PROFILE_CLOCK)" : "");
   // MPSC_PROFILE=all lists every kernel, any other value the 30 slowest
   const char* v = std::getenv("MPSC_PROFILE");
   const size_t shown = v && std::strcmp(v, "all") == 0 ? t.size() : 30;
@@ -135,7 +139,18 @@ inline bool prof_on() {
   }();
   return on;
 }
-inline double prof_now() { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+inline double prof_now() {
+  static const bool cpu = [] {
+    const char* v = std::getenv("MPSC_PROFILE_CLOCK");
+    return v && std::strcmp(v, "cpu") == 0;
+  }();
+  if (cpu) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+  }
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 inline void prof_add(int slot, const char* name, double t0) {
   auto& t = prof_table();
   if ((int)t.size() <= slot) t.resize((size_t)slot + 1);
@@ -454,8 +469,15 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
  * above 88.72, NaN passes through. erf_v: odd; |x| < 0.5: x * its Taylor series to x^12 (error
  * < 1e-9); else 1 - t P(t) exp(-x^2) with t = 1/(1 + 0.3275911 |x|) (Abramowitz & Stegun 7.1.26,
  * absolute error < 1.5e-7); NaN passes through.
+ * Both are always inlined: in a large generated model.cc GCC otherwise stops inlining them once its
+ * unit-growth limit is reached, and a loop that calls them stays scalar (the gelu kernels ran 4-5x slower).
  */
-inline float exp_v(float x) {
+#if defined(__GNUC__)
+#define MK_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define MK_ALWAYS_INLINE inline
+#endif
+MK_ALWAYS_INLINE float exp_v(float x) {
   const float xc = std::min(std::max(x, -87.0f), 88.5f);
   const float n = std::nearbyint(xc * 1.44269504088896341f);
   const float r = (xc - n * 0.693145751953125f) - n * 1.42860682030941723e-06f;
@@ -467,7 +489,7 @@ inline float exp_v(float x) {
   return x < -87.3365479f ? 0.0f : x > 88.7228394f ? INFINITY : x != x ? x : y;
 }
 
-inline float erf_v(float x) {
+MK_ALWAYS_INLINE float erf_v(float x) {
   const float a = std::fabs(x), a2 = x * x;
   const float small = x * (1.12837917f + a2 * (-0.376126389f + a2 * (0.112837917f + a2 * (-0.0268661706f + a2 * (5.22397891e-03f + a2 * (-8.54832702e-04f + a2 * 1.20553447e-04f))))));
   const float t = 1.0f / (1.0f + 0.3275911f * a);
@@ -508,17 +530,23 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
     const int64_t nc = std::min(ATT_BC, kend - u0);
     for (int64_t j = 0; j < nc; j++)
       for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * D + d];
+    for (int64_t d = 0; d < D; d++)  // a short last tile: zero columns (the score rows span ATT_BC)
+      for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = 0.0f;
     for (int64_t i = 0; i < nr; i++) {
       const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
       if (vis <= 0) continue;
       const float* qi = q + (t0 + i) * D;
       float* si = sc + i * ATT_BC;
-      for (int64_t j = 0; j < vis; j++) si[j] = 0.0f;
+      // the scores of the whole tile width in a fixed-size local row (registers; the columns past
+      // `vis` see stale key columns and are dropped), each visible one the same chain over d
+      float sr[ATT_BC];
+      for (int64_t j = 0; j < ATT_BC; j++) sr[j] = 0.0f;
       for (int64_t d = 0; d < D; d++) {
         const float qd = qi[d] * scale;
         const float* kd = kt + d * ATT_BC;
-        for (int64_t j = 0; j < vis; j++) si[j] += qd * kd[j];
+        for (int64_t j = 0; j < ATT_BC; j++) sr[j] += qd * kd[j];
       }
+      for (int64_t j = 0; j < vis; j++) si[j] = sr[j];
       float mx = m[i];
       for (int64_t j = 0; j < vis; j++) mx = std::max(mx, si[j]);
       const float corr = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first visible tile
@@ -576,6 +604,8 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
     const int64_t nc = std::min(ATT_BC, S - u0);
     for (int64_t j = 0; j < nc; j++)
       for (int64_t d = 0; d < D; d++) { kt[d * ATT_BC + j] = k[(u0 + j) * D + d]; vt[d * ATT_BC + j] = v[(u0 + j) * D + d]; }
+    for (int64_t d = 0; d < D; d++)  // a short last tile: zero columns (the score rows span ATT_BC)
+      for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = vt[d * ATT_BC + j] = 0.0f;
     // the first query that sees key u0: t + 1 + S - T > u0
     const int64_t tfirst = causal ? std::max<int64_t>(0, u0 - (S - T)) : 0;
     for (int64_t t0 = tfirst; t0 < T; t0 += ATT_BR) {
@@ -590,16 +620,17 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
         const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t, T, S) - u0));
         for (int64_t j = 0; j < nc; j++) { pi[j] = 0.0f; si[j] = 0.0f; }
         if (vis == 0) continue;
-        float dp[ATT_BC];
-        for (int64_t j = 0; j < vis; j++) dp[j] = 0.0f;
+        // scores and dP of the whole tile width in fixed-size local rows (registers), as in the forward
+        float sr[ATT_BC], dp[ATT_BC];
+        for (int64_t j = 0; j < ATT_BC; j++) { sr[j] = 0.0f; dp[j] = 0.0f; }
         for (int64_t d = 0; d < D; d++) {
           const float qd = qi[d] * scale, gd = gi[d];
           const float* kd = kt + d * ATT_BC;
           const float* vd = vt + d * ATT_BC;
-          for (int64_t j = 0; j < vis; j++) { pi[j] += qd * kd[j]; dp[j] += gd * vd[j]; }
+          for (int64_t j = 0; j < ATT_BC; j++) { sr[j] += qd * kd[j]; dp[j] += gd * vd[j]; }
         }
         const float L = lse[t], dl = delta[t];
-        for (int64_t j = 0; j < vis; j++) pi[j] = exp_v(pi[j] - L);
+        for (int64_t j = 0; j < vis; j++) pi[j] = exp_v(sr[j] - L);
         for (int64_t j = 0; j < vis; j++) si[j] = pi[j] * (dp[j] - dl) * scale;
       }
       // dv[u] += sum_t P[t,u] do[t]; dk[u] += sum_t dS[t,u] q[t]: the key's rows in registers
@@ -608,7 +639,9 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
         float* dvj = dv + (u0 + j) * D;
         float* dkj = dk + (u0 + j) * D;
         for (int64_t d = 0; d < D; d++) { av[d] = dvj[d]; ak[d] = dkj[d]; }
-        for (int64_t i = 0; i < nr; i++) {
+        // rows before the key's first query (causal) hold P = dS = 0: skipped
+        const int64_t ilo = causal ? std::min(nr, std::max<int64_t>(0, u0 + j - (S - T) - t0)) : 0;
+        for (int64_t i = ilo; i < nr; i++) {
           const float pij = p[i * ATT_BC + j], sij = ds[i * ATT_BC + j];
           const float* gi = dO + (t0 + i) * D;
           const float* qi = q + (t0 + i) * D;
@@ -622,7 +655,8 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
         float* dqi = dq + (t0 + i) * D;
         for (int64_t d = 0; d < D; d++) aq[d] = dqi[d];
         const float* si = ds + i * ATT_BC;
-        for (int64_t j = 0; j < nc; j++) {
+        const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t0 + i, T, S) - u0));  // dS = 0 past it
+        for (int64_t j = 0; j < vis; j++) {
           const float sij = si[j];
           const float* kj = k + (u0 + j) * D;
           for (int64_t d = 0; d < D; d++) aq[d] += sij * kj[d];

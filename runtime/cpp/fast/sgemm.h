@@ -221,58 +221,52 @@ inline void pack_rows(RowPtr&& src, int64_t nrows, int64_t ld, int64_t kc, float
   }
 }
 
-/** pack op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row micro-panels: dst[panel][p][r] */
-inline void pack_a(bool transA, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
-                   float* __restrict dst) {
-  for (int64_t ir = 0; ir < mc; ir += MR) {
-    const int64_t mr = std::min(MR, mc - ir);
-    float* d = dst + ir * kc;
-    if (transA) {
-      const float* src = A + p0 * lda + (i0 + ir);
-      if (mr == MR) {
-        for (int64_t p = 0; p < kc; ++p) {
-          const float* s = src + p * lda;
-          for (int64_t r = 0; r < MR; ++r) d[p * MR + r] = s[r];
-        }
-      } else {
-        for (int64_t p = 0; p < kc; ++p) {
-          const float* s = src + p * lda;
-          int64_t r = 0;
-          for (; r < mr; ++r) d[p * MR + r] = s[r];
-          for (; r < MR; ++r) d[p * MR + r] = 0.0f;
-        }
-      }
-    } else {
-      pack_rows([&](int64_t r) { return A + (i0 + ir + r) * lda + p0; }, mr, MR, kc, d);
+/**
+ * Packs kc source rows of n floats (row p at src + p*ld) into panels of W columns:
+ * dst[panel][p][c] = src[p][panel*W + c], zero past n. Each source row is read once, in order,
+ * and split into the panels (walking panel by panel would re-read all kc strided rows per panel).
+ */
+template <int64_t W>
+inline void pack_split_rows(const float* src, int64_t ld, int64_t n, int64_t kc, float* __restrict dst) {
+  const int64_t full = n / W * W;
+  for (int64_t p = 0; p < kc; ++p) {
+    const float* s = src + p * ld;
+    float* d = dst + p * W;
+    int64_t j = 0;
+    for (; j < full; j += W) memcpy(d + j * kc, s + j, W * sizeof(float));
+    if (j < n) {
+      int64_t c = 0;
+      for (; c < n - j; ++c) d[j * kc + c] = s[j + c];
+      for (; c < W; ++c) d[j * kc + c] = 0.0f;
     }
   }
 }
 
-/** pack op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column micro-panels: dst[panel][p][c] */
+/**
+ * pack op(A)[i0 .. i0+mc, p0 .. p0+kc] into MR-row micro-panels: dst[panel][p][r]. A transposed
+ * (K x M in memory): row p of A holds column p of every panel (pack_split_rows); otherwise the
+ * panels' rows are K-contiguous and go through 8 x 8 transposes.
+ */
+inline void pack_a(bool transA, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                   float* __restrict dst) {
+  if (transA) return pack_split_rows<MR>(A + p0 * lda + i0, lda, mc, kc, dst);
+  for (int64_t ir = 0; ir < mc; ir += MR) {
+    const int64_t mr = std::min(MR, mc - ir);
+    pack_rows([&](int64_t r) { return A + (i0 + ir + r) * lda + p0; }, mr, MR, kc, dst + ir * kc);
+  }
+}
+
+/**
+ * pack op(B)[p0 .. p0+kc, j0 .. j0+nc] into NR-column micro-panels: dst[panel][p][c]. B not
+ * transposed (K x N): pack_split_rows; transposed (N x K): column c of a panel is row (j0 + jr + c)
+ * of B, contiguous in p, through 8 x 8 transposes.
+ */
 inline void pack_b(bool transB, const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                    float* __restrict dst) {
+  if (!transB) return pack_split_rows<NR>(B + p0 * ldb + j0, ldb, nc, kc, dst);
   for (int64_t jr = 0; jr < nc; jr += NR) {
     const int64_t nr = std::min(NR, nc - jr);
-    float* d = dst + jr * kc;
-    if (!transB) {
-      const float* src = B + p0 * ldb + (j0 + jr);
-      if (nr == NR) {
-        for (int64_t p = 0; p < kc; ++p) {
-          const float* s = src + p * ldb;
-          copy_nr(d + p * NR, s);
-        }
-      } else {
-        for (int64_t p = 0; p < kc; ++p) {
-          const float* s = src + p * ldb;
-          int64_t c = 0;
-          for (; c < nr; ++c) d[p * NR + c] = s[c];
-          for (; c < NR; ++c) d[p * NR + c] = 0.0f;
-        }
-      }
-    } else {
-      // B is N x K: column c of the panel is row (j0 + jr + c) of B, contiguous in p
-      pack_rows([&](int64_t c) { return B + (j0 + jr + c) * ldb + p0; }, nr, NR, kc, d);
-    }
+    pack_rows([&](int64_t c) { return B + (j0 + jr + c) * ldb + p0; }, nr, NR, kc, dst + jr * kc);
   }
 }
 
