@@ -1,21 +1,27 @@
 """mpsc --device cuda vs PyTorch (eager, torch.compile, hand-captured CUDA graph) on the GPU machine.
-Consumes bench/<workload>.model (mpsc bench --device cuda --json) and torch_ref.py (the PyTorch anchors);
+Consumes bench/<workload>.model (mpsc bench --device cuda --json), bench/gpt_tiny.ts --device cuda (the GPT
+workloads, built in IR as torch_gpt_ref.py's model), torch_ref.py and torch_gpt_ref.py (the PyTorch anchors);
 prints, per workload, ms per training step (median), the ratio of mpsc to the best PyTorch, mpsc's achieved
 TFLOP/s, and the issue's target; first the GPU's ceilings measured here (device copy bandwidth, fp32 and
 TF32 / bf16 matrix rates through torch.matmul on random data).
-Usage: python3 bench/compare_cuda.py [--torch-ref DIR] [--skip-compile] [--steps N] [workload ...]"""
+Usage: python3 bench/compare_cuda.py [--torch-ref DIR] [--skip-compile] [--steps N] [--profile K] [workload ...]"""
 import argparse, json, os, re, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam", "wide_mlp_b1024_adam"]
+GPT = ["gpt_tiny_b32_t64", "gpt_char_b64_t256"]
+WORKLOADS = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam", "wide_mlp_b1024_adam"] + GPT
 # issue 14's targets (ms per step, fp32)
-TARGET = {"mnist_mlp_b256_adam": 0.085, "mnist_cnn_b64_sgdm": 0.18, "seed_cnn_b32_64px_adam": 0.88, "wide_mlp_b1024_adam": 3.06}
+TARGET = {"mnist_mlp_b256_adam": 0.085, "mnist_cnn_b64_sgdm": 0.18, "seed_cnn_b32_64px_adam": 0.88, "wide_mlp_b1024_adam": 3.06,
+          "gpt_tiny_b32_t64": 0.65, "gpt_char_b64_t256": 23.7}
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--torch-ref", default=next((d for d in [os.path.join(ROOT, ".device-env/bench"), os.path.join(ROOT, "../.device-env/bench"),
                                                              os.path.join(ROOT, "../shared/bench")] if os.path.exists(os.path.join(d, "torch_ref.py"))), ""))
 ap.add_argument("--skip-compile", action="store_true", help="leave out torch.compile (its compile time dominates a short run)")
 ap.add_argument("--steps", type=int, default=50)
+ap.add_argument("--timeout", type=int, default=240, help="seconds one mpsc run (build included) may take")
+ap.add_argument("--profile", type=int, default=0, metavar="K",
+                help="after the table, each workload's K slowest kernels per program (MPSC_CUDA_PROFILE=1: launched one by one, cudaEvent times)")
 ap.add_argument("workloads", nargs="*", default=WORKLOADS)
 a = ap.parse_args()
 
@@ -29,11 +35,13 @@ def ceilings():
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record(); f(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
         return statistics.median(ts)
-    x = torch.randn(256 * 2**20, device="cuda"); y = torch.empty_like(x)
-    bw = 2 * x.numel() * 4 / timed(lambda: y.copy_(x)) / 1e9  # GB/s, read + write
-    out = {"copy_GBps": bw}
     n = 8192
     A, B = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    for _ in range(30): A @ B  # out of idle clocks before anything is timed
+    torch.cuda.synchronize()
+    x = torch.randn(256 * 2**20, device="cuda"); y = torch.empty_like(x)
+    bw = 2 * x.numel() * 4 / (timed(lambda: y.copy_(x)) / 1e3) / 1e9  # GB/s, read + write (timed() gives ms)
+    out = {"copy_GBps": bw}
     for name, tf32, dt in [("fp32_TFLOPs", False, torch.float32), ("tf32_TFLOPs", True, torch.float32), ("bf16_TFLOPs", False, torch.bfloat16)]:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         a_, b_ = A.to(dt), B.to(dt)
@@ -43,18 +51,37 @@ def ceilings():
 
 def torch_times(flag):
     if not a.torch_ref: return {}
-    cmd = [sys.executable, os.path.join(a.torch_ref, "torch_ref.py"), "cuda"] + ([flag] if flag else [])
-    r = subprocess.run(cmd, capture_output=True, text=True)
     got = {}
-    for line in r.stdout.splitlines():
-        m = re.match(r"(\S+) \S+ ([0-9.]+) ms/step", line)
-        if m: got[m.group(1)] = float(m.group(2))
-    if r.returncode != 0: print(f"torch_ref.py {flag or 'eager'} failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+    runs = []
+    if any(w not in GPT for w in a.workloads): runs.append([os.path.join(a.torch_ref, "torch_ref.py"), "cuda"])
+    runs += [[os.path.join(a.torch_ref, "torch_gpt_ref.py"), "cuda", "--only", w] for w in a.workloads if w in GPT]
+    for cmd in runs:
+        r = subprocess.run([sys.executable] + cmd + ([flag] if flag else []), capture_output=True, text=True)
+        for line in r.stdout.splitlines():
+            m = re.match(r"(\S+) \S+ (?:params=\d+ )?([0-9.]+) ms/step", line)
+            if m: got[m.group(1)] = float(m.group(2))
+        if r.returncode != 0: print(f"{os.path.basename(cmd[0])} {flag or 'eager'} failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
     return got
 
-def mpsc_time(w):
-    r = subprocess.run(["node", os.path.join(ROOT, "bin/mpsc.js"), "bench", os.path.join(ROOT, "bench", w + ".model"), "--device", "cuda", "--json",
-                        "--steps", str(a.steps), "--warmup", "5"], capture_output=True, text=True)
+def mpsc_time(w, profile=False):
+    steps = str(5 if profile else a.steps)
+    if w in GPT:
+        cmd = ["node", "--import", "tsx", os.path.join(ROOT, "bench/gpt_tiny.ts"), "--device", "cuda", "--workload", w, "--steps", steps, "--warmup", "5"]
+    else:
+        cmd = ["node", os.path.join(ROOT, "bin/mpsc.js"), "bench", os.path.join(ROOT, "bench", w + ".model"), "--device", "cuda", "--json",
+               "--steps", steps, "--warmup", "5"]
+    env = dict(os.environ, MPSC_CUDA_PROFILE="1" if profile else "0")
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.timeout)
+    except subprocess.TimeoutExpired:
+        print(f"mpsc {w}: not finished within {a.timeout} s (--timeout; the build included)", file=sys.stderr, flush=True)
+        return None
+    if profile:
+        shown = 0
+        for line in r.stderr.splitlines():
+            if line.startswith("mpsc cuda profile"): print(f"{w}: {line[len('mpsc cuda profile: '):]}"); shown = 0
+            elif line.startswith("  ") and shown < a.profile and re.match(r"\s+[0-9.]+ us", line): print(line); shown += 1
+        return None
     if r.returncode != 0:
         print(f"mpsc bench {w} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
         return None
@@ -64,14 +91,16 @@ c = ceilings()
 print(f"ceilings measured here: copy {c['copy_GBps']:.0f} GB/s, fp32 matmul {c['fp32_TFLOPs']:.1f} TFLOP/s, tf32 {c['tf32_TFLOPs']:.1f}, bf16 {c['bf16_TFLOPs']:.1f}", flush=True)
 eager, graph = torch_times(""), torch_times("--cudagraph")
 comp = {} if a.skip_compile else torch_times("--compile")
-rows = []
-for w in a.workloads:
+fmt = lambda v: "-" if v is None else f"{v:.3f}"
+print("\nworkload                  mpsc ms   eager  compile cudagraph  mpsc/best  mpsc TFLOP/s  target   met", flush=True)
+for w in a.workloads:  # each row as soon as it is measured (a run cut short keeps the rows it printed)
     r = mpsc_time(w)
     ms = r["train"]["median_ms"] if r else float("nan")
-    tflops = r["train"]["gflops"] / 1000 if r else float("nan")
-    best = min([t for t in (eager.get(w), comp.get(w), graph.get(w)) if t is not None], default=float("nan"))
-    rows.append((w, ms, eager.get(w), comp.get(w), graph.get(w), ms / best if best == best else float("nan"), tflops, TARGET.get(w)))
-fmt = lambda v: "-" if v is None else f"{v:.3f}"
-print("\nworkload                  mpsc ms   eager  compile cudagraph  mpsc/best  mpsc TFLOP/s  target   met")
-for w, ms, e, co, g, ratio, tf, tgt in rows:
-    print(f"{w:25s} {ms:8.3f} {fmt(e):>7} {fmt(co):>8} {fmt(g):>9} {ratio:10.2f} {tf:13.3f} {fmt(tgt):>7}   {'yes' if tgt and ms <= tgt else 'no'}")
+    tf = r["train"]["gflops"] / 1000 if r else float("nan")
+    e, co, g, tgt = eager.get(w), comp.get(w), graph.get(w), TARGET.get(w)
+    best = min([t for t in (e, co, g) if t is not None], default=float("nan"))
+    ratio = ms / best if best == best else float("nan")
+    print(f"{w:25s} {ms:8.3f} {fmt(e):>7} {fmt(co):>8} {fmt(g):>9} {ratio:10.2f} {tf:13.3f} {fmt(tgt):>7}   {'yes' if tgt and ms <= tgt else 'no'}", flush=True)
+if a.profile:
+    print("\nwhere the time goes (kernels launched one by one with events; the graph replays them without launch gaps)")
+    for w in a.workloads: mpsc_time(w, profile=True)

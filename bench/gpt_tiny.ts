@@ -5,7 +5,8 @@
  * causal `attention` -> permute / reshape -> out_proj, gelu MLP, layernorm, untied head,
  * cross_entropy over [N, T, V]; AdamW(betas 0.9 / 0.95, weight decay 0.1)), and `mpsc bench`'s
  * timing of its CPU train step printed as JSON (the shape bench/compare.py reads).
- *   npx tsx bench/gpt_tiny.ts [--threads 2] [--steps 20] [--warmup 5] [--workload gpt_tiny_b32_t64] [--emit DIR]
+ *   npx tsx bench/gpt_tiny.ts [--device cpu|cuda] [--threads 2] [--steps 20] [--warmup 5] [--workload gpt_tiny_b32_t64] [--emit DIR]
+ * (--device cuda: bench/compare_cuda.py's GPT rows)
  * Consumes nothing but its arguments; relies on the IR op catalogue (compiler/ir/ops.ts) and
  * runtime/bench.ts. bench/compare.sh times the same network from bench/gpt_tiny_b32_t64.model.
  */
@@ -115,7 +116,7 @@ async function main(): Promise<void> {
     emit(model, opt('--emit', 'gpt_native'));
     return;
   }
-  const r = await bench(model, { device: 'cpu', threads: Number(opt('--threads', '2')), steps: Number(opt('--steps', '20')), warmup: Number(opt('--warmup', '5')) });
+  const r = await bench(model, { device: opt('--device', 'cpu'), threads: Number(opt('--threads', '2')), steps: Number(opt('--steps', '20')), warmup: Number(opt('--warmup', '5')) });
   console.log(JSON.stringify(r));
 }
 

@@ -10,6 +10,11 @@ import type { ProgramName, StepScalars } from '../compiler/ir/graph.js';
 
 export type Batch = (Float32Array | Int32Array)[];
 
+export interface RunOptions {
+  /** false: outputs not needed now (no wait for an asynchronous device); default true */
+  read?: boolean;
+}
+
 export interface Session {
   readonly device: string;
   /** names of persistent tensors (params, state, optimizer state, grad accumulators), sorted */
@@ -25,7 +30,10 @@ export interface Session {
    * Run one program. `inputs` follows Program.inputs order; lengths/dtypes must match
    * (checked before any native code runs). Returns the program's scalar outputs
    * (Program.outputs order: loss first, then metrics).
+   * `opts.read === false`: the caller does not need the outputs of this step; a device backend
+   * (cuda) then returns without waiting for the step, and the outputs are NaN. Backends that run
+   * synchronously ignore it and return the outputs.
    */
-  run(program: ProgramName, inputs: Batch, scalars: StepScalars): Float64Array;
+  run(program: ProgramName, inputs: Batch, scalars: StepScalars, opts?: RunOptions): Float64Array;
   close(): void;
 }

@@ -505,6 +505,8 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     const hasApply = session.hasProgram('apply_update');
     let order = epochOrder(train.count, cfg.shuffle, cfg.seed, pos.epoch);
     let lastLoss: number | null = null;
+    let lastMetrics: Record<string, number> = {};
+    const deferReads = session.device === 'cuda';
     const loopStart = Date.now();
     let interrupted = false;
     const startStep = pos.step;
@@ -520,12 +522,21 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       const scalars: StepScalars = { lr, t: pos.step + 1 - scaler.skipped * Number(scaling), seed: cfg.seed, counter: 0 };
       const sums = new Float64Array(outNames.length);
       let ampNorm = 0;
+      // an asynchronous device (cuda) reads the step's outputs only when the step is logged, evaluated
+      // or checkpointed (so a checkpoint is never written after an unchecked NaN): reading waits for
+      // the GPU, which otherwise runs this step while the host prepares the next one; fp16 loss scaling
+      // reads every step (the scaler needs each step's gradient norm)
+      const next = pos.step + 1;
+      const endsEpoch = pos.batchInEpoch + 2 * K > stepsPerEpoch * K;
+      const read = !deferReads || scaling || next === 1 || next % logEvery === 0 || next === totalSteps ||
+        (cfg.eval_every !== null ? next % cfg.eval_every === 0 : endsEpoch) || (cfg.checkpoint_every !== null ? next % cfg.checkpoint_every === 0 : endsEpoch);
       for (let k = 0; k < K; k++) {
         scalars.counter = pos.counter;
-        const out = session.run('train_step', batcher.fill(order, pos.batchInEpoch * B, pos.epoch), scalars);
+        const out = session.run('train_step', batcher.fill(order, pos.batchInEpoch * B, pos.epoch), scalars, { read });
         pos.counter += 1;
         pos.batchInEpoch += 1;
         if (ampIdx >= 0) ampNorm = out[ampIdx];
+        if (!read) continue;
         // fp16: a non-finite loss gives non-finite gradients: the scaler skips the step (below)
         if (nanCheck && !scaling && lossIdx >= 0 && !Number.isFinite(out[lossIdx])) {
           const kept = lastCheckpoint ? ` The last good checkpoint is ${lastCheckpoint} (step ${lastCheckpointStep}).` : '';
@@ -555,12 +566,14 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         }
       } else if (hasApply) session.run('apply_update', [], scalars);
       pos.step += 1;
-      const loss = lossIdx >= 0 ? sums[lossIdx] / K : NaN;
+      // a step whose outputs were not read reports the last values read
+      const loss: number = read ? (lossIdx >= 0 ? sums[lossIdx] / K : NaN) : (lastLoss ?? NaN);
       lastLoss = loss;
-      const metrics: Record<string, number> = {};
-      outNames.forEach((n, i) => {
-        if (i !== lossIdx && i !== ampIdx) metrics[n] = sums[i] / K;
-      });
+      if (read)
+        outNames.forEach((n, i) => {
+          if (i !== lossIdx && i !== ampIdx) lastMetrics[n] = sums[i] / K;
+        });
+      const metrics: Record<string, number> = { ...lastMetrics };
       const elapsed = (Date.now() - loopStart) / 1000;
       const samplesPerSec = ((pos.step - startStep) * B * K) / Math.max(elapsed, 1e-3);
       const logged = pos.step === 1 || pos.step % logEvery === 0 || pos.step === totalSteps;

@@ -17,6 +17,7 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { isPersistent, type ProgramSet } from '../compiler/ir/graph.js';
 import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { CUDA_ALIGN, planProblems, SCALAR_BYTES, type CudaPlan } from '../compiler/codegen-cuda/plan.js';
+import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { buildAddon, loadAddon } from '../runtime/native/build.js';
 import { cudaInputsKey, findGpu, findNvcc } from '../runtime/cuda/session.js';
 
@@ -103,19 +104,49 @@ describe('golden CUDA sources', () => {
   }
 });
 
+describe('split K (gemm_cuda.ts)', () => {
+  it('splits long-K GEMMs on small tile grids into chunks that cover K exactly, and leaves the rest alone', () => {
+    // conv weight gradients: LeNet's conv1 (1 tile, K 50 176), the seed CNN's conv2 (18 tiles, K 131 072), grouped
+    for (const [M, N, K, G] of [[32, 9, 50176, 1], [128, 576, 131072, 1], [6, 18, 3600, 2], [20, 24, 3000, 1]]) {
+      const sp = splitK(M, N, K, G)!;
+      expect(sp, `${M}x${N}x${K}`).not.toBeNull();
+      expect(sp.Kc % 16).toBe(0);
+      expect(sp.Kc).toBeGreaterThanOrEqual(512);
+      expect((sp.S - 1) * sp.Kc).toBeLessThan(K);
+      expect(sp.S * sp.Kc).toBeGreaterThanOrEqual(K);
+      expect(sp.S).toBeLessThanOrEqual(128);
+    }
+    expect(splitK(32, 9, 50176, 1)).toEqual({ S: 98, Kc: 512 });
+    // a grid that already fills the GPU, and short K, are not split
+    expect(splitK(4096, 4096, 1024, 1)).toBeNull();
+    expect(splitK(256, 256, 784, 1)).toBeNull();
+  });
+});
+
 describe('host-side planning', () => {
   const ps = programsOf('lenet.model');
   const a = generateCudaModel(ps);
   const plan = a.plan;
 
-  it('lays out one allocation: persistent block, arena, scalar slot, input batches, aligned and disjoint', () => {
+  it('lays out one allocation: persistent block, arena, split-K scratch, two upload sets per program, aligned and disjoint', () => {
     expect(plan.persistent.offset).toBe(0);
     expect(plan.persistent.bytes).toBe(a.table.bytes);
     expect(plan.arena.offset).toBeGreaterThanOrEqual(plan.persistent.bytes);
     expect(plan.arena.bytes).toBe(Math.max(...[ps.train_step, ps.eval].map((p) => p.plan!.arenaBytes)));
-    expect(plan.scalars.bytes).toBe(SCALAR_BYTES);
+    // lenet's first conv weight gradient (K = 64 * 28 * 28 on one output tile) is split along K
+    const split = a.lowered.flatMap((l) => l.kernels).filter((k) => k.scratch);
+    expect(split.length).toBeGreaterThan(0);
+    expect(plan.scratch.bytes).toBe(Math.max(...split.map((k) => k.scratch!)));
     expect(plan.inputs).toHaveLength(plan.programs.length);
-    for (const r of [plan.persistent, plan.arena, plan.scalars, ...plan.inputs]) expect(r.offset % CUDA_ALIGN).toBe(0);
+    for (const r of [plan.persistent, plan.arena, plan.scratch, ...plan.inputs]) expect(r.offset % CUDA_ALIGN).toBe(0);
+    plan.programs.forEach((p, i) => {
+      // the upload part of a staging set (inputs, then the scalars) is one copy; the device keeps two images of it
+      expect(p.uploadBytes).toBe(p.scalarsHostOffset + SCALAR_BYTES);
+      expect(p.uploadOffset).toBe(plan.inputs[i].offset);
+      expect(plan.inputs[i].bytes).toBe(2 * p.setBytes);
+      for (const inp of p.inputs) expect(inp.deviceOffset - p.uploadOffset).toBe(inp.hostOffset);
+      for (const o of p.outputs) expect(o.hostOffset).toBeGreaterThanOrEqual(p.uploadBytes);
+    });
     const last = plan.inputs[plan.inputs.length - 1];
     expect(plan.deviceBytes).toBeGreaterThanOrEqual(last.offset + last.bytes);
     expect(plan.deviceBytes % CUDA_ALIGN).toBe(0);
@@ -132,7 +163,10 @@ describe('host-side planning', () => {
       for (const arg of n.args) {
         const v = p.graph.values.find((x) => x.name === arg.value)!;
         if (isPersistent(v)) expect(arg.offset).toBe(plan.persistent.offset + table.get(v.name)!);
-        else if (v.kind === 'input') expect(arg.offset).toBe(tp.inputs.find((i) => i.name === v.name)!.deviceOffset);
+        else if (v.kind === 'input') {
+          expect(arg.offset).toBe(tp.inputs.find((i) => i.name === v.name)!.deviceOffset);
+          expect(arg.perSet).toBe(true);
+        }
         else expect(arg.offset).toBe(plan.arena.offset + p.plan!.offsets[v.id]);
         checked++;
       }
@@ -140,21 +174,20 @@ describe('host-side planning', () => {
     expect(checked).toBeGreaterThan(50);
   });
 
-  it('orders each graph: batch and scalar copies in, the kernels, the outputs out', () => {
+  it('lists each graph\'s kernels in the program\'s order, split-K pairs adjacent, GEMMs with their tensor-core variant', () => {
     for (const tp of plan.programs) {
-      const kinds = tp.nodes.map((n) => n.kind);
-      const nIn = tp.inputs.length + 1;
-      expect(kinds.slice(0, nIn)).toEqual(Array(nIn).fill('h2d'));
-      expect(kinds.slice(-tp.outputs.length)).toEqual(Array(tp.outputs.length).fill('d2h'));
-      expect(kinds.filter((k) => k === 'kernel')).toHaveLength(tp.kernels);
-      const sc = tp.nodes[nIn - 1];
-      expect(sc).toMatchObject({ kind: 'h2d', what: 'step scalars', deviceOffset: plan.scalars.offset, bytes: SCALAR_BYTES, hostOffset: tp.scalarsHostOffset });
+      const lp = a.lowered.find((l) => l.program.name === tp.name)!;
+      expect(tp.nodes.map((n) => n.kernel)).toEqual(lp.kernels.map((k) => k.name));
+      expect(tp.kernels).toBe(tp.nodes.length);
       expect(tp.outputs.map((o) => o.name)).toEqual((tp.name === 'train_step' ? ps.train_step : ps.eval).outputs.map((o) => o.name));
+      tp.nodes.forEach((n, i) => {
+        // a split-K GEMM writes partial sums; the next kernel (same node) reduces them
+        if (n.scratch && n.mma) expect(tp.nodes[i + 1]).toMatchObject({ node: n.node, scratch: true });
+      });
     }
-    // the GEMMs carry their tensor-core variant; the host picks it at capture time
-    const gemms = plan.programs[0].nodes.filter((n) => n.kind === 'kernel' && /linear|conv2d|matmul/.test(n.op));
+    const gemms = plan.programs[0].nodes.filter((n) => /linear|conv2d|matmul/.test(n.op) && !(n.scratch && !n.mma));
     expect(gemms.length).toBeGreaterThan(0);
-    for (const g of gemms) expect(g.kind === 'kernel' && g.mma?.kernel).toMatch(/_mma$/);
+    for (const g of gemms) expect(g.mma?.kernel).toMatch(/_mma$/);
   });
 
   it('planProblems catches overlapping regions and arguments outside them', () => {
@@ -162,9 +195,12 @@ describe('host-side planning', () => {
     bad.arena.offset = bad.persistent.offset + 64;
     expect(planProblems(bad).join('\n')).toMatch(/persistent overlaps arena|arena is not 256-byte aligned/);
     const bad2: CudaPlan = structuredClone(plan);
-    const k = bad2.programs[0].nodes.find((n) => n.kind === 'kernel')!;
-    if (k.kind === 'kernel') k.args[0].offset = bad2.deviceBytes;
+    bad2.programs[0].nodes[0].args[0].offset = bad2.deviceBytes;
     expect(planProblems(bad2).join('\n')).toMatch(/leaves its region/);
+    const bad3: CudaPlan = structuredClone(plan);
+    const inArg = bad3.programs[0].nodes.flatMap((n) => n.args).find((x) => x.perSet)!;
+    inArg.offset += bad3.programs[0].setBytes;
+    expect(planProblems(bad3).join('\n')).toMatch(/not in set 0 of the upload region/);
   });
 });
 

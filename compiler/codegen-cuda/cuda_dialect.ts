@@ -103,6 +103,8 @@ class CudaDialect extends CStyleDialect {
     const params = k.args.map((a) => `    ${a.access === 'r' ? 'const ' : ''}${a.type}* ${a.name}`);
     // the step scalars live in device memory (a CUDA graph replays the launch with the same
     // arguments; the host updates the values between replays)
+    // split-K partial sums (gemm_cuda.ts): the plan's scratch region, bound after the buffers
+    if (/\bmpsc_scratch\b/.test(k.body)) params.push('    float* __restrict__ mpsc_scratch');
     params.push('    const StepParams* __restrict__ spp');
     const threads = k.tgsize[0] * k.tgsize[1] * k.tgsize[2];
     const pre: string[] = [];

@@ -10,6 +10,11 @@
  * column k; the padding keeps the fragment reads conflict-free), B as [16][72] (row k, column n).
  * The global loads of B run along k where B is k-contiguous (linear, conv2d, matmul with transB),
  * else along n. Consumes IR nodes (CUDA dialect context); produces KernelSpecs.
+ * Long-K GEMMs whose tile grid leaves most SMs idle (conv2d_grad_weight: K = batch*H*W on 1-20
+ * tiles) are split along K at build time (splitK: from M, N, K, groups only): S blocks per tile
+ * each write their partial sum into the plan's scratch region (`mpsc_scratch`, KernelSpec.scratch
+ * bytes), then a reduction kernel adds the S partials in a fixed order and runs the store
+ * (bias, epilogue): results do not depend on launch order.
  * The shared 16x16 kernels stay available (MPSC_CUDA_GEMM=shared at generation time).
  */
 import type { Graph, Node } from '../ir/graph.js';
@@ -41,21 +46,62 @@ function loadTiles(v: View, threads: number): string {
   );
 }
 
-const prologue = (v: View, what: string) =>
+/** a K split: S chunks of Kc (a multiple of BK) per output tile */
+export interface Split { S: number; Kc: number }
+
+/** H200: 132 SMs; a split aims at two blocks per SM */
+const SPLIT_TARGET_BLOCKS = 264;
+/** the shortest K chunk worth a block (32 tile steps) and the most chunks per tile */
+const SPLIT_MIN_K = 512, SPLIT_MAX = 128;
+
+/** The K split of an M x N x K GEMM with G groups, or null when the tile grid alone fills the GPU or K is short. */
+export function splitK(M: number, N: number, K: number, G: number): Split | null {
+  const tiles = Math.max(1, ceilDiv(M, BM)) * Math.max(1, ceilDiv(N, BN)) * G;
+  const want = Math.min(ceilDiv(SPLIT_TARGET_BLOCKS, tiles), Math.floor(K / SPLIT_MIN_K), SPLIT_MAX);
+  if (want < 2) return null;
+  const Kc = ceilDiv(ceilDiv(K, want), BK) * BK;
+  const S = ceilDiv(K, Kc);
+  return S < 2 ? null : { S, Kc };
+}
+
+const prologue = (v: View, what: string, sp: Split | null) =>
   `  // C[${v.M} x ${v.N}] = A[${v.M} x ${v.K}] * B[${v.K} x ${v.N}] per group (grid z): ${what}\n` +
-  groupIndex(v) +
+  (sp
+    ? `  // split K: block z = group * ${sp.S} + chunk; chunk ks sums k in [ks * ${sp.Kc}, (ks + 1) * ${sp.Kc})\n` +
+      (/\bg\b/.test(v.head + v.loadA + v.loadB) ? `  const uint g = tgid.z / ${sp.S}u;\n` : '') + v.head +
+      `  const uint kbeg = (tgid.z % ${sp.S}u) * ${sp.Kc}u, kend = min(${v.K}, kbeg + ${sp.Kc}u);\n`
+    : groupIndex(v)) +
   `  const uint m0 = tgid.y * ${BM}u, n0 = tgid.x * ${BN}u;\n` +
   `  float* As = tg;              // [${BM}][${LDA}]: As[m * ${LDA} + k]\n` +
   `  float* Bs = tg + ${BM * LDA}; // [${BK}][${LDB}]: Bs[k * ${LDB} + n]\n`;
 
-const storeOne = (v: View, mi: string, ni: string, acc: string) =>
-  `      {\n        const uint mi = ${mi}, ni = ${ni};\n        if (mi < ${v.M} && ni < ${v.N}) {\n          const float acc = ${acc};\n${v.store}\n        }\n      }\n`;
+/** the K loop's header: all of K, or this block's chunk */
+const kLoop = (v: View, sp: Split | null) =>
+  sp ? `  for (uint k0 = kbeg; k0 < kend; k0 += ${BK}u) {\n` : `  for (uint k0 = 0u; k0 < ${v.K}; k0 += ${BK}u) {\n`;
 
-function plainBody(v: View): string {
+/** one output element: the node's store, or (split K) the raw partial sum into this chunk's scratch slice */
+const storeOne = (v: View, sp: Split | null, mi: string, ni: string, acc: string) =>
+  `      {\n        const uint mi = ${mi}, ni = ${ni};\n        if (mi < ${v.M} && ni < ${v.N}) {\n          const float acc = ${acc};\n` +
+  (sp ? `          mpsc_scratch[(tgid.z * ${v.M} + mi) * ${v.N} + ni] = acc;` : v.store) + `\n        }\n      }\n`;
+
+/** split K, second kernel: one thread per output element adds the chunks' partials in chunk order, then the node's store */
+function reduceBody(v: View, sp: Split, M: number, N: number): string {
   return (
-    prologue(v, '64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread') +
+    `  // split-K reduction: C = sum of ${sp.S} partial products (fixed order), then the store\n` +
+    (/\bg\b/.test(v.store) ? `  const uint g = tgid.z;\n` : '') +
+    `  const uint e = tgid.x * 256u + tidx;\n  if (e < ${M * N}u) {\n` +
+    `    const uint mi = e / ${v.N}, ni = e % ${v.N};\n` +
+    `    const float* part = mpsc_scratch + tgid.z * ${sp.S * M * N}u + e;\n` +
+    `    float sum = 0.0f;\n    for (uint s = 0u; s < ${sp.S}u; ++s) sum += part[s * ${M * N}u];\n` +
+    `    {\n      const float acc = sum;\n${v.store}\n    }\n  }\n`
+  );
+}
+
+function plainBody(v: View, sp: Split | null): string {
+  return (
+    prologue(v, '64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread', sp) +
     `  float cacc[4][4];\n  #pragma unroll\n  for (uint i = 0u; i < 4u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;\n` +
-    `  for (uint k0 = 0u; k0 < ${v.K}; k0 += ${BK}u) {\n` +
+    kLoop(v, sp) +
     loadTiles(v, 256) +
     `    __syncthreads();\n` +
     `    #pragma unroll\n    for (uint kk = 0u; kk < ${BK}u; ++kk) {\n      float a[4], b[4];\n` +
@@ -64,17 +110,17 @@ function plainBody(v: View): string {
     `      #pragma unroll\n      for (uint i = 0u; i < 4u; ++i)\n        #pragma unroll\n        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];\n    }\n` +
     `    __syncthreads();\n  }\n` +
     `  #pragma unroll\n  for (uint i = 0u; i < 4u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n` +
-    storeOne(v, 'm0 + tid.y + 16u * i', 'n0 + tid.x + 16u * j', 'cacc[i][j]')
+    storeOne(v, sp, 'm0 + tid.y + 16u * i', 'n0 + tid.x + 16u * j', 'cacc[i][j]')
   );
 }
 
-function mmaBody(v: View): string {
+function mmaBody(v: View, sp: Split | null): string {
   return (
-    prologue(v, '64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles') +
+    prologue(v, '64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles', sp) +
     `  const uint gq = lane / 4u, tq = lane % 4u;\n` +
     `  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;\n` +
     `  float cacc[2][4][4];\n  #pragma unroll\n  for (uint i = 0u; i < 2u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;\n` +
-    `  for (uint k0 = 0u; k0 < ${v.K}; k0 += ${BK}u) {\n` +
+    kLoop(v, sp) +
     loadTiles(v, 128) +
     `    __syncthreads();\n` +
     `    #pragma unroll\n    for (uint kk = 0u; kk < ${BK}u; kk += 8u) {\n` +
@@ -93,7 +139,7 @@ function mmaBody(v: View): string {
     `          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);\n          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);\n          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);\n        }\n    }\n` +
     `    __syncthreads();\n  }\n` +
     `  #pragma unroll\n  for (uint i = 0u; i < 2u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q)\n` +
-    storeOne(v, 'm0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]')
+    storeOne(v, sp, 'm0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]')
   );
 }
 
@@ -110,11 +156,22 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   const { gm, args, what, store } = parts;
   const d = ctx.d;
   const view: View = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store, bAlongK: bAlongK(n) };
+  const sp = splitK(gm.M, gm.N, gm.K, gm.G);
   const name = ctx.next();
-  return [{
-    name, node: n.id, op: n.op, label: label(g, n) + what, args,
-    groups: [Math.max(1, ceilDiv(gm.N, BN)), Math.max(1, ceilDiv(gm.M, BM)), gm.G],
-    tgsize: [16, 16, 1], tgmem: TGMEM, sync: true, body: plainBody(view),
-    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: TGMEM, sync: true, body: mmaBody(view) },
+  const tiles = [Math.max(1, ceilDiv(gm.N, BN)), Math.max(1, ceilDiv(gm.M, BM))] as const;
+  const gemm: KernelSpec = {
+    name, node: n.id, op: n.op, label: label(g, n) + what + (sp ? ` [split K: ${sp.S} chunks of ${sp.Kc}, partial sums]` : ''), args,
+    groups: [tiles[0], tiles[1], gm.G * (sp?.S ?? 1)],
+    tgsize: [16, 16, 1], tgmem: TGMEM, sync: true, body: plainBody(view, sp),
+    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: TGMEM, sync: true, body: mmaBody(view, sp) },
+  };
+  if (!sp) return [gemm];
+  const scratch = sp.S * gm.G * gm.M * gm.N * 4;
+  gemm.scratch = scratch;
+  const red = ctx.next();
+  return [gemm, {
+    name: red, node: n.id, op: n.op, label: label(g, n) + what + ` [split K: sum of ${sp.S} partials]`, args,
+    groups: [Math.max(1, ceilDiv(gm.M * gm.N, 256)), 1, gm.G], tgsize: [256, 1, 1], tgmem: 0, sync: false,
+    body: reduceBody(view, sp, gm.M, gm.N), scratch,
   }];
 }

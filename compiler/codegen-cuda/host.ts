@@ -4,75 +4,102 @@
  * file name; produces CUDA C++ text that
  *  - at create: finds a device (a clear message when there is none, or the driver is too old
  *    for the runtime), makes the ONE device allocation of the plan (out of memory names the
- *    planned bytes and what the GPU has free), zero-fills it, creates one stream and, per
- *    program, two pinned staging sets;
+ *    planned bytes and what the GPU has free), zero-fills it, creates a compute stream and a copy
+ *    stream and, per program, two pinned (mapped) staging sets;
  *  - per run: uploads the host's persistent tensors when the host changed them (checkpoint load,
- *    init), waits until the GPU is done with the staging set it is about to fill (so filling one
- *    set overlaps the step running from the other), copies the batch and the step scalars into
- *    it, launches the program's CUDA graph (captured ONCE per staging set, replayed afterwards:
- *    the kernels read the scalars from device memory, so nothing is re-captured), and only when
- *    the caller asks for the outputs (outputs != NULL) waits for the step and reads them back;
+ *    init), waits until the GPU is done with the staging set it is about to fill (the step before
+ *    the previous one), copies the batch and the step scalars into it, copies its upload part to
+ *    the set's device image on the copy stream (one cudaMemcpyAsync; it overlaps the previous
+ *    step's kernels), makes the compute stream wait for that copy and launches the set's CUDA graph
+ *    (captured ONCE per staging set, replayed afterwards: kernels read the scalars from device
+ *    memory, so nothing is re-captured). The graph's last node gathers the scalar outputs into
+ *    the staging set through its mapped device address; only when the caller asks for the outputs
+ *    (outputs != NULL) does the host wait for the step and read them;
  *  - backend_to_host / backend_from_host: keep the host copy of the persistent block (what
  *    read / write / checkpoints see) in step with the device copy.
  * Every CUDA call and launch is checked; failures become ctx->error messages (never a crash).
- * Kernel variant: the tensor-core (3xTF32) GEMMs unless MPSC_CUDA_PLAIN=1 picks the 16x16-tile
+ * Kernel variant: the tensor-core (3xTF32) GEMMs unless MPSC_CUDA_PLAIN=1 picks the fp32 FFMA
  * ones (bench/cuda_check.sh runs both). MPSC_CUDA_MIRROR_ARENA=1 copies the arena back to
  * ctx->arena after each step whose outputs are read (the kernel checks read intermediate values).
+ * MPSC_CUDA_PROFILE=1 launches the kernels one by one (no graph) with a CUDA event after each and
+ * prints, when the model is freed, every kernel's mean time per step (stderr): where a step's time goes.
  */
 import { cString, commentText } from '../cfamily/text.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
-import type { CudaPlan, GraphNodePlan, ProgramPlan } from './plan.js';
+import type { CudaPlan, KernelNodePlan, ProgramPlan } from './plan.js';
 
 const dim3 = (d: number[]) => `dim3(${d[0]}u, ${d[1]}u, ${d[2]}u)`;
 
-function launch(n: Extract<GraphNodePlan, { kind: 'kernel' }>): string {
+function launch(p: ProgramPlan, n: KernelNodePlan, k: number): string {
   const args = n.args.map((a) => {
     const t = `${a.access === 'r' ? 'const ' : ''}${a.type}*`;
-    return `reinterpret_cast<${t}>(dev + ${a.offset})`;
+    return `reinterpret_cast<${t}>(dev + ${a.offset}${a.perSet ? ` + set * ${p.setBytes}` : ''})`;
   });
-  args.push(`reinterpret_cast<const StepParams*>(dev + SCALARS_OFFSET)`);
+  if (n.scratch) args.push('reinterpret_cast<float*>(dev + SCRATCH_OFFSET)');
+  args.push(`reinterpret_cast<const StepParams*>(dev + ${p.uploadOffset + p.scalarsHostOffset} + set * ${p.setBytes})`);
   const call = (k: string, block: number[]) => `${k}<<<${dim3(n.grid)}, ${dim3(block)}, 0, st>>>(${args.join(', ')});`;
   const what = cString(`${n.kernel} (node ${n.node}: ${n.op})`);
   const body = n.mma ? `if (mma) ${call(n.mma.kernel, n.mma.block)}\n    else ${call(n.kernel, n.block)}` : call(n.kernel, n.block);
-  return `  {\n    ${body}\n    if (!ck(ctx, cudaGetLastError(), ${what})) return false;\n  }\n`;
+  return `  {\n    ${body}\n    if (!ck(ctx, cudaGetLastError(), ${what})) return false;\n` +
+    `    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n  }\n`;
+}
+
+/** the kernel copying program i's scalar outputs (arena floats) into the staging set (mapped pinned memory) */
+function gatherKernel(p: ProgramPlan, i: number): string {
+  if (!p.outputs.length) return '';
+  return `// program ${commentText(p.name)}: its scalar outputs -> the staging set\n` +
+    `__global__ void mpsc_gather_p${i}(const unsigned char* __restrict__ dev, float* __restrict__ out) {\n` +
+    p.outputs.map((o, k) => `  if (threadIdx.x == ${k}u) out[${k}] = *reinterpret_cast<const float*>(dev + ${o.deviceOffset});  // ${commentText(o.name)}\n`).join('') +
+    '}\n\n';
 }
 
 function recordFn(p: ProgramPlan, i: number): string {
-  let s = `// program ${commentText(p.name)}: the graph's nodes in stream order (${p.kernels} kernels)\n`;
-  s += `bool record_p${i}(mpsc_ctx* ctx, unsigned char* dev, unsigned char* stage, cudaStream_t st, bool mma) {\n  (void)mma;\n`;
-  for (const n of p.nodes) {
-    if (n.kind === 'kernel') s += launch(n);
-    else {
-      const [dst, src, dir] = n.kind === 'h2d'
-        ? [`dev + ${n.deviceOffset}`, `stage + ${n.hostOffset}`, 'cudaMemcpyHostToDevice']
-        : [`stage + ${n.hostOffset}`, `dev + ${n.deviceOffset}`, 'cudaMemcpyDeviceToHost'];
-      s += `  if (!ck(ctx, cudaMemcpyAsync(${dst}, ${src}, ${n.bytes}, ${dir}, st), ${cString(`copy of ${n.what}`)})) return false;\n`;
-    }
+  let s = `// program ${commentText(p.name)}: the graph's nodes in stream order (${p.kernels} kernels, then the output gather).\n`;
+  s += `// set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped\n`;
+  s += `// pinned memory); ev (profiling only, NULL when captured): an event after each kernel\n`;
+  s += `bool record_p${i}(mpsc_ctx* ctx, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {\n  (void)mma; (void)set; (void)out;\n`;
+  p.nodes.forEach((n, k) => (s += launch(p, n, k)));
+  if (p.outputs.length) {
+    s += `  mpsc_gather_p${i}<<<1, ${p.outputs.length}, 0, st>>>(dev, out);\n`;
+    s += `  if (!ck(ctx, cudaGetLastError(), "the output gather of ${commentText(p.name)}")) return false;\n`;
   }
   return s + '  return true;\n}\n';
 }
 
+const kernelNames = (p: ProgramPlan, i: number) =>
+  `const char* const knames_p${i}[] = { ${p.nodes.map((n) => cString(`${n.kernel} (node ${n.node}: ${n.op})`) + ', ').join('')}nullptr };\n`;
+
 function runFn(p: ProgramPlan, i: number): string {
   const copyIn = p.inputs.map((inp, k) => `  std::memcpy(stage + ${inp.hostOffset}, inputs[${k}], ${inp.bytes});\n`).join('');
   const readOut = p.outputs.map((o, k) => `    { float v; std::memcpy(&v, stage + ${o.hostOffset}, 4); outputs[${k}] = v; }\n`).join('');
+  const name = commentText(p.name);
   return (
     `int run_p${i}(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, double* outputs) {\n` +
     `  Backend* b = static_cast<Backend*>(ctx->backend);\n` +
     `  Prog& q = b->progs[${i}];\n` +
     `  if (!upload_if_dirty(ctx, b)) return 1;\n` +
     `  const int s = q.next;\n  q.next ^= 1;\n` +
-    `  // the GPU must be done reading this staging set (the step before the previous one)\n` +
+    `  // the GPU must be done with this staging set and its device image (the step before the previous one)\n` +
     `  if (q.pending[s] && !ck(ctx, cudaEventSynchronize(q.done[s]), "a previous step")) return 1;\n` +
     `  q.pending[s] = false;\n` +
     `  unsigned char* stage = q.stage[s];\n` +
     `  (void)inputs;\n${copyIn}` +
     `  std::memcpy(stage + ${p.scalarsHostOffset}, sc, sizeof(StepParams));\n` +
-    `  if (!q.exec[s] && !capture(ctx, b, record_p${i}, stage, &q.exec[s], ${cString(p.name)})) return 1;\n` +
-    `  if (!ck(ctx, cudaGraphLaunch(q.exec[s], b->stream), "launching the ${commentText(p.name)} graph")) return 1;\n` +
+    `  // batch + scalars -> the set's device image on the copy stream, overlapping the step now running\n` +
+    `  if (!ck(ctx, cudaMemcpyAsync(b->dev + ${p.uploadOffset} + s * ${p.setBytes}, stage, ${p.uploadBytes}, cudaMemcpyHostToDevice, b->copy), "copying the ${name} batch") ||\n` +
+    `      !ck(ctx, cudaEventRecord(q.copied[s], b->copy), "cudaEventRecord") ||\n` +
+    `      !ck(ctx, cudaStreamWaitEvent(b->stream, q.copied[s], 0), "cudaStreamWaitEvent")) return 1;\n` +
+    `  float* out = reinterpret_cast<float*>(q.stage_dev[s] + ${p.outputs.length ? p.outputs[0].hostOffset : 0});\n` +
+    `  if (b->profile) {\n` +
+    `    if (!profile_step(ctx, b, record_p${i}, s, out, q, ${p.nodes.length})) return 1;\n` +
+    `  } else {\n` +
+    `    if (!q.exec[s] && !capture(ctx, b, record_p${i}, s, out, &q.exec[s], ${cString(p.name)})) return 1;\n` +
+    `    if (!ck(ctx, cudaGraphLaunch(q.exec[s], b->stream), "launching the ${name} graph")) return 1;\n` +
+    `  }\n` +
     `  if (!ck(ctx, cudaEventRecord(q.done[s], b->stream), "cudaEventRecord")) return 1;\n` +
     `  q.pending[s] = true;\n  b->device_newer = true;\n` +
     `  if (outputs) {\n` +
-    `    if (!ck(ctx, cudaEventSynchronize(q.done[s]), "the ${commentText(p.name)} step")) return 1;\n` +
+    `    if (!ck(ctx, cudaEventSynchronize(q.done[s]), "the ${name} step")) return 1;\n` +
     `${readOut}` +
     `    // MPSC_CUDA_MIRROR_ARENA=1 (bench/cuda_check.ts): the arena is copied to the host after each step, for kernel checks\n` +
     `    if (b->mirror && !ck(ctx, cudaMemcpy(ctx->arena, b->dev + ARENA_OFFSET, ARENA_BYTES < (size_t)ctx->arena_bytes ? ARENA_BYTES : (size_t)ctx->arena_bytes, cudaMemcpyDeviceToHost), "mirroring the arena")) return 1;\n` +
@@ -97,8 +124,8 @@ export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFi
     `const char* const outnames_p${i}[] = { ${p.outputs.map((o) => cString(o.name) + ', ').join('')}nullptr };\n`).join('');
   return `// Generated by mpsc: the CUDA implementation of mpsc_model.h for model ${commentText(plan.model)}.
 // One device allocation of ${plan.deviceBytes} bytes (persistent ${plan.persistent.bytes} at ${plan.persistent.offset},
-// arena ${plan.arena.bytes} at ${plan.arena.offset}, step scalars at ${plan.scalars.offset}, input batches after them);
-// each program is one CUDA graph, captured once per pinned staging set and replayed.
+// arena ${plan.arena.bytes} at ${plan.arena.offset}, split-K scratch ${plan.scratch.bytes} at ${plan.scratch.offset}, the programs' upload images after them);
+// each program is one CUDA graph per pinned staging set, captured once and replayed.
 // Do not edit; regenerate with \`mpsc build --target cuda\`.
 #include "mpsc_model.h"
 #include ${cString(kernelsFile)}
@@ -111,28 +138,34 @@ namespace {
 
 const size_t DEVICE_BYTES = ${plan.deviceBytes};
 const size_t PERSISTENT_OFFSET = ${plan.persistent.offset};
-const size_t SCALARS_OFFSET = ${plan.scalars.offset};
 const size_t ARENA_OFFSET = ${plan.arena.offset};
 const size_t ARENA_BYTES = ${plan.arena.bytes};
-const int NPROG = ${P.length};
+${P.some((p) => p.nodes.some((n) => n.scratch)) ? `const size_t SCRATCH_OFFSET = ${plan.scratch.offset};  // split-K partial sums, ${plan.scratch.bytes} bytes\n` : ''}const int NPROG = ${P.length};
 const size_t STAGING_BYTES[NPROG] = { ${P.map((p) => p.stagingBytes).join(', ')} };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
 
 struct Prog {
-  unsigned char* stage[2] = {nullptr, nullptr};  // pinned host staging sets
-  cudaGraphExec_t exec[2] = {nullptr, nullptr};  // captured on first use, then replayed
+  unsigned char* stage[2] = {nullptr, nullptr};      // pinned, mapped host staging sets
+  unsigned char* stage_dev[2] = {nullptr, nullptr};  // their device addresses
+  cudaGraphExec_t exec[2] = {nullptr, nullptr};      // captured on first use, then replayed
   cudaEvent_t done[2] = {nullptr, nullptr};
+  cudaEvent_t copied[2] = {nullptr, nullptr};
   bool pending[2] = {false, false};
   int next = 0;
+  double* prof_ms = nullptr;  // MPSC_CUDA_PROFILE=1: per kernel, summed ms over the profiled steps
+  int prof_steps = 0;
 };
 
 struct Backend {
-  unsigned char* dev = nullptr;  // the one device allocation
-  cudaStream_t stream = nullptr;
-  bool mma = true;               // tensor-core (3xTF32) GEMM variants
-  bool mirror = false;           // copy the arena to ctx->arena after each step whose outputs are read
-  bool host_dirty = true;        // the host copy of the persistent block is newer than the device's
-  bool device_newer = false;     // the device copy is newer than the host's
+  unsigned char* dev = nullptr;   // the one device allocation
+  cudaStream_t stream = nullptr;  // the steps
+  cudaStream_t copy = nullptr;    // the batch uploads
+  bool mma = true;                // tensor-core (3xTF32) GEMM variants
+  bool mirror = false;            // copy the arena to ctx->arena after each step whose outputs are read
+  bool profile = false;           // launch kernel by kernel with events (MPSC_CUDA_PROFILE=1)
+  cudaEvent_t prof_ev[${Math.max(0, ...P.map((p) => p.nodes.length)) + 1}] = {};
+  bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
+  bool device_newer = false;      // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
   Prog progs[NPROG];
 };
@@ -151,12 +184,12 @@ bool upload_if_dirty(mpsc_ctx* ctx, Backend* b) {
   return true;
 }
 
-typedef bool (*record_fn)(mpsc_ctx*, unsigned char*, unsigned char*, cudaStream_t, bool);
+typedef bool (*record_fn)(mpsc_ctx*, unsigned char*, int, float*, cudaStream_t, bool, cudaEvent_t*);
 
-/** stream capture of one program's nodes into an instantiated graph */
-bool capture(mpsc_ctx* ctx, Backend* b, record_fn rec, unsigned char* stage, cudaGraphExec_t* exec, const char* name) {
+/** stream capture of one program's nodes (staging set: set) into an instantiated graph */
+bool capture(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out, cudaGraphExec_t* exec, const char* name) {
   if (!ck(ctx, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture")) return false;
-  const bool ok = rec(ctx, b->dev, stage, b->stream, b->mma);
+  const bool ok = rec(ctx, b->dev, set, out, b->stream, b->mma, nullptr);
   cudaGraph_t g = nullptr;
   const cudaError_t e = cudaStreamEndCapture(b->stream, &g);
   if (!ok) { if (g) cudaGraphDestroy(g); return false; }
@@ -170,17 +203,64 @@ bool capture(mpsc_ctx* ctx, Backend* b, record_fn rec, unsigned char* stage, cud
   return true;
 }
 
+/** MPSC_CUDA_PROFILE=1: one step launched kernel by kernel, an event after each; adds each kernel's time */
+bool profile_step(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out, Prog& q, int n) {
+  if (!ck(ctx, cudaEventRecord(b->prof_ev[0], b->stream), "cudaEventRecord")) return false;
+  if (!rec(ctx, b->dev, set, out, b->stream, b->mma, b->prof_ev)) return false;
+  if (!ck(ctx, cudaEventSynchronize(b->prof_ev[n]), "a profiled step")) return false;
+  if (!q.prof_ms) q.prof_ms = static_cast<double*>(std::calloc((size_t)n + 1, sizeof(double)));
+  for (int k = 0; k < n; ++k) {
+    float ms = 0.0f;
+    if (!ck(ctx, cudaEventElapsedTime(&ms, b->prof_ev[k], b->prof_ev[k + 1]), "cudaEventElapsedTime")) return false;
+    q.prof_ms[k] += ms;
+  }
+  q.prof_steps++;
+  return true;
+}
+
+${P.map(gatherKernel).join('')}${P.map(kernelNames).join('')}
 ${P.map(recordFn).join('\n')}
 ${P.map(runFn).join('\n')}
+const char* const* const KNAMES[NPROG] = { ${P.map((_, i) => `knames_p${i}`).join(', ')} };
+const char* const PNAMES[NPROG] = { ${P.map((p) => cString(p.name)).join(', ')} };
+
+/** MPSC_CUDA_PROFILE=1: every profiled program's kernels, mean microseconds per step, slowest first */
+void print_profile(Backend* b) {
+  for (int i = 0; i < NPROG; ++i) {
+    Prog& q = b->progs[i];
+    if (!q.prof_ms || !q.prof_steps) continue;
+    int n = 0;
+    while (KNAMES[i][n]) ++n;
+    double total = 0.0;
+    for (int k = 0; k < n; ++k) total += q.prof_ms[k];
+    std::fprintf(stderr, "mpsc cuda profile: %s, %d kernels, %.1f us of kernel time per step (mean of %d steps, kernels launched one by one)\\n",
+                 PNAMES[i], n, 1000.0 * total / q.prof_steps, q.prof_steps);
+    bool* shown = static_cast<bool*>(std::calloc((size_t)n + 1, 1));
+    for (int r = 0; r < n; ++r) {
+      int best = -1;
+      for (int k = 0; k < n; ++k) if (!shown[k] && (best < 0 || q.prof_ms[k] > q.prof_ms[best])) best = k;
+      shown[best] = true;
+      std::fprintf(stderr, "  %9.1f us %5.1f%%  %s\\n", 1000.0 * q.prof_ms[best] / q.prof_steps, total > 0 ? 100.0 * q.prof_ms[best] / total : 0.0, KNAMES[i][best]);
+    }
+    std::free(shown);
+  }
+}
+
 void destroy(Backend* b) {
   if (b->stream) cudaStreamSynchronize(b->stream);
-  for (Prog& q : b->progs)
+  if (b->profile) print_profile(b);
+  for (Prog& q : b->progs) {
     for (int s = 0; s < 2; ++s) {
       if (q.exec[s]) cudaGraphExecDestroy(q.exec[s]);
       if (q.done[s]) cudaEventDestroy(q.done[s]);
+      if (q.copied[s]) cudaEventDestroy(q.copied[s]);
       if (q.stage[s]) cudaFreeHost(q.stage[s]);
     }
+    std::free(q.prof_ms);
+  }
+  for (cudaEvent_t e : b->prof_ev) if (e) cudaEventDestroy(e);
   if (b->dev) cudaFree(b->dev);
+  if (b->copy) cudaStreamDestroy(b->copy);
   if (b->stream) cudaStreamDestroy(b->stream);
   delete b;
 }
@@ -209,6 +289,8 @@ void* backend_create(mpsc_ctx* ctx) {
   b->mma = !(plain && plain[0] == '1');
   const char* mirror = std::getenv("MPSC_CUDA_MIRROR_ARENA");
   b->mirror = mirror && mirror[0] == '1';
+  const char* profile = std::getenv("MPSC_CUDA_PROFILE");
+  b->profile = profile && profile[0] == '1';
   if (!ck(ctx, cudaSetDevice(0), "cudaSetDevice") || !ck(ctx, cudaMemGetInfo(&b->free_before, &b->total), "cudaMemGetInfo")) { destroy(b); return nullptr; }
   const cudaError_t em = cudaMalloc(reinterpret_cast<void**>(&b->dev), DEVICE_BYTES);
   if (em != cudaSuccess) {
@@ -220,11 +302,17 @@ void* backend_create(mpsc_ctx* ctx) {
     return nullptr;
   }
   bool ok = ck(ctx, cudaMemset(b->dev, 0, DEVICE_BYTES), "cudaMemset") &&
-            ck(ctx, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+            ck(ctx, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate") &&
+            ck(ctx, cudaStreamCreateWithFlags(&b->copy, cudaStreamNonBlocking), "cudaStreamCreate");
   for (int i = 0; ok && i < NPROG; ++i)
-    for (int s = 0; ok && s < 2; ++s)
-      ok = ck(ctx, cudaHostAlloc(reinterpret_cast<void**>(&b->progs[i].stage[s]), STAGING_BYTES[i], cudaHostAllocDefault), "cudaHostAlloc (pinned staging)") &&
-           ck(ctx, cudaEventCreateWithFlags(&b->progs[i].done[s], cudaEventDisableTiming), "cudaEventCreate");
+    for (int s = 0; ok && s < 2; ++s) {
+      Prog& q = b->progs[i];
+      ok = ck(ctx, cudaHostAlloc(reinterpret_cast<void**>(&q.stage[s]), STAGING_BYTES[i], cudaHostAllocMapped), "cudaHostAlloc (pinned staging)") &&
+           ck(ctx, cudaHostGetDevicePointer(reinterpret_cast<void**>(&q.stage_dev[s]), q.stage[s], 0), "cudaHostGetDevicePointer (pinned staging)") &&
+           ck(ctx, cudaEventCreateWithFlags(&q.done[s], cudaEventDisableTiming), "cudaEventCreate") &&
+           ck(ctx, cudaEventCreateWithFlags(&q.copied[s], cudaEventDisableTiming), "cudaEventCreate");
+    }
+  for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
   if (!ok) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);
   return b;

@@ -21,6 +21,7 @@ import { CUDA } from './cuda_dialect.js';
 import { planCuda, type CudaPlan } from './plan.js';
 import { cudaHostSource } from './host.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
+import { lowerSumToCuda } from './reduce_cuda.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
 import { fuseForBackend } from '../ir/programs.js';
 import { cudaFusions } from './fusions.js';
@@ -34,9 +35,17 @@ const cudaGemm: GpuLowering = (ctx, g, n) => {
   if (!ks) throw new Error(`internal: op '${n.op}' is not a GEMM`);
   return ks;
 };
-/** the shared registry with the GEMM family on gemm_cuda.ts */
+const sharedSumTo = GPU_KERNELS.sum_to;
+if (sharedSumTo === 'cpu') throw new Error('internal: sum_to has no shared GPU kernel');
+/** long sums: a block per output (reduce_cuda.ts); short ones: the shared kernel */
+const cudaSumTo: GpuLowering = (ctx, g, n) => {
+  const k = lowerSumToCuda(ctx, g, n);
+  return k ? [k] : sharedSumTo(ctx, g, n);
+};
+/** the shared registry with the GEMM family on gemm_cuda.ts and long sum_to on reduce_cuda.ts */
 export const CUDA_REGISTRY: GpuRegistry = {
   ...GPU_KERNELS, linear: cudaGemm, matmul: cudaGemm, conv2d: cudaGemm, conv2d_grad_input: cudaGemm, conv2d_grad_weight: cudaGemm,
+  sum_to: cudaSumTo,
 };
 
 export const KERNELS_FILE = 'model_kernels.cuh';

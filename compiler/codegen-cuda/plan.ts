@@ -6,12 +6,16 @@
  *  - the ONE device allocation (one cudaMalloc) laid out by the static memory plan: the persistent
  *    block (parameters, gradients accumulators, optimizer state, running statistics: the same table
  *    and offsets as the host block of mpsc_model.h), the arena (max over programs of the memory
- *    plan's arena: activations, gradients, outputs), each program's input batch, the step-scalar
- *    slot (struct StepParams: lr, t, seed, counter);
- *  - per program, the pinned host staging set (inputs, scalars, outputs; the runtime keeps two
- *    sets so the host fills one while the GPU reads the other) and the CUDA graph's node list in
- *    order: input and scalar copies host -> device, every kernel launch with its argument byte
- *    offsets in the device allocation, the output copies device -> host.
+ *    plan's arena: activations, gradients, outputs), the scratch region of split-K GEMMs (the
+ *    largest KernelSpec.scratch of any kernel: kernels run in stream order, so one region serves
+ *    all), and per program its upload region: TWO sets, one per pinned staging set, each the
+ *    byte-for-byte image of the staging set's upload part (the input batch, then the step scalars,
+ *    struct StepParams: lr, t, seed, counter), so one asynchronous copy per step moves a whole
+ *    set while the step of the other set may still run;
+ *  - per program, the pinned host staging layout (inputs, scalars: the upload part; then one float
+ *    per output, written by the graph's last kernel through the mapped staging memory) and the CUDA
+ *    graph's kernel list in order, each argument a byte offset in the device allocation (arguments
+ *    in the upload region are set 0's: the host adds `set * setBytes` for set 1).
  * Relies on: every kernel binding has a home (dispatch_plan.ts checks), kernels run in stream
  * order (a graph captured from one stream is a chain, so the plan's barriers are implied).
  */
@@ -35,32 +39,43 @@ export interface KernelArgPlan {
   name: string;
   type: 'float' | 'int';
   access: 'r' | 'w' | 'rw';
-  /** byte offset of the bound tensor in the device allocation */
+  /** byte offset of the bound tensor in the device allocation (in the upload region: set 0's) */
   offset: number;
   bytes: number;
   /** the value's name (for messages) */
   value: string;
+  /** the tensor is in the program's upload region: staging set s binds it at offset + s * setBytes */
+  perSet?: boolean;
 }
 
-/** One node of a program's CUDA graph, in stream order. */
-export type GraphNodePlan =
-  | { kind: 'h2d'; what: string; hostOffset: number; deviceOffset: number; bytes: number }
-  | { kind: 'kernel'; kernel: string; node: number; op: string; grid: [number, number, number]; block: [number, number, number];
-    /** the tensor-core (3xTF32) variant with its block shape, when the kernel has one */
-    mma?: { kernel: string; block: [number, number, number] };
-    args: KernelArgPlan[] }
-  | { kind: 'd2h'; what: string; hostOffset: number; deviceOffset: number; bytes: number };
+/** One kernel node of a program's CUDA graph, in stream order. */
+export interface KernelNodePlan {
+  kind: 'kernel'; kernel: string; node: number; op: string; grid: [number, number, number]; block: [number, number, number];
+  /** the tensor-core (3xTF32) variant with its block shape, when the kernel has one */
+  mma?: { kernel: string; block: [number, number, number] };
+  args: KernelArgPlan[];
+  /** the kernel takes the scratch region (split-K partial sums) after its buffers */
+  scratch?: boolean;
+}
+export type GraphNodePlan = KernelNodePlan;
 
 export interface ProgramPlan {
   name: string;
   batch: number;
+  /** input k: its bytes, its offset in the staging set and (set 0) in the device allocation */
   inputs: { name: string; dtype: 'f32' | 'i32'; shape: number[]; bytes: number; deviceOffset: number; hostOffset: number }[];
+  /** output k: its device offset (arena) and the offset of its float in the staging set */
   outputs: { name: string; deviceOffset: number; hostOffset: number }[];
-  /** bytes of one pinned staging set: inputs, then the scalars, then one float per output */
+  /** bytes of one pinned staging set: inputs, the scalars (the upload part), then one float per output */
   stagingBytes: number;
   scalarsHostOffset: number;
+  /** bytes copied host -> device per step: the staging set's inputs and scalars (= scalarsHostOffset + SCALAR_BYTES) */
+  uploadBytes: number;
+  /** device offset of set 0's upload image; set 1's is setBytes after it */
+  uploadOffset: number;
+  setBytes: number;
   nodes: GraphNodePlan[];
-  /** number of kernel launches (the model ABI's n_kernels) */
+  /** number of kernel launches of the model (the model ABI's n_kernels; the graph adds one output-gather kernel) */
   kernels: number;
   arenaBytes: number;
 }
@@ -71,8 +86,9 @@ export interface CudaPlan {
   deviceBytes: number;
   persistent: DeviceRegion;
   arena: DeviceRegion;
-  scalars: DeviceRegion;
-  /** each program's input batch region (one per program, in `programs` order) */
+  /** split-K partial sums (bytes 0 when no kernel needs scratch) */
+  scratch: DeviceRegion;
+  /** each program's upload region (both sets; in `programs` order) */
   inputs: DeviceRegion[];
   programs: ProgramPlan[];
 }
@@ -81,11 +97,11 @@ function argsOf(k: KernelSpec, bindings: PlanBinding[], base: (b: PlanBinding) =
   return k.args.map((a, i) => {
     const b = bindings[i];
     if (!b || b.value !== a.value) throw new Error(`internal: kernel ${k.name}: binding ${i} does not match argument '${a.name}'`);
-    return { name: a.name, type: a.type, access: a.access, offset: base(b) + b.offset, bytes: b.bytes, value: b.name };
+    return { name: a.name, type: a.type, access: a.access, offset: base(b) + b.offset, bytes: b.bytes, value: b.name, ...(b.region === 'input' ? { perSet: true } : {}) };
   });
 }
 
-/** The device layout and graph node lists of a model's programs (lowered in the CUDA dialect). */
+/** The device layout and graph kernel lists of a model's programs (lowered in the CUDA dialect). */
 export function planCuda(model: string, table: PersistentTable, lowered: { lp: LoweredProgram; plan: DispatchPlan }[]): CudaPlan {
   let off = 0;
   const take = (bytes: number): DeviceRegion => {
@@ -95,30 +111,29 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
   };
   const persistent = take(table.bytes);
   const arena = take(Math.max(0, ...lowered.map((l) => l.plan.arenaBytes)));
-  const scalars = take(SCALAR_BYTES);
+  const scratch = take(Math.max(0, ...lowered.flatMap((l) => l.lp.kernels.map((k) => k.scratch ?? 0))));
   const inputs: DeviceRegion[] = [];
   const programs: ProgramPlan[] = lowered.map(({ lp, plan }) => {
     const p: Program = lp.program;
     if (plan.steps.some((s) => s.kind === 'cpu'))
       throw new Error(`internal: program ${p.name} has a CPU fallback step; the CUDA backend lowers every op`);
-    // input batch: one device region per program, each input 256-aligned inside it
-    let inBytes = 0;
-    const inLocal = plan.inputs.map((i) => {
-      const o = inBytes;
-      inBytes = align(inBytes + i.bytes);
+    // the staging set: each input 256-aligned (the device image keeps the offsets), the scalars, the outputs
+    let host = 0;
+    const hostOffsets = plan.inputs.map((i) => {
+      const o = host;
+      host = align(host + i.bytes);
       return o;
     });
-    const region = take(inBytes);
+    const scalarsHostOffset = host;
+    const uploadBytes = scalarsHostOffset + SCALAR_BYTES;
+    host += SCALAR_BYTES;
+    const setBytes = align(uploadBytes);
+    const region = take(2 * setBytes);
     inputs.push(region);
-    let host = 0;
     const ins = plan.inputs.map((i, k) => {
       const v = p.graph.values[i.value];
-      const hostOffset = host;
-      host = align(host + i.bytes, 16);
-      return { name: i.name, dtype: hostDType(v), shape: v.shape, bytes: i.bytes, deviceOffset: region.offset + inLocal[k], hostOffset };
+      return { name: i.name, dtype: hostDType(v), shape: v.shape, bytes: i.bytes, deviceOffset: region.offset + hostOffsets[k], hostOffset: hostOffsets[k] };
     });
-    const scalarsHostOffset = host;
-    host += SCALAR_BYTES;
     const outs = plan.outputs.map((o) => {
       const hostOffset = host;
       host += 4;
@@ -128,34 +143,30 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       b.region === 'arena' ? arena.offset : b.region === 'persistent' ? persistent.offset : ins[b.slot].deviceOffset;
     const byName = new Map(lp.kernels.map((k) => [k.name, k]));
     const nodes: GraphNodePlan[] = [];
-    for (const i of ins) nodes.push({ kind: 'h2d', what: `input ${i.name}`, hostOffset: i.hostOffset, deviceOffset: i.deviceOffset, bytes: i.bytes });
-    nodes.push({ kind: 'h2d', what: 'step scalars', hostOffset: scalarsHostOffset, deviceOffset: scalars.offset, bytes: SCALAR_BYTES });
-    let kernels = 0;
     for (const s of plan.steps) {
       if (s.kind !== 'kernel') continue;
       const k = byName.get(s.kernel)!;
-      kernels++;
       nodes.push({
         kind: 'kernel', kernel: k.name, node: k.node, op: k.op, grid: k.groups, block: k.tgsize,
         ...(k.mma ? { mma: { kernel: k.mma.name, block: k.mma.tgsize } } : {}),
         args: argsOf(k, s.bindings, base),
+        ...(k.scratch ? { scratch: true } : {}),
       });
     }
-    for (const o of outs) nodes.push({ kind: 'd2h', what: `output ${o.name}`, hostOffset: o.hostOffset, deviceOffset: o.deviceOffset, bytes: 4 });
     return {
-      name: p.name, batch: p.batch, inputs: ins, outputs: outs, stagingBytes: align(host, 64), scalarsHostOffset, nodes, kernels,
-      arenaBytes: plan.arenaBytes,
+      name: p.name, batch: p.batch, inputs: ins, outputs: outs, stagingBytes: align(host, 64), scalarsHostOffset, uploadBytes,
+      uploadOffset: region.offset, setBytes, nodes, kernels: nodes.length, arenaBytes: plan.arenaBytes,
     };
   });
-  return { model, deviceBytes: align(off), persistent, arena, scalars, inputs, programs };
+  return { model, deviceBytes: align(off), persistent, arena, scratch, inputs, programs };
 }
 
 /** Problems of a plan (empty when sound): regions overlap or leave the allocation, an argument leaves its region. */
 export function planProblems(plan: CudaPlan): string[] {
   const bad: string[] = [];
   const regions = [
-    { name: 'persistent', ...plan.persistent }, { name: 'arena', ...plan.arena }, { name: 'scalars', ...plan.scalars },
-    ...plan.inputs.map((r, i) => ({ name: `inputs of ${plan.programs[i].name}`, ...r })),
+    { name: 'persistent', ...plan.persistent }, { name: 'arena', ...plan.arena }, { name: 'scratch', ...plan.scratch },
+    ...plan.inputs.map((r, i) => ({ name: `upload region of ${plan.programs[i].name}`, ...r })),
   ];
   for (const r of regions) {
     if (r.offset % CUDA_ALIGN) bad.push(`${r.name} is not ${CUDA_ALIGN}-byte aligned`);
@@ -167,14 +178,20 @@ export function planProblems(plan: CudaPlan): string[] {
       if (a.bytes && b.bytes && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes) bad.push(`${a.name} overlaps ${b.name}`);
     }
   const inside = (o: number, n: number) => regions.some((r) => o >= r.offset && o + n <= r.offset + r.bytes);
-  for (const p of plan.programs)
-    for (const n of p.nodes) {
-      if (n.kind === 'kernel') {
-        for (const a of n.args) if (!inside(a.offset, a.bytes)) bad.push(`${p.name}.${n.kernel}: argument ${a.name} (${a.value}) leaves its region`);
-      } else {
-        if (!inside(n.deviceOffset, n.bytes)) bad.push(`${p.name}: copy of ${n.what} leaves its region`);
-        if (n.hostOffset + n.bytes > p.stagingBytes) bad.push(`${p.name}: copy of ${n.what} leaves the staging set`);
-      }
+  plan.programs.forEach((p, pi) => {
+    const up = plan.inputs[pi];
+    if (p.uploadOffset !== up.offset || 2 * p.setBytes > up.bytes || p.uploadBytes > p.setBytes) bad.push(`${p.name}: the two upload sets do not fit its upload region`);
+    if (p.uploadBytes > p.stagingBytes) bad.push(`${p.name}: the upload part leaves the staging set`);
+    for (const o of p.outputs) {
+      if (o.hostOffset + 4 > p.stagingBytes) bad.push(`${p.name}: output ${o.name} leaves the staging set`);
+      if (!inside(o.deviceOffset, 4)) bad.push(`${p.name}: output ${o.name} leaves its region`);
     }
+    for (const n of p.nodes)
+      for (const a of n.args) {
+        if (!inside(a.offset, a.bytes)) bad.push(`${p.name}.${n.kernel}: argument ${a.name} (${a.value}) leaves its region`);
+        if (a.perSet && (a.offset < up.offset || a.offset + a.bytes > up.offset + p.uploadBytes))
+          bad.push(`${p.name}.${n.kernel}: argument ${a.name} (${a.value}) is not in set 0 of the upload region`);
+      }
+  });
   return bad;
 }

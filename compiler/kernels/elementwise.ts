@@ -140,7 +140,12 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
   return null;
 }
 
-function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
+/**
+ * The dims of a sum_to node, innermost first: the kept ones (the output's, row-major) and the
+ * reduced ones, each with its size and x stride (dialect literals); RN terms per output, count outputs.
+ * `innerReduced`: x's innermost dim is summed over (consecutive terms are adjacent in memory).
+ */
+export function sumToDims(d: Dialect, g: Graph, n: Node) {
   const xs = shapeOf(g, n.inputs[0]), ys = shapeOf(g, n.outputs[0]);
   const st = stridesOf(xs);
   const reduced = new Array(xs.length).fill(false);
@@ -148,16 +153,21 @@ function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
     for (const ax of n.attrs.axes as number[]) reduced[ax] = true;
   } else {
     const off = xs.length - ys.length;
-    for (let d = 0; d < xs.length; d++) reduced[d] = d < off || (ys[d - off] === 1 && xs[d] !== 1);
+    for (let k = 0; k < xs.length; k++) reduced[k] = k < off || (ys[k - off] === 1 && xs[k] !== 1);
   }
-  const u32 = (k: number) => ctx.d.u(k);
   const kept: { size: string; stride: string }[] = [], red: { size: string; stride: string }[] = [];
   let RN = 1;
-  for (let d = xs.length - 1; d >= 0; d--) {
-    const e = { size: u32(xs[d]), stride: u32(st[d]) };
-    if (reduced[d]) { red.push(e); RN *= xs[d]; } else kept.push(e);
+  for (let k = xs.length - 1; k >= 0; k--) {
+    const e = { size: d.u(xs[k]), stride: d.u(st[k]) };
+    if (reduced[k]) { red.push(e); RN *= xs[k]; } else kept.push(e);
   }
-  const count = numel(ys);
+  const inner = xs.length - 1;
+  return { kept, red, RN, count: numel(ys), innerReduced: inner >= 0 && reduced[inner] && xs[inner] > 1 };
+}
+
+function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
+  const u32 = (k: number) => ctx.d.u(k);
+  const { kept, red, RN, count } = sumToDims(ctx.d, g, n);
   const body =
     `  // y[i] = sum of x over the reduced dims (${RN} terms per output)\n  uint rem = i, base = ${u32(0)};\n` +
     kept.map((k) => `  { const uint c = rem % ${k.size}; rem /= ${k.size}; base += c * ${k.stride}; }\n`).join('') +

@@ -41,6 +41,11 @@ export interface KernelSpec extends KernelVariant {
   groups: [number, number, number];
   /** 8x8 matrix-unit variant (Metal: simdgroup_float8x8, Apple7+): same args and grid */
   mma?: KernelVariant;
+  /**
+   * bytes of device scratch the kernel reads or writes through `mpsc_scratch` (CUDA only: split-K
+   * partial sums, codegen-cuda/gemm_cuda.ts); the backend binds one scratch region after the buffers
+   */
+  scratch?: number;
 }
 
 /** Helper functions a library prelude must contain. */

@@ -18,6 +18,7 @@
 #include <napi.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -196,8 +197,12 @@ Napi::Value Run(const Napi::CallbackInfo& info) {
   s.t = (int32_t)get_num(env, so, "t");
   s.seed = (uint32_t)(int64_t)get_num(env, so, "seed");
   s.counter = (uint32_t)(int64_t)get_num(env, so, "counter");
+  // run(handle, program, inputs, scalars, read = true): read false passes outputs = NULL (an asynchronous
+  // backend then does not wait for the step) and returns NaN outputs
+  const bool read = info.Length() < 5 || !info[4].IsBoolean() || info[4].As<Napi::Boolean>().Value();
   Napi::Float64Array out = Napi::Float64Array::New(env, (size_t)p.n_outputs);
-  int rc = mpsc_run(h->ctx, pi, ptrs.data(), &s, p.n_outputs ? out.Data() : nullptr);
+  for (int j = 0; j < p.n_outputs; j++) out[j] = std::numeric_limits<double>::quiet_NaN();
+  int rc = mpsc_run(h->ctx, pi, ptrs.data(), &s, p.n_outputs && read ? out.Data() : nullptr);
   if (rc != 0) throw Napi::Error::New(env, std::string("mpsc: run(") + pname + ") failed: " + mpsc_last_error(h->ctx));
   return out;
 }

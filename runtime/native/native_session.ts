@@ -12,7 +12,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PROGRAM_NAMES, type ProgramName, type ProgramSet, type StepScalars } from '../../compiler/ir/graph.js';
 import { generateCpuModel } from '../../compiler/codegen-cpu/emit_program.js';
-import type { Batch, Session } from '../session.js';
+import type { Batch, RunOptions, Session } from '../session.js';
 import { buildAddon, loadAddon, sourcesDigest } from './build.js';
 
 export interface AddonTensor {
@@ -37,7 +37,8 @@ export interface NativeAddon {
   create(threads: number): unknown;
   read(handle: unknown, name: string): Float32Array;
   write(handle: unknown, name: string, data: Float32Array): void;
-  run(handle: unknown, program: string, inputs: Batch, scalars: StepScalars): Float64Array;
+  /** read false: outputs = NULL for the model (the CUDA backend then does not wait for the step; NaN outputs) */
+  run(handle: unknown, program: string, inputs: Batch, scalars: StepScalars, read?: boolean): Float64Array;
   free(handle: unknown): void;
 }
 
@@ -56,6 +57,7 @@ export function createNativeSession(modulePath: string, programs: ProgramSet, de
     }
   }
   const shapes = new Map(desc.tensors.map((t) => [t.name, t.shape]));
+  const async = desc.backend === 'cuda';
   const names = desc.tensors.map((t) => t.name).sort();
   let handle: unknown = addon.create(threads ?? 0);
   const live = () => {
@@ -77,10 +79,11 @@ export function createNativeSession(modulePath: string, programs: ProgramSet, de
       addon.write(live(), name, data);
     },
     hasProgram: (program: ProgramName) => programs[program] !== undefined,
-    run(program: ProgramName, inputs: Batch, scalars: StepScalars): Float64Array {
+    run(program: ProgramName, inputs: Batch, scalars: StepScalars, opts?: RunOptions): Float64Array {
       const p = programs[program];
       if (!p) throw new Error(`internal: this model has no program '${program}'`);
-      return addon.run(live(), program, inputs, scalars);
+      // only the asynchronous backend takes outputs = NULL (the generated CPU models always write them)
+      return addon.run(live(), program, inputs, scalars, !(async && opts?.read === false));
     },
     close(): void {
       if (handle !== null) addon.free(handle);

@@ -521,12 +521,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k5(
   y[i] = best;
 }
 
-// node 7: linear (linear0) -> linear0.out [fp32]
+// node 7: linear (linear0) -> linear0.out [split K: 6 chunks of 528, partial sums] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k6(
     const float* x,
     const float* w,
     const float* b,
     float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[2432];
@@ -534,6 +535,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
+  // split K: block z = group * 6 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
+  const uint kbeg = (tgid.z % 6u) * 528u, kend = min(3136u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
   float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
@@ -542,7 +545,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 3136u; k0 += 16u) {
+  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
@@ -587,17 +590,18 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
         const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
         if (mi < 64u && ni < 128u) {
           const float acc = cacc[i][j];
-      y[mi * 128u + ni] = acc + b[ni];
+          mpsc_scratch[(tgid.z * 64u + mi) * 128u + ni] = acc;
         }
       }
 }
 
-// node 7: linear (linear0) -> linear0.out [3xTF32 tensor cores]
+// node 7: linear (linear0) -> linear0.out [split K: 6 chunks of 528, partial sums] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k6_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[2432];
@@ -606,6 +610,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k6_mma(
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  // split K: block z = group * 6 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
+  const uint kbeg = (tgid.z % 6u) * 528u, kend = min(3136u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
   float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
@@ -618,7 +624,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k6_mma(
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 3136u; k0 += 16u) {
+  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
@@ -679,13 +685,38 @@ extern "C" __global__ void __launch_bounds__(128) p0_k6_mma(
         const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 128u) {
           const float acc = cacc[i][j][q];
-      y[mi * 128u + ni] = acc + b[ni];
+          mpsc_scratch[(tgid.z * 64u + mi) * 128u + ni] = acc;
         }
       }
 }
 
-// node 8: unary (relu2) -> relu2.out
+// node 7: linear (linear0) -> linear0.out [split K: sum of 6 partials]
 extern "C" __global__ void __launch_bounds__(256) p0_k7(
+    const float* x,
+    const float* w,
+    const float* b,
+    float* y,
+    float* __restrict__ mpsc_scratch,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // split-K reduction: C = sum of 6 partial products (fixed order), then the store
+  const uint e = tgid.x * 256u + tidx;
+  if (e < 8192u) {
+    const uint mi = e / 128u, ni = e % 128u;
+    const float* part = mpsc_scratch + tgid.z * 49152u + e;
+    float sum = 0.0f;
+    for (uint s = 0u; s < 6u; ++s) sum += part[s * 8192u];
+    {
+      const float acc = sum;
+      y[mi * 128u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 8: unary (relu2) -> relu2.out
+extern "C" __global__ void __launch_bounds__(256) p0_k8(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -698,7 +729,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
 }
 
 // node 9: linear (linear1) -> linear1.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k8(
+extern "C" __global__ void __launch_bounds__(256) p0_k9(
     const float* x,
     const float* w,
     const float* b,
@@ -769,7 +800,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
 }
 
 // node 9: linear (linear1) -> linear1.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -861,7 +892,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
 }
 
 // node 10: cross_entropy (loss) -> loss
-extern "C" __global__ void __launch_bounds__(64) p0_k9(
+extern "C" __global__ void __launch_bounds__(64) p0_k10(
     const float* logits,
     const int* label,
     float* loss,
@@ -889,7 +920,7 @@ extern "C" __global__ void __launch_bounds__(64) p0_k9(
 }
 
 // node 11: accuracy (accuracy) -> accuracy
-extern "C" __global__ void __launch_bounds__(64) p0_k10(
+extern "C" __global__ void __launch_bounds__(64) p0_k11(
     const float* logits,
     const int* label,
     float* acc,
@@ -915,7 +946,7 @@ extern "C" __global__ void __launch_bounds__(64) p0_k10(
 }
 
 // node 12: cross_entropy_grad (loss) -> d_linear1.out
-extern "C" __global__ void __launch_bounds__(32) p0_k11(
+extern "C" __global__ void __launch_bounds__(32) p0_k12(
     const float* logits,
     const int* label,
     float* dlogits,
@@ -945,7 +976,7 @@ extern "C" __global__ void __launch_bounds__(32) p0_k11(
 }
 
 // node 13: matmul (linear1) -> d_relu2.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k12(
+extern "C" __global__ void __launch_bounds__(256) p0_k13(
     const float* a,
     const float* b,
     float* y,
@@ -1015,7 +1046,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
 }
 
 // node 13: matmul (linear1) -> d_relu2.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k13_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1106,7 +1137,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
 }
 
 // node 14: matmul (linear1) -> linear1.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k13(
+extern "C" __global__ void __launch_bounds__(256) p0_k14(
     const float* a,
     const float* b,
     float* y,
@@ -1176,7 +1207,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k13(
 }
 
 // node 14: matmul (linear1) -> linear1.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k13_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k14_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1267,7 +1298,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k13_mma(
 }
 
 // node 15: sum_to (linear1) -> linear1.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k14(
+extern "C" __global__ void __launch_bounds__(256) p0_k15(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -1288,7 +1319,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14(
 }
 
 // node 16: unary_grad (relu2) -> d_linear0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k15(
+extern "C" __global__ void __launch_bounds__(256) p0_k16(
     const float* dy,
     const float* x,
     float* dx,
@@ -1302,7 +1333,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
 }
 
 // node 17: matmul (linear0) -> d_flatten0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k16(
+extern "C" __global__ void __launch_bounds__(256) p0_k17(
     const float* a,
     const float* b,
     float* y,
@@ -1372,7 +1403,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16(
 }
 
 // node 17: matmul (linear0) -> d_flatten0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k17_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1463,7 +1494,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
 }
 
 // node 18: matmul (linear0) -> linear0.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k17(
+extern "C" __global__ void __launch_bounds__(256) p0_k18(
     const float* a,
     const float* b,
     float* y,
@@ -1533,7 +1564,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k17(
 }
 
 // node 18: matmul (linear0) -> linear0.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k17_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k18_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1624,7 +1655,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k17_mma(
 }
 
 // node 19: sum_to (linear0) -> linear0.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k18(
+extern "C" __global__ void __launch_bounds__(256) p0_k19(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -1645,7 +1676,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k18(
 }
 
 // node 21: maxpool2d_grad (maxpool1) -> d_relu1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k19(
+extern "C" __global__ void __launch_bounds__(256) p0_k20(
     const float* dy,
     const float* x,
     float* dx,
@@ -1681,7 +1712,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
 }
 
 // node 22: unary_grad (relu1) -> d_conv2d1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k20(
+extern "C" __global__ void __launch_bounds__(256) p0_k21(
     const float* dy,
     const float* x,
     float* dx,
@@ -1695,7 +1726,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
 }
 
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k21(
+extern "C" __global__ void __launch_bounds__(256) p0_k22(
     const float* dy,
     const float* w,
     float* dx,
@@ -1773,7 +1804,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k21(
 }
 
 // node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k21_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
     const float* dy,
     const float* w,
     float* dx,
@@ -1871,11 +1902,12 @@ extern "C" __global__ void __launch_bounds__(128) p0_k21_mma(
       }
 }
 
-// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k22(
+// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: 24 chunks of 528, partial sums] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k23(
     const float* dy,
     const float* x,
     float* dw,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[2432];
@@ -1883,7 +1915,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // C[64u x 288u] = A[64u x 12544u] * B[12544u x 288u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint g = tgid.z;
+  // split K: block z = group * 24 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
+  const uint g = tgid.z / 24u;
+  const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
   float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
@@ -1892,7 +1926,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 12544u; k0 += 16u) {
+  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
@@ -1941,16 +1975,17 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
         const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
         if (mi < 64u && ni < 288u) {
           const float acc = cacc[i][j];
-      dw[(g * 64u + mi) * 288u + ni] = acc;
+          mpsc_scratch[(tgid.z * 64u + mi) * 288u + ni] = acc;
         }
       }
 }
 
-// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
+// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k23_mma(
     const float* dy,
     const float* x,
     float* dw,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[2432];
@@ -1959,7 +1994,9 @@ extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // C[64u x 288u] = A[64u x 12544u] * B[12544u x 288u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint g = tgid.z;
+  // split K: block z = group * 24 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
+  const uint g = tgid.z / 24u;
+  const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
   float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
@@ -1972,7 +2009,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 12544u; k0 += 16u) {
+  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
@@ -2037,36 +2074,73 @@ extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
         const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 288u) {
           const float acc = cacc[i][j][q];
-      dw[(g * 64u + mi) * 288u + ni] = acc;
+          mpsc_scratch[(tgid.z * 64u + mi) * 288u + ni] = acc;
         }
       }
 }
 
-// node 25: sum_to (conv2d1) -> conv2d1.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k23(
+// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: sum of 24 partials]
+extern "C" __global__ void __launch_bounds__(256) p0_k24(
+    const float* dy,
+    const float* x,
+    float* dw,
+    float* __restrict__ mpsc_scratch,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // split-K reduction: C = sum of 24 partial products (fixed order), then the store
+  const uint g = tgid.z;
+  const uint e = tgid.x * 256u + tidx;
+  if (e < 18432u) {
+    const uint mi = e / 288u, ni = e % 288u;
+    const float* part = mpsc_scratch + tgid.z * 442368u + e;
+    float sum = 0.0f;
+    for (uint s = 0u; s < 24u; ++s) sum += part[s * 18432u];
+    {
+      const float acc = sum;
+      dw[(g * 64u + mi) * 288u + ni] = acc;
+    }
+  }
+}
+
+// node 25: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output, 12544 terms]
+extern "C" __global__ void __launch_bounds__(256) p0_k25(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 64u) return;
-  // y[i] = sum of x over the reduced dims (12544 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 64u; rem /= 64u; base += c * 196u; }
+  __shared__ float tg[8];
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // y[i] = sum of x over the reduced dims (12544 terms): block i, thread j sums terms j, j + 256, ...
+  const uint i = tgid.x;
   float acc = 0.0f;
-  for (uint t = 0u; t < 12544u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 14u; q /= 14u; off += c * 1u; }
-    { const uint c = q % 14u; q /= 14u; off += c * 14u; }
-    { const uint c = q % 64u; q /= 64u; off += c * 12544u; }
-    acc += x[off];
+  {
+    uint rem = i, base = 0u;
+    { const uint c = rem % 64u; rem /= 64u; base += c * 196u; }
+    for (uint t = tidx; t < 12544u; t += 256u) {
+      uint q = t, off = base;
+      { const uint c = q % 14u; q /= 14u; off += c * 1u; }
+      { const uint c = q % 14u; q /= 14u; off += c * 14u; }
+      { const uint c = q % 64u; q /= 64u; off += c * 12544u; }
+      acc += x[off];
+    }
   }
-  y[i] = acc;
+  acc = mpsc_warp_sum(acc);
+  if (lane == 0u) tg[sg] = acc;
+  __syncthreads();
+  if (tidx == 0u) {
+    float s = 0.0f;
+    for (uint w = 0u; w < 8u; ++w) s += tg[w];
+    y[i] = s;
+  }
 }
 
 // node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k24(
+extern "C" __global__ void __launch_bounds__(256) p0_k26(
     const float* dy,
     const float* x,
     float* dx,
@@ -2102,7 +2176,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
 }
 
 // node 27: unary_grad (relu0) -> d_conv2d0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k25(
+extern "C" __global__ void __launch_bounds__(256) p0_k27(
     const float* dy,
     const float* x,
     float* dx,
@@ -2115,11 +2189,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   dx[i] = v > 0.0f ? d : 0.0f;
 }
 
-// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k26(
+// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k28(
     const float* dy,
     const float* x,
     float* dw,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[2432];
@@ -2127,7 +2202,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26(
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // C[32u x 9u] = A[32u x 50176u] * B[50176u x 9u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint g = tgid.z;
+  // split K: block z = group * 98 + chunk; chunk ks sums k in [ks * 512, (ks + 1) * 512)
+  const uint g = tgid.z / 98u;
+  const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
   float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
@@ -2136,7 +2213,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26(
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 50176u; k0 += 16u) {
+  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
@@ -2185,16 +2262,17 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26(
         const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
         if (mi < 32u && ni < 9u) {
           const float acc = cacc[i][j];
-      dw[(g * 32u + mi) * 9u + ni] = acc;
+          mpsc_scratch[(tgid.z * 32u + mi) * 9u + ni] = acc;
         }
       }
 }
 
-// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k26_mma(
+// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k28_mma(
     const float* dy,
     const float* x,
     float* dw,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[2432];
@@ -2203,7 +2281,9 @@ extern "C" __global__ void __launch_bounds__(128) p0_k26_mma(
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // C[32u x 9u] = A[32u x 50176u] * B[50176u x 9u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint g = tgid.z;
+  // split K: block z = group * 98 + chunk; chunk ks sums k in [ks * 512, (ks + 1) * 512)
+  const uint g = tgid.z / 98u;
+  const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
   float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
@@ -2216,7 +2296,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k26_mma(
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 50176u; k0 += 16u) {
+  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
@@ -2281,36 +2361,73 @@ extern "C" __global__ void __launch_bounds__(128) p0_k26_mma(
         const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 32u && ni < 9u) {
           const float acc = cacc[i][j][q];
-      dw[(g * 32u + mi) * 9u + ni] = acc;
+          mpsc_scratch[(tgid.z * 32u + mi) * 9u + ni] = acc;
         }
       }
 }
 
-// node 29: sum_to (conv2d0) -> conv2d0.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k27(
+// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
+extern "C" __global__ void __launch_bounds__(256) p0_k29(
+    const float* dy,
+    const float* x,
+    float* dw,
+    float* __restrict__ mpsc_scratch,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // split-K reduction: C = sum of 98 partial products (fixed order), then the store
+  const uint g = tgid.z;
+  const uint e = tgid.x * 256u + tidx;
+  if (e < 288u) {
+    const uint mi = e / 9u, ni = e % 9u;
+    const float* part = mpsc_scratch + tgid.z * 28224u + e;
+    float sum = 0.0f;
+    for (uint s = 0u; s < 98u; ++s) sum += part[s * 288u];
+    {
+      const float acc = sum;
+      dw[(g * 32u + mi) * 9u + ni] = acc;
+    }
+  }
+}
+
+// node 29: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output, 50176 terms]
+extern "C" __global__ void __launch_bounds__(256) p0_k30(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 32u) return;
-  // y[i] = sum of x over the reduced dims (50176 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 32u; rem /= 32u; base += c * 784u; }
+  __shared__ float tg[8];
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // y[i] = sum of x over the reduced dims (50176 terms): block i, thread j sums terms j, j + 256, ...
+  const uint i = tgid.x;
   float acc = 0.0f;
-  for (uint t = 0u; t < 50176u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 28u; q /= 28u; off += c * 1u; }
-    { const uint c = q % 28u; q /= 28u; off += c * 28u; }
-    { const uint c = q % 64u; q /= 64u; off += c * 25088u; }
-    acc += x[off];
+  {
+    uint rem = i, base = 0u;
+    { const uint c = rem % 32u; rem /= 32u; base += c * 784u; }
+    for (uint t = tidx; t < 50176u; t += 256u) {
+      uint q = t, off = base;
+      { const uint c = q % 28u; q /= 28u; off += c * 1u; }
+      { const uint c = q % 28u; q /= 28u; off += c * 28u; }
+      { const uint c = q % 64u; q /= 64u; off += c * 25088u; }
+      acc += x[off];
+    }
   }
-  y[i] = acc;
+  acc = mpsc_warp_sum(acc);
+  if (lane == 0u) tg[sg] = acc;
+  __syncthreads();
+  if (tidx == 0u) {
+    float s = 0.0f;
+    for (uint w = 0u; w < 8u; ++w) s += tg[w];
+    y[i] = s;
+  }
 }
 
 // node 30: sgd_update (conv2d0.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k28(
+extern "C" __global__ void __launch_bounds__(256) p0_k31(
     float* param,
     const float* grad,
     float* buf,
@@ -2328,7 +2445,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28(
 }
 
 // node 31: sgd_update (conv2d0.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k29(
+extern "C" __global__ void __launch_bounds__(256) p0_k32(
     float* param,
     const float* grad,
     float* buf,
@@ -2346,7 +2463,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
 }
 
 // node 32: sgd_update (conv2d1.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k30(
+extern "C" __global__ void __launch_bounds__(256) p0_k33(
     float* param,
     const float* grad,
     float* buf,
@@ -2364,7 +2481,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30(
 }
 
 // node 33: sgd_update (conv2d1.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k31(
+extern "C" __global__ void __launch_bounds__(256) p0_k34(
     float* param,
     const float* grad,
     float* buf,
@@ -2382,7 +2499,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31(
 }
 
 // node 34: sgd_update (linear0.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k32(
+extern "C" __global__ void __launch_bounds__(256) p0_k35(
     float* param,
     const float* grad,
     float* buf,
@@ -2400,7 +2517,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32(
 }
 
 // node 35: sgd_update (linear0.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k33(
+extern "C" __global__ void __launch_bounds__(256) p0_k36(
     float* param,
     const float* grad,
     float* buf,
@@ -2418,7 +2535,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33(
 }
 
 // node 36: sgd_update (linear1.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k34(
+extern "C" __global__ void __launch_bounds__(256) p0_k37(
     float* param,
     const float* grad,
     float* buf,
@@ -2436,7 +2553,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34(
 }
 
 // node 37: sgd_update (linear1.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k35(
+extern "C" __global__ void __launch_bounds__(256) p0_k38(
     float* param,
     const float* grad,
     float* buf,
@@ -2849,12 +2966,13 @@ extern "C" __global__ void __launch_bounds__(256) p1_k3(
   y[i] = best;
 }
 
-// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [fp32]
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: 6 chunks of 528, partial sums] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k4(
     const float* x,
     const float* w,
     const float* b,
     float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[2432];
@@ -2862,6 +2980,8 @@ extern "C" __global__ void __launch_bounds__(256) p1_k4(
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
+  // split K: block z = group * 6 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
+  const uint kbeg = (tgid.z % 6u) * 528u, kend = min(3136u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
   float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
@@ -2870,7 +2990,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k4(
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 3136u; k0 += 16u) {
+  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
@@ -2915,17 +3035,18 @@ extern "C" __global__ void __launch_bounds__(256) p1_k4(
         const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
         if (mi < 64u && ni < 128u) {
           const float acc = cacc[i][j];
-      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+          mpsc_scratch[(tgid.z * 64u + mi) * 128u + ni] = acc;
         }
       }
 }
 
-// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [3xTF32 tensor cores]
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: 6 chunks of 528, partial sums] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p1_k4_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[2432];
@@ -2934,6 +3055,8 @@ extern "C" __global__ void __launch_bounds__(128) p1_k4_mma(
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  // split K: block z = group * 6 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
+  const uint kbeg = (tgid.z % 6u) * 528u, kend = min(3136u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
   float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
@@ -2946,7 +3069,7 @@ extern "C" __global__ void __launch_bounds__(128) p1_k4_mma(
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 3136u; k0 += 16u) {
+  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
@@ -3007,13 +3130,38 @@ extern "C" __global__ void __launch_bounds__(128) p1_k4_mma(
         const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 128u) {
           const float acc = cacc[i][j][q];
-      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+          mpsc_scratch[(tgid.z * 64u + mi) * 128u + ni] = acc;
         }
       }
 }
 
-// node 6: linear (linear1) -> linear1.out [fp32]
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: sum of 6 partials]
 extern "C" __global__ void __launch_bounds__(256) p1_k5(
+    const float* x,
+    const float* w,
+    const float* b,
+    float* y,
+    float* __restrict__ mpsc_scratch,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // split-K reduction: C = sum of 6 partial products (fixed order), then the store
+  const uint e = tgid.x * 256u + tidx;
+  if (e < 8192u) {
+    const uint mi = e / 128u, ni = e % 128u;
+    const float* part = mpsc_scratch + tgid.z * 49152u + e;
+    float sum = 0.0f;
+    for (uint s = 0u; s < 6u; ++s) sum += part[s * 8192u];
+    {
+      const float acc = sum;
+      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+    }
+  }
+}
+
+// node 6: linear (linear1) -> linear1.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p1_k6(
     const float* x,
     const float* w,
     const float* b,
@@ -3084,7 +3232,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k5(
 }
 
 // node 6: linear (linear1) -> linear1.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k5_mma(
+extern "C" __global__ void __launch_bounds__(128) p1_k6_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -3176,7 +3324,7 @@ extern "C" __global__ void __launch_bounds__(128) p1_k5_mma(
 }
 
 // node 7: cross_entropy (loss) -> loss
-extern "C" __global__ void __launch_bounds__(64) p1_k6(
+extern "C" __global__ void __launch_bounds__(64) p1_k7(
     const float* logits,
     const int* label,
     float* loss,
@@ -3204,7 +3352,7 @@ extern "C" __global__ void __launch_bounds__(64) p1_k6(
 }
 
 // node 8: accuracy (accuracy) -> accuracy
-extern "C" __global__ void __launch_bounds__(64) p1_k7(
+extern "C" __global__ void __launch_bounds__(64) p1_k8(
     const float* logits,
     const int* label,
     float* acc,
