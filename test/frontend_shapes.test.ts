@@ -175,6 +175,7 @@ describe('lowering to the forward IR graph', () => {
       checkpoint_every: null,
       val_split: 0,
       early_stop: null,
+      precision: 'fp32',
     });
     expect(m.schedule).toEqual({ kind: 'constant', warmup_steps: 0, warmup_start_factor: 1 / 3 });
   });

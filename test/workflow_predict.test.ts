@@ -203,7 +203,7 @@ describe('issue 16 bug 3: Ctrl-C during the first compile', () => {
       }
     });
     const code = await new Promise<number | null>((res) => child.on('close', (c) => res(c)));
-    fs.rmSync(cache, { recursive: true, force: true });
+    fs.rmSync(cache, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
     expect(sentAt).toBeGreaterThan(0);
     expect(code).toBe(130);
     const after = stderr.slice(sentAt).trim().split('\n').filter((l) => l.trim() !== '');

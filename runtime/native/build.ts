@@ -219,18 +219,45 @@ target_link_libraries(${target}_embed PUBLIC Threads::Threads${cudaLib})
   return written;
 }
 
+/**
+ * Builds in flight: each cmake-js runs in its own process group, so that when mpsc exits (Ctrl-C
+ * before training, an error) the whole build is stopped with it instead of running on, orphaned,
+ * and writing into the cache: SIGTERM to the group (cmake-js, cmake --build and the build tool;
+ * ninja, which runs each compiler in a process group of its own, then stops its compilers).
+ */
+const liveBuilds = new Set<number>();
+let exitHookInstalled = false;
+function killBuildsOnExit(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', () => {
+    for (const pid of liveBuilds) {
+      try {
+        process.kill(-pid, 'SIGTERM');
+      } catch {
+        // the group has already ended
+      }
+    }
+  });
+}
+
 /** Runs cmake-js (child process) on a project folder; resolves to the built module path. */
 export async function runCmakeJs(projectDir: string, target: string, jobs: number, onProgress?: (m: string) => void, env: Record<string, string> = {}): Promise<string> {
   const cmakeJs = path.join(path.dirname(require.resolve('cmake-js/package.json')), 'bin', 'cmake-js');
   const args = [cmakeJs, 'build', '-d', projectDir, '-O', path.join(projectDir, 'build'), '-B', 'Release', '-p', String(jobs), '-l', 'error'];
   onProgress?.(`compiling ${target} (cmake-js, ${jobs} job${jobs === 1 ? '' : 's'})`);
   const out = await new Promise<{ code: number | null; text: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, args, { cwd: projectDir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+    killBuildsOnExit();
+    const child = spawn(process.execPath, args, { cwd: projectDir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env }, detached: true });
+    if (child.pid !== undefined) liveBuilds.add(child.pid);
     let text = '';
     child.stdout.on('data', (d) => (text += d));
     child.stderr.on('data', (d) => (text += d));
     child.on('error', reject);
-    child.on('close', (code) => resolve({ code, text }));
+    child.on('close', (code) => {
+      if (child.pid !== undefined) liveBuilds.delete(child.pid);
+      resolve({ code, text });
+    });
   });
   const mod = path.join(projectDir, 'build', 'Release', `${target}.node`);
   if (out.code !== 0 || !fs.existsSync(mod)) {
