@@ -1,5 +1,6 @@
 """Helper of bench/ab_checkouts.sh: interleaved `mpsc bench --json` of two checkouts (stdlib only)."""
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -9,6 +10,7 @@ import sys
 DEFAULT = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam"]
 
 
+@functools.lru_cache(maxsize=None)
 def has_device_option(root):
     """checkouts from before the CUDA backend have no `bench --device` (and always run on the CPU)"""
     out = subprocess.run(["node", os.path.join(root, "bin", "mpsc.js"), "bench", "--help"], cwd=root, capture_output=True, text=True)

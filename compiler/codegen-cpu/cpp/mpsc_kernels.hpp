@@ -36,6 +36,21 @@ inline void par(mpsc_ctx* ctx, int64_t n, int64_t min_parallel, F&& f) {
   else mpsc::parallel_for(ctx, n, f);
 }
 
+/**
+ * Broadcast offsets: the linear index i over dims[0..n) (row-major) split into its per-dim indices,
+ * each multiplied by that dim's stride in a (sa) and in b (sb); the sums are a's and b's offsets.
+ */
+inline void bcast_offsets(int64_t i, int n, const int64_t* dims, const int64_t* sa, const int64_t* sb, int64_t& oa, int64_t& ob) {
+  oa = 0;
+  ob = 0;
+  for (int d = n - 1; d >= 0; d--) {
+    const int64_t idx = i % dims[d];
+    i /= dims[d];
+    oa += idx * sa[d];
+    ob += idx * sb[d];
+  }
+}
+
 /** a per-thread scratch buffer of at least n floats (kept across calls) */
 inline float* scratch(int slot, int64_t n) {
   thread_local std::vector<float> bufs[4];

@@ -65,13 +65,8 @@ const BINARY_BCAST = tpl(`  const float* a = {{a}};
   static const int64_t sb[{{rank}}] = { {{sb}} };
   mk::par(ctx, {{rows}}, 64, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; r++) {
-      int64_t oa = 0, ob = 0, rem = r;
-      for (int64_t d = {{rank}} - 2; d >= 0; d--) {
-        const int64_t idx = rem % dims[d];
-        rem /= dims[d];
-        oa += idx * sa[d];
-        ob += idx * sb[d];
-      }
+      int64_t oa, ob;
+      mk::bcast_offsets(r, {{rank}} - 1, dims, sa, sb, oa, ob);
       float* yr = y + r * {{last}};
       for (int64_t j = 0; j < {{last}}; j++) yr[j] = {{expr}};
     }

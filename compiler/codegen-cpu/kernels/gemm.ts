@@ -44,13 +44,8 @@ const MATMUL = tpl(`  const float* a = {{a}};
   static const int64_t sa[{{rank}}] = { {{sa}} };
   static const int64_t sb[{{rank}}] = { {{sb}} };
   auto one = [&](int64_t i, int part, int nparts, void* ws) {
-    int64_t oa = 0, ob = 0, rem = i;
-    for (int64_t d = {{rank}} - 1; d >= 0; d--) {
-      const int64_t idx = rem % dims[d];
-      rem /= dims[d];
-      oa += idx * sa[d];
-      ob += idx * sb[d];
-    }
+    int64_t oa, ob;
+    mk::bcast_offsets(i, {{rank}}, dims, sa, sb, oa, ob);
     mpsc_fast::sgemm_part({{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, 1.0f, a + oa * {{sizeA}}, {{lda}}, b + ob * {{sizeB}}, {{ldb}}, 0.0f,
                           y + i * {{sizeY}}, {{N}}, nullptr, part, nparts, ws);
   };
