@@ -23,9 +23,13 @@
  *             the spec's own batch takes minutes on the CNNs; the kernels are the same code at any
  *             batch) (logs in $OUT_DIR/sanitize_<spec>_<tool>.log).
  * Relies on: nvcc and a GPU (findNvcc / findGpu), compute-sanitizer on PATH or in /usr/local/cuda/bin.
- * Usage: npx tsx bench/cuda_check.ts [kernels] [parity] [sanitize]   (default: all three)
+ *   cublaslt  the cuBLASLt GEMM calls: every linear / matmul case (odd shapes, transposes, strided and
+ *             shared batches, bias, fused unary fns run after the call) built with cuBLASLt linked,
+ *             against the float64 reference (1e-4), with the path each case took (cuBLASLt's algorithm, or why
+ *             its generated kernel ran); bench/cublaslt_check.sh runs this part alone.
+ * Usage: npx tsx bench/cuda_check.ts [kernels] [cublaslt] [parity] [sanitize]   (default: all four)
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -41,6 +45,7 @@ import { LONG } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { initParams } from '../compiler/train/init.js';
 import { buildCuda, type CudaGemm } from '../compiler/codegen-cuda/index.js';
 import type { MetalArtifacts } from '../compiler/codegen-metal/index.js';
+import type { LoweredProgram } from '../compiler/codegen-metal/lower_program.js';
 import { cudaArchitecture, createCudaSession, findGpu, findNvcc } from '../runtime/cuda/session.js';
 import { createCpuSession } from '../runtime/native/native_session.js';
 import type { Batch, Session } from '../runtime/session.js';
@@ -81,17 +86,24 @@ const summary = {
   },
 };
 
-/** the generated CUDA model of `programs` linked with the runtime and the ABI test driver (nvcc runs concurrently) */
-async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 'cuda'): Promise<EmuBuild> {
-  const a = buildCuda(programs, model, { gemm });
+/**
+ * The generated CUDA model of `programs` linked with the runtime and the ABI test driver (nvcc runs
+ * concurrently). `lt`: linear / matmul as cuBLASLt calls, linked with cuBLASLt (-DMPSC_CUBLASLT, as the
+ * CMake build does where it finds CUDA::cublasLt); otherwise every GEMM is its generated kernel.
+ */
+async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 'cuda', lt = false): Promise<EmuBuild & { lowered: LoweredProgram[] }> {
+  const a = buildCuda(programs, model, { gemm, cublasLt: lt });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `cuda-driver-${model}-`));
   for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);
   for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) fs.copyFileSync(path.join(ROOT, 'runtime/cpp', f), path.join(dir, f));
+  for (const f of ['mpsc_cublaslt.h', 'mpsc_cublaslt.cpp']) fs.copyFileSync(path.join(ROOT, 'runtime/cuda', f), path.join(dir, f));
   fs.copyFileSync(path.join(ROOT, 'runtime/metal-emu/emu_test_main.cc'), path.join(dir, 'emu_test_main.cc'));
   const exe = path.join(dir, 'driver');
-  await promisify(execFile)(nv!.nvcc, [`-arch=sm_${ARCH}`, '-O3', '-fmad=true', '-lineinfo', '-std=c++17', `-I${dir}`,
-    path.join(dir, 'model_cuda.cu'), path.join(dir, 'mpsc_runtime.cc'), path.join(dir, 'emu_test_main.cc'), '-o', exe, '-lpthread'], { maxBuffer: 1 << 24 });
-  return { exe, art: { table: a.table } as MetalArtifacts };
+  const withLt = lt ? ['-DMPSC_CUBLASLT', path.join(dir, 'mpsc_cublaslt.cpp')] : [];
+  await promisify(execFile)(nv!.nvcc, [`-arch=sm_${ARCH}`, '-O3', '-fmad=true', '-lineinfo', '-std=c++17', `-I${dir}`, ...withLt,
+    path.join(dir, 'model_cuda.cu'), path.join(dir, 'mpsc_runtime.cc'), path.join(dir, 'emu_test_main.cc'), '-o', exe, '-lpthread', ...(lt ? ['-lcublasLt'] : [])], { maxBuffer: 1 << 24 });
+  // runCases finds each checked value in the programs as built (fused: ids renumbered, names kept)
+  return { exe, art: { table: a.table, programs: a.lowered.map((l) => ({ program: l.program })) } as unknown as MetalArtifacts, lowered: a.lowered };
 }
 
 /**
@@ -123,11 +135,12 @@ function cudaLongCases(): OpCase[] {
 async function checkKernels(): Promise<void> {
   const cases = [...allOpCases(), ...fusedCases(), ...cudaLongCases()];
   const t0 = Date.now();
-  const gemms: CudaGemm[] = ['cuda', 'shared'];
-  const builds = await Promise.all(gemms.map((gm) => buildDriver(cases.map((c) => c.program), `cuda_kernel_cases_${gm}`, gm)));
-  log(`kernels: ${cases.length} cases built (cuda and shared GEMMs) in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  const gemms = ['cuda', 'shared', 'cuda + cuBLASLt'] as const;
+  const builds = await Promise.all(gemms.map((gm) => buildDriver(cases.map((c) => c.program), `cuda_kernel_cases_${gm.replace(/\W+/g, '_')}`, gm === 'shared' ? 'shared' : 'cuda', gm === 'cuda + cuBLASLt')));
+  log(`kernels: ${cases.length} cases built (cuda and shared GEMMs, and cuda with cuBLASLt) in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   for (const [bi, build] of builds.entries())
   for (const variant of ['mma', 'plain'] as const) {
+    if (gemms[bi] === 'cuda + cuBLASLt' && variant === 'plain') continue; // the other kernels are the cuda build's
     const got = runCases(build, cases, SCALARS, { MPSC_CUDA_MIRROR_ARENA: '1', MPSC_CUDA_PLAIN: variant === 'plain' ? '1' : '0' });
     let worst = 0, worstCase = '';
     const bad: string[] = [];
@@ -145,6 +158,75 @@ async function checkKernels(): Promise<void> {
     summary.push({ part: 'kernels', what: `${cases.length} op cases, ${gemms[bi]} GEMMs, ${variant === 'mma' ? '3xTF32' : 'fp32'}`, ok: bad.length === 0,
       result: `${cases.length - bad.length}/${cases.length} within ${TOL}; worst ${worst.toExponential(2)} (${worstCase})` });
   }
+}
+
+/** GEMM cases for the cuBLASLt part: the op cases' linear / matmul, the fused ones, and larger, longer and odder shapes */
+function cublasLtCases(): OpCase[] {
+  const rng = makeRng(20261204);
+  const f = (shape: number[]) => ({ shape, data: randomTensor(shape, rng, -1, 1) });
+  const own: OpCase[] = [];
+  const lin = (name: string, M: number[], K: number, N: number, bias: boolean) =>
+    own.push(opCase(name, 'linear', [f([...M, K]), f([N, K]), bias ? f([N]) : null], [[...M, N]]));
+  const mm = (name: string, a: number[], b: number[], y: number[], transA: boolean, transB: boolean) =>
+    own.push(opCase(name, 'matmul', [f(a), f(b)], [y], { transA, transB }));
+  lin('lt_linear_1x1x1', [1], 1, 1, true);
+  lin('lt_linear_odd_bias', [257], 511, 129, true);
+  lin('lt_linear_3d_nobias', [3, 37], 65, 97, false);
+  lin('lt_linear_wide', [512], 1024, 768, true);
+  lin('lt_linear_long_k', [6], 5000, 10, true);
+  for (const [ta, tb] of [[false, false], [true, false], [false, true], [true, true]] as const) {
+    const M = 131, N = 67, K = 93;
+    mm(`lt_matmul_${ta ? 'T' : 'N'}${tb ? 'T' : 'N'}`, ta ? [K, M] : [M, K], tb ? [N, K] : [K, N], [M, N], ta, tb);
+    mm(`lt_bmm_${ta ? 'T' : 'N'}${tb ? 'T' : 'N'}`, ta ? [3, 5, K, 33] : [3, 5, 33, K], tb ? [3, 5, 17, K] : [3, 5, K, 17], [3, 5, 33, 17], ta, tb);
+    mm(`lt_bmm_shared_a_${ta ? 'T' : 'N'}${tb ? 'T' : 'N'}`, ta ? [K, 33] : [33, K], tb ? [4, 17, K] : [4, K, 17], [4, 33, 17], ta, tb);
+    mm(`lt_bmm_shared_b_${ta ? 'T' : 'N'}${tb ? 'T' : 'N'}`, ta ? [4, K, 33] : [4, 33, K], tb ? [17, K] : [K, 17], [4, 33, 17], ta, tb);
+  }
+  // attention-shaped: q k^T and p v per head (T 64, head width 64)
+  mm('lt_bmm_qk', [2, 4, 64, 64], [2, 4, 64, 64], [2, 4, 64, 64], false, true);
+  const isGemm = (c: OpCase) => c.program.graph.nodes.some((n) => n.op === 'linear' || n.op === 'matmul');
+  return [...allOpCases().filter(isGemm), ...fusedCases().filter(isGemm), ...own];
+}
+
+/**
+ * The cuBLASLt GEMM calls (bench/cublaslt_check.sh): every linear / matmul case built with cuBLASLt linked,
+ * each checked against the float64 reference (fp32: max-norm relative error < 1e-4); the table says per
+ * case which path ran (the driver's MPSC_CUDA_GEMM_LOG=1 lines: cuBLASLt's algorithm, or why the
+ * generated kernel ran instead) and the error.
+ */
+async function checkCublasLt(): Promise<void> {
+  const cases = cublasLtCases();
+  const build = await buildDriver(cases.map((c) => c.program), 'cublaslt_cases', 'cuda', true);
+  // which cases hold cuBLASLt calls, in call order (the driver reports the calls in that order)
+  const callCase: number[] = [];
+  build.lowered.forEach((lp, ci) => lp.kernels.forEach((k) => k.library && callCase.push(ci)));
+  const empty = path.join(path.dirname(build.exe), 'empty.in');
+  fs.writeFileSync(empty, Buffer.alloc(8));
+  const probe = spawnSync(build.exe, [empty, empty + '.out'], { encoding: 'utf8', env: { ...process.env, MPSC_CUDA_GEMM_LOG: '1' } });
+  const notes = probe.stderr.split('\n').filter((l) => /^mpsc cuda: GEMM node/.test(l)).map((l) => l.replace(/^mpsc cuda: GEMM node \d+ \((.*?)\): /, ''));
+  const summaryLine = probe.stderr.split('\n').find((l) => /GEMM calls run on cuBLASLt/.test(l)) ?? probe.stderr.trim().split('\n').slice(-2).join(' | ');
+  log(`cublaslt: ${cases.length} cases, ${callCase.length} cuBLASLt calls; ${summaryLine}`);
+  const got = runCases(build, cases, SCALARS, { MPSC_CUDA_MIRROR_ARENA: '1' });
+  let worst = 0, bad = 0, onLt = 0;
+  log('case                              path                                                        rel error');
+  cases.forEach((c, i) => {
+    const r = got[i];
+    const callIdx = callCase.indexOf(i);
+    const note = callIdx < 0 ? 'generated (not a cuBLASLt call)' : (notes[callIdx] ?? '?');
+    const lt = /^cuBLASLt/.test(note);
+    if (lt) onLt++;
+    let e = NaN, why = '';
+    if (typeof r === 'string') why = r;
+    else {
+      const ref = reference(c, SCALARS);
+      e = Math.max(...c.check.map((id) => relError(r.get(id)!, ref.get(id)!)));
+    }
+    const ok = e < TOL;
+    if (!ok) bad++;
+    if (e > worst) worst = e;
+    log(`${c.program.name.padEnd(33)} ${note.slice(0, 59).padEnd(59)} ${Number.isNaN(e) ? why : e.toExponential(2)}${ok ? '' : '  FAIL'}`);
+  });
+  summary.push({ part: 'cublaslt', what: `${cases.length} GEMM cases, ${onLt} ran on cuBLASLt (fp32)`, ok: bad === 0 && onLt > 0,
+    result: `${cases.length - bad}/${cases.length} within ${TOL}; worst ${worst.toExponential(2)}${onLt === 0 ? '; NO case ran on cuBLASLt' : ''}` });
 }
 
 function batches(model: CheckedModel, p: Program, n: number): Batch[] {
@@ -334,6 +416,7 @@ const opened = want('parity') ? openParitySessions() : [];
 for (const o of opened) o.sessions.catch(() => undefined); // reported when awaited
 const drivers = want('sanitize') ? sanitizeDrivers() : [];
 if (want('kernels')) await run('kernels', checkKernels);
+if (parts.includes('cublaslt') || parts.length === 0) await run('cublaslt', checkCublasLt);
 if (want('parity')) await run('parity', () => checkParity(opened));
 if (want('sanitize')) await run('sanitize', () => checkSanitizer(drivers));
 fs.writeFileSync(path.join(OUT, 'cuda_check.json'), JSON.stringify(summary.rows, null, 1) + '\n');

@@ -23,7 +23,7 @@ import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
 import { cpuInputsKey } from '../runtime/native/native_session.js';
 import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
-import { cudaArchitecture, cudaInputsKey, findGpu, findNvcc } from '../runtime/cuda/session.js';
+import { cublasLtChoice, cudaArchitecture, cudaInputsKey, findCublasLt, findGpu, findNvcc, gemmReport } from '../runtime/cuda/session.js';
 
 interface BuildOpts {
   output?: string;
@@ -56,7 +56,8 @@ function writeMetal(programs: ProgramSet, dir: string, opts: { fallbackOps: stri
 }
 
 async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, log: (s: string) => void): Promise<void> {
-  const a = generateCudaModel(programs);
+  const cublasLt = cublasLtChoice();
+  const a = generateCudaModel(programs, { cublasLt });
   const nv = findNvcc();
   const gpu = findGpu();
   const settings = { nvcc: nv?.nvcc ?? 'nvcc', version: nv?.version ?? 'unknown', architectures: cudaArchitecture(gpu?.computeCap ?? null) };
@@ -64,13 +65,14 @@ async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, lo
   const files = writeCmakeProject(dir, a.files, '-O2', target, settings);
   log(`cuda: ${files.length} files in ${dir} (CMake targets ${target}, ${target}_embed; CMAKE_CUDA_ARCHITECTURES ${settings.architectures}${gpu ? ` for ${gpu.name}` : ' (no GPU here: Hopper assumed)'})`);
   if (compile && nv) {
-    const built = await buildAddon({ files: a.files, inputsKey: cudaInputsKey(programs), cxxflags: '-O2', cuda: settings, onProgress: (m) => process.stderr.write(m + '\n') });
+    const built = await buildAddon({ files: a.files, inputsKey: cudaInputsKey(programs, 'cuda', cublasLt), cxxflags: '-O2', cuda: settings, onProgress: (m) => process.stderr.write(m + '\n') });
     log(`  module: ${built.modulePath} (${built.cached ? 'cached' : 'built'})`);
   } else if (compile) log('  not compiled: nvcc was not found (set MPSC_NVCC or put nvcc on PATH)');
   log('  program        batch  kernels  graph nodes');
   for (const p of a.plan.programs) log(`  ${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${String(p.nodes.length).padStart(11)}`);
-  log(`  planned device memory: ${formatBytes(a.plan.deviceBytes)} in one allocation (persistent ${formatBytes(a.plan.persistent.bytes)}, arena ${formatBytes(a.plan.arena.bytes)}, input batches ${formatBytes(a.plan.inputs.reduce((s, r) => s + r.bytes, 0))})`);
-  log('  GEMMs: the generated 64x64-tile kernels, 3xTF32 on the tensor cores (MPSC_CUDA_PLAIN=1 at run time: fp32 FFMA); cuBLASLt is not used');
+  log(`  planned device memory: ${formatBytes(a.plan.deviceBytes)} in one allocation (persistent ${formatBytes(a.plan.persistent.bytes)}, arena ${formatBytes(a.plan.arena.bytes)}, input batches ${formatBytes(a.plan.inputs.reduce((s, r) => s + r.bytes, 0))}${a.plan.ltWorkspace.bytes ? `, cuBLASLt workspace ${formatBytes(a.plan.ltWorkspace.bytes)}` : ''})`);
+  for (const line of gemmReport(a.gemms, nv ? findCublasLt(nv.nvcc) : null, true)) log(`  ${line}`);
+  log('  generated GEMMs: 64x64-tile kernels, 3xTF32 on the tensor cores (MPSC_CUDA_PLAIN=1 at run time: fp32 FFMA)');
 }
 
 export function register(program: Command): void {

@@ -16,6 +16,16 @@ import { UserError } from '../compiler/errors.js';
 import { type FusionCaps, NO_FUSIONS } from '../compiler/ir/fuse.js';
 import { formatProgramsForCheck, plannedPeakBytes } from '../compiler/ir/print_ir.js';
 import { precisionOverride } from '../compiler/check/overrides.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import type { CheckedModel } from '../compiler/model.js';
+import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
+import { cublasLtChoice, findCublasLt, gemmReport } from '../runtime/cuda/session.js';
+
+/** `--ir --device cuda`: where each GEMM node of each program runs (cuBLASLt or the generated kernel) and why */
+function cudaGemmPaths(model: CheckedModel): string {
+  const a = generateCudaModel(buildPrograms(model, { batch: model.train.batch }), { cublasLt: cublasLtChoice() });
+  return `\n# CUDA GEMM paths (compiler/codegen-cuda/cublaslt.ts)\n${gemmReport(a.gemms, findCublasLt(), true).join('\n')}\n`;
+}
 
 /** what each backend fuses (its capability set), for `--ir --device` */
 const DEVICE_FUSIONS: Record<string, FusionCaps> = { cpu: CPU_FUSIONS, cuda: cudaFusions(), metal: metalFusions(), 'metal-emu': metalFusions(), reference: NO_FUSIONS };
@@ -47,6 +57,7 @@ Examples:
       for (const w of warnings) process.stderr.write(w + '\n');
       if (opts.ir !== undefined) {
         process.stdout.write(formatProgramsForCheck(model, opts.ir === true ? 'train_step' : String(opts.ir), fusions, opts.device));
+        if (opts.device === 'cuda') process.stdout.write(cudaGemmPaths(model));
         return;
       }
       const summary = summarize(model, model.loss ? plannedPeakBytes(model) : null);

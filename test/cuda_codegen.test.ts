@@ -16,7 +16,7 @@ import { checkFile } from '../compiler/check/index.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { isPersistent, type ProgramSet } from '../compiler/ir/graph.js';
 import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
-import { CUDA_ALIGN, planProblems, SCALAR_BYTES, type CudaPlan } from '../compiler/codegen-cuda/plan.js';
+import { CUDA_ALIGN, planKernels, planProblems, SCALAR_BYTES, type CudaPlan } from '../compiler/codegen-cuda/plan.js';
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { buildAddon, loadAddon } from '../runtime/native/build.js';
 import { cudaInputsKey, findGpu, findNvcc } from '../runtime/cuda/session.js';
@@ -158,8 +158,7 @@ describe('host-side planning', () => {
     const tp = plan.programs.find((q) => q.name === 'train_step')!;
     const table = new Map(a.table.tensors.map((t) => [t.name, t.offset]));
     let checked = 0;
-    for (const n of tp.nodes) {
-      if (n.kind !== 'kernel') continue;
+    for (const n of planKernels(tp)) {
       for (const arg of n.args) {
         const v = p.graph.values.find((x) => x.name === arg.value)!;
         if (isPersistent(v)) expect(arg.offset).toBe(plan.persistent.offset + table.get(v.name)!);
@@ -177,15 +176,16 @@ describe('host-side planning', () => {
   it('lists each graph\'s kernels in the program\'s order, split-K pairs adjacent, GEMMs with their tensor-core variant', () => {
     for (const tp of plan.programs) {
       const lp = a.lowered.find((l) => l.program.name === tp.name)!;
-      expect(tp.nodes.map((n) => n.kernel)).toEqual(lp.kernels.map((k) => k.name));
+      const ks = planKernels(tp);
+      expect(ks.map((n) => n.kernel)).toEqual(lp.kernels.map((k) => k.name));
       expect(tp.kernels).toBe(tp.nodes.length);
       expect(tp.outputs.map((o) => o.name)).toEqual((tp.name === 'train_step' ? ps.train_step : ps.eval).outputs.map((o) => o.name));
-      tp.nodes.forEach((n, i) => {
+      ks.forEach((n, i) => {
         // a split-K GEMM writes partial sums; the next kernel (same node) reduces them
-        if (n.scratch && n.mma) expect(tp.nodes[i + 1]).toMatchObject({ node: n.node, scratch: true });
+        if (n.scratch && n.mma) expect(ks[i + 1]).toMatchObject({ node: n.node, scratch: true });
       });
     }
-    const gemms = plan.programs[0].nodes.filter((n) => /linear|conv2d|matmul/.test(n.op) && !(n.scratch && !n.mma));
+    const gemms = planKernels(plan.programs[0]).filter((n) => /linear|conv2d|matmul/.test(n.op) && !(n.scratch && !n.mma) && !/in place/.test(n.kernel));
     expect(gemms.length).toBeGreaterThan(0);
     for (const g of gemms) expect(g.mma?.kernel).toMatch(/_mma$/);
   });
@@ -195,10 +195,10 @@ describe('host-side planning', () => {
     bad.arena.offset = bad.persistent.offset + 64;
     expect(planProblems(bad).join('\n')).toMatch(/persistent overlaps arena|arena is not 256-byte aligned/);
     const bad2: CudaPlan = structuredClone(plan);
-    bad2.programs[0].nodes[0].args[0].offset = bad2.deviceBytes;
+    planKernels(bad2.programs[0])[0].args[0].offset = bad2.deviceBytes;
     expect(planProblems(bad2).join('\n')).toMatch(/leaves its region/);
     const bad3: CudaPlan = structuredClone(plan);
-    const inArg = bad3.programs[0].nodes.flatMap((n) => n.args).find((x) => x.perSet)!;
+    const inArg = planKernels(bad3.programs[0]).flatMap((n) => n.args).find((x) => x.perSet)!;
     inArg.offset += bad3.programs[0].setBytes;
     expect(planProblems(bad3).join('\n')).toMatch(/not in set 0 of the upload region/);
   });

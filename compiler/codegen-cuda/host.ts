@@ -26,22 +26,101 @@
  */
 import { cString, commentText } from '../cfamily/text.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
-import type { CudaPlan, KernelNodePlan, ProgramPlan } from './plan.js';
+import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, LtNodePlan, ProgramPlan } from './plan.js';
+
+const LT_TYPE = { f32: 'MPSC_LT_F32', f16: 'MPSC_LT_F16', bf16: 'MPSC_LT_BF16' } as const;
+
+/** the model's cuBLASLt calls (all programs, LtNodePlan.index order): their descriptions for mpsc_cublaslt.h */
+function ltTable(plan: CudaPlan): string {
+  const calls = plan.programs.flatMap((p) => p.nodes.filter((n): n is LtNodePlan => n.kind === 'cublaslt')).sort((x, y) => x.index - y.index);
+  let s = `const int NLT = ${calls.length};  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)\n`;
+  if (!calls.length) return s + '\n';
+  s += '#ifdef MPSC_CUBLASLT\n';
+  s += `const size_t LT_WORKSPACE_OFFSET = ${plan.ltWorkspace.offset}, LT_WORKSPACE_BYTES = ${plan.ltWorkspace.bytes};\n`;
+  s += '// m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, epilogue,\n// offsets of A, B, D, bias; node; what\n';
+  s += 'const MpscLtGemm LT_GEMMS[NLT] = {\n';
+  for (const c of calls) {
+    const g = c.gemm;
+    s += `  { ${g.m}, ${g.n}, ${g.k}, ${g.transA ? 1 : 0}, ${g.transB ? 1 : 0}, ${g.rowsA}, ${g.colsA}, ${g.lda}, ${g.rowsB}, ${g.colsB}, ${g.ldb}, ${g.ldd}, ` +
+      `${g.batch}, ${g.strideA}, ${g.strideB}, ${g.strideD}, ${LT_TYPE[g.abType]}, ${g.epilogue === 'bias' ? 'MPSC_LT_EPI_BIAS' : 'MPSC_LT_EPI_DEFAULT'}, ` +
+      `${c.a.offset}, ${c.b.offset}, ${c.d.offset}, ${c.bias ? c.bias.offset : 0}, ${c.node}, ${cString(`${c.op}: ${g.what}`)} },\n`;
+  }
+  s += '};\n#else\n';
+  s += `const int LT_GEMMS_NODE[NLT] = { ${calls.map((c) => c.node).join(', ')} };\n`;
+  s += `const char* const LT_GEMMS_WHAT[NLT] = { ${calls.map((c) => cString(`${c.op}: ${c.gemm.what}`)).join(', ')} };\n`;
+  return s + '#endif\n\n';
+}
+
+/** the host's lt_setup (create): the cuBLASLt calls' descriptors, or nothing to do when the model has none */
+function ltSetupFn(plan: CudaPlan): string {
+  if (!plan.programs.some((p) => p.nodes.some((n) => n.kind === 'cublaslt'))) return 'bool lt_setup(mpsc_ctx* ctx, Backend* b) {\n  (void)ctx; (void)b;\n  return true;\n}\n';
+  return `/**
+ * The cuBLASLt calls: descriptors and one heuristic algorithm each (mpsc_cublaslt.cpp); a call
+ * without an algorithm runs its generated kernels. One line to stderr says which GEMM path the
+ * model's GEMM nodes take (MPSC_CUDA_GEMM_LOG=1: one line per call, with the reason).
+ */
+bool lt_setup(mpsc_ctx* ctx, Backend* b) {
+  (void)ctx; (void)b;
+  const char* log = std::getenv("MPSC_CUDA_GEMM_LOG");
+  const bool each = log && log[0] == '1';
+#ifdef MPSC_CUBLASLT
+  b->lt = mpsc_lt_create(LT_GEMMS, NLT, b->dev, LT_WORKSPACE_OFFSET, LT_WORKSPACE_BYTES, ctx->error, sizeof ctx->error);
+  if (!b->lt) return false;
+  int ok = 0;
+  for (int i = 0; i < NLT; ++i) {
+    b->lt_ok[i] = mpsc_lt_ok(b->lt, i);
+    // one eager call before any graph capture (loads cuBLASLt's kernel, checks the call); it writes only D, which
+    // the first step recomputes (the persistent block is uploaded again before the first step: host_dirty)
+    const MpscLtGemm& g = LT_GEMMS[i];
+    char why[sizeof ctx->error] = {0};
+    if (b->lt_ok[i] && !(mpsc_lt_run(b->lt, i, b->dev + g.offA, b->dev + g.offB, b->dev + g.offD, b->stream, why, sizeof why) &&
+                         cudaStreamSynchronize(b->stream) == cudaSuccess)) {
+      b->lt_ok[i] = false;
+      cudaGetLastError();
+      std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel: the first cuBLASLt call failed (%s)\\n", g.node, g.what, why[0] ? why : "cudaStreamSynchronize");
+    } else if (each || !b->lt_ok[i]) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): %s\\n", g.node, g.what, mpsc_lt_note(b->lt, i));
+    ok += b->lt_ok[i] ? 1 : 0;
+  }
+  std::fprintf(stderr, "mpsc cuda: %d of %d GEMM calls run on cuBLASLt (fp32 accumulation), %d as generated kernels (no algorithm)%s\\n",
+               ok, NLT, NLT - ok, each ? "" : "; MPSC_CUDA_GEMM_LOG=1 lists every call");
+#else
+  std::fprintf(stderr, "mpsc cuda: built without cuBLASLt (CMake found no CUDA::cublasLt): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\\n", NLT);
+  if (each) for (int i = 0; i < NLT; ++i) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel\\n", LT_GEMMS_NODE[i], LT_GEMMS_WHAT[i]);
+#endif
+  return true;
+}
+`;
+}
 
 const dim3 = (d: number[]) => `dim3(${d[0]}u, ${d[1]}u, ${d[2]}u)`;
 
-function launch(p: ProgramPlan, n: KernelNodePlan, k: number): string {
+/** one generated kernel's launch and its check (statements at `indent`) */
+function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string): string {
   const args = n.args.map((a) => {
     const t = `${a.access === 'r' ? 'const ' : ''}${a.type}*`;
-    return `reinterpret_cast<${t}>(dev + ${a.offset}${a.perSet ? ` + set * ${p.setBytes}` : ''})`;
+    return `reinterpret_cast<${t}>(${devAt(p, a)})`;
   });
   if (n.scratch) args.push('reinterpret_cast<float*>(dev + SCRATCH_OFFSET)');
   args.push(`reinterpret_cast<const StepParams*>(dev + ${p.uploadOffset + p.scalarsHostOffset} + set * ${p.setBytes})`);
   const call = (k: string, block: number[]) => `${k}<<<${dim3(n.grid)}, ${dim3(block)}, 0, st>>>(${args.join(', ')});`;
   const what = cString(`${n.kernel} (node ${n.node}: ${n.op})`);
-  const body = n.mma ? `if (mma) ${call(n.mma.kernel, n.mma.block)}\n    else ${call(n.kernel, n.block)}` : call(n.kernel, n.block);
-  return `  {\n    ${body}\n    if (!ck(ctx, cudaGetLastError(), ${what})) return false;\n` +
-    `    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n  }\n`;
+  const body = n.mma ? `if (mma) ${call(n.mma.kernel, n.mma.block)}\n${indent}else ${call(n.kernel, n.block)}` : call(n.kernel, n.block);
+  return `${indent}${body}\n${indent}if (!ck(ctx, cudaGetLastError(), ${what})) return false;\n`;
+}
+
+/** the device address of a bound tensor (batch inputs: in this staging set's image) */
+const devAt = (p: ProgramPlan, a: KernelArgPlan) => `dev + ${a.offset}${a.perSet ? ` + set * ${p.setBytes}` : ''}`;
+
+/** graph node k: a kernel, or a cuBLASLt call (its fallback kernels when the call has no algorithm or the build no cuBLASLt); then the profiling event */
+function launch(p: ProgramPlan, n: GraphNodePlan, k: number): string {
+  let body: string;
+  if (n.kind === 'kernel') body = kernelLaunch(p, n, '    ');
+  else {
+    const lt = `    if (!mpsc_lt_run(b->lt, ${n.index}, ${devAt(p, n.a)}, ${devAt(p, n.b)}, ${devAt(p, n.d)}, st, ctx->error, sizeof ctx->error)) return false;\n`;
+    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${lt}${n.after.map((a) => kernelLaunch(p, a, '      ')).join('')}    } else\n#endif\n` +
+      `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ')).join('')}    }\n`;
+  }
+  return `  {\n${body}    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n  }\n`;
 }
 
 /** the kernel copying program i's scalar outputs (arena floats) into the staging set (mapped pinned memory) */
@@ -57,7 +136,7 @@ function recordFn(p: ProgramPlan, i: number): string {
   let s = `// program ${commentText(p.name)}: the graph's nodes in stream order (${p.kernels} kernels, then the output gather).\n`;
   s += `// set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped\n`;
   s += `// pinned memory); ev (profiling only, NULL when captured): an event after each kernel\n`;
-  s += `bool record_p${i}(mpsc_ctx* ctx, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {\n  (void)mma; (void)set; (void)out;\n`;
+  s += `bool record_p${i}(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {\n  (void)b; (void)mma; (void)set; (void)out;\n`;
   p.nodes.forEach((n, k) => (s += launch(p, n, k)));
   if (p.outputs.length) {
     s += `  mpsc_gather_p${i}<<<1, ${p.outputs.length}, 0, st>>>(dev, out);\n`;
@@ -66,8 +145,9 @@ function recordFn(p: ProgramPlan, i: number): string {
   return s + '  return true;\n}\n';
 }
 
+const nodeName = (n: GraphNodePlan) => (n.kind === 'kernel' ? `${n.kernel} (node ${n.node}: ${n.op})` : `cuBLASLt call ${n.index} (node ${n.node}: ${n.op})`);
 const kernelNames = (p: ProgramPlan, i: number) =>
-  `const char* const knames_p${i}[] = { ${p.nodes.map((n) => cString(`${n.kernel} (node ${n.node}: ${n.op})`) + ', ').join('')}nullptr };\n`;
+  `const char* const knames_p${i}[] = { ${p.nodes.map((n) => cString(nodeName(n)) + ', ').join('')}nullptr };\n`;
 
 function runFn(p: ProgramPlan, i: number): string {
   const copyIn = p.inputs.map((inp, k) => `  std::memcpy(stage + ${inp.hostOffset}, inputs[${k}], ${inp.bytes});\n`).join('');
@@ -133,14 +213,17 @@ export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFi
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#ifdef MPSC_CUBLASLT
+#include "mpsc_cublaslt.h"  // defined by the CMake project where it finds CUDA::cublasLt
+#endif
 
 namespace {
-
+${ltTable(plan)}
 const size_t DEVICE_BYTES = ${plan.deviceBytes};
 const size_t PERSISTENT_OFFSET = ${plan.persistent.offset};
 const size_t ARENA_OFFSET = ${plan.arena.offset};
 const size_t ARENA_BYTES = ${plan.arena.bytes};
-${P.some((p) => p.nodes.some((n) => n.scratch)) ? `const size_t SCRATCH_OFFSET = ${plan.scratch.offset};  // split-K partial sums, ${plan.scratch.bytes} bytes\n` : ''}const int NPROG = ${P.length};
+${P.some((p) => p.nodes.some((n) => (n.kind === 'kernel' ? [n] : n.fallback).some((k) => k.scratch))) ? `const size_t SCRATCH_OFFSET = ${plan.scratch.offset};  // split-K partial sums, ${plan.scratch.bytes} bytes\n` : ''}const int NPROG = ${P.length};
 const size_t STAGING_BYTES[NPROG] = { ${P.map((p) => p.stagingBytes).join(', ')} };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
 
@@ -163,6 +246,10 @@ struct Backend {
   bool mma = true;                // tensor-core (3xTF32) GEMM variants
   bool mirror = false;            // copy the arena to ctx->arena after each step whose outputs are read
   bool profile = false;           // launch kernel by kernel with events (MPSC_CUDA_PROFILE=1)
+  bool lt_ok[NLT > 0 ? NLT : 1] = {};  // cuBLASLt call i has an algorithm (else its generated kernels run)
+#ifdef MPSC_CUBLASLT
+  MpscLt* lt = nullptr;
+#endif
   cudaEvent_t prof_ev[${Math.max(0, ...P.map((p) => p.nodes.length)) + 1}] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
   bool device_newer = false;      // the device copy is newer than the host's
@@ -184,12 +271,12 @@ bool upload_if_dirty(mpsc_ctx* ctx, Backend* b) {
   return true;
 }
 
-typedef bool (*record_fn)(mpsc_ctx*, unsigned char*, int, float*, cudaStream_t, bool, cudaEvent_t*);
+typedef bool (*record_fn)(mpsc_ctx*, Backend*, unsigned char*, int, float*, cudaStream_t, bool, cudaEvent_t*);
 
 /** stream capture of one program's nodes (staging set: set) into an instantiated graph */
 bool capture(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out, cudaGraphExec_t* exec, const char* name) {
   if (!ck(ctx, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture")) return false;
-  const bool ok = rec(ctx, b->dev, set, out, b->stream, b->mma, nullptr);
+  const bool ok = rec(ctx, b, b->dev, set, out, b->stream, b->mma, nullptr);
   cudaGraph_t g = nullptr;
   const cudaError_t e = cudaStreamEndCapture(b->stream, &g);
   if (!ok) { if (g) cudaGraphDestroy(g); return false; }
@@ -206,7 +293,7 @@ bool capture(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out, cuda
 /** MPSC_CUDA_PROFILE=1: one step launched kernel by kernel, an event after each; adds each kernel's time */
 bool profile_step(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out, Prog& q, int n) {
   if (!ck(ctx, cudaEventRecord(b->prof_ev[0], b->stream), "cudaEventRecord")) return false;
-  if (!rec(ctx, b->dev, set, out, b->stream, b->mma, b->prof_ev)) return false;
+  if (!rec(ctx, b, b->dev, set, out, b->stream, b->mma, b->prof_ev)) return false;
   if (!ck(ctx, cudaEventSynchronize(b->prof_ev[n]), "a profiled step")) return false;
   if (!q.prof_ms) q.prof_ms = static_cast<double*>(std::calloc((size_t)n + 1, sizeof(double)));
   for (int k = 0; k < n; ++k) {
@@ -259,12 +346,16 @@ void destroy(Backend* b) {
     std::free(q.prof_ms);
   }
   for (cudaEvent_t e : b->prof_ev) if (e) cudaEventDestroy(e);
+#ifdef MPSC_CUBLASLT
+  mpsc_lt_destroy(b->lt);
+#endif
   if (b->dev) cudaFree(b->dev);
   if (b->copy) cudaStreamDestroy(b->copy);
   if (b->stream) cudaStreamDestroy(b->stream);
   delete b;
 }
 
+${ltSetupFn(plan)}
 void* backend_create(mpsc_ctx* ctx) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -314,6 +405,7 @@ void* backend_create(mpsc_ctx* ctx) {
     }
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
   if (!ok) { destroy(b); return nullptr; }
+  if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);
   return b;
 }

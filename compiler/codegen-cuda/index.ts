@@ -5,13 +5,15 @@
  *     (compiler/kernels) in the CUDA dialect (cuda_dialect.ts), kernel names prefixed per program;
  *   - `model_cuda.cu`: the host code implementing the model ABI (host.ts) over the device plan
  *     (plan.ts: one device allocation, one CUDA graph per program);
- *   - the plan itself (plain data: reports, tests).
+ *   - the plan itself (plain data: reports, tests), and where each GEMM node runs (cublaslt.ts:
+ *     cuBLASLt or the generated kernel, and why).
  * The lowering and the dispatch plans are codegen-metal's (lower_program.ts, dispatch_plan.ts,
  * layout.ts), run with the CUDA dialect: the same kernels and the same bindings as Metal.
  * No CPU fallback: every op of the catalogue has a GPU kernel (compiler/kernels/registry.ts).
  */
 import { programsOf, type Program, type ProgramSet } from '../ir/graph.js';
-import type { Helper } from '../kernels/kernel_types.js';
+import type { Graph, Node } from '../ir/graph.js';
+import type { Helper, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { kernelFile } from '../kernels/prelude.js';
 import { commentText } from '../cfamily/text.js';
 import { lowerProgram, type LoweredProgram } from '../codegen-metal/lower_program.js';
@@ -21,6 +23,7 @@ import { CUDA } from './cuda_dialect.js';
 import { planCuda, type CudaPlan } from './plan.js';
 import { cudaHostSource } from './host.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
+import { lowerGemmCudaLt, type GemmChoice } from './cublaslt.js';
 import { lowerSumToCuda } from './reduce_cuda.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
 import { fuseForBackend } from '../ir/programs.js';
@@ -30,11 +33,6 @@ import { GPU_KERNELS, type GpuLowering, type GpuRegistry } from '../kernels/regi
 /** which GEMM kernels: the CUDA 64x64 ones (gemm_cuda.ts, default) or the shared 16x16 ones */
 export type CudaGemm = 'cuda' | 'shared';
 
-const cudaGemm: GpuLowering = (ctx, g, n) => {
-  const ks = lowerGemmCuda(ctx, g, n);
-  if (!ks) throw new Error(`internal: op '${n.op}' is not a GEMM`);
-  return ks;
-};
 const sharedSumTo = GPU_KERNELS.sum_to;
 if (sharedSumTo === 'cpu') throw new Error('internal: sum_to has no shared GPU kernel');
 /** long sums: a block per output (reduce_cuda.ts); short ones: the shared kernel */
@@ -42,11 +40,24 @@ const cudaSumTo: GpuLowering = (ctx, g, n) => {
   const k = lowerSumToCuda(ctx, g, n);
   return k ? [k] : sharedSumTo(ctx, g, n);
 };
-/** the shared registry with the GEMM family on gemm_cuda.ts and long sum_to on reduce_cuda.ts */
-export const CUDA_REGISTRY: GpuRegistry = {
-  ...GPU_KERNELS, linear: cudaGemm, matmul: cudaGemm, conv2d: cudaGemm, conv2d_grad_input: cudaGemm, conv2d_grad_weight: cudaGemm,
-  sum_to: cudaSumTo,
-};
+/**
+ * The shared registry with long sum_to on reduce_cuda.ts and the GEMM family through cublaslt.ts
+ * (cuBLASLt where its rule says and `lt` allows, else gemm_cuda.ts's kernels), recording each
+ * GEMM node's choice in `choices`; `gemm` is the same lowering for nodes with a fused epilogue.
+ */
+function gemmRegistry(lt: boolean, choices: GemmChoice[]): { registry: GpuRegistry; gemm: typeof lowerGemmCuda } {
+  const gemm = (ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null => {
+    const r = lowerGemmCudaLt(ctx, g, n, epilogue, lt);
+    if (r) choices.push(r.choice);
+    return r ? r.kernels : null;
+  };
+  const entry: GpuLowering = (ctx, g, n) => {
+    const ks = gemm(ctx, g, n);
+    if (!ks) throw new Error(`internal: op '${n.op}' is not a GEMM`);
+    return ks;
+  };
+  return { registry: { ...GPU_KERNELS, sum_to: cudaSumTo, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
+}
 
 export const KERNELS_FILE = 'model_kernels.cuh';
 export const HOST_FILE = 'model_cuda.cu';
@@ -58,6 +69,8 @@ export interface CudaArtifacts {
   plan: CudaPlan;
   /** file name (under src/) -> contents */
   files: Record<string, string>;
+  /** per program (plan order), where each GEMM node runs and why */
+  gemms: { program: string; choices: GemmChoice[] }[];
 }
 
 /** The kernels file: the kernel language's prelude and every kernel of the lowered programs, in the CUDA dialect. */
@@ -71,25 +84,36 @@ export function cudaKernelsSource(model: string, lowered: LoweredProgram[]): str
   ], helpers, lowered.flatMap((lp) => lp.kernels), { plain: ' [fp32]', mma: ' [3xTF32 tensor cores]' });
 }
 
+export interface CudaGenOptions {
+  gemm?: CudaGemm;
+  fuse?: boolean;
+  /** linear / matmul may run as cuBLASLt calls (cublaslt.ts's rule; default true): the build links cuBLASLt where CMake finds it */
+  cublasLt?: boolean;
+}
+
 /** Lowers, plans and emits the CUDA model of these programs. */
-export function buildCuda(unfused: Program[], model: string, opts: { gemm?: CudaGemm; fuse?: boolean } = {}): CudaArtifacts {
+export function buildCuda(unfused: Program[], model: string, opts: CudaGenOptions = {}): CudaArtifacts {
   const own = (opts.gemm ?? 'cuda') === 'cuda';
   const caps = opts.fuse === false ? NO_FUSIONS : cudaFusions();
   const programs = unfused.map((p) => fuseForBackend(p, caps));
   const table = persistentTable(programs);
+  const gemms: CudaArtifacts['gemms'] = [];
   const parts = programs.map((p, i) => {
     const layout = programLayout(p, table);
-    const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: CUDA_REGISTRY, gemm: lowerGemmCuda } : {}) }, layout, CUDA);
+    const choices: GemmChoice[] = [];
+    gemms.push({ program: p.name, choices });
+    const reg = gemmRegistry(opts.cublasLt ?? true, choices);
+    const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: reg.registry, gemm: reg.gemm } : {}) }, layout, CUDA);
     return { lp, plan: buildPlan(lp, layout, table, model) };
   });
   const plan = planCuda(model, table, parts);
   const lowered = parts.map((x) => x.lp);
   return {
-    model, table, lowered, plan,
+    model, table, lowered, plan, gemms,
     files: { [KERNELS_FILE]: cudaKernelsSource(model, lowered), [HOST_FILE]: cudaHostSource(plan, table, KERNELS_FILE) },
   };
 }
 
-export function generateCudaModel(programs: ProgramSet, opts: { gemm?: CudaGemm; fuse?: boolean } = {}): CudaArtifacts {
+export function generateCudaModel(programs: ProgramSet, opts: CudaGenOptions = {}): CudaArtifacts {
   return buildCuda(programsOf(programs), programs.model, opts);
 }

@@ -8,19 +8,23 @@
  *    and offsets as the host block of mpsc_model.h), the arena (max over programs of the memory
  *    plan's arena: activations, gradients, outputs), the scratch region of split-K GEMMs (the
  *    largest KernelSpec.scratch of any kernel: kernels run in stream order, so one region serves
- *    all), and per program its upload region: TWO sets, one per pinned staging set, each the
+ *    all), the cuBLASLt workspace (LT_WORKSPACE_BYTES when any GEMM node is a cuBLASLt call: the
+ *    calls run in stream order, so one workspace serves all), and per program its upload region: TWO sets, one per pinned staging set, each the
  *    byte-for-byte image of the staging set's upload part (the input batch, then the step scalars,
  *    struct StepParams: lr, t, seed, counter), so one asynchronous copy per step moves a whole
  *    set while the step of the other set may still run;
  *  - per program, the pinned host staging layout (inputs, scalars: the upload part; then one float
  *    per output, written by the graph's last kernel through the mapped staging memory) and the CUDA
  *    graph's kernel list in order, each argument a byte offset in the device allocation (arguments
- *    in the upload region are set 0's: the host adds `set * setBytes` for set 1).
+ *    in the upload region are set 0's: the host adds `set * setBytes` for set 1). A GEMM node that
+ *    cublaslt.ts made a cuBLASLt call is one graph node of kind 'cublaslt' holding the call (its
+ *    operands' offsets from the first kernel's bindings), its generated fallback kernels and the
+ *    kernels that run after the call (a fused unary fn).
  * Relies on: every kernel binding has a home (dispatch_plan.ts checks), kernels run in stream
  * order (a graph captured from one stream is a chain, so the plan's barriers are implied).
  */
 import { hostDType, type Program } from '../ir/graph.js';
-import type { KernelSpec } from '../kernels/kernel_types.js';
+import type { KernelSpec, LibraryGemm } from '../kernels/kernel_types.js';
 import type { DispatchPlan, PlanBinding } from '../codegen-metal/dispatch_plan.js';
 import type { LoweredProgram } from '../codegen-metal/lower_program.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
@@ -57,7 +61,22 @@ export interface KernelNodePlan {
   /** the kernel takes the scratch region (split-K partial sums) after its buffers */
   scratch?: boolean;
 }
-export type GraphNodePlan = KernelNodePlan;
+/** A GEMM node as one cuBLASLt call (cublaslt.ts), with its fallback kernels (no library, no algorithm) and the kernels after the call. */
+export interface LtNodePlan {
+  kind: 'cublaslt';
+  node: number; op: string;
+  /** index of the call among the model's cuBLASLt calls, all programs (the host's descriptor table) */
+  index: number;
+  gemm: LibraryGemm;
+  /** the operands' device offsets and bytes (perSet: in the upload region, set 0's) */
+  a: KernelArgPlan; b: KernelArgPlan; d: KernelArgPlan; bias?: KernelArgPlan;
+  fallback: KernelNodePlan[];
+  after: KernelNodePlan[];
+}
+export type GraphNodePlan = KernelNodePlan | LtNodePlan;
+
+/** cuBLASLt's workspace: NVIDIA's recommendation for Hopper (cuBLAS docs, cublasSetWorkspace: 32 MiB) */
+export const LT_WORKSPACE_BYTES = 32 * 1024 * 1024;
 
 export interface ProgramPlan {
   name: string;
@@ -88,6 +107,8 @@ export interface CudaPlan {
   arena: DeviceRegion;
   /** split-K partial sums (bytes 0 when no kernel needs scratch) */
   scratch: DeviceRegion;
+  /** cuBLASLt's workspace (bytes 0 when no GEMM node is a cuBLASLt call) */
+  ltWorkspace: DeviceRegion;
   /** each program's upload region (both sets; in `programs` order) */
   inputs: DeviceRegion[];
   programs: ProgramPlan[];
@@ -112,7 +133,9 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
   const persistent = take(table.bytes);
   const arena = take(Math.max(0, ...lowered.map((l) => l.plan.arenaBytes)));
   const scratch = take(Math.max(0, ...lowered.flatMap((l) => l.lp.kernels.map((k) => k.scratch ?? 0))));
+  const ltWorkspace = take(lowered.some((l) => l.lp.kernels.some((k) => k.library)) ? LT_WORKSPACE_BYTES : 0);
   const inputs: DeviceRegion[] = [];
+  let calls = 0;
   const programs: ProgramPlan[] = lowered.map(({ lp, plan }) => {
     const p: Program = lp.program;
     if (plan.steps.some((s) => s.kind === 'cpu'))
@@ -143,29 +166,46 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       b.region === 'arena' ? arena.offset : b.region === 'persistent' ? persistent.offset : ins[b.slot].deviceOffset;
     const byName = new Map(lp.kernels.map((k) => [k.name, k]));
     const nodes: GraphNodePlan[] = [];
+    let lt: LtNodePlan | null = null;
     for (const s of plan.steps) {
       if (s.kind !== 'kernel') continue;
       const k = byName.get(s.kernel)!;
-      nodes.push({
+      const kn: KernelNodePlan = {
         kind: 'kernel', kernel: k.name, node: k.node, op: k.op, grid: k.groups, block: k.tgsize,
         ...(k.mma ? { mma: { kernel: k.mma.name, block: k.mma.tgsize } } : {}),
         args: argsOf(k, s.bindings, base),
         ...(k.scratch ? { scratch: true } : {}),
-      });
+      };
+      if (k.library) {
+        const L = k.library, arg = (i: number) => kn.args[i];
+        lt = { kind: 'cublaslt', node: k.node, op: k.op, index: calls++, gemm: L, a: arg(L.argA), b: arg(L.argB), d: arg(L.argD), ...(L.argBias !== undefined ? { bias: arg(L.argBias) } : {}), fallback: [kn], after: [] };
+        nodes.push(lt);
+      } else if (k.libraryPart) {
+        if (!lt || lt.node !== k.node) throw new Error(`internal: kernel ${k.name} is part of a cuBLASLt node but follows none`);
+        (k.libraryPart === 'after' ? lt.after : lt.fallback).push(kn);
+      } else {
+        lt = null;
+        nodes.push(kn);
+      }
     }
     return {
       name: p.name, batch: p.batch, inputs: ins, outputs: outs, stagingBytes: align(host, 64), scalarsHostOffset, uploadBytes,
       uploadOffset: region.offset, setBytes, nodes, kernels: nodes.length, arenaBytes: plan.arenaBytes,
     };
   });
-  return { model, deviceBytes: align(off), persistent, arena, scratch, inputs, programs };
+  return { model, deviceBytes: align(off), persistent, arena, scratch, ltWorkspace, inputs, programs };
+}
+
+/** every generated kernel of a program's graph nodes, in order (a cuBLASLt call's fallback kernels, then its 'after' kernels) */
+export function planKernels(p: ProgramPlan): KernelNodePlan[] {
+  return p.nodes.flatMap((n) => (n.kind === 'kernel' ? [n] : [...n.fallback, ...n.after]));
 }
 
 /** Problems of a plan (empty when sound): regions overlap or leave the allocation, an argument leaves its region. */
 export function planProblems(plan: CudaPlan): string[] {
   const bad: string[] = [];
   const regions = [
-    { name: 'persistent', ...plan.persistent }, { name: 'arena', ...plan.arena }, { name: 'scratch', ...plan.scratch },
+    { name: 'persistent', ...plan.persistent }, { name: 'arena', ...plan.arena }, { name: 'scratch', ...plan.scratch }, { name: 'cuBLASLt workspace', ...plan.ltWorkspace },
     ...plan.inputs.map((r, i) => ({ name: `upload region of ${plan.programs[i].name}`, ...r })),
   ];
   for (const r of regions) {
@@ -186,7 +226,7 @@ export function planProblems(plan: CudaPlan): string[] {
       if (o.hostOffset + 4 > p.stagingBytes) bad.push(`${p.name}: output ${o.name} leaves the staging set`);
       if (!inside(o.deviceOffset, 4)) bad.push(`${p.name}: output ${o.name} leaves its region`);
     }
-    for (const n of p.nodes)
+    for (const n of planKernels(p))
       for (const a of n.args) {
         if (!inside(a.offset, a.bytes)) bad.push(`${p.name}.${n.kernel}: argument ${a.name} (${a.value}) leaves its region`);
         if (a.perSet && (a.offset < up.offset || a.offset + a.bytes > up.offset + p.uploadBytes))

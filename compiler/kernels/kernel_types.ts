@@ -46,6 +46,43 @@ export interface KernelSpec extends KernelVariant {
    * partial sums, codegen-cuda/gemm_cuda.ts); the backend binds one scratch region after the buffers
    */
   scratch?: number;
+  /**
+   * CUDA only (codegen-cuda/cublaslt.ts): the node may run as one library GEMM call instead of its
+   * generated kernels. On the first kernel of such a node: the call, in column-major BLAS terms.
+   */
+  library?: LibraryGemm;
+  /**
+   * CUDA only, on every kernel of a node that carries `library`: 'fallback' kernels run when the
+   * library call is unavailable (built without the library, or no algorithm for the shape);
+   * 'after' kernels run after the library call only (an epilogue the library cannot apply).
+   */
+  libraryPart?: 'fallback' | 'after';
+}
+
+/** operand element types of a library GEMM */
+export type LibraryDType = 'f32' | 'f16' | 'bf16';
+
+/**
+ * A GEMM as one cuBLASLt call (column-major, as BLAS sees it): D[m x n] = op(A)[m x k] op(B)[k x n]
+ * (+ bias per row of D: the epilogue), `batch` products at the given element strides.
+ * A, B, bias and D are argument indices of the kernel carrying it (their device offsets come from
+ * that kernel's bindings); C is D with beta 0. Accumulation and the output are fp32
+ * (CUBLAS_COMPUTE_32F: fp32 FMA, never TF32); A and B are fp32, or both the same 16-bit type.
+ */
+export interface LibraryGemm {
+  m: number; n: number; k: number;
+  transA: boolean; transB: boolean;
+  /** the stored matrices' rows x cols (before op) and leading dimensions */
+  rowsA: number; colsA: number; lda: number;
+  rowsB: number; colsB: number; ldb: number;
+  ldd: number;
+  batch: number; strideA: number; strideB: number; strideD: number;
+  abType: LibraryDType;
+  epilogue: 'default' | 'bias';
+  /** argument indices: A, B, D and (epilogue bias) the bias vector */
+  argA: number; argB: number; argD: number; argBias?: number;
+  /** one line: the product and why this path (reports, logs) */
+  what: string;
 }
 
 /** Helper functions a library prelude must contain. */

@@ -15,7 +15,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UserError } from '../../compiler/errors.js';
 import type { ProgramSet } from '../../compiler/ir/graph.js';
-import { generateCudaModel, type CudaGemm } from '../../compiler/codegen-cuda/index.js';
+import { generateCudaModel, type CudaArtifacts, type CudaGemm } from '../../compiler/codegen-cuda/index.js';
+import { gemmChoiceLine } from '../../compiler/codegen-cuda/cublaslt.js';
 import { buildAddon, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
@@ -44,6 +45,40 @@ export function findGpu(): GpuInfo | null {
   if (!line) return null;
   const [name, cap] = line.split(',').map((s) => s.trim());
   return /^\d+\.\d+$/.test(cap ?? '') ? { name, computeCap: cap } : null;
+}
+
+/**
+ * The cuBLASLt header of the CUDA toolkit nvcc belongs to (as CMake's FindCUDAToolkit looks for it
+ * next to nvcc), or null: where it is, the build links cuBLASLt and the GEMM nodes cublaslt.ts
+ * chose run as cuBLASLt calls; elsewhere they run as their generated kernels.
+ */
+export function findCublasLt(nvcc: string | null = findNvcc()?.nvcc ?? null): string | null {
+  for (const d of cudaIncludeDirs(nvcc)) if (fs.existsSync(path.join(d, 'cublasLt.h'))) return path.join(d, 'cublasLt.h');
+  return null;
+}
+
+/** the include folders of the CUDA toolkit: next to nvcc (through links), $CUDA_HOME / $CUDA_PATH, /usr/local/cuda */
+export function cudaIncludeDirs(nvcc: string | null): string[] {
+  const dirs = new Set<string>();
+  if (nvcc) {
+    try {
+      const bin = path.dirname(fs.realpathSync(nvcc.includes('/') ? nvcc : (spawnSync('sh', ['-c', `command -v ${nvcc}`], { encoding: 'utf8' }).stdout.trim() || nvcc)));
+      dirs.add(path.resolve(bin, '../include'));
+      dirs.add(path.resolve(bin, '../targets/x86_64-linux/include'));
+    } catch {
+      // nvcc vanished between the probes
+    }
+  }
+  for (const env of [process.env.CUDA_HOME, process.env.CUDA_PATH]) if (env) dirs.add(path.join(env, 'include'));
+  dirs.add('/usr/local/cuda/include');
+  return [...dirs].filter((d) => fs.existsSync(d));
+}
+
+/** whether GEMM nodes may become cuBLASLt calls: $MPSC_CUDA_CUBLASLT = 1 (default) | 0 (every GEMM generated, for A/B runs and checks) */
+export function cublasLtChoice(): boolean {
+  const v = process.env.MPSC_CUDA_CUBLASLT ?? '1';
+  if (v !== '0' && v !== '1') throw new UserError(`error: MPSC_CUDA_CUBLASLT must be '0' or '1', got '${v}'`);
+  return v === '1';
 }
 
 /** CMAKE_CUDA_ARCHITECTURES for a compute capability: 90a on Hopper (its own instructions), else e.g. 89 */
@@ -82,9 +117,9 @@ export function cudaGemmChoice(): CudaGemm {
 }
 
 /** digest of what the generated CUDA sources are a pure function of */
-export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda'): string {
+export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true): string {
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
-  return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update('\0').update(JSON.stringify(programs)).digest('hex');
+  return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 
 /** The CUDA build settings for this machine (nvcc, architecture), or a UserError saying what is missing. */
@@ -95,26 +130,50 @@ export function cudaBuildSettings(): CudaBuild & { gpu: GpuInfo | null } {
   return { nvcc: nv.nvcc, version: nv.version, architectures: cudaArchitecture(gpu?.computeCap ?? null), gpu };
 }
 
+/**
+ * What `mpsc build` and the run log say about the GEMM nodes: a count per path, the rule's reasons,
+ * and whether this toolkit has cuBLASLt (`ltHeader`); `detail`: one line per GEMM node.
+ */
+export function gemmReport(gemms: CudaArtifacts['gemms'], ltHeader: string | null, detail = false): string[] {
+  const all = gemms.flatMap((p) => p.choices.map((c) => ({ program: p.program, c })));
+  const lt = all.filter((x) => x.c.path === 'cublaslt');
+  const lines = [
+    `GEMM nodes: ${lt.length} of ${all.length} chosen for cuBLASLt (linear / matmul it can address: fp32 FMA or 16-bit operands, fp32 accumulation), ` +
+      `${all.length - lt.length} generated (convolutions, partial broadcasts, or MPSC_CUDA_CUBLASLT=0); ` +
+      (lt.length === 0 ? 'no cuBLASLt call in this model'
+        : ltHeader ? `cuBLASLt found (${ltHeader}): those run as cuBLASLt calls, each falling back to its generated kernel if cuBLASLt has no algorithm for it`
+        : 'no cuBLASLt in this CUDA toolkit: they run as their generated kernels'),
+  ];
+  if (detail) for (const x of all) lines.push(`  ${x.program}: ${gemmChoiceLine(x.c)}`);
+  return lines;
+}
+
 export async function createCudaSession(programs: ProgramSet, opts: CudaSessionOptions = {}): Promise<Session> {
   const gpu = findGpu();
   if (!gpu) throw new UserError('error: --device cuda: no CUDA device found (nvidia-smi lists no GPU, or there is no NVIDIA driver)\n  help: use --device cpu on this machine');
   const settings = cudaBuildSettings();
   let planned = 0;
   const gemm = cudaGemmChoice();
+  const cublasLt = cublasLtChoice();
+  const ltHeader = findCublasLt(settings.nvcc);
+  let report: string[] = [];
+  const generate = () => {
+    const a = generateCudaModel(programs, { gemm, cublasLt });
+    planned = a.plan.deviceBytes;
+    report = gemmReport(a.gemms, ltHeader);
+    return a;
+  };
   const built = await buildAddon({
-    files: () => {
-      const a = generateCudaModel(programs, { gemm });
-      planned = a.plan.deviceBytes;
-      return a.files;
-    },
-    inputsKey: cudaInputsKey(programs, gemm),
+    files: () => generate().files,
+    inputsKey: cudaInputsKey(programs, gemm, cublasLt),
     cxxflags: opts.cxxflags ?? '-O2',
     cacheDir: opts.cacheDir,
     cuda: settings,
     onProgress: opts.onProgress,
   });
-  if (!planned) planned = generateCudaModel(programs, { gemm }).plan.deviceBytes;
+  if (!planned) generate();
   opts.onProgress?.(`${built.cached ? 'using cached' : 'built'} CUDA model (sm_${settings.architectures}, ${gpu.name}, ${gemm} GEMMs) in ${built.dir}; planned device memory ${planned} bytes (one allocation)`);
+  for (const line of report) opts.onProgress?.(line);
   try {
     // one host thread: the work runs on the GPU
     return createNativeSession(built.modulePath, programs, 'cuda', 1);

@@ -33,6 +33,13 @@ const require = createRequire(import.meta.url);
 const RUNTIME_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../cpp');
 /** runtime sources copied into every project (headers and .cc files) */
 export const RUNTIME_FILES = ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc', 'binding.cc'] as const;
+const CUDA_RUNTIME_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../cuda');
+/**
+ * CUDA projects only (runtime/cuda): the cuBLASLt calls of the generated host code. The .cpp is
+ * compiled and linked, with MPSC_CUBLASLT defined, only where CMake finds CUDA::cublasLt.
+ */
+export const CUDA_RUNTIME_FILES = ['mpsc_cublaslt.h', 'mpsc_cublaslt.cpp'] as const;
+const CUBLASLT_SOURCE = 'mpsc_cublaslt.cpp';
 /** `-march=native` on x86; Arm compilers (Apple clang, GCC on aarch64) spell it `-mcpu=native` */
 export const DEFAULT_CXXFLAGS = process.arch === 'arm64' ? '-O3 -mcpu=native' : '-O3 -march=native';
 const NAPI_VERSION = 8;
@@ -105,12 +112,19 @@ export function compilerVersion(): string {
 }
 
 let runtimeMemo: Record<string, string> | undefined;
-export function runtimeSources(): Record<string, string> {
+let cudaRuntimeMemo: Record<string, string> | undefined;
+/** the runtime files every project gets; with `cuda`, also the CUDA runtime files */
+export function runtimeSources(cuda = false): Record<string, string> {
   if (!runtimeMemo) {
     runtimeMemo = {};
     for (const f of RUNTIME_FILES) runtimeMemo[f] = fs.readFileSync(path.join(RUNTIME_DIR, f), 'utf8');
   }
-  return runtimeMemo;
+  if (!cuda) return runtimeMemo;
+  if (!cudaRuntimeMemo) {
+    cudaRuntimeMemo = { ...runtimeMemo };
+    for (const f of CUDA_RUNTIME_FILES) cudaRuntimeMemo[f] = fs.readFileSync(path.join(CUDA_RUNTIME_DIR, f), 'utf8');
+  }
+  return cudaRuntimeMemo;
 }
 
 function napiIncludeDir(): string {
@@ -147,7 +161,7 @@ export function addonKey(files: Record<string, string> | string, cxxflags: strin
   add('napi', String(NAPI_VERSION));
   if (cuda) add('cuda', `${cuda.version} ${cuda.architectures}`);
   add('node-addon-api', fs.readFileSync(path.join(napiIncludeDir(), 'package.json'), 'utf8'));
-  const rt = runtimeSources();
+  const rt = runtimeSources(cuda !== undefined);
   for (const f of Object.keys(rt).sort()) add(`runtime/${f}`, rt[f]);
   if (typeof files === 'string') add('inputs', files);
   else for (const f of Object.keys(files).sort()) add(`src/${f}`, files[f]);
@@ -173,21 +187,27 @@ export function writeCmakeProject(dir: string, files: Record<string, string>, cx
     fs.writeFileSync(p, text);
     written.push(p);
   };
-  const all: Record<string, string> = { ...runtimeSources(), ...files };
+  const all: Record<string, string> = { ...runtimeSources(cuda !== undefined), ...files };
   for (const [rel, text] of Object.entries(all)) {
     if (rel.includes('..') || path.isAbsolute(rel)) throw new Error(`internal: bad generated file path '${rel}'`);
     put(path.join('src', rel), text);
   }
-  const ccs = Object.keys(all).filter((f) => (cuda ? /\.(cc|cpp|cu)$/ : /\.(cc|cpp)$/).test(f)).sort();
+  const ccs = Object.keys(all).filter((f) => (cuda ? /\.(cc|cpp|cu)$/ : /\.(cc|cpp)$/).test(f) && f !== CUBLASLT_SOURCE).sort();
   const modelCcs = ccs.filter((f) => f !== 'binding.cc');
   const cxxOnly = (f: string) => (cuda ? `"$<$<COMPILE_LANGUAGE:CXX>:${f.slice(1, -1)}>"` : f);
   const flags = cxxflags.split(/\s+/).filter(Boolean).map(cmakeQuote).map(cxxOnly).join(' ');
   // CUDA: nvcc gets -O3 and -fmad=true (contractions as PyTorch's kernels have them), never fast math
   const cudaFlags = cuda ? ' "$<$<COMPILE_LANGUAGE:CUDA>:-O3>" "$<$<COMPILE_LANGUAGE:CUDA>:-fmad=true>" "$<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>"' : '';
   const cudaSetup = cuda
-    ? `set(CMAKE_CUDA_ARCHITECTURES ${cmakeQuote(cuda.architectures)})\nset(CMAKE_CUDA_STANDARD 17)\nfind_package(CUDAToolkit REQUIRED)\n`
+    ? `set(CMAKE_CUDA_ARCHITECTURES ${cmakeQuote(cuda.architectures)})\nset(CMAKE_CUDA_STANDARD 17)\nfind_package(CUDAToolkit REQUIRED)\n` +
+      `if(TARGET CUDA::cublasLt)\n  message(STATUS "mpsc: cuBLASLt found: GEMM nodes chosen for it run as cuBLASLt calls")\nelse()\n  message(STATUS "mpsc: no cuBLASLt in this CUDA toolkit: every GEMM runs as its generated kernel")\nendif()\n`
     : '';
   const cudaLib = cuda ? ' CUDA::cudart' : '';
+  // cuBLASLt where the toolkit has it (the GPU machine); elsewhere every GEMM runs as its generated kernel
+  const cublasLt = (t: string, vis: string) =>
+    cuda
+      ? `if(TARGET CUDA::cublasLt)\n  target_sources(${t} PRIVATE ${cmakeQuote(`src/${CUBLASLT_SOURCE}`)})\n  target_compile_definitions(${t} ${vis} MPSC_CUBLASLT)\n  target_link_libraries(${t} ${vis} CUDA::cublasLt)\nendif()\n`
+      : '';
   const srcList = (fs_: string[]) => fs_.map((f) => cmakeQuote(`src/${f}`)).join(' ');
   put(
     'CMakeLists.txt',
@@ -207,13 +227,13 @@ if(CMAKE_JS_VERSION)
   target_compile_definitions(${target} PRIVATE NAPI_VERSION=${NAPI_VERSION} NAPI_CPP_EXCEPTIONS)
   target_compile_options(${target} PRIVATE ${flags}${cudaFlags})
   target_link_libraries(${target} PRIVATE \${CMAKE_JS_LIB} Threads::Threads${cudaLib})
-endif()
+${cublasLt(target, 'PRIVATE')}endif()
 
 add_library(${target}_embed STATIC EXCLUDE_FROM_ALL ${srcList(modelCcs)})
 target_include_directories(${target}_embed PUBLIC src)
 target_compile_options(${target}_embed PRIVATE ${flags}${cudaFlags})
 target_link_libraries(${target}_embed PUBLIC Threads::Threads${cudaLib})
-`,
+${cublasLt(`${target}_embed`, 'PUBLIC')}`,
   );
   put('package.json', JSON.stringify({ name: target, private: true, binary: { napi_versions: [NAPI_VERSION] } }, null, 2) + '\n');
   return written;

@@ -3160,8 +3160,20 @@ extern "C" __global__ void __launch_bounds__(256) p1_k5(
   }
 }
 
-// node 6: linear (linear1) -> linear1.out [fp32]
+// node 5: linear (linear0) -> relu2.out [after the cuBLASLt call: unary relu in place]
 extern "C" __global__ void __launch_bounds__(256) p1_k6(
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 8192u) return;
+  const float v = y[i];
+  y[i] = v < 0.0f ? 0.0f : v;
+}
+
+// node 6: linear (linear1) -> linear1.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p1_k7(
     const float* x,
     const float* w,
     const float* b,
@@ -3232,7 +3244,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k6(
 }
 
 // node 6: linear (linear1) -> linear1.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k6_mma(
+extern "C" __global__ void __launch_bounds__(128) p1_k7_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -3324,7 +3336,7 @@ extern "C" __global__ void __launch_bounds__(128) p1_k6_mma(
 }
 
 // node 7: cross_entropy (loss) -> loss
-extern "C" __global__ void __launch_bounds__(64) p1_k7(
+extern "C" __global__ void __launch_bounds__(64) p1_k8(
     const float* logits,
     const int* label,
     float* loss,
@@ -3352,7 +3364,7 @@ extern "C" __global__ void __launch_bounds__(64) p1_k7(
 }
 
 // node 8: accuracy (accuracy) -> accuracy
-extern "C" __global__ void __launch_bounds__(64) p1_k8(
+extern "C" __global__ void __launch_bounds__(64) p1_k9(
     const float* logits,
     const int* label,
     float* acc,

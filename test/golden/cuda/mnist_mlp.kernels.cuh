@@ -1344,8 +1344,20 @@ extern "C" __global__ void __launch_bounds__(128) p1_k1_mma(
       }
 }
 
-// node 2: linear (fc2) -> fc2.out [fp32]
+// node 1: linear (fc1) -> relu0.out [after the cuBLASLt call: unary relu in place]
 extern "C" __global__ void __launch_bounds__(256) p1_k2(
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  const float v = y[i];
+  y[i] = v < 0.0f ? 0.0f : v;
+}
+
+// node 2: linear (fc2) -> fc2.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p1_k3(
     const float* x,
     const float* w,
     const float* b,
@@ -1416,7 +1428,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
 }
 
 // node 2: linear (fc2) -> fc2.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k2_mma(
+extern "C" __global__ void __launch_bounds__(128) p1_k3_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -1508,7 +1520,7 @@ extern "C" __global__ void __launch_bounds__(128) p1_k2_mma(
 }
 
 // node 3: cross_entropy (loss) -> loss
-extern "C" __global__ void __launch_bounds__(64) p1_k3(
+extern "C" __global__ void __launch_bounds__(64) p1_k4(
     const float* logits,
     const int* label,
     float* loss,
@@ -1536,7 +1548,7 @@ extern "C" __global__ void __launch_bounds__(64) p1_k3(
 }
 
 // node 4: accuracy (accuracy) -> accuracy
-extern "C" __global__ void __launch_bounds__(64) p1_k4(
+extern "C" __global__ void __launch_bounds__(64) p1_k5(
     const float* logits,
     const int* label,
     float* acc,

@@ -1,0 +1,49 @@
+// mpsc_cublaslt.h: the CUDA backend's cuBLASLt GEMM calls, behind a small C++ interface that
+// does not include cublasLt.h (so the generated host code compiles where cuBLASLt is absent).
+// The implementation, mpsc_cublaslt.cpp, is compiled and linked only when CMake finds
+// CUDA::cublasLt (then MPSC_CUBLASLT is defined for the generated host code); see
+// runtime/native/build.ts and docs/cuda.md.
+//
+// Consumes: the model's GEMM calls as plain descriptions (compiler/kernels/kernel_types.ts
+//           LibraryGemm, emitted by compiler/codegen-cuda/host.ts), the one device allocation and
+//           the workspace region the plan reserved in it.
+// Produces: at create, per call the cuBLASLt descriptors and ONE algorithm chosen by
+//           cublasLtMatmulAlgoGetHeuristic (or the reason there is none: the generated kernel then
+//           runs); per step, cublasLtMatmul on the compute stream (capturable: fixed workspace,
+//           host-side alpha / beta, no allocation).
+#pragma once
+#include <cuda_runtime.h>
+#include <cstddef>
+#include <cstdint>
+
+/** one GEMM call, column-major: D[m x n] = op(A) op(B) (+ bias per row), `batch` strided products */
+struct MpscLtGemm {
+  int64_t m, n, k;
+  int transA, transB;                     // 1: op = transpose
+  int64_t rowsA, colsA, lda, rowsB, colsB, ldb, ldd;
+  int batch;
+  int64_t strideA, strideB, strideD;      // elements
+  int abType;                             // MPSC_LT_F32 | MPSC_LT_F16 | MPSC_LT_BF16 (A and B); D is f32
+  int epilogue;                           // MPSC_LT_EPI_DEFAULT | MPSC_LT_EPI_BIAS
+  size_t offA, offB, offD, offBias;       // byte offsets in the device allocation (set 0's for batch inputs)
+  int node;                               // IR node (messages)
+  const char* what;                       // the product, for messages
+};
+
+enum { MPSC_LT_F32 = 0, MPSC_LT_F16 = 1, MPSC_LT_BF16 = 2 };
+enum { MPSC_LT_EPI_DEFAULT = 0, MPSC_LT_EPI_BIAS = 1 };
+
+struct MpscLt;
+
+/**
+ * Creates the handle and every call's descriptors and algorithm. Returns null (with `err` set) only
+ * when cuBLASLt itself fails (no handle); a call without an algorithm is not an error: mpsc_lt_ok
+ * is false for it and mpsc_lt_note says why.
+ */
+MpscLt* mpsc_lt_create(const MpscLtGemm* gemms, int count, unsigned char* dev, size_t workspace_offset, size_t workspace_bytes, char* err, size_t errlen);
+bool mpsc_lt_ok(const MpscLt* lt, int i);
+/** one line: the chosen algorithm's workspace and waves, or why there is none */
+const char* mpsc_lt_note(const MpscLt* lt, int i);
+/** call i on stream st with these operand addresses; false with `err` set on failure */
+bool mpsc_lt_run(MpscLt* lt, int i, const void* A, const void* B, void* D, cudaStream_t st, char* err, size_t errlen);
+void mpsc_lt_destroy(MpscLt* lt);

@@ -1,0 +1,232 @@
+// The cuBLASLt GEMM path of the CUDA backend, on a machine without cuBLAS (no GPU needed):
+//  - the rule (compiler/codegen-cuda/cublaslt.ts): which GEMM nodes become cuBLASLt calls, and why not;
+//  - the call descriptions are right: a column-major BLAS interpreter runs each LibraryGemm on the
+//    row-major operands and must give the node's own product (linear + bias, every matmul transpose,
+//    strided batches, shared operands), so a wrong transpose / leading dimension / stride fails here;
+//  - runtime/cuda/mpsc_cublaslt.cpp passes `g++ -fsyntax-only` against test/fixtures/cublaslt_decl
+//    (declarations of exactly the cuBLASLt subset it calls; the GPU machine uses NVIDIA's header);
+//  - the generated host code compiles with nvcc both with and without -DMPSC_CUBLASLT, and the CMake
+//    project adds the cuBLASLt source, define and library only under `if(TARGET CUDA::cublasLt)`.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import type { DType, Graph, Node, Value } from '../compiler/ir/graph.js';
+import { lowerGemmCudaLt } from '../compiler/codegen-cuda/cublaslt.js';
+import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
+import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
+import { planKernels, planProblems } from '../compiler/codegen-cuda/plan.js';
+import type { LibraryGemm, LowerCtx } from '../compiler/kernels/kernel_types.js';
+import { checkFile } from '../compiler/check/index.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { runtimeSources, writeCmakeProject } from '../runtime/native/build.js';
+import { cudaIncludeDirs, findNvcc } from '../runtime/cuda/session.js';
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+const NV = findNvcc();
+
+function ctxOf(): LowerCtx {
+  let k = 0;
+  return { next: () => `k${k++}`, helpers: new Set(), d: CUDA };
+}
+
+/** a graph of one GEMM node over fresh values of these shapes (the last one is the output) */
+function graphOf(op: string, shapes: number[][], attrs: Node['attrs'] = {}, dtype: DType = 'f32'): { g: Graph; n: Node } {
+  const values: Value[] = shapes.map((s, i) => ({ id: i, name: `v${i}`, dtype: i < 2 ? dtype : 'f32', shape: s, kind: i === shapes.length - 1 ? 'activation' : 'input' }));
+  const n: Node = { id: 0, op, inputs: shapes.slice(0, -1).map((_, i) => i), outputs: [shapes.length - 1], attrs };
+  return { g: { values, nodes: [n] }, n };
+}
+
+function libraryOf(op: string, shapes: number[][], attrs: Node['attrs'] = {}, dtype: DType = 'f32') {
+  const { g, n } = graphOf(op, shapes, attrs, dtype);
+  const r = lowerGemmCudaLt(ctxOf(), g, n, undefined, true)!;
+  return { r, lib: r.kernels[0].library, g, n };
+}
+
+/** deterministic values in [-1, 1) */
+function data(count: number, seed: number): Float64Array {
+  const out = new Float64Array(count);
+  let s = seed >>> 0;
+  for (let i = 0; i < count; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    out[i] = s / 2 ** 31 - 1;
+  }
+  return out;
+}
+
+/** D = op(A) op(B) (+ bias per row), column-major, strided batches: what cublasLtMatmul computes for the description */
+function blas(L: LibraryGemm, A: Float64Array, B: Float64Array, bias: Float64Array | null): Float64Array {
+  const D = new Float64Array(L.batch * L.strideD || L.m * L.n);
+  // op(X)[i][j] of a column-major rows x cols matrix with leading dimension ld
+  const at = (X: Float64Array, base: number, ld: number, t: boolean, i: number, j: number) => (t ? X[base + j + i * ld] : X[base + i + j * ld]);
+  for (let g = 0; g < L.batch; g++)
+    for (let i = 0; i < L.m; i++)
+      for (let j = 0; j < L.n; j++) {
+        let acc = 0;
+        for (let k = 0; k < L.k; k++) acc += at(A, g * L.strideA, L.lda, L.transA, i, k) * at(B, g * L.strideB, L.ldb, L.transB, k, j);
+        D[g * L.strideD + i + j * L.ldd] = acc + (L.epilogue === 'bias' ? bias![i] : 0);
+      }
+  return D;
+}
+
+/** the row-major product the node means: y[g] = op(a[g]) op(b[g]) with leading-dim broadcast (shape rules of matmul) */
+function rowMajor(as: number[], bs: number[], ta: boolean, tb: boolean, a: Float64Array, b: Float64Array): Float64Array {
+  const [M, K] = ta ? [as.at(-1)!, as.at(-2)!] : [as.at(-2)!, as.at(-1)!];
+  const N = tb ? bs.at(-2)! : bs.at(-1)!;
+  const ab = as.slice(0, -2), bb = bs.slice(0, -2);
+  const G = Math.max(ab.reduce((x, y) => x * y, 1), bb.reduce((x, y) => x * y, 1));
+  const ga = ab.reduce((x, y) => x * y, 1) === 1 ? 0 : 1, gb = bb.reduce((x, y) => x * y, 1) === 1 ? 0 : 1;
+  const y = new Float64Array(G * M * N);
+  for (let g = 0; g < G; g++)
+    for (let m = 0; m < M; m++)
+      for (let n = 0; n < N; n++) {
+        let acc = 0;
+        for (let k = 0; k < K; k++) {
+          const av = a[g * ga * M * K + (ta ? k * M + m : m * K + k)];
+          const bv = b[g * gb * K * N + (tb ? n * K + k : k * N + n)];
+          acc += av * bv;
+        }
+        y[g * M * N + m * N + n] = acc;
+      }
+  return y;
+}
+
+const maxDiff = (x: Float64Array, y: Float64Array) => x.reduce((m, v, i) => Math.max(m, Math.abs(v - y[i])), 0);
+
+describe('the cuBLASLt rule (cublaslt.ts)', () => {
+  it('linear and matmul become cuBLASLt calls with their generated kernels as the fallback; convolutions stay generated', () => {
+    const lin = libraryOf('linear', [[6, 5], [7, 5], [7], [6, 7]]);
+    expect(lin.r.choice.path).toBe('cublaslt');
+    expect(lin.lib).toMatchObject({ m: 7, n: 6, k: 5, transA: true, transB: false, epilogue: 'bias', argA: 1, argB: 0, argBias: 2, argD: 3, abType: 'f32' });
+    expect(lin.r.kernels.every((k) => k.libraryPart === 'fallback')).toBe(true);
+    const conv = graphOf('conv2d', [[2, 3, 8, 8], [4, 3, 3, 3], [2, 4, 6, 6]], { stride: [1, 1], padding: [0, 0], dilation: [1, 1], groups: 1 });
+    const c = lowerGemmCudaLt(ctxOf(), conv.g, conv.n, undefined, true)!;
+    expect(c.choice.path).toBe('generated');
+    expect(c.choice.why).toMatch(/convolution/);
+    expect(c.kernels.some((k) => k.library || k.libraryPart)).toBe(false);
+  });
+
+  it('leaves partially broadcast batches and MPSC_CUDA_CUBLASLT=0 to the generated kernel', () => {
+    // a [2,1,4,3] x b [1,3,3,5]: each operand broadcast along a different batch dim
+    const part = libraryOf('matmul', [[2, 1, 4, 3], [1, 3, 3, 5], [2, 3, 4, 5]]);
+    expect(part.r.choice.path).toBe('generated');
+    expect(part.r.choice.why).toMatch(/partially broadcast/);
+    const { g, n } = graphOf('matmul', [[4, 3], [3, 5], [4, 5]]);
+    const off = lowerGemmCudaLt(ctxOf(), g, n, undefined, false)!;
+    expect(off.choice.path).toBe('generated');
+    expect(off.kernels[0].library).toBeUndefined();
+  });
+
+  it('a fused unary runs in place after the call (cuBLASLt has no exact gelu / NaN-passing relu), only on the cuBLASLt path', () => {
+    const { g, n } = graphOf('linear', [[6, 5], [7, 5], [7], [6, 7]]);
+    const epi: Node = { id: 0, op: 'unary', inputs: n.outputs, outputs: n.outputs, attrs: { fn: 'gelu' } };
+    const r = lowerGemmCudaLt(ctxOf(), g, n, epi, true)!;
+    const after = r.kernels.filter((k) => k.libraryPart === 'after');
+    expect(after).toHaveLength(1);
+    expect(after[0].args).toEqual([{ name: 'y', value: 3, access: 'rw', type: 'float' }]);
+    expect(after[0].body).toMatch(/erf/);
+    expect(r.kernels[0].library!.epilogue).toBe('bias');
+  });
+
+  it('16-bit operands (both the same type) keep fp32 accumulation and output; mixed types stay generated', () => {
+    const bf = libraryOf('matmul', [[4, 3], [3, 5], [4, 5]], {}, 'bf16');
+    expect(bf.lib!.abType).toBe('bf16');
+    expect(bf.r.choice.shape).toMatch(/bf16/);
+    const { g, n } = graphOf('matmul', [[4, 3], [3, 5], [4, 5]], {}, 'f16');
+    g.values[1].dtype = 'f32';
+    expect(lowerGemmCudaLt(ctxOf(), g, n, undefined, true)!.choice.path).toBe('generated');
+  });
+});
+
+describe('cuBLASLt call descriptions compute the node\'s product (column-major interpreter)', () => {
+  it('linear with bias: D = W^T-as-A times x-as-B plus the bias per output feature', () => {
+    const { lib } = libraryOf('linear', [[2, 3, 5], [7, 5], [7], [2, 3, 7]]);
+    const x = data(30, 1), w = data(35, 2), b = data(7, 3);
+    const d = blas(lib!, w, x, b);
+    const want = rowMajor([6, 5], [7, 5], false, true, x, w).map((v, i) => v + b[i % 7]);
+    expect(maxDiff(d, want)).toBeLessThan(1e-12);
+  });
+
+  for (const [ta, tb] of [[false, false], [true, false], [false, true], [true, true]] as const) {
+    it(`matmul transA=${ta} transB=${tb}: plain, strided batch, shared b (folded into rows), shared a (stride 0)`, () => {
+      const M = 5, N = 3, K = 4;
+      const A = (batch: number[]) => [...batch, ...(ta ? [K, M] : [M, K])];
+      const B = (batch: number[]) => [...batch, ...(tb ? [N, K] : [K, N])];
+      const cases: [number[], number[], number[]][] = [[[], [], []], [[2, 3], [2, 3], [2, 3]], [[6], [], [6]], [[], [6], [6]]];
+      for (const [ba, bb, out] of cases) {
+        const as = A(ba), bs = B(bb);
+        const { lib } = libraryOf('matmul', [as, bs, [...out, M, N]], { transA: ta, transB: tb });
+        expect(lib, `${as} x ${bs}`).toBeDefined();
+        const a = data(as.reduce((x, y) => x * y, 1), 7), b = data(bs.reduce((x, y) => x * y, 1), 8);
+        const d = blas(lib!, b, a, null);
+        expect(maxDiff(d, rowMajor(as, bs, ta, tb, a, b)), `${as} x ${bs}: ${JSON.stringify(lib)}`).toBeLessThan(1e-12);
+        if (bb.length === 0 && ba.length > 0 && !ta) expect(lib!.batch).toBe(1); // folded
+      }
+    });
+  }
+});
+
+describe('the CUDA model with cuBLASLt calls', () => {
+  const model = checkFile(path.join(ROOT, 'specs/char_gpt.model'));
+  const a = generateCudaModel(buildPrograms(model, { batch: 4 }));
+
+  it('plans one workspace, one graph node per call with its fallback kernels, and sound offsets', () => {
+    expect(planProblems(a.plan)).toEqual([]);
+    const calls = a.plan.programs.flatMap((p) => p.nodes.filter((n) => n.kind === 'cublaslt'));
+    expect(calls.length).toBeGreaterThan(10);
+    expect(calls.map((c) => (c.kind === 'cublaslt' ? c.index : -1))).toEqual(calls.map((_, i) => i));
+    expect(a.plan.ltWorkspace.bytes).toBeGreaterThan(0);
+    for (const c of calls) if (c.kind === 'cublaslt') expect(c.fallback.length).toBeGreaterThan(0);
+    // every generated kernel is still launched somewhere (the fallbacks included)
+    for (const p of a.plan.programs) expect(planKernels(p).length).toBeGreaterThanOrEqual(p.nodes.length);
+    const choices = a.gemms.flatMap((p) => p.choices);
+    expect(choices.filter((c) => c.path === 'cublaslt').length).toBe(calls.length);
+  });
+
+  it.skipIf(!NV)('compiles with nvcc with and without -DMPSC_CUBLASLT (the cuBLASLt interface header only)', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lt-'));
+    try {
+      for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);
+      for (const def of [['-DMPSC_CUBLASLT'], []])
+        execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', ...def], { stdio: 'pipe' });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
+
+  it('the CMake project adds the cuBLASLt source, define and library only where CMake finds CUDA::cublasLt', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lt-cmake-'));
+    try {
+      writeCmakeProject(dir, a.files, '-O2', 't', { nvcc: 'nvcc', version: 'x', architectures: '90a' });
+      const cm = fs.readFileSync(path.join(dir, 'CMakeLists.txt'), 'utf8');
+      const guarded = [...cm.matchAll(/if\(TARGET CUDA::cublasLt\)\n([\s\S]*?)endif\(\)/g)].map((m) => m[1]).join('\n');
+      expect(guarded).toMatch(/target_sources\(t PRIVATE "src\/mpsc_cublaslt.cpp"\)/);
+      expect(guarded).toMatch(/MPSC_CUBLASLT/);
+      expect(guarded).toMatch(/CUDA::cublasLt/);
+      const unguarded = cm.replace(/if\(TARGET CUDA::cublasLt\)\n[\s\S]*?endif\(\)/g, '');
+      expect(unguarded).not.toMatch(/mpsc_cublaslt.cpp|MPSC_CUBLASLT|CUDA::cublasLt/);
+      expect(fs.existsSync(path.join(dir, 'src/mpsc_cublaslt.cpp'))).toBe(true);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('runtime/cuda/mpsc_cublaslt.cpp', () => {
+  const cudaInclude = cudaIncludeDirs(NV?.nvcc ?? null).find((d) => fs.existsSync(path.join(d, 'library_types.h')));
+  it.skipIf(!cudaInclude)('passes g++ -fsyntax-only -Wall -Werror against the declaration header', () => {
+    const args = ['-std=c++17', '-fsyntax-only', '-Wall', '-Wextra', '-Werror', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), '-I', cudaInclude!];
+    execFileSync('g++', [...args, path.join(ROOT, 'runtime/cuda/mpsc_cublaslt.cpp')], { stdio: 'pipe' });
+    // negative control: a misspelt attribute fails the same check
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lt-syn-'));
+    try {
+      const src = fs.readFileSync(path.join(ROOT, 'runtime/cuda/mpsc_cublaslt.cpp'), 'utf8').replace('CUBLASLT_MATMUL_DESC_TRANSA', 'CUBLASLT_MATMUL_DESC_TRANSPOSE_A');
+      fs.writeFileSync(path.join(dir, 'bad.cpp'), src);
+      fs.copyFileSync(path.join(ROOT, 'runtime/cuda/mpsc_cublaslt.h'), path.join(dir, 'mpsc_cublaslt.h'));
+      expect(() => execFileSync('g++', [...args, path.join(dir, 'bad.cpp')], { stdio: 'pipe' })).toThrow();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
