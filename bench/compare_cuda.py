@@ -4,15 +4,23 @@ workloads, built in IR as torch_gpt_ref.py's model), torch_ref.py and torch_gpt_
 prints, per workload, ms per training step (median), the ratio of mpsc to the best PyTorch, mpsc's achieved
 TFLOP/s, and the issue's target; first the GPU's ceilings measured here (device copy bandwidth, fp32 and
 TF32 / bf16 matrix rates through torch.matmul on random data).
-Usage: python3 bench/compare_cuda.py [--torch-ref DIR] [--skip-compile] [--steps N] [--profile K] [workload ...]"""
+Rows ending in _bf16 run mpsc at precision bf16 (gpt_tiny.ts --precision bf16; GPT-2 small from
+bench/gpt2_124m_b16_t1024.model) against torch_gpt_ref.py --amp bf16, and print the planned peak memory.
+--no-cublaslt builds mpsc with MPSC_CUDA_CUBLASLT=0 (every GEMM its generated kernel: the A/B of the GEMM path).
+Usage: python3 bench/compare_cuda.py [--torch-ref DIR] [--skip-compile] [--steps N] [--profile K] [--no-cublaslt] [workload ...]"""
 import argparse, json, os, re, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT = ["gpt_tiny_b32_t64", "gpt_char_b64_t256"]
-WORKLOADS = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam", "wide_mlp_b1024_adam"] + GPT
-# issue 14's targets (ms per step, fp32)
+# bf16 rows (issue 15): mpsc at precision bf16 against PyTorch's --amp bf16; GPT-2 small from its spec
+BF16 = ["gpt_char_b64_t256_bf16", "gpt2_124m_b16_t1024_bf16"]
+SPEC_BF16 = {"gpt2_124m_b16_t1024_bf16": "gpt2_124m_b16_t1024.model"}
+WORKLOADS = ["mnist_mlp_b256_adam", "mnist_cnn_b64_sgdm", "seed_cnn_b32_64px_adam", "wide_mlp_b1024_adam"] + GPT + BF16
+# issue 14's targets (ms per step, fp32) and issue 15's (bf16: 0.8x PyTorch's best)
 TARGET = {"mnist_mlp_b256_adam": 0.085, "mnist_cnn_b64_sgdm": 0.18, "seed_cnn_b32_64px_adam": 0.88, "wide_mlp_b1024_adam": 3.06,
-          "gpt_tiny_b32_t64": 0.65, "gpt_char_b64_t256": 23.7}
+          "gpt_tiny_b32_t64": 0.65, "gpt_char_b64_t256": 23.7, "gpt_char_b64_t256_bf16": 6.1, "gpt2_124m_b16_t1024_bf16": 27.4}
+# issue 15: GPT-2 small's planned peak memory at most torch.compile's 9.1 GB
+PEAK_TARGET_GB = {"gpt2_124m_b16_t1024_bf16": 9.1}
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--torch-ref", default=next((d for d in [os.path.join(ROOT, ".device-env/bench"), os.path.join(ROOT, "../.device-env/bench"),
@@ -22,6 +30,7 @@ ap.add_argument("--steps", type=int, default=50)
 ap.add_argument("--timeout", type=int, default=240, help="seconds one mpsc run (build included) may take")
 ap.add_argument("--profile", type=int, default=0, metavar="K",
                 help="after the table, each workload's K slowest kernels per program (MPSC_CUDA_PROFILE=1: launched one by one, cudaEvent times)")
+ap.add_argument("--no-cublaslt", action="store_true", help="mpsc with MPSC_CUDA_CUBLASLT=0: every GEMM its generated kernel")
 ap.add_argument("workloads", nargs="*", default=WORKLOADS)
 a = ap.parse_args()
 
@@ -53,24 +62,32 @@ def torch_times(flag):
     if not a.torch_ref: return {}
     got = {}
     runs = []
-    if any(w not in GPT for w in a.workloads): runs.append([os.path.join(a.torch_ref, "torch_ref.py"), "cuda"])
-    runs += [[os.path.join(a.torch_ref, "torch_gpt_ref.py"), "cuda", "--only", w] for w in a.workloads if w in GPT]
-    for cmd in runs:
+    if any(w not in GPT and w not in BF16 for w in a.workloads): runs.append(([os.path.join(a.torch_ref, "torch_ref.py"), "cuda"], ""))
+    runs += [([os.path.join(a.torch_ref, "torch_gpt_ref.py"), "cuda", "--only", w], "") for w in a.workloads if w in GPT]
+    runs += [([os.path.join(a.torch_ref, "torch_gpt_ref.py"), "cuda", "--amp", "bf16", "--only", w[:-len("_bf16")]], "_bf16") for w in a.workloads if w in BF16]
+    for cmd, suffix in runs:
         r = subprocess.run([sys.executable] + cmd + ([flag] if flag else []), capture_output=True, text=True)
         for line in r.stdout.splitlines():
             m = re.match(r"(\S+) \S+ (?:params=\d+ )?([0-9.]+) ms/step", line)
-            if m: got[m.group(1)] = float(m.group(2))
+            if m: got[m.group(1) + suffix] = float(m.group(2))
+            mm = re.search(r"peak_mem=([0-9]+) MiB", line)
+            if m and mm and suffix: print(f"torch {m.group(1)}{suffix} {flag or 'eager'}: peak {int(mm.group(1)) / 1024:.2f} GiB", flush=True)
         if r.returncode != 0: print(f"{os.path.basename(cmd[0])} {flag or 'eager'} failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
     return got
 
 def mpsc_time(w, profile=False):
     steps = str(5 if profile else a.steps)
-    if w in GPT:
-        cmd = ["node", "--import", "tsx", os.path.join(ROOT, "bench/gpt_tiny.ts"), "--device", "cuda", "--workload", w, "--steps", steps, "--warmup", "5"]
+    if w in SPEC_BF16:
+        cmd = ["node", os.path.join(ROOT, "bin/mpsc.js"), "bench", os.path.join(ROOT, "bench", SPEC_BF16[w]), "--device", "cuda", "--json",
+               "--steps", steps, "--warmup", "5"]
+    elif w in GPT or w in BF16:
+        wl = w[:-len("_bf16")] if w in BF16 else w
+        cmd = ["node", "--import", "tsx", os.path.join(ROOT, "bench/gpt_tiny.ts"), "--device", "cuda", "--workload", wl, "--steps", steps, "--warmup", "5"]
+        if w in BF16: cmd += ["--precision", "bf16"]
     else:
         cmd = ["node", os.path.join(ROOT, "bin/mpsc.js"), "bench", os.path.join(ROOT, "bench", w + ".model"), "--device", "cuda", "--json",
                "--steps", steps, "--warmup", "5"]
-    env = dict(os.environ, MPSC_CUDA_PROFILE="1" if profile else "0")
+    env = dict(os.environ, MPSC_CUDA_PROFILE="1" if profile else "0", **({"MPSC_CUDA_CUBLASLT": "0"} if a.no_cublaslt else {}))
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.timeout)
     except subprocess.TimeoutExpired:
@@ -92,6 +109,7 @@ print(f"ceilings measured here: copy {c['copy_GBps']:.0f} GB/s, fp32 matmul {c['
 eager, graph = torch_times(""), torch_times("--cudagraph")
 comp = {} if a.skip_compile else torch_times("--compile")
 fmt = lambda v: "-" if v is None else f"{v:.3f}"
+print(f"\nGEMMs: {'generated kernels only (MPSC_CUDA_CUBLASLT=0)' if a.no_cublaslt else 'cuBLASLt where the build has it (docs/cuda.md)'}", flush=True)
 print("\nworkload                  mpsc ms   eager  compile cudagraph  mpsc/best  mpsc TFLOP/s  target   met", flush=True)
 for w in a.workloads:  # each row as soon as it is measured (a run cut short keeps the rows it printed)
     r = mpsc_time(w)
@@ -101,6 +119,12 @@ for w in a.workloads:  # each row as soon as it is measured (a run cut short kee
     best = min([t for t in (e, co, g) if t is not None], default=float("nan"))
     ratio = ms / best if best == best else float("nan")
     print(f"{w:25s} {ms:8.3f} {fmt(e):>7} {fmt(co):>8} {fmt(g):>9} {ratio:10.2f} {tf:13.3f} {fmt(tgt):>7}   {'yes' if tgt and ms <= tgt else 'no'}", flush=True)
+    if r and w in BF16:
+        peak = r["peak_bytes"] / 2**30
+        pt = PEAK_TARGET_GB.get(w)
+        print(f"  {w}: planned peak memory {peak:.2f} GiB (memory plan: arena + persistent + inputs)"
+              + (f", target <= {pt} GB: {'met' if r['peak_bytes'] <= pt * 1e9 else 'not met'}" if pt else "")
+              + f"; {tf:.1f} TFLOP/s against the measured bf16 matrix rate {c['bf16_TFLOPs']:.0f}", flush=True)
 if a.profile:
     print("\nwhere the time goes (kernels launched one by one with events; the graph replays them without launch gaps)")
     for w in a.workloads: mpsc_time(w, profile=True)

@@ -5,8 +5,8 @@
  * causal `attention` -> permute / reshape -> out_proj, gelu MLP, layernorm, untied head,
  * cross_entropy over [N, T, V]; AdamW(betas 0.9 / 0.95, weight decay 0.1)), and `mpsc bench`'s
  * timing of its CPU train step printed as JSON (the shape bench/compare.py reads).
- *   npx tsx bench/gpt_tiny.ts [--device cpu|cuda] [--threads 2] [--steps 20] [--warmup 5] [--workload gpt_tiny_b32_t64] [--emit DIR]
- * (--device cuda: bench/compare_cuda.py's GPT rows)
+ *   npx tsx bench/gpt_tiny.ts [--device cpu|cuda] [--threads 2] [--steps 20] [--warmup 5] [--workload gpt_tiny_b32_t64] [--precision fp32|fp16|bf16] [--emit DIR]
+ * (--device cuda: bench/compare_cuda.py's GPT rows; --precision bf16: its rows against PyTorch's --amp bf16)
  * Consumes nothing but its arguments; relies on the IR op catalogue (compiler/ir/ops.ts) and
  * runtime/bench.ts. bench/compare.sh times the same network from bench/gpt_tiny_b32_t64.model.
  */
@@ -19,6 +19,7 @@ import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import { DEFAULT_CXXFLAGS } from '../runtime/native/build.js';
 import { BATCH, type CheckedModel, type ParamDecl } from '../compiler/model.js';
 import { bench } from '../runtime/bench.js';
+import { PRECISIONS, type Precision } from '../compiler/ir/precision.js';
 
 /** name: [V, T, C, L, H, B, lr] as torch_gpt_ref.py's WORKLOADS */
 const WORKLOADS: Record<string, [number, number, number, number, number, number, number]> = {
@@ -111,7 +112,10 @@ function emit(model: CheckedModel, dir: string): void {
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   const opt = (k: string, d: string) => (args.includes(k) ? args[args.indexOf(k) + 1] : d);
-  const model = gptModel(opt('--workload', 'gpt_tiny_b32_t64'));
+  const precision = opt('--precision', 'fp32');
+  if (!(PRECISIONS as readonly string[]).includes(precision)) throw new Error(`--precision must be one of ${PRECISIONS.join(', ')}, got ${precision}`);
+  const base = gptModel(opt('--workload', 'gpt_tiny_b32_t64'));
+  const model: CheckedModel = { ...base, train: { ...base.train, precision: precision as Precision } };
   if (args.includes('--emit')) {
     emit(model, opt('--emit', 'gpt_native'));
     return;

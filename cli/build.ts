@@ -17,7 +17,6 @@ import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
 import { generateMetalProject } from '../compiler/codegen-metal/index.js';
 import { UserError } from '../compiler/errors.js';
 import { type ProgramSet, programsOf } from '../compiler/ir/graph.js';
-import { checkPrecisionSupported } from '../runtime/device.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
@@ -143,9 +142,6 @@ Examples:
         const inputs = Math.max(...programsOf(programs).map((p) => p.plan?.inputBytes ?? 0));
         log(`planned memory: arena ${formatBytes(arena)} + persistent ${formatBytes(gen.persistentBytes)} + input batch ${formatBytes(inputs)} = ${formatBytes(arena + gen.persistentBytes + inputs)}`);
       }
-      // a 16-bit precision has CPU kernels only: --device metal / cuda (and all) say so instead of generating wrong kernels
-      if (device === 'metal' || device === 'all') checkPrecisionSupported('metal', programs);
-      if (device === 'cuda' || device === 'all') checkPrecisionSupported('cuda', programs);
       if (device === 'metal' || device === 'all') {
         writeMetal(programs, path.join(outDir, 'metal'), { fallbackOps: opts.fallbackOp, fallback: opts.fallback }, log);
       }

@@ -15,7 +15,8 @@ import { describe, expect, it } from 'vitest';
 import type { DType, Graph, Node, Value } from '../compiler/ir/graph.js';
 import { lowerGemmCudaLt } from '../compiler/codegen-cuda/cublaslt.js';
 import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
-import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
+import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
+import { precisionOverride } from '../compiler/check/overrides.js';
 import { planKernels, planProblems } from '../compiler/codegen-cuda/plan.js';
 import type { LibraryGemm, LowerCtx } from '../compiler/kernels/kernel_types.js';
 import { checkFile } from '../compiler/check/index.js';
@@ -170,6 +171,21 @@ describe('cuBLASLt call descriptions compute the node\'s product (column-major i
 describe('the CUDA model with cuBLASLt calls', () => {
   const model = checkFile(path.join(ROOT, 'specs/char_gpt.model'));
   const a = generateCudaModel(buildPrograms(model, { batch: 4 }));
+  const bf16 = generateCudaModel(buildPrograms(checkFile(path.join(ROOT, 'specs/char_gpt.model'), [precisionOverride('bf16')]), { batch: 4 }));
+
+  it('bf16: the GEMM operands are bf16 copies (cast kernels), the calls take bf16 A and B, fp32 D', () => {
+    expect(planProblems(bf16.plan)).toEqual([]);
+    const calls = bf16.plan.programs.flatMap((p) => p.nodes.filter((n) => n.kind === 'cublaslt'));
+    expect(calls.length).toBeGreaterThan(10);
+    for (const c of calls) if (c.kind === 'cublaslt') expect(c.gemm.abType).toBe('bf16');
+    expect(bf16.files[HOST_FILE]).toMatch(/MPSC_LT_BF16/);
+    expect(bf16.files[KERNELS_FILE]).toMatch(/__float2bfloat16_rn/);
+    // a 16-bit value takes 2 bytes per element: the cast kernels' outputs, and the calls' A / B
+    const casts = bf16.plan.programs.flatMap(planKernels).filter((k) => k.op === 'cast');
+    expect(casts.length).toBeGreaterThan(0);
+    for (const k of casts) expect(k.args[1].bytes).toBe(k.args[0].bytes / 2);
+    for (const c of calls) if (c.kind === 'cublaslt') expect(c.a.bytes).toBe(c.gemm.rowsA * c.gemm.colsA * 2 * (c.gemm.strideA ? c.gemm.batch : 1));
+  });
 
   it('plans one workspace, one graph node per call with its fallback kernels, and sound offsets', () => {
     expect(planProblems(a.plan)).toEqual([]);
@@ -184,16 +200,18 @@ describe('the CUDA model with cuBLASLt calls', () => {
     expect(choices.filter((c) => c.path === 'cublaslt').length).toBe(calls.length);
   });
 
-  it.skipIf(!NV)('compiles with nvcc with and without -DMPSC_CUBLASLT (the cuBLASLt interface header only)', () => {
+  it.skipIf(!NV)('compiles with nvcc with and without -DMPSC_CUBLASLT (the cuBLASLt interface header only), fp32 and bf16', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lt-'));
     try {
-      for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);
-      for (const def of [['-DMPSC_CUBLASLT'], []])
-        execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', ...def], { stdio: 'pipe' });
+      for (const files of [a.files, bf16.files]) {
+        for (const [f, t] of Object.entries({ ...runtimeSources(true), ...files })) fs.writeFileSync(path.join(dir, f), t);
+        for (const def of [['-DMPSC_CUBLASLT'], []])
+          execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', ...def], { stdio: 'pipe' });
+      }
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
-  }, 300_000);
+  }, 600_000);
 
   it('the CMake project adds the cuBLASLt source, define and library only where CMake finds CUDA::cublasLt', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lt-cmake-'));

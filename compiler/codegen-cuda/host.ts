@@ -26,6 +26,7 @@
  */
 import { cString, commentText } from '../cfamily/text.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
+import { CUDA } from './cuda_dialect.js';
 import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, LtNodePlan, ProgramPlan } from './plan.js';
 
 const LT_TYPE = { f32: 'MPSC_LT_F32', f16: 'MPSC_LT_F16', bf16: 'MPSC_LT_BF16' } as const;
@@ -97,7 +98,7 @@ const dim3 = (d: number[]) => `dim3(${d[0]}u, ${d[1]}u, ${d[2]}u)`;
 /** one generated kernel's launch and its check (statements at `indent`) */
 function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string): string {
   const args = n.args.map((a) => {
-    const t = `${a.access === 'r' ? 'const ' : ''}${a.type}*`;
+    const t = `${a.access === 'r' ? 'const ' : ''}${CUDA.typeName(a.type)}*`;
     return `reinterpret_cast<${t}>(${devAt(p, a)})`;
   });
   if (n.scratch) args.push('reinterpret_cast<float*>(dev + SCRATCH_OFFSET)');
