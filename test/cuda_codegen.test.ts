@@ -123,6 +123,22 @@ describe('split K (gemm_cuda.ts)', () => {
   });
 });
 
+describe('shared kernels (index.ts sharedKernels)', () => {
+  it('emits each distinct kernel once: the eval forward reuses the train forward\'s kernels, every alias is to an emitted kernel', () => {
+    const a = generateCudaModel(programsOf('mnist_mlp.model'));
+    expect(a.alias.size).toBeGreaterThan(0);
+    const src = a.files[KERNELS_FILE];
+    for (const [from, to] of a.alias) {
+      expect(src).not.toMatch(new RegExp(`\\b${from}\\(`));
+      expect(src).toMatch(new RegExp(`\\b${to}\\(`));
+      expect(a.alias.has(to)).toBe(false);
+    }
+    // the alias' kernels are the same text but for the name
+    const all = new Map(a.lowered.flatMap((l) => l.kernels).map((k) => [k.name, k]));
+    for (const [from, to] of a.alias) if (all.has(from)) expect(all.get(from)!.body).toBe(all.get(to)!.body);
+  });
+});
+
 describe('host-side planning', () => {
   const ps = programsOf('lenet.model');
   const a = generateCudaModel(ps);
@@ -177,7 +193,8 @@ describe('host-side planning', () => {
     for (const tp of plan.programs) {
       const lp = a.lowered.find((l) => l.program.name === tp.name)!;
       const ks = planKernels(tp);
-      expect(ks.map((n) => n.kernel)).toEqual(lp.kernels.map((k) => k.name));
+      // a kernel identical to an earlier one (sharedKernels) is launched under that one's name
+      expect(ks.map((n) => n.kernel)).toEqual(lp.kernels.map((k) => a.alias.get(k.name) ?? k.name));
       expect(tp.kernels).toBe(tp.nodes.length);
       expect(tp.outputs.map((o) => o.name)).toEqual((tp.name === 'train_step' ? ps.train_step : ps.eval).outputs.map((o) => o.name));
       ks.forEach((n, i) => {

@@ -19,7 +19,8 @@
  *    in the upload region are set 0's: the host adds `set * setBytes` for set 1). A GEMM node that
  *    cublaslt.ts made a cuBLASLt call is one graph node of kind 'cublaslt' holding the call (its
  *    operands' offsets from the first kernel's bindings), its generated fallback kernels and the
- *    kernels that run after the call (a fused unary fn).
+ *    kernels that run after the call (a fused unary fn). A kernel that index.ts sharedKernels found
+ *    identical to an earlier one is launched under that one's name (`alias`).
  * Relies on: every kernel binding has a home (dispatch_plan.ts checks), kernels run in stream
  * order (a graph captured from one stream is a chain, so the plan's barriers are implied).
  */
@@ -125,7 +126,8 @@ function argsOf(k: KernelSpec, bindings: PlanBinding[], base: (b: PlanBinding) =
 }
 
 /** The device layout and graph kernel lists of a model's programs (lowered in the CUDA dialect). */
-export function planCuda(model: string, table: PersistentTable, lowered: { lp: LoweredProgram; plan: DispatchPlan }[]): CudaPlan {
+export function planCuda(model: string, table: PersistentTable, lowered: { lp: LoweredProgram; plan: DispatchPlan }[], alias: ReadonlyMap<string, string> = new Map()): CudaPlan {
+  const launched = (name: string) => alias.get(name) ?? name;
   let off = 0;
   const take = (bytes: number): DeviceRegion => {
     const r = { offset: off, bytes };
@@ -173,8 +175,8 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       if (s.kind !== 'kernel') continue;
       const k = byName.get(s.kernel)!;
       const kn: KernelNodePlan = {
-        kind: 'kernel', kernel: k.name, node: k.node, op: k.op, grid: k.groups, block: k.tgsize,
-        ...(k.mma ? { mma: { kernel: k.mma.name, block: k.mma.tgsize } } : {}),
+        kind: 'kernel', kernel: launched(k.name), node: k.node, op: k.op, grid: k.groups, block: k.tgsize,
+        ...(k.mma ? { mma: { kernel: launched(k.mma.name), block: k.mma.tgsize } } : {}),
         args: argsOf(k, s.bindings, base),
         ...(k.scratch ? { scratch: true } : {}),
       };

@@ -135,7 +135,7 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
 }
 
 const char* const knames_p0[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: unary)", "p0_k2 (node 2: maxpool2d)", "p0_k3 (node 3: conv2d)", "p0_k4 (node 4: unary)", "p0_k5 (node 5: maxpool2d)", "cuBLASLt call 0 (node 7: linear)", "p0_k8 (node 8: unary)", "cuBLASLt call 1 (node 9: linear)", "p0_k10 (node 10: cross_entropy)", "p0_k11 (node 11: accuracy)", "p0_k12 (node 12: cross_entropy_grad)", "cuBLASLt call 2 (node 13: matmul)", "cuBLASLt call 3 (node 14: matmul)", "p0_k15 (node 15: sum_to)", "p0_k16 (node 16: unary_grad)", "cuBLASLt call 4 (node 17: matmul)", "cuBLASLt call 5 (node 18: matmul)", "p0_k19 (node 19: sum_to)", "p0_k20 (node 21: maxpool2d_grad)", "p0_k21 (node 22: unary_grad)", "p0_k22 (node 23: conv2d_grad_input)", "p0_k23 (node 24: conv2d_grad_weight)", "p0_k24 (node 24: conv2d_grad_weight)", "p0_k25 (node 25: sum_to)", "p0_k26 (node 26: maxpool2d_grad)", "p0_k27 (node 27: unary_grad)", "p0_k28 (node 28: conv2d_grad_weight)", "p0_k29 (node 28: conv2d_grad_weight)", "p0_k30 (node 29: sum_to)", "p0_k31 (node 30: sgd_update)", "p0_k32 (node 31: sgd_update)", "p0_k33 (node 32: sgd_update)", "p0_k34 (node 33: sgd_update)", "p0_k35 (node 34: sgd_update)", "p0_k36 (node 35: sgd_update)", "p0_k37 (node 36: sgd_update)", "p0_k38 (node 37: sgd_update)", nullptr };
-const char* const knames_p1[] = { "p1_k0 (node 0: conv2d)", "p1_k1 (node 1: maxpool2d)", "p1_k2 (node 2: conv2d)", "p1_k3 (node 3: maxpool2d)", "cuBLASLt call 6 (node 5: linear)", "cuBLASLt call 7 (node 6: linear)", "p1_k8 (node 7: cross_entropy)", "p1_k9 (node 8: accuracy)", nullptr };
+const char* const knames_p1[] = { "p1_k0 (node 0: conv2d)", "p0_k2 (node 1: maxpool2d)", "p1_k2 (node 2: conv2d)", "p0_k5 (node 3: maxpool2d)", "cuBLASLt call 6 (node 5: linear)", "cuBLASLt call 7 (node 6: linear)", "p0_k10 (node 7: cross_entropy)", "p0_k11 (node 8: accuracy)", nullptr };
 
 // program train_step: the graph's nodes in stream order (38 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
@@ -404,8 +404,8 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
   {
-    p1_k1<<<dim3(1568u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p1_k1 (node 1: maxpool2d)")) return false;
+    p0_k2<<<dim3(1568u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k2 (node 1: maxpool2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
   }
   {
@@ -415,8 +415,8 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
   {
-    p1_k3<<<dim3(784u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 6586368), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p1_k3 (node 3: maxpool2d)")) return false;
+    p0_k5<<<dim3(784u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 6586368), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k5 (node 3: maxpool2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
   }
   {
@@ -428,9 +428,9 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p1_k4_mma<<<dim3(2u, 1u, 6u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-      else p1_k4<<<dim3(2u, 1u, 6u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p1_k4 (node 5: linear)")) return false;
+      if (mma) p0_k6_mma<<<dim3(2u, 1u, 6u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+      else p0_k6<<<dim3(2u, 1u, 6u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 5: linear)")) return false;
       p1_k5<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p1_k5 (node 5: linear)")) return false;
     }
@@ -443,20 +443,20 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p1_k7_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-      else p1_k7<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p1_k7 (node 6: linear)")) return false;
+      if (mma) p0_k9_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+      else p0_k9<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k9 (node 6: linear)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[6], st), "cudaEventRecord")) return false;
   }
   {
-    p1_k8<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 65800960 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p1_k8 (node 7: cross_entropy)")) return false;
+    p0_k10<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 65800960 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k10 (node 7: cross_entropy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[7], st), "cudaEventRecord")) return false;
   }
   {
-    p1_k9<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 65800960 + set * 201216), reinterpret_cast<float*>(dev + 3375168), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p1_k9 (node 8: accuracy)")) return false;
+    p0_k11<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 65800960 + set * 201216), reinterpret_cast<float*>(dev + 3375168), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k11 (node 8: accuracy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[8], st), "cudaEventRecord")) return false;
   }
   mpsc_gather_p1<<<1, 2, 0, st>>>(dev, out);

@@ -133,7 +133,7 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
 }
 
 const char* const knames_p0[] = { "p0_k0 (node 0: reshape)", "cuBLASLt call 0 (node 1: linear)", "p0_k2 (node 2: unary)", "cuBLASLt call 1 (node 3: linear)", "p0_k4 (node 4: cross_entropy)", "p0_k5 (node 5: accuracy)", "p0_k6 (node 6: cross_entropy_grad)", "cuBLASLt call 2 (node 7: matmul)", "cuBLASLt call 3 (node 8: matmul)", "p0_k9 (node 9: sum_to)", "p0_k10 (node 10: unary_grad)", "cuBLASLt call 4 (node 11: matmul)", "p0_k12 (node 12: sum_to)", "p0_k13 (node 13: adam_update)", "p0_k14 (node 14: adam_update)", "p0_k15 (node 15: adam_update)", "p0_k16 (node 16: adam_update)", nullptr };
-const char* const knames_p1[] = { "p1_k0 (node 0: reshape)", "cuBLASLt call 5 (node 1: linear)", "cuBLASLt call 6 (node 2: linear)", "p1_k4 (node 3: cross_entropy)", "p1_k5 (node 4: accuracy)", nullptr };
+const char* const knames_p1[] = { "p0_k0 (node 0: reshape)", "cuBLASLt call 5 (node 1: linear)", "cuBLASLt call 6 (node 2: linear)", "p0_k4 (node 3: cross_entropy)", "p0_k5 (node 4: accuracy)", nullptr };
 
 // program train_step: the graph's nodes in stream order (17 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
@@ -276,8 +276,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
   (void)b; (void)mma; (void)set; (void)out;
   {
-    p1_k0<<<dim3(196u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37494272 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p1_k0 (node 0: reshape)")) return false;
+    p0_k0<<<dim3(196u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37494272 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k0 (node 0: reshape)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
   {
@@ -302,20 +302,20 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p1_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
-      else p1_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p1_k3 (node 2: linear)")) return false;
+      if (mma) p0_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
+      else p0_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 2: linear)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
   {
-    p1_k4<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const int*>(dev + 37694976 + set * 201216), reinterpret_cast<float*>(dev + 2460160), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p1_k4 (node 3: cross_entropy)")) return false;
+    p0_k4<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const int*>(dev + 37694976 + set * 201216), reinterpret_cast<float*>(dev + 2460160), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k4 (node 3: cross_entropy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
   }
   {
-    p1_k5<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const int*>(dev + 37694976 + set * 201216), reinterpret_cast<float*>(dev + 2460224), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p1_k5 (node 4: accuracy)")) return false;
+    p0_k5<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const int*>(dev + 37694976 + set * 201216), reinterpret_cast<float*>(dev + 2460224), reinterpret_cast<const StepParams*>(dev + 37695232 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k5 (node 4: accuracy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[5], st), "cudaEventRecord")) return false;
   }
   mpsc_gather_p1<<<1, 2, 0, st>>>(dev, out);
