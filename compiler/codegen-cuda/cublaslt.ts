@@ -25,7 +25,7 @@
  * D[N x M] = op(b)^T op(a)^T, so cuBLASLt's A is our b and its B our a (see ltOperands).
  */
 import type { Graph, Node } from '../ir/graph.js';
-import { broadcastStrides, matmulDims } from '../ir/shapes.js';
+import { broadcastStrides, matmulNodeDims } from '../ir/shapes.js';
 import type { KernelSpec, LibraryDType, LibraryGemm, LowerCtx } from '../kernels/kernel_types.js';
 import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
 import { unaryFwd } from '../kernels/elementwise.js';
@@ -95,11 +95,8 @@ function planOf(g: Graph, n: Node): Plan {
     };
   }
   if (n.op === 'matmul') {
-    const ta = Boolean(n.attrs.transA), tb = Boolean(n.attrs.transB);
     const as = shapeOf(g, ins[0]), bs = shapeOf(g, ins[1]);
-    const dims = matmulDims(as, bs, ta, tb);
-    if (!dims) throw new Error(`internal: node ${n.id}: matmul operands do not multiply`);
-    const { batch, M, N, K } = dims;
+    const { ta, tb, batch, M, N, K } = matmulNodeDims(n.id, n.attrs, as, bs);
     const G = numel(batch);
     const t = libType(g, ins[0]);
     const shape = `${M} x ${N} x ${K}${G > 1 ? ` x ${G} batches` : ''}${t && t !== 'f32' ? ` ${t}` : ''}`;

@@ -72,6 +72,14 @@ export function broadcastStrides(small: readonly number[], big: readonly number[
   return strides;
 }
 
+/** a matmul node's transposes and dims from its attrs and operand shapes; throws (an internal error) when they do not multiply, which verify.ts rules out */
+export function matmulNodeDims(id: number, attrs: Readonly<Record<string, unknown>>, as: readonly number[], bs: readonly number[]): { ta: boolean; tb: boolean; batch: number[]; M: number; N: number; K: number } {
+  const ta = Boolean(attrs.transA), tb = Boolean(attrs.transB);
+  const dims = matmulDims(as, bs, ta, tb);
+  if (!dims) throw new Error(`internal: node ${id}: matmul operands do not multiply`);
+  return { ta, tb, ...dims };
+}
+
 /**
  * The dims of a (batched) matmul op(a) @ op(b) for a [..., M, K] (transA: [..., K, M]) and
  * b [..., K, N] (transB: [..., N, K]): the broadcast batch shape and M, N, K; null when a rank

@@ -14,7 +14,7 @@
  * Consumes IR nodes (and an optional fused unary epilogue); produces KernelSpecs.
  */
 import type { Graph, Node } from '../ir/graph.js';
-import { broadcastStrides, matmulDims, windowOut } from '../ir/shapes.js';
+import { broadcastStrides, matmulNodeDims, windowOut } from '../ir/shapes.js';
 import type { Dialect } from './dialect.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
 import { argOf, ceilDiv, label, numAttr, numel, pairAttr, readF, shapeOf, stridedIndex } from './common.js';
@@ -78,11 +78,8 @@ function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
     }
     case 'matmul': {
       // one product per batch index g (grid z); an operand's batch offset through its broadcast strides
-      const ta = Boolean(n.attrs.transA), tb = Boolean(n.attrs.transB);
       const as = shapeOf(g, ins[0]), bs = shapeOf(g, ins[1]);
-      const dims = matmulDims(as, bs, ta, tb);
-      if (!dims) throw new Error(`internal: node ${n.id}: matmul operands do not multiply`);
-      const { batch, M, N, K } = dims;
+      const { ta, tb, batch, M, N, K } = matmulNodeDims(n.id, n.attrs, as, bs);
       const G = numel(batch);
       const sa = broadcastStrides(as.slice(0, -2), batch).map((x) => x * M * K);
       const sb = broadcastStrides(bs.slice(0, -2), batch).map((x) => x * K * N);
