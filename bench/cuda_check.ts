@@ -24,7 +24,8 @@
  *             batch) (logs in $OUT_DIR/sanitize_<spec>_<tool>.log).
  * Relies on: nvcc and a GPU (findNvcc / findGpu), compute-sanitizer on PATH or in /usr/local/cuda/bin.
  *   cublaslt  the cuBLASLt GEMM calls: every linear / matmul case (odd shapes, transposes, strided and
- *             shared batches, bias, fused unary fns run after the call) built with cuBLASLt linked,
+ *             shared batches, bias, fused unary fns run after the call, bf16 / f16 operands made by
+ *             cast kernels: the reference rounds at the same casts, so 1e-4 holds there too) built with cuBLASLt linked,
  *             against the float64 reference (1e-4), with the path each case took (cuBLASLt's algorithm, or why
  *             its generated kernel ran); bench/cublaslt_check.sh runs this part alone.
  * Usage: npx tsx bench/cuda_check.ts [kernels] [cublaslt] [parity] [sanitize]   (default: all four)
@@ -35,7 +36,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { checkFile } from '../compiler/check/index.js';
-import { isPersistent, numel, type Node, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { GraphBuilder, isPersistent, numel, type AttrValue, type HalfDType, type Node, type Program, type StepScalars } from '../compiler/ir/graph.js';
 import { runNode, type Env } from '../compiler/reference/interpret.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import type { CheckedModel } from '../compiler/model.js';
@@ -183,8 +184,31 @@ function cublasLtCases(): OpCase[] {
   }
   // attention-shaped: q k^T and p v per head (T 64, head width 64)
   mm('lt_bmm_qk', [2, 4, 64, 64], [2, 4, 64, 64], [2, 4, 64, 64], false, true);
+  // 16-bit operands (issue 15): cast kernels round a and b to bf16 / f16, the call multiplies them with fp32
+  // accumulation into fp32; the float64 reference rounds at the same casts, so the tolerance stays 1e-4
+  for (const t of ['bf16', 'f16'] as const) {
+    half(`lt_${t}_linear_bias`, 'linear', [[3, 37, 65], [97, 65], [97]], [3, 37, 97], {}, t);
+    half(`lt_${t}_linear_odd`, 'linear', [[257, 511], [129, 511], [129]], [257, 129], {}, t);
+    half(`lt_${t}_matmul_TN`, 'matmul', [[93, 131], [93, 67]], [131, 67], { transA: true, transB: false }, t);
+    half(`lt_${t}_bmm_NT`, 'matmul', [[3, 5, 33, 64], [3, 5, 17, 64]], [3, 5, 33, 17], { transA: false, transB: true }, t);
+    half(`lt_${t}_linear_wide`, 'linear', [[512, 768], [3072, 768], [3072]], [512, 3072], {}, t);
+  }
   const isGemm = (c: OpCase) => c.program.graph.nodes.some((n) => n.op === 'linear' || n.op === 'matmul');
   return [...allOpCases().filter(isGemm), ...fusedCases().filter(isGemm), ...own];
+
+  /** a GEMM whose first two operands go through `cast {to: t}` first (as the precision pass writes it); the bias stays f32 */
+  function half(name: string, op: string, shapes: number[][], out: number[], attrs: Record<string, AttrValue>, t: HalfDType) {
+    const b = new GraphBuilder();
+    const data = new Map<number, Float64Array>();
+    const ids = shapes.map((sh, k) => {
+      const id = b.value(`${name}.in${k}`, 'f32', sh, 'input');
+      data.set(id, Float64Array.from(randomTensor(sh, rng, -1, 1), (v) => Math.fround(v)));
+      return id;
+    });
+    const operands = ids.map((id, k) => (k < 2 ? b.emit('cast', [id], [{ name: `${name}.in${k}.${t}`, dtype: t, shape: shapes[k] }], { to: t })[0] : id));
+    const [y] = b.emit(op, operands, [{ name: `${name}.y`, shape: out }], attrs);
+    own.push({ program: { name, batch: 1, graph: b.graph, inputs: ids, outputs: [] } as unknown as Program, data, check: [y] });
+  }
 }
 
 /**
