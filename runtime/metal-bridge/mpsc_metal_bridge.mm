@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "mpsc_model.h"
+#include "mpsc_metal_caps.h"
 #include "mpsc_metal_plan.inc"
 
 using namespace mpsc_metal_plan;
@@ -129,6 +130,12 @@ id<MTLLibrary> load_library(Backend* be, const MetalProgram& P, std::string& err
     opts.fastMathEnabled = NO;
 #pragma clang diagnostic pop
   }
+  // bfloat buffers (bf16 precision) are MSL 3.1; backend_create has checked the GPU and OS already
+#if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 140000
+  if (P.uses_bfloat) {
+    if (@available(macOS 14.0, *)) opts.languageVersion = MTLLanguageVersion3_1;
+  }
+#endif
   id<MTLLibrary> lib = [be->device newLibraryWithSource:[NSString stringWithUTF8String:P.source] options:opts error:&e];
   if (!lib) err = std::string("the Metal compiler rejected the generated library of program ") + P.name + ": " + ns_string(e);
   return lib;
@@ -171,6 +178,22 @@ void* backend_create(mpsc_ctx* ctx) {
       return nullptr;
     }
     be->device_name = be->device.name.UTF8String ?: "";
+    if (kModel.needs_bfloat) {
+      // a bf16 program: bfloat needs MSL 3.1 and an Apple6+ or Metal3 GPU (mpsc_metal_caps.h)
+      MpscMetalGpu gpu = {be->device_name.c_str(), [be->device supportsFamily:MTLGPUFamilyApple6], false, false};
+#if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 130000
+      if (@available(macOS 13.0, *)) gpu.metal3 = [be->device supportsFamily:MTLGPUFamilyMetal3];
+#endif
+#if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 140000
+      if (@available(macOS 14.0, *)) gpu.msl31 = true;
+#endif
+      char why[512];
+      if (mpsc_bfloat_unsupported(gpu, why, sizeof why)) {
+        set_error(ctx, why);
+        delete be;
+        return nullptr;
+      }
+    }
     const char* nomma = std::getenv("MPSC_METAL_NO_MMA");
     be->mma = [be->device supportsFamily:MTLGPUFamilyApple7] && !(nomma && nomma[0] == '1');
     if (const char* t = std::getenv("MPSC_METAL_TIMEOUT_S")) be->timeout_s = std::atof(t) > 0 ? std::atof(t) : be->timeout_s;
