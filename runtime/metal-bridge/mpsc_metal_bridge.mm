@@ -180,9 +180,9 @@ void* backend_create(mpsc_ctx* ctx) {
     be->device_name = be->device.name.UTF8String ?: "";
     if (kModel.needs_bfloat) {
       // a bf16 program: bfloat needs MSL 3.1 and an Apple6+ or Metal3 GPU (mpsc_metal_caps.h)
-      MpscMetalGpu gpu = {be->device_name.c_str(), [be->device supportsFamily:MTLGPUFamilyApple6], false, false};
+      MpscMetalGpu gpu = {be->device_name.c_str(), static_cast<bool>([be->device supportsFamily:MTLGPUFamilyApple6]), false, false};
 #if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 130000
-      if (@available(macOS 13.0, *)) gpu.metal3 = [be->device supportsFamily:MTLGPUFamilyMetal3];
+      if (@available(macOS 13.0, *)) gpu.metal3 = static_cast<bool>([be->device supportsFamily:MTLGPUFamilyMetal3]);
 #endif
 #if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 140000
       if (@available(macOS 14.0, *)) gpu.msl31 = true;
