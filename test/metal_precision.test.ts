@@ -8,7 +8,8 @@
  *    run, and end to end a bf16 program on an emulated GPU without bfloat (MPSC_METAL_EMU_GPU=apple5)
  *    is a UserError (the CLI exits 1), while fp16 runs there;
  *  - the done-when runs: mnist_mlp and LeNet at fp16 and bf16, 20 steps on metal-emu against the
- *    CPU backend at the same precision (fp16 runs apply_update each step at the loss scale 2^10).
+ *    CPU backend at the same precision (fp16 runs apply_update each step at the loss scale 2^10);
+ *    and once with linear and cast on the CPU fallback (bf16 bit patterns shared by both sides).
  *    Tolerances: both backends round to 16 bits at exactly the same casts with the same rule
  *    (round to nearest even), so before any update (step 0) they differ only by f32 summation
  *    order: outputs within 1e-5. After that a value within f32 noise of a 16-bit rounding midpoint
@@ -145,4 +146,7 @@ describe('done when (issue 15): 20 steps on metal-emu agree with the CPU at the 
       await compareModel(at(checkFile(spec('lenet.model')), p), 2, [], 10, tol);
     }, 900_000);
   }
+  it('mnist_mlp bf16 with linear and the casts on the CPU fallback (16-bit buffers shared with the CPU kernels)', async () => {
+    await compareModel(at(checkFile(spec('mnist_mlp.model')), 'bf16'), 8, ['linear', 'cast'], 10, tol);
+  }, 900_000);
 });
