@@ -5,7 +5,9 @@
 //  - MTLDevice discovery: MTLCreateSystemDefaultDevice(), which returns nil in command-line
 //    processes that do not load CoreGraphics (CMakeLists.txt links it), else the first device of
 //    MTLCopyAllDevices(); Apple7+ GPUs use the simdgroup_float8x8 GEMM variants, older ones the
-//    plain 16x16-tiled kernels
+//    plain 16x16-tiled kernels; a model with bfloat buffers (bf16 precision) needs MSL 3.1 and an
+//    Apple6+ or Metal3 GPU (mpsc_metal_caps.h): otherwise creation fails with the reason, which
+//    the session turns into a UserError (runtime/metal-bridge/gpu_caps.ts)
 //  - per program a library: `mpsc_<program>.metallib` next to this module when the build
 //    could run `xcrun metal` (compiled with -fno-fast-math), else newLibraryWithSource from the
 //    embedded source with MTLMathModeSafe when built with the macOS 15 SDK and run on macOS 15+
