@@ -145,6 +145,20 @@ export function allOpCases(): OpCase[] {
   return cases;
 }
 
+/** N, H, T, S, D, causal */
+type AttnDims = [number, number, number, number, number, boolean];
+
+/** attention at `dims`, and its backward from the reference forward's o and lse */
+function attentionPair(add: (op: string, inputs: { shape: number[]; data: Float64Array }[], outs: number[][], attrs: Record<string, number | boolean>) => void, f: F, [N, H, T, S, D, causal]: AttnDims): void {
+  const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
+  const attrs = { causal, scale: 1 / Math.sqrt(D) };
+  add('attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
+  const fwd = opCase('attention_fwd', 'attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
+  const r = reference(fwd, DEFAULT_SCALARS);
+  const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+  add('attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs);
+}
+
 type Add = (op: string, inputs: Parameters<typeof opCase>[2], outs: number[][], attrs?: Parameters<typeof opCase>[4], outDtypes?: Parameters<typeof opCase>[5]) => void;
 type F = (shape: number[], lo?: number, hi?: number) => { shape: number[]; data: Float64Array };
 type Ids = (shape: number[], n: number) => { shape: number[]; data: Float64Array; dtype: 'i32' };
@@ -202,18 +216,10 @@ function transformerCases(add: Add, f: F, ids: Ids, rng: () => number): void {
     add('top_k', [f(shape), lab], [[]], { k: 2, ...ii });
   }
   // fused attention: forward, and its backward from the reference forward's o and lse
-  for (const [N, H, T, S, D, causal] of [
+  for (const dims of [
     [1, 1, 37, 37, 8, true], [1, 1, 37, 37, 8, false], [1, 16, 21, 21, 64, true], [1, 16, 21, 21, 64, false],
     [2, 2, 5, 13, 12, true], [2, 1, 9, 20, 12, false], [1, 1, 11, 11, 100, true],
-  ] as [number, number, number, number, number, boolean][]) {
-    const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
-    const attrs = { causal, scale: 1 / Math.sqrt(D) };
-    add('attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
-    const fwd = opCase('attention_fwd', 'attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
-    const r = reference(fwd, DEFAULT_SCALARS);
-    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
-    add('attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs);
-  }
+  ] as AttnDims[]) attentionPair(add, f, dims);
 }
 
 /** Two-node chains whose unary the Metal backend fuses into the GEMM kernel's store. */
@@ -288,14 +294,6 @@ export function halfCases(): OpCase[] {
   add('conv2d', [f([2, 3, 9, 8]), f([4, 3, 3, 3]), f([4])], [[2, 4, 5, 8]], conv);
   add('conv2d_grad_input', [f([2, 4, 5, 8]), f([4, 3, 3, 3])], [[2, 3, 9, 8]], { ...conv, x_shape: [2, 3, 9, 8] });
   add('conv2d_grad_weight', [f([2, 4, 5, 8]), f([2, 3, 9, 8])], [[4, 3, 3, 3]], { ...conv, w_shape: [4, 3, 3, 3] });
-  for (const [N, H, T, S, D, causal] of [[1, 2, 19, 19, 8, true], [2, 1, 9, 20, 12, false]] as [number, number, number, number, number, boolean][]) {
-    const q = f([N, H, T, D], -2, 2), kk = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
-    const attrs = { causal, scale: 1 / Math.sqrt(D) };
-    add('attention', [q, kk, v], [[N, H, T, D], [N, H, T]], attrs);
-    const fwd = opCase('attention_fwd', 'attention', [q, kk, v], [[N, H, T, D], [N, H, T]], attrs);
-    const r = reference(fwd, DEFAULT_SCALARS);
-    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
-    add('attention_grad', [f([N, H, T, D]), q, kk, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs);
-  }
+  for (const dims of [[1, 2, 19, 19, 8, true], [2, 1, 9, 20, 12, false]] as AttnDims[]) attentionPair(add, f, dims);
   return out;
 }
