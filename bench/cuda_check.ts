@@ -12,7 +12,7 @@
  *             arena is mirrored to the host after each case: MPSC_CUDA_MIRROR_ARENA=1);
  *   parity    every example spec, 20 train steps + one eval from the same initial parameters and
  *             batches on --device cuda and the CPU backend: per-step loss and metrics within 1e-4
- *             relative. An argmax metric (accuracy, top_k: a count of rows over the batch) may
+ *             relative; and char_gpt at precision bf16 (CUDA_CHECK_BF16) within BF16_TOL. An argmax metric (accuracy, top_k: a count of rows over the batch) may
  *             differ only by rows that are ties within that tolerance: the float64 reference's
  *             forward pass from the CPU's parameters before the step gives each row's margin
  *             |label logit - the k-th largest other logit|; a row can flip between two correct
@@ -36,6 +36,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { checkFile } from '../compiler/check/index.js';
+import { precisionOverride } from '../compiler/check/overrides.js';
 import { GraphBuilder, isPersistent, numel, type AttrValue, type HalfDType, type Node, type Program, type StepScalars } from '../compiler/ir/graph.js';
 import { runNode, type Env } from '../compiler/reference/interpret.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
@@ -314,19 +315,30 @@ function nearTies(p: Program, metric: Node, params: Map<string, Float32Array>, b
   return { ties, rows: labels.length };
 }
 
-/** both sessions of every spec, built concurrently (cmake-js children) */
+/**
+ * The bf16 parity runs ($CUDA_CHECK_BF16: comma-separated specs, default char_gpt.model; '' for none):
+ * the same 20 steps at precision bf16 on both backends. Tolerance BF16_TOL: both round the GEMM
+ * operands to bf16 at the same casts, but a parameter whose fp32 value differs in its last bits
+ * between the backends (fp32 summation order) can round to the neighbouring bf16 value (2^-8
+ * relative), so the steps drift apart faster than in fp32; a wrong kernel shows as O(1e-1) and more.
+ */
+const BF16_SPECS = (process.env.CUDA_CHECK_BF16 ?? 'char_gpt.model').split(',').filter(Boolean);
+const BF16_TOL = 2e-3;
+
+/** both sessions of every spec (and the bf16 runs), built concurrently (cmake-js children) */
 function openParitySessions() {
-  return SPECS.map((spec) => {
-    const model = checkFile(path.join(ROOT, 'specs', spec));
+  const runs = [...SPECS.map((spec) => ({ spec, bf16: false })), ...BF16_SPECS.map((spec) => ({ spec, bf16: true }))];
+  return runs.map(({ spec, bf16 }) => {
+    const model = checkFile(path.join(ROOT, 'specs', spec), bf16 ? [precisionOverride('bf16')] : []);
     const programs = buildPrograms(model, { batch: model.train.batch });
     const cpu = createCpuSession(programs, { threads: Math.min(8, os.cpus().length) });
     const cuda = createCudaSession(programs, { onProgress: (m) => log(`  ${m}`) });
-    return { spec, model, programs, sessions: Promise.all([cpu, cuda]) };
+    return { spec: bf16 ? `${spec} bf16` : spec, tol: bf16 ? BF16_TOL : TOL, model, programs, sessions: Promise.all([cpu, cuda]) };
   });
 }
 
 async function checkParity(opened: ReturnType<typeof openParitySessions>): Promise<void> {
-  for (const { spec, model, programs, sessions } of opened) {
+  for (const { spec, tol: TOL, model, programs, sessions } of opened) {
     const data = batches(model, programs.train_step, STEPS);
     let cpu: Session, cuda: Session;
     try {
