@@ -27,7 +27,9 @@
  *             shared batches, bias, fused unary fns run after the call, bf16 / f16 operands made by
  *             cast kernels: the reference rounds at the same casts, so 1e-4 holds there too) built with cuBLASLt linked,
  *             against the float64 reference (1e-4), with the path each case took (cuBLASLt's algorithm, or why
- *             its generated kernel ran); bench/cublaslt_check.sh runs this part alone.
+ *             its generated kernel ran) and each case's kernel time on cuBLASLt and as the generated kernel
+ *             (MPSC_CUDA_PROFILE=1, mean of 10 runs: the evidence for cublaslt.ts's rule);
+ *             bench/cublaslt_check.sh runs this part alone.
  * Usage: npx tsx bench/cuda_check.ts [kernels] [cublaslt] [parity] [sanitize]   (default: all four)
  */
 import { execFile, spawnSync } from 'node:child_process';
@@ -52,7 +54,7 @@ import { cudaArchitecture, createCudaSession, findGpu, findNvcc } from '../runti
 import { createCpuSession } from '../runtime/native/native_session.js';
 import type { Batch, Session } from '../runtime/session.js';
 import { allOpCases, fusedCases } from '../test/metal_cases.js';
-import { opCase, reference, runCases, runEmu, type EmuBuild, type OpCase } from '../test/metal_harness.js';
+import { caseRequests, encodeRuns, opCase, reference, runCases, runEmu, type EmuBuild, type OpCase } from '../test/metal_harness.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const OUT = process.env.OUT_DIR ?? fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-check-'));
@@ -220,25 +222,30 @@ function cublasLtCases(): OpCase[] {
  */
 async function checkCublasLt(): Promise<void> {
   const cases = cublasLtCases();
-  const build = await buildDriver(cases.map((c) => c.program), 'cublaslt_cases', 'cuda', true);
+  // the cases with cuBLASLt linked, and (for the timing columns) every GEMM as its generated kernel
+  const [build, gen] = await Promise.all([
+    buildDriver(cases.map((c) => c.program), 'cublaslt_cases', 'cuda', true),
+    buildDriver(cases.map((c) => c.program), 'cublaslt_cases_generated', 'cuda', false),
+  ]);
   // which cases hold cuBLASLt calls, in call order (the driver reports the calls in that order)
   const callCase: number[] = [];
   build.lowered.forEach((lp, ci) => lp.kernels.forEach((k) => k.library && callCase.push(ci)));
   const empty = path.join(path.dirname(build.exe), 'empty.in');
-  fs.writeFileSync(empty, Buffer.alloc(8));
+  fs.writeFileSync(empty, encodeRuns([], []) as unknown as Uint8Array);
   const probe = spawnSync(build.exe, [empty, empty + '.out'], { encoding: 'utf8', env: { ...process.env, MPSC_CUDA_GEMM_LOG: '1' } });
   const notes = probe.stderr.split('\n').filter((l) => /^mpsc cuda: GEMM node/.test(l)).map((l) => l.replace(/^mpsc cuda: GEMM node \d+ \((.*?)\): /, ''));
   const summaryLine = probe.stderr.split('\n').find((l) => /GEMM calls run on cuBLASLt/.test(l)) ?? probe.stderr.trim().split('\n').slice(-2).join(' | ');
   log(`cublaslt: ${cases.length} cases, ${callCase.length} cuBLASLt calls; ${summaryLine}`);
   const got = runCases(build, cases, SCALARS, { MPSC_CUDA_MIRROR_ARENA: '1' });
-  let worst = 0, bad = 0, onLt = 0;
-  log('case                              path                                                        rel error');
+  const lt = kernelTimes(build, cases), gt = kernelTimes(gen, cases);
+  let worst = 0, bad = 0, onLt = 0, faster = 0;
+  log('case                              path                                          rel error   cuBLASLt us  generated us');
   cases.forEach((c, i) => {
     const r = got[i];
     const callIdx = callCase.indexOf(i);
     const note = callIdx < 0 ? 'generated (not a cuBLASLt call)' : (notes[callIdx] ?? '?');
-    const lt = /^cuBLASLt/.test(note);
-    if (lt) onLt++;
+    const onLib = /^cuBLASLt/.test(note);
+    if (onLib) onLt++;
     let e = NaN, why = '';
     if (typeof r === 'string') why = r;
     else {
@@ -248,10 +255,26 @@ async function checkCublasLt(): Promise<void> {
     const ok = e < TOL;
     if (!ok) bad++;
     if (e > worst) worst = e;
-    log(`${c.program.name.padEnd(33)} ${note.slice(0, 59).padEnd(59)} ${Number.isNaN(e) ? why : e.toExponential(2)}${ok ? '' : '  FAIL'}`);
+    const tl = lt.get(c.program.name), tg = gt.get(c.program.name);
+    if (onLib && tl !== undefined && tg !== undefined && tl < tg) faster++;
+    const us = (t: number | undefined) => (t === undefined ? '-' : t.toFixed(1)).padStart(12);
+    log(`${c.program.name.padEnd(33)} ${note.slice(0, 45).padEnd(45)} ${(Number.isNaN(e) ? why : e.toExponential(2)).padEnd(10)}${us(tl)}  ${us(tg)}${ok ? '' : '  FAIL'}`);
   });
-  summary.push({ part: 'cublaslt', what: `${cases.length} GEMM cases, ${onLt} ran on cuBLASLt (fp32)`, ok: bad === 0 && onLt > 0,
-    result: `${cases.length - bad}/${cases.length} within ${TOL}; worst ${worst.toExponential(2)}${onLt === 0 ? '; NO case ran on cuBLASLt' : ''}` });
+  summary.push({ part: 'cublaslt', what: `${cases.length} GEMM cases, ${onLt} ran on cuBLASLt (fp32, bf16, f16)`, ok: bad === 0 && onLt > 0,
+    result: `${cases.length - bad}/${cases.length} within ${TOL}; worst ${worst.toExponential(2)}; cuBLASLt faster than the generated kernel in ${faster} of ${onLt}${onLt === 0 ? '; NO case ran on cuBLASLt' : ''}` });
+}
+
+/** TIME_REPS runs of every case with MPSC_CUDA_PROFILE=1 (each graph node timed with events): mean kernel microseconds per run, by case name */
+const TIME_REPS = 10;
+function kernelTimes(b: EmuBuild, cases: OpCase[]): Map<string, number> {
+  const { writes, runs } = caseRequests(b, cases, SCALARS);
+  const file = path.join(path.dirname(b.exe), 'timing.in');
+  fs.writeFileSync(file, encodeRuns(writes, Array.from({ length: TIME_REPS }, () => runs).flat()) as unknown as Uint8Array);
+  const r = spawnSync(b.exe, [file, file + '.out'], { encoding: 'utf8', env: { ...process.env, MPSC_CUDA_PROFILE: '1' }, maxBuffer: 1 << 26 });
+  const out = new Map<string, number>();
+  for (const m of r.stderr.matchAll(/^mpsc cuda profile: (\S+), \d+ kernels, ([0-9.]+) us of kernel time per step/gm)) out.set(m[1], Number(m[2]));
+  if (!out.size) log(`  (no kernel times from ${path.basename(b.exe)}: ${r.stderr.trim().split('\n').slice(-2).join(' | ')})`);
+  return out;
 }
 
 function batches(model: CheckedModel, p: Program, n: number): Batch[] {

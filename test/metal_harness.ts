@@ -88,7 +88,8 @@ export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFall
 export interface RunRequest { program: number; scalars: StepScalars; inputs: (Float32Array | Int32Array)[] }
 export type RunResult = { ok: true; outputs: number[]; arena: Buffer } | { ok: false; error: string };
 
-export function runEmu(b: EmuBuild, writes: { tensor: number; data: Float32Array }[], runs: RunRequest[], env: Record<string, string> = {}): { results: RunResult[]; persistent: Buffer } {
+/** the test driver's input file (emu_test_main.cc's IN format): the tensor writes, then the runs */
+export function encodeRuns(writes: { tensor: number; data: Float32Array }[], runs: RunRequest[]): Buffer {
   const parts: Buffer[] = [];
   const u32 = (n: number) => { const x = Buffer.alloc(4); x.writeUInt32LE(n >>> 0); parts.push(x); };
   u32(writes.length);
@@ -101,9 +102,13 @@ export function runEmu(b: EmuBuild, writes: { tensor: number; data: Float32Array
     u32(r.inputs.length);
     for (const d of r.inputs) { u32(d.byteLength); parts.push(Buffer.from(d.buffer, d.byteOffset, d.byteLength)); }
   }
+  return Buffer.concat(parts as unknown as Uint8Array[]);
+}
+
+export function runEmu(b: EmuBuild, writes: { tensor: number; data: Float32Array }[], runs: RunRequest[], env: Record<string, string> = {}): { results: RunResult[]; persistent: Buffer } {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-emu-run-'));
   try {
-    fs.writeFileSync(path.join(dir, 'in'), Buffer.concat(parts as unknown as Uint8Array[]) as unknown as Uint8Array);
+    fs.writeFileSync(path.join(dir, 'in'), encodeRuns(writes, runs) as unknown as Uint8Array);
     execFileSync(b.exe, [path.join(dir, 'in'), path.join(dir, 'out')], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
     const o = fs.readFileSync(path.join(dir, 'out'));
     let at = 0;
@@ -125,7 +130,8 @@ export function runEmu(b: EmuBuild, writes: { tensor: number; data: Float32Array
 }
 
 /** Runs every case once through the emulator; returns per case the values of `check` (by value id) or an error. */
-export function runCases(b: EmuBuild, cases: OpCase[], scalars: StepScalars, env: Record<string, string> = {}): (Map<number, Float64Array> | string)[] {
+/** the writes (each case's persistent inputs) and one run per case (program = the case's index), as runCases sends them */
+export function caseRequests(b: EmuBuild, cases: OpCase[], scalars: StepScalars): { writes: { tensor: number; data: Float32Array }[]; runs: RunRequest[] } {
   const table = b.art.table;
   const writes: { tensor: number; data: Float32Array }[] = [];
   const runs: RunRequest[] = [];
@@ -137,6 +143,12 @@ export function runCases(b: EmuBuild, cases: OpCase[], scalars: StepScalars, env
     }
     runs.push({ program: ci, scalars, inputs: c.program.inputs.map((id) => c.program.graph.values[id].dtype === 'i32' ? Int32Array.from(c.data.get(id)!) : Float32Array.from(c.data.get(id)!)) });
   });
+  return { writes, runs };
+}
+
+export function runCases(b: EmuBuild, cases: OpCase[], scalars: StepScalars, env: Record<string, string> = {}): (Map<number, Float64Array> | string)[] {
+  const table = b.art.table;
+  const { writes, runs } = caseRequests(b, cases, scalars);
   const { results, persistent } = runEmu(b, writes, runs, env);
   return cases.map((c, ci) => {
     const r = results[ci];
