@@ -5,7 +5,8 @@
  *  - plain: 256 threads, each accumulating a 4x4 register block in fp32 (FFMA);
  *  - mma:   128 threads (4 warps of 32x32), 3xTF32 tensor-core products (mma.sync.m16n8k8 on
  *           hi/lo splits of both operands, fp32 accumulate: fp32 accuracy), the helpers of
- *           cuda_dialect.ts.
+ *           cuda_dialect.ts; a 16-bit operand (A = input 0, B = input 1 of every GEMM op) is exact
+ *           in TF32, so its lo products are left out (1 or 2 mma per fragment, the same sums).
  * Both share the grid (N/64, M/64, groups) and the shared-memory tiles: A as [64][20] (row m,
  * column k; the padding keeps the fragment reads conflict-free), B as [16][72] (row k, column n).
  * The global loads of B run along k where B is k-contiguous (linear, conv2d, matmul with transB),
@@ -17,7 +18,7 @@
  * (bias, epilogue): results do not depend on launch order.
  * The shared 16x16 kernels stay available (MPSC_CUDA_GEMM=shared at generation time).
  */
-import type { Graph, Node } from '../ir/graph.js';
+import { isHalf, type Graph, type Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { ceilDiv, label } from '../kernels/common.js';
 import { gemmParts } from '../kernels/gemm.js';
@@ -114,9 +115,15 @@ function plainBody(v: View, sp: Split | null): string {
   );
 }
 
-function mmaBody(v: View, sp: Split | null): string {
+/**
+ * `ex`: an operand is exactly a TF32 number (it was a 16-bit value: fp16's 10 and bf16's 7 mantissa
+ * bits fit TF32's 10, their exponents its 8), so its lo split is 0 and the products with it are
+ * dropped: exactly the same sums with 2 (one exact operand) or 1 (both) mma instead of 3.
+ */
+function mmaBody(v: View, sp: Split | null, ex: { a: boolean; b: boolean }): string {
+  const passes = ex.a && ex.b ? 'TF32 (exact: 16-bit operands)' : ex.a || ex.b ? '2xTF32 (one operand 16-bit, exact in TF32)' : '3xTF32';
   return (
-    prologue(v, '64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles', sp) +
+    prologue(v, `64x64 tile per block of 4 warps, 32x32 per warp as 2x4 ${passes} mma.sync m16n8k8 tiles`, sp) +
     `  const uint gq = lane / 4u, tq = lane % 4u;\n` +
     `  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;\n` +
     `  float cacc[2][4][4];\n  #pragma unroll\n  for (uint i = 0u; i < 2u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;\n` +
@@ -136,7 +143,9 @@ function mmaBody(v: View, sp: Split | null): string {
     `        mpsc_split_tf32(Bs[(kk + tq) * ${LDB}u + n], bh[j][0], bl[j][0]);\n` +
     `        mpsc_split_tf32(Bs[(kk + tq + 4u) * ${LDB}u + n], bh[j][1], bl[j][1]);\n      }\n` +
     `      #pragma unroll\n      for (uint i = 0u; i < 2u; ++i)\n        #pragma unroll\n        for (uint j = 0u; j < 4u; ++j) {\n` +
-    `          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);\n          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);\n          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);\n        }\n    }\n` +
+    (ex.a ? '' : `          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);\n`) +
+    (ex.b ? '' : `          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);\n`) +
+    `          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);\n        }\n    }\n` +
     `    __syncthreads();\n  }\n` +
     `  #pragma unroll\n  for (uint i = 0u; i < 2u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q)\n` +
     storeOne(v, sp, 'm0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]')
@@ -163,7 +172,7 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
     name, node: n.id, op: n.op, label: label(g, n) + what + (sp ? ` [split K: ${sp.S} chunks of ${sp.Kc}, partial sums]` : ''), args,
     groups: [tiles[0], tiles[1], gm.G * (sp?.S ?? 1)],
     tgsize: [16, 16, 1], tgmem: TGMEM, sync: true, body: plainBody(view, sp),
-    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: TGMEM, sync: true, body: mmaBody(view, sp) },
+    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: TGMEM, sync: true, body: mmaBody(view, sp, { a: isHalf(g.values[n.inputs[0]].dtype), b: isHalf(g.values[n.inputs[1]].dtype) }) },
   };
   if (!sp) return [gemm];
   const scratch = sp.S * gm.G * gm.M * gm.N * 4;
