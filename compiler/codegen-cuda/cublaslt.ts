@@ -30,6 +30,7 @@ import type { KernelSpec, LibraryDType, LibraryGemm, LowerCtx } from '../kernels
 import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
 import { unaryFwd } from '../kernels/elementwise.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
+import { gemmParts } from '../kernels/gemm.js';
 
 /** where a GEMM node runs, and why (plain data for reports) */
 export interface GemmChoice {
@@ -81,7 +82,7 @@ function batchStride(shape: readonly number[], batch: readonly number[], matrix:
 
 type Plan = { gemm: Omit<LibraryGemm, 'argA' | 'argB' | 'argD' | 'argBias' | 'what'>; shape: string } | { reason: string; shape: string };
 
-function planOf(g: Graph, n: Node): Plan {
+function planOf(ctx: LowerCtx, g: Graph, n: Node): Plan {
   const ins = n.inputs;
   if (n.op === 'linear') {
     const xs = shapeOf(g, ins[0]), K = xs[xs.length - 1], M = numel(xs) / K, N = shapeOf(g, ins[1])[0];
@@ -110,14 +111,15 @@ function planOf(g: Graph, n: Node): Plan {
     }
     return { shape, gemm: { m: N, n: M, k: K, ...ops, ldd: N, batch: G, strideA: sb, strideB: sa, strideD: M * N, abType: t, epilogue: 'default' } };
   }
-  return { reason: 'a convolution (implicit im2col: no cuBLASLt layout)', shape: '' };
+  const gm = gemmParts(ctx, g, n)?.gm;
+  return { reason: 'a convolution (implicit im2col: no cuBLASLt layout)', shape: gm ? `${gm.M} x ${gm.N} x ${gm.K}${gm.G > 1 ? ` x ${gm.G} groups` : ''}` : '' };
 }
 
 /** `epilogue`: the fused unary (its output replaces the GEMM's); `lt`: cuBLASLt may be chosen at all */
 export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean): CudaGemmLowering | null {
   const fallback = lowerGemmCuda(ctx, g, n, epilogue);
   if (!fallback) return null;
-  const p = planOf(g, n);
+  const p = planOf(ctx, g, n);
   const generated = (why: string): CudaGemmLowering => ({ kernels: fallback, choice: { node: n.id, op: n.op, path: 'generated', shape: p.shape, why } });
   if (!lt) return generated('cuBLASLt switched off (MPSC_CUDA_CUBLASLT=0) or not in this CUDA toolkit');
   if ('reason' in p) return generated(p.reason);
