@@ -102,6 +102,10 @@ def mpsc_time(w, profile=False):
     if r.returncode != 0:
         print(f"mpsc bench {w} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
         return None
+    # the model's create says which GEMM path its GEMM nodes took (runtime/cuda/mpsc_cublaslt.cpp via model_cuda.cu)
+    for line in r.stderr.splitlines():
+        if line.startswith("mpsc cuda: ") and ("GEMM calls run on cuBLASLt" in line or "built without cuBLASLt" in line or "generated kernel:" in line):
+            print(f"  {w}: {line[len('mpsc cuda: '):]}", flush=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 c = ceilings()
