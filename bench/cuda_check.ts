@@ -12,7 +12,7 @@
  *             arena is mirrored to the host after each case: MPSC_CUDA_MIRROR_ARENA=1);
  *   parity    every example spec, 20 train steps + one eval from the same initial parameters and
  *             batches on --device cuda and the CPU backend: per-step loss and metrics within 1e-4
- *             relative; and char_gpt at precision bf16 (CUDA_CHECK_BF16) within BF16_TOL. An argmax metric (accuracy, top_k: a count of rows over the batch) may
+ *             relative; and char_gpt at bf16, mnist_mlp at fp16 (CUDA_CHECK_BF16 / _FP16) within HALF_TOL. An argmax metric (accuracy, top_k: a count of rows over the batch) may
  *             differ only by rows that are ties within that tolerance: the float64 reference's
  *             forward pass from the CPU's parameters before the step gives each row's margin
  *             |label logit - the k-th largest other logit|; a row can flip between two correct
@@ -296,7 +296,11 @@ function trainSteps(model: CheckedModel, s: Session, data: Batch[], keep = false
   const snap = () => keep && before.push(new Map(s.tensorNames().map((n) => [n, s.read(n)])));
   const outs = data.map((b, step) => {
     snap();
-    return Array.from(s.run('train_step', b, { lr: model.optimizer.lr, t: step + 1, seed: 3, counter: step }));
+    const sc: StepScalars = { lr: model.optimizer.lr, t: step + 1, seed: 3, counter: step };
+    const o = Array.from(s.run('train_step', b, sc));
+    // fp16 (and grad_accum): the update is its own program (loss-scale check, unscale, optimizer), as the trainer runs it
+    if (s.hasProgram('apply_update')) o.push(...Array.from(s.run('apply_update', [], sc)));
+    return o;
   });
   snap();
   outs.push(Array.from(s.run('eval', data[0], { lr: 0, t: STEPS, seed: 3, counter: STEPS })));
@@ -339,24 +343,28 @@ function nearTies(p: Program, metric: Node, params: Map<string, Float32Array>, b
 }
 
 /**
- * The bf16 parity runs ($CUDA_CHECK_BF16: comma-separated specs, default char_gpt.model; '' for none):
- * the same 20 steps at precision bf16 on both backends. Tolerance BF16_TOL: both round the GEMM
- * operands to bf16 at the same casts, but a parameter whose fp32 value differs in its last bits
- * between the backends (fp32 summation order) can round to the neighbouring bf16 value (2^-8
+ * The 16-bit parity runs ($CUDA_CHECK_BF16 / $CUDA_CHECK_FP16: comma-separated specs, default
+ * char_gpt.model at bf16 and mnist_mlp.model at fp16 (with its loss-scaling update program); '' for
+ * none): the same 20 steps at that precision on both backends. Tolerance HALF_TOL: both round the
+ * GEMM operands at the same casts, but a parameter whose fp32 value differs in its last bits between
+ * the backends (fp32 summation order) can round to the neighbouring 16-bit value (2^-8 or 2^-11
  * relative), so the steps drift apart faster than in fp32; a wrong kernel shows as O(1e-1) and more.
  */
-const BF16_SPECS = (process.env.CUDA_CHECK_BF16 ?? 'char_gpt.model').split(',').filter(Boolean);
-const BF16_TOL = 2e-3;
+const HALF_RUNS = [
+  ...(process.env.CUDA_CHECK_BF16 ?? 'char_gpt.model').split(',').filter(Boolean).map((spec) => ({ spec, precision: 'bf16' })),
+  ...(process.env.CUDA_CHECK_FP16 ?? 'mnist_mlp.model').split(',').filter(Boolean).map((spec) => ({ spec, precision: 'fp16' })),
+];
+const HALF_TOL = 2e-3;
 
-/** both sessions of every spec (and the bf16 runs), built concurrently (cmake-js children) */
+/** both sessions of every spec (and the 16-bit runs), built concurrently (cmake-js children) */
 function openParitySessions() {
-  const runs = [...SPECS.map((spec) => ({ spec, bf16: false })), ...BF16_SPECS.map((spec) => ({ spec, bf16: true }))];
-  return runs.map(({ spec, bf16 }) => {
-    const model = checkFile(path.join(ROOT, 'specs', spec), bf16 ? [precisionOverride('bf16')] : []);
+  const runs = [...SPECS.map((spec) => ({ spec, precision: '' })), ...HALF_RUNS];
+  return runs.map(({ spec, precision }) => {
+    const model = checkFile(path.join(ROOT, 'specs', spec), precision ? [precisionOverride(precision)] : []);
     const programs = buildPrograms(model, { batch: model.train.batch });
     const cpu = createCpuSession(programs, { threads: Math.min(8, os.cpus().length) });
     const cuda = createCudaSession(programs, { onProgress: (m) => log(`  ${m}`) });
-    return { spec: bf16 ? `${spec} bf16` : spec, tol: bf16 ? BF16_TOL : TOL, model, programs, sessions: Promise.all([cpu, cuda]) };
+    return { spec: precision ? `${spec} ${precision}` : spec, tol: precision ? HALF_TOL : TOL, model, programs, sessions: Promise.all([cpu, cuda]) };
   });
 }
 
