@@ -47,6 +47,8 @@ import { makeRng, randomTensor, relError } from '../compiler/reference/fixtures.
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { initParams } from '../compiler/train/init.js';
+import { LOSS_SCALE_STATE } from '../compiler/ir/optimizer_lowering.js';
+import { initialScaler } from '../runtime/loss_scaler.js';
 import { buildCuda, type CudaGemm } from '../compiler/codegen-cuda/index.js';
 import type { MetalArtifacts } from '../compiler/codegen-metal/index.js';
 import type { LoweredProgram } from '../compiler/codegen-metal/lower_program.js';
@@ -292,6 +294,8 @@ function batches(model: CheckedModel, p: Program, n: number): Batch[] {
 /** per step (and the eval after them): the outputs, and (when `keep`) the persistent tensors before the step */
 function trainSteps(model: CheckedModel, s: Session, data: Batch[], keep = false): { outs: number[][]; before: Map<string, Float32Array>[] } {
   for (const [name, v] of initParams(model, 1)) s.write(name, v);
+  // fp16: the loss scale starts at GradScaler's initial value, as the trainer sets it (constant over these steps)
+  if (s.tensorNames().includes(LOSS_SCALE_STATE)) s.write(LOSS_SCALE_STATE, Float32Array.of(initialScaler().scale));
   const before: Map<string, Float32Array>[] = [];
   const snap = () => keep && before.push(new Map(s.tensorNames().map((n) => [n, s.read(n)])));
   const outs = data.map((b, step) => {
