@@ -104,7 +104,7 @@ def mpsc_time(w, profile=False):
         return None
     # the model's create says which GEMM path its GEMM nodes took (runtime/cuda/mpsc_cublaslt.cpp via model_cuda.cu)
     for line in r.stderr.splitlines():
-        if line.startswith("mpsc cuda: ") and ("GEMM calls run on cuBLASLt" in line or "built without cuBLASLt" in line or "generated kernel:" in line):
+        if line.startswith("mpsc cuda: ") and ("GEMM calls run on cuBLASLt" in line or "without cuBLASLt" in line or "unusable" in line or "generated kernel:" in line):
             print(f"  {w}: {line[len('mpsc cuda: '):]}", flush=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -456,8 +456,13 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
   const char* log = std::getenv("MPSC_CUDA_GEMM_LOG");
   const bool each = log && log[0] == '1';
 #ifdef MPSC_CUBLASLT
-  b->lt = mpsc_lt_create(LT_GEMMS, NLT, b->dev, LT_WORKSPACE_OFFSET, LT_WORKSPACE_BYTES, ctx->error, sizeof ctx->error);
-  if (!b->lt) return false;
+  char why0[sizeof ctx->error] = {0};
+  b->lt = mpsc_lt_create(LT_GEMMS, NLT, b->dev, LT_WORKSPACE_OFFSET, LT_WORKSPACE_BYTES, why0, sizeof why0);
+  if (!b->lt) {
+    // no cuBLASLt handle (a library / driver mismatch): every GEMM node runs its generated kernels
+    std::fprintf(stderr, "mpsc cuda: cuBLASLt is linked but unusable (%s): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\n", why0, NLT);
+    return true;
+  }
   int ok = 0;
   for (int i = 0; i < NLT; ++i) {
     b->lt_ok[i] = mpsc_lt_ok(b->lt, i);
