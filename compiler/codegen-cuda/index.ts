@@ -6,6 +6,8 @@
  *   - `model_cuda.cu`: the host code implementing the model ABI (host.ts) over the device plan
  *     (plan.ts: one device allocation, one CUDA graph per program);
  *   - the plan itself (plain data: reports, tests).
+ * Before planning, a reshape of a program input becomes a view of its upload image (views.ts) and
+ * runs of independent element-wise kernels become one launch each (merge.ts).
  * The lowering and the dispatch plans are codegen-metal's (lower_program.ts, dispatch_plan.ts,
  * layout.ts), run with the CUDA dialect: the same kernels and the same bindings as Metal.
  * No CPU fallback: every op of the catalogue has a GPU kernel (compiler/kernels/registry.ts).
@@ -19,9 +21,11 @@ import { buildPlan } from '../codegen-metal/dispatch_plan.js';
 import { persistentTable, programLayout, type PersistentTable } from '../codegen-metal/layout.js';
 import { CUDA } from './cuda_dialect.js';
 import { planCuda, type CudaPlan } from './plan.js';
+import { mergeLaunches } from './merge.js';
+import { reshapeViews } from './views.js';
 import { cudaHostSource } from './host.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
-import { lowerSumToCuda } from './reduce_cuda.js';
+import { lowerEmbeddingGradCuda, lowerLayernormGradCuda, lowerSumToCuda } from './reduce_cuda.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
 import { fuseForBackend } from '../ir/programs.js';
 import { cudaFusions } from './fusions.js';
@@ -42,10 +46,10 @@ const cudaSumTo: GpuLowering = (ctx, g, n) => {
   const k = lowerSumToCuda(ctx, g, n);
   return k ? [k] : sharedSumTo(ctx, g, n);
 };
-/** the shared registry with the GEMM family on gemm_cuda.ts and long sum_to on reduce_cuda.ts */
+/** the shared registry with the GEMM family on gemm_cuda.ts, and long sum_to, layernorm_grad and embedding_grad on reduce_cuda.ts */
 export const CUDA_REGISTRY: GpuRegistry = {
   ...GPU_KERNELS, linear: cudaGemm, matmul: cudaGemm, conv2d: cudaGemm, conv2d_grad_input: cudaGemm, conv2d_grad_weight: cudaGemm,
-  sum_to: cudaSumTo,
+  sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda,
 };
 
 export const KERNELS_FILE = 'model_kernels.cuh';
@@ -71,8 +75,12 @@ export function cudaKernelsSource(model: string, lowered: LoweredProgram[]): str
   ], helpers, lowered.flatMap((lp) => lp.kernels), { plain: ' [fp32]', mma: ' [3xTF32 tensor cores]' });
 }
 
-/** Lowers, plans and emits the CUDA model of these programs. */
-export function buildCuda(unfused: Program[], model: string, opts: { gemm?: CudaGemm; fuse?: boolean } = {}): CudaArtifacts {
+/**
+ * Lowers, plans and emits the CUDA model of these programs. `merge: false` keeps one launch per
+ * element-wise kernel (merge.ts otherwise runs independent ones as one launch; the check script
+ * compares both bitwise).
+ */
+export function buildCuda(unfused: Program[], model: string, opts: { gemm?: CudaGemm; fuse?: boolean; merge?: boolean } = {}): CudaArtifacts {
   const own = (opts.gemm ?? 'cuda') === 'cuda';
   const caps = opts.fuse === false ? NO_FUSIONS : cudaFusions();
   const programs = unfused.map((p) => fuseForBackend(p, caps));
@@ -80,7 +88,9 @@ export function buildCuda(unfused: Program[], model: string, opts: { gemm?: Cuda
   const parts = programs.map((p, i) => {
     const layout = programLayout(p, table);
     const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: CUDA_REGISTRY, gemm: lowerGemmCuda } : {}) }, layout, CUDA);
-    return { lp, plan: buildPlan(lp, layout, table, model) };
+    const plan = buildPlan(lp, layout, table, model);
+    const viewed = reshapeViews(lp, plan);
+    return opts.merge === false ? viewed : mergeLaunches(viewed.lp, viewed.plan);
   });
   const plan = planCuda(model, table, parts);
   const lowered = parts.map((x) => x.lp);
@@ -90,6 +100,6 @@ export function buildCuda(unfused: Program[], model: string, opts: { gemm?: Cuda
   };
 }
 
-export function generateCudaModel(programs: ProgramSet, opts: { gemm?: CudaGemm; fuse?: boolean } = {}): CudaArtifacts {
+export function generateCudaModel(programs: ProgramSet, opts: { gemm?: CudaGemm; fuse?: boolean; merge?: boolean } = {}): CudaArtifacts {
   return buildCuda(programsOf(programs), programs.model, opts);
 }

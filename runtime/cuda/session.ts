@@ -65,6 +65,8 @@ export interface CudaSessionOptions {
   cxxflags?: string;
   cacheDir?: string;
   onProgress?: (msg: string) => void;
+  /** false: one launch per element-wise kernel (compiler/codegen-cuda/merge.ts off; the check script's bitwise comparison) */
+  merge?: boolean;
 }
 
 const GENERATOR_SOURCES = [
@@ -82,9 +84,9 @@ export function cudaGemmChoice(): CudaGemm {
 }
 
 /** digest of what the generated CUDA sources are a pure function of */
-export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda'): string {
+export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', merge = true): string {
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
-  return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update('\0').update(JSON.stringify(programs)).digest('hex');
+  return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(merge ? '' : '\0unmerged').update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 
 /** The CUDA build settings for this machine (nvcc, architecture), or a UserError saying what is missing. */
@@ -103,17 +105,17 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   const gemm = cudaGemmChoice();
   const built = await buildAddon({
     files: () => {
-      const a = generateCudaModel(programs, { gemm });
+      const a = generateCudaModel(programs, { gemm, merge: opts.merge });
       planned = a.plan.deviceBytes;
       return a.files;
     },
-    inputsKey: cudaInputsKey(programs, gemm),
+    inputsKey: cudaInputsKey(programs, gemm, opts.merge !== false),
     cxxflags: opts.cxxflags ?? '-O2',
     cacheDir: opts.cacheDir,
     cuda: settings,
     onProgress: opts.onProgress,
   });
-  if (!planned) planned = generateCudaModel(programs, { gemm }).plan.deviceBytes;
+  if (!planned) planned = generateCudaModel(programs, { gemm, merge: opts.merge }).plan.deviceBytes;
   opts.onProgress?.(`${built.cached ? 'using cached' : 'built'} CUDA model (sm_${settings.architectures}, ${gpu.name}, ${gemm} GEMMs) in ${built.dir}; planned device memory ${planned} bytes (one allocation)`);
   try {
     // one host thread: the work runs on the GPU

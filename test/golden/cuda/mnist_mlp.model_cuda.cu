@@ -39,7 +39,7 @@ struct Backend {
   bool mma = true;                // tensor-core (3xTF32) GEMM variants
   bool mirror = false;            // copy the arena to ctx->arena after each step whose outputs are read
   bool profile = false;           // launch kernel by kernel with events (MPSC_CUDA_PROFILE=1)
-  cudaEvent_t prof_ev[18] = {};
+  cudaEvent_t prof_ev[13] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
   bool device_newer = false;      // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -106,140 +106,110 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
   if (threadIdx.x == 1u) out[1] = *reinterpret_cast<const float*>(dev + 2460224);  // accuracy
 }
 
-const char* const knames_p0[] = { "p0_k0 (node 0: reshape)", "p0_k1 (node 1: linear)", "p0_k2 (node 2: unary)", "p0_k3 (node 3: linear)", "p0_k4 (node 4: cross_entropy)", "p0_k5 (node 5: accuracy)", "p0_k6 (node 6: cross_entropy_grad)", "p0_k7 (node 7: matmul)", "p0_k8 (node 8: matmul)", "p0_k9 (node 9: sum_to)", "p0_k10 (node 10: unary_grad)", "p0_k11 (node 11: matmul)", "p0_k12 (node 12: sum_to)", "p0_k13 (node 13: adam_update)", "p0_k14 (node 14: adam_update)", "p0_k15 (node 15: adam_update)", "p0_k16 (node 16: adam_update)", nullptr };
-const char* const knames_p1[] = { "p1_k0 (node 0: reshape)", "p1_k1 (node 1: linear)", "p1_k2 (node 2: linear)", "p1_k3 (node 3: cross_entropy)", "p1_k4 (node 4: accuracy)", nullptr };
+const char* const knames_p0[] = { "p0_k1 (node 1: linear)", "p0_k2 (node 2: unary)", "p0_k3 (node 3: linear)", "p0_k4 (node 4: cross_entropy)", "p0_k5 (node 5: accuracy)", "p0_k6 (node 6: cross_entropy_grad)", "p0_k7 (node 7: matmul)", "p0_k8 (node 8: matmul)", "p0_k9_m (node 9: multi)", "p0_k11 (node 11: matmul)", "p0_k12_m (node 12: multi)", "p0_k14_m (node 14: adam_update)", nullptr };
+const char* const knames_p1[] = { "p1_k1 (node 1: linear)", "p1_k2 (node 2: linear)", "p1_k3 (node 3: cross_entropy)", "p1_k4 (node 4: accuracy)", nullptr };
 
-// program train_step: the graph's nodes in stream order (17 kernels, then the output gather).
+// program train_step: the graph's nodes in stream order (12 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
 // pinned memory); ev (profiling only, NULL when captured): an event after each kernel
 bool record_p0(mpsc_ctx* ctx, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
   (void)mma; (void)set; (void)out;
   {
-    p0_k0<<<dim3(196u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3537408 + set * 201216), reinterpret_cast<float*>(dev + 3260416), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k0 (node 0: reshape)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
-  }
-  {
-    if (mma) p0_k1_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    else p0_k1<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
+    if (mma) p0_k1_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3537408 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
+    else p0_k1<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3537408 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k1 (node 1: linear)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
   {
     p0_k2<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k2 (node 2: unary)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
   }
   {
     if (mma) p0_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     else p0_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 3: linear)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
   {
     p0_k4<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const int*>(dev + 3738112 + set * 201216), reinterpret_cast<float*>(dev + 3536960), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k4 (node 4: cross_entropy)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[5], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
   }
   {
     p0_k5<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const int*>(dev + 3738112 + set * 201216), reinterpret_cast<float*>(dev + 3537024), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k5 (node 5: accuracy)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[6], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[5], st), "cudaEventRecord")) return false;
   }
   {
     p0_k6<<<dim3(64u, 1u, 1u), dim3(32u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const int*>(dev + 3738112 + set * 201216), reinterpret_cast<float*>(dev + 2654208), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 6: cross_entropy_grad)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[7], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[6], st), "cudaEventRecord")) return false;
   }
   {
     if (mma) p0_k7_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     else p0_k7<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k7 (node 7: matmul)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[8], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[7], st), "cudaEventRecord")) return false;
   }
   {
     if (mma) p0_k8_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     else p0_k8<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k8 (node 8: matmul)")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[8], st), "cudaEventRecord")) return false;
+  }
+  {
+    p0_k9_m<<<dim3(65u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<float*>(dev + 3536896), reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 3461120), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k9_m (node 9: multi)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[9], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k9<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<float*>(dev + 3536896), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k9 (node 9: sum_to)")) return false;
+    if (mma) p0_k11_mma<<<dim3(13u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 3537408 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
+    else p0_k11<<<dim3(13u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 3537408 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k11 (node 11: matmul)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[10], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k10<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 3461120), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k10 (node 10: unary_grad)")) return false;
+    p0_k12_m<<<dim3(785u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<float*>(dev + 3260416), reinterpret_cast<float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 805888), reinterpret_cast<float*>(dev + 1608704), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k12_m (node 12: multi)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[11], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k11_mma<<<dim3(13u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    else p0_k11<<<dim3(13u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k11 (node 11: matmul)")) return false;
+    p0_k14_m<<<dim3(12u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 0), reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<float*>(dev + 1024), reinterpret_cast<float*>(dev + 2048), reinterpret_cast<float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 3526656), reinterpret_cast<float*>(dev + 2421952), reinterpret_cast<float*>(dev + 2432192), reinterpret_cast<float*>(dev + 2411520), reinterpret_cast<const float*>(dev + 3536896), reinterpret_cast<float*>(dev + 2411584), reinterpret_cast<float*>(dev + 2411648), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k14_m (node 14: adam_update)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[12], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k12<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<float*>(dev + 3260416), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k12 (node 12: sum_to)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[13], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k13<<<dim3(784u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 805888), reinterpret_cast<float*>(dev + 1608704), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k13 (node 13: adam_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[14], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k14<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 0), reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<float*>(dev + 1024), reinterpret_cast<float*>(dev + 2048), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k14 (node 14: adam_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[15], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k15<<<dim3(10u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 3526656), reinterpret_cast<float*>(dev + 2421952), reinterpret_cast<float*>(dev + 2432192), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k15 (node 15: adam_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[16], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k16<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2411520), reinterpret_cast<const float*>(dev + 3536896), reinterpret_cast<float*>(dev + 2411584), reinterpret_cast<float*>(dev + 2411648), reinterpret_cast<const StepParams*>(dev + 3738368 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k16 (node 16: adam_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[17], st), "cudaEventRecord")) return false;
   }
   mpsc_gather_p0<<<1, 2, 0, st>>>(dev, out);
   if (!ck(ctx, cudaGetLastError(), "the output gather of train_step")) return false;
   return true;
 }
 
-// program eval: the graph's nodes in stream order (5 kernels, then the output gather).
+// program eval: the graph's nodes in stream order (4 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
 // pinned memory); ev (profiling only, NULL when captured): an event after each kernel
 bool record_p1(mpsc_ctx* ctx, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
   (void)mma; (void)set; (void)out;
   {
-    p1_k0<<<dim3(196u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3939840 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 4140800 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p1_k0 (node 0: reshape)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
-  }
-  {
-    if (mma) p1_k1_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 4140800 + set * 201216));
-    else p1_k1<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 4140800 + set * 201216));
+    if (mma) p1_k1_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3939840 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 4140800 + set * 201216));
+    else p1_k1<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3939840 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 4140800 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p1_k1 (node 1: linear)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
   {
     if (mma) p1_k2_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 4140800 + set * 201216));
     else p1_k2<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 4140800 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 2: linear)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
   }
   {
     p1_k3<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const int*>(dev + 4140544 + set * 201216), reinterpret_cast<float*>(dev + 2460160), reinterpret_cast<const StepParams*>(dev + 4140800 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p1_k3 (node 3: cross_entropy)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
   {
     p1_k4<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const int*>(dev + 4140544 + set * 201216), reinterpret_cast<float*>(dev + 2460224), reinterpret_cast<const StepParams*>(dev + 4140800 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p1_k4 (node 4: accuracy)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[5], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
   }
   mpsc_gather_p1<<<1, 2, 0, st>>>(dev, out);
   if (!ck(ctx, cudaGetLastError(), "the output gather of eval")) return false;
@@ -266,7 +236,7 @@ int run_p0(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, dou
       !ck(ctx, cudaStreamWaitEvent(b->stream, q.copied[s], 0), "cudaStreamWaitEvent")) return 1;
   float* out = reinterpret_cast<float*>(q.stage_dev[s] + 200976);
   if (b->profile) {
-    if (!profile_step(ctx, b, record_p0, s, out, q, 17)) return 1;
+    if (!profile_step(ctx, b, record_p0, s, out, q, 12)) return 1;
   } else {
     if (!q.exec[s] && !capture(ctx, b, record_p0, s, out, &q.exec[s], "train_step")) return 1;
     if (!ck(ctx, cudaGraphLaunch(q.exec[s], b->stream), "launching the train_step graph")) return 1;
@@ -304,7 +274,7 @@ int run_p1(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, dou
       !ck(ctx, cudaStreamWaitEvent(b->stream, q.copied[s], 0), "cudaStreamWaitEvent")) return 1;
   float* out = reinterpret_cast<float*>(q.stage_dev[s] + 200976);
   if (b->profile) {
-    if (!profile_step(ctx, b, record_p1, s, out, q, 5)) return 1;
+    if (!profile_step(ctx, b, record_p1, s, out, q, 4)) return 1;
   } else {
     if (!q.exec[s] && !capture(ctx, b, record_p1, s, out, &q.exec[s], "eval")) return 1;
     if (!ck(ctx, cudaGraphLaunch(q.exec[s], b->stream), "launching the eval graph")) return 1;
@@ -484,8 +454,8 @@ const mpsc_tensor_desc tensors[] = {
   { nullptr, 0, 0, 0, nullptr, 0, 0 }
 };
 const mpsc_program_desc programs[] = {
-  { "train_step", 64, 2, in_p0, 2, outnames_p0, 1079488, 17, run_p0 },
-  { "eval", 64, 2, in_p1, 2, outnames_p1, 266240, 5, run_p1 },
+  { "train_step", 64, 2, in_p0, 2, outnames_p0, 1079488, 12, run_p0 },
+  { "eval", 64, 2, in_p1, 2, outnames_p1, 266240, 4, run_p1 },
 };
 const mpsc_model_desc model = {
   MPSC_ABI_VERSION, "mnist_mlp", "cuda", 12, tensors, 2457600, 2, programs,
