@@ -41,7 +41,7 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import type { CheckedModel } from '../compiler/model.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
 import { splitK, TF32_OPS } from '../compiler/codegen-cuda/gemm_cuda.js';
-import { LONG, layernormChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { initParams } from '../compiler/train/init.js';
 import { buildCuda, type CudaGemm } from '../compiler/codegen-cuda/index.js';
 import type { MetalArtifacts } from '../compiler/codegen-metal/index.js';
@@ -109,8 +109,10 @@ async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 
 
 /**
  * Shapes only the CUDA backend treats specially: GEMMs long enough along K to be split (gemm_cuda.ts
- * splitK; the last chunk shorter than the others, bias in the reduction's store, grouped conv), and
- * sum_to reductions with at least LONG terms per output (reduce_cuda.ts: innermost dim summed, and kept).
+ * splitK; the last chunk shorter than the others, bias in the reduction's store, grouped conv),
+ * sum_to reductions with at least LONG terms per output (reduce_cuda.ts: innermost dim summed, and
+ * kept: a column sum in row chunks, the last one shorter), layernorm_grad over enough rows to be
+ * chunked, and embedding_grad over many ids.
  */
 function cudaLongCases(): OpCase[] {
   const rng = makeRng(20261203);
@@ -129,12 +131,13 @@ function cudaLongCases(): OpCase[] {
   cases.push(opCase('long_k_linear_bias', 'linear', [f([6, 2000]), f([10, 2000]), f([10])], [[6, 10]]));
   if (3 * 700 < LONG || 1200 < LONG) throw new Error('internal: the long sum_to cases are shorter than LONG');
   cases.push(opCase('long_sum_to_inner', 'sum_to', [f([3, 7, 700])], [[7, 1]], { shape: [7, 1] }));
+  if (columnChunks(1200, 33).S < 2 || 1200 % columnChunks(1200, 33).chunk === 0) throw new Error('internal: long_sum_to_outer is not chunked unevenly');
   cases.push(opCase('long_sum_to_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }));
   // layernorm_grad's weight / bias gradients in row chunks (reduce_cuda.ts: partial sums in scratch, then a
   // second pass; the last chunk shorter), with and without the weight; embedding_grad over many ids
   const lnRows = (rows: number[], D: number, weight: boolean) => {
     const R = rows.reduce((p, k) => p * k, 1);
-    if (layernormChunks(R, D).S < 2 || R % layernormChunks(R, D).chunk === 0) throw new Error('internal: a long layernorm_grad case is not chunked unevenly');
+    if (columnChunks(R, D).S < 2 || R % columnChunks(R, D).chunk === 0) throw new Error('internal: a long layernorm_grad case is not chunked unevenly');
     const x = [...rows, D];
     cases.push(opCase(`long_layernorm_grad${weight ? '' : '_noweight'}`, 'layernorm_grad',
       [f(x), f(x), weight ? f([D]) : null, { shape: rows, data: randomTensor(rows, rng, -0.2, 0.2) }, { shape: rows, data: randomTensor(rows, rng, 0.5, 2) }],

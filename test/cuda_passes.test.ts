@@ -13,7 +13,7 @@ import { programsOf } from '../compiler/ir/graph.js';
 import type { ProgramSet } from '../compiler/ir/graph.js';
 import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js';
 import { planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
-import { layernormChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { MAX_ARGS } from '../compiler/codegen-cuda/merge.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -98,17 +98,19 @@ describe('merged launches (merge.ts) and input views (views.ts)', () => {
   });
 });
 
-describe('layernorm_grad and embedding_grad (reduce_cuda.ts)', () => {
+describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.ts)', () => {
   it('row chunks cover the rows exactly, hold at least 64 rows when there are several, and fill the GPU', () => {
     for (const [rows, D] of [[16384, 384], [2048, 128], [999, 45], [1000, 70], [12, 10], [64 * 256, 768]]) {
-      const { S, chunk } = layernormChunks(rows, D);
+      const { S, chunk } = columnChunks(rows, D);
       expect(S * chunk).toBeGreaterThanOrEqual(rows);
       expect((S - 1) * chunk).toBeLessThan(rows);
       if (S > 1) expect(chunk).toBeGreaterThanOrEqual(64);
       expect(S * Math.ceil(D / 32)).toBeLessThanOrEqual(528 + Math.ceil(D / 32));
     }
-    expect(layernormChunks(12, 10)).toEqual({ S: 1, chunk: 12 });
-    expect(layernormChunks(16384, 384).S).toBe(44);
+    expect(columnChunks(12, 10)).toEqual({ S: 1, chunk: 12 });
+    // 256 column tiles already give every SM a block: one chunk, no second kernel
+    expect(columnChunks(1024, 8192)).toEqual({ S: 1, chunk: 1024 });
+    expect(columnChunks(16384, 384).S).toBe(44);
   });
 
   it("a GPT's layernorm gradients take the scratch region; its embedding gradients are a block per vocabulary row", () => {

@@ -43,8 +43,7 @@ const sharedSumTo = GPU_KERNELS.sum_to;
 if (sharedSumTo === 'cpu') throw new Error('internal: sum_to has no shared GPU kernel');
 /** long sums: a block per output (reduce_cuda.ts); short ones: the shared kernel */
 const cudaSumTo: GpuLowering = (ctx, g, n) => {
-  const k = lowerSumToCuda(ctx, g, n);
-  return k ? [k] : sharedSumTo(ctx, g, n);
+  return lowerSumToCuda(ctx, g, n) ?? sharedSumTo(ctx, g, n);
 };
 /** the shared registry with the GEMM family on gemm_cuda.ts, and long sum_to, layernorm_grad and embedding_grad on reduce_cuda.ts */
 export const CUDA_REGISTRY: GpuRegistry = {
