@@ -24,7 +24,7 @@ export function register(program: Command): void {
   program
     .command('check')
     .description('check a .model spec (syntax, names, shapes, settings) and print a model summary')
-    .argument('<spec>', 'path to a .model file')
+    .argument('[spec]', 'path to a .model file')
     .option('--json', 'print the summary as JSON ({ok: true, ..., diagnostics: [warnings]}); errors as {ok: false, diagnostics: [...]} (exit 1)')
     .option('--precision <p>', 'check (and plan memory) at this train precision: fp32, fp16 or bf16 (= train { precision }); --ir shows each value\'s storage type')
     .option('--ir [program]', 'print a program after autodiff, optimizer lowering, fusion and memory planning: train_step (default), apply_update, eval, eval_tail, all')
@@ -40,7 +40,14 @@ Examples:
   mpsc check specs/lenet.model --ir --device metal   the train step as the Metal backend fuses it
   mpsc check specs/lenet.model --precision bf16 --ir   bf16 storage of GEMM operands (f16 / bf16 types) and the memory plan`,
     )
-    .action((spec: string, opts: { json?: boolean; ir?: string | boolean; device: string; precision?: string }) => {
+    .action((specArg: string | undefined, opts: { json?: boolean; ir?: string | boolean; device: string; precision?: string }) => {
+      // `mpsc check --ir specs/x.model`: commander gives the spec to --ir's optional value
+      let spec = specArg;
+      if (spec === undefined && typeof opts.ir === 'string' && /\.model$/.test(opts.ir)) {
+        spec = opts.ir;
+        opts.ir = true;
+      }
+      if (spec === undefined) throw new UserError("error: missing required argument 'spec'\n  help: mpsc check SPEC.model [--ir [PROGRAM]] (see mpsc check --help)");
       const fusions = DEVICE_FUSIONS[opts.device];
       if (!fusions) throw new UserError(`error: unknown --device '${opts.device}' for check --ir\n  help: use one of ${Object.keys(DEVICE_FUSIONS).join(', ')}`);
       const { model, warnings, warningDiagnostics } = checkFileWithWarnings(spec, opts.precision !== undefined ? [precisionOverride(opts.precision)] : []);

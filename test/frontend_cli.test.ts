@@ -50,6 +50,13 @@ describe('mpsc check', () => {
     const bad = mpsc('check', 'specs/lenet.model', '--ir', '--device', 'tpu');
     expect(bad.status).toBe(1);
     expect(bad.stderr).toMatch(/unknown --device 'tpu'[\s\S]*use one of cpu, cuda, metal, metal-emu, reference/);
+    // the spec right after --ir is the spec, not --ir's program
+    const after = mpsc('check', '--ir', 'specs/lenet.model');
+    expect(after.status).toBe(0);
+    expect(after.stdout).toMatch(/^# programs as the cpu backend runs them[\s\S]*program train_step/);
+    const none = mpsc('check', '--ir');
+    expect(none.status).toBe(1);
+    expect(none.stderr).toMatch(/missing required argument 'spec'/);
   });
 
   it('an invalid spec exits 1 with file:line:col diagnostics; a missing file exits 1', () => {

@@ -1,0 +1,28 @@
+#!/bin/sh
+# Issue 17's CPU sweep on a many-core machine (the GPU machine's Xeon): bench/compare.sh at 2 threads and at 8
+# threads, run at the same time on disjoint sets of PHYSICAL cores (one logical CPU per core, from
+# `lscpu -p=CPU,CORE`), so both fit one device call; each run compares mpsc and PyTorch side by side on its own
+# cores, so the ratios stay like-for-like (both share the memory bandwidth with the other run: said in the log).
+# With fewer than 10 physical cores the two runs go one after the other.
+# Usage: bench/cpu_sweep_pinned.sh OUTDIR [compare.sh args...]   (logs: OUTDIR/threads2.log, OUTDIR/threads8.log)
+set -e
+out=$1; shift
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+# one logical CPU per physical core, in core order
+cpus=$(lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -k1,1n | awk -F, '!seen[$3","$2]++ {print $1}')
+n=$(echo "$cpus" | wc -l)
+set2=$(echo "$cpus" | head -n 2 | paste -sd, -)
+set8=$(echo "$cpus" | sed -n '3,10p' | paste -sd, -)
+echo "physical cores: $n; 2-thread run on CPUs $set2, 8-thread run on CPUs $set8" | tee "$out/pinning.txt"
+if [ "$n" -ge 10 ]; then
+  taskset -c "$set2" sh "$here/compare.sh" --threads 2 "$@" > "$out/threads2.log" 2>&1 &
+  p2=$!
+  taskset -c "$set8" sh "$here/compare.sh" --threads 8 "$@" > "$out/threads8.log" 2>&1 || echo "8-thread run failed" >&2
+  wait $p2 || echo "2-thread run failed" >&2
+else
+  set8=$(echo "$cpus" | head -n 8 | paste -sd, -)
+  taskset -c "$set2" sh "$here/compare.sh" --threads 2 "$@" > "$out/threads2.log" 2>&1 || true
+  taskset -c "$set8" sh "$here/compare.sh" --threads 8 "$@" > "$out/threads8.log" 2>&1 || true
+fi
+tail -n 40 "$out/threads2.log" "$out/threads8.log"
