@@ -2,8 +2,10 @@
  * The CUDA backend's launch-count passes and reduction shapes, on the generated plans (no nvcc,
  * no GPU): reshape views of program inputs (compiler/codegen-cuda/views.ts), merged launches of
  * independent element-wise kernels (merge.ts), the row chunks of layernorm_grad and the
- * embedding_grad kernel (reduce_cuda.ts). Numerics run on the GPU machine (bench/cuda_check.sh:
- * kernel cases, parity, merged vs unmerged bitwise).
+ * embedding_grad kernel (reduce_cuda.ts). The reduction lowerings' bodies are written against the
+ * kernel language's built-ins, so they also run in the Metal emulator (MSL dialect) against the
+ * float64 reference here; on the GPU machine bench/cuda_check.sh runs them as CUDA (kernel cases,
+ * parity, merged vs unmerged bitwise).
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -13,8 +15,15 @@ import { programsOf } from '../compiler/ir/graph.js';
 import type { ProgramSet } from '../compiler/ir/graph.js';
 import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js';
 import { planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
-import { columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
-import { MAX_ARGS } from '../compiler/codegen-cuda/merge.js';
+import { columnChunks, lowerEmbeddingGradCuda, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
+import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
+import { compileEmu, opCase, reference, runCases, type OpCase } from './metal_harness.js';
+import { allOpCases } from './metal_cases.js';
+import { MAX_ARGS, mergeLaunches } from '../compiler/codegen-cuda/merge.js';
+import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
+import { MSL } from '../compiler/codegen-metal/msl_dialect.js';
+import { librarySource } from '../compiler/codegen-metal/library.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 
@@ -65,16 +74,16 @@ describe('merged launches (merge.ts) and input views (views.ts)', () => {
     for (const n of t.nodes) {
       const k = kernels.get(n.kernel)!;
       expect(k.args.length).toBeLessThanOrEqual(MAX_ARGS);
-      const segs = [...k.body.matchAll(/blockIdx\.x < (\d+)u/g)].map((m) => Number(m[1]));
+      const segs = [...k.body.matchAll(/tgid\.x < (\d+)u/g)].map((m) => Number(m[1]));
       if (!segs.length) continue;
       // segments cover the grid in order, and their kernels' byte ranges do not conflict
       expect(segs[segs.length - 1]).toBe(n.grid[0]);
       expect([...segs].sort((x, y) => x - y)).toEqual(segs);
-      const parts = [...k.body.matchAll(/const uint3 mpsc_gid/g)].length;
+      const parts = [...k.body.matchAll(/const uint mpsc_gx/g)].length;
       expect(parts).toBe(segs.length);
     }
     // every merged run replaces at least two of the unmerged kernels
-    const mergedNodes = t.nodes.filter((n) => kernels.get(n.kernel)!.body.includes('mpsc_gid'));
+    const mergedNodes = t.nodes.filter((n) => kernels.get(n.kernel)!.body.includes('mpsc_gx'));
     expect(u.kernels - t.kernels).toBeGreaterThanOrEqual(mergedNodes.length);
     for (const n of mergedNodes) {
       const writes = ranges(n).filter((r) => r.w);
@@ -125,5 +134,104 @@ describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.t
     const emb = ks.filter((k) => k.op === 'embedding_grad');
     expect(emb.map((k) => k.groups)).toEqual([[64, 4, 1], [65, 4, 1]]);
     expect(emb.every((k) => !/atomic/.test(k.body))).toBe(true);
+  });
+});
+
+describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator', () => {
+  it('column sums (one chunk and several, the last shorter), the block sum_to and embedding_grad equal the float64 reference', () => {
+    const rng = makeRng(7);
+    const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
+    const ln = (name: string, rows: number[], D: number, weight: boolean) => {
+      const x = [...rows, D];
+      return opCase(name, 'layernorm_grad', [f(x), f(x), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [x, [D], [D]]);
+    };
+    const cases: OpCase[] = [
+      ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => n.op === 'layernorm_grad' || n.op === 'embedding_grad')),
+      ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
+      opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
+      opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
+      opCase('sum_outer_3d', 'sum_to', [f([40, 30, 33])], [[30, 1]], { shape: [30, 1] }),
+      opCase('sum_inner', 'sum_to', [f([3, 7, 700])], [[7, 1]], { shape: [7, 1] }),
+    ];
+    expect(columnChunks(999, 45).S).toBeGreaterThan(1);
+    expect(columnChunks(1200, 33).S).toBeGreaterThan(1);
+    const shared = GPU_KERNELS.sum_to as GpuLowering;
+    const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda,
+      sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering };
+    const SCRATCH_FLOATS = 1 << 16;
+    const build = compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_reductions_emu', (a) => {
+      for (const p of a.programs) {
+        // CUDA binds the plan's scratch region as `mpsc_scratch`; here it is a static array, and every
+        // launch waits for the one before (CUDA's stream order; Metal's plan only orders visible buffers)
+        expect(Math.max(0, ...p.lowered.kernels.map((k) => k.scratch ?? 0))).toBeLessThanOrEqual(SCRATCH_FLOATS * 4);
+        p.library = p.library.replace(/#include <metal_stdlib>\n/, `$&static float mpsc_scratch[${SCRATCH_FLOATS}];\n`);
+        for (const s of p.plan.steps) if (s.kind === 'kernel') s.barrier = true;
+      }
+      expect(a.programs.some((p) => p.library.includes('mpsc_scratch['))).toBe(true);
+    });
+    const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
+    const got = runCases(build, cases, scalars);
+    cases.forEach((c, i) => {
+      const r = got[i];
+      if (typeof r === 'string') throw new Error(`${c.program.name}: ${r}`);
+      const ref = reference(c, scalars);
+      for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), `${c.program.name} ${c.program.graph.values[id].name}`).toBeLessThan(1e-5);
+    });
+  });
+});
+
+describe('merged launches (merge.ts), rendered in MSL, in the Metal emulator', () => {
+  it('independent optimizer updates and element-wise ops as one launch give bitwise the results of one launch each', () => {
+    // one program: AdamW on three parameters of odd sizes, SGD with momentum on a fourth, and two
+    // element-wise ops, all independent (each reads and writes its own buffers)
+    const rng = makeRng(11);
+    const b = new GraphBuilder();
+    const data = new Map<number, Float64Array>();
+    const inputs: number[] = [];
+    const check: number[] = [];
+    const val = (name: string, shape: number[], kind: 'param' | 'input', lo = -1, hi = 1) => {
+      const id = b.value(name, 'f32', shape, kind);
+      data.set(id, Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)));
+      if (kind === 'input') inputs.push(id); else check.push(id);
+      return id;
+    };
+    for (const [k, n] of [[0, 300], [1, 33], [2, 1025]]) {
+      const ids = [val(`p${k}`, [n], 'param'), val(`g${k}`, [n], 'input'), val(`m${k}`, [n], 'param', -0.1, 0.1), val(`v${k}`, [n], 'param', 0, 0.01), -1];
+      b.node('adam_update', ids, [], { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decoupled: true }, `adam${k}`);
+    }
+    b.node('sgd_update', [val('p3', [77], 'param'), val('g3', [77], 'input'), val('buf3', [77], 'param'), -1], [], { momentum: 0.9, nesterov: true, weight_decay: 0 }, 'sgd3');
+    for (const fn of ['relu', 'tanh']) {
+      const y = b.value(`${fn}.y`, 'f32', [5, 41], 'activation');
+      b.node('unary', [val(`${fn}.x`, [5, 41], 'input')], [y], { fn }, fn);
+      check.push(y);
+    }
+    const program = { name: 'merge_case', batch: 1, graph: b.graph, inputs, outputs: [] } as unknown as Program;
+    const c: OpCase = { program, data, check };
+    const scalars = { lr: 0.01, t: 4, seed: 1, counter: 0 };
+    const run = (merge: boolean) => {
+      let launches = 0;
+      const build = compileEmu([program], { noFallback: true }, undefined, `merge_emu_${merge}`, (a) => {
+        for (const p of a.programs) {
+          if (merge) {
+            const m = mergeLaunches(p.lowered, p.plan, MSL);
+            p.lowered = m.lp;
+            p.plan = m.plan;
+            p.library = librarySource(m.lp, a.model);
+          }
+          launches = p.plan.steps.length;
+        }
+      });
+      const r = runCases(build, [c], scalars)[0];
+      if (typeof r === 'string') throw new Error(r);
+      return { r, launches };
+    };
+    const one = run(false), merged = run(true);
+    expect(one.launches).toBe(6);
+    expect(merged.launches).toBe(1);
+    const ref = reference(c, scalars);
+    for (const id of check) {
+      expect(Array.from(merged.r.get(id)!), b.graph.values[id].name).toEqual(Array.from(one.r.get(id)!));
+      expect(relError(merged.r.get(id)!, ref.get(id)!), b.graph.values[id].name).toBeLessThan(1e-5);
+    }
   });
 });

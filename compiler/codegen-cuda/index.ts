@@ -89,7 +89,7 @@ export function buildCuda(unfused: Program[], model: string, opts: { gemm?: Cuda
     const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: CUDA_REGISTRY, gemm: lowerGemmCuda } : {}) }, layout, CUDA);
     const plan = buildPlan(lp, layout, table, model);
     const viewed = reshapeViews(lp, plan);
-    return opts.merge === false ? viewed : mergeLaunches(viewed.lp, viewed.plan);
+    return opts.merge === false ? viewed : mergeLaunches(viewed.lp, viewed.plan, CUDA);
   });
   const plan = planCuda(model, table, parts);
   const lowered = parts.map((x) => x.lp);

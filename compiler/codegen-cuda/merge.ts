@@ -5,18 +5,19 @@
  * run of consecutive, independent element-wise kernels of a program into ONE kernel whose blocks
  * are cut into segments, one per original kernel: block b of segment s runs the original body with
  * `gid.x = (b - first block of s) * 256 + thread`, so every element gets the same statements as
- * before (bitwise the same results; only the launch count changes).
+ * before (bitwise the same results; only the launch count changes). The merged body is kernel
+ * language (tgid, tid, the dialect's address spaces), so the Metal emulator can run it in tests.
  * Consumes a program lowered in the CUDA dialect and its dispatch plan (codegen-metal's
  * lower_program.ts / dispatch_plan.ts); produces both with the runs replaced (plain data, the
  * inputs are not modified).
  * Mergeable: a kernel launched as the shared `elementwise` launch (common.ts: 256 threads, a 1-D
  * grid, no barriers, no shared memory, no tensor-core variant, no scratch) whose body uses no
- * built-in but `gid`. Independent: no byte range one kernel of the run writes overlaps a range
+ * built-in but `gid.x`. Independent: no byte range one kernel of the run writes overlaps a range
  * another kernel of the run reads or writes (the bindings' device ranges, so memory-plan reuse of
  * arena bytes counts). A run holds at most MAX_ARGS buffers (CUDA's 4 KiB of kernel parameters).
  */
 import type { KernelArg, KernelSpec } from '../kernels/kernel_types.js';
-import { builtinsOf } from '../kernels/dialect.js';
+import { builtinsOf, type Dialect } from '../kernels/dialect.js';
 import { EW_THREADS } from '../kernels/common.js';
 import type { DispatchPlan, PlanBinding, PlanLaunch } from '../codegen-metal/dispatch_plan.js';
 import type { LoweredProgram } from '../codegen-metal/lower_program.js';
@@ -27,7 +28,8 @@ export const MAX_ARGS = 256;
 function mergeable(k: KernelSpec): boolean {
   const b = builtinsOf(k.body);
   return !k.sync && !k.mma && !k.scratch && k.tgmem === 0 && k.tgsize[0] === EW_THREADS && k.tgsize[1] === 1 && k.tgsize[2] === 1 &&
-    k.groups[1] === 1 && k.groups[2] === 1 && b.length === 1 && b[0] === 'gid';
+    k.groups[1] === 1 && k.groups[2] === 1 && b.length === 1 && b[0] === 'gid' &&
+    (k.body.match(/\bgid\b/g) ?? []).length === (k.body.match(/\bgid\.x\b/g) ?? []).length;
 }
 
 type Range = { key: string; lo: number; hi: number; writes: boolean };
@@ -38,7 +40,7 @@ const clash = (a: Range[], b: Range[]) =>
   a.some((x) => b.some((y) => (x.writes || y.writes) && x.key === y.key && x.lo < y.hi && y.lo < x.hi));
 
 /** one kernel for a run of mergeable, independent kernels (in launch order) */
-function mergedKernel(name: string, run: KernelSpec[]): KernelSpec {
+function mergedKernel(d: Dialect, name: string, run: KernelSpec[]): KernelSpec {
   const args: KernelArg[] = [];
   let first = 0;
   const segments = run.map((k, s) => {
@@ -46,13 +48,13 @@ function mergedKernel(name: string, run: KernelSpec[]): KernelSpec {
     const alias = k.args.map((a) => {
       const p = `mpsc_a${args.length}`;
       args.push({ ...a, name: p });
-      return new RegExp(`(?<![.\\w])${a.name}\\b`).test(k.body) ? `    ${a.access === 'r' ? 'const ' : ''}${a.type}* const ${a.name} = ${p};\n` : '';
+      return new RegExp(`(?<![.\\w])${a.name}\\b`).test(k.body) ? `    ${d.space.global}${a.access === 'r' ? 'const ' : ''}${a.type}* const ${a.name} = ${p};\n` : '';
     });
     const b0 = first;
     first += k.groups[0];
-    const body = k.body.replace(/\bgid\b/g, 'mpsc_gid').replace(/\n+$/, '').replace(/^(?=.)/gm, '  ');
-    return `  ${s === 0 ? '' : 'else '}if (blockIdx.x < ${first}u) {\n    // ${k.label.replace(/\*\//g, '* /')}\n` +
-      alias.join('') + `    const uint3 mpsc_gid = make_uint3((blockIdx.x - ${b0}u) * ${EW_THREADS}u + threadIdx.x, 0u, 0u);\n${body}\n  }\n`;
+    const body = k.body.replace(/\bgid\.x\b/g, 'mpsc_gx').replace(/\n+$/, '').replace(/^(?=.)/gm, '  ');
+    return `  ${s === 0 ? '' : 'else '}if (tgid.x < ${first}u) {\n    // ${k.label.replace(/\*\//g, '* /')}\n` +
+      alias.join('') + `    const uint mpsc_gx = (tgid.x - ${b0}u) * ${EW_THREADS}u + tid.x;\n${body}\n  }\n`;
   });
   const nodes = run.map((k) => k.node);
   const ops = [...new Set(run.map((k) => k.op))];
@@ -65,7 +67,7 @@ function mergedKernel(name: string, run: KernelSpec[]): KernelSpec {
 }
 
 /** The program with each run of at least two consecutive independent element-wise kernels launched as one kernel. */
-export function mergeLaunches(lp: LoweredProgram, plan: DispatchPlan): { lp: LoweredProgram; plan: DispatchPlan } {
+export function mergeLaunches(lp: LoweredProgram, plan: DispatchPlan, d: Dialect): { lp: LoweredProgram; plan: DispatchPlan } {
   const byName = new Map(lp.kernels.map((k) => [k.name, k]));
   const launches = new Map<string, number>();
   for (const s of plan.steps) if (s.kind === 'kernel') launches.set(s.kernel, (launches.get(s.kernel) ?? 0) + 1);
@@ -78,11 +80,11 @@ export function mergeLaunches(lp: LoweredProgram, plan: DispatchPlan): { lp: Low
   const flush = () => {
     if (run.length === 1) steps.push(run[0].step);
     else if (run.length > 1) {
-      const k = mergedKernel(`${run[0].k.name}_m`, run.map((r) => r.k));
+      const k = mergedKernel(d, `${run[0].k.name}_m`, run.map((r) => r.k));
       replace.set(run[0].k.name, k);
       for (const r of run.slice(1)) dropped.add(r.k.name);
       const bindings = run.flatMap((r) => r.step.bindings).map((b, index) => ({ ...b, index }));
-      steps.push({ ...run[0].step, kernel: k.name, op: k.op, groups: k.groups, barrier: run.some((r) => r.step.barrier), bindings });
+      steps.push({ ...run[0].step, kernel: k.name, op: k.op, groups: k.groups, barrier: run.some((r) => r.step.barrier), paramsIndex: bindings.length, bindings });
     }
     run = [];
     nargs = 0;
