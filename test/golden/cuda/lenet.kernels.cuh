@@ -1302,13 +1302,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
     float* mpsc_a4,
     const StepParams* __restrict__ spp)
 {
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (blockIdx.x < 1u) {
+  if (tgid.x < 1u) {
     // node 15: sum_to (linear1) -> linear1.bias.grad
     const float* const x = mpsc_a0;
     float* const y = mpsc_a1;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 0u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 10u) return;
     // y[i] = sum of x over the reduced dims (64 terms per output)
     uint rem = i, base = 0u;
@@ -1321,13 +1323,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
     }
     y[i] = acc;
   }
-  else if (blockIdx.x < 33u) {
+  else if (tgid.x < 33u) {
     // node 16: unary_grad (relu2) -> d_linear0.out
     const float* const dy = mpsc_a2;
     const float* const x = mpsc_a3;
     float* const dx = mpsc_a4;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 1u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 8192u) return;
     const float v = x[i], d = dy[i];
     dx[i] = v > 0.0f ? d : 0.0f;
@@ -2451,14 +2453,16 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31_m(
     const StepParams* __restrict__ spp)
 {
   const StepParams sp = *spp;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (blockIdx.x < 2u) {
+  if (tgid.x < 2u) {
     // node 30: sgd_update (conv2d0.weight)
     float* const param = mpsc_a0;
     const float* const grad = mpsc_a1;
     float* const buf = mpsc_a2;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 0u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 288u) return;
     float gr = grad[i];
     const float bv = 0.899999976f * buf[i] + gr;
@@ -2466,13 +2470,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (blockIdx.x < 3u) {
+  else if (tgid.x < 3u) {
     // node 31: sgd_update (conv2d0.bias)
     float* const param = mpsc_a3;
     const float* const grad = mpsc_a4;
     float* const buf = mpsc_a5;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 2u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 2u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 32u) return;
     float gr = grad[i];
     const float bv = 0.899999976f * buf[i] + gr;
@@ -2480,13 +2484,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (blockIdx.x < 75u) {
+  else if (tgid.x < 75u) {
     // node 32: sgd_update (conv2d1.weight)
     float* const param = mpsc_a6;
     const float* const grad = mpsc_a7;
     float* const buf = mpsc_a8;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 3u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 3u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 18432u) return;
     float gr = grad[i];
     const float bv = 0.899999976f * buf[i] + gr;
@@ -2494,13 +2498,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (blockIdx.x < 76u) {
+  else if (tgid.x < 76u) {
     // node 33: sgd_update (conv2d1.bias)
     float* const param = mpsc_a9;
     const float* const grad = mpsc_a10;
     float* const buf = mpsc_a11;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 75u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 75u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 64u) return;
     float gr = grad[i];
     const float bv = 0.899999976f * buf[i] + gr;
@@ -2508,13 +2512,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (blockIdx.x < 1644u) {
+  else if (tgid.x < 1644u) {
     // node 34: sgd_update (linear0.weight)
     float* const param = mpsc_a12;
     const float* const grad = mpsc_a13;
     float* const buf = mpsc_a14;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 76u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 76u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 401408u) return;
     float gr = grad[i];
     const float bv = 0.899999976f * buf[i] + gr;
@@ -2522,13 +2526,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (blockIdx.x < 1645u) {
+  else if (tgid.x < 1645u) {
     // node 35: sgd_update (linear0.bias)
     float* const param = mpsc_a15;
     const float* const grad = mpsc_a16;
     float* const buf = mpsc_a17;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 1644u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 1644u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 128u) return;
     float gr = grad[i];
     const float bv = 0.899999976f * buf[i] + gr;
@@ -2536,13 +2540,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (blockIdx.x < 1650u) {
+  else if (tgid.x < 1650u) {
     // node 36: sgd_update (linear1.weight)
     float* const param = mpsc_a18;
     const float* const grad = mpsc_a19;
     float* const buf = mpsc_a20;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 1645u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 1645u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 1280u) return;
     float gr = grad[i];
     const float bv = 0.899999976f * buf[i] + gr;
@@ -2550,13 +2554,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (blockIdx.x < 1651u) {
+  else if (tgid.x < 1651u) {
     // node 37: sgd_update (linear1.bias)
     float* const param = mpsc_a21;
     const float* const grad = mpsc_a22;
     float* const buf = mpsc_a23;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 1650u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 1650u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 10u) return;
     float gr = grad[i];
     const float bv = 0.899999976f * buf[i] + gr;

@@ -853,13 +853,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
     float* mpsc_a4,
     const StepParams* __restrict__ spp)
 {
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (blockIdx.x < 1u) {
+  if (tgid.x < 1u) {
     // node 9: sum_to (fc2) -> fc2.bias.grad
     const float* const x = mpsc_a0;
     float* const y = mpsc_a1;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 0u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 10u) return;
     // y[i] = sum of x over the reduced dims (64 terms per output)
     uint rem = i, base = 0u;
@@ -872,13 +874,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
     }
     y[i] = acc;
   }
-  else if (blockIdx.x < 65u) {
+  else if (tgid.x < 65u) {
     // node 10: unary_grad (relu0) -> d_fc1.out
     const float* const dy = mpsc_a2;
     const float* const x = mpsc_a3;
     float* const dx = mpsc_a4;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 1u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 16384u) return;
     const float v = x[i], d = dy[i];
     dx[i] = v > 0.0f ? d : 0.0f;
@@ -1057,13 +1059,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
     const StepParams* __restrict__ spp)
 {
   const StepParams sp = *spp;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (blockIdx.x < 1u) {
+  if (tgid.x < 1u) {
     // node 12: sum_to (fc1) -> fc1.bias.grad
     const float* const x = mpsc_a0;
     float* const y = mpsc_a1;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 0u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 256u) return;
     // y[i] = sum of x over the reduced dims (64 terms per output)
     uint rem = i, base = 0u;
@@ -1076,14 +1080,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
     }
     y[i] = acc;
   }
-  else if (blockIdx.x < 785u) {
+  else if (tgid.x < 785u) {
     // node 13: adam_update (fc1.weight)
     float* const param = mpsc_a2;
     const float* const grad = mpsc_a3;
     float* const ea = mpsc_a4;
     float* const eas = mpsc_a5;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 1u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 200704u) return;
     float gr = grad[i];
     float p = param[i];
@@ -1115,15 +1119,17 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
     const StepParams* __restrict__ spp)
 {
   const StepParams sp = *spp;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (blockIdx.x < 1u) {
+  if (tgid.x < 1u) {
     // node 14: adam_update (fc1.bias)
     float* const param = mpsc_a0;
     const float* const grad = mpsc_a1;
     float* const ea = mpsc_a2;
     float* const eas = mpsc_a3;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 0u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 256u) return;
     float gr = grad[i];
     float p = param[i];
@@ -1136,14 +1142,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
     p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
     param[i] = p;
   }
-  else if (blockIdx.x < 11u) {
+  else if (tgid.x < 11u) {
     // node 15: adam_update (fc2.weight)
     float* const param = mpsc_a4;
     const float* const grad = mpsc_a5;
     float* const ea = mpsc_a6;
     float* const eas = mpsc_a7;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 1u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 2560u) return;
     float gr = grad[i];
     float p = param[i];
@@ -1156,14 +1162,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
     p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
     param[i] = p;
   }
-  else if (blockIdx.x < 12u) {
+  else if (tgid.x < 12u) {
     // node 16: adam_update (fc2.bias)
     float* const param = mpsc_a8;
     const float* const grad = mpsc_a9;
     float* const ea = mpsc_a10;
     float* const eas = mpsc_a11;
-    const uint3 mpsc_gid = make_uint3((blockIdx.x - 11u) * 256u + threadIdx.x, 0u, 0u);
-    const uint i = mpsc_gid.x;
+    const uint mpsc_gx = (tgid.x - 11u) * 256u + tid.x;
+    const uint i = mpsc_gx;
     if (i >= 10u) return;
     float gr = grad[i];
     float p = param[i];
