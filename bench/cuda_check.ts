@@ -131,6 +131,8 @@ function cudaLongCases(): OpCase[] {
   cases.push(opCase('long_k_linear_bias', 'linear', [f([6, 2000]), f([10, 2000]), f([10])], [[6, 10]]));
   if (3 * 700 < LONG || 1200 < LONG) throw new Error('internal: the long sum_to cases are shorter than LONG');
   cases.push(opCase('long_sum_to_inner', 'sum_to', [f([3, 7, 700])], [[7, 1]], { shape: [7, 1] }));
+  // 5005 terms for each of 3 outputs: a block per output and chunk (2503 and 2502 terms), then their sum
+  cases.push(opCase('long_sum_to_inner_chunked', 'sum_to', [f([5, 3, 1001])], [[3, 1]], { shape: [3, 1] }));
   if (columnChunks(1200, 33).S < 2 || 1200 % columnChunks(1200, 33).chunk === 0) throw new Error('internal: long_sum_to_outer is not chunked unevenly');
   cases.push(opCase('long_sum_to_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }));
   // layernorm_grad's weight / bias gradients in row chunks (reduce_cuda.ts: partial sums in scratch, then a

@@ -138,7 +138,7 @@ describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.t
 });
 
 describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator', () => {
-  it('column sums (one chunk and several, the last shorter), the block sum_to and embedding_grad equal the float64 reference', () => {
+  it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two) and embedding_grad equal the float64 reference', () => {
     const rng = makeRng(7);
     const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
     const ln = (name: string, rows: number[], D: number, weight: boolean) => {
@@ -152,6 +152,8 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
       opCase('sum_outer_3d', 'sum_to', [f([40, 30, 33])], [[30, 1]], { shape: [30, 1] }),
       opCase('sum_inner', 'sum_to', [f([3, 7, 700])], [[7, 1]], { shape: [7, 1] }),
+      // 5005 terms for each of 3 outputs: two chunks (2503 and 2502 terms) and their sum
+      opCase('sum_inner_chunked', 'sum_to', [f([5, 3, 1001])], [[3, 1]], { shape: [3, 1] }),
     ];
     expect(columnChunks(999, 45).S).toBeGreaterThan(1);
     expect(columnChunks(1200, 33).S).toBeGreaterThan(1);
@@ -168,6 +170,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
         for (const s of p.plan.steps) if (s.kind === 'kernel') s.barrier = true;
       }
       expect(a.programs.some((p) => p.library.includes('mpsc_scratch['))).toBe(true);
+      expect(a.programs.some((p) => p.lowered.kernels.some((k) => /one block per output and chunk \(2 chunks/.test(k.label)))).toBe(true);
     });
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const got = runCases(build, cases, scalars);

@@ -7,7 +7,9 @@
  * least LONG terms, the terms are spread over a block:
  *  - innermost dim summed (conv bias: terms adjacent in memory): one block of 256 threads per
  *    output, thread j takes terms j, j + 256, ...; then the warps' butterfly sums and a sum of
- *    the 8 warp totals in warp order;
+ *    the 8 warp totals in warp order; when the outputs leave SMs idle, a block per output and
+ *    chunk of the terms, the chunk sums into the scratch region and a second kernel adding them
+ *    in chunk order;
  *  - innermost dim kept (linear bias: [batch, N] -> [N]): a column sum (columnSums, below).
  * Column sums (32 adjacent columns x 8 interleaved row slices per block, the slice sums added in
  * slice order): the rows are cut into S chunks so that the grid fills the GPU; block (column
@@ -33,6 +35,15 @@ import { layernormGradDx, layernormRows } from '../kernels/reduce.js';
 /** terms per output from which a block shares one output's sum */
 export const LONG = 512;
 
+/** the H200's SMs */
+const SMS = 132;
+/** four blocks of 256 threads per SM: chunked sums aim at this many blocks */
+const FILL_BLOCKS = 4 * SMS;
+/** terms per chunk at least of a block-per-output sum (8 per thread of 256) */
+const MIN_CHUNK_TERMS = 2048;
+/** rows per chunk at least (8 per row slice) */
+const MIN_CHUNK_ROWS = 64;
+
 export function lowerSumToCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const d = ctx.d;
   const { kept, red, RN, count, innerReduced } = sumToDims(d, g, n);
@@ -45,30 +56,34 @@ export function lowerSumToCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] |
   const args = [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')];
   const common = { node: n.id, op: n.op, args, sync: true };
   if (innerReduced) {
-    return [{
-      ...common, name: ctx.next(), label: `${label(g, n)} [one block per output, ${RN} terms]`,
-      groups: [count, 1, 1], tgsize: [256, 1, 1], tgmem: 8 * 4,
+    // S chunks of the terms per output when the outputs alone leave SMs idle (conv bias gradients)
+    const S = count >= SMS ? 1 : Math.max(1, Math.min(ceilDiv(FILL_BLOCKS, count), Math.floor(RN / MIN_CHUNK_TERMS)));
+    const chunk = ceilDiv(RN, S);
+    const bytes = S * count * 4;
+    const first: KernelSpec = {
+      ...common, args: S === 1 ? args : [args[0]], name: ctx.next(),
+      label: `${label(g, n)} [one block per output${S === 1 ? '' : ` and chunk (${S} chunks of ${chunk})`}, ${RN} terms]`,
+      groups: [count, S, 1], tgsize: [256, 1, 1], tgmem: 8 * 4, ...(S === 1 ? {} : { scratch: bytes }),
       body:
-        `  // y[i] = sum of x over the reduced dims (${RN} terms): block i, thread j sums terms j, j + 256, ...\n` +
-        `  const uint i = tgid.x;\n  float acc = 0.0f;\n  {\n${base('i')}` +
-        `    for (uint t = tidx; t < ${d.u(RN)}; t += 256u) {\n${term('t')}    }\n  }\n` +
+        `  // y[i] = sum of x over the reduced dims (${RN} terms): block (i, chunk), thread j sums terms j, j + 256, ... of the chunk\n` +
+        `  const uint i = tgid.x;\n  const uint t1 = min((tgid.y + 1u) * ${d.u(chunk)}, ${d.u(RN)});\n  float acc = 0.0f;\n  {\n${base('i')}` +
+        `    for (uint t = tgid.y * ${d.u(chunk)} + tidx; t < t1; t += 256u) {\n${term('t')}    }\n  }\n` +
         `  acc = ${d.simdSum('acc')};\n` +
         `  if (lane == 0u) tg[sg] = acc;\n  ${d.barrier()}\n` +
-        `  if (tidx == 0u) {\n    float s = 0.0f;\n    for (uint w = 0u; w < 8u; ++w) s += tg[w];\n    y[i] = s;\n  }\n`,
-    }];
+        `  if (tidx == 0u) {\n    float s = 0.0f;\n    for (uint w = 0u; w < 8u; ++w) s += tg[w];\n` +
+        (S === 1 ? `    y[i] = s;\n` : `    mpsc_scratch[tgid.y * ${d.u(count)} + i] = s;\n`) + `  }\n`,
+    };
+    if (S === 1) return [first];
+    const finish = elementwise(ctx, g, n, [args[1]], count,
+      `  // the ${S} chunks' sums of output i, in chunk order\n  float s = 0.0f;\n` +
+      `  for (uint c = 0u; c < ${d.u(S)}; ++c) s += mpsc_scratch[c * ${d.u(count)} + i];\n  y[i] = s;\n`, ` [sum of ${S} chunks]`);
+    return [first, { ...finish, scratch: bytes }];
   }
   return columnSums(ctx, g, n, {
     C: count, R: RN, sums: 1, reads: [args[0]], writes: [args[1]], what: 'y',
     col: base('c'), row: term('r').replace('acc += ', 's0 += '), store: (c) => `y[${c}] = s0;`,
   });
 }
-
-/** the H200's SMs */
-const SMS = 132;
-/** four blocks of 256 threads per SM: the row chunks of a column sum aim at this many blocks */
-const FILL_BLOCKS = 4 * SMS;
-/** rows per chunk at least (8 per row slice) */
-const MIN_CHUNK_ROWS = 64;
 
 /**
  * the row chunks of a column sum of C columns: S chunks of `chunk` rows (the last one may be

@@ -2104,10 +2104,10 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
   }
 }
 
-// node 25: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output, 12544 terms]
+// node 25: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output and chunk (6 chunks of 2091), 12544 terms]
 extern "C" __global__ void __launch_bounds__(256) p0_k25(
     const float* x,
-    float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[8];
@@ -2115,13 +2115,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // y[i] = sum of x over the reduced dims (12544 terms): block i, thread j sums terms j, j + 256, ...
+  // y[i] = sum of x over the reduced dims (12544 terms): block (i, chunk), thread j sums terms j, j + 256, ... of the chunk
   const uint i = tgid.x;
+  const uint t1 = min((tgid.y + 1u) * 2091u, 12544u);
   float acc = 0.0f;
   {
     uint rem = i, base = 0u;
     { const uint c = rem % 64u; rem /= 64u; base += c * 196u; }
-    for (uint t = tidx; t < 12544u; t += 256u) {
+    for (uint t = tgid.y * 2091u + tidx; t < t1; t += 256u) {
       uint q = t, off = base;
       { const uint c = q % 14u; q /= 14u; off += c * 1u; }
       { const uint c = q % 14u; q /= 14u; off += c * 14u; }
@@ -2135,12 +2136,27 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   if (tidx == 0u) {
     float s = 0.0f;
     for (uint w = 0u; w < 8u; ++w) s += tg[w];
-    y[i] = s;
+    mpsc_scratch[tgid.y * 64u + i] = s;
   }
 }
 
-// node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
+// node 25: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
 extern "C" __global__ void __launch_bounds__(256) p0_k26(
+    float* y,
+    float* __restrict__ mpsc_scratch,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 64u) return;
+  // the 6 chunks' sums of output i, in chunk order
+  float s = 0.0f;
+  for (uint c = 0u; c < 6u; ++c) s += mpsc_scratch[c * 64u + i];
+  y[i] = s;
+}
+
+// node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
+extern "C" __global__ void __launch_bounds__(256) p0_k27(
     const float* dy,
     const float* x,
     float* dx,
@@ -2176,7 +2192,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26(
 }
 
 // node 27: unary_grad (relu0) -> d_conv2d0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k27(
+extern "C" __global__ void __launch_bounds__(256) p0_k28(
     const float* dy,
     const float* x,
     float* dx,
@@ -2190,7 +2206,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k27(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k28(
+extern "C" __global__ void __launch_bounds__(256) p0_k29(
     const float* dy,
     const float* x,
     float* dw,
@@ -2268,7 +2284,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k28_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k29_mma(
     const float* dy,
     const float* x,
     float* dw,
@@ -2365,7 +2381,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k28_mma(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
-extern "C" __global__ void __launch_bounds__(256) p0_k29(
+extern "C" __global__ void __launch_bounds__(256) p0_k30(
     const float* dy,
     const float* x,
     float* dw,
@@ -2389,10 +2405,10 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
   }
 }
 
-// node 29: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output, 50176 terms]
-extern "C" __global__ void __launch_bounds__(256) p0_k30(
+// node 29: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output and chunk (17 chunks of 2952), 50176 terms]
+extern "C" __global__ void __launch_bounds__(256) p0_k31(
     const float* x,
-    float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[8];
@@ -2400,13 +2416,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // y[i] = sum of x over the reduced dims (50176 terms): block i, thread j sums terms j, j + 256, ...
+  // y[i] = sum of x over the reduced dims (50176 terms): block (i, chunk), thread j sums terms j, j + 256, ... of the chunk
   const uint i = tgid.x;
+  const uint t1 = min((tgid.y + 1u) * 2952u, 50176u);
   float acc = 0.0f;
   {
     uint rem = i, base = 0u;
     { const uint c = rem % 32u; rem /= 32u; base += c * 784u; }
-    for (uint t = tidx; t < 50176u; t += 256u) {
+    for (uint t = tgid.y * 2952u + tidx; t < t1; t += 256u) {
       uint q = t, off = base;
       { const uint c = q % 28u; q /= 28u; off += c * 1u; }
       { const uint c = q % 28u; q /= 28u; off += c * 28u; }
@@ -2420,12 +2437,27 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30(
   if (tidx == 0u) {
     float s = 0.0f;
     for (uint w = 0u; w < 8u; ++w) s += tg[w];
-    y[i] = s;
+    mpsc_scratch[tgid.y * 32u + i] = s;
   }
 }
 
+// node 29: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
+extern "C" __global__ void __launch_bounds__(256) p0_k32(
+    float* y,
+    float* __restrict__ mpsc_scratch,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 32u) return;
+  // the 17 chunks' sums of output i, in chunk order
+  float s = 0.0f;
+  for (uint c = 0u; c < 17u; ++c) s += mpsc_scratch[c * 32u + i];
+  y[i] = s;
+}
+
 // 8 element-wise kernels in one launch (sgd_update; nodes 30..37), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k31_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k33_m(
     float* mpsc_a0,
     const float* mpsc_a1,
     float* mpsc_a2,
