@@ -81,9 +81,14 @@ describe('merged launches (merge.ts) and input views (views.ts)', () => {
       expect([...segs].sort((x, y) => x - y)).toEqual(segs);
       const parts = [...k.body.matchAll(/const uint mpsc_gx/g)].length;
       expect(parts).toBe(segs.length);
+      // at most one segment reads the scratch region (a chunked sum's second kernel), and then the launch binds it
+      const scratchSegments = k.body.split(/else if \(tgid\.x </).filter((seg) => seg.includes('mpsc_scratch')).length;
+      expect(scratchSegments).toBeLessThanOrEqual(1);
+      expect(Boolean(n.scratch)).toBe(scratchSegments === 1);
     }
-    // every merged run replaces at least two of the unmerged kernels
+    // every merged run replaces at least two of the unmerged kernels; some take a chunked sum's second kernel
     const mergedNodes = t.nodes.filter((n) => kernels.get(n.kernel)!.body.includes('mpsc_gx'));
+    expect(mergedNodes.filter((n) => n.scratch).length).toBeGreaterThan(0);
     expect(u.kernels - t.kernels).toBeGreaterThanOrEqual(mergedNodes.length);
     for (const n of mergedNodes) {
       const writes = ranges(n).filter((r) => r.w);
@@ -124,7 +129,8 @@ describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.t
 
   it("a GPT's layernorm gradients take the scratch region; its embedding gradients are a block per vocabulary row", () => {
     const gpt = programs('bench/gpt_tiny_b32_t64.model');
-    const a = generateCudaModel(gpt);
+    // (one launch per kernel: merge.ts puts the chunk-sum kernels into the element-wise launch after them)
+    const a = buildCuda(programsOf(gpt), gpt.model, { merge: false });
     const ks = a.lowered.flatMap((l) => l.kernels);
     const ln = ks.filter((k) => k.op === 'layernorm_grad');
     // 9 layernorms: dx, the chunk partial sums, their sum

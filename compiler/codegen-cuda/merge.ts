@@ -11,8 +11,9 @@
  * lower_program.ts / dispatch_plan.ts); produces both with the runs replaced (plain data, the
  * inputs are not modified).
  * Mergeable: a kernel launched as the shared `elementwise` launch (common.ts: 256 threads, a 1-D
- * grid, no barriers, no shared memory, no tensor-core variant, no scratch) whose body uses no
- * built-in but `gid.x`. Independent: no byte range one kernel of the run writes overlaps a range
+ * grid, no barriers, no shared memory, no tensor-core variant) whose body uses no built-in but
+ * `gid.x`; at most one kernel of a run uses the scratch region (the second kernel of a chunked sum,
+ * reduce_cuda.ts, reading what the kernel before the run wrote), and the merged kernel then takes it. Independent: no byte range one kernel of the run writes overlaps a range
  * another kernel of the run reads or writes (the bindings' device ranges, so memory-plan reuse of
  * arena bytes counts). A run holds at most MAX_ARGS buffers (CUDA's 4 KiB of kernel parameters).
  */
@@ -27,7 +28,7 @@ export const MAX_ARGS = 256;
 
 function mergeable(k: KernelSpec): boolean {
   const b = builtinsOf(k.body);
-  return !k.sync && !k.mma && !k.scratch && k.tgmem === 0 && k.tgsize[0] === EW_THREADS && k.tgsize[1] === 1 && k.tgsize[2] === 1 &&
+  return !k.sync && !k.mma && k.tgmem === 0 && k.tgsize[0] === EW_THREADS && k.tgsize[1] === 1 && k.tgsize[2] === 1 &&
     k.groups[1] === 1 && k.groups[2] === 1 && b.length === 1 && b[0] === 'gid' &&
     (k.body.match(/\bgid\b/g) ?? []).length === (k.body.match(/\bgid\.x\b/g) ?? []).length;
 }
@@ -63,6 +64,7 @@ function mergedKernel(d: Dialect, name: string, run: KernelSpec[]): KernelSpec {
     label: `${run.length} element-wise kernels in one launch (${ops.join(', ')}; nodes ${nodes[0]}..${nodes[nodes.length - 1]}), a block segment each`,
     groups: [first, 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
     body: `  // segment s: the blocks of the s-th kernel of the run, its body unchanged\n${segments.join('')}`,
+    ...(run.some((k) => k.scratch) ? { scratch: Math.max(...run.map((k) => k.scratch ?? 0)) } : {}),
   };
 }
 
@@ -97,7 +99,7 @@ export function mergeLaunches(lp: LoweredProgram, plan: DispatchPlan, d: Dialect
       continue;
     }
     const r = rangesOf(s.bindings);
-    if (run.length && (nargs + k.args.length > MAX_ARGS || run.some((x) => clash(rangesOf(x.step.bindings), r)))) flush();
+    if (run.length && (nargs + k.args.length > MAX_ARGS || run.some((x) => clash(rangesOf(x.step.bindings), r)) || (k.scratch && run.some((x) => x.k.scratch)))) flush();
     run.push({ k, step: s });
     nargs += k.args.length;
   }

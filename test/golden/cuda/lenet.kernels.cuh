@@ -2140,55 +2140,62 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   }
 }
 
-// node 25: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
-extern "C" __global__ void __launch_bounds__(256) p0_k26(
-    float* y,
+// 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 25..26), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k26_m(
+    float* mpsc_a0,
+    const float* mpsc_a1,
+    const float* mpsc_a2,
+    float* mpsc_a3,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 64u) return;
-  // the 6 chunks' sums of output i, in chunk order
-  float s = 0.0f;
-  for (uint c = 0u; c < 6u; ++c) s += mpsc_scratch[c * 64u + i];
-  y[i] = s;
-}
-
-// node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k27(
-    const float* dy,
-    const float* x,
-    float* dx,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 1605632u) return;
-  const uint w = i % 28u, h = (i / 28u) % 28u, p = i / 784u;
-  const int hp = int(h) + 0, wp = int(w) + 0;
-  const int ohLo = hp >= 2 ? (hp - 2 + 2) / 2 : 0, ohHi = min(hp / 2, 13);
-  const int owLo = wp >= 2 ? (wp - 2 + 2) / 2 : 0, owHi = min(wp / 2, 13);
-  float acc = 0.0f;
-  for (int ohi = ohLo; ohi <= ohHi; ++ohi) {
-    for (int owi = owLo; owi <= owHi; ++owi) {
-      const uint oh = uint(ohi), ow = uint(owi);
-      int bestAt = -1;
-      float best = 0.0f;
-      for (uint kh = 0u; kh < 2u; ++kh) {
-        const int ih = int(oh * 2u + kh) - 0;
-        if (ih < 0 || ih >= 28) continue;
-        for (uint kw = 0u; kw < 2u; ++kw) {
-          const int iw = int(ow * 2u + kw) - 0;
-          if (iw < 0 || iw >= 28) continue;
-          const float v = x[(p * 28u + uint(ih)) * 28u + uint(iw)];
-          if (bestAt < 0 || v > best) { best = v; bestAt = ih * 28 + iw; }
-        }
-      }
-      if (bestAt == int(h * 28u + w)) acc += dy[(p * 14u + oh) * 14u + ow];
-    }
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 25: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
+    float* const y = mpsc_a0;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 64u) return;
+    // the 6 chunks' sums of output i, in chunk order
+    float s = 0.0f;
+    for (uint c = 0u; c < 6u; ++c) s += mpsc_scratch[c * 64u + i];
+    y[i] = s;
   }
-  dx[i] = acc;
+  else if (tgid.x < 6273u) {
+    // node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
+    const float* const dy = mpsc_a1;
+    const float* const x = mpsc_a2;
+    float* const dx = mpsc_a3;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 1605632u) return;
+    const uint w = i % 28u, h = (i / 28u) % 28u, p = i / 784u;
+    const int hp = int(h) + 0, wp = int(w) + 0;
+    const int ohLo = hp >= 2 ? (hp - 2 + 2) / 2 : 0, ohHi = min(hp / 2, 13);
+    const int owLo = wp >= 2 ? (wp - 2 + 2) / 2 : 0, owHi = min(wp / 2, 13);
+    float acc = 0.0f;
+    for (int ohi = ohLo; ohi <= ohHi; ++ohi) {
+      for (int owi = owLo; owi <= owHi; ++owi) {
+        const uint oh = uint(ohi), ow = uint(owi);
+        int bestAt = -1;
+        float best = 0.0f;
+        for (uint kh = 0u; kh < 2u; ++kh) {
+          const int ih = int(oh * 2u + kh) - 0;
+          if (ih < 0 || ih >= 28) continue;
+          for (uint kw = 0u; kw < 2u; ++kw) {
+            const int iw = int(ow * 2u + kw) - 0;
+            if (iw < 0 || iw >= 28) continue;
+            const float v = x[(p * 28u + uint(ih)) * 28u + uint(iw)];
+            if (bestAt < 0 || v > best) { best = v; bestAt = ih * 28 + iw; }
+          }
+        }
+        if (bestAt == int(h * 28u + w)) acc += dy[(p * 14u + oh) * 14u + ow];
+      }
+    }
+    dx[i] = acc;
+  }
 }
 
 // node 27: unary_grad (relu0) -> d_conv2d0.out
@@ -2441,23 +2448,48 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31(
   }
 }
 
-// node 29: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
-extern "C" __global__ void __launch_bounds__(256) p0_k32(
-    float* y,
+// 2 element-wise kernels in one launch (sum_to, sgd_update; nodes 29..30), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k32_m(
+    float* mpsc_a0,
+    float* mpsc_a1,
+    const float* mpsc_a2,
+    float* mpsc_a3,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 32u) return;
-  // the 17 chunks' sums of output i, in chunk order
-  float s = 0.0f;
-  for (uint c = 0u; c < 17u; ++c) s += mpsc_scratch[c * 32u + i];
-  y[i] = s;
+  const StepParams sp = *spp;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 29: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
+    float* const y = mpsc_a0;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 32u) return;
+    // the 17 chunks' sums of output i, in chunk order
+    float s = 0.0f;
+    for (uint c = 0u; c < 17u; ++c) s += mpsc_scratch[c * 32u + i];
+    y[i] = s;
+  }
+  else if (tgid.x < 3u) {
+    // node 30: sgd_update (conv2d0.weight)
+    float* const param = mpsc_a1;
+    const float* const grad = mpsc_a2;
+    float* const buf = mpsc_a3;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 288u) return;
+    float gr = grad[i];
+    const float bv = 0.899999976f * buf[i] + gr;
+    buf[i] = bv;
+    gr = bv;
+    param[i] -= sp.lr * gr;
+  }
 }
 
-// 8 element-wise kernels in one launch (sgd_update; nodes 30..37), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k33_m(
+// 7 element-wise kernels in one launch (sgd_update; nodes 31..37), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
     float* mpsc_a0,
     const float* mpsc_a1,
     float* mpsc_a2,
@@ -2479,35 +2511,18 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33_m(
     float* mpsc_a18,
     const float* mpsc_a19,
     float* mpsc_a20,
-    float* mpsc_a21,
-    const float* mpsc_a22,
-    float* mpsc_a23,
     const StepParams* __restrict__ spp)
 {
   const StepParams sp = *spp;
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 2u) {
-    // node 30: sgd_update (conv2d0.weight)
+  if (tgid.x < 1u) {
+    // node 31: sgd_update (conv2d0.bias)
     float* const param = mpsc_a0;
     const float* const grad = mpsc_a1;
     float* const buf = mpsc_a2;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 288u) return;
-    float gr = grad[i];
-    const float bv = 0.899999976f * buf[i] + gr;
-    buf[i] = bv;
-    gr = bv;
-    param[i] -= sp.lr * gr;
-  }
-  else if (tgid.x < 3u) {
-    // node 31: sgd_update (conv2d0.bias)
-    float* const param = mpsc_a3;
-    const float* const grad = mpsc_a4;
-    float* const buf = mpsc_a5;
-    const uint mpsc_gx = (tgid.x - 2u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 32u) return;
     float gr = grad[i];
@@ -2516,12 +2531,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (tgid.x < 75u) {
+  else if (tgid.x < 73u) {
     // node 32: sgd_update (conv2d1.weight)
-    float* const param = mpsc_a6;
-    const float* const grad = mpsc_a7;
-    float* const buf = mpsc_a8;
-    const uint mpsc_gx = (tgid.x - 3u) * 256u + tid.x;
+    float* const param = mpsc_a3;
+    const float* const grad = mpsc_a4;
+    float* const buf = mpsc_a5;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 18432u) return;
     float gr = grad[i];
@@ -2530,12 +2545,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (tgid.x < 76u) {
+  else if (tgid.x < 74u) {
     // node 33: sgd_update (conv2d1.bias)
-    float* const param = mpsc_a9;
-    const float* const grad = mpsc_a10;
-    float* const buf = mpsc_a11;
-    const uint mpsc_gx = (tgid.x - 75u) * 256u + tid.x;
+    float* const param = mpsc_a6;
+    const float* const grad = mpsc_a7;
+    float* const buf = mpsc_a8;
+    const uint mpsc_gx = (tgid.x - 73u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 64u) return;
     float gr = grad[i];
@@ -2544,12 +2559,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (tgid.x < 1644u) {
+  else if (tgid.x < 1642u) {
     // node 34: sgd_update (linear0.weight)
-    float* const param = mpsc_a12;
-    const float* const grad = mpsc_a13;
-    float* const buf = mpsc_a14;
-    const uint mpsc_gx = (tgid.x - 76u) * 256u + tid.x;
+    float* const param = mpsc_a9;
+    const float* const grad = mpsc_a10;
+    float* const buf = mpsc_a11;
+    const uint mpsc_gx = (tgid.x - 74u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 401408u) return;
     float gr = grad[i];
@@ -2558,12 +2573,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (tgid.x < 1645u) {
+  else if (tgid.x < 1643u) {
     // node 35: sgd_update (linear0.bias)
-    float* const param = mpsc_a15;
-    const float* const grad = mpsc_a16;
-    float* const buf = mpsc_a17;
-    const uint mpsc_gx = (tgid.x - 1644u) * 256u + tid.x;
+    float* const param = mpsc_a12;
+    const float* const grad = mpsc_a13;
+    float* const buf = mpsc_a14;
+    const uint mpsc_gx = (tgid.x - 1642u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 128u) return;
     float gr = grad[i];
@@ -2572,12 +2587,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (tgid.x < 1650u) {
+  else if (tgid.x < 1648u) {
     // node 36: sgd_update (linear1.weight)
-    float* const param = mpsc_a18;
-    const float* const grad = mpsc_a19;
-    float* const buf = mpsc_a20;
-    const uint mpsc_gx = (tgid.x - 1645u) * 256u + tid.x;
+    float* const param = mpsc_a15;
+    const float* const grad = mpsc_a16;
+    float* const buf = mpsc_a17;
+    const uint mpsc_gx = (tgid.x - 1643u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 1280u) return;
     float gr = grad[i];
@@ -2586,12 +2601,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-  else if (tgid.x < 1651u) {
+  else if (tgid.x < 1649u) {
     // node 37: sgd_update (linear1.bias)
-    float* const param = mpsc_a21;
-    const float* const grad = mpsc_a22;
-    float* const buf = mpsc_a23;
-    const uint mpsc_gx = (tgid.x - 1650u) * 256u + tid.x;
+    float* const param = mpsc_a18;
+    const float* const grad = mpsc_a19;
+    float* const buf = mpsc_a20;
+    const uint mpsc_gx = (tgid.x - 1648u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 10u) return;
     float gr = grad[i];
