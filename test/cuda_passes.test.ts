@@ -244,3 +244,11 @@ describe('merged launches (merge.ts), rendered in MSL, in the Metal emulator', (
     }
   });
 });
+
+describe('input views (views.ts) in a one-node program', () => {
+  it('a reshape that no kernel reads keeps its copy (the kernel check reads its output from the arena)', () => {
+    const c = allOpCases().find((x) => x.program.graph.nodes[0].op === 'reshape')!;
+    const a = buildCuda([c.program], 'reshape_case');
+    expect(a.plan.programs[0].nodes.map((n) => n.op)).toEqual(['reshape']);
+  });
+});

@@ -8,8 +8,9 @@
  * Consumes a program lowered in the CUDA dialect and its dispatch plan (codegen-metal's
  * lower_program.ts / dispatch_plan.ts); produces both without those reshape kernels (plain data,
  * the inputs are not modified). Left alone: a reshape whose output is a program output (its
- * value is read back from the arena), and reshapes of anything but a program input (the memory
- * plan may reuse an arena value's bytes once the reshape has read it).
+ * value is read back from the arena) or is read by no kernel (the kernel check script reads it
+ * from the arena), and reshapes of anything but a program input (the memory plan may reuse an
+ * arena value's bytes once the reshape has read it).
  */
 import type { DispatchPlan, PlanBinding } from '../codegen-metal/dispatch_plan.js';
 import type { LoweredProgram } from '../codegen-metal/lower_program.js';
@@ -17,6 +18,8 @@ import type { LoweredProgram } from '../codegen-metal/lower_program.js';
 export function reshapeViews(lp: LoweredProgram, plan: DispatchPlan): { lp: LoweredProgram; plan: DispatchPlan } {
   const byName = new Map(lp.kernels.map((k) => [k.name, k]));
   const outputs = new Set(plan.outputs.map((o) => o.value));
+  /** values some kernel reads (a reshape nobody reads keeps its copy: a test reads it from the arena) */
+  const readers = new Set(plan.steps.flatMap((s) => s.bindings.filter((b) => b.access !== 'w').map((b) => b.value)));
   /** reshape output value -> the input binding it is a view of */
   const view = new Map<number, PlanBinding>();
   const dropped = new Set<string>();
@@ -30,7 +33,7 @@ export function reshapeViews(lp: LoweredProgram, plan: DispatchPlan): { lp: Lowe
     if (!k || s.bindings.length !== 2 || k.args[0].name !== 'x' || k.args[1].name !== 'y') continue;
     // (a reshape of a view is a view of the same input)
     const src = rebind(s.bindings[0]), dst = s.bindings[1];
-    if (src.region !== 'input' || src.bytes !== dst.bytes || outputs.has(dst.value)) continue;
+    if (src.region !== 'input' || src.bytes !== dst.bytes || outputs.has(dst.value) || !readers.has(dst.value)) continue;
     view.set(dst.value, src);
     dropped.add(s.kernel);
   }
