@@ -48,7 +48,7 @@ import type { MetalArtifacts } from '../compiler/codegen-metal/index.js';
 import { cudaArchitecture, createCudaSession, findGpu, findNvcc } from '../runtime/cuda/session.js';
 import { createCpuSession } from '../runtime/native/native_session.js';
 import type { Batch, Session } from '../runtime/session.js';
-import { allOpCases, fusedCases } from '../test/metal_cases.js';
+import { allOpCases, fusedCases, independentUpdatesCase } from '../test/metal_cases.js';
 import { opCase, reference, runCases, runEmu, type EmuBuild, type OpCase } from '../test/metal_harness.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -154,7 +154,8 @@ function cudaLongCases(): OpCase[] {
 }
 
 async function checkKernels(): Promise<void> {
-  const cases = [...allOpCases(), ...fusedCases(), ...cudaLongCases()];
+  // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
+  const cases = [...allOpCases(), ...fusedCases(), ...cudaLongCases(), independentUpdatesCase()];
   const t0 = Date.now();
   const gemms: CudaGemm[] = ['cuda', 'shared'];
   const builds = await Promise.all(gemms.map((gm) => buildDriver(cases.map((c) => c.program), `cuda_kernel_cases_${gm}`, gm)));

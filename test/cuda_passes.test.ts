@@ -19,9 +19,8 @@ import { columnChunks, lowerEmbeddingGradCuda, lowerLayernormGradCuda, lowerSumT
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
 import { compileEmu, opCase, reference, runCases, type OpCase } from './metal_harness.js';
-import { allOpCases } from './metal_cases.js';
+import { allOpCases, independentUpdatesCase } from './metal_cases.js';
 import { MAX_ARGS, mergeLaunches } from '../compiler/codegen-cuda/merge.js';
-import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
 import { MSL } from '../compiler/codegen-metal/msl_dialect.js';
 import { librarySource } from '../compiler/codegen-metal/library.js';
 
@@ -191,31 +190,8 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
 
 describe('merged launches (merge.ts), rendered in MSL, in the Metal emulator', () => {
   it('independent optimizer updates and element-wise ops as one launch give bitwise the results of one launch each', () => {
-    // one program: AdamW on three parameters of odd sizes, SGD with momentum on a fourth, and two
-    // element-wise ops, all independent (each reads and writes its own buffers)
-    const rng = makeRng(11);
-    const b = new GraphBuilder();
-    const data = new Map<number, Float64Array>();
-    const inputs: number[] = [];
-    const check: number[] = [];
-    const val = (name: string, shape: number[], kind: 'param' | 'input', lo = -1, hi = 1) => {
-      const id = b.value(name, 'f32', shape, kind);
-      data.set(id, Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)));
-      if (kind === 'input') inputs.push(id); else check.push(id);
-      return id;
-    };
-    for (const [k, n] of [[0, 300], [1, 33], [2, 1025]]) {
-      const ids = [val(`p${k}`, [n], 'param'), val(`g${k}`, [n], 'input'), val(`m${k}`, [n], 'param', -0.1, 0.1), val(`v${k}`, [n], 'param', 0, 0.01), -1];
-      b.node('adam_update', ids, [], { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decoupled: true }, `adam${k}`);
-    }
-    b.node('sgd_update', [val('p3', [77], 'param'), val('g3', [77], 'input'), val('buf3', [77], 'param'), -1], [], { momentum: 0.9, nesterov: true, weight_decay: 0 }, 'sgd3');
-    for (const fn of ['relu', 'tanh']) {
-      const y = b.value(`${fn}.y`, 'f32', [5, 41], 'activation');
-      b.node('unary', [val(`${fn}.x`, [5, 41], 'input')], [y], { fn }, fn);
-      check.push(y);
-    }
-    const program = { name: 'merge_case', batch: 1, graph: b.graph, inputs, outputs: [] } as unknown as Program;
-    const c: OpCase = { program, data, check };
+    const c = independentUpdatesCase();
+    const { program, check } = c;
     const scalars = { lr: 0.01, t: 4, seed: 1, counter: 0 };
     const run = (merge: boolean) => {
       let launches = 0;
@@ -239,8 +215,8 @@ describe('merged launches (merge.ts), rendered in MSL, in the Metal emulator', (
     expect(merged.launches).toBe(1);
     const ref = reference(c, scalars);
     for (const id of check) {
-      expect(Array.from(merged.r.get(id)!), b.graph.values[id].name).toEqual(Array.from(one.r.get(id)!));
-      expect(relError(merged.r.get(id)!, ref.get(id)!), b.graph.values[id].name).toBeLessThan(1e-5);
+      expect(Array.from(merged.r.get(id)!), program.graph.values[id].name).toEqual(Array.from(one.r.get(id)!));
+      expect(relError(merged.r.get(id)!, ref.get(id)!), program.graph.values[id].name).toBeLessThan(1e-5);
     }
   });
 });
