@@ -7,8 +7,9 @@
  *  - cuda: the generated CUDA backend (runtime/cuda); without a GPU or toolkit a UserError says which is missing.
  *  - cpu: the generated C++ backend; metal-emu: the MSL emulator; reference: the float64 interpreter.
  *  - metal anywhere else than macOS on Apple silicon: a UserError suggesting metal-emu or cpu.
- *  - a 16-bit train precision (ProgramSet.precision) runs on cpu and reference only: another
- *    device is a UserError naming those, and auto picks cpu.
+ *  - a 16-bit train precision (ProgramSet.precision) runs on cpu, metal, metal-emu and reference
+ *    (HALF_DEVICES): another device is a UserError naming those, and auto picks cpu. On metal, a
+ *    bf16 program also needs a GPU with bfloat (the bridge checks: docs/metal.md).
  * Backends are imported lazily, through literal import() paths in one registry (BACKENDS), so a
  * missing or broken backend never breaks the others.
  */
@@ -81,7 +82,7 @@ function metalElsewhere(): UserError {
 }
 
 /** the devices that run a 16-bit train precision (the others have no 16-bit kernels yet) */
-export const HALF_DEVICES: readonly DeviceName[] = ['cpu', 'reference'];
+export const HALF_DEVICES: readonly DeviceName[] = ['cpu', 'metal', 'metal-emu', 'reference'];
 
 /** a UserError when `programs` has a 16-bit precision and device `d` (a backend or a build target) has no 16-bit kernels */
 export function checkPrecisionSupported(d: string, programs: ProgramSet): void {
@@ -90,7 +91,7 @@ export function checkPrecisionSupported(d: string, programs: ProgramSet): void {
 
 function precisionUnsupported(d: string, precision: string): UserError {
   return new UserError(
-    `error: --device ${d} does not run precision "${precision}" yet; it runs on ${HALF_DEVICES.map((x) => `--device ${x}`).join(' and ')}\n` +
+    `error: --device ${d} does not run precision "${precision}" yet; it runs on ${HALF_DEVICES.map((x) => `--device ${x}`).join(', ')}\n` +
       `  help: use --device cpu, or train in fp32 on this device (--precision fp32)`,
   );
 }
@@ -100,9 +101,9 @@ export async function openSession(device: string, programs: ProgramSet, opts: Op
   const d = parseDevice(device);
   if (d !== 'auto') checkPrecisionSupported(d, programs);
   if (d === 'auto' && programs.precision) {
-    // no GPU backend has 16-bit kernels yet: auto picks the cpu, saying so
+    // auto never picks metal-emu or reference, and cuda has no 16-bit kernels yet: the cpu, saying so
     const cpu = await loadFactory('cpu');
-    if (cpu) return { session: await cpu(programs, opts), device: 'cpu', note: `device: cpu (auto: precision ${programs.precision} runs on the cpu and reference backends only)` };
+    if (cpu) return { session: await cpu(programs, opts), device: 'cpu', note: `device: cpu (auto: precision ${programs.precision} runs on ${HALF_DEVICES.join(', ')}; auto picks cpu)` };
   }
   if (d === 'auto') {
     let cudaWhy = '';

@@ -89,6 +89,28 @@ describe('the Objective-C++ bridge against Metal / Foundation declarations', () 
   });
 });
 
+describe('the bridge of a bf16 program (bfloat: MSL 3.1 and a GPU check, mpsc_metal_caps.h)', () => {
+  it('compiles for the macOS 13, 14 and 15 SDKs (the MSL 3.1 and Metal3 guards)', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-metal-bridge-bf16-'));
+    try {
+      const model = checkFile(path.join(ROOT, 'specs/mnist_mlp.model'));
+      generateMetalProject(buildPrograms({ ...model, train: { ...model.train, precision: 'bf16' } }, { batch: 8 }), dir);
+      const mm = path.join(dir, 'bridge', 'mpsc_metal_bridge.mm');
+      expect(fs.readFileSync(path.join(dir, 'bridge', 'mpsc_metal_plan.inc'), 'utf8')).toMatch(/kPrograms, true \};/);
+      for (const sdk of [130000, 140000, 150000]) expectClean(checkBridge(clang(), mm, { sdk, minMacos: '13.0' }));
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+  it('checks the GPU before loading any library, and compiles bfloat libraries as MSL 3.1', () => {
+    const src = fs.readFileSync(path.join(BRIDGE, 'mpsc_metal_bridge.mm'), 'utf8');
+    expect(src).toMatch(/if \(kModel\.needs_bfloat\) \{[\s\S]*?if \(mpsc_bfloat_unsupported\(gpu, why, sizeof why\)\) \{\s*set_error\(ctx, why\);\s*delete be;\s*return nullptr;/);
+    expect(src.indexOf('kModel.needs_bfloat')).toBeLessThan(src.indexOf('S.library = load_library('));
+    expect(src).toMatch(/if \(P\.uses_bfloat\) \{\s*if \(@available\(macOS 14\.0, \*\)\) opts\.languageVersion = MTLLanguageVersion3_1;/);
+    expect(fs.readFileSync(path.join(BRIDGE, 'CMakeLists.txt'), 'utf8')).toMatch(/if\(bf16_lib\)\s*set\(std metal3\.1\)/);
+  });
+});
+
 describe('bridge run-time behaviour (source facts the compile check cannot see)', () => {
   const src = fs.readFileSync(path.join(BRIDGE, 'mpsc_metal_bridge.mm'), 'utf8');
   it('falls back to MTLCopyAllDevices when MTLCreateSystemDefaultDevice returns nil, and links CoreGraphics (defect 2)', () => {

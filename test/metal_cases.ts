@@ -7,7 +7,8 @@ import { makeRng, randomInts, randomTensor } from '../compiler/reference/fixture
 import { UNARY_FNS } from '../compiler/ir/ops.js';
 import { UNARY_FNS_TABLE } from '../compiler/ir/scalar_fns.js';
 import { attrVariants, samplePoints } from './unary_cases.js';
-import { GraphBuilder, type Program } from '../compiler/ir/graph.js';
+import { GraphBuilder, type HalfDType, type Program } from '../compiler/ir/graph.js';
+import { opDef } from '../compiler/ir/ops.js';
 import { opCase, reference, type OpCase } from './metal_harness.js';
 import { DEFAULT_SCALARS } from '../compiler/reference/fixtures.js';
 
@@ -144,6 +145,20 @@ export function allOpCases(): OpCase[] {
   return cases;
 }
 
+/** N, H, T, S, D, causal */
+type AttnDims = [number, number, number, number, number, boolean];
+
+/** attention at `dims`, and its backward from the reference forward's o and lse */
+function attentionPair(add: (op: string, inputs: { shape: number[]; data: Float64Array }[], outs: number[][], attrs: Record<string, number | boolean>) => void, f: F, [N, H, T, S, D, causal]: AttnDims): void {
+  const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
+  const attrs = { causal, scale: 1 / Math.sqrt(D) };
+  add('attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
+  const fwd = opCase('attention_fwd', 'attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
+  const r = reference(fwd, DEFAULT_SCALARS);
+  const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+  add('attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs);
+}
+
 type Add = (op: string, inputs: Parameters<typeof opCase>[2], outs: number[][], attrs?: Parameters<typeof opCase>[4], outDtypes?: Parameters<typeof opCase>[5]) => void;
 type F = (shape: number[], lo?: number, hi?: number) => { shape: number[]; data: Float64Array };
 type Ids = (shape: number[], n: number) => { shape: number[]; data: Float64Array; dtype: 'i32' };
@@ -201,18 +216,10 @@ function transformerCases(add: Add, f: F, ids: Ids, rng: () => number): void {
     add('top_k', [f(shape), lab], [[]], { k: 2, ...ii });
   }
   // fused attention: forward, and its backward from the reference forward's o and lse
-  for (const [N, H, T, S, D, causal] of [
+  for (const dims of [
     [1, 1, 37, 37, 8, true], [1, 1, 37, 37, 8, false], [1, 16, 21, 21, 64, true], [1, 16, 21, 21, 64, false],
     [2, 2, 5, 13, 12, true], [2, 1, 9, 20, 12, false], [1, 1, 11, 11, 100, true],
-  ] as [number, number, number, number, number, boolean][]) {
-    const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
-    const attrs = { causal, scale: 1 / Math.sqrt(D) };
-    add('attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
-    const fwd = opCase('attention_fwd', 'attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
-    const r = reference(fwd, DEFAULT_SCALARS);
-    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
-    add('attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs);
-  }
+  ] as AttnDims[]) attentionPair(add, f, dims);
 }
 
 /** Two-node chains whose unary the Metal backend fuses into the GEMM kernel's store. */
@@ -269,4 +276,55 @@ export function independentUpdatesCase(): OpCase {
   }
   const program = { name: 'independent_updates', batch: 1, graph: b.graph, inputs, outputs: [] } as unknown as Program;
   return { program, data, check };
+}
+
+/**
+ * Mixed precision (issue 15): every op that reads 16-bit operands (OpDef.halfInputs: the GEMM
+ * family and attention, forward and backward) with those operands made 16-bit by a `cast` node
+ * first, as compiler/ir/precision.ts makes them, alternating f16 and bf16; the outputs are f32.
+ * The reference rounds at the same casts (compiler/reference/half.ts), so the kernels' only
+ * difference is their f32 accumulation. The first node of each case is a cast.
+ */
+export function halfCases(): OpCase[] {
+  const rng = makeRng(20261203);
+  const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
+  const out: OpCase[] = [];
+  let k = 0;
+  const add = (op: string, inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number[] | number | boolean>) => {
+    const to: HalfDType = k % 2 === 0 ? 'bf16' : 'f16';
+    const name = `h${k++}_${op}_${to}`;
+    const b = new GraphBuilder();
+    const data = new Map<number, Float64Array>();
+    const half = opDef(op).halfInputs ?? [];
+    const ids = inputs.map((x, i) => {
+      const id = b.value(`${name}.in${i}`, 'f32', x.shape, 'input');
+      data.set(id, x.data);
+      if (!half.includes(i)) return id;
+      return b.emit('cast', [id], [{ name: `${name}.in${i}.${to}`, dtype: to, shape: x.shape }], { to })[0];
+    });
+    const outs = b.emit(op, ids, outShapes.map((shape, i) => ({ name: `${name}.out${i}`, shape })), attrs);
+    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+    out.push({ program, data, check: outs });
+  };
+  // a round trip f32 -> 16 bits -> f32 over the finite range (f16 subnormals included; the edge
+  // values: ties, overflow, inf, NaN are compared bit for bit in metal_precision.test.ts)
+  for (const to of ['f16', 'bf16'] as const) {
+    const b = new GraphBuilder();
+    const name = `h${k++}_cast_${to}`;
+    const x = b.value(`${name}.in0`, 'f32', [300], 'input');
+    const h = b.emit('cast', [x], [{ name: `${name}.h`, dtype: to, shape: [300] }], { to })[0];
+    const y = b.emit('cast', [h], [{ name: `${name}.y`, shape: [300] }], { to: 'f32' })[0];
+    const data = new Map([[x, Float64Array.from({ length: 300 }, (_, i) => Math.fround((rng() * 2 - 1) * 2 ** ((i % 34) - 20)))]]);
+    out.push({ program: { name, batch: 1, graph: b.graph, inputs: [x], outputs: [] } as unknown as Program, data, check: [y] });
+  }
+  add('linear', [f([9, 18]), f([5, 18]), f([5])], [[9, 5]], {});
+  add('linear', [f([2, 17, 33]), f([20, 33])], [[2, 17, 20]], {});
+  add('matmul', [f([17, 9]), f([21, 9])], [[17, 21]], { transA: false, transB: true });
+  add('matmul', [f([2, 3, 9, 17]), f([3, 9, 5])], [[2, 3, 17, 5]], { transA: true, transB: false });
+  const conv = { stride: [2, 1], padding: [1, 1], dilation: [1, 1], groups: 1 };
+  add('conv2d', [f([2, 3, 9, 8]), f([4, 3, 3, 3]), f([4])], [[2, 4, 5, 8]], conv);
+  add('conv2d_grad_input', [f([2, 4, 5, 8]), f([4, 3, 3, 3])], [[2, 3, 9, 8]], { ...conv, x_shape: [2, 3, 9, 8] });
+  add('conv2d_grad_weight', [f([2, 4, 5, 8]), f([2, 3, 9, 8])], [[4, 3, 3, 3]], { ...conv, w_shape: [4, 3, 3, 3] });
+  for (const dims of [[1, 2, 19, 19, 8, true], [2, 1, 9, 20, 12, false]] as AttnDims[]) attentionPair(add, f, dims);
+  return out;
 }

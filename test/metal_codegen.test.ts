@@ -21,9 +21,9 @@ import { GPU_KERNELS } from '../compiler/kernels/registry.js';
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const GOLDEN = path.join(ROOT, 'test/golden/metal');
 
-function programsOf(spec: string) {
+function programsOf(spec: string, precision?: 'fp16' | 'bf16') {
   const model = checkFile(path.join(ROOT, 'specs', spec));
-  return buildPrograms(model, { batch: model.train.batch });
+  return buildPrograms(precision ? { ...model, train: { ...model.train, precision } } : model, { batch: model.train.batch });
 }
 
 describe('generateMetalProject', () => {
@@ -76,6 +76,20 @@ describe('bridge host tables', () => {
       const inc = fs.readFileSync(path.join(out, 'bridge/mpsc_metal_plan.inc'), 'utf8');
       expect(inc).toMatch(/static int mfb_p0_\d+\(mpsc_ctx\* ctx/);
       execFileSync('g++', ['-std=c++17', '-fsyntax-only', '-x', 'c++', path.join(out, 'bridge/mpsc_metal_plan.inc')], { stdio: ['ignore', 'ignore', 'pipe'] });
+      expect(inc).toMatch(/kPrograms, false \};/); // fp32: no bfloat, no GPU check
+    } finally {
+      fs.rmSync(out, { recursive: true, force: true });
+    }
+  });
+  it('a bf16 program: its libraries are MSL 3.1 and the model asks the bridge to check the GPU', () => {
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-metal-gen-'));
+    try {
+      generateMetalProject(programsOf('mnist_mlp.model', 'bf16'), out);
+      const inc = fs.readFileSync(path.join(out, 'bridge/mpsc_metal_plan.inc'), 'utf8');
+      expect(inc).toMatch(/kPrograms, true \};/);
+      expect(fs.readFileSync(path.join(out, 'train_step.metal'), 'utf8')).toMatch(/^\/\/ bfloat buffers: MSL 3.1 or later \(MTLLanguageVersion3_1\)$/m);
+      expect(fs.existsSync(path.join(out, 'bridge/mpsc_metal_caps.h'))).toBe(true);
+      execFileSync('g++', ['-std=c++17', '-fsyntax-only', '-x', 'c++', path.join(out, 'bridge/mpsc_metal_plan.inc')], { stdio: ['ignore', 'ignore', 'pipe'] });
     } finally {
       fs.rmSync(out, { recursive: true, force: true });
     }
@@ -83,12 +97,14 @@ describe('bridge host tables', () => {
 });
 
 describe('golden MSL', () => {
-  for (const spec of ['mnist_mlp', 'lenet', 'char_gpt']) {
-    it(`${spec}: generated .metal and plans match test/golden/metal (UPDATE_GOLDEN=1 to rewrite)`, () => {
-      const ps = programsOf(`${spec}.model`);
+  // mnist_mlp_bf16: a 16-bit program (mixed precision: bfloat buffers, cast kernels, widening loaders)
+  for (const [spec, precision] of [['mnist_mlp'], ['lenet'], ['char_gpt'], ['mnist_mlp', 'bf16']] as [string, 'bf16' | undefined][]) {
+    const name = precision ? `${spec}_${precision}` : spec;
+    it(`${name}: generated .metal and plans match test/golden/metal (UPDATE_GOLDEN=1 to rewrite)`, () => {
+      const ps = programsOf(`${spec}.model`, precision);
       const a = buildMetal([ps.train_step, ps.eval], ps.model);
       for (const p of a.programs) {
-        for (const [file, text] of [[`${spec}.${p.program.name}.metal`, p.library], [`${spec}.${p.program.name}.plan.json`, JSON.stringify(p.plan, null, 1) + '\n']]) {
+        for (const [file, text] of [[`${name}.${p.program.name}.metal`, p.library], [`${name}.${p.program.name}.plan.json`, JSON.stringify(p.plan, null, 1) + '\n']]) {
           const f = path.join(GOLDEN, file);
           if (process.env.UPDATE_GOLDEN === '1' || !fs.existsSync(f)) {
             fs.mkdirSync(GOLDEN, { recursive: true });

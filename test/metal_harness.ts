@@ -17,6 +17,7 @@ import type { CpuFallbackEmitter } from '../compiler/codegen-metal/emu_model.js'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const EMU = path.join(ROOT, 'runtime/metal-emu');
+const BRIDGE = path.join(ROOT, 'runtime/metal-bridge');
 const CPP = path.join(ROOT, 'runtime/cpp');
 
 export interface CaseInput { shape: number[]; data: Float64Array; dtype?: DType }
@@ -69,13 +70,14 @@ export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFall
   h.update(cxxflags.join(' '));
   for (const f of ['emu_fiber.h', 'emu_dispatch.h', 'metal_compat.h', 'metal_compat_end.h', 'emu_test_main.cc']) h.update(fs.readFileSync(path.join(EMU, f), 'utf8'));
   for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) h.update(fs.readFileSync(path.join(CPP, f), 'utf8'));
+  h.update(fs.readFileSync(path.join(BRIDGE, 'mpsc_metal_caps.h'), 'utf8'));
   const dir = path.join(os.tmpdir(), 'mpsc-metal-emu-test', h.digest('hex').slice(0, 16));
   const exe = path.join(dir, 'emu_test');
   if (!fs.existsSync(exe)) {
     fs.mkdirSync(dir, { recursive: true });
     for (const [k, v] of Object.entries(files)) fs.writeFileSync(path.join(dir, k), v);
     const tmp = `${exe}.${process.pid}`;
-    execFileSync('nice', ['g++', '-std=c++17', '-O1', '-Wno-attributes', ...cxxflags, `-I${dir}`, `-I${EMU}`, `-I${path.join(EMU, 'include')}`, `-I${CPP}`,
+    execFileSync('nice', ['g++', '-std=c++17', '-O1', '-Wno-attributes', ...cxxflags, `-I${dir}`, `-I${EMU}`, `-I${path.join(EMU, 'include')}`, `-I${CPP}`, `-I${BRIDGE}`,
       path.join(dir, 'model_metal_emu.cc'), path.join(CPP, 'mpsc_runtime.cc'), path.join(EMU, 'emu_test_main.cc'), '-o', tmp, '-lpthread'],
       { stdio: ['ignore', 'ignore', 'pipe'] });
     fs.renameSync(tmp, exe);

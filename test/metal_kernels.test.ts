@@ -1,5 +1,6 @@
 /**
- * Every Metal kernel (forward, backward, optimizer), run through the MSL emulator at several
+ * Every Metal kernel (forward, backward, optimizer, and the 16-bit cast / GEMM / attention cases
+ * of mixed precision), run through the MSL emulator at several
  * shapes, equals the float64 reference interpreter (max-norm relative error < 1e-4): both the
  * plain tiled GEMM path and the simdgroup_float8x8 path, on one and on two emulator threads,
  * and both paths with the threads of each threadgroup run in descending order.
@@ -9,11 +10,11 @@ import { OPS, type OpName } from '../compiler/ir/ops.js';
 import { GPU_KERNELS } from '../compiler/kernels/registry.js';
 import { relError } from '../compiler/reference/fixtures.js';
 import { compileEmu, reference, runCases, type EmuBuild, type OpCase } from './metal_harness.js';
-import { allOpCases, fusedCases } from './metal_cases.js';
+import { allOpCases, fusedCases, halfCases } from './metal_cases.js';
 
 const SCALARS = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
 const fused = fusedCases();
-const cases: OpCase[] = [...allOpCases(), ...fused];
+const cases: OpCase[] = [...allOpCases(), ...fused, ...halfCases()];
 let build: EmuBuild;
 const results: Record<string, (Map<number, Float64Array> | string)[]> = {};
 
@@ -53,8 +54,7 @@ describe('Metal kernels through the emulator equal the reference interpreter', (
 
   it('covers every op of the catalogue that has a GPU kernel', () => {
     const covered = new Set(cases.map((c) => c.program.graph.nodes[0].op));
-    // ops the registry routes to the CPU kernels ('cpu': today only mixed precision's cast, which no
-    // GPU backend runs yet) are covered by test/cpu_kernels.test.ts
+    // ops the registry routes to the CPU kernels ('cpu': none today) are covered by test/cpu_kernels.test.ts
     expect(Object.keys(OPS).filter((op) => !covered.has(op) && GPU_KERNELS[op as OpName] !== 'cpu')).toEqual([]);
   });
 

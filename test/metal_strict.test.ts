@@ -13,7 +13,7 @@ import { checkFile } from '../compiler/check/index.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { buildMetal, generateMetalProject } from '../compiler/codegen-metal/index.js';
 import { checkMsl, checkSignatures, findClang, rewriteAttributes, staticThreadgroupArrays, type MslFile } from '../runtime/metal-strict/strict_check.js';
-import { allOpCases, fusedCases } from './metal_cases.js';
+import { allOpCases, fusedCases, halfCases } from './metal_cases.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const CLANG = findClang();
@@ -53,8 +53,8 @@ describe('strict MSL check of the generated libraries', () => {
     });
   }
 
-  it('every op case of the Metal kernel tests (both GEMM variants) and the fused chains', () => {
-    const cases = [...allOpCases(), ...fusedCases()];
+  it('every op case of the Metal kernel tests (both GEMM variants), the fused chains and the 16-bit cases', () => {
+    const cases = [...allOpCases(), ...fusedCases(), ...halfCases()];
     const art = buildMetal(cases.map((c) => c.program), 'metal_test');
     const files = art.programs.map((p) => ({ name: `cases/${p.libraryFile}`, source: p.library }));
     expect(files.length).toBe(cases.length);

@@ -11,8 +11,14 @@
  * does not use for fp32 matmuls either): `mma.sync.m16n8k8` with the upper 8 rows zero.
  * The step scalars are read through a pointer (`spp`) into device memory, so a captured CUDA
  * graph never needs re-capture when lr / t / seed / counter change.
+ * 16-bit buffers (a 16-bit train precision) are `__half` (cuda_fp16.h) and `__nv_bfloat16`
+ * (cuda_bf16.h), included only by files whose kernels use them; read through `__half2float` /
+ * `__bfloat162float` (exact) and written through `__float2half_rn` / `__float2bfloat16_rn`
+ * (round to nearest even, overflow to inf, subnormals kept).
  */
-import { CStyleDialect, type Builtin, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
+import { CStyleDialect, type Builtin, type ElemType, type HalfElem, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
+
+const TYPE: Record<ElemType, string> = { float: 'float', int: 'int', half: '__half', bfloat: '__nv_bfloat16' };
 
 const TIDX = '(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))';
 const DEFINE: Record<Builtin, string> = {
@@ -39,8 +45,18 @@ class CudaDialect extends CStyleDialect {
     mac: (acc: string, a: string, b: string) => `mpsc_mat8_mac(${acc}, ${a}, ${b});`,
     store: (m: string, dst: string, ld: number, col: string, row: string) => `mpsc_mat8_store(${m}, ${dst} + (${row}) * ${ld}u + (${col}), ${ld}u);`,
   };
-  fileHeader(): string {
-    return '#include <cuda_runtime.h>\n#include <math.h>\ntypedef unsigned int uint;\n';
+  fileHeader(halves: ReadonlySet<HalfElem>): string {
+    const inc = (halves.has('half') ? '#include <cuda_fp16.h>\n' : '') + (halves.has('bfloat') ? '#include <cuda_bf16.h>\n' : '');
+    return `#include <cuda_runtime.h>\n#include <math.h>\n${inc}typedef unsigned int uint;\n`;
+  }
+  typeName(t: ElemType): string {
+    return TYPE[t];
+  }
+  toFloat(t: HalfElem, x: string): string {
+    return t === 'half' ? `__half2float(${x})` : `__bfloat162float(${x})`;
+  }
+  fromFloat(t: HalfElem, x: string): string {
+    return t === 'half' ? `__float2half_rn(${x})` : `__float2bfloat16_rn(${x})`;
   }
   mulhi(a: string, b: string): string {
     return `__umulhi(${a}, ${b})`;
@@ -100,7 +116,7 @@ class CudaDialect extends CStyleDialect {
     );
   }
   kernel(k: KernelDecl): string {
-    const params = k.args.map((a) => `    ${a.access === 'r' ? 'const ' : ''}${a.type}* ${a.name}`);
+    const params = k.args.map((a) => `    ${a.access === 'r' ? 'const ' : ''}${TYPE[a.type]}* ${a.name}`);
     // the step scalars live in device memory (a CUDA graph replays the launch with the same
     // arguments; the host updates the values between replays)
     // split-K partial sums (gemm_cuda.ts): the plan's scratch region, bound after the buffers

@@ -49,7 +49,7 @@ function mergedKernel(d: Dialect, name: string, run: KernelSpec[]): KernelSpec {
     const alias = k.args.map((a) => {
       const p = `mpsc_a${args.length}`;
       args.push({ ...a, name: p });
-      return new RegExp(`(?<![.\\w])${a.name}\\b`).test(k.body) ? `    ${d.space.global}${a.access === 'r' ? 'const ' : ''}${a.type}* const ${a.name} = ${p};\n` : '';
+      return new RegExp(`(?<![.\\w])${a.name}\\b`).test(k.body) ? `    ${d.space.global}${a.access === 'r' ? 'const ' : ''}${d.typeName(a.type)}* const ${a.name} = ${p};\n` : '';
     });
     const b0 = first;
     first += k.groups[0];

@@ -19,6 +19,7 @@
  * Relies on: every kernel binding has a home (dispatch_plan.ts checks), kernels run in stream
  * order (a graph captured from one stream is a chain, so the plan's barriers are implied).
  */
+import type { ElemType } from '../kernels/dialect.js';
 import { hostDType, type Program } from '../ir/graph.js';
 import type { KernelSpec } from '../kernels/kernel_types.js';
 import type { DispatchPlan, PlanBinding } from '../codegen-metal/dispatch_plan.js';
@@ -37,7 +38,8 @@ export interface DeviceRegion { offset: number; bytes: number }
 export interface KernelArgPlan {
   /** parameter name in the kernel */
   name: string;
-  type: 'float' | 'int';
+  /** the kernel language's element type (CUDA spelling: CUDA.typeName) */
+  type: ElemType;
   access: 'r' | 'w' | 'rw';
   /** byte offset of the bound tensor in the device allocation (in the upload region: set 0's) */
   offset: number;

@@ -3,7 +3,8 @@
  * (runtime/metal-bridge/mpsc_metal_bridge.mm): `mpsc_metal_plan.inc` holds, per program, the
  * library source (a raw string literal, for newLibraryWithSource when no .metallib was built),
  * the launches with their bindings, grids, threadgroup sizes, threadgroup memory and barrier
- * flags, the CPU fallback steps, and the persistent-tensor table of the model ABI.
+ * flags, the CPU fallback steps, whether the library has `bfloat` buffers (MSL 3.1, and a GPU
+ * check at load: mpsc_metal_caps.h), and the persistent-tensor table of the model ABI.
  * bridgeProjectFiles: the generated files of the bridge's CMake project besides the sources
  * (package.json for cmake-js, mpsc_paths.cmake with node-addon-api's folder).
  */
@@ -13,6 +14,7 @@ import type { MetalArtifacts } from './index.js';
 import { cString } from '../cfamily/text.js';
 import { render } from './templates.js';
 import { cpuFallbackFunction } from './cpu_fallback.js';
+import { usesBfloat } from './lower_program.js';
 
 function rawString(s: string): string {
   let delim = 'MSL';
@@ -57,11 +59,12 @@ export function bridgeHostSource(a: MetalArtifacts): string {
       })),
       ninputs: p.program.inputs.length, noutputs: p.plan.outputs.length,
       nlaunches: p.plan.steps.filter((s) => s.kind === 'kernel').length,
+      usesBfloat: usesBfloat(p.lowered),
     };
   });
   return render('bridge_plan', {
     fallback,
-    modelName: cString(a.model), programs, nprograms: programs.length, persistentBytes: a.table.bytes, ntensors: a.table.tensors.length,
+    modelName: cString(a.model), programs, nprograms: programs.length, needsBfloat: programs.some((p) => p.usesBfloat), persistentBytes: a.table.bytes, ntensors: a.table.tensors.length,
     tensors: a.table.tensors.map((t) => ({ cname: cString(t.name), dtype: t.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32', kind: kinds[t.kind] ?? 'MPSC_STATE',
       rank: t.shape.length, shape: t.shape.length ? t.shape.join(', ') : '0', numel: t.shape.reduce((x, y) => x * y, 1), offset: t.offset })),
   });

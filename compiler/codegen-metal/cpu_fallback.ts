@@ -13,6 +13,7 @@ import { isOpName } from '../ir/ops.js';
 import { CPU_KERNELS } from '../codegen-cpu/kernels/index.js';
 import { attrReaders, type KernelCtx } from '../codegen-cpu/kernel_ctx.js';
 import { kernelsHeader } from '../codegen-cpu/emit_program.js';
+import { withWidenedInputs } from '../codegen-cpu/kernels/precision.js';
 
 /** `mpsc_kernels.hpp` as the CPU backend ships it: included by the fallback code (emulator and bridge) */
 export const cpuKernelsHeader = (): string => kernelsHeader();
@@ -31,7 +32,9 @@ function ctxFor(g: Graph, n: Node): KernelCtx {
   const ptr = (id: number) => {
     const k = order.indexOf(id);
     if (k < 0) fail(`value ${id} is not bound`);
-    return `((${g.values[id].dtype === 'i32' ? 'int32_t' : 'float'}*)ptrs[${k}])`;
+    const dt = g.values[id].dtype;
+    // 16-bit values are raw bit patterns for the CPU kernels (runtime/cpp/mpsc_half.hpp)
+    return `((${dt === 'i32' ? 'int32_t' : dt === 'f32' ? 'float' : 'uint16_t'}*)ptrs[${k}])`;
   };
   return {
     graph: g,
@@ -54,6 +57,7 @@ export function cpuFallbackFunction(lp: LoweredProgram, node: number, fnName: st
   const n = g.nodes[node];
   const emit = isOpName(n.op) ? CPU_KERNELS[n.op] : undefined;
   if (!emit) throw new Error(`internal: neither a Metal nor a CPU kernel exists for op '${n.op}'`);
-  const body = emit(ctxFor(g, n));
+  // 16-bit GEMM operands are widened as the CPU backend widens them (codegen-cpu/kernels/precision.ts)
+  const body = withWidenedInputs(ctxFor(g, n), emit);
   return `// CPU fallback: node ${n.id} (${n.op})\nstatic int ${fnName}(mpsc_ctx* ctx, void* const* ptrs, const mpsc_scalars* sc) {\n  const void* const* in = nullptr;\n  (void)ctx; (void)ptrs; (void)sc; (void)in;\n${body}  return 0;\n}\n`;
 }

@@ -3,13 +3,15 @@
  * (runtime/cpp/mpsc_model.h) whose program run functions execute the dispatch plans through
  * the MSL emulator. The `.metal` libraries are #included unmodified, each in its own
  * namespace; per kernel a shim passes the bound buffers, the StepParams, threadgroup memory
- * and the built-in values in the kernel's parameter order.
+ * and the built-in values in the kernel's parameter order. A model with `bfloat` buffers checks
+ * the emulated GPU family (MPSC_METAL_EMU_GPU) at creation with the bridge's rule
+ * (runtime/metal-bridge/mpsc_metal_caps.h).
  */
 import type { KernelSpec, KernelVariant } from '../kernels/kernel_types.js';
 import { builtinsOf } from '../kernels/dialect.js';
 import { cString, commentText } from '../cfamily/text.js';
 import type { DispatchPlan, PlanBinding } from './dispatch_plan.js';
-import type { LoweredProgram } from './lower_program.js';
+import { type LoweredProgram, usesBfloat } from './lower_program.js';
 import type { PersistentTable } from './layout.js';
 import { render } from './templates.js';
 
@@ -102,6 +104,7 @@ export function emuModelSource(model: string, table: PersistentTable, progs: Emu
     tensors: table.tensors.map((t) => ({ cname: cString(t.name), dtype: t.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32', kind: kinds[t.kind] ?? 'MPSC_STATE',
       rank: t.shape.length, shape: t.shape.length ? t.shape.join(', ') : '0', numel: t.shape.reduce((x, y) => x * y, 1), offset: t.offset })),
     ntensors: table.tensors.length, persistentBytes: table.bytes, nprograms: programs.length,
+    needsBfloat: progs.some((ep) => usesBfloat(ep.lowered)),
   });
   return { source, fallbackSource: fallback || null };
 }

@@ -6,7 +6,7 @@
  *  - everything else: the arena, at the memory plan's offsets (program.plan); without a plan,
  *    each value gets its own slot (no reuse).
  */
-import { isPersistent, numel, type Program } from '../ir/graph.js';
+import { isPersistent, valueBytes, type Program } from '../ir/graph.js';
 import type { PersistentTable } from '../ir/persistent_table.js';
 
 // the model ABI's persistent table: one rule for every backend (compiler/ir/persistent_table.ts)
@@ -24,7 +24,7 @@ export function programLayout(p: Program, table: PersistentTable): ProgramLayout
   let naive = 0;
   let arenaBytes = p.plan?.arenaBytes ?? 0;
   for (const v of p.graph.values) {
-    const bytes = numel(v.shape) * 4;
+    const bytes = valueBytes(v); // 2 bytes per element of a 16-bit value
     if (isPersistent(v)) {
       const i = tIndex.get(v.name)!;
       homes.push({ region: 'persistent', offset: table.tensors[i].offset, bytes, index: i });

@@ -37,6 +37,11 @@ export interface LowerOptions {
   gemm?: typeof lowerGemm;
 }
 
+/** whether a lowered program has `bfloat` buffers (MSL 3.1 and a GPU with bfloat: runtime/metal-bridge/mpsc_metal_caps.h) */
+export function usesBfloat(lp: LoweredProgram): boolean {
+  return lp.kernels.some((k) => k.args.some((a) => a.type === 'bfloat'));
+}
+
 function where(n: Node): string {
   const loc = n.loc ? `${n.loc.file}:${n.loc.line}:${n.loc.col}: ` : '';
   return `${loc}node ${n.id} (${n.op}${n.path ? ` in layer '${n.path}'` : ''})`;

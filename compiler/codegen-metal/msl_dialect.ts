@@ -6,8 +6,13 @@
  * reads, metal::precise math (the libraries are compiled without fast math; erf, erfc, expm1
  * and log1p, which the Metal library lacks, from prelude helpers), simd_sum /
  * simd_max, simdgroup_float8x8 for the 8x8 matrix unit (Apple7+). No `std::`, no doubles.
+ * 16-bit buffers (a 16-bit train precision) are MSL's `half` and `bfloat` (the latter MSL 3.1+:
+ * the bridge compiles such a library at language version 3.1 and refuses a GPU without bfloat,
+ * docs/metal.md), read by `float(x)` (exact) and written by `half(x)` / `bfloat(x)`, which round
+ * to nearest even (MTLCompileOptions' narrowing-conversion rounding mode, whose default is
+ * round-to-nearest-even).
  */
-import { CStyleDialect, type Builtin, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
+import { CStyleDialect, type Builtin, type ElemType, type HalfElem, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
 
 const ATTR: Record<Builtin, string> = {
   gid: 'thread_position_in_grid',
@@ -37,8 +42,18 @@ class MslDialect extends CStyleDialect {
     mac: (acc: string, a: string, b: string) => `simdgroup_multiply_accumulate(${acc}, ${a}, ${b}, ${acc});`,
     store: (m: string, dst: string, ld: number, col: string, row: string) => `simdgroup_store(${m}, ${dst}, ${ld}, ulong2(ulong(${col}), ulong(${row})));`,
   };
-  fileHeader(): string {
-    return '#include <metal_stdlib>\nusing namespace metal;\n';
+  fileHeader(halves: ReadonlySet<HalfElem>): string {
+    const note = halves.has('bfloat') ? '// bfloat buffers: MSL 3.1 or later (MTLLanguageVersion3_1)\n' : '';
+    return `${note}#include <metal_stdlib>\nusing namespace metal;\n`;
+  }
+  typeName(t: ElemType): string {
+    return t;
+  }
+  toFloat(_t: HalfElem, x: string): string {
+    return `float(${x})`;
+  }
+  fromFloat(t: HalfElem, x: string): string {
+    return `${t}(${x})`;
   }
   barrier(): string {
     return 'threadgroup_barrier(mem_flags::mem_threadgroup);';
@@ -50,7 +65,7 @@ class MslDialect extends CStyleDialect {
     return `simd_max(${v})`;
   }
   kernel(k: KernelDecl): string {
-    const params = k.args.map((a, i) => `    device ${a.access === 'r' ? 'const ' : ''}${a.type}* ${a.name} [[buffer(${i})]]`);
+    const params = k.args.map((a, i) => `    device ${a.access === 'r' ? 'const ' : ''}${this.typeName(a.type)}* ${a.name} [[buffer(${i})]]`);
     params.push(`    constant StepParams& sp [[buffer(${k.args.length})]]`);
     if (k.tgmem > 0) params.push('    threadgroup float* tg [[threadgroup(0)]]');
     for (const b of builtinsOf(k.body)) params.push(`    ${TYPE[b]} ${b} [[${ATTR[b]}]]`);

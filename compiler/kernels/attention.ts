@@ -22,10 +22,12 @@
  * through a staging area. Relies on: SIMD-groups of 32 threads, 4 per threadgroup; the tile
  * size B (16, or 8 for wide heads) chosen so every kernel of an op fits 32 KiB of threadgroup
  * memory for both variants.
+ * 16-bit q, k, v, o and dO (a 16-bit train precision) are widened to float as they are loaded
+ * into the tiles (exactly); o, lse and the gradients are written as float.
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { UserError } from '../errors.js';
-import type { Dialect } from './dialect.js';
+import { asFloat, type Dialect, type ElemType } from './dialect.js';
 import { MAX_SHARED_BYTES, type KernelArg, type KernelSpec, type LowerCtx } from './kernel_types.js';
 import { argOf, boolAttr, ceilDiv, label, numAttr, numel, shapeOf } from './common.js';
 
@@ -42,6 +44,8 @@ interface Geom {
   B: number;
   causal: boolean;
   scale: number;
+  /** element type of each buffer argument by name (16-bit q, k, v, o, do are widened on load) */
+  elem: Record<string, ElemType>;
 }
 
 /** threadgroup floats each kernel needs: [plain, mma] */
@@ -76,7 +80,7 @@ function geomOf(g: Graph, n: Node, q: number, k: number): Geom {
     const at = `${n.loc ? `${n.loc.file}:${n.loc.line}:${n.loc.col}: ` : ''}node ${n.id} (${n.op}${n.path ? ` in layer '${n.path}'` : ''})`;
     throw new UserError(`error: ${at}: the fused Metal attention supports heads of at most ${maxHeadDim()} features per head; this one has ${D}.\n  fix: use more heads (C / heads <= ${maxHeadDim()}), or build with --target cpu`);
   }
-  return { H, T, S, D, Dp: ceilDiv(D, 8) * 8, B, causal: boolAttr(n, 'causal'), scale: numAttr(n, 'scale') };
+  return { H, T, S, D, Dp: ceilDiv(D, 8) * 8, B, causal: boolAttr(n, 'causal'), scale: numAttr(n, 'scale'), elem: {} };
 }
 
 /** the widest head the tiles support (for the error message and docs/metal.md) */
@@ -102,6 +106,8 @@ function txt(d: Dialect, gm: Geom) {
   return {
     u, f: (x: number) => d.f(x),
     B: u(gm.B), Dp: u(gm.Dp), D: u(gm.D), T: u(gm.T), S: u(gm.S), TGT: u(TGT),
+    /** element `idx` of buffer `name` as float (16-bit operands widened exactly) */
+    rd: (name: string, idx: string) => asFloat(d, gm.elem[name] ?? 'float', `${name}[${idx}]`),
     /** the key index kj is visible from query qi (both uint expressions; range checks included) */
     visible: (qi: string, kj: string) =>
       `${qi} < ${u(gm.T)} && ${kj} < ${u(gm.S)}` + (gm.causal ? ` && ${kj} <= ${qi} + ${u(gm.S - gm.T)}` : ''),
@@ -199,7 +205,7 @@ function loadRows(t: ReturnType<typeof txt>, gm: Geom, p: { src: string; base: s
   let s = `    for (uint e = tidx; e < ${u(gm.B * gm.Dp)}; e += ${t.TGT}) {\n` +
     `      const uint r = e / ${t.Dp}, c = e % ${t.Dp};\n`;
   for (const x of p) {
-    const val = `${x.r0} + r < ${x.rows} && c < ${t.D} ? ${x.src}[${x.base} + (${x.r0} + r) * ${t.D} + c] : ${f(0)}`;
+    const val = `${x.r0} + r < ${x.rows} && c < ${t.D} ? ${t.rd(x.src, `${x.base} + (${x.r0} + r) * ${t.D} + c`)} : ${f(0)}`;
     if (x.dst) s += `      ${x.dst}[e] = ${val};\n`;
     if (x.dstT) s += `      ${x.dstT}[c * ${t.B} + r] = ${val};\n`;
   }
@@ -212,7 +218,7 @@ function rowStats(t: ReturnType<typeof txt>, d: Dialect): string {
     `    if (tidx < ${t.B}) {\n` +
     `      const uint qi = q0 + tidx;\n` +
     `      float dl = ${t.f(0)};\n` +
-    `      if (qi < ${t.T}) for (uint c = 0u; c < ${t.D}; ++c) dl += dout[qb + qi * ${t.D} + c] * o[qb + qi * ${t.D} + c];\n` +
+    `      if (qi < ${t.T}) for (uint c = 0u; c < ${t.D}; ++c) dl += ${t.rd('dout', `qb + qi * ${t.D} + c`)} * ${t.rd('o', `qb + qi * ${t.D} + c`)};\n` +
     `      Dq[tidx] = dl;\n` +
     `      Lq[tidx] = qi < ${t.T} ? lse[bh * ${t.T} + qi] : ${t.f(0)};\n` +
     `    }\n`
@@ -386,7 +392,8 @@ function gradQBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats: 
   return { body, floats: mem.floats };
 }
 
-function spec(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], groups: [number, number, number], make: (mma: boolean) => { body: string; floats: number }, what: string): KernelSpec {
+function spec(ctx: LowerCtx, g: Graph, n: Node, gm: Geom, args: KernelArg[], groups: [number, number, number], make: (mma: boolean) => { body: string; floats: number }, what: string): KernelSpec {
+  for (const a of args) gm.elem[a.name] = a.type;
   const plain = make(false), mma = make(true);
   const name = ctx.next();
   return {
@@ -402,15 +409,15 @@ export function lowerAttention(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] |
   switch (n.op) {
     case 'attention': {
       const gm = geomOf(g, n, ins[0], ins[1]);
-      return [spec(ctx, g, n, [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v'), a(outs[0], 'o', 'w'), a(outs[1], 'lse', 'w')],
+      return [spec(ctx, g, n, gm, [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v'), a(outs[0], 'o', 'w'), a(outs[1], 'lse', 'w')],
         [Math.max(1, ceilDiv(gm.T, gm.B)), gm.H, 1], (mma) => forwardBody(d, gm, mma), '')];
     }
     case 'attention_grad': {
       // inputs (do, q, k, v, o, lse) -> dq, dk, dv
       const gm = geomOf(g, n, ins[1], ins[2]);
-      const kv = spec(ctx, g, n, [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse'), a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')],
+      const kv = spec(ctx, g, n, gm, [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse'), a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')],
         [Math.max(1, ceilDiv(gm.S, gm.B)), gm.H, 1], (mma) => gradKVBody(d, gm, mma), ' [dk, dv]');
-      const q = spec(ctx, g, n, [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse'), a(outs[0], 'dq', 'w')],
+      const q = spec(ctx, g, n, gm, [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse'), a(outs[0], 'dq', 'w')],
         [Math.max(1, ceilDiv(gm.T, gm.B)), gm.H, 1], (mma) => gradQBody(d, gm, mma), ' [dq]');
       return [kv, q];
     }

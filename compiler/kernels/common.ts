@@ -3,11 +3,11 @@
  * attribute readers, kernel arguments, and the two launch shapes most kernels use (one thread
  * per element; one threadgroup per row / channel with a block reduction).
  */
-import type { Graph, Node } from '../ir/graph.js';
+import type { DType, Graph, Node } from '../ir/graph.js';
 import { numel } from '../ir/graph.js';
 import { boolAttrOf, numAttrOf, pairAttrOf } from '../ir/attrs.js';
 import { mathFnsUsed, renderScalar, type ScalarVar, type SExpr } from '../ir/scalar_fns.js';
-import type { Dialect } from './dialect.js';
+import { asFloat, type Dialect, type ElemType } from './dialect.js';
 import { type Access, type KernelArg, type KernelSpec, type LowerCtx, ceilDiv, SIMD } from './kernel_types.js';
 
 export const EW_THREADS = 256;
@@ -16,8 +16,20 @@ export function shapeOf(g: Graph, id: number): number[] {
   return g.values[id].shape;
 }
 
+/** the kernel-language element type of each IR dtype */
+const ELEM_OF: Record<DType, ElemType> = { f32: 'float', i32: 'int', f16: 'half', bf16: 'bfloat' };
+
+export function elemOf(g: Graph, id: number): ElemType {
+  return ELEM_OF[g.values[id].dtype];
+}
+
 export function argOf(g: Graph, name: string, value: number, access: Access): KernelArg {
-  return { name, value, access, type: g.values[value].dtype === 'i32' ? 'int' : 'float' };
+  return { name, value, access, type: elemOf(g, value) };
+}
+
+/** `name[idx]` of IR value `id` as a float expression (16-bit values widened: dialect.ts asFloat) */
+export function readF(d: Dialect, g: Graph, id: number, name: string, idx: string): string {
+  return asFloat(d, elemOf(g, id), `${name}[${idx}]`);
 }
 
 const failOf = (n: Node) => (msg: string): never => {

@@ -12,6 +12,12 @@
  *  - C statements and expressions, `if`/`for`, `const`, function-style casts `uint(x)`, `int(x)`,
  *    `float(x)`; the scalar types `float`, `int`, `uint` (a dialect's file header typedefs
  *    `uint` where the language lacks it);
+ *  - the 16-bit storage types `half` (IEEE binary16) and `bfloat` (bfloat16) of kernel buffers
+ *    (ELEM_TYPES; a 16-bit train precision, compiler/ir/precision.ts): a body never computes in
+ *    them. It reads an element as float through `toFloat` (exact) and writes one through
+ *    `fromFloat` (round to nearest, ties to even: compiler/reference/half.ts's rule), so every
+ *    16-bit rounding happens where the IR's `cast` says and nowhere else; `typeName` spells the
+ *    type in a signature;
  *  - the built-in values by the names in BUILTINS (`gid.x`, `tgid.y`, `tid.x`, `tidx`, `lane`,
  *    `sg`), which the dialect's kernel signature or preamble defines when a body reads them;
  *  - `tg`, the kernel's shared (threadgroup) float memory, and `sp`, the step parameters
@@ -49,13 +55,25 @@ export function builtinsOf(body: string): Builtin[] {
   return BUILTINS.filter((b) => new RegExp(`\\b${b.name}\\b`).test(body)).map((b) => b.name);
 }
 
+/** Element types of kernel buffers: the 32-bit `float` / `int` and the 16-bit storage types. */
+export const ELEM_TYPES = ['float', 'int', 'half', 'bfloat'] as const;
+export type ElemType = (typeof ELEM_TYPES)[number];
+/** the 16-bit float storage types (read and written through toFloat / fromFloat only) */
+export type HalfElem = Extract<ElemType, 'half' | 'bfloat'>;
+export const isHalfElem = (t: ElemType): t is HalfElem => t === 'half' || t === 'bfloat';
+
+/** The float value of element expression `x` of a buffer of type `t` (itself unless 16-bit). */
+export function asFloat(d: Dialect, t: ElemType, x: string): string {
+  return isHalfElem(t) ? d.toFloat(t, x) : x;
+}
+
 /** Everything a dialect needs to write one kernel function around its body. */
 export interface KernelDecl {
   name: string;
   /** one line, already safe inside a comment */
   comment: string;
   /** buffers in binding order; the step parameters follow them */
-  args: { name: string; type: 'float' | 'int'; access: Access }[];
+  args: { name: string; type: ElemType; access: Access }[];
   /** bytes of shared (threadgroup) memory, `tg` (0: none) */
   tgmem: number;
   /** threads per threadgroup */
@@ -96,8 +114,14 @@ export interface MatrixUnit {
 export interface Dialect {
   /** short name ('msl', 'cuda'); file extensions and messages */
   readonly name: string;
-  /** first lines of a kernel file: includes, namespaces, typedefs the kernel language needs */
-  fileHeader(): string;
+  /** first lines of a kernel file: includes, namespaces, typedefs the kernel language needs (`halves`: the 16-bit types its kernels use) */
+  fileHeader(halves: ReadonlySet<HalfElem>): string;
+  /** the element type's name in a kernel signature */
+  typeName(t: ElemType): string;
+  /** expression: the 16-bit value `x` widened to float (exact) */
+  toFloat(t: HalfElem, x: string): string;
+  /** expression: the float `x` rounded to the 16-bit type (round to nearest, ties to even; overflow to ±inf, subnormals kept) */
+  fromFloat(t: HalfElem, x: string): string;
   /** qualifier in front of the prelude's helper functions */
   readonly helperQual: string;
   readonly space: AddressSpaces;
@@ -145,7 +169,10 @@ export abstract class CStyleDialect implements Dialect {
     call: (fn, args) => this.math(fn, ...args),
     select: (c, a, b) => `${c} ? ${a} : ${b}`,
   };
-  abstract fileHeader(): string;
+  abstract fileHeader(halves: ReadonlySet<HalfElem>): string;
+  abstract typeName(t: ElemType): string;
+  abstract toFloat(t: HalfElem, x: string): string;
+  abstract fromFloat(t: HalfElem, x: string): string;
   abstract barrier(): string;
   abstract simdSum(v: string): string;
   abstract simdMax(v: string): string;

@@ -6,13 +6,18 @@
  * dialect's 8x8 matrix unit (Metal: simdgroup_float8x8, Apple7+), recorded as the launch's
  * `mma` variant. Loader snippets see g (group), mi/ki (A) or ki/ni (B) and assign `v`; the
  * store sees g, mi, ni and acc. Out-of-range indices never reach a loader.
+ * 16-bit operands (half / bfloat, a 16-bit train precision) are widened to float by the loaders,
+ * so the shared-memory tiles, the 8x8 matrix-unit operands and the accumulator are float: the
+ * products of two 16-bit numbers are exact in float, so this equals a 16-bit matrix unit with
+ * float accumulation (simdgroup_half8x8 x half8x8 -> float8x8) up to the order of the float sums,
+ * needs no mixed-type matrix unit, and runs on every GPU the fp32 kernels run on.
  * Consumes IR nodes (and an optional fused unary epilogue); produces KernelSpecs.
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { broadcastStrides, matmulDims, windowOut } from '../ir/shapes.js';
 import type { Dialect } from './dialect.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, ceilDiv, label, numAttr, numel, pairAttr, shapeOf, stridedIndex } from './common.js';
+import { argOf, ceilDiv, label, numAttr, numel, pairAttr, readF, shapeOf, stridedIndex } from './common.js';
 import { unaryFwd } from './elementwise.js';
 
 const L = '          ';
@@ -38,20 +43,23 @@ function convGeom(n: Node, xs: number[], ws: number[]) {
   return { SH, SW, PH, PW, DH, DW, G, NB, C, H, W, O, CG, KH, KW, OH, OW, OG: O / G };
 }
 
-/** im2col read of x: spatial index `sp` = (nb, oh, ow), filter index `fk` = (c, kh, kw) */
-function im2col(d: Dialect, c: ReturnType<typeof convGeom>, sp: string, fk: string): string {
+/** im2col read of x (`x(idx)`: the element as float): spatial index `sp` = (nb, oh, ow), filter index `fk` = (c, kh, kw) */
+function im2col(d: Dialect, c: ReturnType<typeof convGeom>, sp: string, fk: string, x: (idx: string) => string): string {
   const u = (k: number) => d.u(k);
   return (
     `${L}const uint nb = ${sp} / ${u(c.OH * c.OW)}, p = ${sp} % ${u(c.OH * c.OW)}, oh = p / ${u(c.OW)}, ow = p % ${u(c.OW)};\n` +
     `${L}const uint c = ${fk} / ${u(c.KH * c.KW)}, q = ${fk} % ${u(c.KH * c.KW)}, kh = q / ${u(c.KW)}, kw = q % ${u(c.KW)};\n` +
     `${L}const int ih = int(oh * ${u(c.SH)} + kh * ${u(c.DH)}) - ${c.PH}, iw = int(ow * ${u(c.SW)} + kw * ${u(c.DW)}) - ${c.PW};\n` +
-    `${L}if (ih >= 0 && ih < ${c.H} && iw >= 0 && iw < ${c.W}) v = x[((nb * ${u(c.C)} + g * ${u(c.CG)} + c) * ${u(c.H)} + uint(ih)) * ${u(c.W)} + uint(iw)];`
+    `${L}if (ih >= 0 && ih < ${c.H} && iw >= 0 && iw < ${c.W}) v = ${x(`((nb * ${u(c.C)} + g * ${u(c.CG)} + c) * ${u(c.H)} + uint(ih)) * ${u(c.W)} + uint(iw)`)};`
   );
 }
 
 function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
   const u = (k: number) => d.u(k);
   const ins = n.inputs;
+  // operand k's element `idx` (buffer `name`) as float: 16-bit operands are widened exactly, so the
+  // tiles and the accumulation stay float (the products of two 16-bit numbers are exact in float)
+  const rd = (k: number, name: string) => (idx: string) => readF(d, g, ins[k], name, idx);
   switch (n.op) {
     case 'linear': {
       // x [..., K]: the leading dims are the rows
@@ -63,8 +71,8 @@ function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
       args.push(argOf(g, 'y', n.outputs[0], 'w'));
       return {
         M, N, K, G: 1, args,
-        loadA: `${L}v = x[mi * ${u(K)} + ki];`,
-        loadB: `${L}v = w[ni * ${u(K)} + ki];`,
+        loadA: `${L}v = ${rd(0, 'x')(`mi * ${u(K)} + ki`)};`,
+        loadB: `${L}v = ${rd(1, 'w')(`ni * ${u(K)} + ki`)};`,
         pre: '', out: 'y', idx: `mi * ${u(N)} + ni`, bias: hasBias ? 'b[ni]' : '',
       };
     }
@@ -84,8 +92,8 @@ function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
       return {
         M, N, K, G, head,
         args: [argOf(g, 'a', ins[0], 'r'), argOf(g, 'b', ins[1], 'r'), argOf(g, 'y', n.outputs[0], 'w')],
-        loadA: ta ? `${L}v = a[${ao}ki * ${u(M)} + mi];` : `${L}v = a[${ao}mi * ${u(K)} + ki];`,
-        loadB: tb ? `${L}v = b[${bo}ni * ${u(K)} + ki];` : `${L}v = b[${bo}ki * ${u(N)} + ni];`,
+        loadA: `${L}v = ${rd(0, 'a')(ta ? `${ao}ki * ${u(M)} + mi` : `${ao}mi * ${u(K)} + ki`)};`,
+        loadB: `${L}v = ${rd(1, 'b')(tb ? `${bo}ni * ${u(K)} + ki` : `${bo}ki * ${u(N)} + ni`)};`,
         pre: '', out: 'y', idx: batched ? `g * ${u(M * N)} + mi * ${u(N)} + ni` : `mi * ${u(N)} + ni`, bias: '',
       };
     }
@@ -98,8 +106,8 @@ function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
       args.push(argOf(g, 'y', n.outputs[0], 'w'));
       return {
         M: c.NB * c.OH * c.OW, N: c.OG, K, G: c.G, args,
-        loadA: im2col(d, c, 'mi', 'ki'),
-        loadB: `${L}v = w[(g * ${u(c.OG)} + ni) * ${u(K)} + ki];`,
+        loadA: im2col(d, c, 'mi', 'ki', rd(0, 'x')),
+        loadB: `${L}v = ${rd(1, 'w')(`(g * ${u(c.OG)} + ni) * ${u(K)} + ki`)};`,
         pre: `      const uint nb = mi / ${u(c.OH * c.OW)}, p = mi % ${u(c.OH * c.OW)};\n`,
         out: 'y', idx: `(nb * ${u(c.O)} + g * ${u(c.OG)} + ni) * ${u(c.OH * c.OW)} + p`, bias: hasBias ? `b[g * ${u(c.OG)} + ni]` : '',
       };
@@ -116,9 +124,9 @@ function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
           `${L}const int th = int(ih) + ${c.PH} - int(kh * ${u(c.DH)}), tw = int(iw) + ${c.PW} - int(kw * ${u(c.DW)});\n` +
           `${L}if (th >= 0 && tw >= 0 && th % ${c.SH} == 0 && tw % ${c.SW} == 0) {\n` +
           `${L}  const uint oh = uint(th) / ${u(c.SH)}, ow = uint(tw) / ${u(c.SW)};\n` +
-          `${L}  if (oh < ${u(c.OH)} && ow < ${u(c.OW)}) v = dy[((nb * ${u(c.O)} + g * ${u(c.OG)} + o) * ${u(c.OH)} + oh) * ${u(c.OW)} + ow];\n` +
+          `${L}  if (oh < ${u(c.OH)} && ow < ${u(c.OW)}) v = ${rd(0, 'dy')(`((nb * ${u(c.O)} + g * ${u(c.OG)} + o) * ${u(c.OH)} + oh) * ${u(c.OW)} + ow`)};\n` +
           `${L}}`,
-        loadB: `${L}v = w[((g * ${u(c.OG)} + ki / ${u(KK)}) * ${u(c.CG)} + ni) * ${u(KK)} + ki % ${u(KK)}];`,
+        loadB: `${L}v = ${rd(1, 'w')(`((g * ${u(c.OG)} + ki / ${u(KK)}) * ${u(c.CG)} + ni) * ${u(KK)} + ki % ${u(KK)}`)};`,
         pre: `      const uint nb = mi / ${u(c.H * c.W)}, p = mi % ${u(c.H * c.W)};\n`,
         out: 'dx', idx: `(nb * ${u(c.C)} + g * ${u(c.CG)} + ni) * ${u(c.H * c.W)} + p`, bias: '',
       };
@@ -131,8 +139,8 @@ function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
         args: [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), argOf(g, 'dw', n.outputs[0], 'w')],
         loadA:
           `${L}const uint nb = ki / ${u(c.OH * c.OW)}, p = ki % ${u(c.OH * c.OW)};\n` +
-          `${L}v = dy[(nb * ${u(c.O)} + g * ${u(c.OG)} + mi) * ${u(c.OH * c.OW)} + p];`,
-        loadB: im2col(d, c, 'ki', 'ni'),
+          `${L}v = ${rd(0, 'dy')(`(nb * ${u(c.O)} + g * ${u(c.OG)} + mi) * ${u(c.OH * c.OW)} + p`)};`,
+        loadB: im2col(d, c, 'ki', 'ni', rd(1, 'x')),
         pre: '', out: 'dw', idx: `(g * ${u(c.OG)} + mi) * ${u(N)} + ni`, bias: '',
       };
     }

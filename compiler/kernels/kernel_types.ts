@@ -4,7 +4,7 @@
  * consumed by the backends (codegen-metal: library.ts for the source text, dispatch_plan.ts
  * for the launches, limits.ts, emu_model.ts; codegen-cuda).
  */
-import type { Dialect } from './dialect.js';
+import type { Dialect, ElemType } from './dialect.js';
 
 export type Access = 'r' | 'w' | 'rw';
 
@@ -14,8 +14,8 @@ export interface KernelArg {
   /** IR value id bound to this argument */
   value: number;
   access: Access;
-  /** element type */
-  type: 'float' | 'int';
+  /** element type (the kernel language's name: float, int, half, bfloat) */
+  type: ElemType;
 }
 
 export interface KernelVariant {

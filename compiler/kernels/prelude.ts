@@ -6,7 +6,7 @@
  * produces the source text (a `.metal` library for MSL, a `.cu` unit for CUDA).
  */
 import { commentText } from '../cfamily/text.js';
-import type { Dialect } from './dialect.js';
+import { type Dialect, type HalfElem, isHalfElem } from './dialect.js';
 import type { Helper, KernelSpec, KernelVariant } from './kernel_types.js';
 
 function erfcHelper(d: Dialect): string {
@@ -139,7 +139,8 @@ export function kernelSource(d: Dialect, k: KernelSpec, v: KernelVariant, what: 
  */
 export function kernelFile(d: Dialect, title: string[], helpers: Set<Helper>, kernels: KernelSpec[], variantNote: { plain: string; mma: string }): string {
   const parts: string[] = [];
-  parts.push(title.map((l) => `// ${l}`).join('\n') + '\n' + d.fileHeader());
+  const halves = new Set<HalfElem>(kernels.flatMap((k) => k.args.map((a) => a.type).filter(isHalfElem)));
+  parts.push(title.map((l) => `// ${l}`).join('\n') + '\n' + d.fileHeader(halves));
   parts.push(
     `// step scalars, bound to every kernel after its buffers (mpsc_scalars in mpsc_model.h)\n` +
     `struct StepParams {\n  float lr;\n  int t;\n  uint seed;\n  uint counter;\n};\n`,

@@ -15,6 +15,7 @@ import { lowerPool } from './pool.js';
 import { lowerReduce } from './reduce.js';
 import { lowerTensor } from './tensor.js';
 import { lowerAttention } from './attention.js';
+import { lowerCast } from './precision.js';
 
 export type GpuLowering = (ctx: LowerCtx, g: Graph, n: Node) => KernelSpec[];
 
@@ -26,7 +27,7 @@ const family = (f: (ctx: LowerCtx, g: Graph, n: Node) => KernelSpec[] | null): G
 };
 const ew = family(lowerElementwise), gemm = family((ctx, g, n) => lowerGemm(ctx, g, n));
 const red = family(lowerReduce), pool = family(lowerPool), optim = family(lowerOptim);
-const tensor = family(lowerTensor), attn = family(lowerAttention);
+const tensor = family(lowerTensor), attn = family(lowerAttention), cast = family(lowerCast);
 
 export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
   // GEMM family (tiled + 8x8 matrix-unit variants)
@@ -47,9 +48,8 @@ export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
   permute: tensor, pad: tensor, broadcast_to: tensor, reduce: tensor, reduce_max_grad: tensor, masked_fill: tensor, positions: tensor,
   // fused attention (query tiles x streamed key tiles, online softmax; backward in two kernels)
   attention: attn, attention_grad: attn,
-  // mixed precision: no GPU backend runs a 16-bit precision yet (runtime/device.ts refuses it before a
-  // build), so a cast never reaches a GPU kernel file
-  cast: 'cpu',
+  // mixed precision: f32 <-> f16 / bf16, the one kernel that rounds to 16 bits (precision.ts)
+  cast,
 };
 
 /** A backend's registry: GPU_KERNELS, or a copy with some entries replaced (e.g. a library GEMM, or 'cpu'). */

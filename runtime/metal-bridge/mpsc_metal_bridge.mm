@@ -5,7 +5,9 @@
 //  - MTLDevice discovery: MTLCreateSystemDefaultDevice(), which returns nil in command-line
 //    processes that do not load CoreGraphics (CMakeLists.txt links it), else the first device of
 //    MTLCopyAllDevices(); Apple7+ GPUs use the simdgroup_float8x8 GEMM variants, older ones the
-//    plain 16x16-tiled kernels
+//    plain 16x16-tiled kernels; a model with bfloat buffers (bf16 precision) needs MSL 3.1 and an
+//    Apple6+ or Metal3 GPU (mpsc_metal_caps.h): otherwise creation fails with the reason, which
+//    the session turns into a UserError (runtime/metal-bridge/gpu_caps.ts)
 //  - per program a library: `mpsc_<program>.metallib` next to this module when the build
 //    could run `xcrun metal` (compiled with -fno-fast-math), else newLibraryWithSource from the
 //    embedded source with MTLMathModeSafe when built with the macOS 15 SDK and run on macOS 15+
@@ -41,6 +43,7 @@
 #include <vector>
 
 #include "mpsc_model.h"
+#include "mpsc_metal_caps.h"
 #include "mpsc_metal_plan.inc"
 
 using namespace mpsc_metal_plan;
@@ -129,6 +132,12 @@ id<MTLLibrary> load_library(Backend* be, const MetalProgram& P, std::string& err
     opts.fastMathEnabled = NO;
 #pragma clang diagnostic pop
   }
+  // bfloat buffers (bf16 precision) are MSL 3.1; backend_create has checked the GPU and OS already
+#if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 140000
+  if (P.uses_bfloat) {
+    if (@available(macOS 14.0, *)) opts.languageVersion = MTLLanguageVersion3_1;
+  }
+#endif
   id<MTLLibrary> lib = [be->device newLibraryWithSource:[NSString stringWithUTF8String:P.source] options:opts error:&e];
   if (!lib) err = std::string("the Metal compiler rejected the generated library of program ") + P.name + ": " + ns_string(e);
   return lib;
@@ -171,6 +180,22 @@ void* backend_create(mpsc_ctx* ctx) {
       return nullptr;
     }
     be->device_name = be->device.name.UTF8String ?: "";
+    if (kModel.needs_bfloat) {
+      // a bf16 program: bfloat needs MSL 3.1 and an Apple6+ or Metal3 GPU (mpsc_metal_caps.h)
+      MpscMetalGpu gpu = {be->device_name.c_str(), static_cast<bool>([be->device supportsFamily:MTLGPUFamilyApple6]), false, false};
+#if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 130000
+      if (@available(macOS 13.0, *)) gpu.metal3 = static_cast<bool>([be->device supportsFamily:MTLGPUFamilyMetal3]);
+#endif
+#if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 140000
+      if (@available(macOS 14.0, *)) gpu.msl31 = true;
+#endif
+      char why[512];
+      if (mpsc_bfloat_unsupported(gpu, why, sizeof why)) {
+        set_error(ctx, why);
+        delete be;
+        return nullptr;
+      }
+    }
     const char* nomma = std::getenv("MPSC_METAL_NO_MMA");
     be->mma = [be->device supportsFamily:MTLGPUFamilyApple7] && !(nomma && nomma[0] == '1');
     if (const char* t = std::getenv("MPSC_METAL_TIMEOUT_S")) be->timeout_s = std::atof(t) > 0 ? std::atof(t) : be->timeout_s;

@@ -53,6 +53,7 @@ struct MetalProgram {
   const int64_t* output_offsets;   // arena byte offsets of the scalar outputs (f32)
   int64_t arena_bytes;
   int32_t nlaunches;
+  bool uses_bfloat;                // the library has bfloat buffers: compiled as MSL 3.1
 };
 
 struct MetalModel {
@@ -62,6 +63,7 @@ struct MetalModel {
   int64_t persistent_bytes;
   int32_t nprograms;
   const MetalProgram* programs;
+  bool needs_bfloat;               // some program uses bfloat: the GPU is checked (mpsc_metal_caps.h)
 };
 
 extern const MetalModel kModel;

@@ -16,6 +16,7 @@ import { generateMetalProject } from '../../compiler/codegen-metal/index.js';
 import { defaultCacheDir, runCmakeJs } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
+import { gpuUserError } from './gpu_caps.js';
 
 export interface MetalSessionOptions {
   threads?: number;
@@ -57,5 +58,9 @@ export async function createMetalSession(programs: ProgramSet, opts: MetalSessio
     fs.renameSync(tmp, dir);
     opts.onProgress?.(`built the Metal bridge into ${dir}`);
   }
-  return createNativeSession(mod, programs, 'metal', opts.threads);
+  try {
+    return createNativeSession(mod, programs, 'metal', opts.threads);
+  } catch (e) {
+    throw gpuUserError(e); // e.g. a bf16 program on a GPU without bfloat (mpsc_metal_caps.h)
+  }
 }

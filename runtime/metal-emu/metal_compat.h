@@ -6,7 +6,12 @@
 //    `[[threadgroup(n)]]` kernel argument: a `volatile` pointer here)
 //  - `kernel`, `[[buffer(n)]]`, `[[threadgroup(n)]]` and the built-in attributes (ignored by
 //    the C++ compiler: the generated shim passes the built-in values in the right order)
-//  - scalar types uint/ushort/uchar/half, vector types uint2/uint3/int2/float2/float4
+//  - scalar types uint/ushort/uchar, vector types uint2/uint3/int2/float2/float4
+//  - the 16-bit storage types with the GPU's rounding on every conversion: `half` is _Float16
+//    (IEEE binary16; g++ 12 on x86-64 converts float -> _Float16 in software, round to nearest
+//    even, subnormals kept, overflow to inf), `bfloat` a 16-bit struct whose conversion from float
+//    rounds to nearest even (NaN stays a quiet NaN); both convert to float exactly, and only
+//    explicitly (`half(x)`, `bfloat(x)`, `float(h)`), as the generated kernels write them
 //  - metal:: max/min/abs/fabs/clamp/select/as_type/mulhi and metal::precise:: exp/log/sqrt/
 //    rsqrt/tanh/pow (computed in float: glibc's correctly rounded-ish float functions)
 //  - threadgroup_barrier(mem_flags), simd_sum/simd_max/simd_min/simd_shuffle/
@@ -26,6 +31,26 @@ typedef unsigned short ushort;
 typedef unsigned char uchar;
 typedef unsigned long ulong;
 typedef _Float16 half;
+static_assert(sizeof(half) == 2, "half must be 16 bits");
+
+// bfloat16: the top 16 bits of a float; from float rounds to nearest, ties to even
+struct bfloat {
+  uint16_t bits;
+  bfloat() : bits(0) {}
+  explicit bfloat(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) bits = uint16_t((u >> 16) | 0x40u);  // NaN: keep it a quiet NaN
+    else bits = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);           // carries into the exponent: overflow gives inf
+  }
+  explicit operator float() const {
+    const uint32_t u = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+static_assert(sizeof(bfloat) == 2, "bfloat must be 16 bits");
 
 namespace metal {
 

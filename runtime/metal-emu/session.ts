@@ -13,11 +13,13 @@ import { buildMetal, metalEmuSources } from '../../compiler/codegen-metal/index.
 import { programsOf } from '../../compiler/ir/graph.js';
 import { buildAddon } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
+import { gpuUserError } from '../metal-bridge/gpu_caps.js';
 import type { Session } from '../session.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 /** emulator sources copied next to the generated model (src/ is on the include path) */
 export const EMU_FILES = ['emu_fiber.h', 'emu_dispatch.h', 'metal_compat.h', 'metal_compat_end.h'] as const;
+const CAPS_H = 'mpsc_metal_caps.h';
 
 export interface MetalEmuOptions {
   /** OS threads running threadgroups (default: all hardware threads) */
@@ -34,6 +36,8 @@ export function metalEmuProjectFiles(programs: ProgramSet, opts: { fallbackOps?:
   const art = buildMetal(programsOf(programs), programs.model, { fallbackOps: opts.fallbackOps });
   const files = metalEmuSources(art);
   for (const f of EMU_FILES) files[f] = fs.readFileSync(path.join(HERE, f), 'utf8');
+  // the bridge's GPU capability rule, which the emulator models (bf16 programs)
+  files[CAPS_H] = fs.readFileSync(path.join(HERE, '..', 'metal-bridge', CAPS_H), 'utf8');
   // what `#include <metal_stdlib>` in the unmodified .metal text resolves to
   files['metal_stdlib'] = '// metal-emu: <metal_stdlib> for generated .metal text\n#include "metal_compat.h"\n';
   return { files, warnings: art.warnings };
@@ -45,5 +49,9 @@ export async function createMetalEmuSession(programs: ProgramSet, opts: MetalEmu
   // -O2 without -march=native: the emulator is about correctness, and a portable build keeps the cache shareable
   const built = await buildAddon({ files, cxxflags: opts.cxxflags ?? '-O2', cacheDir: opts.cacheDir, onProgress: opts.onProgress });
   opts.onProgress?.(built.cached ? `using cached metal-emu build ${built.dir}` : `built metal-emu model into ${built.dir}`);
-  return createNativeSession(built.modulePath, programs, 'metal-emu', opts.threads);
+  try {
+    return createNativeSession(built.modulePath, programs, 'metal-emu', opts.threads);
+  } catch (e) {
+    throw gpuUserError(e); // a bf16 program on an emulated GPU without bfloat (MPSC_METAL_EMU_GPU)
+  }
 }

@@ -60,6 +60,11 @@ typedef unsigned long ulong;
 typedef __SIZE_TYPE__ size_t;
 typedef __PTRDIFF_TYPE__ ptrdiff_t;
 typedef _Float16 half;
+// bfloat (MSL 3.1, bf16 buffers): modelled by a second 16-bit float type. clang 14 has no
+// arithmetic __bf16 on x86, and a class type cannot live in the address-space-qualified buffers;
+// the check sees every use the generator writes (bfloat buffers, float(x), bfloat(x)); the
+// rounding of a real bfloat is the emulator's (metal_compat.h) and the bridge's concern.
+typedef _Float16 bfloat;
 
 namespace metal {
 
