@@ -248,6 +248,37 @@ export function fusedCases(): OpCase[] {
 }
 
 /**
+ * One program of independent element-wise nodes (AdamW on three parameters of odd sizes, SGD with
+ * Nesterov momentum on a fourth, relu and tanh), each reading and writing its own buffers: the
+ * CUDA backend runs them as one launch (compiler/codegen-cuda/merge.ts).
+ */
+export function independentUpdatesCase(): OpCase {
+  const rng = makeRng(11);
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const inputs: number[] = [];
+  const check: number[] = [];
+  const val = (name: string, shape: number[], kind: 'param' | 'input', lo = -1, hi = 1) => {
+    const id = b.value(name, 'f32', shape, kind);
+    data.set(id, Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)));
+    if (kind === 'input') inputs.push(id); else check.push(id);
+    return id;
+  };
+  for (const [k, n] of [[0, 300], [1, 33], [2, 1025]]) {
+    const ids = [val(`p${k}`, [n], 'param'), val(`g${k}`, [n], 'input'), val(`m${k}`, [n], 'param', -0.1, 0.1), val(`v${k}`, [n], 'param', 0, 0.01), -1];
+    b.node('adam_update', ids, [], { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decoupled: true }, `adam${k}`);
+  }
+  b.node('sgd_update', [val('p3', [77], 'param'), val('g3', [77], 'input'), val('buf3', [77], 'param'), -1], [], { momentum: 0.9, nesterov: true, weight_decay: 0 }, 'sgd3');
+  for (const fn of ['relu', 'tanh']) {
+    const y = b.value(`${fn}.y`, 'f32', [5, 41], 'activation');
+    b.node('unary', [val(`${fn}.x`, [5, 41], 'input')], [y], { fn }, fn);
+    check.push(y);
+  }
+  const program = { name: 'independent_updates', batch: 1, graph: b.graph, inputs, outputs: [] } as unknown as Program;
+  return { program, data, check };
+}
+
+/**
  * Mixed precision (issue 15): every op that reads 16-bit operands (OpDef.halfInputs: the GEMM
  * family and attention, forward and backward) with those operands made 16-bit by a `cast` node
  * first, as compiler/ir/precision.ts makes them, alternating f16 and bf16; the outputs are f32.

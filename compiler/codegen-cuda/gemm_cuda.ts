@@ -5,8 +5,11 @@
  *  - plain: 256 threads, each accumulating a 4x4 register block in fp32 (FFMA);
  *  - mma:   128 threads (4 warps of 32x32), 3xTF32 tensor-core products (mma.sync.m16n8k8 on
  *           hi/lo splits of both operands, fp32 accumulate: fp32 accuracy), the helpers of
- *           cuda_dialect.ts; a 16-bit operand (A = input 0, B = input 1 of every GEMM op) is exact
- *           in TF32, so its lo products are left out (1 or 2 mma per fragment, the same sums).
+ *           cuda_dialect.ts; for the convolutions (TF32_OPS) one plain TF32 product per fragment
+ *           (operands rounded to TF32, fp32 accumulate), as cuDNN's default under PyTorch
+ *           (torch.backends.cudnn.allow_tf32): about 1e-3 relative instead of fp32's 1e-6.
+ *           Otherwise a 16-bit operand (A = input 0, B = input 1 of every GEMM op) is exact in TF32,
+ *           so its lo products are left out (1 or 2 mma per fragment, the same sums).
  * Both share the grid (N/64, M/64, groups) and the shared-memory tiles: A as [64][20] (row m,
  * column k; the padding keeps the fragment reads conflict-free), B as [16][72] (row k, column n).
  * The global loads of B run along k where B is k-contiguous (linear, conv2d, matmul with transB),
@@ -115,13 +118,33 @@ function plainBody(v: View, sp: Split | null): string {
   );
 }
 
+/** the GEMM-family ops whose tensor-core variant is plain TF32 (one product), as PyTorch's cuDNN convolutions; the rest are 3xTF32 */
+export const TF32_OPS: ReadonlySet<string> = new Set(['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight']);
+
 /**
- * `ex`: an operand is exactly a TF32 number (it was a 16-bit value: fp16's 10 and bf16's 7 mantissa
- * bits fit TF32's 10, their exponents its 8), so its lo split is 0 and the products with it are
- * dropped: exactly the same sums with 2 (one exact operand) or 1 (both) mma instead of 3.
+ * How an operand enters the products: `tf32` rounds both to TF32 (one product, hi*hi); otherwise an
+ * operand that is exactly a TF32 number (`exact`: it was a 16-bit value: fp16's 10 and bf16's 7
+ * mantissa bits fit TF32's 10, their exponents its 8) has lo = 0, so its lo product is dropped:
+ * exactly the same sums with 2 (one exact operand) or 1 (both) mma instead of 3.
  */
-function mmaBody(v: View, sp: Split | null, ex: { a: boolean; b: boolean }): string {
-  const passes = ex.a && ex.b ? 'TF32 (exact: 16-bit operands)' : ex.a || ex.b ? '2xTF32 (one operand 16-bit, exact in TF32)' : '3xTF32';
+interface Passes { tf32: boolean; exactA: boolean; exactB: boolean }
+
+/** the fragment products of one k-step: lo*hi (A not exact), hi*lo (B not exact), hi*hi */
+function mmaProducts(p: Passes): string {
+  const mma = [
+    ...(p.tf32 || p.exactA ? [] : ['mpsc_mma16x8(cacc[i][j], al[i], bh[j]);']),
+    ...(p.tf32 || p.exactB ? [] : ['mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);']),
+    'mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);',
+  ];
+  return `      #pragma unroll\n      for (uint i = 0u; i < 2u; ++i)\n        #pragma unroll\n        for (uint j = 0u; j < 4u; ++j) {\n` +
+    mma.map((m) => `          ${m}\n`).join('') + `        }\n`;
+}
+
+function mmaBody(v: View, sp: Split | null, p: Passes): string {
+  const tf32 = p.tf32;
+  // an operand's fragment: hi and lo (3xTF32), or hi alone (TF32)
+  const frag = (x: string, h: string, l: string) => tf32 ? `${h} = mpsc_tf32(${x});` : `mpsc_split_tf32(${x}, ${h}, ${l});`;
+  const passes = tf32 ? 'TF32' : p.exactA && p.exactB ? 'TF32 (exact: 16-bit operands)' : p.exactA || p.exactB ? '2xTF32 (one operand 16-bit, exact in TF32)' : '3xTF32';
   return (
     prologue(v, `64x64 tile per block of 4 warps, 32x32 per warp as 2x4 ${passes} mma.sync m16n8k8 tiles`, sp) +
     `  const uint gq = lane / 4u, tq = lane % 4u;\n` +
@@ -131,21 +154,18 @@ function mmaBody(v: View, sp: Split | null, ex: { a: boolean; b: boolean }): str
     loadTiles(v, 128) +
     `    __syncthreads();\n` +
     `    #pragma unroll\n    for (uint kk = 0u; kk < ${BK}u; kk += 8u) {\n` +
-    `      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];\n` +
+    (tf32 ? `      uint ah[2][4], bh[4][2];\n` : `      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];\n`) +
     `      #pragma unroll\n      for (uint i = 0u; i < 2u; ++i) {\n` +
     `        const uint r = wm + 16u * i + gq;\n` +
-    `        mpsc_split_tf32(As[r * ${LDA}u + kk + tq], ah[i][0], al[i][0]);\n` +
-    `        mpsc_split_tf32(As[(r + 8u) * ${LDA}u + kk + tq], ah[i][1], al[i][1]);\n` +
-    `        mpsc_split_tf32(As[r * ${LDA}u + kk + tq + 4u], ah[i][2], al[i][2]);\n` +
-    `        mpsc_split_tf32(As[(r + 8u) * ${LDA}u + kk + tq + 4u], ah[i][3], al[i][3]);\n      }\n` +
+    `        ${frag(`As[r * ${LDA}u + kk + tq]`, 'ah[i][0]', 'al[i][0]')}\n` +
+    `        ${frag(`As[(r + 8u) * ${LDA}u + kk + tq]`, 'ah[i][1]', 'al[i][1]')}\n` +
+    `        ${frag(`As[r * ${LDA}u + kk + tq + 4u]`, 'ah[i][2]', 'al[i][2]')}\n` +
+    `        ${frag(`As[(r + 8u) * ${LDA}u + kk + tq + 4u]`, 'ah[i][3]', 'al[i][3]')}\n      }\n` +
     `      #pragma unroll\n      for (uint j = 0u; j < 4u; ++j) {\n` +
     `        const uint n = wn + 8u * j + gq;\n` +
-    `        mpsc_split_tf32(Bs[(kk + tq) * ${LDB}u + n], bh[j][0], bl[j][0]);\n` +
-    `        mpsc_split_tf32(Bs[(kk + tq + 4u) * ${LDB}u + n], bh[j][1], bl[j][1]);\n      }\n` +
-    `      #pragma unroll\n      for (uint i = 0u; i < 2u; ++i)\n        #pragma unroll\n        for (uint j = 0u; j < 4u; ++j) {\n` +
-    (ex.a ? '' : `          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);\n`) +
-    (ex.b ? '' : `          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);\n`) +
-    `          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);\n        }\n    }\n` +
+    `        ${frag(`Bs[(kk + tq) * ${LDB}u + n]`, 'bh[j][0]', 'bl[j][0]')}\n` +
+    `        ${frag(`Bs[(kk + tq + 4u) * ${LDB}u + n]`, 'bh[j][1]', 'bl[j][1]')}\n      }\n` +
+    mmaProducts(p) + `    }\n` +
     `    __syncthreads();\n  }\n` +
     `  #pragma unroll\n  for (uint i = 0u; i < 2u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q)\n` +
     storeOne(v, sp, 'm0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]')
@@ -172,7 +192,7 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
     name, node: n.id, op: n.op, label: label(g, n) + what + (sp ? ` [split K: ${sp.S} chunks of ${sp.Kc}, partial sums]` : ''), args,
     groups: [tiles[0], tiles[1], gm.G * (sp?.S ?? 1)],
     tgsize: [16, 16, 1], tgmem: TGMEM, sync: true, body: plainBody(view, sp),
-    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: TGMEM, sync: true, body: mmaBody(view, sp, { a: isHalf(g.values[n.inputs[0]].dtype), b: isHalf(g.values[n.inputs[1]].dtype) }) },
+    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: TGMEM, sync: true, body: mmaBody(view, sp, { tf32: TF32_OPS.has(n.op), exactA: isHalf(g.values[n.inputs[0]].dtype), exactB: isHalf(g.values[n.inputs[1]].dtype) }) },
   };
   if (!sp) return [gemm];
   const scratch = sp.S * gm.G * gm.M * gm.N * 4;

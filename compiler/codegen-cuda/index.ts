@@ -10,6 +10,9 @@
  *     (plan.ts: one device allocation, one CUDA graph per program);
  *   - the plan itself (plain data: reports, tests), and where each GEMM node runs (cublaslt.ts:
  *     cuBLASLt or the generated kernel, and why).
+ * Before planning, a reshape of a program input becomes a view of its upload image (views.ts) and
+ * runs of independent element-wise kernels become one launch each (merge.ts; never a kernel of a
+ * cuBLASLt call's node).
  * The lowering and the dispatch plans are codegen-metal's (lower_program.ts, dispatch_plan.ts,
  * layout.ts), run with the CUDA dialect: the same kernels and the same bindings as Metal.
  * No CPU fallback: every op of the catalogue has a GPU kernel (compiler/kernels/registry.ts).
@@ -24,10 +27,12 @@ import { buildPlan } from '../codegen-metal/dispatch_plan.js';
 import { persistentTable, programLayout, type PersistentTable } from '../codegen-metal/layout.js';
 import { CUDA } from './cuda_dialect.js';
 import { planCuda, type CudaPlan } from './plan.js';
+import { mergeLaunches } from './merge.js';
+import { reshapeViews } from './views.js';
 import { cudaHostSource } from './host.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
 import { lowerGemmCudaLt, type GemmChoice } from './cublaslt.js';
-import { lowerSumToCuda } from './reduce_cuda.js';
+import { lowerEmbeddingGradCuda, lowerLayernormGradCuda, lowerSumToCuda } from './reduce_cuda.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
 import { fuseForBackend } from '../ir/programs.js';
 import { cudaFusions } from './fusions.js';
@@ -40,11 +45,10 @@ const sharedSumTo = GPU_KERNELS.sum_to;
 if (sharedSumTo === 'cpu') throw new Error('internal: sum_to has no shared GPU kernel');
 /** long sums: a block per output (reduce_cuda.ts); short ones: the shared kernel */
 const cudaSumTo: GpuLowering = (ctx, g, n) => {
-  const k = lowerSumToCuda(ctx, g, n);
-  return k ? [k] : sharedSumTo(ctx, g, n);
+  return lowerSumToCuda(ctx, g, n) ?? sharedSumTo(ctx, g, n);
 };
 /**
- * The shared registry with long sum_to on reduce_cuda.ts and the GEMM family through cublaslt.ts
+ * The shared registry with long sum_to, layernorm_grad and embedding_grad on reduce_cuda.ts and the GEMM family through cublaslt.ts
  * (cuBLASLt where its rule says and `lt` allows, else gemm_cuda.ts's kernels), recording each
  * GEMM node's choice in `choices`; `gemm` is the same lowering for nodes with a fused epilogue.
  */
@@ -59,7 +63,7 @@ function gemmRegistry(lt: boolean, choices: GemmChoice[]): { registry: GpuRegist
     if (!ks) throw new Error(`internal: op '${n.op}' is not a GEMM`);
     return ks;
   };
-  return { registry: { ...GPU_KERNELS, sum_to: cudaSumTo, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
+  return { registry: { ...GPU_KERNELS, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
 }
 
 export const KERNELS_FILE = 'model_kernels.cuh';
@@ -117,9 +121,15 @@ export interface CudaGenOptions {
   fuse?: boolean;
   /** linear / matmul may run as cuBLASLt calls (cublaslt.ts's rule; default true): the build links cuBLASLt where CMake finds it */
   cublasLt?: boolean;
+  /** false: one launch per element-wise kernel (merge.ts otherwise merges runs of independent ones) */
+  merge?: boolean;
 }
 
-/** Lowers, plans and emits the CUDA model of these programs. */
+/**
+ * Lowers, plans and emits the CUDA model of these programs. `merge: false` keeps one launch per
+ * element-wise kernel (merge.ts otherwise runs independent ones as one launch; the check script
+ * compares both bitwise).
+ */
 export function buildCuda(unfused: Program[], model: string, opts: CudaGenOptions = {}): CudaArtifacts {
   const own = (opts.gemm ?? 'cuda') === 'cuda';
   const caps = opts.fuse === false ? NO_FUSIONS : cudaFusions();
@@ -132,7 +142,9 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
     gemms.push({ program: p.name, choices });
     const reg = gemmRegistry(opts.cublasLt ?? true, choices);
     const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: reg.registry, gemm: reg.gemm } : {}) }, layout, CUDA);
-    return { lp, plan: buildPlan(lp, layout, table, model) };
+    const plan = buildPlan(lp, layout, table, model);
+    const viewed = reshapeViews(lp, plan);
+    return opts.merge === false ? viewed : mergeLaunches(viewed.lp, viewed.plan, CUDA);
   });
   const lowered = parts.map((x) => x.lp);
   const alias = sharedKernels(lowered);

@@ -6,7 +6,7 @@
  *  - the ONE device allocation (one cudaMalloc) laid out by the static memory plan: the persistent
  *    block (parameters, gradients accumulators, optimizer state, running statistics: the same table
  *    and offsets as the host block of mpsc_model.h), the arena (max over programs of the memory
- *    plan's arena: activations, gradients, outputs), the scratch region of split-K GEMMs (the
+ *    plan's arena: activations, gradients, outputs), the scratch region of split-K GEMMs and chunked reductions (the
  *    largest KernelSpec.scratch of any kernel: kernels run in stream order, so one region serves
  *    all), the cuBLASLt workspace (LT_WORKSPACE_BYTES when any GEMM node is a cuBLASLt call: the
  *    calls run in stream order, so one workspace serves all), and per program its upload region: TWO sets, one per pinned staging set, each the
@@ -61,7 +61,7 @@ export interface KernelNodePlan {
   /** the tensor-core (3xTF32) variant with its block shape, when the kernel has one */
   mma?: { kernel: string; block: [number, number, number] };
   args: KernelArgPlan[];
-  /** the kernel takes the scratch region (split-K partial sums) after its buffers */
+  /** the kernel takes the scratch region (split-K or chunked-reduction partial sums) after its buffers */
   scratch?: boolean;
 }
 /** A GEMM node as one cuBLASLt call (cublaslt.ts), with its fallback kernels (no library, no algorithm) and the kernels after the call. */
@@ -108,7 +108,7 @@ export interface CudaPlan {
   deviceBytes: number;
   persistent: DeviceRegion;
   arena: DeviceRegion;
-  /** split-K partial sums (bytes 0 when no kernel needs scratch) */
+  /** split-K and chunked-reduction partial sums (bytes 0 when no kernel needs scratch) */
   scratch: DeviceRegion;
   /** cuBLASLt's workspace (bytes 0 when no GEMM node is a cuBLASLt call) */
   ltWorkspace: DeviceRegion;

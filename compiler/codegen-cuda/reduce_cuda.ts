@@ -1,28 +1,50 @@
 /**
- * reduce_cuda: the CUDA backend's sum_to (bias gradients, broadcast gradients) for long
- * reductions. The shared kernel (compiler/kernels/elementwise.ts) runs one thread per output
- * looping over all its terms: right for short sums, but a conv bias gradient is 32-128 threads
+ * reduce_cuda: the CUDA backend's long reductions: sum_to (bias gradients, broadcast gradients),
+ * layernorm_grad's weight / bias gradients, embedding_grad. The shared sum_to kernel
+ * (compiler/kernels/elementwise.ts) runs one thread per output looping over all its terms:
+ * right for short sums, but a conv bias gradient is 32-128 threads
  * each summing 131 072 strided terms, latency-bound on a few SMs. Here, when an output has at
  * least LONG terms, the terms are spread over a block:
  *  - innermost dim summed (conv bias: terms adjacent in memory): one block of 256 threads per
  *    output, thread j takes terms j, j + 256, ...; then the warps' butterfly sums and a sum of
- *    the 8 warp totals in warp order;
- *  - innermost dim kept (linear bias: [batch, N] -> [N]): blocks of 32 x 8 threads, x over 32
- *    adjacent outputs (coalesced loads), y over 8 interleaved slices of the terms; the 8 slice
- *    sums are added in slice order.
+ *    the 8 warp totals in warp order; when the outputs leave SMs idle, a block per output and
+ *    chunk of the terms, the chunk sums into the scratch region and a second kernel adding them
+ *    in chunk order;
+ *  - innermost dim kept (linear bias: [batch, N] -> [N]): a column sum (columnSums, below).
+ * Column sums (32 adjacent columns x 8 interleaved row slices per block, the slice sums added in
+ * slice order): the rows are cut into S chunks so that the grid fills the GPU; block (column
+ * tile, chunk) writes its partial sums into the plan's scratch region (`mpsc_scratch`,
+ * KernelSpec.scratch), and a second kernel adds the S partials per column in chunk order (S = 1:
+ * the first kernel writes the results itself). They serve the kept-innermost sum_to and
+ * layernorm_grad's weight and bias gradients (sums over all B*T rows per channel; the dx kernel is
+ * the shared one, reduce.ts layernormGradDx), which the shared kernels sum in one thread per column.
  * The order of additions is fixed by the shapes, so results do not depend on scheduling.
- * Consumes a sum_to node (CUDA dialect context); produces a KernelSpec, or null to keep the
- * shared kernel. The index arithmetic is the shared one (sumToDims).
+ * Consumes sum_to / layernorm_grad / embedding_grad nodes (CUDA dialect context); produces
+ * KernelSpecs (sum_to: null to keep the shared kernel). The index arithmetic of sum_to is the
+ * shared one (sumToDims). Also:
+ *  - embedding_grad: block (vocabulary row v, channel tile) scans all ids; each row slice adds
+ *    dy of the positions whose id is v in position order. No atomics: the result is the same
+ *    for every launch order.
  */
 import type { Graph, Node } from '../ir/graph.js';
-import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { argOf, ceilDiv, label } from '../kernels/common.js';
+import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { argOf, ceilDiv, elementwise, label, numel, shapeOf } from '../kernels/common.js';
 import { sumToDims } from '../kernels/elementwise.js';
+import { layernormGradDx, layernormRows } from '../kernels/reduce.js';
 
 /** terms per output from which a block shares one output's sum */
 export const LONG = 512;
 
-export function lowerSumToCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
+/** the H200's SMs */
+const SMS = 132;
+/** four blocks of 256 threads per SM: chunked sums aim at this many blocks */
+const FILL_BLOCKS = 4 * SMS;
+/** terms per chunk at least of a block-per-output sum (8 per thread of 256) */
+const MIN_CHUNK_TERMS = 2048;
+/** rows per chunk at least (8 per row slice) */
+const MIN_CHUNK_ROWS = 64;
+
+export function lowerSumToCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const d = ctx.d;
   const { kept, red, RN, count, innerReduced } = sumToDims(d, g, n);
   if (RN < LONG) return null;
@@ -34,26 +56,118 @@ export function lowerSumToCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | n
   const args = [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')];
   const common = { node: n.id, op: n.op, args, sync: true };
   if (innerReduced) {
-    return {
-      ...common, name: ctx.next(), label: `${label(g, n)} [one block per output, ${RN} terms]`,
-      groups: [count, 1, 1], tgsize: [256, 1, 1], tgmem: 8 * 4,
+    // S chunks of the terms per output when the outputs alone leave SMs idle (conv bias gradients)
+    const S = count >= SMS ? 1 : Math.max(1, Math.min(ceilDiv(FILL_BLOCKS, count), Math.floor(RN / MIN_CHUNK_TERMS)));
+    const chunk = ceilDiv(RN, S);
+    const bytes = S * count * 4;
+    const first: KernelSpec = {
+      ...common, args: S === 1 ? args : [args[0]], name: ctx.next(),
+      label: `${label(g, n)} [one block per output${S === 1 ? '' : ` and chunk (${S} chunks of ${chunk})`}, ${RN} terms]`,
+      groups: [count, S, 1], tgsize: [256, 1, 1], tgmem: 8 * 4, ...(S === 1 ? {} : { scratch: bytes }),
       body:
-        `  // y[i] = sum of x over the reduced dims (${RN} terms): block i, thread j sums terms j, j + 256, ...\n` +
-        `  const uint i = tgid.x;\n  float acc = 0.0f;\n  {\n${base('i')}` +
-        `    for (uint t = tidx; t < ${d.u(RN)}; t += 256u) {\n${term('t')}    }\n  }\n` +
+        `  // y[i] = sum of x over the reduced dims (${RN} terms): block (i, chunk), thread j sums terms j, j + 256, ... of the chunk\n` +
+        `  const uint i = tgid.x;\n  const uint t1 = min((tgid.y + 1u) * ${d.u(chunk)}, ${d.u(RN)});\n  float acc = 0.0f;\n  {\n${base('i')}` +
+        `    for (uint t = tgid.y * ${d.u(chunk)} + tidx; t < t1; t += 256u) {\n${term('t')}    }\n  }\n` +
         `  acc = ${d.simdSum('acc')};\n` +
         `  if (lane == 0u) tg[sg] = acc;\n  ${d.barrier()}\n` +
-        `  if (tidx == 0u) {\n    float s = 0.0f;\n    for (uint w = 0u; w < 8u; ++w) s += tg[w];\n    y[i] = s;\n  }\n`,
+        `  if (tidx == 0u) {\n    float s = 0.0f;\n    for (uint w = 0u; w < 8u; ++w) s += tg[w];\n` +
+        (S === 1 ? `    y[i] = s;\n` : `    mpsc_scratch[tgid.y * ${d.u(count)} + i] = s;\n`) + `  }\n`,
     };
+    if (S === 1) return [first];
+    const finish = elementwise(ctx, g, n, [args[1]], count,
+      `  // the ${S} chunks' sums of output i, in chunk order\n  float s = 0.0f;\n` +
+      `  for (uint c = 0u; c < ${d.u(S)}; ++c) s += mpsc_scratch[c * ${d.u(count)} + i];\n  y[i] = s;\n`, ` [sum of ${S} chunks]`);
+    return [first, { ...finish, scratch: bytes }];
   }
-  return {
-    ...common, name: ctx.next(), label: `${label(g, n)} [32 outputs x 8 term slices per block, ${RN} terms]`,
-    groups: [ceilDiv(count, 32), 1, 1], tgsize: [32, 8, 1], tgmem: 256 * 4,
+  return columnSums(ctx, g, n, {
+    C: count, R: RN, sums: 1, reads: [args[0]], writes: [args[1]], what: 'y',
+    col: base('c'), row: term('r').replace('acc += ', 's0 += '), store: (c) => `y[${c}] = s0;`,
+  });
+}
+
+/**
+ * the row chunks of a column sum of C columns: S chunks of `chunk` rows (the last one may be
+ * shorter); one chunk when the column tiles alone give every SM a block (a second kernel would cost
+ * more than it saves)
+ */
+export function columnChunks(rows: number, C: number): { S: number; chunk: number } {
+  const tiles = ceilDiv(C, 32);
+  const want = tiles >= SMS ? 1 : Math.max(1, Math.min(ceilDiv(FILL_BLOCKS, tiles), Math.floor(rows / MIN_CHUNK_ROWS)));
+  const chunk = ceilDiv(rows, want);
+  return { S: ceilDiv(rows, chunk), chunk };
+}
+
+/** layernorm_grad: the shared dx kernel, then the weight and bias gradients as chunked column sums over the rows */
+export function lowerLayernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const u = (k: number) => ctx.d.u(k);
+  const { D, rows } = layernormRows(g, n);
+  const ins = n.inputs, outs = n.outputs;
+  return [layernormGradDx(ctx, g, n), ...columnSums(ctx, g, n, {
+    C: D, R: rows, sums: 2, what: 'dweight, dbias',
+    reads: [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r')],
+    writes: [argOf(g, 'dweight', outs[1], 'w'), argOf(g, 'dbias', outs[2], 'w')],
+    col: '',
+    row: `      const float g = dy[r * ${u(D)} + c];\n      s0 += g * (x[r * ${u(D)} + c] - mean[r]) * rstd[r];\n      s1 += g;\n`,
+    store: (c) => `dweight[${c}] = s0; dbias[${c}] = s1;`,
+  })];
+}
+
+/**
+ * K sums per column c of C (s0, s1, ...) over R rows: `col` (statements for column c) and `row`
+ * (statements for row r of column c, adding to s0..) run in blocks of 32 columns x 8 row slices
+ * over S row chunks (columnChunks); the 8 slice sums are added in slice order, then (S > 1) each
+ * chunk's sums go to the scratch region and a second kernel adds the S chunks in chunk order;
+ * `store(c)` writes the K totals of column c from s0..
+ */
+function columnSums(ctx: LowerCtx, g: Graph, n: Node, v: {
+  C: number; R: number; sums: number; reads: KernelArg[]; writes: KernelArg[]; what: string; col: string; row: string; store: (c: string) => string;
+}): KernelSpec[] {
+  const d = ctx.d, u = (k: number) => d.u(k);
+  const { S, chunk } = columnChunks(v.R, v.C);
+  const K = Array.from({ length: v.sums }, (_, k) => k);
+  const decl = `float ${K.map((k) => `s${k} = 0.0f`).join(', ')};`;
+  const bytes = S * v.sums * v.C * 4;
+  const first: KernelSpec = {
+    node: n.id, op: n.op, name: ctx.next(), args: S === 1 ? [...v.reads, ...v.writes] : v.reads, sync: true,
+    label: `${label(g, n)} [${v.what}: 32 columns x 8 row slices per block, ${S} chunk${S === 1 ? '' : 's'} of ${chunk} of ${v.R} rows]`,
+    groups: [ceilDiv(v.C, 32), S, 1], tgsize: [32, 8, 1], tgmem: v.sums * 256 * 4,
+    ...(S === 1 ? {} : { scratch: bytes }),
     body:
-      `  // y[i] = sum of x over the reduced dims (${RN} terms): thread (x, y) sums terms y, y + 8, ... of output 32 * block + x\n` +
-      `  const uint i = tgid.x * 32u + tid.x;\n  float acc = 0.0f;\n  if (i < ${d.u(count)}) {\n${base('i')}` +
-      `    for (uint t = tid.y; t < ${d.u(RN)}; t += 8u) {\n${term('t')}    }\n  }\n` +
-      `  tg[tid.y * 32u + tid.x] = acc;\n  ${d.barrier()}\n` +
-      `  if (tid.y == 0u && i < ${d.u(count)}) {\n    float s = 0.0f;\n    for (uint w = 0u; w < 8u; ++w) s += tg[w * 32u + tid.x];\n    y[i] = s;\n  }\n`,
+      `  // column c, rows y, y + 8, ... of chunk ${S === 1 ? '0' : 'tgid.y'} (${chunk} rows)\n` +
+      `  const uint c = tgid.x * 32u + tid.x;\n` +
+      `  const uint r0 = tgid.y * ${u(chunk)}, r1 = min(r0 + ${u(chunk)}, ${u(v.R)});\n` +
+      `  ${decl}\n` +
+      `  if (c < ${u(v.C)}) {\n${v.col}    for (uint r = r0 + tid.y; r < r1; r += 8u) {\n${v.row}    }\n  }\n` +
+      K.map((k) => `  tg[${k * 256}u + tid.y * 32u + tid.x] = s${k};\n`).join('') + `  ${d.barrier()}\n` +
+      `  if (tid.y == 0u && c < ${u(v.C)}) {\n` + K.map((k) => `    s${k} = 0.0f;\n`).join('') +
+      `    for (uint w = 0u; w < 8u; ++w) {${K.map((k) => ` s${k} += tg[${k * 256}u + w * 32u + tid.x];`).join('')} }\n` +
+      (S === 1 ? `    ${v.store('c')}\n` : K.map((k) => `    mpsc_scratch[(tgid.y * ${u(v.sums)} + ${u(k)}) * ${u(v.C)} + c] = s${k};\n`).join('')) + `  }\n`,
   };
+  if (S === 1) return [first];
+  const finish = elementwise(ctx, g, n, v.writes, v.C,
+    `  // the ${S} chunks' sums of column i, in chunk order\n  ${decl}\n` +
+    `  for (uint s = 0u; s < ${u(S)}; ++s) {${K.map((k) => ` s${k} += mpsc_scratch[(s * ${u(v.sums)} + ${u(k)}) * ${u(v.C)} + i];`).join('')} }\n` +
+    `  ${v.store('i')}\n`, ` [${v.what}: sum of ${S} chunks]`);
+  return [first, { ...finish, scratch: bytes }];
+}
+
+/** embedding_grad: block (vocabulary row, 32 channels) scans the ids in 8 interleaved slices, no atomics */
+export function lowerEmbeddingGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const d = ctx.d, u = (k: number) => d.u(k);
+  const [V, D] = n.attrs.w_shape as number[];
+  const J = numel(shapeOf(g, n.inputs[1]));
+  return [{
+    node: n.id, op: n.op, name: ctx.next(), sync: true,
+    label: `${label(g, n)} [block per vocabulary row x 32 channels, ${J} ids in 8 slices]`,
+    args: [argOf(g, 'dy', n.inputs[0], 'r'), argOf(g, 'ids', n.inputs[1], 'r'), argOf(g, 'dw', n.outputs[0], 'w')],
+    groups: [V, ceilDiv(D, 32), 1], tgsize: [32, 8, 1], tgmem: 256 * 4,
+    body:
+      `  // dw[v, c] = sum of dy[j, c] over the positions j whose id is v: slice y takes j = y, y + 8, ... in order\n` +
+      `  const int v = int(tgid.x);\n  const uint c = tgid.y * 32u + tid.x;\n  float acc = 0.0f;\n` +
+      `  if (c < ${u(D)}) {\n` +
+      `    for (uint j = tid.y; j < ${u(J)}; j += 8u) if (ids[j] == v) acc += dy[j * ${u(D)} + c];\n  }\n` +
+      `  tg[tid.y * 32u + tid.x] = acc;\n  ${d.barrier()}\n` +
+      `  if (tid.y == 0u && c < ${u(D)}) {\n    float s = 0.0f;\n    for (uint y = 0u; y < 8u; ++y) s += tg[y * 32u + tid.x];\n` +
+      `    dw[uint(v) * ${u(D)} + c] = s;\n  }\n`,
+  }];
 }

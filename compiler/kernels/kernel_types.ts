@@ -43,7 +43,7 @@ export interface KernelSpec extends KernelVariant {
   mma?: KernelVariant;
   /**
    * bytes of device scratch the kernel reads or writes through `mpsc_scratch` (CUDA only: split-K
-   * partial sums, codegen-cuda/gemm_cuda.ts); the backend binds one scratch region after the buffers
+   * partial sums, codegen-cuda/gemm_cuda.ts; layernorm_grad row-chunk sums, reduce_cuda.ts); the backend binds one scratch region after the buffers
    */
   scratch?: number;
   /**

@@ -58,12 +58,8 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       return [blockKernel(ctx, g, n, args, rows, rowThreads(D), (s) => rowLayernorm(d, s, { D, eps: numAttr(n, 'eps', 1e-5), weight, bias }))];
     }
     case 'layernorm_grad': {
-      const xs = shapeOf(g, ins[1]);
-      const D = xs[xs.length - 1], rows = numel(xs) / D;
-      const weight = has(2);
-      const dxK = blockKernel(ctx, g, n,
-        [a(ins[0], 'dy'), a(ins[1], 'x'), ...(weight ? [a(ins[2], 'w')] : []), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[0], 'dx', 'w')],
-        rows, rowThreads(D), (s) => rowLayernormGrad(d, s, { D, weight }), ' [dx]');
+      const { D, rows } = layernormRows(g, n);
+      const dxK = layernormGradDx(ctx, g, n);
       // one thread per feature d: sums over the rows
       const body =
         `  float sw = ${d.f(0)}, sb = ${d.f(0)};\n` +
@@ -93,6 +89,23 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
     }
   }
   return lowerScalarReduce(ctx, g, n);
+}
+
+/** a layernorm(_grad) node's rows: x [..., D] as `rows` rows of D */
+export function layernormRows(g: Graph, n: Node): { D: number; rows: number } {
+  const xs = shapeOf(g, n.inputs[n.op === 'layernorm_grad' ? 1 : 0]);
+  const D = xs[xs.length - 1];
+  return { D, rows: numel(xs) / D };
+}
+
+/** layernorm_grad's dx kernel: one threadgroup per row (the weight and bias gradients are separate kernels) */
+export function layernormGradDx(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
+  const ins = n.inputs, a = (v: number, name: string, acc: 'r' | 'w' = 'r') => argOf(g, name, v, acc);
+  const { D, rows } = layernormRows(g, n);
+  const weight = ins.length > 2 && ins[2] >= 0;
+  return blockKernel(ctx, g, n,
+    [a(ins[0], 'dy'), a(ins[1], 'x'), ...(weight ? [a(ins[2], 'w')] : []), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(n.outputs[0], 'dx', 'w')],
+    rows, rowThreads(D), (s) => rowLayernormGrad(ctx.d, s, { D, weight }), ' [dx]');
 }
 
 function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {

@@ -100,6 +100,8 @@ export interface CudaSessionOptions {
   cxxflags?: string;
   cacheDir?: string;
   onProgress?: (msg: string) => void;
+  /** false: one launch per element-wise kernel (compiler/codegen-cuda/merge.ts off; the check script's bitwise comparison) */
+  merge?: boolean;
 }
 
 const GENERATOR_SOURCES = [
@@ -117,9 +119,10 @@ export function cudaGemmChoice(): CudaGemm {
 }
 
 /** digest of what the generated CUDA sources are a pure function of */
-export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true): string {
+export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true, merge = true): string {
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
-  return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update('\0').update(JSON.stringify(programs)).digest('hex');
+  return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update(merge ? '' : '\0unmerged')
+    .update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 
 /** The CUDA build settings for this machine (nvcc, architecture), or a UserError saying what is missing. */
@@ -158,14 +161,14 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   const ltHeader = findCublasLt(settings.nvcc);
   let report: string[] = [];
   const generate = () => {
-    const a = generateCudaModel(programs, { gemm, cublasLt });
+    const a = generateCudaModel(programs, { gemm, cublasLt, merge: opts.merge });
     planned = a.plan.deviceBytes;
     report = gemmReport(a.gemms, ltHeader);
     return a;
   };
   const built = await buildAddon({
     files: () => generate().files,
-    inputsKey: cudaInputsKey(programs, gemm, cublasLt),
+    inputsKey: cudaInputsKey(programs, gemm, cublasLt, opts.merge !== false),
     cxxflags: opts.cxxflags ?? '-O2',
     cacheDir: opts.cacheDir,
     cuda: settings,

@@ -188,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k0_mma(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
   const uint g = tgid.z;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
@@ -230,27 +230,25 @@ extern "C" __global__ void __launch_bounds__(128) p0_k0_mma(
     __syncthreads();
     #pragma unroll
     for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      uint ah[2][4], bh[4][2];
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i) {
         const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
+        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
+        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
+        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
+        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
       }
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
           mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
         }
     }
@@ -399,7 +397,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
   const uint g = tgid.z;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
@@ -441,27 +439,25 @@ extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
     __syncthreads();
     #pragma unroll
     for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      uint ah[2][4], bh[4][2];
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i) {
         const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
+        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
+        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
+        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
+        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
       }
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
           mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
         }
     }
@@ -1297,39 +1293,47 @@ extern "C" __global__ void __launch_bounds__(128) p0_k14_mma(
       }
 }
 
-// node 15: sum_to (linear1) -> linear1.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k15(
-    const float* x,
-    float* y,
+// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 15..16), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
+    const float* mpsc_a0,
+    float* mpsc_a1,
+    const float* mpsc_a2,
+    const float* mpsc_a3,
+    float* mpsc_a4,
     const StepParams* __restrict__ spp)
 {
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 10u) return;
-  // y[i] = sum of x over the reduced dims (64 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 64u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 10u; }
-    acc += x[off];
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 15: sum_to (linear1) -> linear1.bias.grad
+    const float* const x = mpsc_a0;
+    float* const y = mpsc_a1;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 10u) return;
+    // y[i] = sum of x over the reduced dims (64 terms per output)
+    uint rem = i, base = 0u;
+    { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
+    float acc = 0.0f;
+    for (uint t = 0u; t < 64u; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 10u; }
+      acc += x[off];
+    }
+    y[i] = acc;
   }
-  y[i] = acc;
-}
-
-// node 16: unary_grad (relu2) -> d_linear0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k16(
-    const float* dy,
-    const float* x,
-    float* dx,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 8192u) return;
-  const float v = x[i], d = dy[i];
-  dx[i] = v > 0.0f ? d : 0.0f;
+  else if (tgid.x < 33u) {
+    // node 16: unary_grad (relu2) -> d_linear0.out
+    const float* const dy = mpsc_a2;
+    const float* const x = mpsc_a3;
+    float* const dx = mpsc_a4;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 8192u) return;
+    const float v = x[i], d = dy[i];
+    dx[i] = v > 0.0f ? d : 0.0f;
+  }
 }
 
 // node 17: matmul (linear0) -> d_flatten0.out [fp32]
@@ -1815,7 +1819,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[12544u x 32u] = A[12544u x 576u] * B[576u x 32u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  // C[12544u x 32u] = A[12544u x 576u] * B[576u x 32u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
   const uint g = tgid.z;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
@@ -1860,27 +1864,25 @@ extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
     __syncthreads();
     #pragma unroll
     for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      uint ah[2][4], bh[4][2];
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i) {
         const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
+        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
+        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
+        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
+        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
       }
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
           mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
         }
     }
@@ -1993,7 +1995,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k23_mma(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 288u] = A[64u x 12544u] * B[12544u x 288u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  // C[64u x 288u] = A[64u x 12544u] * B[12544u x 288u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
   // split K: block z = group * 24 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
@@ -2038,27 +2040,25 @@ extern "C" __global__ void __launch_bounds__(128) p0_k23_mma(
     __syncthreads();
     #pragma unroll
     for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      uint ah[2][4], bh[4][2];
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i) {
         const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
+        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
+        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
+        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
+        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
       }
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
           mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
         }
     }
@@ -2104,10 +2104,10 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
   }
 }
 
-// node 25: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output, 12544 terms]
+// node 25: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output and chunk (6 chunks of 2091), 12544 terms]
 extern "C" __global__ void __launch_bounds__(256) p0_k25(
     const float* x,
-    float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[8];
@@ -2115,13 +2115,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // y[i] = sum of x over the reduced dims (12544 terms): block i, thread j sums terms j, j + 256, ...
+  // y[i] = sum of x over the reduced dims (12544 terms): block (i, chunk), thread j sums terms j, j + 256, ... of the chunk
   const uint i = tgid.x;
+  const uint t1 = min((tgid.y + 1u) * 2091u, 12544u);
   float acc = 0.0f;
   {
     uint rem = i, base = 0u;
     { const uint c = rem % 64u; rem /= 64u; base += c * 196u; }
-    for (uint t = tidx; t < 12544u; t += 256u) {
+    for (uint t = tgid.y * 2091u + tidx; t < t1; t += 256u) {
       uint q = t, off = base;
       { const uint c = q % 14u; q /= 14u; off += c * 1u; }
       { const uint c = q % 14u; q /= 14u; off += c * 14u; }
@@ -2135,48 +2136,70 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   if (tidx == 0u) {
     float s = 0.0f;
     for (uint w = 0u; w < 8u; ++w) s += tg[w];
-    y[i] = s;
+    mpsc_scratch[tgid.y * 64u + i] = s;
   }
 }
 
-// node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k26(
-    const float* dy,
-    const float* x,
-    float* dx,
+// 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 25..26), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k26_m(
+    float* mpsc_a0,
+    const float* mpsc_a1,
+    const float* mpsc_a2,
+    float* mpsc_a3,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 1605632u) return;
-  const uint w = i % 28u, h = (i / 28u) % 28u, p = i / 784u;
-  const int hp = int(h) + 0, wp = int(w) + 0;
-  const int ohLo = hp >= 2 ? (hp - 2 + 2) / 2 : 0, ohHi = min(hp / 2, 13);
-  const int owLo = wp >= 2 ? (wp - 2 + 2) / 2 : 0, owHi = min(wp / 2, 13);
-  float acc = 0.0f;
-  for (int ohi = ohLo; ohi <= ohHi; ++ohi) {
-    for (int owi = owLo; owi <= owHi; ++owi) {
-      const uint oh = uint(ohi), ow = uint(owi);
-      int bestAt = -1;
-      float best = 0.0f;
-      for (uint kh = 0u; kh < 2u; ++kh) {
-        const int ih = int(oh * 2u + kh) - 0;
-        if (ih < 0 || ih >= 28) continue;
-        for (uint kw = 0u; kw < 2u; ++kw) {
-          const int iw = int(ow * 2u + kw) - 0;
-          if (iw < 0 || iw >= 28) continue;
-          const float v = x[(p * 28u + uint(ih)) * 28u + uint(iw)];
-          if (bestAt < 0 || v > best) { best = v; bestAt = ih * 28 + iw; }
-        }
-      }
-      if (bestAt == int(h * 28u + w)) acc += dy[(p * 14u + oh) * 14u + ow];
-    }
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 25: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
+    float* const y = mpsc_a0;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 64u) return;
+    // the 6 chunks' sums of output i, in chunk order
+    float s = 0.0f;
+    for (uint c = 0u; c < 6u; ++c) s += mpsc_scratch[c * 64u + i];
+    y[i] = s;
   }
-  dx[i] = acc;
+  else if (tgid.x < 6273u) {
+    // node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
+    const float* const dy = mpsc_a1;
+    const float* const x = mpsc_a2;
+    float* const dx = mpsc_a3;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 1605632u) return;
+    const uint w = i % 28u, h = (i / 28u) % 28u, p = i / 784u;
+    const int hp = int(h) + 0, wp = int(w) + 0;
+    const int ohLo = hp >= 2 ? (hp - 2 + 2) / 2 : 0, ohHi = min(hp / 2, 13);
+    const int owLo = wp >= 2 ? (wp - 2 + 2) / 2 : 0, owHi = min(wp / 2, 13);
+    float acc = 0.0f;
+    for (int ohi = ohLo; ohi <= ohHi; ++ohi) {
+      for (int owi = owLo; owi <= owHi; ++owi) {
+        const uint oh = uint(ohi), ow = uint(owi);
+        int bestAt = -1;
+        float best = 0.0f;
+        for (uint kh = 0u; kh < 2u; ++kh) {
+          const int ih = int(oh * 2u + kh) - 0;
+          if (ih < 0 || ih >= 28) continue;
+          for (uint kw = 0u; kw < 2u; ++kw) {
+            const int iw = int(ow * 2u + kw) - 0;
+            if (iw < 0 || iw >= 28) continue;
+            const float v = x[(p * 28u + uint(ih)) * 28u + uint(iw)];
+            if (bestAt < 0 || v > best) { best = v; bestAt = ih * 28 + iw; }
+          }
+        }
+        if (bestAt == int(h * 28u + w)) acc += dy[(p * 14u + oh) * 14u + ow];
+      }
+    }
+    dx[i] = acc;
+  }
 }
 
 // node 27: unary_grad (relu0) -> d_conv2d0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k27(
+extern "C" __global__ void __launch_bounds__(256) p0_k28(
     const float* dy,
     const float* x,
     float* dx,
@@ -2190,7 +2213,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k27(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k28(
+extern "C" __global__ void __launch_bounds__(256) p0_k29(
     const float* dy,
     const float* x,
     float* dw,
@@ -2268,7 +2291,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k28_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k29_mma(
     const float* dy,
     const float* x,
     float* dw,
@@ -2280,7 +2303,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k28_mma(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[32u x 9u] = A[32u x 50176u] * B[50176u x 9u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  // C[32u x 9u] = A[32u x 50176u] * B[50176u x 9u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
   // split K: block z = group * 98 + chunk; chunk ks sums k in [ks * 512, (ks + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
@@ -2325,27 +2348,25 @@ extern "C" __global__ void __launch_bounds__(128) p0_k28_mma(
     __syncthreads();
     #pragma unroll
     for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      uint ah[2][4], bh[4][2];
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i) {
         const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
+        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
+        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
+        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
+        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
       }
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
           mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
         }
     }
@@ -2367,7 +2388,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k28_mma(
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
-extern "C" __global__ void __launch_bounds__(256) p0_k29(
+extern "C" __global__ void __launch_bounds__(256) p0_k30(
     const float* dy,
     const float* x,
     float* dw,
@@ -2391,10 +2412,10 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
   }
 }
 
-// node 29: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output, 50176 terms]
-extern "C" __global__ void __launch_bounds__(256) p0_k30(
+// node 29: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output and chunk (17 chunks of 2952), 50176 terms]
+extern "C" __global__ void __launch_bounds__(256) p0_k31(
     const float* x,
-    float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[8];
@@ -2402,13 +2423,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // y[i] = sum of x over the reduced dims (50176 terms): block i, thread j sums terms j, j + 256, ...
+  // y[i] = sum of x over the reduced dims (50176 terms): block (i, chunk), thread j sums terms j, j + 256, ... of the chunk
   const uint i = tgid.x;
+  const uint t1 = min((tgid.y + 1u) * 2952u, 50176u);
   float acc = 0.0f;
   {
     uint rem = i, base = 0u;
     { const uint c = rem % 32u; rem /= 32u; base += c * 784u; }
-    for (uint t = tidx; t < 50176u; t += 256u) {
+    for (uint t = tgid.y * 2952u + tidx; t < t1; t += 256u) {
       uint q = t, off = base;
       { const uint c = q % 28u; q /= 28u; off += c * 1u; }
       { const uint c = q % 28u; q /= 28u; off += c * 28u; }
@@ -2422,152 +2444,177 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30(
   if (tidx == 0u) {
     float s = 0.0f;
     for (uint w = 0u; w < 8u; ++w) s += tg[w];
-    y[i] = s;
+    mpsc_scratch[tgid.y * 32u + i] = s;
   }
 }
 
-// node 30: sgd_update (conv2d0.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k31(
-    float* param,
-    const float* grad,
-    float* buf,
+// 2 element-wise kernels in one launch (sum_to, sgd_update; nodes 29..30), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k32_m(
+    float* mpsc_a0,
+    float* mpsc_a1,
+    const float* mpsc_a2,
+    float* mpsc_a3,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 288u) return;
-  float gr = grad[i];
-  const float bv = 0.899999976f * buf[i] + gr;
-  buf[i] = bv;
-  gr = bv;
-  param[i] -= sp.lr * gr;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 29: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
+    float* const y = mpsc_a0;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 32u) return;
+    // the 17 chunks' sums of output i, in chunk order
+    float s = 0.0f;
+    for (uint c = 0u; c < 17u; ++c) s += mpsc_scratch[c * 32u + i];
+    y[i] = s;
+  }
+  else if (tgid.x < 3u) {
+    // node 30: sgd_update (conv2d0.weight)
+    float* const param = mpsc_a1;
+    const float* const grad = mpsc_a2;
+    float* const buf = mpsc_a3;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 288u) return;
+    float gr = grad[i];
+    const float bv = 0.899999976f * buf[i] + gr;
+    buf[i] = bv;
+    gr = bv;
+    param[i] -= sp.lr * gr;
+  }
 }
 
-// node 31: sgd_update (conv2d0.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k32(
-    float* param,
-    const float* grad,
-    float* buf,
+// 7 element-wise kernels in one launch (sgd_update; nodes 31..37), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
+    float* mpsc_a0,
+    const float* mpsc_a1,
+    float* mpsc_a2,
+    float* mpsc_a3,
+    const float* mpsc_a4,
+    float* mpsc_a5,
+    float* mpsc_a6,
+    const float* mpsc_a7,
+    float* mpsc_a8,
+    float* mpsc_a9,
+    const float* mpsc_a10,
+    float* mpsc_a11,
+    float* mpsc_a12,
+    const float* mpsc_a13,
+    float* mpsc_a14,
+    float* mpsc_a15,
+    const float* mpsc_a16,
+    float* mpsc_a17,
+    float* mpsc_a18,
+    const float* mpsc_a19,
+    float* mpsc_a20,
     const StepParams* __restrict__ spp)
 {
   const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 32u) return;
-  float gr = grad[i];
-  const float bv = 0.899999976f * buf[i] + gr;
-  buf[i] = bv;
-  gr = bv;
-  param[i] -= sp.lr * gr;
-}
-
-// node 32: sgd_update (conv2d1.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k33(
-    float* param,
-    const float* grad,
-    float* buf,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 18432u) return;
-  float gr = grad[i];
-  const float bv = 0.899999976f * buf[i] + gr;
-  buf[i] = bv;
-  gr = bv;
-  param[i] -= sp.lr * gr;
-}
-
-// node 33: sgd_update (conv2d1.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k34(
-    float* param,
-    const float* grad,
-    float* buf,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 64u) return;
-  float gr = grad[i];
-  const float bv = 0.899999976f * buf[i] + gr;
-  buf[i] = bv;
-  gr = bv;
-  param[i] -= sp.lr * gr;
-}
-
-// node 34: sgd_update (linear0.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k35(
-    float* param,
-    const float* grad,
-    float* buf,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 401408u) return;
-  float gr = grad[i];
-  const float bv = 0.899999976f * buf[i] + gr;
-  buf[i] = bv;
-  gr = bv;
-  param[i] -= sp.lr * gr;
-}
-
-// node 35: sgd_update (linear0.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k36(
-    float* param,
-    const float* grad,
-    float* buf,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  const float bv = 0.899999976f * buf[i] + gr;
-  buf[i] = bv;
-  gr = bv;
-  param[i] -= sp.lr * gr;
-}
-
-// node 36: sgd_update (linear1.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k37(
-    float* param,
-    const float* grad,
-    float* buf,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 1280u) return;
-  float gr = grad[i];
-  const float bv = 0.899999976f * buf[i] + gr;
-  buf[i] = bv;
-  gr = bv;
-  param[i] -= sp.lr * gr;
-}
-
-// node 37: sgd_update (linear1.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k38(
-    float* param,
-    const float* grad,
-    float* buf,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 10u) return;
-  float gr = grad[i];
-  const float bv = 0.899999976f * buf[i] + gr;
-  buf[i] = bv;
-  gr = bv;
-  param[i] -= sp.lr * gr;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 31: sgd_update (conv2d0.bias)
+    float* const param = mpsc_a0;
+    const float* const grad = mpsc_a1;
+    float* const buf = mpsc_a2;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 32u) return;
+    float gr = grad[i];
+    const float bv = 0.899999976f * buf[i] + gr;
+    buf[i] = bv;
+    gr = bv;
+    param[i] -= sp.lr * gr;
+  }
+  else if (tgid.x < 73u) {
+    // node 32: sgd_update (conv2d1.weight)
+    float* const param = mpsc_a3;
+    const float* const grad = mpsc_a4;
+    float* const buf = mpsc_a5;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 18432u) return;
+    float gr = grad[i];
+    const float bv = 0.899999976f * buf[i] + gr;
+    buf[i] = bv;
+    gr = bv;
+    param[i] -= sp.lr * gr;
+  }
+  else if (tgid.x < 74u) {
+    // node 33: sgd_update (conv2d1.bias)
+    float* const param = mpsc_a6;
+    const float* const grad = mpsc_a7;
+    float* const buf = mpsc_a8;
+    const uint mpsc_gx = (tgid.x - 73u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 64u) return;
+    float gr = grad[i];
+    const float bv = 0.899999976f * buf[i] + gr;
+    buf[i] = bv;
+    gr = bv;
+    param[i] -= sp.lr * gr;
+  }
+  else if (tgid.x < 1642u) {
+    // node 34: sgd_update (linear0.weight)
+    float* const param = mpsc_a9;
+    const float* const grad = mpsc_a10;
+    float* const buf = mpsc_a11;
+    const uint mpsc_gx = (tgid.x - 74u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 401408u) return;
+    float gr = grad[i];
+    const float bv = 0.899999976f * buf[i] + gr;
+    buf[i] = bv;
+    gr = bv;
+    param[i] -= sp.lr * gr;
+  }
+  else if (tgid.x < 1643u) {
+    // node 35: sgd_update (linear0.bias)
+    float* const param = mpsc_a12;
+    const float* const grad = mpsc_a13;
+    float* const buf = mpsc_a14;
+    const uint mpsc_gx = (tgid.x - 1642u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 128u) return;
+    float gr = grad[i];
+    const float bv = 0.899999976f * buf[i] + gr;
+    buf[i] = bv;
+    gr = bv;
+    param[i] -= sp.lr * gr;
+  }
+  else if (tgid.x < 1648u) {
+    // node 36: sgd_update (linear1.weight)
+    float* const param = mpsc_a15;
+    const float* const grad = mpsc_a16;
+    float* const buf = mpsc_a17;
+    const uint mpsc_gx = (tgid.x - 1643u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 1280u) return;
+    float gr = grad[i];
+    const float bv = 0.899999976f * buf[i] + gr;
+    buf[i] = bv;
+    gr = bv;
+    param[i] -= sp.lr * gr;
+  }
+  else if (tgid.x < 1649u) {
+    // node 37: sgd_update (linear1.bias)
+    float* const param = mpsc_a18;
+    const float* const grad = mpsc_a19;
+    float* const buf = mpsc_a20;
+    const uint mpsc_gx = (tgid.x - 1648u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 10u) return;
+    float gr = grad[i];
+    const float bv = 0.899999976f * buf[i] + gr;
+    buf[i] = bv;
+    gr = bv;
+    param[i] -= sp.lr * gr;
+  }
 }
 
 // node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [fp32]
@@ -2659,7 +2706,7 @@ extern "C" __global__ void __launch_bounds__(128) p1_k0_mma(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
   const uint g = tgid.z;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
@@ -2701,27 +2748,25 @@ extern "C" __global__ void __launch_bounds__(128) p1_k0_mma(
     __syncthreads();
     #pragma unroll
     for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      uint ah[2][4], bh[4][2];
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i) {
         const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
+        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
+        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
+        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
+        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
       }
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
           mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
         }
     }
@@ -2832,7 +2877,7 @@ extern "C" __global__ void __launch_bounds__(128) p1_k2_mma(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
   const uint g = tgid.z;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
   float* As = tg;              // [64][20]: As[m * 20 + k]
@@ -2874,27 +2919,25 @@ extern "C" __global__ void __launch_bounds__(128) p1_k2_mma(
     __syncthreads();
     #pragma unroll
     for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      uint ah[2][4], bh[4][2];
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i) {
         const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
+        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
+        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
+        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
+        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
       }
       #pragma unroll
       for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
           mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
         }
     }

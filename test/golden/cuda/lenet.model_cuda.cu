@@ -67,7 +67,7 @@ struct Backend {
 #ifdef MPSC_CUBLASLT
   MpscLt* lt = nullptr;
 #endif
-  cudaEvent_t prof_ev[39] = {};
+  cudaEvent_t prof_ev[32] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
   bool device_newer = false;      // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -134,10 +134,10 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
   if (threadIdx.x == 1u) out[1] = *reinterpret_cast<const float*>(dev + 3375168);  // accuracy
 }
 
-const char* const knames_p0[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: unary)", "p0_k2 (node 2: maxpool2d)", "p0_k3 (node 3: conv2d)", "p0_k4 (node 4: unary)", "p0_k5 (node 5: maxpool2d)", "cuBLASLt call 0 (node 7: linear)", "p0_k8 (node 8: unary)", "cuBLASLt call 1 (node 9: linear)", "p0_k10 (node 10: cross_entropy)", "p0_k11 (node 11: accuracy)", "p0_k12 (node 12: cross_entropy_grad)", "cuBLASLt call 2 (node 13: matmul)", "cuBLASLt call 3 (node 14: matmul)", "p0_k15 (node 15: sum_to)", "p0_k16 (node 16: unary_grad)", "cuBLASLt call 4 (node 17: matmul)", "cuBLASLt call 5 (node 18: matmul)", "p0_k19 (node 19: sum_to)", "p0_k20 (node 21: maxpool2d_grad)", "p0_k21 (node 22: unary_grad)", "p0_k22 (node 23: conv2d_grad_input)", "p0_k23 (node 24: conv2d_grad_weight)", "p0_k24 (node 24: conv2d_grad_weight)", "p0_k25 (node 25: sum_to)", "p0_k26 (node 26: maxpool2d_grad)", "p0_k27 (node 27: unary_grad)", "p0_k28 (node 28: conv2d_grad_weight)", "p0_k29 (node 28: conv2d_grad_weight)", "p0_k30 (node 29: sum_to)", "p0_k31 (node 30: sgd_update)", "p0_k32 (node 31: sgd_update)", "p0_k33 (node 32: sgd_update)", "p0_k34 (node 33: sgd_update)", "p0_k35 (node 34: sgd_update)", "p0_k36 (node 35: sgd_update)", "p0_k37 (node 36: sgd_update)", "p0_k38 (node 37: sgd_update)", nullptr };
+const char* const knames_p0[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: unary)", "p0_k2 (node 2: maxpool2d)", "p0_k3 (node 3: conv2d)", "p0_k4 (node 4: unary)", "p0_k5 (node 5: maxpool2d)", "cuBLASLt call 0 (node 7: linear)", "p0_k8 (node 8: unary)", "cuBLASLt call 1 (node 9: linear)", "p0_k10 (node 10: cross_entropy)", "p0_k11 (node 11: accuracy)", "p0_k12 (node 12: cross_entropy_grad)", "cuBLASLt call 2 (node 13: matmul)", "cuBLASLt call 3 (node 14: matmul)", "p0_k15_m (node 15: multi)", "cuBLASLt call 4 (node 17: matmul)", "cuBLASLt call 5 (node 18: matmul)", "p0_k19 (node 19: sum_to)", "p0_k20 (node 21: maxpool2d_grad)", "p0_k21 (node 22: unary_grad)", "p0_k22 (node 23: conv2d_grad_input)", "p0_k23 (node 24: conv2d_grad_weight)", "p0_k24 (node 24: conv2d_grad_weight)", "p0_k25 (node 25: sum_to)", "p0_k26_m (node 25: multi)", "p0_k28 (node 27: unary_grad)", "p0_k29 (node 28: conv2d_grad_weight)", "p0_k30 (node 28: conv2d_grad_weight)", "p0_k31 (node 29: sum_to)", "p0_k32_m (node 29: multi)", "p0_k34_m (node 31: sgd_update)", nullptr };
 const char* const knames_p1[] = { "p1_k0 (node 0: conv2d)", "p0_k2 (node 1: maxpool2d)", "p1_k2 (node 2: conv2d)", "p0_k5 (node 3: maxpool2d)", "cuBLASLt call 6 (node 5: linear)", "cuBLASLt call 7 (node 6: linear)", "p0_k10 (node 7: cross_entropy)", "p0_k11 (node 8: accuracy)", nullptr };
 
-// program train_step: the graph's nodes in stream order (38 kernels, then the output gather).
+// program train_step: the graph's nodes in stream order (31 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
 // pinned memory); ev (profiling only, NULL when captured): an event after each kernel
 bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
@@ -249,14 +249,9 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[14], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k15<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23543808), reinterpret_cast<float*>(dev + 29873664), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k15 (node 15: sum_to)")) return false;
+    p0_k15_m<<<dim3(33u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23543808), reinterpret_cast<float*>(dev + 29873664), reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 23478272), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k15_m (node 15: multi)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[15], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k16<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const float*>(dev + 23445504), reinterpret_cast<float*>(dev + 23478272), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k16 (node 16: unary_grad)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[16], st), "cudaEventRecord")) return false;
   }
   {
 #ifdef MPSC_CUBLASLT
@@ -269,7 +264,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
       else p0_k17<<<dim3(49u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 29065216), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k17 (node 17: matmul)")) return false;
     }
-    if (ev && !ck(ctx, cudaEventRecord(ev[17], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[16], st), "cudaEventRecord")) return false;
   }
   {
 #ifdef MPSC_CUBLASLT
@@ -282,110 +277,80 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
       else p0_k18<<<dim3(49u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<float*>(dev + 27459584), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k18 (node 18: matmul)")) return false;
     }
-    if (ev && !ck(ctx, cudaEventRecord(ev[18], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[17], st), "cudaEventRecord")) return false;
   }
   {
     p0_k19<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23478272), reinterpret_cast<float*>(dev + 29873152), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k19 (node 19: sum_to)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[19], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[18], st), "cudaEventRecord")) return false;
   }
   {
     p0_k20<<<dim3(3136u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 29065216), reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k20 (node 21: maxpool2d_grad)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[20], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[19], st), "cudaEventRecord")) return false;
   }
   {
     p0_k21<<<dim3(3136u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<float*>(dev + 19431424), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k21 (node 22: unary_grad)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[21], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[20], st), "cudaEventRecord")) return false;
   }
   {
     if (mma) p0_k22_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     else p0_k22<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k22 (node 23: conv2d_grad_input)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[22], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[21], st), "cudaEventRecord")) return false;
   }
   {
     if (mma) p0_k23_mma<<<dim3(5u, 1u, 24u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     else p0_k23<<<dim3(5u, 1u, 24u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k23 (node 24: conv2d_grad_weight)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[23], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[22], st), "cudaEventRecord")) return false;
   }
   {
     p0_k24<<<dim3(72u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k24 (node 24: conv2d_grad_weight)")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[23], st), "cudaEventRecord")) return false;
+  }
+  {
+    p0_k25<<<dim3(64u, 6u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k25 (node 25: sum_to)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[24], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k25<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 24322048), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k25 (node 25: sum_to)")) return false;
+    p0_k26_m<<<dim3(6273u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 24322048), reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k26_m (node 25: multi)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[25], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k26<<<dim3(6272u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 22642688), reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k26 (node 26: maxpool2d_grad)")) return false;
+    p0_k28<<<dim3(6272u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k28 (node 27: unary_grad)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[26], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k27<<<dim3(6272u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k27 (node 27: unary_grad)")) return false;
+    if (mma) p0_k29_mma<<<dim3(1u, 1u, 98u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    else p0_k29<<<dim3(1u, 1u, 98u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k29 (node 28: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[27], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k28_mma<<<dim3(1u, 1u, 98u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    else p0_k28<<<dim3(1u, 1u, 98u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k28 (node 28: conv2d_grad_weight)")) return false;
+    p0_k30<<<dim3(2u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k30 (node 28: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[28], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k29<<<dim3(2u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k29 (node 28: conv2d_grad_weight)")) return false;
+    p0_k31<<<dim3(32u, 17u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k31 (node 29: sum_to)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[29], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k30<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 3376256), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k30 (node 29: sum_to)")) return false;
+    p0_k32_m<<<dim3(3u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3376256), reinterpret_cast<float*>(dev + 256), reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 1408), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k32_m (node 29: multi)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[30], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k31<<<dim3(2u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 256), reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 1408), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k31 (node 30: sgd_update)")) return false;
+    p0_k34_m<<<dim3(1649u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 0), reinterpret_cast<const float*>(dev + 3376256), reinterpret_cast<float*>(dev + 128), reinterpret_cast<float*>(dev + 3072), reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<float*>(dev + 76800), reinterpret_cast<float*>(dev + 2560), reinterpret_cast<const float*>(dev + 24322048), reinterpret_cast<float*>(dev + 2816), reinterpret_cast<float*>(dev + 151552), reinterpret_cast<const float*>(dev + 27459584), reinterpret_cast<float*>(dev + 1757184), reinterpret_cast<float*>(dev + 150528), reinterpret_cast<const float*>(dev + 29873152), reinterpret_cast<float*>(dev + 151040), reinterpret_cast<float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 29868032), reinterpret_cast<float*>(dev + 3368064), reinterpret_cast<float*>(dev + 3362816), reinterpret_cast<const float*>(dev + 29873664), reinterpret_cast<float*>(dev + 3362880), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k34_m (node 31: sgd_update)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[31], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k32<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 0), reinterpret_cast<const float*>(dev + 3376256), reinterpret_cast<float*>(dev + 128), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k32 (node 31: sgd_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[32], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k33<<<dim3(72u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3072), reinterpret_cast<const float*>(dev + 24248320), reinterpret_cast<float*>(dev + 76800), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k33 (node 32: sgd_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[33], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k34<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2560), reinterpret_cast<const float*>(dev + 24322048), reinterpret_cast<float*>(dev + 2816), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k34 (node 33: sgd_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[34], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k35<<<dim3(1568u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 151552), reinterpret_cast<const float*>(dev + 27459584), reinterpret_cast<float*>(dev + 1757184), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k35 (node 34: sgd_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[35], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k36<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 150528), reinterpret_cast<const float*>(dev + 29873152), reinterpret_cast<float*>(dev + 151040), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k36 (node 35: sgd_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[36], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k37<<<dim3(5u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 29868032), reinterpret_cast<float*>(dev + 3368064), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k37 (node 36: sgd_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[37], st), "cudaEventRecord")) return false;
-  }
-  {
-    p0_k38<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3362816), reinterpret_cast<const float*>(dev + 29873664), reinterpret_cast<float*>(dev + 3362880), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k38 (node 37: sgd_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[38], st), "cudaEventRecord")) return false;
   }
   mpsc_gather_p0<<<1, 2, 0, st>>>(dev, out);
   if (!ck(ctx, cudaGetLastError(), "the output gather of train_step")) return false;
@@ -484,7 +449,7 @@ int run_p0(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, dou
       !ck(ctx, cudaStreamWaitEvent(b->stream, q.copied[s], 0), "cudaStreamWaitEvent")) return 1;
   float* out = reinterpret_cast<float*>(q.stage_dev[s] + 200976);
   if (b->profile) {
-    if (!profile_step(ctx, b, record_p0, s, out, q, 38)) return 1;
+    if (!profile_step(ctx, b, record_p0, s, out, q, 31)) return 1;
   } else {
     if (!q.exec[s] && !capture(ctx, b, record_p0, s, out, &q.exec[s], "train_step")) return 1;
     if (!ck(ctx, cudaGraphLaunch(q.exec[s], b->stream), "launching the train_step graph")) return 1;
@@ -755,7 +720,7 @@ const mpsc_tensor_desc tensors[] = {
   { nullptr, 0, 0, 0, nullptr, 0, 0 }
 };
 const mpsc_program_desc programs[] = {
-  { "train_step", 64, 2, in_p0, 2, outnames_p0, 26498752, 38, run_p0 },
+  { "train_step", 64, 2, in_p0, 2, outnames_p0, 26498752, 31, run_p0 },
   { "eval", 64, 2, in_p1, 2, outnames_p1, 8028160, 8, run_p1 },
 };
 const mpsc_model_desc model = {

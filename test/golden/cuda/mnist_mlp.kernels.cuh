@@ -99,18 +99,6 @@ __device__ __forceinline__ float mpsc_block_max(float v, float* sh, uint lane, u
   return r;
 }
 
-// node 0: reshape (flatten0) -> flatten0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k0(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 50176u) return;
-  y[i] = x[i];
-}
-
 // node 1: linear (fc1) -> fc1.out [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k1(
     const float* x,
@@ -856,39 +844,47 @@ extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
       }
 }
 
-// node 9: sum_to (fc2) -> fc2.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k9(
-    const float* x,
-    float* y,
+// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 9..10), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
+    const float* mpsc_a0,
+    float* mpsc_a1,
+    const float* mpsc_a2,
+    const float* mpsc_a3,
+    float* mpsc_a4,
     const StepParams* __restrict__ spp)
 {
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 10u) return;
-  // y[i] = sum of x over the reduced dims (64 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 64u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 10u; }
-    acc += x[off];
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 9: sum_to (fc2) -> fc2.bias.grad
+    const float* const x = mpsc_a0;
+    float* const y = mpsc_a1;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 10u) return;
+    // y[i] = sum of x over the reduced dims (64 terms per output)
+    uint rem = i, base = 0u;
+    { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
+    float acc = 0.0f;
+    for (uint t = 0u; t < 64u; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 10u; }
+      acc += x[off];
+    }
+    y[i] = acc;
   }
-  y[i] = acc;
-}
-
-// node 10: unary_grad (relu0) -> d_fc1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k10(
-    const float* dy,
-    const float* x,
-    float* dx,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  const float v = x[i], d = dy[i];
-  dx[i] = v > 0.0f ? d : 0.0f;
+  else if (tgid.x < 65u) {
+    // node 10: unary_grad (relu0) -> d_fc1.out
+    const float* const dy = mpsc_a2;
+    const float* const x = mpsc_a3;
+    float* const dx = mpsc_a4;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 16384u) return;
+    const float v = x[i], d = dy[i];
+    dx[i] = v > 0.0f ? d : 0.0f;
+  }
 }
 
 // node 11: matmul (fc1) -> fc1.weight.grad [fp32]
@@ -1052,121 +1048,140 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
       }
 }
 
-// node 12: sum_to (fc1) -> fc1.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k12(
-    const float* x,
-    float* y,
+// 2 element-wise kernels in one launch (sum_to, adam_update; nodes 12..13), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
+    const float* mpsc_a0,
+    float* mpsc_a1,
+    float* mpsc_a2,
+    const float* mpsc_a3,
+    float* mpsc_a4,
+    float* mpsc_a5,
     const StepParams* __restrict__ spp)
 {
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 256u) return;
-  // y[i] = sum of x over the reduced dims (64 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 64u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 256u; }
-    acc += x[off];
+  const StepParams sp = *spp;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 12: sum_to (fc1) -> fc1.bias.grad
+    const float* const x = mpsc_a0;
+    float* const y = mpsc_a1;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 256u) return;
+    // y[i] = sum of x over the reduced dims (64 terms per output)
+    uint rem = i, base = 0u;
+    { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
+    float acc = 0.0f;
+    for (uint t = 0u; t < 64u; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 256u; }
+      acc += x[off];
+    }
+    y[i] = acc;
   }
-  y[i] = acc;
+  else if (tgid.x < 785u) {
+    // node 13: adam_update (fc1.weight)
+    float* const param = mpsc_a2;
+    const float* const grad = mpsc_a3;
+    float* const ea = mpsc_a4;
+    float* const eas = mpsc_a5;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 200704u) return;
+    float gr = grad[i];
+    float p = param[i];
+    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
+    ea[i] = m;
+    eas[i] = v;
+    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
+    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
+    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
+    param[i] = p;
+  }
 }
 
-// node 13: adam_update (fc1.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k13(
-    float* param,
-    const float* grad,
-    float* ea,
-    float* eas,
+// 3 element-wise kernels in one launch (adam_update; nodes 14..16), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
+    float* mpsc_a0,
+    const float* mpsc_a1,
+    float* mpsc_a2,
+    float* mpsc_a3,
+    float* mpsc_a4,
+    const float* mpsc_a5,
+    float* mpsc_a6,
+    float* mpsc_a7,
+    float* mpsc_a8,
+    const float* mpsc_a9,
+    float* mpsc_a10,
+    float* mpsc_a11,
     const StepParams* __restrict__ spp)
 {
   const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 200704u) return;
-  float gr = grad[i];
-  float p = param[i];
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 14: adam_update (fc1.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k14(
-    float* param,
-    const float* grad,
-    float* ea,
-    float* eas,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 256u) return;
-  float gr = grad[i];
-  float p = param[i];
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 15: adam_update (fc2.weight)
-extern "C" __global__ void __launch_bounds__(256) p0_k15(
-    float* param,
-    const float* grad,
-    float* ea,
-    float* eas,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 2560u) return;
-  float gr = grad[i];
-  float p = param[i];
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 16: adam_update (fc2.bias)
-extern "C" __global__ void __launch_bounds__(256) p0_k16(
-    float* param,
-    const float* grad,
-    float* ea,
-    float* eas,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 10u) return;
-  float gr = grad[i];
-  float p = param[i];
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
-  param[i] = p;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 14: adam_update (fc1.bias)
+    float* const param = mpsc_a0;
+    const float* const grad = mpsc_a1;
+    float* const ea = mpsc_a2;
+    float* const eas = mpsc_a3;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 256u) return;
+    float gr = grad[i];
+    float p = param[i];
+    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
+    ea[i] = m;
+    eas[i] = v;
+    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
+    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
+    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
+    param[i] = p;
+  }
+  else if (tgid.x < 11u) {
+    // node 15: adam_update (fc2.weight)
+    float* const param = mpsc_a4;
+    const float* const grad = mpsc_a5;
+    float* const ea = mpsc_a6;
+    float* const eas = mpsc_a7;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 2560u) return;
+    float gr = grad[i];
+    float p = param[i];
+    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
+    ea[i] = m;
+    eas[i] = v;
+    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
+    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
+    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
+    param[i] = p;
+  }
+  else if (tgid.x < 12u) {
+    // node 16: adam_update (fc2.bias)
+    float* const param = mpsc_a8;
+    const float* const grad = mpsc_a9;
+    float* const ea = mpsc_a10;
+    float* const eas = mpsc_a11;
+    const uint mpsc_gx = (tgid.x - 11u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 10u) return;
+    float gr = grad[i];
+    float p = param[i];
+    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
+    ea[i] = m;
+    eas[i] = v;
+    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
+    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
+    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
+    param[i] = p;
+  }
 }
 
 // node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [fp32]

@@ -1,0 +1,233 @@
+/**
+ * The CUDA backend's launch-count passes and reduction shapes, on the generated plans (no nvcc,
+ * no GPU): reshape views of program inputs (compiler/codegen-cuda/views.ts), merged launches of
+ * independent element-wise kernels (merge.ts), the row chunks of layernorm_grad and the
+ * embedding_grad kernel (reduce_cuda.ts). The reduction lowerings' bodies are written against the
+ * kernel language's built-ins, so they also run in the Metal emulator (MSL dialect) against the
+ * float64 reference here; on the GPU machine bench/cuda_check.sh runs them as CUDA (kernel cases,
+ * parity, merged vs unmerged bitwise).
+ */
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { checkFile } from '../compiler/check/index.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { programsOf } from '../compiler/ir/graph.js';
+import type { ProgramSet } from '../compiler/ir/graph.js';
+import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js';
+import { planKernels, planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
+import { columnChunks, lowerEmbeddingGradCuda, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
+import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
+import { compileEmu, opCase, reference, runCases, type OpCase } from './metal_harness.js';
+import { allOpCases, independentUpdatesCase } from './metal_cases.js';
+import { MAX_ARGS, mergeLaunches } from '../compiler/codegen-cuda/merge.js';
+import { MSL } from '../compiler/codegen-metal/msl_dialect.js';
+import { librarySource } from '../compiler/codegen-metal/library.js';
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+
+function programs(file: string): ProgramSet {
+  const model = checkFile(path.join(ROOT, file));
+  return buildPrograms(model, { batch: model.train.batch });
+}
+
+const ranges = (n: KernelNodePlan) => n.args.map((a) => ({ lo: a.offset, hi: a.offset + a.bytes, w: a.access !== 'r' }));
+
+describe('merged launches (merge.ts) and input views (views.ts)', () => {
+  const ps = programs('specs/mnist_mlp.model');
+  const merged = generateCudaModel(ps), single = buildCuda(programsOf(ps), ps.model, { merge: false });
+  const train = (a: typeof merged) => a.plan.programs.find((p) => p.name === 'train_step')!;
+
+  it('the flatten of the image batch is a view of the upload image: no reshape kernel, the first linear reads the input set', () => {
+    for (const a of [merged, single]) {
+      expect(train(a).nodes.some((n) => n.op === 'reshape')).toBe(false);
+      // the first node is the 784 -> 256 linear (a cuBLASLt call: its B operand is x), its fallback kernel reads x too
+      const first = train(a).nodes[0];
+      expect(first.op).toBe('linear');
+      if (first.kind === 'cublaslt') expect(first.b.perSet).toBe(true);
+      expect(planKernels(train(a))[0].args.find((x) => x.name === 'x')!.perSet).toBe(true);
+      expect(planProblems(a.plan)).toEqual([]);
+    }
+  });
+
+  it("the four Adam updates take two launches (fc1.weight's with fc1's bias gradient, then the other three), each kernel's buffers in order", () => {
+    const one = planKernels(train(single)).filter((n) => n.op === 'adam_update');
+    expect(one).toHaveLength(4);
+    const launches = planKernels(train(merged)).filter((n) => one.some((u) => u.args.every((x) => n.args.some((y) => y.value === x.value))));
+    expect(launches).toHaveLength(2);
+    expect(launches.map((n) => n.op)).toEqual(['multi', 'adam_update']);
+    for (const u of one) {
+      const names = u.args.map((x) => x.value).join('|');
+      expect(launches.some((n) => n.args.map((x) => x.value).join('|').includes(names)), names).toBe(true);
+    }
+    expect(train(merged).kernels).toBe(train(single).kernels - 4);
+  });
+
+  it('kernels of one launch touch no byte another of the launch writes; the kernel count is the merged runs fewer', () => {
+    const gpt = programs('bench/gpt_tiny_b32_t64.model');
+    const a = generateCudaModel(gpt), b = buildCuda(programsOf(gpt), gpt.model, { merge: false });
+    const t = a.plan.programs.find((p) => p.name === 'train_step')!, u = b.plan.programs.find((p) => p.name === 'train_step')!;
+    // one launch for the optimizer updates of all 53 parameter tensors
+    expect(planKernels(u).filter((n) => n.op === 'adam_update')).toHaveLength(53);
+    expect(planKernels(t).filter((n) => n.op === 'adam_update')).toHaveLength(1);
+    expect(planProblems(a.plan)).toEqual([]);
+    const kernels = new Map(a.lowered.flatMap((l) => l.kernels).map((k) => [k.name, k]));
+    for (const n of planKernels(t)) {
+      const k = kernels.get(n.kernel)!;
+      expect(k.args.length).toBeLessThanOrEqual(MAX_ARGS);
+      const segs = [...k.body.matchAll(/tgid\.x < (\d+)u/g)].map((m) => Number(m[1]));
+      if (!segs.length) continue;
+      // segments cover the grid in order, and their kernels' byte ranges do not conflict
+      expect(segs[segs.length - 1]).toBe(n.grid[0]);
+      expect([...segs].sort((x, y) => x - y)).toEqual(segs);
+      const parts = [...k.body.matchAll(/const uint mpsc_gx/g)].length;
+      expect(parts).toBe(segs.length);
+      // at most one segment reads the scratch region (a chunked sum's second kernel), and then the launch binds it
+      const scratchSegments = k.body.split(/else if \(tgid\.x </).filter((seg) => seg.includes('mpsc_scratch')).length;
+      expect(scratchSegments).toBeLessThanOrEqual(1);
+      expect(Boolean(n.scratch)).toBe(scratchSegments === 1);
+    }
+    // every merged run replaces at least two of the unmerged kernels; some take a chunked sum's second kernel
+    const mergedNodes = planKernels(t).filter((n) => kernels.get(n.kernel)!.body.includes('mpsc_gx'));
+    expect(mergedNodes.filter((n) => n.scratch).length).toBeGreaterThan(0);
+    expect(u.kernels - t.kernels).toBeGreaterThanOrEqual(mergedNodes.length);
+    for (const n of mergedNodes) {
+      const writes = ranges(n).filter((r) => r.w);
+      // a written range overlaps no other argument's range (the merged kernels are independent)
+      for (const w of writes) expect(ranges(n).filter((r) => r !== w && r.lo < w.hi && w.lo < r.hi && !(r.lo === w.lo && r.hi === w.hi && r.w))).toEqual([]);
+    }
+  });
+
+  it('a dependent element-wise chain stays separate launches', () => {
+    const gpt = programs('bench/gpt_tiny_b32_t64.model');
+    const a = generateCudaModel(gpt);
+    const t = a.plan.programs.find((p) => p.name === 'train_step')!;
+    const kernels = new Map(a.lowered.flatMap((l) => l.kernels).map((k) => [k.name, k]));
+    // the token positions (an element-wise kernel) feed the position embedding (another one): the
+    // launch that writes the positions is not the one that reads them
+    const ks = planKernels(t);
+    const at = ks.findIndex((n) => /positions/.test(kernels.get(n.kernel)!.label + kernels.get(n.kernel)!.body));
+    expect(at).toBeGreaterThanOrEqual(0);
+    const posValue = ks[at].args.filter((x) => x.access === 'w').map((x) => x.value);
+    const reader = ks.findIndex((n) => n.args.some((x) => x.access === 'r' && posValue.includes(x.value)));
+    expect(reader).toBeGreaterThan(at);
+  });
+});
+
+describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.ts)', () => {
+  it('row chunks cover the rows exactly, hold at least 64 rows when there are several, and fill the GPU', () => {
+    for (const [rows, D] of [[16384, 384], [2048, 128], [999, 45], [1000, 70], [12, 10], [64 * 256, 768]]) {
+      const { S, chunk } = columnChunks(rows, D);
+      expect(S * chunk).toBeGreaterThanOrEqual(rows);
+      expect((S - 1) * chunk).toBeLessThan(rows);
+      if (S > 1) expect(chunk).toBeGreaterThanOrEqual(64);
+      expect(S * Math.ceil(D / 32)).toBeLessThanOrEqual(528 + Math.ceil(D / 32));
+    }
+    expect(columnChunks(12, 10)).toEqual({ S: 1, chunk: 12 });
+    // 256 column tiles already give every SM a block: one chunk, no second kernel
+    expect(columnChunks(1024, 8192)).toEqual({ S: 1, chunk: 1024 });
+    expect(columnChunks(16384, 384).S).toBe(44);
+  });
+
+  it("a GPT's layernorm gradients take the scratch region; its embedding gradients are a block per vocabulary row", () => {
+    const gpt = programs('bench/gpt_tiny_b32_t64.model');
+    // (one launch per kernel: merge.ts puts the chunk-sum kernels into the element-wise launch after them)
+    const a = buildCuda(programsOf(gpt), gpt.model, { merge: false });
+    const ks = a.lowered.flatMap((l) => l.kernels);
+    const ln = ks.filter((k) => k.op === 'layernorm_grad');
+    // 9 layernorms: dx, the chunk partial sums, their sum
+    expect(ln).toHaveLength(27);
+    expect(ln.filter((k) => k.scratch)).toHaveLength(18);
+    expect(a.plan.scratch.bytes).toBeGreaterThanOrEqual(Math.max(...ln.map((k) => k.scratch ?? 0)));
+    const emb = ks.filter((k) => k.op === 'embedding_grad');
+    expect(emb.map((k) => k.groups)).toEqual([[64, 4, 1], [65, 4, 1]]);
+    expect(emb.every((k) => !/atomic/.test(k.body))).toBe(true);
+  });
+});
+
+describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator', () => {
+  it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two) and embedding_grad equal the float64 reference', () => {
+    const rng = makeRng(7);
+    const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
+    const ln = (name: string, rows: number[], D: number, weight: boolean) => {
+      const x = [...rows, D];
+      return opCase(name, 'layernorm_grad', [f(x), f(x), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [x, [D], [D]]);
+    };
+    const cases: OpCase[] = [
+      ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => n.op === 'layernorm_grad' || n.op === 'embedding_grad')),
+      ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
+      opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
+      opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
+      opCase('sum_outer_3d', 'sum_to', [f([40, 30, 33])], [[30, 1]], { shape: [30, 1] }),
+      opCase('sum_inner', 'sum_to', [f([3, 7, 700])], [[7, 1]], { shape: [7, 1] }),
+      // 5005 terms for each of 3 outputs: two chunks (2503 and 2502 terms) and their sum
+      opCase('sum_inner_chunked', 'sum_to', [f([5, 3, 1001])], [[3, 1]], { shape: [3, 1] }),
+    ];
+    expect(columnChunks(999, 45).S).toBeGreaterThan(1);
+    expect(columnChunks(1200, 33).S).toBeGreaterThan(1);
+    const shared = GPU_KERNELS.sum_to as GpuLowering;
+    const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda,
+      sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering };
+    const SCRATCH_FLOATS = 1 << 16;
+    const build = compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_reductions_emu', (a) => {
+      for (const p of a.programs) {
+        // CUDA binds the plan's scratch region as `mpsc_scratch`; here it is a static array, and every
+        // launch waits for the one before (CUDA's stream order; Metal's plan only orders visible buffers)
+        expect(Math.max(0, ...p.lowered.kernels.map((k) => k.scratch ?? 0))).toBeLessThanOrEqual(SCRATCH_FLOATS * 4);
+        p.library = p.library.replace(/#include <metal_stdlib>\n/, `$&static float mpsc_scratch[${SCRATCH_FLOATS}];\n`);
+        for (const s of p.plan.steps) if (s.kind === 'kernel') s.barrier = true;
+      }
+      expect(a.programs.some((p) => p.library.includes('mpsc_scratch['))).toBe(true);
+      expect(a.programs.some((p) => p.lowered.kernels.some((k) => /one block per output and chunk \(2 chunks/.test(k.label)))).toBe(true);
+    });
+    const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
+    const got = runCases(build, cases, scalars);
+    cases.forEach((c, i) => {
+      const r = got[i];
+      if (typeof r === 'string') throw new Error(`${c.program.name}: ${r}`);
+      const ref = reference(c, scalars);
+      for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), `${c.program.name} ${c.program.graph.values[id].name}`).toBeLessThan(1e-5);
+    });
+  });
+});
+
+describe('merged launches (merge.ts), rendered in MSL, in the Metal emulator', () => {
+  it('independent optimizer updates and element-wise ops as one launch give bitwise the results of one launch each', () => {
+    const c = independentUpdatesCase();
+    const { program, check } = c;
+    const scalars = { lr: 0.01, t: 4, seed: 1, counter: 0 };
+    const run = (merge: boolean) => {
+      let launches = 0;
+      const build = compileEmu([program], { noFallback: true }, undefined, `merge_emu_${merge}`, (a) => {
+        for (const p of a.programs) {
+          if (merge) {
+            const m = mergeLaunches(p.lowered, p.plan, MSL);
+            p.lowered = m.lp;
+            p.plan = m.plan;
+            p.library = librarySource(m.lp, a.model);
+          }
+          launches = p.plan.steps.length;
+        }
+      });
+      const r = runCases(build, [c], scalars)[0];
+      if (typeof r === 'string') throw new Error(r);
+      return { r, launches };
+    };
+    const one = run(false), merged = run(true);
+    expect(one.launches).toBe(6);
+    expect(merged.launches).toBe(1);
+    const ref = reference(c, scalars);
+    for (const id of check) {
+      expect(Array.from(merged.r.get(id)!), program.graph.values[id].name).toEqual(Array.from(one.r.get(id)!));
+      expect(relError(merged.r.get(id)!, ref.get(id)!), program.graph.values[id].name).toBeLessThan(1e-5);
+    }
+  });
+});
+
+describe('input views (views.ts) in a one-node program', () => {
+  it('a reshape that no kernel reads keeps its copy (the kernel check reads its output from the arena)', () => {
+    const c = allOpCases().find((x) => x.program.graph.nodes[0].op === 'reshape')!;
+    const a = buildCuda([c.program], 'reshape_case');
+    expect(a.plan.programs[0].nodes.map((n) => n.op)).toEqual(['reshape']);
+  });
+});
