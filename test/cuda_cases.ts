@@ -10,7 +10,9 @@ import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
-import type { StepScalars } from '../compiler/ir/graph.js';
+import { numel, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import type { CheckedModel } from '../compiler/model.js';
+import type { Batch } from '../runtime/session.js';
 import { allOpCases, fusedCases, independentUpdatesCase } from './metal_cases.js';
 import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } from './metal_harness.js';
 
@@ -71,6 +73,19 @@ export function cudaLongCases(): OpCase[] {
   return cases;
 }
 
+
+/** the batches of cuda_check's parity (and bench/tf32_margin.ts): two seeded random batches, alternating */
+export function parityBatches(model: CheckedModel, p: Program, n: number): Batch[] {
+  const rng = makeRng(11);
+  const classes = model.numClasses ?? 10;
+  const two = [0, 1].map(() => p.inputs.map((id) => {
+    const v = p.graph.values[id];
+    const k = numel(v.shape);
+    if (v.dtype === 'i32') return Int32Array.from({ length: k }, () => Math.min(classes - 1, Math.floor(rng() * classes)));
+    return Float32Array.from({ length: k }, () => 2 * rng() - 1);
+  }));
+  return Array.from({ length: n }, (_, s) => two[s % 2]);
+}
 
 /** one case's result against the float64 reference: ok, its worst max-norm relative error, and what failed (each naming the case) */
 export interface CaseVerdict { name: string; ok: boolean; worst: number; problems: string[] }
