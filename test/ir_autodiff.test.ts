@@ -179,6 +179,46 @@ describe('autodiff: finite-difference gradient checks (float64)', () => {
     expect(gradCheck({ graph: b.graph, loss })).toEqual(['p1', 'p2']);
   });
 
+  it('slice gradients: slices tiling their input along one axis (in any order) are one concat; a gap, an overlap or a second reader keeps pads and adds', () => {
+    /** x [2,6,3] (a param, through a tanh) read by slices along axis 1 at these [start, length), each weighted, plus `extra` */
+    const run = (ranges: [number, number][], extra = false) => {
+      const b = new GraphBuilder();
+      const x = b.value('x', 'f32', [2, 6, 3], 'param');
+      const [h] = b.emit('unary', [x], [{ name: 'h', shape: [2, 6, 3] }], { fn: 'tanh' });
+      let acc = -1;
+      ranges.forEach(([start, length], i) => {
+        const [sl] = b.emit('slice', [h], [{ name: `s${i}`, shape: [2, length, 3] }], { axis: 1, start, length });
+        const [r] = b.emit('reduce', [sl], [{ name: `r${i}`, shape: [2, 1, 3] }], { fn: 'sum', axes: [1], keepdim: true });
+        const [w] = b.emit('unary', [r], [{ name: `w${i}`, shape: [2, 1, 3] }], { fn: 'affine', scale: i + 1.5, shift: 0 });
+        acc = acc < 0 ? w : b.emit('binary', [acc, w], [{ name: `a${i}`, shape: [2, 1, 3] }], { fn: 'add' })[0];
+      });
+      if (extra) {
+        const [e] = b.emit('reduce', [h], [{ name: 'e', shape: [2, 1, 3] }], { fn: 'mean', axes: [1], keepdim: true });
+        acc = b.emit('binary', [acc, e], [{ name: 'ae', shape: [2, 1, 3] }], { fn: 'add' })[0];
+      }
+      const t = b.value('target', 'f32', [2, 1, 3], 'input');
+      const [loss] = b.emit('mse', [acc, t], [{ name: 'loss', shape: [], kind: 'output' }]);
+      expect(gradCheck({ graph: b.graph, loss })).toEqual(['x']);
+      const back = autodiff(b.graph, loss).graph.nodes.slice(b.graph.nodes.length);
+      const count = (op: string) => back.filter((n) => n.op === op && (op !== 'binary' || n.attrs.fn === 'add')).length;
+      return { concat: count('concat'), pad: count('pad'), add: count('binary'), cat: back.find((n) => n.op === 'concat') };
+    };
+    // q, k, v of unequal lengths, read in the order k, v, q: one concat in order, no pads
+    const qkv = run([[2, 1], [3, 3], [0, 2]]);
+    expect([qkv.concat, qkv.pad]).toEqual([1, 0]);
+    expect(qkv.cat!.attrs).toEqual({ axis: 1 });
+    expect(qkv.cat!.inputs).toHaveLength(3);
+    // one slice covering the whole axis: its gradient is the input's, nothing added
+    expect(run([[0, 6]])).toMatchObject({ concat: 0, pad: 0 });
+    // a gap (rows 4..5 unread): each part padded, then added
+    expect(run([[0, 2], [2, 2]])).toMatchObject({ concat: 0, pad: 2 });
+    // an overlap (rows 2..3 read twice)
+    expect(run([[0, 4], [2, 4]])).toMatchObject({ concat: 0, pad: 2 });
+    // tiling slices plus another reader of the same value: the concat, then one add with the other contribution
+    const mixed = run([[0, 3], [3, 3]], true);
+    expect([mixed.concat, mixed.pad]).toEqual([1, 0]);
+  });
+
   it('dropout (same seed/counter in backward) + softmax + mse', () => {
     const b = new GraphBuilder();
     const x = b.value('x', 'f32', [BATCH, 6], 'input');

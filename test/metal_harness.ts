@@ -12,7 +12,7 @@ import { GraphBuilder, type AttrValue, type DType, type Program, type StepScalar
 import { opDef } from '../compiler/ir/ops.js';
 import { runNode, type Env } from '../compiler/reference/interpret.js';
 import { buildMetal, metalEmuSources, type MetalArtifacts, type MetalOptions } from '../compiler/codegen-metal/index.js';
-import { programLayout } from '../compiler/codegen-metal/layout.js';
+import { programLayout, type PersistentTable } from '../compiler/codegen-metal/layout.js';
 import type { CpuFallbackEmitter } from '../compiler/codegen-metal/emu_model.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -58,7 +58,14 @@ export function reference(c: OpCase, scalars: StepScalars): Map<number, Float64A
   return env;
 }
 
-export interface EmuBuild { exe: string; art: MetalArtifacts }
+/**
+ * What runEmu and runCases read of a build: the driver executable, the persistent table, and per
+ * program (in the order of the programs built: runCases' case order) the program as built (fused by
+ * compiler/ir/fuse.ts: ids renumbered, names kept). Metal builds carry all of MetalArtifacts; the
+ * CUDA check's driver (test/cuda_cases.ts cudaCaseBuild) only these.
+ */
+export interface CaseArtifacts { table: PersistentTable; programs: { program: Program }[] }
+export interface EmuBuild<A extends CaseArtifacts = MetalArtifacts> { exe: string; art: A }
 
 /** `mutate` may edit the artifacts (library text, plans) before the emulator sources are made: used to break kernels on purpose. */
 export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFallback?: CpuFallbackEmitter, model = 'metal_test', mutate?: (a: MetalArtifacts) => void, cxxflags: string[] = []): EmuBuild {
@@ -105,7 +112,7 @@ export function encodeRuns(writes: { tensor: number; data: Float32Array }[], run
   return Buffer.concat(parts as unknown as Uint8Array[]);
 }
 
-export function runEmu(b: EmuBuild, writes: { tensor: number; data: Float32Array }[], runs: RunRequest[], env: Record<string, string> = {}): { results: RunResult[]; persistent: Buffer } {
+export function runEmu(b: EmuBuild<CaseArtifacts>, writes: { tensor: number; data: Float32Array }[], runs: RunRequest[], env: Record<string, string> = {}): { results: RunResult[]; persistent: Buffer } {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-emu-run-'));
   try {
     fs.writeFileSync(path.join(dir, 'in'), encodeRuns(writes, runs) as unknown as Uint8Array);
@@ -129,9 +136,8 @@ export function runEmu(b: EmuBuild, writes: { tensor: number; data: Float32Array
   }
 }
 
-/** Runs every case once through the emulator; returns per case the values of `check` (by value id) or an error. */
 /** the writes (each case's persistent inputs) and one run per case (program = the case's index), as runCases sends them */
-export function caseRequests(b: EmuBuild, cases: OpCase[], scalars: StepScalars): { writes: { tensor: number; data: Float32Array }[]; runs: RunRequest[] } {
+export function caseRequests(b: EmuBuild<CaseArtifacts>, cases: OpCase[], scalars: StepScalars): { writes: { tensor: number; data: Float32Array }[]; runs: RunRequest[] } {
   const table = b.art.table;
   const writes: { tensor: number; data: Float32Array }[] = [];
   const runs: RunRequest[] = [];
@@ -146,21 +152,34 @@ export function caseRequests(b: EmuBuild, cases: OpCase[], scalars: StepScalars)
   return { writes, runs };
 }
 
-export function runCases(b: EmuBuild, cases: OpCase[], scalars: StepScalars, env: Record<string, string> = {}): (Map<number, Float64Array> | string)[] {
+/**
+ * Runs every case once through the driver; returns per case the values of `check` (by value id) or
+ * an error naming what is missing: a run that failed or has no result, no program as built for the
+ * case, a checked value absent from the program as built or without a home, bytes beyond what the
+ * driver returned. One case's problem never stops the others.
+ */
+export function runCases(b: EmuBuild<CaseArtifacts>, cases: OpCase[], scalars: StepScalars, env: Record<string, string> = {}): (Map<number, Float64Array> | string)[] {
   const table = b.art.table;
   const { writes, runs } = caseRequests(b, cases, scalars);
   const { results, persistent } = runEmu(b, writes, runs, env);
   return cases.map((c, ci) => {
     const r = results[ci];
+    if (!r) return `the driver returned no result for run ${ci} (${results.length} results for ${cases.length} cases)`;
     if (!r.ok) return r.error;
-    // the program as built (fused by compiler/ir/fuse.ts: ids renumbered, names kept)
-    const built = b.art.programs[ci].program;
+    const built = b.art.programs[ci]?.program;
+    if (!built) return `the build has no program ${ci} (${b.art.programs.length} programs for ${cases.length} cases)`;
     const layout = programLayout(built, table);
     const m = new Map<number, Float64Array>();
     for (const id of c.check) {
-      const h = layout.homes[built.graph.values.findIndex((v) => v.name === c.program.graph.values[id].name)]!;
-      const buf = h.region === 'arena' ? r.arena : persistent;
-      const v = c.program.graph.values[id], f = new Float64Array(numel(v.shape));
+      const v = c.program.graph.values[id];
+      const at = built.graph.values.findIndex((x) => x.name === v.name);
+      if (at < 0) return `value ${v.name} is not in program ${built.name} as built (fused away?)`;
+      const h = layout.homes[at];
+      if (!h) return `value ${v.name} has no home in program ${built.name}'s memory plan`;
+      const buf = h.region === 'arena' ? r.arena : h.region === 'persistent' ? persistent : null;
+      if (!buf) return `value ${v.name} lives in the ${h.region} region, which the driver does not return`;
+      const f = new Float64Array(numel(v.shape));
+      if (h.offset + 4 * f.length > buf.length) return `value ${v.name}: ${h.region} bytes ${h.offset}..${h.offset + 4 * f.length} beyond the ${buf.length} the driver returned`;
       for (let i = 0; i < f.length; i++) f[i] = v.dtype === 'i32' ? buf.readInt32LE(h.offset + 4 * i) : buf.readFloatLE(h.offset + 4 * i);
       m.set(id, f);
     }

@@ -21,6 +21,9 @@
  *    gradients for inputs, labels, running stats or metric branches);
  *  - a value read by several nodes (residuals, shared weights) receives the sum
  *    of all contributions (binary add), so parameter gradients accumulate;
+ *  - gradients of parts of a value (accPart: slices) that tile it along one axis (the q, k, v
+ *    of a fused projection split apart) are one `concat`, not a zero-padded full-size tensor
+ *    per part summed with adds; parts that do not tile are padded and added;
  *  - broadcasting in `binary` is undone with sum_to; dropout_grad reuses the same
  *    (seed, counter, stream) so its mask equals the forward mask;
  *  - gradient values have kind 'grad' and are named `d_<value name>`; the final
@@ -100,6 +103,42 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
     claim(sum);
   };
 
+  /** value id -> gradient parts (accPart: g covers [start, start + its length) of the value along axis), in arrival order */
+  const parts = new Map<number, { g: number; axis: number; start: number; n: Node }[]>();
+  const accumulatePart = (target: number, g: number, axis: number, start: number, n: Node) => {
+    if (!needs(target)) return;
+    if (g === SEED) throw new Error(`internal: autodiff: the loss seed cannot be part of a gradient (%${target})`);
+    parts.set(target, [...(parts.get(target) ?? []), { g, axis, start, n }]);
+  };
+  /**
+   * the parts of target's gradient into its gradient, once every reader of target has run its rule
+   * (target's producer is next, or target is a parameter): parts that tile target along one axis
+   * (in order, no gap, no overlap) become one concat (a single part covering all of target is its
+   * gradient as it is); otherwise each part is zero-padded to target's shape and added
+   */
+  const settle = (target: number) => {
+    const ps = parts.get(target);
+    if (!ps) return;
+    parts.delete(target);
+    const shape = V(target).shape, axis = ps[0].axis;
+    const sorted = [...ps].sort((a, b) => a.start - b.start);
+    let end = 0;
+    const tiles = ps.every((p) => p.axis === axis) && sorted.every((p) => {
+      const ok = p.start === end;
+      end += V(p.g).shape[axis];
+      return ok;
+    }) && end === shape[axis];
+    if (tiles) {
+      const last = ps[ps.length - 1].n;
+      accumulate(target, sorted.length === 1 ? sorted[0].g : emit('concat', sorted.map((p) => p.g), gname(target), [...shape], { axis }, last), last);
+      return;
+    }
+    for (const p of ps) {
+      const pads = shape.flatMap((d, i) => (i === p.axis ? [p.start, d - p.start - V(p.g).shape[p.axis]] : [0, 0]));
+      accumulate(target, emit('pad', [p.g], gname(target), [...shape], { pads, value: 0 }, p.n), p.n);
+    }
+  };
+
   /** gradient of a broadcast operand: sum the stretched dims away when shapes differ */
   const unbroadcast = (dy: number, target: number, n: Node): number => {
     const shape = V(target).shape;
@@ -114,7 +153,10 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
   }
   for (let k = forward.nodes.length - 1; k >= 0; k--) {
     const n = forward.nodes[k];
-    const dyOf = n.outputs.map((o) => grad.get(o));
+    const dyOf = n.outputs.map((o) => {
+      settle(o);
+      return grad.get(o);
+    });
     if (dyOf.every((g) => g === undefined)) continue;
     const def = opDef(n.op);
     if (!def.vjp) throw new Error(`internal: autodiff: no gradient rule for op '${n.op}'`);
@@ -136,6 +178,7 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
       emitN: (op, inputs, gradOf, attrs = {}, shapes) =>
         b.emit(op, inputs, gradOf.map((id, k) => ({ name: gname(id), shape: [...(shapes?.[k] ?? V(id).shape)], kind: 'grad' as const })), attrs, n.path, n.loc),
       acc: (k, g) => accumulate(n.inputs[k], g, n),
+      accPart: (k, g, axis, start) => accumulatePart(n.inputs[k], g, axis, start, n),
       passSeed: (k) => accumulate(n.inputs[k], SEED, n),
       unbroadcast: (g, k) => unbroadcast(g, n.inputs[k], n),
       timesDy: (g, gradOf) => (dyOf[0] === SEED ? g : emit('binary', [g, ctx.dy()], gname(gradOf), [...V(gradOf).shape], { fn: 'mul' }, n)),
@@ -146,6 +189,7 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
   const grads: ParamGrad[] = [];
   for (const v of forward.values) {
     if (v.kind !== 'param') continue;
+    settle(v.id);
     const g = grad.get(v.id);
     if (g === undefined) continue;
     if (g === SEED) throw new Error(`internal: autodiff: parameter ${v.name} is the loss itself`);

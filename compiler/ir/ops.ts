@@ -91,6 +91,13 @@ export interface VjpCtx {
   emitN(op: string, inputs: number[], gradOf: number[], attrs?: Record<string, AttrValue>, shapes?: number[][]): number[];
   /** adds g to the gradient of input k (nothing when input k needs none) */
   acc(k: number, g: number): void;
+  /**
+   * adds g as the gradient of one range of input k along `axis`, starting at `start` (zero
+   * elsewhere; nothing when input k needs none). When such parts tile input k along one axis
+   * (every slice of a split / chunk read), autodiff writes them as one `concat`; otherwise each is
+   * zero-padded to input k's shape (`pad`) and added.
+   */
+  accPart(k: number, g: number, axis: number, start: number): void;
   /** input k receives the implicit loss seed (a sum of losses) */
   passSeed(k: number): void;
   /** g summed down to input k's shape when a broadcast stretched it */

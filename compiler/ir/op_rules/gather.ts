@@ -72,10 +72,8 @@ export const GATHER_OPS = {
       return [x.map((d, i) => (i === axis ? len : d))];
     },
     vjp(c) {
-      if (!c.need(0)) return;
-      const xs = c.shape(c.x(0)), a = c.node.attrs, axis = a.axis as number, start = a.start as number;
-      const pads = xs.flatMap((d, i) => (i === axis ? [start, d - start - (a.length as number)] : [0, 0]));
-      c.acc(0, c.emit('pad', [c.dy()], c.x(0), { pads, value: 0 }));
+      // dy placed at [start, start + length) along axis: a pad, or with the other slices of x one concat
+      c.accPart(0, c.dy(), c.node.attrs.axis as number, c.node.attrs.start as number);
     },
     flops: { perElement: 0 },
   },

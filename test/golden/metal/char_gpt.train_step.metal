@@ -5022,155 +5022,26 @@ kernel void k87_mma(
   }
 }
 
-// node 115: pad (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
+// node 117: concat (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
 kernel void k88(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
+    device const float* x0 [[buffer(0)]],
+    device const float* x1 [[buffer(1)]],
+    device const float* x2 [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
   if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c < 2u) inside = false;
-    else src += (c - 2u) * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
+  const uint inn = i % 262144u, l = (i / 262144u) % 3u, o = i / 786432u;
+  const uint at = (o * 3u + 0u + l) * 262144u + inn;
+  if (l < 1u) y[at] = x0[(o * 1u + l - 0u) * 262144u + inn];
+  else if (l < 2u) y[at] = x1[(o * 1u + l - 1u) * 262144u + inn];
+  else if (l < 3u) y[at] = x2[(o * 1u + l - 2u) * 262144u + inn];
 }
 
-// node 117: pad (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
+// node 118: permute (blocks.3.attn) -> d_blocks.3.attn.qkv_split (perm [1,3,0,2,4])
 kernel void k89(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c < 1u || c >= 2u) inside = false;
-    else src += (c - 1u) * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
-}
-
-// node 118: binary (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
-kernel void k90(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 120: pad (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
-kernel void k91(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c >= 1u) inside = false;
-    else src += c * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
-}
-
-// node 121: binary (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
-kernel void k92(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 122: permute (blocks.3.attn) -> d_blocks.3.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k93(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5194,8 +5065,8 @@ kernel void k93(
   y[i] = x[src];
 }
 
-// node 124: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [16x16 tiles]
-kernel void k94(
+// node 120: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [16x16 tiles]
+kernel void k90(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5244,8 +5115,8 @@ kernel void k94(
   }
 }
 
-// node 124: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k94_mma(
+// node 120: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [simdgroup_float8x8, Apple7+]
+kernel void k90_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5310,8 +5181,8 @@ kernel void k94_mma(
   }
 }
 
-// node 127: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k95(
+// node 123: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [16x16 tiles]
+kernel void k91(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5353,8 +5224,8 @@ kernel void k95(
   }
 }
 
-// node 127: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k95_mma(
+// node 123: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k91_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5412,8 +5283,8 @@ kernel void k95_mma(
   }
 }
 
-// node 128: sum_to (blocks.3.attn) -> blocks.3.attn.in_proj_bias.grad
-kernel void k96(
+// node 124: sum_to (blocks.3.attn) -> blocks.3.attn.in_proj_bias.grad
+kernel void k92(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5434,8 +5305,8 @@ kernel void k96(
   y[i] = acc;
 }
 
-// node 129: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dx]
-kernel void k97(
+// node 125: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dx]
+kernel void k93(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -5468,8 +5339,8 @@ kernel void k97(
   }
 }
 
-// node 129: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dweight, dbias]
-kernel void k98(
+// node 125: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dweight, dbias]
+kernel void k94(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -5491,8 +5362,8 @@ kernel void k98(
   dbias[i] = sb;
 }
 
-// node 130: binary (blocks.3.ln1) -> d_blocks.2.add1.out
-kernel void k99(
+// node 126: binary (blocks.3.ln1) -> d_blocks.2.add1.out
+kernel void k95(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5506,8 +5377,8 @@ kernel void k99(
   y[i] = a[ia] + b[ib];
 }
 
-// node 131: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [16x16 tiles]
-kernel void k100(
+// node 127: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [16x16 tiles]
+kernel void k96(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5556,7 +5427,261 @@ kernel void k100(
   }
 }
 
-// node 131: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [simdgroup_float8x8, Apple7+]
+// node 127: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k96_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 512u) {
+          v = b[bo + ki * 512u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 512u) {
+      const float acc = Cs[e];
+      y[g * 32768u + mi * 512u + ni] = acc;
+    }
+  }
+}
+
+// node 130: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [16x16 tiles]
+kernel void k97(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 512u) {
+          v = b[ki * 512u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 128u && col < 512u) {
+    const uint mi = row, ni = col;
+      y[mi * 512u + ni] = acc;
+  }
+}
+
+// node 130: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k97_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 2048u && ni < 512u) {
+          v = b[ki * 512u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 128u && ni < 512u) {
+      const float acc = Cs[e];
+      y[mi * 512u + ni] = acc;
+    }
+  }
+}
+
+// node 131: sum_to (blocks.2.proj) -> blocks.2.proj.bias.grad
+kernel void k98(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 2048u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// node 132: unary_grad (blocks.2.gelu0) -> d_blocks.2.fc.out
+kernel void k99(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device float* dx [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 1048576u) return;
+  const float v = x[i], d = dy[i];
+  dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
+}
+
+// node 133: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [16x16 tiles]
+kernel void k100(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 32768u;
+  }
+  const uint bo = 0u;
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 64u && ki < 512u) {
+          v = a[ao + mi * 512u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 512u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 64u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[g * 8192u + mi * 128u + ni] = acc;
+  }
+}
+
+// node 133: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [simdgroup_float8x8, Apple7+]
 kernel void k100_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -5567,13 +5692,13 @@ kernel void k100_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   uint ao = 0u;
   {
     uint rem = g;
-    ao += (rem % 32u) * 8192u;
+    ao += (rem % 32u) * 32768u;
   }
   const uint bo = 0u;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -5581,22 +5706,22 @@ kernel void k100_mma(
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
   const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
   simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint r = e / 16u, c = e % 16u;
       {
         const uint mi = tgid.y * 16u + r, ki = k0 + c;
         float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
+        if (mi < 64u && ki < 512u) {
+          v = a[ao + mi * 512u + ki];
         }
         As[e] = v;
       }
       {
         const uint ki = k0 + r, ni = tgid.x * 16u + c;
         float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = b[bo + ki * 512u + ni];
+        if (ki < 512u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
         }
         Bs[e] = v;
       }
@@ -5615,14 +5740,14 @@ kernel void k100_mma(
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 512u) {
+    if (mi < 64u && ni < 128u) {
       const float acc = Cs[e];
-      y[g * 32768u + mi * 512u + ni] = acc;
+      y[g * 8192u + mi * 128u + ni] = acc;
     }
   }
 }
 
-// node 134: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [16x16 tiles]
+// node 136: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [16x16 tiles]
 kernel void k101(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -5632,7 +5757,7 @@ kernel void k101(
     uint3 tgid [[threadgroup_position_in_grid]],
     uint3 tid [[thread_position_in_threadgroup]])
 {
-  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -5642,16 +5767,16 @@ kernel void k101(
     {
       const uint mi = row, ki = k0 + tid.x;
       float v = 0.0f;
-      if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
+      if (mi < 512u && ki < 2048u) {
+          v = a[ki * 512u + mi];
       }
       As[tid.y * 16u + tid.x] = v;
     }
     {
       const uint ki = k0 + tid.y, ni = col;
       float v = 0.0f;
-      if (ki < 2048u && ni < 512u) {
-          v = b[ki * 512u + ni];
+      if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
       }
       Bs[tid.y * 16u + tid.x] = v;
     }
@@ -5659,13 +5784,13 @@ kernel void k101(
     for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (row < 128u && col < 512u) {
+  if (row < 512u && col < 128u) {
     const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc;
+      y[mi * 128u + ni] = acc;
   }
 }
 
-// node 134: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [simdgroup_float8x8, Apple7+]
+// node 136: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [simdgroup_float8x8, Apple7+]
 kernel void k101_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -5676,260 +5801,6 @@ kernel void k101_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 2048u && ni < 512u) {
-          v = b[ki * 512u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 128u && ni < 512u) {
-      const float acc = Cs[e];
-      y[mi * 512u + ni] = acc;
-    }
-  }
-}
-
-// node 135: sum_to (blocks.2.proj) -> blocks.2.proj.bias.grad
-kernel void k102(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
-  }
-  y[i] = acc;
-}
-
-// node 136: unary_grad (blocks.2.gelu0) -> d_blocks.2.fc.out
-kernel void k103(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device float* dx [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  const float v = x[i], d = dy[i];
-  dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
-}
-
-// node 137: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [16x16 tiles]
-kernel void k104(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 32768u;
-  }
-  const uint bo = 0u;
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 64u && ki < 512u) {
-          v = a[ao + mi * 512u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 512u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 64u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[g * 8192u + mi * 128u + ni] = acc;
-  }
-}
-
-// node 137: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k104_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 32768u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 512u) {
-          v = a[ao + mi * 512u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 512u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 128u) {
-      const float acc = Cs[e];
-      y[g * 8192u + mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 140: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [16x16 tiles]
-kernel void k105(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 512u && ki < 2048u) {
-          v = a[ki * 512u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 512u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc;
-  }
-}
-
-// node 140: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k105_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
   // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -5978,8 +5849,8 @@ kernel void k105_mma(
   }
 }
 
-// node 141: sum_to (blocks.2.fc) -> blocks.2.fc.bias.grad
-kernel void k106(
+// node 137: sum_to (blocks.2.fc) -> blocks.2.fc.bias.grad
+kernel void k102(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -6000,8 +5871,8 @@ kernel void k106(
   y[i] = acc;
 }
 
-// node 142: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dx]
-kernel void k107(
+// node 138: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dx]
+kernel void k103(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -6034,8 +5905,8 @@ kernel void k107(
   }
 }
 
-// node 142: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dweight, dbias]
-kernel void k108(
+// node 138: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dweight, dbias]
+kernel void k104(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -6057,8 +5928,8 @@ kernel void k108(
   dbias[i] = sb;
 }
 
-// node 143: binary (blocks.2.ln2) -> d_blocks.2.add0.out
-kernel void k109(
+// node 139: binary (blocks.2.ln2) -> d_blocks.2.add0.out
+kernel void k105(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6072,8 +5943,8 @@ kernel void k109(
   y[i] = a[ia] + b[ib];
 }
 
-// node 144: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [16x16 tiles]
-kernel void k110(
+// node 140: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [16x16 tiles]
+kernel void k106(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6122,8 +5993,8 @@ kernel void k110(
   }
 }
 
-// node 144: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [simdgroup_float8x8, Apple7+]
-kernel void k110_mma(
+// node 140: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [simdgroup_float8x8, Apple7+]
+kernel void k106_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6188,8 +6059,8 @@ kernel void k110_mma(
   }
 }
 
-// node 147: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k111(
+// node 143: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [16x16 tiles]
+kernel void k107(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6231,8 +6102,8 @@ kernel void k111(
   }
 }
 
-// node 147: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k111_mma(
+// node 143: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k107_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6290,8 +6161,8 @@ kernel void k111_mma(
   }
 }
 
-// node 148: sum_to (blocks.2.attn) -> blocks.2.attn.out_proj.bias.grad
-kernel void k112(
+// node 144: sum_to (blocks.2.attn) -> blocks.2.attn.out_proj.bias.grad
+kernel void k108(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -6312,8 +6183,8 @@ kernel void k112(
   y[i] = acc;
 }
 
-// node 150: permute (blocks.2.attn) -> d_blocks.2.attn.o (perm [0,2,1,3])
-kernel void k113(
+// node 146: permute (blocks.2.attn) -> d_blocks.2.attn.o (perm [0,2,1,3])
+kernel void k109(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -6335,8 +6206,8 @@ kernel void k113(
   y[i] = x[src];
 }
 
-// node 151: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dk, dv] [16x16 tiles]
-kernel void k114(
+// node 147: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dk, dv] [16x16 tiles]
+kernel void k110(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -6432,8 +6303,8 @@ kernel void k114(
   }
 }
 
-// node 151: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k114_mma(
+// node 147: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
+kernel void k110_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -6589,8 +6460,8 @@ kernel void k114_mma(
   }
 }
 
-// node 151: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dq] [16x16 tiles]
-kernel void k115(
+// node 147: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dq] [16x16 tiles]
+kernel void k111(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -6675,8 +6546,8 @@ kernel void k115(
   }
 }
 
-// node 151: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k115_mma(
+// node 147: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dq] [simdgroup_float8x8, Apple7+]
+kernel void k111_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -6798,155 +6669,26 @@ kernel void k115_mma(
   }
 }
 
-// node 153: pad (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k116(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
+// node 151: concat (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
+kernel void k112(
+    device const float* x0 [[buffer(0)]],
+    device const float* x1 [[buffer(1)]],
+    device const float* x2 [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
   if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c < 2u) inside = false;
-    else src += (c - 2u) * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
+  const uint inn = i % 262144u, l = (i / 262144u) % 3u, o = i / 786432u;
+  const uint at = (o * 3u + 0u + l) * 262144u + inn;
+  if (l < 1u) y[at] = x0[(o * 1u + l - 0u) * 262144u + inn];
+  else if (l < 2u) y[at] = x1[(o * 1u + l - 1u) * 262144u + inn];
+  else if (l < 3u) y[at] = x2[(o * 1u + l - 2u) * 262144u + inn];
 }
 
-// node 155: pad (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k117(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c < 1u || c >= 2u) inside = false;
-    else src += (c - 1u) * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
-}
-
-// node 156: binary (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k118(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 158: pad (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k119(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c >= 1u) inside = false;
-    else src += c * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
-}
-
-// node 159: binary (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k120(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 160: permute (blocks.2.attn) -> d_blocks.2.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k121(
+// node 152: permute (blocks.2.attn) -> d_blocks.2.attn.qkv_split (perm [1,3,0,2,4])
+kernel void k113(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -6970,8 +6712,8 @@ kernel void k121(
   y[i] = x[src];
 }
 
-// node 162: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [16x16 tiles]
-kernel void k122(
+// node 154: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [16x16 tiles]
+kernel void k114(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7020,8 +6762,8 @@ kernel void k122(
   }
 }
 
-// node 162: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k122_mma(
+// node 154: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [simdgroup_float8x8, Apple7+]
+kernel void k114_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7086,8 +6828,8 @@ kernel void k122_mma(
   }
 }
 
-// node 165: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k123(
+// node 157: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [16x16 tiles]
+kernel void k115(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7129,8 +6871,8 @@ kernel void k123(
   }
 }
 
-// node 165: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k123_mma(
+// node 157: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k115_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7188,8 +6930,8 @@ kernel void k123_mma(
   }
 }
 
-// node 166: sum_to (blocks.2.attn) -> blocks.2.attn.in_proj_bias.grad
-kernel void k124(
+// node 158: sum_to (blocks.2.attn) -> blocks.2.attn.in_proj_bias.grad
+kernel void k116(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -7210,8 +6952,8 @@ kernel void k124(
   y[i] = acc;
 }
 
-// node 167: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dx]
-kernel void k125(
+// node 159: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dx]
+kernel void k117(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -7244,8 +6986,8 @@ kernel void k125(
   }
 }
 
-// node 167: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dweight, dbias]
-kernel void k126(
+// node 159: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dweight, dbias]
+kernel void k118(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -7267,8 +7009,8 @@ kernel void k126(
   dbias[i] = sb;
 }
 
-// node 168: binary (blocks.2.ln1) -> d_blocks.1.add1.out
-kernel void k127(
+// node 160: binary (blocks.2.ln1) -> d_blocks.1.add1.out
+kernel void k119(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7282,8 +7024,8 @@ kernel void k127(
   y[i] = a[ia] + b[ib];
 }
 
-// node 169: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [16x16 tiles]
-kernel void k128(
+// node 161: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [16x16 tiles]
+kernel void k120(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7332,8 +7074,8 @@ kernel void k128(
   }
 }
 
-// node 169: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k128_mma(
+// node 161: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k120_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7398,8 +7140,8 @@ kernel void k128_mma(
   }
 }
 
-// node 172: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [16x16 tiles]
-kernel void k129(
+// node 164: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [16x16 tiles]
+kernel void k121(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7441,8 +7183,8 @@ kernel void k129(
   }
 }
 
-// node 172: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k129_mma(
+// node 164: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k121_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7500,8 +7242,8 @@ kernel void k129_mma(
   }
 }
 
-// node 173: sum_to (blocks.1.proj) -> blocks.1.proj.bias.grad
-kernel void k130(
+// node 165: sum_to (blocks.1.proj) -> blocks.1.proj.bias.grad
+kernel void k122(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -7522,8 +7264,8 @@ kernel void k130(
   y[i] = acc;
 }
 
-// node 174: unary_grad (blocks.1.gelu0) -> d_blocks.1.fc.out
-kernel void k131(
+// node 166: unary_grad (blocks.1.gelu0) -> d_blocks.1.fc.out
+kernel void k123(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -7536,8 +7278,8 @@ kernel void k131(
   dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
 }
 
-// node 175: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [16x16 tiles]
-kernel void k132(
+// node 167: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [16x16 tiles]
+kernel void k124(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7586,8 +7328,8 @@ kernel void k132(
   }
 }
 
-// node 175: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k132_mma(
+// node 167: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [simdgroup_float8x8, Apple7+]
+kernel void k124_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7652,8 +7394,8 @@ kernel void k132_mma(
   }
 }
 
-// node 178: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [16x16 tiles]
-kernel void k133(
+// node 170: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [16x16 tiles]
+kernel void k125(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7695,8 +7437,8 @@ kernel void k133(
   }
 }
 
-// node 178: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k133_mma(
+// node 170: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k125_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7754,8 +7496,8 @@ kernel void k133_mma(
   }
 }
 
-// node 179: sum_to (blocks.1.fc) -> blocks.1.fc.bias.grad
-kernel void k134(
+// node 171: sum_to (blocks.1.fc) -> blocks.1.fc.bias.grad
+kernel void k126(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -7776,8 +7518,8 @@ kernel void k134(
   y[i] = acc;
 }
 
-// node 180: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dx]
-kernel void k135(
+// node 172: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dx]
+kernel void k127(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -7810,8 +7552,8 @@ kernel void k135(
   }
 }
 
-// node 180: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dweight, dbias]
-kernel void k136(
+// node 172: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dweight, dbias]
+kernel void k128(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -7833,8 +7575,8 @@ kernel void k136(
   dbias[i] = sb;
 }
 
-// node 181: binary (blocks.1.ln2) -> d_blocks.1.add0.out
-kernel void k137(
+// node 173: binary (blocks.1.ln2) -> d_blocks.1.add0.out
+kernel void k129(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7848,8 +7590,8 @@ kernel void k137(
   y[i] = a[ia] + b[ib];
 }
 
-// node 182: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [16x16 tiles]
-kernel void k138(
+// node 174: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [16x16 tiles]
+kernel void k130(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -7898,7 +7640,776 @@ kernel void k138(
   }
 }
 
-// node 182: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [simdgroup_float8x8, Apple7+]
+// node 174: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [simdgroup_float8x8, Apple7+]
+kernel void k130_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 128u) {
+      const float acc = Cs[e];
+      y[g * 8192u + mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 177: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [16x16 tiles]
+kernel void k131(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 128u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc;
+  }
+}
+
+// node 177: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k131_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 128u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 178: sum_to (blocks.1.attn) -> blocks.1.attn.out_proj.bias.grad
+kernel void k132(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 2048u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// node 180: permute (blocks.1.attn) -> d_blocks.1.attn.o (perm [0,2,1,3])
+kernel void k133(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  uint src = 0u;
+  {
+    uint rem = i;
+    src += (rem % 32u) * 1u;
+    rem /= 32u;
+    src += (rem % 64u) * 128u;
+    rem /= 64u;
+    src += (rem % 4u) * 32u;
+    rem /= 4u;
+    src += (rem % 32u) * 8192u;
+  }
+  y[i] = x[src];
+}
+
+// node 181: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dk, dv] [16x16 tiles]
+kernel void k134(
+    device const float* dout [[buffer(0)]],
+    device const float* q [[buffer(1)]],
+    device const float* k [[buffer(2)]],
+    device const float* v [[buffer(3)]],
+    device const float* o [[buffer(4)]],
+    device const float* lse [[buffer(5)]],
+    device float* dk [[buffer(6)]],
+    device float* dv [[buffer(7)]],
+    constant StepParams& sp [[buffer(8)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]])
+{
+  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
+  const uint bh = tgid.y, k0 = tgid.x * 16u;
+  const uint qb = bh * 2048u, kb = bh * 2048u;
+  threadgroup float* Kt = tg + 0;  // 512 floats
+  threadgroup float* Vt = tg + 512;  // 512 floats
+  threadgroup float* Qs = tg + 1024;  // 512 floats
+  threadgroup float* dOs = tg + 1536;  // 512 floats
+  threadgroup float* dKs = tg + 2048;  // 512 floats
+  threadgroup float* dVs = tg + 2560;  // 512 floats
+  threadgroup float* Ss = tg + 3072;  // 256 floats
+  threadgroup float* dPs = tg + 3328;  // 256 floats
+  threadgroup float* PT = tg + 3584;  // 256 floats
+  threadgroup float* dST = tg + 3840;  // 256 floats
+  threadgroup float* Lq = tg + 4096;  // 16 floats
+  threadgroup float* Dq = tg + 4112;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) { dKs[e] = 0.0f; dVs[e] = 0.0f; }
+  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+    }
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float dl = 0.0f;
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+      Dq[tidx] = dl;
+      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
+      Ss[r * 16u + c] = acc;
+    }
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
+      dPs[r * 16u + c] = acc;
+    }
+    // (each thread reads back only the score elements it computed: no barrier)
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      PT[j * 16u + i] = p;
+      dST[j * 16u + i] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = dVs[r * 32u + c];
+      for (uint x = 0u; x < 16u; ++x) acc += PT[r * 16u + x] * dOs[x * 32u + c];
+      dVs[r * 32u + c] = acc;
+    }
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = dKs[r * 32u + c];
+      for (uint x = 0u; x < 16u; ++x) acc += dST[r * 16u + x] * Qs[x * 32u + c];
+      dKs[r * 32u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (k0 + r < 64u) {
+      dk[kb + (k0 + r) * 32u + c] = dKs[r * 32u + c];
+      dv[kb + (k0 + r) * 32u + c] = dVs[r * 32u + c];
+    }
+  }
+}
+
+// node 181: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
+kernel void k134_mma(
+    device const float* dout [[buffer(0)]],
+    device const float* q [[buffer(1)]],
+    device const float* k [[buffer(2)]],
+    device const float* v [[buffer(3)]],
+    device const float* o [[buffer(4)]],
+    device const float* lse [[buffer(5)]],
+    device float* dk [[buffer(6)]],
+    device float* dv [[buffer(7)]],
+    constant StepParams& sp [[buffer(8)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
+  const uint bh = tgid.y, k0 = tgid.x * 16u;
+  const uint qb = bh * 2048u, kb = bh * 2048u;
+  threadgroup float* Kt = tg + 0;  // 512 floats
+  threadgroup float* Vt = tg + 512;  // 512 floats
+  threadgroup float* Qs = tg + 1024;  // 512 floats
+  threadgroup float* dOs = tg + 1536;  // 512 floats
+  threadgroup float* Ss = tg + 2048;  // 256 floats
+  threadgroup float* dPs = tg + 2304;  // 256 floats
+  threadgroup float* PT = tg + 2560;  // 256 floats
+  threadgroup float* dST = tg + 2816;  // 256 floats
+  threadgroup float* Lq = tg + 3072;  // 16 floats
+  threadgroup float* Dq = tg + 3088;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+  }
+  simdgroup_float8x8 acck0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 acck1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 accv0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 accv1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+    }
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float dl = 0.0f;
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+      Dq[tidx] = dl;
+      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      PT[j * 16u + i] = p;
+      dST[j * 16u + i] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
+    if (sg + 0u < 8u) {
+      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accv0, a, b, accv0);
+      }
+    }
+    if (sg + 4u < 8u) {
+      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accv1, a, b, accv1);
+      }
+    }
+    if (sg + 0u < 8u) {
+      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acck0, a, b, acck0);
+      }
+    }
+    if (sg + 4u < 8u) {
+      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acck1, a, b, acck1);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  // the held accumulators through the (now free) Q and dO tiles
+  if (sg + 0u < 8u) {
+    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+    simdgroup_store(acck0, Qs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 4u < 8u) {
+    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+    simdgroup_store(acck1, Qs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 0u < 8u) {
+    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+    simdgroup_store(accv0, dOs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 4u < 8u) {
+    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+    simdgroup_store(accv1, dOs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (k0 + r < 64u) {
+      dk[kb + (k0 + r) * 32u + c] = Qs[r * 32u + c];
+      dv[kb + (k0 + r) * 32u + c] = dOs[r * 32u + c];
+    }
+  }
+}
+
+// node 181: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dq] [16x16 tiles]
+kernel void k135(
+    device const float* dout [[buffer(0)]],
+    device const float* q [[buffer(1)]],
+    device const float* k [[buffer(2)]],
+    device const float* v [[buffer(3)]],
+    device const float* o [[buffer(4)]],
+    device const float* lse [[buffer(5)]],
+    device float* dq [[buffer(6)]],
+    constant StepParams& sp [[buffer(7)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]])
+{
+  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = bh * 2048u, kb = bh * 2048u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* dOs = tg + 512;  // 512 floats
+  threadgroup float* Kt = tg + 1024;  // 512 floats
+  threadgroup float* Vt = tg + 1536;  // 512 floats
+  threadgroup float* Ks = tg + 2048;  // 512 floats
+  threadgroup float* dQs = tg + 2560;  // 512 floats
+  threadgroup float* Ss = tg + 3072;  // 256 floats
+  threadgroup float* dPs = tg + 3328;  // 256 floats
+  threadgroup float* dSs = tg + 3584;  // 256 floats
+  threadgroup float* Lq = tg + 3840;  // 16 floats
+  threadgroup float* Dq = tg + 3856;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+  }
+  if (tidx < 16u) {
+    const uint qi = q0 + tidx;
+    float dl = 0.0f;
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+    Dq[tidx] = dl;
+    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) dQs[e] = 0.0f;
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
+      Ss[r * 16u + c] = acc;
+    }
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
+      dPs[r * 16u + c] = acc;
+    }
+    // (each thread reads back only the score elements it computed: no barrier)
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      dSs[e] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dQ += dS K (scale folded into dS)
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = dQs[r * 32u + c];
+      for (uint x = 0u; x < 16u; ++x) acc += dSs[r * 16u + x] * Ks[x * 32u + c];
+      dQs[r * 32u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = dQs[r * 32u + c];
+  }
+}
+
+// node 181: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dq] [simdgroup_float8x8, Apple7+]
+kernel void k135_mma(
+    device const float* dout [[buffer(0)]],
+    device const float* q [[buffer(1)]],
+    device const float* k [[buffer(2)]],
+    device const float* v [[buffer(3)]],
+    device const float* o [[buffer(4)]],
+    device const float* lse [[buffer(5)]],
+    device float* dq [[buffer(6)]],
+    constant StepParams& sp [[buffer(7)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = bh * 2048u, kb = bh * 2048u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* dOs = tg + 512;  // 512 floats
+  threadgroup float* Kt = tg + 1024;  // 512 floats
+  threadgroup float* Vt = tg + 1536;  // 512 floats
+  threadgroup float* Ks = tg + 2048;  // 512 floats
+  threadgroup float* Ss = tg + 2560;  // 256 floats
+  threadgroup float* dPs = tg + 2816;  // 256 floats
+  threadgroup float* dSs = tg + 3072;  // 256 floats
+  threadgroup float* Lq = tg + 3328;  // 16 floats
+  threadgroup float* Dq = tg + 3344;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+  }
+  if (tidx < 16u) {
+    const uint qi = q0 + tidx;
+    float dl = 0.0f;
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+    Dq[tidx] = dl;
+    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+  }
+  simdgroup_float8x8 accq0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 accq1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      dSs[e] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dQ += dS K (scale folded into dS)
+    if (sg + 0u < 8u) {
+      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accq0, a, b, accq0);
+      }
+    }
+    if (sg + 4u < 8u) {
+      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accq1, a, b, accq1);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  // the held accumulators through the (now free) K tile
+  if (sg + 0u < 8u) {
+    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+    simdgroup_store(accq0, Ks, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 4u < 8u) {
+    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+    simdgroup_store(accq1, Ks, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = Ks[r * 32u + c];
+  }
+}
+
+// node 185: concat (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
+kernel void k136(
+    device const float* x0 [[buffer(0)]],
+    device const float* x1 [[buffer(1)]],
+    device const float* x2 [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 786432u) return;
+  const uint inn = i % 262144u, l = (i / 262144u) % 3u, o = i / 786432u;
+  const uint at = (o * 3u + 0u + l) * 262144u + inn;
+  if (l < 1u) y[at] = x0[(o * 1u + l - 0u) * 262144u + inn];
+  else if (l < 2u) y[at] = x1[(o * 1u + l - 1u) * 262144u + inn];
+  else if (l < 3u) y[at] = x2[(o * 1u + l - 2u) * 262144u + inn];
+}
+
+// node 186: permute (blocks.1.attn) -> d_blocks.1.attn.qkv_split (perm [1,3,0,2,4])
+kernel void k137(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 786432u) return;
+  uint src = 0u;
+  {
+    uint rem = i;
+    src += (rem % 32u) * 1u;
+    rem /= 32u;
+    src += (rem % 4u) * 2048u;
+    rem /= 4u;
+    src += (rem % 3u) * 262144u;
+    rem /= 3u;
+    src += (rem % 64u) * 32u;
+    rem /= 64u;
+    src += (rem % 32u) * 8192u;
+  }
+  y[i] = x[src];
+}
+
+// node 188: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [16x16 tiles]
+kernel void k138(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 24576u;
+  }
+  const uint bo = 0u;
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 64u && ki < 384u) {
+          v = a[ao + mi * 384u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 384u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 64u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[g * 8192u + mi * 128u + ni] = acc;
+  }
+}
+
+// node 188: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [simdgroup_float8x8, Apple7+]
 kernel void k138_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -7909,904 +8420,6 @@ kernel void k138_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 8192u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 128u) {
-      const float acc = Cs[e];
-      y[g * 8192u + mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 185: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k139(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 128u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc;
-  }
-}
-
-// node 185: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k139_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 128u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 186: sum_to (blocks.1.attn) -> blocks.1.attn.out_proj.bias.grad
-kernel void k140(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
-  }
-  y[i] = acc;
-}
-
-// node 188: permute (blocks.1.attn) -> d_blocks.1.attn.o (perm [0,2,1,3])
-kernel void k141(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 128u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 189: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dk, dv] [16x16 tiles]
-kernel void k142(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]])
-{
-  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
-  const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Kt = tg + 0;  // 512 floats
-  threadgroup float* Vt = tg + 512;  // 512 floats
-  threadgroup float* Qs = tg + 1024;  // 512 floats
-  threadgroup float* dOs = tg + 1536;  // 512 floats
-  threadgroup float* dKs = tg + 2048;  // 512 floats
-  threadgroup float* dVs = tg + 2560;  // 512 floats
-  threadgroup float* Ss = tg + 3072;  // 256 floats
-  threadgroup float* dPs = tg + 3328;  // 256 floats
-  threadgroup float* PT = tg + 3584;  // 256 floats
-  threadgroup float* dST = tg + 3840;  // 256 floats
-  threadgroup float* Lq = tg + 4096;  // 16 floats
-  threadgroup float* Dq = tg + 4112;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-  }
-  for (uint e = tidx; e < 512u; e += 128u) { dKs[e] = 0.0f; dVs[e] = 0.0f; }
-  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-    }
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-      Dq[tidx] = dl;
-      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
-      Ss[r * 16u + c] = acc;
-    }
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
-      dPs[r * 16u + c] = acc;
-    }
-    // (each thread reads back only the score elements it computed: no barrier)
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      PT[j * 16u + i] = p;
-      dST[j * 16u + i] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = dVs[r * 32u + c];
-      for (uint x = 0u; x < 16u; ++x) acc += PT[r * 16u + x] * dOs[x * 32u + c];
-      dVs[r * 32u + c] = acc;
-    }
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = dKs[r * 32u + c];
-      for (uint x = 0u; x < 16u; ++x) acc += dST[r * 16u + x] * Qs[x * 32u + c];
-      dKs[r * 32u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = dKs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dVs[r * 32u + c];
-    }
-  }
-}
-
-// node 189: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k142_mma(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
-  const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Kt = tg + 0;  // 512 floats
-  threadgroup float* Vt = tg + 512;  // 512 floats
-  threadgroup float* Qs = tg + 1024;  // 512 floats
-  threadgroup float* dOs = tg + 1536;  // 512 floats
-  threadgroup float* Ss = tg + 2048;  // 256 floats
-  threadgroup float* dPs = tg + 2304;  // 256 floats
-  threadgroup float* PT = tg + 2560;  // 256 floats
-  threadgroup float* dST = tg + 2816;  // 256 floats
-  threadgroup float* Lq = tg + 3072;  // 16 floats
-  threadgroup float* Dq = tg + 3088;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-  }
-  simdgroup_float8x8 acck0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 acck1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 accv0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 accv1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-    }
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-      Dq[tidx] = dl;
-      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      PT[j * 16u + i] = p;
-      dST[j * 16u + i] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
-    if (sg + 0u < 8u) {
-      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accv0, a, b, accv0);
-      }
-    }
-    if (sg + 4u < 8u) {
-      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accv1, a, b, accv1);
-      }
-    }
-    if (sg + 0u < 8u) {
-      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acck0, a, b, acck0);
-      }
-    }
-    if (sg + 4u < 8u) {
-      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acck1, a, b, acck1);
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  // the held accumulators through the (now free) Q and dO tiles
-  if (sg + 0u < 8u) {
-    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-    simdgroup_store(acck0, Qs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 4u < 8u) {
-    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-    simdgroup_store(acck1, Qs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 0u < 8u) {
-    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-    simdgroup_store(accv0, dOs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 4u < 8u) {
-    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-    simdgroup_store(accv1, dOs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = Qs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dOs[r * 32u + c];
-    }
-  }
-}
-
-// node 189: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dq] [16x16 tiles]
-kernel void k143(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]])
-{
-  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* dOs = tg + 512;  // 512 floats
-  threadgroup float* Kt = tg + 1024;  // 512 floats
-  threadgroup float* Vt = tg + 1536;  // 512 floats
-  threadgroup float* Ks = tg + 2048;  // 512 floats
-  threadgroup float* dQs = tg + 2560;  // 512 floats
-  threadgroup float* Ss = tg + 3072;  // 256 floats
-  threadgroup float* dPs = tg + 3328;  // 256 floats
-  threadgroup float* dSs = tg + 3584;  // 256 floats
-  threadgroup float* Lq = tg + 3840;  // 16 floats
-  threadgroup float* Dq = tg + 3856;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  if (tidx < 16u) {
-    const uint qi = q0 + tidx;
-    float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-    Dq[tidx] = dl;
-    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-  }
-  for (uint e = tidx; e < 512u; e += 128u) dQs[e] = 0.0f;
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
-      Ss[r * 16u + c] = acc;
-    }
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
-      dPs[r * 16u + c] = acc;
-    }
-    // (each thread reads back only the score elements it computed: no barrier)
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      dSs[e] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dQ += dS K (scale folded into dS)
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = dQs[r * 32u + c];
-      for (uint x = 0u; x < 16u; ++x) acc += dSs[r * 16u + x] * Ks[x * 32u + c];
-      dQs[r * 32u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = dQs[r * 32u + c];
-  }
-}
-
-// node 189: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k143_mma(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* dOs = tg + 512;  // 512 floats
-  threadgroup float* Kt = tg + 1024;  // 512 floats
-  threadgroup float* Vt = tg + 1536;  // 512 floats
-  threadgroup float* Ks = tg + 2048;  // 512 floats
-  threadgroup float* Ss = tg + 2560;  // 256 floats
-  threadgroup float* dPs = tg + 2816;  // 256 floats
-  threadgroup float* dSs = tg + 3072;  // 256 floats
-  threadgroup float* Lq = tg + 3328;  // 16 floats
-  threadgroup float* Dq = tg + 3344;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  if (tidx < 16u) {
-    const uint qi = q0 + tidx;
-    float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-    Dq[tidx] = dl;
-    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-  }
-  simdgroup_float8x8 accq0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 accq1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      dSs[e] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dQ += dS K (scale folded into dS)
-    if (sg + 0u < 8u) {
-      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accq0, a, b, accq0);
-      }
-    }
-    if (sg + 4u < 8u) {
-      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accq1, a, b, accq1);
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  // the held accumulators through the (now free) K tile
-  if (sg + 0u < 8u) {
-    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-    simdgroup_store(accq0, Ks, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 4u < 8u) {
-    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-    simdgroup_store(accq1, Ks, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = Ks[r * 32u + c];
-  }
-}
-
-// node 191: pad (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k144(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c < 2u) inside = false;
-    else src += (c - 2u) * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
-}
-
-// node 193: pad (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k145(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c < 1u || c >= 2u) inside = false;
-    else src += (c - 1u) * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
-}
-
-// node 194: binary (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k146(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 196: pad (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k147(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c >= 1u) inside = false;
-    else src += c * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
-}
-
-// node 197: binary (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
-kernel void k148(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 198: permute (blocks.1.attn) -> d_blocks.1.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k149(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 3u) * 262144u;
-    rem /= 3u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 200: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [16x16 tiles]
-kernel void k150(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 24576u;
-  }
-  const uint bo = 0u;
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 64u && ki < 384u) {
-          v = a[ao + mi * 384u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 384u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 64u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[g * 8192u + mi * 128u + ni] = acc;
-  }
-}
-
-// node 200: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k150_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
   // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
@@ -8862,8 +8475,8 @@ kernel void k150_mma(
   }
 }
 
-// node 203: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k151(
+// node 191: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [16x16 tiles]
+kernel void k139(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8905,8 +8518,8 @@ kernel void k151(
   }
 }
 
-// node 203: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k151_mma(
+// node 191: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k139_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -8964,8 +8577,8 @@ kernel void k151_mma(
   }
 }
 
-// node 204: sum_to (blocks.1.attn) -> blocks.1.attn.in_proj_bias.grad
-kernel void k152(
+// node 192: sum_to (blocks.1.attn) -> blocks.1.attn.in_proj_bias.grad
+kernel void k140(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -8986,8 +8599,8 @@ kernel void k152(
   y[i] = acc;
 }
 
-// node 205: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dx]
-kernel void k153(
+// node 193: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dx]
+kernel void k141(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -9020,8 +8633,8 @@ kernel void k153(
   }
 }
 
-// node 205: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dweight, dbias]
-kernel void k154(
+// node 193: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dweight, dbias]
+kernel void k142(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -9043,8 +8656,8 @@ kernel void k154(
   dbias[i] = sb;
 }
 
-// node 206: binary (blocks.1.ln1) -> d_blocks.0.add1.out
-kernel void k155(
+// node 194: binary (blocks.1.ln1) -> d_blocks.0.add1.out
+kernel void k143(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9058,8 +8671,8 @@ kernel void k155(
   y[i] = a[ia] + b[ib];
 }
 
-// node 207: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [16x16 tiles]
-kernel void k156(
+// node 195: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [16x16 tiles]
+kernel void k144(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9108,8 +8721,8 @@ kernel void k156(
   }
 }
 
-// node 207: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k156_mma(
+// node 195: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k144_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9174,8 +8787,8 @@ kernel void k156_mma(
   }
 }
 
-// node 210: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [16x16 tiles]
-kernel void k157(
+// node 198: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [16x16 tiles]
+kernel void k145(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9217,8 +8830,8 @@ kernel void k157(
   }
 }
 
-// node 210: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k157_mma(
+// node 198: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k145_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9276,8 +8889,8 @@ kernel void k157_mma(
   }
 }
 
-// node 211: sum_to (blocks.0.proj) -> blocks.0.proj.bias.grad
-kernel void k158(
+// node 199: sum_to (blocks.0.proj) -> blocks.0.proj.bias.grad
+kernel void k146(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -9298,8 +8911,8 @@ kernel void k158(
   y[i] = acc;
 }
 
-// node 212: unary_grad (blocks.0.gelu0) -> d_blocks.0.fc.out
-kernel void k159(
+// node 200: unary_grad (blocks.0.gelu0) -> d_blocks.0.fc.out
+kernel void k147(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -9312,8 +8925,8 @@ kernel void k159(
   dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
 }
 
-// node 213: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [16x16 tiles]
-kernel void k160(
+// node 201: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [16x16 tiles]
+kernel void k148(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9362,8 +8975,8 @@ kernel void k160(
   }
 }
 
-// node 213: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k160_mma(
+// node 201: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [simdgroup_float8x8, Apple7+]
+kernel void k148_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9428,8 +9041,8 @@ kernel void k160_mma(
   }
 }
 
-// node 216: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [16x16 tiles]
-kernel void k161(
+// node 204: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [16x16 tiles]
+kernel void k149(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9471,8 +9084,8 @@ kernel void k161(
   }
 }
 
-// node 216: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k161_mma(
+// node 204: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k149_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9530,8 +9143,8 @@ kernel void k161_mma(
   }
 }
 
-// node 217: sum_to (blocks.0.fc) -> blocks.0.fc.bias.grad
-kernel void k162(
+// node 205: sum_to (blocks.0.fc) -> blocks.0.fc.bias.grad
+kernel void k150(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -9552,8 +9165,8 @@ kernel void k162(
   y[i] = acc;
 }
 
-// node 218: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dx]
-kernel void k163(
+// node 206: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dx]
+kernel void k151(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -9586,8 +9199,8 @@ kernel void k163(
   }
 }
 
-// node 218: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dweight, dbias]
-kernel void k164(
+// node 206: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dweight, dbias]
+kernel void k152(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -9609,8 +9222,8 @@ kernel void k164(
   dbias[i] = sb;
 }
 
-// node 219: binary (blocks.0.ln2) -> d_blocks.0.add0.out
-kernel void k165(
+// node 207: binary (blocks.0.ln2) -> d_blocks.0.add0.out
+kernel void k153(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9624,8 +9237,8 @@ kernel void k165(
   y[i] = a[ia] + b[ib];
 }
 
-// node 220: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [16x16 tiles]
-kernel void k166(
+// node 208: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [16x16 tiles]
+kernel void k154(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9674,8 +9287,8 @@ kernel void k166(
   }
 }
 
-// node 220: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [simdgroup_float8x8, Apple7+]
-kernel void k166_mma(
+// node 208: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [simdgroup_float8x8, Apple7+]
+kernel void k154_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9740,8 +9353,8 @@ kernel void k166_mma(
   }
 }
 
-// node 223: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k167(
+// node 211: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [16x16 tiles]
+kernel void k155(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9783,8 +9396,8 @@ kernel void k167(
   }
 }
 
-// node 223: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k167_mma(
+// node 211: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k155_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -9842,8 +9455,8 @@ kernel void k167_mma(
   }
 }
 
-// node 224: sum_to (blocks.0.attn) -> blocks.0.attn.out_proj.bias.grad
-kernel void k168(
+// node 212: sum_to (blocks.0.attn) -> blocks.0.attn.out_proj.bias.grad
+kernel void k156(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -9864,8 +9477,8 @@ kernel void k168(
   y[i] = acc;
 }
 
-// node 226: permute (blocks.0.attn) -> d_blocks.0.attn.o (perm [0,2,1,3])
-kernel void k169(
+// node 214: permute (blocks.0.attn) -> d_blocks.0.attn.o (perm [0,2,1,3])
+kernel void k157(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -9887,8 +9500,8 @@ kernel void k169(
   y[i] = x[src];
 }
 
-// node 227: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dk, dv] [16x16 tiles]
-kernel void k170(
+// node 215: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dk, dv] [16x16 tiles]
+kernel void k158(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -9984,8 +9597,8 @@ kernel void k170(
   }
 }
 
-// node 227: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k170_mma(
+// node 215: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
+kernel void k158_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -10141,8 +9754,8 @@ kernel void k170_mma(
   }
 }
 
-// node 227: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dq] [16x16 tiles]
-kernel void k171(
+// node 215: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dq] [16x16 tiles]
+kernel void k159(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -10227,8 +9840,8 @@ kernel void k171(
   }
 }
 
-// node 227: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k171_mma(
+// node 215: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dq] [simdgroup_float8x8, Apple7+]
+kernel void k159_mma(
     device const float* dout [[buffer(0)]],
     device const float* q [[buffer(1)]],
     device const float* k [[buffer(2)]],
@@ -10350,155 +9963,26 @@ kernel void k171_mma(
   }
 }
 
-// node 229: pad (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k172(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
+// node 219: concat (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
+kernel void k160(
+    device const float* x0 [[buffer(0)]],
+    device const float* x1 [[buffer(1)]],
+    device const float* x2 [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
   if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c < 2u) inside = false;
-    else src += (c - 2u) * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
+  const uint inn = i % 262144u, l = (i / 262144u) % 3u, o = i / 786432u;
+  const uint at = (o * 3u + 0u + l) * 262144u + inn;
+  if (l < 1u) y[at] = x0[(o * 1u + l - 0u) * 262144u + inn];
+  else if (l < 2u) y[at] = x1[(o * 1u + l - 1u) * 262144u + inn];
+  else if (l < 3u) y[at] = x2[(o * 1u + l - 2u) * 262144u + inn];
 }
 
-// node 231: pad (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k173(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c < 1u || c >= 2u) inside = false;
-    else src += (c - 1u) * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
-}
-
-// node 232: binary (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k174(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 234: pad (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k175(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint rem = i, src = 0u;
-  bool inside = true;
-  {
-    const uint c = rem % 32u;
-    src += c * 1u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 64u;
-    src += c * 32u;
-    rem /= 64u;
-  }
-  {
-    const uint c = rem % 4u;
-    src += c * 2048u;
-    rem /= 4u;
-  }
-  {
-    const uint c = rem % 32u;
-    src += c * 8192u;
-    rem /= 32u;
-  }
-  {
-    const uint c = rem % 3u;
-    if (c >= 1u) inside = false;
-    else src += c * 262144u;
-  }
-  y[i] = inside ? x[src] : 0.0f;
-}
-
-// node 235: binary (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k176(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 236: permute (blocks.0.attn) -> d_blocks.0.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k177(
+// node 220: permute (blocks.0.attn) -> d_blocks.0.attn.qkv_split (perm [1,3,0,2,4])
+kernel void k161(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -10522,8 +10006,8 @@ kernel void k177(
   y[i] = x[src];
 }
 
-// node 238: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [16x16 tiles]
-kernel void k178(
+// node 222: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [16x16 tiles]
+kernel void k162(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10572,8 +10056,8 @@ kernel void k178(
   }
 }
 
-// node 238: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k178_mma(
+// node 222: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [simdgroup_float8x8, Apple7+]
+kernel void k162_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10638,8 +10122,8 @@ kernel void k178_mma(
   }
 }
 
-// node 241: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k179(
+// node 225: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [16x16 tiles]
+kernel void k163(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10681,8 +10165,8 @@ kernel void k179(
   }
 }
 
-// node 241: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k179_mma(
+// node 225: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k163_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10740,8 +10224,8 @@ kernel void k179_mma(
   }
 }
 
-// node 242: sum_to (blocks.0.attn) -> blocks.0.attn.in_proj_bias.grad
-kernel void k180(
+// node 226: sum_to (blocks.0.attn) -> blocks.0.attn.in_proj_bias.grad
+kernel void k164(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -10762,8 +10246,8 @@ kernel void k180(
   y[i] = acc;
 }
 
-// node 243: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dx]
-kernel void k181(
+// node 227: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dx]
+kernel void k165(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -10796,8 +10280,8 @@ kernel void k181(
   }
 }
 
-// node 243: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dweight, dbias]
-kernel void k182(
+// node 227: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dweight, dbias]
+kernel void k166(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -10819,8 +10303,8 @@ kernel void k182(
   dbias[i] = sb;
 }
 
-// node 244: binary (blocks.0.ln1) -> d_add0.out
-kernel void k183(
+// node 228: binary (blocks.0.ln1) -> d_add0.out
+kernel void k167(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -10834,8 +10318,8 @@ kernel void k183(
   y[i] = a[ia] + b[ib];
 }
 
-// node 245: embedding_grad (pos) -> pos.weight.grad
-kernel void k184(
+// node 229: embedding_grad (pos) -> pos.weight.grad
+kernel void k168(
     device const float* dy [[buffer(0)]],
     device const int* ids [[buffer(1)]],
     device float* dw [[buffer(2)]],
@@ -10851,8 +10335,8 @@ kernel void k184(
   dw[i] = acc;
 }
 
-// node 246: embedding_grad (tok) -> tok.weight.grad
-kernel void k185(
+// node 230: embedding_grad (tok) -> tok.weight.grad
+kernel void k169(
     device const float* dy [[buffer(0)]],
     device const int* ids [[buffer(1)]],
     device float* dw [[buffer(2)]],
@@ -10868,8 +10352,8 @@ kernel void k185(
   dw[i] = acc;
 }
 
-// node 247: adam_update (tok.weight)
-kernel void k186(
+// node 231: adam_update (tok.weight)
+kernel void k170(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -10892,8 +10376,8 @@ kernel void k186(
   param[i] = p;
 }
 
-// node 248: adam_update (pos.weight)
-kernel void k187(
+// node 232: adam_update (pos.weight)
+kernel void k171(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -10916,8 +10400,8 @@ kernel void k187(
   param[i] = p;
 }
 
-// node 249: adam_update (blocks.0.ln1.weight)
-kernel void k188(
+// node 233: adam_update (blocks.0.ln1.weight)
+kernel void k172(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -10940,7 +10424,391 @@ kernel void k188(
   param[i] = p;
 }
 
-// node 250: adam_update (blocks.0.ln1.bias)
+// node 234: adam_update (blocks.0.ln1.bias)
+kernel void k173(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 235: adam_update (blocks.0.attn.in_proj_weight)
+kernel void k174(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 49152u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 236: adam_update (blocks.0.attn.in_proj_bias)
+kernel void k175(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 237: adam_update (blocks.0.attn.out_proj.weight)
+kernel void k176(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 238: adam_update (blocks.0.attn.out_proj.bias)
+kernel void k177(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 239: adam_update (blocks.0.ln2.weight)
+kernel void k178(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 240: adam_update (blocks.0.ln2.bias)
+kernel void k179(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 241: adam_update (blocks.0.fc.weight)
+kernel void k180(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 65536u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 242: adam_update (blocks.0.fc.bias)
+kernel void k181(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 512u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 243: adam_update (blocks.0.proj.weight)
+kernel void k182(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 65536u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 244: adam_update (blocks.0.proj.bias)
+kernel void k183(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 245: adam_update (blocks.1.ln1.weight)
+kernel void k184(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 246: adam_update (blocks.1.ln1.bias)
+kernel void k185(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 247: adam_update (blocks.1.attn.in_proj_weight)
+kernel void k186(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 49152u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 248: adam_update (blocks.1.attn.in_proj_bias)
+kernel void k187(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 249: adam_update (blocks.1.attn.out_proj.weight)
+kernel void k188(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 250: adam_update (blocks.1.attn.out_proj.bias)
 kernel void k189(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10964,7 +10832,7 @@ kernel void k189(
   param[i] = p;
 }
 
-// node 251: adam_update (blocks.0.attn.in_proj_weight)
+// node 251: adam_update (blocks.1.ln2.weight)
 kernel void k190(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10974,7 +10842,7 @@ kernel void k190(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 49152u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -10988,7 +10856,7 @@ kernel void k190(
   param[i] = p;
 }
 
-// node 252: adam_update (blocks.0.attn.in_proj_bias)
+// node 252: adam_update (blocks.1.ln2.bias)
 kernel void k191(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10998,7 +10866,7 @@ kernel void k191(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 384u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11012,7 +10880,7 @@ kernel void k191(
   param[i] = p;
 }
 
-// node 253: adam_update (blocks.0.attn.out_proj.weight)
+// node 253: adam_update (blocks.1.fc.weight)
 kernel void k192(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11022,7 +10890,7 @@ kernel void k192(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 16384u) return;
+  if (i >= 65536u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11036,7 +10904,7 @@ kernel void k192(
   param[i] = p;
 }
 
-// node 254: adam_update (blocks.0.attn.out_proj.bias)
+// node 254: adam_update (blocks.1.fc.bias)
 kernel void k193(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11046,7 +10914,7 @@ kernel void k193(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 512u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11060,7 +10928,7 @@ kernel void k193(
   param[i] = p;
 }
 
-// node 255: adam_update (blocks.0.ln2.weight)
+// node 255: adam_update (blocks.1.proj.weight)
 kernel void k194(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11070,7 +10938,7 @@ kernel void k194(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 65536u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11084,7 +10952,7 @@ kernel void k194(
   param[i] = p;
 }
 
-// node 256: adam_update (blocks.0.ln2.bias)
+// node 256: adam_update (blocks.1.proj.bias)
 kernel void k195(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11108,7 +10976,7 @@ kernel void k195(
   param[i] = p;
 }
 
-// node 257: adam_update (blocks.0.fc.weight)
+// node 257: adam_update (blocks.2.ln1.weight)
 kernel void k196(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11118,7 +10986,7 @@ kernel void k196(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 65536u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11132,7 +11000,7 @@ kernel void k196(
   param[i] = p;
 }
 
-// node 258: adam_update (blocks.0.fc.bias)
+// node 258: adam_update (blocks.2.ln1.bias)
 kernel void k197(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11142,7 +11010,7 @@ kernel void k197(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 512u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11156,7 +11024,7 @@ kernel void k197(
   param[i] = p;
 }
 
-// node 259: adam_update (blocks.0.proj.weight)
+// node 259: adam_update (blocks.2.attn.in_proj_weight)
 kernel void k198(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11166,7 +11034,7 @@ kernel void k198(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 65536u) return;
+  if (i >= 49152u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11180,7 +11048,7 @@ kernel void k198(
   param[i] = p;
 }
 
-// node 260: adam_update (blocks.0.proj.bias)
+// node 260: adam_update (blocks.2.attn.in_proj_bias)
 kernel void k199(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11190,7 +11058,7 @@ kernel void k199(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 384u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11204,7 +11072,7 @@ kernel void k199(
   param[i] = p;
 }
 
-// node 261: adam_update (blocks.1.ln1.weight)
+// node 261: adam_update (blocks.2.attn.out_proj.weight)
 kernel void k200(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11214,7 +11082,7 @@ kernel void k200(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 16384u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11228,7 +11096,7 @@ kernel void k200(
   param[i] = p;
 }
 
-// node 262: adam_update (blocks.1.ln1.bias)
+// node 262: adam_update (blocks.2.attn.out_proj.bias)
 kernel void k201(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11252,7 +11120,7 @@ kernel void k201(
   param[i] = p;
 }
 
-// node 263: adam_update (blocks.1.attn.in_proj_weight)
+// node 263: adam_update (blocks.2.ln2.weight)
 kernel void k202(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11262,7 +11130,7 @@ kernel void k202(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 49152u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11276,7 +11144,7 @@ kernel void k202(
   param[i] = p;
 }
 
-// node 264: adam_update (blocks.1.attn.in_proj_bias)
+// node 264: adam_update (blocks.2.ln2.bias)
 kernel void k203(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11286,7 +11154,7 @@ kernel void k203(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 384u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11300,7 +11168,7 @@ kernel void k203(
   param[i] = p;
 }
 
-// node 265: adam_update (blocks.1.attn.out_proj.weight)
+// node 265: adam_update (blocks.2.fc.weight)
 kernel void k204(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11310,7 +11178,7 @@ kernel void k204(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 16384u) return;
+  if (i >= 65536u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11324,7 +11192,7 @@ kernel void k204(
   param[i] = p;
 }
 
-// node 266: adam_update (blocks.1.attn.out_proj.bias)
+// node 266: adam_update (blocks.2.fc.bias)
 kernel void k205(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11334,7 +11202,7 @@ kernel void k205(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 512u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11348,7 +11216,7 @@ kernel void k205(
   param[i] = p;
 }
 
-// node 267: adam_update (blocks.1.ln2.weight)
+// node 267: adam_update (blocks.2.proj.weight)
 kernel void k206(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11358,7 +11226,7 @@ kernel void k206(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 65536u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11372,7 +11240,7 @@ kernel void k206(
   param[i] = p;
 }
 
-// node 268: adam_update (blocks.1.ln2.bias)
+// node 268: adam_update (blocks.2.proj.bias)
 kernel void k207(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11396,7 +11264,7 @@ kernel void k207(
   param[i] = p;
 }
 
-// node 269: adam_update (blocks.1.fc.weight)
+// node 269: adam_update (blocks.3.ln1.weight)
 kernel void k208(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11406,7 +11274,7 @@ kernel void k208(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 65536u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11420,7 +11288,7 @@ kernel void k208(
   param[i] = p;
 }
 
-// node 270: adam_update (blocks.1.fc.bias)
+// node 270: adam_update (blocks.3.ln1.bias)
 kernel void k209(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11430,7 +11298,7 @@ kernel void k209(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 512u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11444,7 +11312,7 @@ kernel void k209(
   param[i] = p;
 }
 
-// node 271: adam_update (blocks.1.proj.weight)
+// node 271: adam_update (blocks.3.attn.in_proj_weight)
 kernel void k210(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11454,7 +11322,7 @@ kernel void k210(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 65536u) return;
+  if (i >= 49152u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11468,7 +11336,7 @@ kernel void k210(
   param[i] = p;
 }
 
-// node 272: adam_update (blocks.1.proj.bias)
+// node 272: adam_update (blocks.3.attn.in_proj_bias)
 kernel void k211(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11478,7 +11346,7 @@ kernel void k211(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 384u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11492,7 +11360,7 @@ kernel void k211(
   param[i] = p;
 }
 
-// node 273: adam_update (blocks.2.ln1.weight)
+// node 273: adam_update (blocks.3.attn.out_proj.weight)
 kernel void k212(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11502,7 +11370,7 @@ kernel void k212(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 16384u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11516,7 +11384,7 @@ kernel void k212(
   param[i] = p;
 }
 
-// node 274: adam_update (blocks.2.ln1.bias)
+// node 274: adam_update (blocks.3.attn.out_proj.bias)
 kernel void k213(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11540,7 +11408,7 @@ kernel void k213(
   param[i] = p;
 }
 
-// node 275: adam_update (blocks.2.attn.in_proj_weight)
+// node 275: adam_update (blocks.3.ln2.weight)
 kernel void k214(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11550,7 +11418,7 @@ kernel void k214(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 49152u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11564,7 +11432,7 @@ kernel void k214(
   param[i] = p;
 }
 
-// node 276: adam_update (blocks.2.attn.in_proj_bias)
+// node 276: adam_update (blocks.3.ln2.bias)
 kernel void k215(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11574,7 +11442,7 @@ kernel void k215(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 384u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11588,7 +11456,7 @@ kernel void k215(
   param[i] = p;
 }
 
-// node 277: adam_update (blocks.2.attn.out_proj.weight)
+// node 277: adam_update (blocks.3.fc.weight)
 kernel void k216(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11598,7 +11466,7 @@ kernel void k216(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 16384u) return;
+  if (i >= 65536u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11612,7 +11480,7 @@ kernel void k216(
   param[i] = p;
 }
 
-// node 278: adam_update (blocks.2.attn.out_proj.bias)
+// node 278: adam_update (blocks.3.fc.bias)
 kernel void k217(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11622,7 +11490,7 @@ kernel void k217(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 512u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11636,7 +11504,7 @@ kernel void k217(
   param[i] = p;
 }
 
-// node 279: adam_update (blocks.2.ln2.weight)
+// node 279: adam_update (blocks.3.proj.weight)
 kernel void k218(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11646,7 +11514,7 @@ kernel void k218(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 65536u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11660,7 +11528,7 @@ kernel void k218(
   param[i] = p;
 }
 
-// node 280: adam_update (blocks.2.ln2.bias)
+// node 280: adam_update (blocks.3.proj.bias)
 kernel void k219(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11684,7 +11552,7 @@ kernel void k219(
   param[i] = p;
 }
 
-// node 281: adam_update (blocks.2.fc.weight)
+// node 281: adam_update (ln_f.weight)
 kernel void k220(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11694,7 +11562,7 @@ kernel void k220(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 65536u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11708,7 +11576,7 @@ kernel void k220(
   param[i] = p;
 }
 
-// node 282: adam_update (blocks.2.fc.bias)
+// node 282: adam_update (ln_f.bias)
 kernel void k221(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -11718,7 +11586,7 @@ kernel void k221(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 512u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -11732,392 +11600,8 @@ kernel void k221(
   param[i] = p;
 }
 
-// node 283: adam_update (blocks.2.proj.weight)
+// node 283: adam_update (head.weight)
 kernel void k222(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 284: adam_update (blocks.2.proj.bias)
-kernel void k223(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 285: adam_update (blocks.3.ln1.weight)
-kernel void k224(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 286: adam_update (blocks.3.ln1.bias)
-kernel void k225(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 287: adam_update (blocks.3.attn.in_proj_weight)
-kernel void k226(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 49152u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 288: adam_update (blocks.3.attn.in_proj_bias)
-kernel void k227(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 384u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 289: adam_update (blocks.3.attn.out_proj.weight)
-kernel void k228(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 290: adam_update (blocks.3.attn.out_proj.bias)
-kernel void k229(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 291: adam_update (blocks.3.ln2.weight)
-kernel void k230(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 292: adam_update (blocks.3.ln2.bias)
-kernel void k231(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 293: adam_update (blocks.3.fc.weight)
-kernel void k232(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 294: adam_update (blocks.3.fc.bias)
-kernel void k233(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 512u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 295: adam_update (blocks.3.proj.weight)
-kernel void k234(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 296: adam_update (blocks.3.proj.bias)
-kernel void k235(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 297: adam_update (ln_f.weight)
-kernel void k236(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 298: adam_update (ln_f.bias)
-kernel void k237(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 299: adam_update (head.weight)
-kernel void k238(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
