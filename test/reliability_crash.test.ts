@@ -226,7 +226,8 @@ describe('SIGKILL while the atomic writer is half way through a file', () => {
       let partial = 0;
       while (child.exitCode === null) {
         const tmp = tempFiles(d)[0];
-        const size = tmp ? fs.statSync(path.join(d, tmp)).size : 0;
+        // the writer may rename the file between the listing and the stat (it finished): size 0, poll again
+        const size = tmp ? (fs.statSync(path.join(d, tmp), { throwIfNoEntry: false })?.size ?? 0) : 0;
         if (out.includes('ready') && size > 0 && size < MB * 1024 * 1024) {
           child.kill('SIGKILL');
           partial = size;
