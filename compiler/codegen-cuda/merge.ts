@@ -22,6 +22,7 @@ import { builtinsOf, type Dialect } from '../kernels/dialect.js';
 import { EW_THREADS } from '../kernels/common.js';
 import type { DispatchPlan, PlanBinding, PlanLaunch } from '../codegen-metal/dispatch_plan.js';
 import type { LoweredProgram } from '../codegen-metal/lower_program.js';
+import { editKernels } from './plan.js';
 
 /** buffers per merged kernel: 8-byte pointers, well inside CUDA's 4 KiB of parameters */
 export const MAX_ARGS = 256;
@@ -78,7 +79,7 @@ export function mergeLaunches(lp: LoweredProgram, plan: DispatchPlan, d: Dialect
   /** first kernel of a merged run -> the merged kernel; the run's other kernels are dropped */
   const replace = new Map<string, KernelSpec>();
   const dropped = new Set<string>();
-  let run: { k: KernelSpec; step: PlanLaunch }[] = [];
+  let run: { k: KernelSpec; step: PlanLaunch; ranges: Range[] }[] = [];
   let nargs = 0;
   const flush = () => {
     if (run.length === 1) steps.push(run[0].step);
@@ -100,13 +101,10 @@ export function mergeLaunches(lp: LoweredProgram, plan: DispatchPlan, d: Dialect
       continue;
     }
     const r = rangesOf(s.bindings);
-    if (run.length && (nargs + k.args.length > MAX_ARGS || run.some((x) => clash(rangesOf(x.step.bindings), r)) || (k.scratch && run.some((x) => x.k.scratch)))) flush();
-    run.push({ k, step: s });
+    if (run.length && (nargs + k.args.length > MAX_ARGS || run.some((x) => clash(x.ranges, r)) || (k.scratch && run.some((x) => x.k.scratch)))) flush();
+    run.push({ k, step: s, ranges: r });
     nargs += k.args.length;
   }
   flush();
-  const kernels = lp.kernels.filter((k) => !dropped.has(k.name)).map((k) => replace.get(k.name) ?? k);
-  const lsteps = lp.steps.filter((s) => s.kind !== 'kernel' || !dropped.has(s.kernel.name))
-    .map((s) => (s.kind === 'kernel' && replace.has(s.kernel.name) ? { kind: 'kernel' as const, kernel: replace.get(s.kernel.name)! } : s));
-  return { lp: { ...lp, kernels, steps: lsteps }, plan: { ...plan, steps } };
+  return { lp: editKernels(lp, dropped, replace), plan: { ...plan, steps } };
 }

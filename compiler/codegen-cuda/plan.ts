@@ -31,6 +31,14 @@ import type { DispatchPlan, PlanBinding } from '../codegen-metal/dispatch_plan.j
 import type { LoweredProgram } from '../codegen-metal/lower_program.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
 
+/** `lp` without the kernels named in `dropped`, and with `replace`'s kernels in place of the ones they name (views.ts, merge.ts) */
+export function editKernels(lp: LoweredProgram, dropped: ReadonlySet<string>, replace: ReadonlyMap<string, KernelSpec> = new Map()): LoweredProgram {
+  const kernels = lp.kernels.filter((k) => !dropped.has(k.name)).map((k) => replace.get(k.name) ?? k);
+  const steps = lp.steps.filter((s) => s.kind !== 'kernel' || !dropped.has(s.kernel.name))
+    .map((s) => (s.kind === 'kernel' && replace.has(s.kernel.name) ? { kind: 'kernel' as const, kernel: replace.get(s.kernel.name)! } : s));
+  return { ...lp, kernels, steps };
+}
+
 /** alignment of every region of the device allocation and of the staging sets (bytes) */
 export const CUDA_ALIGN = 256;
 /** sizeof(StepParams): float lr, int t, uint seed, uint counter */

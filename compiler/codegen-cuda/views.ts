@@ -14,6 +14,7 @@
  */
 import type { DispatchPlan, PlanBinding } from '../codegen-metal/dispatch_plan.js';
 import type { LoweredProgram } from '../codegen-metal/lower_program.js';
+import { editKernels } from './plan.js';
 
 export function reshapeViews(lp: LoweredProgram, plan: DispatchPlan): { lp: LoweredProgram; plan: DispatchPlan } {
   const byName = new Map(lp.kernels.map((k) => [k.name, k]));
@@ -42,7 +43,7 @@ export function reshapeViews(lp: LoweredProgram, plan: DispatchPlan): { lp: Lowe
     .filter((s) => s.kind !== 'kernel' || !dropped.has(s.kernel))
     .map((s) => ({ ...s, bindings: s.bindings.map(rebind) }));
   return {
-    lp: { ...lp, kernels: lp.kernels.filter((k) => !dropped.has(k.name)), steps: lp.steps.filter((s) => s.kind !== 'kernel' || !dropped.has(s.kernel.name)) },
+    lp: editKernels(lp, dropped),
     plan: { ...plan, steps },
   };
 }
