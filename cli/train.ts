@@ -290,7 +290,7 @@ export function register(program: Command): void {
     .option('--batch <n>', 'batch size (= --set train.batch=N)', parsePositiveInt('--batch'))
     .option('--seed <n>', 'random seed: init, shuffling, dropout (= --set train.seed=N)', parseNonNegInt('--seed'))
     .option('--lr <x>', 'learning rate (= --set optimizer.lr=X)')
-    .option('--precision <p>', 'fp32, fp16 (with dynamic loss scaling) or bf16 (= --set train.precision="P"); 16-bit runs on --device cpu, metal, metal-emu and reference')
+    .option('--precision <p>', 'fp32, fp16 (with dynamic loss scaling) or bf16 (= --set train.precision="P"); 16-bit runs on every --device (docs/language.md, Precision)')
     .option('--set <key=value>', 'override a train, optimizer, schedule or data setting (repeatable; see below)', collect)
     .option('--threads <n>', THREADS_HELP, parsePositiveInt('--threads'))
     .option('--init-from <file>', 'load initial parameters from a safetensors file')
