@@ -38,7 +38,7 @@ export function register(program: Command): void {
     .option('--json', 'print the summary as JSON ({ok: true, ..., diagnostics: [warnings]}); errors as {ok: false, diagnostics: [...]} (exit 1)')
     .option('--precision <p>', 'check (and plan memory) at this train precision: fp32, fp16 or bf16 (= train { precision }); --ir shows each value\'s storage type')
     .option('--ir [program]', 'print a program after autodiff, optimizer lowering, fusion and memory planning: train_step (default), apply_update, eval, eval_tail, all')
-    .option('--device <device>', 'with --ir: the backend whose fusions to apply: cpu (default), cuda, metal, metal-emu, reference (none)', 'cpu')
+    .option('--device <device>', 'the backend whose fusions to apply: cpu, cuda, metal, metal-emu, reference (none); with --ir the default is cpu, and the summary\'s planned memory is the unfused programs\' unless --device is given')
     .addHelpText(
       'after',
       `
@@ -48,9 +48,10 @@ Examples:
   mpsc check specs/lenet.model --ir       the train-step program the backends generate code from
   mpsc check specs/lenet.model --ir eval  the forward-only evaluation program
   mpsc check specs/lenet.model --ir --device metal   the train step as the Metal backend fuses it
-  mpsc check specs/lenet.model --precision bf16 --ir   bf16 storage of GEMM operands (f16 / bf16 types) and the memory plan`,
+  mpsc check specs/lenet.model --precision bf16 --ir   bf16 storage (PyTorch autocast's types: f16 / bf16 values) and the memory plan
+  mpsc check bench/gpt2_124m_b16_t1024.model --precision bf16 --device cuda   planned peak as the CUDA backend runs it`,
     )
-    .action((specArg: string | undefined, opts: { json?: boolean; ir?: string | boolean; device: string; precision?: string }) => {
+    .action((specArg: string | undefined, opts: { json?: boolean; ir?: string | boolean; device?: string; precision?: string }) => {
       // `mpsc check --ir specs/x.model`: commander gives the spec to --ir's optional value
       let spec = specArg;
       if (spec === undefined && typeof opts.ir === 'string' && /\.model$/.test(opts.ir)) {
@@ -58,16 +59,17 @@ Examples:
         opts.ir = true;
       }
       if (spec === undefined) throw new UserError("error: missing required argument 'spec'\n  help: mpsc check SPEC.model [--ir [PROGRAM]] (see mpsc check --help)");
-      const fusions = DEVICE_FUSIONS[opts.device];
-      if (!fusions) throw new UserError(`error: unknown --device '${opts.device}' for check --ir\n  help: use one of ${Object.keys(DEVICE_FUSIONS).join(', ')}`);
+      const device = opts.device ?? 'cpu';
+      const fusions = DEVICE_FUSIONS[device];
+      if (!fusions) throw new UserError(`error: unknown --device '${device}' for check\n  help: use one of ${Object.keys(DEVICE_FUSIONS).join(', ')}`);
       const { model, warnings, warningDiagnostics } = checkFileWithWarnings(spec, opts.precision !== undefined ? [precisionOverride(opts.precision)] : []);
       for (const w of warnings) process.stderr.write(w + '\n');
       if (opts.ir !== undefined) {
-        process.stdout.write(formatProgramsForCheck(model, opts.ir === true ? 'train_step' : String(opts.ir), fusions, opts.device));
-        if (opts.device === 'cuda') process.stdout.write(cudaGemmPaths(model));
+        process.stdout.write(formatProgramsForCheck(model, opts.ir === true ? 'train_step' : String(opts.ir), fusions, device));
+        if (device === 'cuda') process.stdout.write(cudaGemmPaths(model));
         return;
       }
-      const summary = summarize(model, model.loss ? plannedPeakBytes(model) : null);
+      const summary = summarize(model, model.loss ? plannedPeakBytes(model, opts.device !== undefined ? fusions : NO_FUSIONS) : null);
       const json = { ok: true, ...summary, diagnostics: warningDiagnostics.map(diagnosticJson) };
       process.stdout.write(opts.json ? JSON.stringify(json, null, 2) + '\n' : renderSummary(summary) + '\n');
     });

@@ -12,7 +12,7 @@ import { checkFile, checkSource } from '../compiler/check/index.js';
 import { precisionOverride } from '../compiler/check/overrides.js';
 import { UserError } from '../compiler/errors.js';
 import { DiagnosticsError } from '../compiler/diagnostics.js';
-import { isHalf, isPersistent, programsOf, valueBytes, type Graph } from '../compiler/ir/graph.js';
+import { isHalf, isPersistent, numel, programsOf, valueBytes, type Graph, type Program } from '../compiler/ir/graph.js';
 import { opDef } from '../compiler/ir/ops.js';
 import { AMP_CHECK_OUTPUT, LOSS_SCALE_STATE } from '../compiler/ir/optimizer_lowering.js';
 import { applyPrecision } from '../compiler/ir/precision.js';
@@ -21,6 +21,10 @@ import { graphProblems } from '../compiler/ir/verify.js';
 import { openSession } from '../runtime/device.js';
 import { findGpu } from '../runtime/cuda/session.js';
 import { gptModel } from '../bench/gpt_tiny.js';
+import { cudaFusions } from '../compiler/codegen-cuda/fusions.js';
+import { verifyPlan } from '../compiler/ir/memory_plan.js';
+import { makeRng } from '../compiler/reference/fixtures.js';
+import { runProgram, scalarsAt, type Store } from './ir_helpers.js';
 import type { CheckedModel } from '../compiler/model.js';
 
 const spec = (name: string) => path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'specs', name);
@@ -90,7 +94,7 @@ describe('the precision pass', () => {
 
   for (const p of ['bf16', 'fp16'] as const) {
     const half = p === 'bf16' ? 'bf16' : 'f16';
-    it(`${p}: every GEMM operand reads a ${half} copy made once by a cast; everything else stays f32`, () => {
+    it(`${p}: autocast's types (products and their readers' outputs ${half}, losses f32), only casts touching ${half}, one copy per value`, () => {
       const set = buildPrograms(at(mlp, p), { batch: 4 });
       expect(set.precision).toBe(p);
       for (const prog of programsOf(set)) {
@@ -101,29 +105,67 @@ describe('the precision pass', () => {
             if (n.op === 'cast' || n.inputs[k] < 0) continue;
             expect(g.values[n.inputs[k]].dtype, `${prog.name}: ${n.op} input ${k}`).toBe(half);
           }
-          if (n.op === 'cast') expect(n.attrs.to).toBe(half);
+          // the canonical form: every op computes in f32, only casts write 16-bit values
+          if (n.op !== 'cast') for (const o of n.outputs) expect(isHalf(g.values[o].dtype), `${prog.name}: ${n.op} writes ${g.values[o].name}`).toBe(false);
         }
-        // 16-bit values: only cast outputs, read only by GEMM operands; never persistent, inputs or outputs
         for (const v of g.values) if (isHalf(v.dtype)) expect(v.kind === 'activation' || v.kind === 'grad', v.name).toBe(true);
-        for (const r of halfReads(g)) expect(['linear', 'matmul']).toContain(r.op);
+        for (const r of halfReads(g)) expect(['linear', 'matmul', 'cast']).toContain(r.op);
         const casts = g.nodes.filter((n) => n.op === 'cast');
-        expect(new Set(casts.map((n) => n.inputs[0])).size).toBe(casts.length); // one copy per value
+        expect(new Set(casts.map((n) => `${n.inputs[0]}:${String(n.attrs.to)}`)).size).toBe(casts.length); // one copy per (value, type)
       }
       const train = set.train_step.graph;
-      // the master weights stay f32 and the optimizer (in apply_update for fp16) reads f32 gradients
+      // (the last value of a name: fp16's unscaled loss gradient is a d_fc2.out before the scaled one)
+      const type = (name: string) => [...train.values].reverse().find((v) => v.name === name)!.dtype;
+      // the products' outputs and relu of a 16-bit value are 16-bit; the loss reads the logits widened
+      expect([type('fc1.out'), type('relu0.out'), type('fc2.out')]).toEqual([half, half, half]);
+      const ce = train.nodes.find((n) => n.op === 'cross_entropy')!;
+      expect(train.values[ce.inputs[0]]).toMatchObject({ name: 'fc2.out.f32', dtype: 'f32' });
+      // a gradient has its value's type; the parameters' gradients are f32 and never rounded
+      expect([type('d_fc2.out'), type('d_relu0.out'), type('d_fc1.out')]).toEqual([half, half, half]);
+      // (what the update reads at bf16; what fp16's loss scaling accumulates)
+      const gradReads = train.nodes.filter((n) => n.op === 'adam_update' || n.op === 'grad_accumulate').map((n) => n.inputs[1]);
+      expect(gradReads.length).toBe(4);
+      for (const id of gradReads) {
+        expect(train.values[id].dtype, train.values[id].name).toBe('f32');
+        expect(train.nodes.find((n) => n.outputs.includes(id))!.op, train.values[id].name).not.toBe('cast');
+      }
+      // a 16-bit value is written by a cast of its producer's f32 result, right after it
+      const fc1 = train.nodes.find((n) => n.op === 'linear' && n.path === 'fc1')!;
+      const round = train.nodes[fc1.id + 1];
+      expect([round.op, round.attrs.to, round.inputs[0], train.values[round.outputs[0]].name]).toEqual(['cast', half, fc1.outputs[0], 'fc1.out']);
+      // the master weights stay f32 and the optimizer reads f32 gradients
       expect(train.values.filter(isPersistent).every((v) => v.dtype === 'f32')).toBe(true);
       const w16 = train.values.find((v) => v.name === `fc1.weight.${half}`)!;
       expect(w16.shape).toEqual([256, 784]);
       expect(valueBytes(w16)).toBe(256 * 784 * 2);
-      // the first linear reads the image's copy and the weight's copy; its backward dW reads the same image copy
-      const lin = train.nodes.find((n) => n.op === 'linear' && n.path === 'fc1')!;
-      expect(lin.inputs.slice(0, 2).map((id) => train.values[id].name)).toEqual([`flatten0.out.${half}`, `fc1.weight.${half}`]);
+      expect(fc1.inputs.slice(0, 2).map((id) => train.values[id].name)).toEqual([`flatten0.out.${half}`, `fc1.weight.${half}`]);
+      // the backward dW reads the same image copy
       const dW = train.nodes.find((n) => n.op === 'matmul' && n.path === 'fc1')!;
-      expect(dW.inputs[1]).toBe(lin.inputs[0]);
-      // the eval program computes at the same precision
-      expect(set.eval.graph.nodes.filter((n) => n.op === 'cast').length).toBe(4);
+      expect(dW.inputs[1]).toBe(fc1.inputs[0]);
     });
   }
+
+  it('fp16: the loss scale multiplies the f32 loss gradient before its one rounding to f16', () => {
+    const g = buildPrograms(at(mlp, 'fp16'), { batch: 4 }).train_step.graph;
+    const ceGrad = g.nodes.find((n) => n.op === 'cross_entropy_grad')!;
+    const seed = g.nodes.find((n) => n.op === 'binary' && n.inputs[0] === ceGrad.outputs[0])!;
+    expect(g.values[ceGrad.outputs[0]].dtype).toBe('f32');
+    const round = g.nodes.find((n) => n.op === 'cast' && n.inputs[0] === seed.outputs[0])!;
+    expect([round.attrs.to, g.values[round.outputs[0]].name]).toEqual(['f16', 'd_fc2.out']);
+  });
+
+  it('rounds then widens the product gradient of an f32 value (the backward through its 16-bit copy)', () => {
+    const gpt = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+    const g = buildPrograms(at(gpt, 'bf16'), { batch: 2 }).train_step.graph;
+    // layernorm's output is f32 (autocast's fp32 list); the qkv projection's dx is rounded, then widened for layernorm_grad
+    const lnGrad = g.nodes.find((n) => n.op === 'layernorm_grad')!;
+    const dy = g.values[lnGrad.inputs[0]];
+    const widen = g.nodes.find((n) => n.outputs.includes(dy.id))!;
+    expect([widen.op, widen.attrs.to, dy.dtype]).toEqual(['cast', 'f32', 'f32']);
+    const round = g.nodes.find((n) => n.outputs.includes(widen.inputs[0]))!;
+    expect([round.op, round.attrs.to]).toEqual(['cast', 'bf16']);
+    expect(['matmul', 'linear', 'reshape']).toContain(g.nodes.find((n) => n.outputs.includes(round.inputs[0]))!.op);
+  });
 
   it('attention and conv operands are cast too (a GPT with fused attention, LeNet)', () => {
     const gpt = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
@@ -148,20 +190,19 @@ describe('the precision pass', () => {
 describe('verify.ts catches broken precision graphs', () => {
   const g0 = buildPrograms(at(checkFile(spec('mnist_mlp.model')), 'bf16'), { batch: 2 }).train_step.graph;
   const clone = (): Graph => JSON.parse(JSON.stringify(g0));
-  it('a 16-bit value read by an op that takes none (relu)', () => {
-    const g = clone();
-    const relu = g.nodes.find((n) => n.op === 'unary')!;
-    relu.inputs[0] = g.values.find((v) => v.name === 'fc1.weight.bf16')!.id;
-    expect(graphProblems(g).join('\n')).toMatch(/reads bf16 value .*fc1\.weight\.bf16.*no input/);
-  });
-  it('a 16-bit value written by something else than cast, and a cast writing the wrong type', () => {
-    const g = clone();
-    const lin = g.nodes.find((n) => n.op === 'linear')!;
-    g.values[lin.outputs[0]].dtype = 'bf16';
-    expect(graphProblems(g).join('\n')).toMatch(/only cast makes 16-bit values/);
+  it('a cast writing another type than its `to`', () => {
     const h = clone();
     h.nodes.find((n) => n.op === 'cast')!.attrs.to = 'f16';
     expect(graphProblems(h).join('\n')).toMatch(/but casts to f16/);
+  });
+  it('a 16-bit output, and a 16-bit value an op mutates', () => {
+    const g = clone();
+    g.values.find((v) => v.name === 'loss')!.dtype = 'bf16';
+    expect(graphProblems(g).join('\n')).toMatch(/\(loss\) is output but bf16/);
+    const h = clone();
+    const up = h.nodes.find((n) => n.op === 'adam_update')!;
+    up.inputs[2] = h.values.find((v) => v.name === 'fc1.weight.bf16')!.id;
+    expect(graphProblems(h).join('\n')).toMatch(/mutates bf16 value .*fc1\.weight\.bf16/);
   });
   it('a 16-bit parameter', () => {
     const g = clone();
@@ -211,5 +252,60 @@ describe('every device takes a 16-bit precision', () => {
     expect(e).toBeInstanceOf(UserError);
     expect((e as Error).message).toMatch(/no CUDA device found/);
     expect((e as Error).message).not.toMatch(/precision/);
+  });
+});
+
+describe('the casts folded into the GPU kernels (fuse.ts rule 4) and the in-place loss gradient', () => {
+  const gpt = at(gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]), 'bf16');
+  const plain = buildPrograms(gpt, { batch: 2 });
+  const cuda = buildPrograms(gpt, { batch: 2, fusions: cudaFusions() });
+  const g = cuda.train_step.graph;
+  const writerOf = (id: number) => g.nodes.find((n) => n.outputs.includes(id))!;
+
+  it('the products, attention and the element-wise ops write their 16-bit outputs themselves; fewer casts', () => {
+    expect(graphProblems(g)).toEqual([]);
+    for (const n of g.nodes.filter((x) => x.op === 'linear' || x.op === 'attention' || x.op === 'unary')) {
+      expect(g.values[n.outputs[0]].dtype, `${n.op} ${g.values[n.outputs[0]].name}`).toBe('bf16');
+    }
+    // no cast reads a GEMM's or an element-wise op's result, and none widens a value for a kernel that reads 16 bits
+    const folded = cudaFusions().casts!;
+    for (const c of g.nodes.filter((n) => n.op === 'cast')) {
+      const w = writerOf(c.inputs[0]);
+      const alone = g.nodes.filter((n) => n.inputs.includes(c.inputs[0])).length === 1; // (not a copy of a value others read in f32)
+      if (c.attrs.to !== 'f32') {
+        if (alone) expect(folded.stores, `a rounding cast of ${w?.op}`).not.toContain(w?.op);
+      } else for (const r of g.nodes.filter((n) => n.inputs.includes(c.outputs[0]))) expect(folded.reads, `a widening cast for ${r.op}`).not.toContain(r.op);
+    }
+    const casts = (p: Program) => p.graph.nodes.filter((n) => n.op === 'cast').length;
+    expect(casts(cuda.train_step)).toBeLessThan(casts(plain.train_step) / 2);
+  });
+
+  it('the reference interpreter gives the folded program bit for bit the canonical one\'s loss and update', () => {
+    const rng = makeRng(11);
+    const storeA: Store = new Map(), storeB: Store = new Map();
+    for (const pd of gpt.params) {
+      const init = Float64Array.from({ length: numel(pd.shape) }, () => Math.fround((2 * rng() - 1) * 0.3));
+      storeA.set(pd.path, init.slice());
+      storeB.set(pd.path, init.slice());
+    }
+    const inputs = plain.train_step.inputs.map((id) => {
+      const v = plain.train_step.graph.values[id];
+      return Float64Array.from({ length: numel(v.shape) }, () => (v.dtype === 'i32' ? Math.floor(rng() * 13) : rng()));
+    });
+    for (let step = 0; step < 2; step++) {
+      const a = runProgram(plain.train_step, storeA, inputs, scalarsAt(step, 1e-3));
+      const b = runProgram(cuda.train_step, storeB, inputs, scalarsAt(step, 1e-3));
+      expect(b.get(cuda.train_step.outputs[0].value)![0]).toBe(a.get(plain.train_step.outputs[0].value)![0]);
+    }
+    for (const pd of gpt.params) expect(Array.from(storeB.get(pd.path)!), pd.path).toEqual(Array.from(storeA.get(pd.path)!));
+  });
+
+  it('cross_entropy_grad writes its gradient over the dead logits (memory_plan.ts in place)', () => {
+    const p = cuda.train_step;
+    const ceg = g.nodes.find((n) => n.op === 'cross_entropy_grad')!;
+    const [logits, dlogits] = [ceg.inputs[0], ceg.outputs[0]];
+    expect([g.values[logits].dtype, g.values[dlogits].dtype]).toEqual(['bf16', 'bf16']);
+    expect(p.plan!.offsets[dlogits]).toBe(p.plan!.offsets[logits]);
+    expect(verifyPlan(p)).toEqual([]);
   });
 });

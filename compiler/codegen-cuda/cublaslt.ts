@@ -16,8 +16,9 @@
  *  - the generated kernel for convolutions (implicit im2col: cuBLASLt has no layout for it) and
  *    for partially broadcast batch dims.
  *  - `lt: false` (MPSC_CUDA_CUBLASLT=0 at generation time): every GEMM is generated.
- * Numerics: CUBLAS_COMPUTE_32F (fp32 FMA, never TF32, as issue 14 asks for matmuls) with fp32
- * output; the bias (linear) through CUBLASLT_EPILOGUE_BIAS (acc + b in fp32, as the generated
+ * Numerics: CUBLAS_COMPUTE_32F (fp32 FMA, never TF32, as issue 14 asks for matmuls) with an fp32
+ * output, or a 16-bit one (D of the operands' 16-bit type: autocast's storage of a product, the
+ * fp32 result rounded once; not with a fused unary, which must see the unrounded result); the bias (linear) through CUBLASLT_EPILOGUE_BIAS (acc + b in fp32, as the generated
  * store). Unary epilogues are NOT given to cuBLASLt: its GELU is the tanh approximation (the
  * spec's gelu is erf's), and its RELU's NaN behaviour is not documented while the spec's relu
  * passes NaN through; they run as the 'after' kernel, exactly the spec's fn.
@@ -82,17 +83,20 @@ function batchStride(shape: readonly number[], batch: readonly number[], matrix:
 
 type Plan = { gemm: Omit<LibraryGemm, 'argA' | 'argB' | 'argD' | 'argBias' | 'what'>; shape: string } | { reason: string; shape: string };
 
-function planOf(ctx: LowerCtx, g: Graph, n: Node): Plan {
+function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): Plan {
   const ins = n.inputs;
+  const out = epilogue ? epilogue.outputs[0] : n.outputs[0];
+  const dType = libType(g, out);
   if (n.op === 'linear') {
     const xs = shapeOf(g, ins[0]), K = xs[xs.length - 1], M = numel(xs) / K, N = shapeOf(g, ins[1])[0];
     const t = libType(g, ins[0]);
     const shape = `${M} x ${N} x ${K}${t && t !== 'f32' ? ` ${t}` : ''}`;
     if (!t || libType(g, ins[1]) !== t) return { reason: 'operands of different types', shape };
+    if (!dType || (dType !== 'f32' && (dType !== t || epilogue))) return { reason: `a ${g.values[out].dtype} output from ${t} operands${epilogue ? ' with a fused unary' : ''}`, shape };
     const hasBias = ins.length > 2 && ins[2] >= 0;
     return {
       shape,
-      gemm: { m: N, n: M, k: K, ...ltOperands(M, N, K, false, true), ldd: N, batch: 1, strideA: 0, strideB: 0, strideD: 0, abType: t, epilogue: hasBias ? 'bias' : 'default' },
+      gemm: { m: N, n: M, k: K, ...ltOperands(M, N, K, false, true), ldd: N, batch: 1, strideA: 0, strideB: 0, strideD: 0, abType: t, dType, epilogue: hasBias ? 'bias' : 'default' },
     };
   }
   if (n.op === 'matmul') {
@@ -102,14 +106,15 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node): Plan {
     const t = libType(g, ins[0]);
     const shape = `${M} x ${N} x ${K}${G > 1 ? ` x ${G} batches` : ''}${t && t !== 'f32' ? ` ${t}` : ''}`;
     if (!t || libType(g, ins[1]) !== t) return { reason: 'operands of different types', shape };
+    if (!dType || (dType !== 'f32' && (dType !== t || epilogue))) return { reason: `a ${g.values[out].dtype} output from ${t} operands${epilogue ? ' with a fused unary' : ''}`, shape };
     const sa = batchStride(as, batch, M * K), sb = batchStride(bs, batch, K * N);
     if (sa === null || sb === null) return { reason: 'a partially broadcast batch (no strided-batch layout for it)', shape };
     const ops = ltOperands(M, N, K, ta, tb);
     if (G > 1 && sb === 0 && !ta && sa === M * K) {
       // b shared by every batch and a's batches consecutive K x M column-major blocks: one product of G*M columns
-      return { shape, gemm: { m: N, n: G * M, k: K, ...ops, colsB: G * M, ldd: N, batch: 1, strideA: 0, strideB: 0, strideD: 0, abType: t, epilogue: 'default' } };
+      return { shape, gemm: { m: N, n: G * M, k: K, ...ops, colsB: G * M, ldd: N, batch: 1, strideA: 0, strideB: 0, strideD: 0, abType: t, dType, epilogue: 'default' } };
     }
-    return { shape, gemm: { m: N, n: M, k: K, ...ops, ldd: N, batch: G, strideA: sb, strideB: sa, strideD: M * N, abType: t, epilogue: 'default' } };
+    return { shape, gemm: { m: N, n: M, k: K, ...ops, ldd: N, batch: G, strideA: sb, strideB: sa, strideD: M * N, abType: t, dType, epilogue: 'default' } };
   }
   const gm = gemmParts(ctx, g, n)?.gm;
   return { reason: 'a convolution (implicit im2col: no cuBLASLt layout)', shape: gm ? `${gm.M} x ${gm.N} x ${gm.K}${gm.G > 1 ? ` x ${gm.G} groups` : ''}` : '' };
@@ -119,7 +124,7 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node): Plan {
 export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean): CudaGemmLowering | null {
   const fallback = lowerGemmCuda(ctx, g, n, epilogue);
   if (!fallback) return null;
-  const p = planOf(ctx, g, n);
+  const p = planOf(ctx, g, n, epilogue);
   const generated = (why: string): CudaGemmLowering => ({ kernels: fallback, choice: { node: n.id, op: n.op, path: 'generated', shape: p.shape, why } });
   if (!lt) return generated('cuBLASLt switched off (MPSC_CUDA_CUBLASLT=0) or not in this CUDA toolkit');
   if ('reason' in p) return generated(p.reason);
@@ -127,7 +132,7 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   const nargs = first.args.length;
   const ltArgs = n.op === 'linear' ? { argA: 1, argB: 0, ...(p.gemm.epilogue === 'bias' ? { argBias: 2 } : {}) } : { argA: 1, argB: 0 };
   const epi = epilogue ? ` + ${String(epilogue.attrs.fn)} (in-place kernel after the call)` : '';
-  const what = `cuBLASLt ${p.gemm.abType === 'f32' ? 'fp32 FMA (CUBLAS_COMPUTE_32F)' : `${p.gemm.abType} operands, fp32 accumulate (CUBLAS_COMPUTE_32F)`}: ` +
+  const what = `cuBLASLt ${p.gemm.abType === 'f32' ? 'fp32 FMA (CUBLAS_COMPUTE_32F)' : `${p.gemm.abType} operands, fp32 accumulate (CUBLAS_COMPUTE_32F)`}${p.gemm.dType !== 'f32' ? `, ${p.gemm.dType} D` : ''}: ` +
     `D[${p.gemm.m} x ${p.gemm.n}] = ${p.gemm.transA ? 'A^T' : 'A'} ${p.gemm.transB ? 'B^T' : 'B'}, k ${p.gemm.k}${p.gemm.batch > 1 ? `, ${p.gemm.batch} batches` : ''}` +
     `${p.gemm.epilogue === 'bias' ? ', epilogue BIAS' : ''}${epi}`;
   const library: LibraryGemm = { ...p.gemm, ...ltArgs, argD: nargs - 1, what };

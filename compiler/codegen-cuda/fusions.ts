@@ -4,10 +4,18 @@
  * unary fn in the store of the GEMM-family kernels (gemm_cuda.ts, or the shared
  * compiler/kernels/gemm.ts with `gemm: 'shared'`), when that unary is the only reader of the
  * GEMM's output. Metal's set, minus its CPU-fallback exceptions: CUDA has a kernel for every op.
+ * Mixed precision: the 16-bit casts fold into the loads and stores of the kernels that widen /
+ * round (compiler/kernels/registry.ts HALF_IO_OPS; cuBLASLt writes a 16-bit D: cublaslt.ts), except
+ * the convolutions (gemm_cuda.ts / the conv kernels are kept f32-in-f32-out besides their operands).
  */
 import { EPILOGUE_OPS, type FusionCaps } from '../ir/fuse.js';
 import { UNARY_FNS } from '../ir/scalar_fns.js';
+import { HALF_IO_OPS } from '../kernels/registry.js';
+
+/** the ops index.ts's registry lowers with kernels of its own that read / write only f32 besides their 16-bit GEMM operands */
+const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 export function cudaFusions(): FusionCaps {
-  return { epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: false } };
+  const half = HALF_IO_OPS.filter((op) => !F32_ONLY.includes(op));
+  return { epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: false }, casts: { reads: half, stores: half } };
 }

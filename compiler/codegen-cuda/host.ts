@@ -38,12 +38,12 @@ function ltTable(plan: CudaPlan): string {
   if (!calls.length) return s + '\n';
   s += '#ifdef MPSC_CUBLASLT\n';
   s += `const size_t LT_WORKSPACE_OFFSET = ${plan.ltWorkspace.offset}, LT_WORKSPACE_BYTES = ${plan.ltWorkspace.bytes};\n`;
-  s += '// m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, epilogue,\n// offsets of A, B, D, bias; node; what\n';
+  s += '// m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,\n// offsets of A, B, D, bias; node; what\n';
   s += 'const MpscLtGemm LT_GEMMS[NLT] = {\n';
   for (const c of calls) {
     const g = c.gemm;
     s += `  { ${g.m}, ${g.n}, ${g.k}, ${g.transA ? 1 : 0}, ${g.transB ? 1 : 0}, ${g.rowsA}, ${g.colsA}, ${g.lda}, ${g.rowsB}, ${g.colsB}, ${g.ldb}, ${g.ldd}, ` +
-      `${g.batch}, ${g.strideA}, ${g.strideB}, ${g.strideD}, ${LT_TYPE[g.abType]}, ${g.epilogue === 'bias' ? 'MPSC_LT_EPI_BIAS' : 'MPSC_LT_EPI_DEFAULT'}, ` +
+      `${g.batch}, ${g.strideA}, ${g.strideB}, ${g.strideD}, ${LT_TYPE[g.abType]}, ${LT_TYPE[g.dType]}, ${g.epilogue === 'bias' ? 'MPSC_LT_EPI_BIAS' : 'MPSC_LT_EPI_DEFAULT'}, ` +
       `${c.a.offset}, ${c.b.offset}, ${c.d.offset}, ${c.bias ? c.bias.offset : 0}, ${c.node}, ${cString(`${c.op}: ${g.what}`)} },\n`;
   }
   s += '};\n#else\n';

@@ -26,6 +26,7 @@
  *    per part summed with adds; parts that do not tile are padded and added;
  *  - broadcasting in `binary` is undone with sum_to; dropout_grad reuses the same
  *    (seed, counter, stream) so its mask equals the forward mask;
+ *  - `gradOf` names the forward value each accumulated gradient (contribution or sum) belongs to;
  *  - gradient values have kind 'grad' and are named `d_<value name>`; the final
  *    gradient of parameter `fc1.weight` is named `fc1.weight.grad` (when that
  *    value is not also the gradient of another value, e.g. through `add`).
@@ -43,6 +44,13 @@ export interface ParamGrad {
 export interface AutodiffResult {
   graph: Graph;
   grads: ParamGrad[];
+  /**
+   * gradOf[id]: the forward value whose gradient backward value `id` is, or a contribution to it
+   * (what a gradient rule accumulates, and the sums, concats and pads of those); -1 for forward
+   * values and for values computed inside one rule on the way (mixed precision stores a gradient
+   * in its value's type: precision.ts)
+   */
+  gradOf: number[];
 }
 
 /** The implicit gradient of the loss with respect to itself (1). */
@@ -85,11 +93,20 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
   const owner = new Map<number, number>(); // gradient value id -> how many values use it as their gradient
   const claim = (g: number) => owner.set(g, (owner.get(g) ?? 0) + 1);
   const gname = (id: number) => `d_${V(id).name}`;
-  const emit = (op: string, inputs: number[], name: string, shape: number[], attrs: Record<string, AttrValue>, n: Node, dtype: 'f32' | 'i32' = 'f32'): number =>
-    b.emit(op, inputs, [{ name, shape, dtype, kind: 'grad' }], attrs, n.path, n.loc)[0];
+  const gradOf: number[] = forward.values.map(() => -1);
+  /** emits op with one output per target (the gradient of that forward value, named after it) */
+  const emitFor = (op: string, inputs: number[], targets: number[], shapes: number[][], attrs: Record<string, AttrValue>, n: Node): number[] => {
+    const outs = b.emit(op, inputs, targets.map((t, k) => ({ name: gname(t), shape: shapes[k], dtype: 'f32' as const, kind: 'grad' as const })), attrs, n.path, n.loc);
+    outs.forEach((o, k) => (gradOf[o] = targets[k]));
+    return outs;
+  };
+  const emit = (op: string, inputs: number[], target: number, shape: number[], attrs: Record<string, AttrValue>, n: Node): number =>
+    emitFor(op, inputs, [target], [shape], attrs, n)[0];
 
+  const contribution = new Set<number>();
   const accumulate = (target: number, g: number, n: Node) => {
     if (!needs(target)) return;
+    if (g !== SEED) contribution.add(g);
     const prev = grad.get(target);
     if (prev === undefined) {
       grad.set(target, g);
@@ -97,7 +114,8 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
       return;
     }
     if (prev === SEED || g === SEED) throw new Error(`internal: autodiff cannot add the implicit loss seed to another gradient (%${target})`);
-    const sum = emit('binary', [prev, g], gname(target), [...V(target).shape], { fn: 'add' }, n);
+    const sum = emit('binary', [prev, g], target, [...V(target).shape], { fn: 'add' }, n);
+    contribution.add(sum);
     owner.set(prev, (owner.get(prev) ?? 1) - 1);
     grad.set(target, sum);
     claim(sum);
@@ -130,12 +148,12 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
     }) && end === shape[axis];
     if (tiles) {
       const last = ps[ps.length - 1].n;
-      accumulate(target, sorted.length === 1 ? sorted[0].g : emit('concat', sorted.map((p) => p.g), gname(target), [...shape], { axis }, last), last);
+      accumulate(target, sorted.length === 1 ? sorted[0].g : emit('concat', sorted.map((p) => p.g), target, [...shape], { axis }, last), last);
       return;
     }
     for (const p of ps) {
       const pads = shape.flatMap((d, i) => (i === p.axis ? [p.start, d - p.start - V(p.g).shape[p.axis]] : [0, 0]));
-      accumulate(target, emit('pad', [p.g], gname(target), [...shape], { pads, value: 0 }, p.n), p.n);
+      accumulate(target, emit('pad', [p.g], target, [...shape], { pads, value: 0 }, p.n), p.n);
     }
   };
 
@@ -143,7 +161,7 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
   const unbroadcast = (dy: number, target: number, n: Node): number => {
     const shape = V(target).shape;
     if (sameShape(V(dy).shape, shape)) return dy;
-    return emit('sum_to', [dy], gname(target), [...shape], { shape: [...shape] }, n);
+    return emit('sum_to', [dy], target, [...shape], { shape: [...shape] }, n);
   };
 
   if (seed !== undefined && (forward.values[seed]?.shape.length ?? -1) !== 0) throw new Error(`internal: autodiff seed %${seed} is not a scalar value`);
@@ -174,14 +192,13 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
       hasDy: (k) => dyOf[k] !== undefined,
       need: (k) => needs(n.inputs[k] ?? -1),
       shape: (id) => [...V(id).shape],
-      emit: (op, inputs, gradOf, attrs = {}, shape) => emit(op, inputs, gname(gradOf), shape ?? [...V(gradOf).shape], attrs, n),
-      emitN: (op, inputs, gradOf, attrs = {}, shapes) =>
-        b.emit(op, inputs, gradOf.map((id, k) => ({ name: gname(id), shape: [...(shapes?.[k] ?? V(id).shape)], kind: 'grad' as const })), attrs, n.path, n.loc),
+      emit: (op, inputs, target, attrs = {}, shape) => emit(op, inputs, target, shape ?? [...V(target).shape], attrs, n),
+      emitN: (op, inputs, targets, attrs = {}, shapes) => emitFor(op, inputs, targets, targets.map((id, k) => [...(shapes?.[k] ?? V(id).shape)]), attrs, n),
       acc: (k, g) => accumulate(n.inputs[k], g, n),
       accPart: (k, g, axis, start) => accumulatePart(n.inputs[k], g, axis, start, n),
       passSeed: (k) => accumulate(n.inputs[k], SEED, n),
       unbroadcast: (g, k) => unbroadcast(g, n.inputs[k], n),
-      timesDy: (g, gradOf) => (dyOf[0] === SEED ? g : emit('binary', [g, ctx.dy()], gname(gradOf), [...V(gradOf).shape], { fn: 'mul' }, n)),
+      timesDy: (g, target) => (dyOf[0] === SEED ? g : emit('binary', [g, ctx.dy()], target, [...V(target).shape], { fn: 'mul' }, n)),
     };
     def.vjp(ctx);
   }
@@ -196,5 +213,5 @@ export function autodiff(forward: Graph, loss: number, seed?: number): AutodiffR
     if ((owner.get(g) ?? 0) === 1 && values[g].kind === 'grad') values[g].name = `${v.name}.grad`;
     grads.push({ param: v.id, grad: g });
   }
-  return { graph: b.graph, grads };
+  return { graph: b.graph, grads, gradOf: values.map((_, i) => (contribution.has(i) ? gradOf[i] : -1)) };
 }

@@ -25,6 +25,18 @@
  *     read): the kernel the CPU backend has for it.
  *  3. relu into global_avgpool: R = `unary relu` (z = relu(y)) whose output only the
  *     global_avgpool G reads: R disappears, G reads y with attr `relu_in: true`.
+ *  4. casts (mixed precision, compiler/ir/precision.ts's canonical form), when caps.casts lists the ops:
+ *     a. a `cast {to: f32}` of a 16-bit value h, written w: each reader of w whose op reads 16-bit
+ *        (`reads`; not a fused node) reads h instead; the cast goes when no reader of w is left;
+ *     b. a `cast {to: f16|bf16}` of an f32 value t that it alone reads, written by a node P whose op
+ *        stores 16-bit (`stores`): P writes the cast's output itself (rounded at its store) and the
+ *        cast goes. (a) runs first, so a rounded-then-widened value whose readers all read 16-bit
+ *        ends up written by its producer in 16 bits.
+ *     Before both, when reshape reads and stores 16-bit: a `cast {to}` of r = reshape(x), where x
+ *     already has a copy xh made by a `cast {to}`, becomes reshape(xh) (x's 16-bit copy reshaped,
+ *     not a second copy; the reshape of x goes when nothing else reads r).
+ *     Exact: widening is exact, and the rounding happens at the same point (the reference
+ *     interpreter rounds a node's 16-bit outputs when it stores them).
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -33,7 +45,7 @@
  *  moving the write earlier never reorders a read. Every fused form's meaning is "the
  *  original nodes in sequence" (`fusedParts`), which the reference interpreter executes.
  */
-import type { AttrValue, Graph, Node, Program } from './graph.js';
+import { type AttrValue, type Graph, type Node, type Program, isHalf } from './graph.js';
 import type { OpName } from './ops.js';
 import { type UnaryFn, UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
 import { pairOf } from './shapes.js';
@@ -47,6 +59,12 @@ export interface FusionCaps {
   poolGradRelu?: { globalAvgpool: boolean; maxpool2x2: boolean };
   /** rule 3 */
   reluIntoGlobalAvgpool?: boolean;
+  /**
+   * rule 4 (mixed precision): the ops whose kernels read a 16-bit value at any float input
+   * (widening it exactly as they load it), and those whose kernels store any float output in
+   * its 16-bit type (rounding once, to nearest even, as they store it)
+   */
+  casts?: { reads: readonly OpName[]; stores: readonly OpName[] };
 }
 
 export const NO_FUSIONS: FusionCaps = {};
@@ -203,6 +221,63 @@ function fuseReluIntoPool(g: Graph, w: Work): void {
   }
 }
 
+/** rule 4 */
+function foldCasts(g: Graph, w: Work, caps: NonNullable<FusionCaps['casts']>): void {
+  const writer = new Map<number, Node>();
+  for (const n of w.nodes) if (n) for (const o of n.outputs) writer.set(o, n);
+  // 0: a 16-bit copy of reshape(x) where x has its own 16-bit copy xh: reshape xh instead
+  if (caps.reads.includes('reshape') && caps.stores.includes('reshape')) {
+    const copyOf = new Map<string, Node>(); // `${x}:${type}` -> the cast making x's copy
+    for (const C of w.nodes) {
+      if (!C || C.op !== 'cast' || !isHalf(g.values[C.outputs[0]].dtype)) continue;
+      const r = C.inputs[0], R = writer.get(r), to = String(C.attrs.to);
+      const xc = R?.op === 'reshape' && !w.outputs.has(r) ? copyOf.get(`${R.inputs[0]}:${to}`) : undefined;
+      if (!R || !xc) {
+        copyOf.set(`${r}:${to}`, C);
+        continue;
+      }
+      const V: Node = { ...C, op: 'reshape', inputs: [xc.outputs[0]], attrs: { ...R.attrs } };
+      w.nodes[C.id] = V;
+      writer.set(C.outputs[0], V);
+      w.readers = readersOf(w.nodes);
+      if ((w.readers.get(r) ?? []).length === 0) {
+        w.nodes[R.id] = null;
+        w.dropValues.add(r);
+      }
+      copyOf.set(`${r}:${to}`, V);
+    }
+    w.readers = readersOf(w.nodes);
+  }
+  for (const C of w.nodes) {
+    if (!C || C.op !== 'cast' || C.attrs.to !== 'f32') continue;
+    const h = C.inputs[0], wide = C.outputs[0];
+    if (!isHalf(g.values[h].dtype)) continue;
+    let left = 0;
+    for (const rid of w.readers.get(wide) ?? []) {
+      const R = w.nodes[rid]!;
+      if (R.op === 'cast' || !caps.reads.includes(R.op as OpName) || fusedParts(R) !== null) left++;
+      else w.nodes[rid] = replaceInput(R, wide, h);
+    }
+    if (left === 0 && !w.outputs.has(wide)) {
+      w.nodes[C.id] = null;
+      w.dropValues.add(wide);
+    }
+    w.readers = readersOf(w.nodes);
+  }
+  for (const C of w.nodes) {
+    if (!C || C.op !== 'cast' || !isHalf(g.values[C.outputs[0]].dtype)) continue;
+    const t = C.inputs[0];
+    if (g.values[t].dtype !== 'f32' || w.outputs.has(t) || (w.readers.get(t) ?? []).length !== 1) continue;
+    const at = writer.get(t)?.id;
+    const P = at === undefined ? null : w.nodes[at];
+    if (!P || P.op === 'cast' || !caps.stores.includes(P.op as OpName)) continue;
+    w.nodes[P.id] = { ...P, outputs: P.outputs.map((o) => (o === t ? C.outputs[0] : o)) };
+    w.nodes[C.id] = null;
+    w.dropValues.add(t);
+    w.readers = readersOf(w.nodes);
+  }
+}
+
 /** The fused Program for a backend with these capabilities (see the header). */
 export function fuseProgram(p: Program, caps: FusionCaps): Program {
   const g = p.graph;
@@ -210,6 +285,7 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
   if (caps.epilogue) fuseEpilogues(g, w, caps.epilogue);
   if (caps.poolGradRelu) fusePoolGradRelu(g, w, caps.poolGradRelu);
   if (caps.reluIntoGlobalAvgpool) fuseReluIntoPool(g, w);
+  if (caps.casts) foldCasts(g, w, caps.casts);
   if (w.dropValues.size === 0) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
   // renumber: kept values and nodes in their old order
   const vmap = new Map<number, number>();

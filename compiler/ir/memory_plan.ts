@@ -21,7 +21,10 @@
  *           live over the union of their lifetimes), so the reshape copies nothing
  *           (backends skip a copy onto itself).
  *           In place: when a node's op says output 0 may take over one of its inputs
- *           (ops.ts `inPlace`, e.g. a fused max-pool grad over the pool input it reads)
+ *           (ops.ts `inPlace`: a fused max-pool grad over the pool input it reads; the
+ *           relu-folded global-avgpool grad over its mask; cross_entropy_grad over its logits,
+ *           which every backend's kernel reads row by row before writing that row, so the
+ *           gradient of GPT-2's 16384 x 50304 logits needs no second buffer)
  *           and the node is the last reader of that input's buffer, both have the same
  *           byte size and the input is an arena value, output 0 gets the input's offset:
  *           views and in-place outputs form one block (`bufferRoots`), placed once and

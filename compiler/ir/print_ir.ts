@@ -96,8 +96,9 @@ export function plannedPeakBytesOf(set: ProgramSet): number {
   return total;
 }
 
-export function plannedPeakBytes(model: CheckedModel): number {
-  return plannedPeakBytesOf(buildPrograms(model, { batch: model.train.batch }));
+/** `fusions`: as the backend with that capability set runs the programs (default: unfused) */
+export function plannedPeakBytes(model: CheckedModel, fusions: FusionCaps = NO_FUSIONS): number {
+  return plannedPeakBytesOf(buildPrograms(model, { batch: model.train.batch, fusions }));
 }
 
 /**

@@ -124,7 +124,7 @@ export function buildPrograms(model: CheckedModel, opts: BuildOptions): ProgramS
   if (scaling) trainOutputs.push({ name: AMP_CHECK_OUTPUT, value: lowered.train.values.findIndex((v) => v.name === AMP_CHECK_OUTPUT && v.kind === 'output') });
   const set: ProgramSet = {
     model: model.name,
-    train_step: finish({ name: 'train_step', batch: B, graph: applyPrecision(lowered.train, precision), inputs, outputs: trainOutputs }, fusions),
+    train_step: finish({ name: 'train_step', batch: B, graph: applyPrecision(lowered.train, precision, ad.gradOf), inputs, outputs: trainOutputs }, fusions),
     eval: buildEval(model, 'eval', B, fusions),
   };
   if (precision !== 'fp32') set.precision = precision;

@@ -20,9 +20,11 @@
  *    before any node reads it; persistent values and inputs are never node outputs
  *  - `mutates` inputs are persistent values
  *  - persistent values and inputs have unique names (programs share them by name)
- *  - mixed precision (compiler/ir/precision.ts): f16 / bf16 values are activations or gradients,
- *    written only by `cast` (whose output type is its `to`), and read only at the inputs their
- *    reader's op lists in `halfInputs`
+ *  - mixed precision (compiler/ir/precision.ts): f16 / bf16 values are activations or gradients
+ *    (never inputs, persistent values or outputs); a `cast` writes the type its `to` names; no op
+ *    mutates a 16-bit value. Which other ops read or write them is the backend's business
+ *    (precision.ts's canonical form has them only at `halfInputs` and casts; a backend's
+ *    fuse.ts rule 4 folds casts into the kernels that widen / round as they load / store)
  *  - shapes and dtypes agree with each op's shape rule in the catalogue (ops.ts,
  *    op_rules/*.ts): every output has the shape the rule computes, and the rule's own
  *    checks of its inputs hold (matching parameter / gradient / optimizer-state shapes,
@@ -83,7 +85,7 @@ export function graphProblems(graph: Graph): string[] {
         return;
       }
       const v = values[id];
-      if (isHalf(v.dtype) && !(def.halfInputs ?? []).includes(k)) problems.push(`${where}: input ${def.inputs[k] ?? k} reads ${v.dtype} value %${id} (${v.name}), but the op takes 16-bit values only at ${def.halfInputs ? `inputs ${def.halfInputs.join(', ')}` : 'no input'}`);
+      if (isHalf(v.dtype) && (def.mutates ?? []).includes(k)) problems.push(`${where}: mutates ${v.dtype} value %${id} (${v.name}); updated values are f32`);
       if (!isPersistent(v) && v.kind !== 'input' && (writtenBy[id] === -1 || writtenBy[id] >= i)) {
         problems.push(`${where}: reads %${id} (${v.name}) before it is written`);
       }
@@ -103,7 +105,7 @@ export function graphProblems(graph: Graph): string[] {
       }
       const v = values[id];
       if (isPersistent(v) || v.kind === 'input') problems.push(`${where}: writes ${v.kind} value %${id} (${v.name}); only 'mutates' may change it`);
-      if (n.op === 'cast' ? v.dtype !== n.attrs.to : isHalf(v.dtype)) problems.push(`${where}: writes ${v.dtype} value %${id} (${v.name})${n.op === 'cast' ? ` but casts to ${String(n.attrs.to)}` : '; only cast makes 16-bit values'}`);
+      if (n.op === 'cast' && v.dtype !== n.attrs.to) problems.push(`${where}: writes ${v.dtype} value %${id} (${v.name}) but casts to ${String(n.attrs.to)}`);
       if (writtenBy[id] !== -1) problems.push(`${where}: writes %${id} (${v.name}) already written by node #${writtenBy[id]}`);
       else writtenBy[id] = i;
     }

@@ -23,11 +23,12 @@
  * size B (16, or 8 for wide heads) chosen so every kernel of an op fits 32 KiB of threadgroup
  * memory for both variants.
  * 16-bit q, k, v, o and dO (a 16-bit train precision) are widened to float as they are loaded
- * into the tiles (exactly); o, lse and the gradients are written as float.
+ * into the tiles (exactly); lse is float; o, dq, dk, dv are stored in their buffers' types (a
+ * 16-bit one, autocast's storage, rounded once at the store).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { UserError } from '../errors.js';
-import { asFloat, type Dialect, type ElemType } from './dialect.js';
+import { asFloat, isHalfElem, type Dialect, type ElemType } from './dialect.js';
 import { MAX_SHARED_BYTES, type KernelArg, type KernelSpec, type LowerCtx } from './kernel_types.js';
 import { argOf, boolAttr, ceilDiv, label, numAttr, numel, shapeOf } from './common.js';
 
@@ -108,6 +109,11 @@ function txt(d: Dialect, gm: Geom) {
     B: u(gm.B), Dp: u(gm.Dp), D: u(gm.D), T: u(gm.T), S: u(gm.S), TGT: u(TGT),
     /** element `idx` of buffer `name` as float (16-bit operands widened exactly) */
     rd: (name: string, idx: string) => asFloat(d, gm.elem[name] ?? 'float', `${name}[${idx}]`),
+    /** the statement storing float v as element `idx` of output buffer `name` (a 16-bit one rounded once) */
+    wr: (name: string, idx: string, v: string) => {
+      const e = gm.elem[name] ?? 'float';
+      return `${name}[${idx}] = ${isHalfElem(e) ? d.fromFloat(e, v) : v};`;
+    },
     /** the key index kj is visible from query qi (both uint expressions; range checks included) */
     visible: (qi: string, kj: string) =>
       `${qi} < ${u(gm.T)} && ${kj} < ${u(gm.S)}` + (gm.causal ? ` && ${kj} <= ${qi} + ${u(gm.S - gm.T)}` : ''),
@@ -278,7 +284,7 @@ function forwardBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats
     `  }\n` +
     `  for (uint e = tidx; e < ${u(B * gm.D)}; e += ${t.TGT}) {\n` +
     `    const uint r = e / ${t.D}, c = e % ${t.D};\n` +
-    `    if (q0 + r < ${t.T}) o[qb + (q0 + r) * ${t.D} + c] = Os[r * ${t.Dp} + c] / Ls[r];\n` +
+    `    if (q0 + r < ${t.T}) ${t.wr('o', `qb + (q0 + r) * ${t.D} + c`, `Os[r * ${t.Dp} + c] / Ls[r]`)}\n` +
     `  }\n` +
     `  if (tidx < ${t.B} && q0 + tidx < ${t.T}) lse[bh * ${t.T} + q0 + tidx] = Ms[tidx] + ${d.math('log', 'Ls[tidx]')};\n`;
   return { body, floats: mem.floats };
@@ -345,8 +351,8 @@ function gradKVBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats:
     `  for (uint e = tidx; e < ${u(B * gm.D)}; e += ${t.TGT}) {\n` +
     `    const uint r = e / ${t.D}, c = e % ${t.D};\n` +
     `    if (k0 + r < ${t.S}) {\n` +
-    `      dk[kb + (k0 + r) * ${t.D} + c] = ${mma ? 'Qs' : 'dKs'}[r * ${t.Dp} + c];\n` +
-    `      dv[kb + (k0 + r) * ${t.D} + c] = ${mma ? 'dOs' : 'dVs'}[r * ${t.Dp} + c];\n` +
+    `      ${t.wr('dk', `kb + (k0 + r) * ${t.D} + c`, `${mma ? 'Qs' : 'dKs'}[r * ${t.Dp} + c]`)}\n` +
+    `      ${t.wr('dv', `kb + (k0 + r) * ${t.D} + c`, `${mma ? 'dOs' : 'dVs'}[r * ${t.Dp} + c]`)}\n` +
     `    }\n` +
     `  }\n`;
   return { body, floats: mem.floats };
@@ -387,7 +393,7 @@ function gradQBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats: 
     (mma ? `  // the held accumulators through the (now free) K tile\n` + acc.store('  ', 'Ks') + `  ${d.barrier()}\n` : '') +
     `  for (uint e = tidx; e < ${u(B * gm.D)}; e += ${t.TGT}) {\n` +
     `    const uint r = e / ${t.D}, c = e % ${t.D};\n` +
-    `    if (q0 + r < ${t.T}) dq[qb + (q0 + r) * ${t.D} + c] = ${mma ? 'Ks' : 'dQs'}[r * ${t.Dp} + c];\n` +
+    `    if (q0 + r < ${t.T}) ${t.wr('dq', `qb + (q0 + r) * ${t.D} + c`, `${mma ? 'Ks' : 'dQs'}[r * ${t.Dp} + c]`)}\n` +
     `  }\n`;
   return { body, floats: mem.floats };
 }

@@ -32,6 +32,16 @@ export function readF(d: Dialect, g: Graph, id: number, name: string, idx: strin
   return asFloat(d, elemOf(g, id), `${name}[${idx}]`);
 }
 
+/**
+ * The statement `name[idx] = v;` for IR value `id` (v a float expression; a 16-bit value gets it
+ * rounded to nearest even: dialect.ts fromFloat). With readF, what lets a kernel read and write
+ * 16-bit values (the ops a backend lists in its FusionCaps `casts`, fuse.ts rule 4).
+ */
+export function writeF(d: Dialect, g: Graph, id: number, name: string, idx: string, v: string): string {
+  const t = elemOf(g, id);
+  return `${name}[${idx}] = ${t === 'half' || t === 'bfloat' ? d.fromFloat(t, v) : v};`;
+}
+
 const failOf = (n: Node) => (msg: string): never => {
   throw new Error(`internal: node ${n.id} (${n.op}): ${msg}`);
 };

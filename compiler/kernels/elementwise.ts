@@ -2,7 +2,9 @@
  * elementwise: GPU kernels of the IR nodes computed one output element per thread (no
  * barriers): unary/binary (with broadcasting), reshape, dropout, slice, concat, embedding,
  * batchnorm_eval, loss gradients that need no row statistics, sum_to. Consumes IR nodes;
- * produces KernelSpecs whose bodies are written in the lowering context's dialect.
+ * produces KernelSpecs whose bodies are written in the lowering context's dialect. unary,
+ * unary_grad, binary, reshape, dropout(_grad), slice, concat and sum_to read and write 16-bit
+ * values too (widened on load, rounded on store: common.ts readF / writeF; fuse.ts rule 4).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { dropoutThreshold } from '../ir/philox.js';
@@ -10,7 +12,7 @@ import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs,
 import type { Dialect } from './dialect.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
 import { broadcastStrides } from '../ir/shapes.js';
-import { argOf, elementwise, label, numAttr, numel, scalarExpr, shapeOf, stridedIndex, stridesOf, EW_THREADS, ceilDiv } from './common.js';
+import { argOf, elementwise, label, numAttr, numel, readF, scalarExpr, shapeOf, stridedIndex, stridesOf, writeF, EW_THREADS, ceilDiv } from './common.js';
 
 const I = '  ';
 /** inputs per concat kernel: + the output + the params struct stays within Metal's 31 bindings */
@@ -37,15 +39,18 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
   const ins = n.inputs, outs = n.outputs;
   const a = (k: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, k, acc);
   const d = ctx.d, f32 = (x: number) => d.f(x), u32 = (k: number) => d.u(k);
+  /** element idx of input value id (named `name`) as float; the statement storing v into output k */
+  const rd = (id: number, name: string, idx: string) => readF(d, g, id, name, idx);
+  const wr = (k: number, name: string, idx: string, v: string) => writeF(d, g, outs[k], name, idx, v);
   switch (n.op) {
     case 'unary': {
-      const body = `${I}const float v = x[i];\n${I}y[i] = ${unaryFwd(ctx, n, 'v')};\n`;
+      const body = `${I}const float v = ${rd(ins[0], 'x', 'i')};\n${I}${wr(0, 'y', 'i', unaryFwd(ctx, n, 'v'))}\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'unary_grad': {
       const fn = unaryFnOf(n);
       const expr = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
-      const body = `${I}const float ${/\bv\b/.test(expr) ? 'v = x[i], ' : ''}d = dy[i];\n${I}dx[i] = ${expr};\n`;
+      const body = `${I}const float ${/\bv\b/.test(expr) ? `v = ${rd(ins[1], 'x', 'i')}, ` : ''}d = ${rd(ins[0], 'dy', 'i')};\n${I}${wr(0, 'dx', 'i', expr)}\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'x'), a(outs[0], 'dx', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'binary': {
@@ -53,11 +58,12 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       const fn = String(n.attrs.fn);
       if (!isBinaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown binary fn '${fn}'`);
       const body = broadcastIndex(d, out, shapeOf(g, ins[0]), 'ia') + broadcastIndex(d, out, shapeOf(g, ins[1]), 'ib') +
-        `${I}y[i] = ${scalarExpr(ctx, BINARY_FNS_TABLE[fn].fwd, { a: 'a[ia]', b: 'b[ib]' }, {})};\n`;
+        `${I}const float va = ${rd(ins[0], 'a', 'ia')}, vb = ${rd(ins[1], 'b', 'ib')};\n` +
+        `${I}${wr(0, 'y', 'i', scalarExpr(ctx, BINARY_FNS_TABLE[fn].fwd, { a: 'va', b: 'vb' }, {}))}\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'a'), a(ins[1], 'b'), a(outs[0], 'y', 'w')], numel(out), body)];
     }
     case 'reshape':
-      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), `${I}y[i] = x[i];\n`)];
+      return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), `${I}${wr(0, 'y', 'i', rd(ins[0], 'x', 'i'))}\n`)];
     case 'dropout':
     case 'dropout_grad': {
       ctx.helpers.add('philox');
@@ -65,7 +71,7 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       const src = n.op === 'dropout' ? 'x' : 'dy', dst = n.op === 'dropout' ? 'y' : 'dx';
       const body =
         `${I}const uint h = mpsc_philox(sp.seed, ${u32(numAttr(n, 'stream'))}, i, sp.counter);\n` +
-        `${I}${dst}[i] = h >= ${u32(dropoutThreshold(p))} ? ${src}[i] / ${f32(1 - p)} : ${f32(0)};\n`;
+        `${I}${wr(0, dst, 'i', `h >= ${u32(dropoutThreshold(p))} ? ${rd(ins[0], src, 'i')} / ${f32(1 - p)} : ${f32(0)}`)}\n`;
       return [elementwise(ctx, g, n, [a(ins[0], src), a(outs[0], dst, 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'slice': {
@@ -73,7 +79,7 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       const inner = numel(xs.slice(axis + 1));
       const body =
         `${I}const uint inn = i % ${u32(inner)}, l = (i / ${u32(inner)}) % ${u32(len)}, o = i / ${u32(inner * len)};\n` +
-        `${I}y[i] = x[(o * ${u32(xs[axis])} + ${u32(start)} + l) * ${u32(inner)} + inn];\n`;
+        `${I}${wr(0, 'y', 'i', rd(ins[0], 'x', `(o * ${u32(xs[axis])} + ${u32(start)} + l) * ${u32(inner)} + inn`))}\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'concat': {
@@ -91,7 +97,7 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
         let s0 = 0;
         chunk.forEach((v, k) => {
           const L = shapeOf(g, v)[axis];
-          body += `${I}${k === 0 ? '' : 'else '}if (l < ${u32(s0 + L)}) y[at] = x${k}[(o * ${u32(L)} + l - ${u32(s0)}) * ${u32(inner)} + inn];\n`;
+          body += `${I}${k === 0 ? '' : 'else '}if (l < ${u32(s0 + L)}) ${wr(0, 'y', 'at', rd(v, `x${k}`, `(o * ${u32(L)} + l - ${u32(s0)}) * ${u32(inner)} + inn`))}\n`;
           s0 += L;
         });
         const args = [...chunk.map((v, k) => a(v, `x${k}`)), a(outs[0], 'y', 'w')];
@@ -173,6 +179,6 @@ function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
     kept.map((k) => `  { const uint c = rem % ${k.size}; rem /= ${k.size}; base += c * ${k.stride}; }\n`).join('') +
     `  float acc = ${ctx.d.f(0)};\n  for (uint t = ${u32(0)}; t < ${u32(RN)}; ++t) {\n    uint q = t, off = base;\n` +
     red.map((k) => `    { const uint c = q % ${k.size}; q /= ${k.size}; off += c * ${k.stride}; }\n`).join('') +
-    `    acc += x[off];\n  }\n  y[i] = acc;\n`;
+    `    acc += ${readF(ctx.d, g, n.inputs[0], 'x', 'off')};\n  }\n  ${writeF(ctx.d, g, n.outputs[0], 'y', 'i', 'acc')}\n`;
   return elementwise(ctx, g, n, [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')], count, body);
 }

@@ -10,14 +10,15 @@
  * so the shared-memory tiles, the 8x8 matrix-unit operands and the accumulator are float: the
  * products of two 16-bit numbers are exact in float, so this equals a 16-bit matrix unit with
  * float accumulation (simdgroup_half8x8 x half8x8 -> float8x8) up to the order of the float sums,
- * needs no mixed-type matrix unit, and runs on every GPU the fp32 kernels run on.
+ * needs no mixed-type matrix unit, and runs on every GPU the fp32 kernels run on. A 16-bit output
+ * (autocast's storage of a product: compiler/ir/precision.ts) is rounded once, at the store.
  * Consumes IR nodes (and an optional fused unary epilogue); produces KernelSpecs.
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { broadcastStrides, matmulNodeDims, windowOut } from '../ir/shapes.js';
 import type { Dialect } from './dialect.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, ceilDiv, label, numAttr, numel, pairAttr, readF, shapeOf, stridedIndex } from './common.js';
+import { argOf, ceilDiv, label, numAttr, numel, pairAttr, readF, shapeOf, stridedIndex, writeF } from './common.js';
 import { unaryFwd } from './elementwise.js';
 
 const L = '          ';
@@ -254,7 +255,9 @@ export function gemmParts(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): Ge
     args = [...args.slice(0, -1), argOf(g, gm.out, epilogue.outputs[0], 'w')];
     what = ` + fused node ${epilogue.id}: unary ${fn} -> ${g.values[epilogue.outputs[0]].name}`;
   }
-  return { gm, args, what, store: `${gm.pre}      ${gm.out}[${gm.idx}] = ${value};` };
+  // the output is the node's (or the fused unary's): a 16-bit one is rounded once, at this store
+  const out = epilogue ? epilogue.outputs[0] : n.outputs[0];
+  return { gm, args, what, store: `${gm.pre}      ${writeF(ctx.d, g, out, gm.out, gm.idx, value)}` };
 }
 
 /** `epilogue`: a following element-wise `unary` node fused into the store (its output replaces the GEMM's). */

@@ -66,8 +66,8 @@ export type LibraryDType = 'f32' | 'f16' | 'bf16';
  * A GEMM as one cuBLASLt call (column-major, as BLAS sees it): D[m x n] = op(A)[m x k] op(B)[k x n]
  * (+ bias per row of D: the epilogue), `batch` products at the given element strides.
  * A, B, bias and D are argument indices of the kernel carrying it (their device offsets come from
- * that kernel's bindings); C is D with beta 0. Accumulation and the output are fp32
- * (CUBLAS_COMPUTE_32F: fp32 FMA, never TF32); A and B are fp32, or both the same 16-bit type.
+ * that kernel's bindings); C is D with beta 0. Accumulation is fp32 (CUBLAS_COMPUTE_32F: fp32
+ * FMA, never TF32); A and B are fp32, or both the same 16-bit type; D is fp32 or that 16-bit type.
  */
 export interface LibraryGemm {
   m: number; n: number; k: number;
@@ -78,6 +78,8 @@ export interface LibraryGemm {
   ldd: number;
   batch: number; strideA: number; strideB: number; strideD: number;
   abType: LibraryDType;
+  /** D's type: f32, or abType's 16-bit type (the f32 result rounded once: autocast's storage) */
+  dType: LibraryDType;
   epilogue: 'default' | 'bias';
   /** argument indices: A, B, D and (epilogue bias) the bias vector */
   argA: number; argB: number; argD: number; argBias?: number;

@@ -4,11 +4,13 @@
  * batchnorm_train / batchnorm_grad (one threadgroup per channel), layernorm (+ grad),
  * and the scalar losses / metrics / grad_norm (one threadgroup for everything).
  * Consumes IR nodes; produces KernelSpecs (bodies from rows.ts, in the context's dialect).
+ * cross_entropy, cross_entropy_grad and layernorm read (and write) 16-bit logits / x / dlogits /
+ * y too (common.ts readF / writeF; fuse.ts rule 4).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, blockKernel, elementwise, numAttr, numel, rowThreads, shapeOf } from './common.js';
-import { chanBatchnorm, chanBatchnormGrad, reduceAll, rowCrossEntropyGrad, rowLayernorm, rowLayernormGrad, rowNllGrad, rowSoftmax, rowSoftmaxGrad } from './rows.js';
+import { argOf, blockKernel, elementwise, numAttr, numel, readF, rowThreads, shapeOf, writeF } from './common.js';
+import { type Io, chanBatchnorm, chanBatchnormGrad, reduceAll, rowCrossEntropyGrad, rowLayernorm, rowLayernormGrad, rowNllGrad, rowSoftmax, rowSoftmaxGrad } from './rows.js';
 
 /** a class loss / metric node's rows: logits [..., C] as R rows of C, and its ignore_index (if any) */
 function classRows(g: Graph, n: Node): { R: number; C: number; ignore?: number } {
@@ -25,6 +27,11 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
   const a = (v: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, v, acc);
   const d = ctx.d, u32 = (k: number) => d.u(k);
   const has = (k: number) => ins.length > k && ins[k] >= 0;
+  /** access to the buffers of these values by name (16-bit ones widened / rounded) */
+  const io = (named: Record<string, number>): Io => ({
+    rd: (name, idx) => readF(d, g, named[name], name, idx),
+    wr: (name, idx, v) => writeF(d, g, named[name], name, idx, v),
+  });
   switch (n.op) {
     case 'softmax': case 'log_softmax': case 'softmax_grad': case 'log_softmax_grad': {
       const xs = shapeOf(g, ins[0]), axis = numAttr(n, 'axis');
@@ -48,14 +55,14 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       }
       const ls = numAttr(n, 'label_smoothing', 0);
       return [blockKernel(ctx, g, n, [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'dlogits', 'w')], R, rowThreads(ignore === undefined ? C : Math.max(C, R)),
-        (s) => rowCrossEntropyGrad(d, s, { C, ls, R, ignore }))];
+        (s) => rowCrossEntropyGrad(d, s, { C, ls, R, ignore }, io({ logits: ins[0], dlogits: outs[0] })))];
     }
     case 'layernorm': {
       const xs = shapeOf(g, ins[0]);
       const D = xs[xs.length - 1], rows = numel(xs) / D;
       const weight = has(1), bias = has(2);
       const args = [a(ins[0], 'x'), ...(weight ? [a(ins[1], 'w')] : []), ...(bias ? [a(ins[2], 'b')] : []), a(outs[0], 'y', 'w'), a(outs[1], 'mean', 'w'), a(outs[2], 'rstd', 'w')];
-      return [blockKernel(ctx, g, n, args, rows, rowThreads(D), (s) => rowLayernorm(d, s, { D, eps: numAttr(n, 'eps', 1e-5), weight, bias }))];
+      return [blockKernel(ctx, g, n, args, rows, rowThreads(D), (s) => rowLayernorm(d, s, { D, eps: numAttr(n, 'eps', 1e-5), weight, bias }, io({ x: ins[0], y: outs[0] })))];
     }
     case 'layernorm_grad': {
       const { D, rows } = layernormRows(g, n);
@@ -131,17 +138,18 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
     case 'cross_entropy': {
       const { C } = classRows(g, n);
       const ls = numAttr(n, 'label_smoothing', 0);
+      const x = (idx: string) => readF(d, g, ins[0], 'logits', idx);
       args = [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'loss', 'w')];
       ({ loops, finish, T, counted } = classLoop(
         `${B}const uint base = j * ${u32(C)};\n${B}float m = ${f32(-Infinity)};\n` +
-        `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
+        `${B}for (uint c = 0u; c < ${u32(C)}; ++c) m = ${d.math('max', 'm', x('base + c'))};\n` +
         (ls
           ? `${B}float s = ${f32(0)}, sx = ${f32(0)};\n` +
-            `${B}for (uint c = 0u; c < ${u32(C)}; ++c) { s += ${exp('logits[base + c] - m')}; sx += logits[base + c]; }\n`
+            `${B}for (uint c = 0u; c < ${u32(C)}; ++c) { s += ${exp(`${x('base + c')} - m`)}; sx += ${x('base + c')}; }\n`
           : `${B}float s = ${f32(0)};\n` +
-            `${B}for (uint c = 0u; c < ${u32(C)}; ++c) s += ${exp('logits[base + c] - m')};\n`) +
+            `${B}for (uint c = 0u; c < ${u32(C)}; ++c) s += ${exp(`${x('base + c')} - m`)};\n`) +
         `${B}const float lse = m + ${log('s')};\n` +
-        `${B}part += -${f32(1 - ls)} * (logits[base + uint(label[j])] - lse)` + (ls ? ` - ${f32(ls / C)} * (sx - ${f32(C)} * lse);` : ';'),
+        `${B}part += -${f32(1 - ls)} * (${x('base + uint(label[j])')} - lse)` + (ls ? ` - ${f32(ls / C)} * (sx - ${f32(C)} * lse);` : ';'),
         'loss'));
       break;
     }

@@ -52,6 +52,17 @@ export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
   cast,
 };
 
+/**
+ * The ops whose kernels above read 16-bit values at any float input and store any float output in
+ * its buffer's type (common.ts readF / writeF, attention.ts, gemm.ts's store): what a GPU backend
+ * may list in its FusionCaps `casts` (fuse.ts rule 4) for the nodes it lowers with these kernels.
+ */
+export const HALF_IO_OPS: readonly OpName[] = [
+  'linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'conv2d_grad_weight', 'attention', 'attention_grad',
+  'unary', 'unary_grad', 'binary', 'reshape', 'dropout', 'dropout_grad', 'slice', 'concat', 'permute',
+  'layernorm', 'cross_entropy', 'cross_entropy_grad',
+];
+
 /** A backend's registry: GPU_KERNELS, or a copy with some entries replaced (e.g. a library GEMM, or 'cpu'). */
 export type GpuRegistry = Record<OpName, GpuLowering | 'cpu'>;
 

@@ -3,10 +3,17 @@
  * one for everything), written once in the kernel language against a Dialect. Consumes the
  * kernel's constants (already literals of that dialect) and its BlockShape; produces body
  * text. Every thread calls mpsc_block_sum / mpsc_block_max (prelude.ts) in uniform control
- * flow. Used by reduce.ts and pool.ts.
+ * flow. Used by reduce.ts and pool.ts. Bodies that take an `Io` read and write the buffers it
+ * names through it (16-bit values widened on load, rounded on store: common.ts readF / writeF).
  */
 import type { Dialect } from './dialect.js';
 import type { BlockShape } from './common.js';
+
+/** element access of a body's buffers: `rd(name, idx)` a float expression, `wr(name, idx, v)` a statement */
+export interface Io {
+  rd(name: string, idx: string): string;
+  wr(name: string, idx: string, v: string): string;
+}
 
 /** softmax / log_softmax over rows of L elements with stride `inner` (x -> y) */
 export function rowSoftmax(d: Dialect, s: BlockShape, v: { L: string; inner: string; rowSpan: string; log: boolean }): string {
@@ -51,8 +58,8 @@ export function rowSoftmaxGrad(d: Dialect, s: BlockShape, v: { L: string; inner:
  * count = the rows kept under ignore_index (all R without it); an ignored row gets 0. Without
  * label smoothing (ls = 0) the uniform term is not emitted.
  */
-export function rowCrossEntropyGrad(d: Dialect, s: BlockShape, v: { C: number; ls: number; R: number; ignore?: number }): string {
-  const C = d.u(v.C), exp = (x: string) => d.math('exp', x);
+export function rowCrossEntropyGrad(d: Dialect, s: BlockShape, v: { C: number; ls: number; R: number; ignore?: number }, io: Io): string {
+  const C = d.u(v.C), exp = (x: string) => d.math('exp', x), x = io.rd('logits', 'base + c');
   const target = v.ls
     ? `(int(c) == lab ? ${d.f(1 - v.ls)} : ${d.f(0)}) + ${d.f(v.ls / v.C)}`
     : `int(c) == lab ? ${d.f(1)} : ${d.f(0)}`;
@@ -62,18 +69,18 @@ export function rowCrossEntropyGrad(d: Dialect, s: BlockShape, v: { C: number; l
     `  const uint base = n * ${C};\n` +
     keptCount(d, s, v) +
     `  float m = ${d.f(-Infinity)};\n` +
-    `  for (uint c = tidx; c < ${C}; c += ${s.T}) m = ${d.math('max', 'm', 'logits[base + c]')};\n` +
+    `  for (uint c = tidx; c < ${C}; c += ${s.T}) m = ${d.math('max', 'm', x)};\n` +
     `  m = mpsc_block_max(m, tg, lane, sg, ${s.nsg});\n` +
     `  float s = ${d.f(0)};\n` +
-    `  for (uint c = tidx; c < ${C}; c += ${s.T}) s += ${exp('logits[base + c] - m')};\n` +
+    `  for (uint c = tidx; c < ${C}; c += ${s.T}) s += ${exp(`${x} - m`)};\n` +
     `  s = mpsc_block_sum(s, tg, lane, sg, ${s.nsg});\n` +
     `  const int lab = label[n];\n` +
     `  for (uint c = tidx; c < ${C}; c += ${s.T}) {\n` +
-    `    const float p = ${exp('logits[base + c] - m')} / s;\n` +
+    `    const float p = ${exp(`${x} - m`)} / s;\n` +
     `    const float target = ${target};\n` +
     (v.ignore === undefined
-      ? `    dlogits[base + c] = (p - target) / count;\n`
-      : `    dlogits[base + c] = lab == ${v.ignore} ? ${d.f(0)} : (p - target) / count;\n`) +
+      ? `    ${io.wr('dlogits', 'base + c', '(p - target) / count')}\n`
+      : `    ${io.wr('dlogits', 'base + c', `lab == ${v.ignore} ? ${d.f(0)} : (p - target) / count`)}\n`) +
     `  }\n`
   );
 }
@@ -91,20 +98,20 @@ export function rowNllGrad(d: Dialect, s: BlockShape, v: { C: number; R: number;
 }
 
 /** layernorm over rows of D (x, w?, b? -> y, mean, rstd; absent weight 1, absent bias 0) */
-export function rowLayernorm(d: Dialect, s: BlockShape, v: { D: number; eps: number; weight: boolean; bias: boolean }): string {
-  const D = d.u(v.D), Df = d.f(v.D);
+export function rowLayernorm(d: Dialect, s: BlockShape, v: { D: number; eps: number; weight: boolean; bias: boolean }, io: Io): string {
+  const D = d.u(v.D), Df = d.f(v.D), x = io.rd('x', 'base + d');
   return (
     `  // one threadgroup per row of D = ${D}\n` +
     `  const uint r = tgid.x;\n` +
     `  const uint base = r * ${D};\n` +
     `  float s = ${d.f(0)};\n` +
-    `  for (uint d = tidx; d < ${D}; d += ${s.T}) s += x[base + d];\n` +
+    `  for (uint d = tidx; d < ${D}; d += ${s.T}) s += ${x};\n` +
     `  const float mu = mpsc_block_sum(s, tg, lane, sg, ${s.nsg}) / ${Df};\n` +
     `  float q = ${d.f(0)};\n` +
-    `  for (uint d = tidx; d < ${D}; d += ${s.T}) { const float c = x[base + d] - mu; q += c * c; }\n` +
+    `  for (uint d = tidx; d < ${D}; d += ${s.T}) { const float c = ${x} - mu; q += c * c; }\n` +
     `  const float var = mpsc_block_sum(q, tg, lane, sg, ${s.nsg}) / ${Df};\n` +
     `  const float rs = ${d.f(1)} / ${d.math('sqrt', `var + ${d.f(v.eps)}`)};\n` +
-    `  for (uint d = tidx; d < ${D}; d += ${s.T}) y[base + d] = (x[base + d] - mu) * rs${v.weight ? ' * w[d]' : ''}${v.bias ? ' + b[d]' : ''};\n` +
+    `  for (uint d = tidx; d < ${D}; d += ${s.T}) ${io.wr('y', 'base + d', `(${x} - mu) * rs${v.weight ? ' * w[d]' : ''}${v.bias ? ' + b[d]' : ''}`)}\n` +
     `  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }\n`
   );
 }

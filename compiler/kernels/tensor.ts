@@ -3,6 +3,7 @@
  * per output element or per reduction group, no barriers: permute, pad, broadcast_to,
  * masked_fill (mask broadcast and / or the causal rule), positions, reduce (sum / mean / max)
  * and reduce_max_grad. Consumes IR nodes; produces KernelSpecs in the context's dialect.
+ * permute reads and writes 16-bit values too (common.ts readF / writeF; fuse.ts rule 4).
  * Relies on the reference's semantics (compiler/reference/tensor.ts): reduce max and its
  * gradient take the first maximal element of each group in row-major order, a NaN counting
  * as the maximum.
@@ -12,7 +13,7 @@ import { broadcastShapes, broadcastStrides } from '../ir/shapes.js';
 import { reducedShape } from '../ir/op_rules/tensor.js';
 import type { Dialect } from './dialect.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, boolAttr, elementwise, numAttr, numel, shapeOf, stridedIndex, stridesOf } from './common.js';
+import { argOf, boolAttr, elementwise, numAttr, numel, readF, shapeOf, stridedIndex, stridesOf, writeF } from './common.js';
 
 const I = '  ';
 
@@ -64,7 +65,7 @@ export function lowerTensor(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
   switch (n.op) {
     case 'permute': {
       const xs = shapeOf(g, ins[0]), perm = intList(n, 'perm'), st = stridesOf(xs);
-      const body = stridedIndex(d, 'i', ys, perm.map((p) => st[p]), 'src', I) + `${I}y[i] = x[src];\n`;
+      const body = stridedIndex(d, 'i', ys, perm.map((p) => st[p]), 'src', I) + `${I}${writeF(d, g, outs[0], 'y', 'i', readF(d, g, ins[0], 'x', 'src'))}\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], count, body, ` (perm [${perm.join(',')}])`)];
     }
     case 'broadcast_to': {

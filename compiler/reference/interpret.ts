@@ -7,12 +7,15 @@
  * values' static shapes), runs the op, and stores the outputs in env; ops listed as
  * `mutates` in ops.ts change those input arrays in place. A node fused by compiler/ir/fuse.ts
  * runs as the original nodes in sequence (fuse.ts `fusedParts`), so fused programs stay
- * comparable with the unfused oracle.
+ * comparable with the unfused oracle. Values are float64 whatever their type; a node's 16-bit
+ * (f16 / bf16) outputs are rounded to that type when stored, so a cast folded into its producer
+ * rounds at the same point as the cast.
  */
 import { type AttrValue, type Graph, type Node, type StepScalars, numel } from '../ir/graph.js';
 import { fusedParts, unfusedAttrs } from '../ir/fuse.js';
 import { type OpName, isOpName } from '../ir/ops.js';
 import type { OpImpl } from './kernel.js';
+import { roundToHalf } from './half.js';
 import { linear, matmul } from './linear_matmul.js';
 import { conv2d, conv2d_grad_input, conv2d_grad_weight } from './conv.js';
 import { avgpool2d, avgpool2d_grad, global_avgpool, global_avgpool_grad, maxpool2d, maxpool2d_grad } from './pool.js';
@@ -88,7 +91,13 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       outputs[0] = exec(REFERENCE_OPS.unary_grad, post.attrs, [outputs[0], inputs[k]], [outShapes[0], inShapes[k]], [outShapes[0]])[0];
     }
   }
-  node.outputs.forEach((id, k) => env.set(id, outputs[k]));
+  // a 16-bit output (a cast, or a cast a backend folded into its producer: fuse.ts rule 4) is
+  // stored rounded once, after everything the node computes
+  node.outputs.forEach((id, k) => {
+    const t = graph.values[id].dtype;
+    if (t === 'f16' || t === 'bf16') outputs[k] = outputs[k].map((x) => roundToHalf(x, t));
+    env.set(id, outputs[k]);
+  });
 }
 
 export function runGraph(graph: Graph, env: Env, scalars: StepScalars): void {

@@ -23,7 +23,8 @@ struct MpscLtGemm {
   int64_t rowsA, colsA, lda, rowsB, colsB, ldb, ldd;
   int batch;
   int64_t strideA, strideB, strideD;      // elements
-  int abType;                             // MPSC_LT_F32 | MPSC_LT_F16 | MPSC_LT_BF16 (A and B); D is f32
+  int abType;                             // MPSC_LT_F32 | MPSC_LT_F16 | MPSC_LT_BF16 (A and B)
+  int dType;                              // MPSC_LT_F32, or abType's 16-bit type (autocast's 16-bit output, rounded once)
   int epilogue;                           // MPSC_LT_EPI_DEFAULT | MPSC_LT_EPI_BIAS
   size_t offA, offB, offD, offBias;       // byte offsets in the device allocation (set 0's for batch inputs)
   int node;                               // IR node (messages)

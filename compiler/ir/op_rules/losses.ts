@@ -129,6 +129,10 @@ export const LOSS_OPS = {
     category: 'backward',
     shape: classShape(true),
     flops: { perElement: 5 },
+    // each row's kernel reads all of its logits (max, sum) before it writes any of that row's
+    // gradient, element c read before c is written: the gradient may take the dead logits' bytes
+    // (memory_plan.ts; the GPT-2 logits are 16384 x 50304)
+    inPlace: () => [0],
   },
   nll_grad: {
     inputs: ['logp', 'label'], outputs: ['dlogp'], attrs: { ignore_index: '' }, doc: 'dlogp[n,label[n]] = -1/count (count = non-ignored positions), 0 elsewhere and at ignored positions.',
