@@ -13,13 +13,14 @@ import { makeRng, randomInts, randomTensor, relError } from '../compiler/referen
 import { numel, type Program, type StepScalars } from '../compiler/ir/graph.js';
 import type { CheckedModel } from '../compiler/model.js';
 import type { Batch } from '../runtime/session.js';
-import { allOpCases, fusedCases, independentUpdatesCase } from './metal_cases.js';
+import { allOpCases, fusedCases, halfCases, halfIoCases, independentUpdatesCase } from './metal_cases.js';
 import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } from './metal_harness.js';
 
 /** every case of cuda_check's kernel part, in the order of the programs built from them */
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
-  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), independentUpdatesCase()];
+  // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
+  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), independentUpdatesCase(), ...halfCases(), ...halfIoCases()];
 }
 
 /** the driver `exe` built from `a`: runCases finds each checked value in the programs as built (fused: ids renumbered, names kept) */

@@ -328,3 +328,84 @@ export function halfCases(): OpCase[] {
   for (const dims of [[1, 2, 19, 19, 8, true], [2, 1, 9, 20, 12, false]] as AttnDims[]) attentionPair(add, f, dims);
   return out;
 }
+
+/**
+ * Mixed precision, folded casts (fuse.ts rule 4: compiler/kernels/registry.ts HALF_IO_OPS): each
+ * op reading 16-bit values at every float input a `cast` makes 16-bit first and writing its outputs
+ * in 16 bits (autocast's storage: rounded once at the store), alternating f16 and bf16; the checked
+ * values are those outputs widened by a `cast {to: f32}`. Odd sizes throughout. `f32Out` lists
+ * the outputs that stay f32 (attention's logsumexp, the loss) and `f32In` the inputs that stay f32
+ * (a bias, layernorm's weight, one operand of a mixed add).
+ */
+export function halfIoCases(): OpCase[] {
+  const rng = makeRng(20261204);
+  const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
+  const out: OpCase[] = [];
+  let k = 0;
+  type In = { shape: number[]; data: Float64Array; dtype?: 'i32' };
+  const add = (op: string, inputs: In[], outShapes: number[][], attrs: Record<string, number[] | number | boolean | string>, f32In: number[] = [], f32Out: number[] = []) => {
+    const to: HalfDType = k % 2 === 0 ? 'bf16' : 'f16';
+    const name = `hio${k++}_${op}_${to}`;
+    const b = new GraphBuilder();
+    const data = new Map<number, Float64Array>();
+    const ids = inputs.map((x, i) => {
+      const id = b.value(`${name}.in${i}`, x.dtype ?? 'f32', x.shape, 'input');
+      data.set(id, x.data);
+      if (x.dtype === 'i32' || f32In.includes(i)) return id;
+      return b.emit('cast', [id], [{ name: `${name}.in${i}.${to}`, dtype: to, shape: x.shape }], { to })[0];
+    });
+    const outs = b.emit(op, ids, outShapes.map((shape, i) => ({ name: `${name}.out${i}`, shape, dtype: f32Out.includes(i) ? 'f32' as const : to })), attrs);
+    const check = outs.map((o, i) => (f32Out.includes(i) ? o : b.emit('cast', [o], [{ name: `${name}.out${i}.f32`, shape: outShapes[i] }], { to: 'f32' })[0]));
+    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+    out.push({ program, data, check });
+  };
+  const ids = (shape: number[], n: number): In => ({ shape, data: randomInts(shape, n, rng), dtype: 'i32' });
+  add('linear', [f([9, 18]), f([5, 18]), f([5])], [[9, 5]], {}, [2]);
+  add('linear', [f([2, 17, 33]), f([20, 33])], [[2, 17, 20]], {});
+  add('matmul', [f([17, 9]), f([21, 9])], [[17, 21]], { transA: false, transB: true });
+  add('matmul', [f([2, 3, 9, 17]), f([3, 9, 5])], [[2, 3, 17, 5]], { transA: true, transB: false });
+  add('unary', [f([3, 37], -3, 3)], [[3, 37]], { fn: 'gelu' });
+  add('unary', [f([5, 13], -3, 3)], [[5, 13]], { fn: 'relu' });
+  add('unary_grad', [f([3, 37]), f([3, 37], -3, 3)], [[3, 37]], { fn: 'gelu' });
+  add('binary', [f([2, 5, 7]), f([2, 5, 7])], [[2, 5, 7]], { fn: 'add' });
+  add('binary', [f([2, 5, 7]), f([7])], [[2, 5, 7]], { fn: 'mul' }, [1], [0]); // 16-bit * f32 = f32 (type promotion)
+  add('reshape', [f([6, 35])], [[3, 70]], { shape: [3, 70] });
+  add('dropout', [f([5, 41])], [[5, 41]], { p: 0.3, stream: 1 });
+  add('dropout_grad', [f([5, 41])], [[5, 41]], { p: 0.3, stream: 1 });
+  add('slice', [f([4, 9, 5])], [[4, 5, 5]], { axis: 1, start: 2, length: 5 });
+  add('concat', [f([3, 4]), f([3, 5])], [[3, 9]], { axis: 1 });
+  add('permute', [f([2, 3, 5, 7])], [[2, 5, 3, 7]], { perm: [0, 2, 1, 3] });
+  add('layernorm', [f([5, 33], -2, 2), f([33]), f([33])], [[5, 33], [5], [5]], { eps: 1e-5 }, [1, 2], [1, 2]);
+  add('cross_entropy', [f([7, 29], -3, 3), ids([7], 29)], [[]], { label_smoothing: 0.1 }, [], [0]);
+  add('cross_entropy_grad', [f([7, 29], -3, 3), ids([7], 29)], [[7, 29]], { label_smoothing: 0 });
+  add('cross_entropy_grad', [f([3, 5, 31], -3, 3), ids([3, 5], 31)], [[3, 5, 31]], { label_smoothing: 0.1 });
+  for (const [N, H, T, S, D, causal] of [[1, 2, 19, 19, 8, true], [2, 1, 9, 20, 12, false]] as AttnDims[]) {
+    const q = f([N, H, T, D], -2, 2), kk = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
+    const attrs = { causal, scale: 1 / Math.sqrt(D) };
+    add('attention', [q, kk, v], [[N, H, T, D], [N, H, T]], attrs, [], [1]);
+    const fwd = opCase('attention_fwd', 'attention', [q, kk, v], [[N, H, T, D], [N, H, T]], attrs);
+    const r = reference(fwd, DEFAULT_SCALARS);
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    add('attention_grad', [f([N, H, T, D]), q, kk, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs, [5]);
+  }
+  return out;
+}
+
+/**
+ * The tolerance of a case at `base`, plus one unit in the last place of a 16-bit type (relative: 2^-7
+ * for bf16, 2^-10 for f16) when a checked value is a 16-bit output widened (halfIoCases): a kernel's
+ * f32 result within f32 noise of a 16-bit rounding midpoint rounds to the other neighbour than the
+ * float64 reference's, which moves that element by one unit of the 16-bit type.
+ */
+export function caseTolerance(c: OpCase, base: number): number {
+  const g = c.program.graph;
+  let ulp = 0;
+  for (const id of c.check) {
+    const w = g.nodes.find((n) => n.outputs.includes(id));
+    if (w?.op !== 'cast' || w.attrs.to !== 'f32') continue;
+    const src = g.nodes.find((n) => n.outputs.includes(w.inputs[0]));
+    if (!src || src.op === 'cast') continue;
+    ulp = Math.max(ulp, g.values[w.inputs[0]].dtype === 'bf16' ? 2 ** -7 : 2 ** -10);
+  }
+  return base + ulp;
+}

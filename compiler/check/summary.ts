@@ -95,7 +95,7 @@ export function renderSummary(s: ModelSummary): string {
     ...rows.map(line),
     '',
     `loss: ${s.loss ?? 'none'}   metrics: ${s.metrics.join(', ') || 'none'}   optimizer: ${s.optimizer}`,
-    `precision: ${s.precision === 'fp32' ? 'fp32' : `${s.precision} (GEMM operands stored as ${s.precision === 'fp16' ? 'f16' : 'bf16'} copies, f32 accumulation; f32 master weights, gradients, optimizer state${s.precision === 'fp16' ? '; dynamic loss scaling' : ''}; the storage type of every value: --ir)`}`,
+    `precision: ${s.precision === 'fp32' ? 'fp32' : `${s.precision} (PyTorch autocast's storage: products and the activations after them in ${s.precision === 'fp16' ? 'f16' : 'bf16'}, f32 accumulation; f32 losses, norms, master weights, parameter gradients, optimizer state${s.precision === 'fp16' ? '; dynamic loss scaling' : ''}; the storage type of every value: --ir)`}`,
     `parameters: ${group(t.params)}${t.stateElements ? ` (+ ${group(t.stateElements)} buffer elements)` : ''}`,
     `parameters + gradients + optimizer state${t.bufferBytes ? ' + buffers' : ''}: ${fmtBytes(t.persistentBytes)} (${fmtBytes(t.paramBytes)} + ${fmtBytes(t.gradBytes)} + ${fmtBytes(t.optimizerStateBytes)}${t.bufferBytes ? ` + ${fmtBytes(t.bufferBytes)}` : ''})`,
     `activations at batch ${s.batch} (forward, unplanned upper bound): ${fmtBytes(t.activationBytes)}`,

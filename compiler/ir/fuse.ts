@@ -27,7 +27,7 @@
  *     global_avgpool G reads: R disappears, G reads y with attr `relu_in: true`.
  *  4. casts (mixed precision, compiler/ir/precision.ts's canonical form), when caps.casts lists the ops:
  *     a. a `cast {to: f32}` of a 16-bit value h, written w: each reader of w whose op reads 16-bit
- *        (`reads`; not a fused node) reads h instead; the cast goes when no reader of w is left;
+ *        (`reads`; not a fused node) reads h instead; the cast goes when it had readers and none is left;
  *     b. a `cast {to: f16|bf16}` of an f32 value t that it alone reads, written by a node P whose op
  *        stores 16-bit (`stores`): P writes the cast's output itself (rounded at its store) and the
  *        cast goes. (a) runs first, so a rounded-then-widened value whose readers all read 16-bit
@@ -252,13 +252,16 @@ function foldCasts(g: Graph, w: Work, caps: NonNullable<FusionCaps['casts']>): v
     if (!C || C.op !== 'cast' || C.attrs.to !== 'f32') continue;
     const h = C.inputs[0], wide = C.outputs[0];
     if (!isHalf(g.values[h].dtype)) continue;
-    let left = 0;
+    let left = 0, moved = 0;
     for (const rid of w.readers.get(wide) ?? []) {
       const R = w.nodes[rid]!;
       if (R.op === 'cast' || !caps.reads.includes(R.op as OpName) || fusedParts(R) !== null) left++;
-      else w.nodes[rid] = replaceInput(R, wide, h);
+      else {
+        w.nodes[rid] = replaceInput(R, wide, h);
+        moved++;
+      }
     }
-    if (left === 0 && !w.outputs.has(wide)) {
+    if (moved > 0 && left === 0 && !w.outputs.has(wide)) {
       w.nodes[C.id] = null;
       w.dropValues.add(wide);
     }

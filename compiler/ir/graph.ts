@@ -23,9 +23,8 @@ export type HalfDType = 'f16' | 'bf16';
 /**
  * A value's element type. The 16-bit types appear only under a `train { precision }` other than
  * fp32, and only on activations / gradients (never on inputs, persistent values or outputs, so
- * the host and the model ABI see f32 and i32 only): compiler/ir/precision.ts makes them with
- * `cast` nodes, and only the inputs an op lists in `OpDef.halfInputs` (GEMM-family operands)
- * read them; verify.ts checks all three.
+ * the host and the model ABI see f32 and i32 only; verify.ts checks it): compiler/ir/precision.ts
+ * gives values autocast's types with `cast` nodes, which backends fold into their kernels (fuse.ts).
  */
 export type DType = 'f32' | 'i32' | HalfDType;
 

@@ -17,8 +17,10 @@
  *  - Layout is row-major (C order). Images are NCHW. Linear weights are [out, in]
  *    and conv weights [out, in/groups, kh, kw] (PyTorch).
  *  - All tensors are f32 except class labels / token ids (i32), and under a 16-bit precision
- *    the f16 / bf16 copies compiler/ir/precision.ts makes (`cast`) for the inputs an op lists in
- *    `halfInputs`: such an op reads them widened to f32 (exactly) and computes as usual.
+ *    the f16 / bf16 values of compiler/ir/precision.ts (autocast's types): an op reads a 16-bit
+ *    input widened to f32 (exactly), computes as usual, and rounds a 16-bit output once when it
+ *    stores it. In the pass's canonical form only `cast` writes them and only `halfInputs` and
+ *    casts read them; a backend folds casts into other ops' kernels (fuse.ts rule 4).
  *  - Scalars (shape []) are one element.
  *  - "x_shape" style attrs repeat a shape a backward op needs but cannot see in its inputs.
  *  - Reductions accumulate in at least f32 (backends) / f64 (reference).
@@ -139,9 +141,9 @@ export interface OpDef {
   /** element-wise ops with a scalar_fns formula: that formula, for the node's attrs */
   scalar?(attrs: Readonly<Record<string, AttrValue>>): SExpr;
   /**
-   * mixed precision: the inputs that may hold f16 / bf16 values (the GEMM-family operands);
-   * the op widens them to f32 exactly and accumulates in f32 (f64 in the reference); its outputs
-   * stay f32. compiler/ir/precision.ts casts exactly these inputs; verify.ts allows 16-bit values nowhere else.
+   * mixed precision: the inputs that read f16 / bf16 values (the GEMM-family operands): the op
+   * widens them to f32 exactly and accumulates in f32 (f64 in the reference). compiler/ir/precision.ts
+   * gives these inputs 16-bit values (a cast copy of an f32 one) and every other float input f32.
    */
   halfInputs?: number[];
   /**

@@ -16,7 +16,7 @@
  *    (ELEM_TYPES; a 16-bit train precision, compiler/ir/precision.ts): a body never computes in
  *    them. It reads an element as float through `toFloat` (exact) and writes one through
  *    `fromFloat` (round to nearest, ties to even: compiler/reference/half.ts's rule), so every
- *    16-bit rounding happens where the IR's `cast` says and nowhere else; `typeName` spells the
+ *    16-bit rounding happens at a store the IR says (a `cast`, or a 16-bit output); `typeName` spells the
  *    type in a signature;
  *  - the built-in values by the names in BUILTINS (`gid.x`, `tgid.y`, `tid.x`, `tidx`, `lane`,
  *    `sg`), which the dialect's kernel signature or preamble defines when a body reads them;

@@ -58,8 +58,7 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       const fn = String(n.attrs.fn);
       if (!isBinaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown binary fn '${fn}'`);
       const body = broadcastIndex(d, out, shapeOf(g, ins[0]), 'ia') + broadcastIndex(d, out, shapeOf(g, ins[1]), 'ib') +
-        `${I}const float va = ${rd(ins[0], 'a', 'ia')}, vb = ${rd(ins[1], 'b', 'ib')};\n` +
-        `${I}${wr(0, 'y', 'i', scalarExpr(ctx, BINARY_FNS_TABLE[fn].fwd, { a: 'va', b: 'vb' }, {}))}\n`;
+        `${I}${wr(0, 'y', 'i', scalarExpr(ctx, BINARY_FNS_TABLE[fn].fwd, { a: rd(ins[0], 'a', 'ia'), b: rd(ins[1], 'b', 'ib') }, {}))}\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'a'), a(ins[1], 'b'), a(outs[0], 'y', 'w')], numel(out), body)];
     }
     case 'reshape':

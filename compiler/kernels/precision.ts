@@ -2,8 +2,8 @@
  * precision: the GPU kernel of `cast` (mixed precision, issue 15; compiler/ir/precision.ts inserts
  * it): one thread per element, the element read as float (a 16-bit source widened exactly) and
  * written in the target type (to 16 bits: the dialect's round-to-nearest-even conversion, overflow
- * to ±inf, subnormals kept: compiler/reference/half.ts's rule). Every 16-bit rounding of a program
- * happens in this kernel; the GEMM-family kernels only widen (gemm.ts, attention.ts).
+ * to ±inf, subnormals kept: compiler/reference/half.ts's rule). The casts a backend folds into its
+ * kernels (fuse.ts rule 4) round the same way at those kernels' stores (common.ts writeF).
  * Consumes a `cast` node; produces one KernelSpec in the context's dialect.
  */
 import type { Graph, Node } from '../ir/graph.js';

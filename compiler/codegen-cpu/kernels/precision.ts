@@ -1,6 +1,7 @@
 /**
  * CPU kernels, mixed precision (issue 15): `cast` between f32 and f16 / bf16, and the operand
- * widening every op with 16-bit inputs (`OpDef.halfInputs`: the GEMM family) goes through.
+ * widening every op with 16-bit inputs (`OpDef.halfInputs`: the GEMM family; the CPU folds no casts,
+ * so no other op reads 16 bits) goes through.
  * Consumes a KernelCtx; produces kernel bodies calling runtime/cpp/mpsc_half.hpp (16-bit values
  * are uint16_t bit patterns there). Relies on precision.ts making 16-bit values only by cast.
  */

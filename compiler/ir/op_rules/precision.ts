@@ -1,6 +1,6 @@
 /**
- * Op rules, mixed precision (issue 15): `cast`, the one op that makes or reads a 16-bit value
- * outside the GEMM family (see ops.ts for what each field means). compiler/ir/precision.ts
+ * Op rules, mixed precision (issue 15): `cast`, the op that rounds to and widens from 16 bits in
+ * compiler/ir/precision.ts's canonical form (see ops.ts for what each field means). The pass
  * inserts it; it never appears in a spec's forward graph, so it has no gradient rule.
  */
 import type { OpDef } from '../ops.js';
