@@ -20,7 +20,7 @@ import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } fro
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
-  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), independentUpdatesCase(), ...halfCases(), ...halfIoCases()];
+  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), ...halfCases(), ...halfIoCases(), independentUpdatesCase()];
 }
 
 /** the driver `exe` built from `a`: runCases finds each checked value in the programs as built (fused: ids renumbered, names kept) */

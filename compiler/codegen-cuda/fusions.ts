@@ -6,7 +6,9 @@
  * GEMM's output. Metal's set, minus its CPU-fallback exceptions: CUDA has a kernel for every op.
  * Mixed precision: the 16-bit casts fold into the loads and stores of the kernels that widen /
  * round (compiler/kernels/registry.ts HALF_IO_OPS; cuBLASLt writes a 16-bit D: cublaslt.ts), except
- * the convolutions (gemm_cuda.ts / the conv kernels are kept f32-in-f32-out besides their operands).
+ * the convolutions (their CUDA kernels are not declared for it). And remat (compiler/ir/remat.ts):
+ * gelu and layernorm outputs the backward reads are recomputed there instead of kept (the GPU's
+ * memory is what limits GPT-2's batch; a recompute costs one element-wise / row kernel).
  */
 import { EPILOGUE_OPS, type FusionCaps } from '../ir/fuse.js';
 import { UNARY_FNS } from '../ir/scalar_fns.js';
@@ -17,5 +19,5 @@ const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 export function cudaFusions(): FusionCaps {
   const half = HALF_IO_OPS.filter((op) => !F32_ONLY.includes(op));
-  return { epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: false }, casts: { reads: half, stores: half } };
+  return { epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: false }, casts: { reads: half, stores: half }, remat: true };
 }

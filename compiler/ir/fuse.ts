@@ -65,6 +65,8 @@ export interface FusionCaps {
    * its 16-bit type (rounding once, to nearest even, as they store it)
    */
   casts?: { reads: readonly OpName[]; stores: readonly OpName[] };
+  /** after the rules: recompute cheap forward values in the backward (remat.ts; programs.ts fuseForBackend) */
+  remat?: boolean;
 }
 
 export const NO_FUSIONS: FusionCaps = {};

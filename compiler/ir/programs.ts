@@ -21,7 +21,8 @@
  *  memory plan. Programs are independent Graphs (value ids are local) sharing
  *  persistent values by name.
  *  With `fusions` (a backend's FusionCaps), fuse.ts runs on each graph before it
- *  is verified and planned; `fuseProgramSet` does the same to a built set (what a
+ *  is verified and planned, and remat.ts after it when the caps say `remat` and its
+ *  recomputations shrink the planned arena; `fuseProgramSet` does the same to a built set (what a
  *  backend does with the unfused set the host hands it).
  * Invariants: every program graph passes verify.ts (a failure is a bug in mpsc
  *  and throws an internal Error); a model without a loss cannot be trained
@@ -35,6 +36,7 @@ import { evalMode } from './eval_mode.js';
 import { type FusionCaps, NO_FUSIONS, fuseProgram } from './fuse.js';
 import type { Program, ProgramName, ProgramSet } from './graph.js';
 import { planMemory } from './memory_plan.js';
+import { rematerialize } from './remat.js';
 import { lowerOptimizer } from './optimizer_lowering.js';
 import { verifyGraph } from './verify.js';
 import { applyPrecision, type Precision } from './precision.js';
@@ -61,12 +63,21 @@ function finish(p: Program, fusions: FusionCaps): Program {
 }
 
 /**
- * One program as a backend with these fusions runs it: fused (fuse.ts), the fused graph verified,
+ * One program as a backend with these fusions runs it: fused (fuse.ts), rematerialized (remat.ts, when `fusions.remat` and that shrinks its arena), the result verified,
  * and planned again (memory_plan.ts) when the program had a plan; a program without one (kernel
  * tests: every value in its own slot) stays without.
  */
 export function fuseForBackend(p: Program, fusions: FusionCaps): Program {
   const fused = fuseProgram(p, fusions);
+  if (fusions.remat) {
+    // the recomputations only where they shrink the arena (they cost kernels)
+    const r = rematerialize(fused);
+    if (r !== fused && planMemory(r).arenaBytes < planMemory(fused).arenaBytes) return finishFused(p, r);
+  }
+  return finishFused(p, fused);
+}
+
+function finishFused(p: Program, fused: Program): Program {
   if (fused.graph !== p.graph) verifyGraph(fused.graph, `program ${p.name} after fusion`);
   if (p.plan) fused.plan = planMemory(fused);
   return fused;

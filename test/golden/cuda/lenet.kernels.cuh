@@ -1132,8 +1132,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k13_mma(
       }
 }
 
-// node 14: matmul (linear1) -> linear1.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k14(
+// node 15: matmul (linear1) -> linear1.weight.grad [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k15(
     const float* a,
     const float* b,
     float* y,
@@ -1202,8 +1202,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14(
       }
 }
 
-// node 14: matmul (linear1) -> linear1.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k14_mma(
+// node 15: matmul (linear1) -> linear1.weight.grad [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1293,8 +1293,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k14_mma(
       }
 }
 
-// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 15..16), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
+// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 16..17), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k16_m(
     const float* mpsc_a0,
     float* mpsc_a1,
     const float* mpsc_a2,
@@ -1306,7 +1306,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 15: sum_to (linear1) -> linear1.bias.grad
+    // node 16: sum_to (linear1) -> linear1.bias.grad
     const float* const x = mpsc_a0;
     float* const y = mpsc_a1;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
@@ -1324,7 +1324,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
     y[i] = acc;
   }
   else if (tgid.x < 33u) {
-    // node 16: unary_grad (relu2) -> d_linear0.out
+    // node 17: unary_grad (relu2) -> d_linear0.out
     const float* const dy = mpsc_a2;
     const float* const x = mpsc_a3;
     float* const dx = mpsc_a4;
@@ -1336,8 +1336,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
   }
 }
 
-// node 17: matmul (linear0) -> d_flatten0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k17(
+// node 18: matmul (linear0) -> d_flatten0.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k18(
     const float* a,
     const float* b,
     float* y,
@@ -1406,8 +1406,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k17(
       }
 }
 
-// node 17: matmul (linear0) -> d_flatten0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k17_mma(
+// node 18: matmul (linear0) -> d_flatten0.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k18_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1497,8 +1497,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k17_mma(
       }
 }
 
-// node 18: matmul (linear0) -> linear0.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k18(
+// node 19: matmul (linear0) -> linear0.weight.grad [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k19(
     const float* a,
     const float* b,
     float* y,
@@ -1567,8 +1567,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k18(
       }
 }
 
-// node 18: matmul (linear0) -> linear0.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k18_mma(
+// node 19: matmul (linear0) -> linear0.weight.grad [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k19_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1658,8 +1658,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k18_mma(
       }
 }
 
-// node 19: sum_to (linear0) -> linear0.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k19(
+// node 20: sum_to (linear0) -> linear0.bias.grad
+extern "C" __global__ void __launch_bounds__(256) p0_k20(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -1679,8 +1679,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
   y[i] = acc;
 }
 
-// node 21: maxpool2d_grad (maxpool1) -> d_relu1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k20(
+// node 23: maxpool2d_grad (maxpool1) -> d_relu1.out
+extern "C" __global__ void __launch_bounds__(256) p0_k22(
     const float* dy,
     const float* x,
     float* dx,
@@ -1715,8 +1715,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
   dx[i] = acc;
 }
 
-// node 22: unary_grad (relu1) -> d_conv2d1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k21(
+// node 24: unary_grad (relu1) -> d_conv2d1.out
+extern "C" __global__ void __launch_bounds__(256) p0_k23(
     const float* dy,
     const float* x,
     float* dx,
@@ -1729,8 +1729,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k21(
   dx[i] = v > 0.0f ? d : 0.0f;
 }
 
-// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k22(
+// node 25: conv2d_grad_input (conv2d1) -> d_maxpool0.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k24(
     const float* dy,
     const float* w,
     float* dx,
@@ -1807,8 +1807,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
       }
 }
 
-// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
+// node 25: conv2d_grad_input (conv2d1) -> d_maxpool0.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k24_mma(
     const float* dy,
     const float* w,
     float* dx,
@@ -1904,8 +1904,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
       }
 }
 
-// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: 24 chunks of 528, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k23(
+// node 26: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: 24 chunks of 528, partial sums] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k25(
     const float* dy,
     const float* x,
     float* dw,
@@ -1982,8 +1982,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k23(
       }
 }
 
-// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k23_mma(
+// node 26: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k25_mma(
     const float* dy,
     const float* x,
     float* dw,
@@ -2079,8 +2079,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k23_mma(
       }
 }
 
-// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: sum of 24 partials]
-extern "C" __global__ void __launch_bounds__(256) p0_k24(
+// node 26: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: sum of 24 partials]
+extern "C" __global__ void __launch_bounds__(256) p0_k26(
     const float* dy,
     const float* x,
     float* dw,
@@ -2104,8 +2104,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
   }
 }
 
-// node 25: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output and chunk (6 chunks of 2091), 12544 terms]
-extern "C" __global__ void __launch_bounds__(256) p0_k25(
+// node 27: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output and chunk (6 chunks of 2091), 12544 terms]
+extern "C" __global__ void __launch_bounds__(256) p0_k27(
     const float* x,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
@@ -2140,12 +2140,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   }
 }
 
-// 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 25..26), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k26_m(
+// 2 element-wise kernels in one launch (sum_to, unary; nodes 27..28), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
     float* mpsc_a0,
     const float* mpsc_a1,
-    const float* mpsc_a2,
-    float* mpsc_a3,
+    float* mpsc_a2,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
@@ -2153,7 +2152,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 25: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
+    // node 27: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
     float* const y = mpsc_a0;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
     const uint i = mpsc_gx;
@@ -2164,42 +2163,55 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26_m(
     y[i] = s;
   }
   else if (tgid.x < 6273u) {
-    // node 26: maxpool2d_grad (maxpool0) -> d_relu0.out
-    const float* const dy = mpsc_a1;
-    const float* const x = mpsc_a2;
-    float* const dx = mpsc_a3;
+    // node 28: unary (relu0) -> relu0.out.remat
+    const float* const x = mpsc_a1;
+    float* const y = mpsc_a2;
     const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 1605632u) return;
-    const uint w = i % 28u, h = (i / 28u) % 28u, p = i / 784u;
-    const int hp = int(h) + 0, wp = int(w) + 0;
-    const int ohLo = hp >= 2 ? (hp - 2 + 2) / 2 : 0, ohHi = min(hp / 2, 13);
-    const int owLo = wp >= 2 ? (wp - 2 + 2) / 2 : 0, owHi = min(wp / 2, 13);
-    float acc = 0.0f;
-    for (int ohi = ohLo; ohi <= ohHi; ++ohi) {
-      for (int owi = owLo; owi <= owHi; ++owi) {
-        const uint oh = uint(ohi), ow = uint(owi);
-        int bestAt = -1;
-        float best = 0.0f;
-        for (uint kh = 0u; kh < 2u; ++kh) {
-          const int ih = int(oh * 2u + kh) - 0;
-          if (ih < 0 || ih >= 28) continue;
-          for (uint kw = 0u; kw < 2u; ++kw) {
-            const int iw = int(ow * 2u + kw) - 0;
-            if (iw < 0 || iw >= 28) continue;
-            const float v = x[(p * 28u + uint(ih)) * 28u + uint(iw)];
-            if (bestAt < 0 || v > best) { best = v; bestAt = ih * 28 + iw; }
-          }
-        }
-        if (bestAt == int(h * 28u + w)) acc += dy[(p * 14u + oh) * 14u + ow];
-      }
-    }
-    dx[i] = acc;
+    const float v = x[i];
+    y[i] = v < 0.0f ? 0.0f : v;
   }
 }
 
-// node 27: unary_grad (relu0) -> d_conv2d0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k28(
+// node 29: maxpool2d_grad (maxpool0) -> d_relu0.out
+extern "C" __global__ void __launch_bounds__(256) p0_k30(
+    const float* dy,
+    const float* x,
+    float* dx,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 1605632u) return;
+  const uint w = i % 28u, h = (i / 28u) % 28u, p = i / 784u;
+  const int hp = int(h) + 0, wp = int(w) + 0;
+  const int ohLo = hp >= 2 ? (hp - 2 + 2) / 2 : 0, ohHi = min(hp / 2, 13);
+  const int owLo = wp >= 2 ? (wp - 2 + 2) / 2 : 0, owHi = min(wp / 2, 13);
+  float acc = 0.0f;
+  for (int ohi = ohLo; ohi <= ohHi; ++ohi) {
+    for (int owi = owLo; owi <= owHi; ++owi) {
+      const uint oh = uint(ohi), ow = uint(owi);
+      int bestAt = -1;
+      float best = 0.0f;
+      for (uint kh = 0u; kh < 2u; ++kh) {
+        const int ih = int(oh * 2u + kh) - 0;
+        if (ih < 0 || ih >= 28) continue;
+        for (uint kw = 0u; kw < 2u; ++kw) {
+          const int iw = int(ow * 2u + kw) - 0;
+          if (iw < 0 || iw >= 28) continue;
+          const float v = x[(p * 28u + uint(ih)) * 28u + uint(iw)];
+          if (bestAt < 0 || v > best) { best = v; bestAt = ih * 28 + iw; }
+        }
+      }
+      if (bestAt == int(h * 28u + w)) acc += dy[(p * 14u + oh) * 14u + ow];
+    }
+  }
+  dx[i] = acc;
+}
+
+// node 30: unary_grad (relu0) -> d_conv2d0.out
+extern "C" __global__ void __launch_bounds__(256) p0_k31(
     const float* dy,
     const float* x,
     float* dx,
@@ -2212,8 +2224,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28(
   dx[i] = v > 0.0f ? d : 0.0f;
 }
 
-// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k29(
+// node 31: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k32(
     const float* dy,
     const float* x,
     float* dw,
@@ -2290,8 +2302,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
       }
 }
 
-// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k29_mma(
+// node 31: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k32_mma(
     const float* dy,
     const float* x,
     float* dw,
@@ -2387,8 +2399,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k29_mma(
       }
 }
 
-// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
-extern "C" __global__ void __launch_bounds__(256) p0_k30(
+// node 31: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
+extern "C" __global__ void __launch_bounds__(256) p0_k33(
     const float* dy,
     const float* x,
     float* dw,
@@ -2412,8 +2424,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30(
   }
 }
 
-// node 29: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output and chunk (17 chunks of 2952), 50176 terms]
-extern "C" __global__ void __launch_bounds__(256) p0_k31(
+// node 32: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output and chunk (17 chunks of 2952), 50176 terms]
+extern "C" __global__ void __launch_bounds__(256) p0_k34(
     const float* x,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
@@ -2448,8 +2460,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k31(
   }
 }
 
-// 2 element-wise kernels in one launch (sum_to, sgd_update; nodes 29..30), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k32_m(
+// 2 element-wise kernels in one launch (sum_to, sgd_update; nodes 32..33), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k35_m(
     float* mpsc_a0,
     float* mpsc_a1,
     const float* mpsc_a2,
@@ -2462,7 +2474,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 29: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
+    // node 32: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
     float* const y = mpsc_a0;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
     const uint i = mpsc_gx;
@@ -2473,7 +2485,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32_m(
     y[i] = s;
   }
   else if (tgid.x < 3u) {
-    // node 30: sgd_update (conv2d0.weight)
+    // node 33: sgd_update (conv2d0.weight)
     float* const param = mpsc_a1;
     const float* const grad = mpsc_a2;
     float* const buf = mpsc_a3;
@@ -2488,8 +2500,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32_m(
   }
 }
 
-// 7 element-wise kernels in one launch (sgd_update; nodes 31..37), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
+// 7 element-wise kernels in one launch (sgd_update; nodes 34..40), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
     float* mpsc_a0,
     const float* mpsc_a1,
     float* mpsc_a2,
@@ -2518,7 +2530,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 31: sgd_update (conv2d0.bias)
+    // node 34: sgd_update (conv2d0.bias)
     float* const param = mpsc_a0;
     const float* const grad = mpsc_a1;
     float* const buf = mpsc_a2;
@@ -2532,7 +2544,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 73u) {
-    // node 32: sgd_update (conv2d1.weight)
+    // node 35: sgd_update (conv2d1.weight)
     float* const param = mpsc_a3;
     const float* const grad = mpsc_a4;
     float* const buf = mpsc_a5;
@@ -2546,7 +2558,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 74u) {
-    // node 33: sgd_update (conv2d1.bias)
+    // node 36: sgd_update (conv2d1.bias)
     float* const param = mpsc_a6;
     const float* const grad = mpsc_a7;
     float* const buf = mpsc_a8;
@@ -2560,7 +2572,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1642u) {
-    // node 34: sgd_update (linear0.weight)
+    // node 37: sgd_update (linear0.weight)
     float* const param = mpsc_a9;
     const float* const grad = mpsc_a10;
     float* const buf = mpsc_a11;
@@ -2574,7 +2586,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1643u) {
-    // node 35: sgd_update (linear0.bias)
+    // node 38: sgd_update (linear0.bias)
     float* const param = mpsc_a12;
     const float* const grad = mpsc_a13;
     float* const buf = mpsc_a14;
@@ -2588,7 +2600,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1648u) {
-    // node 36: sgd_update (linear1.weight)
+    // node 39: sgd_update (linear1.weight)
     float* const param = mpsc_a15;
     const float* const grad = mpsc_a16;
     float* const buf = mpsc_a17;
@@ -2602,7 +2614,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1649u) {
-    // node 37: sgd_update (linear1.bias)
+    // node 40: sgd_update (linear1.bias)
     float* const param = mpsc_a18;
     const float* const grad = mpsc_a19;
     float* const buf = mpsc_a20;

@@ -17,16 +17,16 @@ namespace {
 const int NLT = 7;  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)
 #ifdef MPSC_CUBLASLT
 const size_t LT_WORKSPACE_OFFSET = 3537408, LT_WORKSPACE_BYTES = 33554432;
-// m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, epilogue,
+// m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,
 // offsets of A, B, D, bias; node; what
 const MpscLtGemm LT_GEMMS[NLT] = {
-  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37091840, 2457600, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS" },
-  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2523136, 2588672, 2411520, 3, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS" },
-  { 256, 64, 10, 0, 0, 256, 10, 256, 10, 64, 10, 256, 1, 0, 0, 16384, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2411712, 2654208, 2588672, 0, 7, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10" },
-  { 256, 10, 64, 0, 1, 256, 64, 256, 10, 64, 10, 256, 1, 0, 0, 2560, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2523136, 2654208, 3526656, 0, 8, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64" },
-  { 784, 256, 64, 0, 1, 784, 64, 784, 256, 64, 256, 784, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 37091840, 3461120, 2457600, 0, 11, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64" },
-  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37494272, 2658304, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)" },
-  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2658304, 2457600, 2411520, 2, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS" },
+  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37091840, 2457600, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS" },
+  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2523136, 2654208, 2411520, 3, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS" },
+  { 256, 64, 10, 0, 0, 256, 10, 256, 10, 64, 10, 256, 1, 0, 0, 16384, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2411712, 2654208, 2588672, 0, 7, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10" },
+  { 256, 10, 64, 0, 1, 256, 64, 256, 10, 64, 10, 256, 1, 0, 0, 2560, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2523136, 2654208, 3526656, 0, 8, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64" },
+  { 784, 256, 64, 0, 1, 784, 64, 784, 256, 64, 256, 784, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 37091840, 3461120, 2457600, 0, 11, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64" },
+  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37494272, 2658304, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)" },
+  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2658304, 2457600, 2411520, 2, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS" },
 };
 #else
 const int LT_GEMMS_NODE[NLT] = { 1, 3, 7, 8, 11, 1, 2 };
@@ -161,28 +161,28 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[1]) {  // node 3: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS
-    if (!mpsc_lt_run(b->lt, 1, dev + 2411712, dev + 2523136, dev + 2588672, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 1, dev + 2411712, dev + 2523136, dev + 2654208, st, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
-      else p0_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
+      if (mma) p0_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2654208), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
+      else p0_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2654208), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 3: linear)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k4<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const int*>(dev + 37292544 + set * 201216), reinterpret_cast<float*>(dev + 3536960), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
+    p0_k4<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const int*>(dev + 37292544 + set * 201216), reinterpret_cast<float*>(dev + 3536960), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k4 (node 4: cross_entropy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k5<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const int*>(dev + 37292544 + set * 201216), reinterpret_cast<float*>(dev + 3537024), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
+    p0_k5<<<dim3(1u, 1u, 1u), dim3(64u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const int*>(dev + 37292544 + set * 201216), reinterpret_cast<float*>(dev + 3537024), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k5 (node 5: accuracy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[5], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k6<<<dim3(64u, 1u, 1u), dim3(32u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const int*>(dev + 37292544 + set * 201216), reinterpret_cast<float*>(dev + 2654208), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
+    p0_k6<<<dim3(64u, 1u, 1u), dim3(32u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const int*>(dev + 37292544 + set * 201216), reinterpret_cast<float*>(dev + 2654208), reinterpret_cast<const StepParams*>(dev + 37292800 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 6: cross_entropy_grad)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[6], st), "cudaEventRecord")) return false;
   }
