@@ -68,6 +68,23 @@ describe('CUDA sources of every example spec', () => {
     }, 300_000);
   }
 
+  // 16-bit precisions: autocast's types with the casts folded into the kernels (16-bit loads and
+  // stores, cuBLASLt with a 16-bit D), the convolutions' casts kept; remat copies
+  for (const [spec, precision] of [['char_gpt.model', 'bf16'], ['lenet.model', 'fp16']] as const) {
+    it(`${spec} at ${precision}: generated, planned soundly, and compiled by nvcc -arch=sm_90a -Werror`, () => {
+      const m = checkFile(path.join(ROOT, 'specs', spec));
+      const a = generateCudaModel(buildPrograms({ ...m, train: { ...m.train, precision } }, { batch: m.train.batch }));
+      expect(planProblems(a.plan)).toEqual([]);
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-cuda-gen-'));
+      try {
+        writeAll(dir, a.files);
+        expect(nvccCompile(dir, HOST_FILE)).toBe('');
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    }, 300_000);
+  }
+
   it('a deliberately broken kernel fails the nvcc compile (negative control)', () => {
     const a = generateCudaModel(programsOf('mnist_mlp.model'));
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-cuda-bad-'));
