@@ -173,17 +173,20 @@ describe('the CUDA model with cuBLASLt calls', () => {
   const a = generateCudaModel(buildPrograms(model, { batch: 4 }));
   const bf16 = generateCudaModel(buildPrograms(checkFile(path.join(ROOT, 'specs/char_gpt.model'), [precisionOverride('bf16')]), { batch: 4 }));
 
-  it('bf16: the GEMM operands are bf16 copies (cast kernels), the calls take bf16 A and B, fp32 D', () => {
+  it('bf16: the calls take bf16 A and B and write bf16 D (autocast), fp32 D for the weight gradients; casts round to / widen from 2 bytes', () => {
     expect(planProblems(bf16.plan)).toEqual([]);
     const calls = bf16.plan.programs.flatMap((p) => p.nodes.filter((n) => n.kind === 'cublaslt'));
     expect(calls.length).toBeGreaterThan(10);
     for (const c of calls) if (c.kind === 'cublaslt') expect(c.gemm.abType).toBe('bf16');
+    const dTypes = new Set(calls.map((c) => (c.kind === 'cublaslt' ? c.gemm.dType : '')));
+    expect([...dTypes].sort()).toEqual(['bf16', 'f32']);
+    for (const c of calls) if (c.kind === 'cublaslt') expect(c.d.bytes).toBe(c.gemm.m * c.gemm.n * c.gemm.batch * (c.gemm.dType === 'bf16' ? 2 : 4));
     expect(bf16.files[HOST_FILE]).toMatch(/MPSC_LT_BF16/);
     expect(bf16.files[KERNELS_FILE]).toMatch(/__float2bfloat16_rn/);
     // a 16-bit value takes 2 bytes per element: the cast kernels' outputs, and the calls' A / B
     const casts = bf16.plan.programs.flatMap(planKernels).filter((k) => k.op === 'cast');
     expect(casts.length).toBeGreaterThan(0);
-    for (const k of casts) expect(k.args[1].bytes).toBe(k.args[0].bytes / 2);
+    for (const k of casts) expect(k.args[1].bytes).toBe(k.args[1].type === 'float' ? k.args[0].bytes * 2 : k.args[0].bytes / 2);
     for (const c of calls) if (c.kind === 'cublaslt') expect(c.a.bytes).toBe(c.gemm.rowsA * c.gemm.colsA * 2 * (c.gemm.strideA ? c.gemm.batch : 1));
   });
 
