@@ -201,3 +201,27 @@ export function gradCheck(c: Case, seed = 1): string[] {
   }
   return names.sort();
 }
+
+/**
+ * The same `steps` train steps of two programs of one model (from the same seeded parameters and
+ * inputs, a store each): the losses of each step side by side and the two stores after them.
+ * For checking that a rewrite of a program (fusion, remat) changes no value.
+ */
+export function runTwin(params: { path: string; shape: number[] }[], a: Program, b: Program, seed: number, steps: number, lr = 1e-3) {
+  const rng = makeRng(seed);
+  const stores: [Store, Store] = [new Map(), new Map()];
+  for (const pd of params) {
+    const init = Float64Array.from({ length: numel(pd.shape) }, () => Math.fround((2 * rng() - 1) * 0.3));
+    for (const s of stores) s.set(pd.path, init.slice());
+  }
+  const inputs = a.inputs.map((id) => {
+    const v = a.graph.values[id];
+    return Float64Array.from({ length: numel(v.shape) }, () => (v.dtype === 'i32' ? Math.floor(rng() * 13) : rng()));
+  });
+  const losses: [number, number][] = [];
+  for (let step = 0; step < steps; step++) {
+    const l = [a, b].map((p, k) => runProgram(p, stores[k], inputs, scalarsAt(step, lr)).get(p.outputs[0].value)![0]);
+    losses.push([l[0], l[1]]);
+  }
+  return { losses, stores };
+}

@@ -9,14 +9,12 @@ import { describe, expect, it } from 'vitest';
 import { gptModel } from '../bench/gpt_tiny.js';
 import { cudaFusions } from '../compiler/codegen-cuda/fusions.js';
 import { fuseProgram } from '../compiler/ir/fuse.js';
-import { numel, type Program } from '../compiler/ir/graph.js';
 import { planMemory, verifyPlan } from '../compiler/ir/memory_plan.js';
 import { opDef } from '../compiler/ir/ops.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { rematerialize } from '../compiler/ir/remat.js';
 import { graphProblems } from '../compiler/ir/verify.js';
-import { makeRng } from '../compiler/reference/fixtures.js';
-import { runProgram, scalarsAt, type Store } from './ir_helpers.js';
+import { runTwin } from './ir_helpers.js';
 
 const base = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
 
@@ -54,20 +52,9 @@ for (const precision of ['fp32', 'bf16'] as const) {
     });
 
     it('the reference interpreter gives the same loss and update bit for bit; the originals die in the forward', () => {
-      const rng = makeRng(5);
-      const a: Store = new Map(), b: Store = new Map();
-      for (const pd of model.params) {
-        const init = Float64Array.from({ length: numel(pd.shape) }, () => Math.fround((2 * rng() - 1) * 0.3));
-        a.set(pd.path, init.slice());
-        b.set(pd.path, init.slice());
-      }
-      const inputs = plain.inputs.map((id) => {
-        const v = plain.graph.values[id];
-        return Float64Array.from({ length: numel(v.shape) }, () => (v.dtype === 'i32' ? Math.floor(rng() * 13) : rng()));
-      });
-      const loss = (p: Program, store: Store) => runProgram(p, store, inputs, scalarsAt(0, 1e-3)).get(p.outputs[0].value)![0];
-      expect(loss(withRemat, b)).toBe(loss(plain, a));
-      for (const pd of model.params) expect(Array.from(b.get(pd.path)!), pd.path).toEqual(Array.from(a.get(pd.path)!));
+      const { losses, stores } = runTwin(model.params, plain, withRemat, 5, 1);
+      expect(losses[0][1]).toBe(losses[0][0]);
+      for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
       const planned = { ...withRemat, plan: planMemory(withRemat) };
       expect(verifyPlan(planned)).toEqual([]);
       expect(planned.plan.arenaBytes).toBeLessThanOrEqual(planMemory(plain).arenaBytes);

@@ -23,8 +23,7 @@ import { findGpu } from '../runtime/cuda/session.js';
 import { gptModel } from '../bench/gpt_tiny.js';
 import { cudaFusions } from '../compiler/codegen-cuda/fusions.js';
 import { verifyPlan } from '../compiler/ir/memory_plan.js';
-import { makeRng } from '../compiler/reference/fixtures.js';
-import { runProgram, scalarsAt, type Store } from './ir_helpers.js';
+import { runTwin } from './ir_helpers.js';
 import type { CheckedModel } from '../compiler/model.js';
 
 const spec = (name: string) => path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'specs', name);
@@ -281,23 +280,9 @@ describe('the casts folded into the GPU kernels (fuse.ts rule 4) and the in-plac
   });
 
   it('the reference interpreter gives the folded program bit for bit the canonical one\'s loss and update', () => {
-    const rng = makeRng(11);
-    const storeA: Store = new Map(), storeB: Store = new Map();
-    for (const pd of gpt.params) {
-      const init = Float64Array.from({ length: numel(pd.shape) }, () => Math.fround((2 * rng() - 1) * 0.3));
-      storeA.set(pd.path, init.slice());
-      storeB.set(pd.path, init.slice());
-    }
-    const inputs = plain.train_step.inputs.map((id) => {
-      const v = plain.train_step.graph.values[id];
-      return Float64Array.from({ length: numel(v.shape) }, () => (v.dtype === 'i32' ? Math.floor(rng() * 13) : rng()));
-    });
-    for (let step = 0; step < 2; step++) {
-      const a = runProgram(plain.train_step, storeA, inputs, scalarsAt(step, 1e-3));
-      const b = runProgram(cuda.train_step, storeB, inputs, scalarsAt(step, 1e-3));
-      expect(b.get(cuda.train_step.outputs[0].value)![0]).toBe(a.get(plain.train_step.outputs[0].value)![0]);
-    }
-    for (const pd of gpt.params) expect(Array.from(storeB.get(pd.path)!), pd.path).toEqual(Array.from(storeA.get(pd.path)!));
+    const { losses, stores } = runTwin(gpt.params, plain.train_step, cuda.train_step, 11, 2);
+    for (const [a, b] of losses) expect(b).toBe(a);
+    for (const pd of gpt.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
   });
 
   it('cross_entropy_grad writes its gradient over the dead logits (memory_plan.ts in place)', () => {
