@@ -36,20 +36,8 @@ inline float mpsc_block_max(float v, threadgroup float* sh, uint lane, uint sg, 
   return r;
 }
 
-// node 0: reshape (flatten0) -> flatten0.out
+// node 0: reshape (flatten0) -> flatten0.out.bf16
 kernel void k0(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 50176u) return;
-  y[i] = x[i];
-}
-
-// node 1: cast (fc1) -> flatten0.out.bf16
-kernel void k1(
     device const float* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -60,8 +48,8 @@ kernel void k1(
   y[i] = bfloat(x[i]);
 }
 
-// node 2: cast (fc1) -> fc1.weight.bf16
-kernel void k2(
+// node 1: cast (fc1) -> fc1.weight.bf16
+kernel void k1(
     device const float* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -72,12 +60,12 @@ kernel void k2(
   y[i] = bfloat(x[i]);
 }
 
-// node 3: linear (fc1) -> relu0.out + fused node 3: unary relu -> relu0.out [16x16 tiles]
-kernel void k3(
+// node 2: linear (fc1) -> fc1.out [16x16 tiles]
+kernel void k2(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
+    device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -112,16 +100,16 @@ kernel void k3(
   }
   if (row < 64u && col < 256u) {
     const uint mi = row, ni = col;
-      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+      y[mi * 256u + ni] = bfloat(acc + b[ni]);
   }
 }
 
-// node 3: linear (fc1) -> relu0.out + fused node 3: unary relu -> relu0.out [simdgroup_float8x8, Apple7+]
-kernel void k3_mma(
+// node 2: linear (fc1) -> fc1.out [simdgroup_float8x8, Apple7+]
+kernel void k2_mma(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
+    device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -171,25 +159,26 @@ kernel void k3_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 256u) {
       const float acc = Cs[e];
-      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+      y[mi * 256u + ni] = bfloat(acc + b[ni]);
     }
   }
 }
 
-// node 4: cast (fc2) -> relu0.out.bf16
-kernel void k4(
-    device const float* x [[buffer(0)]],
+// node 3: unary (relu0) -> relu0.out
+kernel void k3(
+    device const bfloat* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
   if (i >= 16384u) return;
-  y[i] = bfloat(x[i]);
+  const float v = float(x[i]);
+  y[i] = bfloat(v < 0.0f ? 0.0f : v);
 }
 
-// node 5: cast (fc2) -> fc2.weight.bf16
-kernel void k5(
+// node 4: cast (fc2) -> fc2.weight.bf16
+kernel void k4(
     device const float* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -200,12 +189,12 @@ kernel void k5(
   y[i] = bfloat(x[i]);
 }
 
-// node 6: linear (fc2) -> fc2.out [16x16 tiles]
-kernel void k6(
+// node 5: linear (fc2) -> fc2.out [16x16 tiles]
+kernel void k5(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
+    device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -240,16 +229,16 @@ kernel void k6(
   }
   if (row < 64u && col < 10u) {
     const uint mi = row, ni = col;
-      y[mi * 10u + ni] = acc + b[ni];
+      y[mi * 10u + ni] = bfloat(acc + b[ni]);
   }
 }
 
-// node 6: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
-kernel void k6_mma(
+// node 5: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
+kernel void k5_mma(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
+    device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -299,14 +288,26 @@ kernel void k6_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 10u) {
       const float acc = Cs[e];
-      y[mi * 10u + ni] = acc + b[ni];
+      y[mi * 10u + ni] = bfloat(acc + b[ni]);
     }
   }
 }
 
+// node 6: cast (loss) -> fc2.out.f32
+kernel void k6(
+    device const bfloat* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 640u) return;
+  y[i] = float(x[i]);
+}
+
 // node 7: cross_entropy (loss) -> loss
 kernel void k7(
-    device const float* logits [[buffer(0)]],
+    device const bfloat* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],
     constant StepParams& sp [[buffer(3)]],
@@ -320,11 +321,11 @@ kernel void k7(
   for (uint j = tidx; j < 64u; j += 64u) {
     const uint base = j * 10u;
     float m = (-INFINITY);
-    for (uint c = 0u; c < 10u; ++c) m = max(m, logits[base + c]);
+    for (uint c = 0u; c < 10u; ++c) m = max(m, float(logits[base + c]));
     float s = 0.0f;
-    for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
+    for (uint c = 0u; c < 10u; ++c) s += precise::exp(float(logits[base + c]) - m);
     const float lse = m + precise::log(s);
-    part += -1.0f * (logits[base + uint(label[j])] - lse);
+    part += -1.0f * (float(logits[base + uint(label[j])]) - lse);
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {

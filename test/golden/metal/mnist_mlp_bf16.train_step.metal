@@ -36,20 +36,8 @@ inline float mpsc_block_max(float v, threadgroup float* sh, uint lane, uint sg, 
   return r;
 }
 
-// node 0: reshape (flatten0) -> flatten0.out
+// node 0: reshape (flatten0) -> flatten0.out.bf16
 kernel void k0(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 50176u) return;
-  y[i] = x[i];
-}
-
-// node 1: cast (fc1) -> flatten0.out.bf16
-kernel void k1(
     device const float* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -60,8 +48,8 @@ kernel void k1(
   y[i] = bfloat(x[i]);
 }
 
-// node 2: cast (fc1) -> fc1.weight.bf16
-kernel void k2(
+// node 1: cast (fc1) -> fc1.weight.bf16
+kernel void k1(
     device const float* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -72,12 +60,12 @@ kernel void k2(
   y[i] = bfloat(x[i]);
 }
 
-// node 3: linear (fc1) -> fc1.out [16x16 tiles]
-kernel void k3(
+// node 2: linear (fc1) -> fc1.out [16x16 tiles]
+kernel void k2(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
+    device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -112,16 +100,16 @@ kernel void k3(
   }
   if (row < 64u && col < 256u) {
     const uint mi = row, ni = col;
-      y[mi * 256u + ni] = acc + b[ni];
+      y[mi * 256u + ni] = bfloat(acc + b[ni]);
   }
 }
 
-// node 3: linear (fc1) -> fc1.out [simdgroup_float8x8, Apple7+]
-kernel void k3_mma(
+// node 2: linear (fc1) -> fc1.out [simdgroup_float8x8, Apple7+]
+kernel void k2_mma(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
+    device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -171,38 +159,26 @@ kernel void k3_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 256u) {
       const float acc = Cs[e];
-      y[mi * 256u + ni] = acc + b[ni];
+      y[mi * 256u + ni] = bfloat(acc + b[ni]);
     }
   }
 }
 
-// node 4: unary (relu0) -> relu0.out
-kernel void k4(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 5: cast (fc2) -> relu0.out.bf16
-kernel void k5(
-    device const float* x [[buffer(0)]],
+// node 3: unary (relu0) -> relu0.out
+kernel void k3(
+    device const bfloat* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
   if (i >= 16384u) return;
-  y[i] = bfloat(x[i]);
+  const float v = float(x[i]);
+  y[i] = bfloat(v < 0.0f ? 0.0f : v);
 }
 
-// node 6: cast (fc2) -> fc2.weight.bf16
-kernel void k6(
+// node 4: cast (fc2) -> fc2.weight.bf16
+kernel void k4(
     device const float* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -213,12 +189,12 @@ kernel void k6(
   y[i] = bfloat(x[i]);
 }
 
-// node 7: linear (fc2) -> fc2.out [16x16 tiles]
-kernel void k7(
+// node 5: linear (fc2) -> fc2.out [16x16 tiles]
+kernel void k5(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
+    device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -253,16 +229,16 @@ kernel void k7(
   }
   if (row < 64u && col < 10u) {
     const uint mi = row, ni = col;
-      y[mi * 10u + ni] = acc + b[ni];
+      y[mi * 10u + ni] = bfloat(acc + b[ni]);
   }
 }
 
-// node 7: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
-kernel void k7_mma(
+// node 5: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
+kernel void k5_mma(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
+    device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -312,14 +288,26 @@ kernel void k7_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 10u) {
       const float acc = Cs[e];
-      y[mi * 10u + ni] = acc + b[ni];
+      y[mi * 10u + ni] = bfloat(acc + b[ni]);
     }
   }
 }
 
-// node 8: cross_entropy (loss) -> loss
-kernel void k8(
-    device const float* logits [[buffer(0)]],
+// node 6: cast (loss) -> fc2.out.f32
+kernel void k6(
+    device const bfloat* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 640u) return;
+  y[i] = float(x[i]);
+}
+
+// node 7: cross_entropy (loss) -> loss
+kernel void k7(
+    device const bfloat* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],
     constant StepParams& sp [[buffer(3)]],
@@ -333,11 +321,11 @@ kernel void k8(
   for (uint j = tidx; j < 64u; j += 64u) {
     const uint base = j * 10u;
     float m = (-INFINITY);
-    for (uint c = 0u; c < 10u; ++c) m = max(m, logits[base + c]);
+    for (uint c = 0u; c < 10u; ++c) m = max(m, float(logits[base + c]));
     float s = 0.0f;
-    for (uint c = 0u; c < 10u; ++c) s += precise::exp(logits[base + c] - m);
+    for (uint c = 0u; c < 10u; ++c) s += precise::exp(float(logits[base + c]) - m);
     const float lse = m + precise::log(s);
-    part += -1.0f * (logits[base + uint(label[j])] - lse);
+    part += -1.0f * (float(logits[base + uint(label[j])]) - lse);
   }
   const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
   if (tidx == 0u) {
@@ -345,8 +333,8 @@ kernel void k8(
   }
 }
 
-// node 9: accuracy (accuracy) -> accuracy
-kernel void k9(
+// node 8: accuracy (accuracy) -> accuracy
+kernel void k8(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* acc [[buffer(2)]],
@@ -371,11 +359,11 @@ kernel void k9(
   }
 }
 
-// node 10: cross_entropy_grad (loss) -> d_fc2.out
-kernel void k10(
-    device const float* logits [[buffer(0)]],
+// node 9: cross_entropy_grad (loss) -> d_fc2.out
+kernel void k9(
+    device const bfloat* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
-    device float* dlogits [[buffer(2)]],
+    device bfloat* dlogits [[buffer(2)]],
     constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -388,36 +376,24 @@ kernel void k10(
   const uint base = n * 10u;
   const float count = 64.0f;
   float m = (-INFINITY);
-  for (uint c = tidx; c < 10u; c += 32u) m = max(m, logits[base + c]);
+  for (uint c = tidx; c < 10u; c += 32u) m = max(m, float(logits[base + c]));
   m = mpsc_block_max(m, tg, lane, sg, 1u);
   float s = 0.0f;
-  for (uint c = tidx; c < 10u; c += 32u) s += precise::exp(logits[base + c] - m);
+  for (uint c = tidx; c < 10u; c += 32u) s += precise::exp(float(logits[base + c]) - m);
   s = mpsc_block_sum(s, tg, lane, sg, 1u);
   const int lab = label[n];
   for (uint c = tidx; c < 10u; c += 32u) {
-    const float p = precise::exp(logits[base + c] - m) / s;
+    const float p = precise::exp(float(logits[base + c]) - m) / s;
     const float target = int(c) == lab ? 1.0f : 0.0f;
-    dlogits[base + c] = (p - target) / count;
+    dlogits[base + c] = bfloat((p - target) / count);
   }
 }
 
-// node 11: cast (fc2) -> d_fc2.out.bf16
-kernel void k11(
-    device const float* x [[buffer(0)]],
-    device bfloat* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 640u) return;
-  y[i] = bfloat(x[i]);
-}
-
-// node 12: matmul (fc2) -> d_relu0.out [16x16 tiles]
-kernel void k12(
+// node 10: matmul (fc2) -> d_relu0.out [16x16 tiles]
+kernel void k10(
     device const bfloat* a [[buffer(0)]],
     device const bfloat* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
+    device bfloat* y [[buffer(2)]],
     constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -452,15 +428,15 @@ kernel void k12(
   }
   if (row < 64u && col < 256u) {
     const uint mi = row, ni = col;
-      y[mi * 256u + ni] = acc;
+      y[mi * 256u + ni] = bfloat(acc);
   }
 }
 
-// node 12: matmul (fc2) -> d_relu0.out [simdgroup_float8x8, Apple7+]
-kernel void k12_mma(
+// node 10: matmul (fc2) -> d_relu0.out [simdgroup_float8x8, Apple7+]
+kernel void k10_mma(
     device const bfloat* a [[buffer(0)]],
     device const bfloat* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
+    device bfloat* y [[buffer(2)]],
     constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -510,13 +486,13 @@ kernel void k12_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 256u) {
       const float acc = Cs[e];
-      y[mi * 256u + ni] = acc;
+      y[mi * 256u + ni] = bfloat(acc);
     }
   }
 }
 
-// node 13: matmul (fc2) -> fc2.weight.grad [16x16 tiles]
-kernel void k13(
+// node 11: matmul (fc2) -> fc2.weight.grad [16x16 tiles]
+kernel void k11(
     device const bfloat* a [[buffer(0)]],
     device const bfloat* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -558,8 +534,8 @@ kernel void k13(
   }
 }
 
-// node 13: matmul (fc2) -> fc2.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k13_mma(
+// node 11: matmul (fc2) -> fc2.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k11_mma(
     device const bfloat* a [[buffer(0)]],
     device const bfloat* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -617,8 +593,20 @@ kernel void k13_mma(
   }
 }
 
-// node 14: sum_to (fc2) -> fc2.bias.grad
-kernel void k14(
+// node 12: cast (fc2) -> d_fc2.out.f32
+kernel void k12(
+    device const bfloat* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 640u) return;
+  y[i] = float(x[i]);
+}
+
+// node 13: sum_to (fc2) -> fc2.bias.grad
+kernel void k13(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -638,34 +626,22 @@ kernel void k14(
   y[i] = acc;
 }
 
-// node 15: unary_grad (relu0) -> d_fc1.out
-kernel void k15(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device float* dx [[buffer(2)]],
+// node 14: unary_grad (relu0) -> d_fc1.out
+kernel void k14(
+    device const bfloat* dy [[buffer(0)]],
+    device const bfloat* x [[buffer(1)]],
+    device bfloat* dx [[buffer(2)]],
     constant StepParams& sp [[buffer(3)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
   if (i >= 16384u) return;
-  const float v = x[i], d = dy[i];
-  dx[i] = v > 0.0f ? d : 0.0f;
+  const float v = float(x[i]), d = float(dy[i]);
+  dx[i] = bfloat(v > 0.0f ? d : 0.0f);
 }
 
-// node 16: cast (fc1) -> d_fc1.out.bf16
-kernel void k16(
-    device const float* x [[buffer(0)]],
-    device bfloat* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  y[i] = bfloat(x[i]);
-}
-
-// node 17: matmul (fc1) -> fc1.weight.grad [16x16 tiles]
-kernel void k17(
+// node 15: matmul (fc1) -> fc1.weight.grad [16x16 tiles]
+kernel void k15(
     device const bfloat* a [[buffer(0)]],
     device const bfloat* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -707,8 +683,8 @@ kernel void k17(
   }
 }
 
-// node 17: matmul (fc1) -> fc1.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k17_mma(
+// node 15: matmul (fc1) -> fc1.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k15_mma(
     device const bfloat* a [[buffer(0)]],
     device const bfloat* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -766,8 +742,20 @@ kernel void k17_mma(
   }
 }
 
-// node 18: sum_to (fc1) -> fc1.bias.grad
-kernel void k18(
+// node 16: cast (fc1) -> d_fc1.out.f32
+kernel void k16(
+    device const bfloat* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  y[i] = float(x[i]);
+}
+
+// node 17: sum_to (fc1) -> fc1.bias.grad
+kernel void k17(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -787,8 +775,8 @@ kernel void k18(
   y[i] = acc;
 }
 
-// node 19: adam_update (fc1.weight)
-kernel void k19(
+// node 18: adam_update (fc1.weight)
+kernel void k18(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -810,8 +798,8 @@ kernel void k19(
   param[i] = p;
 }
 
-// node 20: adam_update (fc1.bias)
-kernel void k20(
+// node 19: adam_update (fc1.bias)
+kernel void k19(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -833,8 +821,8 @@ kernel void k20(
   param[i] = p;
 }
 
-// node 21: adam_update (fc2.weight)
-kernel void k21(
+// node 20: adam_update (fc2.weight)
+kernel void k20(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -856,8 +844,8 @@ kernel void k21(
   param[i] = p;
 }
 
-// node 22: adam_update (fc2.bias)
-kernel void k22(
+// node 21: adam_update (fc2.bias)
+kernel void k21(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
