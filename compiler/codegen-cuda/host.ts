@@ -16,7 +16,12 @@
  *    the staging set through its mapped device address; only when the caller asks for the outputs
  *    (outputs != NULL) does the host wait for the step and read them;
  *  - backend_to_host / backend_from_host: keep the host copy of the persistent block (what
- *    read / write / checkpoints see) in step with the device copy.
+ *    read / write / checkpoints see) in step with the device copy;
+ *  - data-parallel training (runtime/ddp): backend_collective_id / _init make the NCCL communicator
+ *    (runtime/cuda/mpsc_nccl.cpp, where CMake found NCCL: MPSC_NCCL) and backend_allreduce_grads
+ *    enqueues, on the compute stream after the last run, one NCCL group averaging every gradient
+ *    accumulator in place (in the reverse of the persistent table order: the last layers' gradients
+ *    first, as the backward produces them). Without NCCL they fail with "built without NCCL".
  * Every CUDA call and launch is checked; failures become ctx->error messages (never a crash).
  * Kernel variant: the tensor-core (3xTF32) GEMMs unless MPSC_CUDA_PLAIN=1 picks the fp32 FFMA
  * ones (bench/cuda_check.sh runs both). MPSC_CUDA_MIRROR_ARENA=1 copies the arena back to
@@ -193,6 +198,67 @@ function runFn(p: ProgramPlan, i: number): string {
   );
 }
 
+/**
+ * The data-parallel hooks (runtime/ddp): the gradient accumulators' offsets and lengths (reverse table
+ * order), and the three collective functions over runtime/cuda/mpsc_nccl.h, or their "built without
+ * NCCL" failures.
+ */
+function collectiveFns(table: PersistentTable): string {
+  const grads = table.tensors.filter((t) => t.kind === 'gradacc').reverse();
+  const n = grads.length;
+  const noNccl = 'built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)';
+  return `#ifdef MPSC_NCCL
+// the gradient accumulators the all-reduce averages (reverse persistent-table order)
+const int NGRAD = ${n};
+${n ? `const size_t GRAD_OFFSET[NGRAD] = { ${grads.map((g) => g.offset).join(', ')} };
+const int64_t GRAD_COUNT[NGRAD] = { ${grads.map((g) => g.shape.reduce((a, b) => a * b, 1)).join(', ')} };` : ''}
+#endif
+
+int32_t backend_collective_id(mpsc_ctx* ctx, void* p, unsigned char* id, int32_t len) {
+  (void)p; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  return mpsc_nccl_unique_id(id, len, ctx->error, sizeof ctx->error);
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, ${cString(noNccl)});
+  return -1;
+#endif
+}
+
+int backend_collective_init(mpsc_ctx* ctx, void* p, int32_t nranks, int32_t rank, const unsigned char* id, int32_t len) {
+  (void)p; (void)nranks; (void)rank; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (b->nccl) { std::snprintf(ctx->error, sizeof ctx->error, "the NCCL communicator already exists"); return 1; }
+  b->nccl = mpsc_nccl_init(nranks, rank, id, len, ctx->error, sizeof ctx->error);
+  if (!b->nccl) return 1;
+  char v[32];
+  mpsc_nccl_version(v, sizeof v);
+  if (rank == 0) std::fprintf(stderr, "mpsc cuda: NCCL %s communicator of %d rank%s\\n", v, (int)nranks, nranks == 1 ? "" : "s");
+  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, ${cString(noNccl)});
+  return 1;
+#endif
+}
+
+int backend_allreduce_grads(mpsc_ctx* ctx, void* p) {
+  (void)p;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (!upload_if_dirty(ctx, b)) return 1;
+${n ? `  float* ptrs[NGRAD];
+  for (int i = 0; i < NGRAD; ++i) ptrs[i] = reinterpret_cast<float*>(b->dev + PERSISTENT_OFFSET + GRAD_OFFSET[i]);
+  if (!mpsc_nccl_allreduce_avg(b->nccl, ptrs, GRAD_COUNT, NGRAD, b->stream, ctx->error, sizeof ctx->error)) return 1;
+  b->device_newer = true;
+` : ''}  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, ${cString(noNccl)});
+  return 1;
+#endif
+}
+`;
+}
+
 const KINDS: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE', optstate: 'MPSC_OPTSTATE', gradacc: 'MPSC_GRADACC' };
 
 /** `model_cuda.cu`: includes the kernels file `kernelsFile` and implements the model ABI. */
@@ -221,6 +287,9 @@ export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFi
 #include <cstring>
 #ifdef MPSC_CUBLASLT
 #include "mpsc_cublaslt.h"  // defined by the CMake project where it finds CUDA::cublasLt
+#endif
+#ifdef MPSC_NCCL
+#include "mpsc_nccl.h"  // defined by the CMake project where it finds nccl.h and libnccl
 #endif
 
 namespace {
@@ -255,6 +324,9 @@ struct Backend {
   bool lt_ok[NLT > 0 ? NLT : 1] = {};  // cuBLASLt call i has an algorithm (else its generated kernels run)
 #ifdef MPSC_CUBLASLT
   MpscLt* lt = nullptr;
+#endif
+#ifdef MPSC_NCCL
+  MpscNccl* nccl = nullptr;  // data-parallel training: the communicator (collective_init)
 #endif
   cudaEvent_t prof_ev[${Math.max(0, ...P.map((p) => p.nodes.length)) + 1}] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
@@ -355,6 +427,9 @@ void destroy(Backend* b) {
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
 #endif
+#ifdef MPSC_NCCL
+  mpsc_nccl_destroy(b->nccl);
+#endif
   if (b->dev) cudaFree(b->dev);
   if (b->copy) cudaStreamDestroy(b->copy);
   if (b->stream) cudaStreamDestroy(b->stream);
@@ -436,6 +511,7 @@ int backend_from_host(mpsc_ctx* ctx, void* p) {
   return 0;
 }
 
+${collectiveFns(table)}
 ${progTables}
 ${tensors.map((t) => t.shape).join('\n')}
 const mpsc_tensor_desc tensors[] = {
@@ -448,6 +524,7 @@ ${P.map((p, i) => `  { ${cString(p.name)}, ${p.batch}, ${p.inputs.length}, in_p$
 const mpsc_model_desc model = {
   MPSC_ABI_VERSION, ${cString(plan.model)}, "cuda", ${table.tensors.length}, tensors, ${table.bytes}, ${P.length}, programs,
   backend_create, backend_free, backend_to_host, backend_from_host,
+  backend_collective_id, backend_collective_init, backend_allreduce_grads,
 };
 
 } // namespace

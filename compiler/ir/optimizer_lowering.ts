@@ -18,6 +18,8 @@
  *      the accumulators when it is not finite); apply_update divides each accumulator by the
  *      LOSS_SCALE_STATE scalar (`binary div`) before the clip and the update read it, as
  *      torch.amp.GradScaler unscales before clipping.
+ *  - split (data-parallel training, runtime/ddp): as grad_accum > 1 (also for K = 1), so the host can
+ *      all-reduce the accumulators between train_step and apply_update.
  *  Optimizer state values have kind 'optstate' and the parameter's shape, named
  *  `<param>.momentum_buffer` (sgd with momentum != 0), `<param>.exp_avg` and
  *  `<param>.exp_avg_sq` (adam, adamw); they start at zero (backends zero-fill).
@@ -32,7 +34,7 @@ import type { ParamGrad } from './autodiff.js';
 
 export interface LoweredOptimizer {
   train: Graph;
-  /** present iff grad_accum > 1 */
+  /** present iff grad_accum > 1, loss scaling or split */
   applyUpdate?: Graph;
   /** value id (in the graph that performs the update) of the global grad norm, when grad_clip is set */
   gradNorm?: number;
@@ -83,16 +85,24 @@ export interface LossScaling {
   scale: number;
 }
 
-export function lowerOptimizer(graph: Graph, grads: ParamGrad[], opt: OptimizerConfig, train: Pick<TrainConfig, 'grad_clip' | 'grad_accum'>, scaling?: LossScaling): LoweredOptimizer {
+export function lowerOptimizer(
+  graph: Graph,
+  grads: ParamGrad[],
+  opt: OptimizerConfig,
+  train: Pick<TrainConfig, 'grad_clip' | 'grad_accum'>,
+  scaling?: LossScaling,
+  split = false,
+): LoweredOptimizer {
   const K = train.grad_accum;
   if (!Number.isInteger(K) || K < 1) throw new Error(`internal: grad_accum must be an integer >= 1, got ${K}`);
   const b = copyGraph(graph);
-  if (K === 1 && !scaling) {
+  // split: data-parallel training (runtime/ddp) all-reduces the accumulators between train_step and apply_update
+  if (K === 1 && !scaling && !split) {
     const pairs = grads.map((g) => ({ param: b.graph.values[g.param], grad: g.grad }));
     const gradNorm = emitUpdates(b, pairs, opt, train.grad_clip);
     return { train: b.graph, gradNorm };
   }
-  // grad_accum > 1 or loss scaling: accumulate in train_step, update in apply_update
+  // grad_accum > 1, loss scaling or split: accumulate in train_step, update in apply_update
   const up = new GraphBuilder();
   const pairs: { param: Value; grad: number }[] = [];
   const accs: number[] = [];

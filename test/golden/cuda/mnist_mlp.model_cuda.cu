@@ -12,6 +12,9 @@
 #ifdef MPSC_CUBLASLT
 #include "mpsc_cublaslt.h"  // defined by the CMake project where it finds CUDA::cublasLt
 #endif
+#ifdef MPSC_NCCL
+#include "mpsc_nccl.h"  // defined by the CMake project where it finds nccl.h and libnccl
+#endif
 
 namespace {
 const int NLT = 7;  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)
@@ -64,6 +67,9 @@ struct Backend {
   bool lt_ok[NLT > 0 ? NLT : 1] = {};  // cuBLASLt call i has an algorithm (else its generated kernels run)
 #ifdef MPSC_CUBLASLT
   MpscLt* lt = nullptr;
+#endif
+#ifdef MPSC_NCCL
+  MpscNccl* nccl = nullptr;  // data-parallel training: the communicator (collective_init)
 #endif
   cudaEvent_t prof_ev[13] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
@@ -410,6 +416,9 @@ void destroy(Backend* b) {
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
 #endif
+#ifdef MPSC_NCCL
+  mpsc_nccl_destroy(b->nccl);
+#endif
   if (b->dev) cudaFree(b->dev);
   if (b->copy) cudaStreamDestroy(b->copy);
   if (b->stream) cudaStreamDestroy(b->stream);
@@ -531,6 +540,51 @@ int backend_from_host(mpsc_ctx* ctx, void* p) {
   return 0;
 }
 
+#ifdef MPSC_NCCL
+// the gradient accumulators the all-reduce averages (reverse persistent-table order)
+const int NGRAD = 0;
+
+#endif
+
+int32_t backend_collective_id(mpsc_ctx* ctx, void* p, unsigned char* id, int32_t len) {
+  (void)p; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  return mpsc_nccl_unique_id(id, len, ctx->error, sizeof ctx->error);
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
+  return -1;
+#endif
+}
+
+int backend_collective_init(mpsc_ctx* ctx, void* p, int32_t nranks, int32_t rank, const unsigned char* id, int32_t len) {
+  (void)p; (void)nranks; (void)rank; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (b->nccl) { std::snprintf(ctx->error, sizeof ctx->error, "the NCCL communicator already exists"); return 1; }
+  b->nccl = mpsc_nccl_init(nranks, rank, id, len, ctx->error, sizeof ctx->error);
+  if (!b->nccl) return 1;
+  char v[32];
+  mpsc_nccl_version(v, sizeof v);
+  if (rank == 0) std::fprintf(stderr, "mpsc cuda: NCCL %s communicator of %d rank%s\n", v, (int)nranks, nranks == 1 ? "" : "s");
+  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
+  return 1;
+#endif
+}
+
+int backend_allreduce_grads(mpsc_ctx* ctx, void* p) {
+  (void)p;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (!upload_if_dirty(ctx, b)) return 1;
+  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
+  return 1;
+#endif
+}
+
 const int64_t ishape_p0_0[] = { 64, 1, 28, 28 };
 const int64_t ishape_p0_1[] = { 64 };
 const mpsc_tensor_desc in_p0[] = {
@@ -582,6 +636,7 @@ const mpsc_program_desc programs[] = {
 const mpsc_model_desc model = {
   MPSC_ABI_VERSION, "mnist_mlp", "cuda", 12, tensors, 2457600, 2, programs,
   backend_create, backend_free, backend_to_host, backend_from_host,
+  backend_collective_id, backend_collective_init, backend_allreduce_grads,
 };
 
 } // namespace
