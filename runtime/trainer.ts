@@ -353,7 +353,15 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   // check checkpoint files against the programs' tensors before a backend is compiled
   const table = programTensorTable(programs);
   const tableNames = new Set(table.tensorNames());
-  const resumeLoad = { required: tableNames, ignorable: isAuxiliaryTensor, purpose: '--resume' };
+  // the gradient accumulators (`<param>.grad`) are zero at every checkpoint (written after apply_update):
+  // a checkpoint without them (one process) resumes a data-parallel run and one with them a single process
+  const paramNames = new Set(model.params.map((p) => p.path));
+  const isAccumulator = (n: string) => n.endsWith('.grad') && paramNames.has(n.slice(0, -'.grad'.length));
+  const resumeLoad = {
+    required: new Set([...tableNames].filter((n) => !isAccumulator(n))),
+    ignorable: (n: string) => isAuxiliaryTensor(n) || isAccumulator(n),
+    purpose: '--resume',
+  };
   const initParamNames = new Set([...modelTensorNames(model)].filter((n) => tableNames.has(n)));
   const initLoad = { required: initParamNames, only: initParamNames, ignorable: isAuxiliaryTensor, purpose: '--init-from' };
   const initSt = !resumeSt && opts.initFrom !== undefined ? readCheckpointFile(opts.initFrom) : null;
