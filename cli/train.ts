@@ -320,6 +320,10 @@ Checkpoints: one at each epoch end (or every checkpoint_every steps) and at the 
 monitored value improves: early_stop's monitor, else val_loss with a val_split, else test_loss.
 model.safetensors holds only the weights (parameters and buffers, torch names) of the newest
 checkpoint: load it with mpsc eval/predict --weights or torch's load_state_dict(strict=True).
+Data-parallel (docs/workflow.md): --gpus N|all starts one process per GPU (NCCL all-reduce),
+--device cpu --ranks N one process per rank (all-reduce through the launcher); batch stays the
+global batch (a multiple of N), split over the ranks; rank 0 writes the run folder and prints;
+--resume works with any N. Example: mpsc train specs/char_gpt.model --gpus all --batch 256
 --set KEY=VALUE: KEY is train.<key>, train.early_stop.<key>, optimizer[.<arg>], schedule[.<arg>]
 or data[.<arg>]; VALUE is written as in the spec (3e-4, true, [100, 200], cosine(t_max: 500)).
 `;

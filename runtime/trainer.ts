@@ -269,6 +269,12 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   const world = dp?.world ?? 1;
   const lead = rank === 0; // writes files, evaluates, reports
   const localB = dp ? localBatch(B, world, opts.dataParallel!.flag) : B;
+  if (dp && world > 1 && cfg.sync_batchnorm && model.graph.nodes.some((n) => n.op === 'batchnorm_train')) {
+    throw new UserError(
+      `${model.file}: error: sync_batchnorm: true is not supported yet: with ${opts.dataParallel!.flag} ${world} each rank normalises with its own shard's batch statistics (DDP's default)\n` +
+        `  help: remove sync_batchnorm from the train settings (per-replica statistics), or train on one ${opts.dataParallel!.flag === '--gpus' ? 'GPU' : 'rank'}`,
+    );
+  }
 
   // ---- resume: read the checkpoint first (its seed and position win)
   let resumeFile: string | null = null;
