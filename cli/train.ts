@@ -391,12 +391,12 @@ export function register(program: Command): void {
         sigints += 1;
         if (!started) {
           // still checking, loading or compiling: nothing to save, stop at once
-          process.stderr.write('\ninterrupted before training started (nothing was written)\n');
+          if (!quiet) process.stderr.write('\ninterrupted before training started (nothing was written)\n');
           process.exit(130);
         }
         if (sigints > 1) process.exit(130);
         const l = 'interrupt: finishing the current step and writing a checkpoint (press Ctrl-C again to quit at once)';
-        process.stderr.write(`\n${l}\n`);
+        if (!quiet) process.stderr.write(`\n${l}\n`);
         log(l);
         controller.abort();
       };

@@ -12,7 +12,9 @@
  * in a host collective stops at once with a UserError), then SIGTERM after 1 s and SIGKILL after 5 s
  * (a rank blocked inside NCCL cannot read the ABORT), so nothing hangs. SIGINT is forwarded to every
  * rank (they agree on the step to stop at, and rank 0 writes the checkpoint); the workers run in their
- * own process group so a terminal's Ctrl-C reaches them only through the launcher, once.
+ * own process group so a terminal's Ctrl-C reaches them only through the launcher, once. SIGTERM /
+ * SIGHUP of the launcher stop every rank (exit 143 / 129); a rank still running 30 s after rank 0
+ * finished is stopped as stuck.
  * Output: rank 0's stdout and stderr are the run's (it alone writes the run folder and the console
  * lines); the other ranks' stderr lines are forwarded with a `[rank r]` prefix.
  */
@@ -136,6 +138,10 @@ export async function launch(o: LaunchOptions): Promise<number> {
 
   const onSigint = () => children.forEach((c, r) => { if (!exited[r] && c.pid) try { process.kill(c.pid, 'SIGINT'); } catch { /* gone */ } });
   process.on('SIGINT', onSigint);
+  // the launcher itself asked to stop (a job scheduler's SIGTERM, a closed terminal): the ranks stop too
+  const onTerm = (sig: NodeJS.Signals) => stopAll(`the launcher got ${sig}`, sig === 'SIGTERM' ? 143 : 129);
+  process.on('SIGTERM', onTerm);
+  process.on('SIGHUP', onTerm);
   const codes: number[] = new Array(N).fill(0);
   try {
     await new Promise<void>((resolveAll) => {
@@ -171,6 +177,8 @@ export async function launch(o: LaunchOptions): Promise<number> {
           exited[r] = true;
           codes[r] = code ?? 1;
           if (signal) stopAll(`rank ${r} died (killed by ${signal})`, 1);
+          // rank 0 finished: the others have nothing left but closing; one still running after 30 s is stuck
+          else if (r === 0 && code === 0 && left > 1) timers.push(setTimeout(() => stopAll('rank 0 finished but another rank did not end within 30 s', 1), 30_000));
           // 130: interrupted (SIGINT reaches every rank; they stop at one agreed step), not a failure
           else if (code !== 0 && code !== 130) stopAll(`rank ${r} exited with code ${code}${code === 1 ? ' (its error is above)' : ''}`, code ?? 1);
           if (--left === 0) resolveAll();
@@ -179,6 +187,8 @@ export async function launch(o: LaunchOptions): Promise<number> {
     });
   } finally {
     process.off('SIGINT', onSigint);
+    process.off('SIGTERM', onTerm);
+    process.off('SIGHUP', onTerm);
     for (const t of timers) clearTimeout(t);
     for (const s of sockets) s?.destroy();
     server.close();
