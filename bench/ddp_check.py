@@ -6,7 +6,8 @@
 check (the default; one GPU is enough): for each spec, `mpsc train --device cuda` (the single-GPU path) and
   `mpsc train --device cuda --gpus 1` (the data-parallel path: train_step, an NCCL all-reduce of one rank,
   apply_update) for --steps steps with every loss read (--log-every 1); the per-step losses and the final
-  test loss must be identical (the all-reduce of one rank is a copy, averaging by 1 exact). One line per
+  test loss must be identical (the all-reduce of one rank is a copy, averaging by 1 exact). Then the same
+  with MPSC_DDP_OVERLAP=1 (the buckets' all-reduces captured into train_step's CUDA graph on a side stream). One line per
   spec, then one verdict line: "ddp_check: PASS ..." or "ddp_check: FAIL ...". Exit 1 on a failure.
 scaling (a multi-GPU kind): bench/gpt_char_b64_t256.model (per-GPU batch 64) and
   bench/seed_cnn_b32_64px_adam.model (per-GPU batch 32) at N = 1, 2, 4, 8 (up to the visible GPUs or
@@ -14,7 +15,8 @@ scaling (a multi-GPU kind): bench/gpt_char_b64_t256.model (per-GPU batch 64) and
   at the last step (the first steps build, capture and warm up); scaling efficiency
   = N-GPU samples/s / (N x 1-GPU samples/s) = T1(batch b) / TN(batch N*b), target >= 0.90 (issue 18).
   Also the N = 2 equality: --gpus 2 at batch 2b against --gpus 1 at batch 2b (same global batches),
-  losses within 1e-4 relative over the steps.
+  losses within 1e-4 relative over the steps. The all-reduce runs after the backward unless the
+  environment has MPSC_DDP_OVERLAP=1 (buckets inside the CUDA graph): run scaling once each way.
 Every process gets NCCL_NVLS_ENABLE=0 (NVLink multicast off). Logs: $OUT_DIR (default a temporary folder).
 """
 import json, os, re, subprocess, sys, tempfile
@@ -36,14 +38,14 @@ out_dir = os.environ.get("OUT_DIR") or tempfile.mkdtemp(prefix="mpsc-ddp-")
 os.makedirs(out_dir, exist_ok=True)
 ENV = dict(os.environ, NCCL_NVLS_ENABLE="0", CI="1")
 
-def train(tag, spec, extra, timeout=900):
+def train(tag, spec, extra, timeout=900, env=None):
     """one `mpsc train` run: (exit code, the train metrics lines, the summary JSON or None, stderr)"""
     run_dir = os.path.join(out_dir, tag)
     metrics = os.path.join(out_dir, tag + ".metrics.jsonl")
     cmd = ["node", os.path.join(ROOT, "bin/mpsc.js"), "train", os.path.join(ROOT, spec), "--device", device, "--json",
            "--run-dir", run_dir, "--metrics", metrics] + extra
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=out_dir)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=dict(ENV, **(env or {})), timeout=timeout, cwd=out_dir)
     except subprocess.TimeoutExpired:
         return 124, [], None, f"timed out after {timeout} s"
     with open(os.path.join(out_dir, tag + ".log"), "w") as f:
@@ -86,6 +88,21 @@ if "check" in modes:
         verdict = "identical" if ident else f"differ (max |diff| {worst:.3e})"
         print(f"{name}: {'PASS' if ok else 'FAIL'}: {len(a)} / {len(b)} steps, losses {verdict}, "
               f"final loss {a[-1][1] if a else None} / {b[-1][1] if b else None}, test loss {tl[0]} / {tl[1]}; {nccl.strip()}", flush=True)
+        if device != "cuda": continue
+        # MPSC_DDP_OVERLAP=1: the buckets' all-reduces inside train_step's CUDA graph on a side stream
+        c3, l3, s3, e3 = train(f"{name}.overlap1", spec, common + [flag, "1"], env={"MPSC_DDP_OVERLAP": "1"})
+        if c3 != 0:
+            failures.append(name + " overlap")
+            print(f"{name} overlap: FAIL: exited with {c3}: {' | '.join(e3.strip().splitlines()[-3:])}", flush=True)
+            continue
+        c = losses(l3)
+        d3 = [abs(x[1] - y[1]) for x, y in zip(a, c)]
+        ok3 = [x[0] for x in c] == [x[0] for x in a] and all(d == 0 for d in d3) and (s3 or {}).get("test_loss") == tl[0]
+        if not ok3: failures.append(name + " overlap")
+        line3 = next((l for l in e3.splitlines() if "communicator" in l), "no NCCL line")
+        worst3 = max(d3, default=float("nan"))
+        verdict3 = "identical" if ok3 else f"differ (max |diff| {worst3:.3e}, {len(c)} steps)"
+        print(f"{name} overlap: {'PASS' if ok3 else 'FAIL'}: losses {verdict3}; {line3.strip()}", flush=True)
 
 def step_ms(lines, batch, first=10):
     """ms per step between step `first` and the last step, from the cumulative samples/s"""

@@ -46,6 +46,22 @@ describe('the generated host code with NCCL', () => {
   const model = checkFile(path.join(ROOT, 'specs', 'mnist_mlp.model'));
   const programs = buildPrograms(model, { batch: 32, splitUpdate: true });
 
+  it('splitUpdate: each grad_accumulate comes right after the node producing its gradient (the backward order)', () => {
+    const g = programs.train_step.graph;
+    const producer = new Map<number, number>();
+    g.nodes.forEach((n, i) => n.outputs.forEach((v) => producer.set(v, i)));
+    const accs = g.nodes.map((n, i) => ({ n, i })).filter(({ n }) => n.op === 'grad_accumulate');
+    expect(accs.length).toBe(model.params.length);
+    for (const { n, i } of accs) {
+      // only other accumulates between the producer and this one
+      const p = producer.get(n.inputs[1])!;
+      expect(g.nodes.slice(p + 1, i).every((m) => m.op === 'grad_accumulate')).toBe(true);
+    }
+    // the last layer's weight gradient is finished (and accumulated) before the first layer's
+    const at = (name: string) => accs.find(({ n }) => g.values[n.inputs[0]].name === name)!.i;
+    expect(at('fc2.weight.grad')).toBeLessThan(at('fc1.weight.grad'));
+  });
+
   it('splitUpdate: train_step accumulates, apply_update updates and zeroes, even at grad_accum 1', () => {
     expect(model.train.grad_accum).toBe(1);
     expect(programs.apply_update).toBeDefined();
@@ -66,6 +82,15 @@ describe('the generated host code with NCCL', () => {
     const counts = cu.match(/const int64_t GRAD_COUNT\[NGRAD\] = \{ ([^}]*) \};/)![1].split(', ').map(Number);
     expect(counts.sort((x, y) => x - y)).toEqual(accs.map((v) => v.shape.reduce((p, d) => p * d, 1)).sort((x, y) => x - y));
     expect(cu).toMatch(/backend_collective_id, backend_collective_init, backend_allreduce_grads,/);
+    // the buckets: one per node that finishes gradients, in the backward's order (fc2's gradients first)
+    const nb = Number(cu.match(/const int NBUCKET = (\d+);/)![1]);
+    expect(nb).toBeGreaterThan(1);
+    const firsts = cu.match(/const int BUCKET_FIRST\[NBUCKET \+ 1\] = \{ ([^}]*) \};/)![1].split(', ').map(Number);
+    expect(firsts[0]).toBe(0);
+    expect(firsts.at(-1)).toBe(accs.length);
+    expect(cu.match(/bucket_allreduce\(ctx, b, st, \d+\)/g)!.length).toBe(nb);
+    const order = cu.match(/const size_t GRAD_OFFSET\[NGRAD\] = \{ ([^}]*) \};/)![1].split(', ').map(Number);
+    expect(new Set(order).size).toBe(accs.length);
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-ddp-cu-'));
     try {
       for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);

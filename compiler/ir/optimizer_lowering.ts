@@ -19,7 +19,9 @@
  *      LOSS_SCALE_STATE scalar (`binary div`) before the clip and the update read it, as
  *      torch.amp.GradScaler unscales before clipping.
  *  - split (data-parallel training, runtime/ddp): as grad_accum > 1 (also for K = 1), so the host can
- *      all-reduce the accumulators between train_step and apply_update.
+ *      all-reduce the accumulators between train_step and apply_update; each grad_accumulate sits
+ *      right after the node producing its gradient (accumulateEarly), so a backend can all-reduce
+ *      finished accumulators while the backward goes on.
  *  Optimizer state values have kind 'optstate' and the parameter's shape, named
  *  `<param>.momentum_buffer` (sgd with momentum != 0), `<param>.exp_avg` and
  *  `<param>.exp_avg_sq` (adam, adamw); they start at zero (backends zero-fill).
@@ -126,5 +128,31 @@ export function lowerOptimizer(
   if (scaling) b.emit('grad_norm', trainAccs, [{ name: AMP_CHECK_OUTPUT, shape: [], kind: 'output' }], {}, 'optimizer');
   const gradNorm = emitUpdates(up, pairs, opt, train.grad_clip);
   for (const acc of accs) up.node('zero', [acc], [], {}, up.get(acc).name);
-  return { train: b.graph, applyUpdate: up.graph, gradNorm };
+  return { train: split ? accumulateEarly(b.graph) : b.graph, applyUpdate: up.graph, gradNorm };
+}
+
+/**
+ * Data-parallel train_step: each grad_accumulate moved right after the node producing its gradient
+ * (the backward's order: the last layers' first), so a backend can start averaging an accumulator over
+ * the ranks while the rest of the backward runs (codegen-cuda's buckets). Valid because an accumulate
+ * reads only its gradient and its accumulator, and nothing in train_step reads the accumulator after it
+ * (the grad_norm of loss scaling reads them all and stays last). Node ids are renumbered.
+ */
+function accumulateEarly(g: Graph): Graph {
+  const producer = new Map<number, number>();
+  g.nodes.forEach((n, i) => n.outputs.forEach((v) => producer.set(v, i)));
+  const after = new Map<number, Graph['nodes']>();
+  const moved = new Set<number>();
+  g.nodes.forEach((n, i) => {
+    const at = n.op === 'grad_accumulate' ? producer.get(n.inputs[1]) : undefined;
+    if (at === undefined) return;
+    moved.add(i);
+    after.set(at, [...(after.get(at) ?? []), n]);
+  });
+  const nodes: Graph['nodes'] = [];
+  g.nodes.forEach((n, i) => {
+    if (moved.has(i)) return;
+    nodes.push(n, ...(after.get(i) ?? []));
+  });
+  return { ...g, nodes: nodes.map((n, id) => ({ ...n, id })) };
 }

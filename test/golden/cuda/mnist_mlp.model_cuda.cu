@@ -44,6 +44,12 @@ const size_t ARENA_BYTES = 1079488;
 const int NPROG = 2;
 const size_t STAGING_BYTES[NPROG] = { 201024, 201024 };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
+#ifdef MPSC_NCCL
+// data-parallel training: the gradient accumulators the all-reduce averages, in the order train_step finishes them
+// buckets (MPSC_DDP_OVERLAP=1): bucket j = accumulators BUCKET_FIRST[j] .. BUCKET_FIRST[j + 1], all-reduced after train_step
+// graph node (none) respectively
+const int NBUCKET = 0;
+#endif
 
 struct Prog {
   unsigned char* stage[2] = {nullptr, nullptr};      // pinned, mapped host staging sets
@@ -70,6 +76,10 @@ struct Backend {
 #endif
 #ifdef MPSC_NCCL
   MpscNccl* nccl = nullptr;  // data-parallel training: the communicator (collective_init)
+  bool overlap = false;      // MPSC_DDP_OVERLAP=1 and buckets: train_step's graph all-reduces them on the side stream
+  bool graph_allreduce = false;  // a recorded train_step holds the all-reduce (allreduce_grads has nothing to do)
+  cudaStream_t side = nullptr;
+  cudaEvent_t bucket_ev[NBUCKET + 1] = {};
 #endif
   cudaEvent_t prof_ev[13] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
@@ -140,6 +150,7 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
 
 const char* const knames_p0[] = { "cuBLASLt call 0 (node 1: linear)", "p0_k2 (node 2: unary)", "cuBLASLt call 1 (node 3: linear)", "p0_k4 (node 4: cross_entropy)", "p0_k5 (node 5: accuracy)", "p0_k6 (node 6: cross_entropy_grad)", "cuBLASLt call 2 (node 7: matmul)", "cuBLASLt call 3 (node 8: matmul)", "p0_k9_m (node 9: multi)", "cuBLASLt call 4 (node 11: matmul)", "p0_k12_m (node 12: multi)", "p0_k14_m (node 14: adam_update)", nullptr };
 const char* const knames_p1[] = { "cuBLASLt call 5 (node 1: linear)", "cuBLASLt call 6 (node 2: linear)", "p0_k4 (node 3: cross_entropy)", "p0_k5 (node 4: accuracy)", nullptr };
+
 
 // program train_step: the graph's nodes in stream order (12 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
@@ -417,6 +428,8 @@ void destroy(Backend* b) {
   mpsc_lt_destroy(b->lt);
 #endif
 #ifdef MPSC_NCCL
+  for (cudaEvent_t e : b->bucket_ev) if (e) cudaEventDestroy(e);
+  if (b->side) { cudaStreamSynchronize(b->side); cudaStreamDestroy(b->side); }
   mpsc_nccl_destroy(b->nccl);
 #endif
   if (b->dev) cudaFree(b->dev);
@@ -540,12 +553,6 @@ int backend_from_host(mpsc_ctx* ctx, void* p) {
   return 0;
 }
 
-#ifdef MPSC_NCCL
-// the gradient accumulators the all-reduce averages (reverse persistent-table order)
-const int NGRAD = 0;
-
-#endif
-
 int32_t backend_collective_id(mpsc_ctx* ctx, void* p, unsigned char* id, int32_t len) {
   (void)p; (void)id; (void)len;
 #ifdef MPSC_NCCL
@@ -563,9 +570,17 @@ int backend_collective_init(mpsc_ctx* ctx, void* p, int32_t nranks, int32_t rank
   if (b->nccl) { std::snprintf(ctx->error, sizeof ctx->error, "the NCCL communicator already exists"); return 1; }
   b->nccl = mpsc_nccl_init(nranks, rank, id, len, ctx->error, sizeof ctx->error);
   if (!b->nccl) return 1;
+  // MPSC_DDP_OVERLAP=1: the buckets' all-reduces run inside train_step's graph on a side stream (captured at its first run, after this)
+  const char* ov = std::getenv("MPSC_DDP_OVERLAP");
+  b->overlap = NBUCKET > 0 && ov && ov[0] == '1';
+  if (b->overlap) {
+    if (!ck(ctx, cudaStreamCreateWithFlags(&b->side, cudaStreamNonBlocking), "cudaStreamCreate (gradient buckets)")) return 1;
+    for (cudaEvent_t& e : b->bucket_ev) if (!ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (gradient buckets)")) return 1;
+  }
   char v[32];
   mpsc_nccl_version(v, sizeof v);
-  if (rank == 0) std::fprintf(stderr, "mpsc cuda: NCCL %s communicator of %d rank%s\n", v, (int)nranks, nranks == 1 ? "" : "s");
+  if (rank == 0) std::fprintf(stderr, "mpsc cuda: NCCL %s communicator of %d rank%s; gradients all-reduced %s\n", v, (int)nranks, nranks == 1 ? "" : "s",
+                              b->overlap ? "in buckets overlapping the backward (MPSC_DDP_OVERLAP=1)" : "after the backward");
   return 0;
 #else
   std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
@@ -577,6 +592,7 @@ int backend_allreduce_grads(mpsc_ctx* ctx, void* p) {
   (void)p;
 #ifdef MPSC_NCCL
   Backend* b = static_cast<Backend*>(p);
+  if (b->graph_allreduce) return 0;  // train_step's graph did it, bucket by bucket
   if (!upload_if_dirty(ctx, b)) return 1;
   return 0;
 #else
