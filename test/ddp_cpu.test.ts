@@ -6,7 +6,8 @@
  *  - grad_accum and an odd N (3) on the reference device; --resume with a different N;
  *  - a rank killed mid-run: the others stop within seconds, the launcher says which rank died, exit 1;
  *  - SIGINT to the launcher: one agreed stop, rank 0's checkpoint, exit 130, and the run resumes;
- *  - the user errors of --ranks / --gpus (batch not divisible, wrong device, no GPU here).
+ *  - the user errors of --ranks / --gpus (batch not divisible, wrong device, no GPU here), and batch
+ *    norm: per-replica statistics train, sync_batchnorm: true is refused.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -182,5 +183,13 @@ describe('mpsc train --ranks N', () => {
     const noGpu = mpsc('train', spec, '--gpus', '1', '--steps', '1');
     expect(noGpu.code).toBe(1);
     expect(noGpu.stderr).toMatch(/shows no CUDA GPU|built without NCCL/);
-  }, 120_000);
+    // batch norm: per-replica statistics run; sync_batchnorm is refused with more than one rank
+    const bn = path.join(ROOT, 'test', 'fixtures', 'train', 'bn_dropout.model');
+    const per = mpsc('train', bn, '--device', 'reference', '--ranks', '2', '--steps', '2', '--run-dir', path.join(dir, 'bn'));
+    expect(per.code, per.stderr).toBe(0);
+    const sync = mpsc('train', bn, '--device', 'reference', '--ranks', '2', '--steps', '2', '--set', 'train.sync_batchnorm=true');
+    expect(sync.code).toBe(1);
+    expect(sync.stderr).toContain('sync_batchnorm: true is not supported yet');
+    expect(sync.stderr).toContain('help: remove sync_batchnorm');
+  }, 180_000);
 });
