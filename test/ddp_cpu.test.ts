@@ -15,6 +15,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readCheckpointFile } from '../runtime/checkpoint.js';
+import { FRAME, FrameReader, REDUCE_OP, encodeFrame, reduceInRankOrder, reducePayload, reduceValues } from '../runtime/ddp/wire.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'mpsc.js');
@@ -60,6 +61,33 @@ function expectClose(a: [number, number][], b: [number, number][], rel: number):
   expect(b.map((x) => x[0])).toEqual(a.map((x) => x[0]));
   for (let i = 0; i < a.length; i++) expect(Math.abs(a[i][1] - b[i][1]), `step ${a[i][0]}: ${a[i][1]} vs ${b[i][1]}`).toBeLessThanOrEqual(rel * Math.abs(a[i][1]));
 }
+
+describe('runtime/ddp/wire.ts', () => {
+  it('frames survive any split of the byte stream; payloads round-trip', () => {
+    const big = reducePayload(REDUCE_OP.AVG_F32, Float32Array.from({ length: 50_000 }, (_, i) => i * 0.5));
+    const bytes = Buffer.concat([encodeFrame(FRAME.REDUCE, 7, big), encodeFrame(FRAME.BCAST, 8, Uint8Array.of(1, 2, 3)), encodeFrame(FRAME.ABORT, 0, new Uint8Array(0))]);
+    for (const step of [1, 3, 4, 9, 777, bytes.length]) {
+      const r = new FrameReader();
+      const got = [];
+      for (let i = 0; i < bytes.length; i += step) got.push(...r.push(bytes.subarray(i, i + step)));
+      expect(got.map((f) => [f.type, f.seq, f.payload.length])).toEqual([[FRAME.REDUCE, 7, big.length], [FRAME.BCAST, 8, 3], [FRAME.ABORT, 0, 0]]);
+      const v = reduceValues(got[0].payload);
+      expect(v.op).toBe(REDUCE_OP.AVG_F32);
+      expect(v.values[49_999]).toBe(49_999 * 0.5);
+    }
+  });
+
+  it('reductions: rank order in float64, one result for every rank; max passes NaN', () => {
+    const parts = [Float32Array.of(1e8, 1, 0.1), Float32Array.of(1, -1e8, 0.2), Float32Array.of(-1e8, 1e8, 0.3)];
+    const avg = reduceInRankOrder(REDUCE_OP.AVG_F32, parts);
+    expect(avg).toBeInstanceOf(Float32Array);
+    // float64 sums keep the small terms a float32 sum would drop
+    expect(Array.from(avg)).toEqual(Array.from(Float32Array.of(1 / 3, 1 / 3, (Math.fround(0.1) + Math.fround(0.2) + Math.fround(0.3)) / 3)));
+    expect(Array.from(reduceInRankOrder(REDUCE_OP.AVG_F32, [Float32Array.of(0.1, -7)]))).toEqual(Array.from(Float32Array.of(0.1, -7))); // one rank: a copy
+    expect(Array.from(reduceInRankOrder(REDUCE_OP.MAX_F64, [Float64Array.of(1, NaN, 0), Float64Array.of(2, 5, 0)]))).toEqual([2, NaN, 0]);
+    expect(Array.from(reduceInRankOrder(REDUCE_OP.SUM_F64, [Float64Array.of(1, Infinity), Float64Array.of(2, 1)]))).toEqual([3, Infinity]);
+  });
+});
 
 describe('mpsc train --ranks N', () => {
   it('--device cpu: N = 2 equals N = 1 at the same global batch (losses, final weights); only rank 0 writes', () => {

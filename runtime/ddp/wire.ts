@@ -33,23 +33,34 @@ export function encodeFrame(type: FrameType, seq: number, payload: Uint8Array): 
   return b;
 }
 
-/** Reassembles frames from a byte stream. */
+/** Reassembles frames from a byte stream (chunks are joined once per frame: large gradients stay linear). */
 export class FrameReader {
-  private buf: Buffer = Buffer.alloc(0);
+  private chunks: Buffer[] = [];
+  private total = 0;
 
   push(chunk: Buffer): Frame[] {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    this.chunks.push(chunk);
+    this.total += chunk.length;
     const out: Frame[] = [];
-    while (this.buf.length >= 4) {
-      const len = this.buf.readUInt32LE(0);
-      if (this.buf.length < 4 + len) break;
-      const type = this.buf.readUInt8(4) as FrameType;
-      const seq = this.buf.readUInt32LE(5);
-      // a copy: the payload outlives the reassembly buffer
-      out.push({ type, seq, payload: Uint8Array.from(this.buf.subarray(9, 4 + len)) });
-      this.buf = this.buf.subarray(4 + len);
+    for (;;) {
+      if (this.total < 4) break;
+      if (this.chunks[0].length < 4) this.join();
+      const len = this.chunks[0].readUInt32LE(0);
+      if (this.total < 4 + len) break;
+      if (this.chunks[0].length < 4 + len) this.join();
+      const head = this.chunks[0];
+      // a copy: the payload outlives the chunk
+      out.push({ type: head.readUInt8(4) as FrameType, seq: head.readUInt32LE(5), payload: Uint8Array.from(head.subarray(9, 4 + len)) });
+      const rest = head.subarray(4 + len);
+      this.total -= 4 + len;
+      if (rest.length) this.chunks[0] = rest;
+      else this.chunks.shift();
     }
     return out;
+  }
+
+  private join(): void {
+    this.chunks = [Buffer.concat(this.chunks, this.total)];
   }
 }
 
