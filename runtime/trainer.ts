@@ -645,13 +645,15 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       }
 
       const epochEnd = pos.batchInEpoch + K > stepsPerEpoch * K;
-      if (cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd) runEval();
+      const evalNow = cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd;
+      if (evalNow) runEval();
       // fp16: no checkpoint while the loss is not finite (the last good one stays the newest)
       const goodState = !scaling || Number.isFinite(loss);
       if ((cfg.checkpoint_every !== null ? pos.step % cfg.checkpoint_every === 0 : epochEnd) && goodState) checkpoint();
       await new Promise((r) => setImmediate(r)); // let SIGINT and timers in
-      if (dp) {
-        // every rank stops at the same step: rank 0's early stop, anyone's interrupt
+      // data-parallel: every rank stops at the same step (rank 0's early stop, anyone's interrupt), agreed
+      // after each evaluation and every 16 steps (not every step: a round trip through the launcher)
+      if (dp && (evalNow || read || pos.step % 16 === 0)) {
         const agreed: Float64Array = await dp.allreduce(Float64Array.of(Number(stopEarly), Number(opts.signal?.aborted === true)), 'max');
         stopEarly = agreed[0] > 0;
         if (agreed[1] > 0 && pos.step < totalSteps && !stopEarly) {
@@ -660,7 +662,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         }
       }
       if (stopEarly) break;
-      if (opts.signal?.aborted && pos.step < totalSteps) {
+      if (!dp && opts.signal?.aborted && pos.step < totalSteps) {
         interrupted = true;
         break;
       }
