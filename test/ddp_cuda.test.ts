@@ -17,6 +17,7 @@ import { describe, expect, it } from 'vitest';
 import { checkFile } from '../compiler/check/index.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
+import { BUCKET_BYTES, gradBuckets } from '../compiler/codegen-cuda/host.js';
 import { UserError } from '../compiler/errors.js';
 import { writeCmakeProject } from '../runtime/native/build.js';
 import { cudaIncludeDirs, findNvcc } from '../runtime/cuda/session.js';
@@ -82,13 +83,10 @@ describe('the generated host code with NCCL', () => {
     const counts = cu.match(/const int64_t GRAD_COUNT\[NGRAD\] = \{ ([^}]*) \};/)![1].split(', ').map(Number);
     expect(counts.sort((x, y) => x - y)).toEqual(accs.map((v) => v.shape.reduce((p, d) => p * d, 1)).sort((x, y) => x - y));
     expect(cu).toMatch(/backend_collective_id, backend_collective_init, backend_allreduce_grads,/);
-    // the buckets: one per node that finishes gradients, in the backward's order (fc2's gradients first)
-    const nb = Number(cu.match(/const int NBUCKET = (\d+);/)![1]);
-    expect(nb).toBeGreaterThan(1);
-    const firsts = cu.match(/const int BUCKET_FIRST\[NBUCKET \+ 1\] = \{ ([^}]*) \};/)![1].split(', ').map(Number);
-    expect(firsts[0]).toBe(0);
-    expect(firsts.at(-1)).toBe(accs.length);
-    expect(cu.match(/bucket_allreduce\(ctx, b, st, \d+\)/g)!.length).toBe(nb);
+    // 0.8 MB of gradients: one bucket (at least 25 MiB each), after the node finishing the last accumulator
+    expect(cu).toContain('const int NBUCKET = 1;');
+    expect(cu).toContain(`const int BUCKET_FIRST[NBUCKET + 1] = { 0, ${accs.length} };`);
+    expect(cu.match(/bucket_allreduce\(ctx, b, st, \d+\)/g)!.length).toBe(1);
     const order = cu.match(/const size_t GRAD_OFFSET\[NGRAD\] = \{ ([^}]*) \};/)![1].split(', ').map(Number);
     expect(new Set(order).size).toBe(accs.length);
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-ddp-cu-'));
@@ -104,6 +102,23 @@ describe('the generated host code with NCCL', () => {
       fs.rmSync(dir, { recursive: true, force: true });
     }
   }, 300_000);
+
+  it('buckets of a 41 MB GPT: >= 25 MiB each but the last, in the backward order, each after the node finishing it', () => {
+    const gpt = checkFile(path.join(ROOT, 'bench', 'gpt_char_b64_t256.model'));
+    const a = generateCudaModel(buildPrograms(gpt, { batch: 4, splitUpdate: true }));
+    const bk = gradBuckets(a.plan, a.table);
+    const sizes = bk.nodes.map((_, j) => bk.grads.slice(bk.first[j], bk.first[j + 1]).reduce((s, g) => s + g.count * 4, 0));
+    expect(sizes.length).toBe(2);
+    expect(sizes[0]).toBeGreaterThanOrEqual(BUCKET_BYTES);
+    expect(sizes.reduce((x, y) => x + y, 0)).toBe(gpt.params.reduce((s, p) => s + p.shape.reduce((x, y) => x * y, 1) * 4, 0));
+    // the head and the last block's gradients come first, the embeddings' last
+    const names = bk.grads.map((g) => g.name);
+    expect(names.indexOf('head.weight.grad')).toBeLessThan(names.indexOf('blocks.5.fc.weight.grad'));
+    expect(names.indexOf('blocks.5.fc.weight.grad')).toBeLessThan(names.indexOf('blocks.0.fc.weight.grad'));
+    expect(names.slice(-2).sort()).toEqual(['pos.weight.grad', 'tok.weight.grad']);
+    // bucket 0 ends before bucket 1: the overlap has backward work to hide behind
+    expect(bk.nodes[0]).toBeLessThan(bk.nodes[1]);
+  }, 120_000);
 
   it('the CMake project builds the bridge only inside its NCCL guard', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-ddp-cmake-'));

@@ -208,11 +208,11 @@ function runFn(p: ProgramPlan, i: number): string {
 /**
  * The data-parallel all-reduce (runtime/ddp): the gradient accumulators in the order train_step finishes
  * them (by the graph node that writes each last; table order within a node) and, for the overlap, the
- * buckets: one per such node, its accumulators all-reduced on a side stream right after it while the
- * rest of the backward runs. No buckets (nodes: []) when an accumulator is read later in train_step
+ * buckets: consecutive accumulators of at least BUCKET_BYTES, each all-reduced on a side stream right
+ * after the node that finishes its last accumulator, while the rest of the backward runs. No buckets (nodes: []) when an accumulator is read later in train_step
  * (fp16's gradient norm) or written by no node: then the all-reduce runs after the step.
  */
-interface GradBuckets {
+export interface GradBuckets {
   grads: { name: string; offset: number; count: number }[];
   /** train_step graph node index of bucket j's last writer */
   nodes: number[];
@@ -220,7 +220,10 @@ interface GradBuckets {
   first: number[];
 }
 
-function gradBuckets(plan: CudaPlan, table: PersistentTable): GradBuckets {
+/** the smallest bucket (bytes of accumulators) before the next one starts: PyTorch DDP's default bucket_cap_mb, 25 MiB */
+export const BUCKET_BYTES = 25 * 1024 * 1024;
+
+export function gradBuckets(plan: CudaPlan, table: PersistentTable): GradBuckets {
   const tensors = table.tensors.filter((t) => t.kind === 'gradacc');
   const ts = plan.programs.find((p) => p.name === 'train_step');
   const argsOf = (n: GraphNodePlan): KernelArgPlan[] => (n.kind === 'kernel' ? n.args : [...n.fallback, ...n.after].flatMap((k) => k.args));
@@ -235,9 +238,22 @@ function gradBuckets(plan: CudaPlan, table: PersistentTable): GradBuckets {
   });
   const overlap = placed.length > 0 && placed.every((g) => g.last >= 0 && !g.readLater);
   const order = overlap ? [...placed].sort((a, b) => a.last - b.last || a.i - b.i) : [...placed].reverse();
+  // buckets of at least BUCKET_BYTES (PyTorch DDP's bucket_cap_mb), closed at a node boundary: a bucket
+  // ends after the node that writes its last accumulator
   const nodes: number[] = [];
   const first: number[] = [];
-  if (overlap) order.forEach((g, k) => { if (k === 0 || g.last !== order[k - 1].last) { nodes.push(g.last); first.push(k); } });
+  if (overlap) {
+    let bytes = 0;
+    order.forEach((g, k) => {
+      if (k === 0 || (bytes >= BUCKET_BYTES && g.last !== order[k - 1].last)) {
+        if (k > 0) nodes.push(order[k - 1].last);
+        first.push(k);
+        bytes = 0;
+      }
+      bytes += g.count * 4;
+    });
+    nodes.push(order[order.length - 1].last);
+  }
   first.push(order.length);
   return { grads: order.map(({ name, offset, count }) => ({ name, offset, count })), nodes: overlap ? nodes : [], first: overlap ? first : [0, order.length] };
 }
