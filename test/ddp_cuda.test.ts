@@ -15,6 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { checkFile } from '../compiler/check/index.js';
+import { parseSetArg } from '../compiler/check/overrides.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
 import { BUCKET_BYTES, gradBuckets } from '../compiler/codegen-cuda/host.js';
@@ -100,6 +101,28 @@ describe('the generated host code with NCCL', () => {
       expect(cu).toContain('built without NCCL: CMake found no nccl.h / libnccl');
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
+
+  it.skipIf(!NV || !cudaInclude)('with MPSC_NCCL (every build where CMake finds NCCL) the host code of plain programs and of fp16 (no buckets) compiles too', () => {
+    const fp16 = checkFile(path.join(ROOT, 'specs', 'mnist_mlp.model'), [parseSetArg('train.precision="fp16"')]);
+    for (const [what, ps] of [['plain', buildPrograms(model, { batch: 32 })], ['fp16 split', buildPrograms(fp16, { batch: 32, splitUpdate: true })]] as const) {
+      const a = generateCudaModel(ps);
+      const cu = a.files[HOST_FILE];
+      // fp16: the gradient norm reads every accumulator at the end of train_step: no buckets, the all-reduce after the step
+      if (what === 'fp16 split') expect(cu).toContain('const int NBUCKET = 0;');
+      if (what === 'plain') expect(cu).not.toContain('const int NGRAD');
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-ddp-cu-'));
+      try {
+        for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);
+        fs.copyFileSync(path.join(ROOT, 'runtime/cpp/mpsc_model.h'), path.join(dir, 'mpsc_model.h'));
+        execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'out.o'), '-Werror', 'all-warnings',
+          '-I', path.join(ROOT, 'runtime/cuda'), '-I', path.join(ROOT, 'test/fixtures/nccl_decl'), '-DMPSC_NCCL'], { stdio: 'pipe' });
+      } catch (e) {
+        throw new Error(`${what}: ${(e as { stderr?: Buffer }).stderr?.toString() ?? e}`);
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
     }
   }, 300_000);
 
