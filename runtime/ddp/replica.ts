@@ -81,6 +81,7 @@ export async function allreduceGradients(session: Session, group: ProcessGroup, 
     session.collective!.allreduceGrads();
     return;
   }
+  if (group.world === 1) return; // the average of one rank is its own gradients
   const total = accs.reduce((s, a) => s + a.n, 0);
   const flat = new Float32Array(total);
   let off = 0;
