@@ -24,8 +24,8 @@
  * gradient accumulators are averaged over the ranks before apply_update (NCCL on cuda, the store on
  * the host otherwise), the step's outputs (loss, metrics, fp16's gradient norm) are averaged over the
  * ranks when read, and every stop (early stopping, SIGINT) is agreed so all ranks stop at one step.
- * Rank 0 alone writes the run folder, metrics, checkpoints and runs the evaluations (its eval programs
- * at batch / N over the whole split); the others print nothing. Batch norm statistics are per replica
+ * Evaluations are split over the ranks (eval batch i on rank i mod N at batch / N, the tail on rank 0;
+ * the sums added); rank 0 alone writes the run folder, metrics and checkpoints; the others print nothing. Batch norm statistics are per replica
  * (DDP's default); checkpoints hold rank 0's, which is what DDP's buffer broadcast gives.
  *
  * Run folders (run_folder.ts): with `runDir` / `runsRoot` the run writes config.json, metrics.jsonl
@@ -195,6 +195,15 @@ export function effectiveTrainConfig(model: CheckedModel, o: TrainOptions): Trai
 
 /** Run the eval program over a dataset (file order), sample-weighted means of loss and metrics. */
 export function evaluate(session: Session, programs: ProgramSet, ds: Dataset, scalars: StepScalars): EvalResult {
+  return evalResult(programs, ds, evaluateSums(session, programs, ds, scalars));
+}
+
+/**
+ * The sample-weighted sums of the eval outputs over a dataset (file order). `part`: data-parallel
+ * training, where rank r runs the full batches i with i % world == r and rank 0 the tail, and the
+ * ranks' sums are added (evalResult of the total is the whole split's result).
+ */
+export function evaluateSums(session: Session, programs: ProgramSet, ds: Dataset, scalars: StepScalars, part = { rank: 0, world: 1 }): Float64Array {
   const B = programs.eval.batch;
   const names = (p: ProgramName) => {
     const prog = programs[p]!;
@@ -207,12 +216,12 @@ export function evaluate(session: Session, programs: ProgramSet, ds: Dataset, sc
   const tail = ds.count - full * B;
   if (full > 0) {
     const batcher = createBatcher(ds, names('eval'), B);
-    for (let i = 0; i < full; i++) {
+    for (let i = part.rank; i < full; i += part.world) {
       const out = session.run('eval', batcher.fill(order, i * B), scalars);
       for (let k = 0; k < sums.length; k++) sums[k] += out[k] * B;
     }
   }
-  if (tail > 0) {
+  if (tail > 0 && part.rank === 0) {
     const tb = programs.eval_tail?.batch;
     if (tb === undefined || tail % tb !== 0) {
       throw new Error(`internal: the split has a tail of ${tail} samples but no eval_tail program whose batch divides it`);
@@ -223,6 +232,12 @@ export function evaluate(session: Session, programs: ProgramSet, ds: Dataset, sc
       for (let k = 0; k < sums.length; k++) sums[k] += out[k] * tb;
     }
   }
+  return sums;
+}
+
+/** loss and metrics from evaluateSums' totals */
+export function evalResult(programs: ProgramSet, ds: Dataset, sums: Float64Array): EvalResult {
+  const outNames = programs.eval.outputs.map((o) => o.name);
   const res: EvalResult = { loss: null, metrics: {}, samples: ds.count };
   outNames.forEach((n, k) => {
     const v = sums[k] / ds.count;
@@ -505,13 +520,15 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         emit({ kind: 'note', message: `warning: updating ${runDir} failed (${(e as Error).message.split('\n')[0]}); training goes on` });
       }
     };
-    const runEval = () => {
-      if ((!test && !val) || !lead) return;
+    // data-parallel: every rank evaluates its share of the batches, the sums are added; rank 0 reports
+    const runEval = async () => {
+      if (!test && !val) return;
       const scalars = { lr: 0, t: Math.max(pos.step, 1), seed: cfg.seed, counter: pos.counter };
       const values: Record<string, number> = {};
       for (const [split, ds] of [['val', val], ['test', test]] as const) {
         if (!ds) continue;
-        const r = evaluate(session, programs, ds, scalars);
+        const r = dp ? evalResult(programs, ds, await dp.allreduce(evaluateSums(session, programs, ds, scalars, { rank, world }), 'sum')) : evaluate(session, programs, ds, scalars);
+        if (!lead) continue;
         if (split === 'val') lastVal = r;
         else lastEval = r;
         emit({ kind: 'eval', step: pos.step, epoch: pos.epoch, split, result: r });
@@ -646,7 +663,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
 
       const epochEnd = pos.batchInEpoch + K > stepsPerEpoch * K;
       const evalNow = cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd;
-      if (evalNow) runEval();
+      if (evalNow) await runEval();
       // fp16: no checkpoint while the loss is not finite (the last good one stays the newest)
       const goodState = !scaling || Number.isFinite(loss);
       if ((cfg.checkpoint_every !== null ? pos.step % cfg.checkpoint_every === 0 : epochEnd) && goodState) checkpoint();
@@ -667,7 +684,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         break;
       }
     }
-    if (!interrupted && lastEvalStep !== pos.step) runEval();
+    if (!interrupted && lastEvalStep !== pos.step) await runEval();
     if (lastCheckpointStep !== pos.step) checkpoint();
     runUpdate();
     const seconds = trainSeconds();

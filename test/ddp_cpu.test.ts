@@ -135,6 +135,10 @@ describe('mpsc train --ranks N', () => {
     expect(r3.code, r3.stderr).toBe(0);
     const l1 = trainLosses(path.join(dir, 'acc1', 'metrics.jsonl'));
     expectClose(l1, trainLosses(path.join(dir, 'acc3', 'metrics.jsonl')), 1e-6);
+    // the evaluation split over 3 ranks (15 eval batches of 2) gives the one-process test loss and accuracy
+    const testLine = (d: string) => fs.readFileSync(path.join(dir, d, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.split === 'test').at(-1);
+    expect(testLine('acc3').loss).toBeCloseTo(testLine('acc1').loss, 6);
+    expect(testLine('acc3').accuracy).toBe(testLine('acc1').accuracy);
     // 4 steps on 2 ranks, then resumed on 3 ranks up to step 8: the losses of the uninterrupted run
     const a = mpsc('train', spec, ...common, '--steps', '4', '--run-dir', path.join(dir, 'res'), '--ranks', '2');
     expect(a.code, a.stderr).toBe(0);
