@@ -1,8 +1,8 @@
 /**
  * The CUDA backend's launch-count passes and reduction shapes, on the generated plans (no nvcc,
  * no GPU): reshape views of program inputs (compiler/codegen-cuda/views.ts), merged launches of
- * independent element-wise kernels (merge.ts), the row chunks of layernorm_grad and the
- * embedding_grad kernel (reduce_cuda.ts). The reduction lowerings' bodies are written against the
+ * independent element-wise kernels (merge.ts), the row chunks of layernorm_grad (reduce_cuda.ts),
+ * the embedding_grad sort and sums (embedding_cuda.ts), the class losses' row kernels (class_rows.ts). The reduction lowerings' bodies are written against the
  * kernel language's built-ins, so they also run in the Metal emulator (MSL dialect) against the
  * float64 reference here; on the GPU machine bench/cuda_check.sh runs them as CUDA (kernel cases,
  * parity, merged vs unmerged bitwise).
@@ -15,9 +15,11 @@ import { programsOf } from '../compiler/ir/graph.js';
 import type { ProgramSet } from '../compiler/ir/graph.js';
 import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js';
 import { planKernels, planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
-import { columnChunks, lowerEmbeddingGradCuda, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
+import { WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
-import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
+import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
 import { compileEmu, opCase, reference, runCases, type OpCase } from './metal_harness.js';
 import { allOpCases, independentUpdatesCase } from './metal_cases.js';
 import { MAX_ARGS, mergeLaunches } from '../compiler/codegen-cuda/merge.js';
@@ -114,7 +116,7 @@ describe('merged launches (merge.ts) and input views (views.ts)', () => {
   });
 });
 
-describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.ts)', () => {
+describe('column sums (sum_to, layernorm_grad), embedding_grad and the class losses (reduce_cuda.ts, embedding_cuda.ts, class_rows.ts)', () => {
   it('row chunks cover the rows exactly, hold at least 64 rows when there are several, and fill the GPU', () => {
     for (const [rows, D] of [[16384, 384], [2048, 128], [999, 45], [1000, 70], [12, 10], [64 * 256, 768]]) {
       const { S, chunk } = columnChunks(rows, D);
@@ -129,7 +131,7 @@ describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.t
     expect(columnChunks(16384, 384).S).toBe(44);
   });
 
-  it("a GPT's layernorm gradients take the scratch region; its embedding gradients are a block per vocabulary row", () => {
+  it("a GPT's layernorm gradients take the scratch region; its embedding gradients sort the ids then take a block per vocabulary row; its loss a warp per row", () => {
     const gpt = programs('bench/gpt_tiny_b32_t64.model');
     // (one launch per kernel: merge.ts puts the chunk-sum kernels into the element-wise launch after them)
     const a = buildCuda(programsOf(gpt), gpt.model, { merge: false });
@@ -140,13 +142,40 @@ describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.t
     expect(ln.filter((k) => k.scratch)).toHaveLength(18);
     expect(a.plan.scratch.bytes).toBeGreaterThanOrEqual(Math.max(...ln.map((k) => k.scratch ?? 0)));
     const emb = ks.filter((k) => k.op === 'embedding_grad');
-    expect(emb.map((k) => k.groups)).toEqual([[64, 4, 1], [65, 4, 1]]);
-    expect(emb.every((k) => !/atomic/.test(k.body))).toBe(true);
+    // 2048 ids (32 x 64): a sort of 8 blocks of 256, then a block per row of the 64 positions / 65 tokens
+    expect(emb.map((k) => k.groups)).toEqual([[8, 1, 1], [64, 1, 1], [8, 1, 1], [65, 1, 1]]);
+    expect(emb.every((k) => !/atomic/.test(k.body) && k.scratch === 2 * 2048 * 4)).toBe(true);
+    // cross_entropy over 2048 rows of 65 (train_step, then eval): 256 blocks of 8 warps writing row terms, then one
+    // block's mean; the grad the same rows
+    const ce = ks.filter((k) => k.op === 'cross_entropy' || k.op === 'cross_entropy_grad');
+    const fwd = [['cross_entropy', 256, 256, 2048 * 4], ['cross_entropy', 1, 256, 2048 * 4]];
+    expect(ce.map((k) => [k.op, k.groups[0], k.tgsize[0], k.scratch ?? 0])).toEqual([...fwd, ['cross_entropy_grad', 256, 256, 0], ...fwd]);
+    expect(ce.every((k) => !/atomic/.test(k.body))).toBe(true);
   });
 });
 
+/**
+ * class losses / metrics over R rows of C (class_rows.ts: a block per row above WARP_C, a warp per row up
+ * to it), with label smoothing, and with ignore_index `ignore` (label of every third row; -1: none)
+ */
+function classCases(rng: Rng, R: number, C: number, ignore: number): OpCase[] {
+  const labels = randomInts([R], C, rng).map((l, i) => (ignore >= 0 && i % 3 === 1 ? ignore : l));
+  const lab = { shape: [R], dtype: 'i32' as const, data: labels };
+  const x = (lo: number, hi: number) => ({ shape: [R, C], data: randomTensor([R, C], rng, lo, hi) });
+  const ii: Record<string, number> = ignore >= 0 ? { ignore_index: ignore } : {};
+  const tag = `${R}x${C}${ignore >= 0 ? '_ignore' : ''}`;
+  return [
+    opCase(`ce_${tag}`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0, ...ii }),
+    opCase(`ce_ls_${tag}`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0.1, ...ii }),
+    opCase(`ce_grad_${tag}`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0, ...ii }),
+    opCase(`ce_grad_ls_${tag}`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0.1, ...ii }),
+    opCase(`acc_${tag}`, 'accuracy', [x(-1, 1), lab], [[]], ii),
+    opCase(`top3_${tag}`, 'top_k', [x(-1, 1), lab], [[]], { k: 3, ...ii }),
+  ];
+}
+
 describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator', () => {
-  it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two) and embedding_grad equal the float64 reference', () => {
+  it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two), embedding_grad and the class losses / metrics (a warp and a block per row) equal the float64 reference', () => {
     const rng = makeRng(7);
     const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
     const ln = (name: string, rows: number[], D: number, weight: boolean) => {
@@ -154,7 +183,10 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       return opCase(name, 'layernorm_grad', [f(x), f(x), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [x, [D], [D]]);
     };
     const cases: OpCase[] = [
-      ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => n.op === 'layernorm_grad' || n.op === 'embedding_grad')),
+      ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => ['layernorm_grad', 'embedding_grad', 'cross_entropy', 'cross_entropy_grad', 'accuracy', 'top_k'].includes(n.op))),
+      // ids with gaps and repeats, D not a power of two
+      opCase('emb_sparse', 'embedding_grad', [f([3, 5, 45]), { shape: [3, 5], dtype: 'i32', data: Float64Array.from([9, 2, 9, 9, 40, 2, 0, 9, 33, 2, 40, 9, 1, 0, 9]) }], [[41, 45]], { w_shape: [41, 45] }),
+      ...classCases(rng, 5, WARP_C + 29, 3), ...classCases(rng, 21, 37, -1),
       ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
@@ -167,6 +199,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
     expect(columnChunks(1200, 33).S).toBeGreaterThan(1);
     const shared = GPU_KERNELS.sum_to as GpuLowering;
     const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda,
+      cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda,
       sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering };
     const SCRATCH_FLOATS = 1 << 16;
     const build = compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_reductions_emu', (a) => {

@@ -1,0 +1,185 @@
+/**
+ * class_rows: the CUDA backend's class losses and metrics over R rows of C classes (logits
+ * [..., C], i32 labels): cross_entropy, accuracy, top_k and cross_entropy_grad. The shared kernels
+ * (compiler/kernels/reduce.ts) reduce a whole loss in ONE threadgroup, each thread taking whole
+ * rows in three passes: right on the emulated Metal GPU's small batches, but GPT-2's loss (16 384
+ * rows of 50 304) took 850 ms on the H200. Here every row has its own threads:
+ *  - a warp per row (8 rows per block of 256) when C <= WARP_C, else a block of 256 per row;
+ *  - one pass over the row: each thread keeps a running max m and sum of exp(x - m) (rescaled
+ *    when the max grows), then the row's max M is the group's max of m and its sum the group's sum
+ *    of s * exp(m - M) (SIMD-group / block reductions: a fixed butterfly and warp order);
+ *  - the forward ops write each row's term (and, with ignore_index, whether the row counts) into
+ *    the plan's scratch region (`mpsc_scratch`, KernelSpec.scratch), and a second kernel of one
+ *    block adds the R terms in a fixed order (thread j takes rows j, j + 256, ...; then the block
+ *    sum) and divides by the count: no atomics, the same bits on every run;
+ *  - cross_entropy_grad writes (softmax - target) / count in a second pass over the row, each
+ *    element read then written by the same thread, so it stays right when the memory plan makes
+ *    dlogits share the logits' bytes.
+ * Logits are read through the dialect's typed loads (16-bit logits widened to float), dlogits
+ * written through its typed stores. Consumes those nodes (CUDA dialect context; the bodies use
+ * only the kernel language); produces KernelSpecs. nll / nll_grad keep the shared kernels (a
+ * row's nll term is one load).
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { argOf, blockKernel, ceilDiv, elemOf, kernelSpec, numAttr, numel, readF, shapeOf } from '../kernels/common.js';
+import { isHalfElem } from '../kernels/dialect.js';
+import { keptCount } from '../kernels/rows.js';
+
+/** classes per row up to which a warp takes a row (above: a block of 256) */
+export const WARP_C = 1024;
+const BLOCK = 256;
+const WARPS = BLOCK / 32;
+
+/** a class node's rows: R rows of C, ignore_index if any */
+function classRows(g: Graph, n: Node): { R: number; C: number; ignore?: number } {
+  const xs = shapeOf(g, n.inputs[0]), C = xs[xs.length - 1];
+  return { R: numel(xs) / C, C, ignore: n.attrs.ignore_index === undefined ? undefined : numAttr(n, 'ignore_index') };
+}
+
+/** threads per row for C classes: a warp (32) or a block (256) */
+export function rowGroupThreads(C: number): number {
+  return C <= WARP_C ? 32 : BLOCK;
+}
+
+/**
+ * The row layout of a class kernel: `head` declares r (the row; in warp mode a warp past the last
+ * row returns), t (the thread's index in the row's group) and base; `max` / `sum` reduce over the
+ * row's group (every thread of the group gets the result; block mode uses barriers, so every
+ * thread of the block must call them).
+ */
+function rowLayout(ctx: LowerCtx, R: number, C: number) {
+  const d = ctx.d, u = (k: number) => d.u(k);
+  const W = rowGroupThreads(C);
+  const warp = W === 32;
+  if (!warp) ctx.helpers.add('block_reduce');
+  return {
+    W, warp,
+    groups: warp ? ceilDiv(R, WARPS) : R,
+    tgmem: warp ? 0 : WARPS * 4,
+    head:
+      (warp
+        ? `  const uint r = tgid.x * ${u(WARPS)} + sg;\n  if (r >= ${u(R)}) return;\n  const uint t = lane;\n`
+        : `  const uint r = tgid.x;\n  const uint t = tidx;\n`) +
+      `  const uint base = r * ${u(C)};\n`,
+    max: (v: string) => (warp ? d.simdMax(v) : `mpsc_block_max(${v}, tg, lane, sg, ${u(WARPS)})`),
+    sum: (v: string) => (warp ? d.simdSum(v) : `mpsc_block_sum(${v}, tg, lane, sg, ${u(WARPS)})`),
+  };
+}
+
+/**
+ * statements: the row's max M and sum S of exp(x - M) over its C logits in one pass (each thread's
+ * running max m and sum s, rescaled when m grows; then combined over the group), and with `sx` the
+ * row's sum of logits SX
+ */
+function onlineLse(ctx: LowerCtx, g: Graph, n: Node, L: ReturnType<typeof rowLayout>, C: number, sx: boolean): string {
+  const d = ctx.d, exp = (x: string) => d.math('exp', x);
+  return (
+    `  float m = ${d.f(-Infinity)}, s = ${d.f(0)};\n` + (sx ? `  float sx = ${d.f(0)};\n` : '') +
+    `  for (uint c = t; c < ${d.u(C)}; c += ${d.u(L.W)}) {\n` +
+    `    const float x = ${readF(d, g, n.inputs[0], 'logits', 'base + c')};\n` +
+    `    if (x > m) { s = s * ${exp('m - x')} + ${d.f(1)}; m = x; } else s += ${exp('x - m')};\n` +
+    (sx ? `    sx += x;\n` : '') +
+    `  }\n` +
+    `  const float M = ${L.max('m')};\n` +
+    `  const float S = ${L.sum(`m == M ? s : s * ${exp('m - M')}`)};\n` +
+    (sx ? `  const float SX = ${L.sum('sx')};\n` : '')
+  );
+}
+
+/** cross_entropy / accuracy / top_k: per-row terms into the scratch region, then their fixed-order mean */
+export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
+  const { R, C, ignore } = classRows(g, n);
+  const L = rowLayout(ctx, R, C);
+  const counted = ignore !== undefined;
+  const xAt = (idx: string) => readF(d, g, n.inputs[0], 'logits', idx);
+  let what: string;
+  let row: string;
+  switch (n.op) {
+    case 'cross_entropy': {
+      const ls = numAttr(n, 'label_smoothing', 0);
+      what = `log-sum-exp${ls ? ', sum of logits' : ''}`;
+      row = onlineLse(ctx, g, n, L, C, ls !== 0) +
+        `  const float lse = M + ${d.math('log', 'S')};\n` +
+        `  const float term = -${f(1 - ls)} * (${xAt('base + uint(lab)')} - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n');
+      break;
+    }
+    case 'accuracy': {
+      // the first maximum: each thread's first largest logit (strict >), then the smallest index among the threads holding the row's max
+      what = 'argmax';
+      row =
+        `  float best = ${f(-Infinity)};\n  uint bi = t;\n` +
+        `  for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) {\n    const float x = ${xAt('base + c')};\n    if (x > best) { best = x; bi = c; }\n  }\n` +
+        `  const float M = ${L.max('best')};\n` +
+        `  const float first = -${L.max(`best == M ? -float(bi) : ${f(-Infinity)}`)};\n` +
+        `  const float term = uint(first) == uint(lab) ? ${f(1)} : ${f(0)};\n`;
+      break;
+    }
+    case 'top_k': {
+      what = 'logits above the label\'s';
+      row =
+        `  const float xl = ${xAt('base + uint(lab)')};\n  float above = ${f(0)};\n` +
+        `  for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) if (${xAt('base + c')} > xl) above += ${f(1)};\n` +
+        `  const float term = ${L.sum('above')} < ${f(numAttr(n, 'k'))} ? ${f(1)} : ${f(0)};\n`;
+      break;
+    }
+    default:
+      throw new Error(`internal: class_rows: op '${n.op}' is not a class loss or metric`);
+  }
+  const out = n.op === 'cross_entropy' ? 'loss' : 'acc';
+  const bytes = (counted ? 2 : 1) * R * 4;
+  const rows: KernelSpec = {
+    ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r')], {
+      groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: L.tgmem, sync: true,
+      body:
+        `  // row r of ${u(C)} classes (${L.warp ? 'a warp per row' : 'a block per row'}): its ${what}, then its term into the scratch region\n` +
+        L.head + `  const int lab = label[r];\n` +
+        (counted
+          ? `  if (lab == ${ignore}) {\n    if (t == 0u) { mpsc_scratch[r] = ${f(0)}; mpsc_scratch[${u(R)} + r] = ${f(0)}; }\n    return;\n  }\n`
+          : '') +
+        row +
+        `  if (t == 0u) {\n    mpsc_scratch[r] = term;\n${counted ? `    mpsc_scratch[${u(R)} + r] = ${f(1)};\n` : ''}  }\n`,
+    }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows: the row terms]`),
+    scratch: bytes,
+  };
+  const mean = blockKernel(ctx, g, n, [argOf(g, out, n.outputs[0], 'w')], 1, BLOCK, (s) =>
+    `  // the mean of the ${u(R)} row terms${counted ? ' over the counted rows' : ''}: thread j adds rows j, j + ${s.T}, ... in order, then the block sum\n` +
+    `  float part = ${f(0)};\n` + (counted ? `  float cnt = ${f(0)};\n` : '') +
+    `  for (uint j = tidx; j < ${u(R)}; j += ${s.T}) {\n    part += mpsc_scratch[j];\n${counted ? `    cnt += mpsc_scratch[${u(R)} + j];\n` : ''}  }\n` +
+    `  const float total = mpsc_block_sum(part, tg, lane, sg, ${s.nsg});\n` +
+    (counted ? `  const float count = mpsc_block_sum(cnt, tg, lane, sg, ${s.nsg});\n` : '') +
+    `  if (tidx == 0u) ${out}[0] = total / ${counted ? 'count' : f(R)};\n`, ' [mean of the row terms]');
+  return [rows, { ...mean, scratch: bytes }];
+}
+
+/** cross_entropy_grad: a warp or block per row, one pass for the row's max and sum, one writing (softmax - target) / count */
+export function lowerCrossEntropyGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
+  const { R, C, ignore } = classRows(g, n);
+  const ls = numAttr(n, 'label_smoothing', 0);
+  const L = rowLayout(ctx, R, C);
+  const outT = elemOf(g, n.outputs[0]);
+  const store = (x: string) => (isHalfElem(outT) ? d.fromFloat(outT, x) : x);
+  const target = ls ? `(int(c) == lab ? ${f(1 - ls)} : ${f(0)}) + ${f(ls / C)}` : `int(c) == lab ? ${f(1)} : ${f(0)}`;
+  // the kept count (ignore_index) is a block sum over all labels: before the warp mode's early return
+  ctx.helpers.add('block_reduce');
+  const count = keptCount(d, { T: u(BLOCK), nsg: u(WARPS) }, { R, ignore });
+  const args: KernelArg[] = [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), argOf(g, 'dlogits', n.outputs[0], 'w')];
+  return [kernelSpec(ctx, g, n, args, {
+    groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: WARPS * 4, sync: true,
+    body:
+      `  // row r of ${u(C)} logits (${L.warp ? 'a warp per row' : 'a block per row'}): (softmax - ${ls ? '(1-ls)*onehot - ls/C' : 'onehot'}) / count;\n` +
+      `  // each element is read and then written by the same thread (dlogits may share the logits' bytes)\n` +
+      count + L.head + `  const int lab = label[r];\n` +
+      (ignore !== undefined
+        ? `  if (lab == ${ignore}) {\n    for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) dlogits[base + c] = ${store(f(0))};\n    return;\n  }\n`
+        : '') +
+      onlineLse(ctx, g, n, L, C, false) +
+      `  for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) {\n` +
+      `    const float p = ${d.math('exp', `${readF(d, g, n.inputs[0], 'logits', 'base + c')} - M`)} / S;\n` +
+      `    const float target = ${target};\n` +
+      `    dlogits[base + c] = ${store('(p - target) / count')};\n` +
+      `  }\n`,
+  }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows]`)];
+}
