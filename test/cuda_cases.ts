@@ -8,6 +8,7 @@
  */
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { ONE_BLOCK_ROWS, WARP_C, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
 import { numel, type Program, type StepScalars } from '../compiler/ir/graph.js';
@@ -32,7 +33,10 @@ export function cudaCaseBuild(a: CudaArtifacts, exe: string): EmuBuild<CaseArtif
  * splitK; the last chunk shorter than the others, bias in the reduction's store, grouped conv),
  * sum_to reductions with at least LONG terms per output (reduce_cuda.ts: innermost dim summed, and
  * kept: a column sum in row chunks, the last one shorter), layernorm_grad over enough rows to be
- * chunked, and embedding_grad over many ids.
+ * chunked, embedding_grad over many ids (embedding_cuda.ts: a sort over several tiles of 256 ids, a large
+ * vocabulary with rows that never occur), and the class losses / metrics over many rows (class_rows.ts:
+ * a block per row of GPT-2's V = 50 304, a warp per row of 1000 classes over a row count not a multiple
+ * of 8, and few enough such rows for one block; label smoothing; ignore_index).
  */
 export function cudaLongCases(): OpCase[] {
   const rng = makeRng(20261203);
@@ -67,9 +71,30 @@ export function cudaLongCases(): OpCase[] {
   };
   lnRows([3, 333], 45, true);
   lnRows([1000], 70, false);
-  const ids = [7, 300], V = 37, D = 70;
-  cases.push(opCase('long_embedding_grad', 'embedding_grad',
+  const emb = (name: string, ids: number[], V: number, D: number) => cases.push(opCase(name, 'embedding_grad',
     [f([...ids, D]), { shape: ids, dtype: 'i32', data: randomInts(ids, V, rng) }], [[V, D]], { w_shape: [V, D] }));
+  emb('long_embedding_grad', [7, 300], 37, 70);
+  emb('embedding_grad_gpt2_vocab', [3, 333], 50304, 24);
+  const classes = (tag: string, R: number, C: number, ignore?: number) => {
+    if ((C > WARP_C) !== (rowGroupThreads(C) === 256)) throw new Error('internal: WARP_C and rowGroupThreads disagree');
+    const labels = randomInts([R], C, rng).map((l, i) => (ignore !== undefined && i % 3 === 1 ? ignore : l));
+    const lab = { shape: [R], dtype: 'i32' as const, data: labels };
+    const x = (lo: number, hi: number) => ({ shape: [R, C], data: randomTensor([R, C], rng, lo, hi) });
+    const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
+    cases.push(opCase(`rows_cross_entropy_${tag}`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0, ...ii }));
+    cases.push(opCase(`rows_cross_entropy_ls_${tag}`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0.1, ...ii }));
+    cases.push(opCase(`rows_cross_entropy_grad_${tag}`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0, ...ii }));
+    cases.push(opCase(`rows_cross_entropy_grad_ls_${tag}`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0.1, ...ii }));
+    cases.push(opCase(`rows_accuracy_${tag}`, 'accuracy', [x(-1, 1), lab], [[]], ii));
+    cases.push(opCase(`rows_top_k_${tag}`, 'top_k', [x(-1, 1), lab], [[]], { k: 5, ...ii }));
+  };
+  classes('gpt2_vocab', 3, 50304);
+  classes('gpt2_vocab_ignore', 4, 50304, 7);
+  if (ONE_BLOCK_ROWS >= 301 || ONE_BLOCK_ROWS < 37) throw new Error('internal: the warp-per-row cases do not straddle ONE_BLOCK_ROWS');
+  classes('warp_odd_rows', 301, 1000);
+  classes('warp_odd_rows_ignore', 301, 1000, -100);
+  classes('one_block_ignore', 37, 1000, -100);
+  classes('block_odd', 5, 1025);
   return cases;
 }
 

@@ -17,7 +17,7 @@ import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js'
 import { planKernels, planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
-import { WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
+import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
 import { compileEmu, opCase, reference, runCases, type OpCase } from './metal_harness.js';
@@ -156,7 +156,8 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
 
 /**
  * class losses / metrics over R rows of C (class_rows.ts: a block per row above WARP_C, a warp per row up
- * to it), with label smoothing, and with ignore_index `ignore` (label of every third row; -1: none)
+ * to it, ONE block for at most ONE_BLOCK_ROWS such rows), with label smoothing, and with ignore_index
+ * `ignore` (label of every third row; -1: none)
  */
 function classCases(rng: Rng, R: number, C: number, ignore: number): OpCase[] {
   const labels = randomInts([R], C, rng).map((l, i) => (ignore >= 0 && i % 3 === 1 ? ignore : l));
@@ -186,7 +187,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => ['layernorm_grad', 'embedding_grad', 'cross_entropy', 'cross_entropy_grad', 'accuracy', 'top_k'].includes(n.op))),
       // ids with gaps and repeats, D not a power of two
       opCase('emb_sparse', 'embedding_grad', [f([3, 5, 45]), { shape: [3, 5], dtype: 'i32', data: Float64Array.from([9, 2, 9, 9, 40, 2, 0, 9, 33, 2, 40, 9, 1, 0, 9]) }], [[41, 45]], { w_shape: [41, 45] }),
-      ...classCases(rng, 5, WARP_C + 29, 3), ...classCases(rng, 21, 37, -1),
+      ...classCases(rng, 5, WARP_C + 29, 3), ...classCases(rng, 21, 37, -1), ...classCases(rng, ONE_BLOCK_ROWS + 7, 37, 4),
       ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),

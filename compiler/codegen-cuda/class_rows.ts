@@ -11,7 +11,9 @@
  *  - the forward ops write each row's term (and, with ignore_index, whether the row counts) into
  *    the plan's scratch region (`mpsc_scratch`, KernelSpec.scratch), and a second kernel of one
  *    block adds the R terms in a fixed order (thread j takes rows j, j + 256, ...; then the block
- *    sum) and divides by the count: no atomics, the same bits on every run;
+ *    sum) and divides by the count: no atomics, the same bits on every run; with at most
+ *    ONE_BLOCK_ROWS rows of at most WARP_C classes (the MNIST steps: launch-bound) ONE block does
+ *    it all, its 8 warps taking the rows in turn and their totals added in warp order;
  *  - cross_entropy_grad writes (softmax - target) / count in a second pass over the row, each
  *    element read then written by the same thread, so it stays right when the memory plan makes
  *    dlogits share the logits' bytes.
@@ -28,6 +30,8 @@ import { keptCount } from '../kernels/rows.js';
 
 /** classes per row up to which a warp takes a row (above: a block of 256) */
 export const WARP_C = 1024;
+/** rows up to which a warp-per-row forward op is ONE block (8 warps taking rows in turn) rather than two kernels */
+export const ONE_BLOCK_ROWS = 256;
 const BLOCK = 256;
 const WARPS = BLOCK / 32;
 
@@ -128,6 +132,45 @@ export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelS
       throw new Error(`internal: class_rows: op '${n.op}' is not a class loss or metric`);
   }
   const out = n.op === 'cross_entropy' ? 'loss' : 'acc';
+  if (L.warp && R <= ONE_BLOCK_ROWS) {
+    // few rows: one launch (a launch-bound step saves the second kernel); warp w takes rows w, w + 8, ...
+    // (all lanes hold the same term: the butterflies give every lane the same sums), lane 0 keeps the
+    // warp's total, thread 0 adds the 8 warp totals in warp order
+    const inner = row.replace(/^(?=.)/gm, counted ? '    ' : '  ');
+    return [kernelSpec(ctx, g, n, [...[argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r')], argOf(g, out, n.outputs[0], 'w')], {
+      groups: [1, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: 2 * WARPS * 4, sync: true,
+      body:
+        `  // ONE block: warp sg takes rows sg, sg + ${u(WARPS)}, ... of ${u(R)} (${u(C)} classes each): its ${what}, the row terms summed in row order per warp
+` +
+        `  float part = ${f(0)}, cnt = ${f(0)};
+` +
+        `  for (uint r = sg; r < ${u(R)}; r += ${u(WARPS)}) {
+    const uint t = lane;
+    const uint base = r * ${u(C)};
+    const int lab = label[r];
+` +
+        (counted ? `    if (lab != ${ignore}) {
+${inner}      part += term;
+      cnt += ${f(1)};
+    }
+` : `${inner}    part += term;
+    cnt += ${f(1)};
+`) +
+        `  }
+` +
+        `  if (lane == 0u) { tg[sg] = part; tg[${u(WARPS)} + sg] = cnt; }
+  ${d.barrier()}
+` +
+        `  if (tidx == 0u) {
+    float total = ${f(0)}, count = ${f(0)};
+` +
+        `    for (uint w = 0u; w < ${u(WARPS)}; ++w) { total += tg[w]; count += tg[${u(WARPS)} + w]; }
+` +
+        `    ${out}[0] = total / ${counted ? 'count' : f(R)};
+  }
+`,
+    }, ` [one block: a warp per row of ${C}, ${R} rows]`)];
+  }
   const bytes = (counted ? 2 : 1) * R * 4;
   const rows: KernelSpec = {
     ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r')], {
