@@ -206,11 +206,11 @@ export function lowerCrossEntropyGradCuda(ctx: LowerCtx, g: Graph, n: Node): Ker
   const store = (x: string) => (isHalfElem(outT) ? d.fromFloat(outT, x) : x);
   const target = ls ? `(int(c) == lab ? ${f(1 - ls)} : ${f(0)}) + ${f(ls / C)}` : `int(c) == lab ? ${f(1)} : ${f(0)}`;
   // the kept count (ignore_index) is a block sum over all labels: before the warp mode's early return
-  ctx.helpers.add('block_reduce');
+  if (ignore !== undefined) ctx.helpers.add('block_reduce');
   const count = keptCount(d, { T: u(BLOCK), nsg: u(WARPS) }, { R, ignore });
   const args: KernelArg[] = [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), argOf(g, 'dlogits', n.outputs[0], 'w')];
   return [kernelSpec(ctx, g, n, args, {
-    groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: WARPS * 4, sync: true,
+    groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: L.warp && ignore === undefined ? 0 : WARPS * 4, sync: true,
     body:
       `  // row r of ${u(C)} logits (${L.warp ? 'a warp per row' : 'a block per row'}): (softmax - ${ls ? '(1-ls)*onehot - ls/C' : 'onehot'}) / count;\n` +
       `  // each element is read and then written by the same thread (dlogits may share the logits' bytes)\n` +

@@ -76,29 +76,6 @@ __device__ __forceinline__ void mpsc_mat8_store(const mpsc_acc8& acc, float* dst
   dst[r * ld + c + 1u] = acc.v[1];
 }
 
-// threadgroup-wide sum / max: a SIMD-group reduction within each SIMD-group, then the partials
-// through threadgroup memory. Every thread of the threadgroup must call it (uniform control
-// flow); every thread gets the result. sh needs nsg floats.
-__device__ __forceinline__ float mpsc_block_sum(float v, float* sh, uint lane, uint sg, uint nsg) {
-  v = mpsc_warp_sum(v);
-  if (lane == 0u) sh[sg] = v;
-  __syncthreads();
-  float r = 0.0f;
-  for (uint i = 0u; i < nsg; ++i) r += sh[i];
-  __syncthreads();
-  return r;
-}
-
-__device__ __forceinline__ float mpsc_block_max(float v, float* sh, uint lane, uint sg, uint nsg) {
-  v = mpsc_warp_max(v);
-  if (lane == 0u) sh[sg] = v;
-  __syncthreads();
-  float r = sh[0];
-  for (uint i = 1u; i < nsg; ++i) r = fmaxf(r, sh[i]);
-  __syncthreads();
-  return r;
-}
-
 // node 0: conv2d (conv2d0) -> conv2d0.out [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k0(
     const float* x,
@@ -970,7 +947,6 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
     float* dlogits,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[8];
   const uint3 tgid = blockIdx;
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
