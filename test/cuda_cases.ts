@@ -11,7 +11,7 @@ import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { ONE_BLOCK_ROWS, WARP_C, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
-import { numel, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { GraphBuilder, numel, type Program, type StepScalars } from '../compiler/ir/graph.js';
 import type { CheckedModel } from '../compiler/model.js';
 import type { Batch } from '../runtime/session.js';
 import { allOpCases, fusedCases, independentUpdatesCase } from './metal_cases.js';
@@ -36,7 +36,8 @@ export function cudaCaseBuild(a: CudaArtifacts, exe: string): EmuBuild<CaseArtif
  * chunked, embedding_grad over many ids (embedding_cuda.ts: a sort over several tiles of 256 ids, a large
  * vocabulary with rows that never occur), and the class losses / metrics over many rows (class_rows.ts:
  * a block per row of GPT-2's V = 50 304, a warp per row of 1000 classes over a row count not a multiple
- * of 8, and few enough such rows for one block; label smoothing; ignore_index).
+ * of 8, and few enough such rows for one block; label smoothing; ignore_index), and a position embedding
+ * and its gradient (positionEmbeddingCase).
  */
 export function cudaLongCases(): OpCase[] {
   const rng = makeRng(20261203);
@@ -95,9 +96,39 @@ export function cudaLongCases(): OpCase[] {
   classes('warp_odd_rows_ignore', 301, 1000, -100);
   classes('one_block_ignore', 37, 1000, -100);
   classes('block_odd', 5, 1025);
+  cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
   return cases;
 }
 
+
+/**
+ * A position embedding and its gradient (codegen-cuda/embedding_cuda.ts: with a `positions` node's output
+ * for ids, the gather reads w[t] without them and the gradient sums dy over the sequences; rows of w past
+ * T get zero gradients): tokens [N, T] -> positions -> embedding of w [V, D], and embedding_grad of dy.
+ */
+export function positionEmbeddingCase(name: string, N: number, T: number, V: number, D: number): OpCase {
+  const rng = makeRng(N * 1000 + T);
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const inputs: number[] = [];
+  const input = (n: string, dtype: 'f32' | 'i32', shape: number[], values: Float64Array) => {
+    const id = b.value(n, dtype, shape, 'input');
+    data.set(id, dtype === 'f32' ? Float64Array.from(values, (x) => Math.fround(x)) : values);
+    inputs.push(id);
+    return id;
+  };
+  const tokens = input(`${name}.tokens`, 'i32', [N, T], randomInts([N, T], V, rng));
+  const w = input(`${name}.w`, 'f32', [V, D], randomTensor([V, D], rng, -1, 1));
+  const dy = input(`${name}.dy`, 'f32', [N, T, D], randomTensor([N, T, D], rng, -1, 1));
+  const pos = b.value(`${name}.pos`, 'i32', [N, T], 'activation');
+  b.node('positions', [tokens], [pos], {}, 'positions');
+  const y = b.value(`${name}.y`, 'f32', [N, T, D], 'activation');
+  b.node('embedding', [pos, w], [y], {}, 'pos');
+  const dw = b.value(`${name}.dw`, 'f32', [V, D], 'activation');
+  b.node('embedding_grad', [dy, pos], [dw], { w_shape: [V, D] }, 'pos');
+  const program = { name, batch: N, graph: b.graph, inputs, outputs: [] } as unknown as Program;
+  return { program, data, check: [y, dw] };
+}
 
 /** the batches of cuda_check's parity (and bench/tf32_margin.ts): two seeded random batches, alternating */
 export function parityBatches(model: CheckedModel, p: Program, n: number): Batch[] {

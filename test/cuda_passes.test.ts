@@ -16,7 +16,8 @@ import type { ProgramSet } from '../compiler/ir/graph.js';
 import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js';
 import { planKernels, planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
-import { lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
+import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
+import { positionEmbeddingCase } from './cuda_cases.js';
 import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
@@ -105,13 +106,15 @@ describe('merged launches (merge.ts) and input views (views.ts)', () => {
     const a = generateCudaModel(gpt);
     const t = a.plan.programs.find((p) => p.name === 'train_step')!;
     const kernels = new Map(a.lowered.flatMap((l) => l.kernels).map((k) => [k.name, k]));
-    // the token positions (an element-wise kernel) feed the position embedding (another one): the
-    // launch that writes the positions is not the one that reads them
+    // the token gather, the positions and the position gather (which reads w[t] without the positions:
+    // embedding_cuda.ts) are one launch; their sum (another element-wise kernel) reads the gathers' outputs, so
+    // the launch that writes them is not the one that reads them
     const ks = planKernels(t);
-    const at = ks.findIndex((n) => /positions/.test(kernels.get(n.kernel)!.label + kernels.get(n.kernel)!.body));
-    expect(at).toBeGreaterThanOrEqual(0);
-    const posValue = ks[at].args.filter((x) => x.access === 'w').map((x) => x.value);
-    const reader = ks.findIndex((n) => n.args.some((x) => x.access === 'r' && posValue.includes(x.value)));
+    const at = ks.findIndex((n) => n.args.some((x) => x.access === 'w' && x.value === 'tok.out'));
+    expect(at).toBe(0);
+    expect(kernels.get(ks[at].kernel)!.label).toMatch(/^3 element-wise kernels in one launch \(embedding, positions;/);
+    expect(ks[at].args.some((x) => x.access === 'w' && x.value === 'pos.out')).toBe(true);
+    const reader = ks.findIndex((n) => n.args.some((x) => x.access === 'r' && x.value === 'tok.out'));
     expect(reader).toBeGreaterThan(at);
   });
 });
@@ -131,7 +134,7 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
     expect(columnChunks(16384, 384).S).toBe(44);
   });
 
-  it("a GPT's layernorm gradients take the scratch region; its embedding gradients sort the ids then take a block per vocabulary row; its loss a warp per row", () => {
+  it("a GPT's layernorm gradients take the scratch region; its token embedding gradient sorts the ids then takes a block per vocabulary row, its position embedding's sums over the sequences; its loss a warp per row", () => {
     const gpt = programs('bench/gpt_tiny_b32_t64.model');
     // (one launch per kernel: merge.ts puts the chunk-sum kernels into the element-wise launch after them)
     const a = buildCuda(programsOf(gpt), gpt.model, { merge: false });
@@ -142,10 +145,11 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
     expect(ln.filter((k) => k.scratch)).toHaveLength(18);
     expect(a.plan.scratch.bytes).toBeGreaterThanOrEqual(Math.max(...ln.map((k) => k.scratch ?? 0)));
     const emb = ks.filter((k) => k.op === 'embedding_grad');
-    // 2048 ids (32 x 64): a sort of 16 blocks of 128, then a block per row of the 64 positions / 65 tokens;
-    // scratch: slot -> position and id (2 x 2048), each row's run (2 x V)
-    expect(emb.map((k) => k.groups)).toEqual([[16, 1, 1], [64, 1, 1], [16, 1, 1], [65, 1, 1]]);
-    expect(emb.map((k) => k.scratch)).toEqual([64, 64, 65, 65].map((V) => (2 * 2048 + 2 * V) * 4));
+    // the position table's (ids = positions): a sum over the 32 sequences, one thread per element of [64, 128];
+    // the token table's over 2048 ids (32 x 64): a sort of 16 blocks of 128, then a block per row of the 65 tokens;
+    // scratch: slot -> position and id (2 x 2048), each row's run (2 x 65)
+    expect(emb.map((k) => k.groups)).toEqual([[32, 1, 1], [16, 1, 1], [65, 1, 1]]);
+    expect(emb.map((k) => k.scratch ?? 0)).toEqual([0, ...[65, 65].map((V) => (2 * 2048 + 2 * V) * 4)]);
     expect(emb.every((k) => !/atomic/.test(k.body))).toBe(true);
     // cross_entropy over 2048 rows of 65 (train_step, then eval): 256 blocks of 8 warps writing row terms, then one
     // block's mean; the grad the same rows
@@ -189,6 +193,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => ['layernorm_grad', 'embedding_grad', 'cross_entropy', 'cross_entropy_grad', 'accuracy', 'top_k'].includes(n.op))),
       // ids with gaps and repeats, D not a power of two
       opCase('emb_sparse', 'embedding_grad', [f([3, 5, 45]), { shape: [3, 5], dtype: 'i32', data: Float64Array.from([9, 2, 9, 9, 40, 2, 0, 9, 33, 2, 40, 9, 1, 0, 9]) }], [[41, 45]], { w_shape: [41, 45] }),
+      positionEmbeddingCase('pos_emb', 3, 37, 41, 70), positionEmbeddingCase('pos_emb_full', 5, 64, 64, 33),
       ...classCases(rng, 5, WARP_C + 29, 3), ...classCases(rng, 21, 37, -1), ...classCases(rng, ONE_BLOCK_ROWS + 7, 37, 4),
       ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
@@ -201,7 +206,9 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
     expect(columnChunks(999, 45).S).toBeGreaterThan(1);
     expect(columnChunks(1200, 33).S).toBeGreaterThan(1);
     const shared = GPU_KERNELS.sum_to as GpuLowering;
+    const sharedEmbedding = GPU_KERNELS.embedding as GpuLowering;
     const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda,
+      embedding: ((c, g, n) => lowerEmbeddingCuda(c, g, n) ?? sharedEmbedding(c, g, n)) as GpuLowering,
       cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda,
       sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering };
     const SCRATCH_FLOATS = 1 << 16;

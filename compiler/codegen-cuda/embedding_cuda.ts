@@ -14,12 +14,17 @@
  *     rewritten every step, so that check is exact), and adds its positions' dy rows in position
  *     order (the same order on every run: bitwise reproducible); a row without occurrence writes zeros.
  * Ids outside [0, V) are sorted like the others and never summed (no row looks for them).
- * Consumes an embedding_grad node (CUDA dialect context; the bodies use only the kernel language);
- * produces KernelSpecs.
+ * When the ids are a `positions` node's output (a GPT's position embedding: id t at every [n, t]),
+ * no sort: dw[t] is the sum over the N sequences of dy[n, t], one thread per element of dw (an
+ * element-wise kernel, which merge.ts may launch together with independent neighbours).
+ * The forward embedding with positions for ids reads w[t] directly (lowerEmbeddingCuda), so its
+ * launch does not wait for the positions kernel. Consumes embedding / embedding_grad nodes (CUDA
+ * dialect context; the bodies use only the kernel language); produces KernelSpecs (embedding: null
+ * to keep the shared gather).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { argOf, ceilDiv, elemOf, kernelSpec, numel, readF, rowThreads, shapeOf } from '../kernels/common.js';
+import { argOf, ceilDiv, elemOf, elementwise, kernelSpec, numel, readF, rowThreads, shapeOf } from '../kernels/common.js';
 import { isHalfElem } from '../kernels/dialect.js';
 
 /** positions per block of the sort (and per shared-memory tile of ids): 128 blocks at J = 16 384 */
@@ -27,10 +32,45 @@ const TILE = 128;
 /** positions and ids are kept as floats in the scratch region: exact below this */
 const FLOAT_EXACT = 2 ** 24;
 
+/** whether value `ids` is a `positions` node's output (id t at every [n, t]) */
+function isPositions(g: Graph, ids: number): boolean {
+  return g.nodes.some((m) => m.op === 'positions' && m.outputs.includes(ids));
+}
+
+/**
+ * embedding with positions for ids and T <= V: y[n, t] = w[t] read without the ids (so the launch does not
+ * wait for the positions kernel: merge.ts can launch the token gather, the positions and this one together);
+ * other ids: the shared gather (null)
+ */
+export function lowerEmbeddingCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+  const ids = n.inputs[0];
+  if (!isPositions(g, ids)) return null;
+  const [, T] = shapeOf(g, ids);
+  const [V, D] = shapeOf(g, n.inputs[1]);
+  if (T > V) return null;
+  const d = ctx.d, u = (k: number) => d.u(k);
+  return [elementwise(ctx, g, n, [argOf(g, 'w', n.inputs[1], 'r'), argOf(g, 'y', n.outputs[0], 'w')], numel(shapeOf(g, n.outputs[0])),
+    `  // the ids are positions (id t at [n, t]): y[n, t] = w[t], read without them\n` +
+    `  y[i] = ${readF(d, g, n.inputs[1], 'w', `i % ${u(T * D)}`)};\n`, ' [ids are positions]')];
+}
+
 export function lowerEmbeddingGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
   const [V, D] = n.attrs.w_shape as number[];
   const J = numel(shapeOf(g, n.inputs[1]));
+  const outT = elemOf(g, n.outputs[0]);
+  const store = (x: string) => (isHalfElem(outT) ? d.fromFloat(outT, x) : x);
+  if (isPositions(g, n.inputs[1])) {
+    // ids = positions ([N, T] with id t at [n, t]): dw[t] = the sum over n of dy[n, t] (rows t >= T zero): one
+    // thread per element of dw adding the N terms in order (no sort; element-wise, so merge.ts may share its launch)
+    const [N, T] = shapeOf(g, n.inputs[1]);
+    const TD = Math.min(T, V) * D;
+    return [elementwise(ctx, g, n, [argOf(g, 'dy', n.inputs[0], 'r'), argOf(g, 'dw', n.outputs[0], 'w')], V * D,
+      `  // the ids are positions: dw[t, c] = sum over the ${u(N)} sequences of dy[n, t, c] (rows past ${u(Math.min(T, V))} zero)\n` +
+      `  float acc = ${f(0)};\n` +
+      `  if (i < ${u(TD)}) for (uint s = 0u; s < ${u(N)}; ++s) acc += ${readF(d, g, n.inputs[0], 'dy', `s * ${u(T * D)} + i`)};\n` +
+      `  dw[i] = ${store('acc')};\n`, ' [ids are positions: a sum over the sequences]')];
+  }
   if (J >= FLOAT_EXACT || V >= FLOAT_EXACT) throw new Error(`internal: embedding_grad node ${n.id}: ${J} ids / ${V} rows exceed the sort's float slots`);
   // scratch (floats): [0, J) slot -> position, [J, 2J) slot -> id, [2J, 2J + V) first slot of id v, [2J + V, 2J + 2V) its end
   const POS = 0, ID = J, BEGIN = 2 * J, END = 2 * J + V;
@@ -108,8 +148,6 @@ export function lowerEmbeddingGradCuda(ctx: LowerCtx, g: Graph, n: Node): Kernel
     scratch: bytes,
   };
   const T = rowThreads(D);
-  const outT = elemOf(g, n.outputs[0]);
-  const store = (x: string) => (isHalfElem(outT) ? d.fromFloat(outT, x) : x);
   const sum: KernelSpec = {
     ...kernelSpec(ctx, g, n, [argOf(g, 'dy', n.inputs[0], 'r'), argOf(g, 'dw', n.outputs[0], 'w')], {
       groups: [V, 1, 1], tgsize: [T, 1, 1], tgmem: 0, sync: false,
