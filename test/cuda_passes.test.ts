@@ -194,7 +194,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       // ids with gaps and repeats, D not a power of two
       opCase('emb_sparse', 'embedding_grad', [f([3, 5, 45]), { shape: [3, 5], dtype: 'i32', data: Float64Array.from([9, 2, 9, 9, 40, 2, 0, 9, 33, 2, 40, 9, 1, 0, 9]) }], [[41, 45]], { w_shape: [41, 45] }),
       positionEmbeddingCase('pos_emb', 3, 37, 41, 70), positionEmbeddingCase('pos_emb_full', 5, 64, 64, 33),
-      ...classCases(rng, 5, WARP_C + 29, 3), ...classCases(rng, 21, 37, -1), ...classCases(rng, ONE_BLOCK_ROWS + 7, 37, 4),
+      ...classCases(rng, 5, WARP_C + 29, 3), ...classCases(rng, 21, 165, -1), ...classCases(rng, ONE_BLOCK_ROWS + 7, 37, 4),
       ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),

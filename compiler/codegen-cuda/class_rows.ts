@@ -6,7 +6,7 @@
  * rows of 50 304) took 850 ms on the H200. Here every row has its own threads:
  *  - a warp per row (8 rows per block of 256) when C <= WARP_C, else a block of 256 per row;
  *  - one pass over the row: each thread keeps a running max m and sum of exp(x - m) (rescaled
- *    when the max grows), then the row's max M is the group's max of m and its sum the group's sum
+ *    when the max grows; four elements per step while four remain), then the row's max M is the group's max of m and its sum the group's sum
  *    of s * exp(m - M) (SIMD-group / block reductions: a fixed butterfly and warp order);
  *  - the forward ops write each row's term (and, with ignore_index, whether the row counts) into
  *    the plan's scratch region (`mpsc_scratch`, KernelSpec.scratch), and a second kernel of one
@@ -74,14 +74,24 @@ function rowLayout(ctx: LowerCtx, R: number, C: number) {
 /**
  * statements: the row's max M and sum S of exp(x - M) over its C logits in one pass (each thread's
  * running max m and sum s, rescaled when m grows; then combined over the group), and with `sx` the
- * row's sum of logits SX
+ * row's sum of logits SX. Each thread takes its elements four at a time (four loads in flight, one
+ * rescale test per four) while four remain, then one at a time.
  */
 function onlineLse(ctx: LowerCtx, g: Graph, n: Node, L: ReturnType<typeof rowLayout>, C: number, sx: boolean): string {
-  const d = ctx.d, exp = (x: string) => d.math('exp', x);
+  const d = ctx.d, u = (k: number) => d.u(k), exp = (x: string) => d.math('exp', x), max = (a: string, b: string) => d.math('max', a, b);
+  const x = (k: number) => readF(d, g, n.inputs[0], 'logits', k ? `base + c + ${u(k * L.W)}` : 'base + c');
   return (
     `  float m = ${d.f(-Infinity)}, s = ${d.f(0)};\n` + (sx ? `  float sx = ${d.f(0)};\n` : '') +
-    `  for (uint c = t; c < ${d.u(C)}; c += ${d.u(L.W)}) {\n` +
-    `    const float x = ${readF(d, g, n.inputs[0], 'logits', 'base + c')};\n` +
+    `  uint c = t;\n` +
+    `  for (; c + ${u(3 * L.W)} < ${u(C)}; c += ${u(4 * L.W)}) {\n` +
+    `    const float x0 = ${x(0)}, x1 = ${x(1)}, x2 = ${x(2)}, x3 = ${x(3)};\n` +
+    `    const float mx = ${max(max('x0', 'x1'), max('x2', 'x3'))};\n` +
+    `    if (mx > m) { s = s * ${exp('m - mx')}; m = mx; }\n` +
+    `    s += (${exp('x0 - m')} + ${exp('x1 - m')}) + (${exp('x2 - m')} + ${exp('x3 - m')});\n` +
+    (sx ? `    sx += (x0 + x1) + (x2 + x3);\n` : '') +
+    `  }\n` +
+    `  for (; c < ${u(C)}; c += ${u(L.W)}) {\n` +
+    `    const float x = ${x(0)};\n` +
     `    if (x > m) { s = s * ${exp('m - x')} + ${d.f(1)}; m = x; } else s += ${exp('x - m')};\n` +
     (sx ? `    sx += x;\n` : '') +
     `  }\n` +

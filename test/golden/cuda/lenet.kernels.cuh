@@ -882,7 +882,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k10(
     const uint base = r * 10u;
     const int lab = label[r];
     float m = (-INFINITY), s = 0.0f;
-    for (uint c = t; c < 10u; c += 32u) {
+    uint c = t;
+    for (; c + 96u < 10u; c += 128u) {
+      const float x0 = logits[base + c], x1 = logits[base + c + 32u], x2 = logits[base + c + 64u], x3 = logits[base + c + 96u];
+      const float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
+      if (mx > m) { s = s * expf(m - mx); m = mx; }
+      s += (expf(x0 - m) + expf(x1 - m)) + (expf(x2 - m) + expf(x3 - m));
+    }
+    for (; c < 10u; c += 32u) {
       const float x = logits[base + c];
       if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else s += expf(x - m);
     }
@@ -959,7 +966,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
   const uint base = r * 10u;
   const int lab = label[r];
   float m = (-INFINITY), s = 0.0f;
-  for (uint c = t; c < 10u; c += 32u) {
+  uint c = t;
+  for (; c + 96u < 10u; c += 128u) {
+    const float x0 = logits[base + c], x1 = logits[base + c + 32u], x2 = logits[base + c + 64u], x3 = logits[base + c + 96u];
+    const float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
+    if (mx > m) { s = s * expf(m - mx); m = mx; }
+    s += (expf(x0 - m) + expf(x1 - m)) + (expf(x2 - m) + expf(x3 - m));
+  }
+  for (; c < 10u; c += 32u) {
     const float x = logits[base + c];
     if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else s += expf(x - m);
   }
