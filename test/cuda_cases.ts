@@ -8,9 +8,9 @@
  */
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
-import { ONE_BLOCK_ROWS, WARP_C, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
+import { ONE_BLOCK_ROWS, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
-import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
+import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
 import { GraphBuilder, numel, type Program, type StepScalars } from '../compiler/ir/graph.js';
 import type { CheckedModel } from '../compiler/model.js';
 import type { Batch } from '../runtime/session.js';
@@ -76,19 +76,8 @@ export function cudaLongCases(): OpCase[] {
     [f([...ids, D]), { shape: ids, dtype: 'i32', data: randomInts(ids, V, rng) }], [[V, D]], { w_shape: [V, D] }));
   emb('long_embedding_grad', [7, 300], 37, 70);
   emb('embedding_grad_gpt2_vocab', [3, 333], 50304, 24);
-  const classes = (tag: string, R: number, C: number, ignore?: number) => {
-    if ((C > WARP_C) !== (rowGroupThreads(C) === 256)) throw new Error('internal: WARP_C and rowGroupThreads disagree');
-    const labels = randomInts([R], C, rng).map((l, i) => (ignore !== undefined && i % 3 === 1 ? ignore : l));
-    const lab = { shape: [R], dtype: 'i32' as const, data: labels };
-    const x = (lo: number, hi: number) => ({ shape: [R, C], data: randomTensor([R, C], rng, lo, hi) });
-    const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
-    cases.push(opCase(`rows_cross_entropy_${tag}`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0, ...ii }));
-    cases.push(opCase(`rows_cross_entropy_ls_${tag}`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0.1, ...ii }));
-    cases.push(opCase(`rows_cross_entropy_grad_${tag}`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0, ...ii }));
-    cases.push(opCase(`rows_cross_entropy_grad_ls_${tag}`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0.1, ...ii }));
-    cases.push(opCase(`rows_accuracy_${tag}`, 'accuracy', [x(-1, 1), lab], [[]], ii));
-    cases.push(opCase(`rows_top_k_${tag}`, 'top_k', [x(-1, 1), lab], [[]], { k: 5, ...ii }));
-  };
+  if (rowGroupThreads(50304) !== 256 || rowGroupThreads(1025) !== 256 || rowGroupThreads(1000) !== 32) throw new Error('internal: the class-row cases miss a block or a warp per row');
+  const classes = (tag: string, R: number, C: number, ignore?: number) => cases.push(...classRowCases(rng, `rows_${tag}`, R, C, ignore));
   classes('gpt2_vocab', 3, 50304);
   classes('gpt2_vocab_ignore', 4, 50304, 7);
   if (ONE_BLOCK_ROWS >= 301 || ONE_BLOCK_ROWS < 37) throw new Error('internal: the warp-per-row cases do not straddle ONE_BLOCK_ROWS');
@@ -100,6 +89,27 @@ export function cudaLongCases(): OpCase[] {
   return cases;
 }
 
+
+/**
+ * cross_entropy (with and without label smoothing), its gradient (same), accuracy and top_k (k 5) over R
+ * rows of C classes (codegen-cuda/class_rows.ts: a warp per row up to WARP_C classes, a block per row above,
+ * ONE block for at most ONE_BLOCK_ROWS warp rows), with ignore_index `ignore` when given (the label of every
+ * third row); case names start with `prefix`.
+ */
+export function classRowCases(rng: Rng, prefix: string, R: number, C: number, ignore?: number): OpCase[] {
+  const labels = randomInts([R], C, rng).map((l, i) => (ignore !== undefined && i % 3 === 1 ? ignore : l));
+  const lab = { shape: [R], dtype: 'i32' as const, data: labels };
+  const x = (lo: number, hi: number) => ({ shape: [R, C], data: randomTensor([R, C], rng, lo, hi) });
+  const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
+  return [
+    opCase(`${prefix}_cross_entropy`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0, ...ii }),
+    opCase(`${prefix}_cross_entropy_ls`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0.1, ...ii }),
+    opCase(`${prefix}_cross_entropy_grad`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0, ...ii }),
+    opCase(`${prefix}_cross_entropy_grad_ls`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0.1, ...ii }),
+    opCase(`${prefix}_accuracy`, 'accuracy', [x(-1, 1), lab], [[]], ii),
+    opCase(`${prefix}_top_k`, 'top_k', [x(-1, 1), lab], [[]], { k: 5, ...ii }),
+  ];
+}
 
 /**
  * A position embedding and its gradient (codegen-cuda/embedding_cuda.ts: with a `positions` node's output

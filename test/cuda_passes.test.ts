@@ -17,10 +17,10 @@ import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js'
 import { planKernels, planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
-import { positionEmbeddingCase } from './cuda_cases.js';
+import { classRowCases, positionEmbeddingCase } from './cuda_cases.js';
 import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
-import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
+import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
 import { compileEmu, opCase, reference, runCases, type OpCase } from './metal_harness.js';
 import { allOpCases, independentUpdatesCase } from './metal_cases.js';
 import { MAX_ARGS, mergeLaunches } from '../compiler/codegen-cuda/merge.js';
@@ -160,27 +160,6 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
   });
 });
 
-/**
- * class losses / metrics over R rows of C (class_rows.ts: a block per row above WARP_C, a warp per row up
- * to it, ONE block for at most ONE_BLOCK_ROWS such rows), with label smoothing, and with ignore_index
- * `ignore` (label of every third row; -1: none)
- */
-function classCases(rng: Rng, R: number, C: number, ignore: number): OpCase[] {
-  const labels = randomInts([R], C, rng).map((l, i) => (ignore >= 0 && i % 3 === 1 ? ignore : l));
-  const lab = { shape: [R], dtype: 'i32' as const, data: labels };
-  const x = (lo: number, hi: number) => ({ shape: [R, C], data: randomTensor([R, C], rng, lo, hi) });
-  const ii: Record<string, number> = ignore >= 0 ? { ignore_index: ignore } : {};
-  const tag = `${R}x${C}${ignore >= 0 ? '_ignore' : ''}`;
-  return [
-    opCase(`ce_${tag}`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0, ...ii }),
-    opCase(`ce_ls_${tag}`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0.1, ...ii }),
-    opCase(`ce_grad_${tag}`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0, ...ii }),
-    opCase(`ce_grad_ls_${tag}`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0.1, ...ii }),
-    opCase(`acc_${tag}`, 'accuracy', [x(-1, 1), lab], [[]], ii),
-    opCase(`top3_${tag}`, 'top_k', [x(-1, 1), lab], [[]], { k: 3, ...ii }),
-  ];
-}
-
 describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator', () => {
   it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two), embedding_grad and the class losses / metrics (a warp and a block per row) equal the float64 reference', () => {
     const rng = makeRng(7);
@@ -194,7 +173,8 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       // ids with gaps and repeats, D not a power of two
       opCase('emb_sparse', 'embedding_grad', [f([3, 5, 45]), { shape: [3, 5], dtype: 'i32', data: Float64Array.from([9, 2, 9, 9, 40, 2, 0, 9, 33, 2, 40, 9, 1, 0, 9]) }], [[41, 45]], { w_shape: [41, 45] }),
       positionEmbeddingCase('pos_emb', 3, 37, 41, 70), positionEmbeddingCase('pos_emb_full', 5, 64, 64, 33),
-      ...classCases(rng, 5, WARP_C + 29, 3), ...classCases(rng, 21, 165, -1), ...classCases(rng, ONE_BLOCK_ROWS + 7, 37, 4),
+      ...classRowCases(rng, 'block_ignore', 5, WARP_C + 29, 3), ...classRowCases(rng, 'one_block', 21, 165),
+      ...classRowCases(rng, 'warp_ignore', ONE_BLOCK_ROWS + 7, 37, 4),
       ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
