@@ -36,8 +36,9 @@ export function cudaCaseBuild(a: CudaArtifacts, exe: string): EmuBuild<CaseArtif
  * chunked, embedding_grad over many ids (embedding_cuda.ts: a sort over several tiles of 256 ids, a large
  * vocabulary with rows that never occur), and the class losses / metrics over many rows (class_rows.ts:
  * a block per row of GPT-2's V = 50 304, a warp per row of 1000 classes over a row count not a multiple
- * of 8, and few enough such rows for one block; label smoothing; ignore_index), and a position embedding
- * and its gradient (positionEmbeddingCase).
+ * of 8, and few enough such rows for one block; label smoothing; ignore_index), a loss with its gradient
+ * reading the loss kernel's log-sum-exp (lossAndGradCase), and a position embedding and its gradient
+ * (positionEmbeddingCase).
  */
 export function cudaLongCases(): OpCase[] {
   const rng = makeRng(20261203);
@@ -85,6 +86,8 @@ export function cudaLongCases(): OpCase[] {
   classes('warp_odd_rows_ignore', 301, 1000, -100);
   classes('one_block_ignore', 37, 1000, -100);
   classes('block_odd', 5, 1025);
+  cases.push(lossAndGradCase(rng, 'loss_and_grad_gpt2_vocab', 3, 50304, 0), lossAndGradCase(rng, 'loss_and_grad_warp_ignore', 301, 1000, 0.1, -100),
+    lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
   cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
   return cases;
 }
@@ -109,6 +112,28 @@ export function classRowCases(rng: Rng, prefix: string, R: number, C: number, ig
     opCase(`${prefix}_accuracy`, 'accuracy', [x(-1, 1), lab], [[]], ii),
     opCase(`${prefix}_top_k`, 'top_k', [x(-1, 1), lab], [[]], { k: 5, ...ii }),
   ];
+}
+
+/**
+ * A training step's loss end: cross_entropy, accuracy, then cross_entropy_grad of the same logits and labels
+ * (codegen-cuda/class_rows.ts lseConsumer: the gradient reads the loss kernel's per-row log-sum-exp from the
+ * scratch region), over R rows of C with label smoothing `ls` and ignore_index `ignore` when given.
+ */
+export function lossAndGradCase(rng: Rng, name: string, R: number, C: number, ls: number, ignore?: number): OpCase {
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const logits = b.value(`${name}.logits`, 'f32', [R, C], 'input');
+  data.set(logits, Float64Array.from(randomTensor([R, C], rng, -3, 3), (x) => Math.fround(x)));
+  const label = b.value(`${name}.label`, 'i32', [R], 'input');
+  data.set(label, randomInts([R], C, rng).map((l, i) => (ignore !== undefined && i % 3 === 1 ? ignore : l)));
+  const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
+  const out = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const loss = out('loss', []), acc = out('acc', []), dlogits = out('dlogits', [R, C]);
+  b.node('cross_entropy', [logits, label], [loss], { label_smoothing: ls, ...ii }, 'loss');
+  b.node('accuracy', [logits, label], [acc], ii, 'accuracy');
+  b.node('cross_entropy_grad', [logits, label], [dlogits], { label_smoothing: ls, ...ii }, 'loss');
+  const program = { name, batch: R, graph: b.graph, inputs: [logits, label], outputs: [] } as unknown as Program;
+  return { program, data, check: [loss, acc, dlogits] };
 }
 
 /**

@@ -17,7 +17,7 @@ import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js'
 import { planKernels, planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
-import { classRowCases, positionEmbeddingCase } from './cuda_cases.js';
+import { classRowCases, lossAndGradCase, positionEmbeddingCase } from './cuda_cases.js';
 import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
@@ -152,10 +152,13 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
     expect(emb.map((k) => k.scratch ?? 0)).toEqual([0, ...[65, 65].map((V) => (2 * 2048 + 2 * V) * 4)]);
     expect(emb.every((k) => !/atomic/.test(k.body))).toBe(true);
     // cross_entropy over 2048 rows of 65 (train_step, then eval): 256 blocks of 8 warps writing row terms, then one
-    // block's mean; the grad the same rows
+    // block's mean; the grad the same rows, reading train_step's loss kernel's log-sum-exp (scratch [2R, 3R))
     const ce = ks.filter((k) => k.op === 'cross_entropy' || k.op === 'cross_entropy_grad');
-    const fwd = [['cross_entropy', 256, 256, 2048 * 4], ['cross_entropy', 1, 256, 2048 * 4]];
-    expect(ce.map((k) => [k.op, k.groups[0], k.tgsize[0], k.scratch ?? 0])).toEqual([...fwd, ['cross_entropy_grad', 256, 256, 0], ...fwd]);
+    const fwd = (bytes: number) => [['cross_entropy', 256, 256, bytes], ['cross_entropy', 1, 256, bytes]];
+    expect(ce.map((k) => [k.op, k.groups[0], k.tgsize[0], k.scratch ?? 0])).toEqual([
+      ...fwd(3 * 2048 * 4), ['cross_entropy_grad', 256, 256, 3 * 2048 * 4], ...fwd(2048 * 4)]);
+    expect(ce[2].body).toMatch(/mpsc_scratch\[4096u \+ r\]/);
+    expect(ce[2].body).not.toMatch(/mpsc_warp_max/);
     expect(ce.every((k) => !/atomic/.test(k.body))).toBe(true);
   });
 });
@@ -172,6 +175,8 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => ['layernorm_grad', 'embedding_grad', 'cross_entropy', 'cross_entropy_grad', 'accuracy', 'top_k'].includes(n.op))),
       // ids with gaps and repeats, D not a power of two
       opCase('emb_sparse', 'embedding_grad', [f([3, 5, 45]), { shape: [3, 5], dtype: 'i32', data: Float64Array.from([9, 2, 9, 9, 40, 2, 0, 9, 33, 2, 40, 9, 1, 0, 9]) }], [[41, 45]], { w_shape: [41, 45] }),
+      lossAndGradCase(rng, 'loss_grad_block', 3, WARP_C + 29, 0.1, 2), lossAndGradCase(rng, 'loss_grad_warp', ONE_BLOCK_ROWS + 9, 165, 0),
+      lossAndGradCase(rng, 'loss_grad_one_block', 37, 65, 0.1, 1),
       positionEmbeddingCase('pos_emb', 3, 37, 41, 70), positionEmbeddingCase('pos_emb_full', 5, 64, 64, 33),
       ...classRowCases(rng, 'block_ignore', 5, WARP_C + 29, 3), ...classRowCases(rng, 'one_block', 21, 165),
       ...classRowCases(rng, 'warp_ignore', ONE_BLOCK_ROWS + 7, 37, 4),

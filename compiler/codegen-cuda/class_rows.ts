@@ -16,7 +16,10 @@
  *    it all, its 8 warps taking the rows in turn and their totals added in warp order;
  *  - cross_entropy_grad writes (softmax - target) / count in a second pass over the row, each
  *    element read then written by the same thread, so it stays right when the memory plan makes
- *    dlogits share the logits' bytes.
+ *    dlogits share the logits' bytes; when the step's loss is the cross_entropy of the same logits
+ *    and labels with at most accuracy / top_k in between (lseConsumer), the loss kernel leaves each
+ *    row's log-sum-exp in the scratch region and the gradient reads it: one pass over the logits
+ *    instead of two.
  * Logits are read through the dialect's typed loads (16-bit logits widened to float), dlogits
  * written through its typed stores. Consumes those nodes (CUDA dialect context; the bodies use
  * only the kernel language); produces KernelSpecs. nll / nll_grad keep the shared kernels (a
@@ -39,6 +42,24 @@ const WARPS = BLOCK / 32;
 function classRows(g: Graph, n: Node): { R: number; C: number; ignore?: number } {
   const xs = shapeOf(g, n.inputs[0]), C = xs[xs.length - 1];
   return { R: numel(xs) / C, C, ignore: n.attrs.ignore_index === undefined ? undefined : numAttr(n, 'ignore_index') };
+}
+
+/**
+ * The cross_entropy_grad node that reads cross_entropy node `n`'s per-row log-sum-exp from the scratch region
+ * (at [2R, 3R): the row terms and kept flags use [0, 2R)) instead of computing it again: the same logits,
+ * labels and attrs, and only accuracy / top_k nodes between them (their kernels use scratch below 2R; no
+ * other kernel runs in between to overwrite it). A training step's loss and its gradient, typically.
+ */
+export function lseConsumer(g: Graph, n: Node): Node | undefined {
+  if (n.op !== 'cross_entropy') return undefined;
+  const same = (m: Node) => m.inputs[0] === n.inputs[0] && m.inputs[1] === n.inputs[1] &&
+    (m.attrs.label_smoothing ?? 0) === (n.attrs.label_smoothing ?? 0) && m.attrs.ignore_index === n.attrs.ignore_index;
+  for (let i = g.nodes.indexOf(n) + 1; i < g.nodes.length; i++) {
+    const m = g.nodes[i];
+    if (m.op === 'cross_entropy_grad' && same(m)) return m;
+    if (m.op !== 'accuracy' && m.op !== 'top_k') return undefined;
+  }
+  return undefined;
 }
 
 /** threads per row for C classes: a warp (32) or a block (256) */
@@ -108,6 +129,7 @@ export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelS
   const L = rowLayout(ctx, R, C);
   const counted = ignore !== undefined;
   const xAt = (idx: string) => readF(d, g, n.inputs[0], 'logits', idx);
+  const keepLse = lseConsumer(g, n) !== undefined;
   let what: string;
   let row: string;
   switch (n.op) {
@@ -116,7 +138,8 @@ export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelS
       what = `log-sum-exp${ls ? ', sum of logits' : ''}`;
       row = onlineLse(ctx, g, n, L, C, ls !== 0) +
         `  const float lse = M + ${d.math('log', 'S')};\n` +
-        `  const float term = -${f(1 - ls)} * (${xAt('base + uint(lab)')} - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n');
+        `  const float term = -${f(1 - ls)} * (${xAt('base + uint(lab)')} - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n') +
+        (keepLse ? `  if (t == 0u) mpsc_scratch[${u(2 * R)} + r] = lse;  // for the gradient kernel\n` : '');
       break;
     }
     case 'accuracy': {
@@ -147,7 +170,7 @@ export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelS
     // (all lanes hold the same term: the butterflies give every lane the same sums), lane 0 keeps the
     // warp's total, thread 0 adds the 8 warp totals in warp order
     const inner = row.replace(/^(?=.)/gm, counted ? '    ' : '  ');
-    return [kernelSpec(ctx, g, n, [...[argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r')], argOf(g, out, n.outputs[0], 'w')], {
+    return [{ ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), argOf(g, out, n.outputs[0], 'w')], {
       groups: [1, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: 2 * WARPS * 4, sync: true,
       body:
         `  // ONE block: warp sg takes rows sg, sg + ${u(WARPS)}, ... of ${u(R)} (${u(C)} classes each): its ${what}, the row terms summed in row order per warp
@@ -179,9 +202,9 @@ ${inner}      part += term;
         `    ${out}[0] = total / ${counted ? 'count' : f(R)};
   }
 `,
-    }, ` [one block: a warp per row of ${C}, ${R} rows]`)];
+    }, ` [one block: a warp per row of ${C}, ${R} rows]`), ...(keepLse ? { scratch: 3 * R * 4 } : {})}];
   }
-  const bytes = (counted ? 2 : 1) * R * 4;
+  const bytes = (keepLse ? 3 : counted ? 2 : 1) * R * 4;
   const rows: KernelSpec = {
     ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r')], {
       groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: L.tgmem, sync: true,
@@ -219,8 +242,10 @@ export function lowerCrossEntropyGradCuda(ctx: LowerCtx, g: Graph, n: Node): Ker
   if (ignore !== undefined) ctx.helpers.add('block_reduce');
   const count = keptCount(d, { T: u(BLOCK), nsg: u(WARPS) }, { R, ignore });
   const args: KernelArg[] = [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), argOf(g, 'dlogits', n.outputs[0], 'w')];
-  return [kernelSpec(ctx, g, n, args, {
-    groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: L.warp && ignore === undefined ? 0 : WARPS * 4, sync: true,
+  // the loss's kernel left each row's log-sum-exp in the scratch region: one pass over the row instead of two
+  const fromForward = g.nodes.some((m) => lseConsumer(g, m) === n);
+  return [{ ...kernelSpec(ctx, g, n, args, {
+    groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: ignore !== undefined || (!L.warp && !fromForward) ? WARPS * 4 : 0, sync: true,
     body:
       `  // row r of ${u(C)} logits (${L.warp ? 'a warp per row' : 'a block per row'}): (softmax - ${ls ? '(1-ls)*onehot - ls/C' : 'onehot'}) / count;\n` +
       `  // each element is read and then written by the same thread (dlogits may share the logits' bytes)\n` +
@@ -228,11 +253,13 @@ export function lowerCrossEntropyGradCuda(ctx: LowerCtx, g: Graph, n: Node): Ker
       (ignore !== undefined
         ? `  if (lab == ${ignore}) {\n    for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) dlogits[base + c] = ${store(f(0))};\n    return;\n  }\n`
         : '') +
-      onlineLse(ctx, g, n, L, C, false) +
+      (fromForward
+        ? `  const float lse = mpsc_scratch[${u(2 * R)} + r];  // the forward kernel's\n`
+        : onlineLse(ctx, g, n, L, C, false)) +
       `  for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) {\n` +
-      `    const float p = ${d.math('exp', `${readF(d, g, n.inputs[0], 'logits', 'base + c')} - M`)} / S;\n` +
+      `    const float p = ${fromForward ? d.math('exp', `${readF(d, g, n.inputs[0], 'logits', 'base + c')} - lse`) : `${d.math('exp', `${readF(d, g, n.inputs[0], 'logits', 'base + c')} - M`)} / S`};\n` +
       `    const float target = ${target};\n` +
       `    dlogits[base + c] = ${store('(p - target) / count')};\n` +
       `  }\n`,
-  }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows]`)];
+  }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows${fromForward ? ', the forward\'s log-sum-exp' : ''}]`), ...(fromForward ? { scratch: 3 * R * 4 } : {}) }];
 }

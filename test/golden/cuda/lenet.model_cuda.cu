@@ -141,7 +141,7 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
 }
 
 const char* const knames_p0[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: unary)", "p0_k2 (node 2: maxpool2d)", "p0_k3 (node 3: conv2d)", "p0_k4 (node 4: unary)", "p0_k5 (node 5: maxpool2d)", "cuBLASLt call 0 (node 7: linear)", "p0_k8 (node 8: unary)", "cuBLASLt call 1 (node 9: linear)", "p0_k10 (node 10: cross_entropy)", "p0_k11 (node 11: accuracy)", "p0_k12 (node 12: cross_entropy_grad)", "cuBLASLt call 2 (node 13: matmul)", "cuBLASLt call 3 (node 14: matmul)", "p0_k15_m (node 15: multi)", "cuBLASLt call 4 (node 17: matmul)", "cuBLASLt call 5 (node 18: matmul)", "p0_k19 (node 19: sum_to)", "p0_k20 (node 21: maxpool2d_grad)", "p0_k21 (node 22: unary_grad)", "p0_k22 (node 23: conv2d_grad_input)", "p0_k23 (node 24: conv2d_grad_weight)", "p0_k24 (node 24: conv2d_grad_weight)", "p0_k25 (node 25: sum_to)", "p0_k26_m (node 25: multi)", "p0_k28 (node 27: unary_grad)", "p0_k29 (node 28: conv2d_grad_weight)", "p0_k30 (node 28: conv2d_grad_weight)", "p0_k31 (node 29: sum_to)", "p0_k32_m (node 29: multi)", "p0_k34_m (node 31: sgd_update)", nullptr };
-const char* const knames_p1[] = { "p1_k0 (node 0: conv2d)", "p0_k2 (node 1: maxpool2d)", "p1_k2 (node 2: conv2d)", "p0_k5 (node 3: maxpool2d)", "cuBLASLt call 6 (node 5: linear)", "cuBLASLt call 7 (node 6: linear)", "p0_k10 (node 7: cross_entropy)", "p0_k11 (node 8: accuracy)", nullptr };
+const char* const knames_p1[] = { "p1_k0 (node 0: conv2d)", "p0_k2 (node 1: maxpool2d)", "p1_k2 (node 2: conv2d)", "p0_k5 (node 3: maxpool2d)", "cuBLASLt call 6 (node 5: linear)", "cuBLASLt call 7 (node 6: linear)", "p1_k8 (node 7: cross_entropy)", "p0_k11 (node 8: accuracy)", nullptr };
 
 // program train_step: the graph's nodes in stream order (31 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
@@ -214,7 +214,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[9], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k10<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const int*>(dev + 65398528 + set * 201216), reinterpret_cast<float*>(dev + 29873728), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    p0_k10<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const int*>(dev + 65398528 + set * 201216), reinterpret_cast<float*>(dev + 29873728), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k10 (node 10: cross_entropy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[10], st), "cudaEventRecord")) return false;
   }
@@ -224,7 +224,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[11], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k12<<<dim3(8u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const int*>(dev + 65398528 + set * 201216), reinterpret_cast<float*>(dev + 23543808), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    p0_k12<<<dim3(8u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 23511040), reinterpret_cast<const int*>(dev + 65398528 + set * 201216), reinterpret_cast<float*>(dev + 23543808), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k12 (node 12: cross_entropy_grad)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[12], st), "cudaEventRecord")) return false;
   }
@@ -421,8 +421,8 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[6], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k10<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 65800960 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k10 (node 7: cross_entropy)")) return false;
+    p1_k8<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3407872), reinterpret_cast<const int*>(dev + 65800960 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p1_k8 (node 7: cross_entropy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[7], st), "cudaEventRecord")) return false;
   }
   {

@@ -420,6 +420,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
     const float* logits,
     const int* label,
     float* loss,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   __shared__ float tg[16];
@@ -448,6 +449,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
     const float S = mpsc_warp_sum(m == M ? s : s * expf(m - M));
     const float lse = M + logf(S);
     const float term = -1.0f * (logits[base + uint(lab)] - lse);
+    if (t == 0u) mpsc_scratch[128u + r] = lse;  // for the gradient kernel
     part += term;
     cnt += 1.0f;
   }
@@ -498,11 +500,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k5(
   }
 }
 
-// node 6: cross_entropy_grad (loss) -> d_fc2.out [a warp per row of 10, 64 rows]
+// node 6: cross_entropy_grad (loss) -> d_fc2.out [a warp per row of 10, 64 rows, the forward's log-sum-exp]
 extern "C" __global__ void __launch_bounds__(256) p0_k6(
     const float* logits,
     const int* label,
     float* dlogits,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
   const uint3 tgid = blockIdx;
@@ -516,22 +519,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
   const uint t = lane;
   const uint base = r * 10u;
   const int lab = label[r];
-  float m = (-INFINITY), s = 0.0f;
-  uint c = t;
-  for (; c + 96u < 10u; c += 128u) {
-    const float x0 = logits[base + c], x1 = logits[base + c + 32u], x2 = logits[base + c + 64u], x3 = logits[base + c + 96u];
-    const float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
-    if (mx > m) { s = s * expf(m - mx); m = mx; }
-    s += (expf(x0 - m) + expf(x1 - m)) + (expf(x2 - m) + expf(x3 - m));
-  }
-  for (; c < 10u; c += 32u) {
-    const float x = logits[base + c];
-    if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else s += expf(x - m);
-  }
-  const float M = mpsc_warp_max(m);
-  const float S = mpsc_warp_sum(m == M ? s : s * expf(m - M));
+  const float lse = mpsc_scratch[128u + r];  // the forward kernel's
   for (uint c = t; c < 10u; c += 32u) {
-    const float p = expf(logits[base + c] - M) / S;
+    const float p = expf(logits[base + c] - lse);
     const float target = int(c) == lab ? 1.0f : 0.0f;
     dlogits[base + c] = (p - target) / count;
   }
@@ -1372,4 +1362,49 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
   if (i >= 16384u) return;
   const float v = y[i];
   y[i] = v < 0.0f ? 0.0f : v;
+}
+
+// node 3: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
+extern "C" __global__ void __launch_bounds__(256) p1_k4(
+    const float* logits,
+    const int* label,
+    float* loss,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[16];
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // ONE block: warp sg takes rows sg, sg + 8u, ... of 64u (10u classes each): its log-sum-exp, the row terms summed in row order per warp
+  float part = 0.0f, cnt = 0.0f;
+  for (uint r = sg; r < 64u; r += 8u) {
+    const uint t = lane;
+    const uint base = r * 10u;
+    const int lab = label[r];
+    float m = (-INFINITY), s = 0.0f;
+    uint c = t;
+    for (; c + 96u < 10u; c += 128u) {
+      const float x0 = logits[base + c], x1 = logits[base + c + 32u], x2 = logits[base + c + 64u], x3 = logits[base + c + 96u];
+      const float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
+      if (mx > m) { s = s * expf(m - mx); m = mx; }
+      s += (expf(x0 - m) + expf(x1 - m)) + (expf(x2 - m) + expf(x3 - m));
+    }
+    for (; c < 10u; c += 32u) {
+      const float x = logits[base + c];
+      if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else s += expf(x - m);
+    }
+    const float M = mpsc_warp_max(m);
+    const float S = mpsc_warp_sum(m == M ? s : s * expf(m - M));
+    const float lse = M + logf(S);
+    const float term = -1.0f * (logits[base + uint(lab)] - lse);
+    part += term;
+    cnt += 1.0f;
+  }
+  if (lane == 0u) { tg[sg] = part; tg[8u + sg] = cnt; }
+  __syncthreads();
+  if (tidx == 0u) {
+    float total = 0.0f, count = 0.0f;
+    for (uint w = 0u; w < 8u; ++w) { total += tg[w]; count += tg[8u + w]; }
+    loss[0] = total / 64.0f;
+  }
 }
