@@ -148,7 +148,7 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
     // the position table's (ids = positions): a sum over the 32 sequences, one thread per element of [64, 128];
     // the token table's over 2048 ids (32 x 64): a sort of 16 blocks of 128, then a block per row of the 65 tokens;
     // scratch: slot -> position and id (2 x 2048), each row's run (2 x 65)
-    expect(emb.map((k) => k.groups)).toEqual([[32, 1, 1], [16, 1, 1], [65, 1, 1]]);
+    expect(emb.map((k) => [k.groups[0], k.tgsize[0] * k.tgsize[1]])).toEqual([[32, 256], [16, 1024], [65, 128]]);
     expect(emb.map((k) => k.scratch ?? 0)).toEqual([0, ...[65, 65].map((V) => (2 * 2048 + 2 * V) * 4)]);
     expect(emb.every((k) => !/atomic/.test(k.body))).toBe(true);
     // cross_entropy over 2048 rows of 65 (train_step, then eval): 256 blocks of 8 warps writing row terms, then one
