@@ -219,6 +219,16 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       const ref = reference(c, scalars);
       for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), `${c.program.name} ${c.program.graph.values[id].name}`).toBeLessThan(1e-5);
     });
+    // the sorted embedding_grad adds each row's terms in position order: bitwise a float32 sum in that order
+    for (const name of ['emb_long', 'emb_sparse']) {
+      const ci = cases.findIndex((c) => c.program.name === name);
+      const c = cases[ci], g = c.program.graph, node = g.nodes[0];
+      const [dyId, idsId] = node.inputs, [V, D] = node.attrs.w_shape as number[];
+      const dy = c.data.get(dyId)!, ids = c.data.get(idsId)!;
+      const want = new Float32Array(V * D);
+      ids.forEach((v, j) => { for (let k = 0; k < D; k++) want[v * D + k] = Math.fround(want[v * D + k] + dy[j * D + k]); });
+      expect(Array.from((got[ci] as Map<number, Float64Array>).get(node.outputs[0])!), name).toEqual(Array.from(want));
+    }
   });
 });
 
