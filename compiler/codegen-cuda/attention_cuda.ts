@@ -347,3 +347,22 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
     spec([ro[0], ro[1], ro[2], ro[3], ro[5], dq], ceilDiv(gm.T, BR), gradQBody(gm, dq), ': dQ', scratch),
   ];
 }
+
+/**
+ * One line per kind of attention choice over the programs' graphs (`mpsc build --device cuda`): how
+ * many attention / attention_grad nodes run on the flash kernels, and how many on the shared kernel
+ * and why (flashRefusal).
+ */
+export function attentionReport(graphs: Graph[]): string[] {
+  const counts = new Map<string, number>();
+  for (const g of graphs)
+    for (const n of g.nodes) {
+      if (n.op !== 'attention' && n.op !== 'attention_grad') continue;
+      const why = flashRefusal(g, n);
+      const key = why === null
+        ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores, attention_cuda.ts)`
+        : `the shared 16x16-tile kernel: ${why}`;
+      counts.set(key, (counts.get(key) ?? 0) + 1);
+    }
+  return [...counts].map(([what, k]) => `attention: ${k} node${k === 1 ? '' : 's'} on ${what}`);
+}
