@@ -1,6 +1,7 @@
 /**
- * The CUDA flash attention (compiler/codegen-cuda/attention_cuda.ts) without a GPU: which nodes it
- * takes (all-bf16 / all-fp16 operands, head widths FLASH_HEAD_DIMS) and which keep the shared kernel,
+ * The CUDA flash attention (compiler/codegen-cuda/attention_cuda.ts, attention_f32.ts) without a GPU:
+ * which nodes take the 16-bit tensor-core kernels (all-bf16 / all-fp16 operands, head widths
+ * FLASH_HEAD_DIMS), which the fp32 ones (F32_HEAD_DIMS) and which keep the shared kernel,
  * the launch geometry and scratch of its kernels, the build report, and the generated kernels of
  * every 16-bit attention case of cuda_check (test/cuda_cases.ts cudaAttentionCases) compiled by
  * `nvcc -arch=sm_90a -Werror` with ptxas's resource report: no spills, no stack, static shared
@@ -13,6 +14,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildCuda } from '../compiler/codegen-cuda/index.js';
 import { attentionReport, FLASH_HEAD_DIMS, flashRefusal } from '../compiler/codegen-cuda/attention_cuda.js';
+import { F32_HEAD_DIMS, f32Refusal } from '../compiler/codegen-cuda/attention_f32.js';
 import type { KernelSpec } from '../compiler/kernels/kernel_types.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { cudaAttentionCases } from './cuda_cases.js';
@@ -31,59 +33,68 @@ function attnNode(i: number) {
   return { g, n: g.nodes.find((n) => n.op === 'attention' || n.op === 'attention_grad')! };
 }
 
+/** the flash path a case's node takes by its operands: 16-bit tensor cores, fp32, or none (the shared kernel) */
+function expectedPath(i: number): 'tc' | 'f32' | 'shared' {
+  const { g, n } = attnNode(i);
+  const q = g.values[n.inputs[n.op === 'attention' ? 0 : 1]];
+  if (q.dtype !== 'f32') return FLASH_HEAD_DIMS.includes(q.shape[3]) ? 'tc' : F32_HEAD_DIMS.includes(q.shape[3]) ? 'f32' : 'shared';
+  return F32_HEAD_DIMS.includes(q.shape[3]) ? 'f32' : 'shared';
+}
+
 describe('which attention nodes the flash kernels take', () => {
-  it('16-bit operands with a head width in FLASH_HEAD_DIMS: the flash kernels (forward one, backward Delta + dK/dV + dQ); others: the shared kernel', () => {
-    let flash = 0, shared = 0;
+  it('16-bit operands with a head width in FLASH_HEAD_DIMS: the tensor-core kernels; fp32: the fp32 ones; other widths: the shared kernel', () => {
+    const seen = { tc: 0, f32: 0, shared: 0 };
     cases.forEach((c, i) => {
       const { g, n } = attnNode(i);
-      const D = g.values[n.inputs[n.op === 'attention' ? 0 : 1]].shape[3];
       const ks = attnKernels(i);
-      if (FLASH_HEAD_DIMS.includes(D)) {
-        flash++;
-        expect(flashRefusal(g, n)).toBeNull();
-        expect(ks.map((k) => /flash attention/.test(k.label))).toEqual(ks.map(() => true));
-        expect(ks.length).toBe(n.op === 'attention' ? 1 : 3);
-      } else {
-        shared++;
+      const path = expectedPath(i);
+      seen[path]++;
+      if (path === 'shared') {
         expect(flashRefusal(g, n)).toMatch(/head width/);
+        expect(f32Refusal(g, n)).toMatch(/head width/);
         expect(ks.some((k) => /flash attention/.test(k.label))).toBe(false);
+        return;
       }
+      expect(flashRefusal(g, n) === null).toBe(path === 'tc');
+      // forward: one kernel; backward: Delta, dK/dV, dQ
+      expect(ks.length).toBe(n.op === 'attention' ? 1 : 3);
+      const main = n.op === 'attention' ? ks : ks.slice(1);
+      for (const k of main) expect(k.label).toMatch(path === 'tc' ? /flash attention, (bf16|f16) tensor cores/ : /flash attention, fp32 on the CUDA cores/);
+      if (n.op === 'attention_grad') expect(ks[0].label).toMatch(/Delta = rowsum/);
     });
-    expect(flash).toBeGreaterThanOrEqual(12);
-    expect(shared).toBe(2);
+    expect(seen.tc).toBeGreaterThanOrEqual(14);
+    expect(seen.f32).toBeGreaterThanOrEqual(8);
+    expect(seen.shared).toBe(2);
   });
 
-  it('fp32 attention keeps the shared kernel, and the build report says so', () => {
-    // the reference forward programs of the cases are fp32: rebuild one such node through the registry
-    const i = cases.findIndex((c) => c.program.graph.nodes.some((n) => n.op === 'attention'));
-    const g = structuredClone(cases[i].program.graph);
-    for (const v of g.values) if (v.dtype === 'bf16' || v.dtype === 'f16') v.dtype = 'f32';
-    const n = g.nodes.find((x) => x.op === 'attention')!;
-    expect(flashRefusal(g, n)).toMatch(/operands f32, f32, f32/);
-    const lines = attentionReport([g, ...cases.map((c) => c.program.graph)]);
+  it('the build report names each path and why a node does not take the tensor-core one', () => {
+    const lines = attentionReport(cases.map((c) => c.program.graph));
     expect(lines.some((l) => /on flash attention \((bf16|f16) tensor cores/.test(l))).toBe(true);
-    expect(lines.some((l) => /shared 16x16-tile kernel: operands f32/.test(l))).toBe(true);
+    expect(lines.some((l) => /on flash attention \(fp32 on the CUDA cores, attention_f32.ts: operands f32, f32, f32/.test(l))).toBe(true);
     expect(lines.some((l) => /shared 16x16-tile kernel: head width 8/.test(l))).toBe(true);
   });
 });
 
 describe('flash kernel geometry', () => {
-  it('64 rows per block over (tiles, heads); the backward kernels share a Delta scratch of H*T floats', () => {
+  it('64 (16-bit) or 32 (fp32) rows per block over (tiles, heads); the backward kernels share a Delta scratch of H*T floats', () => {
     cases.forEach((c, i) => {
-      const { g, n } = attnNode(i);
-      if (flashRefusal(g, n) !== null) return;
+      const { n } = attnNode(i);
+      const path = expectedPath(i);
+      if (path === 'shared') return;
+      const rows = path === 'tc' ? 64 : 32;
+      const g = c.program.graph;
       const q = g.values[n.inputs[n.op === 'attention' ? 0 : 1]].shape, k = g.values[n.inputs[n.op === 'attention' ? 1 : 2]].shape;
       const [N, H, T] = q, S = k[2];
       const ks = attnKernels(i);
       if (n.op === 'attention') {
-        expect(ks[0].groups).toEqual([Math.ceil(T / 64), N * H, 1]);
+        expect(ks[0].groups).toEqual([Math.ceil(T / rows), N * H, 1]);
         expect(ks[0].tgsize).toEqual([128, 1, 1]);
         return;
       }
       const [delta, kv, dq] = ks;
       expect(delta.groups[0] * delta.tgsize[0]).toBeGreaterThanOrEqual(N * H * T);
-      expect(kv.groups).toEqual([Math.ceil(S / 64), N * H, 1]);
-      expect(dq.groups).toEqual([Math.ceil(T / 64), N * H, 1]);
+      expect(kv.groups).toEqual([Math.ceil(S / rows), N * H, 1]);
+      expect(dq.groups).toEqual([Math.ceil(T / rows), N * H, 1]);
       for (const x of ks) expect(x.scratch).toBe(N * H * T * 4);
       // Delta is written before the two kernels that read it, and never by them
       expect(delta.body).toMatch(/mpsc_scratch\[row\] = /);
@@ -92,14 +103,15 @@ describe('flash kernel geometry', () => {
   });
 
   it('causal kernels skip the key tiles above the diagonal and mask only the tiles that cross it', () => {
-    const i = cases.findIndex((c) => String(c.program.name) === 'flash_1x2_t70_s150_d16_causal_f16_fwd');
-    const body = attnKernels(i)[0].body;
+    const body = (name: string) => attnKernels(cases.findIndex((c) => String(c.program.name) === name))[0].body;
     // S - T = 80: query tile q0 sees keys up to q0 + 63 + 80
-    expect(body).toMatch(/const int kend = min\(S, q0 \+ 144\);/);
-    expect(body).toMatch(/const bool edge = k0 \+ 64 > S \|\| k0 \+ 63 > qw \+ 80;/);
-    const nc = cases.findIndex((c) => String(c.program.name) === 'flash_1x2_t70_s150_d32_bf16_fwd');
-    expect(attnKernels(nc)[0].body).toMatch(/const int kend = S;/);
-    expect(attnKernels(nc)[0].body).toMatch(/const bool edge = k0 \+ 64 > S;/);
+    expect(body('flash_1x2_t70_s150_d16_causal_f16_fwd')).toMatch(/const int kend = min\(S, q0 \+ 144\);/);
+    expect(body('flash_1x2_t70_s150_d16_causal_f16_fwd')).toMatch(/const bool edge = k0 \+ 64 > S \|\| k0 \+ 63 > qw \+ 80;/);
+    expect(body('flash_1x2_t70_s150_d32_bf16_fwd')).toMatch(/const int kend = S;/);
+    expect(body('flash_1x2_t70_s150_d32_bf16_fwd')).toMatch(/const bool edge = k0 \+ 64 > S;/);
+    // fp32, 32-row tiles, S - T = 55
+    expect(body('flash_f32_1x2_t45_s100_d32_causal_fwd')).toMatch(/const int kend = min\(S, q0 \+ 87\);/);
+    expect(body('flash_f32_1x2_t45_s100_d32_causal_fwd')).toMatch(/const bool edge = k0 \+ 32 > S \|\| k0 \+ 31 > q0 \+ 55;/);
   });
 });
 
@@ -120,7 +132,7 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
       else if (cur) info.set(cur, (info.get(cur) ?? '') + line + '\n');
     }
     const flash = art.lowered.flatMap((l) => l.kernels).filter((k) => /flash attention/.test(k.label) && !art.alias.has(k.name));
-    expect(flash.length).toBeGreaterThanOrEqual(24);
+    expect(flash.length).toBeGreaterThanOrEqual(36);
     for (const k of flash) {
       const text = info.get(k.name) ?? '';
       expect(text, k.name).toMatch(/0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/);

@@ -95,7 +95,8 @@ export function flashTolerance(c: OpCase): number | null {
  * the 64-row tile, several tiles, heads of 1 and 16 per case, head widths 16 / 32 / 48 / 64, causal with
  * S = T and S > T, non-causal with S > T, bf16 and fp16; and a head width the flash kernels refuse (8:
  * the shared kernel with 16-bit operands). The backward's o and lse are the float64 reference
- * forward's (of the rounded q, k, v).
+ * forward's (of the rounded q, k, v). Then fp32 attention at the fp32 flash kernels' shapes
+ * (attention_f32.ts: 32-row tiles), within the usual 1e-4.
  */
 export function cudaAttentionCases(): OpCase[] {
   const rng = makeRng(20261205);
@@ -131,6 +132,19 @@ export function cudaAttentionCases(): OpCase[] {
     const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
     const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
     add(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs, to, [0, 1, 2, 3, 4]);
+  }
+  // fp32 (attention_f32.ts: 32-row tiles; 1e-4): several tiles with a short last one, causal with S > T, each head width
+  for (const [N, H, T, S, D, causal] of [
+    [2, 3, 70, 70, 64, true], [1, 2, 45, 100, 32, true], [1, 3, 33, 65, 16, false], [2, 1, 64, 64, 48, false],
+  ] as [number, number, number, number, number, boolean][]) {
+    const tag = `flash_f32_${N}x${H}_t${T}_s${S}_d${D}${causal ? '_causal' : ''}`;
+    const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
+    const attrs = { causal, scale: 1 / Math.sqrt(D) };
+    const fwd = opCase(`${tag}_fwd`, 'attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
+    out.push(fwd);
+    const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    out.push(opCase(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs));
   }
   return out;
 }

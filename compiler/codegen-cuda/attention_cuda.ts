@@ -1,9 +1,10 @@
 /**
  * attention_cuda: the CUDA backend's flash attention (FlashAttention-2's structure) on the 16-bit
  * tensor cores, for `attention` and `attention_grad` nodes whose q, k, v (and dO) are bf16 or fp16
- * (a 16-bit train precision) with a head width D in FLASH_HEAD_DIMS. Consumes those nodes (CUDA
- * dialect context); produces KernelSpecs, or null where the shared kernel (compiler/kernels/
- * attention.ts: 16x16 tiles, fp32 and 3xTF32 variants) stays: fp32 operands, other head widths.
+ * (a 16-bit train precision) with a head width D in FLASH_HEAD_DIMS; other nodes go to the fp32
+ * kernels of attention_f32.ts where their head width allows, else they keep the shared kernel
+ * (compiler/kernels/attention.ts: 16x16 tiles, fp32 and 3xTF32 variants; lowerAttentionCuda returns
+ * null). Consumes those nodes (CUDA dialect context); produces KernelSpecs.
  * Same IR semantics and saved tensors as the shared kernel: o, and lse = log sum exp of the scaled,
  * masked scores per query (natural log, fp32); the causal rule keeps key j for query i iff
  * j <= i + S - T.
@@ -40,8 +41,9 @@
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { asFloat, isHalfElem, type ElemType } from '../kernels/dialect.js';
-import { argOf, boolAttr, ceilDiv, label, numAttr, numel, shapeOf } from '../kernels/common.js';
+import { argOf, ceilDiv, label, shapeOf } from '../kernels/common.js';
 import { mmaSuffix, type Mma16Type } from './mma.js';
+import { attnGeom, f32Refusal, lit, lowerAttentionF32, type AttnGeom } from './attention_f32.js';
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
 export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
@@ -51,15 +53,12 @@ const BR = 64;
 const THREADS = 128;
 const LOG2E = Math.LOG2E;
 
-interface Geom {
-  /** heads (N * H) */
-  H: number; T: number; S: number; D: number;
-  causal: boolean; scale: number;
+interface Geom extends AttnGeom {
   /** the 16-bit operand type */
   type: Mma16Type;
 }
 
-/** why a node keeps the shared kernel, or null when the flash kernels take it */
+/** why a node does not run on the 16-bit tensor-core kernels, or null when they take it */
 export function flashRefusal(g: Graph, n: Node): string | null {
   const qi = n.op === 'attention' ? 0 : 1;
   const ops = n.op === 'attention' ? [0, 1, 2] : [0, 1, 2, 3];
@@ -73,20 +72,8 @@ export function flashRefusal(g: Graph, n: Node): string | null {
 }
 
 function geomOf(g: Graph, n: Node): Geom {
-  const qi = n.op === 'attention' ? 0 : 1;
-  const qs = shapeOf(g, n.inputs[qi]), ks = shapeOf(g, n.inputs[qi + 1]);
-  const t = g.values[n.inputs[qi]].dtype;
-  return {
-    H: numel(qs.slice(0, -2)), T: qs[qs.length - 2], S: ks[ks.length - 2], D: qs[qs.length - 1],
-    causal: boolAttr(n, 'causal'), scale: numAttr(n, 'scale'), type: t === 'bf16' ? 'bfloat' : 'half',
-  };
+  return { ...attnGeom(g, n), type: g.values[n.inputs[n.op === 'attention' ? 0 : 1]].dtype === 'bf16' ? 'bfloat' : 'half' };
 }
-
-/** a float literal that reads back as the same float32 */
-const lit = (x: number) => {
-  const s = Math.fround(x).toPrecision(9);
-  return /[.e]/.test(s) ? `${s}f` : `${s}.0f`;
-};
 
 /** text builders of one geometry */
 function text(gm: Geom) {
@@ -214,17 +201,6 @@ function forwardBody(gm: Geom, o: KernelArg): string {
   );
 }
 
-function deltaBody(ctx: LowerCtx, gm: Geom, dout: KernelArg, o: KernelArg): string {
-  return (
-    `  // Delta[i] = sum_d dO[i, d] O[i, d] for the ${gm.H * gm.T} query rows (one thread each) into the scratch region\n` +
-    `  const int row = blockIdx.x * 256 + threadIdx.x;\n` +
-    `  if (row >= ${gm.H * gm.T}) return;\n` +
-    `  const size_t base = (size_t)row * ${gm.D};\n  float acc = 0.0f;\n` +
-    `  for (int c = 0; c < ${gm.D}; ++c) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
-    `  mpsc_scratch[row] = acc;\n`
-  );
-}
-
 function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
   const x = text(gm), P = x.P;
   const edge = `q0 + ${BR} > T` + (gm.causal ? ` || kw + 15 > q0 + ${x.shift}` : '');
@@ -311,13 +287,32 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
   );
 }
 
+/** Delta = rowsum(dO * O) of H * T query rows (one thread each) into the scratch region: the first backward kernel of both flash paths */
+function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], H: number, T: number, D: number, scratch: number): KernelSpec {
+  const [dout, o] = args;
+  return {
+    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention: Delta = rowsum(dO * O)]`, args,
+    // (sync: never merged with element-wise kernels, merge.ts, though it has no barrier)
+    groups: [Math.max(1, ceilDiv(H * T, 256)), 1, 1], tgsize: [256, 1, 1], tgmem: 0, sync: true, scratch,
+    body:
+      `  // Delta[i] = sum_d dO[i, d] O[i, d] for the ${H * T} query rows (one thread each) into the scratch region\n` +
+      `  const int row = blockIdx.x * 256 + threadIdx.x;\n` +
+      `  if (row >= ${H * T}) return;\n` +
+      `  const size_t base = (size_t)row * ${D};\n  float acc = 0.0f;\n` +
+      `  for (int c = 0; c < ${D}; ++c) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
+      `  mpsc_scratch[row] = acc;\n`,
+  };
+}
+
 /**
- * The flash kernels of an attention / attention_grad node, or null when the node keeps the shared
- * kernel (flashRefusal says why).
+ * The flash kernels of an attention / attention_grad node: the 16-bit tensor-core ones (flashRefusal
+ * null), else the fp32 ones (attention_f32.ts, f32Refusal null), else null: the node keeps the shared kernel.
  */
 export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   if (ctx.d.name !== 'cuda') throw new Error(`internal: the CUDA attention lowered for dialect ${ctx.d.name}`);
-  if ((n.op !== 'attention' && n.op !== 'attention_grad') || flashRefusal(g, n) !== null) return null;
+  if (n.op !== 'attention' && n.op !== 'attention_grad') return null;
+  const delta = (args: KernelArg[], H: number, T: number, D: number, scratch: number) => deltaKernel(ctx, g, n, args, H, T, D, scratch);
+  if (flashRefusal(g, n) !== null) return f32Refusal(g, n) === null ? lowerAttentionF32(ctx, g, n, delta) : null;
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
   const a = (v: number, name: string, acc: 'r' | 'w' = 'r') => argOf(g, name, v, acc);
@@ -336,13 +331,8 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   const scratch = gm.H * gm.T * 4;
   const ro = [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse')];
   const dq = a(outs[0], 'dq', 'w'), dk = a(outs[1], 'dk', 'w'), dv = a(outs[2], 'dv', 'w');
-  const delta: KernelSpec = {
-    ...spec([ro[0], ro[4]], 0, deltaBody(ctx, gm, ro[0], ro[4]), ': Delta = rowsum(dO * O)', scratch),
-    // (sync: never merged with element-wise kernels, merge.ts, though it has no barrier)
-    groups: [Math.max(1, ceilDiv(gm.H * gm.T, 256)), 1, 1], tgsize: [256, 1, 1],
-  };
   return [
-    delta,
+    delta([ro[0], ro[4]], gm.H, gm.T, gm.D, scratch),
     spec([ro[0], ro[1], ro[2], ro[3], ro[5], dk, dv], ceilDiv(gm.S, BR), gradKVBody(gm, dk, dv), ': dK, dV', scratch),
     spec([ro[0], ro[1], ro[2], ro[3], ro[5], dq], ceilDiv(gm.T, BR), gradQBody(gm, dq), ': dQ', scratch),
   ];
@@ -358,10 +348,10 @@ export function attentionReport(graphs: Graph[]): string[] {
   for (const g of graphs)
     for (const n of g.nodes) {
       if (n.op !== 'attention' && n.op !== 'attention_grad') continue;
-      const why = flashRefusal(g, n);
+      const why = flashRefusal(g, n), whyF32 = why === null ? null : f32Refusal(g, n);
       const key = why === null
         ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores, attention_cuda.ts)`
-        : `the shared 16x16-tile kernel: ${why}`;
+        : whyF32 === null ? `flash attention (fp32 on the CUDA cores, attention_f32.ts: ${why})` : `the shared 16x16-tile kernel: ${whyF32}`;
       counts.set(key, (counts.get(key) ?? 0) + 1);
     }
   return [...counts].map(([what, k]) => `attention: ${k} node${k === 1 ? '' : 's'} on ${what}`);
