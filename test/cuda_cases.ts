@@ -10,12 +10,12 @@ import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
-import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
 import { FLASH_HEAD_DIMS } from '../compiler/codegen-cuda/attention_cuda.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import type { CheckedModel } from '../compiler/model.js';
 import type { Batch } from '../runtime/session.js';
-import { allOpCases, fusedCases, independentUpdatesCase } from './metal_cases.js';
+import { allOpCases, castCase, fusedCases, independentUpdatesCase } from './metal_cases.js';
 import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } from './metal_harness.js';
 
 /** every case of cuda_check's kernel part, in the order of the programs built from them */
@@ -102,20 +102,10 @@ export function cudaAttentionCases(): OpCase[] {
   const rng = makeRng(20261205);
   const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
   const out: OpCase[] = [];
-  const add = (name: string, op: 'attention' | 'attention_grad', inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number | boolean>, to: HalfDType, half: number[]) => {
-    const b = new GraphBuilder();
-    const data = new Map<number, Float64Array>();
-    const ids = inputs.map((x, i) => {
-      const id = b.value(`${name}.in${i}`, 'f32', x.shape, 'input');
-      data.set(id, x.data);
-      if (!half.includes(i)) return id;
-      return b.emit('cast', [id], [{ name: `${name}.in${i}.${to}`, dtype: to, shape: x.shape }], { to })[0];
-    });
-    const outs = b.emit(op, ids, outShapes.map((shape, i) => ({ name: `${name}.out${i}`, shape })), attrs);
-    const c: OpCase = { program: { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program, data, check: outs };
-    if (FLASH_HEAD_DIMS.includes(inputs[half[0]].shape[3])) flashTol.set(c, FLASH_TOL[to]);
+  const add = (name: string, op: 'attention' | 'attention_grad', inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number | boolean>, to: HalfDType) => {
+    const c = castCase(name, op, inputs, outShapes, attrs, to);
+    if (FLASH_HEAD_DIMS.includes(inputs[1].shape[3])) flashTol.set(c, FLASH_TOL[to]);
     out.push(c);
-    return c;
   };
   const round = (to: HalfDType, x: { shape: number[]; data: Float64Array }) => ({ shape: x.shape, data: x.data.map((v) => roundToHalf(v, to)) });
   for (const [N, H, T, S, D, causal, to] of [
@@ -126,12 +116,12 @@ export function cudaAttentionCases(): OpCase[] {
     const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
     const attrs = { causal, scale: 1 / Math.sqrt(D) };
     const outs = [[N, H, T, D], [N, H, T]];
-    add(`${tag}_fwd`, 'attention', [q, k, v], outs, attrs, to, [0, 1, 2]);
+    add(`${tag}_fwd`, 'attention', [q, k, v], outs, attrs, to);
     // the reference forward of the rounded operands gives the backward's o and lse
     const fwd = opCase(`${tag}_ref`, 'attention', [round(to, q), round(to, k), round(to, v)], outs, attrs);
     const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
     const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
-    add(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs, to, [0, 1, 2, 3, 4]);
+    add(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs, to);
   }
   // fp32 (attention_f32.ts: 32-row tiles; 1e-4): several tiles with a short last one, causal with S > T, each head width
   for (const [N, H, T, S, D, causal] of [

@@ -43,7 +43,7 @@ import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js
 import { asFloat, isHalfElem, type ElemType } from '../kernels/dialect.js';
 import { argOf, ceilDiv, label, shapeOf } from '../kernels/common.js';
 import { mmaSuffix, type Mma16Type } from './mma.js';
-import { attnGeom, f32Refusal, lit, lowerAttentionF32, type AttnGeom } from './attention_f32.js';
+import { attnGeom, f32Refusal, flashKernels, lit, lowerAttentionF32, type AttnGeom } from './attention_f32.js';
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
 export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
@@ -79,6 +79,14 @@ function geomOf(g: Graph, n: Node): Geom {
 function text(gm: Geom) {
   const s = mmaSuffix(gm.type), P = gm.D + 8, NK = gm.D / 16, ND = gm.D / 8, causal = gm.causal;
   const shift = gm.S - gm.T;
+  /** rows [r0, r0 + 64) of [rows x D] slabs into shared tiles (zeros past `rows`) */
+  const load = (r0: string, rows: string, pairs: [string, string][]) =>
+    `  for (int e = threadIdx.x; e < ${BR * (gm.D / 8)}; e += ${THREADS}) {\n` +
+      `    const int r = e / ${gm.D / 8}, c = (e % ${gm.D / 8}) * 8;\n` +
+      `    const bool in = ${r0} + r < ${rows};\n` +
+      pairs.map(([dst, src]) =>
+        `    *reinterpret_cast<uint4*>(${dst} + r * P + c) = in ? *reinterpret_cast<const uint4*>(${src} + (size_t)(${r0} + r) * D + c) : make_uint4(0u, 0u, 0u, 0u);\n`).join('') +
+      `  }\n`;
   return {
     P, ND,
     consts:
@@ -89,14 +97,7 @@ function text(gm: Geom) {
       `  const size_t qoff = (size_t)bh * T * D, koff = (size_t)bh * S * D;\n`,
     /** the 16-bit elements of buffer `arg` from element offset `off` */
     raw: (arg: string, off: string) => `reinterpret_cast<const unsigned short*>(${arg}) + ${off}`,
-    /** rows [r0, r0 + 64) of [rows x D] slabs into shared tiles (zeros past `rows`) */
-    load: (r0: string, rows: string, pairs: [string, string][]) =>
-      `  for (int e = threadIdx.x; e < ${BR * (gm.D / 8)}; e += ${THREADS}) {\n` +
-      `    const int r = e / ${gm.D / 8}, c = (e % ${gm.D / 8}) * 8;\n` +
-      `    const bool in = ${r0} + r < ${rows};\n` +
-      pairs.map(([dst, src]) =>
-        `    *reinterpret_cast<uint4*>(${dst} + r * P + c) = in ? *reinterpret_cast<const uint4*>(${src} + (size_t)(${r0} + r) * D + c) : make_uint4(0u, 0u, 0u, 0u);\n`).join('') +
-      `  }\n`,
+    load,
     /** A fragments (rows w*16.., all D) of a shared tile into registers `name[NK][4]` */
     aFrag: (name: string, tile: string) =>
       `  uint ${name}[${NK}][4];\n  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk) {\n` +
@@ -124,8 +125,13 @@ function text(gm: Geom) {
     /** key kc visible from query qr, for keys / queries possibly past S / T (`kIn`/`qIn`: which edges to test) */
     visible: (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) =>
       [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
-    /** the first key past the last one query tile q0 sees */
-    kend: causal ? `min(S, q0 + ${BR + shift})` : 'S',
+    /** the loop over the key tiles query tile q0 sees, to the tiles' K / V loads (the opening brace left open) */
+    keyLoop:
+      `  const int kend = ${causal ? `min(S, q0 + ${BR + shift})` : 'S'};\n` +
+      `  for (int k0 = 0; k0 < kend; k0 += ${BR}) {\n` +
+      `    __syncthreads();  // the previous tiles are consumed\n` +
+      load('k0', 'S', [['Ks', 'kh'], ['Vs', 'vh']]).replace(/^(?=.)/gm, '  ') +
+      `    __syncthreads();\n`,
     shift,
   };
 }
@@ -165,11 +171,7 @@ function forwardBody(gm: Geom, o: KernelArg): string {
     x.aFrag('qa', 'Qs') +
     x.zero('acc') +
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (base 2), partial sums\n` +
-    `  const int kend = ${x.kend};\n` +
-    `  for (int k0 = 0; k0 < kend; k0 += ${BR}) {\n` +
-    `    __syncthreads();  // the previous tiles are consumed\n` +
-    x.load('k0', 'S', [['Ks', 'kh'], ['Vs', 'vh']]).replace(/^(?=.)/gm, '  ') +
-    `    __syncthreads();\n` +
+    x.keyLoop +
     x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
     `    const bool edge = ${edge};\n` +
     `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
@@ -266,11 +268,7 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
     `  const float L0 = r0 < T ? lse[(size_t)bh * T + r0] * ${lit(LOG2E)} : 0.0f, L1 = r1 < T ? lse[(size_t)bh * T + r1] * ${lit(LOG2E)} : 0.0f;\n` +
     `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n` +
     x.zero('dqa') +
-    `  const int kend = ${x.kend};\n` +
-    `  for (int k0 = 0; k0 < kend; k0 += ${BR}) {\n` +
-    `    __syncthreads();  // the previous tiles are consumed\n` +
-    x.load('k0', 'S', [['Ks', 'kh'], ['Vs', 'vh']]).replace(/^(?=.)/gm, '  ') +
-    `    __syncthreads();\n` +
+    x.keyLoop +
     x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
     x.scores('dp', 'oa', 'Vs').replace(/^(?=.)/gm, '  ') +
     `    const bool edge = ${edge};\n` +
@@ -287,23 +285,6 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
   );
 }
 
-/** Delta = rowsum(dO * O) of H * T query rows (one thread each) into the scratch region: the first backward kernel of both flash paths */
-function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], H: number, T: number, D: number, scratch: number): KernelSpec {
-  const [dout, o] = args;
-  return {
-    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention: Delta = rowsum(dO * O)]`, args,
-    // (sync: never merged with element-wise kernels, merge.ts, though it has no barrier)
-    groups: [Math.max(1, ceilDiv(H * T, 256)), 1, 1], tgsize: [256, 1, 1], tgmem: 0, sync: true, scratch,
-    body:
-      `  // Delta[i] = sum_d dO[i, d] O[i, d] for the ${H * T} query rows (one thread each) into the scratch region\n` +
-      `  const int row = blockIdx.x * 256 + threadIdx.x;\n` +
-      `  if (row >= ${H * T}) return;\n` +
-      `  const size_t base = (size_t)row * ${D};\n  float acc = 0.0f;\n` +
-      `  for (int c = 0; c < ${D}; ++c) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
-      `  mpsc_scratch[row] = acc;\n`,
-  };
-}
-
 /**
  * The flash kernels of an attention / attention_grad node: the 16-bit tensor-core ones (flashRefusal
  * null), else the fp32 ones (attention_f32.ts, f32Refusal null), else null: the node keeps the shared kernel.
@@ -311,31 +292,13 @@ function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], H: num
 export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   if (ctx.d.name !== 'cuda') throw new Error(`internal: the CUDA attention lowered for dialect ${ctx.d.name}`);
   if (n.op !== 'attention' && n.op !== 'attention_grad') return null;
-  const delta = (args: KernelArg[], H: number, T: number, D: number, scratch: number) => deltaKernel(ctx, g, n, args, H, T, D, scratch);
-  if (flashRefusal(g, n) !== null) return f32Refusal(g, n) === null ? lowerAttentionF32(ctx, g, n, delta) : null;
+  if (flashRefusal(g, n) !== null) return f32Refusal(g, n) === null ? lowerAttentionF32(ctx, g, n) : null;
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
-  const a = (v: number, name: string, acc: 'r' | 'w' = 'r') => argOf(g, name, v, acc);
-  const ins = n.inputs, outs = n.outputs;
-  const what = `[flash attention, ${mmaSuffix(gm.type)} tensor cores, 64 rows per block`;
-  const spec = (args: KernelArg[], groups: number, body: string, part: string, scratch?: number): KernelSpec => ({
-    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} ${what}${part}]`, args,
-    groups: [Math.max(1, groups), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem: 0, sync: true, body,
-    ...(scratch ? { scratch } : {}),
+  return flashKernels(ctx, g, n, {
+    what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
+    forward: (args) => forwardBody(gm, args[3]), gradKV: (args) => gradKVBody(gm, args[5], args[6]), gradQ: (args) => gradQBody(gm, args[5]),
   });
-  if (n.op === 'attention') {
-    const args = [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v'), a(outs[0], 'o', 'w'), a(outs[1], 'lse', 'w')];
-    return [spec(args, ceilDiv(gm.T, BR), forwardBody(gm, args[3]), '')];
-  }
-  // inputs (do, q, k, v, o, lse) -> dq, dk, dv; Delta (H * T floats) in the scratch region
-  const scratch = gm.H * gm.T * 4;
-  const ro = [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse')];
-  const dq = a(outs[0], 'dq', 'w'), dk = a(outs[1], 'dk', 'w'), dv = a(outs[2], 'dv', 'w');
-  return [
-    delta([ro[0], ro[4]], gm.H, gm.T, gm.D, scratch),
-    spec([ro[0], ro[1], ro[2], ro[3], ro[5], dk, dv], ceilDiv(gm.S, BR), gradKVBody(gm, dk, dv), ': dK, dV', scratch),
-    spec([ro[0], ro[1], ro[2], ro[3], ro[5], dq], ceilDiv(gm.T, BR), gradQBody(gm, dq), ': dQ', scratch),
-  ];
 }
 
 /**

@@ -225,31 +225,73 @@ export function f32Refusal(g: Graph, n: Node): string | null {
   return null;
 }
 
+/** Delta = rowsum(dO * O) of H * T query rows (one thread each) into the scratch region: the first backward kernel of both flash paths */
+function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], gm: Geom, scratch: number): KernelSpec {
+  const [dout, o] = args;
+  const rows = gm.H * gm.T;
+  return {
+    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention: Delta = rowsum(dO * O)]`, args,
+    // (sync: never merged with element-wise kernels, merge.ts, though it has no barrier)
+    groups: [Math.max(1, ceilDiv(rows, 256)), 1, 1], tgsize: [256, 1, 1], tgmem: 0, sync: true, scratch,
+    body:
+      `  // Delta[i] = sum_d dO[i, d] O[i, d] for the ${rows} query rows (one thread each) into the scratch region\n` +
+      `  const int row = blockIdx.x * 256 + threadIdx.x;\n` +
+      `  if (row >= ${rows}) return;\n` +
+      `  const size_t base = (size_t)row * ${gm.D};\n  float acc = 0.0f;\n` +
+      `  for (int c = 0; c < ${gm.D}; ++c) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
+      `  mpsc_scratch[row] = acc;\n`,
+  };
+}
+
+/** the three kernel bodies of one flash path, each from its kernel's arguments (in the order flashKernels binds them) */
+export interface FlashBodies {
+  /** label text, e.g. "fp32 on the CUDA cores, 32 rows per block" */
+  what: string;
+  /** rows per block (queries in the forward and dQ kernels, keys in the dK/dV kernel) */
+  rows: number;
+  /** [q, k, v, o, lse] */
+  forward(args: KernelArg[]): string;
+  /** [dout, q, k, v, lse, dk, dv] */
+  gradKV(args: KernelArg[]): string;
+  /** [dout, q, k, v, lse, dq] */
+  gradQ(args: KernelArg[]): string;
+}
+
 /**
- * The fp32 flash kernels of an attention / attention_grad node (f32Refusal null); `delta` makes the
- * Delta kernel of the backward (shared with the 16-bit kernels: attention_cuda.ts).
+ * The kernels of an attention node (one) or an attention_grad node (Delta into the scratch region,
+ * dK/dV, dQ; all three bind the H * T floats of scratch) for one flash path: 128 threads per block,
+ * blocks over (row tiles, heads).
  */
-export function lowerAttentionF32(ctx: LowerCtx, g: Graph, n: Node, delta: (args: KernelArg[], H: number, T: number, D: number, scratch: number) => KernelSpec): KernelSpec[] {
-  const gm = attnGeom(g, n), d = ctx.d;
+export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): KernelSpec[] {
+  const gm = attnGeom(g, n);
   const a = (v: number, name: string, acc: 'r' | 'w' = 'r') => argOf(g, name, v, acc);
   const ins = n.inputs, outs = n.outputs;
-  const what = '[flash attention, fp32 on the CUDA cores, 32 rows per block';
-  const spec = (args: KernelArg[], groups: number, body: string, part: string, scratch?: number): KernelSpec => ({
-    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} ${what}${part}]`, args,
-    groups: [Math.max(1, groups), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem: 0, sync: true, body,
+  const spec = (args: KernelArg[], rows: number, body: string, part: string, scratch?: number): KernelSpec => ({
+    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention, ${p.what}${part}]`, args,
+    groups: [Math.max(1, ceilDiv(rows, p.rows)), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem: 0, sync: true, body,
     ...(scratch ? { scratch } : {}),
   });
   if (n.op === 'attention') {
     const args = [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v'), a(outs[0], 'o', 'w'), a(outs[1], 'lse', 'w')];
-    return [spec(args, ceilDiv(gm.T, B), forwardBody(d, gm, args), '')];
+    return [spec(args, gm.T, p.forward(args), '')];
   }
+  // inputs (do, q, k, v, o, lse) -> dq, dk, dv
   const scratch = gm.H * gm.T * 4;
   const ro = [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse')];
   const kv = [ro[0], ro[1], ro[2], ro[3], ro[5], a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')];
   const q = [ro[0], ro[1], ro[2], ro[3], ro[5], a(outs[0], 'dq', 'w')];
   return [
-    delta([ro[0], ro[4]], gm.H, gm.T, gm.D, scratch),
-    spec(kv, ceilDiv(gm.S, B), gradKVBody(d, gm, kv), ': dK, dV', scratch),
-    spec(q, ceilDiv(gm.T, B), gradQBody(d, gm, q), ': dQ', scratch),
+    deltaKernel(ctx, g, n, [ro[0], ro[4]], gm, scratch),
+    spec(kv, gm.S, p.gradKV(kv), ': dK, dV', scratch),
+    spec(q, gm.T, p.gradQ(q), ': dQ', scratch),
   ];
+}
+
+/** The fp32 flash kernels of an attention / attention_grad node (f32Refusal null). */
+export function lowerAttentionF32(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const gm = attnGeom(g, n), d = ctx.d;
+  return flashKernels(ctx, g, n, {
+    what: 'fp32 on the CUDA cores, 32 rows per block', rows: B,
+    forward: (args) => forwardBody(d, gm, args), gradKV: (args) => gradKVBody(d, gm, args), gradQ: (args) => gradQBody(d, gm, args),
+  });
 }
