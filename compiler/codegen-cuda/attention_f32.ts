@@ -225,21 +225,25 @@ export function f32Refusal(g: Graph, n: Node): string | null {
   return null;
 }
 
-/** Delta = rowsum(dO * O) of H * T query rows (one thread each) into the scratch region: the first backward kernel of both flash paths */
+/**
+ * Delta = rowsum(dO * O) of the H * T query rows into the scratch region: the first backward kernel of
+ * both flash paths. 8 lanes per row (lane p takes features p, p + 8, ...: each load instruction reads 4
+ * rows' contiguous runs), summed over the 8 lanes by a butterfly in a fixed order.
+ */
 function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], gm: Geom, scratch: number): KernelSpec {
   const [dout, o] = args;
   const rows = gm.H * gm.T;
   return {
-    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention: Delta = rowsum(dO * O)]`, args,
-    // (sync: never merged with element-wise kernels, merge.ts, though it has no barrier)
-    groups: [Math.max(1, ceilDiv(rows, 256)), 1, 1], tgsize: [256, 1, 1], tgmem: 0, sync: true, scratch,
+    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention: Delta = rowsum(dO * O), 8 lanes per row]`, args,
+    groups: [Math.max(1, ceilDiv(rows * 8, 256)), 1, 1], tgsize: [256, 1, 1], tgmem: 0, sync: true, scratch,
     body:
-      `  // Delta[i] = sum_d dO[i, d] O[i, d] for the ${rows} query rows (one thread each) into the scratch region\n` +
-      `  const int row = blockIdx.x * 256 + threadIdx.x;\n` +
-      `  if (row >= ${rows}) return;\n` +
-      `  const size_t base = (size_t)row * ${gm.D};\n  float acc = 0.0f;\n` +
-      `  for (int c = 0; c < ${gm.D}; ++c) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
-      `  mpsc_scratch[row] = acc;\n`,
+      `  // Delta[i] = sum_d dO[i, d] O[i, d] for the ${rows} query rows into the scratch region; lanes 8i..8i+7 of the grid take row i\n` +
+      `  const int row = (blockIdx.x * 256 + threadIdx.x) >> 3, part = threadIdx.x & 7;\n` +
+      `  const size_t base = (size_t)min(row, ${rows - 1}) * ${gm.D};\n  float acc = 0.0f;\n` +
+      `  for (int c = part; c < ${gm.D}; c += 8) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
+      `  // (whole warps reach the butterfly: rows past the end read the last row and do not store)\n` +
+      `  acc += __shfl_xor_sync(0xffffffffu, acc, 4);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 2);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 1);\n` +
+      `  if (part == 0 && row < ${rows}) mpsc_scratch[row] = acc;\n`,
   };
 }
 
