@@ -10,9 +10,12 @@
  * j <= i + S - T.
  *
  * Every kernel: 128 threads = 4 warps; a warp owns 16 rows (queries, or keys in the dK/dV kernel)
- * of the block's 64; tiles of 64 rows x D are copied from device memory into shared memory with
- * 16-byte loads (rows past T / S are zeros), row-major with a pitch of D + 8 elements (the 32-bit
- * fragment loads and the ldmatrix row reads are then free of bank conflicts). Products are
+ * of the block's 64; tiles of 64 rows x D sit in shared memory row-major with a pitch of D + 8
+ * elements (the 32-bit fragment loads and the ldmatrix row reads are then free of bank conflicts),
+ * rows past T / S zero. The block's own tile (Q; K and V in the dK/dV kernel) is loaded once with
+ * 16-byte loads and kept as A fragments in registers; the streamed tiles are double-buffered with
+ * 16-byte cp.async copies (the next step's tiles are copied while this step computes; the backward
+ * kernels reuse their own tile's shared memory as the second buffer). Products are
  * mma.sync m16n8k16 with fp32 accumulation (mma.ts: helpers and fragment layouts); the scores'
  * fp32 C fragments are rounded to 16 bits as the A operand of the next product (P V, P^T dO,
  * dS^T Q, dS K), as FlashAttention-2 (and so PyTorch's bf16 / fp16 attention) does: the results
@@ -35,8 +38,9 @@
  * Causal: tiles entirely above the diagonal are never visited; the element mask is applied only
  * in tiles that cross the diagonal or the T / S edge (a warp-uniform test).
  * Relies on: 16-byte aligned buffers (the device plan aligns every value to 64 bytes; D a multiple
- * of 16 keeps every row 32-byte aligned), sm_80+ (mma.sync bf16, ldmatrix), static shared memory
- * under 48 KiB (4 tiles of 64 x 72 16-bit elements at D = 64: 36 KiB).
+ * of 16 keeps every row 32-byte aligned), sm_80+ (mma.sync bf16, ldmatrix, cp.async), static shared
+ * memory under 48 KiB (at D = 64: 5 tiles of 64 x 72 16-bit elements in the forward, 45 KiB; 4 in
+ * the backward kernels, 36 KiB).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
@@ -87,6 +91,13 @@ function text(gm: Geom) {
       pairs.map(([dst, src]) =>
         `    *reinterpret_cast<uint4*>(${dst} + r * P + c) = in ? *reinterpret_cast<const uint4*>(${src} + (size_t)(${r0} + r) * D + c) : make_uint4(0u, 0u, 0u, 0u);\n`).join('') +
       `  }\n`;
+  /** rows [r0, r0 + 64) of [rows x D] slabs into shared tiles by cp.async (zeros past `rows`), one commit group */
+  const asyncLoad = (r0: string, rows: string, pairs: [string, string][]) =>
+    `  for (int e = threadIdx.x; e < ${BR * (gm.D / 8)}; e += ${THREADS}) {\n` +
+    `    const int r = e / ${gm.D / 8}, c = (e % ${gm.D / 8}) * 8;\n` +
+    `    const bool in = ${r0} + r < ${rows};\n` +
+    pairs.map(([dst, src]) => `    mpsc_cp_async16(${dst} + r * P + c, ${src} + (size_t)(in ? ${r0} + r : 0) * D + c, in);\n`).join('') +
+    `  }\n  mpsc_cp_async_commit();\n`;
   return {
     P, ND,
     consts:
@@ -125,13 +136,24 @@ function text(gm: Geom) {
     /** key kc visible from query qr, for keys / queries possibly past S / T (`kIn`/`qIn`: which edges to test) */
     visible: (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) =>
       [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
-    /** the loop over the key tiles query tile q0 sees, to the tiles' K / V loads (the opening brace left open) */
-    keyLoop:
-      `  const int kend = ${causal ? `min(S, q0 + ${BR + shift})` : 'S'};\n` +
-      `  for (int k0 = 0; k0 < kend; k0 += ${BR}) {\n` +
-      `    __syncthreads();  // the previous tiles are consumed\n` +
-      load('k0', 'S', [['Ks', 'kh'], ['Vs', 'vh']]).replace(/^(?=.)/gm, '  ') +
-      `    __syncthreads();\n`,
+    /**
+     * The loop over streamed 64-row tiles with cp.async double buffering, up to the loop body (the
+     * brace left open; `closeStream` closes it): loop variable v from v0 (a variable) below vend,
+     * tiles [current, next, source] (shared pointers swapped every step: the body reads `current`),
+     * `extra(r0, which)` plain statements run with each tile's copies (they write the `cur` / `next`
+     * side; visible after the step's barrier).
+     */
+    stream: (v: string, v0: string, vend: string, rows: string, tiles: [string, string, string][], extra: (r0: string, which: 'cur' | 'next') => string = () => '') =>
+      asyncLoad(v0, rows, tiles.map(([c, , src]) => [c, src])) + extra(v0, 'cur') +
+      `  for (int ${v} = ${v0}; ${v} < ${vend}; ${v} += ${BR}) {\n` +
+      `    mpsc_cp_async_wait_all();\n` +
+      `    __syncthreads();  // this step's tiles are in place; the previous step's are consumed\n` +
+      `    if (${v} + ${BR} < ${vend}) {  // the next step's tiles, copied while this one computes\n` +
+      (asyncLoad(`${v} + ${BR}`, rows, tiles.map(([, nx, src]) => [nx, src])) + extra(`${v} + ${BR}`, 'next')).replace(/^(?=.)/gm, '    ') +
+      `    }\n`,
+    closeStream: (tiles: [string, string][]) =>
+      tiles.map(([c, nx]) => `    { auto const u = ${c}; ${c} = ${nx}; ${nx} = u; }\n`).join('') + `  }\n`,
+    kend: causal ? `min(S, q0 + ${BR + shift})` : 'S',
     shift,
   };
 }
@@ -161,8 +183,9 @@ function forwardBody(gm: Geom, o: KernelArg): string {
   return (
     `  // flash attention forward: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${mmaSuffix(gm.type)} tensor cores\n` +
     x.consts +
-    `  __shared__ __align__(16) unsigned short sm[${3 * BR * P}];\n` +
+    `  __shared__ __align__(16) unsigned short sm[${5 * BR * P}];\n` +
     `  unsigned short* Qs = sm;\n  unsigned short* Ks = sm + ${BR * P};\n  unsigned short* Vs = sm + ${2 * BR * P};\n` +
+    `  unsigned short* Kn = sm + ${3 * BR * P};\n  unsigned short* Vn = sm + ${4 * BR * P};  // the next key tile's (double buffering)\n` +
     `  // the last query tiles see the most keys: they start first\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
     `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'koff')};\n` +
@@ -171,7 +194,8 @@ function forwardBody(gm: Geom, o: KernelArg): string {
     x.aFrag('qa', 'Qs') +
     x.zero('acc') +
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (base 2), partial sums\n` +
-    x.keyLoop +
+    `  const int kbeg = 0, kend = ${x.kend};\n` +
+    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh'], ['Vs', 'Vn', 'vh']]) +
     x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
     `    const bool edge = ${edge};\n` +
     `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
@@ -193,7 +217,7 @@ function forwardBody(gm: Geom, o: KernelArg): string {
     `    l0 = l0 * al0 + ls0;\n    l1 = l1 * al1 + ls1;\n` +
     `    #pragma unroll\n    for (int j = 0; j < ${x.ND}; ++j) { acc[j][0] *= al0; acc[j][1] *= al0; acc[j][2] *= al1; acc[j][3] *= al1; }\n` +
     x.times('acc', 's', 'Vs').replace(/^(?=.)/gm, '  ') +
-    `  }\n` +
+    x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
     `  l0 = mpsc_quad_sum(l0);\n  l1 = mpsc_quad_sum(l1);\n` +
     `  const float i0 = 1.0f / l0, i1 = 1.0f / l1;\n` +
     storeRows(x, o, 'acc', 'qw', 'T', 'qoff', [' * i0', ' * i1']) +
@@ -213,8 +237,11 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
     `  // block (64-key tile, head), the query tiles streamed; transposed scores S^T = K Q^T, dP^T = V dO^T\n` +
     x.consts +
     `  __shared__ __align__(16) unsigned short sm[${4 * BR * P}];\n` +
-    `  __shared__ float Ls[${BR}], Ds[${BR}];  // lse (base 2) and Delta of the query tile\n` +
+    `  __shared__ float Lb[2][${BR}], Db[2][${BR}];  // lse (base 2) and Delta of the query tile, double-buffered\n` +
     `  unsigned short* Ks = sm;\n  unsigned short* Vs = sm + ${BR * P};\n  unsigned short* Qs = sm + ${2 * BR * P};\n  unsigned short* Os = sm + ${3 * BR * P};  // dO\n` +
+    `  // the next query tile's (double buffering) in the K / V tiles once their fragments are in registers\n` +
+    `  unsigned short* Qn = Ks;\n  unsigned short* On = Vs;\n` +
+    `  float* Ls = Lb[0];\n  float* Ln = Lb[1];\n  float* Ds = Db[0];\n  float* Dn = Db[1];\n` +
     `  const int k0 = blockIdx.x * ${BR}, kw = k0 + w * 16;\n` +
     `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
     `  const unsigned short* vh = ${x.raw('v', 'koff')};\n  const unsigned short* oh = ${x.raw('dout', 'qoff')};\n` +
@@ -222,13 +249,11 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
     `  __syncthreads();\n` +
     x.aFrag('ka', 'Ks') + x.aFrag('va', 'Vs') +
     x.zero('dka') + x.zero('dva') +
-    `  for (int q0 = ${qbeg}; q0 < T; q0 += ${BR}) {\n` +
-    `    __syncthreads();  // the previous tiles are consumed\n` +
-    x.load('q0', 'T', [['Qs', 'qh'], ['Os', 'oh']]).replace(/^(?=.)/gm, '  ') +
-    `    if (threadIdx.x < ${BR}) {\n      const int qi = q0 + threadIdx.x;\n` +
-    `      Ls[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
-    `      Ds[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n    }\n` +
-    `    __syncthreads();\n` +
+    `  const int qbeg = ${qbeg};\n` +
+    x.stream('q0', 'qbeg', 'T', 'T', [['Qs', 'Qn', 'qh'], ['Os', 'On', 'oh']], (r0, which) =>
+      `  if (threadIdx.x < ${BR}) {\n    const int qi = ${r0} + threadIdx.x;\n` +
+      `    ${which === 'cur' ? 'Ls' : 'Ln'}[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
+      `    ${which === 'cur' ? 'Ds' : 'Dn'}[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n  }\n`) +
     x.scores('st', 'ka', 'Qs').replace(/^(?=.)/gm, '  ') +
     x.scores('dpt', 'va', 'Os').replace(/^(?=.)/gm, '  ') +
     `    const bool edge = ${edge};\n` +
@@ -243,7 +268,7 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
     `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS)\n` +
     x.times('dva', 'st', 'Os').replace(/^(?=.)/gm, '  ') +
     x.times('dka', 'dpt', 'Qs').replace(/^(?=.)/gm, '  ') +
-    `  }\n` +
+    x.closeStream([['Qs', 'Qn'], ['Os', 'On'], ['Ls', 'Ln'], ['Ds', 'Dn']]) +
     storeRows(x, dk, 'dka', 'kw', 'S', 'koff') +
     storeRows(x, dv, 'dva', 'kw', 'S', 'koff')
   );
@@ -258,6 +283,8 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
     x.consts +
     `  __shared__ __align__(16) unsigned short sm[${4 * BR * P}];\n` +
     `  unsigned short* Qs = sm;\n  unsigned short* Os = sm + ${BR * P};  // dO\n  unsigned short* Ks = sm + ${2 * BR * P};\n  unsigned short* Vs = sm + ${3 * BR * P};\n` +
+    `  // the next key tile's (double buffering) in the Q / dO tiles once their fragments are in registers\n` +
+    `  unsigned short* Kn = Qs;\n  unsigned short* Vn = Os;\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
     `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
     `  const unsigned short* vh = ${x.raw('v', 'koff')};\n  const unsigned short* oh = ${x.raw('dout', 'qoff')};\n` +
@@ -268,7 +295,8 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
     `  const float L0 = r0 < T ? lse[(size_t)bh * T + r0] * ${lit(LOG2E)} : 0.0f, L1 = r1 < T ? lse[(size_t)bh * T + r1] * ${lit(LOG2E)} : 0.0f;\n` +
     `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n` +
     x.zero('dqa') +
-    x.keyLoop +
+    `  const int kbeg = 0, kend = ${x.kend};\n` +
+    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh'], ['Vs', 'Vn', 'vh']]) +
     x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
     x.scores('dp', 'oa', 'Vs').replace(/^(?=.)/gm, '  ') +
     `    const bool edge = ${edge};\n` +
@@ -280,7 +308,7 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
     `        s[j][e] = p * (dp[j][e] - (e < 2 ? D0 : D1)) * ${lit(gm.scale)};\n      }\n` +
     `    // dQ += dS K (the scale folded into dS)\n` +
     x.times('dqa', 's', 'Ks').replace(/^(?=.)/gm, '  ') +
-    `  }\n` +
+    x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
     storeRows(x, dq, 'dqa', 'qw', 'T', 'qoff')
   );
 }

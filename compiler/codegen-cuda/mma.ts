@@ -53,11 +53,11 @@ function typed(t: Mma16Type): string {
   );
 }
 
-/** The helper text (both operand types, ldmatrix, the quad reductions). */
+/** The helper text (both operand types, ldmatrix, cp.async, the quad reductions). */
 export function mma16Helpers(): string {
   return (
     `// 16-bit tensor-core products for the flash attention kernels (codegen-cuda/mma.ts has the fragment\n` +
-    `// layouts): mma.sync m16n8k16 with fp32 accumulation, ldmatrix for transposed B fragments\n` +
+    `// layouts): mma.sync m16n8k16 with fp32 accumulation, ldmatrix for transposed B fragments, cp.async tile copies\n` +
     typed('bfloat') + '\n' + typed('half') + '\n' +
     `// four 8x8 16-bit matrices from shared memory, transposed: lanes 8i..8i+7 give the row addresses\n` +
     `// (16-byte aligned) of matrix i, register i of lane (g, t) gets its elements (rows 2t, 2t+1; col g)\n` +
@@ -65,6 +65,13 @@ export function mma16Helpers(): string {
     `  const uint a = (uint)__cvta_generic_to_shared(p);\n` +
     `  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"\n` +
     `               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));\n}\n\n` +
+    `// asynchronous 16-byte copy global -> shared (cp.async, sm_80+), zero-filled when !full (src then unread)\n` +
+    `${Q} void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) {\n` +
+    `  const uint d = (uint)__cvta_generic_to_shared(dst);\n` +
+    `  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(full ? 16u : 0u) : "memory");\n}\n\n` +
+    `${Q} void mpsc_cp_async_commit() {\n  asm volatile("cp.async.commit_group;" ::: "memory");\n}\n\n` +
+    `// wait for this thread's copies (a __syncthreads() then makes every thread's visible)\n` +
+    `${Q} void mpsc_cp_async_wait_all() {\n  asm volatile("cp.async.wait_group 0;" ::: "memory");\n}\n\n` +
     `// 32 bits (two 16-bit elements) of shared memory\n` +
     `${Q} uint mpsc_ld32(const unsigned short* p) {\n  return *reinterpret_cast<const uint*>(p);\n}\n\n` +
     `// max / sum over the 4 lanes of a group (the lanes holding one row of a C fragment)\n` +
