@@ -236,8 +236,9 @@ function cublasLtCases(): OpCase[] {
   return [...allOpCases().filter(isGemm), ...fusedCases().filter(isGemm), ...own];
 
   /**
-   * a GEMM whose first two operands go through `cast {to: t}` first (as the precision pass writes it); the bias
-   * stays f32; `d16`: the product is stored in t (the folded cast) and checked through a widening cast
+   * a GEMM whose first two operands go through `cast {to: t}` first; the bias stays f32; `d16`: the bias is
+   * cast too and the product stored in t (as the precision pass and the folded casts write a linear), checked
+   * through a widening cast
    */
   function half(name: string, op: string, shapes: number[][], out: number[], attrs: Record<string, AttrValue>, t: HalfDType, d16 = false) {
     const b = new GraphBuilder();
@@ -247,7 +248,7 @@ function cublasLtCases(): OpCase[] {
       data.set(id, Float64Array.from(randomTensor(sh, rng, -1, 1), (v) => Math.fround(v)));
       return id;
     });
-    const operands = ids.map((id, k) => (k < 2 ? b.emit('cast', [id], [{ name: `${name}.in${k}.${t}`, dtype: t, shape: shapes[k] }], { to: t })[0] : id));
+    const operands = ids.map((id, k) => (k < (d16 ? 3 : 2) ? b.emit('cast', [id], [{ name: `${name}.in${k}.${t}`, dtype: t, shape: shapes[k] }], { to: t })[0] : id));
     const [y] = b.emit(op, operands, [{ name: `${name}.y`, shape: out, dtype: d16 ? t : 'f32' }], attrs);
     const check = d16 ? b.emit('cast', [y], [{ name: `${name}.y.f32`, shape: out }], { to: 'f32' })[0] : y;
     own.push({ program: { name, batch: 1, graph: b.graph, inputs: ids, outputs: [] } as unknown as Program, data, check: [check] });

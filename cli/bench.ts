@@ -50,7 +50,7 @@ export function register(program: Command): void {
       'after',
       '\nThe train step is train_step (+ apply_update when grad_accum > 1), parameters initialised as in `mpsc train`.\n' +
         'GFLOP/s counts 2 flops per multiply-add of linear/matmul/conv plus a rough count for element-wise ops.\n' +
-        'peak_bytes is the memory plan (arena + parameters/optimizer state + input batch); rss_peak_bytes the process high-water mark.',
+        'peak_bytes is the memory plan as the device\'s backend runs the programs (fused; parameters/optimizer state once + the largest arena + input batch): what `mpsc check --device D` prints; rss_peak_bytes the process high-water mark.',
     )
     .action(async (spec: string, o: BenchCliOptions) => {
       const model = await checkFile(spec);

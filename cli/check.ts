@@ -9,11 +9,9 @@ import type { Command } from 'commander';
 import { checkFileWithWarnings } from '../compiler/check/index.js';
 import { diagnosticJson } from '../compiler/diagnostics.js';
 import { renderSummary, summarize } from '../compiler/check/summary.js';
-import { CPU_FUSIONS } from '../compiler/codegen-cpu/fusions.js';
-import { metalFusions } from '../compiler/codegen-metal/fusions.js';
-import { cudaFusions } from '../compiler/codegen-cuda/fusions.js';
+import { FUSION_DEVICES, deviceFusions } from '../compiler/device_fusions.js';
 import { UserError } from '../compiler/errors.js';
-import { type FusionCaps, NO_FUSIONS } from '../compiler/ir/fuse.js';
+import { NO_FUSIONS } from '../compiler/ir/fuse.js';
 import { formatProgramsForCheck, plannedPeakBytes } from '../compiler/ir/print_ir.js';
 import { precisionOverride } from '../compiler/check/overrides.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
@@ -27,8 +25,6 @@ function cudaGemmPaths(model: CheckedModel): string {
   return `\n# CUDA GEMM paths (compiler/codegen-cuda/cublaslt.ts)\n${gemmReport(a.gemms, findCublasLt(), true).join('\n')}\n`;
 }
 
-/** what each backend fuses (its capability set), for `--ir --device` */
-const DEVICE_FUSIONS: Record<string, FusionCaps> = { cpu: CPU_FUSIONS, cuda: cudaFusions(), metal: metalFusions(), 'metal-emu': metalFusions(), reference: NO_FUSIONS };
 
 export function register(program: Command): void {
   program
@@ -60,8 +56,8 @@ Examples:
       }
       if (spec === undefined) throw new UserError("error: missing required argument 'spec'\n  help: mpsc check SPEC.model [--ir [PROGRAM]] (see mpsc check --help)");
       const device = opts.device ?? 'cpu';
-      const fusions = DEVICE_FUSIONS[device];
-      if (!fusions) throw new UserError(`error: unknown --device '${device}' for check\n  help: use one of ${Object.keys(DEVICE_FUSIONS).join(', ')}`);
+      const fusions = deviceFusions(device);
+      if (!fusions) throw new UserError(`error: unknown --device '${device}' for check\n  help: use one of ${FUSION_DEVICES.join(', ')}`);
       const { model, warnings, warningDiagnostics } = checkFileWithWarnings(spec, opts.precision !== undefined ? [precisionOverride(opts.precision)] : []);
       for (const w of warnings) process.stderr.write(w + '\n');
       if (opts.ir !== undefined) {

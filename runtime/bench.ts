@@ -12,7 +12,10 @@
 import { UserError } from '../compiler/errors.js';
 import { countFlops } from '../compiler/ir/flops.js';
 import { type Program, type ProgramSet, type StepScalars, numel } from '../compiler/ir/graph.js';
-import { buildPrograms } from '../compiler/ir/programs.js';
+import { buildPrograms, fuseProgramSet } from '../compiler/ir/programs.js';
+import { plannedPeakBytesOf } from '../compiler/ir/print_ir.js';
+import { NO_FUSIONS } from '../compiler/ir/fuse.js';
+import { deviceFusions } from '../compiler/device_fusions.js';
 import type { CheckedModel } from '../compiler/model.js';
 import { initParams } from '../compiler/train/init.js';
 import { openSession } from './device.js';
@@ -49,7 +52,7 @@ export interface BenchResult {
   train: PhaseTiming;
   eval: PhaseTiming;
   flops: { train_step: number; eval: number; train_step_gemm: number; eval_gemm: number };
-  /** the largest memory plan (arena + persistent + inputs) over the programs */
+  /** the planned device memory as the device's backend runs the programs: every persistent tensor once + the largest arena + input batch (print_ir.ts plannedPeakBytesOf) */
   peak_bytes: number;
   /** process resident-set high-water mark */
   rss_peak_bytes: number;
@@ -171,7 +174,8 @@ export async function bench(model: CheckedModel, opts: BenchOptions): Promise<Be
       train: timing(trainMs, B, trainFlops),
       eval: timing(evalMs, B, fe.total),
       flops: { train_step: trainFlops, eval: fe.total, train_step_gemm: ft.gemm + fu.gemm, eval_gemm: fe.gemm },
-      peak_bytes: Math.max(...all.map((p) => p.plan?.peakBytes ?? 0)),
+      // the plan as the device's backend runs it (fused: compiler/device_fusions.ts), what it allocates
+      peak_bytes: plannedPeakBytesOf(fuseProgramSet(programs, deviceFusions(opened.device) ?? NO_FUSIONS)),
       rss_peak_bytes: process.resourceUsage().maxRSS * 1024,
     };
   } finally {

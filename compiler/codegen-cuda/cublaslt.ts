@@ -18,8 +18,10 @@
  *  - `lt: false` (MPSC_CUDA_CUBLASLT=0 at generation time): every GEMM is generated.
  * Numerics: CUBLAS_COMPUTE_32F (fp32 FMA, never TF32, as issue 14 asks for matmuls) with an fp32
  * output, or a 16-bit one (D of the operands' 16-bit type: autocast's storage of a product, the
- * fp32 result rounded once; not with a fused unary, which must see the unrounded result); the bias (linear) through CUBLASLT_EPILOGUE_BIAS (acc + b in fp32, as the generated
- * store). Unary epilogues are NOT given to cuBLASLt: its GELU is the tanh approximation (the
+ * fp32 result rounded once; not with a fused unary, which must see the unrounded result); the bias
+ * of D's type (autocast rounds a linear's bias as it rounds the operands; an fp32 bias with a 16-bit
+ * D has no cuBLASLt algorithm on the H200, so that combination runs the generated kernel), added
+ * through CUBLASLT_EPILOGUE_BIAS (acc + b in fp32, as the generated store). Unary epilogues are NOT given to cuBLASLt: its GELU is the tanh approximation (the
  * spec's gelu is erf's), and its RELU's NaN behaviour is not documented while the spec's relu
  * passes NaN through; they run as the 'after' kernel, exactly the spec's fn.
  * Row-major to column-major: the row-major product Y[M x N] = op(a) op(b) is the column-major
@@ -94,6 +96,8 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): P
     if (!t || libType(g, ins[1]) !== t) return { reason: 'operands of different types', shape };
     if (!dType || (dType !== 'f32' && (dType !== t || epilogue))) return { reason: `a ${g.values[out].dtype} output from ${t} operands${epilogue ? ' with a fused unary' : ''}`, shape };
     const hasBias = ins.length > 2 && ins[2] >= 0;
+    // cuBLASLt adds a bias of D's type (an fp32 bias with a 16-bit D has no algorithm on the H200)
+    if (hasBias && libType(g, ins[2]) !== dType) return { reason: `a ${g.values[ins[2]].dtype} bias with a ${dType} output`, shape };
     return {
       shape,
       gemm: { m: N, n: M, k: K, ...ltOperands(M, N, K, false, true), ldd: N, batch: 1, strideA: 0, strideB: 0, strideD: 0, abType: t, dType, epilogue: hasBias ? 'bias' : 'default' },

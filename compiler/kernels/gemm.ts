@@ -74,7 +74,7 @@ function gemmOf(d: Dialect, g: Graph, n: Node): Gemm | null {
         M, N, K, G: 1, args,
         loadA: `${L}v = ${rd(0, 'x')(`mi * ${u(K)} + ki`)};`,
         loadB: `${L}v = ${rd(1, 'w')(`ni * ${u(K)} + ki`)};`,
-        pre: '', out: 'y', idx: `mi * ${u(N)} + ni`, bias: hasBias ? 'b[ni]' : '',
+        pre: '', out: 'y', idx: `mi * ${u(N)} + ni`, bias: hasBias ? rd(2, 'b')('ni') : '',
       };
     }
     case 'matmul': {

@@ -2,8 +2,8 @@
 // Compiled only where CMake finds CUDA::cublasLt (runtime/native/build.ts). Every call is checked.
 // Numerics: CUBLAS_COMPUTE_32F (fp32 FMA; never CUBLAS_COMPUTE_32F_FAST_TF32), scale type fp32,
 // D (and C, beta 0) fp32 or the operands' 16-bit type (the fp32 result rounded once to nearest even,
-// autocast's storage of a product), the bias vector fp32; A and B fp32, or both fp16 / bf16 with the
-// same fp32 accumulation.
+// autocast's storage of a product), the bias vector of D's type (cuBLASLt's default; an fp32 bias with a
+// 16-bit D has no algorithm on the H200); A and B fp32, or both fp16 / bf16 with the same fp32 accumulation.
 // Algorithm: the first result of cublasLtMatmulAlgoGetHeuristic for the call's descriptors, the
 // workspace the plan reserved and the operands' actual alignments (their offsets in the one device
 // allocation, which cudaMalloc aligns to 256 bytes), chosen once at create and kept.
@@ -70,9 +70,6 @@ static bool setup(MpscLt* lt, const MpscLtGemm& g, unsigned char* dev, Call* c) 
     step = "cublasLtMatmulDescSetAttribute (bias epilogue)";
     st = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-    // the bias is an f32 parameter whatever D's type (the default would be D's type)
-    int32_t biasType = CUDA_R_32F;
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType, sizeof biasType);
   }
   const cudaDataType_t ab = abTypeOf(g.abType);
   if (st == CUBLAS_STATUS_SUCCESS) {

@@ -22,10 +22,16 @@ export const cast: KernelEmitter = (k) => {
 const LINEAR_BF16 = tpl(`  mh::linear_bf16(ctx, {{x}}, {{w}}, {{bias}}, {{y}}, {{M}}, {{N}}, {{K}}, {{relu}});
 `);
 
-/** linear with both operands bf16: rows of bf16 dot products (VDPBF16PS where the build targets AVX-512 BF16), bias and the relu epilogue in f32 */
+/**
+ * linear with both operands bf16: rows of bf16 dot products (VDPBF16PS where the build targets AVX-512 BF16), bias
+ * (a bf16 one widened first, exactly) and the relu epilogue in f32
+ */
 function linearBf16(k: KernelCtx): string {
   const xs = k.inShape(0), [N, K] = k.inShape(1);
-  return LINEAR_BF16({ x: k.inPtr(0), w: k.inPtr(1), bias: k.hasInput(2) ? k.inPtr(2) : 'nullptr', y: k.outPtr(0), M: prod(xs) / K, N, K, relu: String(reluEpilogue(k)) });
+  const half = k.hasInput(2) && isHalf(k.inDtype(2));
+  const pre = half ? `  float* wb = mh::widen(ctx, ${k.inPtr(2)}, ${N}, ${k.inDtype(2) === 'bf16'}, 0);\n` : '';
+  const bias = !k.hasInput(2) ? 'nullptr' : half ? 'wb' : k.inPtr(2);
+  return pre + LINEAR_BF16({ x: k.inPtr(0), w: k.inPtr(1), bias, y: k.outPtr(0), M: prod(xs) / K, N, K, relu: String(reluEpilogue(k)) });
 }
 
 /**

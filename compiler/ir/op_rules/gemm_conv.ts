@@ -65,7 +65,8 @@ function convGrad(wrt: 'x' | 'weight'): OpDef {
 export const GEMM_CONV_OPS = {
   linear: {
     inputs: ['x', 'weight', 'bias?'],
-    halfInputs: [0, 1],
+    // (the bias too: autocast rounds it to the operands' type, and cuBLASLt adds a bias of D's type)
+    halfInputs: [0, 1, 2],
     outputs: ['y'],
     attrs: { ...EPILOGUE },
     doc: 'x [..., K], weight [N,K], bias [N] -> y [..., N] = x @ weight^T + bias over the last dim (torch.nn.functional.linear).',

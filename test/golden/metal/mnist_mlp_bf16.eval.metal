@@ -60,11 +60,23 @@ kernel void k1(
   y[i] = bfloat(x[i]);
 }
 
-// node 2: linear (fc1) -> fc1.out [16x16 tiles]
+// node 2: cast (fc1) -> fc1.bias.bf16
 kernel void k2(
+    device const float* x [[buffer(0)]],
+    device bfloat* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 256u) return;
+  y[i] = bfloat(x[i]);
+}
+
+// node 3: linear (fc1) -> fc1.out [16x16 tiles]
+kernel void k3(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
+    device const bfloat* b [[buffer(2)]],
     device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
@@ -100,15 +112,15 @@ kernel void k2(
   }
   if (row < 64u && col < 256u) {
     const uint mi = row, ni = col;
-      y[mi * 256u + ni] = bfloat(acc + b[ni]);
+      y[mi * 256u + ni] = bfloat(acc + float(b[ni]));
   }
 }
 
-// node 2: linear (fc1) -> fc1.out [simdgroup_float8x8, Apple7+]
-kernel void k2_mma(
+// node 3: linear (fc1) -> fc1.out [simdgroup_float8x8, Apple7+]
+kernel void k3_mma(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
+    device const bfloat* b [[buffer(2)]],
     device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
@@ -159,13 +171,13 @@ kernel void k2_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 256u) {
       const float acc = Cs[e];
-      y[mi * 256u + ni] = bfloat(acc + b[ni]);
+      y[mi * 256u + ni] = bfloat(acc + float(b[ni]));
     }
   }
 }
 
-// node 3: unary (relu0) -> relu0.out
-kernel void k3(
+// node 4: unary (relu0) -> relu0.out
+kernel void k4(
     device const bfloat* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -177,8 +189,8 @@ kernel void k3(
   y[i] = bfloat(v < 0.0f ? 0.0f : v);
 }
 
-// node 4: cast (fc2) -> fc2.weight.bf16
-kernel void k4(
+// node 5: cast (fc2) -> fc2.weight.bf16
+kernel void k5(
     device const float* x [[buffer(0)]],
     device bfloat* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -189,11 +201,23 @@ kernel void k4(
   y[i] = bfloat(x[i]);
 }
 
-// node 5: linear (fc2) -> fc2.out [16x16 tiles]
-kernel void k5(
+// node 6: cast (fc2) -> fc2.bias.bf16
+kernel void k6(
+    device const float* x [[buffer(0)]],
+    device bfloat* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 10u) return;
+  y[i] = bfloat(x[i]);
+}
+
+// node 7: linear (fc2) -> fc2.out [16x16 tiles]
+kernel void k7(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
+    device const bfloat* b [[buffer(2)]],
     device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
@@ -229,15 +253,15 @@ kernel void k5(
   }
   if (row < 64u && col < 10u) {
     const uint mi = row, ni = col;
-      y[mi * 10u + ni] = bfloat(acc + b[ni]);
+      y[mi * 10u + ni] = bfloat(acc + float(b[ni]));
   }
 }
 
-// node 5: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
-kernel void k5_mma(
+// node 7: linear (fc2) -> fc2.out [simdgroup_float8x8, Apple7+]
+kernel void k7_mma(
     device const bfloat* x [[buffer(0)]],
     device const bfloat* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
+    device const bfloat* b [[buffer(2)]],
     device bfloat* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
@@ -288,13 +312,13 @@ kernel void k5_mma(
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
     if (mi < 64u && ni < 10u) {
       const float acc = Cs[e];
-      y[mi * 10u + ni] = bfloat(acc + b[ni]);
+      y[mi * 10u + ni] = bfloat(acc + float(b[ni]));
     }
   }
 }
 
-// node 6: cast (loss) -> fc2.out.f32
-kernel void k6(
+// node 8: cast (loss) -> fc2.out.f32
+kernel void k8(
     device const bfloat* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -305,8 +329,8 @@ kernel void k6(
   y[i] = float(x[i]);
 }
 
-// node 7: cross_entropy (loss) -> loss
-kernel void k7(
+// node 9: cross_entropy (loss) -> loss
+kernel void k9(
     device const bfloat* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],
@@ -333,8 +357,8 @@ kernel void k7(
   }
 }
 
-// node 8: accuracy (accuracy) -> accuracy
-kernel void k8(
+// node 10: accuracy (accuracy) -> accuracy
+kernel void k10(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* acc [[buffer(2)]],
