@@ -20,6 +20,7 @@ typedef unsigned int uint;
 struct u3 { unsigned x, y, z; };
 struct uint4 { uint x, y, z, w; };
 struct float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
 static inline uint4 make_uint4(uint a, uint b, uint c, uint d) { return {a, b, c, d}; }
 static inline float2 make_float2(float a, float b) { return {a, b}; }
 struct __nv_bfloat16 { unsigned short b; };
