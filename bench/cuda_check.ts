@@ -7,8 +7,9 @@
  *             (only the cases whose names match the regular expression $CUDA_CHECK_CASES, if set),
  *             max-norm relative error < 1e-4, for the CUDA 64x64 GEMMs and the shared 16x16 ones
  *             (plus cudaLongCases: long-K GEMMs the CUDA GEMM splits along K, long sum_to reductions
- *             that run a block per output, chunked layernorm_grad and embedding_grad: shapes the
- *             Metal cases are too small to reach; cudaAttentionCases: 16-bit attention on the flash kernels,
+ *             that run a block per output, chunked layernorm_grad, embedding_grad's sort over many
+ *             ids and GPT-2's vocabulary, the class losses / metrics a warp and a block per row (GPT-2's
+ *             50 304 classes): shapes the Metal cases are too small to reach; cudaAttentionCases: 16-bit attention on the flash kernels,
  *             attention_cuda.ts, within FLASH_TOL = 2e-2 bf16 / 4e-3 fp16 since P and dS are rounded to 16
  *             bits for the tensor cores as FlashAttention-2 does; and one merged launch), each as tensor cores (3xTF32; the CUDA GEMMs'
  *             convolutions plain TF32, as cuDNN's default, checked within TF32_TOL = 5e-3) and as

@@ -8,9 +8,10 @@
  */
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { ONE_BLOCK_ROWS, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
-import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
-import { numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
+import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
 import { FLASH_HEAD_DIMS } from '../compiler/codegen-cuda/attention_cuda.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import type { CheckedModel } from '../compiler/model.js';
@@ -34,7 +35,12 @@ export function cudaCaseBuild(a: CudaArtifacts, exe: string): EmuBuild<CaseArtif
  * splitK; the last chunk shorter than the others, bias in the reduction's store, grouped conv),
  * sum_to reductions with at least LONG terms per output (reduce_cuda.ts: innermost dim summed, and
  * kept: a column sum in row chunks, the last one shorter), layernorm_grad over enough rows to be
- * chunked, and embedding_grad over many ids.
+ * chunked, embedding_grad over many ids (embedding_cuda.ts: a sort over several tiles of 256 ids, a large
+ * vocabulary with rows that never occur), and the class losses / metrics over many rows (class_rows.ts:
+ * a block per row of GPT-2's V = 50 304, a warp per row of 1000 classes over a row count not a multiple
+ * of 8, and few enough such rows for one block; label smoothing; ignore_index), a loss with its gradient
+ * reading the loss kernel's log-sum-exp (lossAndGradCase), and a position embedding and its gradient
+ * (positionEmbeddingCase).
  */
 export function cudaLongCases(): OpCase[] {
   const rng = makeRng(20261203);
@@ -69,12 +75,97 @@ export function cudaLongCases(): OpCase[] {
   };
   lnRows([3, 333], 45, true);
   lnRows([1000], 70, false);
-  const ids = [7, 300], V = 37, D = 70;
-  cases.push(opCase('long_embedding_grad', 'embedding_grad',
+  const emb = (name: string, ids: number[], V: number, D: number) => cases.push(opCase(name, 'embedding_grad',
     [f([...ids, D]), { shape: ids, dtype: 'i32', data: randomInts(ids, V, rng) }], [[V, D]], { w_shape: [V, D] }));
+  emb('long_embedding_grad', [7, 300], 37, 70);
+  emb('embedding_grad_gpt2_vocab', [3, 333], 50304, 24);
+  if (rowGroupThreads(50304) !== 256 || rowGroupThreads(1025) !== 256 || rowGroupThreads(1000) !== 32) throw new Error('internal: the class-row cases miss a block or a warp per row');
+  const classes = (tag: string, R: number, C: number, ignore?: number) => cases.push(...classRowCases(rng, `rows_${tag}`, R, C, ignore));
+  classes('gpt2_vocab', 3, 50304);
+  classes('gpt2_vocab_ignore', 4, 50304, 7);
+  if (ONE_BLOCK_ROWS >= 301 || ONE_BLOCK_ROWS < 37) throw new Error('internal: the warp-per-row cases do not straddle ONE_BLOCK_ROWS');
+  classes('warp_odd_rows', 301, 1000);
+  classes('warp_odd_rows_ignore', 301, 1000, -100);
+  classes('one_block_ignore', 37, 1000, -100);
+  classes('block_odd', 5, 1025);
+  cases.push(lossAndGradCase(rng, 'loss_and_grad_gpt2_vocab', 3, 50304, 0), lossAndGradCase(rng, 'loss_and_grad_warp_ignore', 301, 1000, 0.1, -100),
+    lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
+  cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
   return cases;
 }
 
+
+/**
+ * cross_entropy (with and without label smoothing), its gradient (same), accuracy and top_k (k 5) over R
+ * rows of C classes (codegen-cuda/class_rows.ts: a warp per row up to WARP_C classes, a block per row above,
+ * ONE block for at most ONE_BLOCK_ROWS warp rows), with ignore_index `ignore` when given (the label of every
+ * third row); case names start with `prefix`.
+ */
+export function classRowCases(rng: Rng, prefix: string, R: number, C: number, ignore?: number): OpCase[] {
+  const labels = randomInts([R], C, rng).map((l, i) => (ignore !== undefined && i % 3 === 1 ? ignore : l));
+  const lab = { shape: [R], dtype: 'i32' as const, data: labels };
+  const x = (lo: number, hi: number) => ({ shape: [R, C], data: randomTensor([R, C], rng, lo, hi) });
+  const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
+  return [
+    opCase(`${prefix}_cross_entropy`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0, ...ii }),
+    opCase(`${prefix}_cross_entropy_ls`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0.1, ...ii }),
+    opCase(`${prefix}_cross_entropy_grad`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0, ...ii }),
+    opCase(`${prefix}_cross_entropy_grad_ls`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0.1, ...ii }),
+    opCase(`${prefix}_accuracy`, 'accuracy', [x(-1, 1), lab], [[]], ii),
+    opCase(`${prefix}_top_k`, 'top_k', [x(-1, 1), lab], [[]], { k: 5, ...ii }),
+  ];
+}
+
+/**
+ * A training step's loss end: cross_entropy, accuracy, then cross_entropy_grad of the same logits and labels
+ * (codegen-cuda/class_rows.ts lseConsumer: the gradient reads the loss kernel's per-row log-sum-exp from the
+ * scratch region), over R rows of C with label smoothing `ls` and ignore_index `ignore` when given.
+ */
+export function lossAndGradCase(rng: Rng, name: string, R: number, C: number, ls: number, ignore?: number): OpCase {
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const logits = b.value(`${name}.logits`, 'f32', [R, C], 'input');
+  data.set(logits, Float64Array.from(randomTensor([R, C], rng, -3, 3), (x) => Math.fround(x)));
+  const label = b.value(`${name}.label`, 'i32', [R], 'input');
+  data.set(label, randomInts([R], C, rng).map((l, i) => (ignore !== undefined && i % 3 === 1 ? ignore : l)));
+  const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
+  const out = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const loss = out('loss', []), acc = out('acc', []), dlogits = out('dlogits', [R, C]);
+  b.node('cross_entropy', [logits, label], [loss], { label_smoothing: ls, ...ii }, 'loss');
+  b.node('accuracy', [logits, label], [acc], ii, 'accuracy');
+  b.node('cross_entropy_grad', [logits, label], [dlogits], { label_smoothing: ls, ...ii }, 'loss');
+  const program = { name, batch: R, graph: b.graph, inputs: [logits, label], outputs: [] } as unknown as Program;
+  return { program, data, check: [loss, acc, dlogits] };
+}
+
+/**
+ * A position embedding and its gradient (codegen-cuda/embedding_cuda.ts: with a `positions` node's output
+ * for ids, the gather reads w[t] without them and the gradient sums dy over the sequences; rows of w past
+ * T get zero gradients): tokens [N, T] -> positions -> embedding of w [V, D], and embedding_grad of dy.
+ */
+export function positionEmbeddingCase(name: string, N: number, T: number, V: number, D: number): OpCase {
+  const rng = makeRng(N * 1000 + T);
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const inputs: number[] = [];
+  const input = (n: string, dtype: 'f32' | 'i32', shape: number[], values: Float64Array) => {
+    const id = b.value(n, dtype, shape, 'input');
+    data.set(id, dtype === 'f32' ? Float64Array.from(values, (x) => Math.fround(x)) : values);
+    inputs.push(id);
+    return id;
+  };
+  const tokens = input(`${name}.tokens`, 'i32', [N, T], randomInts([N, T], V, rng));
+  const w = input(`${name}.w`, 'f32', [V, D], randomTensor([V, D], rng, -1, 1));
+  const dy = input(`${name}.dy`, 'f32', [N, T, D], randomTensor([N, T, D], rng, -1, 1));
+  const pos = b.value(`${name}.pos`, 'i32', [N, T], 'activation');
+  b.node('positions', [tokens], [pos], {}, 'positions');
+  const y = b.value(`${name}.y`, 'f32', [N, T, D], 'activation');
+  b.node('embedding', [pos, w], [y], {}, 'pos');
+  const dw = b.value(`${name}.dw`, 'f32', [V, D], 'activation');
+  b.node('embedding_grad', [dy, pos], [dw], { w_shape: [V, D] }, 'pos');
+  const program = { name, batch: N, graph: b.graph, inputs, outputs: [] } as unknown as Program;
+  return { program, data, check: [y, dw] };
+}
 
 /**
  * max-norm relative tolerance of a flash attention case by its operand type: the kernels round P
