@@ -5,8 +5,9 @@
 // barrier; warp collectives (shuffles, mma.sync, ldmatrix) exchange through per-warp slots between two
 // warp barriers (every lane of a warp calls them in uniform control flow, as on the GPU). mma.m16n8k16
 // and ldmatrix.trans are modelled from the PTX ISA's fragment tables (written independently of the
-// generator's index arithmetic; the GPU run, bench/cuda_check.sh, stays the ground truth); cp.async is
-// a synchronous copy; __shared__ arrays are function statics (blocks run one after another).
+// generator's index arithmetic; the GPU run, bench/cuda_check.sh, stays the ground truth); cp.async
+// copies land at the copy or at the wait (MPSC_SHIM_CP_ASYNC_LATE), the two ends of what the hardware may
+// do; __shared__ arrays are function statics (blocks run one after another).
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -94,12 +95,24 @@ static inline void mpsc_ldsm_x4_trans(uint* r, const unsigned short* p) {
   for (int i = 0; i < 4; ++i) r[i] = (uint)of(8 * i + 2 * t).p[g] | ((uint)of(8 * i + 2 * t + 1).p[g] << 16);
   warp_sync();
 }
+// cp.async lands somewhere between the copy and the wait: MPSC_SHIM_CP_ASYNC_LATE=1 performs the copies at
+// the wait (a read before its wait sees stale data), 0 at the copy (a write into a buffer that another
+// thread still reads, without the barrier between, shows)
+#ifndef MPSC_SHIM_CP_ASYNC_LATE
+#define MPSC_SHIM_CP_ASYNC_LATE 0
+#endif
+struct PendingCopy { unsigned short* dst; const unsigned short* src; bool full; };
+thread_local std::vector<PendingCopy> t_pending;
+static inline void copy16(const PendingCopy& c) { if (c.full) std::memcpy(c.dst, c.src, 16); else std::memset(c.dst, 0, 16); }
 static inline void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) {
   if (((uintptr_t)dst) % 16 || ((uintptr_t)src) % 16) { std::fprintf(stderr, "cp.async not 16-byte aligned\n"); std::abort(); }
-  if (full) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16);
+  if (MPSC_SHIM_CP_ASYNC_LATE) t_pending.push_back({dst, src, full}); else copy16({dst, src, full});
 }
 static inline void mpsc_cp_async_commit() {}
-static inline void mpsc_cp_async_wait_all() {}
+static inline void mpsc_cp_async_wait_all() {
+  for (const PendingCopy& c : t_pending) copy16(c);
+  t_pending.clear();
+}
 
 template <class F> void launch(u3 grid, u3 block, F f) {
   gridDim = grid; blockDim = block;
