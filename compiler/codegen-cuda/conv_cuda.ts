@@ -7,7 +7,7 @@
  * not apply (16-bit operands, more than 2^31 elements, a grid over CUDA's limits: gemm_cuda.ts's
  * 64x64 kernels run those, and cublaslt.ts's build report says so).
  *
- * The kernel: 256 threads (8 warps), output tiles of BM x BN (64 or 128 each, from M and N), K in
+ * The kernel: 256 threads (8 warps), output tiles of BM x BN (BM 64 or 128, BN 32, 64 or 128, from M and N), K in
  * steps of 16 through two shared-memory stages filled by cp.async (4-byte copies, zero-filled where
  * the im2col window leaves the image or the tile leaves the matrix) while the other stage is
  * multiplied. Each operand tile is stored along the dimension the global loads run on: an operand
@@ -15,8 +15,10 @@
  * contiguous along k (the weights, dy and x in the weight gradient) as [R][16 + 4]; both pads make
  * the fragment reads conflict-free. Address generation is implicit im2col with the per-row part
  * (pixel -> image base and window origin, or channel -> filter offset) computed once per thread
- * before the K loop and only the per-k part (one decomposition of k per step and element column)
- * inside it.
+ * before the K loop and only the per-k part inside it: for an operand loaded along its rows (the
+ * im2col of x or dy, whose k part is the same for every row) read from a k table built once per
+ * block in shared memory where it fits (offset and tap shift per k), else one decomposition of k
+ * per step and element column.
  *  - mma variant: warps 4 (m) x 2 (n), each (BM/4) x (BN/2) as m16n8k8 TF32 mma.sync tiles; operands
  *    rounded by cvt.rna.tf32.f32 as cuDNN/cuBLAS round them, fp32 accumulation.
  *  - plain variant (MPSC_CUDA_PLAIN=1): the same tiles and pipeline, fp32 FFMA, a (BM/16) x (BN/16)
@@ -35,6 +37,8 @@ import { splitK, splitReduceKernel, type Split } from './gemm_cuda.js';
 const THREADS = 256, BK = 16, KPAD = BK + 4, RPAD = 8, STAGES = 2;
 /** grid.y (row tiles) and grid.z (groups x chunks) limits */
 const GRID_YZ = 65535;
+/** bytes of static shared memory a kernel may declare */
+const SMEM_STATIC = 48 * 1024;
 
 type Mode = 'row' | 'k';
 
@@ -70,11 +74,12 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
           `const int ab${s} = int((am${s} / ${OHW}u) * ${c.C * HW}u + g * ${c.CG * HW}u) + aih${s} * ${c.W} + aiw${s};\n`,
         kDecl: (s, k) =>
           `const uint ak${s} = ${k};\n` +
+          `const bool akv${s} = ak${s} < ${K}u;\n` +
           `const uint aq${s} = ak${s} % ${KK}u;\n` +
           `const int adh${s} = int(aq${s} / ${c.KW}u) * ${c.DH}, adw${s} = int(aq${s} % ${c.KW}u) * ${c.DW};\n` +
           `const int ako${s} = int((ak${s} / ${KK}u) * ${HW}u) + adh${s} * ${c.W} + adw${s};\n`,
         elem: (r, k) => ({
-          pred: `arv${r} && ak${k} < ${K}u && uint(aih${r} + adh${k}) < ${c.H}u && uint(aiw${r} + adw${k}) < ${c.W}u`,
+          pred: `arv${r} && akv${k} && uint(aih${r} + adh${k}) < ${c.H}u && uint(aiw${r} + adw${k}) < ${c.W}u`,
           off: `ab${r} + ako${k}`,
         }),
       },
@@ -100,15 +105,16 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
           `const int ab${s} = int((am${s} / ${HW}u) * ${c.O * OHW}u + g * ${c.OG * OHW}u);\n`,
         kDecl: (s, k) =>
           `const uint ak${s} = ${k};\n` +
+          `const bool akv${s} = ak${s} < ${K}u;\n` +
           `const uint aq${s} = ak${s} % ${KK}u;\n` +
           `const int adh${s} = int(aq${s} / ${c.KW}u) * ${c.DH}, adw${s} = int(aq${s} % ${c.KW}u) * ${c.DW};\n` +
           `const int ako${s} = int((ak${s} / ${KK}u) * ${OHW}u);\n`,
         elem: (r, k) => {
           const th = `(ath${r} - adh${k})`, tw = `(atw${r} - adw${k})`;
           return unit
-            ? { pred: `arv${r} && ak${k} < ${K}u && uint${th} < ${c.OH}u && uint${tw} < ${c.OW}u`, off: `ab${r} + ako${k} + ${th} * ${c.OW} + ${tw}` }
+            ? { pred: `arv${r} && akv${k} && uint${th} < ${c.OH}u && uint${tw} < ${c.OW}u`, off: `ab${r} + ako${k} + ${th} * ${c.OW} + ${tw}` }
             : {
-              pred: `arv${r} && ak${k} < ${K}u && ${th} >= 0 && ${tw} >= 0 && ${th} % ${c.SH} == 0 && ${tw} % ${c.SW} == 0 && ${th} / ${c.SH} < ${c.OH} && ${tw} / ${c.SW} < ${c.OW}`,
+              pred: `arv${r} && akv${k} && ${th} >= 0 && ${tw} >= 0 && ${th} % ${c.SH} == 0 && ${tw} % ${c.SW} == 0 && ${th} / ${c.SH} < ${c.OH} && ${tw} / ${c.SW} < ${c.OW}`,
               off: `ab${r} + ako${k} + (${th} / ${c.SH}) * ${c.OW} + ${tw} / ${c.SW}`,
             };
         },
@@ -158,9 +164,9 @@ const at = (mode: Mode, R: number, base: string, r: string, k: string) => (mode 
 
 const indent = (s: string, pad: string) => s.split('\n').map((l) => (l ? pad + l : l)).join('\n');
 
-/** Tile shape for an M x N GEMM: 128 where the dimension fills it, else 64. */
+/** Tile shape for an M x N GEMM: 128 where the dimension fills it, else 64 (and N of at most 32 on 32 columns: a 32-channel layer wastes no half tile). */
 export function convTiles(M: number, N: number): { BM: number; BN: number } {
-  return { BM: M >= 128 ? 128 : 64, BN: N >= 128 ? 128 : 64 };
+  return { BM: M >= 128 ? 128 : 64, BN: N >= 128 ? 128 : N > 32 ? 64 : 32 };
 }
 
 interface Shape { BM: number; BN: number; M: number; N: number; K: number }
@@ -169,7 +175,7 @@ interface Shape { BM: number; BN: number; M: number; N: number; K: number }
  * One operand's per-thread copies of a stage: `pre` (before the K loop: the rows' constants), `load`
  * (inside: the k constants and the cp.async of each element into stage `ls` at reduction offset `lk`).
  */
-function copies(side: Side, R: number, tileBase: string, tag: string): { pre: string; load: string } {
+function copies(side: Side, R: number, tileBase: string, tag: string, tab: boolean): { pre: string; load: string } {
   const per = (R * BK) / THREADS;
   const cp = (dst: string, p: { pred: string; off: string }) =>
     `{\n  const bool ok = ${p.pred};\n` +
@@ -181,7 +187,10 @@ function copies(side: Side, R: number, tileBase: string, tag: string): { pre: st
     const pre = `const uint ${tag}r = tidx % ${R}u, ${tag}k = tidx / ${R}u;\n` + side.rowDecl('0', `${tileBase} + ${tag}r`);
     let load = '';
     for (let j = 0; j < per; j++) {
-      load += `{\n` + indent(side.kDecl(`${j}`, `lk + ${tag}k + ${step * j}u`) +
+      const kd = tab
+        ? `const uint kt${j} = 2u * (lk + ${tag}k + ${step * j}u);\nconst bool akv${j} = true;\nconst int ako${j} = ktab[kt${j}], adh${j} = ktab[kt${j} + 1u] >> 16, adw${j} = ktab[kt${j} + 1u] & 0xffff;\n`
+        : side.kDecl(`${j}`, `lk + ${tag}k + ${step * j}u`);
+      load += `{\n` + indent(kd +
         cp(at('row', R, `${tag}s`, `${tag}r`, `${tag}k + ${step * j}u`), side.elem('0', `${j}`)), '  ') + `}\n`;
     }
     return { pre, load };
@@ -221,10 +230,28 @@ function plainStage(a: Side, b: Side, s: Shape): string {
   );
 }
 
-/** one kernel body: the pipeline around `stage` (tensor cores or FFMA), then the stores */
-function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, tf32: boolean, what: string): string {
+/**
+ * The k table of a row-mode A operand (its reduction index's im2col part, the same for every row):
+ * floats of shared memory it takes before the stages (0: none), and the loop filling it once per
+ * block. Entry k is (offset, dh << 16 | dw); k >= K gets dh = 0x4000, outside every image the table is
+ * used for (tableFits), so the copy's bounds test fails without a separate k < K test.
+ */
+const tableFloats = (s: Shape) => 2 * ceilDiv(s.K, BK) * BK;
+function tableFill(a: Side, s: Shape): string {
+  return (
+    `// k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block\n` +
+    `int* ktab = reinterpret_cast<int*>(tg);\n` +
+    `for (uint e = tidx; e < ${ceilDiv(s.K, BK) * BK}u; e += ${THREADS}u) {\n` +
+    indent(a.kDecl('t', 'e'), '  ') +
+    `  ktab[2u * e] = akvt ? akot : 0;\n  ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;\n}\n__syncthreads();\n`
+  );
+}
+
+/** one kernel body: the pipeline around `stage` (tensor cores or FFMA), then the stores; `tab`: A's k part from the k table */
+function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, tf32: boolean, what: string, tab: boolean): string {
   const aF = tileFloats(a.mode, s.BM), bF = tileFloats(b.mode, s.BN), stage = aF + bF;
-  const ca = copies(a, s.BM, 'm0', 'a'), cb = copies(b, s.BN, 'n0', 'b');
+  const T = tab ? tableFloats(s) : 0;
+  const ca = copies(a, s.BM, 'm0', 'a', tab), cb = copies(b, s.BN, 'n0', 'b', false);
   const MI = s.BM / 64, NI = s.BN / 16, RI = s.BM / 16, RJ = s.BN / 16;
   const S = sp?.S ?? 1;
   const split = sp ? `  const uint kbeg = (tgid.z % ${S}u) * ${sp.Kc}u, kend = min(${s.K}u, kbeg + ${sp.Kc}u);\n` : `  const uint kbeg = 0u, kend = ${s.K}u;\n`;
@@ -249,13 +276,14 @@ function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, t
     `  const uint m0 = tgid.y * ${s.BM}u, n0 = tgid.x * ${s.BN}u;\n` +
     indent(ca.pre + cb.pre, '  ') + acc +
     `  const uint nk = (kend - kbeg + ${BK - 1}u) / ${BK}u;\n` +
+    (tab ? indent(tableFill(a, s), '  ') : '') +
     `  for (uint t = 0u; t <= nk; ++t) {\n` +
     `    if (t < nk) {\n      // stage t % 2 <- k in [kbeg + 16 t, +16)\n      const uint lk = kbeg + t * ${BK}u;\n` +
-    `      float* as = tg + (t % 2u) * ${stage}u;\n      float* bs = as + ${aF}u;\n` +
+    `      float* as = tg + ${T ? `${T}u + ` : ''}(t % 2u) * ${stage}u;\n      float* bs = as + ${aF}u;\n` +
     indent(ca.load + cb.load, '      ') +
     `    }\n    asm volatile("cp.async.commit_group;\\n" ::);\n` +
     `    if (t > 0u) {\n      asm volatile("cp.async.wait_group 1;\\n" ::);\n      __syncthreads();\n` +
-    `      const float* as = tg + ((t - 1u) % 2u) * ${stage}u;\n      const float* bs = as + ${aF}u;\n` +
+    `      const float* as = tg + ${T ? `${T}u + ` : ''}((t - 1u) % 2u) * ${stage}u;\n      const float* bs = as + ${aF}u;\n` +
     indent(tf32 ? mmaStage(a, b, s) : plainStage(a, b, s), '      ') +
     `      __syncthreads();\n    }\n  }\n` +
     stores
@@ -295,14 +323,17 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
   const { a, b } = sidesOf(n.op, c, gm.M, gm.N, gm.K);
   const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K };
-  const tgmem = STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN)) * 4;
+  // the k table where it fits in the 48 KB of static shared memory and its dh = 0x4000 marker lies outside the images
+  const tab = a.mode === 'row' && !sp && Math.max(c.H, c.W, c.OH, c.OW, c.PH, c.PW) < 8192 && (c.KH - 1) * c.DH < 8192 && (c.KW - 1) * c.DW < 8192 &&
+    (tableFloats(s) + STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN))) * 4 <= SMEM_STATIC;
+  const tgmem = ((tab ? tableFloats(s) : 0) + STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN))) * 4;
   const name = ctx.next();
   const lbl = label(g, n) + what;
   const gemm: KernelSpec = {
     name, node: n.id, op: n.op, label: lbl + ` [conv_cuda.ts ${BM}x${BN} implicit GEMM${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
     groups: tiles, tgsize: [THREADS, 1, 1], tgmem, sync: true,
-    body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`),
-    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`) },
+    body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`, tab),
+    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab) },
   };
   if (!sp) return [gemm];
   gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;

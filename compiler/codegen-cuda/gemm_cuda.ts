@@ -20,6 +20,8 @@
  * bytes), then a reduction kernel adds the S partials in a fixed order and runs the store
  * (bias, epilogue): results do not depend on launch order.
  * The shared 16x16 kernels stay available (MPSC_CUDA_GEMM=shared at generation time).
+ * Convolutions with fp32 operands are lowered by conv_cuda.ts first (128-row TF32 implicit GEMMs, which
+ * reuse splitK with their own tiles and splitReduceKernel); this file's kernels take the rest.
  */
 import { isHalf, type Graph, type Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';

@@ -99,7 +99,7 @@ __device__ __forceinline__ float mpsc_block_max(float v, float* sh, uint lane, u
   return r;
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out [conv_cuda.ts 128x64 implicit GEMM] [fp32]
+// node 0: conv2d (conv2d0) -> conv2d0.out [conv_cuda.ts 128x32 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k0(
     const float* x,
     const float* w,
@@ -107,15 +107,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[5664];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // conv2d: fp32 FFMA, 8x4 register block per thread
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d: fp32 FFMA, 8x2 register block per thread
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
   const uint ar = tidx % 128u, ak = tidx / 128u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 50176u;
@@ -129,109 +129,107 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
   const uint bn1 = n0 + br + 16u;
   const bool brv1 = bn1 < 32u;
   const int bb1 = int((g * 32u + bn1) * 9u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 32u;
-  const int bb2 = int((g * 32u + bn2) * 9u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 32u;
-  const int bb3 = int((g * 32u + bn3) * 9u);
   const uint tx = tidx % 16u, ty = tidx / 16u;
-  float cacc[8][4];
+  float cacc[8][2];
   #pragma unroll
   for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
+    for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 16u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 9u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 32u + (t % 2u) * 2816u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 784u) + adh0 * 28 + adw0;
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 9u && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
           const float* src = ok ? x + (ab0 + ako0) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 784u) + adh1 * 28 + adw1;
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 9u && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
           const float* src = ok ? x + (ab0 + ako1) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 784u) + adh2 * 28 + adw2;
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 9u && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
           const float* src = ok ? x + (ab0 + ako2) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 784u) + adh3 * 28 + adw3;
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 9u && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
           const float* src = ok ? x + (ab0 + ako3) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 784u) + adh4 * 28 + adw4;
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 9u && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
           const float* src = ok ? x + (ab0 + ako4) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 784u) + adh5 * 28 + adw5;
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 9u && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
           const float* src = ok ? x + (ab0 + ako5) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 784u) + adh6 * 28 + adw6;
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 9u && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
           const float* src = ok ? x + (ab0 + ako6) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 784u) + adh7 * 28 + adw7;
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 9u && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
           const float* src = ok ? x + (ab0 + ako7) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -247,34 +245,24 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
-      {
-        const bool ok = brv2 && bkk < 9u;
-        const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 9u;
-        const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
     }
     asm volatile("cp.async.commit_group;\n" ::);
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
-        float av[8], bv[4];
+        float av[8], bv[2];
         #pragma unroll
         for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 8u; ++i)
           #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+          for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
       __syncthreads();
     }
@@ -282,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
   #pragma unroll
   for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       {
         const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 50176u && ni < 32u) {
@@ -293,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
       }
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out [conv_cuda.ts 128x64 implicit GEMM] [3xTF32 tensor cores]
+// node 0: conv2d (conv2d0) -> conv2d0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
     const float* x,
     const float* w,
@@ -301,17 +289,17 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[5664];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x32
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
   const uint ar = tidx % 128u, ak = tidx / 128u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 50176u;
@@ -325,112 +313,110 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
   const uint bn1 = n0 + br + 16u;
   const bool brv1 = bn1 < 32u;
   const int bb1 = int((g * 32u + bn1) * 9u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 32u;
-  const int bb2 = int((g * 32u + bn2) * 9u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 32u;
-  const int bb3 = int((g * 32u + bn3) * 9u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 16u;
+  float cacc[2][2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 16u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 9u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 32u + (t % 2u) * 2816u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 784u) + adh0 * 28 + adw0;
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 9u && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
           const float* src = ok ? x + (ab0 + ako0) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 784u) + adh1 * 28 + adw1;
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 9u && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
           const float* src = ok ? x + (ab0 + ako1) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 784u) + adh2 * 28 + adw2;
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 9u && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
           const float* src = ok ? x + (ab0 + ako2) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 784u) + adh3 * 28 + adw3;
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 9u && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
           const float* src = ok ? x + (ab0 + ako3) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 784u) + adh4 * 28 + adw4;
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 9u && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
           const float* src = ok ? x + (ab0 + ako4) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 784u) + adh5 * 28 + adw5;
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 9u && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
           const float* src = ok ? x + (ab0 + ako5) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 784u) + adh6 * 28 + adw6;
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 9u && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
           const float* src = ok ? x + (ab0 + ako6) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 784u) + adh7 * 28 + adw7;
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 9u && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
           const float* src = ok ? x + (ab0 + ako7) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -446,26 +432,16 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
-      {
-        const bool ok = brv2 && bkk < 9u;
-        const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 9u;
-        const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
     }
     asm volatile("cp.async.commit_group;\n" ::);
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
-        uint af[2][4], bf[4][2];
+        uint af[2][4], bf[2][2];
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i) {
           const uint r = wm + 16u * i + gq;
@@ -475,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
           af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
         }
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
+        for (uint j = 0u; j < 2u; ++j) {
           const uint n = wn + 8u * j + gq;
           bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
           bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
@@ -483,7 +459,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i)
           #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+          for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
       __syncthreads();
     }
@@ -491,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
@@ -550,7 +526,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[7488];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 8x4 register block per thread
@@ -585,96 +561,100 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 288u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 288u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 576u + (t % 2u) * 3456u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 196u) + adh0 * 14 + adw0;
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 288u && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 196u) + adh1 * 14 + adw1;
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 288u && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 196u) + adh2 * 14 + adw2;
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 288u && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 196u) + adh3 * 14 + adw3;
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 288u && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 196u) + adh4 * 14 + adw4;
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 288u && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
           const float* src = ok ? x + (ab0 + ako4) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 196u) + adh5 * 14 + adw5;
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 288u && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
           const float* src = ok ? x + (ab0 + ako5) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 196u) + adh6 * 14 + adw6;
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 288u && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
           const float* src = ok ? x + (ab0 + ako6) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 196u) + adh7 * 14 + adw7;
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 288u && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
           const float* src = ok ? x + (ab0 + ako7) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -705,7 +685,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 3456u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -744,7 +724,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[7488];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
@@ -784,96 +764,100 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 288u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 288u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 576u + (t % 2u) * 3456u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 196u) + adh0 * 14 + adw0;
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 288u && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 196u) + adh1 * 14 + adw1;
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 288u && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 196u) + adh2 * 14 + adw2;
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 288u && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 196u) + adh3 * 14 + adw3;
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 288u && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 196u) + adh4 * 14 + adw4;
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 288u && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
           const float* src = ok ? x + (ab0 + ako4) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 196u) + adh5 * 14 + adw5;
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 288u && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
           const float* src = ok ? x + (ab0 + ako5) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 196u) + adh6 * 14 + adw6;
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 288u && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
           const float* src = ok ? x + (ab0 + ako6) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 196u) + adh7 * 14 + adw7;
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 288u && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
           const float* src = ok ? x + (ab0 + ako7) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -904,7 +888,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 3456u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -2197,22 +2181,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k21(
   dx[i] = v > 0.0f ? d : 0.0f;
 }
 
-// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 128x64 implicit GEMM] [fp32]
+// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 128x32 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k22(
     const float* dy,
     const float* w,
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[6784];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // conv2d_grad_input: fp32 FFMA, 8x4 register block per thread
-  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d_grad_input: fp32 FFMA, 8x2 register block per thread
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
   const uint ar = tidx % 128u, ak = tidx / 128u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 12544u;
@@ -2226,109 +2210,107 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
   const uint bn1 = n0 + br + 16u;
   const bool brv1 = bn1 < 32u;
   const int bb1 = int(g * 18432u + bn1 * 9u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 32u;
-  const int bb2 = int(g * 18432u + bn2 * 9u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 32u;
-  const int bb3 = int(g * 18432u + bn3 * 9u);
   const uint tx = tidx % 16u, ty = tidx / 16u;
-  float cacc[8][4];
+  float cacc[8][2];
   #pragma unroll
   for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
+    for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 576u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 576u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u);
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 1152u + (t % 2u) * 2816u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 196u);
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 576u && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
+          const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
           const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 196u);
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 576u && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
+          const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
           const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 196u);
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 576u && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
+          const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
           const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 196u);
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 576u && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
+          const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
           const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 196u);
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 576u && uint(ath0 - adh4) < 14u && uint(atw0 - adw4) < 14u;
+          const bool ok = arv0 && akv4 && uint(ath0 - adh4) < 14u && uint(atw0 - adw4) < 14u;
           const float* src = ok ? dy + (ab0 + ako4 + (ath0 - adh4) * 14 + (atw0 - adw4)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 196u);
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 576u && uint(ath0 - adh5) < 14u && uint(atw0 - adw5) < 14u;
+          const bool ok = arv0 && akv5 && uint(ath0 - adh5) < 14u && uint(atw0 - adw5) < 14u;
           const float* src = ok ? dy + (ab0 + ako5 + (ath0 - adh5) * 14 + (atw0 - adw5)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 196u);
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 576u && uint(ath0 - adh6) < 14u && uint(atw0 - adw6) < 14u;
+          const bool ok = arv0 && akv6 && uint(ath0 - adh6) < 14u && uint(atw0 - adw6) < 14u;
           const float* src = ok ? dy + (ab0 + ako6 + (ath0 - adh6) * 14 + (atw0 - adw6)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 196u);
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 576u && uint(ath0 - adh7) < 14u && uint(atw0 - adw7) < 14u;
+          const bool ok = arv0 && akv7 && uint(ath0 - adh7) < 14u && uint(atw0 - adw7) < 14u;
           const float* src = ok ? dy + (ab0 + ako7 + (ath0 - adh7) * 14 + (atw0 - adw7)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -2345,34 +2327,24 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
         const float* src = ok ? w + (bb1 + bkok) : w;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
-      {
-        const bool ok = brv2 && bkk < 576u;
-        const float* src = ok ? w + (bb2 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 576u;
-        const float* src = ok ? w + (bb3 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
     }
     asm volatile("cp.async.commit_group;\n" ::);
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 1152u + ((t - 1u) % 2u) * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
-        float av[8], bv[4];
+        float av[8], bv[2];
         #pragma unroll
         for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 8u; ++i)
           #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+          for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
       __syncthreads();
     }
@@ -2380,7 +2352,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
   #pragma unroll
   for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       {
         const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 12544u && ni < 32u) {
@@ -2391,24 +2363,24 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
       }
 }
 
-// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 128x64 implicit GEMM] [3xTF32 tensor cores]
+// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
     const float* dy,
     const float* w,
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[6784];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x32
-  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
   const uint ar = tidx % 128u, ak = tidx / 128u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 12544u;
@@ -2422,112 +2394,110 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
   const uint bn1 = n0 + br + 16u;
   const bool brv1 = bn1 < 32u;
   const int bb1 = int(g * 18432u + bn1 * 9u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 32u;
-  const int bb2 = int(g * 18432u + bn2 * 9u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 32u;
-  const int bb3 = int(g * 18432u + bn3 * 9u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 16u;
+  float cacc[2][2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 576u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 576u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u);
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 1152u + (t % 2u) * 2816u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 196u);
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 576u && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
+          const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
           const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 196u);
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 576u && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
+          const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
           const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 196u);
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 576u && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
+          const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
           const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 196u);
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 576u && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
+          const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
           const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 196u);
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 576u && uint(ath0 - adh4) < 14u && uint(atw0 - adw4) < 14u;
+          const bool ok = arv0 && akv4 && uint(ath0 - adh4) < 14u && uint(atw0 - adw4) < 14u;
           const float* src = ok ? dy + (ab0 + ako4 + (ath0 - adh4) * 14 + (atw0 - adw4)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 196u);
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 576u && uint(ath0 - adh5) < 14u && uint(atw0 - adw5) < 14u;
+          const bool ok = arv0 && akv5 && uint(ath0 - adh5) < 14u && uint(atw0 - adw5) < 14u;
           const float* src = ok ? dy + (ab0 + ako5 + (ath0 - adh5) * 14 + (atw0 - adw5)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 196u);
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 576u && uint(ath0 - adh6) < 14u && uint(atw0 - adw6) < 14u;
+          const bool ok = arv0 && akv6 && uint(ath0 - adh6) < 14u && uint(atw0 - adw6) < 14u;
           const float* src = ok ? dy + (ab0 + ako6 + (ath0 - adh6) * 14 + (atw0 - adw6)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 196u);
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 576u && uint(ath0 - adh7) < 14u && uint(atw0 - adw7) < 14u;
+          const bool ok = arv0 && akv7 && uint(ath0 - adh7) < 14u && uint(atw0 - adw7) < 14u;
           const float* src = ok ? dy + (ab0 + ako7 + (ath0 - adh7) * 14 + (atw0 - adw7)) : dy;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -2544,26 +2514,16 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
         const float* src = ok ? w + (bb1 + bkok) : w;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
-      {
-        const bool ok = brv2 && bkk < 576u;
-        const float* src = ok ? w + (bb2 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 576u;
-        const float* src = ok ? w + (bb3 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
     }
     asm volatile("cp.async.commit_group;\n" ::);
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 1152u + ((t - 1u) % 2u) * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
-        uint af[2][4], bf[4][2];
+        uint af[2][4], bf[2][2];
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i) {
           const uint r = wm + 16u * i + gq;
@@ -2573,7 +2533,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
           af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
         }
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
+        for (uint j = 0u; j < 2u; ++j) {
           const uint n = wn + 8u * j + gq;
           bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
           bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
@@ -2581,7 +2541,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i)
           #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+          for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
       __syncthreads();
     }
@@ -2589,7 +2549,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
@@ -3124,7 +3084,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28(
   dx[i] = v > 0.0f ? d : 0.0f;
 }
 
-// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x64 implicit GEMM, split K: 98 chunks of 512, partial sums] [fp32]
+// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k29(
     const float* dy,
     const float* x,
@@ -3132,16 +3092,16 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5120];
+  __shared__ float tg[3840];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // conv2d_grad_weight: fp32 FFMA, 4x4 register block per thread
-  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [64][20] (loads along k), B tile [64][20] (loads along k)
+  // conv2d_grad_weight: fp32 FFMA, 4x2 register block per thread
+  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
   const uint ak = tidx % 16u, ar = tidx / 16u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 32u;
@@ -3166,28 +3126,18 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
   const uint bq1 = bn1 % 9u;
   const int bdh1 = int(bq1 / 3u) * 1, bdw1 = int(bq1 % 3u) * 1;
   const int bb1 = int((g * 1u + bn1 / 9u) * 784u) + bdh1 * 28 + bdw1;
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 9u;
-  const uint bq2 = bn2 % 9u;
-  const int bdh2 = int(bq2 / 3u) * 1, bdw2 = int(bq2 % 3u) * 1;
-  const int bb2 = int((g * 1u + bn2 / 9u) * 784u) + bdh2 * 28 + bdw2;
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 9u;
-  const uint bq3 = bn3 % 9u;
-  const int bdh3 = int(bq3 / 3u) * 1, bdw3 = int(bq3 % 3u) * 1;
-  const int bb3 = int((g * 1u + bn3 / 9u) * 784u) + bdh3 * 28 + bdw3;
   const uint tx = tidx % 16u, ty = tidx / 16u;
-  float cacc[4][4];
+  float cacc[4][2];
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
+    for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 2560u;
+      float* as = tg + (t % 2u) * 1920u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
@@ -3225,34 +3175,24 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
         const float* src = ok ? x + (bb1 + bkok) : x;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
-      {
-        const bool ok = brv2 && bkk < 50176u && uint(bihk + bdh2) < 28u && uint(biwk + bdw2) < 28u;
-        const float* src = ok ? x + (bb2 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 50176u && uint(bihk + bdh3) < 28u && uint(biwk + bdw3) < 28u;
-        const float* src = ok ? x + (bb3 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
     }
     asm volatile("cp.async.commit_group;\n" ::);
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 2560u;
+      const float* as = tg + ((t - 1u) % 2u) * 1920u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
-        float av[4], bv[4];
+        float av[4], bv[2];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 20u + (kk)];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+          for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
       __syncthreads();
     }
@@ -3260,7 +3200,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       {
         const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 32u && ni < 9u) {
@@ -3270,7 +3210,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
       }
 }
 
-// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x64 implicit GEMM, split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
+// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256) p0_k29_mma(
     const float* dy,
     const float* x,
@@ -3278,18 +3218,18 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29_mma(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5120];
+  __shared__ float tg[3840];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
-  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [64][20] (loads along k), B tile [64][20] (loads along k)
+  // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
+  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
   const uint ak = tidx % 16u, ar = tidx / 16u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 32u;
@@ -3314,23 +3254,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29_mma(
   const uint bq1 = bn1 % 9u;
   const int bdh1 = int(bq1 / 3u) * 1, bdw1 = int(bq1 % 3u) * 1;
   const int bb1 = int((g * 1u + bn1 / 9u) * 784u) + bdh1 * 28 + bdw1;
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 9u;
-  const uint bq2 = bn2 % 9u;
-  const int bdh2 = int(bq2 / 3u) * 1, bdw2 = int(bq2 % 3u) * 1;
-  const int bb2 = int((g * 1u + bn2 / 9u) * 784u) + bdh2 * 28 + bdw2;
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 9u;
-  const uint bq3 = bn3 % 9u;
-  const int bdh3 = int(bq3 / 3u) * 1, bdw3 = int(bq3 % 3u) * 1;
-  const int bb3 = int((g * 1u + bn3 / 9u) * 784u) + bdh3 * 28 + bdw3;
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 32u;
-  float cacc[1][4][4];
+  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 16u;
+  float cacc[1][2][4];
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
@@ -3338,7 +3268,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29_mma(
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 2560u;
+      float* as = tg + (t % 2u) * 1920u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
@@ -3376,26 +3306,16 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29_mma(
         const float* src = ok ? x + (bb1 + bkok) : x;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
-      {
-        const bool ok = brv2 && bkk < 50176u && uint(bihk + bdh2) < 28u && uint(biwk + bdw2) < 28u;
-        const float* src = ok ? x + (bb2 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 50176u && uint(bihk + bdh3) < 28u && uint(biwk + bdw3) < 28u;
-        const float* src = ok ? x + (bb3 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
     }
     asm volatile("cp.async.commit_group;\n" ::);
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 2560u;
+      const float* as = tg + ((t - 1u) % 2u) * 1920u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
-        uint af[1][4], bf[4][2];
+        uint af[1][4], bf[2][2];
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i) {
           const uint r = wm + 16u * i + gq;
@@ -3405,7 +3325,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29_mma(
           af[i][3] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
+        for (uint j = 0u; j < 2u; ++j) {
           const uint n = wn + 8u * j + gq;
           bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
           bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
@@ -3413,7 +3333,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29_mma(
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
           #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+          for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
       __syncthreads();
     }
@@ -3421,7 +3341,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29_mma(
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
@@ -3663,7 +3583,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
   }
 }
 
-// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x64 implicit GEMM] [fp32]
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x32 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k0(
     const float* x,
     const float* w,
@@ -3671,15 +3591,15 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[5664];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // conv2d: fp32 FFMA, 8x4 register block per thread
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d: fp32 FFMA, 8x2 register block per thread
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
   const uint ar = tidx % 128u, ak = tidx / 128u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 50176u;
@@ -3693,109 +3613,107 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0(
   const uint bn1 = n0 + br + 16u;
   const bool brv1 = bn1 < 32u;
   const int bb1 = int((g * 32u + bn1) * 9u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 32u;
-  const int bb2 = int((g * 32u + bn2) * 9u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 32u;
-  const int bb3 = int((g * 32u + bn3) * 9u);
   const uint tx = tidx % 16u, ty = tidx / 16u;
-  float cacc[8][4];
+  float cacc[8][2];
   #pragma unroll
   for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
+    for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 16u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 9u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 32u + (t % 2u) * 2816u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 784u) + adh0 * 28 + adw0;
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 9u && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
           const float* src = ok ? x + (ab0 + ako0) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 784u) + adh1 * 28 + adw1;
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 9u && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
           const float* src = ok ? x + (ab0 + ako1) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 784u) + adh2 * 28 + adw2;
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 9u && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
           const float* src = ok ? x + (ab0 + ako2) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 784u) + adh3 * 28 + adw3;
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 9u && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
           const float* src = ok ? x + (ab0 + ako3) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 784u) + adh4 * 28 + adw4;
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 9u && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
           const float* src = ok ? x + (ab0 + ako4) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 784u) + adh5 * 28 + adw5;
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 9u && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
           const float* src = ok ? x + (ab0 + ako5) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 784u) + adh6 * 28 + adw6;
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 9u && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
           const float* src = ok ? x + (ab0 + ako6) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 784u) + adh7 * 28 + adw7;
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 9u && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
           const float* src = ok ? x + (ab0 + ako7) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -3811,34 +3729,24 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0(
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
-      {
-        const bool ok = brv2 && bkk < 9u;
-        const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 9u;
-        const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
     }
     asm volatile("cp.async.commit_group;\n" ::);
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
-        float av[8], bv[4];
+        float av[8], bv[2];
         #pragma unroll
         for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 8u; ++i)
           #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+          for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
       __syncthreads();
     }
@@ -3846,7 +3754,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0(
   #pragma unroll
   for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       {
         const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 50176u && ni < 32u) {
@@ -3857,7 +3765,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0(
       }
 }
 
-// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x64 implicit GEMM] [3xTF32 tensor cores]
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
     const float* x,
     const float* w,
@@ -3865,17 +3773,17 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[5664];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x32
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
   const uint ar = tidx % 128u, ak = tidx / 128u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 50176u;
@@ -3889,112 +3797,110 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
   const uint bn1 = n0 + br + 16u;
   const bool brv1 = bn1 < 32u;
   const int bb1 = int((g * 32u + bn1) * 9u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 32u;
-  const int bb2 = int((g * 32u + bn2) * 9u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 32u;
-  const int bb3 = int((g * 32u + bn3) * 9u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 16u;
+  float cacc[2][2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 16u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 9u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 32u + (t % 2u) * 2816u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 784u) + adh0 * 28 + adw0;
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 9u && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
           const float* src = ok ? x + (ab0 + ako0) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 784u) + adh1 * 28 + adw1;
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 9u && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
           const float* src = ok ? x + (ab0 + ako1) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 784u) + adh2 * 28 + adw2;
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 9u && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
           const float* src = ok ? x + (ab0 + ako2) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 784u) + adh3 * 28 + adw3;
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 9u && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
           const float* src = ok ? x + (ab0 + ako3) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 784u) + adh4 * 28 + adw4;
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 9u && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
           const float* src = ok ? x + (ab0 + ako4) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 784u) + adh5 * 28 + adw5;
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 9u && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
           const float* src = ok ? x + (ab0 + ako5) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 784u) + adh6 * 28 + adw6;
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 9u && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
           const float* src = ok ? x + (ab0 + ako6) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 784u) + adh7 * 28 + adw7;
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 9u && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
           const float* src = ok ? x + (ab0 + ako7) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -4010,26 +3916,16 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
-      {
-        const bool ok = brv2 && bkk < 9u;
-        const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 9u;
-        const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
     }
     asm volatile("cp.async.commit_group;\n" ::);
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
-        uint af[2][4], bf[4][2];
+        uint af[2][4], bf[2][2];
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i) {
           const uint r = wm + 16u * i + gq;
@@ -4039,7 +3935,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
           af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
         }
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
+        for (uint j = 0u; j < 2u; ++j) {
           const uint n = wn + 8u * j + gq;
           bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
           bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
@@ -4047,7 +3943,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i)
           #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+          for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
       __syncthreads();
     }
@@ -4055,7 +3951,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
@@ -4076,7 +3972,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[7488];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 8x4 register block per thread
@@ -4111,96 +4007,100 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 288u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 288u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 576u + (t % 2u) * 3456u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 196u) + adh0 * 14 + adw0;
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 288u && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 196u) + adh1 * 14 + adw1;
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 288u && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 196u) + adh2 * 14 + adw2;
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 288u && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 196u) + adh3 * 14 + adw3;
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 288u && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 196u) + adh4 * 14 + adw4;
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 288u && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
           const float* src = ok ? x + (ab0 + ako4) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 196u) + adh5 * 14 + adw5;
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 288u && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
           const float* src = ok ? x + (ab0 + ako5) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 196u) + adh6 * 14 + adw6;
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 288u && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
           const float* src = ok ? x + (ab0 + ako6) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 196u) + adh7 * 14 + adw7;
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 288u && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
           const float* src = ok ? x + (ab0 + ako7) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -4231,7 +4131,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 3456u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -4270,7 +4170,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[7488];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
@@ -4310,96 +4210,100 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 288u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 288u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
   for (uint t = 0u; t <= nk; ++t) {
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3456u;
+      float* as = tg + 576u + (t % 2u) * 3456u;
       float* bs = as + 2176u;
       {
-        const uint ak0 = lk + ak + 0u;
-        const uint aq0 = ak0 % 9u;
-        const int adh0 = int(aq0 / 3u) * 1, adw0 = int(aq0 % 3u) * 1;
-        const int ako0 = int((ak0 / 9u) * 196u) + adh0 * 14 + adw0;
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak0 < 288u && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak1 = lk + ak + 2u;
-        const uint aq1 = ak1 % 9u;
-        const int adh1 = int(aq1 / 3u) * 1, adw1 = int(aq1 % 3u) * 1;
-        const int ako1 = int((ak1 / 9u) * 196u) + adh1 * 14 + adw1;
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak1 < 288u && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak2 = lk + ak + 4u;
-        const uint aq2 = ak2 % 9u;
-        const int adh2 = int(aq2 / 3u) * 1, adw2 = int(aq2 % 3u) * 1;
-        const int ako2 = int((ak2 / 9u) * 196u) + adh2 * 14 + adw2;
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak2 < 288u && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak3 = lk + ak + 6u;
-        const uint aq3 = ak3 % 9u;
-        const int adh3 = int(aq3 / 3u) * 1, adw3 = int(aq3 % 3u) * 1;
-        const int ako3 = int((ak3 / 9u) * 196u) + adh3 * 14 + adw3;
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak3 < 288u && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak4 = lk + ak + 8u;
-        const uint aq4 = ak4 % 9u;
-        const int adh4 = int(aq4 / 3u) * 1, adw4 = int(aq4 % 3u) * 1;
-        const int ako4 = int((ak4 / 9u) * 196u) + adh4 * 14 + adw4;
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak4 < 288u && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
           const float* src = ok ? x + (ab0 + ako4) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak5 = lk + ak + 10u;
-        const uint aq5 = ak5 % 9u;
-        const int adh5 = int(aq5 / 3u) * 1, adw5 = int(aq5 % 3u) * 1;
-        const int ako5 = int((ak5 / 9u) * 196u) + adh5 * 14 + adw5;
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak5 < 288u && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
           const float* src = ok ? x + (ab0 + ako5) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak6 = lk + ak + 12u;
-        const uint aq6 = ak6 % 9u;
-        const int adh6 = int(aq6 / 3u) * 1, adw6 = int(aq6 % 3u) * 1;
-        const int ako6 = int((ak6 / 9u) * 196u) + adh6 * 14 + adw6;
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak6 < 288u && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
           const float* src = ok ? x + (ab0 + ako6) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint ak7 = lk + ak + 14u;
-        const uint aq7 = ak7 % 9u;
-        const int adh7 = int(aq7 / 3u) * 1, adw7 = int(aq7 % 3u) * 1;
-        const int ako7 = int((ak7 / 9u) * 196u) + adh7 * 14 + adw7;
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
         {
-          const bool ok = arv0 && ak7 < 288u && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
           const float* src = ok ? x + (ab0 + ako7) : x;
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
@@ -4430,7 +4334,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3456u;
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 3456u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
