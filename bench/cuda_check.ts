@@ -3,7 +3,8 @@
  * Consumes the kernel cases of test/cuda_cases.ts (the Metal tests' table, test/metal_cases.ts: every
  * op of the catalogue at odd, non-tile-multiple shapes, plus GEMM + unary fusions; and the CUDA-only
  * shapes) and the example specs; produces a report (stdout, and cuda_check.json in $OUT_DIR):
- *   kernels   every case's outputs (and mutated inputs) against the float64 reference interpreter,
+ *   kernels   every case's outputs (and mutated inputs) against the float64 reference interpreter
+ *             (only the cases whose names match the regular expression $CUDA_CHECK_CASES, if set),
  *             max-norm relative error < 1e-4, for the CUDA 64x64 GEMMs and the shared 16x16 ones
  *             (plus cudaLongCases: long-K GEMMs the CUDA GEMM splits along K, long sum_to reductions
  *             that run a block per output, chunked layernorm_grad and embedding_grad: shapes the
@@ -141,8 +142,15 @@ async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 
   return { ...cudaCaseBuild(a, exe), lowered: a.lowered };
 }
 
+/** $CUDA_CHECK_CASES: a regular expression on the case names (default: every case) */
+const CASE_FILTER = process.env.CUDA_CHECK_CASES ? new RegExp(process.env.CUDA_CHECK_CASES) : null;
+
 async function checkKernels(): Promise<void> {
-  const cases = cudaKernelCases();
+  const cases = cudaKernelCases().filter((c) => !CASE_FILTER || CASE_FILTER.test(c.program.name));
+  if (cases.length === 0) {
+    summary.push({ part: 'kernels', what: `no case matches CUDA_CHECK_CASES=${process.env.CUDA_CHECK_CASES}`, ok: false, result: 'nothing checked' });
+    return;
+  }
   const t0 = Date.now();
   const gemms = ['cuda', 'shared', 'cuda + cuBLASLt'] as const;
   const builds = await Promise.all(gemms.map((gm) => buildDriver(cases.map((c) => c.program), `cuda_kernel_cases_${gm.replace(/\W+/g, '_')}`, gm === 'shared' ? 'shared' : 'cuda', gm === 'cuda + cuBLASLt')));
