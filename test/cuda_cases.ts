@@ -23,10 +23,11 @@ export function cudaKernelCases(): OpCase[] {
 }
 
 /**
- * Convolutions at shapes that reach conv_cuda.ts's 128-row / 128-column tiles with partial edge
- * tiles on both axes (odd sizes, batch not a tile multiple): 3 input channels, stride 2 with
- * padding 0, padding 1, a grouped dilated conv, and weight gradients split along K on 64x128 and
- * 128x64 tiles; each as conv2d (with bias), conv2d_grad_input and conv2d_grad_weight.
+ * Convolutions at shapes that reach each of conv_cuda.ts's tile shapes (BM 64 / 128, BN 32 / 64 /
+ * 128) with partial edge tiles on both axes (odd sizes, batch not a tile multiple): 3 input
+ * channels, stride 2 with padding 0, padding 1, a grouped dilated conv, and weight gradients split
+ * along K; each as conv2d (with bias), conv2d_grad_input and conv2d_grad_weight. The test asserts
+ * which tiles each reaches (test/cuda_conv_emu.test.ts).
  */
 export function cudaConvCases(): OpCase[] {
   const rng = makeRng(20261214);
@@ -34,6 +35,11 @@ export function cudaConvCases(): OpCase[] {
   const cases: OpCase[] = [];
   const convs = [
     { name: 'tc_conv_cin3', x: [3, 3, 21, 19], w: [130, 3, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
+    // enough 128-row tiles to fill the GPU (convTiles keeps BM = 128): the forward and grad_input on 128-row tiles
+    // K = 2700 taps: the forward's k table does not fit next to the stages (the k part computed in the loop)
+    { name: 'tc_conv_deep_k', x: [1, 300, 9, 10], w: [130, 300, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
+    { name: 'tc_conv_tile128', x: [2, 4, 67, 65], w: [130, 4, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
+    { name: 'tc_conv_rows128', x: [4, 8, 67, 65], w: [40, 8, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
     { name: 'tc_conv_stride2_pad0', x: [5, 20, 15, 13], w: [36, 20, 3, 3], stride: [2, 2], padding: [0, 0], dilation: [1, 1], groups: 1 },
     { name: 'tc_conv_wide', x: [2, 16, 33, 35], w: [70, 16, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
     { name: 'tc_conv_groups_dilated', x: [3, 8, 17, 17], w: [132, 4, 3, 3], stride: [1, 1], padding: [2, 2], dilation: [2, 2], groups: 2 },

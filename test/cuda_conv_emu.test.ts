@@ -122,6 +122,15 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       ...allOpCases().filter((c) => c.program.graph.nodes.every((n) => CONV_OPS.has(n.op))),
       ...fusedCases().filter((c) => c.program.graph.nodes.some((n) => CONV_OPS.has(n.op))),
     ];
+    // the cases reach every tile shape, the forward with and without its k table, and split-K weight gradients
+    const a = buildCuda(all.map((c) => c.program), 'conv_emu_tiles', { merge: false });
+    const firsts = a.lowered.map((lp) => lp.kernels[0]);
+    const tiles = new Set(firsts.map((k) => k.label.match(/\[conv_cuda\.ts (\d+x\d+) /)?.[1]));
+    for (const t of ['128x128', '128x64', '128x32', '64x128', '64x64', '64x32']) expect(tiles.has(t), t).toBe(true);
+    const fwd = firsts.filter((k) => k.op === 'conv2d');
+    expect(fwd.some((k) => /ktab/.test(k.body)) && fwd.some((k) => !/ktab/.test(k.body))).toBe(true);
+    expect(fwd.some((k) => /128x128/.test(k.label) && /ktab/.test(k.body))).toBe(true);
+    expect(firsts.some((k) => k.op === 'conv2d_grad_weight' && /split K/.test(k.label))).toBe(true);
     const r = emulate(all);
     expect(r.problems).toEqual([]);
     expect(r.checked).toBe(2 * all.length);

@@ -61,6 +61,13 @@ type Geom = ReturnType<typeof convGeom>;
 /** the two operands of a conv op's implicit GEMM (the index maps of gemm.ts gemmOf, split into row and k parts) */
 function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Side; b: Side } {
   const HW = c.H * c.W, OHW = c.OH * c.OW, KK = c.KH * c.KW;
+  // the k part of a row-mode A (im2col of x or dy): k = (channel, kh, kw) -> valid, tap shifts, channel offset + `extra`
+  const tapK = (chan: number, extra: (s: string) => string) => (s: string, k: string) =>
+    `const uint ak${s} = ${k};\n` +
+    `const bool akv${s} = ak${s} < ${K}u;\n` +
+    `const uint aq${s} = ak${s} % ${KK}u;\n` +
+    `const int adh${s} = int(aq${s} / ${c.KW}u) * ${c.DH}, adw${s} = int(aq${s} % ${c.KW}u) * ${c.DW};\n` +
+    `const int ako${s} = int((ak${s} / ${KK}u) * ${chan}u)${extra(s)};\n`;
   if (op === 'conv2d') {
     // A = im2col(x) [pixel (nb, oh, ow)][tap (c, kh, kw)], B = w [out channel][tap]
     return {
@@ -72,12 +79,7 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
           `const uint ap${s} = am${s} % ${OHW}u;\n` +
           `const int aih${s} = int(ap${s} / ${c.OW}u) * ${c.SH} - ${c.PH}, aiw${s} = int(ap${s} % ${c.OW}u) * ${c.SW} - ${c.PW};\n` +
           `const int ab${s} = int((am${s} / ${OHW}u) * ${c.C * HW}u + g * ${c.CG * HW}u) + aih${s} * ${c.W} + aiw${s};\n`,
-        kDecl: (s, k) =>
-          `const uint ak${s} = ${k};\n` +
-          `const bool akv${s} = ak${s} < ${K}u;\n` +
-          `const uint aq${s} = ak${s} % ${KK}u;\n` +
-          `const int adh${s} = int(aq${s} / ${c.KW}u) * ${c.DH}, adw${s} = int(aq${s} % ${c.KW}u) * ${c.DW};\n` +
-          `const int ako${s} = int((ak${s} / ${KK}u) * ${HW}u) + adh${s} * ${c.W} + adw${s};\n`,
+        kDecl: tapK(HW, (s) => ` + adh${s} * ${c.W} + adw${s}`),
         elem: (r, k) => ({
           pred: `arv${r} && akv${k} && uint(aih${r} + adh${k}) < ${c.H}u && uint(aiw${r} + adw${k}) < ${c.W}u`,
           off: `ab${r} + ako${k}`,
@@ -103,12 +105,7 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
           `const uint ap${s} = am${s} % ${HW}u;\n` +
           `const int ath${s} = int(ap${s} / ${c.W}u) + ${c.PH}, atw${s} = int(ap${s} % ${c.W}u) + ${c.PW};\n` +
           `const int ab${s} = int((am${s} / ${HW}u) * ${c.O * OHW}u + g * ${c.OG * OHW}u);\n`,
-        kDecl: (s, k) =>
-          `const uint ak${s} = ${k};\n` +
-          `const bool akv${s} = ak${s} < ${K}u;\n` +
-          `const uint aq${s} = ak${s} % ${KK}u;\n` +
-          `const int adh${s} = int(aq${s} / ${c.KW}u) * ${c.DH}, adw${s} = int(aq${s} % ${c.KW}u) * ${c.DW};\n` +
-          `const int ako${s} = int((ak${s} / ${KK}u) * ${OHW}u);\n`,
+        kDecl: tapK(OHW, () => ''),
         elem: (r, k) => {
           const th = `(ath${r} - adh${k})`, tw = `(atw${r} - adw${k})`;
           return unit
@@ -164,9 +161,18 @@ const at = (mode: Mode, R: number, base: string, r: string, k: string) => (mode 
 
 const indent = (s: string, pad: string) => s.split('\n').map((l) => (l ? pad + l : l)).join('\n');
 
-/** Tile shape for an M x N GEMM: 128 where the dimension fills it, else 64 (and N of at most 32 on 32 columns: a 32-channel layer wastes no half tile). */
-export function convTiles(M: number, N: number): { BM: number; BN: number } {
-  return { BM: M >= 128 ? 128 : 64, BN: N >= 128 ? 128 : N > 32 ? 64 : 32 };
+/** H200: 132 SMs; a grid of fewer 128-row tiles than this leaves SMs idle */
+const SMS = 132;
+
+/**
+ * Tile shape for an M x N GEMM with G groups: BN 128 where N fills it, 32 for N of at most 32 (a
+ * 32-channel layer wastes no half tile), else 64; BM 128 where M fills it and the grid of 128-row
+ * tiles still covers every SM or the GEMM is split along K (`split`: the weight gradient, whose
+ * chunks fill the GPU anyway); else 64, twice the blocks (e.g. MNIST's 14x14 layers).
+ */
+export function convTiles(M: number, N: number, G: number, split: boolean): { BM: number; BN: number } {
+  const BN = N >= 128 ? 128 : N > 32 ? 64 : 32;
+  return { BM: M >= 128 && (split || ceilDiv(M, 128) * ceilDiv(N, BN) * G >= SMS) ? 128 : 64, BN };
 }
 
 interface Shape { BM: number; BN: number; M: number; N: number; K: number }
@@ -317,7 +323,7 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   const xs = n.op === 'conv2d' ? shapeOf(g, n.inputs[0]) : n.op === 'conv2d_grad_input' ? (n.attrs.x_shape as number[]) : shapeOf(g, n.inputs[1]);
   const ws = n.op === 'conv2d_grad_weight' ? (n.attrs.w_shape as number[]) : shapeOf(g, n.inputs[1]);
   const c = convGeom(n, xs, ws);
-  const { BM, BN } = convTiles(gm.M, gm.N);
+  const { BM, BN } = convTiles(gm.M, gm.N, gm.G, n.op === 'conv2d_grad_weight');
   const sp = n.op === 'conv2d_grad_weight' ? splitK(gm.M, gm.N, gm.K, gm.G, BM, BN) : null;
   const tiles: [number, number, number] = [ceilDiv(gm.N, BN), ceilDiv(gm.M, BM), gm.G * (sp?.S ?? 1)];
   if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
