@@ -518,7 +518,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
   y[i] = best;
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [conv_cuda.ts 128x64 implicit GEMM] [fp32]
+// node 3: conv2d (conv2d1) -> conv2d1.out [conv_cuda.ts 64x64 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k3(
     const float* x,
     const float* w,
@@ -526,16 +526,16 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7488];
+  __shared__ float tg[5440];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // conv2d: fp32 FFMA, 8x4 register block per thread
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d: fp32 FFMA, 4x4 register block per thread
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
-  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  const uint ar = tidx % 64u, ak = tidx / 64u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 12544u;
   const uint ap0 = am0 % 196u;
@@ -555,9 +555,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
   const bool brv3 = bn3 < 64u;
   const int bb3 = int((g * 64u + bn3) * 288u);
   const uint tx = tidx % 16u, ty = tidx / 16u;
-  float cacc[8][4];
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 8u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
@@ -577,8 +577,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 3456u;
-      float* bs = as + 2176u;
+      float* as = tg + 576u + (t % 2u) * 2432u;
+      float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
         const bool akv0 = true;
@@ -586,77 +586,37 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
+        const uint kt1 = 2u * (lk + ak + 4u);
         const bool akv1 = true;
         const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
+        const uint kt2 = 2u * (lk + ak + 8u);
         const bool akv2 = true;
         const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
+        const uint kt3 = 2u * (lk + ak + 12u);
         const bool akv3 = true;
         const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       const uint bkk = lk + bk;
@@ -685,17 +645,17 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 3456u;
-      const float* bs = as + 2176u;
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
-        float av[8], bv[4];
+        float av[4], bv[4];
         #pragma unroll
-        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
-        for (uint i = 0u; i < 8u; ++i)
+        for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
           for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
@@ -703,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
     }
   }
   #pragma unroll
-  for (uint i = 0u; i < 8u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -716,7 +676,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
       }
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [conv_cuda.ts 128x64 implicit GEMM] [3xTF32 tensor cores]
+// node 3: conv2d (conv2d1) -> conv2d1.out [conv_cuda.ts 64x64 implicit GEMM] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
     const float* x,
     const float* w,
@@ -724,18 +684,18 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7488];
+  __shared__ float tg[5440];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x32
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
-  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  const uint ar = tidx % 64u, ak = tidx / 64u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 12544u;
   const uint ap0 = am0 % 196u;
@@ -755,10 +715,10 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
   const bool brv3 = bn3 < 64u;
   const int bb3 = int((g * 64u + bn3) * 288u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
@@ -780,8 +740,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 3456u;
-      float* bs = as + 2176u;
+      float* as = tg + 576u + (t % 2u) * 2432u;
+      float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
         const bool akv0 = true;
@@ -789,77 +749,37 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
+        const uint kt1 = 2u * (lk + ak + 4u);
         const bool akv1 = true;
         const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
+        const uint kt2 = 2u * (lk + ak + 8u);
         const bool akv2 = true;
         const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
+        const uint kt3 = 2u * (lk + ak + 12u);
         const bool akv3 = true;
         const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       const uint bkk = lk + bk;
@@ -888,18 +808,18 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 3456u;
-      const float* bs = as + 2176u;
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
-        uint af[2][4], bf[4][2];
+        uint af[1][4], bf[4][2];
         #pragma unroll
-        for (uint i = 0u; i < 2u; ++i) {
+        for (uint i = 0u; i < 1u; ++i) {
           const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 136u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 136u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
@@ -908,7 +828,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
           bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
-        for (uint i = 0u; i < 2u; ++i)
+        for (uint i = 0u; i < 1u; ++i)
           #pragma unroll
           for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
@@ -916,7 +836,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
     }
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
@@ -2181,23 +2101,23 @@ extern "C" __global__ void __launch_bounds__(256) p0_k21(
   dx[i] = v > 0.0f ? d : 0.0f;
 }
 
-// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 128x32 implicit GEMM] [fp32]
+// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k22(
     const float* dy,
     const float* w,
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6784];
+  __shared__ float tg[4736];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // conv2d_grad_input: fp32 FFMA, 8x2 register block per thread
-  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
+  // conv2d_grad_input: fp32 FFMA, 4x2 register block per thread
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
-  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
+  const uint ar = tidx % 64u, ak = tidx / 64u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 12544u;
   const uint ap0 = am0 % 196u;
@@ -2211,9 +2131,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
   const bool brv1 = bn1 < 32u;
   const int bb1 = int(g * 18432u + bn1 * 9u);
   const uint tx = tidx % 16u, ty = tidx / 16u;
-  float cacc[8][2];
+  float cacc[4][2];
   #pragma unroll
-  for (uint i = 0u; i < 8u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
@@ -2233,8 +2153,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + 1152u + (t % 2u) * 2816u;
-      float* bs = as + 2176u;
+      float* as = tg + 1152u + (t % 2u) * 1792u;
+      float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
         const bool akv0 = true;
@@ -2242,77 +2162,37 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
         {
           const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
           const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
+        const uint kt1 = 2u * (lk + ak + 4u);
         const bool akv1 = true;
         const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
           const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
+        const uint kt2 = 2u * (lk + ak + 8u);
         const bool akv2 = true;
         const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
           const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
+        const uint kt3 = 2u * (lk + ak + 12u);
         const bool akv3 = true;
         const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
           const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv4 && uint(ath0 - adh4) < 14u && uint(atw0 - adw4) < 14u;
-          const float* src = ok ? dy + (ab0 + ako4 + (ath0 - adh4) * 14 + (atw0 - adw4)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv5 && uint(ath0 - adh5) < 14u && uint(atw0 - adw5) < 14u;
-          const float* src = ok ? dy + (ab0 + ako5 + (ath0 - adh5) * 14 + (atw0 - adw5)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv6 && uint(ath0 - adh6) < 14u && uint(atw0 - adw6) < 14u;
-          const float* src = ok ? dy + (ab0 + ako6 + (ath0 - adh6) * 14 + (atw0 - adw6)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv7 && uint(ath0 - adh7) < 14u && uint(atw0 - adw7) < 14u;
-          const float* src = ok ? dy + (ab0 + ako7 + (ath0 - adh7) * 14 + (atw0 - adw7)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       const uint bkk = lk + bk;
@@ -2332,17 +2212,17 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + 1152u + ((t - 1u) % 2u) * 2816u;
-      const float* bs = as + 2176u;
+      const float* as = tg + 1152u + ((t - 1u) % 2u) * 1792u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
-        float av[8], bv[2];
+        float av[4], bv[2];
         #pragma unroll
-        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
-        for (uint i = 0u; i < 8u; ++i)
+        for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
@@ -2350,7 +2230,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
     }
   }
   #pragma unroll
-  for (uint i = 0u; i < 8u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j)
       {
@@ -2363,25 +2243,25 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
       }
 }
 
-// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
+// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
     const float* dy,
     const float* w,
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6784];
+  __shared__ float tg[4736];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
-  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
+  // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
-  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
+  const uint ar = tidx % 64u, ak = tidx / 64u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 12544u;
   const uint ap0 = am0 % 196u;
@@ -2395,10 +2275,10 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
   const bool brv1 = bn1 < 32u;
   const int bb1 = int(g * 18432u + bn1 * 9u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 16u;
-  float cacc[2][2][4];
+  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 16u;
+  float cacc[1][2][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
@@ -2420,8 +2300,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + 1152u + (t % 2u) * 2816u;
-      float* bs = as + 2176u;
+      float* as = tg + 1152u + (t % 2u) * 1792u;
+      float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
         const bool akv0 = true;
@@ -2429,77 +2309,37 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
         {
           const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
           const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
+        const uint kt1 = 2u * (lk + ak + 4u);
         const bool akv1 = true;
         const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
           const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
+        const uint kt2 = 2u * (lk + ak + 8u);
         const bool akv2 = true;
         const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
           const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
+        const uint kt3 = 2u * (lk + ak + 12u);
         const bool akv3 = true;
         const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
           const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv4 && uint(ath0 - adh4) < 14u && uint(atw0 - adw4) < 14u;
-          const float* src = ok ? dy + (ab0 + ako4 + (ath0 - adh4) * 14 + (atw0 - adw4)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv5 && uint(ath0 - adh5) < 14u && uint(atw0 - adw5) < 14u;
-          const float* src = ok ? dy + (ab0 + ako5 + (ath0 - adh5) * 14 + (atw0 - adw5)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv6 && uint(ath0 - adh6) < 14u && uint(atw0 - adw6) < 14u;
-          const float* src = ok ? dy + (ab0 + ako6 + (ath0 - adh6) * 14 + (atw0 - adw6)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv7 && uint(ath0 - adh7) < 14u && uint(atw0 - adw7) < 14u;
-          const float* src = ok ? dy + (ab0 + ako7 + (ath0 - adh7) * 14 + (atw0 - adw7)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       const uint bkk = lk + bk;
@@ -2519,18 +2359,18 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + 1152u + ((t - 1u) % 2u) * 2816u;
-      const float* bs = as + 2176u;
+      const float* as = tg + 1152u + ((t - 1u) % 2u) * 1792u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
-        uint af[2][4], bf[2][2];
+        uint af[1][4], bf[2][2];
         #pragma unroll
-        for (uint i = 0u; i < 2u; ++i) {
+        for (uint i = 0u; i < 1u; ++i) {
           const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 136u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 136u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
@@ -2539,7 +2379,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
           bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
-        for (uint i = 0u; i < 2u; ++i)
+        for (uint i = 0u; i < 1u; ++i)
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
@@ -2547,7 +2387,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
     }
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
@@ -3964,7 +3804,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
         }
 }
 
-// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 128x64 implicit GEMM] [fp32]
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 64x64 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k2(
     const float* x,
     const float* w,
@@ -3972,16 +3812,16 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7488];
+  __shared__ float tg[5440];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // conv2d: fp32 FFMA, 8x4 register block per thread
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d: fp32 FFMA, 4x4 register block per thread
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
-  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  const uint ar = tidx % 64u, ak = tidx / 64u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 12544u;
   const uint ap0 = am0 % 196u;
@@ -4001,9 +3841,9 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
   const bool brv3 = bn3 < 64u;
   const int bb3 = int((g * 64u + bn3) * 288u);
   const uint tx = tidx % 16u, ty = tidx / 16u;
-  float cacc[8][4];
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 8u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
@@ -4023,8 +3863,8 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 3456u;
-      float* bs = as + 2176u;
+      float* as = tg + 576u + (t % 2u) * 2432u;
+      float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
         const bool akv0 = true;
@@ -4032,77 +3872,37 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
+        const uint kt1 = 2u * (lk + ak + 4u);
         const bool akv1 = true;
         const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
+        const uint kt2 = 2u * (lk + ak + 8u);
         const bool akv2 = true;
         const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
+        const uint kt3 = 2u * (lk + ak + 12u);
         const bool akv3 = true;
         const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       const uint bkk = lk + bk;
@@ -4131,17 +3931,17 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 3456u;
-      const float* bs = as + 2176u;
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
-        float av[8], bv[4];
+        float av[4], bv[4];
         #pragma unroll
-        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
-        for (uint i = 0u; i < 8u; ++i)
+        for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
           for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
@@ -4149,7 +3949,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
     }
   }
   #pragma unroll
-  for (uint i = 0u; i < 8u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -4162,7 +3962,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
       }
 }
 
-// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 128x64 implicit GEMM] [3xTF32 tensor cores]
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 64x64 implicit GEMM] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
     const float* x,
     const float* w,
@@ -4170,18 +3970,18 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7488];
+  __shared__ float tg[5440];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x32
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 128x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [64][20] (loads along k)
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 64u;
-  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  const uint ar = tidx % 64u, ak = tidx / 64u;
   const uint am0 = m0 + ar;
   const bool arv0 = am0 < 12544u;
   const uint ap0 = am0 % 196u;
@@ -4201,10 +4001,10 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
   const bool brv3 = bn3 < 64u;
   const int bb3 = int((g * 64u + bn3) * 288u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
@@ -4226,8 +4026,8 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
     if (t < nk) {
       // stage t % 2 <- k in [kbeg + 16 t, +16)
       const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 3456u;
-      float* bs = as + 2176u;
+      float* as = tg + 576u + (t % 2u) * 2432u;
+      float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
         const bool akv0 = true;
@@ -4235,77 +4035,37 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
+        const uint kt1 = 2u * (lk + ak + 4u);
         const bool akv1 = true;
         const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
+        const uint kt2 = 2u * (lk + ak + 8u);
         const bool akv2 = true;
         const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
+        const uint kt3 = 2u * (lk + ak + 12u);
         const bool akv3 = true;
         const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 14u && uint(aiw0 + adw4) < 14u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 14u && uint(aiw0 + adw5) < 14u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 14u && uint(aiw0 + adw6) < 14u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 14u && uint(aiw0 + adw7) < 14u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
       }
       const uint bkk = lk + bk;
@@ -4334,18 +4094,18 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
     if (t > 0u) {
       asm volatile("cp.async.wait_group 1;\n" ::);
       __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 3456u;
-      const float* bs = as + 2176u;
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
-        uint af[2][4], bf[4][2];
+        uint af[1][4], bf[4][2];
         #pragma unroll
-        for (uint i = 0u; i < 2u; ++i) {
+        for (uint i = 0u; i < 1u; ++i) {
           const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 136u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 136u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
@@ -4354,7 +4114,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
           bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
-        for (uint i = 0u; i < 2u; ++i)
+        for (uint i = 0u; i < 1u; ++i)
           #pragma unroll
           for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
@@ -4362,7 +4122,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
     }
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll

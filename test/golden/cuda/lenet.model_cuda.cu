@@ -159,8 +159,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k3_mma<<<dim3(1u, 98u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    else p0_k3<<<dim3(1u, 98u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (mma) p0_k3_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    else p0_k3<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 3: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
   }
@@ -295,8 +295,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[20], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k22_mma<<<dim3(1u, 98u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    else p0_k22<<<dim3(1u, 98u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (mma) p0_k22_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    else p0_k22<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k22 (node 23: conv2d_grad_input)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[21], st), "cudaEventRecord")) return false;
   }
@@ -374,8 +374,8 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p1_k2_mma<<<dim3(1u, 98u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-    else p1_k2<<<dim3(1u, 98u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    if (mma) p1_k2_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    else p1_k2<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 2: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
