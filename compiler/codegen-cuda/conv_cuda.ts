@@ -68,15 +68,16 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
     `const uint aq${s} = ak${s} % ${KK}u;\n` +
     `const int adh${s} = int(aq${s} / ${c.KW}u) * ${c.DH}, adw${s} = int(aq${s} % ${c.KW}u) * ${c.DW};\n` +
     `const int ako${s} = int((ak${s} / ${KK}u) * ${chan}u)${extra(s)};\n`;
+  // the row part's head of a row-mode A: row m = (image, pixel of a plane of `plane` pixels) -> valid, pixel
+  const pixRow = (plane: number, s: string, row: string) =>
+    `const uint am${s} = ${row};\nconst bool arv${s} = am${s} < ${M}u;\nconst uint ap${s} = am${s} % ${plane}u;\n`;
   if (op === 'conv2d') {
     // A = im2col(x) [pixel (nb, oh, ow)][tap (c, kh, kw)], B = w [out channel][tap]
     return {
       a: {
         buf: 'x', mode: 'row',
         rowDecl: (s, row) =>
-          `const uint am${s} = ${row};\n` +
-          `const bool arv${s} = am${s} < ${M}u;\n` +
-          `const uint ap${s} = am${s} % ${OHW}u;\n` +
+          pixRow(OHW, s, row) +
           `const int aih${s} = int(ap${s} / ${c.OW}u) * ${c.SH} - ${c.PH}, aiw${s} = int(ap${s} % ${c.OW}u) * ${c.SW} - ${c.PW};\n` +
           `const int ab${s} = int((am${s} / ${OHW}u) * ${c.C * HW}u + g * ${c.CG * HW}u) + aih${s} * ${c.W} + aiw${s};\n`,
         kDecl: tapK(HW, (s) => ` + adh${s} * ${c.W} + adw${s}`),
@@ -100,9 +101,7 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
       a: {
         buf: 'dy', mode: 'row',
         rowDecl: (s, row) =>
-          `const uint am${s} = ${row};\n` +
-          `const bool arv${s} = am${s} < ${M}u;\n` +
-          `const uint ap${s} = am${s} % ${HW}u;\n` +
+          pixRow(HW, s, row) +
           `const int ath${s} = int(ap${s} / ${c.W}u) + ${c.PH}, atw${s} = int(ap${s} % ${c.W}u) + ${c.PW};\n` +
           `const int ab${s} = int((am${s} / ${HW}u) * ${c.O * OHW}u + g * ${c.OG * OHW}u);\n`,
         kDecl: tapK(OHW, () => ''),
