@@ -8,6 +8,8 @@
  * checked value must match the float64 reference interpreter: the fp32 variant within 1e-4 (as the
  * GPU check), the TF32 tensor-core variant within cuda_check's TF32 tolerance, 5e-3. A wrong index,
  * predicate, tile layout, fragment mapping or split-K slice shows up here by case name.
+ * Where nvcc is found, the same kernels go through ptxas for sm_90a: no spills, no stack, and the
+ * TF32 variants within 128 registers (two blocks of 256 threads per SM, what the tiles assume).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -22,12 +24,15 @@ import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types
 import { numel } from '../compiler/ir/graph.js';
 import { relError } from '../compiler/reference/fixtures.js';
 import { cudaConvCases } from './cuda_cases.js';
+import { KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
+import { findNvcc } from '../runtime/cuda/session.js';
 import { allOpCases, fusedCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 
 const SCALARS = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
 const HARNESS = path.resolve(__dirname, 'native/cuda_thread_emu.h');
 const hasGxx = spawnSync('g++', ['--version']).status === 0;
+const NV = findNvcc();
 
 /** the kernel text with its PTX (cp.async and its commit / wait) rewritten for the emulator; any other asm is an error */
 export function emulable(text: string): string {
@@ -153,4 +158,33 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       .toBe('as[(ak + 2u) * 136u + (ar)] = ok ? *src : 0.0f;');
     expect(() => emulable('asm volatile("mma.sync.aligned.m16n8k8;" ::);')).toThrow(/PTX the emulator does not know/);
   });
+});
+
+describe.skipIf(!NV)('conv_cuda.ts kernels under ptxas', () => {
+  it('compile for sm_90a without register spills or stack, each TF32 kernel within 2 blocks of 256 threads per SM (128 registers)', () => {
+    const a = buildCuda(cudaConvCases().map((c) => c.program), 'conv_ptxas', { merge: false });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-ptxas-'));
+    fs.writeFileSync(path.join(dir, 'k.cu'), a.files[KERNELS_FILE]);
+    const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Xptxas', '-v'], { encoding: 'utf8' });
+    fs.rmSync(dir, { recursive: true, force: true });
+    expect(r.status, r.stderr).toBe(0);
+    // ptxas -v: "Compiling entry function 'NAME'", then "N bytes stack frame, N bytes spill stores, N bytes spill loads", then "Used N registers"
+    const conv = new Set(a.lowered.flatMap((lp) => lp.kernels).filter((k) => /conv_cuda\.ts/.test(k.label)).flatMap((k) => [k.name, k.mma?.name ?? '']));
+    const seen = new Map<string, { stack: number; spills: number; regs: number }>();
+    let cur = '';
+    for (const line of r.stderr.split('\n')) {
+      const e = line.match(/Compiling entry function '(\w+)'/);
+      if (e) cur = e[1];
+      const f = line.match(/(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads/);
+      if (f && conv.has(cur)) seen.set(cur, { stack: +f[1], spills: +f[2] + +f[3], regs: 0 });
+      const u = line.match(/Used (\d+) registers/);
+      if (u && seen.has(cur)) seen.get(cur)!.regs = +u[1];
+    }
+    expect(seen.size).toBe([...conv].filter((n) => n && !a.alias.has(n)).length);
+    for (const [name, v] of seen) {
+      expect(v.spills, name).toBe(0);
+      expect(v.stack, name).toBe(0);
+      if (name.endsWith('_mma')) expect(v.regs, name).toBeLessThanOrEqual(128);
+    }
+  }, 300_000);
 });
