@@ -8,18 +8,21 @@
  */
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { ONE_BLOCK_ROWS, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
-import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
-import { numel, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
+import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { FLASH_HEAD_DIMS } from '../compiler/codegen-cuda/attention_cuda.js';
+import { roundToHalf } from '../compiler/reference/half.js';
 import type { CheckedModel } from '../compiler/model.js';
 import type { Batch } from '../runtime/session.js';
-import { allOpCases, fusedCases, independentUpdatesCase } from './metal_cases.js';
+import { allOpCases, castCase, fusedCases, independentUpdatesCase } from './metal_cases.js';
 import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } from './metal_harness.js';
 
 /** every case of cuda_check's kernel part, in the order of the programs built from them */
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
-  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), ...cudaConvCases(), independentUpdatesCase()];
+  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), independentUpdatesCase()];
 }
 
 /**
@@ -70,7 +73,12 @@ export function cudaCaseBuild(a: CudaArtifacts, exe: string): EmuBuild<CaseArtif
  * splitK; the last chunk shorter than the others, bias in the reduction's store, grouped conv),
  * sum_to reductions with at least LONG terms per output (reduce_cuda.ts: innermost dim summed, and
  * kept: a column sum in row chunks, the last one shorter), layernorm_grad over enough rows to be
- * chunked, and embedding_grad over many ids.
+ * chunked, embedding_grad over many ids (embedding_cuda.ts: a sort over several tiles of 256 ids, a large
+ * vocabulary with rows that never occur), and the class losses / metrics over many rows (class_rows.ts:
+ * a block per row of GPT-2's V = 50 304, a warp per row of 1000 classes over a row count not a multiple
+ * of 8, and few enough such rows for one block; label smoothing; ignore_index), a loss with its gradient
+ * reading the loss kernel's log-sum-exp (lossAndGradCase), and a position embedding and its gradient
+ * (positionEmbeddingCase).
  */
 export function cudaLongCases(): OpCase[] {
   const rng = makeRng(20261203);
@@ -105,12 +113,160 @@ export function cudaLongCases(): OpCase[] {
   };
   lnRows([3, 333], 45, true);
   lnRows([1000], 70, false);
-  const ids = [7, 300], V = 37, D = 70;
-  cases.push(opCase('long_embedding_grad', 'embedding_grad',
+  const emb = (name: string, ids: number[], V: number, D: number) => cases.push(opCase(name, 'embedding_grad',
     [f([...ids, D]), { shape: ids, dtype: 'i32', data: randomInts(ids, V, rng) }], [[V, D]], { w_shape: [V, D] }));
+  emb('long_embedding_grad', [7, 300], 37, 70);
+  emb('embedding_grad_gpt2_vocab', [3, 333], 50304, 24);
+  if (rowGroupThreads(50304) !== 256 || rowGroupThreads(1025) !== 256 || rowGroupThreads(1000) !== 32) throw new Error('internal: the class-row cases miss a block or a warp per row');
+  const classes = (tag: string, R: number, C: number, ignore?: number) => cases.push(...classRowCases(rng, `rows_${tag}`, R, C, ignore));
+  classes('gpt2_vocab', 3, 50304);
+  classes('gpt2_vocab_ignore', 4, 50304, 7);
+  if (ONE_BLOCK_ROWS >= 301 || ONE_BLOCK_ROWS < 37) throw new Error('internal: the warp-per-row cases do not straddle ONE_BLOCK_ROWS');
+  classes('warp_odd_rows', 301, 1000);
+  classes('warp_odd_rows_ignore', 301, 1000, -100);
+  classes('one_block_ignore', 37, 1000, -100);
+  classes('block_odd', 5, 1025);
+  cases.push(lossAndGradCase(rng, 'loss_and_grad_gpt2_vocab', 3, 50304, 0), lossAndGradCase(rng, 'loss_and_grad_warp_ignore', 301, 1000, 0.1, -100),
+    lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
+  cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
   return cases;
 }
 
+
+/**
+ * cross_entropy (with and without label smoothing), its gradient (same), accuracy and top_k (k 5) over R
+ * rows of C classes (codegen-cuda/class_rows.ts: a warp per row up to WARP_C classes, a block per row above,
+ * ONE block for at most ONE_BLOCK_ROWS warp rows), with ignore_index `ignore` when given (the label of every
+ * third row); case names start with `prefix`.
+ */
+export function classRowCases(rng: Rng, prefix: string, R: number, C: number, ignore?: number): OpCase[] {
+  const labels = randomInts([R], C, rng).map((l, i) => (ignore !== undefined && i % 3 === 1 ? ignore : l));
+  const lab = { shape: [R], dtype: 'i32' as const, data: labels };
+  const x = (lo: number, hi: number) => ({ shape: [R, C], data: randomTensor([R, C], rng, lo, hi) });
+  const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
+  return [
+    opCase(`${prefix}_cross_entropy`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0, ...ii }),
+    opCase(`${prefix}_cross_entropy_ls`, 'cross_entropy', [x(-3, 3), lab], [[]], { label_smoothing: 0.1, ...ii }),
+    opCase(`${prefix}_cross_entropy_grad`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0, ...ii }),
+    opCase(`${prefix}_cross_entropy_grad_ls`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0.1, ...ii }),
+    opCase(`${prefix}_accuracy`, 'accuracy', [x(-1, 1), lab], [[]], ii),
+    opCase(`${prefix}_top_k`, 'top_k', [x(-1, 1), lab], [[]], { k: 5, ...ii }),
+  ];
+}
+
+/**
+ * A training step's loss end: cross_entropy, accuracy, then cross_entropy_grad of the same logits and labels
+ * (codegen-cuda/class_rows.ts lseConsumer: the gradient reads the loss kernel's per-row log-sum-exp from the
+ * scratch region), over R rows of C with label smoothing `ls` and ignore_index `ignore` when given.
+ */
+export function lossAndGradCase(rng: Rng, name: string, R: number, C: number, ls: number, ignore?: number): OpCase {
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const logits = b.value(`${name}.logits`, 'f32', [R, C], 'input');
+  data.set(logits, Float64Array.from(randomTensor([R, C], rng, -3, 3), (x) => Math.fround(x)));
+  const label = b.value(`${name}.label`, 'i32', [R], 'input');
+  data.set(label, randomInts([R], C, rng).map((l, i) => (ignore !== undefined && i % 3 === 1 ? ignore : l)));
+  const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
+  const out = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const loss = out('loss', []), acc = out('acc', []), dlogits = out('dlogits', [R, C]);
+  b.node('cross_entropy', [logits, label], [loss], { label_smoothing: ls, ...ii }, 'loss');
+  b.node('accuracy', [logits, label], [acc], ii, 'accuracy');
+  b.node('cross_entropy_grad', [logits, label], [dlogits], { label_smoothing: ls, ...ii }, 'loss');
+  const program = { name, batch: R, graph: b.graph, inputs: [logits, label], outputs: [] } as unknown as Program;
+  return { program, data, check: [loss, acc, dlogits] };
+}
+
+/**
+ * A position embedding and its gradient (codegen-cuda/embedding_cuda.ts: with a `positions` node's output
+ * for ids, the gather reads w[t] without them and the gradient sums dy over the sequences; rows of w past
+ * T get zero gradients): tokens [N, T] -> positions -> embedding of w [V, D], and embedding_grad of dy.
+ */
+export function positionEmbeddingCase(name: string, N: number, T: number, V: number, D: number): OpCase {
+  const rng = makeRng(N * 1000 + T);
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const inputs: number[] = [];
+  const input = (n: string, dtype: 'f32' | 'i32', shape: number[], values: Float64Array) => {
+    const id = b.value(n, dtype, shape, 'input');
+    data.set(id, dtype === 'f32' ? Float64Array.from(values, (x) => Math.fround(x)) : values);
+    inputs.push(id);
+    return id;
+  };
+  const tokens = input(`${name}.tokens`, 'i32', [N, T], randomInts([N, T], V, rng));
+  const w = input(`${name}.w`, 'f32', [V, D], randomTensor([V, D], rng, -1, 1));
+  const dy = input(`${name}.dy`, 'f32', [N, T, D], randomTensor([N, T, D], rng, -1, 1));
+  const pos = b.value(`${name}.pos`, 'i32', [N, T], 'activation');
+  b.node('positions', [tokens], [pos], {}, 'positions');
+  const y = b.value(`${name}.y`, 'f32', [N, T, D], 'activation');
+  b.node('embedding', [pos, w], [y], {}, 'pos');
+  const dw = b.value(`${name}.dw`, 'f32', [V, D], 'activation');
+  b.node('embedding_grad', [dy, pos], [dw], { w_shape: [V, D] }, 'pos');
+  const program = { name, batch: N, graph: b.graph, inputs, outputs: [] } as unknown as Program;
+  return { program, data, check: [y, dw] };
+}
+
+/**
+ * max-norm relative tolerance of a flash attention case by its operand type: the kernels round P
+ * and dS to 16 bits as the A operand of the next tensor-core product (attention_cuda.ts, as
+ * FlashAttention-2 does), about 2^-9 (bf16) / 2^-12 (fp16) relative per term; the reference rounds
+ * only q, k, v, dO and o (the casts). An indexing or fragment-layout error is O(1).
+ */
+export const FLASH_TOL: Record<HalfDType, number> = { bf16: 2e-2, f16: 4e-3 };
+const flashTol = new WeakMap<OpCase, number>();
+/** the tolerance of a flash attention case (cudaAttentionCases), or null for any other case */
+export function flashTolerance(c: OpCase): number | null {
+  return flashTol.get(c) ?? null;
+}
+
+/**
+ * 16-bit attention and attention_grad (q, k, v, dO and o through `cast` nodes, as the precision pass
+ * writes them) at the shapes of the CUDA flash kernels (attention_cuda.ts): T and S not multiples of
+ * the 64-row tile, several tiles, heads of 1 and 16 per case, head widths 16 / 32 / 48 / 64, causal with
+ * S = T and S > T, non-causal with S > T, bf16 and fp16; and a head width the flash kernels refuse (8:
+ * the shared kernel with 16-bit operands). The backward's o and lse are the float64 reference
+ * forward's (of the rounded q, k, v). Then fp32 attention at the fp32 flash kernels' shapes
+ * (attention_f32.ts: 32-row tiles), within the usual 1e-4.
+ */
+export function cudaAttentionCases(): OpCase[] {
+  const rng = makeRng(20261205);
+  const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
+  const out: OpCase[] = [];
+  const add = (name: string, op: 'attention' | 'attention_grad', inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number | boolean>, to: HalfDType) => {
+    const c = castCase(name, op, inputs, outShapes, attrs, to);
+    if (FLASH_HEAD_DIMS.includes(inputs[1].shape[3])) flashTol.set(c, FLASH_TOL[to]);
+    out.push(c);
+  };
+  const round = (to: HalfDType, x: { shape: number[]; data: Float64Array }) => ({ shape: x.shape, data: x.data.map((v) => roundToHalf(v, to)) });
+  for (const [N, H, T, S, D, causal, to] of [
+    [1, 1, 37, 37, 64, true, 'bf16'], [1, 16, 21, 21, 64, false, 'f16'], [2, 3, 130, 130, 64, true, 'bf16'], [1, 2, 128, 128, 64, true, 'f16'],
+    [1, 2, 70, 150, 32, false, 'bf16'], [1, 2, 70, 150, 16, true, 'f16'], [2, 1, 100, 100, 48, true, 'bf16'], [1, 1, 19, 19, 8, true, 'bf16'],
+  ] as [number, number, number, number, number, boolean, HalfDType][]) {
+    const tag = `flash_${N}x${H}_t${T}_s${S}_d${D}${causal ? '_causal' : ''}_${to}`;
+    const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
+    const attrs = { causal, scale: 1 / Math.sqrt(D) };
+    const outs = [[N, H, T, D], [N, H, T]];
+    add(`${tag}_fwd`, 'attention', [q, k, v], outs, attrs, to);
+    // the reference forward of the rounded operands gives the backward's o and lse
+    const fwd = opCase(`${tag}_ref`, 'attention', [round(to, q), round(to, k), round(to, v)], outs, attrs);
+    const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    add(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs, to);
+  }
+  // fp32 (attention_f32.ts: 32-row tiles; 1e-4): several tiles with a short last one, causal with S > T, each head width
+  for (const [N, H, T, S, D, causal] of [
+    [2, 3, 70, 70, 64, true], [1, 2, 45, 100, 32, true], [1, 3, 33, 65, 16, false], [2, 1, 64, 64, 48, false],
+  ] as [number, number, number, number, number, boolean][]) {
+    const tag = `flash_f32_${N}x${H}_t${T}_s${S}_d${D}${causal ? '_causal' : ''}`;
+    const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
+    const attrs = { causal, scale: 1 / Math.sqrt(D) };
+    const fwd = opCase(`${tag}_fwd`, 'attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
+    out.push(fwd);
+    const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    out.push(opCase(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs));
+  }
+  return out;
+}
 
 /** the batches of cuda_check's parity (and bench/tf32_margin.ts): two seeded random batches, alternating */
 export function parityBatches(model: CheckedModel, p: Program, n: number): Batch[] {

@@ -1,8 +1,8 @@
 /**
  * The CUDA backend's launch-count passes and reduction shapes, on the generated plans (no nvcc,
  * no GPU): reshape views of program inputs (compiler/codegen-cuda/views.ts), merged launches of
- * independent element-wise kernels (merge.ts), the row chunks of layernorm_grad and the
- * embedding_grad kernel (reduce_cuda.ts). The reduction lowerings' bodies are written against the
+ * independent element-wise kernels (merge.ts), the row chunks of layernorm_grad (reduce_cuda.ts),
+ * the embedding_grad sort and sums (embedding_cuda.ts), the class losses' row kernels (class_rows.ts). The reduction lowerings' bodies are written against the
  * kernel language's built-ins, so they also run in the Metal emulator (MSL dialect) against the
  * float64 reference here; on the GPU machine bench/cuda_check.sh runs them as CUDA (kernel cases,
  * parity, merged vs unmerged bitwise).
@@ -15,7 +15,10 @@ import { programsOf } from '../compiler/ir/graph.js';
 import type { ProgramSet } from '../compiler/ir/graph.js';
 import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js';
 import { planKernels, planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
-import { columnChunks, lowerEmbeddingGradCuda, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
+import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
+import { classRowCases, lossAndGradCase, positionEmbeddingCase } from './cuda_cases.js';
+import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
 import { compileEmu, opCase, reference, runCases, type OpCase } from './metal_harness.js';
@@ -103,18 +106,20 @@ describe('merged launches (merge.ts) and input views (views.ts)', () => {
     const a = generateCudaModel(gpt);
     const t = a.plan.programs.find((p) => p.name === 'train_step')!;
     const kernels = new Map(a.lowered.flatMap((l) => l.kernels).map((k) => [k.name, k]));
-    // the token positions (an element-wise kernel) feed the position embedding (another one): the
-    // launch that writes the positions is not the one that reads them
+    // the token gather, the positions and the position gather (which reads w[t] without the positions:
+    // embedding_cuda.ts) are one launch; their sum (another element-wise kernel) reads the gathers' outputs, so
+    // the launch that writes them is not the one that reads them
     const ks = planKernels(t);
-    const at = ks.findIndex((n) => /positions/.test(kernels.get(n.kernel)!.label + kernels.get(n.kernel)!.body));
-    expect(at).toBeGreaterThanOrEqual(0);
-    const posValue = ks[at].args.filter((x) => x.access === 'w').map((x) => x.value);
-    const reader = ks.findIndex((n) => n.args.some((x) => x.access === 'r' && posValue.includes(x.value)));
+    const at = ks.findIndex((n) => n.args.some((x) => x.access === 'w' && x.value === 'tok.out'));
+    expect(at).toBe(0);
+    expect(kernels.get(ks[at].kernel)!.label).toMatch(/^3 element-wise kernels in one launch \(embedding, positions;/);
+    expect(ks[at].args.some((x) => x.access === 'w' && x.value === 'pos.out')).toBe(true);
+    const reader = ks.findIndex((n) => n.args.some((x) => x.access === 'r' && x.value === 'tok.out'));
     expect(reader).toBeGreaterThan(at);
   });
 });
 
-describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.ts)', () => {
+describe('column sums (sum_to, layernorm_grad), embedding_grad and the class losses (reduce_cuda.ts, embedding_cuda.ts, class_rows.ts)', () => {
   it('row chunks cover the rows exactly, hold at least 64 rows when there are several, and fill the GPU', () => {
     for (const [rows, D] of [[16384, 384], [2048, 128], [999, 45], [1000, 70], [12, 10], [64 * 256, 768]]) {
       const { S, chunk } = columnChunks(rows, D);
@@ -129,7 +134,7 @@ describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.t
     expect(columnChunks(16384, 384).S).toBe(44);
   });
 
-  it("a GPT's layernorm gradients take the scratch region; its embedding gradients are a block per vocabulary row", () => {
+  it("a GPT's layernorm gradients take the scratch region; its token embedding gradient sorts the ids then takes a block per vocabulary row, its position embedding's sums over the sequences; its loss a warp per row", () => {
     const gpt = programs('bench/gpt_tiny_b32_t64.model');
     // (one launch per kernel: merge.ts puts the chunk-sum kernels into the element-wise launch after them)
     const a = buildCuda(programsOf(gpt), gpt.model, { merge: false });
@@ -140,13 +145,26 @@ describe('column sums (sum_to, layernorm_grad) and embedding_grad (reduce_cuda.t
     expect(ln.filter((k) => k.scratch)).toHaveLength(18);
     expect(a.plan.scratch.bytes).toBeGreaterThanOrEqual(Math.max(...ln.map((k) => k.scratch ?? 0)));
     const emb = ks.filter((k) => k.op === 'embedding_grad');
-    expect(emb.map((k) => k.groups)).toEqual([[64, 4, 1], [65, 4, 1]]);
+    // the position table's (ids = positions): a sum over the 32 sequences, one thread per element of [64, 128];
+    // the token table's over 2048 ids (32 x 64): a sort of 16 blocks of 128, then a block per row of the 65 tokens;
+    // scratch: slot -> position and id (2 x 2048), each row's run (2 x 65)
+    expect(emb.map((k) => [k.groups[0], k.tgsize[0] * k.tgsize[1]])).toEqual([[32, 256], [16, 1024], [65, 128]]);
+    expect(emb.map((k) => k.scratch ?? 0)).toEqual([0, ...[65, 65].map((V) => (2 * 2048 + 2 * V) * 4)]);
     expect(emb.every((k) => !/atomic/.test(k.body))).toBe(true);
+    // cross_entropy over 2048 rows of 65 (train_step, then eval): 256 blocks of 8 warps writing row terms, then one
+    // block's mean; the grad the same rows, reading train_step's loss kernel's log-sum-exp (scratch [2R, 3R))
+    const ce = ks.filter((k) => k.op === 'cross_entropy' || k.op === 'cross_entropy_grad');
+    const fwd = (bytes: number) => [['cross_entropy', 256, 256, bytes], ['cross_entropy', 1, 256, bytes]];
+    expect(ce.map((k) => [k.op, k.groups[0], k.tgsize[0], k.scratch ?? 0])).toEqual([
+      ...fwd(3 * 2048 * 4), ['cross_entropy_grad', 256, 256, 3 * 2048 * 4], ...fwd(2048 * 4)]);
+    expect(ce[2].body).toMatch(/mpsc_scratch\[4096u \+ r\]/);
+    expect(ce[2].body).not.toMatch(/mpsc_warp_max/);
+    expect(ce.every((k) => !/atomic/.test(k.body))).toBe(true);
   });
 });
 
 describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator', () => {
-  it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two) and embedding_grad equal the float64 reference', () => {
+  it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two), embedding_grad and the class losses / metrics (a warp and a block per row) equal the float64 reference', () => {
     const rng = makeRng(7);
     const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
     const ln = (name: string, rows: number[], D: number, weight: boolean) => {
@@ -154,7 +172,14 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       return opCase(name, 'layernorm_grad', [f(x), f(x), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [x, [D], [D]]);
     };
     const cases: OpCase[] = [
-      ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => n.op === 'layernorm_grad' || n.op === 'embedding_grad')),
+      ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => ['layernorm_grad', 'embedding_grad', 'cross_entropy', 'cross_entropy_grad', 'accuracy', 'top_k'].includes(n.op))),
+      // ids with gaps and repeats, D not a power of two
+      opCase('emb_sparse', 'embedding_grad', [f([3, 5, 45]), { shape: [3, 5], dtype: 'i32', data: Float64Array.from([9, 2, 9, 9, 40, 2, 0, 9, 33, 2, 40, 9, 1, 0, 9]) }], [[41, 45]], { w_shape: [41, 45] }),
+      lossAndGradCase(rng, 'loss_grad_block', 3, WARP_C + 29, 0.1, 2), lossAndGradCase(rng, 'loss_grad_warp', ONE_BLOCK_ROWS + 9, 165, 0),
+      lossAndGradCase(rng, 'loss_grad_one_block', 37, 65, 0.1, 1),
+      positionEmbeddingCase('pos_emb', 3, 37, 41, 70), positionEmbeddingCase('pos_emb_full', 5, 64, 64, 33),
+      ...classRowCases(rng, 'block_ignore', 5, WARP_C + 29, 3), ...classRowCases(rng, 'one_block', 21, 165),
+      ...classRowCases(rng, 'warp_ignore', ONE_BLOCK_ROWS + 7, 37, 4),
       ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
@@ -166,7 +191,10 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
     expect(columnChunks(999, 45).S).toBeGreaterThan(1);
     expect(columnChunks(1200, 33).S).toBeGreaterThan(1);
     const shared = GPU_KERNELS.sum_to as GpuLowering;
+    const sharedEmbedding = GPU_KERNELS.embedding as GpuLowering;
     const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda,
+      embedding: ((c, g, n) => lowerEmbeddingCuda(c, g, n) ?? sharedEmbedding(c, g, n)) as GpuLowering,
+      cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda,
       sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering };
     const SCRATCH_FLOATS = 1 << 16;
     const build = compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_reductions_emu', (a) => {
@@ -174,7 +202,10 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
         // CUDA binds the plan's scratch region as `mpsc_scratch`; here it is a static array, and every
         // launch waits for the one before (CUDA's stream order; Metal's plan only orders visible buffers)
         expect(Math.max(0, ...p.lowered.kernels.map((k) => k.scratch ?? 0))).toBeLessThanOrEqual(SCRATCH_FLOATS * 4);
-        p.library = p.library.replace(/#include <metal_stdlib>\n/, `$&static float mpsc_scratch[${SCRATCH_FLOATS}];\n`);
+        // (filled with a pattern first, as CUDA's region holds other kernels' partial sums: embedding_grad must
+        // not trust the stale runs of ids that do not occur)
+        p.library = p.library.replace(/#include <metal_stdlib>\n/, `$&static float mpsc_scratch[${SCRATCH_FLOATS}];\n` +
+          `static const bool mpsc_scratch_filled = [] { for (int i = 0; i < ${SCRATCH_FLOATS}; ++i) mpsc_scratch[i] = float(i % 7); return true; }();\n`);
         for (const s of p.plan.steps) if (s.kind === 'kernel') s.barrier = true;
       }
       expect(a.programs.some((p) => p.library.includes('mpsc_scratch['))).toBe(true);
@@ -188,6 +219,16 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       const ref = reference(c, scalars);
       for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), `${c.program.name} ${c.program.graph.values[id].name}`).toBeLessThan(1e-5);
     });
+    // the sorted embedding_grad adds each row's terms in position order: bitwise a float32 sum in that order
+    for (const name of ['emb_long', 'emb_sparse']) {
+      const ci = cases.findIndex((c) => c.program.name === name);
+      const c = cases[ci], g = c.program.graph, node = g.nodes[0];
+      const [dyId, idsId] = node.inputs, [V, D] = node.attrs.w_shape as number[];
+      const dy = c.data.get(dyId)!, ids = c.data.get(idsId)!;
+      const want = new Float32Array(V * D);
+      ids.forEach((v, j) => { for (let k = 0; k < D; k++) want[v * D + k] = Math.fround(want[v * D + k] + dy[j * D + k]); });
+      expect(Array.from((got[ci] as Map<number, Float64Array>).get(node.outputs[0])!), name).toEqual(Array.from(want));
+    }
   });
 });
 

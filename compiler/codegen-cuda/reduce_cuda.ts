@@ -1,6 +1,7 @@
 /**
  * reduce_cuda: the CUDA backend's long reductions: sum_to (bias gradients, broadcast gradients),
- * layernorm_grad's weight / bias gradients, embedding_grad. The shared sum_to kernel
+ * layernorm_grad's weight / bias gradients (embedding_grad: embedding_cuda.ts; class losses:
+ * class_rows.ts). The shared sum_to kernel
  * (compiler/kernels/elementwise.ts) runs one thread per output looping over all its terms:
  * right for short sums, but a conv bias gradient is 32-128 threads
  * each summing 131 072 strided terms, latency-bound on a few SMs. Here, when an output has at
@@ -19,16 +20,12 @@
  * layernorm_grad's weight and bias gradients (sums over all B*T rows per channel; the dx kernel is
  * the shared one, reduce.ts layernormGradDx), which the shared kernels sum in one thread per column.
  * The order of additions is fixed by the shapes, so results do not depend on scheduling.
- * Consumes sum_to / layernorm_grad / embedding_grad nodes (CUDA dialect context); produces
- * KernelSpecs (sum_to: null to keep the shared kernel). The index arithmetic of sum_to is the
- * shared one (sumToDims). Also:
- *  - embedding_grad: block (vocabulary row v, channel tile) scans all ids; each row slice adds
- *    dy of the positions whose id is v in position order. No atomics: the result is the same
- *    for every launch order.
+ * Consumes sum_to / layernorm_grad nodes (CUDA dialect context); produces KernelSpecs (sum_to:
+ * null to keep the shared kernel). The index arithmetic of sum_to is the shared one (sumToDims).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { argOf, ceilDiv, elementwise, label, numel, shapeOf } from '../kernels/common.js';
+import { argOf, ceilDiv, elementwise, label } from '../kernels/common.js';
 import { sumToDims } from '../kernels/elementwise.js';
 import { layernormGradDx, layernormRows } from '../kernels/reduce.js';
 
@@ -149,25 +146,4 @@ function columnSums(ctx: LowerCtx, g: Graph, n: Node, v: {
     `  for (uint s = 0u; s < ${u(S)}; ++s) {${K.map((k) => ` s${k} += mpsc_scratch[(s * ${u(v.sums)} + ${u(k)}) * ${u(v.C)} + i];`).join('')} }\n` +
     `  ${v.store('i')}\n`, ` [${v.what}: sum of ${S} chunks]`);
   return [first, { ...finish, scratch: bytes }];
-}
-
-/** embedding_grad: block (vocabulary row, 32 channels) scans the ids in 8 interleaved slices, no atomics */
-export function lowerEmbeddingGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
-  const d = ctx.d, u = (k: number) => d.u(k);
-  const [V, D] = n.attrs.w_shape as number[];
-  const J = numel(shapeOf(g, n.inputs[1]));
-  return [{
-    node: n.id, op: n.op, name: ctx.next(), sync: true,
-    label: `${label(g, n)} [block per vocabulary row x 32 channels, ${J} ids in 8 slices]`,
-    args: [argOf(g, 'dy', n.inputs[0], 'r'), argOf(g, 'ids', n.inputs[1], 'r'), argOf(g, 'dw', n.outputs[0], 'w')],
-    groups: [V, ceilDiv(D, 32), 1], tgsize: [32, 8, 1], tgmem: 256 * 4,
-    body:
-      `  // dw[v, c] = sum of dy[j, c] over the positions j whose id is v: slice y takes j = y, y + 8, ... in order\n` +
-      `  const int v = int(tgid.x);\n  const uint c = tgid.y * 32u + tid.x;\n  float acc = 0.0f;\n` +
-      `  if (c < ${u(D)}) {\n` +
-      `    for (uint j = tid.y; j < ${u(J)}; j += 8u) if (ids[j] == v) acc += dy[j * ${u(D)} + c];\n  }\n` +
-      `  tg[tid.y * 32u + tid.x] = acc;\n  ${d.barrier()}\n` +
-      `  if (tid.y == 0u && c < ${u(D)}) {\n    float s = 0.0f;\n    for (uint y = 0u; y < 8u; ++y) s += tg[y * 32u + tid.x];\n` +
-      `    dw[uint(v) * ${u(D)} + c] = s;\n  }\n`,
-  }];
 }

@@ -76,29 +76,6 @@ __device__ __forceinline__ void mpsc_mat8_store(const mpsc_acc8& acc, float* dst
   dst[r * ld + c + 1u] = acc.v[1];
 }
 
-// threadgroup-wide sum / max: a SIMD-group reduction within each SIMD-group, then the partials
-// through threadgroup memory. Every thread of the threadgroup must call it (uniform control
-// flow); every thread gets the result. sh needs nsg floats.
-__device__ __forceinline__ float mpsc_block_sum(float v, float* sh, uint lane, uint sg, uint nsg) {
-  v = mpsc_warp_sum(v);
-  if (lane == 0u) sh[sg] = v;
-  __syncthreads();
-  float r = 0.0f;
-  for (uint i = 0u; i < nsg; ++i) r += sh[i];
-  __syncthreads();
-  return r;
-}
-
-__device__ __forceinline__ float mpsc_block_max(float v, float* sh, uint lane, uint sg, uint nsg) {
-  v = mpsc_warp_max(v);
-  if (lane == 0u) sh[sg] = v;
-  __syncthreads();
-  float r = sh[0];
-  for (uint i = 1u; i < nsg; ++i) r = fmaxf(r, sh[i]);
-  __syncthreads();
-  return r;
-}
-
 // node 1: linear (fc1) -> fc1.out [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k1(
     const float* x,
@@ -438,85 +415,113 @@ extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
       }
 }
 
-// node 4: cross_entropy (loss) -> loss
-extern "C" __global__ void __launch_bounds__(64) p0_k4(
+// node 4: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
+extern "C" __global__ void __launch_bounds__(256) p0_k4(
     const float* logits,
     const int* label,
     float* loss,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2];
+  __shared__ float tg[16];
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // a single threadgroup of 64u threads reduces everything to one scalar
-  float part = 0.0f;
-  for (uint j = tidx; j < 64u; j += 64u) {
-    const uint base = j * 10u;
-    float m = (-INFINITY);
-    for (uint c = 0u; c < 10u; ++c) m = fmaxf(m, logits[base + c]);
-    float s = 0.0f;
-    for (uint c = 0u; c < 10u; ++c) s += expf(logits[base + c] - m);
-    const float lse = m + logf(s);
-    part += -1.0f * (logits[base + uint(label[j])] - lse);
+  // ONE block: warp sg takes rows sg, sg + 8u, ... of 64u (10u classes each): its log-sum-exp, the row terms summed in row order per warp
+  float part = 0.0f, cnt = 0.0f;
+  for (uint r = sg; r < 64u; r += 8u) {
+    const uint t = lane;
+    const uint base = r * 10u;
+    const int lab = label[r];
+    float m = (-INFINITY), s = 0.0f;
+    uint c = t;
+    for (; c + 96u < 10u; c += 128u) {
+      const float x0 = logits[base + c], x1 = logits[base + c + 32u], x2 = logits[base + c + 64u], x3 = logits[base + c + 96u];
+      const float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
+      if (mx > m) { s = s * expf(m - mx); m = mx; }
+      s += (expf(x0 - m) + expf(x1 - m)) + (expf(x2 - m) + expf(x3 - m));
+    }
+    for (; c < 10u; c += 32u) {
+      const float x = logits[base + c];
+      if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else s += expf(x - m);
+    }
+    const float M = mpsc_warp_max(m);
+    const float S = mpsc_warp_sum(m == M ? s : s * expf(m - M));
+    const float lse = M + logf(S);
+    const float term = -1.0f * (logits[base + uint(lab)] - lse);
+    if (t == 0u) mpsc_scratch[128u + r] = lse;  // for the gradient kernel
+    part += term;
+    cnt += 1.0f;
   }
-  const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
+  if (lane == 0u) { tg[sg] = part; tg[8u + sg] = cnt; }
+  __syncthreads();
   if (tidx == 0u) {
+    float total = 0.0f, count = 0.0f;
+    for (uint w = 0u; w < 8u; ++w) { total += tg[w]; count += tg[8u + w]; }
     loss[0] = total / 64.0f;
   }
 }
 
-// node 5: accuracy (accuracy) -> accuracy
-extern "C" __global__ void __launch_bounds__(64) p0_k5(
+// node 5: accuracy (accuracy) -> accuracy [one block: a warp per row of 10, 64 rows]
+extern "C" __global__ void __launch_bounds__(256) p0_k5(
     const float* logits,
     const int* label,
     float* acc,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2];
+  __shared__ float tg[16];
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // a single threadgroup of 64u threads reduces everything to one scalar
-  float part = 0.0f;
-  for (uint j = tidx; j < 64u; j += 64u) {
-    const uint base = j * 10u;
-    uint bi = 0u;
-    float best = logits[base];
-    for (uint c = 1u; c < 10u; ++c) if (logits[base + c] > best) { best = logits[base + c]; bi = c; }
-    part += int(bi) == label[j] ? 1.0f : 0.0f;
+  // ONE block: warp sg takes rows sg, sg + 8u, ... of 64u (10u classes each): its argmax, the row terms summed in row order per warp
+  float part = 0.0f, cnt = 0.0f;
+  for (uint r = sg; r < 64u; r += 8u) {
+    const uint t = lane;
+    const uint base = r * 10u;
+    const int lab = label[r];
+    float best = (-INFINITY);
+    uint bi = t;
+    for (uint c = t; c < 10u; c += 32u) {
+      const float x = logits[base + c];
+      if (x > best) { best = x; bi = c; }
+    }
+    const float M = mpsc_warp_max(best);
+    const float first = -mpsc_warp_max(best == M ? -float(bi) : (-INFINITY));
+    const float term = uint(first) == uint(lab) ? 1.0f : 0.0f;
+    part += term;
+    cnt += 1.0f;
   }
-  const float total = mpsc_block_sum(part, tg, lane, sg, 2u);
+  if (lane == 0u) { tg[sg] = part; tg[8u + sg] = cnt; }
+  __syncthreads();
   if (tidx == 0u) {
+    float total = 0.0f, count = 0.0f;
+    for (uint w = 0u; w < 8u; ++w) { total += tg[w]; count += tg[8u + w]; }
     acc[0] = total / 64.0f;
   }
 }
 
-// node 6: cross_entropy_grad (loss) -> d_fc2.out
-extern "C" __global__ void __launch_bounds__(32) p0_k6(
+// node 6: cross_entropy_grad (loss) -> d_fc2.out [a warp per row of 10, 64 rows, the forward's log-sum-exp]
+extern "C" __global__ void __launch_bounds__(256) p0_k6(
     const float* logits,
     const int* label,
     float* dlogits,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[1];
   const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // one threadgroup per row n of 10u logits: (softmax - onehot) / count
-  const uint n = tgid.x;
-  const uint base = n * 10u;
+  // row r of 10u logits (a warp per row): (softmax - onehot) / count;
+  // each element is read and then written by the same thread (dlogits may share the logits' bytes)
   const float count = 64.0f;
-  float m = (-INFINITY);
-  for (uint c = tidx; c < 10u; c += 32u) m = fmaxf(m, logits[base + c]);
-  m = mpsc_block_max(m, tg, lane, sg, 1u);
-  float s = 0.0f;
-  for (uint c = tidx; c < 10u; c += 32u) s += expf(logits[base + c] - m);
-  s = mpsc_block_sum(s, tg, lane, sg, 1u);
-  const int lab = label[n];
-  for (uint c = tidx; c < 10u; c += 32u) {
-    const float p = expf(logits[base + c] - m) / s;
+  const uint r = tgid.x * 8u + sg;
+  if (r >= 64u) return;
+  const uint t = lane;
+  const uint base = r * 10u;
+  const int lab = label[r];
+  const float lse = mpsc_scratch[128u + r];  // the forward kernel's
+  for (uint c = t; c < 10u; c += 32u) {
+    const float p = expf(logits[base + c] - lse);
     const float target = int(c) == lab ? 1.0f : 0.0f;
     dlogits[base + c] = (p - target) / count;
   }
@@ -1357,4 +1362,49 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
   if (i >= 16384u) return;
   const float v = y[i];
   y[i] = v < 0.0f ? 0.0f : v;
+}
+
+// node 3: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
+extern "C" __global__ void __launch_bounds__(256) p1_k4(
+    const float* logits,
+    const int* label,
+    float* loss,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[16];
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // ONE block: warp sg takes rows sg, sg + 8u, ... of 64u (10u classes each): its log-sum-exp, the row terms summed in row order per warp
+  float part = 0.0f, cnt = 0.0f;
+  for (uint r = sg; r < 64u; r += 8u) {
+    const uint t = lane;
+    const uint base = r * 10u;
+    const int lab = label[r];
+    float m = (-INFINITY), s = 0.0f;
+    uint c = t;
+    for (; c + 96u < 10u; c += 128u) {
+      const float x0 = logits[base + c], x1 = logits[base + c + 32u], x2 = logits[base + c + 64u], x3 = logits[base + c + 96u];
+      const float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
+      if (mx > m) { s = s * expf(m - mx); m = mx; }
+      s += (expf(x0 - m) + expf(x1 - m)) + (expf(x2 - m) + expf(x3 - m));
+    }
+    for (; c < 10u; c += 32u) {
+      const float x = logits[base + c];
+      if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else s += expf(x - m);
+    }
+    const float M = mpsc_warp_max(m);
+    const float S = mpsc_warp_sum(m == M ? s : s * expf(m - M));
+    const float lse = M + logf(S);
+    const float term = -1.0f * (logits[base + uint(lab)] - lse);
+    part += term;
+    cnt += 1.0f;
+  }
+  if (lane == 0u) { tg[sg] = part; tg[8u + sg] = cnt; }
+  __syncthreads();
+  if (tidx == 0u) {
+    float total = 0.0f, count = 0.0f;
+    for (uint w = 0u; w < 8u; ++w) { total += tg[w]; count += tg[8u + w]; }
+    loss[0] = total / 64.0f;
+  }
 }

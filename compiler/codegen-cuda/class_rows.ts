@@ -1,0 +1,265 @@
+/**
+ * class_rows: the CUDA backend's class losses and metrics over R rows of C classes (logits
+ * [..., C], i32 labels): cross_entropy, accuracy, top_k and cross_entropy_grad. The shared kernels
+ * (compiler/kernels/reduce.ts) reduce a whole loss in ONE threadgroup, each thread taking whole
+ * rows in three passes: right on the emulated Metal GPU's small batches, but GPT-2's loss (16 384
+ * rows of 50 304) took 850 ms on the H200. Here every row has its own threads:
+ *  - a warp per row (8 rows per block of 256) when C <= WARP_C, else a block of 256 per row;
+ *  - one pass over the row: each thread keeps a running max m and sum of exp(x - m) (rescaled
+ *    when the max grows; four elements per step while four remain), then the row's max M is the group's max of m and its sum the group's sum
+ *    of s * exp(m - M) (SIMD-group / block reductions: a fixed butterfly and warp order);
+ *  - the forward ops write each row's term (and, with ignore_index, whether the row counts) into
+ *    the plan's scratch region (`mpsc_scratch`, KernelSpec.scratch), and a second kernel of one
+ *    block adds the R terms in a fixed order (thread j takes rows j, j + 256, ...; then the block
+ *    sum) and divides by the count: no atomics, the same bits on every run; with at most
+ *    ONE_BLOCK_ROWS rows of at most WARP_C classes (the MNIST steps: launch-bound) ONE block does
+ *    it all, its 8 warps taking the rows in turn and their totals added in warp order;
+ *  - cross_entropy_grad writes (softmax - target) / count in a second pass over the row, each
+ *    element read then written by the same thread, so it stays right when the memory plan makes
+ *    dlogits share the logits' bytes; when the step's loss is the cross_entropy of the same logits
+ *    and labels with at most accuracy / top_k in between (lseConsumer), the loss kernel leaves each
+ *    row's log-sum-exp in the scratch region and the gradient reads it: one pass over the logits
+ *    instead of two.
+ * Logits are read through the dialect's typed loads (16-bit logits widened to float), dlogits
+ * written through its typed stores. Consumes those nodes (CUDA dialect context; the bodies use
+ * only the kernel language); produces KernelSpecs. nll / nll_grad keep the shared kernels (a
+ * row's nll term is one load).
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { argOf, blockKernel, ceilDiv, elemOf, kernelSpec, numAttr, numel, readF, shapeOf } from '../kernels/common.js';
+import { isHalfElem } from '../kernels/dialect.js';
+import { keptCount } from '../kernels/rows.js';
+
+/** classes per row up to which a warp takes a row (above: a block of 256) */
+export const WARP_C = 1024;
+/** rows up to which a warp-per-row forward op is ONE block (8 warps taking rows in turn) rather than two kernels */
+export const ONE_BLOCK_ROWS = 256;
+const BLOCK = 256;
+const WARPS = BLOCK / 32;
+
+/** a class node's rows: R rows of C, ignore_index if any */
+function classRows(g: Graph, n: Node): { R: number; C: number; ignore?: number } {
+  const xs = shapeOf(g, n.inputs[0]), C = xs[xs.length - 1];
+  return { R: numel(xs) / C, C, ignore: n.attrs.ignore_index === undefined ? undefined : numAttr(n, 'ignore_index') };
+}
+
+/**
+ * The cross_entropy_grad node that reads cross_entropy node `n`'s per-row log-sum-exp from the scratch region
+ * (at [2R, 3R): the row terms and kept flags use [0, 2R)) instead of computing it again: the same logits,
+ * labels and attrs, and only accuracy / top_k nodes between them (their kernels use scratch below 2R; no
+ * other kernel runs in between to overwrite it). A training step's loss and its gradient, typically.
+ */
+export function lseConsumer(g: Graph, n: Node): Node | undefined {
+  if (n.op !== 'cross_entropy') return undefined;
+  const same = (m: Node) => m.inputs[0] === n.inputs[0] && m.inputs[1] === n.inputs[1] &&
+    (m.attrs.label_smoothing ?? 0) === (n.attrs.label_smoothing ?? 0) && m.attrs.ignore_index === n.attrs.ignore_index;
+  for (let i = g.nodes.indexOf(n) + 1; i < g.nodes.length; i++) {
+    const m = g.nodes[i];
+    if (m.op === 'cross_entropy_grad' && same(m)) return m;
+    if (m.op !== 'accuracy' && m.op !== 'top_k') return undefined;
+  }
+  return undefined;
+}
+
+/** threads per row for C classes: a warp (32) or a block (256) */
+export function rowGroupThreads(C: number): number {
+  return C <= WARP_C ? 32 : BLOCK;
+}
+
+/**
+ * The row layout of a class kernel: `head` declares r (the row; in warp mode a warp past the last
+ * row returns), t (the thread's index in the row's group) and base; `max` / `sum` reduce over the
+ * row's group (every thread of the group gets the result; block mode uses barriers, so every
+ * thread of the block must call them).
+ */
+function rowLayout(ctx: LowerCtx, R: number, C: number) {
+  const d = ctx.d, u = (k: number) => d.u(k);
+  const W = rowGroupThreads(C);
+  const warp = W === 32;
+  if (!warp) ctx.helpers.add('block_reduce');
+  return {
+    W, warp,
+    groups: warp ? ceilDiv(R, WARPS) : R,
+    tgmem: warp ? 0 : WARPS * 4,
+    head:
+      (warp
+        ? `  const uint r = tgid.x * ${u(WARPS)} + sg;\n  if (r >= ${u(R)}) return;\n  const uint t = lane;\n`
+        : `  const uint r = tgid.x;\n  const uint t = tidx;\n`) +
+      `  const uint base = r * ${u(C)};\n`,
+    max: (v: string) => (warp ? d.simdMax(v) : `mpsc_block_max(${v}, tg, lane, sg, ${u(WARPS)})`),
+    sum: (v: string) => (warp ? d.simdSum(v) : `mpsc_block_sum(${v}, tg, lane, sg, ${u(WARPS)})`),
+  };
+}
+
+/**
+ * statements: the row's max M and sum S of exp(x - M) over its C logits in one pass (each thread's
+ * running max m and sum s, rescaled when m grows; then combined over the group), and with `sx` the
+ * row's sum of logits SX. Each thread takes its elements four at a time (four loads in flight, one
+ * rescale test per four) while four remain, then one at a time.
+ */
+function onlineLse(ctx: LowerCtx, g: Graph, n: Node, L: ReturnType<typeof rowLayout>, C: number, sx: boolean): string {
+  const d = ctx.d, u = (k: number) => d.u(k), exp = (x: string) => d.math('exp', x), max = (a: string, b: string) => d.math('max', a, b);
+  const x = (k: number) => readF(d, g, n.inputs[0], 'logits', k ? `base + c + ${u(k * L.W)}` : 'base + c');
+  return (
+    `  float m = ${d.f(-Infinity)}, s = ${d.f(0)};\n` + (sx ? `  float sx = ${d.f(0)};\n` : '') +
+    `  uint c = t;\n` +
+    `  for (; c + ${u(3 * L.W)} < ${u(C)}; c += ${u(4 * L.W)}) {\n` +
+    `    const float x0 = ${x(0)}, x1 = ${x(1)}, x2 = ${x(2)}, x3 = ${x(3)};\n` +
+    `    const float mx = ${max(max('x0', 'x1'), max('x2', 'x3'))};\n` +
+    `    if (mx > m) { s = s * ${exp('m - mx')}; m = mx; }\n` +
+    `    s += (${exp('x0 - m')} + ${exp('x1 - m')}) + (${exp('x2 - m')} + ${exp('x3 - m')});\n` +
+    (sx ? `    sx += (x0 + x1) + (x2 + x3);\n` : '') +
+    `  }\n` +
+    `  for (; c < ${u(C)}; c += ${u(L.W)}) {\n` +
+    `    const float x = ${x(0)};\n` +
+    `    if (x > m) { s = s * ${exp('m - x')} + ${d.f(1)}; m = x; } else s += ${exp('x - m')};\n` +
+    (sx ? `    sx += x;\n` : '') +
+    `  }\n` +
+    `  const float M = ${L.max('m')};\n` +
+    `  const float S = ${L.sum(`m == M ? s : s * ${exp('m - M')}`)};\n` +
+    (sx ? `  const float SX = ${L.sum('sx')};\n` : '')
+  );
+}
+
+/** cross_entropy / accuracy / top_k: per-row terms into the scratch region, then their fixed-order mean */
+export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
+  const { R, C, ignore } = classRows(g, n);
+  const L = rowLayout(ctx, R, C);
+  const counted = ignore !== undefined;
+  const xAt = (idx: string) => readF(d, g, n.inputs[0], 'logits', idx);
+  const keepLse = lseConsumer(g, n) !== undefined;
+  let what: string;
+  let row: string;
+  switch (n.op) {
+    case 'cross_entropy': {
+      const ls = numAttr(n, 'label_smoothing', 0);
+      what = `log-sum-exp${ls ? ', sum of logits' : ''}`;
+      row = onlineLse(ctx, g, n, L, C, ls !== 0) +
+        `  const float lse = M + ${d.math('log', 'S')};\n` +
+        `  const float term = -${f(1 - ls)} * (${xAt('base + uint(lab)')} - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n') +
+        (keepLse ? `  if (t == 0u) mpsc_scratch[${u(2 * R)} + r] = lse;  // for the gradient kernel\n` : '');
+      break;
+    }
+    case 'accuracy': {
+      // the first maximum: each thread's first largest logit (strict >), then the smallest index among the threads holding the row's max
+      what = 'argmax';
+      row =
+        `  float best = ${f(-Infinity)};\n  uint bi = t;\n` +
+        `  for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) {\n    const float x = ${xAt('base + c')};\n    if (x > best) { best = x; bi = c; }\n  }\n` +
+        `  const float M = ${L.max('best')};\n` +
+        `  const float first = -${L.max(`best == M ? -float(bi) : ${f(-Infinity)}`)};\n` +
+        `  const float term = uint(first) == uint(lab) ? ${f(1)} : ${f(0)};\n`;
+      break;
+    }
+    case 'top_k': {
+      what = 'logits above the label\'s';
+      row =
+        `  const float xl = ${xAt('base + uint(lab)')};\n  float above = ${f(0)};\n` +
+        `  for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) if (${xAt('base + c')} > xl) above += ${f(1)};\n` +
+        `  const float term = ${L.sum('above')} < ${f(numAttr(n, 'k'))} ? ${f(1)} : ${f(0)};\n`;
+      break;
+    }
+    default:
+      throw new Error(`internal: class_rows: op '${n.op}' is not a class loss or metric`);
+  }
+  const out = n.op === 'cross_entropy' ? 'loss' : 'acc';
+  if (L.warp && R <= ONE_BLOCK_ROWS) {
+    // few rows: one launch (a launch-bound step saves the second kernel); warp w takes rows w, w + 8, ...
+    // (all lanes hold the same term: the butterflies give every lane the same sums), lane 0 keeps the
+    // warp's total, thread 0 adds the 8 warp totals in warp order
+    const inner = row.replace(/^(?=.)/gm, counted ? '    ' : '  ');
+    return [{ ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), argOf(g, out, n.outputs[0], 'w')], {
+      groups: [1, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: 2 * WARPS * 4, sync: true,
+      body:
+        `  // ONE block: warp sg takes rows sg, sg + ${u(WARPS)}, ... of ${u(R)} (${u(C)} classes each): its ${what}, the row terms summed in row order per warp
+` +
+        `  float part = ${f(0)}, cnt = ${f(0)};
+` +
+        `  for (uint r = sg; r < ${u(R)}; r += ${u(WARPS)}) {
+    const uint t = lane;
+    const uint base = r * ${u(C)};
+    const int lab = label[r];
+` +
+        (counted ? `    if (lab != ${ignore}) {
+${inner}      part += term;
+      cnt += ${f(1)};
+    }
+` : `${inner}    part += term;
+    cnt += ${f(1)};
+`) +
+        `  }
+` +
+        `  if (lane == 0u) { tg[sg] = part; tg[${u(WARPS)} + sg] = cnt; }
+  ${d.barrier()}
+` +
+        `  if (tidx == 0u) {
+    float total = ${f(0)}, count = ${f(0)};
+` +
+        `    for (uint w = 0u; w < ${u(WARPS)}; ++w) { total += tg[w]; count += tg[${u(WARPS)} + w]; }
+` +
+        `    ${out}[0] = total / ${counted ? 'count' : f(R)};
+  }
+`,
+    }, ` [one block: a warp per row of ${C}, ${R} rows]`), ...(keepLse ? { scratch: 3 * R * 4 } : {})}];
+  }
+  const bytes = (keepLse ? 3 : counted ? 2 : 1) * R * 4;
+  const rows: KernelSpec = {
+    ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r')], {
+      groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: L.tgmem, sync: true,
+      body:
+        `  // row r of ${u(C)} classes (${L.warp ? 'a warp per row' : 'a block per row'}): its ${what}, then its term into the scratch region\n` +
+        L.head + `  const int lab = label[r];\n` +
+        (counted
+          ? `  if (lab == ${ignore}) {\n    if (t == 0u) { mpsc_scratch[r] = ${f(0)}; mpsc_scratch[${u(R)} + r] = ${f(0)}; }\n    return;\n  }\n`
+          : '') +
+        row +
+        `  if (t == 0u) {\n    mpsc_scratch[r] = term;\n${counted ? `    mpsc_scratch[${u(R)} + r] = ${f(1)};\n` : ''}  }\n`,
+    }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows: the row terms]`),
+    scratch: bytes,
+  };
+  const mean = blockKernel(ctx, g, n, [argOf(g, out, n.outputs[0], 'w')], 1, BLOCK, (s) =>
+    `  // the mean of the ${u(R)} row terms${counted ? ' over the counted rows' : ''}: thread j adds rows j, j + ${s.T}, ... in order, then the block sum\n` +
+    `  float part = ${f(0)};\n` + (counted ? `  float cnt = ${f(0)};\n` : '') +
+    `  for (uint j = tidx; j < ${u(R)}; j += ${s.T}) {\n    part += mpsc_scratch[j];\n${counted ? `    cnt += mpsc_scratch[${u(R)} + j];\n` : ''}  }\n` +
+    `  const float total = mpsc_block_sum(part, tg, lane, sg, ${s.nsg});\n` +
+    (counted ? `  const float count = mpsc_block_sum(cnt, tg, lane, sg, ${s.nsg});\n` : '') +
+    `  if (tidx == 0u) ${out}[0] = total / ${counted ? 'count' : f(R)};\n`, ' [mean of the row terms]');
+  return [rows, { ...mean, scratch: bytes }];
+}
+
+/** cross_entropy_grad: a warp or block per row, one pass for the row's max and sum, one writing (softmax - target) / count */
+export function lowerCrossEntropyGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
+  const { R, C, ignore } = classRows(g, n);
+  const ls = numAttr(n, 'label_smoothing', 0);
+  const L = rowLayout(ctx, R, C);
+  const outT = elemOf(g, n.outputs[0]);
+  const store = (x: string) => (isHalfElem(outT) ? d.fromFloat(outT, x) : x);
+  const target = ls ? `(int(c) == lab ? ${f(1 - ls)} : ${f(0)}) + ${f(ls / C)}` : `int(c) == lab ? ${f(1)} : ${f(0)}`;
+  // the kept count (ignore_index) is a block sum over all labels: before the warp mode's early return
+  if (ignore !== undefined) ctx.helpers.add('block_reduce');
+  const count = keptCount(d, { T: u(BLOCK), nsg: u(WARPS) }, { R, ignore });
+  const args: KernelArg[] = [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), argOf(g, 'dlogits', n.outputs[0], 'w')];
+  // the loss's kernel left each row's log-sum-exp in the scratch region: one pass over the row instead of two
+  const fromForward = g.nodes.some((m) => lseConsumer(g, m) === n);
+  return [{ ...kernelSpec(ctx, g, n, args, {
+    groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: ignore !== undefined || (!L.warp && !fromForward) ? WARPS * 4 : 0, sync: true,
+    body:
+      `  // row r of ${u(C)} logits (${L.warp ? 'a warp per row' : 'a block per row'}): (softmax - ${ls ? '(1-ls)*onehot - ls/C' : 'onehot'}) / count;\n` +
+      `  // each element is read and then written by the same thread (dlogits may share the logits' bytes)\n` +
+      count + L.head + `  const int lab = label[r];\n` +
+      (ignore !== undefined
+        ? `  if (lab == ${ignore}) {\n    for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) dlogits[base + c] = ${store(f(0))};\n    return;\n  }\n`
+        : '') +
+      (fromForward
+        ? `  const float lse = mpsc_scratch[${u(2 * R)} + r];  // the forward kernel's\n`
+        : onlineLse(ctx, g, n, L, C, false)) +
+      `  for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) {\n` +
+      `    const float p = ${fromForward ? d.math('exp', `${readF(d, g, n.inputs[0], 'logits', 'base + c')} - lse`) : `${d.math('exp', `${readF(d, g, n.inputs[0], 'logits', 'base + c')} - M`)} / S`};\n` +
+      `    const float target = ${target};\n` +
+      `    dlogits[base + c] = ${store('(p - target) / count')};\n` +
+      `  }\n`,
+  }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows${fromForward ? ', the forward\'s log-sum-exp' : ''}]`), ...(fromForward ? { scratch: 3 * R * 4 } : {}) }];
+}
