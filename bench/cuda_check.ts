@@ -9,7 +9,9 @@
  *             (plus cudaLongCases: long-K GEMMs the CUDA GEMM splits along K, long sum_to reductions
  *             that run a block per output, chunked layernorm_grad, embedding_grad's sort over many
  *             ids and GPT-2's vocabulary, the class losses / metrics a warp and a block per row (GPT-2's
- *             50 304 classes): shapes the Metal cases are too small to reach; and one merged launch), each as tensor cores (3xTF32; the CUDA GEMMs'
+ *             50 304 classes): shapes the Metal cases are too small to reach; cudaAttentionCases: 16-bit attention on the flash kernels,
+ *             attention_cuda.ts, within FLASH_TOL = 2e-2 bf16 / 4e-3 fp16 since P and dS are rounded to 16
+ *             bits for the tensor cores as FlashAttention-2 does; and one merged launch), each as tensor cores (3xTF32; the CUDA GEMMs'
  *             convolutions plain TF32, as cuDNN's default, checked within TF32_TOL = 5e-3) and as
  *             fp32 (MPSC_CUDA_PLAIN=1), through the model ABI test driver
  *             (runtime/metal-emu/emu_test_main.cc linked with the generated model_cuda.cu; the
@@ -67,7 +69,7 @@ import { buildCuda, type CudaGemm } from '../compiler/codegen-cuda/index.js';
 import { cudaArchitecture, createCudaSession, findGpu, findNvcc } from '../runtime/cuda/session.js';
 import { createCpuSession } from '../runtime/native/native_session.js';
 import type { Batch, Session } from '../runtime/session.js';
-import { cudaCaseBuild, cudaKernelCases, judgeCases, parityBatches } from '../test/cuda_cases.js';
+import { FLASH_TOL, cudaCaseBuild, cudaKernelCases, flashTolerance, judgeCases, parityBatches } from '../test/cuda_cases.js';
 import { allOpCases, fusedCases } from '../test/metal_cases.js';
 import { caseRequests, encodeRuns, opCase, reference, runCases, runEmu, type CaseArtifacts, type EmuBuild, type OpCase } from '../test/metal_harness.js';
 
@@ -170,13 +172,16 @@ async function checkKernels(): Promise<void> {
     }
     // the CUDA GEMMs' tensor-core convolutions are plain TF32 (gemm_cuda.ts TF32_OPS): TF32_TOL for those cases
     const tf32 = (c: OpCase) => gemms[bi] !== 'shared' && variant === 'mma' && c.program.graph.nodes.some((n) => TF32_OPS.has(n.op));
-    const verdicts = judgeCases(cases, got, SCALARS, (c) => (tf32(c) ? TF32_TOL : TOL));
-    const worst = { fp32: 0, fp32Case: '', tf32: 0, tf32Case: '' };
-    let nTf32 = 0;
+    // 16-bit flash attention cases (cuda_cases.ts cudaAttentionCases): P and dS rounded to 16 bits, FLASH_TOL
+    const verdicts = judgeCases(cases, got, SCALARS, (c) => flashTolerance(c) ?? (tf32(c) ? TF32_TOL : TOL));
+    const worst = { fp32: 0, fp32Case: '', tf32: 0, tf32Case: '', flash: 0, flashCase: '' };
+    let nTf32 = 0, nFlash = 0;
     verdicts.forEach((v, i) => {
-      const t = tf32(cases[i]);
+      const t = tf32(cases[i]), fl = flashTolerance(cases[i]) !== null;
       if (t) nTf32++;
+      if (fl) nFlash++;
       if (!v.ok) return;
+      if (fl) { if (v.worst > worst.flash) { worst.flash = v.worst; worst.flashCase = v.name; } return; }
       if (t && v.worst > worst.tf32) { worst.tf32 = v.worst; worst.tf32Case = v.name; }
       if (!t && v.worst > worst.fp32) { worst.fp32 = v.worst; worst.fp32Case = v.name; }
     });
@@ -185,7 +190,8 @@ async function checkKernels(): Promise<void> {
     summary.push({ part: 'kernels', what, ok: failed.length === 0,
       result: `${cases.length - failed.length}/${cases.length} ok${failed.length ? ` (failed: ${failed.slice(0, 5).map((v) => v.name).join(', ')}${failed.length > 5 ? ', ...' : ''})` : ''}; ` +
         `worst passing ${worst.fp32.toExponential(2)} (${worst.fp32Case}) within ${TOL}` +
-        (nTf32 ? `, worst passing ${worst.tf32.toExponential(2)} (${worst.tf32Case}) of ${nTf32} TF32 conv cases within ${TF32_TOL}` : '') });
+        (nTf32 ? `, worst passing ${worst.tf32.toExponential(2)} (${worst.tf32Case}) of ${nTf32} TF32 conv cases within ${TF32_TOL}` : '') +
+        (nFlash ? `, worst passing ${worst.flash.toExponential(2)} (${worst.flashCase}) of ${nFlash} 16-bit attention cases within ${FLASH_TOL.bf16} (bf16) / ${FLASH_TOL.f16} (fp16)` : '') });
   }
 }
 

@@ -22,6 +22,7 @@ import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
 import { cpuInputsKey } from '../runtime/native/native_session.js';
 import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
+import { attentionReport } from '../compiler/codegen-cuda/attention_cuda.js';
 import { cublasLtChoice, cudaArchitecture, cudaInputsKey, findCublasLt, findGpu, findNvcc, gemmReport } from '../runtime/cuda/session.js';
 
 interface BuildOpts {
@@ -72,6 +73,7 @@ async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, lo
   log(`  planned device memory: ${formatBytes(a.plan.deviceBytes)} in one allocation (persistent ${formatBytes(a.plan.persistent.bytes)}, arena ${formatBytes(a.plan.arena.bytes)}, input batches ${formatBytes(a.plan.inputs.reduce((s, r) => s + r.bytes, 0))}${a.plan.ltWorkspace.bytes ? `, cuBLASLt workspace ${formatBytes(a.plan.ltWorkspace.bytes)}` : ''})`);
   for (const line of gemmReport(a.gemms, nv ? findCublasLt(nv.nvcc) : null, true)) log(`  ${line}`);
   log('  generated GEMMs: 64x64-tile kernels on the tensor cores, 3xTF32 (TF32 for convolutions; 16-bit operands exact in one pass; MPSC_CUDA_PLAIN=1 at run time: fp32 FFMA)');
+  for (const line of attentionReport(a.lowered.map((l) => l.program.graph))) log(`  ${line}`);
 }
 
 export function register(program: Command): void {

@@ -6,6 +6,10 @@
  * goes to stdout and train.log (one JSON object with --json). SIGINT during training writes a
  * checkpoint at the current position and exits with code 130; before training starts (checking,
  * compiling) it prints one line and exits 130 at once.
+ * Data-parallel (issue 18, runtime/ddp): `--gpus N|all` (cuda, NCCL) or `--ranks N` (cpu and the other
+ * devices, host all-reduce) makes this process the launcher (runtime/ddp/launcher.ts), which re-runs
+ * this command line once per rank; a worker (MPSC_DDP_WORKER=1) joins the group and trains its shard,
+ * rank 0 printing and writing as a single process would.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -21,6 +25,10 @@ import { defaultThreads, THREADS_HELP } from '../runtime/threads.js';
 import { train, type EvalResult, type TrainEvent, type TrainResult } from '../runtime/trainer.js';
 import { writeReport } from '../runtime/report/index.js';
 import { packageVersion } from './version.js';
+import { joinGroup, workerEnv, type ProcessGroup } from '../runtime/ddp/group.js';
+import { launch, pickGpus, visibleGpus } from '../runtime/ddp/launcher.js';
+import { localBatch } from '../runtime/ddp/replica.js';
+import { findNccl } from '../runtime/cuda/session.js';
 
 export function parsePositiveInt(name: string): (v: string) => number {
   return (v: string) => {
@@ -233,6 +241,43 @@ interface TrainCliOptions {
   logEvery: number;
   json?: boolean;
   nanCheck: 'on' | 'off';
+  gpus?: string;
+  ranks?: number;
+}
+
+/**
+ * `--gpus` / `--ranks` in the process the user started: check what can be checked once (the flags,
+ * the device, the GPUs, NCCL, the batch split), then launch the ranks; resolves with the exit code.
+ */
+async function launchRanks(o: TrainCliOptions, model: CheckedModel): Promise<number> {
+  if (o.gpus !== undefined && o.ranks !== undefined) throw new UserError('error: give either --gpus (CUDA, NCCL) or --ranks (CPU and the other devices), not both');
+  const args = [...process.execArgv, process.argv[1], ...process.argv.slice(2)];
+  let gpus: string[] | undefined;
+  let world: number;
+  let flag: string;
+  if (o.gpus !== undefined) {
+    if (o.device !== 'auto' && o.device !== 'cuda') throw new UserError(`error: --gpus runs on CUDA GPUs, not --device ${o.device}\n  help: drop --device (or use --device cuda); for data-parallel ranks on the CPU use --device cpu --ranks N`);
+    gpus = pickGpus(o.gpus, visibleGpus());
+    if (!findNccl()) {
+      throw new UserError(
+        'error: --gpus: built without NCCL: nccl.h was not found (CUDA toolkit include folders, $NCCL_HOME/include, /usr/include, /usr/local/include), so the model cannot all-reduce its gradients between GPUs\n' +
+          '  help: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME), or train on one GPU without --gpus',
+      );
+    }
+    world = gpus.length;
+    flag = '--gpus';
+    args.push('--device', 'cuda');
+  } else {
+    if (o.device === 'cuda') throw new UserError('error: --ranks is the host all-reduce for the CPU and the other devices; on CUDA GPUs use --gpus N (NCCL)');
+    world = o.ranks!;
+    flag = '--ranks';
+    if (o.device === 'auto') args.push('--device', 'cpu');
+  }
+  localBatch(o.batch ?? model.train.batch, world, flag);
+  // each CPU rank gets its share of the cores unless --threads says otherwise
+  const env: Record<string, string> = {};
+  if (o.threads === undefined && gpus === undefined) env.MPSC_THREADS = String(Math.max(1, Math.floor(defaultThreads() / world)));
+  return launch({ world, command: process.execPath, args, gpus, env });
 }
 
 /** the overrides config.json of the run that --resume names recorded (none for a bare checkpoint) */
@@ -275,6 +320,10 @@ Checkpoints: one at each epoch end (or every checkpoint_every steps) and at the 
 monitored value improves: early_stop's monitor, else val_loss with a val_split, else test_loss.
 model.safetensors holds only the weights (parameters and buffers, torch names) of the newest
 checkpoint: load it with mpsc eval/predict --weights or torch's load_state_dict(strict=True).
+Data-parallel (docs/workflow.md): --gpus N|all starts one process per GPU (NCCL all-reduce),
+--device cpu --ranks N one process per rank (all-reduce through the launcher); batch stays the
+global batch (a multiple of N), split over the ranks; rank 0 writes the run folder and prints;
+--resume works with any N. Example: mpsc train specs/char_gpt.model --gpus all --batch 256
 --set KEY=VALUE: KEY is train.<key>, train.early_stop.<key>, optimizer[.<arg>], schedule[.<arg>]
 or data[.<arg>]; VALUE is written as in the spec (3e-4, true, [100, 200], cosine(t_max: 500)).
 `;
@@ -303,15 +352,26 @@ export function register(program: Command): void {
     .option('--log-every <n>', 'log every N steps', parsePositiveInt('--log-every'), 50)
     .option('--json', 'print the end summary as one JSON object on stdout')
     .addOption(new Option('--nan-check <on|off>', 'stop when the loss becomes NaN/Inf').choices(['on', 'off']).default('on'))
+    .option('--gpus <n|all>', 'data-parallel training on N GPUs of this machine (one process per GPU, gradients averaged by NCCL; batch stays the global batch, split over the GPUs)')
+    .option('--ranks <n>', 'data-parallel training in N processes on --device cpu (or another non-CUDA device), gradients averaged through the launcher: the CPU counterpart of --gpus', parsePositiveInt('--ranks'))
     .addHelpText('after', TRAIN_EXAMPLES)
     .action(async (spec: string, o: TrainCliOptions) => {
       if (o.epochs !== undefined && o.steps !== undefined) throw new UserError('error: give either --epochs or --steps, not both');
+      const worker = workerEnv();
+      // --gpus / --ranks: this process launches the ranks (they print the run's lines, the --resume settings too)
+      const launcher = !worker && (o.gpus !== undefined || o.ranks !== undefined);
+      const group: ProcessGroup | null = worker ? await joinGroup(worker) : null;
+      const quiet = launcher || (group !== null && group.rank !== 0); // only rank 0 prints and writes
       const given = [...(o.lr !== undefined ? [lrOverride(o.lr)] : []), ...(o.precision !== undefined ? [precisionOverride(o.precision)] : []), ...(o.set ?? []).map((t) => parseSetArg(t))];
       // --resume of a run folder: that run's --set overrides apply again (given ones after them win)
       const inherited = o.resume !== undefined ? runOverrides(o.resume, (await checkSpec(spec)).name) : [];
-      if (inherited.length) process.stderr.write(`resuming with the run's settings: --set ${inherited.join(' --set ')}\n`);
+      if (inherited.length && !quiet) process.stderr.write(`resuming with the run's settings: --set ${inherited.join(' --set ')}\n`);
       const overrides = [...inherited.map((t) => parseSetArg(t)), ...given];
       const model = await checkSpec(spec, overrides);
+      if (launcher) {
+        process.exitCode = await launchRanks(o, model);
+        return;
+      }
       const texts = overrides.map(overrideText);
       for (const [k, v] of [['epochs', o.epochs], ['steps', o.steps], ['batch', o.batch], ['seed', o.seed]] as const) if (v !== undefined) texts.push(`train.${k}=${v}`);
       const recorded = lastPerKey(texts);
@@ -331,17 +391,17 @@ export function register(program: Command): void {
         sigints += 1;
         if (!started) {
           // still checking, loading or compiling: nothing to save, stop at once
-          process.stderr.write('\ninterrupted before training started (nothing was written)\n');
+          if (!quiet) process.stderr.write('\ninterrupted before training started (nothing was written)\n');
           process.exit(130);
         }
         if (sigints > 1) process.exit(130);
         const l = 'interrupt: finishing the current step and writing a checkpoint (press Ctrl-C again to quit at once)';
-        process.stderr.write(`\n${l}\n`);
+        if (!quiet) process.stderr.write(`\n${l}\n`);
         log(l);
         controller.abort();
       };
       process.on('SIGINT', onSigint);
-      const progress = makeProgress(process.stderr.isTTY === true && !process.env.CI, log);
+      const progress: Progress = quiet ? { onEvent() {}, stop() {} } : makeProgress(process.stderr.isTTY === true && !process.env.CI, log);
       let result: TrainResult;
       try {
         result = await train(model, {
@@ -364,6 +424,7 @@ export function register(program: Command): void {
           logEvery: o.logEvery,
           nanCheck: o.nanCheck !== 'off',
           signal: controller.signal,
+          ...(group ? { dataParallel: { group, flag: o.gpus !== undefined ? ('--gpus' as const) : ('--ranks' as const) } } : {}),
           onEvent: (e) => {
             if (e.kind === 'run') {
               logFd = fs.openSync(path.join(e.dir, LOG_FILE), e.resumed ? 'a' : 'w');
@@ -379,7 +440,10 @@ export function register(program: Command): void {
       } finally {
         progress.stop();
         process.off('SIGINT', onSigint);
+        group?.close();
       }
+      if (result.interrupted) process.exitCode = 130;
+      if (quiet) return;
       const summary = trainSummary(result, o.json === true);
       process.stdout.write(summary);
       if (logFd !== null) {

@@ -103,6 +103,8 @@ export interface TrainConfig {
   early_stop?: EarlyStopConfig | null;
   /** mixed precision (compiler/ir/precision.ts); absent = 'fp32' (optional: checkSource always sets it) */
   precision?: Precision;
+  /** data-parallel runs: synchronised batch-norm statistics (runtime/ddp refuses it with more than one rank); absent = per replica */
+  sync_batchnorm?: boolean;
 }
 
 /**

@@ -35,5 +35,22 @@ export interface Session {
    * synchronously ignore it and return the outputs.
    */
   run(program: ProgramName, inputs: Batch, scalars: StepScalars, opts?: RunOptions): Float64Array;
+  /**
+   * Data-parallel training (runtime/ddp): the backend's own collective library, when it has one (cuda:
+   * NCCL); absent on the others, whose gradients the host all-reduces through read / write.
+   */
+  collective?: DeviceCollective;
   close(): void;
+}
+
+/** A device's collective (runtime/ddp/collective.ts drives it). */
+export interface DeviceCollective {
+  /** what it is, for messages ("NCCL") */
+  readonly name: string;
+  /** rank 0: a new unique id for the group (shared with the other ranks by the launcher) */
+  uniqueId(): Uint8Array;
+  /** join the group (blocks until every rank joined) */
+  init(nranks: number, rank: number, id: Uint8Array): void;
+  /** average every gradient accumulator over the ranks in place, after the runs so far (asynchronous) */
+  allreduceGrads(): void;
 }

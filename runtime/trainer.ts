@@ -18,6 +18,16 @@
  * the scale goes to the session's `amp.loss_scale` state, the scaler's state into each checkpoint,
  * and each skipped step writes a metrics line; 40 skipped steps in a row stop the run (UserError).
  *
+ * Data-parallel (`dataParallel`: this process is one rank of a group, runtime/ddp): `batch` stays the
+ * global batch; the programs are built at batch / N with the update split off (train_step accumulates,
+ * apply_update updates); each rank runs its shard of every global batch (replica.ts shardBatch), the
+ * gradient accumulators are averaged over the ranks before apply_update (NCCL on cuda, the store on
+ * the host otherwise), the step's outputs (loss, metrics, fp16's gradient norm) are averaged over the
+ * ranks when read, and every stop (early stopping, SIGINT) is agreed so all ranks stop at one step.
+ * Evaluations are split over the ranks (eval batch i on rank i mod N at batch / N, the tail on rank 0;
+ * the sums added); rank 0 alone writes the run folder, metrics and checkpoints; the others print nothing. Batch norm statistics are per replica
+ * (DDP's default); checkpoints hold rank 0's, which is what DDP's buffer broadcast gives.
+ *
  * Run folders (run_folder.ts): with `runDir` / `runsRoot` the run writes config.json, metrics.jsonl
  * (every line has `split`: train / val / test; epochs 1-based as on the console), its checkpoints,
  * model.safetensors (weights only, rewritten with every checkpoint) and best.safetensors (a full
@@ -58,6 +68,8 @@ import { openSession } from './device.js';
 import { MAX_CONSECUTIVE_SKIPS, initialScaler, updateScaler, type ScalerState } from './loss_scaler.js';
 import { AMP_CHECK_OUTPUT, LOSS_SCALE_STATE } from '../compiler/ir/optimizer_lowering.js';
 import type { Session } from './session.js';
+import type { ProcessGroup } from './ddp/group.js';
+import { allreduceGradients, joinDeviceCollective, localBatch, rankSeed, shardBatch } from './ddp/replica.js';
 import { holdOut } from '../data/dataset.js';
 import {
   BEST_FILE,
@@ -105,6 +117,8 @@ export interface TrainOptions {
   /** set to request a stop (SIGINT): a checkpoint is written at the current position */
   signal?: AbortSignal;
   onEvent?: (e: TrainEvent) => void;
+  /** this process is one rank of a data-parallel group (runtime/ddp); the flag that started it names it in messages */
+  dataParallel?: { group: ProcessGroup; flag: '--gpus' | '--ranks' };
 }
 
 export type TrainEvent =
@@ -181,6 +195,15 @@ export function effectiveTrainConfig(model: CheckedModel, o: TrainOptions): Trai
 
 /** Run the eval program over a dataset (file order), sample-weighted means of loss and metrics. */
 export function evaluate(session: Session, programs: ProgramSet, ds: Dataset, scalars: StepScalars): EvalResult {
+  return evalResult(programs, ds, evaluateSums(session, programs, ds, scalars));
+}
+
+/**
+ * The sample-weighted sums of the eval outputs over a dataset (file order). `part`: data-parallel
+ * training, where rank r runs the full batches i with i % world == r and rank 0 the tail, and the
+ * ranks' sums are added (evalResult of the total is the whole split's result).
+ */
+export function evaluateSums(session: Session, programs: ProgramSet, ds: Dataset, scalars: StepScalars, part = { rank: 0, world: 1 }): Float64Array {
   const B = programs.eval.batch;
   const names = (p: ProgramName) => {
     const prog = programs[p]!;
@@ -193,12 +216,12 @@ export function evaluate(session: Session, programs: ProgramSet, ds: Dataset, sc
   const tail = ds.count - full * B;
   if (full > 0) {
     const batcher = createBatcher(ds, names('eval'), B);
-    for (let i = 0; i < full; i++) {
+    for (let i = part.rank; i < full; i += part.world) {
       const out = session.run('eval', batcher.fill(order, i * B), scalars);
       for (let k = 0; k < sums.length; k++) sums[k] += out[k] * B;
     }
   }
-  if (tail > 0) {
+  if (tail > 0 && part.rank === 0) {
     const tb = programs.eval_tail?.batch;
     if (tb === undefined || tail % tb !== 0) {
       throw new Error(`internal: the split has a tail of ${tail} samples but no eval_tail program whose batch divides it`);
@@ -209,6 +232,12 @@ export function evaluate(session: Session, programs: ProgramSet, ds: Dataset, sc
       for (let k = 0; k < sums.length; k++) sums[k] += out[k] * tb;
     }
   }
+  return sums;
+}
+
+/** loss and metrics from evaluateSums' totals */
+export function evalResult(programs: ProgramSet, ds: Dataset, sums: Float64Array): EvalResult {
+  const outNames = programs.eval.outputs.map((o) => o.name);
   const res: EvalResult = { loss: null, metrics: {}, samples: ds.count };
   outNames.forEach((n, k) => {
     const v = sums[k] / ds.count;
@@ -250,6 +279,17 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   const nanCheck = opts.nanCheck ?? true;
   const B = cfg.batch;
   const K = cfg.grad_accum;
+  const dp = opts.dataParallel?.group ?? null;
+  const rank = dp?.rank ?? 0;
+  const world = dp?.world ?? 1;
+  const lead = rank === 0; // writes files, evaluates, reports
+  const localB = dp ? localBatch(B, world, opts.dataParallel!.flag) : B;
+  if (dp && world > 1 && cfg.sync_batchnorm && model.graph.nodes.some((n) => n.op === 'batchnorm_train')) {
+    throw new UserError(
+      `${model.file}: error: sync_batchnorm: true is not supported yet: with ${opts.dataParallel!.flag} ${world} each rank normalises with its own shard's batch statistics (DDP's default)\n` +
+        `  help: remove sync_batchnorm from the train settings (per-replica statistics), or train on one ${opts.dataParallel!.flag === '--gpus' ? 'GPU' : 'rank'}`,
+    );
+  }
 
   // ---- resume: read the checkpoint first (its seed and position win)
   let resumeFile: string | null = null;
@@ -329,23 +369,47 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   }
 
   // ---- programs and session
-  const evalTail = evalTailBatch(B, [test?.count ?? 0, val?.count ?? 0]);
-  const programs = buildPrograms(model, { batch: B, evalTail });
+  const evalTail = evalTailBatch(localB, [test?.count ?? 0, val?.count ?? 0]);
+  const programs = buildPrograms(model, { batch: localB, evalTail, splitUpdate: dp !== null });
   // check checkpoint files against the programs' tensors before a backend is compiled
   const table = programTensorTable(programs);
   const tableNames = new Set(table.tensorNames());
-  const resumeLoad = { required: tableNames, ignorable: isAuxiliaryTensor, purpose: '--resume' };
+  // the gradient accumulators (`<param>.grad`) are zero at every checkpoint (written after apply_update):
+  // a checkpoint without them (one process) resumes a data-parallel run and one with them a single process
+  const paramNames = new Set(model.params.map((p) => p.path));
+  const isAccumulator = (n: string) => n.endsWith('.grad') && paramNames.has(n.slice(0, -'.grad'.length));
+  const resumeLoad = {
+    required: new Set([...tableNames].filter((n) => !isAccumulator(n))),
+    ignorable: (n: string) => isAuxiliaryTensor(n) || isAccumulator(n),
+    purpose: '--resume',
+  };
   const initParamNames = new Set([...modelTensorNames(model)].filter((n) => tableNames.has(n)));
   const initLoad = { required: initParamNames, only: initParamNames, ignorable: isAuxiliaryTensor, purpose: '--init-from' };
   const initSt = !resumeSt && opts.initFrom !== undefined ? readCheckpointFile(opts.initFrom) : null;
   if (resumeSt && resumeFile) loadIntoSession(table, resumeSt, resumeFile, resumeLoad);
   if (initSt && opts.initFrom !== undefined) loadIntoSession(table, initSt, opts.initFrom, initLoad);
+  // data-parallel: rank 0 builds the backend first, the others then find it in the build cache
+  if (dp && !lead) await dp.barrier();
   const opened = await openSession(opts.device ?? 'auto', programs, {
     threads: opts.threads,
     onProgress: (m) => emit({ kind: 'note', message: m }),
   });
   const session = opened.session;
   emit({ kind: 'note', message: opened.note });
+  if (dp && lead) await dp.barrier();
+  let gradsOnDevice = false;
+  if (dp) {
+    try {
+      gradsOnDevice = await joinDeviceCollective(session, dp);
+    } catch (e) {
+      session.close();
+      throw e;
+    }
+    emit({
+      kind: 'note',
+      message: `data-parallel: ${world} rank${world === 1 ? '' : 's'} (${opts.dataParallel!.flag}), global batch ${B} = ${world} x ${localB}; gradients averaged ${gradsOnDevice ? `by ${session.collective!.name} on the device` : 'through the launcher (host)'} before each update`,
+    });
+  }
   const baseLr = model.optimizer.lr;
   const sessionNames = new Set(session.tensorNames());
 
@@ -362,7 +426,9 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   try {
     // ---- the run folder (after the backend is built: a compile stopped by Ctrl-C leaves none)
     let runDir: string | null = null;
-    if (opts.runDir !== undefined) runDir = ensureRunDir(opts.runDir);
+    if (!lead) {
+      // data-parallel ranks other than 0 write no files
+    } else if (opts.runDir !== undefined) runDir = ensureRunDir(opts.runDir);
     else if (resumeRunDir !== null && (opts.runsRoot !== undefined || opts.checkpointDir === undefined)) runDir = resumeRunDir;
     else if (opts.runsRoot !== undefined) runDir = createRunDir(modelRunsDir(model.name, opts.runsRoot));
     if (runDir !== null) {
@@ -385,11 +451,11 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       }
     }
     if (scaling) session.write(LOSS_SCALE_STATE, Float32Array.of(scaler.scale));
-    if (opts.saveInit !== undefined) {
+    if (opts.saveInit !== undefined && lead) {
       saveWeights(opts.saveInit, session, model, pos.counter, { seed: String(cfg.seed), ...vocabMeta });
       emit({ kind: 'note', message: `initial parameters written to ${opts.saveInit}` });
     }
-    for (const f of [...(runDir !== null ? [path.join(runDir, METRICS_FILE)] : []), ...(opts.metricsFile !== undefined ? [opts.metricsFile] : [])]) {
+    for (const f of lead ? [...(runDir !== null ? [path.join(runDir, METRICS_FILE)] : []), ...(opts.metricsFile !== undefined ? [opts.metricsFile] : [])] : []) {
       fs.mkdirSync(path.dirname(path.resolve(f)), { recursive: true });
       metricsFds.push(fs.openSync(f, resumeInfo ? 'a' : 'w'));
     }
@@ -426,6 +492,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     let lastCheckpointStep = -1;
     let weightsFile: string | null = null;
     const checkpoint = () => {
+      if (!lead) return;
       const file = path.join(ckptDir, checkpointFileName(pos.step));
       saveCheckpoint(file, session, model, infoNow());
       pruneCheckpoints(ckptDir, keep, pos.step);
@@ -453,13 +520,15 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         emit({ kind: 'note', message: `warning: updating ${runDir} failed (${(e as Error).message.split('\n')[0]}); training goes on` });
       }
     };
-    const runEval = () => {
+    // data-parallel: every rank evaluates its share of the batches, the sums are added; rank 0 reports
+    const runEval = async () => {
       if (!test && !val) return;
       const scalars = { lr: 0, t: Math.max(pos.step, 1), seed: cfg.seed, counter: pos.counter };
       const values: Record<string, number> = {};
       for (const [split, ds] of [['val', val], ['test', test]] as const) {
         if (!ds) continue;
-        const r = evaluate(session, programs, ds, scalars);
+        const r = dp ? evalResult(programs, ds, await dp.allreduce(evaluateSums(session, programs, ds, scalars, { rank, world }), 'sum')) : evaluate(session, programs, ds, scalars);
+        if (!lead) continue;
         if (split === 'val') lastVal = r;
         else lastEval = r;
         emit({ kind: 'eval', step: pos.step, epoch: pos.epoch, split, result: r });
@@ -495,7 +564,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       }
     };
 
-    emit({ kind: 'start', device: opened.device, totalSteps, stepsPerEpoch, startStep: pos.step, batch: B, trainSamples: train.count, testSamples: test?.count ?? 0 });
+    emit({ kind: 'start', device: opened.device + (world > 1 ? ` x${world}` : ''), totalSteps, stepsPerEpoch, startStep: pos.step, batch: B, trainSamples: train.count, testSamples: test?.count ?? 0 });
 
     const trainNames = programs.train_step.inputs.map((id) => programs.train_step.graph.values[id].name);
     const batcher = createBatcher(train, trainNames, B, cfg.seed);
@@ -519,7 +588,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       }
       const lr = lrAt(model.schedule, baseLr, pos.step, totalSteps);
       // t: the optimizer's own step count (Adam's bias correction), which a skipped fp16 step does not advance (as in torch)
-      const scalars: StepScalars = { lr, t: pos.step + 1 - scaler.skipped * Number(scaling), seed: cfg.seed, counter: 0 };
+      const scalars: StepScalars = { lr, t: pos.step + 1 - scaler.skipped * Number(scaling), seed: rankSeed(cfg.seed, rank), counter: 0 };
       const sums = new Float64Array(outNames.length);
       let ampNorm = 0;
       // an asynchronous device (cuda) reads the step's outputs only when the step is logged, evaluated
@@ -532,7 +601,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
         (cfg.eval_every !== null ? next % cfg.eval_every === 0 : endsEpoch) || (cfg.checkpoint_every !== null ? next % cfg.checkpoint_every === 0 : endsEpoch);
       for (let k = 0; k < K; k++) {
         scalars.counter = pos.counter;
-        const out = session.run('train_step', batcher.fill(order, pos.batchInEpoch * B, pos.epoch), scalars, { read });
+        const out = session.run('train_step', shardBatch(batcher.fill(order, pos.batchInEpoch * B, pos.epoch), B, rank, world), scalars, { read });
         pos.counter += 1;
         pos.batchInEpoch += 1;
         if (ampIdx >= 0) ampNorm = out[ampIdx];
@@ -546,6 +615,13 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
           );
         }
         for (let i = 0; i < sums.length; i++) sums[i] += out[i];
+      }
+      if (dp) {
+        // the step's outputs are the ranks' mean (every rank decides `read` alike); then the gradients
+        if (read) sums.set(await dp.allreduce(sums, 'avg'));
+        // fp16: any rank's inf / NaN gradient norm skips the step on every rank
+        if (ampIdx >= 0) ampNorm = (await dp.allreduce(Float64Array.of(ampNorm), 'sum'))[0];
+        await allreduceGradients(session, dp, gradsOnDevice, gradAccs);
       }
       const usedScale = scaler.scale;
       let skippedNow = false;
@@ -586,19 +662,29 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       }
 
       const epochEnd = pos.batchInEpoch + K > stepsPerEpoch * K;
-      if (cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd) runEval();
+      const evalNow = cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd;
+      if (evalNow) await runEval();
       // fp16: no checkpoint while the loss is not finite (the last good one stays the newest)
       const goodState = !scaling || Number.isFinite(loss);
       if ((cfg.checkpoint_every !== null ? pos.step % cfg.checkpoint_every === 0 : epochEnd) && goodState) checkpoint();
-      if (stopEarly) break;
-
       await new Promise((r) => setImmediate(r)); // let SIGINT and timers in
-      if (opts.signal?.aborted && pos.step < totalSteps) {
+      // data-parallel: every rank stops at the same step (rank 0's early stop, anyone's interrupt), agreed
+      // after each evaluation and every 16 steps (not every step: a round trip through the launcher)
+      if (dp && (evalNow || read || pos.step % 16 === 0)) {
+        const agreed: Float64Array = await dp.allreduce(Float64Array.of(Number(stopEarly), Number(opts.signal?.aborted === true)), 'max');
+        stopEarly = agreed[0] > 0;
+        if (agreed[1] > 0 && pos.step < totalSteps && !stopEarly) {
+          interrupted = true;
+          break;
+        }
+      }
+      if (stopEarly) break;
+      if (!dp && opts.signal?.aborted && pos.step < totalSteps) {
         interrupted = true;
         break;
       }
     }
-    if (!interrupted && lastEvalStep !== pos.step) runEval();
+    if (!interrupted && lastEvalStep !== pos.step) await runEval();
     if (lastCheckpointStep !== pos.step) checkpoint();
     runUpdate();
     const seconds = trainSeconds();

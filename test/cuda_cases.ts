@@ -12,16 +12,18 @@ import { ONE_BLOCK_ROWS, rowGroupThreads } from '../compiler/codegen-cuda/class_
 import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
-import { GraphBuilder, numel, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
+import { FLASH_HEAD_DIMS } from '../compiler/codegen-cuda/attention_cuda.js';
+import { roundToHalf } from '../compiler/reference/half.js';
 import type { CheckedModel } from '../compiler/model.js';
 import type { Batch } from '../runtime/session.js';
-import { allOpCases, fusedCases, independentUpdatesCase } from './metal_cases.js';
+import { allOpCases, castCase, fusedCases, independentUpdatesCase } from './metal_cases.js';
 import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } from './metal_harness.js';
 
 /** every case of cuda_check's kernel part, in the order of the programs built from them */
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
-  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), independentUpdatesCase()];
+  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), ...cudaAttentionCases(), independentUpdatesCase()];
 }
 
 /** the driver `exe` built from `a`: runCases finds each checked value in the programs as built (fused: ids renumbered, names kept) */
@@ -180,6 +182,69 @@ export function positionEmbeddingCase(name: string, N: number, T: number, V: num
   b.node('embedding_grad', [dy, pos], [dw], { w_shape: [V, D] }, 'pos');
   const program = { name, batch: N, graph: b.graph, inputs, outputs: [] } as unknown as Program;
   return { program, data, check: [y, dw] };
+}
+
+/**
+ * max-norm relative tolerance of a flash attention case by its operand type: the kernels round P
+ * and dS to 16 bits as the A operand of the next tensor-core product (attention_cuda.ts, as
+ * FlashAttention-2 does), about 2^-9 (bf16) / 2^-12 (fp16) relative per term; the reference rounds
+ * only q, k, v, dO and o (the casts). An indexing or fragment-layout error is O(1).
+ */
+export const FLASH_TOL: Record<HalfDType, number> = { bf16: 2e-2, f16: 4e-3 };
+const flashTol = new WeakMap<OpCase, number>();
+/** the tolerance of a flash attention case (cudaAttentionCases), or null for any other case */
+export function flashTolerance(c: OpCase): number | null {
+  return flashTol.get(c) ?? null;
+}
+
+/**
+ * 16-bit attention and attention_grad (q, k, v, dO and o through `cast` nodes, as the precision pass
+ * writes them) at the shapes of the CUDA flash kernels (attention_cuda.ts): T and S not multiples of
+ * the 64-row tile, several tiles, heads of 1 and 16 per case, head widths 16 / 32 / 48 / 64, causal with
+ * S = T and S > T, non-causal with S > T, bf16 and fp16; and a head width the flash kernels refuse (8:
+ * the shared kernel with 16-bit operands). The backward's o and lse are the float64 reference
+ * forward's (of the rounded q, k, v). Then fp32 attention at the fp32 flash kernels' shapes
+ * (attention_f32.ts: 32-row tiles), within the usual 1e-4.
+ */
+export function cudaAttentionCases(): OpCase[] {
+  const rng = makeRng(20261205);
+  const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
+  const out: OpCase[] = [];
+  const add = (name: string, op: 'attention' | 'attention_grad', inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number | boolean>, to: HalfDType) => {
+    const c = castCase(name, op, inputs, outShapes, attrs, to);
+    if (FLASH_HEAD_DIMS.includes(inputs[1].shape[3])) flashTol.set(c, FLASH_TOL[to]);
+    out.push(c);
+  };
+  const round = (to: HalfDType, x: { shape: number[]; data: Float64Array }) => ({ shape: x.shape, data: x.data.map((v) => roundToHalf(v, to)) });
+  for (const [N, H, T, S, D, causal, to] of [
+    [1, 1, 37, 37, 64, true, 'bf16'], [1, 16, 21, 21, 64, false, 'f16'], [2, 3, 130, 130, 64, true, 'bf16'], [1, 2, 128, 128, 64, true, 'f16'],
+    [1, 2, 70, 150, 32, false, 'bf16'], [1, 2, 70, 150, 16, true, 'f16'], [2, 1, 100, 100, 48, true, 'bf16'], [1, 1, 19, 19, 8, true, 'bf16'],
+  ] as [number, number, number, number, number, boolean, HalfDType][]) {
+    const tag = `flash_${N}x${H}_t${T}_s${S}_d${D}${causal ? '_causal' : ''}_${to}`;
+    const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
+    const attrs = { causal, scale: 1 / Math.sqrt(D) };
+    const outs = [[N, H, T, D], [N, H, T]];
+    add(`${tag}_fwd`, 'attention', [q, k, v], outs, attrs, to);
+    // the reference forward of the rounded operands gives the backward's o and lse
+    const fwd = opCase(`${tag}_ref`, 'attention', [round(to, q), round(to, k), round(to, v)], outs, attrs);
+    const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    add(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs, to);
+  }
+  // fp32 (attention_f32.ts: 32-row tiles; 1e-4): several tiles with a short last one, causal with S > T, each head width
+  for (const [N, H, T, S, D, causal] of [
+    [2, 3, 70, 70, 64, true], [1, 2, 45, 100, 32, true], [1, 3, 33, 65, 16, false], [2, 1, 64, 64, 48, false],
+  ] as [number, number, number, number, number, boolean][]) {
+    const tag = `flash_f32_${N}x${H}_t${T}_s${S}_d${D}${causal ? '_causal' : ''}`;
+    const q = f([N, H, T, D], -2, 2), k = f([N, H, S, D], -2, 2), v = f([N, H, S, D]);
+    const attrs = { causal, scale: 1 / Math.sqrt(D) };
+    const fwd = opCase(`${tag}_fwd`, 'attention', [q, k, v], [[N, H, T, D], [N, H, T]], attrs);
+    out.push(fwd);
+    const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    out.push(opCase(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs));
+  }
+  return out;
 }
 
 /** the batches of cuda_check's parity (and bench/tf32_margin.ts): two seeded random batches, alternating */

@@ -279,6 +279,25 @@ export function independentUpdatesCase(): OpCase {
 }
 
 /**
+ * One case of op `op` whose 16-bit inputs (OpDef.halfInputs) go through a `cast {to}` node first, as
+ * compiler/ir/precision.ts writes them; the other inputs and the outputs are f32.
+ */
+export function castCase(name: string, op: string, inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number[] | number | boolean>, to: HalfDType): OpCase {
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const half = opDef(op).halfInputs ?? [];
+  const ids = inputs.map((x, i) => {
+    const id = b.value(`${name}.in${i}`, 'f32', x.shape, 'input');
+    data.set(id, x.data);
+    if (!half.includes(i)) return id;
+    return b.emit('cast', [id], [{ name: `${name}.in${i}.${to}`, dtype: to, shape: x.shape }], { to })[0];
+  });
+  const outs = b.emit(op, ids, outShapes.map((shape, i) => ({ name: `${name}.out${i}`, shape })), attrs);
+  const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+  return { program, data, check: outs };
+}
+
+/**
  * Mixed precision (issue 15): every op that reads 16-bit operands (OpDef.halfInputs: the GEMM
  * family and attention, forward and backward) with those operands made 16-bit by a `cast` node
  * first, as compiler/ir/precision.ts makes them, alternating f16 and bf16; the outputs are f32.
@@ -292,19 +311,7 @@ export function halfCases(): OpCase[] {
   let k = 0;
   const add = (op: string, inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number[] | number | boolean>) => {
     const to: HalfDType = k % 2 === 0 ? 'bf16' : 'f16';
-    const name = `h${k++}_${op}_${to}`;
-    const b = new GraphBuilder();
-    const data = new Map<number, Float64Array>();
-    const half = opDef(op).halfInputs ?? [];
-    const ids = inputs.map((x, i) => {
-      const id = b.value(`${name}.in${i}`, 'f32', x.shape, 'input');
-      data.set(id, x.data);
-      if (!half.includes(i)) return id;
-      return b.emit('cast', [id], [{ name: `${name}.in${i}.${to}`, dtype: to, shape: x.shape }], { to })[0];
-    });
-    const outs = b.emit(op, ids, outShapes.map((shape, i) => ({ name: `${name}.out${i}`, shape })), attrs);
-    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
-    out.push({ program, data, check: outs });
+    out.push(castCase(`h${k++}_${op}_${to}`, op, inputs, outShapes, attrs, to));
   };
   // a round trip f32 -> 16 bits -> f32 over the finite range (f16 subnormals included; the edge
   // values: ties, overflow, inf, NaN are compared bit for bit in metal_precision.test.ts)

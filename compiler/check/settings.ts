@@ -112,6 +112,7 @@ export const TRAIN_KEYS: ArgSpec[] = [
   { name: 'checkpoint_every', type: 'int', min: 1, default: null, doc: 'checkpoint every this many optimizer steps (default: each epoch end)' },
   { name: 'val_split', type: 'float', min: 0, max: 1, maxExclusive: true, default: 0, doc: 'hold out this fraction of the training data (its last samples, unshuffled) as a validation set' },
   { name: 'early_stop', type: 'map', default: null, doc: 'stop when the monitored value stops improving: { monitor: "val_loss", patience: 3, min_delta: 0 }' },
+  { name: 'sync_batchnorm', type: 'bool', default: false, doc: 'data-parallel runs (--gpus / --ranks): batch-norm statistics over all ranks instead of per replica (not supported yet: an error with more than one rank)' },
   { name: 'precision', type: 'string', default: 'fp32', doc: '"fp32", "fp16" (with dynamic loss scaling) or "bf16": 16-bit GEMM operands with f32 accumulation, everything else f32 (docs/language.md, Precision)' },
 ];
 
@@ -332,5 +333,6 @@ export function checkTrain(ast: A.ModelFile, specDir: string, inputs: FlatInput[
     val_split: a.val_split,
     early_stop: earlyStop,
     precision: a.precision as Precision,
+    ...(a.sync_batchnorm ? { sync_batchnorm: true } : {}),
   };
 }

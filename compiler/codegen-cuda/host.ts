@@ -16,7 +16,12 @@
  *    the staging set through its mapped device address; only when the caller asks for the outputs
  *    (outputs != NULL) does the host wait for the step and read them;
  *  - backend_to_host / backend_from_host: keep the host copy of the persistent block (what
- *    read / write / checkpoints see) in step with the device copy.
+ *    read / write / checkpoints see) in step with the device copy;
+ *  - data-parallel training (runtime/ddp): backend_collective_id / _init make the NCCL communicator
+ *    (runtime/cuda/mpsc_nccl.cpp, where CMake found NCCL: MPSC_NCCL) and backend_allreduce_grads
+ *    enqueues, on the compute stream after the last run, one NCCL group averaging every gradient
+ *    accumulator in place (in the reverse of the persistent table order: the last layers' gradients
+ *    first, as the backward produces them). Without NCCL they fail with "built without NCCL".
  * Every CUDA call and launch is checked; failures become ctx->error messages (never a crash).
  * Kernel variant: the tensor-core (3xTF32) GEMMs unless MPSC_CUDA_PLAIN=1 picks the fp32 FFMA
  * ones (bench/cuda_check.sh runs both). MPSC_CUDA_MIRROR_ARENA=1 copies the arena back to
@@ -139,12 +144,19 @@ function gatherKernel(p: ProgramPlan, i: number): string {
     '}\n\n';
 }
 
-function recordFn(p: ProgramPlan, i: number): string {
+function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets): string {
   let s = `// program ${commentText(p.name)}: the graph's nodes in stream order (${p.kernels} kernels, then the output gather).\n`;
   s += `// set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped\n`;
   s += `// pinned memory); ev (profiling only, NULL when captured): an event after each kernel\n`;
   s += `bool record_p${i}(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {\n  (void)b; (void)mma; (void)set; (void)out;\n`;
-  p.nodes.forEach((n, k) => (s += launch(p, n, k)));
+  const mine = p.name === 'train_step' ? buckets.nodes : [];
+  p.nodes.forEach((n, k) => {
+    s += launch(p, n, k);
+    const j = mine.indexOf(k);
+    // data-parallel overlap: this node wrote the last gradient of bucket j: its all-reduce starts on the side stream
+    if (j >= 0) s += `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_allreduce(ctx, b, st, ${j})) return false;\n#endif\n`;
+  });
+  if (mine.length) s += `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_join(ctx, b, st)) return false;  // the step ends after every bucket's all-reduce\n#endif\n`;
   if (p.outputs.length) {
     s += `  mpsc_gather_p${i}<<<1, ${p.outputs.length}, 0, st>>>(dev, out);\n`;
     s += `  if (!ck(ctx, cudaGetLastError(), "the output gather of ${commentText(p.name)}")) return false;\n`;
@@ -194,11 +206,166 @@ function runFn(p: ProgramPlan, i: number): string {
   );
 }
 
+/**
+ * The data-parallel all-reduce (runtime/ddp): the gradient accumulators in the order train_step finishes
+ * them (by the graph node that writes each last; table order within a node) and, for the overlap, the
+ * buckets: consecutive accumulators of at least BUCKET_BYTES, each all-reduced on a side stream right
+ * after the node that finishes its last accumulator, while the rest of the backward runs. No buckets (nodes: []) when an accumulator is read later in train_step
+ * (fp16's gradient norm) or written by no node: then the all-reduce runs after the step.
+ */
+export interface GradBuckets {
+  grads: { name: string; offset: number; count: number }[];
+  /** train_step graph node index of bucket j's last writer */
+  nodes: number[];
+  /** bucket j holds grads[first[j] .. first[j + 1]) */
+  first: number[];
+}
+
+/** the smallest bucket (bytes of accumulators) before the next one starts: PyTorch DDP's default bucket_cap_mb, 25 MiB */
+export const BUCKET_BYTES = 25 * 1024 * 1024;
+
+export function gradBuckets(plan: CudaPlan, table: PersistentTable): GradBuckets {
+  const tensors = table.tensors.filter((t) => t.kind === 'gradacc');
+  const ts = plan.programs.find((p) => p.name === 'train_step');
+  const argsOf = (n: GraphNodePlan): KernelArgPlan[] => (n.kind === 'kernel' ? n.args : [...n.fallback, ...n.after].flatMap((k) => k.args));
+  const placed = tensors.map((t, i) => {
+    const off = plan.persistent.offset + t.offset;
+    const bytes = t.shape.reduce((a, b) => a * b, 1) * 4;
+    const touches = (a: KernelArgPlan) => a.offset < off + bytes && off < a.offset + a.bytes;
+    let last = -1;
+    ts?.nodes.forEach((n, k) => { if (argsOf(n).some((a) => a.access !== 'r' && touches(a))) last = k; });
+    const readLater = last >= 0 && ts!.nodes.slice(last + 1).some((n) => argsOf(n).some(touches));
+    return { name: t.name, offset: t.offset, count: bytes / 4, last, readLater, i };
+  });
+  const overlap = placed.length > 0 && placed.every((g) => g.last >= 0 && !g.readLater);
+  const order = overlap ? [...placed].sort((a, b) => a.last - b.last || a.i - b.i) : [...placed].reverse();
+  // buckets of at least BUCKET_BYTES (PyTorch DDP's bucket_cap_mb), closed at a node boundary: a bucket
+  // ends after the node that writes its last accumulator
+  const nodes: number[] = [];
+  const first: number[] = [];
+  if (overlap) {
+    let bytes = 0;
+    order.forEach((g, k) => {
+      if (k === 0 || (bytes >= BUCKET_BYTES && g.last !== order[k - 1].last)) {
+        if (k > 0) nodes.push(order[k - 1].last);
+        first.push(k);
+        bytes = 0;
+      }
+      bytes += g.count * 4;
+    });
+    nodes.push(order[order.length - 1].last);
+  }
+  first.push(order.length);
+  return { grads: order.map(({ name, offset, count }) => ({ name, offset, count })), nodes: overlap ? nodes : [], first: overlap ? first : [0, order.length] };
+}
+
+/** the accumulators and buckets as C tables (NCCL builds only) */
+function gradTables(bk: GradBuckets): string {
+  const n = bk.grads.length;
+  return `#ifdef MPSC_NCCL
+// data-parallel training: the gradient accumulators the all-reduce averages, in the order train_step finishes them
+${n ? `const int NGRAD = ${n};
+const size_t GRAD_OFFSET[NGRAD] = { ${bk.grads.map((g) => g.offset).join(', ')} };
+const int64_t GRAD_COUNT[NGRAD] = { ${bk.grads.map((g) => g.count).join(', ')} };
+` : ''}// buckets (MPSC_DDP_OVERLAP=1): bucket j = accumulators BUCKET_FIRST[j] .. BUCKET_FIRST[j + 1], all-reduced after train_step
+// graph node ${bk.nodes.length ? bk.nodes.join(', ') : '(none)'} respectively
+const int NBUCKET = ${bk.nodes.length};${bk.nodes.length ? `
+const int BUCKET_FIRST[NBUCKET + 1] = { ${bk.first.join(', ')} };` : ''}
+#endif
+`;
+}
+
+/** the side-stream bucket all-reduce of train_step's graph and its join (NCCL builds with buckets only) */
+function bucketFns(bk: GradBuckets): string {
+  if (!bk.nodes.length) return '';
+  return `#ifdef MPSC_NCCL
+/** bucket j: after the node that wrote its last gradient (an event on the step's stream), one NCCL group on the side stream */
+bool bucket_allreduce(mpsc_ctx* ctx, Backend* b, cudaStream_t st, int j) {
+  if (!ck(ctx, cudaEventRecord(b->bucket_ev[j], st), "cudaEventRecord (gradient bucket)") ||
+      !ck(ctx, cudaStreamWaitEvent(b->side, b->bucket_ev[j], 0), "cudaStreamWaitEvent (gradient bucket)")) return false;
+  float* ptrs[NGRAD];
+  const int n = BUCKET_FIRST[j + 1] - BUCKET_FIRST[j];
+  for (int i = 0; i < n; ++i) ptrs[i] = reinterpret_cast<float*>(b->dev + PERSISTENT_OFFSET + GRAD_OFFSET[BUCKET_FIRST[j] + i]);
+  b->graph_allreduce = true;
+  return mpsc_nccl_allreduce_avg(b->nccl, ptrs, GRAD_COUNT + BUCKET_FIRST[j], n, b->side, ctx->error, sizeof ctx->error);
+}
+
+/** the step's stream waits for every bucket's all-reduce */
+bool bucket_join(mpsc_ctx* ctx, Backend* b, cudaStream_t st) {
+  return ck(ctx, cudaEventRecord(b->bucket_ev[NBUCKET], b->side), "cudaEventRecord (gradient buckets done)") &&
+         ck(ctx, cudaStreamWaitEvent(st, b->bucket_ev[NBUCKET], 0), "cudaStreamWaitEvent (gradient buckets done)");
+}
+#endif
+`;
+}
+
+/**
+ * The data-parallel hooks (runtime/ddp): the three collective functions over runtime/cuda/mpsc_nccl.h,
+ * or their "built without NCCL" failures.
+ */
+function collectiveFns(bk: GradBuckets): string {
+  const n = bk.grads.length;
+  const noNccl = 'built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)';
+  return `int32_t backend_collective_id(mpsc_ctx* ctx, void* p, unsigned char* id, int32_t len) {
+  (void)p; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  return mpsc_nccl_unique_id(id, len, ctx->error, sizeof ctx->error);
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, ${cString(noNccl)});
+  return -1;
+#endif
+}
+
+int backend_collective_init(mpsc_ctx* ctx, void* p, int32_t nranks, int32_t rank, const unsigned char* id, int32_t len) {
+  (void)p; (void)nranks; (void)rank; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (b->nccl) { std::snprintf(ctx->error, sizeof ctx->error, "the NCCL communicator already exists"); return 1; }
+  b->nccl = mpsc_nccl_init(nranks, rank, id, len, ctx->error, sizeof ctx->error);
+  if (!b->nccl) return 1;
+  // MPSC_DDP_OVERLAP=1: the buckets' all-reduces run inside train_step's graph on a side stream (captured at its first run, after this)
+  const char* ov = std::getenv("MPSC_DDP_OVERLAP");
+  b->overlap = NBUCKET > 0 && ov && ov[0] == '1';
+  if (b->overlap) {
+    if (!ck(ctx, cudaStreamCreateWithFlags(&b->side, cudaStreamNonBlocking), "cudaStreamCreate (gradient buckets)")) return 1;
+    for (cudaEvent_t& e : b->bucket_ev) if (!ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (gradient buckets)")) return 1;
+  }
+  char v[32];
+  mpsc_nccl_version(v, sizeof v);
+  if (rank == 0) std::fprintf(stderr, "mpsc cuda: NCCL %s communicator of %d rank%s; gradients all-reduced %s\\n", v, (int)nranks, nranks == 1 ? "" : "s",
+                              b->overlap ? "in buckets overlapping the backward (MPSC_DDP_OVERLAP=1)" : "after the backward");
+  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, ${cString(noNccl)});
+  return 1;
+#endif
+}
+
+int backend_allreduce_grads(mpsc_ctx* ctx, void* p) {
+  (void)p;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (b->graph_allreduce) return 0;  // train_step's graph did it, bucket by bucket
+  if (!upload_if_dirty(ctx, b)) return 1;
+${n ? `  float* ptrs[NGRAD];
+  for (int i = 0; i < NGRAD; ++i) ptrs[i] = reinterpret_cast<float*>(b->dev + PERSISTENT_OFFSET + GRAD_OFFSET[i]);
+  if (!mpsc_nccl_allreduce_avg(b->nccl, ptrs, GRAD_COUNT, NGRAD, b->stream, ctx->error, sizeof ctx->error)) return 1;
+  b->device_newer = true;
+` : ''}  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, ${cString(noNccl)});
+  return 1;
+#endif
+}
+`;
+}
+
 const KINDS: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE', optstate: 'MPSC_OPTSTATE', gradacc: 'MPSC_GRADACC' };
 
 /** `model_cuda.cu`: includes the kernels file `kernelsFile` and implements the model ABI. */
 export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFile: string): string {
   const P = plan.programs;
+  const buckets = gradBuckets(plan, table);
   const tensors = table.tensors.map((t, i) => ({
     shape: `const int64_t tshape${i}[] = { ${t.shape.length ? t.shape.join(', ') : '0'} };`,
     row: `  { ${cString(t.name)}, ${t.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32'}, ${KINDS[t.kind] ?? 'MPSC_STATE'}, ${t.shape.length}, tshape${i}, ${t.shape.reduce((a, b) => a * b, 1)}, ${t.offset} },`,
@@ -223,6 +390,9 @@ export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFi
 #ifdef MPSC_CUBLASLT
 #include "mpsc_cublaslt.h"  // defined by the CMake project where it finds CUDA::cublasLt
 #endif
+#ifdef MPSC_NCCL
+#include "mpsc_nccl.h"  // defined by the CMake project where it finds nccl.h and libnccl
+#endif
 
 namespace {
 ${ltTable(plan)}
@@ -233,7 +403,7 @@ const size_t ARENA_BYTES = ${plan.arena.bytes};
 ${P.some((p) => p.nodes.some((n) => (n.kind === 'kernel' ? [n] : n.fallback).some((k) => k.scratch))) ? `const size_t SCRATCH_OFFSET = ${plan.scratch.offset};  // split-K partial sums, ${plan.scratch.bytes} bytes\n` : ''}const int NPROG = ${P.length};
 const size_t STAGING_BYTES[NPROG] = { ${P.map((p) => p.stagingBytes).join(', ')} };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
-
+${gradTables(buckets)}
 struct Prog {
   unsigned char* stage[2] = {nullptr, nullptr};      // pinned, mapped host staging sets
   unsigned char* stage_dev[2] = {nullptr, nullptr};  // their device addresses
@@ -259,6 +429,13 @@ struct Backend {
   bool lt_ok[NLT > 0 ? NLT : 1] = {};  // cuBLASLt call i has an algorithm (else its generated kernels run)
 #ifdef MPSC_CUBLASLT
   MpscLt* lt = nullptr;
+#endif
+#ifdef MPSC_NCCL
+  MpscNccl* nccl = nullptr;  // data-parallel training: the communicator (collective_init)
+  bool overlap = false;      // MPSC_DDP_OVERLAP=1 and buckets: train_step's graph all-reduces them on the side stream
+  bool graph_allreduce = false;  // a recorded train_step holds the all-reduce (allreduce_grads has nothing to do)
+  cudaStream_t side = nullptr;
+  cudaEvent_t bucket_ev[NBUCKET + 1] = {};
 #endif
   cudaEvent_t prof_ev[${Math.max(0, ...P.map((p) => p.nodes.length)) + 1}] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
@@ -319,7 +496,8 @@ bool profile_step(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out,
 }
 
 ${P.map(gatherKernel).join('')}${P.map(kernelNames).join('')}
-${P.map(recordFn).join('\n')}
+${bucketFns(buckets)}
+${P.map((p, i) => recordFn(p, i, buckets)).join('\n')}
 ${P.map(runFn).join('\n')}
 const char* const* const KNAMES[NPROG] = { ${P.map((_, i) => `knames_p${i}`).join(', ')} };
 const char* const PNAMES[NPROG] = { ${P.map((p) => cString(p.name)).join(', ')} };
@@ -361,6 +539,11 @@ void destroy(Backend* b) {
   for (cudaEvent_t e : b->prof_ev) if (e) cudaEventDestroy(e);
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
+#endif
+#ifdef MPSC_NCCL
+  for (cudaEvent_t e : b->bucket_ev) if (e) cudaEventDestroy(e);
+  if (b->side) { cudaStreamSynchronize(b->side); cudaStreamDestroy(b->side); }
+  mpsc_nccl_destroy(b->nccl);
 #endif
   if (b->dev) cudaFree(b->dev);
   if (b->copy) cudaStreamDestroy(b->copy);
@@ -443,6 +626,7 @@ int backend_from_host(mpsc_ctx* ctx, void* p) {
   return 0;
 }
 
+${collectiveFns(buckets)}
 ${progTables}
 ${tensors.map((t) => t.shape).join('\n')}
 const mpsc_tensor_desc tensors[] = {
@@ -455,6 +639,7 @@ ${P.map((p, i) => `  { ${cString(p.name)}, ${p.batch}, ${p.inputs.length}, in_p$
 const mpsc_model_desc model = {
   MPSC_ABI_VERSION, ${cString(plan.model)}, "cuda", ${table.tensors.length}, tensors, ${table.bytes}, ${P.length}, programs,
   backend_create, backend_free, backend_to_host, backend_from_host,
+  backend_collective_id, backend_collective_init, backend_allreduce_grads,
 };
 
 } // namespace

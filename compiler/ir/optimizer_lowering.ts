@@ -18,6 +18,10 @@
  *      the accumulators when it is not finite); apply_update divides each accumulator by the
  *      LOSS_SCALE_STATE scalar (`binary div`) before the clip and the update read it, as
  *      torch.amp.GradScaler unscales before clipping.
+ *  - split (data-parallel training, runtime/ddp): as grad_accum > 1 (also for K = 1), so the host can
+ *      all-reduce the accumulators between train_step and apply_update; each grad_accumulate sits
+ *      right after the node producing its gradient (accumulateEarly), so a backend can all-reduce
+ *      finished accumulators while the backward goes on.
  *  Optimizer state values have kind 'optstate' and the parameter's shape, named
  *  `<param>.momentum_buffer` (sgd with momentum != 0), `<param>.exp_avg` and
  *  `<param>.exp_avg_sq` (adam, adamw); they start at zero (backends zero-fill).
@@ -32,7 +36,7 @@ import type { ParamGrad } from './autodiff.js';
 
 export interface LoweredOptimizer {
   train: Graph;
-  /** present iff grad_accum > 1 */
+  /** present iff grad_accum > 1, loss scaling or split */
   applyUpdate?: Graph;
   /** value id (in the graph that performs the update) of the global grad norm, when grad_clip is set */
   gradNorm?: number;
@@ -83,16 +87,24 @@ export interface LossScaling {
   scale: number;
 }
 
-export function lowerOptimizer(graph: Graph, grads: ParamGrad[], opt: OptimizerConfig, train: Pick<TrainConfig, 'grad_clip' | 'grad_accum'>, scaling?: LossScaling): LoweredOptimizer {
+export function lowerOptimizer(
+  graph: Graph,
+  grads: ParamGrad[],
+  opt: OptimizerConfig,
+  train: Pick<TrainConfig, 'grad_clip' | 'grad_accum'>,
+  scaling?: LossScaling,
+  split = false,
+): LoweredOptimizer {
   const K = train.grad_accum;
   if (!Number.isInteger(K) || K < 1) throw new Error(`internal: grad_accum must be an integer >= 1, got ${K}`);
   const b = copyGraph(graph);
-  if (K === 1 && !scaling) {
+  // split: data-parallel training (runtime/ddp) all-reduces the accumulators between train_step and apply_update
+  if (K === 1 && !scaling && !split) {
     const pairs = grads.map((g) => ({ param: b.graph.values[g.param], grad: g.grad }));
     const gradNorm = emitUpdates(b, pairs, opt, train.grad_clip);
     return { train: b.graph, gradNorm };
   }
-  // grad_accum > 1 or loss scaling: accumulate in train_step, update in apply_update
+  // grad_accum > 1, loss scaling or split: accumulate in train_step, update in apply_update
   const up = new GraphBuilder();
   const pairs: { param: Value; grad: number }[] = [];
   const accs: number[] = [];
@@ -116,5 +128,31 @@ export function lowerOptimizer(graph: Graph, grads: ParamGrad[], opt: OptimizerC
   if (scaling) b.emit('grad_norm', trainAccs, [{ name: AMP_CHECK_OUTPUT, shape: [], kind: 'output' }], {}, 'optimizer');
   const gradNorm = emitUpdates(up, pairs, opt, train.grad_clip);
   for (const acc of accs) up.node('zero', [acc], [], {}, up.get(acc).name);
-  return { train: b.graph, applyUpdate: up.graph, gradNorm };
+  return { train: split ? accumulateEarly(b.graph) : b.graph, applyUpdate: up.graph, gradNorm };
+}
+
+/**
+ * Data-parallel train_step: each grad_accumulate moved right after the node producing its gradient
+ * (the backward's order: the last layers' first), so a backend can start averaging an accumulator over
+ * the ranks while the rest of the backward runs (codegen-cuda's buckets). Valid because an accumulate
+ * reads only its gradient and its accumulator, and nothing in train_step reads the accumulator after it
+ * (the grad_norm of loss scaling reads them all and stays last). Node ids are renumbered.
+ */
+function accumulateEarly(g: Graph): Graph {
+  const producer = new Map<number, number>();
+  g.nodes.forEach((n, i) => n.outputs.forEach((v) => producer.set(v, i)));
+  const after = new Map<number, Graph['nodes']>();
+  const moved = new Set<number>();
+  g.nodes.forEach((n, i) => {
+    const at = n.op === 'grad_accumulate' ? producer.get(n.inputs[1]) : undefined;
+    if (at === undefined) return;
+    moved.add(i);
+    after.set(at, [...(after.get(at) ?? []), n]);
+  });
+  const nodes: Graph['nodes'] = [];
+  g.nodes.forEach((n, i) => {
+    if (moved.has(i)) return;
+    nodes.push(n, ...(after.get(i) ?? []));
+  });
+  return { ...g, nodes: nodes.map((n, id) => ({ ...n, id })) };
 }

@@ -8,7 +8,8 @@
  *  - train_step:   bind_batch(B) -> autodiff(loss) -> optimizer_lowering
  *                  (forward in training form + loss + metrics + backward +
  *                  clip + update, or + grad_accumulate when grad_accum > 1)
- *  - apply_update: only when grad_accum > 1 (clip + update from the `<param>.grad`
+ *  - apply_update: only when grad_accum > 1 or `splitUpdate` (data-parallel training: the host
+ *                  all-reduces the accumulators in between) (clip + update from the `<param>.grad`
  *                  accumulators, then zero them)
  *  - eval:         bind_batch(B) -> eval_mode (loss + metrics, no gradients)
  *  - eval_tail:    the same for batch evalTail (when given and != B)
@@ -50,6 +51,8 @@ export interface BuildOptions {
   evalTail?: number;
   /** the fusions of the backend the programs are for (fuse.ts); default none */
   fusions?: FusionCaps;
+  /** always end train_step at the gradient accumulators and update in apply_update (runtime/ddp) */
+  splitUpdate?: boolean;
 }
 
 /** verify, fuse (for a backend), plan memory */
@@ -117,7 +120,7 @@ export function buildPrograms(model: CheckedModel, opts: BuildOptions): ProgramS
   if (ad.grads.length === 0) {
     throw new UserError(`${model.file}: error: the loss of model '${model.name}' does not depend on any trainable parameter, so there is nothing to train; check that the loss reads the network's output`);
   }
-  const lowered = lowerOptimizer(ad.graph, ad.grads, model.optimizer, model.train, scaling);
+  const lowered = lowerOptimizer(ad.graph, ad.grads, model.optimizer, model.train, scaling, opts.splitUpdate === true);
   const inputs = model.inputs.map((i) => i.value);
   const fusions = opts.fusions ?? NO_FUSIONS;
   const trainOutputs = modelOutputs(model);

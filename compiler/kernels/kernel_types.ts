@@ -85,8 +85,8 @@ export interface LibraryGemm {
   what: string;
 }
 
-/** Helper functions a library prelude must contain. */
-export type Helper = 'erf' | 'erfc' | 'expm1' | 'log1p' | 'philox' | 'block_reduce';
+/** Helper functions a library prelude must contain ('mma16': CUDA only, codegen-cuda/mma.ts). */
+export type Helper = 'erf' | 'erfc' | 'expm1' | 'log1p' | 'philox' | 'block_reduce' | 'mma16';
 
 export interface LowerCtx {
   /** next kernel number within the program */

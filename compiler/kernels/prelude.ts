@@ -1,13 +1,15 @@
 /**
  * prelude: one kernel file of the GPU kernel language in a dialect: the dialect's file header,
  * the StepParams struct every kernel binds after its buffers (mpsc_scalars in mpsc_model.h),
- * the helper functions the kernels use (erfc, Philox, block reductions; only those needed),
+ * the helper functions the kernels use (erfc, Philox, block reductions, CUDA's 16-bit tensor-core
+ * products from codegen-cuda/mma.ts; only those needed),
  * then the kernels. Consumes KernelSpecs lowered for that dialect and the helper set;
  * produces the source text (a `.metal` library for MSL, a `.cu` unit for CUDA).
  */
 import { commentText } from '../cfamily/text.js';
 import { type Dialect, type HalfElem, isHalfElem } from './dialect.js';
 import type { Helper, KernelSpec, KernelVariant } from './kernel_types.js';
+import { mma16Helpers } from '../codegen-cuda/mma.js';
 
 function erfcHelper(d: Dialect): string {
   const f = (x: number) => d.f(x);
@@ -119,6 +121,11 @@ function blockReduceHelpers(d: Dialect): string {
 /** every helper, in the order a file defines them (erf calls erfc) */
 const HELPERS: Record<Helper, (d: Dialect) => string> = {
   erfc: erfcHelper, erf: erfHelper, expm1: expm1Helper, log1p: log1pHelper, philox: philoxHelper, block_reduce: blockReduceHelpers,
+  // 16-bit tensor-core products (inline PTX): only the CUDA flash attention asks for them
+  mma16: (d) => {
+    if (d.name !== 'cuda') throw new Error(`internal: the mma16 helpers requested in dialect ${d.name}`);
+    return mma16Helpers();
+  },
 };
 
 /** One kernel function in the dialect (`what` is appended to its comment). */

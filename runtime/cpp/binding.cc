@@ -207,6 +207,39 @@ Napi::Value Run(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// collectiveId(handle): the backend's collective unique id (a Uint8Array) for rank 0 to share
+Napi::Value CollectiveId(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = get_handle(info);
+  unsigned char id[512];
+  const int32_t n = mpsc_collective_id(h->ctx, id, (int32_t)sizeof id);
+  if (n < 0) throw Napi::Error::New(env, std::string("mpsc: collectiveId failed: ") + mpsc_last_error(h->ctx));
+  Napi::Uint8Array out = Napi::Uint8Array::New(env, (size_t)n);
+  std::memcpy(out.Data(), id, (size_t)n);
+  return out;
+}
+
+// collectiveInit(handle, nranks, rank, id: Uint8Array): join the group (blocks until every rank joined)
+Napi::Value CollectiveInit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = get_handle(info);
+  if (info.Length() < 4 || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsTypedArray() ||
+      info[3].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+    throw Napi::TypeError::New(env, "mpsc: collectiveInit(handle, nranks, rank, id: Uint8Array)");
+  Napi::Uint8Array id = info[3].As<Napi::Uint8Array>();
+  const int rc = mpsc_collective_init(h->ctx, info[1].As<Napi::Number>().Int32Value(), info[2].As<Napi::Number>().Int32Value(), id.Data(), (int32_t)id.ElementLength());
+  if (rc != 0) throw Napi::Error::New(env, std::string("mpsc: collectiveInit failed: ") + mpsc_last_error(h->ctx));
+  return env.Undefined();
+}
+
+// allreduceGrads(handle): average every gradient accumulator over the ranks (enqueued after the last run)
+Napi::Value AllreduceGrads(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = get_handle(info);
+  if (mpsc_allreduce_grads(h->ctx) != 0) throw Napi::Error::New(env, std::string("mpsc: allreduceGrads failed: ") + mpsc_last_error(h->ctx));
+  return env.Undefined();
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("describe", Napi::Function::New(env, Describe));
   exports.Set("create", Napi::Function::New(env, Create));
@@ -214,6 +247,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("read", Napi::Function::New(env, Read));
   exports.Set("write", Napi::Function::New(env, Write));
   exports.Set("run", Napi::Function::New(env, Run));
+  exports.Set("collectiveId", Napi::Function::New(env, CollectiveId));
+  exports.Set("collectiveInit", Napi::Function::New(env, CollectiveInit));
+  exports.Set("allreduceGrads", Napi::Function::New(env, AllreduceGrads));
   return exports;
 }
 

@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-#define MPSC_ABI_VERSION 2
+#define MPSC_ABI_VERSION 3
 /** alignment (bytes) of the persistent block and of the arena */
 #define MPSC_BLOCK_ALIGN 16384
 
@@ -136,6 +136,15 @@ typedef struct mpsc_model_desc {
    * before the next run). Both return 0, or non-zero with ctx->error set. */
   int (*backend_to_host)(mpsc_ctx* ctx, void* backend);
   int (*backend_from_host)(mpsc_ctx* ctx, void* backend);
+  /* optional (NULL unless the backend has a collective library: the cuda backend; runtime/ddp):
+   * data-parallel training. collective_id writes the group's unique id (rank 0 makes it and the
+   * launcher shares it; at most len bytes, returns the id's length or -1); collective_init joins
+   * the group of nranks as rank `rank` (blocks until every rank joined); allreduce_grads averages
+   * every MPSC_GRADACC tensor over the ranks in place, enqueued after the last run (asynchronous).
+   * The int ones return 0 on success, non-zero with ctx->error set (e.g. "built without NCCL"). */
+  int32_t (*backend_collective_id)(mpsc_ctx* ctx, void* backend, unsigned char* id, int32_t len);
+  int (*backend_collective_init)(mpsc_ctx* ctx, void* backend, int32_t nranks, int32_t rank, const unsigned char* id, int32_t len);
+  int (*backend_allreduce_grads)(mpsc_ctx* ctx, void* backend);
 } mpsc_model_desc;
 
 /* ------------------------------------------------------------------ implemented by the generated model */
@@ -163,6 +172,12 @@ int32_t mpsc_program_index(const mpsc_model_desc* model, const char* name);
  *  outputs may be NULL: then a device backend does not wait for the step to finish. */
 int mpsc_run(mpsc_ctx* ctx, int32_t program, const void* const* inputs, const mpsc_scalars* scalars, double* outputs);
 const char* mpsc_last_error(const mpsc_ctx* ctx);
+/** Data-parallel collectives of a backend that has them (cuda built with NCCL); on other backends they
+ *  fail with a message (the host then all-reduces through read / write: runtime/ddp). collective_id returns
+ *  the id's length (bytes written to id) or -1; the others 0 or non-zero (see mpsc_last_error). */
+int32_t mpsc_collective_id(mpsc_ctx* ctx, unsigned char* id, int32_t len);
+int mpsc_collective_init(mpsc_ctx* ctx, int32_t nranks, int32_t rank, const unsigned char* id, int32_t len);
+int mpsc_allreduce_grads(mpsc_ctx* ctx);
 /** Stops the workers and frees everything. NULL is a no-op. */
 void mpsc_free(mpsc_ctx* ctx);
 

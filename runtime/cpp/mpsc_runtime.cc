@@ -221,6 +221,33 @@ int mpsc_tensors_from_host(mpsc_ctx* ctx) {
   return ctx->model->backend_from_host(ctx, ctx->backend);
 }
 
+static bool has_collective(mpsc_ctx* ctx, bool hook) {
+  if (hook && ctx->backend) return true;
+  std::snprintf(ctx->error, sizeof ctx->error, "the %s backend has no collective library (data-parallel collectives run on the host for it)", ctx->model->backend);
+  return false;
+}
+
+int32_t mpsc_collective_id(mpsc_ctx* ctx, unsigned char* id, int32_t len) {
+  if (!ctx) return -1;
+  ctx->error[0] = 0;
+  if (!has_collective(ctx, ctx->model->backend_collective_id != nullptr)) return -1;
+  return ctx->model->backend_collective_id(ctx, ctx->backend, id, len);
+}
+
+int mpsc_collective_init(mpsc_ctx* ctx, int32_t nranks, int32_t rank, const unsigned char* id, int32_t len) {
+  if (!ctx) return 1;
+  ctx->error[0] = 0;
+  if (!has_collective(ctx, ctx->model->backend_collective_init != nullptr)) return 1;
+  return ctx->model->backend_collective_init(ctx, ctx->backend, nranks, rank, id, len);
+}
+
+int mpsc_allreduce_grads(mpsc_ctx* ctx) {
+  if (!ctx) return 1;
+  ctx->error[0] = 0;
+  if (!has_collective(ctx, ctx->model->backend_allreduce_grads != nullptr)) return 1;
+  return ctx->model->backend_allreduce_grads(ctx, ctx->backend);
+}
+
 int32_t mpsc_program_index(const mpsc_model_desc* model, const char* name) {
   for (int i = 0; i < model->n_programs; i++)
     if (std::strcmp(model->programs[i].name, name) == 0) return i;

@@ -57,6 +57,17 @@ export function findCublasLt(nvcc: string | null = findNvcc()?.nvcc ?? null): st
   return null;
 }
 
+/**
+ * nccl.h where the generated CMake project looks for it (the CUDA toolkit's include folders,
+ * $NCCL_HOME/include, /usr/include, /usr/local/include), or null: without it the model is built
+ * without NCCL and `--gpus` (runtime/ddp) refuses to start.
+ */
+export function findNccl(nvcc: string | null = findNvcc()?.nvcc ?? null): string | null {
+  const dirs = [...cudaIncludeDirs(nvcc), ...(process.env.NCCL_HOME ? [path.join(process.env.NCCL_HOME, 'include')] : []), '/usr/include', '/usr/local/include'];
+  for (const d of dirs) if (fs.existsSync(path.join(d, 'nccl.h'))) return path.join(d, 'nccl.h');
+  return null;
+}
+
 /** the include folders of the CUDA toolkit: next to nvcc (through links), $CUDA_HOME / $CUDA_PATH, /usr/local/cuda */
 export function cudaIncludeDirs(nvcc: string | null): string[] {
   const dirs = new Set<string>();
@@ -130,7 +141,7 @@ export function cudaBuildSettings(): CudaBuild & { gpu: GpuInfo | null } {
   const nv = findNvcc();
   if (!nv) throw new UserError('error: --device cuda: no CUDA toolkit found (nvcc is not in /usr/local/bin, /usr/local/cuda/bin or on PATH)\n  help: install the CUDA toolkit or set MPSC_NVCC; or use --device cpu');
   const gpu = findGpu();
-  return { nvcc: nv.nvcc, version: nv.version, architectures: cudaArchitecture(gpu?.computeCap ?? null), gpu };
+  return { nvcc: nv.nvcc, version: nv.version, architectures: cudaArchitecture(gpu?.computeCap ?? null), gpu, nccl: findNccl(nv.nvcc) };
 }
 
 /**

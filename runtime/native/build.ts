@@ -35,11 +35,14 @@ const RUNTIME_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
 export const RUNTIME_FILES = ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc', 'binding.cc'] as const;
 const CUDA_RUNTIME_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../cuda');
 /**
- * CUDA projects only (runtime/cuda): the cuBLASLt calls of the generated host code. The .cpp is
- * compiled and linked, with MPSC_CUBLASLT defined, only where CMake finds CUDA::cublasLt.
+ * CUDA projects only (runtime/cuda): the cuBLASLt calls of the generated host code (compiled and
+ * linked, with MPSC_CUBLASLT defined, only where CMake finds CUDA::cublasLt) and the NCCL calls of
+ * data-parallel training (compiled and linked, with MPSC_NCCL defined, only where CMake finds
+ * nccl.h and libnccl: find_path / find_library, NCCL ships no CMake package).
  */
-export const CUDA_RUNTIME_FILES = ['mpsc_cublaslt.h', 'mpsc_cublaslt.cpp'] as const;
+export const CUDA_RUNTIME_FILES = ['mpsc_cublaslt.h', 'mpsc_cublaslt.cpp', 'mpsc_nccl.h', 'mpsc_nccl.cpp'] as const;
 const CUBLASLT_SOURCE = 'mpsc_cublaslt.cpp';
+const NCCL_SOURCE = 'mpsc_nccl.cpp';
 /** `-march=native` on x86; Arm compilers (Apple clang, GCC on aarch64) spell it `-mcpu=native` */
 export const DEFAULT_CXXFLAGS = process.arch === 'arm64' ? '-O3 -mcpu=native' : '-O3 -march=native';
 const NAPI_VERSION = 8;
@@ -75,6 +78,8 @@ export interface CudaBuild {
   architectures: string;
   /** first line of `nvcc --version` that names the release (part of the cache key) */
   version: string;
+  /** nccl.h as runtime/cuda/session.ts found it (null: none; part of the cache key, so installing NCCL rebuilds) */
+  nccl?: string | null;
 }
 
 export interface BuiltAddon {
@@ -159,7 +164,7 @@ export function addonKey(files: Record<string, string> | string, cxxflags: strin
   if (/-march=native|-mcpu=native|-mtune=native/.test(cxxflags)) add('cpu', `${process.arch} ${os.cpus()[0]?.model ?? 'unknown'}`);
   add('compiler', compilerVersion());
   add('napi', String(NAPI_VERSION));
-  if (cuda) add('cuda', `${cuda.version} ${cuda.architectures}`);
+  if (cuda) add('cuda', `${cuda.version} ${cuda.architectures}${cuda.nccl ? ' nccl' : ''}`);
   add('node-addon-api', fs.readFileSync(path.join(napiIncludeDir(), 'package.json'), 'utf8'));
   const rt = runtimeSources(cuda !== undefined);
   for (const f of Object.keys(rt).sort()) add(`runtime/${f}`, rt[f]);
@@ -192,7 +197,7 @@ export function writeCmakeProject(dir: string, files: Record<string, string>, cx
     if (rel.includes('..') || path.isAbsolute(rel)) throw new Error(`internal: bad generated file path '${rel}'`);
     put(path.join('src', rel), text);
   }
-  const ccs = Object.keys(all).filter((f) => (cuda ? /\.(cc|cpp|cu)$/ : /\.(cc|cpp)$/).test(f) && f !== CUBLASLT_SOURCE).sort();
+  const ccs = Object.keys(all).filter((f) => (cuda ? /\.(cc|cpp|cu)$/ : /\.(cc|cpp)$/).test(f) && f !== CUBLASLT_SOURCE && f !== NCCL_SOURCE).sort();
   const modelCcs = ccs.filter((f) => f !== 'binding.cc');
   const cxxOnly = (f: string) => (cuda ? `"$<$<COMPILE_LANGUAGE:CXX>:${f.slice(1, -1)}>"` : f);
   const flags = cxxflags.split(/\s+/).filter(Boolean).map(cmakeQuote).map(cxxOnly).join(' ');
@@ -200,13 +205,21 @@ export function writeCmakeProject(dir: string, files: Record<string, string>, cx
   const cudaFlags = cuda ? ' "$<$<COMPILE_LANGUAGE:CUDA>:-O3>" "$<$<COMPILE_LANGUAGE:CUDA>:-fmad=true>" "$<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>"' : '';
   const cudaSetup = cuda
     ? `set(CMAKE_CUDA_ARCHITECTURES ${cmakeQuote(cuda.architectures)})\nset(CMAKE_CUDA_STANDARD 17)\nfind_package(CUDAToolkit REQUIRED)\n` +
-      `if(TARGET CUDA::cublasLt)\n  message(STATUS "mpsc: cuBLASLt found: GEMM nodes chosen for it run as cuBLASLt calls")\nelse()\n  message(STATUS "mpsc: no cuBLASLt in this CUDA toolkit: every GEMM runs as its generated kernel")\nendif()\n`
+      `if(TARGET CUDA::cublasLt)\n  message(STATUS "mpsc: cuBLASLt found: GEMM nodes chosen for it run as cuBLASLt calls")\nelse()\n  message(STATUS "mpsc: no cuBLASLt in this CUDA toolkit: every GEMM runs as its generated kernel")\nendif()\n` +
+      `find_path(MPSC_NCCL_INCLUDE nccl.h HINTS \${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)\n` +
+      `find_library(MPSC_NCCL_LIBRARY nccl HINTS \${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)\n` +
+      `if(MPSC_NCCL_INCLUDE AND MPSC_NCCL_LIBRARY)\n  message(STATUS "mpsc: NCCL found (\${MPSC_NCCL_LIBRARY}): data-parallel training (--gpus) available")\nelse()\n  message(STATUS "mpsc: no NCCL (nccl.h / libnccl not found): built without NCCL, --gpus unavailable")\nendif()\n`
     : '';
   const cudaLib = cuda ? ' CUDA::cudart' : '';
   // cuBLASLt where the toolkit has it (the GPU machine); elsewhere every GEMM runs as its generated kernel
   const cublasLt = (t: string, vis: string) =>
     cuda
       ? `if(TARGET CUDA::cublasLt)\n  target_sources(${t} PRIVATE ${cmakeQuote(`src/${CUBLASLT_SOURCE}`)})\n  target_compile_definitions(${t} ${vis} MPSC_CUBLASLT)\n  target_link_libraries(${t} ${vis} CUDA::cublasLt)\nendif()\n`
+      : '';
+  // NCCL where CMake finds it (the GPU machine); elsewhere the collective hooks say "built without NCCL"
+  const nccl = (t: string, vis: string) =>
+    cuda
+      ? `if(MPSC_NCCL_INCLUDE AND MPSC_NCCL_LIBRARY)\n  target_sources(${t} PRIVATE ${cmakeQuote(`src/${NCCL_SOURCE}`)})\n  target_compile_definitions(${t} ${vis} MPSC_NCCL)\n  target_include_directories(${t} ${vis} \${MPSC_NCCL_INCLUDE})\n  target_link_libraries(${t} ${vis} \${MPSC_NCCL_LIBRARY})\nendif()\n`
       : '';
   const srcList = (fs_: string[]) => fs_.map((f) => cmakeQuote(`src/${f}`)).join(' ');
   put(
@@ -227,13 +240,13 @@ if(CMAKE_JS_VERSION)
   target_compile_definitions(${target} PRIVATE NAPI_VERSION=${NAPI_VERSION} NAPI_CPP_EXCEPTIONS)
   target_compile_options(${target} PRIVATE ${flags}${cudaFlags})
   target_link_libraries(${target} PRIVATE \${CMAKE_JS_LIB} Threads::Threads${cudaLib})
-${cublasLt(target, 'PRIVATE')}endif()
+${cublasLt(target, 'PRIVATE')}${nccl(target, 'PRIVATE')}endif()
 
 add_library(${target}_embed STATIC EXCLUDE_FROM_ALL ${srcList(modelCcs)})
 target_include_directories(${target}_embed PUBLIC src)
 target_compile_options(${target}_embed PRIVATE ${flags}${cudaFlags})
 target_link_libraries(${target}_embed PUBLIC Threads::Threads${cudaLib})
-${cublasLt(`${target}_embed`, 'PUBLIC')}`,
+${cublasLt(`${target}_embed`, 'PUBLIC')}${nccl(`${target}_embed`, 'PUBLIC')}`,
   );
   put('package.json', JSON.stringify({ name: target, private: true, binary: { napi_versions: [NAPI_VERSION] } }, null, 2) + '\n');
   return written;

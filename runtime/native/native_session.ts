@@ -12,7 +12,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PROGRAM_NAMES, type ProgramName, type ProgramSet, type StepScalars } from '../../compiler/ir/graph.js';
 import { generateCpuModel } from '../../compiler/codegen-cpu/emit_program.js';
-import type { Batch, RunOptions, Session } from '../session.js';
+import type { Batch, DeviceCollective, RunOptions, Session } from '../session.js';
 import { buildAddon, loadAddon, sourcesDigest } from './build.js';
 
 export interface AddonTensor {
@@ -40,6 +40,10 @@ export interface NativeAddon {
   /** read false: outputs = NULL for the model (the CUDA backend then does not wait for the step; NaN outputs) */
   run(handle: unknown, program: string, inputs: Batch, scalars: StepScalars, read?: boolean): Float64Array;
   free(handle: unknown): void;
+  /** data-parallel collectives (runtime/cpp/mpsc_model.h backend_collective_*): they throw on a backend without them */
+  collectiveId(handle: unknown): Uint8Array;
+  collectiveInit(handle: unknown, nranks: number, rank: number, id: Uint8Array): void;
+  allreduceGrads(handle: unknown): void;
 }
 
 
@@ -64,8 +68,18 @@ export function createNativeSession(modulePath: string, programs: ProgramSet, de
     if (handle === null) throw new Error('internal: session used after close()');
     return handle;
   };
+  // the cuda backend's collective (NCCL; its calls fail with "built without NCCL" where CMake found none)
+  const collective: DeviceCollective | undefined = async
+    ? {
+        name: 'NCCL',
+        uniqueId: () => addon.collectiveId(live()),
+        init: (nranks: number, rank: number, id: Uint8Array) => addon.collectiveInit(live(), nranks, rank, id),
+        allreduceGrads: () => addon.allreduceGrads(live()),
+      }
+    : undefined;
   return {
     device,
+    ...(collective ? { collective } : {}),
     tensorNames: () => [...names],
     tensorShape(name: string): number[] {
       const s = shapes.get(name);

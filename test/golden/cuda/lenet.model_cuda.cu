@@ -12,6 +12,9 @@
 #ifdef MPSC_CUBLASLT
 #include "mpsc_cublaslt.h"  // defined by the CMake project where it finds CUDA::cublasLt
 #endif
+#ifdef MPSC_NCCL
+#include "mpsc_nccl.h"  // defined by the CMake project where it finds nccl.h and libnccl
+#endif
 
 namespace {
 const int NLT = 8;  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)
@@ -43,6 +46,12 @@ const size_t SCRATCH_OFFSET = 29873920;  // split-K partial sums, 1769472 bytes
 const int NPROG = 2;
 const size_t STAGING_BYTES[NPROG] = { 201024, 201024 };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
+#ifdef MPSC_NCCL
+// data-parallel training: the gradient accumulators the all-reduce averages, in the order train_step finishes them
+// buckets (MPSC_DDP_OVERLAP=1): bucket j = accumulators BUCKET_FIRST[j] .. BUCKET_FIRST[j + 1], all-reduced after train_step
+// graph node (none) respectively
+const int NBUCKET = 0;
+#endif
 
 struct Prog {
   unsigned char* stage[2] = {nullptr, nullptr};      // pinned, mapped host staging sets
@@ -69,6 +78,13 @@ struct Backend {
   bool lt_ok[NLT > 0 ? NLT : 1] = {};  // cuBLASLt call i has an algorithm (else its generated kernels run)
 #ifdef MPSC_CUBLASLT
   MpscLt* lt = nullptr;
+#endif
+#ifdef MPSC_NCCL
+  MpscNccl* nccl = nullptr;  // data-parallel training: the communicator (collective_init)
+  bool overlap = false;      // MPSC_DDP_OVERLAP=1 and buckets: train_step's graph all-reduces them on the side stream
+  bool graph_allreduce = false;  // a recorded train_step holds the all-reduce (allreduce_grads has nothing to do)
+  cudaStream_t side = nullptr;
+  cudaEvent_t bucket_ev[NBUCKET + 1] = {};
 #endif
   cudaEvent_t prof_ev[32] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
@@ -142,6 +158,7 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
 
 const char* const knames_p0[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: unary)", "p0_k2 (node 2: maxpool2d)", "p0_k3 (node 3: conv2d)", "p0_k4 (node 4: unary)", "p0_k5 (node 5: maxpool2d)", "cuBLASLt call 0 (node 7: linear)", "p0_k8 (node 8: unary)", "cuBLASLt call 1 (node 9: linear)", "p0_k10 (node 10: cross_entropy)", "p0_k11 (node 11: accuracy)", "p0_k12 (node 12: cross_entropy_grad)", "cuBLASLt call 2 (node 13: matmul)", "cuBLASLt call 3 (node 14: matmul)", "p0_k15_m (node 15: multi)", "cuBLASLt call 4 (node 17: matmul)", "cuBLASLt call 5 (node 18: matmul)", "p0_k19 (node 19: sum_to)", "p0_k20 (node 21: maxpool2d_grad)", "p0_k21 (node 22: unary_grad)", "p0_k22 (node 23: conv2d_grad_input)", "p0_k23 (node 24: conv2d_grad_weight)", "p0_k24 (node 24: conv2d_grad_weight)", "p0_k25 (node 25: sum_to)", "p0_k26_m (node 25: multi)", "p0_k28 (node 27: unary_grad)", "p0_k29 (node 28: conv2d_grad_weight)", "p0_k30 (node 28: conv2d_grad_weight)", "p0_k31 (node 29: sum_to)", "p0_k32_m (node 29: multi)", "p0_k34_m (node 31: sgd_update)", nullptr };
 const char* const knames_p1[] = { "p1_k0 (node 0: conv2d)", "p0_k2 (node 1: maxpool2d)", "p1_k2 (node 2: conv2d)", "p0_k5 (node 3: maxpool2d)", "cuBLASLt call 6 (node 5: linear)", "cuBLASLt call 7 (node 6: linear)", "p1_k8 (node 7: cross_entropy)", "p0_k11 (node 8: accuracy)", nullptr };
+
 
 // program train_step: the graph's nodes in stream order (31 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
@@ -552,6 +569,11 @@ void destroy(Backend* b) {
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
 #endif
+#ifdef MPSC_NCCL
+  for (cudaEvent_t e : b->bucket_ev) if (e) cudaEventDestroy(e);
+  if (b->side) { cudaStreamSynchronize(b->side); cudaStreamDestroy(b->side); }
+  mpsc_nccl_destroy(b->nccl);
+#endif
   if (b->dev) cudaFree(b->dev);
   if (b->copy) cudaStreamDestroy(b->copy);
   if (b->stream) cudaStreamDestroy(b->stream);
@@ -673,6 +695,54 @@ int backend_from_host(mpsc_ctx* ctx, void* p) {
   return 0;
 }
 
+int32_t backend_collective_id(mpsc_ctx* ctx, void* p, unsigned char* id, int32_t len) {
+  (void)p; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  return mpsc_nccl_unique_id(id, len, ctx->error, sizeof ctx->error);
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
+  return -1;
+#endif
+}
+
+int backend_collective_init(mpsc_ctx* ctx, void* p, int32_t nranks, int32_t rank, const unsigned char* id, int32_t len) {
+  (void)p; (void)nranks; (void)rank; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (b->nccl) { std::snprintf(ctx->error, sizeof ctx->error, "the NCCL communicator already exists"); return 1; }
+  b->nccl = mpsc_nccl_init(nranks, rank, id, len, ctx->error, sizeof ctx->error);
+  if (!b->nccl) return 1;
+  // MPSC_DDP_OVERLAP=1: the buckets' all-reduces run inside train_step's graph on a side stream (captured at its first run, after this)
+  const char* ov = std::getenv("MPSC_DDP_OVERLAP");
+  b->overlap = NBUCKET > 0 && ov && ov[0] == '1';
+  if (b->overlap) {
+    if (!ck(ctx, cudaStreamCreateWithFlags(&b->side, cudaStreamNonBlocking), "cudaStreamCreate (gradient buckets)")) return 1;
+    for (cudaEvent_t& e : b->bucket_ev) if (!ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (gradient buckets)")) return 1;
+  }
+  char v[32];
+  mpsc_nccl_version(v, sizeof v);
+  if (rank == 0) std::fprintf(stderr, "mpsc cuda: NCCL %s communicator of %d rank%s; gradients all-reduced %s\n", v, (int)nranks, nranks == 1 ? "" : "s",
+                              b->overlap ? "in buckets overlapping the backward (MPSC_DDP_OVERLAP=1)" : "after the backward");
+  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
+  return 1;
+#endif
+}
+
+int backend_allreduce_grads(mpsc_ctx* ctx, void* p) {
+  (void)p;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (b->graph_allreduce) return 0;  // train_step's graph did it, bucket by bucket
+  if (!upload_if_dirty(ctx, b)) return 1;
+  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
+  return 1;
+#endif
+}
+
 const int64_t ishape_p0_0[] = { 64, 1, 28, 28 };
 const int64_t ishape_p0_1[] = { 64 };
 const mpsc_tensor_desc in_p0[] = {
@@ -732,6 +802,7 @@ const mpsc_program_desc programs[] = {
 const mpsc_model_desc model = {
   MPSC_ABI_VERSION, "lenet", "cuda", 16, tensors, 3375104, 2, programs,
   backend_create, backend_free, backend_to_host, backend_from_host,
+  backend_collective_id, backend_collective_init, backend_allreduce_grads,
 };
 
 } // namespace

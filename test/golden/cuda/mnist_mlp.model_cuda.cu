@@ -12,6 +12,9 @@
 #ifdef MPSC_CUBLASLT
 #include "mpsc_cublaslt.h"  // defined by the CMake project where it finds CUDA::cublasLt
 #endif
+#ifdef MPSC_NCCL
+#include "mpsc_nccl.h"  // defined by the CMake project where it finds nccl.h and libnccl
+#endif
 
 namespace {
 const int NLT = 7;  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)
@@ -42,6 +45,12 @@ const size_t SCRATCH_OFFSET = 3537152;  // split-K partial sums, 768 bytes
 const int NPROG = 2;
 const size_t STAGING_BYTES[NPROG] = { 201024, 201024 };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
+#ifdef MPSC_NCCL
+// data-parallel training: the gradient accumulators the all-reduce averages, in the order train_step finishes them
+// buckets (MPSC_DDP_OVERLAP=1): bucket j = accumulators BUCKET_FIRST[j] .. BUCKET_FIRST[j + 1], all-reduced after train_step
+// graph node (none) respectively
+const int NBUCKET = 0;
+#endif
 
 struct Prog {
   unsigned char* stage[2] = {nullptr, nullptr};      // pinned, mapped host staging sets
@@ -68,6 +77,13 @@ struct Backend {
   bool lt_ok[NLT > 0 ? NLT : 1] = {};  // cuBLASLt call i has an algorithm (else its generated kernels run)
 #ifdef MPSC_CUBLASLT
   MpscLt* lt = nullptr;
+#endif
+#ifdef MPSC_NCCL
+  MpscNccl* nccl = nullptr;  // data-parallel training: the communicator (collective_init)
+  bool overlap = false;      // MPSC_DDP_OVERLAP=1 and buckets: train_step's graph all-reduces them on the side stream
+  bool graph_allreduce = false;  // a recorded train_step holds the all-reduce (allreduce_grads has nothing to do)
+  cudaStream_t side = nullptr;
+  cudaEvent_t bucket_ev[NBUCKET + 1] = {};
 #endif
   cudaEvent_t prof_ev[13] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
@@ -141,6 +157,7 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
 
 const char* const knames_p0[] = { "cuBLASLt call 0 (node 1: linear)", "p0_k2 (node 2: unary)", "cuBLASLt call 1 (node 3: linear)", "p0_k4 (node 4: cross_entropy)", "p0_k5 (node 5: accuracy)", "p0_k6 (node 6: cross_entropy_grad)", "cuBLASLt call 2 (node 7: matmul)", "cuBLASLt call 3 (node 8: matmul)", "p0_k9_m (node 9: multi)", "cuBLASLt call 4 (node 11: matmul)", "p0_k12_m (node 12: multi)", "p0_k14_m (node 14: adam_update)", nullptr };
 const char* const knames_p1[] = { "cuBLASLt call 5 (node 1: linear)", "cuBLASLt call 6 (node 2: linear)", "p1_k4 (node 3: cross_entropy)", "p0_k5 (node 4: accuracy)", nullptr };
+
 
 // program train_step: the graph's nodes in stream order (12 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
@@ -417,6 +434,11 @@ void destroy(Backend* b) {
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
 #endif
+#ifdef MPSC_NCCL
+  for (cudaEvent_t e : b->bucket_ev) if (e) cudaEventDestroy(e);
+  if (b->side) { cudaStreamSynchronize(b->side); cudaStreamDestroy(b->side); }
+  mpsc_nccl_destroy(b->nccl);
+#endif
   if (b->dev) cudaFree(b->dev);
   if (b->copy) cudaStreamDestroy(b->copy);
   if (b->stream) cudaStreamDestroy(b->stream);
@@ -538,6 +560,54 @@ int backend_from_host(mpsc_ctx* ctx, void* p) {
   return 0;
 }
 
+int32_t backend_collective_id(mpsc_ctx* ctx, void* p, unsigned char* id, int32_t len) {
+  (void)p; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  return mpsc_nccl_unique_id(id, len, ctx->error, sizeof ctx->error);
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
+  return -1;
+#endif
+}
+
+int backend_collective_init(mpsc_ctx* ctx, void* p, int32_t nranks, int32_t rank, const unsigned char* id, int32_t len) {
+  (void)p; (void)nranks; (void)rank; (void)id; (void)len;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (b->nccl) { std::snprintf(ctx->error, sizeof ctx->error, "the NCCL communicator already exists"); return 1; }
+  b->nccl = mpsc_nccl_init(nranks, rank, id, len, ctx->error, sizeof ctx->error);
+  if (!b->nccl) return 1;
+  // MPSC_DDP_OVERLAP=1: the buckets' all-reduces run inside train_step's graph on a side stream (captured at its first run, after this)
+  const char* ov = std::getenv("MPSC_DDP_OVERLAP");
+  b->overlap = NBUCKET > 0 && ov && ov[0] == '1';
+  if (b->overlap) {
+    if (!ck(ctx, cudaStreamCreateWithFlags(&b->side, cudaStreamNonBlocking), "cudaStreamCreate (gradient buckets)")) return 1;
+    for (cudaEvent_t& e : b->bucket_ev) if (!ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (gradient buckets)")) return 1;
+  }
+  char v[32];
+  mpsc_nccl_version(v, sizeof v);
+  if (rank == 0) std::fprintf(stderr, "mpsc cuda: NCCL %s communicator of %d rank%s; gradients all-reduced %s\n", v, (int)nranks, nranks == 1 ? "" : "s",
+                              b->overlap ? "in buckets overlapping the backward (MPSC_DDP_OVERLAP=1)" : "after the backward");
+  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
+  return 1;
+#endif
+}
+
+int backend_allreduce_grads(mpsc_ctx* ctx, void* p) {
+  (void)p;
+#ifdef MPSC_NCCL
+  Backend* b = static_cast<Backend*>(p);
+  if (b->graph_allreduce) return 0;  // train_step's graph did it, bucket by bucket
+  if (!upload_if_dirty(ctx, b)) return 1;
+  return 0;
+#else
+  std::snprintf(ctx->error, sizeof ctx->error, "built without NCCL: CMake found no nccl.h / libnccl when this model was built, so --gpus cannot run it: install NCCL (e.g. the libnccl2 and libnccl-dev packages, or set NCCL_HOME) and train again (the model is rebuilt)");
+  return 1;
+#endif
+}
+
 const int64_t ishape_p0_0[] = { 64, 1, 28, 28 };
 const int64_t ishape_p0_1[] = { 64 };
 const mpsc_tensor_desc in_p0[] = {
@@ -589,6 +659,7 @@ const mpsc_program_desc programs[] = {
 const mpsc_model_desc model = {
   MPSC_ABI_VERSION, "mnist_mlp", "cuda", 12, tensors, 2457600, 2, programs,
   backend_create, backend_free, backend_to_host, backend_from_host,
+  backend_collective_id, backend_collective_init, backend_allreduce_grads,
 };
 
 } // namespace

@@ -1,0 +1,349 @@
+/**
+ * attention_cuda: the CUDA backend's flash attention (FlashAttention-2's structure) on the 16-bit
+ * tensor cores, for `attention` and `attention_grad` nodes whose q, k, v (and dO) are bf16 or fp16
+ * (a 16-bit train precision) with a head width D in FLASH_HEAD_DIMS; other nodes go to the fp32
+ * kernels of attention_f32.ts where their head width allows, else they keep the shared kernel
+ * (compiler/kernels/attention.ts: 16x16 tiles, fp32 and 3xTF32 variants; lowerAttentionCuda returns
+ * null). Consumes those nodes (CUDA dialect context); produces KernelSpecs.
+ * Same IR semantics and saved tensors as the shared kernel: o, and lse = log sum exp of the scaled,
+ * masked scores per query (natural log, fp32); the causal rule keeps key j for query i iff
+ * j <= i + S - T.
+ *
+ * Every kernel: 128 threads = 4 warps; a warp owns 16 rows (queries, or keys in the dK/dV kernel)
+ * of the block's 64; tiles of 64 rows x D sit in shared memory row-major with a pitch of D + 8
+ * elements (the 32-bit fragment loads and the ldmatrix row reads are then free of bank conflicts),
+ * rows past T / S zero. The block's own tile (Q; K and V in the dK/dV kernel) is loaded once with
+ * 16-byte loads and kept as A fragments in registers; the streamed tiles are double-buffered with
+ * 16-byte cp.async copies (the next step's tiles are copied while this step computes; the backward
+ * kernels reuse their own tile's shared memory as the second buffer). Products are
+ * mma.sync m16n8k16 with fp32 accumulation (mma.ts: helpers and fragment layouts); the scores'
+ * fp32 C fragments are rounded to 16 bits as the A operand of the next product (P V, P^T dO,
+ * dS^T Q, dS K), as FlashAttention-2 (and so PyTorch's bf16 / fp16 attention) does: the results
+ * are within about 2^-8 (bf16) / 2^-11 (fp16) relative of the float64 reference, not 1e-4.
+ *  - forward: block (64-query tile, head); the warp's Q fragments stay in registers; key / value
+ *    tiles of 64 stream through shared memory; S = Q K^T, online softmax in base 2 (running max m
+ *    and per-lane partial sums l, reduced across the 4 lanes of a row at the end), O rescaled and
+ *    O += P V in registers; o = O / l, lse = m ln 2 + ln l. No T x S matrix exists anywhere.
+ *  - backward, three kernels, no atomics (bitwise-equal reruns):
+ *    1. Delta[i] = sum_d dO[i,d] O[i,d], one thread per query row, into the plan's scratch region
+ *       (KernelSpec.scratch; the three kernels run back to back in stream order);
+ *    2. dK, dV: block (64-key tile, head), the warp's K and V fragments in registers; loops over the
+ *       query tiles that see the key tile, computing the transposed products S^T = K Q^T and
+ *       dP^T = V dO^T, so P^T and dS^T = P^T (dP^T - Delta) scale are A fragments already;
+ *       dV += P^T dO and dK += dS^T Q accumulate in registers;
+ *    3. dQ: block (64-query tile, head), Q and dO fragments in registers; loops over the key tiles
+ *       the queries see: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
+ *    FlashAttention-2 uses one kernel with atomic adds for dQ; the separate pass keeps reruns
+ *    bitwise equal at the cost of computing S and dP twice (7 instead of 5 T x S x D products).
+ * Causal: tiles entirely above the diagonal are never visited; the element mask is applied only
+ * in tiles that cross the diagonal or the T / S edge (a warp-uniform test).
+ * Relies on: 16-byte aligned buffers (the device plan aligns every value to 64 bytes; D a multiple
+ * of 16 keeps every row 32-byte aligned), sm_80+ (mma.sync bf16, ldmatrix, cp.async), static shared
+ * memory under 48 KiB (at D = 64: 5 tiles of 64 x 72 16-bit elements in the forward, 45 KiB; 4 in
+ * the backward kernels, 36 KiB).
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { asFloat, isHalfElem, type ElemType } from '../kernels/dialect.js';
+import { argOf, ceilDiv, label, shapeOf } from '../kernels/common.js';
+import { mmaSuffix, type Mma16Type } from './mma.js';
+import { attnGeom, f32Refusal, flashKernels, lit, lowerAttentionF32, type AttnGeom } from './attention_f32.js';
+
+/** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
+export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
+
+/** rows per block (4 warps x 16) and per streamed tile */
+const BR = 64;
+const THREADS = 128;
+const LOG2E = Math.LOG2E;
+
+interface Geom extends AttnGeom {
+  /** the 16-bit operand type */
+  type: Mma16Type;
+}
+
+/** why a node does not run on the 16-bit tensor-core kernels, or null when they take it */
+export function flashRefusal(g: Graph, n: Node): string | null {
+  const qi = n.op === 'attention' ? 0 : 1;
+  const ops = n.op === 'attention' ? [0, 1, 2] : [0, 1, 2, 3];
+  const types = ops.map((i) => g.values[n.inputs[i]].dtype);
+  if (!types.every((t) => t === 'bf16') && !types.every((t) => t === 'f16')) return `operands ${types.join(', ')} (the tensor-core kernels take all-bf16 or all-fp16 q, k, v${n.op === 'attention' ? '' : ', dO'})`;
+  const D = shapeOf(g, n.inputs[qi]).at(-1)!;
+  if (!FLASH_HEAD_DIMS.includes(D)) return `head width ${D} (the tensor-core kernels take ${FLASH_HEAD_DIMS.join(', ')})`;
+  const lse = n.op === 'attention' ? n.outputs[1] : n.inputs[5];
+  if (g.values[lse].dtype !== 'f32') return `lse stored as ${g.values[lse].dtype} (the kernels keep it fp32)`;
+  return null;
+}
+
+function geomOf(g: Graph, n: Node): Geom {
+  return { ...attnGeom(g, n), type: g.values[n.inputs[n.op === 'attention' ? 0 : 1]].dtype === 'bf16' ? 'bfloat' : 'half' };
+}
+
+/** text builders of one geometry */
+function text(gm: Geom) {
+  const s = mmaSuffix(gm.type), P = gm.D + 8, NK = gm.D / 16, ND = gm.D / 8, causal = gm.causal;
+  const shift = gm.S - gm.T;
+  /** rows [r0, r0 + 64) of [rows x D] slabs into shared tiles (zeros past `rows`) */
+  const load = (r0: string, rows: string, pairs: [string, string][]) =>
+    `  for (int e = threadIdx.x; e < ${BR * (gm.D / 8)}; e += ${THREADS}) {\n` +
+      `    const int r = e / ${gm.D / 8}, c = (e % ${gm.D / 8}) * 8;\n` +
+      `    const bool in = ${r0} + r < ${rows};\n` +
+      pairs.map(([dst, src]) =>
+        `    *reinterpret_cast<uint4*>(${dst} + r * P + c) = in ? *reinterpret_cast<const uint4*>(${src} + (size_t)(${r0} + r) * D + c) : make_uint4(0u, 0u, 0u, 0u);\n`).join('') +
+      `  }\n`;
+  /** rows [r0, r0 + 64) of [rows x D] slabs into shared tiles by cp.async (zeros past `rows`), one commit group */
+  const asyncLoad = (r0: string, rows: string, pairs: [string, string][]) =>
+    `  for (int e = threadIdx.x; e < ${BR * (gm.D / 8)}; e += ${THREADS}) {\n` +
+    `    const int r = e / ${gm.D / 8}, c = (e % ${gm.D / 8}) * 8;\n` +
+    `    const bool in = ${r0} + r < ${rows};\n` +
+    pairs.map(([dst, src]) => `    mpsc_cp_async16(${dst} + r * P + c, ${src} + (size_t)(in ? ${r0} + r : 0) * D + c, in);\n`).join('') +
+    `  }\n  mpsc_cp_async_commit();\n`;
+  return {
+    P, ND,
+    consts:
+      `  constexpr int T = ${gm.T}, S = ${gm.S}, D = ${gm.D}, P = ${P};  // queries, keys, head width, tile pitch\n` +
+      `  constexpr float SC = ${lit(gm.scale * LOG2E)};  // scale * log2(e): scores in base 2\n` +
+      `  const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, t = l & 3;\n` +
+      `  const int bh = blockIdx.y;\n` +
+      `  const size_t qoff = (size_t)bh * T * D, koff = (size_t)bh * S * D;\n`,
+    /** the 16-bit elements of buffer `arg` from element offset `off` */
+    raw: (arg: string, off: string) => `reinterpret_cast<const unsigned short*>(${arg}) + ${off}`,
+    load,
+    /** A fragments (rows w*16.., all D) of a shared tile into registers `name[NK][4]` */
+    aFrag: (name: string, tile: string) =>
+      `  uint ${name}[${NK}][4];\n  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk) {\n` +
+      `    const unsigned short* a = ${tile} + (w * 16 + g) * P + kk * 16 + 2 * t;\n` +
+      `    ${name}[kk][0] = mpsc_ld32(a); ${name}[kk][1] = mpsc_ld32(a + 8 * P); ${name}[kk][2] = mpsc_ld32(a + 8); ${name}[kk][3] = mpsc_ld32(a + 8 * P + 8);\n  }\n`,
+    /** acc[8][4] = A (registers, 16 x D) * tile^T (64 rows x D): 16 x 64 scores */
+    scores: (acc: string, a: string, tile: string) =>
+      `  float ${acc}[8][4];\n` +
+      `  #pragma unroll\n  for (int j = 0; j < 8; ++j) { ${acc}[j][0] = 0.0f; ${acc}[j][1] = 0.0f; ${acc}[j][2] = 0.0f; ${acc}[j][3] = 0.0f; }\n` +
+      `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk)\n    #pragma unroll\n    for (int j = 0; j < 8; ++j) {\n` +
+      `      const unsigned short* b = ${tile} + (j * 8 + g) * P + kk * 16 + 2 * t;\n` +
+      `      const uint bf[2] = {mpsc_ld32(b), mpsc_ld32(b + 8)};\n` +
+      `      mpsc_mma_${s}(${acc}[j], ${a}[kk], bf);\n    }\n`,
+    /** acc[ND][4] += C (16 x 64 fp32 fragments in registers, rounded to 16 bits) * tile (64 rows x D) */
+    times: (acc: string, c: string, tile: string) =>
+      `  #pragma unroll\n  for (int kk = 0; kk < 4; ++kk) {\n` +
+      `    const uint a[4] = {mpsc_pack_${s}(${c}[2 * kk][0], ${c}[2 * kk][1]), mpsc_pack_${s}(${c}[2 * kk][2], ${c}[2 * kk][3]),\n` +
+      `                       mpsc_pack_${s}(${c}[2 * kk + 1][0], ${c}[2 * kk + 1][1]), mpsc_pack_${s}(${c}[2 * kk + 1][2], ${c}[2 * kk + 1][3])};\n` +
+      `    #pragma unroll\n    for (int jd = 0; jd < ${gm.D / 16}; ++jd) {\n` +
+      `      uint bf[4];\n` +
+      `      mpsc_ldsm_x4_trans(bf, ${tile} + (kk * 16 + (l & 7) + ((l >> 3) & 1) * 8) * P + jd * 16 + (l >> 4) * 8);\n` +
+      `      mpsc_mma_${s}(${acc}[2 * jd], a, bf);\n      mpsc_mma_${s}(${acc}[2 * jd + 1], a, bf + 2);\n    }\n  }\n`,
+    zero: (acc: string) =>
+      `  float ${acc}[${ND}][4];\n  #pragma unroll\n  for (int j = 0; j < ${ND}; ++j) { ${acc}[j][0] = 0.0f; ${acc}[j][1] = 0.0f; ${acc}[j][2] = 0.0f; ${acc}[j][3] = 0.0f; }\n`,
+    /** key kc visible from query qr, for keys / queries possibly past S / T (`kIn`/`qIn`: which edges to test) */
+    visible: (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) =>
+      [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
+    /**
+     * The loop over streamed 64-row tiles with cp.async double buffering, up to the loop body (the
+     * brace left open; `closeStream` closes it): loop variable v from v0 (a variable) below vend,
+     * tiles [current, next, source] (shared pointers swapped every step: the body reads `current`),
+     * `extra(r0, which)` plain statements run with each tile's copies (they write the `cur` / `next`
+     * side; visible after the step's barrier).
+     */
+    stream: (v: string, v0: string, vend: string, rows: string, tiles: [string, string, string][], extra: (r0: string, which: 'cur' | 'next') => string = () => '') =>
+      asyncLoad(v0, rows, tiles.map(([c, , src]) => [c, src])) + extra(v0, 'cur') +
+      `  for (int ${v} = ${v0}; ${v} < ${vend}; ${v} += ${BR}) {\n` +
+      `    mpsc_cp_async_wait_all();\n` +
+      `    __syncthreads();  // this step's tiles are in place; the previous step's are consumed\n` +
+      `    if (${v} + ${BR} < ${vend}) {  // the next step's tiles, copied while this one computes\n` +
+      (asyncLoad(`${v} + ${BR}`, rows, tiles.map(([, nx, src]) => [nx, src])) + extra(`${v} + ${BR}`, 'next')).replace(/^(?=.)/gm, '    ') +
+      `    }\n`,
+    closeStream: (tiles: [string, string][]) =>
+      tiles.map(([c, nx]) => `    { auto const u = ${c}; ${c} = ${nx}; ${nx} = u; }\n`).join('') + `  }\n`,
+    kend: causal ? `min(S, q0 + ${BR + shift})` : 'S',
+    shift,
+  };
+}
+
+/** a pair of adjacent fp32 values into buffer `a` at element `idx` (even), in its element type */
+function storePair(a: KernelArg, idx: string, x: string, y: string): string {
+  if (a.type === 'float') return `*reinterpret_cast<float2*>(${a.name} + ${idx}) = make_float2(${x}, ${y});`;
+  if (!isHalfElem(a.type)) throw new Error(`internal: attention output ${a.name} of type ${a.type}`);
+  return `*reinterpret_cast<uint*>(${a.name} + ${idx}) = mpsc_pack_${mmaSuffix(a.type)}(${x}, ${y});`;
+}
+
+/** stores a warp's [16 x D] accumulator rows r0 = base + g and r0 + 8 (below `rows`) into `out` at head offset `off` */
+function storeRows(x: ReturnType<typeof text>, out: KernelArg, acc: string, base: string, rows: string, off: string, mul: [string, string] = ['', '']): string {
+  return (
+    `  {\n    const int r0 = ${base} + g, r1 = r0 + 8;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < ${x.ND}; ++j) {\n` +
+    `      const int c = j * 8 + 2 * t;\n` +
+    `      if (r0 < ${rows}) ${storePair(out, `${off} + (size_t)r0 * D + c`, `${acc}[j][0]${mul[0]}`, `${acc}[j][1]${mul[0]}`)}\n` +
+    `      if (r1 < ${rows}) ${storePair(out, `${off} + (size_t)r1 * D + c`, `${acc}[j][2]${mul[1]}`, `${acc}[j][3]${mul[1]}`)}\n` +
+    `    }\n  }\n`
+  );
+}
+
+function forwardBody(gm: Geom, o: KernelArg): string {
+  const x = text(gm), P = x.P;
+  const edge = `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '');
+  return (
+    `  // flash attention forward: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${mmaSuffix(gm.type)} tensor cores\n` +
+    x.consts +
+    `  __shared__ __align__(16) unsigned short sm[${5 * BR * P}];\n` +
+    `  unsigned short* Qs = sm;\n  unsigned short* Ks = sm + ${BR * P};\n  unsigned short* Vs = sm + ${2 * BR * P};\n` +
+    `  unsigned short* Kn = sm + ${3 * BR * P};\n  unsigned short* Vn = sm + ${4 * BR * P};  // the next key tile's (double buffering)\n` +
+    `  // the last query tiles see the most keys: they start first\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'koff')};\n` +
+    x.load('q0', 'T', [['Qs', 'qh']]) +
+    `  __syncthreads();\n` +
+    x.aFrag('qa', 'Qs') +
+    x.zero('acc') +
+    `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (base 2), partial sums\n` +
+    `  const int kbeg = 0, kend = ${x.kend};\n` +
+    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh'], ['Vs', 'Vn', 'vh']]) +
+    x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
+    `    const bool edge = ${edge};\n` +
+    `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    `        float z = s[j][e] * SC;\n` +
+    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
+    (gm.causal ? `          const int qr = qw + g + (e >> 1) * 8;\n` : '') +
+    `          if (!(${x.visible('qr', 'kc', { k: true })})) z = -INFINITY;\n        }\n` +
+    `        s[j][e] = z;\n        if (e < 2) mx0 = fmaxf(mx0, z); else mx1 = fmaxf(mx1, z);\n      }\n` +
+    `    mx0 = mpsc_quad_max(mx0);\n    mx1 = mpsc_quad_max(mx1);\n` +
+    `    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);\n` +
+    `    const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;\n` +
+    `    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);\n` +
+    `    m0 = mn0;\n    m1 = mn1;\n` +
+    `    float ls0 = 0.0f, ls1 = 0.0f;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    `        const float p = exp2f(s[j][e] - (e < 2 ? b0 : b1));\n` +
+    `        s[j][e] = p;\n        if (e < 2) ls0 += p; else ls1 += p;\n      }\n` +
+    `    l0 = l0 * al0 + ls0;\n    l1 = l1 * al1 + ls1;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < ${x.ND}; ++j) { acc[j][0] *= al0; acc[j][1] *= al0; acc[j][2] *= al1; acc[j][3] *= al1; }\n` +
+    x.times('acc', 's', 'Vs').replace(/^(?=.)/gm, '  ') +
+    x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
+    `  l0 = mpsc_quad_sum(l0);\n  l1 = mpsc_quad_sum(l1);\n` +
+    `  const float i0 = 1.0f / l0, i1 = 1.0f / l1;\n` +
+    storeRows(x, o, 'acc', 'qw', 'T', 'qoff', [' * i0', ' * i1']) +
+    `  if (t == 0) {\n    const int r0 = qw + g, r1 = r0 + 8;\n` +
+    `    if (r0 < T) lse[(size_t)bh * T + r0] = m0 * ${lit(Math.LN2)} + logf(l0);\n` +
+    `    if (r1 < T) lse[(size_t)bh * T + r1] = m1 * ${lit(Math.LN2)} + logf(l1);\n  }\n`
+  );
+}
+
+function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
+  const x = text(gm), P = x.P;
+  const edge = `q0 + ${BR} > T` + (gm.causal ? ` || kw + 15 > q0 + ${x.shift}` : '');
+  // the first query tile holding a query that sees key k0 (query i sees key j iff i >= j - (S - T))
+  const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${BR} * ${BR}` : '0';
+  return (
+    `  // flash attention backward, dK and dV: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${mmaSuffix(gm.type)} tensor cores;\n` +
+    `  // block (64-key tile, head), the query tiles streamed; transposed scores S^T = K Q^T, dP^T = V dO^T\n` +
+    x.consts +
+    `  __shared__ __align__(16) unsigned short sm[${4 * BR * P}];\n` +
+    `  __shared__ float Lb[2][${BR}], Db[2][${BR}];  // lse (base 2) and Delta of the query tile, double-buffered\n` +
+    `  unsigned short* Ks = sm;\n  unsigned short* Vs = sm + ${BR * P};\n  unsigned short* Qs = sm + ${2 * BR * P};\n  unsigned short* Os = sm + ${3 * BR * P};  // dO\n` +
+    `  // the next query tile's (double buffering) in the K / V tiles once their fragments are in registers\n` +
+    `  unsigned short* Qn = Ks;\n  unsigned short* On = Vs;\n` +
+    `  float* Ls = Lb[0];\n  float* Ln = Lb[1];\n  float* Ds = Db[0];\n  float* Dn = Db[1];\n` +
+    `  const int k0 = blockIdx.x * ${BR}, kw = k0 + w * 16;\n` +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
+    `  const unsigned short* vh = ${x.raw('v', 'koff')};\n  const unsigned short* oh = ${x.raw('dout', 'qoff')};\n` +
+    x.load('k0', 'S', [['Ks', 'kh'], ['Vs', 'vh']]) +
+    `  __syncthreads();\n` +
+    x.aFrag('ka', 'Ks') + x.aFrag('va', 'Vs') +
+    x.zero('dka') + x.zero('dva') +
+    `  const int qbeg = ${qbeg};\n` +
+    x.stream('q0', 'qbeg', 'T', 'T', [['Qs', 'Qn', 'qh'], ['Os', 'On', 'oh']], (r0, which) =>
+      `  if (threadIdx.x < ${BR}) {\n    const int qi = ${r0} + threadIdx.x;\n` +
+      `    ${which === 'cur' ? 'Ls' : 'Ln'}[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
+      `    ${which === 'cur' ? 'Ds' : 'Dn'}[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n  }\n`) +
+    x.scores('st', 'ka', 'Qs').replace(/^(?=.)/gm, '  ') +
+    x.scores('dpt', 'va', 'Os').replace(/^(?=.)/gm, '  ') +
+    `    const bool edge = ${edge};\n` +
+    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    `        const int qc = j * 8 + 2 * t + (e & 1);\n` +
+    `        float p = exp2f(st[j][e] * SC - Ls[qc]);\n` +
+    `        if (edge) {\n          const int qr = q0 + qc;\n` +
+    (gm.causal ? `          const int kr = kw + g + (e >> 1) * 8;\n` : '') +
+    `          if (!(${x.visible('qr', 'kr', { q: true })})) p = 0.0f;\n        }\n` +
+    `        st[j][e] = p;\n` +
+    `        dpt[j][e] = p * (dpt[j][e] - Ds[qc]) * ${lit(gm.scale)};\n      }\n` +
+    `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS)\n` +
+    x.times('dva', 'st', 'Os').replace(/^(?=.)/gm, '  ') +
+    x.times('dka', 'dpt', 'Qs').replace(/^(?=.)/gm, '  ') +
+    x.closeStream([['Qs', 'Qn'], ['Os', 'On'], ['Ls', 'Ln'], ['Ds', 'Dn']]) +
+    storeRows(x, dk, 'dka', 'kw', 'S', 'koff') +
+    storeRows(x, dv, 'dva', 'kw', 'S', 'koff')
+  );
+}
+
+function gradQBody(gm: Geom, dq: KernelArg): string {
+  const x = text(gm), P = x.P;
+  const edge = `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '');
+  return (
+    `  // flash attention backward, dQ: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${mmaSuffix(gm.type)} tensor cores;\n` +
+    `  // block (64-query tile, head), the key tiles streamed: S = Q K^T, dP = dO V^T, dQ += dS K\n` +
+    x.consts +
+    `  __shared__ __align__(16) unsigned short sm[${4 * BR * P}];\n` +
+    `  unsigned short* Qs = sm;\n  unsigned short* Os = sm + ${BR * P};  // dO\n  unsigned short* Ks = sm + ${2 * BR * P};\n  unsigned short* Vs = sm + ${3 * BR * P};\n` +
+    `  // the next key tile's (double buffering) in the Q / dO tiles once their fragments are in registers\n` +
+    `  unsigned short* Kn = Qs;\n  unsigned short* Vn = Os;\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
+    `  const unsigned short* vh = ${x.raw('v', 'koff')};\n  const unsigned short* oh = ${x.raw('dout', 'qoff')};\n` +
+    x.load('q0', 'T', [['Qs', 'qh'], ['Os', 'oh']]) +
+    `  __syncthreads();\n` +
+    x.aFrag('qa', 'Qs') + x.aFrag('oa', 'Os') +
+    `  const int r0 = qw + g, r1 = r0 + 8;\n` +
+    `  const float L0 = r0 < T ? lse[(size_t)bh * T + r0] * ${lit(LOG2E)} : 0.0f, L1 = r1 < T ? lse[(size_t)bh * T + r1] * ${lit(LOG2E)} : 0.0f;\n` +
+    `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n` +
+    x.zero('dqa') +
+    `  const int kbeg = 0, kend = ${x.kend};\n` +
+    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh'], ['Vs', 'Vn', 'vh']]) +
+    x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
+    x.scores('dp', 'oa', 'Vs').replace(/^(?=.)/gm, '  ') +
+    `    const bool edge = ${edge};\n` +
+    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    `        float p = exp2f(s[j][e] * SC - (e < 2 ? L0 : L1));\n` +
+    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
+    (gm.causal ? `          const int qr = e < 2 ? r0 : r1;\n` : '') +
+    `          if (!(${x.visible('qr', 'kc', { k: true })})) p = 0.0f;\n        }\n` +
+    `        s[j][e] = p * (dp[j][e] - (e < 2 ? D0 : D1)) * ${lit(gm.scale)};\n      }\n` +
+    `    // dQ += dS K (the scale folded into dS)\n` +
+    x.times('dqa', 's', 'Ks').replace(/^(?=.)/gm, '  ') +
+    x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
+    storeRows(x, dq, 'dqa', 'qw', 'T', 'qoff')
+  );
+}
+
+/**
+ * The flash kernels of an attention / attention_grad node: the 16-bit tensor-core ones (flashRefusal
+ * null), else the fp32 ones (attention_f32.ts, f32Refusal null), else null: the node keeps the shared kernel.
+ */
+export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+  if (ctx.d.name !== 'cuda') throw new Error(`internal: the CUDA attention lowered for dialect ${ctx.d.name}`);
+  if (n.op !== 'attention' && n.op !== 'attention_grad') return null;
+  if (flashRefusal(g, n) !== null) return f32Refusal(g, n) === null ? lowerAttentionF32(ctx, g, n) : null;
+  const gm = geomOf(g, n);
+  ctx.helpers.add('mma16');
+  return flashKernels(ctx, g, n, {
+    what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
+    forward: (args) => forwardBody(gm, args[3]), gradKV: (args) => gradKVBody(gm, args[5], args[6]), gradQ: (args) => gradQBody(gm, args[5]),
+  });
+}
+
+/**
+ * One line per kind of attention choice over the programs' graphs (`mpsc build --device cuda`): how
+ * many attention / attention_grad nodes run on the flash kernels, and how many on the shared kernel
+ * and why (flashRefusal).
+ */
+export function attentionReport(graphs: Graph[]): string[] {
+  const counts = new Map<string, number>();
+  for (const g of graphs)
+    for (const n of g.nodes) {
+      if (n.op !== 'attention' && n.op !== 'attention_grad') continue;
+      const why = flashRefusal(g, n), whyF32 = why === null ? null : f32Refusal(g, n);
+      const key = why === null
+        ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores, attention_cuda.ts)`
+        : whyF32 === null ? `flash attention (fp32 on the CUDA cores, attention_f32.ts: ${why})` : `the shared 16x16-tile kernel: ${whyF32}`;
+      counts.set(key, (counts.get(key) ?? 0) + 1);
+    }
+  return [...counts].map(([what, k]) => `attention: ${k} node${k === 1 ? '' : 's'} on ${what}`);
+}

@@ -1,0 +1,301 @@
+/**
+ * attention_f32: the CUDA backend's flash attention in fp32 on the CUDA cores (no TF32: PyTorch's
+ * fp32 attention, the memory-efficient kernel, does not use it either, and issue 14 keeps fp32 within
+ * 1e-4 of the float64 reference), for `attention` / `attention_grad` nodes the 16-bit tensor-core
+ * kernels (attention_cuda.ts) do not take, with a head width in F32_HEAD_DIMS. Consumes those nodes
+ * (CUDA dialect context; operands of any element type, 16-bit ones widened exactly); produces
+ * KernelSpecs with the same IR semantics and saved tensors (o, lse) as the shared kernel. Called by
+ * attention_cuda.ts lowerAttentionCuda, which decides which nodes come here.
+ *
+ * Same structure as the 16-bit kernels (FlashAttention-2: online softmax over streamed key tiles in
+ * the forward; backward = Delta into the scratch region + a dK/dV kernel per key tile + a dQ kernel
+ * per query tile, no atomics), with 32 x 32 score tiles per block of 128 threads: thread (ty, tx)
+ * (ty = 0..7, tx = 0..15) owns rows 4 ty .. 4 ty + 3 and columns tx, tx + 16 of the scores (register
+ * tile of 4 x 2), and the same rows x columns tx + 16 jd (jd < D / 16) of the D-wide accumulators.
+ * The tiles sit in shared memory row-major with a pitch of D + 1 floats (a column of 16 rows at one
+ * feature is then 16 different banks), the probabilities / dS in a [32][33] tile between the two
+ * products. Row reductions (max, sum) are butterflies over the 16 lanes of a half-warp holding one row.
+ * Softmax in base 2 (exp2f of scores pre-scaled by scale * log2 e), lse in natural log.
+ * Why SIMT and not 3xTF32 tensor cores: the m16n8k8 TF32 A fragment holds columns t and t + 4 where
+ * the C fragment holds 2t and 2t + 1, so P would need shuffles or shared memory between the products,
+ * and each product three mma with hi / lo splits; the SIMT kernel is the simpler, always fp32-exact path.
+ * Relies on: static shared memory under 48 KiB (D = 64: Q, K, V, dO tiles of 32 x 65 floats and two
+ * 32 x 33 score tiles: 41 KiB in the dK/dV kernel).
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { asFloat, isHalfElem, type Dialect } from '../kernels/dialect.js';
+import { argOf, boolAttr, ceilDiv, label, numAttr, numel, shapeOf } from '../kernels/common.js';
+
+/** head widths of the fp32 kernels (a multiple of the 16 accumulator columns per thread row; wider heads exceed 48 KiB) */
+export const F32_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
+
+/** rows per block and per streamed tile; threads per block */
+const B = 32;
+const THREADS = 128;
+const LOG2E = Math.LOG2E;
+
+/** one attention op: H heads (N * H) of T queries and S keys of width D */
+export interface AttnGeom { H: number; T: number; S: number; D: number; causal: boolean; scale: number }
+type Geom = AttnGeom;
+
+/** a float literal that reads back as the same float32 */
+export const lit = (x: number) => {
+  const s = Math.fround(x).toPrecision(9);
+  return /[.e]/.test(s) ? `${s}f` : `${s}.0f`;
+};
+
+export function attnGeom(g: Graph, n: Node): Geom {
+  const qi = n.op === 'attention' ? 0 : 1;
+  const qs = shapeOf(g, n.inputs[qi]), ks = shapeOf(g, n.inputs[qi + 1]);
+  return { H: numel(qs.slice(0, -2)), T: qs[qs.length - 2], S: ks[ks.length - 2], D: qs[qs.length - 1], causal: boolAttr(n, 'causal'), scale: numAttr(n, 'scale') };
+}
+
+/** `name[idx] = x` in the buffer's element type */
+function store(d: Dialect, a: KernelArg, idx: string, x: string): string {
+  return `${a.name}[${idx}] = ${isHalfElem(a.type) ? d.fromFloat(a.type, x) : x};`;
+}
+
+function text(d: Dialect, gm: Geom, args: KernelArg[]) {
+  const type = (name: string) => args.find((a) => a.name === name)!.type;
+  const NC = gm.D / 16, shift = gm.S - gm.T;
+  const ind = (s: string) => s.replace(/^(?=.)/gm, '  ');
+  return {
+    NC, ind,
+    consts:
+      `  constexpr int T = ${gm.T}, S = ${gm.S}, D = ${gm.D}, P = ${gm.D + 1};  // queries, keys, head width, tile pitch\n` +
+      `  constexpr float SC = ${lit(gm.scale * LOG2E)};  // scale * log2(e): scores in base 2\n` +
+      `  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;\n` +
+      `  const int bh = blockIdx.y;\n` +
+      `  const size_t qoff = (size_t)bh * T * D, koff = (size_t)bh * S * D;\n`,
+    /** rows [r0, r0 + 32) of [rows x D] slabs (buffer, head offset) into shared tiles, zeros past `rows` */
+    load: (r0: string, rows: string, pairs: [string, string, string][]) =>
+      `  for (int e = threadIdx.x; e < ${B * gm.D}; e += ${THREADS}) {\n` +
+      `    const int r = e / D, c = e % D;\n    const bool in = ${r0} + r < ${rows};\n` +
+      pairs.map(([dst, src, off]) => `    ${dst}[r * P + c] = in ? ${asFloat(d, type(src), `${src}[${off} + (size_t)(${r0} + r) * D + c]`)} : 0.0f;\n`).join('') +
+      `  }\n`,
+    /** s[4][2] = rows 4ty.. of A times rows tx, tx + 16 of Bm (both [32][P] tiles), over D */
+    scores: (s: string, A: string, Bm: string) =>
+      `  float ${s}[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};\n` +
+      `  #pragma unroll 8\n  for (int c = 0; c < D; ++c) {\n` +
+      `    const float b0 = ${Bm}[tx * P + c], b1 = ${Bm}[(tx + 16) * P + c];\n` +
+      `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const float a = ${A}[(ty * 4 + i) * P + c];\n` +
+      `      ${s}[i][0] = fmaf(a, b0, ${s}[i][0]);\n      ${s}[i][1] = fmaf(a, b1, ${s}[i][1]);\n    }\n  }\n`,
+    /** acc[4][NC] += rows 4ty.. of the [32][33] score tile X times the [32][P] tile Y (columns tx + 16 jd) */
+    times: (acc: string, X: string, Y: string) =>
+      `  #pragma unroll 4\n  for (int kk = 0; kk < ${B}; ++kk) {\n` +
+      `    float y[${NC}];\n    #pragma unroll\n    for (int j = 0; j < ${NC}; ++j) y[j] = ${Y}[kk * P + tx + 16 * j];\n` +
+      `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const float x = ${X}[(ty * 4 + i) * 33 + kk];\n` +
+      `      #pragma unroll\n      for (int j = 0; j < ${NC}; ++j) ${acc}[i][j] = fmaf(x, y[j], ${acc}[i][j]);\n    }\n  }\n`,
+    zero: (acc: string) => `  float ${acc}[4][${NC}];\n  #pragma unroll\n  for (int i = 0; i < 4; ++i)\n    #pragma unroll\n    for (int j = 0; j < ${NC}; ++j) ${acc}[i][j] = 0.0f;\n`,
+    visible: (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) =>
+      [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', gm.causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
+    kend: gm.causal ? `min(S, q0 + ${B + shift})` : 'S',
+    shift,
+    /** rows 4ty + i (below `rows`) of acc into buffer `out` at head offset `off` (columns tx + 16 j) */
+    storeRows: (out: KernelArg, acc: string, r0: string, rows: string, off: string, mul = (_i: string) => '') =>
+      `  #pragma unroll\n  for (int i = 0; i < 4; ++i) {\n    const int r = ${r0} + ty * 4 + i;\n    if (r < ${rows}) {\n` +
+      `      #pragma unroll\n      for (int j = 0; j < ${NC}; ++j) ${store(d, out, `${off} + (size_t)r * D + tx + 16 * j`, `${acc}[i][j]${mul('i')}`)}\n    }\n  }\n`,
+  };
+}
+
+/** butterfly over the 16 lanes of a half-warp (one score row): `op` max or sum */
+const half16 = (v: string, op: 'max' | 'sum') =>
+  [8, 4, 2, 1].map((o) => op === 'max' ? `${v} = fmaxf(${v}, __shfl_xor_sync(0xffffffffu, ${v}, ${o}));` : `${v} += __shfl_xor_sync(0xffffffffu, ${v}, ${o});`).join(' ');
+
+function forwardBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
+  const x = text(d, gm, args), o = args[3];
+  const edge = `k0 + ${B} > S` + (gm.causal ? ` || k0 + ${B - 1} > q0 + ${x.shift}` : '');
+  return (
+    `  // flash attention forward in fp32: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}; 32 queries per block, 32-key tiles\n` +
+    x.consts +
+    `  __shared__ float Qs[${B * (gm.D + 1)}], Ks[${B * (gm.D + 1)}], Vs[${B * (gm.D + 1)}], Ps[${B * 33}];\n` +
+    `  // the last query tiles see the most keys: they start first\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${B};\n` +
+    x.load('q0', 'T', [['Qs', 'q', 'qoff']]) +
+    x.zero('acc') +
+    `  float m[4], l[4];  // running max (base 2) and this thread's partial sum per row\n` +
+    `  #pragma unroll\n  for (int i = 0; i < 4; ++i) { m[i] = -INFINITY; l[i] = 0.0f; }\n` +
+    `  const int kend = ${x.kend};\n` +
+    `  for (int k0 = 0; k0 < kend; k0 += ${B}) {\n` +
+    `    __syncthreads();  // the previous tiles are consumed\n` +
+    x.ind(x.load('k0', 'S', [['Ks', 'k', 'koff'], ['Vs', 'v', 'koff']])) +
+    `    __syncthreads();\n` +
+    x.ind(x.scores('s', 'Qs', 'Ks')) +
+    `    const bool edge = ${edge};\n` +
+    `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n` +
+    `      const int qr = q0 + ty * 4 + i;\n      (void)qr;\n` +
+    `      #pragma unroll\n      for (int j = 0; j < 2; ++j) {\n` +
+    `        const int kc = k0 + tx + 16 * j;\n        (void)kc;\n` +
+    `        s[i][j] = edge && !(${x.visible('qr', 'kc', { k: true })}) ? -INFINITY : s[i][j] * SC;\n      }\n` +
+    `      float mx = fmaxf(s[i][0], s[i][1]);\n      ${half16('mx', 'max')}\n` +
+    `      const float mn = fmaxf(m[i], mx), b = mn == -INFINITY ? 0.0f : mn, al = exp2f(m[i] - b);\n` +
+    `      m[i] = mn;\n` +
+    `      const float p0 = exp2f(s[i][0] - b), p1 = exp2f(s[i][1] - b);\n` +
+    `      l[i] = l[i] * al + p0 + p1;\n` +
+    `      #pragma unroll\n      for (int j = 0; j < ${x.NC}; ++j) acc[i][j] *= al;\n` +
+    `      Ps[(ty * 4 + i) * 33 + tx] = p0;\n      Ps[(ty * 4 + i) * 33 + tx + 16] = p1;\n    }\n` +
+    `    __syncthreads();\n` +
+    `    // O += P V\n` +
+    x.ind(x.times('acc', 'Ps', 'Vs')) +
+    `  }\n` +
+    `  #pragma unroll\n  for (int i = 0; i < 4; ++i) { ${half16('l[i]', 'sum')} }\n` +
+    x.storeRows(o, 'acc', 'q0', 'T', 'qoff', (i) => ` / l[${i}]`) +
+    `  if (tx == 0) {\n    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const int r = q0 + ty * 4 + i;\n` +
+    `      if (r < T) lse[(size_t)bh * T + r] = m[i] * ${lit(Math.LN2)} + logf(l[i]);\n    }\n  }\n`
+  );
+}
+
+function gradKVBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
+  const x = text(d, gm, args), dk = args[5], dv = args[6];
+  const edge = `q0 + ${B} > T` + (gm.causal ? ` || k0 + ${B - 1} > q0 + ${x.shift}` : '');
+  const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${B} * ${B}` : '0';
+  const P = gm.D + 1;
+  return (
+    `  // flash attention backward in fp32, dK and dV: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
+    `  // block (32-key tile, head), the query tiles streamed; transposed scores S^T = K Q^T, dP^T = V dO^T\n` +
+    x.consts +
+    `  __shared__ float Ks[${B * P}], Vs[${B * P}], Qs[${B * P}], Os[${B * P}], PT[${B * 33}], dST[${B * 33}], Ls[${B}], Ds[${B}];\n` +
+    `  const int k0 = blockIdx.x * ${B};\n` +
+    x.load('k0', 'S', [['Ks', 'k', 'koff'], ['Vs', 'v', 'koff']]) +
+    x.zero('dka') + x.zero('dva') +
+    `  for (int q0 = ${qbeg}; q0 < T; q0 += ${B}) {\n` +
+    `    __syncthreads();  // the previous tiles are consumed (and the K / V tiles loaded)\n` +
+    x.ind(x.load('q0', 'T', [['Qs', 'q', 'qoff'], ['Os', 'dout', 'qoff']])) +
+    `    if (threadIdx.x < ${B}) {\n      const int qi = q0 + threadIdx.x;\n` +
+    `      Ls[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
+    `      Ds[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n    }\n` +
+    `    __syncthreads();\n` +
+    x.ind(x.scores('st', 'Ks', 'Qs')) + x.ind(x.scores('dpt', 'Vs', 'Os')) +
+    `    const bool edge = ${edge};\n` +
+    `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const int kr = k0 + ty * 4 + i;\n      (void)kr;\n` +
+    `      #pragma unroll\n      for (int j = 0; j < 2; ++j) {\n        const int qc = tx + 16 * j, qr = q0 + qc;\n        (void)qr;\n` +
+    `        const float p = edge && !(${x.visible('qr', 'kr', { q: true })}) ? 0.0f : exp2f(st[i][j] * SC - Ls[qc]);\n` +
+    `        PT[(ty * 4 + i) * 33 + qc] = p;\n` +
+    `        dST[(ty * 4 + i) * 33 + qc] = p * (dpt[i][j] - Ds[qc]) * ${lit(gm.scale)};\n      }\n    }\n` +
+    `    __syncthreads();\n` +
+    `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS)\n` +
+    x.ind(x.times('dva', 'PT', 'Os')) + x.ind(x.times('dka', 'dST', 'Qs')) +
+    `  }\n` +
+    x.storeRows(dk, 'dka', 'k0', 'S', 'koff') + x.storeRows(dv, 'dva', 'k0', 'S', 'koff')
+  );
+}
+
+function gradQBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
+  const x = text(d, gm, args), dq = args[5];
+  const edge = `k0 + ${B} > S` + (gm.causal ? ` || k0 + ${B - 1} > q0 + ${x.shift}` : '');
+  const P = gm.D + 1;
+  return (
+    `  // flash attention backward in fp32, dQ: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
+    `  // block (32-query tile, head), the key tiles streamed: S = Q K^T, dP = dO V^T, dQ += dS K\n` +
+    x.consts +
+    `  __shared__ float Qs[${B * P}], Os[${B * P}], Ks[${B * P}], Vs[${B * P}], dSs[${B * 33}];\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${B};\n` +
+    x.load('q0', 'T', [['Qs', 'q', 'qoff'], ['Os', 'dout', 'qoff']]) +
+    `  float L[4], Dl[4];  // lse (base 2) and Delta of the thread's rows\n` +
+    `  #pragma unroll\n  for (int i = 0; i < 4; ++i) {\n    const int r = q0 + ty * 4 + i;\n` +
+    `    L[i] = r < T ? lse[(size_t)bh * T + r] * ${lit(LOG2E)} : 0.0f;\n    Dl[i] = r < T ? mpsc_scratch[(size_t)bh * T + r] : 0.0f;\n  }\n` +
+    x.zero('dqa') +
+    `  const int kend = ${x.kend};\n` +
+    `  for (int k0 = 0; k0 < kend; k0 += ${B}) {\n` +
+    `    __syncthreads();  // the previous tiles are consumed (and the Q / dO tiles loaded)\n` +
+    x.ind(x.load('k0', 'S', [['Ks', 'k', 'koff'], ['Vs', 'v', 'koff']])) +
+    `    __syncthreads();\n` +
+    x.ind(x.scores('s', 'Qs', 'Ks')) + x.ind(x.scores('dp', 'Os', 'Vs')) +
+    `    const bool edge = ${edge};\n` +
+    `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const int qr = q0 + ty * 4 + i;\n      (void)qr;\n` +
+    `      #pragma unroll\n      for (int j = 0; j < 2; ++j) {\n        const int kc = k0 + tx + 16 * j;\n        (void)kc;\n` +
+    `        const float p = edge && !(${x.visible('qr', 'kc', { k: true })}) ? 0.0f : exp2f(s[i][j] * SC - L[i]);\n` +
+    `        dSs[(ty * 4 + i) * 33 + tx + 16 * j] = p * (dp[i][j] - Dl[i]) * ${lit(gm.scale)};\n      }\n    }\n` +
+    `    __syncthreads();\n` +
+    `    // dQ += dS K (the scale folded into dS)\n` +
+    x.ind(x.times('dqa', 'dSs', 'Ks')) +
+    `  }\n` +
+    x.storeRows(dq, 'dqa', 'q0', 'T', 'qoff')
+  );
+}
+
+/** why a node keeps the shared kernel instead of these (null: these take it) */
+export function f32Refusal(g: Graph, n: Node): string | null {
+  const qi = n.op === 'attention' ? 0 : 1;
+  const D = shapeOf(g, n.inputs[qi]).at(-1)!;
+  if (!F32_HEAD_DIMS.includes(D)) return `head width ${D} (the fp32 flash kernels take ${F32_HEAD_DIMS.join(', ')})`;
+  const lse = n.op === 'attention' ? n.outputs[1] : n.inputs[5];
+  if (g.values[lse].dtype !== 'f32') return `lse stored as ${g.values[lse].dtype} (the kernels keep it fp32)`;
+  return null;
+}
+
+/**
+ * Delta = rowsum(dO * O) of the H * T query rows into the scratch region: the first backward kernel of
+ * both flash paths. 8 lanes per row (lane p takes features p, p + 8, ...: each load instruction reads 4
+ * rows' contiguous runs), summed over the 8 lanes by a butterfly in a fixed order.
+ */
+function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], gm: Geom, scratch: number): KernelSpec {
+  const [dout, o] = args;
+  const rows = gm.H * gm.T;
+  return {
+    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention: Delta = rowsum(dO * O), 8 lanes per row]`, args,
+    groups: [Math.max(1, ceilDiv(rows * 8, 256)), 1, 1], tgsize: [256, 1, 1], tgmem: 0, sync: true, scratch,
+    body:
+      `  // Delta[i] = sum_d dO[i, d] O[i, d] for the ${rows} query rows into the scratch region; lanes 8i..8i+7 of the grid take row i\n` +
+      `  const int row = (blockIdx.x * 256 + threadIdx.x) >> 3, part = threadIdx.x & 7;\n` +
+      `  const size_t base = (size_t)min(row, ${rows - 1}) * ${gm.D};\n  float acc = 0.0f;\n` +
+      `  for (int c = part; c < ${gm.D}; c += 8) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
+      `  // (whole warps reach the butterfly: rows past the end read the last row and do not store)\n` +
+      `  acc += __shfl_xor_sync(0xffffffffu, acc, 4);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 2);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 1);\n` +
+      `  if (part == 0 && row < ${rows}) mpsc_scratch[row] = acc;\n`,
+  };
+}
+
+/** the three kernel bodies of one flash path, each from its kernel's arguments (in the order flashKernels binds them) */
+export interface FlashBodies {
+  /** label text, e.g. "fp32 on the CUDA cores, 32 rows per block" */
+  what: string;
+  /** rows per block (queries in the forward and dQ kernels, keys in the dK/dV kernel) */
+  rows: number;
+  /** [q, k, v, o, lse] */
+  forward(args: KernelArg[]): string;
+  /** [dout, q, k, v, lse, dk, dv] */
+  gradKV(args: KernelArg[]): string;
+  /** [dout, q, k, v, lse, dq] */
+  gradQ(args: KernelArg[]): string;
+}
+
+/**
+ * The kernels of an attention node (one) or an attention_grad node (Delta into the scratch region,
+ * dK/dV, dQ; all three bind the H * T floats of scratch) for one flash path: 128 threads per block,
+ * blocks over (row tiles, heads).
+ */
+export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): KernelSpec[] {
+  const gm = attnGeom(g, n);
+  const a = (v: number, name: string, acc: 'r' | 'w' = 'r') => argOf(g, name, v, acc);
+  const ins = n.inputs, outs = n.outputs;
+  const spec = (args: KernelArg[], rows: number, body: string, part: string, scratch?: number): KernelSpec => ({
+    name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention, ${p.what}${part}]`, args,
+    groups: [Math.max(1, ceilDiv(rows, p.rows)), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem: 0, sync: true, body,
+    ...(scratch ? { scratch } : {}),
+  });
+  if (n.op === 'attention') {
+    const args = [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v'), a(outs[0], 'o', 'w'), a(outs[1], 'lse', 'w')];
+    return [spec(args, gm.T, p.forward(args), '')];
+  }
+  // inputs (do, q, k, v, o, lse) -> dq, dk, dv
+  const scratch = gm.H * gm.T * 4;
+  const ro = [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse')];
+  const kv = [ro[0], ro[1], ro[2], ro[3], ro[5], a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')];
+  const q = [ro[0], ro[1], ro[2], ro[3], ro[5], a(outs[0], 'dq', 'w')];
+  return [
+    deltaKernel(ctx, g, n, [ro[0], ro[4]], gm, scratch),
+    spec(kv, gm.S, p.gradKV(kv), ': dK, dV', scratch),
+    spec(q, gm.T, p.gradQ(q), ': dQ', scratch),
+  ];
+}
+
+/** The fp32 flash kernels of an attention / attention_grad node (f32Refusal null). */
+export function lowerAttentionF32(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const gm = attnGeom(g, n), d = ctx.d;
+  return flashKernels(ctx, g, n, {
+    what: 'fp32 on the CUDA cores, 32 rows per block', rows: B,
+    forward: (args) => forwardBody(d, gm, args), gradKV: (args) => gradKVBody(d, gm, args), gradQ: (args) => gradQBody(d, gm, args),
+  });
+}

@@ -1,0 +1,83 @@
+/**
+ * mma: CUDA helper functions for 16-bit tensor-core products (inline PTX), used by the CUDA flash
+ * attention (attention_cuda.ts). Consumes nothing; produces the helper text that the kernel file's
+ * prelude emits once when a kernel asks for Helper 'mma16' (compiler/kernels/prelude.ts), and the
+ * names the kernels call. The helpers use only 32-bit registers and PTX (no cuda_fp16.h /
+ * cuda_bf16.h types), so they compile in any file.
+ *
+ * The product is `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32` (sm_80+):
+ * D[16x8] (fp32) = A[16x16] (16-bit) * B[16x8] (16-bit) + C[16x8] (fp32), one warp collectively.
+ * With lane l of the warp, g = l / 4 (the "group") and t = l % 4 (the thread in the group), the
+ * fragments each lane holds are (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point
+ * type"; a 32-bit register holds two 16-bit elements, the lower-indexed one in the low half):
+ *   A (row-major 16x16), 4 registers: a[0] = (row g,     cols 2t, 2t+1)
+ *                                     a[1] = (row g + 8, cols 2t, 2t+1)
+ *                                     a[2] = (row g,     cols 2t+8, 2t+9)
+ *                                     a[3] = (row g + 8, cols 2t+8, 2t+9)
+ *   B (16x8, "col": k pairs adjacent), 2 registers: b[0] = (rows k = 2t, 2t+1, col g)
+ *                                                   b[1] = (rows k = 2t+8, 2t+9, col g)
+ *   C / D (16x8 fp32), 4 floats: c[0], c[1] = (row g, cols 2t, 2t+1); c[2], c[3] = (row g + 8, same cols)
+ * Consequences the kernels rely on:
+ *  - an A fragment of a row-major [rows][k] tile in shared memory is four 32-bit loads;
+ *  - a B fragment of B = X^T for a row-major [n][k] tile X (scores Q K^T: B[k=d][n=key] = K[key][d])
+ *    is two 32-bit loads;
+ *  - a B fragment of a row-major [k][n] tile (P V: B[k=key][n=d] = V[key][d]) needs a transpose:
+ *    `ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16` (mpsc_ldsm_x4_trans) loads four 8x8 16-bit
+ *    matrices whose 8 row addresses come from lanes 8i..8i+7 (matrix i -> register i) and gives
+ *    lane (g, t) the elements (rows 2t, 2t+1; col g) of each: exactly b[0] or b[1] of an n8 tile;
+ *  - the C fragments of two adjacent n8 tiles (cols 16kk..16kk+15) of a product are, packed to 16
+ *    bits, the A fragment of the k16 step kk of the next product (P of Q K^T feeds P V):
+ *    a = {pack(c[2kk][0], c[2kk][1]), pack(c[2kk][2], c[2kk][3]), pack(c[2kk+1][0], c[2kk+1][1]),
+ *    pack(c[2kk+1][2], c[2kk+1][3])} (mpsc_pack_*: round to nearest even, `cvt.rn.*x2.f32`).
+ */
+
+/** the two 16-bit operand types of the products, as the kernel language names them */
+export type Mma16Type = 'bfloat' | 'half';
+
+/** suffix of the helper names for one operand type */
+export const mmaSuffix = (t: Mma16Type): string => (t === 'bfloat' ? 'bf16' : 'f16');
+
+const Q = '__device__ __forceinline__';
+
+function typed(t: Mma16Type): string {
+  const s = mmaSuffix(t);
+  return (
+    `// c (16x8 fp32) += a (16x16 ${s}) * b (16x8 ${s}), fp32 accumulation\n` +
+    `${Q} void mpsc_mma_${s}(float* c, const uint* a, const uint* b) {\n` +
+    `  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.${s}.${s}.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n` +
+    `               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n` +
+    `               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));\n}\n\n` +
+    `// two floats rounded to ${s} (nearest even) in one register: lo in the low half\n` +
+    `${Q} uint mpsc_pack_${s}(float lo, float hi) {\n` +
+    `  uint r;\n  asm("cvt.rn.${s}x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));\n  return r;\n}\n\n`
+  );
+}
+
+/** The helper text (both operand types, ldmatrix, cp.async, the quad reductions). */
+export function mma16Helpers(): string {
+  return (
+    `// 16-bit tensor-core products for the flash attention kernels (codegen-cuda/mma.ts has the fragment\n` +
+    `// layouts): mma.sync m16n8k16 with fp32 accumulation, ldmatrix for transposed B fragments, cp.async tile copies\n` +
+    typed('bfloat') + '\n' + typed('half') + '\n' +
+    `// four 8x8 16-bit matrices from shared memory, transposed: lanes 8i..8i+7 give the row addresses\n` +
+    `// (16-byte aligned) of matrix i, register i of lane (g, t) gets its elements (rows 2t, 2t+1; col g)\n` +
+    `${Q} void mpsc_ldsm_x4_trans(uint* r, const unsigned short* p) {\n` +
+    `  const uint a = (uint)__cvta_generic_to_shared(p);\n` +
+    `  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"\n` +
+    `               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));\n}\n\n` +
+    `// asynchronous 16-byte copy global -> shared (cp.async, sm_80+), zero-filled when !full (src then unread)\n` +
+    `${Q} void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) {\n` +
+    `  const uint d = (uint)__cvta_generic_to_shared(dst);\n` +
+    `  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(full ? 16u : 0u) : "memory");\n}\n\n` +
+    `${Q} void mpsc_cp_async_commit() {\n  asm volatile("cp.async.commit_group;" ::: "memory");\n}\n\n` +
+    `// wait for this thread's copies (a __syncthreads() then makes every thread's visible)\n` +
+    `${Q} void mpsc_cp_async_wait_all() {\n  asm volatile("cp.async.wait_group 0;" ::: "memory");\n}\n\n` +
+    `// 32 bits (two 16-bit elements) of shared memory\n` +
+    `${Q} uint mpsc_ld32(const unsigned short* p) {\n  return *reinterpret_cast<const uint*>(p);\n}\n\n` +
+    `// max / sum over the 4 lanes of a group (the lanes holding one row of a C fragment)\n` +
+    `${Q} float mpsc_quad_max(float v) {\n` +
+    `  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));\n  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));\n}\n\n` +
+    `${Q} float mpsc_quad_sum(float v) {\n` +
+    `  v += __shfl_xor_sync(0xffffffffu, v, 1);\n  return v + __shfl_xor_sync(0xffffffffu, v, 2);\n}\n`
+  );
+}
