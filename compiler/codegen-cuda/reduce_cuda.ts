@@ -12,8 +12,8 @@
  *    chunk of the terms, the chunk sums into the scratch region and a second kernel adding them
  *    in chunk order;
  *  - innermost dim kept (linear bias: [batch, N] -> [N]): a column sum (columnSums, below).
- * Column sums (32 adjacent columns x 8 interleaved row slices per block, the slice sums added in
- * slice order): the rows are cut into S chunks so that the grid fills the GPU; block (column
+ * Column sums (32 adjacent columns x 8 interleaved row slices per block, each slice taking its rows
+ * four at a time in order, the slice sums added in slice order): the rows are cut into S chunks so that the grid fills the GPU; block (column
  * tile, chunk) writes its partial sums into the plan's scratch region (`mpsc_scratch`,
  * KernelSpec.scratch), and a second kernel adds the S partials per column in chunk order (S = 1:
  * the first kernel writes the results itself). They serve the kept-innermost sum_to and
@@ -135,7 +135,11 @@ function columnSums(ctx: LowerCtx, g: Graph, n: Node, v: {
       `  const uint c = tgid.x * 32u + tid.x;\n` +
       `  const uint r0 = tgid.y * ${u(chunk)}, r1 = min(r0 + ${u(chunk)}, ${u(v.R)});\n` +
       `  ${decl}\n` +
-      `  if (c < ${u(v.C)}) {\n${v.col}    for (uint r = r0 + tid.y; r < r1; r += 8u) {\n${v.row}    }\n  }\n` +
+      `  if (c < ${u(v.C)}) {\n${v.col}    uint r8 = r0 + tid.y;\n` +
+      `    // four rows per step (their loads in flight together), added in the same order as one at a time\n` +
+      `    for (; r8 + 24u < r1; r8 += 32u) {\n` +
+      [0, 8, 16, 24].map((k) => `    {\n      const uint r = r8${k ? ` + ${k}u` : ''};\n${v.row}    }\n`).join('') +
+      `    }\n    for (; r8 < r1; r8 += 8u) {\n      const uint r = r8;\n${v.row}    }\n  }\n` +
       K.map((k) => `  tg[${k * 256}u + tid.y * 32u + tid.x] = s${k};\n`).join('') + `  ${d.barrier()}\n` +
       `  if (tid.y == 0u && c < ${u(v.C)}) {\n` + K.map((k) => `    s${k} = 0.0f;\n`).join('') +
       `    for (uint w = 0u; w < 8u; ++w) {${K.map((k) => ` s${k} += tg[${k * 256}u + w * 32u + tid.x];`).join('')} }\n` +
