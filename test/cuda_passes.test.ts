@@ -195,7 +195,9 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
     expect(columnChunks(1200, 33).S).toBeGreaterThan(1);
     const shared = GPU_KERNELS.sum_to as GpuLowering;
     const sharedEmbedding = GPU_KERNELS.embedding as GpuLowering, sharedLayernorm = GPU_KERNELS.layernorm as GpuLowering;
-    const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda,
+    const sharedEmbeddingGrad = GPU_KERNELS.embedding_grad as GpuLowering;
+    const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda,
+      embedding_grad: ((c, g, n) => lowerEmbeddingGradCuda(c, g, n) ?? sharedEmbeddingGrad(c, g, n)) as GpuLowering,
       embedding: ((c, g, n) => lowerEmbeddingCuda(c, g, n) ?? sharedEmbedding(c, g, n)) as GpuLowering,
       layernorm: ((c, g, n) => lowerLayernormCuda(c, g, n) ?? sharedLayernorm(c, g, n)) as GpuLowering,
       cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda,

@@ -59,6 +59,10 @@ const sharedAttention = GPU_KERNELS.attention;
 if (sharedAttention === 'cpu') throw new Error('internal: attention has no shared GPU kernel');
 /** flash attention (attention_cuda.ts: 16-bit on the tensor cores, fp32 on attention_f32.ts); other head widths: the shared kernel */
 const cudaAttention: GpuLowering = (ctx, g, n) => lowerAttentionCuda(ctx, g, n) ?? sharedAttention(ctx, g, n);
+const sharedEmbeddingGrad = GPU_KERNELS.embedding_grad;
+if (sharedEmbeddingGrad === 'cpu') throw new Error('internal: embedding_grad has no shared GPU kernel');
+/** embedding_grad on embedding_cuda.ts (sorted ids, or positions); past its float slots the shared kernel */
+const cudaEmbeddingGrad: GpuLowering = (ctx, g, n) => lowerEmbeddingGradCuda(ctx, g, n) ?? sharedEmbeddingGrad(ctx, g, n);
 const sharedEmbedding = GPU_KERNELS.embedding;
 if (sharedEmbedding === 'cpu') throw new Error('internal: embedding has no shared GPU kernel');
 /** a position embedding reads its rows without the positions (embedding_cuda.ts); other ids: the shared gather */
@@ -82,7 +86,7 @@ function gemmRegistry(lt: boolean, choices: GemmChoice[]): { registry: GpuRegist
     if (!ks) throw new Error(`internal: op '${n.op}' is not a GEMM`);
     return ks;
   };
-  return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda, embedding: cudaEmbedding, layernorm: cudaLayernorm,
+  return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: cudaEmbeddingGrad, embedding: cudaEmbedding, layernorm: cudaLayernorm,
     cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
 }
 
