@@ -42,7 +42,7 @@ import { fuseForBackend } from '../ir/programs.js';
 import { cudaFusions } from './fusions.js';
 import { GPU_KERNELS, type GpuLowering, type GpuRegistry } from '../kernels/registry.js';
 
-/** which GEMM kernels: the CUDA 64x64 ones (gemm_cuda.ts, default) or the shared 16x16 ones */
+/** which GEMM kernels: the CUDA 64x64 ones (gemm_cuda.ts, default; with the CUDA attention and reductions) or the shared 16x16 ones (and every shared kernel) */
 export type CudaGemm = 'cuda' | 'shared';
 
 const sharedSumTo = GPU_KERNELS.sum_to;
