@@ -9,6 +9,7 @@
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { ONE_BLOCK_ROWS, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
+import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
 import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
@@ -77,8 +78,9 @@ export function cudaCaseBuild(a: CudaArtifacts, exe: string): EmuBuild<CaseArtif
  * vocabulary with rows that never occur), and the class losses / metrics over many rows (class_rows.ts:
  * a block per row of GPT-2's V = 50 304, a warp per row of 1000 classes over a row count not a multiple
  * of 8, and few enough such rows for one block; label smoothing; ignore_index), a loss with its gradient
- * reading the loss kernel's log-sum-exp (lossAndGradCase), and a position embedding and its gradient
- * (positionEmbeddingCase).
+ * reading the loss kernel's log-sum-exp (lossAndGradCase), a position embedding and its gradient
+ * (positionEmbeddingCase), and layernorm / its dx a warp per row (layernormPair: D a multiple of 32 and not,
+ * the widest warp row, one past it).
  */
 export function cudaLongCases(): OpCase[] {
   const rng = makeRng(20261203);
@@ -126,6 +128,7 @@ export function cudaLongCases(): OpCase[] {
   classes('warp_odd_rows_ignore', 301, 1000, -100);
   classes('one_block_ignore', 37, 1000, -100);
   classes('block_odd', 5, 1025);
+  for (const [D, w] of [[768, true], [333, false], [WARP_D, true], [WARP_D + 1, true]] as const) cases.push(...layernormPair(rng, `layernorm_rows_${D}`, [5, 7], D, w));
   cases.push(lossAndGradCase(rng, 'loss_and_grad_gpt2_vocab', 3, 50304, 0), lossAndGradCase(rng, 'loss_and_grad_warp_ignore', 301, 1000, 0.1, -100),
     lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
   cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
@@ -151,6 +154,20 @@ export function classRowCases(rng: Rng, prefix: string, R: number, C: number, ig
     opCase(`${prefix}_cross_entropy_grad_ls`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0.1, ...ii }),
     opCase(`${prefix}_accuracy`, 'accuracy', [x(-1, 1), lab], [[]], ii),
     opCase(`${prefix}_top_k`, 'top_k', [x(-1, 1), lab], [[]], { k: 5, ...ii }),
+  ];
+}
+
+/**
+ * layernorm over rows [...rows, D] (with weight and bias when `weight`, else neither) and layernorm_grad's
+ * dx + weight / bias gradients (codegen-cuda/layernorm_cuda.ts: a warp per row up to WARP_D, registers
+ * holding the row), case names `${name}_fwd` / `${name}_grad`.
+ */
+export function layernormPair(rng: Rng, name: string, rows: number[], D: number, weight: boolean): OpCase[] {
+  const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
+  const x = [...rows, D];
+  return [
+    opCase(`${name}_fwd`, 'layernorm', [f(x, -2, 3), weight ? f([D]) : null, weight ? f([D]) : null], [x, rows, rows], { eps: 1e-5 }),
+    opCase(`${name}_grad`, 'layernorm_grad', [f(x), f(x), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [x, [D], [D]]),
   ];
 }
 
