@@ -166,8 +166,8 @@ const char* const knames_p1[] = { "p1_k0 (node 0: conv2d)", "p0_k2 (node 1: maxp
 bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
   (void)b; (void)mma; (void)set; (void)out;
   {
-    if (mma) p0_k0_mma<<<dim3(1u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 61257728 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
-    else p0_k0<<<dim3(1u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 61257728 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    if (mma) p0_k0_mma<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 61257728 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    else p0_k0<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 61257728 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k0 (node 0: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
@@ -182,8 +182,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k3_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
-    else p0_k3<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    if (mma) p0_k3_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    else p0_k3<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 3: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
   }
@@ -328,14 +328,14 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[22], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k24_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
-    else p0_k24<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    if (mma) p0_k24_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    else p0_k24<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k24 (node 25: conv2d_grad_input)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[23], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k25_mma<<<dim3(5u, 1u, 24u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 25853952), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
-    else p0_k25<<<dim3(5u, 1u, 24u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 25853952), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    if (mma) p0_k25_mma<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 25853952), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    else p0_k25<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<float*>(dev + 25853952), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k25 (node 26: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[24], st), "cudaEventRecord")) return false;
   }
@@ -365,8 +365,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[29], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k32_mma<<<dim3(1u, 1u, 98u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 61257728 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
-    else p0_k32<<<dim3(1u, 1u, 98u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 61257728 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    if (mma) p0_k32_mma<<<dim3(1u, 1u, 98u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 61257728 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
+    else p0_k32<<<dim3(1u, 1u, 98u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 61257728 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 61458688 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k32 (node 31: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[30], st), "cudaEventRecord")) return false;
   }
@@ -401,8 +401,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
   (void)b; (void)mma; (void)set; (void)out;
   {
-    if (mma) p1_k0_mma<<<dim3(1u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 61660160 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61861120 + set * 201216));
-    else p1_k0<<<dim3(1u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 61660160 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61861120 + set * 201216));
+    if (mma) p1_k0_mma<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 61660160 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61861120 + set * 201216));
+    else p1_k0<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 61660160 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61861120 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p1_k0 (node 0: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
@@ -412,8 +412,8 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p1_k2_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61861120 + set * 201216));
-    else p1_k2<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61861120 + set * 201216));
+    if (mma) p1_k2_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61861120 + set * 201216));
+    else p1_k2<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 61861120 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 2: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
