@@ -235,11 +235,17 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, N, M>& d, const si
 template <typename T, int K, int M, int N, typename = typename std::enable_if<!std::is_same<T, float>::value>::type>
 inline void simdgroup_multiply_accumulate(simdgroup_matrix<float, N, M>& d, const simdgroup_matrix<T, K, M>& a,
                                           const simdgroup_matrix<T, N, K>& b, const simdgroup_matrix<float, N, M>& c) {
+  // widened once per element (exact; g++ converts _Float16 in software, so not once per product)
+  float af[M][K], bf[K][N];
+  for (int i = 0; i < M; ++i)
+    for (int k = 0; k < K; ++k) af[i][k] = float(a.e[i][k]);
+  for (int k = 0; k < K; ++k)
+    for (int j = 0; j < N; ++j) bf[k][j] = float(b.e[k][j]);
   simdgroup_matrix<float, N, M> r;
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       float acc = c.e[i][j];
-      for (int k = 0; k < K; ++k) acc += float(a.e[i][k]) * float(b.e[k][j]);
+      for (int k = 0; k < K; ++k) acc += af[i][k] * bf[k][j];
       r.e[i][j] = acc;
     }
   d = r;
