@@ -11,6 +11,9 @@ check (the default; one GPU is enough): for each spec, `mpsc train --device cuda
   cuBLASLt pick another algorithm); FAIL otherwise. Then the same
   with MPSC_DDP_OVERLAP=1 (the buckets' all-reduces captured into train_step's CUDA graph on a side stream). One line per
   spec, then one verdict line: "ddp_check: PASS ..." or "ddp_check: FAIL ...". Exit 1 on a failure.
+overhead (one GPU): the cost of the data-parallel path at N = 1: ms/step of gpt_char_b64_t256 (batch 64) and
+  seed_cnn_b32_64px_adam (batch 32) on the single-GPU path, with --gpus 1, and with --gpus 1 and
+  MPSC_DDP_OVERLAP=1 (step time from step 10 to the last of 60 steps, as below); informational, no verdict.
 scaling (a multi-GPU kind): bench/gpt_char_b64_t256.model (per-GPU batch 64) and
   bench/seed_cnn_b32_64px_adam.model (per-GPU batch 32) at N = 1, 2, 4, 8 (up to the visible GPUs or
   --gpus-max), each N in one run: step time from the cumulative samples/s the trainer logs at step 10 and
@@ -35,7 +38,7 @@ gpus_max = int(opt("--gpus-max", "8"))
 # --device cpu: the same check with --ranks 1 on the CPU (the script's own test, runnable without a GPU)
 device = opt("--device", "cuda")
 flag = "--gpus" if device == "cuda" else "--ranks"
-modes = [a for a in args if a in ("check", "scaling")] or ["check"]
+modes = [a for a in args if a in ("check", "overhead", "scaling")] or ["check"]
 out_dir = os.environ.get("OUT_DIR") or tempfile.mkdtemp(prefix="mpsc-ddp-")
 os.makedirs(out_dir, exist_ok=True)
 ENV = dict(os.environ, NCCL_NVLS_ENABLE="0", CI="1")
@@ -122,6 +125,19 @@ def step_ms(lines, batch, first=10):
     if first not in by or last <= first: return None
     t = lambda s: s * batch / by[s]["samples_per_sec"]
     return 1000 * (t(last) - t(first)) / (last - first)
+
+if "overhead" in modes:
+    n_steps = max(steps, 60)
+    print(f"\noverhead at N = 1: {n_steps} steps per run, step time from step 10 to the last", flush=True)
+    for spec, b in (("bench/gpt_char_b64_t256.model", 64), ("bench/seed_cnn_b32_64px_adam.model", 32)):
+        name = os.path.splitext(os.path.basename(spec))[0]
+        extra = ["--steps", str(n_steps), "--log-every", "10", "--batch", str(b), "--set", f"data.train_size={b * (n_steps + 1)}", "--set", "data.test_size=0"]
+        row = []
+        for tag, more, env in (("single", [], None), ("gpus1", [flag, "1"], None), ("overlap1", [flag, "1"], {"MPSC_DDP_OVERLAP": "1"})):
+            c, lines, _, err = train(f"{name}.over.{tag}", spec, extra + more, timeout=1200, env=env)
+            ms = step_ms(lines, b) if c == 0 else None
+            row.append(f"{tag} {ms:.3f} ms" if ms else f"{tag} failed (exit {c}: {' | '.join(err.strip().splitlines()[-2:])})")
+        print(f"{name} batch {b}: " + ", ".join(row), flush=True)
 
 if "scaling" in modes:
     r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)

@@ -72,7 +72,7 @@ async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, lo
   for (const p of a.plan.programs) log(`  ${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${String(p.nodes.length).padStart(11)}`);
   log(`  planned device memory: ${formatBytes(a.plan.deviceBytes)} in one allocation (persistent ${formatBytes(a.plan.persistent.bytes)}, arena ${formatBytes(a.plan.arena.bytes)}, input batches ${formatBytes(a.plan.inputs.reduce((s, r) => s + r.bytes, 0))}${a.plan.ltWorkspace.bytes ? `, cuBLASLt workspace ${formatBytes(a.plan.ltWorkspace.bytes)}` : ''})`);
   for (const line of gemmReport(a.gemms, nv ? findCublasLt(nv.nvcc) : null, true)) log(`  ${line}`);
-  log('  generated GEMMs: 64x64-tile kernels on the tensor cores, 3xTF32 (TF32 for convolutions; 16-bit operands exact in one pass; MPSC_CUDA_PLAIN=1 at run time: fp32 FFMA)');
+  log('  generated GEMMs: 64x64-tile kernels on the tensor cores, 3xTF32 (16-bit operands exact in one pass); fp32 convolutions: TF32 implicit-GEMM kernels of 64- or 128-row tiles (conv_cuda.ts); MPSC_CUDA_PLAIN=1 at run time: fp32 FFMA');
   for (const line of attentionReport(a.lowered.map((l) => l.program.graph))) log(`  ${line}`);
 }
 

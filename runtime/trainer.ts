@@ -25,8 +25,9 @@
  * the host otherwise), the step's outputs (loss, metrics, fp16's gradient norm) are averaged over the
  * ranks when read, and every stop (early stopping, SIGINT) is agreed so all ranks stop at one step.
  * Evaluations are split over the ranks (eval batch i on rank i mod N at batch / N, the tail on rank 0;
- * the sums added); rank 0 alone writes the run folder, metrics and checkpoints; the others print nothing. Batch norm statistics are per replica
- * (DDP's default); checkpoints hold rank 0's, which is what DDP's buffer broadcast gives.
+ * the sums added); rank 0 alone writes the run folder, metrics and checkpoints; the others print
+ * nothing. Batch norm statistics are per replica (DDP's default); checkpoints hold rank 0's, which is
+ * what DDP's buffer broadcast gives.
  *
  * Run folders (run_folder.ts): with `runDir` / `runsRoot` the run writes config.json, metrics.jsonl
  * (every line has `split`: train / val / test; epochs 1-based as on the console), its checkpoints,
@@ -282,7 +283,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   const dp = opts.dataParallel?.group ?? null;
   const rank = dp?.rank ?? 0;
   const world = dp?.world ?? 1;
-  const lead = rank === 0; // writes files, evaluates, reports
+  const lead = rank === 0; // writes the files, reports
   const localB = dp ? localBatch(B, world, opts.dataParallel!.flag) : B;
   if (dp && world > 1 && cfg.sync_batchnorm && model.graph.nodes.some((n) => n.op === 'batchnorm_train')) {
     throw new UserError(

@@ -9,6 +9,7 @@
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { ONE_BLOCK_ROWS, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
+import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
 import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
@@ -22,7 +23,45 @@ import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } fro
 /** every case of cuda_check's kernel part, in the order of the programs built from them */
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
-  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), ...cudaAttentionCases(), independentUpdatesCase()];
+  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), independentUpdatesCase()];
+}
+
+/**
+ * Convolutions at shapes that reach each of conv_cuda.ts's tile shapes (BM 64 / 128, BN 32 / 64 /
+ * 128) with partial edge tiles on both axes (odd sizes, batch not a tile multiple): 3 input
+ * channels, stride 2 with padding 0, padding 1, a grouped dilated conv, and weight gradients split
+ * along K; each as conv2d (with bias), conv2d_grad_input and conv2d_grad_weight. The test asserts
+ * which tiles each reaches (test/cuda_conv_emu.test.ts).
+ */
+export function cudaConvCases(): OpCase[] {
+  const rng = makeRng(20261214);
+  const f = (shape: number[]) => ({ shape, data: randomTensor(shape, rng, -1, 1) });
+  const cases: OpCase[] = [];
+  interface ConvCase { name: string; x: number[]; w: number[]; stride: number[]; padding: number[]; dilation: number[]; groups: number; gradWeight?: false }
+  const convs: ConvCase[] = [
+    { name: 'tc_conv_cin3', x: [3, 3, 21, 19], w: [130, 3, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
+    // K = 2700 taps: the forward's k table does not fit next to the stages (the k part computed in the loop)
+    { name: 'tc_conv_deep_k', x: [1, 300, 9, 10], w: [130, 300, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
+    // 138 tiles of 128 x 128: the forward on the seed CNN's tile shape
+    { name: 'tc_conv_tile128', x: [2, 4, 67, 65], w: [130, 4, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
+    { name: 'tc_conv_stride2_pad0', x: [5, 20, 15, 13], w: [36, 20, 3, 3], stride: [2, 2], padding: [0, 0], dilation: [1, 1], groups: 1 },
+    { name: 'tc_conv_wide', x: [2, 16, 33, 35], w: [70, 16, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
+    { name: 'tc_conv_groups_dilated', x: [3, 8, 17, 17], w: [132, 4, 3, 3], stride: [1, 1], padding: [2, 2], dilation: [2, 2], groups: 2 },
+    // enough 128-row tiles to fill the GPU (convTiles keeps BM = 128): the forward and grad_input on 128-row tiles of 64 and
+    // 32 columns. Not its weight gradient: K = 17 420 summed in one thread by the shared 16x16 kernel (MPSC_CUDA_GEMM=shared
+    // is not split) drifts past 1e-4 in 3xTF32 (1.16e-4 on the H200), a property of that kernel; the split ones are covered above
+    { name: 'tc_conv_rows128', x: [4, 8, 67, 65], w: [40, 8, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1, gradWeight: false },
+  ];
+  for (const c of convs) {
+    const OH = Math.floor((c.x[2] + 2 * c.padding[0] - c.dilation[0] * (c.w[2] - 1) - 1) / c.stride[0]) + 1;
+    const OW = Math.floor((c.x[3] + 2 * c.padding[1] - c.dilation[1] * (c.w[3] - 1) - 1) / c.stride[1]) + 1;
+    const y = [c.x[0], c.w[0], OH, OW];
+    const attrs = { stride: c.stride, padding: c.padding, dilation: c.dilation, groups: c.groups };
+    cases.push(opCase(`${c.name}`, 'conv2d', [f(c.x), f(c.w), f([c.w[0]])], [y], attrs));
+    cases.push(opCase(`${c.name}_grad_input`, 'conv2d_grad_input', [f(y), f(c.w)], [c.x], { ...attrs, x_shape: c.x }));
+    if (c.gradWeight !== false) cases.push(opCase(`${c.name}_grad_weight`, 'conv2d_grad_weight', [f(y), f(c.x)], [c.w], { ...attrs, w_shape: c.w }));
+  }
+  return cases;
 }
 
 /** the driver `exe` built from `a`: runCases finds each checked value in the programs as built (fused: ids renumbered, names kept) */
@@ -39,8 +78,9 @@ export function cudaCaseBuild(a: CudaArtifacts, exe: string): EmuBuild<CaseArtif
  * vocabulary with rows that never occur), and the class losses / metrics over many rows (class_rows.ts:
  * a block per row of GPT-2's V = 50 304, a warp per row of 1000 classes over a row count not a multiple
  * of 8, and few enough such rows for one block; label smoothing; ignore_index), a loss with its gradient
- * reading the loss kernel's log-sum-exp (lossAndGradCase), and a position embedding and its gradient
- * (positionEmbeddingCase).
+ * reading the loss kernel's log-sum-exp (lossAndGradCase), a position embedding and its gradient
+ * (positionEmbeddingCase), and layernorm / its dx a warp per row (layernormPair: D a multiple of 32 and not,
+ * the widest warp row, one past it).
  */
 export function cudaLongCases(): OpCase[] {
   const rng = makeRng(20261203);
@@ -88,6 +128,7 @@ export function cudaLongCases(): OpCase[] {
   classes('warp_odd_rows_ignore', 301, 1000, -100);
   classes('one_block_ignore', 37, 1000, -100);
   classes('block_odd', 5, 1025);
+  for (const [D, w] of [[768, true], [333, false], [WARP_D, true], [WARP_D + 1, true]] as const) cases.push(...layernormPair(rng, `layernorm_rows_${D}`, [5, 7], D, w));
   cases.push(lossAndGradCase(rng, 'loss_and_grad_gpt2_vocab', 3, 50304, 0), lossAndGradCase(rng, 'loss_and_grad_warp_ignore', 301, 1000, 0.1, -100),
     lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
   cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
@@ -113,6 +154,20 @@ export function classRowCases(rng: Rng, prefix: string, R: number, C: number, ig
     opCase(`${prefix}_cross_entropy_grad_ls`, 'cross_entropy_grad', [x(-3, 3), lab], [[R, C]], { label_smoothing: 0.1, ...ii }),
     opCase(`${prefix}_accuracy`, 'accuracy', [x(-1, 1), lab], [[]], ii),
     opCase(`${prefix}_top_k`, 'top_k', [x(-1, 1), lab], [[]], { k: 5, ...ii }),
+  ];
+}
+
+/**
+ * layernorm over rows [...rows, D] (with weight and bias when `weight`, else neither) and layernorm_grad's
+ * dx + weight / bias gradients (codegen-cuda/layernorm_cuda.ts: a warp per row up to WARP_D, registers
+ * holding the row), case names `${name}_fwd` / `${name}_grad`.
+ */
+export function layernormPair(rng: Rng, name: string, rows: number[], D: number, weight: boolean): OpCase[] {
+  const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
+  const x = [...rows, D];
+  return [
+    opCase(`${name}_fwd`, 'layernorm', [f(x, -2, 3), weight ? f([D]) : null, weight ? f([D]) : null], [x, rows, rows], { eps: 1e-5 }),
+    opCase(`${name}_grad`, 'layernorm_grad', [f(x), f(x), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [x, [D], [D]]),
   ];
 }
 

@@ -17,7 +17,8 @@ import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js'
 import { planKernels, planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
-import { classRowCases, lossAndGradCase, positionEmbeddingCase } from './cuda_cases.js';
+import { WARP_D, lowerLayernormCuda } from '../compiler/codegen-cuda/layernorm_cuda.js';
+import { classRowCases, layernormPair, lossAndGradCase, positionEmbeddingCase } from './cuda_cases.js';
 import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
@@ -172,7 +173,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       return opCase(name, 'layernorm_grad', [f(x), f(x), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [x, [D], [D]]);
     };
     const cases: OpCase[] = [
-      ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => ['layernorm_grad', 'embedding_grad', 'cross_entropy', 'cross_entropy_grad', 'accuracy', 'top_k'].includes(n.op))),
+      ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => ['layernorm', 'layernorm_grad', 'embedding_grad', 'cross_entropy', 'cross_entropy_grad', 'accuracy', 'top_k'].includes(n.op))),
       // ids with gaps and repeats, D not a power of two
       opCase('emb_sparse', 'embedding_grad', [f([3, 5, 45]), { shape: [3, 5], dtype: 'i32', data: Float64Array.from([9, 2, 9, 9, 40, 2, 0, 9, 33, 2, 40, 9, 1, 0, 9]) }], [[41, 45]], { w_shape: [41, 45] }),
       lossAndGradCase(rng, 'loss_grad_block', 3, WARP_C + 29, 0.1, 2), lossAndGradCase(rng, 'loss_grad_warp', ONE_BLOCK_ROWS + 9, 165, 0),
@@ -181,6 +182,8 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ...classRowCases(rng, 'block_ignore', 5, WARP_C + 29, 3), ...classRowCases(rng, 'one_block', 21, 165),
       ...classRowCases(rng, 'warp_ignore', ONE_BLOCK_ROWS + 7, 37, 4),
       ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
+      // a warp per row: D a multiple of 32 and not, the widest, and one past it (the shared kernels)
+      ...([[768, true], [333, false], [WARP_D, true], [WARP_D + 1, true]] as const).flatMap(([D, w]) => layernormPair(rng, `ln_warp_${D}`, [3, 7], D, w)),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
       opCase('sum_outer_3d', 'sum_to', [f([40, 30, 33])], [[30, 1]], { shape: [30, 1] }),
@@ -191,9 +194,12 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
     expect(columnChunks(999, 45).S).toBeGreaterThan(1);
     expect(columnChunks(1200, 33).S).toBeGreaterThan(1);
     const shared = GPU_KERNELS.sum_to as GpuLowering;
-    const sharedEmbedding = GPU_KERNELS.embedding as GpuLowering;
-    const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda,
+    const sharedEmbedding = GPU_KERNELS.embedding as GpuLowering, sharedLayernorm = GPU_KERNELS.layernorm as GpuLowering;
+    const sharedEmbeddingGrad = GPU_KERNELS.embedding_grad as GpuLowering;
+    const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda,
+      embedding_grad: ((c, g, n) => lowerEmbeddingGradCuda(c, g, n) ?? sharedEmbeddingGrad(c, g, n)) as GpuLowering,
       embedding: ((c, g, n) => lowerEmbeddingCuda(c, g, n) ?? sharedEmbedding(c, g, n)) as GpuLowering,
+      layernorm: ((c, g, n) => lowerLayernormCuda(c, g, n) ?? sharedLayernorm(c, g, n)) as GpuLowering,
       cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda,
       sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering };
     const SCRATCH_FLOATS = 1 << 16;

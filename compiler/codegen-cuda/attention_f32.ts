@@ -12,15 +12,16 @@
  * per query tile, no atomics), with 32 x 32 score tiles per block of 128 threads: thread (ty, tx)
  * (ty = 0..7, tx = 0..15) owns rows 4 ty .. 4 ty + 3 and columns tx, tx + 16 of the scores (register
  * tile of 4 x 2), and the same rows x columns tx + 16 jd (jd < D / 16) of the D-wide accumulators.
- * The tiles sit in shared memory row-major with a pitch of D + 1 floats (a column of 16 rows at one
- * feature is then 16 different banks), the probabilities / dS in a [32][33] tile between the two
- * products. Row reductions (max, sum) are butterflies over the 16 lanes of a half-warp holding one row.
+ * The tiles sit in shared memory row-major with a pitch of D + 4 floats (rows 16-byte aligned: the
+ * products read 4 features, or 4 keys of a score row, per float4; at D = 64 a row is 17 x 16 bytes, so
+ * the 8 rows of a quarter-warp's float4 reads fall in 8 different bank quads), the probabilities / dS in
+ * a [32][36] tile between the two products. Row reductions (max, sum) are butterflies over the 16 lanes of a half-warp holding one row.
  * Softmax in base 2 (exp2f of scores pre-scaled by scale * log2 e), lse in natural log.
  * Why SIMT and not 3xTF32 tensor cores: the m16n8k8 TF32 A fragment holds columns t and t + 4 where
  * the C fragment holds 2t and 2t + 1, so P would need shuffles or shared memory between the products,
  * and each product three mma with hi / lo splits; the SIMT kernel is the simpler, always fp32-exact path.
- * Relies on: static shared memory under 48 KiB (D = 64: Q, K, V, dO tiles of 32 x 65 floats and two
- * 32 x 33 score tiles: 41 KiB in the dK/dV kernel).
+ * Relies on: static shared memory under 48 KiB (D = 64: Q, K, V, dO tiles of 32 x 68 floats and two
+ * 32 x 36 score tiles: 43 KiB in the dK/dV kernel).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
@@ -33,6 +34,10 @@ export const F32_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
 /** rows per block and per streamed tile; threads per block */
 const B = 32;
 const THREADS = 128;
+/** pitch (floats) of the [32][32] score tiles: rows 16-byte aligned for float4 reads */
+const SP = 36;
+/** pitch (floats) of the [32][D] tiles: rows 16-byte aligned; 17 x 16 bytes at D = 64, so 8 rows' float4s hit 8 different bank quads */
+const pitch = (D: number) => D + 4;
 const LOG2E = Math.LOG2E;
 
 /** one attention op: H heads (N * H) of T queries and S keys of width D */
@@ -63,7 +68,7 @@ function text(d: Dialect, gm: Geom, args: KernelArg[]) {
   return {
     NC, ind,
     consts:
-      `  constexpr int T = ${gm.T}, S = ${gm.S}, D = ${gm.D}, P = ${gm.D + 1};  // queries, keys, head width, tile pitch\n` +
+      `  constexpr int T = ${gm.T}, S = ${gm.S}, D = ${gm.D}, P = ${pitch(gm.D)};  // queries, keys, head width, tile pitch\n` +
       `  constexpr float SC = ${lit(gm.scale * LOG2E)};  // scale * log2(e): scores in base 2\n` +
       `  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;\n` +
       `  const int bh = blockIdx.y;\n` +
@@ -74,19 +79,22 @@ function text(d: Dialect, gm: Geom, args: KernelArg[]) {
       `    const int r = e / D, c = e % D;\n    const bool in = ${r0} + r < ${rows};\n` +
       pairs.map(([dst, src, off]) => `    ${dst}[r * P + c] = in ? ${asFloat(d, type(src), `${src}[${off} + (size_t)(${r0} + r) * D + c]`)} : 0.0f;\n`).join('') +
       `  }\n`,
-    /** s[4][2] = rows 4ty.. of A times rows tx, tx + 16 of Bm (both [32][P] tiles), over D */
+    /** s[4][2] = rows 4ty.. of A times rows tx, tx + 16 of Bm (both [32][P] tiles), over D, 4 features per float4 read */
     scores: (s: string, A: string, Bm: string) =>
       `  float ${s}[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};\n` +
-      `  #pragma unroll 8\n  for (int c = 0; c < D; ++c) {\n` +
-      `    const float b0 = ${Bm}[tx * P + c], b1 = ${Bm}[(tx + 16) * P + c];\n` +
-      `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const float a = ${A}[(ty * 4 + i) * P + c];\n` +
-      `      ${s}[i][0] = fmaf(a, b0, ${s}[i][0]);\n      ${s}[i][1] = fmaf(a, b1, ${s}[i][1]);\n    }\n  }\n`,
-    /** acc[4][NC] += rows 4ty.. of the [32][33] score tile X times the [32][P] tile Y (columns tx + 16 jd) */
+      `  #pragma unroll 4\n  for (int c = 0; c < D; c += 4) {\n` +
+      `    const float4 b0 = *reinterpret_cast<const float4*>(${Bm} + tx * P + c), b1 = *reinterpret_cast<const float4*>(${Bm} + (tx + 16) * P + c);\n` +
+      `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const float4 a = *reinterpret_cast<const float4*>(${A} + (ty * 4 + i) * P + c);\n` +
+      `      ${s}[i][0] = fmaf(a.w, b0.w, fmaf(a.z, b0.z, fmaf(a.y, b0.y, fmaf(a.x, b0.x, ${s}[i][0]))));\n` +
+      `      ${s}[i][1] = fmaf(a.w, b1.w, fmaf(a.z, b1.z, fmaf(a.y, b1.y, fmaf(a.x, b1.x, ${s}[i][1]))));\n    }\n  }\n`,
+    /** acc[4][NC] += rows 4ty.. of the [32][SP] score tile X (float4 reads, 4 keys each) times the [32][P] tile Y (columns tx + 16 jd) */
     times: (acc: string, X: string, Y: string) =>
-      `  #pragma unroll 4\n  for (int kk = 0; kk < ${B}; ++kk) {\n` +
-      `    float y[${NC}];\n    #pragma unroll\n    for (int j = 0; j < ${NC}; ++j) y[j] = ${Y}[kk * P + tx + 16 * j];\n` +
-      `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const float x = ${X}[(ty * 4 + i) * 33 + kk];\n` +
-      `      #pragma unroll\n      for (int j = 0; j < ${NC}; ++j) ${acc}[i][j] = fmaf(x, y[j], ${acc}[i][j]);\n    }\n  }\n`,
+      `  #pragma unroll 1\n  for (int kk = 0; kk < ${B}; kk += 4) {\n` +
+      `    float4 x[4];\n    #pragma unroll\n    for (int i = 0; i < 4; ++i) x[i] = *reinterpret_cast<const float4*>(${X} + (ty * 4 + i) * ${SP} + kk);\n` +
+      ['x', 'y', 'z', 'w'].map((f, u) =>
+        `    {\n      float y[${NC}];\n      #pragma unroll\n      for (int j = 0; j < ${NC}; ++j) y[j] = ${Y}[(kk + ${u}) * P + tx + 16 * j];\n` +
+        `      #pragma unroll\n      for (int i = 0; i < 4; ++i)\n        #pragma unroll\n        for (int j = 0; j < ${NC}; ++j) ${acc}[i][j] = fmaf(x[i].${f}, y[j], ${acc}[i][j]);\n    }\n`).join('') +
+      `  }\n`,
     zero: (acc: string) => `  float ${acc}[4][${NC}];\n  #pragma unroll\n  for (int i = 0; i < 4; ++i)\n    #pragma unroll\n    for (int j = 0; j < ${NC}; ++j) ${acc}[i][j] = 0.0f;\n`,
     visible: (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) =>
       [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', gm.causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
@@ -109,7 +117,7 @@ function forwardBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
   return (
     `  // flash attention forward in fp32: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}; 32 queries per block, 32-key tiles\n` +
     x.consts +
-    `  __shared__ float Qs[${B * (gm.D + 1)}], Ks[${B * (gm.D + 1)}], Vs[${B * (gm.D + 1)}], Ps[${B * 33}];\n` +
+    `  __shared__ __align__(16) float Qs[${B * pitch(gm.D)}], Ks[${B * pitch(gm.D)}], Vs[${B * pitch(gm.D)}], Ps[${B * SP}];\n` +
     `  // the last query tiles see the most keys: they start first\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${B};\n` +
     x.load('q0', 'T', [['Qs', 'q', 'qoff']]) +
@@ -134,7 +142,7 @@ function forwardBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     `      const float p0 = exp2f(s[i][0] - b), p1 = exp2f(s[i][1] - b);\n` +
     `      l[i] = l[i] * al + p0 + p1;\n` +
     `      #pragma unroll\n      for (int j = 0; j < ${x.NC}; ++j) acc[i][j] *= al;\n` +
-    `      Ps[(ty * 4 + i) * 33 + tx] = p0;\n      Ps[(ty * 4 + i) * 33 + tx + 16] = p1;\n    }\n` +
+    `      Ps[(ty * 4 + i) * ${SP} + tx] = p0;\n      Ps[(ty * 4 + i) * ${SP} + tx + 16] = p1;\n    }\n` +
     `    __syncthreads();\n` +
     `    // O += P V\n` +
     x.ind(x.times('acc', 'Ps', 'Vs')) +
@@ -150,12 +158,12 @@ function gradKVBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
   const x = text(d, gm, args), dk = args[5], dv = args[6];
   const edge = `q0 + ${B} > T` + (gm.causal ? ` || k0 + ${B - 1} > q0 + ${x.shift}` : '');
   const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${B} * ${B}` : '0';
-  const P = gm.D + 1;
+  const P = pitch(gm.D);
   return (
     `  // flash attention backward in fp32, dK and dV: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
     `  // block (32-key tile, head), the query tiles streamed; transposed scores S^T = K Q^T, dP^T = V dO^T\n` +
     x.consts +
-    `  __shared__ float Ks[${B * P}], Vs[${B * P}], Qs[${B * P}], Os[${B * P}], PT[${B * 33}], dST[${B * 33}], Ls[${B}], Ds[${B}];\n` +
+    `  __shared__ __align__(16) float Ks[${B * P}], Vs[${B * P}], Qs[${B * P}], Os[${B * P}], PT[${B * SP}], dST[${B * SP}];\n  __shared__ float Ls[${B}], Ds[${B}];\n` +
     `  const int k0 = blockIdx.x * ${B};\n` +
     x.load('k0', 'S', [['Ks', 'k', 'koff'], ['Vs', 'v', 'koff']]) +
     x.zero('dka') + x.zero('dva') +
@@ -171,8 +179,8 @@ function gradKVBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const int kr = k0 + ty * 4 + i;\n      (void)kr;\n` +
     `      #pragma unroll\n      for (int j = 0; j < 2; ++j) {\n        const int qc = tx + 16 * j, qr = q0 + qc;\n        (void)qr;\n` +
     `        const float p = edge && !(${x.visible('qr', 'kr', { q: true })}) ? 0.0f : exp2f(st[i][j] * SC - Ls[qc]);\n` +
-    `        PT[(ty * 4 + i) * 33 + qc] = p;\n` +
-    `        dST[(ty * 4 + i) * 33 + qc] = p * (dpt[i][j] - Ds[qc]) * ${lit(gm.scale)};\n      }\n    }\n` +
+    `        PT[(ty * 4 + i) * ${SP} + qc] = p;\n` +
+    `        dST[(ty * 4 + i) * ${SP} + qc] = p * (dpt[i][j] - Ds[qc]) * ${lit(gm.scale)};\n      }\n    }\n` +
     `    __syncthreads();\n` +
     `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS)\n` +
     x.ind(x.times('dva', 'PT', 'Os')) + x.ind(x.times('dka', 'dST', 'Qs')) +
@@ -184,12 +192,12 @@ function gradKVBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
 function gradQBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
   const x = text(d, gm, args), dq = args[5];
   const edge = `k0 + ${B} > S` + (gm.causal ? ` || k0 + ${B - 1} > q0 + ${x.shift}` : '');
-  const P = gm.D + 1;
+  const P = pitch(gm.D);
   return (
     `  // flash attention backward in fp32, dQ: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
     `  // block (32-query tile, head), the key tiles streamed: S = Q K^T, dP = dO V^T, dQ += dS K\n` +
     x.consts +
-    `  __shared__ float Qs[${B * P}], Os[${B * P}], Ks[${B * P}], Vs[${B * P}], dSs[${B * 33}];\n` +
+    `  __shared__ __align__(16) float Qs[${B * P}], Os[${B * P}], Ks[${B * P}], Vs[${B * P}], dSs[${B * SP}];\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${B};\n` +
     x.load('q0', 'T', [['Qs', 'q', 'qoff'], ['Os', 'dout', 'qoff']]) +
     `  float L[4], Dl[4];  // lse (base 2) and Delta of the thread's rows\n` +
@@ -206,7 +214,7 @@ function gradQBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     `    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const int qr = q0 + ty * 4 + i;\n      (void)qr;\n` +
     `      #pragma unroll\n      for (int j = 0; j < 2; ++j) {\n        const int kc = k0 + tx + 16 * j;\n        (void)kc;\n` +
     `        const float p = edge && !(${x.visible('qr', 'kc', { k: true })}) ? 0.0f : exp2f(s[i][j] * SC - L[i]);\n` +
-    `        dSs[(ty * 4 + i) * 33 + tx + 16 * j] = p * (dp[i][j] - Dl[i]) * ${lit(gm.scale)};\n      }\n    }\n` +
+    `        dSs[(ty * 4 + i) * ${SP} + tx + 16 * j] = p * (dp[i][j] - Dl[i]) * ${lit(gm.scale)};\n      }\n    }\n` +
     `    __syncthreads();\n` +
     `    // dQ += dS K (the scale folded into dS)\n` +
     x.ind(x.times('dqa', 'dSs', 'Ks')) +

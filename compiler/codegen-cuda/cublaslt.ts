@@ -13,8 +13,9 @@
  *    is either g times its matrix size or 0 (shared by every batch), operands both f32 or both the
  *    same 16-bit type. A batched matmul whose B operand is shared and whose A is not transposed
  *    is one product with the batches folded into the rows.
- *  - the generated kernel for convolutions (implicit im2col: cuBLASLt has no layout for it) and
- *    for partially broadcast batch dims.
+ *  - the generated kernel for convolutions (implicit im2col: cuBLASLt has no layout for it; the
+ *    reason names which kernel, conv_cuda.ts convKernelNote: the TF32 implicit-GEMM kernel, or
+ *    gemm_cuda.ts's 64x64 one and why) and for partially broadcast batch dims.
  *  - `lt: false` (MPSC_CUDA_CUBLASLT=0 at generation time): every GEMM is generated.
  * Numerics: CUBLAS_COMPUTE_32F (fp32 FMA, never TF32, as issue 14 asks for matmuls) with fp32
  * output; the bias (linear) through CUBLASLT_EPILOGUE_BIAS (acc + b in fp32, as the generated
@@ -29,6 +30,7 @@ import { broadcastStrides, matmulNodeDims } from '../ir/shapes.js';
 import type { KernelSpec, LibraryDType, LibraryGemm, LowerCtx } from '../kernels/kernel_types.js';
 import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
 import { unaryFwd } from '../kernels/elementwise.js';
+import { convKernelNote } from './conv_cuda.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
 import { gemmParts } from '../kernels/gemm.js';
 
@@ -112,7 +114,7 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node): Plan {
     return { shape, gemm: { m: N, n: M, k: K, ...ops, ldd: N, batch: G, strideA: sb, strideB: sa, strideD: M * N, abType: t, epilogue: 'default' } };
   }
   const gm = gemmParts(ctx, g, n)?.gm;
-  return { reason: 'a convolution (implicit im2col: no cuBLASLt layout)', shape: gm ? `${gm.M} x ${gm.N} x ${gm.K}${gm.G > 1 ? ` x ${gm.G} groups` : ''}` : '' };
+  return { reason: `a convolution (implicit im2col: no cuBLASLt layout): ${convKernelNote(g, n)}`, shape: gm ? `${gm.M} x ${gm.N} x ${gm.K}${gm.G > 1 ? ` x ${gm.G} groups` : ''}` : '' };
 }
 
 /** `epilogue`: the fused unary (its output replaces the GEMM's); `lt`: cuBLASLt may be chosen at all */

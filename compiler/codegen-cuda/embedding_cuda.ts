@@ -6,9 +6,10 @@
  *  1. a stable counting sort of the positions by id, without atomics: position j's slot is the
  *     number of positions with a smaller id plus the number of earlier positions with the same id
  *     (a block per TILE positions, its SLICES row slices each comparing them against every
- *     SLICES-th tile of TILE ids in shared memory, their counts added in slice order); slot -> position and slot -> id go to the plan's scratch region (`mpsc_scratch`, as
- *     floats: exact below 2^24), and the first position of each id writes the id's run of slots
- *     (begin, end) there too;
+ *     SLICES-th tile of TILE ids in shared memory, their counts added in slice order); slot ->
+ *     position and slot -> id go to the plan's scratch region (`mpsc_scratch`, as floats: exact
+ *     below 2^24; more ids or rows than that keep the shared kernel), and the first position of
+ *     each id writes the id's run of slots (begin, end) there too;
  *  2. a block per vocabulary row v reads its run, trusting it only when the slot -> id entry at its
  *     begin is v (the runs of ids absent this step are stale; the slot -> id entries are all
  *     rewritten every step, so that check is exact), and adds its positions' dy rows in position
@@ -19,8 +20,8 @@
  * element-wise kernel, which merge.ts may launch together with independent neighbours).
  * The forward embedding with positions for ids reads w[t] directly (lowerEmbeddingCuda), so its
  * launch does not wait for the positions kernel. Consumes embedding / embedding_grad nodes (CUDA
- * dialect context; the bodies use only the kernel language); produces KernelSpecs (embedding: null
- * to keep the shared gather).
+ * dialect context; the bodies use only the kernel language); produces KernelSpecs (null to keep the
+ * shared kernel).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
@@ -56,7 +57,8 @@ export function lowerEmbeddingCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
     `  y[i] = ${readF(d, g, n.inputs[1], 'w', `i % ${u(T * D)}`)};\n`, ' [ids are positions]')];
 }
 
-export function lowerEmbeddingGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+/** embedding_grad: positions' sum over the sequences, or the sort + a block per vocabulary row; null (the shared kernel) past 2^24 ids or rows */
+export function lowerEmbeddingGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
   const [V, D] = n.attrs.w_shape as number[];
   const J = numel(shapeOf(g, n.inputs[1]));
@@ -73,7 +75,7 @@ export function lowerEmbeddingGradCuda(ctx: LowerCtx, g: Graph, n: Node): Kernel
       `  if (i < ${u(TD)}) for (uint s = 0u; s < ${u(N)}; ++s) acc += ${readF(d, g, n.inputs[0], 'dy', `s * ${u(T * D)} + i`)};\n` +
       `  dw[i] = ${store('acc')};\n`, ' [ids are positions: a sum over the sequences]')];
   }
-  if (J >= FLOAT_EXACT || V >= FLOAT_EXACT) throw new Error(`internal: embedding_grad node ${n.id}: ${J} ids / ${V} rows exceed the sort's float slots`);
+  if (J >= FLOAT_EXACT || V >= FLOAT_EXACT) return null;
   // scratch (floats): [0, J) slot -> position, [J, 2J) slot -> id, [2J, 2J + V) first slot of id v, [2J + V, 2J + 2V) its end
   const POS = 0, ID = J, BEGIN = 2 * J, END = 2 * J + V;
   const bytes = (2 * J + 2 * V) * 4;

@@ -20,11 +20,14 @@
  * bytes), then a reduction kernel adds the S partials in a fixed order and runs the store
  * (bias, epilogue): results do not depend on launch order.
  * The shared 16x16 kernels stay available (MPSC_CUDA_GEMM=shared at generation time).
+ * Convolutions with fp32 operands are lowered by conv_cuda.ts first (128-row TF32 implicit GEMMs, which
+ * reuse splitK with their own tiles and splitReduceKernel); this file's kernels take the rest.
  */
 import { isHalf, type Graph, type Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { ceilDiv, label } from '../kernels/common.js';
-import { gemmParts } from '../kernels/gemm.js';
+import { gemmParts, type GemmParts } from '../kernels/gemm.js';
+import { lowerConvCuda } from './conv_cuda.js';
 
 const BM = 64, BN = 64, BK = 16, LDA = 20, LDB = 72;
 const TGMEM = (BM * LDA + BK * LDB) * 4;
@@ -58,9 +61,9 @@ const SPLIT_TARGET_BLOCKS = 264;
 /** the shortest K chunk worth a block (32 tile steps) and the most chunks per tile */
 const SPLIT_MIN_K = 512, SPLIT_MAX = 128;
 
-/** The K split of an M x N x K GEMM with G groups, or null when the tile grid alone fills the GPU or K is short. */
-export function splitK(M: number, N: number, K: number, G: number): Split | null {
-  const tiles = Math.max(1, ceilDiv(M, BM)) * Math.max(1, ceilDiv(N, BN)) * G;
+/** The K split of an M x N x K GEMM with G groups on bm x bn tiles (this file's 64x64 unless given), or null when the tile grid alone fills the GPU or K is short. */
+export function splitK(M: number, N: number, K: number, G: number, bm = BM, bn = BN): Split | null {
+  const tiles = Math.max(1, ceilDiv(M, bm)) * Math.max(1, ceilDiv(N, bn)) * G;
   const want = Math.min(ceilDiv(SPLIT_TARGET_BLOCKS, tiles), Math.floor(K / SPLIT_MIN_K), SPLIT_MAX);
   if (want < 2) return null;
   const Kc = ceilDiv(ceilDiv(K, want), BK) * BK;
@@ -180,6 +183,9 @@ function bAlongK(n: Node): boolean {
 /** The CUDA GEMM of a GEMM-family node (with an optional fused unary epilogue); null for other ops. */
 export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null {
   if (ctx.d.name !== 'cuda') throw new Error(`internal: the CUDA GEMM lowered for dialect ${ctx.d.name}`);
+  // fp32 convolutions: conv_cuda.ts's 128-row implicit GEMMs (null: this file's kernels, convKernelNote says why)
+  const conv = lowerConvCuda(ctx, g, n, epilogue);
+  if (conv) return conv;
   const parts = gemmParts(ctx, g, n, epilogue);
   if (!parts) return null;
   const { gm, args, what, store } = parts;
@@ -195,12 +201,21 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
     mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: TGMEM, sync: true, body: mmaBody(view, sp, { tf32: TF32_OPS.has(n.op), exactA: isHalf(g.values[n.inputs[0]].dtype), exactB: isHalf(g.values[n.inputs[1]].dtype) }) },
   };
   if (!sp) return [gemm];
-  const scratch = sp.S * gm.G * gm.M * gm.N * 4;
-  gemm.scratch = scratch;
-  const red = ctx.next();
-  return [gemm, {
-    name: red, node: n.id, op: n.op, label: label(g, n) + what + ` [split K: sum of ${sp.S} partials]`, args,
+  gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;
+  return [gemm, splitReduceKernel(ctx, g, n, parts, sp, label(g, n) + what)];
+}
+
+/**
+ * The second kernel of a split-K GEMM (this file's, or conv_cuda.ts's): one thread per output adds
+ * the S partials of scratch slices [(group * S + chunk) * M * N] in chunk order, then the node's store.
+ */
+export function splitReduceKernel(ctx: LowerCtx, g: Graph, n: Node, parts: GemmParts, sp: Split, lbl: string): KernelSpec {
+  const { gm, args, store } = parts;
+  const d = ctx.d;
+  const view: View = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store, bAlongK: bAlongK(n) };
+  return {
+    name: ctx.next(), node: n.id, op: n.op, label: lbl + ` [split K: sum of ${sp.S} partials]`, args,
     groups: [Math.max(1, ceilDiv(gm.M * gm.N, 256)), 1, gm.G], tgsize: [256, 1, 1], tgmem: 0, sync: false,
-    body: reduceBody(view, sp, gm.M, gm.N), scratch,
-  }];
+    body: reduceBody(view, sp, gm.M, gm.N), scratch: sp.S * gm.G * gm.M * gm.N * 4,
+  };
 }

@@ -34,6 +34,7 @@ import { lowerGemmCuda } from './gemm_cuda.js';
 import { lowerGemmCudaLt, type GemmChoice } from './cublaslt.js';
 import { lowerLayernormGradCuda, lowerSumToCuda } from './reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from './embedding_cuda.js';
+import { lowerLayernormCuda } from './layernorm_cuda.js';
 import { lowerClassForwardCuda, lowerCrossEntropyGradCuda } from './class_rows.js';
 import { lowerAttentionCuda } from './attention_cuda.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
@@ -41,7 +42,7 @@ import { fuseForBackend } from '../ir/programs.js';
 import { cudaFusions } from './fusions.js';
 import { GPU_KERNELS, type GpuLowering, type GpuRegistry } from '../kernels/registry.js';
 
-/** which GEMM kernels: the CUDA 64x64 ones (gemm_cuda.ts, default) or the shared 16x16 ones */
+/** which GEMM kernels: the CUDA 64x64 ones (gemm_cuda.ts, default; with the CUDA attention and reductions) or the shared 16x16 ones (and every shared kernel) */
 export type CudaGemm = 'cuda' | 'shared';
 
 const sharedSumTo = GPU_KERNELS.sum_to;
@@ -50,16 +51,26 @@ if (sharedSumTo === 'cpu') throw new Error('internal: sum_to has no shared GPU k
 const cudaSumTo: GpuLowering = (ctx, g, n) => {
   return lowerSumToCuda(ctx, g, n) ?? sharedSumTo(ctx, g, n);
 };
+const sharedLayernorm = GPU_KERNELS.layernorm;
+if (sharedLayernorm === 'cpu') throw new Error('internal: layernorm has no shared GPU kernel');
+/** rows of at most WARP_D: a warp per row (layernorm_cuda.ts); wider: the shared kernel */
+const cudaLayernorm: GpuLowering = (ctx, g, n) => lowerLayernormCuda(ctx, g, n) ?? sharedLayernorm(ctx, g, n);
 const sharedAttention = GPU_KERNELS.attention;
 if (sharedAttention === 'cpu') throw new Error('internal: attention has no shared GPU kernel');
 /** flash attention (attention_cuda.ts: 16-bit on the tensor cores, fp32 on attention_f32.ts); other head widths: the shared kernel */
 const cudaAttention: GpuLowering = (ctx, g, n) => lowerAttentionCuda(ctx, g, n) ?? sharedAttention(ctx, g, n);
+const sharedEmbeddingGrad = GPU_KERNELS.embedding_grad;
+if (sharedEmbeddingGrad === 'cpu') throw new Error('internal: embedding_grad has no shared GPU kernel');
+/** embedding_grad on embedding_cuda.ts (sorted ids, or positions); past its float slots the shared kernel */
+const cudaEmbeddingGrad: GpuLowering = (ctx, g, n) => lowerEmbeddingGradCuda(ctx, g, n) ?? sharedEmbeddingGrad(ctx, g, n);
 const sharedEmbedding = GPU_KERNELS.embedding;
 if (sharedEmbedding === 'cpu') throw new Error('internal: embedding has no shared GPU kernel');
 /** a position embedding reads its rows without the positions (embedding_cuda.ts); other ids: the shared gather */
 const cudaEmbedding: GpuLowering = (ctx, g, n) => lowerEmbeddingCuda(ctx, g, n) ?? sharedEmbedding(ctx, g, n);
 /**
- * The shared registry with attention / attention_grad on attention_cuda.ts where it applies, long sum_to and layernorm_grad on reduce_cuda.ts, embedding (ids = positions) and embedding_grad on embedding_cuda.ts, the class
+ * The shared registry with attention / attention_grad on attention_cuda.ts where it applies, long sum_to and layernorm_grad on
+ * reduce_cuda.ts (its dx and the layernorm forward a warp per row: layernorm_cuda.ts), embedding (ids = positions) and
+ * embedding_grad on embedding_cuda.ts, the class
  * losses / metrics cross_entropy(_grad), accuracy and top_k on class_rows.ts, and the GEMM family through cublaslt.ts
  * (cuBLASLt where its rule says and `lt` allows, else gemm_cuda.ts's kernels), recording each
  * GEMM node's choice in `choices`; `gemm` is the same lowering for nodes with a fused epilogue.
@@ -75,7 +86,7 @@ function gemmRegistry(lt: boolean, choices: GemmChoice[]): { registry: GpuRegist
     if (!ks) throw new Error(`internal: op '${n.op}' is not a GEMM`);
     return ks;
   };
-  return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: lowerEmbeddingGradCuda, embedding: cudaEmbedding,
+  return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: cudaEmbeddingGrad, embedding: cudaEmbedding, layernorm: cudaLayernorm,
     cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
 }
 

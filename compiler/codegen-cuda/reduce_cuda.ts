@@ -12,13 +12,13 @@
  *    chunk of the terms, the chunk sums into the scratch region and a second kernel adding them
  *    in chunk order;
  *  - innermost dim kept (linear bias: [batch, N] -> [N]): a column sum (columnSums, below).
- * Column sums (32 adjacent columns x 8 interleaved row slices per block, the slice sums added in
- * slice order): the rows are cut into S chunks so that the grid fills the GPU; block (column
+ * Column sums (32 adjacent columns x 8 interleaved row slices per block, each slice taking its rows
+ * four at a time in order, the slice sums added in slice order): the rows are cut into S chunks so that the grid fills the GPU; block (column
  * tile, chunk) writes its partial sums into the plan's scratch region (`mpsc_scratch`,
  * KernelSpec.scratch), and a second kernel adds the S partials per column in chunk order (S = 1:
  * the first kernel writes the results itself). They serve the kept-innermost sum_to and
  * layernorm_grad's weight and bias gradients (sums over all B*T rows per channel; the dx kernel is
- * the shared one, reduce.ts layernormGradDx), which the shared kernels sum in one thread per column.
+ * layernorm_cuda.ts's warp per row, or for wide rows the shared reduce.ts layernormGradDx), which the shared kernels sum in one thread per column.
  * The order of additions is fixed by the shapes, so results do not depend on scheduling.
  * Consumes sum_to / layernorm_grad nodes (CUDA dialect context); produces KernelSpecs (sum_to:
  * null to keep the shared kernel). The index arithmetic of sum_to is the shared one (sumToDims).
@@ -28,6 +28,7 @@ import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js
 import { argOf, ceilDiv, elementwise, label } from '../kernels/common.js';
 import { sumToDims } from '../kernels/elementwise.js';
 import { layernormGradDx, layernormRows } from '../kernels/reduce.js';
+import { layernormGradDxCuda } from './layernorm_cuda.js';
 
 /** terms per output from which a block shares one output's sum */
 export const LONG = 512;
@@ -94,12 +95,12 @@ export function columnChunks(rows: number, C: number): { S: number; chunk: numbe
   return { S: ceilDiv(rows, chunk), chunk };
 }
 
-/** layernorm_grad: the shared dx kernel, then the weight and bias gradients as chunked column sums over the rows */
+/** layernorm_grad: the dx kernel (a warp per row up to layernorm_cuda.ts's WARP_D, else the shared one), then the weight and bias gradients as chunked column sums over the rows */
 export function lowerLayernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
   const u = (k: number) => ctx.d.u(k);
   const { D, rows } = layernormRows(g, n);
   const ins = n.inputs, outs = n.outputs;
-  return [layernormGradDx(ctx, g, n), ...columnSums(ctx, g, n, {
+  return [layernormGradDxCuda(ctx, g, n) ?? layernormGradDx(ctx, g, n), ...columnSums(ctx, g, n, {
     C: D, R: rows, sums: 2, what: 'dweight, dbias',
     reads: [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r')],
     writes: [argOf(g, 'dweight', outs[1], 'w'), argOf(g, 'dbias', outs[2], 'w')],
@@ -134,7 +135,11 @@ function columnSums(ctx: LowerCtx, g: Graph, n: Node, v: {
       `  const uint c = tgid.x * 32u + tid.x;\n` +
       `  const uint r0 = tgid.y * ${u(chunk)}, r1 = min(r0 + ${u(chunk)}, ${u(v.R)});\n` +
       `  ${decl}\n` +
-      `  if (c < ${u(v.C)}) {\n${v.col}    for (uint r = r0 + tid.y; r < r1; r += 8u) {\n${v.row}    }\n  }\n` +
+      `  if (c < ${u(v.C)}) {\n${v.col}    uint r8 = r0 + tid.y;\n` +
+      `    // four rows per step (their loads in flight together), added in the same order as one at a time\n` +
+      `    for (; r8 + 24u < r1; r8 += 32u) {\n` +
+      [0, 8, 16, 24].map((k) => `    {\n      const uint r = r8${k ? ` + ${k}u` : ''};\n${v.row}    }\n`).join('') +
+      `    }\n    for (; r8 < r1; r8 += 8u) {\n      const uint r = r8;\n${v.row}    }\n  }\n` +
       K.map((k) => `  tg[${k * 256}u + tid.y * 32u + tid.x] = s${k};\n`).join('') + `  ${d.barrier()}\n` +
       `  if (tid.y == 0u && c < ${u(v.C)}) {\n` + K.map((k) => `    s${k} = 0.0f;\n`).join('') +
       `    for (uint w = 0u; w < 8u; ++w) {${K.map((k) => ` s${k} += tg[${k * 256}u + w * 32u + tid.x];`).join('')} }\n` +

@@ -37,7 +37,8 @@ export interface Gemm {
   args: KernelArg[];
 }
 
-function convGeom(n: Node, xs: number[], ws: number[]) {
+/** a conv node's geometry from x's and w's shapes and its attributes (also codegen-cuda/conv_cuda.ts) */
+export function convGeom(n: Node, xs: number[], ws: number[]) {
   const [SH, SW] = pairAttr(n, 'stride', [1, 1]);
   const [PH, PW] = pairAttr(n, 'padding', [0, 0]);
   const [DH, DW] = pairAttr(n, 'dilation', [1, 1]);

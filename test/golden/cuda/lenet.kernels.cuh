@@ -76,7 +76,7 @@ __device__ __forceinline__ void mpsc_mat8_store(const mpsc_acc8& acc, float* dst
   dst[r * ld + c + 1u] = acc.v[1];
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out [fp32]
+// node 0: conv2d (conv2d0) -> conv2d0.out [conv_cuda.ts 128x32 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k0(
     const float* x,
     const float* w,
@@ -84,167 +84,377 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[5664];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint g = tgid.z;
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // conv2d: fp32 FFMA, 8x2 register block per thread
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 9u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
+  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 50176u;
+  const uint ap0 = am0 % 784u;
+  const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
+  const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 32u;
+  const int bb0 = int((g * 32u + bn0) * 9u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 32u;
+  const int bb1 = int((g * 32u + bn1) * 9u);
+  const uint tx = tidx % 16u, ty = tidx / 16u;
+  float cacc[8][2];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 9u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 16u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 9u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 32u + (t % 2u) * 2816u;
+      float* bs = as + 2176u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 50176u && ki < 9u) {
-          const uint nb = mi / 784u, p = mi % 784u, oh = p / 28u, ow = p % 28u;
-          const uint c = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 28 && iw >= 0 && iw < 28) v = x[((nb * 1u + g * 1u + c) * 28u + uint(ih)) * 28u + uint(iw)];
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
+          const float* src = ok ? x + (ab0 + ako0) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 9u && ni < 32u) {
-          v = w[(g * 32u + ni) * 9u + ki];
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
+          const float* src = ok ? x + (ab0 + ako1) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
+          const float* src = ok ? x + (ab0 + ako2) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
+          const float* src = ok ? x + (ab0 + ako3) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
+          const float* src = ok ? x + (ab0 + ako4) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
+          const float* src = ok ? x + (ab0 + ako5) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
+          const float* src = ok ? x + (ab0 + ako6) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
+          const float* src = ok ? x + (ab0 + ako7) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      {
+        const bool ok = brv0 && bkk < 9u;
+        const float* src = ok ? w + (bb0 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 9u;
+        const float* src = ok ? w + (bb1 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
+      const float* bs = as + 2176u;
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint kk = 0u; kk < 16u; ++kk) {
+        float av[8], bv[2];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
+        #pragma unroll
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        #pragma unroll
+        for (uint i = 0u; i < 8u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 50176u && ni < 32u) {
           const float acc = cacc[i][j];
-      const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = acc + b[g * 32u + ni];
+              const uint nb = mi / 784u, p = mi % 784u;
+              y[(nb * 32u + g * 32u + ni) * 784u + p] = acc + b[g * 32u + ni];
         }
       }
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k0_mma(
+// node 0: conv2d (conv2d0) -> conv2d0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[5664];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
-  const uint g = tgid.z;
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 9u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
+  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 50176u;
+  const uint ap0 = am0 % 784u;
+  const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
+  const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 32u;
+  const int bb0 = int((g * 32u + bn0) * 9u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 32u;
+  const int bb1 = int((g * 32u + bn1) * 9u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 16u;
+  float cacc[2][2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 9u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 16u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 9u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 32u + (t % 2u) * 2816u;
+      float* bs = as + 2176u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 50176u && ki < 9u) {
-          const uint nb = mi / 784u, p = mi % 784u, oh = p / 28u, ow = p % 28u;
-          const uint c = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 28 && iw >= 0 && iw < 28) v = x[((nb * 1u + g * 1u + c) * 28u + uint(ih)) * 28u + uint(iw)];
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
+          const float* src = ok ? x + (ab0 + ako0) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 9u && ni < 32u) {
-          v = w[(g * 32u + ni) * 9u + ki];
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
+          const float* src = ok ? x + (ab0 + ako1) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
+          const float* src = ok ? x + (ab0 + ako2) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
+          const float* src = ok ? x + (ab0 + ako3) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
+          const float* src = ok ? x + (ab0 + ako4) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
+          const float* src = ok ? x + (ab0 + ako5) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
+          const float* src = ok ? x + (ab0 + ako6) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
+          const float* src = ok ? x + (ab0 + ako7) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      {
+        const bool ok = brv0 && bkk < 9u;
+        const float* src = ok ? w + (bb0 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 9u;
+        const float* src = ok ? w + (bb1 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], bh[4][2];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
+      const float* bs = as + 2176u;
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
-        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
-        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
-        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
-        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint kk = 0u; kk < 16u; kk += 8u) {
+        uint af[2][4], bf[2][2];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        for (uint i = 0u; i < 2u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 136u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 136u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
         }
+        #pragma unroll
+        for (uint j = 0u; j < 2u; ++j) {
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+        }
+        #pragma unroll
+        for (uint i = 0u; i < 2u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 50176u && ni < 32u) {
-          const float acc = cacc[i][j][q];
-      const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = acc + b[g * 32u + ni];
+        {
+          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          if (mi < 50176u && ni < 32u) {
+            const float acc = cacc[i][j][q];
+                const uint nb = mi / 784u, p = mi % 784u;
+                y[(nb * 32u + g * 32u + ni) * 784u + p] = acc + b[g * 32u + ni];
+          }
         }
-      }
 }
 
 // node 1: unary (relu0) -> relu0.out
@@ -285,7 +495,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
   y[i] = best;
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [fp32]
+// node 3: conv2d (conv2d1) -> conv2d1.out [conv_cuda.ts 64x64 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k3(
     const float* x,
     const float* w,
@@ -293,167 +503,329 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[5440];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint g = tgid.z;
+  // conv2d: fp32 FFMA, 4x4 register block per thread
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 288u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint ar = tidx % 64u, ak = tidx / 64u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 12544u;
+  const uint ap0 = am0 % 196u;
+  const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
+  const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 64u;
+  const int bb0 = int((g * 64u + bn0) * 288u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 64u;
+  const int bb1 = int((g * 64u + bn1) * 288u);
+  const uint bn2 = n0 + br + 32u;
+  const bool brv2 = bn2 < 64u;
+  const int bb2 = int((g * 64u + bn2) * 288u);
+  const uint bn3 = n0 + br + 48u;
+  const bool brv3 = bn3 < 64u;
+  const int bb3 = int((g * 64u + bn3) * 288u);
+  const uint tx = tidx % 16u, ty = tidx / 16u;
   float cacc[4][4];
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 288u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 288u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 288u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 576u + (t % 2u) * 2432u;
+      float* bs = as + 1152u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 12544u && ki < 288u) {
-          const uint nb = mi / 196u, p = mi % 196u, oh = p / 14u, ow = p % 14u;
-          const uint c = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 14 && iw >= 0 && iw < 14) v = x[((nb * 32u + g * 32u + c) * 14u + uint(ih)) * 14u + uint(iw)];
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
+          const float* src = ok ? x + (ab0 + ako0) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 288u && ni < 64u) {
-          v = w[(g * 64u + ni) * 288u + ki];
+        const uint kt1 = 2u * (lk + ak + 4u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
+          const float* src = ok ? x + (ab0 + ako1) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 8u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
+          const float* src = ok ? x + (ab0 + ako2) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 12u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
+          const float* src = ok ? x + (ab0 + ako3) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      {
+        const bool ok = brv0 && bkk < 288u;
+        const float* src = ok ? w + (bb0 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 288u;
+        const float* src = ok ? w + (bb1 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv2 && bkk < 288u;
+        const float* src = ok ? w + (bb2 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv3 && bkk < 288u;
+        const float* src = ok ? w + (bb3 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint kk = 0u; kk < 16u; ++kk) {
+        float av[4], bv[4];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        #pragma unroll
+        for (uint i = 0u; i < 4u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 12544u && ni < 64u) {
           const float acc = cacc[i][j];
-      const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
+              const uint nb = mi / 196u, p = mi % 196u;
+              y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
         }
       }
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
+// node 3: conv2d (conv2d1) -> conv2d1.out [conv_cuda.ts 64x64 implicit GEMM] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[5440];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
-  const uint g = tgid.z;
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 288u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint ar = tidx % 64u, ak = tidx / 64u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 12544u;
+  const uint ap0 = am0 % 196u;
+  const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
+  const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 64u;
+  const int bb0 = int((g * 64u + bn0) * 288u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 64u;
+  const int bb1 = int((g * 64u + bn1) * 288u);
+  const uint bn2 = n0 + br + 32u;
+  const bool brv2 = bn2 < 64u;
+  const int bb2 = int((g * 64u + bn2) * 288u);
+  const uint bn3 = n0 + br + 48u;
+  const bool brv3 = bn3 < 64u;
+  const int bb3 = int((g * 64u + bn3) * 288u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 288u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 288u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 288u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 576u + (t % 2u) * 2432u;
+      float* bs = as + 1152u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 12544u && ki < 288u) {
-          const uint nb = mi / 196u, p = mi % 196u, oh = p / 14u, ow = p % 14u;
-          const uint c = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 14 && iw >= 0 && iw < 14) v = x[((nb * 32u + g * 32u + c) * 14u + uint(ih)) * 14u + uint(iw)];
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
+          const float* src = ok ? x + (ab0 + ako0) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 288u && ni < 64u) {
-          v = w[(g * 64u + ni) * 288u + ki];
+        const uint kt1 = 2u * (lk + ak + 4u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
+          const float* src = ok ? x + (ab0 + ako1) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 8u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
+          const float* src = ok ? x + (ab0 + ako2) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 12u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
+          const float* src = ok ? x + (ab0 + ako3) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      {
+        const bool ok = brv0 && bkk < 288u;
+        const float* src = ok ? w + (bb0 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 288u;
+        const float* src = ok ? w + (bb1 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv2 && bkk < 288u;
+        const float* src = ok ? w + (bb2 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv3 && bkk < 288u;
+        const float* src = ok ? w + (bb3 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], bh[4][2];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
-        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
-        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
-        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
-        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint kk = 0u; kk < 16u; kk += 8u) {
+        uint af[1][4], bf[4][2];
+        #pragma unroll
+        for (uint i = 0u; i < 1u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
+        }
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
+        #pragma unroll
+        for (uint i = 0u; i < 1u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 12544u && ni < 64u) {
-          const float acc = cacc[i][j][q];
-      const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
+        {
+          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          if (mi < 12544u && ni < 64u) {
+            const float acc = cacc[i][j][q];
+                const uint nb = mi / 196u, p = mi % 196u;
+                y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
+          }
         }
-      }
 }
 
 // node 4: unary (relu1) -> relu1.out
@@ -1734,182 +2106,308 @@ extern "C" __global__ void __launch_bounds__(256) p0_k21(
   dx[i] = v > 0.0f ? d : 0.0f;
 }
 
-// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [fp32]
+// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k22(
     const float* dy,
     const float* w,
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[4736];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[12544u x 32u] = A[12544u x 576u] * B[576u x 32u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint g = tgid.z;
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // conv2d_grad_input: fp32 FFMA, 4x2 register block per thread
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 576u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
+  const uint ar = tidx % 64u, ak = tidx / 64u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 12544u;
+  const uint ap0 = am0 % 196u;
+  const int ath0 = int(ap0 / 14u) + 1, atw0 = int(ap0 % 14u) + 1;
+  const int ab0 = int((am0 / 196u) * 12544u + g * 12544u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 32u;
+  const int bb0 = int(g * 18432u + bn0 * 9u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 32u;
+  const int bb1 = int(g * 18432u + bn1 * 9u);
+  const uint tx = tidx % 16u, ty = tidx / 16u;
+  float cacc[4][2];
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 576u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 576u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 576u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u);
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 1152u + (t % 2u) * 1792u;
+      float* bs = as + 1152u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 12544u && ki < 576u) {
-          const uint nb = mi / 196u, p = mi % 196u, ih = p / 14u, iw = p % 14u;
-          const uint o = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int th = int(ih) + 1 - int(kh * 1u), tw = int(iw) + 1 - int(kw * 1u);
-          if (th >= 0 && tw >= 0 && th % 1 == 0 && tw % 1 == 0) {
-            const uint oh = uint(th) / 1u, ow = uint(tw) / 1u;
-            if (oh < 14u && ow < 14u) v = dy[((nb * 64u + g * 64u + o) * 14u + oh) * 14u + ow];
-          }
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
+          const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 576u && ni < 32u) {
-          v = w[((g * 64u + ki / 9u) * 32u + ni) * 9u + ki % 9u];
+        const uint kt1 = 2u * (lk + ak + 4u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
+          const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 8u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
+          const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 12u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
+          const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      const int bkok = int((bkk / 9u) * 288u + bkk % 9u);
+      {
+        const bool ok = brv0 && bkk < 576u;
+        const float* src = ok ? w + (bb0 + bkok) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 576u;
+        const float* src = ok ? w + (bb1 + bkok) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 1152u + ((t - 1u) % 2u) * 1792u;
+      const float* bs = as + 1152u;
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint kk = 0u; kk < 16u; ++kk) {
+        float av[4], bv[2];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
+        #pragma unroll
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        #pragma unroll
+        for (uint i = 0u; i < 4u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 12544u && ni < 32u) {
           const float acc = cacc[i][j];
-      const uint nb = mi / 196u, p = mi % 196u;
-      dx[(nb * 32u + g * 32u + ni) * 196u + p] = acc;
+              const uint nb = mi / 196u, p = mi % 196u;
+              dx[(nb * 32u + g * 32u + ni) * 196u + p] = acc;
         }
       }
 }
 
-// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k22_mma(
+// node 23: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256) p0_k22_mma(
     const float* dy,
     const float* w,
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[4736];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[12544u x 32u] = A[12544u x 576u] * B[576u x 32u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
-  const uint g = tgid.z;
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 576u;
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
+  const uint ar = tidx % 64u, ak = tidx / 64u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 12544u;
+  const uint ap0 = am0 % 196u;
+  const int ath0 = int(ap0 / 14u) + 1, atw0 = int(ap0 % 14u) + 1;
+  const int ab0 = int((am0 / 196u) * 12544u + g * 12544u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 32u;
+  const int bb0 = int(g * 18432u + bn0 * 9u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 32u;
+  const int bb1 = int(g * 18432u + bn1 * 9u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 16u;
+  float cacc[1][2][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 576u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 576u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 576u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u);
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 1152u + (t % 2u) * 1792u;
+      float* bs = as + 1152u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 12544u && ki < 576u) {
-          const uint nb = mi / 196u, p = mi % 196u, ih = p / 14u, iw = p % 14u;
-          const uint o = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int th = int(ih) + 1 - int(kh * 1u), tw = int(iw) + 1 - int(kw * 1u);
-          if (th >= 0 && tw >= 0 && th % 1 == 0 && tw % 1 == 0) {
-            const uint oh = uint(th) / 1u, ow = uint(tw) / 1u;
-            if (oh < 14u && ow < 14u) v = dy[((nb * 64u + g * 64u + o) * 14u + oh) * 14u + ow];
-          }
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
+          const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 576u && ni < 32u) {
-          v = w[((g * 64u + ki / 9u) * 32u + ni) * 9u + ki % 9u];
+        const uint kt1 = 2u * (lk + ak + 4u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
+          const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 8u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
+          const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 12u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
+          const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      const int bkok = int((bkk / 9u) * 288u + bkk % 9u);
+      {
+        const bool ok = brv0 && bkk < 576u;
+        const float* src = ok ? w + (bb0 + bkok) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 576u;
+        const float* src = ok ? w + (bb1 + bkok) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], bh[4][2];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 1152u + ((t - 1u) % 2u) * 1792u;
+      const float* bs = as + 1152u;
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
-        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
-        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
-        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
-        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint kk = 0u; kk < 16u; kk += 8u) {
+        uint af[1][4], bf[2][2];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        for (uint i = 0u; i < 1u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
         }
+        #pragma unroll
+        for (uint j = 0u; j < 2u; ++j) {
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+        }
+        #pragma unroll
+        for (uint i = 0u; i < 1u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 12544u && ni < 32u) {
-          const float acc = cacc[i][j][q];
-      const uint nb = mi / 196u, p = mi % 196u;
-      dx[(nb * 32u + g * 32u + ni) * 196u + p] = acc;
+        {
+          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          if (mi < 12544u && ni < 32u) {
+            const float acc = cacc[i][j][q];
+                const uint nb = mi / 196u, p = mi % 196u;
+                dx[(nb * 32u + g * 32u + ni) * 196u + p] = acc;
+          }
         }
-      }
 }
 
-// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: 24 chunks of 528, partial sums] [fp32]
+// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k23(
     const float* dy,
     const float* x,
@@ -1917,69 +2415,177 @@ extern "C" __global__ void __launch_bounds__(256) p0_k23(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[7680];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 288u] = A[64u x 12544u] * B[12544u x 288u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  // split K: block z = group * 24 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
+  // conv2d_grad_weight: fp32 FFMA, 4x8 register block per thread
+  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
+  // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 128u;
+  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint am0 = m0 + ar + 0u;
+  const bool arv0 = am0 < 64u;
+  const int ab0 = int((g * 64u + am0) * 196u);
+  const uint am1 = m0 + ar + 16u;
+  const bool arv1 = am1 < 64u;
+  const int ab1 = int((g * 64u + am1) * 196u);
+  const uint am2 = m0 + ar + 32u;
+  const bool arv2 = am2 < 64u;
+  const int ab2 = int((g * 64u + am2) * 196u);
+  const uint am3 = m0 + ar + 48u;
+  const bool arv3 = am3 < 64u;
+  const int ab3 = int((g * 64u + am3) * 196u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 288u;
+  const uint bq0 = bn0 % 9u;
+  const int bdh0 = int(bq0 / 3u) * 1, bdw0 = int(bq0 % 3u) * 1;
+  const int bb0 = int((g * 32u + bn0 / 9u) * 196u) + bdh0 * 14 + bdw0;
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 288u;
+  const uint bq1 = bn1 % 9u;
+  const int bdh1 = int(bq1 / 3u) * 1, bdw1 = int(bq1 % 3u) * 1;
+  const int bb1 = int((g * 32u + bn1 / 9u) * 196u) + bdh1 * 14 + bdw1;
+  const uint bn2 = n0 + br + 32u;
+  const bool brv2 = bn2 < 288u;
+  const uint bq2 = bn2 % 9u;
+  const int bdh2 = int(bq2 / 3u) * 1, bdw2 = int(bq2 % 3u) * 1;
+  const int bb2 = int((g * 32u + bn2 / 9u) * 196u) + bdh2 * 14 + bdw2;
+  const uint bn3 = n0 + br + 48u;
+  const bool brv3 = bn3 < 288u;
+  const uint bq3 = bn3 % 9u;
+  const int bdh3 = int(bq3 / 3u) * 1, bdw3 = int(bq3 % 3u) * 1;
+  const int bb3 = int((g * 32u + bn3 / 9u) * 196u) + bdh3 * 14 + bdw3;
+  const uint bn4 = n0 + br + 64u;
+  const bool brv4 = bn4 < 288u;
+  const uint bq4 = bn4 % 9u;
+  const int bdh4 = int(bq4 / 3u) * 1, bdw4 = int(bq4 % 3u) * 1;
+  const int bb4 = int((g * 32u + bn4 / 9u) * 196u) + bdh4 * 14 + bdw4;
+  const uint bn5 = n0 + br + 80u;
+  const bool brv5 = bn5 < 288u;
+  const uint bq5 = bn5 % 9u;
+  const int bdh5 = int(bq5 / 3u) * 1, bdw5 = int(bq5 % 3u) * 1;
+  const int bb5 = int((g * 32u + bn5 / 9u) * 196u) + bdh5 * 14 + bdw5;
+  const uint bn6 = n0 + br + 96u;
+  const bool brv6 = bn6 < 288u;
+  const uint bq6 = bn6 % 9u;
+  const int bdh6 = int(bq6 / 3u) * 1, bdw6 = int(bq6 % 3u) * 1;
+  const int bb6 = int((g * 32u + bn6 / 9u) * 196u) + bdh6 * 14 + bdw6;
+  const uint bn7 = n0 + br + 112u;
+  const bool brv7 = bn7 < 288u;
+  const uint bq7 = bn7 % 9u;
+  const int bdh7 = int(bq7 / 3u) * 1, bdw7 = int(bq7 % 3u) * 1;
+  const int bb7 = int((g * 32u + bn7 / 9u) * 196u) + bdh7 * 14 + bdw7;
+  const uint tx = tidx % 16u, ty = tidx / 16u;
+  float cacc[4][8];
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint j = 0u; j < 8u; ++j) cacc[i][j] = 0.0f;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + (t % 2u) * 3840u;
+      float* bs = as + 1280u;
+      const uint akk = lk + ak;
+      const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 12544u) {
-          const uint nb = ki / 196u, p = ki % 196u;
-          v = dy[(nb * 64u + g * 64u + mi) * 196u + p];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
+        const bool ok = arv0 && akk < 12544u;
+        const float* src = ok ? dy + (ab0 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
       }
       {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 12544u && ni < 288u) {
-          const uint nb = ki / 196u, p = ki % 196u, oh = p / 14u, ow = p % 14u;
-          const uint c = ni / 9u, q = ni % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 14 && iw >= 0 && iw < 14) v = x[((nb * 32u + g * 32u + c) * 14u + uint(ih)) * 14u + uint(iw)];
-        }
-        Bs[kq * 72u + nq] = v;
+        const bool ok = arv1 && akk < 12544u;
+        const float* src = ok ? dy + (ab1 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = arv2 && akk < 12544u;
+        const float* src = ok ? dy + (ab2 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = arv3 && akk < 12544u;
+        const float* src = ok ? dy + (ab3 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      const uint bkk = lk + bk;
+      const uint bpk = bkk % 196u;
+      const int bihk = int(bpk / 14u) * 1 - 1, biwk = int(bpk % 14u) * 1 - 1;
+      const int bkok = int((bkk / 196u) * 6272u) + bihk * 14 + biwk;
+      {
+        const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
+        const float* src = ok ? x + (bb0 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
+        const float* src = ok ? x + (bb1 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
+        const float* src = ok ? x + (bb2 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
+        const float* src = ok ? x + (bb3 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
+        const float* src = ok ? x + (bb4 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 64u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
+        const float* src = ok ? x + (bb5 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 80u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
+        const float* src = ok ? x + (bb6 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 96u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
+        const float* src = ok ? x + (bb7 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 112u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + ((t - 1u) % 2u) * 3840u;
+      const float* bs = as + 1280u;
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint kk = 0u; kk < 16u; ++kk) {
+        float av[4], bv[8];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 20u + (kk)];
+        #pragma unroll
+        for (uint j = 0u; j < 8u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        #pragma unroll
+        for (uint i = 0u; i < 4u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 8u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 8u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 64u && ni < 288u) {
           const float acc = cacc[i][j];
           mpsc_scratch[(tgid.z * 64u + mi) * 288u + ni] = acc;
@@ -1987,101 +2593,207 @@ extern "C" __global__ void __launch_bounds__(256) p0_k23(
       }
 }
 
-// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k23_mma(
+// node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256) p0_k23_mma(
     const float* dy,
     const float* x,
     float* dw,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[7680];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 288u] = A[64u x 12544u] * B[12544u x 288u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
-  // split K: block z = group * 24 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
+  // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x64
+  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
+  // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 128u;
+  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint am0 = m0 + ar + 0u;
+  const bool arv0 = am0 < 64u;
+  const int ab0 = int((g * 64u + am0) * 196u);
+  const uint am1 = m0 + ar + 16u;
+  const bool arv1 = am1 < 64u;
+  const int ab1 = int((g * 64u + am1) * 196u);
+  const uint am2 = m0 + ar + 32u;
+  const bool arv2 = am2 < 64u;
+  const int ab2 = int((g * 64u + am2) * 196u);
+  const uint am3 = m0 + ar + 48u;
+  const bool arv3 = am3 < 64u;
+  const int ab3 = int((g * 64u + am3) * 196u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 288u;
+  const uint bq0 = bn0 % 9u;
+  const int bdh0 = int(bq0 / 3u) * 1, bdw0 = int(bq0 % 3u) * 1;
+  const int bb0 = int((g * 32u + bn0 / 9u) * 196u) + bdh0 * 14 + bdw0;
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 288u;
+  const uint bq1 = bn1 % 9u;
+  const int bdh1 = int(bq1 / 3u) * 1, bdw1 = int(bq1 % 3u) * 1;
+  const int bb1 = int((g * 32u + bn1 / 9u) * 196u) + bdh1 * 14 + bdw1;
+  const uint bn2 = n0 + br + 32u;
+  const bool brv2 = bn2 < 288u;
+  const uint bq2 = bn2 % 9u;
+  const int bdh2 = int(bq2 / 3u) * 1, bdw2 = int(bq2 % 3u) * 1;
+  const int bb2 = int((g * 32u + bn2 / 9u) * 196u) + bdh2 * 14 + bdw2;
+  const uint bn3 = n0 + br + 48u;
+  const bool brv3 = bn3 < 288u;
+  const uint bq3 = bn3 % 9u;
+  const int bdh3 = int(bq3 / 3u) * 1, bdw3 = int(bq3 % 3u) * 1;
+  const int bb3 = int((g * 32u + bn3 / 9u) * 196u) + bdh3 * 14 + bdw3;
+  const uint bn4 = n0 + br + 64u;
+  const bool brv4 = bn4 < 288u;
+  const uint bq4 = bn4 % 9u;
+  const int bdh4 = int(bq4 / 3u) * 1, bdw4 = int(bq4 % 3u) * 1;
+  const int bb4 = int((g * 32u + bn4 / 9u) * 196u) + bdh4 * 14 + bdw4;
+  const uint bn5 = n0 + br + 80u;
+  const bool brv5 = bn5 < 288u;
+  const uint bq5 = bn5 % 9u;
+  const int bdh5 = int(bq5 / 3u) * 1, bdw5 = int(bq5 % 3u) * 1;
+  const int bb5 = int((g * 32u + bn5 / 9u) * 196u) + bdh5 * 14 + bdw5;
+  const uint bn6 = n0 + br + 96u;
+  const bool brv6 = bn6 < 288u;
+  const uint bq6 = bn6 % 9u;
+  const int bdh6 = int(bq6 / 3u) * 1, bdw6 = int(bq6 % 3u) * 1;
+  const int bb6 = int((g * 32u + bn6 / 9u) * 196u) + bdh6 * 14 + bdw6;
+  const uint bn7 = n0 + br + 112u;
+  const bool brv7 = bn7 < 288u;
+  const uint bq7 = bn7 % 9u;
+  const int bdh7 = int(bq7 / 3u) * 1, bdw7 = int(bq7 % 3u) * 1;
+  const int bb7 = int((g * 32u + bn7 / 9u) * 196u) + bdh7 * 14 + bdw7;
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 64u;
+  float cacc[1][8][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 8u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + (t % 2u) * 3840u;
+      float* bs = as + 1280u;
+      const uint akk = lk + ak;
+      const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 12544u) {
-          const uint nb = ki / 196u, p = ki % 196u;
-          v = dy[(nb * 64u + g * 64u + mi) * 196u + p];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
+        const bool ok = arv0 && akk < 12544u;
+        const float* src = ok ? dy + (ab0 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
       }
       {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 12544u && ni < 288u) {
-          const uint nb = ki / 196u, p = ki % 196u, oh = p / 14u, ow = p % 14u;
-          const uint c = ni / 9u, q = ni % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 14 && iw >= 0 && iw < 14) v = x[((nb * 32u + g * 32u + c) * 14u + uint(ih)) * 14u + uint(iw)];
-        }
-        Bs[kq * 72u + nq] = v;
+        const bool ok = arv1 && akk < 12544u;
+        const float* src = ok ? dy + (ab1 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = arv2 && akk < 12544u;
+        const float* src = ok ? dy + (ab2 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = arv3 && akk < 12544u;
+        const float* src = ok ? dy + (ab3 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      const uint bkk = lk + bk;
+      const uint bpk = bkk % 196u;
+      const int bihk = int(bpk / 14u) * 1 - 1, biwk = int(bpk % 14u) * 1 - 1;
+      const int bkok = int((bkk / 196u) * 6272u) + bihk * 14 + biwk;
+      {
+        const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
+        const float* src = ok ? x + (bb0 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
+        const float* src = ok ? x + (bb1 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
+        const float* src = ok ? x + (bb2 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
+        const float* src = ok ? x + (bb3 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
+        const float* src = ok ? x + (bb4 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 64u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
+        const float* src = ok ? x + (bb5 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 80u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
+        const float* src = ok ? x + (bb6 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 96u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
+        const float* src = ok ? x + (bb7 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 112u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], bh[4][2];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + ((t - 1u) % 2u) * 3840u;
+      const float* bs = as + 1280u;
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
-        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
-        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
-        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
-        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint kk = 0u; kk < 16u; kk += 8u) {
+        uint af[1][4], bf[8][2];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        for (uint i = 0u; i < 1u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(r) * 20u + (kk + tq)]);
+          af[i][1] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq)]);
+          af[i][2] = mpsc_tf32(as[(r) * 20u + (kk + tq + 4u)]);
+          af[i][3] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq + 4u)]);
         }
+        #pragma unroll
+        for (uint j = 0u; j < 8u; ++j) {
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+        }
+        #pragma unroll
+        for (uint i = 0u; i < 1u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 8u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 8u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 64u && ni < 288u) {
-          const float acc = cacc[i][j][q];
-          mpsc_scratch[(tgid.z * 64u + mi) * 288u + ni] = acc;
+        {
+          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          if (mi < 64u && ni < 288u) {
+            const float acc = cacc[i][j][q];
+            mpsc_scratch[(tgid.z * 64u + mi) * 288u + ni] = acc;
+          }
         }
-      }
 }
 
 // node 24: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: sum of 24 partials]
@@ -2217,7 +2929,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28(
   dx[i] = v > 0.0f ? d : 0.0f;
 }
 
-// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [fp32]
+// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k29(
     const float* dy,
     const float* x,
@@ -2225,69 +2937,117 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3840];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[32u x 9u] = A[32u x 50176u] * B[50176u x 9u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  // split K: block z = group * 98 + chunk; chunk ks sums k in [ks * 512, (ks + 1) * 512)
+  // conv2d_grad_weight: fp32 FFMA, 4x2 register block per thread
+  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
+  // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
+  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint am0 = m0 + ar + 0u;
+  const bool arv0 = am0 < 32u;
+  const int ab0 = int((g * 32u + am0) * 784u);
+  const uint am1 = m0 + ar + 16u;
+  const bool arv1 = am1 < 32u;
+  const int ab1 = int((g * 32u + am1) * 784u);
+  const uint am2 = m0 + ar + 32u;
+  const bool arv2 = am2 < 32u;
+  const int ab2 = int((g * 32u + am2) * 784u);
+  const uint am3 = m0 + ar + 48u;
+  const bool arv3 = am3 < 32u;
+  const int ab3 = int((g * 32u + am3) * 784u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 9u;
+  const uint bq0 = bn0 % 9u;
+  const int bdh0 = int(bq0 / 3u) * 1, bdw0 = int(bq0 % 3u) * 1;
+  const int bb0 = int((g * 1u + bn0 / 9u) * 784u) + bdh0 * 28 + bdw0;
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 9u;
+  const uint bq1 = bn1 % 9u;
+  const int bdh1 = int(bq1 / 3u) * 1, bdw1 = int(bq1 % 3u) * 1;
+  const int bb1 = int((g * 1u + bn1 / 9u) * 784u) + bdh1 * 28 + bdw1;
+  const uint tx = tidx % 16u, ty = tidx / 16u;
+  float cacc[4][2];
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + (t % 2u) * 1920u;
+      float* bs = as + 1280u;
+      const uint akk = lk + ak;
+      const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 32u && ki < 50176u) {
-          const uint nb = ki / 784u, p = ki % 784u;
-          v = dy[(nb * 32u + g * 32u + mi) * 784u + p];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
+        const bool ok = arv0 && akk < 50176u;
+        const float* src = ok ? dy + (ab0 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
       }
       {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 50176u && ni < 9u) {
-          const uint nb = ki / 784u, p = ki % 784u, oh = p / 28u, ow = p % 28u;
-          const uint c = ni / 9u, q = ni % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 28 && iw >= 0 && iw < 28) v = x[((nb * 1u + g * 1u + c) * 28u + uint(ih)) * 28u + uint(iw)];
-        }
-        Bs[kq * 72u + nq] = v;
+        const bool ok = arv1 && akk < 50176u;
+        const float* src = ok ? dy + (ab1 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = arv2 && akk < 50176u;
+        const float* src = ok ? dy + (ab2 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = arv3 && akk < 50176u;
+        const float* src = ok ? dy + (ab3 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      const uint bkk = lk + bk;
+      const uint bpk = bkk % 784u;
+      const int bihk = int(bpk / 28u) * 1 - 1, biwk = int(bpk % 28u) * 1 - 1;
+      const int bkok = int((bkk / 784u) * 784u) + bihk * 28 + biwk;
+      {
+        const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
+        const float* src = ok ? x + (bb0 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
+        const float* src = ok ? x + (bb1 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + ((t - 1u) % 2u) * 1920u;
+      const float* bs = as + 1280u;
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint kk = 0u; kk < 16u; ++kk) {
+        float av[4], bv[2];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 20u + (kk)];
+        #pragma unroll
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        #pragma unroll
+        for (uint i = 0u; i < 4u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 32u && ni < 9u) {
           const float acc = cacc[i][j];
           mpsc_scratch[(tgid.z * 32u + mi) * 9u + ni] = acc;
@@ -2295,101 +3055,147 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29(
       }
 }
 
-// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k29_mma(
+// node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256) p0_k29_mma(
     const float* dy,
     const float* x,
     float* dw,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3840];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[32u x 9u] = A[32u x 50176u] * B[50176u x 9u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
-  // split K: block z = group * 98 + chunk; chunk ks sums k in [ks * 512, (ks + 1) * 512)
+  // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
+  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
+  // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
+  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint am0 = m0 + ar + 0u;
+  const bool arv0 = am0 < 32u;
+  const int ab0 = int((g * 32u + am0) * 784u);
+  const uint am1 = m0 + ar + 16u;
+  const bool arv1 = am1 < 32u;
+  const int ab1 = int((g * 32u + am1) * 784u);
+  const uint am2 = m0 + ar + 32u;
+  const bool arv2 = am2 < 32u;
+  const int ab2 = int((g * 32u + am2) * 784u);
+  const uint am3 = m0 + ar + 48u;
+  const bool arv3 = am3 < 32u;
+  const int ab3 = int((g * 32u + am3) * 784u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 9u;
+  const uint bq0 = bn0 % 9u;
+  const int bdh0 = int(bq0 / 3u) * 1, bdw0 = int(bq0 % 3u) * 1;
+  const int bb0 = int((g * 1u + bn0 / 9u) * 784u) + bdh0 * 28 + bdw0;
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 9u;
+  const uint bq1 = bn1 % 9u;
+  const int bdh1 = int(bq1 / 3u) * 1, bdw1 = int(bq1 % 3u) * 1;
+  const int bb1 = int((g * 1u + bn1 / 9u) * 784u) + bdh1 * 28 + bdw1;
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 16u;
+  float cacc[1][2][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + (t % 2u) * 1920u;
+      float* bs = as + 1280u;
+      const uint akk = lk + ak;
+      const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 32u && ki < 50176u) {
-          const uint nb = ki / 784u, p = ki % 784u;
-          v = dy[(nb * 32u + g * 32u + mi) * 784u + p];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
+        const bool ok = arv0 && akk < 50176u;
+        const float* src = ok ? dy + (ab0 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
       }
       {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 50176u && ni < 9u) {
-          const uint nb = ki / 784u, p = ki % 784u, oh = p / 28u, ow = p % 28u;
-          const uint c = ni / 9u, q = ni % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 28 && iw >= 0 && iw < 28) v = x[((nb * 1u + g * 1u + c) * 28u + uint(ih)) * 28u + uint(iw)];
-        }
-        Bs[kq * 72u + nq] = v;
+        const bool ok = arv1 && akk < 50176u;
+        const float* src = ok ? dy + (ab1 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = arv2 && akk < 50176u;
+        const float* src = ok ? dy + (ab2 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = arv3 && akk < 50176u;
+        const float* src = ok ? dy + (ab3 + akok) : dy;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      const uint bkk = lk + bk;
+      const uint bpk = bkk % 784u;
+      const int bihk = int(bpk / 28u) * 1 - 1, biwk = int(bpk % 28u) * 1 - 1;
+      const int bkok = int((bkk / 784u) * 784u) + bihk * 28 + biwk;
+      {
+        const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
+        const float* src = ok ? x + (bb0 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
+        const float* src = ok ? x + (bb1 + bkok) : x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], bh[4][2];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + ((t - 1u) % 2u) * 1920u;
+      const float* bs = as + 1280u;
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
-        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
-        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
-        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
-        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint kk = 0u; kk < 16u; kk += 8u) {
+        uint af[1][4], bf[2][2];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        for (uint i = 0u; i < 1u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(r) * 20u + (kk + tq)]);
+          af[i][1] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq)]);
+          af[i][2] = mpsc_tf32(as[(r) * 20u + (kk + tq + 4u)]);
+          af[i][3] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq + 4u)]);
         }
+        #pragma unroll
+        for (uint j = 0u; j < 2u; ++j) {
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+        }
+        #pragma unroll
+        for (uint i = 0u; i < 1u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 32u && ni < 9u) {
-          const float acc = cacc[i][j][q];
-          mpsc_scratch[(tgid.z * 32u + mi) * 9u + ni] = acc;
+        {
+          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          if (mi < 32u && ni < 9u) {
+            const float acc = cacc[i][j][q];
+            mpsc_scratch[(tgid.z * 32u + mi) * 9u + ni] = acc;
+          }
         }
-      }
 }
 
 // node 28: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
@@ -2622,7 +3428,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34_m(
   }
 }
 
-// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [fp32]
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x32 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k0(
     const float* x,
     const float* w,
@@ -2630,170 +3436,380 @@ extern "C" __global__ void __launch_bounds__(256) p1_k0(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[5664];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint g = tgid.z;
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // conv2d: fp32 FFMA, 8x2 register block per thread
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 9u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
+  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 50176u;
+  const uint ap0 = am0 % 784u;
+  const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
+  const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 32u;
+  const int bb0 = int((g * 32u + bn0) * 9u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 32u;
+  const int bb1 = int((g * 32u + bn1) * 9u);
+  const uint tx = tidx % 16u, ty = tidx / 16u;
+  float cacc[8][2];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 9u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 16u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 9u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 32u + (t % 2u) * 2816u;
+      float* bs = as + 2176u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 50176u && ki < 9u) {
-          const uint nb = mi / 784u, p = mi % 784u, oh = p / 28u, ow = p % 28u;
-          const uint c = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 28 && iw >= 0 && iw < 28) v = x[((nb * 1u + g * 1u + c) * 28u + uint(ih)) * 28u + uint(iw)];
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
+          const float* src = ok ? x + (ab0 + ako0) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 9u && ni < 32u) {
-          v = w[(g * 32u + ni) * 9u + ki];
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
+          const float* src = ok ? x + (ab0 + ako1) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
+          const float* src = ok ? x + (ab0 + ako2) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
+          const float* src = ok ? x + (ab0 + ako3) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
+          const float* src = ok ? x + (ab0 + ako4) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
+          const float* src = ok ? x + (ab0 + ako5) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
+          const float* src = ok ? x + (ab0 + ako6) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
+          const float* src = ok ? x + (ab0 + ako7) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      {
+        const bool ok = brv0 && bkk < 9u;
+        const float* src = ok ? w + (bb0 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 9u;
+        const float* src = ok ? w + (bb1 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
+      const float* bs = as + 2176u;
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint kk = 0u; kk < 16u; ++kk) {
+        float av[8], bv[2];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
+        #pragma unroll
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        #pragma unroll
+        for (uint i = 0u; i < 8u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 8u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 50176u && ni < 32u) {
           const float acc = cacc[i][j];
-      const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
+              const uint nb = mi / 784u, p = mi % 784u;
+              y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
         }
       }
 }
 
-// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k0_mma(
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[5664];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[50176u x 32u] = A[50176u x 9u] * B[9u x 32u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
-  const uint g = tgid.z;
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 9u;
+  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
+  const uint ar = tidx % 128u, ak = tidx / 128u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 50176u;
+  const uint ap0 = am0 % 784u;
+  const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
+  const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 32u;
+  const int bb0 = int((g * 32u + bn0) * 9u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 32u;
+  const int bb1 = int((g * 32u + bn1) * 9u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 16u;
+  float cacc[2][2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 9u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 16u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 9u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 32u + (t % 2u) * 2816u;
+      float* bs = as + 2176u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 50176u && ki < 9u) {
-          const uint nb = mi / 784u, p = mi % 784u, oh = p / 28u, ow = p % 28u;
-          const uint c = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 28 && iw >= 0 && iw < 28) v = x[((nb * 1u + g * 1u + c) * 28u + uint(ih)) * 28u + uint(iw)];
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
+          const float* src = ok ? x + (ab0 + ako0) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 9u && ni < 32u) {
-          v = w[(g * 32u + ni) * 9u + ki];
+        const uint kt1 = 2u * (lk + ak + 2u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
+          const float* src = ok ? x + (ab0 + ako1) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 4u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
+          const float* src = ok ? x + (ab0 + ako2) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 6u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
+          const float* src = ok ? x + (ab0 + ako3) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt4 = 2u * (lk + ak + 8u);
+        const bool akv4 = true;
+        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
+          const float* src = ok ? x + (ab0 + ako4) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt5 = 2u * (lk + ak + 10u);
+        const bool akv5 = true;
+        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
+          const float* src = ok ? x + (ab0 + ako5) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt6 = 2u * (lk + ak + 12u);
+        const bool akv6 = true;
+        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
+          const float* src = ok ? x + (ab0 + ako6) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt7 = 2u * (lk + ak + 14u);
+        const bool akv7 = true;
+        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
+          const float* src = ok ? x + (ab0 + ako7) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      {
+        const bool ok = brv0 && bkk < 9u;
+        const float* src = ok ? w + (bb0 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 9u;
+        const float* src = ok ? w + (bb1 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], bh[4][2];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
+      const float* bs = as + 2176u;
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
-        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
-        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
-        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
-        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint kk = 0u; kk < 16u; kk += 8u) {
+        uint af[2][4], bf[2][2];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        for (uint i = 0u; i < 2u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 136u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 136u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
         }
+        #pragma unroll
+        for (uint j = 0u; j < 2u; ++j) {
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+        }
+        #pragma unroll
+        for (uint i = 0u; i < 2u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
+    for (uint j = 0u; j < 2u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 50176u && ni < 32u) {
-          const float acc = cacc[i][j][q];
-      const uint nb = mi / 784u, p = mi % 784u;
-      y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
+        {
+          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          if (mi < 50176u && ni < 32u) {
+            const float acc = cacc[i][j][q];
+                const uint nb = mi / 784u, p = mi % 784u;
+                y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
+          }
         }
-      }
 }
 
-// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [fp32]
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 64x64 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p1_k2(
     const float* x,
     const float* w,
@@ -2801,167 +3817,329 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[5440];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint g = tgid.z;
+  // conv2d: fp32 FFMA, 4x4 register block per thread
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 288u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint ar = tidx % 64u, ak = tidx / 64u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 12544u;
+  const uint ap0 = am0 % 196u;
+  const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
+  const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 64u;
+  const int bb0 = int((g * 64u + bn0) * 288u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 64u;
+  const int bb1 = int((g * 64u + bn1) * 288u);
+  const uint bn2 = n0 + br + 32u;
+  const bool brv2 = bn2 < 64u;
+  const int bb2 = int((g * 64u + bn2) * 288u);
+  const uint bn3 = n0 + br + 48u;
+  const bool brv3 = bn3 < 64u;
+  const int bb3 = int((g * 64u + bn3) * 288u);
+  const uint tx = tidx % 16u, ty = tidx / 16u;
   float cacc[4][4];
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 288u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 288u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 288u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 576u + (t % 2u) * 2432u;
+      float* bs = as + 1152u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 12544u && ki < 288u) {
-          const uint nb = mi / 196u, p = mi % 196u, oh = p / 14u, ow = p % 14u;
-          const uint c = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 14 && iw >= 0 && iw < 14) v = x[((nb * 32u + g * 32u + c) * 14u + uint(ih)) * 14u + uint(iw)];
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
+          const float* src = ok ? x + (ab0 + ako0) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 288u && ni < 64u) {
-          v = w[(g * 64u + ni) * 288u + ki];
+        const uint kt1 = 2u * (lk + ak + 4u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
+          const float* src = ok ? x + (ab0 + ako1) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 8u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
+          const float* src = ok ? x + (ab0 + ako2) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 12u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
+          const float* src = ok ? x + (ab0 + ako3) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      {
+        const bool ok = brv0 && bkk < 288u;
+        const float* src = ok ? w + (bb0 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 288u;
+        const float* src = ok ? w + (bb1 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv2 && bkk < 288u;
+        const float* src = ok ? w + (bb2 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv3 && bkk < 288u;
+        const float* src = ok ? w + (bb3 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint kk = 0u; kk < 16u; ++kk) {
+        float av[4], bv[4];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        #pragma unroll
+        for (uint i = 0u; i < 4u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
         if (mi < 12544u && ni < 64u) {
           const float acc = cacc[i][j];
-      const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
+              const uint nb = mi / 196u, p = mi % 196u;
+              y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
         }
       }
 }
 
-// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k2_mma(
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 64x64 implicit GEMM] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[5440];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[12544u x 64u] = A[12544u x 288u] * B[288u x 64u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 TF32 mma.sync m16n8k8 tiles
-  const uint g = tgid.z;
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
+  const uint g = tgid.z / 1u;
+  const uint kbeg = 0u, kend = 288u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint ar = tidx % 64u, ak = tidx / 64u;
+  const uint am0 = m0 + ar;
+  const bool arv0 = am0 < 12544u;
+  const uint ap0 = am0 % 196u;
+  const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
+  const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
+  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bn0 = n0 + br + 0u;
+  const bool brv0 = bn0 < 64u;
+  const int bb0 = int((g * 64u + bn0) * 288u);
+  const uint bn1 = n0 + br + 16u;
+  const bool brv1 = bn1 < 64u;
+  const int bb1 = int((g * 64u + bn1) * 288u);
+  const uint bn2 = n0 + br + 32u;
+  const bool brv2 = bn2 < 64u;
+  const int bb2 = int((g * 64u + bn2) * 288u);
+  const uint bn3 = n0 + br + 48u;
+  const bool brv3 = bn3 < 64u;
+  const int bb3 = int((g * 64u + bn3) * 288u);
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 288u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
+  const uint nk = (kend - kbeg + 15u) / 16u;
+  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
+  int* ktab = reinterpret_cast<int*>(tg);
+  for (uint e = tidx; e < 288u; e += 256u) {
+    const uint akt = e;
+    const bool akvt = akt < 288u;
+    const uint aqt = akt % 9u;
+    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
+    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
+    ktab[2u * e] = akvt ? akot : 0;
+    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+  }
+  __syncthreads();
+  for (uint t = 0u; t <= nk; ++t) {
+    if (t < nk) {
+      // stage t % 2 <- k in [kbeg + 16 t, +16)
+      const uint lk = kbeg + t * 16u;
+      float* as = tg + 576u + (t % 2u) * 2432u;
+      float* bs = as + 1152u;
       {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 12544u && ki < 288u) {
-          const uint nb = mi / 196u, p = mi % 196u, oh = p / 14u, ow = p % 14u;
-          const uint c = ki / 9u, q = ki % 9u, kh = q / 3u, kw = q % 3u;
-          const int ih = int(oh * 1u + kh * 1u) - 1, iw = int(ow * 1u + kw * 1u) - 1;
-          if (ih >= 0 && ih < 14 && iw >= 0 && iw < 14) v = x[((nb * 32u + g * 32u + c) * 14u + uint(ih)) * 14u + uint(iw)];
+        const uint kt0 = 2u * (lk + ak + 0u);
+        const bool akv0 = true;
+        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
+          const float* src = ok ? x + (ab0 + ako0) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
       {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 288u && ni < 64u) {
-          v = w[(g * 64u + ni) * 288u + ki];
+        const uint kt1 = 2u * (lk + ak + 4u);
+        const bool akv1 = true;
+        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
+          const float* src = ok ? x + (ab0 + ako1) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
         }
-        Bs[kq * 72u + nq] = v;
+      }
+      {
+        const uint kt2 = 2u * (lk + ak + 8u);
+        const bool akv2 = true;
+        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
+          const float* src = ok ? x + (ab0 + ako2) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      {
+        const uint kt3 = 2u * (lk + ak + 12u);
+        const bool akv3 = true;
+        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        {
+          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
+          const float* src = ok ? x + (ab0 + ako3) : x;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+        }
+      }
+      const uint bkk = lk + bk;
+      {
+        const bool ok = brv0 && bkk < 288u;
+        const float* src = ok ? w + (bb0 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv1 && bkk < 288u;
+        const float* src = ok ? w + (bb1 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv2 && bkk < 288u;
+        const float* src = ok ? w + (bb2 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+      }
+      {
+        const bool ok = brv3 && bkk < 288u;
+        const float* src = ok ? w + (bb3 + int(bkk)) : w;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
       }
     }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], bh[4][2];
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t > 0u) {
+      asm volatile("cp.async.wait_group 1;\n" ::);
+      __syncthreads();
+      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        ah[i][0] = mpsc_tf32(As[r * 20u + kk + tq]);
-        ah[i][1] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq]);
-        ah[i][2] = mpsc_tf32(As[r * 20u + kk + tq + 4u]);
-        ah[i][3] = mpsc_tf32(As[(r + 8u) * 20u + kk + tq + 4u]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        bh[j][0] = mpsc_tf32(Bs[(kk + tq) * 72u + n]);
-        bh[j][1] = mpsc_tf32(Bs[(kk + tq + 4u) * 72u + n]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint kk = 0u; kk < 16u; kk += 8u) {
+        uint af[1][4], bf[4][2];
+        #pragma unroll
+        for (uint i = 0u; i < 1u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
+        }
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
+        #pragma unroll
+        for (uint i = 0u; i < 1u; ++i)
+          #pragma unroll
+          for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 1u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 12544u && ni < 64u) {
-          const float acc = cacc[i][j][q];
-      const uint nb = mi / 196u, p = mi % 196u;
-      y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
+        {
+          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          if (mi < 12544u && ni < 64u) {
+            const float acc = cacc[i][j][q];
+                const uint nb = mi / 196u, p = mi % 196u;
+                y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
+          }
         }
-      }
 }
 
 // node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: sum of 6 partials]

@@ -166,8 +166,8 @@ const char* const knames_p1[] = { "p1_k0 (node 0: conv2d)", "p0_k2 (node 1: maxp
 bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
   (void)b; (void)mma; (void)set; (void)out;
   {
-    if (mma) p0_k0_mma<<<dim3(1u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    else p0_k0<<<dim3(1u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (mma) p0_k0_mma<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    else p0_k0<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k0 (node 0: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
@@ -182,8 +182,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k3_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    else p0_k3<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (mma) p0_k3_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    else p0_k3<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 3: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
   }
@@ -318,14 +318,14 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[20], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k22_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    else p0_k22<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (mma) p0_k22_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    else p0_k22<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 22642688), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k22 (node 23: conv2d_grad_input)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[21], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k23_mma<<<dim3(5u, 1u, 24u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    else p0_k23<<<dim3(5u, 1u, 24u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (mma) p0_k23_mma<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    else p0_k23<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 19431424), reinterpret_cast<const float*>(dev + 25853952), reinterpret_cast<float*>(dev + 24248320), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k23 (node 24: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[22], st), "cudaEventRecord")) return false;
   }
@@ -350,8 +350,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[26], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k29_mma<<<dim3(1u, 1u, 98u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
-    else p0_k29<<<dim3(1u, 1u, 98u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    if (mma) p0_k29_mma<<<dim3(1u, 1u, 98u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
+    else p0_k29<<<dim3(1u, 1u, 98u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 65197824 + set * 201216), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 65398784 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k29 (node 28: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[27], st), "cudaEventRecord")) return false;
   }
@@ -386,8 +386,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
   (void)b; (void)mma; (void)set; (void)out;
   {
-    if (mma) p1_k0_mma<<<dim3(1u, 784u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 65600256 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-    else p1_k0<<<dim3(1u, 784u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 65600256 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    if (mma) p1_k0_mma<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 65600256 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    else p1_k0<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 65600256 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p1_k0 (node 0: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
@@ -397,8 +397,8 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p1_k2_mma<<<dim3(1u, 196u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
-    else p1_k2<<<dim3(1u, 196u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    if (mma) p1_k2_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
+    else p1_k2<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2560), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 65801216 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 2: conv2d)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }

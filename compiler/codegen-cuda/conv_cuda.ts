@@ -1,0 +1,346 @@
+/**
+ * conv_cuda: the CUDA backend's convolution kernels (conv2d, conv2d_grad_input, conv2d_grad_weight
+ * with fp32 operands) as implicit GEMMs on the TF32 tensor cores, cuDNN's default under PyTorch.
+ * Consumes an IR conv node (and an optional fused unary epilogue) in the CUDA dialect's lowering
+ * context, with the shared GEMM view of it (compiler/kernels/gemm.ts gemmParts: M, N, K, groups,
+ * kernel arguments, the store with bias and epilogue); produces KernelSpecs, or null where it does
+ * not apply (16-bit operands, more than 2^31 elements, a grid over CUDA's limits: gemm_cuda.ts's
+ * 64x64 kernels run those, and cublaslt.ts's build report says so).
+ *
+ * The kernel: 256 threads (8 warps), output tiles of BM x BN (BM 64 or 128, BN 32, 64 or 128, from M and N), K in
+ * steps of 16 through two shared-memory stages filled by cp.async (4-byte copies, zero-filled where
+ * the im2col window leaves the image or the tile leaves the matrix) while the other stage is
+ * multiplied. Each operand tile is stored along the dimension the global loads run on: an operand
+ * contiguous along its rows (im2col of x and dy along the output pixels) as [16][R + 8], one
+ * contiguous along k (the weights, dy and x in the weight gradient) as [R][16 + 4]; both pads make
+ * the fragment reads conflict-free. Address generation is implicit im2col with the per-row part
+ * (pixel -> image base and window origin, or channel -> filter offset) computed once per thread
+ * before the K loop and only the per-k part inside it: for an operand loaded along its rows (the
+ * im2col of x or dy, whose k part is the same for every row) read from a k table built once per
+ * block in shared memory where it fits (offset and tap shift per k), else one decomposition of k
+ * per step and element column.
+ *  - mma variant: warps 4 (m) x 2 (n), each (BM/4) x (BN/2) as m16n8k8 TF32 mma.sync tiles; operands
+ *    rounded by cvt.rna.tf32.f32 as cuDNN/cuBLAS round them, fp32 accumulation.
+ *  - plain variant (MPSC_CUDA_PLAIN=1): the same tiles and pipeline, fp32 FFMA, a (BM/16) x (BN/16)
+ *    register block per thread: fp32 accuracy.
+ * The weight gradient's reduction dimension (batch x output pixels) is long and its output small:
+ * it is split along K at build time (gemm_cuda.ts splitK with these tiles): per-chunk partial sums
+ * into the scratch region, then gemm_cuda.ts's reduction kernel adds them in chunk order (no
+ * atomics: the result does not depend on launch order).
+ */
+import { isHalf, numel, type Graph, type Node } from '../ir/graph.js';
+import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { ceilDiv, label, shapeOf } from '../kernels/common.js';
+import { convGeom, gemmParts } from '../kernels/gemm.js';
+import { splitK, splitReduceKernel, type Split } from './gemm_cuda.js';
+
+const THREADS = 256, BK = 16, KPAD = BK + 4, RPAD = 8, STAGES = 2;
+/** grid.y (row tiles) and grid.z (groups x chunks) limits */
+const GRID_YZ = 65535;
+/** bytes of static shared memory a kernel may declare */
+const SMEM_STATIC = 48 * 1024;
+
+type Mode = 'row' | 'k';
+
+/**
+ * One GEMM operand's global reads. `mode`: which index the global loads run along (row: the
+ * tile's rows are consecutive in memory; k: the reduction index is). `rowDecl` declares a row's
+ * constants (suffix s) from its global index, `kDecl` a reduction index's, `elem` the copy's
+ * predicate and element offset from both.
+ */
+interface Side {
+  buf: string;
+  mode: Mode;
+  rowDecl: (s: string, row: string) => string;
+  kDecl: (s: string, k: string) => string;
+  elem: (rs: string, ks: string) => { pred: string; off: string };
+}
+
+type Geom = ReturnType<typeof convGeom>;
+
+/** the two operands of a conv op's implicit GEMM (the index maps of gemm.ts gemmOf, split into row and k parts) */
+function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Side; b: Side } {
+  const HW = c.H * c.W, OHW = c.OH * c.OW, KK = c.KH * c.KW;
+  // the k part of a row-mode A (im2col of x or dy): k = (channel, kh, kw) -> valid, tap shifts, channel offset + `extra`
+  const tapK = (chan: number, extra: (s: string) => string) => (s: string, k: string) =>
+    `const uint ak${s} = ${k};\n` +
+    `const bool akv${s} = ak${s} < ${K}u;\n` +
+    `const uint aq${s} = ak${s} % ${KK}u;\n` +
+    `const int adh${s} = int(aq${s} / ${c.KW}u) * ${c.DH}, adw${s} = int(aq${s} % ${c.KW}u) * ${c.DW};\n` +
+    `const int ako${s} = int((ak${s} / ${KK}u) * ${chan}u)${extra(s)};\n`;
+  // the row part's head of a row-mode A: row m = (image, pixel of a plane of `plane` pixels) -> valid, pixel
+  const pixRow = (plane: number, s: string, row: string) =>
+    `const uint am${s} = ${row};\nconst bool arv${s} = am${s} < ${M}u;\nconst uint ap${s} = am${s} % ${plane}u;\n`;
+  if (op === 'conv2d') {
+    // A = im2col(x) [pixel (nb, oh, ow)][tap (c, kh, kw)], B = w [out channel][tap]
+    return {
+      a: {
+        buf: 'x', mode: 'row',
+        rowDecl: (s, row) =>
+          pixRow(OHW, s, row) +
+          `const int aih${s} = int(ap${s} / ${c.OW}u) * ${c.SH} - ${c.PH}, aiw${s} = int(ap${s} % ${c.OW}u) * ${c.SW} - ${c.PW};\n` +
+          `const int ab${s} = int((am${s} / ${OHW}u) * ${c.C * HW}u + g * ${c.CG * HW}u) + aih${s} * ${c.W} + aiw${s};\n`,
+        kDecl: tapK(HW, (s) => ` + adh${s} * ${c.W} + adw${s}`),
+        elem: (r, k) => ({
+          pred: `arv${r} && akv${k} && uint(aih${r} + adh${k}) < ${c.H}u && uint(aiw${r} + adw${k}) < ${c.W}u`,
+          off: `ab${r} + ako${k}`,
+        }),
+      },
+      b: {
+        buf: 'w', mode: 'k',
+        rowDecl: (s, row) => `const uint bn${s} = ${row};\nconst bool brv${s} = bn${s} < ${N}u;\nconst int bb${s} = int((g * ${c.OG}u + bn${s}) * ${K}u);\n`,
+        kDecl: (s, k) => `const uint bk${s} = ${k};\n`,
+        elem: (r, k) => ({ pred: `brv${r} && bk${k} < ${K}u`, off: `bb${r} + int(bk${k})` }),
+      },
+    };
+  }
+  if (op === 'conv2d_grad_input') {
+    // A = dy gathered [input pixel (nb, ih, iw)][tap (o, kh, kw)], B = w [in channel][tap]
+    const unit = c.SH === 1 && c.SW === 1;
+    return {
+      a: {
+        buf: 'dy', mode: 'row',
+        rowDecl: (s, row) =>
+          pixRow(HW, s, row) +
+          `const int ath${s} = int(ap${s} / ${c.W}u) + ${c.PH}, atw${s} = int(ap${s} % ${c.W}u) + ${c.PW};\n` +
+          `const int ab${s} = int((am${s} / ${HW}u) * ${c.O * OHW}u + g * ${c.OG * OHW}u);\n`,
+        kDecl: tapK(OHW, () => ''),
+        elem: (r, k) => {
+          const th = `(ath${r} - adh${k})`, tw = `(atw${r} - adw${k})`;
+          return unit
+            ? { pred: `arv${r} && akv${k} && uint${th} < ${c.OH}u && uint${tw} < ${c.OW}u`, off: `ab${r} + ako${k} + ${th} * ${c.OW} + ${tw}` }
+            : {
+              pred: `arv${r} && akv${k} && ${th} >= 0 && ${tw} >= 0 && ${th} % ${c.SH} == 0 && ${tw} % ${c.SW} == 0 && ${th} / ${c.SH} < ${c.OH} && ${tw} / ${c.SW} < ${c.OW}`,
+              off: `ab${r} + ako${k} + (${th} / ${c.SH}) * ${c.OW} + ${tw} / ${c.SW}`,
+            };
+        },
+      },
+      b: {
+        // w[(g * OG + o) * CG + n][kh][kw]
+        buf: 'w', mode: 'k',
+        rowDecl: (s, row) => `const uint bn${s} = ${row};\nconst bool brv${s} = bn${s} < ${N}u;\nconst int bb${s} = int(g * ${c.OG * c.CG * KK}u + bn${s} * ${KK}u);\n`,
+        kDecl: (s, k) => `const uint bk${s} = ${k};\nconst int bko${s} = int((bk${s} / ${KK}u) * ${c.CG * KK}u + bk${s} % ${KK}u);\n`,
+        elem: (r, k) => ({ pred: `brv${r} && bk${k} < ${K}u`, off: `bb${r} + bko${k}` }),
+      },
+    };
+  }
+  // conv2d_grad_weight: A = dy [out channel][output pixel (nb, oh, ow)], B = im2col(x) [pixel][tap (c, kh, kw)] seen as [tap][pixel]
+  return {
+    a: {
+      buf: 'dy', mode: 'k',
+      rowDecl: (s, row) => `const uint am${s} = ${row};\nconst bool arv${s} = am${s} < ${M}u;\nconst int ab${s} = int((g * ${c.OG}u + am${s}) * ${OHW}u);\n`,
+      kDecl: (s, k) => `const uint ak${s} = ${k};\nconst int ako${s} = int((ak${s} / ${OHW}u) * ${c.O * OHW}u + ak${s} % ${OHW}u);\n`,
+      elem: (r, k) => ({ pred: `arv${r} && ak${k} < ${K}u`, off: `ab${r} + ako${k}` }),
+    },
+    b: {
+      buf: 'x', mode: 'k',
+      rowDecl: (s, row) =>
+        `const uint bn${s} = ${row};\n` +
+        `const bool brv${s} = bn${s} < ${N}u;\n` +
+        `const uint bq${s} = bn${s} % ${KK}u;\n` +
+        `const int bdh${s} = int(bq${s} / ${c.KW}u) * ${c.DH}, bdw${s} = int(bq${s} % ${c.KW}u) * ${c.DW};\n` +
+        `const int bb${s} = int((g * ${c.CG}u + bn${s} / ${KK}u) * ${HW}u) + bdh${s} * ${c.W} + bdw${s};\n`,
+      kDecl: (s, k) =>
+        `const uint bk${s} = ${k};\n` +
+        `const uint bp${s} = bk${s} % ${OHW}u;\n` +
+        `const int bih${s} = int(bp${s} / ${c.OW}u) * ${c.SH} - ${c.PH}, biw${s} = int(bp${s} % ${c.OW}u) * ${c.SW} - ${c.PW};\n` +
+        `const int bko${s} = int((bk${s} / ${OHW}u) * ${c.C * HW}u) + bih${s} * ${c.W} + biw${s};\n`,
+      elem: (r, k) => ({
+        pred: `brv${r} && bk${k} < ${K}u && uint(bih${k} + bdh${r}) < ${c.H}u && uint(biw${k} + bdw${r}) < ${c.W}u`,
+        off: `bb${r} + bko${k}`,
+      }),
+    },
+  };
+}
+
+/** floats of one operand's tile in one stage */
+const tileFloats = (mode: Mode, R: number) => (mode === 'row' ? BK * (R + RPAD) : R * KPAD);
+/** the tile element (row r, reduction index k) of an operand stored in `mode` */
+const at = (mode: Mode, R: number, base: string, r: string, k: string) => (mode === 'row' ? `${base}[(${k}) * ${R + RPAD}u + (${r})]` : `${base}[(${r}) * ${KPAD}u + (${k})]`);
+
+const indent = (s: string, pad: string) => s.split('\n').map((l) => (l ? pad + l : l)).join('\n');
+
+/** H200: 132 SMs; a grid of fewer 128-row tiles than this leaves SMs idle */
+const SMS = 132;
+
+/**
+ * Tile shape for an M x N GEMM with G groups: BN 128 where N fills it, 32 for N of at most 32 (a
+ * 32-channel layer wastes no half tile), else 64; BM 128 where M fills it and the grid of 128-row
+ * tiles still covers every SM or the GEMM is split along K (`split`: the weight gradient, whose
+ * chunks fill the GPU anyway); else 64, twice the blocks (e.g. MNIST's 14x14 layers).
+ */
+export function convTiles(M: number, N: number, G: number, split: boolean): { BM: number; BN: number } {
+  const BN = N >= 128 ? 128 : N > 32 ? 64 : 32;
+  return { BM: M >= 128 && (split || ceilDiv(M, 128) * ceilDiv(N, BN) * G >= SMS) ? 128 : 64, BN };
+}
+
+interface Shape { BM: number; BN: number; M: number; N: number; K: number }
+
+/**
+ * One operand's per-thread copies of a stage: `pre` (before the K loop: the rows' constants), `load`
+ * (inside: the k constants and the cp.async of each element into stage `ls` at reduction offset `lk`).
+ */
+function copies(side: Side, R: number, tileBase: string, tag: string, tab: boolean): { pre: string; load: string } {
+  const per = (R * BK) / THREADS;
+  const cp = (dst: string, p: { pred: string; off: string }) =>
+    `{\n  const bool ok = ${p.pred};\n` +
+    `  const float* src = ok ? ${side.buf} + (${p.off}) : ${side.buf};\n` +
+    `  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\\n" :: "r"((uint)__cvta_generic_to_shared(&${dst})), "l"(src), "r"(ok ? 4u : 0u));\n}\n`;
+  if (side.mode === 'row') {
+    // thread t copies row t % R at reduction indices t / R + (256 / R) j
+    const step = THREADS / R;
+    const pre = `const uint ${tag}r = tidx % ${R}u, ${tag}k = tidx / ${R}u;\n` + side.rowDecl('0', `${tileBase} + ${tag}r`);
+    let load = '';
+    for (let j = 0; j < per; j++) {
+      const kd = tab
+        ? `const uint kt${j} = 2u * (lk + ${tag}k + ${step * j}u);\nconst bool akv${j} = true;\nconst int ako${j} = ktab[kt${j}], adh${j} = ktab[kt${j} + 1u] >> 16, adw${j} = ktab[kt${j} + 1u] & 0xffff;\n`
+        : side.kDecl(`${j}`, `lk + ${tag}k + ${step * j}u`);
+      load += `{\n` + indent(kd +
+        cp(at('row', R, `${tag}s`, `${tag}r`, `${tag}k + ${step * j}u`), side.elem('0', `${j}`)), '  ') + `}\n`;
+    }
+    return { pre, load };
+  }
+  // thread t copies reduction index t % 16 of rows t / 16 + 16 i
+  let pre = `const uint ${tag}k = tidx % ${BK}u, ${tag}r = tidx / ${BK}u;\n`;
+  for (let i = 0; i < per; i++) pre += side.rowDecl(`${i}`, `${tileBase} + ${tag}r + ${(THREADS / BK) * i}u`);
+  let load = side.kDecl('k', `lk + ${tag}k`);
+  for (let i = 0; i < per; i++) load += cp(at('k', R, `${tag}s`, `${tag}r + ${(THREADS / BK) * i}u`, `${tag}k`), side.elem(`${i}`, 'k'));
+  return { pre, load };
+}
+
+/** the tensor-core product of one stage: 2 k-steps of 8, MI x NI m16n8k8 TF32 tiles per warp */
+function mmaStage(a: Side, b: Side, s: Shape): string {
+  const MI = s.BM / 64, NI = s.BN / 16;
+  const A = (r: string, k: string) => at(a.mode, s.BM, 'as', r, k), B = (r: string, k: string) => at(b.mode, s.BN, 'bs', r, k);
+  return (
+    `#pragma unroll\nfor (uint kk = 0u; kk < ${BK}u; kk += 8u) {\n` +
+    `  uint af[${MI}][4], bf[${NI}][2];\n` +
+    `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i) {\n    const uint r = wm + 16u * i + gq;\n` +
+    `    af[i][0] = mpsc_tf32(${A('r', 'kk + tq')});\n    af[i][1] = mpsc_tf32(${A('r + 8u', 'kk + tq')});\n` +
+    `    af[i][2] = mpsc_tf32(${A('r', 'kk + tq + 4u')});\n    af[i][3] = mpsc_tf32(${A('r + 8u', 'kk + tq + 4u')});\n  }\n` +
+    `  #pragma unroll\n  for (uint j = 0u; j < ${NI}u; ++j) {\n    const uint n = wn + 8u * j + gq;\n` +
+    `    bf[j][0] = mpsc_tf32(${B('n', 'kk + tq')});\n    bf[j][1] = mpsc_tf32(${B('n', 'kk + tq + 4u')});\n  }\n` +
+    `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${NI}u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);\n}\n`
+  );
+}
+
+/** the fp32 FFMA product of one stage: a (BM/16) x (BN/16) register block per thread */
+function plainStage(a: Side, b: Side, s: Shape): string {
+  const RI = s.BM / 16, RJ = s.BN / 16;
+  return (
+    `#pragma unroll\nfor (uint kk = 0u; kk < ${BK}u; ++kk) {\n  float av[${RI}], bv[${RJ}];\n` +
+    `  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i) av[i] = ${at(a.mode, s.BM, 'as', 'ty + 16u * i', 'kk')};\n` +
+    `  #pragma unroll\n  for (uint j = 0u; j < ${RJ}u; ++j) bv[j] = ${at(b.mode, s.BN, 'bs', 'tx + 16u * j', 'kk')};\n` +
+    `  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);\n}\n`
+  );
+}
+
+/**
+ * The k table of a row-mode A operand (its reduction index's im2col part, the same for every row):
+ * floats of shared memory it takes before the stages (0: none), and the loop filling it once per
+ * block. Entry k is (offset, dh << 16 | dw); k >= K gets dh = 0x4000, outside every image the table is
+ * used for (tableFits), so the copy's bounds test fails without a separate k < K test.
+ */
+const tableFloats = (s: Shape) => 2 * ceilDiv(s.K, BK) * BK;
+function tableFill(a: Side, s: Shape): string {
+  return (
+    `// k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block\n` +
+    `int* ktab = reinterpret_cast<int*>(tg);\n` +
+    `for (uint e = tidx; e < ${ceilDiv(s.K, BK) * BK}u; e += ${THREADS}u) {\n` +
+    indent(a.kDecl('t', 'e'), '  ') +
+    `  ktab[2u * e] = akvt ? akot : 0;\n  ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;\n}\n__syncthreads();\n`
+  );
+}
+
+/** one kernel body: the pipeline around `stage` (tensor cores or FFMA), then the stores; `tab`: A's k part from the k table */
+function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, tf32: boolean, what: string, tab: boolean): string {
+  const aF = tileFloats(a.mode, s.BM), bF = tileFloats(b.mode, s.BN), stage = aF + bF;
+  const T = tab ? tableFloats(s) : 0;
+  const ca = copies(a, s.BM, 'm0', 'a', tab), cb = copies(b, s.BN, 'n0', 'b', false);
+  const MI = s.BM / 64, NI = s.BN / 16, RI = s.BM / 16, RJ = s.BN / 16;
+  const S = sp?.S ?? 1;
+  const split = sp ? `  const uint kbeg = (tgid.z % ${S}u) * ${sp.Kc}u, kend = min(${s.K}u, kbeg + ${sp.Kc}u);\n` : `  const uint kbeg = 0u, kend = ${s.K}u;\n`;
+  const out = (mi: string, ni: string, acc: string) =>
+    `{\n  const uint mi = ${mi}, ni = ${ni};\n  if (mi < ${s.M}u && ni < ${s.N}u) {\n    const float acc = ${acc};\n` +
+    (sp ? `    mpsc_scratch[(tgid.z * ${s.M}u + mi) * ${s.N}u + ni] = acc;\n` : indent(store, '  ') + '\n') + `  }\n}\n`;
+  const acc = tf32
+    ? `  const uint gq = lane / 4u, tq = lane % 4u;\n  const uint wm = (sg % 4u) * ${s.BM / 4}u, wn = (sg / 4u) * ${s.BN / 2}u;\n` +
+      `  float cacc[${MI}][${NI}][4];\n  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${NI}u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;\n`
+    : `  const uint tx = tidx % 16u, ty = tidx / 16u;\n  float cacc[${RI}][${RJ}];\n  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j) cacc[i][j] = 0.0f;\n`;
+  const stores = tf32
+    ? `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${NI}u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q)\n` +
+      indent(out('m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]'), '        ')
+    : `  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j)\n` +
+      indent(out('m0 + ty + 16u * i', 'n0 + tx + 16u * j', 'cacc[i][j]'), '      ');
+  return (
+    `  // ${what}\n` +
+    `  // C[${s.M} x ${s.N}] = A[${s.M} x ${s.K}] * B[${s.K} x ${s.N}] per group: ${s.BM}x${s.BN} tile per block of 256 threads, k steps of ${BK} in ${STAGES} cp.async stages;\n` +
+    `  // A tile ${a.mode === 'row' ? `[${BK}][${s.BM + RPAD}] (loads along m)` : `[${s.BM}][${KPAD}] (loads along k)`}, B tile ${b.mode === 'row' ? `[${BK}][${s.BN + RPAD}] (loads along n)` : `[${s.BN}][${KPAD}] (loads along k)`}\n` +
+    (sp ? `  // split K: block z = group * ${S} + chunk; chunk c sums k in [c * ${sp.Kc}, (c + 1) * ${sp.Kc})\n` : '') +
+    `  const uint g = tgid.z / ${S}u;\n` + split +
+    `  const uint m0 = tgid.y * ${s.BM}u, n0 = tgid.x * ${s.BN}u;\n` +
+    indent(ca.pre + cb.pre, '  ') + acc +
+    `  const uint nk = (kend - kbeg + ${BK - 1}u) / ${BK}u;\n` +
+    (tab ? indent(tableFill(a, s), '  ') : '') +
+    `  for (uint t = 0u; t <= nk; ++t) {\n` +
+    `    if (t < nk) {\n      // stage t % 2 <- k in [kbeg + 16 t, +16)\n      const uint lk = kbeg + t * ${BK}u;\n` +
+    `      float* as = tg + ${T ? `${T}u + ` : ''}(t % 2u) * ${stage}u;\n      float* bs = as + ${aF}u;\n` +
+    indent(ca.load + cb.load, '      ') +
+    `    }\n    asm volatile("cp.async.commit_group;\\n" ::);\n` +
+    `    if (t > 0u) {\n      asm volatile("cp.async.wait_group 1;\\n" ::);\n      __syncthreads();\n` +
+    `      const float* as = tg + ${T ? `${T}u + ` : ''}((t - 1u) % 2u) * ${stage}u;\n      const float* bs = as + ${aF}u;\n` +
+    indent(tf32 ? mmaStage(a, b, s) : plainStage(a, b, s), '      ') +
+    `      __syncthreads();\n    }\n  }\n` +
+    stores
+  );
+}
+
+/** the conv ops this file lowers */
+export const CONV_OPS: ReadonlySet<string> = new Set(['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight']);
+
+/** why a conv node stays on gemm_cuda.ts's 64x64 kernels, or null when conv_cuda.ts lowers it */
+export function convFallbackReason(g: Graph, n: Node): string | null {
+  if (!CONV_OPS.has(n.op)) return 'not a convolution';
+  if (isHalf(g.values[n.inputs[0]].dtype) || isHalf(g.values[n.inputs[1]].dtype)) return '16-bit operands (the 64x64 kernel reads them widened)';
+  const sizes = [...n.inputs.filter((i) => i >= 0).map((i) => numel(shapeOf(g, i))), ...n.outputs.map((o) => numel(shapeOf(g, o)))];
+  if (Math.max(...sizes) >= 2 ** 31) return 'a tensor of 2^31 elements or more (32-bit offsets)';
+  return null;
+}
+
+/** one line for `mpsc build`: which conv kernel a node gets */
+export function convKernelNote(g: Graph, n: Node): string {
+  const why = convFallbackReason(g, n);
+  return why ? `gemm_cuda.ts 64x64 kernel (${why})` : 'TF32 implicit-GEMM conv kernel (conv_cuda.ts)';
+}
+
+/** The conv node's kernels (the GEMM, and for a split K its reduction), or null where this file does not apply (convFallbackReason). */
+export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null {
+  if (convFallbackReason(g, n)) return null;
+  const parts = gemmParts(ctx, g, n, epilogue);
+  if (!parts) return null;
+  const { gm, args, what, store } = parts;
+  const xs = n.op === 'conv2d' ? shapeOf(g, n.inputs[0]) : n.op === 'conv2d_grad_input' ? (n.attrs.x_shape as number[]) : shapeOf(g, n.inputs[1]);
+  const ws = n.op === 'conv2d_grad_weight' ? (n.attrs.w_shape as number[]) : shapeOf(g, n.inputs[1]);
+  const c = convGeom(n, xs, ws);
+  const { BM, BN } = convTiles(gm.M, gm.N, gm.G, n.op === 'conv2d_grad_weight');
+  const sp = n.op === 'conv2d_grad_weight' ? splitK(gm.M, gm.N, gm.K, gm.G, BM, BN) : null;
+  const tiles: [number, number, number] = [ceilDiv(gm.N, BN), ceilDiv(gm.M, BM), gm.G * (sp?.S ?? 1)];
+  if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
+  const { a, b } = sidesOf(n.op, c, gm.M, gm.N, gm.K);
+  const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K };
+  // the k table where it fits in the 48 KB of static shared memory and its dh = 0x4000 marker lies outside the images
+  const tab = a.mode === 'row' && !sp && Math.max(c.H, c.W, c.OH, c.OW, c.PH, c.PW) < 8192 && (c.KH - 1) * c.DH < 8192 && (c.KW - 1) * c.DW < 8192 &&
+    (tableFloats(s) + STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN))) * 4 <= SMEM_STATIC;
+  const tgmem = ((tab ? tableFloats(s) : 0) + STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN))) * 4;
+  const name = ctx.next();
+  const lbl = label(g, n) + what;
+  const gemm: KernelSpec = {
+    name, node: n.id, op: n.op, label: lbl + ` [conv_cuda.ts ${BM}x${BN} implicit GEMM${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
+    groups: tiles, tgsize: [THREADS, 1, 1], tgmem, sync: true,
+    body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`, tab),
+    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab) },
+  };
+  if (!sp) return [gemm];
+  gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;
+  return [gemm, splitReduceKernel(ctx, g, n, parts, sp, lbl)];
+}

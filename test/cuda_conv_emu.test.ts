@@ -1,0 +1,190 @@
+/**
+ * conv_cuda.ts's kernels executed on the CPU, without a GPU: the conv cases of the CUDA kernel
+ * check (cuda_cases.ts cudaConvCases: 128-row/column tiles with partial edges, 3 input channels,
+ * stride 2, groups, dilation, split-K weight gradients; and the Metal op cases' small convs and the
+ * fused conv + gelu) are built for CUDA (buildCuda), their kernels' generated text is compiled by
+ * g++ against test/native/cuda_thread_emu.h (one std::thread per CUDA thread, real barriers,
+ * the TF32 rounding and the warp-wide m16n8k8 mma emulated, cp.async as plain loads) and run; each
+ * checked value must match the float64 reference interpreter: the fp32 variant within 1e-4 (as the
+ * GPU check), the TF32 tensor-core variant within cuda_check's TF32 tolerance, 5e-3. A wrong index,
+ * predicate, tile layout, fragment mapping or split-K slice shows up here by case name.
+ * Where nvcc is found, the same kernels go through ptxas for sm_90a: no spills, no stack, and the
+ * TF32 variants within 128 registers (two blocks of 256 threads per SM, what the tiles assume).
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { buildCuda } from '../compiler/codegen-cuda/index.js';
+import { CONV_OPS } from '../compiler/codegen-cuda/conv_cuda.js';
+import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
+import { kernelSource } from '../compiler/kernels/prelude.js';
+import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types.js';
+import { numel } from '../compiler/ir/graph.js';
+import { relError } from '../compiler/reference/fixtures.js';
+import { cudaConvCases } from './cuda_cases.js';
+import { KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
+import { findNvcc } from '../runtime/cuda/session.js';
+import { allOpCases, fusedCases } from './metal_cases.js';
+import { reference, type OpCase } from './metal_harness.js';
+
+const SCALARS = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
+const HARNESS = path.resolve(__dirname, 'native/cuda_thread_emu.h');
+const hasGxx = spawnSync('g++', ['--version']).status === 0;
+const NV = findNvcc();
+
+/** the kernel text with its PTX (cp.async and its commit / wait) rewritten for the emulator; any other asm is an error */
+export function emulable(text: string): string {
+  const out = text
+    .replace(/asm volatile\("cp\.async\.ca\.shared\.global \[%0\], \[%1\], 4, %2;\\n" :: "r"\(\(uint\)__cvta_generic_to_shared\(&(.+?)\)\), "l"\(src\), "r"\(ok \? 4u : 0u\)\);/g, '$1 = ok ? *src : 0.0f;')
+    .replace(/asm volatile\("cp\.async\.(commit_group|wait_group \d);\\n" ::\);/g, ';');
+  if (/\basm\b/.test(out)) throw new Error(`a kernel has PTX the emulator does not know: ${out.match(/asm[^\n]*/)![0]}`);
+  return out;
+}
+
+const safe = (s: string) => s.replace(/[^A-Za-z0-9_]/g, '_');
+
+interface Emulated { problems: string[]; worst: { fp32: number; mma: number }; checked: number }
+
+/**
+ * Builds `all` for CUDA, compiles every kernel of theirs (both variants, bodies passed through
+ * `mutate`) with the emulator, runs each case in both variants and judges every checked value.
+ */
+function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b): Emulated {
+  const a = buildCuda(all.map((c) => c.program), 'conv_emu', { merge: false });
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-emu-'));
+  const src: string[] = [`#include "${HARNESS}"`, '#include <cstdio>', '#include <string>'];
+  const emitted = new Set<string>();
+  const emit = (k: KernelSpec, v: KernelVariant) => {
+    if (emitted.has(v.name)) return;
+    emitted.add(v.name);
+    src.push(emulable(kernelSource(CUDA, k, { ...v, body: mutate(v.body) }, '')));
+  };
+  src.push(
+    'static std::vector<float> load(const std::string& f, size_t n) { std::vector<float> v(n, 0.0f); if (FILE* p = std::fopen(f.c_str(), "rb")) { if (std::fread(v.data(), 4, n, p) != n) std::abort(); std::fclose(p); } return v; }',
+    'static void save(const std::string& f, const std::vector<float>& v) { FILE* p = std::fopen(f.c_str(), "wb"); std::fwrite(v.data(), 4, v.size(), p); std::fclose(p); }',
+  );
+  const runs: string[] = [];
+  all.forEach((c, i) => {
+    const lp = a.lowered[i];
+    const g = lp.program.graph;
+    // every kernel of the case must be conv_cuda.ts's (the GEMM, and the split-K reduction)
+    expect(lp.kernels.every((k) => CONV_OPS.has(k.op)), c.program.name).toBe(true);
+    expect(lp.kernels[0].label, c.program.name).toMatch(/conv_cuda\.ts/);
+    const byName = new Map(c.program.graph.values.map((v) => [v.name, v.id]));
+    const vals = new Map<string, number>();
+    for (const k of lp.kernels) for (const arg of k.args) vals.set(g.values[arg.value].name, numel(g.values[arg.value].shape));
+    for (const [name] of vals) {
+      const d = c.data.get(byName.get(name)!);
+      if (d) fs.writeFileSync(path.join(dir, `${i}_${safe(name)}.in`), Buffer.from(Float32Array.from(d).buffer));
+    }
+    const scratch = Math.max(0, ...lp.kernels.map((k) => k.scratch ?? 0)) / 4;
+    let body = `static void run_${i}(const std::string& dir, bool mma) {\n  StepParams sp{0.05f, 3, 987654321u, 5u};\n  std::vector<float> scratch(${Math.max(1, scratch)});\n`;
+    for (const [name, n] of vals) body += `  std::vector<float> v_${safe(name)} = load(dir + "/${i}_${safe(name)}.in", ${n});\n`;
+    for (const k of lp.kernels) {
+      emit(k, k);
+      if (k.mma) emit(k, k.mma);
+      const call = (v: KernelVariant) => {
+        const args = [...k.args.map((x) => `v_${safe(g.values[x.value].name)}.data()`), ...(/\bmpsc_scratch\b/.test(v.body) ? ['scratch.data()'] : []), '&sp'];
+        return `emu_launch(uint3{${k.groups.join('u, ')}u}, uint3{${v.tgsize.join('u, ')}u}, [&] { ${v.name}(${args.join(', ')}); });`;
+      };
+      body += k.mma ? `  if (mma) ${call(k.mma)}\n  else ${call(k)}\n` : `  ${call(k)}\n`;
+    }
+    for (const id of c.check) {
+      const name = c.program.graph.values[id].name;
+      body += `  save(dir + "/${i}_${safe(name)}." + (mma ? "mma" : "fp32"), v_${safe(name)});\n`;
+    }
+    src.push(body + '}');
+    runs.push(`run_${i}(dir, mma);`);
+  });
+  src.push(`int main(int argc, char** argv) {\n  const std::string dir = argv[1];\n  for (bool mma : {false, true}) {\n    ${runs.join('\n    ')}\n  }\n  return 0;\n}`);
+  fs.writeFileSync(path.join(dir, 'emu.cpp'), src.join('\n\n') + '\n');
+  execFileSync('g++', ['-std=c++20', '-O1', '-pthread', '-w', path.join(dir, 'emu.cpp'), '-o', path.join(dir, 'emu')], { stdio: 'pipe' });
+  execFileSync(path.join(dir, 'emu'), [dir], { stdio: 'pipe' });
+  const out: Emulated = { problems: [], worst: { fp32: 0, mma: 0 }, checked: 0 };
+  all.forEach((c, i) => {
+    const ref = reference(c, SCALARS);
+    for (const id of c.check) {
+      const name = c.program.graph.values[id].name;
+      for (const [variant, tol] of [['fp32', 1e-4], ['mma', 5e-3]] as const) {
+        const b = fs.readFileSync(path.join(dir, `${i}_${safe(name)}.${variant}`));
+        const e = relError(Float64Array.from(new Float32Array(b.buffer, b.byteOffset, b.length / 4)), ref.get(id)!);
+        if (!(e < tol)) out.problems.push(`${c.program.name} ${name} (${variant}): rel error ${e} (tolerance ${tol})`);
+        out.worst[variant] = Math.max(out.worst[variant], Number.isNaN(e) ? Infinity : e);
+        out.checked++;
+      }
+    }
+  });
+  fs.rmSync(dir, { recursive: true, force: true });
+  return out;
+}
+
+describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () => {
+  it('match the float64 reference: fp32 within 1e-4, TF32 tensor cores within 5e-3, for every conv case', () => {
+    const all: OpCase[] = [
+      ...cudaConvCases(),
+      ...allOpCases().filter((c) => c.program.graph.nodes.every((n) => CONV_OPS.has(n.op))),
+      ...fusedCases().filter((c) => c.program.graph.nodes.some((n) => CONV_OPS.has(n.op))),
+    ];
+    // the cases reach every tile shape, the forward with and without its k table, and split-K weight gradients
+    const a = buildCuda(all.map((c) => c.program), 'conv_emu_tiles', { merge: false });
+    const firsts = a.lowered.map((lp) => lp.kernels[0]);
+    const tiles = new Set(firsts.map((k) => k.label.match(/\[conv_cuda\.ts (\d+x\d+) /)?.[1]));
+    for (const t of ['128x128', '128x64', '128x32', '64x128', '64x64', '64x32']) expect(tiles.has(t), t).toBe(true);
+    const fwd = firsts.filter((k) => k.op === 'conv2d');
+    expect(fwd.some((k) => /ktab/.test(k.body)) && fwd.some((k) => !/ktab/.test(k.body))).toBe(true);
+    expect(fwd.some((k) => /128x128/.test(k.label) && /ktab/.test(k.body))).toBe(true);
+    expect(firsts.some((k) => k.op === 'conv2d_grad_weight' && /split K/.test(k.label))).toBe(true);
+    const r = emulate(all);
+    expect(r.problems).toEqual([]);
+    expect(r.checked).toBe(2 * all.length);
+    // the tensor-core variant really rounds its operands to TF32 (an fp32-exact result would mean the mma path did not run)
+    expect(r.worst.mma).toBeGreaterThan(1e-5);
+    expect(r.worst.fp32).toBeLessThan(1e-5);
+  }, 600_000);
+
+  it('fails a kernel whose im2col offset is off by one, in both variants, by case name (negative control)', () => {
+    const one = cudaConvCases().filter((c) => String(c.program.name) === 'tc_conv_stride2_pad0');
+    expect(one).toHaveLength(1);
+    const r = emulate(one, (b) => b.replace(/\? x \+ \(ab0 \+ /g, '? x + (1 + ab0 + '));
+    expect(r.problems.join('\n')).toMatch(/tc_conv_stride2_pad0 .*\(fp32\)/);
+    expect(r.problems.join('\n')).toMatch(/tc_conv_stride2_pad0 .*\(mma\)/);
+  }, 600_000);
+
+  it('rewrites the cp.async PTX for the emulator and refuses PTX it does not know', () => {
+    expect(emulable('asm volatile("cp.async.commit_group;\\n" ::);')).toBe(';');
+    expect(emulable('asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));'))
+      .toBe('as[(ak + 2u) * 136u + (ar)] = ok ? *src : 0.0f;');
+    expect(() => emulable('asm volatile("mma.sync.aligned.m16n8k8;" ::);')).toThrow(/PTX the emulator does not know/);
+  });
+});
+
+describe.skipIf(!NV)('conv_cuda.ts kernels under ptxas', () => {
+  it('compile for sm_90a without register spills or stack, each TF32 kernel within 2 blocks of 256 threads per SM (128 registers)', () => {
+    const a = buildCuda(cudaConvCases().map((c) => c.program), 'conv_ptxas', { merge: false });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-ptxas-'));
+    fs.writeFileSync(path.join(dir, 'k.cu'), a.files[KERNELS_FILE]);
+    const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Xptxas', '-v'], { encoding: 'utf8' });
+    fs.rmSync(dir, { recursive: true, force: true });
+    expect(r.status, r.stderr).toBe(0);
+    // ptxas -v: "Compiling entry function 'NAME'", then "N bytes stack frame, N bytes spill stores, N bytes spill loads", then "Used N registers"
+    const conv = new Set(a.lowered.flatMap((lp) => lp.kernels).filter((k) => /conv_cuda\.ts/.test(k.label)).flatMap((k) => [k.name, k.mma?.name ?? '']));
+    const seen = new Map<string, { stack: number; spills: number; regs: number }>();
+    let cur = '';
+    for (const line of r.stderr.split('\n')) {
+      const e = line.match(/Compiling entry function '(\w+)'/);
+      if (e) cur = e[1];
+      const f = line.match(/(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads/);
+      if (f && conv.has(cur)) seen.set(cur, { stack: +f[1], spills: +f[2] + +f[3], regs: 0 });
+      const u = line.match(/Used (\d+) registers/);
+      if (u && seen.has(cur)) seen.get(cur)!.regs = +u[1];
+    }
+    expect(seen.size).toBe([...conv].filter((n) => n && !a.alias.has(n)).length);
+    for (const [name, v] of seen) {
+      expect(v.spills, name).toBe(0);
+      expect(v.stack, name).toBe(0);
+      if (name.endsWith('_mma')) expect(v.regs, name).toBeLessThanOrEqual(128);
+    }
+  }, 300_000);
+});

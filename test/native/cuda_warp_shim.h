@@ -1,0 +1,129 @@
+// cuda_warp_shim: a CPU stand-in for the CUDA built-ins and the mma.ts helpers that the flash attention
+// kernels (compiler/codegen-cuda/attention_cuda.ts, attention_f32.ts) use, so that the generated kernel
+// text compiles with g++ and runs here (test/cuda_flash_emu.test.ts). Test only; no GPU semantics beyond
+// what those kernels need. One OS thread per CUDA thread, one block at a time; __syncthreads is a block
+// barrier; warp collectives (shuffles, mma.sync, ldmatrix) exchange through per-warp slots between two
+// warp barriers (every lane of a warp calls them in uniform control flow, as on the GPU). mma.m16n8k16
+// and ldmatrix.trans are modelled from the PTX ISA's fragment tables (written independently of the
+// generator's index arithmetic; the GPU run, bench/cuda_check.sh, stays the ground truth); cp.async
+// copies land at the copy or at the wait (MPSC_SHIM_CP_ASYNC_LATE), the two ends of what the hardware may
+// do; __shared__ arrays are function statics (blocks run one after another).
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <cstdio>
+#include <thread>
+#include <vector>
+#include <algorithm>
+#include <memory>
+typedef unsigned int uint;
+struct u3 { unsigned x, y, z; };
+struct uint4 { uint x, y, z, w; };
+struct float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+static inline uint4 make_uint4(uint a, uint b, uint c, uint d) { return {a, b, c, d}; }
+static inline float2 make_float2(float a, float b) { return {a, b}; }
+struct __nv_bfloat16 { unsigned short b; };
+struct __half { unsigned short b; };
+static inline float __uint_as_float(uint u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint __float_as_uint(float f) { uint u; std::memcpy(&u, &f, 4); return u; }
+static inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float(((uint)h.b) << 16); }
+static inline float __half2float(__half h) { _Float16 x; std::memcpy(&x, &h.b, 2); return (float)x; }
+static inline unsigned short bf16_bits(float f) { uint u = __float_as_uint(f); return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+static inline unsigned short f16_bits(float f) { _Float16 x = (_Float16)f; unsigned short b; std::memcpy(&b, &x, 2); return b; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {bf16_bits(f)}; }
+static inline __half __float2half_rn(float f) { return {f16_bits(f)}; }
+using std::min; using std::max;
+struct StepParams { float lr; int t; uint seed; uint counter; };
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __restrict__
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static
+
+thread_local u3 threadIdx, blockIdx;
+u3 gridDim, blockDim;
+std::barrier<>* g_block = nullptr;
+std::vector<std::unique_ptr<std::barrier<>>> g_warp;
+struct Slot { uint a[4]; uint b[2]; float f; const unsigned short* p; };
+Slot g_slot[32 * 32];
+static inline int lane_() { return threadIdx.x & 31; }
+static inline int warp_() { return threadIdx.x >> 5; }
+static inline void warp_sync() { g_warp[warp_()]->arrive_and_wait(); }
+static inline void __syncthreads() { g_block->arrive_and_wait(); }
+static inline Slot& me() { return g_slot[warp_() * 32 + lane_()]; }
+static inline Slot& of(int l) { return g_slot[warp_() * 32 + l]; }
+static inline float __shfl_xor_sync(uint, float v, int o) {
+  me().f = v; warp_sync(); const float r = of(lane_() ^ o).f; warp_sync(); return r;
+}
+static inline float mpsc_quad_max(float v) { v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1)); return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2)); }
+static inline float mpsc_quad_sum(float v) { v += __shfl_xor_sync(0xffffffffu, v, 1); return v + __shfl_xor_sync(0xffffffffu, v, 2); }
+static inline uint mpsc_ld32(const unsigned short* p) { uint u; std::memcpy(&u, p, 4); return u; }
+static inline uint mpsc_pack_bf16(float lo, float hi) { return (uint)bf16_bits(lo) | ((uint)bf16_bits(hi) << 16); }
+static inline uint mpsc_pack_f16(float lo, float hi) { return (uint)f16_bits(lo) | ((uint)f16_bits(hi) << 16); }
+static inline float half_of(uint r, int h, bool bf) {
+  const unsigned short b = (unsigned short)(h ? r >> 16 : r & 0xffffu);
+  return bf ? __bfloat162float({b}) : __half2float({b});
+}
+// mma.m16n8k16 per the PTX fragment layouts: A (r, k) in lane (r % 8) * 4 + (k % 8) / 2, register (r >= 8) + 2 (k >= 8);
+// B (k, n) in lane n * 4 + (k % 8) / 2, register (k >= 8); C (r, c): lane (r % 8) * 4 + c / 2, element 2 (r >= 8) + c % 2
+static inline void mma_(float* c, const uint* a, const uint* b, bool bf) {
+  std::memcpy(me().a, a, 16); std::memcpy(me().b, b, 8); warp_sync();
+  const int g = lane_() >> 2, t = lane_() & 3;
+  for (int e = 0; e < 4; ++e) {
+    const int r = g + (e >> 1) * 8, n = 2 * t + (e & 1);
+    float s = 0.0f;
+    for (int k = 0; k < 16; ++k) {
+      const Slot& A = of((r % 8) * 4 + (k % 8) / 2);
+      const Slot& B = of(n * 4 + (k % 8) / 2);
+      s += half_of(A.a[(r >= 8) + 2 * (k >= 8)], k & 1, bf) * half_of(B.b[k >= 8], k & 1, bf);
+    }
+    c[e] += s;
+  }
+  warp_sync();
+}
+static inline void mpsc_mma_bf16(float* c, const uint* a, const uint* b) { mma_(c, a, b, true); }
+static inline void mpsc_mma_f16(float* c, const uint* a, const uint* b) { mma_(c, a, b, false); }
+// ldmatrix.x4.trans: matrix i's row j at the address of lane 8i + j; lane (g, t) gets (rows 2t, 2t + 1; col g)
+static inline void mpsc_ldsm_x4_trans(uint* r, const unsigned short* p) {
+  if (((uintptr_t)p) % 16) { std::fprintf(stderr, "ldmatrix row address not 16-byte aligned\n"); std::abort(); }
+  me().p = p; warp_sync();
+  const int g = lane_() >> 2, t = lane_() & 3;
+  for (int i = 0; i < 4; ++i) r[i] = (uint)of(8 * i + 2 * t).p[g] | ((uint)of(8 * i + 2 * t + 1).p[g] << 16);
+  warp_sync();
+}
+// cp.async lands somewhere between the copy and the wait: MPSC_SHIM_CP_ASYNC_LATE=1 performs the copies at
+// the wait (a read before its wait sees stale data), 0 at the copy (a write into a buffer that another
+// thread still reads, without the barrier between, shows)
+#ifndef MPSC_SHIM_CP_ASYNC_LATE
+#define MPSC_SHIM_CP_ASYNC_LATE 0
+#endif
+struct PendingCopy { unsigned short* dst; const unsigned short* src; bool full; };
+thread_local std::vector<PendingCopy> t_pending;
+static inline void copy16(const PendingCopy& c) { if (c.full) std::memcpy(c.dst, c.src, 16); else std::memset(c.dst, 0, 16); }
+static inline void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) {
+  if (((uintptr_t)dst) % 16 || ((uintptr_t)src) % 16) { std::fprintf(stderr, "cp.async not 16-byte aligned\n"); std::abort(); }
+  if (MPSC_SHIM_CP_ASYNC_LATE) t_pending.push_back({dst, src, full}); else copy16({dst, src, full});
+}
+static inline void mpsc_cp_async_commit() {}
+static inline void mpsc_cp_async_wait_all() {
+  for (const PendingCopy& c : t_pending) copy16(c);
+  t_pending.clear();
+}
+
+template <class F> void launch(u3 grid, u3 block, F f) {
+  gridDim = grid; blockDim = block;
+  const unsigned n = block.x * block.y * block.z;
+  for (unsigned bz = 0; bz < grid.z; ++bz) for (unsigned by = 0; by < grid.y; ++by) for (unsigned bx = 0; bx < grid.x; ++bx) {
+    std::barrier<> bb(n);
+    g_block = &bb;
+    g_warp.clear();
+    for (unsigned w = 0; w < (n + 31) / 32; ++w) g_warp.emplace_back(new std::barrier<>(std::min(32u, n - 32 * w)));
+    std::vector<std::thread> ts;
+    for (unsigned i = 0; i < n; ++i) ts.emplace_back([&, i] { threadIdx = {i, 0, 0}; blockIdx = {bx, by, bz}; f(); });
+    for (auto& t : ts) t.join();
+  }
+}
