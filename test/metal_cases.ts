@@ -309,8 +309,8 @@ export function halfCases(): OpCase[] {
   const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
   const out: OpCase[] = [];
   let k = 0;
-  const add = (op: string, inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number[] | number | boolean>) => {
-    const to: HalfDType = k % 2 === 0 ? 'bf16' : 'f16';
+  const add = (op: string, inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number[] | number | boolean>, type?: HalfDType) => {
+    const to: HalfDType = type ?? (k % 2 === 0 ? 'bf16' : 'f16');
     out.push(castCase(`h${k++}_${op}_${to}`, op, inputs, outShapes, attrs, to));
   };
   // a round trip f32 -> 16 bits -> f32 over the finite range (f16 subnormals included; the edge
@@ -333,6 +333,23 @@ export function halfCases(): OpCase[] {
   add('conv2d_grad_input', [f([2, 4, 5, 8]), f([4, 3, 3, 3])], [[2, 3, 9, 8]], { ...conv, x_shape: [2, 3, 9, 8] });
   add('conv2d_grad_weight', [f([2, 4, 5, 8]), f([2, 3, 9, 8])], [[4, 3, 3, 3]], { ...conv, w_shape: [4, 3, 3, 3] });
   for (const dims of [[1, 2, 19, 19, 8, true], [2, 1, 9, 20, 12, false]] as AttnDims[]) attentionPair(add, f, dims);
+  // the GEMM family again with the other 16-bit type (each op in f16 and in bf16: the Metal matrix-unit
+  // variant's half and bfloat tiles), odd sizes: K below one 8-deep step, M and N not multiples of 8,
+  // grouped and strided convolutions
+  add('linear', [f([13, 7]), f([11, 7]), f([11])], [[13, 11]], {}, 'f16');
+  add('linear', [f([3, 5, 21]), f([6, 21])], [[3, 5, 6]], {}, 'bf16');
+  add('matmul', [f([23, 19]), f([19, 9])], [[23, 9]], { transA: false, transB: false }, 'f16');
+  add('matmul', [f([2, 19, 23]), f([2, 9, 19])], [[2, 23, 9]], { transA: true, transB: true }, 'bf16');
+  const gconv = { stride: [1, 2], padding: [0, 1], dilation: [2, 1], groups: 2 };
+  for (const to of ['f16', 'bf16'] as const) {
+    add('conv2d', [f([1, 4, 11, 7]), f([6, 2, 3, 2]), f([6])], [[1, 6, 7, 4]], gconv, to);
+    add('conv2d_grad_input', [f([1, 6, 7, 4]), f([6, 2, 3, 2])], [[1, 4, 11, 7]], { ...gconv, x_shape: [1, 4, 11, 7] }, to);
+    add('conv2d_grad_weight', [f([1, 6, 7, 4]), f([1, 4, 11, 7])], [[6, 2, 3, 2]], { ...gconv, w_shape: [6, 2, 3, 2] }, to);
+  }
+  add('conv2d', [f([2, 3, 9, 8]), f([4, 3, 3, 3]), f([4])], [[2, 4, 5, 8]], conv, 'f16');
+  add('conv2d_grad_input', [f([2, 4, 5, 8]), f([4, 3, 3, 3])], [[2, 3, 9, 8]], { ...conv, x_shape: [2, 3, 9, 8] }, 'bf16');
+  add('conv2d_grad_weight', [f([2, 4, 5, 8]), f([2, 3, 9, 8])], [[4, 3, 3, 3]], { ...conv, w_shape: [4, 3, 3, 3] }, 'f16');
+  out.push(mixedLinear(f));
   return out;
 }
 
@@ -415,4 +432,20 @@ export function caseTolerance(c: OpCase, base: number): number {
     ulp = Math.max(ulp, g.values[w.inputs[0]].dtype === 'bf16' ? 2 ** -7 : 2 ** -10);
   }
   return base + ulp;
+}
+
+/**
+ * A linear whose x is 16-bit (cast to f16) and whose weight stays f32: operands of different
+ * types, so both GEMM variants widen them to float tiles (the matrix unit's 16-bit operands need
+ * A and B of the same 16-bit type).
+ */
+function mixedLinear(f: (shape: number[]) => { shape: number[]; data: Float64Array }): OpCase {
+  const b = new GraphBuilder();
+  const name = 'h_mixed_linear_f16_f32';
+  const x = f([10, 13]), w = f([9, 13]);
+  const xi = b.value(`${name}.in0`, 'f32', x.shape, 'input'), wi = b.value(`${name}.in1`, 'f32', w.shape, 'input');
+  const xh = b.emit('cast', [xi], [{ name: `${name}.in0.f16`, dtype: 'f16', shape: x.shape }], { to: 'f16' })[0];
+  const y = b.emit('linear', [xh, wi], [{ name: `${name}.out0`, shape: [10, 9] }], {});
+  const program = { name, batch: 1, graph: b.graph, inputs: [xi, wi], outputs: [] } as unknown as Program;
+  return { program, data: new Map([[xi, x.data], [wi, w.data]]), check: y };
 }

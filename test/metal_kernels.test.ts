@@ -2,8 +2,10 @@
  * Every Metal kernel (forward, backward, optimizer, and the 16-bit cast / GEMM / attention cases
  * of mixed precision), run through the MSL emulator at several
  * shapes, equals the float64 reference interpreter (max-norm relative error < 1e-4): both the
- * plain tiled GEMM path and the simdgroup_float8x8 path, on one and on two emulator threads,
- * and both paths with the threads of each threadgroup run in descending order.
+ * plain tiled GEMM path and the simdgroup-matrix path (simdgroup_float8x8; for 16-bit operands
+ * half / bfloat tiles and simdgroup_half8x8 / bfloat8x8 operands into a float accumulator), on one
+ * and on two emulator threads, and both paths with the threads of each threadgroup run in
+ * descending order.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { OPS, type OpName } from '../compiler/ir/ops.js';
@@ -11,10 +13,12 @@ import { GPU_KERNELS } from '../compiler/kernels/registry.js';
 import { relError } from '../compiler/reference/fixtures.js';
 import { compileEmu, reference, runCases, type EmuBuild, type OpCase } from './metal_harness.js';
 import { allOpCases, caseTolerance, fusedCases, halfCases, halfIoCases } from './metal_cases.js';
+import { GEMM_OPS } from '../compiler/kernels/gemm.js';
 
 const SCALARS = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
 const fused = fusedCases();
-const cases: OpCase[] = [...allOpCases(), ...fused, ...halfCases(), ...halfIoCases()];
+const halves = halfCases();
+const cases: OpCase[] = [...allOpCases(), ...fused, ...halves, ...halfIoCases()];
 let build: EmuBuild;
 const results: Record<string, (Map<number, Float64Array> | string)[]> = {};
 
@@ -50,6 +54,27 @@ describe('Metal kernels through the emulator equal the reference interpreter', (
       expect(p.plan.steps.length, c.program.name).toBe(1);
       expect(p.library).toMatch(/fused node 0: unary/);
     }
+  });
+
+  it('the matrix-unit GEMM of 16-bit operands uses 16-bit tiles and operands into a float accumulator; the plain one and mixed operands stay float', () => {
+    const seen = { half: 0, bfloat: 0, mixed: 0 };
+    for (const c of halves) {
+      const g = c.program.graph;
+      const n = g.nodes.find((x) => GEMM_OPS.includes(x.op));
+      if (!n) continue;
+      const k = build.art.programs[cases.indexOf(c)].lowered.kernels.find((x) => x.node === n.id)!;
+      const [ta, tb] = n.inputs.slice(0, 2).map((v) => g.values[v].dtype);
+      const t = ta === tb && ta === 'f16' ? 'half' : ta === tb && ta === 'bf16' ? 'bfloat' : 'float';
+      seen[t === 'float' ? 'mixed' : t]++;
+      expect(k.body, c.program.name).not.toMatch(/threadgroup (half|bfloat)\*/);
+      expect(k.mma!.body, c.program.name).toContain(`threadgroup ${t}* As = `);
+      expect(k.mma!.body, c.program.name).toMatch(new RegExp(`simdgroup_${t}8x8 a;[\\s\\S]*simdgroup_multiply_accumulate\\(acc, a, b, acc\\)`));
+      expect(k.mma!.body, c.program.name).toContain('simdgroup_float8x8 acc = ');
+      expect(k.mma!.tgmem, c.program.name).toBe(t === 'float' ? 3072 : 2048);
+    }
+    expect(seen.half).toBeGreaterThanOrEqual(6);
+    expect(seen.bfloat).toBeGreaterThanOrEqual(6);
+    expect(seen.mixed).toBe(1);
   });
 
   it('covers every op of the catalogue that has a GPU kernel', () => {

@@ -6,10 +6,14 @@
  *    to inf, inf, NaN, signed zeros);
  *  - the GPU check for bfloat (runtime/metal-bridge/mpsc_metal_caps.h): its rule compiled and
  *    run, and end to end a bf16 program on an emulated GPU without bfloat (MPSC_METAL_EMU_GPU=apple5)
- *    is a UserError (the CLI exits 1), while fp16 runs there;
+ *    is a UserError (the CLI exits 1), while fp16 runs there; the same with the matrix-unit GEMMs
+ *    (MPSC_METAL_EMU_MMA=1: bfloat tiles and simdgroup_bfloat8x8 operands), which an Apple7 runs;
  *  - the done-when runs: mnist_mlp and LeNet at fp16 and bf16, 20 steps on metal-emu against the
  *    CPU backend at the same precision (fp16 runs apply_update each step at the loss scale 2^10);
- *    and once with linear and cast on the CPU fallback (bf16 bit patterns shared by both sides).
+ *    once more on the matrix-unit GEMMs (MPSC_METAL_EMU_MMA=1: 16-bit threadgroup tiles,
+ *    simdgroup_half8x8 / bfloat8x8 operands into a float accumulator) for mnist_mlp bf16 and LeNet
+ *    fp16, at the same tolerances; and once with linear and cast on the CPU fallback (bf16 bit
+ *    patterns shared by both sides).
  *    Tolerances: both backends round to 16 bits at exactly the same casts with the same rule
  *    (round to nearest even), so before any update (step 0) they differ only by f32 summation
  *    order: outputs within 1e-5. After that a value within f32 noise of a 16-bit rounding midpoint
@@ -29,11 +33,13 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { checkFile } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
-import { GraphBuilder, type HalfDType, type Program } from '../compiler/ir/graph.js';
+import { GraphBuilder, programsOf, type HalfDType, type Program } from '../compiler/ir/graph.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import type { CheckedModel } from '../compiler/model.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import { createMetalEmuSession } from '../runtime/metal-emu/session.js';
+import { buildMetal } from '../compiler/codegen-metal/index.js';
+import { usesBfloat } from '../compiler/codegen-metal/lower_program.js';
 import { compileEmu, runCases, type OpCase } from './metal_harness.js';
 import { CACHE, compareModel } from './metal_train_helpers.js';
 
@@ -123,6 +129,29 @@ int main() {
     }
   }, 600_000);
 
+  it('the bf16 matrix-unit GEMMs (bfloat tiles, simdgroup_bfloat8x8) are refused there too, and run on an Apple7 GPU', async () => {
+    const programs = buildPrograms(at(checkFile(spec('mnist_mlp.model')), 'bf16'), { batch: 8 });
+    const lowered = buildMetal(programsOf(programs), 'mlp_bf16').programs.map((p) => p.lowered);
+    const mma = lowered.flatMap((lp) => lp.kernels).filter((k) => k.mma && /simdgroup_bfloat8x8/.test(k.mma.body));
+    expect(mma.length).toBeGreaterThan(0);
+    expect(lowered.every((lp) => usesBfloat(lp) === lp.kernels.some((k) => k.args.some((a) => a.type === 'bfloat') || /bfloat/.test(k.mma?.body ?? '')))).toBe(true);
+    const old = { gpu: process.env.MPSC_METAL_EMU_GPU, mma: process.env.MPSC_METAL_EMU_MMA };
+    process.env.MPSC_METAL_EMU_MMA = '1';
+    process.env.MPSC_METAL_EMU_GPU = 'apple5';
+    try {
+      const e = await createMetalEmuSession(programs, { threads: 1, cacheDir: CACHE }).then((s) => (s.close(), null), (x: unknown) => x);
+      expect(e).toBeInstanceOf(UserError);
+      expect((e as Error).message).toMatch(/^error: precision "bf16" needs Metal's bfloat type, and the GPU is neither Apple6-or-later nor Metal3 \(GPU: emulated Apple5\)/);
+      process.env.MPSC_METAL_EMU_GPU = 'apple7';
+      (await createMetalEmuSession(programs, { threads: 1, cacheDir: CACHE })).close();
+    } finally {
+      for (const [k, v] of [['MPSC_METAL_EMU_GPU', old.gpu], ['MPSC_METAL_EMU_MMA', old.mma]] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+  }, 600_000);
+
   it('the CLI: mpsc train --device metal-emu --precision bf16 on it exits 1 with the reason', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-caps-cli-'));
     try {
@@ -146,6 +175,17 @@ describe('done when (issue 15): 20 steps on metal-emu agree with the CPU at the 
       await compareModel(at(checkFile(spec('lenet.model')), p), 2, [], 10, tol);
     }, 900_000);
   }
+  it('mnist_mlp bf16 and lenet fp16 on the matrix-unit GEMMs (16-bit tiles and 8x8 operands, MPSC_METAL_EMU_MMA=1)', async () => {
+    const old = process.env.MPSC_METAL_EMU_MMA;
+    process.env.MPSC_METAL_EMU_MMA = '1';
+    try {
+      await compareModel(at(checkFile(spec('mnist_mlp.model')), 'bf16'), 8, [], 10, tol);
+      await compareModel(at(checkFile(spec('lenet.model')), 'fp16'), 2, [], 10, tol);
+    } finally {
+      if (old === undefined) delete process.env.MPSC_METAL_EMU_MMA;
+      else process.env.MPSC_METAL_EMU_MMA = old;
+    }
+  }, 900_000);
   it('mnist_mlp bf16 with linear and the casts on the CPU fallback (16-bit buffers shared with the CPU kernels)', async () => {
     await compareModel(at(checkFile(spec('mnist_mlp.model')), 'bf16'), 8, ['linear', 'cast'], 10, tol);
   }, 900_000);

@@ -68,7 +68,9 @@ describe('negative control: broken kernels fail the strict check', () => {
   const cases = allOpCases();
   const gemm = cases.find((c) => c.program.graph.nodes[0].op === 'linear')!;
   const softmax = cases.find((c) => c.program.graph.nodes[0].op === 'softmax')!;
-  const base = buildMetal([gemm.program, softmax.program], 'metal_test').programs.map((p) => ({ name: p.libraryFile, source: p.library }));
+  // and a GEMM of f16 operands (half tiles, simdgroup_half8x8 operands, float accumulator)
+  const halfGemm = halfCases().find((c) => /_linear_f16$/.test(c.program.name))!;
+  const base = buildMetal([gemm.program, softmax.program, halfGemm.program], 'metal_test').programs.map((p) => ({ name: p.libraryFile, source: p.library }));
 
   /** applies `edit` to the library whose text matches `where` (the edit must change it) */
   function broken(where: RegExp, from: RegExp | string, to: string): MslFile {
@@ -89,6 +91,10 @@ describe('negative control: broken kernels fail the strict check', () => {
       () => broken(/simdgroup_float8x8/, 'threadgroup float* As = tg;', 'threadgroup float* As = x;'), /cannot initialize a variable of type 'threadgroup float \*' with an lvalue of type 'device float const \*'/],
     ['a simdgroup matrix loaded from thread memory',
       () => broken(/simdgroup_float8x8/, /simdgroup_load\(a, As,/, 'float loc[64]; simdgroup_load(a, loc,'), /no matching function for call to 'simdgroup_load'/],
+    ['a half matrix loaded from a float tile',
+      () => broken(/simdgroup_half8x8/, 'threadgroup half* As = (threadgroup half*)tg;', 'threadgroup float* As = tg;'), /no matching function for call to 'simdgroup_load'/],
+    ['a mixed product with a float operand and a half operand',
+      () => broken(/simdgroup_half8x8/, 'simdgroup_half8x8 b;', 'simdgroup_float8x8 b;'), /no matching function for call to 'simdgroup_(load|multiply_accumulate)'/],
     ['a call into the C++ standard library', () => broken(/precise::exp/, 'precise::exp(', 'std::exp('), /undeclared identifier 'std'/],
     ['a C math function Metal does not have', () => broken(/precise::exp/, 'precise::exp(', 'log1p('), /undeclared identifier 'log1p'/],
     ['a libm name instead of the Metal one', () => broken(/precise::exp/, 'precise::exp(', 'expf('), /undeclared identifier 'expf'/],

@@ -3,7 +3,8 @@
  * (runtime/cpp/mpsc_model.h) whose program run functions execute the dispatch plans through
  * the MSL emulator. The `.metal` libraries are #included unmodified, each in its own
  * namespace; per kernel a shim passes the bound buffers, the StepParams, threadgroup memory
- * and the built-in values in the kernel's parameter order. A model with `bfloat` buffers checks
+ * and the built-in values in the kernel's parameter order. A model using `bfloat` (buffers, or the
+ * matrix-unit GEMMs' bfloat tiles: lower_program.ts usesBfloat) checks
  * the emulated GPU family (MPSC_METAL_EMU_GPU) at creation with the bridge's rule
  * (runtime/metal-bridge/mpsc_metal_caps.h).
  */

@@ -37,9 +37,12 @@ export interface LowerOptions {
   gemm?: typeof lowerGemm;
 }
 
-/** whether a lowered program has `bfloat` buffers (MSL 3.1 and a GPU with bfloat: runtime/metal-bridge/mpsc_metal_caps.h) */
+/**
+ * whether a lowered program uses `bfloat`: buffers, or a matrix-unit variant's bfloat tiles and
+ * simdgroup_bfloat8x8 operands (MSL 3.1 and a GPU with bfloat: runtime/metal-bridge/mpsc_metal_caps.h)
+ */
 export function usesBfloat(lp: LoweredProgram): boolean {
-  return lp.kernels.some((k) => k.args.some((a) => a.type === 'bfloat'));
+  return lp.kernels.some((k) => k.args.some((a) => a.type === 'bfloat') || (!!k.mma && /\bbfloat\b/.test(k.mma.body)));
 }
 
 function where(n: Node): string {

@@ -5,7 +5,10 @@
  * StepParams after them, [[threadgroup(0)]] shared memory, only the built-in attributes a body
  * reads, metal::precise math (the libraries are compiled without fast math; erf, erfc, expm1
  * and log1p, which the Metal library lacks, from prelude helpers), simd_sum /
- * simd_max, simdgroup_float8x8 for the 8x8 matrix unit (Apple7+). No `std::`, no doubles.
+ * simd_max, simdgroup_float8x8 for the 8x8 matrix unit (Apple7+), with simdgroup_half8x8 /
+ * simdgroup_bfloat8x8 operands for 16-bit GEMM operands (simdgroup_multiply_accumulate with a
+ * float accumulator and 16-bit operands; bfloat8x8 is MSL 3.1, gated with the bfloat buffers).
+ * No `std::`, no doubles.
  * 16-bit buffers (a 16-bit train precision) are MSL's `half` and `bfloat` (the latter MSL 3.1+:
  * the bridge compiles such a library at language version 3.1 and refuses a GPU without bfloat,
  * docs/metal.md), read by `float(x)` (exact) and written by `half(x)` / `bfloat(x)`, which round
@@ -37,7 +40,9 @@ class MslDialect extends CStyleDialect {
   protected readonly mathHelpers = { erf: 'erf', erfc: 'erfc', expm1: 'expm1', log1p: 'log1p' } as const;
   readonly mma = {
     declAcc: (m: string) => `simdgroup_float8x8 ${m} = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);`,
-    declOperand: (m: string) => `simdgroup_float8x8 ${m};`,
+    // mixed products: simdgroup_half8x8 / simdgroup_bfloat8x8 operands into a simdgroup_float8x8
+    halfOperands: ['half', 'bfloat'] as const,
+    declOperand: (m: string, t?: HalfElem) => `simdgroup_${t ?? 'float'}8x8 ${m};`,
     load: (m: string, src: string, ld: number, col: string, row: string) => `simdgroup_load(${m}, ${src}, ${ld}, ulong2(ulong(${col}), ulong(${row})));`,
     mac: (acc: string, a: string, b: string) => `simdgroup_multiply_accumulate(${acc}, ${a}, ${b}, ${acc});`,
     store: (m: string, dst: string, ld: number, col: string, row: string) => `simdgroup_store(${m}, ${dst}, ${ld}, ulong2(ulong(${col}), ulong(${row})));`,

@@ -95,16 +95,20 @@ export interface AddressSpaces {
 }
 
 /**
- * The 8x8 float matrix unit, used by one SIMD-group (32 threads) collectively: every call is
- * made by all 32 threads of the SIMD-group, with the same arguments. Operands are loaded from
- * shared memory and multiplied before that memory changes (the kernels put barriers around it).
- * `origin` is (column, row) of the 8x8 block's top-left element; `ld` the row length in floats.
+ * The 8x8 matrix unit with a float accumulator, used by one SIMD-group (32 threads) collectively:
+ * every call is made by all 32 threads of the SIMD-group, with the same arguments. Operands are
+ * loaded from shared memory and multiplied before that memory changes (the kernels put barriers
+ * around it). `origin` is (column, row) of the 8x8 block's top-left element; `ld` the row length
+ * in elements of the shared array. Operands are float, or one of `halfOperands` (mixed products:
+ * 16-bit operands loaded from 16-bit shared memory, each product exact in float, float sums).
  */
 export interface MatrixUnit {
+  /** the 16-bit operand types the unit multiplies into a float accumulator (absent: float operands only) */
+  readonly halfOperands?: readonly HalfElem[];
   /** declare an accumulator filled with 0 */
   declAcc(name: string): string;
-  /** declare an operand */
-  declOperand(name: string): string;
+  /** declare an operand of element type `t` (default float; a 16-bit type only if listed in halfOperands) */
+  declOperand(name: string, t?: HalfElem): string;
   load(dst: string, src: string, ld: number, col: string, row: string): string;
   /** acc = a * b + acc */
   mac(acc: string, a: string, b: string): string;

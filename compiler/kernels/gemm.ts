@@ -6,19 +6,25 @@
  * dialect's 8x8 matrix unit (Metal: simdgroup_float8x8, Apple7+), recorded as the launch's
  * `mma` variant. Loader snippets see g (group), mi/ki (A) or ki/ni (B) and assign `v`; the
  * store sees g, mi, ni and acc. Out-of-range indices never reach a loader.
- * 16-bit operands (half / bfloat, a 16-bit train precision) are widened to float by the loaders,
- * so the shared-memory tiles, the 8x8 matrix-unit operands and the accumulator are float: the
- * products of two 16-bit numbers are exact in float, so this equals a 16-bit matrix unit with
- * float accumulation (simdgroup_half8x8 x half8x8 -> float8x8) up to the order of the float sums,
- * needs no mixed-type matrix unit, and runs on every GPU the fp32 kernels run on. A 16-bit output
- * (autocast's storage of a product: compiler/ir/precision.ts) is rounded once, at the store.
+ * 16-bit operands (half / bfloat buffers: a 16-bit train precision's casts or 16-bit stored
+ * activations; keyed on the operand buffers' element types only):
+ *  - the plain kernel (and a dialect whose matrix unit lists no 16-bit operands, e.g. CUDA's)
+ *    widens them to float in the loaders: float tiles, float products, float accumulator;
+ *  - the matrix-unit kernel, when A and B have the same 16-bit type the dialect's unit lists in
+ *    `mma.halfOperands` (Metal: half and bfloat), keeps them 16-bit: 16-bit threadgroup tiles
+ *    (half the memory), simdgroup_half8x8 / simdgroup_bfloat8x8 operands multiplied into a
+ *    simdgroup_float8x8 accumulator, the float epilogue unchanged. The loaders still produce a
+ *    float `v`; writing it back to the operand's own 16-bit type is exact. A product of two 16-bit
+ *    numbers is exact in float, so both variants differ only in the order of the float sums.
+ * A 16-bit output (autocast's storage of a product: compiler/ir/precision.ts) is rounded once, at
+ * the store; a 16-bit bias (a linear's, as autocast casts it) is widened where it is added.
  * Consumes IR nodes (and an optional fused unary epilogue); produces KernelSpecs.
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { broadcastStrides, matmulNodeDims, windowOut } from '../ir/shapes.js';
-import type { Dialect } from './dialect.js';
+import { type Dialect, type HalfElem, isHalfElem } from './dialect.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, ceilDiv, label, numAttr, numel, pairAttr, readF, shapeOf, stridedIndex, writeF } from './common.js';
+import { argOf, ceilDiv, elemOf, label, numAttr, numel, pairAttr, readF, shapeOf, stridedIndex, writeF } from './common.js';
 import { unaryFwd } from './elementwise.js';
 
 const L = '          ';
@@ -159,12 +165,15 @@ interface TileView {
 /** the group index, declared only where a loader or the store reads it (no unused variable) */
 const groupIndex = (v: TileView) => (/\bg\b/.test(v.head + v.loadA + v.loadB + v.store) ? `  const uint g = tgid.z;\n` : '') + v.head;
 
-/** operand loads of one 16x16 A tile (rows mi, columns ki) and B tile (rows ki, columns ni) into v */
-function loadTile(v: TileView, indent: string, a: { mi: string; ki: string; dst: string }, b: { ki: string; ni: string; dst: string }): string {
+/**
+ * operand loads of one 16x16 A tile (rows mi, columns ki) and B tile (rows ki, columns ni) into v;
+ * `put(v)` is the value stored into the tile (the float itself, or it narrowed to a 16-bit tile)
+ */
+function loadTile(v: TileView, indent: string, a: { mi: string; ki: string; dst: string }, b: { ki: string; ni: string; dst: string }, put = (x: string) => x): string {
   const I = indent;
   return (
-    `${I}{\n${I}  const uint mi = ${a.mi}, ki = ${a.ki};\n${I}  float v = 0.0f;\n${I}  if (mi < ${v.M} && ki < ${v.K}) {\n${v.loadA}\n${I}  }\n${I}  ${a.dst} = v;\n${I}}\n` +
-    `${I}{\n${I}  const uint ki = ${b.ki}, ni = ${b.ni};\n${I}  float v = 0.0f;\n${I}  if (ki < ${v.K} && ni < ${v.N}) {\n${v.loadB}\n${I}  }\n${I}  ${b.dst} = v;\n${I}}\n`
+    `${I}{\n${I}  const uint mi = ${a.mi}, ki = ${a.ki};\n${I}  float v = 0.0f;\n${I}  if (mi < ${v.M} && ki < ${v.K}) {\n${v.loadA}\n${I}  }\n${I}  ${a.dst} = ${put('v')};\n${I}}\n` +
+    `${I}{\n${I}  const uint ki = ${b.ki}, ni = ${b.ni};\n${I}  float v = 0.0f;\n${I}  if (ki < ${v.K} && ni < ${v.N}) {\n${v.loadB}\n${I}  }\n${I}  ${b.dst} = ${put('v')};\n${I}}\n`
   );
 }
 
@@ -191,31 +200,49 @@ function gemmTiled(d: Dialect, v: TileView): string {
   );
 }
 
+/** the element type of the matrix-unit kernel's operand tiles: A's and B's 16-bit type where the unit multiplies it, else float */
+function tileElem(d: Dialect, g: Graph, n: Node): HalfElem | 'float' {
+  const ta = elemOf(g, n.inputs[0]), tb = elemOf(g, n.inputs[1]);
+  return isHalfElem(ta) && ta === tb && d.mma.halfOperands?.includes(ta) ? ta : 'float';
+}
+
+/** threadgroup bytes of the matrix-unit kernel: the A and B tiles (of `t`), the float C tile */
+const mmaTgmem = (t: HalfElem | 'float') => 2 * 256 * (t === 'float' ? 4 : 2) + 256 * 4;
+
 /**
  * The same product on the 8x8 matrix unit: a 16x16 output tile per threadgroup of 128 threads,
  * four SIMD-groups each accumulating one 8x8 block; the result goes through shared memory to
- * the same store as the tiled kernel.
+ * the same store as the tiled kernel. `t`: the operand tiles' element type (tileElem).
  */
-function gemmMatrixUnit(d: Dialect, v: TileView): string {
+function gemmMatrixUnit(d: Dialect, v: TileView, t: HalfElem | 'float'): string {
   const sh = d.space.shared, mu = d.mma;
+  // 16-bit tiles: the float threadgroup block reinterpreted, A and B in its first 1 KiB, C after
+  const tiles = t === 'float'
+    ? `  ${sh}float* As = tg;        // [16][16] A tile, row-major\n` +
+      `  ${sh}float* Bs = tg + 256;  // [16][16] B tile, row-major\n` +
+      `  ${sh}float* Cs = tg + 512;  // [16][16] C tile, row-major\n`
+    : `  ${sh}${t}* As = (${sh}${t}*)tg;  // [16][16] A tile, row-major, ${t}\n` +
+      `  ${sh}${t}* Bs = As + 256;       // [16][16] B tile, row-major, ${t}\n` +
+      `  ${sh}float* Cs = tg + 256;     // [16][16] C tile, row-major (after the two 16-bit tiles)\n`;
+  const put = t === 'float' ? undefined : (x: string) => d.fromFloat(t, x);
+  const opType = t === 'float' ? undefined : t;
   return (
     `  // C[${v.M} x ${v.N}] = A[${v.M} x ${v.K}] * B[${v.K} x ${v.N}] per group (grid z): a 16x16 output tile per\n` +
-    `  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit\n` +
+    `  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit` +
+    (t === 'float' ? '\n' : ` (${t} operands, float accumulator)\n`) +
     groupIndex(v) +
-    `  ${sh}float* As = tg;        // [16][16] A tile, row-major\n` +
-    `  ${sh}float* Bs = tg + 256;  // [16][16] B tile, row-major\n` +
-    `  ${sh}float* Cs = tg + 512;  // [16][16] C tile, row-major\n` +
+    tiles +
     `  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;\n` +
     `  ${mu.declAcc('acc')}\n` +
     `  for (uint k0 = 0u; k0 < ${v.K}; k0 += 16u) {\n` +
     `    for (uint e = tidx; e < 256u; e += 128u) {\n` +
     `      const uint r = e / 16u, c = e % 16u;\n` +
-    loadTile(v, '      ', { mi: 'tgid.y * 16u + r', ki: 'k0 + c', dst: 'As[e]' }, { ki: 'k0 + r', ni: 'tgid.x * 16u + c', dst: 'Bs[e]' }) +
+    loadTile(v, '      ', { mi: 'tgid.y * 16u + r', ki: 'k0 + c', dst: 'As[e]' }, { ki: 'k0 + r', ni: 'tgid.x * 16u + c', dst: 'Bs[e]' }, put) +
     `    }\n` +
     `    ${d.barrier()}\n` +
     `    for (uint kk = 0u; kk < 16u; kk += 8u) {\n` +
-    `      ${mu.declOperand('a')}\n` +
-    `      ${mu.declOperand('b')}\n` +
+    `      ${mu.declOperand('a', opType)}\n` +
+    `      ${mu.declOperand('b', opType)}\n` +
     `      ${mu.load('a', 'As', 16, 'kk', 'br')}\n` +
     `      ${mu.load('b', 'Bs', 16, 'bc', 'kk')}\n` +
     `      ${mu.mac('acc', 'a', 'b')}\n` +
@@ -269,11 +296,12 @@ export function lowerGemm(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): Ke
   const { gm, args, what, store } = parts;
   const view: TileView = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store };
   const name = ctx.next();
+  const t = tileElem(d, g, n);
   return [{
     name, node: n.id, op: n.op, label: label(g, n) + what, args,
     groups: [Math.max(1, ceilDiv(gm.N, 16)), Math.max(1, ceilDiv(gm.M, 16)), gm.G],
     tgsize: [16, 16, 1], tgmem: 2 * 256 * 4, sync: true,
     body: gemmTiled(d, view),
-    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: 3 * 256 * 4, sync: true, body: gemmMatrixUnit(d, view) },
+    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: mmaTgmem(t), sync: true, body: gemmMatrixUnit(d, view, t) },
   }];
 }

@@ -16,9 +16,11 @@
 //    rsqrt/tanh/pow (computed in float: glibc's correctly rounded-ish float functions)
 //  - threadgroup_barrier(mem_flags), simd_sum/simd_max/simd_min/simd_shuffle/
 //    simd_shuffle_down/simd_shuffle_xor/simd_broadcast
-//  - simdgroup_matrix<float|half,8,8> with simdgroup_load/store/multiply_accumulate and
+//  - simdgroup_matrix<float|half|bfloat,8,8> with simdgroup_load/store/multiply_accumulate and
 //    make_filled_simdgroup_matrix (every lane holds the whole matrix: results equal Metal's
-//    whole-matrix semantics; the per-lane thread_elements() split is not emulated)
+//    whole-matrix semantics; the per-lane thread_elements() split is not emulated), including the
+//    mixed product float8x8 += half8x8 * half8x8 (or bfloat8x8): each product of two 16-bit
+//    numbers exact in float, the sums in float in the same order as the float product
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -49,6 +51,11 @@ struct bfloat {
     std::memcpy(&f, &u, 4);
     return f;
   }
+  // threadgroup memory is `volatile` here: bfloat tiles are copied in and out of it bit for bit
+  bfloat(const volatile bfloat& o) : bits(o.bits) {}
+  bfloat(const bfloat& o) = default;
+  bfloat& operator=(const bfloat& o) = default;
+  void operator=(const bfloat& o) volatile { bits = o.bits; }
 };
 static_assert(sizeof(bfloat) == 2, "bfloat must be 16 bits");
 
@@ -168,15 +175,21 @@ inline T simd_shuffle_xor(T v, ushort m) {
 template <typename T, int Cols, int Rows>
 struct simdgroup_matrix {
   T e[Rows][Cols];
-  simdgroup_matrix() { std::memset(e, 0, sizeof e); }
+  simdgroup_matrix() { fill(T()); }
   // Metal: a diagonal matrix with `v` on the diagonal
   explicit simdgroup_matrix(T v) {
-    std::memset(e, 0, sizeof e);
+    fill(T());
     for (int i = 0; i < Rows && i < Cols; ++i) e[i][i] = v;
+  }
+  // element-wise (T() is +0 for float, half and bfloat; bfloat is not trivially copyable: no memset)
+  void fill(T v) {
+    for (int r = 0; r < Rows; ++r)
+      for (int c = 0; c < Cols; ++c) e[r][c] = v;
   }
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 
 template <typename T, int Cols, int Rows>
 inline simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T v) {
@@ -192,8 +205,8 @@ inline void simdgroup_load(simdgroup_matrix<T, Cols, Rows>& d, const volatile T*
                            vec2<unsigned long> origin = vec2<unsigned long>(0, 0), bool transpose = false) {
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c)
-      d.e[r][c] = transpose ? src[(origin.y + c) * elements_per_row + origin.x + r]
-                            : src[(origin.y + r) * elements_per_row + origin.x + c];
+      d.e[r][c] = T(transpose ? src[(origin.y + c) * elements_per_row + origin.x + r]
+                              : src[(origin.y + r) * elements_per_row + origin.x + c]);
 }
 template <typename T, int Cols, int Rows>
 inline void simdgroup_store(const simdgroup_matrix<T, Cols, Rows>& s, volatile T* dst, unsigned long elements_per_row = Cols,
@@ -214,6 +227,26 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, N, M>& d, const si
       float acc = float(c.e[i][j]);
       for (int k = 0; k < K; ++k) acc += float(a.e[i][k]) * float(b.e[k][j]);
       r.e[i][j] = T(acc);
+    }
+  d = r;
+}
+// d = a * b + c with 16-bit operands (half or bfloat) and a float accumulator: every product of
+// two 16-bit numbers is exact in float, the sums are float, in the order of the float product above
+template <typename T, int K, int M, int N, typename = typename std::enable_if<!std::is_same<T, float>::value>::type>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<float, N, M>& d, const simdgroup_matrix<T, K, M>& a,
+                                          const simdgroup_matrix<T, N, K>& b, const simdgroup_matrix<float, N, M>& c) {
+  // widened once per element (exact; g++ converts _Float16 in software, so not once per product)
+  float af[M][K], bf[K][N];
+  for (int i = 0; i < M; ++i)
+    for (int k = 0; k < K; ++k) af[i][k] = float(a.e[i][k]);
+  for (int k = 0; k < K; ++k)
+    for (int j = 0; j < N; ++j) bf[k][j] = float(b.e[k][j]);
+  simdgroup_matrix<float, N, M> r;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float acc = c.e[i][j];
+      for (int k = 0; k < K; ++k) acc += af[i][k] * bf[k][j];
+      r.e[i][j] = acc;
     }
   d = r;
 }

@@ -239,7 +239,7 @@ MSL_ATOMIC_FUNCTIONS(device, atomic_float, float)
 #undef MSL_ATOMIC_INT_FUNCTIONS
 #undef MSL_ATOMIC_FUNCTIONS
 
-// ---- SIMD-group matrices (MSL 2.3, 6.7; Apple7+): 8x8 of float or half ---------------------------
+// ---- SIMD-group matrices (MSL 2.3, 6.7; Apple7+): 8x8 of float or half (bfloat: MSL 3.1) ---------
 template <typename T, int Cols, int Rows> struct simdgroup_matrix {
   static_assert(Cols == 8 && Rows == 8, "Metal's SIMD-group matrices are 8x8");
   simdgroup_matrix() = default;
@@ -261,6 +261,12 @@ void simdgroup_store(thread simdgroup_matrix<T, Cols, Rows> a, device T* dst, ul
 template <typename T, int Cols, int Rows, int K>
 void simdgroup_multiply_accumulate(thread simdgroup_matrix<T, Cols, Rows>& d, thread simdgroup_matrix<T, K, Rows>& a,
                                    thread simdgroup_matrix<T, Cols, K>& b, thread simdgroup_matrix<T, Cols, Rows>& c);
+// mixed precision: 16-bit operands (half; bfloat, which this header models as the same type) into
+// a float accumulator, as Metal accepts (llama.cpp's and Dawn's f16 x f16 -> f32 8x8 products);
+// a float x float call does not match it (no ambiguity with the template above)
+template <int Cols, int Rows, int K>
+void simdgroup_multiply_accumulate(thread simdgroup_matrix<float, Cols, Rows>& d, thread simdgroup_matrix<half, K, Rows>& a,
+                                   thread simdgroup_matrix<half, Cols, K>& b, thread simdgroup_matrix<float, Cols, Rows>& c);
 template <typename T, int Cols, int Rows, int K>
 void simdgroup_multiply(thread simdgroup_matrix<T, Cols, Rows>& d, thread simdgroup_matrix<T, K, Rows>& a,
                         thread simdgroup_matrix<T, Cols, K>& b);
@@ -283,6 +289,7 @@ typedef metal::vec<half, 2> half2;
 typedef metal::vec<half, 4> half4;
 typedef metal::simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef metal::simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef metal::simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 
 // ---- constants (MSL 6.5, table 6.5): float constant expressions ----------------------------------
 #define INFINITY __builtin_inff()

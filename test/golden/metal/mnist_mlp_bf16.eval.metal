@@ -129,10 +129,10 @@ kernel void k3_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit (bfloat operands, float accumulator)
+  threadgroup bfloat* As = (threadgroup bfloat*)tg;  // [16][16] A tile, row-major, bfloat
+  threadgroup bfloat* Bs = As + 256;       // [16][16] B tile, row-major, bfloat
+  threadgroup float* Cs = tg + 256;     // [16][16] C tile, row-major (after the two 16-bit tiles)
   const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
   simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   for (uint k0 = 0u; k0 < 784u; k0 += 16u) {
@@ -144,7 +144,7 @@ kernel void k3_mma(
         if (mi < 64u && ki < 784u) {
           v = float(x[mi * 784u + ki]);
         }
-        As[e] = v;
+        As[e] = bfloat(v);
       }
       {
         const uint ki = k0 + r, ni = tgid.x * 16u + c;
@@ -152,13 +152,13 @@ kernel void k3_mma(
         if (ki < 784u && ni < 256u) {
           v = float(w[ni * 784u + ki]);
         }
-        Bs[e] = v;
+        Bs[e] = bfloat(v);
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
+      simdgroup_bfloat8x8 a;
+      simdgroup_bfloat8x8 b;
       simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
       simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
@@ -270,10 +270,10 @@ kernel void k7_mma(
     uint sg [[simdgroup_index_in_threadgroup]])
 {
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit (bfloat operands, float accumulator)
+  threadgroup bfloat* As = (threadgroup bfloat*)tg;  // [16][16] A tile, row-major, bfloat
+  threadgroup bfloat* Bs = As + 256;       // [16][16] B tile, row-major, bfloat
+  threadgroup float* Cs = tg + 256;     // [16][16] C tile, row-major (after the two 16-bit tiles)
   const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
   simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   for (uint k0 = 0u; k0 < 256u; k0 += 16u) {
@@ -285,7 +285,7 @@ kernel void k7_mma(
         if (mi < 64u && ki < 256u) {
           v = float(x[mi * 256u + ki]);
         }
-        As[e] = v;
+        As[e] = bfloat(v);
       }
       {
         const uint ki = k0 + r, ni = tgid.x * 16u + c;
@@ -293,13 +293,13 @@ kernel void k7_mma(
         if (ki < 256u && ni < 10u) {
           v = float(w[ni * 256u + ki]);
         }
-        Bs[e] = v;
+        Bs[e] = bfloat(v);
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
+      simdgroup_bfloat8x8 a;
+      simdgroup_bfloat8x8 b;
       simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
       simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
       simdgroup_multiply_accumulate(acc, a, b, acc);
