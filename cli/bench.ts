@@ -22,7 +22,7 @@ interface BenchCliOptions {
 const MB = 1024 * 1024;
 
 function line(name: string, t: PhaseTiming, flops: number): string {
-  return `${name.padEnd(6)} ${t.median_ms.toFixed(2).padStart(9)} ms/step (min ${t.min_ms.toFixed(2)})  ${Math.round(t.samples_per_s).toString().padStart(7)} samples/s  ${t.gflops.toFixed(1).padStart(6)} GFLOP/s  (${(flops / 1e6).toFixed(1)} MFLOP/step)`;
+  return `${name.padEnd(6)} ${t.median_ms.toFixed(2).padStart(9)} ms/step (mean ${t.mean_ms.toFixed(2)}, min ${t.min_ms.toFixed(2)})  ${Math.round(t.samples_per_s).toString().padStart(7)} samples/s  ${t.gflops.toFixed(1).padStart(6)} GFLOP/s  (${(flops / 1e6).toFixed(1)} MFLOP/step)`;
 }
 
 export function formatBench(r: BenchResult): string {
@@ -31,6 +31,9 @@ export function formatBench(r: BenchResult): string {
     line('train', r.train, r.flops.train_step),
     line('eval', r.eval, r.flops.eval),
     `memory: plan peak ${(r.peak_bytes / MB).toFixed(1)} MiB, process RSS high-water ${(r.rss_peak_bytes / MB).toFixed(1)} MiB`,
+    ...(r.device === 'cuda' && r.train.steps < 10
+      ? [`note: with fewer than 10 steps the median of an asynchronous device's steps measures their queueing, not the device: read the mean (or pass --steps 10 or more)`]
+      : []),
     `first train step after ${r.first_step_s.toFixed(2)} s (opening the ${r.device} session: ${r.open_s.toFixed(2)} s)`,
   ].join('\n');
 }

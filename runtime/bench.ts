@@ -32,6 +32,13 @@ export interface BenchOptions {
 
 export interface PhaseTiming {
   median_ms: number;
+  /**
+   * all n timed steps over n: the last one reads its outputs, so the sum runs until the device has
+   * finished every step. On an asynchronous device (cuda: a step is queued while the previous one
+   * runs) the median is the retire interval only when n is well above the queue depth; mean_ms is
+   * exact at any n (the warm-up's last step drains the queue before the timed ones)
+   */
+  mean_ms: number;
   min_ms: number;
   samples_per_s: number;
   /** total flops / median time */
@@ -107,6 +114,7 @@ function timing(ms: number[], batch: number, flops: number): PhaseTiming {
   const med = median(ms);
   return {
     median_ms: Number(med.toFixed(3)),
+    mean_ms: Number((ms.reduce((a, b) => a + b, 0) / ms.length).toFixed(3)),
     min_ms: Number(Math.min(...ms).toFixed(3)),
     samples_per_s: Number(((batch * 1000) / med).toFixed(1)),
     gflops: Number((flops / (med * 1e6)).toFixed(2)),

@@ -156,6 +156,9 @@ describe('mpsc bench', () => {
     expect(o).toMatchObject({ device: 'cpu', threads: 2, batch: 32 });
     for (const ph of [o.train, o.eval]) {
       expect(ph.median_ms).toBeGreaterThan(0);
+      // the mean of three steps: at least the fastest, and its sum at least the median plus twice the fastest
+      expect(ph.mean_ms).toBeGreaterThanOrEqual(ph.min_ms);
+      expect(3 * ph.mean_ms).toBeGreaterThanOrEqual(ph.median_ms + 2 * ph.min_ms - 0.005); // each rounded to 3 decimals
       expect(ph.steps).toBe(3);
       expect(Math.abs(ph.samples_per_s / ((32 * 1000) / ph.median_ms) - 1)).toBeLessThan(0.01); // median_ms is rounded to 3 decimals
       expect(ph.gflops).toBeGreaterThan(0);
