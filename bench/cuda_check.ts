@@ -33,6 +33,11 @@
  *             _FP16) against the CPU at the same precision within HALF_TOL; and for
  *             $CUDA_CHECK_MERGE_SPECS (default mnist_mlp, char_gpt) 5 steps + eval with merged launches
  *             (codegen-cuda/merge.ts) bitwise equal to one launch per kernel (outputs, every persistent tensor);
+ *             every spec is also judged with its state synced (syncedSteps): each CUDA step starts from the
+ *             CPU's parameters / optimizer state before that step, so the per-step difference is that
+ *             step's alone (the same tolerances, plus the parameters after each step); a spec whose
+ *             training amplifies fp32 rounding (resnet_small) fails the free-running line between any two
+ *             fp32 backends (bench/parity_drift.ts) but must pass this one;
  *   cublaslt  the cuBLASLt GEMM calls: every linear / matmul case (odd shapes, transposes, strided and
  *             shared batches, bias, fused unary fns run after the call, bf16 / f16 operands made by
  *             cast kernels: the reference rounds at the same casts, so 1e-4 holds there too) built with
@@ -427,6 +432,71 @@ function checkMergeBitwise(spec: string, model: CheckedModel, data: Batch[], mer
     result: diffs.length ? `${diffs.length} output(s) / tensor(s) differ` : `${steps.length} steps + eval, ${tensors} tensors identical` });
 }
 
+/**
+ * Each step's outputs within tolerance (relative); an argmax metric may differ only by near-tie rows
+ * (nearTies from the CPU's state before the step). Returns the worst relative difference, where it
+ * was, and the first step over the tolerance.
+ */
+function judgeSteps(spec: string, model: CheckedModel, programs: ReturnType<typeof buildPrograms>, data: Batch[], before: Map<string, Float32Array>[],
+  a: number[][], b: number[][], tol: number, margin: number): { worst: number; where: string; first: string } {
+  const metrics = [argmaxMetrics(programs.train_step), argmaxMetrics(programs.eval)];
+  let worst = 0, where = '', first = '';
+  const tieNotes: string[] = [];
+  for (let s = 0; s < a.length; s++)
+    for (let k = 0; k < a[s].length; k++) {
+      let e = Math.abs(b[s][k] - a[s][k]) / Math.max(1e-6, Math.abs(a[s][k]));
+      const isEval = s === a.length - 1;
+      const metric = metrics[isEval ? 1 : 0].get(k);
+      if (metric && !(e < tol)) {
+        // an argmax metric: the rows it differs by must all be near-ties
+        const p = isEval ? programs.eval : programs.train_step;
+        const sc: StepScalars = isEval ? { lr: 0, t: STEPS, seed: 3, counter: STEPS } : { lr: model.optimizer.lr, t: s + 1, seed: 3, counter: s };
+        const { ties, rows } = nearTies(p, metric, before[s], data[isEval ? 0 : s], sc, margin);
+        const flips = Math.round(Math.abs(b[s][k] - a[s][k]) * rows);
+        tieNotes.push(`step ${s} output ${k} (${metric.op}): ${flips} row(s) differ, ${ties} near-tie row(s) (margin < ${margin} x max |logit|)`);
+        if (flips <= ties) e = 0;
+      }
+      if (!(e <= worst)) { worst = e; where = `step ${s} output ${k}: cuda ${b[s][k]} cpu ${a[s][k]}`; }
+      if (!first && !(e < tol)) first = `; first over ${tol}: step ${s} output ${k} (cuda ${b[s][k]}, cpu ${a[s][k]})`;
+    }
+  for (const t of tieNotes) log(`  ${spec} argmax metric: ${t}`);
+  return { worst, where, first };
+}
+
+/**
+ * The parity steps with the state synced: before each step every persistent tensor of the CUDA
+ * session (parameters, optimizer state, statistics, loss scale) is set to the CPU's before that step
+ * (`before`, from trainSteps(..., keep)), so each step's difference is that step's alone. A
+ * free-running comparison of a spec whose training amplifies fp32 rounding (resnet_small: batchnorm
+ * after every conv, SGD lr 0.05 + Nesterov; bench/parity_drift.ts shows the CPU drifting from the
+ * float64 reference the same way) fails between any two fp32 backends; this one still finds a wrong
+ * kernel at any step. Also compares the parameters after each step with the CPU's (max |diff| over
+ * max |value| per tensor).
+ */
+function syncedSteps(model: CheckedModel, s: Session, data: Batch[], before: Map<string, Float32Array>[]): { outs: number[][]; paramWorst: number; paramWhere: string } {
+  let paramWorst = 0, paramWhere = '';
+  const load = (state: Map<string, Float32Array>) => { for (const [name, v] of state) s.write(name, v); };
+  const outs = data.map((b, step) => {
+    load(before[step]);
+    const sc: StepScalars = { lr: model.optimizer.lr, t: step + 1, seed: 3, counter: step };
+    const o = Array.from(s.run('train_step', b, sc));
+    if (s.hasProgram('apply_update')) o.push(...Array.from(s.run('apply_update', [], sc)));
+    for (const p of model.params) {
+      const want = before[step + 1].get(p.path);
+      if (!want) continue;
+      const got = s.read(p.path);
+      let d = 0, m = 0;
+      for (let i = 0; i < want.length; i++) { d = Math.max(d, Math.abs(got[i] - want[i])); m = Math.max(m, Math.abs(want[i])); }
+      const e = d / Math.max(1e-6, m);
+      if (!(e <= paramWorst)) { paramWorst = e; paramWhere = `${p.path} after step ${step}: max |diff| ${d.toExponential(2)}, max |value| ${m.toExponential(2)}`; }
+    }
+    return o;
+  });
+  load(before[data.length]);
+  outs.push(Array.from(s.run('eval', data[0], { lr: 0, t: STEPS, seed: 3, counter: STEPS })));
+  return { outs, paramWorst, paramWhere };
+}
+
 async function checkParity(opened: ReturnType<typeof openParitySessions>): Promise<void> {
   for (const { spec, half, model, programs, sessions, unmerged } of opened) {
     const data = parityBatches(model, programs.train_step, STEPS);
@@ -443,30 +513,17 @@ async function checkParity(opened: ReturnType<typeof openParitySessions>): Promi
     const tol = tf32 ? TF32_PARITY_TOL : half ? HALF_TOL : TOL, margin = tf32 ? TF32_TIE_MARGIN : half ? HALF_TOL : TOL;
     try {
       const cpuRun = trainSteps(model, cpu, data, true), a = cpuRun.outs, b = trainSteps(model, cuda, data).outs;
-      const metrics = [argmaxMetrics(programs.train_step), argmaxMetrics(programs.eval)];
-      let worst = 0, where = '', first = '';
-      const tieNotes: string[] = [];
-      for (let s = 0; s < a.length; s++)
-        for (let k = 0; k < a[s].length; k++) {
-          let e = Math.abs(b[s][k] - a[s][k]) / Math.max(1e-6, Math.abs(a[s][k]));
-          const isEval = s === a.length - 1;
-          const metric = metrics[isEval ? 1 : 0].get(k);
-          if (metric && !(e < tol)) {
-            // an argmax metric: the rows it differs by must all be near-ties
-            const p = isEval ? programs.eval : programs.train_step;
-            const sc: StepScalars = isEval ? { lr: 0, t: STEPS, seed: 3, counter: STEPS } : { lr: model.optimizer.lr, t: s + 1, seed: 3, counter: s };
-            const { ties, rows } = nearTies(p, metric, cpuRun.before[s], data[isEval ? 0 : s], sc, margin);
-            const flips = Math.round(Math.abs(b[s][k] - a[s][k]) * rows);
-            tieNotes.push(`step ${s} output ${k} (${metric.op}): ${flips} row(s) differ, ${ties} near-tie row(s) (margin < ${margin} x max |logit|)`);
-            if (flips <= ties) e = 0;
-          }
-          if (!(e <= worst)) { worst = e; where = `step ${s} output ${k}: cuda ${b[s][k]} cpu ${a[s][k]}`; }
-          if (!first && !(e < tol)) first = `; first over ${tol}: step ${s} output ${k} (cuda ${b[s][k]}, cpu ${a[s][k]})`;
-        }
-      for (const t of tieNotes) log(`  ${spec} argmax metric: ${t}`);
-      log(`  ${spec} per step (loss, metrics): ${a.map((r, s) => `${s}: cpu ${r.map((x) => x.toPrecision(7)).join('/')} cuda ${b[s].map((x) => x.toPrecision(7)).join('/')}`).join('; ')}${first}`);
-      log(`parity ${spec}: losses cpu ${a[0][0].toFixed(5)} -> ${a[STEPS - 1][0].toFixed(5)}, cuda ${b[0][0].toFixed(5)} -> ${b[STEPS - 1][0].toFixed(5)}; worst ${where}`);
-      summary.push({ part: 'parity', what: `${spec} ${STEPS} steps + eval vs cpu`, ok: worst < tol, result: `worst rel ${worst.toExponential(2)} (tolerance ${tol}${tf32 ? `: TF32 convolutions; argmax near-tie margin ${margin}` : half ? ': 16-bit' : ''})` });
+      const judged = judgeSteps(spec, model, programs, data, cpuRun.before, a, b, tol, margin);
+      log(`  ${spec} per step (loss, metrics): ${a.map((r, s) => `${s}: cpu ${r.map((x) => x.toPrecision(7)).join('/')} cuda ${b[s].map((x) => x.toPrecision(7)).join('/')}`).join('; ')}${judged.first}`);
+      log(`parity ${spec}: losses cpu ${a[0][0].toFixed(5)} -> ${a[STEPS - 1][0].toFixed(5)}, cuda ${b[0][0].toFixed(5)} -> ${b[STEPS - 1][0].toFixed(5)}; worst ${judged.where}`);
+      const tolNote = `tolerance ${tol}${tf32 ? `: TF32 convolutions; argmax near-tie margin ${margin}` : half ? ': 16-bit' : ''}`;
+      summary.push({ part: 'parity', what: `${spec} ${STEPS} steps + eval vs cpu`, ok: judged.worst < tol, result: `worst rel ${judged.worst.toExponential(2)} (${tolNote})` });
+      // the same steps with the state synced: each CUDA step starts from the CPU's state before that step
+      const synced = syncedSteps(model, cuda, data, cpuRun.before);
+      const js = judgeSteps(spec, model, programs, data, cpuRun.before, a, synced.outs, tol, margin);
+      log(`parity ${spec} (state synced each step): worst ${js.where}; parameters after each step: worst ${synced.paramWhere}`);
+      summary.push({ part: 'parity', what: `${spec} ${STEPS} steps + eval vs cpu, state synced each step`, ok: js.worst < tol && synced.paramWorst < tol,
+        result: `worst rel ${js.worst.toExponential(2)}, parameters after the step ${synced.paramWorst.toExponential(2)} (${tolNote})` });
       if (unmerged) {
         let u: Session | undefined;
         try {
