@@ -1,0 +1,156 @@
+/**
+ * tf32x3: fp32-accurate cuBLASLt GEMMs on the tensor cores by split precision ("3xTF32").
+ * Consumes a cuBLASLt call description of an fp32 GEMM node (cublaslt.ts planOf: LibraryGemm with
+ * fp32 A, B and D), the node's operand values and the CUDA lowering context; produces, when the
+ * size rule below takes the node, the call rewritten over split operands (the k of the call
+ * tripled, CUBLAS_COMPUTE_32F_FAST_TF32) and the two element-wise split kernels that write those
+ * operands into the plan's scratch region (KernelSpec.scratch; they run before the call, only on
+ * the cuBLASLt path: libraryPart 'before'); else the reason the node stays an fp32 FMA call.
+ *
+ * Numerics. Every fp32 x is split as x = hi + lo + r with hi = tf32(x) (x's 24-bit significand
+ * rounded to 11 bits, half away from zero), lo = tf32(x - hi) (x - hi is exact in fp32, Sterbenz)
+ * and |r| <= 2^-22 |x|; hi and lo have their low 13 bits zero, so they are exact TF32 values and
+ * the tensor cores multiply them exactly (an 11 x 11-bit product fits fp32) whatever rounding
+ * cuBLASLt's TF32 kernels apply to fp32 operands (any rounding leaves an exact TF32 value alone).
+ * a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi (the dropped a_lo b_lo is below 2^-22 |a b|) is ONE
+ * product over a K three times longer: A' = [a_hi | a_hi | a_lo] (concatenated along K),
+ * B' = [b_hi ; b_lo ; b_hi], accumulated in fp32 by the tensor cores. The operand error (at most
+ * ~2^-21 relative per product, random in sign) is at the level of fp32's own accumulation error over
+ * K; test/cuda_tf32x3.test.ts measures both against the float64 reference at the workloads' shapes.
+ * Inf passes as hi = inf, lo = 0 (so inf * finite is inf, as in fp32); NaN becomes the quiet NaN
+ * 0x7fffe000 (an exact TF32 NaN); a value whose rounding would overflow to inf keeps its truncation.
+ * This is NOT plain TF32 (issue 14 rules that out for matmuls): the products keep ~22 bits of each operand.
+ *
+ * Layout. The split kernel of an operand reads its IR value (element i) and writes hi / lo into
+ * three consecutive blocks of `block` elements: out[(i / block) * 3 block + j block + i % block],
+ * j = 0, 1, 2. `block` is K when K is the operand's contiguous dim (then each row of K becomes a row
+ * of 3K), or the whole matrix when K is its outer dim (then the matrix becomes three stacked
+ * matrices); the call's leading dims / rows / cols / batch strides follow (tf32x3Layout).
+ *
+ * The rule (MPSC_CUDA_TF32X3: 1 the rule, default; 0 never; all every fp32 cuBLASLt call, for checks):
+ * a cost model in H200 figures, split when the predicted 3xTF32 time is at most 0.85 of the fp32
+ * call's: t_fp32 = F / 50 TFLOP/s (cuBLASLt's fp32 SIMT rate measured in the MLP: 155 GFLOP in 3.09 ms),
+ * t_3x = 3 F / 300 TFLOP/s (dense TF32 rate assumed for cuBLASLt at these shapes: datasheet 495,
+ * torch's large tf32 matmul ~350-400) + 24 bytes per operand element / 3.0 TB/s (the split pass
+ * reads 4 and writes 12 bytes, the call reads 8 more than the fp32 call); and the product must fill
+ * the tensor cores' tiles: m, n >= 128 and k >= 32. Small GEMMs (launch-bound) stay fp32 FMA.
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import type { KernelSpec, LibraryGemm, LowerCtx } from '../kernels/kernel_types.js';
+import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
+
+/** MPSC_CUDA_TF32X3: the size rule (default), never, or every fp32 cuBLASLt call */
+export type Tf32x3Mode = 'rule' | 'off' | 'all';
+
+/** the cost model's figures (H200; see the header) */
+export const TF32X3_MODEL = { fp32Flops: 50e12, tf32Flops: 300e12, bytesPerSecond: 3.0e12, bytesPerElement: 24, take: 0.85, minMN: 128, minK: 32 };
+
+/** the split operands of one call: scratch byte offsets of cuBLASLt's A (our b) and B (our a), and the bytes of both */
+export interface Tf32x3Split { offA: number; offB: number; bytes: number }
+
+const SCRATCH_ALIGN = 256;
+const alignUp = (n: number) => Math.ceil(n / SCRATCH_ALIGN) * SCRATCH_ALIGN;
+
+/** one element of a split operand (exact emulation of the kernel's mpsc_tf32_split; tests) */
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+const bitsOf = (x: number) => ((f32[0] = x), u32[0]);
+const floatOf = (u: number) => ((u32[0] = u >>> 0), f32[0]);
+const tf32Bits = (u: number) => ((u + 0x1000) & 0xffffe000) >>> 0;
+
+export function tf32Split(x: number): [number, number] {
+  const u = bitsOf(x);
+  if ((u & 0x7f800000) >>> 0 === 0x7f800000) return [(u & 0x007fffff) !== 0 ? floatOf(0x7fffe000) : floatOf(u), 0];
+  let h = tf32Bits(u);
+  if ((h & 0x7f800000) >>> 0 === 0x7f800000) h = (u & 0xffffe000) >>> 0;
+  const hi = floatOf(h);
+  const r = Math.fround(Math.fround(x) - hi);
+  return [hi, floatOf(tf32Bits(bitsOf(r)))];
+}
+
+/** the split helper of the kernel file (host and device: the tests run it on the CPU through nvcc) */
+export function tf32SplitHelper(): string {
+  const q = '__host__ __device__ __forceinline__';
+  return (
+    `// 3xTF32 split (codegen-cuda/tf32x3.ts): x ~ hi + lo, both exact TF32 values (low 13 bits zero), hi = x rounded to\n` +
+    `// 11 significant bits (half away from zero; truncated where that would overflow), lo = (x - hi) rounded alike;\n` +
+    `// inf: hi = inf, lo = 0; NaN: the quiet NaN 0x7fffe000\n` +
+    `${q} uint mpsc_f2u(float x) {\n#ifdef __CUDA_ARCH__\n  return __float_as_uint(x);\n#else\n  uint u;\n  memcpy(&u, &x, 4);\n  return u;\n#endif\n}\n\n` +
+    `${q} float mpsc_u2f(uint u) {\n#ifdef __CUDA_ARCH__\n  return __uint_as_float(u);\n#else\n  float x;\n  memcpy(&x, &u, 4);\n  return x;\n#endif\n}\n\n` +
+    `${q} void mpsc_tf32_split(float x, float& hi, float& lo) {\n` +
+    `  const uint u = mpsc_f2u(x);\n` +
+    `  if ((u & 0x7f800000u) == 0x7f800000u) {\n    hi = (u & 0x007fffffu) ? mpsc_u2f(0x7fffe000u) : x;\n    lo = 0.0f;\n    return;\n  }\n` +
+    `  uint h = (u + 0x1000u) & 0xffffe000u;\n` +
+    `  if ((h & 0x7f800000u) == 0x7f800000u) h = u & 0xffffe000u;\n` +
+    `  hi = mpsc_u2f(h);\n` +
+    `  lo = mpsc_u2f((mpsc_f2u(x - hi) + 0x1000u) & 0xffffe000u);\n}\n`
+  );
+}
+
+/** the rule's verdict on one fp32 call: take it, and the one-line reason either way */
+export function tf32x3Rule(gemm: Pick<LibraryGemm, 'm' | 'n' | 'k' | 'batch'>, operandElems: number, mode: Tf32x3Mode): { take: boolean; why: string } {
+  const { m, n, k, batch } = gemm;
+  if (mode === 'off') return { take: false, why: '3xTF32 switched off (MPSC_CUDA_TF32X3=0)' };
+  if (mode === 'all') return { take: true, why: 'MPSC_CUDA_TF32X3=all' };
+  const M = TF32X3_MODEL;
+  if (m < M.minMN || n < M.minMN || k < M.minK) return { take: false, why: `too small for the tensor cores' tiles (m, n >= ${M.minMN}, k >= ${M.minK})` };
+  const flops = 2 * m * n * k * batch;
+  const t1 = flops / M.fp32Flops, t3 = (3 * flops) / M.tf32Flops + (operandElems * M.bytesPerElement) / M.bytesPerSecond;
+  const us = (t: number) => `${(t * 1e6).toFixed(1)} us`;
+  const take = t3 <= M.take * t1;
+  return { take, why: `predicted ${us(t3)} as 3xTF32 (split included) vs ${us(t1)} fp32${take ? '' : `: not below ${M.take} of it`}` };
+}
+
+/** element-blocks of the split of an operand stored rows x cols column-major (ld = rows) whose K is its `kInner` (rows) or outer (cols) dim */
+function blockOf(rows: number, cols: number, kInner: boolean): number {
+  return kInner ? rows : rows * cols;
+}
+
+/**
+ * The call over split operands: k tripled; an operand whose K is its contiguous dim gets 3x rows and
+ * leading dim, one whose K is the outer dim 3x cols; nonzero batch strides triple. Also each operand's
+ * split block (elements). Only for packed operands (ld = rows), which cublaslt.ts always describes.
+ */
+export function tf32x3Layout(L: LibraryGemm): { gemm: LibraryGemm; blockA: number; blockB: number } {
+  if (L.lda !== L.rowsA || L.ldb !== L.rowsB) throw new Error('internal: 3xTF32 split of a strided (unpacked) operand');
+  // cuBLASLt's A is m x k after op: stored k x m (K inner) when transposed, else m x k (K outer)
+  const aKInner = L.transA, bKInner = !L.transB;
+  const blockA = blockOf(L.rowsA, L.colsA, aKInner), blockB = blockOf(L.rowsB, L.colsB, bKInner);
+  const gemm: LibraryGemm = {
+    ...L, k: 3 * L.k,
+    ...(aKInner ? { rowsA: 3 * L.rowsA, lda: 3 * L.lda } : { colsA: 3 * L.colsA }),
+    ...(bKInner ? { rowsB: 3 * L.rowsB, ldb: 3 * L.ldb } : { colsB: 3 * L.colsB }),
+    strideA: 3 * L.strideA, strideB: 3 * L.strideB,
+  };
+  return { gemm, blockA, blockB };
+}
+
+/** hi / lo in the three blocks: our a (cuBLASLt's B) [hi, hi, lo], our b (cuBLASLt's A) [hi, lo, hi] */
+export const SPLIT_PATTERN = { a: ['hi', 'hi', 'lo'], b: ['hi', 'lo', 'hi'] } as const;
+
+/** out[(i / block) * 3 block + j block + i % block] for j = 0, 1, 2 (the split kernels' layout; tests) */
+export function splitIndex(i: number, block: number, j: number): number {
+  return Math.floor(i / block) * 3 * block + j * block + (i % block);
+}
+
+/**
+ * The split kernels of a call (our a, then our b) and the call's scratch offsets, or null when the
+ * split operands do not fit 32-bit element indices.
+ */
+export function splitKernels(ctx: LowerCtx, g: Graph, n: Node, valueA: number, valueB: number, blockA: number, blockB: number): { kernels: KernelSpec[]; split: Tf32x3Split } | null {
+  // our a is cuBLASLt's B (block blockB), our b is cuBLASLt's A (block blockA)
+  const ea = numel(shapeOf(g, valueA)), eb = numel(shapeOf(g, valueB));
+  const offB = 0, offA = alignUp(3 * ea * 4), bytes = offA + 3 * eb * 4;
+  if (bytes / 4 >= 2 ** 32) return null;
+  const kernel = (value: number, count: number, block: number, off: number, role: 'a' | 'b'): KernelSpec => {
+    const [p0, p1, p2] = SPLIT_PATTERN[role];
+    const d = ctx.d, o = off / 4;
+    const base = block === count ? `${o > 0 ? `${d.u(o)} + ` : ''}i` : `${o > 0 ? `${d.u(o)} + ` : ''}(i / ${d.u(block)}) * ${d.u(3 * block)} + i % ${d.u(block)}`;
+    const body = `  float hi, lo;\n  mpsc_tf32_split(x[i], hi, lo);\n  const uint o = ${base};\n` +
+      `  mpsc_scratch[o] = ${p0};\n  mpsc_scratch[o + ${d.u(block)}] = ${p1};\n  mpsc_scratch[o + ${d.u(2 * block)}] = ${p2};\n`;
+    const k = elementwise(ctx, g, n, [argOf(g, 'x', value, 'r')], count, body, ` [3xTF32 split of operand ${role}: ${p0} | ${p1} | ${p2} in blocks of ${block}]`);
+    return { ...k, scratch: bytes, libraryPart: 'before' };
+  };
+  ctx.helpers.add('tf32split');
+  return { kernels: [kernel(valueA, ea, blockB, offB, 'a'), kernel(valueB, eb, blockA, offA, 'b')], split: { offA, offB, bytes } };
+}
