@@ -19,8 +19,8 @@
  *  - `lt: false` (MPSC_CUDA_CUBLASLT=0 at generation time): every GEMM is generated.
  *  - an fp32 call (fp32 operands and D) that tf32x3.ts's size rule takes (MPSC_CUDA_TF32X3, default
  *    on) runs as 3xTF32: two split kernels ('before' the call) write hi / lo operands into the scratch
- *    region and the call, k tripled, multiplies them with CUBLAS_COMPUTE_32F_FAST_TF32 (fp32-level
- *    accuracy; tf32x3.ts has the numerics). Small GEMMs stay fp32 FMA.
+ *    region and the call, k tripled, multiplies them with CUBLAS_COMPUTE_32F_FAST_TF32 (exact products,
+ *    the tensor cores' fp32 accumulation; tf32x3.ts has the numerics and the measured error). Small GEMMs stay fp32 FMA.
  * Numerics: CUBLAS_COMPUTE_32F (fp32 FMA, never plain TF32, as issue 14 asks for matmuls) with an fp32
  * output, or a 16-bit one (D of the operands' 16-bit type: autocast's storage of a product, the
  * fp32 result rounded once; not with a fused unary, which must see the unrounded result); the bias
@@ -150,7 +150,7 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   const epi = epilogue ? ` + ${String(epilogue.attrs.fn)} (in-place kernel after the call)` : '';
   const split = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' ? splitCall(ctx, g, n, { ...p.gemm, ...ltArgs, argD: nargs - 1, what: '' }, tf32x3) : null;
   const gemm = split?.gemm ?? p.gemm;
-  const numerics = split?.kernels ? '3xTF32 (split operands on the tensor cores, CUBLAS_COMPUTE_32F_FAST_TF32: fp32-level accuracy)'
+  const numerics = split?.kernels ? '3xTF32 (split operands on the tensor cores, CUBLAS_COMPUTE_32F_FAST_TF32: exact products, tensor-core fp32 accumulation)'
     : p.gemm.abType === 'f32' ? 'fp32 FMA (CUBLAS_COMPUTE_32F)' : `${p.gemm.abType} operands, fp32 accumulate (CUBLAS_COMPUTE_32F)`;
   const what = `cuBLASLt ${numerics}${gemm.dType !== 'f32' ? `, ${gemm.dType} D` : ''}: ` +
     `D[${gemm.m} x ${gemm.n}] = ${gemm.transA ? 'A^T' : 'A'} ${gemm.transB ? 'B^T' : 'B'}, k ${split?.kernels ? `3 x ${p.gemm.k}` : gemm.k}${gemm.batch > 1 ? `, ${gemm.batch} batches` : ''}` +

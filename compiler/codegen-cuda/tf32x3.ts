@@ -14,9 +14,10 @@
  * cuBLASLt's TF32 kernels apply to fp32 operands (any rounding leaves an exact TF32 value alone).
  * a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi (the dropped a_lo b_lo is below 2^-22 |a b|) is ONE
  * product over a K three times longer: A' = [a_hi | a_hi | a_lo] (concatenated along K),
- * B' = [b_hi ; b_lo ; b_hi], accumulated in fp32 by the tensor cores. The operand error (at most
- * ~2^-21 relative per product, random in sign) is at the level of fp32's own accumulation error over
- * K; test/cuda_tf32x3.test.ts measures both against the float64 reference at the workloads' shapes.
+ * B' = [b_hi ; b_lo ; b_hi], accumulated in fp32 by the tensor cores. The split's own error (at most
+ * ~2^-21 relative per product, random in sign) is about fp32's own rounding over K: with IEEE fp32
+ * accumulation the sum's error is ~2x a plain fp32 GEMM's (test/cuda_tf32x3.test.ts, emulated at the
+ * workloads' shapes); on the GPU the accumulation adds more (below).
  * Inf passes as hi = inf, lo = 0 (so inf * finite is inf, as in fp32); NaN becomes the quiet NaN
  * 0x7fffe000 (an exact TF32 NaN); a value whose rounding would overflow to inf keeps its truncation.
  * This is NOT plain TF32 (issue 14 rules that out for matmuls): the products keep ~22 bits of each operand.
@@ -29,11 +30,17 @@
  *
  * The rule (MPSC_CUDA_TF32X3: 1 the rule, default; 0 never; all every fp32 cuBLASLt call, for checks):
  * a cost model in H200 figures, split when the predicted 3xTF32 time is at most 0.85 of the fp32
- * call's: t_fp32 = F / 50 TFLOP/s (cuBLASLt's fp32 SIMT rate measured in the MLP: 155 GFLOP in 3.09 ms),
- * t_3x = 3 F / 300 TFLOP/s (dense TF32 rate assumed for cuBLASLt at these shapes: datasheet 495,
- * torch's large tf32 matmul ~350-400) + 24 bytes per operand element / 3.0 TB/s (the split pass
- * reads 4 and writes 12 bytes, the call reads 8 more than the fp32 call); and the product must fill
- * the tensor cores' tiles: m, n >= 128 and k >= 32. Small GEMMs (launch-bound) stay fp32 FMA.
+ * call's: t_fp32 = F / 48 TFLOP/s (cuBLASLt's fp32 SIMT rate: 43-49 measured at the workloads' shapes),
+ * t_3x = 3 F / 420 TFLOP/s (cuBLASLt's TF32 rate over the tripled K, 433 measured at 1024 x 4096 x 4096)
+ * + 16 bytes per operand element / 3.2 TB/s (the split pass reads 4 and writes 12; 3.3 TB/s measured);
+ * and the output must fill the GPU with 128 x 128 tiles (at least 132, the H200's SMs: a long-K product
+ * with a small output, 384 x 1536 x 16384, measured 1.3x SLOWER as 3xTF32) and k >= 32. Figures from
+ * bench/tf32x3_gemm.sh on the H200 (bench/NOTES.md, "3xTF32"). Small GEMMs (launch-bound) stay fp32 FMA.
+ *
+ * Measured on the H200 (bench/NOTES.md): the tensor cores' fp32 accumulation is not IEEE round-to-nearest,
+ * so the 3xTF32 error there (max-norm relative 3e-6 at K = 384 ... 5e-5 at K = 4096) is 5-40x a SIMT fp32
+ * call's (6e-7 ... 1.4e-6), inside the kernel check's 1e-4, and far below plain TF32's operand rounding
+ * (2^-11 per operand); the emulation in the test (IEEE fp32 accumulation) is the split's own error only.
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelSpec, LibraryGemm, LowerCtx } from '../kernels/kernel_types.js';
@@ -43,7 +50,7 @@ import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
 export type Tf32x3Mode = 'rule' | 'off' | 'all';
 
 /** the cost model's figures (H200; see the header) */
-export const TF32X3_MODEL = { fp32Flops: 50e12, tf32Flops: 300e12, bytesPerSecond: 3.0e12, bytesPerElement: 24, take: 0.85, minMN: 128, minK: 32 };
+export const TF32X3_MODEL = { fp32Flops: 48e12, tf32Flops: 420e12, bytesPerSecond: 3.2e12, bytesPerElement: 16, take: 0.85, tile: 128, minTiles: 132, minK: 32 };
 
 /** the split operands of one call: scratch byte offsets of cuBLASLt's A (our b) and B (our a), and the bytes of both */
 export interface Tf32x3Split { offA: number; offB: number; bytes: number }
@@ -93,7 +100,9 @@ export function tf32x3Rule(gemm: Pick<LibraryGemm, 'm' | 'n' | 'k' | 'batch'>, o
   if (mode === 'off') return { take: false, why: '3xTF32 switched off (MPSC_CUDA_TF32X3=0)' };
   if (mode === 'all') return { take: true, why: 'MPSC_CUDA_TF32X3=all' };
   const M = TF32X3_MODEL;
-  if (m < M.minMN || n < M.minMN || k < M.minK) return { take: false, why: `too small for the tensor cores' tiles (m, n >= ${M.minMN}, k >= ${M.minK})` };
+  const tiles = Math.ceil(m / M.tile) * Math.ceil(n / M.tile) * batch;
+  if (tiles < M.minTiles) return { take: false, why: `too small an output to fill the GPU's tensor cores (${tiles} tiles of ${M.tile} x ${M.tile}, under ${M.minTiles})` };
+  if (k < M.minK) return { take: false, why: `k ${k} < ${M.minK}` };
   const flops = 2 * m * n * k * batch;
   const t1 = flops / M.fp32Flops, t3 = (3 * flops) / M.tf32Flops + (operandElems * M.bytesPerElement) / M.bytesPerSecond;
   const us = (t: number) => `${(t * 1e6).toFixed(1)} us`;

@@ -1,7 +1,8 @@
 // mpsc_cublaslt.cpp: the cuBLASLt implementation of mpsc_cublaslt.h (see there for the contract).
 // Compiled only where CMake finds CUDA::cublasLt (runtime/native/build.ts). Every call is checked.
 // Numerics: CUBLAS_COMPUTE_32F (fp32 FMA), or for MPSC_LT_COMPUTE_TF32X3 calls CUBLAS_COMPUTE_32F_FAST_TF32
-// over 3xTF32 split operands (exact TF32 values, so fp32-level accuracy; never plain TF32 on fp32 data), scale type fp32,
+// over 3xTF32 split operands (exact TF32 values: exact products, the tensor cores' fp32 accumulation; never plain TF32
+// on fp32 data), scale type fp32,
 // D (and C, beta 0) fp32 or the operands' 16-bit type (the fp32 result rounded once to nearest even,
 // autocast's storage of a product), the bias vector of D's type (cuBLASLt's default; an fp32 bias with a
 // 16-bit D has no algorithm on the H200); A and B fp32, or both fp16 / bf16 with the same fp32 accumulation.
