@@ -233,6 +233,9 @@ describe('the 3xTF32 rule and the model', () => {
     // outputs that do not fill the GPU with 128 x 128 tiles: a thin product, a long-K weight gradient (measured 1.3x slower as 3xTF32)
     expect(tf32x3Rule({ m: 128, n: 16384, k: 128, batch: 1 }, 128 * 128 + 16384 * 128, 'rule').take).toBe(false);
     expect(tf32x3Rule({ m: 384, n: 1536, k: 16384, batch: 1 }, 16384 * (384 + 1536), 'rule').why).toMatch(/36 tiles/);
+    // K beyond 4096: the tensor cores' accumulation error (measured) would approach the 1e-4 check
+    expect(tf32x3Rule({ m: 4096, n: 4096, k: 8192, batch: 1 }, 2 * 4096 * 8192, 'rule').why).toMatch(/k 8192 > 4096/);
+    expect(tf32x3Rule({ m: 4096, n: 4096, k: 8192, batch: 1 }, 2 * 4096 * 8192, 'all').take).toBe(true);
     // enough tiles, but the split's traffic outweighs the product's saving: a 128-row output
     const thin = tf32x3Rule({ m: 128, n: 17000, k: 1024, batch: 1 }, 1024 * (128 + 17000), 'rule');
     expect(thin.take).toBe(false);

@@ -34,7 +34,8 @@
  * t_3x = 3 F / 420 TFLOP/s (cuBLASLt's TF32 rate over the tripled K, 433 measured at 1024 x 4096 x 4096)
  * + 16 bytes per operand element / 3.2 TB/s (the split pass reads 4 and writes 12; 3.3 TB/s measured);
  * and the output must fill the GPU with 128 x 128 tiles (at least 132, the H200's SMs: a long-K product
- * with a small output, 384 x 1536 x 16384, measured 1.3x SLOWER as 3xTF32) and k >= 32. Figures from
+ * with a small output, 384 x 1536 x 16384, measured 1.3x SLOWER as 3xTF32) and 32 <= k <= 4096 (the upper
+ * bound for accuracy: the measured error grows with K, below). Figures from
  * bench/tf32x3_gemm.sh on the H200 (bench/NOTES.md, "3xTF32"). Small GEMMs (launch-bound) stay fp32 FMA.
  *
  * Measured on the H200 (bench/NOTES.md): the tensor cores' fp32 accumulation is not IEEE round-to-nearest,
@@ -50,7 +51,7 @@ import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
 export type Tf32x3Mode = 'rule' | 'off' | 'all';
 
 /** the cost model's figures (H200; see the header) */
-export const TF32X3_MODEL = { fp32Flops: 48e12, tf32Flops: 420e12, bytesPerSecond: 3.2e12, bytesPerElement: 16, take: 0.85, tile: 128, minTiles: 132, minK: 32 };
+export const TF32X3_MODEL = { fp32Flops: 48e12, tf32Flops: 420e12, bytesPerSecond: 3.2e12, bytesPerElement: 16, take: 0.85, tile: 128, minTiles: 132, minK: 32, maxK: 4096 };
 
 /** the split operands of one call: scratch byte offsets of cuBLASLt's A (our b) and B (our a), and the bytes of both */
 export interface Tf32x3Split { offA: number; offB: number; bytes: number }
@@ -103,6 +104,8 @@ export function tf32x3Rule(gemm: Pick<LibraryGemm, 'm' | 'n' | 'k' | 'batch'>, o
   const tiles = Math.ceil(m / M.tile) * Math.ceil(n / M.tile) * batch;
   if (tiles < M.minTiles) return { take: false, why: `too small an output to fill the GPU's tensor cores (${tiles} tiles of ${M.tile} x ${M.tile}, under ${M.minTiles})` };
   if (k < M.minK) return { take: false, why: `k ${k} < ${M.minK}` };
+  // accuracy: the tensor cores' accumulation error grows with K (5.2e-5 max-norm relative measured at K 4096)
+  if (k > M.maxK) return { take: false, why: `k ${k} > ${M.maxK}: the tensor cores' accumulation error grows with K (5e-5 at 4096 against the 1e-4 check)` };
   const flops = 2 * m * n * k * batch;
   const t1 = flops / M.fp32Flops, t3 = (3 * flops) / M.tf32Flops + (operandElems * M.bytesPerElement) / M.bytesPerSecond;
   const us = (t: number) => `${(t * 1e6).toFixed(1)} us`;
