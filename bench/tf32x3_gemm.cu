@@ -1,8 +1,10 @@
 // tf32x3_gemm.cu: cuBLASLt fp32 (CUBLAS_COMPUTE_32F) against 3xTF32 (split operands, one
 // CUBLAS_COMPUTE_32F_FAST_TF32 call over 3K: compiler/codegen-cuda/tf32x3.ts) at the workloads' GEMM
-// shapes, on the GPU: time per call (cudaEvents, mean of REPS after a warm-up; the 3xTF32 time with
-// and without its two split kernels) and the max-norm relative error of 64 sampled outputs against a
-// float64 dot product on the host (plain TF32 over K also timed and checked, for contrast only).
+// shapes, on the GPU: time per call (cudaEvents, mean of REPS after a warm-up; the 3xTF32 times include
+// the two split kernels, whose own time is also shown) as one call over 3K and as the backend builds it
+// (the 3K in S chunks of at most 1536 as a strided batch, then a kernel summing the S partials in fp32:
+// tf32x3.ts chunksOf), and the max-norm relative error of 64 sampled outputs against a float64 dot
+// product on the host (plain TF32 over K also timed and checked, for contrast only).
 // The split helper is the one the CUDA backend emits (bench/tf32x3_gemm.sh writes it to
 // tf32x3_split.h from tf32SplitHelper()). Column-major, as cuBLASLt sees the calls (cublaslt.ts).
 // Usage: bench/tf32x3_gemm.sh (builds with nvcc -lcublasLt and runs).
@@ -31,6 +33,22 @@ __global__ void split(const float* __restrict__ x, float* __restrict__ out, size
   out[o + 2 * block] = role_b ? hi : lo;
 }
 
+// the S partial products (stride n) summed in chunk order
+__global__ void sum_chunks(const float* __restrict__ p, float* __restrict__ d, size_t n, int S) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float v = p[i];
+  for (int c = 1; c < S; ++c) v += p[c * n + i];
+  d[i] = v;
+}
+
+/** tf32x3.ts chunksOf: the fewest chunks of at most 1536 that divide 3K */
+static int chunksOf(long k3) {
+  int S = (int)((k3 + 1535) / 1536);
+  while (k3 % S) ++S;
+  return S;
+}
+
 struct Shape { const char* what; long m, n, k; int ta, tb; };
 
 static const Shape SHAPES[] = {
@@ -56,16 +74,29 @@ static const size_t WS = 32u << 20;
 
 struct Call { cublasLtMatmulDesc_t desc; cublasLtMatrixLayout_t a, b, d; cublasLtMatmulAlgo_t algo; bool ok; };
 
-static Call make(cublasLtHandle_t h, const Shape& s, long k, cublasComputeType_t ct) {
+static void batched(cublasLtMatrixLayout_t l, int S, int64_t stride) {
+  int32_t b = S;
+  LT(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
+  LT(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+}
+
+/** the call over k (the operands' K extent, K or 3K) in S chunks of k / S (S = 1: one product) */
+static Call make(cublasLtHandle_t h, const Shape& s, long k, cublasComputeType_t ct, int S = 1) {
   Call c{};
+  const long kc = k / S;
   LT(cublasLtMatmulDescCreate(&c.desc, ct, CUDA_R_32F));
   int32_t ta = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   LT(cublasLtMatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   LT(cublasLtMatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  const long ra = s.ta ? k : s.m, ca = s.ta ? s.m : k, rb = s.tb ? s.n : k, cb = s.tb ? k : s.n;
-  LT(cublasLtMatrixLayoutCreate(&c.a, CUDA_R_32F, ra, ca, ra));
-  LT(cublasLtMatrixLayoutCreate(&c.b, CUDA_R_32F, rb, cb, rb));
+  // a chunk is the next kc rows of a K-inner operand (leading dim k) or the next kc columns of a K-outer one
+  LT(cublasLtMatrixLayoutCreate(&c.a, CUDA_R_32F, s.ta ? kc : s.m, s.ta ? s.m : kc, s.ta ? k : s.m));
+  LT(cublasLtMatrixLayoutCreate(&c.b, CUDA_R_32F, s.tb ? s.n : kc, s.tb ? kc : s.n, s.tb ? s.n : k));
   LT(cublasLtMatrixLayoutCreate(&c.d, CUDA_R_32F, s.m, s.n, s.m));
+  if (S > 1) {
+    batched(c.a, S, s.ta ? kc : kc * s.m);
+    batched(c.b, S, s.tb ? kc * s.n : kc);
+    batched(c.d, S, s.m * s.n);
+  }
   cublasLtMatmulPreference_t pref;
   LT(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = WS;
@@ -106,8 +137,9 @@ int main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  std::printf("%-40s %9s %9s %9s %9s %8s | %9s %9s %9s\n", "shape (cuBLASLt m x n x k, column-major)", "fp32 ms", "3x ms", "split ms", "tf32 ms", "3x/fp32", "err fp32", "err 3x", "err tf32");
-  double tot1 = 0, tot3 = 0;
+  std::printf("%-40s %8s %8s %8s %8s %8s %8s | %8s %8s %8s %8s\n", "shape (cuBLASLt m x n x k, column-major)", "fp32 ms", "3x ms", "3xS ms", "S", "split ms", "tf32 ms",
+              "err fp32", "err 3x", "err 3xS", "err tf32");
+  double tot1 = 0, tot3 = 0, tot3s = 0;
   for (const Shape& s : SHAPES) {
     const size_t na = (size_t)s.m * s.k, nb = (size_t)s.k * s.n, nd = (size_t)s.m * s.n;
     std::vector<float> A(na), B(nb);
@@ -116,15 +148,17 @@ int main(int argc, char** argv) {
     for (auto& v : A) v = rnd();
     const float bs = 1.0f / std::sqrt((float)s.k);
     for (auto& v : B) v = rnd() * bs;
-    float *dA, *dB, *dD, *sA, *sB;
-    CK(cudaMalloc(&dA, na * 4)); CK(cudaMalloc(&dB, nb * 4)); CK(cudaMalloc(&dD, nd * 4));
+    const int S = chunksOf(3 * s.k);
+    float *dA, *dB, *dD, *sA, *sB, *dP;
+    CK(cudaMalloc(&dA, na * 4)); CK(cudaMalloc(&dB, nb * 4)); CK(cudaMalloc(&dD, nd * 4)); CK(cudaMalloc(&dP, S * nd * 4));
     CK(cudaMalloc(&sA, 3 * na * 4)); CK(cudaMalloc(&sB, 3 * nb * 4));
     CK(cudaMemcpy(dA, A.data(), na * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dB, B.data(), nb * 4, cudaMemcpyHostToDevice));
     // cuBLASLt's A is op(A) m x k: K inner when transposed; its B is k x n: K inner when not transposed
     const size_t blockA = s.ta ? s.k : na, blockB = s.tb ? nb : s.k;
     Call c1 = make(h, s, s.k, CUBLAS_COMPUTE_32F), c3 = make(h, s, 3 * s.k, CUBLAS_COMPUTE_32F_FAST_TF32), ct = make(h, s, s.k, CUBLAS_COMPUTE_32F_FAST_TF32);
-    if (!c1.ok || !c3.ok || !ct.ok) { std::printf("%-40s no algorithm\n", s.what); continue; }
+    Call cs = make(h, s, 3 * s.k, CUBLAS_COMPUTE_32F_FAST_TF32, S);
+    if (!c1.ok || !c3.ok || !ct.ok || !cs.ok) { std::printf("%-40s no algorithm\n", s.what); continue; }
     const float one = 1.0f, zero = 0.0f;
     auto run = [&](Call& c, const float* a, const float* b) { LT(cublasLtMatmul(h, c.desc, &one, a, c.a, b, c.b, &zero, dD, c.d, dD, c.d, &c.algo, ws, WS, 0)); };
     auto splits = [&]() {
@@ -149,12 +183,22 @@ int main(int argc, char** argv) {
     const float ts = time([&]() { splits(); });
     const float t3 = time([&]() { splits(); run(c3, sA, sB); });
     const double err3 = sampledError(s, A, B, dD);
+    const float t3s = time([&]() {
+      splits();
+      if (S == 1) run(cs, sA, sB);
+      else {
+        LT(cublasLtMatmul(h, cs.desc, &one, sA, cs.a, sB, cs.b, &zero, dP, cs.d, dP, cs.d, &cs.algo, ws, WS, 0));
+        sum_chunks<<<(unsigned)((nd + 255) / 256), 256>>>(dP, dD, nd, S);
+      }
+    });
+    const double err3s = sampledError(s, A, B, dD);
     CK(cudaGetLastError());
     tot1 += t1;
     tot3 += t3;
-    std::printf("%-40s %9.3f %9.3f %9.3f %9.3f %8.2f | %9.2e %9.2e %9.2e\n", s.what, t1, t3, ts, tt, t3 / t1, err1, err3, errt);
-    cudaFree(dA); cudaFree(dB); cudaFree(dD); cudaFree(sA); cudaFree(sB);
+    tot3s += t3s;
+    std::printf("%-40s %8.3f %8.3f %8.3f %8d %8.3f %8.3f | %8.1e %8.1e %8.1e %8.1e\n", s.what, t1, t3, t3s, S, ts, tt, err1, err3, err3s, errt);
+    cudaFree(dA); cudaFree(dB); cudaFree(dD); cudaFree(sA); cudaFree(sB); cudaFree(dP);
   }
-  std::printf("total of the shapes above: fp32 %.3f ms, 3xTF32 (splits included) %.3f ms\n", tot1, tot3);
+  std::printf("total of the shapes above: fp32 %.3f ms, 3xTF32 one call %.3f ms, 3xTF32 in K chunks (as built) %.3f ms\n", tot1, tot3, tot3s);
   return 0;
 }

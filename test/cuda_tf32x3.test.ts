@@ -24,7 +24,7 @@ import type { DType, Node } from '../compiler/ir/graph.js';
 import { lowerGemmCudaLt } from '../compiler/codegen-cuda/cublaslt.js';
 import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { planProblems } from '../compiler/codegen-cuda/plan.js';
-import { tf32Split, tf32SplitHelper, tf32x3Rule, type Tf32x3Mode } from '../compiler/codegen-cuda/tf32x3.js';
+import { chunksOf, tf32Split, tf32SplitHelper, tf32x3Rule, type Tf32x3Mode } from '../compiler/codegen-cuda/tf32x3.js';
 import type { KernelSpec } from '../compiler/kernels/kernel_types.js';
 import { checkFile } from '../compiler/check/index.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
@@ -105,67 +105,96 @@ describe('the 3xTF32 split (tf32Split, the kernel helper)', () => {
   }, 120_000);
 });
 
-/** the split kernels of a lowering ('before' kernels) and their call */
+/** the split kernels of a lowering ('before' kernels), the K chunks' sum kernel ('after', when chunked) and the call */
 function splitOf(r: ReturnType<typeof lower>) {
   const before = r.kernels.filter((k) => k.libraryPart === 'before');
-  return { before, lib: r.kernels[0].library! };
+  const after = r.kernels.filter((k) => k.libraryPart === 'after');
+  return { before, after, lib: r.kernels[0].library! };
 }
 
-/** host C++ running a kernel body for every gid.x (the body's `return` leaves the lambda) */
-function hostKernel(name: string, k: KernelSpec): string {
-  return `static void ${name}(const float* x, float* mpsc_scratch) {\n  for (uint g = 0; g < ${k.groups[0] * k.tgsize[0]}u; ++g) {\n    const uint3 gid = make_uint3(g, 0u, 0u);\n` +
+/** host C++ running a kernel body for every gid.x (the body's `return` leaves the lambda) over these parameters */
+function hostKernel(name: string, k: KernelSpec, params: string): string {
+  return `static void ${name}(${params}) {\n  for (uint g = 0; g < ${k.groups[0] * k.tgsize[0]}u; ++g) {\n    const uint3 gid = make_uint3(g, 0u, 0u);\n` +
     `    [&]() {\n${k.body}\n    }();\n  }\n}\n`;
 }
 
-describe('the split kernels and the rewritten call compute the node\'s product', () => {
-  const M = 13, N = 7, K = 9;
+describe('the split kernels, the rewritten call and the K chunks\' sum compute the node\'s product', () => {
+  const M = 13, N = 7;
   const cases: { what: string; op: string; shapes: number[][]; attrs: Node['attrs']; ta: boolean; tb: boolean; bias: boolean }[] = [
     { what: 'linear 2x3 rows, bias', op: 'linear', shapes: [[2, 3, 37], [19, 37], [19], [2, 3, 19]], attrs: {}, ta: false, tb: true, bias: true },
+    // 3K = 1800: two K chunks of 900; the bias moves to the sum kernel
+    { what: 'linear K 600 (2 chunks), bias', op: 'linear', shapes: [[5, 600], [19, 600], [19], [5, 19]], attrs: {}, ta: false, tb: true, bias: true },
   ];
   for (const [ta, tb] of [[false, false], [true, false], [false, true], [true, true]] as const) {
-    const A = (batch: number[]) => [...batch, ...(ta ? [K, M] : [M, K])];
-    const B = (batch: number[]) => [...batch, ...(tb ? [N, K] : [K, N])];
-    for (const [ba, bb, out] of [[[], [], []], [[2, 3], [2, 3], [2, 3]], [[6], [], [6]], [[], [6], [6]]] as [number[], number[], number[]][])
-      cases.push({ what: `matmul ${ta ? 'aT' : 'a'} ${tb ? 'bT' : 'b'} ${A(ba)} x ${B(bb)}`, op: 'matmul', shapes: [A(ba), B(bb), [...out, M, N]], attrs: { transA: ta, transB: tb }, ta, tb, bias: false });
+    for (const K of [9, 601]) {
+      const A = (batch: number[]) => [...batch, ...(ta ? [K, M] : [M, K])];
+      const B = (batch: number[]) => [...batch, ...(tb ? [N, K] : [K, N])];
+      // K 601: 3K = 1803, three chunks of 601 (a single product, and the folded shared-b batch)
+      const batches: [number[], number[], number[]][] = K === 9 ? [[[], [], []], [[2, 3], [2, 3], [2, 3]], [[6], [], [6]], [[], [6], [6]]] : [[[], [], []], [[6], [], [6]]];
+      for (const [ba, bb, out] of batches)
+        cases.push({ what: `matmul ${ta ? 'aT' : 'a'} ${tb ? 'bT' : 'b'} ${A(ba)} x ${B(bb)}`, op: 'matmul', shapes: [A(ba), B(bb), [...out, M, N]], attrs: { transA: ta, transB: tb }, ta, tb, bias: false });
+    }
   }
 
-  it.skipIf(!NV)('generated split kernels (run on the CPU through nvcc) + the call description (float64 interpreter) = the product within 2^-20', () => {
+  it.skipIf(!NV)('generated split kernels (run on the CPU through nvcc) + the call description (float64 interpreter) + the chunks\' sum kernel = the product within 2^-20', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-tf32x3-'));
     const lowered = cases.map((c) => lower(c.op, c.shapes, c.attrs));
     let src = `#include <cuda_runtime.h>\n#include <cstdio>\n#include <cstring>\n#include <vector>\ntypedef unsigned int uint;\n${tf32SplitHelper()}\n`;
     lowered.forEach((r, i) => {
-      const { before } = splitOf(r);
+      const { before, after } = splitOf(r);
       expect(before, cases[i].what).toHaveLength(2);
-      before.forEach((k, j) => (src += hostKernel(`c${i}_k${j}`, k)));
+      before.forEach((k, j) => (src += hostKernel(`c${i}_k${j}`, k, 'const float* x, float* mpsc_scratch')));
+      src += after.length ? hostKernel(`c${i}_r`, after[0], 'float* y, const float* bias, float* mpsc_scratch') : `static void c${i}_r(float*, const float*, float*) {}\n`;
     });
-    // main: case i, operand files, scratch floats, output file
+    // main: mode s (splits: a, b -> scratch) or r (sum: scratch, bias -> y); case i; files
     src += `static std::vector<float> load(const char* p) {\n  std::vector<float> v;\n  FILE* f = std::fopen(p, "rb");\n  float x;\n  while (std::fread(&x, 4, 1, f) == 1) v.push_back(x);\n  std::fclose(f);\n  return v;\n}\n`;
-    src += `int main(int argc, char** argv) {\n  const int c = std::atoi(argv[1]);\n  std::vector<float> a = load(argv[2]), b = load(argv[3]), s(std::atoi(argv[4]), 0.0f);\n  switch (c) {\n`;
-    lowered.forEach((_, i) => (src += `    case ${i}: c${i}_k0(a.data(), s.data()); c${i}_k1(b.data(), s.data()); break;\n`));
-    src += `  }\n  FILE* o = std::fopen(argv[5], "wb");\n  std::fwrite(s.data(), 4, s.size(), o);\n  std::fclose(o);\n  return 0;\n}\n`;
+    src += `static void save(const char* p, const std::vector<float>& v) {\n  FILE* o = std::fopen(p, "wb");\n  std::fwrite(v.data(), 4, v.size(), o);\n  std::fclose(o);\n}\n`;
+    src += `int main(int argc, char** argv) {\n  const int c = std::atoi(argv[2]);\n  if (argv[1][0] == 's') {\n    std::vector<float> a = load(argv[3]), b = load(argv[4]), s(std::atoi(argv[5]), 0.0f);\n    switch (c) {\n`;
+    lowered.forEach((_, i) => (src += `      case ${i}: c${i}_k0(a.data(), s.data()); c${i}_k1(b.data(), s.data()); break;\n`));
+    src += `    }\n    save(argv[6], s);\n  } else {\n    std::vector<float> s = load(argv[3]), bias = load(argv[4]), y(std::atoi(argv[5]), 0.0f);\n    switch (c) {\n`;
+    lowered.forEach((_, i) => (src += `      case ${i}: c${i}_r(y.data(), bias.data(), s.data()); break;\n`));
+    src += `    }\n    save(argv[6], y);\n  }\n  return 0;\n}\n`;
     fs.writeFileSync(path.join(dir, 'layout.cu'), src);
     execFileSync(NV!.nvcc, ['-O2', '-std=c++17', '-arch=sm_90a', '-include', 'cstdlib', path.join(dir, 'layout.cu'), '-o', path.join(dir, 'layout')], { stdio: 'pipe' });
+    const f = (n: string) => path.join(dir, n);
+    const readF32 = (n: string) => new Float32Array(new Uint8Array(fs.readFileSync(f(n))).buffer);
+    let chunked = 0;
     cases.forEach((c, i) => {
-      const { lib } = splitOf(lowered[i]);
+      const { lib, after } = splitOf(lowered[i]);
       const na = c.shapes[0].reduce((x, y) => x * y, 1), nb = c.shapes[1].reduce((x, y) => x * y, 1);
       const a = Float32Array.from(data(na, 3 + i)), b = Float32Array.from(data(nb, 40 + i));
-      fs.writeFileSync(path.join(dir, 'a.bin'), Buffer.from(a.buffer));
-      fs.writeFileSync(path.join(dir, 'b.bin'), Buffer.from(b.buffer));
+      fs.writeFileSync(f('a.bin'), Buffer.from(a.buffer));
+      fs.writeFileSync(f('b.bin'), Buffer.from(b.buffer));
       const floats = lib.tf32x3!.bytes / 4;
-      execFileSync(path.join(dir, 'layout'), [String(i), path.join(dir, 'a.bin'), path.join(dir, 'b.bin'), String(floats), path.join(dir, 's.bin')]);
-      const s = Float64Array.from(new Float32Array(new Uint8Array(fs.readFileSync(path.join(dir, 's.bin'))).buffer));
+      execFileSync(f('layout'), ['s', String(i), f('a.bin'), f('b.bin'), String(floats), f('s.bin')]);
+      const s32 = readF32('s.bin');
+      const s = Float64Array.from(s32);
       // cuBLASLt's A is our b (at offA), its B our a (at offB)
       const bias = c.bias ? data(c.shapes[2][0], 77) : null;
-      const d = blas(lib, s.subarray(lib.tf32x3!.offA / 4), s.subarray(lib.tf32x3!.offB / 4), bias);
       const want = c.op === 'linear'
         ? rowMajor([na / c.shapes[0].at(-1)!, c.shapes[0].at(-1)!], c.shapes[1], false, true, Float64Array.from(a), Float64Array.from(b)).map((v, e) => v + bias![e % c.shapes[1][0]])
         : rowMajor(c.shapes[0], c.shapes[1], c.ta, c.tb, Float64Array.from(a), Float64Array.from(b));
+      let d: Float64Array;
+      if (lib.tf32x3!.offD !== undefined) {
+        // K chunks: the call writes its partial products into the scratch region, the sum kernel (run on the CPU) makes y
+        chunked++;
+        expect(after, c.what).toHaveLength(1);
+        expect(lib.epilogue, c.what).toBe('default');
+        const parts = blas(lib, s.subarray(lib.tf32x3!.offA / 4), s.subarray(lib.tf32x3!.offB / 4), null);
+        s32.set(Float32Array.from(parts), lib.tf32x3!.offD / 4);
+        fs.writeFileSync(f('s.bin'), Buffer.from(s32.buffer));
+        fs.writeFileSync(f('bias.bin'), Buffer.from(Float32Array.from(bias ?? [0]).buffer));
+        execFileSync(f('layout'), ['r', String(i), f('s.bin'), f('bias.bin'), String(want.length), f('y.bin')]);
+        d = Float64Array.from(readF32('y.bin'));
+      } else d = blas(lib, s.subarray(lib.tf32x3!.offA / 4), s.subarray(lib.tf32x3!.offB / 4), bias);
       const scale = want.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
       const err = d.reduce((m, v, e) => Math.max(m, Math.abs(v - want[e])), 0);
       expect(err / scale, `${c.what}: ${JSON.stringify(lib)}`).toBeLessThan(2 ** -20);
       // and every split value is an exact TF32 value
-      expect(s.every((v) => (bits(v) & 0x1fff) === 0)).toBe(true);
+      expect(s32.subarray(0, (lib.tf32x3!.offD ?? lib.tf32x3!.bytes) / 4).every((v) => (bits(v) & 0x1fff) === 0)).toBe(true);
     });
+    // linear K 600; K 601: the four single products and the two folded batches (!transA); a strided batch is not chunked
+    expect(chunked).toBe(7);
     fs.rmSync(dir, { recursive: true, force: true });
   }, 240_000);
 });
@@ -233,9 +262,12 @@ describe('the 3xTF32 rule and the model', () => {
     // outputs that do not fill the GPU with 128 x 128 tiles: a thin product, a long-K weight gradient (measured 1.3x slower as 3xTF32)
     expect(tf32x3Rule({ m: 128, n: 16384, k: 128, batch: 1 }, 128 * 128 + 16384 * 128, 'rule').take).toBe(false);
     expect(tf32x3Rule({ m: 384, n: 1536, k: 16384, batch: 1 }, 16384 * (384 + 1536), 'rule').why).toMatch(/36 tiles/);
-    // K beyond 4096: the tensor cores' accumulation error (measured) would approach the 1e-4 check
-    expect(tf32x3Rule({ m: 4096, n: 4096, k: 8192, batch: 1 }, 2 * 4096 * 8192, 'rule').why).toMatch(/k 8192 > 4096/);
-    expect(tf32x3Rule({ m: 4096, n: 4096, k: 8192, batch: 1 }, 2 * 4096 * 8192, 'all').take).toBe(true);
+    // K beyond 4096 in a strided batch (no K chunks): the tensor cores' accumulation error (measured) would approach the 1e-4 check
+    expect(tf32x3Rule({ m: 4096, n: 4096, k: 8192, batch: 2 }, 4 * 4096 * 8192, 'rule').why).toMatch(/k 8192 > 4096/);
+    expect(tf32x3Rule({ m: 4096, n: 4096, k: 8192, batch: 1 }, 2 * 4096 * 8192, 'rule').take).toBe(true);
+    expect(tf32x3Rule({ m: 4096, n: 4096, k: 8192, batch: 2 }, 4 * 4096 * 8192, 'all').take).toBe(true);
+    // K chunks of at most 1536 that divide 3K; none for a strided batch
+    expect([chunksOf(3 * 384, 1), chunksOf(3 * 1024, 1), chunksOf(3 * 4096, 1), chunksOf(3 * 601, 1), chunksOf(3 * 4096, 6)]).toEqual([1, 2, 8, 3, 1]);
     // enough tiles, but the split's traffic outweighs the product's saving: a 128-row output
     const thin = tf32x3Rule({ m: 128, n: 17000, k: 1024, batch: 1 }, 1024 * (128 + 17000), 'rule');
     expect(thin.take).toBe(false);
@@ -243,7 +275,8 @@ describe('the 3xTF32 rule and the model', () => {
     const big = lower('matmul', [[2048, 2560], [2560, 1536], [2048, 1536]], {}, 'rule');
     expect(big.choice.tf32x3).toBe(true);
     expect(big.choice.why).toMatch(/3xTF32/);
-    expect(big.kernels[0].library!.k).toBe(3 * 2560);
+    // 3K = 7680 in 5 K chunks of 1536
+    expect(big.kernels[0].library!).toMatchObject({ k: 1536, batch: 5, epilogue: 'default' });
     expect(lower('matmul', [[2048, 2560], [2560, 1536], [2048, 1536]], {}, 'off').choice.tf32x3).toBeUndefined();
     expect(lower('matmul', [[5, 6], [6, 7], [5, 7]], {}, 'rule').kernels.some((k) => k.libraryPart === 'before')).toBe(false);
     expect(lower('matmul', [[5, 6], [6, 7], [5, 7]], {}, 'all').kernels.filter((k) => k.libraryPart === 'before')).toHaveLength(2);

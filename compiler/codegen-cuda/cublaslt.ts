@@ -20,7 +20,8 @@
  *  - an fp32 call (fp32 operands and D) that tf32x3.ts's size rule takes (MPSC_CUDA_TF32X3, default
  *    on) runs as 3xTF32: two split kernels ('before' the call) write hi / lo operands into the scratch
  *    region and the call, k tripled, multiplies them with CUBLAS_COMPUTE_32F_FAST_TF32 (exact products,
- *    the tensor cores' fp32 accumulation; tf32x3.ts has the numerics and the measured error). Small GEMMs stay fp32 FMA.
+ *    the tensor cores' fp32 accumulation, over K chunks of at most 1536 summed in fp32 by an 'after'
+ *    kernel that also adds the bias; tf32x3.ts has the numerics and the measured error). Small GEMMs stay fp32 FMA.
  * Numerics: CUBLAS_COMPUTE_32F (fp32 FMA, never plain TF32, as issue 14 asks for matmuls) with an fp32
  * output, or a 16-bit one (D of the operands' 16-bit type: autocast's storage of a product, the
  * fp32 result rounded once; not with a fused unary, which must see the unrounded result); the bias
@@ -148,12 +149,13 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   const nargs = first.args.length;
   const ltArgs = n.op === 'linear' ? { argA: 1, argB: 0, ...(p.gemm.epilogue === 'bias' ? { argBias: 2 } : {}) } : { argA: 1, argB: 0 };
   const epi = epilogue ? ` + ${String(epilogue.attrs.fn)} (in-place kernel after the call)` : '';
-  const split = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' ? splitCall(ctx, g, n, { ...p.gemm, ...ltArgs, argD: nargs - 1, what: '' }, tf32x3) : null;
+  const split = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' ? splitCall(ctx, g, n, { ...p.gemm, ...ltArgs, argD: nargs - 1, what: '' }, first.args[nargs - 1].value, tf32x3) : null;
   const gemm = split?.gemm ?? p.gemm;
   const numerics = split?.kernels ? '3xTF32 (split operands on the tensor cores, CUBLAS_COMPUTE_32F_FAST_TF32: exact products, tensor-core fp32 accumulation)'
     : p.gemm.abType === 'f32' ? 'fp32 FMA (CUBLAS_COMPUTE_32F)' : `${p.gemm.abType} operands, fp32 accumulate (CUBLAS_COMPUTE_32F)`;
   const what = `cuBLASLt ${numerics}${gemm.dType !== 'f32' ? `, ${gemm.dType} D` : ''}: ` +
-    `D[${gemm.m} x ${gemm.n}] = ${gemm.transA ? 'A^T' : 'A'} ${gemm.transB ? 'B^T' : 'B'}, k ${split?.kernels ? `3 x ${p.gemm.k}` : gemm.k}${gemm.batch > 1 ? `, ${gemm.batch} batches` : ''}` +
+    `D[${gemm.m} x ${gemm.n}] = ${gemm.transA ? 'A^T' : 'A'} ${gemm.transB ? 'B^T' : 'B'}, k ${split?.kernels ? `3 x ${p.gemm.k}` : gemm.k}` +
+    `${split?.chunks && split.chunks > 1 ? ` in ${split.chunks} K chunks of ${gemm.k} (strided batch) summed by a kernel${p.gemm.epilogue === 'bias' ? ' with the bias' : ''}` : gemm.batch > 1 ? `, ${gemm.batch} batches` : ''}` +
     `${gemm.epilogue === 'bias' ? ', epilogue BIAS' : ''}${epi}`;
   const library: LibraryGemm = { ...gemm, ...ltArgs, argD: nargs - 1, what };
   const kernels: KernelSpec[] = fallback.map((k, i) => ({ ...k, libraryPart: 'fallback' as const, ...(i === 0 ? { library } : {}) }));
@@ -169,16 +171,17 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   return { kernels, choice: { node: n.id, op: n.op, path: 'cublaslt', shape: p.shape, why, ...(split?.kernels ? { tf32x3: true } : {}) } };
 }
 
-/** an fp32 call over 3xTF32 split operands when tf32x3.ts's rule takes it: the call, its split kernels; or why not (`kernels` absent) */
-function splitCall(ctx: LowerCtx, g: Graph, n: Node, L: LibraryGemm, mode: Tf32x3Mode): { gemm?: LibraryGemm; kernels?: KernelSpec[]; why: string } {
+/** an fp32 call over 3xTF32 split operands when tf32x3.ts's rule takes it: the call, its split (and chunk-sum) kernels; or why not (`kernels` absent) */
+function splitCall(ctx: LowerCtx, g: Graph, n: Node, L: LibraryGemm, y: number, mode: Tf32x3Mode): { gemm?: LibraryGemm; kernels?: KernelSpec[]; chunks?: number; why: string } {
   const a = n.inputs[0], b = n.inputs[1];
   const elems = numel(shapeOf(g, a)) + numel(shapeOf(g, b));
   const rule = tf32x3Rule(L, elems, mode);
   if (!rule.take) return { why: rule.why };
   const lay = tf32x3Layout(L);
-  const s = splitKernels(ctx, g, n, a, b, lay.blockA, lay.blockB);
+  const bias = L.epilogue === 'bias' ? n.inputs[2] : undefined;
+  const s = splitKernels(ctx, g, n, { a, b, y, ...(bias !== undefined ? { bias } : {}) }, lay, L.m * L.n * L.batch);
   if (!s) return { why: `${rule.why}; but the split operands exceed 2^32 elements: fp32 FMA` };
-  return { gemm: { ...lay.gemm, tf32x3: s.split }, kernels: s.kernels, why: rule.why };
+  return { gemm: { ...lay.gemm, tf32x3: s.split }, kernels: s.kernels, chunks: lay.chunks, why: rule.why };
 }
 
 /** one report line per GEMM node */

@@ -194,11 +194,13 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       if (k.library) {
         const L = k.library, arg = (i: number) => kn.args[i];
         // 3xTF32: cuBLASLt's A and B are the split operands in the scratch region
-        const inScratch = (x: KernelArgPlan, off: number, elems: number): KernelArgPlan => ({ name: x.name, type: x.type, access: 'r', offset: scratch.offset + off, bytes: elems * 4, value: `${x.value} (3xTF32 split)` });
+        const inScratch = (x: KernelArgPlan, off: number, elems: number, what = '3xTF32 split'): KernelArgPlan => ({ name: x.name, type: x.type, access: 'r', offset: scratch.offset + off, bytes: elems * 4, value: `${x.value} (${what})` });
         const [a, b] = L.tf32x3
           ? [inScratch(arg(L.argA), L.tf32x3.offA, L.rowsA * L.colsA * Math.max(1, L.strideA ? L.batch : 1)), inScratch(arg(L.argB), L.tf32x3.offB, L.rowsB * L.colsB * Math.max(1, L.strideB ? L.batch : 1))]
           : [arg(L.argA), arg(L.argB)];
-        lt = { kind: 'cublaslt', node: k.node, op: k.op, index: calls++, gemm: L, a, b, d: arg(L.argD), ...(L.argBias !== undefined ? { bias: arg(L.argBias) } : {}), fallback: [kn], before: [], after: [] };
+        // 3xTF32 in K chunks: D is the chunks' partial products in the scratch region (an 'after' kernel sums them)
+        const d = L.tf32x3?.offD !== undefined ? { ...inScratch(arg(L.argD), L.tf32x3.offD, L.m * L.n * L.batch, '3xTF32 K-chunk partials'), access: 'w' as const } : arg(L.argD);
+        lt = { kind: 'cublaslt', node: k.node, op: k.op, index: calls++, gemm: L, a, b, d, ...(L.argBias !== undefined ? { bias: arg(L.argBias) } : {}), fallback: [kn], before: [], after: [] };
         nodes.push(lt);
       } else if (k.libraryPart) {
         if (!lt || lt.node !== k.node) throw new Error(`internal: kernel ${k.name} is part of a cuBLASLt node but follows none`);
@@ -248,7 +250,7 @@ export function planProblems(plan: CudaPlan): string[] {
     }
     for (const n of p.nodes)
       if (n.kind === 'cublaslt' && n.gemm.tf32x3)
-        for (const x of [n.a, n.b])
+        for (const x of [n.a, n.b, ...(n.gemm.tf32x3.offD !== undefined ? [n.d] : [])])
           if (x.offset < plan.scratch.offset || x.offset + x.bytes > plan.scratch.offset + plan.scratch.bytes) bad.push(`${p.name}: cuBLASLt call ${n.index}: the 3xTF32 operand ${x.value} leaves the scratch region`);
     for (const n of planKernels(p))
       for (const a of n.args) {

@@ -86,8 +86,8 @@ export interface LibraryGemm {
   epilogue: 'default' | 'bias';
   /** argument indices: A, B, D and (epilogue bias) the bias vector */
   argA: number; argB: number; argD: number; argBias?: number;
-  /** 3xTF32: byte offsets of A and B in the scratch region (the 'before' kernels write them there), bytes of both */
-  tf32x3?: { offA: number; offB: number; bytes: number };
+  /** 3xTF32: byte offsets of A and B in the scratch region (the 'before' kernels write them there), bytes of all; offD: the K chunks' partial D's (batch = chunks), which an 'after' kernel sums into the output */
+  tf32x3?: { offA: number; offB: number; bytes: number; offD?: number };
   /** one line: the product and why this path (reports, logs) */
   what: string;
 }
