@@ -71,7 +71,7 @@ import { LOSS_SCALE_STATE } from '../compiler/ir/optimizer_lowering.js';
 import { initialScaler } from '../runtime/loss_scaler.js';
 import type { LoweredProgram } from '../compiler/codegen-metal/lower_program.js';
 import { buildCuda, type CudaGemm } from '../compiler/codegen-cuda/index.js';
-import { cudaArchitecture, createCudaSession, findGpu, findNvcc } from '../runtime/cuda/session.js';
+import { cudaArchitecture, createCudaSession, findGpu, findNvcc, tf32x3Choice } from '../runtime/cuda/session.js';
 import { createCpuSession } from '../runtime/native/native_session.js';
 import type { Batch, Session } from '../runtime/session.js';
 import { FLASH_TOL, cudaCaseBuild, cudaKernelCases, flashTolerance, judgeCases, parityBatches } from '../test/cuda_cases.js';
@@ -135,9 +135,10 @@ const summary = {
  * The generated CUDA model of `programs` linked with the runtime and the ABI test driver (nvcc runs
  * concurrently). `lt`: linear / matmul as cuBLASLt calls, linked with cuBLASLt (-DMPSC_CUBLASLT, as the
  * CMake build does where it finds CUDA::cublasLt); otherwise every GEMM is its generated kernel.
+ * $MPSC_CUDA_TF32X3 (0 | 1 | all) picks which fp32 calls run as 3xTF32 (codegen-cuda/tf32x3.ts), as in a session.
  */
 async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 'cuda', lt = false): Promise<EmuBuild<CaseArtifacts> & { lowered: LoweredProgram[] }> {
-  const a = buildCuda(programs, model, { gemm, cublasLt: lt });
+  const a = buildCuda(programs, model, { gemm, cublasLt: lt, tf32x3: tf32x3Choice() });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `cuda-driver-${model}-`));
   for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);
   for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) fs.copyFileSync(path.join(ROOT, 'runtime/cpp', f), path.join(dir, f));

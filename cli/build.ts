@@ -23,7 +23,7 @@ import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/nativ
 import { cpuInputsKey } from '../runtime/native/native_session.js';
 import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
 import { attentionReport } from '../compiler/codegen-cuda/attention_cuda.js';
-import { cublasLtChoice, cudaArchitecture, cudaInputsKey, findCublasLt, findGpu, findNvcc, gemmReport } from '../runtime/cuda/session.js';
+import { cublasLtChoice, tf32x3Choice, cudaArchitecture, cudaInputsKey, findCublasLt, findGpu, findNvcc, gemmReport } from '../runtime/cuda/session.js';
 
 interface BuildOpts {
   output?: string;
@@ -57,7 +57,8 @@ function writeMetal(programs: ProgramSet, dir: string, opts: { fallbackOps: stri
 
 async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, log: (s: string) => void): Promise<void> {
   const cublasLt = cublasLtChoice();
-  const a = generateCudaModel(programs, { cublasLt });
+  const tf32x3 = tf32x3Choice();
+  const a = generateCudaModel(programs, { cublasLt, tf32x3 });
   const nv = findNvcc();
   const gpu = findGpu();
   const settings = { nvcc: nv?.nvcc ?? 'nvcc', version: nv?.version ?? 'unknown', architectures: cudaArchitecture(gpu?.computeCap ?? null) };
@@ -65,7 +66,7 @@ async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, lo
   const files = writeCmakeProject(dir, a.files, '-O2', target, settings);
   log(`cuda: ${files.length} files in ${dir} (CMake targets ${target}, ${target}_embed; CMAKE_CUDA_ARCHITECTURES ${settings.architectures}${gpu ? ` for ${gpu.name}` : ' (no GPU here: Hopper assumed)'})`);
   if (compile && nv) {
-    const built = await buildAddon({ files: a.files, inputsKey: cudaInputsKey(programs, 'cuda', cublasLt), cxxflags: '-O2', cuda: settings, onProgress: (m) => process.stderr.write(m + '\n') });
+    const built = await buildAddon({ files: a.files, inputsKey: cudaInputsKey(programs, 'cuda', cublasLt, true, tf32x3), cxxflags: '-O2', cuda: settings, onProgress: (m) => process.stderr.write(m + '\n') });
     log(`  module: ${built.modulePath} (${built.cached ? 'cached' : 'built'})`);
   } else if (compile) log('  not compiled: nvcc was not found (set MPSC_NVCC or put nvcc on PATH)');
   log('  program        batch  kernels  graph nodes');

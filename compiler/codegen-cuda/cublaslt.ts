@@ -17,7 +17,12 @@
  *    reason names which kernel, conv_cuda.ts convKernelNote: the TF32 implicit-GEMM kernel, or
  *    gemm_cuda.ts's 64x64 one and why) and for partially broadcast batch dims.
  *  - `lt: false` (MPSC_CUDA_CUBLASLT=0 at generation time): every GEMM is generated.
- * Numerics: CUBLAS_COMPUTE_32F (fp32 FMA, never TF32, as issue 14 asks for matmuls) with an fp32
+ *  - an fp32 call (fp32 operands and D) that tf32x3.ts's size rule takes (MPSC_CUDA_TF32X3, default
+ *    on) runs as 3xTF32: two split kernels ('before' the call) write hi / lo operands into the scratch
+ *    region and the call, k tripled, multiplies them with CUBLAS_COMPUTE_32F_FAST_TF32 (exact products,
+ *    the tensor cores' fp32 accumulation, over K chunks of at most 1536 summed in fp32 by an 'after'
+ *    kernel that also adds the bias; tf32x3.ts has the numerics and the measured error). Small GEMMs stay fp32 FMA.
+ * Numerics: CUBLAS_COMPUTE_32F (fp32 FMA, never plain TF32, as issue 14 asks for matmuls) with an fp32
  * output, or a 16-bit one (D of the operands' 16-bit type: autocast's storage of a product, the
  * fp32 result rounded once; not with a fused unary, which must see the unrounded result); the bias
  * of D's type (autocast rounds a linear's bias as it rounds the operands; an fp32 bias with a 16-bit
@@ -36,6 +41,7 @@ import { unaryFwd } from '../kernels/elementwise.js';
 import { convKernelNote } from './conv_cuda.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
 import { gemmParts } from '../kernels/gemm.js';
+import { splitKernels, tf32x3Layout, tf32x3Rule, type Tf32x3Mode } from './tf32x3.js';
 
 /** where a GEMM node runs, and why (plain data for reports) */
 export interface GemmChoice {
@@ -45,6 +51,8 @@ export interface GemmChoice {
   /** the product: M x N x K (x batch), operand type */
   shape: string;
   why: string;
+  /** the cuBLASLt call multiplies 3xTF32 split operands (tf32x3.ts) */
+  tf32x3?: boolean;
 }
 
 /** the kernels and the choice of one GEMM-family node */
@@ -126,8 +134,11 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): P
   return { reason: `a convolution (implicit im2col: no cuBLASLt layout): ${convKernelNote(g, n)}`, shape: gm ? `${gm.M} x ${gm.N} x ${gm.K}${gm.G > 1 ? ` x ${gm.G} groups` : ''}` : '' };
 }
 
-/** `epilogue`: the fused unary (its output replaces the GEMM's); `lt`: cuBLASLt may be chosen at all */
-export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean): CudaGemmLowering | null {
+/**
+ * `epilogue`: the fused unary (its output replaces the GEMM's); `lt`: cuBLASLt may be chosen at all;
+ * `tf32x3`: whether an fp32 call may run over split operands on the tensor cores (tf32x3.ts's rule)
+ */
+export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule'): CudaGemmLowering | null {
   const fallback = lowerGemmCuda(ctx, g, n, epilogue);
   if (!fallback) return null;
   const p = planOf(ctx, g, n, epilogue);
@@ -138,11 +149,17 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   const nargs = first.args.length;
   const ltArgs = n.op === 'linear' ? { argA: 1, argB: 0, ...(p.gemm.epilogue === 'bias' ? { argBias: 2 } : {}) } : { argA: 1, argB: 0 };
   const epi = epilogue ? ` + ${String(epilogue.attrs.fn)} (in-place kernel after the call)` : '';
-  const what = `cuBLASLt ${p.gemm.abType === 'f32' ? 'fp32 FMA (CUBLAS_COMPUTE_32F)' : `${p.gemm.abType} operands, fp32 accumulate (CUBLAS_COMPUTE_32F)`}${p.gemm.dType !== 'f32' ? `, ${p.gemm.dType} D` : ''}: ` +
-    `D[${p.gemm.m} x ${p.gemm.n}] = ${p.gemm.transA ? 'A^T' : 'A'} ${p.gemm.transB ? 'B^T' : 'B'}, k ${p.gemm.k}${p.gemm.batch > 1 ? `, ${p.gemm.batch} batches` : ''}` +
-    `${p.gemm.epilogue === 'bias' ? ', epilogue BIAS' : ''}${epi}`;
-  const library: LibraryGemm = { ...p.gemm, ...ltArgs, argD: nargs - 1, what };
+  const split = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' ? splitCall(ctx, g, n, { ...p.gemm, ...ltArgs, argD: nargs - 1, what: '' }, first.args[nargs - 1].value, tf32x3) : null;
+  const gemm = split?.gemm ?? p.gemm;
+  const numerics = split?.kernels ? '3xTF32 (split operands on the tensor cores, CUBLAS_COMPUTE_32F_FAST_TF32: exact products, tensor-core fp32 accumulation)'
+    : p.gemm.abType === 'f32' ? 'fp32 FMA (CUBLAS_COMPUTE_32F)' : `${p.gemm.abType} operands, fp32 accumulate (CUBLAS_COMPUTE_32F)`;
+  const what = `cuBLASLt ${numerics}${gemm.dType !== 'f32' ? `, ${gemm.dType} D` : ''}: ` +
+    `D[${gemm.m} x ${gemm.n}] = ${gemm.transA ? 'A^T' : 'A'} ${gemm.transB ? 'B^T' : 'B'}, k ${split?.kernels ? `3 x ${p.gemm.k}` : gemm.k}` +
+    `${split?.chunks && split.chunks > 1 ? ` in ${split.chunks} K chunks of ${gemm.k} (strided batch) summed by a kernel${p.gemm.epilogue === 'bias' ? ' with the bias' : ''}` : gemm.batch > 1 ? `, ${gemm.batch} batches` : ''}` +
+    `${gemm.epilogue === 'bias' ? ', epilogue BIAS' : ''}${epi}`;
+  const library: LibraryGemm = { ...gemm, ...ltArgs, argD: nargs - 1, what };
   const kernels: KernelSpec[] = fallback.map((k, i) => ({ ...k, libraryPart: 'fallback' as const, ...(i === 0 ? { library } : {}) }));
+  if (split?.kernels) kernels.push(...split.kernels);
   if (epilogue) {
     // the fused unary, in place on the call's output (fp32)
     const out = epilogue.outputs[0];
@@ -150,8 +167,21 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
     const after = elementwise(ctx, g, n, [argOf(g, 'y', out, 'rw')], numel(shapeOf(g, out)), body, ` [after the cuBLASLt call: unary ${String(epilogue.attrs.fn)} in place]`);
     kernels.push({ ...after, libraryPart: 'after' });
   }
-  const why = `the rule: every ${n.op} cuBLASLt can address; ${what.replace(/^cuBLASLt /, '')}; the generated kernel is the fallback`;
-  return { kernels, choice: { node: n.id, op: n.op, path: 'cublaslt', shape: p.shape, why } };
+  const why = `the rule: every ${n.op} cuBLASLt can address; ${what.replace(/^cuBLASLt /, '')}${split ? ` (3xTF32: ${split.why})` : ''}; the generated kernel is the fallback`;
+  return { kernels, choice: { node: n.id, op: n.op, path: 'cublaslt', shape: p.shape, why, ...(split?.kernels ? { tf32x3: true } : {}) } };
+}
+
+/** an fp32 call over 3xTF32 split operands when tf32x3.ts's rule takes it: the call, its split (and chunk-sum) kernels; or why not (`kernels` absent) */
+function splitCall(ctx: LowerCtx, g: Graph, n: Node, L: LibraryGemm, y: number, mode: Tf32x3Mode): { gemm?: LibraryGemm; kernels?: KernelSpec[]; chunks?: number; why: string } {
+  const a = n.inputs[0], b = n.inputs[1];
+  const elems = numel(shapeOf(g, a)) + numel(shapeOf(g, b));
+  const rule = tf32x3Rule(L, elems, mode);
+  if (!rule.take) return { why: rule.why };
+  const lay = tf32x3Layout(L);
+  const bias = L.epilogue === 'bias' ? n.inputs[2] : undefined;
+  const s = splitKernels(ctx, g, n, { a, b, y, ...(bias !== undefined ? { bias } : {}) }, lay, L.m * L.n * L.batch);
+  if (!s) return { why: `${rule.why}; but the split operands exceed 2^32 elements: fp32 FMA` };
+  return { gemm: { ...lay.gemm, tf32x3: s.split }, kernels: s.kernels, chunks: lay.chunks, why: rule.why };
 }
 
 /** one report line per GEMM node */

@@ -44,13 +44,13 @@ function ltTable(plan: CudaPlan): string {
   if (!calls.length) return s + '\n';
   s += '#ifdef MPSC_CUBLASLT\n';
   s += `const size_t LT_WORKSPACE_OFFSET = ${plan.ltWorkspace.offset}, LT_WORKSPACE_BYTES = ${plan.ltWorkspace.bytes};\n`;
-  s += '// m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,\n// offsets of A, B, D, bias; node; what\n';
+  s += '// m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,\n// offsets of A, B, D, bias; node; what; compute (3xTF32: A and B are split operands in the scratch region)\n';
   s += 'const MpscLtGemm LT_GEMMS[NLT] = {\n';
   for (const c of calls) {
     const g = c.gemm;
     s += `  { ${g.m}, ${g.n}, ${g.k}, ${g.transA ? 1 : 0}, ${g.transB ? 1 : 0}, ${g.rowsA}, ${g.colsA}, ${g.lda}, ${g.rowsB}, ${g.colsB}, ${g.ldb}, ${g.ldd}, ` +
       `${g.batch}, ${g.strideA}, ${g.strideB}, ${g.strideD}, ${LT_TYPE[g.abType]}, ${LT_TYPE[g.dType]}, ${g.epilogue === 'bias' ? 'MPSC_LT_EPI_BIAS' : 'MPSC_LT_EPI_DEFAULT'}, ` +
-      `${c.a.offset}, ${c.b.offset}, ${c.d.offset}, ${c.bias ? c.bias.offset : 0}, ${c.node}, ${cString(`${c.op}: ${g.what}`)} },\n`;
+      `${c.a.offset}, ${c.b.offset}, ${c.d.offset}, ${c.bias ? c.bias.offset : 0}, ${c.node}, ${cString(`${c.op}: ${g.what}`)}, ${g.tf32x3 ? 'MPSC_LT_COMPUTE_TF32X3' : 'MPSC_LT_COMPUTE_32F'} },\n`;
   }
   s += '};\n#else\n';
   s += `const int LT_GEMMS_NODE[NLT] = { ${calls.map((c) => c.node).join(', ')} };\n`;
@@ -78,7 +78,7 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
     std::fprintf(stderr, "mpsc cuda: cuBLASLt is linked but unusable (%s): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\\n", why0, NLT);
     return true;
   }
-  int ok = 0;
+  int ok = 0, x3 = 0;
   for (int i = 0; i < NLT; ++i) {
     b->lt_ok[i] = mpsc_lt_ok(b->lt, i);
     // one eager call before any graph capture (loads cuBLASLt's kernel, checks the call); it writes only D, which
@@ -92,9 +92,10 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
       std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel: the first cuBLASLt call failed (%s)\\n", g.node, g.what, why[0] ? why : "cudaStreamSynchronize");
     } else if (each || !b->lt_ok[i]) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): %s\\n", g.node, g.what, mpsc_lt_note(b->lt, i));
     ok += b->lt_ok[i] ? 1 : 0;
+    x3 += b->lt_ok[i] && g.compute == MPSC_LT_COMPUTE_TF32X3 ? 1 : 0;
   }
-  std::fprintf(stderr, "mpsc cuda: %d of %d GEMM calls run on cuBLASLt (fp32 accumulation), %d as generated kernels (no algorithm)%s\\n",
-               ok, NLT, NLT - ok, each ? "" : "; MPSC_CUDA_GEMM_LOG=1 lists every call");
+  std::fprintf(stderr, "mpsc cuda: %d of %d GEMM calls run on cuBLASLt (fp32 accumulation; %d of them 3xTF32 split operands), %d as generated kernels (no algorithm)%s\\n",
+               ok, NLT, x3, NLT - ok, each ? "" : "; MPSC_CUDA_GEMM_LOG=1 lists every call");
 #else
   std::fprintf(stderr, "mpsc cuda: built without cuBLASLt (CMake found no CUDA::cublasLt): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\\n", NLT);
   if (each) for (int i = 0; i < NLT; ++i) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel\\n", LT_GEMMS_NODE[i], LT_GEMMS_WHAT[i]);
@@ -129,7 +130,7 @@ function launch(p: ProgramPlan, n: GraphNodePlan, k: number): string {
   if (n.kind === 'kernel') body = kernelLaunch(p, n, '    ');
   else {
     const lt = `    if (!mpsc_lt_run(b->lt, ${n.index}, ${devAt(p, n.a)}, ${devAt(p, n.b)}, ${devAt(p, n.d)}, st, ctx->error, sizeof ctx->error)) return false;\n`;
-    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${lt}${n.after.map((a) => kernelLaunch(p, a, '      ')).join('')}    } else\n#endif\n` +
+    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ')).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ')).join('')}    } else\n#endif\n` +
       `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ')).join('')}    }\n`;
   }
   return `  {\n${body}    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n  }\n`;

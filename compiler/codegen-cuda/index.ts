@@ -32,6 +32,7 @@ import { reshapeViews } from './views.js';
 import { cudaHostSource } from './host.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
 import { lowerGemmCudaLt, type GemmChoice } from './cublaslt.js';
+import type { Tf32x3Mode } from './tf32x3.js';
 import { lowerLayernormGradCuda, lowerSumToCuda } from './reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from './embedding_cuda.js';
 import { lowerLayernormCuda } from './layernorm_cuda.js';
@@ -72,12 +73,12 @@ const cudaEmbedding: GpuLowering = (ctx, g, n) => lowerEmbeddingCuda(ctx, g, n) 
  * reduce_cuda.ts (its dx and the layernorm forward a warp per row: layernorm_cuda.ts), embedding (ids = positions) and
  * embedding_grad on embedding_cuda.ts, the class
  * losses / metrics cross_entropy(_grad), accuracy and top_k on class_rows.ts, and the GEMM family through cublaslt.ts
- * (cuBLASLt where its rule says and `lt` allows, else gemm_cuda.ts's kernels), recording each
+ * (cuBLASLt where its rule says and `lt` allows, fp32 calls as 3xTF32 where tf32x3.ts's rule and `tf32x3` say; else gemm_cuda.ts's kernels), recording each
  * GEMM node's choice in `choices`; `gemm` is the same lowering for nodes with a fused epilogue.
  */
-function gemmRegistry(lt: boolean, choices: GemmChoice[]): { registry: GpuRegistry; gemm: typeof lowerGemmCuda } {
+function gemmRegistry(lt: boolean, tf32x3: Tf32x3Mode, choices: GemmChoice[]): { registry: GpuRegistry; gemm: typeof lowerGemmCuda } {
   const gemm = (ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null => {
-    const r = lowerGemmCudaLt(ctx, g, n, epilogue, lt);
+    const r = lowerGemmCudaLt(ctx, g, n, epilogue, lt, tf32x3);
     if (r) choices.push(r.choice);
     return r ? r.kernels : null;
   };
@@ -145,6 +146,8 @@ export interface CudaGenOptions {
   fuse?: boolean;
   /** linear / matmul may run as cuBLASLt calls (cublaslt.ts's rule; default true): the build links cuBLASLt where CMake finds it */
   cublasLt?: boolean;
+  /** fp32 cuBLASLt calls over 3xTF32 split operands (tf32x3.ts): its size rule (default), never, or all of them */
+  tf32x3?: Tf32x3Mode;
   /** false: one launch per element-wise kernel (merge.ts otherwise merges runs of independent ones) */
   merge?: boolean;
 }
@@ -164,7 +167,7 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
     const layout = programLayout(p, table);
     const choices: GemmChoice[] = [];
     gemms.push({ program: p.name, choices });
-    const reg = gemmRegistry(opts.cublasLt ?? true, choices);
+    const reg = gemmRegistry(opts.cublasLt ?? true, opts.tf32x3 ?? 'rule', choices);
     const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: reg.registry, gemm: reg.gemm } : {}) }, layout, CUDA);
     const plan = buildPlan(lp, layout, table, model);
     const viewed = reshapeViews(lp, plan);

@@ -18,8 +18,9 @@
  *    graph's kernel list in order, each argument a byte offset in the device allocation (arguments
  *    in the upload region are set 0's: the host adds `set * setBytes` for set 1). A GEMM node that
  *    cublaslt.ts made a cuBLASLt call is one graph node of kind 'cublaslt' holding the call (its
- *    operands' offsets from the first kernel's bindings), its generated fallback kernels and the
- *    kernels that run after the call (a fused unary fn). A kernel that index.ts sharedKernels found
+ *    operands' offsets from the first kernel's bindings; for a 3xTF32 call, cublaslt.ts / tf32x3.ts,
+ *    the split operands' offsets in the scratch region), its generated fallback kernels, the kernels
+ *    that run before the call (the 3xTF32 operand splits) and after it (a fused unary fn). A kernel that index.ts sharedKernels found
  *    identical to an earlier one is launched under that one's name (`alias`).
  * Relies on: every kernel binding has a home (dispatch_plan.ts checks), kernels run in stream
  * order (a graph captured from one stream is a chain, so the plan's barriers are implied).
@@ -82,6 +83,8 @@ export interface LtNodePlan {
   /** the operands' device offsets and bytes (perSet: in the upload region, set 0's) */
   a: KernelArgPlan; b: KernelArgPlan; d: KernelArgPlan; bias?: KernelArgPlan;
   fallback: KernelNodePlan[];
+  /** kernels that run before the call only (3xTF32: the operand splits into the scratch region, whose offsets `a` and `b` then are) */
+  before: KernelNodePlan[];
   after: KernelNodePlan[];
 }
 export type GraphNodePlan = KernelNodePlan | LtNodePlan;
@@ -190,11 +193,18 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       };
       if (k.library) {
         const L = k.library, arg = (i: number) => kn.args[i];
-        lt = { kind: 'cublaslt', node: k.node, op: k.op, index: calls++, gemm: L, a: arg(L.argA), b: arg(L.argB), d: arg(L.argD), ...(L.argBias !== undefined ? { bias: arg(L.argBias) } : {}), fallback: [kn], after: [] };
+        // 3xTF32: cuBLASLt's A and B are the split operands in the scratch region
+        const inScratch = (x: KernelArgPlan, off: number, elems: number, what = '3xTF32 split'): KernelArgPlan => ({ name: x.name, type: x.type, access: 'r', offset: scratch.offset + off, bytes: elems * 4, value: `${x.value} (${what})` });
+        const [a, b] = L.tf32x3
+          ? [inScratch(arg(L.argA), L.tf32x3.offA, L.rowsA * L.colsA * Math.max(1, L.strideA ? L.batch : 1)), inScratch(arg(L.argB), L.tf32x3.offB, L.rowsB * L.colsB * Math.max(1, L.strideB ? L.batch : 1))]
+          : [arg(L.argA), arg(L.argB)];
+        // 3xTF32 in K chunks: D is the chunks' partial products in the scratch region (an 'after' kernel sums them)
+        const d = L.tf32x3?.offD !== undefined ? { ...inScratch(arg(L.argD), L.tf32x3.offD, L.m * L.n * L.batch, '3xTF32 K-chunk partials'), access: 'w' as const } : arg(L.argD);
+        lt = { kind: 'cublaslt', node: k.node, op: k.op, index: calls++, gemm: L, a, b, d, ...(L.argBias !== undefined ? { bias: arg(L.argBias) } : {}), fallback: [kn], before: [], after: [] };
         nodes.push(lt);
       } else if (k.libraryPart) {
         if (!lt || lt.node !== k.node) throw new Error(`internal: kernel ${k.name} is part of a cuBLASLt node but follows none`);
-        (k.libraryPart === 'after' ? lt.after : lt.fallback).push(kn);
+        (k.libraryPart === 'after' ? lt.after : k.libraryPart === 'before' ? lt.before : lt.fallback).push(kn);
       } else {
         lt = null;
         nodes.push(kn);
@@ -208,9 +218,9 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
   return { model, deviceBytes: align(off), persistent, arena, scratch, ltWorkspace, inputs, programs };
 }
 
-/** every generated kernel of a program's graph nodes, in order (a cuBLASLt call's fallback kernels, then its 'after' kernels) */
+/** every generated kernel of a program's graph nodes, in order (a cuBLASLt call's fallback kernels, then its 'before' and 'after' kernels) */
 export function planKernels(p: ProgramPlan): KernelNodePlan[] {
-  return p.nodes.flatMap((n) => (n.kind === 'kernel' ? [n] : [...n.fallback, ...n.after]));
+  return p.nodes.flatMap((n) => (n.kind === 'kernel' ? [n] : [...n.fallback, ...n.before, ...n.after]));
 }
 
 /** Problems of a plan (empty when sound): regions overlap or leave the allocation, an argument leaves its region. */
@@ -238,6 +248,10 @@ export function planProblems(plan: CudaPlan): string[] {
       if (o.hostOffset + 4 > p.stagingBytes) bad.push(`${p.name}: output ${o.name} leaves the staging set`);
       if (!inside(o.deviceOffset, 4)) bad.push(`${p.name}: output ${o.name} leaves its region`);
     }
+    for (const n of p.nodes)
+      if (n.kind === 'cublaslt' && n.gemm.tf32x3)
+        for (const x of [n.a, n.b, ...(n.gemm.tf32x3.offD !== undefined ? [n.d] : [])])
+          if (x.offset < plan.scratch.offset || x.offset + x.bytes > plan.scratch.offset + plan.scratch.bytes) bad.push(`${p.name}: cuBLASLt call ${n.index}: the 3xTF32 operand ${x.value} leaves the scratch region`);
     for (const n of planKernels(p))
       for (const a of n.args) {
         if (!inside(a.offset, a.bytes)) bad.push(`${p.name}.${n.kernel}: argument ${a.name} (${a.value}) leaves its region`);

@@ -54,9 +54,10 @@ export interface KernelSpec extends KernelVariant {
   /**
    * CUDA only, on every kernel of a node that carries `library`: 'fallback' kernels run when the
    * library call is unavailable (built without the library, or no algorithm for the shape);
-   * 'after' kernels run after the library call only (an epilogue the library cannot apply).
+   * 'after' kernels run after the library call only (an epilogue the library cannot apply);
+   * 'before' kernels run before it only (the 3xTF32 operand splits, codegen-cuda/tf32x3.ts).
    */
-  libraryPart?: 'fallback' | 'after';
+  libraryPart?: 'fallback' | 'after' | 'before';
 }
 
 /** operand element types of a library GEMM */
@@ -67,7 +68,9 @@ export type LibraryDType = 'f32' | 'f16' | 'bf16';
  * (+ bias per row of D: the epilogue), `batch` products at the given element strides.
  * A, B, bias and D are argument indices of the kernel carrying it (their device offsets come from
  * that kernel's bindings); C is D with beta 0. Accumulation is fp32 (CUBLAS_COMPUTE_32F: fp32
- * FMA, never TF32); A and B are fp32, or both the same 16-bit type; D is fp32 or that 16-bit type.
+ * FMA, never plain TF32); A and B are fp32, or both the same 16-bit type; D is fp32 or that 16-bit type.
+ * `tf32x3` (fp32 only, codegen-cuda/tf32x3.ts): A and B are the split operands in the scratch region
+ * (the description is already over them: k tripled), multiplied with CUBLAS_COMPUTE_32F_FAST_TF32.
  */
 export interface LibraryGemm {
   m: number; n: number; k: number;
@@ -83,12 +86,14 @@ export interface LibraryGemm {
   epilogue: 'default' | 'bias';
   /** argument indices: A, B, D and (epilogue bias) the bias vector */
   argA: number; argB: number; argD: number; argBias?: number;
+  /** 3xTF32: byte offsets of A and B in the scratch region (the 'before' kernels write them there), bytes of all; offD: the K chunks' partial D's (batch = chunks), which an 'after' kernel sums into the output */
+  tf32x3?: { offA: number; offB: number; bytes: number; offD?: number };
   /** one line: the product and why this path (reports, logs) */
   what: string;
 }
 
-/** Helper functions a library prelude must contain ('mma16': CUDA only, codegen-cuda/mma.ts). */
-export type Helper = 'erf' | 'erfc' | 'expm1' | 'log1p' | 'philox' | 'block_reduce' | 'mma16';
+/** Helper functions a library prelude must contain ('mma16': CUDA only, codegen-cuda/mma.ts; 'tf32split': CUDA only, codegen-cuda/tf32x3.ts). */
+export type Helper = 'erf' | 'erfc' | 'expm1' | 'log1p' | 'philox' | 'block_reduce' | 'mma16' | 'tf32split';
 
 export interface LowerCtx {
   /** next kernel number within the program */

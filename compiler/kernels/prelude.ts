@@ -2,7 +2,7 @@
  * prelude: one kernel file of the GPU kernel language in a dialect: the dialect's file header,
  * the StepParams struct every kernel binds after its buffers (mpsc_scalars in mpsc_model.h),
  * the helper functions the kernels use (erfc, Philox, block reductions, CUDA's 16-bit tensor-core
- * products from codegen-cuda/mma.ts; only those needed),
+ * products from codegen-cuda/mma.ts, the 3xTF32 operand split from codegen-cuda/tf32x3.ts; only those needed),
  * then the kernels. Consumes KernelSpecs lowered for that dialect and the helper set;
  * produces the source text (a `.metal` library for MSL, a `.cu` unit for CUDA).
  */
@@ -10,6 +10,7 @@ import { commentText } from '../cfamily/text.js';
 import { type Dialect, type HalfElem, isHalfElem } from './dialect.js';
 import type { Helper, KernelSpec, KernelVariant } from './kernel_types.js';
 import { mma16Helpers } from '../codegen-cuda/mma.js';
+import { tf32SplitHelper } from '../codegen-cuda/tf32x3.js';
 
 function erfcHelper(d: Dialect): string {
   const f = (x: number) => d.f(x);
@@ -125,6 +126,11 @@ const HELPERS: Record<Helper, (d: Dialect) => string> = {
   mma16: (d) => {
     if (d.name !== 'cuda') throw new Error(`internal: the mma16 helpers requested in dialect ${d.name}`);
     return mma16Helpers();
+  },
+  // the 3xTF32 operand split: only the split kernels of cuBLASLt's 3xTF32 calls ask for it
+  tf32split: (d) => {
+    if (d.name !== 'cuda') throw new Error(`internal: the tf32split helper requested in dialect ${d.name}`);
+    return tf32SplitHelper();
   },
 };
 

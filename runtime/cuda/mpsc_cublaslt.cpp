@@ -1,6 +1,8 @@
 // mpsc_cublaslt.cpp: the cuBLASLt implementation of mpsc_cublaslt.h (see there for the contract).
 // Compiled only where CMake finds CUDA::cublasLt (runtime/native/build.ts). Every call is checked.
-// Numerics: CUBLAS_COMPUTE_32F (fp32 FMA; never CUBLAS_COMPUTE_32F_FAST_TF32), scale type fp32,
+// Numerics: CUBLAS_COMPUTE_32F (fp32 FMA), or for MPSC_LT_COMPUTE_TF32X3 calls CUBLAS_COMPUTE_32F_FAST_TF32
+// over 3xTF32 split operands (exact TF32 values: exact products, the tensor cores' fp32 accumulation; never plain TF32
+// on fp32 data), scale type fp32,
 // D (and C, beta 0) fp32 or the operands' 16-bit type (the fp32 result rounded once to nearest even,
 // autocast's storage of a product), the bias vector of D's type (cuBLASLt's default; an fp32 bias with a
 // 16-bit D has no algorithm on the H200); A and B fp32, or both fp16 / bf16 with the same fp32 accumulation.
@@ -56,7 +58,9 @@ static bool layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, in
 
 /** descriptors and algorithm of one call; false (with c->note saying why) when cuBLASLt has none */
 static bool setup(MpscLt* lt, const MpscLtGemm& g, unsigned char* dev, Call* c) {
-  cublasStatus_t st = cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  // 3xTF32 calls: the fast TF32 compute type over split operands that are exact TF32 values (mpsc_cublaslt.h)
+  const cublasComputeType_t compute = g.compute == MPSC_LT_COMPUTE_TF32X3 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasStatus_t st = cublasLtMatmulDescCreate(&c->desc, compute, CUDA_R_32F);
   const char* step = "cublasLtMatmulDescCreate";
   if (st == CUBLAS_STATUS_SUCCESS) {
     int32_t ta = g.transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -97,7 +101,8 @@ static bool setup(MpscLt* lt, const MpscLtGemm& g, unsigned char* dev, Call* c) 
     if (st == CUBLAS_STATUS_SUCCESS && found > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
       c->algo = res[0].algo;
       c->ok = true;
-      std::snprintf(c->note, sizeof c->note, "cuBLASLt, heuristic algorithm (workspace %zu bytes, %.2f waves)", res[0].workspaceSize, (double)res[0].wavesCount);
+      std::snprintf(c->note, sizeof c->note, "cuBLASLt%s, heuristic algorithm (workspace %zu bytes, %.2f waves)", g.compute == MPSC_LT_COMPUTE_TF32X3 ? " 3xTF32" : "",
+                    res[0].workspaceSize, (double)res[0].wavesCount);
     } else if (st == CUBLAS_STATUS_SUCCESS) {
       st = found > 0 ? res[0].state : CUBLAS_STATUS_NOT_SUPPORTED;
     }

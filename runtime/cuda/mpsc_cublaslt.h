@@ -29,10 +29,15 @@ struct MpscLtGemm {
   size_t offA, offB, offD, offBias;       // byte offsets in the device allocation (set 0's for batch inputs)
   int node;                               // IR node (messages)
   const char* what;                       // the product, for messages
+  int compute;                            // MPSC_LT_COMPUTE_32F | MPSC_LT_COMPUTE_TF32X3 (A, B: 3xTF32 split operands, exact TF32 values)
 };
 
 enum { MPSC_LT_F32 = 0, MPSC_LT_F16 = 1, MPSC_LT_BF16 = 2 };
 enum { MPSC_LT_EPI_DEFAULT = 0, MPSC_LT_EPI_BIAS = 1 };
+// MPSC_LT_COMPUTE_TF32X3: CUBLAS_COMPUTE_32F_FAST_TF32 over operands whose values are exact TF32 (the
+// 3xTF32 split of compiler/codegen-cuda/tf32x3.ts: k is 3x the product's, A = [b_hi; b_lo; b_hi] and
+// B = [a_hi, a_hi, a_lo] along it), so the tensor cores' products are exact; the sum is their fp32 accumulation
+enum { MPSC_LT_COMPUTE_32F = 0, MPSC_LT_COMPUTE_TF32X3 = 1 };
 
 struct MpscLt;
 

@@ -17,6 +17,7 @@ import { UserError } from '../../compiler/errors.js';
 import type { ProgramSet } from '../../compiler/ir/graph.js';
 import { generateCudaModel, type CudaArtifacts, type CudaGemm } from '../../compiler/codegen-cuda/index.js';
 import { gemmChoiceLine } from '../../compiler/codegen-cuda/cublaslt.js';
+import type { Tf32x3Mode } from '../../compiler/codegen-cuda/tf32x3.js';
 import { buildAddon, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
@@ -92,6 +93,16 @@ export function cublasLtChoice(): boolean {
   return v === '1';
 }
 
+/**
+ * whether fp32 cuBLASLt calls run over 3xTF32 split operands (compiler/codegen-cuda/tf32x3.ts): $MPSC_CUDA_TF32X3 =
+ * 1 (default: the size rule) | 0 (never: every fp32 call is fp32 FMA, for A/B runs) | all (every fp32 call, for checks)
+ */
+export function tf32x3Choice(): Tf32x3Mode {
+  const v = process.env.MPSC_CUDA_TF32X3 ?? '1';
+  if (v !== '0' && v !== '1' && v !== 'all') throw new UserError(`error: MPSC_CUDA_TF32X3 must be '0', '1' or 'all', got '${v}'`);
+  return v === '1' ? 'rule' : v === '0' ? 'off' : 'all';
+}
+
 /** CMAKE_CUDA_ARCHITECTURES for a compute capability: 90a on Hopper (its own instructions), else e.g. 89 */
 export function cudaArchitecture(computeCap: string | null): string {
   if (!computeCap) return '90a';
@@ -130,9 +141,10 @@ export function cudaGemmChoice(): CudaGemm {
 }
 
 /** digest of what the generated CUDA sources are a pure function of */
-export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true, merge = true): string {
+export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true, merge = true, tf32x3: Tf32x3Mode = 'rule'): string {
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
   return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update(merge ? '' : '\0unmerged')
+    .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`)
     .update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 
@@ -158,6 +170,8 @@ export function gemmReport(gemms: CudaArtifacts['gemms'], ltHeader: string | nul
         : ltHeader ? `cuBLASLt found (${ltHeader}): those run as cuBLASLt calls, each falling back to its generated kernel if cuBLASLt has no algorithm for it`
         : 'no cuBLASLt in this CUDA toolkit: they run as their generated kernels'),
   ];
+  const x3 = lt.filter((x) => x.c.tf32x3).length;
+  if (lt.length) lines.push(`3xTF32 (fp32 calls over split operands on the tensor cores, compiler/codegen-cuda/tf32x3.ts): ${x3} of the ${lt.length} cuBLASLt calls (the size rule; MPSC_CUDA_TF32X3=0 turns it off)`);
   if (detail) for (const x of all) lines.push(`  ${x.program}: ${gemmChoiceLine(x.c)}`);
   return lines;
 }
@@ -169,17 +183,18 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   let planned = 0;
   const gemm = cudaGemmChoice();
   const cublasLt = cublasLtChoice();
+  const tf32x3 = tf32x3Choice();
   const ltHeader = findCublasLt(settings.nvcc);
   let report: string[] = [];
   const generate = () => {
-    const a = generateCudaModel(programs, { gemm, cublasLt, merge: opts.merge });
+    const a = generateCudaModel(programs, { gemm, cublasLt, merge: opts.merge, tf32x3 });
     planned = a.plan.deviceBytes;
     report = gemmReport(a.gemms, ltHeader);
     return a;
   };
   const built = await buildAddon({
     files: () => generate().files,
-    inputsKey: cudaInputsKey(programs, gemm, cublasLt, opts.merge !== false),
+    inputsKey: cudaInputsKey(programs, gemm, cublasLt, opts.merge !== false, tf32x3),
     cxxflags: opts.cxxflags ?? '-O2',
     cacheDir: opts.cacheDir,
     cuda: settings,

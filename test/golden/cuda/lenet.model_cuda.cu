@@ -21,16 +21,16 @@ const int NLT = 8;  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)
 #ifdef MPSC_CUBLASLT
 const size_t LT_WORKSPACE_OFFSET = 27703296, LT_WORKSPACE_BYTES = 33554432;
 // m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,
-// offsets of A, B, D, bias; node; what
+// offsets of A, B, D, bias; node; what; compute (3xTF32: A and B are split operands in the scratch region)
 const MpscLtGemm LT_GEMMS[NLT] = {
-  { 128, 64, 3136, 1, 0, 3136, 128, 3136, 3136, 64, 3136, 128, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 151552, 16220160, 13008896, 150528, 7, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS" },
-  { 10, 64, 128, 1, 0, 128, 10, 128, 128, 64, 128, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3362944, 13041664, 13107200, 3362816, 9, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS" },
-  { 128, 64, 10, 0, 0, 128, 10, 128, 10, 64, 10, 128, 1, 0, 0, 8192, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 3362944, 13107200, 13041664, 0, 13, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A B, k 10" },
-  { 128, 10, 64, 0, 1, 128, 64, 128, 10, 64, 10, 128, 1, 0, 0, 1280, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 13074432, 13107200, 25927680, 0, 15, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 10] = A B^T, k 64" },
-  { 3136, 64, 128, 0, 0, 3136, 128, 3136, 128, 64, 128, 3136, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 151552, 13074432, 21037056, 0, 18, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 64] = A B, k 128" },
-  { 3136, 128, 64, 0, 1, 3136, 64, 3136, 128, 64, 128, 3136, 1, 0, 0, 401408, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 16220160, 13074432, 22642688, 0, 19, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 128] = A B^T, k 64" },
-  { 128, 64, 3136, 1, 0, 3136, 128, 3136, 3136, 64, 3136, 128, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 151552, 6586368, 3375104, 150528, 5, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)" },
-  { 10, 64, 128, 1, 0, 128, 10, 128, 128, 64, 128, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3362944, 3375104, 3407872, 3362816, 6, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS" },
+  { 128, 64, 3136, 1, 0, 3136, 128, 3136, 3136, 64, 3136, 128, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 151552, 16220160, 13008896, 150528, 7, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS", MPSC_LT_COMPUTE_32F },
+  { 10, 64, 128, 1, 0, 128, 10, 128, 128, 64, 128, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3362944, 13041664, 13107200, 3362816, 9, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS", MPSC_LT_COMPUTE_32F },
+  { 128, 64, 10, 0, 0, 128, 10, 128, 10, 64, 10, 128, 1, 0, 0, 8192, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 3362944, 13107200, 13041664, 0, 13, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A B, k 10", MPSC_LT_COMPUTE_32F },
+  { 128, 10, 64, 0, 1, 128, 64, 128, 10, 64, 10, 128, 1, 0, 0, 1280, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 13074432, 13107200, 25927680, 0, 15, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 10] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
+  { 3136, 64, 128, 0, 0, 3136, 128, 3136, 128, 64, 128, 3136, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 151552, 13074432, 21037056, 0, 18, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 64] = A B, k 128", MPSC_LT_COMPUTE_32F },
+  { 3136, 128, 64, 0, 1, 3136, 64, 3136, 128, 64, 128, 3136, 1, 0, 0, 401408, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 16220160, 13074432, 22642688, 0, 19, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 128] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
+  { 128, 64, 3136, 1, 0, 3136, 128, 3136, 3136, 64, 3136, 128, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 151552, 6586368, 3375104, 150528, 5, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)", MPSC_LT_COMPUTE_32F },
+  { 10, 64, 128, 1, 0, 128, 10, 128, 128, 64, 128, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3362944, 3375104, 3407872, 3362816, 6, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS", MPSC_LT_COMPUTE_32F },
 };
 #else
 const int LT_GEMMS_NODE[NLT] = { 7, 9, 13, 15, 18, 19, 5, 6 };
@@ -612,7 +612,7 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
     std::fprintf(stderr, "mpsc cuda: cuBLASLt is linked but unusable (%s): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\n", why0, NLT);
     return true;
   }
-  int ok = 0;
+  int ok = 0, x3 = 0;
   for (int i = 0; i < NLT; ++i) {
     b->lt_ok[i] = mpsc_lt_ok(b->lt, i);
     // one eager call before any graph capture (loads cuBLASLt's kernel, checks the call); it writes only D, which
@@ -626,9 +626,10 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
       std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel: the first cuBLASLt call failed (%s)\n", g.node, g.what, why[0] ? why : "cudaStreamSynchronize");
     } else if (each || !b->lt_ok[i]) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): %s\n", g.node, g.what, mpsc_lt_note(b->lt, i));
     ok += b->lt_ok[i] ? 1 : 0;
+    x3 += b->lt_ok[i] && g.compute == MPSC_LT_COMPUTE_TF32X3 ? 1 : 0;
   }
-  std::fprintf(stderr, "mpsc cuda: %d of %d GEMM calls run on cuBLASLt (fp32 accumulation), %d as generated kernels (no algorithm)%s\n",
-               ok, NLT, NLT - ok, each ? "" : "; MPSC_CUDA_GEMM_LOG=1 lists every call");
+  std::fprintf(stderr, "mpsc cuda: %d of %d GEMM calls run on cuBLASLt (fp32 accumulation; %d of them 3xTF32 split operands), %d as generated kernels (no algorithm)%s\n",
+               ok, NLT, x3, NLT - ok, each ? "" : "; MPSC_CUDA_GEMM_LOG=1 lists every call");
 #else
   std::fprintf(stderr, "mpsc cuda: built without cuBLASLt (CMake found no CUDA::cublasLt): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\n", NLT);
   if (each) for (int i = 0; i < NLT; ++i) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel\n", LT_GEMMS_NODE[i], LT_GEMMS_WHAT[i]);

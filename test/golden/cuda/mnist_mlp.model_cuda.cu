@@ -21,15 +21,15 @@ const int NLT = 7;  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)
 #ifdef MPSC_CUBLASLT
 const size_t LT_WORKSPACE_OFFSET = 3537920, LT_WORKSPACE_BYTES = 33554432;
 // m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,
-// offsets of A, B, D, bias; node; what
+// offsets of A, B, D, bias; node; what; compute (3xTF32: A and B are split operands in the scratch region)
 const MpscLtGemm LT_GEMMS[NLT] = {
-  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37092352, 2457600, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS" },
-  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2523136, 2654208, 2411520, 3, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS" },
-  { 256, 64, 10, 0, 0, 256, 10, 256, 10, 64, 10, 256, 1, 0, 0, 16384, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2411712, 2654208, 2588672, 0, 7, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10" },
-  { 256, 10, 64, 0, 1, 256, 64, 256, 10, 64, 10, 256, 1, 0, 0, 2560, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2523136, 2654208, 3526656, 0, 8, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64" },
-  { 784, 256, 64, 0, 1, 784, 64, 784, 256, 64, 256, 784, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 37092352, 3461120, 2457600, 0, 11, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64" },
-  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37494784, 2658304, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)" },
-  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2658304, 2457600, 2411520, 2, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS" },
+  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37092352, 2457600, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS", MPSC_LT_COMPUTE_32F },
+  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2523136, 2654208, 2411520, 3, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS", MPSC_LT_COMPUTE_32F },
+  { 256, 64, 10, 0, 0, 256, 10, 256, 10, 64, 10, 256, 1, 0, 0, 16384, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2411712, 2654208, 2588672, 0, 7, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10", MPSC_LT_COMPUTE_32F },
+  { 256, 10, 64, 0, 1, 256, 64, 256, 10, 64, 10, 256, 1, 0, 0, 2560, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2523136, 2654208, 3526656, 0, 8, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
+  { 784, 256, 64, 0, 1, 784, 64, 784, 256, 64, 256, 784, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 37092352, 3461120, 2457600, 0, 11, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
+  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37494784, 2658304, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)", MPSC_LT_COMPUTE_32F },
+  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2658304, 2457600, 2411520, 2, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS", MPSC_LT_COMPUTE_32F },
 };
 #else
 const int LT_GEMMS_NODE[NLT] = { 1, 3, 7, 8, 11, 1, 2 };
@@ -462,7 +462,7 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
     std::fprintf(stderr, "mpsc cuda: cuBLASLt is linked but unusable (%s): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\n", why0, NLT);
     return true;
   }
-  int ok = 0;
+  int ok = 0, x3 = 0;
   for (int i = 0; i < NLT; ++i) {
     b->lt_ok[i] = mpsc_lt_ok(b->lt, i);
     // one eager call before any graph capture (loads cuBLASLt's kernel, checks the call); it writes only D, which
@@ -476,9 +476,10 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
       std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel: the first cuBLASLt call failed (%s)\n", g.node, g.what, why[0] ? why : "cudaStreamSynchronize");
     } else if (each || !b->lt_ok[i]) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): %s\n", g.node, g.what, mpsc_lt_note(b->lt, i));
     ok += b->lt_ok[i] ? 1 : 0;
+    x3 += b->lt_ok[i] && g.compute == MPSC_LT_COMPUTE_TF32X3 ? 1 : 0;
   }
-  std::fprintf(stderr, "mpsc cuda: %d of %d GEMM calls run on cuBLASLt (fp32 accumulation), %d as generated kernels (no algorithm)%s\n",
-               ok, NLT, NLT - ok, each ? "" : "; MPSC_CUDA_GEMM_LOG=1 lists every call");
+  std::fprintf(stderr, "mpsc cuda: %d of %d GEMM calls run on cuBLASLt (fp32 accumulation; %d of them 3xTF32 split operands), %d as generated kernels (no algorithm)%s\n",
+               ok, NLT, x3, NLT - ok, each ? "" : "; MPSC_CUDA_GEMM_LOG=1 lists every call");
 #else
   std::fprintf(stderr, "mpsc cuda: built without cuBLASLt (CMake found no CUDA::cublasLt): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\n", NLT);
   if (each) for (int i = 0; i < NLT; ++i) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel\n", LT_GEMMS_NODE[i], LT_GEMMS_WHAT[i]);
