@@ -145,7 +145,7 @@ export function cudaLongCases(): OpCase[] {
  */
 export function wideElementwiseCases(rng: Rng): OpCase[] {
   const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
-  const odd = [1031, 1019], even = [512, 2048];
+  const odd = [521, 509], even = [256, 1024];
   if (numel(odd) < MIN_WIDE || numel(odd) % (256 * PER_THREAD) === 0 || numel(even) < MIN_WIDE || numel(even) % (256 * PER_THREAD) !== 0) {
     throw new Error('internal: the wide element-wise cases miss the guarded or the exact path');
   }

@@ -25,8 +25,8 @@ import { unaryFwd } from '../kernels/elementwise.js';
 
 /** elements per thread */
 export const PER_THREAD = 8;
-/** the fewest elements a node needs for this kernel (a grid of at least ~4 blocks per SM of the H200) */
-export const MIN_WIDE = 1 << 20;
+/** the fewest elements a node needs for this kernel (from a grid of one block per SM of the H200: smaller ones keep the shared kernel) */
+export const MIN_WIDE = 1 << 18;
 
 /** the node's inputs read per element: the variable, the value id and its parameter name */
 interface Load { v: string; id: number; name: string }
