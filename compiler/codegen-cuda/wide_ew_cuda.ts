@@ -11,7 +11,9 @@
  * (256 threads, only `gid.x`), so merge.ts still merges it with its independent neighbours.
  * Serves: unary, unary_grad, same-shape binary and cast nodes with at least MIN_WIDE elements and a
  * 16-bit input or output (f32 element-wise kernels already ran near the copy rate: the residual add,
- * 150 MB in 47 us); anything else: null (the shared kernel).
+ * 150 MB in 47 us), and adam_update over at least MIN_WIDE elements (four f32 streams in, three out,
+ * and two powf per element in the shared kernel: here the bias corrections once per thread, the same
+ * values, and 32 loads in flight; GPT-2's AdamW ran at ~1.5 TB/s); anything else: null (the shared kernel).
  * Consumes a node (CUDA dialect context; the body is kernel language, so the Metal emulator runs it in
  * tests); produces one KernelSpec or null. `wideOr(op)`: the registry entry (this kernel, else the shared one).
  */
@@ -20,7 +22,7 @@ import { isHalf } from '../ir/graph.js';
 import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs } from '../ir/scalar_fns.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { GPU_KERNELS, type GpuLowering } from '../kernels/registry.js';
-import { argOf, ceilDiv, EW_THREADS, kernelSpec, numAttr, numel, readF, scalarExpr, shapeOf, writeF } from '../kernels/common.js';
+import { argOf, boolAttr, ceilDiv, EW_THREADS, kernelSpec, numAttr, numel, readF, scalarExpr, shapeOf, writeF } from '../kernels/common.js';
 import { unaryFwd } from '../kernels/elementwise.js';
 
 /** elements per thread */
@@ -62,31 +64,61 @@ function formOf(ctx: LowerCtx, g: Graph, n: Node): { loads: Load[]; expr: string
 
 /** node n's kernel with PER_THREAD elements per thread, or null (the shared kernel) */
 export function lowerWideElementwiseCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
+  if (n.op === 'adam_update') return wideAdam(ctx, g, n);
   if (n.outputs.length !== 1) return null;
   const o = n.outputs[0], count = numel(shapeOf(g, o));
   if (count < MIN_WIDE) return null;
   const form = formOf(ctx, g, n);
   if (!form) return null;
   if (!form.args.some((x) => x.type === 'bfloat' || x.type === 'half') || !isHalfOrF32(g, [...n.inputs, o])) return null;
+  const sub = (e: string, k: number) => form.loads.reduce((x, l) => x.replace(new RegExp(`\\b${l.v}\\b`, 'g'), `${l.v}${k}`), e);
+  return wideKernel(ctx, g, n, form.args, count, '', form.loads.map((l) => ({ v: l.v, load: (i: string) => readF(ctx.d, g, l.id, l.name, i) })),
+    (k, i) => writeF(ctx.d, g, o, form.out, i, sub(form.expr, k)));
+}
+
+/**
+ * The kernel: `pre` once per thread, then for its PER_THREAD elements (index expressions i0 + 256 k) the
+ * loads into `<v><k>` (every load before the first store), then `stmts(k, index)` per element.
+ */
+function wideKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, pre: string,
+  loads: { v: string; load: (i: string) => string }[], stmts: (k: number, i: string) => string): KernelSpec {
   const d = ctx.d, u = (k: number) => d.u(k);
   const P = PER_THREAD, span = EW_THREADS * P;
   const exact = count % span === 0;
   const at = (k: number) => (k ? `i0 + ${u(EW_THREADS * k)}` : 'i0');
   const guard = (k: number, s: string) => (exact ? `  ${s}\n` : `  if (${at(k)} < ${u(count)}) { ${s} }\n`);
   const ks = Array.from({ length: P }, (_, k) => k);
-  const decl = form.loads.map((l) => `  float ${ks.map((k) => `${l.v}${k} = ${d.f(0)}`).join(', ')};\n`).join('');
-  const loads = ks.map((k) => guard(k, form.loads.map((l) => `${l.v}${k} = ${readF(d, g, l.id, l.name, at(k))};`).join(' '))).join('');
-  const stores = ks.map((k) => {
-    const expr = form.loads.reduce((e, l) => e.replace(new RegExp(`\\b${l.v}\\b`, 'g'), `${l.v}${k}`), form.expr);
-    return guard(k, writeF(d, g, o, form.out, at(k), expr));
-  }).join('');
-  return kernelSpec(ctx, g, n, form.args, {
+  const decl = loads.map((l) => `  float ${ks.map((k) => `${l.v}${k} = ${d.f(0)}`).join(', ')};\n`).join('');
+  const body = ks.map((k) => guard(k, loads.map((l) => `${l.v}${k} = ${l.load(at(k))};`).join(' '))).join('') + ks.map((k) => guard(k, stmts(k, at(k)))).join('');
+  return kernelSpec(ctx, g, n, args, {
     groups: [Math.max(1, ceilDiv(count, span)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
     body:
       `  // ${P} elements per thread: i0 + ${u(EW_THREADS)} k (k < ${P}) of the block's ${span}; every load before the first store\n` +
       `  const uint i0 = (gid.x / ${u(EW_THREADS)}) * ${u(span)} + gid.x % ${u(EW_THREADS)};\n` +
-      (exact ? '' : `  if (i0 >= ${u(count)}) return;\n`) + decl + loads + stores,
+      (exact ? '' : `  if (i0 >= ${u(count)}) return;\n`) + pre + decl + body,
   }, ` [${P} elements per thread]`);
+}
+
+/** adam_update (compiler/kernels/optim.ts's statements per element, its bias corrections once per thread); null below MIN_WIDE */
+function wideAdam(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
+  const ins = n.inputs, count = numel(shapeOf(g, ins[0]));
+  if (count < MIN_WIDE || ins.slice(0, 4).some((id) => g.values[id].dtype !== 'f32')) return null;
+  const d = ctx.d, f = (x: number) => d.f(x);
+  const gscale = ins.length > 4 && ins[4] >= 0;
+  const b1 = numAttr(n, 'beta1'), b2 = numAttr(n, 'beta2'), eps = numAttr(n, 'eps'), wd = numAttr(n, 'weight_decay', 0);
+  const decoupled = boolAttr(n, 'decoupled');
+  const args = [argOf(g, 'param', ins[0], 'rw'), argOf(g, 'grad', ins[1], 'r'), argOf(g, 'ea', ins[2], 'rw'), argOf(g, 'eas', ins[3], 'rw'),
+    ...(gscale ? [argOf(g, 'gscale', ins[4], 'r')] : [])];
+  const pre =
+    `  const float bc1 = ${f(1)} - ${d.math('pow', f(b1), 'float(sp.t)')};\n` +
+    `  const float bc2 = ${f(1)} - ${d.math('pow', f(b2), 'float(sp.t)')};\n`;
+  const loads = [{ v: 'gr', load: (i: string) => `grad[${i}]${gscale ? ' * gscale[0]' : ''}` }, { v: 'p', load: (i: string) => `param[${i}]` },
+    { v: 'ma', load: (i: string) => `ea[${i}]` }, { v: 'va', load: (i: string) => `eas[${i}]` }];
+  return wideKernel(ctx, g, n, args, count, pre, loads, (k, i) =>
+    (wd !== 0 ? (decoupled ? `p${k} *= ${f(1)} - sp.lr * ${f(wd)}; ` : `gr${k} += ${f(wd)} * p${k}; `) : '') +
+    `const float m${k} = ${f(b1)} * ma${k} + ${f(1 - b1)} * gr${k}; const float v${k} = ${f(b2)} * va${k} + ${f(1 - b2)} * gr${k} * gr${k}; ` +
+    `ea[${i}] = m${k}; eas[${i}] = v${k}; ` +
+    `p${k} -= (sp.lr / bc1) * m${k} / (${d.math('sqrt', `v${k}`)} / ${d.math('sqrt', 'bc2')} + ${f(eps)}); param[${i}] = p${k};`);
 }
 
 /** every value f32 or 16-bit (no integer operand) */
@@ -95,7 +127,7 @@ function isHalfOrF32(g: Graph, ids: number[]): boolean {
 }
 
 /** the registry entry of op: this kernel where it serves the node, else the shared kernel */
-export function wideOr(op: 'unary' | 'unary_grad' | 'binary' | 'cast'): GpuLowering {
+export function wideOr(op: 'unary' | 'unary_grad' | 'binary' | 'cast' | 'adam_update'): GpuLowering {
   const shared = GPU_KERNELS[op];
   if (shared === 'cpu') throw new Error(`internal: ${op} has no shared GPU kernel`);
   return (ctx, g, n) => {
