@@ -105,8 +105,9 @@ export function cudaLongCases(): OpCase[] {
   cases.push(opCase('long_sum_to_inner_chunked', 'sum_to', [f([5, 3, 1001])], [[3, 1]], { shape: [3, 1] }));
   if (columnChunks(1200, 33).S < 2 || 1200 % columnChunks(1200, 33).chunk === 0) throw new Error('internal: long_sum_to_outer is not chunked unevenly');
   cases.push(opCase('long_sum_to_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }));
-  // layernorm_grad's weight / bias gradients in row chunks (reduce_cuda.ts: partial sums in scratch, then a
-  // second pass; the last chunk shorter), with and without the weight; embedding_grad over many ids
+  // layernorm_grad's weight / bias gradients over many rows, with and without the weight: rows up to WARP_D as
+  // layernorm_cuda.ts's blocks' partial sums in scratch, then their sum; wider rows (the last case) in reduce_cuda.ts's
+  // row chunks (the last chunk shorter); embedding_grad over many ids
   const lnRows = (rows: number[], D: number, weight: boolean) => {
     const R = rows.reduce((p, k) => p * k, 1);
     if (columnChunks(R, D).S < 2 || R % columnChunks(R, D).chunk === 0) throw new Error('internal: a long layernorm_grad case is not chunked unevenly');
@@ -117,6 +118,15 @@ export function cudaLongCases(): OpCase[] {
   };
   lnRows([3, 333], 45, true);
   lnRows([1000], 70, false);
+  if (columnChunks(301, WARP_D + 3).S < 2 || 301 % columnChunks(301, WARP_D + 3).chunk === 0) throw new Error('internal: long_layernorm_grad_wide is not chunked unevenly');
+  cases.push(opCase('long_layernorm_grad_wide', 'layernorm_grad',
+    [f([301, WARP_D + 3]), f([301, WARP_D + 3]), f([WARP_D + 3]), { shape: [301], data: randomTensor([301], rng, -0.2, 0.2) }, { shape: [301], data: randomTensor([301], rng, 0.5, 2) }],
+    [[301, WARP_D + 3], [WARP_D + 3], [WARP_D + 3]]));
+  // more rows than layernorm_cuda.ts's blocks have warps: several rows per warp, the last block's warps partly idle
+  if (5005 <= 264 * 8 || 5005 % (8 * Math.ceil(5005 / (264 * 8))) === 0) throw new Error('internal: long_layernorm_grad_rows_per_warp takes one row per warp');
+  cases.push(opCase('long_layernorm_grad_rows_per_warp', 'layernorm_grad',
+    [f([5, 1001, 37]), f([5, 1001, 37]), f([37]), { shape: [5, 1001], data: randomTensor([5, 1001], rng, -0.2, 0.2) }, { shape: [5, 1001], data: randomTensor([5, 1001], rng, 0.5, 2) }],
+    [[5, 1001, 37], [37], [37]]));
   const emb = (name: string, ids: number[], V: number, D: number) => cases.push(opCase(name, 'embedding_grad',
     [f([...ids, D]), { shape: ids, dtype: 'i32', data: randomInts(ids, V, rng) }], [[V, D]], { w_shape: [V, D] }));
   emb('long_embedding_grad', [7, 300], 37, 70);
@@ -179,7 +189,7 @@ export function halfLongCases(rng: Rng): OpCase[] {
   return [
     halfIoCase('half_long_sum_to_outer_bf16', 'bf16', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }, [], [0]),
     halfIoCase('half_long_sum_to_inner_f16', 'f16', 'sum_to', [f([5, 3, 1001])], [[3, 1]], { shape: [3, 1] }, [], [0]),
-    ln('half_long_layernorm_grad_bf16', 'bf16', [3, 333], 45, true),
+    ln('half_long_layernorm_grad_bf16', 'bf16', [5, 1001], 45, true),
     ln('half_layernorm_grad_wide_f16', 'f16', [3, 7], WARP_D + 1, true),
     ln('half_long_layernorm_grad_noweight_f16', 'f16', [1000], 70, false),
   ];

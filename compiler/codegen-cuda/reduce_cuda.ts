@@ -17,8 +17,9 @@
  * tile, chunk) writes its partial sums into the plan's scratch region (`mpsc_scratch`,
  * KernelSpec.scratch), and a second kernel adds the S partials per column in chunk order (S = 1:
  * the first kernel writes the results itself). They serve the kept-innermost sum_to and
- * layernorm_grad's weight and bias gradients (sums over all B*T rows per channel; the dx kernel is
- * layernorm_cuda.ts's warp per row, or for wide rows the shared reduce.ts layernormGradDx), which the shared kernels sum in one thread per column.
+ * layernorm_grad's weight and bias gradients over rows wider than layernorm_cuda.ts's WARP_D (sums over all B*T rows per
+ * channel after the shared reduce.ts layernormGradDx; narrower rows: layernorm_cuda.ts layernormGradCuda, all three in one
+ * pass), which the shared kernels sum in one thread per column.
  * The order of additions is fixed by the shapes, so results do not depend on scheduling. x (sum_to) and
  * dy, x (layernorm_grad) may be 16-bit (widened as they are loaded: the casts fuse.ts rule 4 folds into
  * these kernels, fusions.ts), and the outputs are stored in their types (common.ts writeF): a bias gradient
@@ -31,7 +32,7 @@ import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js
 import { argOf, ceilDiv, elementwise, label, readF, writeF } from '../kernels/common.js';
 import { sumToDims } from '../kernels/elementwise.js';
 import { layernormGradDx, layernormRows } from '../kernels/reduce.js';
-import { layernormGradDxCuda } from './layernorm_cuda.js';
+import { layernormGradCuda } from './layernorm_cuda.js';
 
 /** terms per output from which a block shares one output's sum */
 export const LONG = 512;
@@ -99,12 +100,17 @@ export function columnChunks(rows: number, C: number): { S: number; chunk: numbe
   return { S: ceilDiv(rows, chunk), chunk };
 }
 
-/** layernorm_grad: the dx kernel (a warp per row up to layernorm_cuda.ts's WARP_D, else the shared one), then the weight and bias gradients as chunked column sums over the rows */
+/**
+ * layernorm_grad: rows up to layernorm_cuda.ts's WARP_D there (dx and the weight / bias partials in one pass); wider rows
+ * the shared dx kernel, then the weight and bias gradients as chunked column sums over the rows
+ */
 export function lowerLayernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const fused = layernormGradCuda(ctx, g, n);
+  if (fused) return fused;
   const u = (k: number) => ctx.d.u(k);
   const { D, rows } = layernormRows(g, n);
   const ins = n.inputs, outs = n.outputs;
-  return [layernormGradDxCuda(ctx, g, n) ?? layernormGradDx(ctx, g, n), ...columnSums(ctx, g, n, {
+  return [layernormGradDx(ctx, g, n), ...columnSums(ctx, g, n, {
     C: D, R: rows, sums: 2, what: 'dweight, dbias',
     reads: [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r')],
     writes: [argOf(g, 'dweight', outs[1], 'w'), argOf(g, 'dbias', outs[2], 'w')],
