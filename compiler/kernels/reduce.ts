@@ -76,7 +76,7 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       const body =
         `  float sw = ${d.f(0)}, sb = ${d.f(0)};\n` +
         `  for (uint r = 0u; r < ${u32(rows)}; ++r) {\n    const uint e = r * ${u32(D)} + i;\n` +
-        `    const float g = ${readF(d, g, ins[0], 'dy', 'e')};\n    sb += g;\n    sw += g * (${readF(d, g, ins[1], 'x', 'e')} - mean[r]) * rstd[r];\n  }\n  ${writeF(d, g, outs[1], 'dweight', 'i', 'sw')}\n  ${writeF(d, g, outs[2], 'dbias', 'i', 'sb')}\n`;
+        `    sb += ${readF(d, g, ins[0], 'dy', 'e')};\n    sw += ${readF(d, g, ins[0], 'dy', 'e')} * (${readF(d, g, ins[1], 'x', 'e')} - mean[r]) * rstd[r];\n  }\n  ${writeF(d, g, outs[1], 'dweight', 'i', 'sw')}\n  ${writeF(d, g, outs[2], 'dbias', 'i', 'sb')}\n`;
       const dwK = elementwise(ctx, g, n,
         [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
         D, body, ' [dweight, dbias]');
