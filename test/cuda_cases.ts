@@ -10,6 +10,7 @@ import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { ONE_BLOCK_ROWS, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
 import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
+import { MIN_WIDE, PER_THREAD } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
 import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
@@ -17,7 +18,7 @@ import { FLASH_HEAD_DIMS } from '../compiler/codegen-cuda/attention_cuda.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import type { CheckedModel } from '../compiler/model.js';
 import type { Batch } from '../runtime/session.js';
-import { allOpCases, castCase, fusedCases, halfCases, halfIoCases, independentUpdatesCase } from './metal_cases.js';
+import { allOpCases, castCase, fusedCases, halfCases, halfIoCase, halfIoCases, independentUpdatesCase } from './metal_cases.js';
 import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } from './metal_harness.js';
 
 /** every case of cuda_check's kernel part, in the order of the programs built from them */
@@ -104,8 +105,9 @@ export function cudaLongCases(): OpCase[] {
   cases.push(opCase('long_sum_to_inner_chunked', 'sum_to', [f([5, 3, 1001])], [[3, 1]], { shape: [3, 1] }));
   if (columnChunks(1200, 33).S < 2 || 1200 % columnChunks(1200, 33).chunk === 0) throw new Error('internal: long_sum_to_outer is not chunked unevenly');
   cases.push(opCase('long_sum_to_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }));
-  // layernorm_grad's weight / bias gradients in row chunks (reduce_cuda.ts: partial sums in scratch, then a
-  // second pass; the last chunk shorter), with and without the weight; embedding_grad over many ids
+  // layernorm_grad's weight / bias gradients over many rows, with and without the weight: rows up to WARP_D as
+  // layernorm_cuda.ts's blocks' partial sums in scratch, then their sum; wider rows (the last case) in reduce_cuda.ts's
+  // row chunks (the last chunk shorter); embedding_grad over many ids
   const lnRows = (rows: number[], D: number, weight: boolean) => {
     const R = rows.reduce((p, k) => p * k, 1);
     if (columnChunks(R, D).S < 2 || R % columnChunks(R, D).chunk === 0) throw new Error('internal: a long layernorm_grad case is not chunked unevenly');
@@ -116,6 +118,15 @@ export function cudaLongCases(): OpCase[] {
   };
   lnRows([3, 333], 45, true);
   lnRows([1000], 70, false);
+  if (columnChunks(301, WARP_D + 3).S < 2 || 301 % columnChunks(301, WARP_D + 3).chunk === 0) throw new Error('internal: long_layernorm_grad_wide is not chunked unevenly');
+  cases.push(opCase('long_layernorm_grad_wide', 'layernorm_grad',
+    [f([301, WARP_D + 3]), f([301, WARP_D + 3]), f([WARP_D + 3]), { shape: [301], data: randomTensor([301], rng, -0.2, 0.2) }, { shape: [301], data: randomTensor([301], rng, 0.5, 2) }],
+    [[301, WARP_D + 3], [WARP_D + 3], [WARP_D + 3]]));
+  // more rows than layernorm_cuda.ts's blocks have warps: several rows per warp, the last block's warps partly idle
+  if (5005 <= 264 * 8 || 5005 % (8 * Math.ceil(5005 / (264 * 8))) === 0) throw new Error('internal: long_layernorm_grad_rows_per_warp takes one row per warp');
+  cases.push(opCase('long_layernorm_grad_rows_per_warp', 'layernorm_grad',
+    [f([5, 1001, 37]), f([5, 1001, 37]), f([37]), { shape: [5, 1001], data: randomTensor([5, 1001], rng, -0.2, 0.2) }, { shape: [5, 1001], data: randomTensor([5, 1001], rng, 0.5, 2) }],
+    [[5, 1001, 37], [37], [37]]));
   const emb = (name: string, ids: number[], V: number, D: number) => cases.push(opCase(name, 'embedding_grad',
     [f([...ids, D]), { shape: ids, dtype: 'i32', data: randomInts(ids, V, rng) }], [[V, D]], { w_shape: [V, D] }));
   emb('long_embedding_grad', [7, 300], 37, 70);
@@ -133,7 +144,55 @@ export function cudaLongCases(): OpCase[] {
   cases.push(lossAndGradCase(rng, 'loss_and_grad_gpt2_vocab', 3, 50304, 0), lossAndGradCase(rng, 'loss_and_grad_warp_ignore', 301, 1000, 0.1, -100),
     lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
   cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
+  cases.push(...halfLongCases(rng), ...wideElementwiseCases(rng));
   return cases;
+}
+
+/**
+ * Long 16-bit element-wise nodes and adam_update (wide_ew_cuda.ts: PER_THREAD elements per thread): gelu and
+ * its gradient, a same-shape add, casts both ways, AdamW and Adam with L2 decay and a gradient scale; sizes past MIN_WIDE, one not a multiple of a block's span (the last
+ * block's elements guarded) and one a multiple (no guards); bf16 and f16.
+ */
+export function wideElementwiseCases(rng: Rng): OpCase[] {
+  const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
+  const odd = [521, 509], even = [256, 1024];
+  if (numel(odd) < MIN_WIDE || numel(odd) % (256 * PER_THREAD) === 0 || numel(even) < MIN_WIDE || numel(even) % (256 * PER_THREAD) !== 0) {
+    throw new Error('internal: the wide element-wise cases miss the guarded or the exact path');
+  }
+  return [
+    halfIoCase('wide_gelu_bf16', 'bf16', 'unary', [f(odd, -3, 3)], [odd], { fn: 'gelu' }),
+    halfIoCase('wide_gelu_grad_f16', 'f16', 'unary_grad', [f(even), f(even, -3, 3)], [even], { fn: 'gelu' }),
+    halfIoCase('wide_add_bf16', 'bf16', 'binary', [f(even), f(even)], [even], { fn: 'add' }),
+    halfIoCase('wide_mul_f16_f32', 'f16', 'binary', [f(odd), f(odd)], [odd], { fn: 'mul' }, [1], [0]),
+    // f32 -> bf16 (the case's input cast) -> f32
+    halfIoCase('wide_cast_bf16', 'bf16', 'cast', [f(odd, -3, 3)], [odd], { to: 'f32' }, [], [0]),
+    // AdamW (decoupled decay) and Adam with L2 decay and a gradient scale (fp16's unscale), f32 throughout
+    opCase('wide_adamw', 'adam_update', [f(odd), f(odd), f(odd, -0.1, 0.1), f(odd, 0, 0.01), null], [], { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decoupled: true }),
+    opCase('wide_adam_l2_gscale', 'adam_update', [f(even), f(even), f(even, -0.1, 0.1), f(even, 0, 0.01), f([], 0.3, 1)], [], { beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.05, decoupled: false }),
+  ];
+}
+
+/**
+ * The long reductions of reduce_cuda.ts reading a 16-bit gradient (fuse.ts rule 4 folds its widening
+ * cast into them: fusions.ts): the column sum of a linear bias gradient (row chunks, the last shorter)
+ * and the block-per-output sum in two chunks, in bf16 and f16; layernorm_grad's dx (a warp per row, and
+ * past WARP_D the shared kernel) and its weight / bias column sums over a 16-bit dy. Results f32.
+ */
+export function halfLongCases(rng: Rng): OpCase[] {
+  const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
+  const ln = (name: string, to: HalfDType, rows: number[], D: number, weight: boolean) => {
+    const x = [...rows, D];
+    return halfIoCase(name, to, 'layernorm_grad', [f(x), f(x, -2, 2), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)],
+      [x, [D], [D]], {}, [1, 2, 3, 4], [0, 1, 2]);
+  };
+  if (columnChunks(1200, 33).S < 2 || 5 * 1001 < 2 * 2048 || WARP_D + 1 <= WARP_D) throw new Error('internal: the 16-bit long reductions miss a chunked path');
+  return [
+    halfIoCase('half_long_sum_to_outer_bf16', 'bf16', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }, [], [0]),
+    halfIoCase('half_long_sum_to_inner_f16', 'f16', 'sum_to', [f([5, 3, 1001])], [[3, 1]], { shape: [3, 1] }, [], [0]),
+    ln('half_long_layernorm_grad_bf16', 'bf16', [5, 1001], 45, true),
+    ln('half_layernorm_grad_wide_f16', 'f16', [3, 7], WARP_D + 1, true),
+    ln('half_long_layernorm_grad_noweight_f16', 'f16', [1000], 70, false),
+  ];
 }
 
 

@@ -10,7 +10,8 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { checkFile } from '../compiler/check/index.js';
-import { buildPrograms } from '../compiler/ir/programs.js';
+import { buildPrograms, fuseForBackend } from '../compiler/ir/programs.js';
+import { cudaFusions } from '../compiler/codegen-cuda/fusions.js';
 import { programsOf } from '../compiler/ir/graph.js';
 import type { ProgramSet } from '../compiler/ir/graph.js';
 import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js';
@@ -18,12 +19,13 @@ import { planKernels, planProblems, type KernelNodePlan } from '../compiler/code
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
 import { WARP_D, lowerLayernormCuda } from '../compiler/codegen-cuda/layernorm_cuda.js';
-import { classRowCases, layernormPair, lossAndGradCase, positionEmbeddingCase } from './cuda_cases.js';
+import { classRowCases, halfLongCases, layernormPair, lossAndGradCase, positionEmbeddingCase, wideElementwiseCases } from './cuda_cases.js';
+import { wideOr } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
 import { compileEmu, opCase, reference, runCases, type OpCase } from './metal_harness.js';
-import { allOpCases, independentUpdatesCase } from './metal_cases.js';
+import { allOpCases, caseTolerance, independentUpdatesCase } from './metal_cases.js';
 import { MAX_ARGS, mergeLaunches } from '../compiler/codegen-cuda/merge.js';
 import { MSL } from '../compiler/codegen-metal/msl_dialect.js';
 import { librarySource } from '../compiler/codegen-metal/library.js';
@@ -141,9 +143,10 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
     const a = buildCuda(programsOf(gpt), gpt.model, { merge: false });
     const ks = a.lowered.flatMap((l) => l.kernels);
     const ln = ks.filter((k) => k.op === 'layernorm_grad');
-    // 9 layernorms: dx, the chunk partial sums, their sum
-    expect(ln).toHaveLength(27);
+    // 9 layernorms: dx with the blocks' weight / bias partial sums (a warp per row, several rows per warp), their sum
+    expect(ln).toHaveLength(18);
     expect(ln.filter((k) => k.scratch)).toHaveLength(18);
+    expect(ln.filter((k) => / rows? per warp, \d+ blocks\]$/.test(k.label))).toHaveLength(9);
     expect(a.plan.scratch.bytes).toBeGreaterThanOrEqual(Math.max(...ln.map((k) => k.scratch ?? 0)));
     const emb = ks.filter((k) => k.op === 'embedding_grad');
     // the position table's (ids = positions): a sum over the 32 sequences, one thread per element of [64, 128];
@@ -164,6 +167,24 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
   });
 });
 
+describe('mixed precision: the bias and layernorm gradients read the 16-bit gradients (fuse.ts rule 4 with cudaFusions)', () => {
+  it("a bf16 GPT's train_step keeps no widening cast: sum_to and layernorm_grad read the products' 16-bit gradients", () => {
+    const m = checkFile(path.join(ROOT, 'bench/gpt_tiny_b32_t64.model'));
+    const set = buildPrograms({ ...m, train: { ...m.train, precision: 'bf16' } }, { batch: m.train.batch });
+    const fused = fuseForBackend(set.train_step, cudaFusions()).graph;
+    const unfused = set.train_step.graph;
+    const widen = (g: typeof fused) => g.nodes.filter((n) => n.op === 'cast' && n.attrs.to === 'f32');
+    const halfIn = (g: typeof fused, op: string) => g.nodes.filter((n) => n.op === op && g.values[n.inputs[0]].dtype === 'bf16').length;
+    // before: the bias gradients of the fc and qkv products and each layernorm's dy are f32 copies
+    expect(widen(unfused).length).toBeGreaterThan(0);
+    expect(halfIn(unfused, 'sum_to') + halfIn(unfused, 'layernorm_grad')).toBe(0);
+    expect(widen(fused)).toHaveLength(0);
+    const lnGrads = fused.nodes.filter((n) => n.op === 'layernorm_grad').length;
+    expect(halfIn(fused, 'layernorm_grad')).toBe(lnGrads);
+    expect(halfIn(fused, 'sum_to')).toBeGreaterThan(0);
+  });
+});
+
 describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator', () => {
   it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two), embedding_grad and the class losses / metrics (a warp and a block per row) equal the float64 reference', () => {
     const rng = makeRng(7);
@@ -181,7 +202,9 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       positionEmbeddingCase('pos_emb', 3, 37, 41, 70), positionEmbeddingCase('pos_emb_full', 5, 64, 64, 33),
       ...classRowCases(rng, 'block_ignore', 5, WARP_C + 29, 3), ...classRowCases(rng, 'one_block', 21, 165),
       ...classRowCases(rng, 'warp_ignore', ONE_BLOCK_ROWS + 7, 37, 4),
-      ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false),
+      ln('ln_chunked', [3, 333], 45, true), ln('ln_chunked_noweight', [1000], 70, false), ln('ln_rows_per_warp', [5, 1001], 37, true),
+      // wider than WARP_D: the shared dx kernel and reduce_cuda.ts's column sums in row chunks
+      ln('ln_wide_chunked', [301], WARP_D + 3, true),
       // a warp per row: D a multiple of 32 and not, the widest, and one past it (the shared kernels)
       ...([[768, true], [333, false], [WARP_D, true], [WARP_D + 1, true]] as const).flatMap(([D, w]) => layernormPair(rng, `ln_warp_${D}`, [3, 7], D, w)),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
@@ -190,8 +213,10 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       opCase('sum_inner', 'sum_to', [f([3, 7, 700])], [[7, 1]], { shape: [7, 1] }),
       // 5005 terms for each of 3 outputs: two chunks (2503 and 2502 terms) and their sum
       opCase('sum_inner_chunked', 'sum_to', [f([5, 3, 1001])], [[3, 1]], { shape: [3, 1] }),
+      // the same reading a 16-bit gradient (its cast folded into the kernel)
+      ...halfLongCases(rng),
     ];
-    expect(columnChunks(999, 45).S).toBeGreaterThan(1);
+    expect(columnChunks(301, WARP_D + 3).S).toBeGreaterThan(1);
     expect(columnChunks(1200, 33).S).toBeGreaterThan(1);
     const shared = GPU_KERNELS.sum_to as GpuLowering;
     const sharedEmbedding = GPU_KERNELS.embedding as GpuLowering, sharedLayernorm = GPU_KERNELS.layernorm as GpuLowering;
@@ -215,6 +240,10 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
         for (const s of p.plan.steps) if (s.kind === 'kernel') s.barrier = true;
       }
       expect(a.programs.some((p) => p.library.includes('mpsc_scratch['))).toBe(true);
+      // the 16-bit cases' reductions read the 16-bit buffer itself
+      const half = a.programs.filter((p) => p.lowered.program.name.startsWith('half_'));
+      expect(half).toHaveLength(5);
+      for (const p of half) expect(p.lowered.kernels.find((k) => k.op !== 'cast')!.args.some((x) => x.access === 'r' && (x.type === 'half' || x.type === 'bfloat'))).toBe(true);
       expect(a.programs.some((p) => p.lowered.kernels.some((k) => /one block per output and chunk \(2 chunks/.test(k.label)))).toBe(true);
     });
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
@@ -235,6 +264,29 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ids.forEach((v, j) => { for (let k = 0; k < D; k++) want[v * D + k] = Math.fround(want[v * D + k] + dy[j * D + k]); });
       expect(Array.from((got[ci] as Map<number, Float64Array>).get(node.outputs[0])!), name).toEqual(Array.from(want));
     }
+  });
+});
+
+describe('long 16-bit element-wise nodes and adam_update, PER_THREAD elements per thread (wide_ew_cuda.ts), rendered in MSL, in the Metal emulator', () => {
+  it('give bitwise the shared kernels\' results (guarded and exact spans, bf16, f16 and the f32 optimizer) and equal the float64 reference', () => {
+    const cases = wideElementwiseCases(makeRng(11));
+    const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
+    const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update') };
+    const run = (wide: boolean) => runCases(compileEmu(cases.map((c) => c.program), { noFallback: true, ...(wide ? { registry } : {}) }, undefined, `wide_ew_emu_${wide}`, (a) => {
+      // every node of the cases takes this kernel (the input casts too), except the shared build
+      const labels = a.programs.flatMap((p) => p.lowered.kernels.map((k) => k.label));
+      expect(labels.every((l) => / elements per thread\]$/.test(l))).toBe(wide);
+    }), cases, scalars);
+    const [wide, shared] = [run(true), run(false)];
+    cases.forEach((c, i) => {
+      const w = wide[i], s = shared[i];
+      if (typeof w === 'string' || typeof s === 'string') throw new Error(`${c.program.name}: ${w} / ${s}`);
+      const ref = reference(c, scalars);
+      for (const id of c.check) {
+        expect(Array.from(w.get(id)!), c.program.name).toEqual(Array.from(s.get(id)!));
+        expect(relError(w.get(id)!, ref.get(id)!), c.program.name).toBeLessThan(caseTolerance(c, 1e-5));
+      }
+    });
   });
 });
 

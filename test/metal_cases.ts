@@ -353,6 +353,31 @@ export function halfCases(): OpCase[] {
   return out;
 }
 
+/** an input of halfIoCase: f32 data (rounded to float), or i32 ids */
+export type HalfIoInput = { shape: number[]; data: Float64Array; dtype?: 'i32' };
+
+/**
+ * One op reading 16-bit values: each float input not in `f32In` made `to` by a `cast` first (null: an
+ * absent optional input), the outputs `to` except those in `f32Out`; the checked values are the outputs,
+ * the 16-bit ones widened by a `cast {to: f32}` (what fuse.ts rule 4 folds into the op's kernel).
+ */
+export function halfIoCase(name: string, to: HalfDType, op: string, inputs: (HalfIoInput | null)[], outShapes: number[][],
+  attrs: Record<string, number[] | number | boolean | string>, f32In: number[] = [], f32Out: number[] = []): OpCase {
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const ids = inputs.map((x, i) => {
+    if (!x) return -1;
+    const id = b.value(`${name}.in${i}`, x.dtype ?? 'f32', x.shape, 'input');
+    data.set(id, x.dtype === 'i32' ? x.data : Float64Array.from(x.data, (v) => Math.fround(v)));
+    if (x.dtype === 'i32' || f32In.includes(i)) return id;
+    return b.emit('cast', [id], [{ name: `${name}.in${i}.${to}`, dtype: to, shape: x.shape }], { to })[0];
+  });
+  const outs = b.emit(op, ids, outShapes.map((shape, i) => ({ name: `${name}.out${i}`, shape, dtype: f32Out.includes(i) ? 'f32' as const : to })), attrs);
+  const check = outs.map((o, i) => (f32Out.includes(i) ? o : b.emit('cast', [o], [{ name: `${name}.out${i}.f32`, shape: outShapes[i] }], { to: 'f32' })[0]));
+  const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+  return { program, data, check };
+}
+
 /**
  * Mixed precision, folded casts (fuse.ts rule 4: compiler/kernels/registry.ts HALF_IO_OPS): each
  * op reading 16-bit values at every float input a `cast` makes 16-bit first and writing its outputs
@@ -366,22 +391,10 @@ export function halfIoCases(): OpCase[] {
   const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
   const out: OpCase[] = [];
   let k = 0;
-  type In = { shape: number[]; data: Float64Array; dtype?: 'i32' };
-  const add = (op: string, inputs: In[], outShapes: number[][], attrs: Record<string, number[] | number | boolean | string>, f32In: number[] = [], f32Out: number[] = []) => {
+  type In = HalfIoInput;
+  const add = (op: string, inputs: (In | null)[], outShapes: number[][], attrs: Record<string, number[] | number | boolean | string>, f32In: number[] = [], f32Out: number[] = []) => {
     const to: HalfDType = k % 2 === 0 ? 'bf16' : 'f16';
-    const name = `hio${k++}_${op}_${to}`;
-    const b = new GraphBuilder();
-    const data = new Map<number, Float64Array>();
-    const ids = inputs.map((x, i) => {
-      const id = b.value(`${name}.in${i}`, x.dtype ?? 'f32', x.shape, 'input');
-      data.set(id, x.data);
-      if (x.dtype === 'i32' || f32In.includes(i)) return id;
-      return b.emit('cast', [id], [{ name: `${name}.in${i}.${to}`, dtype: to, shape: x.shape }], { to })[0];
-    });
-    const outs = b.emit(op, ids, outShapes.map((shape, i) => ({ name: `${name}.out${i}`, shape, dtype: f32Out.includes(i) ? 'f32' as const : to })), attrs);
-    const check = outs.map((o, i) => (f32Out.includes(i) ? o : b.emit('cast', [o], [{ name: `${name}.out${i}.f32`, shape: outShapes[i] }], { to: 'f32' })[0]));
-    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
-    out.push({ program, data, check });
+    out.push(halfIoCase(`hio${k++}_${op}_${to}`, to, op, inputs, outShapes, attrs, f32In, f32Out));
   };
   const ids = (shape: number[], n: number): In => ({ shape, data: randomInts(shape, n, rng), dtype: 'i32' });
   add('linear', [f([9, 18]), f([5, 18]), f([5])], [[9, 5]], {}, [2]);
@@ -412,6 +425,12 @@ export function halfIoCases(): OpCase[] {
     const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
     add('attention_grad', [f([N, H, T, D]), q, kk, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs, [5]);
   }
+  // layernorm_grad of a 16-bit dy (a product's gradient) over f32 x, weight and statistics: dx and the weight / bias gradients f32
+  add('layernorm_grad', [f([5, 33]), f([5, 33], -2, 2), f([33]), f([5], -0.2, 0.2), f([5], 0.5, 2)], [[5, 33], [33], [33]], {}, [1, 2, 3, 4], [0, 1, 2]);
+  add('layernorm_grad', [f([3, 2, 19]), f([3, 2, 19], -2, 2), null, f([3, 2], -0.2, 0.2), f([3, 2], 0.5, 2)], [[3, 2, 19], [19], [19]], {}, [1, 3, 4], [0, 1, 2]);
+  // a bias gradient summing a 16-bit gradient into f32 (short sums: one thread per output)
+  add('sum_to', [f([3, 7, 37])], [[37]], { axes: [0, 1] }, [], [0]);
+  add('sum_to', [f([5, 3, 11])], [[3, 1]], { shape: [3, 1] }, [], [0]);
   return out;
 }
 

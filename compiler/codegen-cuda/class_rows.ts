@@ -237,7 +237,7 @@ export function lowerCrossEntropyGradCuda(ctx: LowerCtx, g: Graph, n: Node): Ker
   const L = rowLayout(ctx, R, C);
   const outT = elemOf(g, n.outputs[0]);
   const store = (x: string) => (isHalfElem(outT) ? d.fromFloat(outT, x) : x);
-  const target = ls ? `(int(c) == lab ? ${f(1 - ls)} : ${f(0)}) + ${f(ls / C)}` : `int(c) == lab ? ${f(1)} : ${f(0)}`;
+  const target = (c: string) => (ls ? `(int(${c}) == lab ? ${f(1 - ls)} : ${f(0)}) + ${f(ls / C)}` : `int(${c}) == lab ? ${f(1)} : ${f(0)}`);
   // the kept count (ignore_index) is a block sum over all labels: before the warp mode's early return
   if (ignore !== undefined) ctx.helpers.add('block_reduce');
   const count = keptCount(d, { T: u(BLOCK), nsg: u(WARPS) }, { R, ignore });
@@ -248,7 +248,7 @@ export function lowerCrossEntropyGradCuda(ctx: LowerCtx, g: Graph, n: Node): Ker
     groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: ignore !== undefined || (!L.warp && !fromForward) ? WARPS * 4 : 0, sync: true,
     body:
       `  // row r of ${u(C)} logits (${L.warp ? 'a warp per row' : 'a block per row'}): (softmax - ${ls ? '(1-ls)*onehot - ls/C' : 'onehot'}) / count;\n` +
-      `  // each element is read and then written by the same thread (dlogits may share the logits' bytes)\n` +
+      `  // each element is read and then written by the same thread (dlogits may share the logits' bytes), up to ${ROW_UNROLL} loads before their stores\n` +
       count + L.head + `  const int lab = label[r];\n` +
       (ignore !== undefined
         ? `  if (lab == ${ignore}) {\n    for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) dlogits[base + c] = ${store(f(0))};\n    return;\n  }\n`
@@ -256,10 +256,27 @@ export function lowerCrossEntropyGradCuda(ctx: LowerCtx, g: Graph, n: Node): Ker
       (fromForward
         ? `  const float lse = mpsc_scratch[${u(2 * R)} + r];  // the forward kernel's\n`
         : onlineLse(ctx, g, n, L, C, false)) +
-      `  for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) {\n` +
-      `    const float p = ${fromForward ? d.math('exp', `${readF(d, g, n.inputs[0], 'logits', 'base + c')} - lse`) : `${d.math('exp', `${readF(d, g, n.inputs[0], 'logits', 'base + c')} - M`)} / S`};\n` +
-      `    const float target = ${target};\n` +
-      `    dlogits[base + c] = ${store('(p - target) / count')};\n` +
-      `  }\n`,
+      unrolledRow(d, C, L.W, (k, c) => `    const float x${k} = ${readF(d, g, n.inputs[0], 'logits', `base + ${c}`)};\n`, (k, c) =>
+        `    dlogits[base + ${c}] = ${store(`(${fromForward ? d.math('exp', `x${k} - lse`) : `${d.math('exp', `x${k} - M`)} / S`} - (${target(c)})) / count`)};\n`),
   }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows${fromForward ? ', the forward\'s log-sum-exp' : ''}]`), ...(fromForward ? { scratch: 3 * R * 4 } : {}) }];
+}
+
+/** elements a thread takes per step of unrolledRow */
+export const ROW_UNROLL = 8;
+
+/**
+ * The statements of a thread's pass over its elements t, t + W, ... of a row of C (the body's `c` a
+ * uint, `t` its first): ROW_UNROLL at a time, every `load(k, column)` of a step before its first
+ * `store(k, column)` (a store may write bytes the thread loaded, in place, so the compiler keeps loads
+ * behind earlier stores: loads first puts ROW_UNROLL in flight, not one), then the rest one at a time;
+ * each element gets the same statements either way.
+ */
+function unrolledRow(d: LowerCtx['d'], C: number, W: number, load: (k: number, c: string) => string, store: (k: number, c: string) => string): string {
+  const ks = Array.from({ length: ROW_UNROLL }, (_, k) => k);
+  const col = (k: number) => (k ? `(c + ${d.u(k * W)})` : 'c');
+  // (rows too short for one step of ROW_UNROLL: the loop one at a time only)
+  const steps = (ROW_UNROLL - 1) * W < C
+    ? `  for (; c + ${d.u((ROW_UNROLL - 1) * W)} < ${d.u(C)}; c += ${d.u(ROW_UNROLL * W)}) {\n` + ks.map((k) => load(k, col(k))).join('') + ks.map((k) => store(k, col(k))).join('') + `  }\n`
+    : '';
+  return `  {\n  uint c = t;\n` + steps + `  for (; c < ${d.u(C)}; c += ${d.u(W)}) {\n${load(0, 'c')}${store(0, 'c')}  }\n  }\n`;
 }

@@ -36,6 +36,7 @@ import type { Tf32x3Mode } from './tf32x3.js';
 import { lowerLayernormGradCuda, lowerSumToCuda } from './reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from './embedding_cuda.js';
 import { lowerLayernormCuda } from './layernorm_cuda.js';
+import { wideOr } from './wide_ew_cuda.js';
 import { lowerClassForwardCuda, lowerCrossEntropyGradCuda } from './class_rows.js';
 import { lowerAttentionCuda } from './attention_cuda.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
@@ -71,7 +72,7 @@ const cudaEmbedding: GpuLowering = (ctx, g, n) => lowerEmbeddingCuda(ctx, g, n) 
 /**
  * The shared registry with attention / attention_grad on attention_cuda.ts where it applies, long sum_to and layernorm_grad on
  * reduce_cuda.ts (its dx and the layernorm forward a warp per row: layernorm_cuda.ts), embedding (ids = positions) and
- * embedding_grad on embedding_cuda.ts, the class
+ * embedding_grad on embedding_cuda.ts, long 16-bit element-wise nodes and long adam_update on wide_ew_cuda.ts, the class
  * losses / metrics cross_entropy(_grad), accuracy and top_k on class_rows.ts, and the GEMM family through cublaslt.ts
  * (cuBLASLt where its rule says and `lt` allows, fp32 calls as 3xTF32 where tf32x3.ts's rule and `tf32x3` say; else gemm_cuda.ts's kernels), recording each
  * GEMM node's choice in `choices`; `gemm` is the same lowering for nodes with a fused epilogue.
@@ -88,6 +89,7 @@ function gemmRegistry(lt: boolean, tf32x3: Tf32x3Mode, choices: GemmChoice[]): {
     return ks;
   };
   return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: cudaEmbeddingGrad, embedding: cudaEmbedding, layernorm: cudaLayernorm,
+    unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'),
     cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
 }
 

@@ -9,13 +9,15 @@
  * The sums run in a fixed order (each lane's K values in order, then the butterfly), so results do
  * not depend on scheduling. 16-bit inputs are read through the dialect's typed loads, 16-bit outputs
  * written through its typed stores.
- * Consumes layernorm nodes and layernorm_grad nodes (the dx part; the weight / bias gradients are
- * reduce_cuda.ts's column sums) in a CUDA dialect context (the bodies use only the kernel language);
- * produces KernelSpecs (null: the shared kernel).
+ * layernorm_grad: the same warp per row for dx, each warp taking several rows in turn and keeping its
+ * lanes' partial weight / bias gradients in registers, so dy and x are read once for all three outputs
+ * (layernormGradCuda); a second kernel adds the blocks' partials.
+ * Consumes layernorm and layernorm_grad nodes in a CUDA dialect context (the bodies use only the kernel
+ * language); produces KernelSpecs (null: the shared kernels, with reduce_cuda.ts's column sums).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { argOf, ceilDiv, elemOf, kernelSpec, numAttr, readF } from '../kernels/common.js';
+import { argOf, ceilDiv, elemOf, elementwise, kernelSpec, numAttr, readF, writeF } from '../kernels/common.js';
 import { isHalfElem } from '../kernels/dialect.js';
 import { layernormRows } from '../kernels/reduce.js';
 
@@ -69,27 +71,59 @@ export function lowerLayernormCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   }, ' [a warp per row]')];
 }
 
-/** layernorm_grad's dx (dy, x, w?, mean, rstd -> dx) a warp per row; null when D > WARP_D */
-export function layernormGradDxCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
+/** blocks of layernormGradCuda's first kernel (two per SM of the H200) */
+const GRAD_BLOCKS = 264;
+
+/**
+ * layernorm_grad whole (dy, x, w?, mean, rstd -> dx, dweight, dbias) over rows of D <= WARP_D, or null:
+ * the dx of layernormGradDxCuda, a warp per row, but each warp takes RW consecutive rows in order and
+ * keeps its lanes' partial weight / bias gradients (sum of dy * xhat, sum of dy per column) in registers
+ * while it has the row there; the block adds its 8 warps' partials in warp order in shared memory and
+ * writes them to the scratch region (one slot per block), and a second kernel adds the G blocks' slots
+ * in block order (G = 1: the block stores the gradients itself). dy and x are read once (the column sums
+ * of reduce_cuda.ts read them a second time); fixed order throughout, so results do not depend on scheduling.
+ */
+export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const { D, rows } = layernormRows(g, n);
   if (D > WARP_D) return null;
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
-  const ins = n.inputs;
+  const ins = n.inputs, outs = n.outputs;
   const weight = ins.length > 2 && ins[2] >= 0;
   const K = ceilDiv(D, 32);
+  const RW = Math.max(1, ceilDiv(rows, GRAD_BLOCKS * WARPS)), G = ceilDiv(rows, WARPS * RW);
+  const writes = [argOf(g, 'dweight', outs[1], 'w'), argOf(g, 'dbias', outs[2], 'w')];
   const args = [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), ...(weight ? [argOf(g, 'w', ins[2], 'r')] : []),
-    argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r'), argOf(g, 'dx', n.outputs[0], 'w')];
+    argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r'), argOf(g, 'dx', outs[0], 'w'), ...(G === 1 ? writes : [])];
   const decl = (p: string) => `  float ${Array.from({ length: K }, (_, k) => `${p}${k} = ${f(0)}`).join(', ')};\n`;
-  return kernelSpec(ctx, g, n, args, {
-    groups: [ceilDiv(rows, WARPS), 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: 0, sync: true,
+  const wb = (c: string, sw: string, sb: string) => `${writeF(d, g, outs[1], 'dweight', c, sw)} ${writeF(d, g, outs[2], 'dbias', c, sb)}`;
+  const bytes = G * 2 * D * 4;
+  const first = kernelSpec(ctx, g, n, args, {
+    groups: [G, 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: 2 * D * 4, sync: true, ...(G === 1 ? {} : { scratch: bytes }),
     body:
-      `  // a warp per row of D = ${u(D)}: dx = rstd * (g - sum(g)/D - xhat * sum(g*xhat)/D), g = dy${weight ? ' * w' : ''}, each lane's g and xhat in registers\n` +
-      `  const uint r = tgid.x * ${u(WARPS)} + sg;\n  if (r >= ${u(rows)}) return;\n  const uint base = r * ${u(D)};\n` +
-      `  const float mu = mean[r], rs = rstd[r];\n` +
-      decl('g') + decl('h') + `  float s1 = ${f(0)}, s2 = ${f(0)};\n` +
+      `  // warp sg of block b: rows (b * ${u(WARPS)} + sg) * ${u(RW)} + j (j < ${u(RW)}) in order, each as a warp per row of D = ${u(D)}:\n` +
+      `  // dx = rstd * (g - sum(g)/D - xhat * sum(g*xhat)/D), g = dy${weight ? ' * w' : ''}; the lanes' sums of dy * xhat (pw) and dy (pb) per column kept\n` +
+      decl('g') + decl('h') + decl('pw') + decl('pb') +
+      `  const uint r0 = (tgid.x * ${u(WARPS)} + sg) * ${u(RW)};\n` +
+      `  for (uint j = 0u; j < ${u(RW)}; ++j) {\n    const uint r = r0 + j;\n    if (r < ${u(rows)}) {\n` +
+      `  const uint base = r * ${u(D)};\n  const float mu = mean[r], rs = rstd[r];\n  float s1 = ${f(0)}, s2 = ${f(0)};\n` +
       lanes(d, D, (k, idx, col) =>
-        `g${k} = ${readF(d, g, ins[0], 'dy', idx)}${weight ? ` * ${readF(d, g, ins[2], 'w', col)}` : ''}; h${k} = (${readF(d, g, ins[1], 'x', idx)} - mu) * rs; s1 += g${k}; s2 += g${k} * h${k};`) +
+        `{ const float e = ${readF(d, g, ins[0], 'dy', idx)}; g${k} = e${weight ? ` * ${readF(d, g, ins[2], 'w', col)}` : ''}; h${k} = (${readF(d, g, ins[1], 'x', idx)} - mu) * rs; ` +
+        `s1 += g${k}; s2 += g${k} * h${k}; pw${k} += e * h${k}; pb${k} += e; }`) +
       `  s1 = ${d.simdSum('s1')} / ${f(D)};\n  s2 = ${d.simdSum('s2')} / ${f(D)};\n` +
-      lanes(d, D, (k, idx) => `dx[${idx}] = ${store(ctx, g, n.outputs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`),
-  }, ' [dx: a warp per row]');
+      lanes(d, D, (k, idx) => `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`) +
+      `    }\n  }\n` +
+      `  // the block's sums per column: its warps' partials added in warp order (tg: pw then pb)\n` +
+      `  for (uint wi = 0u; wi < ${u(WARPS)}; ++wi) {\n    if (sg == wi) {\n` +
+      lanes(d, D, (k, _idx, col) => `tg[${col}] = (wi == 0u ? ${f(0)} : tg[${col}]) + pw${k}; tg[${u(D)} + ${col}] = (wi == 0u ? ${f(0)} : tg[${u(D)} + ${col}]) + pb${k};`) +
+      `    }\n    ${d.barrier()}\n  }\n` +
+      (G === 1
+        ? `  for (uint c = tidx; c < ${u(D)}; c += ${u(32 * WARPS)}) { ${wb('c', 'tg[c]', `tg[${u(D)} + c]`)} }\n`
+        : `  for (uint c = tidx; c < ${u(2 * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(2 * D)} + c] = tg[c];\n`),
+  }, ` [dx, and dweight / dbias partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
+  if (G === 1) return [first];
+  const finish = elementwise(ctx, g, n, writes, D,
+    `  // the ${G} blocks' sums of column i, in block order\n  float sw = ${f(0)}, sb = ${f(0)};\n` +
+    `  for (uint b = 0u; b < ${u(G)}; ++b) { sw += mpsc_scratch[b * ${u(2 * D)} + i]; sb += mpsc_scratch[b * ${u(2 * D)} + ${u(D)} + i]; }\n` +
+    `  ${wb('i', 'sw', 'sb')}\n`, ` [dweight, dbias: sum of ${G} blocks]`);
+  return [first, { ...finish, scratch: bytes }];
 }

@@ -17,18 +17,22 @@
  * tile, chunk) writes its partial sums into the plan's scratch region (`mpsc_scratch`,
  * KernelSpec.scratch), and a second kernel adds the S partials per column in chunk order (S = 1:
  * the first kernel writes the results itself). They serve the kept-innermost sum_to and
- * layernorm_grad's weight and bias gradients (sums over all B*T rows per channel; the dx kernel is
- * layernorm_cuda.ts's warp per row, or for wide rows the shared reduce.ts layernormGradDx), which the shared kernels sum in one thread per column.
- * The order of additions is fixed by the shapes, so results do not depend on scheduling.
+ * layernorm_grad's weight and bias gradients over rows wider than layernorm_cuda.ts's WARP_D (sums over all B*T rows per
+ * channel after the shared reduce.ts layernormGradDx; narrower rows: layernorm_cuda.ts layernormGradCuda, all three in one
+ * pass), which the shared kernels sum in one thread per column.
+ * The order of additions is fixed by the shapes, so results do not depend on scheduling. x (sum_to) and
+ * dy, x (layernorm_grad) may be 16-bit (widened as they are loaded: the casts fuse.ts rule 4 folds into
+ * these kernels, fusions.ts), and the outputs are stored in their types (common.ts writeF): a bias gradient
+ * then reads the 16-bit gradient itself, not an f32 copy.
  * Consumes sum_to / layernorm_grad nodes (CUDA dialect context); produces KernelSpecs (sum_to:
  * null to keep the shared kernel). The index arithmetic of sum_to is the shared one (sumToDims).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { argOf, ceilDiv, elementwise, label } from '../kernels/common.js';
+import { argOf, ceilDiv, elementwise, label, readF, writeF } from '../kernels/common.js';
 import { sumToDims } from '../kernels/elementwise.js';
 import { layernormGradDx, layernormRows } from '../kernels/reduce.js';
-import { layernormGradDxCuda } from './layernorm_cuda.js';
+import { layernormGradCuda } from './layernorm_cuda.js';
 
 /** terms per output from which a block shares one output's sum */
 export const LONG = 512;
@@ -50,8 +54,9 @@ export function lowerSumToCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] |
     `    uint rem = ${i}, base = 0u;\n` + kept.map((k) => `    { const uint c = rem % ${k.size}; rem /= ${k.size}; base += c * ${k.stride}; }\n`).join('');
   const term = (t: string) =>
     `      uint q = ${t}, off = base;\n` + red.map((k) => `      { const uint c = q % ${k.size}; q /= ${k.size}; off += c * ${k.stride}; }\n`).join('') +
-    `      acc += x[off];\n`;
+    `      acc += ${readF(d, g, n.inputs[0], 'x', 'off')};\n`;
   const args = [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')];
+  const yAt = (i: string, v: string) => writeF(d, g, n.outputs[0], 'y', i, v);
   const common = { node: n.id, op: n.op, args, sync: true };
   if (innerReduced) {
     // S chunks of the terms per output when the outputs alone leave SMs idle (conv bias gradients)
@@ -69,17 +74,17 @@ export function lowerSumToCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] |
         `  acc = ${d.simdSum('acc')};\n` +
         `  if (lane == 0u) tg[sg] = acc;\n  ${d.barrier()}\n` +
         `  if (tidx == 0u) {\n    float s = 0.0f;\n    for (uint w = 0u; w < 8u; ++w) s += tg[w];\n` +
-        (S === 1 ? `    y[i] = s;\n` : `    mpsc_scratch[tgid.y * ${d.u(count)} + i] = s;\n`) + `  }\n`,
+        (S === 1 ? `    ${yAt('i', 's')}\n` : `    mpsc_scratch[tgid.y * ${d.u(count)} + i] = s;\n`) + `  }\n`,
     };
     if (S === 1) return [first];
     const finish = elementwise(ctx, g, n, [args[1]], count,
       `  // the ${S} chunks' sums of output i, in chunk order\n  float s = 0.0f;\n` +
-      `  for (uint c = 0u; c < ${d.u(S)}; ++c) s += mpsc_scratch[c * ${d.u(count)} + i];\n  y[i] = s;\n`, ` [sum of ${S} chunks]`);
+      `  for (uint c = 0u; c < ${d.u(S)}; ++c) s += mpsc_scratch[c * ${d.u(count)} + i];\n  ${yAt('i', 's')}\n`, ` [sum of ${S} chunks]`);
     return [first, { ...finish, scratch: bytes }];
   }
   return columnSums(ctx, g, n, {
     C: count, R: RN, sums: 1, reads: [args[0]], writes: [args[1]], what: 'y',
-    col: base('c'), row: term('r').replace('acc += ', 's0 += '), store: (c) => `y[${c}] = s0;`,
+    col: base('c'), row: term('r').replace('acc += ', 's0 += '), store: (c) => yAt(c, 's0'),
   });
 }
 
@@ -95,18 +100,23 @@ export function columnChunks(rows: number, C: number): { S: number; chunk: numbe
   return { S: ceilDiv(rows, chunk), chunk };
 }
 
-/** layernorm_grad: the dx kernel (a warp per row up to layernorm_cuda.ts's WARP_D, else the shared one), then the weight and bias gradients as chunked column sums over the rows */
+/**
+ * layernorm_grad: rows up to layernorm_cuda.ts's WARP_D there (dx and the weight / bias partials in one pass); wider rows
+ * the shared dx kernel, then the weight and bias gradients as chunked column sums over the rows
+ */
 export function lowerLayernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const fused = layernormGradCuda(ctx, g, n);
+  if (fused) return fused;
   const u = (k: number) => ctx.d.u(k);
   const { D, rows } = layernormRows(g, n);
   const ins = n.inputs, outs = n.outputs;
-  return [layernormGradDxCuda(ctx, g, n) ?? layernormGradDx(ctx, g, n), ...columnSums(ctx, g, n, {
+  return [layernormGradDx(ctx, g, n), ...columnSums(ctx, g, n, {
     C: D, R: rows, sums: 2, what: 'dweight, dbias',
     reads: [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r')],
     writes: [argOf(g, 'dweight', outs[1], 'w'), argOf(g, 'dbias', outs[2], 'w')],
     col: '',
-    row: `      const float g = dy[r * ${u(D)} + c];\n      s0 += g * (x[r * ${u(D)} + c] - mean[r]) * rstd[r];\n      s1 += g;\n`,
-    store: (c) => `dweight[${c}] = s0; dbias[${c}] = s1;`,
+    row: `      const float g = ${readF(ctx.d, g, ins[0], 'dy', `r * ${u(D)} + c`)};\n      s0 += g * (${readF(ctx.d, g, ins[1], 'x', `r * ${u(D)} + c`)} - mean[r]) * rstd[r];\n      s1 += g;\n`,
+    store: (c) => `${writeF(ctx.d, g, outs[1], 'dweight', c, 's0')} ${writeF(ctx.d, g, outs[2], 'dbias', c, 's1')}`,
   })];
 }
 

@@ -4,10 +4,11 @@
  * batchnorm_train / batchnorm_grad (one threadgroup per channel), layernorm (+ grad),
  * and the scalar losses / metrics / grad_norm (one threadgroup for everything).
  * Consumes IR nodes; produces KernelSpecs (bodies from rows.ts, in the context's dialect).
- * cross_entropy, cross_entropy_grad and layernorm read (and write) 16-bit logits / x / dlogits /
- * y too (common.ts readF / writeF; fuse.ts rule 4).
+ * cross_entropy, cross_entropy_grad, layernorm and layernorm_grad read (and write) 16-bit logits / x /
+ * dlogits / y / dy / dx too (common.ts readF / writeF; fuse.ts rule 4).
  */
 import type { Graph, Node } from '../ir/graph.js';
+import type { Dialect } from './dialect.js';
 import type { KernelSpec, LowerCtx } from './kernel_types.js';
 import { argOf, blockKernel, elementwise, numAttr, numel, readF, rowThreads, shapeOf, writeF } from './common.js';
 import { type Io, chanBatchnorm, chanBatchnormGrad, reduceAll, rowCrossEntropyGrad, rowLayernorm, rowLayernormGrad, rowNllGrad, rowSoftmax, rowSoftmaxGrad } from './rows.js';
@@ -22,16 +23,20 @@ const B = '    ';
 /** inputs per grad_norm kernel: + the output + the params struct stays within Metal's 31 bindings */
 export const GRAD_NORM_CHUNK = 29;
 
+/** access to the buffers of these values by name (16-bit ones widened / rounded) */
+function ioOf(d: Dialect, g: Graph, named: Record<string, number>): Io {
+  return {
+    rd: (name, idx) => readF(d, g, named[name], name, idx),
+    wr: (name, idx, v) => writeF(d, g, named[name], name, idx, v),
+  };
+}
+
 export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const ins = n.inputs, outs = n.outputs;
   const a = (v: number, name: string, acc: 'r' | 'w' | 'rw' = 'r') => argOf(g, name, v, acc);
   const d = ctx.d, u32 = (k: number) => d.u(k);
   const has = (k: number) => ins.length > k && ins[k] >= 0;
-  /** access to the buffers of these values by name (16-bit ones widened / rounded) */
-  const io = (named: Record<string, number>): Io => ({
-    rd: (name, idx) => readF(d, g, named[name], name, idx),
-    wr: (name, idx, v) => writeF(d, g, named[name], name, idx, v),
-  });
+  const io = (named: Record<string, number>): Io => ioOf(d, g, named);
   switch (n.op) {
     case 'softmax': case 'log_softmax': case 'softmax_grad': case 'log_softmax_grad': {
       const xs = shapeOf(g, ins[0]), axis = numAttr(n, 'axis');
@@ -71,7 +76,7 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       const body =
         `  float sw = ${d.f(0)}, sb = ${d.f(0)};\n` +
         `  for (uint r = 0u; r < ${u32(rows)}; ++r) {\n    const uint e = r * ${u32(D)} + i;\n` +
-        `    sb += dy[e];\n    sw += dy[e] * (x[e] - mean[r]) * rstd[r];\n  }\n  dweight[i] = sw;\n  dbias[i] = sb;\n`;
+        `    sb += ${readF(d, g, ins[0], 'dy', 'e')};\n    sw += ${readF(d, g, ins[0], 'dy', 'e')} * (${readF(d, g, ins[1], 'x', 'e')} - mean[r]) * rstd[r];\n  }\n  ${writeF(d, g, outs[1], 'dweight', 'i', 'sw')}\n  ${writeF(d, g, outs[2], 'dbias', 'i', 'sb')}\n`;
       const dwK = elementwise(ctx, g, n,
         [a(ins[0], 'dy'), a(ins[1], 'x'), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(outs[1], 'dweight', 'w'), a(outs[2], 'dbias', 'w')],
         D, body, ' [dweight, dbias]');
@@ -112,7 +117,7 @@ export function layernormGradDx(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
   const weight = ins.length > 2 && ins[2] >= 0;
   return blockKernel(ctx, g, n,
     [a(ins[0], 'dy'), a(ins[1], 'x'), ...(weight ? [a(ins[2], 'w')] : []), a(ins[3], 'mean'), a(ins[4], 'rstd'), a(n.outputs[0], 'dx', 'w')],
-    rows, rowThreads(D), (s) => rowLayernormGrad(ctx.d, s, { D, weight }), ' [dx]');
+    rows, rowThreads(D), (s) => rowLayernormGrad(ctx.d, s, { D, weight }, ioOf(ctx.d, g, { dy: ins[0], x: ins[1], dx: n.outputs[0] })), ' [dx]');
 }
 
 function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {

@@ -60,7 +60,7 @@ export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
 export const HALF_IO_OPS: readonly OpName[] = [
   'linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'conv2d_grad_weight', 'attention', 'attention_grad',
   'unary', 'unary_grad', 'binary', 'reshape', 'dropout', 'dropout_grad', 'slice', 'concat', 'permute',
-  'layernorm', 'cross_entropy', 'cross_entropy_grad',
+  'layernorm', 'layernorm_grad', 'sum_to', 'cross_entropy', 'cross_entropy_grad',
 ];
 
 /** A backend's registry: GPU_KERNELS, or a copy with some entries replaced (e.g. a library GEMM, or 'cpu'). */

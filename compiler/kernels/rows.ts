@@ -116,9 +116,10 @@ export function rowLayernorm(d: Dialect, s: BlockShape, v: { D: number; eps: num
   );
 }
 
-/** layernorm's dx (dy, x, w?, mean, rstd -> dx; absent weight 1) */
-export function rowLayernormGrad(d: Dialect, s: BlockShape, v: { D: number; weight: boolean }): string {
+/** layernorm's dx (dy, x, w?, mean, rstd -> dx; absent weight 1); dy, x and dx through `io` (16-bit ones widened / rounded) */
+export function rowLayernormGrad(d: Dialect, s: BlockShape, v: { D: number; weight: boolean }, io: Io): string {
   const D = d.u(v.D), Df = d.f(v.D), w = v.weight ? ' * w[d]' : '';
+  const dy = io.rd('dy', 'base + d'), x = io.rd('x', 'base + d');
   return (
     `  // dx for one row of D = ${D} per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy${w ? '*w' : ''}\n` +
     `  const uint r = tgid.x;\n` +
@@ -126,16 +127,16 @@ export function rowLayernormGrad(d: Dialect, s: BlockShape, v: { D: number; weig
     `  const float mu = mean[r], rs = rstd[r];\n` +
     `  float s1 = ${d.f(0)}, s2 = ${d.f(0)};\n` +
     `  for (uint d = tidx; d < ${D}; d += ${s.T}) {\n` +
-    `    const float g = dy[base + d]${w};\n` +
+    `    const float g = ${dy}${w};\n` +
     `    s1 += g;\n` +
-    `    s2 += g * (x[base + d] - mu) * rs;\n` +
+    `    s2 += g * (${x} - mu) * rs;\n` +
     `  }\n` +
     `  s1 = mpsc_block_sum(s1, tg, lane, sg, ${s.nsg});\n` +
     `  s2 = mpsc_block_sum(s2, tg, lane, sg, ${s.nsg});\n` +
     `  for (uint d = tidx; d < ${D}; d += ${s.T}) {\n` +
-    `    const float g = dy[base + d]${w};\n` +
-    `    const float xh = (x[base + d] - mu) * rs;\n` +
-    `    dx[base + d] = rs * (g - s1 / ${Df} - xh * s2 / ${Df});\n` +
+    `    const float g = ${dy}${w};\n` +
+    `    const float xh = (${x} - mu) * rs;\n` +
+    `    ${io.wr('dx', 'base + d', `rs * (g - s1 / ${Df} - xh * s2 / ${Df})`)}\n` +
     `  }\n`
   );
 }

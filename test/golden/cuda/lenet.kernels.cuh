@@ -1333,7 +1333,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // row r of 10u logits (a warp per row): (softmax - onehot) / count;
-  // each element is read and then written by the same thread (dlogits may share the logits' bytes)
+  // each element is read and then written by the same thread (dlogits may share the logits' bytes), up to 8 loads before their stores
   const float count = 64.0f;
   const uint r = tgid.x * 8u + sg;
   if (r >= 64u) return;
@@ -1341,10 +1341,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
   const uint base = r * 10u;
   const int lab = label[r];
   const float lse = mpsc_scratch[128u + r];  // the forward kernel's
-  for (uint c = t; c < 10u; c += 32u) {
-    const float p = expf(logits[base + c] - lse);
-    const float target = int(c) == lab ? 1.0f : 0.0f;
-    dlogits[base + c] = (p - target) / count;
+  {
+  uint c = t;
+  for (; c < 10u; c += 32u) {
+    const float x0 = logits[base + c];
+    dlogits[base + c] = (expf(x0 - lse) - (int(c) == lab ? 1.0f : 0.0f)) / count;
+  }
   }
 }
 

@@ -617,21 +617,9 @@ kernel void k13_mma(
   }
 }
 
-// node 14: cast (fc2) -> d_fc2.out.f32
+// node 14: sum_to (fc2) -> fc2.bias.grad
 kernel void k14(
     device const bfloat* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 640u) return;
-  y[i] = float(x[i]);
-}
-
-// node 15: sum_to (fc2) -> fc2.bias.grad
-kernel void k15(
-    device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
@@ -645,13 +633,13 @@ kernel void k15(
   for (uint t = 0u; t < 64u; ++t) {
     uint q = t, off = base;
     { const uint c = q % 64u; q /= 64u; off += c * 10u; }
-    acc += x[off];
+    acc += float(x[off]);
   }
   y[i] = acc;
 }
 
-// node 16: unary_grad (relu0) -> d_fc1.out
-kernel void k16(
+// node 15: unary_grad (relu0) -> d_fc1.out
+kernel void k15(
     device const bfloat* dy [[buffer(0)]],
     device const bfloat* x [[buffer(1)]],
     device bfloat* dx [[buffer(2)]],
@@ -664,8 +652,8 @@ kernel void k16(
   dx[i] = bfloat(v > 0.0f ? d : 0.0f);
 }
 
-// node 17: matmul (fc1) -> fc1.weight.grad [16x16 tiles]
-kernel void k17(
+// node 16: matmul (fc1) -> fc1.weight.grad [16x16 tiles]
+kernel void k16(
     device const bfloat* a [[buffer(0)]],
     device const bfloat* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -707,8 +695,8 @@ kernel void k17(
   }
 }
 
-// node 17: matmul (fc1) -> fc1.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k17_mma(
+// node 16: matmul (fc1) -> fc1.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k16_mma(
     device const bfloat* a [[buffer(0)]],
     device const bfloat* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -766,21 +754,9 @@ kernel void k17_mma(
   }
 }
 
-// node 18: cast (fc1) -> d_fc1.out.f32
-kernel void k18(
+// node 17: sum_to (fc1) -> fc1.bias.grad
+kernel void k17(
     device const bfloat* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  y[i] = float(x[i]);
-}
-
-// node 19: sum_to (fc1) -> fc1.bias.grad
-kernel void k19(
-    device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
@@ -794,13 +770,13 @@ kernel void k19(
   for (uint t = 0u; t < 64u; ++t) {
     uint q = t, off = base;
     { const uint c = q % 64u; q /= 64u; off += c * 256u; }
-    acc += x[off];
+    acc += float(x[off]);
   }
   y[i] = acc;
 }
 
-// node 20: adam_update (fc1.weight)
-kernel void k20(
+// node 18: adam_update (fc1.weight)
+kernel void k18(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -822,8 +798,8 @@ kernel void k20(
   param[i] = p;
 }
 
-// node 21: adam_update (fc1.bias)
-kernel void k21(
+// node 19: adam_update (fc1.bias)
+kernel void k19(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -845,8 +821,8 @@ kernel void k21(
   param[i] = p;
 }
 
-// node 22: adam_update (fc2.weight)
-kernel void k22(
+// node 20: adam_update (fc2.weight)
+kernel void k20(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -868,8 +844,8 @@ kernel void k22(
   param[i] = p;
 }
 
-// node 23: adam_update (fc2.bias)
-kernel void k23(
+// node 21: adam_update (fc2.bias)
+kernel void k21(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],

@@ -1,0 +1,140 @@
+/**
+ * wide_ew_cuda: the CUDA backend's element-wise kernels over long 16-bit tensors, PER_THREAD elements
+ * per thread. The shared kernels (compiler/kernels/elementwise.ts, precision.ts) give each element a
+ * thread: a thread then has one 2-byte load in flight, and GPT-2's gelu over bf16 [16384, 3072] (100 MB
+ * each way) took ~150 us on the H200 (~0.7 TB/s of its ~3.3 TB/s copy rate; its gradient ~180 us). Here
+ * thread t of block b takes elements b * 256 * P + t + 256 k (k < P): each of its loads is still one
+ * coalesced 2-byte element per lane, but all P of every input are issued before the first store (the
+ * stores may alias nothing the thread still has to read, so no ordering holds the loads back), P times
+ * the bytes in flight, and P times fewer blocks. Same statements per element as the shared kernels
+ * (readF, the scalar-math table, writeF): bitwise the same results. The launch is the shared 1-D one
+ * (256 threads, only `gid.x`), so merge.ts still merges it with its independent neighbours.
+ * Serves: unary, unary_grad, same-shape binary and cast nodes with at least MIN_WIDE elements and a
+ * 16-bit input or output (f32 element-wise kernels already ran near the copy rate: the residual add,
+ * 150 MB in 47 us), and adam_update over at least MIN_WIDE elements (four f32 streams in, three out,
+ * and two powf per element in the shared kernel: here the bias corrections once per thread, the same
+ * values, and 32 loads in flight; GPT-2's AdamW ran at ~1.5 TB/s); anything else: null (the shared kernel).
+ * Measured (H200, GPT-2 bf16, bench/NOTES.md): gelu 156 -> 80 us, its gradient 178 -> 124 us (now bound by erff /
+ * expf instructions, not bytes), the residual stream's bf16 roundings 38 -> 22.5 us; AdamW 1.50 -> 1.45 ms only (its
+ * loads were not the limit).
+ * Consumes a node (CUDA dialect context; the body is kernel language, so the Metal emulator runs it in
+ * tests); produces one KernelSpec or null. `wideOr(op)`: the registry entry (this kernel, else the shared one).
+ */
+import type { Graph, Node } from '../ir/graph.js';
+import { isHalf } from '../ir/graph.js';
+import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs } from '../ir/scalar_fns.js';
+import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { GPU_KERNELS, type GpuLowering } from '../kernels/registry.js';
+import { argOf, boolAttr, ceilDiv, EW_THREADS, kernelSpec, numAttr, numel, readF, scalarExpr, shapeOf, writeF } from '../kernels/common.js';
+import { unaryFwd } from '../kernels/elementwise.js';
+
+/** elements per thread */
+export const PER_THREAD = 8;
+/** the fewest elements a node needs for this kernel (from a grid of one block per SM of the H200: smaller ones keep the shared kernel) */
+export const MIN_WIDE = 1 << 18;
+
+/** the node's inputs read per element: the variable, the value id and its parameter name */
+interface Load { v: string; id: number; name: string }
+
+/** the loads and the float expression of node n's output element, or null when this kernel does not serve n */
+function formOf(ctx: LowerCtx, g: Graph, n: Node): { loads: Load[]; expr: string; args: KernelArg[]; out: string } | null {
+  const ins = n.inputs, o = n.outputs[0];
+  const a = (id: number, name: string, acc: 'r' | 'w') => argOf(g, name, id, acc);
+  switch (n.op) {
+    case 'unary':
+      return { loads: [{ v: 'v', id: ins[0], name: 'x' }], expr: unaryFwd(ctx, n, 'v'), args: [a(ins[0], 'x', 'r'), a(o, 'y', 'w')], out: 'y' };
+    case 'unary_grad': {
+      const fn = String(n.attrs.fn);
+      if (!isUnaryFn(fn)) return null;
+      const expr = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+      const loads = [{ v: 'd', id: ins[0], name: 'dy' }, ...(/\bv\b/.test(expr) ? [{ v: 'v', id: ins[1], name: 'x' }] : [])];
+      return { loads, expr, args: [a(ins[0], 'dy', 'r'), a(ins[1], 'x', 'r'), a(o, 'dx', 'w')], out: 'dx' };
+    }
+    case 'binary': {
+      const fn = String(n.attrs.fn), out = shapeOf(g, o);
+      const same = (id: number) => shapeOf(g, id).length === out.length && shapeOf(g, id).every((s, k) => s === out[k]);
+      if (!isBinaryFn(fn) || !same(ins[0]) || !same(ins[1])) return null;
+      return {
+        loads: [{ v: 'va', id: ins[0], name: 'a' }, { v: 'vb', id: ins[1], name: 'b' }],
+        expr: scalarExpr(ctx, BINARY_FNS_TABLE[fn].fwd, { a: 'va', b: 'vb' }, {}), args: [a(ins[0], 'a', 'r'), a(ins[1], 'b', 'r'), a(o, 'y', 'w')], out: 'y',
+      };
+    }
+    case 'cast':
+      return { loads: [{ v: 'v', id: ins[0], name: 'x' }], expr: 'v', args: [a(ins[0], 'x', 'r'), a(o, 'y', 'w')], out: 'y' };
+  }
+  return null;
+}
+
+/** node n's kernel with PER_THREAD elements per thread, or null (the shared kernel) */
+export function lowerWideElementwiseCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
+  if (n.op === 'adam_update') return wideAdam(ctx, g, n);
+  if (n.outputs.length !== 1) return null;
+  const o = n.outputs[0], count = numel(shapeOf(g, o));
+  if (count < MIN_WIDE) return null;
+  const form = formOf(ctx, g, n);
+  if (!form) return null;
+  if (!form.args.some((x) => x.type === 'bfloat' || x.type === 'half') || !isHalfOrF32(g, [...n.inputs, o])) return null;
+  const sub = (e: string, k: number) => form.loads.reduce((x, l) => x.replace(new RegExp(`\\b${l.v}\\b`, 'g'), `${l.v}${k}`), e);
+  return wideKernel(ctx, g, n, form.args, count, '', form.loads.map((l) => ({ v: l.v, load: (i: string) => readF(ctx.d, g, l.id, l.name, i) })),
+    (k, i) => writeF(ctx.d, g, o, form.out, i, sub(form.expr, k)));
+}
+
+/**
+ * The kernel: `pre` once per thread, then for its PER_THREAD elements (index expressions i0 + 256 k) the
+ * loads into `<v><k>` (every load before the first store), then `stmts(k, index)` per element.
+ */
+function wideKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, pre: string,
+  loads: { v: string; load: (i: string) => string }[], stmts: (k: number, i: string) => string): KernelSpec {
+  const d = ctx.d, u = (k: number) => d.u(k);
+  const P = PER_THREAD, span = EW_THREADS * P;
+  const exact = count % span === 0;
+  const at = (k: number) => (k ? `i0 + ${u(EW_THREADS * k)}` : 'i0');
+  const guard = (k: number, s: string) => (exact ? `  ${s}\n` : `  if (${at(k)} < ${u(count)}) { ${s} }\n`);
+  const ks = Array.from({ length: P }, (_, k) => k);
+  const decl = loads.map((l) => `  float ${ks.map((k) => `${l.v}${k} = ${d.f(0)}`).join(', ')};\n`).join('');
+  const body = ks.map((k) => guard(k, loads.map((l) => `${l.v}${k} = ${l.load(at(k))};`).join(' '))).join('') + ks.map((k) => guard(k, stmts(k, at(k)))).join('');
+  return kernelSpec(ctx, g, n, args, {
+    groups: [Math.max(1, ceilDiv(count, span)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
+    body:
+      `  // ${P} elements per thread: i0 + ${u(EW_THREADS)} k (k < ${P}) of the block's ${span}; every load before the first store\n` +
+      `  const uint i0 = (gid.x / ${u(EW_THREADS)}) * ${u(span)} + gid.x % ${u(EW_THREADS)};\n` +
+      (exact ? '' : `  if (i0 >= ${u(count)}) return;\n`) + pre + decl + body,
+  }, ` [${P} elements per thread]`);
+}
+
+/** adam_update (compiler/kernels/optim.ts's statements per element, its bias corrections once per thread); null below MIN_WIDE */
+function wideAdam(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
+  const ins = n.inputs, count = numel(shapeOf(g, ins[0]));
+  if (count < MIN_WIDE || ins.slice(0, 4).some((id) => g.values[id].dtype !== 'f32')) return null;
+  const d = ctx.d, f = (x: number) => d.f(x);
+  const gscale = ins.length > 4 && ins[4] >= 0;
+  const b1 = numAttr(n, 'beta1'), b2 = numAttr(n, 'beta2'), eps = numAttr(n, 'eps'), wd = numAttr(n, 'weight_decay', 0);
+  const decoupled = boolAttr(n, 'decoupled');
+  const args = [argOf(g, 'param', ins[0], 'rw'), argOf(g, 'grad', ins[1], 'r'), argOf(g, 'ea', ins[2], 'rw'), argOf(g, 'eas', ins[3], 'rw'),
+    ...(gscale ? [argOf(g, 'gscale', ins[4], 'r')] : [])];
+  const pre =
+    `  const float bc1 = ${f(1)} - ${d.math('pow', f(b1), 'float(sp.t)')};\n` +
+    `  const float bc2 = ${f(1)} - ${d.math('pow', f(b2), 'float(sp.t)')};\n`;
+  const loads = [{ v: 'gr', load: (i: string) => `grad[${i}]${gscale ? ' * gscale[0]' : ''}` }, { v: 'p', load: (i: string) => `param[${i}]` },
+    { v: 'ma', load: (i: string) => `ea[${i}]` }, { v: 'va', load: (i: string) => `eas[${i}]` }];
+  return wideKernel(ctx, g, n, args, count, pre, loads, (k, i) =>
+    (wd !== 0 ? (decoupled ? `p${k} *= ${f(1)} - sp.lr * ${f(wd)}; ` : `gr${k} += ${f(wd)} * p${k}; `) : '') +
+    `const float m${k} = ${f(b1)} * ma${k} + ${f(1 - b1)} * gr${k}; const float v${k} = ${f(b2)} * va${k} + ${f(1 - b2)} * gr${k} * gr${k}; ` +
+    `ea[${i}] = m${k}; eas[${i}] = v${k}; ` +
+    `p${k} -= (sp.lr / bc1) * m${k} / (${d.math('sqrt', `v${k}`)} / ${d.math('sqrt', 'bc2')} + ${f(eps)}); param[${i}] = p${k};`);
+}
+
+/** every value f32 or 16-bit (no integer operand) */
+function isHalfOrF32(g: Graph, ids: number[]): boolean {
+  return ids.every((id) => g.values[id].dtype === 'f32' || isHalf(g.values[id].dtype));
+}
+
+/** the registry entry of op: this kernel where it serves the node, else the shared kernel */
+export function wideOr(op: 'unary' | 'unary_grad' | 'binary' | 'cast' | 'adam_update'): GpuLowering {
+  const shared = GPU_KERNELS[op];
+  if (shared === 'cpu') throw new Error(`internal: ${op} has no shared GPU kernel`);
+  return (ctx, g, n) => {
+    const k = lowerWideElementwiseCuda(ctx, g, n);
+    return k ? [k] : shared(ctx, g, n);
+  };
+}
