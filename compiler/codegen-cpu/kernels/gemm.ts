@@ -1,12 +1,35 @@
 /**
  * linear and the batched matmul through the fast core's sgemm_part (runtime/cpp/fast/sgemm.h): one part per
- * pool thread, each with its own workspace from mk::run_parts; bias (and relu, when
- * compiler/ir/fuse.ts folded the following relu into this node: attr `epilogue`) in the
- * GEMM's epilogue.
+ * pool thread, each with its own workspace from mk::run_parts; bias (and the unary fn that
+ * compiler/ir/fuse.ts folded into this node, attr `epilogue`: relu, or any fn through
+ * linearEpilogue's post) in the GEMM's epilogue.
  */
 import { tpl } from '../template.js';
-import { type KernelEmitter, prod, reluEpilogue } from '../kernel_ctx.js';
+import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
 import { broadcastStrides, matmulDims } from '../../ir/shapes.js';
+import { UNARY_FNS_TABLE, isUnaryFn, renderScalar, unaryFnAttrs } from '../../ir/scalar_fns.js';
+import { CPP_SCALAR_LANG } from '../scalar_cpp.js';
+
+/**
+ * A linear's fused epilogue (compiler/ir/fuse.ts attr `epilogue`, fusions.ts): relu as the core's
+ * vector relu, any other unary fn as `post`, a captureless lambda (sgemm's Epilogue::post) looping
+ * the unary kernel's own formula (elementwise.ts, scalar_fns.ts) over a run of floats in place,
+ * so the result has the bits of the separate unary pass. post is null without such an epilogue.
+ */
+export function linearEpilogue(k: KernelCtx): { relu: boolean; post: string | null } {
+  const fn = k.str('epilogue', '');
+  if (fn === '') return { relu: false, post: null };
+  if (fn === 'relu') return { relu: true, post: null };
+  if (!isUnaryFn(fn)) return k.fail(`unknown epilogue fn '${fn}'`);
+  const attrs = unaryFnAttrs(fn, (name, d) => k.num(`epilogue_${name}`, d));
+  const expr = renderScalar(UNARY_FNS_TABLE[fn].fwd, CPP_SCALAR_LANG, { x: 'v' }, attrs);
+  return { relu: false, post: `[](float* r, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+      const float v = r[i];
+      r[i] = ${expr};
+    }
+  }` };
+}
 
 const LINEAR = tpl(`  const float* x = {{x}};
   const float* w = {{w}};
@@ -17,6 +40,9 @@ const LINEAR = tpl(`  const float* x = {{x}};
   ep.bias_kind = mpsc_fast::BIAS_COL;
 {{/if}}
   ep.relu = {{relu}};
+{{#if post}}
+  ep.post = {{post}};
+{{/if}}
   mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) {
     mpsc_fast::sgemm_part(false, true, {{M}}, {{N}}, {{K}}, 1.0f, x, {{K}}, w, {{K}}, 0.0f, y, {{N}}, &ep, part, nparts, ws);
   });
@@ -28,7 +54,8 @@ export const linear: KernelEmitter = (k) => {
   const [N, K] = ws;
   const M = prod(k.inShape(0)) / K;
   const bias = k.hasInput(2) ? k.inPtr(2) : '';
-  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, relu: String(reluEpilogue(k)) });
+  const epi = linearEpilogue(k);
+  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, relu: String(epi.relu), post: epi.post ?? '' });
 };
 
 const MATMUL = tpl(`  const float* a = {{a}};

@@ -79,11 +79,18 @@ static_assert(MC % MR == 0, "MC must be a multiple of MR");
 
 enum BiasKind : int { BIAS_NONE = 0, BIAS_ROW = 1, BIAS_COL = 2 };
 
-/** fused epilogue applied once the full K sum is in C: C += bias, then relu if asked */
+/**
+ * fused epilogue applied once the full K sum is in C: C += bias, then relu if asked, then post.
+ * post (optional): an element-wise function applied in place to each finished run of C (the rows
+ * of a micro-tile, NR floats or fewer at edges, while they are still in L1); it must give each
+ * element's result from that element alone, so the split into runs does not change any bits
+ * (the generated kernels pass a loop over the same scalar formula the unary kernel uses).
+ */
 struct Epilogue {
   const float* bias = nullptr;  // BIAS_ROW: bias[i] for row i (M values); BIAS_COL: bias[j] (N values)
   int bias_kind = BIAS_NONE;
   bool relu = false;
+  void (*post)(float* x, int64_t n) = nullptr;
 };
 
 namespace detail {
@@ -349,6 +356,9 @@ static inline void micro_kernel(int64_t kc, const float* __restrict a, const flo
   if (mr == MR && nr == NR) {
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) finish_row(c + r * ldc, acc0[r], acc1[r], s, r);
+    // post after every row is stored: no accumulator is live across the call
+    if (s.last && s.epi.post)
+      for (int r = 0; r < MR; ++r) s.epi.post(c + r * ldc, NR);
     return;
   }
   float t[MR * NR];
@@ -359,6 +369,8 @@ static inline void micro_kernel(int64_t kc, const float* __restrict a, const flo
   }
   for (int64_t r = 0; r < mr; ++r)
     for (int64_t j = 0; j < nr; ++j) finish_scalar(c + r * ldc + j, t[r * NR + j], s, r, j);
+  if (s.last && s.epi.post)
+    for (int64_t r = 0; r < mr; ++r) s.epi.post(c + r * ldc, nr);
 }
 
 /** C[m0..m1, n0..n1) with K == 0 or alpha == 0: C = beta*C, then the epilogue */
@@ -373,6 +385,7 @@ inline void scale_only(int64_t m0, int64_t m1, int64_t n0, int64_t n1, float bet
       if (e.relu) x = x > 0.0f ? x : 0.0f;
       c[j] = x;
     }
+    if (e.post && n1 > n0) e.post(c + n0, n1 - n0);
   }
 }
 
