@@ -614,3 +614,69 @@ describe('linear with a unary epilogue other than relu', () => {
     }
   }, 300_000);
 });
+
+/**
+ * A grad-weight matmul (transA) and the sum_to over the same rows right after it (a linear's dW and db) run as
+ * one kernel: sgemm sums the columns while it packs dY (emit_program.ts, gemm.ts matmulWithColumnSum). The bias
+ * gradient must have the bits of the separate sum_to: 2 K blocks (K > KC), a 3-D dY read through a reshape view
+ * (the GPT's form), and a 2-thread split where one part has no tile of C but its share of the sums.
+ */
+describe('grad-weight matmul with the bias-gradient sum fused', () => {
+  const geos = [
+    { lead: [300], M: 37, N: 53 },
+    { lead: [3, 101], M: 70, N: 45 },
+    { lead: [50], M: 5, N: 20 },
+  ];
+  const rng = makeRng(9);
+  const b = new GraphBuilder();
+  const cases = geos.map((c, i) => {
+    const K = c.lead.reduce((x, y) => x * y, 1);
+    const dys = [...c.lead, c.M];
+    const p = randomTensor(dys, rng), x = randomTensor([K, c.N], rng);
+    const ids = {
+      p: b.value(`ms${i}.p`, 'f32', dys, 'param'),
+      x: b.value(`ms${i}.x`, 'f32', [K, c.N], 'param'),
+      dy: b.value(`ms${i}.dy`, 'f32', dys, 'activation'),
+      dy2: b.value(`ms${i}.dy2`, 'f32', [K, c.M], 'activation'),
+      dw: b.value(`ms${i}.dw`, 'f32', [c.M, c.N], 'grad'),
+      db: b.value(`ms${i}.db`, 'f32', [c.M], 'grad'),
+      outW: b.value(`ms${i}.outW`, 'f32', [c.M, c.N], 'gradacc'),
+      outB: b.value(`ms${i}.outB`, 'f32', [c.M], 'gradacc'),
+    };
+    b.node('unary', [ids.p], [ids.dy], { fn: 'neg' });
+    b.node('reshape', [ids.dy], [ids.dy2], { shape: [K, c.M] });
+    b.node('matmul', [ids.dy2, ids.x], [ids.dw], { transA: true, transB: false });
+    b.node('sum_to', [ids.dy], [ids.db], { axes: c.lead.map((_, j) => j) });
+    b.node('grad_accumulate', [ids.outW, ids.dw], [], { scale: 1 });
+    b.node('grad_accumulate', [ids.outB, ids.db], [], { scale: 1 });
+    return { ...c, i, K, dys, p, x };
+  });
+  const train: Program = { name: 'train_step', batch: 1, graph: b.graph, inputs: [], outputs: [] };
+  train.plan = planMemory(train); // planned: the reshape is a view, as in the programs buildPrograms makes
+  const programs: ProgramSet = { model: 'cpu_kernels_matmul_sum', train_step: train, eval: { name: 'eval', batch: 1, graph: { values: [], nodes: [] }, inputs: [], outputs: [] } };
+
+  it('fuses every pair', () => {
+    const code = generateCpuModel(programs, { fuse: true }).files['model.cc'];
+    expect(code.match(/static int p0_k\d+_matmul_sum_to\(/g)?.length).toBe(cases.length);
+    expect(code).not.toMatch(/static int p0_k\d+_sum_to\(/);
+  });
+
+  const run = (fuse: boolean) =>
+    runWithFusion(programs, fuse, cases.flatMap((c): [string, Float64Array][] => [[`ms${c.i}.p`, c.p], [`ms${c.i}.x`, c.x]]), cases.flatMap((c) => [`ms${c.i}.outW`, `ms${c.i}.outB`]));
+
+  it('gives the bits of the separate matmul and sum_to, and the float64 reference values', async () => {
+    const fused = await run(true);
+    const unfused = await run(false);
+    for (const c of cases) {
+      const [w, bb] = [fused[2 * c.i], fused[2 * c.i + 1]];
+      expect(bits(w), `case ${c.i} dW`).toEqual(bits(unfused[2 * c.i]));
+      expect(bits(bb), `case ${c.i} db`).toEqual(bits(unfused[2 * c.i + 1]));
+      const f32 = (d: Float64Array) => Float64Array.from(Float32Array.from(d));
+      const dy = f32(c.p).map((v) => -v);
+      const [rw] = runOp('matmul', [{ shape: [c.K, c.M], data: dy, dtype: 'f32' }, { shape: [c.K, c.N], data: f32(c.x), dtype: 'f32' }], [[c.M, c.N]], { transA: true, transB: false });
+      const [rb] = runOp('sum_to', [{ shape: c.dys, data: dy, dtype: 'f32' }], [[c.M]], { axes: c.lead.map((_, j) => j) });
+      expect(relError(w, rw), `case ${c.i} dW vs the reference`).toBeLessThan(1e-4);
+      expect(relError(bb, rb), `case ${c.i} db vs the reference`).toBeLessThan(1e-4);
+    }
+  }, 300_000);
+});

@@ -10,7 +10,9 @@
  *  - one function per node, named `p<program>_k<node>_<op>` (generated, never a spec name),
  *    with shapes and attrs baked in as constants (kernels/<family>.ts build them); a run of
  *    consecutive adam_update nodes with the same step constants is one function
- *    `p<program>_k<first node>_adam_update_x<count>` (kernels/optim.ts adamGroup), unless fusion is off;
+ *    `p<program>_k<first node>_adam_update_x<count>` (kernels/optim.ts adamGroup), and a grad-weight
+ *    matmul followed by the bias-gradient sum_to over the same rows is one `..._matmul_sum_to`
+ *    (kernels/gemm.ts matmulWithColumnSum), unless fusion is off;
  *  - one `run` per program calling its kernels in order, then reading the scalar outputs;
  *  - the descriptor table: persistent tensors (compiler/ir/persistent_table.ts, the one rule of
  *    the model ABI layout), programs, inputs, outputs. Every name is emitted through cString().
@@ -30,6 +32,8 @@ import { CPU_FUSIONS } from './fusions.js';
 import { CPU_KERNELS } from './kernels/index.js';
 import { withWidenedInputs } from './kernels/precision.js';
 import { adamGroup, adamGroupKey } from './kernels/optim.js';
+import { matmulWithColumnSum } from './kernels/gemm.js';
+import { columnSumOf } from './kernels/elementwise.js';
 import { tpl } from './template.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -291,6 +295,19 @@ export function generateCpuModel(unfused: ProgramSet, opts: CpuCodegenOptions = 
           const paths = group.map((g) => g.node.path ?? `node ${g.node.id}`).join(', ');
           kernels.push({ fn, comment: commentText(`${p.name} nodes ${node.id}-${group[group.length - 1].node.id}: adam_update x${group.length} (${paths})`), body: adamGroup(group) });
           calls.push({ fn, slot: kernels.length - 1 });
+          continue;
+        }
+      }
+      // a grad-weight matmul and the bias-gradient sum_to over the same rows right after it: one kernel
+      if (fuse && node.op === 'matmul' && ni + 1 < nodes.length && nodes[ni + 1].op === 'sum_to') {
+        const sc = kernelCtx(p.graph, nodes[ni + 1], r.ptr, alias);
+        const sum = columnSumOf(sc);
+        const body = sum ? matmulWithColumnSum(kc, sc, sum) : null;
+        if (body !== null) {
+          const fn = `${id}_k${node.id}_matmul_sum_to`;
+          kernels.push({ fn, comment: commentText(`${p.name} nodes ${node.id}-${sc.node.id}: matmul + sum_to (its column sums, fused)${node.path ? ` (${node.path})` : ''}`), body });
+          calls.push({ fn, slot: kernels.length - 1 });
+          ni++;
           continue;
         }
       }

@@ -109,3 +109,32 @@ export const matmul: KernelEmitter = (k) => {
     sizeA: as[as.length - 2] * as[as.length - 1], sizeB: bs[bs.length - 2] * bs[bs.length - 1], sizeY: M * N,
   });
 };
+
+const MATMUL_SUMS = tpl(`  const float* a = {{a}};
+  const float* b = {{b}};
+  float* y = {{y}};
+  // the column sums of a (the next node's sum_to) taken while sgemm packs a, in double, rows in order
+  double* sums = (double*)mk::scratch(3, 2 * {{M}});
+  std::memset(sums, 0, sizeof(double) * {{M}});
+  mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) {
+    mpsc_fast::sgemm_part(true, false, {{M}}, {{N}}, {{K}}, 1.0f, a, {{M}}, b, {{N}}, 0.0f, y, {{N}}, nullptr, part, nparts, ws, sums);
+  });
+  // written after the product: the plan may have put the sum over an operand only the product reads
+  float* sum_out = {{sumOut}};
+  for (int64_t i = 0; i < {{M}}; i++) sum_out[i] = (float)sums[i];
+`);
+
+/**
+ * A grad-weight product dW = a^T b (matmul transA, one 2-D GEMM) and the bias gradient next to it, a sum_to
+ * over the rows of the same a (columnSumOf: `outer` rows of `mid`), as one kernel: sgemm sums a's columns
+ * while packing it (the same row-ordered double sums as SUM_ROWS, so the same bits). null when the pair
+ * does not have that form (emit_program.ts then emits the two nodes).
+ */
+export function matmulWithColumnSum(k: KernelCtx, s: KernelCtx, sum: { outer: number; mid: number }): string | null {
+  if (k.node.op !== 'matmul' || k.str('epilogue', '') !== '' || !k.bool('transA', false) || k.bool('transB', false)) return null;
+  const as = k.inShape(0), bs = k.inShape(1);
+  if (as.length !== 2 || bs.length !== 2 || [0, 1].some((i) => k.inDtype(i) !== 'f32') || s.inDtype(0) !== 'f32') return null;
+  const [K, M] = as, N = bs[1];
+  if (bs[0] !== K || s.inPtr(0) !== k.inPtr(0) || sum.outer !== K || sum.mid !== M) return null;
+  return MATMUL_SUMS({ a: k.inPtr(0), b: k.inPtr(1), y: k.outPtr(0), sumOut: s.outPtr(0), M, N, K });
+}
