@@ -8,7 +8,9 @@
  * named *.weight with 1), i32 inputs with uniform ints in [0, INT_RANGE); prints one JSON line
  * with the median and min ms per train step, and the process CPU time (user + system, all threads,
  * spinning pool workers included) per timed step: on a shared machine the wall time includes the
- * time the threads waited for a core, the CPU time does not (at 1 thread it is the step's work).
+ * time the threads waited for a core, the CPU time does not (at 1 thread it is the step's work);
+ * and "state": a 64-bit FNV-1a hash of the whole persistent block after the last step (parameters
+ * and optimizer state), to check that two builds or two thread counts give the same bits.
  */
 #include <algorithm>
 #include <chrono>
@@ -92,8 +94,10 @@ int main(int argc, char** argv) {
   }
   const double cpu = (cpu_ms() - cpu0) / steps;
   std::sort(ms.begin(), ms.end());
-  std::printf("{\"model\":\"%s\",\"threads\":%d,\"train\":{\"median_ms\":%.3f,\"min_ms\":%.3f,\"cpu_ms\":%.3f,\"steps\":%d},\"loss\":%.5f}\n",
-              m->model_name, threads, ms[ms.size() / 2], ms[0], cpu, steps, outs[0]);
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t i = 0; i < m->persistent_bytes; i++) h = (h ^ ctx->persistent[i]) * 1099511628211ull;
+  std::printf("{\"model\":\"%s\",\"threads\":%d,\"train\":{\"median_ms\":%.3f,\"min_ms\":%.3f,\"cpu_ms\":%.3f,\"steps\":%d},\"loss\":%.5f,\"state\":\"%016llx\"}\n",
+              m->model_name, threads, ms[ms.size() / 2], ms[0], cpu, steps, outs[0], (unsigned long long)h);
   mpsc_free(ctx);
   return 0;
 }

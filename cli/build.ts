@@ -87,7 +87,7 @@ export function register(program: Command): void {
     .addOption(new Option('--target <target>', 'the same as --device (older name)').hideHelp())
     .option('--batch <n>', "batch size to compile for (default: the spec's train { batch })")
     .option('--threads <n>', 'threads the CPU module will use by default (report only; mpsc train takes --threads)')
-    .option('--cxxflags <flags>', 'C++ compiler flags (default: $MPSC_CXXFLAGS or "-O3 -march=native")')
+    .option('--cxxflags <flags>', 'C++ compiler flags (default: $MPSC_CXXFLAGS or "-O3 -march=native -fno-math-errno")')
     .option('--no-compile', 'only write the sources, do not compile')
     .option('--no-fallback', 'metal: make an op without a Metal kernel an error instead of a CPU-fallback warning')
     .option('--fallback-op <op...>', 'metal: run these IR ops on the CPU fallback (testing the fallback path)', [])

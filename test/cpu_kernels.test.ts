@@ -291,6 +291,23 @@ function parallelCases(): Case[] {
     { label: 'big_sum_to', op: 'sum_to', inputs: [{ shape: big }], outShapes: [[157]], attrs: { axes: [0] } },
     { label: 'big_softmax', op: 'log_softmax', inputs: [{ shape: big }], outShapes: [big], attrs: { axis: 1 } },
     { label: 'big_adam', op: 'adam_update', inputs: [{ shape: big }, { shape: big }, { shape: big }, { shape: big, lo: 0, hi: 0.1 }, null], outShapes: [], attrs: { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0, decoupled: false } },
+    // class losses over 613 rows of 67 logits (> PAR_MIN): rows split across the threads; ignore_index, label smoothing
+    ...([undefined, 5] as (number | undefined)[]).flatMap((ii): Case[] => {
+      const a: Record<string, AttrValue> = ii === undefined ? { label_smoothing: 0.1 } : { label_smoothing: 0.1, ignore_index: ii }, tag = ii === undefined ? '' : '_ign';
+      const xb = { shape: [613, 67], lo: -4, hi: 4 }, lb = { shape: [613], dtype: 'i32' as const, ints: 67 };
+      return [
+        { label: `big_ce${tag}`, op: 'cross_entropy', inputs: [xb, lb], outShapes: [[]], attrs: a },
+        { label: `big_ce_g${tag}`, op: 'cross_entropy_grad', inputs: [xb, lb], outShapes: [xb.shape], attrs: a },
+        { label: `big_nll${tag}`, op: 'nll', inputs: [{ shape: xb.shape, lo: -5, hi: 0 }, lb], outShapes: [[]], attrs: ii === undefined ? {} : { ignore_index: ii } },
+        { label: `big_nll_g${tag}`, op: 'nll_grad', inputs: [xb, lb], outShapes: [xb.shape], attrs: ii === undefined ? {} : { ignore_index: ii } },
+      ];
+    }),
+    // three consecutive Adam updates with the same step constants: emit_program.ts makes them one kernel
+    // (mk::adam_multi) whose 2-thread split falls inside the second tensor; each keeps its own weight decay
+    ...([[37], [211, 97], [129, 131]] as number[][]).map((shape, j): Case => ({
+      label: `multi_adam${j}`, op: 'adam_update', inputs: [{ shape }, { shape }, { shape }, { shape, lo: 0, hi: 0.1 }, null], outShapes: [],
+      attrs: { beta1: 0.85, beta2: 0.995, eps: 1e-7, weight_decay: [0.1, 0, 0.02][j], decoupled: true },
+    })),
     { label: 'big_matmul', op: 'matmul', inputs: [{ shape: [201, 300] }, { shape: [300, 150] }], outShapes: [[201, 150]], attrs: { transA: false, transB: false } },
   ];
 }
@@ -302,6 +319,10 @@ function fusedCases(): Case[] {
   return [
     { label: 'linear_relu', op: 'linear', inputs: [{ shape: [7, 13] }, { shape: [5, 13] }, { shape: [5] }], outShapes: [[7, 5]], attrs: ep },
     { label: 'linear_relu_big', op: 'linear', inputs: [{ shape: [70, 300] }, { shape: [100, 300] }, null], outShapes: [[70, 100]], attrs: ep },
+    // other unary fns run as sgemm's Epilogue::post (gemm.ts linearEpilogue): edge tiles, a fn attr, two K blocks (K > KC)
+    { label: 'linear_gelu', op: 'linear', inputs: [{ shape: [37, 45] }, { shape: [53, 45] }, { shape: [53] }], outShapes: [[37, 53]], attrs: { epilogue: 'gelu' } },
+    { label: 'linear_leaky', op: 'linear', inputs: [{ shape: [3, 5, 19] }, { shape: [41, 19] }, null], outShapes: [[3, 5, 41]], attrs: { epilogue: 'leaky_relu', epilogue_alpha: 0.2 } },
+    { label: 'linear_tanh_big', op: 'linear', inputs: [{ shape: [70, 300] }, { shape: [100, 300] }, { shape: [100] }], outShapes: [[70, 100]], attrs: { epilogue: 'tanh' } },
     // im2col (5x5), direct 1x1, the stride-1 "wide" path, Winograd (C*O/(C+O) >= 32)
     { label: 'conv_relu_5x5', op: 'conv2d', inputs: [{ shape: [2, 3, 9, 8] }, { shape: [4, 3, 5, 5] }, { shape: [4] }], outShapes: [[2, 4, 9, 8]], attrs: conv(5) },
     { label: 'conv_relu_1x1', op: 'conv2d', inputs: [{ shape: [2, 6, 5, 4] }, { shape: [9, 6, 1, 1] }, { shape: [9] }], outShapes: [[2, 9, 5, 4]], attrs: conv(1) },
@@ -392,6 +413,12 @@ describe('generated CPU kernels vs the reference interpreter', () => {
     expect([...new Set(CASES.map((c) => c.op))].sort()).toEqual(Object.keys(OPS).sort());
   });
 
+  it('runs the consecutive multi_adam updates as one kernel', () => {
+    const cc = generateCpuModel(built.programs).files['model.cc'];
+    expect(cc).toMatch(/static int p0_k\d+_adam_update_x3\(/);
+    expect(cc).toContain('multi_adam0.in0');
+  });
+
   it('gives the same bits with 1 thread as with 2 (no reduction depends on the thread count)', async () => {
     const one = await createCpuSession(built.programs, { threads: 1, cacheDir: process.env.MPSC_CACHE_DIR ?? path.join(os.tmpdir(), 'mpsc-test-cache') });
     try {
@@ -431,6 +458,27 @@ describe('generated CPU kernels vs the reference interpreter', () => {
     });
   }
 });
+
+/** the named persistent tensors after one train_step of a 2-thread build with the CPU fusions on or off (MPSC_CPU_FUSE, read by the code generator and the cache key) */
+async function runWithFusion(programs: ProgramSet, fuse: boolean, inputs: [string, Float64Array][], outputs: string[]): Promise<Float32Array[]> {
+  const saved = process.env.MPSC_CPU_FUSE;
+  process.env.MPSC_CPU_FUSE = fuse ? '1' : '0';
+  let session: Session | undefined;
+  try {
+    session = await createCpuSession(programs, { threads: 2, cacheDir: process.env.MPSC_CACHE_DIR ?? path.join(os.tmpdir(), 'mpsc-test-cache') });
+  } finally {
+    if (saved === undefined) delete process.env.MPSC_CPU_FUSE;
+    else process.env.MPSC_CPU_FUSE = saved;
+  }
+  try {
+    for (const [name, data] of inputs) session.write(name, Float32Array.from(data));
+    session.run('train_step', [], SCALARS);
+    return outputs.map((name) => session!.read(name));
+  } finally {
+    session.close();
+  }
+}
+const bits = (a: Float32Array) => Array.from(new Uint32Array(a.buffer, a.byteOffset, a.length));
 
 /**
  * The 2x2 max-pool grad with the relu-grad folded in (compiler/ir/fuse.ts, pool.ts) on valid IR with
@@ -492,29 +540,9 @@ describe('2x2 max-pool grad with the relu-grad folded in', () => {
     expect(code).not.toMatch(/unary_grad/);
   });
 
-  /** each case's dx from a build with the fusion passes on or off (MPSC_CPU_FUSE, read by the code generator and the cache key) */
-  async function run(fuse: boolean): Promise<Float32Array[]> {
-    const saved = process.env.MPSC_CPU_FUSE;
-    process.env.MPSC_CPU_FUSE = fuse ? '1' : '0';
-    let session: Session | undefined;
-    try {
-      session = await createCpuSession(programs, { threads: 2, cacheDir: process.env.MPSC_CACHE_DIR ?? path.join(os.tmpdir(), 'mpsc-test-cache') });
-    } finally {
-      if (saved === undefined) delete process.env.MPSC_CPU_FUSE;
-      else process.env.MPSC_CPU_FUSE = saved;
-    }
-    try {
-      for (const c of cases) {
-        session.write(`mp${c.i}.x`, Float32Array.from(c.x));
-        session.write(`mp${c.i}.dy`, Float32Array.from(c.dy));
-      }
-      session.run('train_step', [], SCALARS);
-      return cases.map((c) => session!.read(`mp${c.i}.out`));
-    } finally {
-      session.close();
-    }
-  }
-  const bits = (a: Float32Array) => Array.from(new Uint32Array(a.buffer, a.byteOffset, a.length));
+  /** each case's dx from a build with the fusion passes on or off */
+  const run = (fuse: boolean) =>
+    runWithFusion(programs, fuse, cases.flatMap((c): [string, Float64Array][] => [[`mp${c.i}.x`, c.x], [`mp${c.i}.dy`, c.dy]]), cases.map((c) => `mp${c.i}.out`));
 
   it('gives the bits of the unfused pair, and the float64 reference values (ties to the first maximum)', async () => {
     const fused = await run(true);
@@ -528,6 +556,127 @@ describe('2x2 max-pool grad with the relu-grad folded in', () => {
       expect(dx.some((v) => v !== 0), `case ${c.i} has gradients`).toBe(true);
       // the reference multiplies by relu' (-0 where g < 0 is masked); the kernels select +0
       expect(bits(fused[c.i]), `case ${c.i} ${c.xs} vs the reference`).toEqual(bits(Float32Array.from(dx, (v) => v + 0)));
+    }
+  }, 300_000);
+});
+
+/**
+ * linear followed by a unary fn other than relu (compiler/ir/fuse.ts rule 1 with CPU_FUSIONS' opFns): the
+ * fused kernel applies the fn in sgemm's epilogue (Epilogue::post) and must give the bits of the separate
+ * unary pass, and the float64 reference's values; odd sizes, K over one KC block, 2 threads.
+ */
+describe('linear with a unary epilogue other than relu', () => {
+  const geos: { M: number; N: number; K: number; fn: string; attrs: Record<string, AttrValue> }[] = [
+    { M: 37, N: 53, K: 45, fn: 'gelu', attrs: {} },
+    { M: 70, N: 100, K: 300, fn: 'gelu', attrs: {} },
+    { M: 9, N: 33, K: 17, fn: 'leaky_relu', attrs: { alpha: 0.2 } },
+    { M: 130, N: 67, K: 64, fn: 'tanh', attrs: {} },
+  ];
+  const rng = makeRng(5);
+  const b = new GraphBuilder();
+  const cases = geos.map((c, i) => {
+    const x = randomTensor([c.M, c.K], rng, -2, 2), w = randomTensor([c.N, c.K], rng, -0.5, 0.5), bias = randomTensor([c.N], rng);
+    const ids = {
+      x: b.value(`le${i}.x`, 'f32', [c.M, c.K], 'param'),
+      w: b.value(`le${i}.w`, 'f32', [c.N, c.K], 'param'),
+      b: b.value(`le${i}.b`, 'f32', [c.N], 'param'),
+      y: b.value(`le${i}.y`, 'f32', [c.M, c.N], 'activation'),
+      z: b.value(`le${i}.z`, 'f32', [c.M, c.N], 'activation'),
+      out: b.value(`le${i}.out`, 'f32', [c.M, c.N], 'gradacc'),
+    };
+    b.node('linear', [ids.x, ids.w, ids.b], [ids.y], {});
+    b.node('unary', [ids.y], [ids.z], { fn: c.fn, ...c.attrs });
+    b.node('grad_accumulate', [ids.out, ids.z], [], { scale: 1 });
+    return { ...c, i, x, w, bias };
+  });
+  const train: Program = { name: 'train_step', batch: 1, graph: b.graph, inputs: [], outputs: [] };
+  const programs: ProgramSet = { model: 'cpu_kernels_linear_epilogue', train_step: train, eval: { name: 'eval', batch: 1, graph: { values: [], nodes: [] }, inputs: [], outputs: [] } };
+
+  it('folds every unary into its linear', () => {
+    const code = generateCpuModel(programs, { fuse: true }).files['model.cc'];
+    geos.forEach((c) => expect(code).toContain(`linear + ${c.fn} (fused)`));
+    expect(code).not.toMatch(/_unary\(/);
+    expect(generateCpuModel(programs, { fuse: false }).files['model.cc']).toMatch(/_unary\(/);
+  });
+
+  const run = (fuse: boolean) =>
+    runWithFusion(programs, fuse, cases.flatMap((c): [string, Float64Array][] => [[`le${c.i}.x`, c.x], [`le${c.i}.w`, c.w], [`le${c.i}.b`, c.bias]]), cases.map((c) => `le${c.i}.out`));
+
+  it('gives the bits of the separate unary pass, and the float64 reference values', async () => {
+    const fused = await run(true);
+    const unfused = await run(false);
+    for (const c of cases) {
+      expect(bits(fused[c.i]), `case ${c.i} ${c.fn}`).toEqual(bits(unfused[c.i]));
+      const f32 = (d: Float64Array) => Float64Array.from(Float32Array.from(d));
+      const [y] = runOp('linear', [{ shape: [c.M, c.K], data: f32(c.x), dtype: 'f32' }, { shape: [c.N, c.K], data: f32(c.w), dtype: 'f32' }, { shape: [c.N], data: f32(c.bias), dtype: 'f32' }], [[c.M, c.N]], {});
+      const [z] = runOp('unary', [{ shape: [c.M, c.N], data: y, dtype: 'f32' }], [[c.M, c.N]], { fn: c.fn, ...c.attrs });
+      expect(relError(fused[c.i], z), `case ${c.i} ${c.fn} vs the reference`).toBeLessThan(1e-4);
+    }
+  }, 300_000);
+});
+
+/**
+ * A grad-weight matmul (transA) and the sum_to over the same rows right after it (a linear's dW and db) run as
+ * one kernel: sgemm sums the columns while it packs dY (emit_program.ts, gemm.ts matmulWithColumnSum). The bias
+ * gradient must have the bits of the separate sum_to: 2 K blocks (K > KC), a 3-D dY read through a reshape view
+ * (the GPT's form), and a 2-thread split where one part has no tile of C but its share of the sums.
+ */
+describe('grad-weight matmul with the bias-gradient sum fused', () => {
+  const geos = [
+    { lead: [300], M: 37, N: 53 },
+    { lead: [3, 101], M: 70, N: 45 },
+    { lead: [50], M: 5, N: 20 },
+  ];
+  const rng = makeRng(9);
+  const b = new GraphBuilder();
+  const cases = geos.map((c, i) => {
+    const K = c.lead.reduce((x, y) => x * y, 1);
+    const dys = [...c.lead, c.M];
+    const p = randomTensor(dys, rng), x = randomTensor([K, c.N], rng);
+    const ids = {
+      p: b.value(`ms${i}.p`, 'f32', dys, 'param'),
+      x: b.value(`ms${i}.x`, 'f32', [K, c.N], 'param'),
+      dy: b.value(`ms${i}.dy`, 'f32', dys, 'activation'),
+      dy2: b.value(`ms${i}.dy2`, 'f32', [K, c.M], 'activation'),
+      dw: b.value(`ms${i}.dw`, 'f32', [c.M, c.N], 'grad'),
+      db: b.value(`ms${i}.db`, 'f32', [c.M], 'grad'),
+      outW: b.value(`ms${i}.outW`, 'f32', [c.M, c.N], 'gradacc'),
+      outB: b.value(`ms${i}.outB`, 'f32', [c.M], 'gradacc'),
+    };
+    b.node('unary', [ids.p], [ids.dy], { fn: 'neg' });
+    b.node('reshape', [ids.dy], [ids.dy2], { shape: [K, c.M] });
+    b.node('matmul', [ids.dy2, ids.x], [ids.dw], { transA: true, transB: false });
+    b.node('sum_to', [ids.dy], [ids.db], { axes: c.lead.map((_, j) => j) });
+    b.node('grad_accumulate', [ids.outW, ids.dw], [], { scale: 1 });
+    b.node('grad_accumulate', [ids.outB, ids.db], [], { scale: 1 });
+    return { ...c, i, K, dys, p, x };
+  });
+  const train: Program = { name: 'train_step', batch: 1, graph: b.graph, inputs: [], outputs: [] };
+  train.plan = planMemory(train); // planned: the reshape is a view, as in the programs buildPrograms makes
+  const programs: ProgramSet = { model: 'cpu_kernels_matmul_sum', train_step: train, eval: { name: 'eval', batch: 1, graph: { values: [], nodes: [] }, inputs: [], outputs: [] } };
+
+  it('fuses every pair', () => {
+    const code = generateCpuModel(programs, { fuse: true }).files['model.cc'];
+    expect(code.match(/static int p0_k\d+_matmul_sum_to\(/g)?.length).toBe(cases.length);
+    expect(code).not.toMatch(/static int p0_k\d+_sum_to\(/);
+  });
+
+  const run = (fuse: boolean) =>
+    runWithFusion(programs, fuse, cases.flatMap((c): [string, Float64Array][] => [[`ms${c.i}.p`, c.p], [`ms${c.i}.x`, c.x]]), cases.flatMap((c) => [`ms${c.i}.outW`, `ms${c.i}.outB`]));
+
+  it('gives the bits of the separate matmul and sum_to, and the float64 reference values', async () => {
+    const fused = await run(true);
+    const unfused = await run(false);
+    for (const c of cases) {
+      const [w, bb] = [fused[2 * c.i], fused[2 * c.i + 1]];
+      expect(bits(w), `case ${c.i} dW`).toEqual(bits(unfused[2 * c.i]));
+      expect(bits(bb), `case ${c.i} db`).toEqual(bits(unfused[2 * c.i + 1]));
+      const f32 = (d: Float64Array) => Float64Array.from(Float32Array.from(d));
+      const dy = f32(c.p).map((v) => -v);
+      const [rw] = runOp('matmul', [{ shape: [c.K, c.M], data: dy, dtype: 'f32' }, { shape: [c.K, c.N], data: f32(c.x), dtype: 'f32' }], [[c.M, c.N]], { transA: true, transB: false });
+      const [rb] = runOp('sum_to', [{ shape: c.dys, data: dy, dtype: 'f32' }], [[c.M]], { axes: c.lead.map((_, j) => j) });
+      expect(relError(w, rw), `case ${c.i} dW vs the reference`).toBeLessThan(1e-4);
+      expect(relError(bb, rb), `case ${c.i} db vs the reference`).toBeLessThan(1e-4);
     }
   }, 300_000);
 });

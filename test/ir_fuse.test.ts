@@ -90,13 +90,16 @@ describe('GEMM epilogue', () => {
     expect(opsOf(p)).toEqual(['linear', 'unary']);
   });
 
-  it('copies the fn attrs as epilogue_<name> (Metal: any fn)', () => {
+  it('copies the fn attrs as epilogue_<name> (Metal: any fn; the CPU: any fn on linear)', () => {
     const { p } = linearUnary('hardtanh', { min_val: -0.5, max_val: 0.25 });
     const f = fused(p, metalFusions());
     expect(f.graph.nodes[0].attrs).toEqual({ epilogue: 'hardtanh', epilogue_min_val: -0.5, epilogue_max_val: 0.25 });
     expect(sameValues(p, f)).toBe(1);
-    // the CPU executes only a relu epilogue
-    expect(opsOf(fused(p, CPU_FUSIONS))).toEqual(['linear', 'unary']);
+    // the CPU's linear applies any fn (CPU_FUSIONS.epilogue.opFns); fns listed for another op only do not fold
+    const c = fused(p, CPU_FUSIONS);
+    expect(opsOf(c)).toEqual(['linear']);
+    expect(c.graph.nodes[0].attrs).toEqual({ epilogue: 'hardtanh', epilogue_min_val: -0.5, epilogue_max_val: 0.25 });
+    expect(opsOf(fused(p, { epilogue: { ops: ['conv2d'], fns: ['hardtanh'], gradReaders: false, opFns: { matmul: ['hardtanh'] } } }))).toEqual(['linear', 'unary']);
   });
 
   it('redirects relu-grads of the pre-activation to the relu output when the backend allows it', () => {

@@ -8,7 +8,11 @@
  *           the fused graph.
  * Produces: { files: { 'model.cc', 'mpsc_kernels.hpp' }, tensors, programs, persistentBytes }.
  *  - one function per node, named `p<program>_k<node>_<op>` (generated, never a spec name),
- *    with shapes and attrs baked in as constants (kernels/<family>.ts build them);
+ *    with shapes and attrs baked in as constants (kernels/<family>.ts build them); a run of
+ *    consecutive adam_update nodes with the same step constants is one function
+ *    `p<program>_k<first node>_adam_update_x<count>` (kernels/optim.ts adamGroup), and a grad-weight
+ *    matmul followed by the bias-gradient sum_to over the same rows is one `..._matmul_sum_to`
+ *    (kernels/gemm.ts matmulWithColumnSum), unless fusion is off;
  *  - one `run` per program calling its kernels in order, then reading the scalar outputs;
  *  - the descriptor table: persistent tensors (compiler/ir/persistent_table.ts, the one rule of
  *    the model ABI layout), programs, inputs, outputs. Every name is emitted through cString().
@@ -27,6 +31,9 @@ import { fuseProgramSet } from '../ir/programs.js';
 import { CPU_FUSIONS } from './fusions.js';
 import { CPU_KERNELS } from './kernels/index.js';
 import { withWidenedInputs } from './kernels/precision.js';
+import { adamGroup, adamGroupKey } from './kernels/optim.js';
+import { matmulWithColumnSum } from './kernels/gemm.js';
+import { columnSumOf } from './kernels/elementwise.js';
 import { tpl } from './template.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -266,13 +273,46 @@ export function generateCpuModel(unfused: ProgramSet, opts: CpuCodegenOptions = 
     const r = pointerResolver(p, tensorIndex);
     const calls: { fn: string; slot: number }[] = [];
     const alias: AliasPlan = fuse ? planInputReshapeAliases(p) : { skip: new Set(), redirect: new Map() };
-    for (const node of p.graph.nodes) {
-      if (alias.skip.has(node.id)) continue;
+    const nodes = p.graph.nodes.filter((node) => !alias.skip.has(node.id));
+    for (let ni = 0; ni < nodes.length; ni++) {
+      const node = nodes[ni];
       if (!isOpName(node.op)) throw new Error(`internal: the CPU backend has no kernel for op '${node.op}' (node ${node.id} of ${p.name})`);
       const emit = CPU_KERNELS[node.op];
       if (!emit) throw new Error(`internal: the CPU backend has no kernel for op '${node.op}' (node ${node.id} of ${p.name})`);
+      const kc = kernelCtx(p.graph, node, r.ptr, alias);
+      // consecutive Adam updates with the same step constants: one kernel, one pool wake-up (optim.ts adamGroup)
+      const key = fuse ? adamGroupKey(kc) : null;
+      if (key !== null) {
+        const group = [kc];
+        while (ni + 1 < nodes.length) {
+          const next = kernelCtx(p.graph, nodes[ni + 1], r.ptr, alias);
+          if (adamGroupKey(next) !== key) break;
+          group.push(next);
+          ni++;
+        }
+        if (group.length > 1) {
+          const fn = `${id}_k${node.id}_adam_update_x${group.length}`;
+          const paths = group.map((g) => g.node.path ?? `node ${g.node.id}`).join(', ');
+          kernels.push({ fn, comment: commentText(`${p.name} nodes ${node.id}-${group[group.length - 1].node.id}: adam_update x${group.length} (${paths})`), body: adamGroup(group) });
+          calls.push({ fn, slot: kernels.length - 1 });
+          continue;
+        }
+      }
+      // a grad-weight matmul and the bias-gradient sum_to over the same rows right after it: one kernel
+      if (fuse && node.op === 'matmul' && ni + 1 < nodes.length && nodes[ni + 1].op === 'sum_to') {
+        const sc = kernelCtx(p.graph, nodes[ni + 1], r.ptr, alias);
+        const sum = columnSumOf(sc);
+        const body = sum ? matmulWithColumnSum(kc, sc, sum) : null;
+        if (body !== null) {
+          const fn = `${id}_k${node.id}_matmul_sum_to`;
+          kernels.push({ fn, comment: commentText(`${p.name} nodes ${node.id}-${sc.node.id}: matmul + sum_to (its column sums, fused)${node.path ? ` (${node.path})` : ''}`), body });
+          calls.push({ fn, slot: kernels.length - 1 });
+          ni++;
+          continue;
+        }
+      }
       const fn = `${id}_k${node.id}_${node.op}`;
-      const body = withWidenedInputs(kernelCtx(p.graph, node, r.ptr, alias), emit);
+      const body = withWidenedInputs(kc, emit);
       const fusedNote = node.attrs.relu_grad === true
         ? ' + relu-grad (fused)'
         : node.attrs.epilogue !== undefined ? ` + ${String(node.attrs.epilogue)} (fused)` : node.attrs.relu_in === true ? ' of relu (fused)' : '';

@@ -2,16 +2,24 @@
  * fusions: what the CPU backend's kernels execute fused (the capability set it hands to
  * compiler/ir/fuse.ts; emit_program.ts fuses every program with it before planning memory).
  *  - GEMM epilogue: relu in the epilogue of linear (sgemm) and conv2d (conv.h), with the
- *    relu-grads of the pre-activation reading the relu output instead;
+ *    relu-grads of the pre-activation reading the relu output instead; any other unary fn
+ *    (gelu, tanh, ...) in linear's epilogue (sgemm's Epilogue::post: the unary kernel's own
+ *    formula on each finished tile row, so the same bits as the separate pass); that applies
+ *    where nothing else reads the pre-activation (the eval program: the train step's
+ *    unary_grad reads it);
  *  - relu-grad folded into global_avgpool_grad, and into the 2x2 / stride-2 maxpool2d_grad
  *    (mk::maxpool2x2_grad_row<..., true>, which may run in place over the pool input);
  *  - relu folded into the global_avgpool that reads it.
  * The kernels read the fusion attrs from the node (kernels/gemm.ts, conv.ts, pool.ts).
  */
 import type { FusionCaps } from '../ir/fuse.js';
+import { UNARY_FNS_TABLE, type UnaryFn } from '../ir/scalar_fns.js';
 
 export const CPU_FUSIONS: FusionCaps = {
-  epilogue: { ops: ['linear', 'conv2d'], fns: ['relu'], gradReaders: true },
+  epilogue: {
+    ops: ['linear', 'conv2d'], fns: ['relu'], gradReaders: true,
+    opFns: { linear: (Object.keys(UNARY_FNS_TABLE) as UnaryFn[]).filter((f) => f !== 'relu') },
+  },
   poolGradRelu: { globalAvgpool: true, maxpool2x2: true },
   reluIntoGlobalAvgpool: true,
 };

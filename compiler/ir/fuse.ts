@@ -12,7 +12,8 @@
  *           and node ids renumbered after the removals (Program.inputs / outputs follow):
  *  1. GEMM epilogue: a GEMM-family node P (EPILOGUE_OPS) with output y, and the `unary` R
  *     (z = f(y)) reading it: R disappears and P writes z, with attrs `epilogue: f` and f's
- *     own attrs as `epilogue_<name>` (e.g. `epilogue_alpha`). Legal when y is not a program
+ *     own attrs as `epilogue_<name>` (e.g. `epilogue_alpha`); f in caps.fns for caps.ops, or in
+ *     caps.opFns[P.op] (fns only some ops apply). Legal when y is not a program
  *     output and its readers are R and, when caps allow and f's derivative can be read from
  *     f's output (GRAD_FROM_OUTPUT: relu'(y) = [relu(y) > 0]), `unary_grad` nodes of the same
  *     f and attrs reading y as their forward input: those read z instead (same bits: the same
@@ -54,7 +55,13 @@ import { pairOf } from './shapes.js';
 export interface FusionCaps {
   /** rule 1: the GEMM-family ops whose kernels apply an epilogue, the fns they apply, and whether
    * relu-grads may be redirected to the fused output (otherwise the unary must be y's only reader) */
-  epilogue?: { ops: readonly OpName[]; fns: readonly UnaryFn[]; gradReaders: boolean };
+  epilogue?: {
+    ops: readonly OpName[];
+    fns: readonly UnaryFn[];
+    gradReaders: boolean;
+    /** more fns that only these ops apply (e.g. the CPU's linear applies any unary fn; its conv only relu) */
+    opFns?: Partial<Record<OpName, readonly UnaryFn[]>>;
+  };
   /** rule 2: which pool gradients take a folded relu-grad */
   poolGradRelu?: { globalAvgpool: boolean; maxpool2x2: boolean };
   /** rule 3 */
@@ -151,7 +158,8 @@ function replaceInput(n: Node, from: number, to: number): Node {
 /** rule 1 */
 function fuseEpilogues(g: Graph, w: Work, caps: NonNullable<FusionCaps['epilogue']>): void {
   for (const P of w.nodes) {
-    if (!P || !caps.ops.includes(P.op as OpName) || P.attrs[EPILOGUE_ATTR] !== undefined || P.outputs.length !== 1) continue;
+    const extra = (P && caps.opFns?.[P.op as OpName]) || [];
+    if (!P || !(caps.ops.includes(P.op as OpName) || extra.length > 0) || P.attrs[EPILOGUE_ATTR] !== undefined || P.outputs.length !== 1) continue;
     const y = P.outputs[0];
     if (g.values[y].dtype !== 'f32' || w.outputs.has(y)) continue;
     const rs = (w.readers.get(y) ?? []).map((id) => w.nodes[id]!);
@@ -159,7 +167,7 @@ function fuseEpilogues(g: Graph, w: Work, caps: NonNullable<FusionCaps['epilogue
     if (unaries.length !== 1) continue;
     const R = unaries[0];
     const fn = String(R.attrs.fn);
-    if (!isUnaryFn(fn) || !caps.fns.includes(fn)) continue;
+    if (!isUnaryFn(fn) || !((caps.ops.includes(P.op as OpName) && caps.fns.includes(fn)) || extra.includes(fn))) continue;
     const grads = rs.filter((r) => r !== R);
     const gradOk = (u: Node) =>
       u.op === 'unary_grad' && u.inputs[1] === y && u.inputs[0] !== y && sameAttrs(u.attrs, R.attrs);

@@ -43,8 +43,12 @@ const CUDA_RUNTIME_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url
 export const CUDA_RUNTIME_FILES = ['mpsc_cublaslt.h', 'mpsc_cublaslt.cpp', 'mpsc_nccl.h', 'mpsc_nccl.cpp'] as const;
 const CUBLASLT_SOURCE = 'mpsc_cublaslt.cpp';
 const NCCL_SOURCE = 'mpsc_nccl.cpp';
-/** `-march=native` on x86; Arm compilers (Apple clang, GCC on aarch64) spell it `-mcpu=native` */
-export const DEFAULT_CXXFLAGS = process.arch === 'arm64' ? '-O3 -mcpu=native' : '-O3 -march=native';
+/**
+ * `-march=native` on x86; Arm compilers (Apple clang, GCC on aarch64) spell it `-mcpu=native`.
+ * `-fno-math-errno`: sqrt is then one instruction GCC can vectorise (with errno it keeps a branch and a
+ * libm call, so a loop with sqrt, e.g. the Adam update, stays scalar); no result changes, only errno.
+ */
+export const DEFAULT_CXXFLAGS = process.arch === 'arm64' ? '-O3 -mcpu=native -fno-math-errno' : '-O3 -march=native -fno-math-errno';
 const NAPI_VERSION = 8;
 
 export interface BuildAddonOptions {
@@ -59,7 +63,7 @@ export interface BuildAddonOptions {
    * generated sources in the cache key, so a warm cache needs no code generation at all.
    */
   inputsKey?: string;
-  /** compiler flags (default: $MPSC_CXXFLAGS, else DEFAULT_CXXFLAGS: `-O3 -march=native`) */
+  /** compiler flags (default: $MPSC_CXXFLAGS, else DEFAULT_CXXFLAGS: `-O3 -march=native -fno-math-errno`) */
   cxxflags?: string;
   /** cache root (default: $MPSC_CACHE_DIR, else ~/.cache/mpsc) */
   cacheDir?: string;

@@ -473,6 +473,92 @@ inline void maxpool2x2_grad_row(const float* x0, const float* x1, const float* d
   }
 }
 
+// ------------------------------------------------------------------ optimizer updates
+// Element-wise over one contiguous range, with restrict pointers and scalars by value: the generated
+// kernels call these from inside an mk::par lambda, where pointers and constants captured by reference
+// kept GCC from vectorising (it had to assume a store through p could change them: scalar code).
+// The arithmetic is the per-element formula kernels/optim.ts had inline, in the same order; the vector
+// body and the scalar tail contract to FMAs alike, so any split gives the same bits. (Against the old
+// scalar loop, AdamW's bits moved: GCC now contracts p * decay - update into one fused multiply-subtract.)
+// A loop with std::sqrt vectorises only without errno (the backend builds with -fno-math-errno,
+// runtime/native/build.ts DEFAULT_CXXFLAGS; sqrtps rounds exactly as sqrtss).
+
+/** the constants of one Adam / AdamW step (bias corrections from t and lr, computed once per kernel) */
+struct AdamStep {
+  float b1, b2, eps, step, sqrt_bc2;
+};
+
+inline AdamStep adam_step(double lr, int64_t t, double b1d, double b2d, float b1, float b2, float eps) {
+  const double bc1 = 1.0 - std::pow(b1d, (double)t), bc2 = 1.0 - std::pow(b2d, (double)t);
+  return AdamStep{b1, b2, eps, (float)(lr / bc1), (float)std::sqrt(bc2)};
+}
+
+/**
+ * p, m, v over [0, n) from grad (times gs). decoupled: p *= decay first (AdamW); otherwise g += wd * p.
+ */
+template <bool Decoupled>
+inline void adam_range(float* __restrict p, const float* __restrict grad, float* __restrict m, float* __restrict v, int64_t n,
+                       float gs, float wd, float decay, AdamStep s) {
+  const float b1 = s.b1, b2 = s.b2, eps = s.eps, step = s.step, sqrt_bc2 = s.sqrt_bc2;
+  for (int64_t i = 0; i < n; i++) {
+    float g = grad[i] * gs;
+    if (Decoupled) p[i] *= decay;
+    else g += wd * p[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * g;
+    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+    p[i] -= step * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
+  }
+}
+
+/** one tensor of a multi-tensor Adam step: its own pointers, length and weight decay */
+struct AdamSeg {
+  float* p;
+  const float* grad;
+  float* m;
+  float* v;
+  int64_t n;
+  float wd, decay;
+};
+
+/**
+ * Adam over several tensors as one index space [0, sum of n): one pool wake-up for all of them
+ * (the parts split the concatenation; element-wise, so the bits do not depend on the split).
+ */
+template <bool Decoupled, int NSeg>
+inline void adam_multi(mpsc_ctx* ctx, const AdamSeg (&seg)[NSeg], float gs, AdamStep s, int64_t min_parallel) {
+  int64_t start[NSeg + 1];
+  start[0] = 0;
+  for (int j = 0; j < NSeg; j++) start[j + 1] = start[j] + seg[j].n;
+  par(ctx, start[NSeg], min_parallel, [&](int64_t b, int64_t e) {
+    int j = 0;
+    while (start[j + 1] <= b) j++;
+    for (; j < NSeg && start[j] < e; j++) {
+      const int64_t lo = std::max(b, start[j]) - start[j], hi = std::min(e, start[j + 1]) - start[j];
+      const AdamSeg& q = seg[j];
+      adam_range<Decoupled>(q.p + lo, q.grad + lo, q.m + lo, q.v + lo, hi - lo, gs, q.wd, q.decay, s);
+    }
+  });
+}
+
+/** SGD over [0, n): g = grad * gs + wd * p; with momentum buf = mu * buf + g, then g = buf (or g + mu * buf: nesterov) */
+template <bool Momentum, bool Nesterov>
+inline void sgd_range(float* __restrict p, const float* __restrict grad, float* __restrict buf, int64_t n, float gs, float wd,
+                      float momentum, float lr) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = grad[i] * gs + wd * p[i];
+    if (Momentum) {
+      buf[i] = momentum * buf[i] + g;
+      g = Nesterov ? g + momentum * buf[i] : buf[i];
+    }
+    p[i] -= lr * g;
+  }
+}
+
+/** acc += scale * g over [0, n) */
+inline void accumulate_range(float* __restrict acc, const float* __restrict g, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; i++) acc[i] += scale * g[i];
+}
+
 // ------------------------------------------------------------------ small math
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 

@@ -191,7 +191,19 @@ const SUM_ROWS = tpl(`  const float* x = {{x}};
   });
 `);
 
-export const sum_to: KernelEmitter = (k) => {
+/**
+ * When this sum_to is a column sum (the kept dims are the trailing ones: a linear's bias gradient over
+ * [..., N]): its `outer` rows of `mid` floats, the shape SUM_ROWS runs; else null. gemm.ts takes such a
+ * sum into the grad-weight product that reads the same rows (emit_program.ts pairs them).
+ */
+export function columnSumOf(k: KernelCtx): { outer: number; mid: number } | null {
+  const p = sumPlan(k);
+  return p.kind === 'rows' ? { outer: p.outer, mid: p.mid } : null;
+}
+
+type SumPlan = { kind: 'rows' | 'block'; outer: number; mid: number; inner: number } | { kind: 'other'; strides: number[] };
+
+function sumPlan(k: KernelCtx): SumPlan {
   const xs = k.inShape(0), ys = k.outShape(0);
   let strides: number[];
   const axes = k.node.attrs.axes;
@@ -207,20 +219,26 @@ export const sum_to: KernelEmitter = (k) => {
   } else {
     strides = broadcastStrides(k.shape('shape'), xs);
   }
-  const ny = prod(ys), nx = prod(xs);
+  const ny = prod(ys);
   // kept dims form one contiguous block [a, b) (bias gradients of linear and conv): parallel over it
   const kept = strides.map((st, i) => st !== 0 || xs[i] === 1);
   const a = kept.indexOf(true), b = kept.lastIndexOf(true) + 1;
   if (a >= 0 && kept.slice(a, b).every(Boolean) && prod(xs.slice(a, b)) === ny) {
-    // each y[m] is summed by one thread in a fixed order, so any split gives the same bits: split
-    // as soon as the whole reduction is worth it (conv bias grads have few channels but large planes)
     const outer = prod(xs.slice(0, a)), inner = prod(xs.slice(b));
-    if (inner === 1 && outer > 1) return SUM_ROWS({ x: k.inPtr(0), y: k.outPtr(0), outer, mid: ny, blocks: Math.ceil(ny / 64) });
-    const minPar = nx >= PAR_MIN ? 2 : 64;
-    return SUM_BLOCK({ x: k.inPtr(0), y: k.outPtr(0), outer, mid: ny, inner, minPar });
+    return { kind: inner === 1 && outer > 1 ? 'rows' : 'block', outer, mid: ny, inner };
   }
-  if (xs.length === 0) return COPY({ x: k.inPtr(0), y: k.outPtr(0), n: 1 });
-  return SUM_TO({ x: k.inPtr(0), y: k.outPtr(0), rank: xs.length, dims: xs.join(', '), sy: strides.join(', '), nx, ny, visit: '    acc[off] += x[i];' });
+  return { kind: 'other', strides };
+}
+
+export const sum_to: KernelEmitter = (k) => {
+  const xs = k.inShape(0), ny = prod(k.outShape(0)), nx = prod(xs);
+  const p = sumPlan(k);
+  // each y[m] is summed by one thread in a fixed order, so any split gives the same bits: split
+  // as soon as the whole reduction is worth it (conv bias grads have few channels but large planes)
+  if (p.kind === 'rows') return SUM_ROWS({ x: k.inPtr(0), y: k.outPtr(0), outer: p.outer, mid: ny, blocks: Math.ceil(ny / 64) });
+  if (p.kind === 'block') return SUM_BLOCK({ x: k.inPtr(0), y: k.outPtr(0), outer: p.outer, mid: ny, inner: p.inner, minPar: nx >= PAR_MIN ? 2 : 64 });
+  if (xs.length === 0 || p.kind !== 'other') return COPY({ x: k.inPtr(0), y: k.outPtr(0), n: 1 });
+  return SUM_TO({ x: k.inPtr(0), y: k.outPtr(0), rank: xs.length, dims: xs.join(', '), sy: p.strides.join(', '), nx, ny, visit: '    acc[off] += x[i];' });
 };
 
 const DROPOUT = tpl(`  const float* x = {{x}};

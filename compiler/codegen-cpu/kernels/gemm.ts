@@ -1,12 +1,35 @@
 /**
  * linear and the batched matmul through the fast core's sgemm_part (runtime/cpp/fast/sgemm.h): one part per
- * pool thread, each with its own workspace from mk::run_parts; bias (and relu, when
- * compiler/ir/fuse.ts folded the following relu into this node: attr `epilogue`) in the
- * GEMM's epilogue.
+ * pool thread, each with its own workspace from mk::run_parts; bias (and the unary fn that
+ * compiler/ir/fuse.ts folded into this node, attr `epilogue`: relu, or any fn through
+ * linearEpilogue's post) in the GEMM's epilogue.
  */
 import { tpl } from '../template.js';
-import { type KernelEmitter, prod, reluEpilogue } from '../kernel_ctx.js';
+import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
 import { broadcastStrides, matmulDims } from '../../ir/shapes.js';
+import { UNARY_FNS_TABLE, isUnaryFn, renderScalar, unaryFnAttrs } from '../../ir/scalar_fns.js';
+import { CPP_SCALAR_LANG } from '../scalar_cpp.js';
+
+/**
+ * A linear's fused epilogue (compiler/ir/fuse.ts attr `epilogue`, fusions.ts): relu as the core's
+ * vector relu, any other unary fn as `post`, a captureless lambda (sgemm's Epilogue::post) looping
+ * the unary kernel's own formula (elementwise.ts, scalar_fns.ts) over a run of floats in place,
+ * so the result has the bits of the separate unary pass. post is null without such an epilogue.
+ */
+export function linearEpilogue(k: KernelCtx): { relu: boolean; post: string | null } {
+  const fn = k.str('epilogue', '');
+  if (fn === '') return { relu: false, post: null };
+  if (fn === 'relu') return { relu: true, post: null };
+  if (!isUnaryFn(fn)) return k.fail(`unknown epilogue fn '${fn}'`);
+  const attrs = unaryFnAttrs(fn, (name, d) => k.num(`epilogue_${name}`, d));
+  const expr = renderScalar(UNARY_FNS_TABLE[fn].fwd, CPP_SCALAR_LANG, { x: 'v' }, attrs);
+  return { relu: false, post: `[](float* r, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+      const float v = r[i];
+      r[i] = ${expr};
+    }
+  }` };
+}
 
 const LINEAR = tpl(`  const float* x = {{x}};
   const float* w = {{w}};
@@ -17,6 +40,9 @@ const LINEAR = tpl(`  const float* x = {{x}};
   ep.bias_kind = mpsc_fast::BIAS_COL;
 {{/if}}
   ep.relu = {{relu}};
+{{#if post}}
+  ep.post = {{post}};
+{{/if}}
   mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) {
     mpsc_fast::sgemm_part(false, true, {{M}}, {{N}}, {{K}}, 1.0f, x, {{K}}, w, {{K}}, 0.0f, y, {{N}}, &ep, part, nparts, ws);
   });
@@ -28,7 +54,8 @@ export const linear: KernelEmitter = (k) => {
   const [N, K] = ws;
   const M = prod(k.inShape(0)) / K;
   const bias = k.hasInput(2) ? k.inPtr(2) : '';
-  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, relu: String(reluEpilogue(k)) });
+  const epi = linearEpilogue(k);
+  return LINEAR({ x: k.inPtr(0), w: k.inPtr(1), y: k.outPtr(0), bias, M, N, K, relu: String(epi.relu), post: epi.post ?? '' });
 };
 
 const MATMUL = tpl(`  const float* a = {{a}};
@@ -82,3 +109,32 @@ export const matmul: KernelEmitter = (k) => {
     sizeA: as[as.length - 2] * as[as.length - 1], sizeB: bs[bs.length - 2] * bs[bs.length - 1], sizeY: M * N,
   });
 };
+
+const MATMUL_SUMS = tpl(`  const float* a = {{a}};
+  const float* b = {{b}};
+  float* y = {{y}};
+  // the column sums of a (the next node's sum_to) taken while sgemm packs a, in double, rows in order
+  double* sums = (double*)mk::scratch(3, 2 * {{M}});
+  std::memset(sums, 0, sizeof(double) * {{M}});
+  mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) {
+    mpsc_fast::sgemm_part(true, false, {{M}}, {{N}}, {{K}}, 1.0f, a, {{M}}, b, {{N}}, 0.0f, y, {{N}}, nullptr, part, nparts, ws, sums);
+  });
+  // written after the product: the plan may have put the sum over an operand only the product reads
+  float* sum_out = {{sumOut}};
+  for (int64_t i = 0; i < {{M}}; i++) sum_out[i] = (float)sums[i];
+`);
+
+/**
+ * A grad-weight product dW = a^T b (matmul transA, one 2-D GEMM) and the bias gradient next to it, a sum_to
+ * over the rows of the same a (columnSumOf: `outer` rows of `mid`), as one kernel: sgemm sums a's columns
+ * while packing it (the same row-ordered double sums as SUM_ROWS, so the same bits). null when the pair
+ * does not have that form (emit_program.ts then emits the two nodes).
+ */
+export function matmulWithColumnSum(k: KernelCtx, s: KernelCtx, sum: { outer: number; mid: number }): string | null {
+  if (k.node.op !== 'matmul' || k.str('epilogue', '') !== '' || !k.bool('transA', false) || k.bool('transB', false)) return null;
+  const as = k.inShape(0), bs = k.inShape(1);
+  if (as.length !== 2 || bs.length !== 2 || [0, 1].some((i) => k.inDtype(i) !== 'f32') || s.inDtype(0) !== 'f32') return null;
+  const [K, M] = as, N = bs[1];
+  if (bs[0] !== K || s.inPtr(0) !== k.inPtr(0) || sum.outer !== K || sum.mid !== M) return null;
+  return MATMUL_SUMS({ a: k.inPtr(0), b: k.inPtr(1), y: k.outPtr(0), sumOut: s.outPtr(0), M, N, K });
+}

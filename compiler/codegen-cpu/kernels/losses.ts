@@ -1,10 +1,11 @@
 /**
  * Losses (mean-reduced, accumulated in double), their gradients, and metrics (accuracy,
  * top_k); class losses over logits [N, ..., C] (every position a row) with ignore_index. Labels are checked against the class range (a clear error, never an out-of-bounds read).
+ * cross_entropy / nll and their gradients split the rows across the pool (same bits for any thread count).
  */
 import { f32Lit } from '../../cfamily/text.js';
 import { tpl } from '../template.js';
-import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
+import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
 
 // ignored positions (ignore_index) are skipped before the range check; count = positions that count
 const LABEL_CHECK = `      const int32_t lab = label[n];
@@ -23,29 +24,49 @@ function nc(k: KernelCtx, i: number) {
   const s = k.inShape(i);
   if (s.length < 2) k.fail(`expected [N, ..., C], got [${s}]`);
   const C = s[s.length - 1], ii = k.node.attrs.ignore_index;
-  return { N: prod(s) / C, C, ignore: ii === undefined ? '' : `(${k.num('ignore_index')})` };
+  // rows per part: at least PAR_MIN logits, so small batches stay on the calling thread
+  return { N: prod(s) / C, C, ignore: ii === undefined ? '' : `(${k.num('ignore_index')})`, minRows: Math.max(2, Math.ceil(PAR_MIN / C)) };
 }
 
+// Rows in parallel (mk::par over rows, when the batch has PAR_MIN logits or more): the forward writes each
+// counted row's loss into the caller's scratch (slot 3) and sums them afterwards in row order, and
+// the gradient keeps a row's exps in the thread's scratch (slot 1) instead of computing them twice:
+// the same operations in the same order as one serial loop, so the same bits for any thread count.
 const CE = tpl(`  const float* x = {{x}};
   const int32_t* label = {{label}};
   float* out = {{out}};
   int64_t bad = -1, count = 0;
-  double total = 0.0;
   for (int64_t n = 0; n < {{N}}; n++) {
 ${LABEL_CHECK}
+  }
+${LABEL_ERR}
+  double* rl = (double*)mk::scratch(3, 2 * {{N}});
+  mk::par(ctx, {{N}}, {{minRows}}, [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; n++) {
+      const int32_t lab = label[n];
+{{#if ignore}}
+      if (lab == {{ignore}}) continue;
+{{/if}}
       const float* row = x + n * {{C}};
+{{#if nll}}
+      rl[n] = -((double)row[lab]);
+{{else}}
       float m = -INFINITY;
       for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
       double s = 0.0, sumx = 0.0;
       for (int64_t c = 0; c < {{C}}; c++) { s += std::exp((double)row[c] - m); sumx += row[c]; }
       const double lse = m + std::log(s);
-{{#if nll}}
-      total += -((double)row[lab]);
-{{else}}
-      total += -(1.0 - {{ls}}) * (row[lab] - lse) - {{ls}} / {{C}} * (sumx - {{C}} * lse);
+      rl[n] = -(1.0 - {{ls}}) * (row[lab] - lse) - {{ls}} / {{C}} * (sumx - {{C}} * lse);
 {{/if}}
+    }
+  });
+  double total = 0.0;
+  for (int64_t n = 0; n < {{N}}; n++) {
+{{#if ignore}}
+    if (label[n] == {{ignore}}) continue;
+{{/if}}
+    total += rl[n];
   }
-${LABEL_ERR}
   out[0] = (float)(total / (double)count);
 `);
 
@@ -58,7 +79,11 @@ ${LABEL_CHECK}
   }
 ${LABEL_ERR}
   const double cnt = (double)count;
-  for (int64_t n = 0; n < {{N}}; n++) {
+  mk::par(ctx, {{N}}, {{minRows}}, [&](int64_t b, int64_t e) {
+{{#unless nll}}
+    double* ex = (double*)mk::scratch(1, 2 * {{C}});
+{{/unless}}
+    for (int64_t n = b; n < e; n++) {
       const int32_t lab = label[n];
       float* d = dx + n * {{C}};
 {{#if ignore}}
@@ -73,14 +98,15 @@ ${LABEL_ERR}
       float m = -INFINITY;
       for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
       double s = 0.0;
-      for (int64_t c = 0; c < {{C}}; c++) s += std::exp((double)row[c] - m);
+      for (int64_t c = 0; c < {{C}}; c++) s += (ex[c] = std::exp((double)row[c] - m));
       const double inv = 1.0 / s;
       for (int64_t c = 0; c < {{C}}; c++) {
-        const double p = std::exp((double)row[c] - m) * inv;
+        const double p = ex[c] * inv;
         d[c] = (float)((p - (c == lab ? 1.0 - {{ls}} : 0.0) - {{ls}} / {{C}}) / cnt);
       }
 {{/if}}
-  }
+    }
+  });
 `);
 
 export const cross_entropy: KernelEmitter = (k) =>

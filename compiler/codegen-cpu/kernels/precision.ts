@@ -6,7 +6,8 @@
  * are uint16_t bit patterns there). Relies on precision.ts making 16-bit values only by cast.
  */
 import { isHalf } from '../../ir/graph.js';
-import { type KernelCtx, type KernelEmitter, PAR_MIN, prod, reluEpilogue } from '../kernel_ctx.js';
+import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
+import { linearEpilogue } from './gemm.js';
 import { tpl } from '../template.js';
 
 const CAST = tpl(`  mk::par(ctx, {{n}}, ${PAR_MIN}, [&](int64_t b, int64_t e) { mh::{{fn}}({{x}}, {{y}}, b, e); });
@@ -31,7 +32,15 @@ function linearBf16(k: KernelCtx): string {
   const half = k.hasInput(2) && isHalf(k.inDtype(2));
   const pre = half ? `  float* wb = mh::widen(ctx, ${k.inPtr(2)}, ${N}, ${k.inDtype(2) === 'bf16'}, 0);\n` : '';
   const bias = !k.hasInput(2) ? 'nullptr' : half ? 'wb' : k.inPtr(2);
-  return pre + LINEAR_BF16({ x: k.inPtr(0), w: k.inPtr(1), bias, y: k.outPtr(0), M: prod(xs) / K, N, K, relu: String(reluEpilogue(k)) });
+  const epi = linearEpilogue(k);
+  const body = pre + LINEAR_BF16({ x: k.inPtr(0), w: k.inPtr(1), bias, y: k.outPtr(0), M: prod(xs) / K, N, K, relu: String(epi.relu) });
+  // a non-relu epilogue: the same formula (same bits) as a pass over the output after the rows
+  return epi.post === null ? body : `${body}  {
+    auto post = ${epi.post};
+    float* yo = ${k.outPtr(0)};
+    mk::par(ctx, ${prod(xs) / K * N}, ${PAR_MIN}, [&](int64_t b, int64_t e) { post(yo + b, e - b); });
+  }
+`;
 }
 
 /**

@@ -79,11 +79,18 @@ static_assert(MC % MR == 0, "MC must be a multiple of MR");
 
 enum BiasKind : int { BIAS_NONE = 0, BIAS_ROW = 1, BIAS_COL = 2 };
 
-/** fused epilogue applied once the full K sum is in C: C += bias, then relu if asked */
+/**
+ * fused epilogue applied once the full K sum is in C: C += bias, then relu if asked, then post.
+ * post (optional): an element-wise function applied in place to each finished run of C (the rows
+ * of a micro-tile, NR floats or fewer at edges, while they are still in L1); it must give each
+ * element's result from that element alone, so the split into runs does not change any bits
+ * (the generated kernels pass a loop over the same scalar formula the unary kernel uses).
+ */
 struct Epilogue {
   const float* bias = nullptr;  // BIAS_ROW: bias[i] for row i (M values); BIAS_COL: bias[j] (N values)
   int bias_kind = BIAS_NONE;
   bool relu = false;
+  void (*post)(float* x, int64_t n) = nullptr;
 };
 
 namespace detail {
@@ -349,6 +356,9 @@ static inline void micro_kernel(int64_t kc, const float* __restrict a, const flo
   if (mr == MR && nr == NR) {
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) finish_row(c + r * ldc, acc0[r], acc1[r], s, r);
+    // post after every row is stored: no accumulator is live across the call
+    if (s.last && s.epi.post)
+      for (int r = 0; r < MR; ++r) s.epi.post(c + r * ldc, NR);
     return;
   }
   float t[MR * NR];
@@ -359,6 +369,8 @@ static inline void micro_kernel(int64_t kc, const float* __restrict a, const flo
   }
   for (int64_t r = 0; r < mr; ++r)
     for (int64_t j = 0; j < nr; ++j) finish_scalar(c + r * ldc + j, t[r * NR + j], s, r, j);
+  if (s.last && s.epi.post)
+    for (int64_t r = 0; r < mr; ++r) s.epi.post(c + r * ldc, nr);
 }
 
 /** C[m0..m1, n0..n1) with K == 0 or alpha == 0: C = beta*C, then the epilogue */
@@ -373,6 +385,7 @@ inline void scale_only(int64_t m0, int64_t m1, int64_t n0, int64_t n1, float bet
       if (e.relu) x = x > 0.0f ? x : 0.0f;
       c[j] = x;
     }
+    if (e.post && n1 > n0) e.post(c + n0, n1 - n0);
   }
 }
 
@@ -416,19 +429,35 @@ inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
   }
 }
 
-/** the blocked GEMM on the sub-block C[m0..m1, n0..n1), packing from plain matrices into ws */
+/** sums[i] += A[p * lda + i] for p = p0 .. p1 - 1 in order, i in [i0, i1) (double accumulators) */
+inline void add_column_sums(const float* A, int64_t lda, int64_t p0, int64_t p1, int64_t i0, int64_t i1, double* sums) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const float* __restrict row = A + p * lda;
+    double* __restrict acc = sums;
+    for (int64_t i = i0; i < i1; ++i) acc[i] += row[i];
+  }
+}
+
+/** the blocked GEMM on the sub-block C[m0..m1, n0..n1), packing from plain matrices into ws; with
+ *  a_sums, also the column sums [s0, s1) of A as stored (see sgemm_part) */
 inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K,
                        float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                       int64_t ldc, const Epilogue& e, float* ws) {
+                       int64_t ldc, const Epilogue& e, float* ws, double* a_sums = nullptr, int64_t s0 = 0,
+                       int64_t s1 = 0) {
   float* Ap = ws;
   float* Bp = ws + packed_a_floats(m1 - m0, K);
+  int64_t cur_jc = n0;
   gemm_driver(
       m0, m1, n0, n1, K, NC, alpha, beta, C, ldc, e,
       [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
         pack_a(transA, A, lda, ic, mc, pc, kc, Ap);
+        // the first column block packs every (ic, pc) block once, pc in increasing order: each sum
+        // runs over the rows p of A in order, while they are in L1 from the packing
+        if (a_sums && cur_jc == n0) add_column_sums(A, lda, pc, pc + kc, std::max(ic, s0), std::min(ic + mc, s1), a_sums);
         return (const float*)Ap;
       },
       [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
+        cur_jc = jc;
         pack_b(transB, B, ldb, pc, kc, jc, nc, Bp);
         return (const float*)Bp;
       });
@@ -468,10 +497,13 @@ inline size_t sgemm_workspace_bytes(int64_t M, int64_t N, int64_t K) {
  * Parts are disjoint and together cover C; run them concurrently, each with its own ws
  * (sgemm_workspace_bytes(M, N, K) bytes, 64-byte aligned) or ws = nullptr (thread_local).
  * epi may be nullptr (no epilogue).
+ * a_sums (optional, transA only, M doubles the caller zeroed): a_sums[i] += sum over p = 0..K-1 in order of
+ * A[p * lda + i], i.e. the column sums of A as stored (K x M), taken while A is packed (a linear's bias
+ * gradient next to its grad-weight product dY^T X); the parts add disjoint ranges of i, each in one pass.
  */
 inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                       const Epilogue* epi, int part, int nparts, void* ws) {
+                       const Epilogue* epi, int part, int nparts, void* ws, double* a_sums = nullptr) {
   if (M <= 0 || N <= 0) return;
   if (nparts < 1) nparts = 1;
   const Epilogue e = epi ? *epi : Epilogue{};
@@ -480,24 +512,33 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
   // M <= N and M otherwise; else the axis with more tiles
   const int64_t mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
   int64_t m0 = 0, m1 = M, n0 = 0, n1 = N;
+  // a_sums: this part sums the columns [s0, s1) of A: its own rows of C when M is split, an equal share
+  // of all M otherwise (every part packs all of A then); every part has a share, even one without tiles
+  int64_t s0 = 0, s1 = M;
   if (nparts > 1) {
     const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
     if (split_n) {
       n0 = std::min(N, nt * part / nparts * NR);
       n1 = std::min(N, nt * (part + 1) / nparts * NR);
+      s0 = M * part / nparts;
+      s1 = M * (part + 1) / nparts;
     } else {
       m0 = std::min(M, mt * part / nparts * MR);
       m1 = std::min(M, mt * (part + 1) / nparts * MR);
+      s0 = m0;
+      s1 = std::max(m0, m1);
     }
   }
-  if (m0 >= m1 || n0 >= n1) return;
-  if (K <= 0 || alpha == 0.0f) {
+  double* sums = a_sums && transA ? a_sums : nullptr;
+  if (m0 >= m1 || n0 >= n1 || K <= 0 || alpha == 0.0f) {
+    if (sums) detail::add_column_sums(A, lda, 0, K, s0, s1, sums);
+    if (m0 >= m1 || n0 >= n1) return;
     detail::scale_only(m0, m1, n0, n1, beta, C, ldc, e);
     return;
   }
   float* w = ws ? static_cast<float*>(ws)
                 : detail::thread_workspace((int64_t)(sgemm_workspace_bytes(M, N, K) / sizeof(float)));
-  detail::gemm_block(transA, transB, m0, m1, n0, n1, K, alpha, A, lda, B, ldb, beta, C, ldc, e, w);
+  detail::gemm_block(transA, transB, m0, m1, n0, n1, K, alpha, A, lda, B, ldb, beta, C, ldc, e, w, sums, s0, s1);
 }
 
 /** the whole product on the calling thread (thread_local workspace when ws is nullptr) */
