@@ -51,7 +51,7 @@ interface Emulated { problems: string[]; worst: { fp32: number; mma: number }; c
  * Builds `all` for CUDA, compiles every kernel of theirs (both variants, bodies passed through
  * `mutate`) with the emulator, runs each case in both variants and judges every checked value.
  */
-function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b): Emulated {
+function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, convOnly = true): Emulated {
   const a = buildCuda(all.map((c) => c.program), 'conv_emu', { merge: false });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-emu-'));
   const src: string[] = [`#include "${HARNESS}"`, '#include <cstdio>', '#include <string>'];
@@ -69,9 +69,11 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b): Em
   all.forEach((c, i) => {
     const lp = a.lowered[i];
     const g = lp.program.graph;
-    // every kernel of the case must be conv_cuda.ts's (the GEMM, and the split-K reduction)
-    expect(lp.kernels.every((k) => CONV_OPS.has(k.op)), c.program.name).toBe(true);
-    expect(lp.kernels[0].label, c.program.name).toMatch(/conv_cuda\.ts/);
+    // every kernel of a conv case must be conv_cuda.ts's (the GEMM, and the split-K reduction)
+    if (convOnly) {
+      expect(lp.kernels.every((k) => CONV_OPS.has(k.op)), c.program.name).toBe(true);
+      expect(lp.kernels[0].label, c.program.name).toMatch(/conv_cuda\.ts/);
+    }
     const byName = new Map(c.program.graph.values.map((v) => [v.name, v.id]));
     const vals = new Map<string, number>();
     for (const k of lp.kernels) for (const arg of k.args) vals.set(g.values[arg.value].name, numel(g.values[arg.value].shape));
@@ -142,6 +144,25 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     // the tensor-core variant really rounds its operands to TF32 (an fp32-exact result would mean the mma path did not run)
     expect(r.worst.mma).toBeGreaterThan(1e-5);
     expect(r.worst.fp32).toBeLessThan(1e-5);
+  }, 600_000);
+
+  it('run the relu-grads fuse.ts folds for CUDA (conv2d_grad_input store, global-avgpool / 2x2 max-pool gradients) as one kernel each, matching the reference', () => {
+    const all = fusedCases().filter((c) => c.program.graph.nodes.some((n) => n.op === 'unary_grad'));
+    expect(all.map((c) => String(c.program.name)).sort()).toEqual(
+      ['fuse_conv_grad_input_relu', 'fuse_conv_grad_input_relu_stride2', 'fuse_global_avgpool_grad_relu', 'fuse_maxpool2x2_grad_relu']);
+    const a = buildCuda(all.map((c) => c.program), 'relu_grad_emu', { merge: false });
+    for (const lp of a.lowered) {
+      // folded: one node with relu_grad and its mask, one kernel (the conv's on conv_cuda.ts)
+      expect(lp.program.graph.nodes.map((n) => [n.op, n.attrs.relu_grad])).toEqual([[lp.program.graph.nodes[0].op, true]]);
+      expect(lp.kernels).toHaveLength(1);
+      if (lp.kernels[0].op === 'conv2d_grad_input') expect(lp.kernels[0].label).toMatch(/conv_cuda\.ts .*fused relu-grad|fused relu-grad.*conv_cuda\.ts/);
+    }
+    const r = emulate(all, (b) => b, false);
+    expect(r.problems).toEqual([]);
+    expect(r.checked).toBe(2 * all.length);
+    // without the mask the result is wrong (negative control: the fold really applies it)
+    const unmasked = emulate(all, (b) => b.replace(/mask\[[^\]]*\] > 0\.0f/g, 'true').replace(/&& v(\d) > 0\.0f/g, ''), false);
+    for (const c of all) expect(unmasked.problems.join('\n')).toMatch(new RegExp(`${c.program.name} `));
   }, 600_000);
 
   it('fails a kernel whose im2col offset is off by one, in both variants, by case name (negative control)', () => {

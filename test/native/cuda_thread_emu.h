@@ -26,6 +26,7 @@
 
 typedef unsigned int uint;
 struct uint3 { uint x, y, z; };
+static inline uint3 make_uint3(uint x, uint y, uint z) { return uint3{x, y, z}; }
 static uint3 threadIdx, blockIdx, blockDim, gridDim;
 using std::min;
 using std::max;
