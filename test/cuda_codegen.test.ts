@@ -56,7 +56,7 @@ describe('CUDA sources of every example spec', () => {
       expect(Object.keys(a.files).sort()).toEqual([KERNELS_FILE, HOST_FILE].sort());
       const cu = a.files[HOST_FILE];
       // every kernel of the kernels file is launched by the host code
-      const kernels = [...a.files[KERNELS_FILE].matchAll(/__global__ void __launch_bounds__\(\d+\) (\w+)\(/g)].map((m) => m[1]);
+      const kernels = [...a.files[KERNELS_FILE].matchAll(/__global__ void __launch_bounds__\(\d+(?:, \d+)?\) (\w+)\(/g)].map((m) => m[1]);
       expect(kernels.length).toBeGreaterThan(0);
       for (const k of kernels) expect(cu, `kernel ${k} is never launched`).toContain(`${k}<<<`);
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-cuda-gen-'));

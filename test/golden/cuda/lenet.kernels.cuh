@@ -24,6 +24,26 @@ __device__ __forceinline__ float mpsc_warp_max(float v) {
   return v;
 }
 
+// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds the 16-byte one): a 4-byte copy,
+// zero-filled when !ok (src then unread); commit closes this thread's group of copies; wait<N> waits until
+// at most its N youngest committed groups are in flight (a __syncthreads() then makes every thread's visible)
+__device__ __forceinline__ void mpsc_cp_async4(float* dst, const float* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");
+}
+
+__device__ __forceinline__ void mpsc_cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void mpsc_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mpsc_cp_async_wait_all() {
+  mpsc_cp_async_wait<0>();
+}
+
 // the 8x8 matrix unit on the tensor cores, fp32-accurate by 3xTF32 split precision: each operand
 // x = hi + lo with hi = tf32(x), lo = tf32(x - hi); a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b (the dropped
 // lo_a*lo_b is below 2^-22 relative), accumulated in fp32 by mma.sync m16n8k8 whose rows 8..15 are
@@ -84,11 +104,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5664];
+  __shared__ float tg[8480];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 8x2 register block per thread
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
@@ -125,11 +145,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 32u + (t % 2u) * 2816u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 32u + sl * 2816u;
       float* bs = as + 2176u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -138,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -148,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -158,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -168,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -178,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
           const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -188,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
           const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -198,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
           const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -208,26 +228,35 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
           const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 9u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 9u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 32u + rs * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -241,8 +270,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 8u; ++i)
@@ -259,20 +289,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
 }
 
 // node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5664];
+  __shared__ float tg[8480];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
@@ -312,11 +342,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 32u + (t % 2u) * 2816u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 32u + sl * 2816u;
       float* bs = as + 2176u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -325,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -335,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -345,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -355,7 +385,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -365,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
           const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -375,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
           const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -385,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
           const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -395,26 +425,35 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
           const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 9u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 9u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 32u + rs * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -438,8 +477,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -490,11 +530,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5440];
+  __shared__ float tg[7872];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 4x4 register block per thread
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
@@ -537,11 +577,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 2432u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 576u + sl * 2432u;
       float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -550,7 +590,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -560,7 +600,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -570,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -580,36 +620,45 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 288u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 288u;
         const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 288u;
         const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 576u + rs * 2432u;
       const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -623,8 +672,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
           #pragma unroll
           for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
@@ -641,20 +691,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
 }
 
 // node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 64x64 implicit GEMM] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k2_mma(
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5440];
+  __shared__ float tg[7872];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
@@ -700,11 +750,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2_mma(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 2432u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 576u + sl * 2432u;
       float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -713,7 +763,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2_mma(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -723,7 +773,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2_mma(
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -733,7 +783,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2_mma(
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -743,36 +793,45 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2_mma(
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 288u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 288u;
         const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 288u;
         const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 576u + rs * 2432u;
       const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -796,8 +855,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2_mma(
           #pragma unroll
           for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)
@@ -2075,11 +2135,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[4736];
+  __shared__ float tg[6528];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_input: fp32 FFMA, 4x2 register block per thread
-  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
@@ -2116,11 +2176,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 1152u + (t % 2u) * 1792u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 1152u + sl * 1792u;
       float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -2129,7 +2189,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
         {
           const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
           const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2139,7 +2199,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
         {
           const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
           const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2149,7 +2209,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
         {
           const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
           const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2159,7 +2219,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
         {
           const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
           const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -2167,19 +2227,28 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
       {
         const bool ok = brv0 && bkk < 576u;
         const float* src = ok ? w + (bb0 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 576u;
         const float* src = ok ? w + (bb1 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 1152u + ((t - 1u) % 2u) * 1792u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 1152u + rs * 1792u;
       const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -2193,8 +2262,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
@@ -2211,19 +2281,19 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
 }
 
 // node 19: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k19_mma(
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     const float* dy,
     const float* w,
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[4736];
+  __shared__ float tg[6528];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
-  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
@@ -2263,11 +2333,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19_mma(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 1152u + (t % 2u) * 1792u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 1152u + sl * 1792u;
       float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -2276,7 +2346,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19_mma(
         {
           const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
           const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2286,7 +2356,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19_mma(
         {
           const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
           const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2296,7 +2366,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19_mma(
         {
           const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
           const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2306,7 +2376,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19_mma(
         {
           const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
           const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -2314,19 +2384,28 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19_mma(
       {
         const bool ok = brv0 && bkk < 576u;
         const float* src = ok ? w + (bb0 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 576u;
         const float* src = ok ? w + (bb1 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 1152u + ((t - 1u) % 2u) * 1792u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 1152u + rs * 1792u;
       const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -2350,8 +2429,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19_mma(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)
@@ -2377,11 +2457,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7680];
+  __shared__ float tg[11520];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x8 register block per thread
-  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
   // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
@@ -2448,33 +2528,33 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
     #pragma unroll
     for (uint j = 0u; j < 8u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3840u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + sl * 3840u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 12544u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 12544u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 12544u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -2483,49 +2563,58 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
       {
         const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
         const float* src = ok ? x + (bb2 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
         const float* src = ok ? x + (bb3 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
         const float* src = ok ? x + (bb4 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 64u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 64u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
         const float* src = ok ? x + (bb5 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 80u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 80u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
         const float* src = ok ? x + (bb6 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 96u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 96u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
         const float* src = ok ? x + (bb7 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 112u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 112u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3840u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + rs * 3840u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -2539,8 +2628,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
           #pragma unroll
           for (uint j = 0u; j < 8u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
@@ -2556,20 +2646,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
 }
 
 // node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k20_mma(
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     const float* dy,
     const float* x,
     float* dw,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7680];
+  __shared__ float tg[11520];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x64
-  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
   // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
@@ -2639,33 +2729,33 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3840u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + sl * 3840u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 12544u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 12544u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 12544u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -2674,49 +2764,58 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20_mma(
       {
         const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
         const float* src = ok ? x + (bb2 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
         const float* src = ok ? x + (bb3 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
         const float* src = ok ? x + (bb4 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 64u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 64u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
         const float* src = ok ? x + (bb5 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 80u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 80u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
         const float* src = ok ? x + (bb6 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 96u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 96u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
         const float* src = ok ? x + (bb7 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 112u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 112u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3840u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + rs * 3840u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -2740,8 +2839,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20_mma(
           #pragma unroll
           for (uint j = 0u; j < 8u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)
@@ -2880,11 +2980,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3840];
+  __shared__ float tg[5760];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x2 register block per thread
-  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
@@ -2921,33 +3021,33 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 1920u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + sl * 1920u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 50176u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 50176u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 50176u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -2956,19 +3056,28 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
       {
         const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 1920u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + rs * 1920u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -2982,8 +3091,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
@@ -2999,20 +3109,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
 }
 
 // node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k25_mma(
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     const float* dy,
     const float* x,
     float* dw,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3840];
+  __shared__ float tg[5760];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
-  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
@@ -3052,33 +3162,33 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 1920u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + sl * 1920u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 50176u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 50176u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 50176u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -3087,19 +3197,28 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25_mma(
       {
         const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 1920u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + rs * 1920u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -3123,8 +3242,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25_mma(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)

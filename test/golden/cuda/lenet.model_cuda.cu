@@ -593,6 +593,11 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
   return true;
 }
 
+static bool smem_setup(mpsc_ctx* ctx) {
+  (void)ctx;
+  return true;
+}
+
 void* backend_create(mpsc_ctx* ctx) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -641,7 +646,7 @@ void* backend_create(mpsc_ctx* ctx) {
            ck(ctx, cudaEventCreateWithFlags(&q.copied[s], cudaEventDisableTiming), "cudaEventCreate");
     }
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
-  if (!ok) { destroy(b); return nullptr; }
+  if (!ok || !smem_setup(ctx)) { destroy(b); return nullptr; }
   if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);
   return b;

@@ -24,6 +24,26 @@ __device__ __forceinline__ float mpsc_warp_max(float v) {
   return v;
 }
 
+// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds the 16-byte one): a 4-byte copy,
+// zero-filled when !ok (src then unread); commit closes this thread's group of copies; wait<N> waits until
+// at most its N youngest committed groups are in flight (a __syncthreads() then makes every thread's visible)
+__device__ __forceinline__ void mpsc_cp_async4(float* dst, const float* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");
+}
+
+__device__ __forceinline__ void mpsc_cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void mpsc_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mpsc_cp_async_wait_all() {
+  mpsc_cp_async_wait<0>();
+}
+
 // the 8x8 matrix unit on the tensor cores, fp32-accurate by 3xTF32 split precision: each operand
 // x = hi + lo with hi = tf32(x), lo = tf32(x - hi); a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b (the dropped
 // lo_a*lo_b is below 2^-22 relative), accumulated in fp32 by mma.sync m16n8k8 whose rows 8..15 are
