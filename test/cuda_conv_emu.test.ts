@@ -2,9 +2,11 @@
  * conv_cuda.ts's kernels executed on the CPU, without a GPU: the conv cases of the CUDA kernel
  * check (cuda_cases.ts cudaConvCases: 128-row/column tiles with partial edges, 3 input channels,
  * stride 2, groups, dilation, split-K weight gradients; and the Metal op cases' small convs and the
- * fused conv + gelu) are built for CUDA (buildCuda), their kernels' generated text is compiled by
- * g++ against test/native/cuda_thread_emu.h (one std::thread per CUDA thread, real barriers,
- * the TF32 rounding and the warp-wide m16n8k8 mma emulated, cp.async as plain loads) and run; each
+ * fused conv + gelu, and the relu-grads fuse.ts folds into conv2d_grad_input and the pool gradients) are
+ * built for CUDA (buildCuda), their kernels' generated text is compiled by g++ against
+ * test/native/cuda_thread_emu.h (one fiber per CUDA thread, real barriers, the TF32 rounding and the
+ * warp-wide m16n8k8 mma emulated, cp.async in commit groups landing at issue or, in the late mode,
+ * only at the wait that requires them: a pipeline reading a stage before its wait fails) and run; each
  * checked value must match the float64 reference interpreter: the fp32 variant within 1e-4 (as the
  * GPU check), the TF32 tensor-core variant within cuda_check's TF32 tolerance, 5e-3. A wrong index,
  * predicate, tile layout, fragment mapping or split-K slice shows up here by case name.
