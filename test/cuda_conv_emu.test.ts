@@ -28,7 +28,7 @@ import { relError } from '../compiler/reference/fixtures.js';
 import { cudaConvCases } from './cuda_cases.js';
 import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { findNvcc } from '../runtime/cuda/session.js';
-import { allOpCases, fusedCases } from './metal_cases.js';
+import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 
 const SCALARS = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
@@ -157,7 +157,7 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
   }, 600_000);
 
   it('run the relu-grads fuse.ts folds for CUDA (conv2d_grad_input store, global-avgpool / 2x2 max-pool gradients) as one kernel each, matching the reference', () => {
-    const all = fusedCases().filter((c) => c.program.graph.nodes.some((n) => n.op === 'unary_grad'));
+    const all = reluGradFoldCases();
     expect(all.map((c) => String(c.program.name)).sort()).toEqual(
       ['fuse_conv_grad_input_relu', 'fuse_conv_grad_input_relu_stride2', 'fuse_global_avgpool_grad_relu', 'fuse_maxpool2x2_grad_relu']);
     const a = buildCuda(all.map((c) => c.program), 'relu_grad_emu', { merge: false });
@@ -184,7 +184,7 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
   }, 600_000);
 
   it('with the copies landing only at their wait: the 3-stage pipeline waits for each k step before it reads it; one stage less of waiting fails', () => {
-    const some = [...cudaConvCases(), ...fusedCases()].filter((c) =>
+    const some = [...cudaConvCases(), ...reluGradFoldCases()].filter((c) =>
       ['tc_conv_tile128', 'tc_conv_stride2_pad0_grad_input', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu'].includes(String(c.program.name)));
     expect(some).toHaveLength(4);
     const r = emulate(some, (b) => b, true, true);

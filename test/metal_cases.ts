@@ -222,7 +222,7 @@ function transformerCases(add: Add, f: F, ids: Ids, rng: () => number): void {
   ] as AttnDims[]) attentionPair(add, f, dims);
 }
 
-/** Two-node chains whose unary the Metal backend fuses into the GEMM kernel's store, and relu-grads the CUDA backend folds into the gradient before them. */
+/** Two-node chains whose unary the Metal backend fuses into the GEMM kernel's store. */
 export function fusedCases(): OpCase[] {
   const rng = makeRng(77);
   const out: OpCase[] = [];
@@ -244,6 +244,16 @@ export function fusedCases(): OpCase[] {
   chain('fuse_matmul_leaky', 'matmul', [{ shape: [9, 33] }, { shape: [33, 18] }], [9, 18], {}, 'leaky_relu');
   chain('fuse_linear_silu', 'linear', [{ shape: [7, 12] }, { shape: [10, 12] }, { shape: [10] }], [7, 10], {}, 'silu');
   chain('fuse_matmul_mish', 'matmul', [{ shape: [6, 20] }, { shape: [20, 9] }], [6, 9], {}, 'mish');
+  return out;
+}
+
+/**
+ * Relu-grads the CUDA backend folds into the gradient before them (fuse.ts rule 2: conv2d_grad_input's store,
+ * the global-avgpool gradient, the 2x2 max-pool gradient over the relu's output); other backends run two kernels.
+ */
+export function reluGradFoldCases(): OpCase[] {
+  const rng = makeRng(78);
+  const out: OpCase[] = [];
   // a gradient op P, then a relu-grad of its output with `mask` (a separate input, or P's input `maskIs` itself):
   // the backends that fold the relu-grad into P (fuse.ts rule 2: CUDA) run one kernel, the others two
   const gradChain = (name: string, op: string, shapes: number[][], yShape: number[], attrs: Record<string, number[] | number>, maskIs?: number) => {
