@@ -18,14 +18,14 @@ import { FLASH_HEAD_DIMS } from '../compiler/codegen-cuda/attention_cuda.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import type { CheckedModel } from '../compiler/model.js';
 import type { Batch } from '../runtime/session.js';
-import { allOpCases, castCase, fusedCases, halfCases, halfIoCase, halfIoCases, independentUpdatesCase } from './metal_cases.js';
+import { allOpCases, castCase, fusedCases, halfCases, halfIoCase, halfIoCases, independentUpdatesCase, reluGradFoldCases } from './metal_cases.js';
 import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } from './metal_harness.js';
 
 /** every case of cuda_check's kernel part, in the order of the programs built from them */
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
-  return [...allOpCases(), ...fusedCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(), independentUpdatesCase()];
+  return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(), independentUpdatesCase()];
 }
 
 /**
@@ -42,8 +42,8 @@ export function cudaConvCases(): OpCase[] {
   interface ConvCase { name: string; x: number[]; w: number[]; stride: number[]; padding: number[]; dilation: number[]; groups: number; gradWeight?: false }
   const convs: ConvCase[] = [
     { name: 'tc_conv_cin3', x: [3, 3, 21, 19], w: [130, 3, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
-    // K = 2700 taps: the forward's k table does not fit next to the stages (the k part computed in the loop)
-    { name: 'tc_conv_deep_k', x: [1, 300, 9, 10], w: [130, 300, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
+    // K = 9000 taps: the forward's k table (72 KB) does not fit next to the stages (the k part computed in the loop)
+    { name: 'tc_conv_deep_k', x: [1, 1000, 3, 4], w: [130, 1000, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
     // 138 tiles of 128 x 128: the forward on the seed CNN's tile shape
     { name: 'tc_conv_tile128', x: [2, 4, 67, 65], w: [130, 4, 3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 },
     { name: 'tc_conv_stride2_pad0', x: [5, 20, 15, 13], w: [36, 20, 3, 3], stride: [2, 2], padding: [0, 0], dilation: [1, 1], groups: 1 },

@@ -2,9 +2,11 @@
  * conv_cuda.ts's kernels executed on the CPU, without a GPU: the conv cases of the CUDA kernel
  * check (cuda_cases.ts cudaConvCases: 128-row/column tiles with partial edges, 3 input channels,
  * stride 2, groups, dilation, split-K weight gradients; and the Metal op cases' small convs and the
- * fused conv + gelu) are built for CUDA (buildCuda), their kernels' generated text is compiled by
- * g++ against test/native/cuda_thread_emu.h (one std::thread per CUDA thread, real barriers,
- * the TF32 rounding and the warp-wide m16n8k8 mma emulated, cp.async as plain loads) and run; each
+ * fused conv + gelu, and the relu-grads fuse.ts folds into conv2d_grad_input and the pool gradients) are
+ * built for CUDA (buildCuda), their kernels' generated text is compiled by g++ against
+ * test/native/cuda_thread_emu.h (one fiber per CUDA thread, real barriers, the TF32 rounding and the
+ * warp-wide m16n8k8 mma emulated, cp.async in commit groups landing at issue or, in the late mode,
+ * only at the wait that requires them: a pipeline reading a stage before its wait fails) and run; each
  * checked value must match the float64 reference interpreter: the fp32 variant within 1e-4 (as the
  * GPU check), the TF32 tensor-core variant within cuda_check's TF32 tolerance, 5e-3. A wrong index,
  * predicate, tile layout, fragment mapping or split-K slice shows up here by case name.
@@ -18,15 +20,15 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildCuda } from '../compiler/codegen-cuda/index.js';
 import { CONV_OPS } from '../compiler/codegen-cuda/conv_cuda.js';
-import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
+import { CUDA, SMEM_STATIC_MAX } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { kernelSource } from '../compiler/kernels/prelude.js';
 import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types.js';
 import { numel } from '../compiler/ir/graph.js';
 import { relError } from '../compiler/reference/fixtures.js';
 import { cudaConvCases } from './cuda_cases.js';
-import { KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
+import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { findNvcc } from '../runtime/cuda/session.js';
-import { allOpCases, fusedCases } from './metal_cases.js';
+import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 
 const SCALARS = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
@@ -34,13 +36,10 @@ const HARNESS = path.resolve(__dirname, 'native/cuda_thread_emu.h');
 const hasGxx = spawnSync('g++', ['--version']).status === 0;
 const NV = findNvcc();
 
-/** the kernel text with its PTX (cp.async and its commit / wait) rewritten for the emulator; any other asm is an error */
+/** the kernel text, which reaches PTX only through the dialect's helpers (the emulator defines them); any asm in it is an error */
 export function emulable(text: string): string {
-  const out = text
-    .replace(/asm volatile\("cp\.async\.ca\.shared\.global \[%0\], \[%1\], 4, %2;\\n" :: "r"\(\(uint\)__cvta_generic_to_shared\(&(.+?)\)\), "l"\(src\), "r"\(ok \? 4u : 0u\)\);/g, '$1 = ok ? *src : 0.0f;')
-    .replace(/asm volatile\("cp\.async\.(commit_group|wait_group \d);\\n" ::\);/g, ';');
-  if (/\basm\b/.test(out)) throw new Error(`a kernel has PTX the emulator does not know: ${out.match(/asm[^\n]*/)![0]}`);
-  return out;
+  if (/\basm\b/.test(text)) throw new Error(`a kernel has PTX the emulator does not know: ${text.match(/asm[^\n]*/)![0]}`);
+  return text;
 }
 
 const safe = (s: string) => s.replace(/[^A-Za-z0-9_]/g, '_');
@@ -51,7 +50,7 @@ interface Emulated { problems: string[]; worst: { fp32: number; mma: number }; c
  * Builds `all` for CUDA, compiles every kernel of theirs (both variants, bodies passed through
  * `mutate`) with the emulator, runs each case in both variants and judges every checked value.
  */
-function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b): Emulated {
+function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, convOnly = true, late = false): Emulated {
   const a = buildCuda(all.map((c) => c.program), 'conv_emu', { merge: false });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-emu-'));
   const src: string[] = [`#include "${HARNESS}"`, '#include <cstdio>', '#include <string>'];
@@ -59,7 +58,8 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b): Em
   const emit = (k: KernelSpec, v: KernelVariant) => {
     if (emitted.has(v.name)) return;
     emitted.add(v.name);
-    src.push(emulable(kernelSource(CUDA, k, { ...v, body: mutate(v.body) }, '')));
+    // dynamic shared memory (past 48 KB) becomes the emulator's per-block static array of the kernel's size
+    src.push(emulable(kernelSource(CUDA, k, { ...v, body: mutate(v.body) }, '')).replace(/extern __shared__ __align__\(16\) float tg\[\];/, `__shared__ float tg[${v.tgmem / 4}];`));
   };
   src.push(
     'static std::vector<float> load(const std::string& f, size_t n) { std::vector<float> v(n, 0.0f); if (FILE* p = std::fopen(f.c_str(), "rb")) { if (std::fread(v.data(), 4, n, p) != n) std::abort(); std::fclose(p); } return v; }',
@@ -69,9 +69,11 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b): Em
   all.forEach((c, i) => {
     const lp = a.lowered[i];
     const g = lp.program.graph;
-    // every kernel of the case must be conv_cuda.ts's (the GEMM, and the split-K reduction)
-    expect(lp.kernels.every((k) => CONV_OPS.has(k.op)), c.program.name).toBe(true);
-    expect(lp.kernels[0].label, c.program.name).toMatch(/conv_cuda\.ts/);
+    // every kernel of a conv case must be conv_cuda.ts's (the GEMM, and the split-K reduction)
+    if (convOnly) {
+      expect(lp.kernels.every((k) => CONV_OPS.has(k.op)), c.program.name).toBe(true);
+      expect(lp.kernels[0].label, c.program.name).toMatch(/conv_cuda\.ts/);
+    }
     const byName = new Map(c.program.graph.values.map((v) => [v.name, v.id]));
     const vals = new Map<string, number>();
     for (const k of lp.kernels) for (const arg of k.args) vals.set(g.values[arg.value].name, numel(g.values[arg.value].shape));
@@ -98,10 +100,10 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b): Em
     src.push(body + '}');
     runs.push(`run_${i}(dir, mma);`);
   });
-  src.push(`int main(int argc, char** argv) {\n  const std::string dir = argv[1];\n  for (bool mma : {false, true}) {\n    ${runs.join('\n    ')}\n  }\n  return 0;\n}`);
+  src.push(`int main(int argc, char** argv) {\n  const std::string dir = argv[1];\n  emu_cp_late = argc > 2 && argv[2][0] == '1';\n  for (bool mma : {false, true}) {\n    ${runs.join('\n    ')}\n  }\n  return 0;\n}`);
   fs.writeFileSync(path.join(dir, 'emu.cpp'), src.join('\n\n') + '\n');
   execFileSync('g++', ['-std=c++20', '-O1', '-pthread', '-w', path.join(dir, 'emu.cpp'), '-o', path.join(dir, 'emu')], { stdio: 'pipe' });
-  execFileSync(path.join(dir, 'emu'), [dir], { stdio: 'pipe' });
+  execFileSync(path.join(dir, 'emu'), [dir, late ? '1' : '0'], { stdio: 'pipe' });
   const out: Emulated = { problems: [], worst: { fp32: 0, mma: 0 }, checked: 0 };
   all.forEach((c, i) => {
     const ref = reference(c, SCALARS);
@@ -136,12 +138,41 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     expect(fwd.some((k) => /ktab/.test(k.body)) && fwd.some((k) => !/ktab/.test(k.body))).toBe(true);
     expect(fwd.some((k) => /128x128/.test(k.label) && /ktab/.test(k.body))).toBe(true);
     expect(firsts.some((k) => k.op === 'conv2d_grad_weight' && /split K/.test(k.label))).toBe(true);
+    // the 128-row tiles' three stages take dynamic shared memory: declared extern, launched with their bytes, the limit raised at create
+    const dyn = firsts.filter((k) => k.tgmem > SMEM_STATIC_MAX);
+    expect(dyn.length).toBeGreaterThan(0);
+    const host = a.files[HOST_FILE];
+    for (const k of dyn) {
+      const name = a.alias.get(k.mma!.name) ?? k.mma!.name;
+      expect(a.files[KERNELS_FILE]).toMatch(new RegExp(`${name}\\([^{]*\\{\\n  extern __shared__ __align__\\(16\\) float tg\\[\\];`));
+      expect(host).toContain(`cudaFuncSetAttribute(${name}, cudaFuncAttributeMaxDynamicSharedMemorySize, ${k.tgmem})`);
+      expect(host).toMatch(new RegExp(`${name}<<<dim3\\([^>]*\\), ${k.tgmem}, st>>>`));
+    }
     const r = emulate(all);
     expect(r.problems).toEqual([]);
     expect(r.checked).toBe(2 * all.length);
     // the tensor-core variant really rounds its operands to TF32 (an fp32-exact result would mean the mma path did not run)
     expect(r.worst.mma).toBeGreaterThan(1e-5);
     expect(r.worst.fp32).toBeLessThan(1e-5);
+  }, 600_000);
+
+  it('run the relu-grads fuse.ts folds for CUDA (conv2d_grad_input store, global-avgpool / 2x2 max-pool gradients) as one kernel each, matching the reference', () => {
+    const all = reluGradFoldCases();
+    expect(all.map((c) => String(c.program.name)).sort()).toEqual(
+      ['fuse_conv_grad_input_relu', 'fuse_conv_grad_input_relu_stride2', 'fuse_global_avgpool_grad_relu', 'fuse_maxpool2x2_grad_relu']);
+    const a = buildCuda(all.map((c) => c.program), 'relu_grad_emu', { merge: false });
+    for (const lp of a.lowered) {
+      // folded: one node with relu_grad and its mask, one kernel (the conv's on conv_cuda.ts)
+      expect(lp.program.graph.nodes.map((n) => [n.op, n.attrs.relu_grad])).toEqual([[lp.program.graph.nodes[0].op, true]]);
+      expect(lp.kernels).toHaveLength(1);
+      if (lp.kernels[0].op === 'conv2d_grad_input') expect(lp.kernels[0].label).toMatch(/conv_cuda\.ts .*fused relu-grad|fused relu-grad.*conv_cuda\.ts/);
+    }
+    const r = emulate(all, (b) => b, false);
+    expect(r.problems).toEqual([]);
+    expect(r.checked).toBe(2 * all.length);
+    // without the mask the result is wrong (negative control: the fold really applies it)
+    const unmasked = emulate(all, (b) => b.replace(/mask\[[^\]]*\] > 0\.0f/g, 'true').replace(/&& v(\d) > 0\.0f/g, ''), false);
+    for (const c of all) expect(unmasked.problems.join('\n')).toMatch(new RegExp(`${c.program.name} `));
   }, 600_000);
 
   it('fails a kernel whose im2col offset is off by one, in both variants, by case name (negative control)', () => {
@@ -152,10 +183,19 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     expect(r.problems.join('\n')).toMatch(/tc_conv_stride2_pad0 .*\(mma\)/);
   }, 600_000);
 
-  it('rewrites the cp.async PTX for the emulator and refuses PTX it does not know', () => {
-    expect(emulable('asm volatile("cp.async.commit_group;\\n" ::);')).toBe(';');
-    expect(emulable('asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));'))
-      .toBe('as[(ak + 2u) * 136u + (ar)] = ok ? *src : 0.0f;');
+  it('with the copies landing only at their wait: the 3-stage pipeline waits for each k step before it reads it; one stage less of waiting fails', () => {
+    const some = [...cudaConvCases(), ...reluGradFoldCases()].filter((c) =>
+      ['tc_conv_tile128', 'tc_conv_stride2_pad0_grad_input', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu'].includes(String(c.program.name)));
+    expect(some).toHaveLength(4);
+    const r = emulate(some, (b) => b, true, true);
+    expect(r.problems).toEqual([]);
+    // waiting for all but two groups reads k step t before its copies land: every case fails, in both variants
+    const early = emulate(some, (b) => b.replace(/mpsc_cp_async_wait<1>\(\)/g, 'mpsc_cp_async_wait<2>()'), true, true);
+    for (const c of some) for (const v of ['fp32', 'mma']) expect(early.problems.join('\n')).toMatch(new RegExp(`${c.program.name} .*\\(${v}\\)`));
+  }, 600_000);
+
+  it('refuses PTX the emulator does not know (kernels reach PTX only through its helpers)', () => {
+    expect(emulable('mpsc_cp_async_commit();')).toBe('mpsc_cp_async_commit();');
     expect(() => emulable('asm volatile("mma.sync.aligned.m16n8k8;" ::);')).toThrow(/PTX the emulator does not know/);
   });
 });

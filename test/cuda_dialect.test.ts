@@ -20,7 +20,7 @@ import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { MSL } from '../compiler/codegen-metal/msl_dialect.js';
 import { kernelFile } from '../compiler/kernels/prelude.js';
 import type { Helper } from '../compiler/kernels/kernel_types.js';
-import { allOpCases, fusedCases, halfCases, halfIoCases } from './metal_cases.js';
+import { allOpCases, fusedCases, halfCases, halfIoCases, reluGradFoldCases } from './metal_cases.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const NVCC = ['/usr/local/bin/nvcc', '/usr/local/cuda/bin/nvcc'].find((p) => fs.existsSync(p)) ?? 'nvcc';
@@ -77,7 +77,7 @@ describe('the CUDA dialect', () => {
         fs.writeFileSync(f, cudaSource(lowerAll(specPrograms(spec), CUDA, (i) => `p${i}_`), spec));
         files.push(f);
       }
-      const cases = [...allOpCases(), ...fusedCases(), ...halfCases(), ...halfIoCases()].map((c) => c.program);
+      const cases = [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...halfCases(), ...halfIoCases()].map((c) => c.program);
       const f = path.join(out, 'op_cases.cu');
       fs.writeFileSync(f, cudaSource(lowerAll(cases, CUDA, (i) => `c${i}_`), 'op cases'));
       files.push(f);

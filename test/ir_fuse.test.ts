@@ -206,6 +206,48 @@ describe('relu-grad folded into the pool gradient', () => {
   });
 });
 
+describe('relu-grad folded into conv2d_grad_input (CUDA)', () => {
+  /** x -> conv -> relu -> z -> conv -> tanh; the backward's dz = conv2d_grad_input of the second conv, then the relu-grad */
+  const graph = (extraReader: boolean) => {
+    const b = new GraphBuilder();
+    const conv = { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 };
+    const x = b.value('x', 'f32', [2, 3, 5, 5], 'input');
+    const w0 = b.value('w0', 'f32', [4, 3, 3, 3], 'param');
+    const w1 = b.value('w1', 'f32', [2, 4, 3, 3], 'param');
+    const [y] = b.emit('conv2d', [x, w0], [{ name: 'y', shape: [2, 4, 5, 5] }], conv);
+    const [z] = b.emit('unary', [y], [{ name: 'z', shape: [2, 4, 5, 5] }], { fn: 'relu' });
+    const [v] = b.emit('conv2d', [z, w1], [{ name: 'v', shape: [2, 2, 5, 5] }], conv);
+    const [dv] = b.emit('unary', [v], [{ name: 'dv', shape: [2, 2, 5, 5] }], { fn: 'tanh' });
+    const [dz] = b.emit('conv2d_grad_input', [dv, w1], [{ name: 'dz', shape: [2, 4, 5, 5], kind: 'grad' }], { ...conv, x_shape: [2, 4, 5, 5] });
+    const [dy] = b.emit('unary_grad', [dz, y], [{ name: 'dy', shape: [2, 4, 5, 5], kind: 'grad' }], { fn: 'relu' });
+    const [s] = b.emit('unary', [dy], [{ name: 's', shape: [2, 4, 5, 5] }], { fn: 'sigmoid' });
+    const outs = [s];
+    if (extraReader) outs.push(b.emit('unary', [dz], [{ name: 'n', shape: [2, 4, 5, 5] }], { fn: 'neg' })[0]);
+    return program(b, [x], outs);
+  };
+  const caps: FusionCaps = { epilogue: { ops: ['conv2d'], fns: ['relu'], gradReaders: true }, poolGradRelu: { globalAvgpool: false, maxpool2x2: false, convGradInput: true } };
+
+  it('the relu-grad disappears into the conv input gradient, masked by the relu output, with the same values', () => {
+    const p = graph(false);
+    const f = fused(p, caps);
+    expect(opsOf(f)).toEqual(['conv2d', 'conv2d', 'unary', 'conv2d_grad_input', 'unary']);
+    const P = nodeOf(f, 'conv2d_grad_input');
+    expect(P.attrs.relu_grad).toBe(true);
+    expect(P.inputs).toEqual([valueId(f, 'dv'), valueId(f, 'w1'), valueId(f, 'z')]);
+    expect(P.outputs).toEqual([valueId(f, 'dy')]);
+    expect(sameValues(p, f)).toBeGreaterThan(0);
+  });
+
+  it('not without the cap, nor when the gradient has another reader; verify.ts rejects relu_grad on the weight gradient', () => {
+    expect(opsOf(fused(graph(false), { ...caps, poolGradRelu: { globalAvgpool: true, maxpool2x2: true } }))).toContain('unary_grad');
+    expect(opsOf(fused(graph(true), caps))).toContain('unary_grad');
+    const f = fused(graph(false), caps);
+    const P = nodeOf(f, 'conv2d_grad_input');
+    const bad = { ...f.graph, nodes: f.graph.nodes.map((n) => (n === P ? { ...n, op: 'conv2d_grad_weight', attrs: { ...n.attrs, x_shape: undefined, w_shape: [4, 2, 3, 3] } } : n)) };
+    expect(graphProblems(bad as typeof f.graph).join('\n')).toMatch(/relu_grad is only a boolean of|expects 2 inputs/);
+  });
+});
+
 describe('relu folded into global_avgpool', () => {
   const graph = (extraReader: boolean) => {
     const b = new GraphBuilder();

@@ -248,6 +248,41 @@ export function fusedCases(): OpCase[] {
 }
 
 /**
+ * Relu-grads the CUDA backend folds into the gradient before them (fuse.ts rule 2: conv2d_grad_input's store,
+ * the global-avgpool gradient, the 2x2 max-pool gradient over the relu's output); other backends run two kernels.
+ */
+export function reluGradFoldCases(): OpCase[] {
+  const rng = makeRng(78);
+  const out: OpCase[] = [];
+  // a gradient op P, then a relu-grad of its output with `mask` (a separate input, or P's input `maskIs` itself):
+  // the backends that fold the relu-grad into P (fuse.ts rule 2: CUDA) run one kernel, the others two
+  const gradChain = (name: string, op: string, shapes: number[][], yShape: number[], attrs: Record<string, number[] | number>, maskIs?: number) => {
+    const b = new GraphBuilder();
+    const data = new Map<number, Float64Array>();
+    const ids = shapes.map((shape, k) => {
+      const id = b.value(`${name}.in${k}`, 'f32', shape, 'input');
+      data.set(id, Float64Array.from(randomTensor(shape, rng), (v) => Math.fround(v)));
+      return id;
+    });
+    const [y] = b.emit(op, maskIs === undefined ? ids.slice(0, -1) : ids, [{ name: `${name}.g`, shape: yShape }], attrs);
+    const mask = maskIs ?? ids.length - 1;
+    const [z] = b.emit('unary_grad', [y, ids[mask]], [{ name: `${name}.dx`, shape: yShape }], { fn: 'relu' });
+    const program = { name, batch: 1, graph: b.graph, inputs: ids, outputs: [] } as unknown as Program;
+    out.push({ program, data, check: [z] });
+  };
+  // conv2d_grad_input on conv_cuda.ts's 64x64 tiles with partial edges (M = 3 * 11 * 13, N = 70, K = 20 * 9), the mask in the store
+  gradChain('fuse_conv_grad_input_relu', 'conv2d_grad_input', [[3, 20, 11, 13], [20, 70, 3, 3], [3, 70, 11, 13]], [3, 70, 11, 13],
+    { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1, x_shape: [3, 70, 11, 13] });
+  // stride 2: the gathered dy has holes
+  gradChain('fuse_conv_grad_input_relu_stride2', 'conv2d_grad_input', [[2, 6, 4, 5], [6, 5, 3, 3], [2, 5, 9, 11]], [2, 5, 9, 11],
+    { stride: [2, 2], padding: [0, 0], dilation: [1, 1], groups: 1, x_shape: [2, 5, 9, 11] });
+  gradChain('fuse_global_avgpool_grad_relu', 'global_avgpool_grad', [[2, 3, 1, 1], [2, 3, 5, 7]], [2, 3, 5, 7], { x_shape: [2, 3, 5, 7] });
+  // odd height and width: the last row / column is in no window (dx 0 there); the mask is the pool's input
+  gradChain('fuse_maxpool2x2_grad_relu', 'maxpool2d_grad', [[2, 3, 3, 4], [2, 3, 7, 9]], [2, 3, 7, 9], { kernel: [2, 2], stride: [2, 2], padding: [0, 0] }, 1);
+  return out;
+}
+
+/**
  * One program of independent element-wise nodes (AdamW on three parameters of odd sizes, SGD with
  * Nesterov momentum on a fourth, relu and tanh), each reading and writing its own buffers: the
  * CUDA backend runs them as one launch (compiler/codegen-cuda/merge.ts).

@@ -8,9 +8,11 @@
  * 64x64 kernels run those, and cublaslt.ts's build report says so).
  *
  * The kernel: 256 threads (8 warps), output tiles of BM x BN (BM 64 or 128, BN 32, 64 or 128, from M and N), K in
- * steps of 16 through two shared-memory stages filled by cp.async (4-byte copies, zero-filled where
- * the im2col window leaves the image or the tile leaves the matrix) while the other stage is
- * multiplied. Each operand tile is stored along the dimension the global loads run on: an operand
+ * steps of 16 through three shared-memory stages filled by cp.async (4-byte copies, zero-filled where
+ * the im2col window leaves the image or the tile leaves the matrix): two k steps in flight while a
+ * third is multiplied, one barrier per k step. Past 48 KB (the 128-row tiles) the block's shared
+ * memory is dynamic (cuda_dialect.ts; host.ts raises the kernel's limit at create), at most
+ * SMEM_BLOCK so that two blocks share an SM. Each operand tile is stored along the dimension the global loads run on: an operand
  * contiguous along its rows (im2col of x and dy along the output pixels) as [16][R + 8], one
  * contiguous along k (the weights, dy and x in the weight gradient) as [R][16 + 4]; both pads make
  * the fragment reads conflict-free. Address generation is implicit im2col with the per-row part
@@ -34,11 +36,11 @@ import { ceilDiv, label, shapeOf } from '../kernels/common.js';
 import { convGeom, gemmParts } from '../kernels/gemm.js';
 import { splitK, splitReduceKernel, type Split } from './gemm_cuda.js';
 
-const THREADS = 256, BK = 16, KPAD = BK + 4, RPAD = 8, STAGES = 2;
+const THREADS = 256, BK = 16, KPAD = BK + 4, RPAD = 8, STAGES = 3;
 /** grid.y (row tiles) and grid.z (groups x chunks) limits */
 const GRID_YZ = 65535;
-/** bytes of static shared memory a kernel may declare */
-const SMEM_STATIC = 48 * 1024;
+/** bytes of shared memory a block may take: two blocks per SM (H200: 228 KB per SM, 1 KB of it reserved per block) */
+const SMEM_BLOCK = 110 * 1024;
 
 type Mode = 'row' | 'k';
 
@@ -185,7 +187,7 @@ function copies(side: Side, R: number, tileBase: string, tag: string, tab: boole
   const cp = (dst: string, p: { pred: string; off: string }) =>
     `{\n  const bool ok = ${p.pred};\n` +
     `  const float* src = ok ? ${side.buf} + (${p.off}) : ${side.buf};\n` +
-    `  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\\n" :: "r"((uint)__cvta_generic_to_shared(&${dst})), "l"(src), "r"(ok ? 4u : 0u));\n}\n`;
+    `  mpsc_cp_async4(&${dst}, src, ok);\n}\n`;
   if (side.mode === 'row') {
     // thread t copies row t % R at reduction indices t / R + (256 / R) j
     const step = THREADS / R;
@@ -282,15 +284,23 @@ function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, t
     indent(ca.pre + cb.pre, '  ') + acc +
     `  const uint nk = (kend - kbeg + ${BK - 1}u) / ${BK}u;\n` +
     (tab ? indent(tableFill(a, s), '  ') : '') +
-    `  for (uint t = 0u; t <= nk; ++t) {\n` +
-    `    if (t < nk) {\n      // stage t % 2 <- k in [kbeg + 16 t, +16)\n      const uint lk = kbeg + t * ${BK}u;\n` +
-    `      float* as = tg + ${T ? `${T}u + ` : ''}(t % 2u) * ${stage}u;\n      float* bs = as + ${aF}u;\n` +
+    // the copies of k step `tl` into stage `sl` (its group committed by every thread, with or without copies)
+    `  const auto fill = [&](uint tl, uint sl) {\n` +
+    `    if (tl < nk) {\n      // stage sl <- k in [kbeg + 16 tl, +16)\n      const uint lk = kbeg + tl * ${BK}u;\n` +
+    `      float* as = tg + ${T ? `${T}u + ` : ''}sl * ${stage}u;\n      float* bs = as + ${aF}u;\n` +
     indent(ca.load + cb.load, '      ') +
-    `    }\n    asm volatile("cp.async.commit_group;\\n" ::);\n` +
-    `    if (t > 0u) {\n      asm volatile("cp.async.wait_group 1;\\n" ::);\n      __syncthreads();\n` +
-    `      const float* as = tg + ${T ? `${T}u + ` : ''}((t - 1u) % 2u) * ${stage}u;\n      const float* bs = as + ${aF}u;\n` +
+    `    }\n    mpsc_cp_async_commit();\n  };\n` +
+    `  // ${STAGES} stages: k steps 0..${STAGES - 2} in flight before the loop; step t waits for its own group (${STAGES - 2} younger may\n` +
+    `  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the\n` +
+    `  // copies of step t + ${STAGES - 1} then reuse), then the product of step t while those copies run\n` +
+    `  #pragma unroll\n  for (uint sl = 0u; sl < ${STAGES - 1}u; ++sl) fill(sl, sl);\n` +
+    `  uint rs = 0u, ws = ${STAGES - 1}u;\n` +
+    `  for (uint t = 0u; t < nk; ++t) {\n` +
+    `    mpsc_cp_async_wait<${STAGES - 2}>();\n    __syncthreads();\n` +
+    `    fill(t + ${STAGES - 1}u, ws);\n` +
+    `    {\n      const float* as = tg + ${T ? `${T}u + ` : ''}rs * ${stage}u;\n      const float* bs = as + ${aF}u;\n` +
     indent(tf32 ? mmaStage(a, b, s) : plainStage(a, b, s), '      ') +
-    `      __syncthreads();\n    }\n  }\n` +
+    `    }\n    rs = rs == ${STAGES - 1}u ? 0u : rs + 1u;\n    ws = ws == ${STAGES - 1}u ? 0u : ws + 1u;\n  }\n` +
     stores
   );
 }
@@ -328,9 +338,9 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
   const { a, b } = sidesOf(n.op, c, gm.M, gm.N, gm.K);
   const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K };
-  // the k table where it fits in the 48 KB of static shared memory and its dh = 0x4000 marker lies outside the images
+  // the k table where it fits next to the stages in SMEM_BLOCK and its dh = 0x4000 marker lies outside the images
   const tab = a.mode === 'row' && !sp && Math.max(c.H, c.W, c.OH, c.OW, c.PH, c.PW) < 8192 && (c.KH - 1) * c.DH < 8192 && (c.KW - 1) * c.DW < 8192 &&
-    (tableFloats(s) + STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN))) * 4 <= SMEM_STATIC;
+    (tableFloats(s) + STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN))) * 4 <= SMEM_BLOCK;
   const tgmem = ((tab ? tableFloats(s) : 0) + STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN))) * 4;
   const name = ctx.next();
   const lbl = label(g, n) + what;
@@ -338,7 +348,9 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
     name, node: n.id, op: n.op, label: lbl + ` [conv_cuda.ts ${BM}x${BN} implicit GEMM${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
     groups: tiles, tgsize: [THREADS, 1, 1], tgmem, sync: true,
     body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`, tab),
-    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab) },
+    // two blocks per SM (the tiles and SMEM_BLOCK assume it): at most 128 registers (ptxas fits the 3-stage 128x128 split-K
+    // weight gradient, 148 unbounded, in 128 without spills)
+    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, minBlocks: 2, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab) },
   };
   if (!sp) return [gemm];
   gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;

@@ -1,9 +1,13 @@
 /**
  * fusions: what the CUDA backend's kernels execute fused (the capability set it hands to
  * compiler/ir/fuse.ts; index.ts buildCuda fuses every program with it before lowering): any
- * unary fn in the store of the GEMM-family kernels (gemm_cuda.ts, or the shared
+ * unary fn in the store of the GEMM-family kernels (gemm_cuda.ts, conv_cuda.ts, or the shared
  * compiler/kernels/gemm.ts with `gemm: 'shared'`), when that unary is the only reader of the
- * GEMM's output. Metal's set, minus its CPU-fallback exceptions: CUDA has a kernel for every op.
+ * GEMM's output or, for relu, its other readers are relu-grads (they read the fused output:
+ * relu'(y) = [relu(y) > 0]); a relu-grad folded into the pool gradient before it (global
+ * average pool; the 2x2 max-pool over the relu's output, compiler/kernels/pool.ts's window kernel)
+ * or into a conv2d_grad_input's store (the mask read at the output element, compiler/kernels/gemm.ts
+ * gemmParts). Metal's set plus these, minus its CPU-fallback exceptions: CUDA has a kernel for every op.
  * Mixed precision: the 16-bit casts fold into the loads and stores of the kernels that widen /
  * round (compiler/kernels/registry.ts HALF_IO_OPS; cuBLASLt writes a 16-bit D: cublaslt.ts), except
  * the convolutions (their CUDA kernels are not declared for it). And remat (compiler/ir/remat.ts):
@@ -19,5 +23,10 @@ const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 export function cudaFusions(): FusionCaps {
   const half = HALF_IO_OPS.filter((op) => !F32_ONLY.includes(op));
-  return { epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: false }, casts: { reads: half, stores: half }, remat: true };
+  return {
+    epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: true },
+    poolGradRelu: { globalAvgpool: true, maxpool2x2: true, convGradInput: true },
+    casts: { reads: half, stores: half },
+    remat: true,
+  };
 }

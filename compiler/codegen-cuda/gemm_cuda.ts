@@ -56,15 +56,18 @@ function loadTiles(v: View, threads: number): string {
 /** a K split: S chunks of Kc (a multiple of BK) per output tile */
 export interface Split { S: number; Kc: number }
 
-/** H200: 132 SMs; a split aims at two blocks per SM */
+/**
+ * H200: 132 SMs; a split aims at two blocks per SM and never past them: tiles x S <= 264, one wave (the seed CNN's
+ * 5-tile weight gradient was split 53 ways, 265 blocks: the 265th ran alone after the first wave, ~2x the time)
+ */
 const SPLIT_TARGET_BLOCKS = 264;
-/** the shortest K chunk worth a block (32 tile steps) and the most chunks per tile */
-const SPLIT_MIN_K = 512, SPLIT_MAX = 128;
+/** the shortest K chunk worth a block (32 tile steps) and the most chunks per tile (256: a one-tile GEMM still fills the 264 slots) */
+const SPLIT_MIN_K = 512, SPLIT_MAX = 256;
 
 /** The K split of an M x N x K GEMM with G groups on bm x bn tiles (this file's 64x64 unless given), or null when the tile grid alone fills the GPU or K is short. */
 export function splitK(M: number, N: number, K: number, G: number, bm = BM, bn = BN): Split | null {
   const tiles = Math.max(1, ceilDiv(M, bm)) * Math.max(1, ceilDiv(N, bn)) * G;
-  const want = Math.min(ceilDiv(SPLIT_TARGET_BLOCKS, tiles), Math.floor(K / SPLIT_MIN_K), SPLIT_MAX);
+  const want = Math.min(Math.floor(SPLIT_TARGET_BLOCKS / tiles), Math.floor(K / SPLIT_MIN_K), SPLIT_MAX);
   if (want < 2) return null;
   const Kc = ceilDiv(ceilDiv(K, want), BK) * BK;
   const S = ceilDiv(K, Kc);

@@ -5,7 +5,8 @@
  *  - at create: finds a device (a clear message when there is none, or the driver is too old
  *    for the runtime), makes the ONE device allocation of the plan (out of memory names the
  *    planned bytes and what the GPU has free), zero-fills it, creates a compute stream and a copy
- *    stream and, per program, two pinned (mapped) staging sets;
+ *    stream and, per program, two pinned (mapped) staging sets, and raises the shared-memory limit of
+ *    each kernel with more than 48 KB of it (dynamic: passed at its launch; plan.ts `dyn`);
  *  - per run: uploads the host's persistent tensors when the host changed them (checkpoint load,
  *    init), waits until the GPU is done with the staging set it is about to fill (the step before
  *    the previous one), copies the batch and the step scalars into it, copies its upload part to
@@ -115,14 +116,34 @@ function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string): string
   });
   if (n.scratch) args.push('reinterpret_cast<float*>(dev + SCRATCH_OFFSET)');
   args.push(`reinterpret_cast<const StepParams*>(dev + ${p.uploadOffset + p.scalarsHostOffset} + set * ${p.setBytes})`);
-  const call = (k: string, block: number[]) => `${k}<<<${dim3(n.grid)}, ${dim3(block)}, 0, st>>>(${args.join(', ')});`;
+  const call = (k: string, block: number[], dyn = 0) => `${k}<<<${dim3(n.grid)}, ${dim3(block)}, ${dyn}, st>>>(${args.join(', ')});`;
   const what = cString(`${n.kernel} (node ${n.node}: ${n.op})`);
-  const body = n.mma ? `if (mma) ${call(n.mma.kernel, n.mma.block)}\n${indent}else ${call(n.kernel, n.block)}` : call(n.kernel, n.block);
+  const body = n.mma ? `if (mma) ${call(n.mma.kernel, n.mma.block, n.mma.dyn)}\n${indent}else ${call(n.kernel, n.block, n.dyn)}` : call(n.kernel, n.block, n.dyn);
   return `${indent}${body}\n${indent}if (!ck(ctx, cudaGetLastError(), ${what})) return false;\n`;
 }
 
 /** the device address of a bound tensor (batch inputs: in this staging set's image) */
 const devAt = (p: ProgramPlan, a: KernelArgPlan) => `dev + ${a.offset}${a.perSet ? ` + set * ${p.setBytes}` : ''}`;
+
+/**
+ * create's smem_setup: each kernel with dynamic shared memory (plan.ts `dyn`, past 48 KB) gets its limit raised to
+ * what it launches with (cudaFuncAttributeMaxDynamicSharedMemorySize; before any launch or capture)
+ */
+function smemSetupFn(plan: CudaPlan): string {
+  const dyn = new Map<string, number>();
+  const note = (k: string, bytes?: number) => {
+    if (bytes) dyn.set(k, Math.max(bytes, dyn.get(k) ?? 0));
+  };
+  for (const p of plan.programs)
+    for (const n of p.nodes)
+      for (const k of n.kind === 'kernel' ? [n] : [...n.fallback, ...n.after]) {
+        note(k.kernel, k.dyn);
+        if (k.mma) note(k.mma.kernel, k.mma.dyn);
+      }
+  const lines = [...dyn].map(([k, bytes]) =>
+    `  if (!ck(ctx, cudaFuncSetAttribute(${k}, cudaFuncAttributeMaxDynamicSharedMemorySize, ${bytes}), ${cString(`cudaFuncSetAttribute (${k}: ${bytes} bytes of shared memory)`)})) return false;\n`);
+  return `static bool smem_setup(mpsc_ctx* ctx) {\n${lines.join('')}${lines.length ? '' : '  (void)ctx;\n'}  return true;\n}\n`;
+}
 
 /** graph node k: a kernel, or a cuBLASLt call (its fallback kernels when the call has no algorithm or the build no cuBLASLt); then the profiling event */
 function launch(p: ProgramPlan, n: GraphNodePlan, k: number): string {
@@ -553,6 +574,7 @@ void destroy(Backend* b) {
 }
 
 ${ltSetupFn(plan)}
+${smemSetupFn(plan)}
 void* backend_create(mpsc_ctx* ctx) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -601,7 +623,7 @@ void* backend_create(mpsc_ctx* ctx) {
            ck(ctx, cudaEventCreateWithFlags(&q.copied[s], cudaEventDisableTiming), "cudaEventCreate");
     }
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
-  if (!ok) { destroy(b); return nullptr; }
+  if (!ok || !smem_setup(ctx)) { destroy(b); return nullptr; }
   if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);
   return b;

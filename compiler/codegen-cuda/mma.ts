@@ -53,7 +53,7 @@ function typed(t: Mma16Type): string {
   );
 }
 
-/** The helper text (both operand types, ldmatrix, cp.async, the quad reductions). */
+/** The helper text (both operand types, ldmatrix, the 16-byte cp.async (its commit / wait: cuda_dialect.ts), the quad reductions). */
 export function mma16Helpers(): string {
   return (
     `// 16-bit tensor-core products for the flash attention kernels (codegen-cuda/mma.ts has the fragment\n` +
@@ -69,9 +69,7 @@ export function mma16Helpers(): string {
     `${Q} void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) {\n` +
     `  const uint d = (uint)__cvta_generic_to_shared(dst);\n` +
     `  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(full ? 16u : 0u) : "memory");\n}\n\n` +
-    `${Q} void mpsc_cp_async_commit() {\n  asm volatile("cp.async.commit_group;" ::: "memory");\n}\n\n` +
-    `// wait for this thread's copies (a __syncthreads() then makes every thread's visible)\n` +
-    `${Q} void mpsc_cp_async_wait_all() {\n  asm volatile("cp.async.wait_group 0;" ::: "memory");\n}\n\n` +
+
     `// 32 bits (two 16-bit elements) of shared memory\n` +
     `${Q} uint mpsc_ld32(const unsigned short* p) {\n  return *reinterpret_cast<const uint*>(p);\n}\n\n` +
     `// max / sum over the 4 lanes of a group (the lanes holding one row of a C fragment)\n` +

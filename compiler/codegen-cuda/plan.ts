@@ -31,6 +31,7 @@ import type { KernelSpec, LibraryGemm } from '../kernels/kernel_types.js';
 import type { DispatchPlan, PlanBinding } from '../codegen-metal/dispatch_plan.js';
 import type { LoweredProgram } from '../codegen-metal/lower_program.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
+import { SMEM_STATIC_MAX } from './cuda_dialect.js';
 
 /** `lp` without the kernels named in `dropped`, and with `replace`'s kernels in place of the ones they name (views.ts, merge.ts) */
 export function editKernels(lp: LoweredProgram, dropped: ReadonlySet<string>, replace: ReadonlyMap<string, KernelSpec> = new Map()): LoweredProgram {
@@ -68,7 +69,9 @@ export interface KernelArgPlan {
 export interface KernelNodePlan {
   kind: 'kernel'; kernel: string; node: number; op: string; grid: [number, number, number]; block: [number, number, number];
   /** the tensor-core (3xTF32) variant with its block shape, when the kernel has one */
-  mma?: { kernel: string; block: [number, number, number] };
+  mma?: { kernel: string; block: [number, number, number]; dyn?: number };
+  /** bytes of dynamic shared memory (a block's shared memory past cuda_dialect.ts SMEM_STATIC_MAX), per variant */
+  dyn?: number;
   args: KernelArgPlan[];
   /** the kernel takes the scratch region (split-K or chunked-reduction partial sums) after its buffers */
   scratch?: boolean;
@@ -187,7 +190,8 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       const k = byName.get(s.kernel)!;
       const kn: KernelNodePlan = {
         kind: 'kernel', kernel: launched(k.name), node: k.node, op: k.op, grid: k.groups, block: k.tgsize,
-        ...(k.mma ? { mma: { kernel: launched(k.mma.name), block: k.mma.tgsize } } : {}),
+        ...(k.tgmem > SMEM_STATIC_MAX ? { dyn: k.tgmem } : {}),
+        ...(k.mma ? { mma: { kernel: launched(k.mma.name), block: k.mma.tgsize, ...(k.mma.tgmem > SMEM_STATIC_MAX ? { dyn: k.mma.tgmem } : {}) } } : {}),
         args: argsOf(k, s.bindings, base),
         ...(k.scratch ? { scratch: true } : {}),
       };

@@ -18,9 +18,11 @@
  *     f's output (GRAD_FROM_OUTPUT: relu'(y) = [relu(y) > 0]), `unary_grad` nodes of the same
  *     f and attrs reading y as their forward input: those read z instead (same bits: the same
  *     select on the same sign).
- *  2. relu-grad into a pool gradient: P = global_avgpool_grad or maxpool2d_grad writing g,
- *     and U = `unary_grad relu` (dx = mask > 0 ? g : 0) the only reader of g: U disappears, P
- *     gets attr `relu_grad: true`, the mask as its optional last input `mask`, and writes dx.
+ *  2. relu-grad into a pool gradient or a convolution's input gradient: P = global_avgpool_grad,
+ *     maxpool2d_grad or conv2d_grad_input (without an epilogue) writing g, and U = `unary_grad
+ *     relu` (dx = mask > 0 ? g : 0) the only reader of g: U disappears, P gets attr `relu_grad:
+ *     true`, the mask as its optional last input `mask`, and writes dx (the conv applies the
+ *     mask in its output store).
  *     maxpool2d_grad only with 2x2 windows, stride 2, no padding, and the mask being the pool
  *     input x itself (after rule 1 the relu-grad reads relu's output, which is what the pool
  *     read): the kernel the CPU backend has for it.
@@ -62,8 +64,8 @@ export interface FusionCaps {
     /** more fns that only these ops apply (e.g. the CPU's linear applies any unary fn; its conv only relu) */
     opFns?: Partial<Record<OpName, readonly UnaryFn[]>>;
   };
-  /** rule 2: which pool gradients take a folded relu-grad */
-  poolGradRelu?: { globalAvgpool: boolean; maxpool2x2: boolean };
+  /** rule 2: which pool gradients take a folded relu-grad, and whether conv2d_grad_input does (in its store) */
+  poolGradRelu?: { globalAvgpool: boolean; maxpool2x2: boolean; convGradInput?: boolean };
   /** rule 3 */
   reluIntoGlobalAvgpool?: boolean;
   /**
@@ -80,8 +82,8 @@ export const NO_FUSIONS: FusionCaps = {};
 
 /** the ops that may carry an `epilogue` (verify.ts checks it) */
 export const EPILOGUE_OPS: readonly OpName[] = ['linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
-/** the pool gradients that may carry `relu_grad` + `mask` */
-export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool2d_grad'];
+/** the gradients that may carry `relu_grad` + `mask` (the pools', and the conv's input gradient, in its store) */
+export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool2d_grad', 'conv2d_grad_input'];
 /** the ops that may carry `relu_in` */
 export const RELU_IN_OPS: readonly OpName[] = ['global_avgpool'];
 /**
@@ -196,8 +198,9 @@ function maxpool2x2(P: Node, xShape: readonly number[]): boolean {
 /** rule 2 */
 function fusePoolGradRelu(g: Graph, w: Work, caps: NonNullable<FusionCaps['poolGradRelu']>): void {
   for (const P of w.nodes) {
-    if (!P || P.outputs.length !== 1 || P.attrs.relu_grad !== undefined) continue;
-    if (!((P.op === 'global_avgpool_grad' && caps.globalAvgpool) || (P.op === 'maxpool2d_grad' && caps.maxpool2x2))) continue;
+    if (!P || P.outputs.length !== 1 || P.attrs.relu_grad !== undefined || P.attrs[EPILOGUE_ATTR] !== undefined) continue;
+    if (!((P.op === 'global_avgpool_grad' && caps.globalAvgpool) || (P.op === 'maxpool2d_grad' && caps.maxpool2x2) ||
+      (P.op === 'conv2d_grad_input' && caps.convGradInput === true))) continue;
     const gv = P.outputs[0];
     if (g.values[gv].dtype !== 'f32' || w.outputs.has(gv)) continue;
     const rs = w.readers.get(gv) ?? [];

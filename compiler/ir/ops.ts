@@ -29,8 +29,8 @@
  *    left out (the fused `mask` of a pool gradient, see fuse.ts).
  *  - Fusion attributes (written only by compiler/ir/fuse.ts, checked by verify.ts): on the
  *    GEMM family (fuse.ts EPILOGUE_OPS) `epilogue: <unary fn>` + that fn's attrs as
- *    `epilogue_<name>`: output 0 is f(the op's result); on global_avgpool_grad and
- *    maxpool2d_grad `relu_grad: true` with the optional last input `mask`: the output is
+ *    `epilogue_<name>`: output 0 is f(the op's result); on global_avgpool_grad,
+ *    maxpool2d_grad and conv2d_grad_input `relu_grad: true` with the optional last input `mask`: the output is
  *    `mask > 0 ? (the op's result) : 0`; on global_avgpool `relu_in: true`: the op reads
  *    relu(x).
  */

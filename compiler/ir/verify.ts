@@ -12,7 +12,7 @@
  *    optional inputs may be left out, variadic ops take >= 2 inputs, grad_norm >= 1);
  *    output count matches
  *  - fusion attrs (fuse.ts): `epilogue` only on the GEMM family, naming a unary fn, with
- *    `epilogue_<name>` only for that fn's numeric attrs; `relu_grad` only on the pool
+ *    `epilogue_<name>` only for that fn's numeric attrs; `relu_grad` only on the pool and conv input
  *    gradients, exactly when the `mask` input is present, the mask an f32 of the output's
  *    shape; `relu_in` only on global_avgpool
  *  - every referenced value id exists; dtypes/shapes are static (integer dims >= 1)

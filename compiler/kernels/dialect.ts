@@ -78,6 +78,8 @@ export interface KernelDecl {
   tgmem: number;
   /** threads per threadgroup */
   tgsize: [number, number, number];
+  /** blocks per SM its registers must allow (CUDA's __launch_bounds__; other dialects ignore it) */
+  minBlocks?: number;
   /** the statements (indented by two spaces) */
   body: string;
 }

@@ -109,7 +109,11 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
     case 'global_avgpool_grad': {
       const xs = n.attrs.x_shape as number[];
       const HW = xs[2] * xs[3];
-      return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(outs[0], 'dx', 'w')], numel(xs), `${I}dx[i] = dy[i / ${u32(HW)}] / ${f32(HW)};\n`)];
+      const v = `dy[i / ${u32(HW)}] / ${f32(HW)}`;
+      // a folded relu-grad (fuse.ts rule 2): the mask gates each element (dx may be the mask's buffer: each thread reads its element first)
+      if (n.attrs.relu_grad === true)
+        return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'mask'), a(outs[0], 'dx', 'w')], numel(xs), `${I}dx[i] = mask[i] > ${f32(0)} ? ${v} : ${f32(0)};\n`, ' + fused relu-grad')];
+      return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(outs[0], 'dx', 'w')], numel(xs), `${I}dx[i] = ${v};\n`)];
     }
     case 'embedding': {
       const D = shapeOf(g, ins[1])[1];

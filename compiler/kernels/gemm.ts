@@ -283,6 +283,13 @@ export function gemmParts(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): Ge
     args = [...args.slice(0, -1), argOf(g, gm.out, epilogue.outputs[0], 'w')];
     what = ` + fused node ${epilogue.id}: unary ${fn} -> ${g.values[epilogue.outputs[0]].name}`;
   }
+  if (n.attrs.relu_grad === true) {
+    // a relu-grad folded into conv2d_grad_input (fuse.ts rule 2): the mask's element at the output's index gates the store
+    const mask = n.inputs[n.inputs.length - 1];
+    value = `(${readF(ctx.d, g, mask, 'mask', gm.idx)} > ${ctx.d.f(0)} ? ${value} : ${ctx.d.f(0)})`;
+    args = [...args.slice(0, -1), argOf(g, 'mask', mask, 'r'), args[args.length - 1]];
+    what += ` + fused relu-grad (mask ${g.values[mask].name})`;
+  }
   // the output is the node's (or the fused unary's): a 16-bit one is rounded once, at this store
   const out = epilogue ? epilogue.outputs[0] : n.outputs[0];
   return { gm, args, what, store: `${gm.pre}      ${writeF(ctx.d, g, out, gm.out, gm.idx, value)}` };

@@ -28,6 +28,8 @@ export interface KernelVariant {
   tgmem: number;
   /** uses barriers or SIMD-group functions (the emulator then runs threads as fibers) */
   sync: boolean;
+  /** blocks per SM the kernel's registers must allow (CUDA: __launch_bounds__'s second argument; absent: no bound) */
+  minBlocks?: number;
 }
 
 export interface KernelSpec extends KernelVariant {

@@ -142,6 +142,7 @@ export function kernelSource(d: Dialect, k: KernelSpec, v: KernelVariant, what: 
     args: k.args.map((a) => ({ name: a.name, type: a.type, access: a.access })),
     tgmem: v.tgmem,
     tgsize: v.tgsize,
+    ...(v.minBlocks ? { minBlocks: v.minBlocks } : {}),
     body: v.body,
   });
 }

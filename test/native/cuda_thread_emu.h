@@ -10,9 +10,11 @@
 //    its A (4) and B (2) fragment registers, the warp meets, each lane computes its four C elements
 //    from the posted fragments (the PTX ISA's m16n8k8 .tf32 fragment layout), and the warp meets
 //    again before the slots are reused;
-//  - cp.async (the test rewrites each 4-byte copy into a plain load, zero when its size is 0) and its
-//    commit / wait (no-ops: the copies are already complete when issued).
-// The async copies being synchronous means a missing wait cannot show here; that is the GPU check's job.
+//  - cp.async (mpsc_cp_async4 / _commit / _wait<N>, the dialect's helpers): each thread's copies are
+//    kept in its commit groups. With emu_cp_late false (the default) a copy lands when it is issued, so a
+//    copy into a stage other threads still read, without a barrier between, shows; with emu_cp_late
+//    true it lands only at the wait that requires its group (cp.async.wait_group N: all but the N
+//    youngest committed groups) or at the thread's end, so a read before its wait sees stale data.
 #pragma once
 #include <ucontext.h>
 #include <algorithm>
@@ -26,6 +28,7 @@
 
 typedef unsigned int uint;
 struct uint3 { uint x, y, z; };
+static inline uint3 make_uint3(uint x, uint y, uint z) { return uint3{x, y, z}; }
 static uint3 threadIdx, blockIdx, blockDim, gridDim;
 using std::min;
 using std::max;
@@ -33,7 +36,7 @@ using std::max;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__
 #define __shared__ static
 
@@ -44,6 +47,9 @@ struct EmuFiber {
   bool done = false;
   int waitBar = -1;        // barrier waited on (-1: none)
   unsigned waitGen = 0;    // that barrier's generation when this fiber arrived
+  struct Copy { float* dst; const float* src; bool ok; };
+  std::vector<Copy> open;                 // cp.async copies not yet committed
+  std::vector<std::vector<Copy>> groups;  // committed groups, oldest first (emu_cp_late: not landed yet)
 };
 struct EmuBarrier { uint need = 0, have = 0; unsigned gen = 0; };
 
@@ -64,6 +70,30 @@ static void emu_arrive(int b) {
   swapcontext(&f.ctx, &emu_sched);
 }
 static inline void __syncthreads() { emu_arrive(0); }
+
+static bool emu_cp_late = false;
+static inline void emu_land(const std::vector<EmuFiber::Copy>& g) {
+  for (const auto& c : g) *c.dst = c.ok ? *c.src : 0.0f;
+}
+static inline void mpsc_cp_async4(float* dst, const float* src, bool ok) {
+  EmuFiber& f = emu_fibers[emu_cur];
+  if (emu_cp_late) f.open.push_back({dst, src, ok});
+  else emu_land({{dst, src, ok}});
+}
+static inline void mpsc_cp_async_commit() {
+  EmuFiber& f = emu_fibers[emu_cur];
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+}
+template <int N>
+static inline void mpsc_cp_async_wait() {
+  EmuFiber& f = emu_fibers[emu_cur];
+  while (f.groups.size() > size_t(N)) {
+    emu_land(f.groups.front());
+    f.groups.erase(f.groups.begin());
+  }
+}
+static inline void mpsc_cp_async_wait_all() { mpsc_cp_async_wait<0>(); }
 
 static inline uint mpsc_tf32(float x) {
   uint b;
@@ -105,6 +135,12 @@ struct StepParams { float lr; int t; uint seed; uint counter; };
 
 static void emu_entry() {
   emu_kernel();
+  // copies never waited for land when the thread ends (the kernel's exit waits for them)
+  EmuFiber& f = emu_fibers[emu_cur];
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+  for (const auto& g : f.groups) emu_land(g);
+  f.groups.clear();
   emu_fibers[emu_cur].done = true;
   swapcontext(&emu_fibers[emu_cur].ctx, &emu_sched);
 }
@@ -130,6 +166,8 @@ static void emu_launch(uint3 grid, uint3 block, F kernel) {
           EmuFiber& f = emu_fibers[t];
           f.done = false;
           f.waitBar = -1;
+          f.open.clear();
+          f.groups.clear();
           f.tid = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
           getcontext(&f.ctx);
           f.ctx.uc_stack.ss_sp = f.stack.data();

@@ -39,7 +39,7 @@ struct StepParams { float lr; int t; uint seed; uint counter; };
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __restrict__
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static

@@ -36,16 +36,20 @@ const EPILOGUE = { epilogue: 'fused unary fn (fuse.ts): the output is fn(result)
 /**
  * conv2d_grad_input (wrt = 'x': inputs dy, weight; attr x_shape) and conv2d_grad_weight
  * (wrt = 'weight': inputs dy, x; attr w_shape): the output has the shape the attr repeats,
- * and dy must be the conv2d output for x and weight.
+ * and dy must be the conv2d output for x and weight. conv2d_grad_input may carry a fused relu-grad
+ * (fuse.ts rule 2: `relu_grad: true` and the optional last input `mask`, applied in its store).
  */
 function convGrad(wrt: 'x' | 'weight'): OpDef {
   const isX = wrt === 'x', attr = isX ? 'x_shape' : 'w_shape';
   const xw = (own: readonly number[], other: readonly number[]) => (isX ? [own, other] : [other, own]);
   return {
-    inputs: ['dy', isX ? 'weight' : 'x'],
+    inputs: isX ? ['dy', 'weight', 'mask?'] : ['dy', 'x'],
     halfInputs: [0, 1],
     outputs: [isX ? 'dx' : 'dw'],
-    attrs: { stride: '', padding: '', dilation: '', groups: '', [attr]: `shape of ${wrt}`, ...EPILOGUE },
+    attrs: {
+      stride: '', padding: '', dilation: '', groups: '', [attr]: `shape of ${wrt}`, ...EPILOGUE,
+      ...(isX ? { relu_grad: 'fused relu-grad (fuse.ts): dx = mask > 0 ? dx : 0' } : {}),
+    },
     doc: `Gradient of conv2d with respect to ${wrt}.`,
     category: 'backward',
     shape(c) {

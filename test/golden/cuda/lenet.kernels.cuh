@@ -24,6 +24,26 @@ __device__ __forceinline__ float mpsc_warp_max(float v) {
   return v;
 }
 
+// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds the 16-byte one): a 4-byte copy,
+// zero-filled when !ok (src then unread); commit closes this thread's group of copies; wait<N> waits until
+// at most its N youngest committed groups are in flight (a __syncthreads() then makes every thread's visible)
+__device__ __forceinline__ void mpsc_cp_async4(float* dst, const float* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");
+}
+
+__device__ __forceinline__ void mpsc_cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void mpsc_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mpsc_cp_async_wait_all() {
+  mpsc_cp_async_wait<0>();
+}
+
 // the 8x8 matrix unit on the tensor cores, fp32-accurate by 3xTF32 split precision: each operand
 // x = hi + lo with hi = tf32(x), lo = tf32(x - hi); a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b (the dropped
 // lo_a*lo_b is below 2^-22 relative), accumulated in fp32 by mma.sync m16n8k8 whose rows 8..15 are
@@ -76,7 +96,7 @@ __device__ __forceinline__ void mpsc_mat8_store(const mpsc_acc8& acc, float* dst
   dst[r * ld + c + 1u] = acc.v[1];
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out [conv_cuda.ts 128x32 implicit GEMM] [fp32]
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x32 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k0(
     const float* x,
     const float* w,
@@ -84,11 +104,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5664];
+  __shared__ float tg[8480];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 8x2 register block per thread
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
@@ -125,11 +145,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 32u + (t % 2u) * 2816u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 32u + sl * 2816u;
       float* bs = as + 2176u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -138,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -148,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -158,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -168,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -178,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
           const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -188,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
           const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -198,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
           const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -208,26 +228,35 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
           const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 9u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 9u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 32u + rs * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -241,8 +270,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 8u; ++i)
@@ -253,26 +283,26 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         if (mi < 50176u && ni < 32u) {
           const float acc = cacc[i][j];
               const uint nb = mi / 784u, p = mi % 784u;
-              y[(nb * 32u + g * 32u + ni) * 784u + p] = acc + b[g * 32u + ni];
+              y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
         }
       }
 }
 
-// node 0: conv2d (conv2d0) -> conv2d0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
+// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5664];
+  __shared__ float tg[8480];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
@@ -312,11 +342,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 32u + (t % 2u) * 2816u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 32u + sl * 2816u;
       float* bs = as + 2176u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -325,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -335,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -345,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -355,7 +385,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -365,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
           const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -375,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
           const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -385,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
           const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -395,26 +425,35 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
         {
           const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
           const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 9u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 9u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 32u + rs * 2816u;
       const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -438,8 +477,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -452,26 +492,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0_mma(
           if (mi < 50176u && ni < 32u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 784u, p = mi % 784u;
-                y[(nb * 32u + g * 32u + ni) * 784u + p] = acc + b[g * 32u + ni];
+                y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
           }
         }
 }
 
-// node 1: unary (relu0) -> relu0.out
+// node 1: maxpool2d (maxpool0) -> maxpool0.out
 extern "C" __global__ void __launch_bounds__(256) p0_k1(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 1605632u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 2: maxpool2d (maxpool0) -> maxpool0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k2(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -495,19 +522,19 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
   y[i] = best;
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [conv_cuda.ts 64x64 implicit GEMM] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k3(
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 64x64 implicit GEMM] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k2(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5440];
+  __shared__ float tg[7872];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 4x4 register block per thread
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
@@ -550,11 +577,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 2432u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 576u + sl * 2432u;
       float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -563,7 +590,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -573,7 +600,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -583,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -593,36 +620,45 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 288u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 288u;
         const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 288u;
         const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 576u + rs * 2432u;
       const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -636,8 +672,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
           #pragma unroll
           for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
@@ -648,26 +685,26 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
         if (mi < 12544u && ni < 64u) {
           const float acc = cacc[i][j];
               const uint nb = mi / 196u, p = mi % 196u;
-              y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
+              y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
         }
       }
 }
 
-// node 3: conv2d (conv2d1) -> conv2d1.out [conv_cuda.ts 64x64 implicit GEMM] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
+// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 64x64 implicit GEMM] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5440];
+  __shared__ float tg[7872];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
@@ -713,11 +750,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 2432u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 576u + sl * 2432u;
       float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -726,7 +763,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
         {
           const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
           const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -736,7 +773,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
         {
           const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
           const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -746,7 +783,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
         {
           const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
           const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -756,36 +793,45 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
         {
           const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
           const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 288u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 288u;
         const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 288u;
         const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 576u + rs * 2432u;
       const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -809,8 +855,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
           #pragma unroll
           for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)
@@ -823,26 +870,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3_mma(
           if (mi < 12544u && ni < 64u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 196u, p = mi % 196u;
-                y[(nb * 64u + g * 64u + ni) * 196u + p] = acc + b[g * 64u + ni];
+                y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
           }
         }
 }
 
-// node 4: unary (relu1) -> relu1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k4(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 802816u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 5: maxpool2d (maxpool1) -> maxpool1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k5(
+// node 3: maxpool2d (maxpool1) -> maxpool1.out
+extern "C" __global__ void __launch_bounds__(256) p0_k3(
     const float* x,
     float* y,
     const StepParams* __restrict__ spp)
@@ -866,8 +900,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k5(
   y[i] = best;
 }
 
-// node 7: linear (linear0) -> linear0.out [split K: 6 chunks of 528, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k6(
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: 6 chunks of 528, partial sums] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k4(
     const float* x,
     const float* w,
     const float* b,
@@ -940,8 +974,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
       }
 }
 
-// node 7: linear (linear0) -> linear0.out [split K: 6 chunks of 528, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k6_mma(
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: 6 chunks of 528, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k4_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -1035,8 +1069,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k6_mma(
       }
 }
 
-// node 7: linear (linear0) -> linear0.out [split K: sum of 6 partials]
-extern "C" __global__ void __launch_bounds__(256) p0_k7(
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: sum of 6 partials]
+extern "C" __global__ void __launch_bounds__(256) p0_k5(
     const float* x,
     const float* w,
     const float* b,
@@ -1055,26 +1089,25 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
     for (uint s = 0u; s < 6u; ++s) sum += part[s * 8192u];
     {
       const float acc = sum;
-      y[mi * 128u + ni] = acc + b[ni];
+      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
     }
   }
 }
 
-// node 8: unary (relu2) -> relu2.out
-extern "C" __global__ void __launch_bounds__(256) p0_k8(
-    const float* x,
+// node 5: linear (linear0) -> relu2.out [after the cuBLASLt call: unary relu in place]
+extern "C" __global__ void __launch_bounds__(256) p0_k6(
     float* y,
     const StepParams* __restrict__ spp)
 {
   const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
   const uint i = gid.x;
   if (i >= 8192u) return;
-  const float v = x[i];
+  const float v = y[i];
   y[i] = v < 0.0f ? 0.0f : v;
 }
 
-// node 9: linear (linear1) -> linear1.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k9(
+// node 6: linear (linear1) -> linear1.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k7(
     const float* x,
     const float* w,
     const float* b,
@@ -1144,8 +1177,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9(
       }
 }
 
-// node 9: linear (linear1) -> linear1.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
+// node 6: linear (linear1) -> linear1.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -1236,8 +1269,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
       }
 }
 
-// node 10: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k10(
+// node 7: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
+extern "C" __global__ void __launch_bounds__(256) p0_k8(
     const float* logits,
     const int* label,
     float* loss,
@@ -1283,8 +1316,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k10(
   }
 }
 
-// node 11: accuracy (accuracy) -> accuracy [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k11(
+// node 8: accuracy (accuracy) -> accuracy [one block: a warp per row of 10, 64 rows]
+extern "C" __global__ void __launch_bounds__(256) p0_k9(
     const float* logits,
     const int* label,
     float* acc,
@@ -1321,8 +1354,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
   }
 }
 
-// node 12: cross_entropy_grad (loss) -> d_linear1.out [a warp per row of 10, 64 rows, the forward's log-sum-exp]
-extern "C" __global__ void __launch_bounds__(256) p0_k12(
+// node 9: cross_entropy_grad (loss) -> d_linear1.out [a warp per row of 10, 64 rows, the forward's log-sum-exp]
+extern "C" __global__ void __launch_bounds__(256) p0_k10(
     const float* logits,
     const int* label,
     float* dlogits,
@@ -1350,8 +1383,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
   }
 }
 
-// node 13: matmul (linear1) -> d_relu2.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k13(
+// node 10: matmul (linear1) -> d_relu2.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k11(
     const float* a,
     const float* b,
     float* y,
@@ -1420,8 +1453,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k13(
       }
 }
 
-// node 13: matmul (linear1) -> d_relu2.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k13_mma(
+// node 10: matmul (linear1) -> d_relu2.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1511,8 +1544,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k13_mma(
       }
 }
 
-// node 15: matmul (linear1) -> linear1.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k15(
+// node 11: matmul (linear1) -> linear1.weight.grad [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k12(
     const float* a,
     const float* b,
     float* y,
@@ -1581,8 +1614,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
       }
 }
 
-// node 15: matmul (linear1) -> linear1.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
+// node 11: matmul (linear1) -> linear1.weight.grad [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1672,8 +1705,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
       }
 }
 
-// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 16..17), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k16_m(
+// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 12..13), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k13_m(
     const float* mpsc_a0,
     float* mpsc_a1,
     const float* mpsc_a2,
@@ -1685,7 +1718,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 16: sum_to (linear1) -> linear1.bias.grad
+    // node 12: sum_to (linear1) -> linear1.bias.grad
     const float* const x = mpsc_a0;
     float* const y = mpsc_a1;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
@@ -1703,7 +1736,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16_m(
     y[i] = acc;
   }
   else if (tgid.x < 33u) {
-    // node 17: unary_grad (relu2) -> d_linear0.out
+    // node 13: unary_grad (relu2) -> d_linear0.out
     const float* const dy = mpsc_a2;
     const float* const x = mpsc_a3;
     float* const dx = mpsc_a4;
@@ -1715,8 +1748,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16_m(
   }
 }
 
-// node 18: matmul (linear0) -> d_flatten0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k18(
+// node 14: matmul (linear0) -> d_flatten0.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k15(
     const float* a,
     const float* b,
     float* y,
@@ -1785,8 +1818,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k18(
       }
 }
 
-// node 18: matmul (linear0) -> d_flatten0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k18_mma(
+// node 14: matmul (linear0) -> d_flatten0.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1876,8 +1909,8 @@ extern "C" __global__ void __launch_bounds__(128) p0_k18_mma(
       }
 }
 
-// node 19: matmul (linear0) -> linear0.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k19(
+// node 15: matmul (linear0) -> linear0.weight.grad [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k16(
     const float* a,
     const float* b,
     float* y,
@@ -1946,8 +1979,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
       }
 }
 
-// node 19: matmul (linear0) -> linear0.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k19_mma(
+// node 15: matmul (linear0) -> linear0.weight.grad [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
     const float* a,
     const float* b,
     float* y,
@@ -2037,89 +2070,78 @@ extern "C" __global__ void __launch_bounds__(128) p0_k19_mma(
       }
 }
 
-// node 20: sum_to (linear0) -> linear0.bias.grad
-extern "C" __global__ void __launch_bounds__(256) p0_k20(
-    const float* x,
-    float* y,
+// 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 16..18), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k17_m(
+    const float* mpsc_a0,
+    float* mpsc_a1,
+    const float* mpsc_a2,
+    const float* mpsc_a3,
+    float* mpsc_a4,
     const StepParams* __restrict__ spp)
 {
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (64 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 64u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    acc += x[off];
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 16: sum_to (linear0) -> linear0.bias.grad
+    const float* const x = mpsc_a0;
+    float* const y = mpsc_a1;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 128u) return;
+    // y[i] = sum of x over the reduced dims (64 terms per output)
+    uint rem = i, base = 0u;
+    { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
+    float acc = 0.0f;
+    for (uint t = 0u; t < 64u; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+      acc += x[off];
+    }
+    y[i] = acc;
   }
-  y[i] = acc;
-}
-
-// node 23: maxpool2d_grad (maxpool1) -> d_relu1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k22(
-    const float* dy,
-    const float* x,
-    float* dx,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 802816u) return;
-  const uint w = i % 14u, h = (i / 14u) % 14u, p = i / 196u;
-  const int hp = int(h) + 0, wp = int(w) + 0;
-  const int ohLo = hp >= 2 ? (hp - 2 + 2) / 2 : 0, ohHi = min(hp / 2, 6);
-  const int owLo = wp >= 2 ? (wp - 2 + 2) / 2 : 0, owHi = min(wp / 2, 6);
-  float acc = 0.0f;
-  for (int ohi = ohLo; ohi <= ohHi; ++ohi) {
-    for (int owi = owLo; owi <= owHi; ++owi) {
-      const uint oh = uint(ohi), ow = uint(owi);
-      int bestAt = -1;
-      float best = 0.0f;
-      for (uint kh = 0u; kh < 2u; ++kh) {
-        const int ih = int(oh * 2u + kh) - 0;
-        if (ih < 0 || ih >= 14) continue;
-        for (uint kw = 0u; kw < 2u; ++kw) {
-          const int iw = int(ow * 2u + kw) - 0;
-          if (iw < 0 || iw >= 14) continue;
-          const float v = x[(p * 14u + uint(ih)) * 14u + uint(iw)];
-          if (bestAt < 0 || v > best) { best = v; bestAt = ih * 14 + iw; }
-        }
-      }
-      if (bestAt == int(h * 14u + w)) acc += dy[(p * 7u + oh) * 7u + ow];
+  else if (tgid.x < 785u) {
+    // node 18: maxpool2d_grad (maxpool1) -> d_conv2d1.out [2x2 windows, fused relu-grad: mask = x]
+    const float* const dy = mpsc_a2;
+    const float* const x = mpsc_a3;
+    float* const dx = mpsc_a4;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 200704u) return;
+    const uint cw = i % 7u, ch = (i / 7u) % 7u, p = i / 49u;
+    const uint at = (p * 14u + 2u * ch) * 14u + 2u * cw;
+    if (ch < 7u && cw < 7u) {
+      const float v0 = x[at], v1 = x[at + 1u], v2 = x[at + 14u], v3 = x[at + 15u];
+      uint b = 0u;
+      float best = v0;
+      if (v1 > best) { best = v1; b = 1u; }
+      if (v2 > best) { best = v2; b = 2u; }
+      if (v3 > best) { best = v3; b = 3u; }
+      const float gv = dy[(p * 7u + ch) * 7u + cw];
+      dx[at] = b == 0u && v0 > 0.0f ? gv : 0.0f;
+      dx[at + 1u] = b == 1u && v1 > 0.0f ? gv : 0.0f;
+      dx[at + 14u] = b == 2u && v2 > 0.0f ? gv : 0.0f;
+      dx[at + 15u] = b == 3u && v3 > 0.0f ? gv : 0.0f;
+    } else {
+      // an edge cell of an odd height / width: no window covers it
+      for (uint e = 0u; e < 4u; ++e)
+        if (2u * ch + e / 2u < 14u && 2u * cw + e % 2u < 14u) dx[at + (e / 2u) * 14u + e % 2u] = 0.0f;
     }
   }
-  dx[i] = acc;
 }
 
-// node 24: unary_grad (relu1) -> d_conv2d1.out
-extern "C" __global__ void __launch_bounds__(256) p0_k23(
-    const float* dy,
-    const float* x,
-    float* dx,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 802816u) return;
-  const float v = x[i], d = dy[i];
-  dx[i] = v > 0.0f ? d : 0.0f;
-}
-
-// node 25: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k24(
+// node 19: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k19(
     const float* dy,
     const float* w,
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[4736];
+  __shared__ float tg[6528];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_input: fp32 FFMA, 4x2 register block per thread
-  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
@@ -2156,11 +2178,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 1152u + (t % 2u) * 1792u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 1152u + sl * 1792u;
       float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -2169,7 +2191,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
         {
           const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
           const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2179,7 +2201,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
         {
           const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
           const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2189,7 +2211,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
         {
           const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
           const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2199,7 +2221,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
         {
           const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
           const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -2207,19 +2229,28 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
       {
         const bool ok = brv0 && bkk < 576u;
         const float* src = ok ? w + (bb0 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 576u;
         const float* src = ok ? w + (bb1 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 1152u + ((t - 1u) % 2u) * 1792u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 1152u + rs * 1792u;
       const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -2233,8 +2264,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
@@ -2250,20 +2282,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
       }
 }
 
-// node 25: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k24_mma(
+// node 19: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     const float* dy,
     const float* w,
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[4736];
+  __shared__ float tg[6528];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
-  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
@@ -2303,11 +2335,11 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24_mma(
     ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
   }
   __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 1152u + (t % 2u) * 1792u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + 1152u + sl * 1792u;
       float* bs = as + 1152u;
       {
         const uint kt0 = 2u * (lk + ak + 0u);
@@ -2316,7 +2348,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24_mma(
         {
           const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
           const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2326,7 +2358,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24_mma(
         {
           const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
           const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2336,7 +2368,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24_mma(
         {
           const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
           const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2346,7 +2378,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24_mma(
         {
           const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
           const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -2354,19 +2386,28 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24_mma(
       {
         const bool ok = brv0 && bkk < 576u;
         const float* src = ok ? w + (bb0 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 576u;
         const float* src = ok ? w + (bb1 + bkok) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 1152u + ((t - 1u) % 2u) * 1792u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + 1152u + rs * 1792u;
       const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -2390,8 +2431,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24_mma(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)
@@ -2409,19 +2451,19 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24_mma(
         }
 }
 
-// node 26: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k25(
+// node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k20(
     const float* dy,
     const float* x,
     float* dw,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7680];
+  __shared__ float tg[11520];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x8 register block per thread
-  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
   // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
@@ -2488,33 +2530,33 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     #pragma unroll
     for (uint j = 0u; j < 8u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3840u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + sl * 3840u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 12544u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 12544u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 12544u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -2523,49 +2565,58 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
       {
         const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
         const float* src = ok ? x + (bb2 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
         const float* src = ok ? x + (bb3 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
         const float* src = ok ? x + (bb4 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 64u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 64u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
         const float* src = ok ? x + (bb5 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 80u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 80u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
         const float* src = ok ? x + (bb6 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 96u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 96u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
         const float* src = ok ? x + (bb7 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 112u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 112u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3840u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + rs * 3840u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -2579,8 +2630,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
           #pragma unroll
           for (uint j = 0u; j < 8u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
@@ -2595,21 +2647,21 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
       }
 }
 
-// node 26: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k25_mma(
+// node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     const float* dy,
     const float* x,
     float* dw,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7680];
+  __shared__ float tg[11520];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x64
-  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
   // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
@@ -2679,33 +2731,33 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 3840u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + sl * 3840u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 12544u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 12544u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 12544u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -2714,49 +2766,58 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25_mma(
       {
         const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
         const float* src = ok ? x + (bb2 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
         const float* src = ok ? x + (bb3 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
         const float* src = ok ? x + (bb4 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 64u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 64u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
         const float* src = ok ? x + (bb5 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 80u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 80u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
         const float* src = ok ? x + (bb6 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 96u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 96u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
         const float* src = ok ? x + (bb7 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 112u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 112u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 3840u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + rs * 3840u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -2780,8 +2841,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25_mma(
           #pragma unroll
           for (uint j = 0u; j < 8u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)
@@ -2798,8 +2860,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25_mma(
         }
 }
 
-// node 26: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: sum of 24 partials]
-extern "C" __global__ void __launch_bounds__(256) p0_k26(
+// node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: sum of 24 partials]
+extern "C" __global__ void __launch_bounds__(256) p0_k21(
     const float* dy,
     const float* x,
     float* dw,
@@ -2823,8 +2885,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26(
   }
 }
 
-// node 27: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output and chunk (6 chunks of 2091), 12544 terms]
-extern "C" __global__ void __launch_bounds__(256) p0_k27(
+// node 21: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output and chunk (6 chunks of 2091), 12544 terms]
+extern "C" __global__ void __launch_bounds__(256) p0_k22(
     const float* x,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
@@ -2859,11 +2921,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k27(
   }
 }
 
-// 2 element-wise kernels in one launch (sum_to, unary; nodes 27..28), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
+// 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 21..22), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k23_m(
     float* mpsc_a0,
     const float* mpsc_a1,
-    float* mpsc_a2,
+    const float* mpsc_a2,
+    float* mpsc_a3,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
@@ -2871,7 +2934,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 27: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
+    // node 21: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
     float* const y = mpsc_a0;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
     const uint i = mpsc_gx;
@@ -2881,81 +2944,49 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
     for (uint c = 0u; c < 6u; ++c) s += mpsc_scratch[c * 64u + i];
     y[i] = s;
   }
-  else if (tgid.x < 6273u) {
-    // node 28: unary (relu0) -> relu0.out.remat
-    const float* const x = mpsc_a1;
-    float* const y = mpsc_a2;
+  else if (tgid.x < 1569u) {
+    // node 22: maxpool2d_grad (maxpool0) -> d_conv2d0.out [2x2 windows, fused relu-grad: mask = x]
+    const float* const dy = mpsc_a1;
+    const float* const x = mpsc_a2;
+    float* const dx = mpsc_a3;
     const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
     const uint i = mpsc_gx;
-    if (i >= 1605632u) return;
-    const float v = x[i];
-    y[i] = v < 0.0f ? 0.0f : v;
-  }
-}
-
-// node 29: maxpool2d_grad (maxpool0) -> d_relu0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k30(
-    const float* dy,
-    const float* x,
-    float* dx,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 1605632u) return;
-  const uint w = i % 28u, h = (i / 28u) % 28u, p = i / 784u;
-  const int hp = int(h) + 0, wp = int(w) + 0;
-  const int ohLo = hp >= 2 ? (hp - 2 + 2) / 2 : 0, ohHi = min(hp / 2, 13);
-  const int owLo = wp >= 2 ? (wp - 2 + 2) / 2 : 0, owHi = min(wp / 2, 13);
-  float acc = 0.0f;
-  for (int ohi = ohLo; ohi <= ohHi; ++ohi) {
-    for (int owi = owLo; owi <= owHi; ++owi) {
-      const uint oh = uint(ohi), ow = uint(owi);
-      int bestAt = -1;
-      float best = 0.0f;
-      for (uint kh = 0u; kh < 2u; ++kh) {
-        const int ih = int(oh * 2u + kh) - 0;
-        if (ih < 0 || ih >= 28) continue;
-        for (uint kw = 0u; kw < 2u; ++kw) {
-          const int iw = int(ow * 2u + kw) - 0;
-          if (iw < 0 || iw >= 28) continue;
-          const float v = x[(p * 28u + uint(ih)) * 28u + uint(iw)];
-          if (bestAt < 0 || v > best) { best = v; bestAt = ih * 28 + iw; }
-        }
-      }
-      if (bestAt == int(h * 28u + w)) acc += dy[(p * 14u + oh) * 14u + ow];
+    if (i >= 401408u) return;
+    const uint cw = i % 14u, ch = (i / 14u) % 14u, p = i / 196u;
+    const uint at = (p * 28u + 2u * ch) * 28u + 2u * cw;
+    if (ch < 14u && cw < 14u) {
+      const float v0 = x[at], v1 = x[at + 1u], v2 = x[at + 28u], v3 = x[at + 29u];
+      uint b = 0u;
+      float best = v0;
+      if (v1 > best) { best = v1; b = 1u; }
+      if (v2 > best) { best = v2; b = 2u; }
+      if (v3 > best) { best = v3; b = 3u; }
+      const float gv = dy[(p * 14u + ch) * 14u + cw];
+      dx[at] = b == 0u && v0 > 0.0f ? gv : 0.0f;
+      dx[at + 1u] = b == 1u && v1 > 0.0f ? gv : 0.0f;
+      dx[at + 28u] = b == 2u && v2 > 0.0f ? gv : 0.0f;
+      dx[at + 29u] = b == 3u && v3 > 0.0f ? gv : 0.0f;
+    } else {
+      // an edge cell of an odd height / width: no window covers it
+      for (uint e = 0u; e < 4u; ++e)
+        if (2u * ch + e / 2u < 28u && 2u * cw + e % 2u < 28u) dx[at + (e / 2u) * 28u + e % 2u] = 0.0f;
     }
   }
-  dx[i] = acc;
 }
 
-// node 30: unary_grad (relu0) -> d_conv2d0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k31(
-    const float* dy,
-    const float* x,
-    float* dx,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 1605632u) return;
-  const float v = x[i], d = dy[i];
-  dx[i] = v > 0.0f ? d : 0.0f;
-}
-
-// node 31: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k32(
+// node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k25(
     const float* dy,
     const float* x,
     float* dw,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3840];
+  __shared__ float tg[5760];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x2 register block per thread
-  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
@@ -2992,33 +3023,33 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32(
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 1920u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + sl * 1920u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 50176u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 50176u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 50176u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -3027,19 +3058,28 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32(
       {
         const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 1920u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + rs * 1920u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
@@ -3053,8 +3093,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 4u; ++i)
@@ -3069,21 +3110,21 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32(
       }
 }
 
-// node 31: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p0_k32_mma(
+// node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     const float* dy,
     const float* x,
     float* dw,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3840];
+  __shared__ float tg[5760];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
-  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
+  // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
@@ -3123,33 +3164,33 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + (t % 2u) * 1920u;
+  const auto fill = [&](uint tl, uint sl) {
+    if (tl < nk) {
+      // stage sl <- k in [kbeg + 16 tl, +16)
+      const uint lk = kbeg + tl * 16u;
+      float* as = tg + sl * 1920u;
       float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 0u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 50176u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 16u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 50176u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 32u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 50176u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ar + 48u) * 20u + (ak)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -3158,19 +3199,28 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32_mma(
       {
         const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + ((t - 1u) % 2u) * 1920u;
+    mpsc_cp_async_commit();
+  };
+  // 3 stages: k steps 0..1 in flight before the loop; step t waits for its own group (1 younger may
+  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the
+  // copies of step t + 2 then reuse), then the product of step t while those copies run
+  #pragma unroll
+  for (uint sl = 0u; sl < 2u; ++sl) fill(sl, sl);
+  uint rs = 0u, ws = 2u;
+  for (uint t = 0u; t < nk; ++t) {
+    mpsc_cp_async_wait<1>();
+    __syncthreads();
+    fill(t + 2u, ws);
+    {
+      const float* as = tg + rs * 1920u;
       const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
@@ -3194,8 +3244,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32_mma(
           #pragma unroll
           for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
       }
-      __syncthreads();
     }
+    rs = rs == 2u ? 0u : rs + 1u;
+    ws = ws == 2u ? 0u : ws + 1u;
   }
   #pragma unroll
   for (uint i = 0u; i < 1u; ++i)
@@ -3212,8 +3263,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k32_mma(
         }
 }
 
-// node 31: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
-extern "C" __global__ void __launch_bounds__(256) p0_k33(
+// node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
+extern "C" __global__ void __launch_bounds__(256) p0_k26(
     const float* dy,
     const float* x,
     float* dw,
@@ -3237,8 +3288,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k33(
   }
 }
 
-// node 32: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output and chunk (17 chunks of 2952), 50176 terms]
-extern "C" __global__ void __launch_bounds__(256) p0_k34(
+// node 24: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output and chunk (17 chunks of 2952), 50176 terms]
+extern "C" __global__ void __launch_bounds__(256) p0_k27(
     const float* x,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
@@ -3273,8 +3324,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k34(
   }
 }
 
-// 2 element-wise kernels in one launch (sum_to, sgd_update; nodes 32..33), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k35_m(
+// 2 element-wise kernels in one launch (sum_to, sgd_update; nodes 24..25), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
     float* mpsc_a0,
     float* mpsc_a1,
     const float* mpsc_a2,
@@ -3287,7 +3338,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k35_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 32: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
+    // node 24: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
     float* const y = mpsc_a0;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
     const uint i = mpsc_gx;
@@ -3298,7 +3349,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k35_m(
     y[i] = s;
   }
   else if (tgid.x < 3u) {
-    // node 33: sgd_update (conv2d0.weight)
+    // node 25: sgd_update (conv2d0.weight)
     float* const param = mpsc_a1;
     const float* const grad = mpsc_a2;
     float* const buf = mpsc_a3;
@@ -3313,8 +3364,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k35_m(
   }
 }
 
-// 7 element-wise kernels in one launch (sgd_update; nodes 34..40), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
+// 7 element-wise kernels in one launch (sgd_update; nodes 26..32), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
     float* mpsc_a0,
     const float* mpsc_a1,
     float* mpsc_a2,
@@ -3343,7 +3394,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 34: sgd_update (conv2d0.bias)
+    // node 26: sgd_update (conv2d0.bias)
     float* const param = mpsc_a0;
     const float* const grad = mpsc_a1;
     float* const buf = mpsc_a2;
@@ -3357,7 +3408,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 73u) {
-    // node 35: sgd_update (conv2d1.weight)
+    // node 27: sgd_update (conv2d1.weight)
     float* const param = mpsc_a3;
     const float* const grad = mpsc_a4;
     float* const buf = mpsc_a5;
@@ -3371,7 +3422,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 74u) {
-    // node 36: sgd_update (conv2d1.bias)
+    // node 28: sgd_update (conv2d1.bias)
     float* const param = mpsc_a6;
     const float* const grad = mpsc_a7;
     float* const buf = mpsc_a8;
@@ -3385,7 +3436,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1642u) {
-    // node 37: sgd_update (linear0.weight)
+    // node 29: sgd_update (linear0.weight)
     float* const param = mpsc_a9;
     const float* const grad = mpsc_a10;
     float* const buf = mpsc_a11;
@@ -3399,7 +3450,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1643u) {
-    // node 38: sgd_update (linear0.bias)
+    // node 30: sgd_update (linear0.bias)
     float* const param = mpsc_a12;
     const float* const grad = mpsc_a13;
     float* const buf = mpsc_a14;
@@ -3413,7 +3464,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1648u) {
-    // node 39: sgd_update (linear1.weight)
+    // node 31: sgd_update (linear1.weight)
     float* const param = mpsc_a15;
     const float* const grad = mpsc_a16;
     float* const buf = mpsc_a17;
@@ -3427,7 +3478,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1649u) {
-    // node 40: sgd_update (linear1.bias)
+    // node 32: sgd_update (linear1.bias)
     float* const param = mpsc_a18;
     const float* const grad = mpsc_a19;
     float* const buf = mpsc_a20;
@@ -3440,757 +3491,6 @@ extern "C" __global__ void __launch_bounds__(256) p0_k37_m(
     gr = bv;
     param[i] -= sp.lr * gr;
   }
-}
-
-// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x32 implicit GEMM] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p1_k0(
-    const float* x,
-    const float* w,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[5664];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // conv2d: fp32 FFMA, 8x2 register block per thread
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
-  const uint g = tgid.z / 1u;
-  const uint kbeg = 0u, kend = 9u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
-  const uint ar = tidx % 128u, ak = tidx / 128u;
-  const uint am0 = m0 + ar;
-  const bool arv0 = am0 < 50176u;
-  const uint ap0 = am0 % 784u;
-  const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
-  const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
-  const uint bn0 = n0 + br + 0u;
-  const bool brv0 = bn0 < 32u;
-  const int bb0 = int((g * 32u + bn0) * 9u);
-  const uint bn1 = n0 + br + 16u;
-  const bool brv1 = bn1 < 32u;
-  const int bb1 = int((g * 32u + bn1) * 9u);
-  const uint tx = tidx % 16u, ty = tidx / 16u;
-  float cacc[8][2];
-  #pragma unroll
-  for (uint i = 0u; i < 8u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
-  const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
-  for (uint e = tidx; e < 16u; e += 256u) {
-    const uint akt = e;
-    const bool akvt = akt < 9u;
-    const uint aqt = akt % 9u;
-    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
-    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
-  }
-  __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 32u + (t % 2u) * 2816u;
-      float* bs = as + 2176u;
-      {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt1 = 2u * (lk + ak + 2u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt2 = 2u * (lk + ak + 4u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt3 = 2u * (lk + ak + 6u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      const uint bkk = lk + bk;
-      {
-        const bool ok = brv0 && bkk < 9u;
-        const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv1 && bkk < 9u;
-        const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
-      const float* bs = as + 2176u;
-      #pragma unroll
-      for (uint kk = 0u; kk < 16u; ++kk) {
-        float av[8], bv[2];
-        #pragma unroll
-        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
-        #pragma unroll
-        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
-        #pragma unroll
-        for (uint i = 0u; i < 8u; ++i)
-          #pragma unroll
-          for (uint j = 0u; j < 2u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
-      }
-      __syncthreads();
-    }
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 8u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 2u; ++j)
-      {
-        const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
-        if (mi < 50176u && ni < 32u) {
-          const float acc = cacc[i][j];
-              const uint nb = mi / 784u, p = mi % 784u;
-              y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
-        }
-      }
-}
-
-// node 0: conv2d (conv2d0) -> relu0.out + fused node 0: unary relu -> relu0.out [conv_cuda.ts 128x32 implicit GEMM] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p1_k0_mma(
-    const float* x,
-    const float* w,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[5664];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
-  // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
-  const uint g = tgid.z / 1u;
-  const uint kbeg = 0u, kend = 9u;
-  const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
-  const uint ar = tidx % 128u, ak = tidx / 128u;
-  const uint am0 = m0 + ar;
-  const bool arv0 = am0 < 50176u;
-  const uint ap0 = am0 % 784u;
-  const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
-  const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
-  const uint bn0 = n0 + br + 0u;
-  const bool brv0 = bn0 < 32u;
-  const int bb0 = int((g * 32u + bn0) * 9u);
-  const uint bn1 = n0 + br + 16u;
-  const bool brv1 = bn1 < 32u;
-  const int bb1 = int((g * 32u + bn1) * 9u);
-  const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg % 4u) * 32u, wn = (sg / 4u) * 16u;
-  float cacc[2][2][4];
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 2u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
-  for (uint e = tidx; e < 16u; e += 256u) {
-    const uint akt = e;
-    const bool akvt = akt < 9u;
-    const uint aqt = akt % 9u;
-    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
-    const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
-  }
-  __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 32u + (t % 2u) * 2816u;
-      float* bs = as + 2176u;
-      {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt1 = 2u * (lk + ak + 2u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 2u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt2 = 2u * (lk + ak + 4u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt3 = 2u * (lk + ak + 6u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 6u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 10u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 14u) * 136u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      const uint bkk = lk + bk;
-      {
-        const bool ok = brv0 && bkk < 9u;
-        const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv1 && bkk < 9u;
-        const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 32u + ((t - 1u) % 2u) * 2816u;
-      const float* bs = as + 2176u;
-      #pragma unroll
-      for (uint kk = 0u; kk < 16u; kk += 8u) {
-        uint af[2][4], bf[2][2];
-        #pragma unroll
-        for (uint i = 0u; i < 2u; ++i) {
-          const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 136u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 136u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
-        }
-        #pragma unroll
-        for (uint j = 0u; j < 2u; ++j) {
-          const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
-        }
-        #pragma unroll
-        for (uint i = 0u; i < 2u; ++i)
-          #pragma unroll
-          for (uint j = 0u; j < 2u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
-      }
-      __syncthreads();
-    }
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 2u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
-        {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-          if (mi < 50176u && ni < 32u) {
-            const float acc = cacc[i][j][q];
-                const uint nb = mi / 784u, p = mi % 784u;
-                y[(nb * 32u + g * 32u + ni) * 784u + p] = (acc + b[g * 32u + ni]) < 0.0f ? 0.0f : (acc + b[g * 32u + ni]);
-          }
-        }
-}
-
-// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 64x64 implicit GEMM] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p1_k2(
-    const float* x,
-    const float* w,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[5440];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // conv2d: fp32 FFMA, 4x4 register block per thread
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
-  const uint g = tgid.z / 1u;
-  const uint kbeg = 0u, kend = 288u;
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  const uint ar = tidx % 64u, ak = tidx / 64u;
-  const uint am0 = m0 + ar;
-  const bool arv0 = am0 < 12544u;
-  const uint ap0 = am0 % 196u;
-  const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
-  const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
-  const uint bn0 = n0 + br + 0u;
-  const bool brv0 = bn0 < 64u;
-  const int bb0 = int((g * 64u + bn0) * 288u);
-  const uint bn1 = n0 + br + 16u;
-  const bool brv1 = bn1 < 64u;
-  const int bb1 = int((g * 64u + bn1) * 288u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 64u;
-  const int bb2 = int((g * 64u + bn2) * 288u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 64u;
-  const int bb3 = int((g * 64u + bn3) * 288u);
-  const uint tx = tidx % 16u, ty = tidx / 16u;
-  float cacc[4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
-  for (uint e = tidx; e < 288u; e += 256u) {
-    const uint akt = e;
-    const bool akvt = akt < 288u;
-    const uint aqt = akt % 9u;
-    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
-    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
-  }
-  __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 2432u;
-      float* bs = as + 1152u;
-      {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      const uint bkk = lk + bk;
-      {
-        const bool ok = brv0 && bkk < 288u;
-        const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv1 && bkk < 288u;
-        const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv2 && bkk < 288u;
-        const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 288u;
-        const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
-      const float* bs = as + 1152u;
-      #pragma unroll
-      for (uint kk = 0u; kk < 16u; ++kk) {
-        float av[4], bv[4];
-        #pragma unroll
-        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
-        #pragma unroll
-        for (uint i = 0u; i < 4u; ++i)
-          #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);
-      }
-      __syncthreads();
-    }
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      {
-        const uint mi = m0 + ty + 16u * i, ni = n0 + tx + 16u * j;
-        if (mi < 12544u && ni < 64u) {
-          const float acc = cacc[i][j];
-              const uint nb = mi / 196u, p = mi % 196u;
-              y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
-        }
-      }
-}
-
-// node 2: conv2d (conv2d1) -> relu1.out + fused node 2: unary relu -> relu1.out [conv_cuda.ts 64x64 implicit GEMM] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256) p1_k2_mma(
-    const float* x,
-    const float* w,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[5440];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
-  // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 2 cp.async stages;
-  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
-  const uint g = tgid.z / 1u;
-  const uint kbeg = 0u, kend = 288u;
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  const uint ar = tidx % 64u, ak = tidx / 64u;
-  const uint am0 = m0 + ar;
-  const bool arv0 = am0 < 12544u;
-  const uint ap0 = am0 % 196u;
-  const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
-  const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
-  const uint bn0 = n0 + br + 0u;
-  const bool brv0 = bn0 < 64u;
-  const int bb0 = int((g * 64u + bn0) * 288u);
-  const uint bn1 = n0 + br + 16u;
-  const bool brv1 = bn1 < 64u;
-  const int bb1 = int((g * 64u + bn1) * 288u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 64u;
-  const int bb2 = int((g * 64u + bn2) * 288u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 64u;
-  const int bb3 = int((g * 64u + bn3) * 288u);
-  const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 32u;
-  float cacc[1][4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 1u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
-  for (uint e = tidx; e < 288u; e += 256u) {
-    const uint akt = e;
-    const bool akvt = akt < 288u;
-    const uint aqt = akt % 9u;
-    const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
-    const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
-  }
-  __syncthreads();
-  for (uint t = 0u; t <= nk; ++t) {
-    if (t < nk) {
-      // stage t % 2 <- k in [kbeg + 16 t, +16)
-      const uint lk = kbeg + t * 16u;
-      float* as = tg + 576u + (t % 2u) * 2432u;
-      float* bs = as + 1152u;
-      {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 0u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 4u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 8u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
-        {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&as[(ak + 12u) * 72u + (ar)])), "l"(src), "r"(ok ? 4u : 0u));
-        }
-      }
-      const uint bkk = lk + bk;
-      {
-        const bool ok = brv0 && bkk < 288u;
-        const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 0u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv1 && bkk < 288u;
-        const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 16u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv2 && bkk < 288u;
-        const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 32u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-      {
-        const bool ok = brv3 && bkk < 288u;
-        const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"((uint)__cvta_generic_to_shared(&bs[(br + 48u) * 20u + (bk)])), "l"(src), "r"(ok ? 4u : 0u));
-      }
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-    if (t > 0u) {
-      asm volatile("cp.async.wait_group 1;\n" ::);
-      __syncthreads();
-      const float* as = tg + 576u + ((t - 1u) % 2u) * 2432u;
-      const float* bs = as + 1152u;
-      #pragma unroll
-      for (uint kk = 0u; kk < 16u; kk += 8u) {
-        uint af[1][4], bf[4][2];
-        #pragma unroll
-        for (uint i = 0u; i < 1u; ++i) {
-          const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
-        }
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
-        }
-        #pragma unroll
-        for (uint i = 0u; i < 1u; ++i)
-          #pragma unroll
-          for (uint j = 0u; j < 4u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);
-      }
-      __syncthreads();
-    }
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 1u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
-        {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-          if (mi < 12544u && ni < 64u) {
-            const float acc = cacc[i][j][q];
-                const uint nb = mi / 196u, p = mi % 196u;
-                y[(nb * 64u + g * 64u + ni) * 196u + p] = (acc + b[g * 64u + ni]) < 0.0f ? 0.0f : (acc + b[g * 64u + ni]);
-          }
-        }
-}
-
-// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: sum of 6 partials]
-extern "C" __global__ void __launch_bounds__(256) p1_k5(
-    const float* x,
-    const float* w,
-    const float* b,
-    float* y,
-    float* __restrict__ mpsc_scratch,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // split-K reduction: C = sum of 6 partial products (fixed order), then the store
-  const uint e = tgid.x * 256u + tidx;
-  if (e < 8192u) {
-    const uint mi = e / 128u, ni = e % 128u;
-    const float* part = mpsc_scratch + tgid.z * 49152u + e;
-    float sum = 0.0f;
-    for (uint s = 0u; s < 6u; ++s) sum += part[s * 8192u];
-    {
-      const float acc = sum;
-      y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
-    }
-  }
-}
-
-// node 5: linear (linear0) -> relu2.out [after the cuBLASLt call: unary relu in place]
-extern "C" __global__ void __launch_bounds__(256) p1_k6(
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 8192u) return;
-  const float v = y[i];
-  y[i] = v < 0.0f ? 0.0f : v;
 }
 
 // node 7: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]

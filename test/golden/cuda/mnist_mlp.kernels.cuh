@@ -24,6 +24,26 @@ __device__ __forceinline__ float mpsc_warp_max(float v) {
   return v;
 }
 
+// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds the 16-byte one): a 4-byte copy,
+// zero-filled when !ok (src then unread); commit closes this thread's group of copies; wait<N> waits until
+// at most its N youngest committed groups are in flight (a __syncthreads() then makes every thread's visible)
+__device__ __forceinline__ void mpsc_cp_async4(float* dst, const float* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");
+}
+
+__device__ __forceinline__ void mpsc_cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void mpsc_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mpsc_cp_async_wait_all() {
+  mpsc_cp_async_wait<0>();
+}
+
 // the 8x8 matrix unit on the tensor cores, fp32-accurate by 3xTF32 split precision: each operand
 // x = hi + lo with hi = tf32(x), lo = tf32(x - hi); a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b (the dropped
 // lo_a*lo_b is below 2^-22 relative), accumulated in fp32 by mma.sync m16n8k8 whose rows 8..15 are
@@ -76,1123 +96,8 @@ __device__ __forceinline__ void mpsc_mat8_store(const mpsc_acc8& acc, float* dst
   dst[r * ld + c + 1u] = acc.v[1];
 }
 
-// node 1: linear (fc1) -> fc1.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k1(
-    const float* x,
-    const float* w,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 784u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 784u) {
-          v = x[mi * 784u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 784u && ni < 256u) {
-          v = w[ni * 784u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
-        if (mi < 64u && ni < 256u) {
-          const float acc = cacc[i][j];
-      y[mi * 256u + ni] = acc + b[ni];
-        }
-      }
-}
-
-// node 1: linear (fc1) -> fc1.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k1_mma(
-    const float* x,
-    const float* w,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 784u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 784u) {
-          v = x[mi * 784u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 784u && ni < 256u) {
-          v = w[ni * 784u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
-        }
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 64u && ni < 256u) {
-          const float acc = cacc[i][j][q];
-      y[mi * 256u + ni] = acc + b[ni];
-        }
-      }
-}
-
-// node 2: unary (relu0) -> relu0.out
-extern "C" __global__ void __launch_bounds__(256) p0_k2(
-    const float* x,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  const float v = x[i];
-  y[i] = v < 0.0f ? 0.0f : v;
-}
-
-// node 3: linear (fc2) -> fc2.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k3(
-    const float* x,
-    const float* w,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 256u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 256u) {
-          v = x[mi * 256u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 256u && ni < 10u) {
-          v = w[ni * 256u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
-        if (mi < 64u && ni < 10u) {
-          const float acc = cacc[i][j];
-      y[mi * 10u + ni] = acc + b[ni];
-        }
-      }
-}
-
-// node 3: linear (fc2) -> fc2.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
-    const float* x,
-    const float* w,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 256u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 256u) {
-          v = x[mi * 256u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 256u && ni < 10u) {
-          v = w[ni * 256u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
-        }
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 64u && ni < 10u) {
-          const float acc = cacc[i][j][q];
-      y[mi * 10u + ni] = acc + b[ni];
-        }
-      }
-}
-
-// node 4: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k4(
-    const float* logits,
-    const int* label,
-    float* loss,
-    float* __restrict__ mpsc_scratch,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[16];
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // ONE block: warp sg takes rows sg, sg + 8u, ... of 64u (10u classes each): its log-sum-exp, the row terms summed in row order per warp
-  float part = 0.0f, cnt = 0.0f;
-  for (uint r = sg; r < 64u; r += 8u) {
-    const uint t = lane;
-    const uint base = r * 10u;
-    const int lab = label[r];
-    float m = (-INFINITY), s = 0.0f;
-    uint c = t;
-    for (; c + 96u < 10u; c += 128u) {
-      const float x0 = logits[base + c], x1 = logits[base + c + 32u], x2 = logits[base + c + 64u], x3 = logits[base + c + 96u];
-      const float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
-      if (mx > m) { s = s * expf(m - mx); m = mx; }
-      s += (expf(x0 - m) + expf(x1 - m)) + (expf(x2 - m) + expf(x3 - m));
-    }
-    for (; c < 10u; c += 32u) {
-      const float x = logits[base + c];
-      if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else s += expf(x - m);
-    }
-    const float M = mpsc_warp_max(m);
-    const float S = mpsc_warp_sum(m == M ? s : s * expf(m - M));
-    const float lse = M + logf(S);
-    const float term = -1.0f * (logits[base + uint(lab)] - lse);
-    if (t == 0u) mpsc_scratch[128u + r] = lse;  // for the gradient kernel
-    part += term;
-    cnt += 1.0f;
-  }
-  if (lane == 0u) { tg[sg] = part; tg[8u + sg] = cnt; }
-  __syncthreads();
-  if (tidx == 0u) {
-    float total = 0.0f, count = 0.0f;
-    for (uint w = 0u; w < 8u; ++w) { total += tg[w]; count += tg[8u + w]; }
-    loss[0] = total / 64.0f;
-  }
-}
-
-// node 5: accuracy (accuracy) -> accuracy [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k5(
-    const float* logits,
-    const int* label,
-    float* acc,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[16];
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // ONE block: warp sg takes rows sg, sg + 8u, ... of 64u (10u classes each): its argmax, the row terms summed in row order per warp
-  float part = 0.0f, cnt = 0.0f;
-  for (uint r = sg; r < 64u; r += 8u) {
-    const uint t = lane;
-    const uint base = r * 10u;
-    const int lab = label[r];
-    float best = (-INFINITY);
-    uint bi = t;
-    for (uint c = t; c < 10u; c += 32u) {
-      const float x = logits[base + c];
-      if (x > best) { best = x; bi = c; }
-    }
-    const float M = mpsc_warp_max(best);
-    const float first = -mpsc_warp_max(best == M ? -float(bi) : (-INFINITY));
-    const float term = uint(first) == uint(lab) ? 1.0f : 0.0f;
-    part += term;
-    cnt += 1.0f;
-  }
-  if (lane == 0u) { tg[sg] = part; tg[8u + sg] = cnt; }
-  __syncthreads();
-  if (tidx == 0u) {
-    float total = 0.0f, count = 0.0f;
-    for (uint w = 0u; w < 8u; ++w) { total += tg[w]; count += tg[8u + w]; }
-    acc[0] = total / 64.0f;
-  }
-}
-
-// node 6: cross_entropy_grad (loss) -> d_fc2.out [a warp per row of 10, 64 rows, the forward's log-sum-exp]
-extern "C" __global__ void __launch_bounds__(256) p0_k6(
-    const float* logits,
-    const int* label,
-    float* dlogits,
-    float* __restrict__ mpsc_scratch,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 tgid = blockIdx;
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // row r of 10u logits (a warp per row): (softmax - onehot) / count;
-  // each element is read and then written by the same thread (dlogits may share the logits' bytes), up to 8 loads before their stores
-  const float count = 64.0f;
-  const uint r = tgid.x * 8u + sg;
-  if (r >= 64u) return;
-  const uint t = lane;
-  const uint base = r * 10u;
-  const int lab = label[r];
-  const float lse = mpsc_scratch[128u + r];  // the forward kernel's
-  {
-  uint c = t;
-  for (; c < 10u; c += 32u) {
-    const float x0 = logits[base + c];
-    dlogits[base + c] = (expf(x0 - lse) - (int(c) == lab ? 1.0f : 0.0f)) / count;
-  }
-  }
-}
-
-// node 7: matmul (fc2) -> d_relu0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k7(
-    const float* a,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 10u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 10u) {
-          v = a[mi * 10u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 10u && ni < 256u) {
-          v = b[ki * 256u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
-        if (mi < 64u && ni < 256u) {
-          const float acc = cacc[i][j];
-      y[mi * 256u + ni] = acc;
-        }
-      }
-}
-
-// node 7: matmul (fc2) -> d_relu0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
-    const float* a,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 10u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 10u) {
-          v = a[mi * 10u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 10u && ni < 256u) {
-          v = b[ki * 256u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
-        }
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 64u && ni < 256u) {
-          const float acc = cacc[i][j][q];
-      y[mi * 256u + ni] = acc;
-        }
-      }
-}
-
-// node 8: matmul (fc2) -> fc2.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k8(
-    const float* a,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 10u && ki < 64u) {
-          v = a[ki * 10u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 256u) {
-          v = b[ki * 256u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
-        if (mi < 10u && ni < 256u) {
-          const float acc = cacc[i][j];
-      y[mi * 256u + ni] = acc;
-        }
-      }
-}
-
-// node 8: matmul (fc2) -> fc2.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
-    const float* a,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 10u && ki < 64u) {
-          v = a[ki * 10u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 256u) {
-          v = b[ki * 256u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
-        }
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 10u && ni < 256u) {
-          const float acc = cacc[i][j][q];
-      y[mi * 256u + ni] = acc;
-        }
-      }
-}
-
-// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 9..10), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
-    const float* mpsc_a0,
-    float* mpsc_a1,
-    const float* mpsc_a2,
-    const float* mpsc_a3,
-    float* mpsc_a4,
-    const StepParams* __restrict__ spp)
-{
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 9: sum_to (fc2) -> fc2.bias.grad
-    const float* const x = mpsc_a0;
-    float* const y = mpsc_a1;
-    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 10u) return;
-    // y[i] = sum of x over the reduced dims (64 terms per output)
-    uint rem = i, base = 0u;
-    { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
-    float acc = 0.0f;
-    for (uint t = 0u; t < 64u; ++t) {
-      uint q = t, off = base;
-      { const uint c = q % 64u; q /= 64u; off += c * 10u; }
-      acc += x[off];
-    }
-    y[i] = acc;
-  }
-  else if (tgid.x < 65u) {
-    // node 10: unary_grad (relu0) -> d_fc1.out
-    const float* const dy = mpsc_a2;
-    const float* const x = mpsc_a3;
-    float* const dx = mpsc_a4;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 16384u) return;
-    const float v = x[i], d = dy[i];
-    dx[i] = v > 0.0f ? d : 0.0f;
-  }
-}
-
-// node 11: matmul (fc1) -> fc1.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k11(
-    const float* a,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 256u && ki < 64u) {
-          v = a[ki * 256u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 784u) {
-          v = b[ki * 784u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
-        if (mi < 256u && ni < 784u) {
-          const float acc = cacc[i][j];
-      y[mi * 784u + ni] = acc;
-        }
-      }
-}
-
-// node 11: matmul (fc1) -> fc1.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
-    const float* a,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 256u && ki < 64u) {
-          v = a[ki * 256u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 784u) {
-          v = b[ki * 784u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
-        }
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 256u && ni < 784u) {
-          const float acc = cacc[i][j][q];
-      y[mi * 784u + ni] = acc;
-        }
-      }
-}
-
-// 2 element-wise kernels in one launch (sum_to, adam_update; nodes 12..13), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
-    const float* mpsc_a0,
-    float* mpsc_a1,
-    float* mpsc_a2,
-    const float* mpsc_a3,
-    float* mpsc_a4,
-    float* mpsc_a5,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 12: sum_to (fc1) -> fc1.bias.grad
-    const float* const x = mpsc_a0;
-    float* const y = mpsc_a1;
-    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 256u) return;
-    // y[i] = sum of x over the reduced dims (64 terms per output)
-    uint rem = i, base = 0u;
-    { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
-    float acc = 0.0f;
-    for (uint t = 0u; t < 64u; ++t) {
-      uint q = t, off = base;
-      { const uint c = q % 64u; q /= 64u; off += c * 256u; }
-      acc += x[off];
-    }
-    y[i] = acc;
-  }
-  else if (tgid.x < 785u) {
-    // node 13: adam_update (fc1.weight)
-    float* const param = mpsc_a2;
-    const float* const grad = mpsc_a3;
-    float* const ea = mpsc_a4;
-    float* const eas = mpsc_a5;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 200704u) return;
-    float gr = grad[i];
-    float p = param[i];
-    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
-    ea[i] = m;
-    eas[i] = v;
-    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
-    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
-    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
-    param[i] = p;
-  }
-}
-
-// 3 element-wise kernels in one launch (adam_update; nodes 14..16), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
-    float* mpsc_a0,
-    const float* mpsc_a1,
-    float* mpsc_a2,
-    float* mpsc_a3,
-    float* mpsc_a4,
-    const float* mpsc_a5,
-    float* mpsc_a6,
-    float* mpsc_a7,
-    float* mpsc_a8,
-    const float* mpsc_a9,
-    float* mpsc_a10,
-    float* mpsc_a11,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 14: adam_update (fc1.bias)
-    float* const param = mpsc_a0;
-    const float* const grad = mpsc_a1;
-    float* const ea = mpsc_a2;
-    float* const eas = mpsc_a3;
-    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 256u) return;
-    float gr = grad[i];
-    float p = param[i];
-    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
-    ea[i] = m;
-    eas[i] = v;
-    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
-    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
-    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
-    param[i] = p;
-  }
-  else if (tgid.x < 11u) {
-    // node 15: adam_update (fc2.weight)
-    float* const param = mpsc_a4;
-    const float* const grad = mpsc_a5;
-    float* const ea = mpsc_a6;
-    float* const eas = mpsc_a7;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 2560u) return;
-    float gr = grad[i];
-    float p = param[i];
-    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
-    ea[i] = m;
-    eas[i] = v;
-    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
-    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
-    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
-    param[i] = p;
-  }
-  else if (tgid.x < 12u) {
-    // node 16: adam_update (fc2.bias)
-    float* const param = mpsc_a8;
-    const float* const grad = mpsc_a9;
-    float* const ea = mpsc_a10;
-    float* const eas = mpsc_a11;
-    const uint mpsc_gx = (tgid.x - 11u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 10u) return;
-    float gr = grad[i];
-    float p = param[i];
-    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
-    ea[i] = m;
-    eas[i] = v;
-    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
-    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
-    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
-    param[i] = p;
-  }
-}
-
 // node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p1_k1(
+extern "C" __global__ void __launch_bounds__(256) p0_k1(
     const float* x,
     const float* w,
     const float* b,
@@ -1263,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(256) p1_k1(
 }
 
 // node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p1_k1_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k1_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -1355,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(128) p1_k1_mma(
 }
 
 // node 1: linear (fc1) -> relu0.out [after the cuBLASLt call: unary relu in place]
-extern "C" __global__ void __launch_bounds__(256) p1_k2(
+extern "C" __global__ void __launch_bounds__(256) p0_k2(
     float* y,
     const StepParams* __restrict__ spp)
 {
@@ -1364,6 +269,945 @@ extern "C" __global__ void __launch_bounds__(256) p1_k2(
   if (i >= 16384u) return;
   const float v = y[i];
   y[i] = v < 0.0f ? 0.0f : v;
+}
+
+// node 2: linear (fc2) -> fc2.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k3(
+    const float* x,
+    const float* w,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[2432];
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  float* As = tg;              // [64][20]: As[m * 20 + k]
+  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  float cacc[4][4];
+  #pragma unroll
+  for (uint i = 0u; i < 4u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
+  for (uint k0 = 0u; k0 < 256u; k0 += 16u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      {
+        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 256u) {
+          v = x[mi * 256u + ki];
+        }
+        As[(e / 16u) * 20u + e % 16u] = v;
+      }
+      {
+        const uint kq = e % 16u, nq = e / 16u;
+        const uint ki = k0 + kq, ni = n0 + nq;
+        float v = 0.0f;
+        if (ki < 256u && ni < 10u) {
+          v = w[ni * 256u + ki];
+        }
+        Bs[kq * 72u + nq] = v;
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (uint kk = 0u; kk < 16u; ++kk) {
+      float a[4], b[4];
+      #pragma unroll
+      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      #pragma unroll
+      for (uint i = 0u; i < 4u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint i = 0u; i < 4u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      {
+        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        if (mi < 64u && ni < 10u) {
+          const float acc = cacc[i][j];
+      y[mi * 10u + ni] = acc + b[ni];
+        }
+      }
+}
+
+// node 2: linear (fc2) -> fc2.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
+    const float* x,
+    const float* w,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[2432];
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  float* As = tg;              // [64][20]: As[m * 20 + k]
+  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint gq = lane / 4u, tq = lane % 4u;
+  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
+  float cacc[2][4][4];
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      #pragma unroll
+      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
+  for (uint k0 = 0u; k0 < 256u; k0 += 16u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      {
+        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 256u) {
+          v = x[mi * 256u + ki];
+        }
+        As[(e / 16u) * 20u + e % 16u] = v;
+      }
+      {
+        const uint kq = e % 16u, nq = e / 16u;
+        const uint ki = k0 + kq, ni = n0 + nq;
+        float v = 0.0f;
+        if (ki < 256u && ni < 10u) {
+          v = w[ni * 256u + ki];
+        }
+        Bs[kq * 72u + nq] = v;
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i) {
+        const uint r = wm + 16u * i + gq;
+        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
+        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
+        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
+        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      }
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) {
+        const uint n = wn + 8u * j + gq;
+        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
+        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+      }
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) {
+          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        }
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      #pragma unroll
+      for (uint q = 0u; q < 4u; ++q)
+      {
+        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        if (mi < 64u && ni < 10u) {
+          const float acc = cacc[i][j][q];
+      y[mi * 10u + ni] = acc + b[ni];
+        }
+      }
+}
+
+// node 3: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
+extern "C" __global__ void __launch_bounds__(256) p0_k4(
+    const float* logits,
+    const int* label,
+    float* loss,
+    float* __restrict__ mpsc_scratch,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[16];
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // ONE block: warp sg takes rows sg, sg + 8u, ... of 64u (10u classes each): its log-sum-exp, the row terms summed in row order per warp
+  float part = 0.0f, cnt = 0.0f;
+  for (uint r = sg; r < 64u; r += 8u) {
+    const uint t = lane;
+    const uint base = r * 10u;
+    const int lab = label[r];
+    float m = (-INFINITY), s = 0.0f;
+    uint c = t;
+    for (; c + 96u < 10u; c += 128u) {
+      const float x0 = logits[base + c], x1 = logits[base + c + 32u], x2 = logits[base + c + 64u], x3 = logits[base + c + 96u];
+      const float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
+      if (mx > m) { s = s * expf(m - mx); m = mx; }
+      s += (expf(x0 - m) + expf(x1 - m)) + (expf(x2 - m) + expf(x3 - m));
+    }
+    for (; c < 10u; c += 32u) {
+      const float x = logits[base + c];
+      if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else s += expf(x - m);
+    }
+    const float M = mpsc_warp_max(m);
+    const float S = mpsc_warp_sum(m == M ? s : s * expf(m - M));
+    const float lse = M + logf(S);
+    const float term = -1.0f * (logits[base + uint(lab)] - lse);
+    if (t == 0u) mpsc_scratch[128u + r] = lse;  // for the gradient kernel
+    part += term;
+    cnt += 1.0f;
+  }
+  if (lane == 0u) { tg[sg] = part; tg[8u + sg] = cnt; }
+  __syncthreads();
+  if (tidx == 0u) {
+    float total = 0.0f, count = 0.0f;
+    for (uint w = 0u; w < 8u; ++w) { total += tg[w]; count += tg[8u + w]; }
+    loss[0] = total / 64.0f;
+  }
+}
+
+// node 4: accuracy (accuracy) -> accuracy [one block: a warp per row of 10, 64 rows]
+extern "C" __global__ void __launch_bounds__(256) p0_k5(
+    const float* logits,
+    const int* label,
+    float* acc,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[16];
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // ONE block: warp sg takes rows sg, sg + 8u, ... of 64u (10u classes each): its argmax, the row terms summed in row order per warp
+  float part = 0.0f, cnt = 0.0f;
+  for (uint r = sg; r < 64u; r += 8u) {
+    const uint t = lane;
+    const uint base = r * 10u;
+    const int lab = label[r];
+    float best = (-INFINITY);
+    uint bi = t;
+    for (uint c = t; c < 10u; c += 32u) {
+      const float x = logits[base + c];
+      if (x > best) { best = x; bi = c; }
+    }
+    const float M = mpsc_warp_max(best);
+    const float first = -mpsc_warp_max(best == M ? -float(bi) : (-INFINITY));
+    const float term = uint(first) == uint(lab) ? 1.0f : 0.0f;
+    part += term;
+    cnt += 1.0f;
+  }
+  if (lane == 0u) { tg[sg] = part; tg[8u + sg] = cnt; }
+  __syncthreads();
+  if (tidx == 0u) {
+    float total = 0.0f, count = 0.0f;
+    for (uint w = 0u; w < 8u; ++w) { total += tg[w]; count += tg[8u + w]; }
+    acc[0] = total / 64.0f;
+  }
+}
+
+// node 5: cross_entropy_grad (loss) -> d_fc2.out [a warp per row of 10, 64 rows, the forward's log-sum-exp]
+extern "C" __global__ void __launch_bounds__(256) p0_k6(
+    const float* logits,
+    const int* label,
+    float* dlogits,
+    float* __restrict__ mpsc_scratch,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 tgid = blockIdx;
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // row r of 10u logits (a warp per row): (softmax - onehot) / count;
+  // each element is read and then written by the same thread (dlogits may share the logits' bytes), up to 8 loads before their stores
+  const float count = 64.0f;
+  const uint r = tgid.x * 8u + sg;
+  if (r >= 64u) return;
+  const uint t = lane;
+  const uint base = r * 10u;
+  const int lab = label[r];
+  const float lse = mpsc_scratch[128u + r];  // the forward kernel's
+  {
+  uint c = t;
+  for (; c < 10u; c += 32u) {
+    const float x0 = logits[base + c];
+    dlogits[base + c] = (expf(x0 - lse) - (int(c) == lab ? 1.0f : 0.0f)) / count;
+  }
+  }
+}
+
+// node 6: matmul (fc2) -> d_relu0.out [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k7(
+    const float* a,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[2432];
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  float* As = tg;              // [64][20]: As[m * 20 + k]
+  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  float cacc[4][4];
+  #pragma unroll
+  for (uint i = 0u; i < 4u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
+  for (uint k0 = 0u; k0 < 10u; k0 += 16u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      {
+        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 10u) {
+          v = a[mi * 10u + ki];
+        }
+        As[(e / 16u) * 20u + e % 16u] = v;
+      }
+      {
+        const uint kq = e / 64u, nq = e % 64u;
+        const uint ki = k0 + kq, ni = n0 + nq;
+        float v = 0.0f;
+        if (ki < 10u && ni < 256u) {
+          v = b[ki * 256u + ni];
+        }
+        Bs[kq * 72u + nq] = v;
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (uint kk = 0u; kk < 16u; ++kk) {
+      float a[4], b[4];
+      #pragma unroll
+      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      #pragma unroll
+      for (uint i = 0u; i < 4u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint i = 0u; i < 4u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      {
+        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        if (mi < 64u && ni < 256u) {
+          const float acc = cacc[i][j];
+      y[mi * 256u + ni] = acc;
+        }
+      }
+}
+
+// node 6: matmul (fc2) -> d_relu0.out [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
+    const float* a,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[2432];
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  float* As = tg;              // [64][20]: As[m * 20 + k]
+  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint gq = lane / 4u, tq = lane % 4u;
+  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
+  float cacc[2][4][4];
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      #pragma unroll
+      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
+  for (uint k0 = 0u; k0 < 10u; k0 += 16u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      {
+        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 10u) {
+          v = a[mi * 10u + ki];
+        }
+        As[(e / 16u) * 20u + e % 16u] = v;
+      }
+      {
+        const uint kq = e / 64u, nq = e % 64u;
+        const uint ki = k0 + kq, ni = n0 + nq;
+        float v = 0.0f;
+        if (ki < 10u && ni < 256u) {
+          v = b[ki * 256u + ni];
+        }
+        Bs[kq * 72u + nq] = v;
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i) {
+        const uint r = wm + 16u * i + gq;
+        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
+        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
+        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
+        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      }
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) {
+        const uint n = wn + 8u * j + gq;
+        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
+        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+      }
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) {
+          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        }
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      #pragma unroll
+      for (uint q = 0u; q < 4u; ++q)
+      {
+        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        if (mi < 64u && ni < 256u) {
+          const float acc = cacc[i][j][q];
+      y[mi * 256u + ni] = acc;
+        }
+      }
+}
+
+// node 7: matmul (fc2) -> fc2.weight.grad [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k8(
+    const float* a,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[2432];
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  float* As = tg;              // [64][20]: As[m * 20 + k]
+  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  float cacc[4][4];
+  #pragma unroll
+  for (uint i = 0u; i < 4u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
+  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      {
+        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
+        float v = 0.0f;
+        if (mi < 10u && ki < 64u) {
+          v = a[ki * 10u + mi];
+        }
+        As[(e / 16u) * 20u + e % 16u] = v;
+      }
+      {
+        const uint kq = e / 64u, nq = e % 64u;
+        const uint ki = k0 + kq, ni = n0 + nq;
+        float v = 0.0f;
+        if (ki < 64u && ni < 256u) {
+          v = b[ki * 256u + ni];
+        }
+        Bs[kq * 72u + nq] = v;
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (uint kk = 0u; kk < 16u; ++kk) {
+      float a[4], b[4];
+      #pragma unroll
+      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      #pragma unroll
+      for (uint i = 0u; i < 4u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint i = 0u; i < 4u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      {
+        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        if (mi < 10u && ni < 256u) {
+          const float acc = cacc[i][j];
+      y[mi * 256u + ni] = acc;
+        }
+      }
+}
+
+// node 7: matmul (fc2) -> fc2.weight.grad [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
+    const float* a,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[2432];
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  float* As = tg;              // [64][20]: As[m * 20 + k]
+  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint gq = lane / 4u, tq = lane % 4u;
+  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
+  float cacc[2][4][4];
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      #pragma unroll
+      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
+  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      {
+        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
+        float v = 0.0f;
+        if (mi < 10u && ki < 64u) {
+          v = a[ki * 10u + mi];
+        }
+        As[(e / 16u) * 20u + e % 16u] = v;
+      }
+      {
+        const uint kq = e / 64u, nq = e % 64u;
+        const uint ki = k0 + kq, ni = n0 + nq;
+        float v = 0.0f;
+        if (ki < 64u && ni < 256u) {
+          v = b[ki * 256u + ni];
+        }
+        Bs[kq * 72u + nq] = v;
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i) {
+        const uint r = wm + 16u * i + gq;
+        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
+        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
+        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
+        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      }
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) {
+        const uint n = wn + 8u * j + gq;
+        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
+        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+      }
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) {
+          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        }
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      #pragma unroll
+      for (uint q = 0u; q < 4u; ++q)
+      {
+        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        if (mi < 10u && ni < 256u) {
+          const float acc = cacc[i][j][q];
+      y[mi * 256u + ni] = acc;
+        }
+      }
+}
+
+// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 8..9), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
+    const float* mpsc_a0,
+    float* mpsc_a1,
+    const float* mpsc_a2,
+    const float* mpsc_a3,
+    float* mpsc_a4,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 8: sum_to (fc2) -> fc2.bias.grad
+    const float* const x = mpsc_a0;
+    float* const y = mpsc_a1;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 10u) return;
+    // y[i] = sum of x over the reduced dims (64 terms per output)
+    uint rem = i, base = 0u;
+    { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
+    float acc = 0.0f;
+    for (uint t = 0u; t < 64u; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 10u; }
+      acc += x[off];
+    }
+    y[i] = acc;
+  }
+  else if (tgid.x < 65u) {
+    // node 9: unary_grad (relu0) -> d_fc1.out
+    const float* const dy = mpsc_a2;
+    const float* const x = mpsc_a3;
+    float* const dx = mpsc_a4;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 16384u) return;
+    const float v = x[i], d = dy[i];
+    dx[i] = v > 0.0f ? d : 0.0f;
+  }
+}
+
+// node 10: matmul (fc1) -> fc1.weight.grad [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k11(
+    const float* a,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[2432];
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  float* As = tg;              // [64][20]: As[m * 20 + k]
+  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  float cacc[4][4];
+  #pragma unroll
+  for (uint i = 0u; i < 4u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
+  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      {
+        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
+        float v = 0.0f;
+        if (mi < 256u && ki < 64u) {
+          v = a[ki * 256u + mi];
+        }
+        As[(e / 16u) * 20u + e % 16u] = v;
+      }
+      {
+        const uint kq = e / 64u, nq = e % 64u;
+        const uint ki = k0 + kq, ni = n0 + nq;
+        float v = 0.0f;
+        if (ki < 64u && ni < 784u) {
+          v = b[ki * 784u + ni];
+        }
+        Bs[kq * 72u + nq] = v;
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (uint kk = 0u; kk < 16u; ++kk) {
+      float a[4], b[4];
+      #pragma unroll
+      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      #pragma unroll
+      for (uint i = 0u; i < 4u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint i = 0u; i < 4u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      {
+        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        if (mi < 256u && ni < 784u) {
+          const float acc = cacc[i][j];
+      y[mi * 784u + ni] = acc;
+        }
+      }
+}
+
+// node 10: matmul (fc1) -> fc1.weight.grad [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
+    const float* a,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[2432];
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
+  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
+  float* As = tg;              // [64][20]: As[m * 20 + k]
+  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  const uint gq = lane / 4u, tq = lane % 4u;
+  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
+  float cacc[2][4][4];
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      #pragma unroll
+      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
+  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      {
+        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
+        float v = 0.0f;
+        if (mi < 256u && ki < 64u) {
+          v = a[ki * 256u + mi];
+        }
+        As[(e / 16u) * 20u + e % 16u] = v;
+      }
+      {
+        const uint kq = e / 64u, nq = e % 64u;
+        const uint ki = k0 + kq, ni = n0 + nq;
+        float v = 0.0f;
+        if (ki < 64u && ni < 784u) {
+          v = b[ki * 784u + ni];
+        }
+        Bs[kq * 72u + nq] = v;
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i) {
+        const uint r = wm + 16u * i + gq;
+        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
+        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
+        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
+        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      }
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) {
+        const uint n = wn + 8u * j + gq;
+        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
+        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+      }
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) {
+          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        }
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      #pragma unroll
+      for (uint q = 0u; q < 4u; ++q)
+      {
+        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        if (mi < 256u && ni < 784u) {
+          const float acc = cacc[i][j][q];
+      y[mi * 784u + ni] = acc;
+        }
+      }
+}
+
+// 2 element-wise kernels in one launch (sum_to, adam_update; nodes 11..12), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
+    const float* mpsc_a0,
+    float* mpsc_a1,
+    float* mpsc_a2,
+    const float* mpsc_a3,
+    float* mpsc_a4,
+    float* mpsc_a5,
+    const StepParams* __restrict__ spp)
+{
+  const StepParams sp = *spp;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 11: sum_to (fc1) -> fc1.bias.grad
+    const float* const x = mpsc_a0;
+    float* const y = mpsc_a1;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 256u) return;
+    // y[i] = sum of x over the reduced dims (64 terms per output)
+    uint rem = i, base = 0u;
+    { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
+    float acc = 0.0f;
+    for (uint t = 0u; t < 64u; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 256u; }
+      acc += x[off];
+    }
+    y[i] = acc;
+  }
+  else if (tgid.x < 785u) {
+    // node 12: adam_update (fc1.weight)
+    float* const param = mpsc_a2;
+    const float* const grad = mpsc_a3;
+    float* const ea = mpsc_a4;
+    float* const eas = mpsc_a5;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 200704u) return;
+    float gr = grad[i];
+    float p = param[i];
+    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
+    ea[i] = m;
+    eas[i] = v;
+    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
+    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
+    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
+    param[i] = p;
+  }
+}
+
+// 3 element-wise kernels in one launch (adam_update; nodes 13..15), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
+    float* mpsc_a0,
+    const float* mpsc_a1,
+    float* mpsc_a2,
+    float* mpsc_a3,
+    float* mpsc_a4,
+    const float* mpsc_a5,
+    float* mpsc_a6,
+    float* mpsc_a7,
+    float* mpsc_a8,
+    const float* mpsc_a9,
+    float* mpsc_a10,
+    float* mpsc_a11,
+    const StepParams* __restrict__ spp)
+{
+  const StepParams sp = *spp;
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  // segment s: the blocks of the s-th kernel of the run, its body unchanged
+  if (tgid.x < 1u) {
+    // node 13: adam_update (fc1.bias)
+    float* const param = mpsc_a0;
+    const float* const grad = mpsc_a1;
+    float* const ea = mpsc_a2;
+    float* const eas = mpsc_a3;
+    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 256u) return;
+    float gr = grad[i];
+    float p = param[i];
+    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
+    ea[i] = m;
+    eas[i] = v;
+    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
+    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
+    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
+    param[i] = p;
+  }
+  else if (tgid.x < 11u) {
+    // node 14: adam_update (fc2.weight)
+    float* const param = mpsc_a4;
+    const float* const grad = mpsc_a5;
+    float* const ea = mpsc_a6;
+    float* const eas = mpsc_a7;
+    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 2560u) return;
+    float gr = grad[i];
+    float p = param[i];
+    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
+    ea[i] = m;
+    eas[i] = v;
+    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
+    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
+    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
+    param[i] = p;
+  }
+  else if (tgid.x < 12u) {
+    // node 15: adam_update (fc2.bias)
+    float* const param = mpsc_a8;
+    const float* const grad = mpsc_a9;
+    float* const ea = mpsc_a10;
+    float* const eas = mpsc_a11;
+    const uint mpsc_gx = (tgid.x - 11u) * 256u + tid.x;
+    const uint i = mpsc_gx;
+    if (i >= 10u) return;
+    float gr = grad[i];
+    float p = param[i];
+    const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+    const float v = 0.999000013f * eas[i] + 0.00100000005f * gr * gr;
+    ea[i] = m;
+    eas[i] = v;
+    const float bc1 = 1.0f - powf(0.899999976f, float(sp.t));
+    const float bc2 = 1.0f - powf(0.999000013f, float(sp.t));
+    p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
+    param[i] = p;
+  }
 }
 
 // node 3: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]

@@ -23,17 +23,17 @@ const size_t LT_WORKSPACE_OFFSET = 3537920, LT_WORKSPACE_BYTES = 33554432;
 // m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,
 // offsets of A, B, D, bias; node; what; compute (3xTF32: A and B are split operands in the scratch region)
 const MpscLtGemm LT_GEMMS[NLT] = {
-  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37092352, 2457600, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS", MPSC_LT_COMPUTE_32F },
-  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2523136, 2654208, 2411520, 3, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS", MPSC_LT_COMPUTE_32F },
-  { 256, 64, 10, 0, 0, 256, 10, 256, 10, 64, 10, 256, 1, 0, 0, 16384, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2411712, 2654208, 2588672, 0, 7, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10", MPSC_LT_COMPUTE_32F },
-  { 256, 10, 64, 0, 1, 256, 64, 256, 10, 64, 10, 256, 1, 0, 0, 2560, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2523136, 2654208, 3526656, 0, 8, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
-  { 784, 256, 64, 0, 1, 784, 64, 784, 256, 64, 256, 784, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 37092352, 3461120, 2457600, 0, 11, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
+  { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37092352, 2457600, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)", MPSC_LT_COMPUTE_32F },
+  { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2457600, 2588672, 2411520, 2, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS", MPSC_LT_COMPUTE_32F },
+  { 256, 64, 10, 0, 0, 256, 10, 256, 10, 64, 10, 256, 1, 0, 0, 16384, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2411712, 2588672, 2523136, 0, 6, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10", MPSC_LT_COMPUTE_32F },
+  { 256, 10, 64, 0, 1, 256, 64, 256, 10, 64, 10, 256, 1, 0, 0, 2560, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 2457600, 2588672, 3526656, 0, 7, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
+  { 784, 256, 64, 0, 1, 784, 64, 784, 256, 64, 256, 784, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 37092352, 3461120, 2457600, 0, 10, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
   { 256, 64, 784, 1, 0, 784, 256, 784, 784, 64, 784, 256, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3072, 37494784, 2658304, 0, 1, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)", MPSC_LT_COMPUTE_32F },
   { 10, 64, 256, 1, 0, 256, 10, 256, 256, 64, 256, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 2411712, 2658304, 2457600, 2411520, 2, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS", MPSC_LT_COMPUTE_32F },
 };
 #else
-const int LT_GEMMS_NODE[NLT] = { 1, 3, 7, 8, 11, 1, 2 };
-const char* const LT_GEMMS_WHAT[NLT] = { "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS" };
+const int LT_GEMMS_NODE[NLT] = { 1, 2, 6, 7, 10, 1, 2 };
+const char* const LT_GEMMS_WHAT[NLT] = { "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS" };
 #endif
 
 
@@ -85,7 +85,7 @@ struct Backend {
   cudaStream_t side = nullptr;
   cudaEvent_t bucket_ev[NBUCKET + 1] = {};
 #endif
-  cudaEvent_t prof_ev[13] = {};
+  cudaEvent_t prof_ev[12] = {};
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
   bool device_newer = false;      // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -155,19 +155,21 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
   if (threadIdx.x == 1u) out[1] = *reinterpret_cast<const float*>(dev + 2460224);  // accuracy
 }
 
-const char* const knames_p0[] = { "cuBLASLt call 0 (node 1: linear)", "p0_k2 (node 2: unary)", "cuBLASLt call 1 (node 3: linear)", "p0_k4 (node 4: cross_entropy)", "p0_k5 (node 5: accuracy)", "p0_k6 (node 6: cross_entropy_grad)", "cuBLASLt call 2 (node 7: matmul)", "cuBLASLt call 3 (node 8: matmul)", "p0_k9_m (node 9: multi)", "cuBLASLt call 4 (node 11: matmul)", "p0_k12_m (node 12: multi)", "p0_k14_m (node 14: adam_update)", nullptr };
+const char* const knames_p0[] = { "cuBLASLt call 0 (node 1: linear)", "cuBLASLt call 1 (node 2: linear)", "p0_k4 (node 3: cross_entropy)", "p0_k5 (node 4: accuracy)", "p0_k6 (node 5: cross_entropy_grad)", "cuBLASLt call 2 (node 6: matmul)", "cuBLASLt call 3 (node 7: matmul)", "p0_k9_m (node 8: multi)", "cuBLASLt call 4 (node 10: matmul)", "p0_k12_m (node 11: multi)", "p0_k14_m (node 13: adam_update)", nullptr };
 const char* const knames_p1[] = { "cuBLASLt call 5 (node 1: linear)", "cuBLASLt call 6 (node 2: linear)", "p1_k4 (node 3: cross_entropy)", "p0_k5 (node 4: accuracy)", nullptr };
 
 
-// program train_step: the graph's nodes in stream order (12 kernels, then the output gather).
+// program train_step: the graph's nodes in stream order (11 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
 // pinned memory); ev (profiling only, NULL when captured): an event after each kernel
 bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
   (void)b; (void)mma; (void)set; (void)out;
   {
 #ifdef MPSC_CUBLASLT
-    if (b->lt_ok[0]) {  // node 1: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS
+    if (b->lt_ok[0]) {  // node 1: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)
     if (!mpsc_lt_run(b->lt, 0, dev + 3072, dev + 37092352 + set * 201216, dev + 2457600, st, ctx->error, sizeof ctx->error)) return false;
+      p0_k2<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k2 (node 1: linear)")) return false;
     } else
 #endif
     {  // the generated kernels
@@ -178,91 +180,86 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k2<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k2 (node 2: unary)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
-  }
-  {
 #ifdef MPSC_CUBLASLT
-    if (b->lt_ok[1]) {  // node 3: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS
-    if (!mpsc_lt_run(b->lt, 1, dev + 2411712, dev + 2523136, dev + 2654208, st, ctx->error, sizeof ctx->error)) return false;
+    if (b->lt_ok[1]) {  // node 2: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS
+    if (!mpsc_lt_run(b->lt, 1, dev + 2411712, dev + 2457600, dev + 2588672, st, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2654208), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-      else p0_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2654208), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 3: linear)")) return false;
+      if (mma) p0_k3_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+      else p0_k3<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 2: linear)")) return false;
     }
+    if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
+  }
+  {
+    p0_k4<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const int*>(dev + 37293056 + set * 201216), reinterpret_cast<float*>(dev + 3536960), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k4 (node 3: cross_entropy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[3], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k4<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const int*>(dev + 37293056 + set * 201216), reinterpret_cast<float*>(dev + 3536960), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k4 (node 4: cross_entropy)")) return false;
+    p0_k5<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const int*>(dev + 37293056 + set * 201216), reinterpret_cast<float*>(dev + 3537024), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k5 (node 4: accuracy)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[4], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k5<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const int*>(dev + 37293056 + set * 201216), reinterpret_cast<float*>(dev + 3537024), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k5 (node 5: accuracy)")) return false;
+    p0_k6<<<dim3(8u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const int*>(dev + 37293056 + set * 201216), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 5: cross_entropy_grad)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[5], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k6<<<dim3(8u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const int*>(dev + 37293056 + set * 201216), reinterpret_cast<float*>(dev + 2654208), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 6: cross_entropy_grad)")) return false;
+#ifdef MPSC_CUBLASLT
+    if (b->lt_ok[2]) {  // node 6: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10
+    if (!mpsc_lt_run(b->lt, 2, dev + 2411712, dev + 2588672, dev + 2523136, st, ctx->error, sizeof ctx->error)) return false;
+    } else
+#endif
+    {  // the generated kernels
+      if (mma) p0_k7_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+      else p0_k7<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k7 (node 6: matmul)")) return false;
+    }
     if (ev && !ck(ctx, cudaEventRecord(ev[6], st), "cudaEventRecord")) return false;
   }
   {
 #ifdef MPSC_CUBLASLT
-    if (b->lt_ok[2]) {  // node 7: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10
-    if (!mpsc_lt_run(b->lt, 2, dev + 2411712, dev + 2654208, dev + 2588672, st, ctx->error, sizeof ctx->error)) return false;
+    if (b->lt_ok[3]) {  // node 7: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64
+    if (!mpsc_lt_run(b->lt, 3, dev + 2457600, dev + 2588672, dev + 3526656, st, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k7_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-      else p0_k7<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p0_k7 (node 7: matmul)")) return false;
+      if (mma) p0_k8_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+      else p0_k8<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k8 (node 7: matmul)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[7], st), "cudaEventRecord")) return false;
   }
   {
-#ifdef MPSC_CUBLASLT
-    if (b->lt_ok[3]) {  // node 8: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64
-    if (!mpsc_lt_run(b->lt, 3, dev + 2523136, dev + 2654208, dev + 3526656, st, ctx->error, sizeof ctx->error)) return false;
-    } else
-#endif
-    {  // the generated kernels
-      if (mma) p0_k8_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-      else p0_k8<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p0_k8 (node 8: matmul)")) return false;
-    }
+    p0_k9_m<<<dim3(65u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<float*>(dev + 3536896), reinterpret_cast<const float*>(dev + 2523136), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 3461120), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k9_m (node 8: multi)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[8], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k9_m<<<dim3(65u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2654208), reinterpret_cast<float*>(dev + 3536896), reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 3461120), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k9_m (node 9: multi)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[9], st), "cudaEventRecord")) return false;
-  }
-  {
 #ifdef MPSC_CUBLASLT
-    if (b->lt_ok[4]) {  // node 11: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64
+    if (b->lt_ok[4]) {  // node 10: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64
     if (!mpsc_lt_run(b->lt, 4, dev + 37092352 + set * 201216, dev + 3461120, dev + 2457600, st, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
       if (mma) p0_k11_mma<<<dim3(13u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 37092352 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
       else p0_k11<<<dim3(13u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 37092352 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p0_k11 (node 11: matmul)")) return false;
+      if (!ck(ctx, cudaGetLastError(), "p0_k11 (node 10: matmul)")) return false;
     }
-    if (ev && !ck(ctx, cudaEventRecord(ev[10], st), "cudaEventRecord")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[9], st), "cudaEventRecord")) return false;
   }
   {
     p0_k12_m<<<dim3(785u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<float*>(dev + 3260416), reinterpret_cast<float*>(dev + 3072), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 805888), reinterpret_cast<float*>(dev + 1608704), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k12_m (node 12: multi)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[11], st), "cudaEventRecord")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k12_m (node 11: multi)")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[10], st), "cudaEventRecord")) return false;
   }
   {
     p0_k14_m<<<dim3(12u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 0), reinterpret_cast<const float*>(dev + 3260416), reinterpret_cast<float*>(dev + 1024), reinterpret_cast<float*>(dev + 2048), reinterpret_cast<float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 3526656), reinterpret_cast<float*>(dev + 2421952), reinterpret_cast<float*>(dev + 2432192), reinterpret_cast<float*>(dev + 2411520), reinterpret_cast<const float*>(dev + 3536896), reinterpret_cast<float*>(dev + 2411584), reinterpret_cast<float*>(dev + 2411648), reinterpret_cast<const StepParams*>(dev + 37293312 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k14_m (node 14: adam_update)")) return false;
-    if (ev && !ck(ctx, cudaEventRecord(ev[12], st), "cudaEventRecord")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k14_m (node 13: adam_update)")) return false;
+    if (ev && !ck(ctx, cudaEventRecord(ev[11], st), "cudaEventRecord")) return false;
   }
   mpsc_gather_p0<<<1, 2, 0, st>>>(dev, out);
   if (!ck(ctx, cudaGetLastError(), "the output gather of train_step")) return false;
@@ -278,14 +275,14 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[5]) {  // node 1: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)
     if (!mpsc_lt_run(b->lt, 5, dev + 3072, dev + 37494784 + set * 201216, dev + 2658304, st, ctx->error, sizeof ctx->error)) return false;
-      p1_k2<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 37695744 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p1_k2 (node 1: linear)")) return false;
+      p0_k2<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 37695744 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k2 (node 1: linear)")) return false;
     } else
 #endif
     {  // the generated kernels
-      if (mma) p1_k1_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37494784 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 37695744 + set * 201216));
-      else p1_k1<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37494784 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 37695744 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p1_k1 (node 1: linear)")) return false;
+      if (mma) p0_k1_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37494784 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 37695744 + set * 201216));
+      else p0_k1<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37494784 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 37695744 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k1 (node 1: linear)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[1], st), "cudaEventRecord")) return false;
   }
@@ -337,7 +334,7 @@ int run_p0(mpsc_ctx* ctx, const void* const* inputs, const mpsc_scalars* sc, dou
       !ck(ctx, cudaStreamWaitEvent(b->stream, q.copied[s], 0), "cudaStreamWaitEvent")) return 1;
   float* out = reinterpret_cast<float*>(q.stage_dev[s] + 200976);
   if (b->profile) {
-    if (!profile_step(ctx, b, record_p0, s, out, q, 12)) return 1;
+    if (!profile_step(ctx, b, record_p0, s, out, q, 11)) return 1;
   } else {
     if (!q.exec[s] && !capture(ctx, b, record_p0, s, out, &q.exec[s], "train_step")) return 1;
     if (!ck(ctx, cudaGraphLaunch(q.exec[s], b->stream), "launching the train_step graph")) return 1;
@@ -487,6 +484,11 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
   return true;
 }
 
+static bool smem_setup(mpsc_ctx* ctx) {
+  (void)ctx;
+  return true;
+}
+
 void* backend_create(mpsc_ctx* ctx) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -535,7 +537,7 @@ void* backend_create(mpsc_ctx* ctx) {
            ck(ctx, cudaEventCreateWithFlags(&q.copied[s], cudaEventDisableTiming), "cudaEventCreate");
     }
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
-  if (!ok) { destroy(b); return nullptr; }
+  if (!ok || !smem_setup(ctx)) { destroy(b); return nullptr; }
   if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);
   return b;
@@ -654,7 +656,7 @@ const mpsc_tensor_desc tensors[] = {
   { nullptr, 0, 0, 0, nullptr, 0, 0 }
 };
 const mpsc_program_desc programs[] = {
-  { "train_step", 64, 2, in_p0, 2, outnames_p0, 1079488, 12, run_p0 },
+  { "train_step", 64, 2, in_p0, 2, outnames_p0, 1079488, 11, run_p0 },
   { "eval", 64, 2, in_p1, 2, outnames_p1, 266240, 4, run_p1 },
 };
 const mpsc_model_desc model = {
