@@ -515,8 +515,10 @@ MK_ALWAYS_INLINE float erf_v(float x) {
 
 // ------------------------------------------------------------------ blocked attention
 // Tile sizes: ATT_BR queries x ATT_BC keys of scores, plus the tile's K transposed ([D][ATT_BC]),
-// stay in L1/L2 for D <= 128. The head size D is a template argument (shapes are static), so the
-// loops over it have constant trip counts and vectorise fully. Every output element is computed by one thread in a fixed order
+// stay in L1/L2 for D <= 128. The head size D and the operands' row strides (D, or 3C / C when q, k, v
+// are read in place from a packed projection) are template arguments (shapes are static), so the
+// loops over D have constant trip counts and vectorise fully, and the code (so the bits) of a layout
+// never depends on runtime pointer checks. Every output element is computed by one thread in a fixed order
 // (tiles visited in increasing key order), so results are the same bits for any thread count.
 constexpr int64_t ATT_BR = 32, ATT_BC = 64;
 
@@ -524,12 +526,14 @@ constexpr int64_t ATT_BR = 32, ATT_BC = 64;
 inline int64_t att_key_end(bool causal, int64_t t, int64_t T, int64_t S) { return causal ? std::min(S, t + 1 + S - T) : S; }
 
 /**
- * Forward of one (head, query tile): q [T][D], k and v [S][D] of one head; queries t0..t1-1.
+ * Forward of one (head, query tile): q [T][D], k and v [S][D] of one head, rows sq / sk / sv floats
+ * apart (D for separate [N,H,T,D] tensors; 3C when read in place from a packed [N,T,3C] projection),
+ * o [T][D] rows so apart; queries t0..t1-1.
  * Online softmax: per query row the running max m, sum l and unnormalised output acc are
  * rescaled by exp(m_old - m_new) when a key tile raises the max. o = acc / l, lse = m + log l.
  * ws: ATT_BR*ATT_BC + D*ATT_BC + ATT_BR*D + 2*ATT_BR floats.
  */
-template <int64_t D>
+template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
                                float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
   float* sc = ws;                       // [ATT_BR][ATT_BC] scores, then probabilities
@@ -544,13 +548,13 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   for (int64_t u0 = 0; u0 < kend; u0 += ATT_BC) {
     const int64_t nc = std::min(ATT_BC, kend - u0);
     for (int64_t j = 0; j < nc; j++)
-      for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * D + d];
+      for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * sk + d];
     for (int64_t d = 0; d < D; d++)  // a short last tile: zero columns (the score rows span ATT_BC)
       for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = 0.0f;
     for (int64_t i = 0; i < nr; i++) {
       const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
       if (vis <= 0) continue;
-      const float* qi = q + (t0 + i) * D;
+      const float* qi = q + (t0 + i) * sq;
       float* si = sc + i * ATT_BC;
       // the scores of the whole tile width in a fixed-size local row (registers; the columns past
       // `vis` see stale key columns and are dropped), each visible one the same chain over d
@@ -576,7 +580,7 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
       for (int64_t d = 0; d < D; d++) ar[d] = ai[d] * corr;
       for (int64_t j = 0; j < vis; j++) {
         const float p = si[j];
-        const float* vj = v + (u0 + j) * D;
+        const float* vj = v + (u0 + j) * sv;
         for (int64_t d = 0; d < D; d++) ar[d] += p * vj[d];
       }
       for (int64_t d = 0; d < D; d++) ai[d] = ar[d];
@@ -584,7 +588,7 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   }
   for (int64_t i = 0; i < nr; i++) {
     const float inv = 1.0f / l[i];
-    for (int64_t d = 0; d < D; d++) o[(t0 + i) * D + d] = acc[i * D + d] * inv;
+    for (int64_t d = 0; d < D; d++) o[(t0 + i) * so + d] = acc[i * D + d] * inv;
     lse[t0 + i] = m[i] + std::log(l[i]);
   }
 }
@@ -597,9 +601,11 @@ inline int64_t attention_fwd_ws(int64_t D) { return ATT_BR * ATT_BC + D * ATT_BC
  * and each query tile that sees it, P = exp(scale q k^T - lse) is recomputed from the saved lse,
  * dP = do v^T and dS = scale P (dP - delta) with delta[t] = do[t].o[t] are formed as tiles, then
  * dv += P^T do, dk += dS^T q, dq += dS k with each output row accumulated in registers. dq, dk,
- * dv are overwritten. ws: attention_bwd_ws(T, D) floats.
+ * dv are overwritten. Rows of q / dq, k / dk, v / dv lie sq, sk, sv floats apart, of do and o so
+ * apart (D each for separate tensors; 3C and C in the packed [N,T,3C] layout of attention_qkv_grad).
+ * ws: attention_bwd_ws(T, D) floats.
  */
-template <int64_t D>
+template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
                                float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
   float* p = ws;                     // [ATT_BR][ATT_BC] probabilities
@@ -607,18 +613,17 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
   float* kt = ds + ATT_BR * ATT_BC;  // [D][ATT_BC] key tile transposed
   float* vt = kt + D * ATT_BC;       // [D][ATT_BC] value tile transposed
   float* delta = vt + D * ATT_BC;    // [T]
-  std::memset(dq, 0, sizeof(float) * T * D);
-  std::memset(dk, 0, sizeof(float) * S * D);
-  std::memset(dv, 0, sizeof(float) * S * D);
+  for (int64_t t = 0; t < T; t++) std::memset(dq + t * sq, 0, sizeof(float) * D);
+  for (int64_t u = 0; u < S; u++) { std::memset(dk + u * sk, 0, sizeof(float) * D); std::memset(dv + u * sv, 0, sizeof(float) * D); }
   for (int64_t t = 0; t < T; t++) {
     float s = 0.0f;
-    for (int64_t d = 0; d < D; d++) s += dO[t * D + d] * o[t * D + d];
+    for (int64_t d = 0; d < D; d++) s += dO[t * so + d] * o[t * so + d];
     delta[t] = s;
   }
   for (int64_t u0 = 0; u0 < S; u0 += ATT_BC) {
     const int64_t nc = std::min(ATT_BC, S - u0);
     for (int64_t j = 0; j < nc; j++)
-      for (int64_t d = 0; d < D; d++) { kt[d * ATT_BC + j] = k[(u0 + j) * D + d]; vt[d * ATT_BC + j] = v[(u0 + j) * D + d]; }
+      for (int64_t d = 0; d < D; d++) { kt[d * ATT_BC + j] = k[(u0 + j) * sk + d]; vt[d * ATT_BC + j] = v[(u0 + j) * sv + d]; }
     for (int64_t d = 0; d < D; d++)  // a short last tile: zero columns (the score rows span ATT_BC)
       for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = vt[d * ATT_BC + j] = 0.0f;
     // the first query that sees key u0: t + 1 + S - T > u0
@@ -628,8 +633,8 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
       // P and dS = P (dP - delta) scale of the tile, zero where a query does not see a key
       for (int64_t i = 0; i < nr; i++) {
         const int64_t t = t0 + i;
-        const float* qi = q + t * D;
-        const float* gi = dO + t * D;
+        const float* qi = q + t * sq;
+        const float* gi = dO + t * so;
         float* pi = p + i * ATT_BC;
         float* si = ds + i * ATT_BC;
         const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t, T, S) - u0));
@@ -651,15 +656,15 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
       // dv[u] += sum_t P[t,u] do[t]; dk[u] += sum_t dS[t,u] q[t]: the key's rows in registers
       for (int64_t j = 0; j < nc; j++) {
         float av[D], ak[D];
-        float* dvj = dv + (u0 + j) * D;
-        float* dkj = dk + (u0 + j) * D;
+        float* dvj = dv + (u0 + j) * sv;
+        float* dkj = dk + (u0 + j) * sk;
         for (int64_t d = 0; d < D; d++) { av[d] = dvj[d]; ak[d] = dkj[d]; }
         // rows before the key's first query (causal) hold P = dS = 0: skipped
         const int64_t ilo = causal ? std::min(nr, std::max<int64_t>(0, u0 + j - (S - T) - t0)) : 0;
         for (int64_t i = ilo; i < nr; i++) {
           const float pij = p[i * ATT_BC + j], sij = ds[i * ATT_BC + j];
-          const float* gi = dO + (t0 + i) * D;
-          const float* qi = q + (t0 + i) * D;
+          const float* gi = dO + (t0 + i) * so;
+          const float* qi = q + (t0 + i) * sq;
           for (int64_t d = 0; d < D; d++) { av[d] += pij * gi[d]; ak[d] += sij * qi[d]; }
         }
         for (int64_t d = 0; d < D; d++) { dvj[d] = av[d]; dkj[d] = ak[d]; }
@@ -667,13 +672,13 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
       // dq[t] += sum_u dS[t,u] k[u]
       for (int64_t i = 0; i < nr; i++) {
         float aq[D];
-        float* dqi = dq + (t0 + i) * D;
+        float* dqi = dq + (t0 + i) * sq;
         for (int64_t d = 0; d < D; d++) aq[d] = dqi[d];
         const float* si = ds + i * ATT_BC;
         const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t0 + i, T, S) - u0));  // dS = 0 past it
         for (int64_t j = 0; j < vis; j++) {
           const float sij = si[j];
-          const float* kj = k + (u0 + j) * D;
+          const float* kj = k + (u0 + j) * sk;
           for (int64_t d = 0; d < D; d++) aq[d] += sij * kj[d];
         }
         for (int64_t d = 0; d < D; d++) dqi[d] = aq[d];
