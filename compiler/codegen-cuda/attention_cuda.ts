@@ -104,7 +104,8 @@ function text(gm: Geom) {
   return {
     P, ND,
     consts:
-      `  constexpr int T = ${gm.T}, S = ${gm.S}, D = ${gm.D}, P = ${P};  // queries, keys, head width, tile pitch\n` +
+      `  constexpr int T = ${gm.T}, S = ${gm.S}, P = ${P};  // queries, keys, tile pitch\n` +
+      `  constexpr int D = ${gm.D};  // head width\n` +
       `  constexpr float SC = ${lit(gm.scale * LOG2E)};  // scale * log2(e): scores in base 2\n` +
       `  const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, t = l & 3;\n` +
       `  const int bh = blockIdx.y;\n` + headOffsets(gm),

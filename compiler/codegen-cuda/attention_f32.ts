@@ -74,18 +74,38 @@ export function lseValue(n: Node): number {
   return isForward(n) ? n.outputs[1] : n.inputs[n.op === 'attention_grad' ? 5 : 3];
 }
 
+/** the index type of the operands' element offsets: int for a packed layout whose buffers an int indexes, else size_t */
+export function indexType(gm: AttnGeom): 'int' | 'size_t' {
+  return gm.L.packed && gm.L.N * gm.L.q.sn < 2 ** 31 ? 'int' : 'size_t';
+}
+
 /**
  * `const size_t qoff = ..., koff = ..., voff = ..., ooff = ...;` (head bh's element offsets of q, k, v
  * and o; the gradients and dO share them) and the row strides RQ, RK, RV, RO of those buffers
  */
 export function headOffsets(gm: AttnGeom): string {
   const L = gm.L;
+  // the packed layout's offsets in 32 bits where its buffers allow (fewer registers held across the loops:
+  // the fp32 kernels at D = 16 spill otherwise); the separate layout's as they always were
+  const t = indexType(gm);
   const off = (r: HeadRows) => (r.base === 0 ? '' : `${r.base} + `) +
-    (r.sn === L.H * r.sh ? `(size_t)bh * ${r.sh}` : `(size_t)(bh / ${L.H}) * ${r.sn} + (size_t)(bh % ${L.H}) * ${r.sh}`);
-  return `  const size_t qoff = ${off(L.q)}, koff = ${off(L.k)}, voff = ${off(L.v)}, ooff = ${off(L.o)};  // head bh's rows
-` +
-    `  constexpr int RQ = ${L.q.st}, RK = ${L.k.st}, RV = ${L.v.st}, RO = ${L.o.st};  // row strides of q, k, v (and their gradients), o and dO
-`;
+    (r.sn === L.H * r.sh ? `(${t})bh * ${r.sh}` : `(${t})(bh / ${L.H}) * ${r.sn} + (${t})(bh % ${L.H}) * ${r.sh}`);
+  /** k and v as q's offset plus a constant where they share its strides (packed: + C, + 2C) */
+  const rel = (r: HeadRows) => (r.sn === L.q.sn && r.sh === L.q.sh ? (r.base === L.q.base ? 'qoff' : `qoff + ${r.base - L.q.base}`) : off(r));
+  return `  // head bh's rows: element offsets and row strides of q, k, v (and their gradients), o and dO\n` +
+    `  const ${t} qoff = ${off(L.q)};\n  const ${t} koff = ${rel(L.k)};\n  const ${t} voff = ${rel(L.v)};\n  const ${t} ooff = ${off(L.o)};\n` +
+    `  constexpr int RQ = ${L.q.st};\n  constexpr int RK = ${L.k.st};\n  constexpr int RV = ${L.v.st};\n  constexpr int RO = ${L.o.st};\n`;
+}
+
+/** a kernel body without the one-line constant declarations (`const size_t x = ...;`, `const int x`, `constexpr int x`) it never reads (nvcc -Werror) */
+export function pruneDecls(body: string): string {
+  const code = body.replace(/\/\/.*$/gm, '');  // uses in comments do not count
+  const out = body.split('\n').filter((line) => {
+    const m = /^\s*(?:const size_t|const int|constexpr int) (\w+) = [^,;]*;\s*(?:\/\/.*)?$/.exec(line);
+    return !m || (code.match(new RegExp(`\\b${m[1]}\\b`, 'g')) ?? []).length > 1;
+  }).join('\n');
+  // a dropped declaration may have been the only reader of another (koff = qoff + C)
+  return out === body ? out : pruneDecls(out);
 }
 
 /** `name[idx] = x` in the buffer's element type */
@@ -96,12 +116,14 @@ function store(d: Dialect, a: KernelArg, idx: string, x: string): string {
 function text(d: Dialect, gm: Geom, args: KernelArg[]) {
   const type = (name: string) => args.find((a) => a.name === name)!.type;
   const buf = (name: string) => gm.buf[name];
+  const ix = indexType(gm);
   const NC = gm.D / 16, shift = gm.S - gm.T;
   const ind = (s: string) => s.replace(/^(?=.)/gm, '  ');
   return {
     NC, ind,
     consts:
-      `  constexpr int T = ${gm.T}, S = ${gm.S}, D = ${gm.D}, P = ${pitch(gm.D)};  // queries, keys, head width, tile pitch\n` +
+      `  constexpr int T = ${gm.T}, S = ${gm.S}, P = ${pitch(gm.D)};  // queries, keys, tile pitch\n` +
+      `  constexpr int D = ${gm.D};  // head width\n` +
       `  constexpr float SC = ${lit(gm.scale * LOG2E)};  // scale * log2(e): scores in base 2\n` +
       `  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;\n` +
       `  const int bh = blockIdx.y;\n` + headOffsets(gm),
@@ -109,7 +131,7 @@ function text(d: Dialect, gm: Geom, args: KernelArg[]) {
     load: (r0: string, rows: string, pairs: [string, string, string, string][]) =>
       `  for (int e = threadIdx.x; e < ${B * gm.D}; e += ${THREADS}) {\n` +
       `    const int r = e / D, c = e % D;\n    const bool in = ${r0} + r < ${rows};\n` +
-      pairs.map(([dst, src, off, st]) => `    ${dst}[r * P + c] = in ? ${asFloat(d, type(buf(src)), `${buf(src)}[${off} + (size_t)(${r0} + r) * ${st} + c]`)} : 0.0f;\n`).join('') +
+      pairs.map(([dst, src, off, st]) => `    ${dst}[r * P + c] = in ? ${asFloat(d, type(buf(src)), `${buf(src)}[${off} + (${ix})(${r0} + r) * ${st} + c]`)} : 0.0f;\n`).join('') +
       `  }\n`,
     /** s[4][2] = rows 4ty.. of A times rows tx, tx + 16 of Bm (both [32][P] tiles), over D, 4 features per float4 read */
     scores: (s: string, A: string, Bm: string) =>
@@ -135,7 +157,7 @@ function text(d: Dialect, gm: Geom, args: KernelArg[]) {
     /** rows 4ty + i (below `rows`) of acc into buffer `out` at head offset `off`, row stride `st` (columns tx + 16 j) */
     storeRows: (out: KernelArg, acc: string, r0: string, rows: string, off: string, st: string, mul = (_i: string) => '') =>
       `  #pragma unroll\n  for (int i = 0; i < 4; ++i) {\n    const int r = ${r0} + ty * 4 + i;\n    if (r < ${rows}) {\n` +
-      `      #pragma unroll\n      for (int j = 0; j < ${NC}; ++j) ${store(d, out, `${off} + (size_t)r * ${st} + tx + 16 * j`, `${acc}[i][j]${mul('i')}`)}\n    }\n  }\n`,
+      `      #pragma unroll\n      for (int j = 0; j < ${NC}; ++j) ${store(d, out, `${off} + (${ix})r * ${st} + tx + 16 * j`, `${acc}[i][j]${mul('i')}`)}\n    }\n  }\n`,
   };
 }
 
@@ -275,7 +297,7 @@ function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], gm: Ge
   return {
     name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention: Delta = rowsum(dO * O), 8 lanes per row]`, args,
     groups: [Math.max(1, ceilDiv(rows * 8, 256)), 1, 1], tgsize: [256, 1, 1], tgmem: 0, sync: true, scratch,
-    body:
+    body: pruneDecls(
       `  // Delta[i] = sum_d dO[i, d] O[i, d] for the ${rows} query rows into the scratch region; lanes 8i..8i+7 of the grid take row i\n` +
       `  const int row = (blockIdx.x * 256 + threadIdx.x) >> 3, part = threadIdx.x & 7;\n` +
       `  const int bh = min(row, ${rows - 1}) / ${gm.T}, qi = min(row, ${rows - 1}) % ${gm.T};  // (head, query) of the row\n` +
@@ -284,7 +306,7 @@ function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], gm: Ge
       `  for (int c = part; c < ${gm.D}; c += 8) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
       `  // (whole warps reach the butterfly: rows past the end read the last row and do not store)\n` +
       `  acc += __shfl_xor_sync(0xffffffffu, acc, 4);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 2);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 1);\n` +
-      `  if (part == 0 && row < ${rows}) mpsc_scratch[row] = acc;\n`,
+      `  if (part == 0 && row < ${rows}) mpsc_scratch[row] = acc;\n`),
   };
 }
 
@@ -314,7 +336,7 @@ export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): 
   const ins = n.inputs, outs = n.outputs;
   const spec = (args: KernelArg[], rows: number, body: string, part: string, scratch?: number): KernelSpec => ({
     name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention, ${p.what}${part}]`, args,
-    groups: [Math.max(1, ceilDiv(rows, p.rows)), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem: 0, sync: true, body,
+    groups: [Math.max(1, ceilDiv(rows, p.rows)), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem: 0, sync: true, body: pruneDecls(body),
     ...(scratch ? { scratch } : {}),
   });
   if (isForward(n)) {
