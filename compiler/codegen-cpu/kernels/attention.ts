@@ -22,11 +22,14 @@ export function headOffset(r: HeadRows, H: number, w: string): string {
 
 function geo(k: KernelCtx) {
   const L: AttnLayout = attnLayout(k.node.op, k.node.inputs.map((_, i) => k.inShape(i)), k.node.attrs);
+  const contiguous = [L.q.st, L.k.st, L.v.st, L.o.st].every((x) => x === L.D);
   return {
     L, NH: L.N * L.H, T: L.T, S: L.S, D: L.D, scale: f32Lit(L.scale), causal: String(L.causal),
     qo: headOffset(L.q, L.H, 'h'), ko: headOffset(L.k, L.H, 'h'), vo: headOffset(L.v, L.H, 'h'), oo: headOffset(L.o, L.H, 'h'),
     // the row strides as template arguments after D (left out when all are D: the separate layout)
-    tpl: [L.q.st, L.k.st, L.v.st, L.o.st].every((x) => x === L.D) ? `${L.D}` : `${L.D}, ${L.q.st}, ${L.k.st}, ${L.v.st}, ${L.o.st}`,
+    tpl: contiguous ? `${L.D}` : `${L.D}, ${L.q.st}, ${L.k.st}, ${L.v.st}, ${L.o.st}`,
+    // strided rows are copied to contiguous scratch inside the kernels (mpsc_kernels.hpp): room for them
+    strided: contiguous ? '' : `, true, ${L.S}`, fstrided: contiguous ? '' : ', true',
   };
 }
 
@@ -37,7 +40,7 @@ const FWD = tpl(`  const float* q = {{q}};
   float* lse = {{lse}};
   constexpr int64_t tiles = ({{T}} + mk::ATT_BR - 1) / mk::ATT_BR;
   mk::par(ctx, {{NH}} * tiles, 2, [&](int64_t b, int64_t e) {
-    float* ws = mk::scratch(0, mk::attention_fwd_ws({{D}}));
+    float* ws = mk::scratch(0, mk::attention_fwd_ws({{D}}{{fstrided}}));
     for (int64_t w = b; w < e; w++) {
       const int64_t h = w / tiles, t0 = (w % tiles) * mk::ATT_BR, t1 = std::min<int64_t>({{T}}, t0 + mk::ATT_BR);
       mk::attention_fwd_tile<{{tpl}}>(q + {{qo}}, k + {{ko}}, v + {{vo}}, o + {{oo}}, lse + h * {{T}},
@@ -61,7 +64,7 @@ const BWD = tpl(`  const float* dO = {{dO}};
   float* dk = {{dk}};
   float* dv = {{dv}};
   mk::par(ctx, {{NH}}, 2, [&](int64_t b, int64_t e) {
-    float* ws = mk::scratch(0, mk::attention_bwd_ws({{T}}, {{D}}));
+    float* ws = mk::scratch(0, mk::attention_bwd_ws({{T}}, {{D}}{{strided}}));
     for (int64_t h = b; h < e; h++) {
       const int64_t qo = {{qo}}, ko = {{ko}}, vo = {{vo}}, oo = {{oo}};
       mk::attention_bwd_head<{{tpl}}>(dO + oo, q + qo, k + ko, v + vo, o + oo, lse + h * {{T}}, dq + qo, dk + ko, dv + vo,
