@@ -1,8 +1,8 @@
 /**
  * gpt_tiny: the CheckedModel of ../shared/bench/torch_gpt_ref.py's GPT built directly in IR
  * (the same ops the language lowers `specs/char_gpt.model`'s layers to: embedding + positions,
- * pre-layernorm blocks with linear in_proj -> reshape / permute / slice to heads -> fused
- * causal `attention` -> permute / reshape -> out_proj, gelu MLP, layernorm, untied head,
+ * pre-layernorm blocks with linear in_proj -> fused causal `attention_qkv` (q, k, v read in place
+ * from the [N, T, 3C] projection, o written as [N, T, C]) -> out_proj, gelu MLP, layernorm, untied head,
  * cross_entropy over [N, T, V]; AdamW(betas 0.9 / 0.95, weight decay 0.1)), and `mpsc bench`'s
  * timing of its CPU train step printed as JSON (the shape bench/compare.py reads).
  *   npx tsx bench/gpt_tiny.ts [--device cpu|cuda] [--threads 2] [--steps 20] [--warmup 5] [--workload gpt_tiny_b32_t64] [--precision fp32|fp16|bf16] [--emit DIR]
@@ -62,15 +62,7 @@ export function gptModel(name: string, dims?: [number, number, number, number, n
     const wi = param(`${p}.attn.in_proj_weight`, [3 * C, C], { kind: 'default_weight' }, 'attention');
     const bi = param(`${p}.attn.in_proj_bias`, [3 * C], { kind: 'default_bias', fan_in: C }, 'attention');
     const [qkv] = b.emit('linear', [ln1, wi, bi], [f(`${p}.attn.qkv`, [BATCH, T, 3 * C])]);
-    const [r5] = b.emit('reshape', [qkv], [f(`${p}.attn.qkv_split`, [BATCH, T, 3, H, D])], { shape: [BATCH, T, 3, H, D] });
-    const [hd] = b.emit('permute', [r5], [f(`${p}.attn.qkv_heads`, [3, BATCH, H, T, D])], { perm: [2, 0, 3, 1, 4] });
-    const qkvs = ['q', 'k', 'v'].map((n, j) => {
-      const [sl] = b.emit('slice', [hd], [f(`${p}.attn.${n}_slice`, [1, BATCH, H, T, D])], { axis: 0, start: j, length: 1 });
-      return b.emit('reshape', [sl], [f(`${p}.attn.${n}`, [BATCH, H, T, D])], { shape: [BATCH, H, T, D] })[0];
-    });
-    const [o] = b.emit('attention', qkvs, [f(`${p}.attn.o`, [BATCH, H, T, D]), f(`${p}.attn.lse`, [BATCH, H, T])], { causal: true, scale: 1 / Math.sqrt(D) });
-    const [om] = b.emit('permute', [o], [f(`${p}.attn.o_merge`, [BATCH, T, H, D])], { perm: [0, 2, 1, 3] });
-    const [mg] = b.emit('reshape', [om], [f(`${p}.attn.merged`, [BATCH, T, C])], { shape: [BATCH, T, C] });
+    const [mg] = b.emit('attention_qkv', [qkv], [f(`${p}.attn.merged`, [BATCH, T, C]), f(`${p}.attn.lse`, [BATCH, H, T])], { heads: H, causal: true, scale: 1 / Math.sqrt(D) });
     h = add(h, linear(mg, `${p}.attn.out_proj`, C, C, true, [BATCH, T]), `${p}.res1`);
     const ln2 = layernorm(h, `${p}.ln2`);
     const fc = linear(ln2, `${p}.fc`, C, 4 * C, true, [BATCH, T]);

@@ -184,6 +184,12 @@ function tensorAttentionCases(): Case[] {
       label: `attn${i}_g`, op: 'attention_grad', attrs,
       inputs: [q, q, kv, kv, q, { shape: [g.N, g.H, g.T], lo: 1, hi: 3 }], outShapes: [q.shape, kv.shape, kv.shape],
     });
+    if (g.S !== g.T) return;
+    // the packed form: q, k, v in place in one [N, T, 3C] projection, o / do [N, T, C], dq, dk, dv into one [N, T, 3C]
+    const C = g.H * g.D, qkv = { shape: [g.N, g.T, 3 * C], lo: -2, hi: 2 }, o = { shape: [g.N, g.T, C], lo: -2, hi: 2 };
+    const pa = { heads: g.H, ...attrs };
+    cases.push({ label: `attn_qkv${i}`, op: 'attention_qkv', inputs: [qkv], outShapes: [o.shape, [g.N, g.H, g.T]], attrs: pa });
+    cases.push({ label: `attn_qkv${i}_g`, op: 'attention_qkv_grad', attrs: pa, inputs: [o, qkv, o, { shape: [g.N, g.H, g.T], lo: 1, hi: 3 }], outShapes: [qkv.shape] });
   });
   return cases;
 }

@@ -308,9 +308,10 @@ export function cudaAttentionCases(): OpCase[] {
   const rng = makeRng(20261205);
   const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
   const out: OpCase[] = [];
-  const add = (name: string, op: 'attention' | 'attention_grad', inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number | boolean>, to: HalfDType) => {
+  const add = (name: string, op: 'attention' | 'attention_grad' | 'attention_qkv' | 'attention_qkv_grad', inputs: { shape: number[]; data: Float64Array }[], outShapes: number[][], attrs: Record<string, number | boolean>, to: HalfDType) => {
     const c = castCase(name, op, inputs, outShapes, attrs, to);
-    if (FLASH_HEAD_DIMS.includes(inputs[1].shape[3])) flashTol.set(c, FLASH_TOL[to]);
+    const D = attrs.heads === undefined ? inputs[1].shape[3] : inputs[op === 'attention_qkv' ? 0 : 1].shape[2] / 3 / Number(attrs.heads);
+    if (FLASH_HEAD_DIMS.includes(D)) flashTol.set(c, FLASH_TOL[to]);
     out.push(c);
   };
   const round = (to: HalfDType, x: { shape: number[]; data: Float64Array }) => ({ shape: x.shape, data: x.data.map((v) => roundToHalf(v, to)) });
@@ -341,6 +342,26 @@ export function cudaAttentionCases(): OpCase[] {
     const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
     const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
     out.push(opCase(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs));
+  }
+  // the packed form (attention_qkv: q, k, v read in place from one [N,T,3C] projection, o [N,T,C], one
+  // d(qkv)) on the same kernels: 16-bit (tensor cores) and fp32, heads 1 to 3, T not a tile multiple
+  for (const [N, H, T, D, causal, to] of [
+    [2, 3, 130, 64, true, 'bf16'], [1, 2, 70, 32, false, 'f16'], [2, 1, 37, 16, true, 'f16'], [1, 2, 45, 16, true, 'f32'], [2, 3, 70, 64, false, 'f32'],
+  ] as [number, number, number, number, boolean, HalfDType | 'f32'][]) {
+    const tag = `flash_qkv_${N}x${H}_t${T}_d${D}${causal ? '_causal' : ''}_${to}`;
+    const C = H * D, qkv = f([N, T, 3 * C], -2, 2);
+    const attrs = { heads: H, causal, scale: 1 / Math.sqrt(D) };
+    const outs = [[N, T, C], [N, H, T]];
+    const fwd = opCase(to === 'f32' ? `${tag}_fwd` : `${tag}_ref`, 'attention_qkv', [to === 'f32' ? qkv : round(to, qkv)], outs, attrs);
+    const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    if (to === 'f32') {
+      out.push(fwd);
+      out.push(opCase(`${tag}_grad`, 'attention_qkv_grad', [f([N, T, C]), qkv, o, lse], [[N, T, 3 * C]], attrs));
+    } else {
+      add(`${tag}_fwd`, 'attention_qkv', [qkv], outs, attrs, to);
+      add(`${tag}_grad`, 'attention_qkv_grad', [f([N, T, C]), qkv, o, lse], [[N, T, 3 * C]], attrs, to);
+    }
   }
   return out;
 }

@@ -56,12 +56,18 @@ describe('specs/char_gpt.model', () => {
     expect(m.train.data).toEqual({ kind: 'text', file: null, tokenizer: 'char' });
     expect(m.numClasses).toBe(83);
   });
-  it('lowers attention to in_proj linear -> heads -> the fused attention op -> merge -> out_proj linear', () => {
+  it('lowers attention to in_proj linear -> the fused attention_qkv op (q, k, v in place, o as [N, T, C]) -> out_proj linear', () => {
     const ops = m.graph.nodes.filter((n) => n.path === 'blocks.0.attn').map((n) => n.op);
-    expect(ops).toEqual(['linear', 'reshape', 'permute', 'slice', 'reshape', 'slice', 'reshape', 'slice', 'reshape', 'attention', 'permute', 'reshape', 'linear']);
-    const att = m.graph.nodes.find((n) => n.op === 'attention')!;
-    expect(att.attrs).toEqual({ causal: true, scale: 1 / Math.sqrt(32) });
-    expect(m.graph.values[att.inputs[0]].shape).toEqual([-1, 4, 64, 32]);
+    expect(ops).toEqual(['linear', 'attention_qkv', 'linear']);
+    const att = m.graph.nodes.find((n) => n.op === 'attention_qkv')!;
+    expect(att.attrs).toEqual({ heads: 4, causal: true, scale: 1 / Math.sqrt(32) });
+    expect(m.graph.values[att.inputs[0]].shape).toEqual([-1, 64, 384]);
+    expect(att.outputs.map((o) => m.graph.values[o].shape)).toEqual([[-1, 64, 128], [-1, 4, 64]]);
+    // the backward: one attention_qkv_grad per layer writes d(qkv) whole (no concat / permute of head gradients)
+    const p = buildPrograms(m, { batch: 2 });
+    const ops2 = p.train_step.graph.nodes.map((n) => n.op);
+    expect(ops2.filter((o) => o === 'attention_qkv_grad').length).toBe(4);
+    expect(ops2.filter((o) => o === 'concat' || o === 'permute' || o === 'slice').length).toBe(0);
   });
   it('mpsc check prints the attention layers with shapes and parameters; the memory plan holds their intermediates', () => {
     const text = renderSummary(summarize(m, plannedPeakBytes(m)));

@@ -346,6 +346,20 @@ describe('autodiff: finite-difference gradient checks (float64)', () => {
     expect(gradCheck({ graph: b.graph, loss, ints: { [tok]: V, [tgt]: V } })).toEqual(params(b.graph));
   });
 
+  it('packed attention: attention_qkv reads q, k, v in place from one [N,T,3C] projection (causal and not), one d(qkv) [N,T,3C]', () => {
+    for (const causal of [true, false]) {
+      const b = new GraphBuilder();
+      const N = 2, T = 5, H = 2, D = 3, C = H * D;
+      const x = b.value('x', 'f32', [N, T, 4], 'input');
+      const t = b.value('t', 'f32', [N, T, C], 'input');
+      const w = b.value('in_proj_weight', 'f32', [3 * C, 4], 'param');
+      const [qkv] = b.emit('linear', [x, w, -1], [{ name: 'qkv', shape: [N, T, 3 * C] }]);
+      const [o] = b.emit('attention_qkv', [qkv], [{ name: 'o', shape: [N, T, C] }, { name: 'lse', shape: [N, H, T] }], { heads: H, causal, scale: 1 / Math.sqrt(D) });
+      const [loss] = b.emit('mse', [o, t], [{ name: 'loss', shape: [], kind: 'output' }]);
+      expect(gradCheck({ graph: b.graph, loss, unit: [t] })).toEqual(['in_proj_weight']);
+    }
+  });
+
   it('hand-written attention and tensor algebra: batched matmul (transB, broadcast batch), affine, causal masked_fill -inf, softmax, where via masked_fill, reduce sum/mean/max, pad, broadcast_to, div, exp/log/sqrt/rsqrt/abs/pow, nll over [N,T,C]', () => {
     const b = new GraphBuilder();
     const N = 2, H = 2, T = 4, D = 3;

@@ -141,6 +141,22 @@ describe('verify', () => {
       expect(problems).toContain(frag);
     }
   });
+
+  it('checks the packed attention ops: qkv [N,T,3C] with C divisible by heads, o / do [N,T,C], lse [N,H,T]', () => {
+    const b = new GraphBuilder();
+    const qkv = b.value('qkv', 'f32', [2, 5, 24], 'input');
+    const odd = b.value('odd', 'f32', [2, 5, 20], 'input');
+    const [o, lse] = b.emit('attention_qkv', [qkv], [{ name: 'o', shape: [2, 5, 8] }, { name: 'lse', shape: [2, 2, 5] }], { heads: 2, causal: true, scale: 0.5 });
+    expect(graphProblems(b.graph)).toEqual([]);
+    b.emit('attention_qkv', [odd], [{ name: 'o2', shape: [2, 5, 6] }, { name: 'lse2', shape: [2, 3, 5] }], { heads: 3, causal: false, scale: 0.5 }); // 20 is not 3C
+    b.emit('attention_qkv', [qkv], [{ name: 'o3', shape: [2, 5, 8] }, { name: 'lse3', shape: [2, 3, 5] }], { heads: 3, causal: false, scale: 0.5 }); // C 8 over 3 heads
+    b.emit('attention_qkv_grad', [lse, qkv, o, lse], [{ name: 'dqkv', shape: [2, 5, 24] }], { heads: 2, causal: true, scale: 0.5 }); // do of lse's shape
+    b.emit('attention_qkv_grad', [o, qkv, o, lse], [{ name: 'dqkv2', shape: [2, 5, 24] }], { heads: 2, causal: true }); // no scale
+    const problems = graphProblems(b.graph).join('\n');
+    for (const frag of ['qkv must be [N,T,3C] with C divisible by heads 3, got [2,5,20]', 'qkv must be [N,T,3C] with C divisible by heads 3, got [2,5,24]', 'do has shape [2,2,5], expected [2,5,8]', 'attr scale must be a finite number']) {
+      expect(problems).toContain(frag);
+    }
+  });
 });
 
 describe('memory plan', () => {

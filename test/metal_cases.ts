@@ -159,6 +159,20 @@ function attentionPair(add: (op: string, inputs: { shape: number[]; data: Float6
   add('attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs);
 }
 
+/** N, H, T, D, causal of a packed (attention_qkv) case */
+type PackedDims = [number, number, number, number, boolean];
+
+/** attention_qkv at `dims` (q, k, v in place in one [N,T,3C] projection), and its backward from the reference forward's o and lse */
+function packedPair(add: (op: string, inputs: { shape: number[]; data: Float64Array }[], outs: number[][], attrs: Record<string, number | boolean>) => void, f: F, [N, H, T, D, causal]: PackedDims): void {
+  const C = H * D, qkv = f([N, T, 3 * C], -2, 2);
+  const attrs = { heads: H, causal, scale: 1 / Math.sqrt(D) };
+  add('attention_qkv', [qkv], [[N, T, C], [N, H, T]], attrs);
+  const fwd = opCase('attention_qkv_fwd', 'attention_qkv', [qkv], [[N, T, C], [N, H, T]], attrs);
+  const r = reference(fwd, DEFAULT_SCALARS);
+  const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+  add('attention_qkv_grad', [f([N, T, C]), qkv, o, lse], [[N, T, 3 * C]], attrs);
+}
+
 type Add = (op: string, inputs: Parameters<typeof opCase>[2], outs: number[][], attrs?: Parameters<typeof opCase>[4], outDtypes?: Parameters<typeof opCase>[5]) => void;
 type F = (shape: number[], lo?: number, hi?: number) => { shape: number[]; data: Float64Array };
 type Ids = (shape: number[], n: number) => { shape: number[]; data: Float64Array; dtype: 'i32' };
@@ -220,6 +234,8 @@ function transformerCases(add: Add, f: F, ids: Ids, rng: () => number): void {
     [1, 1, 37, 37, 8, true], [1, 1, 37, 37, 8, false], [1, 16, 21, 21, 64, true], [1, 16, 21, 21, 64, false],
     [2, 2, 5, 13, 12, true], [2, 1, 9, 20, 12, false], [1, 1, 11, 11, 100, true],
   ] as AttnDims[]) attentionPair(add, f, dims);
+  // the packed form: heads 1 and 16, D 8, 64 and 12 (a padded head), T not a tile multiple
+  for (const dims of [[1, 1, 37, 8, true], [1, 16, 21, 64, false], [2, 3, 19, 12, true]] as PackedDims[]) packedPair(add, f, dims);
 }
 
 /** Two-node chains whose unary the Metal backend fuses into the GEMM kernel's store. */
@@ -368,6 +384,7 @@ export function halfCases(): OpCase[] {
   add('conv2d_grad_input', [f([2, 4, 5, 8]), f([4, 3, 3, 3])], [[2, 3, 9, 8]], { ...conv, x_shape: [2, 3, 9, 8] });
   add('conv2d_grad_weight', [f([2, 4, 5, 8]), f([2, 3, 9, 8])], [[4, 3, 3, 3]], { ...conv, w_shape: [4, 3, 3, 3] });
   for (const dims of [[1, 2, 19, 19, 8, true], [2, 1, 9, 20, 12, false]] as AttnDims[]) attentionPair(add, f, dims);
+  for (const dims of [[1, 2, 19, 8, true], [2, 3, 9, 12, false]] as PackedDims[]) packedPair(add, f, dims);
   // the GEMM family again with the other 16-bit type (each op in f16 and in bf16: the Metal matrix-unit
   // variant's half and bfloat tiles), odd sizes: K below one 8-deep step, M and N not multiples of 8,
   // grouped and strided convolutions
@@ -466,6 +483,15 @@ export function halfIoCases(): OpCase[] {
   // a bias gradient summing a 16-bit gradient into f32 (short sums: one thread per output)
   add('sum_to', [f([3, 7, 37])], [[37]], { axes: [0, 1] }, [], [0]);
   add('sum_to', [f([5, 3, 11])], [[3, 1]], { shape: [3, 1] }, [], [0]);
+  for (const [N, H, T, D, causal] of [[2, 2, 19, 8, true]] as PackedDims[]) {
+    const C = H * D, qkv = f([N, T, 3 * C], -2, 2);
+    const attrs = { heads: H, causal, scale: 1 / Math.sqrt(D) };
+    add('attention_qkv', [qkv], [[N, T, C], [N, H, T]], attrs, [], [1]);
+    const fwd = opCase('attention_qkv_fwd', 'attention_qkv', [qkv], [[N, T, C], [N, H, T]], attrs);
+    const r = reference(fwd, DEFAULT_SCALARS);
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    add('attention_qkv_grad', [f([N, T, C]), qkv, o, lse], [[N, T, 3 * C]], attrs, [3]);
+  }
   return out;
 }
 

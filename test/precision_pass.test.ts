@@ -171,8 +171,12 @@ describe('the precision pass', () => {
     const gpt = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
     const set = buildPrograms(at(gpt, 'bf16'), { batch: 2 });
     const ops = new Set(halfReads(set.train_step.graph).map((r) => `${r.op}:${r.k}`));
-    for (const want of ['attention:0', 'attention:1', 'attention:2', 'attention_grad:0', 'attention_grad:4', 'linear:0', 'linear:1', 'matmul:0']) expect(ops).toContain(want);
-    expect(ops).not.toContain('attention_grad:5'); // the logsumexp stays f32
+    // the GPT's layer lowers to attention_qkv (q, k, v in place in the projection): qkv, do and o 16-bit
+    for (const want of ['attention_qkv:0', 'attention_qkv_grad:0', 'attention_qkv_grad:1', 'attention_qkv_grad:2', 'linear:0', 'linear:1', 'matmul:0']) expect(ops).toContain(want);
+    expect(ops).not.toContain('attention_qkv_grad:3'); // the logsumexp stays f32
+    const g = set.train_step.graph;
+    for (const n of g.nodes.filter((x) => x.op === 'attention_qkv')) expect(g.values[n.outputs[1]].dtype).toBe('f32');
+    for (const n of g.nodes.filter((x) => x.op === 'attention_qkv_grad')) expect(g.values[g.nodes.find((c) => c.inputs.includes(n.outputs[0]))!.outputs[0]].dtype).toBe('bf16');
     const lenet = buildPrograms(at(checkFile(spec('lenet.model')), 'fp16'), { batch: 2 });
     const cops = new Set(halfReads(lenet.train_step.graph).map((r) => r.op));
     for (const want of ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight']) expect(cops).toContain(want);

@@ -329,8 +329,9 @@ const TENSOR_LAYERS: LayerDef[] = [
     doc:
       'Multi-head self-attention on [N, T, C] (torch.nn.MultiheadAttention(C, heads, dropout, bias, batch_first=True) with query = key = value = x, ' +
       'need_weights=False; causal: attn_mask = the upper triangle). Parameters in_proj_weight [3C, C], in_proj_bias [3C] (q, k, v in that order), ' +
-      'out_proj.weight [C, C], out_proj.bias [C], initialised as torch.nn.Linear\'s. Lowered to linear -> heads -> the fused `attention` op ' +
-      '(dropout 0) or matmul / softmax / dropout / matmul (dropout > 0) -> merge heads -> linear.',
+      'out_proj.weight [C, C], out_proj.bias [C], initialised as torch.nn.Linear\'s. Lowered to linear -> the fused `attention_qkv` op ' +
+      '(dropout 0: q, k, v read in place from the projection, o written as [N, T, C]) -> linear, or linear -> heads -> ' +
+      'matmul / softmax / dropout / matmul -> merge heads -> linear (dropout > 0).',
     shapeRule: '[N, T, C] -> [N, T, C]',
     infer(x, a, ctx) {
       const s = x[0];
@@ -345,18 +346,19 @@ const TENSOR_LAYERS: LayerDef[] = [
       const heads = [BATCH, H, T, D];
       const steps: PlanStep[] = [
         { op: 'linear', inputs: [{ in: 0 }, { param: 0 }, bias ? { param: 1 } : { absent: true }], attrs: {}, outs: [{ suffix: 'qkv', dtype: 'f32', shape: [BATCH, T, 3 * C] }] },
-        { op: 'reshape', inputs: [{ step: 0 }], attrs: { shape: [BATCH, T, 3, H, D] }, outs: [{ suffix: 'qkv_split', dtype: 'f32', shape: [BATCH, T, 3, H, D] }] },
-        { op: 'permute', inputs: [{ step: 1 }], attrs: { perm: [2, 0, 3, 1, 4] }, outs: [{ suffix: 'qkv_heads', dtype: 'f32', shape: [3, BATCH, H, T, D] }] },
       ];
-      for (const [j, n] of ['q', 'k', 'v'].entries()) {
-        steps.push({ op: 'slice', inputs: [{ step: 2 }], attrs: { axis: 0, start: j, length: 1 }, outs: [{ suffix: `${n}_slice`, dtype: 'f32', shape: [1, BATCH, H, T, D] }] });
-        steps.push({ op: 'reshape', inputs: [{ step: steps.length - 1 }], attrs: { shape: heads }, outs: [{ suffix: n, dtype: 'f32', shape: heads }] });
-      }
-      const [q, k, v] = [4, 6, 8].map((i) => ({ step: i }));
       const scale = 1 / Math.sqrt(D);
       if (p === 0) {
-        steps.push({ op: 'attention', inputs: [q, k, v], attrs: { causal: a.causal as boolean, scale }, outs: [{ suffix: 'o', dtype: 'f32', shape: heads }, { suffix: 'lse', dtype: 'f32', shape: [BATCH, H, T] }] });
+        // q, k, v read in place from the projection, o written as [N, T, C]: no head split / merge copies
+        steps.push({ op: 'attention_qkv', inputs: [{ step: 0 }], attrs: { heads: H, causal: a.causal as boolean, scale }, outs: [{ suffix: 'merged', dtype: 'f32', shape: [BATCH, T, C] }, { suffix: 'lse', dtype: 'f32', shape: [BATCH, H, T] }] });
       } else {
+        steps.push({ op: 'reshape', inputs: [{ step: 0 }], attrs: { shape: [BATCH, T, 3, H, D] }, outs: [{ suffix: 'qkv_split', dtype: 'f32', shape: [BATCH, T, 3, H, D] }] });
+        steps.push({ op: 'permute', inputs: [{ step: 1 }], attrs: { perm: [2, 0, 3, 1, 4] }, outs: [{ suffix: 'qkv_heads', dtype: 'f32', shape: [3, BATCH, H, T, D] }] });
+        for (const [j, n] of ['q', 'k', 'v'].entries()) {
+          steps.push({ op: 'slice', inputs: [{ step: 2 }], attrs: { axis: 0, start: j, length: 1 }, outs: [{ suffix: `${n}_slice`, dtype: 'f32', shape: [1, BATCH, H, T, D] }] });
+          steps.push({ op: 'reshape', inputs: [{ step: steps.length - 1 }], attrs: { shape: heads }, outs: [{ suffix: n, dtype: 'f32', shape: heads }] });
+        }
+        const [q, k, v] = [4, 6, 8].map((i) => ({ step: i }));
         const sc = [BATCH, H, T, T];
         steps.push({ op: 'matmul', inputs: [q, k], attrs: { transA: false, transB: true }, outs: [{ suffix: 'scores', dtype: 'f32', shape: sc }] });
         steps.push({ op: 'unary', inputs: [{ step: steps.length - 1 }], attrs: { fn: 'affine', scale, shift: 0 }, outs: [{ suffix: 'scaled', dtype: 'f32', shape: sc }] });
@@ -364,10 +366,9 @@ const TENSOR_LAYERS: LayerDef[] = [
         steps.push({ op: 'softmax', inputs: [{ step: steps.length - 1 }], attrs: { axis: 3 }, outs: [{ suffix: 'weights', dtype: 'f32', shape: sc }] });
         steps.push({ op: 'dropout', inputs: [{ step: steps.length - 1 }], attrs: { p, stream: ctx.nextStream() }, outs: [{ suffix: 'dropped', dtype: 'f32', shape: sc }] });
         steps.push({ op: 'matmul', inputs: [{ step: steps.length - 1 }, v], attrs: { transA: false, transB: false }, outs: [{ suffix: 'o', dtype: 'f32', shape: heads }] });
+        steps.push({ op: 'permute', inputs: [{ step: steps.length - 1 }], attrs: { perm: [0, 2, 1, 3] }, outs: [{ suffix: 'o_merge', dtype: 'f32', shape: [BATCH, T, H, D] }] });
+        steps.push({ op: 'reshape', inputs: [{ step: steps.length - 1 }], attrs: { shape: [BATCH, T, C] }, outs: [{ suffix: 'merged', dtype: 'f32', shape: [BATCH, T, C] }] });
       }
-      const o = steps.length - 1;
-      steps.push({ op: 'permute', inputs: [{ step: o }], attrs: { perm: [0, 2, 1, 3] }, outs: [{ suffix: 'o_merge', dtype: 'f32', shape: [BATCH, T, H, D] }] });
-      steps.push({ op: 'reshape', inputs: [{ step: steps.length - 1 }], attrs: { shape: [BATCH, T, C] }, outs: [{ suffix: 'merged', dtype: 'f32', shape: [BATCH, T, C] }] });
       steps.push({ op: 'linear', inputs: [{ step: steps.length - 1 }, { param: 2 }, bias ? { param: 3 } : { absent: true }], attrs: {}, outs: [{ suffix: 'out', dtype: 'f32', shape: [BATCH, T, C] }] });
       const params: ParamPlan[] = [
         { name: 'in_proj_weight', shape: [3 * C, C], kind: 'param', init: { kind: 'default_weight' } },

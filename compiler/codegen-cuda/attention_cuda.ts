@@ -1,7 +1,10 @@
 /**
  * attention_cuda: the CUDA backend's flash attention (FlashAttention-2's structure) on the 16-bit
  * tensor cores, for `attention` and `attention_grad` nodes whose q, k, v (and dO) are bf16 or fp16
- * (a 16-bit train precision) with a head width D in FLASH_HEAD_DIMS; other nodes go to the fp32
+ * (a 16-bit train precision) with a head width D in FLASH_HEAD_DIMS, and their packed forms
+ * attention_qkv / attention_qkv_grad (the same kernels: each operand addressed by op_rules' attnLayout,
+ * a head's element offset and row stride; q, k, v read in place from the [N,T,3C] projection, o / dO
+ * [N,T,C], dq, dk, dv stored into one [N,T,3C] gradient); other nodes go to the fp32
  * kernels of attention_f32.ts where their head width allows, else they keep the shared kernel
  * (compiler/kernels/attention.ts: 16x16 tiles, fp32 and 3xTF32 variants; lowerAttentionCuda returns
  * null). Consumes those nodes (CUDA dialect context); produces KernelSpecs.
@@ -45,9 +48,8 @@
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { asFloat, isHalfElem, type ElemType } from '../kernels/dialect.js';
-import { argOf, ceilDiv, label, shapeOf } from '../kernels/common.js';
 import { mmaSuffix, type Mma16Type } from './mma.js';
-import { attnGeom, f32Refusal, flashKernels, lit, lowerAttentionF32, type AttnGeom } from './attention_f32.js';
+import { ATTENTION_FAMILY, attnGeom, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
 export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
@@ -64,50 +66,51 @@ interface Geom extends AttnGeom {
 
 /** why a node does not run on the 16-bit tensor-core kernels, or null when they take it */
 export function flashRefusal(g: Graph, n: Node): string | null {
-  const qi = n.op === 'attention' ? 0 : 1;
-  const ops = n.op === 'attention' ? [0, 1, 2] : [0, 1, 2, 3];
+  const fwd = isForward(n);
+  // the 16-bit operands: q, k, v (or qkv), and dO in the backward
+  const ops = { attention: [0, 1, 2], attention_grad: [0, 1, 2, 3], attention_qkv: [0], attention_qkv_grad: [0, 1] }[n.op as 'attention'] ?? [];
   const types = ops.map((i) => g.values[n.inputs[i]].dtype);
-  if (!types.every((t) => t === 'bf16') && !types.every((t) => t === 'f16')) return `operands ${types.join(', ')} (the tensor-core kernels take all-bf16 or all-fp16 q, k, v${n.op === 'attention' ? '' : ', dO'})`;
-  const D = shapeOf(g, n.inputs[qi]).at(-1)!;
+  if (!types.every((t) => t === 'bf16') && !types.every((t) => t === 'f16')) return `operands ${types.join(', ')} (the tensor-core kernels take all-bf16 or all-fp16 q, k, v${fwd ? '' : ', dO'})`;
+  const D = attnGeom(g, n).D;
   if (!FLASH_HEAD_DIMS.includes(D)) return `head width ${D} (the tensor-core kernels take ${FLASH_HEAD_DIMS.join(', ')})`;
-  const lse = n.op === 'attention' ? n.outputs[1] : n.inputs[5];
+  const lse = lseValue(n);
   if (g.values[lse].dtype !== 'f32') return `lse stored as ${g.values[lse].dtype} (the kernels keep it fp32)`;
   return null;
 }
 
 function geomOf(g: Graph, n: Node): Geom {
-  return { ...attnGeom(g, n), type: g.values[n.inputs[n.op === 'attention' ? 0 : 1]].dtype === 'bf16' ? 'bfloat' : 'half' };
+  return { ...attnGeom(g, n), type: g.values[n.inputs[isForward(n) ? 0 : 1]].dtype === 'bf16' ? 'bfloat' : 'half' };
 }
 
 /** text builders of one geometry */
 function text(gm: Geom) {
   const s = mmaSuffix(gm.type), P = gm.D + 8, NK = gm.D / 16, ND = gm.D / 8, causal = gm.causal;
   const shift = gm.S - gm.T;
-  /** rows [r0, r0 + 64) of [rows x D] slabs into shared tiles (zeros past `rows`) */
-  const load = (r0: string, rows: string, pairs: [string, string][]) =>
+  /** rows [r0, r0 + 64) of [rows x D] slabs (source pointer, row stride) into shared tiles (zeros past `rows`) */
+  const load = (r0: string, rows: string, pairs: [string, string, string][]) =>
     `  for (int e = threadIdx.x; e < ${BR * (gm.D / 8)}; e += ${THREADS}) {\n` +
       `    const int r = e / ${gm.D / 8}, c = (e % ${gm.D / 8}) * 8;\n` +
       `    const bool in = ${r0} + r < ${rows};\n` +
-      pairs.map(([dst, src]) =>
-        `    *reinterpret_cast<uint4*>(${dst} + r * P + c) = in ? *reinterpret_cast<const uint4*>(${src} + (size_t)(${r0} + r) * D + c) : make_uint4(0u, 0u, 0u, 0u);\n`).join('') +
+      pairs.map(([dst, src, st]) =>
+        `    *reinterpret_cast<uint4*>(${dst} + r * P + c) = in ? *reinterpret_cast<const uint4*>(${src} + (size_t)(${r0} + r) * ${st} + c) : make_uint4(0u, 0u, 0u, 0u);\n`).join('') +
       `  }\n`;
-  /** rows [r0, r0 + 64) of [rows x D] slabs into shared tiles by cp.async (zeros past `rows`), one commit group */
-  const asyncLoad = (r0: string, rows: string, pairs: [string, string][]) =>
+  /** rows [r0, r0 + 64) of [rows x D] slabs (source pointer, row stride) into shared tiles by cp.async (zeros past `rows`), one commit group */
+  const asyncLoad = (r0: string, rows: string, pairs: [string, string, string][]) =>
     `  for (int e = threadIdx.x; e < ${BR * (gm.D / 8)}; e += ${THREADS}) {\n` +
     `    const int r = e / ${gm.D / 8}, c = (e % ${gm.D / 8}) * 8;\n` +
     `    const bool in = ${r0} + r < ${rows};\n` +
-    pairs.map(([dst, src]) => `    mpsc_cp_async16(${dst} + r * P + c, ${src} + (size_t)(in ? ${r0} + r : 0) * D + c, in);\n`).join('') +
+    pairs.map(([dst, src, st]) => `    mpsc_cp_async16(${dst} + r * P + c, ${src} + (size_t)(in ? ${r0} + r : 0) * ${st} + c, in);\n`).join('') +
     `  }\n  mpsc_cp_async_commit();\n`;
   return {
     P, ND,
     consts:
-      `  constexpr int T = ${gm.T}, S = ${gm.S}, D = ${gm.D}, P = ${P};  // queries, keys, head width, tile pitch\n` +
+      `  constexpr int T = ${gm.T}, S = ${gm.S}, P = ${P};  // queries, keys, tile pitch\n` +
+      `  constexpr int D = ${gm.D};  // head width\n` +
       `  constexpr float SC = ${lit(gm.scale * LOG2E)};  // scale * log2(e): scores in base 2\n` +
       `  const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, t = l & 3;\n` +
-      `  const int bh = blockIdx.y;\n` +
-      `  const size_t qoff = (size_t)bh * T * D, koff = (size_t)bh * S * D;\n`,
-    /** the 16-bit elements of buffer `arg` from element offset `off` */
-    raw: (arg: string, off: string) => `reinterpret_cast<const unsigned short*>(${arg}) + ${off}`,
+      `  const int bh = blockIdx.y;\n` + headOffsets(gm),
+    /** the 16-bit elements of logical buffer `name` (its kernel argument) from element offset `off` */
+    raw: (name: string, off: string) => `reinterpret_cast<const unsigned short*>(${gm.buf[name]}) + ${off}`,
     load,
     /** A fragments (rows w*16.., all D) of a shared tile into registers `name[NK][4]` */
     aFrag: (name: string, tile: string) =>
@@ -143,13 +146,13 @@ function text(gm: Geom) {
      * `extra(r0, which)` plain statements run with each tile's copies (they write the `cur` / `next`
      * side; visible after the step's barrier).
      */
-    stream: (v: string, v0: string, vend: string, rows: string, tiles: [string, string, string][], extra: (r0: string, which: 'cur' | 'next') => string = () => '') =>
-      asyncLoad(v0, rows, tiles.map(([c, , src]) => [c, src])) + extra(v0, 'cur') +
+    stream: (v: string, v0: string, vend: string, rows: string, tiles: [string, string, string, string][], extra: (r0: string, which: 'cur' | 'next') => string = () => '') =>
+      asyncLoad(v0, rows, tiles.map(([c, , src, st]) => [c, src, st])) + extra(v0, 'cur') +
       `  for (int ${v} = ${v0}; ${v} < ${vend}; ${v} += ${BR}) {\n` +
       `    mpsc_cp_async_wait_all();\n` +
       `    __syncthreads();  // this step's tiles are in place; the previous step's are consumed\n` +
       `    if (${v} + ${BR} < ${vend}) {  // the next step's tiles, copied while this one computes\n` +
-      (asyncLoad(`${v} + ${BR}`, rows, tiles.map(([, nx, src]) => [nx, src])) + extra(`${v} + ${BR}`, 'next')).replace(/^(?=.)/gm, '    ') +
+      (asyncLoad(`${v} + ${BR}`, rows, tiles.map(([, nx, src, st]) => [nx, src, st])) + extra(`${v} + ${BR}`, 'next')).replace(/^(?=.)/gm, '    ') +
       `    }\n`,
     closeStream: (tiles: [string, string][]) =>
       tiles.map(([c, nx]) => `    { auto const u = ${c}; ${c} = ${nx}; ${nx} = u; }\n`).join('') + `  }\n`,
@@ -165,14 +168,14 @@ function storePair(a: KernelArg, idx: string, x: string, y: string): string {
   return `*reinterpret_cast<uint*>(${a.name} + ${idx}) = mpsc_pack_${mmaSuffix(a.type)}(${x}, ${y});`;
 }
 
-/** stores a warp's [16 x D] accumulator rows r0 = base + g and r0 + 8 (below `rows`) into `out` at head offset `off` */
-function storeRows(x: ReturnType<typeof text>, out: KernelArg, acc: string, base: string, rows: string, off: string, mul: [string, string] = ['', '']): string {
+/** stores a warp's [16 x D] accumulator rows r0 = base + g and r0 + 8 (below `rows`) into `out` at head offset `off`, row stride `st` */
+function storeRows(x: ReturnType<typeof text>, out: KernelArg, acc: string, base: string, rows: string, off: string, st: string, mul: [string, string] = ['', '']): string {
   return (
     `  {\n    const int r0 = ${base} + g, r1 = r0 + 8;\n` +
     `    #pragma unroll\n    for (int j = 0; j < ${x.ND}; ++j) {\n` +
     `      const int c = j * 8 + 2 * t;\n` +
-    `      if (r0 < ${rows}) ${storePair(out, `${off} + (size_t)r0 * D + c`, `${acc}[j][0]${mul[0]}`, `${acc}[j][1]${mul[0]}`)}\n` +
-    `      if (r1 < ${rows}) ${storePair(out, `${off} + (size_t)r1 * D + c`, `${acc}[j][2]${mul[1]}`, `${acc}[j][3]${mul[1]}`)}\n` +
+    `      if (r0 < ${rows}) ${storePair(out, `${off} + (size_t)r0 * ${st} + c`, `${acc}[j][0]${mul[0]}`, `${acc}[j][1]${mul[0]}`)}\n` +
+    `      if (r1 < ${rows}) ${storePair(out, `${off} + (size_t)r1 * ${st} + c`, `${acc}[j][2]${mul[1]}`, `${acc}[j][3]${mul[1]}`)}\n` +
     `    }\n  }\n`
   );
 }
@@ -188,14 +191,14 @@ function forwardBody(gm: Geom, o: KernelArg): string {
     `  unsigned short* Kn = sm + ${3 * BR * P};\n  unsigned short* Vn = sm + ${4 * BR * P};  // the next key tile's (double buffering)\n` +
     `  // the last query tiles see the most keys: they start first\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
-    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'koff')};\n` +
-    x.load('q0', 'T', [['Qs', 'qh']]) +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
+    x.load('q0', 'T', [['Qs', 'qh', 'RQ']]) +
     `  __syncthreads();\n` +
     x.aFrag('qa', 'Qs') +
     x.zero('acc') +
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (base 2), partial sums\n` +
     `  const int kbeg = 0, kend = ${x.kend};\n` +
-    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh'], ['Vs', 'Vn', 'vh']]) +
+    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh', 'RK'], ['Vs', 'Vn', 'vh', 'RV']]) +
     x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
     `    const bool edge = ${edge};\n` +
     `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
@@ -220,7 +223,7 @@ function forwardBody(gm: Geom, o: KernelArg): string {
     x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
     `  l0 = mpsc_quad_sum(l0);\n  l1 = mpsc_quad_sum(l1);\n` +
     `  const float i0 = 1.0f / l0, i1 = 1.0f / l1;\n` +
-    storeRows(x, o, 'acc', 'qw', 'T', 'qoff', [' * i0', ' * i1']) +
+    storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', [' * i0', ' * i1']) +
     `  if (t == 0) {\n    const int r0 = qw + g, r1 = r0 + 8;\n` +
     `    if (r0 < T) lse[(size_t)bh * T + r0] = m0 * ${lit(Math.LN2)} + logf(l0);\n` +
     `    if (r1 < T) lse[(size_t)bh * T + r1] = m1 * ${lit(Math.LN2)} + logf(l1);\n  }\n`
@@ -244,13 +247,13 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
     `  float* Ls = Lb[0];\n  float* Ln = Lb[1];\n  float* Ds = Db[0];\n  float* Dn = Db[1];\n` +
     `  const int k0 = blockIdx.x * ${BR}, kw = k0 + w * 16;\n` +
     `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
-    `  const unsigned short* vh = ${x.raw('v', 'koff')};\n  const unsigned short* oh = ${x.raw('dout', 'qoff')};\n` +
-    x.load('k0', 'S', [['Ks', 'kh'], ['Vs', 'vh']]) +
+    `  const unsigned short* vh = ${x.raw('v', 'voff')};\n  const unsigned short* oh = ${x.raw('dout', 'ooff')};\n` +
+    x.load('k0', 'S', [['Ks', 'kh', 'RK'], ['Vs', 'vh', 'RV']]) +
     `  __syncthreads();\n` +
     x.aFrag('ka', 'Ks') + x.aFrag('va', 'Vs') +
     x.zero('dka') + x.zero('dva') +
     `  const int qbeg = ${qbeg};\n` +
-    x.stream('q0', 'qbeg', 'T', 'T', [['Qs', 'Qn', 'qh'], ['Os', 'On', 'oh']], (r0, which) =>
+    x.stream('q0', 'qbeg', 'T', 'T', [['Qs', 'Qn', 'qh', 'RQ'], ['Os', 'On', 'oh', 'RO']], (r0, which) =>
       `  if (threadIdx.x < ${BR}) {\n    const int qi = ${r0} + threadIdx.x;\n` +
       `    ${which === 'cur' ? 'Ls' : 'Ln'}[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
       `    ${which === 'cur' ? 'Ds' : 'Dn'}[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n  }\n`) +
@@ -269,8 +272,8 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
     x.times('dva', 'st', 'Os').replace(/^(?=.)/gm, '  ') +
     x.times('dka', 'dpt', 'Qs').replace(/^(?=.)/gm, '  ') +
     x.closeStream([['Qs', 'Qn'], ['Os', 'On'], ['Ls', 'Ln'], ['Ds', 'Dn']]) +
-    storeRows(x, dk, 'dka', 'kw', 'S', 'koff') +
-    storeRows(x, dv, 'dva', 'kw', 'S', 'koff')
+    storeRows(x, dk, 'dka', 'kw', 'S', 'koff', 'RK') +
+    storeRows(x, dv, 'dva', 'kw', 'S', 'voff', 'RV')
   );
 }
 
@@ -287,8 +290,8 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
     `  unsigned short* Kn = Qs;\n  unsigned short* Vn = Os;\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
     `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
-    `  const unsigned short* vh = ${x.raw('v', 'koff')};\n  const unsigned short* oh = ${x.raw('dout', 'qoff')};\n` +
-    x.load('q0', 'T', [['Qs', 'qh'], ['Os', 'oh']]) +
+    `  const unsigned short* vh = ${x.raw('v', 'voff')};\n  const unsigned short* oh = ${x.raw('dout', 'ooff')};\n` +
+    x.load('q0', 'T', [['Qs', 'qh', 'RQ'], ['Os', 'oh', 'RO']]) +
     `  __syncthreads();\n` +
     x.aFrag('qa', 'Qs') + x.aFrag('oa', 'Os') +
     `  const int r0 = qw + g, r1 = r0 + 8;\n` +
@@ -296,7 +299,7 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
     `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n` +
     x.zero('dqa') +
     `  const int kbeg = 0, kend = ${x.kend};\n` +
-    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh'], ['Vs', 'Vn', 'vh']]) +
+    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh', 'RK'], ['Vs', 'Vn', 'vh', 'RV']]) +
     x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
     x.scores('dp', 'oa', 'Vs').replace(/^(?=.)/gm, '  ') +
     `    const bool edge = ${edge};\n` +
@@ -309,7 +312,7 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
     `    // dQ += dS K (the scale folded into dS)\n` +
     x.times('dqa', 's', 'Ks').replace(/^(?=.)/gm, '  ') +
     x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
-    storeRows(x, dq, 'dqa', 'qw', 'T', 'qoff')
+    storeRows(x, dq, 'dqa', 'qw', 'T', 'qoff', 'RQ')
   );
 }
 
@@ -319,26 +322,26 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
  */
 export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   if (ctx.d.name !== 'cuda') throw new Error(`internal: the CUDA attention lowered for dialect ${ctx.d.name}`);
-  if (n.op !== 'attention' && n.op !== 'attention_grad') return null;
+  if (!ATTENTION_FAMILY.includes(n.op)) return null;
   if (flashRefusal(g, n) !== null) return f32Refusal(g, n) === null ? lowerAttentionF32(ctx, g, n) : null;
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
   return flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
-    forward: (args) => forwardBody(gm, args[3]), gradKV: (args) => gradKVBody(gm, args[5], args[6]), gradQ: (args) => gradQBody(gm, args[5]),
+    forward: (_args, o) => forwardBody(gm, o), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv), gradQ: (_args, dq) => gradQBody(gm, dq),
   });
 }
 
 /**
  * One line per kind of attention choice over the programs' graphs (`mpsc build --device cuda`): how
- * many attention / attention_grad nodes run on the flash kernels, and how many on the shared kernel
+ * many attention-family nodes run on the flash kernels, and how many on the shared kernel
  * and why (flashRefusal).
  */
 export function attentionReport(graphs: Graph[]): string[] {
   const counts = new Map<string, number>();
   for (const g of graphs)
     for (const n of g.nodes) {
-      if (n.op !== 'attention' && n.op !== 'attention_grad') continue;
+      if (!ATTENTION_FAMILY.includes(n.op)) continue;
       const why = flashRefusal(g, n), whyF32 = why === null ? null : f32Refusal(g, n);
       const key = why === null
         ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores, attention_cuda.ts)`

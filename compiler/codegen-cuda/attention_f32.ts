@@ -2,7 +2,10 @@
  * attention_f32: the CUDA backend's flash attention in fp32 on the CUDA cores (no TF32: PyTorch's
  * fp32 attention, the memory-efficient kernel, does not use it either, and issue 14 keeps fp32 within
  * 1e-4 of the float64 reference), for `attention` / `attention_grad` nodes the 16-bit tensor-core
- * kernels (attention_cuda.ts) do not take, with a head width in F32_HEAD_DIMS. Consumes those nodes
+ * kernels (attention_cuda.ts) do not take, with a head width in F32_HEAD_DIMS, and their packed forms
+ * attention_qkv / attention_qkv_grad (the same kernels: every operand addressed by op_rules' attnLayout,
+ * a head's element offset and row stride, so q, k, v are read in place from the [N,T,3C] projection,
+ * o / dO are [N,T,C] and dq, dk, dv land in one [N,T,3C] gradient). Consumes those nodes
  * (CUDA dialect context; operands of any element type, 16-bit ones widened exactly); produces
  * KernelSpecs with the same IR semantics and saved tensors (o, lse) as the shared kernel. Called by
  * attention_cuda.ts lowerAttentionCuda, which decides which nodes come here.
@@ -26,7 +29,8 @@
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { asFloat, isHalfElem, type Dialect } from '../kernels/dialect.js';
-import { argOf, boolAttr, ceilDiv, label, numAttr, numel, shapeOf } from '../kernels/common.js';
+import { argOf, ceilDiv, label, shapeOf } from '../kernels/common.js';
+import { attnLayout, type AttnLayout, type HeadRows } from '../ir/op_rules/attention.js';
 
 /** head widths of the fp32 kernels (a multiple of the 16 accumulator columns per thread row; wider heads exceed 48 KiB) */
 export const F32_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
@@ -40,8 +44,11 @@ const SP = 36;
 const pitch = (D: number) => D + 4;
 const LOG2E = Math.LOG2E;
 
-/** one attention op: H heads (N * H) of T queries and S keys of width D */
-export interface AttnGeom { H: number; T: number; S: number; D: number; causal: boolean; scale: number }
+/**
+ * one attention op: H heads (N * heads) of T queries and S keys of width D; L the operands' layouts;
+ * buf the kernel argument each logical buffer (q, k, v, dout, o, lse, dq, dk, dv) is read / written through
+ */
+export interface AttnGeom { H: number; T: number; S: number; D: number; causal: boolean; scale: number; L: AttnLayout; buf: Record<string, string> }
 type Geom = AttnGeom;
 
 /** a float literal that reads back as the same float32 */
@@ -50,10 +57,55 @@ export const lit = (x: number) => {
   return /[.e]/.test(s) ? `${s}f` : `${s}.0f`;
 };
 
+/** the attention family's ops: separate q, k, v, or packed in one [N,T,3C] projection */
+export const ATTENTION_FAMILY: readonly string[] = ['attention', 'attention_grad', 'attention_qkv', 'attention_qkv_grad'];
+export const isForward = (n: Node) => n.op === 'attention' || n.op === 'attention_qkv';
+
 export function attnGeom(g: Graph, n: Node): Geom {
-  const qi = n.op === 'attention' ? 0 : 1;
-  const qs = shapeOf(g, n.inputs[qi]), ks = shapeOf(g, n.inputs[qi + 1]);
-  return { H: numel(qs.slice(0, -2)), T: qs[qs.length - 2], S: ks[ks.length - 2], D: qs[qs.length - 1], causal: boolAttr(n, 'causal'), scale: numAttr(n, 'scale') };
+  const L = attnLayout(n.op, n.inputs.map((v) => shapeOf(g, v)), n.attrs);
+  const buf: Record<string, string> = L.packed
+    ? { q: 'qkv', k: 'qkv', v: 'qkv', o: 'o', dout: 'dout', lse: 'lse', dq: 'dqkv', dk: 'dqkv', dv: 'dqkv' }
+    : { q: 'q', k: 'k', v: 'v', o: 'o', dout: 'dout', lse: 'lse', dq: 'dq', dk: 'dk', dv: 'dv' };
+  return { H: L.N * L.H, T: L.T, S: L.S, D: L.D, causal: L.causal, scale: L.scale, L, buf };
+}
+
+/** the IR value of the saved lse (f32 in both flash paths) and of the head-width operand */
+export function lseValue(n: Node): number {
+  return isForward(n) ? n.outputs[1] : n.inputs[n.op === 'attention_grad' ? 5 : 3];
+}
+
+/** the index type of the operands' element offsets: int for a packed layout whose buffers an int indexes, else size_t */
+export function indexType(gm: AttnGeom): 'int' | 'size_t' {
+  return gm.L.packed && gm.L.N * gm.L.q.sn < 2 ** 31 ? 'int' : 'size_t';
+}
+
+/**
+ * `const size_t qoff = ..., koff = ..., voff = ..., ooff = ...;` (head bh's element offsets of q, k, v
+ * and o; the gradients and dO share them) and the row strides RQ, RK, RV, RO of those buffers
+ */
+export function headOffsets(gm: AttnGeom): string {
+  const L = gm.L;
+  // the packed layout's offsets in 32 bits where its buffers allow (fewer registers held across the loops:
+  // the fp32 kernels at D = 16 spill otherwise); the separate layout's as they always were
+  const t = indexType(gm);
+  const off = (r: HeadRows) => (r.base === 0 ? '' : `${r.base} + `) +
+    (r.sn === L.H * r.sh ? `(${t})bh * ${r.sh}` : `(${t})(bh / ${L.H}) * ${r.sn} + (${t})(bh % ${L.H}) * ${r.sh}`);
+  /** k and v as q's offset plus a constant where they share its strides (packed: + C, + 2C) */
+  const rel = (r: HeadRows) => (r.sn === L.q.sn && r.sh === L.q.sh ? (r.base === L.q.base ? 'qoff' : `qoff + ${r.base - L.q.base}`) : off(r));
+  return `  // head bh's rows: element offsets and row strides of q, k, v (and their gradients), o and dO\n` +
+    `  const ${t} qoff = ${off(L.q)};\n  const ${t} koff = ${rel(L.k)};\n  const ${t} voff = ${rel(L.v)};\n  const ${t} ooff = ${off(L.o)};\n` +
+    `  constexpr int RQ = ${L.q.st};\n  constexpr int RK = ${L.k.st};\n  constexpr int RV = ${L.v.st};\n  constexpr int RO = ${L.o.st};\n`;
+}
+
+/** a kernel body without the one-line constant declarations (`const size_t x = ...;`, `const int x`, `constexpr int x`) it never reads (nvcc -Werror) */
+export function pruneDecls(body: string): string {
+  const code = body.replace(/\/\/.*$/gm, '');  // uses in comments do not count
+  const out = body.split('\n').filter((line) => {
+    const m = /^\s*(?:const size_t|const int|constexpr int) (\w+) = [^,;]*;\s*(?:\/\/.*)?$/.exec(line);
+    return !m || (code.match(new RegExp(`\\b${m[1]}\\b`, 'g')) ?? []).length > 1;
+  }).join('\n');
+  // a dropped declaration may have been the only reader of another (koff = qoff + C)
+  return out === body ? out : pruneDecls(out);
 }
 
 /** `name[idx] = x` in the buffer's element type */
@@ -63,21 +115,23 @@ function store(d: Dialect, a: KernelArg, idx: string, x: string): string {
 
 function text(d: Dialect, gm: Geom, args: KernelArg[]) {
   const type = (name: string) => args.find((a) => a.name === name)!.type;
+  const buf = (name: string) => gm.buf[name];
+  const ix = indexType(gm);
   const NC = gm.D / 16, shift = gm.S - gm.T;
   const ind = (s: string) => s.replace(/^(?=.)/gm, '  ');
   return {
     NC, ind,
     consts:
-      `  constexpr int T = ${gm.T}, S = ${gm.S}, D = ${gm.D}, P = ${pitch(gm.D)};  // queries, keys, head width, tile pitch\n` +
+      `  constexpr int T = ${gm.T}, S = ${gm.S}, P = ${pitch(gm.D)};  // queries, keys, tile pitch\n` +
+      `  constexpr int D = ${gm.D};  // head width\n` +
       `  constexpr float SC = ${lit(gm.scale * LOG2E)};  // scale * log2(e): scores in base 2\n` +
       `  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;\n` +
-      `  const int bh = blockIdx.y;\n` +
-      `  const size_t qoff = (size_t)bh * T * D, koff = (size_t)bh * S * D;\n`,
-    /** rows [r0, r0 + 32) of [rows x D] slabs (buffer, head offset) into shared tiles, zeros past `rows` */
-    load: (r0: string, rows: string, pairs: [string, string, string][]) =>
+      `  const int bh = blockIdx.y;\n` + headOffsets(gm),
+    /** rows [r0, r0 + 32) of [rows x D] slabs (logical buffer, head offset, row stride) into shared tiles, zeros past `rows` */
+    load: (r0: string, rows: string, pairs: [string, string, string, string][]) =>
       `  for (int e = threadIdx.x; e < ${B * gm.D}; e += ${THREADS}) {\n` +
       `    const int r = e / D, c = e % D;\n    const bool in = ${r0} + r < ${rows};\n` +
-      pairs.map(([dst, src, off]) => `    ${dst}[r * P + c] = in ? ${asFloat(d, type(src), `${src}[${off} + (size_t)(${r0} + r) * D + c]`)} : 0.0f;\n`).join('') +
+      pairs.map(([dst, src, off, st]) => `    ${dst}[r * P + c] = in ? ${asFloat(d, type(buf(src)), `${buf(src)}[${off} + (${ix})(${r0} + r) * ${st} + c]`)} : 0.0f;\n`).join('') +
       `  }\n`,
     /** s[4][2] = rows 4ty.. of A times rows tx, tx + 16 of Bm (both [32][P] tiles), over D, 4 features per float4 read */
     scores: (s: string, A: string, Bm: string) =>
@@ -100,10 +154,10 @@ function text(d: Dialect, gm: Geom, args: KernelArg[]) {
       [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', gm.causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
     kend: gm.causal ? `min(S, q0 + ${B + shift})` : 'S',
     shift,
-    /** rows 4ty + i (below `rows`) of acc into buffer `out` at head offset `off` (columns tx + 16 j) */
-    storeRows: (out: KernelArg, acc: string, r0: string, rows: string, off: string, mul = (_i: string) => '') =>
+    /** rows 4ty + i (below `rows`) of acc into buffer `out` at head offset `off`, row stride `st` (columns tx + 16 j) */
+    storeRows: (out: KernelArg, acc: string, r0: string, rows: string, off: string, st: string, mul = (_i: string) => '') =>
       `  #pragma unroll\n  for (int i = 0; i < 4; ++i) {\n    const int r = ${r0} + ty * 4 + i;\n    if (r < ${rows}) {\n` +
-      `      #pragma unroll\n      for (int j = 0; j < ${NC}; ++j) ${store(d, out, `${off} + (size_t)r * D + tx + 16 * j`, `${acc}[i][j]${mul('i')}`)}\n    }\n  }\n`,
+      `      #pragma unroll\n      for (int j = 0; j < ${NC}; ++j) ${store(d, out, `${off} + (${ix})r * ${st} + tx + 16 * j`, `${acc}[i][j]${mul('i')}`)}\n    }\n  }\n`,
   };
 }
 
@@ -111,8 +165,8 @@ function text(d: Dialect, gm: Geom, args: KernelArg[]) {
 const half16 = (v: string, op: 'max' | 'sum') =>
   [8, 4, 2, 1].map((o) => op === 'max' ? `${v} = fmaxf(${v}, __shfl_xor_sync(0xffffffffu, ${v}, ${o}));` : `${v} += __shfl_xor_sync(0xffffffffu, ${v}, ${o});`).join(' ');
 
-function forwardBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
-  const x = text(d, gm, args), o = args[3];
+function forwardBody(d: Dialect, gm: Geom, args: KernelArg[], o: KernelArg): string {
+  const x = text(d, gm, args);
   const edge = `k0 + ${B} > S` + (gm.causal ? ` || k0 + ${B - 1} > q0 + ${x.shift}` : '');
   return (
     `  // flash attention forward in fp32: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}; 32 queries per block, 32-key tiles\n` +
@@ -120,14 +174,14 @@ function forwardBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     `  __shared__ __align__(16) float Qs[${B * pitch(gm.D)}], Ks[${B * pitch(gm.D)}], Vs[${B * pitch(gm.D)}], Ps[${B * SP}];\n` +
     `  // the last query tiles see the most keys: they start first\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${B};\n` +
-    x.load('q0', 'T', [['Qs', 'q', 'qoff']]) +
+    x.load('q0', 'T', [['Qs', 'q', 'qoff', 'RQ']]) +
     x.zero('acc') +
     `  float m[4], l[4];  // running max (base 2) and this thread's partial sum per row\n` +
     `  #pragma unroll\n  for (int i = 0; i < 4; ++i) { m[i] = -INFINITY; l[i] = 0.0f; }\n` +
     `  const int kend = ${x.kend};\n` +
     `  for (int k0 = 0; k0 < kend; k0 += ${B}) {\n` +
     `    __syncthreads();  // the previous tiles are consumed\n` +
-    x.ind(x.load('k0', 'S', [['Ks', 'k', 'koff'], ['Vs', 'v', 'koff']])) +
+    x.ind(x.load('k0', 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']])) +
     `    __syncthreads();\n` +
     x.ind(x.scores('s', 'Qs', 'Ks')) +
     `    const bool edge = ${edge};\n` +
@@ -148,14 +202,14 @@ function forwardBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     x.ind(x.times('acc', 'Ps', 'Vs')) +
     `  }\n` +
     `  #pragma unroll\n  for (int i = 0; i < 4; ++i) { ${half16('l[i]', 'sum')} }\n` +
-    x.storeRows(o, 'acc', 'q0', 'T', 'qoff', (i) => ` / l[${i}]`) +
+    x.storeRows(o, 'acc', 'q0', 'T', 'ooff', 'RO', (i) => ` / l[${i}]`) +
     `  if (tx == 0) {\n    #pragma unroll\n    for (int i = 0; i < 4; ++i) {\n      const int r = q0 + ty * 4 + i;\n` +
     `      if (r < T) lse[(size_t)bh * T + r] = m[i] * ${lit(Math.LN2)} + logf(l[i]);\n    }\n  }\n`
   );
 }
 
-function gradKVBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
-  const x = text(d, gm, args), dk = args[5], dv = args[6];
+function gradKVBody(d: Dialect, gm: Geom, args: KernelArg[], dk: KernelArg, dv: KernelArg): string {
+  const x = text(d, gm, args);
   const edge = `q0 + ${B} > T` + (gm.causal ? ` || k0 + ${B - 1} > q0 + ${x.shift}` : '');
   const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${B} * ${B}` : '0';
   const P = pitch(gm.D);
@@ -165,11 +219,11 @@ function gradKVBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     x.consts +
     `  __shared__ __align__(16) float Ks[${B * P}], Vs[${B * P}], Qs[${B * P}], Os[${B * P}], PT[${B * SP}], dST[${B * SP}];\n  __shared__ float Ls[${B}], Ds[${B}];\n` +
     `  const int k0 = blockIdx.x * ${B};\n` +
-    x.load('k0', 'S', [['Ks', 'k', 'koff'], ['Vs', 'v', 'koff']]) +
+    x.load('k0', 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']]) +
     x.zero('dka') + x.zero('dva') +
     `  for (int q0 = ${qbeg}; q0 < T; q0 += ${B}) {\n` +
     `    __syncthreads();  // the previous tiles are consumed (and the K / V tiles loaded)\n` +
-    x.ind(x.load('q0', 'T', [['Qs', 'q', 'qoff'], ['Os', 'dout', 'qoff']])) +
+    x.ind(x.load('q0', 'T', [['Qs', 'q', 'qoff', 'RQ'], ['Os', 'dout', 'ooff', 'RO']])) +
     `    if (threadIdx.x < ${B}) {\n      const int qi = q0 + threadIdx.x;\n` +
     `      Ls[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
     `      Ds[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n    }\n` +
@@ -185,12 +239,12 @@ function gradKVBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS)\n` +
     x.ind(x.times('dva', 'PT', 'Os')) + x.ind(x.times('dka', 'dST', 'Qs')) +
     `  }\n` +
-    x.storeRows(dk, 'dka', 'k0', 'S', 'koff') + x.storeRows(dv, 'dva', 'k0', 'S', 'koff')
+    x.storeRows(dk, 'dka', 'k0', 'S', 'koff', 'RK') + x.storeRows(dv, 'dva', 'k0', 'S', 'voff', 'RV')
   );
 }
 
-function gradQBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
-  const x = text(d, gm, args), dq = args[5];
+function gradQBody(d: Dialect, gm: Geom, args: KernelArg[], dq: KernelArg): string {
+  const x = text(d, gm, args);
   const edge = `k0 + ${B} > S` + (gm.causal ? ` || k0 + ${B - 1} > q0 + ${x.shift}` : '');
   const P = pitch(gm.D);
   return (
@@ -199,7 +253,7 @@ function gradQBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     x.consts +
     `  __shared__ __align__(16) float Qs[${B * P}], Os[${B * P}], Ks[${B * P}], Vs[${B * P}], dSs[${B * SP}];\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${B};\n` +
-    x.load('q0', 'T', [['Qs', 'q', 'qoff'], ['Os', 'dout', 'qoff']]) +
+    x.load('q0', 'T', [['Qs', 'q', 'qoff', 'RQ'], ['Os', 'dout', 'ooff', 'RO']]) +
     `  float L[4], Dl[4];  // lse (base 2) and Delta of the thread's rows\n` +
     `  #pragma unroll\n  for (int i = 0; i < 4; ++i) {\n    const int r = q0 + ty * 4 + i;\n` +
     `    L[i] = r < T ? lse[(size_t)bh * T + r] * ${lit(LOG2E)} : 0.0f;\n    Dl[i] = r < T ? mpsc_scratch[(size_t)bh * T + r] : 0.0f;\n  }\n` +
@@ -207,7 +261,7 @@ function gradQBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     `  const int kend = ${x.kend};\n` +
     `  for (int k0 = 0; k0 < kend; k0 += ${B}) {\n` +
     `    __syncthreads();  // the previous tiles are consumed (and the Q / dO tiles loaded)\n` +
-    x.ind(x.load('k0', 'S', [['Ks', 'k', 'koff'], ['Vs', 'v', 'koff']])) +
+    x.ind(x.load('k0', 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']])) +
     `    __syncthreads();\n` +
     x.ind(x.scores('s', 'Qs', 'Ks')) + x.ind(x.scores('dp', 'Os', 'Vs')) +
     `    const bool edge = ${edge};\n` +
@@ -219,16 +273,15 @@ function gradQBody(d: Dialect, gm: Geom, args: KernelArg[]): string {
     `    // dQ += dS K (the scale folded into dS)\n` +
     x.ind(x.times('dqa', 'dSs', 'Ks')) +
     `  }\n` +
-    x.storeRows(dq, 'dqa', 'q0', 'T', 'qoff')
+    x.storeRows(dq, 'dqa', 'q0', 'T', 'qoff', 'RQ')
   );
 }
 
 /** why a node keeps the shared kernel instead of these (null: these take it) */
 export function f32Refusal(g: Graph, n: Node): string | null {
-  const qi = n.op === 'attention' ? 0 : 1;
-  const D = shapeOf(g, n.inputs[qi]).at(-1)!;
+  const D = attnGeom(g, n).D;
   if (!F32_HEAD_DIMS.includes(D)) return `head width ${D} (the fp32 flash kernels take ${F32_HEAD_DIMS.join(', ')})`;
-  const lse = n.op === 'attention' ? n.outputs[1] : n.inputs[5];
+  const lse = lseValue(n);
   if (g.values[lse].dtype !== 'f32') return `lse stored as ${g.values[lse].dtype} (the kernels keep it fp32)`;
   return null;
 }
@@ -244,14 +297,16 @@ function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], gm: Ge
   return {
     name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention: Delta = rowsum(dO * O), 8 lanes per row]`, args,
     groups: [Math.max(1, ceilDiv(rows * 8, 256)), 1, 1], tgsize: [256, 1, 1], tgmem: 0, sync: true, scratch,
-    body:
+    body: pruneDecls(
       `  // Delta[i] = sum_d dO[i, d] O[i, d] for the ${rows} query rows into the scratch region; lanes 8i..8i+7 of the grid take row i\n` +
       `  const int row = (blockIdx.x * 256 + threadIdx.x) >> 3, part = threadIdx.x & 7;\n` +
-      `  const size_t base = (size_t)min(row, ${rows - 1}) * ${gm.D};\n  float acc = 0.0f;\n` +
+      `  const int bh = min(row, ${rows - 1}) / ${gm.T}, qi = min(row, ${rows - 1}) % ${gm.T};  // (head, query) of the row\n` +
+      headOffsets(gm) +
+      `  const size_t base = ooff + (size_t)qi * RO;\n  float acc = 0.0f;\n` +
       `  for (int c = part; c < ${gm.D}; c += 8) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
       `  // (whole warps reach the butterfly: rows past the end read the last row and do not store)\n` +
       `  acc += __shfl_xor_sync(0xffffffffu, acc, 4);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 2);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 1);\n` +
-      `  if (part == 0 && row < ${rows}) mpsc_scratch[row] = acc;\n`,
+      `  if (part == 0 && row < ${rows}) mpsc_scratch[row] = acc;\n`),
   };
 }
 
@@ -261,18 +316,19 @@ export interface FlashBodies {
   what: string;
   /** rows per block (queries in the forward and dQ kernels, keys in the dK/dV kernel) */
   rows: number;
-  /** [q, k, v, o, lse] */
-  forward(args: KernelArg[]): string;
-  /** [dout, q, k, v, lse, dk, dv] */
-  gradKV(args: KernelArg[]): string;
-  /** [dout, q, k, v, lse, dq] */
-  gradQ(args: KernelArg[]): string;
+  /** args: [q, k, v | qkv, o, lse]; o the output */
+  forward(args: KernelArg[], o: KernelArg): string;
+  /** args: [dout, q, k, v | qkv, lse, dk, dv | dqkv]; dk, dv the outputs (one argument when packed) */
+  gradKV(args: KernelArg[], dk: KernelArg, dv: KernelArg): string;
+  /** args: [dout, q, k, v | qkv, lse, dq | dqkv]; dq the output */
+  gradQ(args: KernelArg[], dq: KernelArg): string;
 }
 
 /**
- * The kernels of an attention node (one) or an attention_grad node (Delta into the scratch region,
- * dK/dV, dQ; all three bind the H * T floats of scratch) for one flash path: 128 threads per block,
- * blocks over (row tiles, heads).
+ * The kernels of an attention / attention_qkv node (one) or an attention_grad / attention_qkv_grad node
+ * (Delta into the scratch region, dK/dV, dQ; all three bind the H * T floats of scratch) for one flash
+ * path: 128 threads per block, blocks over (row tiles, heads). Packed nodes bind the one qkv (dqkv)
+ * buffer once; the bodies address it through AttnGeom.buf and the head offsets.
  */
 export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): KernelSpec[] {
   const gm = attnGeom(g, n);
@@ -280,22 +336,25 @@ export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): 
   const ins = n.inputs, outs = n.outputs;
   const spec = (args: KernelArg[], rows: number, body: string, part: string, scratch?: number): KernelSpec => ({
     name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention, ${p.what}${part}]`, args,
-    groups: [Math.max(1, ceilDiv(rows, p.rows)), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem: 0, sync: true, body,
+    groups: [Math.max(1, ceilDiv(rows, p.rows)), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem: 0, sync: true, body: pruneDecls(body),
     ...(scratch ? { scratch } : {}),
   });
-  if (n.op === 'attention') {
-    const args = [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v'), a(outs[0], 'o', 'w'), a(outs[1], 'lse', 'w')];
-    return [spec(args, gm.T, p.forward(args), '')];
+  if (isForward(n)) {
+    const o = a(outs[0], 'o', 'w');
+    const args = gm.L.packed ? [a(ins[0], 'qkv'), o, a(outs[1], 'lse', 'w')] : [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v'), o, a(outs[1], 'lse', 'w')];
+    return [spec(args, gm.T, p.forward(args, o), '')];
   }
-  // inputs (do, q, k, v, o, lse) -> dq, dk, dv
+  // inputs (do, q, k, v, o, lse) -> dq, dk, dv; packed (do, qkv, o, lse) -> dqkv
   const scratch = gm.H * gm.T * 4;
-  const ro = [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse')];
-  const kv = [ro[0], ro[1], ro[2], ro[3], ro[5], a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')];
-  const q = [ro[0], ro[1], ro[2], ro[3], ro[5], a(outs[0], 'dq', 'w')];
+  const dout = a(ins[0], 'dout');
+  const [qkv, o, lse] = gm.L.packed ? [[a(ins[1], 'qkv')], a(ins[2], 'o'), a(ins[3], 'lse')] : [[a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v')], a(ins[4], 'o'), a(ins[5], 'lse')];
+  const [dq, dk, dv] = gm.L.packed ? [0, 0, 0].map(() => a(outs[0], 'dqkv', 'w')) : [a(outs[0], 'dq', 'w'), a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')];
+  const kv = [dout, ...qkv, lse, ...(gm.L.packed ? [dk] : [dk, dv])];
+  const q = [dout, ...qkv, lse, dq];
   return [
-    deltaKernel(ctx, g, n, [ro[0], ro[4]], gm, scratch),
-    spec(kv, gm.S, p.gradKV(kv), ': dK, dV', scratch),
-    spec(q, gm.T, p.gradQ(q), ': dQ', scratch),
+    deltaKernel(ctx, g, n, [dout, o], gm, scratch),
+    spec(kv, gm.S, p.gradKV(kv, dk, dv), ': dK, dV', scratch),
+    spec(q, gm.T, p.gradQ(q, dq), ': dQ', scratch),
   ];
 }
 
@@ -304,6 +363,6 @@ export function lowerAttentionF32(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   const gm = attnGeom(g, n), d = ctx.d;
   return flashKernels(ctx, g, n, {
     what: 'fp32 on the CUDA cores, 32 rows per block', rows: B,
-    forward: (args) => forwardBody(d, gm, args), gradKV: (args) => gradKVBody(d, gm, args), gradQ: (args) => gradQBody(d, gm, args),
+    forward: (args, o) => forwardBody(d, gm, args, o), gradKV: (args, dk, dv) => gradKVBody(d, gm, args, dk, dv), gradQ: (args, dq) => gradQBody(d, gm, args, dq),
   });
 }

@@ -70,7 +70,7 @@ if (sharedEmbedding === 'cpu') throw new Error('internal: embedding has no share
 /** a position embedding reads its rows without the positions (embedding_cuda.ts); other ids: the shared gather */
 const cudaEmbedding: GpuLowering = (ctx, g, n) => lowerEmbeddingCuda(ctx, g, n) ?? sharedEmbedding(ctx, g, n);
 /**
- * The shared registry with attention / attention_grad on attention_cuda.ts where it applies, long sum_to and layernorm_grad on
+ * The shared registry with the attention family (attention, attention_qkv and their gradients) on attention_cuda.ts where it applies, long sum_to and layernorm_grad on
  * reduce_cuda.ts (its dx and the layernorm forward a warp per row: layernorm_cuda.ts), embedding (ids = positions) and
  * embedding_grad on embedding_cuda.ts, long 16-bit element-wise nodes and long adam_update on wide_ew_cuda.ts, the class
  * losses / metrics cross_entropy(_grad), accuracy and top_k on class_rows.ts, and the GEMM family through cublaslt.ts
@@ -88,7 +88,7 @@ function gemmRegistry(lt: boolean, tf32x3: Tf32x3Mode, choices: GemmChoice[]): {
     if (!ks) throw new Error(`internal: op '${n.op}' is not a GEMM`);
     return ks;
   };
-  return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: cudaEmbeddingGrad, embedding: cudaEmbedding, layernorm: cudaLayernorm,
+  return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, attention_qkv: cudaAttention, attention_qkv_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: cudaEmbeddingGrad, embedding: cudaEmbedding, layernorm: cudaLayernorm,
     unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'),
     cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
 }

@@ -14,7 +14,8 @@
  *           protobufjs. Every forward op of the catalogue maps to standard opset-17 operators:
  *           linear -> Gemm (2-D) or MatMul + Add, matmul -> MatMul (Transpose for transA / transB),
  *           attention -> MatMul, scale, the causal mask as a constant bool triangle in Where, Softmax,
- *           MatMul; positions -> a constant 0..T-1 row Expanded to Shape(ids)[0:2]; gelu -> Erf;
+ *           MatMul (attention_qkv: the same after Reshape / Transpose / Gather of the packed q, k, v,
+ *           then Transpose / Reshape of o to [N,T,C]); positions -> a constant 0..T-1 row Expanded to Shape(ids)[0:2]; gelu -> Erf;
  *           masked_fill -> Where. An op or function without a mapping is a UserError naming it.
  */
 import protobuf from 'protobufjs';
@@ -148,6 +149,19 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
       emit('Transpose', [x], [y], [intsAttr('perm', [...Array.from({ length: rank - 2 }, (_, i) => i), rank - 1, rank - 2])]);
       return y;
     };
+    /** softmax(q kᵀ * scale, causal -inf) v of [.., T, D] / [.., S, D] operands into `o` (attention's core) */
+    const sdpa = (q: string, k: string, v: string, T: number, S: number, o: string) => {
+      const s = t('scores'), ss = t('scaled'), p = t('probs');
+      emit('MatMul', [q, swapLast2(k, 4)], [s]);
+      emit('Mul', [s, scalarF32(`${where}/scale`, num(n.attrs.scale, 1))], [ss]);
+      let logits = ss;
+      if (n.attrs.causal === true) {
+        logits = t('masked');
+        emit('Where', [causalMask(`${where}/causal`, T, S), scalarF32(`${where}/neg_inf`, -Infinity), ss], [logits]);
+      }
+      emit('Softmax', [logits], [p], [intAttr('axis', -1)]);
+      emit('MatMul', [p, v], [o]);
+    };
     /** an int64 shape tensor for `shape`, with the batch size read at run time where it says -1 */
     const shapeTensor = (shape: number[]) => {
       if (!shape.includes(-1)) return int64s(`${where}/shape`, shape);
@@ -183,19 +197,24 @@ export function exportOnnx(model: CheckedModel, weights: ExportWeights, producer
         emit('MatMul', [a, b], [out]);
         break;
       }
-      case 'attention': {
+      case 'attention':
         // softmax(q kᵀ * scale, causal -inf) v per (n, h); lse (output 1) is a training-only value
-        const [T, S] = [shapeOf(0)[2], shapeOf(1)[2]];
-        const s = t('scores'), ss = t('scaled'), p = t('probs');
-        emit('MatMul', [ins[0], swapLast2(ins[1], 4)], [s]);
-        emit('Mul', [s, scalarF32(`${where}/scale`, num(n.attrs.scale, 1))], [ss]);
-        let logits = ss;
-        if (n.attrs.causal === true) {
-          logits = t('masked');
-          emit('Where', [causalMask(`${where}/causal`, T, S), scalarF32(`${where}/neg_inf`, -Infinity), ss], [logits]);
-        }
-        emit('Softmax', [logits], [p], [intAttr('axis', -1)]);
-        emit('MatMul', [p, ins[2]], [out]);
+        sdpa(ins[0], ins[1], ins[2], shapeOf(0)[2], shapeOf(1)[2], out);
+        break;
+      case 'attention_qkv': {
+        // qkv [N,T,3C] -> [N,T,3,H,D] -> [3,N,H,T,D] -> q, k, v [N,H,T,D]; o [N,H,T,D] -> [N,T,H,D] -> [N,T,C]
+        const [T, C3] = [shapeOf(0)[1], shapeOf(0)[2]], H = num(n.attrs.heads, 1), D = C3 / 3 / H;
+        const split = t('qkv_split'), heads = t('qkv_heads'), o = t('o'), merged = t('o_merge');
+        emit('Reshape', [ins[0], int64s(`${where}/shape`, [-1, T, 3, H, D])], [split]);
+        emit('Transpose', [split], [heads], [intsAttr('perm', [2, 0, 3, 1, 4])]);
+        const [q, k, v] = [0, 1, 2].map((j) => {
+          const y = t(['q', 'k', 'v'][j]);
+          emit('Gather', [heads, constInit(`${where}/index`, [], INT64, new Uint8Array(BigInt64Array.of(BigInt(j)).buffer))], [y], [intAttr('axis', 0)]);
+          return y;
+        });
+        sdpa(q, k, v, T, T, o);
+        emit('Transpose', [o], [merged], [intsAttr('perm', [0, 2, 1, 3])]);
+        emit('Reshape', [merged, int64s(`${where}/shape`, [-1, T, C3 / 3])], [out]);
         break;
       }
       case 'conv2d': {

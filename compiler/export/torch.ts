@@ -177,6 +177,14 @@ export function exportTorch(model: CheckedModel, weights: ExportWeights, produce
         body.push(`${y} = F.scaled_dot_product_attention(${x}, ${v(n.inputs[1])}, ${v(n.inputs[2])}${causal}, ${scale})`);
         break;
       }
+      case 'attention_qkv': {
+        // the packed projection [N,T,3C] viewed as [N,T,3,H,D] -> q, k, v [N,H,T,D]; o back to [N,T,C]
+        const [T, C3] = [shapeOf(0)[1], shapeOf(0)[2]], H = Number(a.heads), D = C3 / 3 / H;
+        const causal = a.causal === true ? ', is_causal=True' : '';
+        body.push(`_q, _k, _v = ${x}.reshape(-1, ${T}, 3, ${H}, ${D}).permute(2, 0, 3, 1, 4).unbind(0)`);
+        body.push(`${y} = F.scaled_dot_product_attention(_q, _k, _v${causal}, scale=${pyFloat(Number(a.scale))}).transpose(1, 2).reshape(-1, ${T}, ${C3 / 3})`);
+        break;
+      }
       case 'matmul': {
         const tr = (s: string, flag: AttrValue | undefined) => (flag === true ? `${s}.transpose(-2, -1)` : s);
         body.push(`${y} = torch.matmul(${tr(x, a.transA)}, ${tr(v(n.inputs[1]), a.transB)})`);

@@ -57,6 +57,7 @@ export function halfTypeOf(p: Precision): HalfDType | null {
 type Rule = 'lower' | 'fp32' | 'input' | 'promote' | 'unary' | 'reduce' | 'cast';
 export const AUTOCAST: Record<OpName, Rule> = {
   linear: 'lower', matmul: 'lower', conv2d: 'lower', conv2d_grad_input: 'lower', conv2d_grad_weight: 'lower', attention: 'lower', attention_grad: 'lower',
+  attention_qkv: 'lower', attention_qkv_grad: 'lower',
   softmax: 'fp32', log_softmax: 'fp32', softmax_grad: 'fp32', log_softmax_grad: 'fp32', layernorm: 'fp32', layernorm_grad: 'fp32',
   cross_entropy: 'fp32', nll: 'fp32', mse: 'fp32', bce_with_logits: 'fp32', accuracy: 'fp32', top_k: 'fp32',
   cross_entropy_grad: 'fp32', nll_grad: 'fp32', mse_grad: 'fp32', bce_with_logits_grad: 'fp32',
@@ -72,13 +73,16 @@ export const AUTOCAST: Record<OpName, Rule> = {
 /** the unary fns autocast runs in f32 (its fp32 list: exp, log, pow, rsqrt, softplus) */
 export const FP32_UNARY: readonly string[] = ['exp', 'log', 'pow', 'rsqrt', 'softplus'];
 
+/** output k of op is an attention's saved logsumexp (kept f32) */
+const savedLse = (op: string, k: number) => (op === 'attention' || op === 'attention_qkv') && k === 1;
+
 /** the 16-bit type autocast gives output k of a forward node whose float inputs have these types (f32 otherwise) */
 function forwardType(n: Node, k: number, inType: (id: number) => DType | undefined, half: HalfDType): DType {
   const rule = isOpName(n.op) ? AUTOCAST[n.op] : 'fp32';
   const floats = n.inputs.map(inType).filter((t): t is DType => t !== undefined && t !== 'i32');
   const input0 = inType(n.inputs[0]);
   switch (rule) {
-    case 'lower': return n.op === 'attention' && k === 1 ? 'f32' : half;
+    case 'lower': return savedLse(n.op, k) ? 'f32' : half;
     case 'fp32': case 'cast': return 'f32';
     case 'input': return k === 0 && input0 !== undefined && isHalf(input0) ? half : 'f32';
     case 'promote': return floats.length > 0 && floats.every(isHalf) ? half : 'f32';
@@ -136,7 +140,7 @@ export function applyPrecision(graph: Graph, precision: Precision, gradOf: reado
       const of = gradOf[o] ?? -1;
       // the value's type, and whether the node's f32 result is rounded to 16 bits on the way
       const type: DType = of < 0 ? forwardType(n0, k, (id) => (id >= 0 ? values[id].dtype : undefined), half) : paramGrad(o) ? 'f32' : values[of].dtype;
-      const rounded = isHalf(type) || (lower && of >= 0 && !paramGrad(o) && !(n.op === 'attention' && k === 1));
+      const rounded = isHalf(type) || (lower && of >= 0 && !paramGrad(o) && !savedLse(n.op, k));
       if (!rounded) return o;
       const acc = newValue(v, `${v.name}.unrounded`, 'f32');
       if (isHalf(type)) {

@@ -1,9 +1,11 @@
 /**
  * attention: the fused scaled-dot-product attention kernels (FlashAttention-2 style), written
- * once against the Dialect. Consumes `attention` and `attention_grad` nodes (q, k, v
- * [..., T, D] / [..., S, D], every leading dim a batch of independent heads); produces
- * KernelSpecs, each with a plain variant (scalar products in threadgroup memory) and an 8x8
- * matrix-unit variant (`mma`) on the same grid and tiles.
+ * once against the Dialect. Consumes `attention` / `attention_grad` nodes (q, k, v [N,H,T,D] / [N,H,S,D]) and their packed
+ * forms `attention_qkv` / `attention_qkv_grad` (q, k, v read in place from one [N,T,3C] projection,
+ * o / do [N,T,C], dq, dk, dv written into one [N,T,3C] gradient): the same kernels, each operand
+ * addressed by op_rules' attnLayout (a head's base offset and row stride); produces KernelSpecs,
+ * each with a plain variant (scalar products in threadgroup memory) and an 8x8 matrix-unit
+ * variant (`mma`) on the same grid and tiles.
  *
  * Forward (one kernel): a threadgroup of 128 threads owns a tile of B queries of one head and
  * streams the keys and values through threadgroup memory in tiles of B, with the online-softmax
@@ -30,15 +32,20 @@ import type { Graph, Node } from '../ir/graph.js';
 import { UserError } from '../errors.js';
 import { asFloat, isHalfElem, type Dialect, type ElemType } from './dialect.js';
 import { MAX_SHARED_BYTES, type KernelArg, type KernelSpec, type LowerCtx } from './kernel_types.js';
-import { argOf, boolAttr, ceilDiv, label, numAttr, numel, shapeOf } from './common.js';
+import { argOf, ceilDiv, label, shapeOf } from './common.js';
+import { attnLayout, type AttnLayout, type HeadRows } from '../ir/op_rules/attention.js';
 
 /** threads per threadgroup (4 SIMD-groups) */
 const TGT = 128;
 const NSG = TGT / 32;
 
-/** geometry of one attention op: H independent heads of T queries and S keys of width D */
+/** geometry of one attention op: H independent heads (N x heads) of T queries and S keys of width D */
 interface Geom {
   H: number; T: number; S: number; D: number;
+  /** where each operand's head rows lie (attnLayout) */
+  L: AttnLayout;
+  /** the kernel argument each logical buffer (q, k, v, o, dout, dq, dk, dv) is read / written through */
+  buf: Record<string, string>;
   /** D rounded up to the 8x8 block */
   Dp: number;
   /** queries per query tile = keys per key tile */
@@ -72,16 +79,18 @@ export function attentionTile(D: number): number | null {
   return null;
 }
 
-function geomOf(g: Graph, n: Node, q: number, k: number): Geom {
-  const qs = shapeOf(g, q), ks = shapeOf(g, k);
-  const T = qs[qs.length - 2], D = qs[qs.length - 1], S = ks[ks.length - 2];
-  const H = numel(qs.slice(0, -2));
+function geomOf(g: Graph, n: Node): Geom {
+  const L = attnLayout(n.op, n.inputs.map((v) => shapeOf(g, v)), n.attrs);
+  const { T, S, D } = L, H = L.N * L.H;
   const B = attentionTile(D);
   if (B === null) {
     const at = `${n.loc ? `${n.loc.file}:${n.loc.line}:${n.loc.col}: ` : ''}node ${n.id} (${n.op}${n.path ? ` in layer '${n.path}'` : ''})`;
     throw new UserError(`error: ${at}: the fused Metal attention supports heads of at most ${maxHeadDim()} features per head; this one has ${D}.\n  fix: use more heads (C / heads <= ${maxHeadDim()}), or build with --target cpu`);
   }
-  return { H, T, S, D, Dp: ceilDiv(D, 8) * 8, B, causal: boolAttr(n, 'causal'), scale: numAttr(n, 'scale'), elem: {} };
+  const buf: Record<string, string> = L.packed
+    ? { q: 'qkv', k: 'qkv', v: 'qkv', o: 'o', dout: 'dout', dq: 'dqkv', dk: 'dqkv', dv: 'dqkv' }
+    : { q: 'q', k: 'k', v: 'v', o: 'o', dout: 'dout', dq: 'dq', dk: 'dk', dv: 'dv' };
+  return { H, T, S, D, L, buf, Dp: ceilDiv(D, 8) * 8, B, causal: L.causal, scale: L.scale, elem: {} };
 }
 
 /** the widest head the tiles support (for the error message and docs/metal.md) */
@@ -101,19 +110,37 @@ function tgRegions(d: Dialect, regions: [string, number][]): { decl: string; flo
   return { decl, floats: off };
 }
 
+/** the head rows of logical buffer `name` */
+function rows(gm: Geom, name: string): HeadRows {
+  const r = ({ q: gm.L.q, dq: gm.L.q, k: gm.L.k, dk: gm.L.k, v: gm.L.v, dv: gm.L.v, o: gm.L.o, dout: gm.L.o } as Record<string, HeadRows>)[name];
+  if (!r) throw new Error(`internal: attention buffer ${name}`);
+  return r;
+}
+
+/** `const uint qb = ..., kb = ..., vb = ..., ob = ...;`: the element offsets of head bh's rows of q, k, v, o (and their gradients / dout) */
+function headBases(d: Dialect, gm: Geom): string {
+  const H = gm.L.H;
+  const off = (r: HeadRows) => (r.base === 0 ? '' : `${d.u(r.base)} + `) +
+    (r.sn === H * r.sh ? `bh * ${d.u(r.sh)}` : `(bh / ${d.u(H)}) * ${d.u(r.sn)} + (bh % ${d.u(H)}) * ${d.u(r.sh)}`);
+  return `  const uint qb = ${off(gm.L.q)}, kb = ${off(gm.L.k)}, vb = ${off(gm.L.v)}, ob = ${off(gm.L.o)};
+`;
+}
+
 /** text helpers of one geometry in one dialect */
 function txt(d: Dialect, gm: Geom) {
   const u = (x: number) => d.u(x);
   return {
     u, f: (x: number) => d.f(x),
     B: u(gm.B), Dp: u(gm.Dp), D: u(gm.D), T: u(gm.T), S: u(gm.S), TGT: u(TGT),
-    /** element `idx` of buffer `name` as float (16-bit operands widened exactly) */
-    rd: (name: string, idx: string) => asFloat(d, gm.elem[name] ?? 'float', `${name}[${idx}]`),
-    /** the statement storing float v as element `idx` of output buffer `name` (a 16-bit one rounded once) */
+    /** element `idx` of logical buffer `name` as float (16-bit operands widened exactly) */
+    rd: (name: string, idx: string) => asFloat(d, gm.elem[gm.buf[name]] ?? 'float', `${gm.buf[name]}[${idx}]`),
+    /** the statement storing float v as element `idx` of logical output buffer `name` (a 16-bit one rounded once) */
     wr: (name: string, idx: string, v: string) => {
-      const e = gm.elem[name] ?? 'float';
-      return `${name}[${idx}] = ${isHalfElem(e) ? d.fromFloat(e, v) : v};`;
+      const a = gm.buf[name], e = gm.elem[a] ?? 'float';
+      return `${a}[${idx}] = ${isHalfElem(e) ? d.fromFloat(e, v) : v};`;
     },
+    /** the row stride of logical buffer `name` (q, k, v and their gradients; o and dout) */
+    st: (name: string) => u(rows(gm, name).st),
     /** the key index kj is visible from query qi (both uint expressions; range checks included) */
     visible: (qi: string, kj: string) =>
       `${qi} < ${u(gm.T)} && ${kj} < ${u(gm.S)}` + (gm.causal ? ` && ${kj} <= ${qi} + ${u(gm.S - gm.T)}` : ''),
@@ -211,7 +238,7 @@ function loadRows(t: ReturnType<typeof txt>, gm: Geom, p: { src: string; base: s
   let s = `    for (uint e = tidx; e < ${u(gm.B * gm.Dp)}; e += ${t.TGT}) {\n` +
     `      const uint r = e / ${t.Dp}, c = e % ${t.Dp};\n`;
   for (const x of p) {
-    const val = `${x.r0} + r < ${x.rows} && c < ${t.D} ? ${t.rd(x.src, `${x.base} + (${x.r0} + r) * ${t.D} + c`)} : ${f(0)}`;
+    const val = `${x.r0} + r < ${x.rows} && c < ${t.D} ? ${t.rd(x.src, `${x.base} + (${x.r0} + r) * ${t.st(x.src)} + c`)} : ${f(0)}`;
     if (x.dst) s += `      ${x.dst}[e] = ${val};\n`;
     if (x.dstT) s += `      ${x.dstT}[c * ${t.B} + r] = ${val};\n`;
   }
@@ -224,7 +251,7 @@ function rowStats(t: ReturnType<typeof txt>, d: Dialect): string {
     `    if (tidx < ${t.B}) {\n` +
     `      const uint qi = q0 + tidx;\n` +
     `      float dl = ${t.f(0)};\n` +
-    `      if (qi < ${t.T}) for (uint c = 0u; c < ${t.D}; ++c) dl += ${t.rd('dout', `qb + qi * ${t.D} + c`)} * ${t.rd('o', `qb + qi * ${t.D} + c`)};\n` +
+    `      if (qi < ${t.T}) for (uint c = 0u; c < ${t.D}; ++c) dl += ${t.rd('dout', `ob + qi * ${t.st('o')} + c`)} * ${t.rd('o', `ob + qi * ${t.st('o')} + c`)};\n` +
     `      Dq[tidx] = dl;\n` +
     `      Lq[tidx] = qi < ${t.T} ? lse[bh * ${t.T} + qi] : ${t.f(0)};\n` +
     `    }\n`
@@ -245,13 +272,13 @@ function forwardBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats
     `  // attention forward: ${gm.H} heads, T = ${gm.T} queries, S = ${gm.S} keys, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
     `  // B = ${B} queries per threadgroup, keys streamed in tiles of ${B}, online softmax\n` +
     `  const uint bh = tgid.y, q0 = tgid.x * ${t.B};\n` +
-    `  const uint qb = bh * ${u(gm.T * gm.D)}, kb = bh * ${u(gm.S * gm.D)};\n` +
+    headBases(d, gm) +
     mem.decl +
     loadRows(t, gm, [{ src: 'q', base: 'qb', r0: 'q0', rows: t.T, dst: 'Qs' }]).replace(/^ {2}/gm, '') +
     `  for (uint e = tidx; e < ${u(B * Dp)}; e += ${t.TGT}) Os[e] = ${f(0)};\n` +
     `  if (tidx < ${t.B}) { Ms[tidx] = ${f(-Infinity)}; Ls[tidx] = ${f(0)}; }\n` +
     `  for (uint k0 = 0u; k0 < ${kend}; k0 += ${t.B}) {\n` +
-    loadRows(t, gm, [{ src: 'k', base: 'kb', r0: 'k0', rows: t.S, dstT: 'Kt' }, { src: 'v', base: 'kb', r0: 'k0', rows: t.S, dst: 'Vs' }]) +
+    loadRows(t, gm, [{ src: 'k', base: 'kb', r0: 'k0', rows: t.S, dstT: 'Kt' }, { src: 'v', base: 'vb', r0: 'k0', rows: t.S, dst: 'Vs' }]) +
     `    ${d.barrier()}\n` +
     `    // raw scores S = Q K^T of the tile\n` +
     (mma ? mmaProduct(d, sProd) : plainProduct(d, { ...sProd, init: () => f(0) })) +
@@ -284,7 +311,7 @@ function forwardBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats
     `  }\n` +
     `  for (uint e = tidx; e < ${u(B * gm.D)}; e += ${t.TGT}) {\n` +
     `    const uint r = e / ${t.D}, c = e % ${t.D};\n` +
-    `    if (q0 + r < ${t.T}) ${t.wr('o', `qb + (q0 + r) * ${t.D} + c`, `Os[r * ${t.Dp} + c] / Ls[r]`)}\n` +
+    `    if (q0 + r < ${t.T}) ${t.wr('o', `ob + (q0 + r) * ${t.st('o')} + c`, `Os[r * ${t.Dp} + c] / Ls[r]`)}\n` +
     `  }\n` +
     `  if (tidx < ${t.B} && q0 + tidx < ${t.T}) lse[bh * ${t.T} + q0 + tidx] = Ms[tidx] + ${d.math('log', 'Ls[tidx]')};\n`;
   return { body, floats: mem.floats };
@@ -327,12 +354,12 @@ function gradKVBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats:
     `  // attention backward, dK and dV: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
     `  // one threadgroup per tile of ${B} keys; P recomputed from q, k and lse\n` +
     `  const uint bh = tgid.y, k0 = tgid.x * ${t.B};\n` +
-    `  const uint qb = bh * ${u(gm.T * gm.D)}, kb = bh * ${u(gm.S * gm.D)};\n` +
+    headBases(d, gm) +
     mem.decl +
-    loadRows(t, gm, [{ src: 'k', base: 'kb', r0: 'k0', rows: t.S, dstT: 'Kt' }, { src: 'v', base: 'kb', r0: 'k0', rows: t.S, dstT: 'Vt' }]).replace(/^ {2}/gm, '') +
+    loadRows(t, gm, [{ src: 'k', base: 'kb', r0: 'k0', rows: t.S, dstT: 'Kt' }, { src: 'v', base: 'vb', r0: 'k0', rows: t.S, dstT: 'Vt' }]).replace(/^ {2}/gm, '') +
     (mma ? accK.decl() + accV.decl() : `  for (uint e = tidx; e < ${u(B * Dp)}; e += ${t.TGT}) { dKs[e] = ${f(0)}; dVs[e] = ${f(0)}; }\n`) +
     `  for (uint q0 = ${qstart}; q0 < ${t.T}; q0 += ${t.B}) {\n` +
-    loadRows(t, gm, [{ src: 'q', base: 'qb', r0: 'q0', rows: t.T, dst: 'Qs' }, { src: 'dout', base: 'qb', r0: 'q0', rows: t.T, dst: 'dOs' }]) +
+    loadRows(t, gm, [{ src: 'q', base: 'qb', r0: 'q0', rows: t.T, dst: 'Qs' }, { src: 'dout', base: 'ob', r0: 'q0', rows: t.T, dst: 'dOs' }]) +
     rowStats(t, d) +
     `    ${d.barrier()}\n` +
     `    // raw scores Q K^T and dP = dO V^T of the tile pair\n` +
@@ -351,8 +378,8 @@ function gradKVBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats:
     `  for (uint e = tidx; e < ${u(B * gm.D)}; e += ${t.TGT}) {\n` +
     `    const uint r = e / ${t.D}, c = e % ${t.D};\n` +
     `    if (k0 + r < ${t.S}) {\n` +
-    `      ${t.wr('dk', `kb + (k0 + r) * ${t.D} + c`, `${mma ? 'Qs' : 'dKs'}[r * ${t.Dp} + c]`)}\n` +
-    `      ${t.wr('dv', `kb + (k0 + r) * ${t.D} + c`, `${mma ? 'dOs' : 'dVs'}[r * ${t.Dp} + c]`)}\n` +
+    `      ${t.wr('dk', `kb + (k0 + r) * ${t.st('dk')} + c`, `${mma ? 'Qs' : 'dKs'}[r * ${t.Dp} + c]`)}\n` +
+    `      ${t.wr('dv', `vb + (k0 + r) * ${t.st('dv')} + c`, `${mma ? 'dOs' : 'dVs'}[r * ${t.Dp} + c]`)}\n` +
     `    }\n` +
     `  }\n`;
   return { body, floats: mem.floats };
@@ -371,13 +398,13 @@ function gradQBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats: 
     `  // attention backward, dQ: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
     `  // one threadgroup per tile of ${B} queries, keys streamed in tiles of ${B}\n` +
     `  const uint bh = tgid.y, q0 = tgid.x * ${t.B};\n` +
-    `  const uint qb = bh * ${u(gm.T * gm.D)}, kb = bh * ${u(gm.S * gm.D)};\n` +
+    headBases(d, gm) +
     mem.decl +
-    loadRows(t, gm, [{ src: 'q', base: 'qb', r0: 'q0', rows: t.T, dst: 'Qs' }, { src: 'dout', base: 'qb', r0: 'q0', rows: t.T, dst: 'dOs' }]).replace(/^ {2}/gm, '') +
+    loadRows(t, gm, [{ src: 'q', base: 'qb', r0: 'q0', rows: t.T, dst: 'Qs' }, { src: 'dout', base: 'ob', r0: 'q0', rows: t.T, dst: 'dOs' }]).replace(/^ {2}/gm, '') +
     rowStats(t, d).replace(/^ {2}/gm, '') +
     (mma ? acc.decl() : `  for (uint e = tidx; e < ${u(B * Dp)}; e += ${t.TGT}) dQs[e] = ${f(0)};\n`) +
     `  for (uint k0 = 0u; k0 < ${kend}; k0 += ${t.B}) {\n` +
-    loadRows(t, gm, [{ src: 'k', base: 'kb', r0: 'k0', rows: t.S, dst: 'Ks', dstT: 'Kt' }, { src: 'v', base: 'kb', r0: 'k0', rows: t.S, dstT: 'Vt' }]) +
+    loadRows(t, gm, [{ src: 'k', base: 'kb', r0: 'k0', rows: t.S, dst: 'Ks', dstT: 'Kt' }, { src: 'v', base: 'vb', r0: 'k0', rows: t.S, dstT: 'Vt' }]) +
     `    ${d.barrier()}\n` +
     `    // raw scores Q K^T and dP = dO V^T of the tile pair\n` +
     (mma ? mmaProduct(d, sProd) + mmaProduct(d, dpProd) : plainProduct(d, { ...sProd, init: () => f(0) }) + plainProduct(d, { ...dpProd, init: () => f(0) })) +
@@ -393,7 +420,7 @@ function gradQBody(d: Dialect, gm: Geom, mma: boolean): { body: string; floats: 
     (mma ? `  // the held accumulators through the (now free) K tile\n` + acc.store('  ', 'Ks') + `  ${d.barrier()}\n` : '') +
     `  for (uint e = tidx; e < ${u(B * gm.D)}; e += ${t.TGT}) {\n` +
     `    const uint r = e / ${t.D}, c = e % ${t.D};\n` +
-    `    if (q0 + r < ${t.T}) ${t.wr('dq', `qb + (q0 + r) * ${t.D} + c`, `${mma ? 'Ks' : 'dQs'}[r * ${t.Dp} + c]`)}\n` +
+    `    if (q0 + r < ${t.T}) ${t.wr('dq', `qb + (q0 + r) * ${t.st('dq')} + c`, `${mma ? 'Ks' : 'dQs'}[r * ${t.Dp} + c]`)}\n` +
     `  }\n`;
   return { body, floats: mem.floats };
 }
@@ -412,21 +439,21 @@ function spec(ctx: LowerCtx, g: Graph, n: Node, gm: Geom, args: KernelArg[], gro
 export function lowerAttention(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const a = (v: number, name: string, acc: 'r' | 'w' = 'r') => argOf(g, name, v, acc);
   const ins = n.inputs, outs = n.outputs, d = ctx.d;
-  switch (n.op) {
-    case 'attention': {
-      const gm = geomOf(g, n, ins[0], ins[1]);
-      return [spec(ctx, g, n, gm, [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v'), a(outs[0], 'o', 'w'), a(outs[1], 'lse', 'w')],
-        [Math.max(1, ceilDiv(gm.T, gm.B)), gm.H, 1], (mma) => forwardBody(d, gm, mma), '')];
-    }
-    case 'attention_grad': {
-      // inputs (do, q, k, v, o, lse) -> dq, dk, dv
-      const gm = geomOf(g, n, ins[1], ins[2]);
-      const kv = spec(ctx, g, n, gm, [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse'), a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')],
-        [Math.max(1, ceilDiv(gm.S, gm.B)), gm.H, 1], (mma) => gradKVBody(d, gm, mma), ' [dk, dv]');
-      const q = spec(ctx, g, n, gm, [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse'), a(outs[0], 'dq', 'w')],
-        [Math.max(1, ceilDiv(gm.T, gm.B)), gm.H, 1], (mma) => gradQBody(d, gm, mma), ' [dq]');
-      return [kv, q];
-    }
+  if (!['attention', 'attention_grad', 'attention_qkv', 'attention_qkv_grad'].includes(n.op)) return null;
+  const gm = geomOf(g, n);
+  if (n.op === 'attention' || n.op === 'attention_qkv') {
+    const qkv = n.op === 'attention' ? [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v')] : [a(ins[0], 'qkv')];
+    return [spec(ctx, g, n, gm, [...qkv, a(outs[0], 'o', 'w'), a(outs[1], 'lse', 'w')],
+      [Math.max(1, ceilDiv(gm.T, gm.B)), gm.H, 1], (mma) => forwardBody(d, gm, mma), '')];
   }
-  return null;
+  // inputs (do, q, k, v, o, lse) -> dq, dk, dv; packed: (do, qkv, o, lse) -> dqkv
+  const packed = n.op === 'attention_qkv_grad';
+  const ro = packed
+    ? [a(ins[0], 'dout'), a(ins[1], 'qkv'), a(ins[2], 'o'), a(ins[3], 'lse')]
+    : [a(ins[0], 'dout'), a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v'), a(ins[4], 'o'), a(ins[5], 'lse')];
+  const kvOut = packed ? [a(outs[0], 'dqkv', 'w')] : [a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')];
+  const qOut = packed ? [a(outs[0], 'dqkv', 'w')] : [a(outs[0], 'dq', 'w')];
+  const kv = spec(ctx, g, n, gm, [...ro, ...kvOut], [Math.max(1, ceilDiv(gm.S, gm.B)), gm.H, 1], (mma) => gradKVBody(d, gm, mma), ' [dk, dv]');
+  const q = spec(ctx, g, n, gm, [...ro, ...qOut], [Math.max(1, ceilDiv(gm.T, gm.B)), gm.H, 1], (mma) => gradQBody(d, gm, mma), ' [dq]');
+  return [kv, q];
 }

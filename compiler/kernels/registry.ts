@@ -47,7 +47,7 @@ export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
   // tensor algebra: one thread per output element or reduction group
   permute: tensor, pad: tensor, broadcast_to: tensor, reduce: tensor, reduce_max_grad: tensor, masked_fill: tensor, positions: tensor,
   // fused attention (query tiles x streamed key tiles, online softmax; backward in two kernels)
-  attention: attn, attention_grad: attn,
+  attention: attn, attention_grad: attn, attention_qkv: attn, attention_qkv_grad: attn,
   // mixed precision: f32 <-> f16 / bf16, the one kernel that rounds to 16 bits (precision.ts)
   cast,
 };
@@ -58,7 +58,7 @@ export const GPU_KERNELS: Record<OpName, GpuLowering | 'cpu'> = {
  * may list in its FusionCaps `casts` (fuse.ts rule 4) for the nodes it lowers with these kernels.
  */
 export const HALF_IO_OPS: readonly OpName[] = [
-  'linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'conv2d_grad_weight', 'attention', 'attention_grad',
+  'linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'conv2d_grad_weight', 'attention', 'attention_grad', 'attention_qkv', 'attention_qkv_grad',
   'unary', 'unary_grad', 'binary', 'reshape', 'dropout', 'dropout_grad', 'slice', 'concat', 'permute',
   'layernorm', 'layernorm_grad', 'sum_to', 'cross_entropy', 'cross_entropy_grad',
 ];

@@ -1,28 +1,46 @@
 /**
  * Fused scaled dot-product attention in float64 (the oracle for every backend's blocked /
- * fused kernels): attention (o and the saved logsumexp) and attention_grad, exactly as
- * compiler/ir/op_rules/attention.ts states. Plain two-pass softmax over the whole row.
+ * fused kernels): attention and attention_qkv (o and the saved logsumexp), attention_grad and
+ * attention_qkv_grad, exactly as compiler/ir/op_rules/attention.ts states. Plain two-pass softmax
+ * over the whole row. Both forms run the same loops; op_rules' attnLayout says where each head's
+ * rows of q, k, v (dq, dk, dv) and o (do) lie in their buffers (separate [N,H,T,D] tensors, or
+ * packed [N,T,3C] / [N,T,C]).
  */
-import { type OpCtx, type OpImpl, expectShape, fail, input, inShape, numAttr } from './kernel.js';
+import { attnLayout, type AttnLayout, type HeadRows } from '../ir/op_rules/attention.js';
+import { type OpCtx, type OpImpl, expectShape, fail, input, inShape } from './kernel.js';
 
-function dims(c: OpCtx, base: number): { N: number; H: number; T: number; S: number; D: number; scale: number; causal: boolean } {
-  const qs = inShape(c, base), ks = inShape(c, base + 1);
-  if (qs.length !== 4 || ks.length !== 4) fail(c, 'q and k must be [N,H,T,D] / [N,H,S,D]');
-  const [N, H, T, D] = qs, S = ks[2];
-  expectShape(c, 'k', ks, [N, H, S, D]);
-  expectShape(c, 'v', inShape(c, base + 2), [N, H, S, D]);
-  const causal = c.attrs.causal === true;
-  if (causal && S < T) fail(c, `causal needs S >= T (T ${T}, S ${S})`);
-  return { N, H, T, S, D, scale: numAttr(c, 'scale'), causal };
+function layoutOf(c: OpCtx): AttnLayout {
+  const shapes = c.node.inputs.map((_, i) => inShape(c, i));
+  const L = attnLayout(c.node.op, shapes, c.attrs);
+  if (!Number.isFinite(L.scale)) fail(c, 'attr scale must be a finite number');
+  if (L.causal && L.S < L.T) fail(c, `causal needs S >= T (T ${L.T}, S ${L.S})`);
+  if (!Number.isInteger(L.D) || L.D < 1) fail(c, `malformed attention shapes ${shapes.map((s) => `[${s.join(',')}]`).join(' ')}`);
+  return L;
 }
 
+/** [N,H,T,D] shape of separate operands, or the packed qkv / o shapes */
+function checkShapes(c: OpCtx, L: AttnLayout, base: number): void {
+  const { N, H, T, S, D } = L;
+  if (L.packed) {
+    expectShape(c, 'qkv', inShape(c, base), [N, T, 3 * H * D]);
+    return;
+  }
+  expectShape(c, 'k', inShape(c, base + 1), [N, H, S, D]);
+  expectShape(c, 'v', inShape(c, base + 2), [N, H, S, D]);
+}
+
+/** element offset of row t of head (n, h) */
+const at = (r: HeadRows, n: number, h: number, t: number) => r.base + n * r.sn + h * r.sh + t * r.st;
+
 /** row t of the scores of head (n, h) into s (length S); masked keys get -inf */
-function scores(q: Float64Array, k: Float64Array, qOff: number, kOff: number, t: number, d: ReturnType<typeof dims>, s: Float64Array): void {
-  for (let u = 0; u < d.S; u++) {
-    if (d.causal && u > t + d.S - d.T) { s[u] = -Infinity; continue; }
+function scores(q: Float64Array, k: Float64Array, L: AttnLayout, n: number, h: number, t: number, s: Float64Array): void {
+  const qo = at(L.q, n, h, t);
+  for (let u = 0; u < L.S; u++) {
+    if (L.causal && u > t + L.S - L.T) { s[u] = -Infinity; continue; }
+    const ko = at(L.k, n, h, u);
     let acc = 0;
-    for (let j = 0; j < d.D; j++) acc += q[qOff + t * d.D + j] * k[kOff + u * d.D + j];
-    s[u] = acc * d.scale;
+    for (let j = 0; j < L.D; j++) acc += q[qo + j] * k[ko + j];
+    s[u] = acc * L.scale;
   }
 }
 
@@ -34,52 +52,69 @@ function logsumexp(s: Float64Array): number {
   return m + Math.log(sum);
 }
 
-export const attention: OpImpl = (c: OpCtx) => {
-  const q = input(c, 0), k = input(c, 1), v = input(c, 2), d = dims(c, 0);
-  expectShape(c, 'o', c.outShapes[0], [d.N, d.H, d.T, d.D]);
-  expectShape(c, 'lse', c.outShapes[1], [d.N, d.H, d.T]);
-  const [o, lse] = c.outputs, s = new Float64Array(d.S);
-  for (let nh = 0; nh < d.N * d.H; nh++) {
-    const qOff = nh * d.T * d.D, kOff = nh * d.S * d.D;
-    for (let t = 0; t < d.T; t++) {
-      scores(q, k, qOff, kOff, t, d, s);
-      const l = logsumexp(s);
-      lse[nh * d.T + t] = l;
-      for (let u = 0; u < d.S; u++) {
-        const p = Math.exp(s[u] - l);
-        if (p === 0) continue;
-        for (let j = 0; j < d.D; j++) o[qOff + t * d.D + j] += p * v[kOff + u * d.D + j];
+function forward(c: OpCtx): void {
+  const L = layoutOf(c);
+  checkShapes(c, L, 0);
+  const q = input(c, 0), k = L.packed ? q : input(c, 1), v = L.packed ? q : input(c, 2);
+  const { N, H, T, S, D } = L;
+  expectShape(c, 'o', c.outShapes[0], L.packed ? [N, T, H * D] : [N, H, T, D]);
+  expectShape(c, 'lse', c.outShapes[1], [N, H, T]);
+  const [o, lse] = c.outputs, s = new Float64Array(S);
+  for (let n = 0; n < N; n++)
+    for (let h = 0; h < H; h++)
+      for (let t = 0; t < T; t++) {
+        scores(q, k, L, n, h, t, s);
+        const l = logsumexp(s);
+        lse[(n * H + h) * T + t] = l;
+        const oo = at(L.o, n, h, t);
+        for (let u = 0; u < S; u++) {
+          const p = Math.exp(s[u] - l);
+          if (p === 0) continue;
+          const vo = at(L.v, n, h, u);
+          for (let j = 0; j < D; j++) o[oo + j] += p * v[vo + j];
+        }
       }
-    }
-  }
-};
+}
 
-export const attention_grad: OpImpl = (c: OpCtx) => {
-  const dO = input(c, 0), q = input(c, 1), k = input(c, 2), v = input(c, 3), o = input(c, 4), lse = input(c, 5), d = dims(c, 1);
-  expectShape(c, 'do', inShape(c, 0), [d.N, d.H, d.T, d.D]);
-  expectShape(c, 'o', inShape(c, 4), [d.N, d.H, d.T, d.D]);
-  expectShape(c, 'lse', inShape(c, 5), [d.N, d.H, d.T]);
-  const [dq, dk, dv] = c.outputs, s = new Float64Array(d.S);
-  for (let nh = 0; nh < d.N * d.H; nh++) {
-    const qOff = nh * d.T * d.D, kOff = nh * d.S * d.D;
-    for (let t = 0; t < d.T; t++) {
-      scores(q, k, qOff, kOff, t, d, s);
-      let delta = 0;
-      for (let j = 0; j < d.D; j++) delta += dO[qOff + t * d.D + j] * o[qOff + t * d.D + j];
-      for (let u = 0; u < d.S; u++) {
-        const p = Math.exp(s[u] - lse[nh * d.T + t]);
-        if (p === 0) continue;
-        let dp = 0;
-        for (let j = 0; j < d.D; j++) {
-          dv[kOff + u * d.D + j] += p * dO[qOff + t * d.D + j];
-          dp += dO[qOff + t * d.D + j] * v[kOff + u * d.D + j];
-        }
-        const ds = p * (dp - delta) * d.scale;
-        for (let j = 0; j < d.D; j++) {
-          dq[qOff + t * d.D + j] += ds * k[kOff + u * d.D + j];
-          dk[kOff + u * d.D + j] += ds * q[qOff + t * d.D + j];
+function backward(c: OpCtx): void {
+  const L = layoutOf(c);
+  checkShapes(c, L, 1);
+  const { N, H, T, S, D } = L;
+  const dO = input(c, 0), q = input(c, 1), k = L.packed ? q : input(c, 2), v = L.packed ? q : input(c, 3);
+  const o = input(c, L.packed ? 2 : 4), lse = input(c, L.packed ? 3 : 5);
+  const oShape = L.packed ? [N, T, H * D] : [N, H, T, D];
+  expectShape(c, 'do', inShape(c, 0), oShape);
+  expectShape(c, 'o', inShape(c, L.packed ? 2 : 4), oShape);
+  expectShape(c, 'lse', inShape(c, L.packed ? 3 : 5), [N, H, T]);
+  // packed: dq, dk, dv are the three parts of the one output
+  const [dq, dk, dv] = L.packed ? [c.outputs[0], c.outputs[0], c.outputs[0]] : c.outputs;
+  const s = new Float64Array(S);
+  for (let n = 0; n < N; n++)
+    for (let h = 0; h < H; h++)
+      for (let t = 0; t < T; t++) {
+        scores(q, k, L, n, h, t, s);
+        const qo = at(L.q, n, h, t), oo = at(L.o, n, h, t);
+        let delta = 0;
+        for (let j = 0; j < D; j++) delta += dO[oo + j] * o[oo + j];
+        for (let u = 0; u < S; u++) {
+          const p = Math.exp(s[u] - lse[(n * H + h) * T + t]);
+          if (p === 0) continue;
+          const ko = at(L.k, n, h, u), vo = at(L.v, n, h, u);
+          let dp = 0;
+          for (let j = 0; j < D; j++) {
+            dv[vo + j] += p * dO[oo + j];
+            dp += dO[oo + j] * v[vo + j];
+          }
+          const ds = p * (dp - delta) * L.scale;
+          for (let j = 0; j < D; j++) {
+            dq[qo + j] += ds * k[ko + j];
+            dk[ko + j] += ds * q[qo + j];
+          }
         }
       }
-    }
-  }
-};
+}
+
+export const attention: OpImpl = forward;
+export const attention_qkv: OpImpl = forward;
+export const attention_grad: OpImpl = backward;
+export const attention_qkv_grad: OpImpl = backward;

@@ -28,7 +28,7 @@ import { concat, reshape, slice } from './concat.js';
 import { bce_with_logits, bce_with_logits_grad, cross_entropy, cross_entropy_grad, mse, mse_grad, nll, nll_grad } from './losses.js';
 import { accuracy, top_k } from './metrics.js';
 import { broadcast_to, masked_fill, pad, permute, positions, reduce, reduce_max_grad } from './tensor.js';
-import { attention, attention_grad } from './attention.js';
+import { attention, attention_grad, attention_qkv, attention_qkv_grad } from './attention.js';
 import { adam_update, clip_coef, grad_accumulate, grad_norm, sgd_update, zero } from './optimizers.js';
 
 export type Env = Map<number, Float64Array>;
@@ -42,7 +42,7 @@ export const REFERENCE_OPS: Record<OpName, OpImpl> = {
   unary_grad, softmax_grad, log_softmax_grad, dropout_grad, batchnorm_grad, layernorm_grad, embedding_grad, slice,
   cross_entropy_grad, nll_grad, mse_grad, bce_with_logits_grad,
   grad_accumulate, zero, grad_norm, clip_coef, sgd_update, adam_update,
-  permute, pad, broadcast_to, reduce, reduce_max_grad, masked_fill, positions, attention, attention_grad,
+  permute, pad, broadcast_to, reduce, reduce_max_grad, masked_fill, positions, attention, attention_grad, attention_qkv, attention_qkv_grad,
   cast,
 };
 

@@ -601,8 +601,10 @@ MK_ALWAYS_INLINE float erf_v(float x) {
 
 // ------------------------------------------------------------------ blocked attention
 // Tile sizes: ATT_BR queries x ATT_BC keys of scores, plus the tile's K transposed ([D][ATT_BC]),
-// stay in L1/L2 for D <= 128. The head size D is a template argument (shapes are static), so the
-// loops over it have constant trip counts and vectorise fully. Every output element is computed by one thread in a fixed order
+// stay in L1/L2 for D <= 128. The head size D and the operands' row strides (D, or 3C / C when q, k, v
+// are read in place from a packed projection) are template arguments (shapes are static), so the
+// loops over D have constant trip counts and vectorise fully, and the code (so the bits) of a layout
+// never depends on runtime pointer checks. Every output element is computed by one thread in a fixed order
 // (tiles visited in increasing key order), so results are the same bits for any thread count.
 constexpr int64_t ATT_BR = 32, ATT_BC = 64;
 
@@ -610,12 +612,14 @@ constexpr int64_t ATT_BR = 32, ATT_BC = 64;
 inline int64_t att_key_end(bool causal, int64_t t, int64_t T, int64_t S) { return causal ? std::min(S, t + 1 + S - T) : S; }
 
 /**
- * Forward of one (head, query tile): q [T][D], k and v [S][D] of one head; queries t0..t1-1.
+ * Forward of one (head, query tile): q [T][D], k and v [S][D] of one head, rows sq / sk / sv floats
+ * apart (D for separate [N,H,T,D] tensors; 3C when read in place from a packed [N,T,3C] projection),
+ * o [T][D] rows so apart; queries t0..t1-1.
  * Online softmax: per query row the running max m, sum l and unnormalised output acc are
  * rescaled by exp(m_old - m_new) when a key tile raises the max. o = acc / l, lse = m + log l.
  * ws: ATT_BR*ATT_BC + D*ATT_BC + ATT_BR*D + 2*ATT_BR floats.
  */
-template <int64_t D>
+template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
                                float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
   float* sc = ws;                       // [ATT_BR][ATT_BC] scores, then probabilities
@@ -623,20 +627,29 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   float* acc = kt + D * ATT_BC;         // [ATT_BR][D]
   float* m = acc + ATT_BR * D;          // [ATT_BR]
   float* l = m + ATT_BR;                // [ATT_BR]
+  // strided rows (a packed projection): the query tile and each value tile are first copied to
+  // contiguous rows (the same values, so the same arithmetic; strided rows of 3C floats alias in L1)
+  constexpr bool pack_q = sq != D, pack_v = sv != D;
+  float* qc = l + ATT_BR;               // [ATT_BR][D] when pack_q
+  float* vc = qc + (pack_q ? ATT_BR * D : 0);  // [ATT_BC][D] when pack_v
   const int64_t nr = t1 - t0;
+  if constexpr (pack_q)
+    for (int64_t i = 0; i < nr; i++) std::memcpy(qc + i * D, q + (t0 + i) * sq, sizeof(float) * D);
   for (int64_t i = 0; i < nr; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
   std::memset(acc, 0, sizeof(float) * nr * D);
   const int64_t kend = att_key_end(causal, t1 - 1, T, S);
   for (int64_t u0 = 0; u0 < kend; u0 += ATT_BC) {
     const int64_t nc = std::min(ATT_BC, kend - u0);
     for (int64_t j = 0; j < nc; j++)
-      for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * D + d];
+      for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * sk + d];
     for (int64_t d = 0; d < D; d++)  // a short last tile: zero columns (the score rows span ATT_BC)
       for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = 0.0f;
+    if constexpr (pack_v)
+      for (int64_t j = 0; j < nc; j++) std::memcpy(vc + j * D, v + (u0 + j) * sv, sizeof(float) * D);
     for (int64_t i = 0; i < nr; i++) {
       const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
       if (vis <= 0) continue;
-      const float* qi = q + (t0 + i) * D;
+      const float* qi = pack_q ? qc + i * D : q + (t0 + i) * sq;
       float* si = sc + i * ATT_BC;
       // the scores of the whole tile width in a fixed-size local row (registers; the columns past
       // `vis` see stale key columns and are dropped), each visible one the same chain over d
@@ -662,7 +675,7 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
       for (int64_t d = 0; d < D; d++) ar[d] = ai[d] * corr;
       for (int64_t j = 0; j < vis; j++) {
         const float p = si[j];
-        const float* vj = v + (u0 + j) * D;
+        const float* vj = pack_v ? vc + j * D : v + (u0 + j) * sv;
         for (int64_t d = 0; d < D; d++) ar[d] += p * vj[d];
       }
       for (int64_t d = 0; d < D; d++) ai[d] = ar[d];
@@ -670,23 +683,26 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   }
   for (int64_t i = 0; i < nr; i++) {
     const float inv = 1.0f / l[i];
-    for (int64_t d = 0; d < D; d++) o[(t0 + i) * D + d] = acc[i * D + d] * inv;
+    for (int64_t d = 0; d < D; d++) o[(t0 + i) * so + d] = acc[i * D + d] * inv;
     lse[t0 + i] = m[i] + std::log(l[i]);
   }
 }
 
-/** floats of scratch attention_fwd_tile needs */
-inline int64_t attention_fwd_ws(int64_t D) { return ATT_BR * ATT_BC + D * ATT_BC + ATT_BR * D + 2 * ATT_BR; }
+/** floats of scratch attention_fwd_tile needs (strided: room for the contiguous query and value tiles too) */
+inline int64_t attention_fwd_ws(int64_t D, bool strided = false) {
+  return ATT_BR * ATT_BC + D * ATT_BC + ATT_BR * D + 2 * ATT_BR + (strided ? (ATT_BR + ATT_BC) * D : 0);
+}
 
 /**
  * Backward of one head, blocked like the forward: for each key tile (its dk, dv rows owned here)
  * and each query tile that sees it, P = exp(scale q k^T - lse) is recomputed from the saved lse,
  * dP = do v^T and dS = scale P (dP - delta) with delta[t] = do[t].o[t] are formed as tiles, then
  * dv += P^T do, dk += dS^T q, dq += dS k with each output row accumulated in registers. dq, dk,
- * dv are overwritten. ws: attention_bwd_ws(T, D) floats.
+ * dv are overwritten. Rows are contiguous (D floats; attention_bwd_head copies strided ones here).
+ * ws: attention_bwd_ws(T, D) floats.
  */
 template <int64_t D>
-inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
+inline void attention_bwd_head_c(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
                                float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
   float* p = ws;                     // [ATT_BR][ATT_BC] probabilities
   float* ds = p + ATT_BR * ATT_BC;   // [ATT_BR][ATT_BC] dS
@@ -768,8 +784,43 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
   }
 }
 
-/** floats of scratch attention_bwd_head needs */
-inline int64_t attention_bwd_ws(int64_t T, int64_t D) { return 2 * ATT_BR * ATT_BC + 2 * D * ATT_BC + T; }
+/** floats of scratch attention_bwd_head needs (strided: room for the head's contiguous copies too) */
+inline int64_t attention_bwd_ws(int64_t T, int64_t D, bool strided = false, int64_t S = -1) {
+  return 2 * ATT_BR * ATT_BC + 2 * D * ATT_BC + T + (strided ? 4 * T * D + 4 * (S < 0 ? T : S) * D : 0);
+}
+
+/**
+ * attention_bwd_head_c over rows sq, sk, sv, so floats apart (template arguments; D each for separate
+ * tensors, 3C and C for a packed projection). Strided rows are first copied to contiguous ones (q, k, v,
+ * o, do: the same values) and dq, dk, dv computed there and copied out, so the arithmetic, and the bits,
+ * are those of the contiguous layout; the head's rows stay in L1 / L2 instead of strided rows of 3C floats
+ * that alias in L1. ws: attention_bwd_ws(T, D, strided, S) floats.
+ */
+template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
+inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
+                               float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
+  if constexpr (sq == D && sk == D && sv == D && so == D) {
+    attention_bwd_head_c<D>(dO, q, k, v, o, lse, dq, dk, dv, T, S, scale, causal, ws);
+  } else {
+    float* c = ws + attention_bwd_ws(T, D);  // [8][T or S][D]: q, k, v, o, do, dq, dk, dv
+    float *qc = c, *kc = qc + T * D, *vc = kc + S * D, *oc = vc + S * D, *gc = oc + T * D, *dqc = gc + T * D, *dkc = dqc + T * D, *dvc = dkc + S * D;
+    for (int64_t t = 0; t < T; t++) {
+      std::memcpy(qc + t * D, q + t * sq, sizeof(float) * D);
+      std::memcpy(oc + t * D, o + t * so, sizeof(float) * D);
+      std::memcpy(gc + t * D, dO + t * so, sizeof(float) * D);
+    }
+    for (int64_t u = 0; u < S; u++) {
+      std::memcpy(kc + u * D, k + u * sk, sizeof(float) * D);
+      std::memcpy(vc + u * D, v + u * sv, sizeof(float) * D);
+    }
+    attention_bwd_head_c<D>(gc, qc, kc, vc, oc, lse, dqc, dkc, dvc, T, S, scale, causal, ws);
+    for (int64_t t = 0; t < T; t++) std::memcpy(dq + t * sq, dqc + t * D, sizeof(float) * D);
+    for (int64_t u = 0; u < S; u++) {
+      std::memcpy(dk + u * sk, dkc + u * D, sizeof(float) * D);
+      std::memcpy(dv + u * sv, dvc + u * D, sizeof(float) * D);
+    }
+  }
+}
 
 }  // namespace mk
 

@@ -10,7 +10,7 @@ import { batchnorm_eval, batchnorm_grad, batchnorm_train, layernorm, layernorm_g
 import { concat, embedding, embedding_grad, slice } from './gather.js';
 import { accuracy, bce_with_logits, bce_with_logits_grad, cross_entropy, cross_entropy_grad, mse, mse_grad, nll, nll_grad, top_k } from './losses.js';
 import { broadcast_to, masked_fill, pad, permute, positions, reduce, reduce_max_grad } from './tensor.js';
-import { attention, attention_grad } from './attention.js';
+import { attention, attention_grad, attention_qkv, attention_qkv_grad } from './attention.js';
 import { adam_update, clip_coef, grad_accumulate, grad_norm, sgd_update, zero } from './optim.js';
 import { cast } from './precision.js';
 
@@ -22,6 +22,6 @@ export const CPU_KERNELS: Record<OpName, KernelEmitter> = {
   unary_grad, softmax_grad, log_softmax_grad, dropout_grad, batchnorm_grad, layernorm_grad, embedding_grad, slice,
   cross_entropy_grad, nll_grad, mse_grad, bce_with_logits_grad,
   grad_accumulate, zero, grad_norm, clip_coef, sgd_update, adam_update,
-  permute, pad, broadcast_to, reduce, reduce_max_grad, masked_fill, positions, attention, attention_grad,
+  permute, pad, broadcast_to, reduce, reduce_max_grad, masked_fill, positions, attention, attention_grad, attention_qkv, attention_qkv_grad,
   cast,
 };

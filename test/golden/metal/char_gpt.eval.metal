@@ -239,78 +239,12 @@ kernel void k5_mma(
   }
 }
 
-// node 7: permute (blocks.0.attn) -> blocks.0.attn.qkv_heads (perm [2,0,3,1,4])
+// node 6: attention_qkv (blocks.0.attn) -> blocks.0.attn.merged, blocks.0.attn.lse [16x16 tiles]
 kernel void k6(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 384u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 24576u;
-    rem /= 32u;
-    src += (rem % 3u) * 128u;
-  }
-  y[i] = x[src];
-}
-
-// node 8: slice (blocks.0.attn) -> blocks.0.attn.q_slice
-kernel void k7(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
-}
-
-// node 10: slice (blocks.0.attn) -> blocks.0.attn.k_slice
-kernel void k8(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
-}
-
-// node 12: slice (blocks.0.attn) -> blocks.0.attn.v_slice
-kernel void k9(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
-}
-
-// node 14: attention (blocks.0.attn) -> blocks.0.attn.o, blocks.0.attn.lse [16x16 tiles]
-kernel void k10(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -318,7 +252,7 @@ kernel void k10(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -329,15 +263,15 @@ kernel void k10(
   threadgroup float* As = tg + 2336;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -383,19 +317,17 @@ kernel void k10(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 14: attention (blocks.0.attn) -> blocks.0.attn.o, blocks.0.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k10_mma(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+// node 6: attention_qkv (blocks.0.attn) -> blocks.0.attn.merged, blocks.0.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k6_mma(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -404,7 +336,7 @@ kernel void k10_mma(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -416,15 +348,15 @@ kernel void k10_mma(
   threadgroup float* As = tg + 2848;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -484,36 +416,13 @@ kernel void k10_mma(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 15: permute (blocks.0.attn) -> blocks.0.attn.o_merge (perm [0,2,1,3])
-kernel void k11(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 17: linear (blocks.0.attn) -> blocks.0.attn.out [16x16 tiles]
-kernel void k12(
+// node 7: linear (blocks.0.attn) -> blocks.0.attn.out [16x16 tiles]
+kernel void k7(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -556,8 +465,8 @@ kernel void k12(
   }
 }
 
-// node 17: linear (blocks.0.attn) -> blocks.0.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k12_mma(
+// node 7: linear (blocks.0.attn) -> blocks.0.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k7_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -616,8 +525,8 @@ kernel void k12_mma(
   }
 }
 
-// node 18: binary (blocks.0.add0) -> blocks.0.add0.out
-kernel void k13(
+// node 8: binary (blocks.0.add0) -> blocks.0.add0.out
+kernel void k8(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -631,8 +540,8 @@ kernel void k13(
   y[i] = a[ia] + b[ib];
 }
 
-// node 19: layernorm (blocks.0.ln2) -> blocks.0.ln2.out, blocks.0.ln2.mean, blocks.0.ln2.rstd
-kernel void k14(
+// node 9: layernorm (blocks.0.ln2) -> blocks.0.ln2.out, blocks.0.ln2.mean, blocks.0.ln2.rstd
+kernel void k9(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -660,8 +569,8 @@ kernel void k14(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 20: linear (blocks.0.fc) -> blocks.0.gelu0.out + fused node 20: unary gelu -> blocks.0.gelu0.out [16x16 tiles]
-kernel void k15(
+// node 10: linear (blocks.0.fc) -> blocks.0.gelu0.out + fused node 10: unary gelu -> blocks.0.gelu0.out [16x16 tiles]
+kernel void k10(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -704,8 +613,8 @@ kernel void k15(
   }
 }
 
-// node 20: linear (blocks.0.fc) -> blocks.0.gelu0.out + fused node 20: unary gelu -> blocks.0.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k15_mma(
+// node 10: linear (blocks.0.fc) -> blocks.0.gelu0.out + fused node 10: unary gelu -> blocks.0.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k10_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -764,8 +673,8 @@ kernel void k15_mma(
   }
 }
 
-// node 21: linear (blocks.0.proj) -> blocks.0.proj.out [16x16 tiles]
-kernel void k16(
+// node 11: linear (blocks.0.proj) -> blocks.0.proj.out [16x16 tiles]
+kernel void k11(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -808,8 +717,8 @@ kernel void k16(
   }
 }
 
-// node 21: linear (blocks.0.proj) -> blocks.0.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k16_mma(
+// node 11: linear (blocks.0.proj) -> blocks.0.proj.out [simdgroup_float8x8, Apple7+]
+kernel void k11_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -868,7 +777,441 @@ kernel void k16_mma(
   }
 }
 
-// node 22: binary (blocks.0.add1) -> blocks.0.add1.out
+// node 12: binary (blocks.0.add1) -> blocks.0.add1.out
+kernel void k12(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 13: layernorm (blocks.1.ln1) -> blocks.1.ln1.out, blocks.1.ln1.mean, blocks.1.ln1.rstd
+kernel void k13(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    device float* mean [[buffer(4)]],
+    device float* rstd [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // one threadgroup per row of D = 128u
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  float s = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
+  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
+  float q = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
+  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
+  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
+  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
+  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
+}
+
+// node 14: linear (blocks.1.attn) -> blocks.1.attn.qkv [16x16 tiles]
+kernel void k14(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 384u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 384u) {
+    const uint mi = row, ni = col;
+      y[mi * 384u + ni] = acc + b[ni];
+  }
+}
+
+// node 14: linear (blocks.1.attn) -> blocks.1.attn.qkv [simdgroup_float8x8, Apple7+]
+kernel void k14_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 384u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 384u) {
+      const float acc = Cs[e];
+      y[mi * 384u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 15: attention_qkv (blocks.1.attn) -> blocks.1.attn.merged, blocks.1.attn.lse [16x16 tiles]
+kernel void k15(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]])
+{
+  // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
+  // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* Kt = tg + 512;  // 512 floats
+  threadgroup float* Vs = tg + 1024;  // 512 floats
+  threadgroup float* Os = tg + 1536;  // 512 floats
+  threadgroup float* Ss = tg + 2048;  // 256 floats
+  threadgroup float* Ms = tg + 2304;  // 16 floats
+  threadgroup float* Ls = tg + 2320;  // 16 floats
+  threadgroup float* As = tg + 2336;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
+  if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores S = Q K^T of the tile
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
+      Ss[r * 16u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // one thread per query row: mask and scale, new running max, P = exp(s - m), rescale factor
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float mt = (-INFINITY);
+      for (uint c = 0u; c < 16u; ++c) {
+        const uint kj = k0 + c;
+        const float s = qi < 64u && kj < 64u && kj <= qi + 0u ? Ss[tidx * 16u + c] * 0.176776692f : (-INFINITY);
+        Ss[tidx * 16u + c] = s;
+        mt = max(mt, s);
+      }
+      const float mo = Ms[tidx], mn = max(mo, mt);
+      const float ms = mn == (-INFINITY) ? 0.0f : mn;
+      float l = 0.0f;
+      for (uint c = 0u; c < 16u; ++c) {
+        const float p = precise::exp(Ss[tidx * 16u + c] - ms);
+        Ss[tidx * 16u + c] = p;
+        l += p;
+      }
+      const float al = precise::exp(mo - ms);
+      Ms[tidx] = mn;
+      Ls[tidx] = Ls[tidx] * al + l;
+      As[tidx] = al;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // O = O * alpha + P V
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = Os[r * 32u + c] * As[r];
+      for (uint x = 0u; x < 16u; ++x) acc += Ss[r * 16u + x] * Vs[x * 32u + c];
+      Os[r * 32u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
+  }
+  if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
+}
+
+// node 15: attention_qkv (blocks.1.attn) -> blocks.1.attn.merged, blocks.1.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k15_mma(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
+  // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* Kt = tg + 512;  // 512 floats
+  threadgroup float* Vs = tg + 1024;  // 512 floats
+  threadgroup float* Os = tg + 1536;  // 512 floats
+  threadgroup float* PVs = tg + 2048;  // 512 floats
+  threadgroup float* Ss = tg + 2560;  // 256 floats
+  threadgroup float* Ms = tg + 2816;  // 16 floats
+  threadgroup float* Ls = tg + 2832;  // 16 floats
+  threadgroup float* As = tg + 2848;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
+  if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores S = Q K^T of the tile
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // one thread per query row: mask and scale, new running max, P = exp(s - m), rescale factor
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float mt = (-INFINITY);
+      for (uint c = 0u; c < 16u; ++c) {
+        const uint kj = k0 + c;
+        const float s = qi < 64u && kj < 64u && kj <= qi + 0u ? Ss[tidx * 16u + c] * 0.176776692f : (-INFINITY);
+        Ss[tidx * 16u + c] = s;
+        mt = max(mt, s);
+      }
+      const float mo = Ms[tidx], mn = max(mo, mt);
+      const float ms = mn == (-INFINITY) ? 0.0f : mn;
+      float l = 0.0f;
+      for (uint c = 0u; c < 16u; ++c) {
+        const float p = precise::exp(Ss[tidx * 16u + c] - ms);
+        Ss[tidx * 16u + c] = p;
+        l += p;
+      }
+      const float al = precise::exp(mo - ms);
+      Ms[tidx] = mn;
+      Ls[tidx] = Ls[tidx] * al + l;
+      As[tidx] = al;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // O = O * alpha + P V
+    for (uint blk = sg; blk < 8u; blk += 4u) {
+      const uint br = (blk / 4u) * 8u, bc = (blk % 4u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Ss, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Vs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, PVs, 32, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tidx; e < 512u; e += 128u) Os[e] = Os[e] * As[e / 32u] + PVs[e];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
+  }
+  if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
+}
+
+// node 16: linear (blocks.1.attn) -> blocks.1.attn.out [16x16 tiles]
+kernel void k16(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 128u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc + b[ni];
+  }
+}
+
+// node 16: linear (blocks.1.attn) -> blocks.1.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k16_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 128u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 17: binary (blocks.1.add0) -> blocks.1.add0.out
 kernel void k17(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -883,7 +1226,7 @@ kernel void k17(
   y[i] = a[ia] + b[ib];
 }
 
-// node 23: layernorm (blocks.1.ln1) -> blocks.1.ln1.out, blocks.1.ln1.mean, blocks.1.ln1.rstd
+// node 18: layernorm (blocks.1.ln2) -> blocks.1.ln2.out, blocks.1.ln2.mean, blocks.1.ln2.rstd
 kernel void k18(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -912,7 +1255,7 @@ kernel void k18(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 24: linear (blocks.1.attn) -> blocks.1.attn.qkv [16x16 tiles]
+// node 19: linear (blocks.1.fc) -> blocks.1.gelu0.out + fused node 19: unary gelu -> blocks.1.gelu0.out [16x16 tiles]
 kernel void k19(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -923,7 +1266,7 @@ kernel void k19(
     uint3 tgid [[threadgroup_position_in_grid]],
     uint3 tid [[thread_position_in_threadgroup]])
 {
-  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z), 16x16 tiles in threadgroup memory
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -941,7 +1284,7 @@ kernel void k19(
     {
       const uint ki = k0 + tid.y, ni = col;
       float v = 0.0f;
-      if (ki < 128u && ni < 384u) {
+      if (ki < 128u && ni < 512u) {
           v = w[ni * 128u + ki];
       }
       Bs[tid.y * 16u + tid.x] = v;
@@ -950,13 +1293,13 @@ kernel void k19(
     for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (row < 2048u && col < 384u) {
+  if (row < 2048u && col < 512u) {
     const uint mi = row, ni = col;
-      y[mi * 384u + ni] = acc + b[ni];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
   }
 }
 
-// node 24: linear (blocks.1.attn) -> blocks.1.attn.qkv [simdgroup_float8x8, Apple7+]
+// node 19: linear (blocks.1.fc) -> blocks.1.gelu0.out + fused node 19: unary gelu -> blocks.1.gelu0.out [simdgroup_float8x8, Apple7+]
 kernel void k19_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -968,6 +1311,258 @@ kernel void k19_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 512u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 512u) {
+      const float acc = Cs[e];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
+    }
+  }
+}
+
+// node 20: linear (blocks.1.proj) -> blocks.1.proj.out [16x16 tiles]
+kernel void k20(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc + b[ni];
+  }
+}
+
+// node 20: linear (blocks.1.proj) -> blocks.1.proj.out [simdgroup_float8x8, Apple7+]
+kernel void k20_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 21: binary (blocks.1.add1) -> blocks.1.add1.out
+kernel void k21(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 22: layernorm (blocks.2.ln1) -> blocks.2.ln1.out, blocks.2.ln1.mean, blocks.2.ln1.rstd
+kernel void k22(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    device float* mean [[buffer(4)]],
+    device float* rstd [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // one threadgroup per row of D = 128u
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  float s = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
+  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
+  float q = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
+  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
+  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
+  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
+  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
+}
+
+// node 23: linear (blocks.2.attn) -> blocks.2.attn.qkv [16x16 tiles]
+kernel void k23(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 384u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 384u) {
+    const uint mi = row, ni = col;
+      y[mi * 384u + ni] = acc + b[ni];
+  }
+}
+
+// node 23: linear (blocks.2.attn) -> blocks.2.attn.qkv [simdgroup_float8x8, Apple7+]
+kernel void k23_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
   // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -1016,78 +1611,12 @@ kernel void k19_mma(
   }
 }
 
-// node 26: permute (blocks.1.attn) -> blocks.1.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k20(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 384u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 24576u;
-    rem /= 32u;
-    src += (rem % 3u) * 128u;
-  }
-  y[i] = x[src];
-}
-
-// node 27: slice (blocks.1.attn) -> blocks.1.attn.q_slice
-kernel void k21(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
-}
-
-// node 29: slice (blocks.1.attn) -> blocks.1.attn.k_slice
-kernel void k22(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
-}
-
-// node 31: slice (blocks.1.attn) -> blocks.1.attn.v_slice
-kernel void k23(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
-}
-
-// node 33: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [16x16 tiles]
+// node 24: attention_qkv (blocks.2.attn) -> blocks.2.attn.merged, blocks.2.attn.lse [16x16 tiles]
 kernel void k24(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -1095,7 +1624,7 @@ kernel void k24(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -1106,15 +1635,15 @@ kernel void k24(
   threadgroup float* As = tg + 2336;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -1160,19 +1689,17 @@ kernel void k24(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 33: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [simdgroup_float8x8, Apple7+]
+// node 24: attention_qkv (blocks.2.attn) -> blocks.2.attn.merged, blocks.2.attn.lse [simdgroup_float8x8, Apple7+]
 kernel void k24_mma(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -1181,7 +1708,7 @@ kernel void k24_mma(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -1193,15 +1720,15 @@ kernel void k24_mma(
   threadgroup float* As = tg + 2848;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -1261,36 +1788,13 @@ kernel void k24_mma(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 34: permute (blocks.1.attn) -> blocks.1.attn.o_merge (perm [0,2,1,3])
+// node 25: linear (blocks.2.attn) -> blocks.2.attn.out [16x16 tiles]
 kernel void k25(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 36: linear (blocks.1.attn) -> blocks.1.attn.out [16x16 tiles]
-kernel void k26(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1333,8 +1837,8 @@ kernel void k26(
   }
 }
 
-// node 36: linear (blocks.1.attn) -> blocks.1.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k26_mma(
+// node 25: linear (blocks.2.attn) -> blocks.2.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k25_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1393,8 +1897,8 @@ kernel void k26_mma(
   }
 }
 
-// node 37: binary (blocks.1.add0) -> blocks.1.add0.out
-kernel void k27(
+// node 26: binary (blocks.2.add0) -> blocks.2.add0.out
+kernel void k26(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1408,8 +1912,8 @@ kernel void k27(
   y[i] = a[ia] + b[ib];
 }
 
-// node 38: layernorm (blocks.1.ln2) -> blocks.1.ln2.out, blocks.1.ln2.mean, blocks.1.ln2.rstd
-kernel void k28(
+// node 27: layernorm (blocks.2.ln2) -> blocks.2.ln2.out, blocks.2.ln2.mean, blocks.2.ln2.rstd
+kernel void k27(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1437,8 +1941,8 @@ kernel void k28(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 39: linear (blocks.1.fc) -> blocks.1.gelu0.out + fused node 39: unary gelu -> blocks.1.gelu0.out [16x16 tiles]
-kernel void k29(
+// node 28: linear (blocks.2.fc) -> blocks.2.gelu0.out + fused node 28: unary gelu -> blocks.2.gelu0.out [16x16 tiles]
+kernel void k28(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1481,7 +1985,111 @@ kernel void k29(
   }
 }
 
-// node 39: linear (blocks.1.fc) -> blocks.1.gelu0.out + fused node 39: unary gelu -> blocks.1.gelu0.out [simdgroup_float8x8, Apple7+]
+// node 28: linear (blocks.2.fc) -> blocks.2.gelu0.out + fused node 28: unary gelu -> blocks.2.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k28_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 512u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 512u) {
+      const float acc = Cs[e];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
+    }
+  }
+}
+
+// node 29: linear (blocks.2.proj) -> blocks.2.proj.out [16x16 tiles]
+kernel void k29(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc + b[ni];
+  }
+}
+
+// node 29: linear (blocks.2.proj) -> blocks.2.proj.out [simdgroup_float8x8, Apple7+]
 kernel void k29_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1493,110 +2101,6 @@ kernel void k29_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 512u) {
-      const float acc = Cs[e];
-      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
-    }
-  }
-}
-
-// node 40: linear (blocks.1.proj) -> blocks.1.proj.out [16x16 tiles]
-kernel void k30(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
-  }
-}
-
-// node 40: linear (blocks.1.proj) -> blocks.1.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k30_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
   // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -1645,8 +2149,8 @@ kernel void k30_mma(
   }
 }
 
-// node 41: binary (blocks.1.add1) -> blocks.1.add1.out
-kernel void k31(
+// node 30: binary (blocks.2.add1) -> blocks.2.add1.out
+kernel void k30(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -1660,41 +2164,41 @@ kernel void k31(
   y[i] = a[ia] + b[ib];
 }
 
-// node 42: layernorm (blocks.2.ln1) -> blocks.2.ln1.out, blocks.2.ln1.mean, blocks.2.ln1.rstd
+// node 31: layernorm (blocks.3.ln1) -> blocks.3.ln1.out, blocks.3.ln1.mean, blocks.3.ln1.rstd
+kernel void k31(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    device float* mean [[buffer(4)]],
+    device float* rstd [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // one threadgroup per row of D = 128u
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  float s = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
+  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
+  float q = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
+  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
+  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
+  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
+  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
+}
+
+// node 32: linear (blocks.3.attn) -> blocks.3.attn.qkv [16x16 tiles]
 kernel void k32(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
     device float* y [[buffer(3)]],
-    device float* mean [[buffer(4)]],
-    device float* rstd [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // one threadgroup per row of D = 128u
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  float s = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
-  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
-  float q = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
-  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
-  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
-  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
-  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
-}
-
-// node 43: linear (blocks.2.attn) -> blocks.2.attn.qkv [16x16 tiles]
-kernel void k33(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
     constant StepParams& sp [[buffer(4)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
@@ -1733,8 +2237,8 @@ kernel void k33(
   }
 }
 
-// node 43: linear (blocks.2.attn) -> blocks.2.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k33_mma(
+// node 32: linear (blocks.3.attn) -> blocks.3.attn.qkv [simdgroup_float8x8, Apple7+]
+kernel void k32_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1793,78 +2297,12 @@ kernel void k33_mma(
   }
 }
 
-// node 45: permute (blocks.2.attn) -> blocks.2.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k34(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 384u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 24576u;
-    rem /= 32u;
-    src += (rem % 3u) * 128u;
-  }
-  y[i] = x[src];
-}
-
-// node 46: slice (blocks.2.attn) -> blocks.2.attn.q_slice
-kernel void k35(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
-}
-
-// node 48: slice (blocks.2.attn) -> blocks.2.attn.k_slice
-kernel void k36(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
-}
-
-// node 50: slice (blocks.2.attn) -> blocks.2.attn.v_slice
-kernel void k37(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
-}
-
-// node 52: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [16x16 tiles]
-kernel void k38(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+// node 33: attention_qkv (blocks.3.attn) -> blocks.3.attn.merged, blocks.3.attn.lse [16x16 tiles]
+kernel void k33(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -1872,7 +2310,7 @@ kernel void k38(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -1883,15 +2321,15 @@ kernel void k38(
   threadgroup float* As = tg + 2336;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -1937,19 +2375,17 @@ kernel void k38(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 52: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k38_mma(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+// node 33: attention_qkv (blocks.3.attn) -> blocks.3.attn.merged, blocks.3.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k33_mma(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -1958,7 +2394,7 @@ kernel void k38_mma(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -1970,15 +2406,15 @@ kernel void k38_mma(
   threadgroup float* As = tg + 2848;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -2038,1213 +2474,413 @@ kernel void k38_mma(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 53: permute (blocks.2.attn) -> blocks.2.attn.o_merge (perm [0,2,1,3])
-kernel void k39(
+// node 34: linear (blocks.3.attn) -> blocks.3.attn.out [16x16 tiles]
+kernel void k34(
     device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 128u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc + b[ni];
+  }
+}
+
+// node 34: linear (blocks.3.attn) -> blocks.3.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k34_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 128u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 35: binary (blocks.3.add0) -> blocks.3.add0.out
+kernel void k35(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
   if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
 }
 
-// node 55: linear (blocks.2.attn) -> blocks.2.attn.out [16x16 tiles]
+// node 36: layernorm (blocks.3.ln2) -> blocks.3.ln2.out, blocks.3.ln2.mean, blocks.3.ln2.rstd
+kernel void k36(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    device float* mean [[buffer(4)]],
+    device float* rstd [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // one threadgroup per row of D = 128u
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  float s = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
+  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
+  float q = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
+  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
+  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
+  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
+  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
+}
+
+// node 37: linear (blocks.3.fc) -> blocks.3.gelu0.out + fused node 37: unary gelu -> blocks.3.gelu0.out [16x16 tiles]
+kernel void k37(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 512u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 512u) {
+    const uint mi = row, ni = col;
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
+  }
+}
+
+// node 37: linear (blocks.3.fc) -> blocks.3.gelu0.out + fused node 37: unary gelu -> blocks.3.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k37_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 512u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 512u) {
+      const float acc = Cs[e];
+      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
+    }
+  }
+}
+
+// node 38: linear (blocks.3.proj) -> blocks.3.proj.out [16x16 tiles]
+kernel void k38(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc + b[ni];
+  }
+}
+
+// node 38: linear (blocks.3.proj) -> blocks.3.proj.out [simdgroup_float8x8, Apple7+]
+kernel void k38_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 39: binary (blocks.3.add1) -> blocks.3.add1.out
+kernel void k39(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 40: layernorm (ln_f) -> ln_f.out, ln_f.mean, ln_f.rstd
 kernel void k40(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
     device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 128u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
-  }
-}
-
-// node 55: linear (blocks.2.attn) -> blocks.2.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k40_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
+    device float* mean [[buffer(4)]],
+    device float* rstd [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 128u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
-    }
-  }
+  // one threadgroup per row of D = 128u
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  float s = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
+  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
+  float q = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
+  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
+  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
+  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
+  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 56: binary (blocks.2.add0) -> blocks.2.add0.out
+// node 41: linear (head) -> head.out [16x16 tiles]
 kernel void k41(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 57: layernorm (blocks.2.ln2) -> blocks.2.ln2.out, blocks.2.ln2.mean, blocks.2.ln2.rstd
-kernel void k42(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    device float* mean [[buffer(4)]],
-    device float* rstd [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // one threadgroup per row of D = 128u
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  float s = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
-  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
-  float q = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
-  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
-  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
-  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
-  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
-}
-
-// node 58: linear (blocks.2.fc) -> blocks.2.gelu0.out + fused node 58: unary gelu -> blocks.2.gelu0.out [16x16 tiles]
-kernel void k43(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 512u) {
-    const uint mi = row, ni = col;
-      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
-  }
-}
-
-// node 58: linear (blocks.2.fc) -> blocks.2.gelu0.out + fused node 58: unary gelu -> blocks.2.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k43_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 512u) {
-      const float acc = Cs[e];
-      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
-    }
-  }
-}
-
-// node 59: linear (blocks.2.proj) -> blocks.2.proj.out [16x16 tiles]
-kernel void k44(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
-  }
-}
-
-// node 59: linear (blocks.2.proj) -> blocks.2.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k44_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 60: binary (blocks.2.add1) -> blocks.2.add1.out
-kernel void k45(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 61: layernorm (blocks.3.ln1) -> blocks.3.ln1.out, blocks.3.ln1.mean, blocks.3.ln1.rstd
-kernel void k46(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    device float* mean [[buffer(4)]],
-    device float* rstd [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // one threadgroup per row of D = 128u
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  float s = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
-  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
-  float q = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
-  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
-  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
-  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
-  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
-}
-
-// node 62: linear (blocks.3.attn) -> blocks.3.attn.qkv [16x16 tiles]
-kernel void k47(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 384u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 384u) {
-    const uint mi = row, ni = col;
-      y[mi * 384u + ni] = acc + b[ni];
-  }
-}
-
-// node 62: linear (blocks.3.attn) -> blocks.3.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k47_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 384u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 384u) {
-      const float acc = Cs[e];
-      y[mi * 384u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 64: permute (blocks.3.attn) -> blocks.3.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k48(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 384u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 24576u;
-    rem /= 32u;
-    src += (rem % 3u) * 128u;
-  }
-  y[i] = x[src];
-}
-
-// node 65: slice (blocks.3.attn) -> blocks.3.attn.q_slice
-kernel void k49(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
-}
-
-// node 67: slice (blocks.3.attn) -> blocks.3.attn.k_slice
-kernel void k50(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
-}
-
-// node 69: slice (blocks.3.attn) -> blocks.3.attn.v_slice
-kernel void k51(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
-}
-
-// node 71: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [16x16 tiles]
-kernel void k52(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]])
-{
-  // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
-  // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* Kt = tg + 512;  // 512 floats
-  threadgroup float* Vs = tg + 1024;  // 512 floats
-  threadgroup float* Os = tg + 1536;  // 512 floats
-  threadgroup float* Ss = tg + 2048;  // 256 floats
-  threadgroup float* Ms = tg + 2304;  // 16 floats
-  threadgroup float* Ls = tg + 2320;  // 16 floats
-  threadgroup float* As = tg + 2336;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
-  if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores S = Q K^T of the tile
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
-      Ss[r * 16u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // one thread per query row: mask and scale, new running max, P = exp(s - m), rescale factor
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float mt = (-INFINITY);
-      for (uint c = 0u; c < 16u; ++c) {
-        const uint kj = k0 + c;
-        const float s = qi < 64u && kj < 64u && kj <= qi + 0u ? Ss[tidx * 16u + c] * 0.176776692f : (-INFINITY);
-        Ss[tidx * 16u + c] = s;
-        mt = max(mt, s);
-      }
-      const float mo = Ms[tidx], mn = max(mo, mt);
-      const float ms = mn == (-INFINITY) ? 0.0f : mn;
-      float l = 0.0f;
-      for (uint c = 0u; c < 16u; ++c) {
-        const float p = precise::exp(Ss[tidx * 16u + c] - ms);
-        Ss[tidx * 16u + c] = p;
-        l += p;
-      }
-      const float al = precise::exp(mo - ms);
-      Ms[tidx] = mn;
-      Ls[tidx] = Ls[tidx] * al + l;
-      As[tidx] = al;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // O = O * alpha + P V
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = Os[r * 32u + c] * As[r];
-      for (uint x = 0u; x < 16u; ++x) acc += Ss[r * 16u + x] * Vs[x * 32u + c];
-      Os[r * 32u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
-  }
-  if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
-}
-
-// node 71: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k52_mma(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
-  // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* Kt = tg + 512;  // 512 floats
-  threadgroup float* Vs = tg + 1024;  // 512 floats
-  threadgroup float* Os = tg + 1536;  // 512 floats
-  threadgroup float* PVs = tg + 2048;  // 512 floats
-  threadgroup float* Ss = tg + 2560;  // 256 floats
-  threadgroup float* Ms = tg + 2816;  // 16 floats
-  threadgroup float* Ls = tg + 2832;  // 16 floats
-  threadgroup float* As = tg + 2848;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
-  if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores S = Q K^T of the tile
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // one thread per query row: mask and scale, new running max, P = exp(s - m), rescale factor
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float mt = (-INFINITY);
-      for (uint c = 0u; c < 16u; ++c) {
-        const uint kj = k0 + c;
-        const float s = qi < 64u && kj < 64u && kj <= qi + 0u ? Ss[tidx * 16u + c] * 0.176776692f : (-INFINITY);
-        Ss[tidx * 16u + c] = s;
-        mt = max(mt, s);
-      }
-      const float mo = Ms[tidx], mn = max(mo, mt);
-      const float ms = mn == (-INFINITY) ? 0.0f : mn;
-      float l = 0.0f;
-      for (uint c = 0u; c < 16u; ++c) {
-        const float p = precise::exp(Ss[tidx * 16u + c] - ms);
-        Ss[tidx * 16u + c] = p;
-        l += p;
-      }
-      const float al = precise::exp(mo - ms);
-      Ms[tidx] = mn;
-      Ls[tidx] = Ls[tidx] * al + l;
-      As[tidx] = al;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // O = O * alpha + P V
-    for (uint blk = sg; blk < 8u; blk += 4u) {
-      const uint br = (blk / 4u) * 8u, bc = (blk % 4u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Ss, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Vs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, PVs, 32, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint e = tidx; e < 512u; e += 128u) Os[e] = Os[e] * As[e / 32u] + PVs[e];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
-  }
-  if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
-}
-
-// node 72: permute (blocks.3.attn) -> blocks.3.attn.o_merge (perm [0,2,1,3])
-kernel void k53(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 74: linear (blocks.3.attn) -> blocks.3.attn.out [16x16 tiles]
-kernel void k54(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 128u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
-  }
-}
-
-// node 74: linear (blocks.3.attn) -> blocks.3.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k54_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 128u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 75: binary (blocks.3.add0) -> blocks.3.add0.out
-kernel void k55(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 76: layernorm (blocks.3.ln2) -> blocks.3.ln2.out, blocks.3.ln2.mean, blocks.3.ln2.rstd
-kernel void k56(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    device float* mean [[buffer(4)]],
-    device float* rstd [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // one threadgroup per row of D = 128u
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  float s = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
-  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
-  float q = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
-  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
-  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
-  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
-  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
-}
-
-// node 77: linear (blocks.3.fc) -> blocks.3.gelu0.out + fused node 77: unary gelu -> blocks.3.gelu0.out [16x16 tiles]
-kernel void k57(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 512u) {
-    const uint mi = row, ni = col;
-      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
-  }
-}
-
-// node 77: linear (blocks.3.fc) -> blocks.3.gelu0.out + fused node 77: unary gelu -> blocks.3.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k57_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 512u) {
-      const float acc = Cs[e];
-      y[mi * 512u + ni] = 0.5f * (acc + b[ni]) * (1.0f + mpsc_erf((acc + b[ni]) * 0.707106769f));
-    }
-  }
-}
-
-// node 78: linear (blocks.3.proj) -> blocks.3.proj.out [16x16 tiles]
-kernel void k58(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
-  }
-}
-
-// node 78: linear (blocks.3.proj) -> blocks.3.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k58_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 79: binary (blocks.3.add1) -> blocks.3.add1.out
-kernel void k59(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 80: layernorm (ln_f) -> ln_f.out, ln_f.mean, ln_f.rstd
-kernel void k60(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    device float* mean [[buffer(4)]],
-    device float* rstd [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // one threadgroup per row of D = 128u
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  float s = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
-  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
-  float q = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
-  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
-  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
-  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
-  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
-}
-
-// node 81: linear (head) -> head.out [16x16 tiles]
-kernel void k61(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3286,8 +2922,8 @@ kernel void k61(
   }
 }
 
-// node 81: linear (head) -> head.out [simdgroup_float8x8, Apple7+]
-kernel void k61_mma(
+// node 41: linear (head) -> head.out [simdgroup_float8x8, Apple7+]
+kernel void k41_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3345,8 +2981,8 @@ kernel void k61_mma(
   }
 }
 
-// node 82: cross_entropy (loss) -> loss
-kernel void k62(
+// node 42: cross_entropy (loss) -> loss
+kernel void k42(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],

@@ -239,78 +239,12 @@ kernel void k5_mma(
   }
 }
 
-// node 7: permute (blocks.0.attn) -> blocks.0.attn.qkv_heads (perm [2,0,3,1,4])
+// node 6: attention_qkv (blocks.0.attn) -> blocks.0.attn.merged, blocks.0.attn.lse [16x16 tiles]
 kernel void k6(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 384u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 24576u;
-    rem /= 32u;
-    src += (rem % 3u) * 128u;
-  }
-  y[i] = x[src];
-}
-
-// node 8: slice (blocks.0.attn) -> blocks.0.attn.q_slice
-kernel void k7(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
-}
-
-// node 10: slice (blocks.0.attn) -> blocks.0.attn.k_slice
-kernel void k8(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
-}
-
-// node 12: slice (blocks.0.attn) -> blocks.0.attn.v_slice
-kernel void k9(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
-}
-
-// node 14: attention (blocks.0.attn) -> blocks.0.attn.o, blocks.0.attn.lse [16x16 tiles]
-kernel void k10(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -318,7 +252,7 @@ kernel void k10(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -329,15 +263,15 @@ kernel void k10(
   threadgroup float* As = tg + 2336;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -383,19 +317,17 @@ kernel void k10(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 14: attention (blocks.0.attn) -> blocks.0.attn.o, blocks.0.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k10_mma(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+// node 6: attention_qkv (blocks.0.attn) -> blocks.0.attn.merged, blocks.0.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k6_mma(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -404,7 +336,7 @@ kernel void k10_mma(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -416,15 +348,15 @@ kernel void k10_mma(
   threadgroup float* As = tg + 2848;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -484,36 +416,13 @@ kernel void k10_mma(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 15: permute (blocks.0.attn) -> blocks.0.attn.o_merge (perm [0,2,1,3])
-kernel void k11(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 17: linear (blocks.0.attn) -> blocks.0.attn.out [16x16 tiles]
-kernel void k12(
+// node 7: linear (blocks.0.attn) -> blocks.0.attn.out [16x16 tiles]
+kernel void k7(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -556,8 +465,8 @@ kernel void k12(
   }
 }
 
-// node 17: linear (blocks.0.attn) -> blocks.0.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k12_mma(
+// node 7: linear (blocks.0.attn) -> blocks.0.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k7_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -616,8 +525,8 @@ kernel void k12_mma(
   }
 }
 
-// node 18: binary (blocks.0.add0) -> blocks.0.add0.out
-kernel void k13(
+// node 8: binary (blocks.0.add0) -> blocks.0.add0.out
+kernel void k8(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -631,8 +540,8 @@ kernel void k13(
   y[i] = a[ia] + b[ib];
 }
 
-// node 19: layernorm (blocks.0.ln2) -> blocks.0.ln2.out, blocks.0.ln2.mean, blocks.0.ln2.rstd
-kernel void k14(
+// node 9: layernorm (blocks.0.ln2) -> blocks.0.ln2.out, blocks.0.ln2.mean, blocks.0.ln2.rstd
+kernel void k9(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -660,8 +569,8 @@ kernel void k14(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 20: linear (blocks.0.fc) -> blocks.0.fc.out [16x16 tiles]
-kernel void k15(
+// node 10: linear (blocks.0.fc) -> blocks.0.fc.out [16x16 tiles]
+kernel void k10(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -704,8 +613,8 @@ kernel void k15(
   }
 }
 
-// node 20: linear (blocks.0.fc) -> blocks.0.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k15_mma(
+// node 10: linear (blocks.0.fc) -> blocks.0.fc.out [simdgroup_float8x8, Apple7+]
+kernel void k10_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -764,8 +673,8 @@ kernel void k15_mma(
   }
 }
 
-// node 21: unary (blocks.0.gelu0) -> blocks.0.gelu0.out
-kernel void k16(
+// node 11: unary (blocks.0.gelu0) -> blocks.0.gelu0.out
+kernel void k11(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -777,8 +686,8 @@ kernel void k16(
   y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
 }
 
-// node 22: linear (blocks.0.proj) -> blocks.0.proj.out [16x16 tiles]
-kernel void k17(
+// node 12: linear (blocks.0.proj) -> blocks.0.proj.out [16x16 tiles]
+kernel void k12(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -821,8 +730,8 @@ kernel void k17(
   }
 }
 
-// node 22: linear (blocks.0.proj) -> blocks.0.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k17_mma(
+// node 12: linear (blocks.0.proj) -> blocks.0.proj.out [simdgroup_float8x8, Apple7+]
+kernel void k12_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -881,8 +790,8 @@ kernel void k17_mma(
   }
 }
 
-// node 23: binary (blocks.0.add1) -> blocks.0.add1.out
-kernel void k18(
+// node 13: binary (blocks.0.add1) -> blocks.0.add1.out
+kernel void k13(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -896,8 +805,8 @@ kernel void k18(
   y[i] = a[ia] + b[ib];
 }
 
-// node 24: layernorm (blocks.1.ln1) -> blocks.1.ln1.out, blocks.1.ln1.mean, blocks.1.ln1.rstd
-kernel void k19(
+// node 14: layernorm (blocks.1.ln1) -> blocks.1.ln1.out, blocks.1.ln1.mean, blocks.1.ln1.rstd
+kernel void k14(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -925,8 +834,8 @@ kernel void k19(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 25: linear (blocks.1.attn) -> blocks.1.attn.qkv [16x16 tiles]
-kernel void k20(
+// node 15: linear (blocks.1.attn) -> blocks.1.attn.qkv [16x16 tiles]
+kernel void k15(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -969,8 +878,8 @@ kernel void k20(
   }
 }
 
-// node 25: linear (blocks.1.attn) -> blocks.1.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k20_mma(
+// node 15: linear (blocks.1.attn) -> blocks.1.attn.qkv [simdgroup_float8x8, Apple7+]
+kernel void k15_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -1029,78 +938,12 @@ kernel void k20_mma(
   }
 }
 
-// node 27: permute (blocks.1.attn) -> blocks.1.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k21(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 384u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 24576u;
-    rem /= 32u;
-    src += (rem % 3u) * 128u;
-  }
-  y[i] = x[src];
-}
-
-// node 28: slice (blocks.1.attn) -> blocks.1.attn.q_slice
-kernel void k22(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
-}
-
-// node 30: slice (blocks.1.attn) -> blocks.1.attn.k_slice
-kernel void k23(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
-}
-
-// node 32: slice (blocks.1.attn) -> blocks.1.attn.v_slice
-kernel void k24(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
-}
-
-// node 34: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [16x16 tiles]
-kernel void k25(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+// node 16: attention_qkv (blocks.1.attn) -> blocks.1.attn.merged, blocks.1.attn.lse [16x16 tiles]
+kernel void k16(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -1108,7 +951,7 @@ kernel void k25(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -1119,15 +962,15 @@ kernel void k25(
   threadgroup float* As = tg + 2336;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -1173,19 +1016,17 @@ kernel void k25(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 34: attention (blocks.1.attn) -> blocks.1.attn.o, blocks.1.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k25_mma(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+// node 16: attention_qkv (blocks.1.attn) -> blocks.1.attn.merged, blocks.1.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k16_mma(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -1194,7 +1035,7 @@ kernel void k25_mma(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -1206,15 +1047,15 @@ kernel void k25_mma(
   threadgroup float* As = tg + 2848;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -1274,35 +1115,711 @@ kernel void k25_mma(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 35: permute (blocks.1.attn) -> blocks.1.attn.o_merge (perm [0,2,1,3])
-kernel void k26(
+// node 17: linear (blocks.1.attn) -> blocks.1.attn.out [16x16 tiles]
+kernel void k17(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 128u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc + b[ni];
+  }
+}
+
+// node 17: linear (blocks.1.attn) -> blocks.1.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k17_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 128u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 18: binary (blocks.1.add0) -> blocks.1.add0.out
+kernel void k18(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 19: layernorm (blocks.1.ln2) -> blocks.1.ln2.out, blocks.1.ln2.mean, blocks.1.ln2.rstd
+kernel void k19(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    device float* mean [[buffer(4)]],
+    device float* rstd [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // one threadgroup per row of D = 128u
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  float s = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
+  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
+  float q = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
+  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
+  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
+  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
+  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
+}
+
+// node 20: linear (blocks.1.fc) -> blocks.1.fc.out [16x16 tiles]
+kernel void k20(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 512u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 512u) {
+    const uint mi = row, ni = col;
+      y[mi * 512u + ni] = acc + b[ni];
+  }
+}
+
+// node 20: linear (blocks.1.fc) -> blocks.1.fc.out [simdgroup_float8x8, Apple7+]
+kernel void k20_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 512u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 512u) {
+      const float acc = Cs[e];
+      y[mi * 512u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 21: unary (blocks.1.gelu0) -> blocks.1.gelu0.out
+kernel void k21(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
+  if (i >= 1048576u) return;
+  const float v = x[i];
+  y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
 }
 
-// node 37: linear (blocks.1.attn) -> blocks.1.attn.out [16x16 tiles]
+// node 22: linear (blocks.1.proj) -> blocks.1.proj.out [16x16 tiles]
+kernel void k22(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc + b[ni];
+  }
+}
+
+// node 22: linear (blocks.1.proj) -> blocks.1.proj.out [simdgroup_float8x8, Apple7+]
+kernel void k22_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 23: binary (blocks.1.add1) -> blocks.1.add1.out
+kernel void k23(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 24: layernorm (blocks.2.ln1) -> blocks.2.ln1.out, blocks.2.ln1.mean, blocks.2.ln1.rstd
+kernel void k24(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    device float* mean [[buffer(4)]],
+    device float* rstd [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // one threadgroup per row of D = 128u
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  float s = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
+  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
+  float q = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
+  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
+  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
+  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
+  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
+}
+
+// node 25: linear (blocks.2.attn) -> blocks.2.attn.qkv [16x16 tiles]
+kernel void k25(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 384u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 384u) {
+    const uint mi = row, ni = col;
+      y[mi * 384u + ni] = acc + b[ni];
+  }
+}
+
+// node 25: linear (blocks.2.attn) -> blocks.2.attn.qkv [simdgroup_float8x8, Apple7+]
+kernel void k25_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 384u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 384u) {
+      const float acc = Cs[e];
+      y[mi * 384u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 26: attention_qkv (blocks.2.attn) -> blocks.2.attn.merged, blocks.2.attn.lse [16x16 tiles]
+kernel void k26(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]])
+{
+  // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
+  // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* Kt = tg + 512;  // 512 floats
+  threadgroup float* Vs = tg + 1024;  // 512 floats
+  threadgroup float* Os = tg + 1536;  // 512 floats
+  threadgroup float* Ss = tg + 2048;  // 256 floats
+  threadgroup float* Ms = tg + 2304;  // 16 floats
+  threadgroup float* Ls = tg + 2320;  // 16 floats
+  threadgroup float* As = tg + 2336;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
+  if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores S = Q K^T of the tile
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
+      Ss[r * 16u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // one thread per query row: mask and scale, new running max, P = exp(s - m), rescale factor
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float mt = (-INFINITY);
+      for (uint c = 0u; c < 16u; ++c) {
+        const uint kj = k0 + c;
+        const float s = qi < 64u && kj < 64u && kj <= qi + 0u ? Ss[tidx * 16u + c] * 0.176776692f : (-INFINITY);
+        Ss[tidx * 16u + c] = s;
+        mt = max(mt, s);
+      }
+      const float mo = Ms[tidx], mn = max(mo, mt);
+      const float ms = mn == (-INFINITY) ? 0.0f : mn;
+      float l = 0.0f;
+      for (uint c = 0u; c < 16u; ++c) {
+        const float p = precise::exp(Ss[tidx * 16u + c] - ms);
+        Ss[tidx * 16u + c] = p;
+        l += p;
+      }
+      const float al = precise::exp(mo - ms);
+      Ms[tidx] = mn;
+      Ls[tidx] = Ls[tidx] * al + l;
+      As[tidx] = al;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // O = O * alpha + P V
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = Os[r * 32u + c] * As[r];
+      for (uint x = 0u; x < 16u; ++x) acc += Ss[r * 16u + x] * Vs[x * 32u + c];
+      Os[r * 32u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
+  }
+  if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
+}
+
+// node 26: attention_qkv (blocks.2.attn) -> blocks.2.attn.merged, blocks.2.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k26_mma(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
+  // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* Kt = tg + 512;  // 512 floats
+  threadgroup float* Vs = tg + 1024;  // 512 floats
+  threadgroup float* Os = tg + 1536;  // 512 floats
+  threadgroup float* PVs = tg + 2048;  // 512 floats
+  threadgroup float* Ss = tg + 2560;  // 256 floats
+  threadgroup float* Ms = tg + 2816;  // 16 floats
+  threadgroup float* Ls = tg + 2832;  // 16 floats
+  threadgroup float* As = tg + 2848;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
+  if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores S = Q K^T of the tile
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // one thread per query row: mask and scale, new running max, P = exp(s - m), rescale factor
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float mt = (-INFINITY);
+      for (uint c = 0u; c < 16u; ++c) {
+        const uint kj = k0 + c;
+        const float s = qi < 64u && kj < 64u && kj <= qi + 0u ? Ss[tidx * 16u + c] * 0.176776692f : (-INFINITY);
+        Ss[tidx * 16u + c] = s;
+        mt = max(mt, s);
+      }
+      const float mo = Ms[tidx], mn = max(mo, mt);
+      const float ms = mn == (-INFINITY) ? 0.0f : mn;
+      float l = 0.0f;
+      for (uint c = 0u; c < 16u; ++c) {
+        const float p = precise::exp(Ss[tidx * 16u + c] - ms);
+        Ss[tidx * 16u + c] = p;
+        l += p;
+      }
+      const float al = precise::exp(mo - ms);
+      Ms[tidx] = mn;
+      Ls[tidx] = Ls[tidx] * al + l;
+      As[tidx] = al;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // O = O * alpha + P V
+    for (uint blk = sg; blk < 8u; blk += 4u) {
+      const uint br = (blk / 4u) * 8u, bc = (blk % 4u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Ss, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Vs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, PVs, 32, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tidx; e < 512u; e += 128u) Os[e] = Os[e] * As[e / 32u] + PVs[e];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
+  }
+  if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
+}
+
+// node 27: linear (blocks.2.attn) -> blocks.2.attn.out [16x16 tiles]
 kernel void k27(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1346,7 +1863,7 @@ kernel void k27(
   }
 }
 
-// node 37: linear (blocks.1.attn) -> blocks.1.attn.out [simdgroup_float8x8, Apple7+]
+// node 27: linear (blocks.2.attn) -> blocks.2.attn.out [simdgroup_float8x8, Apple7+]
 kernel void k27_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1406,7 +1923,7 @@ kernel void k27_mma(
   }
 }
 
-// node 38: binary (blocks.1.add0) -> blocks.1.add0.out
+// node 28: binary (blocks.2.add0) -> blocks.2.add0.out
 kernel void k28(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -1421,7 +1938,7 @@ kernel void k28(
   y[i] = a[ia] + b[ib];
 }
 
-// node 39: layernorm (blocks.1.ln2) -> blocks.1.ln2.out, blocks.1.ln2.mean, blocks.1.ln2.rstd
+// node 29: layernorm (blocks.2.ln2) -> blocks.2.ln2.out, blocks.2.ln2.mean, blocks.2.ln2.rstd
 kernel void k29(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1450,7 +1967,7 @@ kernel void k29(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 40: linear (blocks.1.fc) -> blocks.1.fc.out [16x16 tiles]
+// node 30: linear (blocks.2.fc) -> blocks.2.fc.out [16x16 tiles]
 kernel void k30(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1494,7 +2011,7 @@ kernel void k30(
   }
 }
 
-// node 40: linear (blocks.1.fc) -> blocks.1.fc.out [simdgroup_float8x8, Apple7+]
+// node 30: linear (blocks.2.fc) -> blocks.2.fc.out [simdgroup_float8x8, Apple7+]
 kernel void k30_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1554,7 +2071,7 @@ kernel void k30_mma(
   }
 }
 
-// node 41: unary (blocks.1.gelu0) -> blocks.1.gelu0.out
+// node 31: unary (blocks.2.gelu0) -> blocks.2.gelu0.out
 kernel void k31(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
@@ -1567,7 +2084,7 @@ kernel void k31(
   y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
 }
 
-// node 42: linear (blocks.1.proj) -> blocks.1.proj.out [16x16 tiles]
+// node 32: linear (blocks.2.proj) -> blocks.2.proj.out [16x16 tiles]
 kernel void k32(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1611,7 +2128,7 @@ kernel void k32(
   }
 }
 
-// node 42: linear (blocks.1.proj) -> blocks.1.proj.out [simdgroup_float8x8, Apple7+]
+// node 32: linear (blocks.2.proj) -> blocks.2.proj.out [simdgroup_float8x8, Apple7+]
 kernel void k32_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1671,7 +2188,7 @@ kernel void k32_mma(
   }
 }
 
-// node 43: binary (blocks.1.add1) -> blocks.1.add1.out
+// node 33: binary (blocks.2.add1) -> blocks.2.add1.out
 kernel void k33(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -1686,7 +2203,7 @@ kernel void k33(
   y[i] = a[ia] + b[ib];
 }
 
-// node 44: layernorm (blocks.2.ln1) -> blocks.2.ln1.out, blocks.2.ln1.mean, blocks.2.ln1.rstd
+// node 34: layernorm (blocks.3.ln1) -> blocks.3.ln1.out, blocks.3.ln1.mean, blocks.3.ln1.rstd
 kernel void k34(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1715,7 +2232,7 @@ kernel void k34(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 45: linear (blocks.2.attn) -> blocks.2.attn.qkv [16x16 tiles]
+// node 35: linear (blocks.3.attn) -> blocks.3.attn.qkv [16x16 tiles]
 kernel void k35(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1759,7 +2276,7 @@ kernel void k35(
   }
 }
 
-// node 45: linear (blocks.2.attn) -> blocks.2.attn.qkv [simdgroup_float8x8, Apple7+]
+// node 35: linear (blocks.3.attn) -> blocks.3.attn.qkv [simdgroup_float8x8, Apple7+]
 kernel void k35_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -1819,78 +2336,12 @@ kernel void k35_mma(
   }
 }
 
-// node 47: permute (blocks.2.attn) -> blocks.2.attn.qkv_heads (perm [2,0,3,1,4])
+// node 36: attention_qkv (blocks.3.attn) -> blocks.3.attn.merged, blocks.3.attn.lse [16x16 tiles]
 kernel void k36(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 384u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 24576u;
-    rem /= 32u;
-    src += (rem % 3u) * 128u;
-  }
-  y[i] = x[src];
-}
-
-// node 48: slice (blocks.2.attn) -> blocks.2.attn.q_slice
-kernel void k37(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
-}
-
-// node 50: slice (blocks.2.attn) -> blocks.2.attn.k_slice
-kernel void k38(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
-}
-
-// node 52: slice (blocks.2.attn) -> blocks.2.attn.v_slice
-kernel void k39(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
-}
-
-// node 54: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [16x16 tiles]
-kernel void k40(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -1898,7 +2349,7 @@ kernel void k40(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -1909,15 +2360,15 @@ kernel void k40(
   threadgroup float* As = tg + 2336;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -1963,19 +2414,17 @@ kernel void k40(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 54: attention (blocks.2.attn) -> blocks.2.attn.o, blocks.2.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k40_mma(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
+// node 36: attention_qkv (blocks.3.attn) -> blocks.3.attn.merged, blocks.3.attn.lse [simdgroup_float8x8, Apple7+]
+kernel void k36_mma(
+    device const float* qkv [[buffer(0)]],
+    device float* o [[buffer(1)]],
+    device float* lse [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -1984,7 +2433,7 @@ kernel void k40_mma(
   // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
   // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* Kt = tg + 512;  // 512 floats
   threadgroup float* Vs = tg + 1024;  // 512 floats
@@ -1996,15 +2445,15 @@ kernel void k40_mma(
   threadgroup float* As = tg + 2848;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
   if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vs[e] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores S = Q K^T of the tile
@@ -2064,36 +2513,13 @@ kernel void k40_mma(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
+    if (q0 + r < 64u) o[ob + (q0 + r) * 128u + c] = Os[r * 32u + c] / Ls[r];
   }
   if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
 }
 
-// node 55: permute (blocks.2.attn) -> blocks.2.attn.o_merge (perm [0,2,1,3])
-kernel void k41(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 57: linear (blocks.2.attn) -> blocks.2.attn.out [16x16 tiles]
-kernel void k42(
+// node 37: linear (blocks.3.attn) -> blocks.3.attn.out [16x16 tiles]
+kernel void k37(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2136,8 +2562,8 @@ kernel void k42(
   }
 }
 
-// node 57: linear (blocks.2.attn) -> blocks.2.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k42_mma(
+// node 37: linear (blocks.3.attn) -> blocks.3.attn.out [simdgroup_float8x8, Apple7+]
+kernel void k37_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device const float* b [[buffer(2)]],
@@ -2196,7 +2622,272 @@ kernel void k42_mma(
   }
 }
 
-// node 58: binary (blocks.2.add0) -> blocks.2.add0.out
+// node 38: binary (blocks.3.add0) -> blocks.3.add0.out
+kernel void k38(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 39: layernorm (blocks.3.ln2) -> blocks.3.ln2.out, blocks.3.ln2.mean, blocks.3.ln2.rstd
+kernel void k39(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    device float* mean [[buffer(4)]],
+    device float* rstd [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // one threadgroup per row of D = 128u
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  float s = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
+  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
+  float q = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
+  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
+  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
+  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
+  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
+}
+
+// node 40: linear (blocks.3.fc) -> blocks.3.fc.out [16x16 tiles]
+kernel void k40(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 512u) {
+          v = w[ni * 128u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 512u) {
+    const uint mi = row, ni = col;
+      y[mi * 512u + ni] = acc + b[ni];
+  }
+}
+
+// node 40: linear (blocks.3.fc) -> blocks.3.fc.out [simdgroup_float8x8, Apple7+]
+kernel void k40_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 128u) {
+          v = x[mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 512u) {
+          v = w[ni * 128u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 512u) {
+      const float acc = Cs[e];
+      y[mi * 512u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 41: unary (blocks.3.gelu0) -> blocks.3.gelu0.out
+kernel void k41(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 1048576u) return;
+  const float v = x[i];
+  y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
+}
+
+// node 42: linear (blocks.3.proj) -> blocks.3.proj.out [16x16 tiles]
+kernel void k42(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 2048u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc + b[ni];
+  }
+}
+
+// node 42: linear (blocks.3.proj) -> blocks.3.proj.out [simdgroup_float8x8, Apple7+]
+kernel void k42_mma(
+    device const float* x [[buffer(0)]],
+    device const float* w [[buffer(1)]],
+    device const float* b [[buffer(2)]],
+    device float* y [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 2048u && ki < 512u) {
+          v = x[mi * 512u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 512u && ni < 128u) {
+          v = w[ni * 512u + ki];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 2048u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc + b[ni];
+    }
+  }
+}
+
+// node 43: binary (blocks.3.add1) -> blocks.3.add1.out
 kernel void k43(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -2211,7 +2902,7 @@ kernel void k43(
   y[i] = a[ia] + b[ib];
 }
 
-// node 59: layernorm (blocks.2.ln2) -> blocks.2.ln2.out, blocks.2.ln2.mean, blocks.2.ln2.rstd
+// node 44: layernorm (ln_f) -> ln_f.out, ln_f.mean, ln_f.rstd
 kernel void k44(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
@@ -2240,1063 +2931,8 @@ kernel void k44(
   if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
 }
 
-// node 60: linear (blocks.2.fc) -> blocks.2.fc.out [16x16 tiles]
+// node 45: linear (head) -> head.out [16x16 tiles]
 kernel void k45(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 512u) {
-    const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc + b[ni];
-  }
-}
-
-// node 60: linear (blocks.2.fc) -> blocks.2.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k45_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 512u) {
-      const float acc = Cs[e];
-      y[mi * 512u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 61: unary (blocks.2.gelu0) -> blocks.2.gelu0.out
-kernel void k46(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  const float v = x[i];
-  y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
-}
-
-// node 62: linear (blocks.2.proj) -> blocks.2.proj.out [16x16 tiles]
-kernel void k47(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
-  }
-}
-
-// node 62: linear (blocks.2.proj) -> blocks.2.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k47_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 63: binary (blocks.2.add1) -> blocks.2.add1.out
-kernel void k48(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 64: layernorm (blocks.3.ln1) -> blocks.3.ln1.out, blocks.3.ln1.mean, blocks.3.ln1.rstd
-kernel void k49(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    device float* mean [[buffer(4)]],
-    device float* rstd [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // one threadgroup per row of D = 128u
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  float s = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
-  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
-  float q = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
-  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
-  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
-  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
-  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
-}
-
-// node 65: linear (blocks.3.attn) -> blocks.3.attn.qkv [16x16 tiles]
-kernel void k50(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 384u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 384u) {
-    const uint mi = row, ni = col;
-      y[mi * 384u + ni] = acc + b[ni];
-  }
-}
-
-// node 65: linear (blocks.3.attn) -> blocks.3.attn.qkv [simdgroup_float8x8, Apple7+]
-kernel void k50_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 384u] = A[2048u x 128u] * B[128u x 384u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 384u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 384u) {
-      const float acc = Cs[e];
-      y[mi * 384u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 67: permute (blocks.3.attn) -> blocks.3.attn.qkv_heads (perm [2,0,3,1,4])
-kernel void k51(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 384u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 24576u;
-    rem /= 32u;
-    src += (rem % 3u) * 128u;
-  }
-  y[i] = x[src];
-}
-
-// node 68: slice (blocks.3.attn) -> blocks.3.attn.q_slice
-kernel void k52(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 0u + l) * 262144u + inn];
-}
-
-// node 70: slice (blocks.3.attn) -> blocks.3.attn.k_slice
-kernel void k53(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 1u + l) * 262144u + inn];
-}
-
-// node 72: slice (blocks.3.attn) -> blocks.3.attn.v_slice
-kernel void k54(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 1u, o = i / 262144u;
-  y[i] = x[(o * 3u + 2u + l) * 262144u + inn];
-}
-
-// node 74: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [16x16 tiles]
-kernel void k55(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]])
-{
-  // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
-  // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* Kt = tg + 512;  // 512 floats
-  threadgroup float* Vs = tg + 1024;  // 512 floats
-  threadgroup float* Os = tg + 1536;  // 512 floats
-  threadgroup float* Ss = tg + 2048;  // 256 floats
-  threadgroup float* Ms = tg + 2304;  // 16 floats
-  threadgroup float* Ls = tg + 2320;  // 16 floats
-  threadgroup float* As = tg + 2336;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
-  if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores S = Q K^T of the tile
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
-      Ss[r * 16u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // one thread per query row: mask and scale, new running max, P = exp(s - m), rescale factor
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float mt = (-INFINITY);
-      for (uint c = 0u; c < 16u; ++c) {
-        const uint kj = k0 + c;
-        const float s = qi < 64u && kj < 64u && kj <= qi + 0u ? Ss[tidx * 16u + c] * 0.176776692f : (-INFINITY);
-        Ss[tidx * 16u + c] = s;
-        mt = max(mt, s);
-      }
-      const float mo = Ms[tidx], mn = max(mo, mt);
-      const float ms = mn == (-INFINITY) ? 0.0f : mn;
-      float l = 0.0f;
-      for (uint c = 0u; c < 16u; ++c) {
-        const float p = precise::exp(Ss[tidx * 16u + c] - ms);
-        Ss[tidx * 16u + c] = p;
-        l += p;
-      }
-      const float al = precise::exp(mo - ms);
-      Ms[tidx] = mn;
-      Ls[tidx] = Ls[tidx] * al + l;
-      As[tidx] = al;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // O = O * alpha + P V
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = Os[r * 32u + c] * As[r];
-      for (uint x = 0u; x < 16u; ++x) acc += Ss[r * 16u + x] * Vs[x * 32u + c];
-      Os[r * 32u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
-  }
-  if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
-}
-
-// node 74: attention (blocks.3.attn) -> blocks.3.attn.o, blocks.3.attn.lse [simdgroup_float8x8, Apple7+]
-kernel void k55_mma(
-    device const float* q [[buffer(0)]],
-    device const float* k [[buffer(1)]],
-    device const float* v [[buffer(2)]],
-    device float* o [[buffer(3)]],
-    device float* lse [[buffer(4)]],
-    constant StepParams& sp [[buffer(5)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // attention forward: 128 heads, T = 64 queries, S = 64 keys, D = 32, causal;
-  // B = 16 queries per threadgroup, keys streamed in tiles of 16, online softmax
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* Kt = tg + 512;  // 512 floats
-  threadgroup float* Vs = tg + 1024;  // 512 floats
-  threadgroup float* Os = tg + 1536;  // 512 floats
-  threadgroup float* PVs = tg + 2048;  // 512 floats
-  threadgroup float* Ss = tg + 2560;  // 256 floats
-  threadgroup float* Ms = tg + 2816;  // 16 floats
-  threadgroup float* Ls = tg + 2832;  // 16 floats
-  threadgroup float* As = tg + 2848;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  for (uint e = tidx; e < 512u; e += 128u) Os[e] = 0.0f;
-  if (tidx < 16u) { Ms[tidx] = (-INFINITY); Ls[tidx] = 0.0f; }
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vs[e] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores S = Q K^T of the tile
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // one thread per query row: mask and scale, new running max, P = exp(s - m), rescale factor
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float mt = (-INFINITY);
-      for (uint c = 0u; c < 16u; ++c) {
-        const uint kj = k0 + c;
-        const float s = qi < 64u && kj < 64u && kj <= qi + 0u ? Ss[tidx * 16u + c] * 0.176776692f : (-INFINITY);
-        Ss[tidx * 16u + c] = s;
-        mt = max(mt, s);
-      }
-      const float mo = Ms[tidx], mn = max(mo, mt);
-      const float ms = mn == (-INFINITY) ? 0.0f : mn;
-      float l = 0.0f;
-      for (uint c = 0u; c < 16u; ++c) {
-        const float p = precise::exp(Ss[tidx * 16u + c] - ms);
-        Ss[tidx * 16u + c] = p;
-        l += p;
-      }
-      const float al = precise::exp(mo - ms);
-      Ms[tidx] = mn;
-      Ls[tidx] = Ls[tidx] * al + l;
-      As[tidx] = al;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // O = O * alpha + P V
-    for (uint blk = sg; blk < 8u; blk += 4u) {
-      const uint br = (blk / 4u) * 8u, bc = (blk % 4u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Ss, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Vs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, PVs, 32, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint e = tidx; e < 512u; e += 128u) Os[e] = Os[e] * As[e / 32u] + PVs[e];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) o[qb + (q0 + r) * 32u + c] = Os[r * 32u + c] / Ls[r];
-  }
-  if (tidx < 16u && q0 + tidx < 64u) lse[bh * 64u + q0 + tidx] = Ms[tidx] + precise::log(Ls[tidx]);
-}
-
-// node 75: permute (blocks.3.attn) -> blocks.3.attn.o_merge (perm [0,2,1,3])
-kernel void k56(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 77: linear (blocks.3.attn) -> blocks.3.attn.out [16x16 tiles]
-kernel void k57(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 128u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
-  }
-}
-
-// node 77: linear (blocks.3.attn) -> blocks.3.attn.out [simdgroup_float8x8, Apple7+]
-kernel void k57_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 128u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 78: binary (blocks.3.add0) -> blocks.3.add0.out
-kernel void k58(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 79: layernorm (blocks.3.ln2) -> blocks.3.ln2.out, blocks.3.ln2.mean, blocks.3.ln2.rstd
-kernel void k59(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    device float* mean [[buffer(4)]],
-    device float* rstd [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // one threadgroup per row of D = 128u
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  float s = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
-  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
-  float q = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
-  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
-  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
-  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
-  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
-}
-
-// node 80: linear (blocks.3.fc) -> blocks.3.fc.out [16x16 tiles]
-kernel void k60(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 512u) {
-    const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc + b[ni];
-  }
-}
-
-// node 80: linear (blocks.3.fc) -> blocks.3.fc.out [simdgroup_float8x8, Apple7+]
-kernel void k60_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 512u] = A[2048u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 128u) {
-          v = x[mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = w[ni * 128u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 512u) {
-      const float acc = Cs[e];
-      y[mi * 512u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 81: unary (blocks.3.gelu0) -> blocks.3.gelu0.out
-kernel void k61(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  const float v = x[i];
-  y[i] = 0.5f * v * (1.0f + mpsc_erf(v * 0.707106769f));
-}
-
-// node 82: linear (blocks.3.proj) -> blocks.3.proj.out [16x16 tiles]
-kernel void k62(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 2048u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc + b[ni];
-  }
-}
-
-// node 82: linear (blocks.3.proj) -> blocks.3.proj.out [simdgroup_float8x8, Apple7+]
-kernel void k62_mma(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[2048u x 128u] = A[2048u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 2048u && ki < 512u) {
-          v = x[mi * 512u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 512u && ni < 128u) {
-          v = w[ni * 512u + ki];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 2048u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc + b[ni];
-    }
-  }
-}
-
-// node 83: binary (blocks.3.add1) -> blocks.3.add1.out
-kernel void k63(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 84: layernorm (ln_f) -> ln_f.out, ln_f.mean, ln_f.rstd
-kernel void k64(
-    device const float* x [[buffer(0)]],
-    device const float* w [[buffer(1)]],
-    device const float* b [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    device float* mean [[buffer(4)]],
-    device float* rstd [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // one threadgroup per row of D = 128u
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  float s = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) s += x[base + d];
-  const float mu = mpsc_block_sum(s, tg, lane, sg, 4u) / 128.0f;
-  float q = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) { const float c = x[base + d] - mu; q += c * c; }
-  const float var = mpsc_block_sum(q, tg, lane, sg, 4u) / 128.0f;
-  const float rs = 1.0f / precise::sqrt(var + 0.00000999999975f);
-  for (uint d = tidx; d < 128u; d += 128u) y[base + d] = (x[base + d] - mu) * rs * w[d] + b[d];
-  if (tidx == 0u) { mean[r] = mu; rstd[r] = rs; }
-}
-
-// node 85: linear (head) -> head.out [16x16 tiles]
-kernel void k65(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3338,8 +2974,8 @@ kernel void k65(
   }
 }
 
-// node 85: linear (head) -> head.out [simdgroup_float8x8, Apple7+]
-kernel void k65_mma(
+// node 45: linear (head) -> head.out [simdgroup_float8x8, Apple7+]
+kernel void k45_mma(
     device const float* x [[buffer(0)]],
     device const float* w [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3397,8 +3033,8 @@ kernel void k65_mma(
   }
 }
 
-// node 86: cross_entropy (loss) -> loss
-kernel void k66(
+// node 46: cross_entropy (loss) -> loss
+kernel void k46(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* loss [[buffer(2)]],
@@ -3425,8 +3061,8 @@ kernel void k66(
   }
 }
 
-// node 87: cross_entropy_grad (loss) -> d_head.out
-kernel void k67(
+// node 47: cross_entropy_grad (loss) -> d_head.out
+kernel void k47(
     device const float* logits [[buffer(0)]],
     device const int* label [[buffer(1)]],
     device float* dlogits [[buffer(2)]],
@@ -3455,8 +3091,8 @@ kernel void k67(
   }
 }
 
-// node 88: matmul (head) -> d_ln_f.out [16x16 tiles]
-kernel void k68(
+// node 48: matmul (head) -> d_ln_f.out [16x16 tiles]
+kernel void k48(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3505,8 +3141,8 @@ kernel void k68(
   }
 }
 
-// node 88: matmul (head) -> d_ln_f.out [simdgroup_float8x8, Apple7+]
-kernel void k68_mma(
+// node 48: matmul (head) -> d_ln_f.out [simdgroup_float8x8, Apple7+]
+kernel void k48_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3571,8 +3207,8 @@ kernel void k68_mma(
   }
 }
 
-// node 91: matmul (head) -> head.weight.grad [16x16 tiles]
-kernel void k69(
+// node 51: matmul (head) -> head.weight.grad [16x16 tiles]
+kernel void k49(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3614,8 +3250,8 @@ kernel void k69(
   }
 }
 
-// node 91: matmul (head) -> head.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k69_mma(
+// node 51: matmul (head) -> head.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k49_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3673,7 +3309,1563 @@ kernel void k69_mma(
   }
 }
 
-// node 92: layernorm_grad (ln_f) -> d_blocks.3.add1.out, ln_f.weight.grad, ln_f.bias.grad [dx]
+// node 52: layernorm_grad (ln_f) -> d_blocks.3.add1.out, ln_f.weight.grad, ln_f.bias.grad [dx]
+kernel void k50(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* w [[buffer(2)]],
+    device const float* mean [[buffer(3)]],
+    device const float* rstd [[buffer(4)]],
+    device float* dx [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  const float mu = mean[r], rs = rstd[r];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    s1 += g;
+    s2 += g * (x[base + d] - mu) * rs;
+  }
+  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
+  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    const float xh = (x[base + d] - mu) * rs;
+    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
+  }
+}
+
+// node 52: layernorm_grad (ln_f) -> d_blocks.3.add1.out, ln_f.weight.grad, ln_f.bias.grad [dweight, dbias]
+kernel void k51(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* mean [[buffer(2)]],
+    device const float* rstd [[buffer(3)]],
+    device float* dweight [[buffer(4)]],
+    device float* dbias [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (uint r = 0u; r < 2048u; ++r) {
+    const uint e = r * 128u + i;
+    sb += dy[e];
+    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
+  }
+  dweight[i] = sw;
+  dbias[i] = sb;
+}
+
+// node 53: matmul (blocks.3.proj) -> d_blocks.3.gelu0.out [16x16 tiles]
+kernel void k52(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 512u) {
+          v = b[bo + ki * 512u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 64u && col < 512u) {
+    const uint mi = row, ni = col;
+      y[g * 32768u + mi * 512u + ni] = acc;
+  }
+}
+
+// node 53: matmul (blocks.3.proj) -> d_blocks.3.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k52_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 512u) {
+          v = b[bo + ki * 512u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 512u) {
+      const float acc = Cs[e];
+      y[g * 32768u + mi * 512u + ni] = acc;
+    }
+  }
+}
+
+// node 56: matmul (blocks.3.proj) -> blocks.3.proj.weight.grad [16x16 tiles]
+kernel void k53(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 512u) {
+          v = b[ki * 512u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 128u && col < 512u) {
+    const uint mi = row, ni = col;
+      y[mi * 512u + ni] = acc;
+  }
+}
+
+// node 56: matmul (blocks.3.proj) -> blocks.3.proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k53_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 2048u && ni < 512u) {
+          v = b[ki * 512u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 128u && ni < 512u) {
+      const float acc = Cs[e];
+      y[mi * 512u + ni] = acc;
+    }
+  }
+}
+
+// node 57: sum_to (blocks.3.proj) -> blocks.3.proj.bias.grad
+kernel void k54(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 2048u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// node 58: unary_grad (blocks.3.gelu0) -> d_blocks.3.fc.out
+kernel void k55(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device float* dx [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 1048576u) return;
+  const float v = x[i], d = dy[i];
+  dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
+}
+
+// node 59: matmul (blocks.3.fc) -> d_blocks.3.ln2.out [16x16 tiles]
+kernel void k56(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 32768u;
+  }
+  const uint bo = 0u;
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 64u && ki < 512u) {
+          v = a[ao + mi * 512u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 512u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 64u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[g * 8192u + mi * 128u + ni] = acc;
+  }
+}
+
+// node 59: matmul (blocks.3.fc) -> d_blocks.3.ln2.out [simdgroup_float8x8, Apple7+]
+kernel void k56_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 32768u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 512u) {
+          v = a[ao + mi * 512u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 512u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 128u) {
+      const float acc = Cs[e];
+      y[g * 8192u + mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 62: matmul (blocks.3.fc) -> blocks.3.fc.weight.grad [16x16 tiles]
+kernel void k57(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 512u && ki < 2048u) {
+          v = a[ki * 512u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 512u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc;
+  }
+}
+
+// node 62: matmul (blocks.3.fc) -> blocks.3.fc.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k57_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 512u && ki < 2048u) {
+          v = a[ki * 512u + mi];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 512u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 63: sum_to (blocks.3.fc) -> blocks.3.fc.bias.grad
+kernel void k58(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 512u) return;
+  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 512u; rem /= 512u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 2048u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 512u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// node 64: layernorm_grad (blocks.3.ln2) -> d_blocks.3.add0.out, blocks.3.ln2.weight.grad, blocks.3.ln2.bias.grad [dx]
+kernel void k59(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* w [[buffer(2)]],
+    device const float* mean [[buffer(3)]],
+    device const float* rstd [[buffer(4)]],
+    device float* dx [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  const float mu = mean[r], rs = rstd[r];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    s1 += g;
+    s2 += g * (x[base + d] - mu) * rs;
+  }
+  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
+  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    const float xh = (x[base + d] - mu) * rs;
+    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
+  }
+}
+
+// node 64: layernorm_grad (blocks.3.ln2) -> d_blocks.3.add0.out, blocks.3.ln2.weight.grad, blocks.3.ln2.bias.grad [dweight, dbias]
+kernel void k60(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* mean [[buffer(2)]],
+    device const float* rstd [[buffer(3)]],
+    device float* dweight [[buffer(4)]],
+    device float* dbias [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (uint r = 0u; r < 2048u; ++r) {
+    const uint e = r * 128u + i;
+    sb += dy[e];
+    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
+  }
+  dweight[i] = sw;
+  dbias[i] = sb;
+}
+
+// node 65: binary (blocks.3.ln2) -> d_blocks.3.add0.out
+kernel void k61(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 66: matmul (blocks.3.attn) -> d_blocks.3.attn.merged [16x16 tiles]
+kernel void k62(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 64u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[g * 8192u + mi * 128u + ni] = acc;
+  }
+}
+
+// node 66: matmul (blocks.3.attn) -> d_blocks.3.attn.merged [simdgroup_float8x8, Apple7+]
+kernel void k62_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 128u) {
+      const float acc = Cs[e];
+      y[g * 8192u + mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 69: matmul (blocks.3.attn) -> blocks.3.attn.out_proj.weight.grad [16x16 tiles]
+kernel void k63(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 128u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc;
+  }
+}
+
+// node 69: matmul (blocks.3.attn) -> blocks.3.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k63_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 128u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 70: sum_to (blocks.3.attn) -> blocks.3.attn.out_proj.bias.grad
+kernel void k64(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 2048u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// node 71: attention_qkv_grad (blocks.3.attn) -> d_blocks.3.attn.qkv [dk, dv] [16x16 tiles]
+kernel void k65(
+    device const float* dout [[buffer(0)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]])
+{
+  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
+  const uint bh = tgid.y, k0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Kt = tg + 0;  // 512 floats
+  threadgroup float* Vt = tg + 512;  // 512 floats
+  threadgroup float* Qs = tg + 1024;  // 512 floats
+  threadgroup float* dOs = tg + 1536;  // 512 floats
+  threadgroup float* dKs = tg + 2048;  // 512 floats
+  threadgroup float* dVs = tg + 2560;  // 512 floats
+  threadgroup float* Ss = tg + 3072;  // 256 floats
+  threadgroup float* dPs = tg + 3328;  // 256 floats
+  threadgroup float* PT = tg + 3584;  // 256 floats
+  threadgroup float* dST = tg + 3840;  // 256 floats
+  threadgroup float* Lq = tg + 4096;  // 16 floats
+  threadgroup float* Dq = tg + 4112;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) { dKs[e] = 0.0f; dVs[e] = 0.0f; }
+  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
+    }
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float dl = 0.0f;
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
+      Dq[tidx] = dl;
+      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
+      Ss[r * 16u + c] = acc;
+    }
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
+      dPs[r * 16u + c] = acc;
+    }
+    // (each thread reads back only the score elements it computed: no barrier)
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      PT[j * 16u + i] = p;
+      dST[j * 16u + i] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = dVs[r * 32u + c];
+      for (uint x = 0u; x < 16u; ++x) acc += PT[r * 16u + x] * dOs[x * 32u + c];
+      dVs[r * 32u + c] = acc;
+    }
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = dKs[r * 32u + c];
+      for (uint x = 0u; x < 16u; ++x) acc += dST[r * 16u + x] * Qs[x * 32u + c];
+      dKs[r * 32u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (k0 + r < 64u) {
+      dqkv[kb + (k0 + r) * 384u + c] = dKs[r * 32u + c];
+      dqkv[vb + (k0 + r) * 384u + c] = dVs[r * 32u + c];
+    }
+  }
+}
+
+// node 71: attention_qkv_grad (blocks.3.attn) -> d_blocks.3.attn.qkv [dk, dv] [simdgroup_float8x8, Apple7+]
+kernel void k65_mma(
+    device const float* dout [[buffer(0)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
+  const uint bh = tgid.y, k0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Kt = tg + 0;  // 512 floats
+  threadgroup float* Vt = tg + 512;  // 512 floats
+  threadgroup float* Qs = tg + 1024;  // 512 floats
+  threadgroup float* dOs = tg + 1536;  // 512 floats
+  threadgroup float* Ss = tg + 2048;  // 256 floats
+  threadgroup float* dPs = tg + 2304;  // 256 floats
+  threadgroup float* PT = tg + 2560;  // 256 floats
+  threadgroup float* dST = tg + 2816;  // 256 floats
+  threadgroup float* Lq = tg + 3072;  // 16 floats
+  threadgroup float* Dq = tg + 3088;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+  }
+  simdgroup_float8x8 acck0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 acck1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 accv0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 accv1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
+    }
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float dl = 0.0f;
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
+      Dq[tidx] = dl;
+      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      PT[j * 16u + i] = p;
+      dST[j * 16u + i] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
+    if (sg + 0u < 8u) {
+      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accv0, a, b, accv0);
+      }
+    }
+    if (sg + 4u < 8u) {
+      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accv1, a, b, accv1);
+      }
+    }
+    if (sg + 0u < 8u) {
+      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acck0, a, b, acck0);
+      }
+    }
+    if (sg + 4u < 8u) {
+      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acck1, a, b, acck1);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  // the held accumulators through the (now free) Q and dO tiles
+  if (sg + 0u < 8u) {
+    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+    simdgroup_store(acck0, Qs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 4u < 8u) {
+    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+    simdgroup_store(acck1, Qs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 0u < 8u) {
+    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+    simdgroup_store(accv0, dOs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 4u < 8u) {
+    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+    simdgroup_store(accv1, dOs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (k0 + r < 64u) {
+      dqkv[kb + (k0 + r) * 384u + c] = Qs[r * 32u + c];
+      dqkv[vb + (k0 + r) * 384u + c] = dOs[r * 32u + c];
+    }
+  }
+}
+
+// node 71: attention_qkv_grad (blocks.3.attn) -> d_blocks.3.attn.qkv [dq] [16x16 tiles]
+kernel void k66(
+    device const float* dout [[buffer(0)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]])
+{
+  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* dOs = tg + 512;  // 512 floats
+  threadgroup float* Kt = tg + 1024;  // 512 floats
+  threadgroup float* Vt = tg + 1536;  // 512 floats
+  threadgroup float* Ks = tg + 2048;  // 512 floats
+  threadgroup float* dQs = tg + 2560;  // 512 floats
+  threadgroup float* Ss = tg + 3072;  // 256 floats
+  threadgroup float* dPs = tg + 3328;  // 256 floats
+  threadgroup float* dSs = tg + 3584;  // 256 floats
+  threadgroup float* Lq = tg + 3840;  // 16 floats
+  threadgroup float* Dq = tg + 3856;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
+  }
+  if (tidx < 16u) {
+    const uint qi = q0 + tidx;
+    float dl = 0.0f;
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
+    Dq[tidx] = dl;
+    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) dQs[e] = 0.0f;
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Ks[e] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
+      Ss[r * 16u + c] = acc;
+    }
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
+      dPs[r * 16u + c] = acc;
+    }
+    // (each thread reads back only the score elements it computed: no barrier)
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      dSs[e] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dQ += dS K (scale folded into dS)
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = dQs[r * 32u + c];
+      for (uint x = 0u; x < 16u; ++x) acc += dSs[r * 16u + x] * Ks[x * 32u + c];
+      dQs[r * 32u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) dqkv[qb + (q0 + r) * 384u + c] = dQs[r * 32u + c];
+  }
+}
+
+// node 71: attention_qkv_grad (blocks.3.attn) -> d_blocks.3.attn.qkv [dq] [simdgroup_float8x8, Apple7+]
+kernel void k66_mma(
+    device const float* dout [[buffer(0)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* dOs = tg + 512;  // 512 floats
+  threadgroup float* Kt = tg + 1024;  // 512 floats
+  threadgroup float* Vt = tg + 1536;  // 512 floats
+  threadgroup float* Ks = tg + 2048;  // 512 floats
+  threadgroup float* Ss = tg + 2560;  // 256 floats
+  threadgroup float* dPs = tg + 2816;  // 256 floats
+  threadgroup float* dSs = tg + 3072;  // 256 floats
+  threadgroup float* Lq = tg + 3328;  // 16 floats
+  threadgroup float* Dq = tg + 3344;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
+  }
+  if (tidx < 16u) {
+    const uint qi = q0 + tidx;
+    float dl = 0.0f;
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
+    Dq[tidx] = dl;
+    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+  }
+  simdgroup_float8x8 accq0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 accq1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Ks[e] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      dSs[e] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dQ += dS K (scale folded into dS)
+    if (sg + 0u < 8u) {
+      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accq0, a, b, accq0);
+      }
+    }
+    if (sg + 4u < 8u) {
+      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accq1, a, b, accq1);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  // the held accumulators through the (now free) K tile
+  if (sg + 0u < 8u) {
+    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+    simdgroup_store(accq0, Ks, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 4u < 8u) {
+    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+    simdgroup_store(accq1, Ks, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) dqkv[qb + (q0 + r) * 384u + c] = Ks[r * 32u + c];
+  }
+}
+
+// node 72: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [16x16 tiles]
+kernel void k67(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 24576u;
+  }
+  const uint bo = 0u;
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 64u && ki < 384u) {
+          v = a[ao + mi * 384u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 384u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 64u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[g * 8192u + mi * 128u + ni] = acc;
+  }
+}
+
+// node 72: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [simdgroup_float8x8, Apple7+]
+kernel void k67_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 24576u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 384u) {
+          v = a[ao + mi * 384u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 384u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 128u) {
+      const float acc = Cs[e];
+      y[g * 8192u + mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 75: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [16x16 tiles]
+kernel void k68(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 384u && ki < 2048u) {
+          v = a[ki * 384u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 384u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc;
+  }
+}
+
+// node 75: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k68_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 384u && ki < 2048u) {
+          v = a[ki * 384u + mi];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 384u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 76: sum_to (blocks.3.attn) -> blocks.3.attn.in_proj_bias.grad
+kernel void k69(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 384u) return;
+  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 2048u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// node 77: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dx]
 kernel void k70(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
@@ -3707,7 +4899,7 @@ kernel void k70(
   }
 }
 
-// node 92: layernorm_grad (ln_f) -> d_blocks.3.add1.out, ln_f.weight.grad, ln_f.bias.grad [dweight, dbias]
+// node 77: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dweight, dbias]
 kernel void k71(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
@@ -3730,8 +4922,23 @@ kernel void k71(
   dbias[i] = sb;
 }
 
-// node 93: matmul (blocks.3.proj) -> d_blocks.3.gelu0.out [16x16 tiles]
+// node 78: binary (blocks.3.ln1) -> d_blocks.2.add1.out
 kernel void k72(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 79: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [16x16 tiles]
+kernel void k73(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -3780,116 +4987,7 @@ kernel void k72(
   }
 }
 
-// node 93: matmul (blocks.3.proj) -> d_blocks.3.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k72_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 8192u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = b[bo + ki * 512u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 512u) {
-      const float acc = Cs[e];
-      y[g * 32768u + mi * 512u + ni] = acc;
-    }
-  }
-}
-
-// node 96: matmul (blocks.3.proj) -> blocks.3.proj.weight.grad [16x16 tiles]
-kernel void k73(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 512u) {
-          v = b[ki * 512u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 128u && col < 512u) {
-    const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc;
-  }
-}
-
-// node 96: matmul (blocks.3.proj) -> blocks.3.proj.weight.grad [simdgroup_float8x8, Apple7+]
+// node 79: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [simdgroup_float8x8, Apple7+]
 kernel void k73_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -3900,6 +4998,115 @@ kernel void k73_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
+  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 512u) {
+          v = b[bo + ki * 512u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 512u) {
+      const float acc = Cs[e];
+      y[g * 32768u + mi * 512u + ni] = acc;
+    }
+  }
+}
+
+// node 82: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [16x16 tiles]
+kernel void k74(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 512u) {
+          v = b[ki * 512u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 128u && col < 512u) {
+    const uint mi = row, ni = col;
+      y[mi * 512u + ni] = acc;
+  }
+}
+
+// node 82: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k74_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
   // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -3948,8 +5155,8 @@ kernel void k73_mma(
   }
 }
 
-// node 97: sum_to (blocks.3.proj) -> blocks.3.proj.bias.grad
-kernel void k74(
+// node 83: sum_to (blocks.2.proj) -> blocks.2.proj.bias.grad
+kernel void k75(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -3970,8 +5177,8 @@ kernel void k74(
   y[i] = acc;
 }
 
-// node 98: unary_grad (blocks.3.gelu0) -> d_blocks.3.fc.out
-kernel void k75(
+// node 84: unary_grad (blocks.2.gelu0) -> d_blocks.2.fc.out
+kernel void k76(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -3984,8 +5191,8 @@ kernel void k75(
   dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
 }
 
-// node 99: matmul (blocks.3.fc) -> d_blocks.3.ln2.out [16x16 tiles]
-kernel void k76(
+// node 85: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [16x16 tiles]
+kernel void k77(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4034,116 +5241,7 @@ kernel void k76(
   }
 }
 
-// node 99: matmul (blocks.3.fc) -> d_blocks.3.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k76_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 32768u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 512u) {
-          v = a[ao + mi * 512u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 512u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 128u) {
-      const float acc = Cs[e];
-      y[g * 8192u + mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 102: matmul (blocks.3.fc) -> blocks.3.fc.weight.grad [16x16 tiles]
-kernel void k77(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 512u && ki < 2048u) {
-          v = a[ki * 512u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 512u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc;
-  }
-}
-
-// node 102: matmul (blocks.3.fc) -> blocks.3.fc.weight.grad [simdgroup_float8x8, Apple7+]
+// node 85: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [simdgroup_float8x8, Apple7+]
 kernel void k77_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -4154,6 +5252,115 @@ kernel void k77_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
+  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 32768u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 512u) {
+          v = a[ao + mi * 512u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 512u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 128u) {
+      const float acc = Cs[e];
+      y[g * 8192u + mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 88: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [16x16 tiles]
+kernel void k78(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 512u && ki < 2048u) {
+          v = a[ki * 512u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 512u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc;
+  }
+}
+
+// node 88: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k78_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
   // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -4202,8 +5409,8 @@ kernel void k77_mma(
   }
 }
 
-// node 103: sum_to (blocks.3.fc) -> blocks.3.fc.bias.grad
-kernel void k78(
+// node 89: sum_to (blocks.2.fc) -> blocks.2.fc.bias.grad
+kernel void k79(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -4224,8 +5431,8 @@ kernel void k78(
   y[i] = acc;
 }
 
-// node 104: layernorm_grad (blocks.3.ln2) -> d_blocks.3.add0.out, blocks.3.ln2.weight.grad, blocks.3.ln2.bias.grad [dx]
-kernel void k79(
+// node 90: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dx]
+kernel void k80(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -4258,8 +5465,8 @@ kernel void k79(
   }
 }
 
-// node 104: layernorm_grad (blocks.3.ln2) -> d_blocks.3.add0.out, blocks.3.ln2.weight.grad, blocks.3.ln2.bias.grad [dweight, dbias]
-kernel void k80(
+// node 90: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dweight, dbias]
+kernel void k81(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -4281,8 +5488,8 @@ kernel void k80(
   dbias[i] = sb;
 }
 
-// node 105: binary (blocks.3.ln2) -> d_blocks.3.add0.out
-kernel void k81(
+// node 91: binary (blocks.2.ln2) -> d_blocks.2.add0.out
+kernel void k82(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4296,8 +5503,8 @@ kernel void k81(
   y[i] = a[ia] + b[ib];
 }
 
-// node 106: matmul (blocks.3.attn) -> d_blocks.3.attn.merged [16x16 tiles]
-kernel void k82(
+// node 92: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [16x16 tiles]
+kernel void k83(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -4346,116 +5553,7 @@ kernel void k82(
   }
 }
 
-// node 106: matmul (blocks.3.attn) -> d_blocks.3.attn.merged [simdgroup_float8x8, Apple7+]
-kernel void k82_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 8192u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 128u) {
-      const float acc = Cs[e];
-      y[g * 8192u + mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 109: matmul (blocks.3.attn) -> blocks.3.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k83(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 128u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc;
-  }
-}
-
-// node 109: matmul (blocks.3.attn) -> blocks.3.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
+// node 92: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [simdgroup_float8x8, Apple7+]
 kernel void k83_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -4466,6 +5564,115 @@ kernel void k83_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
+  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 128u) {
+      const float acc = Cs[e];
+      y[g * 8192u + mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 95: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [16x16 tiles]
+kernel void k84(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 128u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc;
+  }
+}
+
+// node 95: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k84_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
   // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -4514,8 +5721,8 @@ kernel void k83_mma(
   }
 }
 
-// node 110: sum_to (blocks.3.attn) -> blocks.3.attn.out_proj.bias.grad
-kernel void k84(
+// node 96: sum_to (blocks.2.attn) -> blocks.2.attn.out_proj.bias.grad
+kernel void k85(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -4536,40 +5743,14 @@ kernel void k84(
   y[i] = acc;
 }
 
-// node 112: permute (blocks.3.attn) -> d_blocks.3.attn.o (perm [0,2,1,3])
-kernel void k85(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 128u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 113: attention_grad (blocks.3.attn) -> d_blocks.3.attn.q, d_blocks.3.attn.k, d_blocks.3.attn.v [dk, dv] [16x16 tiles]
+// node 97: attention_qkv_grad (blocks.2.attn) -> d_blocks.2.attn.qkv [dk, dv] [16x16 tiles]
 kernel void k86(
     device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -4577,7 +5758,7 @@ kernel void k86(
   // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
   // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
   const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Kt = tg + 0;  // 512 floats
   threadgroup float* Vt = tg + 512;  // 512 floats
   threadgroup float* Qs = tg + 1024;  // 512 floats
@@ -4592,20 +5773,20 @@ kernel void k86(
   threadgroup float* Dq = tg + 4112;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) { dKs[e] = 0.0f; dVs[e] = 0.0f; }
   for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+      Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
     }
     if (tidx < 16u) {
       const uint qi = q0 + tidx;
       float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
       Dq[tidx] = dl;
       Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
     }
@@ -4650,23 +5831,20 @@ kernel void k86(
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
     if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = dKs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dVs[r * 32u + c];
+      dqkv[kb + (k0 + r) * 384u + c] = dKs[r * 32u + c];
+      dqkv[vb + (k0 + r) * 384u + c] = dVs[r * 32u + c];
     }
   }
 }
 
-// node 113: attention_grad (blocks.3.attn) -> d_blocks.3.attn.q, d_blocks.3.attn.k, d_blocks.3.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
+// node 97: attention_qkv_grad (blocks.2.attn) -> d_blocks.2.attn.qkv [dk, dv] [simdgroup_float8x8, Apple7+]
 kernel void k86_mma(
     device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -4675,7 +5853,7 @@ kernel void k86_mma(
   // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
   // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
   const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Kt = tg + 0;  // 512 floats
   threadgroup float* Vt = tg + 512;  // 512 floats
   threadgroup float* Qs = tg + 1024;  // 512 floats
@@ -4688,8 +5866,8 @@ kernel void k86_mma(
   threadgroup float* Dq = tg + 3088;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
   }
   simdgroup_float8x8 acck0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   simdgroup_float8x8 acck1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
@@ -4698,13 +5876,13 @@ kernel void k86_mma(
   for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+      Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
     }
     if (tidx < 16u) {
       const uint qi = q0 + tidx;
       float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
       Dq[tidx] = dl;
       Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
     }
@@ -4807,22 +5985,20 @@ kernel void k86_mma(
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
     if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = Qs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dOs[r * 32u + c];
+      dqkv[kb + (k0 + r) * 384u + c] = Qs[r * 32u + c];
+      dqkv[vb + (k0 + r) * 384u + c] = dOs[r * 32u + c];
     }
   }
 }
 
-// node 113: attention_grad (blocks.3.attn) -> d_blocks.3.attn.q, d_blocks.3.attn.k, d_blocks.3.attn.v [dq] [16x16 tiles]
+// node 97: attention_qkv_grad (blocks.2.attn) -> d_blocks.2.attn.qkv [dq] [16x16 tiles]
 kernel void k87(
     device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -4830,7 +6006,7 @@ kernel void k87(
   // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
   // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* dOs = tg + 512;  // 512 floats
   threadgroup float* Kt = tg + 1024;  // 512 floats
@@ -4844,13 +6020,13 @@ kernel void k87(
   threadgroup float* Dq = tg + 3856;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
   }
   if (tidx < 16u) {
     const uint qi = q0 + tidx;
     float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
     Dq[tidx] = dl;
     Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
   }
@@ -4858,9 +6034,9 @@ kernel void k87(
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Ks[e] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores Q K^T and dP = dO V^T of the tile pair
@@ -4895,20 +6071,18 @@ kernel void k87(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = dQs[r * 32u + c];
+    if (q0 + r < 64u) dqkv[qb + (q0 + r) * 384u + c] = dQs[r * 32u + c];
   }
 }
 
-// node 113: attention_grad (blocks.3.attn) -> d_blocks.3.attn.q, d_blocks.3.attn.k, d_blocks.3.attn.v [dq] [simdgroup_float8x8, Apple7+]
+// node 97: attention_qkv_grad (blocks.2.attn) -> d_blocks.2.attn.qkv [dq] [simdgroup_float8x8, Apple7+]
 kernel void k87_mma(
     device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -4917,7 +6091,7 @@ kernel void k87_mma(
   // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
   // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* dOs = tg + 512;  // 512 floats
   threadgroup float* Kt = tg + 1024;  // 512 floats
@@ -4930,13 +6104,13 @@ kernel void k87_mma(
   threadgroup float* Dq = tg + 3344;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
   }
   if (tidx < 16u) {
     const uint qi = q0 + tidx;
     float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
     Dq[tidx] = dl;
     Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
   }
@@ -4945,9 +6119,9 @@ kernel void k87_mma(
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Ks[e] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores Q K^T and dP = dO V^T of the tile pair
@@ -5018,55 +6192,12 @@ kernel void k87_mma(
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = Ks[r * 32u + c];
+    if (q0 + r < 64u) dqkv[qb + (q0 + r) * 384u + c] = Ks[r * 32u + c];
   }
 }
 
-// node 117: concat (blocks.3.attn) -> d_blocks.3.attn.qkv_heads
+// node 98: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [16x16 tiles]
 kernel void k88(
-    device const float* x0 [[buffer(0)]],
-    device const float* x1 [[buffer(1)]],
-    device const float* x2 [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 3u, o = i / 786432u;
-  const uint at = (o * 3u + 0u + l) * 262144u + inn;
-  if (l < 1u) y[at] = x0[(o * 1u + l - 0u) * 262144u + inn];
-  else if (l < 2u) y[at] = x1[(o * 1u + l - 1u) * 262144u + inn];
-  else if (l < 3u) y[at] = x2[(o * 1u + l - 2u) * 262144u + inn];
-}
-
-// node 118: permute (blocks.3.attn) -> d_blocks.3.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k89(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 3u) * 262144u;
-    rem /= 3u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 120: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [16x16 tiles]
-kernel void k90(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5115,8 +6246,8 @@ kernel void k90(
   }
 }
 
-// node 120: matmul (blocks.3.attn) -> d_blocks.3.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k90_mma(
+// node 98: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [simdgroup_float8x8, Apple7+]
+kernel void k88_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5181,8 +6312,8 @@ kernel void k90_mma(
   }
 }
 
-// node 123: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k91(
+// node 101: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [16x16 tiles]
+kernel void k89(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5224,8 +6355,8 @@ kernel void k91(
   }
 }
 
-// node 123: matmul (blocks.3.attn) -> blocks.3.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k91_mma(
+// node 101: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k89_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5283,8 +6414,8 @@ kernel void k91_mma(
   }
 }
 
-// node 124: sum_to (blocks.3.attn) -> blocks.3.attn.in_proj_bias.grad
-kernel void k92(
+// node 102: sum_to (blocks.2.attn) -> blocks.2.attn.in_proj_bias.grad
+kernel void k90(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5305,8 +6436,8 @@ kernel void k92(
   y[i] = acc;
 }
 
-// node 125: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dx]
-kernel void k93(
+// node 103: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dx]
+kernel void k91(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -5339,8 +6470,8 @@ kernel void k93(
   }
 }
 
-// node 125: layernorm_grad (blocks.3.ln1) -> d_blocks.2.add1.out, blocks.3.ln1.weight.grad, blocks.3.ln1.bias.grad [dweight, dbias]
-kernel void k94(
+// node 103: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dweight, dbias]
+kernel void k92(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -5362,8 +6493,8 @@ kernel void k94(
   dbias[i] = sb;
 }
 
-// node 126: binary (blocks.3.ln1) -> d_blocks.2.add1.out
-kernel void k95(
+// node 104: binary (blocks.2.ln1) -> d_blocks.1.add1.out
+kernel void k93(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5377,8 +6508,8 @@ kernel void k95(
   y[i] = a[ia] + b[ib];
 }
 
-// node 127: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [16x16 tiles]
-kernel void k96(
+// node 105: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [16x16 tiles]
+kernel void k94(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5427,8 +6558,8 @@ kernel void k96(
   }
 }
 
-// node 127: matmul (blocks.2.proj) -> d_blocks.2.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k96_mma(
+// node 105: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [simdgroup_float8x8, Apple7+]
+kernel void k94_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5493,8 +6624,8 @@ kernel void k96_mma(
   }
 }
 
-// node 130: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [16x16 tiles]
-kernel void k97(
+// node 108: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [16x16 tiles]
+kernel void k95(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5536,8 +6667,8 @@ kernel void k97(
   }
 }
 
-// node 130: matmul (blocks.2.proj) -> blocks.2.proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k97_mma(
+// node 108: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k95_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5595,8 +6726,8 @@ kernel void k97_mma(
   }
 }
 
-// node 131: sum_to (blocks.2.proj) -> blocks.2.proj.bias.grad
-kernel void k98(
+// node 109: sum_to (blocks.1.proj) -> blocks.1.proj.bias.grad
+kernel void k96(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5617,8 +6748,8 @@ kernel void k98(
   y[i] = acc;
 }
 
-// node 132: unary_grad (blocks.2.gelu0) -> d_blocks.2.fc.out
-kernel void k99(
+// node 110: unary_grad (blocks.1.gelu0) -> d_blocks.1.fc.out
+kernel void k97(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device float* dx [[buffer(2)]],
@@ -5631,8 +6762,8 @@ kernel void k99(
   dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
 }
 
-// node 133: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [16x16 tiles]
-kernel void k100(
+// node 111: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [16x16 tiles]
+kernel void k98(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5681,8 +6812,8 @@ kernel void k100(
   }
 }
 
-// node 133: matmul (blocks.2.fc) -> d_blocks.2.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k100_mma(
+// node 111: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [simdgroup_float8x8, Apple7+]
+kernel void k98_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5747,8 +6878,8 @@ kernel void k100_mma(
   }
 }
 
-// node 136: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [16x16 tiles]
-kernel void k101(
+// node 114: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [16x16 tiles]
+kernel void k99(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5790,8 +6921,8 @@ kernel void k101(
   }
 }
 
-// node 136: matmul (blocks.2.fc) -> blocks.2.fc.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k101_mma(
+// node 114: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k99_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5849,8 +6980,8 @@ kernel void k101_mma(
   }
 }
 
-// node 137: sum_to (blocks.2.fc) -> blocks.2.fc.bias.grad
-kernel void k102(
+// node 115: sum_to (blocks.1.fc) -> blocks.1.fc.bias.grad
+kernel void k100(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -5871,8 +7002,8 @@ kernel void k102(
   y[i] = acc;
 }
 
-// node 138: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dx]
-kernel void k103(
+// node 116: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dx]
+kernel void k101(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* w [[buffer(2)]],
@@ -5905,8 +7036,8 @@ kernel void k103(
   }
 }
 
-// node 138: layernorm_grad (blocks.2.ln2) -> d_blocks.2.add0.out, blocks.2.ln2.weight.grad, blocks.2.ln2.bias.grad [dweight, dbias]
-kernel void k104(
+// node 116: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dweight, dbias]
+kernel void k102(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
     device const float* mean [[buffer(2)]],
@@ -5928,8 +7059,8 @@ kernel void k104(
   dbias[i] = sb;
 }
 
-// node 139: binary (blocks.2.ln2) -> d_blocks.2.add0.out
-kernel void k105(
+// node 117: binary (blocks.1.ln2) -> d_blocks.1.add0.out
+kernel void k103(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5943,8 +7074,8 @@ kernel void k105(
   y[i] = a[ia] + b[ib];
 }
 
-// node 140: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [16x16 tiles]
-kernel void k106(
+// node 118: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [16x16 tiles]
+kernel void k104(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -5993,8 +7124,8 @@ kernel void k106(
   }
 }
 
-// node 140: matmul (blocks.2.attn) -> d_blocks.2.attn.merged [simdgroup_float8x8, Apple7+]
-kernel void k106_mma(
+// node 118: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [simdgroup_float8x8, Apple7+]
+kernel void k104_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6059,8 +7190,8 @@ kernel void k106_mma(
   }
 }
 
-// node 143: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k107(
+// node 121: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [16x16 tiles]
+kernel void k105(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6102,8 +7233,8 @@ kernel void k107(
   }
 }
 
-// node 143: matmul (blocks.2.attn) -> blocks.2.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k107_mma(
+// node 121: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k105_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6161,8 +7292,8 @@ kernel void k107_mma(
   }
 }
 
-// node 144: sum_to (blocks.2.attn) -> blocks.2.attn.out_proj.bias.grad
-kernel void k108(
+// node 122: sum_to (blocks.1.attn) -> blocks.1.attn.out_proj.bias.grad
+kernel void k106(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
@@ -6183,40 +7314,14 @@ kernel void k108(
   y[i] = acc;
 }
 
-// node 146: permute (blocks.2.attn) -> d_blocks.2.attn.o (perm [0,2,1,3])
-kernel void k109(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 128u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 147: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dk, dv] [16x16 tiles]
-kernel void k110(
+// node 123: attention_qkv_grad (blocks.1.attn) -> d_blocks.1.attn.qkv [dk, dv] [16x16 tiles]
+kernel void k107(
     device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -6224,7 +7329,7 @@ kernel void k110(
   // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
   // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
   const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Kt = tg + 0;  // 512 floats
   threadgroup float* Vt = tg + 512;  // 512 floats
   threadgroup float* Qs = tg + 1024;  // 512 floats
@@ -6239,20 +7344,20 @@ kernel void k110(
   threadgroup float* Dq = tg + 4112;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
   }
   for (uint e = tidx; e < 512u; e += 128u) { dKs[e] = 0.0f; dVs[e] = 0.0f; }
   for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+      Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
     }
     if (tidx < 16u) {
       const uint qi = q0 + tidx;
       float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
       Dq[tidx] = dl;
       Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
     }
@@ -6297,23 +7402,20 @@ kernel void k110(
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
     if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = dKs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dVs[r * 32u + c];
+      dqkv[kb + (k0 + r) * 384u + c] = dKs[r * 32u + c];
+      dqkv[vb + (k0 + r) * 384u + c] = dVs[r * 32u + c];
     }
   }
 }
 
-// node 147: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k110_mma(
+// node 123: attention_qkv_grad (blocks.1.attn) -> d_blocks.1.attn.qkv [dk, dv] [simdgroup_float8x8, Apple7+]
+kernel void k107_mma(
     device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -6322,7 +7424,7 @@ kernel void k110_mma(
   // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
   // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
   const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Kt = tg + 0;  // 512 floats
   threadgroup float* Vt = tg + 512;  // 512 floats
   threadgroup float* Qs = tg + 1024;  // 512 floats
@@ -6335,8 +7437,8 @@ kernel void k110_mma(
   threadgroup float* Dq = tg + 3088;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
   }
   simdgroup_float8x8 acck0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   simdgroup_float8x8 acck1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
@@ -6345,13 +7447,13 @@ kernel void k110_mma(
   for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+      Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
     }
     if (tidx < 16u) {
       const uint qi = q0 + tidx;
       float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
       Dq[tidx] = dl;
       Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
     }
@@ -6454,22 +7556,20 @@ kernel void k110_mma(
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
     if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = Qs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dOs[r * 32u + c];
+      dqkv[kb + (k0 + r) * 384u + c] = Qs[r * 32u + c];
+      dqkv[vb + (k0 + r) * 384u + c] = dOs[r * 32u + c];
     }
   }
 }
 
-// node 147: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dq] [16x16 tiles]
-kernel void k111(
+// node 123: attention_qkv_grad (blocks.1.attn) -> d_blocks.1.attn.qkv [dq] [16x16 tiles]
+kernel void k108(
     device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]])
@@ -6477,7 +7577,7 @@ kernel void k111(
   // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
   // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* dOs = tg + 512;  // 512 floats
   threadgroup float* Kt = tg + 1024;  // 512 floats
@@ -6491,13 +7591,13 @@ kernel void k111(
   threadgroup float* Dq = tg + 3856;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
   }
   if (tidx < 16u) {
     const uint qi = q0 + tidx;
     float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
     Dq[tidx] = dl;
     Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
   }
@@ -6505,9 +7605,9 @@ kernel void k111(
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Ks[e] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores Q K^T and dP = dO V^T of the tile pair
@@ -6542,20 +7642,18 @@ kernel void k111(
   }
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = dQs[r * 32u + c];
+    if (q0 + r < 64u) dqkv[qb + (q0 + r) * 384u + c] = dQs[r * 32u + c];
   }
 }
 
-// node 147: attention_grad (blocks.2.attn) -> d_blocks.2.attn.q, d_blocks.2.attn.k, d_blocks.2.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k111_mma(
+// node 123: attention_qkv_grad (blocks.1.attn) -> d_blocks.1.attn.qkv [dq] [simdgroup_float8x8, Apple7+]
+kernel void k108_mma(
     device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
@@ -6564,7 +7662,7 @@ kernel void k111_mma(
   // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
   // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
   const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
   threadgroup float* Qs = tg + 0;  // 512 floats
   threadgroup float* dOs = tg + 512;  // 512 floats
   threadgroup float* Kt = tg + 1024;  // 512 floats
@@ -6577,13 +7675,13 @@ kernel void k111_mma(
   threadgroup float* Dq = tg + 3344;  // 16 floats
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
   }
   if (tidx < 16u) {
     const uint qi = q0 + tidx;
     float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
     Dq[tidx] = dl;
     Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
   }
@@ -6592,9 +7690,9 @@ kernel void k111_mma(
   for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
     for (uint e = tidx; e < 512u; e += 128u) {
       const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+      Ks[e] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // raw scores Q K^T and dP = dO V^T of the tile pair
@@ -6665,55 +7763,12 @@ kernel void k111_mma(
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 512u; e += 128u) {
     const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = Ks[r * 32u + c];
+    if (q0 + r < 64u) dqkv[qb + (q0 + r) * 384u + c] = Ks[r * 32u + c];
   }
 }
 
-// node 151: concat (blocks.2.attn) -> d_blocks.2.attn.qkv_heads
-kernel void k112(
-    device const float* x0 [[buffer(0)]],
-    device const float* x1 [[buffer(1)]],
-    device const float* x2 [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 3u, o = i / 786432u;
-  const uint at = (o * 3u + 0u + l) * 262144u + inn;
-  if (l < 1u) y[at] = x0[(o * 1u + l - 0u) * 262144u + inn];
-  else if (l < 2u) y[at] = x1[(o * 1u + l - 1u) * 262144u + inn];
-  else if (l < 3u) y[at] = x2[(o * 1u + l - 2u) * 262144u + inn];
-}
-
-// node 152: permute (blocks.2.attn) -> d_blocks.2.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k113(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 3u) * 262144u;
-    rem /= 3u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 154: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [16x16 tiles]
-kernel void k114(
+// node 124: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [16x16 tiles]
+kernel void k109(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6762,8 +7817,8 @@ kernel void k114(
   }
 }
 
-// node 154: matmul (blocks.2.attn) -> d_blocks.2.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k114_mma(
+// node 124: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [simdgroup_float8x8, Apple7+]
+kernel void k109_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6828,8 +7883,8 @@ kernel void k114_mma(
   }
 }
 
-// node 157: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k115(
+// node 127: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [16x16 tiles]
+kernel void k110(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
@@ -6871,7 +7926,210 @@ kernel void k115(
   }
 }
 
-// node 157: matmul (blocks.2.attn) -> blocks.2.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
+// node 127: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k110_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 384u && ki < 2048u) {
+          v = a[ki * 384u + mi];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 384u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 128: sum_to (blocks.1.attn) -> blocks.1.attn.in_proj_bias.grad
+kernel void k111(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 384u) return;
+  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 2048u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// node 129: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dx]
+kernel void k112(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* w [[buffer(2)]],
+    device const float* mean [[buffer(3)]],
+    device const float* rstd [[buffer(4)]],
+    device float* dx [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  const float mu = mean[r], rs = rstd[r];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    s1 += g;
+    s2 += g * (x[base + d] - mu) * rs;
+  }
+  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
+  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    const float xh = (x[base + d] - mu) * rs;
+    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
+  }
+}
+
+// node 129: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dweight, dbias]
+kernel void k113(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* mean [[buffer(2)]],
+    device const float* rstd [[buffer(3)]],
+    device float* dweight [[buffer(4)]],
+    device float* dbias [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (uint r = 0u; r < 2048u; ++r) {
+    const uint e = r * 128u + i;
+    sb += dy[e];
+    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
+  }
+  dweight[i] = sw;
+  dbias[i] = sb;
+}
+
+// node 130: binary (blocks.1.ln1) -> d_blocks.0.add1.out
+kernel void k114(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 131: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [16x16 tiles]
+kernel void k115(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 128u && ni < 512u) {
+          v = b[bo + ki * 512u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 64u && col < 512u) {
+    const uint mi = row, ni = col;
+      y[g * 32768u + mi * 512u + ni] = acc;
+  }
+}
+
+// node 131: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [simdgroup_float8x8, Apple7+]
 kernel void k115_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -6882,29 +8140,36 @@ kernel void k115_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
+  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
   const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
   simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint r = e / 16u, c = e % 16u;
       {
         const uint mi = tgid.y * 16u + r, ki = k0 + c;
         float v = 0.0f;
-        if (mi < 384u && ki < 2048u) {
-          v = a[ki * 384u + mi];
+        if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
         }
         As[e] = v;
       }
       {
         const uint ki = k0 + r, ni = tgid.x * 16u + c;
         float v = 0.0f;
-        if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
+        if (ki < 128u && ni < 512u) {
+          v = b[bo + ki * 512u + ni];
         }
         Bs[e] = v;
       }
@@ -6923,108 +8188,268 @@ kernel void k115_mma(
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 384u && ni < 128u) {
+    if (mi < 64u && ni < 512u) {
       const float acc = Cs[e];
-      y[mi * 128u + ni] = acc;
+      y[g * 32768u + mi * 512u + ni] = acc;
     }
   }
 }
 
-// node 158: sum_to (blocks.2.attn) -> blocks.2.attn.in_proj_bias.grad
+// node 134: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [16x16 tiles]
 kernel void k116(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 512u) {
+          v = b[ki * 512u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 128u && col < 512u) {
+    const uint mi = row, ni = col;
+      y[mi * 512u + ni] = acc;
+  }
+}
+
+// node 134: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k116_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 2048u && ni < 512u) {
+          v = b[ki * 512u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 128u && ni < 512u) {
+      const float acc = Cs[e];
+      y[mi * 512u + ni] = acc;
+    }
+  }
+}
+
+// node 135: sum_to (blocks.0.proj) -> blocks.0.proj.bias.grad
+kernel void k117(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 384u) return;
+  if (i >= 128u) return;
   // y[i] = sum of x over the reduced dims (2048 terms per output)
   uint rem = i, base = 0u;
-  { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
+  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
   for (uint t = 0u; t < 2048u; ++t) {
     uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
+    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
     acc += x[off];
   }
   y[i] = acc;
 }
 
-// node 159: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dx]
-kernel void k117(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device const float* w [[buffer(2)]],
-    device const float* mean [[buffer(3)]],
-    device const float* rstd [[buffer(4)]],
-    device float* dx [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  const float mu = mean[r], rs = rstd[r];
-  float s1 = 0.0f, s2 = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    s1 += g;
-    s2 += g * (x[base + d] - mu) * rs;
-  }
-  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
-  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    const float xh = (x[base + d] - mu) * rs;
-    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
-  }
-}
-
-// node 159: layernorm_grad (blocks.2.ln1) -> d_blocks.1.add1.out, blocks.2.ln1.weight.grad, blocks.2.ln1.bias.grad [dweight, dbias]
+// node 136: unary_grad (blocks.0.gelu0) -> d_blocks.0.fc.out
 kernel void k118(
     device const float* dy [[buffer(0)]],
     device const float* x [[buffer(1)]],
-    device const float* mean [[buffer(2)]],
-    device const float* rstd [[buffer(3)]],
-    device float* dweight [[buffer(4)]],
-    device float* dbias [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
+    device float* dx [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (uint r = 0u; r < 2048u; ++r) {
-    const uint e = r * 128u + i;
-    sb += dy[e];
-    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
-  }
-  dweight[i] = sw;
-  dbias[i] = sb;
+  if (i >= 1048576u) return;
+  const float v = x[i], d = dy[i];
+  dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
 }
 
-// node 160: binary (blocks.2.ln1) -> d_blocks.1.add1.out
+// node 137: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [16x16 tiles]
 kernel void k119(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
     device float* y [[buffer(2)]],
     constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
 {
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
+  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 32768u;
+  }
+  const uint bo = 0u;
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 64u && ki < 512u) {
+          v = a[ao + mi * 512u + ki];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 512u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 64u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[g * 8192u + mi * 128u + ni] = acc;
+  }
 }
 
-// node 161: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [16x16 tiles]
+// node 137: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [simdgroup_float8x8, Apple7+]
+kernel void k119_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 32768u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 512u) {
+          v = a[ao + mi * 512u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 512u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 128u) {
+      const float acc = Cs[e];
+      y[g * 8192u + mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 140: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [16x16 tiles]
 kernel void k120(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -7034,33 +8459,26 @@ kernel void k120(
     uint3 tgid [[threadgroup_position_in_grid]],
     uint3 tid [[thread_position_in_threadgroup]])
 {
-  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 8192u;
-  }
-  const uint bo = 0u;
+  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
   threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
   float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
     {
       const uint mi = row, ki = k0 + tid.x;
       float v = 0.0f;
-      if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
+      if (mi < 512u && ki < 2048u) {
+          v = a[ki * 512u + mi];
       }
       As[tid.y * 16u + tid.x] = v;
     }
     {
       const uint ki = k0 + tid.y, ni = col;
       float v = 0.0f;
-      if (ki < 128u && ni < 512u) {
-          v = b[bo + ki * 512u + ni];
+      if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
       }
       Bs[tid.y * 16u + tid.x] = v;
     }
@@ -7068,13 +8486,13 @@ kernel void k120(
     for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (row < 64u && col < 512u) {
+  if (row < 512u && col < 128u) {
     const uint mi = row, ni = col;
-      y[g * 32768u + mi * 512u + ni] = acc;
+      y[mi * 128u + ni] = acc;
   }
 }
 
-// node 161: matmul (blocks.1.proj) -> d_blocks.1.gelu0.out [simdgroup_float8x8, Apple7+]
+// node 140: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [simdgroup_float8x8, Apple7+]
 kernel void k120_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -7085,8 +8503,159 @@ kernel void k120_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
+  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 512u && ki < 2048u) {
+          v = a[ki * 512u + mi];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 512u && ni < 128u) {
+      const float acc = Cs[e];
+      y[mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 141: sum_to (blocks.0.fc) -> blocks.0.fc.bias.grad
+kernel void k121(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant StepParams& sp [[buffer(2)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 512u) return;
+  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 512u; rem /= 512u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 2048u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 512u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// node 142: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dx]
+kernel void k122(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* w [[buffer(2)]],
+    device const float* mean [[buffer(3)]],
+    device const float* rstd [[buffer(4)]],
+    device float* dx [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  const float mu = mean[r], rs = rstd[r];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    s1 += g;
+    s2 += g * (x[base + d] - mu) * rs;
+  }
+  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
+  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    const float xh = (x[base + d] - mu) * rs;
+    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
+  }
+}
+
+// node 142: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dweight, dbias]
+kernel void k123(
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* mean [[buffer(2)]],
+    device const float* rstd [[buffer(3)]],
+    device float* dweight [[buffer(4)]],
+    device float* dbias [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (uint r = 0u; r < 2048u; ++r) {
+    const uint e = r * 128u + i;
+    sb += dy[e];
+    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
+  }
+  dweight[i] = sw;
+  dbias[i] = sb;
+}
+
+// node 143: binary (blocks.0.ln2) -> d_blocks.0.add0.out
+kernel void k124(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
+}
+
+// node 144: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [16x16 tiles]
+kernel void k125(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
   const uint g = tgid.z;
   uint ao = 0u;
   {
@@ -7094,226 +8663,24 @@ kernel void k120_mma(
     ao += (rem % 32u) * 8192u;
   }
   const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
   for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 64u && ki < 128u) {
           v = a[ao + mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = b[bo + ki * 512u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 512u) {
-      const float acc = Cs[e];
-      y[g * 32768u + mi * 512u + ni] = acc;
-    }
-  }
-}
-
-// node 164: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [16x16 tiles]
-kernel void k121(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
       }
       As[tid.y * 16u + tid.x] = v;
     }
     {
       const uint ki = k0 + tid.y, ni = col;
       float v = 0.0f;
-      if (ki < 2048u && ni < 512u) {
-          v = b[ki * 512u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 128u && col < 512u) {
-    const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc;
-  }
-}
-
-// node 164: matmul (blocks.1.proj) -> blocks.1.proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k121_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 2048u && ni < 512u) {
-          v = b[ki * 512u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 128u && ni < 512u) {
-      const float acc = Cs[e];
-      y[mi * 512u + ni] = acc;
-    }
-  }
-}
-
-// node 165: sum_to (blocks.1.proj) -> blocks.1.proj.bias.grad
-kernel void k122(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
-  }
-  y[i] = acc;
-}
-
-// node 166: unary_grad (blocks.1.gelu0) -> d_blocks.1.fc.out
-kernel void k123(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device float* dx [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  const float v = x[i], d = dy[i];
-  dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
-}
-
-// node 167: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [16x16 tiles]
-kernel void k124(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 32768u;
-  }
-  const uint bo = 0u;
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 64u && ki < 512u) {
-          v = a[ao + mi * 512u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 512u && ni < 128u) {
+      if (ki < 128u && ni < 128u) {
           v = b[bo + ki * 128u + ni];
       }
       Bs[tid.y * 16u + tid.x] = v;
@@ -7328,116 +8695,7 @@ kernel void k124(
   }
 }
 
-// node 167: matmul (blocks.1.fc) -> d_blocks.1.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k124_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 32768u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 512u) {
-          v = a[ao + mi * 512u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 512u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 128u) {
-      const float acc = Cs[e];
-      y[g * 8192u + mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 170: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [16x16 tiles]
-kernel void k125(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 512u && ki < 2048u) {
-          v = a[ki * 512u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 512u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc;
-  }
-}
-
-// node 170: matmul (blocks.1.fc) -> blocks.1.fc.weight.grad [simdgroup_float8x8, Apple7+]
+// node 144: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [simdgroup_float8x8, Apple7+]
 kernel void k125_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -7448,7 +8706,116 @@ kernel void k125_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
+  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
+  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
+  const uint g = tgid.z;
+  uint ao = 0u;
+  {
+    uint rem = g;
+    ao += (rem % 32u) * 8192u;
+  }
+  const uint bo = 0u;
+  threadgroup float* As = tg;        // [16][16] A tile, row-major
+  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
+  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
+  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      {
+        const uint mi = tgid.y * 16u + r, ki = k0 + c;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+          v = a[ao + mi * 128u + ki];
+        }
+        As[e] = v;
+      }
+      {
+        const uint ki = k0 + r, ni = tgid.x * 16u + c;
+        float v = 0.0f;
+        if (ki < 128u && ni < 128u) {
+          v = b[bo + ki * 128u + ni];
+        }
+        Bs[e] = v;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; kk += 8u) {
+      simdgroup_float8x8 a;
+      simdgroup_float8x8 b;
+      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
+      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
+      simdgroup_multiply_accumulate(acc, a, b, acc);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 256u; e += 128u) {
+    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
+    if (mi < 64u && ni < 128u) {
+      const float acc = Cs[e];
+      y[g * 8192u + mi * 128u + ni] = acc;
+    }
+  }
+}
+
+// node 147: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [16x16 tiles]
+kernel void k126(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint3 tid [[thread_position_in_threadgroup]])
+{
+  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  const uint row = tgid.y * 16u + tid.y;
+  const uint col = tgid.x * 16u + tid.x;
+  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
+  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
+  float acc = 0.0f;
+  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
+    {
+      const uint mi = row, ki = k0 + tid.x;
+      float v = 0.0f;
+      if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
+      }
+      As[tid.y * 16u + tid.x] = v;
+    }
+    {
+      const uint ki = k0 + tid.y, ni = col;
+      float v = 0.0f;
+      if (ki < 2048u && ni < 128u) {
+          v = b[ki * 128u + ni];
+      }
+      Bs[tid.y * 16u + tid.x] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (row < 128u && col < 128u) {
+    const uint mi = row, ni = col;
+      y[mi * 128u + ni] = acc;
+  }
+}
+
+// node 147: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
+kernel void k126_mma(
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -7461,8 +8828,8 @@ kernel void k125_mma(
       {
         const uint mi = tgid.y * 16u + r, ki = k0 + c;
         float v = 0.0f;
-        if (mi < 512u && ki < 2048u) {
-          v = a[ki * 512u + mi];
+        if (mi < 128u && ki < 2048u) {
+          v = a[ki * 128u + mi];
         }
         As[e] = v;
       }
@@ -7489,108 +8856,489 @@ kernel void k125_mma(
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 512u && ni < 128u) {
+    if (mi < 128u && ni < 128u) {
       const float acc = Cs[e];
       y[mi * 128u + ni] = acc;
     }
   }
 }
 
-// node 171: sum_to (blocks.1.fc) -> blocks.1.fc.bias.grad
-kernel void k126(
+// node 148: sum_to (blocks.0.attn) -> blocks.0.attn.out_proj.bias.grad
+kernel void k127(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
     constant StepParams& sp [[buffer(2)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 512u) return;
+  if (i >= 128u) return;
   // y[i] = sum of x over the reduced dims (2048 terms per output)
   uint rem = i, base = 0u;
-  { const uint c = rem % 512u; rem /= 512u; base += c * 1u; }
+  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
   for (uint t = 0u; t < 2048u; ++t) {
     uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 512u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
+    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
     acc += x[off];
   }
   y[i] = acc;
 }
 
-// node 172: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dx]
-kernel void k127(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device const float* w [[buffer(2)]],
-    device const float* mean [[buffer(3)]],
-    device const float* rstd [[buffer(4)]],
-    device float* dx [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
+// node 149: attention_qkv_grad (blocks.0.attn) -> d_blocks.0.attn.qkv [dk, dv] [16x16 tiles]
+kernel void k128(
+    device const float* dout [[buffer(0)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]])
+{
+  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
+  const uint bh = tgid.y, k0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Kt = tg + 0;  // 512 floats
+  threadgroup float* Vt = tg + 512;  // 512 floats
+  threadgroup float* Qs = tg + 1024;  // 512 floats
+  threadgroup float* dOs = tg + 1536;  // 512 floats
+  threadgroup float* dKs = tg + 2048;  // 512 floats
+  threadgroup float* dVs = tg + 2560;  // 512 floats
+  threadgroup float* Ss = tg + 3072;  // 256 floats
+  threadgroup float* dPs = tg + 3328;  // 256 floats
+  threadgroup float* PT = tg + 3584;  // 256 floats
+  threadgroup float* dST = tg + 3840;  // 256 floats
+  threadgroup float* Lq = tg + 4096;  // 16 floats
+  threadgroup float* Dq = tg + 4112;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) { dKs[e] = 0.0f; dVs[e] = 0.0f; }
+  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
+    }
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float dl = 0.0f;
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
+      Dq[tidx] = dl;
+      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
+      Ss[r * 16u + c] = acc;
+    }
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
+      dPs[r * 16u + c] = acc;
+    }
+    // (each thread reads back only the score elements it computed: no barrier)
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      PT[j * 16u + i] = p;
+      dST[j * 16u + i] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = dVs[r * 32u + c];
+      for (uint x = 0u; x < 16u; ++x) acc += PT[r * 16u + x] * dOs[x * 32u + c];
+      dVs[r * 32u + c] = acc;
+    }
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = dKs[r * 32u + c];
+      for (uint x = 0u; x < 16u; ++x) acc += dST[r * 16u + x] * Qs[x * 32u + c];
+      dKs[r * 32u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (k0 + r < 64u) {
+      dqkv[kb + (k0 + r) * 384u + c] = dKs[r * 32u + c];
+      dqkv[vb + (k0 + r) * 384u + c] = dVs[r * 32u + c];
+    }
+  }
+}
+
+// node 149: attention_qkv_grad (blocks.0.attn) -> d_blocks.0.attn.qkv [dk, dv] [simdgroup_float8x8, Apple7+]
+kernel void k128_mma(
+    device const float* dout [[buffer(0)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
     threadgroup float* tg [[threadgroup(0)]],
     uint3 tgid [[threadgroup_position_in_grid]],
     uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  const float mu = mean[r], rs = rstd[r];
-  float s1 = 0.0f, s2 = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    s1 += g;
-    s2 += g * (x[base + d] - mu) * rs;
+  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
+  const uint bh = tgid.y, k0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Kt = tg + 0;  // 512 floats
+  threadgroup float* Vt = tg + 512;  // 512 floats
+  threadgroup float* Qs = tg + 1024;  // 512 floats
+  threadgroup float* dOs = tg + 1536;  // 512 floats
+  threadgroup float* Ss = tg + 2048;  // 256 floats
+  threadgroup float* dPs = tg + 2304;  // 256 floats
+  threadgroup float* PT = tg + 2560;  // 256 floats
+  threadgroup float* dST = tg + 2816;  // 256 floats
+  threadgroup float* Lq = tg + 3072;  // 16 floats
+  threadgroup float* Dq = tg + 3088;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
   }
-  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
-  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    const float xh = (x[base + d] - mu) * rs;
-    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
+  simdgroup_float8x8 acck0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 acck1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 accv0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 accv1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+      dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
+    }
+    if (tidx < 16u) {
+      const uint qi = q0 + tidx;
+      float dl = 0.0f;
+      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
+      Dq[tidx] = dl;
+      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      PT[j * 16u + i] = p;
+      dST[j * 16u + i] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
+    if (sg + 0u < 8u) {
+      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accv0, a, b, accv0);
+      }
+    }
+    if (sg + 4u < 8u) {
+      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accv1, a, b, accv1);
+      }
+    }
+    if (sg + 0u < 8u) {
+      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acck0, a, b, acck0);
+      }
+    }
+    if (sg + 4u < 8u) {
+      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acck1, a, b, acck1);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  // the held accumulators through the (now free) Q and dO tiles
+  if (sg + 0u < 8u) {
+    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+    simdgroup_store(acck0, Qs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 4u < 8u) {
+    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+    simdgroup_store(acck1, Qs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 0u < 8u) {
+    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+    simdgroup_store(accv0, dOs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 4u < 8u) {
+    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+    simdgroup_store(accv1, dOs, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (k0 + r < 64u) {
+      dqkv[kb + (k0 + r) * 384u + c] = Qs[r * 32u + c];
+      dqkv[vb + (k0 + r) * 384u + c] = dOs[r * 32u + c];
+    }
   }
 }
 
-// node 172: layernorm_grad (blocks.1.ln2) -> d_blocks.1.add0.out, blocks.1.ln2.weight.grad, blocks.1.ln2.bias.grad [dweight, dbias]
-kernel void k128(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device const float* mean [[buffer(2)]],
-    device const float* rstd [[buffer(3)]],
-    device float* dweight [[buffer(4)]],
-    device float* dbias [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (uint r = 0u; r < 2048u; ++r) {
-    const uint e = r * 128u + i;
-    sb += dy[e];
-    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
-  }
-  dweight[i] = sw;
-  dbias[i] = sb;
-}
-
-// node 173: binary (blocks.1.ln2) -> d_blocks.1.add0.out
+// node 149: attention_qkv_grad (blocks.0.attn) -> d_blocks.0.attn.qkv [dq] [16x16 tiles]
 kernel void k129(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
+    device const float* dout [[buffer(0)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]])
 {
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
+  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* dOs = tg + 512;  // 512 floats
+  threadgroup float* Kt = tg + 1024;  // 512 floats
+  threadgroup float* Vt = tg + 1536;  // 512 floats
+  threadgroup float* Ks = tg + 2048;  // 512 floats
+  threadgroup float* dQs = tg + 2560;  // 512 floats
+  threadgroup float* Ss = tg + 3072;  // 256 floats
+  threadgroup float* dPs = tg + 3328;  // 256 floats
+  threadgroup float* dSs = tg + 3584;  // 256 floats
+  threadgroup float* Lq = tg + 3840;  // 16 floats
+  threadgroup float* Dq = tg + 3856;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
+  }
+  if (tidx < 16u) {
+    const uint qi = q0 + tidx;
+    float dl = 0.0f;
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
+    Dq[tidx] = dl;
+    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+  }
+  for (uint e = tidx; e < 512u; e += 128u) dQs[e] = 0.0f;
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Ks[e] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
+      Ss[r * 16u + c] = acc;
+    }
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint r = e / 16u, c = e % 16u;
+      float acc = 0.0f;
+      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
+      dPs[r * 16u + c] = acc;
+    }
+    // (each thread reads back only the score elements it computed: no barrier)
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      dSs[e] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dQ += dS K (scale folded into dS)
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      float acc = dQs[r * 32u + c];
+      for (uint x = 0u; x < 16u; ++x) acc += dSs[r * 16u + x] * Ks[x * 32u + c];
+      dQs[r * 32u + c] = acc;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) dqkv[qb + (q0 + r) * 384u + c] = dQs[r * 32u + c];
+  }
 }
 
-// node 174: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [16x16 tiles]
+// node 149: attention_qkv_grad (blocks.0.attn) -> d_blocks.0.attn.qkv [dq] [simdgroup_float8x8, Apple7+]
+kernel void k129_mma(
+    device const float* dout [[buffer(0)]],
+    device const float* qkv [[buffer(1)]],
+    device const float* o [[buffer(2)]],
+    device const float* lse [[buffer(3)]],
+    device float* dqkv [[buffer(4)]],
+    constant StepParams& sp [[buffer(5)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
+{
+  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
+  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
+  const uint bh = tgid.y, q0 = tgid.x * 16u;
+  const uint qb = (bh / 4u) * 24576u + (bh % 4u) * 32u, kb = 128u + (bh / 4u) * 24576u + (bh % 4u) * 32u, vb = 256u + (bh / 4u) * 24576u + (bh % 4u) * 32u, ob = (bh / 4u) * 8192u + (bh % 4u) * 32u;
+  threadgroup float* Qs = tg + 0;  // 512 floats
+  threadgroup float* dOs = tg + 512;  // 512 floats
+  threadgroup float* Kt = tg + 1024;  // 512 floats
+  threadgroup float* Vt = tg + 1536;  // 512 floats
+  threadgroup float* Ks = tg + 2048;  // 512 floats
+  threadgroup float* Ss = tg + 2560;  // 256 floats
+  threadgroup float* dPs = tg + 2816;  // 256 floats
+  threadgroup float* dSs = tg + 3072;  // 256 floats
+  threadgroup float* Lq = tg + 3328;  // 16 floats
+  threadgroup float* Dq = tg + 3344;  // 16 floats
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    Qs[e] = q0 + r < 64u && c < 32u ? qkv[qb + (q0 + r) * 384u + c] : 0.0f;
+    dOs[e] = q0 + r < 64u && c < 32u ? dout[ob + (q0 + r) * 128u + c] : 0.0f;
+  }
+  if (tidx < 16u) {
+    const uint qi = q0 + tidx;
+    float dl = 0.0f;
+    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[ob + qi * 128u + c] * o[ob + qi * 128u + c];
+    Dq[tidx] = dl;
+    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
+  }
+  simdgroup_float8x8 accq0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 accq1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
+    for (uint e = tidx; e < 512u; e += 128u) {
+      const uint r = e / 32u, c = e % 32u;
+      Ks[e] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[kb + (k0 + r) * 384u + c] : 0.0f;
+      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? qkv[vb + (k0 + r) * 384u + c] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // raw scores Q K^T and dP = dO V^T of the tile pair
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    for (uint blk = sg; blk < 4u; blk += 4u) {
+      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
+      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (uint x = 0u; x < 32u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(acc, a, b, acc);
+      }
+      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tidx; e < 256u; e += 128u) {
+      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
+      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
+      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
+      dSs[e] = ds;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // dQ += dS K (scale folded into dS)
+    if (sg + 0u < 8u) {
+      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accq0, a, b, accq0);
+      }
+    }
+    if (sg + 4u < 8u) {
+      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+      for (uint x = 0u; x < 16u; x += 8u) {
+        simdgroup_float8x8 a;
+        simdgroup_float8x8 b;
+        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
+        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
+        simdgroup_multiply_accumulate(accq1, a, b, accq1);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  // the held accumulators through the (now free) K tile
+  if (sg + 0u < 8u) {
+    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
+    simdgroup_store(accq0, Ks, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  if (sg + 4u < 8u) {
+    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
+    simdgroup_store(accq1, Ks, 32, ulong2(ulong(bc), ulong(br)));
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint e = tidx; e < 512u; e += 128u) {
+    const uint r = e / 32u, c = e % 32u;
+    if (q0 + r < 64u) dqkv[qb + (q0 + r) * 384u + c] = Ks[r * 32u + c];
+  }
+}
+
+// node 150: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [16x16 tiles]
 kernel void k130(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -7600,12 +9348,12 @@ kernel void k130(
     uint3 tgid [[threadgroup_position_in_grid]],
     uint3 tid [[thread_position_in_threadgroup]])
 {
-  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
   const uint g = tgid.z;
   uint ao = 0u;
   {
     uint rem = g;
-    ao += (rem % 32u) * 8192u;
+    ao += (rem % 32u) * 24576u;
   }
   const uint bo = 0u;
   const uint row = tgid.y * 16u + tid.y;
@@ -7613,19 +9361,19 @@ kernel void k130(
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
   threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
   float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
     {
       const uint mi = row, ki = k0 + tid.x;
       float v = 0.0f;
-      if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
+      if (mi < 64u && ki < 384u) {
+          v = a[ao + mi * 384u + ki];
       }
       As[tid.y * 16u + tid.x] = v;
     }
     {
       const uint ki = k0 + tid.y, ni = col;
       float v = 0.0f;
-      if (ki < 128u && ni < 128u) {
+      if (ki < 384u && ni < 128u) {
           v = b[bo + ki * 128u + ni];
       }
       Bs[tid.y * 16u + tid.x] = v;
@@ -7640,7 +9388,7 @@ kernel void k130(
   }
 }
 
-// node 174: matmul (blocks.1.attn) -> d_blocks.1.attn.merged [simdgroup_float8x8, Apple7+]
+// node 150: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [simdgroup_float8x8, Apple7+]
 kernel void k130_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -7651,13 +9399,13 @@ kernel void k130_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
+  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   const uint g = tgid.z;
   uint ao = 0u;
   {
     uint rem = g;
-    ao += (rem % 32u) * 8192u;
+    ao += (rem % 32u) * 24576u;
   }
   const uint bo = 0u;
   threadgroup float* As = tg;        // [16][16] A tile, row-major
@@ -7665,21 +9413,21 @@ kernel void k130_mma(
   threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
   const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
   simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
     for (uint e = tidx; e < 256u; e += 128u) {
       const uint r = e / 16u, c = e % 16u;
       {
         const uint mi = tgid.y * 16u + r, ki = k0 + c;
         float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
+        if (mi < 64u && ki < 384u) {
+          v = a[ao + mi * 384u + ki];
         }
         As[e] = v;
       }
       {
         const uint ki = k0 + r, ni = tgid.x * 16u + c;
         float v = 0.0f;
-        if (ki < 128u && ni < 128u) {
+        if (ki < 384u && ni < 128u) {
           v = b[bo + ki * 128u + ni];
         }
         Bs[e] = v;
@@ -7706,7 +9454,7 @@ kernel void k130_mma(
   }
 }
 
-// node 177: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [16x16 tiles]
+// node 153: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [16x16 tiles]
 kernel void k131(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -7716,7 +9464,7 @@ kernel void k131(
     uint3 tgid [[threadgroup_position_in_grid]],
     uint3 tid [[thread_position_in_threadgroup]])
 {
-  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
+  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
   const uint row = tgid.y * 16u + tid.y;
   const uint col = tgid.x * 16u + tid.x;
   threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
@@ -7726,8 +9474,8 @@ kernel void k131(
     {
       const uint mi = row, ki = k0 + tid.x;
       float v = 0.0f;
-      if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
+      if (mi < 384u && ki < 2048u) {
+          v = a[ki * 384u + mi];
       }
       As[tid.y * 16u + tid.x] = v;
     }
@@ -7743,13 +9491,13 @@ kernel void k131(
     for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (row < 128u && col < 128u) {
+  if (row < 384u && col < 128u) {
     const uint mi = row, ni = col;
       y[mi * 128u + ni] = acc;
   }
 }
 
-// node 177: matmul (blocks.1.attn) -> blocks.1.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
+// node 153: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
 kernel void k131_mma(
     device const float* a [[buffer(0)]],
     device const float* b [[buffer(1)]],
@@ -7760,7 +9508,7 @@ kernel void k131_mma(
     uint tidx [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]])
 {
-  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
+  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
   // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
   threadgroup float* As = tg;        // [16][16] A tile, row-major
   threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
@@ -7773,8 +9521,8 @@ kernel void k131_mma(
       {
         const uint mi = tgid.y * 16u + r, ki = k0 + c;
         float v = 0.0f;
-        if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
+        if (mi < 384u && ki < 2048u) {
+          v = a[ki * 384u + mi];
         }
         As[e] = v;
       }
@@ -7801,14 +9549,14 @@ kernel void k131_mma(
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint e = tidx; e < 256u; e += 128u) {
     const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 128u && ni < 128u) {
+    if (mi < 384u && ni < 128u) {
       const float acc = Cs[e];
       y[mi * 128u + ni] = acc;
     }
   }
 }
 
-// node 178: sum_to (blocks.1.attn) -> blocks.1.attn.out_proj.bias.grad
+// node 154: sum_to (blocks.0.attn) -> blocks.0.attn.in_proj_bias.grad
 kernel void k132(
     device const float* x [[buffer(0)]],
     device float* y [[buffer(1)]],
@@ -7816,2640 +9564,224 @@ kernel void k132(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 384u) return;
   // y[i] = sum of x over the reduced dims (2048 terms per output)
   uint rem = i, base = 0u;
-  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
+  { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
   float acc = 0.0f;
   for (uint t = 0u; t < 2048u; ++t) {
     uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
+    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
     acc += x[off];
   }
   y[i] = acc;
 }
 
-// node 180: permute (blocks.1.attn) -> d_blocks.1.attn.o (perm [0,2,1,3])
+// node 155: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dx]
 kernel void k133(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* w [[buffer(2)]],
+    device const float* mean [[buffer(3)]],
+    device const float* rstd [[buffer(4)]],
+    device float* dx [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    threadgroup float* tg [[threadgroup(0)]],
+    uint3 tgid [[threadgroup_position_in_grid]],
+    uint tidx [[thread_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]])
 {
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 128u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 8192u;
+  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
+  const uint r = tgid.x;
+  const uint base = r * 128u;
+  const float mu = mean[r], rs = rstd[r];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    s1 += g;
+    s2 += g * (x[base + d] - mu) * rs;
   }
-  y[i] = x[src];
+  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
+  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
+  for (uint d = tidx; d < 128u; d += 128u) {
+    const float g = dy[base + d] * w[d];
+    const float xh = (x[base + d] - mu) * rs;
+    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
+  }
 }
 
-// node 181: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dk, dv] [16x16 tiles]
+// node 155: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dweight, dbias]
 kernel void k134(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]])
+    device const float* dy [[buffer(0)]],
+    device const float* x [[buffer(1)]],
+    device const float* mean [[buffer(2)]],
+    device const float* rstd [[buffer(3)]],
+    device float* dweight [[buffer(4)]],
+    device float* dbias [[buffer(5)]],
+    constant StepParams& sp [[buffer(6)]],
+    uint3 gid [[thread_position_in_grid]])
 {
-  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
-  const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Kt = tg + 0;  // 512 floats
-  threadgroup float* Vt = tg + 512;  // 512 floats
-  threadgroup float* Qs = tg + 1024;  // 512 floats
-  threadgroup float* dOs = tg + 1536;  // 512 floats
-  threadgroup float* dKs = tg + 2048;  // 512 floats
-  threadgroup float* dVs = tg + 2560;  // 512 floats
-  threadgroup float* Ss = tg + 3072;  // 256 floats
-  threadgroup float* dPs = tg + 3328;  // 256 floats
-  threadgroup float* PT = tg + 3584;  // 256 floats
-  threadgroup float* dST = tg + 3840;  // 256 floats
-  threadgroup float* Lq = tg + 4096;  // 16 floats
-  threadgroup float* Dq = tg + 4112;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (uint r = 0u; r < 2048u; ++r) {
+    const uint e = r * 128u + i;
+    sb += dy[e];
+    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
   }
-  for (uint e = tidx; e < 512u; e += 128u) { dKs[e] = 0.0f; dVs[e] = 0.0f; }
-  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-    }
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-      Dq[tidx] = dl;
-      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
-      Ss[r * 16u + c] = acc;
-    }
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
-      dPs[r * 16u + c] = acc;
-    }
-    // (each thread reads back only the score elements it computed: no barrier)
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      PT[j * 16u + i] = p;
-      dST[j * 16u + i] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = dVs[r * 32u + c];
-      for (uint x = 0u; x < 16u; ++x) acc += PT[r * 16u + x] * dOs[x * 32u + c];
-      dVs[r * 32u + c] = acc;
-    }
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = dKs[r * 32u + c];
-      for (uint x = 0u; x < 16u; ++x) acc += dST[r * 16u + x] * Qs[x * 32u + c];
-      dKs[r * 32u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = dKs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dVs[r * 32u + c];
-    }
-  }
+  dweight[i] = sw;
+  dbias[i] = sb;
 }
 
-// node 181: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k134_mma(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
-  const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Kt = tg + 0;  // 512 floats
-  threadgroup float* Vt = tg + 512;  // 512 floats
-  threadgroup float* Qs = tg + 1024;  // 512 floats
-  threadgroup float* dOs = tg + 1536;  // 512 floats
-  threadgroup float* Ss = tg + 2048;  // 256 floats
-  threadgroup float* dPs = tg + 2304;  // 256 floats
-  threadgroup float* PT = tg + 2560;  // 256 floats
-  threadgroup float* dST = tg + 2816;  // 256 floats
-  threadgroup float* Lq = tg + 3072;  // 16 floats
-  threadgroup float* Dq = tg + 3088;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-  }
-  simdgroup_float8x8 acck0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 acck1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 accv0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 accv1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-    }
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-      Dq[tidx] = dl;
-      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      PT[j * 16u + i] = p;
-      dST[j * 16u + i] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
-    if (sg + 0u < 8u) {
-      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accv0, a, b, accv0);
-      }
-    }
-    if (sg + 4u < 8u) {
-      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accv1, a, b, accv1);
-      }
-    }
-    if (sg + 0u < 8u) {
-      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acck0, a, b, acck0);
-      }
-    }
-    if (sg + 4u < 8u) {
-      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acck1, a, b, acck1);
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  // the held accumulators through the (now free) Q and dO tiles
-  if (sg + 0u < 8u) {
-    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-    simdgroup_store(acck0, Qs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 4u < 8u) {
-    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-    simdgroup_store(acck1, Qs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 0u < 8u) {
-    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-    simdgroup_store(accv0, dOs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 4u < 8u) {
-    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-    simdgroup_store(accv1, dOs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = Qs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dOs[r * 32u + c];
-    }
-  }
-}
-
-// node 181: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dq] [16x16 tiles]
+// node 156: binary (blocks.0.ln1) -> d_add0.out
 kernel void k135(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]])
+    device const float* a [[buffer(0)]],
+    device const float* b [[buffer(1)]],
+    device float* y [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
+    uint3 gid [[thread_position_in_grid]])
 {
-  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* dOs = tg + 512;  // 512 floats
-  threadgroup float* Kt = tg + 1024;  // 512 floats
-  threadgroup float* Vt = tg + 1536;  // 512 floats
-  threadgroup float* Ks = tg + 2048;  // 512 floats
-  threadgroup float* dQs = tg + 2560;  // 512 floats
-  threadgroup float* Ss = tg + 3072;  // 256 floats
-  threadgroup float* dPs = tg + 3328;  // 256 floats
-  threadgroup float* dSs = tg + 3584;  // 256 floats
-  threadgroup float* Lq = tg + 3840;  // 16 floats
-  threadgroup float* Dq = tg + 3856;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  if (tidx < 16u) {
-    const uint qi = q0 + tidx;
-    float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-    Dq[tidx] = dl;
-    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-  }
-  for (uint e = tidx; e < 512u; e += 128u) dQs[e] = 0.0f;
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
-      Ss[r * 16u + c] = acc;
-    }
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
-      dPs[r * 16u + c] = acc;
-    }
-    // (each thread reads back only the score elements it computed: no barrier)
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      dSs[e] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dQ += dS K (scale folded into dS)
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = dQs[r * 32u + c];
-      for (uint x = 0u; x < 16u; ++x) acc += dSs[r * 16u + x] * Ks[x * 32u + c];
-      dQs[r * 32u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = dQs[r * 32u + c];
-  }
+  const uint i = gid.x;
+  if (i >= 262144u) return;
+  const uint ia = i;
+  const uint ib = i;
+  y[i] = a[ia] + b[ib];
 }
 
-// node 181: attention_grad (blocks.1.attn) -> d_blocks.1.attn.q, d_blocks.1.attn.k, d_blocks.1.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k135_mma(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* dOs = tg + 512;  // 512 floats
-  threadgroup float* Kt = tg + 1024;  // 512 floats
-  threadgroup float* Vt = tg + 1536;  // 512 floats
-  threadgroup float* Ks = tg + 2048;  // 512 floats
-  threadgroup float* Ss = tg + 2560;  // 256 floats
-  threadgroup float* dPs = tg + 2816;  // 256 floats
-  threadgroup float* dSs = tg + 3072;  // 256 floats
-  threadgroup float* Lq = tg + 3328;  // 16 floats
-  threadgroup float* Dq = tg + 3344;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  if (tidx < 16u) {
-    const uint qi = q0 + tidx;
-    float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-    Dq[tidx] = dl;
-    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-  }
-  simdgroup_float8x8 accq0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 accq1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      dSs[e] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dQ += dS K (scale folded into dS)
-    if (sg + 0u < 8u) {
-      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accq0, a, b, accq0);
-      }
-    }
-    if (sg + 4u < 8u) {
-      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accq1, a, b, accq1);
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  // the held accumulators through the (now free) K tile
-  if (sg + 0u < 8u) {
-    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-    simdgroup_store(accq0, Ks, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 4u < 8u) {
-    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-    simdgroup_store(accq1, Ks, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = Ks[r * 32u + c];
-  }
-}
-
-// node 185: concat (blocks.1.attn) -> d_blocks.1.attn.qkv_heads
+// node 157: embedding_grad (pos) -> pos.weight.grad
 kernel void k136(
-    device const float* x0 [[buffer(0)]],
-    device const float* x1 [[buffer(1)]],
-    device const float* x2 [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
+    device const float* dy [[buffer(0)]],
+    device const int* ids [[buffer(1)]],
+    device float* dw [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 3u, o = i / 786432u;
-  const uint at = (o * 3u + 0u + l) * 262144u + inn;
-  if (l < 1u) y[at] = x0[(o * 1u + l - 0u) * 262144u + inn];
-  else if (l < 2u) y[at] = x1[(o * 1u + l - 1u) * 262144u + inn];
-  else if (l < 3u) y[at] = x2[(o * 1u + l - 2u) * 262144u + inn];
+  if (i >= 8192u) return;
+  const int v = int(i / 128u);
+  const uint d = i % 128u;
+  float acc = 0.0f;
+  for (uint j = 0u; j < 2048u; ++j) if (ids[j] == v) acc += dy[j * 128u + d];
+  dw[i] = acc;
 }
 
-// node 186: permute (blocks.1.attn) -> d_blocks.1.attn.qkv_split (perm [1,3,0,2,4])
+// node 158: embedding_grad (tok) -> tok.weight.grad
 kernel void k137(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
+    device const float* dy [[buffer(0)]],
+    device const int* ids [[buffer(1)]],
+    device float* dw [[buffer(2)]],
+    constant StepParams& sp [[buffer(3)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 3u) * 262144u;
-    rem /= 3u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
+  if (i >= 10624u) return;
+  const int v = int(i / 128u);
+  const uint d = i % 128u;
+  float acc = 0.0f;
+  for (uint j = 0u; j < 2048u; ++j) if (ids[j] == v) acc += dy[j * 128u + d];
+  dw[i] = acc;
 }
 
-// node 188: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [16x16 tiles]
+// node 159: adam_update (tok.weight)
 kernel void k138(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
 {
-  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 24576u;
-  }
-  const uint bo = 0u;
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 64u && ki < 384u) {
-          v = a[ao + mi * 384u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 384u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 64u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[g * 8192u + mi * 128u + ni] = acc;
-  }
+  const uint i = gid.x;
+  if (i >= 10624u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
 }
 
-// node 188: matmul (blocks.1.attn) -> d_blocks.1.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k138_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 24576u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 384u) {
-          v = a[ao + mi * 384u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 384u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 128u) {
-      const float acc = Cs[e];
-      y[g * 8192u + mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 191: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [16x16 tiles]
+// node 160: adam_update (pos.weight)
 kernel void k139(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
 {
-  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 384u && ki < 2048u) {
-          v = a[ki * 384u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 384u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc;
-  }
+  const uint i = gid.x;
+  if (i >= 8192u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
 }
 
-// node 191: matmul (blocks.1.attn) -> blocks.1.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k139_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 384u && ki < 2048u) {
-          v = a[ki * 384u + mi];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 384u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 192: sum_to (blocks.1.attn) -> blocks.1.attn.in_proj_bias.grad
+// node 161: adam_update (blocks.0.ln1.weight)
 kernel void k140(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 384u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
-    acc += x[off];
-  }
-  y[i] = acc;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
 }
 
-// node 193: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dx]
+// node 162: adam_update (blocks.0.ln1.bias)
 kernel void k141(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device const float* w [[buffer(2)]],
-    device const float* mean [[buffer(3)]],
-    device const float* rstd [[buffer(4)]],
-    device float* dx [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
 {
-  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  const float mu = mean[r], rs = rstd[r];
-  float s1 = 0.0f, s2 = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    s1 += g;
-    s2 += g * (x[base + d] - mu) * rs;
-  }
-  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
-  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    const float xh = (x[base + d] - mu) * rs;
-    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
-  }
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
 }
 
-// node 193: layernorm_grad (blocks.1.ln1) -> d_blocks.0.add1.out, blocks.1.ln1.weight.grad, blocks.1.ln1.bias.grad [dweight, dbias]
+// node 163: adam_update (blocks.0.attn.in_proj_weight)
 kernel void k142(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device const float* mean [[buffer(2)]],
-    device const float* rstd [[buffer(3)]],
-    device float* dweight [[buffer(4)]],
-    device float* dbias [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (uint r = 0u; r < 2048u; ++r) {
-    const uint e = r * 128u + i;
-    sb += dy[e];
-    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
-  }
-  dweight[i] = sw;
-  dbias[i] = sb;
-}
-
-// node 194: binary (blocks.1.ln1) -> d_blocks.0.add1.out
-kernel void k143(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 195: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [16x16 tiles]
-kernel void k144(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 8192u;
-  }
-  const uint bo = 0u;
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 512u) {
-          v = b[bo + ki * 512u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 64u && col < 512u) {
-    const uint mi = row, ni = col;
-      y[g * 32768u + mi * 512u + ni] = acc;
-  }
-}
-
-// node 195: matmul (blocks.0.proj) -> d_blocks.0.gelu0.out [simdgroup_float8x8, Apple7+]
-kernel void k144_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 512u] = A[64u x 128u] * B[128u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 8192u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 512u) {
-          v = b[bo + ki * 512u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 512u) {
-      const float acc = Cs[e];
-      y[g * 32768u + mi * 512u + ni] = acc;
-    }
-  }
-}
-
-// node 198: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [16x16 tiles]
-kernel void k145(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 512u) {
-          v = b[ki * 512u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 128u && col < 512u) {
-    const uint mi = row, ni = col;
-      y[mi * 512u + ni] = acc;
-  }
-}
-
-// node 198: matmul (blocks.0.proj) -> blocks.0.proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k145_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[128u x 512u] = A[128u x 2048u] * B[2048u x 512u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 2048u && ni < 512u) {
-          v = b[ki * 512u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 128u && ni < 512u) {
-      const float acc = Cs[e];
-      y[mi * 512u + ni] = acc;
-    }
-  }
-}
-
-// node 199: sum_to (blocks.0.proj) -> blocks.0.proj.bias.grad
-kernel void k146(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
-  }
-  y[i] = acc;
-}
-
-// node 200: unary_grad (blocks.0.gelu0) -> d_blocks.0.fc.out
-kernel void k147(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device float* dx [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 1048576u) return;
-  const float v = x[i], d = dy[i];
-  dx[i] = d * (0.5f * (1.0f + mpsc_erf(v * 0.707106769f)) + v * precise::exp((-0.5f) * v * v) * 0.398942292f);
-}
-
-// node 201: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [16x16 tiles]
-kernel void k148(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 32768u;
-  }
-  const uint bo = 0u;
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 64u && ki < 512u) {
-          v = a[ao + mi * 512u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 512u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 64u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[g * 8192u + mi * 128u + ni] = acc;
-  }
-}
-
-// node 201: matmul (blocks.0.fc) -> d_blocks.0.ln2.out [simdgroup_float8x8, Apple7+]
-kernel void k148_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 512u] * B[512u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 32768u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 512u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 512u) {
-          v = a[ao + mi * 512u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 512u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 128u) {
-      const float acc = Cs[e];
-      y[g * 8192u + mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 204: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [16x16 tiles]
-kernel void k149(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 512u && ki < 2048u) {
-          v = a[ki * 512u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 512u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc;
-  }
-}
-
-// node 204: matmul (blocks.0.fc) -> blocks.0.fc.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k149_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[512u x 128u] = A[512u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 512u && ki < 2048u) {
-          v = a[ki * 512u + mi];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 512u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 205: sum_to (blocks.0.fc) -> blocks.0.fc.bias.grad
-kernel void k150(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 512u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 512u; rem /= 512u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 512u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
-    acc += x[off];
-  }
-  y[i] = acc;
-}
-
-// node 206: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dx]
-kernel void k151(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device const float* w [[buffer(2)]],
-    device const float* mean [[buffer(3)]],
-    device const float* rstd [[buffer(4)]],
-    device float* dx [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  const float mu = mean[r], rs = rstd[r];
-  float s1 = 0.0f, s2 = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    s1 += g;
-    s2 += g * (x[base + d] - mu) * rs;
-  }
-  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
-  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    const float xh = (x[base + d] - mu) * rs;
-    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
-  }
-}
-
-// node 206: layernorm_grad (blocks.0.ln2) -> d_blocks.0.add0.out, blocks.0.ln2.weight.grad, blocks.0.ln2.bias.grad [dweight, dbias]
-kernel void k152(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device const float* mean [[buffer(2)]],
-    device const float* rstd [[buffer(3)]],
-    device float* dweight [[buffer(4)]],
-    device float* dbias [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (uint r = 0u; r < 2048u; ++r) {
-    const uint e = r * 128u + i;
-    sb += dy[e];
-    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
-  }
-  dweight[i] = sw;
-  dbias[i] = sb;
-}
-
-// node 207: binary (blocks.0.ln2) -> d_blocks.0.add0.out
-kernel void k153(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 208: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [16x16 tiles]
-kernel void k154(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 8192u;
-  }
-  const uint bo = 0u;
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 128u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 64u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[g * 8192u + mi * 128u + ni] = acc;
-  }
-}
-
-// node 208: matmul (blocks.0.attn) -> d_blocks.0.attn.merged [simdgroup_float8x8, Apple7+]
-kernel void k154_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 128u] * B[128u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 8192u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
-          v = a[ao + mi * 128u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 128u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 128u) {
-      const float acc = Cs[e];
-      y[g * 8192u + mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 211: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [16x16 tiles]
-kernel void k155(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 128u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc;
-  }
-}
-
-// node 211: matmul (blocks.0.attn) -> blocks.0.attn.out_proj.weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k155_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[128u x 128u] = A[128u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 128u && ki < 2048u) {
-          v = a[ki * 128u + mi];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 128u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 212: sum_to (blocks.0.attn) -> blocks.0.attn.out_proj.bias.grad
-kernel void k156(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
-  }
-  y[i] = acc;
-}
-
-// node 214: permute (blocks.0.attn) -> d_blocks.0.attn.o (perm [0,2,1,3])
-kernel void k157(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 64u) * 128u;
-    rem /= 64u;
-    src += (rem % 4u) * 32u;
-    rem /= 4u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 215: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dk, dv] [16x16 tiles]
-kernel void k158(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]])
-{
-  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
-  const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Kt = tg + 0;  // 512 floats
-  threadgroup float* Vt = tg + 512;  // 512 floats
-  threadgroup float* Qs = tg + 1024;  // 512 floats
-  threadgroup float* dOs = tg + 1536;  // 512 floats
-  threadgroup float* dKs = tg + 2048;  // 512 floats
-  threadgroup float* dVs = tg + 2560;  // 512 floats
-  threadgroup float* Ss = tg + 3072;  // 256 floats
-  threadgroup float* dPs = tg + 3328;  // 256 floats
-  threadgroup float* PT = tg + 3584;  // 256 floats
-  threadgroup float* dST = tg + 3840;  // 256 floats
-  threadgroup float* Lq = tg + 4096;  // 16 floats
-  threadgroup float* Dq = tg + 4112;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-  }
-  for (uint e = tidx; e < 512u; e += 128u) { dKs[e] = 0.0f; dVs[e] = 0.0f; }
-  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-    }
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-      Dq[tidx] = dl;
-      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
-      Ss[r * 16u + c] = acc;
-    }
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
-      dPs[r * 16u + c] = acc;
-    }
-    // (each thread reads back only the score elements it computed: no barrier)
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      PT[j * 16u + i] = p;
-      dST[j * 16u + i] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = dVs[r * 32u + c];
-      for (uint x = 0u; x < 16u; ++x) acc += PT[r * 16u + x] * dOs[x * 32u + c];
-      dVs[r * 32u + c] = acc;
-    }
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = dKs[r * 32u + c];
-      for (uint x = 0u; x < 16u; ++x) acc += dST[r * 16u + x] * Qs[x * 32u + c];
-      dKs[r * 32u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = dKs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dVs[r * 32u + c];
-    }
-  }
-}
-
-// node 215: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dk, dv] [simdgroup_float8x8, Apple7+]
-kernel void k158_mma(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dk [[buffer(6)]],
-    device float* dv [[buffer(7)]],
-    constant StepParams& sp [[buffer(8)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // attention backward, dK and dV: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 keys; P recomputed from q, k and lse
-  const uint bh = tgid.y, k0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Kt = tg + 0;  // 512 floats
-  threadgroup float* Vt = tg + 512;  // 512 floats
-  threadgroup float* Qs = tg + 1024;  // 512 floats
-  threadgroup float* dOs = tg + 1536;  // 512 floats
-  threadgroup float* Ss = tg + 2048;  // 256 floats
-  threadgroup float* dPs = tg + 2304;  // 256 floats
-  threadgroup float* PT = tg + 2560;  // 256 floats
-  threadgroup float* dST = tg + 2816;  // 256 floats
-  threadgroup float* Lq = tg + 3072;  // 16 floats
-  threadgroup float* Dq = tg + 3088;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-    Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-  }
-  simdgroup_float8x8 acck0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 acck1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 accv0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 accv1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint q0 = k0 / 16u * 16u; q0 < 64u; q0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-      dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-    }
-    if (tidx < 16u) {
-      const uint qi = q0 + tidx;
-      float dl = 0.0f;
-      if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-      Dq[tidx] = dl;
-      Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      PT[j * 16u + i] = p;
-      dST[j * 16u + i] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dV += P^T dO, dK += dS^T Q (scale folded into dS)
-    if (sg + 0u < 8u) {
-      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accv0, a, b, accv0);
-      }
-    }
-    if (sg + 4u < 8u) {
-      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, PT, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, dOs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accv1, a, b, accv1);
-      }
-    }
-    if (sg + 0u < 8u) {
-      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acck0, a, b, acck0);
-      }
-    }
-    if (sg + 4u < 8u) {
-      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dST, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Qs, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acck1, a, b, acck1);
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  // the held accumulators through the (now free) Q and dO tiles
-  if (sg + 0u < 8u) {
-    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-    simdgroup_store(acck0, Qs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 4u < 8u) {
-    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-    simdgroup_store(acck1, Qs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 0u < 8u) {
-    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-    simdgroup_store(accv0, dOs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 4u < 8u) {
-    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-    simdgroup_store(accv1, dOs, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (k0 + r < 64u) {
-      dk[kb + (k0 + r) * 32u + c] = Qs[r * 32u + c];
-      dv[kb + (k0 + r) * 32u + c] = dOs[r * 32u + c];
-    }
-  }
-}
-
-// node 215: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dq] [16x16 tiles]
-kernel void k159(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]])
-{
-  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* dOs = tg + 512;  // 512 floats
-  threadgroup float* Kt = tg + 1024;  // 512 floats
-  threadgroup float* Vt = tg + 1536;  // 512 floats
-  threadgroup float* Ks = tg + 2048;  // 512 floats
-  threadgroup float* dQs = tg + 2560;  // 512 floats
-  threadgroup float* Ss = tg + 3072;  // 256 floats
-  threadgroup float* dPs = tg + 3328;  // 256 floats
-  threadgroup float* dSs = tg + 3584;  // 256 floats
-  threadgroup float* Lq = tg + 3840;  // 16 floats
-  threadgroup float* Dq = tg + 3856;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  if (tidx < 16u) {
-    const uint qi = q0 + tidx;
-    float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-    Dq[tidx] = dl;
-    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-  }
-  for (uint e = tidx; e < 512u; e += 128u) dQs[e] = 0.0f;
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += Qs[r * 32u + x] * Kt[x * 16u + c];
-      Ss[r * 16u + c] = acc;
-    }
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      float acc = 0.0f;
-      for (uint x = 0u; x < 32u; ++x) acc += dOs[r * 32u + x] * Vt[x * 16u + c];
-      dPs[r * 16u + c] = acc;
-    }
-    // (each thread reads back only the score elements it computed: no barrier)
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      dSs[e] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dQ += dS K (scale folded into dS)
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      float acc = dQs[r * 32u + c];
-      for (uint x = 0u; x < 16u; ++x) acc += dSs[r * 16u + x] * Ks[x * 32u + c];
-      dQs[r * 32u + c] = acc;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = dQs[r * 32u + c];
-  }
-}
-
-// node 215: attention_grad (blocks.0.attn) -> d_blocks.0.attn.q, d_blocks.0.attn.k, d_blocks.0.attn.v [dq] [simdgroup_float8x8, Apple7+]
-kernel void k159_mma(
-    device const float* dout [[buffer(0)]],
-    device const float* q [[buffer(1)]],
-    device const float* k [[buffer(2)]],
-    device const float* v [[buffer(3)]],
-    device const float* o [[buffer(4)]],
-    device const float* lse [[buffer(5)]],
-    device float* dq [[buffer(6)]],
-    constant StepParams& sp [[buffer(7)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // attention backward, dQ: 128 heads, T = 64, S = 64, D = 32, causal;
-  // one threadgroup per tile of 16 queries, keys streamed in tiles of 16
-  const uint bh = tgid.y, q0 = tgid.x * 16u;
-  const uint qb = bh * 2048u, kb = bh * 2048u;
-  threadgroup float* Qs = tg + 0;  // 512 floats
-  threadgroup float* dOs = tg + 512;  // 512 floats
-  threadgroup float* Kt = tg + 1024;  // 512 floats
-  threadgroup float* Vt = tg + 1536;  // 512 floats
-  threadgroup float* Ks = tg + 2048;  // 512 floats
-  threadgroup float* Ss = tg + 2560;  // 256 floats
-  threadgroup float* dPs = tg + 2816;  // 256 floats
-  threadgroup float* dSs = tg + 3072;  // 256 floats
-  threadgroup float* Lq = tg + 3328;  // 16 floats
-  threadgroup float* Dq = tg + 3344;  // 16 floats
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    Qs[e] = q0 + r < 64u && c < 32u ? q[qb + (q0 + r) * 32u + c] : 0.0f;
-    dOs[e] = q0 + r < 64u && c < 32u ? dout[qb + (q0 + r) * 32u + c] : 0.0f;
-  }
-  if (tidx < 16u) {
-    const uint qi = q0 + tidx;
-    float dl = 0.0f;
-    if (qi < 64u) for (uint c = 0u; c < 32u; ++c) dl += dout[qb + qi * 32u + c] * o[qb + qi * 32u + c];
-    Dq[tidx] = dl;
-    Lq[tidx] = qi < 64u ? lse[bh * 64u + qi] : 0.0f;
-  }
-  simdgroup_float8x8 accq0 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  simdgroup_float8x8 accq1 = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < min(q0 + 16u, 64u); k0 += 16u) {
-    for (uint e = tidx; e < 512u; e += 128u) {
-      const uint r = e / 32u, c = e % 32u;
-      Ks[e] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Kt[c * 16u + r] = k0 + r < 64u && c < 32u ? k[kb + (k0 + r) * 32u + c] : 0.0f;
-      Vt[c * 16u + r] = k0 + r < 64u && c < 32u ? v[kb + (k0 + r) * 32u + c] : 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // raw scores Q K^T and dP = dO V^T of the tile pair
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, Qs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Kt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, Ss, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    for (uint blk = sg; blk < 4u; blk += 4u) {
-      const uint br = (blk / 2u) * 8u, bc = (blk % 2u) * 8u;
-      simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-      for (uint x = 0u; x < 32u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dOs, 32, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Vt, 16, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-      }
-      simdgroup_store(acc, dPs, 16, ulong2(ulong(bc), ulong(br)));
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint i = e / 16u, j = e % 16u, qi = q0 + i, kj = k0 + j;
-      const float p = qi < 64u && kj < 64u && kj <= qi + 0u ? precise::exp(Ss[e] * 0.176776692f - Lq[i]) : 0.0f;
-      const float ds = p * (dPs[e] - Dq[i]) * 0.176776692f;
-      dSs[e] = ds;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // dQ += dS K (scale folded into dS)
-    if (sg + 0u < 8u) {
-      const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accq0, a, b, accq0);
-      }
-    }
-    if (sg + 4u < 8u) {
-      const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-      for (uint x = 0u; x < 16u; x += 8u) {
-        simdgroup_float8x8 a;
-        simdgroup_float8x8 b;
-        simdgroup_load(a, dSs, 16, ulong2(ulong(x), ulong(br)));
-        simdgroup_load(b, Ks, 32, ulong2(ulong(bc), ulong(x)));
-        simdgroup_multiply_accumulate(accq1, a, b, accq1);
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  // the held accumulators through the (now free) K tile
-  if (sg + 0u < 8u) {
-    const uint br = ((sg + 0u) / 4u) * 8u, bc = ((sg + 0u) % 4u) * 8u;
-    simdgroup_store(accq0, Ks, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  if (sg + 4u < 8u) {
-    const uint br = ((sg + 4u) / 4u) * 8u, bc = ((sg + 4u) % 4u) * 8u;
-    simdgroup_store(accq1, Ks, 32, ulong2(ulong(bc), ulong(br)));
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 512u; e += 128u) {
-    const uint r = e / 32u, c = e % 32u;
-    if (q0 + r < 64u) dq[qb + (q0 + r) * 32u + c] = Ks[r * 32u + c];
-  }
-}
-
-// node 219: concat (blocks.0.attn) -> d_blocks.0.attn.qkv_heads
-kernel void k160(
-    device const float* x0 [[buffer(0)]],
-    device const float* x1 [[buffer(1)]],
-    device const float* x2 [[buffer(2)]],
-    device float* y [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  const uint inn = i % 262144u, l = (i / 262144u) % 3u, o = i / 786432u;
-  const uint at = (o * 3u + 0u + l) * 262144u + inn;
-  if (l < 1u) y[at] = x0[(o * 1u + l - 0u) * 262144u + inn];
-  else if (l < 2u) y[at] = x1[(o * 1u + l - 1u) * 262144u + inn];
-  else if (l < 3u) y[at] = x2[(o * 1u + l - 2u) * 262144u + inn];
-}
-
-// node 220: permute (blocks.0.attn) -> d_blocks.0.attn.qkv_split (perm [1,3,0,2,4])
-kernel void k161(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 786432u) return;
-  uint src = 0u;
-  {
-    uint rem = i;
-    src += (rem % 32u) * 1u;
-    rem /= 32u;
-    src += (rem % 4u) * 2048u;
-    rem /= 4u;
-    src += (rem % 3u) * 262144u;
-    rem /= 3u;
-    src += (rem % 64u) * 32u;
-    rem /= 64u;
-    src += (rem % 32u) * 8192u;
-  }
-  y[i] = x[src];
-}
-
-// node 222: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [16x16 tiles]
-kernel void k162(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 24576u;
-  }
-  const uint bo = 0u;
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 64u && ki < 384u) {
-          v = a[ao + mi * 384u + ki];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 384u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 64u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[g * 8192u + mi * 128u + ni] = acc;
-  }
-}
-
-// node 222: matmul (blocks.0.attn) -> d_blocks.0.ln1.out [simdgroup_float8x8, Apple7+]
-kernel void k162_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[64u x 128u] = A[64u x 384u] * B[384u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  const uint g = tgid.z;
-  uint ao = 0u;
-  {
-    uint rem = g;
-    ao += (rem % 32u) * 24576u;
-  }
-  const uint bo = 0u;
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 384u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 64u && ki < 384u) {
-          v = a[ao + mi * 384u + ki];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 384u && ni < 128u) {
-          v = b[bo + ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 64u && ni < 128u) {
-      const float acc = Cs[e];
-      y[g * 8192u + mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 225: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [16x16 tiles]
-kernel void k163(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint3 tid [[thread_position_in_threadgroup]])
-{
-  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z), 16x16 tiles in threadgroup memory
-  const uint row = tgid.y * 16u + tid.y;
-  const uint col = tgid.x * 16u + tid.x;
-  threadgroup float* As = tg;        // [16][16], As[r * 16 + k]
-  threadgroup float* Bs = tg + 256;  // [16][16], Bs[k * 16 + c]
-  float acc = 0.0f;
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    {
-      const uint mi = row, ki = k0 + tid.x;
-      float v = 0.0f;
-      if (mi < 384u && ki < 2048u) {
-          v = a[ki * 384u + mi];
-      }
-      As[tid.y * 16u + tid.x] = v;
-    }
-    {
-      const uint ki = k0 + tid.y, ni = col;
-      float v = 0.0f;
-      if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-      }
-      Bs[tid.y * 16u + tid.x] = v;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; ++kk) acc += As[tid.y * 16u + kk] * Bs[kk * 16u + tid.x];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (row < 384u && col < 128u) {
-    const uint mi = row, ni = col;
-      y[mi * 128u + ni] = acc;
-  }
-}
-
-// node 225: matmul (blocks.0.attn) -> blocks.0.attn.in_proj_weight.grad [simdgroup_float8x8, Apple7+]
-kernel void k163_mma(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // C[384u x 128u] = A[384u x 2048u] * B[2048u x 128u] per group (grid z): a 16x16 output tile per
-  // threadgroup, four SIMD-groups each multiplying one 8x8 block on the matrix unit
-  threadgroup float* As = tg;        // [16][16] A tile, row-major
-  threadgroup float* Bs = tg + 256;  // [16][16] B tile, row-major
-  threadgroup float* Cs = tg + 512;  // [16][16] C tile, row-major
-  const uint br = (sg / 2u) * 8u, bc = (sg % 2u) * 8u;
-  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  for (uint k0 = 0u; k0 < 2048u; k0 += 16u) {
-    for (uint e = tidx; e < 256u; e += 128u) {
-      const uint r = e / 16u, c = e % 16u;
-      {
-        const uint mi = tgid.y * 16u + r, ki = k0 + c;
-        float v = 0.0f;
-        if (mi < 384u && ki < 2048u) {
-          v = a[ki * 384u + mi];
-        }
-        As[e] = v;
-      }
-      {
-        const uint ki = k0 + r, ni = tgid.x * 16u + c;
-        float v = 0.0f;
-        if (ki < 2048u && ni < 128u) {
-          v = b[ki * 128u + ni];
-        }
-        Bs[e] = v;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      simdgroup_float8x8 a;
-      simdgroup_float8x8 b;
-      simdgroup_load(a, As, 16, ulong2(ulong(kk), ulong(br)));
-      simdgroup_load(b, Bs, 16, ulong2(ulong(bc), ulong(kk)));
-      simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  simdgroup_store(acc, Cs, 16, ulong2(ulong(bc), ulong(br)));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint e = tidx; e < 256u; e += 128u) {
-    const uint mi = tgid.y * 16u + e / 16u, ni = tgid.x * 16u + e % 16u;
-    if (mi < 384u && ni < 128u) {
-      const float acc = Cs[e];
-      y[mi * 128u + ni] = acc;
-    }
-  }
-}
-
-// node 226: sum_to (blocks.0.attn) -> blocks.0.attn.in_proj_bias.grad
-kernel void k164(
-    device const float* x [[buffer(0)]],
-    device float* y [[buffer(1)]],
-    constant StepParams& sp [[buffer(2)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 384u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
-  uint rem = i, base = 0u;
-  { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
-  float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
-    acc += x[off];
-  }
-  y[i] = acc;
-}
-
-// node 227: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dx]
-kernel void k165(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device const float* w [[buffer(2)]],
-    device const float* mean [[buffer(3)]],
-    device const float* rstd [[buffer(4)]],
-    device float* dx [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    threadgroup float* tg [[threadgroup(0)]],
-    uint3 tgid [[threadgroup_position_in_grid]],
-    uint tidx [[thread_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]])
-{
-  // dx for one row of D = 128u per threadgroup: rstd/D * (D*g - sum(g) - xhat*sum(g*xhat)), g = dy*w
-  const uint r = tgid.x;
-  const uint base = r * 128u;
-  const float mu = mean[r], rs = rstd[r];
-  float s1 = 0.0f, s2 = 0.0f;
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    s1 += g;
-    s2 += g * (x[base + d] - mu) * rs;
-  }
-  s1 = mpsc_block_sum(s1, tg, lane, sg, 4u);
-  s2 = mpsc_block_sum(s2, tg, lane, sg, 4u);
-  for (uint d = tidx; d < 128u; d += 128u) {
-    const float g = dy[base + d] * w[d];
-    const float xh = (x[base + d] - mu) * rs;
-    dx[base + d] = rs * (g - s1 / 128.0f - xh * s2 / 128.0f);
-  }
-}
-
-// node 227: layernorm_grad (blocks.0.ln1) -> d_add0.out, blocks.0.ln1.weight.grad, blocks.0.ln1.bias.grad [dweight, dbias]
-kernel void k166(
-    device const float* dy [[buffer(0)]],
-    device const float* x [[buffer(1)]],
-    device const float* mean [[buffer(2)]],
-    device const float* rstd [[buffer(3)]],
-    device float* dweight [[buffer(4)]],
-    device float* dbias [[buffer(5)]],
-    constant StepParams& sp [[buffer(6)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (uint r = 0u; r < 2048u; ++r) {
-    const uint e = r * 128u + i;
-    sb += dy[e];
-    sw += dy[e] * (x[e] - mean[r]) * rstd[r];
-  }
-  dweight[i] = sw;
-  dbias[i] = sb;
-}
-
-// node 228: binary (blocks.0.ln1) -> d_add0.out
-kernel void k167(
-    device const float* a [[buffer(0)]],
-    device const float* b [[buffer(1)]],
-    device float* y [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 262144u) return;
-  const uint ia = i;
-  const uint ib = i;
-  y[i] = a[ia] + b[ib];
-}
-
-// node 229: embedding_grad (pos) -> pos.weight.grad
-kernel void k168(
-    device const float* dy [[buffer(0)]],
-    device const int* ids [[buffer(1)]],
-    device float* dw [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 8192u) return;
-  const int v = int(i / 128u);
-  const uint d = i % 128u;
-  float acc = 0.0f;
-  for (uint j = 0u; j < 2048u; ++j) if (ids[j] == v) acc += dy[j * 128u + d];
-  dw[i] = acc;
-}
-
-// node 230: embedding_grad (tok) -> tok.weight.grad
-kernel void k169(
-    device const float* dy [[buffer(0)]],
-    device const int* ids [[buffer(1)]],
-    device float* dw [[buffer(2)]],
-    constant StepParams& sp [[buffer(3)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 10624u) return;
-  const int v = int(i / 128u);
-  const uint d = i % 128u;
-  float acc = 0.0f;
-  for (uint j = 0u; j < 2048u; ++j) if (ids[j] == v) acc += dy[j * 128u + d];
-  dw[i] = acc;
-}
-
-// node 231: adam_update (tok.weight)
-kernel void k170(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 10624u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 232: adam_update (pos.weight)
-kernel void k171(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 8192u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 233: adam_update (blocks.0.ln1.weight)
-kernel void k172(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 234: adam_update (blocks.0.ln1.bias)
-kernel void k173(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 235: adam_update (blocks.0.attn.in_proj_weight)
-kernel void k174(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -10472,8 +9804,8 @@ kernel void k174(
   param[i] = p;
 }
 
-// node 236: adam_update (blocks.0.attn.in_proj_bias)
-kernel void k175(
+// node 164: adam_update (blocks.0.attn.in_proj_bias)
+kernel void k143(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -10496,8 +9828,8 @@ kernel void k175(
   param[i] = p;
 }
 
-// node 237: adam_update (blocks.0.attn.out_proj.weight)
-kernel void k176(
+// node 165: adam_update (blocks.0.attn.out_proj.weight)
+kernel void k144(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
@@ -10520,7 +9852,775 @@ kernel void k176(
   param[i] = p;
 }
 
-// node 238: adam_update (blocks.0.attn.out_proj.bias)
+// node 166: adam_update (blocks.0.attn.out_proj.bias)
+kernel void k145(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 167: adam_update (blocks.0.ln2.weight)
+kernel void k146(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 168: adam_update (blocks.0.ln2.bias)
+kernel void k147(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 169: adam_update (blocks.0.fc.weight)
+kernel void k148(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 65536u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 170: adam_update (blocks.0.fc.bias)
+kernel void k149(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 512u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 171: adam_update (blocks.0.proj.weight)
+kernel void k150(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 65536u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 172: adam_update (blocks.0.proj.bias)
+kernel void k151(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 173: adam_update (blocks.1.ln1.weight)
+kernel void k152(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 174: adam_update (blocks.1.ln1.bias)
+kernel void k153(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 175: adam_update (blocks.1.attn.in_proj_weight)
+kernel void k154(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 49152u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 176: adam_update (blocks.1.attn.in_proj_bias)
+kernel void k155(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 177: adam_update (blocks.1.attn.out_proj.weight)
+kernel void k156(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 178: adam_update (blocks.1.attn.out_proj.bias)
+kernel void k157(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 179: adam_update (blocks.1.ln2.weight)
+kernel void k158(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 180: adam_update (blocks.1.ln2.bias)
+kernel void k159(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 181: adam_update (blocks.1.fc.weight)
+kernel void k160(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 65536u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 182: adam_update (blocks.1.fc.bias)
+kernel void k161(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 512u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 183: adam_update (blocks.1.proj.weight)
+kernel void k162(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 65536u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 184: adam_update (blocks.1.proj.bias)
+kernel void k163(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 185: adam_update (blocks.2.ln1.weight)
+kernel void k164(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 186: adam_update (blocks.2.ln1.bias)
+kernel void k165(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 187: adam_update (blocks.2.attn.in_proj_weight)
+kernel void k166(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 49152u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 188: adam_update (blocks.2.attn.in_proj_bias)
+kernel void k167(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 189: adam_update (blocks.2.attn.out_proj.weight)
+kernel void k168(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 190: adam_update (blocks.2.attn.out_proj.bias)
+kernel void k169(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 191: adam_update (blocks.2.ln2.weight)
+kernel void k170(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 192: adam_update (blocks.2.ln2.bias)
+kernel void k171(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 193: adam_update (blocks.2.fc.weight)
+kernel void k172(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 65536u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 194: adam_update (blocks.2.fc.bias)
+kernel void k173(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 512u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 195: adam_update (blocks.2.proj.weight)
+kernel void k174(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 65536u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 196: adam_update (blocks.2.proj.bias)
+kernel void k175(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 197: adam_update (blocks.3.ln1.weight)
+kernel void k176(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 198: adam_update (blocks.3.ln1.bias)
 kernel void k177(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10544,7 +10644,7 @@ kernel void k177(
   param[i] = p;
 }
 
-// node 239: adam_update (blocks.0.ln2.weight)
+// node 199: adam_update (blocks.3.attn.in_proj_weight)
 kernel void k178(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10554,7 +10654,7 @@ kernel void k178(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 49152u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -10568,7 +10668,7 @@ kernel void k178(
   param[i] = p;
 }
 
-// node 240: adam_update (blocks.0.ln2.bias)
+// node 200: adam_update (blocks.3.attn.in_proj_bias)
 kernel void k179(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10578,6 +10678,54 @@ kernel void k179(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
+  if (i >= 384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 201: adam_update (blocks.3.attn.out_proj.weight)
+kernel void k180(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 202: adam_update (blocks.3.attn.out_proj.bias)
+kernel void k181(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
   if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
@@ -10592,55 +10740,7 @@ kernel void k179(
   param[i] = p;
 }
 
-// node 241: adam_update (blocks.0.fc.weight)
-kernel void k180(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 242: adam_update (blocks.0.fc.bias)
-kernel void k181(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 512u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 243: adam_update (blocks.0.proj.weight)
+// node 203: adam_update (blocks.3.ln2.weight)
 kernel void k182(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10650,7 +10750,7 @@ kernel void k182(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 65536u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -10664,7 +10764,7 @@ kernel void k182(
   param[i] = p;
 }
 
-// node 244: adam_update (blocks.0.proj.bias)
+// node 204: adam_update (blocks.3.ln2.bias)
 kernel void k183(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10688,7 +10788,7 @@ kernel void k183(
   param[i] = p;
 }
 
-// node 245: adam_update (blocks.1.ln1.weight)
+// node 205: adam_update (blocks.3.fc.weight)
 kernel void k184(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10698,7 +10798,7 @@ kernel void k184(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 128u) return;
+  if (i >= 65536u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -10712,7 +10812,7 @@ kernel void k184(
   param[i] = p;
 }
 
-// node 246: adam_update (blocks.1.ln1.bias)
+// node 206: adam_update (blocks.3.fc.bias)
 kernel void k185(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10722,6 +10822,54 @@ kernel void k185(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
+  if (i >= 512u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 207: adam_update (blocks.3.proj.weight)
+kernel void k186(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
+  if (i >= 65536u) return;
+  float gr = grad[i];
+  float p = param[i];
+  p *= 1.0f - sp.lr * 0.100000001f;
+  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
+  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
+  ea[i] = m;
+  eas[i] = v;
+  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
+  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
+  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
+  param[i] = p;
+}
+
+// node 208: adam_update (blocks.3.proj.bias)
+kernel void k187(
+    device float* param [[buffer(0)]],
+    device const float* grad [[buffer(1)]],
+    device float* ea [[buffer(2)]],
+    device float* eas [[buffer(3)]],
+    constant StepParams& sp [[buffer(4)]],
+    uint3 gid [[thread_position_in_grid]])
+{
+  const uint i = gid.x;
   if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
@@ -10736,55 +10884,7 @@ kernel void k185(
   param[i] = p;
 }
 
-// node 247: adam_update (blocks.1.attn.in_proj_weight)
-kernel void k186(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 49152u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 248: adam_update (blocks.1.attn.in_proj_bias)
-kernel void k187(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 384u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 249: adam_update (blocks.1.attn.out_proj.weight)
+// node 209: adam_update (ln_f.weight)
 kernel void k188(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10794,7 +10894,7 @@ kernel void k188(
     uint3 gid [[thread_position_in_grid]])
 {
   const uint i = gid.x;
-  if (i >= 16384u) return;
+  if (i >= 128u) return;
   float gr = grad[i];
   float p = param[i];
   p *= 1.0f - sp.lr * 0.100000001f;
@@ -10808,7 +10908,7 @@ kernel void k188(
   param[i] = p;
 }
 
-// node 250: adam_update (blocks.1.attn.out_proj.bias)
+// node 210: adam_update (ln_f.bias)
 kernel void k189(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
@@ -10832,776 +10932,8 @@ kernel void k189(
   param[i] = p;
 }
 
-// node 251: adam_update (blocks.1.ln2.weight)
+// node 211: adam_update (head.weight)
 kernel void k190(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 252: adam_update (blocks.1.ln2.bias)
-kernel void k191(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 253: adam_update (blocks.1.fc.weight)
-kernel void k192(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 254: adam_update (blocks.1.fc.bias)
-kernel void k193(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 512u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 255: adam_update (blocks.1.proj.weight)
-kernel void k194(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 256: adam_update (blocks.1.proj.bias)
-kernel void k195(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 257: adam_update (blocks.2.ln1.weight)
-kernel void k196(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 258: adam_update (blocks.2.ln1.bias)
-kernel void k197(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 259: adam_update (blocks.2.attn.in_proj_weight)
-kernel void k198(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 49152u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 260: adam_update (blocks.2.attn.in_proj_bias)
-kernel void k199(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 384u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 261: adam_update (blocks.2.attn.out_proj.weight)
-kernel void k200(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 262: adam_update (blocks.2.attn.out_proj.bias)
-kernel void k201(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 263: adam_update (blocks.2.ln2.weight)
-kernel void k202(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 264: adam_update (blocks.2.ln2.bias)
-kernel void k203(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 265: adam_update (blocks.2.fc.weight)
-kernel void k204(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 266: adam_update (blocks.2.fc.bias)
-kernel void k205(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 512u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 267: adam_update (blocks.2.proj.weight)
-kernel void k206(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 268: adam_update (blocks.2.proj.bias)
-kernel void k207(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 269: adam_update (blocks.3.ln1.weight)
-kernel void k208(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 270: adam_update (blocks.3.ln1.bias)
-kernel void k209(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 271: adam_update (blocks.3.attn.in_proj_weight)
-kernel void k210(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 49152u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 272: adam_update (blocks.3.attn.in_proj_bias)
-kernel void k211(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 384u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 273: adam_update (blocks.3.attn.out_proj.weight)
-kernel void k212(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 16384u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 274: adam_update (blocks.3.attn.out_proj.bias)
-kernel void k213(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 275: adam_update (blocks.3.ln2.weight)
-kernel void k214(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 276: adam_update (blocks.3.ln2.bias)
-kernel void k215(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 277: adam_update (blocks.3.fc.weight)
-kernel void k216(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 278: adam_update (blocks.3.fc.bias)
-kernel void k217(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 512u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 279: adam_update (blocks.3.proj.weight)
-kernel void k218(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 65536u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 280: adam_update (blocks.3.proj.bias)
-kernel void k219(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 281: adam_update (ln_f.weight)
-kernel void k220(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 282: adam_update (ln_f.bias)
-kernel void k221(
-    device float* param [[buffer(0)]],
-    device const float* grad [[buffer(1)]],
-    device float* ea [[buffer(2)]],
-    device float* eas [[buffer(3)]],
-    constant StepParams& sp [[buffer(4)]],
-    uint3 gid [[thread_position_in_grid]])
-{
-  const uint i = gid.x;
-  if (i >= 128u) return;
-  float gr = grad[i];
-  float p = param[i];
-  p *= 1.0f - sp.lr * 0.100000001f;
-  const float m = 0.899999976f * ea[i] + 0.100000001f * gr;
-  const float v = 0.949999988f * eas[i] + 0.0500000007f * gr * gr;
-  ea[i] = m;
-  eas[i] = v;
-  const float bc1 = 1.0f - precise::pow(0.899999976f, float(sp.t));
-  const float bc2 = 1.0f - precise::pow(0.949999988f, float(sp.t));
-  p -= (sp.lr / bc1) * m / (precise::sqrt(v) / precise::sqrt(bc2) + 9.99999994e-9f);
-  param[i] = p;
-}
-
-// node 283: adam_update (head.weight)
-kernel void k222(
     device float* param [[buffer(0)]],
     device const float* grad [[buffer(1)]],
     device float* ea [[buffer(2)]],
