@@ -35,7 +35,7 @@
  *             (codegen-cuda/merge.ts) bitwise equal to one launch per kernel (outputs, every persistent tensor);
  *             every spec is also judged with its state synced (syncedSteps): each CUDA step starts from the
  *             CPU's parameters / optimizer state before that step, so the per-step difference is that
- *             step's alone (the same tolerances, plus the parameters after each step); a spec whose
+ *             step's alone (the same tolerances, plus each step's parameter update: UPDATE_TOL); a spec whose
  *             training amplifies fp32 rounding (resnet_small) fails the free-running line between any two
  *             fp32 backends (bench/parity_drift.ts) but must pass this one;
  *   cublaslt  the cuBLASLt GEMM calls: every linear / matmul case (odd shapes, transposes, strided and
@@ -393,6 +393,20 @@ const HALF_RUNS = [
 ];
 const HALF_TOL = 2e-3;
 
+/**
+ * The synced parity's bound on each step's parameter update (|| cuda - cpu || / || cpu's update ||,
+ * L2 over all parameters): UPDATE_TOL for fp32 specs (measured on the H200 4 Dec: char_gpt 4.4e-5,
+ * mnist_mlp 1.6e-5); UPDATE_TOL_INEXACT with TF32 convolutions or 16-bit storage, where the update
+ * itself is ill-conditioned: Adam's first steps move each element by about lr x sign(gradient)
+ * whatever the gradient's size, so an element whose gradient is near zero flips its whole update
+ * when the gradients differ at TF32 / 16-bit level (measured: lenet 1.7e-2, seed_cnn 3.5e-2,
+ * resnet_small (SGD + batchnorm) 1.3e-2, char_gpt bf16 6.9e-2, mnist_mlp fp16 5.9e-3). A wrong
+ * update rule shows as O(1); the optimizer kernels are the same fp32 code at every precision, so
+ * the fp32 specs check them at UPDATE_TOL.
+ */
+const UPDATE_TOL = 1e-3;
+const UPDATE_TOL_INEXACT = 0.2;
+
 /** the specs whose CUDA run is also compared bitwise with one launch per element-wise kernel ($CUDA_CHECK_MERGE_SPECS) */
 const MERGE_SPECS = (process.env.CUDA_CHECK_MERGE_SPECS ?? 'mnist_mlp.model,char_gpt.model').split(',');
 
@@ -529,8 +543,9 @@ async function checkParity(opened: ReturnType<typeof openParitySessions>): Promi
       const synced = syncedSteps(model, cuda, data, cpuRun.before);
       const js = judgeSteps(spec, model, programs, data, cpuRun.before, a, synced.outs, tol, margin);
       log(`parity ${spec} (state synced each step): worst ${js.where}; parameter updates: worst ${synced.paramWhere}`);
-      summary.push({ part: 'parity', what: `${spec} ${STEPS} steps + eval vs cpu, state synced each step`, ok: js.worst < tol && synced.paramWorst < tol,
-        result: `worst rel ${js.worst.toExponential(2)}, parameter updates ${synced.paramWorst.toExponential(2)} (${tolNote})` });
+      const updTol = tf32 || half ? UPDATE_TOL_INEXACT : UPDATE_TOL;
+      summary.push({ part: 'parity', what: `${spec} ${STEPS} steps + eval vs cpu, state synced each step`, ok: js.worst < tol && synced.paramWorst < updTol,
+        result: `worst rel ${js.worst.toExponential(2)} (${tolNote}), parameter updates ${synced.paramWorst.toExponential(2)} (tolerance ${updTol})` });
       if (unmerged) {
         let u: Session | undefined;
         try {
