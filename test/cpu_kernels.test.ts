@@ -308,6 +308,14 @@ function parallelCases(): Case[] {
         { label: `big_nll_g${tag}`, op: 'nll_grad', inputs: [xb, lb], outShapes: [xb.shape], attrs: ii === undefined ? {} : { ignore_index: ii } },
       ];
     }),
+    // 157 rows of 11 logits (1727, far below PAR_MIN): still split, since a logit weighs LOGIT_COST elements (losses.ts)
+    ...((): Case[] => {
+      const xm = { shape: [157, 11], lo: -4, hi: 4 }, lm = { shape: [157], dtype: 'i32' as const, ints: 11 };
+      return [
+        { label: 'mid_ce', op: 'cross_entropy', inputs: [xm, lm], outShapes: [[]], attrs: { ignore_index: 3 } },
+        { label: 'mid_ce_g', op: 'cross_entropy_grad', inputs: [xm, lm], outShapes: [xm.shape], attrs: { ignore_index: 3 } },
+      ];
+    })(),
     // three consecutive Adam updates with the same step constants: emit_program.ts makes them one kernel
     // (mk::adam_multi) whose 2-thread split falls inside the second tensor; each keeps its own weight decay
     ...([[37], [211, 97], [129, 131]] as number[][]).map((shape, j): Case => ({
@@ -423,6 +431,13 @@ describe('generated CPU kernels vs the reference interpreter', () => {
     const cc = generateCpuModel(built.programs).files['model.cc'];
     expect(cc).toMatch(/static int p0_k\d+_adam_update_x3\(/);
     expect(cc).toContain('multi_adam0.in0');
+  });
+
+  it('splits the rows of a class loss over a batch far below PAR_MIN logits (mid_ce)', () => {
+    const cc = generateCpuModel(built.programs).files['model.cc'];
+    expect(cc).toMatch(/mk::par\(ctx, 157, (\d+),/);
+    const minRows = Number(/mk::par\(ctx, 157, (\d+),/.exec(cc)![1]);
+    expect(minRows).toBeLessThanOrEqual(157);
   });
 
   it('gives the same bits with 1 thread as with 2 (no reduction depends on the thread count)', async () => {

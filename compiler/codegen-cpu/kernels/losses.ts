@@ -24,11 +24,20 @@ function nc(k: KernelCtx, i: number) {
   const s = k.inShape(i);
   if (s.length < 2) k.fail(`expected [N, ..., C], got [${s}]`);
   const C = s[s.length - 1], ii = k.node.attrs.ignore_index;
-  // rows per part: at least PAR_MIN logits, so small batches stay on the calling thread
-  return { N: prod(s) / C, C, ignore: ii === undefined ? '' : `(${k.num('ignore_index')})`, minRows: Math.max(2, Math.ceil(PAR_MIN / C)) };
+  // rows per part: at least PAR_MIN element-wise elements' worth of work (a logit costs LOGIT_COST of them),
+  // so only batches too small to pay for a pool wake-up stay on the calling thread
+  const minRows = Math.max(2, Math.ceil(PAR_MIN / (C * LOGIT_COST)));
+  return { N: prod(s) / C, C, ignore: ii === undefined ? '' : `(${k.num('ignore_index')})`, minRows };
 }
 
-// Rows in parallel (mk::par over rows, when the batch has PAR_MIN logits or more): the forward writes each
+/**
+ * work of one logit of a class loss in element-wise elements (PAR_MIN's unit): a double exp (~7 ns on
+ * the 2-vCPU Xeon) against ~0.2 ns per element of a vectorised pass. With PAR_MIN alone the MNIST MLP's
+ * 256 x 10 logits ran serially: 21 + 19 us per step, 11 + 12 us split over 2 threads (bench/NOTES.md phase 7)
+ */
+const LOGIT_COST = 32;
+
+// Rows in parallel (mk::par over rows, at least PAR_MIN / LOGIT_COST logits): the forward writes each
 // counted row's loss into the caller's scratch (slot 3) and sums them afterwards in row order, and
 // the gradient keeps a row's exps in the thread's scratch (slot 1) instead of computing them twice:
 // the same operations in the same order as one serial loop, so the same bits for any thread count.
