@@ -308,6 +308,14 @@ function parallelCases(): Case[] {
         { label: `big_nll_g${tag}`, op: 'nll_grad', inputs: [xb, lb], outShapes: [xb.shape], attrs: ii === undefined ? {} : { ignore_index: ii } },
       ];
     }),
+    // 157 rows of 11 logits (1727, far below PAR_MIN): still split, since a logit weighs LOGIT_COST elements (losses.ts)
+    ...((): Case[] => {
+      const xm = { shape: [157, 11], lo: -4, hi: 4 }, lm = { shape: [157], dtype: 'i32' as const, ints: 11 };
+      return [
+        { label: 'mid_ce', op: 'cross_entropy', inputs: [xm, lm], outShapes: [[]], attrs: { ignore_index: 3 } },
+        { label: 'mid_ce_g', op: 'cross_entropy_grad', inputs: [xm, lm], outShapes: [xm.shape], attrs: { ignore_index: 3 } },
+      ];
+    })(),
     // three consecutive Adam updates with the same step constants: emit_program.ts makes them one kernel
     // (mk::adam_multi) whose 2-thread split falls inside the second tensor; each keeps its own weight decay
     ...([[37], [211, 97], [129, 131]] as number[][]).map((shape, j): Case => ({
@@ -425,6 +433,13 @@ describe('generated CPU kernels vs the reference interpreter', () => {
     expect(cc).toContain('multi_adam0.in0');
   });
 
+  it('splits the rows of a class loss over a batch far below PAR_MIN logits (mid_ce)', () => {
+    const cc = generateCpuModel(built.programs).files['model.cc'];
+    expect(cc).toMatch(/mk::par\(ctx, 157, (\d+),/);
+    const minRows = Number(/mk::par\(ctx, 157, (\d+),/.exec(cc)![1]);
+    expect(minRows).toBeLessThanOrEqual(157);
+  });
+
   it('gives the same bits with 1 thread as with 2 (no reduction depends on the thread count)', async () => {
     const one = await createCpuSession(built.programs, { threads: 1, cacheDir: process.env.MPSC_CACHE_DIR ?? path.join(os.tmpdir(), 'mpsc-test-cache') });
     try {
@@ -466,7 +481,7 @@ describe('generated CPU kernels vs the reference interpreter', () => {
 });
 
 /** the named persistent tensors after one train_step of a 2-thread build with the CPU fusions on or off (MPSC_CPU_FUSE, read by the code generator and the cache key) */
-async function runWithFusion(programs: ProgramSet, fuse: boolean, inputs: [string, Float64Array][], outputs: string[]): Promise<Float32Array[]> {
+async function runWithFusion(programs: ProgramSet, fuse: boolean, inputs: [string, Float64Array][], outputs: string[], intInputs: Int32Array[] = []): Promise<Float32Array[]> {
   const saved = process.env.MPSC_CPU_FUSE;
   process.env.MPSC_CPU_FUSE = fuse ? '1' : '0';
   let session: Session | undefined;
@@ -478,7 +493,7 @@ async function runWithFusion(programs: ProgramSet, fuse: boolean, inputs: [strin
   }
   try {
     for (const [name, data] of inputs) session.write(name, Float32Array.from(data));
-    session.run('train_step', [], SCALARS);
+    session.run('train_step', intInputs, SCALARS);
     return outputs.map((name) => session!.read(name));
   } finally {
     session.close();
@@ -683,6 +698,67 @@ describe('grad-weight matmul with the bias-gradient sum fused', () => {
       const [rb] = runOp('sum_to', [{ shape: c.dys, data: dy, dtype: 'f32' }], [[c.M]], { axes: c.lead.map((_, j) => j) });
       expect(relError(w, rw), `case ${c.i} dW vs the reference`).toBeLessThan(1e-4);
       expect(relError(bb, rb), `case ${c.i} db vs the reference`).toBeLessThan(1e-4);
+    }
+  }, 300_000);
+});
+
+/**
+ * cross_entropy and cross_entropy_grad over the same logits, adjacent: one kernel (emit_program.ts,
+ * losses.ts crossEntropyWithGrad). Logits t = neg(x) in the arena, so the plan may put dx over t (in place);
+ * odd sizes, ignore_index and label smoothing, a batch split over 2 threads and one that stays serial.
+ */
+describe('cross_entropy with its gradient in one kernel', () => {
+  const geos: { N: number; C: number; attrs: Record<string, AttrValue> }[] = [
+    { N: 157, C: 11, attrs: { ignore_index: 3, label_smoothing: 0.1 } },
+    { N: 613, C: 67, attrs: {} },
+    { N: 5, C: 4, attrs: { label_smoothing: 0.05 } },
+  ];
+  const rng = makeRng(13);
+  const b = new GraphBuilder();
+  const inputs: number[] = [];
+  const cases = geos.map((c, i) => {
+    const x = randomTensor([c.N, c.C], rng, -4, 4), lab = Int32Array.from(randomInts([c.N], c.C, rng));
+    const ids = {
+      x: b.value(`cg${i}.x`, 'f32', [c.N, c.C], 'param'),
+      lab: b.value(`cg${i}.lab`, 'i32', [c.N], 'input'),
+      t: b.value(`cg${i}.t`, 'f32', [c.N, c.C], 'activation'),
+      loss: b.value(`cg${i}.loss`, 'f32', [], 'state'),
+      dx: b.value(`cg${i}.dx`, 'f32', [c.N, c.C], 'grad'),
+      out: b.value(`cg${i}.out`, 'f32', [c.N, c.C], 'gradacc'),
+    };
+    inputs.push(ids.lab);
+    b.node('unary', [ids.x], [ids.t], { fn: 'neg' });
+    b.node('cross_entropy', [ids.t, ids.lab], [ids.loss], c.attrs);
+    b.node('cross_entropy_grad', [ids.t, ids.lab], [ids.dx], c.attrs);
+    b.node('grad_accumulate', [ids.out, ids.dx], [], { scale: 1 });
+    return { ...c, i, x, lab };
+  });
+  const train: Program = { name: 'train_step', batch: 1, graph: b.graph, inputs, outputs: [] };
+  train.plan = planMemory(train);
+  const programs: ProgramSet = { model: 'cpu_kernels_ce_grad', train_step: train, eval: { name: 'eval', batch: 1, graph: { values: [], nodes: [] }, inputs: [], outputs: [] } };
+
+  it('fuses every pair', () => {
+    const code = generateCpuModel(programs, { fuse: true }).files['model.cc'];
+    expect(code.match(/static int p0_k\d+_cross_entropy_with_grad\(/g)?.length).toBe(cases.length);
+    expect(code).not.toMatch(/static int p0_k\d+_cross_entropy(_grad)?\(/);
+  });
+
+  const run = (fuse: boolean) =>
+    runWithFusion(programs, fuse, cases.map((c): [string, Float64Array] => [`cg${c.i}.x`, c.x]), cases.flatMap((c) => [`cg${c.i}.loss`, `cg${c.i}.out`]), cases.map((c) => c.lab));
+
+  it('gives the bits of the two separate kernels, and the float64 reference values', async () => {
+    const fused = await run(true);
+    const unfused = await run(false);
+    for (const c of cases) {
+      const [loss, dx] = [fused[2 * c.i], fused[2 * c.i + 1]];
+      expect(bits(loss), `case ${c.i} loss`).toEqual(bits(unfused[2 * c.i]));
+      expect(bits(dx), `case ${c.i} dx`).toEqual(bits(unfused[2 * c.i + 1]));
+      const t = Float64Array.from(Float32Array.from(c.x)).map((v) => -v);
+      const ins = [{ shape: [c.N, c.C], data: t, dtype: 'f32' as const }, { shape: [c.N], data: Float64Array.from(c.lab), dtype: 'i32' as const }];
+      const [rl] = runOp('cross_entropy', ins, [[]], c.attrs);
+      const [rd] = runOp('cross_entropy_grad', ins, [[c.N, c.C]], c.attrs);
+      expect(relError(loss, rl), `case ${c.i} loss vs the reference`).toBeLessThan(1e-5);
+      expect(relError(dx, rd), `case ${c.i} dx vs the reference`).toBeLessThan(1e-5);
     }
   }, 300_000);
 });

@@ -12,7 +12,9 @@
  *    consecutive adam_update nodes with the same step constants is one function
  *    `p<program>_k<first node>_adam_update_x<count>` (kernels/optim.ts adamGroup), and a grad-weight
  *    matmul followed by the bias-gradient sum_to over the same rows is one `..._matmul_sum_to`
- *    (kernels/gemm.ts matmulWithColumnSum), unless fusion is off;
+ *    (kernels/gemm.ts matmulWithColumnSum), and a cross_entropy followed by its cross_entropy_grad over
+ *    the same logits is one `..._cross_entropy_with_grad` (kernels/losses.ts crossEntropyWithGrad),
+ *    unless fusion is off;
  *  - one `run` per program calling its kernels in order, then reading the scalar outputs;
  *  - the descriptor table: persistent tensors (compiler/ir/persistent_table.ts, the one rule of
  *    the model ABI layout), programs, inputs, outputs. Every name is emitted through cString().
@@ -33,6 +35,7 @@ import { CPU_KERNELS } from './kernels/index.js';
 import { withWidenedInputs } from './kernels/precision.js';
 import { adamGroup, adamGroupKey } from './kernels/optim.js';
 import { matmulWithColumnSum } from './kernels/gemm.js';
+import { crossEntropyWithGrad } from './kernels/losses.js';
 import { columnSumOf } from './kernels/elementwise.js';
 import { tpl } from './template.js';
 
@@ -306,6 +309,18 @@ export function generateCpuModel(unfused: ProgramSet, opts: CpuCodegenOptions = 
         if (body !== null) {
           const fn = `${id}_k${node.id}_matmul_sum_to`;
           kernels.push({ fn, comment: commentText(`${p.name} nodes ${node.id}-${sc.node.id}: matmul + sum_to (its column sums, fused)${node.path ? ` (${node.path})` : ''}`), body });
+          calls.push({ fn, slot: kernels.length - 1 });
+          ni++;
+          continue;
+        }
+      }
+      // cross_entropy and its gradient over the same logits right after it: one kernel, each row's exps once
+      if (fuse && node.op === 'cross_entropy' && ni + 1 < nodes.length && nodes[ni + 1].op === 'cross_entropy_grad') {
+        const gc = kernelCtx(p.graph, nodes[ni + 1], r.ptr, alias);
+        const body = crossEntropyWithGrad(kc, gc);
+        if (body !== null) {
+          const fn = `${id}_k${node.id}_cross_entropy_with_grad`;
+          kernels.push({ fn, comment: commentText(`${p.name} nodes ${node.id}-${gc.node.id}: cross_entropy + cross_entropy_grad (fused)${node.path ? ` (${node.path})` : ''}`), body });
           calls.push({ fn, slot: kernels.length - 1 });
           ni++;
           continue;

@@ -19,28 +19,66 @@ const LABEL_ERR = `  if (bad >= 0) {
     return 1;
   }`;
 
+// every class-loss kernel: the labels checked (count = positions that count)
+const LABELS = `  int64_t bad = -1, count = 0;
+  for (int64_t n = 0; n < {{N}}; n++) {
+${LABEL_CHECK}
+  }
+${LABEL_ERR}
+`;
+// the loss: the counted rows' losses (rl) summed in row order
+const LOSS_TOTAL = `  double total = 0.0;
+  for (int64_t n = 0; n < {{N}}; n++) {
+{{#if ignore}}
+    if (label[n] == {{ignore}}) continue;
+{{/if}}
+    total += rl[n];
+  }
+  out[0] = (float)(total / (double)count);
+`;
+// a gradient row: d (an ignored row's gradient is zero) and the logits it reads
+const GRAD_ROW = `    for (int64_t n = b; n < e; n++) {
+      const int32_t lab = label[n];
+      float* d = dx + n * {{C}};
+{{#if ignore}}
+      if (lab == {{ignore}}) { for (int64_t c = 0; c < {{C}}; c++) d[c] = 0.0f; continue; }
+{{/if}}
+      const float* row = x + n * {{C}};
+`;
+// the gradient of a row from its exps ex and their sum s
+const GRAD_STORE = `      const double inv = 1.0 / s;
+      for (int64_t c = 0; c < {{C}}; c++) {
+        const double p = ex[c] * inv;
+        d[c] = (float)((p - (c == lab ? 1.0 - {{ls}} : 0.0) - {{ls}} / {{C}}) / cnt);
+      }
+`;
+
 /** logits [N, ..., C] as N rows (every position) of C, and ignore_index as a C literal ('' when absent) */
 function nc(k: KernelCtx, i: number) {
   const s = k.inShape(i);
   if (s.length < 2) k.fail(`expected [N, ..., C], got [${s}]`);
   const C = s[s.length - 1], ii = k.node.attrs.ignore_index;
-  // rows per part: at least PAR_MIN logits, so small batches stay on the calling thread
-  return { N: prod(s) / C, C, ignore: ii === undefined ? '' : `(${k.num('ignore_index')})`, minRows: Math.max(2, Math.ceil(PAR_MIN / C)) };
+  // rows per part: at least PAR_MIN element-wise elements' worth of work (a logit costs LOGIT_COST of them),
+  // so only batches too small to pay for a pool wake-up stay on the calling thread
+  const minRows = Math.max(2, Math.ceil(PAR_MIN / (C * LOGIT_COST)));
+  return { N: prod(s) / C, C, ignore: ii === undefined ? '' : `(${k.num('ignore_index')})`, minRows };
 }
 
-// Rows in parallel (mk::par over rows, when the batch has PAR_MIN logits or more): the forward writes each
+/**
+ * work of one logit of a class loss in element-wise elements (PAR_MIN's unit): a double exp (~7 ns on
+ * the 2-vCPU Xeon) against ~0.2 ns per element of a vectorised pass. With PAR_MIN alone the MNIST MLP's
+ * 256 x 10 logits ran serially: 21 + 19 us per step, 11 + 12 us split over 2 threads (bench/NOTES.md phase 7)
+ */
+const LOGIT_COST = 32;
+
+// Rows in parallel (mk::par over rows, at least PAR_MIN / LOGIT_COST logits): the forward writes each
 // counted row's loss into the caller's scratch (slot 3) and sums them afterwards in row order, and
 // the gradient keeps a row's exps in the thread's scratch (slot 1) instead of computing them twice:
 // the same operations in the same order as one serial loop, so the same bits for any thread count.
 const CE = tpl(`  const float* x = {{x}};
   const int32_t* label = {{label}};
   float* out = {{out}};
-  int64_t bad = -1, count = 0;
-  for (int64_t n = 0; n < {{N}}; n++) {
-${LABEL_CHECK}
-  }
-${LABEL_ERR}
-  double* rl = (double*)mk::scratch(3, 2 * {{N}});
+${LABELS}  double* rl = (double*)mk::scratch(3, 2 * {{N}});
   mk::par(ctx, {{N}}, {{minRows}}, [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; n++) {
       const int32_t lab = label[n];
@@ -60,37 +98,17 @@ ${LABEL_ERR}
 {{/if}}
     }
   });
-  double total = 0.0;
-  for (int64_t n = 0; n < {{N}}; n++) {
-{{#if ignore}}
-    if (label[n] == {{ignore}}) continue;
-{{/if}}
-    total += rl[n];
-  }
-  out[0] = (float)(total / (double)count);
-`);
+${LOSS_TOTAL}`);
 
 const CE_GRAD = tpl(`  const float* x = {{x}};
   const int32_t* label = {{label}};
   float* dx = {{dx}};
-  int64_t bad = -1, count = 0;
-  for (int64_t n = 0; n < {{N}}; n++) {
-${LABEL_CHECK}
-  }
-${LABEL_ERR}
-  const double cnt = (double)count;
+${LABELS}  const double cnt = (double)count;
   mk::par(ctx, {{N}}, {{minRows}}, [&](int64_t b, int64_t e) {
 {{#unless nll}}
     double* ex = (double*)mk::scratch(1, 2 * {{C}});
 {{/unless}}
-    for (int64_t n = b; n < e; n++) {
-      const int32_t lab = label[n];
-      float* d = dx + n * {{C}};
-{{#if ignore}}
-      if (lab == {{ignore}}) { for (int64_t c = 0; c < {{C}}; c++) d[c] = 0.0f; continue; }
-{{/if}}
-      const float* row = x + n * {{C}};
-{{#if nll}}
+${GRAD_ROW}{{#if nll}}
       (void)row;
       for (int64_t c = 0; c < {{C}}; c++) d[c] = 0.0f;
       d[lab] = (float)(-1.0 / cnt);
@@ -99,12 +117,7 @@ ${LABEL_ERR}
       for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
       double s = 0.0;
       for (int64_t c = 0; c < {{C}}; c++) s += (ex[c] = std::exp((double)row[c] - m));
-      const double inv = 1.0 / s;
-      for (int64_t c = 0; c < {{C}}; c++) {
-        const double p = ex[c] * inv;
-        d[c] = (float)((p - (c == lab ? 1.0 - {{ls}} : 0.0) - {{ls}} / {{C}}) / cnt);
-      }
-{{/if}}
+${GRAD_STORE}{{/if}}
     }
   });
 `);
@@ -115,6 +128,42 @@ export const nll: KernelEmitter = (k) => CE({ ...nc(k, 0), ls: '0.0', nll: true,
 export const cross_entropy_grad: KernelEmitter = (k) =>
   CE_GRAD({ ...nc(k, 0), ls: String(k.num('label_smoothing', 0)), nll: false, x: k.inPtr(0), label: k.inPtr(1), dx: k.outPtr(0) });
 export const nll_grad: KernelEmitter = (k) => CE_GRAD({ ...nc(k, 0), ls: '0.0', nll: true, x: k.inPtr(0), label: k.inPtr(1), dx: k.outPtr(0) });
+
+// cross_entropy and its gradient over the same logits and labels as one kernel (emit_program.ts pairs them):
+// each row's exps once for both, the loss's row terms read before the row's gradient is stored (the plan may
+// put dx over x); the operations of CE and CE_GRAD in their order, so the bits of the two kernels.
+const CE_WITH_GRAD = tpl(`  const float* x = {{x}};
+  const int32_t* label = {{label}};
+  float* out = {{out}};
+  float* dx = {{dx}};
+${LABELS}  const double cnt = (double)count;
+  double* rl = (double*)mk::scratch(3, 2 * {{N}});
+  mk::par(ctx, {{N}}, {{minRows}}, [&](int64_t b, int64_t e) {
+    double* ex = (double*)mk::scratch(1, 2 * {{C}});
+${GRAD_ROW}      float m = -INFINITY;
+      for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
+      double s = 0.0, sumx = 0.0;
+      for (int64_t c = 0; c < {{C}}; c++) { s += (ex[c] = std::exp((double)row[c] - m)); sumx += row[c]; }
+      const double lse = m + std::log(s);
+      rl[n] = -(1.0 - {{ls}}) * (row[lab] - lse) - {{ls}} / {{C}} * (sumx - {{C}} * lse);
+${GRAD_STORE}    }
+  });
+${LOSS_TOTAL}`);
+
+/**
+ * the body of one kernel for a cross_entropy node and the cross_entropy_grad node right after it, when the
+ * two read the same f32 logits and labels with the same attributes; null otherwise (each keeps its kernel)
+ */
+export function crossEntropyWithGrad(loss: KernelCtx, grad: KernelCtx): string | null {
+  if (loss.node.op !== 'cross_entropy' || grad.node.op !== 'cross_entropy_grad') return null;
+  if (loss.node.inputs.length !== 2 || grad.node.inputs.length !== 2) return null;
+  if (loss.node.inputs[0] !== grad.node.inputs[0] || loss.node.inputs[1] !== grad.node.inputs[1]) return null;
+  if (loss.inDtype(0) !== 'f32') return null;
+  const ls = k2s(loss), ii = loss.node.attrs.ignore_index;
+  if (ls !== k2s(grad) || ii !== grad.node.attrs.ignore_index) return null;
+  return CE_WITH_GRAD({ ...nc(loss, 0), ls, x: loss.inPtr(0), label: loss.inPtr(1), out: loss.outPtr(0), dx: grad.outPtr(0) });
+}
+const k2s = (k: KernelCtx) => String(k.num('label_smoothing', 0));
 
 const PAIR_MEAN = tpl(`  const float* x = {{x}};
   const float* t = {{t}};
