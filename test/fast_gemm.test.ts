@@ -29,6 +29,8 @@ interface DriverRun {
   dwChunks: number;
   /** winograd.h taken for the seed CNN's 64 -> 128 layer, and for LeNet's 32 -> 64 (it should not be) */
   wino: [number, number];
+  /** the same for the grad-weight, and the seed layer's batch chunks (b32) */
+  winoDw: [number, number, number];
 }
 
 function runDriver(tag: string, flags: string[]): DriverRun {
@@ -44,7 +46,10 @@ function runDriver(tag: string, flags: string[]): DriverRun {
   let count = -1;
   let dwChunks = -1;
   let wino: [number, number] = [-1, -1];
+  let winoDw: [number, number, number] = [-1, -1, -1];
   for (const line of out.split('\n')) {
+    const wd = /^WINODW ([01]) ([01]) (\d+)$/.exec(line);
+    if (wd) winoDw = [Number(wd[1]), Number(wd[2]), Number(wd[3])];
     const w = /^WINO ([01]) ([01])$/.exec(line);
     if (w) wino = [Number(w[1]), Number(w[2])];
     const q = /^DWCHUNKS batch_chunks (\d+)$/.exec(line);
@@ -54,7 +59,7 @@ function runDriver(tag: string, flags: string[]): DriverRun {
     const d = /^DONE (\d+)$/.exec(line);
     if (d) count = Number(d[1]);
   }
-  return { cases: found, declared: count, dwChunks, wino };
+  return { cases: found, declared: count, dwChunks, wino, winoDw };
 }
 
 // the kernel of this machine's widest vectors (AVX-512 here: 16 lanes), and the 8-lane kernel
@@ -64,12 +69,13 @@ function runDriver(tag: string, flags: string[]): DriverRun {
 // shapes Winograd takes
 let dwChunks = -1;
 let wino: [number, number] = [-1, -1];
-const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1] };
+let winoDw: [number, number, number] = [-1, -1, -1];
+const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1], winoDw: [-1, -1, -1] };
 let narrow = none;
 let noWino = none;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'mpsc-fast-gemm-'));
-  ({ cases, declared, dwChunks, wino } = runDriver('native', []));
+  ({ cases, declared, dwChunks, wino, winoDw } = runDriver('native', []));
   narrow = runDriver('vw8', ['-DMPSC_FAST_VW=8', '-DMPSC_FAST_CONV_DW_CHUNKS=3']);
   noWino = runDriver('nowino', ['-DMPSC_FAST_WINOGRAD=0']);
 });
@@ -104,17 +110,17 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   });
 
   it('conv2d forward (plain and fused bias+relu)', () => {
-    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 27);
+    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 30);
     expect(bad(/^conv_fwd/)).toEqual([]);
   });
 
   it('conv2d grad-input', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(27);
+    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(30);
     expect(bad('conv_grad_input')).toEqual([]);
   });
 
   it('conv2d grad-weight and grad-bias', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(27);
+    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(30);
     expect(bad('conv_grad_weight')).toEqual([]);
     expect(bad('conv_grad_bias')).toEqual([]);
   });
@@ -129,6 +135,14 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     for (const label of ['wino_odd_', 'wino_pad0_', 'wino_pad2_', 'wino_blocks_', 'wino_seed_'])
       for (const kind of ['conv_fwd', 'conv_fwd_bias_relu', 'conv_grad_input'])
         expect(cases.some((c) => c.kind === kind && c.name.startsWith(label))).toBe(true);
+  });
+
+  it('grad-weight by F(2x2, 3x3) for the same shapes (seed 64 -> 128 in 8 batch chunks, not LeNet), at both widths; the wide path without Winograd', () => {
+    expect(winoDw).toEqual([1, 0, 8]);
+    expect(narrow.winoDw).toEqual([1, 0, 3]);
+    expect(noWino.winoDw).toEqual([0, 0, 8]);
+    for (const label of ['wino_odd_', 'wino_pad0_', 'wino_pad2_', 'wino_blocks_', 'wino_seed_', 'wino_dw_span_', 'wino_dw_odd_', 'wino_dw_n1_'])
+      expect(cases.some((c) => c.kind === 'conv_grad_weight' && c.name.startsWith(label))).toBe(true);
   });
 
   it('grad-weight in batch chunks (two phases, partial sums in a shared block): 8 chunks, and 3 in the narrow build', () => {

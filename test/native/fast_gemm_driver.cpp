@@ -287,8 +287,19 @@ int main() {
   check_conv("wino_pad2", 2, 64, 7, 6, 96, 3, 3, 1, 1, 2, 2, 1, 1, 1);
   check_conv("wino_blocks", 5, 64, 30, 29, 80, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   check_conv("wino_seed", 2, 64, 16, 16, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  // grad-weight by F(2x2, 3x3): batch chunks of 1-2 small images (9 tiles each, so a block of
+  // tiles spans images), odd O and C (a partial micro-panel), one image (one chunk)
+  check_conv("wino_dw_span", 10, 64, 5, 6, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("wino_dw_odd", 3, 67, 12, 7, 77, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("wino_dw_n1", 1, 64, 11, 13, 64, 3, 3, 1, 1, 0, 2, 1, 1, 1);
   printf("WINO %d %d\n", (int)detail::wino_conv_ok(conv2d_shape(2, 64, 16, 16, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
          (int)detail::wino_conv_ok(conv2d_shape(4, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1)));
+  {
+    const Conv2dShape seed = conv2d_shape(32, 64, 64, 64, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+    printf("WINODW %d %d %lld\n", (int)detail::wino_grad_weight_ok(seed),
+           (int)detail::wino_grad_weight_ok(conv2d_shape(4, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
+           (long long)conv2d_grad_weight_chunks(seed));
+  }
   printf("DWCHUNKS batch_chunks %lld\n", (long long)conv2d_grad_weight_chunks(conv2d_shape(10, 8, 7, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1)));
   printf("DONE %d\n", g_cases);
   return 0;

@@ -7,8 +7,9 @@
  *   OH = floor((H + 2ph - dh*(KH-1) - 1)/sh) + 1 (same for OW)
  *
  * Four methods, picked per shape (results are the same bits for any thread count in each):
- *  - 3x3, stride 1, one group, C*O/(C+O) >= 32: Winograd F(2x2, 3x3) (winograd.h) for the forward
- *    and for the grad-input (as the forward convolution below); grad-weight as the wide path.
+ *  - 3x3, stride 1, one group, C*O/(C+O) >= 32: Winograd F(2x2, 3x3) (winograd.h) for the forward,
+ *    the grad-input (as the forward convolution below) and the grad-weight (the tiles as the GEMMs'
+ *    K, summed per batch chunk in the transformed domain, transformed back in a second phase).
  *  - stride 1, Kd <= 32 (first layers: 1 or 3 input channels): direct kernels. Each output row
  *    (in "wide" columns, below) is accumulated in registers from the padded image; grad-weight is
  *    one dot product per (image, o, p). A GEMM with K = Kd would be bound by writing C.
@@ -30,7 +31,7 @@
  * computes a disjoint share of its output; run part = 0..nparts-1 on the caller's pool,
  * each with its own scratch of conv2d_scratch_bytes(shape, pass) bytes (64-byte aligned).
  * Shares: forward splits (image, group, column chunk or row band) items; grad-input splits
- * (image, group[, row band]) items; grad-weight on the wide path sums fixed batch chunks
+ * (image, group[, row band]) items; grad-weight on the Winograd and wide paths sums fixed batch chunks
  * (conv2d_grad_weight_chunks) and adds them in a second phase, elsewhere it splits dW by output
  * channel (Og >= Kd, and always in the direct kernel) or by column p (rows of col); grad-bias
  * splits output channels. Every
@@ -46,6 +47,13 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+#ifndef MPSC_FAST_CONV_DW_CHUNKS
+#define MPSC_FAST_CONV_DW_CHUNKS 8
+#endif
+#ifndef MPSC_FAST_CONV_DW_SHARED_BYTES
+#define MPSC_FAST_CONV_DW_SHARED_BYTES (16 << 20)
 #endif
 
 namespace mpsc_fast {
@@ -380,6 +388,11 @@ inline bool wide_grad_input_ok(const Conv2dShape& s) {
 /** Winograd F(2x2, 3x3) (winograd.h) for this forward-convolution shape */
 inline bool wino_conv_ok(const Conv2dShape& s) {
   return wino_ok(s.N, s.C, s.O, s.KH, s.KW, s.sh, s.sw, s.dh, s.dw, s.groups, s.ph, s.pw, s.OH, s.OW);
+}
+
+/** Winograd F(2x2, 3x3) for this shape's grad-weight: the forward's rule, and one chunk's transformed sums fit the shared block */
+inline bool wino_grad_weight_ok(const Conv2dShape& s) {
+  return wino_conv_ok(s) && wino_dw_chunk_floats(s.C, s.O) * (int64_t)sizeof(float) <= (int64_t)MPSC_FAST_CONV_DW_SHARED_BYTES;
 }
 
 /** floats of the wide forward's scratch: packed A (+ the flipped weights of one group), band, C tile, packed B */
@@ -736,6 +749,8 @@ inline size_t conv2d_scratch_bytes(const Conv2dShape& s, ConvPass pass) {
   } else if (pass == CONV_GRAD_INPUT && wide_grad_input_ok(s) && wino_conv_ok(grad_input_as_forward(s))) {
     const Conv2dShape t = grad_input_as_forward(s);
     f = wino_floats(t.N, t.C, t.O, t.OH, t.OW);
+  } else if (pass == CONV_GRAD_WEIGHT && wino_grad_weight_ok(s)) {
+    f = wino_dw_floats(s.N, s.C, s.O, s.OH, s.OW);
   } else if (pass == CONV_FORWARD && direct_ok(s)) {
     f = direct_forward_floats(s);
   } else if (pass == CONV_GRAD_WEIGHT && direct_ok(s)) {
@@ -914,12 +929,6 @@ inline void im2col_grad_weight_part(const Conv2dShape& s, const float* dy, const
 
 }  // namespace detail
 
-#ifndef MPSC_FAST_CONV_DW_CHUNKS
-#define MPSC_FAST_CONV_DW_CHUNKS 8
-#endif
-#ifndef MPSC_FAST_CONV_DW_SHARED_BYTES
-#define MPSC_FAST_CONV_DW_SHARED_BYTES (16 << 20)
-#endif
 
 /**
  * Batch chunks Q of the grad-weight (a function of the shape only, so the sums do not depend on
@@ -931,6 +940,12 @@ inline void im2col_grad_weight_part(const Conv2dShape& s, const float* dy, const
  */
 inline int64_t conv2d_grad_weight_chunks(const Conv2dShape& s) {
   using namespace detail;
+  if (wino_grad_weight_ok(s)) {
+    const int64_t cbytes = wino_dw_chunk_floats(s.C, s.O) * (int64_t)sizeof(float);
+    int64_t q = std::max<int64_t>(1, std::min<int64_t>(s.N, MPSC_FAST_CONV_DW_CHUNKS));
+    while (q > 1 && q * cbytes > (int64_t)MPSC_FAST_CONV_DW_SHARED_BYTES) --q;
+    return q;
+  }
   if (direct_ok(s) || !wide_ok(s) || s.C <= 0 || s.N < 2) return 1;
   const int64_t wfloats = s.O * conv_dims(s).Kd;
   int64_t q = std::min<int64_t>(s.N, MPSC_FAST_CONV_DW_CHUNKS);
@@ -941,11 +956,15 @@ inline int64_t conv2d_grad_weight_chunks(const Conv2dShape& s) {
 /** bytes of the block shared by all parts of a grad-weight call (0 when conv2d_grad_weight_chunks(s) == 1) */
 inline size_t conv2d_grad_weight_shared_bytes(const Conv2dShape& s) {
   const int64_t Q = conv2d_grad_weight_chunks(s);
+  if (detail::wino_grad_weight_ok(s))
+    return (size_t)(Q * detail::wino_dw_chunk_floats(s.C, s.O)) * sizeof(float);
   return Q > 1 ? (size_t)((Q - 1) * s.O * detail::conv_dims(s).Kd) * sizeof(float) : 0;
 }
 
 /** phases of a grad-weight call: run every part of phase 0, then every part of phase 1 (if 2) */
-inline int conv2d_grad_weight_phases(const Conv2dShape& s) { return conv2d_grad_weight_chunks(s) > 1 ? 2 : 1; }
+inline int conv2d_grad_weight_phases(const Conv2dShape& s) {
+  return detail::wino_grad_weight_ok(s) || conv2d_grad_weight_chunks(s) > 1 ? 2 : 1;
+}
 
 /**
  * dw = d(conv2d)/dw applied to dy (summed over the batch), share `part` of nparts of `phase`
@@ -957,6 +976,21 @@ inline int conv2d_grad_weight_phases(const Conv2dShape& s) { return conv2d_grad_
 inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const float* x, float* dw, int part,
                                     int nparts, void* scratch, int phase = 0, float* shared = nullptr) {
   const int64_t Q = conv2d_grad_weight_chunks(s);
+  if (detail::wino_grad_weight_ok(s)) {
+    // phase 0: chunk q's transformed sums at shared + q * cs; phase 1: their sum, transformed, per (o, c)
+    const int64_t cs = detail::wino_dw_chunk_floats(s.C, s.O);
+    int64_t b, e;
+    if (phase == 0) {
+      detail::share(Q, part, nparts, b, e);
+      for (int64_t q = b; q < e; ++q)
+        detail::wino_dw_chunk(s.N, s.C, s.H, s.W, s.O, s.ph, s.pw, s.OH, s.OW, x, dy, s.N * q / Q, s.N * (q + 1) / Q,
+                              shared + q * cs, scratch);
+    } else {
+      detail::share(s.O * s.C, part, nparts, b, e);
+      detail::wino_dw_finish(shared, Q, s.C, s.O, b, e, dw);
+    }
+    return;
+  }
   if (Q > 1) {
     const int64_t wsize = s.O * detail::conv_dims(s).Kd;
     int64_t b, e;

@@ -1,7 +1,8 @@
 /*
  * winograd.h: 3x3 stride-1 convolutions by Winograd's minimal filtering F(2x2, 3x3) (Lavin & Gray,
- * "Fast Algorithms for Convolutional Neural Networks", 2015), used by conv.h for the forward pass
- * and for the grad-input (a forward convolution of dy with the flipped, transposed weights).
+ * "Fast Algorithms for Convolutional Neural Networks", 2015), used by conv.h for the forward pass,
+ * the grad-input (a forward convolution of dy with the flipped, transposed weights) and the
+ * grad-weight (wino_dw_chunk / wino_dw_finish below).
  *
  * Each 2x2 block of outputs ("tile") of one output channel is A^T [ sum_c (G g_oc G^T) . (B^T d_c B) ] A,
  * with d_c the 4x4 input patch under the tile and . the elementwise product of 4x4 matrices. So the
@@ -63,6 +64,13 @@ inline Wino wino_dims(int64_t N, int64_t C, int64_t O, int64_t OH, int64_t OW) {
 }
 
 /**
+ * floats between the 16 matrices xi of V, M or D (rows of Tbs floats each): rows * Tbs plus one
+ * cache line, so the 16 stores of a transform, one per xi, fall in different L1 sets (without the
+ * line the stride is a multiple of 4 KiB for the seed CNN's shapes: 16 streams into one 12-way set)
+ */
+inline int64_t wino_xs(const Wino& w, int64_t rows) { return rows * w.Tbs + 16; }
+
+/**
  * The shapes Winograd takes: a 3x3 kernel, stride 1, dilation 1, one group, padding <= 2 (the
  * grad-input's padding 2 - p is then one too), and channels where the GEMMs outweigh the
  * transforms: per tile the GEMMs cost 16*C*O multiply-adds, the transforms ~C + O loads and
@@ -78,8 +86,8 @@ inline bool wino_ok(int64_t N, int64_t C, int64_t O, int64_t KH, int64_t KW, int
 /** floats of one part's scratch: packed U (16 x O x C), U before packing, V, M, a packed B block, input rows */
 inline int64_t wino_floats(int64_t N, int64_t C, int64_t O, int64_t OH, int64_t OW) {
   const Wino w = wino_dims(N, C, O, OH, OW);
-  return 16 * packed_a_all_floats(O, C) + round_up(16 * O * C, 16) + round_up(16 * C * w.Tbs, 16) +
-         round_up(16 * O * w.Tbs + 16, 16) + round_up(kc_step(C) * w.Tb, 16) + round_up(2 * w.rowlen * (2 * w.th + 3), 16);
+  return 16 * packed_a_all_floats(O, C) + round_up(16 * O * C, 16) + round_up(16 * wino_xs(w, C), 16) +
+         round_up(16 * wino_xs(w, O) + 16, 16) + round_up(kc_step(C) * w.Tb, 16) + round_up(2 * w.rowlen * (2 * w.th + 3), 16);
 }
 
 /**
@@ -199,7 +207,7 @@ inline void wino_input(const float* x, int64_t C, int64_t H, int64_t W, int64_t 
             col[r][3] = o0 - o1;
           }
           float* dst = V + c * w.Tbs + tloc + (k - tx0);
-          const int64_t xs = C * w.Tbs;  // V stride between xi
+          const int64_t xs = wino_xs(w, C);  // V stride between xi
           for (int j = 0; j < 4; ++j) {
             store8(dst + (0 * 4 + j) * xs, col[0][j] - col[2][j]);
             store8(dst + (1 * 4 + j) * xs, col[1][j] + col[2][j]);
@@ -218,7 +226,7 @@ inline void wino_input(const float* x, int64_t C, int64_t H, int64_t W, int64_t 
  */
 inline void wino_output(const float* M, int64_t O, int64_t OH, int64_t OW, const Wino& w, int64_t t0, int64_t t1,
                         const float* bias, bool relu, float* y) {
-  const int64_t xs = O * w.Tbs;  // M stride between xi
+  const int64_t xs = wino_xs(w, O);  // M stride between xi
   wino_runs(w, t0, t1, [&](int64_t n, int64_t ty, int64_t tx0, int64_t tx1, int64_t tloc) {
     const int64_t oy = 2 * ty;
     for (int64_t o = 0; o < O; ++o) {
@@ -266,8 +274,8 @@ inline void wino_forward_part(int64_t N, int64_t C, int64_t H, int64_t W, int64_
   float* Up = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
   float* Ug = Up + 16 * pa;
   float* V = Ug + round_up(16 * O * C, 16);
-  float* M = V + round_up(16 * C * w.Tbs, 16);
-  float* Bp = M + round_up(16 * O * w.Tbs + 16, 16);
+  float* M = V + round_up(16 * wino_xs(w, C), 16);
+  float* Bp = M + round_up(16 * wino_xs(w, O) + 16, 16);
   float* rows = Bp + round_up(kc_step(C) * w.Tb, 16);
   wino_weights(wt, flipped, C, O, Ug, Up);
   for (int64_t bi = b0; bi < b1; ++bi) {
@@ -276,12 +284,13 @@ inline void wino_forward_part(int64_t N, int64_t C, int64_t H, int64_t W, int64_
     // columns [nt, round_up(nt, NR)) of the last block's V are read by the packing: make them 0
     const int64_t ntr = round_up(nt, NR);
     if (ntr > nt)
-      for (int64_t r = 0; r < 16 * C; ++r) memset(V + r * w.Tbs + nt, 0, (size_t)(ntr - nt) * sizeof(float));
+      for (int xi = 0; xi < 16; ++xi)
+        for (int64_t c = 0; c < C; ++c) memset(V + xi * wino_xs(w, C) + c * w.Tbs + nt, 0, (size_t)(ntr - nt) * sizeof(float));
     for (int xi = 0; xi < 16; ++xi) {
-      const float* Vx = V + xi * C * w.Tbs;
+      const float* Vx = V + xi * wino_xs(w, C);
       const float* Ux = Up + xi * pa;
       gemm_driver(
-          0, O, 0, nt, C, w.Tb, 1.0f, 0.0f, M + xi * O * w.Tbs, w.Tbs, Epilogue{},
+          0, O, 0, nt, C, w.Tb, 1.0f, 0.0f, M + xi * wino_xs(w, O), w.Tbs, Epilogue{},
           [&](int64_t ic, int64_t mc, int64_t pc, int64_t) { return packed_a_block(Ux, C, ic, mc, pc); },
           [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
             for (int64_t jr = 0; jr < nc; jr += NR) {
@@ -293,6 +302,162 @@ inline void wino_forward_part(int64_t N, int64_t C, int64_t H, int64_t W, int64_
           });
     }
     wino_output(M, O, OH, OW, w, t0, t1, bias, relu, y);
+  }
+}
+
+/*
+ * Grad-weight by F(2x2, 3x3), the transpose of the forward's identity: with y_tile = A^T [(G g G^T) .
+ * (B^T d B)] A, sum_tile <dy, y> = sum_xi (A dy A^T)[xi] (G g G^T)[xi] (B^T d B)[xi], so
+ *     dW[o][c] = G^T [ sum_tiles (A dy_o A^T) . (B^T d_c B) ] G
+ * with dy_o the 2x2 block of dy under the tile (0 past OH / OW). The sums over tiles are again 16
+ * GEMMs, now with the tiles as K: Mw[xi] (O x C) += D[xi] (O x tiles) * V[xi]^T (tiles x C), D the
+ * transformed dy, V the forward's transformed input (wino_input). 2.25x fewer multiply-adds than the
+ * direct grad-weight; the output transform G^T M G (entries 1, +-1/2) runs once per (o, c) at the end.
+ * Threading (conv.h conv2d_grad_weight_part): phase 0 sums fixed batch chunks (a function of the
+ * shape) into one Mw per chunk, phase 1 adds the chunks' Mw in order and transforms; so the bits do
+ * not depend on nparts.
+ */
+#ifndef MPSC_FAST_WINO_DW_BLOCK_FLOATS
+#define MPSC_FAST_WINO_DW_BLOCK_FLOATS (192 * 1024)
+#endif
+
+/** the F(2x2, 3x3) tiling of a grad-weight: wino_dims with blocks of about MPSC_FAST_WINO_DW_BLOCK_FLOATS of V + D */
+inline Wino wino_dw_dims(int64_t N, int64_t C, int64_t O, int64_t OH, int64_t OW) {
+  Wino w = wino_dims(N, C, O, OH, OW);
+  w.Tb = std::max<int64_t>(NR, (int64_t)MPSC_FAST_WINO_DW_BLOCK_FLOATS / (16 * (C + O)) / NR * NR);
+  w.Tb = std::min(w.Tb, round_up(std::max<int64_t>(w.T, 1), NR));
+  w.Tbs = w.Tb + 16;
+  w.blocks = (w.T + w.Tb - 1) / w.Tb;
+  return w;
+}
+
+/** floats of one part's grad-weight scratch: V, D, packed A and B blocks, input rows */
+inline int64_t wino_dw_floats(int64_t N, int64_t C, int64_t O, int64_t OH, int64_t OW) {
+  const Wino w = wino_dw_dims(N, C, O, OH, OW);
+  return round_up(16 * wino_xs(w, C) + 16, 16) + round_up(16 * wino_xs(w, O) + 16, 16) + packed_a_floats(O, w.Tb) +
+         packed_b_floats(C, w.Tb) + round_up(2 * w.rowlen * (2 * w.th + 3), 16);
+}
+
+/** floats of one chunk's transformed sums Mw (16 x O x C) */
+inline int64_t wino_dw_chunk_floats(int64_t C, int64_t O) { return round_up(16 * O * C, 16); }
+
+/**
+ * D[xi][o][tloc] = (A dy A^T)[xi] for the tiles [t0, t1) and every output channel (dy [N][O][OH][OW]).
+ * 8 tiles of a tile row at a time: their 16 columns of the two dy rows, loaded straight from dy and
+ * split into even / odd columns (through a zero-padded copy only at the row's end, or a zero row past OH).
+ */
+inline void wino_dy(const float* dy, int64_t O, int64_t OH, int64_t OW, const Wino& w, int64_t t0, int64_t t1,
+                    float* D) {
+  const int64_t xs = wino_xs(w, O);  // D stride between xi
+  auto cols = [&](const float* row, int64_t k, v8f& e, v8f& od) {
+    const int64_t c0 = 2 * k;
+    v8f lo, hi;
+    if (!row) {
+      e = od = splat8(0.0f);
+      return;
+    }
+    if (c0 + 16 <= OW) {
+      lo = load8(row + c0);
+      hi = load8(row + c0 + 8);
+    } else {
+      float t[16] = {};
+      for (int64_t i = 0; i < 16 && c0 + i < OW; ++i) t[i] = row[c0 + i];
+      lo = load8(t);
+      hi = load8(t + 8);
+    }
+    e = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14);
+    od = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15);
+  };
+  wino_runs(w, t0, t1, [&](int64_t n, int64_t ty, int64_t tx0, int64_t tx1, int64_t tloc) {
+    const int64_t oy = 2 * ty;
+    for (int64_t o = 0; o < O; ++o) {
+      const float* r0 = dy + ((n * O + o) * OH + oy) * OW;
+      const float* r1 = oy + 1 < OH ? r0 + OW : nullptr;
+      for (int64_t k = tx0; k < tx1; k += 8) {
+        // the tile [[a, b], [c, d]] of 8 tiles: A [[a, b], [c, d]] = rows (a, b), (a+c, b+d), (a-c, b-d), (-c, -d),
+        // and each row (p, q) times A^T = (p, p + q, p - q, -q)
+        v8f a, b, c, d;
+        cols(r0, k, a, b);
+        cols(r1, k, c, d);
+        const v8f p[4] = {a, a + c, a - c, -c}, q[4] = {b, b + d, b - d, -d};
+        float* dst = D + o * w.Tbs + tloc + (k - tx0);
+        for (int i = 0; i < 4; ++i) {
+          store8(dst + (i * 4 + 0) * xs, p[i]);
+          store8(dst + (i * 4 + 1) * xs, p[i] + q[i]);
+          store8(dst + (i * 4 + 2) * xs, p[i] - q[i]);
+          store8(dst + (i * 4 + 3) * xs, -q[i]);
+        }
+      }
+    }
+  });
+}
+
+/**
+ * Mw (16 x O x C, [xi][o][c]) = sum over the tiles of images [n0, n1) of D[xi] V[xi]^T, blocks of
+ * Tb tiles in order (a function of the shape and the chunk only). Mw fully written.
+ */
+inline void wino_dw_chunk(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t ph, int64_t pw, int64_t OH,
+                          int64_t OW, const float* x, const float* dy, int64_t n0, int64_t n1, float* Mw,
+                          void* scratch) {
+  const Wino w = wino_dw_dims(N, C, O, OH, OW);
+  float* V = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+  float* D = V + round_up(16 * wino_xs(w, C) + 16, 16);
+  float* Ap = D + round_up(16 * wino_xs(w, O) + 16, 16);
+  float* Bp = Ap + packed_a_floats(O, w.Tb);
+  float* rows = Bp + packed_b_floats(C, w.Tb);
+  const int64_t per_img = w.th * w.tw, ta = n0 * per_img, tb = n1 * per_img;
+  if (tb <= ta) {
+    memset(Mw, 0, (size_t)(16 * O * C) * sizeof(float));
+    return;
+  }
+  for (int64_t t0 = ta; t0 < tb; t0 += w.Tb) {
+    const int64_t t1 = std::min(tb, t0 + w.Tb), nt = t1 - t0;
+    wino_input(x, C, H, W, ph, pw, w, t0, t1, V, rows);
+    wino_dy(dy, O, OH, OW, w, t0, t1, D);
+    for (int xi = 0; xi < 16; ++xi) {
+      const float* Dx = D + xi * wino_xs(w, O);
+      const float* Vx = V + xi * wino_xs(w, C);
+      gemm_driver(
+          0, O, 0, C, nt, NC, 1.0f, t0 == ta ? 0.0f : 1.0f, Mw + xi * O * C, C, Epilogue{},
+          [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
+            pack_a(false, Dx, w.Tbs, ic, mc, pc, kc, Ap);
+            return (const float*)Ap;
+          },
+          [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
+            pack_b(true, Vx, w.Tbs, pc, kc, jc, nc, Bp);
+            return (const float*)Bp;
+          });
+    }
+  }
+}
+
+/**
+ * dw[o][c] (3 x 3) = G^T (Mw_0 + Mw_1 + ... + Mw_{Q-1}) G for the (o, c) pairs [i0, i1) (index o*C + c),
+ * the Q chunks' sums (each wino_dw_chunk_floats apart from Mw) added in chunk order.
+ */
+inline void wino_dw_finish(const float* Mw, int64_t Q, int64_t C, int64_t O, int64_t i0, int64_t i1, float* dw) {
+  const int64_t cs = wino_dw_chunk_floats(C, O), oc = O * C;
+  for (int64_t i = i0; i < i1; ++i) {
+    float m[16];
+    for (int xi = 0; xi < 16; ++xi) {
+      float acc = Mw[xi * oc + i];
+      for (int64_t q = 1; q < Q; ++q) acc += Mw[q * cs + xi * oc + i];
+      m[xi] = acc;
+    }
+    float t[3][4];  // G^T m: rows (m0 + (m1 + m2)/2, (m1 - m2)/2, (m1 + m2)/2 + m3)
+    for (int j = 0; j < 4; ++j) {
+      const float m0 = m[j], m1 = m[4 + j], m2 = m[8 + j], m3 = m[12 + j];
+      t[0][j] = m0 + 0.5f * (m1 + m2);
+      t[1][j] = 0.5f * (m1 - m2);
+      t[2][j] = 0.5f * (m1 + m2) + m3;
+    }
+    float* out = dw + i * 9;
+    for (int r = 0; r < 3; ++r) {  // (G^T m) G
+      const float a = t[r][0], b = t[r][1], c = t[r][2], d = t[r][3];
+      out[r * 3 + 0] = a + 0.5f * (b + c);
+      out[r * 3 + 1] = 0.5f * (b - c);
+      out[r * 3 + 2] = 0.5f * (b + c) + d;
+    }
   }
 }
 
