@@ -325,16 +325,19 @@ inline void wino_forward_part(int64_t N, int64_t C, int64_t H, int64_t W, int64_
 inline Wino wino_dw_dims(int64_t N, int64_t C, int64_t O, int64_t OH, int64_t OW) {
   Wino w = wino_dims(N, C, O, OH, OW);
   w.Tb = std::max<int64_t>(NR, (int64_t)MPSC_FAST_WINO_DW_BLOCK_FLOATS / (16 * (C + O)) / NR * NR);
-  w.Tb = std::min(w.Tb, round_up(std::max<int64_t>(w.T, 1), NR));
+  w.Tb = std::min(std::min(w.Tb, KC / NR * NR), round_up(std::max<int64_t>(w.T, 1), NR));  // one K block per GEMM
   w.Tbs = w.Tb + 16;
   w.blocks = (w.T + w.Tb - 1) / w.Tb;
   return w;
 }
 
+/** floats of one xi's packed D: MR-row panels of O rows, up to Tb tiles */
+inline int64_t wino_dpanel_floats(const Wino& w, int64_t O) { return round_up(round_up(O, MR) * w.Tb, 16) + 16; }
+
 /** floats of one part's grad-weight scratch: V, D, packed A and B blocks, input rows */
 inline int64_t wino_dw_floats(int64_t N, int64_t C, int64_t O, int64_t OH, int64_t OW) {
   const Wino w = wino_dw_dims(N, C, O, OH, OW);
-  return round_up(16 * wino_xs(w, C) + 16, 16) + round_up(16 * wino_xs(w, O) + 16, 16) + packed_a_floats(O, w.Tb) +
+  return round_up(16 * wino_xs(w, C) + 16, 16) + 16 * wino_dpanel_floats(w, O) + 
          packed_b_floats(C, w.Tb) + round_up(2 * w.rowlen * (2 * w.th + 3), 16);
 }
 
@@ -342,13 +345,16 @@ inline int64_t wino_dw_floats(int64_t N, int64_t C, int64_t O, int64_t OH, int64
 inline int64_t wino_dw_chunk_floats(int64_t C, int64_t O) { return round_up(16 * O * C, 16); }
 
 /**
- * D[xi][o][tloc] = (A dy A^T)[xi] for the tiles [t0, t1) and every output channel (dy [N][O][OH][OW]).
- * 8 tiles of a tile row at a time: their 16 columns of the two dy rows, loaded straight from dy and
- * split into even / odd columns (through a zero-padded copy only at the row's end, or a zero row past OH).
+ * D[xi] = (A dy A^T)[xi] for the tiles [t0, t1) and every output channel (dy [N][O][OH][OW]), written
+ * as the GEMMs' packed A operand: D + xi * wino_dpanel_floats, MR-row panels of nt = t1 - t0 tiles
+ * (row o of the panel at [tile][o % MR]; rows past O hold copies, their products are dropped). 8 tiles of a tile row at a time: their 16
+ * columns of the two dy rows, loaded straight from dy and split into even / odd columns (through a
+ * zero-padded copy only at the row's end, or a zero row past OH), for the panel's channels into
+ * a staging block in L1, then 8 x 8 transposes put each tile's MR values together.
  */
 inline void wino_dy(const float* dy, int64_t O, int64_t OH, int64_t OW, const Wino& w, int64_t t0, int64_t t1,
                     float* D) {
-  const int64_t xs = wino_xs(w, O);  // D stride between xi
+  const int64_t nt = t1 - t0, xs = wino_dpanel_floats(w, O);
   auto cols = [&](const float* row, int64_t k, v8f& e, v8f& od) {
     const int64_t c0 = 2 * k;
     v8f lo, hi;
@@ -368,24 +374,42 @@ inline void wino_dy(const float* dy, int64_t O, int64_t OH, int64_t OW, const Wi
     e = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14);
     od = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15);
   };
+  alignas(64) float stage[16][8][8];  // [xi][row of the panel][tile]
   wino_runs(w, t0, t1, [&](int64_t n, int64_t ty, int64_t tx0, int64_t tx1, int64_t tloc) {
     const int64_t oy = 2 * ty;
-    for (int64_t o = 0; o < O; ++o) {
-      const float* r0 = dy + ((n * O + o) * OH + oy) * OW;
-      const float* r1 = oy + 1 < OH ? r0 + OW : nullptr;
+    for (int64_t o0 = 0; o0 < O; o0 += MR) {
+      const int64_t mr = std::min(MR, O - o0);
+      float* panel = D + o0 * nt;  // panel o0 / MR: nt tiles of MR floats
       for (int64_t k = tx0; k < tx1; k += 8) {
-        // the tile [[a, b], [c, d]] of 8 tiles: A [[a, b], [c, d]] = rows (a, b), (a+c, b+d), (a-c, b-d), (-c, -d),
-        // and each row (p, q) times A^T = (p, p + q, p - q, -q)
-        v8f a, b, c, d;
-        cols(r0, k, a, b);
-        cols(r1, k, c, d);
-        const v8f p[4] = {a, a + c, a - c, -c}, q[4] = {b, b + d, b - d, -d};
-        float* dst = D + o * w.Tbs + tloc + (k - tx0);
-        for (int i = 0; i < 4; ++i) {
-          store8(dst + (i * 4 + 0) * xs, p[i]);
-          store8(dst + (i * 4 + 1) * xs, p[i] + q[i]);
-          store8(dst + (i * 4 + 2) * xs, p[i] - q[i]);
-          store8(dst + (i * 4 + 3) * xs, -q[i]);
+        for (int64_t r = 0; r < mr; ++r) {
+          // the tile [[a, b], [c, d]] of 8 tiles: A [[a, b], [c, d]] = rows (a, b), (a+c, b+d), (a-c, b-d),
+          // (-c, -d), and each row (p, q) times A^T = (p, p + q, p - q, -q)
+          const float* r0 = dy + ((n * O + o0 + r) * OH + oy) * OW;
+          v8f a, b, c, d;
+          cols(r0, k, a, b);
+          cols(oy + 1 < OH ? r0 + OW : nullptr, k, c, d);
+          const v8f p[4] = {a, a + c, a - c, -c}, q[4] = {b, b + d, b - d, -d};
+          for (int i = 0; i < 4; ++i) {
+            store8(stage[i * 4 + 0][r], p[i]);
+            store8(stage[i * 4 + 1][r], p[i] + q[i]);
+            store8(stage[i * 4 + 2][r], p[i] - q[i]);
+            store8(stage[i * 4 + 3][r], -q[i]);
+          }
+        }
+        // 8 x 8 transposes: each tile's mr values together (rows past O copy row 0: the GEMM drops them)
+        const int64_t cnt = std::min<int64_t>(8, tx1 - k);
+        float* dst = panel + (tloc + (k - tx0)) * MR;
+        for (int xi = 0; xi < 16; ++xi) {
+          v8f blk[8];
+#pragma GCC unroll 8
+          for (int r = 0; r < 8; ++r) blk[r] = load8(stage[xi][r < mr ? r : 0]);
+          transpose8x8(blk);
+          if (MR == 8 && cnt == 8) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j) store8(dst + xi * xs + j * 8, blk[j]);
+          } else {
+            for (int64_t j = 0; j < cnt; ++j) memcpy(dst + xi * xs + j * MR, &blk[j], (size_t)MR * sizeof(float));
+          }
         }
       }
     }
@@ -402,8 +426,7 @@ inline void wino_dw_chunk(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
   const Wino w = wino_dw_dims(N, C, O, OH, OW);
   float* V = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
   float* D = V + round_up(16 * wino_xs(w, C) + 16, 16);
-  float* Ap = D + round_up(16 * wino_xs(w, O) + 16, 16);
-  float* Bp = Ap + packed_a_floats(O, w.Tb);
+  float* Bp = D + 16 * wino_dpanel_floats(w, O);
   float* rows = Bp + packed_b_floats(C, w.Tb);
   const int64_t per_img = w.th * w.tw, ta = n0 * per_img, tb = n1 * per_img;
   if (tb <= ta) {
@@ -415,13 +438,13 @@ inline void wino_dw_chunk(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
     wino_input(x, C, H, W, ph, pw, w, t0, t1, V, rows);
     wino_dy(dy, O, OH, OW, w, t0, t1, D);
     for (int xi = 0; xi < 16; ++xi) {
-      const float* Dx = D + xi * wino_xs(w, O);
+      const float* Dx = D + xi * wino_dpanel_floats(w, O);
       const float* Vx = V + xi * wino_xs(w, C);
       gemm_driver(
           0, O, 0, C, nt, NC, 1.0f, t0 == ta ? 0.0f : 1.0f, Mw + xi * O * C, C, Epilogue{},
           [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
-            pack_a(false, Dx, w.Tbs, ic, mc, pc, kc, Ap);
-            return (const float*)Ap;
+            (void)mc, (void)pc;  // one K block (nt <= Tb <= KC): D is packed whole
+            return Dx + ic * kc;
           },
           [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
             pack_b(true, Vx, w.Tbs, pc, kc, jc, nc, Bp);
