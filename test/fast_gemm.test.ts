@@ -31,6 +31,8 @@ interface DriverRun {
   wino: [number, number];
   /** the same for the grad-weight, and the seed layer's batch chunks (b32) */
   winoDw: [number, number, number];
+  /** the conv cases whose grad-weight took winograd.h */
+  winoDwCases: string[];
 }
 
 function runDriver(tag: string, flags: string[]): DriverRun {
@@ -47,7 +49,10 @@ function runDriver(tag: string, flags: string[]): DriverRun {
   let dwChunks = -1;
   let wino: [number, number] = [-1, -1];
   let winoDw: [number, number, number] = [-1, -1, -1];
+  const winoDwCases: string[] = [];
   for (const line of out.split('\n')) {
+    const wc = /^WINODWCASE (\S+)$/.exec(line);
+    if (wc) winoDwCases.push(wc[1]);
     const wd = /^WINODW ([01]) ([01]) (\d+)$/.exec(line);
     if (wd) winoDw = [Number(wd[1]), Number(wd[2]), Number(wd[3])];
     const w = /^WINO ([01]) ([01])$/.exec(line);
@@ -59,7 +64,7 @@ function runDriver(tag: string, flags: string[]): DriverRun {
     const d = /^DONE (\d+)$/.exec(line);
     if (d) count = Number(d[1]);
   }
-  return { cases: found, declared: count, dwChunks, wino, winoDw };
+  return { cases: found, declared: count, dwChunks, wino, winoDw, winoDwCases };
 }
 
 // the kernel of this machine's widest vectors (AVX-512 here: 16 lanes), and the 8-lane kernel
@@ -70,12 +75,13 @@ function runDriver(tag: string, flags: string[]): DriverRun {
 let dwChunks = -1;
 let wino: [number, number] = [-1, -1];
 let winoDw: [number, number, number] = [-1, -1, -1];
-const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1], winoDw: [-1, -1, -1] };
+let winoDwCases: string[] = [];
+const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1], winoDw: [-1, -1, -1], winoDwCases: [] };
 let narrow = none;
 let noWino = none;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'mpsc-fast-gemm-'));
-  ({ cases, declared, dwChunks, wino, winoDw } = runDriver('native', []));
+  ({ cases, declared, dwChunks, wino, winoDw, winoDwCases } = runDriver('native', []));
   narrow = runDriver('vw8', ['-DMPSC_FAST_VW=8', '-DMPSC_FAST_CONV_DW_CHUNKS=3']);
   noWino = runDriver('nowino', ['-DMPSC_FAST_WINOGRAD=0']);
 });
@@ -141,8 +147,12 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(winoDw).toEqual([1, 0, 8]);
     expect(narrow.winoDw).toEqual([1, 0, 3]);
     expect(noWino.winoDw).toEqual([0, 0, 8]);
-    for (const label of ['wino_odd_', 'wino_pad0_', 'wino_pad2_', 'wino_blocks_', 'wino_seed_', 'wino_dw_span_', 'wino_dw_odd_', 'wino_dw_n1_'])
-      expect(cases.some((c) => c.kind === 'conv_grad_weight' && c.name.startsWith(label))).toBe(true);
+    // the shapes with 32 or more tiles per batch chunk; the others stay on the wide path
+    expect(winoDwCases).toEqual(['wino_blocks', 'wino_seed', 'wino_dw_span', 'wino_dw_odd', 'wino_dw_n1']);
+    expect(narrow.winoDwCases).toEqual(['wino_blocks', 'wino_seed', 'wino_dw_span', 'wino_dw_odd', 'wino_dw_n1']);
+    expect(noWino.winoDwCases).toEqual([]);
+    for (const label of winoDwCases)
+      expect(cases.some((c) => c.kind === 'conv_grad_weight' && c.name.startsWith(`${label}_`))).toBe(true);
   });
 
   it('grad-weight in batch chunks (two phases, partial sums in a shared block): 8 chunks, and 3 in the narrow build', () => {

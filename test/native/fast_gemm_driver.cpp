@@ -159,6 +159,7 @@ struct Ref {
 static void check_conv(const char* label, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW,
                        int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups) {
   const Conv2dShape s = conv2d_shape(N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups);
+  if (detail::wino_grad_weight_ok(s)) printf("WINODWCASE %s\n", label);
   const size_t nx = (size_t)(N * C * H * W), nw = (size_t)(O * (C / groups) * KH * KW), ny = (size_t)(N * O * s.OH * s.OW);
   std::vector<float> x = rnd(nx), w = rnd(nw), bias = rnd((size_t)O), dy = rnd(ny);
   Ref r(s);
@@ -287,10 +288,11 @@ int main() {
   check_conv("wino_pad2", 2, 64, 7, 6, 96, 3, 3, 1, 1, 2, 2, 1, 1, 1);
   check_conv("wino_blocks", 5, 64, 30, 29, 80, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   check_conv("wino_seed", 2, 64, 16, 16, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1);
-  // grad-weight by F(2x2, 3x3): batch chunks of 1-2 small images (9 tiles each, so a block of
-  // tiles spans images), odd O and C (a partial micro-panel), one image (one chunk)
-  check_conv("wino_dw_span", 10, 64, 5, 6, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1);
-  check_conv("wino_dw_odd", 3, 67, 12, 7, 77, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  // grad-weight by F(2x2, 3x3) (wino_odd, _pad0, _pad2 have under 32 tiles per batch chunk: wide
+  // path): batch chunks of 4 small images (9 tiles each, so a block of tiles spans images), odd O
+  // and C (a partial micro-panel), one image (one chunk)
+  check_conv("wino_dw_span", 32, 64, 5, 6, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("wino_dw_odd", 3, 67, 20, 7, 77, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   check_conv("wino_dw_n1", 1, 64, 11, 13, 64, 3, 3, 1, 1, 0, 2, 1, 1, 1);
   printf("WINO %d %d\n", (int)detail::wino_conv_ok(conv2d_shape(2, 64, 16, 16, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
          (int)detail::wino_conv_ok(conv2d_shape(4, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1)));
