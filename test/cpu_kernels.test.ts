@@ -348,6 +348,19 @@ function fusedCases(): Case[] {
     { label: 'conv_relu_winograd', op: 'conv2d', inputs: [{ shape: [1, 64, 10, 10] }, { shape: [64, 64, 3, 3] }, { shape: [64] }], outShapes: [[1, 64, 10, 10]], attrs: conv(3) },
     { label: 'gap_relu_in', op: 'global_avgpool', inputs: [{ shape: [2, 3, 5, 4] }], outShapes: [[2, 3, 1, 1]], attrs: { relu_in: true } },
     { label: 'gap_g_relu', op: 'global_avgpool_grad', inputs: [{ shape: [2, 3, 1, 1] }, { shape: [2, 3, 5, 4] }], outShapes: [[2, 3, 5, 4]], attrs: { x_shape: [2, 3, 5, 4], relu_grad: true } },
+    // conv2d_grad_input with the relu-grad in its store (mask = last input): Winograd, wide, im2col (stride 2, groups)
+    ...([
+      ['convgi_relu_wino', [2, 64, 13, 9], [70, 64, 3, 3], [1, 1], [1, 1], 1],
+      ['convgi_relu_wide', [2, 10, 11, 12], [7, 10, 3, 3], [1, 1], [1, 1], 1],
+      ['convgi_relu_im2col', [2, 6, 9, 8], [4, 3, 3, 3], [2, 2], [1, 0], 2],
+    ] as [string, number[], number[], number[], number[], number][]).map(([label, xs, ws, stride, padding, groups]): Case => {
+      const [N, , H, W] = xs;
+      const ys = [N, ws[0], Math.floor((H + 2 * padding[0] - 3) / stride[0]) + 1, Math.floor((W + 2 * padding[1] - 3) / stride[1]) + 1];
+      return {
+        label, op: 'conv2d_grad_input', inputs: [{ shape: ys }, { shape: ws }, { shape: xs }], outShapes: [xs],
+        attrs: { stride, padding, dilation: [1, 1], groups, x_shape: xs, relu_grad: true },
+      };
+    }),
     { label: 'maxpool_g_relu', op: 'maxpool2d_grad', inputs: [{ shape: [2, 3, 7, 5] }, { shape: [2, 3, 15, 11] }, { shape: [2, 3, 15, 11], same: 1 }], outShapes: [[2, 3, 15, 11]], attrs: { kernel: [2, 2], stride: [2, 2], padding: [0, 0], relu_grad: true } },
   ];
 }

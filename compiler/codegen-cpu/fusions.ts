@@ -7,8 +7,9 @@
  *    formula on each finished tile row, so the same bits as the separate pass); that applies
  *    where nothing else reads the pre-activation (the eval program: the train step's
  *    unary_grad reads it);
- *  - relu-grad folded into global_avgpool_grad, and into the 2x2 / stride-2 maxpool2d_grad
- *    (mk::maxpool2x2_grad_row<..., true>, which may run in place over the pool input);
+ *  - relu-grad folded into global_avgpool_grad, into the 2x2 / stride-2 maxpool2d_grad
+ *    (mk::maxpool2x2_grad_row<..., true>, which may run in place over the pool input), and into
+ *    conv2d_grad_input's store (conv.h mask_store: the select of the separate pass);
  *  - relu folded into the global_avgpool that reads it.
  * The kernels read the fusion attrs from the node (kernels/gemm.ts, conv.ts, pool.ts).
  */
@@ -20,6 +21,6 @@ export const CPU_FUSIONS: FusionCaps = {
     ops: ['linear', 'conv2d'], fns: ['relu'], gradReaders: true,
     opFns: { linear: (Object.keys(UNARY_FNS_TABLE) as UnaryFn[]).filter((f) => f !== 'relu') },
   },
-  poolGradRelu: { globalAvgpool: true, maxpool2x2: true },
+  poolGradRelu: { globalAvgpool: true, maxpool2x2: true, convGradInput: true },
   reluIntoGlobalAvgpool: true,
 };

@@ -4,7 +4,8 @@
  * "wide"-row implicit GEMM, or im2col generated straight into packed GEMM panels), one part per
  * pool thread with its own scratch block (mk::run_parts, reserved once and reused), bias and
  * (when compiler/ir/fuse.ts folded the following relu in: attr `epilogue`) relu in the
- * forward GEMM's epilogue; grad-weight in batch chunks added in a second phase
+ * forward GEMM's epilogue, a folded relu-grad (attr `relu_grad`, the mask as the last input) in
+ * grad-input's store; grad-weight in batch chunks added in a second phase
  * (mk::conv_grad_weight). Results are the same bits for any thread count.
  */
 import { windowOut } from '../../ir/shapes.js';
@@ -52,15 +53,19 @@ export const conv2d: KernelEmitter = (k) => {
 const GRAD_INPUT = tpl(`  const float* dy = {{dy}};
   const float* w = {{w}};
   float* dx = {{dx}};
+  const float* mask = {{mask}};
 ${SHAPE}  mk::run_parts(ctx, mpsc_fast::conv2d_scratch_bytes(s, mpsc_fast::CONV_GRAD_INPUT), [&](int part, int nparts, void* ws) {
-    mpsc_fast::conv2d_grad_input_part(s, dy, w, dx, part, nparts, ws);
+    mpsc_fast::conv2d_grad_input_part(s, dy, w, dx, part, nparts, ws, mask);
   });
 `);
 
 export const conv2d_grad_input: KernelEmitter = (k) => {
   const g = geometry(k, k.shape('x_shape'), k.inShape(1));
   if (k.str('epilogue', '') !== '') k.fail('the CPU conv2d_grad_input takes no epilogue (fusions.ts)');
-  return GRAD_INPUT({ ...g, dy: k.inPtr(0), w: k.inPtr(1), dx: k.outPtr(0) });
+  // relu_grad (compiler/ir/fuse.ts rule 2): the mask is the last input, applied in the store
+  const relu = k.bool('relu_grad', false);
+  if (relu !== k.hasInput(2)) k.fail('relu_grad and the mask input go together');
+  return GRAD_INPUT({ ...g, dy: k.inPtr(0), w: k.inPtr(1), dx: k.outPtr(0), mask: relu ? k.inPtr(2) : 'nullptr' });
 };
 
 const GRAD_WEIGHT = tpl(`  const float* dy = {{dy}};

@@ -430,7 +430,7 @@ inline int64_t wide_forward_floats(const Conv2dShape& s, bool flipped) {
  * transposed: w_this[g*Og + o][c][kh][kw] = w[g*Cg + c][o][KH-1-kh][KW-1-kw].
  */
 inline void wide_forward_part(const Conv2dShape& s, const float* x, const float* w, bool flipped, const float* bias,
-                              bool relu, float* y, int part, int nparts, void* scratch) {
+                              bool relu, float* y, int part, int nparts, void* scratch, const float* mask = nullptr) {
   const ConvDims d = conv_dims(s);
   const Wide wd = wide_dims(s);
   const int64_t cols_max = wd.rows * wd.Wp, plane = wide_plane(wd, wd.rows), KK = s.KH * s.KW;
@@ -471,9 +471,12 @@ inline void wide_forward_part(const Conv2dShape& s, const float* x, const float*
           return (const float*)Bp;
         });
     float* yg = y + (n * s.O + g * d.Og) * d.P + oh0 * s.OW;
+    const float* mg = mask ? mask + (yg - y) : nullptr;
     for (int64_t o = 0; o < d.Og; ++o)
-      for (int64_t q = 0; q < r; ++q)
-        memcpy(yg + o * d.P + q * s.OW, Ct + o * cols + q * wd.Wp, (size_t)s.OW * sizeof(float));
+      for (int64_t q = 0; q < r; ++q) {
+        if (mg) mask_store(yg + o * d.P + q * s.OW, Ct + o * cols + q * wd.Wp, mg + o * d.P + q * s.OW, s.OW);
+        else memcpy(yg + o * d.P + q * s.OW, Ct + o * cols + q * wd.Wp, (size_t)s.OW * sizeof(float));
+      }
   }
 }
 
@@ -849,7 +852,7 @@ namespace detail {
 
 /** dx = d(conv2d)/dx applied to dy through im2col chunks and col2im, share `part` of nparts. dx fully written. */
 inline void im2col_grad_input_part(const Conv2dShape& s, const float* dy, const float* w, float* dx, int part,
-                                   int nparts, void* scratch) {
+                                   int nparts, void* scratch, const float* mask = nullptr) {
   const ConvDims d = conv_dims(s);
   const int64_t cols = std::min(NC, chunk_cols(d.Kd, d.P));
   float* Apre = align64(scratch);
@@ -881,6 +884,7 @@ inline void im2col_grad_input_part(const Conv2dShape& s, const float* dy, const 
           });
       if (!d.direct) col2im(s, col, d.Kd, j0, j1, dxg);
     }
+    if (mask) mask_store(dxg, dxg, mask + (dxg - dx), d.Cg * d.HW);  // after col2im's scatter-adds
   }
 }
 
@@ -890,17 +894,19 @@ inline void im2col_grad_input_part(const Conv2dShape& s, const float* dy, const 
  * dx = d(conv2d)/dx applied to dy, share `part` of nparts. dx is fully written (not read).
  * Stride 1 with padding <= (K-1)*dilation: the forward convolution of dy with the flipped,
  * transposed weights (wide path); otherwise im2col GEMM chunks scattered back with col2im.
+ * With `mask` (x's shape, not overlapping dx): dx = mask > 0 ? dx : 0 as it is stored (a
+ * relu-grad folded in: the select of unary_grad relu, so the separate pass's bits).
  */
 inline void conv2d_grad_input_part(const Conv2dShape& s, const float* dy, const float* w, float* dx, int part,
-                                   int nparts, void* scratch) {
+                                   int nparts, void* scratch, const float* mask = nullptr) {
   if (detail::wide_grad_input_ok(s) && s.N > 0 && s.O / s.groups > 0 && s.C > 0) {
     const Conv2dShape t = detail::grad_input_as_forward(s);
     if (detail::wino_conv_ok(t))
       return detail::wino_forward_part(t.N, t.C, t.H, t.W, t.O, t.ph, t.pw, t.OH, t.OW, dy, w, true, nullptr, false, dx,
-                                       part, nparts, scratch);
-    return detail::wide_forward_part(t, dy, w, true, nullptr, false, dx, part, nparts, scratch);
+                                       part, nparts, scratch, mask);
+    return detail::wide_forward_part(t, dy, w, true, nullptr, false, dx, part, nparts, scratch, mask);
   }
-  detail::im2col_grad_input_part(s, dy, w, dx, part, nparts, scratch);
+  detail::im2col_grad_input_part(s, dy, w, dx, part, nparts, scratch, mask);
 }
 
 namespace detail {

@@ -127,6 +127,17 @@ static inline v8f relu8(v8f v) {
   return v > z ? v : z;  // lane-wise select (GCC and clang vector extensions)
 }
 
+/**
+ * dst[i] = mask[i] > 0 ? src[i] : 0 for i < n (a relu-grad folded into a store; dst may be src):
+ * the select of unary_grad relu, so the same bits as the separate pass
+ */
+inline void mask_store(float* dst, const float* src, const float* mask, int64_t n) {
+  const v8f z = splat8(0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store8(dst + i, load8(mask + i) > z ? load8(src + i) : z);
+  for (; i < n; ++i) dst[i] = mask[i] > 0.0f ? src[i] : 0.0f;
+}
+
 /** stores the first n (<= 16) floats of the 16 in (a, b) at dst */
 static inline void store_n(float* dst, v8f a, v8f b, int64_t n) {
   if (n == 16) {
@@ -222,10 +233,10 @@ inline void wino_input(const float* x, int64_t C, int64_t H, int64_t W, int64_t 
 
 /**
  * y tiles of [t0, t1) = A^T M A (+ bias[o], relu) from M[xi][o][tloc]; y is [N][O][OH][OW] and
- * the last tile row / column is cut to OH / OW.
+ * the last tile row / column is cut to OH / OW. With `mask` (y's shape): y = mask > 0 ? value : 0.
  */
 inline void wino_output(const float* M, int64_t O, int64_t OH, int64_t OW, const Wino& w, int64_t t0, int64_t t1,
-                        const float* bias, bool relu, float* y) {
+                        const float* bias, bool relu, float* y, const float* mask = nullptr) {
   const int64_t xs = wino_xs(w, O);  // M stride between xi
   wino_runs(w, t0, t1, [&](int64_t n, int64_t ty, int64_t tx0, int64_t tx1, int64_t tloc) {
     const int64_t oy = 2 * ty;
@@ -251,8 +262,32 @@ inline void wino_output(const float* M, int64_t O, int64_t OH, int64_t OW, const
         if (relu)
           for (auto& v : r) v = relu8(v);
         const int64_t ox = 2 * k, cnt = std::min<int64_t>(2 * std::min<int64_t>(8, tx1 - k), OW - ox);
+        if (mask && cnt == 16) {  // 8 whole tiles: the select on the vectors
+          const float* mo = mask + (yo - y) + ox;
+          const v8f z = splat8(0.0f);
+          r[0] = load8(mo) > z ? r[0] : z;
+          r[1] = load8(mo + 8) > z ? r[1] : z;
+          if (oy + 1 < OH) {
+            r[2] = load8(mo + OW) > z ? r[2] : z;
+            r[3] = load8(mo + OW + 8) > z ? r[3] : z;
+          }
+        } else if (mask) {
+          // the tile row's two output rows through a 16-float buffer each, then the masked store
+          alignas(32) float t[16];
+          const float* mo = mask + (yo - y);
+          store8(t, r[0]);
+          store8(t + 8, r[1]);
+          mask_store(yo + ox, t, mo + ox, cnt);
+          if (oy + 1 < OH) {
+            store8(t, r[2]);
+            store8(t + 8, r[3]);
+            mask_store(yo + OW + ox, t, mo + OW + ox, cnt);
+          }
+          continue;
+        }
         store_n(yo + ox, r[0], r[1], cnt);
-        if (oy + 1 < OH) store_n(yo + OW + ox, r[2], r[3], cnt);      }
+        if (oy + 1 < OH) store_n(yo + OW + ox, r[2], r[3], cnt);
+      }
     }
   });
 }
@@ -263,7 +298,8 @@ inline void wino_output(const float* M, int64_t O, int64_t OH, int64_t OW, const
  */
 inline void wino_forward_part(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t ph, int64_t pw,
                               int64_t OH, int64_t OW, const float* x, const float* wt, bool flipped,
-                              const float* bias, bool relu, float* y, int part, int nparts, void* scratch) {
+                              const float* bias, bool relu, float* y, int part, int nparts, void* scratch,
+                              const float* mask = nullptr) {
   const Wino w = wino_dims(N, C, O, OH, OW);
   int64_t b0, b1;
   if (nparts < 1) nparts = 1;
@@ -301,7 +337,7 @@ inline void wino_forward_part(int64_t N, int64_t C, int64_t H, int64_t W, int64_
             return (const float*)Bp;
           });
     }
-    wino_output(M, O, OH, OW, w, t0, t1, bias, relu, y);
+    wino_output(M, O, OH, OW, w, t0, t1, bias, relu, y, mask);
   }
 }
 
