@@ -113,6 +113,12 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(g.length).toBeGreaterThanOrEqual(4 * 11 + 4 * 7 + 2);
     for (const t of ['NN', 'NT', 'TN', 'TT']) expect(g.some((c) => c.name.startsWith(`${t}_1x1x1`))).toBe(true);
     expect(bad('sgemm')).toEqual([]);
+    // sgemm_part (any parts) bit-equal to the direct blocked product; narrow outputs ("_swap": computed as
+    // C^T = op(B)^T op(A)^T) among them: at least the 5 narrow workload-like shapes in both vector widths
+    const swapped = (r: Case[]) => r.filter((c) => c.kind === 'sgemm_direct' && c.name.endsWith('_swap'));
+    expect(swapped(cases).length).toBeGreaterThanOrEqual(5);
+    expect(swapped(narrow.cases).length).toBeGreaterThanOrEqual(5);
+    expect(bad('sgemm_direct')).toEqual([]);
   });
 
   it('conv2d forward (plain and fused bias+relu)', () => {

@@ -127,6 +127,18 @@ static void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   snprintf(name, sizeof name, "%s%s_%lldx%lldx%lld_a%g_b%g_epi%d%s_pad%d", ta ? "T" : "N", tb ? "T" : "N",
            (long long)M, (long long)N, (long long)K, alpha, beta, epi_kind, relu ? "relu" : "", pad);
   report("sgemm", name, err, same);
+  // the direct blocked product (gemm_block on all of C) gives sgemm_part's bits; "_swap" in the name: a
+  // shape sgemm_part computes as the transposed product (detail::swap_pays, which depends on MR / NR)
+  if (beta == 0.0f && K > 0 && alpha != 0.0f) {
+    std::vector<float> C = C0;
+    std::vector<float> ws((size_t)(detail::packed_a_floats(M, K) + detail::packed_b_floats(N, K)));
+    detail::gemm_block(ta, tb, 0, M, 0, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, e, ws.data());
+    bool same_direct = true;
+    for (int64_t i = 0; i < M; ++i)
+      if (memcmp(&C[i * ldc], &first[i * N], N * 4) != 0) same_direct = false;
+    if (detail::swap_pays(M, N)) strncat(name, "_swap", sizeof name - strlen(name) - 1);
+    report("sgemm_direct", name, err, same_direct);
+  }
 }
 
 // ---------------------------------------------------------------- conv (naive double references)
@@ -252,6 +264,12 @@ int main() {
   // workload-like shapes
   check_gemm(false, true, 64, 128, 3136, 1.0f, 0.0f, BIAS_COL, true, 0);
   check_gemm(true, false, 256, 784, 64, 1.0f, 0.0f, BIAS_NONE, false, 0);
+  // narrow outputs (N < one micro-tile: the transposed product), e.g. the MLP's 256 -> 10 classifier
+  check_gemm(false, true, 256, 10, 256, 1.0f, 0.0f, BIAS_COL, false, 0);
+  check_gemm(false, true, 157, 10, 300, 1.0f, 0.0f, BIAS_COL, true, 1);
+  check_gemm(true, false, 61, 7, 33, -0.5f, 0.0f, BIAS_ROW, true, 2);
+  check_gemm(true, true, 203, 17, 5, 1.0f, 0.0f, BIAS_NONE, false, 0);
+  check_gemm(false, false, 1000, 3, 600, 1.0f, 0.0f, BIAS_COL, false, 0);
 
   // conv2d: N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups
   check_conv("basic", 2, 3, 8, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1);

@@ -20,6 +20,11 @@
  * its own workspace. Every element of C is computed by the same sequence of operations
  * whatever nparts is, so results are bitwise identical for any thread count.
  *
+ * Narrow outputs: with beta == 0, no a_sums and N below one micro-tile (detail::swap_pays), a part
+ * computes its share of C^T = op(B)^T op(A)^T into its workspace and copies it back transposed
+ * (a 256 x 10 product: 8 tiles of 32 columns instead of 32 tiles three-quarters padding). Each
+ * element is the same fused multiply-add chain with its factors swapped: the same bits.
+ *
  * Workspace: sgemm_workspace_bytes(M, N, K) bytes per concurrently running part, 64-byte
  * aligned (pass it as ws). Pass ws = nullptr to use a thread_local buffer that grows once
  * and is then reused (no allocation per call in steady state).
@@ -484,12 +489,59 @@ inline const float* packed_a_block(const float* all, int64_t K, int64_t ic, int6
   return all + ic * K + round_up(mc, MR) * pc;
 }
 
+/** one part's share of C (M x N) and of a_sums' columns (see sgemm_part) */
+struct PartRange {
+  int64_t m0, m1, n0, n1, s0, s1;
+};
+/**
+ * split one axis into nparts contiguous micro-tile ranges. Every part packs all of the other
+ * operand, so when both axes have a tile per part, split N (every part packs A, M x K) when
+ * M <= N and M otherwise; else the axis with more tiles.
+ * s0, s1: the part sums the columns [s0, s1) of A: its own rows of C when M is split, an equal share
+ * of all M otherwise (every part packs all of A then); every part has a share, even one without tiles
+ */
+inline PartRange part_range(int64_t M, int64_t N, int part, int nparts) {
+  PartRange r{0, M, 0, N, 0, M};
+  if (nparts <= 1) return r;
+  const int64_t mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
+  const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
+  if (split_n) {
+    r.n0 = std::min(N, nt * part / nparts * NR);
+    r.n1 = std::min(N, nt * (part + 1) / nparts * NR);
+    r.s0 = M * part / nparts;
+    r.s1 = M * (part + 1) / nparts;
+  } else {
+    r.m0 = std::min(M, mt * part / nparts * MR);
+    r.m1 = std::min(M, mt * (part + 1) / nparts * MR);
+    r.s0 = r.m0;
+    r.s1 = std::max(r.m0, r.m1);
+  }
+  return r;
+}
+
+/**
+ * whether C = op(A) op(B) (M x N) is cheaper as the transposed product C^T = op(B)^T op(A)^T (N x M):
+ * N narrower than one micro-tile (NR columns, most of every tile padding, e.g. a 256 x 10 classifier
+ * output) and at least a quarter fewer MR x NR micro-tiles that way. Shapes only, so the choice is the
+ * same for every part and thread count.
+ */
+inline bool swap_pays(int64_t M, int64_t N) {
+  if (N >= NR) return false;
+  const int64_t direct = (M + MR - 1) / MR;  // one column of tiles
+  const int64_t swapped = ((N + MR - 1) / MR) * ((M + NR - 1) / NR);
+  return swapped * 4 <= direct * 3;
+}
+
 }  // namespace detail
 
 /** bytes of workspace one part needs (64-byte aligned), for any part / nparts of this shape */
 inline size_t sgemm_workspace_bytes(int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
-  return (size_t)(detail::packed_a_floats(M, K) + detail::packed_b_floats(N, K)) * sizeof(float);
+  int64_t floats = detail::packed_a_floats(M, K) + detail::packed_b_floats(N, K);
+  // the transposed product (see detail::swap_pays) packs the other way round and keeps C^T after the packing
+  if (detail::swap_pays(M, N))
+    floats = std::max(floats, detail::packed_a_floats(N, K) + detail::packed_b_floats(M, K) + detail::round_up(M * N, 16));
+  return (size_t)floats * sizeof(float);
 }
 
 /**
@@ -507,29 +559,26 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
   if (M <= 0 || N <= 0) return;
   if (nparts < 1) nparts = 1;
   const Epilogue e = epi ? *epi : Epilogue{};
-  // split one axis into nparts contiguous micro-tile ranges. Every part packs all of the other
-  // operand, so when both axes have a tile per part, split N (every part packs A, M x K) when
-  // M <= N and M otherwise; else the axis with more tiles
-  const int64_t mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
-  int64_t m0 = 0, m1 = M, n0 = 0, n1 = N;
-  // a_sums: this part sums the columns [s0, s1) of A: its own rows of C when M is split, an equal share
-  // of all M otherwise (every part packs all of A then); every part has a share, even one without tiles
-  int64_t s0 = 0, s1 = M;
-  if (nparts > 1) {
-    const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
-    if (split_n) {
-      n0 = std::min(N, nt * part / nparts * NR);
-      n1 = std::min(N, nt * (part + 1) / nparts * NR);
-      s0 = M * part / nparts;
-      s1 = M * (part + 1) / nparts;
-    } else {
-      m0 = std::min(M, mt * part / nparts * MR);
-      m1 = std::min(M, mt * (part + 1) / nparts * MR);
-      s0 = m0;
-      s1 = std::max(m0, m1);
-    }
-  }
   double* sums = a_sums && transA ? a_sums : nullptr;
+  if (beta == 0.0f && !sums && K > 0 && alpha != 0.0f && detail::swap_pays(M, N)) {
+    // C^T = op(B)^T op(A)^T into the workspace (N x M), then this part's rectangle copied back transposed.
+    // Every element is the same fused multiply-add chain over p (the products' factors swap places), the
+    // same bias, relu and post: the bits of the direct product
+    const detail::PartRange r = detail::part_range(N, M, part, nparts);
+    if (r.m0 >= r.m1 || r.n0 >= r.n1) return;
+    float* w = ws ? static_cast<float*>(ws)
+                  : detail::thread_workspace((int64_t)(sgemm_workspace_bytes(M, N, K) / sizeof(float)));
+    float* T = w + detail::packed_a_floats(N, K) + detail::packed_b_floats(M, K);
+    Epilogue et = e;
+    if (e.bias_kind == BIAS_ROW) et.bias_kind = BIAS_COL;
+    else if (e.bias_kind == BIAS_COL) et.bias_kind = BIAS_ROW;
+    detail::gemm_block(!transB, !transA, r.m0, r.m1, r.n0, r.n1, K, alpha, B, ldb, A, lda, 0.0f, T, M, et, w);
+    for (int64_t i = r.n0; i < r.n1; ++i)
+      for (int64_t j = r.m0; j < r.m1; ++j) C[i * ldc + j] = T[j * M + i];
+    return;
+  }
+  const detail::PartRange r = detail::part_range(M, N, part, nparts);
+  const int64_t m0 = r.m0, m1 = r.m1, n0 = r.n0, n1 = r.n1, s0 = r.s0, s1 = r.s1;
   if (m0 >= m1 || n0 >= n1 || K <= 0 || alpha == 0.0f) {
     if (sums) detail::add_column_sums(A, lda, 0, K, s0, s1, sums);
     if (m0 >= m1 || n0 >= n1) return;
