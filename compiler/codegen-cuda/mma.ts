@@ -5,6 +5,9 @@
  * names the kernels call. The helpers use only 32-bit registers and PTX (no cuda_fp16.h /
  * cuda_bf16.h types), so they compile in any file.
  *
+ * tf32x3MmaHelpers (Helper 'mma_tf32x3') adds the fp32 flash attention's 3xTF32 product on
+ * `mma.sync.m16n8k8` TF32 (attention_tf32x3.ts), over cuda_dialect.ts's mpsc_mma16x8 / mpsc_split_tf32.
+ *
  * The product is `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32` (sm_80+):
  * D[16x8] (fp32) = A[16x16] (16-bit) * B[16x8] (16-bit) + C[16x8] (fp32), one warp collectively.
  * With lane l of the warp, g = l / 4 (the "group") and t = l % 4 (the thread in the group), the
@@ -77,5 +80,33 @@ export function mma16Helpers(): string {
     `  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));\n  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));\n}\n\n` +
     `${Q} float mpsc_quad_sum(float v) {\n` +
     `  v += __shfl_xor_sync(0xffffffffu, v, 1);\n  return v + __shfl_xor_sync(0xffffffffu, v, 2);\n}\n`
+  );
+}
+
+/**
+ * The 3xTF32 product of the fp32 flash attention (attention_tf32x3.ts): c (a 16x8 fp32 C fragment) +=
+ * a (16x8) * b (8x8) with both operands split as x = hi + lo (mpsc_split_tf32: hi = tf32(x) by
+ * cvt.rna, lo = tf32(x - hi)); a*b ~ ah*bh + ah*bl + al*bh, the small products first (al*bl, under
+ * 2^-22 |a b|, is left out), three `mma.sync.m16n8k8` TF32 with fp32 accumulation (mpsc_mma16x8).
+ * m16n8k8 TF32 fragments, lane (g, t) = (l / 4, l % 4): A a[0] = (row g, k t), a[1] = (g + 8, t),
+ * a[2] = (g, t + 4), a[3] = (g + 8, t + 4); B b[0] = (k t, col g), b[1] = (k t + 4, g); C as m16n8k16's.
+ * The k order of a product is free (any permutation applied to both operands gives the same sum):
+ * reading k slot t as column 2t and slot t + 4 as column 2t + 1 makes a C fragment of one product
+ * ({c0, c2, c1, c3}: rows g, g + 8 at columns 2t, 2t + 1) the A fragment of the next one's k-step,
+ * with B's rows 2t and 2t + 1 (cuda_dialect.ts has the plain helpers; these only add the product).
+ */
+export function tf32x3MmaHelpers(): string {
+  return (
+    `// c (16x8 fp32) += a (16x8) * b (8x8) as 3xTF32: a = ah + al, b = bh + bl (mpsc_split_tf32), three m16n8k8 TF32 mma,
+` +
+    `// the small products first; al * bl (under 2^-22 relative) left out (codegen-cuda/mma.ts: fragments)
+` +
+    `${Q} void mpsc_mma_tf32x3(float* c, const uint* ah, const uint* al, const uint* bh, const uint* bl) {
+` +
+    `  mpsc_mma16x8(c, al, bh);
+  mpsc_mma16x8(c, ah, bl);
+  mpsc_mma16x8(c, ah, bh);
+}
+`
   );
 }
