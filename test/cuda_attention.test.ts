@@ -18,12 +18,14 @@ import { attentionReport, FLASH_HEAD_DIMS, flashRefusal } from '../compiler/code
 import { ATTENTION_FAMILY, attnGeom, F32_HEAD_DIMS, f32Refusal, isForward } from '../compiler/codegen-cuda/attention_f32.js';
 import { TF32X3_HEAD_DIMS, tf32x3Refusal } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import type { KernelSpec } from '../compiler/kernels/kernel_types.js';
-import { findNvcc } from '../runtime/cuda/session.js';
+import { cudaInputsKey, findNvcc } from '../runtime/cuda/session.js';
+import { checkFile } from '../compiler/check/index.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
 import { cudaAttentionCases } from './cuda_cases.js';
 
 const cases = cudaAttentionCases();
 /** the cases built with MPSC_CUDA_ATTN_TF32X3 set to `x3` (the fp32 nodes' path is chosen at generation time) */
-function withX3<T>(x3: '1' | '0', f: () => T): T {
+function withX3<T>(x3: string, f: () => T): T {
   const before = process.env.MPSC_CUDA_ATTN_TF32X3;
   process.env.MPSC_CUDA_ATTN_TF32X3 = x3;
   try {
@@ -100,6 +102,23 @@ describe('which attention nodes the flash kernels take', () => {
     // a 16-bit node is refused by the 3xTF32 kernels for its operands
     const i = cases.findIndex((c) => expectedPath(cases.indexOf(c)) === 'tc');
     expect(withX3('1', () => tf32x3Refusal(attnNode(i).g, attnNode(i).n))).toMatch(/operands (bf16|f16)/);
+  });
+});
+
+describe('MPSC_CUDA_ATTN_TF32X3', () => {
+  it('is part of the CUDA build cache key (the fp32 attention kernels differ), and a value other than 0 / 1 is refused', () => {
+    const model = checkFile(path.resolve(path.dirname(new URL(import.meta.url).pathname), '../specs/char_gpt.model'));
+    const ps = buildPrograms(model, { batch: model.train.batch });
+    const on = withX3('1', () => cudaInputsKey(ps)), off = withX3('0', () => cudaInputsKey(ps));
+    expect(on).not.toBe(off);
+    const before = process.env.MPSC_CUDA_ATTN_TF32X3;
+    delete process.env.MPSC_CUDA_ATTN_TF32X3;
+    try {
+      expect(cudaInputsKey(ps)).toBe(on);  // default: on
+    } finally {
+      if (before !== undefined) process.env.MPSC_CUDA_ATTN_TF32X3 = before;
+    }
+    expect(() => withX3('yes', () => cudaInputsKey(ps))).toThrow(/MPSC_CUDA_ATTN_TF32X3 must be '0' or '1', got 'yes'/);
   });
 });
 

@@ -29,6 +29,7 @@
  * Relies on: 16-byte aligned rows (the device plan aligns values to 64 bytes; D and the packed
  * offsets are multiples of 4 floats), sm_80+ (mma.sync TF32).
  */
+import { UserError } from '../errors.js';
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { attnGeom, flashKernels, headOffsets, indexType, lit, lseValue, type AttnGeom } from './attention_f32.js';
@@ -43,8 +44,15 @@ const THREADS = 128;
 const BC_FWD = 32, BC_BWD = 16;
 const LOG2E = Math.LOG2E;
 
-/** MPSC_CUDA_ATTN_TF32X3: 0 sends fp32 attention to the CUDA-core kernels (attention_f32.ts), anything else (default) here */
-export const attnTf32x3Enabled = (): boolean => process.env.MPSC_CUDA_ATTN_TF32X3 !== '0';
+/**
+ * MPSC_CUDA_ATTN_TF32X3 (generation time): 1 (default) these kernels for fp32 attention, 0 the CUDA-core ones
+ * (attention_f32.ts); part of the CUDA build cache's inputs key (runtime/cuda/session.ts cudaInputsKey)
+ */
+export function attnTf32x3Enabled(): boolean {
+  const v = process.env.MPSC_CUDA_ATTN_TF32X3 ?? '1';
+  if (v !== '0' && v !== '1') throw new UserError(`error: MPSC_CUDA_ATTN_TF32X3 must be '0' or '1', got '${v}'`);
+  return v === '1';
+}
 
 /** why a node does not run on the 3xTF32 kernels (null: they take it) */
 export function tf32x3Refusal(g: Graph, n: Node): string | null {
