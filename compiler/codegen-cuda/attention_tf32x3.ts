@@ -18,7 +18,7 @@
  * memory under 48 KiB at D = 64). Tiles sit in shared memory as fp32, row-major with a pitch of D + 4
  * floats (every fragment read below is free of bank conflicts: rows 8 apart differ by 32 banks mod 32
  * only in steps of 4 or 20, which with the 4 lanes of a group cover the 32 banks); operands are split
- * into hi / lo as the fragments are read (cvt.rna.tf32.f32, mpsc_split_tf32). The first product of a
+ * into hi / lo as the fragments are read (hi by cvt.rna.tf32.f32, lo = x - hi: mma.ts mpsc_split_tf32_hl). The first product of a
  * step (S = Q K^T; S^T = K Q^T and dP^T = V dO^T; S and dP = dO V^T) gives C fragments in registers;
  * softmax / dS work on them in fp32; they are the A fragments of the second product (O += P V;
  * dV += P^T dO, dK += dS^T Q; dQ += dS K) by mma.ts's permuted k order (k slot t = column 2t, slot
@@ -74,7 +74,7 @@ function text(gm: AttnGeom) {
   const ind = (s: string) => s.replace(/^(?=.)/gm, '  ');
   /** the hi / lo split of four (A) or two (B) shared-memory floats into `h[]`, `l[]` */
   const split = (h: string, l: string, xs: string[]) =>
-    `uint ${h}[${xs.length}], ${l}[${xs.length}];\n` + xs.map((x, i) => `mpsc_split_tf32(${x}, ${h}[${i}], ${l}[${i}]);\n`).join('');
+    `uint ${h}[${xs.length}], ${l}[${xs.length}];\n` + xs.map((x, i) => `mpsc_split_tf32_hl(${x}, ${h}[${i}], ${l}[${i}]);\n`).join('');
   return {
     P, NK, shift, ind,
     consts:

@@ -90,14 +90,8 @@ static inline void mpsc_mma_bf16(float* c, const uint* a, const uint* b) { mma_(
 static inline void mpsc_mma_f16(float* c, const uint* a, const uint* b) { mma_(c, a, b, false); }
 // cvt.rna.tf32.f32: the top 19 bits, rounded to nearest with ties away from zero (finite inputs; the kernels feed no inf / NaN)
 static inline uint mpsc_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
-// cuda_dialect.ts's 3xTF32 split; MPSC_SHIM_TF32_PLAIN=1 drops lo (plain TF32: the tests' negative control)
-#ifndef MPSC_SHIM_TF32_PLAIN
-#define MPSC_SHIM_TF32_PLAIN 0
-#endif
-static inline void mpsc_split_tf32(float x, uint& hi, uint& lo) {
-  hi = mpsc_tf32(x);
-  lo = MPSC_SHIM_TF32_PLAIN ? 0u : mpsc_tf32(x - __uint_as_float(hi));
-}
+// hi alone, lo = 0: plain TF32 (test/cuda_flash_emu.test.ts's negative control puts it in place of mma.ts's mpsc_split_tf32_hl)
+static inline void mpsc_split_tf32_hi_only(float x, uint& hi, uint& lo) { hi = mpsc_tf32(x); lo = 0u; }
 // mma.m16n8k8 TF32 per the PTX fragment layouts: A (r, k) in lane (r % 8) * 4 + k % 4, register (r >= 8) + 2 (k >= 4);
 // B (k, n) in lane n * 4 + k % 4, register (k >= 4); C as m16n8k16. The tensor cores read only an operand's
 // TF32 bits (the low 13 are dropped); products of TF32 values are exact, summed here in double, added in fp32
