@@ -91,18 +91,27 @@ function text(gm: AttnGeom) {
       `  }\n`,
     /**
      * acc[nt][4] = rows a0.. (16, of shared tile A) times rows 0 .. 8 nt of shared tile B, transposed,
-     * over the D features: the 16 x 8nt scores of the warp as C fragments
+     * over the D features: the 16 x 8nt scores of the warp as C fragments. `two`: the even and odd
+     * k-steps accumulate apart (added at the end), for the dK/dV kernel (nt = 2, 3 warps per scheduler):
+     * one accumulator per n-tile chains all 3 D / 8 mma of the product one after another (each waits
+     * for the previous one's sum); the forward (nt = 4) has chains enough, and the dQ kernel spills
+     * with them at D = 64 (separate layout)
      */
-    scores: (acc: string, A: string, a0: string, Bt: string, nt: number) =>
-      `  float ${acc}[${nt}][4];\n` +
-      `  #pragma unroll\n  for (int j = 0; j < ${nt}; ++j) { ${acc}[j][0] = 0.0f; ${acc}[j][1] = 0.0f; ${acc}[j][2] = 0.0f; ${acc}[j][3] = 0.0f; }\n` +
-      `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk) {\n` +
-      `    const float* a = ${A} + (${a0} + g) * P + kk * 8 + t;\n` +
-      ind(ind(split('ah', 'al', ['a[0]', 'a[8 * P]', 'a[4]', 'a[8 * P + 4]']))) +
-      `    #pragma unroll\n    for (int j = 0; j < ${nt}; ++j) {\n` +
-      `      const float* b = ${Bt} + (j * 8 + g) * P + kk * 8 + t;\n` +
-      ind(ind(ind(split('bh', 'bl', ['b[0]', 'b[4]'])))) +
-      `      mpsc_mma_tf32x3(${acc}[j], ah, al, bh, bl);\n    }\n  }\n`,
+    scores: (acc: string, A: string, a0: string, Bt: string, nt: number, two = false) => {
+      const into = two ? `(kk & 1) ? ${acc}_odd[j] : ${acc}[j]` : `${acc}[j]`;
+      return (
+        `  float ${acc}[${nt}][4]${two ? `, ${acc}_odd[${nt}][4];  // even / odd k-steps` : ';'}\n` +
+        `  #pragma unroll\n  for (int j = 0; j < ${nt}; ++j)\n    #pragma unroll\n    for (int e = 0; e < 4; ++e) { ${acc}[j][e] = 0.0f;${two ? ` ${acc}_odd[j][e] = 0.0f;` : ''} }\n` +
+        `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk) {\n` +
+        `    const float* a = ${A} + (${a0} + g) * P + kk * 8 + t;\n` +
+        ind(ind(split('ah', 'al', ['a[0]', 'a[8 * P]', 'a[4]', 'a[8 * P + 4]']))) +
+        `    #pragma unroll\n    for (int j = 0; j < ${nt}; ++j) {\n` +
+        `      const float* b = ${Bt} + (j * 8 + g) * P + kk * 8 + t;\n` +
+        ind(ind(ind(split('bh', 'bl', ['b[0]', 'b[4]'])))) +
+        `      mpsc_mma_tf32x3(${into}, ah, al, bh, bl);\n    }\n  }\n` +
+        (two ? `  #pragma unroll\n  for (int j = 0; j < ${nt}; ++j)\n    #pragma unroll\n    for (int e = 0; e < 4; ++e) ${acc}[j][e] += ${acc}_odd[j][e];\n` : '')
+      );
+    },
     /**
      * acc[D/8][4] += C (the warp's 16 x 8nt fp32 C fragments in registers, as A in the permuted k order)
      * times shared tile Y (8nt rows x D)
@@ -202,7 +211,7 @@ function gradKVBody(gm: AttnGeom, dk: KernelArg, dv: KernelArg): string {
     `      Ds[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n    }\n` +
     `    __syncthreads();\n` +
     (gm.causal ? `    if (kw > q0 + ${BC_BWD - 1 + x.shift}) continue;  // none of this tile's queries sees the warp's keys\n` : '') +
-    x.ind(x.scores('st', 'Ks', 'w * 16', 'Qs', NT)) + x.ind(x.scores('dpt', 'Vs', 'w * 16', 'Os', NT)) +
+    x.ind(x.scores('st', 'Ks', 'w * 16', 'Qs', NT, true)) + x.ind(x.scores('dpt', 'Vs', 'w * 16', 'Os', NT, true)) +
     `    const bool edge = ${edge};\n` +
     `    #pragma unroll\n    for (int j = 0; j < ${NT}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
     `        const int qc = j * 8 + 2 * t + (e & 1);\n` +
