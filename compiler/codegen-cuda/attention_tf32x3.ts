@@ -2,7 +2,7 @@
  * attention_tf32x3: the CUDA backend's fp32 flash attention on the tensor cores as 3xTF32 (split
  * precision: each fp32 operand x = hi + lo, both TF32, a*b ~ ah*bh + ah*bl + al*bh on three
  * `mma.sync.m16n8k8` TF32 with fp32 accumulation; mma.ts mpsc_mma_tf32x3 and the fragment layouts),
- * so the products keep about 22 bits of each operand: fp32-level accuracy (issue 14 allows split
+ * so the products keep about 21 bits of each operand: fp32-level accuracy (issue 14 allows split
  * precision for matmuls, not plain TF32). For `attention` / `attention_grad` nodes and their packed
  * forms attention_qkv / attention_qkv_grad whose operands are all fp32, with a head width in
  * TF32X3_HEAD_DIMS and fp32 lse (tf32x3Refusal); MPSC_CUDA_ATTN_TF32X3=0 (at generation time) sends
@@ -16,14 +16,17 @@
  * 128 threads = 4 warps per block, a warp owns 16 rows of the block's 64 (queries; keys in the dK/dV
  * kernel), the streamed tiles have BC rows (32 in the forward, 16 in the backward: static shared
  * memory under 48 KiB at D = 64). Tiles sit in shared memory as fp32, row-major with a pitch of D + 4
- * floats (every fragment read below is free of bank conflicts: rows 8 apart differ by 32 banks mod 32
- * only in steps of 4 or 20, which with the 4 lanes of a group cover the 32 banks); operands are split
- * into hi / lo as the fragments are read (hi by cvt.rna.tf32.f32, lo = x - hi: mma.ts mpsc_split_tf32_hl). The first product of a
+ * floats, 4 or 20 mod 32 banks, so every fragment read is free of bank conflicts: rows g (0..7) at
+ * column t (0..3) fall on banks 4g + t or 20g + t mod 32, and rows 2t, 2t + 1 at column g on 8t + g
+ * (+ 4 or 20), 32 distinct banks each; operands are split into hi / lo as the fragments are read (hi by
+ * cvt.rna.tf32.f32, lo = x - hi: mma.ts mpsc_split_tf32_hl). The first product of a
  * step (S = Q K^T; S^T = K Q^T and dP^T = V dO^T; S and dP = dO V^T) gives C fragments in registers;
  * softmax / dS work on them in fp32; they are the A fragments of the second product (O += P V;
  * dV += P^T dO, dK += dS^T Q; dQ += dS K) by mma.ts's permuted k order (k slot t = column 2t, slot
  * t + 4 = column 2t + 1; B rows 2t, 2t + 1), so no shuffle or shared-memory pass sits between them.
  * Softmax statistics (running max, sums), lse, Delta and every accumulator are fp32; softmax in base 2.
+ * The dK/dV kernel's score products accumulate even and odd k-steps apart (more independent mma
+ * chains at its 3 blocks per SM; see `scores`).
  * Causal: tiles above the diagonal are never loaded, a warp whose 16 rows see none of a tile skips
  * its products, the element mask applies only in tiles crossing the diagonal or the T / S edge.
  * Relies on: 16-byte aligned rows (the device plan aligns values to 64 bytes; D and the packed
