@@ -1,9 +1,10 @@
 /**
- * The CUDA flash attention (compiler/codegen-cuda/attention_cuda.ts, attention_f32.ts) without a GPU:
- * which nodes take the 16-bit tensor-core kernels (all-bf16 / all-fp16 operands, head widths
- * FLASH_HEAD_DIMS), which the fp32 ones (F32_HEAD_DIMS) and which keep the shared kernel,
+ * The CUDA flash attention (compiler/codegen-cuda/attention_cuda.ts, attention_tf32x3.ts, attention_f32.ts)
+ * without a GPU: which nodes take the 16-bit tensor-core kernels (all-bf16 / all-fp16 operands, head widths
+ * FLASH_HEAD_DIMS), which the fp32 3xTF32 tensor-core ones (TF32X3_HEAD_DIMS), which the fp32 CUDA-core
+ * ones (F32_HEAD_DIMS; all fp32 nodes with MPSC_CUDA_ATTN_TF32X3=0) and which keep the shared kernel,
  * the launch geometry and scratch of its kernels, the build report, and the generated kernels of
- * every 16-bit attention case of cuda_check (test/cuda_cases.ts cudaAttentionCases) compiled by
+ * every attention case of cuda_check (both fp32 paths) (test/cuda_cases.ts cudaAttentionCases) compiled by
  * `nvcc -arch=sm_90a -Werror` with ptxas's resource report: no spills, no stack, static shared
  * memory within 48 KiB. The numbers themselves are checked on the GPU by bench/cuda_check.sh.
  */
@@ -15,17 +16,32 @@ import { describe, expect, it } from 'vitest';
 import { buildCuda } from '../compiler/codegen-cuda/index.js';
 import { attentionReport, FLASH_HEAD_DIMS, flashRefusal } from '../compiler/codegen-cuda/attention_cuda.js';
 import { ATTENTION_FAMILY, attnGeom, F32_HEAD_DIMS, f32Refusal, isForward } from '../compiler/codegen-cuda/attention_f32.js';
+import { TF32X3_HEAD_DIMS, tf32x3Refusal } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import type { KernelSpec } from '../compiler/kernels/kernel_types.js';
-import { findNvcc } from '../runtime/cuda/session.js';
+import { cudaInputsKey, findNvcc } from '../runtime/cuda/session.js';
+import { checkFile } from '../compiler/check/index.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
 import { cudaAttentionCases } from './cuda_cases.js';
 
 const cases = cudaAttentionCases();
-const art = buildCuda(cases.map((c) => c.program), 'flash_cases');
+/** the cases built with MPSC_CUDA_ATTN_TF32X3 set to `x3` (the fp32 nodes' path is chosen at generation time) */
+function withX3<T>(x3: string, f: () => T): T {
+  const before = process.env.MPSC_CUDA_ATTN_TF32X3;
+  process.env.MPSC_CUDA_ATTN_TF32X3 = x3;
+  try {
+    return f();
+  } finally {
+    if (before === undefined) delete process.env.MPSC_CUDA_ATTN_TF32X3;
+    else process.env.MPSC_CUDA_ATTN_TF32X3 = before;
+  }
+}
+const art = withX3('1', () => buildCuda(cases.map((c) => c.program), 'flash_cases'));
+const artOff = withX3('0', () => buildCuda(cases.map((c) => c.program), 'flash_cases'));
 const NV = findNvcc();
 
-/** the kernels of case i's attention node */
-function attnKernels(i: number): KernelSpec[] {
-  return art.lowered[i].kernels.filter((k) => ATTENTION_FAMILY.includes(k.op));
+/** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off) */
+function attnKernels(i: number, x3 = true): KernelSpec[] {
+  return (x3 ? art : artOff).lowered[i].kernels.filter((k) => ATTENTION_FAMILY.includes(k.op));
 }
 
 function attnNode(i: number) {
@@ -33,58 +49,89 @@ function attnNode(i: number) {
   return { g, n: g.nodes.find((n) => ATTENTION_FAMILY.includes(n.op))! };
 }
 
-/** the flash path a case's node takes by its operands: 16-bit tensor cores, fp32, or none (the shared kernel) */
-function expectedPath(i: number): 'tc' | 'f32' | 'shared' {
+type Path = 'tc' | 'x3' | 'f32' | 'shared';
+/** the flash path a case's node takes by its operands: 16-bit tensor cores, fp32 as 3xTF32 (x3 on) or on the CUDA cores, or none (the shared kernel) */
+function expectedPath(i: number, x3 = true): Path {
   const { g, n } = attnNode(i);
   const q = g.values[n.inputs[isForward(n) ? 0 : 1]], D = attnGeom(g, n).D;
   if (q.dtype !== 'f32') return FLASH_HEAD_DIMS.includes(D) ? 'tc' : F32_HEAD_DIMS.includes(D) ? 'f32' : 'shared';
-  return F32_HEAD_DIMS.includes(D) ? 'f32' : 'shared';
+  return x3 && TF32X3_HEAD_DIMS.includes(D) ? 'x3' : F32_HEAD_DIMS.includes(D) ? 'f32' : 'shared';
 }
 
+const LABEL: Record<Exclude<Path, 'shared'>, RegExp> = {
+  tc: /flash attention, (bf16|f16) tensor cores/, x3: /flash attention, fp32 as 3xTF32 on the tensor cores/, f32: /flash attention, fp32 on the CUDA cores/,
+};
+
 describe('which attention nodes the flash kernels take', () => {
-  it('16-bit operands with a head width in FLASH_HEAD_DIMS: the tensor-core kernels; fp32: the fp32 ones; other widths: the shared kernel', () => {
-    const seen = { tc: 0, f32: 0, shared: 0 };
-    cases.forEach((c, i) => {
-      const { g, n } = attnNode(i);
-      const ks = attnKernels(i);
-      const path = expectedPath(i);
-      seen[path]++;
-      if (path === 'shared') {
-        expect(flashRefusal(g, n)).toMatch(/head width/);
-        expect(f32Refusal(g, n)).toMatch(/head width/);
-        expect(ks.some((k) => /flash attention/.test(k.label))).toBe(false);
-        return;
-      }
-      expect(flashRefusal(g, n) === null).toBe(path === 'tc');
-      // forward: one kernel; backward: Delta, dK/dV, dQ
-      expect(ks.length).toBe(isForward(n) ? 1 : 3);
-      const main = isForward(n) ? ks : ks.slice(1);
-      for (const k of main) expect(k.label).toMatch(path === 'tc' ? /flash attention, (bf16|f16) tensor cores/ : /flash attention, fp32 on the CUDA cores/);
-      if (!isForward(n)) expect(ks[0].label).toMatch(/Delta = rowsum/);
+  for (const x3 of [true, false]) {
+    it(`16-bit operands with a head width in FLASH_HEAD_DIMS: the tensor-core kernels; fp32: the ${x3 ? '3xTF32' : 'CUDA-core (MPSC_CUDA_ATTN_TF32X3=0)'} ones; other widths: the shared kernel`, () => {
+      const seen = { tc: 0, x3: 0, f32: 0, shared: 0 };
+      cases.forEach((c, i) => {
+        const { g, n } = attnNode(i);
+        const ks = attnKernels(i, x3);
+        const path = expectedPath(i, x3);
+        seen[path]++;
+        if (path === 'shared') {
+          expect(flashRefusal(g, n)).toMatch(/head width/);
+          expect(f32Refusal(g, n)).toMatch(/head width/);
+          expect(ks.some((k) => /flash attention/.test(k.label))).toBe(false);
+          return;
+        }
+        expect(flashRefusal(g, n) === null).toBe(path === 'tc');
+        // forward: one kernel; backward: Delta, dK/dV, dQ
+        expect(ks.length).toBe(isForward(n) ? 1 : 3);
+        const main = isForward(n) ? ks : ks.slice(1);
+        for (const k of main) expect(k.label).toMatch(LABEL[path]);
+        if (!isForward(n)) expect(ks[0].label).toMatch(/Delta = rowsum/);
+      });
+      expect(seen.tc).toBeGreaterThanOrEqual(20);
+      expect(x3 ? seen.x3 : seen.f32).toBeGreaterThanOrEqual(12);
+      expect(x3 ? seen.f32 : seen.x3).toBe(0);
+      expect(seen.shared).toBe(2);
     });
-    expect(seen.tc).toBeGreaterThanOrEqual(20);
-    expect(seen.f32).toBeGreaterThanOrEqual(12);
-    expect(seen.shared).toBe(2);
-  });
+  }
 
   it('the build report names each path and why a node does not take the tensor-core one', () => {
-    const lines = attentionReport(cases.map((c) => c.program.graph));
+    const graphs = cases.map((c) => c.program.graph);
+    const lines = withX3('1', () => attentionReport(graphs));
     expect(lines.some((l) => /on flash attention \((bf16|f16) tensor cores/.test(l))).toBe(true);
-    expect(lines.some((l) => /on flash attention \(fp32 on the CUDA cores, attention_f32.ts: operands f32, f32, f32/.test(l))).toBe(true);
+    expect(lines.some((l) => /on flash attention \(fp32 as 3xTF32 on the tensor cores, attention_tf32x3.ts\)/.test(l))).toBe(true);
     expect(lines.some((l) => /shared 16x16-tile kernel: head width 8/.test(l))).toBe(true);
+    const off = withX3('0', () => attentionReport(graphs));
+    expect(off.some((l) => /on flash attention \(fp32 on the CUDA cores, attention_f32.ts: switched off \(MPSC_CUDA_ATTN_TF32X3=0\)\)/.test(l))).toBe(true);
+    // a 16-bit node is refused by the 3xTF32 kernels for its operands
+    const i = cases.findIndex((c) => expectedPath(cases.indexOf(c)) === 'tc');
+    expect(withX3('1', () => tf32x3Refusal(attnNode(i).g, attnNode(i).n))).toMatch(/operands (bf16|f16)/);
+  });
+});
+
+describe('MPSC_CUDA_ATTN_TF32X3', () => {
+  it('is part of the CUDA build cache key (the fp32 attention kernels differ), and a value other than 0 / 1 is refused', () => {
+    const model = checkFile(path.resolve(path.dirname(new URL(import.meta.url).pathname), '../specs/char_gpt.model'));
+    const ps = buildPrograms(model, { batch: model.train.batch });
+    const on = withX3('1', () => cudaInputsKey(ps)), off = withX3('0', () => cudaInputsKey(ps));
+    expect(on).not.toBe(off);
+    const before = process.env.MPSC_CUDA_ATTN_TF32X3;
+    delete process.env.MPSC_CUDA_ATTN_TF32X3;
+    try {
+      expect(cudaInputsKey(ps)).toBe(on);  // default: on
+    } finally {
+      if (before !== undefined) process.env.MPSC_CUDA_ATTN_TF32X3 = before;
+    }
+    expect(() => withX3('yes', () => cudaInputsKey(ps))).toThrow(/MPSC_CUDA_ATTN_TF32X3 must be '0' or '1', got 'yes'/);
   });
 });
 
 describe('flash kernel geometry', () => {
-  it('64 (16-bit) or 32 (fp32) rows per block over (tiles, heads); the backward kernels share a Delta scratch of H*T floats', () => {
+  for (const x3 of [true, false]) it(`64 (16-bit, 3xTF32) or 32 (fp32 CUDA cores) rows per block over (tiles, heads); the backward kernels share a Delta scratch of H*T floats${x3 ? '' : ' (MPSC_CUDA_ATTN_TF32X3=0)'}`, () => {
     cases.forEach((c, i) => {
       const { n } = attnNode(i);
-      const path = expectedPath(i);
+      const path = expectedPath(i, x3);
       if (path === 'shared') return;
-      const rows = path === 'tc' ? 64 : 32;
+      const rows = path === 'f32' ? 32 : 64;
       const g = c.program.graph;
       const { H: NH, T, S } = attnGeom(g, n), N = 1, H = NH;  // N * H heads
-      const ks = attnKernels(i);
+      const ks = attnKernels(i, x3);
       if (isForward(n)) {
         expect(ks[0].groups).toEqual([Math.ceil(T / rows), N * H, 1]);
         expect(ks[0].tgsize).toEqual([128, 1, 1]);
@@ -102,23 +149,28 @@ describe('flash kernel geometry', () => {
   });
 
   it('causal kernels skip the key tiles above the diagonal and mask only the tiles that cross it', () => {
-    const body = (name: string) => attnKernels(cases.findIndex((c) => String(c.program.name) === name))[0].body;
+    const body = (name: string, x3 = true) => attnKernels(cases.findIndex((c) => String(c.program.name) === name), x3)[0].body;
     // S - T = 80: query tile q0 sees keys up to q0 + 63 + 80
     expect(body('flash_1x2_t70_s150_d16_causal_f16_fwd')).toMatch(/kend = min\(S, q0 \+ 144\);/);
     expect(body('flash_1x2_t70_s150_d16_causal_f16_fwd')).toMatch(/const bool edge = k0 \+ 64 > S \|\| k0 \+ 63 > qw \+ 80;/);
     expect(body('flash_1x2_t70_s150_d32_bf16_fwd')).toMatch(/kend = S;/);
     expect(body('flash_1x2_t70_s150_d32_bf16_fwd')).toMatch(/const bool edge = k0 \+ 64 > S;/);
-    // fp32, 32-row tiles, S - T = 55
-    expect(body('flash_f32_1x2_t45_s100_d32_causal_fwd')).toMatch(/const int kend = min\(S, q0 \+ 87\);/);
-    expect(body('flash_f32_1x2_t45_s100_d32_causal_fwd')).toMatch(/const bool edge = k0 \+ 32 > S \|\| k0 \+ 31 > q0 \+ 55;/);
+    // fp32 on the CUDA cores, 32-row tiles, S - T = 55
+    expect(body('flash_f32_1x2_t45_s100_d32_causal_fwd', false)).toMatch(/const int kend = min\(S, q0 \+ 87\);/);
+    expect(body('flash_f32_1x2_t45_s100_d32_causal_fwd', false)).toMatch(/const bool edge = k0 \+ 32 > S \|\| k0 \+ 31 > q0 \+ 55;/);
+    // fp32 as 3xTF32: 64-query blocks, 32-key tiles; a warp (16 queries from qw) skips a tile none of its queries sees
+    expect(body('flash_f32_1x2_t45_s100_d32_causal_fwd')).toMatch(/const int kend = min\(S, q0 \+ 119\);/);
+    expect(body('flash_f32_1x2_t45_s100_d32_causal_fwd')).toMatch(/const bool edge = k0 \+ 32 > S \|\| k0 \+ 31 > qw \+ 55;/);
+    expect(body('flash_f32_1x2_t45_s100_d32_causal_fwd')).toMatch(/if \(k0 > qw \+ 70\) continue;/);
   });
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  it('compile with -arch=sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB', () => {
+  for (const x3 of [true, false]) it(`compile with -arch=sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${x3 ? '' : ' (MPSC_CUDA_ATTN_TF32X3=0)'}`, () => {
+    const a = x3 ? art : artOff;
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');
-    fs.writeFileSync(file, art.files['model_kernels.cuh']);
+    fs.writeFileSync(file, a.files['model_kernels.cuh']);
     const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', file, '-o', path.join(dir, 'k.o'), '-Werror', 'all-warnings', '-Xptxas', '-v'], { encoding: 'utf8' });
     fs.rmSync(dir, { recursive: true, force: true });
     expect(r.status, r.stderr).toBe(0);
@@ -130,8 +182,10 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
       if (m) cur = m[1];
       else if (cur) info.set(cur, (info.get(cur) ?? '') + line + '\n');
     }
-    const flash = art.lowered.flatMap((l) => l.kernels).filter((k) => /flash attention/.test(k.label) && !art.alias.has(k.name));
+    const flash = a.lowered.flatMap((l) => l.kernels).filter((k) => /flash attention/.test(k.label) && !a.alias.has(k.name));
     expect(flash.length).toBeGreaterThanOrEqual(52);
+    // the fp32 nodes' kernels are this build's path
+    expect(flash.filter((k) => (x3 ? LABEL.x3 : LABEL.f32).test(k.label)).length).toBeGreaterThanOrEqual(18);
     for (const k of flash) {
       const text = info.get(k.name) ?? '';
       expect(text, k.name).toMatch(/0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/);
@@ -140,5 +194,5 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
       const smem = Number(/(\d+) bytes smem/.exec(text)?.[1] ?? 0);
       expect(smem, k.name).toBeLessThanOrEqual(48 * 1024);
     }
-  });
+  }, 300_000);
 });

@@ -302,7 +302,7 @@ export function flashTolerance(c: OpCase): number | null {
  * S = T and S > T, non-causal with S > T, bf16 and fp16; and a head width the flash kernels refuse (8:
  * the shared kernel with 16-bit operands). The backward's o and lse are the float64 reference
  * forward's (of the rounded q, k, v). Then fp32 attention at the fp32 flash kernels' shapes
- * (attention_f32.ts: 32-row tiles), within the usual 1e-4.
+ * (attention_tf32x3.ts, attention_f32.ts), within the usual 1e-4.
  */
 export function cudaAttentionCases(): OpCase[] {
   const rng = makeRng(20261205);
@@ -330,7 +330,8 @@ export function cudaAttentionCases(): OpCase[] {
     const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
     add(`${tag}_grad`, 'attention_grad', [f([N, H, T, D]), q, k, v, o, lse], [[N, H, T, D], [N, H, S, D], [N, H, S, D]], attrs, to);
   }
-  // fp32 (attention_f32.ts: 32-row tiles; 1e-4): several tiles with a short last one, causal with S > T, each head width
+  // fp32 (attention_tf32x3.ts: 64-row blocks, 32 / 16-row tiles; attention_f32.ts with MPSC_CUDA_ATTN_TF32X3=0: 32-row tiles;
+  // 1e-4): several tiles with a short last one, causal with S > T, each head width
   for (const [N, H, T, S, D, causal] of [
     [2, 3, 70, 70, 64, true], [1, 2, 45, 100, 32, true], [1, 3, 33, 65, 16, false], [2, 1, 64, 64, 48, false],
   ] as [number, number, number, number, number, boolean][]) {

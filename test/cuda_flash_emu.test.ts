@@ -1,10 +1,14 @@
 /**
- * The CUDA flash attention kernels (compiler/codegen-cuda/attention_cuda.ts, attention_f32.ts) run on
- * the CPU: each case's generated kernel text (the same text model_kernels.cuh gets, without the
- * prelude's PTX helpers) is compiled by g++ with test/native/cuda_warp_shim.h (threads for CUDA threads,
- * barriers, warp shuffles, and mma.m16n8k16 / ldmatrix.trans modelled from the PTX ISA's fragment
- * tables; the 16-bit kernels' cp.async copies landing at the copy and, in a second run, at the wait) and launched block by block; the outputs are compared with the float64 reference
- * within cuda_check's tolerances (FLASH_TOL for 16-bit operands, 1e-4 for fp32). This catches index,
+ * The CUDA flash attention kernels (compiler/codegen-cuda/attention_cuda.ts, attention_tf32x3.ts,
+ * attention_f32.ts) run on the CPU: each case's generated kernel text (the same text model_kernels.cuh
+ * gets, without the prelude's PTX helpers; mma.ts's plain-C++ 3xTF32 product helper included) is
+ * compiled by g++ with test/native/cuda_warp_shim.h (threads for CUDA threads, barriers, warp shuffles,
+ * and mma.m16n8k16 / mma.m16n8k8 TF32 / ldmatrix.trans / cvt.rna.tf32 modelled from the PTX ISA's
+ * fragment tables; the 16-bit kernels' cp.async copies landing at the copy and, in a second run, at the
+ * wait) and launched block by block; the outputs are compared with the float64 reference within
+ * cuda_check's tolerances (FLASH_TOL for 16-bit operands), 1e-5 for the fp32 3xTF32 kernels (with a
+ * negative control: the same kernel text with the split's lo dropped, plain TF32, must miss it) and 1e-4
+ * for the fp32 CUDA-core ones (MPSC_CUDA_ATTN_TF32X3=0). This catches index,
  * masking, tiling and barrier mistakes of the generator without a GPU; a misreading of the PTX
  * fragment layouts shared by the shim would not be caught (bench/cuda_check.sh on the GPU is).
  */
@@ -15,6 +19,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { lowerAttentionCuda } from '../compiler/codegen-cuda/attention_cuda.js';
+import { tf32x3MmaHelpers } from '../compiler/codegen-cuda/mma.js';
 import { kernelSource } from '../compiler/kernels/prelude.js';
 import type { Helper } from '../compiler/kernels/kernel_types.js';
 import { relError } from '../compiler/reference/fixtures.js';
@@ -25,8 +30,8 @@ import { reference, type OpCase } from './metal_harness.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const SHIM = path.join(ROOT, 'test/native/cuda_warp_shim.h');
-/** a few cases covering both paths: several tiles with a short last one, causal with S = T and S > T, non-causal, bf16 / fp16 / fp32 */
-const NAMES = /^flash_(2x3_t130_s130_d64_causal_bf16|1x2_t70_s150_d16_causal_f16|1x16_t21_s21_d64_f16|f32_1x2_t45_s100_d32_causal|f32_1x3_t33_s65_d16|qkv_2x3_t130_d64_causal_bf16|qkv_1x2_t70_d32_f16|qkv_1x2_t45_d16_causal_f32)_(fwd|grad)$/;
+/** a few cases covering every path: several tiles with a short last one, causal with S = T and S > T, non-causal, 1 to 16 heads, bf16 / fp16 / fp32 (each fp32 head width) */
+const NAMES = /^flash_(2x3_t130_s130_d64_causal_bf16|1x2_t70_s150_d16_causal_f16|1x16_t21_s21_d64_f16|f32_1x2_t45_s100_d32_causal|f32_1x3_t33_s65_d16|f32_2x3_t70_s70_d64_causal|f32_2x1_t64_s64_d48|qkv_2x3_t130_d64_causal_bf16|qkv_1x2_t70_d32_f16|qkv_1x2_t45_d16_causal_f32|qkv_2x3_t70_d64_f32)_(fwd|grad)$/;
 
 /** the 16-bit storage bits of x (already representable) */
 function halfBits(x: number, t: HalfDType): number {
@@ -39,18 +44,43 @@ function halfBits(x: number, t: HalfDType): number {
   return s | ((e + 15) << 10) | Math.round((a / 2 ** e - 1) * 1024);
 }
 
-/** runs the flash kernels of case c on the CPU; returns each output of its attention node as floats */
-function runOnCpu(c: OpCase, dir: string, late: boolean): Map<number, Float32Array> {
+/**
+ * how a case runs: cp.async copies landing at the wait (`late`); fp32 operands on the 3xTF32 kernels
+ * (`x3`, the default) or the CUDA-core ones (MPSC_CUDA_ATTN_TF32X3=0); `plain`: the kernels' split
+ * (mma.ts mpsc_split_tf32_hl) replaced by the shim's hi-only one, so the 3xTF32 kernels compute plain
+ * TF32 products (the negative control)
+ */
+interface Mode { late: boolean; x3: boolean; plain: boolean }
+
+/** the lowering of one node with MPSC_CUDA_ATTN_TF32X3 set for `x3` */
+function lower(g: OpCase['program']['graph'], n: OpCase['program']['graph']['nodes'][number], x3: boolean, helpers: Set<Helper>) {
+  const before = process.env.MPSC_CUDA_ATTN_TF32X3;
+  process.env.MPSC_CUDA_ATTN_TF32X3 = x3 ? '1' : '0';
+  try {
+    let k = 0;
+    return lowerAttentionCuda({ next: () => `k${k++}`, helpers, d: CUDA }, g, n);
+  } finally {
+    if (before === undefined) delete process.env.MPSC_CUDA_ATTN_TF32X3;
+    else process.env.MPSC_CUDA_ATTN_TF32X3 = before;
+  }
+}
+
+/** runs the flash kernels of case c on the CPU; returns each output of its attention node as floats, and the kernels' labels */
+function runOnCpu(c: OpCase, dir: string, mode: Mode): { out: Map<number, Float32Array>; labels: string[] } {
   const g = c.program.graph;
   const n = g.nodes.find((x) => x.op.startsWith('attention'))!;
-  let k = 0;
-  const ks = lowerAttentionCuda({ next: () => `k${k++}`, helpers: new Set<Helper>(), d: CUDA }, g, n);
+  const helpers = new Set<Helper>();
+  const ks = lower(g, n, mode.x3, helpers);
   if (!ks) throw new Error(`${c.program.name}: no flash kernels`);
   // the node's operands: program inputs, or cast outputs (rounded as the cast kernel rounds)
   const data = new Map<number, number[]>();
   for (const id of c.program.inputs) data.set(id, Array.from(c.data.get(id)!));
   for (const x of g.nodes) if (x.op === 'cast') data.set(x.outputs[0], data.get(x.inputs[0])!.map((v) => roundToHalf(v, g.values[x.outputs[0]].dtype as HalfDType)));
-  let src = `#include "${SHIM}"\n` + ks.map((kk) => kernelSource(CUDA, kk, kk, '')).join('\n') + '\nint main(int, char** argv) {\n  StepParams sp{};\n';
+  // the helpers written in plain C++ over the shim's models of the PTX ones (mma.ts: the 3xTF32 product)
+  const kernels = ks.map((kk) => kernelSource(CUDA, kk, kk, '')).join('\n');
+  if (mode.plain && !kernels.includes('mpsc_split_tf32_hl(')) throw new Error(`${c.program.name}: no 3xTF32 split to drop`);
+  let src = `#include "${SHIM}"\n` + (helpers.has('mma_tf32x3') ? tf32x3MmaHelpers() : '') +
+    (mode.plain ? kernels.replaceAll('mpsc_split_tf32_hl(', 'mpsc_split_tf32_hi_only(') : kernels) + '\nint main(int, char** argv) {\n  StepParams sp{};\n';
   const ids = [...new Set(ks.flatMap((kk) => kk.args.map((a) => a.value)))];
   const scratch = Math.max(1, ...ks.map((kk) => (kk.scratch ?? 0) / 4));
   src += `  static float scratch[${scratch}];\n`;
@@ -68,7 +98,7 @@ function runOnCpu(c: OpCase, dir: string, late: boolean): Map<number, Float32Arr
   for (const id of n.outputs) src += `  for (auto x : v${id}) { const float y = x; fwrite(&y, 4, 1, f); }\n`;
   src += '  fclose(f);\n}\n';
   fs.writeFileSync(path.join(dir, 'k.cc'), src);
-  execFileSync('g++', ['-std=c++20', '-O1', '-pthread', '-w', `-DMPSC_SHIM_CP_ASYNC_LATE=${late ? 1 : 0}`, path.join(dir, 'k.cc'), '-o', path.join(dir, 'k')], { stdio: 'pipe' });
+  execFileSync('g++', ['-std=c++20', '-O1', '-pthread', '-w', `-DMPSC_SHIM_CP_ASYNC_LATE=${mode.late ? 1 : 0}`, path.join(dir, 'k.cc'), '-o', path.join(dir, 'k')], { stdio: 'pipe' });
   execFileSync(path.join(dir, 'k'), [path.join(dir, 'out.bin')], { stdio: 'pipe' });
   const all = new Float32Array(new Uint8Array(fs.readFileSync(path.join(dir, 'out.bin'))).buffer);
   const out = new Map<number, Float32Array>();
@@ -78,27 +108,60 @@ function runOnCpu(c: OpCase, dir: string, late: boolean): Map<number, Float32Arr
     out.set(id, all.subarray(off, off + cnt));
     off += cnt;
   }
-  return out;
+  return { out, labels: ks.map((kk) => kk.label) };
 }
+
+/** max-norm relative error of each output of case c run in `mode`, against the float64 reference */
+function errors(c: OpCase, mode: Mode): { err: Map<string, number>; labels: string[] } {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-emu-'));
+  try {
+    const { out, labels } = runOnCpu(c, dir, mode);
+    const ref = reference(c, { lr: 0, t: 1, seed: 0, counter: 0 });
+    const err = new Map<string, number>();
+    for (const [id, x] of out) err.set(c.program.graph.values[id].name, relError(x, ref.get(id)!));
+    return { err, labels };
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * the 3xTF32 kernels' bound (max-norm relative, float64 reference): fp32's own rounding is ~1e-7 here, the
+ * split's ~2^-21 per product (measured 1.7e-7 ... 5.6e-7, as the CUDA-core kernels); plain TF32 (2^-11 per
+ * operand) misses it on every output (the negative control)
+ */
+const X3_TOL = 1e-5;
 
 describe('the flash attention kernels run on the CPU through the warp shim', () => {
   const cases = cudaAttentionCases().filter((c) => NAMES.test(String(c.program.name)));
-  it('covers the chosen cases', () => expect(cases.length).toBe(16));
+  const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
+  it('covers the chosen cases', () => expect(cases.length).toBe(22));
   for (const c of cases) {
-    // the 16-bit kernels stream their tiles with cp.async: both ends of when a copy may land
-    const modes = /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name)) ? [false] : [false, true];
-    for (const late of modes) {
-      it(`${c.program.name}${late ? ' (cp.async landing at the wait)' : ''}: every output within the check's tolerance of the float64 reference`, () => {
-        const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-emu-'));
-        try {
-          const got = runOnCpu(c, dir, late);
-          const ref = reference(c, { lr: 0, t: 1, seed: 0, counter: 0 });
-          const tol = flashTolerance(c) ?? 1e-4;
-          for (const [id, x] of got) expect(relError(x, ref.get(id)!), c.program.graph.values[id].name).toBeLessThan(tol);
-        } finally {
-          fs.rmSync(dir, { recursive: true, force: true });
-        }
-      }, 120_000);
+    const name = String(c.program.name);
+    if (!isF32(c)) {
+      // the 16-bit kernels stream their tiles with cp.async: both ends of when a copy may land
+      for (const late of [false, true]) {
+        it(`${name}${late ? ' (cp.async landing at the wait)' : ''}: every output within the check's tolerance of the float64 reference`, () => {
+          const { err } = errors(c, { late, x3: true, plain: false });
+          for (const [v, e] of err) expect(e, v).toBeLessThan(flashTolerance(c)!);
+        }, 120_000);
+      }
+      continue;
     }
+    it(`${name}, fp32 as 3xTF32 on the tensor cores: every output within ${X3_TOL} of the float64 reference; as plain TF32 (lo dropped) not`, () => {
+      const x3 = errors(c, { late: false, x3: true, plain: false });
+      expect(x3.labels.filter((l) => /flash attention, fp32 as 3xTF32/.test(l)).length).toBe(/_fwd$/.test(name) ? 1 : 2);
+      for (const [v, e] of x3.err) expect(e, v).toBeLessThan(X3_TOL);
+      // the negative control: the same kernels with plain TF32 products miss the bound on every output (lse,
+      // of magnitude ~log S, the least: 4e-5), the worst by more than 10x (4e-4 ... 8e-4 measured)
+      const plain = errors(c, { late: false, x3: true, plain: true });
+      for (const [v, e] of plain.err) expect(e, `${v} as plain TF32`).toBeGreaterThan(X3_TOL);
+      expect(Math.max(...plain.err.values())).toBeGreaterThan(10 * X3_TOL);
+    }, 240_000);
+    it(`${name}, fp32 on the CUDA cores (MPSC_CUDA_ATTN_TF32X3=0): every output within 1e-4 of the float64 reference`, () => {
+      const simt = errors(c, { late: false, x3: false, plain: false });
+      expect(simt.labels.some((l) => /fp32 on the CUDA cores/.test(l))).toBe(true);
+      for (const [v, e] of simt.err) expect(e, v).toBeLessThan(1e-4);
+    }, 120_000);
   }
 });

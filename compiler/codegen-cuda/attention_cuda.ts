@@ -4,8 +4,9 @@
  * (a 16-bit train precision) with a head width D in FLASH_HEAD_DIMS, and their packed forms
  * attention_qkv / attention_qkv_grad (the same kernels: each operand addressed by op_rules' attnLayout,
  * a head's element offset and row stride; q, k, v read in place from the [N,T,3C] projection, o / dO
- * [N,T,C], dq, dk, dv stored into one [N,T,3C] gradient); other nodes go to the fp32
- * kernels of attention_f32.ts where their head width allows, else they keep the shared kernel
+ * [N,T,C], dq, dk, dv stored into one [N,T,3C] gradient); other nodes go to the fp32 3xTF32
+ * tensor-core kernels of attention_tf32x3.ts (all-fp32 operands) or the fp32 CUDA-core kernels of
+ * attention_f32.ts where their head width allows, else they keep the shared kernel
  * (compiler/kernels/attention.ts: 16x16 tiles, fp32 and 3xTF32 variants; lowerAttentionCuda returns
  * null). Consumes those nodes (CUDA dialect context); produces KernelSpecs.
  * Same IR semantics and saved tensors as the shared kernel: o, and lse = log sum exp of the scaled,
@@ -49,6 +50,7 @@ import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { asFloat, isHalfElem, type ElemType } from '../kernels/dialect.js';
 import { mmaSuffix, type Mma16Type } from './mma.js';
+import { lowerAttentionTf32x3, tf32x3Refusal } from './attention_tf32x3.js';
 import { ATTENTION_FAMILY, attnGeom, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
@@ -318,12 +320,16 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
 
 /**
  * The flash kernels of an attention / attention_grad node: the 16-bit tensor-core ones (flashRefusal
- * null), else the fp32 ones (attention_f32.ts, f32Refusal null), else null: the node keeps the shared kernel.
+ * null), else the fp32 3xTF32 tensor-core ones (attention_tf32x3.ts, tf32x3Refusal null), else the fp32
+ * CUDA-core ones (attention_f32.ts, f32Refusal null), else null: the node keeps the shared kernel.
  */
 export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   if (ctx.d.name !== 'cuda') throw new Error(`internal: the CUDA attention lowered for dialect ${ctx.d.name}`);
   if (!ATTENTION_FAMILY.includes(n.op)) return null;
-  if (flashRefusal(g, n) !== null) return f32Refusal(g, n) === null ? lowerAttentionF32(ctx, g, n) : null;
+  if (flashRefusal(g, n) !== null) {
+    if (tf32x3Refusal(g, n) === null) return lowerAttentionTf32x3(ctx, g, n);
+    return f32Refusal(g, n) === null ? lowerAttentionF32(ctx, g, n) : null;
+  }
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
   return flashKernels(ctx, g, n, {
@@ -334,18 +340,19 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
 
 /**
  * One line per kind of attention choice over the programs' graphs (`mpsc build --device cuda`): how
- * many attention-family nodes run on the flash kernels, and how many on the shared kernel
- * and why (flashRefusal).
+ * many attention-family nodes run on each flash path (16-bit tensor cores, fp32 as 3xTF32, fp32 on
+ * the CUDA cores: why not the one before), and how many on the shared kernel and why.
  */
 export function attentionReport(graphs: Graph[]): string[] {
   const counts = new Map<string, number>();
   for (const g of graphs)
     for (const n of g.nodes) {
       if (!ATTENTION_FAMILY.includes(n.op)) continue;
-      const why = flashRefusal(g, n), whyF32 = why === null ? null : f32Refusal(g, n);
+      const why = flashRefusal(g, n), whyX3 = why === null ? null : tf32x3Refusal(g, n), whyF32 = whyX3 === null ? null : f32Refusal(g, n);
       const key = why === null
         ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores, attention_cuda.ts)`
-        : whyF32 === null ? `flash attention (fp32 on the CUDA cores, attention_f32.ts: ${why})` : `the shared 16x16-tile kernel: ${whyF32}`;
+        : whyX3 === null ? `flash attention (fp32 as 3xTF32 on the tensor cores, attention_tf32x3.ts)`
+        : whyF32 === null ? `flash attention (fp32 on the CUDA cores, attention_f32.ts: ${whyX3})` : `the shared 16x16-tile kernel: ${whyF32}`;
       counts.set(key, (counts.get(key) ?? 0) + 1);
     }
   return [...counts].map(([what, k]) => `attention: ${k} node${k === 1 ? '' : 's'} on ${what}`);

@@ -1,8 +1,9 @@
 /**
  * attention_f32: the CUDA backend's flash attention in fp32 on the CUDA cores (no TF32: PyTorch's
  * fp32 attention, the memory-efficient kernel, does not use it either, and issue 14 keeps fp32 within
- * 1e-4 of the float64 reference), for `attention` / `attention_grad` nodes the 16-bit tensor-core
- * kernels (attention_cuda.ts) do not take, with a head width in F32_HEAD_DIMS, and their packed forms
+ * 1e-4 of the float64 reference), for `attention` / `attention_grad` nodes neither the 16-bit
+ * tensor-core kernels (attention_cuda.ts) nor the fp32 3xTF32 ones (attention_tf32x3.ts: all-fp32
+ * operands, unless MPSC_CUDA_ATTN_TF32X3=0) take, with a head width in F32_HEAD_DIMS, and their packed forms
  * attention_qkv / attention_qkv_grad (the same kernels: every operand addressed by op_rules' attnLayout,
  * a head's element offset and row stride, so q, k, v are read in place from the [N,T,3C] projection,
  * o / dO are [N,T,C] and dq, dk, dv land in one [N,T,3C] gradient). Consumes those nodes
@@ -20,9 +21,9 @@
  * the 8 rows of a quarter-warp's float4 reads fall in 8 different bank quads), the probabilities / dS in
  * a [32][36] tile between the two products. Row reductions (max, sum) are butterflies over the 16 lanes of a half-warp holding one row.
  * Softmax in base 2 (exp2f of scores pre-scaled by scale * log2 e), lse in natural log.
- * Why SIMT and not 3xTF32 tensor cores: the m16n8k8 TF32 A fragment holds columns t and t + 4 where
- * the C fragment holds 2t and 2t + 1, so P would need shuffles or shared memory between the products,
- * and each product three mma with hi / lo splits; the SIMT kernel is the simpler, always fp32-exact path.
+ * The 3xTF32 tensor-core kernels (attention_tf32x3.ts) are the default for all-fp32 nodes; this file
+ * keeps mixed-precision operands, the A/B switch MPSC_CUDA_ATTN_TF32X3=0, and the node assembly
+ * (flashKernels, Delta) every flash path shares.
  * Relies on: static shared memory under 48 KiB (D = 64: Q, K, V, dO tiles of 32 x 68 floats and two
  * 32 x 36 score tiles: 43 KiB in the dK/dV kernel).
  */

@@ -18,6 +18,7 @@ import type { ProgramSet } from '../../compiler/ir/graph.js';
 import { generateCudaModel, type CudaArtifacts, type CudaGemm } from '../../compiler/codegen-cuda/index.js';
 import { gemmChoiceLine } from '../../compiler/codegen-cuda/cublaslt.js';
 import type { Tf32x3Mode } from '../../compiler/codegen-cuda/tf32x3.js';
+import { attnTf32x3Enabled } from '../../compiler/codegen-cuda/attention_tf32x3.js';
 import { buildAddon, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
@@ -140,11 +141,11 @@ export function cudaGemmChoice(): CudaGemm {
   return v;
 }
 
-/** digest of what the generated CUDA sources are a pure function of */
+/** digest of what the generated CUDA sources are a pure function of (the generator, the programs, the options, $MPSC_CUDA_ATTN_TF32X3) */
 export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true, merge = true, tf32x3: Tf32x3Mode = 'rule'): string {
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
   return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update(merge ? '' : '\0unmerged')
-    .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`)
+    .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`).update(attnTf32x3Enabled() ? '' : '\0attn-cuda-cores')
     .update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 

@@ -24,6 +24,7 @@ struct float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 static inline uint4 make_uint4(uint a, uint b, uint c, uint d) { return {a, b, c, d}; }
 static inline float2 make_float2(float a, float b) { return {a, b}; }
+static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 struct __nv_bfloat16 { unsigned short b; };
 struct __half { unsigned short b; };
 static inline float __uint_as_float(uint u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -87,6 +88,27 @@ static inline void mma_(float* c, const uint* a, const uint* b, bool bf) {
 }
 static inline void mpsc_mma_bf16(float* c, const uint* a, const uint* b) { mma_(c, a, b, true); }
 static inline void mpsc_mma_f16(float* c, const uint* a, const uint* b) { mma_(c, a, b, false); }
+// cvt.rna.tf32.f32: the top 19 bits, rounded to nearest with ties away from zero (finite inputs; the kernels feed no inf / NaN)
+static inline uint mpsc_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+// hi alone, lo = 0: plain TF32 (test/cuda_flash_emu.test.ts's negative control puts it in place of mma.ts's mpsc_split_tf32_hl)
+static inline void mpsc_split_tf32_hi_only(float x, uint& hi, uint& lo) { hi = mpsc_tf32(x); lo = 0u; }
+// mma.m16n8k8 TF32 per the PTX fragment layouts: A (r, k) in lane (r % 8) * 4 + k % 4, register (r >= 8) + 2 (k >= 4);
+// B (k, n) in lane n * 4 + k % 4, register (k >= 4); C as m16n8k16. The tensor cores read only an operand's
+// TF32 bits (the low 13 are dropped); products of TF32 values are exact, summed here in double, added in fp32
+static inline void mpsc_mma16x8(float* c, const uint* a, const uint* b) {
+  std::memcpy(me().a, a, 16); std::memcpy(me().b, b, 8); warp_sync();
+  const int g = lane_() >> 2, t = lane_() & 3;
+  for (int e = 0; e < 4; ++e) {
+    const int r = g + (e >> 1) * 8, n = 2 * t + (e & 1);
+    double s = 0.0;
+    for (int k = 0; k < 8; ++k) {
+      const uint x = of((r % 8) * 4 + k % 4).a[(r >= 8) + 2 * (k >= 4)], y = of(n * 4 + k % 4).b[k >= 4];
+      s += (double)__uint_as_float(x & 0xffffe000u) * (double)__uint_as_float(y & 0xffffe000u);
+    }
+    c[e] = (float)((double)c[e] + s);
+  }
+  warp_sync();
+}
 // ldmatrix.x4.trans: matrix i's row j at the address of lane 8i + j; lane (g, t) gets (rows 2t, 2t + 1; col g)
 static inline void mpsc_ldsm_x4_trans(uint* r, const unsigned short* p) {
   if (((uintptr_t)p) % 16) { std::fprintf(stderr, "ldmatrix row address not 16-byte aligned\n"); std::abort(); }

@@ -1,0 +1,279 @@
+/**
+ * attention_tf32x3: the CUDA backend's fp32 flash attention on the tensor cores as 3xTF32 (split
+ * precision: each fp32 operand x = hi + lo, both TF32, a*b ~ ah*bh + ah*bl + al*bh on three
+ * `mma.sync.m16n8k8` TF32 with fp32 accumulation; mma.ts mpsc_mma_tf32x3 and the fragment layouts),
+ * so the products keep about 21 bits of each operand: fp32-level accuracy (issue 14 allows split
+ * precision for matmuls, not plain TF32). For `attention` / `attention_grad` nodes and their packed
+ * forms attention_qkv / attention_qkv_grad whose operands are all fp32, with a head width in
+ * TF32X3_HEAD_DIMS and fp32 lse (tf32x3Refusal); MPSC_CUDA_ATTN_TF32X3=0 (at generation time) sends
+ * them to the CUDA-core kernels of attention_f32.ts instead, for A/B. Consumes those nodes (CUDA
+ * dialect context); produces KernelSpecs with the IR semantics and saved tensors (o, lse) of the
+ * shared kernel, through attention_f32.ts flashKernels (the same Delta kernel, grids and arguments).
+ * Called by attention_cuda.ts lowerAttentionCuda, which decides which nodes come here.
+ *
+ * Same structure as the other flash paths (FlashAttention-2: online softmax over streamed tiles in the
+ * forward; backward = Delta + a dK/dV kernel per key tile + a dQ kernel per query tile, no atomics):
+ * 128 threads = 4 warps per block, a warp owns 16 rows of the block's 64 (queries; keys in the dK/dV
+ * kernel), the streamed tiles have BC rows (32 in the forward, 16 in the backward: static shared
+ * memory under 48 KiB at D = 64). Tiles sit in shared memory as fp32, row-major with a pitch of D + 4
+ * floats, 4 or 20 mod 32 banks, so every fragment read is free of bank conflicts: rows g (0..7) at
+ * column t (0..3) fall on banks 4g + t or 20g + t mod 32, and rows 2t, 2t + 1 at column g on 8t + g
+ * (+ 4 or 20), 32 distinct banks each; operands are split into hi / lo as the fragments are read (hi by
+ * cvt.rna.tf32.f32, lo = x - hi: mma.ts mpsc_split_tf32_hl). The first product of a
+ * step (S = Q K^T; S^T = K Q^T and dP^T = V dO^T; S and dP = dO V^T) gives C fragments in registers;
+ * softmax / dS work on them in fp32; they are the A fragments of the second product (O += P V;
+ * dV += P^T dO, dK += dS^T Q; dQ += dS K) by mma.ts's permuted k order (k slot t = column 2t, slot
+ * t + 4 = column 2t + 1; B rows 2t, 2t + 1), so no shuffle or shared-memory pass sits between them.
+ * Softmax statistics (running max, sums), lse, Delta and every accumulator are fp32; softmax in base 2.
+ * The dK/dV kernel's score products accumulate even and odd k-steps apart (more independent mma
+ * chains at its 3 blocks per SM; see `scores`).
+ * Causal: tiles above the diagonal are never loaded, a warp whose 16 rows see none of a tile skips
+ * its products, the element mask applies only in tiles crossing the diagonal or the T / S edge.
+ * Relies on: 16-byte aligned rows (the device plan aligns values to 64 bytes; D and the packed
+ * offsets are multiples of 4 floats), sm_80+ (mma.sync TF32).
+ */
+import { UserError } from '../errors.js';
+import type { Graph, Node } from '../ir/graph.js';
+import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
+import { attnGeom, flashKernels, headOffsets, indexType, lit, lseValue, type AttnGeom } from './attention_f32.js';
+
+/** head widths of the 3xTF32 kernels (multiples of the k8 step; 64 is gpt_char's and GPT-2's, wider exceeds 48 KiB) */
+export const TF32X3_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
+
+/** rows per block (4 warps x 16); threads per block */
+const BR = 64;
+const THREADS = 128;
+/** rows of a streamed tile: forward (Q 64 + K, V 32 rows: 35 KiB at D = 64), backward (two 64-row + two 16-row tiles: 44 KiB) */
+const BC_FWD = 32, BC_BWD = 16;
+const LOG2E = Math.LOG2E;
+
+/**
+ * MPSC_CUDA_ATTN_TF32X3 (generation time): 1 (default) these kernels for fp32 attention, 0 the CUDA-core ones
+ * (attention_f32.ts); part of the CUDA build cache's inputs key (runtime/cuda/session.ts cudaInputsKey)
+ */
+export function attnTf32x3Enabled(): boolean {
+  const v = process.env.MPSC_CUDA_ATTN_TF32X3 ?? '1';
+  if (v !== '0' && v !== '1') throw new UserError(`error: MPSC_CUDA_ATTN_TF32X3 must be '0' or '1', got '${v}'`);
+  return v === '1';
+}
+
+/** why a node does not run on the 3xTF32 kernels (null: they take it) */
+export function tf32x3Refusal(g: Graph, n: Node): string | null {
+  if (!attnTf32x3Enabled()) return 'switched off (MPSC_CUDA_ATTN_TF32X3=0)';
+  const ops = { attention: [0, 1, 2], attention_grad: [0, 1, 2, 3, 4], attention_qkv: [0], attention_qkv_grad: [0, 1, 2] }[n.op as 'attention'] ?? [];
+  const types = ops.map((i) => g.values[n.inputs[i]].dtype);
+  if (!types.every((t) => t === 'f32')) return `operands ${types.join(', ')} (the 3xTF32 kernels take fp32 ones)`;
+  if (!n.outputs.every((v) => g.values[v].dtype === 'f32')) return 'a 16-bit output (the 3xTF32 kernels store fp32)';
+  const D = attnGeom(g, n).D;
+  if (!TF32X3_HEAD_DIMS.includes(D)) return `head width ${D} (the 3xTF32 kernels take ${TF32X3_HEAD_DIMS.join(', ')})`;
+  if (g.values[lseValue(n)].dtype !== 'f32') return `lse stored as ${g.values[lseValue(n)].dtype}`;
+  return null;
+}
+
+/** text builders of one geometry */
+function text(gm: AttnGeom) {
+  const D = gm.D, P = D + 4, NK = D / 8, shift = gm.S - gm.T, ix = indexType(gm);
+  const buf = (name: string) => gm.buf[name];
+  const ind = (s: string) => s.replace(/^(?=.)/gm, '  ');
+  /** the hi / lo split of four (A) or two (B) shared-memory floats into `h[]`, `l[]` */
+  const split = (h: string, l: string, xs: string[]) =>
+    `uint ${h}[${xs.length}], ${l}[${xs.length}];\n` + xs.map((x, i) => `mpsc_split_tf32_hl(${x}, ${h}[${i}], ${l}[${i}]);\n`).join('');
+  return {
+    P, NK, shift, ind,
+    consts:
+      `  constexpr int T = ${gm.T}, S = ${gm.S}, P = ${P};  // queries, keys, tile pitch (floats)\n` +
+      `  constexpr float SC = ${lit(gm.scale * LOG2E)};  // scale * log2(e): scores in base 2\n` +
+      `  const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, t = l & 3;\n` +
+      `  const int bh = blockIdx.y;\n` + headOffsets(gm),
+    /** rows [r0, r0 + n) of [rows x D] slabs (logical buffer, head offset, row stride) into shared tiles by float4, zeros past `rows` */
+    load: (r0: string, n: number, rows: string, pairs: [string, string, string, string][]) =>
+      `  for (int e = threadIdx.x; e < ${(n * D) / 4}; e += ${THREADS}) {\n` +
+      `    const int r = e / ${D / 4}, c = (e % ${D / 4}) * 4;\n    const bool in = ${r0} + r < ${rows};\n` +
+      pairs.map(([dst, src, off, st]) =>
+        `    *reinterpret_cast<float4*>(${dst} + r * P + c) = in ? *reinterpret_cast<const float4*>(${buf(src)} + ${off} + (${ix})(${r0} + r) * ${st} + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n`).join('') +
+      `  }\n`,
+    /**
+     * acc[nt][4] = rows a0.. (16, of shared tile A) times rows 0 .. 8 nt of shared tile B, transposed,
+     * over the D features: the 16 x 8nt scores of the warp as C fragments. `two`: the even and odd
+     * k-steps accumulate apart (added at the end), for the dK/dV kernel (nt = 2, 3 warps per scheduler):
+     * one accumulator per n-tile chains all 3 D / 8 mma of the product one after another (each waits
+     * for the previous one's sum); the forward (nt = 4) has chains enough, and the dQ kernel spills
+     * with them at D = 64 (separate layout)
+     */
+    scores: (acc: string, A: string, a0: string, Bt: string, nt: number, two = false) => {
+      const into = two ? `(kk & 1) ? ${acc}_odd[j] : ${acc}[j]` : `${acc}[j]`;
+      return (
+        `  float ${acc}[${nt}][4]${two ? `, ${acc}_odd[${nt}][4];  // even / odd k-steps` : ';'}\n` +
+        `  #pragma unroll\n  for (int j = 0; j < ${nt}; ++j)\n    #pragma unroll\n    for (int e = 0; e < 4; ++e) { ${acc}[j][e] = 0.0f;${two ? ` ${acc}_odd[j][e] = 0.0f;` : ''} }\n` +
+        `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk) {\n` +
+        `    const float* a = ${A} + (${a0} + g) * P + kk * 8 + t;\n` +
+        ind(ind(split('ah', 'al', ['a[0]', 'a[8 * P]', 'a[4]', 'a[8 * P + 4]']))) +
+        `    #pragma unroll\n    for (int j = 0; j < ${nt}; ++j) {\n` +
+        `      const float* b = ${Bt} + (j * 8 + g) * P + kk * 8 + t;\n` +
+        ind(ind(ind(split('bh', 'bl', ['b[0]', 'b[4]'])))) +
+        `      mpsc_mma_tf32x3(${into}, ah, al, bh, bl);\n    }\n  }\n` +
+        (two ? `  #pragma unroll\n  for (int j = 0; j < ${nt}; ++j)\n    #pragma unroll\n    for (int e = 0; e < 4; ++e) ${acc}[j][e] += ${acc}_odd[j][e];\n` : '')
+      );
+    },
+    /**
+     * acc[D/8][4] += C (the warp's 16 x 8nt fp32 C fragments in registers, as A in the permuted k order)
+     * times shared tile Y (8nt rows x D)
+     */
+    times: (acc: string, c: string, Y: string, nt: number) =>
+      `  #pragma unroll\n  for (int kk = 0; kk < ${nt}; ++kk) {\n` +
+      ind(ind(split('ah', 'al', [`${c}[kk][0]`, `${c}[kk][2]`, `${c}[kk][1]`, `${c}[kk][3]`]))) +
+      `    const float* y = ${Y} + (kk * 8 + 2 * t) * P + g;\n` +
+      `    #pragma unroll\n    for (int jd = 0; jd < ${NK}; ++jd) {\n` +
+      ind(ind(ind(split('bh', 'bl', ['y[jd * 8]', 'y[P + jd * 8]'])))) +
+      `      mpsc_mma_tf32x3(${acc}[jd], ah, al, bh, bl);\n    }\n  }\n`,
+    zero: (acc: string) =>
+      `  float ${acc}[${NK}][4];\n  #pragma unroll\n  for (int j = 0; j < ${NK}; ++j) { ${acc}[j][0] = 0.0f; ${acc}[j][1] = 0.0f; ${acc}[j][2] = 0.0f; ${acc}[j][3] = 0.0f; }\n`,
+    /** key kc visible from query qr (`edges`: which of the T / S edges to test) */
+    visible: (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) =>
+      [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', gm.causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
+    /** the warp's [16 x D] accumulator rows base + g, base + g + 8 (below `rows`) into `out` (fp32) at head offset `off`, row stride `st` */
+    storeRows: (out: KernelArg, acc: string, base: string, rows: string, off: string, st: string, mul: [string, string] = ['', '']) =>
+      `  {\n    const int r0 = ${base} + g, r1 = r0 + 8;\n` +
+      `    #pragma unroll\n    for (int j = 0; j < ${NK}; ++j) {\n      const int c = j * 8 + 2 * t;\n` +
+      `      if (r0 < ${rows}) *reinterpret_cast<float2*>(${out.name} + ${off} + (${ix})r0 * ${st} + c) = make_float2(${acc}[j][0]${mul[0]}, ${acc}[j][1]${mul[0]});\n` +
+      `      if (r1 < ${rows}) *reinterpret_cast<float2*>(${out.name} + ${off} + (${ix})r1 * ${st} + c) = make_float2(${acc}[j][2]${mul[1]}, ${acc}[j][3]${mul[1]});\n` +
+      `    }\n  }\n`,
+  };
+}
+
+function forwardBody(gm: AttnGeom, o: KernelArg): string {
+  const x = text(gm), P = x.P, NT = BC_FWD / 8;
+  const edge = `k0 + ${BC_FWD} > S` + (gm.causal ? ` || k0 + ${BC_FWD - 1} > qw + ${x.shift}` : '');
+  return (
+    `  // flash attention forward, fp32 as 3xTF32 on the tensor cores: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
+    `  // block (64-query tile, head), warp w its queries qw.., key / value tiles of ${BC_FWD} streamed\n` +
+    x.consts +
+    `  __shared__ __align__(16) float Qs[${BR * P}], Ks[${BC_FWD * P}], Vs[${BC_FWD * P}];\n` +
+    `  // the last query tiles see the most keys: they start first\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    x.load('q0', BR, 'T', [['Qs', 'q', 'qoff', 'RQ']]) +
+    x.zero('acc') +
+    `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (base 2), partial sums\n` +
+    `  const int kend = ${gm.causal ? `min(S, q0 + ${BR + x.shift})` : 'S'};\n` +
+    `  for (int k0 = 0; k0 < kend; k0 += ${BC_FWD}) {\n` +
+    `    __syncthreads();  // the previous tiles are consumed (and Q loaded)\n` +
+    x.ind(x.load('k0', BC_FWD, 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']])) +
+    `    __syncthreads();\n` +
+    (gm.causal ? `    if (k0 > qw + ${15 + x.shift}) continue;  // none of the warp's queries sees this tile\n` : '') +
+    x.ind(x.scores('s', 'Qs', 'w * 16', 'Ks', NT)) +
+    `    const bool edge = ${edge};\n` +
+    `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < ${NT}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    `        float z = s[j][e] * SC;\n` +
+    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
+    (gm.causal ? `          const int qr = qw + g + (e >> 1) * 8;\n` : '') +
+    `          if (!(${x.visible('qr', 'kc', { k: true })})) z = -INFINITY;\n        }\n` +
+    `        s[j][e] = z;\n        if (e < 2) mx0 = fmaxf(mx0, z); else mx1 = fmaxf(mx1, z);\n      }\n` +
+    `    mx0 = mpsc_quad_max(mx0);\n    mx1 = mpsc_quad_max(mx1);\n` +
+    `    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);\n` +
+    `    const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;\n` +
+    `    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);\n` +
+    `    m0 = mn0;\n    m1 = mn1;\n` +
+    `    float ls0 = 0.0f, ls1 = 0.0f;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < ${NT}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    `        const float p = exp2f(s[j][e] - (e < 2 ? b0 : b1));\n` +
+    `        s[j][e] = p;\n        if (e < 2) ls0 += p; else ls1 += p;\n      }\n` +
+    `    l0 = l0 * al0 + ls0;\n    l1 = l1 * al1 + ls1;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < ${x.NK}; ++j) { acc[j][0] *= al0; acc[j][1] *= al0; acc[j][2] *= al1; acc[j][3] *= al1; }\n` +
+    `    // O += P V (P's C fragments as A in the permuted k order)\n` +
+    x.ind(x.times('acc', 's', 'Vs', NT)) +
+    `  }\n` +
+    `  l0 = mpsc_quad_sum(l0);\n  l1 = mpsc_quad_sum(l1);\n` +
+    `  const float i0 = 1.0f / l0, i1 = 1.0f / l1;\n` +
+    x.storeRows(o, 'acc', 'qw', 'T', 'ooff', 'RO', [' * i0', ' * i1']) +
+    `  if (t == 0) {\n    const int r0 = qw + g, r1 = r0 + 8;\n` +
+    `    if (r0 < T) lse[(size_t)bh * T + r0] = m0 * ${lit(Math.LN2)} + logf(l0);\n` +
+    `    if (r1 < T) lse[(size_t)bh * T + r1] = m1 * ${lit(Math.LN2)} + logf(l1);\n  }\n`
+  );
+}
+
+function gradKVBody(gm: AttnGeom, dk: KernelArg, dv: KernelArg): string {
+  const x = text(gm), P = x.P, NT = BC_BWD / 8;
+  const edge = `q0 + ${BC_BWD} > T` + (gm.causal ? ` || kw + 15 > q0 + ${x.shift}` : '');
+  // the first query tile holding a query that sees key k0 (query i sees key j iff i >= j - (S - T))
+  const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${BC_BWD} * ${BC_BWD}` : '0';
+  return (
+    `  // flash attention backward, dK and dV, fp32 as 3xTF32 on the tensor cores: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
+    `  // block (64-key tile, head), warp w its keys kw..; query tiles of ${BC_BWD} streamed: S^T = K Q^T, dP^T = V dO^T\n` +
+    x.consts +
+    `  __shared__ __align__(16) float Ks[${BR * P}], Vs[${BR * P}], Qs[${BC_BWD * P}], Os[${BC_BWD * P}];\n` +
+    `  __shared__ float Ls[${BC_BWD}], Ds[${BC_BWD}];  // lse (base 2) and Delta of the query tile\n` +
+    `  const int k0 = blockIdx.x * ${BR}, kw = k0 + w * 16;\n` +
+    x.load('k0', BR, 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']]) +
+    x.zero('dka') + x.zero('dva') +
+    `  for (int q0 = ${qbeg}; q0 < T; q0 += ${BC_BWD}) {\n` +
+    `    __syncthreads();  // the previous tiles are consumed (and K, V loaded)\n` +
+    x.ind(x.load('q0', BC_BWD, 'T', [['Qs', 'q', 'qoff', 'RQ'], ['Os', 'dout', 'ooff', 'RO']])) +
+    `    if (threadIdx.x < ${BC_BWD}) {\n      const int qi = q0 + threadIdx.x;\n` +
+    `      Ls[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
+    `      Ds[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n    }\n` +
+    `    __syncthreads();\n` +
+    (gm.causal ? `    if (kw > q0 + ${BC_BWD - 1 + x.shift}) continue;  // none of this tile's queries sees the warp's keys\n` : '') +
+    x.ind(x.scores('st', 'Ks', 'w * 16', 'Qs', NT, true)) + x.ind(x.scores('dpt', 'Vs', 'w * 16', 'Os', NT, true)) +
+    `    const bool edge = ${edge};\n` +
+    `    #pragma unroll\n    for (int j = 0; j < ${NT}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    `        const int qc = j * 8 + 2 * t + (e & 1);\n` +
+    `        float p = exp2f(st[j][e] * SC - Ls[qc]);\n` +
+    `        if (edge) {\n          const int qr = q0 + qc;\n` +
+    (gm.causal ? `          const int kr = kw + g + (e >> 1) * 8;\n` : '') +
+    `          if (!(${x.visible('qr', 'kr', { q: true })})) p = 0.0f;\n        }\n` +
+    `        st[j][e] = p;\n` +
+    `        dpt[j][e] = p * (dpt[j][e] - Ds[qc]) * ${lit(gm.scale)};\n      }\n` +
+    `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS; C fragments as A in the permuted k order)\n` +
+    x.ind(x.times('dva', 'st', 'Os', NT)) + x.ind(x.times('dka', 'dpt', 'Qs', NT)) +
+    `  }\n` +
+    x.storeRows(dk, 'dka', 'kw', 'S', 'koff', 'RK') + x.storeRows(dv, 'dva', 'kw', 'S', 'voff', 'RV')
+  );
+}
+
+function gradQBody(gm: AttnGeom, dq: KernelArg): string {
+  const x = text(gm), P = x.P, NT = BC_BWD / 8;
+  const edge = `k0 + ${BC_BWD} > S` + (gm.causal ? ` || k0 + ${BC_BWD - 1} > qw + ${x.shift}` : '');
+  return (
+    `  // flash attention backward, dQ, fp32 as 3xTF32 on the tensor cores: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
+    `  // block (64-query tile, head), warp w its queries qw..; key tiles of ${BC_BWD} streamed: S = Q K^T, dP = dO V^T, dQ += dS K\n` +
+    x.consts +
+    `  __shared__ __align__(16) float Qs[${BR * P}], Os[${BR * P}], Ks[${BC_BWD * P}], Vs[${BC_BWD * P}];\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    x.load('q0', BR, 'T', [['Qs', 'q', 'qoff', 'RQ'], ['Os', 'dout', 'ooff', 'RO']]) +
+    `  const int r0 = qw + g, r1 = r0 + 8;\n` +
+    `  const float L0 = r0 < T ? lse[(size_t)bh * T + r0] * ${lit(LOG2E)} : 0.0f, L1 = r1 < T ? lse[(size_t)bh * T + r1] * ${lit(LOG2E)} : 0.0f;\n` +
+    `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n` +
+    x.zero('dqa') +
+    `  const int kend = ${gm.causal ? `min(S, q0 + ${BR + x.shift})` : 'S'};\n` +
+    `  for (int k0 = 0; k0 < kend; k0 += ${BC_BWD}) {\n` +
+    `    __syncthreads();  // the previous tiles are consumed (and Q, dO loaded)\n` +
+    x.ind(x.load('k0', BC_BWD, 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']])) +
+    `    __syncthreads();\n` +
+    (gm.causal ? `    if (k0 > qw + ${15 + x.shift}) continue;  // none of the warp's queries sees this tile\n` : '') +
+    x.ind(x.scores('s', 'Qs', 'w * 16', 'Ks', NT)) + x.ind(x.scores('dp', 'Os', 'w * 16', 'Vs', NT)) +
+    `    const bool edge = ${edge};\n` +
+    `    #pragma unroll\n    for (int j = 0; j < ${NT}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    `        float p = exp2f(s[j][e] * SC - (e < 2 ? L0 : L1));\n` +
+    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
+    (gm.causal ? `          const int qr = e < 2 ? r0 : r1;\n` : '') +
+    `          if (!(${x.visible('qr', 'kc', { k: true })})) p = 0.0f;\n        }\n` +
+    `        s[j][e] = p * (dp[j][e] - (e < 2 ? D0 : D1)) * ${lit(gm.scale)};\n      }\n` +
+    `    // dQ += dS K (the scale folded into dS; C fragments as A in the permuted k order)\n` +
+    x.ind(x.times('dqa', 's', 'Ks', NT)) +
+    `  }\n` +
+    x.storeRows(dq, 'dqa', 'qw', 'T', 'qoff', 'RQ')
+  );
+}
+
+/** The 3xTF32 flash kernels of an attention-family node (tf32x3Refusal null). */
+export function lowerAttentionTf32x3(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const gm = attnGeom(g, n);
+  ctx.helpers.add('mma16');  // the quad reductions
+  ctx.helpers.add('mma_tf32x3');
+  // (no __launch_bounds__ minimum: 4 blocks per SM would cap the dK/dV kernel at 128 registers, where it spills at D = 64)
+  return flashKernels(ctx, g, n, {
+    what: `fp32 as 3xTF32 on the tensor cores, ${BR} rows per block`, rows: BR,
+    forward: (_args, o) => forwardBody(gm, o), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv), gradQ: (_args, dq) => gradQBody(gm, dq),
+  });
+}
