@@ -12,13 +12,16 @@
  * masked scores per query (natural log, fp32); the causal rule keeps key j for query i iff
  * j <= i + S - T.
  *
+ * Build-time switches for A/B on the GPU (flashLdsm, flashMinBlocks): the scores' B fragments by
+ * ldmatrix.x4 or 32-bit loads; each kernel's __launch_bounds__ blocks per SM.
  * Every kernel: 128 threads = 4 warps; a warp owns 16 rows (queries, or keys in the dK/dV kernel)
  * of the block's 64; tiles of 64 rows x D sit in shared memory row-major with a pitch of D + 8
  * elements (the 32-bit fragment loads and the ldmatrix row reads are then free of bank conflicts),
  * rows past T / S zero. The block's own tile (Q; K and V in the dK/dV kernel) is loaded once with
  * 16-byte loads and kept as A fragments in registers; the streamed tiles are double-buffered with
  * 16-byte cp.async copies (the next step's tiles are copied while this step computes; the backward
- * kernels reuse their own tile's shared memory as the second buffer). Products are
+ * kernels reuse their own tile's shared memory as the second buffer). The scores' B fragments (rows of
+ * the streamed K, Q or dO tile) come by ldmatrix.x4, two n8 tiles per instruction. Products are
  * mma.sync m16n8k16 with fp32 accumulation (mma.ts: helpers and fragment layouts); the scores'
  * fp32 C fragments are rounded to 16 bits as the A operand of the next product (P V, P^T dO,
  * dS^T Q, dS K), as FlashAttention-2 (and so PyTorch's bf16 / fp16 attention) does: the results
@@ -53,6 +56,30 @@ import { ATTENTION_FAMILY, attnGeom, f32Refusal, flashKernels, headOffsets, isFo
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
 export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
+
+/**
+ * Blocks per SM the registers of the forward, dK/dV and dQ kernels must allow (__launch_bounds__' second
+ * argument; 0: no bound), MPSC_CUDA_FLASH_MINBLOCKS="fwd,kv,q" at build time for A/B. At D = 64 (ptxas
+ * 13.0, sm_90a, GPT-2's shape, the scores' B fragments by ldmatrix) unbounded they take 139 / 237 / 174
+ * registers: 3 / 2 / 2 blocks of 4 warps per SM (shared memory allows 5 / 6 / 6); bounded 4 / 3 / 3 they
+ * take 128 / 168 / 168 and spill 16 / 92 / 4 bytes (with 32-bit B loads, MPSC_CUDA_FLASH_LDSM=0:
+ * 135 / 204 / 160 unbounded). Default 0, 0, 0 (no spills: test/cuda_attention.test.ts holds every flash
+ * kernel to none) until the GPU says whether 4, 0, 3 (a block more per SM for the forward and dQ, for
+ * 16 and 4 bytes of spill) pays.
+ */
+export function flashMinBlocks(): [number, number, number] {
+  const e = process.env.MPSC_CUDA_FLASH_MINBLOCKS;
+  if (e === undefined || e === '') return [0, 0, 0];
+  const v = e.split(',').map((x) => Number(x));
+  if (v.length !== 3 || !v.every((x) => Number.isInteger(x) && x >= 0 && x <= 8))
+    throw new Error(`MPSC_CUDA_FLASH_MINBLOCKS=${e}: expected three integers 0..8 (forward, dK/dV, dQ; 0: no bound)`);
+  return v as [number, number, number];
+}
+
+/** the scores' B fragments by ldmatrix.x4 (default) or by 32-bit loads (MPSC_CUDA_FLASH_LDSM=0 at build time, for A/B) */
+export function flashLdsm(): boolean {
+  return process.env.MPSC_CUDA_FLASH_LDSM !== '0';
+}
 
 /** rows per block (4 warps x 16) and per streamed tile */
 const BR = 64;
@@ -117,14 +144,23 @@ function text(gm: Geom) {
       `  uint ${name}[${NK}][4];\n  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk) {\n` +
       `    const unsigned short* a = ${tile} + (w * 16 + g) * P + kk * 16 + 2 * t;\n` +
       `    ${name}[kk][0] = mpsc_ld32(a); ${name}[kk][1] = mpsc_ld32(a + 8 * P); ${name}[kk][2] = mpsc_ld32(a + 8); ${name}[kk][3] = mpsc_ld32(a + 8 * P + 8);\n  }\n`,
-    /** acc[8][4] = A (registers, 16 x D) * tile^T (64 rows x D): 16 x 64 scores */
+    /**
+     * acc[8][4] = A (registers, 16 x D) * tile^T (64 rows x D): 16 x 64 scores; the B fragments by
+     * ldmatrix.x4 (two n8 tiles per instruction) or, with MPSC_CUDA_FLASH_LDSM=0, two 32-bit loads each
+     */
     scores: (acc: string, a: string, tile: string) =>
       `  float ${acc}[8][4];\n` +
       `  #pragma unroll\n  for (int j = 0; j < 8; ++j) { ${acc}[j][0] = 0.0f; ${acc}[j][1] = 0.0f; ${acc}[j][2] = 0.0f; ${acc}[j][3] = 0.0f; }\n` +
-      `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk)\n    #pragma unroll\n    for (int j = 0; j < 8; ++j) {\n` +
-      `      const unsigned short* b = ${tile} + (j * 8 + g) * P + kk * 16 + 2 * t;\n` +
-      `      const uint bf[2] = {mpsc_ld32(b), mpsc_ld32(b + 8)};\n` +
-      `      mpsc_mma_${s}(${acc}[j], ${a}[kk], bf);\n    }\n`,
+      (flashLdsm()
+        ? `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk)\n    #pragma unroll\n    for (int j = 0; j < 8; j += 2) {\n` +
+          `      // matrices (keys 8j.., cols 16kk..), (8j.., 16kk+8..), (8j+8.., 16kk..), (8j+8.., 16kk+8..): b[0], b[1] of n8 tiles j and j + 1\n` +
+          `      uint bf[4];\n` +
+          `      mpsc_ldsm_x4(bf, ${tile} + (j * 8 + (l >> 4) * 8 + (l & 7)) * P + kk * 16 + ((l >> 3) & 1) * 8);\n` +
+          `      mpsc_mma_${s}(${acc}[j], ${a}[kk], bf);\n      mpsc_mma_${s}(${acc}[j + 1], ${a}[kk], bf + 2);\n    }\n`
+        : `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk)\n    #pragma unroll\n    for (int j = 0; j < 8; ++j) {\n` +
+          `      const unsigned short* b = ${tile} + (j * 8 + g) * P + kk * 16 + 2 * t;\n` +
+          `      const uint bf[2] = {mpsc_ld32(b), mpsc_ld32(b + 8)};\n` +
+          `      mpsc_mma_${s}(${acc}[j], ${a}[kk], bf);\n    }\n`),
     /** acc[ND][4] += C (16 x 64 fp32 fragments in registers, rounded to 16 bits) * tile (64 rows x D) */
     times: (acc: string, c: string, tile: string) =>
       `  #pragma unroll\n  for (int kk = 0; kk < 4; ++kk) {\n` +
@@ -326,10 +362,14 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   if (flashRefusal(g, n) !== null) return f32Refusal(g, n) === null ? lowerAttentionF32(ctx, g, n) : null;
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
-  return flashKernels(ctx, g, n, {
+  const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
     forward: (_args, o) => forwardBody(gm, o), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv), gradQ: (_args, dq) => gradQBody(gm, dq),
   });
+  // the register bounds: forward; or Delta (none), dK/dV, dQ
+  const [f, kv, q] = flashMinBlocks();
+  const bounds = isForward(n) ? [f] : [0, kv, q];
+  return ks.map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
 }
 
 /**
