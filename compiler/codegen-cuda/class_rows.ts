@@ -21,7 +21,8 @@
  *    the row's term, then its gradient from the row's log-sum-exp over the row read again (its
  *    second read from L2: a block of rowBlock() = 1024 threads per row by default keeps the rows
  *    in flight under the L2's size), and the grad node has no kernel; the same expressions, so the
- *    same bits, as the two kernels below. With at most accuracy / top_k in between (lseConsumer),
+ *    same bits, as the two kernels below (the term's label logit is read before the row's
+ *    reductions: in place, its owner thread may overwrite it after them). With at most accuracy / top_k in between (lseConsumer),
  *    the loss kernel leaves each row's log-sum-exp in the scratch region and the gradient reads it:
  *    one pass over the logits instead of two.
  * Logits are read through the dialect's typed loads (16-bit logits widened to float), dlogits
@@ -176,9 +177,13 @@ export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelS
     case 'cross_entropy': {
       const ls = numAttr(n, 'label_smoothing', 0);
       what = `log-sum-exp${ls ? ', sum of logits' : ''}`;
-      row = onlineLse(ctx, g, n, L, C, ls !== 0) +
+      // with the gradient fused (in place over the logits, another thread may write the label's logit once the
+      // row's reductions are done): the label's logit read before them
+      const early = fusedGrad(g, n) !== undefined;
+      row = (early ? `  const float xlab = ${xAt('base + uint(lab)')};  // before any thread of the row writes\n` : '') +
+        onlineLse(ctx, g, n, L, C, ls !== 0) +
         `  const float lse = M + ${d.math('log', 'S')};\n` +
-        `  const float term = -${f(1 - ls)} * (${xAt('base + uint(lab)')} - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n') +
+        `  const float term = -${f(1 - ls)} * (${early ? 'xlab' : xAt('base + uint(lab)')} - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n') +
         (keepLse ? `  if (t == 0u) mpsc_scratch[${u(2 * R)} + r] = lse;  // for the gradient kernel\n` : '');
       break;
     }
