@@ -131,7 +131,7 @@ export function cudaLongCases(): OpCase[] {
     [f([...ids, D]), { shape: ids, dtype: 'i32', data: randomInts(ids, V, rng) }], [[V, D]], { w_shape: [V, D] }));
   emb('long_embedding_grad', [7, 300], 37, 70);
   emb('embedding_grad_gpt2_vocab', [3, 333], 50304, 24);
-  if (rowGroupThreads(50304) !== rowBlock() || rowGroupThreads(1025) !== rowBlock() || rowGroupThreads(1000) !== 32) throw new Error('internal: the class-row cases miss a block or a warp per row');
+  if (rowGroupThreads(50304) !== 256 || rowGroupThreads(1025) !== 256 || rowGroupThreads(50304, true) !== rowBlock() || rowGroupThreads(1000) !== 32) throw new Error('internal: the class-row cases miss a block or a warp per row');
   const classes = (tag: string, R: number, C: number, ignore?: number) => cases.push(...classRowCases(rng, `rows_${tag}`, R, C, ignore));
   classes('gpt2_vocab', 3, 50304);
   classes('gpt2_vocab_ignore', 4, 50304, 7);

@@ -23,7 +23,8 @@
  * 16-byte loads and kept as A fragments in registers; the streamed tiles are double-buffered with
  * 16-byte cp.async copies (the next step's tiles are copied while this step computes; the backward
  * kernels reuse their own tile's shared memory as the second buffer). The scores' B fragments (rows of
- * the streamed K, Q or dO tile) come by ldmatrix.x4, two n8 tiles per instruction. Products are
+ * the streamed K, Q or dO tile) come by ldmatrix.x4, two n8 tiles per instruction, in the forward and
+ * dK/dV kernels (dQ keeps two 32-bit loads per fragment: fewer registers, flashLdsm). Products are
  * mma.sync m16n8k16 with fp32 accumulation (mma.ts: helpers and fragment layouts); the scores'
  * fp32 C fragments are rounded to 16 bits as the A operand of the next product (P V, P^T dO,
  * dS^T Q, dS K), as FlashAttention-2 (and so PyTorch's bf16 / fp16 attention) does: the results
@@ -64,7 +65,7 @@ export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
 /**
  * Blocks per SM the registers of the forward, dK/dV and dQ kernels must allow (__launch_bounds__' second
  * argument; 0: no bound), MPSC_CUDA_FLASH_MINBLOCKS="fwd,kv,q" at build time for A/B. At D = 64 (ptxas
- * 13.0, sm_90a, GPT-2's shape, the scores' B fragments by ldmatrix) unbounded they take 139 / 237 / 174
+ * 13.0, sm_90a, GPT-2's shape, the 64-row forward, the scores' B fragments by ldmatrix in all three) unbounded they take 139 / 237 / 174
  * registers: 3 / 2 / 2 blocks of 4 warps per SM (shared memory allows 5 / 6 / 6); bounded 4 / 3 / 3 they
  * take 128 / 168 / 168 and spill 16 / 92 / 4 bytes (with 32-bit B loads, MPSC_CUDA_FLASH_LDSM=0:
  * 135 / 204 / 160 unbounded). Default 0, 0, 0 (no spills: test/cuda_attention.test.ts holds every flash
@@ -80,9 +81,20 @@ export function flashMinBlocks(): [number, number, number] {
   return v as [number, number, number];
 }
 
-/** the scores' B fragments by ldmatrix.x4 (default) or by 32-bit loads (MPSC_CUDA_FLASH_LDSM=0 at build time, for A/B) */
-export function flashLdsm(): boolean {
-  return process.env.MPSC_CUDA_FLASH_LDSM !== '0';
+/** the kernels whose scores' B fragments come by ldmatrix.x4 rather than 32-bit loads */
+export type LdsmKernel = 'fwd' | 'kv' | 'q';
+/**
+ * Whether kernel `k`'s scores take their B fragments by ldmatrix.x4 (the 128-row forward always does):
+ * MPSC_CUDA_FLASH_LDSM at build time, a comma list of fwd / kv / q or `none`; default fwd,kv. Measured on
+ * the H200 (GPT-2 bf16, 4 Dec 16:40, per layer): dK/dV 257 -> 252 us with it; dQ 180 -> 214 us (ptxas 160
+ * -> 174 registers: 3 -> 2 blocks per SM), so dQ keeps the 32-bit loads.
+ */
+export function flashLdsm(k: LdsmKernel): boolean {
+  const e = process.env.MPSC_CUDA_FLASH_LDSM;
+  if (e === undefined || e === '') return k !== 'q';
+  const v = e === 'none' ? [] : e.split(',');
+  if (!v.every((x) => x === 'fwd' || x === 'kv' || x === 'q')) throw new Error(`MPSC_CUDA_FLASH_LDSM=${e}: expected a comma list of fwd, kv, q, or none`);
+  return v.includes(k);
 }
 
 /** rows per block (4 warps x 16) and per streamed tile */
@@ -114,7 +126,7 @@ function geomOf(g: Graph, n: Node): Geom {
 }
 
 /** text builders of one geometry */
-function text(gm: Geom) {
+function text(gm: Geom, kernel: LdsmKernel) {
   const s = mmaSuffix(gm.type), P = gm.D + 8, NK = gm.D / 16, ND = gm.D / 8, causal = gm.causal;
   const shift = gm.S - gm.T;
   /** rows [r0, r0 + 64) of [rows x D] slabs (source pointer, row stride) into shared tiles (zeros past `rows`) */
@@ -150,12 +162,12 @@ function text(gm: Geom) {
       `    ${name}[kk][0] = mpsc_ld32(a); ${name}[kk][1] = mpsc_ld32(a + 8 * P); ${name}[kk][2] = mpsc_ld32(a + 8); ${name}[kk][3] = mpsc_ld32(a + 8 * P + 8);\n  }\n`,
     /**
      * acc[8][4] = A (registers, 16 x D) * tile^T (64 rows x D): 16 x 64 scores; the B fragments by
-     * ldmatrix.x4 (two n8 tiles per instruction) or, with MPSC_CUDA_FLASH_LDSM=0, two 32-bit loads each
+     * ldmatrix.x4 (two n8 tiles per instruction) or two 32-bit loads each (flashLdsm(kernel))
      */
     scores: (acc: string, a: string, tile: string) =>
       `  float ${acc}[8][4];\n` +
       `  #pragma unroll\n  for (int j = 0; j < 8; ++j) { ${acc}[j][0] = 0.0f; ${acc}[j][1] = 0.0f; ${acc}[j][2] = 0.0f; ${acc}[j][3] = 0.0f; }\n` +
-      (flashLdsm()
+      (flashLdsm(kernel)
         ? `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk)\n    #pragma unroll\n    for (int j = 0; j < 8; j += 2) {\n` +
           `      // matrices (keys 8j.., cols 16kk..), (8j.., 16kk+8..), (8j+8.., 16kk..), (8j+8.., 16kk+8..): b[0], b[1] of n8 tiles j and j + 1\n` +
           `      uint bf[4];\n` +
@@ -272,7 +284,7 @@ function forwardEdge(gm: Geom, x: ReturnType<typeof text>, qw: string): string {
 }
 
 function forwardBody(gm: Geom, o: KernelArg): string {
-  const x = text(gm), P = x.P, fold = gm.scale > 0;
+  const x = text(gm, 'fwd'), P = x.P, fold = gm.scale > 0;
   return (
     `  // flash attention forward: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${mmaSuffix(gm.type)} tensor cores\n` +
     x.consts +
@@ -305,7 +317,7 @@ function forwardBody(gm: Geom, o: KernelArg): string {
  * fragments are in registers before the first next-tile copy.
  */
 function forwardBody128(gm: Geom, o: KernelArg): string {
-  const x = text(gm), P = x.P, fold = gm.scale > 0, s = mmaSuffix(gm.type), NK = gm.D / 16;
+  const x = text(gm, 'fwd'), P = x.P, fold = gm.scale > 0, s = mmaSuffix(gm.type), NK = gm.D / 16;
   const BQ = 2 * BR, mts = [0, 1];
   const qwOf = (mt: number) => `qw${mt}`;
   const kend = gm.causal ? `min(S, q0 + ${BQ + x.shift})` : 'S';
@@ -362,7 +374,7 @@ export function flashForwardRows(): number {
 }
 
 function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
-  const x = text(gm), P = x.P;
+  const x = text(gm, 'kv'), P = x.P;
   const edge = `q0 + ${BR} > T` + (gm.causal ? ` || kw + 15 > q0 + ${x.shift}` : '');
   // the first query tile holding a query that sees key k0 (query i sees key j iff i >= j - (S - T))
   const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${BR} * ${BR}` : '0';
@@ -409,7 +421,7 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
 }
 
 function gradQBody(gm: Geom, dq: KernelArg): string {
-  const x = text(gm), P = x.P;
+  const x = text(gm, 'q'), P = x.P;
   const edge = `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '');
   return (
     `  // flash attention backward, dQ: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${mmaSuffix(gm.type)} tensor cores;\n` +

@@ -4,7 +4,8 @@
  * (compiler/kernels/reduce.ts) reduce a whole loss in ONE threadgroup, each thread taking whole
  * rows in three passes: right on the emulated Metal GPU's small batches, but GPT-2's loss (16 384
  * rows of 50 304) took 850 ms on the H200. Here every row has its own threads:
- *  - a warp per row (8 rows per block of 256) when C <= WARP_C, else a block of rowBlock() per row;
+ *  - a warp per row (8 rows per block of 256) when C <= WARP_C, else a block of 256 per row
+ *    (rowBlock() = 1024 by default for the loss fused with its gradient);
  *  - one pass over the row: each thread keeps a running max m and sum of exp(x - m) (rescaled
  *    when the max grows; four elements per step while four remain), then the row's max M is the group's max of m and its sum the group's sum
  *    of s * exp(m - M) (SIMD-group / block reductions: a fixed butterfly and warp order);
@@ -20,7 +21,7 @@
  *    same logits and labels (fusedGrad; not the ONE-block case), the loss's per-row kernel writes it:
  *    the row's term, then its gradient from the row's log-sum-exp over the row read again (its
  *    second read from L2: a block of rowBlock() = 1024 threads per row by default keeps the rows
- *    in flight under the L2's size), and the grad node has no kernel; the same expressions, so the
+ *    in flight under the L2's size; the other row kernels a block of 256), and the grad node has no kernel; the same expressions, so the
  *    same bits, as the two kernels below (the term's label logit is read before the row's
  *    reductions: in place, its owner thread may overwrite it after them). With at most accuracy / top_k in between (lseConsumer),
  *    the loss kernel leaves each row's log-sum-exp in the scratch region and the gradient reads it:
@@ -39,10 +40,11 @@ import { keptCount } from '../kernels/rows.js';
 /** classes per row up to which a warp takes a row (above: a block of rowBlock() threads) */
 export const WARP_C = 1024;
 /**
- * threads of a block that takes one row (C > WARP_C): 1024 by default, MPSC_CUDA_CE_ROW_BLOCK=256 (or 512)
- * at build time for A/B. With the loss and its gradient fused (fusedGrad), a row's second read should come
- * from L2: 1024 threads per row keep about 2 rows per SM in flight (~26 MB of GPT-2's 100 KB rows, under the
- * H200's 50 MB L2), 256 threads about 8 (~105 MB).
+ * threads of a block that takes one row (C > WARP_C) in the loss fused with its gradient (fusedGrad): 1024 by
+ * default, MPSC_CUDA_CE_ROW_BLOCK=256 (or 512) at build time for A/B; a row's second read should come from
+ * L2: 1024 threads per row keep about 2 rows per SM in flight (~26 MB of GPT-2's 100 KB rows, under the H200's
+ * 50 MB L2), 256 threads about 8 (~105 MB). The other row kernels keep 256 threads: measured on the H200 (GPT-2
+ * bf16, 4 Dec 16:40) the plain loss kernel over 16384 x 50304 bf16 took 847 us at 1024 against 661 at 256.
  */
 export function rowBlock(): number {
   const e = process.env.MPSC_CUDA_CE_ROW_BLOCK;
@@ -99,9 +101,9 @@ export function fusedGrad(g: Graph, n: Node): Node | undefined {
   return rowGroupThreads(C) === 32 && R <= ONE_BLOCK_ROWS ? undefined : m;
 }
 
-/** threads per row for C classes: a warp (32) or a block (rowBlock()) */
-export function rowGroupThreads(C: number): number {
-  return C <= WARP_C ? 32 : rowBlock();
+/** threads per row for C classes: a warp (32) or a block (256; rowBlock() for the loss fused with its gradient) */
+export function rowGroupThreads(C: number, fused = false): number {
+  return C <= WARP_C ? 32 : fused ? rowBlock() : BLOCK;
 }
 
 /**
@@ -110,9 +112,9 @@ export function rowGroupThreads(C: number): number {
  * row's group (every thread of the group gets the result; block mode uses barriers, so every
  * thread of the block must call them).
  */
-function rowLayout(ctx: LowerCtx, R: number, C: number) {
+function rowLayout(ctx: LowerCtx, R: number, C: number, fused = false) {
   const d = ctx.d, u = (k: number) => d.u(k);
-  const W = rowGroupThreads(C);
+  const W = rowGroupThreads(C, fused);
   const warp = W === 32;
   if (!warp) ctx.helpers.add('block_reduce');
   // threads of a block, and its warps
@@ -167,7 +169,9 @@ function onlineLse(ctx: LowerCtx, g: Graph, n: Node, L: ReturnType<typeof rowLay
 export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
   const { R, C, ignore } = classRows(g, n);
-  const L = rowLayout(ctx, R, C);
+  // the gradient right after the loss: this kernel writes it too, the row's second read hot in L2
+  const grad = fusedGrad(g, n);
+  const L = rowLayout(ctx, R, C, grad !== undefined);
   const counted = ignore !== undefined;
   const xAt = (idx: string) => readF(d, g, n.inputs[0], 'logits', idx);
   const keepLse = lseConsumer(g, n) !== undefined;
@@ -250,8 +254,6 @@ ${inner}      part += term;
     }, ` [one block: a warp per row of ${C}, ${R} rows]`), ...(keepLse ? { scratch: 3 * R * 4 } : {})}];
   }
   const bytes = (keepLse ? 3 : counted ? 2 : 1) * R * 4;
-  // the gradient right after the loss: this kernel writes it too, the row's second read hot in L2
-  const grad = fusedGrad(g, n);
   if (grad && counted) ctx.helpers.add('block_reduce');
   const zeroTerm = `    if (t == 0u) { mpsc_scratch[r] = ${f(0)}; mpsc_scratch[${u(R)} + r] = ${f(0)}; }\n`;
   const rows: KernelSpec = {
