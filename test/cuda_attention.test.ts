@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildCuda } from '../compiler/codegen-cuda/index.js';
-import { attentionReport, FLASH_HEAD_DIMS, flashRefusal } from '../compiler/codegen-cuda/attention_cuda.js';
+import { attentionReport, FLASH_HEAD_DIMS, flashForwardRows, flashRefusal } from '../compiler/codegen-cuda/attention_cuda.js';
 import { ATTENTION_FAMILY, attnGeom, F32_HEAD_DIMS, f32Refusal, isForward } from '../compiler/codegen-cuda/attention_f32.js';
 import { TF32X3_HEAD_DIMS, tf32x3Refusal } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import type { KernelSpec } from '../compiler/kernels/kernel_types.js';
@@ -133,7 +133,7 @@ describe('flash kernel geometry', () => {
       const { H: NH, T, S } = attnGeom(g, n), N = 1, H = NH;  // N * H heads
       const ks = attnKernels(i, x3);
       if (isForward(n)) {
-        expect(ks[0].groups).toEqual([Math.ceil(T / rows), N * H, 1]);
+        expect(ks[0].groups).toEqual([Math.ceil(T / (path === 'tc' ? flashForwardRows() : rows)), N * H, 1]);
         expect(ks[0].tgsize).toEqual([128, 1, 1]);
         return;
       }
@@ -150,9 +150,12 @@ describe('flash kernel geometry', () => {
 
   it('causal kernels skip the key tiles above the diagonal and mask only the tiles that cross it', () => {
     const body = (name: string, x3 = true) => attnKernels(cases.findIndex((c) => String(c.program.name) === name), x3)[0].body;
-    // S - T = 80: query tile q0 sees keys up to q0 + 63 + 80
-    expect(body('flash_1x2_t70_s150_d16_causal_f16_fwd')).toMatch(/kend = min\(S, q0 \+ 144\);/);
-    expect(body('flash_1x2_t70_s150_d16_causal_f16_fwd')).toMatch(/const bool edge = k0 \+ 64 > S \|\| k0 \+ 63 > qw \+ 80;/);
+    // S - T = 80: query tile q0 (of 128 rows; 64 with MPSC_CUDA_FLASH_FWD_ROWS=64) sees keys up to q0 + 127 + 80;
+    // each warp's m16 tile (qw0, qw1: 32 rows a warp) masks the key tiles crossing its own diagonal
+    const fr = flashForwardRows();
+    expect(body('flash_1x2_t70_s150_d16_causal_f16_fwd')).toMatch(new RegExp(`kend = min\\(S, q0 \\+ ${fr + 80}\\);`));
+    for (const qw of fr === 128 ? ['qw0', 'qw1'] : ['qw'])
+      expect(body('flash_1x2_t70_s150_d16_causal_f16_fwd')).toMatch(new RegExp(`const bool edge = k0 \\+ 64 > S \\|\\| k0 \\+ 63 > ${qw} \\+ 80;`));
     expect(body('flash_1x2_t70_s150_d32_bf16_fwd')).toMatch(/kend = S;/);
     expect(body('flash_1x2_t70_s150_d32_bf16_fwd')).toMatch(/const bool edge = k0 \+ 64 > S;/);
     // fp32 on the CUDA cores, 32-row tiles, S - T = 55

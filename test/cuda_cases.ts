@@ -8,7 +8,7 @@
  */
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
-import { ONE_BLOCK_ROWS, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
+import { ONE_BLOCK_ROWS, rowBlock, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
 import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { MIN_WIDE, PER_THREAD } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
@@ -80,7 +80,7 @@ export function cudaCaseBuild(a: CudaArtifacts, exe: string): EmuBuild<CaseArtif
  * vocabulary with rows that never occur), and the class losses / metrics over many rows (class_rows.ts:
  * a block per row of GPT-2's V = 50 304, a warp per row of 1000 classes over a row count not a multiple
  * of 8, and few enough such rows for one block; label smoothing; ignore_index), a loss with its gradient
- * reading the loss kernel's log-sum-exp (lossAndGradCase), a position embedding and its gradient
+ * reading the loss kernel's log-sum-exp or fused into its kernel (lossAndGradCase), a position embedding and its gradient
  * (positionEmbeddingCase), and layernorm / its dx a warp per row (layernormPair: D a multiple of 32 and not,
  * the widest warp row, one past it).
  */
@@ -131,7 +131,7 @@ export function cudaLongCases(): OpCase[] {
     [f([...ids, D]), { shape: ids, dtype: 'i32', data: randomInts(ids, V, rng) }], [[V, D]], { w_shape: [V, D] }));
   emb('long_embedding_grad', [7, 300], 37, 70);
   emb('embedding_grad_gpt2_vocab', [3, 333], 50304, 24);
-  if (rowGroupThreads(50304) !== 256 || rowGroupThreads(1025) !== 256 || rowGroupThreads(1000) !== 32) throw new Error('internal: the class-row cases miss a block or a warp per row');
+  if (rowGroupThreads(50304) !== 256 || rowGroupThreads(1025) !== 256 || rowGroupThreads(50304, true) !== rowBlock() || rowGroupThreads(1000) !== 32) throw new Error('internal: the class-row cases miss a block or a warp per row');
   const classes = (tag: string, R: number, C: number, ignore?: number) => cases.push(...classRowCases(rng, `rows_${tag}`, R, C, ignore));
   classes('gpt2_vocab', 3, 50304);
   classes('gpt2_vocab_ignore', 4, 50304, 7);
@@ -145,6 +145,9 @@ export function cudaLongCases(): OpCase[] {
     lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
   cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
   cases.push(...halfLongCases(rng), ...wideElementwiseCases(rng));
+  // the gradient right after the loss: one kernel (class_rows.ts fusedGrad), a block and a warp per row
+  cases.push(lossAndGradCase(rng, 'loss_grad_fused_gpt2_vocab', 3, 50304, 0, undefined, true), lossAndGradCase(rng, 'loss_grad_fused_block_ignore', 5, 1025, 0.1, 2, true),
+    lossAndGradCase(rng, 'loss_grad_fused_warp_ignore', 301, 1000, 0.1, -100, true));
   return cases;
 }
 
@@ -234,9 +237,11 @@ export function layernormPair(rng: Rng, name: string, rows: number[], D: number,
 /**
  * A training step's loss end: cross_entropy, accuracy, then cross_entropy_grad of the same logits and labels
  * (codegen-cuda/class_rows.ts lseConsumer: the gradient reads the loss kernel's per-row log-sum-exp from the
- * scratch region), over R rows of C with label smoothing `ls` and ignore_index `ignore` when given.
+ * scratch region), over R rows of C with label smoothing `ls` and ignore_index `ignore` when given; `fused`:
+ * the gradient right after the loss, accuracy last (class_rows.ts fusedGrad: one kernel writes the row terms
+ * and the gradient).
  */
-export function lossAndGradCase(rng: Rng, name: string, R: number, C: number, ls: number, ignore?: number): OpCase {
+export function lossAndGradCase(rng: Rng, name: string, R: number, C: number, ls: number, ignore?: number, fused = false): OpCase {
   const b = new GraphBuilder();
   const data = new Map<number, Float64Array>();
   const logits = b.value(`${name}.logits`, 'f32', [R, C], 'input');
@@ -247,8 +252,9 @@ export function lossAndGradCase(rng: Rng, name: string, R: number, C: number, ls
   const out = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
   const loss = out('loss', []), acc = out('acc', []), dlogits = out('dlogits', [R, C]);
   b.node('cross_entropy', [logits, label], [loss], { label_smoothing: ls, ...ii }, 'loss');
-  b.node('accuracy', [logits, label], [acc], ii, 'accuracy');
+  if (!fused) b.node('accuracy', [logits, label], [acc], ii, 'accuracy');
   b.node('cross_entropy_grad', [logits, label], [dlogits], { label_smoothing: ls, ...ii }, 'loss');
+  if (fused) b.node('accuracy', [logits, label], [acc], ii, 'accuracy');
   const program = { name, batch: R, graph: b.graph, inputs: [logits, label], outputs: [] } as unknown as Program;
   return { program, data, check: [loss, acc, dlogits] };
 }

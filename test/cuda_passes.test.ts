@@ -156,13 +156,13 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
     expect(emb.map((k) => k.scratch ?? 0)).toEqual([0, ...[65, 65].map((V) => (2 * 2048 + 2 * V) * 4)]);
     expect(emb.every((k) => !/atomic/.test(k.body))).toBe(true);
     // cross_entropy over 2048 rows of 65 (train_step, then eval): 256 blocks of 8 warps writing row terms, then one
-    // block's mean; the grad the same rows, reading train_step's loss kernel's log-sum-exp (scratch [2R, 3R))
+    // block's mean; in train_step the grad right after the loss: the row-terms kernel writes it (class_rows.ts fusedGrad)
     const ce = ks.filter((k) => k.op === 'cross_entropy' || k.op === 'cross_entropy_grad');
     const fwd = (bytes: number) => [['cross_entropy', 256, 256, bytes], ['cross_entropy', 1, 256, bytes]];
-    expect(ce.map((k) => [k.op, k.groups[0], k.tgsize[0], k.scratch ?? 0])).toEqual([
-      ...fwd(3 * 2048 * 4), ['cross_entropy_grad', 256, 256, 3 * 2048 * 4], ...fwd(2048 * 4)]);
-    expect(ce[2].body).toMatch(/mpsc_scratch\[4096u \+ r\]/);
-    expect(ce[2].body).not.toMatch(/mpsc_warp_max/);
+    expect(ce.map((k) => [k.op, k.groups[0], k.tgsize[0], k.scratch ?? 0])).toEqual([...fwd(2048 * 4), ...fwd(2048 * 4)]);
+    expect(ce[0].label).toMatch(/cross_entropy_grad \(fused\)\]$/);
+    expect(ce[0].args.map((a) => a.name)).toEqual(['logits', 'label', 'dlogits']);
+    expect(ce[2].args.map((a) => a.name)).toEqual(['logits', 'label']);
     expect(ce.every((k) => !/atomic/.test(k.body))).toBe(true);
   });
 });
@@ -193,12 +193,17 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       const x = [...rows, D];
       return opCase(name, 'layernorm_grad', [f(x), f(x), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [x, [D], [D]]);
     };
+    const pair = (name: string, R: number, C: number, ls: number, ignore?: number) =>
+      [false, true].map((fused) => lossAndGradCase(makeRng(R * C), `${name}${fused ? '_fused' : ''}`, R, C, ls, ignore, fused));
+    const fusedPairs = [...pair('loss_pair_block', 3, WARP_C + 29, 0.1, 2), ...pair('loss_pair_warp', ONE_BLOCK_ROWS + 9, 165, 0)];
     const cases: OpCase[] = [
       ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => ['layernorm', 'layernorm_grad', 'embedding_grad', 'cross_entropy', 'cross_entropy_grad', 'accuracy', 'top_k'].includes(n.op))),
       // ids with gaps and repeats, D not a power of two
       opCase('emb_sparse', 'embedding_grad', [f([3, 5, 45]), { shape: [3, 5], dtype: 'i32', data: Float64Array.from([9, 2, 9, 9, 40, 2, 0, 9, 33, 2, 40, 9, 1, 0, 9]) }], [[41, 45]], { w_shape: [41, 45] }),
       lossAndGradCase(rng, 'loss_grad_block', 3, WARP_C + 29, 0.1, 2), lossAndGradCase(rng, 'loss_grad_warp', ONE_BLOCK_ROWS + 9, 165, 0),
       lossAndGradCase(rng, 'loss_grad_one_block', 37, 65, 0.1, 1),
+      // the gradient right after the loss (class_rows.ts fusedGrad: one kernel), each beside the same data through the two kernels
+      ...fusedPairs,
       positionEmbeddingCase('pos_emb', 3, 37, 41, 70), positionEmbeddingCase('pos_emb_full', 5, 64, 64, 33),
       ...classRowCases(rng, 'block_ignore', 5, WARP_C + 29, 3), ...classRowCases(rng, 'one_block', 21, 165),
       ...classRowCases(rng, 'warp_ignore', ONE_BLOCK_ROWS + 7, 37, 4),
@@ -240,6 +245,14 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
         for (const s of p.plan.steps) if (s.kind === 'kernel') s.barrier = true;
       }
       expect(a.programs.some((p) => p.library.includes('mpsc_scratch['))).toBe(true);
+      // the fused pairs: the loss's rows kernel writes dlogits, the grad node has none
+      for (const p of a.programs) {
+        const name = String(p.lowered.program.name);
+        if (!name.startsWith('loss_pair_')) continue;
+        const ops = p.lowered.kernels.map((k) => k.op);
+        expect(ops.includes('cross_entropy_grad'), name).toBe(!name.endsWith('_fused'));
+        expect(p.lowered.kernels.some((k) => /cross_entropy_grad \(fused\)\]$/.test(k.label)), name).toBe(name.endsWith('_fused'));
+      }
       // the 16-bit cases' reductions read the 16-bit buffer itself
       const half = a.programs.filter((p) => p.lowered.program.name.startsWith('half_'));
       expect(half).toHaveLength(5);
@@ -254,6 +267,12 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       const ref = reference(c, scalars);
       for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), `${c.program.name} ${c.program.graph.values[id].name}`).toBeLessThan(1e-5);
     });
+    // the fused loss + gradient: the two kernels' bits (the same expressions per row), and no kernel for the grad node
+    for (let i = 0; i < fusedPairs.length; i += 2) {
+      const [a, b] = [cases.indexOf(fusedPairs[i]), cases.indexOf(fusedPairs[i + 1])];
+      const [ra, rb] = [got[a] as Map<number, Float64Array>, got[b] as Map<number, Float64Array>];
+      for (const id of fusedPairs[i].check) expect(Array.from(rb.get(id)!), String(fusedPairs[i + 1].program.name)).toEqual(Array.from(ra.get(id)!));
+    }
     // the sorted embedding_grad adds each row's terms in position order: bitwise a float32 sum in that order
     for (const name of ['emb_long', 'emb_sparse']) {
       const ci = cases.findIndex((c) => c.program.name === name);

@@ -13,20 +13,27 @@
  * masked scores per query (natural log, fp32); the causal rule keeps key j for query i iff
  * j <= i + S - T.
  *
+ * Build-time switches for A/B on the GPU (flashForwardRows, flashLdsm, flashMinBlocks): the forward's
+ * 128 or 64 query rows per block; the scores' B fragments by ldmatrix.x4 or 32-bit loads; each
+ * kernel's __launch_bounds__ blocks per SM.
  * Every kernel: 128 threads = 4 warps; a warp owns 16 rows (queries, or keys in the dK/dV kernel)
- * of the block's 64; tiles of 64 rows x D sit in shared memory row-major with a pitch of D + 8
+ * of the block's 64 (the default forward: 32 query rows of 128, two m16 tiles that share every K
+ * and V fragment read from shared memory, as FlashAttention-2's 128-row blocks); tiles of 64 rows x D sit in shared memory row-major with a pitch of D + 8
  * elements (the 32-bit fragment loads and the ldmatrix row reads are then free of bank conflicts),
  * rows past T / S zero. The block's own tile (Q; K and V in the dK/dV kernel) is loaded once with
  * 16-byte loads and kept as A fragments in registers; the streamed tiles are double-buffered with
  * 16-byte cp.async copies (the next step's tiles are copied while this step computes; the backward
- * kernels reuse their own tile's shared memory as the second buffer). Products are
+ * kernels reuse their own tile's shared memory as the second buffer). The scores' B fragments (rows of
+ * the streamed K, Q or dO tile) come by ldmatrix.x4, two n8 tiles per instruction, in the forward and
+ * dK/dV kernels (dQ keeps two 32-bit loads per fragment: fewer registers, flashLdsm). Products are
  * mma.sync m16n8k16 with fp32 accumulation (mma.ts: helpers and fragment layouts); the scores'
  * fp32 C fragments are rounded to 16 bits as the A operand of the next product (P V, P^T dO,
  * dS^T Q, dS K), as FlashAttention-2 (and so PyTorch's bf16 / fp16 attention) does: the results
  * are within about 2^-8 (bf16) / 2^-11 (fp16) relative of the float64 reference, not 1e-4.
  *  - forward: block (64-query tile, head); the warp's Q fragments stay in registers; key / value
  *    tiles of 64 stream through shared memory; S = Q K^T, online softmax in base 2 (running max m
- *    and per-lane partial sums l, reduced across the 4 lanes of a row at the end), O rescaled and
+ *    of the unscaled scores when scale > 0, each exponent one FMA exp2(s * scale log2 e - m * scale
+ *    log2 e); per-lane partial sums l, reduced across the 4 lanes of a row at the end), O rescaled and
  *    O += P V in registers; o = O / l, lse = m ln 2 + ln l. No T x S matrix exists anywhere.
  *  - backward, three kernels, no atomics (bitwise-equal reruns):
  *    1. Delta[i] = sum_d dO[i,d] O[i,d], one thread per query row, into the plan's scratch region
@@ -43,8 +50,9 @@
  * in tiles that cross the diagonal or the T / S edge (a warp-uniform test).
  * Relies on: 16-byte aligned buffers (the device plan aligns every value to 64 bytes; D a multiple
  * of 16 keeps every row 32-byte aligned), sm_80+ (mma.sync bf16, ldmatrix, cp.async), static shared
- * memory under 48 KiB (at D = 64: 5 tiles of 64 x 72 16-bit elements in the forward, 45 KiB; 4 in
- * the backward kernels, 36 KiB).
+ * memory under 48 KiB (at D = 64: 5 tiles of 64 x 72 16-bit elements in the 64-row forward, 45 KiB;
+ * 4 in the 128-row forward (its 128 Q rows in the next-tile buffers until their fragments are in
+ * registers) and in the backward kernels, 36 KiB).
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
@@ -55,6 +63,41 @@ import { ATTENTION_FAMILY, attnGeom, f32Refusal, flashKernels, headOffsets, isFo
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
 export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
+
+/**
+ * Blocks per SM the registers of the forward, dK/dV and dQ kernels must allow (__launch_bounds__' second
+ * argument; 0: no bound), MPSC_CUDA_FLASH_MINBLOCKS="fwd,kv,q" at build time for A/B. At D = 64 (ptxas
+ * 13.0, sm_90a, GPT-2's shape, the 64-row forward, the scores' B fragments by ldmatrix in all three) unbounded they take 139 / 237 / 174
+ * registers: 3 / 2 / 2 blocks of 4 warps per SM (shared memory allows 5 / 6 / 6); bounded 4 / 3 / 3 they
+ * take 128 / 168 / 168 and spill 16 / 92 / 4 bytes (with 32-bit B loads, MPSC_CUDA_FLASH_LDSM=0:
+ * 135 / 204 / 160 unbounded). Default 0, 0, 0 (no spills: test/cuda_attention.test.ts holds every flash
+ * kernel to none) until the GPU says whether 4, 0, 3 (a block more per SM for the forward and dQ, for
+ * 16 and 4 bytes of spill) pays.
+ */
+export function flashMinBlocks(): [number, number, number] {
+  const e = process.env.MPSC_CUDA_FLASH_MINBLOCKS;
+  if (e === undefined || e === '') return [0, 0, 0];
+  const v = e.split(',').map((x) => Number(x));
+  if (v.length !== 3 || !v.every((x) => Number.isInteger(x) && x >= 0 && x <= 8))
+    throw new Error(`MPSC_CUDA_FLASH_MINBLOCKS=${e}: expected three integers 0..8 (forward, dK/dV, dQ; 0: no bound)`);
+  return v as [number, number, number];
+}
+
+/** the kernels whose scores' B fragments come by ldmatrix.x4 rather than 32-bit loads */
+export type LdsmKernel = 'fwd' | 'kv' | 'q';
+/**
+ * Whether kernel `k`'s scores take their B fragments by ldmatrix.x4 (the 128-row forward always does):
+ * MPSC_CUDA_FLASH_LDSM at build time, a comma list of fwd / kv / q or `none`; default fwd,kv. Measured on
+ * the H200 (GPT-2 bf16, 4 Dec 16:40, per layer): dK/dV 257 -> 252 us with it; dQ 180 -> 214 us (ptxas 160
+ * -> 174 registers: 3 -> 2 blocks per SM), so dQ keeps the 32-bit loads.
+ */
+export function flashLdsm(k: LdsmKernel): boolean {
+  const e = process.env.MPSC_CUDA_FLASH_LDSM;
+  if (e === undefined || e === '') return k !== 'q';
+  const v = e === 'none' ? [] : e.split(',');
+  if (!v.every((x) => x === 'fwd' || x === 'kv' || x === 'q')) throw new Error(`MPSC_CUDA_FLASH_LDSM=${e}: expected a comma list of fwd, kv, q, or none`);
+  return v.includes(k);
+}
 
 /** rows per block (4 warps x 16) and per streamed tile */
 const BR = 64;
@@ -85,7 +128,7 @@ function geomOf(g: Graph, n: Node): Geom {
 }
 
 /** text builders of one geometry */
-function text(gm: Geom) {
+function text(gm: Geom, kernel: LdsmKernel) {
   const s = mmaSuffix(gm.type), P = gm.D + 8, NK = gm.D / 16, ND = gm.D / 8, causal = gm.causal;
   const shift = gm.S - gm.T;
   /** rows [r0, r0 + 64) of [rows x D] slabs (source pointer, row stride) into shared tiles (zeros past `rows`) */
@@ -119,14 +162,23 @@ function text(gm: Geom) {
       `  uint ${name}[${NK}][4];\n  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk) {\n` +
       `    const unsigned short* a = ${tile} + (w * 16 + g) * P + kk * 16 + 2 * t;\n` +
       `    ${name}[kk][0] = mpsc_ld32(a); ${name}[kk][1] = mpsc_ld32(a + 8 * P); ${name}[kk][2] = mpsc_ld32(a + 8); ${name}[kk][3] = mpsc_ld32(a + 8 * P + 8);\n  }\n`,
-    /** acc[8][4] = A (registers, 16 x D) * tile^T (64 rows x D): 16 x 64 scores */
+    /**
+     * acc[8][4] = A (registers, 16 x D) * tile^T (64 rows x D): 16 x 64 scores; the B fragments by
+     * ldmatrix.x4 (two n8 tiles per instruction) or two 32-bit loads each (flashLdsm(kernel))
+     */
     scores: (acc: string, a: string, tile: string) =>
       `  float ${acc}[8][4];\n` +
       `  #pragma unroll\n  for (int j = 0; j < 8; ++j) { ${acc}[j][0] = 0.0f; ${acc}[j][1] = 0.0f; ${acc}[j][2] = 0.0f; ${acc}[j][3] = 0.0f; }\n` +
-      `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk)\n    #pragma unroll\n    for (int j = 0; j < 8; ++j) {\n` +
-      `      const unsigned short* b = ${tile} + (j * 8 + g) * P + kk * 16 + 2 * t;\n` +
-      `      const uint bf[2] = {mpsc_ld32(b), mpsc_ld32(b + 8)};\n` +
-      `      mpsc_mma_${s}(${acc}[j], ${a}[kk], bf);\n    }\n`,
+      (flashLdsm(kernel)
+        ? `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk)\n    #pragma unroll\n    for (int j = 0; j < 8; j += 2) {\n` +
+          `      // matrices (keys 8j.., cols 16kk..), (8j.., 16kk+8..), (8j+8.., 16kk..), (8j+8.., 16kk+8..): b[0], b[1] of n8 tiles j and j + 1\n` +
+          `      uint bf[4];\n` +
+          `      mpsc_ldsm_x4(bf, ${tile} + (j * 8 + (l >> 4) * 8 + (l & 7)) * P + kk * 16 + ((l >> 3) & 1) * 8);\n` +
+          `      mpsc_mma_${s}(${acc}[j], ${a}[kk], bf);\n      mpsc_mma_${s}(${acc}[j + 1], ${a}[kk], bf + 2);\n    }\n`
+        : `  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk)\n    #pragma unroll\n    for (int j = 0; j < 8; ++j) {\n` +
+          `      const unsigned short* b = ${tile} + (j * 8 + g) * P + kk * 16 + 2 * t;\n` +
+          `      const uint bf[2] = {mpsc_ld32(b), mpsc_ld32(b + 8)};\n` +
+          `      mpsc_mma_${s}(${acc}[j], ${a}[kk], bf);\n    }\n`),
     /** acc[ND][4] += C (16 x 64 fp32 fragments in registers, rounded to 16 bits) * tile (64 rows x D) */
     times: (acc: string, c: string, tile: string) =>
       `  #pragma unroll\n  for (int kk = 0; kk < 4; ++kk) {\n` +
@@ -182,9 +234,59 @@ function storeRows(x: ReturnType<typeof text>, out: KernelArg, acc: string, base
   );
 }
 
+/**
+ * The forward's online-softmax step over one 16 x 64 score tile `sv` of a warp's m16 tile (rows qw + g,
+ * qw + g + 8; `edge` a warp-uniform test for tiles that need the element mask): running max m (of the
+ * unscaled scores when `fold`: the scale in one FMA per exponent, exp2(s * SC - m * SC); else base 2),
+ * partial sums l, the accumulator `acc` rescaled; sv becomes P. Statements inside the stream loop.
+ */
+function softmaxStep(gm: Geom, x: ReturnType<typeof text>, fold: boolean, sv: string, m: [string, string], l: [string, string], acc: string, qw: string, edge: string): string {
+  return (
+    `    {\n    const bool edge = ${edge};\n` +
+    `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    `        float z = ${sv}[j][e]${fold ? '' : ' * SC'};\n` +
+    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
+    (gm.causal ? `          const int qr = ${qw} + g + (e >> 1) * 8;\n` : '') +
+    `          if (!(${x.visible('qr', 'kc', { k: true })})) z = -INFINITY;\n        }\n` +
+    `        ${sv}[j][e] = z;\n        if (e < 2) mx0 = fmaxf(mx0, z); else mx1 = fmaxf(mx1, z);\n      }\n` +
+    `    mx0 = mpsc_quad_max(mx0);\n    mx1 = mpsc_quad_max(mx1);\n` +
+    `    const float mn0 = fmaxf(${m[0]}, mx0), mn1 = fmaxf(${m[1]}, mx1);\n` +
+    `    const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;\n` +
+    (fold
+      ? `    const float al0 = exp2f((${m[0]} - b0) * SC), al1 = exp2f((${m[1]} - b1) * SC);\n    const float c0 = -b0 * SC, c1 = -b1 * SC;\n`
+      : `    const float al0 = exp2f(${m[0]} - b0), al1 = exp2f(${m[1]} - b1);\n`) +
+    `    ${m[0]} = mn0;\n    ${m[1]} = mn1;\n` +
+    `    float ls0 = 0.0f, ls1 = 0.0f;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
+    (fold
+      ? `        const float p = exp2f(fmaf(${sv}[j][e], SC, e < 2 ? c0 : c1));\n`
+      : `        const float p = exp2f(${sv}[j][e] - (e < 2 ? b0 : b1));\n`) +
+    `        ${sv}[j][e] = p;\n        if (e < 2) ls0 += p; else ls1 += p;\n      }\n` +
+    `    ${l[0]} = ${l[0]} * al0 + ls0;\n    ${l[1]} = ${l[1]} * al1 + ls1;\n` +
+    `    #pragma unroll\n    for (int j = 0; j < ${x.ND}; ++j) { ${acc}[j][0] *= al0; ${acc}[j][1] *= al0; ${acc}[j][2] *= al1; ${acc}[j][3] *= al1; }\n    }\n`
+  );
+}
+
+/** the forward's end for a warp's m16 tile: o = acc / l (rows qw + g, + 8), lse = m (scaled to natural log) + ln l */
+function forwardStore(x: ReturnType<typeof text>, o: KernelArg, fold: boolean, m: [string, string], l: [string, string], acc: string, qw: string): string {
+  return (
+    `  {\n  const float sum0 = mpsc_quad_sum(${l[0]}), sum1 = mpsc_quad_sum(${l[1]});\n` +
+    `  const float i0 = 1.0f / sum0, i1 = 1.0f / sum1;\n` +
+    storeRows(x, o, acc, qw, 'T', 'ooff', 'RO', [' * i0', ' * i1']) +
+    `  if (t == 0) {\n    const int r0 = ${qw} + g, r1 = r0 + 8;\n` +
+    `    if (r0 < T) lse[(size_t)bh * T + r0] = ${m[0]} * ${fold ? 'SC * ' : ''}${lit(Math.LN2)} + logf(sum0);\n` +
+    `    if (r1 < T) lse[(size_t)bh * T + r1] = ${m[1]} * ${fold ? 'SC * ' : ''}${lit(Math.LN2)} + logf(sum1);\n  }\n  }\n`
+  );
+}
+
+/** the edge test of a key tile k0 for a warp's m16 tile starting at query qw */
+function forwardEdge(gm: Geom, x: ReturnType<typeof text>, qw: string): string {
+  return `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > ${qw} + ${x.shift}` : '');
+}
+
 function forwardBody(gm: Geom, o: KernelArg): string {
-  const x = text(gm), P = x.P;
-  const edge = `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '');
+  const x = text(gm, 'fwd'), P = x.P, fold = gm.scale > 0;
   return (
     `  // flash attention forward: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${mmaSuffix(gm.type)} tensor cores\n` +
     x.consts +
@@ -198,42 +300,83 @@ function forwardBody(gm: Geom, o: KernelArg): string {
     `  __syncthreads();\n` +
     x.aFrag('qa', 'Qs') +
     x.zero('acc') +
-    `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (base 2), partial sums\n` +
+    `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
     `  const int kbeg = 0, kend = ${x.kend};\n` +
     x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh', 'RK'], ['Vs', 'Vn', 'vh', 'RV']]) +
     x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
-    `    const bool edge = ${edge};\n` +
-    `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        float z = s[j][e] * SC;\n` +
-    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
-    (gm.causal ? `          const int qr = qw + g + (e >> 1) * 8;\n` : '') +
-    `          if (!(${x.visible('qr', 'kc', { k: true })})) z = -INFINITY;\n        }\n` +
-    `        s[j][e] = z;\n        if (e < 2) mx0 = fmaxf(mx0, z); else mx1 = fmaxf(mx1, z);\n      }\n` +
-    `    mx0 = mpsc_quad_max(mx0);\n    mx1 = mpsc_quad_max(mx1);\n` +
-    `    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);\n` +
-    `    const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;\n` +
-    `    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);\n` +
-    `    m0 = mn0;\n    m1 = mn1;\n` +
-    `    float ls0 = 0.0f, ls1 = 0.0f;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        const float p = exp2f(s[j][e] - (e < 2 ? b0 : b1));\n` +
-    `        s[j][e] = p;\n        if (e < 2) ls0 += p; else ls1 += p;\n      }\n` +
-    `    l0 = l0 * al0 + ls0;\n    l1 = l1 * al1 + ls1;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < ${x.ND}; ++j) { acc[j][0] *= al0; acc[j][1] *= al0; acc[j][2] *= al1; acc[j][3] *= al1; }\n` +
+    softmaxStep(gm, x, fold, 's', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
     x.times('acc', 's', 'Vs').replace(/^(?=.)/gm, '  ') +
     x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
-    `  l0 = mpsc_quad_sum(l0);\n  l1 = mpsc_quad_sum(l1);\n` +
-    `  const float i0 = 1.0f / l0, i1 = 1.0f / l1;\n` +
-    storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', [' * i0', ' * i1']) +
-    `  if (t == 0) {\n    const int r0 = qw + g, r1 = r0 + 8;\n` +
-    `    if (r0 < T) lse[(size_t)bh * T + r0] = m0 * ${lit(Math.LN2)} + logf(l0);\n` +
-    `    if (r1 < T) lse[(size_t)bh * T + r1] = m1 * ${lit(Math.LN2)} + logf(l1);\n  }\n`
+    forwardStore(x, o, fold, ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw')
   );
 }
 
+/**
+ * The forward with 128 queries per block, 32 per warp (two m16 tiles, as FlashAttention-2's 128-row
+ * blocks): every K fragment (ldmatrix.x4) and V fragment (ldmatrix.x4.trans) read from shared memory
+ * feeds two mma instead of one, halving the shared-memory bytes per product. The 128 Q rows are
+ * loaded into the next-tile buffers (4 tiles of 64 rows in all, as the backward kernels): their
+ * fragments are in registers before the first next-tile copy.
+ */
+function forwardBody128(gm: Geom, o: KernelArg): string {
+  const x = text(gm, 'fwd'), P = x.P, fold = gm.scale > 0, s = mmaSuffix(gm.type), NK = gm.D / 16;
+  const BQ = 2 * BR, mts = [0, 1];
+  const qwOf = (mt: number) => `qw${mt}`;
+  const kend = gm.causal ? `min(S, q0 + ${BQ + x.shift})` : 'S';
+  return (
+    `  // flash attention forward, ${BQ} queries per block (32 per warp: two m16 tiles share each K / V fragment): ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${s} tensor cores\n` +
+    x.consts +
+    `  __shared__ __align__(16) unsigned short sm[${4 * BR * P}];\n` +
+    `  unsigned short* Ks = sm;\n  unsigned short* Vs = sm + ${BR * P};\n` +
+    `  unsigned short* Qs = sm + ${2 * BR * P};  // the ${BQ} query rows; then the next key / value tiles (double buffering)\n` +
+    `  unsigned short* Kn = Qs;\n  unsigned short* Vn = Qs + ${BR * P};\n` +
+    `  // the last query tiles see the most keys: they start first\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BQ};\n` +
+    mts.map((mt) => `  const int ${qwOf(mt)} = q0 + w * 32 + ${mt * 16};\n`).join('') +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
+    x.load('q0', 'T', [['Qs', 'qh', 'RQ']]) + x.load(`q0 + ${BR}`, 'T', [[`Qs + ${BR * P}`, 'qh', 'RQ']]) +
+    `  __syncthreads();\n` +
+    mts.map((mt) =>
+      `  uint qa${mt}[${NK}][4];\n  #pragma unroll\n  for (int kk = 0; kk < ${NK}; ++kk) {\n` +
+      `    const unsigned short* a = Qs + (w * 32 + ${mt * 16} + g) * P + kk * 16 + 2 * t;\n` +
+      `    qa${mt}[kk][0] = mpsc_ld32(a); qa${mt}[kk][1] = mpsc_ld32(a + 8 * P); qa${mt}[kk][2] = mpsc_ld32(a + 8); qa${mt}[kk][3] = mpsc_ld32(a + 8 * P + 8);\n  }\n` +
+      x.zero(`acc${mt}`) +
+      `  float m${mt}0 = -INFINITY, m${mt}1 = -INFINITY, l${mt}0 = 0.0f, l${mt}1 = 0.0f;  // rows ${qwOf(mt)} + g, + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n`).join('') +
+    `  const int kbeg = 0, kend = ${kend};\n` +
+    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh', 'RK'], ['Vs', 'Vn', 'vh', 'RV']]) +
+    `    // S = Q K^T for both m16 tiles: each K fragment pair (ldmatrix.x4) feeds four mma\n` +
+    mts.map((mt) => `    float s${mt}[8][4];\n    #pragma unroll\n    for (int j = 0; j < 8; ++j) { s${mt}[j][0] = 0.0f; s${mt}[j][1] = 0.0f; s${mt}[j][2] = 0.0f; s${mt}[j][3] = 0.0f; }\n`).join('') +
+    `    #pragma unroll\n    for (int kk = 0; kk < ${NK}; ++kk)\n      #pragma unroll\n      for (int j = 0; j < 8; j += 2) {\n` +
+    `        uint bf[4];\n` +
+    `        mpsc_ldsm_x4(bf, Ks + (j * 8 + (l >> 4) * 8 + (l & 7)) * P + kk * 16 + ((l >> 3) & 1) * 8);\n` +
+    mts.map((mt) => `        mpsc_mma_${s}(s${mt}[j], qa${mt}[kk], bf);\n        mpsc_mma_${s}(s${mt}[j + 1], qa${mt}[kk], bf + 2);\n`).join('') +
+    `      }\n` +
+    mts.map((mt) => softmaxStep(gm, x, fold, `s${mt}`, [`m${mt}0`, `m${mt}1`], [`l${mt}0`, `l${mt}1`], `acc${mt}`, qwOf(mt), forwardEdge(gm, x, qwOf(mt)))).join('') +
+    `    // O += P V for both m16 tiles: each V fragment pair (ldmatrix.x4.trans) feeds four mma\n` +
+    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
+    mts.map((mt) =>
+      `      const uint a${mt}[4] = {mpsc_pack_${s}(s${mt}[2 * kk][0], s${mt}[2 * kk][1]), mpsc_pack_${s}(s${mt}[2 * kk][2], s${mt}[2 * kk][3]),\n` +
+      `                         mpsc_pack_${s}(s${mt}[2 * kk + 1][0], s${mt}[2 * kk + 1][1]), mpsc_pack_${s}(s${mt}[2 * kk + 1][2], s${mt}[2 * kk + 1][3])};\n`).join('') +
+    `      #pragma unroll\n      for (int jd = 0; jd < ${gm.D / 16}; ++jd) {\n` +
+    `        uint bf[4];\n` +
+    `        mpsc_ldsm_x4_trans(bf, Vs + (kk * 16 + (l & 7) + ((l >> 3) & 1) * 8) * P + jd * 16 + (l >> 4) * 8);\n` +
+    mts.map((mt) => `        mpsc_mma_${s}(acc${mt}[2 * jd], a${mt}, bf);\n        mpsc_mma_${s}(acc${mt}[2 * jd + 1], a${mt}, bf + 2);\n`).join('') +
+    `      }\n    }\n` +
+    x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
+    mts.map((mt) => forwardStore(x, o, fold, [`m${mt}0`, `m${mt}1`], [`l${mt}0`, `l${mt}1`], `acc${mt}`, qwOf(mt))).join('')
+  );
+}
+
+/** query rows per forward block: 128 (forwardBody128, default) or 64 (MPSC_CUDA_FLASH_FWD_ROWS=64 at build time, for A/B) */
+export function flashForwardRows(): number {
+  const e = process.env.MPSC_CUDA_FLASH_FWD_ROWS;
+  if (e === undefined || e === '') return 2 * BR;
+  if (e !== '64' && e !== '128') throw new Error(`MPSC_CUDA_FLASH_FWD_ROWS=${e}: expected 64 or 128`);
+  return Number(e);
+}
+
 function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
-  const x = text(gm), P = x.P;
+  const x = text(gm, 'kv'), P = x.P;
   const edge = `q0 + ${BR} > T` + (gm.causal ? ` || kw + 15 > q0 + ${x.shift}` : '');
   // the first query tile holding a query that sees key k0 (query i sees key j iff i >= j - (S - T))
   const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${BR} * ${BR}` : '0';
@@ -280,7 +423,7 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
 }
 
 function gradQBody(gm: Geom, dq: KernelArg): string {
-  const x = text(gm), P = x.P;
+  const x = text(gm, 'q'), P = x.P;
   const edge = `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '');
   return (
     `  // flash attention backward, dQ: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${mmaSuffix(gm.type)} tensor cores;\n` +
@@ -332,10 +475,18 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   }
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
-  return flashKernels(ctx, g, n, {
+  const fr = flashForwardRows();
+  const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
-    forward: (_args, o) => forwardBody(gm, o), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv), gradQ: (_args, dq) => gradQBody(gm, dq),
+    forward: (_args, o) => (fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv), gradQ: (_args, dq) => gradQBody(gm, dq),
   });
+  // the forward of 128 rows per block: its grid and label
+  const fwd = (k: KernelSpec): KernelSpec => fr === BR ? k
+    : { ...k, groups: [Math.max(1, Math.ceil(gm.T / fr)), k.groups[1], k.groups[2]], label: k.label.replace('64 rows per block', `${fr} rows per block`) };
+  // the register bounds: forward; or Delta (none), dK/dV, dQ
+  const [f, kv, q] = flashMinBlocks();
+  const bounds = isForward(n) ? [f] : [0, kv, q];
+  return ks.map((k) => (isForward(n) ? fwd(k) : k)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
 }
 
 /**

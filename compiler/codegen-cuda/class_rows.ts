@@ -4,7 +4,8 @@
  * (compiler/kernels/reduce.ts) reduce a whole loss in ONE threadgroup, each thread taking whole
  * rows in three passes: right on the emulated Metal GPU's small batches, but GPT-2's loss (16 384
  * rows of 50 304) took 850 ms on the H200. Here every row has its own threads:
- *  - a warp per row (8 rows per block of 256) when C <= WARP_C, else a block of 256 per row;
+ *  - a warp per row (8 rows per block of 256) when C <= WARP_C, else a block of 256 per row
+ *    (rowBlock() = 1024 by default for the loss fused with its gradient);
  *  - one pass over the row: each thread keeps a running max m and sum of exp(x - m) (rescaled
  *    when the max grows; four elements per step while four remain), then the row's max M is the group's max of m and its sum the group's sum
  *    of s * exp(m - M) (SIMD-group / block reductions: a fixed butterfly and warp order);
@@ -16,10 +17,15 @@
  *    it all, its 8 warps taking the rows in turn and their totals added in warp order;
  *  - cross_entropy_grad writes (softmax - target) / count in a second pass over the row, each
  *    element read then written by the same thread, so it stays right when the memory plan makes
- *    dlogits share the logits' bytes; when the step's loss is the cross_entropy of the same logits
- *    and labels with at most accuracy / top_k in between (lseConsumer), the loss kernel leaves each
- *    row's log-sum-exp in the scratch region and the gradient reads it: one pass over the logits
- *    instead of two.
+ *    dlogits share the logits' bytes; when the grad node comes right after the cross_entropy of the
+ *    same logits and labels (fusedGrad; not the ONE-block case), the loss's per-row kernel writes it:
+ *    the row's term, then its gradient from the row's log-sum-exp over the row read again (its
+ *    second read from L2: a block of rowBlock() = 1024 threads per row by default keeps the rows
+ *    in flight under the L2's size; the other row kernels a block of 256), and the grad node has no kernel; the same expressions, so the
+ *    same bits, as the two kernels below (the term's label logit is read before the row's
+ *    reductions: in place, its owner thread may overwrite it after them). With at most accuracy / top_k in between (lseConsumer),
+ *    the loss kernel leaves each row's log-sum-exp in the scratch region and the gradient reads it:
+ *    one pass over the logits instead of two.
  * Logits are read through the dialect's typed loads (16-bit logits widened to float), dlogits
  * written through its typed stores. Consumes those nodes (CUDA dialect context; the bodies use
  * only the kernel language); produces KernelSpecs. nll / nll_grad keep the shared kernels (a
@@ -31,8 +37,21 @@ import { argOf, blockKernel, ceilDiv, elemOf, kernelSpec, numAttr, numel, readF,
 import { isHalfElem } from '../kernels/dialect.js';
 import { keptCount } from '../kernels/rows.js';
 
-/** classes per row up to which a warp takes a row (above: a block of 256) */
+/** classes per row up to which a warp takes a row (above: a block of rowBlock() threads) */
 export const WARP_C = 1024;
+/**
+ * threads of a block that takes one row (C > WARP_C) in the loss fused with its gradient (fusedGrad): 1024 by
+ * default, MPSC_CUDA_CE_ROW_BLOCK=256 (or 512) at build time for A/B; a row's second read should come from
+ * L2: 1024 threads per row keep about 2 rows per SM in flight (~26 MB of GPT-2's 100 KB rows, under the H200's
+ * 50 MB L2), 256 threads about 8 (~105 MB). The other row kernels keep 256 threads: measured on the H200 (GPT-2
+ * bf16, 4 Dec 16:40) the plain loss kernel over 16384 x 50304 bf16 took 847 us at 1024 against 661 at 256.
+ */
+export function rowBlock(): number {
+  const e = process.env.MPSC_CUDA_CE_ROW_BLOCK;
+  if (e === undefined || e === '') return 1024;
+  if (e !== '256' && e !== '512' && e !== '1024') throw new Error(`MPSC_CUDA_CE_ROW_BLOCK=${e}: expected 256, 512 or 1024`);
+  return Number(e);
+}
 /** rows up to which a warp-per-row forward op is ONE block (8 warps taking rows in turn) rather than two kernels */
 export const ONE_BLOCK_ROWS = 256;
 const BLOCK = 256;
@@ -44,6 +63,12 @@ function classRows(g: Graph, n: Node): { R: number; C: number; ignore?: number }
   return { R: numel(xs) / C, C, ignore: n.attrs.ignore_index === undefined ? undefined : numAttr(n, 'ignore_index') };
 }
 
+/** a cross_entropy and a cross_entropy_grad over the same logits and labels with the same attrs */
+function sameLoss(n: Node, m: Node): boolean {
+  return m.inputs[0] === n.inputs[0] && m.inputs[1] === n.inputs[1] &&
+    (m.attrs.label_smoothing ?? 0) === (n.attrs.label_smoothing ?? 0) && m.attrs.ignore_index === n.attrs.ignore_index;
+}
+
 /**
  * The cross_entropy_grad node that reads cross_entropy node `n`'s per-row log-sum-exp from the scratch region
  * (at [2R, 3R): the row terms and kept flags use [0, 2R)) instead of computing it again: the same logits,
@@ -51,20 +76,34 @@ function classRows(g: Graph, n: Node): { R: number; C: number; ignore?: number }
  * other kernel runs in between to overwrite it). A training step's loss and its gradient, typically.
  */
 export function lseConsumer(g: Graph, n: Node): Node | undefined {
-  if (n.op !== 'cross_entropy') return undefined;
-  const same = (m: Node) => m.inputs[0] === n.inputs[0] && m.inputs[1] === n.inputs[1] &&
-    (m.attrs.label_smoothing ?? 0) === (n.attrs.label_smoothing ?? 0) && m.attrs.ignore_index === n.attrs.ignore_index;
+  if (n.op !== 'cross_entropy' || fusedGrad(g, n)) return undefined;
   for (let i = g.nodes.indexOf(n) + 1; i < g.nodes.length; i++) {
     const m = g.nodes[i];
-    if (m.op === 'cross_entropy_grad' && same(m)) return m;
+    if (m.op === 'cross_entropy_grad' && sameLoss(n, m)) return m;
     if (m.op !== 'accuracy' && m.op !== 'top_k') return undefined;
   }
   return undefined;
 }
 
-/** threads per row for C classes: a warp (32) or a block (256) */
-export function rowGroupThreads(C: number): number {
-  return C <= WARP_C ? 32 : BLOCK;
+/**
+ * The cross_entropy_grad node fused into cross_entropy node `n` (one kernel reads each row once for the
+ * loss term and, the row then hot in L2, writes its gradient: crossEntropyRows): the node right after `n`,
+ * over the same logits, labels and attrs, when `n` runs as per-row kernel + mean (not the ONE-block
+ * kernel). Nothing runs between the two nodes, so writing dlogits at the loss's time (possibly over the
+ * logits' bytes: each element is read, then written, by the same thread) changes no other kernel's view.
+ * MPSC_CUDA_CE_FUSE=0 at build time turns it off (the two kernels, lseConsumer).
+ */
+export function fusedGrad(g: Graph, n: Node): Node | undefined {
+  if (n.op !== 'cross_entropy' || process.env.MPSC_CUDA_CE_FUSE === '0') return undefined;
+  const m = g.nodes[g.nodes.indexOf(n) + 1];
+  if (!m || m.op !== 'cross_entropy_grad' || !sameLoss(n, m)) return undefined;
+  const { R, C } = classRows(g, n);
+  return rowGroupThreads(C) === 32 && R <= ONE_BLOCK_ROWS ? undefined : m;
+}
+
+/** threads per row for C classes: a warp (32) or a block (256; rowBlock() for the loss fused with its gradient) */
+export function rowGroupThreads(C: number, fused = false): number {
+  return C <= WARP_C ? 32 : fused ? rowBlock() : BLOCK;
 }
 
 /**
@@ -73,22 +112,26 @@ export function rowGroupThreads(C: number): number {
  * row's group (every thread of the group gets the result; block mode uses barriers, so every
  * thread of the block must call them).
  */
-function rowLayout(ctx: LowerCtx, R: number, C: number) {
+function rowLayout(ctx: LowerCtx, R: number, C: number, fused = false) {
   const d = ctx.d, u = (k: number) => d.u(k);
-  const W = rowGroupThreads(C);
+  const W = rowGroupThreads(C, fused);
   const warp = W === 32;
   if (!warp) ctx.helpers.add('block_reduce');
+  // threads of a block, and its warps
+  const tg = warp ? BLOCK : W, nsg = tg / 32;
   return {
-    W, warp,
+    W, warp, tg, nsg,
+    /** 2 blocks of 1024 per SM (registers capped at 32 a thread: ptxas spills 8 bytes in the fused kernel, 48 registers uncapped) */
+    minBlocks: tg === 1024 ? { minBlocks: 2 } : {},
     groups: warp ? ceilDiv(R, WARPS) : R,
-    tgmem: warp ? 0 : WARPS * 4,
+    tgmem: warp ? 0 : nsg * 4,
     head:
       (warp
         ? `  const uint r = tgid.x * ${u(WARPS)} + sg;\n  if (r >= ${u(R)}) return;\n  const uint t = lane;\n`
         : `  const uint r = tgid.x;\n  const uint t = tidx;\n`) +
       `  const uint base = r * ${u(C)};\n`,
-    max: (v: string) => (warp ? d.simdMax(v) : `mpsc_block_max(${v}, tg, lane, sg, ${u(WARPS)})`),
-    sum: (v: string) => (warp ? d.simdSum(v) : `mpsc_block_sum(${v}, tg, lane, sg, ${u(WARPS)})`),
+    max: (v: string) => (warp ? d.simdMax(v) : `mpsc_block_max(${v}, tg, lane, sg, ${u(nsg)})`),
+    sum: (v: string) => (warp ? d.simdSum(v) : `mpsc_block_sum(${v}, tg, lane, sg, ${u(nsg)})`),
   };
 }
 
@@ -126,7 +169,9 @@ function onlineLse(ctx: LowerCtx, g: Graph, n: Node, L: ReturnType<typeof rowLay
 export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
   const { R, C, ignore } = classRows(g, n);
-  const L = rowLayout(ctx, R, C);
+  // the gradient right after the loss: this kernel writes it too, the row's second read hot in L2
+  const grad = fusedGrad(g, n);
+  const L = rowLayout(ctx, R, C, grad !== undefined);
   const counted = ignore !== undefined;
   const xAt = (idx: string) => readF(d, g, n.inputs[0], 'logits', idx);
   const keepLse = lseConsumer(g, n) !== undefined;
@@ -136,9 +181,13 @@ export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelS
     case 'cross_entropy': {
       const ls = numAttr(n, 'label_smoothing', 0);
       what = `log-sum-exp${ls ? ', sum of logits' : ''}`;
-      row = onlineLse(ctx, g, n, L, C, ls !== 0) +
+      // with the gradient fused (in place over the logits, another thread may write the label's logit once the
+      // row's reductions are done): the label's logit read before them
+      const early = fusedGrad(g, n) !== undefined;
+      row = (early ? `  const float xlab = ${xAt('base + uint(lab)')};  // before any thread of the row writes\n` : '') +
+        onlineLse(ctx, g, n, L, C, ls !== 0) +
         `  const float lse = M + ${d.math('log', 'S')};\n` +
-        `  const float term = -${f(1 - ls)} * (${xAt('base + uint(lab)')} - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n') +
+        `  const float term = -${f(1 - ls)} * (${early ? 'xlab' : xAt('base + uint(lab)')} - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n') +
         (keepLse ? `  if (t == 0u) mpsc_scratch[${u(2 * R)} + r] = lse;  // for the gradient kernel\n` : '');
       break;
     }
@@ -205,18 +254,21 @@ ${inner}      part += term;
     }, ` [one block: a warp per row of ${C}, ${R} rows]`), ...(keepLse ? { scratch: 3 * R * 4 } : {})}];
   }
   const bytes = (keepLse ? 3 : counted ? 2 : 1) * R * 4;
+  if (grad && counted) ctx.helpers.add('block_reduce');
+  const zeroTerm = `    if (t == 0u) { mpsc_scratch[r] = ${f(0)}; mpsc_scratch[${u(R)} + r] = ${f(0)}; }\n`;
   const rows: KernelSpec = {
-    ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r')], {
-      groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: L.tgmem, sync: true,
+    ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), ...(grad ? [argOf(g, 'dlogits', grad.outputs[0], 'w')] : [])], {
+      groups: [L.groups, 1, 1], tgsize: [L.tg, 1, 1], tgmem: grad && counted ? L.nsg * 4 : L.tgmem, sync: true, ...L.minBlocks,
       body:
-        `  // row r of ${u(C)} classes (${L.warp ? 'a warp per row' : 'a block per row'}): its ${what}, then its term into the scratch region\n` +
+        `  // row r of ${u(C)} classes (${L.warp ? 'a warp per row' : 'a block per row'}): its ${what}, then its term into the scratch region` +
+        (grad ? `,\n  // then its gradient (node ${grad.id}: (softmax - target) / count) over the row read again (from L2), each element read then written by the same thread\n` : '\n') +
+        (grad ? keptCount(d, { T: u(L.tg), nsg: u(L.nsg) }, { R, ignore }) : '') +
         L.head + `  const int lab = label[r];\n` +
-        (counted
-          ? `  if (lab == ${ignore}) {\n    if (t == 0u) { mpsc_scratch[r] = ${f(0)}; mpsc_scratch[${u(R)} + r] = ${f(0)}; }\n    return;\n  }\n`
-          : '') +
+        (grad ? ignoredRow(ctx, g, grad, L, zeroTerm) : counted ? `  if (lab == ${ignore}) {\n${zeroTerm}    return;\n  }\n` : '') +
         row +
-        `  if (t == 0u) {\n    mpsc_scratch[r] = term;\n${counted ? `    mpsc_scratch[${u(R)} + r] = ${f(1)};\n` : ''}  }\n`,
-    }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows: the row terms]`),
+        `  if (t == 0u) {\n    mpsc_scratch[r] = term;\n${counted ? `    mpsc_scratch[${u(R)} + r] = ${f(1)};\n` : ''}  }\n` +
+        (grad ? gradRow(ctx, g, grad, L, true) : ''),
+    }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows: the row terms${grad ? ` and node ${grad.id}'s cross_entropy_grad (fused)` : ''}]`),
     scratch: bytes,
   };
   const mean = blockKernel(ctx, g, n, [argOf(g, out, n.outputs[0], 'w')], 1, BLOCK, (s) =>
@@ -229,35 +281,56 @@ ${inner}      part += term;
   return [rows, { ...mean, scratch: bytes }];
 }
 
-/** cross_entropy_grad: a warp or block per row, one pass for the row's max and sum, one writing (softmax - target) / count */
+/**
+ * statements: row r's gradient (cross_entropy_grad node `m`) into dlogits, (softmax - target) / count (`count`
+ * and `lab` declared before), softmax from the row's log-sum-exp `lse` (`fromLse`) or its max M and sum S;
+ * an ignored row (ignore_index) gets zeros and its group returns.
+ */
+function gradRow(ctx: LowerCtx, g: Graph, m: Node, L: ReturnType<typeof rowLayout>, fromLse: boolean): string {
+  const d = ctx.d, f = (x: number) => d.f(x);
+  const { C } = classRows(g, m);
+  const ls = numAttr(m, 'label_smoothing', 0);
+  const outT = elemOf(g, m.outputs[0]);
+  const store = (x: string) => (isHalfElem(outT) ? d.fromFloat(outT, x) : x);
+  const target = (c: string) => (ls ? `(int(${c}) == lab ? ${f(1 - ls)} : ${f(0)}) + ${f(ls / C)}` : `int(${c}) == lab ? ${f(1)} : ${f(0)}`);
+  return unrolledRow(d, C, L.W, (k, c) => `    const float x${k} = ${readF(d, g, m.inputs[0], 'logits', `base + ${c}`)};\n`, (k, c) =>
+    `    dlogits[base + ${c}] = ${store(`(${fromLse ? d.math('exp', `x${k} - lse`) : `${d.math('exp', `x${k} - M`)} / S`} - (${target(c)})) / count`)};\n`);
+}
+
+/** statements: an ignored row's (label ignore_index) zero gradient, the group returning; `also` runs first */
+function ignoredRow(ctx: LowerCtx, g: Graph, m: Node, L: ReturnType<typeof rowLayout>, also = ''): string {
+  const d = ctx.d, { C, ignore } = classRows(g, m);
+  if (ignore === undefined) return '';
+  const outT = elemOf(g, m.outputs[0]);
+  const zero = isHalfElem(outT) ? d.fromFloat(outT, d.f(0)) : d.f(0);
+  return `  if (lab == ${ignore}) {\n${also}    for (uint c = t; c < ${d.u(C)}; c += ${d.u(L.W)}) dlogits[base + c] = ${zero};\n    return;\n  }\n`;
+}
+
+/** cross_entropy_grad: a warp or block per row, one pass for the row's max and sum, one writing (softmax - target) / count; nothing when fused into its loss (fusedGrad) */
 export function lowerCrossEntropyGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
-  const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
+  const d = ctx.d, u = (k: number) => d.u(k);
+  // the loss's kernel writes this gradient (crossEntropyRows)
+  if (g.nodes.some((m) => fusedGrad(g, m) === n)) return [];
   const { R, C, ignore } = classRows(g, n);
   const ls = numAttr(n, 'label_smoothing', 0);
   const L = rowLayout(ctx, R, C);
-  const outT = elemOf(g, n.outputs[0]);
-  const store = (x: string) => (isHalfElem(outT) ? d.fromFloat(outT, x) : x);
-  const target = (c: string) => (ls ? `(int(${c}) == lab ? ${f(1 - ls)} : ${f(0)}) + ${f(ls / C)}` : `int(${c}) == lab ? ${f(1)} : ${f(0)}`);
   // the kept count (ignore_index) is a block sum over all labels: before the warp mode's early return
   if (ignore !== undefined) ctx.helpers.add('block_reduce');
-  const count = keptCount(d, { T: u(BLOCK), nsg: u(WARPS) }, { R, ignore });
+  const count = keptCount(d, { T: u(L.tg), nsg: u(L.nsg) }, { R, ignore });
   const args: KernelArg[] = [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), argOf(g, 'dlogits', n.outputs[0], 'w')];
   // the loss's kernel left each row's log-sum-exp in the scratch region: one pass over the row instead of two
   const fromForward = g.nodes.some((m) => lseConsumer(g, m) === n);
   return [{ ...kernelSpec(ctx, g, n, args, {
-    groups: [L.groups, 1, 1], tgsize: [BLOCK, 1, 1], tgmem: ignore !== undefined || (!L.warp && !fromForward) ? WARPS * 4 : 0, sync: true,
+    groups: [L.groups, 1, 1], tgsize: [L.tg, 1, 1], tgmem: ignore !== undefined || (!L.warp && !fromForward) ? L.nsg * 4 : 0, sync: true, ...L.minBlocks,
     body:
       `  // row r of ${u(C)} logits (${L.warp ? 'a warp per row' : 'a block per row'}): (softmax - ${ls ? '(1-ls)*onehot - ls/C' : 'onehot'}) / count;\n` +
       `  // each element is read and then written by the same thread (dlogits may share the logits' bytes), up to ${ROW_UNROLL} loads before their stores\n` +
       count + L.head + `  const int lab = label[r];\n` +
-      (ignore !== undefined
-        ? `  if (lab == ${ignore}) {\n    for (uint c = t; c < ${u(C)}; c += ${u(L.W)}) dlogits[base + c] = ${store(f(0))};\n    return;\n  }\n`
-        : '') +
+      ignoredRow(ctx, g, n, L) +
       (fromForward
         ? `  const float lse = mpsc_scratch[${u(2 * R)} + r];  // the forward kernel's\n`
         : onlineLse(ctx, g, n, L, C, false)) +
-      unrolledRow(d, C, L.W, (k, c) => `    const float x${k} = ${readF(d, g, n.inputs[0], 'logits', `base + ${c}`)};\n`, (k, c) =>
-        `    dlogits[base + ${c}] = ${store(`(${fromForward ? d.math('exp', `x${k} - lse`) : `${d.math('exp', `x${k} - M`)} / S`} - (${target(c)})) / count`)};\n`),
+      gradRow(ctx, g, n, L, fromForward),
   }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows${fromForward ? ', the forward\'s log-sum-exp' : ''}]`), ...(fromForward ? { scratch: 3 * R * 4 } : {}) }];
 }
 

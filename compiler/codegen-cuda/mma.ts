@@ -23,7 +23,9 @@
  * Consequences the kernels rely on:
  *  - an A fragment of a row-major [rows][k] tile in shared memory is four 32-bit loads;
  *  - a B fragment of B = X^T for a row-major [n][k] tile X (scores Q K^T: B[k=d][n=key] = K[key][d])
- *    is two 32-bit loads;
+ *    is two 32-bit loads, or half of a plain `ldmatrix.sync.aligned.m8n8.x4.shared.b16`
+ *    (mpsc_ldsm_x4: lane (g, t) gets (row g; cols 2t, 2t+1) of each 8x8 matrix, so matrices
+ *    (keys 8j.., cols 16kk..), (keys 8j.., cols 16kk+8..) are b[0], b[1] of n8 tile j);
  *  - a B fragment of a row-major [k][n] tile (P V: B[k=key][n=d] = V[key][d]) needs a transpose:
  *    `ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16` (mpsc_ldsm_x4_trans) loads four 8x8 16-bit
  *    matrices whose 8 row addresses come from lanes 8i..8i+7 (matrix i -> register i) and gives
@@ -56,7 +58,7 @@ function typed(t: Mma16Type): string {
   );
 }
 
-/** The helper text (both operand types, ldmatrix, the 16-byte cp.async (its commit / wait: cuda_dialect.ts), the quad reductions). */
+/** The helper text (both operand types, ldmatrix plain and transposed, the 16-byte cp.async (its commit / wait: cuda_dialect.ts), the quad reductions). */
 export function mma16Helpers(): string {
   return (
     `// 16-bit tensor-core products for the flash attention kernels (codegen-cuda/mma.ts has the fragment\n` +
@@ -67,6 +69,12 @@ export function mma16Helpers(): string {
     `${Q} void mpsc_ldsm_x4_trans(uint* r, const unsigned short* p) {\n` +
     `  const uint a = (uint)__cvta_generic_to_shared(p);\n` +
     `  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"\n` +
+    `               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));\n}\n\n` +
+    `// four 8x8 16-bit matrices from shared memory: lanes 8i..8i+7 give the row addresses (16-byte aligned)\n` +
+    `// of matrix i, register i of lane (g, t) gets its elements (row g; cols 2t, 2t+1)\n` +
+    `${Q} void mpsc_ldsm_x4(uint* r, const unsigned short* p) {\n` +
+    `  const uint a = (uint)__cvta_generic_to_shared(p);\n` +
+    `  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"\n` +
     `               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));\n}\n\n` +
     `// asynchronous 16-byte copy global -> shared (cp.async, sm_80+), zero-filled when !full (src then unread)\n` +
     `${Q} void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) {\n` +

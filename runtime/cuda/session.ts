@@ -141,11 +141,19 @@ export function cudaGemmChoice(): CudaGemm {
   return v;
 }
 
-/** digest of what the generated CUDA sources are a pure function of (the generator, the programs, the options, $MPSC_CUDA_ATTN_TF32X3) */
+/**
+ * Build-time env switches of the CUDA generator whose generated code differs by value (A/B variants:
+ * class_rows.ts fusedGrad / rowBlock, attention_cuda.ts flashForwardRows / flashLdsm / flashMinBlocks):
+ * part of the build key, so that a variant never reuses another's cached build.
+ */
+const GENERATOR_ENV = ['MPSC_CUDA_CE_FUSE', 'MPSC_CUDA_CE_ROW_BLOCK', 'MPSC_CUDA_FLASH_FWD_ROWS', 'MPSC_CUDA_FLASH_LDSM', 'MPSC_CUDA_FLASH_MINBLOCKS'];
+
+/** digest of what the generated CUDA sources are a pure function of (the generator, the programs, the options, $MPSC_CUDA_ATTN_TF32X3, GENERATOR_ENV) */
 export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true, merge = true, tf32x3: Tf32x3Mode = 'rule'): string {
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
+  const env = GENERATOR_ENV.filter((k) => process.env[k]).map((k) => `\0${k}=${process.env[k]}`).join('');
   return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update(merge ? '' : '\0unmerged')
-    .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`).update(attnTf32x3Enabled() ? '' : '\0attn-cuda-cores')
+    .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`).update(attnTf32x3Enabled() ? '' : '\0attn-cuda-cores').update(env)
     .update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 

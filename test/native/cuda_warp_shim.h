@@ -4,7 +4,7 @@
 // what those kernels need. One OS thread per CUDA thread, one block at a time; __syncthreads is a block
 // barrier; warp collectives (shuffles, mma.sync, ldmatrix) exchange through per-warp slots between two
 // warp barriers (every lane of a warp calls them in uniform control flow, as on the GPU). mma.m16n8k16
-// and ldmatrix.trans are modelled from the PTX ISA's fragment tables (written independently of the
+// and ldmatrix (plain and .trans) are modelled from the PTX ISA's fragment tables (written independently of the
 // generator's index arithmetic; the GPU run, bench/cuda_check.sh, stays the ground truth); cp.async
 // copies land at the copy or at the wait (MPSC_SHIM_CP_ASYNC_LATE), the two ends of what the hardware may
 // do; __shared__ arrays are function statics (blocks run one after another).
@@ -115,6 +115,14 @@ static inline void mpsc_ldsm_x4_trans(uint* r, const unsigned short* p) {
   me().p = p; warp_sync();
   const int g = lane_() >> 2, t = lane_() & 3;
   for (int i = 0; i < 4; ++i) r[i] = (uint)of(8 * i + 2 * t).p[g] | ((uint)of(8 * i + 2 * t + 1).p[g] << 16);
+  warp_sync();
+}
+// ldmatrix.x4 (not transposed): matrix i's row j at the address of lane 8i + j; lane (g, t) gets (row g; cols 2t, 2t + 1)
+static inline void mpsc_ldsm_x4(uint* r, const unsigned short* p) {
+  if (((uintptr_t)p) % 16) { std::fprintf(stderr, "ldmatrix row address not 16-byte aligned\n"); std::abort(); }
+  me().p = p; warp_sync();
+  const int g = lane_() >> 2, t = lane_() & 3;
+  for (int i = 0; i < 4; ++i) r[i] = (uint)of(8 * i + g).p[2 * t] | ((uint)of(8 * i + g).p[2 * t + 1] << 16);
   warp_sync();
 }
 // cp.async lands somewhere between the copy and the wait: MPSC_SHIM_CP_ASYNC_LATE=1 performs the copies at
