@@ -104,12 +104,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[8480];
+  __shared__ float tg[8672];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 8x2 register block per thread
   // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
+  // A tile [16][132] (loads along m), B tile [32][24] (loads along k), fragments read as float2 / float4
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
   const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
@@ -119,6 +119,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
   const uint ap0 = am0 % 784u;
   const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
   const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 9u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(aih0 + adhq) < 28u && uint(aiw0 + adwq) < 28u) amsk |= 1u << qq;
+  }
+  const int arb = ab0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
@@ -133,114 +142,98 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 16u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 9u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 32u + sl * 2816u;
-      float* bs = as + 2176u;
+      float* as = tg + 32u + sl * 2880u;
+      float* bs = as + 2112u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 0u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 2u];
         {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
-          mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 2u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 4u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 6u];
         {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
-          mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 6u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 8u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 10u];
         {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
-          mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 10u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 12u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 14u];
         {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
-          mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 14u) * 132u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 9u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 9u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -256,15 +249,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 32u + rs * 2816u;
-      const float* bs = as + 2176u;
+      const float* as = tg + 32u + rs * 2880u;
+      const float* bs = as + 2112u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[8], bv[2];
         #pragma unroll
-        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
+        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 132u + (ty + 16u * i)];
         #pragma unroll
-        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 8u; ++i)
           #pragma unroll
@@ -296,14 +289,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[8480];
+  __shared__ float tg[8672];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
   // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
+  // A tile [16][132] (loads along m), B tile [32][24] (loads along k), fragments read as float2 / float4
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
   const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
@@ -313,6 +306,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
   const uint ap0 = am0 % 784u;
   const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
   const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 9u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(aih0 + adhq) < 28u && uint(aiw0 + adwq) < 28u) amsk |= 1u << qq;
+  }
+  const int arb = ab0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
@@ -330,114 +332,98 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 16u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 9u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 32u + sl * 2816u;
-      float* bs = as + 2176u;
+      float* as = tg + 32u + sl * 2880u;
+      float* bs = as + 2112u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 0u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 2u];
         {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
-          mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 2u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 4u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 6u];
         {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
-          mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 6u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 8u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 10u];
         {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
-          mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 10u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 12u) * 132u + (ar)], src, ok);
         }
       }
       {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 14u];
         {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
-          mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 14u) * 132u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 9u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 9u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -453,24 +439,26 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 32u + rs * 2816u;
-      const float* bs = as + 2176u;
+      const float* as = tg + 32u + rs * 2880u;
+      const float* bs = as + 2112u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[2][4], bf[2][2];
         #pragma unroll
-        for (uint i = 0u; i < 2u; ++i) {
-          const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 136u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 136u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
-        }
+        for (uint p = 0u; p < 1u; ++p)
+          #pragma unroll
+          for (uint c = 0u; c < 2u; ++c) {
+            const float4 v = *reinterpret_cast<const float4*>(&as[(kk + 2u * tq + c) * 132u + (wm + ((2u * p) / 2u) * 32u + 4u * gq + 2u * ((2u * p) % 2u) + (0u))]);
+            af[2u * p][2u * c] = mpsc_tf32(v.x);
+            af[2u * p][2u * c + 1u] = mpsc_tf32(v.y);
+            af[2u * p + 1u][2u * c] = mpsc_tf32(v.z);
+            af[2u * p + 1u][2u * c + 1u] = mpsc_tf32(v.w);
+          }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
-          const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
+          bf[j][0] = mpsc_tf32(v.x);
+          bf[j][1] = mpsc_tf32(v.y);
         }
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i)
@@ -488,7 +476,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + ((i) / 2u) * 32u + 4u * gq + 2u * ((i) % 2u) + ((q >= 2u ? 1u : 0u)), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 50176u && ni < 32u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 784u, p = mi % 784u;
@@ -530,12 +518,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7872];
+  __shared__ float tg[8448];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 4x4 register block per thread
   // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
+  // A tile [16][68] (loads along m), B tile [64][24] (loads along k), fragments read as float2 / float4
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
@@ -545,6 +533,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
   const uint ap0 = am0 % 196u;
   const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
   const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 288u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
+  }
+  const int arb = ab0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
@@ -565,84 +562,76 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 288u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 288u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 576u + sl * 2432u;
-      float* bs = as + 1152u;
+      float* as = tg + 576u + sl * 2624u;
+      float* bs = as + 1088u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 0u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 4u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 8u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 12u) * 68u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 288u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 288u;
         const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 32u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 288u;
         const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 48u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -658,15 +647,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 576u + rs * 2432u;
-      const float* bs = as + 1152u;
+      const float* as = tg + 576u + rs * 2624u;
+      const float* bs = as + 1088u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[4], bv[4];
         #pragma unroll
-        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 68u + (ty + 16u * i)];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
@@ -698,14 +687,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7872];
+  __shared__ float tg[8448];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
   // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
+  // A tile [16][68] (loads along m), B tile [64][24] (loads along k), fragments read as float2 / float4
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
@@ -715,6 +704,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
   const uint ap0 = am0 % 196u;
   const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
   const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 288u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
+  }
+  const int arb = ab0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
@@ -738,84 +736,76 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 288u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 288u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 576u + sl * 2432u;
-      float* bs = as + 1152u;
+      float* as = tg + 576u + sl * 2624u;
+      float* bs = as + 1088u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 0u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 4u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 8u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
+          mpsc_cp_async4(&as[(ak + 12u) * 68u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 288u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 288u;
         const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 32u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 288u;
         const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 48u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -831,24 +821,22 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 576u + rs * 2432u;
-      const float* bs = as + 1152u;
+      const float* as = tg + 576u + rs * 2624u;
+      const float* bs = as + 1088u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[1][4], bf[4][2];
         #pragma unroll
-        for (uint i = 0u; i < 1u; ++i) {
-          const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
+        for (uint c = 0u; c < 2u; ++c) {
+          const float2 v = *reinterpret_cast<const float2*>(&as[(kk + 2u * tq + c) * 68u + (wm + 2u * gq + (0u))]);
+          af[0][2u * c] = mpsc_tf32(v.x);
+          af[0][2u * c + 1u] = mpsc_tf32(v.y);
         }
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
+          bf[j][0] = mpsc_tf32(v.x);
+          bf[j][1] = mpsc_tf32(v.y);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -866,7 +854,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 2u * gq + ((q >= 2u ? 1u : 0u)), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 12544u && ni < 64u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 196u, p = mi % 196u;
@@ -2137,12 +2125,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6528];
+  __shared__ float tg[6720];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_input: fp32 FFMA, 4x2 register block per thread
   // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
+  // A tile [16][68] (loads along m), B tile [32][24] (loads along k), fragments read as float2 / float4
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
@@ -2152,6 +2140,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
   const uint ap0 = am0 % 196u;
   const int ath0 = int(ap0 / 14u) + 1, atw0 = int(ap0 % 14u) + 1;
   const int ab0 = int((am0 / 196u) * 12544u + g * 12544u);
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 576u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(ath0 - adhq) < 14u && uint(atw0 - adwq) < 14u) amsk |= 1u << qq;
+  }
+  const int arb = ab0 + ath0 * 14 + atw0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
@@ -2166,62 +2163,54 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 576u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 576u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 196u);
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot - adht * 14 - adwt : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 1152u + sl * 1792u;
-      float* bs = as + 1152u;
+      float* as = tg + 1152u + sl * 1856u;
+      float* bs = as + 1088u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
-          const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
-          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
+          mpsc_cp_async4(&as[(ak + 0u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
-          const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
-          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
+          mpsc_cp_async4(&as[(ak + 4u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
-          const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
-          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
+          mpsc_cp_async4(&as[(ak + 8u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
-          const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
-          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
+          mpsc_cp_async4(&as[(ak + 12u) * 68u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -2229,12 +2218,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
       {
         const bool ok = brv0 && bkk < 576u;
         const float* src = ok ? w + (bb0 + bkok) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 576u;
         const float* src = ok ? w + (bb1 + bkok) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -2250,15 +2239,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 1152u + rs * 1792u;
-      const float* bs = as + 1152u;
+      const float* as = tg + 1152u + rs * 1856u;
+      const float* bs = as + 1088u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[4], bv[2];
         #pragma unroll
-        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 68u + (ty + 16u * i)];
         #pragma unroll
-        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
@@ -2289,14 +2278,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6528];
+  __shared__ float tg[6720];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
   // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
+  // A tile [16][68] (loads along m), B tile [32][24] (loads along k), fragments read as float2 / float4
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
@@ -2306,6 +2295,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
   const uint ap0 = am0 % 196u;
   const int ath0 = int(ap0 / 14u) + 1, atw0 = int(ap0 % 14u) + 1;
   const int ab0 = int((am0 / 196u) * 12544u + g * 12544u);
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 576u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(ath0 - adhq) < 14u && uint(atw0 - adwq) < 14u) amsk |= 1u << qq;
+  }
+  const int arb = ab0 + ath0 * 14 + atw0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
@@ -2323,62 +2321,54 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 576u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 576u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 196u);
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot - adht * 14 - adwt : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 1152u + sl * 1792u;
-      float* bs = as + 1152u;
+      float* as = tg + 1152u + sl * 1856u;
+      float* bs = as + 1088u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
-          const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
-          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
+          mpsc_cp_async4(&as[(ak + 0u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
-          const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
-          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
+          mpsc_cp_async4(&as[(ak + 4u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
-          const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
-          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
+          mpsc_cp_async4(&as[(ak + 8u) * 68u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
-          const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
-          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
+          mpsc_cp_async4(&as[(ak + 12u) * 68u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -2386,12 +2376,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
       {
         const bool ok = brv0 && bkk < 576u;
         const float* src = ok ? w + (bb0 + bkok) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 576u;
         const float* src = ok ? w + (bb1 + bkok) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -2407,24 +2397,22 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 1152u + rs * 1792u;
-      const float* bs = as + 1152u;
+      const float* as = tg + 1152u + rs * 1856u;
+      const float* bs = as + 1088u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[1][4], bf[2][2];
         #pragma unroll
-        for (uint i = 0u; i < 1u; ++i) {
-          const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
+        for (uint c = 0u; c < 2u; ++c) {
+          const float2 v = *reinterpret_cast<const float2*>(&as[(kk + 2u * tq + c) * 68u + (wm + 2u * gq + (0u))]);
+          af[0][2u * c] = mpsc_tf32(v.x);
+          af[0][2u * c + 1u] = mpsc_tf32(v.y);
         }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
-          const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
+          bf[j][0] = mpsc_tf32(v.x);
+          bf[j][1] = mpsc_tf32(v.y);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -2442,7 +2430,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 2u * gq + ((q >= 2u ? 1u : 0u)), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 12544u && ni < 32u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 196u, p = mi % 196u;
@@ -2459,12 +2447,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[11520];
+  extern __shared__ __align__(16) float tg[];  // 55296 bytes, dynamic
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x8 register block per thread
   // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
+  // A tile [64][24] (loads along k), B tile [128][24] (loads along k), fragments read as float2 / float4
   // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
@@ -2534,29 +2522,29 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + sl * 3840u;
-      float* bs = as + 1280u;
+      float* as = tg + sl * 4608u;
+      float* bs = as + 1536u;
       const uint akk = lk + ak;
       const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 0u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 12544u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 16u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 12544u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 32u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 12544u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 48u) * 24u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -2565,42 +2553,42 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
       {
         const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
         const float* src = ok ? x + (bb2 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 32u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
         const float* src = ok ? x + (bb3 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 48u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
         const float* src = ok ? x + (bb4 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 64u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 64u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
         const float* src = ok ? x + (bb5 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 80u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 80u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
         const float* src = ok ? x + (bb6 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 96u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 96u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
         const float* src = ok ? x + (bb7 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 112u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 112u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -2616,15 +2604,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + rs * 3840u;
-      const float* bs = as + 1280u;
+      const float* as = tg + rs * 4608u;
+      const float* bs = as + 1536u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[4], bv[8];
         #pragma unroll
-        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 20u + (kk)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 24u + (kk)];
         #pragma unroll
-        for (uint j = 0u; j < 8u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        for (uint j = 0u; j < 8u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
@@ -2655,14 +2643,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[11520];
+  extern __shared__ __align__(16) float tg[];  // 55296 bytes, dynamic
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x64
   // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
+  // A tile [64][24] (loads along k), B tile [128][24] (loads along k), fragments read as float2 / float4
   // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
@@ -2735,29 +2723,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + sl * 3840u;
-      float* bs = as + 1280u;
+      float* as = tg + sl * 4608u;
+      float* bs = as + 1536u;
       const uint akk = lk + ak;
       const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 0u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 12544u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 16u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 12544u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 32u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 12544u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 48u) * 24u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -2766,42 +2754,42 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
       {
         const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
         const float* src = ok ? x + (bb2 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 32u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
         const float* src = ok ? x + (bb3 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 48u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
         const float* src = ok ? x + (bb4 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 64u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 64u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
         const float* src = ok ? x + (bb5 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 80u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 80u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
         const float* src = ok ? x + (bb6 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 96u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 96u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
         const float* src = ok ? x + (bb7 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 112u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 112u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -2817,24 +2805,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + rs * 3840u;
-      const float* bs = as + 1280u;
+      const float* as = tg + rs * 4608u;
+      const float* bs = as + 1536u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[1][4], bf[8][2];
         #pragma unroll
-        for (uint i = 0u; i < 1u; ++i) {
-          const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(r) * 20u + (kk + tq)]);
-          af[i][1] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq)]);
-          af[i][2] = mpsc_tf32(as[(r) * 20u + (kk + tq + 4u)]);
-          af[i][3] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq + 4u)]);
-        }
+        for (uint i = 0u; i < 1u; ++i)
+          #pragma unroll
+          for (uint h = 0u; h < 2u; ++h) {
+            const float2 v = *reinterpret_cast<const float2*>(&as[(wm + 16u * i + gq + 8u * h) * 24u + (kk + 2u * tq)]);
+            af[i][h] = mpsc_tf32(v.x);
+            af[i][2u + h] = mpsc_tf32(v.y);
+          }
         #pragma unroll
         for (uint j = 0u; j < 8u; ++j) {
-          const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
+          bf[j][0] = mpsc_tf32(v.x);
+          bf[j][1] = mpsc_tf32(v.y);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -2852,7 +2840,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 64u && ni < 288u) {
             const float acc = cacc[i][j][q];
             mpsc_scratch[(tgid.z * 64u + mi) * 288u + ni] = acc;
@@ -2982,12 +2970,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5760];
+  __shared__ float tg[6912];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x2 register block per thread
   // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
+  // A tile [64][24] (loads along k), B tile [32][24] (loads along k), fragments read as float2 / float4
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
@@ -3027,29 +3015,29 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + sl * 1920u;
-      float* bs = as + 1280u;
+      float* as = tg + sl * 2304u;
+      float* bs = as + 1536u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 0u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 50176u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 16u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 50176u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 32u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 50176u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 48u) * 24u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -3058,12 +3046,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
       {
         const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -3079,15 +3067,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + rs * 1920u;
-      const float* bs = as + 1280u;
+      const float* as = tg + rs * 2304u;
+      const float* bs = as + 1536u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[4], bv[2];
         #pragma unroll
-        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 20u + (kk)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 24u + (kk)];
         #pragma unroll
-        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
@@ -3118,14 +3106,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5760];
+  __shared__ float tg[6912];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
   // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
+  // A tile [64][24] (loads along k), B tile [32][24] (loads along k), fragments read as float2 / float4
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
@@ -3168,29 +3156,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + sl * 1920u;
-      float* bs = as + 1280u;
+      float* as = tg + sl * 2304u;
+      float* bs = as + 1536u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 0u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 50176u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 16u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 50176u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 32u) * 24u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 50176u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 48u) * 24u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -3199,12 +3187,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
       {
         const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -3220,24 +3208,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + rs * 1920u;
-      const float* bs = as + 1280u;
+      const float* as = tg + rs * 2304u;
+      const float* bs = as + 1536u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[1][4], bf[2][2];
         #pragma unroll
-        for (uint i = 0u; i < 1u; ++i) {
-          const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(r) * 20u + (kk + tq)]);
-          af[i][1] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq)]);
-          af[i][2] = mpsc_tf32(as[(r) * 20u + (kk + tq + 4u)]);
-          af[i][3] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq + 4u)]);
-        }
+        for (uint i = 0u; i < 1u; ++i)
+          #pragma unroll
+          for (uint h = 0u; h < 2u; ++h) {
+            const float2 v = *reinterpret_cast<const float2*>(&as[(wm + 16u * i + gq + 8u * h) * 24u + (kk + 2u * tq)]);
+            af[i][h] = mpsc_tf32(v.x);
+            af[i][2u + h] = mpsc_tf32(v.y);
+          }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
-          const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
+          bf[j][0] = mpsc_tf32(v.x);
+          bf[j][1] = mpsc_tf32(v.y);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -3255,7 +3243,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 32u && ni < 9u) {
             const float acc = cacc[i][j][q];
             mpsc_scratch[(tgid.z * 32u + mi) * 9u + ni] = acc;
