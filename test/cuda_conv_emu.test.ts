@@ -200,11 +200,11 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     for (const c of some) for (const v of ['fp32', 'mma']) expect(early.problems.join('\n')).toMatch(new RegExp(`${c.program.name} .*\\(${v}\\)`));
   }, 600_000);
 
-  it('the A/B variants (MPSC_CONV_TAPS=0: the bounds-tested k table; MPSC_CONV_FRAG=scalar: 4-byte fragment reads; MPSC_CONV_STAGES=2, copies landing at their wait; MPSC_CONV_ROUND=add) match the reference too', () => {
+  it('the A/B variants (MPSC_CONV_TAPS=0: the bounds-tested k table; MPSC_CONV_FRAG=scalar: 4-byte fragment reads; MPSC_CONV_STAGES=2, copies landing at their wait; MPSC_CONV_ROUND=add with MPSC_CONV_BM256=1) match the reference too', () => {
     const some = [...cudaConvCases(), ...reluGradFoldCases()].filter((c) =>
-      ['tc_conv_tile128', 'tc_conv_tile128_grad_input', 'tc_conv_stride2_pad0', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu'].includes(String(c.program.name)));
-    expect(some).toHaveLength(5);
-    const saved = { taps: process.env.MPSC_CONV_TAPS, frag: process.env.MPSC_CONV_FRAG, round: process.env.MPSC_CONV_ROUND, stages: process.env.MPSC_CONV_STAGES };
+      ['tc_conv_tile128', 'tc_conv_tile128_grad_input', 'tc_conv_stride2_pad0', 'tc_conv_wide', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu'].includes(String(c.program.name)));
+    expect(some).toHaveLength(6);
+    const saved = { taps: process.env.MPSC_CONV_TAPS, frag: process.env.MPSC_CONV_FRAG, round: process.env.MPSC_CONV_ROUND, stages: process.env.MPSC_CONV_STAGES, bm256: process.env.MPSC_CONV_BM256 };
     try {
       process.env.MPSC_CONV_TAPS = '0';
       process.env.MPSC_CONV_FRAG = 'scalar';
@@ -222,13 +222,17 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       delete process.env.MPSC_CONV_FRAG;
       delete process.env.MPSC_CONV_STAGES;
       process.env.MPSC_CONV_ROUND = 'add';
+      process.env.MPSC_CONV_BM256 = '1';
       const add = buildCuda(some.map((c) => c.program), 'conv_emu_add', { merge: false });
       expect(add.lowered.every((lp) => /__float_as_uint\(v\.x\) \+ 0x1000u/.test(lp.kernels[0].mma!.body) && !/mpsc_tf32/.test(lp.kernels[0].mma!.body))).toBe(true);
+      // MPSC_CONV_BM256=1: tc_conv_wide's forward (N 70: BN 64, partial row and column tiles) and the relu-masked input
+      // gradient on 256x64 tiles
+      expect(add.lowered.filter((lp) => /conv_cuda\.ts 256x64 /.test(lp.kernels[0].label)).map((lp) => String(lp.program.name)).sort()).toEqual(['fuse_conv_grad_input_relu', 'tc_conv_wide']);
       const r2 = emulate(some, (b) => b, false);
       expect(r2.problems).toEqual([]);
       expect(r2.worst.mma).toBeGreaterThan(1e-5);
     } finally {
-      for (const [k, v] of [['MPSC_CONV_TAPS', saved.taps], ['MPSC_CONV_FRAG', saved.frag], ['MPSC_CONV_ROUND', saved.round], ['MPSC_CONV_STAGES', saved.stages]] as const) {
+      for (const [k, v] of [['MPSC_CONV_TAPS', saved.taps], ['MPSC_CONV_FRAG', saved.frag], ['MPSC_CONV_ROUND', saved.round], ['MPSC_CONV_STAGES', saved.stages], ['MPSC_CONV_BM256', saved.bm256]] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }

@@ -32,7 +32,7 @@
  * Build-time A/B switches (environment of the build; the defaults are the above): MPSC_CONV_TAPS=0
  * (the bounds-tested table everywhere), MPSC_CONV_FRAG=scalar (4-byte fragment reads, the former
  * [16][R + 8] / [R][16 + 4] tiles), MPSC_CONV_STAGES=2, MPSC_CONV_ROUND=add (operands rounded by an
- * integer add: see roundOf).
+ * integer add: see roundOf), MPSC_CONV_BM256=1 (256x64 tiles where BN is 64: convTiles).
  * The weight gradient's reduction dimension (batch x output pixels) is long and its output small:
  * it is split along K at build time (gemm_cuda.ts splitK with these tiles): per-chunk partial sums
  * into the scratch region, then gemm_cuda.ts's reduction kernel adds them in chunk order (no
@@ -229,6 +229,9 @@ const SMS = 132;
  */
 export function convTiles(M: number, N: number, G: number, split: boolean): { BM: number; BN: number } {
   const BN = N >= 128 ? 128 : N > 32 ? 64 : 32;
+  // MPSC_CONV_BM256=1 at build time (an A/B variant): 256-row tiles where BN is 64 and the GEMM is not split (the seed
+  // CNN's grad_input: its A copies, the costly ones, then feed a 64x32 warp tile)
+  if (process.env.MPSC_CONV_BM256 === '1' && BN === 64 && !split && M >= 256) return { BM: 256, BN };
   return { BM: M >= 128 && (split || ceilDiv(M, 128) * ceilDiv(N, BN) * G >= SMS) ? 128 : 64, BN };
 }
 
@@ -269,8 +272,11 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
     }
     return { pre, load };
   }
-  // thread t copies reduction index t % 16 of rows t / 16 + 16 i
-  let pre = `const uint ${tag}k = tidx % ${BK}u, ${tag}r = tidx / ${BK}u;\n`;
+  // thread t copies reduction index t % 16 of rows h + 16 i, h = t / 16; with the 24-float rows of Lay's vector layout
+  // a warp's two half-warps take rows 2 apart (h -> (h & ~3) + ((h >> 1) & 1) + 2 (h & 1): 0 2 1 3 4 6 5 7 ...), whose
+  // 16 floats fall on disjoint banks (rows 1 apart would share 8)
+  const h = `tidx / ${BK}u`;
+  let pre = `const uint ${tag}k = tidx % ${BK}u, ${tag}r = ${L.vec ? `((${h}) & ~3u) + (((${h}) >> 1u) & 1u) + 2u * ((${h}) & 1u)` : h};\n`;
   for (let i = 0; i < per; i++) pre += side.rowDecl(`${i}`, `${tileBase} + ${tag}r + ${(THREADS / BK) * i}u`);
   let load = side.kDecl('k', `lk + ${tag}k`);
   for (let i = 0; i < per; i++) load += cp(at('k', R, L, `${tag}s`, `${tag}r + ${(THREADS / BK) * i}u`, `${tag}k`), side.elem(`${i}`, 'k'));

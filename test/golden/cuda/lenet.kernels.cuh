@@ -128,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     if (arv0 && akvq && uint(aih0 + adhq) < 28u && uint(aiw0 + adwq) < 28u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
   const int bb0 = int((g * 32u + bn0) * 9u);
@@ -315,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
     if (arv0 && akvq && uint(aih0 + adhq) < 28u && uint(aiw0 + adwq) < 28u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
   const int bb0 = int((g * 32u + bn0) * 9u);
@@ -542,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
   const int bb0 = int((g * 64u + bn0) * 288u);
@@ -713,7 +713,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
   const int bb0 = int((g * 64u + bn0) * 288u);
@@ -2149,7 +2149,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     if (arv0 && akvq && uint(ath0 - adhq) < 14u && uint(atw0 - adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0 + ath0 * 14 + atw0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
   const int bb0 = int(g * 18432u + bn0 * 9u);
@@ -2304,7 +2304,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     if (arv0 && akvq && uint(ath0 - adhq) < 14u && uint(atw0 - adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0 + ath0 * 14 + atw0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
   const int bb0 = int(g * 18432u + bn0 * 9u);
@@ -2457,7 +2457,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 128u;
-  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint ak = tidx % 16u, ar = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 64u;
   const int ab0 = int((g * 64u + am0) * 196u);
@@ -2470,7 +2470,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
   const uint am3 = m0 + ar + 48u;
   const bool arv3 = am3 < 64u;
   const int ab3 = int((g * 64u + am3) * 196u);
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 288u;
   const uint bq0 = bn0 % 9u;
@@ -2655,7 +2655,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 128u;
-  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint ak = tidx % 16u, ar = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 64u;
   const int ab0 = int((g * 64u + am0) * 196u);
@@ -2668,7 +2668,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
   const uint am3 = m0 + ar + 48u;
   const bool arv3 = am3 < 64u;
   const int ab3 = int((g * 64u + am3) * 196u);
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 288u;
   const uint bq0 = bn0 % 9u;
@@ -2980,7 +2980,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
-  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint ak = tidx % 16u, ar = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 32u;
   const int ab0 = int((g * 32u + am0) * 784u);
@@ -2993,7 +2993,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   const uint am3 = m0 + ar + 48u;
   const bool arv3 = am3 < 32u;
   const int ab3 = int((g * 32u + am3) * 784u);
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 9u;
   const uint bq0 = bn0 % 9u;
@@ -3118,7 +3118,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
-  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint ak = tidx % 16u, ar = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 32u;
   const int ab0 = int((g * 32u + am0) * 784u);
@@ -3131,7 +3131,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
   const uint am3 = m0 + ar + 48u;
   const bool arv3 = am3 < 32u;
   const int ab3 = int((g * 32u + am3) * 784u);
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 9u;
   const uint bq0 = bn0 % 9u;
