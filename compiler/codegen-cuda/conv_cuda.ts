@@ -53,7 +53,8 @@ const THREADS = 256, BK = 16;
  * (row length kp = BK + 8: the 4 rows of a half-warp's 8-byte reads fall on distinct banks); a row-mode
  * A tile stores the warp's rows interleaved (the mma's rows gq and gq + 8 side by side, and for two
  * 16-row tiles all four: one float4), its row length R + 4 putting the 4 k rows of a quarter-warp on
- * distinct banks; the accumulators' rows are stored through the same interleave. `vec` false
+ * distinct banks; the copies write each row to its interleaved column (vecPerm), so the accumulators keep
+ * their natural rows. `vec` false
  * (MPSC_CONV_FRAG=scalar at build time, for A/B): one 4-byte read per fragment register, k
  * indices kk + tq and kk + tq + 4, kp = BK + 4, R + 8.
  */
@@ -241,7 +242,7 @@ interface Shape { BM: number; BN: number; M: number; N: number; K: number; L: La
  * One operand's per-thread copies of a stage: `pre` (before the K loop: the rows' constants), `load`
  * (inside: the k constants and the cp.async of each element into stage `ls` at reduction offset `lk`).
  */
-function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, tab: Tab): { pre: string; load: string } {
+function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, tab: Tab, perm?: (m: string) => string): { pre: string; load: string } {
   const per = (R * BK) / THREADS;
   const cp = (dst: string, p: { pred: string; off: string }) =>
     `{\n  const bool ok = ${p.pred};\n` +
@@ -250,7 +251,9 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
   if (side.mode === 'row') {
     // thread t copies row t % R at reduction indices t / R + (256 / R) j
     const step = THREADS / R;
-    let pre = `const uint ${tag}r = tidx % ${R}u, ${tag}k = tidx / ${R}u;\n` + side.rowDecl('0', `${tileBase} + ${tag}r`);
+    // `perm`: the shared-memory column of the thread's row (vecPerm), else the row itself
+    let pre = `const uint ${tag}r = tidx % ${R}u, ${tag}k = tidx / ${R}u;\n` + side.rowDecl('0', `${tileBase} + ${tag}r`) +
+      (perm ? `const uint ${tag}rp = ${perm(`${tag}r`)};\n` : '');
     if (tab === 'taps') {
       // the row's tap mask (bit q: tap q of its window inside the image; 0 past M) and its part of the offset
       const t = side.taps!;
@@ -259,7 +262,7 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
     }
     let load = '';
     for (let j = 0; j < per; j++) {
-      const dst = at('row', R, L, `${tag}s`, `${tag}r`, `${tag}k + ${step * j}u`);
+      const dst = at('row', R, L, `${tag}s`, perm ? `${tag}rp` : `${tag}r`, `${tag}k + ${step * j}u`);
       if (tab === 'taps') {
         load += `{\n  const int2 te = ktab[lk + ${tag}k + ${step * j}u];\n` +
           indent(cp(dst, { pred: `((${tag}msk >> uint(te.y)) & 1u) != 0u`, off: `${tag}rb + te.x` }), '  ') + `}\n`;
@@ -272,11 +275,10 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
     }
     return { pre, load };
   }
-  // thread t copies reduction index t % 16 of rows h + 16 i, h = t / 16; with the 24-float rows of Lay's vector layout
-  // a warp's two half-warps take rows 2 apart (h -> (h & ~3) + ((h >> 1) & 1) + 2 (h & 1): 0 2 1 3 4 6 5 7 ...), whose
-  // 16 floats fall on disjoint banks (rows 1 apart would share 8)
-  const h = `tidx / ${BK}u`;
-  let pre = `const uint ${tag}k = tidx % ${BK}u, ${tag}r = ${L.vec ? `((${h}) & ~3u) + (((${h}) >> 1u) & 1u) + 2u * ((${h}) & 1u)` : h};\n`;
+  // thread t copies reduction index t % 16 of rows t / 16 + 16 i (the two half-warps' rows share 8 banks with Lay's
+  // 24-float rows: 2-way conflicted 4-byte writes, as with 20; rows 2 apart would be conflict-free, but cost the seed
+  // CNN's 128x128 weight gradient a register spill at its 128-register bound)
+  let pre = `const uint ${tag}k = tidx % ${BK}u, ${tag}r = tidx / ${BK}u;\n`;
   for (let i = 0; i < per; i++) pre += side.rowDecl(`${i}`, `${tileBase} + ${tag}r + ${(THREADS / BK) * i}u`);
   let load = side.kDecl('k', `lk + ${tag}k`);
   for (let i = 0; i < per; i++) load += cp(at('k', R, L, `${tag}s`, `${tag}r + ${(THREADS / BK) * i}u`, `${tag}k`), side.elem(`${i}`, 'k'));
@@ -290,11 +292,14 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
  */
 const vecRow = (MI: number, i: string, h: string) =>
   MI >= 2 ? `((${i}) / 2u) * 32u + 4u * gq + 2u * ((${i}) % 2u) + (${h})` : `2u * gq + (${h})`;
-/** the warp-relative row of accumulator tile i's register q (q >= 2: row gq + 8) */
-function accRow(a: Side, s: Shape, i: string, q: string): string {
-  const h = `(${q} >= 2u ? 1u : 0u)`;
-  return s.L.vec && a.mode === 'row' ? vecRow(s.BM / 64, i, h) : `16u * ${i} + gq + 8u * ${h}`;
-}
+/**
+ * Where the mma variant's copies put tile row m of a row-mode A read by vector (Lay): the inverse of vecRow
+ * within each warp's rows (32-row groups for two 16-row tiles, 16 for one), so that an mma row keeps its
+ * natural tile row: the accumulators are stored as without the interleave (consecutive lanes, consecutive
+ * rows: whole 32-byte sectors of the NCHW output and of a fused mask).
+ */
+const vecPerm = (MI: number, m: string) =>
+  MI >= 2 ? `((${m}) & ~31u) + 4u * ((${m}) & 7u) + 2u * (((${m}) >> 4u) & 1u) + (((${m}) >> 3u) & 1u)` : `((${m}) & ~15u) + 2u * ((${m}) & 7u) + (((${m}) >> 3u) & 1u)`;
 
 /** the tensor-core product of one stage: 2 k-steps of 8, MI x NI m16n8k8 TF32 tiles per warp */
 function mmaStage(a: Side, b: Side, s: Shape): string {
@@ -376,7 +381,7 @@ function tableFill(a: Side, s: Shape, tab: Tab): string {
 function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, tf32: boolean, what: string, tab: Tab): string {
   const aF = tileFloats(a.mode, s.BM, s.L), bF = tileFloats(b.mode, s.BN, s.L), stage = aF + bF;
   const T = tab !== 'none' ? tableFloats(s) : 0;
-  const ca = copies(a, s.BM, s.L, 'm0', 'a', tab), cb = copies(b, s.BN, s.L, 'n0', 'b', 'none');
+  const ca = copies(a, s.BM, s.L, 'm0', 'a', tab, tf32 && s.L.vec && a.mode === 'row' ? (m) => vecPerm(s.BM / 64, m) : undefined), cb = copies(b, s.BN, s.L, 'n0', 'b', 'none');
   const MI = s.BM / 64, NI = s.BN / 16, RI = s.BM / 16, RJ = s.BN / 16;
   const S = sp?.S ?? 1;
   const split = sp ? `  const uint kbeg = (tgid.z % ${S}u) * ${sp.Kc}u, kend = min(${s.K}u, kbeg + ${sp.Kc}u);\n` : `  const uint kbeg = 0u, kend = ${s.K}u;\n`;
@@ -389,7 +394,7 @@ function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, t
     : `  const uint tx = tidx % 16u, ty = tidx / 16u;\n  float cacc[${RI}][${RJ}];\n  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j) cacc[i][j] = 0.0f;\n`;
   const stores = tf32
     ? `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${NI}u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q)\n` +
-      indent(out(`m0 + wm + ${accRow(a, s, 'i', 'q')}`, 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]'), '        ')
+      indent(out('m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]'), '        ')
     : `  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j)\n` +
       indent(out('m0 + ty + 16u * i', 'n0 + tx + 16u * j', 'cacc[i][j]'), '      ');
   return (

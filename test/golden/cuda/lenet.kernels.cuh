@@ -128,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     if (arv0 && akvq && uint(aih0 + adhq) < 28u && uint(aiw0 + adwq) < 28u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
   const int bb0 = int((g * 32u + bn0) * 9u);
@@ -306,6 +306,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
   const uint ap0 = am0 % 784u;
   const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
   const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
+  const uint arp = ((ar) & ~31u) + 4u * ((ar) & 7u) + 2u * (((ar) >> 4u) & 1u) + (((ar) >> 3u) & 1u);
   uint amsk = 0u;
   for (uint qq = 0u; qq < 9u; ++qq) {
     const uint akq = qq;
@@ -315,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
     if (arv0 && akvq && uint(aih0 + adhq) < 28u && uint(aiw0 + adwq) < 28u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
   const int bb0 = int((g * 32u + bn0) * 9u);
@@ -355,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 0u) * 132u + (arp)], src, ok);
         }
       }
       {
@@ -363,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 2u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 2u) * 132u + (arp)], src, ok);
         }
       }
       {
@@ -371,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 4u) * 132u + (arp)], src, ok);
         }
       }
       {
@@ -379,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 6u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 6u) * 132u + (arp)], src, ok);
         }
       }
       {
@@ -387,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 8u) * 132u + (arp)], src, ok);
         }
       }
       {
@@ -395,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 10u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 10u) * 132u + (arp)], src, ok);
         }
       }
       {
@@ -403,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 12u) * 132u + (arp)], src, ok);
         }
       }
       {
@@ -411,7 +412,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 14u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 14u) * 132u + (arp)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -476,7 +477,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + ((i) / 2u) * 32u + 4u * gq + 2u * ((i) % 2u) + ((q >= 2u ? 1u : 0u)), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 50176u && ni < 32u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 784u, p = mi % 784u;
@@ -542,7 +543,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
   const int bb0 = int((g * 64u + bn0) * 288u);
@@ -704,6 +705,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
   const uint ap0 = am0 % 196u;
   const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
   const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
+  const uint arp = ((ar) & ~15u) + 2u * ((ar) & 7u) + (((ar) >> 3u) & 1u);
   uint amsk = 0u;
   for (uint qq = 0u; qq < 9u; ++qq) {
     const uint akq = qq;
@@ -713,7 +715,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
   const int bb0 = int((g * 64u + bn0) * 288u);
@@ -759,7 +761,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 0u) * 68u + (arp)], src, ok);
         }
       }
       {
@@ -767,7 +769,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 4u) * 68u + (arp)], src, ok);
         }
       }
       {
@@ -775,7 +777,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 8u) * 68u + (arp)], src, ok);
         }
       }
       {
@@ -783,7 +785,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 12u) * 68u + (arp)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -854,7 +856,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 2u * gq + ((q >= 2u ? 1u : 0u)), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 12544u && ni < 64u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 196u, p = mi % 196u;
@@ -2149,7 +2151,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     if (arv0 && akvq && uint(ath0 - adhq) < 14u && uint(atw0 - adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0 + ath0 * 14 + atw0;
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
   const int bb0 = int(g * 18432u + bn0 * 9u);
@@ -2295,6 +2297,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
   const uint ap0 = am0 % 196u;
   const int ath0 = int(ap0 / 14u) + 1, atw0 = int(ap0 % 14u) + 1;
   const int ab0 = int((am0 / 196u) * 12544u + g * 12544u);
+  const uint arp = ((ar) & ~15u) + 2u * ((ar) & 7u) + (((ar) >> 3u) & 1u);
   uint amsk = 0u;
   for (uint qq = 0u; qq < 9u; ++qq) {
     const uint akq = qq;
@@ -2304,7 +2307,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     if (arv0 && akvq && uint(ath0 - adhq) < 14u && uint(atw0 - adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0 + ath0 * 14 + atw0;
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
   const int bb0 = int(g * 18432u + bn0 * 9u);
@@ -2344,7 +2347,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 0u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 0u) * 68u + (arp)], src, ok);
         }
       }
       {
@@ -2352,7 +2355,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 4u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 4u) * 68u + (arp)], src, ok);
         }
       }
       {
@@ -2360,7 +2363,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 8u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 8u) * 68u + (arp)], src, ok);
         }
       }
       {
@@ -2368,7 +2371,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 12u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 12u) * 68u + (arp)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -2430,7 +2433,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 2u * gq + ((q >= 2u ? 1u : 0u)), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 12544u && ni < 32u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 196u, p = mi % 196u;
@@ -2457,7 +2460,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 128u;
-  const uint ak = tidx % 16u, ar = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint ak = tidx % 16u, ar = tidx / 16u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 64u;
   const int ab0 = int((g * 64u + am0) * 196u);
@@ -2470,7 +2473,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
   const uint am3 = m0 + ar + 48u;
   const bool arv3 = am3 < 64u;
   const int ab3 = int((g * 64u + am3) * 196u);
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 288u;
   const uint bq0 = bn0 % 9u;
@@ -2655,7 +2658,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 128u;
-  const uint ak = tidx % 16u, ar = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint ak = tidx % 16u, ar = tidx / 16u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 64u;
   const int ab0 = int((g * 64u + am0) * 196u);
@@ -2668,7 +2671,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
   const uint am3 = m0 + ar + 48u;
   const bool arv3 = am3 < 64u;
   const int ab3 = int((g * 64u + am3) * 196u);
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 288u;
   const uint bq0 = bn0 % 9u;
@@ -2980,7 +2983,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
-  const uint ak = tidx % 16u, ar = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint ak = tidx % 16u, ar = tidx / 16u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 32u;
   const int ab0 = int((g * 32u + am0) * 784u);
@@ -2993,7 +2996,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   const uint am3 = m0 + ar + 48u;
   const bool arv3 = am3 < 32u;
   const int ab3 = int((g * 32u + am3) * 784u);
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 9u;
   const uint bq0 = bn0 % 9u;
@@ -3118,7 +3121,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
-  const uint ak = tidx % 16u, ar = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint ak = tidx % 16u, ar = tidx / 16u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 32u;
   const int ab0 = int((g * 32u + am0) * 784u);
@@ -3131,7 +3134,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
   const uint am3 = m0 + ar + 48u;
   const bool arv3 = am3 < 32u;
   const int ab3 = int((g * 32u + am3) * 784u);
-  const uint bk = tidx % 16u, br = ((tidx / 16u) & ~3u) + (((tidx / 16u) >> 1u) & 1u) + 2u * ((tidx / 16u) & 1u);
+  const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 9u;
   const uint bq0 = bn0 % 9u;
