@@ -13,9 +13,9 @@
  * third is multiplied, one barrier per k step. Past 48 KB (the 128-row tiles) the block's shared
  * memory is dynamic (cuda_dialect.ts; host.ts raises the kernel's limit at create), at most
  * SMEM_BLOCK so that two blocks share an SM. Each operand tile is stored along the dimension the global loads run on: an operand
- * contiguous along its rows (im2col of x and dy along the output pixels) as [16][R + 4], one
- * contiguous along k (the weights, dy and x in the weight gradient) as [R][16 + 8]; the pads make
- * the vector fragment reads conflict-free (Lay). Address generation is implicit im2col with the per-row part
+ * contiguous along its rows (im2col of x and dy along the output pixels) as [16][R + 8], one
+ * contiguous along k (the weights, dy and x in the weight gradient) as [R][16 + 4]; the pads make
+ * the fragment reads conflict-free (Lay). Address generation is implicit im2col with the per-row part
  * (pixel -> image base and window origin, or channel -> filter offset) computed once per thread
  * before the K loop and only the per-k part inside it: for an operand loaded along its rows (the
  * im2col of x or dy, whose k part is the same for every row) read from a k table built once per
@@ -24,14 +24,13 @@
  * table holds (k's offset part, tap index) and each row a mask of its window's taps inside the
  * image, so a copy is a table read, a bit test and an add; else (offset, tap shifts) and the
  * window's bounds tested per copy.
- *  - mma variant: warps 4 (m) x 2 (n), each (BM/4) x (BN/2) as m16n8k8 TF32 mma.sync tiles, fragments
- *    read from shared memory as float2 / float4; operands rounded by cvt.rna.tf32.f32 as cuDNN/cuBLAS
- *    round them, fp32 accumulation.
+ *  - mma variant: warps 4 (m) x 2 (n), each (BM/4) x (BN/2) as m16n8k8 TF32 mma.sync tiles; operands
+ *    rounded by cvt.rna.tf32.f32 as cuDNN/cuBLAS round them, fp32 accumulation.
  *  - plain variant (MPSC_CUDA_PLAIN=1): the same tiles and pipeline, fp32 FFMA, a (BM/16) x (BN/16)
  *    register block per thread: fp32 accuracy.
  * Build-time A/B switches (environment of the build; the defaults are the above): MPSC_CONV_TAPS=0
- * (the bounds-tested table everywhere), MPSC_CONV_FRAG=scalar (4-byte fragment reads, the former
- * [16][R + 8] / [R][16 + 4] tiles), MPSC_CONV_STAGES=2, MPSC_CONV_ROUND=add (operands rounded by an
+ * (the bounds-tested table everywhere), MPSC_CONV_FRAG=vec (float2 / float4 fragment reads from
+ * [16][R + 4] / [R][16 + 8] tiles: Lay), MPSC_CONV_STAGES=2, MPSC_CONV_ROUND=add (operands rounded by an
  * integer add: see roundOf), MPSC_CONV_BM256=1 (256x64 tiles where BN is 64: convTiles).
  * The weight gradient's reduction dimension (batch x output pixels) is long and its output small:
  * it is split along K at build time (gemm_cuda.ts splitK with these tiles): per-chunk partial sums
@@ -47,16 +46,17 @@ import { splitK, splitReduceKernel, type Split } from './gemm_cuda.js';
 const THREADS = 256, BK = 16;
 
 /**
- * The shared tiles' padding and how the mma variant reads its fragments. `vec` (the default): lane
- * (gq, tq) of an m16n8k8 step h feeds reduction indices 8h + 2tq and 8h + 2tq + 1 (every lane of A and
- * B the same pair, so the product sums the same 8 indices), read as one float2 from a k-mode tile
- * (row length kp = BK + 8: the 4 rows of a half-warp's 8-byte reads fall on distinct banks); a row-mode
- * A tile stores the warp's rows interleaved (the mma's rows gq and gq + 8 side by side, and for two
- * 16-row tiles all four: one float4), its row length R + 4 putting the 4 k rows of a quarter-warp on
- * distinct banks; the copies write each row to its interleaved column (vecPerm), so the accumulators keep
- * their natural rows. `vec` false
- * (MPSC_CONV_FRAG=scalar at build time, for A/B): one 4-byte read per fragment register, k
- * indices kk + tq and kk + tq + 4, kp = BK + 4, R + 8.
+ * The shared tiles' padding and how the mma variant reads its fragments. By default one 4-byte read per
+ * fragment register, k indices kk + tq and kk + tq + 4, k-mode rows of BK + 4 floats, row-mode rows of
+ * R + 8 (conflict-free). `vec` (MPSC_CONV_FRAG=vec at build time, an A/B variant: on the H200 its loop
+ * came out longer under cvt.rna and the seed CNN's weight gradient 24% slower, 4 Dec): lane (gq, tq) of
+ * an m16n8k8 step h feeds reduction indices 8h + 2tq and 8h + 2tq + 1 (every lane of A and B the same
+ * pair, so the product sums the same 8 indices), read as one float2 from a k-mode tile (row length
+ * kp = BK + 8: the 4 rows of a half-warp's 8-byte reads fall on distinct banks); a row-mode A tile
+ * stores the warp's rows interleaved (the mma's rows gq and gq + 8 side by side, and for two 16-row
+ * tiles all four: one float4), its row length R + 4 putting the 4 k rows of a quarter-warp on distinct
+ * banks; the copies write each row to its interleaved column (vecPerm), so the accumulators keep their
+ * natural rows.
  */
 interface Lay { vec: boolean; kp: number; rp: number; round: (x: string) => string; stages: number }
 /**
@@ -460,8 +460,8 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   const tiles: [number, number, number] = [ceilDiv(gm.N, BN), ceilDiv(gm.M, BM), gm.G * (sp?.S ?? 1)];
   if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
   const { a, b } = sidesOf(n.op, c, gm.M, gm.N, gm.K);
-  // the vector fragment reads (Lay) need B loaded along k, as every conv's is; MPSC_CONV_FRAG=scalar at build time: 4-byte reads
-  const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K, L: layOf(b.mode === 'k' && process.env.MPSC_CONV_FRAG !== 'scalar') };
+  // 4-byte fragment reads by default; MPSC_CONV_FRAG=vec at build time: the vector reads (Lay; they need B loaded along k, as every conv's is)
+  const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K, L: layOf(b.mode === 'k' && process.env.MPSC_CONV_FRAG === 'vec') };
   // the k table where it fits next to the stages in SMEM_BLOCK; 'bounds' where its dh = 0x4000 marker lies outside the images,
   // 'taps' where the offset separates and the window has at most 31 taps (MPSC_CONV_TAPS=0 at build time: 'bounds', for A/B)
   const fits = a.mode === 'row' && !sp && (tableFloats(s) + s.L.stages * (tileFloats(a.mode, BM, s.L) + tileFloats(b.mode, BN, s.L))) * 4 <= SMEM_BLOCK;

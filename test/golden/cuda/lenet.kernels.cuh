@@ -104,12 +104,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[8672];
+  __shared__ float tg[8480];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 8x2 register block per thread
   // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][132] (loads along m), B tile [32][24] (loads along k), fragments read as float2 / float4
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
   const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
@@ -158,14 +158,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 32u + sl * 2880u;
-      float* bs = as + 2112u;
+      float* as = tg + 32u + sl * 2816u;
+      float* bs = as + 2176u;
       {
         const int2 te = ktab[lk + ak + 0u];
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -173,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 2u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -181,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -189,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 6u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -197,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -205,7 +205,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 10u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -213,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -221,19 +221,19 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 14u) * 132u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 9u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 9u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -249,15 +249,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 32u + rs * 2880u;
-      const float* bs = as + 2112u;
+      const float* as = tg + 32u + rs * 2816u;
+      const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[8], bv[2];
         #pragma unroll
-        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 132u + (ty + 16u * i)];
+        for (uint i = 0u; i < 8u; ++i) av[i] = as[(kk) * 136u + (ty + 16u * i)];
         #pragma unroll
-        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 8u; ++i)
           #pragma unroll
@@ -289,14 +289,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[8672];
+  __shared__ float tg[8480];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
   // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][132] (loads along m), B tile [32][24] (loads along k), fragments read as float2 / float4
+  // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 9u;
   const uint m0 = tgid.y * 128u, n0 = tgid.x * 32u;
@@ -306,7 +306,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
   const uint ap0 = am0 % 784u;
   const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
   const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
-  const uint arp = ((ar) & ~31u) + 4u * ((ar) & 7u) + 2u * (((ar) >> 4u) & 1u) + (((ar) >> 3u) & 1u);
   uint amsk = 0u;
   for (uint qq = 0u; qq < 9u; ++qq) {
     const uint akq = qq;
@@ -349,14 +348,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 32u + sl * 2880u;
-      float* bs = as + 2112u;
+      float* as = tg + 32u + sl * 2816u;
+      float* bs = as + 2176u;
       {
         const int2 te = ktab[lk + ak + 0u];
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 132u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -364,7 +363,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 2u) * 132u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -372,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 132u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -380,7 +379,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 6u) * 132u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -388,7 +387,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 132u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -396,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 10u) * 132u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -404,7 +403,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 132u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
         }
       }
       {
@@ -412,19 +411,19 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 14u) * 132u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 9u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 9u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -440,26 +439,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 32u + rs * 2880u;
-      const float* bs = as + 2112u;
+      const float* as = tg + 32u + rs * 2816u;
+      const float* bs = as + 2176u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[2][4], bf[2][2];
         #pragma unroll
-        for (uint p = 0u; p < 1u; ++p)
-          #pragma unroll
-          for (uint c = 0u; c < 2u; ++c) {
-            const float4 v = *reinterpret_cast<const float4*>(&as[(kk + 2u * tq + c) * 132u + (wm + ((2u * p) / 2u) * 32u + 4u * gq + 2u * ((2u * p) % 2u) + (0u))]);
-            af[2u * p][2u * c] = mpsc_tf32(v.x);
-            af[2u * p][2u * c + 1u] = mpsc_tf32(v.y);
-            af[2u * p + 1u][2u * c] = mpsc_tf32(v.z);
-            af[2u * p + 1u][2u * c + 1u] = mpsc_tf32(v.w);
-          }
+        for (uint i = 0u; i < 2u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 136u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 136u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
+        }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
-          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
-          bf[j][0] = mpsc_tf32(v.x);
-          bf[j][1] = mpsc_tf32(v.y);
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i)
@@ -519,12 +516,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[8448];
+  __shared__ float tg[7872];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 4x4 register block per thread
   // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][68] (loads along m), B tile [64][24] (loads along k), fragments read as float2 / float4
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
@@ -579,14 +576,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 576u + sl * 2624u;
-      float* bs = as + 1088u;
+      float* as = tg + 576u + sl * 2432u;
+      float* bs = as + 1152u;
       {
         const int2 te = ktab[lk + ak + 0u];
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -594,7 +591,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -602,7 +599,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -610,29 +607,29 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 288u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 288u;
         const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 32u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 288u;
         const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 48u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -648,15 +645,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 576u + rs * 2624u;
-      const float* bs = as + 1088u;
+      const float* as = tg + 576u + rs * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[4], bv[4];
         #pragma unroll
-        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 68u + (ty + 16u * i)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
+        for (uint j = 0u; j < 4u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
@@ -688,14 +685,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[8448];
+  __shared__ float tg[7872];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
   // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][68] (loads along m), B tile [64][24] (loads along k), fragments read as float2 / float4
+  // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 288u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
@@ -705,7 +702,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
   const uint ap0 = am0 % 196u;
   const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
   const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
-  const uint arp = ((ar) & ~15u) + 2u * ((ar) & 7u) + (((ar) >> 3u) & 1u);
   uint amsk = 0u;
   for (uint qq = 0u; qq < 9u; ++qq) {
     const uint akq = qq;
@@ -754,14 +750,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 576u + sl * 2624u;
-      float* bs = as + 1088u;
+      float* as = tg + 576u + sl * 2432u;
+      float* bs = as + 1152u;
       {
         const int2 te = ktab[lk + ak + 0u];
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 0u) * 68u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -769,7 +765,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 4u) * 68u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -777,7 +773,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 8u) * 68u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -785,29 +781,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? x + (arb + te.x) : x;
-          mpsc_cp_async4(&as[(ak + 12u) * 68u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 288u;
         const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 288u;
         const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 32u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 288u;
         const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 48u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -823,22 +819,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 576u + rs * 2624u;
-      const float* bs = as + 1088u;
+      const float* as = tg + 576u + rs * 2432u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[1][4], bf[4][2];
         #pragma unroll
-        for (uint c = 0u; c < 2u; ++c) {
-          const float2 v = *reinterpret_cast<const float2*>(&as[(kk + 2u * tq + c) * 68u + (wm + 2u * gq + (0u))]);
-          af[0][2u * c] = mpsc_tf32(v.x);
-          af[0][2u * c + 1u] = mpsc_tf32(v.y);
+        for (uint i = 0u; i < 1u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
-          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
-          bf[j][0] = mpsc_tf32(v.x);
-          bf[j][1] = mpsc_tf32(v.y);
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -2127,12 +2125,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6720];
+  __shared__ float tg[6528];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_input: fp32 FFMA, 4x2 register block per thread
   // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][68] (loads along m), B tile [32][24] (loads along k), fragments read as float2 / float4
+  // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
@@ -2181,14 +2179,14 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 1152u + sl * 1856u;
-      float* bs = as + 1088u;
+      float* as = tg + 1152u + sl * 1792u;
+      float* bs = as + 1152u;
       {
         const int2 te = ktab[lk + ak + 0u];
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 0u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2196,7 +2194,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 4u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2204,7 +2202,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 8u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2212,7 +2210,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 12u) * 68u + (ar)], src, ok);
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -2220,12 +2218,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
       {
         const bool ok = brv0 && bkk < 576u;
         const float* src = ok ? w + (bb0 + bkok) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 576u;
         const float* src = ok ? w + (bb1 + bkok) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -2241,15 +2239,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 1152u + rs * 1856u;
-      const float* bs = as + 1088u;
+      const float* as = tg + 1152u + rs * 1792u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[4], bv[2];
         #pragma unroll
-        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 68u + (ty + 16u * i)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(kk) * 72u + (ty + 16u * i)];
         #pragma unroll
-        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
@@ -2280,14 +2278,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     float* dx,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6720];
+  __shared__ float tg[6528];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
   // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [16][68] (loads along m), B tile [32][24] (loads along k), fragments read as float2 / float4
+  // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
   const uint kbeg = 0u, kend = 576u;
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
@@ -2297,7 +2295,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
   const uint ap0 = am0 % 196u;
   const int ath0 = int(ap0 / 14u) + 1, atw0 = int(ap0 % 14u) + 1;
   const int ab0 = int((am0 / 196u) * 12544u + g * 12544u);
-  const uint arp = ((ar) & ~15u) + 2u * ((ar) & 7u) + (((ar) >> 3u) & 1u);
   uint amsk = 0u;
   for (uint qq = 0u; qq < 9u; ++qq) {
     const uint akq = qq;
@@ -2340,14 +2337,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + 1152u + sl * 1856u;
-      float* bs = as + 1088u;
+      float* as = tg + 1152u + sl * 1792u;
+      float* bs = as + 1152u;
       {
         const int2 te = ktab[lk + ak + 0u];
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 0u) * 68u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2355,7 +2352,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 4u) * 68u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2363,7 +2360,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 8u) * 68u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
@@ -2371,7 +2368,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
         {
           const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
           const float* src = ok ? dy + (arb + te.x) : dy;
-          mpsc_cp_async4(&as[(ak + 12u) * 68u + (arp)], src, ok);
+          mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
       const uint bkk = lk + bk;
@@ -2379,12 +2376,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
       {
         const bool ok = brv0 && bkk < 576u;
         const float* src = ok ? w + (bb0 + bkok) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 576u;
         const float* src = ok ? w + (bb1 + bkok) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -2400,22 +2397,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + 1152u + rs * 1856u;
-      const float* bs = as + 1088u;
+      const float* as = tg + 1152u + rs * 1792u;
+      const float* bs = as + 1152u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[1][4], bf[2][2];
         #pragma unroll
-        for (uint c = 0u; c < 2u; ++c) {
-          const float2 v = *reinterpret_cast<const float2*>(&as[(kk + 2u * tq + c) * 68u + (wm + 2u * gq + (0u))]);
-          af[0][2u * c] = mpsc_tf32(v.x);
-          af[0][2u * c + 1u] = mpsc_tf32(v.y);
+        for (uint i = 0u; i < 1u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
-          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
-          bf[j][0] = mpsc_tf32(v.x);
-          bf[j][1] = mpsc_tf32(v.y);
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -2450,12 +2449,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  extern __shared__ __align__(16) float tg[];  // 55296 bytes, dynamic
+  __shared__ float tg[11520];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x8 register block per thread
   // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [64][24] (loads along k), B tile [128][24] (loads along k), fragments read as float2 / float4
+  // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
   // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
@@ -2525,29 +2524,29 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + sl * 4608u;
-      float* bs = as + 1536u;
+      float* as = tg + sl * 3840u;
+      float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 12544u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 12544u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 12544u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -2556,42 +2555,42 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
       {
         const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
         const float* src = ok ? x + (bb2 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 32u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
         const float* src = ok ? x + (bb3 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 48u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
         const float* src = ok ? x + (bb4 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 64u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 64u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
         const float* src = ok ? x + (bb5 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 80u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 80u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
         const float* src = ok ? x + (bb6 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 96u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 96u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
         const float* src = ok ? x + (bb7 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 112u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 112u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -2607,15 +2606,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + rs * 4608u;
-      const float* bs = as + 1536u;
+      const float* as = tg + rs * 3840u;
+      const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[4], bv[8];
         #pragma unroll
-        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 24u + (kk)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 20u + (kk)];
         #pragma unroll
-        for (uint j = 0u; j < 8u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
+        for (uint j = 0u; j < 8u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
@@ -2646,14 +2645,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  extern __shared__ __align__(16) float tg[];  // 55296 bytes, dynamic
+  __shared__ float tg[11520];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x64
   // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [64][24] (loads along k), B tile [128][24] (loads along k), fragments read as float2 / float4
+  // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
   // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
@@ -2726,29 +2725,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + sl * 4608u;
-      float* bs = as + 1536u;
+      float* as = tg + sl * 3840u;
+      float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 196u) * 12544u + akk % 196u);
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 12544u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 12544u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 12544u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -2757,42 +2756,42 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
       {
         const bool ok = brv0 && bkk < 12544u && uint(bihk + bdh0) < 14u && uint(biwk + bdw0) < 14u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 12544u && uint(bihk + bdh1) < 14u && uint(biwk + bdw1) < 14u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv2 && bkk < 12544u && uint(bihk + bdh2) < 14u && uint(biwk + bdw2) < 14u;
         const float* src = ok ? x + (bb2 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 32u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv3 && bkk < 12544u && uint(bihk + bdh3) < 14u && uint(biwk + bdw3) < 14u;
         const float* src = ok ? x + (bb3 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 48u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv4 && bkk < 12544u && uint(bihk + bdh4) < 14u && uint(biwk + bdw4) < 14u;
         const float* src = ok ? x + (bb4 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 64u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 64u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv5 && bkk < 12544u && uint(bihk + bdh5) < 14u && uint(biwk + bdw5) < 14u;
         const float* src = ok ? x + (bb5 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 80u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 80u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv6 && bkk < 12544u && uint(bihk + bdh6) < 14u && uint(biwk + bdw6) < 14u;
         const float* src = ok ? x + (bb6 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 96u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 96u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv7 && bkk < 12544u && uint(bihk + bdh7) < 14u && uint(biwk + bdw7) < 14u;
         const float* src = ok ? x + (bb7 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 112u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 112u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -2808,24 +2807,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + rs * 4608u;
-      const float* bs = as + 1536u;
+      const float* as = tg + rs * 3840u;
+      const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[1][4], bf[8][2];
         #pragma unroll
-        for (uint i = 0u; i < 1u; ++i)
-          #pragma unroll
-          for (uint h = 0u; h < 2u; ++h) {
-            const float2 v = *reinterpret_cast<const float2*>(&as[(wm + 16u * i + gq + 8u * h) * 24u + (kk + 2u * tq)]);
-            af[i][h] = mpsc_tf32(v.x);
-            af[i][2u + h] = mpsc_tf32(v.y);
-          }
+        for (uint i = 0u; i < 1u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(r) * 20u + (kk + tq)]);
+          af[i][1] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq)]);
+          af[i][2] = mpsc_tf32(as[(r) * 20u + (kk + tq + 4u)]);
+          af[i][3] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq + 4u)]);
+        }
         #pragma unroll
         for (uint j = 0u; j < 8u; ++j) {
-          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
-          bf[j][0] = mpsc_tf32(v.x);
-          bf[j][1] = mpsc_tf32(v.y);
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -2973,12 +2972,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[5760];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x2 register block per thread
   // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [64][24] (loads along k), B tile [32][24] (loads along k), fragments read as float2 / float4
+  // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
@@ -3018,29 +3017,29 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + sl * 2304u;
-      float* bs = as + 1536u;
+      float* as = tg + sl * 1920u;
+      float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 50176u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 50176u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 50176u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -3049,12 +3048,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
       {
         const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -3070,15 +3069,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + rs * 2304u;
-      const float* bs = as + 1536u;
+      const float* as = tg + rs * 1920u;
+      const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; ++kk) {
         float av[4], bv[2];
         #pragma unroll
-        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 24u + (kk)];
+        for (uint i = 0u; i < 4u; ++i) av[i] = as[(ty + 16u * i) * 20u + (kk)];
         #pragma unroll
-        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 24u + (kk)];
+        for (uint j = 0u; j < 2u; ++j) bv[j] = bs[(tx + 16u * j) * 20u + (kk)];
         #pragma unroll
         for (uint i = 0u; i < 4u; ++i)
           #pragma unroll
@@ -3109,14 +3108,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[6912];
+  __shared__ float tg[5760];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
   // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
   // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
-  // A tile [64][24] (loads along k), B tile [32][24] (loads along k), fragments read as float2 / float4
+  // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
@@ -3159,29 +3158,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     if (tl < nk) {
       // stage sl <- k in [kbeg + 16 tl, +16)
       const uint lk = kbeg + tl * 16u;
-      float* as = tg + sl * 2304u;
-      float* bs = as + 1536u;
+      float* as = tg + sl * 1920u;
+      float* bs = as + 1280u;
       const uint akk = lk + ak;
       const int akok = int((akk / 784u) * 25088u + akk % 784u);
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv1 && akk < 50176u;
         const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv2 && akk < 50176u;
         const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
       }
       {
         const bool ok = arv3 && akk < 50176u;
         const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 24u + (ak)], src, ok);
+        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -3190,12 +3189,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
       {
         const bool ok = brv0 && bkk < 50176u && uint(bihk + bdh0) < 28u && uint(biwk + bdw0) < 28u;
         const float* src = ok ? x + (bb0 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 0u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
       {
         const bool ok = brv1 && bkk < 50176u && uint(bihk + bdh1) < 28u && uint(biwk + bdw1) < 28u;
         const float* src = ok ? x + (bb1 + bkok) : x;
-        mpsc_cp_async4(&bs[(br + 16u) * 24u + (bk)], src, ok);
+        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -3211,24 +3210,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     __syncthreads();
     fill(t + 2u, ws);
     {
-      const float* as = tg + rs * 2304u;
-      const float* bs = as + 1536u;
+      const float* as = tg + rs * 1920u;
+      const float* bs = as + 1280u;
       #pragma unroll
       for (uint kk = 0u; kk < 16u; kk += 8u) {
         uint af[1][4], bf[2][2];
         #pragma unroll
-        for (uint i = 0u; i < 1u; ++i)
-          #pragma unroll
-          for (uint h = 0u; h < 2u; ++h) {
-            const float2 v = *reinterpret_cast<const float2*>(&as[(wm + 16u * i + gq + 8u * h) * 24u + (kk + 2u * tq)]);
-            af[i][h] = mpsc_tf32(v.x);
-            af[i][2u + h] = mpsc_tf32(v.y);
-          }
+        for (uint i = 0u; i < 1u; ++i) {
+          const uint r = wm + 16u * i + gq;
+          af[i][0] = mpsc_tf32(as[(r) * 20u + (kk + tq)]);
+          af[i][1] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq)]);
+          af[i][2] = mpsc_tf32(as[(r) * 20u + (kk + tq + 4u)]);
+          af[i][3] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq + 4u)]);
+        }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
-          const float2 v = *reinterpret_cast<const float2*>(&bs[(wn + 8u * j + gq) * 24u + (kk + 2u * tq)]);
-          bf[j][0] = mpsc_tf32(v.x);
-          bf[j][1] = mpsc_tf32(v.y);
+          const uint n = wn + 8u * j + gq;
+          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)

@@ -301,8 +301,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     if (ev && !ck(ctx, cudaEventRecord(ev[16], st), "cudaEventRecord")) return false;
   }
   {
-    if (mma) p0_k20_mma<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 55296, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<float*>(dev + 17825792), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    else p0_k20<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 55296, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<float*>(dev + 17825792), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+    if (mma) p0_k20_mma<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<float*>(dev + 17825792), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+    else p0_k20<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<float*>(dev + 17825792), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
     if (!ck(ctx, cudaGetLastError(), "p0_k20 (node 20: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[17], st), "cudaEventRecord")) return false;
   }
@@ -595,8 +595,7 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
 }
 
 static bool smem_setup(mpsc_ctx* ctx) {
-  if (!ck(ctx, cudaFuncSetAttribute(p0_k20, cudaFuncAttributeMaxDynamicSharedMemorySize, 55296), "cudaFuncSetAttribute (p0_k20: 55296 bytes of shared memory)")) return false;
-  if (!ck(ctx, cudaFuncSetAttribute(p0_k20_mma, cudaFuncAttributeMaxDynamicSharedMemorySize, 55296), "cudaFuncSetAttribute (p0_k20_mma: 55296 bytes of shared memory)")) return false;
+  (void)ctx;
   return true;
 }
 
