@@ -138,6 +138,11 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     expect(fwd.some((k) => /ktab/.test(k.body)) && fwd.some((k) => !/ktab/.test(k.body))).toBe(true);
     expect(fwd.some((k) => /128x128/.test(k.label) && /ktab/.test(k.body))).toBe(true);
     expect(firsts.some((k) => k.op === 'conv2d_grad_weight' && /split K/.test(k.label))).toBe(true);
+    // both k table kinds: the tap mask (forward, unit-stride input gradient) and the bounds test (strided input gradient)
+    expect(firsts.some((k) => k.op === 'conv2d' && /amsk/.test(k.body)) && firsts.some((k) => k.op === 'conv2d_grad_input' && /amsk/.test(k.body))).toBe(true);
+    expect(firsts.some((k) => k.op === 'conv2d_grad_input' && /te\.y >> 16/.test(k.body))).toBe(true);
+    // 4-byte fragment reads by default (MPSC_CONV_FRAG=vec: the A/B test below)
+    expect(firsts.some((k) => /float2|float4/.test(k.mma!.body))).toBe(false);
     // the 128-row tiles' three stages take dynamic shared memory: declared extern, launched with their bytes, the limit raised at create
     const dyn = firsts.filter((k) => k.tgmem > SMEM_STATIC_MAX);
     expect(dyn.length).toBeGreaterThan(0);
@@ -178,7 +183,8 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
   it('fails a kernel whose im2col offset is off by one, in both variants, by case name (negative control)', () => {
     const one = cudaConvCases().filter((c) => String(c.program.name) === 'tc_conv_stride2_pad0');
     expect(one).toHaveLength(1);
-    const r = emulate(one, (b) => b.replace(/\? x \+ \(ab0 \+ /g, '? x + (1 + ab0 + '));
+    // the copy's offset: the row's base plus the k table's part (arb + te.x), or the decomposed one (ab0 + ...)
+    const r = emulate(one, (b) => b.replace(/\? x \+ \((ab0|arb) \+ /g, '? x + (1 + $1 + '));
     expect(r.problems.join('\n')).toMatch(/tc_conv_stride2_pad0 .*\(fp32\)/);
     expect(r.problems.join('\n')).toMatch(/tc_conv_stride2_pad0 .*\(mma\)/);
   }, 600_000);
@@ -192,6 +198,46 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     // waiting for all but two groups reads k step t before its copies land: every case fails, in both variants
     const early = emulate(some, (b) => b.replace(/mpsc_cp_async_wait<1>\(\)/g, 'mpsc_cp_async_wait<2>()'), true, true);
     for (const c of some) for (const v of ['fp32', 'mma']) expect(early.problems.join('\n')).toMatch(new RegExp(`${c.program.name} .*\\(${v}\\)`));
+  }, 600_000);
+
+  it('the A/B variants (MPSC_CONV_TAPS=0: the bounds-tested k table; MPSC_CONV_FRAG=vec: float2 / float4 fragment reads; MPSC_CONV_STAGES=2, copies landing at their wait; MPSC_CONV_ROUND=add with MPSC_CONV_BM256=1) match the reference too', () => {
+    const some = [...cudaConvCases(), ...reluGradFoldCases()].filter((c) =>
+      ['tc_conv_tile128', 'tc_conv_tile128_grad_input', 'tc_conv_stride2_pad0', 'tc_conv_wide', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu'].includes(String(c.program.name)));
+    expect(some).toHaveLength(6);
+    const saved = { taps: process.env.MPSC_CONV_TAPS, frag: process.env.MPSC_CONV_FRAG, round: process.env.MPSC_CONV_ROUND, stages: process.env.MPSC_CONV_STAGES, bm256: process.env.MPSC_CONV_BM256 };
+    try {
+      process.env.MPSC_CONV_TAPS = '0';
+      process.env.MPSC_CONV_FRAG = 'vec';
+      process.env.MPSC_CONV_STAGES = '2';
+      const a = buildCuda(some.map((c) => c.program), 'conv_emu_ab', { merge: false });
+      const bodies = a.lowered.map((lp) => lp.kernels[0].mma!.body);
+      expect(bodies.some((b) => /amsk/.test(b))).toBe(false);
+      // the fragments read by vector: float4 (a row-mode A of two 16-row tiles), float2 (k-mode operands)
+      expect(bodies.some((b) => /const float4 v/.test(b)) && bodies.some((b) => /const float2 v = \*reinterpret_cast<const float2\*>\(&bs/.test(b))).toBe(true);
+      expect(bodies.some((b) => /te\.y >> 16/.test(b))).toBe(true);
+      expect(bodies.every((b) => /mpsc_cp_async_wait<0>\(\)/.test(b) && !/mpsc_cp_async_wait<1>/.test(b))).toBe(true);
+      const r = emulate(some, (b) => b, false, true);
+      expect(r.problems).toEqual([]);
+      expect(r.checked).toBe(2 * some.length);
+      // MPSC_CONV_ROUND=add (operands rounded by adding half a TF32 ulp to the bits), still with the vector reads: the same results
+      delete process.env.MPSC_CONV_TAPS;
+      delete process.env.MPSC_CONV_STAGES;
+      process.env.MPSC_CONV_ROUND = 'add';
+      process.env.MPSC_CONV_BM256 = '1';
+      const add = buildCuda(some.map((c) => c.program), 'conv_emu_add', { merge: false });
+      expect(add.lowered.every((lp) => /__float_as_uint\(v\.x\) \+ 0x1000u/.test(lp.kernels[0].mma!.body) && !/mpsc_tf32/.test(lp.kernels[0].mma!.body))).toBe(true);
+      // MPSC_CONV_BM256=1: tc_conv_wide's forward (N 70: BN 64, partial row and column tiles) and the relu-masked input
+      // gradient on 256x64 tiles
+      expect(add.lowered.filter((lp) => /conv_cuda\.ts 256x64 /.test(lp.kernels[0].label)).map((lp) => String(lp.program.name)).sort()).toEqual(['fuse_conv_grad_input_relu', 'tc_conv_wide']);
+      const r2 = emulate(some, (b) => b, false);
+      expect(r2.problems).toEqual([]);
+      expect(r2.worst.mma).toBeGreaterThan(1e-5);
+    } finally {
+      for (const [k, v] of [['MPSC_CONV_TAPS', saved.taps], ['MPSC_CONV_FRAG', saved.frag], ['MPSC_CONV_ROUND', saved.round], ['MPSC_CONV_STAGES', saved.stages], ['MPSC_CONV_BM256', saved.bm256]] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
   }, 600_000);
 
   it('refuses PTX the emulator does not know (kernels reach PTX only through its helpers)', () => {

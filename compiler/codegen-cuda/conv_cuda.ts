@@ -14,17 +14,24 @@
  * memory is dynamic (cuda_dialect.ts; host.ts raises the kernel's limit at create), at most
  * SMEM_BLOCK so that two blocks share an SM. Each operand tile is stored along the dimension the global loads run on: an operand
  * contiguous along its rows (im2col of x and dy along the output pixels) as [16][R + 8], one
- * contiguous along k (the weights, dy and x in the weight gradient) as [R][16 + 4]; both pads make
- * the fragment reads conflict-free. Address generation is implicit im2col with the per-row part
+ * contiguous along k (the weights, dy and x in the weight gradient) as [R][16 + 4]; the pads make
+ * the fragment reads conflict-free (Lay). Address generation is implicit im2col with the per-row part
  * (pixel -> image base and window origin, or channel -> filter offset) computed once per thread
  * before the K loop and only the per-k part inside it: for an operand loaded along its rows (the
  * im2col of x or dy, whose k part is the same for every row) read from a k table built once per
- * block in shared memory where it fits (offset and tap shift per k), else one decomposition of k
- * per step and element column.
+ * block in shared memory where it fits, else one decomposition of k per step and element column.
+ * Where the offset separates into row + k parts (the forward, the unit-stride input gradient) the
+ * table holds (k's offset part, tap index) and each row a mask of its window's taps inside the
+ * image, so a copy is a table read, a bit test and an add; else (offset, tap shifts) and the
+ * window's bounds tested per copy.
  *  - mma variant: warps 4 (m) x 2 (n), each (BM/4) x (BN/2) as m16n8k8 TF32 mma.sync tiles; operands
  *    rounded by cvt.rna.tf32.f32 as cuDNN/cuBLAS round them, fp32 accumulation.
  *  - plain variant (MPSC_CUDA_PLAIN=1): the same tiles and pipeline, fp32 FFMA, a (BM/16) x (BN/16)
  *    register block per thread: fp32 accuracy.
+ * Build-time A/B switches (environment of the build; the defaults are the above): MPSC_CONV_TAPS=0
+ * (the bounds-tested table everywhere), MPSC_CONV_FRAG=vec (float2 / float4 fragment reads from
+ * [16][R + 4] / [R][16 + 8] tiles: Lay), MPSC_CONV_STAGES=2, MPSC_CONV_ROUND=add (operands rounded by an
+ * integer add: see roundOf), MPSC_CONV_BM256=1 (256x64 tiles where BN is 64: convTiles).
  * The weight gradient's reduction dimension (batch x output pixels) is long and its output small:
  * it is split along K at build time (gemm_cuda.ts splitK with these tiles): per-chunk partial sums
  * into the scratch region, then gemm_cuda.ts's reduction kernel adds them in chunk order (no
@@ -36,7 +43,36 @@ import { ceilDiv, label, shapeOf } from '../kernels/common.js';
 import { convGeom, gemmParts } from '../kernels/gemm.js';
 import { splitK, splitReduceKernel, type Split } from './gemm_cuda.js';
 
-const THREADS = 256, BK = 16, KPAD = BK + 4, RPAD = 8, STAGES = 3;
+const THREADS = 256, BK = 16;
+
+/**
+ * The shared tiles' padding and how the mma variant reads its fragments. By default one 4-byte read per
+ * fragment register, k indices kk + tq and kk + tq + 4, k-mode rows of BK + 4 floats, row-mode rows of
+ * R + 8 (conflict-free). `vec` (MPSC_CONV_FRAG=vec at build time, an A/B variant: on the H200 its loop
+ * came out longer under cvt.rna and the seed CNN's weight gradient 24% slower, 4 Dec): lane (gq, tq) of
+ * an m16n8k8 step h feeds reduction indices 8h + 2tq and 8h + 2tq + 1 (every lane of A and B the same
+ * pair, so the product sums the same 8 indices), read as one float2 from a k-mode tile (row length
+ * kp = BK + 8: the 4 rows of a half-warp's 8-byte reads fall on distinct banks); a row-mode A tile
+ * stores the warp's rows interleaved (the mma's rows gq and gq + 8 side by side, and for two 16-row
+ * tiles all four: one float4), its row length R + 4 putting the 4 k rows of a quarter-warp on distinct
+ * banks; the copies write each row to its interleaved column (vecPerm), so the accumulators keep their
+ * natural rows.
+ */
+interface Lay { vec: boolean; kp: number; rp: number; round: (x: string) => string; stages: number }
+/**
+ * The TF32 rounding of an fp32 operand: cvt.rna.tf32.f32 (mpsc_tf32: 3 instructions on sm_90, by the
+ * cubin's size), or with MPSC_CONV_ROUND=add at build time (an A/B variant, not the default) half a
+ * TF32 ulp added to the bits (1 instruction; the tensor core drops the low 13 bits, so finite values
+ * round as cvt.rna does; but the canonical NaN 0x7fffffff wraps to -0).
+ */
+const roundOf = (): Lay['round'] => (process.env.MPSC_CONV_ROUND === 'add' ? (x) => `(__float_as_uint(${x}) + 0x1000u)` : (x) => `mpsc_tf32(${x})`);
+/**
+ * Shared-memory stages of the cp.async pipeline: 3 (two k steps in flight while one is multiplied),
+ * or with MPSC_CONV_STAGES=2 at build time (an A/B variant) 2: less shared memory per block, so more
+ * of the SM's 256 KB left to the L1 cache the 4-byte im2col copies (cp.async.ca) reread through.
+ */
+const stagesOf = () => (process.env.MPSC_CONV_STAGES === '2' ? 2 : 3);
+const layOf = (vec: boolean): Lay => ({ vec, round: roundOf(), stages: stagesOf(), ...(vec ? { kp: BK + 8, rp: 4 } : { kp: BK + 4, rp: 8 }) });
 /** grid.y (row tiles) and grid.z (groups x chunks) limits */
 const GRID_YZ = 65535;
 /** bytes of shared memory a block may take: two blocks per SM (H200: 228 KB per SM, 1 KB of it reserved per block) */
@@ -56,20 +92,38 @@ interface Side {
   rowDecl: (s: string, row: string) => string;
   kDecl: (s: string, k: string) => string;
   elem: (rs: string, ks: string) => { pred: string; off: string };
+  /**
+   * A row-mode operand whose element offset separates into a row part plus a k part (the forward's
+   * im2col, the unit-stride input gradient's gather): `rowBase` (from rowDecl's constants) +
+   * `koff` (from kDecl's), `n` taps, `kShift` kDecl's part without the offset (for the mask), `tap`
+   * k's tap index. With the k table, its copies then test the row's tap mask (bit q: tap q of the
+   * window lies inside the image) instead of the window bounds.
+   */
+  taps?: { n: number; kShift: (s: string, k: string) => string; rowBase: (s: string) => string; koff: (s: string) => string; tap: (s: string) => string };
 }
+
+/**
+ * How a row-mode A operand's copies get their k part: 'none' (decomposed per copy), 'bounds' (the k
+ * table's offset and tap shifts, the window's bounds tested per copy), 'taps' (the k table's offset
+ * and tap index, tested against the row's tap mask: one shift and one add per copy).
+ */
+type Tab = 'none' | 'bounds' | 'taps';
+/** the tap index of k >= K in a 'taps' table: a bit no row mask has (at most 31 taps) */
+const NO_TAP = 31;
 
 type Geom = ReturnType<typeof convGeom>;
 
 /** the two operands of a conv op's implicit GEMM (the index maps of gemm.ts gemmOf, split into row and k parts) */
 function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Side; b: Side } {
   const HW = c.H * c.W, OHW = c.OH * c.OW, KK = c.KH * c.KW;
-  // the k part of a row-mode A (im2col of x or dy): k = (channel, kh, kw) -> valid, tap shifts, channel offset + `extra`
-  const tapK = (chan: number, extra: (s: string) => string) => (s: string, k: string) =>
+  // the k part of a row-mode A (im2col of x or dy): k = (channel, kh, kw) -> valid, tap shifts (tapShift), channel offset + `extra`
+  const tapShift = (s: string, k: string) =>
     `const uint ak${s} = ${k};\n` +
     `const bool akv${s} = ak${s} < ${K}u;\n` +
     `const uint aq${s} = ak${s} % ${KK}u;\n` +
-    `const int adh${s} = int(aq${s} / ${c.KW}u) * ${c.DH}, adw${s} = int(aq${s} % ${c.KW}u) * ${c.DW};\n` +
-    `const int ako${s} = int((ak${s} / ${KK}u) * ${chan}u)${extra(s)};\n`;
+    `const int adh${s} = int(aq${s} / ${c.KW}u) * ${c.DH}, adw${s} = int(aq${s} % ${c.KW}u) * ${c.DW};\n`;
+  const tapK = (chan: number, extra: (s: string) => string) => (s: string, k: string) =>
+    tapShift(s, k) + `const int ako${s} = int((ak${s} / ${KK}u) * ${chan}u)${extra(s)};\n`;
   // the row part's head of a row-mode A: row m = (image, pixel of a plane of `plane` pixels) -> valid, pixel
   const pixRow = (plane: number, s: string, row: string) =>
     `const uint am${s} = ${row};\nconst bool arv${s} = am${s} < ${M}u;\nconst uint ap${s} = am${s} % ${plane}u;\n`;
@@ -87,6 +141,7 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
           pred: `arv${r} && akv${k} && uint(aih${r} + adh${k}) < ${c.H}u && uint(aiw${r} + adw${k}) < ${c.W}u`,
           off: `ab${r} + ako${k}`,
         }),
+        taps: { n: KK, kShift: tapShift, rowBase: (s) => `ab${s}`, koff: (s) => `ako${s}`, tap: (s) => `aq${s}` },
       },
       b: {
         buf: 'w', mode: 'k',
@@ -116,6 +171,8 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
               off: `ab${r} + ako${k} + (${th} / ${c.SH}) * ${c.OW} + ${tw} / ${c.SW}`,
             };
         },
+        // unit stride: ab + (ath - adh) * OW + atw - adw = (ab + ath * OW + atw) + (-adh * OW - adw)
+        taps: unit ? { n: KK, kShift: tapShift, rowBase: (s) => `ab${s} + ath${s} * ${c.OW} + atw${s}`, koff: (s) => `ako${s} - adh${s} * ${c.OW} - adw${s}`, tap: (s) => `aq${s}` } : undefined,
       },
       b: {
         // w[(g * OG + o) * CG + n][kh][kw]
@@ -156,9 +213,9 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
 }
 
 /** floats of one operand's tile in one stage */
-const tileFloats = (mode: Mode, R: number) => (mode === 'row' ? BK * (R + RPAD) : R * KPAD);
+const tileFloats = (mode: Mode, R: number, L: Lay) => (mode === 'row' ? BK * (R + L.rp) : R * L.kp);
 /** the tile element (row r, reduction index k) of an operand stored in `mode` */
-const at = (mode: Mode, R: number, base: string, r: string, k: string) => (mode === 'row' ? `${base}[(${k}) * ${R + RPAD}u + (${r})]` : `${base}[(${r}) * ${KPAD}u + (${k})]`);
+const at = (mode: Mode, R: number, L: Lay, base: string, r: string, k: string) => (mode === 'row' ? `${base}[(${k}) * ${R + L.rp}u + (${r})]` : `${base}[(${r}) * ${L.kp}u + (${k})]`);
 
 const indent = (s: string, pad: string) => s.split('\n').map((l) => (l ? pad + l : l)).join('\n');
 
@@ -173,16 +230,19 @@ const SMS = 132;
  */
 export function convTiles(M: number, N: number, G: number, split: boolean): { BM: number; BN: number } {
   const BN = N >= 128 ? 128 : N > 32 ? 64 : 32;
+  // MPSC_CONV_BM256=1 at build time (an A/B variant): 256-row tiles where BN is 64 and the GEMM is not split (the seed
+  // CNN's grad_input: its A copies, the costly ones, then feed a 64x32 warp tile)
+  if (process.env.MPSC_CONV_BM256 === '1' && BN === 64 && !split && M >= 256) return { BM: 256, BN };
   return { BM: M >= 128 && (split || ceilDiv(M, 128) * ceilDiv(N, BN) * G >= SMS) ? 128 : 64, BN };
 }
 
-interface Shape { BM: number; BN: number; M: number; N: number; K: number }
+interface Shape { BM: number; BN: number; M: number; N: number; K: number; L: Lay }
 
 /**
  * One operand's per-thread copies of a stage: `pre` (before the K loop: the rows' constants), `load`
  * (inside: the k constants and the cp.async of each element into stage `ls` at reduction offset `lk`).
  */
-function copies(side: Side, R: number, tileBase: string, tag: string, tab: boolean): { pre: string; load: string } {
+function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, tab: Tab, perm?: (m: string) => string): { pre: string; load: string } {
   const per = (R * BK) / THREADS;
   const cp = (dst: string, p: { pred: string; off: string }) =>
     `{\n  const bool ok = ${p.pred};\n` +
@@ -191,38 +251,98 @@ function copies(side: Side, R: number, tileBase: string, tag: string, tab: boole
   if (side.mode === 'row') {
     // thread t copies row t % R at reduction indices t / R + (256 / R) j
     const step = THREADS / R;
-    const pre = `const uint ${tag}r = tidx % ${R}u, ${tag}k = tidx / ${R}u;\n` + side.rowDecl('0', `${tileBase} + ${tag}r`);
+    // `perm`: the shared-memory column of the thread's row (vecPerm), else the row itself
+    let pre = `const uint ${tag}r = tidx % ${R}u, ${tag}k = tidx / ${R}u;\n` + side.rowDecl('0', `${tileBase} + ${tag}r`) +
+      (perm ? `const uint ${tag}rp = ${perm(`${tag}r`)};\n` : '');
+    if (tab === 'taps') {
+      // the row's tap mask (bit q: tap q of its window inside the image; 0 past M) and its part of the offset
+      const t = side.taps!;
+      pre += `uint ${tag}msk = 0u;\nfor (uint qq = 0u; qq < ${t.n}u; ++qq) {\n` + indent(t.kShift('q', 'qq'), '  ') +
+        `  if (${side.elem('0', 'q').pred}) ${tag}msk |= 1u << qq;\n}\nconst int ${tag}rb = ${t.rowBase('0')};\n`;
+    }
     let load = '';
     for (let j = 0; j < per; j++) {
-      const kd = tab
-        ? `const uint kt${j} = 2u * (lk + ${tag}k + ${step * j}u);\nconst bool akv${j} = true;\nconst int ako${j} = ktab[kt${j}], adh${j} = ktab[kt${j} + 1u] >> 16, adw${j} = ktab[kt${j} + 1u] & 0xffff;\n`
+      const dst = at('row', R, L, `${tag}s`, perm ? `${tag}rp` : `${tag}r`, `${tag}k + ${step * j}u`);
+      if (tab === 'taps') {
+        load += `{\n  const int2 te = ktab[lk + ${tag}k + ${step * j}u];\n` +
+          indent(cp(dst, { pred: `((${tag}msk >> uint(te.y)) & 1u) != 0u`, off: `${tag}rb + te.x` }), '  ') + `}\n`;
+        continue;
+      }
+      const kd = tab === 'bounds'
+        ? `const int2 te = ktab[lk + ${tag}k + ${step * j}u];\nconst bool akv${j} = true;\nconst int ako${j} = te.x, adh${j} = te.y >> 16, adw${j} = te.y & 0xffff;\n`
         : side.kDecl(`${j}`, `lk + ${tag}k + ${step * j}u`);
-      load += `{\n` + indent(kd +
-        cp(at('row', R, `${tag}s`, `${tag}r`, `${tag}k + ${step * j}u`), side.elem('0', `${j}`)), '  ') + `}\n`;
+      load += `{\n` + indent(kd + cp(dst, side.elem('0', `${j}`)), '  ') + `}\n`;
     }
     return { pre, load };
   }
-  // thread t copies reduction index t % 16 of rows t / 16 + 16 i
+  // thread t copies reduction index t % 16 of rows t / 16 + 16 i (the two half-warps' rows share 8 banks with Lay's
+  // 24-float rows: 2-way conflicted 4-byte writes, as with 20; rows 2 apart would be conflict-free, but cost the seed
+  // CNN's 128x128 weight gradient a register spill at its 128-register bound)
   let pre = `const uint ${tag}k = tidx % ${BK}u, ${tag}r = tidx / ${BK}u;\n`;
   for (let i = 0; i < per; i++) pre += side.rowDecl(`${i}`, `${tileBase} + ${tag}r + ${(THREADS / BK) * i}u`);
   let load = side.kDecl('k', `lk + ${tag}k`);
-  for (let i = 0; i < per; i++) load += cp(at('k', R, `${tag}s`, `${tag}r + ${(THREADS / BK) * i}u`, `${tag}k`), side.elem(`${i}`, 'k'));
+  for (let i = 0; i < per; i++) load += cp(at('k', R, L, `${tag}s`, `${tag}r + ${(THREADS / BK) * i}u`, `${tag}k`), side.elem(`${i}`, 'k'));
   return { pre, load };
 }
+
+/**
+ * Where the warp's accumulator row of m16n8k8 tile i, half h (rows gq + 8h) lies in a row-mode A tile
+ * read by vector (Lay): 16-row tiles paired, each pair's 32 rows interleaved as [gq][i % 2][h] (one float4
+ * per lane and k); a lone 16-row tile as [gq][h] (one float2).
+ */
+const vecRow = (MI: number, i: string, h: string) =>
+  MI >= 2 ? `((${i}) / 2u) * 32u + 4u * gq + 2u * ((${i}) % 2u) + (${h})` : `2u * gq + (${h})`;
+/**
+ * Where the mma variant's copies put tile row m of a row-mode A read by vector (Lay): the inverse of vecRow
+ * within each warp's rows (32-row groups for two 16-row tiles, 16 for one), so that an mma row keeps its
+ * natural tile row: the accumulators are stored as without the interleave (consecutive lanes, consecutive
+ * rows: whole 32-byte sectors of the NCHW output and of a fused mask).
+ */
+const vecPerm = (MI: number, m: string) =>
+  MI >= 2 ? `((${m}) & ~31u) + 4u * ((${m}) & 7u) + 2u * (((${m}) >> 4u) & 1u) + (((${m}) >> 3u) & 1u)` : `((${m}) & ~15u) + 2u * ((${m}) & 7u) + (((${m}) >> 3u) & 1u)`;
 
 /** the tensor-core product of one stage: 2 k-steps of 8, MI x NI m16n8k8 TF32 tiles per warp */
 function mmaStage(a: Side, b: Side, s: Shape): string {
   const MI = s.BM / 64, NI = s.BN / 16;
-  const A = (r: string, k: string) => at(a.mode, s.BM, 'as', r, k), B = (r: string, k: string) => at(b.mode, s.BN, 'bs', r, k);
+  const A = (r: string, k: string) => at(a.mode, s.BM, s.L, 'as', r, k), B = (r: string, k: string) => at(b.mode, s.BN, s.L, 'bs', r, k);
+  const mmas = `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${NI}u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);\n}\n`;
+  if (!s.L.vec) {
+    return (
+      `#pragma unroll\nfor (uint kk = 0u; kk < ${BK}u; kk += 8u) {\n` +
+      `  uint af[${MI}][4], bf[${NI}][2];\n` +
+      `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i) {\n    const uint r = wm + 16u * i + gq;\n` +
+      `    af[i][0] = ${s.L.round(A('r', 'kk + tq'))};\n    af[i][1] = ${s.L.round(A('r + 8u', 'kk + tq'))};\n` +
+      `    af[i][2] = ${s.L.round(A('r', 'kk + tq + 4u'))};\n    af[i][3] = ${s.L.round(A('r + 8u', 'kk + tq + 4u'))};\n  }\n` +
+      `  #pragma unroll\n  for (uint j = 0u; j < ${NI}u; ++j) {\n    const uint n = wn + 8u * j + gq;\n` +
+      `    bf[j][0] = ${s.L.round(B('n', 'kk + tq'))};\n    bf[j][1] = ${s.L.round(B('n', 'kk + tq + 4u'))};\n  }\n` +
+      mmas
+    );
+  }
+  // lane (gq, tq) feeds k = kk + 2tq + c as fragment column tq + 4c (c = 0, 1): a[.][2c + h] (h: row gq + 8h), b[.][c]
+  const R = s.L.round;
+  const f2 = (e: string) => `*reinterpret_cast<const float2*>(&${e})`, f4 = (e: string) => `*reinterpret_cast<const float4*>(&${e})`;
+  let aLoads: string;
+  if (a.mode === 'row') {
+    aLoads = MI >= 2
+      ? `  #pragma unroll\n  for (uint p = 0u; p < ${MI / 2}u; ++p)\n    #pragma unroll\n    for (uint c = 0u; c < 2u; ++c) {\n` +
+        `      const float4 v = ${f4(A(`wm + ${vecRow(MI, '2u * p', '0u')}`, 'kk + 2u * tq + c'))};\n` +
+        `      af[2u * p][2u * c] = ${R('v.x')};\n      af[2u * p][2u * c + 1u] = ${R('v.y')};\n` +
+        `      af[2u * p + 1u][2u * c] = ${R('v.z')};\n      af[2u * p + 1u][2u * c + 1u] = ${R('v.w')};\n    }\n`
+      : `  #pragma unroll\n  for (uint c = 0u; c < 2u; ++c) {\n` +
+        `    const float2 v = ${f2(A(`wm + ${vecRow(MI, '0u', '0u')}`, 'kk + 2u * tq + c'))};\n` +
+        `    af[0][2u * c] = ${R('v.x')};\n    af[0][2u * c + 1u] = ${R('v.y')};\n  }\n`;
+  } else {
+    aLoads = `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint h = 0u; h < 2u; ++h) {\n` +
+      `      const float2 v = ${f2(A('wm + 16u * i + gq + 8u * h', 'kk + 2u * tq'))};\n` +
+      `      af[i][h] = ${R('v.x')};\n      af[i][2u + h] = ${R('v.y')};\n    }\n`;
+  }
   return (
     `#pragma unroll\nfor (uint kk = 0u; kk < ${BK}u; kk += 8u) {\n` +
-    `  uint af[${MI}][4], bf[${NI}][2];\n` +
-    `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i) {\n    const uint r = wm + 16u * i + gq;\n` +
-    `    af[i][0] = mpsc_tf32(${A('r', 'kk + tq')});\n    af[i][1] = mpsc_tf32(${A('r + 8u', 'kk + tq')});\n` +
-    `    af[i][2] = mpsc_tf32(${A('r', 'kk + tq + 4u')});\n    af[i][3] = mpsc_tf32(${A('r + 8u', 'kk + tq + 4u')});\n  }\n` +
-    `  #pragma unroll\n  for (uint j = 0u; j < ${NI}u; ++j) {\n    const uint n = wn + 8u * j + gq;\n` +
-    `    bf[j][0] = mpsc_tf32(${B('n', 'kk + tq')});\n    bf[j][1] = mpsc_tf32(${B('n', 'kk + tq + 4u')});\n  }\n` +
-    `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${NI}u; ++j) mpsc_mma16x8(cacc[i][j], af[i], bf[j]);\n}\n`
+    `  uint af[${MI}][4], bf[${NI}][2];\n` + aLoads +
+    `  #pragma unroll\n  for (uint j = 0u; j < ${NI}u; ++j) {\n` +
+    `    const float2 v = ${f2(B('wn + 8u * j + gq', 'kk + 2u * tq'))};\n` +
+    `    bf[j][0] = ${R('v.x')};\n    bf[j][1] = ${R('v.y')};\n  }\n` +
+    mmas
   );
 }
 
@@ -231,34 +351,37 @@ function plainStage(a: Side, b: Side, s: Shape): string {
   const RI = s.BM / 16, RJ = s.BN / 16;
   return (
     `#pragma unroll\nfor (uint kk = 0u; kk < ${BK}u; ++kk) {\n  float av[${RI}], bv[${RJ}];\n` +
-    `  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i) av[i] = ${at(a.mode, s.BM, 'as', 'ty + 16u * i', 'kk')};\n` +
-    `  #pragma unroll\n  for (uint j = 0u; j < ${RJ}u; ++j) bv[j] = ${at(b.mode, s.BN, 'bs', 'tx + 16u * j', 'kk')};\n` +
+    `  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i) av[i] = ${at(a.mode, s.BM, s.L, 'as', 'ty + 16u * i', 'kk')};\n` +
+    `  #pragma unroll\n  for (uint j = 0u; j < ${RJ}u; ++j) bv[j] = ${at(b.mode, s.BN, s.L, 'bs', 'tx + 16u * j', 'kk')};\n` +
     `  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j) cacc[i][j] = fmaf(av[i], bv[j], cacc[i][j]);\n}\n`
   );
 }
 
 /**
  * The k table of a row-mode A operand (its reduction index's im2col part, the same for every row):
- * floats of shared memory it takes before the stages (0: none), and the loop filling it once per
- * block. Entry k is (offset, dh << 16 | dw); k >= K gets dh = 0x4000, outside every image the table is
- * used for (tableFits), so the copy's bounds test fails without a separate k < K test.
+ * floats of shared memory it takes before the stages, and the loop filling it once per block. Entry
+ * k (an int2): 'bounds': (offset, dh << 16 | dw), k >= K getting dh = 0x4000, outside every image
+ * the table is used for (lowerConvCuda's test), so the copy's bounds test fails without a separate
+ * k < K test; 'taps': (the k part of the offset, tap index), k >= K getting NO_TAP.
  */
 const tableFloats = (s: Shape) => 2 * ceilDiv(s.K, BK) * BK;
-function tableFill(a: Side, s: Shape): string {
+function tableFill(a: Side, s: Shape, tab: Tab): string {
+  const [x, y] = tab === 'taps' ? [a.taps!.koff('t'), `int(${a.taps!.tap('t')})`] : ['akot', '(adht << 16) | adwt'];
+  const [x0, y0] = tab === 'taps' ? ['0', `${NO_TAP}`] : ['0', '0x40000000'];
   return (
-    `// k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block\n` +
-    `int* ktab = reinterpret_cast<int*>(tg);\n` +
+    `// k table: A's reduction-index part of the im2col address (${tab === 'taps' ? 'offset, tap' : 'offset, dh << 16 | dw'}), once per block\n` +
+    `int2* ktab = reinterpret_cast<int2*>(tg);\n` +
     `for (uint e = tidx; e < ${ceilDiv(s.K, BK) * BK}u; e += ${THREADS}u) {\n` +
     indent(a.kDecl('t', 'e'), '  ') +
-    `  ktab[2u * e] = akvt ? akot : 0;\n  ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;\n}\n__syncthreads();\n`
+    `  ktab[e].x = akvt ? ${x} : ${x0};\n  ktab[e].y = akvt ? ${y} : ${y0};\n}\n__syncthreads();\n`
   );
 }
 
 /** one kernel body: the pipeline around `stage` (tensor cores or FFMA), then the stores; `tab`: A's k part from the k table */
-function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, tf32: boolean, what: string, tab: boolean): string {
-  const aF = tileFloats(a.mode, s.BM), bF = tileFloats(b.mode, s.BN), stage = aF + bF;
-  const T = tab ? tableFloats(s) : 0;
-  const ca = copies(a, s.BM, 'm0', 'a', tab), cb = copies(b, s.BN, 'n0', 'b', false);
+function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, tf32: boolean, what: string, tab: Tab): string {
+  const aF = tileFloats(a.mode, s.BM, s.L), bF = tileFloats(b.mode, s.BN, s.L), stage = aF + bF;
+  const T = tab !== 'none' ? tableFloats(s) : 0;
+  const ca = copies(a, s.BM, s.L, 'm0', 'a', tab, tf32 && s.L.vec && a.mode === 'row' ? (m) => vecPerm(s.BM / 64, m) : undefined), cb = copies(b, s.BN, s.L, 'n0', 'b', 'none');
   const MI = s.BM / 64, NI = s.BN / 16, RI = s.BM / 16, RJ = s.BN / 16;
   const S = sp?.S ?? 1;
   const split = sp ? `  const uint kbeg = (tgid.z % ${S}u) * ${sp.Kc}u, kend = min(${s.K}u, kbeg + ${sp.Kc}u);\n` : `  const uint kbeg = 0u, kend = ${s.K}u;\n`;
@@ -271,36 +394,36 @@ function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, t
     : `  const uint tx = tidx % 16u, ty = tidx / 16u;\n  float cacc[${RI}][${RJ}];\n  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j) cacc[i][j] = 0.0f;\n`;
   const stores = tf32
     ? `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${NI}u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q)\n` +
-      indent(out('m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]'), '        ')
+      indent(out('m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]'), '        ')
     : `  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j)\n` +
       indent(out('m0 + ty + 16u * i', 'n0 + tx + 16u * j', 'cacc[i][j]'), '      ');
   return (
     `  // ${what}\n` +
-    `  // C[${s.M} x ${s.N}] = A[${s.M} x ${s.K}] * B[${s.K} x ${s.N}] per group: ${s.BM}x${s.BN} tile per block of 256 threads, k steps of ${BK} in ${STAGES} cp.async stages;\n` +
-    `  // A tile ${a.mode === 'row' ? `[${BK}][${s.BM + RPAD}] (loads along m)` : `[${s.BM}][${KPAD}] (loads along k)`}, B tile ${b.mode === 'row' ? `[${BK}][${s.BN + RPAD}] (loads along n)` : `[${s.BN}][${KPAD}] (loads along k)`}\n` +
+    `  // C[${s.M} x ${s.N}] = A[${s.M} x ${s.K}] * B[${s.K} x ${s.N}] per group: ${s.BM}x${s.BN} tile per block of 256 threads, k steps of ${BK} in ${s.L.stages} cp.async stages;\n` +
+    `  // A tile ${a.mode === 'row' ? `[${BK}][${s.BM + s.L.rp}] (loads along m)` : `[${s.BM}][${s.L.kp}] (loads along k)`}, B tile ${b.mode === 'row' ? `[${BK}][${s.BN + s.L.rp}] (loads along n)` : `[${s.BN}][${s.L.kp}] (loads along k)`}${s.L.vec ? ', fragments read as float2 / float4' : ''}\n` +
     (sp ? `  // split K: block z = group * ${S} + chunk; chunk c sums k in [c * ${sp.Kc}, (c + 1) * ${sp.Kc})\n` : '') +
     `  const uint g = tgid.z / ${S}u;\n` + split +
     `  const uint m0 = tgid.y * ${s.BM}u, n0 = tgid.x * ${s.BN}u;\n` +
     indent(ca.pre + cb.pre, '  ') + acc +
     `  const uint nk = (kend - kbeg + ${BK - 1}u) / ${BK}u;\n` +
-    (tab ? indent(tableFill(a, s), '  ') : '') +
+    (tab !== 'none' ? indent(tableFill(a, s, tab), '  ') : '') +
     // the copies of k step `tl` into stage `sl` (its group committed by every thread, with or without copies)
     `  const auto fill = [&](uint tl, uint sl) {\n` +
     `    if (tl < nk) {\n      // stage sl <- k in [kbeg + 16 tl, +16)\n      const uint lk = kbeg + tl * ${BK}u;\n` +
     `      float* as = tg + ${T ? `${T}u + ` : ''}sl * ${stage}u;\n      float* bs = as + ${aF}u;\n` +
     indent(ca.load + cb.load, '      ') +
     `    }\n    mpsc_cp_async_commit();\n  };\n` +
-    `  // ${STAGES} stages: k steps 0..${STAGES - 2} in flight before the loop; step t waits for its own group (${STAGES - 2} younger may\n` +
+    `  // ${s.L.stages} stages: k steps 0..${s.L.stages - 2} in flight before the loop; step t waits for its own group (${s.L.stages - 2} younger may\n` +
     `  // still be in flight), one barrier (its copies visible to all; every warp done with step t - 1, whose stage the\n` +
-    `  // copies of step t + ${STAGES - 1} then reuse), then the product of step t while those copies run\n` +
-    `  #pragma unroll\n  for (uint sl = 0u; sl < ${STAGES - 1}u; ++sl) fill(sl, sl);\n` +
-    `  uint rs = 0u, ws = ${STAGES - 1}u;\n` +
+    `  // copies of step t + ${s.L.stages - 1} then reuse), then the product of step t while those copies run\n` +
+    `  #pragma unroll\n  for (uint sl = 0u; sl < ${s.L.stages - 1}u; ++sl) fill(sl, sl);\n` +
+    `  uint rs = 0u, ws = ${s.L.stages - 1}u;\n` +
     `  for (uint t = 0u; t < nk; ++t) {\n` +
-    `    mpsc_cp_async_wait<${STAGES - 2}>();\n    __syncthreads();\n` +
-    `    fill(t + ${STAGES - 1}u, ws);\n` +
+    `    mpsc_cp_async_wait<${s.L.stages - 2}>();\n    __syncthreads();\n` +
+    `    fill(t + ${s.L.stages - 1}u, ws);\n` +
     `    {\n      const float* as = tg + ${T ? `${T}u + ` : ''}rs * ${stage}u;\n      const float* bs = as + ${aF}u;\n` +
     indent(tf32 ? mmaStage(a, b, s) : plainStage(a, b, s), '      ') +
-    `    }\n    rs = rs == ${STAGES - 1}u ? 0u : rs + 1u;\n    ws = ws == ${STAGES - 1}u ? 0u : ws + 1u;\n  }\n` +
+    `    }\n    rs = rs == ${s.L.stages - 1}u ? 0u : rs + 1u;\n    ws = ws == ${s.L.stages - 1}u ? 0u : ws + 1u;\n  }\n` +
     stores
   );
 }
@@ -337,11 +460,15 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   const tiles: [number, number, number] = [ceilDiv(gm.N, BN), ceilDiv(gm.M, BM), gm.G * (sp?.S ?? 1)];
   if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
   const { a, b } = sidesOf(n.op, c, gm.M, gm.N, gm.K);
-  const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K };
-  // the k table where it fits next to the stages in SMEM_BLOCK and its dh = 0x4000 marker lies outside the images
-  const tab = a.mode === 'row' && !sp && Math.max(c.H, c.W, c.OH, c.OW, c.PH, c.PW) < 8192 && (c.KH - 1) * c.DH < 8192 && (c.KW - 1) * c.DW < 8192 &&
-    (tableFloats(s) + STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN))) * 4 <= SMEM_BLOCK;
-  const tgmem = ((tab ? tableFloats(s) : 0) + STAGES * (tileFloats(a.mode, BM) + tileFloats(b.mode, BN))) * 4;
+  // 4-byte fragment reads by default; MPSC_CONV_FRAG=vec at build time: the vector reads (Lay; they need B loaded along k, as every conv's is)
+  const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K, L: layOf(b.mode === 'k' && process.env.MPSC_CONV_FRAG === 'vec') };
+  // the k table where it fits next to the stages in SMEM_BLOCK; 'bounds' where its dh = 0x4000 marker lies outside the images,
+  // 'taps' where the offset separates and the window has at most 31 taps (MPSC_CONV_TAPS=0 at build time: 'bounds', for A/B)
+  const fits = a.mode === 'row' && !sp && (tableFloats(s) + s.L.stages * (tileFloats(a.mode, BM, s.L) + tileFloats(b.mode, BN, s.L))) * 4 <= SMEM_BLOCK;
+  const boundsOk = Math.max(c.H, c.W, c.OH, c.OW, c.PH, c.PW) < 8192 && (c.KH - 1) * c.DH < 8192 && (c.KW - 1) * c.DW < 8192;
+  const tapsOk = a.taps !== undefined && a.taps.n <= NO_TAP && process.env.MPSC_CONV_TAPS !== '0';
+  const tab: Tab = !fits ? 'none' : tapsOk ? 'taps' : boundsOk ? 'bounds' : 'none';
+  const tgmem = ((tab !== 'none' ? tableFloats(s) : 0) + s.L.stages * (tileFloats(a.mode, BM, s.L) + tileFloats(b.mode, BN, s.L))) * 4;
   const name = ctx.next();
   const lbl = label(g, n) + what;
   const gemm: KernelSpec = {
@@ -350,7 +477,7 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
     body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`, tab),
     // two blocks per SM (the tiles and SMEM_BLOCK assume it): at most 128 registers (ptxas fits the 3-stage 128x128 split-K
     // weight gradient, 148 unbounded, in 128 without spills)
-    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, minBlocks: 2, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab) },
+    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, minBlocks: 2, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (${process.env.MPSC_CONV_ROUND === 'add' ? 'half-ulp-add' : 'cvt.rna'} operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab) },
   };
   if (!sp) return [gemm];
   gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;

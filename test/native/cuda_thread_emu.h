@@ -6,9 +6,11 @@
 // order. A barrier that not every thread reaches (divergent __syncthreads) is reported, not hung.
 // What the kernels do through PTX is emulated here:
 //  - mpsc_tf32: cvt.rna.tf32.f32 (round the low 13 mantissa bits to nearest, ties away from zero);
+//    __float_as_uint (the kernels' integer rounding, MPSC_CONV_ROUND=add, adds half a TF32 ulp to the bits);
 //  - mpsc_mma16x8: mma.sync.aligned.m16n8k8 row.col f32.tf32.tf32.f32, warp-wide: each lane posts
 //    its A (4) and B (2) fragment registers, the warp meets, each lane computes its four C elements
-//    from the posted fragments (the PTX ISA's m16n8k8 .tf32 fragment layout), and the warp meets
+//    from the posted fragments (the PTX ISA's m16n8k8 .tf32 fragment layout; each operand's low 13 bits
+//    dropped, as the tensor core reads only a .tf32 value's top 19), and the warp meets
 //    again before the slots are reused;
 //  - cp.async (mpsc_cp_async4 / _commit / _wait<N>, the dialect's helpers): each thread's copies are
 //    kept in its commit groups. With emu_cp_late false (the default) a copy lands when it is issued, so a
@@ -28,6 +30,9 @@
 
 typedef unsigned int uint;
 struct uint3 { uint x, y, z; };
+struct int2 { int x, y; };
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
 static inline uint3 make_uint3(uint x, uint y, uint z) { return uint3{x, y, z}; }
 static uint3 threadIdx, blockIdx, blockDim, gridDim;
 using std::min;
@@ -105,6 +110,11 @@ static inline float emu_f(uint b) {
   std::memcpy(&x, &b, 4);
   return x;
 }
+static inline uint __float_as_uint(float x) {
+  uint b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
 
 struct EmuFrag { uint a[4]; uint b[2]; };
 static std::vector<EmuFrag> emu_frags;  // [threads in the block]
@@ -117,8 +127,9 @@ static inline void mpsc_mma16x8(float* c, const uint* a, const uint* b) {
   emu_arrive(1 + int(w));
   const EmuFrag* f = &emu_frags[w * 32u];
   // A[r][k]: lane (r % 8) * 4 + k % 4, register (r >= 8) + 2 (k >= 4); B[k][n]: lane n * 4 + k % 4, register (k >= 4)
-  auto A = [&](uint r, uint k) { return emu_f(f[(r % 8u) * 4u + k % 4u].a[(r >= 8u ? 1 : 0) + (k >= 4u ? 2 : 0)]); };
-  auto B = [&](uint k, uint n) { return emu_f(f[n * 4u + k % 4u].b[k >= 4u ? 1 : 0]); };
+  // the tensor core reads a .tf32 operand's top 19 bits (sign, exponent, 10 mantissa bits): the low 13 are dropped
+  auto A = [&](uint r, uint k) { return emu_f(f[(r % 8u) * 4u + k % 4u].a[(r >= 8u ? 1 : 0) + (k >= 4u ? 2 : 0)] & 0xffffe000u); };
+  auto B = [&](uint k, uint n) { return emu_f(f[n * 4u + k % 4u].b[k >= 4u ? 1 : 0] & 0xffffe000u); };
   const uint gq = lane / 4u, tq = lane % 4u;
   float out[4];
   for (uint q = 0; q < 4u; q++) {

@@ -119,6 +119,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
   const uint ap0 = am0 % 784u;
   const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
   const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 9u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(aih0 + adhq) < 28u && uint(aiw0 + adwq) < 28u) amsk |= 1u << qq;
+  }
+  const int arb = ab0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
@@ -133,16 +142,16 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 16u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 9u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
@@ -152,82 +161,66 @@ extern "C" __global__ void __launch_bounds__(256) p0_k0(
       float* as = tg + 32u + sl * 2816u;
       float* bs = as + 2176u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 2u];
         {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 6u];
         {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 10u];
         {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 14u];
         {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
         }
       }
@@ -313,6 +306,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
   const uint ap0 = am0 % 784u;
   const int aih0 = int(ap0 / 28u) * 1 - 1, aiw0 = int(ap0 % 28u) * 1 - 1;
   const int ab0 = int((am0 / 784u) * 784u + g * 784u) + aih0 * 28 + aiw0;
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 9u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(aih0 + adhq) < 28u && uint(aiw0 + adwq) < 28u) amsk |= 1u << qq;
+  }
+  const int arb = ab0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
@@ -330,16 +332,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 16u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 9u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 784u) + adht * 28 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
@@ -349,82 +351,66 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
       float* as = tg + 32u + sl * 2816u;
       float* bs = as + 2176u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 28u && uint(aiw0 + adw0) < 28u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 0u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 2u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 2u];
         {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 28u && uint(aiw0 + adw1) < 28u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 2u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 4u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 28u && uint(aiw0 + adw2) < 28u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 4u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 6u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 6u];
         {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 28u && uint(aiw0 + adw3) < 28u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 6u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt4 = 2u * (lk + ak + 8u);
-        const bool akv4 = true;
-        const int ako4 = ktab[kt4], adh4 = ktab[kt4 + 1u] >> 16, adw4 = ktab[kt4 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv4 && uint(aih0 + adh4) < 28u && uint(aiw0 + adw4) < 28u;
-          const float* src = ok ? x + (ab0 + ako4) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 8u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt5 = 2u * (lk + ak + 10u);
-        const bool akv5 = true;
-        const int ako5 = ktab[kt5], adh5 = ktab[kt5 + 1u] >> 16, adw5 = ktab[kt5 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 10u];
         {
-          const bool ok = arv0 && akv5 && uint(aih0 + adh5) < 28u && uint(aiw0 + adw5) < 28u;
-          const float* src = ok ? x + (ab0 + ako5) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 10u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt6 = 2u * (lk + ak + 12u);
-        const bool akv6 = true;
-        const int ako6 = ktab[kt6], adh6 = ktab[kt6 + 1u] >> 16, adw6 = ktab[kt6 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv6 && uint(aih0 + adh6) < 28u && uint(aiw0 + adw6) < 28u;
-          const float* src = ok ? x + (ab0 + ako6) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 12u) * 136u + (ar)], src, ok);
         }
       }
       {
-        const uint kt7 = 2u * (lk + ak + 14u);
-        const bool akv7 = true;
-        const int ako7 = ktab[kt7], adh7 = ktab[kt7 + 1u] >> 16, adw7 = ktab[kt7 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 14u];
         {
-          const bool ok = arv0 && akv7 && uint(aih0 + adh7) < 28u && uint(aiw0 + adw7) < 28u;
-          const float* src = ok ? x + (ab0 + ako7) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 14u) * 136u + (ar)], src, ok);
         }
       }
@@ -488,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 50176u && ni < 32u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 784u, p = mi % 784u;
@@ -545,6 +531,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
   const uint ap0 = am0 % 196u;
   const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
   const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 288u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
+  }
+  const int arb = ab0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
@@ -565,16 +560,16 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 288u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 288u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
@@ -584,42 +579,34 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
       float* as = tg + 576u + sl * 2432u;
       float* bs = as + 1152u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
@@ -715,6 +702,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
   const uint ap0 = am0 % 196u;
   const int aih0 = int(ap0 / 14u) * 1 - 1, aiw0 = int(ap0 % 14u) * 1 - 1;
   const int ab0 = int((am0 / 196u) * 6272u + g * 6272u) + aih0 * 14 + aiw0;
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 288u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
+  }
+  const int arb = ab0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
@@ -738,16 +734,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 288u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 288u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 196u) + adht * 14 + adwt;
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
@@ -757,42 +753,34 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
       float* as = tg + 576u + sl * 2432u;
       float* bs = as + 1152u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(aih0 + adh0) < 14u && uint(aiw0 + adw0) < 14u;
-          const float* src = ok ? x + (ab0 + ako0) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv1 && uint(aih0 + adh1) < 14u && uint(aiw0 + adw1) < 14u;
-          const float* src = ok ? x + (ab0 + ako1) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv2 && uint(aih0 + adh2) < 14u && uint(aiw0 + adw2) < 14u;
-          const float* src = ok ? x + (ab0 + ako2) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv3 && uint(aih0 + adh3) < 14u && uint(aiw0 + adw3) < 14u;
-          const float* src = ok ? x + (ab0 + ako3) : x;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? x + (arb + te.x) : x;
           mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
@@ -866,7 +854,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 12544u && ni < 64u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 196u, p = mi % 196u;
@@ -2152,6 +2140,15 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
   const uint ap0 = am0 % 196u;
   const int ath0 = int(ap0 / 14u) + 1, atw0 = int(ap0 % 14u) + 1;
   const int ab0 = int((am0 / 196u) * 12544u + g * 12544u);
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 576u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(ath0 - adhq) < 14u && uint(atw0 - adwq) < 14u) amsk |= 1u << qq;
+  }
+  const int arb = ab0 + ath0 * 14 + atw0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
@@ -2166,16 +2163,16 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
     #pragma unroll
     for (uint j = 0u; j < 2u; ++j) cacc[i][j] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 576u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 576u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 196u);
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot - adht * 14 - adwt : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
@@ -2185,42 +2182,34 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
       float* as = tg + 1152u + sl * 1792u;
       float* bs = as + 1152u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
-          const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
           mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
-          const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
           mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
-          const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
           mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
-          const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
           mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
@@ -2306,6 +2295,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
   const uint ap0 = am0 % 196u;
   const int ath0 = int(ap0 / 14u) + 1, atw0 = int(ap0 % 14u) + 1;
   const int ab0 = int((am0 / 196u) * 12544u + g * 12544u);
+  uint amsk = 0u;
+  for (uint qq = 0u; qq < 9u; ++qq) {
+    const uint akq = qq;
+    const bool akvq = akq < 576u;
+    const uint aqq = akq % 9u;
+    const int adhq = int(aqq / 3u) * 1, adwq = int(aqq % 3u) * 1;
+    if (arv0 && akvq && uint(ath0 - adhq) < 14u && uint(atw0 - adwq) < 14u) amsk |= 1u << qq;
+  }
+  const int arb = ab0 + ath0 * 14 + atw0;
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 32u;
@@ -2323,16 +2321,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
   const uint nk = (kend - kbeg + 15u) / 16u;
-  // k table: A's reduction-index part of the im2col address (offset, dh << 16 | dw), once per block
-  int* ktab = reinterpret_cast<int*>(tg);
+  // k table: A's reduction-index part of the im2col address (offset, tap), once per block
+  int2* ktab = reinterpret_cast<int2*>(tg);
   for (uint e = tidx; e < 576u; e += 256u) {
     const uint akt = e;
     const bool akvt = akt < 576u;
     const uint aqt = akt % 9u;
     const int adht = int(aqt / 3u) * 1, adwt = int(aqt % 3u) * 1;
     const int akot = int((akt / 9u) * 196u);
-    ktab[2u * e] = akvt ? akot : 0;
-    ktab[2u * e + 1u] = akvt ? (adht << 16) | adwt : 0x40000000;
+    ktab[e].x = akvt ? akot - adht * 14 - adwt : 0;
+    ktab[e].y = akvt ? int(aqt) : 31;
   }
   __syncthreads();
   const auto fill = [&](uint tl, uint sl) {
@@ -2342,42 +2340,34 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
       float* as = tg + 1152u + sl * 1792u;
       float* bs = as + 1152u;
       {
-        const uint kt0 = 2u * (lk + ak + 0u);
-        const bool akv0 = true;
-        const int ako0 = ktab[kt0], adh0 = ktab[kt0 + 1u] >> 16, adw0 = ktab[kt0 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 0u];
         {
-          const bool ok = arv0 && akv0 && uint(ath0 - adh0) < 14u && uint(atw0 - adw0) < 14u;
-          const float* src = ok ? dy + (ab0 + ako0 + (ath0 - adh0) * 14 + (atw0 - adw0)) : dy;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
           mpsc_cp_async4(&as[(ak + 0u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt1 = 2u * (lk + ak + 4u);
-        const bool akv1 = true;
-        const int ako1 = ktab[kt1], adh1 = ktab[kt1 + 1u] >> 16, adw1 = ktab[kt1 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 4u];
         {
-          const bool ok = arv0 && akv1 && uint(ath0 - adh1) < 14u && uint(atw0 - adw1) < 14u;
-          const float* src = ok ? dy + (ab0 + ako1 + (ath0 - adh1) * 14 + (atw0 - adw1)) : dy;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
           mpsc_cp_async4(&as[(ak + 4u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt2 = 2u * (lk + ak + 8u);
-        const bool akv2 = true;
-        const int ako2 = ktab[kt2], adh2 = ktab[kt2 + 1u] >> 16, adw2 = ktab[kt2 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 8u];
         {
-          const bool ok = arv0 && akv2 && uint(ath0 - adh2) < 14u && uint(atw0 - adw2) < 14u;
-          const float* src = ok ? dy + (ab0 + ako2 + (ath0 - adh2) * 14 + (atw0 - adw2)) : dy;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
           mpsc_cp_async4(&as[(ak + 8u) * 72u + (ar)], src, ok);
         }
       }
       {
-        const uint kt3 = 2u * (lk + ak + 12u);
-        const bool akv3 = true;
-        const int ako3 = ktab[kt3], adh3 = ktab[kt3 + 1u] >> 16, adw3 = ktab[kt3 + 1u] & 0xffff;
+        const int2 te = ktab[lk + ak + 12u];
         {
-          const bool ok = arv0 && akv3 && uint(ath0 - adh3) < 14u && uint(atw0 - adw3) < 14u;
-          const float* src = ok ? dy + (ab0 + ako3 + (ath0 - adh3) * 14 + (atw0 - adw3)) : dy;
+          const bool ok = ((amsk >> uint(te.y)) & 1u) != 0u;
+          const float* src = ok ? dy + (arb + te.x) : dy;
           mpsc_cp_async4(&as[(ak + 12u) * 72u + (ar)], src, ok);
         }
       }
@@ -2442,7 +2432,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 12544u && ni < 32u) {
             const float acc = cacc[i][j][q];
                 const uint nb = mi / 196u, p = mi % 196u;
@@ -2852,7 +2842,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 64u && ni < 288u) {
             const float acc = cacc[i][j][q];
             mpsc_scratch[(tgid.z * 64u + mi) * 288u + ni] = acc;
@@ -3255,7 +3245,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
       #pragma unroll
       for (uint q = 0u; q < 4u; ++q)
         {
-          const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+          const uint mi = m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
           if (mi < 32u && ni < 9u) {
             const float acc = cacc[i][j][q];
             mpsc_scratch[(tgid.z * 32u + mi) * 9u + ni] = acc;
