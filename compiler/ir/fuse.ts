@@ -74,8 +74,12 @@ export interface FusionCaps {
    * its 16-bit type (rounding once, to nearest even, as they store it)
    */
   casts?: { reads: readonly OpName[]; stores: readonly OpName[] };
-  /** after the rules: recompute cheap forward values in the backward (remat.ts; programs.ts fuseForBackend) */
-  remat?: boolean;
+  /**
+   * after the rules: recompute cheap forward values in the backward (remat.ts; programs.ts
+   * fuseForBackend), only for a program whose planned peak without the copies is at least
+   * `fromPeakBytes` (below it memory limits nothing, and every copy costs a kernel launch)
+   */
+  remat?: { fromPeakBytes: number };
 }
 
 export const NO_FUSIONS: FusionCaps = {};
