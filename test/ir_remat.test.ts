@@ -41,12 +41,20 @@ for (const precision of ['fp32', 'bf16'] as const) {
       const kinds = copies.map((n) => (n.op === 'unary' ? String(n.attrs.fn) : n.op));
       expect(kinds.filter((k) => k === 'gelu').length).toBe(2); // one per block
       expect(kinds.filter((k) => k === 'layernorm').length).toBeGreaterThanOrEqual(4); // ln1, ln2 per block
+      // CUDA folds each block's residual add into the layernorm after it: those are copied too
+      expect(plain.graph.nodes.filter((n) => n.attrs.add_in === true).length).toBeGreaterThanOrEqual(4);
       for (const c of copies) {
         expect(c.id, `${c.op} copy`).toBeGreaterThanOrEqual(bw);
-        const orig = g.nodes.find((n) => n.id < bw && n.op === c.op && JSON.stringify(n.inputs) === JSON.stringify(c.inputs) && JSON.stringify(n.attrs) === JSON.stringify(c.attrs))!;
+        const origName = g.values[c.outputs[0]].name.replace(/\.remat$/, '');
+        const orig = g.nodes.find((n) => n.id < bw && n.op === c.op && g.values[n.outputs[0]].name === origName)!;
         expect(orig, `the forward node of ${g.values[c.outputs[0]].name}`).toBeDefined();
+        // the same computation: a layernorm with a folded residual add (fuse.ts rule 5) is copied as the plain layernorm of its sum
+        const { add_in: addIn, ...plain } = orig.attrs;
+        expect(c.attrs).toEqual(plain);
+        expect(c.inputs).toEqual(addIn === true ? [orig.outputs[3], ...orig.inputs.slice(1, -1)] : orig.inputs);
+        expect(c.outputs.length).toBe(addIn === true ? 3 : orig.outputs.length);
         // no node after the copy reads the forward node's outputs; each copy input is read again later
-        for (const n of g.nodes.slice(c.id + 1)) for (const o of orig.outputs) expect(n.inputs.includes(o), `${n.op} reads ${g.values[o].name}`).toBe(false);
+        for (const n of g.nodes.slice(c.id + 1)) for (const o of orig.outputs.slice(0, c.outputs.length)) expect(n.inputs.includes(o), `${n.op} reads ${g.values[o].name}`).toBe(false);
         for (const id of c.inputs) {
           const v = g.values[id];
           if (id < 0 || ['param', 'input'].includes(v.kind)) continue;

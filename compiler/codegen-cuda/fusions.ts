@@ -17,10 +17,13 @@
  * that a step fits any GPU this backend targets (sm_80 and later, 16 GB and up) with room to spare,
  * and each copy is one more kernel of a few microseconds (gpt_tiny: 13 copies for 20 MiB saved;
  * gpt_char: 19 copies, 2.49 -> 1.75 GiB, not worth 19 launches on a 16+ GB device).
+ * And a residual add folded into the layernorm reading its sum (fuse.ts rule 5) for rows of at most
+ * layernorm_cuda.ts's WARP_D (its warp-per-row kernel stores the sum as it loads the row).
  */
 import { EPILOGUE_OPS, type FusionCaps } from '../ir/fuse.js';
 import { UNARY_FNS } from '../ir/scalar_fns.js';
 import { HALF_IO_OPS } from '../kernels/registry.js';
+import { WARP_D } from './layernorm_cuda.js';
 
 /** remat only for a program planned at this peak (bytes) or more without it */
 export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
@@ -35,5 +38,6 @@ export function cudaFusions(): FusionCaps {
     poolGradRelu: { globalAvgpool: true, maxpool2x2: true, convGradInput: true },
     casts: { reads: half, stores: half },
     remat: { fromPeakBytes: REMAT_FROM_PEAK_BYTES },
+    addLayernorm: { maxD: WARP_D },
   };
 }

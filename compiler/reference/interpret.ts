@@ -83,9 +83,18 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
   else {
     const ins = inputs.slice(0, parts.coreInputs), shapes = inShapes.slice(0, parts.coreInputs);
     if (parts.pre) ins[0] = exec(REFERENCE_OPS.unary, parts.pre, [ins[0]], [shapes[0]], [shapes[0]!])[0];
-    outputs = exec(impl, unfusedAttrs(node), ins, shapes, outShapes);
+    const add = parts.add;
+    if (add) {
+      // the folded residual add: input 0 + the addend, the core's input and the node's last output
+      ins[0] = exec(REFERENCE_OPS.binary, { fn: 'add' }, [ins[0], inputs[add.input]], [shapes[0], inShapes[add.input]], [outShapes[add.output]])[0];
+      outputs = [...exec(impl, unfusedAttrs(node), ins, shapes, outShapes.slice(0, add.output)), ins[0]!];
+    } else outputs = exec(impl, unfusedAttrs(node), ins, shapes, outShapes);
     const post = parts.post;
     if (post?.op === 'unary') outputs[0] = exec(REFERENCE_OPS.unary, post.attrs, [outputs[0]], [outShapes[0]], [outShapes[0]])[0];
+    else if (post?.op === 'binary') {
+      const k = post.addendInput;
+      outputs[0] = exec(REFERENCE_OPS.binary, post.attrs, [outputs[0], inputs[k]], [outShapes[0], inShapes[k]], [outShapes[0]])[0];
+    }
     else if (post) {
       const k = post.maskInput;
       outputs[0] = exec(REFERENCE_OPS.unary_grad, post.attrs, [outputs[0], inputs[k]], [outShapes[0], inShapes[k]], [outShapes[0]])[0];
