@@ -146,6 +146,9 @@ export function cudaLongCases(): OpCase[] {
   for (const [D, w] of [[768, true], [333, false], [WARP_D, true], [65, true]] as const) cases.push(addLayernormCase(rng, `add_layernorm_${D}`, [3, 37], D, w));
   // and the residual-gradient add into layernorm_grad (one block, and several rows per warp over many blocks)
   for (const [rows, D, w] of [[[3, 37], 768, true], [[5, 1001], 333, false], [[3, 7], WARP_D, true]] as const) cases.push(layernormGradAddCase(rng, `layernorm_grad_add_${D}`, [...rows], D, w));
+  // with a bias gradient of the sum folded in too (rule 7): several blocks, one block
+  cases.push(layernormGradAddCase(rng, 'layernorm_grad_add_bias_333', [5, 1001], 333, true, false, true),
+    layernormGradAddCase(rng, 'layernorm_grad_add_bias_65', [3, 5], 65, false, false, true));
   cases.push(lossAndGradCase(rng, 'loss_and_grad_gpt2_vocab', 3, 50304, 0), lossAndGradCase(rng, 'loss_and_grad_warp_ignore', 301, 1000, 0.1, -100),
     lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
   cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
@@ -275,10 +278,11 @@ export function addLayernormCase(rng: Rng, name: string, rows: number[], D: numb
 /**
  * The residual-gradient add folded into the layernorm_grad before it (fuse.ts rule 6 with CUDA's caps;
  * layernorm_cuda.ts layernormGradCuda): dx, dw, db = layernorm_grad(dy, x, w?, mean, rstd), then out = r + dx
- * (the gradient reaching the residual stream); checks out, dw and db. `fused` as in addLayernormCase (rule 6
- * drops dx, so the checked ids are looked up by name in the program returned).
+ * (the gradient reaching the residual stream), and with `biasSum` its column sums (rule 7: a bias gradient);
+ * checks out, dw, db (and the sums). `fused` as in addLayernormCase (rule 6 drops dx, so the checked ids are
+ * looked up by name in the program returned).
  */
-export function layernormGradAddCase(rng: Rng, name: string, rows: number[], D: number, weight: boolean, fused = false): OpCase {
+export function layernormGradAddCase(rng: Rng, name: string, rows: number[], D: number, weight: boolean, fused = false, biasSum = false): OpCase {
   const { b, data, input } = caseGraph(rng, name);
   const x = [...rows, D];
   const dy = input('dy', x, -1, 1), xv = input('x', x, -2, 2), w = weight ? input('w', [D], 0.5, 1.5) : -1;
@@ -287,13 +291,16 @@ export function layernormGradAddCase(rng: Rng, name: string, rows: number[], D: 
   const dx = act('dx', x), dw = act('dw', [D]), db = act('db', [D]), out = act('out', x);
   b.node('layernorm_grad', [dy, xv, w, mean, rstd], [dx, dw, db], {}, 'ln');
   b.node('binary', [r, dx], [out], { fn: 'add' }, 'add');
+  // rule 7: the bias gradient of the linear reading the residual stream, folded into the same kernel
+  const dbias = biasSum ? act('dlinear_bias', [D]) : -1;
+  if (biasSum) b.node('sum_to', [out], [dbias], { shape: [D], axes: rows.map((_, i) => i) }, 'bias_grad');
   const plain = { name, batch: 1, graph: b.graph, inputs: [dy, xv, ...(weight ? [w] : []), mean, rstd, r], outputs: [] } as unknown as Program;
   const f = fuseProgram(plain, { addLayernorm: { maxD: WARP_D } });
-  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.add_out !== true) throw new Error(`internal: ${name}: the add is not folded into the layernorm_grad`);
+  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.add_out !== true || (f.graph.nodes[0].attrs.sum_out === true) !== biasSum) throw new Error(`internal: ${name}: the add${biasSum ? ' and the bias sum are' : ' is'} not folded into the layernorm_grad`);
   const program = fused ? f : plain;
   const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
   const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
-  return { program, data: fdata, check: ['out', 'dw', 'db'].map(id) };
+  return { program, data: fdata, check: ['out', 'dw', 'db', ...(biasSum ? ['dlinear_bias'] : [])].map(id) };
 }
 
 /**

@@ -220,6 +220,8 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ...([[768, true], [333, false], [WARP_D, true], [65, true]] as const).map(([D, w]) => addLayernormCase(rng, `add_ln_${D}`, [3, 7], D, w, true)),
       // the residual-gradient add folded into layernorm_grad (fuse.ts rule 6): dx stored plus the addend
       ...([[[3, 7], 768, true], [[5, 1001], 45, false], [[3, 7], WARP_D, true]] as const).map(([rows, D, w]) => layernormGradAddCase(rng, `ln_grad_add_${D}`, [...rows], D, w, true)),
+      // and the bias gradient of the sum (rule 7): several blocks, one block
+      layernormGradAddCase(rng, 'ln_grad_add_bias_45', [5, 1001], 45, true, true, true), layernormGradAddCase(rng, 'ln_grad_add_bias_65', [3, 5], 65, false, true, true),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
       opCase('sum_outer_3d', 'sum_to', [f([40, 30, 33])], [[30, 1]], { shape: [30, 1] }),

@@ -426,6 +426,25 @@ describe('residual-gradient add folded into the layernorm_grad before it (rule 6
     }
   });
 
+  it("rule 7: a bias gradient (sum_to over the rows) of the sum becomes the grad's last output; not a sum over other dims", () => {
+    const withSum = (shape: number[], axes: number[]) => {
+      const p = gradAdd(7);
+      const b = new GraphBuilder();
+      Object.assign(b, { graph: JSON.parse(JSON.stringify(p.graph)) });
+      const out = valueId(p, 'out');
+      const [s] = b.emit('sum_to', [out], [{ name: 'dbias_lin', shape }], { shape, axes });
+      return program(b, p.inputs, [...p.outputs.map((o) => o.value).filter((v) => v !== out), s]);
+    };
+    const p = withSum([7], [0]);
+    const f = fused(p, CAPS);
+    expect(opsOf(f)).toEqual(['unary', 'layernorm_grad']);
+    const lg = nodeOf(f, 'layernorm_grad');
+    expect(lg.attrs).toEqual({ add_out: true, sum_out: true });
+    expect(lg.outputs.map((id) => f.graph.values[id].name)).toEqual(['out', 'dw', 'db', 'dbias_lin']);
+    expect(sameValues(p, f)).toBe(5);
+    expect(opsOf(fused(withSum([3], [1]), CAPS))).toEqual(['unary', 'layernorm_grad', 'sum_to']);
+  });
+
   it('not when dx has another reader, r is written after the grad, or rows are wider than maxD; verify.ts checks add_out', () => {
     expect(opsOf(fused(gradAdd(7, { more: true }), CAPS))).toContain('binary');
     expect(opsOf(fused(gradAdd(7, { late: true }), CAPS))).toContain('binary');
@@ -437,6 +456,8 @@ describe('residual-gradient add folded into the layernorm_grad before it (rule 6
       return graphProblems(copy.graph).join('\n');
     };
     expect(bad((p) => (nodeOf(p, 'unary').attrs.add_out = true))).toMatch(/add_out is only `true` on layernorm_grad/);
+    expect(bad((p) => (nodeOf(p, 'layernorm_grad').attrs.sum_out = true))).toMatch(/expects 3 outputs and the sum, has 3/);
+    expect(bad((p) => (nodeOf(p, 'unary').attrs.sum_out = true))).toMatch(/sum_out is only `true` with add_out/);
     expect(bad((p) => nodeOf(p, 'layernorm_grad').inputs.pop())).toMatch(/expects 5 inputs \(.*\) and the addend, has 5/);
     expect(bad((p) => (nodeOf(p, 'layernorm_grad').inputs[5] = nodeOf(p, 'layernorm_grad').inputs[3]))).toMatch(/the addend is f32\[3\], expected a float\[3,7\]/);
   });
@@ -448,8 +469,10 @@ it("rules 5 and 6 on a small GPT's train step (every residual add before a layer
   const f = fused(unfused, { addLayernorm: { maxD: 16 } });
   // the embedding sum and both residual adds of each of the 2 blocks (the last one into ln_f): 5 layernorms read a sum
   expect(f.graph.nodes.filter((n) => n.attrs.add_in === true)).toHaveLength(5);
-  // the layernorm_grads but ln_f's (its dx is the residual stream's whole gradient there)
+  // the layernorm_grads but ln_f's (its dx is the residual stream's whole gradient there); with the bias gradient of
+  // the projection before them (rule 7) but block 0's ln1 (the embeddings' gradient: no bias)
   expect(f.graph.nodes.filter((n) => n.attrs.add_out === true)).toHaveLength(4);
+  expect(f.graph.nodes.filter((n) => n.attrs.sum_out === true)).toHaveLength(3);
   expect(f.graph.nodes.filter((n) => n.op === 'binary' && n.attrs.fn === 'add')).toHaveLength(0);
   const { losses, stores } = runTwin(model.params, unfused, f, 5, 2);
   for (const [a, b] of losses) expect(b).toBe(a);

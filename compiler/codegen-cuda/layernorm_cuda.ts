@@ -13,7 +13,8 @@
  * layernorm_grad: the same warp per row for dx, each warp taking several rows in turn and keeping its
  * lanes' partial weight / bias gradients in registers, so dy and x are read once for all three outputs
  * (layernormGradCuda); a second kernel adds the blocks' partials. With the residual-gradient add folded
- * in (fuse.ts rule 6, `add_out`) dx is stored plus the addend (the residual stream's gradient).
+ * in (fuse.ts rule 6, `add_out`) dx is stored plus the addend (the residual stream's gradient), and with
+ * `sum_out` (rule 7) the stored values' column sums (a linear's bias gradient) are a third partial.
  * Consumes layernorm and layernorm_grad nodes in a CUDA dialect context (the bodies use only the kernel
  * language); produces KernelSpecs (null: the shared kernels, with reduce_cuda.ts's column sums).
  */
@@ -112,20 +113,28 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   const weight = ins.length > 2 && ins[2] >= 0;
   const K = ceilDiv(D, 32);
   const RW = Math.max(1, ceilDiv(rows, GRAD_BLOCKS * WARPS)), G = ceilDiv(rows, WARPS * RW);
-  const writes = [argOf(g, 'dweight', outs[1], 'w'), argOf(g, 'dbias', outs[2], 'w')];
+  // the column sums kept per lane: dy * xhat (dweight), dy (dbias), and with `sum_out` (rule 7) the stored dx + addend (its last output)
+  const sums = [{ p: 'pw', arg: 'dweight', out: outs[1] }, { p: 'pb', arg: 'dbias', out: outs[2] },
+    ...(n.attrs.sum_out === true ? [{ p: 'po', arg: 'dsum', out: outs[3] }] : [])];
+  const P = sums.length;
+  const writes = sums.map((x) => argOf(g, x.arg, x.out, 'w'));
   const args = [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), ...(weight ? [argOf(g, 'w', ins[2], 'r')] : []),
     argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r'), ...(addOut ? [argOf(g, 'xa', ins[5], 'r')] : []),
     argOf(g, 'dx', outs[0], 'w'), ...(G === 1 ? writes : [])];
   const plus = (idx: string) => (addOut ? ` + ${readF(d, g, ins[5], 'xa', idx)}` : '');
   const decl = (p: string) => `  float ${Array.from({ length: K }, (_, k) => `${p}${k} = ${f(0)}`).join(', ')};\n`;
-  const wb = (c: string, sw: string, sb: string) => `${writeF(d, g, outs[1], 'dweight', c, sw)} ${writeF(d, g, outs[2], 'dbias', c, sb)}`;
-  const bytes = G * 2 * D * 4;
+  /** stores of the column totals, the j-th from the expression total(j) */
+  const storeAll = (c: string, total: (j: number) => string) => sums.map((x, j) => writeF(d, g, x.out, x.arg, c, total(j))).join(' ');
+  const bytes = G * P * D * 4;
+  const dxLine = (k: number, idx: string) => P === 3
+    ? `{ const float o = rs * (g${k} - s1 - h${k} * s2)${plus(idx)}; dx[${idx}] = ${store(ctx, g, outs[0], 'o')}; po${k} += o; }`
+    : `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)${plus(idx)}`)};`;
   const first = kernelSpec(ctx, g, n, args, {
-    groups: [G, 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: 2 * D * 4, sync: true, ...(G === 1 ? {} : { scratch: bytes }),
+    groups: [G, 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: P * D * 4, sync: true, ...(G === 1 ? {} : { scratch: bytes }),
     body:
       `  // warp sg of block b: rows (b * ${u(WARPS)} + sg) * ${u(RW)} + j (j < ${u(RW)}) in order, each as a warp per row of D = ${u(D)}:\n` +
-      `  // dx = rstd * (g - sum(g)/D - xhat * sum(g*xhat)/D), g = dy${weight ? ' * w' : ''}; the lanes' sums of dy * xhat (pw) and dy (pb) per column kept\n` +
-      decl('g') + decl('h') + decl('pw') + decl('pb') +
+      `  // dx = rstd * (g - sum(g)/D - xhat * sum(g*xhat)/D), g = dy${weight ? ' * w' : ''}; the lanes' sums of dy * xhat (pw) and dy (pb)${P === 3 ? ' and of the stored dx (po)' : ''} per column kept\n` +
+      decl('g') + decl('h') + sums.map((x) => decl(x.p)).join('') +
       `  const uint r0 = (tgid.x * ${u(WARPS)} + sg) * ${u(RW)};\n` +
       `  for (uint j = 0u; j < ${u(RW)}; ++j) {\n    const uint r = r0 + j;\n    if (r < ${u(rows)}) {\n` +
       `  const uint base = r * ${u(D)};\n  const float mu = mean[r], rs = rstd[r];\n  float s1 = ${f(0)}, s2 = ${f(0)};\n` +
@@ -133,20 +142,23 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
         `{ const float e = ${readF(d, g, ins[0], 'dy', idx)}; g${k} = e${weight ? ` * ${readF(d, g, ins[2], 'w', col)}` : ''}; h${k} = (${readF(d, g, ins[1], 'x', idx)} - mu) * rs; ` +
         `s1 += g${k}; s2 += g${k} * h${k}; pw${k} += e * h${k}; pb${k} += e; }`) +
       `  s1 = ${d.simdSum('s1')} / ${f(D)};\n  s2 = ${d.simdSum('s2')} / ${f(D)};\n` +
-      lanes(d, D, (k, idx) => `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)${plus(idx)}`)};`) +
+      lanes(d, D, (k, idx) => dxLine(k, idx)) +
       `    }\n  }\n` +
-      `  // the block's sums per column: its warps' partials added in warp order (tg: pw then pb)\n` +
+      `  // the block's sums per column: its warps' partials added in warp order (tg: ${sums.map((x) => x.p).join(' then ')})\n` +
       `  for (uint wi = 0u; wi < ${u(WARPS)}; ++wi) {\n    if (sg == wi) {\n` +
-      lanes(d, D, (k, _idx, col) => `tg[${col}] = (wi == 0u ? ${f(0)} : tg[${col}]) + pw${k}; tg[${u(D)} + ${col}] = (wi == 0u ? ${f(0)} : tg[${u(D)} + ${col}]) + pb${k};`) +
+      lanes(d, D, (k, _idx, col) => sums.map((x, j) => {
+        const at = j ? `${u(j * D)} + ${col}` : col;
+        return `tg[${at}] = (wi == 0u ? ${f(0)} : tg[${at}]) + ${x.p}${k};`;
+      }).join(' ')) +
       `    }\n    ${d.barrier()}\n  }\n` +
       (G === 1
-        ? `  for (uint c = tidx; c < ${u(D)}; c += ${u(32 * WARPS)}) { ${wb('c', 'tg[c]', `tg[${u(D)} + c]`)} }\n`
-        : `  for (uint c = tidx; c < ${u(2 * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(2 * D)} + c] = tg[c];\n`),
-  }, ` [dx${addOut ? ' + the residual gradient' : ''}, and dweight / dbias partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
+        ? `  for (uint c = tidx; c < ${u(D)}; c += ${u(32 * WARPS)}) { ${storeAll('c', (j) => (j ? `tg[${u(j * D)} + c]` : 'tg[c]'))} }\n`
+        : `  for (uint c = tidx; c < ${u(P * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(P * D)} + c] = tg[c];\n`),
+  }, ` [dx${addOut ? ' + the residual gradient' : ''}, and dweight / dbias${P === 3 ? ' / its column sums' : ''} partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
   if (G === 1) return [first];
   const finish = elementwise(ctx, g, n, writes, D,
-    `  // the ${G} blocks' sums of column i, in block order\n  float sw = ${f(0)}, sb = ${f(0)};\n` +
-    `  for (uint b = 0u; b < ${u(G)}; ++b) { sw += mpsc_scratch[b * ${u(2 * D)} + i]; sb += mpsc_scratch[b * ${u(2 * D)} + ${u(D)} + i]; }\n` +
-    `  ${wb('i', 'sw', 'sb')}\n`, ` [dweight, dbias: sum of ${G} blocks]`);
+    `  // the ${G} blocks' sums of column i, in block order\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
+    `  for (uint b = 0u; b < ${u(G)}; ++b) {${sums.map((_, j) => ` t${j} += mpsc_scratch[b * ${u(P * D)} + ${j ? `${u(j * D)} + ` : ''}i];`).join('')} }\n` +
+    `  ${storeAll('i', (j) => `t${j}`)}\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks]`);
   return [first, { ...finish, scratch: bytes }];
 }

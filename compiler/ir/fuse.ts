@@ -51,6 +51,10 @@
  *     or r + dx, r of dx's shape, written before L, out f32): A disappears and L, attr `add_out: true`,
  *     reads r as its last input `addend` (absent weight: -1) and writes out as its output 0. The sum is
  *     the same f32 addition (a CUDA build may contract it with the last multiply of dx: one rounding).
+ *  7. a bias gradient of that sum into the same layernorm_grad: S = `sum_to` of a rule-6 node's output 0
+ *     over every leading dim (shape [D]; the bias gradient of the linear that read the residual stream),
+ *     f32: S disappears and the node, attr `sum_out: true`, writes S's output as its last output.
+ *     The same sum in another order (the kernel's rows, warps, blocks): within rounding, not bitwise.
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -91,7 +95,7 @@ export interface FusionCaps {
    * `fromPeakBytes` (below it memory limits nothing, and every copy costs a kernel launch)
    */
   remat?: { fromPeakBytes: number };
-  /** rules 5 and 6: a residual add folded into the layernorm after it, and the residual-gradient add into the layernorm_grad before it, for rows of at most maxD */
+  /** rules 5-7: a residual add folded into the layernorm after it, the residual-gradient add (and its bias gradient) into the layernorm_grad before it, for rows of at most maxD */
   addLayernorm?: { maxD: number };
 }
 
@@ -103,7 +107,7 @@ export const EPILOGUE_OPS: readonly OpName[] = ['linear', 'matmul', 'conv2d', 'c
 export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool2d_grad', 'conv2d_grad_input'];
 /** the ops that may carry `add_in` (+ the `addend` input and the sum as an extra last output) */
 export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
-/** the ops that may carry `add_out` (+ the `addend` input, added to output 0) */
+/** the ops that may carry `add_out` (+ the `addend` input, added to output 0), and with it `sum_out` (+ output 0's column sums as the last output) */
 export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
 /** the ops that may carry `relu_in` */
 export const RELU_IN_OPS: readonly OpName[] = ['global_avgpool'];
@@ -128,7 +132,7 @@ export function epilogueOf(n: Node): Record<string, AttrValue> | null {
 
 /** a node's attrs without the fusion attrs (what its unfused op reads) */
 export function unfusedAttrs(n: Node): Record<string, AttrValue> {
-  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in' && k !== 'add_in' && k !== 'add_out'));
+  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in' && k !== 'add_in' && k !== 'add_out' && k !== 'sum_out'));
 }
 
 /**
@@ -138,6 +142,8 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
  *  - `post`: the core's output 0 then goes through `unary` (epilogue), through
  *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad), or
  *            through `binary add` with input `addendInput` (the last one; add_out);
+ *  - `sumOut`: after `post`, output `sumOut` (the last one) is output 0 summed over every dim but its
+ *            last (`sum_to`; sum_out): the core has the node's outputs before it;
  *  - `add`:  input 0 is first replaced by input 0 + input `input` (the last one; `binary add`), and
  *            that sum is also the node's output `output` (the last one; add_in): the core has the
  *            node's outputs before it.
@@ -145,6 +151,7 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
 export interface FusedParts {
   pre?: Record<string, AttrValue>;
   add?: { input: number; output: number };
+  sumOut?: number;
   coreInputs: number;
   post?: { op: 'unary'; attrs: Record<string, AttrValue> } | { op: 'unary_grad'; attrs: Record<string, AttrValue>; maskInput: number } |
     { op: 'binary'; attrs: Record<string, AttrValue>; addendInput: number };
@@ -155,7 +162,10 @@ export function fusedParts(n: Node): FusedParts | null {
   if (epi) return { coreInputs: n.inputs.length, post: { op: 'unary', attrs: epi } };
   if (n.attrs.relu_grad === true) return { coreInputs: n.inputs.length - 1, post: { op: 'unary_grad', attrs: { fn: 'relu' }, maskInput: n.inputs.length - 1 } };
   if (n.attrs.relu_in === true) return { pre: { fn: 'relu' }, coreInputs: n.inputs.length };
-  if (n.attrs.add_out === true) return { coreInputs: n.inputs.length - 1, post: { op: 'binary', attrs: { fn: 'add' }, addendInput: n.inputs.length - 1 } };
+  if (n.attrs.add_out === true) {
+    const post = { op: 'binary' as const, attrs: { fn: 'add' }, addendInput: n.inputs.length - 1 };
+    return { coreInputs: n.inputs.length - 1, post, ...(n.attrs.sum_out === true ? { sumOut: n.outputs.length - 1 } : {}) };
+  }
   if (n.attrs.add_in === true) return { coreInputs: n.inputs.length - 1, add: { input: n.inputs.length - 1, output: n.outputs.length - 1 } };
   return null;
 }
@@ -372,6 +382,24 @@ function fuseLayernormGradAdd(g: Graph, w: Work, caps: NonNullable<FusionCaps['a
   }
 }
 
+/** rule 7 */
+function fuseLayernormGradBiasSum(g: Graph, w: Work): void {
+  for (const L of w.nodes) {
+    if (!L || L.op !== 'layernorm_grad' || L.attrs.add_out !== true || L.attrs.sum_out !== undefined) continue;
+    const out = L.outputs[0], shape = g.values[out].shape, D = shape[shape.length - 1];
+    const S = (w.readers.get(out) ?? []).map((id) => w.nodes[id]!).find((n) => n.op === 'sum_to' && n.inputs[0] === out);
+    if (!S) continue;
+    const sv = g.values[S.outputs[0]], axes = S.attrs.axes;
+    const leading = shape.slice(0, -1).map((_, i) => i);
+    if (sv.dtype !== 'f32' || sv.shape.length !== 1 || sv.shape[0] !== D || JSON.stringify(S.attrs.shape) !== JSON.stringify([D])) continue;
+    if (axes !== undefined && JSON.stringify(axes) !== JSON.stringify(leading)) continue;
+    w.nodes[L.id] = { ...L, outputs: [...L.outputs, S.outputs[0]], attrs: { ...L.attrs, sum_out: true } };
+    w.nodes[S.id] = null;
+    w.changed = true;
+    w.readers = readersOf(w.nodes);
+  }
+}
+
 /** The fused Program for a backend with these capabilities (see the header). */
 export function fuseProgram(p: Program, caps: FusionCaps): Program {
   const g = p.graph;
@@ -383,6 +411,7 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
   if (caps.addLayernorm) {
     fuseAddLayernorm(g, w, caps.addLayernorm);
     fuseLayernormGradAdd(g, w, caps.addLayernorm);
+    fuseLayernormGradBiasSum(g, w);
   }
   if (w.dropValues.size === 0 && !w.changed) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
   // renumber: kept values and nodes in their old order

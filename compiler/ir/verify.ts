@@ -16,7 +16,8 @@
  *    gradients, exactly when the `mask` input is present, the mask an f32 of the output's
  *    shape; `relu_in` only on global_avgpool; `add_in` only on layernorm, exactly when it has the
  *    extra last input `addend` (a float of x's shape) and extra last output (the sum: f32, x's shape);
- *    `add_out` only on layernorm_grad, exactly with the extra last input `addend` (output 0's shape)
+ *    `add_out` only on layernorm_grad, exactly with the extra last input `addend` (output 0's shape);
+ *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums)
  *  - every referenced value id exists; dtypes/shapes are static (integer dims >= 1)
  *  - SSA: each non-persistent, non-input value is written by exactly one node,
  *    before any node reads it; persistent values and inputs are never node outputs
@@ -68,7 +69,8 @@ export function graphProblems(graph: Graph): string[] {
     // fuse.ts rule 5: the addend input and the sum output after the op's own
     const addIn = n.attrs.add_in === true && (ADD_IN_OPS as readonly string[]).includes(n.op);
     const addOut = n.attrs.add_out === true && (ADD_OUT_OPS as readonly string[]).includes(n.op);
-    const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = addIn ? n.outputs.slice(0, -1) : n.outputs;
+    const sumOut = addOut && n.attrs.sum_out === true;
+    const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = addIn || sumOut ? n.outputs.slice(0, -1) : n.outputs;
     const variadic = def.inputs.includes('...');
     if (variadic) {
       const min = def.minInputs ?? 2;
@@ -102,7 +104,7 @@ export function graphProblems(graph: Graph): string[] {
       if (!isPersistent(values[id])) problems.push(`${where}: mutates %${id} (${values[id].name}) which is not persistent (${values[id].kind})`);
     }
     if (outs.length !== def.outputs.length) {
-      problems.push(`${where}: expects ${def.outputs.length} outputs${addIn ? ' and the sum' : ''}, has ${n.outputs.length}`);
+      problems.push(`${where}: expects ${def.outputs.length} outputs${addIn || sumOut ? ' and the sum' : ''}, has ${n.outputs.length}`);
     }
     for (const id of n.outputs) {
       if (!validId(id)) {
@@ -170,6 +172,12 @@ function fusionProblems(graph: Graph, n: Node): string[] {
     const y = graph.values[n.outputs[0]], r = graph.values[n.inputs[n.inputs.length - 1]];
     if (n.inputs.length !== opDef(n.op).inputs.length + 1) out.push(`${where}: add_out needs every input (-1 for an absent one) and the addend last`);
     else if (!r || r.dtype === 'i32' || !eq(r.shape, y.shape)) out.push(`${where}: the addend is ${r ? `${r.dtype}${fmt(r.shape)}` : 'absent'}, expected a float${fmt(y.shape)} (output 0's shape)`);
+  }
+  const so = n.attrs.sum_out;
+  if (so !== undefined && (ao !== true || so !== true)) out.push(`${where}: sum_out is only \`true\` with add_out`);
+  else if (so === true) {
+    const y = graph.values[n.outputs[0]], sv = graph.values[n.outputs[n.outputs.length - 1]];
+    if (sv.dtype !== 'f32' || !eq(sv.shape, y.shape.slice(-1))) out.push(`${where}: the column sums are ${sv.dtype}${fmt(sv.shape)}, expected f32${fmt(y.shape.slice(-1))}`);
   }
   return out;
 }
