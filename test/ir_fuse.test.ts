@@ -478,3 +478,19 @@ it("rules 5 and 6 on a small GPT's train step (every residual add before a layer
   for (const [a, b] of losses) expect(b).toBe(a);
   for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
 });
+
+it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7 (and remat) off one by one; an unknown name is a user error', async () => {
+  const { cudaFusions, cudaFuseOff } = await import('../compiler/codegen-cuda/fusions.js');
+  const model = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+  const count = (off: Parameters<typeof cudaFusions>[0]) => {
+    const g = fuseProgram(buildPrograms(model, { batch: 2 }).train_step, cudaFusions(off)).graph;
+    return [g.nodes.filter((n) => n.attrs.add_in).length, g.nodes.filter((n) => n.attrs.add_out).length, g.nodes.filter((n) => n.attrs.sum_out).length];
+  };
+  expect(count([])).toEqual([5, 4, 3]);
+  expect(count(['add_ln'])).toEqual([0, 4, 3]);
+  expect(count(['bias_sum'])).toEqual([5, 4, 0]);
+  expect(count(['grad_add'])).toEqual([5, 0, 0]);
+  expect(cudaFusions(['remat']).remat).toBeUndefined();
+  expect(cudaFuseOff(' remat, bias_sum ')).toEqual(['remat', 'bias_sum']);
+  expect(() => cudaFuseOff('remat,nope')).toThrow(/unknown fusion 'nope'/);
+});

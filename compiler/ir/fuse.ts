@@ -95,8 +95,8 @@ export interface FusionCaps {
    * `fromPeakBytes` (below it memory limits nothing, and every copy costs a kernel launch)
    */
   remat?: { fromPeakBytes: number };
-  /** rules 5-7: a residual add folded into the layernorm after it, the residual-gradient add (and its bias gradient) into the layernorm_grad before it, for rows of at most maxD */
-  addLayernorm?: { maxD: number };
+  /** rules 5-7: a residual add folded into the layernorm after it (add), the residual-gradient add (grad) and its bias gradient (biasSum) into the layernorm_grad before it, for rows of at most maxD; each on unless false */
+  addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean };
 }
 
 export const NO_FUSIONS: FusionCaps = {};
@@ -409,9 +409,11 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
   if (caps.reluIntoGlobalAvgpool) fuseReluIntoPool(g, w);
   if (caps.casts) foldCasts(g, w, caps.casts);
   if (caps.addLayernorm) {
-    fuseAddLayernorm(g, w, caps.addLayernorm);
-    fuseLayernormGradAdd(g, w, caps.addLayernorm);
-    fuseLayernormGradBiasSum(g, w);
+    // each rule on unless the caps say false (rule 7 needs rule 6's nodes)
+    const al = caps.addLayernorm;
+    if (al.add !== false) fuseAddLayernorm(g, w, al);
+    if (al.grad !== false) fuseLayernormGradAdd(g, w, al);
+    if (al.biasSum !== false) fuseLayernormGradBiasSum(g, w);
   }
   if (w.dropValues.size === 0 && !w.changed) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
   // renumber: kept values and nodes in their old order

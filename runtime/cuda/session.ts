@@ -18,6 +18,7 @@ import type { ProgramSet } from '../../compiler/ir/graph.js';
 import { generateCudaModel, type CudaArtifacts, type CudaGemm } from '../../compiler/codegen-cuda/index.js';
 import { gemmChoiceLine } from '../../compiler/codegen-cuda/cublaslt.js';
 import type { Tf32x3Mode } from '../../compiler/codegen-cuda/tf32x3.js';
+import { cudaFuseOff } from '../../compiler/codegen-cuda/fusions.js';
 import { buildAddon, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
@@ -145,6 +146,8 @@ export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cub
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
   return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update(merge ? '' : '\0unmerged')
     .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`)
+    // $MPSC_CUDA_FUSE_OFF changes what buildCuda fuses (codegen-cuda/fusions.ts)
+    .update(cudaFuseOff().length ? `\0fuseoff:${cudaFuseOff().join(',')}` : '')
     .update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 
