@@ -216,7 +216,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ln('ln_wide_chunked', [301], WARP_D + 3, true),
       // a warp per row: D a multiple of 32 and not, the widest, and one past it (the shared kernels)
       ...([[768, true], [333, false], [WARP_D, true], [WARP_D + 1, true]] as const).flatMap(([D, w]) => layernormPair(rng, `ln_warp_${D}`, [3, 7], D, w)),
-      // the residual add folded into the layernorm (fuse.ts rule 5): h stored as loaded, the row normalised from registers
+      // the residual add folded into the layernorm (fuse.ts rule 5): h stored after the row is loaded, the row normalised from registers
       ...([[768, true], [333, false], [WARP_D, true], [65, true]] as const).map(([D, w]) => addLayernormCase(rng, `add_ln_${D}`, [3, 7], D, w, true)),
       // the residual-gradient add folded into layernorm_grad (fuse.ts rule 6): dx stored plus the addend
       ...([[[3, 7], 768, true], [[5, 1001], 45, false], [[3, 7], WARP_D, true]] as const).map(([rows, D, w]) => layernormGradAddCase(rng, `ln_grad_add_${D}`, [...rows], D, w, true)),

@@ -18,7 +18,7 @@
  * and each copy is one more kernel of a few microseconds (gpt_tiny: 13 copies for 20 MiB saved;
  * gpt_char: 19 copies, 2.49 -> 1.75 GiB, not worth 19 launches on a 16+ GB device).
  * And a residual add folded into the layernorm reading its sum (fuse.ts rule 5) for rows of at most
- * layernorm_cuda.ts's WARP_D (its warp-per-row kernel stores the sum as it loads the row), and the
+ * layernorm_cuda.ts's WARP_D (its warp-per-row kernel stores the sum after loading the row), and the
  * residual-gradient add (with the bias gradient summed from it) into the layernorm_grad before it (rules 6, 7).
  * $MPSC_CUDA_FUSE_OFF=remat,add_ln,grad_add,bias_sum switches any of these off (A/B runs).
  */

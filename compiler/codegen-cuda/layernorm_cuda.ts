@@ -48,7 +48,7 @@ function store(ctx: LowerCtx, g: Graph, id: number, x: string): string {
 /**
  * layernorm (x, w?, b? -> y, mean, rstd) a warp per row; null when D > WARP_D. With a folded residual
  * add (fuse.ts rule 5, `add_in`: x, w, b, addend -> y, mean, rstd, h) the row is x + addend, stored to h
- * as it is loaded (h = a + b in f32, as the binary kernel wrote it) and normalised from the registers:
+ * after all its loads (h = a + b in f32, as the binary kernel wrote it) and normalised from the registers:
  * one launch and one read of the row fewer than the add kernel and the layernorm.
  */
 export function lowerLayernormCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
@@ -67,18 +67,21 @@ export function lowerLayernormCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   const args = [argOf(g, 'x', ins[0], 'r'), ...(weight ? [argOf(g, 'w', ins[1], 'r')] : []), ...(bias ? [argOf(g, 'b', ins[2], 'r')] : []),
     ...(addIn ? [argOf(g, 'xa', addend, 'r')] : []),
     argOf(g, 'y', outs[0], 'w'), argOf(g, 'mean', outs[1], 'w'), argOf(g, 'rstd', outs[2], 'w'), ...(addIn ? [argOf(g, 'h', sum, 'w')] : [])];
+  // every load of the row before any store: a store to h between them would keep the next loads from being issued
+  // before it lands (the compiler cannot tell that h overlaps neither x nor xa), one memory round trip per element
   const load = (k: number, idx: string) => addIn
-    ? `v${k} = ${readF(d, g, ins[0], 'x', idx)} + ${readF(d, g, addend, 'xa', idx)}; h[${idx}] = v${k};`
+    ? `v${k} = ${readF(d, g, ins[0], 'x', idx)} + ${readF(d, g, addend, 'xa', idx)};`
     : `v${k} = ${readF(d, g, ins[0], 'x', idx)};`;
   const wAt = (col: string) => (weight ? ` * ${readF(d, g, ins[1], 'w', col)}` : '');
   const bAt = (col: string) => (bias ? ` + ${readF(d, g, ins[2], 'b', col)}` : '');
   return [kernelSpec(ctx, g, n, args, {
     groups: [ceilDiv(rows, WARPS), 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: 0, sync: true,
     body:
-      `  // a warp per row of D = ${u(D)}: lane l keeps elements l, l + 32, ... in registers; one read, one write${addIn ? ' (the row is x + xa, stored to h as loaded)' : ''}\n` +
+      `  // a warp per row of D = ${u(D)}: lane l keeps elements l, l + 32, ... in registers; one read, one write${addIn ? ' (the row is x + xa, stored to h once all its loads are issued)' : ''}\n` +
       `  const uint r = tgid.x * ${u(WARPS)} + sg;\n  if (r >= ${u(rows)}) return;\n  const uint base = r * ${u(D)};\n` +
       `  float ${vs.map((v) => `${v} = ${f(0)}`).join(', ')};\n` +
       lanes(d, D, (k, idx) => load(k, idx)) +
+      (addIn ? lanes(d, D, (k, idx) => `h[${idx}] = v${k};`) : '') +
       `  const float mu = ${d.simdSum(vs.join(' + '))} / ${f(D)};\n` +
       `  float q = ${f(0)};\n` +
       lanes(d, D, (k) => `{ const float c = v${k} - mu; q += c * c; }`) +
@@ -126,9 +129,12 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   /** stores of the column totals, the j-th from the expression total(j) */
   const storeAll = (c: string, total: (j: number) => string) => sums.map((x, j) => writeF(d, g, x.out, x.arg, c, total(j))).join(' ');
   const bytes = G * P * D * 4;
-  const dxLine = (k: number, idx: string) => P === 3
-    ? `{ const float o = rs * (g${k} - s1 - h${k} * s2)${plus(idx)}; dx[${idx}] = ${store(ctx, g, outs[0], 'o')}; po${k} += o; }`
-    : `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)${plus(idx)}`)};`;
+  // with the addend: every lane's dx + addend computed (all its loads issued) before any store to dx, whose overlap with
+  // xa the compiler cannot rule out (a store between the loads costs a memory round trip per element); g_k holds the result
+  const dxLine = (k: number, idx: string) => addOut
+    ? `dx[${idx}] = ${store(ctx, g, outs[0], `g${k}`)};${P === 3 ? ` po${k} += g${k};` : ''}`
+    : `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`;
+  const sumLine = (k: number, idx: string) => `g${k} = rs * (g${k} - s1 - h${k} * s2)${plus(idx)};`;
   const first = kernelSpec(ctx, g, n, args, {
     groups: [G, 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: P * D * 4, sync: true, ...(G === 1 ? {} : { scratch: bytes }),
     body:
@@ -142,6 +148,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
         `{ const float e = ${readF(d, g, ins[0], 'dy', idx)}; g${k} = e${weight ? ` * ${readF(d, g, ins[2], 'w', col)}` : ''}; h${k} = (${readF(d, g, ins[1], 'x', idx)} - mu) * rs; ` +
         `s1 += g${k}; s2 += g${k} * h${k}; pw${k} += e * h${k}; pb${k} += e; }`) +
       `  s1 = ${d.simdSum('s1')} / ${f(D)};\n  s2 = ${d.simdSum('s2')} / ${f(D)};\n` +
+      (addOut ? lanes(d, D, (k, idx) => sumLine(k, idx)) : '') +
       lanes(d, D, (k, idx) => dxLine(k, idx)) +
       `    }\n  }\n` +
       `  // the block's sums per column: its warps' partials added in warp order (tg: ${sums.map((x) => x.p).join(' then ')})\n` +
