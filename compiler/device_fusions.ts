@@ -10,10 +10,11 @@ import { metalFusions } from './codegen-metal/fusions.js';
 import { cudaFusions } from './codegen-cuda/fusions.js';
 import { type FusionCaps, NO_FUSIONS } from './ir/fuse.js';
 
-const DEVICE_FUSIONS: Record<string, FusionCaps> = { cpu: CPU_FUSIONS, cuda: cudaFusions(), metal: metalFusions(), 'metal-emu': metalFusions(), reference: NO_FUSIONS };
+/** made when asked for (CUDA's reads $MPSC_CUDA_FUSE_OFF: a bad value is a UserError of the command, not of loading this module) */
+const DEVICE_FUSIONS: Record<string, () => FusionCaps> = { cpu: () => CPU_FUSIONS, cuda: () => cudaFusions(), metal: metalFusions, 'metal-emu': metalFusions, reference: () => NO_FUSIONS };
 
 export const FUSION_DEVICES = Object.keys(DEVICE_FUSIONS);
 
 export function deviceFusions(device: string): FusionCaps | undefined {
-  return Object.prototype.hasOwnProperty.call(DEVICE_FUSIONS, device) ? DEVICE_FUSIONS[device] : undefined;
+  return Object.prototype.hasOwnProperty.call(DEVICE_FUSIONS, device) ? DEVICE_FUSIONS[device]() : undefined;
 }

@@ -10,6 +10,7 @@ import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { ONE_BLOCK_ROWS, rowBlock, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
 import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
+import { fuseProgram } from '../compiler/ir/fuse.js';
 import { MIN_WIDE, PER_THREAD } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
@@ -141,6 +142,13 @@ export function cudaLongCases(): OpCase[] {
   classes('one_block_ignore', 37, 1000, -100);
   classes('block_odd', 5, 1025);
   for (const [D, w] of [[768, true], [333, false], [WARP_D, true], [WARP_D + 1, true]] as const) cases.push(...layernormPair(rng, `layernorm_rows_${D}`, [5, 7], D, w));
+  // the residual add folded into the layernorm (a warp per row): D a multiple of 32 and not, the widest
+  for (const [D, w] of [[768, true], [333, false], [WARP_D, true], [65, true]] as const) cases.push(addLayernormCase(rng, `add_layernorm_${D}`, [3, 37], D, w));
+  // and the residual-gradient add into layernorm_grad (one block, and several rows per warp over many blocks)
+  for (const [rows, D, w] of [[[3, 37], 768, true], [[5, 1001], 333, false], [[3, 7], WARP_D, true]] as const) cases.push(layernormGradAddCase(rng, `layernorm_grad_add_${D}`, [...rows], D, w));
+  // with a bias gradient of the sum folded in too (rule 7): several blocks, one block
+  cases.push(layernormGradAddCase(rng, 'layernorm_grad_add_bias_333', [5, 1001], 333, true, false, true),
+    layernormGradAddCase(rng, 'layernorm_grad_add_bias_65', [3, 5], 65, false, false, true));
   cases.push(lossAndGradCase(rng, 'loss_and_grad_gpt2_vocab', 3, 50304, 0), lossAndGradCase(rng, 'loss_and_grad_warp_ignore', 301, 1000, 0.1, -100),
     lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
   cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
@@ -232,6 +240,70 @@ export function layernormPair(rng: Rng, name: string, rows: number[], D: number,
     opCase(`${name}_fwd`, 'layernorm', [f(x, -2, 3), weight ? f([D]) : null, weight ? f([D]) : null], [x, rows, rows], { eps: 1e-5 }),
     opCase(`${name}_grad`, 'layernorm_grad', [f(x), f(x), weight ? f([D]) : null, f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [x, [D], [D]]),
   ];
+}
+
+/** a case's graph builder, its input data, and `input(n, shape, lo, hi)`: an f32 input `${name}.${n}` of float32-rounded uniform values */
+function caseGraph(rng: Rng, name: string) {
+  const b = new GraphBuilder();
+  const data = new Map<number, Float64Array>();
+  const input = (n: string, shape: number[], lo: number, hi: number) => {
+    const id = b.value(`${name}.${n}`, 'f32', shape, 'input');
+    data.set(id, Float64Array.from(randomTensor(shape, rng, lo, hi), (v) => Math.fround(v)));
+    return id;
+  };
+  return { b, data, input };
+}
+
+/**
+ * A residual add folded into the layernorm after it (fuse.ts rule 5 with CUDA's caps; layernorm_cuda.ts):
+ * h = a + r, y, mean, rstd = layernorm(h, w?, bias?), and h read again after it (by the next residual add,
+ * as in a transformer block); checks y, mean, rstd, h and the later sum. `fused`: the program fused as the
+ * CUDA build fuses it (for builds that do not fuse: the Metal emulator's); else the plain one, which buildCuda
+ * fuses itself (and its shared-GEMM variant, whose shared layernorm has no folded add, does not).
+ */
+export function addLayernormCase(rng: Rng, name: string, rows: number[], D: number, weight: boolean, fused = false): OpCase {
+  const { b, data, input } = caseGraph(rng, name);
+  const x = [...rows, D];
+  const a = input('a', x, -2, 3), r = input('r', x, -1, 1), r2 = input('r2', x, -1, 1);
+  const w = weight ? input('w', [D], 0.5, 1.5) : -1, bias = weight ? input('bias', [D], -0.5, 0.5) : -1;
+  const act = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const h = act('h', x), y = act('y', x), mean = act('mean', rows), rstd = act('rstd', rows), next = act('next', x);
+  b.node('binary', [a, r], [h], { fn: 'add' }, 'add');
+  b.node('layernorm', [h, w, bias], [y, mean, rstd], { eps: 1e-5 }, 'ln');
+  b.node('binary', [h, r2], [next], { fn: 'add' }, 'next');
+  const plain = { name, batch: 1, graph: b.graph, inputs: [a, r, r2, ...(weight ? [w, bias] : [])], outputs: [] } as unknown as Program;
+  // rule 5 renumbers nothing (it drops no value), so the checked ids hold in both forms
+  const program = fuseProgram(plain, { addLayernorm: { maxD: WARP_D } });
+  if (program.graph.nodes.length !== 2 || program.graph.nodes[0].attrs.add_in !== true) throw new Error(`internal: ${name}: the add is not folded into the layernorm`);
+  return { program: fused ? program : plain, data, check: [y, mean, rstd, h, next] };
+}
+
+/**
+ * The residual-gradient add folded into the layernorm_grad before it (fuse.ts rule 6 with CUDA's caps;
+ * layernorm_cuda.ts layernormGradCuda): dx, dw, db = layernorm_grad(dy, x, w?, mean, rstd), then out = r + dx
+ * (the gradient reaching the residual stream), and with `biasSum` its column sums (rule 7: a bias gradient);
+ * checks out, dw, db (and the sums). `fused` as in addLayernormCase (rule 6 drops dx, so the checked ids are
+ * looked up by name in the program returned).
+ */
+export function layernormGradAddCase(rng: Rng, name: string, rows: number[], D: number, weight: boolean, fused = false, biasSum = false): OpCase {
+  const { b, data, input } = caseGraph(rng, name);
+  const x = [...rows, D];
+  const dy = input('dy', x, -1, 1), xv = input('x', x, -2, 2), w = weight ? input('w', [D], 0.5, 1.5) : -1;
+  const mean = input('mean', rows, -0.2, 0.2), rstd = input('rstd', rows, 0.5, 2), r = input('r', x, -1, 1);
+  const act = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const dx = act('dx', x), dw = act('dw', [D]), db = act('db', [D]), out = act('out', x);
+  b.node('layernorm_grad', [dy, xv, w, mean, rstd], [dx, dw, db], {}, 'ln');
+  b.node('binary', [r, dx], [out], { fn: 'add' }, 'add');
+  // rule 7: the bias gradient of the linear reading the residual stream, folded into the same kernel
+  const dbias = biasSum ? act('dlinear_bias', [D]) : -1;
+  if (biasSum) b.node('sum_to', [out], [dbias], { shape: [D], axes: rows.map((_, i) => i) }, 'bias_grad');
+  const plain = { name, batch: 1, graph: b.graph, inputs: [dy, xv, ...(weight ? [w] : []), mean, rstd, r], outputs: [] } as unknown as Program;
+  const f = fuseProgram(plain, { addLayernorm: { maxD: WARP_D } });
+  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.add_out !== true || (f.graph.nodes[0].attrs.sum_out === true) !== biasSum) throw new Error(`internal: ${name}: the add${biasSum ? ' and the bias sum are' : ' is'} not folded into the layernorm_grad`);
+  const program = fused ? f : plain;
+  const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
+  const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
+  return { program, data: fdata, check: ['out', 'dw', 'db', ...(biasSum ? ['dlinear_bias'] : [])].map(id) };
 }
 
 /**

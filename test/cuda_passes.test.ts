@@ -19,7 +19,7 @@ import { planKernels, planProblems, type KernelNodePlan } from '../compiler/code
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
 import { WARP_D, lowerLayernormCuda } from '../compiler/codegen-cuda/layernorm_cuda.js';
-import { classRowCases, halfLongCases, layernormPair, lossAndGradCase, positionEmbeddingCase, wideElementwiseCases } from './cuda_cases.js';
+import { addLayernormCase, classRowCases, layernormGradAddCase, halfLongCases, layernormPair, lossAndGradCase, positionEmbeddingCase, wideElementwiseCases } from './cuda_cases.js';
 import { wideOr } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
@@ -148,6 +148,15 @@ describe('column sums (sum_to, layernorm_grad), embedding_grad and the class los
     expect(ln.filter((k) => k.scratch)).toHaveLength(18);
     expect(ln.filter((k) => / rows? per warp, \d+ blocks\]$/.test(k.label))).toHaveLength(9);
     expect(a.plan.scratch.bytes).toBeGreaterThanOrEqual(Math.max(...ln.map((k) => k.scratch ?? 0)));
+    // the train step's 9 forward layernorms each with the residual add before it folded in (fuse.ts rule 5), no
+    // recomputed copies (its planned peak is far below fusions.ts's 4 GiB); the 8 residual-gradient adds of the
+    // backward folded into the layernorm_grad before each (rule 6; ln_f's has none): no binary kernel left
+    const train = a.lowered.find((l) => l.program.name === 'train_step')!.kernels;
+    const lnFwd = train.filter((k) => k.op === 'layernorm');
+    expect(lnFwd).toHaveLength(9);
+    expect(lnFwd.every((k) => k.label.endsWith('[a warp per row, the residual add folded in]'))).toBe(true);
+    expect(train.filter((k) => k.op === 'layernorm_grad' && k.label.includes('[dx + the residual gradient, '))).toHaveLength(8);
+    expect(train.filter((k) => k.op === 'binary')).toHaveLength(0);
     const emb = ks.filter((k) => k.op === 'embedding_grad');
     // the position table's (ids = positions): a sum over the 32 sequences, one thread per element of [64, 128];
     // the token table's over 2048 ids (32 x 64): a sort of 16 blocks of 128, then a block per row of the 65 tokens;
@@ -212,6 +221,12 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ln('ln_wide_chunked', [301], WARP_D + 3, true),
       // a warp per row: D a multiple of 32 and not, the widest, and one past it (the shared kernels)
       ...([[768, true], [333, false], [WARP_D, true], [WARP_D + 1, true]] as const).flatMap(([D, w]) => layernormPair(rng, `ln_warp_${D}`, [3, 7], D, w)),
+      // the residual add folded into the layernorm (fuse.ts rule 5): h stored after the row is loaded, the row normalised from registers
+      ...([[768, true], [333, false], [WARP_D, true], [65, true]] as const).map(([D, w]) => addLayernormCase(rng, `add_ln_${D}`, [3, 7], D, w, true)),
+      // the residual-gradient add folded into layernorm_grad (fuse.ts rule 6): dx stored plus the addend
+      ...([[[3, 7], 768, true], [[5, 1001], 45, false], [[3, 7], WARP_D, true]] as const).map(([rows, D, w]) => layernormGradAddCase(rng, `ln_grad_add_${D}`, [...rows], D, w, true)),
+      // and the bias gradient of the sum (rule 7): several blocks, one block
+      layernormGradAddCase(rng, 'ln_grad_add_bias_45', [5, 1001], 45, true, true, true), layernormGradAddCase(rng, 'ln_grad_add_bias_65', [3, 5], 65, false, true, true),
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
       opCase('sum_outer_3d', 'sum_to', [f([40, 30, 33])], [[30, 1]], { shape: [30, 1] }),

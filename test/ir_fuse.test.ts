@@ -2,7 +2,9 @@
  * The fusion pass (compiler/ir/fuse.ts) on its own: which pairs fuse for which capability set,
  * which must not, the fused graph verified (and verify.ts rejecting malformed fusion attrs), the
  * reference interpreter running fused nodes to the same values as the unfused graph, and the
- * memory planner's in-place rule (ops.ts `inPlace`) for fused pool gradients.
+ * memory planner's in-place rule (ops.ts `inPlace`) for fused pool gradients; rules 5 and 6 (the
+ * residual add folded into the layernorm, the residual-gradient add into layernorm_grad) on their own
+ * graphs and on a small GPT's train step.
  */
 import { describe, expect, it } from 'vitest';
 import { CPU_FUSIONS } from '../compiler/codegen-cpu/fusions.js';
@@ -12,6 +14,9 @@ import { type AttrValue, GraphBuilder, type Node, type Program } from '../compil
 import { inPlacePairs, planMemory, verifyPlan } from '../compiler/ir/memory_plan.js';
 import { graphProblems } from '../compiler/ir/verify.js';
 import { type Env, runGraph } from '../compiler/reference/interpret.js';
+import { gptModel } from '../bench/gpt_tiny.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { runTwin } from './ir_helpers.js';
 
 const SCALARS = { lr: 0.1, t: 1, seed: 1, counter: 0 };
 
@@ -332,4 +337,160 @@ describe('memory plan of fused pool gradients (ops.ts inPlace)', () => {
     expect(f.plan.offsets[P.outputs[0]]).not.toBe(f.plan.offsets[P.inputs[1]]);
     expect(verifyPlan(f)).toEqual([]);
   });
+});
+
+describe('residual add folded into the layernorm after it (rule 5, CUDA)', () => {
+  const CAPS: FusionCaps = { addLayernorm: { maxD: 8 } };
+  /** h = a + r ([3, D]); layernorm(h, w, bias); h read again after (the next residual add); `between`: a reader of h before the layernorm */
+  function addLn(D: number, opts: { between?: boolean; broadcast?: boolean; noAffine?: boolean } = {}) {
+    const b = new GraphBuilder();
+    const a = b.value('a', 'f32', [3, D], 'input');
+    const r = b.value('r', 'f32', opts.broadcast ? [D] : [3, D], 'input');
+    const w = opts.noAffine ? -1 : b.value('w', 'f32', [D], 'param'), bias = opts.noAffine ? -1 : b.value('bias', 'f32', [D], 'param');
+    const [h] = b.emit('binary', [a, r], [{ name: 'h', shape: [3, D] }], { fn: 'add' });
+    const extra = opts.between ? b.emit('unary', [h], [{ name: 'early', shape: [3, D] }], { fn: 'neg' }) : [];
+    const [y] = b.emit('layernorm', opts.noAffine ? [h] : [h, w, bias], [{ name: 'y', shape: [3, D] }, { name: 'mean', shape: [3] }, { name: 'rstd', shape: [3] }], { eps: 1e-5 });
+    const [next] = b.emit('binary', [h, y], [{ name: 'next', shape: [3, D] }], { fn: 'add' });
+    return program(b, [a, r], [next, ...extra]);
+  }
+
+  it('the layernorm reads a and r, writes h as its last output; the add is gone; same values', () => {
+    for (const noAffine of [false, true]) {
+      const p = addLn(7, { noAffine });
+      const f = fused(p, CAPS);
+      expect(opsOf(f)).toEqual(['layernorm', 'binary']);
+      const ln = f.graph.nodes[0];
+      expect(ln.attrs).toEqual({ eps: 1e-5, add_in: true });
+      const name = (id: number) => (id < 0 ? '-' : f.graph.values[id].name);
+      expect(ln.inputs.map(name)).toEqual(['a', noAffine ? '-' : 'w', noAffine ? '-' : 'bias', 'r']);
+      expect(ln.outputs.map(name)).toEqual(['y', 'mean', 'rstd', 'h']);
+      expect(sameValues(p, f)).toBe(5);
+      expect(fuseProgram(f, CAPS)).toEqual(f);
+      expect(verifyPlan({ ...f, plan: planMemory(f) })).toEqual([]);
+    }
+  });
+
+  it('not without the cap, over rows wider than maxD, for a broadcast add, or when h is read before the layernorm', () => {
+    expect(opsOf(fused(addLn(7), NO_FUSIONS))).toEqual(['binary', 'layernorm', 'binary']);
+    expect(opsOf(fused(addLn(9), CAPS))).toEqual(['binary', 'layernorm', 'binary']);
+    expect(opsOf(fused(addLn(7, { broadcast: true }), CAPS))).toEqual(['binary', 'layernorm', 'binary']);
+    expect(opsOf(fused(addLn(7, { between: true }), CAPS))).toEqual(['binary', 'unary', 'layernorm', 'binary']);
+  });
+
+  it('verify.ts rejects add_in off layernorm, without the addend, with an addend of another shape, and the sum without add_in', () => {
+    const f = fused(addLn(7), CAPS);
+    const bad = (edit: (p: Program) => void) => {
+      const copy: Program = JSON.parse(JSON.stringify(f));
+      edit(copy);
+      return graphProblems(copy.graph).join('\n');
+    };
+    expect(bad(() => {})).toBe('');
+    expect(bad((p) => (p.graph.nodes[1].attrs.add_in = true))).toMatch(/add_in is only `true` on layernorm/);
+    expect(bad((p) => p.graph.nodes[0].inputs.pop())).toMatch(/add_in needs every input/);
+    expect(bad((p) => (p.graph.nodes[0].inputs[3] = p.graph.nodes[0].inputs[1]))).toMatch(/the addend %\d+ is f32\[7\], expected a float\[3,7\]/);
+    expect(bad((p) => (delete p.graph.nodes[0].attrs.add_in))).toMatch(/expects 3 outputs, has 4/);
+  });
+});
+
+describe('residual-gradient add folded into the layernorm_grad before it (rule 6, CUDA)', () => {
+  const CAPS: FusionCaps = { addLayernorm: { maxD: 8 } };
+  /** dx = layernorm_grad(dy, x, w?, mean, rstd); out = r + dx; `more`: another reader of dx; `late`: r written after the grad */
+  function gradAdd(D: number, opts: { more?: boolean; late?: boolean; noWeight?: boolean } = {}) {
+    const b = new GraphBuilder();
+    const dy = b.value('dy', 'f32', [3, D], 'input'), x = b.value('x', 'f32', [3, D], 'input');
+    const w = opts.noWeight ? -1 : b.value('w', 'f32', [D], 'param');
+    const mean = b.value('mean', 'f32', [3], 'input'), rstd = b.value('rstd', 'f32', [3], 'input');
+    const r0 = b.value('r0', 'f32', [3, D], 'input');
+    const early = opts.late ? -1 : b.emit('unary', [r0], [{ name: 'r', shape: [3, D] }], { fn: 'neg' })[0];
+    const [dx] = b.emit('layernorm_grad', [dy, x, w, mean, rstd], [{ name: 'dx', shape: [3, D] }, { name: 'dw', shape: [D] }, { name: 'db', shape: [D] }]);
+    const r = opts.late ? b.emit('unary', [r0], [{ name: 'r', shape: [3, D] }], { fn: 'neg' })[0] : early;
+    const [out] = b.emit('binary', [dx, r], [{ name: 'out', shape: [3, D] }], { fn: 'add' });
+    const extra = opts.more ? b.emit('unary', [dx], [{ name: 'dx2', shape: [3, D] }], { fn: 'neg' }) : [];
+    const grads = b.graph.nodes.find((n) => n.op === 'layernorm_grad')!.outputs.slice(1);
+    return program(b, [dy, x, mean, rstd, r0], [out, ...grads, ...extra]);
+  }
+
+  it('the layernorm_grad reads r last and writes the sum as its output 0; dx and the add are gone; same values', () => {
+    for (const noWeight of [false, true]) {
+      const p = gradAdd(7, { noWeight });
+      const f = fused(p, CAPS);
+      expect(opsOf(f)).toEqual(['unary', 'layernorm_grad']);
+      const lg = nodeOf(f, 'layernorm_grad');
+      const name = (id: number) => (id < 0 ? '-' : f.graph.values[id].name);
+      expect(lg.attrs).toEqual({ add_out: true });
+      expect(lg.inputs.map(name)).toEqual(['dy', 'x', noWeight ? '-' : 'w', 'mean', 'rstd', 'r']);
+      expect(lg.outputs.map(name)).toEqual(['out', 'dw', 'db']);
+      expect(valueId(f, 'dx')).toBe(-1);
+      expect(sameValues(p, f)).toBe(4);
+      expect(fuseProgram(f, CAPS)).toEqual(f);
+    }
+  });
+
+  it("rule 7: a bias gradient (sum_to over the rows) of the sum becomes the grad's last output; not a sum over other dims", () => {
+    const withSum = (shape: number[], axes: number[]) => {
+      const p = gradAdd(7);
+      const b = new GraphBuilder();
+      Object.assign(b, { graph: JSON.parse(JSON.stringify(p.graph)) });
+      const out = valueId(p, 'out');
+      const [s] = b.emit('sum_to', [out], [{ name: 'dbias_lin', shape }], { shape, axes });
+      return program(b, p.inputs, [...p.outputs.map((o) => o.value).filter((v) => v !== out), s]);
+    };
+    const p = withSum([7], [0]);
+    const f = fused(p, CAPS);
+    expect(opsOf(f)).toEqual(['unary', 'layernorm_grad']);
+    const lg = nodeOf(f, 'layernorm_grad');
+    expect(lg.attrs).toEqual({ add_out: true, sum_out: true });
+    expect(lg.outputs.map((id) => f.graph.values[id].name)).toEqual(['out', 'dw', 'db', 'dbias_lin']);
+    expect(sameValues(p, f)).toBe(5);
+    expect(opsOf(fused(withSum([3], [1]), CAPS))).toEqual(['unary', 'layernorm_grad', 'sum_to']);
+  });
+
+  it('not when dx has another reader, r is written after the grad, or rows are wider than maxD; verify.ts checks add_out', () => {
+    expect(opsOf(fused(gradAdd(7, { more: true }), CAPS))).toContain('binary');
+    expect(opsOf(fused(gradAdd(7, { late: true }), CAPS))).toContain('binary');
+    expect(opsOf(fused(gradAdd(9), CAPS))).toContain('binary');
+    const f = fused(gradAdd(7), CAPS);
+    const bad = (edit: (p: Program) => void) => {
+      const copy: Program = JSON.parse(JSON.stringify(f));
+      edit(copy);
+      return graphProblems(copy.graph).join('\n');
+    };
+    expect(bad((p) => (nodeOf(p, 'unary').attrs.add_out = true))).toMatch(/add_out is only `true` on layernorm_grad/);
+    expect(bad((p) => (nodeOf(p, 'layernorm_grad').attrs.sum_out = true))).toMatch(/expects 3 outputs and the sum, has 3/);
+    expect(bad((p) => (nodeOf(p, 'unary').attrs.sum_out = true))).toMatch(/sum_out is only `true` with add_out/);
+    expect(bad((p) => nodeOf(p, 'layernorm_grad').inputs.pop())).toMatch(/expects 5 inputs \(.*\) and the addend, has 5/);
+    expect(bad((p) => (nodeOf(p, 'layernorm_grad').inputs[5] = nodeOf(p, 'layernorm_grad').inputs[3]))).toMatch(/the addend is f32\[3\], expected a float\[3,7\]/);
+  });
+});
+
+it("rules 5 and 6 on a small GPT's train step (every residual add before a layernorm, every residual-gradient add after a layernorm_grad): the reference gives the same loss and update bit for bit", () => {
+  const model = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+  const unfused = buildPrograms(model, { batch: 2 }).train_step;
+  const f = fused(unfused, { addLayernorm: { maxD: 16 } });
+  // the embedding sum and both residual adds of each of the 2 blocks (the last one into ln_f): 5 layernorms read a sum
+  expect(f.graph.nodes.filter((n) => n.attrs.add_in === true)).toHaveLength(5);
+  // the layernorm_grads but ln_f's (its dx is the residual stream's whole gradient there); with the bias gradient of
+  // the projection before them (rule 7) but block 0's ln1 (the embeddings' gradient: no bias)
+  expect(f.graph.nodes.filter((n) => n.attrs.add_out === true)).toHaveLength(4);
+  expect(f.graph.nodes.filter((n) => n.attrs.sum_out === true)).toHaveLength(3);
+  expect(f.graph.nodes.filter((n) => n.op === 'binary' && n.attrs.fn === 'add')).toHaveLength(0);
+  const { losses, stores } = runTwin(model.params, unfused, f, 5, 2);
+  for (const [a, b] of losses) expect(b).toBe(a);
+  for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
+});
+
+it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7 (and remat) off one by one; an unknown name is a user error', async () => {
+  const { cudaFusions, cudaFuseOff } = await import('../compiler/codegen-cuda/fusions.js');
+  const model = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+  const count = (off: Parameters<typeof cudaFusions>[0]) => {
+    const g = fuseProgram(buildPrograms(model, { batch: 2 }).train_step, cudaFusions(off)).graph;
+    return [g.nodes.filter((n) => n.attrs.add_in).length, g.nodes.filter((n) => n.attrs.add_out).length, g.nodes.filter((n) => n.attrs.sum_out).length];
+  };
+  expect(count([])).toEqual([5, 4, 3]);
+  expect(count(['add_ln'])).toEqual([0, 4, 3]);
+  expect(count(['bias_sum'])).toEqual([5, 4, 0]);
+  expect(count(['grad_add'])).toEqual([5, 0, 0]);
+  expect(cudaFusions(['remat']).remat).toBeUndefined();
+  expect(cudaFuseOff(' remat, bias_sum ')).toEqual(['remat', 'bias_sum']);
+  expect(() => cudaFuseOff('remat,nope')).toThrow(/unknown fusion 'nope'/);
 });

@@ -3,11 +3,14 @@
  * reader when their inputs stay alive anyway. Checked on a small GPT (gelu, layernorm) at fp32 and
  * bf16 (CUDA's folded casts): which nodes get a copy, that backward readers read the copy, that the
  * copy's inputs were alive there anyway, that the reference interpreter gives the same loss and
- * update bit for bit with and without it, and that the planned arena shrinks.
+ * update bit for bit with and without it, and that the planned arena shrinks. And the caps' rule
+ * (programs.ts fuseForBackend): copies only for a program planned at `fromPeakBytes` or more
+ * without them; CUDA's threshold (4 GiB) leaves the toy GPT without.
  */
 import { describe, expect, it } from 'vitest';
 import { gptModel } from '../bench/gpt_tiny.js';
-import { cudaFusions } from '../compiler/codegen-cuda/fusions.js';
+import { cudaFusions, REMAT_FROM_PEAK_BYTES } from '../compiler/codegen-cuda/fusions.js';
+import type { FusionCaps } from '../compiler/ir/fuse.js';
 import { fuseProgram } from '../compiler/ir/fuse.js';
 import { planMemory, verifyPlan } from '../compiler/ir/memory_plan.js';
 import { opDef } from '../compiler/ir/ops.js';
@@ -17,11 +20,14 @@ import { graphProblems } from '../compiler/ir/verify.js';
 import { runTwin } from './ir_helpers.js';
 
 const base = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+/** CUDA's caps with remat from any peak (the toy GPT is far below CUDA's threshold) */
+const rematAlways: FusionCaps = { ...cudaFusions(), remat: { fromPeakBytes: 0 } };
+const rematCount = (p: { graph: { values: { name: string }[] } }) => p.graph.values.filter((v) => v.name.endsWith('.remat')).length;
 
 for (const precision of ['fp32', 'bf16'] as const) {
   describe(`remat at ${precision}`, () => {
     const model = { ...base, train: { ...base.train, precision } };
-    const set = buildPrograms(model, { batch: 2, fusions: cudaFusions() });
+    const set = buildPrograms(model, { batch: 2, fusions: rematAlways });
     // the same train step fused, without remat: the set's step is fuse + remat of the unfused one
     const unfused = buildPrograms(model, { batch: 2 });
     const plain = fuseProgram(unfused.train_step, cudaFusions());
@@ -35,12 +41,20 @@ for (const precision of ['fp32', 'bf16'] as const) {
       const kinds = copies.map((n) => (n.op === 'unary' ? String(n.attrs.fn) : n.op));
       expect(kinds.filter((k) => k === 'gelu').length).toBe(2); // one per block
       expect(kinds.filter((k) => k === 'layernorm').length).toBeGreaterThanOrEqual(4); // ln1, ln2 per block
+      // CUDA folds each block's residual add into the layernorm after it: those are copied too
+      expect(plain.graph.nodes.filter((n) => n.attrs.add_in === true).length).toBeGreaterThanOrEqual(4);
       for (const c of copies) {
         expect(c.id, `${c.op} copy`).toBeGreaterThanOrEqual(bw);
-        const orig = g.nodes.find((n) => n.id < bw && n.op === c.op && JSON.stringify(n.inputs) === JSON.stringify(c.inputs) && JSON.stringify(n.attrs) === JSON.stringify(c.attrs))!;
+        const origName = g.values[c.outputs[0]].name.replace(/\.remat$/, '');
+        const orig = g.nodes.find((n) => n.id < bw && n.op === c.op && g.values[n.outputs[0]].name === origName)!;
         expect(orig, `the forward node of ${g.values[c.outputs[0]].name}`).toBeDefined();
+        // the same computation: a layernorm with a folded residual add (fuse.ts rule 5) is copied as the plain layernorm of its sum
+        const { add_in: addIn, ...plain } = orig.attrs;
+        expect(c.attrs).toEqual(plain);
+        expect(c.inputs).toEqual(addIn === true ? [orig.outputs[3], ...orig.inputs.slice(1, -1)] : orig.inputs);
+        expect(c.outputs.length).toBe(addIn === true ? 3 : orig.outputs.length);
         // no node after the copy reads the forward node's outputs; each copy input is read again later
-        for (const n of g.nodes.slice(c.id + 1)) for (const o of orig.outputs) expect(n.inputs.includes(o), `${n.op} reads ${g.values[o].name}`).toBe(false);
+        for (const n of g.nodes.slice(c.id + 1)) for (const o of orig.outputs.slice(0, c.outputs.length)) expect(n.inputs.includes(o), `${n.op} reads ${g.values[o].name}`).toBe(false);
         for (const id of c.inputs) {
           const v = g.values[id];
           if (id < 0 || ['param', 'input'].includes(v.kind)) continue;
@@ -70,8 +84,18 @@ for (const precision of ['fp32', 'bf16'] as const) {
   });
 }
 
+it('the caps recompute only a program planned at fromPeakBytes or more without the copies; CUDA\'s 4 GiB leaves small ones alone', () => {
+  const peak = planMemory(fuseProgram(buildPrograms(base, { batch: 2 }).train_step, cudaFusions())).peakBytes;
+  const at = (fromPeakBytes: number) => rematCount(buildPrograms(base, { batch: 2, fusions: { ...cudaFusions(), remat: { fromPeakBytes } } }).train_step);
+  expect(at(peak)).toBeGreaterThan(0);
+  expect(at(peak + 1)).toBe(0);
+  expect(REMAT_FROM_PEAK_BYTES).toBe(4 * 2 ** 30);
+  expect(peak).toBeLessThan(REMAT_FROM_PEAK_BYTES);
+  expect(rematCount(buildPrograms(base, { batch: 2, fusions: cudaFusions() }).train_step)).toBe(0);
+});
+
 it('remat is idempotent and leaves a program without a backward as it is', () => {
-  const set = buildPrograms(base, { batch: 2, fusions: cudaFusions() });
+  const set = buildPrograms(base, { batch: 2, fusions: rematAlways });
   expect(rematerialize(set.train_step)).toBe(set.train_step);
   expect(rematerialize(set.eval)).toBe(set.eval);
 });

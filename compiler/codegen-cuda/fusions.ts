@@ -11,22 +11,49 @@
  * Mixed precision: the 16-bit casts fold into the loads and stores of the kernels that widen /
  * round (compiler/kernels/registry.ts HALF_IO_OPS; cuBLASLt writes a 16-bit D: cublaslt.ts), except
  * the convolutions (their CUDA kernels are not declared for it). And remat (compiler/ir/remat.ts):
- * gelu and layernorm outputs the backward reads are recomputed there instead of kept (the GPU's
- * memory is what limits GPT-2's batch; a recompute costs one element-wise / row kernel).
+ * gelu and layernorm outputs the backward reads are recomputed there instead of kept, for a
+ * program whose planned peak without the copies is at least REMAT_FROM_PEAK_BYTES (4 GiB): the
+ * GPU's memory is what limits GPT-2's batch (8.83 -> 7.14 GiB planned with the copies), while below
+ * that a step fits any GPU this backend targets (sm_80 and later, 16 GB and up) with room to spare,
+ * and each copy is one more kernel of a few microseconds (gpt_tiny: 13 copies for 20 MiB saved;
+ * gpt_char: 19 copies, 2.49 -> 1.75 GiB, not worth 19 launches on a 16+ GB device).
+ * And a residual add folded into the layernorm reading its sum (fuse.ts rule 5) for rows of at most
+ * layernorm_cuda.ts's WARP_D (its warp-per-row kernel stores the sum after loading the row), and the
+ * residual-gradient add (with the bias gradient summed from it) into the layernorm_grad before it (rules 6, 7).
+ * $MPSC_CUDA_FUSE_OFF=remat,add_ln,grad_add,bias_sum switches any of these off (A/B runs).
  */
+import { UserError } from '../errors.js';
 import { EPILOGUE_OPS, type FusionCaps } from '../ir/fuse.js';
 import { UNARY_FNS } from '../ir/scalar_fns.js';
 import { HALF_IO_OPS } from '../kernels/registry.js';
+import { WARP_D } from './layernorm_cuda.js';
+
+/** remat only for a program planned at this peak (bytes) or more without it */
+export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
 
 /** the ops index.ts's registry lowers with kernels of its own that read / write only f32 besides their 16-bit GEMM operands */
 const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
-export function cudaFusions(): FusionCaps {
+/** the fusions $MPSC_CUDA_FUSE_OFF may switch off (a comma-separated list, for A/B runs; runtime/cuda/session.ts keys builds on it) */
+export const CUDA_FUSE_SWITCHES = ['remat', 'add_ln', 'grad_add', 'bias_sum'] as const;
+export type CudaFuseSwitch = (typeof CUDA_FUSE_SWITCHES)[number];
+
+/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7), bias_sum (rule 7) */
+export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE_OFF): CudaFuseSwitch[] {
+  const names = (env ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+  for (const x of names) {
+    if (!(CUDA_FUSE_SWITCHES as readonly string[]).includes(x)) throw new UserError(`error: MPSC_CUDA_FUSE_OFF: unknown fusion '${x}' (known: ${CUDA_FUSE_SWITCHES.join(', ')})`);
+  }
+  return names as CudaFuseSwitch[];
+}
+
+export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): FusionCaps {
   const half = HALF_IO_OPS.filter((op) => !F32_ONLY.includes(op));
   return {
     epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: true },
     poolGradRelu: { globalAvgpool: true, maxpool2x2: true, convGradInput: true },
     casts: { reads: half, stores: half },
-    remat: true,
+    ...(off.includes('remat') ? {} : { remat: { fromPeakBytes: REMAT_FROM_PEAK_BYTES } }),
+    addLayernorm: { maxD: WARP_D, add: !off.includes('add_ln'), grad: !off.includes('grad_add'), biasSum: !off.includes('bias_sum') },
   };
 }

@@ -1,5 +1,6 @@
 /**
- * layernorm_cuda: the CUDA backend's layernorm forward and layernorm_grad's dx over rows of D <= WARP_D:
+ * layernorm_cuda: the CUDA backend's layernorm forward (also with a residual add folded in: fuse.ts rule 5)
+ * and layernorm_grad's dx over rows of D <= WARP_D:
  * a warp per row (8 rows per block of 256), the row's D values held in registers (lane l keeps elements
  * l, l + 32, ... : K = ceil(D / 32) of them, written out as K statements), so each row is read once
  * and written once, with warp butterflies (no barriers) for its sums. The shared kernels
@@ -11,7 +12,9 @@
  * written through its typed stores.
  * layernorm_grad: the same warp per row for dx, each warp taking several rows in turn and keeping its
  * lanes' partial weight / bias gradients in registers, so dy and x are read once for all three outputs
- * (layernormGradCuda); a second kernel adds the blocks' partials.
+ * (layernormGradCuda); a second kernel adds the blocks' partials. With the residual-gradient add folded
+ * in (fuse.ts rule 6, `add_out`) dx is stored plus the addend (the residual stream's gradient), and with
+ * `sum_out` (rule 7) the stored values' column sums (a linear's bias gradient) are a third partial.
  * Consumes layernorm and layernorm_grad nodes in a CUDA dialect context (the bodies use only the kernel
  * language); produces KernelSpecs (null: the shared kernels, with reduce_cuda.ts's column sums).
  */
@@ -42,33 +45,50 @@ function store(ctx: LowerCtx, g: Graph, id: number, x: string): string {
   return isHalfElem(t) ? ctx.d.fromFloat(t, x) : x;
 }
 
-/** layernorm (x, w?, b? -> y, mean, rstd) a warp per row; null when D > WARP_D */
+/**
+ * layernorm (x, w?, b? -> y, mean, rstd) a warp per row; null when D > WARP_D. With a folded residual
+ * add (fuse.ts rule 5, `add_in`: x, w, b, addend -> y, mean, rstd, h) the row is x + addend, stored to h
+ * after all its loads (h = a + b in f32, as the binary kernel wrote it) and normalised from the registers:
+ * one launch and one read of the row fewer than the add kernel and the layernorm.
+ */
 export function lowerLayernormCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const { D, rows } = layernormRows(g, n);
-  if (D > WARP_D) return null;
+  const addIn = n.attrs.add_in === true;
+  if (D > WARP_D) {
+    if (addIn) throw new Error(`internal: node ${n.id}: a layernorm with a folded add over rows of ${D} > WARP_D (fuse.ts rule 5 takes D <= ${WARP_D})`);
+    return null;
+  }
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
   const ins = n.inputs, outs = n.outputs;
   const weight = ins.length > 1 && ins[1] >= 0, bias = ins.length > 2 && ins[2] >= 0;
   const K = ceilDiv(D, 32);
   const vs = Array.from({ length: K }, (_, k) => `v${k}`);
+  const addend = ins[ins.length - 1], sum = outs[outs.length - 1];
   const args = [argOf(g, 'x', ins[0], 'r'), ...(weight ? [argOf(g, 'w', ins[1], 'r')] : []), ...(bias ? [argOf(g, 'b', ins[2], 'r')] : []),
-    argOf(g, 'y', outs[0], 'w'), argOf(g, 'mean', outs[1], 'w'), argOf(g, 'rstd', outs[2], 'w')];
+    ...(addIn ? [argOf(g, 'xa', addend, 'r')] : []),
+    argOf(g, 'y', outs[0], 'w'), argOf(g, 'mean', outs[1], 'w'), argOf(g, 'rstd', outs[2], 'w'), ...(addIn ? [argOf(g, 'h', sum, 'w')] : [])];
+  // every load of the row before any store: a store to h between them would keep the next loads from being issued
+  // before it lands (the compiler cannot tell that h overlaps neither x nor xa), one memory round trip per element
+  const load = (k: number, idx: string) => addIn
+    ? `v${k} = ${readF(d, g, ins[0], 'x', idx)} + ${readF(d, g, addend, 'xa', idx)};`
+    : `v${k} = ${readF(d, g, ins[0], 'x', idx)};`;
   const wAt = (col: string) => (weight ? ` * ${readF(d, g, ins[1], 'w', col)}` : '');
   const bAt = (col: string) => (bias ? ` + ${readF(d, g, ins[2], 'b', col)}` : '');
   return [kernelSpec(ctx, g, n, args, {
     groups: [ceilDiv(rows, WARPS), 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: 0, sync: true,
     body:
-      `  // a warp per row of D = ${u(D)}: lane l keeps elements l, l + 32, ... in registers; one read, one write\n` +
+      `  // a warp per row of D = ${u(D)}: lane l keeps elements l, l + 32, ... in registers; one read, one write${addIn ? ' (the row is x + xa, stored to h once all its loads are issued)' : ''}\n` +
       `  const uint r = tgid.x * ${u(WARPS)} + sg;\n  if (r >= ${u(rows)}) return;\n  const uint base = r * ${u(D)};\n` +
       `  float ${vs.map((v) => `${v} = ${f(0)}`).join(', ')};\n` +
-      lanes(d, D, (k, idx) => `v${k} = ${readF(d, g, ins[0], 'x', idx)};`) +
+      lanes(d, D, (k, idx) => load(k, idx)) +
+      (addIn ? lanes(d, D, (k, idx) => `h[${idx}] = v${k};`) : '') +
       `  const float mu = ${d.simdSum(vs.join(' + '))} / ${f(D)};\n` +
       `  float q = ${f(0)};\n` +
       lanes(d, D, (k) => `{ const float c = v${k} - mu; q += c * c; }`) +
       `  const float rs = ${f(1)} / ${d.math('sqrt', `${d.simdSum('q')} / ${f(D)} + ${f(numAttr(n, 'eps', 1e-5))}`)};\n` +
       lanes(d, D, (k, idx, col) => `y[${idx}] = ${store(ctx, g, outs[0], `(v${k} - mu) * rs${wAt(col)}${bAt(col)}`)};`) +
       `  if (lane == 0u) { mean[r] = mu; rstd[r] = rs; }\n`,
-  }, ' [a warp per row]')];
+  }, addIn ? ' [a warp per row, the residual add folded in]' : ' [a warp per row]')];
 }
 
 /** blocks of layernormGradCuda's first kernel (two per SM of the H200) */
@@ -85,24 +105,42 @@ const GRAD_BLOCKS = 264;
  */
 export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const { D, rows } = layernormRows(g, n);
-  if (D > WARP_D) return null;
+  // the residual gradient added to dx as it is stored (fuse.ts rule 6, `add_out`: the addend is the last input)
+  const addOut = n.attrs.add_out === true;
+  if (D > WARP_D) {
+    if (addOut) throw new Error(`internal: node ${n.id}: a layernorm_grad with a folded add over rows of ${D} > WARP_D (fuse.ts rule 6 takes D <= ${WARP_D})`);
+    return null;
+  }
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
   const ins = n.inputs, outs = n.outputs;
   const weight = ins.length > 2 && ins[2] >= 0;
   const K = ceilDiv(D, 32);
   const RW = Math.max(1, ceilDiv(rows, GRAD_BLOCKS * WARPS)), G = ceilDiv(rows, WARPS * RW);
-  const writes = [argOf(g, 'dweight', outs[1], 'w'), argOf(g, 'dbias', outs[2], 'w')];
+  // the column sums kept per lane: dy * xhat (dweight), dy (dbias), and with `sum_out` (rule 7) the stored dx + addend (its last output)
+  const sums = [{ p: 'pw', arg: 'dweight', out: outs[1] }, { p: 'pb', arg: 'dbias', out: outs[2] },
+    ...(n.attrs.sum_out === true ? [{ p: 'po', arg: 'dsum', out: outs[3] }] : [])];
+  const P = sums.length;
+  const writes = sums.map((x) => argOf(g, x.arg, x.out, 'w'));
   const args = [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), ...(weight ? [argOf(g, 'w', ins[2], 'r')] : []),
-    argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r'), argOf(g, 'dx', outs[0], 'w'), ...(G === 1 ? writes : [])];
+    argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r'), ...(addOut ? [argOf(g, 'xa', ins[5], 'r')] : []),
+    argOf(g, 'dx', outs[0], 'w'), ...(G === 1 ? writes : [])];
+  const plus = (idx: string) => (addOut ? ` + ${readF(d, g, ins[5], 'xa', idx)}` : '');
   const decl = (p: string) => `  float ${Array.from({ length: K }, (_, k) => `${p}${k} = ${f(0)}`).join(', ')};\n`;
-  const wb = (c: string, sw: string, sb: string) => `${writeF(d, g, outs[1], 'dweight', c, sw)} ${writeF(d, g, outs[2], 'dbias', c, sb)}`;
-  const bytes = G * 2 * D * 4;
+  /** stores of the column totals, the j-th from the expression total(j) */
+  const storeAll = (c: string, total: (j: number) => string) => sums.map((x, j) => writeF(d, g, x.out, x.arg, c, total(j))).join(' ');
+  const bytes = G * P * D * 4;
+  // with the addend: every lane's dx + addend computed (all its loads issued) before any store to dx, whose overlap with
+  // xa the compiler cannot rule out (a store between the loads costs a memory round trip per element); g_k holds the result
+  const dxLine = (k: number, idx: string) => addOut
+    ? `dx[${idx}] = ${store(ctx, g, outs[0], `g${k}`)};${P === 3 ? ` po${k} += g${k};` : ''}`
+    : `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`;
+  const sumLine = (k: number, idx: string) => `g${k} = rs * (g${k} - s1 - h${k} * s2)${plus(idx)};`;
   const first = kernelSpec(ctx, g, n, args, {
-    groups: [G, 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: 2 * D * 4, sync: true, ...(G === 1 ? {} : { scratch: bytes }),
+    groups: [G, 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: P * D * 4, sync: true, ...(G === 1 ? {} : { scratch: bytes }),
     body:
       `  // warp sg of block b: rows (b * ${u(WARPS)} + sg) * ${u(RW)} + j (j < ${u(RW)}) in order, each as a warp per row of D = ${u(D)}:\n` +
-      `  // dx = rstd * (g - sum(g)/D - xhat * sum(g*xhat)/D), g = dy${weight ? ' * w' : ''}; the lanes' sums of dy * xhat (pw) and dy (pb) per column kept\n` +
-      decl('g') + decl('h') + decl('pw') + decl('pb') +
+      `  // dx = rstd * (g - sum(g)/D - xhat * sum(g*xhat)/D), g = dy${weight ? ' * w' : ''}; the lanes' sums of dy * xhat (pw) and dy (pb)${P === 3 ? ' and of the stored dx (po)' : ''} per column kept\n` +
+      decl('g') + decl('h') + sums.map((x) => decl(x.p)).join('') +
       `  const uint r0 = (tgid.x * ${u(WARPS)} + sg) * ${u(RW)};\n` +
       `  for (uint j = 0u; j < ${u(RW)}; ++j) {\n    const uint r = r0 + j;\n    if (r < ${u(rows)}) {\n` +
       `  const uint base = r * ${u(D)};\n  const float mu = mean[r], rs = rstd[r];\n  float s1 = ${f(0)}, s2 = ${f(0)};\n` +
@@ -110,20 +148,24 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
         `{ const float e = ${readF(d, g, ins[0], 'dy', idx)}; g${k} = e${weight ? ` * ${readF(d, g, ins[2], 'w', col)}` : ''}; h${k} = (${readF(d, g, ins[1], 'x', idx)} - mu) * rs; ` +
         `s1 += g${k}; s2 += g${k} * h${k}; pw${k} += e * h${k}; pb${k} += e; }`) +
       `  s1 = ${d.simdSum('s1')} / ${f(D)};\n  s2 = ${d.simdSum('s2')} / ${f(D)};\n` +
-      lanes(d, D, (k, idx) => `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`) +
+      (addOut ? lanes(d, D, (k, idx) => sumLine(k, idx)) : '') +
+      lanes(d, D, (k, idx) => dxLine(k, idx)) +
       `    }\n  }\n` +
-      `  // the block's sums per column: its warps' partials added in warp order (tg: pw then pb)\n` +
+      `  // the block's sums per column: its warps' partials added in warp order (tg: ${sums.map((x) => x.p).join(' then ')})\n` +
       `  for (uint wi = 0u; wi < ${u(WARPS)}; ++wi) {\n    if (sg == wi) {\n` +
-      lanes(d, D, (k, _idx, col) => `tg[${col}] = (wi == 0u ? ${f(0)} : tg[${col}]) + pw${k}; tg[${u(D)} + ${col}] = (wi == 0u ? ${f(0)} : tg[${u(D)} + ${col}]) + pb${k};`) +
+      lanes(d, D, (k, _idx, col) => sums.map((x, j) => {
+        const at = j ? `${u(j * D)} + ${col}` : col;
+        return `tg[${at}] = (wi == 0u ? ${f(0)} : tg[${at}]) + ${x.p}${k};`;
+      }).join(' ')) +
       `    }\n    ${d.barrier()}\n  }\n` +
       (G === 1
-        ? `  for (uint c = tidx; c < ${u(D)}; c += ${u(32 * WARPS)}) { ${wb('c', 'tg[c]', `tg[${u(D)} + c]`)} }\n`
-        : `  for (uint c = tidx; c < ${u(2 * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(2 * D)} + c] = tg[c];\n`),
-  }, ` [dx, and dweight / dbias partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
+        ? `  for (uint c = tidx; c < ${u(D)}; c += ${u(32 * WARPS)}) { ${storeAll('c', (j) => (j ? `tg[${u(j * D)} + c]` : 'tg[c]'))} }\n`
+        : `  for (uint c = tidx; c < ${u(P * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(P * D)} + c] = tg[c];\n`),
+  }, ` [dx${addOut ? ' + the residual gradient' : ''}, and dweight / dbias${P === 3 ? ' / its column sums' : ''} partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
   if (G === 1) return [first];
   const finish = elementwise(ctx, g, n, writes, D,
-    `  // the ${G} blocks' sums of column i, in block order\n  float sw = ${f(0)}, sb = ${f(0)};\n` +
-    `  for (uint b = 0u; b < ${u(G)}; ++b) { sw += mpsc_scratch[b * ${u(2 * D)} + i]; sb += mpsc_scratch[b * ${u(2 * D)} + ${u(D)} + i]; }\n` +
-    `  ${wb('i', 'sw', 'sb')}\n`, ` [dweight, dbias: sum of ${G} blocks]`);
+    `  // the ${G} blocks' sums of column i, in block order\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
+    `  for (uint b = 0u; b < ${u(G)}; ++b) {${sums.map((_, j) => ` t${j} += mpsc_scratch[b * ${u(P * D)} + ${j ? `${u(j * D)} + ` : ''}i];`).join('')} }\n` +
+    `  ${storeAll('i', (j) => `t${j}`)}\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks]`);
   return [first, { ...finish, scratch: bytes }];
 }

@@ -40,6 +40,21 @@
  *     not a second copy; the reshape of x goes when nothing else reads r).
  *     Exact: widening is exact, and the rounding happens at the same point (the reference
  *     interpreter rounds a node's 16-bit outputs when it stores them).
+ *  5. residual add into layernorm: A = `binary add` (h = a + b, a and b of h's shape, h f32 and not a
+ *     program output) and L = a `layernorm` reading h as its x, rows of D <= caps.addLayernorm.maxD,
+ *     with no reader of h between A and L: A disappears and L, attr `add_in: true`, reads a as x and b
+ *     as its last input `addend` (weight / bias as before, -1 when absent), normalises a + b and
+ *     writes h as its fourth output (every other reader of h reads it there, after L). Exact: h is the
+ *     same f32 sum, and L normalises that sum as it did when reading h.
+ *  6. residual-gradient add into layernorm_grad: L = `layernorm_grad` writing dx (f32, not a program
+ *     output, rows of D <= caps.addLayernorm.maxD) whose only reader is A = `binary add` (out = dx + r
+ *     or r + dx, r of dx's shape, written before L, out f32): A disappears and L, attr `add_out: true`,
+ *     reads r as its last input `addend` (absent weight: -1) and writes out as its output 0. The sum is
+ *     the same f32 addition (a CUDA build may contract it with the last multiply of dx: one rounding).
+ *  7. a bias gradient of that sum into the same layernorm_grad: S = `sum_to` of a rule-6 node's output 0
+ *     over every leading dim (shape [D]; the bias gradient of the linear that read the residual stream),
+ *     f32: S disappears and the node, attr `sum_out: true`, writes S's output as its last output.
+ *     The same sum in another order (the kernel's rows, warps, blocks): within rounding, not bitwise.
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -74,8 +89,14 @@ export interface FusionCaps {
    * its 16-bit type (rounding once, to nearest even, as they store it)
    */
   casts?: { reads: readonly OpName[]; stores: readonly OpName[] };
-  /** after the rules: recompute cheap forward values in the backward (remat.ts; programs.ts fuseForBackend) */
-  remat?: boolean;
+  /**
+   * after the rules: recompute cheap forward values in the backward (remat.ts; programs.ts
+   * fuseForBackend), only for a program whose planned peak without the copies is at least
+   * `fromPeakBytes` (below it memory limits nothing, and every copy costs a kernel launch)
+   */
+  remat?: { fromPeakBytes: number };
+  /** rules 5-7: a residual add folded into the layernorm after it (add), the residual-gradient add (grad) and its bias gradient (biasSum) into the layernorm_grad before it, for rows of at most maxD; each on unless false */
+  addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean };
 }
 
 export const NO_FUSIONS: FusionCaps = {};
@@ -84,6 +105,10 @@ export const NO_FUSIONS: FusionCaps = {};
 export const EPILOGUE_OPS: readonly OpName[] = ['linear', 'matmul', 'conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 /** the gradients that may carry `relu_grad` + `mask` (the pools', and the conv's input gradient, in its store) */
 export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool2d_grad', 'conv2d_grad_input'];
+/** the ops that may carry `add_in` (+ the `addend` input and the sum as an extra last output) */
+export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
+/** the ops that may carry `add_out` (+ the `addend` input, added to output 0), and with it `sum_out` (+ output 0's column sums as the last output) */
+export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
 /** the ops that may carry `relu_in` */
 export const RELU_IN_OPS: readonly OpName[] = ['global_avgpool'];
 /**
@@ -107,20 +132,29 @@ export function epilogueOf(n: Node): Record<string, AttrValue> | null {
 
 /** a node's attrs without the fusion attrs (what its unfused op reads) */
 export function unfusedAttrs(n: Node): Record<string, AttrValue> {
-  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in'));
+  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in' && k !== 'add_in' && k !== 'add_out' && k !== 'sum_out'));
 }
 
 /**
  * The meaning of a fused node as the original nodes in sequence:
  *  - `pre`:  input 0 is first mapped through `unary` with these attrs (relu_in);
  *  - `core`: the node's own op with `unfusedAttrs` and its first `coreInputs` inputs;
- *  - `post`: the core's output 0 then goes through `unary` (epilogue) or through
- *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad).
+ *  - `post`: the core's output 0 then goes through `unary` (epilogue), through
+ *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad), or
+ *            through `binary add` with input `addendInput` (the last one; add_out);
+ *  - `sumOut`: after `post`, output `sumOut` (the last one) is output 0 summed over every dim but its
+ *            last (`sum_to`; sum_out): the core has the node's outputs before it;
+ *  - `add`:  input 0 is first replaced by input 0 + input `input` (the last one; `binary add`), and
+ *            that sum is also the node's output `output` (the last one; add_in): the core has the
+ *            node's outputs before it.
  */
 export interface FusedParts {
   pre?: Record<string, AttrValue>;
+  add?: { input: number; output: number };
+  sumOut?: number;
   coreInputs: number;
-  post?: { op: 'unary'; attrs: Record<string, AttrValue> } | { op: 'unary_grad'; attrs: Record<string, AttrValue>; maskInput: number };
+  post?: { op: 'unary'; attrs: Record<string, AttrValue> } | { op: 'unary_grad'; attrs: Record<string, AttrValue>; maskInput: number } |
+    { op: 'binary'; attrs: Record<string, AttrValue>; addendInput: number };
 }
 
 export function fusedParts(n: Node): FusedParts | null {
@@ -128,6 +162,11 @@ export function fusedParts(n: Node): FusedParts | null {
   if (epi) return { coreInputs: n.inputs.length, post: { op: 'unary', attrs: epi } };
   if (n.attrs.relu_grad === true) return { coreInputs: n.inputs.length - 1, post: { op: 'unary_grad', attrs: { fn: 'relu' }, maskInput: n.inputs.length - 1 } };
   if (n.attrs.relu_in === true) return { pre: { fn: 'relu' }, coreInputs: n.inputs.length };
+  if (n.attrs.add_out === true) {
+    const post = { op: 'binary' as const, attrs: { fn: 'add' }, addendInput: n.inputs.length - 1 };
+    return { coreInputs: n.inputs.length - 1, post, ...(n.attrs.sum_out === true ? { sumOut: n.outputs.length - 1 } : {}) };
+  }
+  if (n.attrs.add_in === true) return { coreInputs: n.inputs.length - 1, add: { input: n.inputs.length - 1, output: n.outputs.length - 1 } };
   return null;
 }
 
@@ -140,6 +179,8 @@ interface Work {
   dropValues: Set<number>;
   /** the program's output values (never fused away) */
   outputs: Set<number>;
+  /** a rule rewrote nodes without dropping a value (rule 5) */
+  changed: boolean;
 }
 
 const sameAttrs = (a: Record<string, AttrValue>, b: Record<string, AttrValue>) => {
@@ -294,15 +335,87 @@ function foldCasts(g: Graph, w: Work, caps: NonNullable<FusionCaps['casts']>): v
   }
 }
 
+/** rule 5 */
+function fuseAddLayernorm(g: Graph, w: Work, caps: NonNullable<FusionCaps['addLayernorm']>): void {
+  const same = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((d, i) => d === b[i]);
+  for (const L of w.nodes) {
+    if (!L || L.op !== 'layernorm' || L.attrs.add_in !== undefined || L.outputs.length !== 3) continue;
+    const h = L.inputs[0], hv = g.values[h];
+    if (hv.dtype !== 'f32' || hv.shape[hv.shape.length - 1] > caps.maxD || w.outputs.has(h)) continue;
+    const at = w.nodes.findIndex((n) => n !== null && n.outputs.includes(h));
+    const A = at < 0 ? null : w.nodes[at];
+    if (!A || A.op !== 'binary' || A.attrs.fn !== 'add' || Object.keys(A.attrs).length !== 1 || A.outputs.length !== 1) continue;
+    const [a, b] = A.inputs;
+    if (!same(g.values[a].shape, hv.shape) || !same(g.values[b].shape, hv.shape)) continue;
+    // L moves h's write from A to L: nothing may read h in between
+    if ((w.readers.get(h) ?? []).some((r) => r > A.id && r < L.id)) continue;
+    const ins = [a, L.inputs[1] ?? -1, L.inputs[2] ?? -1, b];
+    w.nodes[L.id] = { ...L, inputs: ins, outputs: [...L.outputs, h], attrs: { ...L.attrs, add_in: true } };
+    w.nodes[A.id] = null;
+    w.changed = true;
+    w.readers = readersOf(w.nodes);
+  }
+}
+
+/** rule 6 */
+function fuseLayernormGradAdd(g: Graph, w: Work, caps: NonNullable<FusionCaps['addLayernorm']>): void {
+  const writer = new Map<number, number>();
+  for (const n of w.nodes) if (n) for (const o of n.outputs) writer.set(o, n.id);
+  for (const L of w.nodes) {
+    if (!L || L.op !== 'layernorm_grad' || L.attrs.add_out !== undefined) continue;
+    const dx = L.outputs[0], dv = g.values[dx];
+    if (dv.dtype !== 'f32' || dv.shape[dv.shape.length - 1] > caps.maxD || w.outputs.has(dx)) continue;
+    const rs = w.readers.get(dx) ?? [];
+    if (rs.length !== 1) continue;
+    const A = w.nodes[rs[0]]!;
+    if (A.op !== 'binary' || A.attrs.fn !== 'add' || Object.keys(A.attrs).length !== 1 || g.values[A.outputs[0]].dtype !== 'f32') continue;
+    const r = A.inputs[0] === dx ? A.inputs[1] : A.inputs[0];
+    if (r === dx || !A.inputs.includes(dx) || g.values[r].shape.join(',') !== dv.shape.join(',')) continue;
+    // L reads r: it must be written before L (or be an input / persistent value, written by no node)
+    if ((writer.get(r) ?? -1) >= L.id) continue;
+    const ins = [L.inputs[0], L.inputs[1], L.inputs[2] ?? -1, L.inputs[3], L.inputs[4], r];
+    w.nodes[L.id] = { ...L, inputs: ins, outputs: [A.outputs[0], ...L.outputs.slice(1)], attrs: { ...L.attrs, add_out: true } };
+    writer.set(A.outputs[0], L.id);
+    w.nodes[A.id] = null;
+    w.dropValues.add(dx);
+    w.readers = readersOf(w.nodes);
+  }
+}
+
+/** rule 7 */
+function fuseLayernormGradBiasSum(g: Graph, w: Work): void {
+  for (const L of w.nodes) {
+    if (!L || L.op !== 'layernorm_grad' || L.attrs.add_out !== true || L.attrs.sum_out !== undefined) continue;
+    const out = L.outputs[0], shape = g.values[out].shape, D = shape[shape.length - 1];
+    const S = (w.readers.get(out) ?? []).map((id) => w.nodes[id]!).find((n) => n.op === 'sum_to' && n.inputs[0] === out);
+    if (!S) continue;
+    const sv = g.values[S.outputs[0]], axes = S.attrs.axes;
+    const leading = shape.slice(0, -1).map((_, i) => i);
+    if (sv.dtype !== 'f32' || sv.shape.length !== 1 || sv.shape[0] !== D || JSON.stringify(S.attrs.shape) !== JSON.stringify([D])) continue;
+    if (axes !== undefined && JSON.stringify(axes) !== JSON.stringify(leading)) continue;
+    w.nodes[L.id] = { ...L, outputs: [...L.outputs, S.outputs[0]], attrs: { ...L.attrs, sum_out: true } };
+    w.nodes[S.id] = null;
+    w.changed = true;
+    w.readers = readersOf(w.nodes);
+  }
+}
+
 /** The fused Program for a backend with these capabilities (see the header). */
 export function fuseProgram(p: Program, caps: FusionCaps): Program {
   const g = p.graph;
-  const w: Work = { nodes: [...g.nodes], readers: readersOf(g.nodes), dropValues: new Set(), outputs: new Set(p.outputs.map((o) => o.value)) };
+  const w: Work = { nodes: [...g.nodes], readers: readersOf(g.nodes), dropValues: new Set(), outputs: new Set(p.outputs.map((o) => o.value)), changed: false };
   if (caps.epilogue) fuseEpilogues(g, w, caps.epilogue);
   if (caps.poolGradRelu) fusePoolGradRelu(g, w, caps.poolGradRelu);
   if (caps.reluIntoGlobalAvgpool) fuseReluIntoPool(g, w);
   if (caps.casts) foldCasts(g, w, caps.casts);
-  if (w.dropValues.size === 0) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
+  if (caps.addLayernorm) {
+    // each rule on unless the caps say false (rule 7 needs rule 6's nodes)
+    const al = caps.addLayernorm;
+    if (al.add !== false) fuseAddLayernorm(g, w, al);
+    if (al.grad !== false) fuseLayernormGradAdd(g, w, al);
+    if (al.biasSum !== false) fuseLayernormGradBiasSum(g, w);
+  }
+  if (w.dropValues.size === 0 && !w.changed) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
   // renumber: kept values and nodes in their old order
   const vmap = new Map<number, number>();
   const values = g.values.filter((v) => !w.dropValues.has(v.id)).map((v, i) => {

@@ -32,7 +32,10 @@
  *    `epilogue_<name>`: output 0 is f(the op's result); on global_avgpool_grad,
  *    maxpool2d_grad and conv2d_grad_input `relu_grad: true` with the optional last input `mask`: the output is
  *    `mask > 0 ? (the op's result) : 0`; on global_avgpool `relu_in: true`: the op reads
- *    relu(x).
+ *    relu(x); on layernorm `add_in: true` with an extra last input `addend` and an extra last
+ *    output (every input present or -1): the op normalises x + addend and also writes that sum;
+ *    on layernorm_grad `add_out: true` with an extra last input `addend`: output 0 is dx + addend,
+ *    and with `sum_out: true` an extra last output [D]: output 0 summed over its rows.
  */
 import type { AttrValue, DType, Node } from './graph.js';
 import type { SExpr } from './scalar_fns.js';

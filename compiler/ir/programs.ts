@@ -22,7 +22,8 @@
  *  memory plan. Programs are independent Graphs (value ids are local) sharing
  *  persistent values by name.
  *  With `fusions` (a backend's FusionCaps), fuse.ts runs on each graph before it
- *  is verified and planned, and remat.ts after it when the caps say `remat` and its
+ *  is verified and planned, and remat.ts after it when the caps say `remat`, the
+ *  program's planned peak without it reaches the caps' `fromPeakBytes`, and its
  *  recomputations shrink the planned arena; `fuseProgramSet` does the same to a built set (what a
  *  backend does with the unfused set the host hands it).
  * Invariants: every program graph passes verify.ts (a failure is a bug in mpsc
@@ -66,16 +67,21 @@ function finish(p: Program, fusions: FusionCaps): Program {
 }
 
 /**
- * One program as a backend with these fusions runs it: fused (fuse.ts), rematerialized (remat.ts, when `fusions.remat` and that shrinks its arena), the result verified,
+ * One program as a backend with these fusions runs it: fused (fuse.ts), rematerialized (remat.ts,
+ * when `fusions.remat`, the fused program's planned peak is at least its `fromPeakBytes`, and the
+ * copies shrink the arena), the result verified,
  * and planned again (memory_plan.ts) when the program had a plan; a program without one (kernel
  * tests: every value in its own slot) stays without.
  */
 export function fuseForBackend(p: Program, fusions: FusionCaps): Program {
   const fused = fuseProgram(p, fusions);
   if (fusions.remat) {
-    // the recomputations only where they shrink the arena (they cost kernels)
-    const r = rematerialize(fused);
-    if (r !== fused && planMemory(r).arenaBytes < planMemory(fused).arenaBytes) return finishFused(p, r);
+    // the recomputations cost kernels: only where memory is large enough to matter, and where they shrink the arena
+    const plain = planMemory(fused);
+    if (plain.peakBytes >= fusions.remat.fromPeakBytes) {
+      const r = rematerialize(fused);
+      if (r !== fused && planMemory(r).arenaBytes < plain.arenaBytes) return finishFused(p, r);
+    }
   }
   return finishFused(p, fused);
 }

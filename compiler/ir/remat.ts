@@ -18,7 +18,9 @@
  * Which nodes: op `unary` or `layernorm`, in the forward (before the first node whose op's category
  *           is 'backward'), with at least one reader in the backward, and whose every input is
  *           persistent or an input, or read again at or after that first backward reader (so the
- *           copy extends no lifetime).
+ *           copy extends no lifetime). A layernorm with a folded residual add (fuse.ts rule 5,
+ *           `add_in`) is copied as the plain layernorm of its sum output (x = the sum, weight,
+ *           bias): y, mean and rstd are recomputed, the sum itself is not (its readers keep it).
  * Relies on: topological order and SSA (verify.ts); the backward's nodes come after the forward's
  *           (autodiff.ts appends them).
  */
@@ -41,20 +43,26 @@ export function rematerialize(p: Program): Program {
   const redirect = new Map<number, Map<number, number>>();
   for (let i = 0; i < bw; i++) {
     const n = g.nodes[i];
-    if (!REMAT_OPS.includes(n.op) || n.outputs.some((o) => outputs.has(o))) continue;
-    const late = n.outputs.flatMap((o) => (readers.get(o) ?? []).filter((r) => r >= bw));
+    if (!REMAT_OPS.includes(n.op)) continue;
+    // the plain form of the node (a folded residual add: the layernorm of its sum output) and the outputs it recomputes
+    const addIn = n.attrs.add_in === true;
+    const { add_in: _, ...plainAttrs } = n.attrs;
+    const inputs = addIn ? [n.outputs[n.outputs.length - 1], ...n.inputs.slice(1, -1)] : n.inputs;
+    const recomputed = addIn ? n.outputs.slice(0, -1) : n.outputs;
+    if (recomputed.some((o) => outputs.has(o))) continue;
+    const late = recomputed.flatMap((o) => (readers.get(o) ?? []).filter((r) => r >= bw));
     if (late.length === 0) continue;
     const first = Math.min(...late);
-    const kept = n.inputs.every((id) => id < 0 || isPersistent(g.values[id]) || g.values[id].kind === 'input' || (readers.get(id) ?? []).some((r) => r >= first));
+    const kept = inputs.every((id) => id < 0 || isPersistent(g.values[id]) || g.values[id].kind === 'input' || (readers.get(id) ?? []).some((r) => r >= first));
     if (!kept) continue;
     const copyOf = new Map<number, number>();
-    const outs = n.outputs.map((o) => {
+    const outs = recomputed.map((o) => {
       const id = values.length;
       values.push({ ...g.values[o], id, name: `${g.values[o].name}.remat`, shape: [...g.values[o].shape] });
       copyOf.set(o, id);
       return id;
     });
-    before.set(first, [...(before.get(first) ?? []), { ...n, inputs: [...n.inputs], outputs: outs, attrs: { ...n.attrs } }]);
+    before.set(first, [...(before.get(first) ?? []), { ...n, inputs: [...inputs], outputs: outs, attrs: { ...plainAttrs } }]);
     for (const r of late) {
       const m = redirect.get(r) ?? new Map<number, number>();
       for (const [o, c] of copyOf) m.set(o, c);

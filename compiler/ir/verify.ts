@@ -14,7 +14,10 @@
  *  - fusion attrs (fuse.ts): `epilogue` only on the GEMM family, naming a unary fn, with
  *    `epilogue_<name>` only for that fn's numeric attrs; `relu_grad` only on the pool and conv input
  *    gradients, exactly when the `mask` input is present, the mask an f32 of the output's
- *    shape; `relu_in` only on global_avgpool
+ *    shape; `relu_in` only on global_avgpool; `add_in` only on layernorm, exactly when it has the
+ *    extra last input `addend` (a float of x's shape) and extra last output (the sum: f32, x's shape);
+ *    `add_out` only on layernorm_grad, exactly with the extra last input `addend` (output 0's shape);
+ *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums)
  *  - every referenced value id exists; dtypes/shapes are static (integer dims >= 1)
  *  - SSA: each non-persistent, non-input value is written by exactly one node,
  *    before any node reads it; persistent values and inputs are never node outputs
@@ -32,7 +35,7 @@
  */
 import { OPS, type OpDef, type ShapeCtx, isOpName, opDef } from './ops.js';
 import { isHalf, isPersistent, type Graph, type Node, type Value } from './graph.js';
-import { EPILOGUE_ATTR, EPILOGUE_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
+import { ADD_IN_OPS, ADD_OUT_OPS, EPILOGUE_ATTR, EPILOGUE_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
 import { UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
 import { pairOf } from './shapes.js';
 
@@ -63,6 +66,11 @@ export function graphProblems(graph: Graph): string[] {
       return;
     }
     const def = OPS[n.op];
+    // fuse.ts rule 5: the addend input and the sum output after the op's own
+    const addIn = n.attrs.add_in === true && (ADD_IN_OPS as readonly string[]).includes(n.op);
+    const addOut = n.attrs.add_out === true && (ADD_OUT_OPS as readonly string[]).includes(n.op);
+    const sumOut = addOut && n.attrs.sum_out === true;
+    const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = addIn || sumOut ? n.outputs.slice(0, -1) : n.outputs;
     const variadic = def.inputs.includes('...');
     if (variadic) {
       const min = def.minInputs ?? 2;
@@ -71,13 +79,13 @@ export function graphProblems(graph: Graph): string[] {
     } else {
       const required = def.inputs.length - [...def.inputs].reverse().findIndex((name) => !name.endsWith('?'));
       const least = required > def.inputs.length ? 0 : required;
-      if (n.inputs.length < least || n.inputs.length > def.inputs.length) {
-        problems.push(`${where}: expects ${def.inputs.length} inputs (${def.inputs.join(', ')}), has ${n.inputs.length}`);
+      if (ins.length < least || ins.length > def.inputs.length) {
+        problems.push(`${where}: expects ${def.inputs.length} inputs (${def.inputs.join(', ')})${addIn || addOut ? ' and the addend' : ''}, has ${n.inputs.length}`);
       }
     }
     n.inputs.forEach((id, k) => {
       if (id === -1) {
-        if (variadic || !def.inputs[k]?.endsWith('?')) problems.push(`${where}: required input ${def.inputs[k] ?? k} is absent`);
+        if (variadic || k >= ins.length || !def.inputs[k]?.endsWith('?')) problems.push(`${where}: required input ${def.inputs[k] ?? k} is absent`);
         return;
       }
       if (!validId(id)) {
@@ -95,8 +103,8 @@ export function graphProblems(graph: Graph): string[] {
       if (id === -1 || id === undefined || !validId(id)) continue;
       if (!isPersistent(values[id])) problems.push(`${where}: mutates %${id} (${values[id].name}) which is not persistent (${values[id].kind})`);
     }
-    if (n.outputs.length !== def.outputs.length) {
-      problems.push(`${where}: expects ${def.outputs.length} outputs, has ${n.outputs.length}`);
+    if (outs.length !== def.outputs.length) {
+      problems.push(`${where}: expects ${def.outputs.length} outputs${addIn || sumOut ? ' and the sum' : ''}, has ${n.outputs.length}`);
     }
     for (const id of n.outputs) {
       if (!validId(id)) {
@@ -147,6 +155,30 @@ function fusionProblems(graph: Graph, n: Node): string[] {
   }
   const ri = n.attrs.relu_in;
   if (ri !== undefined && (!(RELU_IN_OPS as readonly string[]).includes(n.op) || typeof ri !== 'boolean')) out.push(`${where}: relu_in is only a boolean of ${RELU_IN_OPS.join(', ')}`);
+  const ai = n.attrs.add_in;
+  if (ai !== undefined && (!(ADD_IN_OPS as readonly string[]).includes(n.op) || ai !== true)) out.push(`${where}: add_in is only \`true\` on ${ADD_IN_OPS.join(', ')}`);
+  else if (ai === true) {
+    const x = graph.values[n.inputs[0]];
+    if (n.inputs.length !== opDef(n.op).inputs.length + 1) out.push(`${where}: add_in needs every input (-1 for an absent one) and the addend last`);
+    for (const [what, id] of [['addend', n.inputs[n.inputs.length - 1]], ['sum', n.outputs[n.outputs.length - 1]]] as const) {
+      const v = graph.values[id];
+      const ok = v && (what === 'sum' ? v.dtype === 'f32' : v.dtype !== 'i32') && eq(v.shape, x.shape);
+      if (!ok) out.push(`${where}: the ${what} %${id} is ${v ? `${v.dtype}${fmt(v.shape)}` : 'absent'}, expected ${what === 'sum' ? 'f32' : 'a float'}${fmt(x.shape)} (x's shape)`);
+    }
+  }
+  const ao = n.attrs.add_out;
+  if (ao !== undefined && (!(ADD_OUT_OPS as readonly string[]).includes(n.op) || ao !== true)) out.push(`${where}: add_out is only \`true\` on ${ADD_OUT_OPS.join(', ')}`);
+  else if (ao === true) {
+    const y = graph.values[n.outputs[0]], r = graph.values[n.inputs[n.inputs.length - 1]];
+    if (n.inputs.length !== opDef(n.op).inputs.length + 1) out.push(`${where}: add_out needs every input (-1 for an absent one) and the addend last`);
+    else if (!r || r.dtype === 'i32' || !eq(r.shape, y.shape)) out.push(`${where}: the addend is ${r ? `${r.dtype}${fmt(r.shape)}` : 'absent'}, expected a float${fmt(y.shape)} (output 0's shape)`);
+  }
+  const so = n.attrs.sum_out;
+  if (so !== undefined && (ao !== true || so !== true)) out.push(`${where}: sum_out is only \`true\` with add_out`);
+  else if (so === true) {
+    const y = graph.values[n.outputs[0]], sv = graph.values[n.outputs[n.outputs.length - 1]];
+    if (sv.dtype !== 'f32' || !eq(sv.shape, y.shape.slice(-1))) out.push(`${where}: the column sums are ${sv.dtype}${fmt(sv.shape)}, expected f32${fmt(y.shape.slice(-1))}`);
+  }
   return out;
 }
 

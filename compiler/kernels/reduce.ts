@@ -63,6 +63,8 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
         (s) => rowCrossEntropyGrad(d, s, { C, ls, R, ignore }, io({ logits: ins[0], dlogits: outs[0] })))];
     }
     case 'layernorm': {
+      // a residual add folded in (fuse.ts rule 5) has only CUDA's warp-per-row kernel (codegen-cuda/layernorm_cuda.ts)
+      if (n.attrs.add_in === true) throw new Error(`internal: node ${n.id}: the shared layernorm kernel has no folded residual add (add_in)`);
       const xs = shapeOf(g, ins[0]);
       const D = xs[xs.length - 1], rows = numel(xs) / D;
       const weight = has(1), bias = has(2);
@@ -70,6 +72,7 @@ export function lowerReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nu
       return [blockKernel(ctx, g, n, args, rows, rowThreads(D), (s) => rowLayernorm(d, s, { D, eps: numAttr(n, 'eps', 1e-5), weight, bias }, io({ x: ins[0], y: outs[0] })))];
     }
     case 'layernorm_grad': {
+      if (n.attrs.add_out === true) throw new Error(`internal: node ${n.id}: the shared layernorm_grad kernels have no folded residual-gradient add (add_out)`);
       const { D, rows } = layernormRows(g, n);
       const dxK = layernormGradDx(ctx, g, n);
       // one thread per feature d: sums over the rows

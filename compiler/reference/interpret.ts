@@ -83,12 +83,26 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
   else {
     const ins = inputs.slice(0, parts.coreInputs), shapes = inShapes.slice(0, parts.coreInputs);
     if (parts.pre) ins[0] = exec(REFERENCE_OPS.unary, parts.pre, [ins[0]], [shapes[0]], [shapes[0]!])[0];
-    outputs = exec(impl, unfusedAttrs(node), ins, shapes, outShapes);
+    const add = parts.add;
+    if (add) {
+      // the folded residual add: input 0 + the addend, the core's input and the node's last output
+      ins[0] = exec(REFERENCE_OPS.binary, { fn: 'add' }, [ins[0], inputs[add.input]], [shapes[0], inShapes[add.input]], [outShapes[add.output]])[0];
+      outputs = [...exec(impl, unfusedAttrs(node), ins, shapes, outShapes.slice(0, add.output)), ins[0]!];
+    } else outputs = exec(impl, unfusedAttrs(node), ins, shapes, parts.sumOut === undefined ? outShapes : outShapes.slice(0, parts.sumOut));
     const post = parts.post;
     if (post?.op === 'unary') outputs[0] = exec(REFERENCE_OPS.unary, post.attrs, [outputs[0]], [outShapes[0]], [outShapes[0]])[0];
+    else if (post?.op === 'binary') {
+      const k = post.addendInput;
+      outputs[0] = exec(REFERENCE_OPS.binary, post.attrs, [outputs[0], inputs[k]], [outShapes[0], inShapes[k]], [outShapes[0]])[0];
+    }
     else if (post) {
       const k = post.maskInput;
       outputs[0] = exec(REFERENCE_OPS.unary_grad, post.attrs, [outputs[0], inputs[k]], [outShapes[0], inShapes[k]], [outShapes[0]])[0];
+    }
+    if (parts.sumOut !== undefined) {
+      // output 0 summed over every dim but its last (a bias gradient: sum_to)
+      const s0 = outShapes[0], to = outShapes[parts.sumOut];
+      outputs[parts.sumOut] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: s0.slice(0, -1).map((_, i) => i) }, [outputs[0]], [s0], [to])[0];
     }
   }
   // a 16-bit output (a cast, or a cast a backend folded into its producer: fuse.ts rule 4) is
