@@ -155,9 +155,6 @@ export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cub
   const env = GENERATOR_ENV.filter((k) => process.env[k]).map((k) => `\0${k}=${process.env[k]}`).join('');
   return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update(merge ? '' : '\0unmerged')
     .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`).update(attnTf32x3Enabled() ? '' : '\0attn-cuda-cores').update(env)
-    .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`)
-    // $MPSC_CUDA_FUSE_OFF changes what buildCuda fuses (codegen-cuda/fusions.ts)
-    .update(cudaFuseOff().length ? `\0fuseoff:${cudaFuseOff().join(',')}` : '')
     // $MPSC_CUDA_FUSE_OFF changes what buildCuda fuses (codegen-cuda/fusions.ts)
     .update(cudaFuseOff().length ? `\0fuseoff:${cudaFuseOff().join(',')}` : '')
     .update('\0').update(JSON.stringify(programs)).digest('hex');
