@@ -233,23 +233,35 @@ inline void pack_rows(RowPtr&& src, int64_t nrows, int64_t ld, int64_t kc, float
   }
 }
 
+/** source rows per group of pack_split_rows (see there) */
+constexpr int64_t SPLIT_ROWS = 8;
+
 /**
  * Packs kc source rows of n floats (row p at src + p*ld) into panels of W columns:
- * dst[panel][p][c] = src[p][panel*W + c], zero past n. Each source row is read once, in order,
- * and split into the panels (walking panel by panel would re-read all kc strided rows per panel).
+ * dst[panel][p][c] = src[p][panel*W + c], zero past n. The rows go in groups of SPLIT_ROWS: each
+ * group is split into the panels one panel at a time, so each panel gets SPLIT_ROWS * W contiguous
+ * floats while the group's rows (read once each, in order) stay in L1. Walking one whole row across
+ * all panels instead writes one run to every panel per row, and the panels are kc * W floats apart:
+ * for kc = 256 a multiple of 4 KiB, so the 18 A panels of an MC block (or 25 B panels of 784
+ * columns) all map to one 12-way L1 set and every row's runs evict each other.
  */
 template <int64_t W>
 inline void pack_split_rows(const float* src, int64_t ld, int64_t n, int64_t kc, float* __restrict dst) {
   const int64_t full = n / W * W;
-  for (int64_t p = 0; p < kc; ++p) {
-    const float* s = src + p * ld;
-    float* d = dst + p * W;
+  for (int64_t p0 = 0; p0 < kc; p0 += SPLIT_ROWS) {
+    const int64_t p1 = std::min(kc, p0 + SPLIT_ROWS);
     int64_t j = 0;
-    for (; j < full; j += W) memcpy(d + j * kc, s + j, W * sizeof(float));
+    for (; j < full; j += W) {
+      float* d = dst + j * kc;
+      for (int64_t p = p0; p < p1; ++p) memcpy(d + p * W, src + p * ld + j, W * sizeof(float));
+    }
     if (j < n) {
-      int64_t c = 0;
-      for (; c < n - j; ++c) d[j * kc + c] = s[j + c];
-      for (; c < W; ++c) d[j * kc + c] = 0.0f;
+      float* d = dst + j * kc;
+      for (int64_t p = p0; p < p1; ++p) {
+        int64_t c = 0;
+        for (; c < n - j; ++c) d[p * W + c] = src[p * ld + j + c];
+        for (; c < W; ++c) d[p * W + c] = 0.0f;
+      }
     }
   }
 }
