@@ -244,9 +244,11 @@ static void check_conv(const char* label, int64_t N, int64_t C, int64_t H, int64
 
 
 int main() {
-  // sgemm: every trans combination, odd sizes incl. 1, blocks larger than MC / KC / NC
+  // sgemm: every trans combination, odd sizes incl. 1, blocks larger than MC / KC / NC; plain A is read in
+  // place (rows clamped at the edge tile) except when its rows are 4 KiB apart
   const int64_t sizes[][3] = {{1, 1, 1},  {1, 17, 5},   {7, 1, 3},   {13, 29, 31}, {6, 16, 256}, {6, 16, 1},
-                              {50, 70, 300}, {150, 40, 20}, {5, 2100, 9}, {37, 3, 513}, {2, 2, 0}};
+                              {50, 70, 300}, {150, 40, 20}, {5, 2100, 9}, {37, 3, 513}, {2, 2, 0},
+                              {9, 40, 1024}};  // rows 4 KiB apart: A packed, not read in place (detail::direct_a)
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
       for (auto& sz : sizes) check_gemm(ta, tb, sz[0], sz[1], sz[2], 1.0f, 0.0f, BIAS_NONE, false, 0);

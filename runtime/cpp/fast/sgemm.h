@@ -12,7 +12,8 @@
  * KC x NC blocks of NR-column micro-panels, and an MR x NR register-tiled micro-kernel
  * (GCC/clang vector extensions: g++ -march=native emits AVX2/AVX-512 FMAs, clang on arm64
  * emits NEON fmla) accumulates over KC. Edge tiles are zero-padded in the packed panels
- * and masked on store, so any M, N, K >= 0 works.
+ * and masked on store, so any M, N, K >= 0 works. A plain (not transposed) A is not packed: the
+ * micro-kernel broadcasts from its rows in place (detail::direct_a).
  *
  * Threading without owning threads: sgemm_part(..., part, nparts, ws) computes a disjoint
  * share of C (a contiguous range of MR-row tiles or NR-column tiles, whichever axis has
@@ -351,24 +352,43 @@ static inline void finish_scalar(float* c, float acc, const StoreArgs& s, int64_
 
 /**
  * MR x NR micro-kernel: acc = sum_p a[p][0..MR) (outer) b[p][0..NR), then finish into C.
- * a, b: packed panels (kc steps of MR and NR floats). mr, nr: valid part of the tile.
- * Every element is one fused multiply-add chain over p in order, whatever VW and MR are.
+ * b: a packed panel (kc steps of NR floats). a: with DIRECT_A false, a packed panel (kc steps of MR
+ * floats); with DIRECT_A true, op(A)'s rows as stored (row r at a + r * lda, K-contiguous; rows r >= mr
+ * read row mr - 1, whose products the edge store drops). mr, nr: valid part of the tile.
+ * Every element is one fused multiply-add chain over p in order, whatever VW, MR and the A layout are.
  */
-static inline void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
-                                int64_t ldc, int64_t mr, int64_t nr, const StoreArgs& s) {
+template <bool DIRECT_A>
+static inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b,
+                                float* c, int64_t ldc, int64_t mr, int64_t nr, const StoreArgs& s) {
   vf acc0[MR], acc1[MR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) acc0[r] = acc1[r] = splatv(0.0f);
-  for (int64_t p = 0; p < kc; ++p) {
-    const vf b0 = loadv(b), b1 = loadv(b + VW);
+  if (DIRECT_A) {
+    const float* row[MR];
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-      const vf x = splatv(a[r]);
-      acc0[r] += x * b0;
-      acc1[r] += x * b1;
+    for (int r = 0; r < MR; ++r) row[r] = a + (r < mr ? r : mr - 1) * lda;
+    for (int64_t p = 0; p < kc; ++p) {
+      const vf b0 = loadv(b), b1 = loadv(b + VW);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const vf x = splatv(row[r][p]);
+        acc0[r] += x * b0;
+        acc1[r] += x * b1;
+      }
+      b += NR;
     }
-    a += MR;
-    b += NR;
+  } else {
+    for (int64_t p = 0; p < kc; ++p) {
+      const vf b0 = loadv(b), b1 = loadv(b + VW);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const vf x = splatv(a[r]);
+        acc0[r] += x * b0;
+        acc1[r] += x * b1;
+      }
+      a += MR;
+      b += NR;
+    }
   }
   if (mr == MR && nr == NR) {
 #pragma GCC unroll 16
@@ -416,12 +436,14 @@ inline float* thread_workspace(int64_t floats) {
 /**
  * The blocked loop nest on C[m0..m1, n0..n1) (Goto order: jc, pc, ic, jr, ir).
  * packB(pc, kc, jc, nc) -> packed KC x NC block of op(B) (NR-column panels, zero-padded);
- * packA(ic, mc, pc, kc) -> packed MC x KC block of op(A) (MR-row panels, zero-padded).
+ * packA(ic, mc, pc, kc) -> packed MC x KC block of op(A) (MR-row panels, zero-padded), or, with
+ * direct_lda > 0, a pointer to op(A)[ic, pc] in a row-major A of row stride direct_lda (not packed).
  * Callers supply packers that read plain matrices, prepacked blocks, or generate im2col rows.
  */
 template <class PackA, class PackB>
 inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, int64_t nc_max, float alpha,
-                        float beta, float* C, int64_t ldc, const Epilogue& e, PackA&& packA, PackB&& packB) {
+                        float beta, float* C, int64_t ldc, const Epilogue& e, PackA&& packA, PackB&& packB,
+                        int64_t direct_lda = 0) {
   const int64_t step = kc_step(K);
   for (int64_t jc = n0; jc < n1; jc += nc_max) {
     const int64_t nc = std::min(nc_max, n1 - jc);
@@ -438,7 +460,9 @@ inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
           for (int64_t ir = 0; ir < mc; ir += MR) {
             const int64_t mr = std::min(MR, mc - ir);
             s.row0 = ic + ir;
-            micro_kernel(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + (jc + jr), ldc, mr, nr, s);
+            float* c = C + (ic + ir) * ldc + (jc + jr);
+            if (direct_lda > 0) micro_kernel<true>(kc, Ap + ir * direct_lda, direct_lda, Bp + jr * kc, c, ldc, mr, nr, s);
+            else micro_kernel<false>(kc, Ap + ir * kc, 0, Bp + jr * kc, c, ldc, mr, nr, s);
           }
         }
       }
@@ -455,8 +479,17 @@ inline void add_column_sums(const float* A, int64_t lda, int64_t p0, int64_t p1,
   }
 }
 
-/** the blocked GEMM on the sub-block C[m0..m1, n0..n1), packing from plain matrices into ws; with
- *  a_sums, also the column sums [s0, s1) of A as stored (see sgemm_part) */
+/**
+ * whether gemm_block reads op(A) = A (not transposed, row stride lda) in place instead of packing it:
+ * the micro-kernel broadcasts from MR row streams, each K-contiguous, and the packing pass (a read and a
+ * write of every A block per column block, 8-15% of the GPT's N = 128 products) is gone. Not when the
+ * rows are a multiple of 4 KiB apart (all MR streams in one L1 set), and not with the column sums
+ * (transposed A only). Packed or not, each element is the same chain: the choice does not change bits.
+ */
+inline bool direct_a(bool transA, int64_t lda) { return !transA && lda % 1024 != 0; }
+
+/** the blocked GEMM on the sub-block C[m0..m1, n0..n1), packing from plain matrices into ws (op(A) read
+ *  in place where direct_a says so); with a_sums, also the column sums [s0, s1) of A as stored (see sgemm_part) */
 inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K,
                        float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                        int64_t ldc, const Epilogue& e, float* ws, double* a_sums = nullptr, int64_t s0 = 0,
@@ -464,9 +497,11 @@ inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t
   float* Ap = ws;
   float* Bp = ws + packed_a_floats(m1 - m0, K);
   int64_t cur_jc = n0;
+  const bool direct = direct_a(transA, lda);
   gemm_driver(
       m0, m1, n0, n1, K, NC, alpha, beta, C, ldc, e,
       [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
+        if (direct) return A + ic * lda + pc;
         pack_a(transA, A, lda, ic, mc, pc, kc, Ap);
         // the first column block packs every (ic, pc) block once, pc in increasing order: each sum
         // runs over the rows p of A in order, while they are in L1 from the packing
@@ -477,7 +512,8 @@ inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t
         cur_jc = jc;
         pack_b(transB, B, ldb, pc, kc, jc, nc, Bp);
         return (const float*)Bp;
-      });
+      },
+      direct ? lda : 0);
 }
 
 /** floats of a whole op(A) (M x K) packed once by pack_a_all */
