@@ -167,14 +167,16 @@ static Rate time_conv(const ConvCase& c, ConvPass pass, int threads, int reps) {
 }
 
 int main(int argc, char** argv) {
-  // args: [--json] [--no-peak] [--threads 1,2] [FILTER]: FILTER runs only the measurements whose name contains it
-  bool json = false, peak = true;
+  // args: [--json] [--no-peak] [--no-conv] [--threads 1,2] [FILTER]: FILTER runs only the measurements whose
+  // name contains it
+  bool json = false, peak = true, conv = true;
   std::string filter;
   std::vector<int> nthreads = {1, 2};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json") json = true;
     else if (a == "--no-peak") peak = false;
+    else if (a == "--no-conv") conv = false;
     else if (a == "--threads" && i + 1 < argc) {
       nthreads.clear();
       for (const char* p = argv[++i]; *p;) {
@@ -223,8 +225,11 @@ int main(int argc, char** argv) {
       Rate g = time_gemm(s, t, 7);
       if (!json) printf("%-42s threads=%d  median %6.1f  best %6.1f GFLOP/s\n", s.name, t, g.median, g.best);
       char buf[512];
-      snprintf(buf, sizeof buf, "%s{\"name\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"threads\":%d,\"gflops\":%.2f,\"best\":%.2f}",
-               firstj ? "" : ",", s.name, (long long)s.M, (long long)s.N, (long long)s.K, t, g.median, g.best);
+      snprintf(buf, sizeof buf,
+               "%s{\"name\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"ta\":%d,\"tb\":%d,\"threads\":%d,\"gflops\":%.2f,"
+               "\"best\":%.2f}",
+               firstj ? "" : ",", s.name, (long long)s.M, (long long)s.N, (long long)s.K, (int)s.ta, (int)s.tb, t, g.median,
+               g.best);
       js += buf;
       firstj = false;
     }
@@ -241,7 +246,7 @@ int main(int argc, char** argv) {
   js += ",\"conv\":[";
   firstj = true;
   for (const ConvCase& c : convs)
-    for (int pass = 0; pass < 3; ++pass) {
+    for (int pass = 0; pass < 3 && conv; ++pass) {
       if (pass == CONV_GRAD_INPUT && c.C <= 3) continue;  // first layers: no grad-input in training
       if (!wanted(std::string(c.name) + " " + pass_names[pass])) continue;
       for (int t : nthreads) {
