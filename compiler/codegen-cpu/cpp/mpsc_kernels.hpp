@@ -646,8 +646,11 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
       for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = 0.0f;
     if constexpr (pack_v)
       for (int64_t j = 0; j < nc; j++) std::memcpy(vc + j * D, v + (u0 + j) * sv, sizeof(float) * D);
+    float corr[ATT_BR];  // the rows' rescale factors of this tile
+    int64_t visr[ATT_BR];
     for (int64_t i = 0; i < nr; i++) {
       const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
+      visr[i] = vis;
       if (vis <= 0) continue;
       const float* qi = pack_q ? qc + i * D : q + (t0 + i) * sq;
       float* si = sc + i * ATT_BC;
@@ -663,22 +666,52 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
       for (int64_t j = 0; j < vis; j++) si[j] = sr[j];
       float mx = m[i];
       for (int64_t j = 0; j < vis; j++) mx = std::max(mx, si[j]);
-      const float corr = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first visible tile
+      corr[i] = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first visible tile
       float rs = 0.0f;
       for (int64_t j = 0; j < vis; j++) si[j] = exp_v(si[j] - mx);
       for (int64_t j = 0; j < vis; j++) rs += si[j];
-      l[i] = l[i] * corr + rs;
+      l[i] = l[i] * corr[i] + rs;
       m[i] = mx;
-      // the row's accumulator in registers (a local array: no aliasing with v)
+    }
+    // acc[i] = acc[i] * corr[i] + sum over the visible keys j in order of P[i][j] v[j]: the rows' accumulators
+    // in registers (local arrays: no aliasing with v), two rows per pass over the value rows, so 2 * D / lanes
+    // independent FMA chains keep both FMA pipes busy (one row's D / lanes chains wait on the FMA latency);
+    // each element's chain is the same as one row at a time
+    const auto vrow = [&](int64_t j) { return pack_v ? vc + j * D : v + (u0 + j) * sv; };
+    for (int64_t i = 0; i < nr; i++) {
+      if (visr[i] <= 0) continue;
       float* ai = acc + i * D;
+      const float* si = sc + i * ATT_BC;
       float ar[D];
-      for (int64_t d = 0; d < D; d++) ar[d] = ai[d] * corr;
-      for (int64_t j = 0; j < vis; j++) {
+      for (int64_t d = 0; d < D; d++) ar[d] = ai[d] * corr[i];
+      int64_t j = 0;
+      if (i + 1 < nr && visr[i + 1] > 0) {
+        float* bi = ai + D;
+        const float* ti = si + ATT_BC;
+        float br[D];
+        for (int64_t d = 0; d < D; d++) br[d] = bi[d] * corr[i + 1];
+        for (; j < std::min(visr[i], visr[i + 1]); j++) {
+          const float p = si[j], pb = ti[j];
+          const float* vj = vrow(j);
+          for (int64_t d = 0; d < D; d++) {
+            ar[d] += p * vj[d];
+            br[d] += pb * vj[d];
+          }
+        }
+        for (int64_t jb = j; jb < visr[i + 1]; jb++) {
+          const float pb = ti[jb];
+          const float* vj = vrow(jb);
+          for (int64_t d = 0; d < D; d++) br[d] += pb * vj[d];
+        }
+        for (int64_t d = 0; d < D; d++) bi[d] = br[d];
+      }
+      for (; j < visr[i]; j++) {
         const float p = si[j];
-        const float* vj = pack_v ? vc + j * D : v + (u0 + j) * sv;
+        const float* vj = vrow(j);
         for (int64_t d = 0; d < D; d++) ar[d] += p * vj[d];
       }
       for (int64_t d = 0; d < D; d++) ai[d] = ar[d];
+      if (i + 1 < nr && visr[i + 1] > 0) i++;  // row i + 1 done with row i
     }
   }
   for (int64_t i = 0; i < nr; i++) {
@@ -766,19 +799,47 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
         }
         for (int64_t d = 0; d < D; d++) { dvj[d] = av[d]; dkj[d] = ak[d]; }
       }
-      // dq[t] += sum_u dS[t,u] k[u]
+      // dq[t] += sum_u dS[t,u] k[u], two rows per pass over the key rows (as the forward's P V: twice the
+      // independent FMA chains, each element's chain unchanged)
+      const auto qvis = [&](int64_t i) {  // dS = 0 past it
+        return std::max<int64_t>(0, std::min(nc, att_key_end(causal, t0 + i, T, S) - u0));
+      };
       for (int64_t i = 0; i < nr; i++) {
         float aq[D];
         float* dqi = dq + (t0 + i) * D;
         for (int64_t d = 0; d < D; d++) aq[d] = dqi[d];
         const float* si = ds + i * ATT_BC;
-        const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t0 + i, T, S) - u0));  // dS = 0 past it
-        for (int64_t j = 0; j < vis; j++) {
+        const int64_t vis = qvis(i);
+        int64_t j = 0;
+        const bool pair = i + 1 < nr;
+        if (pair) {
+          float bq[D];
+          float* dqb = dqi + D;
+          for (int64_t d = 0; d < D; d++) bq[d] = dqb[d];
+          const float* sb = si + ATT_BC;
+          const int64_t visb = qvis(i + 1);
+          for (; j < std::min(vis, visb); j++) {
+            const float sij = si[j], sbj = sb[j];
+            const float* kj = k + (u0 + j) * D;
+            for (int64_t d = 0; d < D; d++) {
+              aq[d] += sij * kj[d];
+              bq[d] += sbj * kj[d];
+            }
+          }
+          for (int64_t jb = j; jb < visb; jb++) {
+            const float sbj = sb[jb];
+            const float* kj = k + (u0 + jb) * D;
+            for (int64_t d = 0; d < D; d++) bq[d] += sbj * kj[d];
+          }
+          for (int64_t d = 0; d < D; d++) dqb[d] = bq[d];
+        }
+        for (; j < vis; j++) {
           const float sij = si[j];
           const float* kj = k + (u0 + j) * D;
           for (int64_t d = 0; d < D; d++) aq[d] += sij * kj[d];
         }
         for (int64_t d = 0; d < D; d++) dqi[d] = aq[d];
+        if (pair) i++;
       }
     }
   }
