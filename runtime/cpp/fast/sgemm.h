@@ -543,8 +543,8 @@ struct PartRange {
 };
 /**
  * split one axis into nparts contiguous micro-tile ranges. Every part packs all of the other
- * operand, so when both axes have a tile per part, split N (every part packs A, M x K) when
- * M <= N and M otherwise; else the axis with more tiles.
+ * operand, so when both axes have a tile per part, split N (every part packs A, M x K, or reads a
+ * plain A in place: direct_a) when M <= N and M otherwise; else the axis with more tiles.
  * s0, s1: the part sums the columns [s0, s1) of A: its own rows of C when M is split, an equal share
  * of all M otherwise (every part packs all of A then); every part has a share, even one without tiles
  */
