@@ -93,6 +93,14 @@ struct Pool {
   }
 };
 
+// one workspace per part, allocated and first touched by the pool thread that runs the part (as the runtime's
+// part_scratch: on a multi-socket host its pages then sit on that thread's node, not all on the caller's)
+static std::vector<std::vector<float>> own_workspaces(Pool& pool, size_t bytes) {
+  std::vector<std::vector<float>> ws(pool.n);
+  pool.run([&](int p) { ws[p].assign(bytes / 4 + 16, 0.0f); });
+  return ws;
+}
+
 struct Shape { const char* name; bool ta, tb; int64_t M, N, K; };
 
 struct Rate { double median, best; };
@@ -104,11 +112,11 @@ static Rate time_gemm(const Shape& s, int threads, int reps) {
   for (size_t i = 0; i < A.size(); ++i) A[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
   for (size_t i = 0; i < B.size(); ++i) B[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
   const size_t wsb = sgemm_workspace_bytes(s.M, s.N, s.K);
-  std::vector<std::vector<float>> ws(threads, std::vector<float>(wsb / 4 + 16));
   auto aligned = [](std::vector<float>& v) {
     return (void*)(((uintptr_t)v.data() + 63) & ~uintptr_t(63));
   };
   Pool pool(threads);
+  std::vector<std::vector<float>> ws = own_workspaces(pool, wsb);
   auto run_once = [&] {
     pool.run([&](int p) {
       sgemm_part(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), s.N, nullptr, p,
@@ -139,10 +147,10 @@ static Rate time_conv(const ConvCase& c, ConvPass pass, int threads, int reps) {
   std::vector<float> x(c.N * c.C * c.H * c.W, 0.5f), w(c.O * c.C * c.K * c.K, 0.25f), b(c.O, 0.1f);
   std::vector<float> y(c.N * c.O * s.OH * s.OW, 0.1f), dx(x.size()), dw(w.size());
   const size_t wsb = conv2d_scratch_bytes(s, pass);
-  std::vector<std::vector<float>> ws(threads, std::vector<float>(wsb / 4 + 16));
   std::vector<float> shared(conv2d_grad_weight_shared_bytes(s) / 4 + 16);
   auto aligned = [](std::vector<float>& v) { return (void*)(((uintptr_t)v.data() + 63) & ~uintptr_t(63)); };
   Pool pool(threads);
+  std::vector<std::vector<float>> ws = own_workspaces(pool, wsb);
   auto run_once = [&] {
     pool.run([&](int p) {
       if (pass == CONV_FORWARD) conv2d_forward_part(s, x.data(), w.data(), b.data(), true, y.data(), p, threads, aligned(ws[p]));
@@ -167,9 +175,9 @@ static Rate time_conv(const ConvCase& c, ConvPass pass, int threads, int reps) {
 }
 
 int main(int argc, char** argv) {
-  // args: [--json] [--no-peak] [--no-conv] [--threads 1,2] [FILTER]: FILTER runs only the measurements whose
-  // name contains it
-  bool json = false, peak = true, conv = true;
+  // args: [--json] [--no-peak] [--no-conv] [--list] [--threads 1,2] [FILTER]: FILTER runs only the measurements
+  // whose name contains it; --list prints the GEMM shapes as JSON and measures nothing
+  bool json = false, peak = true, conv = true, list = false;
   std::string filter;
   std::vector<int> nthreads = {1, 2};
   for (int i = 1; i < argc; ++i) {
@@ -177,6 +185,7 @@ int main(int argc, char** argv) {
     if (a == "--json") json = true;
     else if (a == "--no-peak") peak = false;
     else if (a == "--no-conv") conv = false;
+    else if (a == "--list") list = true;
     else if (a == "--threads" && i + 1 < argc) {
       nthreads.clear();
       for (const char* p = argv[++i]; *p;) {
@@ -210,6 +219,17 @@ int main(int argc, char** argv) {
       {"square 512x512x512", false, false, 512, 512, 512},
       {"square 1024x1024x1024", false, false, 1024, 1024, 1024},
   };
+  if (list) {
+    std::string out = "[";
+    for (const Shape& s : shapes) {
+      char buf[256];
+      snprintf(buf, sizeof buf, "%s{\"name\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"ta\":%d,\"tb\":%d}",
+               out.size() > 1 ? "," : "", s.name, (long long)s.M, (long long)s.N, (long long)s.K, (int)s.ta, (int)s.tb);
+      out += buf;
+    }
+    printf("%s]\n", out.c_str());
+    return 0;
+  }
   std::string js = "{\"peak\":{";
   for (int t : nthreads) {
     if (!peak) break;

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""sgemm_vs_torch: mpsc's sgemm (bench/sgemm_floor.sh) against torch.mm shape by shape, same transposes, same
-thread counts, run one after the other on this machine: the per-shape view behind compare.py's single
-"sgemm rate" (the best torch.mm square).
+"""sgemm_vs_torch: mpsc's sgemm (bench/sgemm_floor.cpp) against torch.mm shape by shape, same transposes, same
+thread counts: the per-shape view behind compare.py's single "sgemm rate" (the best torch.mm square).
 
-  python3 bench/sgemm_vs_torch.py [--threads 1,2] [FILTER]      (a python that imports torch)
+  python3 bench/sgemm_vs_torch.py [--threads 1,2] [--rounds 1] [FILTER]      (a python that imports torch)
 
-Prints one line per shape and thread count: torch.mm and mpsc GFLOP/s (median of 7 samples of >= ~20 ms each,
-the same sampling as sgemm_floor.cpp) and mpsc / torch. Consumes sgemm_floor.sh's --json (ta, tb per shape)."""
+sgemm_floor.cpp is built once (g++ -O2 -march=native, $CXX to override); then for every shape, thread count and
+round, mpsc and torch are measured right after each other (the order swapped every round), so a machine whose
+speed drifts moves both alike. One line per shape and thread count: the median over rounds of torch.mm's and
+mpsc's GFLOP/s (each itself a median of 7 samples of >= ~20 ms) and mpsc / torch."""
 import argparse
 import json
 import os
 import subprocess
+import tempfile
 import time
 
 import torch
@@ -37,18 +39,44 @@ def torch_rate(ta, tb, M, N, K, threads):
     return sorted(rates)[len(rates) // 2]
 
 
+def mpsc_rate(exe, name, threads):
+    out = subprocess.run([exe, "--json", "--no-peak", "--no-conv", "--threads", str(threads), name],
+                         capture_output=True, text=True, check=True)
+    rows = [r for r in json.loads(out.stdout.strip().splitlines()[-1])["sgemm"] if r["name"] == name]
+    return rows[0]["gflops"]
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("filter", nargs="?", default="")
     a = ap.parse_args()
-    cmd = ["sh", os.path.join(HERE, "sgemm_floor.sh"), "--json", "--no-peak", "--no-conv", "--threads", a.threads]
-    out = subprocess.run(cmd + ([a.filter] if a.filter else []), capture_output=True, text=True, check=True)
-    rows = json.loads(out.stdout.strip().splitlines()[-1])["sgemm"]
-    print(f"{'shape':42s} thr   torch.mm      mpsc  mpsc/torch   (GFLOP/s, median of 7; torch {torch.__version__})")
-    for r in rows:
-        t = torch_rate(bool(r["ta"]), bool(r["tb"]), r["M"], r["N"], r["K"], r["threads"])
-        print(f"{r['name']:42s} {r['threads']:3d} {t:10.1f} {r['gflops']:9.1f} {r['gflops'] / t:11.2f}")
+    threads = [int(t) for t in a.threads.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "sgemm_floor")
+        subprocess.run([os.environ.get("CXX", "g++"), "-O2", "-march=native", "-std=c++17", "-pthread", "-o", exe,
+                        os.path.join(HERE, "sgemm_floor.cpp")], check=True)
+        shapes = [s for s in json.loads(subprocess.run([exe, "--list"], capture_output=True, text=True,
+                                                       check=True).stdout) if a.filter in s["name"]]
+        print(f"{'shape':42s} thr   torch.mm      mpsc  mpsc/torch   (GFLOP/s, medians; torch {torch.__version__})")
+        for s in shapes:
+            for t in threads:
+                tr, mr = [], []
+                for r in range(a.rounds):
+                    first_mpsc = r % 2 == 0
+                    if first_mpsc:
+                        mr.append(mpsc_rate(exe, s["name"], t))
+                    tr.append(torch_rate(bool(s["ta"]), bool(s["tb"]), s["M"], s["N"], s["K"], t))
+                    if not first_mpsc:
+                        mr.append(mpsc_rate(exe, s["name"], t))
+                tm, mm = median(tr), median(mr)
+                print(f"{s['name']:42s} {t:3d} {tm:10.1f} {mm:9.1f} {mm / tm:11.2f}", flush=True)
 
 
 if __name__ == "__main__":
