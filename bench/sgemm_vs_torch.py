@@ -2,16 +2,20 @@
 """sgemm_vs_torch: mpsc's sgemm (bench/sgemm_floor.cpp) against torch.mm shape by shape, same transposes, same
 thread counts: the per-shape view behind compare.py's single "sgemm rate" (the best torch.mm square).
 
-  python3 bench/sgemm_vs_torch.py [--threads 1,2] [--rounds 1] [FILTER]      (a python that imports torch)
+  python3 bench/sgemm_vs_torch.py [--threads 1,2] [--rounds 1] [--pin] [FILTER]   (a python that imports torch)
 
 sgemm_floor.cpp is built once (g++ -O2 -march=native, $CXX to override); then for every shape, thread count and
 round, mpsc and torch are measured right after each other (the order swapped every round), so a machine whose
 speed drifts moves both alike. One line per shape and thread count: the median over rounds of torch.mm's and
-mpsc's GFLOP/s (each itself a median of 7 samples of >= ~20 ms) and mpsc / torch."""
+mpsc's GFLOP/s (each itself a median of 7 samples of >= ~20 ms) and mpsc / torch.
+--pin: each measurement at T threads runs under `taskset` on the first T physical cores (one logical CPU per core
+from `lscpu -p=CPU,CORE,SOCKET`, as bench/cpu_sweep_pinned.sh picks them), torch in a child python, so neither
+side's threads can land on hyperthread siblings of each other."""
 import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -39,8 +43,39 @@ def torch_rate(ta, tb, M, N, K, threads):
     return sorted(rates)[len(rates) // 2]
 
 
-def mpsc_rate(exe, name, threads):
-    out = subprocess.run([exe, "--json", "--no-peak", "--no-conv", "--threads", str(threads), name],
+def physical_cpus():
+    """one logical CPU per physical core, in (socket, core) order"""
+    out = subprocess.run(["lscpu", "-p=CPU,CORE,SOCKET"], capture_output=True, text=True, check=True).stdout
+    seen, cpus = set(), []
+    rows = [tuple(int(x) for x in l.split(",")) for l in out.splitlines() if l and not l.startswith("#")]
+    for cpu, core, sock in sorted(rows, key=lambda r: (r[2], r[1], r[0])):
+        if (sock, core) not in seen:
+            seen.add((sock, core))
+            cpus.append(cpu)
+    return cpus
+
+
+def pin_prefix(cpus, threads):
+    if cpus is None:
+        return []
+    if len(cpus) < threads:
+        raise SystemExit(f"sgemm_vs_torch: --pin needs {threads} physical cores, lscpu lists {len(cpus)}")
+    return ["taskset", "-c", ",".join(str(c) for c in cpus[:threads])]
+
+
+def torch_rate_pinned(cpus, s, threads):
+    if cpus is None:
+        return torch_rate(bool(s["ta"]), bool(s["tb"]), s["M"], s["N"], s["K"], threads)
+    code = (f"import sys; sys.path.insert(0, {HERE!r}); import sgemm_vs_torch as m; "
+            f"print(m.torch_rate({bool(s['ta'])}, {bool(s['tb'])}, {s['M']}, {s['N']}, {s['K']}, {threads}))")
+    out = subprocess.run(pin_prefix(cpus, threads) + [sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def mpsc_rate(exe, name, threads, cpus=None):
+    out = subprocess.run(pin_prefix(cpus, threads) + [exe, "--json", "--no-peak", "--no-conv", "--threads",
+                                                      str(threads), name],
                          capture_output=True, text=True, check=True)
     rows = [r for r in json.loads(out.stdout.strip().splitlines()[-1])["sgemm"] if r["name"] == name]
     return rows[0]["gflops"]
@@ -55,15 +90,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--pin", action="store_true")
     ap.add_argument("filter", nargs="?", default="")
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
+    cpus = physical_cpus() if a.pin else None
     with tempfile.TemporaryDirectory() as tmp:
         exe = os.path.join(tmp, "sgemm_floor")
         subprocess.run([os.environ.get("CXX", "g++"), "-O2", "-march=native", "-std=c++17", "-pthread", "-o", exe,
                         os.path.join(HERE, "sgemm_floor.cpp")], check=True)
         shapes = [s for s in json.loads(subprocess.run([exe, "--list"], capture_output=True, text=True,
                                                        check=True).stdout) if a.filter in s["name"]]
+        if cpus is not None:
+            print(f"pinned: T threads on the first T of CPUs {','.join(str(c) for c in cpus)} (one per physical core)")
         print(f"{'shape':42s} thr   torch.mm      mpsc  mpsc/torch   (GFLOP/s, medians; torch {torch.__version__})")
         for s in shapes:
             for t in threads:
@@ -71,10 +110,10 @@ def main():
                 for r in range(a.rounds):
                     first_mpsc = r % 2 == 0
                     if first_mpsc:
-                        mr.append(mpsc_rate(exe, s["name"], t))
-                    tr.append(torch_rate(bool(s["ta"]), bool(s["tb"]), s["M"], s["N"], s["K"], t))
+                        mr.append(mpsc_rate(exe, s["name"], t, cpus))
+                    tr.append(torch_rate_pinned(cpus, s, t))
                     if not first_mpsc:
-                        mr.append(mpsc_rate(exe, s["name"], t))
+                        mr.append(mpsc_rate(exe, s["name"], t, cpus))
                 tm, mm = median(tr), median(mr)
                 print(f"{s['name']:42s} {t:3d} {tm:10.1f} {mm:9.1f} {mm / tm:11.2f}", flush=True)
 
