@@ -1,4 +1,5 @@
-// cuda_thread_emu.h: runs generated CUDA kernels on the CPU for test/cuda_conv_emu.test.ts. Each CUDA
+// cuda_thread_emu.h: runs generated CUDA kernels on the CPU for test/cuda_conv_emu.test.ts and
+// test/cuda_gemm_emu.test.ts. Each CUDA
 // thread of a block is a fiber (ucontext, its own stack) on one OS thread; blocks run one after
 // another. __syncthreads() and the warp-wide mma are real barriers: a fiber arriving at one yields
 // until every participant (the block's threads, or the warp's 32 lanes) has arrived, so every
@@ -7,6 +8,7 @@
 // What the kernels do through PTX is emulated here:
 //  - mpsc_tf32: cvt.rna.tf32.f32 (round the low 13 mantissa bits to nearest, ties away from zero);
 //    __float_as_uint (the kernels' integer rounding, MPSC_CONV_ROUND=add, adds half a TF32 ulp to the bits);
+//    mpsc_split_tf32: the dialect's 3xTF32 split, hi = tf32(x), lo = tf32(x - hi);
 //  - mpsc_mma16x8: mma.sync.aligned.m16n8k8 row.col f32.tf32.tf32.f32, warp-wide: each lane posts
 //    its A (4) and B (2) fragment registers, the warp meets, each lane computes its four C elements
 //    from the posted fragments (the PTX ISA's m16n8k8 .tf32 fragment layout; each operand's low 13 bits
@@ -109,6 +111,11 @@ static inline float emu_f(uint b) {
   float x;
   std::memcpy(&x, &b, 4);
   return x;
+}
+// the 3xTF32 split of cuda_dialect.ts (gemm_cuda.ts's kernels): hi = tf32(x), lo = tf32(x - hi)
+static inline void mpsc_split_tf32(float x, uint& hi, uint& lo) {
+  hi = mpsc_tf32(x);
+  lo = mpsc_tf32(x - emu_f(hi));
 }
 static inline uint __float_as_uint(float x) {
   uint b;
