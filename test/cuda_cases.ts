@@ -187,7 +187,7 @@ export function gemmTileCases(rng: Rng): OpCase[] {
     const sp = smallSplit(M, N, K, 1);
     if (!sp || K % sp.Kc === 0) throw new Error(`internal: a small GEMM case ${M} x ${N} x ${K} is not split unevenly along K`);
   }
-  if (!smallGemm('linear', 67, 65, 1) || smallGemm('linear', 1030, 1000, 1) || Math.ceil(1030 / 64) * Math.ceil(1000 / 64) < SMALL_BELOW) throw new Error('internal: the tile cases miss the small or the large path');
+  if (!smallGemm('linear', 67, 65, 129, 1) || smallGemm('linear', 1030, 1000, 9, 1) || Math.ceil(1030 / 64) * Math.ceil(1000 / 64) < SMALL_BELOW) throw new Error('internal: the tile cases miss the small or the large path');
   return cases;
 }
 

@@ -8,6 +8,8 @@
  * reference within 1e-4 (cuda_check's tolerance). Negative controls: the next step fetched one step late
  * (the prefetch's k offset dropped) and 3xTF32 reduced to plain TF32 (the lo products dropped) fail.
  * Where nvcc is found, the small kernels go through ptxas for sm_90a: no spills, no stack.
+ * Also layernorm_cuda.ts's layernorm_grad over many blocks (its finish kernel: a warp per column adding the blocks'
+ * slots, every 32nd block per thread, then the warp's butterfly sum) on the same emulator (warp shuffles included).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -21,7 +23,7 @@ import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types
 import { numel } from '../compiler/ir/graph.js';
 import { makeRng, relError } from '../compiler/reference/fixtures.js';
 import { findNvcc } from '../runtime/cuda/session.js';
-import { gemmTileCases } from './cuda_cases.js';
+import { cudaLongCases, gemmTileCases } from './cuda_cases.js';
 import { allOpCases, fusedCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 
@@ -121,6 +123,23 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
       expect(x.fp32, x.name).toBeLessThan(TOL);
       expect(x.mma, x.name).toBeGreaterThan(TOL);
     }
+  }, 900_000);
+});
+
+describe.skipIf(!hasGxx)('layernorm_cuda.ts layernorm_grad (warp-per-column finish) on the CPU thread emulator', () => {
+  it('matches the float64 reference within 1e-4 for block counts under, over and not a multiple of 32, with the folded add and bias sum', () => {
+    const all = cudaLongCases().filter((c) => /layernorm_grad/.test(String(c.program.name)) && !/wide|half/.test(String(c.program.name)));
+    const built = buildCuda(all.map((c) => c.program), 'ln_emu_labels', { merge: false });
+    // each case's block count G (its finish kernel's label)
+    const G = built.lowered.map((lp) => Number(lp.kernels.map((k) => k.label.match(/sum of (\d+) blocks, a warp per column/)?.[1]).find((x) => x) ?? 0));
+    expect(G.every((x) => x > 1) && G.some((x) => x < 32) && G.some((x) => x > 32 && x % 32 !== 0)).toBe(true);
+    expect(built.lowered.some((lp) => lp.kernels.some((k) => /dsum: sum of/.test(k.label)))).toBe(true);
+    const r = runOnEmulator(all);
+    expect(r).toHaveLength(8);
+    expect(r.filter((x) => !(x.fp32 < TOL))).toEqual([]);
+    // negative control: the finish's threads adding only the first 32 blocks' slots fail exactly the cases of more blocks
+    const short = runOnEmulator(all, (b) => b.replace(/for \(uint q = 0u; q < \d+u; \+\+q\)/g, 'for (uint q = 0u; q < 1u; ++q)'));
+    expect(short.map((x) => x.fp32 > TOL)).toEqual(G.map((x) => x > 32));
   }, 900_000);
 });
 

@@ -18,7 +18,7 @@
  *    gemm_cuda.ts's 64x64 one and why) and for partially broadcast batch dims.
  *  - `lt: false` (MPSC_CUDA_CUBLASLT=0 at generation time): every GEMM is generated.
  *  - the generated kernel for a small fp32 product (fp32 operands and output; gemm_cuda.ts smallGemm: its 64x64
- *    grid under two blocks per SM), on the small tiles: at gpt_tiny's shapes (M = 2048, N and K 65..512, and the
+ *    grid under two blocks per SM, at most 2^28 multiply-adds), on the small tiles: at gpt_tiny's shapes (M = 2048, N and K 65..512, and the
  *    weight gradients' K = 2048) cuBLASLt's fp32 SIMT calls took 9-21 us each one by one (51 per step, 0.72 ms),
  *    more than the small-tile 3xTF32 kernel (bench/NOTES.md, tinygemm, has the measurement). MPSC_CUDA_LT_SMALL=1
  *    (generation time) keeps these on cuBLASLt; 16-bit products stay on cuBLASLt at any size.
@@ -44,7 +44,7 @@ import type { KernelSpec, LibraryDType, LibraryGemm, LowerCtx } from '../kernels
 import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
 import { unaryFwd } from '../kernels/elementwise.js';
 import { convKernelNote } from './conv_cuda.js';
-import { SMALL_BELOW, lowerGemmCuda, smallGemm } from './gemm_cuda.js';
+import { SMALL_BELOW, SMALL_MAX_MACS, lowerGemmCuda, smallGemm } from './gemm_cuda.js';
 import { gemmParts } from '../kernels/gemm.js';
 import { splitKernels, tf32x3Layout, tf32x3Rule, type Tf32x3Mode } from './tf32x3.js';
 
@@ -153,7 +153,7 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   if ('reason' in p) return generated(p.reason);
   // small fp32 products: gemm_cuda.ts's small-tile 3xTF32 kernel (the rule's last bullet above)
   const gm = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' && !ltSmall ? gemmParts(ctx, g, n)?.gm : undefined;
-  if (gm && smallGemm(n.op, gm.M, gm.N, gm.G)) return generated(`a small fp32 product (under ${SMALL_BELOW} tiles of 64 x 64): gemm_cuda.ts's small-tile 3xTF32 kernel, faster than cuBLASLt's fp32 call at these sizes (bench/NOTES.md, tinygemm); MPSC_CUDA_LT_SMALL=1 keeps cuBLASLt`);
+  if (gm && smallGemm(n.op, gm.M, gm.N, gm.K, gm.G)) return generated(`a small fp32 product (under ${SMALL_BELOW} tiles of 64 x 64, at most 2^${Math.log2(SMALL_MAX_MACS)} multiply-adds): gemm_cuda.ts's small-tile 3xTF32 kernel, faster than cuBLASLt's fp32 call at these sizes (bench/NOTES.md, tinygemm); MPSC_CUDA_LT_SMALL=1 keeps cuBLASLt`);
   const first = fallback[0];
   const nargs = first.args.length;
   const ltArgs = n.op === 'linear' ? { argA: 1, argB: 0, ...(p.gemm.epilogue === 'bias' ? { argBias: 2 } : {}) } : { argA: 1, argB: 0 };

@@ -184,7 +184,8 @@ function mmaBody(v: View, sp: Split | null, p: Passes): string {
 
 /**
  * Small GEMMs: where the 64x64 grid leaves the GPU under two blocks per SM (tiles x groups < SMALL_BELOW:
- * gpt_tiny's M = 2048 x N 65..512 products are 64-256 such tiles, its weight gradients 1-16), a linear or
+ * gpt_tiny's M = 2048 x N 65..512 products are 64-256 such tiles, its weight gradients 1-16) and the product is
+ * short (at most SMALL_MAX_MACS multiply-adds: latency-bound, not throughput-bound), a linear or
  * matmul runs on 32x64 tiles (twice the blocks) with BK = 32 (half the barriers of BK = 16) and the next
  * k step's global loads issued into registers before the current step's products (register double
  * buffering: the load latency, which the 64x64 kernel waits out at every k step, overlaps the mma).
@@ -201,10 +202,17 @@ export const SMALL_BELOW = 264;
 /** K from which a small GEMM is split, and the shortest chunk (4 k steps) */
 const SMALL_SPLIT_MIN_K = 512, SMALL_SPLIT_CHUNK = 128;
 
+/**
+ * the most multiply-adds of a small GEMM (2^28: gpt_tiny's largest products, 2048 x 512 x 128, are 2^27): past it a
+ * product is long enough to be throughput-bound (gpt_char's weight gradients, 1152 x 384 x 16384: 7.2e9 on 216
+ * tiles), where cuBLASLt's fp32 call or the 64x64 kernel's split stay
+ */
+export const SMALL_MAX_MACS = 2 ** 28;
+
 /** whether a linear / matmul of this size runs on the small tiles (MPSC_CUDA_GEMM_SMALL=0: never) */
-export function smallGemm(op: string, M: number, N: number, G: number): boolean {
+export function smallGemm(op: string, M: number, N: number, K: number, G: number): boolean {
   if (process.env.MPSC_CUDA_GEMM_SMALL === '0' || (op !== 'linear' && op !== 'matmul')) return false;
-  return Math.max(1, ceilDiv(M, BM)) * Math.max(1, ceilDiv(N, BN)) * G < SMALL_BELOW;
+  return Math.max(1, ceilDiv(M, BM)) * Math.max(1, ceilDiv(N, BN)) * G < SMALL_BELOW && M * N * K * G <= SMALL_MAX_MACS;
 }
 
 /**
@@ -340,7 +348,7 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   const d = ctx.d;
   const view: View = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store, bAlongK: bAlongK(n), aAlongM: aAlongM(n) };
   const passes: Passes = { tf32: TF32_OPS.has(n.op), exactA: isHalf(g.values[n.inputs[0]].dtype), exactB: isHalf(g.values[n.inputs[1]].dtype) };
-  if (smallGemm(n.op, gm.M, gm.N, gm.G)) return lowerSmall(ctx, g, n, parts, view, passes);
+  if (smallGemm(n.op, gm.M, gm.N, gm.K, gm.G)) return lowerSmall(ctx, g, n, parts, view, passes);
   const sp = splitK(gm.M, gm.N, gm.K, gm.G);
   const name = ctx.next();
   const tiles = [Math.max(1, ceilDiv(gm.N, BN)), Math.max(1, ceilDiv(gm.M, BM))] as const;

@@ -13,7 +13,7 @@
 //    its A (4) and B (2) fragment registers, the warp meets, each lane computes its four C elements
 //    from the posted fragments (the PTX ISA's m16n8k8 .tf32 fragment layout; each operand's low 13 bits
 //    dropped, as the tensor core reads only a .tf32 value's top 19), and the warp meets
-//    again before the slots are reused;
+//    again before the slots are reused; __shfl_xor_sync (and the dialect's mpsc_warp_sum over it) the same way;
 //  - cp.async (mpsc_cp_async4 / _commit / _wait<N>, the dialect's helpers): each thread's copies are
 //    kept in its commit groups. With emu_cp_late false (the default) a copy lands when it is issued, so a
 //    copy into a stage other threads still read, without a barrier between, shows; with emu_cp_late
@@ -149,6 +149,22 @@ static inline void mpsc_mma16x8(float* c, const uint* a, const uint* b) {
   for (int q = 0; q < 4; q++) c[q] = out[q];
 }
 
+// __shfl_xor_sync over the full warp: each lane posts its value, the warp meets, each lane reads its partner's
+// (lane ^ o), and the warp meets again before the slots are reused; mpsc_warp_sum is the dialect's butterfly
+static std::vector<float> emu_shfl;  // [threads in the block]
+static inline float __shfl_xor_sync(uint, float v, int o) {
+  const uint t = emu_tidx(), w = t / 32u;
+  emu_shfl[t] = v;
+  emu_arrive(1 + int(w));
+  const float r = emu_shfl[w * 32u + ((t % 32u) ^ uint(o))];
+  emu_arrive(1 + int(w));
+  return r;
+}
+static inline float mpsc_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 struct StepParams { float lr; int t; uint seed; uint counter; };
 
 static void emu_entry() {
@@ -171,6 +187,7 @@ static void emu_launch(uint3 grid, uint3 block, F kernel) {
   emu_kernel = kernel;
   const uint n = block.x * block.y * block.z;
   emu_frags.assign(n, EmuFrag{});
+  emu_shfl.assign(n, 0.0f);
   emu_fibers.resize(n);
   for (auto& f : emu_fibers) f.stack.resize(256 * 1024);
   for (uint bz = 0; bz < grid.z; bz++)
