@@ -269,17 +269,11 @@ function cublasLtCases(): OpCase[] {
  */
 async function checkCublasLt(): Promise<void> {
   const cases = cublasLtCases();
-  // the cases with cuBLASLt linked, and (for the timing columns) every GEMM as its generated kernel; the cases'
-  // fp32 products are small, which cublaslt.ts gives to the generated kernel: kept on cuBLASLt here (MPSC_CUDA_LT_SMALL=1)
-  const saved = process.env.MPSC_CUDA_LT_SMALL;
-  process.env.MPSC_CUDA_LT_SMALL = '1';
+  // the cases with cuBLASLt linked, and (for the timing columns) every GEMM as its generated kernel
   const [build, gen] = await Promise.all([
     buildDriver(cases.map((c) => c.program), 'cublaslt_cases', 'cuda', true),
     buildDriver(cases.map((c) => c.program), 'cublaslt_cases_generated', 'cuda', false),
-  ]).finally(() => {
-    if (saved === undefined) delete process.env.MPSC_CUDA_LT_SMALL;
-    else process.env.MPSC_CUDA_LT_SMALL = saved;
-  });
+  ]);
   // which cases hold cuBLASLt calls, in call order (the driver reports the calls in that order)
   const callCase: number[] = [];
   build.lowered.forEach((lp, ci) => lp.kernels.forEach((k) => k.library && callCase.push(ci)));

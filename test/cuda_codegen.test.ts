@@ -231,11 +231,9 @@ describe('host-side planning', () => {
         if (n.scratch && n.mma) expect(ks[i + 1]).toMatchObject({ node: n.node, scratch: true });
       });
     }
-    // (not a split-K reduction, nor an in-place unary after a cuBLASLt call: lenet's products are all small fp32 ones,
-    // which cublaslt.ts gives to gemm_cuda.ts's small tiles, the relu in their store; so no call and no such kernel)
+    // (not a split-K reduction, nor the in-place unary after a cuBLASLt call: lenet's linear + relu, whose relu-grad reads the relu's output)
     const after = new Set(a.lowered.flatMap((l) => l.kernels).filter((k) => k.libraryPart === 'after').map((k) => k.name));
-    expect(after.size).toBe(0);
-    expect(a.lowered.flatMap((l) => l.kernels).filter((k) => /linear|matmul/.test(k.op) && k.mma).every((k) => /small 32x64 tiles/.test(k.label))).toBe(true);
+    expect(after.size).toBeGreaterThan(0);
     const gemms = planKernels(plan.programs[0]).filter((n) => /linear|conv2d|matmul/.test(n.op) && !(n.scratch && !n.mma) && !after.has(n.kernel));
     expect(gemms.length).toBeGreaterThan(0);
     for (const g of gemms) expect(g.mma?.kernel).toMatch(/_mma$/);

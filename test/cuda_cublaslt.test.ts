@@ -28,8 +28,7 @@ const NV = findNvcc();
 
 function libraryOf(op: string, shapes: number[][], attrs: Node['attrs'] = {}, dtype: DType = 'f32') {
   const { g, n } = graphOf(op, shapes, attrs, dtype);
-  // small fp32 products kept on cuBLASLt (ltSmall): the descriptions are checked at small shapes
-  const r = lowerGemmCudaLt(ctxOf(), g, n, undefined, true, 'rule', true)!;
+  const r = lowerGemmCudaLt(ctxOf(), g, n, undefined, true)!;
   return { r, lib: r.kernels[0].library, g, n };
 }
 
@@ -60,7 +59,7 @@ describe('the cuBLASLt rule (cublaslt.ts)', () => {
   it('a fused unary runs in place after the call (cuBLASLt has no exact gelu / NaN-passing relu), only on the cuBLASLt path', () => {
     const { g, n } = graphOf('linear', [[6, 5], [7, 5], [7], [6, 7]]);
     const epi: Node = { id: 0, op: 'unary', inputs: n.outputs, outputs: n.outputs, attrs: { fn: 'gelu' } };
-    const r = lowerGemmCudaLt(ctxOf(), g, n, epi, true, 'rule', true)!;
+    const r = lowerGemmCudaLt(ctxOf(), g, n, epi, true)!;
     const after = r.kernels.filter((k) => k.libraryPart === 'after');
     expect(after).toHaveLength(1);
     expect(after[0].args).toEqual([{ name: 'y', value: 3, access: 'rw', type: 'float' }]);
@@ -79,25 +78,28 @@ describe('the cuBLASLt rule (cublaslt.ts)', () => {
 });
 
 describe('the small fp32 rule (cublaslt.ts, gemm_cuda.ts smallGemm)', () => {
-  it('a small fp32 product runs gemm_cuda.ts\'s small-tile kernel; a large one, a 16-bit one and MPSC_CUDA_LT_SMALL=1 (ltSmall) stay cuBLASLt calls', () => {
+  it('small fp32 products stay cuBLASLt calls by default (their fallback the small-tile kernel); smallGen (MPSC_CUDA_SMALL_GEN=1) runs them generated; large and 16-bit ones are calls either way', () => {
     // gpt_tiny's attention out-projection (2048 x 128 x 128: 64 tiles of 64 x 64) and its weight gradient (128 x 128 x 2048)
     const small = graphOf('linear', [[2048, 128], [128, 128], [128], [2048, 128]]);
-    const r = lowerGemmCudaLt(ctxOf(), small.g, small.n, undefined, true)!;
+    const d = lowerGemmCudaLt(ctxOf(), small.g, small.n, undefined, true)!;
+    expect(d.choice.path).toBe('cublaslt');
+    expect(d.kernels[0].label).toMatch(/small 32x64 tiles/);
+    const r = lowerGemmCudaLt(ctxOf(), small.g, small.n, undefined, true, 'rule', true)!;
     expect(r.choice.path).toBe('generated');
-    expect(r.choice.why).toMatch(/small fp32 product .*MPSC_CUDA_LT_SMALL=1/);
-    expect(r.kernels[0].label).toMatch(/small 32x64 tiles/);
+    expect(r.choice.why).toMatch(/small fp32 product .*MPSC_CUDA_SMALL_GEN=1/);
     expect(r.kernels.every((k) => k.libraryPart === undefined && k.library === undefined)).toBe(true);
     const dw = graphOf('matmul', [[2048, 128], [2048, 128], [128, 128]], { transA: true, transB: false });
-    const rw = lowerGemmCudaLt(ctxOf(), dw.g, dw.n, undefined, true)!;
+    const rw = lowerGemmCudaLt(ctxOf(), dw.g, dw.n, undefined, true, 'rule', true)!;
     expect(rw.choice.path).toBe('generated');
     // split along K (16 chunks of 128 over 8 tiles of 32 x 64), then the fixed-order sum
     expect(rw.kernels.map((k) => k.label.match(/split K: [^\]]*/)?.[0])).toEqual(['split K: 16 chunks of 128, partial sums', 'split K: sum of 16 partials']);
-    expect(lowerGemmCudaLt(ctxOf(), small.g, small.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
-    // 264 tiles of 64 x 64 (two blocks per SM): the large path
+    // 264 tiles of 64 x 64 (two blocks per SM), or more than 2^28 multiply-adds: not small
     const large = graphOf('linear', [[2048, 128], [528, 128], [528], [2048, 528]]);
-    expect(lowerGemmCudaLt(ctxOf(), large.g, large.n, undefined, true)!.choice.path).toBe('cublaslt');
+    expect(lowerGemmCudaLt(ctxOf(), large.g, large.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
+    const long = graphOf('matmul', [[16384, 384], [16384, 384], [384, 384]], { transA: true, transB: false });
+    expect(lowerGemmCudaLt(ctxOf(), long.g, long.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
     const half = graphOf('linear', [[2048, 128], [128, 128], [128], [2048, 128]], {}, 'bf16');
-    expect(lowerGemmCudaLt(ctxOf(), half.g, half.n, undefined, true)!.choice.path).toBe('cublaslt');
+    expect(lowerGemmCudaLt(ctxOf(), half.g, half.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
   });
 });
 
@@ -131,12 +133,7 @@ describe('cuBLASLt call descriptions compute the node\'s product (column-major i
 
 describe('the CUDA model with cuBLASLt calls', () => {
   const model = checkFile(path.join(ROOT, 'specs/char_gpt.model'));
-  // at batch 4 every fp32 product is small: kept on cuBLASLt here (MPSC_CUDA_LT_SMALL=1) to plan calls
-  const saved = process.env.MPSC_CUDA_LT_SMALL;
-  process.env.MPSC_CUDA_LT_SMALL = '1';
   const a = generateCudaModel(buildPrograms(model, { batch: 4 }));
-  if (saved === undefined) delete process.env.MPSC_CUDA_LT_SMALL;
-  else process.env.MPSC_CUDA_LT_SMALL = saved;
   const bf16 = generateCudaModel(buildPrograms(checkFile(path.join(ROOT, 'specs/char_gpt.model'), [precisionOverride('bf16')]), { batch: 4 }));
 
   it('bf16: the calls take bf16 A and B and write bf16 D (autocast), fp32 D for the weight gradients; casts round to / widen from 2 bytes', () => {

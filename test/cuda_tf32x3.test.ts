@@ -37,21 +37,8 @@ const NV = findNvcc();
 
 const lower = (op: string, shapes: number[][], attrs: Node['attrs'] = {}, mode: Tf32x3Mode = 'all', dtype: DType = 'f32') => {
   const { g, n } = graphOf(op, shapes, attrs, dtype);
-  // small fp32 products stay cuBLASLt calls here (ltSmall: cublaslt.ts would give them to gemm_cuda.ts's small tiles)
-  return lowerGemmCudaLt(ctxOf(), g, n, undefined, true, mode, true)!;
+  return lowerGemmCudaLt(ctxOf(), g, n, undefined, true, mode)!;
 };
-
-/** the model generated with small fp32 products kept on cuBLASLt (MPSC_CUDA_LT_SMALL=1): mnist_mlp's are all small */
-function withLtSmall<T>(f: () => T): T {
-  const saved = process.env.MPSC_CUDA_LT_SMALL;
-  process.env.MPSC_CUDA_LT_SMALL = '1';
-  try {
-    return f();
-  } finally {
-    if (saved === undefined) delete process.env.MPSC_CUDA_LT_SMALL;
-    else process.env.MPSC_CUDA_LT_SMALL = saved;
-  }
-}
 
 const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
 const bits = (x: number) => ((f32[0] = x), u32[0]);
@@ -298,7 +285,7 @@ describe('the 3xTF32 rule and the model', () => {
 
   it('the model: splits in the scratch region before each 3xTF32 call, a sound plan, sources that nvcc compiles', () => {
     const model = checkFile(path.join(ROOT, 'specs/mnist_mlp.model'));
-    const a = withLtSmall(() => generateCudaModel(buildPrograms(model, { batch: 256 }), { tf32x3: 'all' }));
+    const a = generateCudaModel(buildPrograms(model, { batch: 256 }), { tf32x3: 'all' });
     expect(planProblems(a.plan)).toEqual([]);
     const calls = a.plan.programs.flatMap((p) => p.nodes).filter((n) => n.kind === 'cublaslt');
     const x3 = calls.filter((c) => c.kind === 'cublaslt' && c.gemm.tf32x3);
@@ -312,7 +299,7 @@ describe('the 3xTF32 rule and the model', () => {
     }
     expect(a.files[HOST_FILE]).toMatch(/MPSC_LT_COMPUTE_TF32X3/);
     expect(a.files[KERNELS_FILE]).toMatch(/mpsc_tf32_split/);
-    const off = withLtSmall(() => generateCudaModel(buildPrograms(model, { batch: 256 }), { tf32x3: 'off' }));
+    const off = generateCudaModel(buildPrograms(model, { batch: 256 }), { tf32x3: 'off' });
     expect(off.files[HOST_FILE]).not.toMatch(/MPSC_LT_COMPUTE_TF32X3 \}/);
     expect(off.files[KERNELS_FILE]).not.toMatch(/mpsc_tf32_split/);
     if (!NV) return;

@@ -1143,8 +1143,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k5(
   }
 }
 
-// node 6: linear (linear1) -> linear1.out [gemm_cuda.ts small 32x64 tiles] [fp32]
+// node 5: linear (linear0) -> relu2.out [after the cuBLASLt call: unary relu in place]
 extern "C" __global__ void __launch_bounds__(256) p0_k6(
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 8192u) return;
+  const float v = y[i];
+  y[i] = v < 0.0f ? 0.0f : v;
+}
+
+// node 6: linear (linear1) -> linear1.out [gemm_cuda.ts small 32x64 tiles] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k7(
     const float* x,
     const float* w,
     const float* b,
@@ -1248,7 +1260,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
 }
 
 // node 6: linear (linear1) -> linear1.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k6_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -1368,7 +1380,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k6_mma(
 }
 
 // node 7: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k7(
+extern "C" __global__ void __launch_bounds__(256) p0_k8(
     const float* logits,
     const int* label,
     float* loss,
@@ -1415,7 +1427,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
 }
 
 // node 8: accuracy (accuracy) -> accuracy [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k8(
+extern "C" __global__ void __launch_bounds__(256) p0_k9(
     const float* logits,
     const int* label,
     float* acc,
@@ -1453,7 +1465,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
 }
 
 // node 9: cross_entropy_grad (loss) -> d_linear1.out [a warp per row of 10, 64 rows, the forward's log-sum-exp]
-extern "C" __global__ void __launch_bounds__(256) p0_k9(
+extern "C" __global__ void __launch_bounds__(256) p0_k10(
     const float* logits,
     const int* label,
     float* dlogits,
@@ -1482,7 +1494,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9(
 }
 
 // node 10: matmul (linear1) -> d_relu2.out [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k10(
+extern "C" __global__ void __launch_bounds__(256) p0_k11(
     const float* a,
     const float* b,
     float* y,
@@ -1585,7 +1597,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k10(
 }
 
 // node 10: matmul (linear1) -> d_relu2.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k10_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1704,7 +1716,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k10_mma(
 }
 
 // node 11: matmul (linear1) -> linear1.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k11(
+extern "C" __global__ void __launch_bounds__(256) p0_k12(
     const float* a,
     const float* b,
     float* y,
@@ -1807,7 +1819,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
 }
 
 // node 11: matmul (linear1) -> linear1.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1926,7 +1938,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
 }
 
 // 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 12..13), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k13_m(
     const float* mpsc_a0,
     float* mpsc_a1,
     const float* mpsc_a2,
@@ -1969,7 +1981,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
 }
 
 // node 14: matmul (linear0) -> d_flatten0.out [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k14(
+extern "C" __global__ void __launch_bounds__(256) p0_k15(
     const float* a,
     const float* b,
     float* y,
@@ -2072,7 +2084,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14(
 }
 
 // node 14: matmul (linear0) -> d_flatten0.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k14_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
     const float* a,
     const float* b,
     float* y,
@@ -2191,7 +2203,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k14_mma(
 }
 
 // node 15: matmul (linear0) -> linear0.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k15(
+extern "C" __global__ void __launch_bounds__(256) p0_k16(
     const float* a,
     const float* b,
     float* y,
@@ -2294,7 +2306,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
 }
 
 // node 15: matmul (linear0) -> linear0.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
     const float* a,
     const float* b,
     float* y,
@@ -2413,7 +2425,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
 }
 
 // 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 16..18), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k16_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k17_m(
     const float* mpsc_a0,
     float* mpsc_a1,
     const float* mpsc_a2,
@@ -2473,7 +2485,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16_m(
 }
 
 // node 19: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k18(
+extern "C" __global__ void __launch_bounds__(256) p0_k19(
     const float* dy,
     const float* w,
     float* dx,
@@ -2626,7 +2638,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k18(
 }
 
 // node 19: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256, 2) p0_k18_mma(
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     const float* dy,
     const float* w,
     float* dx,
@@ -2796,7 +2808,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k18_mma(
 }
 
 // node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k19(
+extern "C" __global__ void __launch_bounds__(256) p0_k20(
     const float* dy,
     const float* x,
     float* dw,
@@ -2992,7 +3004,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
 }
 
 // node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     const float* dy,
     const float* x,
     float* dw,
@@ -3205,7 +3217,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
 }
 
 // node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: sum of 24 partials]
-extern "C" __global__ void __launch_bounds__(256) p0_k20(
+extern "C" __global__ void __launch_bounds__(256) p0_k21(
     const float* dy,
     const float* x,
     float* dw,
@@ -3230,7 +3242,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
 }
 
 // node 21: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output and chunk (6 chunks of 2091), 12544 terms]
-extern "C" __global__ void __launch_bounds__(256) p0_k21(
+extern "C" __global__ void __launch_bounds__(256) p0_k22(
     const float* x,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
@@ -3266,7 +3278,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k21(
 }
 
 // 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 21..22), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k22_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k23_m(
     float* mpsc_a0,
     const float* mpsc_a1,
     const float* mpsc_a2,
@@ -3319,7 +3331,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22_m(
 }
 
 // node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k24(
+extern "C" __global__ void __launch_bounds__(256) p0_k25(
     const float* dy,
     const float* x,
     float* dw,
@@ -3455,7 +3467,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k24(
 }
 
 // node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(256, 2) p0_k24_mma(
+extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     const float* dy,
     const float* x,
     float* dw,
@@ -3608,7 +3620,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k24_mma(
 }
 
 // node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
-extern "C" __global__ void __launch_bounds__(256) p0_k25(
+extern "C" __global__ void __launch_bounds__(256) p0_k26(
     const float* dy,
     const float* x,
     float* dw,
@@ -3633,7 +3645,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
 }
 
 // node 24: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output and chunk (17 chunks of 2952), 50176 terms]
-extern "C" __global__ void __launch_bounds__(256) p0_k26(
+extern "C" __global__ void __launch_bounds__(256) p0_k27(
     const float* x,
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
@@ -3669,7 +3681,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26(
 }
 
 // 2 element-wise kernels in one launch (sum_to, sgd_update; nodes 24..25), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k27_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
     float* mpsc_a0,
     float* mpsc_a1,
     const float* mpsc_a2,
@@ -3709,7 +3721,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k27_m(
 }
 
 // 7 element-wise kernels in one launch (sgd_update; nodes 26..32), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k29_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
     float* mpsc_a0,
     const float* mpsc_a1,
     float* mpsc_a2,
@@ -3838,7 +3850,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k29_m(
 }
 
 // node 7: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p1_k7(
+extern "C" __global__ void __launch_bounds__(256) p1_k8(
     const float* logits,
     const int* label,
     float* loss,

@@ -351,8 +351,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
   }
 }
 
-// node 2: linear (fc2) -> fc2.out [gemm_cuda.ts small 32x64 tiles] [fp32]
+// node 1: linear (fc1) -> relu0.out [after the cuBLASLt call: unary relu in place]
 extern "C" __global__ void __launch_bounds__(256) p0_k3(
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  const float v = y[i];
+  y[i] = v < 0.0f ? 0.0f : v;
+}
+
+// node 2: linear (fc2) -> fc2.out [gemm_cuda.ts small 32x64 tiles] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k4(
     const float* x,
     const float* w,
     const float* b,
@@ -456,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
 }
 
 // node 2: linear (fc2) -> fc2.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k4_mma(
     const float* x,
     const float* w,
     const float* b,
@@ -576,7 +588,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
 }
 
 // node 3: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k4(
+extern "C" __global__ void __launch_bounds__(256) p0_k5(
     const float* logits,
     const int* label,
     float* loss,
@@ -623,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
 }
 
 // node 4: accuracy (accuracy) -> accuracy [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k5(
+extern "C" __global__ void __launch_bounds__(256) p0_k6(
     const float* logits,
     const int* label,
     float* acc,
@@ -661,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k5(
 }
 
 // node 5: cross_entropy_grad (loss) -> d_fc2.out [a warp per row of 10, 64 rows, the forward's log-sum-exp]
-extern "C" __global__ void __launch_bounds__(256) p0_k6(
+extern "C" __global__ void __launch_bounds__(256) p0_k7(
     const float* logits,
     const int* label,
     float* dlogits,
@@ -690,7 +702,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
 }
 
 // node 6: matmul (fc2) -> d_relu0.out [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k7(
+extern "C" __global__ void __launch_bounds__(256) p0_k8(
     const float* a,
     const float* b,
     float* y,
@@ -793,7 +805,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
 }
 
 // node 6: matmul (fc2) -> d_relu0.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
     const float* a,
     const float* b,
     float* y,
@@ -912,7 +924,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
 }
 
 // node 7: matmul (fc2) -> fc2.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k8(
+extern "C" __global__ void __launch_bounds__(256) p0_k9(
     const float* a,
     const float* b,
     float* y,
@@ -1015,7 +1027,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
 }
 
 // node 7: matmul (fc2) -> fc2.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1134,7 +1146,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
 }
 
 // 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 8..9), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k10_m(
     const float* mpsc_a0,
     float* mpsc_a1,
     const float* mpsc_a2,
@@ -1177,7 +1189,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
 }
 
 // node 10: matmul (fc1) -> fc1.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k11(
+extern "C" __global__ void __launch_bounds__(256) p0_k12(
     const float* a,
     const float* b,
     float* y,
@@ -1280,7 +1292,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
 }
 
 // node 10: matmul (fc1) -> fc1.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
+extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
     const float* a,
     const float* b,
     float* y,
@@ -1399,7 +1411,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
 }
 
 // 2 element-wise kernels in one launch (sum_to, adam_update; nodes 11..12), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k13_m(
     const float* mpsc_a0,
     float* mpsc_a1,
     float* mpsc_a2,
@@ -1453,7 +1465,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
 }
 
 // 3 element-wise kernels in one launch (adam_update; nodes 13..15), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
     float* mpsc_a0,
     const float* mpsc_a1,
     float* mpsc_a2,
@@ -1535,7 +1547,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
 }
 
 // node 3: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p1_k4(
+extern "C" __global__ void __launch_bounds__(256) p1_k5(
     const float* logits,
     const int* label,
     float* loss,
