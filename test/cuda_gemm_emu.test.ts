@@ -4,9 +4,10 @@
  * sum) executed on the CPU thread emulator (test/native/cuda_thread_emu.h: a fiber per CUDA thread, real
  * barriers, the warp-wide m16n8k8 TF32 mma), without a GPU: the GEMM tile cases of the CUDA kernel check
  * (cuda_cases.ts gemmTileCases) and the catalogue's linear / matmul op cases and GEMM + unary fusions
- * (metal_cases.ts), both variants (fp32 FFMA, 3xTF32 tensor cores), each checked value against the float64
+ * (metal_cases.ts), built without cuBLASLt (the generated path), both variants (fp32 FFMA, 3xTF32 tensor cores), each checked value against the float64
  * reference within 1e-4 (cuda_check's tolerance). Negative controls: the next step fetched one step late
- * (the prefetch's k offset dropped) and 3xTF32 reduced to plain TF32 (the lo products dropped) fail.
+ * (the prefetch's k offset dropped) and 3xTF32 reduced to plain TF32 (the lo products dropped) fail; the A/B variant
+ * MPSC_CUDA_SMALL_PRESPLIT=1 (operands split once when staged) on the tile cases.
  * Where nvcc is found, the small kernels go through ptxas for sm_90a: no spills, no stack.
  * Also layernorm_cuda.ts's layernorm_grad over many blocks (its finish kernel: a warp per column adding the blocks'
  * slots, every 32nd block per thread, then the warp's butterfly sum) on the same emulator (warp shuffles included).
@@ -41,7 +42,7 @@ const cases = (): OpCase[] => [
 
 /** each case's worst relative error per variant (NaN: a value missing), after `edit` on every kernel body */
 function runOnEmulator(all: OpCase[], edit: (body: string) => string = (b) => b): { name: string; fp32: number; mma: number }[] {
-  const built = buildCuda(all.map((c) => c.program), 'gemm_emu', { merge: false });
+  const built = buildCuda(all.map((c) => c.program), 'gemm_emu', { merge: false, cublasLt: false });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gemm-emu-'));
   const id = (s: string) => s.replace(/[^A-Za-z0-9_]/g, '_');
   const lines: string[] = [`#include "${EMU}"`, '#include <string>',
@@ -99,7 +100,7 @@ function runOnEmulator(all: OpCase[], edit: (body: string) => string = (b) => b)
 describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emulator', () => {
   it('match the float64 reference within 1e-4 in both variants, for every small GEMM case (split K, transposes, batches, fused unary fns)', () => {
     const all = cases();
-    const built = buildCuda(all.map((c) => c.program), 'gemm_emu_labels', { merge: false });
+    const built = buildCuda(all.map((c) => c.program), 'gemm_emu_labels', { merge: false, cublasLt: false });
     const firsts = built.lowered.map((lp) => lp.kernels[0]);
     // every case runs on the small tiles; both operand stagings and uneven K splits are reached
     expect(firsts.every((k) => /small 32x64 tiles/.test(k.label))).toBe(true);
@@ -111,6 +112,22 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
     // the tensor-core variant really ran its TF32 products (not bitwise the fp32 one) and stays fp32-accurate
     expect(Math.max(...r.map((x) => x.mma))).toBeGreaterThan(0);
     expect(Math.max(...r.map((x) => x.mma))).toBeLessThan(1e-5);
+  }, 900_000);
+
+  it('MPSC_CUDA_SMALL_PRESPLIT=1 (each operand element split once, when staged, into hi / lo stages) matches too', () => {
+    const saved = process.env.MPSC_CUDA_SMALL_PRESPLIT;
+    process.env.MPSC_CUDA_SMALL_PRESPLIT = '1';
+    try {
+      const some = gemmTileCases(makeRng(20261204)).filter((c) => !/large/.test(String(c.program.name)));
+      const built = buildCuda(some.map((c) => c.program), 'gemm_emu_presplit', { merge: false, cublasLt: false });
+      for (const lp of built.lowered) expect(lp.kernels[0].mma!.body).toMatch(/mpsc_split_tf32\(pa\[r\], As\[.*AsL\[/);
+      const r = runOnEmulator(some);
+      expect(r.filter((x) => !(x.fp32 < TOL && x.mma < TOL))).toEqual([]);
+      expect(Math.max(...r.map((x) => x.mma))).toBeLessThan(1e-5);
+    } finally {
+      if (saved === undefined) delete process.env.MPSC_CUDA_SMALL_PRESPLIT;
+      else process.env.MPSC_CUDA_SMALL_PRESPLIT = saved;
+    }
   }, 900_000);
 
   it('fails when the next k step is fetched one step late, or when the lo products of 3xTF32 are dropped (negative controls)', () => {
@@ -145,7 +162,7 @@ describe.skipIf(!hasGxx)('layernorm_cuda.ts layernorm_grad (warp-per-column fini
 
 describe.skipIf(!NV)('gemm_cuda.ts small-tile kernels under ptxas', () => {
   it('compile for sm_90a without register spills or stack', () => {
-    const built = buildCuda(gemmTileCases(makeRng(20261204)).map((c) => c.program), 'gemm_ptxas', { merge: false });
+    const built = buildCuda(gemmTileCases(makeRng(20261204)).map((c) => c.program), 'gemm_ptxas', { merge: false, cublasLt: false });
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gemm-ptxas-'));
     fs.writeFileSync(path.join(dir, 'k.cu'), built.files[KERNELS_FILE]);
     const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Xptxas', '-v'], { encoding: 'utf8' });

@@ -243,7 +243,7 @@ const stIdx = (s: Stage, row: string, k: string) => (s.kMajor ? `(${row}) * ${SB
  * `threads` threads: element e of the tile is (row, k) in the operand's global order, so consecutive threads
  * read consecutive addresses.
  */
-function smallLoads(v: View, a: Stage, b: Stage, threads: number): { fetch: (k0: string) => string; stage: string; decl: string } {
+function smallLoads(v: View, a: Stage, b: Stage, threads: number, presplit: boolean): { fetch: (k0: string) => string; stage: string; decl: string } {
   const pa = (SBM * SBK) / threads, pb = (SBN * SBK) / threads;
   const rk = (s: Stage) => (s.kMajor ? [`e / ${SBK}u`, `e % ${SBK}u`] : [`e % ${s.rows}u`, `e / ${s.rows}u`]);
   const one = (s: Stage, P: number, reg: string, row: string, bound: string, load: string, k0: string) => {
@@ -254,7 +254,10 @@ function smallLoads(v: View, a: Stage, b: Stage, threads: number): { fetch: (k0:
   };
   const put = (s: Stage, P: number, reg: string) => {
     const [r, k] = rk(s);
-    return `    #pragma unroll\n    for (uint r = 0u; r < ${P}u; ++r) {\n      const uint e = tidx + r * ${threads}u;\n      ${s.name}[${stIdx(s, r, k)}] = ${reg}[r];\n    }\n`;
+    const at = stIdx(s, r, k);
+    // presplit: the 3xTF32 halves stored once here (hi in the stage, lo in its twin `<name>L`), none in the k loop
+    const st = presplit ? `mpsc_split_tf32(${reg}[r], ${s.name}[${at}], ${s.name}L[${at}]);` : `${s.name}[${at}] = ${reg}[r];`;
+    return `    #pragma unroll\n    for (uint r = 0u; r < ${P}u; ++r) {\n      const uint e = tidx + r * ${threads}u;\n      ${st}\n    }\n`;
   };
   return {
     decl: `  float pa[${pa}], pb[${pb}];  // the next k step's A and B elements of this thread\n`,
@@ -264,15 +267,18 @@ function smallLoads(v: View, a: Stage, b: Stage, threads: number): { fetch: (k0:
 }
 
 /** the small kernel's frame: prologue, smem stages, the pipelined K loop around `step` (one BK step from shared memory), then `store` */
-function smallFrame(v: View, sp: Split | null, what: string, threads: number, decl: string, step: string, store: string): string {
+function smallFrame(v: View, sp: Split | null, what: string, threads: number, decl: string, step: string, store: string, presplit = false): string {
   const a = stageOf('As', SBM, !v.aAlongM, 'm0'), b = stageOf('Bs', SBN, v.bAlongK, 'n0');
-  const L = smallLoads(v, a, b, threads);
+  const L = smallLoads(v, a, b, threads, presplit);
+  const T = presplit ? 'uint' : 'float', base = presplit ? 'reinterpret_cast<uint*>(tg)' : 'tg';
+  const fa = stageFloats(a), fb = stageFloats(b);
   const [kb, ke] = sp ? ['kbeg', 'kend'] : ['0u', v.K];
   return (
     prologueHead(v, what, sp) +
     `  const uint m0 = tgid.y * ${SBM}u, n0 = tgid.x * ${SBN}u;\n` +
-    `  float* As = tg;  // A (${SBM} rows) ${a.kMajor ? `[${SBM}][${SBK + 4}]: As[m * ${SBK + 4} + k]` : `[${SBK}][${SBM + 8}]: As[k * ${SBM + 8} + m]`}\n` +
-    `  float* Bs = tg + ${stageFloats(a)};  // B (${SBN} columns) ${b.kMajor ? `[${SBN}][${SBK + 4}]: Bs[n * ${SBK + 4} + k]` : `[${SBK}][${SBN + 8}]: Bs[k * ${SBN + 8} + n]`}\n` +
+    `  ${T}* As = ${base};  // A (${SBM} rows) ${a.kMajor ? `[${SBM}][${SBK + 4}]: As[m * ${SBK + 4} + k]` : `[${SBK}][${SBM + 8}]: As[k * ${SBM + 8} + m]`}\n` +
+    `  ${T}* Bs = As + ${fa};  // B (${SBN} columns) ${b.kMajor ? `[${SBN}][${SBK + 4}]: Bs[n * ${SBK + 4} + k]` : `[${SBK}][${SBN + 8}]: Bs[k * ${SBN + 8} + n]`}\n` +
+    (presplit ? `  uint* AsL = Bs + ${fb};  // the lo halves, As's layout\n  uint* BsL = AsL + ${fa};  // the lo halves, Bs's layout\n` : '') +
     decl + L.decl +
     `  // register double buffering: step k0's elements were fetched during step k0 - ${SBK}'s products\n` +
     L.fetch(kb) +
@@ -284,10 +290,16 @@ function smallFrame(v: View, sp: Split | null, what: string, threads: number, de
 }
 
 /** A(row, k) and B(col, k) of the small kernel's stages */
-const smallA = (v: View, m: string, k: string) => `As[${stIdx(stageOf('As', SBM, !v.aAlongM, ''), m, k)}]`;
-const smallB = (v: View, n: string, k: string) => `Bs[${stIdx(stageOf('Bs', SBN, v.bAlongK, ''), n, k)}]`;
-/** shared floats of a small kernel */
-const smallTgmem = (v: View) => (stageFloats(stageOf('As', SBM, !v.aAlongM, '')) + stageFloats(stageOf('Bs', SBN, v.bAlongK, ''))) * 4;
+const smallA = (v: View, m: string, k: string, arr = 'As') => `${arr}[${stIdx(stageOf('As', SBM, !v.aAlongM, ''), m, k)}]`;
+const smallB = (v: View, n: string, k: string, arr = 'Bs') => `${arr}[${stIdx(stageOf('Bs', SBN, v.bAlongK, ''), n, k)}]`;
+/** shared bytes of a small kernel (twice with the presplit hi / lo stages) */
+const smallTgmem = (v: View, presplit = false) => (stageFloats(stageOf('As', SBM, !v.aAlongM, '')) + stageFloats(stageOf('Bs', SBN, v.bAlongK, ''))) * 4 * (presplit ? 2 : 1);
+/**
+ * MPSC_CUDA_SMALL_PRESPLIT=1 (build time, A/B): the small 3xTF32 kernel splits each operand element once, when it is
+ * staged, into hi / lo stages (uint, twice the shared memory), so the k loop only loads fragments (the default splits
+ * each fragment in the k loop: 3 instructions per fragment, each A element split by both warps that read it)
+ */
+const presplitOn = (p: Passes) => process.env.MPSC_CUDA_SMALL_PRESPLIT === '1' && !p.tf32;
 
 /** small tiles, fp32 FFMA (MPSC_CUDA_PLAIN=1): 16x16 threads, a 2x4 register block each */
 function smallPlainBody(v: View, sp: Split | null): string {
@@ -304,7 +316,9 @@ function smallPlainBody(v: View, sp: Split | null): string {
 
 /** small tiles on the tensor cores: 4 warps of 16x32 (1x4 m16n8k8 tiles), the passes of mmaBody */
 function smallMmaBody(v: View, sp: Split | null, p: Passes): string {
-  const frag = (x: string, h: string, l: string) => (p.tf32 ? `${h} = mpsc_tf32(${x});` : `mpsc_split_tf32(${x}, ${h}, ${l});`);
+  const pre = presplitOn(p);
+  // a fragment register pair from the stages: split here, or (presplit) both halves loaded; x is the hi stage's element
+  const frag = (x: string, h: string, l: string) => (p.tf32 ? `${h} = mpsc_tf32(${x});` : pre ? `${h} = ${x}; ${l} = ${x.replace(/^(As|Bs)\[/, '$1L[')};` : `mpsc_split_tf32(${x}, ${h}, ${l});`);
   const passes = p.tf32 ? 'TF32' : p.exactA && p.exactB ? 'TF32 (exact: 16-bit operands)' : p.exactA || p.exactB ? '2xTF32 (one operand 16-bit, exact in TF32)' : '3xTF32';
   const decl =
     `  const uint gq = lane / 4u, tq = lane % 4u;\n` +
@@ -325,7 +339,7 @@ function smallMmaBody(v: View, sp: Split | null, p: Passes): string {
     mmaProducts(p, 1) + `    }\n`;
   const store = `  #pragma unroll\n  for (uint j = 0u; j < 4u; ++j)\n    #pragma unroll\n    for (uint q = 0u; q < 4u; ++q)\n` +
     storeOne(v, sp, 'm0 + wm + gq + (q >= 2u ? 8u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[0][j][q]');
-  return smallFrame(v, sp, `${SBM}x${SBN} tile per block of 4 warps, 16x32 per warp as 1x4 ${passes} mma.sync m16n8k8 tiles, BK ${SBK}, next k step prefetched`, 128, decl, step, store);
+  return smallFrame(v, sp, `${SBM}x${SBN} tile per block of 4 warps, 16x32 per warp as 1x4 ${passes} mma.sync m16n8k8 tiles, BK ${SBK}, next k step prefetched${pre ? ', operands split when staged' : ''}`, 128, decl, step, store, pre);
 }
 
 /** ops whose B operand is contiguous along k */
@@ -368,12 +382,12 @@ function lowerSmall(ctx: LowerCtx, g: Graph, n: Node, parts: GemmParts, view: Vi
   const { gm, args, what } = parts;
   const sp = smallSplit(gm.M, gm.N, gm.K, gm.G);
   const name = ctx.next();
-  const tgmem = smallTgmem(view);
+  const tgmem = smallTgmem(view), tgmemMma = smallTgmem(view, presplitOn(passes));
   const gemm: KernelSpec = {
     name, node: n.id, op: n.op, label: label(g, n) + what + ` [gemm_cuda.ts small ${SBM}x${SBN} tiles${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
     groups: [Math.max(1, ceilDiv(gm.N, SBN)), Math.max(1, ceilDiv(gm.M, SBM)), gm.G * (sp?.S ?? 1)],
     tgsize: [16, 16, 1], tgmem, sync: true, body: smallPlainBody(view, sp),
-    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem, sync: true, body: smallMmaBody(view, sp, passes) },
+    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: tgmemMma, sync: true, body: smallMmaBody(view, sp, passes) },
   };
   if (!sp) return [gemm];
   gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;
