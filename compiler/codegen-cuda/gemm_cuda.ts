@@ -19,6 +19,8 @@
  * each write their partial sum into the plan's scratch region (`mpsc_scratch`, KernelSpec.scratch
  * bytes), then a reduction kernel adds the S partials in a fixed order and runs the store
  * (bias, epilogue): results do not depend on launch order.
+ * Small linear / matmul (smallGemm: under two blocks per SM of 64x64 tiles, at most 2^28 multiply-adds) run on
+ * 32x64 tiles with register-prefetched k steps instead (the section "Small GEMMs" below; smallSplit for long K).
  * The shared 16x16 kernels stay available (MPSC_CUDA_GEMM=shared at generation time).
  * Convolutions with fp32 operands are lowered by conv_cuda.ts first (128-row TF32 implicit GEMMs, which
  * reuse splitK with their own tiles and splitReduceKernel); this file's kernels take the rest.
