@@ -21,8 +21,9 @@
  *    (fp32 operands and output; gemm_cuda.ts smallGemm: its 64x64 grid under two blocks per SM, at most 2^28
  *    multiply-adds), on the small tiles. Measured on the H200 at gpt_tiny's shapes (bench/NOTES.md, tinygemm): the
  *    small-tile 3xTF32 kernel takes 8.5-20.6 us per product one by one against cuBLASLt's fp32 calls' 8.8-21.5, and
- *    the graph step is slower with it (gpt_tiny 0.975 vs 0.924 ms, mnist_mlp 0.084-0.087 vs 0.074-0.078): so the
- *    default stays cuBLASLt; 16-bit products are cuBLASLt calls at any size.
+ *    the graph step is slower with it (gpt_tiny 0.975 vs 0.924 ms, mnist_mlp 0.084-0.087 vs 0.074-0.078; with the
+ *    layernorm_grad finish of layernorm_cuda.ts in both, gpt_tiny 0.871 vs 0.821): so the default stays cuBLASLt;
+ *    16-bit products are cuBLASLt calls at any size.
  *  - an fp32 call (fp32 operands and D) that tf32x3.ts's size rule takes (MPSC_CUDA_TF32X3, default
  *    on) runs as 3xTF32: two split kernels ('before' the call) write hi / lo operands into the scratch
  *    region and the call, k tripled, multiplies them with CUBLAS_COMPUTE_32F_FAST_TF32 (exact products,

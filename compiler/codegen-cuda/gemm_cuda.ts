@@ -299,7 +299,8 @@ const smallTgmem = (v: View, presplit = false) => (stageFloats(stageOf('As', SBM
 /**
  * MPSC_CUDA_SMALL_PRESPLIT=1 (build time, A/B): the small 3xTF32 kernel splits each operand element once, when it is
  * staged, into hi / lo stages (uint, twice the shared memory), so the k loop only loads fragments (the default splits
- * each fragment in the k loop: 3 instructions per fragment, each A element split by both warps that read it)
+ * each fragment in the k loop: 3 instructions per fragment, each A element split by both warps that read it).
+ * Measured slower on the H200 (gpt_tiny with the small products generated: 0.882 against 0.871 ms, bench/NOTES.md)
  */
 const presplitOn = (p: Passes) => process.env.MPSC_CUDA_SMALL_PRESPLIT === '1' && !p.tf32;
 

@@ -166,7 +166,8 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   if (G === 1) return [first];
   // a warp per column: lane l adds the slots of blocks l, l + 32, ... in order (every load issued at once), then the
   // warp's butterfly sum (a fixed order); one thread per column adding all G slots in a chain of G dependent loads
-  // took 12-20 us at G = 256 (gpt_tiny, main fe774ce profile), several times the grad kernel itself
+  // took 12-20 us at G = 256 (gpt_tiny, main fe774ce profile), several times the grad kernel itself; measured on the
+  // H200 (bench/NOTES.md, tinygemm): graph steps gpt_tiny 0.920 -> 0.821 ms, gpt_char fp32 23.81 -> 23.63 ms
   const Q = ceilDiv(G, 32);
   // MPSC_CUDA_LN_FINISH=serial (build time): the thread-per-column chain (A/B)
   const serial = process.env.MPSC_CUDA_LN_FINISH === 'serial';
