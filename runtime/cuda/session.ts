@@ -178,7 +178,7 @@ export function gemmReport(gemms: CudaArtifacts['gemms'], ltHeader: string | nul
   const lt = all.filter((x) => x.c.path === 'cublaslt');
   const lines = [
     `GEMM nodes: ${lt.length} of ${all.length} chosen for cuBLASLt (linear / matmul it can address: fp32 FMA or 16-bit operands, fp32 accumulation), ` +
-      `${all.length - lt.length} generated (convolutions, partial broadcasts, small fp32 products, or MPSC_CUDA_CUBLASLT=0); ` +
+      `${all.length - lt.length} generated (convolutions, partial broadcasts, small fp32 products with MPSC_CUDA_SMALL_GEN=1, or MPSC_CUDA_CUBLASLT=0); ` +
       (lt.length === 0 ? 'no cuBLASLt call in this model'
         : ltHeader ? `cuBLASLt found (${ltHeader}): those run as cuBLASLt calls, each falling back to its generated kernel if cuBLASLt has no algorithm for it`
         : 'no cuBLASLt in this CUDA toolkit: they run as their generated kernels'),
