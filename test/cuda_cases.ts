@@ -6,7 +6,7 @@
  * table and, per case, the program as built. bench/cuda_check.ts runs these on the GPU machine;
  * test/cuda_cases.test.ts runs the same path against a stand-in driver without a GPU.
  */
-import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
+import { SMALL_BELOW, smallGemm, smallSplit, splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { LONG, columnChunks } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { ONE_BLOCK_ROWS, rowBlock, rowGroupThreads } from '../compiler/codegen-cuda/class_rows.js';
 import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
@@ -97,7 +97,8 @@ export function cudaLongCases(): OpCase[] {
   };
   conv('long_k_conv_grad_weight', [8, 3, 33, 31], [5, 3, 3, 3], [1, 1], 1);
   conv('long_k_conv_grad_weight_groups', [4, 4, 30, 30], [6, 2, 3, 3], [1, 1], 2);
-  if (!splitK(20, 24, 3000, 1) || !splitK(6, 10, 2000, 1)) throw new Error('internal: the long-K GEMM cases are not split along K');
+  // small GEMMs (gemm_cuda.ts smallGemm): split by smallSplit, not splitK
+  if (!smallSplit(20, 24, 3000, 1) || !smallSplit(6, 10, 2000, 1)) throw new Error('internal: the long-K GEMM cases are not split along K');
   cases.push(opCase('long_k_matmul_transA', 'matmul', [f([3000, 20]), f([3000, 24])], [[20, 24]], { transA: true, transB: false }));
   cases.push(opCase('long_k_linear_bias', 'linear', [f([6, 2000]), f([10, 2000]), f([10])], [[6, 10]]));
   if (3 * 700 < LONG || 1200 < LONG) throw new Error('internal: the long sum_to cases are shorter than LONG');
@@ -152,10 +153,41 @@ export function cudaLongCases(): OpCase[] {
   cases.push(lossAndGradCase(rng, 'loss_and_grad_gpt2_vocab', 3, 50304, 0), lossAndGradCase(rng, 'loss_and_grad_warp_ignore', 301, 1000, 0.1, -100),
     lossAndGradCase(rng, 'loss_and_grad_one_block', 37, 65, 0));
   cases.push(positionEmbeddingCase('position_embedding', 3, 37, 41, 70), positionEmbeddingCase('position_embedding_full', 5, 64, 64, 33));
-  cases.push(...halfLongCases(rng), ...wideElementwiseCases(rng));
+  cases.push(...halfLongCases(rng), ...wideElementwiseCases(rng), ...gemmTileCases(rng));
   // the gradient right after the loss: one kernel (class_rows.ts fusedGrad), a block and a warp per row
   cases.push(lossAndGradCase(rng, 'loss_grad_fused_gpt2_vocab', 3, 50304, 0, undefined, true), lossAndGradCase(rng, 'loss_grad_fused_block_ignore', 5, 1025, 0.1, 2, true),
     lossAndGradCase(rng, 'loss_grad_fused_warp_ignore', 301, 1000, 0.1, -100, true));
+  return cases;
+}
+
+/**
+ * GEMMs at the edges of gemm_cuda.ts's small tiles (32x64, BK 32, the next k step prefetched): partial tiles on
+ * both axes and K not a multiple of BK; every operand layout (linear; matmul with transA: the weight gradient,
+ * A staged rows-contiguous; transB; a batch with a shared b); K split unevenly (smallSplit's last chunk
+ * shorter) with and without transA; gpt_tiny's shapes scaled down (fused unary epilogues: metal_cases.ts fusedCases); and one product on the 64x64
+ * tiles (its grid at SMALL_BELOW tiles: the large path, which the op cases no longer reach).
+ */
+export function gemmTileCases(rng: Rng): OpCase[] {
+  const f = (shape: number[]) => ({ shape, data: randomTensor(shape, rng, -1, 1) });
+  const cases: OpCase[] = [];
+  const mm = (name: string, a: number[], b: number[], y: number[], transA: boolean, transB: boolean) =>
+    cases.push(opCase(name, 'matmul', [f(a), f(b)], [y], { transA, transB }));
+  cases.push(opCase('tile_linear_bias_67x65x129', 'linear', [f([67, 129]), f([65, 129]), f([65])], [[67, 65]]));
+  mm('tile_matmul_transA_split', [1030, 37], [1030, 70], [37, 70], true, false);
+  mm('tile_matmul_transB_split', [45, 700], [33, 700], [45, 33], false, true);
+  mm('tile_matmul_transAB', [41, 35], [66, 41], [35, 66], true, true);
+  mm('tile_matmul_batch_shared_b', [3, 37, 41], [41, 70], [3, 37, 70], false, false);
+  // gpt_tiny's weight gradient (dY^T X, K = batch rows) and input gradient (dY W), scaled down
+  mm('tile_gpt_weight_grad', [515, 65], [515, 130], [65, 130], true, false);
+  mm('tile_gpt_input_grad', [2, 33, 130], [130, 67], [2, 33, 67], false, false);
+  cases.push(opCase('tile_linear_129', 'linear', [f([70, 33]), f([129, 33]), f([129])], [[70, 129]]));
+  cases.push(opCase('tile_large_linear', 'linear', [f([1030, 9]), f([1000, 9]), f([1000])], [[1030, 1000]]));
+  const splits: [number, number, number][] = [[37, 70, 1030], [45, 33, 700], [65, 130, 515]];
+  for (const [M, N, K] of splits) {
+    const sp = smallSplit(M, N, K, 1);
+    if (!sp || K % sp.Kc === 0) throw new Error(`internal: a small GEMM case ${M} x ${N} x ${K} is not split unevenly along K`);
+  }
+  if (!smallGemm('linear', 67, 65, 129, 1) || smallGemm('linear', 1030, 1000, 9, 1) || Math.ceil(1030 / 64) * Math.ceil(1000 / 64) < SMALL_BELOW) throw new Error('internal: the tile cases miss the small or the large path');
   return cases;
 }
 

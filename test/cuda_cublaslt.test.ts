@@ -77,6 +77,32 @@ describe('the cuBLASLt rule (cublaslt.ts)', () => {
   });
 });
 
+describe('the small fp32 rule (cublaslt.ts, gemm_cuda.ts smallGemm)', () => {
+  it('small fp32 products stay cuBLASLt calls by default (their fallback the small-tile kernel); smallGen (MPSC_CUDA_SMALL_GEN=1) runs them generated; large and 16-bit ones are calls either way', () => {
+    // gpt_tiny's attention out-projection (2048 x 128 x 128: 64 tiles of 64 x 64) and its weight gradient (128 x 128 x 2048)
+    const small = graphOf('linear', [[2048, 128], [128, 128], [128], [2048, 128]]);
+    const d = lowerGemmCudaLt(ctxOf(), small.g, small.n, undefined, true)!;
+    expect(d.choice.path).toBe('cublaslt');
+    expect(d.kernels[0].label).toMatch(/small 32x64 tiles/);
+    const r = lowerGemmCudaLt(ctxOf(), small.g, small.n, undefined, true, 'rule', true)!;
+    expect(r.choice.path).toBe('generated');
+    expect(r.choice.why).toMatch(/small fp32 product .*MPSC_CUDA_SMALL_GEN=1/);
+    expect(r.kernels.every((k) => k.libraryPart === undefined && k.library === undefined)).toBe(true);
+    const dw = graphOf('matmul', [[2048, 128], [2048, 128], [128, 128]], { transA: true, transB: false });
+    const rw = lowerGemmCudaLt(ctxOf(), dw.g, dw.n, undefined, true, 'rule', true)!;
+    expect(rw.choice.path).toBe('generated');
+    // split along K (16 chunks of 128 over 8 tiles of 32 x 64), then the fixed-order sum
+    expect(rw.kernels.map((k) => k.label.match(/split K: [^\]]*/)?.[0])).toEqual(['split K: 16 chunks of 128, partial sums', 'split K: sum of 16 partials']);
+    // 264 tiles of 64 x 64 (two blocks per SM), or more than 2^28 multiply-adds: not small
+    const large = graphOf('linear', [[2048, 128], [528, 128], [528], [2048, 528]]);
+    expect(lowerGemmCudaLt(ctxOf(), large.g, large.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
+    const long = graphOf('matmul', [[16384, 384], [16384, 384], [384, 384]], { transA: true, transB: false });
+    expect(lowerGemmCudaLt(ctxOf(), long.g, long.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
+    const half = graphOf('linear', [[2048, 128], [128, 128], [128], [2048, 128]], {}, 'bf16');
+    expect(lowerGemmCudaLt(ctxOf(), half.g, half.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
+  });
+});
+
 describe('cuBLASLt call descriptions compute the node\'s product (column-major interpreter)', () => {
   it('linear with bias: D = W^T-as-A times x-as-B plus the bias per output feature', () => {
     const { lib } = libraryOf('linear', [[2, 3, 5], [7, 5], [7], [2, 3, 7]]);

@@ -17,6 +17,13 @@
  *    reason names which kernel, conv_cuda.ts convKernelNote: the TF32 implicit-GEMM kernel, or
  *    gemm_cuda.ts's 64x64 one and why) and for partially broadcast batch dims.
  *  - `lt: false` (MPSC_CUDA_CUBLASLT=0 at generation time): every GEMM is generated.
+ *  - with MPSC_CUDA_SMALL_GEN=1 (generation time; off by default), the generated kernel for a small fp32 product
+ *    (fp32 operands and output; gemm_cuda.ts smallGemm: its 64x64 grid under two blocks per SM, at most 2^28
+ *    multiply-adds), on the small tiles. Measured on the H200 at gpt_tiny's shapes (bench/NOTES.md, tinygemm): the
+ *    small-tile 3xTF32 kernel takes 8.5-20.6 us per product one by one against cuBLASLt's fp32 calls' 8.8-21.5, and
+ *    the graph step is slower with it (gpt_tiny 0.975 vs 0.924 ms, mnist_mlp 0.084-0.087 vs 0.074-0.078; with the
+ *    layernorm_grad finish of layernorm_cuda.ts in both, gpt_tiny 0.871 vs 0.821): so the default stays cuBLASLt;
+ *    16-bit products are cuBLASLt calls at any size.
  *  - an fp32 call (fp32 operands and D) that tf32x3.ts's size rule takes (MPSC_CUDA_TF32X3, default
  *    on) runs as 3xTF32: two split kernels ('before' the call) write hi / lo operands into the scratch
  *    region and the call, k tripled, multiplies them with CUBLAS_COMPUTE_32F_FAST_TF32 (exact products,
@@ -39,7 +46,7 @@ import type { KernelSpec, LibraryDType, LibraryGemm, LowerCtx } from '../kernels
 import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
 import { unaryFwd } from '../kernels/elementwise.js';
 import { convKernelNote } from './conv_cuda.js';
-import { lowerGemmCuda } from './gemm_cuda.js';
+import { SMALL_BELOW, SMALL_MAX_MACS, lowerGemmCuda, smallGemm } from './gemm_cuda.js';
 import { gemmParts } from '../kernels/gemm.js';
 import { splitKernels, tf32x3Layout, tf32x3Rule, type Tf32x3Mode } from './tf32x3.js';
 
@@ -136,15 +143,19 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): P
 
 /**
  * `epilogue`: the fused unary (its output replaces the GEMM's); `lt`: cuBLASLt may be chosen at all;
- * `tf32x3`: whether an fp32 call may run over split operands on the tensor cores (tf32x3.ts's rule)
+ * `tf32x3`: whether an fp32 call may run over split operands on the tensor cores (tf32x3.ts's rule);
+ * `smallGen`: small fp32 products run gemm_cuda.ts's small-tile kernel instead of a call (MPSC_CUDA_SMALL_GEN=1; A/B)
  */
-export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule'): CudaGemmLowering | null {
+export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule', smallGen = process.env.MPSC_CUDA_SMALL_GEN === '1'): CudaGemmLowering | null {
   const fallback = lowerGemmCuda(ctx, g, n, epilogue);
   if (!fallback) return null;
   const p = planOf(ctx, g, n, epilogue);
   const generated = (why: string): CudaGemmLowering => ({ kernels: fallback, choice: { node: n.id, op: n.op, path: 'generated', shape: p.shape, why } });
   if (!lt) return generated('cuBLASLt switched off (MPSC_CUDA_CUBLASLT=0) or not in this CUDA toolkit');
   if ('reason' in p) return generated(p.reason);
+  // small fp32 products on gemm_cuda.ts's small-tile 3xTF32 kernel when asked (MPSC_CUDA_SMALL_GEN=1; the rule's bullet above)
+  const gm = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' && smallGen ? gemmParts(ctx, g, n)?.gm : undefined;
+  if (gm && smallGemm(n.op, gm.M, gm.N, gm.K, gm.G)) return generated(`a small fp32 product (under ${SMALL_BELOW} tiles of 64 x 64, at most 2^${Math.log2(SMALL_MAX_MACS)} multiply-adds): gemm_cuda.ts's small-tile 3xTF32 kernel, asked for by MPSC_CUDA_SMALL_GEN=1 (the default keeps cuBLASLt: measured faster in the graph, bench/NOTES.md, tinygemm)`);
   const first = fallback[0];
   const nargs = first.args.length;
   const ltArgs = n.op === 'linear' ? { argA: 1, argB: 0, ...(p.gemm.epilogue === 'bias' ? { argBias: 2 } : {}) } : { argA: 1, argB: 0 };

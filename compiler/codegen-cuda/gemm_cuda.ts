@@ -19,6 +19,8 @@
  * each write their partial sum into the plan's scratch region (`mpsc_scratch`, KernelSpec.scratch
  * bytes), then a reduction kernel adds the S partials in a fixed order and runs the store
  * (bias, epilogue): results do not depend on launch order.
+ * Small linear / matmul (smallGemm: under two blocks per SM of 64x64 tiles, at most 2^28 multiply-adds) run on
+ * 32x64 tiles with register-prefetched k steps instead (the section "Small GEMMs" below; smallSplit for long K).
  * The shared 16x16 kernels stay available (MPSC_CUDA_GEMM=shared at generation time).
  * Convolutions with fp32 operands are lowered by conv_cuda.ts first (128-row TF32 implicit GEMMs, which
  * reuse splitK with their own tiles and splitReduceKernel); this file's kernels take the rest.
@@ -32,7 +34,7 @@ import { lowerConvCuda } from './conv_cuda.js';
 const BM = 64, BN = 64, BK = 16, LDA = 20, LDB = 72;
 const TGMEM = (BM * LDA + BK * LDB) * 4;
 
-interface View { M: string; N: string; K: string; head: string; loadA: string; loadB: string; store: string; bAlongK: boolean }
+interface View { M: string; N: string; K: string; head: string; loadA: string; loadB: string; store: string; bAlongK: boolean; aAlongM: boolean }
 
 /** the group index g (grid z) and the GEMM's head statements (batched matmul offsets), when used */
 const groupIndex = (v: View) => (/\bg\b/.test(v.head + v.loadA + v.loadB + v.store) ? `  const uint g = tgid.z;\n` : '') + v.head;
@@ -74,13 +76,17 @@ export function splitK(M: number, N: number, K: number, G: number, bm = BM, bn =
   return S < 2 ? null : { S, Kc };
 }
 
-const prologue = (v: View, what: string, sp: Split | null) =>
+/** the kernel's first statements: what it computes, the group index and (split K) this block's chunk [kbeg, kend) */
+const prologueHead = (v: View, what: string, sp: Split | null) =>
   `  // C[${v.M} x ${v.N}] = A[${v.M} x ${v.K}] * B[${v.K} x ${v.N}] per group (grid z): ${what}\n` +
   (sp
     ? `  // split K: block z = group * ${sp.S} + chunk; chunk ks sums k in [ks * ${sp.Kc}, (ks + 1) * ${sp.Kc})\n` +
       (/\bg\b/.test(v.head + v.loadA + v.loadB) ? `  const uint g = tgid.z / ${sp.S}u;\n` : '') + v.head +
       `  const uint kbeg = (tgid.z % ${sp.S}u) * ${sp.Kc}u, kend = min(${v.K}, kbeg + ${sp.Kc}u);\n`
-    : groupIndex(v)) +
+    : groupIndex(v));
+
+const prologue = (v: View, what: string, sp: Split | null) =>
+  prologueHead(v, what, sp) +
   `  const uint m0 = tgid.y * ${BM}u, n0 = tgid.x * ${BN}u;\n` +
   `  float* As = tg;              // [${BM}][${LDA}]: As[m * ${LDA} + k]\n` +
   `  float* Bs = tg + ${BM * LDA}; // [${BK}][${LDB}]: Bs[k * ${LDB} + n]\n`;
@@ -136,13 +142,13 @@ export const TF32_OPS: ReadonlySet<string> = new Set(['conv2d', 'conv2d_grad_inp
 interface Passes { tf32: boolean; exactA: boolean; exactB: boolean }
 
 /** the fragment products of one k-step: lo*hi (A not exact), hi*lo (B not exact), hi*hi */
-function mmaProducts(p: Passes): string {
+function mmaProducts(p: Passes, mi = 2): string {
   const mma = [
     ...(p.tf32 || p.exactA ? [] : ['mpsc_mma16x8(cacc[i][j], al[i], bh[j]);']),
     ...(p.tf32 || p.exactB ? [] : ['mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);']),
     'mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);',
   ];
-  return `      #pragma unroll\n      for (uint i = 0u; i < 2u; ++i)\n        #pragma unroll\n        for (uint j = 0u; j < 4u; ++j) {\n` +
+  return `      #pragma unroll\n      for (uint i = 0u; i < ${mi}u; ++i)\n        #pragma unroll\n        for (uint j = 0u; j < 4u; ++j) {\n` +
     mma.map((m) => `          ${m}\n`).join('') + `        }\n`;
 }
 
@@ -178,10 +184,174 @@ function mmaBody(v: View, sp: Split | null, p: Passes): string {
   );
 }
 
+/**
+ * Small GEMMs: where the 64x64 grid leaves the GPU under two blocks per SM (tiles x groups < SMALL_BELOW:
+ * gpt_tiny's M = 2048 x N 65..512 products are 64-256 such tiles, its weight gradients 1-16) and the product is
+ * short (at most SMALL_MAX_MACS multiply-adds: latency-bound, not throughput-bound), a linear or
+ * matmul runs on 32x64 tiles (twice the blocks) with BK = 32 (half the barriers of BK = 16) and the next
+ * k step's global loads issued into registers before the current step's products (register double
+ * buffering: the load latency, which the 64x64 kernel waits out at every k step, overlaps the mma).
+ * Each operand is staged in shared memory in the order it is contiguous in global memory, so both the
+ * coalesced loads' stores and the fragment reads are bank-conflict free: k-contiguous (linear's x and w,
+ * matmul's a, and b with transB) as [rows][BK + 4], else (matmul's a with transA: the weight gradient
+ * dY^T X; b without transB) as [BK][rows + 8]. K >= 512 over few tiles (at most a quarter of SMALL_BELOW: the
+ * weight gradients, K = 2048 on 3-32 tiles) is cut into chunks of at least SMALL_SPLIT_CHUNK for about two
+ * blocks per SM (smallSplit), summed in a fixed order by splitReduceKernel. MPSC_CUDA_GEMM_SMALL=0 (generation time) keeps the 64x64 kernel.
+ */
+const SBM = 32, SBN = 64, SBK = 32;
+/** the 64x64 grid size (tiles x groups) under which a GEMM takes the small tiles: two blocks per SM of the H200's 132 */
+export const SMALL_BELOW = 264;
+/** K from which a small GEMM is split, and the shortest chunk (4 k steps) */
+const SMALL_SPLIT_MIN_K = 512, SMALL_SPLIT_CHUNK = 128;
+
+/**
+ * the most multiply-adds of a small GEMM (2^28: gpt_tiny's largest products, 2048 x 512 x 128, are 2^27): past it a
+ * product is long enough to be throughput-bound (gpt_char's weight gradients, 1152 x 384 x 16384: 7.2e9 on 216
+ * tiles), where cuBLASLt's fp32 call or the 64x64 kernel's split stay
+ */
+export const SMALL_MAX_MACS = 2 ** 28;
+
+/** whether a linear / matmul of this size runs on the small tiles (MPSC_CUDA_GEMM_SMALL=0: never) */
+export function smallGemm(op: string, M: number, N: number, K: number, G: number): boolean {
+  if (process.env.MPSC_CUDA_GEMM_SMALL === '0' || (op !== 'linear' && op !== 'matmul')) return false;
+  return Math.max(1, ceilDiv(M, BM)) * Math.max(1, ceilDiv(N, BN)) * G < SMALL_BELOW && M * N * K * G <= SMALL_MAX_MACS;
+}
+
+/**
+ * The K split of a small GEMM, or null: only where its tiles leave at least half of the SMs idle (tiles x groups
+ * <= SMALL_BELOW / 4: the reduction kernel, one more launch, is worth it only against a long chain of k steps on
+ * few blocks), in chunks of >= SMALL_SPLIT_CHUNK (a multiple of SBK) for about SMALL_BELOW blocks
+ */
+export function smallSplit(M: number, N: number, K: number, G: number): Split | null {
+  if (K < SMALL_SPLIT_MIN_K) return null;
+  const tiles = Math.max(1, ceilDiv(M, SBM)) * Math.max(1, ceilDiv(N, SBN)) * G;
+  if (tiles * 4 > SMALL_BELOW) return null;
+  const want = Math.min(Math.floor(SMALL_BELOW / tiles), Math.floor(K / SMALL_SPLIT_CHUNK));
+  if (want < 2) return null;
+  const Kc = ceilDiv(ceilDiv(K, want), SBK) * SBK;
+  const S = ceilDiv(K, Kc);
+  return S < 2 ? null : { S, Kc };
+}
+
+/** one operand's shared-memory tile of `rows` x SBK: k-contiguous ([rows][SBK + 4]) or rows-contiguous ([SBK][rows + 8]) */
+interface Stage { name: string; rows: number; kMajor: boolean; at: string }
+const stageOf = (name: string, rows: number, kMajor: boolean, at: string): Stage => ({ name, rows, kMajor, at });
+const stageFloats = (s: Stage) => (s.kMajor ? s.rows * (SBK + 4) : SBK * (s.rows + 8));
+/** the shared-memory index of (row, k) */
+const stIdx = (s: Stage, row: string, k: string) => (s.kMajor ? `(${row}) * ${SBK + 4}u + ${k}` : `(${k}) * ${s.rows + 8}u + ${row}`);
+
+/**
+ * The next k step's loads into registers (`k0` the step's first k) and their stores into shared memory, for
+ * `threads` threads: element e of the tile is (row, k) in the operand's global order, so consecutive threads
+ * read consecutive addresses.
+ */
+function smallLoads(v: View, a: Stage, b: Stage, threads: number, presplit: boolean): { fetch: (k0: string) => string; stage: string; decl: string } {
+  const pa = (SBM * SBK) / threads, pb = (SBN * SBK) / threads;
+  const rk = (s: Stage) => (s.kMajor ? [`e / ${SBK}u`, `e % ${SBK}u`] : [`e % ${s.rows}u`, `e / ${s.rows}u`]);
+  const one = (s: Stage, P: number, reg: string, row: string, bound: string, load: string, k0: string) => {
+    const [r, k] = rk(s);
+    return `    #pragma unroll\n    for (uint r = 0u; r < ${P}u; ++r) {\n      const uint e = tidx + r * ${threads}u;\n` +
+      `      const uint ${row} = ${s.at} + ${r}, ki = ${k0} + ${k};\n      float v = 0.0f;\n` +
+      `      if (${row} < ${bound} && ki < ${v.K}) {\n${load}\n      }\n      ${reg}[r] = v;\n    }\n`;
+  };
+  const put = (s: Stage, P: number, reg: string) => {
+    const [r, k] = rk(s);
+    const at = stIdx(s, r, k);
+    // presplit: the 3xTF32 halves stored once here (hi in the stage, lo in its twin `<name>L`), none in the k loop
+    const st = presplit ? `mpsc_split_tf32(${reg}[r], ${s.name}[${at}], ${s.name}L[${at}]);` : `${s.name}[${at}] = ${reg}[r];`;
+    return `    #pragma unroll\n    for (uint r = 0u; r < ${P}u; ++r) {\n      const uint e = tidx + r * ${threads}u;\n      ${st}\n    }\n`;
+  };
+  return {
+    decl: `  float pa[${pa}], pb[${pb}];  // the next k step's A and B elements of this thread\n`,
+    fetch: (k0) => one(a, pa, 'pa', 'mi', v.M, v.loadA, k0) + one(b, pb, 'pb', 'ni', v.N, v.loadB, k0),
+    stage: put(a, pa, 'pa') + put(b, pb, 'pb'),
+  };
+}
+
+/** the small kernel's frame: prologue, smem stages, the pipelined K loop around `step` (one BK step from shared memory), then `store` */
+function smallFrame(v: View, sp: Split | null, what: string, threads: number, decl: string, step: string, store: string, presplit = false): string {
+  const a = stageOf('As', SBM, !v.aAlongM, 'm0'), b = stageOf('Bs', SBN, v.bAlongK, 'n0');
+  const L = smallLoads(v, a, b, threads, presplit);
+  const T = presplit ? 'uint' : 'float', base = presplit ? 'reinterpret_cast<uint*>(tg)' : 'tg';
+  const fa = stageFloats(a), fb = stageFloats(b);
+  const [kb, ke] = sp ? ['kbeg', 'kend'] : ['0u', v.K];
+  return (
+    prologueHead(v, what, sp) +
+    `  const uint m0 = tgid.y * ${SBM}u, n0 = tgid.x * ${SBN}u;\n` +
+    `  ${T}* As = ${base};  // A (${SBM} rows) ${a.kMajor ? `[${SBM}][${SBK + 4}]: As[m * ${SBK + 4} + k]` : `[${SBK}][${SBM + 8}]: As[k * ${SBM + 8} + m]`}\n` +
+    `  ${T}* Bs = As + ${fa};  // B (${SBN} columns) ${b.kMajor ? `[${SBN}][${SBK + 4}]: Bs[n * ${SBK + 4} + k]` : `[${SBK}][${SBN + 8}]: Bs[k * ${SBN + 8} + n]`}\n` +
+    (presplit ? `  uint* AsL = Bs + ${fb};  // the lo halves, As's layout\n  uint* BsL = AsL + ${fa};  // the lo halves, Bs's layout\n` : '') +
+    decl + L.decl +
+    `  // register double buffering: step k0's elements were fetched during step k0 - ${SBK}'s products\n` +
+    L.fetch(kb) +
+    `  for (uint k0 = ${kb}; k0 < ${ke}; k0 += ${SBK}u) {\n` +
+    L.stage + `    __syncthreads();\n` +
+    `    if (k0 + ${SBK}u < ${ke}) {\n` + L.fetch(`k0 + ${SBK}u`).replace(/^/gm, '  ') + `    }\n` +
+    step + `    __syncthreads();\n  }\n` + store
+  );
+}
+
+/** A(row, k) and B(col, k) of the small kernel's stages */
+const smallA = (v: View, m: string, k: string, arr = 'As') => `${arr}[${stIdx(stageOf('As', SBM, !v.aAlongM, ''), m, k)}]`;
+const smallB = (v: View, n: string, k: string, arr = 'Bs') => `${arr}[${stIdx(stageOf('Bs', SBN, v.bAlongK, ''), n, k)}]`;
+/** shared bytes of a small kernel (twice with the presplit hi / lo stages) */
+const smallTgmem = (v: View, presplit = false) => (stageFloats(stageOf('As', SBM, !v.aAlongM, '')) + stageFloats(stageOf('Bs', SBN, v.bAlongK, ''))) * 4 * (presplit ? 2 : 1);
+/**
+ * MPSC_CUDA_SMALL_PRESPLIT=1 (build time, A/B): the small 3xTF32 kernel splits each operand element once, when it is
+ * staged, into hi / lo stages (uint, twice the shared memory), so the k loop only loads fragments (the default splits
+ * each fragment in the k loop: 3 instructions per fragment, each A element split by both warps that read it).
+ * Measured slower on the H200 (gpt_tiny with the small products generated: 0.882 against 0.871 ms, bench/NOTES.md)
+ */
+const presplitOn = (p: Passes) => process.env.MPSC_CUDA_SMALL_PRESPLIT === '1' && !p.tf32;
+
+/** small tiles, fp32 FFMA (MPSC_CUDA_PLAIN=1): 16x16 threads, a 2x4 register block each */
+function smallPlainBody(v: View, sp: Split | null): string {
+  const step =
+    `    #pragma unroll\n    for (uint kk = 0u; kk < ${SBK}u; ++kk) {\n      float a[2], b[4];\n` +
+    `      #pragma unroll\n      for (uint i = 0u; i < 2u; ++i) a[i] = ${smallA(v, 'tid.y + 16u * i', 'kk')};\n` +
+    `      #pragma unroll\n      for (uint j = 0u; j < 4u; ++j) b[j] = ${smallB(v, 'tid.x + 16u * j', 'kk')};\n` +
+    `      #pragma unroll\n      for (uint i = 0u; i < 2u; ++i)\n        #pragma unroll\n        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];\n    }\n`;
+  const store = `  #pragma unroll\n  for (uint i = 0u; i < 2u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n` +
+    storeOne(v, sp, 'm0 + tid.y + 16u * i', 'n0 + tid.x + 16u * j', 'cacc[i][j]');
+  const decl = `  float cacc[2][4];\n  #pragma unroll\n  for (uint i = 0u; i < 2u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;\n`;
+  return smallFrame(v, sp, `${SBM}x${SBN} tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK ${SBK}, next k step prefetched`, 256, decl, step, store);
+}
+
+/** small tiles on the tensor cores: 4 warps of 16x32 (1x4 m16n8k8 tiles), the passes of mmaBody */
+function smallMmaBody(v: View, sp: Split | null, p: Passes): string {
+  const pre = presplitOn(p);
+  // a fragment register pair from the stages: split here, or (presplit) both halves loaded; x is the hi stage's element
+  const frag = (x: string, h: string, l: string) => (p.tf32 ? `${h} = mpsc_tf32(${x});` : pre ? `${h} = ${x}; ${l} = ${x.replace(/^(As|Bs)\[/, '$1L[')};` : `mpsc_split_tf32(${x}, ${h}, ${l});`);
+  const passes = p.tf32 ? 'TF32' : p.exactA && p.exactB ? 'TF32 (exact: 16-bit operands)' : p.exactA || p.exactB ? '2xTF32 (one operand 16-bit, exact in TF32)' : '3xTF32';
+  const decl =
+    `  const uint gq = lane / 4u, tq = lane % 4u;\n` +
+    `  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;\n` +
+    `  float cacc[1][4][4];\n  #pragma unroll\n  for (uint j = 0u; j < 4u; ++j)\n    #pragma unroll\n    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;\n`;
+  const step =
+    `    #pragma unroll\n    for (uint kk = 0u; kk < ${SBK}u; kk += 8u) {\n` +
+    (p.tf32 ? `      uint ah[1][4], bh[4][2];\n` : `      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];\n`) +
+    `      {\n        const uint r = wm + gq;\n` +
+    `        ${frag(smallA(v, 'r', 'kk + tq'), 'ah[0][0]', 'al[0][0]')}\n` +
+    `        ${frag(smallA(v, 'r + 8u', 'kk + tq'), 'ah[0][1]', 'al[0][1]')}\n` +
+    `        ${frag(smallA(v, 'r', 'kk + tq + 4u'), 'ah[0][2]', 'al[0][2]')}\n` +
+    `        ${frag(smallA(v, 'r + 8u', 'kk + tq + 4u'), 'ah[0][3]', 'al[0][3]')}\n      }\n` +
+    `      #pragma unroll\n      for (uint j = 0u; j < 4u; ++j) {\n` +
+    `        const uint n = wn + 8u * j + gq;\n` +
+    `        ${frag(smallB(v, 'n', 'kk + tq'), 'bh[j][0]', 'bl[j][0]')}\n` +
+    `        ${frag(smallB(v, 'n', 'kk + tq + 4u'), 'bh[j][1]', 'bl[j][1]')}\n      }\n` +
+    mmaProducts(p, 1) + `    }\n`;
+  const store = `  #pragma unroll\n  for (uint j = 0u; j < 4u; ++j)\n    #pragma unroll\n    for (uint q = 0u; q < 4u; ++q)\n` +
+    storeOne(v, sp, 'm0 + wm + gq + (q >= 2u ? 8u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[0][j][q]');
+  return smallFrame(v, sp, `${SBM}x${SBN} tile per block of 4 warps, 16x32 per warp as 1x4 ${passes} mma.sync m16n8k8 tiles, BK ${SBK}, next k step prefetched${pre ? ', operands split when staged' : ''}`, 128, decl, step, store, pre);
+}
+
 /** ops whose B operand is contiguous along k */
 function bAlongK(n: Node): boolean {
   return n.op === 'linear' || n.op === 'conv2d' || (n.op === 'matmul' && Boolean(n.attrs.transB));
 }
+
+/** ops whose A operand is contiguous along m (matmul with transA: a weight gradient dY^T X) */
+const aAlongM = (n: Node) => n.op === 'matmul' && Boolean(n.attrs.transA);
 
 /** The CUDA GEMM of a GEMM-family node (with an optional fused unary epilogue); null for other ops. */
 export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null {
@@ -193,7 +363,9 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   if (!parts) return null;
   const { gm, args, what, store } = parts;
   const d = ctx.d;
-  const view: View = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store, bAlongK: bAlongK(n) };
+  const view: View = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store, bAlongK: bAlongK(n), aAlongM: aAlongM(n) };
+  const passes: Passes = { tf32: TF32_OPS.has(n.op), exactA: isHalf(g.values[n.inputs[0]].dtype), exactB: isHalf(g.values[n.inputs[1]].dtype) };
+  if (smallGemm(n.op, gm.M, gm.N, gm.K, gm.G)) return lowerSmall(ctx, g, n, parts, view, passes);
   const sp = splitK(gm.M, gm.N, gm.K, gm.G);
   const name = ctx.next();
   const tiles = [Math.max(1, ceilDiv(gm.N, BN)), Math.max(1, ceilDiv(gm.M, BM))] as const;
@@ -201,7 +373,24 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
     name, node: n.id, op: n.op, label: label(g, n) + what + (sp ? ` [split K: ${sp.S} chunks of ${sp.Kc}, partial sums]` : ''), args,
     groups: [tiles[0], tiles[1], gm.G * (sp?.S ?? 1)],
     tgsize: [16, 16, 1], tgmem: TGMEM, sync: true, body: plainBody(view, sp),
-    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: TGMEM, sync: true, body: mmaBody(view, sp, { tf32: TF32_OPS.has(n.op), exactA: isHalf(g.values[n.inputs[0]].dtype), exactB: isHalf(g.values[n.inputs[1]].dtype) }) },
+    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: TGMEM, sync: true, body: mmaBody(view, sp, passes) },
+  };
+  if (!sp) return [gemm];
+  gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;
+  return [gemm, splitReduceKernel(ctx, g, n, parts, sp, label(g, n) + what)];
+}
+
+/** a small GEMM (smallGemm): the 32x64-tile kernel, split along K by smallSplit, then splitReduceKernel */
+function lowerSmall(ctx: LowerCtx, g: Graph, n: Node, parts: GemmParts, view: View, passes: Passes): KernelSpec[] {
+  const { gm, args, what } = parts;
+  const sp = smallSplit(gm.M, gm.N, gm.K, gm.G);
+  const name = ctx.next();
+  const tgmem = smallTgmem(view), tgmemMma = smallTgmem(view, presplitOn(passes));
+  const gemm: KernelSpec = {
+    name, node: n.id, op: n.op, label: label(g, n) + what + ` [gemm_cuda.ts small ${SBM}x${SBN} tiles${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
+    groups: [Math.max(1, ceilDiv(gm.N, SBN)), Math.max(1, ceilDiv(gm.M, SBM)), gm.G * (sp?.S ?? 1)],
+    tgsize: [16, 16, 1], tgmem, sync: true, body: smallPlainBody(view, sp),
+    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: tgmemMma, sync: true, body: smallMmaBody(view, sp, passes) },
   };
   if (!sp) return [gemm];
   gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;
@@ -215,7 +404,7 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
 export function splitReduceKernel(ctx: LowerCtx, g: Graph, n: Node, parts: GemmParts, sp: Split, lbl: string): KernelSpec {
   const { gm, args, store } = parts;
   const d = ctx.d;
-  const view: View = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store, bAlongK: bAlongK(n) };
+  const view: View = { M: d.u(gm.M), N: d.u(gm.N), K: d.u(gm.K), head: gm.head ?? '', loadA: gm.loadA, loadB: gm.loadB, store, bAlongK: bAlongK(n), aAlongM: aAlongM(n) };
   return {
     name: ctx.next(), node: n.id, op: n.op, label: lbl + ` [split K: sum of ${sp.S} partials]`, args,
     groups: [Math.max(1, ceilDiv(gm.M * gm.N, 256)), 1, gm.G], tgsize: [256, 1, 1], tgmem: 0, sync: false,

@@ -100,7 +100,8 @@ const GRAD_BLOCKS = 264;
  * keeps its lanes' partial weight / bias gradients (sum of dy * xhat, sum of dy per column) in registers
  * while it has the row there; the block adds its 8 warps' partials in warp order in shared memory and
  * writes them to the scratch region (one slot per block), and a second kernel adds the G blocks' slots
- * in block order (G = 1: the block stores the gradients itself). dy and x are read once (the column sums
+ * (a warp per column: each lane the slots of every 32nd block in block order, then the warp's butterfly sum;
+ * G = 1: the block stores the gradients itself). dy and x are read once (the column sums
  * of reduce_cuda.ts read them a second time); fixed order throughout, so results do not depend on scheduling.
  */
 export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
@@ -163,9 +164,23 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
         : `  for (uint c = tidx; c < ${u(P * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(P * D)} + c] = tg[c];\n`),
   }, ` [dx${addOut ? ' + the residual gradient' : ''}, and dweight / dbias${P === 3 ? ' / its column sums' : ''} partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
   if (G === 1) return [first];
-  const finish = elementwise(ctx, g, n, writes, D,
+  // a warp per column: lane l adds the slots of blocks l, l + 32, ... in order (every load issued at once), then the
+  // warp's butterfly sum (a fixed order); one thread per column adding all G slots in a chain of G dependent loads
+  // took 12-20 us at G = 256 (gpt_tiny, main fe774ce profile), several times the grad kernel itself; measured on the
+  // H200 (bench/NOTES.md, tinygemm): graph steps gpt_tiny 0.920 -> 0.821 ms, gpt_char fp32 23.81 -> 23.63 ms
+  const Q = ceilDiv(G, 32);
+  // MPSC_CUDA_LN_FINISH=serial (build time): the thread-per-column chain (A/B)
+  const serial = process.env.MPSC_CUDA_LN_FINISH === 'serial';
+  const finish = serial ? elementwise(ctx, g, n, writes, D,
     `  // the ${G} blocks' sums of column i, in block order\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
     `  for (uint b = 0u; b < ${u(G)}; ++b) {${sums.map((_, j) => ` t${j} += mpsc_scratch[b * ${u(P * D)} + ${j ? `${u(j * D)} + ` : ''}i];`).join('')} }\n` +
-    `  ${storeAll('i', (j) => `t${j}`)}\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks]`);
-  return [first, { ...finish, scratch: bytes }];
+    `  ${storeAll('i', (j) => `t${j}`)}\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks]`) : elementwise(ctx, g, n, writes, 32 * D,
+    `  // the ${G} blocks' sums of column c (warp c): its thread l adds blocks l + 32 q (q < ${Q}) in order, then the warp's sum\n` +
+    `  const uint c = i / 32u, l = i % 32u;\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
+    `  #pragma unroll\n  for (uint q = 0u; q < ${u(Q)}; ++q) {\n    const uint b = l + 32u * q;\n` +
+    `    if (b < ${u(G)}) {${sums.map((_, j) => ` t${j} += mpsc_scratch[b * ${u(P * D)} + ${j ? `${u(j * D)} + ` : ''}c];`).join('')} }\n  }\n` +
+    sums.map((_, j) => `  t${j} = ${d.simdSum(`t${j}`)};\n`).join('') +
+    `  if (l == 0u) { ${storeAll('c', (j) => `t${j}`)} }\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks, a warp per column]`);
+  // the warp sums are SIMD-group functions: declared with barriers (sync), so merge.ts leaves the kernel its own launch
+  return [first, { ...finish, scratch: bytes, ...(serial ? {} : { sync: true }) }];
 }

@@ -144,10 +144,11 @@ export function cudaGemmChoice(): CudaGemm {
 
 /**
  * Build-time env switches of the CUDA generator whose generated code differs by value (A/B variants:
- * class_rows.ts fusedGrad / rowBlock, attention_cuda.ts flashForwardRows / flashLdsm / flashMinBlocks):
+ * class_rows.ts fusedGrad / rowBlock, attention_cuda.ts flashForwardRows / flashLdsm / flashMinBlocks, gemm_cuda.ts smallGemm,
+ * cublaslt.ts's small fp32 rule, layernorm_cuda.ts's finish kernel):
  * part of the build key, so that a variant never reuses another's cached build.
  */
-const GENERATOR_ENV = ['MPSC_CUDA_CE_FUSE', 'MPSC_CUDA_CE_ROW_BLOCK', 'MPSC_CUDA_FLASH_FWD_ROWS', 'MPSC_CUDA_FLASH_LDSM', 'MPSC_CUDA_FLASH_MINBLOCKS'];
+const GENERATOR_ENV = ['MPSC_CUDA_CE_FUSE', 'MPSC_CUDA_CE_ROW_BLOCK', 'MPSC_CUDA_FLASH_FWD_ROWS', 'MPSC_CUDA_FLASH_LDSM', 'MPSC_CUDA_FLASH_MINBLOCKS', 'MPSC_CUDA_GEMM_SMALL', 'MPSC_CUDA_SMALL_GEN', 'MPSC_CUDA_SMALL_PRESPLIT', 'MPSC_CUDA_LN_FINISH'];
 
 /** digest of what the generated CUDA sources are a pure function of (the generator, the programs, the options, $MPSC_CUDA_ATTN_TF32X3, GENERATOR_ENV) */
 export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true, merge = true, tf32x3: Tf32x3Mode = 'rule'): string {
@@ -177,7 +178,7 @@ export function gemmReport(gemms: CudaArtifacts['gemms'], ltHeader: string | nul
   const lt = all.filter((x) => x.c.path === 'cublaslt');
   const lines = [
     `GEMM nodes: ${lt.length} of ${all.length} chosen for cuBLASLt (linear / matmul it can address: fp32 FMA or 16-bit operands, fp32 accumulation), ` +
-      `${all.length - lt.length} generated (convolutions, partial broadcasts, or MPSC_CUDA_CUBLASLT=0); ` +
+      `${all.length - lt.length} generated (convolutions, partial broadcasts, small fp32 products with MPSC_CUDA_SMALL_GEN=1, or MPSC_CUDA_CUBLASLT=0); ` +
       (lt.length === 0 ? 'no cuBLASLt call in this model'
         : ltHeader ? `cuBLASLt found (${ltHeader}): those run as cuBLASLt calls, each falling back to its generated kernel if cuBLASLt has no algorithm for it`
         : 'no cuBLASLt in this CUDA toolkit: they run as their generated kernels'),

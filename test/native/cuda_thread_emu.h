@@ -1,4 +1,5 @@
-// cuda_thread_emu.h: runs generated CUDA kernels on the CPU for test/cuda_conv_emu.test.ts. Each CUDA
+// cuda_thread_emu.h: runs generated CUDA kernels on the CPU for test/cuda_conv_emu.test.ts and
+// test/cuda_gemm_emu.test.ts. Each CUDA
 // thread of a block is a fiber (ucontext, its own stack) on one OS thread; blocks run one after
 // another. __syncthreads() and the warp-wide mma are real barriers: a fiber arriving at one yields
 // until every participant (the block's threads, or the warp's 32 lanes) has arrived, so every
@@ -7,11 +8,12 @@
 // What the kernels do through PTX is emulated here:
 //  - mpsc_tf32: cvt.rna.tf32.f32 (round the low 13 mantissa bits to nearest, ties away from zero);
 //    __float_as_uint (the kernels' integer rounding, MPSC_CONV_ROUND=add, adds half a TF32 ulp to the bits);
+//    mpsc_split_tf32: the dialect's 3xTF32 split, hi = tf32(x), lo = tf32(x - hi);
 //  - mpsc_mma16x8: mma.sync.aligned.m16n8k8 row.col f32.tf32.tf32.f32, warp-wide: each lane posts
 //    its A (4) and B (2) fragment registers, the warp meets, each lane computes its four C elements
 //    from the posted fragments (the PTX ISA's m16n8k8 .tf32 fragment layout; each operand's low 13 bits
 //    dropped, as the tensor core reads only a .tf32 value's top 19), and the warp meets
-//    again before the slots are reused;
+//    again before the slots are reused; __shfl_xor_sync (and the dialect's mpsc_warp_sum over it) the same way;
 //  - cp.async (mpsc_cp_async4 / _commit / _wait<N>, the dialect's helpers): each thread's copies are
 //    kept in its commit groups. With emu_cp_late false (the default) a copy lands when it is issued, so a
 //    copy into a stage other threads still read, without a barrier between, shows; with emu_cp_late
@@ -110,6 +112,11 @@ static inline float emu_f(uint b) {
   std::memcpy(&x, &b, 4);
   return x;
 }
+// the 3xTF32 split of cuda_dialect.ts (gemm_cuda.ts's kernels): hi = tf32(x), lo = tf32(x - hi)
+static inline void mpsc_split_tf32(float x, uint& hi, uint& lo) {
+  hi = mpsc_tf32(x);
+  lo = mpsc_tf32(x - emu_f(hi));
+}
 static inline uint __float_as_uint(float x) {
   uint b;
   std::memcpy(&b, &x, 4);
@@ -142,6 +149,22 @@ static inline void mpsc_mma16x8(float* c, const uint* a, const uint* b) {
   for (int q = 0; q < 4; q++) c[q] = out[q];
 }
 
+// __shfl_xor_sync over the full warp: each lane posts its value, the warp meets, each lane reads its partner's
+// (lane ^ o), and the warp meets again before the slots are reused; mpsc_warp_sum is the dialect's butterfly
+static std::vector<float> emu_shfl;  // [threads in the block]
+static inline float __shfl_xor_sync(uint, float v, int o) {
+  const uint t = emu_tidx(), w = t / 32u;
+  emu_shfl[t] = v;
+  emu_arrive(1 + int(w));
+  const float r = emu_shfl[w * 32u + ((t % 32u) ^ uint(o))];
+  emu_arrive(1 + int(w));
+  return r;
+}
+static inline float mpsc_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 struct StepParams { float lr; int t; uint seed; uint counter; };
 
 static void emu_entry() {
@@ -164,6 +187,7 @@ static void emu_launch(uint3 grid, uint3 block, F kernel) {
   emu_kernel = kernel;
   const uint n = block.x * block.y * block.z;
   emu_frags.assign(n, EmuFrag{});
+  emu_shfl.assign(n, 0.0f);
   emu_fibers.resize(n);
   for (auto& f : emu_fibers) f.stack.resize(256 * 1024);
   for (uint bz = 0; bz < grid.z; bz++)

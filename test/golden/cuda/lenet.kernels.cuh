@@ -888,7 +888,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
   y[i] = best;
 }
 
-// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: 6 chunks of 528, partial sums] [fp32]
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [gemm_cuda.ts small 32x64 tiles, split K: 20 chunks of 160, partial sums] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k4(
     const float* x,
     const float* w,
@@ -897,60 +897,93 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  // split K: block z = group * 6 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
-  const uint kbeg = (tgid.z % 6u) * 528u, kend = min(3136u, kbeg + 528u);
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // split K: block z = group * 20 + chunk; chunk ks sums k in [ks * 160, (ks + 1) * 160)
+  const uint kbeg = (tgid.z % 20u) * 160u, kend = min(3136u, kbeg + 160u);
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 3136u) {
+      const uint mi = m0 + e / 32u, ki = kbeg + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 3136u) {
           v = x[mi * 3136u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 3136u && ni < 128u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e / 32u, ki = kbeg + e % 32u;
+      float v = 0.0f;
+      if (ni < 128u && ki < 3136u) {
           v = w[ni * 3136u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = kbeg; k0 < kend; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < kend) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 3136u) {
+            v = x[mi * 3136u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (ni < 128u && ki < 3136u) {
+            v = w[ni * 3136u + ki];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(tid.x + 16u * j) * 36u + kk];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -962,7 +995,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
       }
 }
 
-// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: 6 chunks of 528, partial sums] [3xTF32 tensor cores]
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [gemm_cuda.ts small 32x64 tiles, split K: 20 chunks of 160, partial sums] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k4_mma(
     const float* x,
     const float* w,
@@ -971,68 +1004,98 @@ extern "C" __global__ void __launch_bounds__(128) p0_k4_mma(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  // split K: block z = group * 6 + chunk; chunk ks sums k in [ks * 528, (ks + 1) * 528)
-  const uint kbeg = (tgid.z % 6u) * 528u, kend = min(3136u, kbeg + 528u);
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  // split K: block z = group * 20 + chunk; chunk ks sums k in [ks * 160, (ks + 1) * 160)
+  const uint kbeg = (tgid.z % 20u) * 160u, kend = min(3136u, kbeg + 160u);
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = kbeg; k0 < kend; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 3136u) {
+      const uint mi = m0 + e / 32u, ki = kbeg + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 3136u) {
           v = x[mi * 3136u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 3136u && ni < 128u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e / 32u, ki = kbeg + e % 32u;
+      float v = 0.0f;
+      if (ni < 128u && ki < 3136u) {
           v = w[ni * 3136u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = kbeg; k0 < kend; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < kend) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 3136u) {
+            v = x[mi * 3136u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (ni < 128u && ki < 3136u) {
+            v = w[ni * 3136u + ki];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(r) * 36u + kk + tq], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(r) * 36u + kk + tq + 4u], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq + 4u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        mpsc_split_tf32(Bs[(n) * 36u + kk + tq], bh[j][0], bl[j][0]);
+        mpsc_split_tf32(Bs[(n) * 36u + kk + tq + 4u], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -1043,21 +1106,19 @@ extern "C" __global__ void __launch_bounds__(128) p0_k4_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 128u) {
-          const float acc = cacc[i][j][q];
+          const float acc = cacc[0][j][q];
           mpsc_scratch[(tgid.z * 64u + mi) * 128u + ni] = acc;
         }
       }
 }
 
-// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: sum of 6 partials]
+// node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [split K: sum of 20 partials]
 extern "C" __global__ void __launch_bounds__(256) p0_k5(
     const float* x,
     const float* w,
@@ -1068,13 +1129,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k5(
 {
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // split-K reduction: C = sum of 6 partial products (fixed order), then the store
+  // split-K reduction: C = sum of 20 partial products (fixed order), then the store
   const uint e = tgid.x * 256u + tidx;
   if (e < 8192u) {
     const uint mi = e / 128u, ni = e % 128u;
-    const float* part = mpsc_scratch + tgid.z * 49152u + e;
+    const float* part = mpsc_scratch + tgid.z * 163840u + e;
     float sum = 0.0f;
-    for (uint s = 0u; s < 6u; ++s) sum += part[s * 8192u];
+    for (uint s = 0u; s < 20u; ++s) sum += part[s * 8192u];
     {
       const float acc = sum;
       y[mi * 128u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
@@ -1094,7 +1155,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
   y[i] = v < 0.0f ? 0.0f : v;
 }
 
-// node 6: linear (linear1) -> linear1.out [fp32]
+// node 6: linear (linear1) -> linear1.out [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k7(
     const float* x,
     const float* w,
@@ -1102,58 +1163,91 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 128u) {
           v = x[mi * 128u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 128u && ni < 10u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (ni < 10u && ki < 128u) {
           v = w[ni * 128u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 128u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < 128u) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+            v = x[mi * 128u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (ni < 10u && ki < 128u) {
+            v = w[ni * 128u + ki];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(tid.x + 16u * j) * 36u + kk];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -1165,7 +1259,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
       }
 }
 
-// node 6: linear (linear1) -> linear1.out [3xTF32 tensor cores]
+// node 6: linear (linear1) -> linear1.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
     const float* x,
     const float* w,
@@ -1173,66 +1267,96 @@ extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 128u) {
           v = x[mi * 128u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 128u && ni < 10u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (ni < 10u && ki < 128u) {
           v = w[ni * 128u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 128u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < 128u) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+            v = x[mi * 128u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (ni < 10u && ki < 128u) {
+            v = w[ni * 128u + ki];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(r) * 36u + kk + tq], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(r) * 36u + kk + tq + 4u], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq + 4u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        mpsc_split_tf32(Bs[(n) * 36u + kk + tq], bh[j][0], bl[j][0]);
+        mpsc_split_tf32(Bs[(n) * 36u + kk + tq + 4u], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -1243,15 +1367,13 @@ extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 10u) {
-          const float acc = cacc[i][j][q];
+          const float acc = cacc[0][j][q];
       y[mi * 10u + ni] = acc + b[ni];
         }
       }
@@ -1371,65 +1493,98 @@ extern "C" __global__ void __launch_bounds__(256) p0_k10(
   }
 }
 
-// node 10: matmul (linear1) -> d_relu2.out [fp32]
+// node 10: matmul (linear1) -> d_relu2.out [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k11(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 10u; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 10u) {
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 10u) {
           v = a[mi * 10u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 10u && ni < 128u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 128u && ki < 10u) {
           v = b[ki * 128u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 10u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < 10u) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 10u) {
+            v = a[mi * 10u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 128u && ki < 10u) {
+            v = b[ki * 128u + ni];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -1441,64 +1596,94 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
       }
 }
 
-// node 10: matmul (linear1) -> d_relu2.out [3xTF32 tensor cores]
+// node 10: matmul (linear1) -> d_relu2.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 10u; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 10u) {
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 10u) {
           v = a[mi * 10u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 10u && ni < 128u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 128u && ki < 10u) {
           v = b[ki * 128u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 10u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < 10u) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 10u) {
+            v = a[mi * 10u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 128u && ki < 10u) {
+            v = b[ki * 128u + ni];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(r) * 36u + kk + tq], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(r) * 36u + kk + tq + 4u], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq + 4u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
@@ -1507,7 +1692,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
         mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -1518,79 +1703,110 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 128u) {
-          const float acc = cacc[i][j][q];
+          const float acc = cacc[0][j][q];
       y[mi * 128u + ni] = acc;
         }
       }
 }
 
-// node 11: matmul (linear1) -> linear1.weight.grad [fp32]
+// node 11: matmul (linear1) -> linear1.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k12(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3584];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
+  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 10u && ki < 64u) {
+      const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
+      float v = 0.0f;
+      if (mi < 10u && ki < 64u) {
           v = a[ki * 10u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 128u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 128u && ki < 64u) {
           v = b[ki * 128u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < 64u) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
+        float v = 0.0f;
+        if (mi < 10u && ki < 64u) {
+            v = a[ki * 10u + mi];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 128u && ki < 64u) {
+            v = b[ki * 128u + ni];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(kk) * 40u + tid.y + 16u * i];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -1602,64 +1818,94 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
       }
 }
 
-// node 11: matmul (linear1) -> linear1.weight.grad [3xTF32 tensor cores]
+// node 11: matmul (linear1) -> linear1.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3584];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
+  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 10u && ki < 64u) {
+      const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
+      float v = 0.0f;
+      if (mi < 10u && ki < 64u) {
           v = a[ki * 10u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 128u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 128u && ki < 64u) {
           v = b[ki * 128u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < 64u) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
+        float v = 0.0f;
+        if (mi < 10u && ki < 64u) {
+            v = a[ki * 10u + mi];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 128u && ki < 64u) {
+            v = b[ki * 128u + ni];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(kk + tq) * 40u + r], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(kk + tq) * 40u + r + 8u], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(kk + tq + 4u) * 40u + r], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(kk + tq + 4u) * 40u + r + 8u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
@@ -1668,7 +1914,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
         mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -1679,15 +1925,13 @@ extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 10u && ni < 128u) {
-          const float acc = cacc[i][j][q];
+          const float acc = cacc[0][j][q];
       y[mi * 128u + ni] = acc;
         }
       }
@@ -1736,65 +1980,98 @@ extern "C" __global__ void __launch_bounds__(256) p0_k13_m(
   }
 }
 
-// node 14: matmul (linear0) -> d_flatten0.out [fp32]
+// node 14: matmul (linear0) -> d_flatten0.out [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k15(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 128u) {
           v = a[mi * 128u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 128u && ni < 3136u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 3136u && ki < 128u) {
           v = b[ki * 3136u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 128u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < 128u) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+            v = a[mi * 128u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 3136u && ki < 128u) {
+            v = b[ki * 3136u + ni];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -1806,64 +2083,94 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
       }
 }
 
-// node 14: matmul (linear0) -> d_flatten0.out [3xTF32 tensor cores]
+// node 14: matmul (linear0) -> d_flatten0.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 128u; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 128u) {
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 128u) {
           v = a[mi * 128u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 128u && ni < 3136u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 3136u && ki < 128u) {
           v = b[ki * 3136u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 128u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < 128u) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 128u) {
+            v = a[mi * 128u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 3136u && ki < 128u) {
+            v = b[ki * 3136u + ni];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(r) * 36u + kk + tq], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(r) * 36u + kk + tq + 4u], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq + 4u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
@@ -1872,7 +2179,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
         mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -1883,79 +2190,110 @@ extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 3136u) {
-          const float acc = cacc[i][j][q];
+          const float acc = cacc[0][j][q];
       y[mi * 3136u + ni] = acc;
         }
       }
 }
 
-// node 15: matmul (linear0) -> linear0.weight.grad [fp32]
+// node 15: matmul (linear0) -> linear0.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k16(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3584];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
+  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 128u && ki < 64u) {
+      const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
+      float v = 0.0f;
+      if (mi < 128u && ki < 64u) {
           v = a[ki * 128u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 3136u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 3136u && ki < 64u) {
           v = b[ki * 3136u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < 64u) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
+        float v = 0.0f;
+        if (mi < 128u && ki < 64u) {
+            v = a[ki * 128u + mi];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 3136u && ki < 64u) {
+            v = b[ki * 3136u + ni];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(kk) * 40u + tid.y + 16u * i];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -1967,64 +2305,94 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16(
       }
 }
 
-// node 15: matmul (linear0) -> linear0.weight.grad [3xTF32 tensor cores]
+// node 15: matmul (linear0) -> linear0.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3584];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
+  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 128u && ki < 64u) {
+      const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
+      float v = 0.0f;
+      if (mi < 128u && ki < 64u) {
           v = a[ki * 128u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 3136u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 3136u && ki < 64u) {
           v = b[ki * 3136u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < 64u) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
+        float v = 0.0f;
+        if (mi < 128u && ki < 64u) {
+            v = a[ki * 128u + mi];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 3136u && ki < 64u) {
+            v = b[ki * 3136u + ni];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(kk + tq) * 40u + r], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(kk + tq) * 40u + r + 8u], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(kk + tq + 4u) * 40u + r], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(kk + tq + 4u) * 40u + r + 8u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
@@ -2033,7 +2401,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
         mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -2044,15 +2412,13 @@ extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 128u && ni < 3136u) {
-          const float acc = cacc[i][j][q];
+          const float acc = cacc[0][j][q];
       y[mi * 3136u + ni] = acc;
         }
       }

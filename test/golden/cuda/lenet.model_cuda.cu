@@ -196,8 +196,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k4_mma<<<dim3(2u, 1u, 6u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-      else p0_k4<<<dim3(2u, 1u, 6u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      if (mma) p0_k4_mma<<<dim3(2u, 2u, 20u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      else p0_k4<<<dim3(2u, 2u, 20u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k4 (node 5: linear)")) return false;
       p0_k5<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k5 (node 5: linear)")) return false;
@@ -211,8 +211,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k7_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14614528), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 14680064), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-      else p0_k7<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14614528), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 14680064), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      if (mma) p0_k7_mma<<<dim3(1u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14614528), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 14680064), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      else p0_k7<<<dim3(1u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14614528), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 14680064), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k7 (node 6: linear)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[6], st), "cudaEventRecord")) return false;
@@ -239,8 +239,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k11_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 14647296), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-      else p0_k11<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 14647296), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      if (mma) p0_k11_mma<<<dim3(2u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 14647296), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      else p0_k11<<<dim3(2u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<float*>(dev + 14647296), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k11 (node 10: matmul)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[10], st), "cudaEventRecord")) return false;
@@ -270,8 +270,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k15_mma<<<dim3(49u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 17022976), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-      else p0_k15<<<dim3(49u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 17022976), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      if (mma) p0_k15_mma<<<dim3(49u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 17022976), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      else p0_k15<<<dim3(49u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 17022976), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k15 (node 14: matmul)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[13], st), "cudaEventRecord")) return false;
@@ -283,8 +283,8 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k16_mma<<<dim3(49u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-      else p0_k16<<<dim3(49u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      if (mma) p0_k16_mma<<<dim3(49u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      else p0_k16<<<dim3(49u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k16 (node 15: matmul)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[14], st), "cudaEventRecord")) return false;
@@ -388,8 +388,8 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k4_mma<<<dim3(2u, 1u, 6u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
-      else p0_k4<<<dim3(2u, 1u, 6u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
+      if (mma) p0_k4_mma<<<dim3(2u, 2u, 20u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
+      else p0_k4<<<dim3(2u, 2u, 20u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k4 (node 5: linear)")) return false;
       p0_k5<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 6586368), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<const float*>(dev + 150528), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k5 (node 5: linear)")) return false;
@@ -403,8 +403,8 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
     } else
 #endif
     {  // the generated kernels
-      if (mma) p0_k7_mma<<<dim3(1u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
-      else p0_k7<<<dim3(1u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
+      if (mma) p0_k7_mma<<<dim3(1u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
+      else p0_k7<<<dim3(1u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 3362816), reinterpret_cast<float*>(dev + 3407872), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k7 (node 6: linear)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[6], st), "cudaEventRecord")) return false;

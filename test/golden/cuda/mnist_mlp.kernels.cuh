@@ -96,145 +96,214 @@ __device__ __forceinline__ void mpsc_mat8_store(const mpsc_acc8& acc, float* dst
   dst[r * ld + c + 1u] = acc.v[1];
 }
 
-// node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [fp32]
+// node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [gemm_cuda.ts small 32x64 tiles, split K: 5 chunks of 160, partial sums] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k1(
     const float* x,
     const float* w,
     const float* b,
     float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // split K: block z = group * 5 + chunk; chunk ks sums k in [ks * 160, (ks + 1) * 160)
+  const uint kbeg = (tgid.z % 5u) * 160u, kend = min(784u, kbeg + 160u);
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 784u; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 784u) {
+      const uint mi = m0 + e / 32u, ki = kbeg + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 784u) {
           v = x[mi * 784u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 784u && ni < 256u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e / 32u, ki = kbeg + e % 32u;
+      float v = 0.0f;
+      if (ni < 256u && ki < 784u) {
           v = w[ni * 784u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = kbeg; k0 < kend; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < kend) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 784u) {
+            v = x[mi * 784u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (ni < 256u && ki < 784u) {
+            v = w[ni * 784u + ki];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(tid.x + 16u * j) * 36u + kk];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
         const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
         if (mi < 64u && ni < 256u) {
           const float acc = cacc[i][j];
-      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+          mpsc_scratch[(tgid.z * 64u + mi) * 256u + ni] = acc;
         }
       }
 }
 
-// node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [3xTF32 tensor cores]
+// node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [gemm_cuda.ts small 32x64 tiles, split K: 5 chunks of 160, partial sums] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k1_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
+    float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  // split K: block z = group * 5 + chunk; chunk ks sums k in [ks * 160, (ks + 1) * 160)
+  const uint kbeg = (tgid.z % 5u) * 160u, kend = min(784u, kbeg + 160u);
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 784u; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 784u) {
+      const uint mi = m0 + e / 32u, ki = kbeg + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 784u) {
           v = x[mi * 784u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 784u && ni < 256u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e / 32u, ki = kbeg + e % 32u;
+      float v = 0.0f;
+      if (ni < 256u && ki < 784u) {
           v = w[ni * 784u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = kbeg; k0 < kend; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < kend) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 784u) {
+            v = x[mi * 784u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (ni < 256u && ki < 784u) {
+            v = w[ni * 784u + ki];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(r) * 36u + kk + tq], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(r) * 36u + kk + tq + 4u], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq + 4u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        mpsc_split_tf32(Bs[(n) * 36u + kk + tq], bh[j][0], bl[j][0]);
+        mpsc_split_tf32(Bs[(n) * 36u + kk + tq + 4u], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -245,22 +314,45 @@ extern "C" __global__ void __launch_bounds__(128) p0_k1_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 256u) {
-          const float acc = cacc[i][j][q];
-      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+          const float acc = cacc[0][j][q];
+          mpsc_scratch[(tgid.z * 64u + mi) * 256u + ni] = acc;
         }
       }
 }
 
-// node 1: linear (fc1) -> relu0.out [after the cuBLASLt call: unary relu in place]
+// node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [split K: sum of 5 partials]
 extern "C" __global__ void __launch_bounds__(256) p0_k2(
+    const float* x,
+    const float* w,
+    const float* b,
+    float* y,
+    float* __restrict__ mpsc_scratch,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // split-K reduction: C = sum of 5 partial products (fixed order), then the store
+  const uint e = tgid.x * 256u + tidx;
+  if (e < 16384u) {
+    const uint mi = e / 256u, ni = e % 256u;
+    const float* part = mpsc_scratch + tgid.z * 81920u + e;
+    float sum = 0.0f;
+    for (uint s = 0u; s < 5u; ++s) sum += part[s * 16384u];
+    {
+      const float acc = sum;
+      y[mi * 256u + ni] = (acc + b[ni]) < 0.0f ? 0.0f : (acc + b[ni]);
+    }
+  }
+}
+
+// node 1: linear (fc1) -> relu0.out [after the cuBLASLt call: unary relu in place]
+extern "C" __global__ void __launch_bounds__(256) p0_k3(
     float* y,
     const StepParams* __restrict__ spp)
 {
@@ -271,66 +363,99 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
   y[i] = v < 0.0f ? 0.0f : v;
 }
 
-// node 2: linear (fc2) -> fc2.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k3(
+// node 2: linear (fc2) -> fc2.out [gemm_cuda.ts small 32x64 tiles] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k4(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 256u; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 256u) {
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 256u) {
           v = x[mi * 256u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 256u && ni < 10u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (ni < 10u && ki < 256u) {
           v = w[ni * 256u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 256u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < 256u) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 256u) {
+            v = x[mi * 256u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (ni < 10u && ki < 256u) {
+            v = w[ni * 256u + ki];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(tid.x + 16u * j) * 36u + kk];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -342,74 +467,104 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
       }
 }
 
-// node 2: linear (fc2) -> fc2.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
+// node 2: linear (fc2) -> fc2.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k4_mma(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 256u; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 256u) {
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 256u) {
           v = x[mi * 256u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e % 16u, nq = e / 16u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 256u && ni < 10u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (ni < 10u && ki < 256u) {
           v = w[ni * 256u + ki];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 256u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < 256u) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 256u) {
+            v = x[mi * 256u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (ni < 10u && ki < 256u) {
+            v = w[ni * 256u + ki];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(r) * 36u + kk + tq], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(r) * 36u + kk + tq + 4u], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq + 4u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
         const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+        mpsc_split_tf32(Bs[(n) * 36u + kk + tq], bh[j][0], bl[j][0]);
+        mpsc_split_tf32(Bs[(n) * 36u + kk + tq + 4u], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -420,22 +575,20 @@ extern "C" __global__ void __launch_bounds__(128) p0_k3_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 64u && ni < 10u) {
-          const float acc = cacc[i][j][q];
+          const float acc = cacc[0][j][q];
       y[mi * 10u + ni] = acc + b[ni];
         }
       }
 }
 
 // node 3: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k4(
+extern "C" __global__ void __launch_bounds__(256) p0_k5(
     const float* logits,
     const int* label,
     float* loss,
@@ -482,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
 }
 
 // node 4: accuracy (accuracy) -> accuracy [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p0_k5(
+extern "C" __global__ void __launch_bounds__(256) p0_k6(
     const float* logits,
     const int* label,
     float* acc,
@@ -520,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k5(
 }
 
 // node 5: cross_entropy_grad (loss) -> d_fc2.out [a warp per row of 10, 64 rows, the forward's log-sum-exp]
-extern "C" __global__ void __launch_bounds__(256) p0_k6(
+extern "C" __global__ void __launch_bounds__(256) p0_k7(
     const float* logits,
     const int* label,
     float* dlogits,
@@ -548,226 +701,320 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
   }
 }
 
-// node 6: matmul (fc2) -> d_relu0.out [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k7(
-    const float* a,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 10u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 10u) {
-          v = a[mi * 10u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 10u && ni < 256u) {
-          v = b[ki * 256u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
-        if (mi < 64u && ni < 256u) {
-          const float acc = cacc[i][j];
-      y[mi * 256u + ni] = acc;
-        }
-      }
-}
-
-// node 6: matmul (fc2) -> d_relu0.out [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
-    const float* a,
-    const float* b,
-    float* y,
-    const StepParams* __restrict__ spp)
-{
-  __shared__ float tg[2432];
-  const uint3 tgid = blockIdx;
-  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
-  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 10u; k0 += 16u) {
-    #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 64u && ki < 10u) {
-          v = a[mi * 10u + ki];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
-      }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 10u && ni < 256u) {
-          v = b[ki * 256u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
-      }
-    }
-    __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
-      }
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) {
-        const uint n = wn + 8u * j + gq;
-        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
-        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
-      }
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
-        #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) {
-          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
-          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
-        }
-    }
-    __syncthreads();
-  }
-  #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
-    #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
-      {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
-        if (mi < 64u && ni < 256u) {
-          const float acc = cacc[i][j][q];
-      y[mi * 256u + ni] = acc;
-        }
-      }
-}
-
-// node 7: matmul (fc2) -> fc2.weight.grad [fp32]
+// node 6: matmul (fc2) -> d_relu0.out [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k8(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3456];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 10u && ki < 64u) {
-          v = a[ki * 10u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 10u) {
+          v = a[mi * 10u + ki];
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 256u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 256u && ki < 10u) {
           v = b[ki * 256u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 10u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < 10u) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 10u) {
+            v = a[mi * 10u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 256u && ki < 10u) {
+            v = b[ki * 256u + ni];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j)
+      {
+        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        if (mi < 64u && ni < 256u) {
+          const float acc = cacc[i][j];
+      y[mi * 256u + ni] = acc;
+        }
+      }
+}
+
+// node 6: matmul (fc2) -> d_relu0.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
+    const float* a,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[3456];
+  const uint3 tgid = blockIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
+  const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
+  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
+  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  const uint gq = lane / 4u, tq = lane % 4u;
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
+  #pragma unroll
+  for (uint j = 0u; j < 4u; ++j)
+    #pragma unroll
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+      float v = 0.0f;
+      if (mi < 64u && ki < 10u) {
+          v = a[mi * 10u + ki];
+      }
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 256u && ki < 10u) {
+          v = b[ki * 256u + ni];
+      }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 10u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
+    }
+    __syncthreads();
+    if (k0 + 32u < 10u) {
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+        float v = 0.0f;
+        if (mi < 64u && ki < 10u) {
+            v = a[mi * 10u + ki];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 256u && ki < 10u) {
+            v = b[ki * 256u + ni];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(r) * 36u + kk + tq], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(r) * 36u + kk + tq + 4u], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(r + 8u) * 36u + kk + tq + 4u], ah[0][3], al[0][3]);
+      }
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) {
+        const uint n = wn + 8u * j + gq;
+        mpsc_split_tf32(Bs[(kk + tq) * 72u + n], bh[j][0], bl[j][0]);
+        mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
+      }
+      #pragma unroll
+      for (uint i = 0u; i < 1u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) {
+          mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bl[j]);
+          mpsc_mma16x8(cacc[i][j], ah[i], bh[j]);
+        }
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint j = 0u; j < 4u; ++j)
+    #pragma unroll
+    for (uint q = 0u; q < 4u; ++q)
+      {
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        if (mi < 64u && ni < 256u) {
+          const float acc = cacc[0][j][q];
+      y[mi * 256u + ni] = acc;
+        }
+      }
+}
+
+// node 7: matmul (fc2) -> fc2.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k9(
+    const float* a,
+    const float* b,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  __shared__ float tg[3584];
+  const uint3 tgid = blockIdx;
+  const uint3 tid = threadIdx;
+  const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
+  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float cacc[2][4];
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
+    #pragma unroll
+    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
+      float v = 0.0f;
+      if (mi < 10u && ki < 64u) {
+          v = a[ki * 10u + mi];
+      }
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 256u && ki < 64u) {
+          v = b[ki * 256u + ni];
+      }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
+    }
+    __syncthreads();
+    if (k0 + 32u < 64u) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
+        float v = 0.0f;
+        if (mi < 10u && ki < 64u) {
+            v = a[ki * 10u + mi];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 256u && ki < 64u) {
+            v = b[ki * 256u + ni];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(kk) * 40u + tid.y + 16u * i];
+      #pragma unroll
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
+      #pragma unroll
+      for (uint i = 0u; i < 2u; ++i)
+        #pragma unroll
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+  #pragma unroll
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -779,64 +1026,94 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
       }
 }
 
-// node 7: matmul (fc2) -> fc2.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
+// node 7: matmul (fc2) -> fc2.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3584];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
+  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 10u && ki < 64u) {
+      const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
+      float v = 0.0f;
+      if (mi < 10u && ki < 64u) {
           v = a[ki * 10u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 256u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 256u && ki < 64u) {
           v = b[ki * 256u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < 64u) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
+        float v = 0.0f;
+        if (mi < 10u && ki < 64u) {
+            v = a[ki * 10u + mi];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 256u && ki < 64u) {
+            v = b[ki * 256u + ni];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(kk + tq) * 40u + r], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(kk + tq) * 40u + r + 8u], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(kk + tq + 4u) * 40u + r], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(kk + tq + 4u) * 40u + r + 8u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
@@ -845,7 +1122,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
         mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -856,22 +1133,20 @@ extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 10u && ni < 256u) {
-          const float acc = cacc[i][j][q];
+          const float acc = cacc[0][j][q];
       y[mi * 256u + ni] = acc;
         }
       }
 }
 
 // 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 8..9), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k10_m(
     const float* mpsc_a0,
     float* mpsc_a1,
     const float* mpsc_a2,
@@ -913,65 +1188,98 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
   }
 }
 
-// node 10: matmul (fc1) -> fc1.weight.grad [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k11(
+// node 10: matmul (fc1) -> fc1.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
+extern "C" __global__ void __launch_bounds__(256) p0_k12(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3584];
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 64x64 tile per block of 16x16 threads, a 4x4 fp32 register block per thread
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
-  float cacc[4][4];
+  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
+  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float cacc[2][4];
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 4u; ++r) {
       const uint e = tidx + r * 256u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 256u && ki < 64u) {
+      const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
+      float v = 0.0f;
+      if (mi < 256u && ki < 64u) {
           v = a[ki * 256u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 784u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 784u && ki < 64u) {
           v = b[ki * 784u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 4u; ++r) {
+      const uint e = tidx + r * 256u;
+      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 256u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
+    if (k0 + 32u < 64u) {
+      #pragma unroll
+      for (uint r = 0u; r < 4u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
+        float v = 0.0f;
+        if (mi < 256u && ki < 64u) {
+            v = a[ki * 256u + mi];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 256u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 784u && ki < 64u) {
+            v = b[ki * 784u + ni];
+        }
+        pb[r] = v;
+      }
+      }
     #pragma unroll
-    for (uint kk = 0u; kk < 16u; ++kk) {
-      float a[4], b[4];
+    for (uint kk = 0u; kk < 32u; ++kk) {
+      float a[2], b[4];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i) a[i] = As[(tid.y + 16u * i) * 20u + kk];
+      for (uint i = 0u; i < 2u; ++i) a[i] = As[(kk) * 40u + tid.y + 16u * i];
       #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[kk * 72u + tid.x + 16u * j];
+      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
       #pragma unroll
-      for (uint i = 0u; i < 4u; ++i)
+      for (uint i = 0u; i < 2u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 4u; ++i)
+  for (uint i = 0u; i < 2u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
@@ -983,64 +1291,94 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
       }
 }
 
-// node 10: matmul (fc1) -> fc1.weight.grad [3xTF32 tensor cores]
-extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
+// node 10: matmul (fc1) -> fc1.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
+extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[2432];
+  __shared__ float tg[3584];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 64x64 tile per block of 4 warps, 32x32 per warp as 2x4 3xTF32 mma.sync m16n8k8 tiles
-  const uint m0 = tgid.y * 64u, n0 = tgid.x * 64u;
-  float* As = tg;              // [64][20]: As[m * 20 + k]
-  float* Bs = tg + 1280; // [16][72]: Bs[k * 72 + n]
+  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
+  const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
+  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
+  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
-  const uint wm = (sg / 2u) * 32u, wn = (sg % 2u) * 32u;
-  float cacc[2][4][4];
+  const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
+  float cacc[1][4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;
-  for (uint k0 = 0u; k0 < 64u; k0 += 16u) {
+    for (uint q = 0u; q < 4u; ++q) cacc[0][j][q] = 0.0f;
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
+  // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
     for (uint r = 0u; r < 8u; ++r) {
       const uint e = tidx + r * 128u;
-      {
-        const uint mi = m0 + e / 16u, ki = k0 + e % 16u;
-        float v = 0.0f;
-        if (mi < 256u && ki < 64u) {
+      const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
+      float v = 0.0f;
+      if (mi < 256u && ki < 64u) {
           v = a[ki * 256u + mi];
-        }
-        As[(e / 16u) * 20u + e % 16u] = v;
       }
-      {
-        const uint kq = e / 64u, nq = e % 64u;
-        const uint ki = k0 + kq, ni = n0 + nq;
-        float v = 0.0f;
-        if (ki < 64u && ni < 784u) {
+      pa[r] = v;
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
+      float v = 0.0f;
+      if (ni < 784u && ki < 64u) {
           v = b[ki * 784u + ni];
-        }
-        Bs[kq * 72u + nq] = v;
       }
+      pb[r] = v;
+    }
+  for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
+    #pragma unroll
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    }
+    #pragma unroll
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
     }
     __syncthreads();
-    #pragma unroll
-    for (uint kk = 0u; kk < 16u; kk += 8u) {
-      uint ah[2][4], al[2][4], bh[4][2], bl[4][2];
+    if (k0 + 32u < 64u) {
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) {
-        const uint r = wm + 16u * i + gq;
-        mpsc_split_tf32(As[r * 20u + kk + tq], ah[i][0], al[i][0]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq], ah[i][1], al[i][1]);
-        mpsc_split_tf32(As[r * 20u + kk + tq + 4u], ah[i][2], al[i][2]);
-        mpsc_split_tf32(As[(r + 8u) * 20u + kk + tq + 4u], ah[i][3], al[i][3]);
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
+        float v = 0.0f;
+        if (mi < 256u && ki < 64u) {
+            v = a[ki * 256u + mi];
+        }
+        pa[r] = v;
+      }
+      #pragma unroll
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
+        float v = 0.0f;
+        if (ni < 784u && ki < 64u) {
+            v = b[ki * 784u + ni];
+        }
+        pb[r] = v;
+      }
+      }
+    #pragma unroll
+    for (uint kk = 0u; kk < 32u; kk += 8u) {
+      uint ah[1][4], al[1][4], bh[4][2], bl[4][2];
+      {
+        const uint r = wm + gq;
+        mpsc_split_tf32(As[(kk + tq) * 40u + r], ah[0][0], al[0][0]);
+        mpsc_split_tf32(As[(kk + tq) * 40u + r + 8u], ah[0][1], al[0][1]);
+        mpsc_split_tf32(As[(kk + tq + 4u) * 40u + r], ah[0][2], al[0][2]);
+        mpsc_split_tf32(As[(kk + tq + 4u) * 40u + r + 8u], ah[0][3], al[0][3]);
       }
       #pragma unroll
       for (uint j = 0u; j < 4u; ++j) {
@@ -1049,7 +1387,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
         mpsc_split_tf32(Bs[(kk + tq + 4u) * 72u + n], bh[j][1], bl[j][1]);
       }
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 1u; ++i)
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           mpsc_mma16x8(cacc[i][j], al[i], bh[j]);
@@ -1060,22 +1398,20 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint j = 0u; j < 4u; ++j)
     #pragma unroll
-    for (uint j = 0u; j < 4u; ++j)
-      #pragma unroll
-      for (uint q = 0u; q < 4u; ++q)
+    for (uint q = 0u; q < 4u; ++q)
       {
-        const uint mi = m0 + wm + 16u * i + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
+        const uint mi = m0 + wm + gq + (q >= 2u ? 8u : 0u), ni = n0 + wn + 8u * j + 2u * tq + (q & 1u);
         if (mi < 256u && ni < 784u) {
-          const float acc = cacc[i][j][q];
+          const float acc = cacc[0][j][q];
       y[mi * 784u + ni] = acc;
         }
       }
 }
 
 // 2 element-wise kernels in one launch (sum_to, adam_update; nodes 11..12), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k13_m(
     const float* mpsc_a0,
     float* mpsc_a1,
     float* mpsc_a2,
@@ -1129,7 +1465,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
 }
 
 // 3 element-wise kernels in one launch (adam_update; nodes 13..15), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
+extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
     float* mpsc_a0,
     const float* mpsc_a1,
     float* mpsc_a2,
@@ -1211,7 +1547,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
 }
 
 // node 3: cross_entropy (loss) -> loss [one block: a warp per row of 10, 64 rows]
-extern "C" __global__ void __launch_bounds__(256) p1_k4(
+extern "C" __global__ void __launch_bounds__(256) p1_k5(
     const float* logits,
     const int* label,
     float* loss,
