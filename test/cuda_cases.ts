@@ -26,7 +26,37 @@ import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } fro
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
-  return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(), independentUpdatesCase()];
+  return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(),
+    ...weightBiasGradCases(), independentUpdatesCase()];
+}
+
+/**
+ * A linear's weight and bias gradients from the same dy (fuse.ts rule 8 with CUDA's caps: the matmul carries
+ * `a_sums`; cublaslt.ts: one cuBLASLt call with the BGRADB epilogue, the generated GEMM + sum kernels without
+ * cuBLASLt): dw = reshape(dy)^T x, db = sum_to(dy) over its rows, dy [.., M] and x 16-bit (a bf16 / f16 copy,
+ * as autocast makes it) or f32; odd sizes, rows both short and past reduce_cuda.ts's LONG (its row-chunked
+ * column sums). Checks dw and db (f32).
+ */
+export function weightBiasGradCases(): OpCase[] {
+  const rng = makeRng(20261205);
+  const one = (name: string, dtype: 'f32' | HalfDType, rows: number[], M: number, N: number): OpCase => {
+    const { b, data, input } = caseGraph(rng, name);
+    const K = numel(rows), dyShape = [...rows, M];
+    const half = (id: number, shape: number[]) => (dtype === 'f32' ? id : b.emit('cast', [id], [{ name: `${b.get(id).name}.${dtype}`, dtype, shape }], { to: dtype })[0]);
+    const dy = half(input('dy', dyShape, -1, 1), dyShape), x = half(input('x', [K, N], -2, 2), [K, N]);
+    const flat = b.emit('reshape', [dy], [{ name: `${name}.dy2`, dtype: b.get(dy).dtype, shape: [K, M] }], { shape: [K, M] })[0];
+    const [dw] = b.emit('matmul', [flat, x], [{ name: `${name}.dw`, shape: [M, N] }], { transA: true, transB: false });
+    const [db] = b.emit('sum_to', [dy], [{ name: `${name}.db`, shape: [M] }], { shape: [M], axes: rows.map((_, i) => i) });
+    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+    if (fuseProgram(program, { matmulBiasGrad: true }).graph.nodes.filter((n) => n.attrs.a_sums === true).length !== 1) throw new Error(`internal: ${name}: the bias gradient is not folded into the matmul`);
+    return { program, data, check: [dw, db] };
+  };
+  if (3 * 1001 < LONG || 7 * 13 >= LONG) throw new Error('internal: the weight / bias gradient cases miss the long or the short column sum');
+  return [
+    one('lt_bias_grad_bf16', 'bf16', [3, 1001], 37, 21),
+    one('lt_bias_grad_f16_short', 'f16', [7, 13], 19, 33),
+    one('lt_bias_grad_f32', 'f32', [5, 601], 23, 17),
+  ];
 }
 
 /**

@@ -161,8 +161,8 @@ export interface CudaGenOptions {
  */
 export function buildCuda(unfused: Program[], model: string, opts: CudaGenOptions = {}): CudaArtifacts {
   const own = (opts.gemm ?? 'cuda') === 'cuda';
-  // the shared kernels (gemm 'shared') have no layernorm with a folded residual add (fuse.ts rule 5)
-  const caps = opts.fuse === false ? NO_FUSIONS : own ? cudaFusions() : { ...cudaFusions(), addLayernorm: undefined };
+  // the shared kernels (gemm 'shared') have no layernorm with a folded residual add (fuse.ts rule 5), no matmul with column sums (rule 8)
+  const caps = opts.fuse === false ? NO_FUSIONS : own ? cudaFusions() : { ...cudaFusions(), addLayernorm: undefined, matmulBiasGrad: undefined };
   const programs = unfused.map((p) => fuseForBackend(p, caps));
   const table = persistentTable(programs);
   const gemms: CudaArtifacts['gemms'] = [];

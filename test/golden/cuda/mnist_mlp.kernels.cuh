@@ -709,7 +709,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
       }
 }
 
-// node 7: matmul (fc2) -> fc2.weight.grad [fp32]
+// node 7: matmul (fc2) -> fc2.weight.grad, fc2.bias.grad [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k8(
     const float* a,
     const float* b,
@@ -779,7 +779,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
       }
 }
 
-// node 7: matmul (fc2) -> fc2.weight.grad [3xTF32 tensor cores]
+// node 7: matmul (fc2) -> fc2.weight.grad, fc2.bias.grad [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
     const float* a,
     const float* b,
@@ -870,50 +870,42 @@ extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
       }
 }
 
-// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 8..9), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k9_m(
-    const float* mpsc_a0,
-    float* mpsc_a1,
-    const float* mpsc_a2,
-    const float* mpsc_a3,
-    float* mpsc_a4,
+// node 7: sum_to (fc2) -> fc2.bias.grad
+extern "C" __global__ void __launch_bounds__(256) p0_k9(
+    const float* x,
+    float* y,
     const StepParams* __restrict__ spp)
 {
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 8: sum_to (fc2) -> fc2.bias.grad
-    const float* const x = mpsc_a0;
-    float* const y = mpsc_a1;
-    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 10u) return;
-    // y[i] = sum of x over the reduced dims (64 terms per output)
-    uint rem = i, base = 0u;
-    { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
-    float acc = 0.0f;
-    for (uint t = 0u; t < 64u; ++t) {
-      uint q = t, off = base;
-      { const uint c = q % 64u; q /= 64u; off += c * 10u; }
-      acc += x[off];
-    }
-    y[i] = acc;
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 10u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 64u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 10u; }
+    acc += x[off];
   }
-  else if (tgid.x < 65u) {
-    // node 9: unary_grad (relu0) -> d_fc1.out
-    const float* const dy = mpsc_a2;
-    const float* const x = mpsc_a3;
-    float* const dx = mpsc_a4;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 16384u) return;
-    const float v = x[i], d = dy[i];
-    dx[i] = v > 0.0f ? d : 0.0f;
-  }
+  y[i] = acc;
 }
 
-// node 10: matmul (fc1) -> fc1.weight.grad [fp32]
+// node 8: unary_grad (relu0) -> d_fc1.out
+extern "C" __global__ void __launch_bounds__(256) p0_k10(
+    const float* dy,
+    const float* x,
+    float* dx,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  const float v = x[i], d = dy[i];
+  dx[i] = v > 0.0f ? d : 0.0f;
+}
+
+// node 9: matmul (fc1) -> fc1.weight.grad, fc1.bias.grad [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k11(
     const float* a,
     const float* b,
@@ -983,7 +975,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
       }
 }
 
-// node 10: matmul (fc1) -> fc1.weight.grad [3xTF32 tensor cores]
+// node 9: matmul (fc1) -> fc1.weight.grad, fc1.bias.grad [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
     const float* a,
     const float* b,
@@ -1074,45 +1066,58 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
       }
 }
 
-// 2 element-wise kernels in one launch (sum_to, adam_update; nodes 11..12), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
-    const float* mpsc_a0,
-    float* mpsc_a1,
+// node 9: sum_to (fc1) -> fc1.bias.grad
+extern "C" __global__ void __launch_bounds__(256) p0_k12(
+    const float* x,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 256u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 64u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 256u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// 4 element-wise kernels in one launch (adam_update; nodes 10..13), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k13_m(
+    float* mpsc_a0,
+    const float* mpsc_a1,
     float* mpsc_a2,
-    const float* mpsc_a3,
+    float* mpsc_a3,
     float* mpsc_a4,
-    float* mpsc_a5,
+    const float* mpsc_a5,
+    float* mpsc_a6,
+    float* mpsc_a7,
+    float* mpsc_a8,
+    const float* mpsc_a9,
+    float* mpsc_a10,
+    float* mpsc_a11,
+    float* mpsc_a12,
+    const float* mpsc_a13,
+    float* mpsc_a14,
+    float* mpsc_a15,
     const StepParams* __restrict__ spp)
 {
   const StepParams sp = *spp;
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 11: sum_to (fc1) -> fc1.bias.grad
-    const float* const x = mpsc_a0;
-    float* const y = mpsc_a1;
+  if (tgid.x < 784u) {
+    // node 10: adam_update (fc1.weight)
+    float* const param = mpsc_a0;
+    const float* const grad = mpsc_a1;
+    float* const ea = mpsc_a2;
+    float* const eas = mpsc_a3;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 256u) return;
-    // y[i] = sum of x over the reduced dims (64 terms per output)
-    uint rem = i, base = 0u;
-    { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
-    float acc = 0.0f;
-    for (uint t = 0u; t < 64u; ++t) {
-      uint q = t, off = base;
-      { const uint c = q % 64u; q /= 64u; off += c * 256u; }
-      acc += x[off];
-    }
-    y[i] = acc;
-  }
-  else if (tgid.x < 785u) {
-    // node 12: adam_update (fc1.weight)
-    float* const param = mpsc_a2;
-    const float* const grad = mpsc_a3;
-    float* const ea = mpsc_a4;
-    float* const eas = mpsc_a5;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 200704u) return;
     float gr = grad[i];
@@ -1126,35 +1131,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12_m(
     p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
     param[i] = p;
   }
-}
-
-// 3 element-wise kernels in one launch (adam_update; nodes 13..15), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
-    float* mpsc_a0,
-    const float* mpsc_a1,
-    float* mpsc_a2,
-    float* mpsc_a3,
-    float* mpsc_a4,
-    const float* mpsc_a5,
-    float* mpsc_a6,
-    float* mpsc_a7,
-    float* mpsc_a8,
-    const float* mpsc_a9,
-    float* mpsc_a10,
-    float* mpsc_a11,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 13: adam_update (fc1.bias)
-    float* const param = mpsc_a0;
-    const float* const grad = mpsc_a1;
-    float* const ea = mpsc_a2;
-    float* const eas = mpsc_a3;
-    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+  else if (tgid.x < 785u) {
+    // node 11: adam_update (fc1.bias)
+    float* const param = mpsc_a4;
+    const float* const grad = mpsc_a5;
+    float* const ea = mpsc_a6;
+    float* const eas = mpsc_a7;
+    const uint mpsc_gx = (tgid.x - 784u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 256u) return;
     float gr = grad[i];
@@ -1168,13 +1151,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
     p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
     param[i] = p;
   }
-  else if (tgid.x < 11u) {
-    // node 14: adam_update (fc2.weight)
-    float* const param = mpsc_a4;
-    const float* const grad = mpsc_a5;
-    float* const ea = mpsc_a6;
-    float* const eas = mpsc_a7;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+  else if (tgid.x < 795u) {
+    // node 12: adam_update (fc2.weight)
+    float* const param = mpsc_a8;
+    const float* const grad = mpsc_a9;
+    float* const ea = mpsc_a10;
+    float* const eas = mpsc_a11;
+    const uint mpsc_gx = (tgid.x - 785u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 2560u) return;
     float gr = grad[i];
@@ -1188,13 +1171,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
     p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
     param[i] = p;
   }
-  else if (tgid.x < 12u) {
-    // node 15: adam_update (fc2.bias)
-    float* const param = mpsc_a8;
-    const float* const grad = mpsc_a9;
-    float* const ea = mpsc_a10;
-    float* const eas = mpsc_a11;
-    const uint mpsc_gx = (tgid.x - 11u) * 256u + tid.x;
+  else if (tgid.x < 796u) {
+    // node 13: adam_update (fc2.bias)
+    float* const param = mpsc_a12;
+    const float* const grad = mpsc_a13;
+    float* const ea = mpsc_a14;
+    float* const eas = mpsc_a15;
+    const uint mpsc_gx = (tgid.x - 795u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 10u) return;
     float gr = grad[i];
