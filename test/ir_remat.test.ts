@@ -99,3 +99,14 @@ it('remat is idempotent and leaves a program without a backward as it is', () =>
   expect(rematerialize(set.train_step)).toBe(set.train_step);
   expect(rematerialize(set.eval)).toBe(set.eval);
 });
+
+it('the caps may name fewer ops: MPSC_CUDA_FUSE_OFF=remat_unary copies the layernorms only (no gelu copies)', () => {
+  const caps = cudaFusions(['remat_unary']);
+  expect(caps.remat).toEqual({ fromPeakBytes: REMAT_FROM_PEAK_BYTES, ops: ['layernorm'] });
+  const step = buildPrograms(base, { batch: 2, fusions: { ...caps, remat: { fromPeakBytes: 0, ops: caps.remat!.ops } } }).train_step;
+  const copies = step.graph.nodes.filter((n) => n.outputs.some((o) => step.graph.values[o].name.endsWith('.remat')));
+  expect(copies.length).toBeGreaterThanOrEqual(4);
+  expect(copies.every((n) => n.op === 'layernorm')).toBe(true);
+  const all = buildPrograms(base, { batch: 2, fusions: rematAlways }).train_step;
+  expect(rematCount(all)).toBeGreaterThan(rematCount(step));
+});

@@ -79,7 +79,7 @@ export function fuseForBackend(p: Program, fusions: FusionCaps): Program {
     // the recomputations cost kernels: only where memory is large enough to matter, and where they shrink the arena
     const plain = planMemory(fused);
     if (plain.peakBytes >= fusions.remat.fromPeakBytes) {
-      const r = rematerialize(fused);
+      const r = rematerialize(fused, fusions.remat.ops);
       if (r !== fused && planMemory(r).arenaBytes < plain.arenaBytes) return finishFused(p, r);
     }
   }
