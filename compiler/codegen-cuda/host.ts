@@ -50,6 +50,8 @@ function ltTable(plan: CudaPlan): string {
   s += 'const MpscLtGemm LT_GEMMS[NLT] = {\n';
   for (const c of calls) {
     const g = c.gemm;
+    // a bias / BGRADB call without its bound vector would read or write offset 0 (the persistent block)
+    if (g.epilogue !== 'default' && !c.bias) throw new Error(`internal: cuBLASLt call ${c.index} (node ${c.node}): ${g.epilogue} epilogue without a bound bias vector`);
     s += `  { ${g.m}, ${g.n}, ${g.k}, ${g.transA ? 1 : 0}, ${g.transB ? 1 : 0}, ${g.rowsA}, ${g.colsA}, ${g.lda}, ${g.rowsB}, ${g.colsB}, ${g.ldb}, ${g.ldd}, ` +
       `${g.batch}, ${g.strideA}, ${g.strideB}, ${g.strideD}, ${LT_TYPE[g.abType]}, ${LT_TYPE[g.dType]}, ${LT_EPI[g.epilogue]}, ` +
       `${c.a.offset}, ${c.b.offset}, ${c.d.offset}, ${c.bias ? c.bias.offset : 0}, ${c.node}, ${cString(`${c.op}: ${g.what}`)}, ${g.tf32x3 ? 'MPSC_LT_COMPUTE_TF32X3' : 'MPSC_LT_COMPUTE_32F'} },\n`;
