@@ -27,7 +27,35 @@ export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
   return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(),
-    ...weightBiasGradCases(), independentUpdatesCase()];
+    ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), independentUpdatesCase()];
+}
+
+/**
+ * A recomputed gelu and its gradient as one node (compiler/ir/grad_fwd.ts: unary_grad with `fwd_out`, wide_ew_cuda.ts
+ * gradWithForward): dx = gelu'(x) dy and y = gelu(x), dy and x 16-bit copies (bf16 guarded span, f16 exact span)
+ * or f32 at a small size (no other kernel serves the node at any size); checks dx and y widened to f32. `fused`
+ * false: the same values written by the unfused pair (unary_grad, unary), the same value ids (bitwise comparison).
+ */
+export function gradForwardCases(rng: Rng, fused = true): OpCase[] {
+  const one = (name: string, dtype: 'f32' | HalfDType, shape: number[]): OpCase => {
+    const { b, data, input } = caseGraph(rng, name);
+    const val = (n: string, t: 'f32' | HalfDType) => b.value(`${name}.${n}`, t, shape, 'activation');
+    const dy0 = input('dy', shape, -1, 1), x0 = input('x', shape, -3, 3);
+    const dy = dtype === 'f32' ? dy0 : val(`dy.${dtype}`, dtype), x = dtype === 'f32' ? x0 : val(`x.${dtype}`, dtype);
+    const dx = val('dx', dtype), y = val('y', dtype);
+    const wide = dtype === 'f32' ? [dx, y] : [val('dx.f32', 'f32'), val('y.f32', 'f32')];
+    if (dtype !== 'f32') for (const [from, to] of [[dy0, dy], [x0, x]]) b.node('cast', [from], [to], { to: dtype });
+    if (fused) b.node('unary_grad', [dy, x], [dx, y], { fn: 'gelu', fwd_out: true }, 'gelu');
+    else {
+      b.node('unary_grad', [dy, x], [dx], { fn: 'gelu' }, 'gelu');
+      b.node('unary', [x], [y], { fn: 'gelu' }, 'gelu');
+    }
+    if (dtype !== 'f32') [dx, y].forEach((v, k) => b.node('cast', [v], [wide[k]], { to: 'f32' }));
+    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+    return { program, data, check: wide };
+  };
+  const odd = [521, 509], even = [256, 1024];
+  return [one('grad_fwd_gelu_bf16', 'bf16', odd), one('grad_fwd_gelu_f16', 'f16', even), one('grad_fwd_gelu_f32_small', 'f32', [7, 13])];
 }
 
 /**

@@ -106,6 +106,8 @@ export interface FusionCaps {
   addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean };
   /** rule 8: a bias gradient (sum_to over the rows) into the weight-gradient matmul reading the same rows */
   matmulBiasGrad?: boolean;
+  /** after remat: a recomputed unary and the unary_grad of the same fn over the same x as one node (grad_fwd.ts, programs.ts fuseForBackend) */
+  gradWithForward?: boolean;
 }
 
 export const NO_FUSIONS: FusionCaps = {};
@@ -120,6 +122,8 @@ export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
 export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
 /** the ops that may carry `a_sums` (+ input 0's column sums as the last output: rule 8) */
 export const A_SUMS_OPS: readonly OpName[] = ['matmul'];
+/** the ops that may carry `fwd_out` (+ f(x) of input 1 as the last output: grad_fwd.ts) */
+export const FWD_OUT_OPS: readonly OpName[] = ['unary_grad'];
 /** the ops that may carry `relu_in` */
 export const RELU_IN_OPS: readonly OpName[] = ['global_avgpool'];
 /**
@@ -143,7 +147,7 @@ export function epilogueOf(n: Node): Record<string, AttrValue> | null {
 
 /** a node's attrs without the fusion attrs (what its unfused op reads) */
 export function unfusedAttrs(n: Node): Record<string, AttrValue> {
-  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in' && k !== 'add_in' && k !== 'add_out' && k !== 'sum_out' && k !== 'a_sums'));
+  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in' && k !== 'add_in' && k !== 'add_out' && k !== 'sum_out' && k !== 'a_sums' && k !== 'fwd_out'));
 }
 
 /**
@@ -157,6 +161,8 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
  *            last (`sum_to`; sum_out): the core has the node's outputs before it;
  *  - `aSums`: output `aSums` (the last one) is input 0 (2-D [K, M]) summed over its rows (`sum_to`
  *            with axes [0]; a_sums): the core has the node's outputs before it;
+ *  - `fwdOut`: output `fwdOut` (the last one) is `unary` of input 1 with the node's attrs (fn and its
+ *            attrs; grad_fwd.ts `fwd_out` on unary_grad): the core has the node's outputs before it;
  *  - `add`:  input 0 is first replaced by input 0 + input `input` (the last one; `binary add`), and
  *            that sum is also the node's output `output` (the last one; add_in): the core has the
  *            node's outputs before it.
@@ -166,6 +172,7 @@ export interface FusedParts {
   add?: { input: number; output: number };
   sumOut?: number;
   aSums?: number;
+  fwdOut?: number;
   coreInputs: number;
   post?: { op: 'unary'; attrs: Record<string, AttrValue> } | { op: 'unary_grad'; attrs: Record<string, AttrValue>; maskInput: number } |
     { op: 'binary'; attrs: Record<string, AttrValue>; addendInput: number };
@@ -182,6 +189,7 @@ export function fusedParts(n: Node): FusedParts | null {
   }
   if (n.attrs.add_in === true) return { coreInputs: n.inputs.length - 1, add: { input: n.inputs.length - 1, output: n.outputs.length - 1 } };
   if (n.attrs.a_sums === true) return { coreInputs: n.inputs.length, aSums: n.outputs.length - 1 };
+  if (n.attrs.fwd_out === true) return { coreInputs: n.inputs.length, fwdOut: n.outputs.length - 1 };
   return null;
 }
 
