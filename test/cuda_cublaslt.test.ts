@@ -114,12 +114,25 @@ describe('a weight gradient with its bias gradient (a_sums: fuse.ts rule 8)', ()
     });
   }
 
-  it('fp32 over 3xTF32 split operands (not a): no epilogue, the sums run after the call', () => {
+  it('fp32 over 3xTF32 split operands (not a): no epilogue, the sums run after the call (and its chunk sum) and in the fallback', () => {
     const { g, n } = weightGradWithSums(4096, 64, 64, 'f32');
     const r = lowerGemmCudaLt(ctxOf(), g, n, undefined, true, 'all')!;
     expect(r.choice.tf32x3).toBe(true);
     expect(r.kernels[0].library!.epilogue).toBe('default');
-    expect(r.kernels.filter((k) => k.op === 'sum_to').every((k) => k.libraryPart === 'after')).toBe(true);
+    expect(r.kernels[0].library!.biasKernel).toBeUndefined();
+    const sums = r.kernels.filter((k) => k.op === 'sum_to');
+    expect(sums.length).toBeGreaterThan(0);
+    expect(sums.every((k) => k.libraryPart === 'unfused')).toBe(true);
+    // a model: such a call's sums are launched after it unconditionally, a BGRADB call's only without the epilogue
+    const mlp = checkFile(path.join(ROOT, 'specs/mnist_mlp.model'));
+    const m = generateCudaModel(buildPrograms(mlp, { batch: mlp.train.batch }), { tf32x3: 'all' });
+    const calls = m.plan.programs.flatMap((p) => p.nodes).filter((c) => c.kind === 'cublaslt' && c.unfused.length > 0);
+    expect(calls.some((c) => c.kind === 'cublaslt' && c.gemm.epilogue === 'default')).toBe(true);
+    for (const c of calls) if (c.kind === 'cublaslt') {
+      const guarded = m.files[HOST_FILE].includes(`if (!b->lt_epi[${c.index}])`);
+      expect(guarded, `call ${c.index} (${c.gemm.epilogue})`).toBe(c.gemm.epilogue === 'bgradb');
+      expect(c.fallback.slice(-c.unfused.length)).toEqual(c.unfused);
+    }
   });
 });
 

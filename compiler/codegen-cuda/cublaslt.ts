@@ -176,9 +176,9 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
     `${gemm.epilogue === 'bias' ? ', epilogue BIAS' : gemm.epilogue === 'bgradb' ? `, epilogue BGRADB (a's column sums: ${g.values[sumOut].name})` : ''}${epi}` +
     `${sums.length && gemm.epilogue !== 'bgradb' ? ` + a's column sums (kernel after the call)` : ''}`;
   const library: LibraryGemm = { ...gemm, ...ltArgs, argD: nargs - 1, what, ...bgrad };
-  // the sums' kernels: with BGRADB, in the fallback and after a call cuBLASLt runs without the epilogue ('unfused'); else after every call
-  const sumPart = gemm.epilogue === 'bgradb' ? ('unfused' as const) : ('after' as const);
-  const kernels: KernelSpec[] = fallback.map((k, i) => ({ ...k, libraryPart: i < gemmKernels.length ? 'fallback' as const : sumPart, ...(i === 0 ? { library } : {}) }));
+  // the sums' kernels ('unfused', right after the GEMM's: biasKernel counts from there): in the fallback, and after the
+  // call unless it applies BGRADB (host.ts: after the 'after' kernels, e.g. a 3xTF32 chunk sum sharing the scratch region)
+  const kernels: KernelSpec[] = fallback.map((k, i) => ({ ...k, libraryPart: i < gemmKernels.length ? 'fallback' as const : 'unfused' as const, ...(i === 0 ? { library } : {}) }));
   if (split?.kernels) kernels.push(...split.kernels);
   if (epilogue) {
     // the fused unary, in place on the call's output (fp32)

@@ -156,7 +156,9 @@ function launch(p: ProgramPlan, n: GraphNodePlan, k: number): string {
   if (n.kind === 'kernel') body = kernelLaunch(p, n, '    ');
   else {
     const lt = `    if (!mpsc_lt_run(b->lt, ${n.index}, ${devAt(p, n.a)}, ${devAt(p, n.b)}, ${devAt(p, n.d)}, st, ctx->error, sizeof ctx->error)) return false;\n`;
-    const unfused = n.unfused.length ? `      if (!b->lt_epi[${n.index}]) {  // cuBLASLt runs the call without its epilogue\n${n.unfused.map((a) => kernelLaunch(p, a, '        ')).join('')}      }\n` : '';
+    // the fallback's kernels for what the call does not compute: after a BGRADB call only when cuBLASLt runs it without the epilogue
+    const unfused = !n.unfused.length ? '' : n.gemm.epilogue !== 'bgradb' ? n.unfused.map((a) => kernelLaunch(p, a, '      ')).join('')
+      : `      if (!b->lt_epi[${n.index}]) {  // cuBLASLt runs the call without its epilogue\n${n.unfused.map((a) => kernelLaunch(p, a, '        ')).join('')}      }\n`;
     body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ')).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ')).join('')}${unfused}    } else\n#endif\n` +
       `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ')).join('')}    }\n`;
   }

@@ -86,7 +86,7 @@ export interface LtNodePlan {
   /** the operands' device offsets and bytes (perSet: in the upload region, set 0's) */
   a: KernelArgPlan; b: KernelArgPlan; d: KernelArgPlan; bias?: KernelArgPlan;
   fallback: KernelNodePlan[];
-  /** fallback kernels that also run after the call when cuBLASLt runs it without its epilogue (BGRADB's column sums) */
+  /** fallback kernels that also run after the call (after `after`) unless its BGRADB epilogue computes the same (a matmul's column sums) */
   unfused: KernelNodePlan[];
   /** kernels that run before the call only (3xTF32: the operand splits into the scratch region, whose offsets `a` and `b` then are) */
   before: KernelNodePlan[];

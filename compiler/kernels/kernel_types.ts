@@ -58,8 +58,8 @@ export interface KernelSpec extends KernelVariant {
    * library call is unavailable (built without the library, or no algorithm for the shape);
    * 'after' kernels run after the library call only (an epilogue the library cannot apply);
    * 'before' kernels run before it only (the 3xTF32 operand splits, codegen-cuda/tf32x3.ts);
-   * 'unfused' kernels compute what the call's epilogue computes (BGRADB's column sums): they run in the
-   * fallback, and after a call that cuBLASLt runs without that epilogue (no algorithm with it).
+   * 'unfused' kernels compute what the call may not (a matmul's column sums, `a_sums`): they run in the
+   * fallback, and after the call ('after' kernels first) unless the call's BGRADB epilogue computes them.
    */
   libraryPart?: 'fallback' | 'after' | 'before' | 'unfused';
 }
