@@ -26,7 +26,65 @@ import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } fro
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
-  return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(), independentUpdatesCase()];
+  return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(),
+    ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), independentUpdatesCase()];
+}
+
+/**
+ * A recomputed gelu and its gradient as one node (compiler/ir/grad_fwd.ts: unary_grad with `fwd_out`, wide_ew_cuda.ts
+ * gradWithForward): dx = gelu'(x) dy and y = gelu(x), dy and x 16-bit copies (bf16 guarded span, f16 exact span)
+ * or f32 at a small size (no other kernel serves the node at any size); checks dx and y widened to f32. `fused`
+ * false: the same values written by the unfused pair (unary_grad, unary), the same value ids (bitwise comparison).
+ */
+export function gradForwardCases(rng: Rng, fused = true): OpCase[] {
+  const one = (name: string, dtype: 'f32' | HalfDType, shape: number[]): OpCase => {
+    const { b, data, input } = caseGraph(rng, name);
+    const val = (n: string, t: 'f32' | HalfDType) => b.value(`${name}.${n}`, t, shape, 'activation');
+    const dy0 = input('dy', shape, -1, 1), x0 = input('x', shape, -3, 3);
+    const dy = dtype === 'f32' ? dy0 : val(`dy.${dtype}`, dtype), x = dtype === 'f32' ? x0 : val(`x.${dtype}`, dtype);
+    const dx = val('dx', dtype), y = val('y', dtype);
+    const wide = dtype === 'f32' ? [dx, y] : [val('dx.f32', 'f32'), val('y.f32', 'f32')];
+    if (dtype !== 'f32') for (const [from, to] of [[dy0, dy], [x0, x]]) b.node('cast', [from], [to], { to: dtype });
+    if (fused) b.node('unary_grad', [dy, x], [dx, y], { fn: 'gelu', fwd_out: true }, 'gelu');
+    else {
+      b.node('unary_grad', [dy, x], [dx], { fn: 'gelu' }, 'gelu');
+      b.node('unary', [x], [y], { fn: 'gelu' }, 'gelu');
+    }
+    if (dtype !== 'f32') [dx, y].forEach((v, k) => b.node('cast', [v], [wide[k]], { to: 'f32' }));
+    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+    return { program, data, check: wide };
+  };
+  const odd = [521, 509], even = [256, 1024];
+  return [one('grad_fwd_gelu_bf16', 'bf16', odd), one('grad_fwd_gelu_f16', 'f16', even), one('grad_fwd_gelu_f32_small', 'f32', [7, 13])];
+}
+
+/**
+ * A linear's weight and bias gradients from the same dy (fuse.ts rule 8 with CUDA's caps: the matmul carries
+ * `a_sums`; cublaslt.ts: one cuBLASLt call with the BGRADB epilogue, the generated GEMM + sum kernels without
+ * cuBLASLt): dw = reshape(dy)^T x, db = sum_to(dy) over its rows, dy [.., M] and x 16-bit (a bf16 / f16 copy,
+ * as autocast makes it) or f32; odd sizes, rows both short and past reduce_cuda.ts's LONG (its row-chunked
+ * column sums). Checks dw and db (f32).
+ */
+export function weightBiasGradCases(): OpCase[] {
+  const rng = makeRng(20261205);
+  const one = (name: string, dtype: 'f32' | HalfDType, rows: number[], M: number, N: number): OpCase => {
+    const { b, data, input } = caseGraph(rng, name);
+    const K = numel(rows), dyShape = [...rows, M];
+    const half = (id: number, shape: number[]) => (dtype === 'f32' ? id : b.emit('cast', [id], [{ name: `${b.get(id).name}.${dtype}`, dtype, shape }], { to: dtype })[0]);
+    const dy = half(input('dy', dyShape, -1, 1), dyShape), x = half(input('x', [K, N], -2, 2), [K, N]);
+    const flat = b.emit('reshape', [dy], [{ name: `${name}.dy2`, dtype: b.get(dy).dtype, shape: [K, M] }], { shape: [K, M] })[0];
+    const [dw] = b.emit('matmul', [flat, x], [{ name: `${name}.dw`, shape: [M, N] }], { transA: true, transB: false });
+    const [db] = b.emit('sum_to', [dy], [{ name: `${name}.db`, shape: [M] }], { shape: [M], axes: rows.map((_, i) => i) });
+    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+    if (fuseProgram(program, { matmulBiasGrad: true }).graph.nodes.filter((n) => n.attrs.a_sums === true).length !== 1) throw new Error(`internal: ${name}: the bias gradient is not folded into the matmul`);
+    return { program, data, check: [dw, db] };
+  };
+  if (3 * 1001 < LONG || 7 * 13 >= LONG) throw new Error('internal: the weight / bias gradient cases miss the long or the short column sum');
+  return [
+    one('lt_bias_grad_bf16', 'bf16', [3, 1001], 37, 21),
+    one('lt_bias_grad_f16_short', 'f16', [7, 13], 19, 33),
+    one('lt_bias_grad_f32', 'f32', [5, 601], 23, 17),
+  ];
 }
 
 /**

@@ -21,7 +21,7 @@ import { checkFile } from '../compiler/check/index.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { runtimeSources, writeCmakeProject } from '../runtime/native/build.js';
 import { cudaIncludeDirs, findNvcc } from '../runtime/cuda/session.js';
-import { blas, ctxOf, data, graphOf, maxDiff, rowMajor } from './cuda_gemm_helpers.js';
+import { blas, blasBgradB, ctxOf, data, graphOf, maxDiff, rowMajor } from './cuda_gemm_helpers.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const NV = findNvcc();
@@ -103,6 +103,65 @@ describe('the small fp32 rule (cublaslt.ts, gemm_cuda.ts smallGemm)', () => {
   });
 });
 
+/** dw [M, N] = a^T b with a [K, M], b [K, N] (a weight gradient), and a's column sums [M] (fuse.ts rule 8: `a_sums`) */
+function weightGradWithSums(K: number, M: number, N: number, dtype: DType) {
+  const { g, n } = graphOf('matmul', [[K, M], [K, N], [M, N]], { transA: true, transB: false, a_sums: true }, dtype);
+  g.values.push({ id: 3, name: 'db', dtype: 'f32', shape: [M], kind: 'activation' });
+  n.outputs.push(3);
+  return { g, n };
+}
+
+describe('a weight gradient with its bias gradient (a_sums: fuse.ts rule 8)', () => {
+  for (const dtype of ['bf16', 'f32'] as const) {
+    it(`${dtype}: one call with the BGRADB epilogue into the sums; the sum kernels are the fallback's and run after a call without the epilogue`, () => {
+      const { g, n } = weightGradWithSums(37, 5, 3, dtype);
+      const r = lowerGemmCudaLt(ctxOf(), g, n, undefined, true, 'off')!;
+      const lib = r.kernels[0].library!;
+      expect(r.choice.path).toBe('cublaslt');
+      expect(lib).toMatchObject({ m: 3, n: 5, k: 37, transA: false, transB: true, epilogue: 'bgradb', dType: 'f32', abType: dtype });
+      expect(lib.what).toMatch(/BGRADB/);
+      const sums = r.kernels.filter((k) => k.libraryPart === 'unfused');
+      expect(sums.length).toBeGreaterThan(0);
+      expect(sums.every((k) => k.op === 'sum_to' && k.node === n.id)).toBe(true);
+      // the bias vector is the sums' output, bound in the kernel that writes it
+      const bk = r.kernels[lib.biasKernel!];
+      expect(bk.libraryPart).toBe('unfused');
+      expect(bk.args[lib.argBias!]).toMatchObject({ value: 3, type: 'float' });
+      expect(bk.args[lib.argBias!].access).not.toBe('r');
+      // cuBLASLt's B is our a: BGRADB's sums over k are a's column sums
+      const a = data(37 * 5, 4), b = data(37 * 3, 5);
+      const want = Array.from({ length: 5 }, (_, m) => Array.from({ length: 37 }, (_, k) => a[k * 5 + m]).reduce((x, y) => x + y, 0));
+      expect(maxDiff(blasBgradB(lib, a), Float64Array.from(want))).toBeLessThan(1e-12);
+      expect(maxDiff(blas(lib, b, a, null), rowMajor([37, 5], [37, 3], true, false, a, b))).toBeLessThan(1e-12);
+      // cuBLASLt off: the generated GEMM and the same sum kernels, no library parts
+      const off = lowerGemmCudaLt(ctxOf(), g, n, undefined, false)!;
+      expect(off.kernels.some((k) => k.library || k.libraryPart)).toBe(false);
+      expect(off.kernels.filter((k) => k.op === 'sum_to').map((k) => k.body)).toEqual(sums.map((k) => k.body));
+    });
+  }
+
+  it('fp32 over 3xTF32 split operands (not a): no epilogue, the sums run after the call (and its chunk sum) and in the fallback', () => {
+    const { g, n } = weightGradWithSums(4096, 64, 64, 'f32');
+    const r = lowerGemmCudaLt(ctxOf(), g, n, undefined, true, 'all')!;
+    expect(r.choice.tf32x3).toBe(true);
+    expect(r.kernels[0].library!.epilogue).toBe('default');
+    expect(r.kernels[0].library!.biasKernel).toBeUndefined();
+    const sums = r.kernels.filter((k) => k.op === 'sum_to');
+    expect(sums.length).toBeGreaterThan(0);
+    expect(sums.every((k) => k.libraryPart === 'unfused')).toBe(true);
+    // a model: such a call's sums are launched after it unconditionally, a BGRADB call's only without the epilogue
+    const mlp = checkFile(path.join(ROOT, 'specs/mnist_mlp.model'));
+    const m = generateCudaModel(buildPrograms(mlp, { batch: mlp.train.batch }), { tf32x3: 'all' });
+    const calls = m.plan.programs.flatMap((p) => p.nodes).filter((c) => c.kind === 'cublaslt' && c.unfused.length > 0);
+    expect(calls.some((c) => c.kind === 'cublaslt' && c.gemm.epilogue === 'default')).toBe(true);
+    for (const c of calls) if (c.kind === 'cublaslt') {
+      const guarded = m.files[HOST_FILE].includes(`if (!b->lt_epi[${c.index}])`);
+      expect(guarded, `call ${c.index} (${c.gemm.epilogue})`).toBe(c.gemm.epilogue === 'bgradb');
+      expect(c.fallback.slice(-c.unfused.length)).toEqual(c.unfused);
+    }
+  });
+});
+
 describe('cuBLASLt call descriptions compute the node\'s product (column-major interpreter)', () => {
   it('linear with bias: D = W^T-as-A times x-as-B plus the bias per output feature', () => {
     const { lib } = libraryOf('linear', [[2, 3, 5], [7, 5], [7], [2, 3, 7]]);
@@ -145,6 +204,16 @@ describe('the CUDA model with cuBLASLt calls', () => {
     expect([...dTypes].sort()).toEqual(['bf16', 'f32']);
     for (const c of calls) if (c.kind === 'cublaslt') expect(c.d.bytes).toBe(c.gemm.m * c.gemm.n * c.gemm.batch * (c.gemm.dType === 'bf16' ? 2 : 4));
     expect(bf16.files[HOST_FILE]).toMatch(/MPSC_LT_BF16/);
+    // the bias gradients of fc and in_proj (rule 8): BGRADB calls writing f32 sums, with their sum kernels for a call without it
+    const bgrad = calls.filter((c) => c.kind === 'cublaslt' && c.gemm.epilogue === 'bgradb');
+    expect(bgrad.length).toBeGreaterThan(0);
+    for (const c of bgrad) if (c.kind === 'cublaslt') {
+      expect(c.bias?.bytes).toBe(c.gemm.n * 4);
+      expect(c.unfused.length).toBeGreaterThan(0);
+      expect(c.unfused.every((k) => c.fallback.includes(k))).toBe(true);
+    }
+    expect(bf16.files[HOST_FILE]).toMatch(/MPSC_LT_EPI_BGRADB/);
+    expect(bf16.files[HOST_FILE]).toMatch(/if \(!b->lt_epi\[\d+\]\)/);
     expect(bf16.files[KERNELS_FILE]).toMatch(/__float2bfloat16_rn/);
     // a 16-bit value takes 2 bytes per element: the cast kernels' outputs, and the calls' A / B
     const casts = bf16.plan.programs.flatMap(planKernels).filter((k) => k.op === 'cast');

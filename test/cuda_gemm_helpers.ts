@@ -45,6 +45,13 @@ export function blas(L: LibraryGemm, A: Float64Array, B: Float64Array, bias: Flo
   return D;
 }
 
+/** BGRADB's bias gradient of a LibraryGemm (one product): op(B) summed over k, per column j of D */
+export function blasBgradB(L: LibraryGemm, B: Float64Array): Float64Array {
+  const s = new Float64Array(L.n);
+  for (let j = 0; j < L.n; j++) for (let k = 0; k < L.k; k++) s[j] += L.transB ? B[j + k * L.ldb] : B[k + j * L.ldb];
+  return s;
+}
+
 /** the row-major product the node means: y[g] = op(a[g]) op(b[g]) with leading-dim broadcast (shape rules of matmul) */
 export function rowMajor(as: number[], bs: number[], ta: boolean, tb: boolean, a: Float64Array, b: Float64Array): Float64Array {
   const [M, K] = ta ? [as.at(-1)!, as.at(-2)!] : [as.at(-2)!, as.at(-1)!];

@@ -463,6 +463,72 @@ describe('residual-gradient add folded into the layernorm_grad before it (rule 6
   });
 });
 
+describe('a bias gradient folded into the weight-gradient matmul reading the same rows (rule 8, CUDA)', () => {
+  const CAPS: FusionCaps = { matmulBiasGrad: true };
+  /** dy [2,3,5] (or [6,5] flat) -> dw = reshape(dy)^T x (x [6,4]) and db = sum_to(dy) over the rows; `early`: a reader of db before the matmul */
+  function weightAndBias(opts: { flat?: boolean; transA?: boolean; axes?: number[]; early?: boolean } = {}) {
+    const b = new GraphBuilder();
+    const shape = opts.flat ? [6, 5] : [2, 3, 5];
+    const dy0 = b.value('dy0', 'f32', shape, 'input'), x = b.value('x', 'f32', opts.transA === false ? [5, 4] : [6, 4], 'input');
+    const [dy] = b.emit('unary', [dy0], [{ name: 'dy', shape }], { fn: 'neg' });
+    const axes = opts.axes ?? shape.slice(0, -1).map((_, i) => i);
+    const sumShape = shape.filter((_, i) => !axes.includes(i));
+    const sum = () => b.emit('sum_to', [dy], [{ name: 'db', shape: sumShape }], { shape: sumShape, axes })[0];
+    const db0 = opts.early ? sum() : -1;
+    const early = opts.early ? b.emit('unary', [db0], [{ name: 'db2', shape: sumShape }], { fn: 'neg' }) : [];
+    const rows = opts.flat ? dy : b.emit('reshape', [dy], [{ name: 'dy2', shape: [6, 5] }], { shape: [6, 5] })[0];
+    const [dw] = opts.transA === false
+      ? b.emit('matmul', [rows, x], [{ name: 'dw', shape: [6, 4] }], { transA: false, transB: false })
+      : b.emit('matmul', [rows, x], [{ name: 'dw', shape: [5, 4] }], { transA: true, transB: false });
+    const db = opts.early ? db0 : sum();
+    return program(b, [dy0, x], [dw, db, ...early]);
+  }
+
+  it("the matmul (transA) over dy's rows writes their column sums as its last output; the sum_to is gone; same values", () => {
+    for (const flat of [false, true]) {
+      const p = weightAndBias({ flat });
+      const f = fused(p, CAPS);
+      expect(opsOf(f)).toEqual(flat ? ['unary', 'matmul'] : ['unary', 'reshape', 'matmul']);
+      const mm = nodeOf(f, 'matmul');
+      expect(mm.attrs).toEqual({ transA: true, transB: false, a_sums: true });
+      expect(mm.outputs.map((id) => f.graph.values[id].name)).toEqual(['dw', 'db']);
+      expect(sameValues(p, f)).toBe(flat ? 3 : 4);
+      expect(fuseProgram(f, CAPS)).toEqual(f);
+      // without the caps (every other backend) nothing changes
+      expect(opsOf(fused(p, NO_FUSIONS))).toContain('sum_to');
+    }
+  });
+
+  it('not for a matmul without transA, a sum over other dims, or a reader of the sums before the matmul; verify.ts checks a_sums', () => {
+    expect(opsOf(fused(weightAndBias({ transA: false }), CAPS))).toContain('sum_to');
+    expect(opsOf(fused(weightAndBias({ axes: [0] }), CAPS))).toContain('sum_to');
+    expect(opsOf(fused(weightAndBias({ early: true }), CAPS))).toContain('sum_to');
+    const f = fused(weightAndBias(), CAPS);
+    const bad = (edit: (p: Program) => void) => {
+      const copy: Program = JSON.parse(JSON.stringify(f));
+      edit(copy);
+      return graphProblems(copy.graph).join('\n');
+    };
+    expect(bad((p) => (nodeOf(p, 'unary').attrs.a_sums = true))).toMatch(/a_sums is only `true` on matmul/);
+    expect(bad((p) => nodeOf(p, 'matmul').outputs.pop())).toMatch(/expects 1 outputs and the sum, has 1/);
+    expect(bad((p) => (nodeOf(p, 'matmul').attrs.transA = false))).toMatch(/a_sums needs transA/);
+    expect(bad((p) => (p.graph.values[nodeOf(p, 'matmul').outputs[1]].shape = [4]))).toMatch(/column sums of a are f32\[4\], expected f32\[5\]/);
+  });
+});
+
+it("rule 8 on a small GPT's train step (each linear's bias gradient beside its weight gradient): the reference gives the same loss and update bit for bit", () => {
+  const model = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+  const unfused = buildPrograms(model, { batch: 2 }).train_step;
+  const f = fused(unfused, { matmulBiasGrad: true });
+  const sums = f.graph.nodes.filter((n) => n.attrs.a_sums === true);
+  // every linear with a bias: in_proj, out_proj, fc, proj of each of the 2 blocks
+  expect(sums).toHaveLength(8);
+  expect(f.graph.nodes.filter((n) => n.op === 'sum_to')).toHaveLength(unfused.graph.nodes.filter((n) => n.op === 'sum_to').length - 8);
+  const { losses, stores } = runTwin(model.params, unfused, f, 5, 2);
+  for (const [a, b] of losses) expect(b).toBe(a);
+  for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
+});
+
 it("rules 5 and 6 on a small GPT's train step (every residual add before a layernorm, every residual-gradient add after a layernorm_grad): the reference gives the same loss and update bit for bit", () => {
   const model = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
   const unfused = buildPrograms(model, { batch: 2 }).train_step;
@@ -479,17 +545,22 @@ it("rules 5 and 6 on a small GPT's train step (every residual add before a layer
   for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
 });
 
-it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7 (and remat) off one by one; an unknown name is a user error', async () => {
+it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7, 8 (and remat) off one by one; an unknown name is a user error', async () => {
   const { cudaFusions, cudaFuseOff } = await import('../compiler/codegen-cuda/fusions.js');
   const model = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
   const count = (off: Parameters<typeof cudaFusions>[0]) => {
     const g = fuseProgram(buildPrograms(model, { batch: 2 }).train_step, cudaFusions(off)).graph;
-    return [g.nodes.filter((n) => n.attrs.add_in).length, g.nodes.filter((n) => n.attrs.add_out).length, g.nodes.filter((n) => n.attrs.sum_out).length];
+    return [g.nodes.filter((n) => n.attrs.add_in).length, g.nodes.filter((n) => n.attrs.add_out).length, g.nodes.filter((n) => n.attrs.sum_out).length,
+      g.nodes.filter((n) => n.attrs.a_sums).length];
   };
-  expect(count([])).toEqual([5, 4, 3]);
-  expect(count(['add_ln'])).toEqual([0, 4, 3]);
-  expect(count(['bias_sum'])).toEqual([5, 4, 0]);
-  expect(count(['grad_add'])).toEqual([5, 0, 0]);
+  // rule 8 takes the bias gradients rule 7 left (in_proj and fc: the layernorm_grads took out_proj's and proj's but the last block's proj)
+  const [, , ln, mm] = count([]);
+  expect(count([])).toEqual([5, 4, ln, mm]);
+  expect(ln + mm).toBe(8);
+  expect(count(['add_ln'])).toEqual([0, 4, ln, mm]);
+  expect(count(['bias_sum'])).toEqual([5, 4, 0, 8]);
+  expect(count(['grad_add'])).toEqual([5, 0, 0, 8]);
+  expect(count(['bias_grad'])).toEqual([5, 4, ln, 0]);
   expect(cudaFusions(['remat']).remat).toBeUndefined();
   expect(cudaFuseOff(' remat, bias_sum ')).toEqual(['remat', 'bias_sum']);
   expect(() => cudaFuseOff('remat,nope')).toThrow(/unknown fusion 'nope'/);

@@ -21,7 +21,7 @@ import { runTwin } from './ir_helpers.js';
 
 const base = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
 /** CUDA's caps with remat from any peak (the toy GPT is far below CUDA's threshold) */
-const rematAlways: FusionCaps = { ...cudaFusions(), remat: { fromPeakBytes: 0 } };
+const rematAlways: FusionCaps = { ...cudaFusions(['grad_fwd']), remat: { fromPeakBytes: 0 } };
 const rematCount = (p: { graph: { values: { name: string }[] } }) => p.graph.values.filter((v) => v.name.endsWith('.remat')).length;
 
 for (const precision of ['fp32', 'bf16'] as const) {
@@ -98,4 +98,15 @@ it('remat is idempotent and leaves a program without a backward as it is', () =>
   const set = buildPrograms(base, { batch: 2, fusions: rematAlways });
   expect(rematerialize(set.train_step)).toBe(set.train_step);
   expect(rematerialize(set.eval)).toBe(set.eval);
+});
+
+it('the caps may name fewer ops: MPSC_CUDA_FUSE_OFF=remat_unary copies the layernorms only (no gelu copies)', () => {
+  const caps = cudaFusions(['remat_unary']);
+  expect(caps.remat).toEqual({ fromPeakBytes: REMAT_FROM_PEAK_BYTES, ops: ['layernorm'] });
+  const step = buildPrograms(base, { batch: 2, fusions: { ...caps, remat: { fromPeakBytes: 0, ops: caps.remat!.ops } } }).train_step;
+  const copies = step.graph.nodes.filter((n) => n.outputs.some((o) => step.graph.values[o].name.endsWith('.remat')));
+  expect(copies.length).toBeGreaterThanOrEqual(4);
+  expect(copies.every((n) => n.op === 'layernorm')).toBe(true);
+  const all = buildPrograms(base, { batch: 2, fusions: rematAlways }).train_step;
+  expect(rematCount(all)).toBeGreaterThan(rematCount(step));
 });

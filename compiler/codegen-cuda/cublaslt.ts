@@ -49,6 +49,8 @@ import { convKernelNote } from './conv_cuda.js';
 import { SMALL_BELOW, SMALL_MAX_MACS, lowerGemmCuda, smallGemm } from './gemm_cuda.js';
 import { gemmParts } from '../kernels/gemm.js';
 import { splitKernels, tf32x3Layout, tf32x3Rule, type Tf32x3Mode } from './tf32x3.js';
+import { lowerSumToCuda } from './reduce_cuda.js';
+import { GPU_KERNELS } from '../kernels/registry.js';
 
 /** where a GEMM node runs, and why (plain data for reports) */
 export interface GemmChoice {
@@ -131,6 +133,11 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): P
     const sa = batchStride(as, batch, M * K), sb = batchStride(bs, batch, K * N);
     if (sa === null || sb === null) return { reason: 'a partially broadcast batch (no strided-batch layout for it)', shape };
     const ops = ltOperands(M, N, K, ta, tb);
+    if (n.attrs.a_sums === true) {
+      // a's column sums (fuse.ts rule 8): cuBLASLt's B is our a, so BGRADB sums op(B)'s k rows per column of D; D of the
+      // sums' type (f32) only: cuBLASLt writes the bias gradient in D's type
+      return { shape, gemm: { m: N, n: M, k: K, ...ops, ldd: N, batch: 1, strideA: 0, strideB: 0, strideD: 0, abType: t, dType, epilogue: dType === 'f32' ? 'bgradb' : 'default' } };
+    }
     if (G > 1 && sb === 0 && !ta && sa === M * K) {
       // b shared by every batch and a's batches consecutive K x M column-major blocks: one product of G*M columns
       return { shape, gemm: { m: N, n: G * M, k: K, ...ops, colsB: G * M, ldd: N, batch: 1, strideA: 0, strideB: 0, strideD: 0, abType: t, dType, epilogue: 'default' } };
@@ -147,8 +154,11 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): P
  * `smallGen`: small fp32 products run gemm_cuda.ts's small-tile kernel instead of a call (MPSC_CUDA_SMALL_GEN=1; A/B)
  */
 export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule', smallGen = process.env.MPSC_CUDA_SMALL_GEN === '1'): CudaGemmLowering | null {
-  const fallback = lowerGemmCuda(ctx, g, n, epilogue);
-  if (!fallback) return null;
+  const gemmKernels = lowerGemmCuda(ctx, g, n, epilogue);
+  if (!gemmKernels) return null;
+  // a matmul with `a_sums` (fuse.ts rule 8): a's column sums as a sum_to over its rows (the generated path's second kernel(s))
+  const sums = n.attrs.a_sums === true ? aSumsKernels(ctx, g, n) : [];
+  const fallback = [...gemmKernels, ...sums];
   const p = planOf(ctx, g, n, epilogue);
   const generated = (why: string): CudaGemmLowering => ({ kernels: fallback, choice: { node: n.id, op: n.op, path: 'generated', shape: p.shape, why } });
   if (!lt) return generated('cuBLASLt switched off (MPSC_CUDA_CUBLASLT=0) or not in this CUDA toolkit');
@@ -160,16 +170,26 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   const nargs = first.args.length;
   const ltArgs = n.op === 'linear' ? { argA: 1, argB: 0, ...(p.gemm.epilogue === 'bias' ? { argBias: 2 } : {}) } : { argA: 1, argB: 0 };
   const epi = epilogue ? ` + ${String(epilogue.attrs.fn)} (in-place kernel after the call)` : '';
-  const split = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' ? splitCall(ctx, g, n, { ...p.gemm, ...ltArgs, argD: nargs - 1, what: '' }, first.args[nargs - 1].value, tf32x3) : null;
+  const split0 = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' ? splitCall(ctx, g, n, { ...p.gemm, ...ltArgs, argD: nargs - 1, what: '' }, first.args[nargs - 1].value, tf32x3) : null;
+  // 3xTF32's split operands are not a: their BGRADB sums would be wrong, so the sums then run as kernels after the call
+  const split = split0?.gemm && p.gemm.epilogue === 'bgradb' ? { ...split0, gemm: { ...split0.gemm, epilogue: 'default' as const } } : split0;
   const gemm = split?.gemm ?? p.gemm;
+  // BGRADB: the column sums' output is an argument of the sum kernel that writes it (the node's kernel biasKernel)
+  const sumOut = n.outputs[n.outputs.length - 1];
+  const writesSum = (k: KernelSpec) => k.args.findIndex((x) => x.value === sumOut && x.access !== 'r');
+  const biasKernel = gemm.epilogue === 'bgradb' ? fallback.findIndex((k, i) => i >= gemmKernels.length && writesSum(k) >= 0) : -1;
+  const bgrad = biasKernel >= 0 ? { argBias: writesSum(fallback[biasKernel]), biasKernel } : {};
   const numerics = split?.kernels ? '3xTF32 (split operands on the tensor cores, CUBLAS_COMPUTE_32F_FAST_TF32: exact products, tensor-core fp32 accumulation)'
     : p.gemm.abType === 'f32' ? 'fp32 FMA (CUBLAS_COMPUTE_32F)' : `${p.gemm.abType} operands, fp32 accumulate (CUBLAS_COMPUTE_32F)`;
   const what = `cuBLASLt ${numerics}${gemm.dType !== 'f32' ? `, ${gemm.dType} D` : ''}: ` +
     `D[${gemm.m} x ${gemm.n}] = ${gemm.transA ? 'A^T' : 'A'} ${gemm.transB ? 'B^T' : 'B'}, k ${split?.kernels ? `3 x ${p.gemm.k}` : gemm.k}` +
     `${split?.chunks && split.chunks > 1 ? ` in ${split.chunks} K chunks of ${gemm.k} (strided batch) summed by a kernel${p.gemm.epilogue === 'bias' ? ' with the bias' : ''}` : gemm.batch > 1 ? `, ${gemm.batch} batches` : ''}` +
-    `${gemm.epilogue === 'bias' ? ', epilogue BIAS' : ''}${epi}`;
-  const library: LibraryGemm = { ...gemm, ...ltArgs, argD: nargs - 1, what };
-  const kernels: KernelSpec[] = fallback.map((k, i) => ({ ...k, libraryPart: 'fallback' as const, ...(i === 0 ? { library } : {}) }));
+    `${gemm.epilogue === 'bias' ? ', epilogue BIAS' : gemm.epilogue === 'bgradb' ? `, epilogue BGRADB (a's column sums: ${g.values[sumOut].name})` : ''}${epi}` +
+    `${sums.length && gemm.epilogue !== 'bgradb' ? ` + a's column sums (kernel after the call)` : ''}`;
+  const library: LibraryGemm = { ...gemm, ...ltArgs, argD: nargs - 1, what, ...bgrad };
+  // the sums' kernels ('unfused', right after the GEMM's: biasKernel counts from there): in the fallback, and after the
+  // call unless it applies BGRADB (host.ts: after the 'after' kernels, e.g. a 3xTF32 chunk sum sharing the scratch region)
+  const kernels: KernelSpec[] = fallback.map((k, i) => ({ ...k, libraryPart: i < gemmKernels.length ? 'fallback' as const : 'unfused' as const, ...(i === 0 ? { library } : {}) }));
   if (split?.kernels) kernels.push(...split.kernels);
   if (epilogue) {
     // the fused unary, in place on the call's output (fp32)
@@ -180,6 +200,18 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   }
   const why = `the rule: every ${n.op} cuBLASLt can address; ${what.replace(/^cuBLASLt /, '')}${split ? ` (3xTF32: ${split.why})` : ''}; the generated kernel is the fallback`;
   return { kernels, choice: { node: n.id, op: n.op, path: 'cublaslt', shape: p.shape, why, ...(split?.kernels ? { tf32x3: true } : {}) } };
+}
+
+/**
+ * the column sums of a matmul's a [K, M] (`a_sums`, its last output) as the CUDA sum_to over a's rows
+ * (reduce_cuda.ts for long sums, else the shared kernel): the fused rule-8 sum_to, same kernels as unfused
+ */
+function aSumsKernels(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const out = n.outputs[n.outputs.length - 1];
+  const S: Node = { id: n.id, op: 'sum_to', inputs: [n.inputs[0]], outputs: [out], attrs: { shape: [...shapeOf(g, out)], axes: [0] }, ...(n.path ? { path: n.path } : {}) };
+  const shared = GPU_KERNELS.sum_to;
+  if (shared === 'cpu') throw new Error('internal: sum_to has no shared GPU kernel');
+  return lowerSumToCuda(ctx, g, S) ?? shared(ctx, g, S);
 }
 
 /** an fp32 call over 3xTF32 split operands when tf32x3.ts's rule takes it: the call, its split (and chunk-sum) kernels; or why not (`kernels` absent) */

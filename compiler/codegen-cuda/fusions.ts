@@ -20,7 +20,12 @@
  * And a residual add folded into the layernorm reading its sum (fuse.ts rule 5) for rows of at most
  * layernorm_cuda.ts's WARP_D (its warp-per-row kernel stores the sum after loading the row), and the
  * residual-gradient add (with the bias gradient summed from it) into the layernorm_grad before it (rules 6, 7).
- * $MPSC_CUDA_FUSE_OFF=remat,add_ln,grad_add,bias_sum switches any of these off (A/B runs).
+ * And a linear's bias gradient (sum_to of dy over its rows) into the weight-gradient matmul reading the same
+ * rows (fuse.ts rule 8: `a_sums`), which cublaslt.ts runs as one cuBLASLt call with the BGRADB epilogue.
+ * And each recomputed unary paired with its gradient over the same x (compiler/ir/grad_fwd.ts, `fwd_out`: one
+ * wide_ew_cuda.ts kernel reads x once and writes both; GPT-2's gelu copy and gelu's gradient).
+ * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,grad_fwd,add_ln,grad_add,bias_sum,bias_grad switches any of these off (A/B runs;
+ * remat_unary keeps the layernorm copies only: GPT-2 bf16 then plans 8.26 GiB instead of 7.14, no gelu copies).
  */
 import { UserError } from '../errors.js';
 import { EPILOGUE_OPS, type FusionCaps } from '../ir/fuse.js';
@@ -35,10 +40,10 @@ export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
 const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 /** the fusions $MPSC_CUDA_FUSE_OFF may switch off (a comma-separated list, for A/B runs; runtime/cuda/session.ts keys builds on it) */
-export const CUDA_FUSE_SWITCHES = ['remat', 'add_ln', 'grad_add', 'bias_sum'] as const;
+export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'bias_grad'] as const;
 export type CudaFuseSwitch = (typeof CUDA_FUSE_SWITCHES)[number];
 
-/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7), bias_sum (rule 7) */
+/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7), bias_sum (rule 7), bias_grad (rule 8) */
 export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE_OFF): CudaFuseSwitch[] {
   const names = (env ?? '').split(',').map((x) => x.trim()).filter(Boolean);
   for (const x of names) {
@@ -53,7 +58,9 @@ export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): Fus
     epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: true },
     poolGradRelu: { globalAvgpool: true, maxpool2x2: true, convGradInput: true },
     casts: { reads: half, stores: half },
-    ...(off.includes('remat') ? {} : { remat: { fromPeakBytes: REMAT_FROM_PEAK_BYTES } }),
+    ...(off.includes('remat') ? {} : { remat: { fromPeakBytes: REMAT_FROM_PEAK_BYTES, ...(off.includes('remat_unary') ? { ops: ['layernorm'] } : {}) } }),
     addLayernorm: { maxD: WARP_D, add: !off.includes('add_ln'), grad: !off.includes('grad_add'), biasSum: !off.includes('bias_sum') },
+    ...(off.includes('bias_grad') ? {} : { matmulBiasGrad: true }),
+    ...(off.includes('grad_fwd') ? {} : { gradWithForward: true }),
   };
 }

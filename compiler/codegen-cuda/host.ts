@@ -37,6 +37,7 @@ import { CUDA } from './cuda_dialect.js';
 import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, LtNodePlan, ProgramPlan } from './plan.js';
 
 const LT_TYPE = { f32: 'MPSC_LT_F32', f16: 'MPSC_LT_F16', bf16: 'MPSC_LT_BF16' } as const;
+const LT_EPI = { default: 'MPSC_LT_EPI_DEFAULT', bias: 'MPSC_LT_EPI_BIAS', bgradb: 'MPSC_LT_EPI_BGRADB' } as const;
 
 /** the model's cuBLASLt calls (all programs, LtNodePlan.index order): their descriptions for mpsc_cublaslt.h */
 function ltTable(plan: CudaPlan): string {
@@ -49,8 +50,10 @@ function ltTable(plan: CudaPlan): string {
   s += 'const MpscLtGemm LT_GEMMS[NLT] = {\n';
   for (const c of calls) {
     const g = c.gemm;
+    // a bias / BGRADB call without its bound vector would read or write offset 0 (the persistent block)
+    if (g.epilogue !== 'default' && !c.bias) throw new Error(`internal: cuBLASLt call ${c.index} (node ${c.node}): ${g.epilogue} epilogue without a bound bias vector`);
     s += `  { ${g.m}, ${g.n}, ${g.k}, ${g.transA ? 1 : 0}, ${g.transB ? 1 : 0}, ${g.rowsA}, ${g.colsA}, ${g.lda}, ${g.rowsB}, ${g.colsB}, ${g.ldb}, ${g.ldd}, ` +
-      `${g.batch}, ${g.strideA}, ${g.strideB}, ${g.strideD}, ${LT_TYPE[g.abType]}, ${LT_TYPE[g.dType]}, ${g.epilogue === 'bias' ? 'MPSC_LT_EPI_BIAS' : 'MPSC_LT_EPI_DEFAULT'}, ` +
+      `${g.batch}, ${g.strideA}, ${g.strideB}, ${g.strideD}, ${LT_TYPE[g.abType]}, ${LT_TYPE[g.dType]}, ${LT_EPI[g.epilogue]}, ` +
       `${c.a.offset}, ${c.b.offset}, ${c.d.offset}, ${c.bias ? c.bias.offset : 0}, ${c.node}, ${cString(`${c.op}: ${g.what}`)}, ${g.tf32x3 ? 'MPSC_LT_COMPUTE_TF32X3' : 'MPSC_LT_COMPUTE_32F'} },\n`;
   }
   s += '};\n#else\n';
@@ -82,8 +85,10 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
   int ok = 0, x3 = 0;
   for (int i = 0; i < NLT; ++i) {
     b->lt_ok[i] = mpsc_lt_ok(b->lt, i);
-    // one eager call before any graph capture (loads cuBLASLt's kernel, checks the call); it writes only D, which
-    // the first step recomputes (the persistent block is uploaded again before the first step: host_dirty)
+    b->lt_epi[i] = mpsc_lt_epilogue(b->lt, i);
+    // one eager call before any graph capture (loads cuBLASLt's kernel, checks the call); it writes only D (and a
+    // BGRADB call its bias gradient: arena bytes), which the first step recomputes (the persistent block is uploaded
+    // again before the first step: host_dirty)
     const MpscLtGemm& g = LT_GEMMS[i];
     char why[sizeof ctx->error] = {0};
     if (b->lt_ok[i] && !(mpsc_lt_run(b->lt, i, b->dev + g.offA, b->dev + g.offB, b->dev + g.offD, b->stream, why, sizeof why) &&
@@ -151,7 +156,10 @@ function launch(p: ProgramPlan, n: GraphNodePlan, k: number): string {
   if (n.kind === 'kernel') body = kernelLaunch(p, n, '    ');
   else {
     const lt = `    if (!mpsc_lt_run(b->lt, ${n.index}, ${devAt(p, n.a)}, ${devAt(p, n.b)}, ${devAt(p, n.d)}, st, ctx->error, sizeof ctx->error)) return false;\n`;
-    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ')).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ')).join('')}    } else\n#endif\n` +
+    // the fallback's kernels for what the call does not compute: after a BGRADB call only when cuBLASLt runs it without the epilogue
+    const unfused = !n.unfused.length ? '' : n.gemm.epilogue !== 'bgradb' ? n.unfused.map((a) => kernelLaunch(p, a, '      ')).join('')
+      : `      if (!b->lt_epi[${n.index}]) {  // cuBLASLt runs the call without its epilogue\n${n.unfused.map((a) => kernelLaunch(p, a, '        ')).join('')}      }\n`;
+    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ')).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ')).join('')}${unfused}    } else\n#endif\n` +
       `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ')).join('')}    }\n`;
   }
   return `  {\n${body}    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n  }\n`;
@@ -449,6 +457,7 @@ struct Backend {
   bool mirror = false;            // copy the arena to ctx->arena after each step whose outputs are read
   bool profile = false;           // launch kernel by kernel with events (MPSC_CUDA_PROFILE=1)
   bool lt_ok[NLT > 0 ? NLT : 1] = {};  // cuBLASLt call i has an algorithm (else its generated kernels run)
+  bool lt_epi[NLT > 0 ? NLT : 1] = {};  // ... with its epilogue (a BGRADB call without one: its 'unfused' kernels run after it)
 #ifdef MPSC_CUBLASLT
   MpscLt* lt = nullptr;
 #endif

@@ -36,7 +36,7 @@ import type { Tf32x3Mode } from './tf32x3.js';
 import { lowerLayernormGradCuda, lowerSumToCuda } from './reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from './embedding_cuda.js';
 import { lowerLayernormCuda } from './layernorm_cuda.js';
-import { wideOr } from './wide_ew_cuda.js';
+import { sharedWithGradForward, wideOr } from './wide_ew_cuda.js';
 import { lowerClassForwardCuda, lowerCrossEntropyGradCuda } from './class_rows.js';
 import { lowerAttentionCuda } from './attention_cuda.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
@@ -161,8 +161,9 @@ export interface CudaGenOptions {
  */
 export function buildCuda(unfused: Program[], model: string, opts: CudaGenOptions = {}): CudaArtifacts {
   const own = (opts.gemm ?? 'cuda') === 'cuda';
-  // the shared kernels (gemm 'shared') have no layernorm with a folded residual add (fuse.ts rule 5)
-  const caps = opts.fuse === false ? NO_FUSIONS : own ? cudaFusions() : { ...cudaFusions(), addLayernorm: undefined };
+  // the shared kernels (gemm 'shared') have no layernorm with a folded residual add (fuse.ts rule 5), no matmul with column sums (rule 8),
+  // no unary_grad with the forward value (grad_fwd.ts; a program that has one gets wide_ew_cuda.ts's kernel for it)
+  const caps = opts.fuse === false ? NO_FUSIONS : own ? cudaFusions() : { ...cudaFusions(), addLayernorm: undefined, matmulBiasGrad: undefined, gradWithForward: undefined };
   const programs = unfused.map((p) => fuseForBackend(p, caps));
   const table = persistentTable(programs);
   const gemms: CudaArtifacts['gemms'] = [];
@@ -171,7 +172,7 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
     const choices: GemmChoice[] = [];
     gemms.push({ program: p.name, choices });
     const reg = gemmRegistry(opts.cublasLt ?? true, opts.tf32x3 ?? 'rule', choices);
-    const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: reg.registry, gemm: reg.gemm } : {}) }, layout, CUDA);
+    const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: reg.registry, gemm: reg.gemm } : { registry: { ...GPU_KERNELS, unary_grad: sharedWithGradForward() } }) }, layout, CUDA);
     const plan = buildPlan(lp, layout, table, model);
     const viewed = reshapeViews(lp, plan);
     return opts.merge === false ? viewed : mergeLaunches(viewed.lp, viewed.plan, CUDA);

@@ -86,6 +86,8 @@ export interface LtNodePlan {
   /** the operands' device offsets and bytes (perSet: in the upload region, set 0's) */
   a: KernelArgPlan; b: KernelArgPlan; d: KernelArgPlan; bias?: KernelArgPlan;
   fallback: KernelNodePlan[];
+  /** fallback kernels that also run after the call (after `after`) unless its BGRADB epilogue computes the same (a matmul's column sums) */
+  unfused: KernelNodePlan[];
   /** kernels that run before the call only (3xTF32: the operand splits into the scratch region, whose offsets `a` and `b` then are) */
   before: KernelNodePlan[];
   after: KernelNodePlan[];
@@ -185,6 +187,7 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
     const byName = new Map(lp.kernels.map((k) => [k.name, k]));
     const nodes: GraphNodePlan[] = [];
     let lt: LtNodePlan | null = null;
+    let ltKernels = 0;
     for (const s of plan.steps) {
       if (s.kind !== 'kernel') continue;
       const k = byName.get(s.kernel)!;
@@ -204,10 +207,14 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
           : [arg(L.argA), arg(L.argB)];
         // 3xTF32 in K chunks: D is the chunks' partial products in the scratch region (an 'after' kernel sums them)
         const d = L.tf32x3?.offD !== undefined ? { ...inScratch(arg(L.argD), L.tf32x3.offD, L.m * L.n * L.batch, '3xTF32 K-chunk partials'), access: 'w' as const } : arg(L.argD);
-        lt = { kind: 'cublaslt', node: k.node, op: k.op, index: calls++, gemm: L, a, b, d, ...(L.argBias !== undefined ? { bias: arg(L.argBias) } : {}), fallback: [kn], before: [], after: [] };
+        lt = { kind: 'cublaslt', node: k.node, op: k.op, index: calls++, gemm: L, a, b, d, ...(L.argBias !== undefined && !L.biasKernel ? { bias: arg(L.argBias) } : {}), fallback: [kn], unfused: [], before: [], after: [] };
         nodes.push(lt);
+        ltKernels = 1;
       } else if (k.libraryPart) {
         if (!lt || lt.node !== k.node) throw new Error(`internal: kernel ${k.name} is part of a cuBLASLt node but follows none`);
+        // the bias vector bound in a later kernel of the node (BGRADB: the column sums' kernel)
+        if (lt.gemm.biasKernel === ltKernels++ && lt.gemm.argBias !== undefined) lt.bias = kn.args[lt.gemm.argBias];
+        if (k.libraryPart === 'unfused') lt.unfused.push(kn);
         (k.libraryPart === 'after' ? lt.after : k.libraryPart === 'before' ? lt.before : lt.fallback).push(kn);
       } else {
         lt = null;

@@ -9,7 +9,8 @@
  * the bytes in flight, and P times fewer blocks. Same statements per element as the shared kernels
  * (readF, the scalar-math table, writeF): bitwise the same results. The launch is the shared 1-D one
  * (256 threads, only `gid.x`), so merge.ts still merges it with its independent neighbours.
- * Serves: unary, unary_grad, same-shape binary and cast nodes with at least MIN_WIDE elements and a
+ * Serves: unary_grad with `fwd_out` (the gradient and the recomputed forward value, compiler/ir/grad_fwd.ts) at any size;
+ * unary, unary_grad, same-shape binary and cast nodes with at least MIN_WIDE elements and a
  * 16-bit input or output (f32 element-wise kernels already ran near the copy rate: the residual add,
  * 150 MB in 47 us), and adam_update over at least MIN_WIDE elements (four f32 streams in, three out,
  * and two powf per element in the shared kernel: here the bias corrections once per thread, the same
@@ -68,6 +69,7 @@ function formOf(ctx: LowerCtx, g: Graph, n: Node): { loads: Load[]; expr: string
 /** node n's kernel with PER_THREAD elements per thread, or null (the shared kernel) */
 export function lowerWideElementwiseCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
   if (n.op === 'adam_update') return wideAdam(ctx, g, n);
+  if (n.op === 'unary_grad' && n.attrs.fwd_out === true) return gradWithForward(ctx, g, n);
   if (n.outputs.length !== 1) return null;
   const o = n.outputs[0], count = numel(shapeOf(g, o));
   if (count < MIN_WIDE) return null;
@@ -102,6 +104,25 @@ function wideKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: 
   }, ` [${P} elements per thread]`);
 }
 
+/**
+ * unary_grad with `fwd_out` (compiler/ir/grad_fwd.ts: the gradient and the recomputed f(x) in one node), at any
+ * size and type (no other kernel serves it): per element the gradient's and the forward's own statements, each as
+ * its separate kernel has them (bitwise the same values; nvcc computes what they share, gelu's erf, once),
+ * x and dy read once.
+ */
+function gradWithForward(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
+  const fn = String(n.attrs.fn);
+  if (!isUnaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown unary fn '${fn}'`);
+  const [dy, x] = n.inputs, [dx, y] = n.outputs;
+  const grad = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+  const fwd = unaryFwd(ctx, n, 'v');
+  const args = [argOf(g, 'dy', dy, 'r'), argOf(g, 'x', x, 'r'), argOf(g, 'dx', dx, 'w'), argOf(g, 'y', y, 'w')];
+  const sub = (e: string, k: number) => e.replace(/\bv\b/g, `v${k}`).replace(/\bd\b/g, `d${k}`);
+  return wideKernel(ctx, g, n, args, numel(shapeOf(g, dx)), '',
+    [{ v: 'd', load: (i: string) => readF(ctx.d, g, dy, 'dy', i) }, { v: 'v', load: (i: string) => readF(ctx.d, g, x, 'x', i) }],
+    (k, i) => `${writeF(ctx.d, g, dx, 'dx', i, sub(grad, k))} ${writeF(ctx.d, g, y, 'y', i, sub(fwd, k))}`);
+}
+
 /** adam_update (compiler/kernels/optim.ts's statements per element, its bias corrections once per thread); null below MIN_WIDE */
 function wideAdam(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
   const ins = n.inputs, count = numel(shapeOf(g, ins[0]));
@@ -127,6 +148,13 @@ function wideAdam(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
 /** every value f32 or 16-bit (no integer operand) */
 function isHalfOrF32(g: Graph, ids: number[]): boolean {
   return ids.every((id) => g.values[id].dtype === 'f32' || isHalf(g.values[id].dtype));
+}
+
+/** the shared unary_grad but for a node with `fwd_out`, which only gradWithForward serves (the shared GEMM build's registry) */
+export function sharedWithGradForward(): GpuLowering {
+  const shared = GPU_KERNELS.unary_grad;
+  if (shared === 'cpu') throw new Error('internal: unary_grad has no shared GPU kernel');
+  return (ctx, g, n) => (n.attrs.fwd_out === true ? [gradWithForward(ctx, g, n)] : shared(ctx, g, n));
 }
 
 /** the registry entry of op: this kernel where it serves the node, else the shared kernel */

@@ -55,6 +55,12 @@
  *     over every leading dim (shape [D]; the bias gradient of the linear that read the residual stream),
  *     f32: S disappears and the node, attr `sum_out: true`, writes S's output as its last output.
  *     The same sum in another order (the kernel's rows, warps, blocks): within rounding, not bitwise.
+ *  8. a bias gradient into the weight-gradient product reading the same rows (caps.matmulBiasGrad): S =
+ *     `sum_to` of dy (any float, [..., M]) over every leading dim (shape [M], f32), and P = a `matmul`
+ *     {transA: true, transB: false} without an epilogue whose input 0 is dy's rows as a 2-D [K, M] (dy
+ *     itself, or a `reshape` of it), b 2-D, with no reader of S's output before P: S disappears and P,
+ *     attr `a_sums: true`, writes S's output as its last output (a's column sums: the linear's bias
+ *     gradient; cuBLASLt's BGRADB epilogue on CUDA, codegen-cuda/cublaslt.ts). The same sum in another order.
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -92,11 +98,16 @@ export interface FusionCaps {
   /**
    * after the rules: recompute cheap forward values in the backward (remat.ts; programs.ts
    * fuseForBackend), only for a program whose planned peak without the copies is at least
-   * `fromPeakBytes` (below it memory limits nothing, and every copy costs a kernel launch)
+   * `fromPeakBytes` (below it memory limits nothing, and every copy costs a kernel launch); `ops`: which of
+   * remat.ts's ops (default all: unary, layernorm)
    */
-  remat?: { fromPeakBytes: number };
+  remat?: { fromPeakBytes: number; ops?: readonly string[] };
   /** rules 5-7: a residual add folded into the layernorm after it (add), the residual-gradient add (grad) and its bias gradient (biasSum) into the layernorm_grad before it, for rows of at most maxD; each on unless false */
   addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean };
+  /** rule 8: a bias gradient (sum_to over the rows) into the weight-gradient matmul reading the same rows */
+  matmulBiasGrad?: boolean;
+  /** after remat: a recomputed unary and the unary_grad of the same fn over the same x as one node (grad_fwd.ts, programs.ts fuseForBackend) */
+  gradWithForward?: boolean;
 }
 
 export const NO_FUSIONS: FusionCaps = {};
@@ -109,6 +120,10 @@ export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool
 export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
 /** the ops that may carry `add_out` (+ the `addend` input, added to output 0), and with it `sum_out` (+ output 0's column sums as the last output) */
 export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
+/** the ops that may carry `a_sums` (+ input 0's column sums as the last output: rule 8) */
+export const A_SUMS_OPS: readonly OpName[] = ['matmul'];
+/** the ops that may carry `fwd_out` (+ f(x) of input 1 as the last output: grad_fwd.ts) */
+export const FWD_OUT_OPS: readonly OpName[] = ['unary_grad'];
 /** the ops that may carry `relu_in` */
 export const RELU_IN_OPS: readonly OpName[] = ['global_avgpool'];
 /**
@@ -132,7 +147,7 @@ export function epilogueOf(n: Node): Record<string, AttrValue> | null {
 
 /** a node's attrs without the fusion attrs (what its unfused op reads) */
 export function unfusedAttrs(n: Node): Record<string, AttrValue> {
-  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in' && k !== 'add_in' && k !== 'add_out' && k !== 'sum_out'));
+  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in' && k !== 'add_in' && k !== 'add_out' && k !== 'sum_out' && k !== 'a_sums' && k !== 'fwd_out'));
 }
 
 /**
@@ -144,6 +159,10 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
  *            through `binary add` with input `addendInput` (the last one; add_out);
  *  - `sumOut`: after `post`, output `sumOut` (the last one) is output 0 summed over every dim but its
  *            last (`sum_to`; sum_out): the core has the node's outputs before it;
+ *  - `aSums`: output `aSums` (the last one) is input 0 (2-D [K, M]) summed over its rows (`sum_to`
+ *            with axes [0]; a_sums): the core has the node's outputs before it;
+ *  - `fwdOut`: output `fwdOut` (the last one) is `unary` of input 1 with the node's attrs (fn and its
+ *            attrs; grad_fwd.ts `fwd_out` on unary_grad): the core has the node's outputs before it;
  *  - `add`:  input 0 is first replaced by input 0 + input `input` (the last one; `binary add`), and
  *            that sum is also the node's output `output` (the last one; add_in): the core has the
  *            node's outputs before it.
@@ -152,6 +171,8 @@ export interface FusedParts {
   pre?: Record<string, AttrValue>;
   add?: { input: number; output: number };
   sumOut?: number;
+  aSums?: number;
+  fwdOut?: number;
   coreInputs: number;
   post?: { op: 'unary'; attrs: Record<string, AttrValue> } | { op: 'unary_grad'; attrs: Record<string, AttrValue>; maskInput: number } |
     { op: 'binary'; attrs: Record<string, AttrValue>; addendInput: number };
@@ -167,6 +188,8 @@ export function fusedParts(n: Node): FusedParts | null {
     return { coreInputs: n.inputs.length - 1, post, ...(n.attrs.sum_out === true ? { sumOut: n.outputs.length - 1 } : {}) };
   }
   if (n.attrs.add_in === true) return { coreInputs: n.inputs.length - 1, add: { input: n.inputs.length - 1, output: n.outputs.length - 1 } };
+  if (n.attrs.a_sums === true) return { coreInputs: n.inputs.length, aSums: n.outputs.length - 1 };
+  if (n.attrs.fwd_out === true) return { coreInputs: n.inputs.length, fwdOut: n.outputs.length - 1 };
   return null;
 }
 
@@ -400,6 +423,32 @@ function fuseLayernormGradBiasSum(g: Graph, w: Work): void {
   }
 }
 
+/** rule 8 */
+function fuseMatmulBiasGrad(g: Graph, w: Work): void {
+  const writer = new Map<number, Node>();
+  for (const n of w.nodes) if (n) for (const o of n.outputs) writer.set(o, n);
+  for (const S of w.nodes) {
+    if (!S || S.op !== 'sum_to') continue;
+    const dy = S.inputs[0], ys = g.values[dy].shape, M = ys[ys.length - 1], K = ys.slice(0, -1).reduce((a, b) => a * b, 1);
+    const sv = g.values[S.outputs[0]], axes = S.attrs.axes;
+    if (ys.length < 2 || sv.dtype !== 'f32' || sv.shape.length !== 1 || sv.shape[0] !== M || g.values[dy].dtype === 'i32') continue;
+    if (axes !== undefined && JSON.stringify(axes) !== JSON.stringify(ys.slice(0, -1).map((_, i) => i))) continue;
+    // dy's rows as a 2-D [K, M]: dy itself or a reshape of it
+    const rows = [dy, ...(w.readers.get(dy) ?? []).map((id) => w.nodes[id]!).filter((r) => r.op === 'reshape' && r.inputs[0] === dy).map((r) => r.outputs[0])]
+      .filter((id) => g.values[id].shape.length === 2 && g.values[id].shape[0] === K && g.values[id].shape[1] === M);
+    const P = rows.flatMap((a) => (w.readers.get(a) ?? []).map((id) => w.nodes[id]!)).find((n) =>
+      n.op === 'matmul' && n.inputs[0] !== n.inputs[1] && rows.includes(n.inputs[0]) && n.outputs.length === 1 && n.attrs.transA === true && n.attrs.transB !== true &&
+      Object.keys(n.attrs).every((k) => k === 'transA' || k === 'transB') && g.values[n.inputs[1]].shape.length === 2);
+    if (!P) continue;
+    // P writes S's output: no node before P may read it (writer of dy before P holds: P reads a view of it)
+    if ((w.readers.get(S.outputs[0]) ?? []).some((r) => r <= P.id) || (writer.get(dy)?.id ?? -1) >= P.id) continue;
+    w.nodes[P.id] = { ...P, outputs: [...P.outputs, S.outputs[0]], attrs: { ...P.attrs, a_sums: true } };
+    w.nodes[S.id] = null;
+    w.changed = true;
+    w.readers = readersOf(w.nodes);
+  }
+}
+
 /** The fused Program for a backend with these capabilities (see the header). */
 export function fuseProgram(p: Program, caps: FusionCaps): Program {
   const g = p.graph;
@@ -415,6 +464,7 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
     if (al.grad !== false) fuseLayernormGradAdd(g, w, al);
     if (al.biasSum !== false) fuseLayernormGradBiasSum(g, w);
   }
+  if (caps.matmulBiasGrad) fuseMatmulBiasGrad(g, w);
   if (w.dropValues.size === 0 && !w.changed) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
   // renumber: kept values and nodes in their old order
   const vmap = new Map<number, number>();

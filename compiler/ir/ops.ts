@@ -35,7 +35,9 @@
  *    relu(x); on layernorm `add_in: true` with an extra last input `addend` and an extra last
  *    output (every input present or -1): the op normalises x + addend and also writes that sum;
  *    on layernorm_grad `add_out: true` with an extra last input `addend`: output 0 is dx + addend,
- *    and with `sum_out: true` an extra last output [D]: output 0 summed over its rows.
+ *    and with `sum_out: true` an extra last output [D]: output 0 summed over its rows; on matmul
+ *    {transA: true} of 2-D operands `a_sums: true` with an extra last output [M]: input 0 [K, M]
+ *    summed over its rows (a linear's bias gradient beside its weight gradient).
  */
 import type { AttrValue, DType, Node } from './graph.js';
 import type { SExpr } from './scalar_fns.js';

@@ -24,7 +24,8 @@
  *  With `fusions` (a backend's FusionCaps), fuse.ts runs on each graph before it
  *  is verified and planned, and remat.ts after it when the caps say `remat`, the
  *  program's planned peak without it reaches the caps' `fromPeakBytes`, and its
- *  recomputations shrink the planned arena; `fuseProgramSet` does the same to a built set (what a
+ *  recomputations shrink the planned arena (with `gradWithForward`, grad_fwd.ts then pairs each recomputed
+ *  unary with its gradient); `fuseProgramSet` does the same to a built set (what a
  *  backend does with the unfused set the host hands it).
  * Invariants: every program graph passes verify.ts (a failure is a bug in mpsc
  *  and throws an internal Error); a model without a loss cannot be trained
@@ -39,6 +40,7 @@ import { type FusionCaps, NO_FUSIONS, fuseProgram } from './fuse.js';
 import type { Program, ProgramName, ProgramSet } from './graph.js';
 import { planMemory } from './memory_plan.js';
 import { rematerialize } from './remat.js';
+import { pairGradWithForward } from './grad_fwd.js';
 import { lowerOptimizer } from './optimizer_lowering.js';
 import { verifyGraph } from './verify.js';
 import { applyPrecision, type Precision } from './precision.js';
@@ -79,7 +81,9 @@ export function fuseForBackend(p: Program, fusions: FusionCaps): Program {
     // the recomputations cost kernels: only where memory is large enough to matter, and where they shrink the arena
     const plain = planMemory(fused);
     if (plain.peakBytes >= fusions.remat.fromPeakBytes) {
-      const r = rematerialize(fused);
+      const copies = rematerialize(fused, fusions.remat.ops);
+      // a recomputed unary next to its gradient: one node (grad_fwd.ts), when the backend's caps say so
+      const r = fusions.gradWithForward && copies !== fused ? pairGradWithForward(copies) : copies;
       if (r !== fused && planMemory(r).arenaBytes < plain.arenaBytes) return finishFused(p, r);
     }
   }

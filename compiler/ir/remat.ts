@@ -15,7 +15,7 @@
  *           outputs, with every backward reader of them reading N's outputs instead; value ids are
  *           kept (copies appended), node ids renumbered. Exact: the copy computes the same values
  *           from the same inputs (the ops are deterministic, and a 16-bit output is rounded the same).
- * Which nodes: op `unary` or `layernorm`, in the forward (before the first node whose op's category
+ * Which nodes: op `unary` or `layernorm` (those of them the caller names), in the forward (before the first node whose op's category
  *           is 'backward'), with at least one reader in the backward, and whose every input is
  *           persistent or an input, or read again at or after that first backward reader (so the
  *           copy extends no lifetime). A layernorm with a folded residual add (fuse.ts rule 5,
@@ -27,9 +27,10 @@
 import { isPersistent, type Node, type Program, type Value } from './graph.js';
 import { opDef } from './ops.js';
 
-const REMAT_OPS: readonly string[] = ['unary', 'layernorm'];
+/** the ops whose forward nodes may be recomputed (a backend's caps may name fewer: FusionCaps.remat.ops) */
+export const REMAT_OPS: readonly string[] = ['unary', 'layernorm'];
 
-export function rematerialize(p: Program): Program {
+export function rematerialize(p: Program, ops: readonly string[] = REMAT_OPS): Program {
   const g = p.graph;
   const bw = g.nodes.findIndex((n) => opDef(n.op).category === 'backward');
   if (bw < 0) return p;
@@ -43,7 +44,7 @@ export function rematerialize(p: Program): Program {
   const redirect = new Map<number, Map<number, number>>();
   for (let i = 0; i < bw; i++) {
     const n = g.nodes[i];
-    if (!REMAT_OPS.includes(n.op)) continue;
+    if (!REMAT_OPS.includes(n.op) || !ops.includes(n.op)) continue;
     // the plain form of the node (a folded residual add: the layernorm of its sum output) and the outputs it recomputes
     const addIn = n.attrs.add_in === true;
     const { add_in: _, ...plainAttrs } = n.attrs;

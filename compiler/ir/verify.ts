@@ -17,7 +17,10 @@
  *    shape; `relu_in` only on global_avgpool; `add_in` only on layernorm, exactly when it has the
  *    extra last input `addend` (a float of x's shape) and extra last output (the sum: f32, x's shape);
  *    `add_out` only on layernorm_grad, exactly with the extra last input `addend` (output 0's shape);
- *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums)
+ *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums);
+ *    `a_sums` only on a matmul {transA: true} of 2-D operands, exactly with an extra last output
+ *    (f32 [M]: input 0's column sums, fuse.ts rule 8); `fwd_out` only on unary_grad, exactly with an
+ *    extra last output (a float of x's shape: f(x), grad_fwd.ts)
  *  - every referenced value id exists; dtypes/shapes are static (integer dims >= 1)
  *  - SSA: each non-persistent, non-input value is written by exactly one node,
  *    before any node reads it; persistent values and inputs are never node outputs
@@ -35,7 +38,7 @@
  */
 import { OPS, type OpDef, type ShapeCtx, isOpName, opDef } from './ops.js';
 import { isHalf, isPersistent, type Graph, type Node, type Value } from './graph.js';
-import { ADD_IN_OPS, ADD_OUT_OPS, EPILOGUE_ATTR, EPILOGUE_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
+import { A_SUMS_OPS, ADD_IN_OPS, ADD_OUT_OPS, EPILOGUE_ATTR, FWD_OUT_OPS, EPILOGUE_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
 import { UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
 import { pairOf } from './shapes.js';
 
@@ -69,7 +72,8 @@ export function graphProblems(graph: Graph): string[] {
     // fuse.ts rule 5: the addend input and the sum output after the op's own
     const addIn = n.attrs.add_in === true && (ADD_IN_OPS as readonly string[]).includes(n.op);
     const addOut = n.attrs.add_out === true && (ADD_OUT_OPS as readonly string[]).includes(n.op);
-    const sumOut = addOut && n.attrs.sum_out === true;
+    const sumOut = (addOut && n.attrs.sum_out === true) || (n.attrs.a_sums === true && (A_SUMS_OPS as readonly string[]).includes(n.op)) ||
+      (n.attrs.fwd_out === true && (FWD_OUT_OPS as readonly string[]).includes(n.op));
     const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = addIn || sumOut ? n.outputs.slice(0, -1) : n.outputs;
     const variadic = def.inputs.includes('...');
     if (variadic) {
@@ -178,6 +182,19 @@ function fusionProblems(graph: Graph, n: Node): string[] {
   else if (so === true) {
     const y = graph.values[n.outputs[0]], sv = graph.values[n.outputs[n.outputs.length - 1]];
     if (sv.dtype !== 'f32' || !eq(sv.shape, y.shape.slice(-1))) out.push(`${where}: the column sums are ${sv.dtype}${fmt(sv.shape)}, expected f32${fmt(y.shape.slice(-1))}`);
+  }
+  const fo = n.attrs.fwd_out;
+  if (fo !== undefined && (!(FWD_OUT_OPS as readonly string[]).includes(n.op) || fo !== true)) out.push(`${where}: fwd_out is only \`true\` on ${FWD_OUT_OPS.join(', ')}`);
+  else if (fo === true) {
+    const x = graph.values[n.inputs[1]], y = graph.values[n.outputs[n.outputs.length - 1]];
+    if (!x || !y || y.dtype === 'i32' || !eq(y.shape, x.shape)) out.push(`${where}: the forward output is ${y ? `${y.dtype}${fmt(y.shape)}` : 'absent'}, expected a float${x ? fmt(x.shape) : ''} (x's shape)`);
+  }
+  const as = n.attrs.a_sums;
+  if (as !== undefined && (!(A_SUMS_OPS as readonly string[]).includes(n.op) || as !== true)) out.push(`${where}: a_sums is only \`true\` on ${A_SUMS_OPS.join(', ')}`);
+  else if (as === true) {
+    const a = graph.values[n.inputs[0]], b = graph.values[n.inputs[1]], sv = graph.values[n.outputs[n.outputs.length - 1]];
+    if (n.attrs.transA !== true || n.attrs.transB === true || a?.shape.length !== 2 || b?.shape.length !== 2) out.push(`${where}: a_sums needs transA (not transB) over 2-D operands`);
+    else if (!sv || sv.dtype !== 'f32' || !eq(sv.shape, a.shape.slice(1))) out.push(`${where}: the column sums of a are ${sv ? `${sv.dtype}${fmt(sv.shape)}` : 'absent'}, expected f32${fmt(a.shape.slice(1))}`);
   }
   return out;
 }

@@ -57,9 +57,11 @@ export interface KernelSpec extends KernelVariant {
    * CUDA only, on every kernel of a node that carries `library`: 'fallback' kernels run when the
    * library call is unavailable (built without the library, or no algorithm for the shape);
    * 'after' kernels run after the library call only (an epilogue the library cannot apply);
-   * 'before' kernels run before it only (the 3xTF32 operand splits, codegen-cuda/tf32x3.ts).
+   * 'before' kernels run before it only (the 3xTF32 operand splits, codegen-cuda/tf32x3.ts);
+   * 'unfused' kernels compute what the call may not (a matmul's column sums, `a_sums`): they run in the
+   * fallback, and after the call ('after' kernels first) unless the call's BGRADB epilogue computes them.
    */
-  libraryPart?: 'fallback' | 'after' | 'before';
+  libraryPart?: 'fallback' | 'after' | 'before' | 'unfused';
 }
 
 /** operand element types of a library GEMM */
@@ -85,9 +87,12 @@ export interface LibraryGemm {
   abType: LibraryDType;
   /** D's type: f32, or abType's 16-bit type (the f32 result rounded once: autocast's storage) */
   dType: LibraryDType;
-  epilogue: 'default' | 'bias';
-  /** argument indices: A, B, D and (epilogue bias) the bias vector */
+  /** bias: + the bias vector per row of D; bgradb: the bias gradient, op(B) summed over k per column of D, into the bias vector (D's type) */
+  epilogue: 'default' | 'bias' | 'bgradb';
+  /** argument indices: A, B, D and (epilogue bias / bgradb) the bias vector */
   argA: number; argB: number; argD: number; argBias?: number;
+  /** the bias vector is argument argBias of the node's kernel biasKernel (in the node's kernel order; default 0: this one) */
+  biasKernel?: number;
   /** 3xTF32: byte offsets of A and B in the scratch region (the 'before' kernels write them there), bytes of all; offD: the K chunks' partial D's (batch = chunks), which an 'after' kernel sums into the output */
   tf32x3?: { offA: number; offB: number; bytes: number; offD?: number };
   /** one line: the product and why this path (reports, logs) */

@@ -88,7 +88,10 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       // the folded residual add: input 0 + the addend, the core's input and the node's last output
       ins[0] = exec(REFERENCE_OPS.binary, { fn: 'add' }, [ins[0], inputs[add.input]], [shapes[0], inShapes[add.input]], [outShapes[add.output]])[0];
       outputs = [...exec(impl, unfusedAttrs(node), ins, shapes, outShapes.slice(0, add.output)), ins[0]!];
-    } else outputs = exec(impl, unfusedAttrs(node), ins, shapes, parts.sumOut === undefined ? outShapes : outShapes.slice(0, parts.sumOut));
+    } else {
+      const own = parts.sumOut ?? parts.aSums ?? parts.fwdOut;
+      outputs = exec(impl, unfusedAttrs(node), ins, shapes, own === undefined ? outShapes : outShapes.slice(0, own));
+    }
     const post = parts.post;
     if (post?.op === 'unary') outputs[0] = exec(REFERENCE_OPS.unary, post.attrs, [outputs[0]], [outShapes[0]], [outShapes[0]])[0];
     else if (post?.op === 'binary') {
@@ -103,6 +106,16 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       // output 0 summed over every dim but its last (a bias gradient: sum_to)
       const s0 = outShapes[0], to = outShapes[parts.sumOut];
       outputs[parts.sumOut] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: s0.slice(0, -1).map((_, i) => i) }, [outputs[0]], [s0], [to])[0];
+    }
+    if (parts.fwdOut !== undefined) {
+      // f(x) of the gradient's x (input 1): the recomputed forward value (grad_fwd.ts)
+      const k = parts.fwdOut;
+      outputs[k] = exec(REFERENCE_OPS.unary, unfusedAttrs(node), [inputs[1]], [inShapes[1]], [outShapes[k]])[0];
+    }
+    if (parts.aSums !== undefined) {
+      // input 0 [K, M] summed over its rows (a bias gradient beside the weight gradient: sum_to)
+      const to = outShapes[parts.aSums];
+      outputs[parts.aSums] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: [0] }, [inputs[0]], [inShapes[0]], [to])[0];
     }
   }
   // a 16-bit output (a cast, or a cast a backend folded into its producer: fuse.ts rule 4) is

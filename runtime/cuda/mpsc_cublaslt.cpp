@@ -6,6 +6,7 @@
 // D (and C, beta 0) fp32 or the operands' 16-bit type (the fp32 result rounded once to nearest even,
 // autocast's storage of a product), the bias vector of D's type (cuBLASLt's default; an fp32 bias with a
 // 16-bit D has no algorithm on the H200); A and B fp32, or both fp16 / bf16 with the same fp32 accumulation.
+// BGRADB calls (an fp32 D) write op(B)'s column sums over k into the bias vector (cuBLASLt's reduction order).
 // Algorithm: the first result of cublasLtMatmulAlgoGetHeuristic for the call's descriptors, the
 // workspace the plan reserved and the operands' actual alignments (their offsets in the one device
 // allocation, which cudaMalloc aligns to 256 bytes), chosen once at create and kept.
@@ -22,6 +23,7 @@ struct Call {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo;
   bool ok = false;
+  bool epi = true;  // the call applies its epilogue (a BGRADB call may run without it)
   char note[192] = {0};
 };
 
@@ -68,10 +70,11 @@ static bool setup(MpscLt* lt, const MpscLtGemm& g, unsigned char* dev, Call* c) 
     st = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
   }
-  if (st == CUBLAS_STATUS_SUCCESS && g.epilogue == MPSC_LT_EPI_BIAS) {
-    uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+  if (st == CUBLAS_STATUS_SUCCESS && (g.epilogue == MPSC_LT_EPI_BIAS || g.epilogue == MPSC_LT_EPI_BGRADB)) {
+    // BGRADB: the bias pointer is the bias gradient cuBLASLt writes (D's type)
+    uint32_t epi = g.epilogue == MPSC_LT_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
     const void* bias = dev + g.offBias;
-    step = "cublasLtMatmulDescSetAttribute (bias epilogue)";
+    step = g.epilogue == MPSC_LT_EPI_BIAS ? "cublasLtMatmulDescSetAttribute (bias epilogue)" : "cublasLtMatmulDescSetAttribute (BGRADB epilogue)";
     st = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
   }
@@ -98,11 +101,20 @@ static bool setup(MpscLt* lt, const MpscLtGemm& g, unsigned char* dev, Call* c) 
     cublasLtMatmulHeuristicResult_t res[1];
     int found = 0;
     st = cublasLtMatmulAlgoGetHeuristic(lt->handle, c->desc, c->a, c->b, c->d, c->d, pref, 1, res, &found);
+    if (g.epilogue == MPSC_LT_EPI_BGRADB && !(st == CUBLAS_STATUS_SUCCESS && found > 0 && res[0].state == CUBLAS_STATUS_SUCCESS)) {
+      // no algorithm with the bias-gradient epilogue: the plain product, the generated code sums the columns after it
+      uint32_t none = CUBLASLT_EPILOGUE_DEFAULT;
+      c->epi = false;
+      st = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none);
+      found = 0;
+      if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(lt->handle, c->desc, c->a, c->b, c->d, c->d, pref, 1, res, &found);
+    }
     if (st == CUBLAS_STATUS_SUCCESS && found > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
       c->algo = res[0].algo;
       c->ok = true;
-      std::snprintf(c->note, sizeof c->note, "cuBLASLt%s, heuristic algorithm (workspace %zu bytes, %.2f waves)", g.compute == MPSC_LT_COMPUTE_TF32X3 ? " 3xTF32" : "",
-                    res[0].workspaceSize, (double)res[0].wavesCount);
+      std::snprintf(c->note, sizeof c->note, "cuBLASLt%s, heuristic algorithm (workspace %zu bytes, %.2f waves)%s", g.compute == MPSC_LT_COMPUTE_TF32X3 ? " 3xTF32" : "",
+                    res[0].workspaceSize, (double)res[0].wavesCount,
+                    g.epilogue != MPSC_LT_EPI_BGRADB ? "" : c->epi ? ", BGRADB epilogue (the bias gradient)" : ", without the BGRADB epilogue (no algorithm with it): the bias gradient as kernels after the call");
     } else if (st == CUBLAS_STATUS_SUCCESS) {
       st = found > 0 ? res[0].state : CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -139,6 +151,8 @@ MpscLt* mpsc_lt_create(const MpscLtGemm* gemms, int count, unsigned char* dev, s
 }
 
 bool mpsc_lt_ok(const MpscLt* lt, int i) { return lt && i >= 0 && i < lt->count && lt->calls[i].ok; }
+
+bool mpsc_lt_epilogue(const MpscLt* lt, int i) { return mpsc_lt_ok(lt, i) && lt->calls[i].epi; }
 
 const char* mpsc_lt_note(const MpscLt* lt, int i) { return lt && i >= 0 && i < lt->count ? lt->calls[i].note : "no such cuBLASLt call"; }
 

@@ -25,7 +25,7 @@ struct MpscLtGemm {
   int64_t strideA, strideB, strideD;      // elements
   int abType;                             // MPSC_LT_F32 | MPSC_LT_F16 | MPSC_LT_BF16 (A and B)
   int dType;                              // MPSC_LT_F32, or abType's 16-bit type (autocast's 16-bit output, rounded once)
-  int epilogue;                           // MPSC_LT_EPI_DEFAULT | MPSC_LT_EPI_BIAS
+  int epilogue;                           // MPSC_LT_EPI_DEFAULT | MPSC_LT_EPI_BIAS | MPSC_LT_EPI_BGRADB
   size_t offA, offB, offD, offBias;       // byte offsets in the device allocation (set 0's for batch inputs)
   int node;                               // IR node (messages)
   const char* what;                       // the product, for messages
@@ -33,7 +33,10 @@ struct MpscLtGemm {
 };
 
 enum { MPSC_LT_F32 = 0, MPSC_LT_F16 = 1, MPSC_LT_BF16 = 2 };
-enum { MPSC_LT_EPI_DEFAULT = 0, MPSC_LT_EPI_BIAS = 1 };
+// MPSC_LT_EPI_BGRADB: the bias vector (offBias, D's type) is an output: op(B) summed over k, per column of D (a
+// linear's bias gradient beside its weight gradient); where cuBLASLt has no algorithm with it, the call runs
+// without it (mpsc_lt_epilogue false) and the generated code sums those columns with its own kernels
+enum { MPSC_LT_EPI_DEFAULT = 0, MPSC_LT_EPI_BIAS = 1, MPSC_LT_EPI_BGRADB = 2 };
 // MPSC_LT_COMPUTE_TF32X3: CUBLAS_COMPUTE_32F_FAST_TF32 over operands whose values are exact TF32 (the
 // 3xTF32 split of compiler/codegen-cuda/tf32x3.ts: k is 3x the product's, A = [b_hi; b_lo; b_hi] and
 // B = [a_hi, a_hi, a_lo] along it), so the tensor cores' products are exact; the sum is their fp32 accumulation
@@ -48,6 +51,8 @@ struct MpscLt;
  */
 MpscLt* mpsc_lt_create(const MpscLtGemm* gemms, int count, unsigned char* dev, size_t workspace_offset, size_t workspace_bytes, char* err, size_t errlen);
 bool mpsc_lt_ok(const MpscLt* lt, int i);
+/** call i applies its epilogue (false for a BGRADB call that runs without it: no algorithm with the epilogue) */
+bool mpsc_lt_epilogue(const MpscLt* lt, int i);
 /** one line: the chosen algorithm's workspace and waves, or why there is none */
 const char* mpsc_lt_note(const MpscLt* lt, int i);
 /** call i on stream st with these operand addresses; false with `err` set on failure */

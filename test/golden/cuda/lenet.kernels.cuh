@@ -906,7 +906,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
   const uint kbeg = (tgid.z % 20u) * 160u, kend = min(3136u, kbeg + 160u);
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -1014,7 +1014,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k4_mma(
   const uint kbeg = (tgid.z % 20u) * 160u, kend = min(3136u, kbeg + 160u);
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -1170,7 +1170,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -1275,7 +1275,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k7_mma(
   // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -1507,7 +1507,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
   // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -1611,7 +1611,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
   // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -1715,7 +1715,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
       }
 }
 
-// node 11: matmul (linear1) -> linear1.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
+// node 11: matmul (linear1) -> linear1.weight.grad, linear1.bias.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k12(
     const float* a,
     const float* b,
@@ -1729,7 +1729,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
   // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -1818,7 +1818,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
       }
 }
 
-// node 11: matmul (linear1) -> linear1.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
+// node 11: matmul (linear1) -> linear1.weight.grad, linear1.bias.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
     const float* a,
     const float* b,
@@ -1833,7 +1833,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
   // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -1937,50 +1937,42 @@ extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
       }
 }
 
-// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 12..13), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k13_m(
-    const float* mpsc_a0,
-    float* mpsc_a1,
-    const float* mpsc_a2,
-    const float* mpsc_a3,
-    float* mpsc_a4,
+// node 11: sum_to (linear1) -> linear1.bias.grad
+extern "C" __global__ void __launch_bounds__(256) p0_k13(
+    const float* x,
+    float* y,
     const StepParams* __restrict__ spp)
 {
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 12: sum_to (linear1) -> linear1.bias.grad
-    const float* const x = mpsc_a0;
-    float* const y = mpsc_a1;
-    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 10u) return;
-    // y[i] = sum of x over the reduced dims (64 terms per output)
-    uint rem = i, base = 0u;
-    { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
-    float acc = 0.0f;
-    for (uint t = 0u; t < 64u; ++t) {
-      uint q = t, off = base;
-      { const uint c = q % 64u; q /= 64u; off += c * 10u; }
-      acc += x[off];
-    }
-    y[i] = acc;
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 10u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 64u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 10u; }
+    acc += x[off];
   }
-  else if (tgid.x < 33u) {
-    // node 13: unary_grad (relu2) -> d_linear0.out
-    const float* const dy = mpsc_a2;
-    const float* const x = mpsc_a3;
-    float* const dx = mpsc_a4;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 8192u) return;
-    const float v = x[i], d = dy[i];
-    dx[i] = v > 0.0f ? d : 0.0f;
-  }
+  y[i] = acc;
 }
 
-// node 14: matmul (linear0) -> d_flatten0.out [gemm_cuda.ts small 32x64 tiles] [fp32]
+// node 12: unary_grad (relu2) -> d_linear0.out
+extern "C" __global__ void __launch_bounds__(256) p0_k14(
+    const float* dy,
+    const float* x,
+    float* dx,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 8192u) return;
+  const float v = x[i], d = dy[i];
+  dx[i] = v > 0.0f ? d : 0.0f;
+}
+
+// node 13: matmul (linear0) -> d_flatten0.out [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k15(
     const float* a,
     const float* b,
@@ -1994,7 +1986,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
   // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -2083,7 +2075,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
       }
 }
 
-// node 14: matmul (linear0) -> d_flatten0.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
+// node 13: matmul (linear0) -> d_flatten0.out [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
     const float* a,
     const float* b,
@@ -2098,7 +2090,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
   // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -2202,7 +2194,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
       }
 }
 
-// node 15: matmul (linear0) -> linear0.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
+// node 14: matmul (linear0) -> linear0.weight.grad, linear0.bias.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k16(
     const float* a,
     const float* b,
@@ -2216,7 +2208,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16(
   // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -2305,7 +2297,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16(
       }
 }
 
-// node 15: matmul (linear0) -> linear0.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
+// node 14: matmul (linear0) -> linear0.weight.grad, linear0.bias.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
     const float* a,
     const float* b,
@@ -2320,7 +2312,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
   // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -2424,67 +2416,59 @@ extern "C" __global__ void __launch_bounds__(128) p0_k16_mma(
       }
 }
 
-// 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 16..18), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k17_m(
-    const float* mpsc_a0,
-    float* mpsc_a1,
-    const float* mpsc_a2,
-    const float* mpsc_a3,
-    float* mpsc_a4,
+// node 14: sum_to (linear0) -> linear0.bias.grad
+extern "C" __global__ void __launch_bounds__(256) p0_k17(
+    const float* x,
+    float* y,
     const StepParams* __restrict__ spp)
 {
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 16: sum_to (linear0) -> linear0.bias.grad
-    const float* const x = mpsc_a0;
-    float* const y = mpsc_a1;
-    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 128u) return;
-    // y[i] = sum of x over the reduced dims (64 terms per output)
-    uint rem = i, base = 0u;
-    { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
-    float acc = 0.0f;
-    for (uint t = 0u; t < 64u; ++t) {
-      uint q = t, off = base;
-      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-      acc += x[off];
-    }
-    y[i] = acc;
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 128u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 64u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+    acc += x[off];
   }
-  else if (tgid.x < 785u) {
-    // node 18: maxpool2d_grad (maxpool1) -> d_conv2d1.out [2x2 windows, fused relu-grad: mask = x]
-    const float* const dy = mpsc_a2;
-    const float* const x = mpsc_a3;
-    float* const dx = mpsc_a4;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 200704u) return;
-    const uint cw = i % 7u, ch = (i / 7u) % 7u, p = i / 49u;
-    const uint at = (p * 14u + 2u * ch) * 14u + 2u * cw;
-    if (ch < 7u && cw < 7u) {
-      const float v0 = x[at], v1 = x[at + 1u], v2 = x[at + 14u], v3 = x[at + 15u];
-      uint b = 0u;
-      float best = v0;
-      if (v1 > best) { best = v1; b = 1u; }
-      if (v2 > best) { best = v2; b = 2u; }
-      if (v3 > best) { best = v3; b = 3u; }
-      const float gv = dy[(p * 7u + ch) * 7u + cw];
-      dx[at] = b == 0u && v0 > 0.0f ? gv : 0.0f;
-      dx[at + 1u] = b == 1u && v1 > 0.0f ? gv : 0.0f;
-      dx[at + 14u] = b == 2u && v2 > 0.0f ? gv : 0.0f;
-      dx[at + 15u] = b == 3u && v3 > 0.0f ? gv : 0.0f;
-    } else {
-      // an edge cell of an odd height / width: no window covers it
-      for (uint e = 0u; e < 4u; ++e)
-        if (2u * ch + e / 2u < 14u && 2u * cw + e % 2u < 14u) dx[at + (e / 2u) * 14u + e % 2u] = 0.0f;
-    }
+  y[i] = acc;
+}
+
+// node 16: maxpool2d_grad (maxpool1) -> d_conv2d1.out [2x2 windows, fused relu-grad: mask = x]
+extern "C" __global__ void __launch_bounds__(256) p0_k18(
+    const float* dy,
+    const float* x,
+    float* dx,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 200704u) return;
+  const uint cw = i % 7u, ch = (i / 7u) % 7u, p = i / 49u;
+  const uint at = (p * 14u + 2u * ch) * 14u + 2u * cw;
+  if (ch < 7u && cw < 7u) {
+    const float v0 = x[at], v1 = x[at + 1u], v2 = x[at + 14u], v3 = x[at + 15u];
+    uint b = 0u;
+    float best = v0;
+    if (v1 > best) { best = v1; b = 1u; }
+    if (v2 > best) { best = v2; b = 2u; }
+    if (v3 > best) { best = v3; b = 3u; }
+    const float gv = dy[(p * 7u + ch) * 7u + cw];
+    dx[at] = b == 0u && v0 > 0.0f ? gv : 0.0f;
+    dx[at + 1u] = b == 1u && v1 > 0.0f ? gv : 0.0f;
+    dx[at + 14u] = b == 2u && v2 > 0.0f ? gv : 0.0f;
+    dx[at + 15u] = b == 3u && v3 > 0.0f ? gv : 0.0f;
+  } else {
+    // an edge cell of an odd height / width: no window covers it
+    for (uint e = 0u; e < 4u; ++e)
+      if (2u * ch + e / 2u < 14u && 2u * cw + e % 2u < 14u) dx[at + (e / 2u) * 14u + e % 2u] = 0.0f;
   }
 }
 
-// node 19: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [fp32]
+// node 17: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k19(
     const float* dy,
     const float* w,
@@ -2637,7 +2621,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k19(
       }
 }
 
-// node 19: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [3xTF32 tensor cores]
+// node 17: conv2d_grad_input (conv2d1) -> d_maxpool0.out [conv_cuda.ts 64x32 implicit GEMM] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
     const float* dy,
     const float* w,
@@ -2807,7 +2791,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
         }
 }
 
-// node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [fp32]
+// node 18: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k20(
     const float* dy,
     const float* x,
@@ -3003,7 +2987,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
       }
 }
 
-// node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
+// node 18: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [conv_cuda.ts 64x128 implicit GEMM, split K: 24 chunks of 528, partial sums] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     const float* dy,
     const float* x,
@@ -3216,7 +3200,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
         }
 }
 
-// node 20: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: sum of 24 partials]
+// node 18: conv2d_grad_weight (conv2d1) -> conv2d1.weight.grad [split K: sum of 24 partials]
 extern "C" __global__ void __launch_bounds__(256) p0_k21(
     const float* dy,
     const float* x,
@@ -3241,7 +3225,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k21(
   }
 }
 
-// node 21: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output and chunk (6 chunks of 2091), 12544 terms]
+// node 19: sum_to (conv2d1) -> conv2d1.bias.grad [one block per output and chunk (6 chunks of 2091), 12544 terms]
 extern "C" __global__ void __launch_bounds__(256) p0_k22(
     const float* x,
     float* __restrict__ mpsc_scratch,
@@ -3277,7 +3261,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k22(
   }
 }
 
-// 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 21..22), a block segment each
+// 2 element-wise kernels in one launch (sum_to, maxpool2d_grad; nodes 19..20), a block segment each
 extern "C" __global__ void __launch_bounds__(256) p0_k23_m(
     float* mpsc_a0,
     const float* mpsc_a1,
@@ -3290,7 +3274,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k23_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 21: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
+    // node 19: sum_to (conv2d1) -> conv2d1.bias.grad [sum of 6 chunks]
     float* const y = mpsc_a0;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
     const uint i = mpsc_gx;
@@ -3301,7 +3285,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k23_m(
     y[i] = s;
   }
   else if (tgid.x < 1569u) {
-    // node 22: maxpool2d_grad (maxpool0) -> d_conv2d0.out [2x2 windows, fused relu-grad: mask = x]
+    // node 20: maxpool2d_grad (maxpool0) -> d_conv2d0.out [2x2 windows, fused relu-grad: mask = x]
     const float* const dy = mpsc_a1;
     const float* const x = mpsc_a2;
     float* const dx = mpsc_a3;
@@ -3330,7 +3314,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k23_m(
   }
 }
 
-// node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [fp32]
+// node 21: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k25(
     const float* dy,
     const float* x,
@@ -3466,7 +3450,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
       }
 }
 
-// node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
+// node 21: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [conv_cuda.ts 64x32 implicit GEMM, split K: 98 chunks of 512, partial sums] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     const float* dy,
     const float* x,
@@ -3619,7 +3603,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
         }
 }
 
-// node 23: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
+// node 21: conv2d_grad_weight (conv2d0) -> conv2d0.weight.grad [split K: sum of 98 partials]
 extern "C" __global__ void __launch_bounds__(256) p0_k26(
     const float* dy,
     const float* x,
@@ -3644,7 +3628,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26(
   }
 }
 
-// node 24: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output and chunk (17 chunks of 2952), 50176 terms]
+// node 22: sum_to (conv2d0) -> conv2d0.bias.grad [one block per output and chunk (17 chunks of 2952), 50176 terms]
 extern "C" __global__ void __launch_bounds__(256) p0_k27(
     const float* x,
     float* __restrict__ mpsc_scratch,
@@ -3680,7 +3664,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k27(
   }
 }
 
-// 2 element-wise kernels in one launch (sum_to, sgd_update; nodes 24..25), a block segment each
+// 2 element-wise kernels in one launch (sum_to, sgd_update; nodes 22..23), a block segment each
 extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
     float* mpsc_a0,
     float* mpsc_a1,
@@ -3694,7 +3678,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 24: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
+    // node 22: sum_to (conv2d0) -> conv2d0.bias.grad [sum of 17 chunks]
     float* const y = mpsc_a0;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
     const uint i = mpsc_gx;
@@ -3705,7 +3689,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
     y[i] = s;
   }
   else if (tgid.x < 3u) {
-    // node 25: sgd_update (conv2d0.weight)
+    // node 23: sgd_update (conv2d0.weight)
     float* const param = mpsc_a1;
     const float* const grad = mpsc_a2;
     float* const buf = mpsc_a3;
@@ -3720,7 +3704,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k28_m(
   }
 }
 
-// 7 element-wise kernels in one launch (sgd_update; nodes 26..32), a block segment each
+// 7 element-wise kernels in one launch (sgd_update; nodes 24..30), a block segment each
 extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
     float* mpsc_a0,
     const float* mpsc_a1,
@@ -3750,7 +3734,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
   if (tgid.x < 1u) {
-    // node 26: sgd_update (conv2d0.bias)
+    // node 24: sgd_update (conv2d0.bias)
     float* const param = mpsc_a0;
     const float* const grad = mpsc_a1;
     float* const buf = mpsc_a2;
@@ -3764,7 +3748,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 73u) {
-    // node 27: sgd_update (conv2d1.weight)
+    // node 25: sgd_update (conv2d1.weight)
     float* const param = mpsc_a3;
     const float* const grad = mpsc_a4;
     float* const buf = mpsc_a5;
@@ -3778,7 +3762,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 74u) {
-    // node 28: sgd_update (conv2d1.bias)
+    // node 26: sgd_update (conv2d1.bias)
     float* const param = mpsc_a6;
     const float* const grad = mpsc_a7;
     float* const buf = mpsc_a8;
@@ -3792,7 +3776,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1642u) {
-    // node 29: sgd_update (linear0.weight)
+    // node 27: sgd_update (linear0.weight)
     float* const param = mpsc_a9;
     const float* const grad = mpsc_a10;
     float* const buf = mpsc_a11;
@@ -3806,7 +3790,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1643u) {
-    // node 30: sgd_update (linear0.bias)
+    // node 28: sgd_update (linear0.bias)
     float* const param = mpsc_a12;
     const float* const grad = mpsc_a13;
     float* const buf = mpsc_a14;
@@ -3820,7 +3804,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1648u) {
-    // node 31: sgd_update (linear1.weight)
+    // node 29: sgd_update (linear1.weight)
     float* const param = mpsc_a15;
     const float* const grad = mpsc_a16;
     float* const buf = mpsc_a17;
@@ -3834,7 +3818,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k30_m(
     param[i] -= sp.lr * gr;
   }
   else if (tgid.x < 1649u) {
-    // node 32: sgd_update (linear1.bias)
+    // node 30: sgd_update (linear1.bias)
     float* const param = mpsc_a18;
     const float* const grad = mpsc_a19;
     float* const buf = mpsc_a20;

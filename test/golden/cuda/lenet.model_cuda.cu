@@ -26,15 +26,15 @@ const MpscLtGemm LT_GEMMS[NLT] = {
   { 128, 64, 3136, 1, 0, 3136, 128, 3136, 3136, 64, 3136, 128, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 151552, 16220160, 14614528, 150528, 5, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)", MPSC_LT_COMPUTE_32F },
   { 10, 64, 128, 1, 0, 128, 10, 128, 128, 64, 128, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3362944, 14614528, 14680064, 3362816, 6, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS", MPSC_LT_COMPUTE_32F },
   { 128, 64, 10, 0, 0, 128, 10, 128, 10, 64, 10, 128, 1, 0, 0, 8192, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 3362944, 14680064, 14647296, 0, 10, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A B, k 10", MPSC_LT_COMPUTE_32F },
-  { 128, 10, 64, 0, 1, 128, 64, 128, 10, 64, 10, 128, 1, 0, 0, 1280, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 14614528, 14680064, 17899520, 0, 11, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 10] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
-  { 3136, 64, 128, 0, 0, 3136, 128, 3136, 128, 64, 128, 3136, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 151552, 17825792, 17022976, 0, 14, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 64] = A B, k 128", MPSC_LT_COMPUTE_32F },
-  { 3136, 128, 64, 0, 1, 3136, 64, 3136, 128, 64, 128, 3136, 1, 0, 0, 401408, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 16220160, 17825792, 14614528, 0, 15, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 128] = A B^T, k 64", MPSC_LT_COMPUTE_32F },
+  { 128, 10, 64, 0, 1, 128, 64, 128, 10, 64, 10, 128, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BGRADB, 14614528, 14680064, 17899520, 17905152, 11, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 10] = A B^T, k 64, epilogue BGRADB (a's column sums: linear1.bias.grad)", MPSC_LT_COMPUTE_32F },
+  { 3136, 64, 128, 0, 0, 3136, 128, 3136, 128, 64, 128, 3136, 1, 0, 0, 200704, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_DEFAULT, 151552, 17825792, 17022976, 0, 13, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 64] = A B, k 128", MPSC_LT_COMPUTE_32F },
+  { 3136, 128, 64, 0, 1, 3136, 64, 3136, 128, 64, 128, 3136, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BGRADB, 16220160, 17825792, 14614528, 17904640, 14, "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 128] = A B^T, k 64, epilogue BGRADB (a's column sums: linear0.bias.grad)", MPSC_LT_COMPUTE_32F },
   { 128, 64, 3136, 1, 0, 3136, 128, 3136, 3136, 64, 3136, 128, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 151552, 6586368, 3375104, 150528, 5, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)", MPSC_LT_COMPUTE_32F },
   { 10, 64, 128, 1, 0, 128, 10, 128, 128, 64, 128, 10, 1, 0, 0, 0, MPSC_LT_F32, MPSC_LT_F32, MPSC_LT_EPI_BIAS, 3362944, 3375104, 3407872, 3362816, 6, "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS", MPSC_LT_COMPUTE_32F },
 };
 #else
-const int LT_GEMMS_NODE[NLT] = { 5, 6, 10, 11, 14, 15, 5, 6 };
-const char* const LT_GEMMS_WHAT[NLT] = { "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A B, k 10", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 10] = A B^T, k 64", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 64] = A B, k 128", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 128] = A B^T, k 64", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS" };
+const int LT_GEMMS_NODE[NLT] = { 5, 6, 10, 11, 13, 14, 5, 6 };
+const char* const LT_GEMMS_WHAT[NLT] = { "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A B, k 10", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 10] = A B^T, k 64, epilogue BGRADB (a's column sums: linear1.bias.grad)", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 64] = A B, k 128", "matmul: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 128] = A B^T, k 64, epilogue BGRADB (a's column sums: linear0.bias.grad)", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)", "linear: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS" };
 #endif
 
 
@@ -76,6 +76,7 @@ struct Backend {
   bool mirror = false;            // copy the arena to ctx->arena after each step whose outputs are read
   bool profile = false;           // launch kernel by kernel with events (MPSC_CUDA_PROFILE=1)
   bool lt_ok[NLT > 0 ? NLT : 1] = {};  // cuBLASLt call i has an algorithm (else its generated kernels run)
+  bool lt_epi[NLT > 0 ? NLT : 1] = {};  // ... with its epilogue (a BGRADB call without one: its 'unfused' kernels run after it)
 #ifdef MPSC_CUBLASLT
   MpscLt* lt = nullptr;
 #endif
@@ -156,7 +157,7 @@ __global__ void mpsc_gather_p1(const unsigned char* __restrict__ dev, float* __r
   if (threadIdx.x == 1u) out[1] = *reinterpret_cast<const float*>(dev + 3375168);  // accuracy
 }
 
-const char* const knames_p0[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: maxpool2d)", "p0_k2 (node 2: conv2d)", "p0_k3 (node 3: maxpool2d)", "cuBLASLt call 0 (node 5: linear)", "cuBLASLt call 1 (node 6: linear)", "p0_k8 (node 7: cross_entropy)", "p0_k9 (node 8: accuracy)", "p0_k10 (node 9: cross_entropy_grad)", "cuBLASLt call 2 (node 10: matmul)", "cuBLASLt call 3 (node 11: matmul)", "p0_k13_m (node 12: multi)", "cuBLASLt call 4 (node 14: matmul)", "cuBLASLt call 5 (node 15: matmul)", "p0_k17_m (node 16: multi)", "p0_k19 (node 19: conv2d_grad_input)", "p0_k20 (node 20: conv2d_grad_weight)", "p0_k21 (node 20: conv2d_grad_weight)", "p0_k22 (node 21: sum_to)", "p0_k23_m (node 21: multi)", "p0_k25 (node 23: conv2d_grad_weight)", "p0_k26 (node 23: conv2d_grad_weight)", "p0_k27 (node 24: sum_to)", "p0_k28_m (node 24: multi)", "p0_k30_m (node 26: sgd_update)", nullptr };
+const char* const knames_p0[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: maxpool2d)", "p0_k2 (node 2: conv2d)", "p0_k3 (node 3: maxpool2d)", "cuBLASLt call 0 (node 5: linear)", "cuBLASLt call 1 (node 6: linear)", "p0_k8 (node 7: cross_entropy)", "p0_k9 (node 8: accuracy)", "p0_k10 (node 9: cross_entropy_grad)", "cuBLASLt call 2 (node 10: matmul)", "cuBLASLt call 3 (node 11: matmul)", "p0_k14 (node 12: unary_grad)", "cuBLASLt call 4 (node 13: matmul)", "cuBLASLt call 5 (node 14: matmul)", "p0_k18 (node 16: maxpool2d_grad)", "p0_k19 (node 17: conv2d_grad_input)", "p0_k20 (node 18: conv2d_grad_weight)", "p0_k21 (node 18: conv2d_grad_weight)", "p0_k22 (node 19: sum_to)", "p0_k23_m (node 19: multi)", "p0_k25 (node 21: conv2d_grad_weight)", "p0_k26 (node 21: conv2d_grad_weight)", "p0_k27 (node 22: sum_to)", "p0_k28_m (node 22: multi)", "p0_k30_m (node 24: sgd_update)", nullptr };
 const char* const knames_p1[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: maxpool2d)", "p0_k2 (node 2: conv2d)", "p0_k3 (node 3: maxpool2d)", "cuBLASLt call 6 (node 5: linear)", "cuBLASLt call 7 (node 6: linear)", "p1_k8 (node 7: cross_entropy)", "p0_k9 (node 8: accuracy)", nullptr };
 
 
@@ -247,104 +248,116 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   }
   {
 #ifdef MPSC_CUBLASLT
-    if (b->lt_ok[3]) {  // node 11: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 10] = A B^T, k 64
+    if (b->lt_ok[3]) {  // node 11: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 10] = A B^T, k 64, epilogue BGRADB (a's column sums: linear1.bias.grad)
     if (!mpsc_lt_run(b->lt, 3, dev + 14614528, dev + 14680064, dev + 17899520, st, ctx->error, sizeof ctx->error)) return false;
+      if (!b->lt_epi[3]) {  // cuBLASLt runs the call without its epilogue
+        p0_k13<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<float*>(dev + 17905152), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+        if (!ck(ctx, cudaGetLastError(), "p0_k13 (node 11: sum_to)")) return false;
+      }
     } else
 #endif
     {  // the generated kernels
       if (mma) p0_k12_mma<<<dim3(2u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<const float*>(dev + 14614528), reinterpret_cast<float*>(dev + 17899520), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       else p0_k12<<<dim3(2u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<const float*>(dev + 14614528), reinterpret_cast<float*>(dev + 17899520), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k12 (node 11: matmul)")) return false;
+      p0_k13<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<float*>(dev + 17905152), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k13 (node 11: sum_to)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[11], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k13_m<<<dim3(33u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<float*>(dev + 17905152), reinterpret_cast<const float*>(dev + 14647296), reinterpret_cast<const float*>(dev + 14614528), reinterpret_cast<float*>(dev + 17825792), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k13_m (node 12: multi)")) return false;
+    p0_k14<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14647296), reinterpret_cast<const float*>(dev + 14614528), reinterpret_cast<float*>(dev + 17825792), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k14 (node 12: unary_grad)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[12], st), "cudaEventRecord")) return false;
   }
   {
 #ifdef MPSC_CUBLASLT
-    if (b->lt_ok[4]) {  // node 14: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 64] = A B, k 128
+    if (b->lt_ok[4]) {  // node 13: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 64] = A B, k 128
     if (!mpsc_lt_run(b->lt, 4, dev + 151552, dev + 17825792, dev + 17022976, st, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
       if (mma) p0_k15_mma<<<dim3(49u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 17022976), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       else p0_k15<<<dim3(49u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 151552), reinterpret_cast<float*>(dev + 17022976), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p0_k15 (node 14: matmul)")) return false;
+      if (!ck(ctx, cudaGetLastError(), "p0_k15 (node 13: matmul)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[13], st), "cudaEventRecord")) return false;
   }
   {
 #ifdef MPSC_CUBLASLT
-    if (b->lt_ok[5]) {  // node 15: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 128] = A B^T, k 64
+    if (b->lt_ok[5]) {  // node 14: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 128] = A B^T, k 64, epilogue BGRADB (a's column sums: linear0.bias.grad)
     if (!mpsc_lt_run(b->lt, 5, dev + 16220160, dev + 17825792, dev + 14614528, st, ctx->error, sizeof ctx->error)) return false;
+      if (!b->lt_epi[5]) {  // cuBLASLt runs the call without its epilogue
+        p0_k17<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<float*>(dev + 17904640), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+        if (!ck(ctx, cudaGetLastError(), "p0_k17 (node 14: sum_to)")) return false;
+      }
     } else
 #endif
     {  // the generated kernels
       if (mma) p0_k16_mma<<<dim3(49u, 4u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       else p0_k16<<<dim3(49u, 4u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-      if (!ck(ctx, cudaGetLastError(), "p0_k16 (node 15: matmul)")) return false;
+      if (!ck(ctx, cudaGetLastError(), "p0_k16 (node 14: matmul)")) return false;
+      p0_k17<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<float*>(dev + 17904640), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+      if (!ck(ctx, cudaGetLastError(), "p0_k17 (node 14: sum_to)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[14], st), "cudaEventRecord")) return false;
   }
   {
-    p0_k17_m<<<dim3(785u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<float*>(dev + 17904640), reinterpret_cast<const float*>(dev + 17022976), reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k17_m (node 16: multi)")) return false;
+    p0_k18<<<dim3(784u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17022976), reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
+    if (!ck(ctx, cudaGetLastError(), "p0_k18 (node 16: maxpool2d_grad)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[15], st), "cudaEventRecord")) return false;
   }
   {
     if (mma) p0_k19_mma<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
     else p0_k19<<<dim3(1u, 196u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<float*>(dev + 16220160), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k19 (node 19: conv2d_grad_input)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k19 (node 17: conv2d_grad_input)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[16], st), "cudaEventRecord")) return false;
   }
   {
     if (mma) p0_k20_mma<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<float*>(dev + 17825792), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
     else p0_k20<<<dim3(3u, 1u, 24u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<float*>(dev + 17825792), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k20 (node 20: conv2d_grad_weight)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k20 (node 18: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[17], st), "cudaEventRecord")) return false;
   }
   {
     p0_k21<<<dim3(72u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<float*>(dev + 17825792), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k21 (node 20: conv2d_grad_weight)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k21 (node 18: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[18], st), "cudaEventRecord")) return false;
   }
   {
     p0_k22<<<dim3(64u, 6u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k22 (node 21: sum_to)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k22 (node 19: sum_to)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[19], st), "cudaEventRecord")) return false;
   }
   {
     p0_k23_m<<<dim3(1569u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 13008896), reinterpret_cast<const float*>(dev + 16220160), reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k23_m (node 21: multi)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k23_m (node 19: multi)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[20], st), "cudaEventRecord")) return false;
   }
   {
     if (mma) p0_k25_mma<<<dim3(1u, 1u, 98u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 53229312 + set * 201216), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
     else p0_k25<<<dim3(1u, 1u, 98u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 53229312 + set * 201216), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k25 (node 23: conv2d_grad_weight)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k25 (node 21: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[21], st), "cudaEventRecord")) return false;
   }
   {
     p0_k26<<<dim3(2u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<const float*>(dev + 53229312 + set * 201216), reinterpret_cast<float*>(dev + 9797632), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k26 (node 23: conv2d_grad_weight)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k26 (node 21: conv2d_grad_weight)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[22], st), "cudaEventRecord")) return false;
   }
   {
     p0_k27<<<dim3(32u, 17u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3375104), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k27 (node 24: sum_to)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k27 (node 22: sum_to)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[23], st), "cudaEventRecord")) return false;
   }
   {
     p0_k28_m<<<dim3(3u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 9798784), reinterpret_cast<float*>(dev + 256), reinterpret_cast<const float*>(dev + 9797632), reinterpret_cast<float*>(dev + 1408), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k28_m (node 24: multi)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k28_m (node 22: multi)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[24], st), "cudaEventRecord")) return false;
   }
   {
     p0_k30_m<<<dim3(1649u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 0), reinterpret_cast<const float*>(dev + 9798784), reinterpret_cast<float*>(dev + 128), reinterpret_cast<float*>(dev + 3072), reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<float*>(dev + 76800), reinterpret_cast<float*>(dev + 2560), reinterpret_cast<const float*>(dev + 13008896), reinterpret_cast<float*>(dev + 2816), reinterpret_cast<float*>(dev + 151552), reinterpret_cast<const float*>(dev + 14614528), reinterpret_cast<float*>(dev + 1757184), reinterpret_cast<float*>(dev + 150528), reinterpret_cast<const float*>(dev + 17904640), reinterpret_cast<float*>(dev + 151040), reinterpret_cast<float*>(dev + 3362944), reinterpret_cast<const float*>(dev + 17899520), reinterpret_cast<float*>(dev + 3368064), reinterpret_cast<float*>(dev + 3362816), reinterpret_cast<const float*>(dev + 17905152), reinterpret_cast<float*>(dev + 3362880), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
-    if (!ck(ctx, cudaGetLastError(), "p0_k30_m (node 26: sgd_update)")) return false;
+    if (!ck(ctx, cudaGetLastError(), "p0_k30_m (node 24: sgd_update)")) return false;
     if (ev && !ck(ctx, cudaEventRecord(ev[25], st), "cudaEventRecord")) return false;
   }
   mpsc_gather_p0<<<1, 2, 0, st>>>(dev, out);
@@ -572,8 +585,10 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
   int ok = 0, x3 = 0;
   for (int i = 0; i < NLT; ++i) {
     b->lt_ok[i] = mpsc_lt_ok(b->lt, i);
-    // one eager call before any graph capture (loads cuBLASLt's kernel, checks the call); it writes only D, which
-    // the first step recomputes (the persistent block is uploaded again before the first step: host_dirty)
+    b->lt_epi[i] = mpsc_lt_epilogue(b->lt, i);
+    // one eager call before any graph capture (loads cuBLASLt's kernel, checks the call); it writes only D (and a
+    // BGRADB call its bias gradient: arena bytes), which the first step recomputes (the persistent block is uploaded
+    // again before the first step: host_dirty)
     const MpscLtGemm& g = LT_GEMMS[i];
     char why[sizeof ctx->error] = {0};
     if (b->lt_ok[i] && !(mpsc_lt_run(b->lt, i, b->dev + g.offA, b->dev + g.offB, b->dev + g.offD, b->stream, why, sizeof why) &&

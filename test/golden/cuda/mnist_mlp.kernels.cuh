@@ -114,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k1(
   const uint kbeg = (tgid.z % 5u) * 160u, kend = min(784u, kbeg + 160u);
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -222,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k1_mma(
   const uint kbeg = (tgid.z % 5u) * 160u, kend = min(784u, kbeg + 160u);
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -378,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -483,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k4_mma(
   // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
+  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -715,7 +715,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
   // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -819,7 +819,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
   // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = tg + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -923,7 +923,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
       }
 }
 
-// node 7: matmul (fc2) -> fc2.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
+// node 7: matmul (fc2) -> fc2.weight.grad, fc2.bias.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k9(
     const float* a,
     const float* b,
@@ -937,7 +937,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9(
   // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -1026,7 +1026,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9(
       }
 }
 
-// node 7: matmul (fc2) -> fc2.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
+// node 7: matmul (fc2) -> fc2.weight.grad, fc2.bias.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
     const float* a,
     const float* b,
@@ -1041,7 +1041,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
   // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -1145,50 +1145,42 @@ extern "C" __global__ void __launch_bounds__(128) p0_k9_mma(
       }
 }
 
-// 2 element-wise kernels in one launch (sum_to, unary_grad; nodes 8..9), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k10_m(
-    const float* mpsc_a0,
-    float* mpsc_a1,
-    const float* mpsc_a2,
-    const float* mpsc_a3,
-    float* mpsc_a4,
+// node 7: sum_to (fc2) -> fc2.bias.grad
+extern "C" __global__ void __launch_bounds__(256) p0_k10(
+    const float* x,
+    float* y,
     const StepParams* __restrict__ spp)
 {
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 8: sum_to (fc2) -> fc2.bias.grad
-    const float* const x = mpsc_a0;
-    float* const y = mpsc_a1;
-    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 10u) return;
-    // y[i] = sum of x over the reduced dims (64 terms per output)
-    uint rem = i, base = 0u;
-    { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
-    float acc = 0.0f;
-    for (uint t = 0u; t < 64u; ++t) {
-      uint q = t, off = base;
-      { const uint c = q % 64u; q /= 64u; off += c * 10u; }
-      acc += x[off];
-    }
-    y[i] = acc;
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 10u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 10u; rem /= 10u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 64u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 10u; }
+    acc += x[off];
   }
-  else if (tgid.x < 65u) {
-    // node 9: unary_grad (relu0) -> d_fc1.out
-    const float* const dy = mpsc_a2;
-    const float* const x = mpsc_a3;
-    float* const dx = mpsc_a4;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 16384u) return;
-    const float v = x[i], d = dy[i];
-    dx[i] = v > 0.0f ? d : 0.0f;
-  }
+  y[i] = acc;
 }
 
-// node 10: matmul (fc1) -> fc1.weight.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
+// node 8: unary_grad (relu0) -> d_fc1.out
+extern "C" __global__ void __launch_bounds__(256) p0_k11(
+    const float* dy,
+    const float* x,
+    float* dx,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 16384u) return;
+  const float v = x[i], d = dy[i];
+  dx[i] = v > 0.0f ? d : 0.0f;
+}
+
+// node 9: matmul (fc1) -> fc1.weight.grad, fc1.bias.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
 extern "C" __global__ void __launch_bounds__(256) p0_k12(
     const float* a,
     const float* b,
@@ -1202,7 +1194,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
   // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   float cacc[2][4];
   #pragma unroll
   for (uint i = 0u; i < 2u; ++i)
@@ -1291,7 +1283,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
       }
 }
 
-// node 10: matmul (fc1) -> fc1.weight.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
+// node 9: matmul (fc1) -> fc1.weight.grad, fc1.bias.grad [gemm_cuda.ts small 32x64 tiles] [3xTF32 tensor cores]
 extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
     const float* a,
     const float* b,
@@ -1306,7 +1298,7 @@ extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
   // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 32x64 tile per block of 4 warps, 16x32 per warp as 1x4 3xTF32 mma.sync m16n8k8 tiles, BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
   float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = tg + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
+  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg / 2u) * 16u, wn = (sg % 2u) * 32u;
   float cacc[1][4][4];
@@ -1410,45 +1402,58 @@ extern "C" __global__ void __launch_bounds__(128) p0_k12_mma(
       }
 }
 
-// 2 element-wise kernels in one launch (sum_to, adam_update; nodes 11..12), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k13_m(
-    const float* mpsc_a0,
-    float* mpsc_a1,
+// node 9: sum_to (fc1) -> fc1.bias.grad
+extern "C" __global__ void __launch_bounds__(256) p0_k13(
+    const float* x,
+    float* y,
+    const StepParams* __restrict__ spp)
+{
+  const uint3 gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);
+  const uint i = gid.x;
+  if (i >= 256u) return;
+  // y[i] = sum of x over the reduced dims (64 terms per output)
+  uint rem = i, base = 0u;
+  { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
+  float acc = 0.0f;
+  for (uint t = 0u; t < 64u; ++t) {
+    uint q = t, off = base;
+    { const uint c = q % 64u; q /= 64u; off += c * 256u; }
+    acc += x[off];
+  }
+  y[i] = acc;
+}
+
+// 4 element-wise kernels in one launch (adam_update; nodes 10..13), a block segment each
+extern "C" __global__ void __launch_bounds__(256) p0_k14_m(
+    float* mpsc_a0,
+    const float* mpsc_a1,
     float* mpsc_a2,
-    const float* mpsc_a3,
+    float* mpsc_a3,
     float* mpsc_a4,
-    float* mpsc_a5,
+    const float* mpsc_a5,
+    float* mpsc_a6,
+    float* mpsc_a7,
+    float* mpsc_a8,
+    const float* mpsc_a9,
+    float* mpsc_a10,
+    float* mpsc_a11,
+    float* mpsc_a12,
+    const float* mpsc_a13,
+    float* mpsc_a14,
+    float* mpsc_a15,
     const StepParams* __restrict__ spp)
 {
   const StepParams sp = *spp;
   const uint3 tgid = blockIdx;
   const uint3 tid = threadIdx;
   // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 11: sum_to (fc1) -> fc1.bias.grad
-    const float* const x = mpsc_a0;
-    float* const y = mpsc_a1;
+  if (tgid.x < 784u) {
+    // node 10: adam_update (fc1.weight)
+    float* const param = mpsc_a0;
+    const float* const grad = mpsc_a1;
+    float* const ea = mpsc_a2;
+    float* const eas = mpsc_a3;
     const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
-    const uint i = mpsc_gx;
-    if (i >= 256u) return;
-    // y[i] = sum of x over the reduced dims (64 terms per output)
-    uint rem = i, base = 0u;
-    { const uint c = rem % 256u; rem /= 256u; base += c * 1u; }
-    float acc = 0.0f;
-    for (uint t = 0u; t < 64u; ++t) {
-      uint q = t, off = base;
-      { const uint c = q % 64u; q /= 64u; off += c * 256u; }
-      acc += x[off];
-    }
-    y[i] = acc;
-  }
-  else if (tgid.x < 785u) {
-    // node 12: adam_update (fc1.weight)
-    float* const param = mpsc_a2;
-    const float* const grad = mpsc_a3;
-    float* const ea = mpsc_a4;
-    float* const eas = mpsc_a5;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 200704u) return;
     float gr = grad[i];
@@ -1462,35 +1467,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k13_m(
     p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
     param[i] = p;
   }
-}
-
-// 3 element-wise kernels in one launch (adam_update; nodes 13..15), a block segment each
-extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
-    float* mpsc_a0,
-    const float* mpsc_a1,
-    float* mpsc_a2,
-    float* mpsc_a3,
-    float* mpsc_a4,
-    const float* mpsc_a5,
-    float* mpsc_a6,
-    float* mpsc_a7,
-    float* mpsc_a8,
-    const float* mpsc_a9,
-    float* mpsc_a10,
-    float* mpsc_a11,
-    const StepParams* __restrict__ spp)
-{
-  const StepParams sp = *spp;
-  const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
-  // segment s: the blocks of the s-th kernel of the run, its body unchanged
-  if (tgid.x < 1u) {
-    // node 13: adam_update (fc1.bias)
-    float* const param = mpsc_a0;
-    const float* const grad = mpsc_a1;
-    float* const ea = mpsc_a2;
-    float* const eas = mpsc_a3;
-    const uint mpsc_gx = (tgid.x - 0u) * 256u + tid.x;
+  else if (tgid.x < 785u) {
+    // node 11: adam_update (fc1.bias)
+    float* const param = mpsc_a4;
+    const float* const grad = mpsc_a5;
+    float* const ea = mpsc_a6;
+    float* const eas = mpsc_a7;
+    const uint mpsc_gx = (tgid.x - 784u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 256u) return;
     float gr = grad[i];
@@ -1504,13 +1487,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
     p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
     param[i] = p;
   }
-  else if (tgid.x < 11u) {
-    // node 14: adam_update (fc2.weight)
-    float* const param = mpsc_a4;
-    const float* const grad = mpsc_a5;
-    float* const ea = mpsc_a6;
-    float* const eas = mpsc_a7;
-    const uint mpsc_gx = (tgid.x - 1u) * 256u + tid.x;
+  else if (tgid.x < 795u) {
+    // node 12: adam_update (fc2.weight)
+    float* const param = mpsc_a8;
+    const float* const grad = mpsc_a9;
+    float* const ea = mpsc_a10;
+    float* const eas = mpsc_a11;
+    const uint mpsc_gx = (tgid.x - 785u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 2560u) return;
     float gr = grad[i];
@@ -1524,13 +1507,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15_m(
     p -= (sp.lr / bc1) * m / (sqrtf(v) / sqrtf(bc2) + 9.99999994e-9f);
     param[i] = p;
   }
-  else if (tgid.x < 12u) {
-    // node 15: adam_update (fc2.bias)
-    float* const param = mpsc_a8;
-    const float* const grad = mpsc_a9;
-    float* const ea = mpsc_a10;
-    float* const eas = mpsc_a11;
-    const uint mpsc_gx = (tgid.x - 11u) * 256u + tid.x;
+  else if (tgid.x < 796u) {
+    // node 13: adam_update (fc2.bias)
+    float* const param = mpsc_a12;
+    const float* const grad = mpsc_a13;
+    float* const ea = mpsc_a14;
+    float* const eas = mpsc_a15;
+    const uint mpsc_gx = (tgid.x - 795u) * 256u + tid.x;
     const uint i = mpsc_gx;
     if (i >= 10u) return;
     float gr = grad[i];
