@@ -24,7 +24,7 @@
  * floats, 4 or 20 mod 32 banks, so every fragment read is free of bank conflicts: rows g (0..7) at
  * column t (0..3) fall on banks 4g + t or 20g + t mod 32, and rows 2t, 2t + 1 at column g on 8t + g
  * (+ 4 or 20), 32 distinct banks each; operands are split into hi / lo as the fragments are read (hi by
- * cvt.rna.tf32.f32, lo = x - hi: mma.ts mpsc_split_tf32_hl). The first product of a
+ * round to nearest, ties away, as cvt.rna, lo = x - hi: mma.ts mpsc_split_tf32_hl). The first product of a
  * step (S = Q K^T; S^T = K Q^T and dP^T = V dO^T; S and dP = dO V^T) gives C fragments in registers;
  * softmax / dS work on them in fp32; they are the A fragments of the second product (O += P V;
  * dV += P^T dO, dK += dS^T Q; dQ += dS K) by mma.ts's permuted k order (k slot t = column 2t, slot
