@@ -12,7 +12,7 @@
  * Serves: unary, unary_grad, same-shape binary and cast nodes with at least MIN_WIDE elements and a
  * 16-bit input or output (f32 element-wise kernels of two inputs already ran near the copy rate: the
  * residual add, 150 MB in 47 us), fp32 unary and unary_grad nodes of at least MIN_WIDE elements too (gpt_char
- * fp32's gelu, one load per thread: 200 MB in 85 us, ~2.4 TB/s, H200 4 Dec), and adam_update over at least MIN_WIDE elements (four f32 streams in, three out,
+ * fp32's gelu, one load per thread: 200 MB in 85 us, ~2.4 TB/s; here 52 us, its gradient 96 -> 76: H200 4 Dec), and adam_update over at least MIN_WIDE elements (four f32 streams in, three out,
  * and two powf per element in the shared kernel: here the bias corrections once per thread, the same
  * values, and 32 loads in flight; GPT-2's AdamW ran at ~1.5 TB/s); anything else: null (the shared kernel).
  * Measured (H200, GPT-2 bf16, bench/NOTES.md): gelu 156 -> 80 us, its gradient 178 -> 124 us (now bound by erff /
