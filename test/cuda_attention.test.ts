@@ -14,9 +14,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildCuda } from '../compiler/codegen-cuda/index.js';
-import { attentionReport, FLASH_HEAD_DIMS, flashForwardRows, flashRefusal } from '../compiler/codegen-cuda/attention_cuda.js';
+import { attentionReport, FLASH_HEAD_DIMS, flashForwardRows, flashRefusal, lowerAttentionCuda } from '../compiler/codegen-cuda/attention_cuda.js';
 import { ATTENTION_FAMILY, attnGeom, F32_HEAD_DIMS, f32Refusal, isForward } from '../compiler/codegen-cuda/attention_f32.js';
-import { TF32X3_HEAD_DIMS, tf32x3Refusal } from '../compiler/codegen-cuda/attention_tf32x3.js';
+import { TF32X3_HEAD_DIMS, tf32x3Refusal, x3Async, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
+import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import type { KernelSpec } from '../compiler/kernels/kernel_types.js';
 import { cudaInputsKey, findNvcc } from '../runtime/cuda/session.js';
 import { checkFile } from '../compiler/check/index.js';
@@ -119,6 +120,63 @@ describe('MPSC_CUDA_ATTN_TF32X3', () => {
       if (before !== undefined) process.env.MPSC_CUDA_ATTN_TF32X3 = before;
     }
     expect(() => withX3('yes', () => cudaInputsKey(ps))).toThrow(/MPSC_CUDA_ATTN_TF32X3 must be '0' or '1', got 'yes'/);
+  });
+});
+
+describe('MPSC_CUDA_ATTN_X3_ASYNC, MPSC_CUDA_ATTN_X3_KSPLIT (the 3xTF32 kernels\' A/B switches)', () => {
+  /** f with the environment variables `env` set (undefined: unset) */
+  function withEnv<T>(env: Record<string, string | undefined>, f: () => T): T {
+    const before = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
+    const put = (e: Record<string, string | undefined>) => {
+      for (const [k, v] of Object.entries(e)) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    };
+    put(env);
+    try {
+      return f();
+    } finally {
+      put(before);
+    }
+  }
+  it('are part of the CUDA build cache key; bad values are refused', () => {
+    const model = checkFile(path.resolve(path.dirname(new URL(import.meta.url).pathname), '../specs/char_gpt.model'));
+    const ps = buildPrograms(model, { batch: model.train.batch });
+    const unset = { MPSC_CUDA_ATTN_X3_ASYNC: undefined, MPSC_CUDA_ATTN_X3_KSPLIT: undefined };
+    const keys = [unset, { ...unset, MPSC_CUDA_ATTN_X3_ASYNC: 'none' }, { ...unset, MPSC_CUDA_ATTN_X3_ASYNC: 'kv' }, { ...unset, MPSC_CUDA_ATTN_X3_KSPLIT: '0' }]
+      .map((e) => withEnv(e, () => cudaInputsKey(ps)));
+    expect(new Set(keys).size).toBe(4);
+    expect(() => withEnv({ MPSC_CUDA_ATTN_X3_ASYNC: 'fwd,dq' }, () => x3Async('fwd'))).toThrow(/MPSC_CUDA_ATTN_X3_ASYNC=fwd,dq: expected a comma list of fwd, kv, q, or none/);
+    expect(() => withEnv({ MPSC_CUDA_ATTN_X3_KSPLIT: '2' }, () => x3KSplit())).toThrow(/MPSC_CUDA_ATTN_X3_KSPLIT must be '0' or '1', got '2'/);
+  });
+  it('double-buffered kernels stream by cp.async, past 48 KiB of tiles in dynamic shared memory; the synchronous ones by loads between barriers', () => {
+    const i = cases.findIndex((c) => String(c.program.name) === 'flash_f32_2x3_t70_s70_d64_causal_grad');
+    const j = cases.findIndex((c) => String(c.program.name) === 'flash_f32_2x1_t64_s64_d48_grad');
+    expect(i).toBeGreaterThanOrEqual(0);
+    expect(j).toBeGreaterThanOrEqual(0);
+    const lowered = (k: number, env: Record<string, string | undefined>) => withEnv(env, () => {
+      const { g, n } = attnNode(k);
+      let c = 0;
+      return lowerAttentionCuda({ next: () => `k${c++}`, helpers: new Set(), d: CUDA }, g, n)!;
+    });
+    // D = 64: two 64-row tiles of pitch 68 and two buffers of two 16-row ones (+ lse, Delta: 2 x 2 x 16) = 52480 bytes (dK/dV), 52224 (dQ)
+    const [, kv, dq] = lowered(i, { MPSC_CUDA_ATTN_X3_ASYNC: undefined });
+    expect([kv.tgmem, dq.tgmem]).toEqual([52480, 52224]);
+    for (const k of [kv, dq]) expect(k.body).toMatch(/float\* const sm = tg;[\s\S]*mpsc_cp_async16\([\s\S]*mpsc_cp_async_wait_all\(\);\n\s*__syncthreads\(\);/);
+    expect(kv.body).toMatch(/mpsc_cp_async4\(/);
+    // D = 48: static shared memory
+    for (const k of lowered(j, {}).slice(1)) {
+      expect(k.tgmem).toBe(0);
+      expect(k.body).toMatch(/__shared__ __align__\(16\) float sm\[\d+\];/);
+    }
+    // only the dK/dV kernel double-buffered; single score accumulators
+    const [, kv1, dq1] = lowered(i, { MPSC_CUDA_ATTN_X3_ASYNC: 'kv', MPSC_CUDA_ATTN_X3_KSPLIT: '0' });
+    expect(kv1.body).toMatch(/mpsc_cp_async16/);
+    expect(kv1.body).not.toMatch(/st_odd/);
+    expect(dq1.tgmem).toBe(0);
+    expect(dq1.body).not.toMatch(/mpsc_cp_async/);
+    expect(kv.body).toMatch(/st_odd/);
   });
 });
 

@@ -250,9 +250,9 @@ export function gemmTileCases(rng: Rng): OpCase[] {
 }
 
 /**
- * Long 16-bit element-wise nodes and adam_update (wide_ew_cuda.ts: PER_THREAD elements per thread): gelu and
- * its gradient, a same-shape add, casts both ways, AdamW and Adam with L2 decay and a gradient scale; sizes past MIN_WIDE, one not a multiple of a block's span (the last
- * block's elements guarded) and one a multiple (no guards); bf16 and f16.
+ * Long 16-bit element-wise nodes, fp32 unary ones and adam_update (wide_ew_cuda.ts: PER_THREAD elements per thread): gelu and
+ * its gradient (bf16, f16, fp32), a same-shape add, casts both ways, AdamW and Adam with L2 decay and a gradient scale; sizes past MIN_WIDE, one not a multiple of a block's span (the last
+ * block's elements guarded) and one a multiple (no guards).
  */
 export function wideElementwiseCases(rng: Rng): OpCase[] {
   const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
@@ -267,6 +267,9 @@ export function wideElementwiseCases(rng: Rng): OpCase[] {
     halfIoCase('wide_mul_f16_f32', 'f16', 'binary', [f(odd), f(odd)], [odd], { fn: 'mul' }, [1], [0]),
     // f32 -> bf16 (the case's input cast) -> f32
     halfIoCase('wide_cast_bf16', 'bf16', 'cast', [f(odd, -3, 3)], [odd], { to: 'f32' }, [], [0]),
+    // fp32 unary nodes (gpt_char fp32's gelu and its gradient): one load per thread in the shared kernel
+    opCase('wide_gelu_f32', 'unary', [f(odd, -3, 3)], [odd], { fn: 'gelu' }),
+    opCase('wide_gelu_grad_f32', 'unary_grad', [f(even), f(even, -3, 3)], [even], { fn: 'gelu' }),
     // AdamW (decoupled decay) and Adam with L2 decay and a gradient scale (fp16's unscale), f32 throughout
     opCase('wide_adamw', 'adam_update', [f(odd), f(odd), f(odd, -0.1, 0.1), f(odd, 0, 0.01), null], [], { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decoupled: true }),
     opCase('wide_adam_l2_gscale', 'adam_update', [f(even), f(even), f(even, -0.1, 0.1), f(even, 0, 0.01), f([], 0.3, 1)], [], { beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.05, decoupled: false }),

@@ -21,7 +21,7 @@ import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { lowerAttentionCuda } from '../compiler/codegen-cuda/attention_cuda.js';
 import { tf32x3MmaHelpers } from '../compiler/codegen-cuda/mma.js';
 import { kernelSource } from '../compiler/kernels/prelude.js';
-import type { Helper } from '../compiler/kernels/kernel_types.js';
+import type { Helper, KernelSpec } from '../compiler/kernels/kernel_types.js';
 import { relError } from '../compiler/reference/fixtures.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import type { HalfDType } from '../compiler/ir/graph.js';
@@ -50,19 +50,28 @@ function halfBits(x: number, t: HalfDType): number {
  * (mma.ts mpsc_split_tf32_hl) replaced by the shim's hi-only one, so the 3xTF32 kernels compute plain
  * TF32 products (the negative control)
  */
-interface Mode { late: boolean; x3: boolean; plain: boolean }
+interface Mode { late: boolean; x3: boolean; plain: boolean; env?: Record<string, string> }
 
-/** the lowering of one node with MPSC_CUDA_ATTN_TF32X3 set for `x3` */
-function lower(g: OpCase['program']['graph'], n: OpCase['program']['graph']['nodes'][number], x3: boolean, helpers: Set<Helper>) {
-  const before = process.env.MPSC_CUDA_ATTN_TF32X3;
-  process.env.MPSC_CUDA_ATTN_TF32X3 = x3 ? '1' : '0';
+/** the lowering of one node with MPSC_CUDA_ATTN_TF32X3 set for `x3` and the generator switches `env` */
+function lower(g: OpCase['program']['graph'], n: OpCase['program']['graph']['nodes'][number], x3: boolean, helpers: Set<Helper>, env: Record<string, string> = {}) {
+  const set = { ...env, MPSC_CUDA_ATTN_TF32X3: x3 ? '1' : '0' };
+  const before = Object.fromEntries(Object.keys(set).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, set);
   try {
     let k = 0;
     return lowerAttentionCuda({ next: () => `k${k++}`, helpers, d: CUDA }, g, n);
   } finally {
-    if (before === undefined) delete process.env.MPSC_CUDA_ATTN_TF32X3;
-    else process.env.MPSC_CUDA_ATTN_TF32X3 = before;
+    for (const [k, v] of Object.entries(before)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
   }
+}
+
+/** the kernel's text for g++ over the shim: its dynamic shared memory `tg` (past 48 KiB) as a static array of its tgmem bytes */
+function shimSource(k: KernelSpec): string {
+  const src = kernelSource(CUDA, k, k, '');
+  return k.tgmem ? src.replace('extern __shared__ __align__(16) float tg[];', `__shared__ __align__(16) float tg[${k.tgmem / 4}];`) : src;
 }
 
 /** runs the flash kernels of case c on the CPU; returns each output of its attention node as floats, and the kernels' labels */
@@ -70,14 +79,14 @@ function runOnCpu(c: OpCase, dir: string, mode: Mode): { out: Map<number, Float3
   const g = c.program.graph;
   const n = g.nodes.find((x) => x.op.startsWith('attention'))!;
   const helpers = new Set<Helper>();
-  const ks = lower(g, n, mode.x3, helpers);
+  const ks = lower(g, n, mode.x3, helpers, mode.env);
   if (!ks) throw new Error(`${c.program.name}: no flash kernels`);
   // the node's operands: program inputs, or cast outputs (rounded as the cast kernel rounds)
   const data = new Map<number, number[]>();
   for (const id of c.program.inputs) data.set(id, Array.from(c.data.get(id)!));
   for (const x of g.nodes) if (x.op === 'cast') data.set(x.outputs[0], data.get(x.inputs[0])!.map((v) => roundToHalf(v, g.values[x.outputs[0]].dtype as HalfDType)));
   // the helpers written in plain C++ over the shim's models of the PTX ones (mma.ts: the 3xTF32 product)
-  const kernels = ks.map((kk) => kernelSource(CUDA, kk, kk, '')).join('\n');
+  const kernels = ks.map(shimSource).join('\n');
   if (mode.plain && !kernels.includes('mpsc_split_tf32_hl(')) throw new Error(`${c.program.name}: no 3xTF32 split to drop`);
   let src = `#include "${SHIM}"\n` + (helpers.has('mma_tf32x3') ? tf32x3MmaHelpers() : '') +
     (mode.plain ? kernels.replaceAll('mpsc_split_tf32_hl(', 'mpsc_split_tf32_hi_only(') : kernels) + '\nint main(int, char** argv) {\n  StepParams sp{};\n';
@@ -157,6 +166,15 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
       const plain = errors(c, { late: false, x3: true, plain: true });
       for (const [v, e] of plain.err) expect(e, `${v} as plain TF32`).toBeGreaterThan(X3_TOL);
       expect(Math.max(...plain.err.values())).toBeGreaterThan(10 * X3_TOL);
+    }, 240_000);
+    // the default kernels stream their tiles with cp.async (MPSC_CUDA_ATTN_X3_ASYNC): copies landing at the wait;
+    // and the synchronous variant (=none, with the dK/dV kernel's single score accumulators, MPSC_CUDA_ATTN_X3_KSPLIT=0)
+    it(`${name}, fp32 as 3xTF32, cp.async landing at the wait; the synchronous variant: every output within ${X3_TOL}`, () => {
+      const late = errors(c, { late: true, x3: true, plain: false });
+      expect(late.labels.length).toBe(/_fwd$/.test(name) ? 1 : 3);
+      for (const [v, e] of late.err) expect(e, v).toBeLessThan(X3_TOL);
+      const sync = errors(c, { late: false, x3: true, plain: false, env: { MPSC_CUDA_ATTN_X3_ASYNC: 'none', MPSC_CUDA_ATTN_X3_KSPLIT: '0' } });
+      for (const [v, e] of sync.err) expect(e, `${v} (synchronous)`).toBeLessThan(X3_TOL);
     }, 240_000);
     it(`${name}, fp32 on the CUDA cores (MPSC_CUDA_ATTN_TF32X3=0): every output within 1e-4 of the float64 reference`, () => {
       const simt = errors(c, { late: false, x3: false, plain: false });

@@ -59,6 +59,7 @@ import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js
 import { asFloat, isHalfElem, type ElemType } from '../kernels/dialect.js';
 import { mmaSuffix, type Mma16Type } from './mma.js';
 import { lowerAttentionTf32x3, tf32x3Refusal } from './attention_tf32x3.js';
+import { forwardStore, kvProbStep, qProbStep, softmaxStep } from './attention_steps.js';
 import { ATTENTION_FAMILY, attnGeom, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
@@ -190,9 +191,6 @@ function text(gm: Geom, kernel: LdsmKernel) {
       `      mpsc_mma_${s}(${acc}[2 * jd], a, bf);\n      mpsc_mma_${s}(${acc}[2 * jd + 1], a, bf + 2);\n    }\n  }\n`,
     zero: (acc: string) =>
       `  float ${acc}[${ND}][4];\n  #pragma unroll\n  for (int j = 0; j < ${ND}; ++j) { ${acc}[j][0] = 0.0f; ${acc}[j][1] = 0.0f; ${acc}[j][2] = 0.0f; ${acc}[j][3] = 0.0f; }\n`,
-    /** key kc visible from query qr, for keys / queries possibly past S / T (`kIn`/`qIn`: which edges to test) */
-    visible: (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) =>
-      [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
     /**
      * The loop over streamed 64-row tiles with cp.async double buffering, up to the loop body (the
      * brace left open; `closeStream` closes it): loop variable v from v0 (a variable) below vend,
@@ -234,52 +232,6 @@ function storeRows(x: ReturnType<typeof text>, out: KernelArg, acc: string, base
   );
 }
 
-/**
- * The forward's online-softmax step over one 16 x 64 score tile `sv` of a warp's m16 tile (rows qw + g,
- * qw + g + 8; `edge` a warp-uniform test for tiles that need the element mask): running max m (of the
- * unscaled scores when `fold`: the scale in one FMA per exponent, exp2(s * SC - m * SC); else base 2),
- * partial sums l, the accumulator `acc` rescaled; sv becomes P. Statements inside the stream loop.
- */
-function softmaxStep(gm: Geom, x: ReturnType<typeof text>, fold: boolean, sv: string, m: [string, string], l: [string, string], acc: string, qw: string, edge: string): string {
-  return (
-    `    {\n    const bool edge = ${edge};\n` +
-    `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        float z = ${sv}[j][e]${fold ? '' : ' * SC'};\n` +
-    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
-    (gm.causal ? `          const int qr = ${qw} + g + (e >> 1) * 8;\n` : '') +
-    `          if (!(${x.visible('qr', 'kc', { k: true })})) z = -INFINITY;\n        }\n` +
-    `        ${sv}[j][e] = z;\n        if (e < 2) mx0 = fmaxf(mx0, z); else mx1 = fmaxf(mx1, z);\n      }\n` +
-    `    mx0 = mpsc_quad_max(mx0);\n    mx1 = mpsc_quad_max(mx1);\n` +
-    `    const float mn0 = fmaxf(${m[0]}, mx0), mn1 = fmaxf(${m[1]}, mx1);\n` +
-    `    const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;\n` +
-    (fold
-      ? `    const float al0 = exp2f((${m[0]} - b0) * SC), al1 = exp2f((${m[1]} - b1) * SC);\n    const float c0 = -b0 * SC, c1 = -b1 * SC;\n`
-      : `    const float al0 = exp2f(${m[0]} - b0), al1 = exp2f(${m[1]} - b1);\n`) +
-    `    ${m[0]} = mn0;\n    ${m[1]} = mn1;\n` +
-    `    float ls0 = 0.0f, ls1 = 0.0f;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    (fold
-      ? `        const float p = exp2f(fmaf(${sv}[j][e], SC, e < 2 ? c0 : c1));\n`
-      : `        const float p = exp2f(${sv}[j][e] - (e < 2 ? b0 : b1));\n`) +
-    `        ${sv}[j][e] = p;\n        if (e < 2) ls0 += p; else ls1 += p;\n      }\n` +
-    `    ${l[0]} = ${l[0]} * al0 + ls0;\n    ${l[1]} = ${l[1]} * al1 + ls1;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < ${x.ND}; ++j) { ${acc}[j][0] *= al0; ${acc}[j][1] *= al0; ${acc}[j][2] *= al1; ${acc}[j][3] *= al1; }\n    }\n`
-  );
-}
-
-/** the forward's end for a warp's m16 tile: o = acc / l (rows qw + g, + 8), lse = m (scaled to natural log) + ln l */
-function forwardStore(x: ReturnType<typeof text>, o: KernelArg, fold: boolean, m: [string, string], l: [string, string], acc: string, qw: string): string {
-  return (
-    `  {\n  const float sum0 = mpsc_quad_sum(${l[0]}), sum1 = mpsc_quad_sum(${l[1]});\n` +
-    `  const float i0 = 1.0f / sum0, i1 = 1.0f / sum1;\n` +
-    storeRows(x, o, acc, qw, 'T', 'ooff', 'RO', [' * i0', ' * i1']) +
-    `  if (t == 0) {\n    const int r0 = ${qw} + g, r1 = r0 + 8;\n` +
-    `    if (r0 < T) lse[(size_t)bh * T + r0] = ${m[0]} * ${fold ? 'SC * ' : ''}${lit(Math.LN2)} + logf(sum0);\n` +
-    `    if (r1 < T) lse[(size_t)bh * T + r1] = ${m[1]} * ${fold ? 'SC * ' : ''}${lit(Math.LN2)} + logf(sum1);\n  }\n  }\n`
-  );
-}
-
 /** the edge test of a key tile k0 for a warp's m16 tile starting at query qw */
 function forwardEdge(gm: Geom, x: ReturnType<typeof text>, qw: string): string {
   return `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > ${qw} + ${x.shift}` : '');
@@ -304,10 +256,10 @@ function forwardBody(gm: Geom, o: KernelArg): string {
     `  const int kbeg = 0, kend = ${x.kend};\n` +
     x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh', 'RK'], ['Vs', 'Vn', 'vh', 'RV']]) +
     x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
-    softmaxStep(gm, x, fold, 's', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
+    softmaxStep(gm, 8, x.ND, fold, 's', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
     x.times('acc', 's', 'Vs').replace(/^(?=.)/gm, '  ') +
     x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
-    forwardStore(x, o, fold, ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw')
+    forwardStore(fold, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
   );
 }
 
@@ -351,7 +303,7 @@ function forwardBody128(gm: Geom, o: KernelArg): string {
     `        mpsc_ldsm_x4(bf, Ks + (j * 8 + (l >> 4) * 8 + (l & 7)) * P + kk * 16 + ((l >> 3) & 1) * 8);\n` +
     mts.map((mt) => `        mpsc_mma_${s}(s${mt}[j], qa${mt}[kk], bf);\n        mpsc_mma_${s}(s${mt}[j + 1], qa${mt}[kk], bf + 2);\n`).join('') +
     `      }\n` +
-    mts.map((mt) => softmaxStep(gm, x, fold, `s${mt}`, [`m${mt}0`, `m${mt}1`], [`l${mt}0`, `l${mt}1`], `acc${mt}`, qwOf(mt), forwardEdge(gm, x, qwOf(mt)))).join('') +
+    mts.map((mt) => softmaxStep(gm, 8, x.ND, fold, `s${mt}`, [`m${mt}0`, `m${mt}1`], [`l${mt}0`, `l${mt}1`], `acc${mt}`, qwOf(mt), forwardEdge(gm, x, qwOf(mt)))).join('') +
     `    // O += P V for both m16 tiles: each V fragment pair (ldmatrix.x4.trans) feeds four mma\n` +
     `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
     mts.map((mt) =>
@@ -363,7 +315,7 @@ function forwardBody128(gm: Geom, o: KernelArg): string {
     mts.map((mt) => `        mpsc_mma_${s}(acc${mt}[2 * jd], a${mt}, bf);\n        mpsc_mma_${s}(acc${mt}[2 * jd + 1], a${mt}, bf + 2);\n`).join('') +
     `      }\n    }\n` +
     x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +
-    mts.map((mt) => forwardStore(x, o, fold, [`m${mt}0`, `m${mt}1`], [`l${mt}0`, `l${mt}1`], `acc${mt}`, qwOf(mt))).join('')
+    mts.map((mt) => forwardStore(fold, [`m${mt}0`, `m${mt}1`], [`l${mt}0`, `l${mt}1`], qwOf(mt), (mul) => storeRows(x, o, `acc${mt}`, qwOf(mt), 'T', 'ooff', 'RO', mul))).join('')
   );
 }
 
@@ -404,15 +356,7 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
       `    ${which === 'cur' ? 'Ds' : 'Dn'}[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n  }\n`) +
     x.scores('st', 'ka', 'Qs').replace(/^(?=.)/gm, '  ') +
     x.scores('dpt', 'va', 'Os').replace(/^(?=.)/gm, '  ') +
-    `    const bool edge = ${edge};\n` +
-    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        const int qc = j * 8 + 2 * t + (e & 1);\n` +
-    `        float p = exp2f(st[j][e] * SC - Ls[qc]);\n` +
-    `        if (edge) {\n          const int qr = q0 + qc;\n` +
-    (gm.causal ? `          const int kr = kw + g + (e >> 1) * 8;\n` : '') +
-    `          if (!(${x.visible('qr', 'kr', { q: true })})) p = 0.0f;\n        }\n` +
-    `        st[j][e] = p;\n` +
-    `        dpt[j][e] = p * (dpt[j][e] - Ds[qc]) * ${lit(gm.scale)};\n      }\n` +
+    kvProbStep(gm, 8, edge) +
     `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS)\n` +
     x.times('dva', 'st', 'Os').replace(/^(?=.)/gm, '  ') +
     x.times('dka', 'dpt', 'Qs').replace(/^(?=.)/gm, '  ') +
@@ -447,13 +391,7 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
     x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh', 'RK'], ['Vs', 'Vn', 'vh', 'RV']]) +
     x.scores('s', 'qa', 'Ks').replace(/^(?=.)/gm, '  ') +
     x.scores('dp', 'oa', 'Vs').replace(/^(?=.)/gm, '  ') +
-    `    const bool edge = ${edge};\n` +
-    `    #pragma unroll\n    for (int j = 0; j < 8; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        float p = exp2f(s[j][e] * SC - (e < 2 ? L0 : L1));\n` +
-    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
-    (gm.causal ? `          const int qr = e < 2 ? r0 : r1;\n` : '') +
-    `          if (!(${x.visible('qr', 'kc', { k: true })})) p = 0.0f;\n        }\n` +
-    `        s[j][e] = p * (dp[j][e] - (e < 2 ? D0 : D1)) * ${lit(gm.scale)};\n      }\n` +
+    qProbStep(gm, 8, edge) +
     `    // dQ += dS K (the scale folded into dS)\n` +
     x.times('dqa', 's', 'Ks').replace(/^(?=.)/gm, '  ') +
     x.closeStream([['Ks', 'Kn'], ['Vs', 'Vn']]) +

@@ -81,6 +81,17 @@ export function indexType(gm: AttnGeom): 'int' | 'size_t' {
 }
 
 /**
+ * the test that key `kc` is visible from query `qr` in a flash kernel (C text; `edges`: which of the T / S
+ * edges to test, for rows possibly past them): causal keeps key j for query i iff j <= i + S - T. Every
+ * flash path's kernels (this file, attention_cuda.ts, attention_tf32x3.ts, attention_steps.ts) use it.
+ */
+export function visibleTest(gm: AttnGeom): (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) => string {
+  const shift = gm.S - gm.T;
+  return (qr, kc, edges) =>
+    [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', gm.causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true';
+}
+
+/**
  * `const size_t qoff = ..., koff = ..., voff = ..., ooff = ...;` (head bh's element offsets of q, k, v
  * and o; the gradients and dO share them) and the row strides RQ, RK, RV, RO of those buffers
  */
@@ -151,8 +162,7 @@ function text(d: Dialect, gm: Geom, args: KernelArg[]) {
         `      #pragma unroll\n      for (int i = 0; i < 4; ++i)\n        #pragma unroll\n        for (int j = 0; j < ${NC}; ++j) ${acc}[i][j] = fmaf(x[i].${f}, y[j], ${acc}[i][j]);\n    }\n`).join('') +
       `  }\n`,
     zero: (acc: string) => `  float ${acc}[4][${NC}];\n  #pragma unroll\n  for (int i = 0; i < 4; ++i)\n    #pragma unroll\n    for (int j = 0; j < ${NC}; ++j) ${acc}[i][j] = 0.0f;\n`,
-    visible: (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) =>
-      [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', gm.causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
+    visible: visibleTest(gm),
     kend: gm.causal ? `min(S, q0 + ${B + shift})` : 'S',
     shift,
     /** rows 4ty + i (below `rows`) of acc into buffer `out` at head offset `off`, row stride `st` (columns tx + 16 j) */
@@ -323,6 +333,8 @@ export interface FlashBodies {
   gradKV(args: KernelArg[], dk: KernelArg, dv: KernelArg): string;
   /** args: [dout, q, k, v | qkv, lse, dq | dqkv]; dq the output */
   gradQ(args: KernelArg[], dq: KernelArg): string;
+  /** bytes of dynamic shared memory (the dialect's `tg`, past 48 KiB) per kernel; absent: 0 (static tiles) */
+  tgmem?: { forward?: number; gradKV?: number; gradQ?: number };
 }
 
 /**
@@ -335,15 +347,15 @@ export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): 
   const gm = attnGeom(g, n);
   const a = (v: number, name: string, acc: 'r' | 'w' = 'r') => argOf(g, name, v, acc);
   const ins = n.inputs, outs = n.outputs;
-  const spec = (args: KernelArg[], rows: number, body: string, part: string, scratch?: number): KernelSpec => ({
+  const spec = (args: KernelArg[], rows: number, body: string, part: string, scratch?: number, tgmem = 0): KernelSpec => ({
     name: ctx.next(), node: n.id, op: n.op, label: `${label(g, n)} [flash attention, ${p.what}${part}]`, args,
-    groups: [Math.max(1, ceilDiv(rows, p.rows)), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem: 0, sync: true, body: pruneDecls(body),
+    groups: [Math.max(1, ceilDiv(rows, p.rows)), gm.H, 1], tgsize: [THREADS, 1, 1], tgmem, sync: true, body: pruneDecls(body),
     ...(scratch ? { scratch } : {}),
   });
   if (isForward(n)) {
     const o = a(outs[0], 'o', 'w');
     const args = gm.L.packed ? [a(ins[0], 'qkv'), o, a(outs[1], 'lse', 'w')] : [a(ins[0], 'q'), a(ins[1], 'k'), a(ins[2], 'v'), o, a(outs[1], 'lse', 'w')];
-    return [spec(args, gm.T, p.forward(args, o), '')];
+    return [spec(args, gm.T, p.forward(args, o), '', undefined, p.tgmem?.forward)];
   }
   // inputs (do, q, k, v, o, lse) -> dq, dk, dv; packed (do, qkv, o, lse) -> dqkv
   const scratch = gm.H * gm.T * 4;
@@ -354,8 +366,8 @@ export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): 
   const q = [dout, ...qkv, lse, dq];
   return [
     deltaKernel(ctx, g, n, [dout, o], gm, scratch),
-    spec(kv, gm.S, p.gradKV(kv, dk, dv), ': dK, dV', scratch),
-    spec(q, gm.T, p.gradQ(q, dq), ': dQ', scratch),
+    spec(kv, gm.S, p.gradKV(kv, dk, dv), ': dK, dV', scratch, p.tgmem?.gradKV),
+    spec(q, gm.T, p.gradQ(q, dq), ': dQ', scratch, p.tgmem?.gradQ),
   ];
 }
 

@@ -14,32 +14,43 @@
  * Same structure as the other flash paths (FlashAttention-2: online softmax over streamed tiles in the
  * forward; backward = Delta + a dK/dV kernel per key tile + a dQ kernel per query tile, no atomics):
  * 128 threads = 4 warps per block, a warp owns 16 rows of the block's 64 (queries; keys in the dK/dV
- * kernel), the streamed tiles have BC rows (32 in the forward, 16 in the backward: static shared
- * memory under 48 KiB at D = 64). Tiles sit in shared memory as fp32, row-major with a pitch of D + 4
+ * kernel), the streamed tiles have BC rows (32 in the forward, 16 in the backward). By default
+ * (x3Async) the streamed tiles are double-buffered: the next tile's 16-byte cp.async copies (and, in the
+ * dK/dV kernel, 4-byte ones of its lse / Delta rows) are issued after this step's barrier and land
+ * while it computes, one barrier per step; at D = 64 that is 51 KiB per block in dynamic shared memory
+ * (4 blocks per SM; the packed layout's dK/dV kernel bounded to 128 registers for it, KV_MIN_BLOCKS). With
+ * MPSC_CUDA_ATTN_X3_ASYNC=none (A/B) each step loads its tiles by float4 between two barriers into
+ * static tiles (34.8 / 43.6 / 43.5 KB). Tiles sit in shared memory as fp32, row-major with a pitch of D + 4
  * floats, 4 or 20 mod 32 banks, so every fragment read is free of bank conflicts: rows g (0..7) at
  * column t (0..3) fall on banks 4g + t or 20g + t mod 32, and rows 2t, 2t + 1 at column g on 8t + g
  * (+ 4 or 20), 32 distinct banks each; operands are split into hi / lo as the fragments are read (hi by
- * cvt.rna.tf32.f32, lo = x - hi: mma.ts mpsc_split_tf32_hl). The first product of a
+ * round to nearest, ties away, as cvt.rna, lo = x - hi: mma.ts mpsc_split_tf32_hl). The first product of a
  * step (S = Q K^T; S^T = K Q^T and dP^T = V dO^T; S and dP = dO V^T) gives C fragments in registers;
  * softmax / dS work on them in fp32; they are the A fragments of the second product (O += P V;
  * dV += P^T dO, dK += dS^T Q; dQ += dS K) by mma.ts's permuted k order (k slot t = column 2t, slot
  * t + 4 = column 2t + 1; B rows 2t, 2t + 1), so no shuffle or shared-memory pass sits between them.
  * Softmax statistics (running max, sums), lse, Delta and every accumulator are fp32; softmax in base 2.
  * The dK/dV kernel's score products accumulate even and odd k-steps apart (more independent mma
- * chains at its 3 blocks per SM; see `scores`).
+ * chains; see `scores`; MPSC_CUDA_ATTN_X3_KSPLIT=0: one accumulator per n-tile). The softmax and P / dS
+ * statements are attention_steps.ts's, shared with the 16-bit kernels.
  * Causal: tiles above the diagonal are never loaded, a warp whose 16 rows see none of a tile skips
  * its products, the element mask applies only in tiles crossing the diagonal or the T / S edge.
  * Relies on: 16-byte aligned rows (the device plan aligns values to 64 bytes; D and the packed
- * offsets are multiples of 4 floats), sm_80+ (mma.sync TF32).
+ * offsets are multiples of 4 floats), sm_80+ (mma.sync TF32, cp.async), 4 x 52 KiB of shared memory per SM
+ * (sm_90: 227 KiB).
  */
 import { UserError } from '../errors.js';
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { attnGeom, flashKernels, headOffsets, indexType, lit, lseValue, type AttnGeom } from './attention_f32.js';
+import { attnGeom, flashKernels, headOffsets, indexType, isForward, lit, lseValue, type AttnGeom } from './attention_f32.js';
+import { forwardStore, kvProbStep, qProbStep, softmaxStep } from './attention_steps.js';
+import { SMEM_STATIC_MAX } from './cuda_dialect.js';
 
 /** head widths of the 3xTF32 kernels (multiples of the k8 step; 64 is gpt_char's and GPT-2's, wider exceeds 48 KiB) */
 export const TF32X3_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
 
+/** blocks per SM the double-buffered dK/dV kernel's registers must allow (lowerAttentionTf32x3) */
+const KV_MIN_BLOCKS = 4;
 /** rows per block (4 warps x 16); threads per block */
 const BR = 64;
 const THREADS = 128;
@@ -54,6 +65,35 @@ const LOG2E = Math.LOG2E;
 export function attnTf32x3Enabled(): boolean {
   const v = process.env.MPSC_CUDA_ATTN_TF32X3 ?? '1';
   if (v !== '0' && v !== '1') throw new UserError(`error: MPSC_CUDA_ATTN_TF32X3 must be '0' or '1', got '${v}'`);
+  return v === '1';
+}
+
+/** the three kernels of a 3xTF32 attention node: forward, dK/dV, dQ */
+export type X3Kernel = 'fwd' | 'kv' | 'q';
+
+/**
+ * Whether kernel `k` streams its tiles with cp.async double buffering (the next tile copied while this one
+ * computes) rather than synchronous loads between two barriers: MPSC_CUDA_ATTN_X3_ASYNC at build time, a
+ * comma list of fwd / kv / q or `none`; default all three. At D = 64 the double buffers take 51 KiB
+ * (dynamic shared memory): 4 blocks per SM instead of 6 (forward) and 5 (dQ); the dK/dV kernel goes 3 -> 4
+ * (lowerAttentionTf32x3's bound). Measured (H200, gpt_char, per layer, against =none with one accumulator):
+ * forward 112 -> 99 us, dK/dV 215 -> 193, dQ 158 -> 146; graph step 22.96 -> 22.67 ms.
+ */
+export function x3Async(k: X3Kernel): boolean {
+  const e = process.env.MPSC_CUDA_ATTN_X3_ASYNC;
+  if (e === undefined || e === '') return true;
+  const v = e === 'none' ? [] : e.split(',');
+  if (!v.every((x) => x === 'fwd' || x === 'kv' || x === 'q')) throw new UserError(`error: MPSC_CUDA_ATTN_X3_ASYNC=${e}: expected a comma list of fwd, kv, q, or none`);
+  return v.includes(k);
+}
+
+/**
+ * Whether the dK/dV kernel's score products accumulate even and odd k-steps apart (`scores` two):
+ * MPSC_CUDA_ATTN_X3_KSPLIT at build time, 1 (default) or 0, for A/B on the GPU.
+ */
+export function x3KSplit(): boolean {
+  const v = process.env.MPSC_CUDA_ATTN_X3_KSPLIT ?? '1';
+  if (v !== '0' && v !== '1') throw new UserError(`error: MPSC_CUDA_ATTN_X3_KSPLIT must be '0' or '1', got '${v}'`);
   return v === '1';
 }
 
@@ -92,6 +132,30 @@ function text(gm: AttnGeom) {
       pairs.map(([dst, src, off, st]) =>
         `    *reinterpret_cast<float4*>(${dst} + r * P + c) = in ? *reinterpret_cast<const float4*>(${buf(src)} + ${off} + (${ix})(${r0} + r) * ${st} + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n`).join('') +
       `  }\n`,
+    /** the same rows by 16-byte cp.async (zero-filled past `rows`; the caller commits the group) */
+    asyncLoad: (r0: string, n: number, rows: string, pairs: [string, string, string, string][]) =>
+      `  for (int e = threadIdx.x; e < ${(n * D) / 4}; e += ${THREADS}) {\n` +
+      `    const int r = e / ${D / 4}, c = (e % ${D / 4}) * 4;\n    const bool in = ${r0} + r < ${rows};\n` +
+      pairs.map(([dst, src, off, st]) =>
+        `    mpsc_cp_async16(reinterpret_cast<unsigned short*>(${dst} + r * P + c), reinterpret_cast<const unsigned short*>(${buf(src)} + ${off} + (${ix})(in ? ${r0} + r : 0) * ${st} + c), in);\n`).join('') +
+      `  }\n`,
+    /**
+     * The streamed-tile loop up to its body (the body closes it with `  }`): v from v0 below vend by `bc`.
+     * async (cp.async double buffering): `decl(ph)` declares this step's tile pointers from the buffer
+     * phase ph (0 / 1, flipped every step, also past a `continue`); `copy(r0, ph)` issues the copies of the
+     * tile at r0 into buffer ph, committed as one group: the first before the loop (with whatever the
+     * caller issued before it), the next one after this step's barrier, so it lands while this step
+     * computes. Synchronous: `copy(v, '')` between two barriers (decl unused: static tiles).
+     */
+    stream: (async: boolean, v: string, v0: string, vend: string, bc: number, decl: (ph: string) => string, copy: (r0: string, ph: string) => string) =>
+      async
+        ? copy(v0, '0') + `  mpsc_cp_async_commit();\n` +
+          `  for (int ${v} = ${v0}, ph = 0; ${v} < ${vend}; ${v} += ${bc}, ph ^= 1) {\n` + ind(decl('ph')) +
+          `    mpsc_cp_async_wait_all();\n    __syncthreads();  // this step's tiles are in place; the other buffer's are consumed\n` +
+          `    if (${v} + ${bc} < ${vend}) {  // the next step's tiles, copied while this one computes\n` +
+          ind(ind(copy(`${v} + ${bc}`, 'ph ^ 1'))) + `      mpsc_cp_async_commit();\n    }\n`
+        : `  for (int ${v} = ${v0}; ${v} < ${vend}; ${v} += ${bc}) {\n` +
+          `    __syncthreads();  // the previous tiles are consumed (and the block's own loaded)\n` + ind(copy(v, '')) + `    __syncthreads();\n`,
     /**
      * acc[nt][4] = rows a0.. (16, of shared tile A) times rows 0 .. 8 nt of shared tile B, transposed,
      * over the D features: the 16 x 8nt scores of the warp as C fragments. `two`: the even and odd
@@ -128,9 +192,6 @@ function text(gm: AttnGeom) {
       `      mpsc_mma_tf32x3(${acc}[jd], ah, al, bh, bl);\n    }\n  }\n`,
     zero: (acc: string) =>
       `  float ${acc}[${NK}][4];\n  #pragma unroll\n  for (int j = 0; j < ${NK}; ++j) { ${acc}[j][0] = 0.0f; ${acc}[j][1] = 0.0f; ${acc}[j][2] = 0.0f; ${acc}[j][3] = 0.0f; }\n`,
-    /** key kc visible from query qr (`edges`: which of the T / S edges to test) */
-    visible: (qr: string, kc: string, edges: { q?: boolean; k?: boolean }) =>
-      [edges.q ? `${qr} < T` : '', edges.k ? `${kc} < S` : '', gm.causal ? `${kc} <= ${qr} + ${shift}` : ''].filter(Boolean).join(' && ') || 'true',
     /** the warp's [16 x D] accumulator rows base + g, base + g + 8 (below `rows`) into `out` (fp32) at head offset `off`, row stride `st` */
     storeRows: (out: KernelArg, acc: string, base: string, rows: string, off: string, st: string, mul: [string, string] = ['', '']) =>
       `  {\n    const int r0 = ${base} + g, r1 = r0 + 8;\n` +
@@ -141,89 +202,86 @@ function text(gm: AttnGeom) {
   };
 }
 
+/**
+ * the double-buffered kernels' shared tiles: `words` floats as `sm`, static, or past 48 KiB the dialect's
+ * dynamic `tg` (the KernelSpec's tgmem: its launch passes the bytes, host.ts raises the kernel's limit)
+ */
+function smem(words: number): { decl: string; tgmem: number } {
+  const bytes = words * 4;
+  return bytes > SMEM_STATIC_MAX
+    ? { decl: `  float* const sm = tg;  // ${bytes} bytes of dynamic shared memory\n`, tgmem: bytes }
+    : { decl: `  __shared__ __align__(16) float sm[${words}];\n`, tgmem: 0 };
+}
+
+/** shared floats of each kernel when double-buffered: its own 64-row tile(s), two buffers of its streamed tiles (and the dK/dV kernel's lse / Delta) */
+function asyncWords(gm: AttnGeom): { fwd: number; kv: number; q: number } {
+  const P = gm.D + 4;
+  return { fwd: BR * P + 4 * BC_FWD * P, kv: 2 * BR * P + 4 * BC_BWD * P + 4 * BC_BWD, q: 2 * BR * P + 4 * BC_BWD * P };
+}
+
 function forwardBody(gm: AttnGeom, o: KernelArg): string {
-  const x = text(gm), P = x.P, NT = BC_FWD / 8;
+  const x = text(gm), P = x.P, NT = BC_FWD / 8, as = x3Async('fwd');
   const edge = `k0 + ${BC_FWD} > S` + (gm.causal ? ` || k0 + ${BC_FWD - 1} > qw + ${x.shift}` : '');
+  /** double-buffered: K, V of buffer ph after the Q tile */
+  const kvAt = (ph: string, i: number) => `sm + ${BR * P + i * BC_FWD * P} + (${ph}) * ${2 * BC_FWD * P}`;
   return (
     `  // flash attention forward, fp32 as 3xTF32 on the tensor cores: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
-    `  // block (64-query tile, head), warp w its queries qw.., key / value tiles of ${BC_FWD} streamed\n` +
+    `  // block (64-query tile, head), warp w its queries qw.., key / value tiles of ${BC_FWD} streamed${as ? ' (cp.async, double-buffered)' : ''}\n` +
     x.consts +
-    `  __shared__ __align__(16) float Qs[${BR * P}], Ks[${BC_FWD * P}], Vs[${BC_FWD * P}];\n` +
+    (as ? smem(asyncWords(gm).fwd).decl + `  float* const Qs = sm;\n` : `  __shared__ __align__(16) float Qs[${BR * P}], Ks[${BC_FWD * P}], Vs[${BC_FWD * P}];\n`) +
     `  // the last query tiles see the most keys: they start first\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
-    x.load('q0', BR, 'T', [['Qs', 'q', 'qoff', 'RQ']]) +
+    (as ? x.asyncLoad : x.load)('q0', BR, 'T', [['Qs', 'q', 'qoff', 'RQ']]) +
     x.zero('acc') +
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (base 2), partial sums\n` +
     `  const int kend = ${gm.causal ? `min(S, q0 + ${BR + x.shift})` : 'S'};\n` +
-    `  for (int k0 = 0; k0 < kend; k0 += ${BC_FWD}) {\n` +
-    `    __syncthreads();  // the previous tiles are consumed (and Q loaded)\n` +
-    x.ind(x.load('k0', BC_FWD, 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']])) +
-    `    __syncthreads();\n` +
+    x.stream(as, 'k0', '0', 'kend', BC_FWD, (ph) => `  const float* const Ks = ${kvAt(ph, 0)};\n  const float* const Vs = Ks + ${BC_FWD * P};\n`,
+      (r0, ph) => (as ? x.asyncLoad : x.load)(r0, BC_FWD, 'S', [[as ? kvAt(ph, 0) : 'Ks', 'k', 'koff', 'RK'], [as ? kvAt(ph, 1) : 'Vs', 'v', 'voff', 'RV']])) +
     (gm.causal ? `    if (k0 > qw + ${15 + x.shift}) continue;  // none of the warp's queries sees this tile\n` : '') +
     x.ind(x.scores('s', 'Qs', 'w * 16', 'Ks', NT)) +
-    `    const bool edge = ${edge};\n` +
-    `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < ${NT}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        float z = s[j][e] * SC;\n` +
-    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
-    (gm.causal ? `          const int qr = qw + g + (e >> 1) * 8;\n` : '') +
-    `          if (!(${x.visible('qr', 'kc', { k: true })})) z = -INFINITY;\n        }\n` +
-    `        s[j][e] = z;\n        if (e < 2) mx0 = fmaxf(mx0, z); else mx1 = fmaxf(mx1, z);\n      }\n` +
-    `    mx0 = mpsc_quad_max(mx0);\n    mx1 = mpsc_quad_max(mx1);\n` +
-    `    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);\n` +
-    `    const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;\n` +
-    `    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);\n` +
-    `    m0 = mn0;\n    m1 = mn1;\n` +
-    `    float ls0 = 0.0f, ls1 = 0.0f;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < ${NT}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        const float p = exp2f(s[j][e] - (e < 2 ? b0 : b1));\n` +
-    `        s[j][e] = p;\n        if (e < 2) ls0 += p; else ls1 += p;\n      }\n` +
-    `    l0 = l0 * al0 + ls0;\n    l1 = l1 * al1 + ls1;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < ${x.NK}; ++j) { acc[j][0] *= al0; acc[j][1] *= al0; acc[j][2] *= al1; acc[j][3] *= al1; }\n` +
+    softmaxStep(gm, NT, x.NK, false, 's', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', edge) +
     `    // O += P V (P's C fragments as A in the permuted k order)\n` +
     x.ind(x.times('acc', 's', 'Vs', NT)) +
     `  }\n` +
-    `  l0 = mpsc_quad_sum(l0);\n  l1 = mpsc_quad_sum(l1);\n` +
-    `  const float i0 = 1.0f / l0, i1 = 1.0f / l1;\n` +
-    x.storeRows(o, 'acc', 'qw', 'T', 'ooff', 'RO', [' * i0', ' * i1']) +
-    `  if (t == 0) {\n    const int r0 = qw + g, r1 = r0 + 8;\n` +
-    `    if (r0 < T) lse[(size_t)bh * T + r0] = m0 * ${lit(Math.LN2)} + logf(l0);\n` +
-    `    if (r1 < T) lse[(size_t)bh * T + r1] = m1 * ${lit(Math.LN2)} + logf(l1);\n  }\n`
+    forwardStore(false, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => x.storeRows(o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
   );
 }
 
 function gradKVBody(gm: AttnGeom, dk: KernelArg, dv: KernelArg): string {
-  const x = text(gm), P = x.P, NT = BC_BWD / 8;
+  const x = text(gm), P = x.P, NT = BC_BWD / 8, as = x3Async('kv'), two = x3KSplit();
   const edge = `q0 + ${BC_BWD} > T` + (gm.causal ? ` || kw + 15 > q0 + ${x.shift}` : '');
   // the first query tile holding a query that sees key k0 (query i sees key j iff i >= j - (S - T))
   const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${BC_BWD} * ${BC_BWD}` : '0';
+  /** double-buffered: Q, dO of buffer ph after K and V; then lse, Delta of buffer ph after all tiles */
+  const qoAt = (ph: string, i: number) => `sm + ${2 * BR * P + i * BC_BWD * P} + (${ph}) * ${2 * BC_BWD * P}`;
+  const ldAt = (ph: string, i: number) => `sm + ${2 * BR * P + 4 * BC_BWD * P + i * BC_BWD} + (${ph}) * ${2 * BC_BWD}`;
+  // lse and Delta of the tile's queries (zero past T): stored by cp.async as they are (lse scaled to base 2 at its use), or loaded and scaled
+  const rowValues = (r0: string, ph: string) =>
+    `  if (threadIdx.x < ${BC_BWD}) {\n    const int qi = ${r0} + threadIdx.x;\n` +
+    (as
+      ? `    mpsc_cp_async4(${ldAt(ph, 0)} + threadIdx.x, lse + (size_t)bh * T + (qi < T ? qi : 0), qi < T);\n` +
+        `    mpsc_cp_async4(${ldAt(ph, 1)} + threadIdx.x, mpsc_scratch + (size_t)bh * T + (qi < T ? qi : 0), qi < T);\n  }\n`
+      : `    Ls[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
+        `    Ds[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n  }\n`);
   return (
     `  // flash attention backward, dK and dV, fp32 as 3xTF32 on the tensor cores: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
-    `  // block (64-key tile, head), warp w its keys kw..; query tiles of ${BC_BWD} streamed: S^T = K Q^T, dP^T = V dO^T\n` +
+    `  // block (64-key tile, head), warp w its keys kw..; query tiles of ${BC_BWD} streamed${as ? ' (cp.async, double-buffered)' : ''}: S^T = K Q^T, dP^T = V dO^T\n` +
     x.consts +
-    `  __shared__ __align__(16) float Ks[${BR * P}], Vs[${BR * P}], Qs[${BC_BWD * P}], Os[${BC_BWD * P}];\n` +
-    `  __shared__ float Ls[${BC_BWD}], Ds[${BC_BWD}];  // lse (base 2) and Delta of the query tile\n` +
+    (as
+      ? smem(asyncWords(gm).kv).decl + `  float* const Ks = sm;\n  float* const Vs = sm + ${BR * P};\n`
+      : `  __shared__ __align__(16) float Ks[${BR * P}], Vs[${BR * P}], Qs[${BC_BWD * P}], Os[${BC_BWD * P}];\n` +
+        `  __shared__ float Ls[${BC_BWD}], Ds[${BC_BWD}];  // lse (base 2) and Delta of the query tile\n`) +
     `  const int k0 = blockIdx.x * ${BR}, kw = k0 + w * 16;\n` +
-    x.load('k0', BR, 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']]) +
+    (as ? x.asyncLoad : x.load)('k0', BR, 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']]) +
     x.zero('dka') + x.zero('dva') +
-    `  for (int q0 = ${qbeg}; q0 < T; q0 += ${BC_BWD}) {\n` +
-    `    __syncthreads();  // the previous tiles are consumed (and K, V loaded)\n` +
-    x.ind(x.load('q0', BC_BWD, 'T', [['Qs', 'q', 'qoff', 'RQ'], ['Os', 'dout', 'ooff', 'RO']])) +
-    `    if (threadIdx.x < ${BC_BWD}) {\n      const int qi = q0 + threadIdx.x;\n` +
-    `      Ls[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
-    `      Ds[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n    }\n` +
-    `    __syncthreads();\n` +
+    `  const int qbeg = ${qbeg};\n` +
+    x.stream(as, 'q0', 'qbeg', 'T', BC_BWD,
+      (ph) => `  const float* const Qs = ${qoAt(ph, 0)};\n  const float* const Os = Qs + ${BC_BWD * P};  // dO\n` +
+        `  const float* const Ls = ${ldAt(ph, 0)};\n  const float* const Ds = Ls + ${BC_BWD};  // lse (natural log) and Delta of the query tile\n`,
+      (r0, ph) => (as ? x.asyncLoad : x.load)(r0, BC_BWD, 'T', [[as ? qoAt(ph, 0) : 'Qs', 'q', 'qoff', 'RQ'], [as ? qoAt(ph, 1) : 'Os', 'dout', 'ooff', 'RO']]) + rowValues(r0, ph)) +
     (gm.causal ? `    if (kw > q0 + ${BC_BWD - 1 + x.shift}) continue;  // none of this tile's queries sees the warp's keys\n` : '') +
-    x.ind(x.scores('st', 'Ks', 'w * 16', 'Qs', NT, true)) + x.ind(x.scores('dpt', 'Vs', 'w * 16', 'Os', NT, true)) +
-    `    const bool edge = ${edge};\n` +
-    `    #pragma unroll\n    for (int j = 0; j < ${NT}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        const int qc = j * 8 + 2 * t + (e & 1);\n` +
-    `        float p = exp2f(st[j][e] * SC - Ls[qc]);\n` +
-    `        if (edge) {\n          const int qr = q0 + qc;\n` +
-    (gm.causal ? `          const int kr = kw + g + (e >> 1) * 8;\n` : '') +
-    `          if (!(${x.visible('qr', 'kr', { q: true })})) p = 0.0f;\n        }\n` +
-    `        st[j][e] = p;\n` +
-    `        dpt[j][e] = p * (dpt[j][e] - Ds[qc]) * ${lit(gm.scale)};\n      }\n` +
+    x.ind(x.scores('st', 'Ks', 'w * 16', 'Qs', NT, two)) + x.ind(x.scores('dpt', 'Vs', 'w * 16', 'Os', NT, two)) +
+    kvProbStep(gm, NT, edge, as ? `Ls[qc] * ${lit(LOG2E)}` : 'Ls[qc]') +
     `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS; C fragments as A in the permuted k order)\n` +
     x.ind(x.times('dva', 'st', 'Os', NT)) + x.ind(x.times('dka', 'dpt', 'Qs', NT)) +
     `  }\n` +
@@ -232,33 +290,29 @@ function gradKVBody(gm: AttnGeom, dk: KernelArg, dv: KernelArg): string {
 }
 
 function gradQBody(gm: AttnGeom, dq: KernelArg): string {
-  const x = text(gm), P = x.P, NT = BC_BWD / 8;
+  const x = text(gm), P = x.P, NT = BC_BWD / 8, as = x3Async('q');
   const edge = `k0 + ${BC_BWD} > S` + (gm.causal ? ` || k0 + ${BC_BWD - 1} > qw + ${x.shift}` : '');
+  /** double-buffered: K, V of buffer ph after Q and dO */
+  const kvAt = (ph: string, i: number) => `sm + ${2 * BR * P + i * BC_BWD * P} + (${ph}) * ${2 * BC_BWD * P}`;
   return (
     `  // flash attention backward, dQ, fp32 as 3xTF32 on the tensor cores: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
-    `  // block (64-query tile, head), warp w its queries qw..; key tiles of ${BC_BWD} streamed: S = Q K^T, dP = dO V^T, dQ += dS K\n` +
+    `  // block (64-query tile, head), warp w its queries qw..; key tiles of ${BC_BWD} streamed${as ? ' (cp.async, double-buffered)' : ''}: S = Q K^T, dP = dO V^T, dQ += dS K\n` +
     x.consts +
-    `  __shared__ __align__(16) float Qs[${BR * P}], Os[${BR * P}], Ks[${BC_BWD * P}], Vs[${BC_BWD * P}];\n` +
+    (as
+      ? smem(asyncWords(gm).q).decl + `  float* const Qs = sm;\n  float* const Os = sm + ${BR * P};  // dO\n`
+      : `  __shared__ __align__(16) float Qs[${BR * P}], Os[${BR * P}], Ks[${BC_BWD * P}], Vs[${BC_BWD * P}];\n`) +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
-    x.load('q0', BR, 'T', [['Qs', 'q', 'qoff', 'RQ'], ['Os', 'dout', 'ooff', 'RO']]) +
+    (as ? x.asyncLoad : x.load)('q0', BR, 'T', [['Qs', 'q', 'qoff', 'RQ'], ['Os', 'dout', 'ooff', 'RO']]) +
     `  const int r0 = qw + g, r1 = r0 + 8;\n` +
     `  const float L0 = r0 < T ? lse[(size_t)bh * T + r0] * ${lit(LOG2E)} : 0.0f, L1 = r1 < T ? lse[(size_t)bh * T + r1] * ${lit(LOG2E)} : 0.0f;\n` +
     `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n` +
     x.zero('dqa') +
     `  const int kend = ${gm.causal ? `min(S, q0 + ${BR + x.shift})` : 'S'};\n` +
-    `  for (int k0 = 0; k0 < kend; k0 += ${BC_BWD}) {\n` +
-    `    __syncthreads();  // the previous tiles are consumed (and Q, dO loaded)\n` +
-    x.ind(x.load('k0', BC_BWD, 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']])) +
-    `    __syncthreads();\n` +
+    x.stream(as, 'k0', '0', 'kend', BC_BWD, (ph) => `  const float* const Ks = ${kvAt(ph, 0)};\n  const float* const Vs = Ks + ${BC_BWD * P};\n`,
+      (r0, ph) => (as ? x.asyncLoad : x.load)(r0, BC_BWD, 'S', [[as ? kvAt(ph, 0) : 'Ks', 'k', 'koff', 'RK'], [as ? kvAt(ph, 1) : 'Vs', 'v', 'voff', 'RV']])) +
     (gm.causal ? `    if (k0 > qw + ${15 + x.shift}) continue;  // none of the warp's queries sees this tile\n` : '') +
     x.ind(x.scores('s', 'Qs', 'w * 16', 'Ks', NT)) + x.ind(x.scores('dp', 'Os', 'w * 16', 'Vs', NT)) +
-    `    const bool edge = ${edge};\n` +
-    `    #pragma unroll\n    for (int j = 0; j < ${NT}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        float p = exp2f(s[j][e] * SC - (e < 2 ? L0 : L1));\n` +
-    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
-    (gm.causal ? `          const int qr = e < 2 ? r0 : r1;\n` : '') +
-    `          if (!(${x.visible('qr', 'kc', { k: true })})) p = 0.0f;\n        }\n` +
-    `        s[j][e] = p * (dp[j][e] - (e < 2 ? D0 : D1)) * ${lit(gm.scale)};\n      }\n` +
+    qProbStep(gm, NT, edge) +
     `    // dQ += dS K (the scale folded into dS; C fragments as A in the permuted k order)\n` +
     x.ind(x.times('dqa', 's', 'Ks', NT)) +
     `  }\n` +
@@ -268,12 +322,19 @@ function gradQBody(gm: AttnGeom, dq: KernelArg): string {
 
 /** The 3xTF32 flash kernels of an attention-family node (tf32x3Refusal null). */
 export function lowerAttentionTf32x3(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
-  const gm = attnGeom(g, n);
-  ctx.helpers.add('mma16');  // the quad reductions
+  const gm = attnGeom(g, n), words = asyncWords(gm);
+  ctx.helpers.add('mma16');  // the quad reductions, the 16-byte cp.async
   ctx.helpers.add('mma_tf32x3');
-  // (no __launch_bounds__ minimum: 4 blocks per SM would cap the dK/dV kernel at 128 registers, where it spills at D = 64)
-  return flashKernels(ctx, g, n, {
+  const dyn = (k: X3Kernel) => (x3Async(k) ? smem(words[k]).tgmem : 0);
+  const ks = flashKernels(ctx, g, n, {
     what: `fp32 as 3xTF32 on the tensor cores, ${BR} rows per block`, rows: BR,
     forward: (_args, o) => forwardBody(gm, o), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv), gradQ: (_args, dq) => gradQBody(gm, dq),
+    tgmem: { forward: dyn('fwd'), gradKV: dyn('kv'), gradQ: dyn('q') },
   });
+  // the double-buffered dK/dV kernel with split score accumulators and 32-bit head offsets (the packed layout's)
+  // at 4 blocks per SM (__launch_bounds__(128, 4): 128 registers, no spills at gpt_char's D = 64, ptxas 13.0; 165
+  // unbounded: 3 blocks); 51 KiB of shared memory each fits 4. Unbounded otherwise: the separate layout's
+  // 64-bit offsets spill 12 bytes at 128, the synchronous kernel 12, the single-accumulator one 4.
+  const bound = !isForward(n) && x3Async('kv') && x3KSplit() && indexType(gm) === 'int';
+  return bound ? ks.map((k, i) => (i === 1 ? { ...k, minBlocks: KV_MIN_BLOCKS } : k)) : ks;
 }

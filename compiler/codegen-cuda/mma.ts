@@ -93,10 +93,13 @@ export function mma16Helpers(): string {
 
 /**
  * The 3xTF32 product of the fp32 flash attention (attention_tf32x3.ts): c (a 16x8 fp32 C fragment) +=
- * a (16x8) * b (8x8) with both operands split as x = hi + lo (mpsc_split_tf32_hl: hi = tf32(x) by
- * cvt.rna, lo = x - hi, exact in fp32 and passed as is: the tensor cores read its TF32 bits, a
- * truncation whose dropped part is under 2^-10 |lo| <= 2^-21 |x|; one cvt per operand instead of
- * cuda_dialect.ts mpsc_split_tf32's two); a*b ~ ah*bh + ah*bl + al*bh, the small products first
+ * a (16x8) * b (8x8) with both operands split as x = hi + lo (mpsc_split_tf32_hl: hi = tf32(x) rounded to
+ * nearest, ties away, as cvt.rna.tf32.f32 rounds, but as an integer add of half a TF32 ulp and a mask: ptxas
+ * 13.0 expands the cvt to about four instructions for sm_90, so the 3xTF32 attention kernels' code is ~16%
+ * shorter, with bitwise the same values for every finite x and inf (a NaN x may give hi = +-0 where the add
+ * carries out of the exponent, but then lo = x - hi is NaN and so is the product); lo = x - hi, exact in fp32 and passed as is: the
+ * tensor cores read its TF32 bits, a truncation whose dropped part is under 2^-10 |lo| <= 2^-21 |x|; no
+ * rounding of lo, unlike cuda_dialect.ts mpsc_split_tf32); a*b ~ ah*bh + ah*bl + al*bh, the small products first
  * (al*bl, under 2^-21 |a b|, is left out), three `mma.sync.m16n8k8` TF32 with fp32 accumulation (mpsc_mma16x8).
  * m16n8k8 TF32 fragments, lane (g, t) = (l / 4, l % 4): A a[0] = (row g, k t), a[1] = (g + 8, t),
  * a[2] = (g, t + 4), a[3] = (g + 8, t + 4); B b[0] = (k t, col g), b[1] = (k t + 4, g); C as m16n8k16's.
@@ -111,9 +114,10 @@ export function tf32x3MmaHelpers(): string {
     `// the small products first; al * bl (under 2^-21 relative) left out (codegen-cuda/mma.ts: fragments)\n` +
     `${Q} void mpsc_mma_tf32x3(float* c, const uint* ah, const uint* al, const uint* bh, const uint* bl) {\n` +
     `  mpsc_mma16x8(c, al, bh);\n  mpsc_mma16x8(c, ah, bl);\n  mpsc_mma16x8(c, ah, bh);\n}\n\n` +
-    `// x = hi + lo for mpsc_mma_tf32x3: hi = tf32(x) (cvt.rna), lo = x - hi (exact in fp32) as is: the tensor cores\n` +
-    `// read its TF32 bits (the truncated part is under 2^-21 |x|), one cvt instead of two\n` +
+    `// x = hi + lo for mpsc_mma_tf32x3: hi = tf32(x) rounded to nearest, ties away (cvt.rna's value, by an integer add\n` +
+    `// and a mask: two instructions where ptxas expands cvt.rna.tf32.f32 to four; a NaN x may give hi = +-0, lo is then\n` +
+    `// NaN), lo = x - hi (exact in fp32) as is: the tensor cores read its TF32 bits (the truncated part is under 2^-21 |x|)\n` +
     `${Q} void mpsc_split_tf32_hl(float x, uint& hi, uint& lo) {\n` +
-    `  hi = mpsc_tf32(x);\n  lo = __float_as_uint(x - __uint_as_float(hi));\n}\n`
+    `  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;\n  lo = __float_as_uint(x - __uint_as_float(hi));\n}\n`
   );
 }

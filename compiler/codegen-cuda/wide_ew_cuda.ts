@@ -11,8 +11,9 @@
  * (256 threads, only `gid.x`), so merge.ts still merges it with its independent neighbours.
  * Serves: unary_grad with `fwd_out` (the gradient and the recomputed forward value, compiler/ir/grad_fwd.ts) at any size;
  * unary, unary_grad, same-shape binary and cast nodes with at least MIN_WIDE elements and a
- * 16-bit input or output (f32 element-wise kernels already ran near the copy rate: the residual add,
- * 150 MB in 47 us), and adam_update over at least MIN_WIDE elements (four f32 streams in, three out,
+ * 16-bit input or output (f32 element-wise kernels of two inputs already ran near the copy rate: the
+ * residual add, 150 MB in 47 us), fp32 unary and unary_grad nodes of at least MIN_WIDE elements too (gpt_char
+ * fp32's gelu, one load per thread: 200 MB in 85 us, ~2.4 TB/s; here 52 us, its gradient 96 -> 76: H200 4 Dec), and adam_update over at least MIN_WIDE elements (four f32 streams in, three out,
  * and two powf per element in the shared kernel: here the bias corrections once per thread, the same
  * values, and 32 loads in flight; GPT-2's AdamW ran at ~1.5 TB/s); anything else: null (the shared kernel).
  * Measured (H200, GPT-2 bf16, bench/NOTES.md): gelu 156 -> 80 us, its gradient 178 -> 124 us (now bound by erff /
@@ -75,7 +76,10 @@ export function lowerWideElementwiseCuda(ctx: LowerCtx, g: Graph, n: Node): Kern
   if (count < MIN_WIDE) return null;
   const form = formOf(ctx, g, n);
   if (!form) return null;
-  if (!form.args.some((x) => x.type === 'bfloat' || x.type === 'half') || !isHalfOrF32(g, [...n.inputs, o])) return null;
+  // fp32 binary / cast nodes keep the shared kernel (two loads per thread already ran near the copy rate); fp32 unary
+  // ones (one load per thread) come here too
+  const unary = n.op === 'unary' || n.op === 'unary_grad';
+  if (!(unary || form.args.some((x) => x.type === 'bfloat' || x.type === 'half')) || !isHalfOrF32(g, [...n.inputs, o])) return null;
   const sub = (e: string, k: number) => form.loads.reduce((x, l) => x.replace(new RegExp(`\\b${l.v}\\b`, 'g'), `${l.v}${k}`), e);
   return wideKernel(ctx, g, n, form.args, count, '', form.loads.map((l) => ({ v: l.v, load: (i: string) => readF(ctx.d, g, l.id, l.name, i) })),
     (k, i) => writeF(ctx.d, g, o, form.out, i, sub(form.expr, k)));

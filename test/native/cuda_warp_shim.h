@@ -1,5 +1,5 @@
 // cuda_warp_shim: a CPU stand-in for the CUDA built-ins and the mma.ts helpers that the flash attention
-// kernels (compiler/codegen-cuda/attention_cuda.ts, attention_f32.ts) use, so that the generated kernel
+// kernels (compiler/codegen-cuda/attention_cuda.ts, attention_tf32x3.ts, attention_f32.ts) use, so that the generated kernel
 // text compiles with g++ and runs here (test/cuda_flash_emu.test.ts). Test only; no GPU semantics beyond
 // what those kernels need. One OS thread per CUDA thread, one block at a time; __syncthreads is a block
 // barrier; warp collectives (shuffles, mma.sync, ldmatrix) exchange through per-warp slots between two
@@ -7,7 +7,8 @@
 // and ldmatrix (plain and .trans) are modelled from the PTX ISA's fragment tables (written independently of the
 // generator's index arithmetic; the GPU run, bench/cuda_check.sh, stays the ground truth); cp.async
 // copies land at the copy or at the wait (MPSC_SHIM_CP_ASYNC_LATE), the two ends of what the hardware may
-// do; __shared__ arrays are function statics (blocks run one after another).
+// do; __shared__ arrays are function statics (blocks run one after another; test/cuda_flash_emu.test.ts declares
+// a kernel's dynamic shared memory `tg` as one of its tgmem bytes).
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -131,16 +132,19 @@ static inline void mpsc_ldsm_x4(uint* r, const unsigned short* p) {
 #ifndef MPSC_SHIM_CP_ASYNC_LATE
 #define MPSC_SHIM_CP_ASYNC_LATE 0
 #endif
-struct PendingCopy { unsigned short* dst; const unsigned short* src; bool full; };
+struct PendingCopy { void* dst; const void* src; bool full; unsigned bytes; };
 thread_local std::vector<PendingCopy> t_pending;
-static inline void copy16(const PendingCopy& c) { if (c.full) std::memcpy(c.dst, c.src, 16); else std::memset(c.dst, 0, 16); }
-static inline void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) {
-  if (((uintptr_t)dst) % 16 || ((uintptr_t)src) % 16) { std::fprintf(stderr, "cp.async not 16-byte aligned\n"); std::abort(); }
-  if (MPSC_SHIM_CP_ASYNC_LATE) t_pending.push_back({dst, src, full}); else copy16({dst, src, full});
+static inline void copy_(const PendingCopy& c) { if (c.full) std::memcpy(c.dst, c.src, c.bytes); else std::memset(c.dst, 0, c.bytes); }
+static inline void cp_async_(void* dst, const void* src, bool full, unsigned bytes) {
+  if (((uintptr_t)dst) % bytes || ((uintptr_t)src) % bytes) { std::fprintf(stderr, "cp.async of %u bytes not aligned\n", bytes); std::abort(); }
+  if (MPSC_SHIM_CP_ASYNC_LATE) t_pending.push_back({dst, src, full, bytes}); else copy_({dst, src, full, bytes});
 }
+static inline void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) { cp_async_(dst, src, full, 16); }
+// cuda_dialect.ts's 4-byte copy (the fp32 3xTF32 kernels' lse / Delta rows)
+static inline void mpsc_cp_async4(float* dst, const float* src, bool ok) { cp_async_(dst, src, ok, 4); }
 static inline void mpsc_cp_async_commit() {}
 static inline void mpsc_cp_async_wait_all() {
-  for (const PendingCopy& c : t_pending) copy16(c);
+  for (const PendingCopy& c : t_pending) copy_(c);
   t_pending.clear();
 }
 
