@@ -69,13 +69,18 @@ describe('merged launches (merge.ts) and input views (views.ts)', () => {
     expect(train(merged).kernels).toBe(train(single).kernels - 3);
   });
 
-  it('kernels of one launch touch no byte another of the launch writes; the kernel count is the merged runs fewer', () => {
-    const gpt = programs('bench/gpt_tiny_b32_t64.model');
+  // gpt_tiny (53 parameter tensors) and lenet, whose merged runs include chunked sums' second kernels (the GPT's bias
+  // sums now come from the weight gradients' BGRADB calls: fuse.ts rule 8)
+  let withScratch = 0;
+  for (const spec of ['bench/gpt_tiny_b32_t64.model', 'specs/lenet.model']) it(`${spec}: kernels of one launch touch no byte another of the launch writes; the kernel count is the merged runs fewer`, () => {
+    const gpt = programs(spec);
     const a = generateCudaModel(gpt), b = buildCuda(programsOf(gpt), gpt.model, { merge: false });
     const t = a.plan.programs.find((p) => p.name === 'train_step')!, u = b.plan.programs.find((p) => p.name === 'train_step')!;
-    // one launch for the optimizer updates of all 53 parameter tensors
-    expect(planKernels(u).filter((n) => n.op === 'adam_update')).toHaveLength(53);
-    expect(planKernels(t).filter((n) => n.op === 'adam_update')).toHaveLength(1);
+    // one launch for the optimizer updates of all parameter tensors (53 in the GPT)
+    if (spec.includes('gpt')) {
+      expect(planKernels(u).filter((n) => n.op === 'adam_update')).toHaveLength(53);
+      expect(planKernels(t).filter((n) => n.op === 'adam_update')).toHaveLength(1);
+    }
     expect(planProblems(a.plan)).toEqual([]);
     const kernels = new Map(a.lowered.flatMap((l) => l.kernels).map((k) => [k.name, k]));
     for (const n of planKernels(t)) {
@@ -93,11 +98,14 @@ describe('merged launches (merge.ts) and input views (views.ts)', () => {
       expect(scratchSegments).toBeLessThanOrEqual(1);
       expect(Boolean(n.scratch)).toBe(scratchSegments === 1);
     }
-    // every merged run replaces at least two of the unmerged kernels; some take a chunked sum's second kernel
+    // every merged run replaces at least two of the unmerged kernels; in lenet some take a chunked sum's second kernel
     const mergedNodes = planKernels(t).filter((n) => kernels.get(n.kernel)!.body.includes('mpsc_gx'));
-    expect(mergedNodes.filter((n) => n.scratch).length).toBeGreaterThan(0);
+    withScratch += mergedNodes.filter((n) => n.scratch).length;
+    if (spec.includes('lenet')) expect(withScratch).toBeGreaterThan(0);
     expect(u.kernels - t.kernels).toBeGreaterThanOrEqual(mergedNodes.length);
-    for (const n of mergedNodes) {
+    // (lenet's merged runs hold an in-place relu gradient, whose read and write of the same range are one
+    // kernel's: the byte check below cannot tell kernels of a launch apart, so it runs on the GPT only)
+    if (spec.includes('gpt')) for (const n of mergedNodes) {
       const writes = ranges(n).filter((r) => r.w);
       // a written range overlaps no other argument's range (the merged kernels are independent)
       for (const w of writes) expect(ranges(n).filter((r) => r !== w && r.lo < w.hi && w.lo < r.hi && !(r.lo === w.lo && r.hi === w.hi && r.w))).toEqual([]);
