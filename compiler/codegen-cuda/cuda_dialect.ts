@@ -95,6 +95,9 @@ class CudaDialect extends CStyleDialect {
       `struct mpsc_acc8 { float v[2]; };\n\n` +
       `${q} uint mpsc_tf32(float x) {\n` +
       `  uint r;\n  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n\n` +
+      `// round to TF32, ties to even (sm_90's conversion instruction; conv_cuda.ts MPSC_CONV_ROUND=rn)\n` +
+      `${q} uint mpsc_tf32_rn(float x) {\n` +
+      `  uint r;\n  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n\n` +
       `${q} void mpsc_mma_tf32(mpsc_acc8& acc, uint a0, uint a2, uint b0, uint b1) {\n` +
       `  float d2 = 0.0f, d3 = 0.0f;\n` +
       `  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n` +

@@ -58,6 +58,13 @@ __device__ __forceinline__ uint mpsc_tf32(float x) {
   return r;
 }
 
+// round to TF32, ties to even (sm_90's conversion instruction; conv_cuda.ts MPSC_CONV_ROUND=rn)
+__device__ __forceinline__ uint mpsc_tf32_rn(float x) {
+  uint r;
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
 __device__ __forceinline__ void mpsc_mma_tf32(mpsc_acc8& acc, uint a0, uint a2, uint b0, uint b1) {
   float d2 = 0.0f, d3 = 0.0f;
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
