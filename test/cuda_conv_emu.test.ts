@@ -27,7 +27,7 @@ import { kernelSource } from '../compiler/kernels/prelude.js';
 import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types.js';
 import { numel } from '../compiler/ir/graph.js';
 import { relError } from '../compiler/reference/fixtures.js';
-import { cudaConvCases } from './cuda_cases.js';
+import { cudaConvCases, cudaLongCases } from './cuda_cases.js';
 import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
@@ -61,7 +61,7 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, con
     if (emitted.has(v.name)) return;
     emitted.add(v.name);
     // dynamic shared memory (past 48 KB) becomes the emulator's per-block static array of the kernel's size
-    src.push(emulable(kernelSource(CUDA, k, { ...v, body: mutate(v.body) }, '')).replace(/extern __shared__ __align__\(16\) float tg\[\];/, `__shared__ float tg[${v.tgmem / 4}];`));
+    src.push(emulable(kernelSource(CUDA, k, { ...v, body: mutate(v.body) }, '')).replace(/extern __shared__ __align__\(16\) float tg\[\];/, `__shared__ __align__(16) float tg[${v.tgmem / 4}];`));
   };
   src.push(
     'static std::vector<float> load(const std::string& f, size_t n) { std::vector<float> v(n, 0.0f); if (FILE* p = std::fopen(f.c_str(), "rb")) { if (std::fread(v.data(), 4, n, p) != n) std::abort(); std::fclose(p); } return v; }',
@@ -202,18 +202,25 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     for (const c of some) for (const v of ['fp32', 'mma']) expect(early.problems.join('\n')).toMatch(new RegExp(`${c.program.name} .*\\(${v}\\)`));
   }, 600_000);
 
-  it('the A/B variants (MPSC_CONV_TAPS=0: the bounds-tested k table; MPSC_CONV_FRAG=vec: float2 / float4 fragment reads; MPSC_CONV_STAGES=2, copies landing at their wait, with MPSC_CONV_ROUND=rn; MPSC_CONV_ROUND=add with MPSC_CONV_BM256=1: the default seed CNN kernels\' 256x64 tiles at small sizes) match the reference too', () => {
-    const some = [...cudaConvCases(), ...reluGradFoldCases()].filter((c) =>
-      ['tc_conv_tile128', 'tc_conv_tile128_grad_input', 'tc_conv_stride2_pad0', 'tc_conv_wide', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu'].includes(String(c.program.name)));
-    expect(some).toHaveLength(6);
-    const saved = { taps: process.env.MPSC_CONV_TAPS, frag: process.env.MPSC_CONV_FRAG, round: process.env.MPSC_CONV_ROUND, stages: process.env.MPSC_CONV_STAGES, bm256: process.env.MPSC_CONV_BM256 };
+  it('the A/B variants (MPSC_CONV_TAPS=0: the bounds-tested k table; MPSC_CONV_FRAG=vec: float2 / float4 fragment reads; MPSC_CONV_STAGES=2, copies landing at their wait, with MPSC_CONV_ROUND=rn and MPSC_CONV_VEC16=1; MPSC_CONV_ROUND=add with MPSC_CONV_BM256=1: the default seed CNN kernels\' 256x64 tiles at small sizes) match the reference too', () => {
+    const some = [...cudaConvCases(), ...reluGradFoldCases(), ...cudaLongCases()].filter((c) =>
+      ['tc_conv_tile128', 'tc_conv_tile128_grad_input', 'tc_conv_stride2_pad0', 'tc_conv_wide', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu',
+        'tc_conv_deep_k_grad_weight', 'long_k_conv_grad_weight_groups'].includes(String(c.program.name)));
+    expect(some).toHaveLength(8);
+    const saved = { taps: process.env.MPSC_CONV_TAPS, frag: process.env.MPSC_CONV_FRAG, round: process.env.MPSC_CONV_ROUND, stages: process.env.MPSC_CONV_STAGES, bm256: process.env.MPSC_CONV_BM256, vec16: process.env.MPSC_CONV_VEC16 };
     try {
       process.env.MPSC_CONV_TAPS = '0';
       process.env.MPSC_CONV_FRAG = 'vec';
       process.env.MPSC_CONV_STAGES = '2';
       process.env.MPSC_CONV_ROUND = 'rn';
+      process.env.MPSC_CONV_VEC16 = '1';
       const a = buildCuda(some.map((c) => c.program), 'conv_emu_ab', { merge: false });
       const bodies = a.lowered.map((lp) => lp.kernels[0].mma!.body);
+      // 16-byte copies: the forwards' weights (K = 36, 180, 144: multiples of 4), the weight gradients' dy where OH * OW % 4 == 0
+      // (deep_k: 3 x 4 pixels, K = 12 ending inside a k step; the grouped split one: 30 x 30), not where it is 33 x 35
+      expect(a.lowered.filter((lp) => /mpsc_cp_async16f/.test(lp.kernels[0].mma!.body)).map((lp) => String(lp.program.name)).sort()).toEqual(
+        ['long_k_conv_grad_weight_groups', 'tc_conv_deep_k_grad_weight', 'tc_conv_stride2_pad0', 'tc_conv_tile128', 'tc_conv_wide']);
+      expect(a.lowered.find((lp) => String(lp.program.name) === 'long_k_conv_grad_weight_groups')!.kernels[0].label).toMatch(/split K/);
       expect(bodies.every((b) => /mpsc_tf32_rn\(/.test(b) && !/mpsc_tf32\(/.test(b))).toBe(true);
       expect(bodies.some((b) => /amsk/.test(b))).toBe(false);
       // the fragments read by vector: float4 (a row-mode A of two 16-row tiles), float2 (k-mode operands)
@@ -226,6 +233,7 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       // MPSC_CONV_ROUND=add (operands rounded by adding half a TF32 ulp to the bits), still with the vector reads: the same results
       delete process.env.MPSC_CONV_TAPS;
       delete process.env.MPSC_CONV_STAGES;
+      delete process.env.MPSC_CONV_VEC16;
       process.env.MPSC_CONV_ROUND = 'add';
       process.env.MPSC_CONV_BM256 = '1';
       const add = buildCuda(some.map((c) => c.program), 'conv_emu_add', { merge: false });
@@ -237,7 +245,7 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       expect(r2.problems).toEqual([]);
       expect(r2.worst.mma).toBeGreaterThan(1e-5);
     } finally {
-      for (const [k, v] of [['MPSC_CONV_TAPS', saved.taps], ['MPSC_CONV_FRAG', saved.frag], ['MPSC_CONV_ROUND', saved.round], ['MPSC_CONV_STAGES', saved.stages], ['MPSC_CONV_BM256', saved.bm256]] as const) {
+      for (const [k, v] of [['MPSC_CONV_TAPS', saved.taps], ['MPSC_CONV_FRAG', saved.frag], ['MPSC_CONV_ROUND', saved.round], ['MPSC_CONV_STAGES', saved.stages], ['MPSC_CONV_BM256', saved.bm256], ['MPSC_CONV_VEC16', saved.vec16]] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
@@ -332,13 +340,26 @@ describe.skipIf(!NV)('conv_cuda.ts kernels under ptxas', () => {
     ptxasCheck(buildCuda(cudaConvCases().map((c) => c.program), 'conv_ptxas', { merge: false }));
   }, 300_000);
 
-  it('the seed CNN\'s conv kernels too (the default 256x64 grad_input and 2-stage 128x128 kernels reach no small case)', () => {
+  it('the seed CNN\'s conv kernels too (the default 256x64 grad_input and 2-stage 128x128 kernels reach no small case), also with MPSC_CONV_VEC16=1', () => {
     const model = checkFile(path.resolve(__dirname, '../bench/seed_cnn_b32_64px_adam.model'));
-    const a = buildCuda([buildPrograms(model, { batch: model.train.batch }).train_step], 'seed_ptxas');
-    const heads = a.lowered[0].kernels.filter((k) => /conv_cuda\.ts/.test(k.label)).map((k) => k.body.match(/\d+x\d+ tile per block of 256 threads, k steps of 16 in \d cp\.async stages/)?.[0]);
-    expect(heads.filter((h) => /256x64 .* 2 cp/.test(h ?? '')).length).toBe(1);
-    expect(heads.filter((h) => /128x128 .* 2 cp/.test(h ?? '')).length).toBe(2);
-    ptxasCheck(a);
+    const saved = process.env.MPSC_CONV_VEC16;
+    try {
+      for (const v16 of [undefined, '1']) {
+        if (v16) process.env.MPSC_CONV_VEC16 = v16;
+        else delete process.env.MPSC_CONV_VEC16;
+        const a = buildCuda([buildPrograms(model, { batch: model.train.batch }).train_step], 'seed_ptxas');
+        const convs = a.lowered[0].kernels.filter((k) => /conv_cuda\.ts/.test(k.label));
+        const heads = convs.map((k) => k.body.match(/\d+x\d+ tile per block of 256 threads, k steps of 16 in \d cp\.async stages/)?.[0]);
+        expect(heads.filter((h) => /256x64 .* 2 cp/.test(h ?? '')).length).toBe(1);
+        expect(heads.filter((h) => /128x128 .* 2 cp/.test(h ?? '')).length).toBe(2);
+        // 16-byte copies: conv 2's weights (forward) and both weight gradients' dy
+        expect(convs.filter((k) => /mpsc_cp_async16f/.test(k.mma!.body)).length).toBe(v16 ? 3 : 0);
+        ptxasCheck(a);
+      }
+    } finally {
+      if (saved === undefined) delete process.env.MPSC_CONV_VEC16;
+      else process.env.MPSC_CONV_VEC16 = saved;
+    }
   }, 300_000);
 });
 

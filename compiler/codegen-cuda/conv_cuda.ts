@@ -32,7 +32,8 @@
  * Build-time A/B switches (environment of the build, part of the CUDA build key: runtime/cuda/session.ts
  * GENERATOR_ENV; the defaults are the above): MPSC_CONV_TAPS=0 (the bounds-tested table everywhere),
  * MPSC_CONV_FRAG=vec (float2 / float4 fragment reads from [16][R + 4] / [R][16 + 8] tiles: Lay),
- * MPSC_CONV_STAGES=3, MPSC_CONV_ROUND=rna|add|rn (convRound), MPSC_CONV_BM256=0 (no 256x64 tiles: convTiles).
+ * MPSC_CONV_STAGES=2|3 (stagesOf), MPSC_CONV_ROUND=rna|add|rn (convRound), MPSC_CONV_BM256=0|1 (convTiles),
+ * MPSC_CONV_VEC16=1 (16-byte copies of the k-mode operands whose k runs allow them: Side.vec4).
  * The weight gradient's reduction dimension (batch x output pixels) is long and its output small:
  * it is split along K at build time (gemm_cuda.ts splitK with these tiles): per-chunk partial sums
  * into the scratch region, then gemm_cuda.ts's reduction kernel adds them in chunk order (no
@@ -133,6 +134,12 @@ interface Side {
    * window lies inside the image) instead of the window bounds.
    */
   taps?: { n: number; kShift: (s: string, k: string) => string; rowBase: (s: string) => string; koff: (s: string) => string; tap: (s: string) => string };
+  /**
+   * A k-mode operand whose runs of 4 reduction indices from a multiple of 4 are contiguous in memory, 16-byte aligned,
+   * and all valid or all not (the forward's weights with K % 4 == 0; the weight gradient's dy with OH * OW % 4 == 0):
+   * with MPSC_CONV_VEC16=1 its copies are 16-byte cp.async, a quarter of the copy instructions.
+   */
+  vec4?: boolean;
 }
 
 /**
@@ -181,6 +188,7 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
         rowDecl: (s, row) => `const uint bn${s} = ${row};\nconst bool brv${s} = bn${s} < ${N}u;\nconst int bb${s} = int((g * ${c.OG}u + bn${s}) * ${K}u);\n`,
         kDecl: (s, k) => `const uint bk${s} = ${k};\n`,
         elem: (r, k) => ({ pred: `brv${r} && bk${k} < ${K}u`, off: `bb${r} + int(bk${k})` }),
+        vec4: K % 4 === 0,
       },
     };
   }
@@ -223,6 +231,7 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
       rowDecl: (s, row) => `const uint am${s} = ${row};\nconst bool arv${s} = am${s} < ${M}u;\nconst int ab${s} = int((g * ${c.OG}u + am${s}) * ${OHW}u);\n`,
       kDecl: (s, k) => `const uint ak${s} = ${k};\nconst int ako${s} = int((ak${s} / ${OHW}u) * ${c.O * OHW}u + ak${s} % ${OHW}u);\n`,
       elem: (r, k) => ({ pred: `arv${r} && ak${k} < ${K}u`, off: `ab${r} + ako${k}` }),
+      vec4: OHW % 4 === 0,
     },
     b: {
       buf: 'x', mode: 'k',
@@ -309,6 +318,19 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
         ? `const int2 te = ktab[lk + ${tag}k + ${step * j}u];\nconst bool akv${j} = true;\nconst int ako${j} = te.x, adh${j} = te.y >> 16, adw${j} = te.y & 0xffff;\n`
         : side.kDecl(`${j}`, `lk + ${tag}k + ${step * j}u`);
       load += `{\n` + indent(kd + cp(dst, side.elem('0', `${j}`)), '  ') + `}\n`;
+    }
+    return { pre, load };
+  }
+  if (side.vec4 && R >= 64 && process.env.MPSC_CONV_VEC16 === '1') {
+    // thread t copies reduction indices 4 (t % 4) .. + 3 of rows t / 4 + 64 i, one 16-byte copy each (Side.vec4; the
+    // tile's rows of kp floats keep every run's destination 16-byte aligned)
+    let pre = `const uint ${tag}k = 4u * (tidx % 4u), ${tag}r = tidx / 4u;\n`;
+    for (let i = 0; i < R / 64; i++) pre += side.rowDecl(`${i}`, `${tileBase} + ${tag}r + ${64 * i}u`);
+    let load = side.kDecl('k', `lk + ${tag}k`);
+    for (let i = 0; i < R / 64; i++) {
+      const p = side.elem(`${i}`, 'k');
+      load += `{\n  const bool ok = ${p.pred};\n  const float* src = ok ? ${side.buf} + (${p.off}) : ${side.buf};\n` +
+        `  mpsc_cp_async16f(&${at('k', R, L, `${tag}s`, `${tag}r + ${64 * i}u`, `${tag}k`)}, src, ok);\n}\n`;
     }
     return { pre, load };
   }

@@ -150,7 +150,7 @@ export function cudaGemmChoice(): CudaGemm {
  */
 const GENERATOR_ENV = [
   'MPSC_CUDA_CE_FUSE', 'MPSC_CUDA_CE_ROW_BLOCK', 'MPSC_CUDA_FLASH_FWD_ROWS', 'MPSC_CUDA_FLASH_LDSM', 'MPSC_CUDA_FLASH_MINBLOCKS',
-  'MPSC_CONV_TAPS', 'MPSC_CONV_FRAG', 'MPSC_CONV_STAGES', 'MPSC_CONV_ROUND', 'MPSC_CONV_BM256',
+  'MPSC_CONV_TAPS', 'MPSC_CONV_FRAG', 'MPSC_CONV_STAGES', 'MPSC_CONV_ROUND', 'MPSC_CONV_BM256', 'MPSC_CONV_VEC16',
 ];
 
 /** digest of what the generated CUDA sources are a pure function of (the generator, the programs, the options, $MPSC_CUDA_ATTN_TF32X3, GENERATOR_ENV) */

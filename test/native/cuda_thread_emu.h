@@ -13,7 +13,7 @@
 //    from the posted fragments (the PTX ISA's m16n8k8 .tf32 fragment layout; each operand's low 13 bits
 //    dropped, as the tensor core reads only a .tf32 value's top 19), and the warp meets
 //    again before the slots are reused;
-//  - cp.async (mpsc_cp_async4 / _commit / _wait<N>, the dialect's helpers): each thread's copies are
+//  - cp.async (mpsc_cp_async4 / 16f / _commit / _wait<N>, the dialect's helpers; 16f checks its alignment): each thread's copies are
 //    kept in its commit groups. With emu_cp_late false (the default) a copy lands when it is issued, so a
 //    copy into a stage other threads still read, without a barrier between, shows; with emu_cp_late
 //    true it lands only at the wait that requires its group (cp.async.wait_group N: all but the N
@@ -45,6 +45,7 @@ using std::max;
 #define __launch_bounds__(...)
 #define __restrict__
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct EmuFiber {
   ucontext_t ctx;
@@ -85,6 +86,14 @@ static inline void mpsc_cp_async4(float* dst, const float* src, bool ok) {
   EmuFiber& f = emu_fibers[emu_cur];
   if (emu_cp_late) f.open.push_back({dst, src, ok});
   else emu_land({{dst, src, ok}});
+}
+// the 16-byte copy: both addresses must be 16-byte aligned (the hardware faults otherwise): checked
+static inline void mpsc_cp_async16f(float* dst, const float* src, bool ok) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16u != 0u || (ok && reinterpret_cast<uintptr_t>(src) % 16u != 0u)) {
+    std::fprintf(stderr, "mpsc_cp_async16f: misaligned %s\n", reinterpret_cast<uintptr_t>(dst) % 16u ? "destination" : "source");
+    std::abort();
+  }
+  for (int e = 0; e < 4; e++) mpsc_cp_async4(dst + e, src + (ok ? e : 0), ok);
 }
 static inline void mpsc_cp_async_commit() {
   EmuFiber& f = emu_fibers[emu_cur];
