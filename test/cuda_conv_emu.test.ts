@@ -52,7 +52,13 @@ interface Emulated { problems: string[]; worst: { fp32: number; mma: number }; c
  * Builds `all` for CUDA, compiles every kernel of theirs (both variants, bodies passed through
  * `mutate`) with the emulator, runs each case in both variants and judges every checked value.
  */
-function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, convOnly = true, late = false): Emulated {
+/** raw access for a test: `bits` edits an input's float bits before it is written, `raw` sees each checked output */
+interface EmuIo {
+  bits?: (i: number, name: string, u: Uint32Array) => void;
+  raw?: (i: number, name: string, variant: 'fp32' | 'mma', v: Float32Array) => void;
+}
+
+function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, convOnly = true, late = false, io: EmuIo = {}): Emulated {
   const a = buildCuda(all.map((c) => c.program), 'conv_emu', { merge: false });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-emu-'));
   const src: string[] = [`#include "${HARNESS}"`, '#include <cstdio>', '#include <string>'];
@@ -81,7 +87,10 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, con
     for (const k of lp.kernels) for (const arg of k.args) vals.set(g.values[arg.value].name, numel(g.values[arg.value].shape));
     for (const [name] of vals) {
       const d = c.data.get(byName.get(name)!);
-      if (d) fs.writeFileSync(path.join(dir, `${i}_${safe(name)}.in`), Buffer.from(Float32Array.from(d).buffer));
+      if (!d) continue;
+      const f = Float32Array.from(d);
+      io.bits?.(i, name, new Uint32Array(f.buffer));
+      fs.writeFileSync(path.join(dir, `${i}_${safe(name)}.in`), Buffer.from(f.buffer));
     }
     const scratch = Math.max(0, ...lp.kernels.map((k) => k.scratch ?? 0)) / 4;
     let body = `static void run_${i}(const std::string& dir, bool mma) {\n  StepParams sp{0.05f, 3, 987654321u, 5u};\n  std::vector<float> scratch(${Math.max(1, scratch)});\n`;
@@ -113,6 +122,7 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, con
       const name = c.program.graph.values[id].name;
       for (const [variant, tol] of [['fp32', 1e-4], ['mma', 5e-3]] as const) {
         const b = fs.readFileSync(path.join(dir, `${i}_${safe(name)}.${variant}`));
+        io.raw?.(i, name, variant, new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length)));
         const e = relError(Float64Array.from(new Float32Array(b.buffer, b.byteOffset, b.length / 4)), ref.get(id)!);
         if (!(e < tol)) out.problems.push(`${c.program.name} ${name} (${variant}): rel error ${e} (tolerance ${tol})`);
         out.worst[variant] = Math.max(out.worst[variant], Number.isNaN(e) ? Infinity : e);
@@ -328,6 +338,50 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it('propagate NaN through the TF32 rounding: the canonical NaN 0x7fffffff and its negation in an operand give NaN exactly where the float64 reference has it (MPSC_CONV_ROUND=add loses them: negative control)', () => {
+    // the forward (x: the row-mode im2col A; the NaNs' windows reach 2 x 2 outputs each), the input gradient (dy gathered)
+    // and the weight gradient (dy: the k-mode A): 0x7fffffff at element 0 and 0xffffffff at the last of input 0
+    const names = ['tc_conv_stride2_pad0', 'tc_conv_stride2_pad0_grad_input', 'tc_conv_stride2_pad0_grad_weight'];
+    const some = cudaConvCases().filter((c) => names.includes(String(c.program.name)));
+    expect(some).toHaveLength(3);
+    const first = some.map((c) => c.program.inputs[0]);
+    const data = some.map((c, i) => {
+      const d = Float64Array.from(c.data.get(first[i])!);
+      d[0] = NaN;
+      d[d.length - 1] = NaN;
+      return { ...c, data: new Map([...c.data, [first[i], d]]) };
+    });
+    const refNan = data.map((c) => Array.from(reference(c, SCALARS).get(c.check[0])!, (x) => Number.isNaN(x)));
+    for (const r of refNan) expect(r.filter(Boolean).length).toBeGreaterThan(0);
+    const run = () => {
+      const lost: string[] = [];
+      emulate(data, (b) => b, true, false, {
+        bits: (i, name, u) => {
+          if (name !== data[i].program.graph.values[first[i]].name) return;
+          u[0] = 0x7fffffff;
+          u[u.length - 1] = 0xffffffff;
+        },
+        raw: (i, _name, variant, v) => {
+          const bad = refNan[i].findIndex((nan, j) => nan !== Number.isNaN(v[j]));
+          if (bad >= 0) lost.push(`${data[i].program.name} (${variant}): element ${bad} ${v[bad]}, reference ${refNan[i][bad] ? 'NaN' : 'finite'}`);
+        },
+      });
+      return lost;
+    };
+    const saved = process.env.MPSC_CONV_ROUND;
+    try {
+      delete process.env.MPSC_CONV_ROUND;
+      expect(run()).toEqual([]);
+      process.env.MPSC_CONV_ROUND = 'add';
+      const lost = run();
+      for (const n of names) expect(lost.join('\n')).toMatch(new RegExp(`${n} \\(mma\\)`));
+      expect(lost.join('\n')).not.toMatch(/\(fp32\)/);
+    } finally {
+      if (saved === undefined) delete process.env.MPSC_CONV_ROUND;
+      else process.env.MPSC_CONV_ROUND = saved;
+    }
+  }, 600_000);
 
   it('refuses PTX the emulator does not know (kernels reach PTX only through its helpers)', () => {
     expect(emulable('mpsc_cp_async_commit();')).toBe('mpsc_cp_async_commit();');
