@@ -212,7 +212,7 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     for (const c of some) for (const v of ['fp32', 'mma']) expect(early.problems.join('\n')).toMatch(new RegExp(`${c.program.name} .*\\(${v}\\)`));
   }, 600_000);
 
-  it('the A/B variants (MPSC_CONV_TAPS=0: the bounds-tested k table; MPSC_CONV_FRAG=vec: float2 / float4 fragment reads; MPSC_CONV_STAGES=2, copies landing at their wait, with MPSC_CONV_ROUND=rn and MPSC_CONV_VEC16=1; MPSC_CONV_ROUND=add with MPSC_CONV_BM256=1: the default seed CNN kernels\' 256x64 tiles at small sizes) match the reference too', () => {
+  it('the A/B variants (MPSC_CONV_TAPS=0: the bounds-tested k table; MPSC_CONV_FRAG=vec: float2 / float4 fragment reads; MPSC_CONV_STAGES=2, copies landing at their wait, with MPSC_CONV_ROUND=rna and the 16-byte copies; MPSC_CONV_ROUND=add with MPSC_CONV_BM256=1 (the default seed CNN kernels\' 256x64 tiles at small sizes) and MPSC_CONV_VEC16=0) match the reference too', () => {
     const some = [...cudaConvCases(), ...reluGradFoldCases(), ...cudaLongCases()].filter((c) =>
       ['tc_conv_tile128', 'tc_conv_tile128_grad_input', 'tc_conv_stride2_pad0', 'tc_conv_wide', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu',
         'tc_conv_deep_k_grad_weight', 'long_k_conv_grad_weight_groups'].includes(String(c.program.name)));
@@ -222,7 +222,7 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       process.env.MPSC_CONV_TAPS = '0';
       process.env.MPSC_CONV_FRAG = 'vec';
       process.env.MPSC_CONV_STAGES = '2';
-      process.env.MPSC_CONV_ROUND = 'rn';
+      process.env.MPSC_CONV_ROUND = 'rna';
       process.env.MPSC_CONV_VEC16 = '1';
       const a = buildCuda(some.map((c) => c.program), 'conv_emu_ab', { merge: false });
       const bodies = a.lowered.map((lp) => lp.kernels[0].mma!.body);
@@ -231,7 +231,7 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       expect(a.lowered.filter((lp) => /mpsc_cp_async16f/.test(lp.kernels[0].mma!.body)).map((lp) => String(lp.program.name)).sort()).toEqual(
         ['long_k_conv_grad_weight_groups', 'tc_conv_deep_k_grad_weight', 'tc_conv_stride2_pad0', 'tc_conv_tile128', 'tc_conv_wide']);
       expect(a.lowered.find((lp) => String(lp.program.name) === 'long_k_conv_grad_weight_groups')!.kernels[0].label).toMatch(/split K/);
-      expect(bodies.every((b) => /mpsc_tf32_rn\(/.test(b) && !/mpsc_tf32\(/.test(b))).toBe(true);
+      expect(bodies.every((b) => /mpsc_tf32\(/.test(b) && !/mpsc_tf32_rn\(/.test(b))).toBe(true);
       expect(bodies.some((b) => /amsk/.test(b))).toBe(false);
       // the fragments read by vector: float4 (a row-mode A of two 16-row tiles), float2 (k-mode operands)
       expect(bodies.some((b) => /const float4 v/.test(b)) && bodies.some((b) => /const float2 v = \*reinterpret_cast<const float2\*>\(&bs/.test(b))).toBe(true);
@@ -243,11 +243,12 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       // MPSC_CONV_ROUND=add (operands rounded by adding half a TF32 ulp to the bits), still with the vector reads: the same results
       delete process.env.MPSC_CONV_TAPS;
       delete process.env.MPSC_CONV_STAGES;
-      delete process.env.MPSC_CONV_VEC16;
+      process.env.MPSC_CONV_VEC16 = '0';
       process.env.MPSC_CONV_ROUND = 'add';
       process.env.MPSC_CONV_BM256 = '1';
       const add = buildCuda(some.map((c) => c.program), 'conv_emu_add', { merge: false });
       expect(add.lowered.every((lp) => /__float_as_uint\(v\.x\) \+ 0x1000u/.test(lp.kernels[0].mma!.body) && !/mpsc_tf32/.test(lp.kernels[0].mma!.body))).toBe(true);
+      expect(add.lowered.some((lp) => /mpsc_cp_async16f/.test(lp.kernels[0].mma!.body))).toBe(false);
       // MPSC_CONV_BM256=1: tc_conv_wide's forward (N 70: BN 64, partial row and column tiles) and the relu-masked input
       // gradient on 256x64 tiles
       expect(add.lowered.filter((lp) => /conv_cuda\.ts 256x64 /.test(lp.kernels[0].label)).map((lp) => String(lp.program.name)).sort()).toEqual(['fuse_conv_grad_input_relu', 'tc_conv_wide']);
@@ -371,8 +372,12 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     };
     const saved = process.env.MPSC_CONV_ROUND;
     try {
-      delete process.env.MPSC_CONV_ROUND;
-      expect(run()).toEqual([]);
+      for (const r of [undefined, 'rna']) {
+        // the default (cvt.rn) and cvt.rna
+        if (r) process.env.MPSC_CONV_ROUND = r;
+        else delete process.env.MPSC_CONV_ROUND;
+        expect(run(), r ?? 'default').toEqual([]);
+      }
       process.env.MPSC_CONV_ROUND = 'add';
       const lost = run();
       for (const n of names) expect(lost.join('\n')).toMatch(new RegExp(`${n} \\(mma\\)`));
@@ -394,11 +399,11 @@ describe.skipIf(!NV)('conv_cuda.ts kernels under ptxas', () => {
     ptxasCheck(buildCuda(cudaConvCases().map((c) => c.program), 'conv_ptxas', { merge: false }));
   }, 300_000);
 
-  it('the seed CNN\'s conv kernels too (the default 256x64 grad_input and 2-stage 128x128 kernels reach no small case), also with MPSC_CONV_VEC16=1', () => {
+  it('the seed CNN\'s conv kernels too (the default 256x64 grad_input and 2-stage 128x128 kernels reach no small case), also with MPSC_CONV_VEC16=0', () => {
     const model = checkFile(path.resolve(__dirname, '../bench/seed_cnn_b32_64px_adam.model'));
     const saved = process.env.MPSC_CONV_VEC16;
     try {
-      for (const v16 of [undefined, '1']) {
+      for (const v16 of [undefined, '0']) {
         if (v16) process.env.MPSC_CONV_VEC16 = v16;
         else delete process.env.MPSC_CONV_VEC16;
         const a = buildCuda([buildPrograms(model, { batch: model.train.batch }).train_step], 'seed_ptxas');
@@ -407,7 +412,7 @@ describe.skipIf(!NV)('conv_cuda.ts kernels under ptxas', () => {
         expect(heads.filter((h) => /256x64 .* 2 cp/.test(h ?? '')).length).toBe(1);
         expect(heads.filter((h) => /128x128 .* 2 cp/.test(h ?? '')).length).toBe(2);
         // 16-byte copies: conv 2's weights (forward) and both weight gradients' dy
-        expect(convs.filter((k) => /mpsc_cp_async16f/.test(k.mma!.body)).length).toBe(v16 ? 3 : 0);
+        expect(convs.filter((k) => /mpsc_cp_async16f/.test(k.mma!.body)).length).toBe(v16 === '0' ? 0 : 3);
         ptxasCheck(a);
       }
     } finally {

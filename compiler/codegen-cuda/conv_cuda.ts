@@ -25,15 +25,17 @@
  * image, so a copy is a table read, a bit test and an add; else (offset, tap shifts) and the
  * window's bounds tested per copy.
  *  - mma variant: warps 4 (m) x 2 (n), each (BM/4) x (BN/2) as m16n8k8 TF32 mma.sync tiles; operands
- *    rounded to TF32 as cvt.rna.tf32.f32 rounds them (to nearest, ties away; by default in 2 instructions
- *    instead of cvt.rna's 3, NaN kept: convRound), fp32 accumulation.
+ *    rounded to the nearest TF32 value by cvt.rn.tf32.f32 (ties to even, NaN kept; one instruction: convRound),
+ *    fp32 accumulation.
+ *  - k-mode operands whose runs of 4 k are contiguous and aligned (the forward's weights, the weight gradient's dy)
+ *    are copied 16 bytes at a time (Side.vec4).
  *  - plain variant (MPSC_CUDA_PLAIN=1): the same tiles and pipeline, fp32 FFMA, a (BM/16) x (BN/16)
  *    register block per thread: fp32 accuracy.
  * Build-time A/B switches (environment of the build, part of the CUDA build key: runtime/cuda/session.ts
  * GENERATOR_ENV; the defaults are the above): MPSC_CONV_TAPS=0 (the bounds-tested table everywhere),
  * MPSC_CONV_FRAG=vec (float2 / float4 fragment reads from [16][R + 4] / [R][16 + 8] tiles: Lay),
- * MPSC_CONV_STAGES=2|3 (stagesOf), MPSC_CONV_ROUND=rna|add|rn (convRound), MPSC_CONV_BM256=0|1 (convTiles),
- * MPSC_CONV_VEC16=1 (16-byte copies of the k-mode operands whose k runs allow them: Side.vec4).
+ * MPSC_CONV_STAGES=2|3 (stagesOf), MPSC_CONV_ROUND=rna|add (convRound), MPSC_CONV_BM256=0|1 (convTiles),
+ * MPSC_CONV_VEC16=0 (4-byte copies everywhere: Side.vec4).
  * The weight gradient's reduction dimension (batch x output pixels) is long and its output small:
  * it is split along K at build time (gemm_cuda.ts splitK with these tiles): per-chunk partial sums
  * into the scratch region, then gemm_cuda.ts's reduction kernel adds them in chunk order (no
@@ -66,19 +68,22 @@ interface Lay { vec: boolean; kp: number; rp: number; round: (x: string) => stri
  * How the mma variant rounds an fp32 operand to TF32 (MPSC_CONV_ROUND at build time; the tensor core reads a .tf32
  * register's top 19 bits and drops the low 13). SASS counts from sm_90a cubins of the seed CNN's conv kernels
  * (bench/NOTES.md "v8 seedconv"):
- *  - 'rna' (the default): cvt.rna.tf32.f32 (mpsc_tf32), as cuBLAS / CUTLASS round: to nearest, ties away from zero;
- *    NaN stays NaN, infinities stay. ptxas emits FSETP |x| >= inf, an add of 0x1000 predicated on a finite x, and a
- *    mask of the low 13 bits; in these kernels, where the value only feeds the mma, it drops the mask: 2 instructions.
- *    No integer form that keeps NaN is shorter (a guarded add, or a clamp + VIADDMNMX: 2 as well).
- *  - 'add': bits + 0x1000, 1 instruction, the same for finite values, but the canonical NaN 0x7fffffff wraps to -0 and
- *    its negation 0xffffffff to +0 (a NaN loss would not propagate): an A/B variant only.
- *  - 'rn': cvt.rn.tf32.f32 (mpsc_tf32_rn, sm_90's conversion instruction F2FP): 1 instruction, NaN kept, ties to
- *    even; an A/B variant (conversions are a low-throughput pipe on Hopper).
+ *  - 'rn' (the default since 4 Dec evening): cvt.rn.tf32.f32 (mpsc_tf32_rn, sm_90's conversion instruction: one
+ *    F2FP): the nearest TF32 value, ties to even (IEEE's default rounding, unbiased), NaN and infinities kept. It
+ *    differs from cvt.rna only where the low 13 bits are exactly 0x1000 (a tie: 1 in 8192 random mantissas), by one
+ *    TF32 ulp in the direction of the tie, the same half-ulp error. On the H200 the seed CNN's three big conv kernels
+ *    went 829.4 -> 787.2 us against cvt.rna (graph step 0.970 -> 0.928 ms with the 16-byte copies).
+ *  - 'rna': cvt.rna.tf32.f32 (mpsc_tf32), to nearest, ties away from zero (the default until 4 Dec evening); NaN and
+ *    infinities kept. ptxas emits FSETP |x| >= inf, an add of 0x1000 predicated on a finite x and a mask of the low 13
+ *    bits; in these kernels, where the value only feeds the mma, it drops the mask: 2 instructions. No integer form
+ *    that keeps NaN is shorter (a guarded add, or a clamp + VIADDMNMX: 2 as well).
+ *  - 'add': bits + 0x1000, 1 instruction, the same as rna for finite values, but the canonical NaN 0x7fffffff wraps
+ *    to -0 and its negation 0xffffffff to +0 (a NaN loss would not propagate): an A/B variant only.
  */
 export type ConvRound = 'rna' | 'add' | 'rn';
 const ROUNDS: readonly ConvRound[] = ['rna', 'add', 'rn'];
 export function convRound(): ConvRound {
-  const v = process.env.MPSC_CONV_ROUND ?? 'rna';
+  const v = process.env.MPSC_CONV_ROUND ?? 'rn';
   if (!(ROUNDS as readonly string[]).includes(v)) throw new UserError(`error: MPSC_CONV_ROUND must be one of ${ROUNDS.join(', ')}, got '${v}'`);
   return v as ConvRound;
 }
@@ -137,7 +142,8 @@ interface Side {
   /**
    * A k-mode operand whose runs of 4 reduction indices from a multiple of 4 are contiguous in memory, 16-byte aligned,
    * and all valid or all not (the forward's weights with K % 4 == 0; the weight gradient's dy with OH * OW % 4 == 0):
-   * with MPSC_CONV_VEC16=1 its copies are 16-byte cp.async, a quarter of the copy instructions.
+   * its copies are 16-byte cp.async, a quarter of the copy instructions (MPSC_CONV_VEC16=0 at build time, an A/B variant:
+   * 4-byte copies; on the H200 the seed CNN's conv2d 281.1 -> 259.2 us, its weight gradient 256.8 -> 237.5 with them).
    */
   vec4?: boolean;
 }
@@ -321,7 +327,9 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
     }
     return { pre, load };
   }
-  if (side.vec4 && R >= 64 && process.env.MPSC_CONV_VEC16 === '1') {
+  const v16 = process.env.MPSC_CONV_VEC16;
+  if (v16 !== undefined && v16 !== '0' && v16 !== '1') throw new UserError(`error: MPSC_CONV_VEC16 must be 0 or 1, got '${v16}'`);
+  if (side.vec4 && R >= 64 && v16 !== '0') {
     // thread t copies reduction indices 4 (t % 4) .. + 3 of rows t / 4 + 64 i, one 16-byte copy each (Side.vec4; the
     // tile's rows of kp floats keep every run's destination 16-byte aligned)
     let pre = `const uint ${tag}k = 4u * (tidx % 4u), ${tag}r = tidx / 4u;\n`;
