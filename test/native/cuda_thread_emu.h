@@ -7,7 +7,7 @@
 // What the kernels do through PTX is emulated here:
 //  - mpsc_tf32: cvt.rna.tf32.f32 (round the low 13 mantissa bits to nearest, ties away from zero; NaN and
 //    infinities not added to), mpsc_tf32_rn: cvt.rn.tf32.f32 (ties to even); __float_as_uint (the kernels' integer
-//    roundings, conv_cuda.ts MPSC_CONV_ROUND=guard / add, add half a TF32 ulp to the bits);
+//    rounding, conv_cuda.ts MPSC_CONV_ROUND=add, adds half a TF32 ulp to the bits);
 //  - mpsc_mma16x8: mma.sync.aligned.m16n8k8 row.col f32.tf32.tf32.f32, warp-wide: each lane posts
 //    its A (4) and B (2) fragment registers, the warp meets, each lane computes its four C elements
 //    from the posted fragments (the PTX ISA's m16n8k8 .tf32 fragment layout; each operand's low 13 bits
@@ -112,13 +112,13 @@ static inline void mpsc_cp_async_wait_all() { mpsc_cp_async_wait<0>(); }
 
 // cvt.rna.tf32.f32 as ptxas emits it for sm_90 (read from an sm_90a cubin: FSETP.GEU |x|, +INF; the add of 0x1000
 // predicated on the result being false, i.e. a finite x; LOP3 with 0xffffe000): infinities and NaNs keep their bits
-// but the low 13
+// but the low 13, which are masked off
 static inline uint mpsc_tf32(float x) {
   uint b;
   std::memcpy(&b, &x, 4);
   return ((b & 0x7fffffffu) < 0x7f800000u ? b + 0x1000u : b) & 0xffffe000u;
 }
-// cvt.rn.tf32.f32: to nearest, ties to even; a NaN becomes the canonical NaN (the result's top 19 bits are what matter)
+// cvt.rn.tf32.f32: to nearest, ties to even; a NaN gives a NaN (here the canonical one; the tensor core reads the top 19 bits)
 static inline uint mpsc_tf32_rn(float x) {
   uint b;
   std::memcpy(&b, &x, 4);
