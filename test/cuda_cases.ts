@@ -250,14 +250,15 @@ export function gemmTileCases(rng: Rng): OpCase[] {
 }
 
 /**
- * Long 16-bit element-wise nodes, fp32 unary ones and adam_update (wide_ew_cuda.ts: PER_THREAD elements per thread): gelu and
- * its gradient (bf16, f16, fp32), a same-shape add, casts both ways, AdamW and Adam with L2 decay and a gradient scale; sizes past MIN_WIDE, one not a multiple of a block's span (the last
- * block's elements guarded) and one a multiple (no guards).
+ * Long 16-bit element-wise nodes, fp32 unary ones, adam_update and the f32 global-avgpool gradient (wide_ew_cuda.ts:
+ * PER_THREAD elements per thread): gelu and its gradient (bf16, f16, fp32), a same-shape add, casts both ways, AdamW and
+ * Adam with L2 decay and a gradient scale, the avgpool gradient with and without its folded relu-grad; sizes past MIN_WIDE,
+ * one not a multiple of a block's span (the last block's elements guarded) and one a multiple (no guards).
  */
 export function wideElementwiseCases(rng: Rng): OpCase[] {
   const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
-  const odd = [521, 509], even = [256, 1024];
-  if (numel(odd) < MIN_WIDE || numel(odd) % (256 * PER_THREAD) === 0 || numel(even) < MIN_WIDE || numel(even) % (256 * PER_THREAD) !== 0) {
+  const odd = [521, 509], even = [256, 1024], avgOdd = [3, 7, 113, 113], avgEven = [2, 8, 128, 128];
+  if ([odd, avgOdd].some((s) => numel(s) < MIN_WIDE || numel(s) % (256 * PER_THREAD) === 0) || [even, avgEven].some((s) => numel(s) < MIN_WIDE || numel(s) % (256 * PER_THREAD) !== 0)) {
     throw new Error('internal: the wide element-wise cases miss the guarded or the exact path');
   }
   return [
@@ -273,6 +274,10 @@ export function wideElementwiseCases(rng: Rng): OpCase[] {
     // AdamW (decoupled decay) and Adam with L2 decay and a gradient scale (fp16's unscale), f32 throughout
     opCase('wide_adamw', 'adam_update', [f(odd), f(odd), f(odd, -0.1, 0.1), f(odd, 0, 0.01), null], [], { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, decoupled: true }),
     opCase('wide_adam_l2_gscale', 'adam_update', [f(even), f(even), f(even, -0.1, 0.1), f(even, 0, 0.01), f([], 0.3, 1)], [], { beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.05, decoupled: false }),
+    // the global-avgpool gradient in f32: plain over planes of 113 x 113 (guarded), and with its folded relu-grad (the
+    // mask a separate input) over 2 x 8 planes of 128 x 128 (exact)
+    opCase('wide_avgpool_grad', 'global_avgpool_grad', [f([3, 7, 1, 1])], [avgOdd], { x_shape: avgOdd }),
+    opCase('wide_avgpool_grad_relu', 'global_avgpool_grad', [f([2, 8, 1, 1]), f(avgEven)], [avgEven], { x_shape: avgEven, relu_grad: true }),
   ];
 }
 

@@ -19,13 +19,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildCuda } from '../compiler/codegen-cuda/index.js';
-import { CONV_OPS } from '../compiler/codegen-cuda/conv_cuda.js';
+import { checkFile } from '../compiler/check/index.js';
+import { buildPrograms } from '../compiler/ir/programs.js';
+import { CONV_OPS, roundExpr } from '../compiler/codegen-cuda/conv_cuda.js';
 import { CUDA, SMEM_STATIC_MAX } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { kernelSource } from '../compiler/kernels/prelude.js';
 import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types.js';
 import { numel } from '../compiler/ir/graph.js';
 import { relError } from '../compiler/reference/fixtures.js';
-import { cudaConvCases } from './cuda_cases.js';
+import { cudaConvCases, cudaLongCases } from './cuda_cases.js';
 import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
@@ -50,7 +52,13 @@ interface Emulated { problems: string[]; worst: { fp32: number; mma: number }; c
  * Builds `all` for CUDA, compiles every kernel of theirs (both variants, bodies passed through
  * `mutate`) with the emulator, runs each case in both variants and judges every checked value.
  */
-function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, convOnly = true, late = false): Emulated {
+/** raw access for a test: `bits` edits an input's float bits before it is written, `raw` sees each checked output */
+interface EmuIo {
+  bits?: (i: number, name: string, u: Uint32Array) => void;
+  raw?: (i: number, name: string, variant: 'fp32' | 'mma', v: Float32Array) => void;
+}
+
+function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, convOnly = true, late = false, io: EmuIo = {}): Emulated {
   const a = buildCuda(all.map((c) => c.program), 'conv_emu', { merge: false });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-emu-'));
   const src: string[] = [`#include "${HARNESS}"`, '#include <cstdio>', '#include <string>'];
@@ -59,7 +67,7 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, con
     if (emitted.has(v.name)) return;
     emitted.add(v.name);
     // dynamic shared memory (past 48 KB) becomes the emulator's per-block static array of the kernel's size
-    src.push(emulable(kernelSource(CUDA, k, { ...v, body: mutate(v.body) }, '')).replace(/extern __shared__ __align__\(16\) float tg\[\];/, `__shared__ float tg[${v.tgmem / 4}];`));
+    src.push(emulable(kernelSource(CUDA, k, { ...v, body: mutate(v.body) }, '')).replace(/extern __shared__ __align__\(16\) float tg\[\];/, `__shared__ __align__(16) float tg[${v.tgmem / 4}];`));
   };
   src.push(
     'static std::vector<float> load(const std::string& f, size_t n) { std::vector<float> v(n, 0.0f); if (FILE* p = std::fopen(f.c_str(), "rb")) { if (std::fread(v.data(), 4, n, p) != n) std::abort(); std::fclose(p); } return v; }',
@@ -79,7 +87,10 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, con
     for (const k of lp.kernels) for (const arg of k.args) vals.set(g.values[arg.value].name, numel(g.values[arg.value].shape));
     for (const [name] of vals) {
       const d = c.data.get(byName.get(name)!);
-      if (d) fs.writeFileSync(path.join(dir, `${i}_${safe(name)}.in`), Buffer.from(Float32Array.from(d).buffer));
+      if (!d) continue;
+      const f = Float32Array.from(d);
+      io.bits?.(i, name, new Uint32Array(f.buffer));
+      fs.writeFileSync(path.join(dir, `${i}_${safe(name)}.in`), Buffer.from(f.buffer));
     }
     const scratch = Math.max(0, ...lp.kernels.map((k) => k.scratch ?? 0)) / 4;
     let body = `static void run_${i}(const std::string& dir, bool mma) {\n  StepParams sp{0.05f, 3, 987654321u, 5u};\n  std::vector<float> scratch(${Math.max(1, scratch)});\n`;
@@ -111,6 +122,7 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, con
       const name = c.program.graph.values[id].name;
       for (const [variant, tol] of [['fp32', 1e-4], ['mma', 5e-3]] as const) {
         const b = fs.readFileSync(path.join(dir, `${i}_${safe(name)}.${variant}`));
+        io.raw?.(i, name, variant, new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length)));
         const e = relError(Float64Array.from(new Float32Array(b.buffer, b.byteOffset, b.length / 4)), ref.get(id)!);
         if (!(e < tol)) out.problems.push(`${c.program.name} ${name} (${variant}): rel error ${e} (tolerance ${tol})`);
         out.worst[variant] = Math.max(out.worst[variant], Number.isNaN(e) ? Infinity : e);
@@ -200,17 +212,26 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     for (const c of some) for (const v of ['fp32', 'mma']) expect(early.problems.join('\n')).toMatch(new RegExp(`${c.program.name} .*\\(${v}\\)`));
   }, 600_000);
 
-  it('the A/B variants (MPSC_CONV_TAPS=0: the bounds-tested k table; MPSC_CONV_FRAG=vec: float2 / float4 fragment reads; MPSC_CONV_STAGES=2, copies landing at their wait; MPSC_CONV_ROUND=add with MPSC_CONV_BM256=1) match the reference too', () => {
-    const some = [...cudaConvCases(), ...reluGradFoldCases()].filter((c) =>
-      ['tc_conv_tile128', 'tc_conv_tile128_grad_input', 'tc_conv_stride2_pad0', 'tc_conv_wide', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu'].includes(String(c.program.name)));
-    expect(some).toHaveLength(6);
-    const saved = { taps: process.env.MPSC_CONV_TAPS, frag: process.env.MPSC_CONV_FRAG, round: process.env.MPSC_CONV_ROUND, stages: process.env.MPSC_CONV_STAGES, bm256: process.env.MPSC_CONV_BM256 };
+  it('the A/B variants (MPSC_CONV_TAPS=0: the bounds-tested k table; MPSC_CONV_FRAG=vec: float2 / float4 fragment reads; MPSC_CONV_STAGES=2, copies landing at their wait, with MPSC_CONV_ROUND=rna and the 16-byte copies; MPSC_CONV_ROUND=add with MPSC_CONV_BM256=1 (the default seed CNN kernels\' 256x64 tiles at small sizes) and MPSC_CONV_VEC16=0) match the reference too', () => {
+    const some = [...cudaConvCases(), ...reluGradFoldCases(), ...cudaLongCases()].filter((c) =>
+      ['tc_conv_tile128', 'tc_conv_tile128_grad_input', 'tc_conv_stride2_pad0', 'tc_conv_wide', 'tc_conv_wide_grad_weight', 'fuse_conv_grad_input_relu',
+        'tc_conv_deep_k_grad_weight', 'long_k_conv_grad_weight_groups'].includes(String(c.program.name)));
+    expect(some).toHaveLength(8);
+    const saved = { taps: process.env.MPSC_CONV_TAPS, frag: process.env.MPSC_CONV_FRAG, round: process.env.MPSC_CONV_ROUND, stages: process.env.MPSC_CONV_STAGES, bm256: process.env.MPSC_CONV_BM256, vec16: process.env.MPSC_CONV_VEC16 };
     try {
       process.env.MPSC_CONV_TAPS = '0';
       process.env.MPSC_CONV_FRAG = 'vec';
       process.env.MPSC_CONV_STAGES = '2';
+      process.env.MPSC_CONV_ROUND = 'rna';
+      process.env.MPSC_CONV_VEC16 = '1';
       const a = buildCuda(some.map((c) => c.program), 'conv_emu_ab', { merge: false });
       const bodies = a.lowered.map((lp) => lp.kernels[0].mma!.body);
+      // 16-byte copies: the forwards' weights (K = 36, 180, 144: multiples of 4), the weight gradients' dy where OH * OW % 4 == 0
+      // (deep_k: 3 x 4 pixels, K = 12 ending inside a k step; the grouped split one: 30 x 30), not where it is 33 x 35
+      expect(a.lowered.filter((lp) => /mpsc_cp_async16f/.test(lp.kernels[0].mma!.body)).map((lp) => String(lp.program.name)).sort()).toEqual(
+        ['long_k_conv_grad_weight_groups', 'tc_conv_deep_k_grad_weight', 'tc_conv_stride2_pad0', 'tc_conv_tile128', 'tc_conv_wide']);
+      expect(a.lowered.find((lp) => String(lp.program.name) === 'long_k_conv_grad_weight_groups')!.kernels[0].label).toMatch(/split K/);
+      expect(bodies.every((b) => /mpsc_tf32\(/.test(b) && !/mpsc_tf32_rn\(/.test(b))).toBe(true);
       expect(bodies.some((b) => /amsk/.test(b))).toBe(false);
       // the fragments read by vector: float4 (a row-mode A of two 16-row tiles), float2 (k-mode operands)
       expect(bodies.some((b) => /const float4 v/.test(b)) && bodies.some((b) => /const float2 v = \*reinterpret_cast<const float2\*>\(&bs/.test(b))).toBe(true);
@@ -222,10 +243,12 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       // MPSC_CONV_ROUND=add (operands rounded by adding half a TF32 ulp to the bits), still with the vector reads: the same results
       delete process.env.MPSC_CONV_TAPS;
       delete process.env.MPSC_CONV_STAGES;
+      process.env.MPSC_CONV_VEC16 = '0';
       process.env.MPSC_CONV_ROUND = 'add';
       process.env.MPSC_CONV_BM256 = '1';
       const add = buildCuda(some.map((c) => c.program), 'conv_emu_add', { merge: false });
       expect(add.lowered.every((lp) => /__float_as_uint\(v\.x\) \+ 0x1000u/.test(lp.kernels[0].mma!.body) && !/mpsc_tf32/.test(lp.kernels[0].mma!.body))).toBe(true);
+      expect(add.lowered.some((lp) => /mpsc_cp_async16f/.test(lp.kernels[0].mma!.body))).toBe(false);
       // MPSC_CONV_BM256=1: tc_conv_wide's forward (N 70: BN 64, partial row and column tiles) and the relu-masked input
       // gradient on 256x64 tiles
       expect(add.lowered.filter((lp) => /conv_cuda\.ts 256x64 /.test(lp.kernels[0].label)).map((lp) => String(lp.program.name)).sort()).toEqual(['fuse_conv_grad_input_relu', 'tc_conv_wide']);
@@ -233,10 +256,135 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       expect(r2.problems).toEqual([]);
       expect(r2.worst.mma).toBeGreaterThan(1e-5);
     } finally {
-      for (const [k, v] of [['MPSC_CONV_TAPS', saved.taps], ['MPSC_CONV_FRAG', saved.frag], ['MPSC_CONV_ROUND', saved.round], ['MPSC_CONV_STAGES', saved.stages], ['MPSC_CONV_BM256', saved.bm256]] as const) {
+      for (const [k, v] of [['MPSC_CONV_TAPS', saved.taps], ['MPSC_CONV_FRAG', saved.frag], ['MPSC_CONV_ROUND', saved.round], ['MPSC_CONV_STAGES', saved.stages], ['MPSC_CONV_BM256', saved.bm256], ['MPSC_CONV_VEC16', saved.vec16]] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
+    }
+  }, 600_000);
+
+  it('the TF32 operand roundings (MPSC_CONV_ROUND) as compiled: rna and rn round to nearest (ties away / to even) and keep NaN; add loses the canonical NaN (negative control)', () => {
+    // bit patterns: signed zeros, denormals (smallest, rounding into the normals), ties and their neighbours (odd and even
+    // TF32 lsb), values rounding to the next binade, max-finite (rounding to infinity), infinities, NaNs (quiet, canonical
+    // 0x7fffffff and its negation, payloads only in the dropped low 13 bits, all-ones TF32 mantissa), then random bits
+    const special = [
+      0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x00000fff, 0x00001000, 0x00001fff, 0x007ff000, 0x007fffff, 0x807fffff, 0x00800000,
+      0x3f800000, 0x3f800fff, 0x3f801000, 0x3f801001, 0x3f803000, 0x3f802fff, 0xbf801000, 0xbf803000, 0x3fffefff, 0x3ffff000, 0xbffff000,
+      0x7f7fefff, 0x7f7ff000, 0x7f7fffff, 0xff7ff000, 0xff7fffff, 0x7f800000, 0xff800000,
+      0x7fc00000, 0xffc00000, 0x7fffffff, 0xffffffff, 0x7ffff000, 0xfffff000, 0x7fffefff, 0x7f800001, 0x7f800fff, 0x7f801000, 0x7f802000, 0xff800001, 0xffbfffff,
+    ];
+    let seed = 12345;
+    const rnd = () => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return seed; };
+    const bits = Uint32Array.from([...special, ...Array.from({ length: 20000 }, () => ((rnd() & 0xffff0000) | (rnd() >>> 16)) >>> 0)]);
+    const modes = ['rna', 'add', 'rn'] as const;
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-round-'));
+    try {
+      // each mode's rounding exactly as conv_cuda.ts emits it into the kernels (roundExpr), compiled against the emulator's helpers
+      const fns = modes.map((m) => `static uint r_${m}(float v) { return ${roundExpr(m, 'v')}; }`);
+      fs.writeFileSync(path.join(dir, 'r.cpp'), [`#include "${HARNESS}"`, '#include <cstdio>', ...fns,
+        `int main(int, char** argv) {\n  FILE* in = std::fopen(argv[1], "rb"); FILE* out = std::fopen(argv[2], "wb");\n  uint b;\n` +
+        `  while (std::fread(&b, 4, 1, in) == 1) {\n    float v;\n    std::memcpy(&v, &b, 4);\n    const uint r[] = {${modes.map((m) => `r_${m}(v)`).join(', ')}};\n    std::fwrite(r, 4, ${modes.length}, out);\n  }\n  std::fclose(out);\n  return 0;\n}`].join('\n') + '\n');
+      fs.writeFileSync(path.join(dir, 'in.bin'), Buffer.from(bits.buffer));
+      execFileSync('g++', ['-std=c++20', '-O1', '-pthread', '-w', path.join(dir, 'r.cpp'), '-o', path.join(dir, 'r')], { stdio: 'pipe' });
+      execFileSync(path.join(dir, 'r'), [path.join(dir, 'in.bin'), path.join(dir, 'out.bin')], { stdio: 'pipe' });
+      const ob = fs.readFileSync(path.join(dir, 'out.bin'));
+      const out = new Uint32Array(ob.buffer, ob.byteOffset, ob.length / 4);
+      expect(out.length).toBe(bits.length * modes.length);
+      const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
+      const asFloat = (b: number) => { u32[0] = b; return f32[0]; };
+      const asBits = (x: number) => { f32[0] = x; return u32[0]; };
+      const top = (b: number) => (b & 0xffffe000) >>> 0;  // what the tensor core reads
+      const isNan = (b: number) => ((b >>> 0) & 0x7fffffff) > 0x7f800000;
+      // the nearest TF32 value of a finite float (10 fraction bits; denormals on the same grid as the smallest normals),
+      // ties away from zero (cvt.rna) or to even (cvt.rn), computed in float64 independently of any bit trick
+      const nearest = (b: number, even: boolean) => {
+        const v = asFloat(b), a = Math.abs(v);
+        if (a === 0) return b >>> 0;
+        const q = 2 ** (Math.max(Math.floor(Math.log2(a)), -126) - 10);
+        const r = a / q, f = Math.floor(r);
+        const n = r - f > 0.5 || (r - f === 0.5 && (!even || f % 2 === 1)) ? f + 1 : f;
+        return asBits(Math.sign(v) * n * q);
+      };
+      // cvt.rna as ptxas emits it for sm_90 (FSETP.GEU |x|, +INF; the add predicated on a finite x; the low 13 bits masked)
+      const rna = (b: number) => top(((b & 0x7fffffff) >>> 0) < 0x7f800000 ? b + 0x1000 : b);
+      const bad: string[] = [];
+      const hex = (b: number) => '0x' + (b >>> 0).toString(16).padStart(8, '0');
+      bits.forEach((b, i) => {
+        const [rnaOut, add, rn] = modes.map((_, m) => out[i * modes.length + m]);
+        const finite = ((b & 0x7fffffff) >>> 0) < 0x7f800000;
+        if (finite && rna(b) !== nearest(b, false)) bad.push(`model rna ${hex(b)}: ${hex(rna(b))} vs ${hex(nearest(b, false))}`);
+        if (rnaOut !== rna(b)) bad.push(`rna ${hex(b)}: ${hex(rnaOut)} vs ${hex(rna(b))}`);
+        if (finite && top(rn) !== nearest(b, true)) bad.push(`rn ${hex(b)}: ${hex(rn)} vs ${hex(nearest(b, true))}`);
+        if (!finite && !isNan(b) && top(rn) !== b) bad.push(`rn ${hex(b)}: ${hex(rn)}`);
+        if (isNan(b) && !isNan(top(rn))) bad.push(`rn ${hex(b)}: NaN lost (${hex(rn)})`);
+        if (finite && top(add) !== rna(b)) bad.push(`add ${hex(b)}: ${hex(add)} vs ${hex(rna(b))}`);
+      });
+      expect(bad.slice(0, 20)).toEqual([]);
+      // NaN stays NaN (rna, rn) wherever the tensor core can read one: every NaN whose top 19 bits are a NaN (quiet NaNs,
+      // the canonical 0x7fffffff and the 0xffffffff a negation makes); cvt.rna reads 0x7f800001..0x7f801fff (payload only
+      // in the dropped bits) as infinity, as the tensor core reads them unrounded
+      const at = (b: number, m: number) => out[bits.indexOf(b) * modes.length + m];
+      for (const b of [0x7fc00000, 0xffc00000, 0x7fffffff, 0xffffffff, 0x7ffff000, 0xfffff000, 0x7f802000, 0xffbfffff]) {
+        expect(isNan(top(at(b, 0))), `rna ${hex(b)}`).toBe(true);
+        expect(isNan(top(at(b, 2))), `rn ${hex(b)}`).toBe(true);
+      }
+      expect(top(at(0x7f800001, 0))).toBe(0x7f800000);
+      // the negative control: the plain add turns the canonical NaN into -0 and its negation into +0
+      expect(top(at(0x7fffffff, 1))).toBe(0x80000000);
+      expect(top(at(0xffffffff, 1))).toBe(0);
+      // ties: away from zero (rna) vs to even (rn) differ where the TF32 lsb is 0
+      expect([top(at(0x3f801000, 0)), top(at(0x3f801000, 2))]).toEqual([0x3f802000, 0x3f800000]);
+      expect([top(at(0x3f803000, 0)), top(at(0x3f803000, 2))]).toEqual([0x3f804000, 0x3f804000]);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('propagate NaN through the TF32 rounding: the canonical NaN 0x7fffffff and its negation in an operand give NaN exactly where the float64 reference has it (MPSC_CONV_ROUND=add loses them: negative control)', () => {
+    // the forward (x: the row-mode im2col A; the NaNs' windows reach 2 x 2 outputs each), the input gradient (dy gathered)
+    // and the weight gradient (dy: the k-mode A): 0x7fffffff at element 0 and 0xffffffff at the last of input 0
+    const names = ['tc_conv_stride2_pad0', 'tc_conv_stride2_pad0_grad_input', 'tc_conv_stride2_pad0_grad_weight'];
+    const some = cudaConvCases().filter((c) => names.includes(String(c.program.name)));
+    expect(some).toHaveLength(3);
+    const first = some.map((c) => c.program.inputs[0]);
+    const data = some.map((c, i) => {
+      const d = Float64Array.from(c.data.get(first[i])!);
+      d[0] = NaN;
+      d[d.length - 1] = NaN;
+      return { ...c, data: new Map([...c.data, [first[i], d]]) };
+    });
+    const refNan = data.map((c) => Array.from(reference(c, SCALARS).get(c.check[0])!, (x) => Number.isNaN(x)));
+    for (const r of refNan) expect(r.filter(Boolean).length).toBeGreaterThan(0);
+    const run = () => {
+      const lost: string[] = [];
+      emulate(data, (b) => b, true, false, {
+        bits: (i, name, u) => {
+          if (name !== data[i].program.graph.values[first[i]].name) return;
+          u[0] = 0x7fffffff;
+          u[u.length - 1] = 0xffffffff;
+        },
+        raw: (i, _name, variant, v) => {
+          const bad = refNan[i].findIndex((nan, j) => nan !== Number.isNaN(v[j]));
+          if (bad >= 0) lost.push(`${data[i].program.name} (${variant}): element ${bad} ${v[bad]}, reference ${refNan[i][bad] ? 'NaN' : 'finite'}`);
+        },
+      });
+      return lost;
+    };
+    const saved = process.env.MPSC_CONV_ROUND;
+    try {
+      for (const r of [undefined, 'rna']) {
+        // the default (cvt.rn) and cvt.rna
+        if (r) process.env.MPSC_CONV_ROUND = r;
+        else delete process.env.MPSC_CONV_ROUND;
+        expect(run(), r ?? 'default').toEqual([]);
+      }
+      process.env.MPSC_CONV_ROUND = 'add';
+      const lost = run();
+      for (const n of names) expect(lost.join('\n')).toMatch(new RegExp(`${n} \\(mma\\)`));
+      expect(lost.join('\n')).not.toMatch(/\(fp32\)/);
+    } finally {
+      if (saved === undefined) delete process.env.MPSC_CONV_ROUND;
+      else process.env.MPSC_CONV_ROUND = saved;
     }
   }, 600_000);
 
@@ -248,29 +396,55 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
 
 describe.skipIf(!NV)('conv_cuda.ts kernels under ptxas', () => {
   it('compile for sm_90a without register spills or stack, each TF32 kernel within 2 blocks of 256 threads per SM (128 registers)', () => {
-    const a = buildCuda(cudaConvCases().map((c) => c.program), 'conv_ptxas', { merge: false });
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-ptxas-'));
-    fs.writeFileSync(path.join(dir, 'k.cu'), a.files[KERNELS_FILE]);
-    const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Xptxas', '-v'], { encoding: 'utf8' });
-    fs.rmSync(dir, { recursive: true, force: true });
-    expect(r.status, r.stderr).toBe(0);
-    // ptxas -v: "Compiling entry function 'NAME'", then "N bytes stack frame, N bytes spill stores, N bytes spill loads", then "Used N registers"
-    const conv = new Set(a.lowered.flatMap((lp) => lp.kernels).filter((k) => /conv_cuda\.ts/.test(k.label)).flatMap((k) => [k.name, k.mma?.name ?? '']));
-    const seen = new Map<string, { stack: number; spills: number; regs: number }>();
-    let cur = '';
-    for (const line of r.stderr.split('\n')) {
-      const e = line.match(/Compiling entry function '(\w+)'/);
-      if (e) cur = e[1];
-      const f = line.match(/(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads/);
-      if (f && conv.has(cur)) seen.set(cur, { stack: +f[1], spills: +f[2] + +f[3], regs: 0 });
-      const u = line.match(/Used (\d+) registers/);
-      if (u && seen.has(cur)) seen.get(cur)!.regs = +u[1];
-    }
-    expect(seen.size).toBe([...conv].filter((n) => n && !a.alias.has(n)).length);
-    for (const [name, v] of seen) {
-      expect(v.spills, name).toBe(0);
-      expect(v.stack, name).toBe(0);
-      if (name.endsWith('_mma')) expect(v.regs, name).toBeLessThanOrEqual(128);
+    ptxasCheck(buildCuda(cudaConvCases().map((c) => c.program), 'conv_ptxas', { merge: false }));
+  }, 300_000);
+
+  it('the seed CNN\'s conv kernels too (the default 256x64 grad_input and 2-stage 128x128 kernels reach no small case), also with MPSC_CONV_VEC16=0', () => {
+    const model = checkFile(path.resolve(__dirname, '../bench/seed_cnn_b32_64px_adam.model'));
+    const saved = process.env.MPSC_CONV_VEC16;
+    try {
+      for (const v16 of [undefined, '0']) {
+        if (v16) process.env.MPSC_CONV_VEC16 = v16;
+        else delete process.env.MPSC_CONV_VEC16;
+        const a = buildCuda([buildPrograms(model, { batch: model.train.batch }).train_step], 'seed_ptxas');
+        const convs = a.lowered[0].kernels.filter((k) => /conv_cuda\.ts/.test(k.label));
+        const heads = convs.map((k) => k.body.match(/\d+x\d+ tile per block of 256 threads, k steps of 16 in \d cp\.async stages/)?.[0]);
+        expect(heads.filter((h) => /256x64 .* 2 cp/.test(h ?? '')).length).toBe(1);
+        expect(heads.filter((h) => /128x128 .* 2 cp/.test(h ?? '')).length).toBe(2);
+        // 16-byte copies: conv 2's weights (forward) and both weight gradients' dy
+        expect(convs.filter((k) => /mpsc_cp_async16f/.test(k.mma!.body)).length).toBe(v16 === '0' ? 0 : 3);
+        ptxasCheck(a);
+      }
+    } finally {
+      if (saved === undefined) delete process.env.MPSC_CONV_VEC16;
+      else process.env.MPSC_CONV_VEC16 = saved;
     }
   }, 300_000);
 });
+
+/** ptxas -v of the built kernels for sm_90a: every conv_cuda.ts kernel without spills or stack, its TF32 variant within 128 registers */
+function ptxasCheck(a: ReturnType<typeof buildCuda>): void {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-ptxas-'));
+  fs.writeFileSync(path.join(dir, 'k.cu'), a.files[KERNELS_FILE]);
+  const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Xptxas', '-v'], { encoding: 'utf8' });
+  fs.rmSync(dir, { recursive: true, force: true });
+  expect(r.status, r.stderr).toBe(0);
+  // ptxas -v: "Compiling entry function 'NAME'", then "N bytes stack frame, N bytes spill stores, N bytes spill loads", then "Used N registers"
+  const conv = new Set(a.lowered.flatMap((lp) => lp.kernels).filter((k) => /conv_cuda\.ts/.test(k.label)).flatMap((k) => [k.name, k.mma?.name ?? '']));
+  const seen = new Map<string, { stack: number; spills: number; regs: number }>();
+  let cur = '';
+  for (const line of r.stderr.split('\n')) {
+    const e = line.match(/Compiling entry function '(\w+)'/);
+    if (e) cur = e[1];
+    const f = line.match(/(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads/);
+    if (f && conv.has(cur)) seen.set(cur, { stack: +f[1], spills: +f[2] + +f[3], regs: 0 });
+    const u = line.match(/Used (\d+) registers/);
+    if (u && seen.has(cur)) seen.get(cur)!.regs = +u[1];
+  }
+  expect(seen.size).toBe([...conv].filter((n) => n && !a.alias.has(n)).length);
+  for (const [name, v] of seen) {
+    expect(v.spills, name).toBe(0);
+    expect(v.stack, name).toBe(0);
+    if (name.endsWith('_mma')) expect(v.regs, name).toBeLessThanOrEqual(128);
+  }
+}

@@ -312,11 +312,11 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
   });
 });
 
-describe('long 16-bit element-wise nodes, fp32 unary ones and adam_update, PER_THREAD elements per thread (wide_ew_cuda.ts), rendered in MSL, in the Metal emulator', () => {
-  it('give bitwise the shared kernels\' results (guarded and exact spans, bf16, f16, fp32 unary and the f32 optimizer) and equal the float64 reference', () => {
+describe('long 16-bit element-wise nodes, fp32 unary ones, adam_update and the avgpool gradient, PER_THREAD elements per thread (wide_ew_cuda.ts), rendered in MSL, in the Metal emulator', () => {
+  it('give bitwise the shared kernels\' results (guarded and exact spans, bf16, f16, fp32 unary, the f32 optimizer and avgpool gradients) and equal the float64 reference', () => {
     const cases = wideElementwiseCases(makeRng(11));
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
-    const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update') };
+    const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'), global_avgpool_grad: wideOr('global_avgpool_grad') };
     const run = (wide: boolean) => runCases(compileEmu(cases.map((c) => c.program), { noFallback: true, ...(wide ? { registry } : {}) }, undefined, `wide_ew_emu_${wide}`, (a) => {
       // every node of the cases takes this kernel (the input casts too), except the shared build
       const labels = a.programs.flatMap((p) => p.lowered.kernels.map((k) => k.label));

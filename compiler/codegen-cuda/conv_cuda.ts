@@ -7,10 +7,10 @@
  * not apply (16-bit operands, more than 2^31 elements, a grid over CUDA's limits: gemm_cuda.ts's
  * 64x64 kernels run those, and cublaslt.ts's build report says so).
  *
- * The kernel: 256 threads (8 warps), output tiles of BM x BN (BM 64 or 128, BN 32, 64 or 128, from M and N), K in
- * steps of 16 through three shared-memory stages filled by cp.async (4-byte copies, zero-filled where
- * the im2col window leaves the image or the tile leaves the matrix): two k steps in flight while a
- * third is multiplied, one barrier per k step. Past 48 KB (the 128-row tiles) the block's shared
+ * The kernel: 256 threads (8 warps), output tiles of BM x BN (BM 64, 128 or 256, BN 32, 64 or 128, from M and N),
+ * K in steps of 16 through two shared-memory stages filled by cp.async (4-byte copies, zero-filled where
+ * the im2col window leaves the image or the tile leaves the matrix): one k step in flight while another
+ * is multiplied, one barrier per k step. Past 48 KB (a 256-row tile with its k table) the block's shared
  * memory is dynamic (cuda_dialect.ts; host.ts raises the kernel's limit at create), at most
  * SMEM_BLOCK so that two blocks share an SM. Each operand tile is stored along the dimension the global loads run on: an operand
  * contiguous along its rows (im2col of x and dy along the output pixels) as [16][R + 8], one
@@ -25,18 +25,23 @@
  * image, so a copy is a table read, a bit test and an add; else (offset, tap shifts) and the
  * window's bounds tested per copy.
  *  - mma variant: warps 4 (m) x 2 (n), each (BM/4) x (BN/2) as m16n8k8 TF32 mma.sync tiles; operands
- *    rounded by cvt.rna.tf32.f32 as cuDNN/cuBLAS round them, fp32 accumulation.
+ *    rounded to the nearest TF32 value by cvt.rn.tf32.f32 (ties to even, NaN kept; one instruction: convRound),
+ *    fp32 accumulation.
+ *  - k-mode operands whose runs of 4 k are contiguous and aligned (the forward's weights, the weight gradient's dy)
+ *    are copied 16 bytes at a time (Side.vec4).
  *  - plain variant (MPSC_CUDA_PLAIN=1): the same tiles and pipeline, fp32 FFMA, a (BM/16) x (BN/16)
  *    register block per thread: fp32 accuracy.
- * Build-time A/B switches (environment of the build; the defaults are the above): MPSC_CONV_TAPS=0
- * (the bounds-tested table everywhere), MPSC_CONV_FRAG=vec (float2 / float4 fragment reads from
- * [16][R + 4] / [R][16 + 8] tiles: Lay), MPSC_CONV_STAGES=2, MPSC_CONV_ROUND=add (operands rounded by an
- * integer add: see roundOf), MPSC_CONV_BM256=1 (256x64 tiles where BN is 64: convTiles).
+ * Build-time A/B switches (environment of the build, part of the CUDA build key: runtime/cuda/session.ts
+ * GENERATOR_ENV; the defaults are the above): MPSC_CONV_TAPS=0 (the bounds-tested table everywhere),
+ * MPSC_CONV_FRAG=vec (float2 / float4 fragment reads from [16][R + 4] / [R][16 + 8] tiles: Lay),
+ * MPSC_CONV_STAGES=2|3 (stagesOf), MPSC_CONV_ROUND=rna|add (convRound), MPSC_CONV_BM256=0|1 (convTiles),
+ * MPSC_CONV_VEC16=0 (4-byte copies everywhere: Side.vec4).
  * The weight gradient's reduction dimension (batch x output pixels) is long and its output small:
  * it is split along K at build time (gemm_cuda.ts splitK with these tiles): per-chunk partial sums
  * into the scratch region, then gemm_cuda.ts's reduction kernel adds them in chunk order (no
  * atomics: the result does not depend on launch order).
  */
+import { UserError } from '../errors.js';
 import { isHalf, numel, type Graph, type Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { ceilDiv, label, shapeOf } from '../kernels/common.js';
@@ -60,19 +65,53 @@ const THREADS = 256, BK = 16;
  */
 interface Lay { vec: boolean; kp: number; rp: number; round: (x: string) => string; stages: number }
 /**
- * The TF32 rounding of an fp32 operand: cvt.rna.tf32.f32 (mpsc_tf32: 3 instructions on sm_90, by the
- * cubin's size), or with MPSC_CONV_ROUND=add at build time (an A/B variant, not the default) half a
- * TF32 ulp added to the bits (1 instruction; the tensor core drops the low 13 bits, so finite values
- * round as cvt.rna does; but the canonical NaN 0x7fffffff wraps to -0).
+ * How the mma variant rounds an fp32 operand to TF32 (MPSC_CONV_ROUND at build time; the tensor core reads a .tf32
+ * register's top 19 bits and drops the low 13). SASS counts from sm_90a cubins of the seed CNN's conv kernels
+ * (bench/NOTES.md "v8 seedconv"):
+ *  - 'rn' (the default since 4 Dec evening): cvt.rn.tf32.f32 (mpsc_tf32_rn, sm_90's conversion instruction: one
+ *    F2FP): the nearest TF32 value, ties to even (IEEE's default rounding, unbiased), NaN and infinities kept. It
+ *    differs from cvt.rna only where the low 13 bits are exactly 0x1000 (a tie: 1 in 8192 random mantissas), by one
+ *    TF32 ulp in the direction of the tie, the same half-ulp error. On the H200 the seed CNN's three big conv kernels
+ *    went 829.4 -> 787.2 us against cvt.rna (graph step 0.970 -> 0.928 ms with the 16-byte copies).
+ *  - 'rna': cvt.rna.tf32.f32 (mpsc_tf32), to nearest, ties away from zero (the default until 4 Dec evening); NaN and
+ *    infinities kept. ptxas emits FSETP |x| >= inf, an add of 0x1000 predicated on a finite x and a mask of the low 13
+ *    bits; in these kernels, where the value only feeds the mma, it drops the mask: 2 instructions. No integer form
+ *    that keeps NaN is shorter (a guarded add, or a clamp + VIADDMNMX: 2 as well).
+ *  - 'add': bits + 0x1000, 1 instruction, the same as rna for finite values, but the canonical NaN 0x7fffffff wraps
+ *    to -0 and its negation 0xffffffff to +0 (a NaN loss would not propagate): an A/B variant only.
  */
-const roundOf = (): Lay['round'] => (process.env.MPSC_CONV_ROUND === 'add' ? (x) => `(__float_as_uint(${x}) + 0x1000u)` : (x) => `mpsc_tf32(${x})`);
+export type ConvRound = 'rna' | 'add' | 'rn';
+const ROUNDS: readonly ConvRound[] = ['rna', 'add', 'rn'];
+export function convRound(): ConvRound {
+  const v = process.env.MPSC_CONV_ROUND ?? 'rn';
+  if (!(ROUNDS as readonly string[]).includes(v)) throw new UserError(`error: MPSC_CONV_ROUND must be one of ${ROUNDS.join(', ')}, got '${v}'`);
+  return v as ConvRound;
+}
+/** the rounding `r` of the float expression `x` as a C++ expression (a .tf32 register's bits) */
+export function roundExpr(r: ConvRound, x: string): string {
+  return r === 'add' ? `(__float_as_uint(${x}) + 0x1000u)` : r === 'rn' ? `mpsc_tf32_rn(${x})` : `mpsc_tf32(${x})`;
+}
+/** a K loop (per block: a split GEMM's chunk) of at least this many reduction indices is long: the 256-row tiles and 2 stages */
+const LONG_K = 256;
 /**
- * Shared-memory stages of the cp.async pipeline: 3 (two k steps in flight while one is multiplied),
- * or with MPSC_CONV_STAGES=2 at build time (an A/B variant) 2: less shared memory per block, so more
- * of the SM's 256 KB left to the L1 cache the 4-byte im2col copies (cp.async.ca) reread through.
+ * Shared-memory stages of the cp.async pipeline: 2 for tiles of 128 x 128 or 256 x 64 over a long K loop (one k step in
+ * flight while one is multiplied: less shared memory per block, so more of the SM's 256 KB left to the L1 cache the
+ * 4-byte im2col copies, cp.async.ca, reread through; with the 256-row tiles the seed CNN's grad_input went 391 -> 334 us
+ * on the H200, its 128x128 weight gradient 269 -> 258, 4 Dec), else 3 (two in flight: smaller tiles take less shared
+ * memory, and the seed CNN's 64x32 split weight gradient went 24.5 -> 33.0 us with 2; a short K loop, like the first
+ * conv's K = 27, is latency: both its k steps in flight at once). MPSC_CONV_STAGES=2 or 3 at build time (an A/B
+ * variant): that number for every kernel.
  */
-const stagesOf = () => (process.env.MPSC_CONV_STAGES === '2' ? 2 : 3);
-const layOf = (vec: boolean): Lay => ({ vec, round: roundOf(), stages: stagesOf(), ...(vec ? { kp: BK + 8, rp: 4 } : { kp: BK + 4, rp: 8 }) });
+function stagesOf(BM: number, BN: number, Kloop: number): number {
+  const v = process.env.MPSC_CONV_STAGES;
+  if (v === '2' || v === '3') return +v;
+  if (v !== undefined) throw new UserError(`error: MPSC_CONV_STAGES must be 2 or 3, got '${v}'`);
+  return BM * BN >= 128 * 128 && Kloop >= LONG_K ? 2 : 3;
+}
+const layOf = (vec: boolean, BM: number, BN: number, Kloop: number): Lay => {
+  const r = convRound();
+  return { vec, round: (x) => roundExpr(r, x), stages: stagesOf(BM, BN, Kloop), ...(vec ? { kp: BK + 8, rp: 4 } : { kp: BK + 4, rp: 8 }) };
+};
 /** grid.y (row tiles) and grid.z (groups x chunks) limits */
 const GRID_YZ = 65535;
 /** bytes of shared memory a block may take: two blocks per SM (H200: 228 KB per SM, 1 KB of it reserved per block) */
@@ -100,6 +139,13 @@ interface Side {
    * window lies inside the image) instead of the window bounds.
    */
   taps?: { n: number; kShift: (s: string, k: string) => string; rowBase: (s: string) => string; koff: (s: string) => string; tap: (s: string) => string };
+  /**
+   * A k-mode operand whose runs of 4 reduction indices from a multiple of 4 are contiguous in memory, 16-byte aligned,
+   * and all valid or all not (the forward's weights with K % 4 == 0; the weight gradient's dy with OH * OW % 4 == 0):
+   * its copies are 16-byte cp.async, a quarter of the copy instructions (MPSC_CONV_VEC16=0 at build time, an A/B variant:
+   * 4-byte copies; on the H200 the seed CNN's conv2d 281.1 -> 259.2 us, its weight gradient 256.8 -> 237.5 with them).
+   */
+  vec4?: boolean;
 }
 
 /**
@@ -148,6 +194,7 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
         rowDecl: (s, row) => `const uint bn${s} = ${row};\nconst bool brv${s} = bn${s} < ${N}u;\nconst int bb${s} = int((g * ${c.OG}u + bn${s}) * ${K}u);\n`,
         kDecl: (s, k) => `const uint bk${s} = ${k};\n`,
         elem: (r, k) => ({ pred: `brv${r} && bk${k} < ${K}u`, off: `bb${r} + int(bk${k})` }),
+        vec4: K % 4 === 0,
       },
     };
   }
@@ -190,6 +237,7 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
       rowDecl: (s, row) => `const uint am${s} = ${row};\nconst bool arv${s} = am${s} < ${M}u;\nconst int ab${s} = int((g * ${c.OG}u + am${s}) * ${OHW}u);\n`,
       kDecl: (s, k) => `const uint ak${s} = ${k};\nconst int ako${s} = int((ak${s} / ${OHW}u) * ${c.O * OHW}u + ak${s} % ${OHW}u);\n`,
       elem: (r, k) => ({ pred: `arv${r} && ak${k} < ${K}u`, off: `ab${r} + ako${k}` }),
+      vec4: OHW % 4 === 0,
     },
     b: {
       buf: 'x', mode: 'k',
@@ -224,15 +272,19 @@ const SMS = 132;
 
 /**
  * Tile shape for an M x N GEMM with G groups: BN 128 where N fills it, 32 for N of at most 32 (a
- * 32-channel layer wastes no half tile), else 64; BM 128 where M fills it and the grid of 128-row
+ * 32-channel layer wastes no half tile), else 64; BM 256 for BN 64 over a long K (below), else 128 where M fills it and the grid of 128-row
  * tiles still covers every SM or the GEMM is split along K (`split`: the weight gradient, whose
  * chunks fill the GPU anyway); else 64, twice the blocks (e.g. MNIST's 14x14 layers).
  */
-export function convTiles(M: number, N: number, G: number, split: boolean): { BM: number; BN: number } {
+export function convTiles(M: number, N: number, G: number, split: boolean, K: number): { BM: number; BN: number } {
   const BN = N >= 128 ? 128 : N > 32 ? 64 : 32;
-  // MPSC_CONV_BM256=1 at build time (an A/B variant): 256-row tiles where BN is 64 and the GEMM is not split (the seed
-  // CNN's grad_input: its A copies, the costly ones, then feed a 64x32 warp tile)
-  if (process.env.MPSC_CONV_BM256 === '1' && BN === 64 && !split && M >= 256) return { BM: 256, BN };
+  // 256-row tiles where BN is 64, the GEMM is not split, its K loop is long and the grid of 256-row tiles still covers
+  // every SM (the seed CNN's grad_input: its A copies, the costly ones, then feed a 64x32 warp tile; not its first conv,
+  // K = 27, bound by its store, nor the MNIST CNN's 98-tile layers). MPSC_CONV_BM256 at build time (A/B variants):
+  // 0, never (as before 4 Dec evening); 1, wherever BN is 64, the GEMM is not split and M >= 256 (whatever K and grid)
+  const bm256 = process.env.MPSC_CONV_BM256;
+  if (bm256 !== undefined && bm256 !== '0' && bm256 !== '1') throw new UserError(`error: MPSC_CONV_BM256 must be 0 or 1, got '${bm256}'`);
+  if (bm256 !== '0' && BN === 64 && !split && M >= 256 && (bm256 === '1' || (K >= LONG_K && ceilDiv(M, 256) * G >= SMS))) return { BM: 256, BN };
   return { BM: M >= 128 && (split || ceilDiv(M, 128) * ceilDiv(N, BN) * G >= SMS) ? 128 : 64, BN };
 }
 
@@ -272,6 +324,21 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
         ? `const int2 te = ktab[lk + ${tag}k + ${step * j}u];\nconst bool akv${j} = true;\nconst int ako${j} = te.x, adh${j} = te.y >> 16, adw${j} = te.y & 0xffff;\n`
         : side.kDecl(`${j}`, `lk + ${tag}k + ${step * j}u`);
       load += `{\n` + indent(kd + cp(dst, side.elem('0', `${j}`)), '  ') + `}\n`;
+    }
+    return { pre, load };
+  }
+  const v16 = process.env.MPSC_CONV_VEC16;
+  if (v16 !== undefined && v16 !== '0' && v16 !== '1') throw new UserError(`error: MPSC_CONV_VEC16 must be 0 or 1, got '${v16}'`);
+  if (side.vec4 && R >= 64 && v16 !== '0') {
+    // thread t copies reduction indices 4 (t % 4) .. + 3 of rows t / 4 + 64 i, one 16-byte copy each (Side.vec4; the
+    // tile's rows of kp floats keep every run's destination 16-byte aligned)
+    let pre = `const uint ${tag}k = 4u * (tidx % 4u), ${tag}r = tidx / 4u;\n`;
+    for (let i = 0; i < R / 64; i++) pre += side.rowDecl(`${i}`, `${tileBase} + ${tag}r + ${64 * i}u`);
+    let load = side.kDecl('k', `lk + ${tag}k`);
+    for (let i = 0; i < R / 64; i++) {
+      const p = side.elem(`${i}`, 'k');
+      load += `{\n  const bool ok = ${p.pred};\n  const float* src = ok ? ${side.buf} + (${p.off}) : ${side.buf};\n` +
+        `  mpsc_cp_async16f(&${at('k', R, L, `${tag}s`, `${tag}r + ${64 * i}u`, `${tag}k`)}, src, ok);\n}\n`;
     }
     return { pre, load };
   }
@@ -455,13 +522,13 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   const xs = n.op === 'conv2d' ? shapeOf(g, n.inputs[0]) : n.op === 'conv2d_grad_input' ? (n.attrs.x_shape as number[]) : shapeOf(g, n.inputs[1]);
   const ws = n.op === 'conv2d_grad_weight' ? (n.attrs.w_shape as number[]) : shapeOf(g, n.inputs[1]);
   const c = convGeom(n, xs, ws);
-  const { BM, BN } = convTiles(gm.M, gm.N, gm.G, n.op === 'conv2d_grad_weight');
+  const { BM, BN } = convTiles(gm.M, gm.N, gm.G, n.op === 'conv2d_grad_weight', gm.K);
   const sp = n.op === 'conv2d_grad_weight' ? splitK(gm.M, gm.N, gm.K, gm.G, BM, BN) : null;
   const tiles: [number, number, number] = [ceilDiv(gm.N, BN), ceilDiv(gm.M, BM), gm.G * (sp?.S ?? 1)];
   if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
   const { a, b } = sidesOf(n.op, c, gm.M, gm.N, gm.K);
   // 4-byte fragment reads by default; MPSC_CONV_FRAG=vec at build time: the vector reads (Lay; they need B loaded along k, as every conv's is)
-  const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K, L: layOf(b.mode === 'k' && process.env.MPSC_CONV_FRAG === 'vec') };
+  const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K, L: layOf(b.mode === 'k' && process.env.MPSC_CONV_FRAG === 'vec', BM, BN, sp?.Kc ?? gm.K) };
   // the k table where it fits next to the stages in SMEM_BLOCK; 'bounds' where its dh = 0x4000 marker lies outside the images,
   // 'taps' where the offset separates and the window has at most 31 taps (MPSC_CONV_TAPS=0 at build time: 'bounds', for A/B)
   const fits = a.mode === 'row' && !sp && (tableFloats(s) + s.L.stages * (tileFloats(a.mode, BM, s.L) + tileFloats(b.mode, BN, s.L))) * 4 <= SMEM_BLOCK;
@@ -477,7 +544,7 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
     body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`, tab),
     // two blocks per SM (the tiles and SMEM_BLOCK assume it): at most 128 registers (ptxas fits the 3-stage 128x128 split-K
     // weight gradient, 148 unbounded, in 128 without spills)
-    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, minBlocks: 2, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (${process.env.MPSC_CONV_ROUND === 'add' ? 'half-ulp-add' : 'cvt.rna'} operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab) },
+    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, minBlocks: 2, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (${{ rna: 'cvt.rna', rn: 'cvt.rn', add: 'half-ulp-add' }[convRound()]} operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab) },
   };
   if (!sp) return [gemm];
   gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;

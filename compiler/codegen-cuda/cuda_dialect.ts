@@ -78,11 +78,14 @@ class CudaDialect extends CStyleDialect {
       `  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n  return v;\n}\n\n` +
       `${q} float mpsc_warp_max(float v) {\n` +
       `  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));\n  return v;\n}\n\n` +
-      `// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds the 16-byte one): a 4-byte copy,\n` +
+      `// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds a 16-byte one for 16-bit tiles): a 4-byte copy,\n` +
       `// zero-filled when !ok (src then unread); commit closes this thread's group of copies; wait<N> waits until\n` +
       `// at most its N youngest committed groups are in flight (a __syncthreads() then makes every thread's visible)\n` +
       `${q} void mpsc_cp_async4(float* dst, const float* src, bool ok) {\n` +
       `  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");\n}\n\n` +
+      `// 4 floats in one copy (src and dst 16-byte aligned), zero-filled when !ok\n` +
+      `${q} void mpsc_cp_async16f(float* dst, const float* src, bool ok) {\n` +
+      `  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 16u : 0u) : "memory");\n}\n\n` +
       `${q} void mpsc_cp_async_commit() {\n  asm volatile("cp.async.commit_group;" ::: "memory");\n}\n\n` +
       `template <int N>\n${q} void mpsc_cp_async_wait() {\n  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");\n}\n\n` +
       `${q} void mpsc_cp_async_wait_all() {\n  mpsc_cp_async_wait<0>();\n}\n\n` +
@@ -95,6 +98,9 @@ class CudaDialect extends CStyleDialect {
       `struct mpsc_acc8 { float v[2]; };\n\n` +
       `${q} uint mpsc_tf32(float x) {\n` +
       `  uint r;\n  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n\n` +
+      `// round to TF32, ties to even (sm_90's conversion instruction; conv_cuda.ts MPSC_CONV_ROUND=rn)\n` +
+      `${q} uint mpsc_tf32_rn(float x) {\n` +
+      `  uint r;\n  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n\n` +
       `${q} void mpsc_mma_tf32(mpsc_acc8& acc, uint a0, uint a2, uint b0, uint b1) {\n` +
       `  float d2 = 0.0f, d3 = 0.0f;\n` +
       `  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n` +
@@ -135,7 +141,8 @@ class CudaDialect extends CStyleDialect {
     if (/\bsp\b/.test(k.body)) pre.push('  const StepParams sp = *spp;');
     // past 48 KB a block's shared memory is dynamic: the launch passes its bytes, create raises the kernel's limit (host.ts)
     if (k.tgmem > SMEM_STATIC_MAX) pre.push(`  extern __shared__ __align__(16) float tg[];  // ${k.tgmem} bytes, dynamic`);
-    else if (k.tgmem > 0) pre.push(`  __shared__ float tg[${k.tgmem / 4}];`);
+    // 16-byte copies (conv_cuda.ts MPSC_CONV_VEC16) need 16-byte aligned destinations
+    else if (k.tgmem > 0) pre.push(`  __shared__ ${/\bmpsc_cp_async16f\b/.test(k.body) ? '__align__(16) ' : ''}float tg[${k.tgmem / 4}];`);
     for (const b of builtinsOf(k.body)) pre.push(`  ${DEFINE[b]}`);
     return `// ${k.comment}\nextern "C" __global__ void __launch_bounds__(${threads}${k.minBlocks ? `, ${k.minBlocks}` : ''}) ${k.name}(\n${params.join(',\n')})\n{\n` +
       `${pre.map((l) => l + '\n').join('')}${k.body.replace(/\n+$/, '')}\n}`;

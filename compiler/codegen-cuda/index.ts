@@ -89,7 +89,7 @@ function gemmRegistry(lt: boolean, tf32x3: Tf32x3Mode, choices: GemmChoice[]): {
     return ks;
   };
   return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, attention_qkv: cudaAttention, attention_qkv_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: cudaEmbeddingGrad, embedding: cudaEmbedding, layernorm: cudaLayernorm,
-    unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'),
+    unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'), global_avgpool_grad: wideOr('global_avgpool_grad'),
     cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
 }
 

@@ -13,7 +13,10 @@
  * unary, unary_grad, same-shape binary and cast nodes with at least MIN_WIDE elements and a
  * 16-bit input or output (f32 element-wise kernels of two inputs already ran near the copy rate: the
  * residual add, 150 MB in 47 us), fp32 unary and unary_grad nodes of at least MIN_WIDE elements too (gpt_char
- * fp32's gelu, one load per thread: 200 MB in 85 us, ~2.4 TB/s; here 52 us, its gradient 96 -> 76: H200 4 Dec), and adam_update over at least MIN_WIDE elements (four f32 streams in, three out,
+ * fp32's gelu, one load per thread: 200 MB in 85 us, ~2.4 TB/s; here 52 us, its gradient 96 -> 76: H200 4 Dec),
+ * global_avgpool_grad (also f32, with or without its folded relu-grad: the seed CNN's
+ * masked one, 67 MB read and 67 MB written, took 58 us one element a thread, ~2.3 TB/s),
+ * and adam_update over at least MIN_WIDE elements (four f32 streams in, three out,
  * and two powf per element in the shared kernel: here the bias corrections once per thread, the same
  * values, and 32 loads in flight; GPT-2's AdamW ran at ~1.5 TB/s); anything else: null (the shared kernel).
  * Measured (H200, GPT-2 bf16, bench/NOTES.md): gelu 156 -> 80 us, its gradient 178 -> 124 us (now bound by erff /
@@ -35,8 +38,8 @@ export const PER_THREAD = 8;
 /** the fewest elements a node needs for this kernel (from a grid of one block per SM of the H200: smaller ones keep the shared kernel) */
 export const MIN_WIDE = 1 << 18;
 
-/** the node's inputs read per element: the variable, the value id and its parameter name */
-interface Load { v: string; id: number; name: string }
+/** the node's inputs read per element: the variable, the value id, its parameter name and (default: the element's) index */
+interface Load { v: string; id: number; name: string; index?: (i: string) => string }
 
 /** the loads and the float expression of node n's output element, or null when this kernel does not serve n */
 function formOf(ctx: LowerCtx, g: Graph, n: Node): { loads: Load[]; expr: string; args: KernelArg[]; out: string } | null {
@@ -63,6 +66,18 @@ function formOf(ctx: LowerCtx, g: Graph, n: Node): { loads: Load[]; expr: string
     }
     case 'cast':
       return { loads: [{ v: 'v', id: ins[0], name: 'x' }], expr: 'v', args: [a(ins[0], 'x', 'r'), a(o, 'y', 'w')], out: 'y' };
+    case 'global_avgpool_grad': {
+      // dx[i] = dy[plane of i] / HW, with a folded relu-grad (fuse.ts rule 2) gated by mask[i] > 0 (dx may be the
+      // mask's buffer: every thread reads its elements before its first store)
+      const xs = n.attrs.x_shape as number[], HW = xs[2] * xs[3];
+      const d = { v: 'd', id: ins[0], name: 'dy', index: (i: string) => `(${i}) / ${ctx.d.u(HW)}` };
+      const v = `d / ${ctx.d.f(HW)}`;
+      if (n.attrs.relu_grad === true) {
+        return { loads: [d, { v: 'm', id: ins[1], name: 'mask' }], expr: `m > ${ctx.d.f(0)} ? ${v} : ${ctx.d.f(0)}`,
+          args: [a(ins[0], 'dy', 'r'), a(ins[1], 'mask', 'r'), a(o, 'dx', 'w')], out: 'dx' };
+      }
+      return { loads: [d], expr: v, args: [a(ins[0], 'dy', 'r'), a(o, 'dx', 'w')], out: 'dx' };
+    }
   }
   return null;
 }
@@ -77,12 +92,13 @@ export function lowerWideElementwiseCuda(ctx: LowerCtx, g: Graph, n: Node): Kern
   const form = formOf(ctx, g, n);
   if (!form) return null;
   // fp32 binary / cast nodes keep the shared kernel (two loads per thread already ran near the copy rate); fp32 unary
-  // ones (one load per thread) come here too
+  // ones (one load per thread) come here too, and the global-avgpool gradient (the seed CNN's masked one, 134 MB: 58 us
+  // one element a thread, ~2.3 TB/s on the H200)
   const unary = n.op === 'unary' || n.op === 'unary_grad';
-  if (!(unary || form.args.some((x) => x.type === 'bfloat' || x.type === 'half')) || !isHalfOrF32(g, [...n.inputs, o])) return null;
+  if (!(unary || n.op === 'global_avgpool_grad' || form.args.some((x) => x.type === 'bfloat' || x.type === 'half')) || !isHalfOrF32(g, [...n.inputs, o])) return null;
   const sub = (e: string, k: number) => form.loads.reduce((x, l) => x.replace(new RegExp(`\\b${l.v}\\b`, 'g'), `${l.v}${k}`), e);
-  return wideKernel(ctx, g, n, form.args, count, '', form.loads.map((l) => ({ v: l.v, load: (i: string) => readF(ctx.d, g, l.id, l.name, i) })),
-    (k, i) => writeF(ctx.d, g, o, form.out, i, sub(form.expr, k)));
+  return wideKernel(ctx, g, n, form.args, count, '', form.loads.map((l) => ({ v: l.v, load: (i: string) => readF(ctx.d, g, l.id, l.name, l.index ? l.index(i) : i) })),
+    (k, i) => writeF(ctx.d, g, o, form.out, i, sub(form.expr, k)), n.attrs.relu_grad === true ? ' + fused relu-grad' : '');
 }
 
 /**
@@ -90,7 +106,7 @@ export function lowerWideElementwiseCuda(ctx: LowerCtx, g: Graph, n: Node): Kern
  * loads into `<v><k>` (every load before the first store), then `stmts(k, index)` per element.
  */
 function wideKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, pre: string,
-  loads: { v: string; load: (i: string) => string }[], stmts: (k: number, i: string) => string): KernelSpec {
+  loads: { v: string; load: (i: string) => string }[], stmts: (k: number, i: string) => string, what = ''): KernelSpec {
   const d = ctx.d, u = (k: number) => d.u(k);
   const P = PER_THREAD, span = EW_THREADS * P;
   const exact = count % span === 0;
@@ -105,7 +121,7 @@ function wideKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: 
       `  // ${P} elements per thread: i0 + ${u(EW_THREADS)} k (k < ${P}) of the block's ${span}; every load before the first store\n` +
       `  const uint i0 = (gid.x / ${u(EW_THREADS)}) * ${u(span)} + gid.x % ${u(EW_THREADS)};\n` +
       (exact ? '' : `  if (i0 >= ${u(count)}) return;\n`) + pre + decl + body,
-  }, ` [${P} elements per thread]`);
+  }, `${what} [${P} elements per thread]`);
 }
 
 /**
@@ -162,7 +178,7 @@ export function sharedWithGradForward(): GpuLowering {
 }
 
 /** the registry entry of op: this kernel where it serves the node, else the shared kernel */
-export function wideOr(op: 'unary' | 'unary_grad' | 'binary' | 'cast' | 'adam_update'): GpuLowering {
+export function wideOr(op: 'unary' | 'unary_grad' | 'binary' | 'cast' | 'adam_update' | 'global_avgpool_grad'): GpuLowering {
   const shared = GPU_KERNELS[op];
   if (shared === 'cpu') throw new Error(`internal: ${op} has no shared GPU kernel`);
   return (ctx, g, n) => {

@@ -6,15 +6,16 @@
 // thread's index arithmetic, predicates and shared-memory traffic run as written, in a fixed
 // order. A barrier that not every thread reaches (divergent __syncthreads) is reported, not hung.
 // What the kernels do through PTX is emulated here:
-//  - mpsc_tf32: cvt.rna.tf32.f32 (round the low 13 mantissa bits to nearest, ties away from zero);
-//    __float_as_uint (the kernels' integer rounding, MPSC_CONV_ROUND=add, adds half a TF32 ulp to the bits);
+//  - mpsc_tf32: cvt.rna.tf32.f32 (round the low 13 mantissa bits to nearest, ties away from zero; NaN and
+//    infinities not added to), mpsc_tf32_rn: cvt.rn.tf32.f32 (ties to even); __float_as_uint (the kernels' integer
+//    rounding, conv_cuda.ts MPSC_CONV_ROUND=add, adds half a TF32 ulp to the bits);
 //    mpsc_split_tf32: the dialect's 3xTF32 split, hi = tf32(x), lo = tf32(x - hi);
 //  - mpsc_mma16x8: mma.sync.aligned.m16n8k8 row.col f32.tf32.tf32.f32, warp-wide: each lane posts
 //    its A (4) and B (2) fragment registers, the warp meets, each lane computes its four C elements
 //    from the posted fragments (the PTX ISA's m16n8k8 .tf32 fragment layout; each operand's low 13 bits
 //    dropped, as the tensor core reads only a .tf32 value's top 19), and the warp meets
 //    again before the slots are reused; __shfl_xor_sync (and the dialect's mpsc_warp_sum over it) the same way;
-//  - cp.async (mpsc_cp_async4 / _commit / _wait<N>, the dialect's helpers): each thread's copies are
+//  - cp.async (mpsc_cp_async4 / 16f / _commit / _wait<N>, the dialect's helpers; 16f checks its alignment): each thread's copies are
 //    kept in its commit groups. With emu_cp_late false (the default) a copy lands when it is issued, so a
 //    copy into a stage other threads still read, without a barrier between, shows; with emu_cp_late
 //    true it lands only at the wait that requires its group (cp.async.wait_group N: all but the N
@@ -46,6 +47,7 @@ using std::max;
 #define __launch_bounds__(...)
 #define __restrict__
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct EmuFiber {
   ucontext_t ctx;
@@ -87,6 +89,14 @@ static inline void mpsc_cp_async4(float* dst, const float* src, bool ok) {
   if (emu_cp_late) f.open.push_back({dst, src, ok});
   else emu_land({{dst, src, ok}});
 }
+// the 16-byte copy: both addresses must be 16-byte aligned (the hardware faults otherwise): checked
+static inline void mpsc_cp_async16f(float* dst, const float* src, bool ok) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16u != 0u || (ok && reinterpret_cast<uintptr_t>(src) % 16u != 0u)) {
+    std::fprintf(stderr, "mpsc_cp_async16f: misaligned %s\n", reinterpret_cast<uintptr_t>(dst) % 16u ? "destination" : "source");
+    std::abort();
+  }
+  for (int e = 0; e < 4; e++) mpsc_cp_async4(dst + e, src + (ok ? e : 0), ok);
+}
 static inline void mpsc_cp_async_commit() {
   EmuFiber& f = emu_fibers[emu_cur];
   f.groups.push_back(std::move(f.open));
@@ -102,10 +112,21 @@ static inline void mpsc_cp_async_wait() {
 }
 static inline void mpsc_cp_async_wait_all() { mpsc_cp_async_wait<0>(); }
 
+// cvt.rna.tf32.f32 as ptxas emits it for sm_90 (read from an sm_90a cubin: FSETP.GEU |x|, +INF; the add of 0x1000
+// predicated on the result being false, i.e. a finite x; LOP3 with 0xffffe000): infinities and NaNs keep their bits
+// but the low 13, which are masked off
 static inline uint mpsc_tf32(float x) {
   uint b;
   std::memcpy(&b, &x, 4);
-  return (b + 0x1000u) & 0xffffe000u;
+  return ((b & 0x7fffffffu) < 0x7f800000u ? b + 0x1000u : b) & 0xffffe000u;
+}
+// cvt.rn.tf32.f32: to nearest, ties to even; a NaN gives a NaN (here the canonical one; the tensor core reads the top 19 bits)
+static inline uint mpsc_tf32_rn(float x) {
+  uint b;
+  std::memcpy(&b, &x, 4);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return 0x7fffffffu;
+  if ((b & 0x7fffffffu) == 0x7f800000u) return b;
+  return (b + 0xfffu + ((b >> 13) & 1u)) & 0xffffe000u;
 }
 static inline float emu_f(uint b) {
   float x;

@@ -24,11 +24,16 @@ __device__ __forceinline__ float mpsc_warp_max(float v) {
   return v;
 }
 
-// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds the 16-byte one): a 4-byte copy,
+// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds a 16-byte one for 16-bit tiles): a 4-byte copy,
 // zero-filled when !ok (src then unread); commit closes this thread's group of copies; wait<N> waits until
 // at most its N youngest committed groups are in flight (a __syncthreads() then makes every thread's visible)
 __device__ __forceinline__ void mpsc_cp_async4(float* dst, const float* src, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");
+}
+
+// 4 floats in one copy (src and dst 16-byte aligned), zero-filled when !ok
+__device__ __forceinline__ void mpsc_cp_async16f(float* dst, const float* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 16u : 0u) : "memory");
 }
 
 __device__ __forceinline__ void mpsc_cp_async_commit() {
@@ -55,6 +60,13 @@ struct mpsc_acc8 { float v[2]; };
 __device__ __forceinline__ uint mpsc_tf32(float x) {
   uint r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// round to TF32, ties to even (sm_90's conversion instruction; conv_cuda.ts MPSC_CONV_ROUND=rn)
+__device__ __forceinline__ uint mpsc_tf32_rn(float x) {
+  uint r;
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
 }
 
@@ -294,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 32x16
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rn operands, fp32 accumulate), 8 warps of 32x16
   // C[50176 x 32] = A[50176 x 9] * B[9 x 32] per group: 128x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][136] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
@@ -447,16 +459,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k0_mma(
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i) {
           const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 136u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 136u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 136u + (r + 8u)]);
+          af[i][0] = mpsc_tf32_rn(as[(kk + tq) * 136u + (r)]);
+          af[i][1] = mpsc_tf32_rn(as[(kk + tq) * 136u + (r + 8u)]);
+          af[i][2] = mpsc_tf32_rn(as[(kk + tq + 4u) * 136u + (r)]);
+          af[i][3] = mpsc_tf32_rn(as[(kk + tq + 4u) * 136u + (r + 8u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
           const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          bf[j][0] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 2u; ++i)
@@ -516,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7872];
+  __shared__ __align__(16) float tg[7872];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d: fp32 FFMA, 4x4 register block per thread
@@ -540,19 +552,10 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
     if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = 4u * (tidx % 4u), br = tidx / 4u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
   const int bb0 = int((g * 64u + bn0) * 288u);
-  const uint bn1 = n0 + br + 16u;
-  const bool brv1 = bn1 < 64u;
-  const int bb1 = int((g * 64u + bn1) * 288u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 64u;
-  const int bb2 = int((g * 64u + bn2) * 288u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 64u;
-  const int bb3 = int((g * 64u + bn3) * 288u);
   const uint tx = tidx % 16u, ty = tidx / 16u;
   float cacc[4][4];
   #pragma unroll
@@ -614,22 +617,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
-      }
-      {
-        const bool ok = brv1 && bkk < 288u;
-        const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
-      }
-      {
-        const bool ok = brv2 && bkk < 288u;
-        const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
-      }
-      {
-        const bool ok = brv3 && bkk < 288u;
-        const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
+        mpsc_cp_async16f(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -685,12 +673,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[7872];
+  __shared__ __align__(16) float tg[7872];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x32
+  // conv2d: TF32 mma.sync m16n8k8 (cvt.rn operands, fp32 accumulate), 8 warps of 16x32
   // C[12544 x 64] = A[12544 x 288] * B[288 x 64] per group: 64x64 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [64][20] (loads along k)
   const uint g = tgid.z / 1u;
@@ -711,19 +699,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
     if (arv0 && akvq && uint(aih0 + adhq) < 14u && uint(aiw0 + adwq) < 14u) amsk |= 1u << qq;
   }
   const int arb = ab0;
-  const uint bk = tidx % 16u, br = tidx / 16u;
+  const uint bk = 4u * (tidx % 4u), br = tidx / 4u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 64u;
   const int bb0 = int((g * 64u + bn0) * 288u);
-  const uint bn1 = n0 + br + 16u;
-  const bool brv1 = bn1 < 64u;
-  const int bb1 = int((g * 64u + bn1) * 288u);
-  const uint bn2 = n0 + br + 32u;
-  const bool brv2 = bn2 < 64u;
-  const int bb2 = int((g * 64u + bn2) * 288u);
-  const uint bn3 = n0 + br + 48u;
-  const bool brv3 = bn3 < 64u;
-  const int bb3 = int((g * 64u + bn3) * 288u);
   const uint gq = lane / 4u, tq = lane % 4u;
   const uint wm = (sg % 4u) * 16u, wn = (sg / 4u) * 32u;
   float cacc[1][4][4];
@@ -788,22 +767,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
       {
         const bool ok = brv0 && bkk < 288u;
         const float* src = ok ? w + (bb0 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 0u) * 20u + (bk)], src, ok);
-      }
-      {
-        const bool ok = brv1 && bkk < 288u;
-        const float* src = ok ? w + (bb1 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 16u) * 20u + (bk)], src, ok);
-      }
-      {
-        const bool ok = brv2 && bkk < 288u;
-        const float* src = ok ? w + (bb2 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 32u) * 20u + (bk)], src, ok);
-      }
-      {
-        const bool ok = brv3 && bkk < 288u;
-        const float* src = ok ? w + (bb3 + int(bkk)) : w;
-        mpsc_cp_async4(&bs[(br + 48u) * 20u + (bk)], src, ok);
+        mpsc_cp_async16f(&bs[(br + 0u) * 20u + (bk)], src, ok);
       }
     }
     mpsc_cp_async_commit();
@@ -827,16 +791,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k2_mma(
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i) {
           const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
+          af[i][0] = mpsc_tf32_rn(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32_rn(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32_rn(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32_rn(as[(kk + tq + 4u) * 72u + (r + 8u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 4u; ++j) {
           const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          bf[j][0] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -2633,7 +2597,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
+  // conv2d_grad_input: TF32 mma.sync m16n8k8 (cvt.rn operands, fp32 accumulate), 8 warps of 16x16
   // C[12544 x 32] = A[12544 x 576] * B[576 x 32] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [16][72] (loads along m), B tile [32][20] (loads along k)
   const uint g = tgid.z / 1u;
@@ -2755,16 +2719,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k19_mma(
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i) {
           const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(kk + tq) * 72u + (r)]);
-          af[i][1] = mpsc_tf32(as[(kk + tq) * 72u + (r + 8u)]);
-          af[i][2] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r)]);
-          af[i][3] = mpsc_tf32(as[(kk + tq + 4u) * 72u + (r + 8u)]);
+          af[i][0] = mpsc_tf32_rn(as[(kk + tq) * 72u + (r)]);
+          af[i][1] = mpsc_tf32_rn(as[(kk + tq) * 72u + (r + 8u)]);
+          af[i][2] = mpsc_tf32_rn(as[(kk + tq + 4u) * 72u + (r)]);
+          af[i][3] = mpsc_tf32_rn(as[(kk + tq + 4u) * 72u + (r + 8u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
           const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          bf[j][0] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -2799,7 +2763,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[11520];
+  __shared__ __align__(16) float tg[11520];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x8 register block per thread
@@ -2809,19 +2773,10 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 128u;
-  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint ak = 4u * (tidx % 4u), ar = tidx / 4u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 64u;
   const int ab0 = int((g * 64u + am0) * 196u);
-  const uint am1 = m0 + ar + 16u;
-  const bool arv1 = am1 < 64u;
-  const int ab1 = int((g * 64u + am1) * 196u);
-  const uint am2 = m0 + ar + 32u;
-  const bool arv2 = am2 < 64u;
-  const int ab2 = int((g * 64u + am2) * 196u);
-  const uint am3 = m0 + ar + 48u;
-  const bool arv3 = am3 < 64u;
-  const int ab3 = int((g * 64u + am3) * 196u);
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 288u;
@@ -2881,22 +2836,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k20(
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv1 && akk < 12544u;
-        const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv2 && akk < 12544u;
-        const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv3 && akk < 12544u;
-        const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
+        mpsc_cp_async16f(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -2995,31 +2935,22 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[11520];
+  __shared__ __align__(16) float tg[11520];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x64
+  // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rn operands, fp32 accumulate), 8 warps of 16x64
   // C[64 x 288] = A[64 x 12544] * B[12544 x 288] per group: 64x128 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [128][20] (loads along k)
   // split K: block z = group * 24 + chunk; chunk c sums k in [c * 528, (c + 1) * 528)
   const uint g = tgid.z / 24u;
   const uint kbeg = (tgid.z % 24u) * 528u, kend = min(12544u, kbeg + 528u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 128u;
-  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint ak = 4u * (tidx % 4u), ar = tidx / 4u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 64u;
   const int ab0 = int((g * 64u + am0) * 196u);
-  const uint am1 = m0 + ar + 16u;
-  const bool arv1 = am1 < 64u;
-  const int ab1 = int((g * 64u + am1) * 196u);
-  const uint am2 = m0 + ar + 32u;
-  const bool arv2 = am2 < 64u;
-  const int ab2 = int((g * 64u + am2) * 196u);
-  const uint am3 = m0 + ar + 48u;
-  const bool arv3 = am3 < 64u;
-  const int ab3 = int((g * 64u + am3) * 196u);
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 288u;
@@ -3082,22 +3013,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
       {
         const bool ok = arv0 && akk < 12544u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv1 && akk < 12544u;
-        const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv2 && akk < 12544u;
-        const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv3 && akk < 12544u;
-        const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
+        mpsc_cp_async16f(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 196u;
@@ -3165,16 +3081,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k20_mma(
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i) {
           const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(r) * 20u + (kk + tq)]);
-          af[i][1] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq)]);
-          af[i][2] = mpsc_tf32(as[(r) * 20u + (kk + tq + 4u)]);
-          af[i][3] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq + 4u)]);
+          af[i][0] = mpsc_tf32_rn(as[(r) * 20u + (kk + tq)]);
+          af[i][1] = mpsc_tf32_rn(as[(r + 8u) * 20u + (kk + tq)]);
+          af[i][2] = mpsc_tf32_rn(as[(r) * 20u + (kk + tq + 4u)]);
+          af[i][3] = mpsc_tf32_rn(as[(r + 8u) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 8u; ++j) {
           const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          bf[j][0] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)
@@ -3322,7 +3238,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5760];
+  __shared__ __align__(16) float tg[5760];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   // conv2d_grad_weight: fp32 FFMA, 4x2 register block per thread
@@ -3332,19 +3248,10 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
-  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint ak = 4u * (tidx % 4u), ar = tidx / 4u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 32u;
   const int ab0 = int((g * 32u + am0) * 784u);
-  const uint am1 = m0 + ar + 16u;
-  const bool arv1 = am1 < 32u;
-  const int ab1 = int((g * 32u + am1) * 784u);
-  const uint am2 = m0 + ar + 32u;
-  const bool arv2 = am2 < 32u;
-  const int ab2 = int((g * 32u + am2) * 784u);
-  const uint am3 = m0 + ar + 48u;
-  const bool arv3 = am3 < 32u;
-  const int ab3 = int((g * 32u + am3) * 784u);
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 9u;
@@ -3374,22 +3281,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k25(
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv1 && akk < 50176u;
-        const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv2 && akk < 50176u;
-        const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv3 && akk < 50176u;
-        const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
+        mpsc_cp_async16f(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -3458,31 +3350,22 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[5760];
+  __shared__ __align__(16) float tg[5760];
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const uint lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32u;
   const uint sg = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u;
-  // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rna operands, fp32 accumulate), 8 warps of 16x16
+  // conv2d_grad_weight: TF32 mma.sync m16n8k8 (cvt.rn operands, fp32 accumulate), 8 warps of 16x16
   // C[32 x 9] = A[32 x 50176] * B[50176 x 9] per group: 64x32 tile per block of 256 threads, k steps of 16 in 3 cp.async stages;
   // A tile [64][20] (loads along k), B tile [32][20] (loads along k)
   // split K: block z = group * 98 + chunk; chunk c sums k in [c * 512, (c + 1) * 512)
   const uint g = tgid.z / 98u;
   const uint kbeg = (tgid.z % 98u) * 512u, kend = min(50176u, kbeg + 512u);
   const uint m0 = tgid.y * 64u, n0 = tgid.x * 32u;
-  const uint ak = tidx % 16u, ar = tidx / 16u;
+  const uint ak = 4u * (tidx % 4u), ar = tidx / 4u;
   const uint am0 = m0 + ar + 0u;
   const bool arv0 = am0 < 32u;
   const int ab0 = int((g * 32u + am0) * 784u);
-  const uint am1 = m0 + ar + 16u;
-  const bool arv1 = am1 < 32u;
-  const int ab1 = int((g * 32u + am1) * 784u);
-  const uint am2 = m0 + ar + 32u;
-  const bool arv2 = am2 < 32u;
-  const int ab2 = int((g * 32u + am2) * 784u);
-  const uint am3 = m0 + ar + 48u;
-  const bool arv3 = am3 < 32u;
-  const int ab3 = int((g * 32u + am3) * 784u);
   const uint bk = tidx % 16u, br = tidx / 16u;
   const uint bn0 = n0 + br + 0u;
   const bool brv0 = bn0 < 9u;
@@ -3515,22 +3398,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
       {
         const bool ok = arv0 && akk < 50176u;
         const float* src = ok ? dy + (ab0 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 0u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv1 && akk < 50176u;
-        const float* src = ok ? dy + (ab1 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 16u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv2 && akk < 50176u;
-        const float* src = ok ? dy + (ab2 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 32u) * 20u + (ak)], src, ok);
-      }
-      {
-        const bool ok = arv3 && akk < 50176u;
-        const float* src = ok ? dy + (ab3 + akok) : dy;
-        mpsc_cp_async4(&as[(ar + 48u) * 20u + (ak)], src, ok);
+        mpsc_cp_async16f(&as[(ar + 0u) * 20u + (ak)], src, ok);
       }
       const uint bkk = lk + bk;
       const uint bpk = bkk % 784u;
@@ -3568,16 +3436,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) p0_k25_mma(
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i) {
           const uint r = wm + 16u * i + gq;
-          af[i][0] = mpsc_tf32(as[(r) * 20u + (kk + tq)]);
-          af[i][1] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq)]);
-          af[i][2] = mpsc_tf32(as[(r) * 20u + (kk + tq + 4u)]);
-          af[i][3] = mpsc_tf32(as[(r + 8u) * 20u + (kk + tq + 4u)]);
+          af[i][0] = mpsc_tf32_rn(as[(r) * 20u + (kk + tq)]);
+          af[i][1] = mpsc_tf32_rn(as[(r + 8u) * 20u + (kk + tq)]);
+          af[i][2] = mpsc_tf32_rn(as[(r) * 20u + (kk + tq + 4u)]);
+          af[i][3] = mpsc_tf32_rn(as[(r + 8u) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint j = 0u; j < 2u; ++j) {
           const uint n = wn + 8u * j + gq;
-          bf[j][0] = mpsc_tf32(bs[(n) * 20u + (kk + tq)]);
-          bf[j][1] = mpsc_tf32(bs[(n) * 20u + (kk + tq + 4u)]);
+          bf[j][0] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq)]);
+          bf[j][1] = mpsc_tf32_rn(bs[(n) * 20u + (kk + tq + 4u)]);
         }
         #pragma unroll
         for (uint i = 0u; i < 1u; ++i)

@@ -24,11 +24,16 @@ __device__ __forceinline__ float mpsc_warp_max(float v) {
   return v;
 }
 
-// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds the 16-byte one): a 4-byte copy,
+// asynchronous copies global -> shared (cp.async, sm_80+; mma.ts adds a 16-byte one for 16-bit tiles): a 4-byte copy,
 // zero-filled when !ok (src then unread); commit closes this thread's group of copies; wait<N> waits until
 // at most its N youngest committed groups are in flight (a __syncthreads() then makes every thread's visible)
 __device__ __forceinline__ void mpsc_cp_async4(float* dst, const float* src, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");
+}
+
+// 4 floats in one copy (src and dst 16-byte aligned), zero-filled when !ok
+__device__ __forceinline__ void mpsc_cp_async16f(float* dst, const float* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" :: "r"((uint)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 16u : 0u) : "memory");
 }
 
 __device__ __forceinline__ void mpsc_cp_async_commit() {
@@ -55,6 +60,13 @@ struct mpsc_acc8 { float v[2]; };
 __device__ __forceinline__ uint mpsc_tf32(float x) {
   uint r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// round to TF32, ties to even (sm_90's conversion instruction; conv_cuda.ts MPSC_CONV_ROUND=rn)
+__device__ __forceinline__ uint mpsc_tf32_rn(float x) {
+  uint r;
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
 }
 
