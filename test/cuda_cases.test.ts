@@ -70,7 +70,8 @@ function run(a: CudaArtifacts, result: Buffer, programs = cudaCaseBuild(a, exe).
   const file = path.join(dir, 'result');
   fs.writeFileSync(file, result as unknown as Uint8Array);
   const got = runCases({ exe, art: { table: a.table, programs } }, cases, SCALARS, { FAKE_RESULT: file });
-  return { got, verdicts: judgeCases(cases, got, SCALARS, () => 1e-6) };
+  // the module's references (judgeCases would recompute all of them at every call)
+  return { got, verdicts: judgeCases(cases, got, SCALARS, () => 1e-6, refs) };
 }
 
 describe.each(['cuda', 'shared'] as CudaGemm[])('cuda_check kernel cases, %s GEMMs, through a stand-in driver', (gemm) => {

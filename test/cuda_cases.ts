@@ -562,16 +562,19 @@ export interface CaseVerdict { name: string; ok: boolean; worst: number; problem
 /**
  * Judges each case's values from runCases (`got`, in case order) against the float64 reference
  * interpreter within `tol(c)`: an error string from the runner, a checked value missing from its
- * map, a reference that throws or a NaN error fail that case by name; the others go on.
+ * map, a reference that throws or a NaN error fail that case by name; the others go on. `refs`: the
+ * references already computed (reference(cases[i], scalars) at index i), for a caller that judges the
+ * same cases several times (test/cuda_cases.test.ts: the interpreter over all cases is most of its time).
  */
-export function judgeCases(cases: OpCase[], got: (Map<number, Float64Array> | string)[], scalars: StepScalars, tol: (c: OpCase) => number): CaseVerdict[] {
+export function judgeCases(cases: OpCase[], got: (Map<number, Float64Array> | string)[], scalars: StepScalars, tol: (c: OpCase) => number,
+  refs?: readonly Map<number, Float64Array>[]): CaseVerdict[] {
   return cases.map((c, i) => {
     const name = c.program.name;
     const r = got[i];
     if (r === undefined) return { name, ok: false, worst: Infinity, problems: [`${name}: no result (${got.length} results for ${cases.length} cases)`] };
     if (typeof r === 'string') return { name, ok: false, worst: Infinity, problems: [`${name}: ${r}`] };
     try {
-      const ref = reference(c, scalars);
+      const ref = refs?.[i] ?? reference(c, scalars);
       const problems: string[] = [];
       let worst = 0;
       for (const id of c.check) {

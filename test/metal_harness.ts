@@ -13,6 +13,7 @@ import { opDef } from '../compiler/ir/ops.js';
 import { runNode, type Env } from '../compiler/reference/interpret.js';
 import { buildMetal, metalEmuSources, type MetalArtifacts, type MetalOptions } from '../compiler/codegen-metal/index.js';
 import { programLayout, type PersistentTable } from '../compiler/codegen-metal/layout.js';
+import { emuArchFlags } from '../runtime/metal-emu/session.js';
 import type { CpuFallbackEmitter } from '../compiler/codegen-metal/emu_model.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -74,7 +75,8 @@ export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFall
   const files = metalEmuSources(art, cpuFallback);
   const h = crypto.createHash('sha256');
   for (const [k, v] of Object.entries(files).sort()) h.update(k).update('\0').update(v).update('\0');
-  h.update(cxxflags.join(' '));
+  const flags = [...emuArchFlags(), ...cxxflags];
+  h.update(flags.join(' '));
   for (const f of ['emu_fiber.h', 'emu_dispatch.h', 'metal_compat.h', 'metal_compat_end.h', 'emu_test_main.cc']) h.update(fs.readFileSync(path.join(EMU, f), 'utf8'));
   for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) h.update(fs.readFileSync(path.join(CPP, f), 'utf8'));
   h.update(fs.readFileSync(path.join(BRIDGE, 'mpsc_metal_caps.h'), 'utf8'));
@@ -84,7 +86,7 @@ export function compileEmu(programs: Program[], opts: MetalOptions = {}, cpuFall
     fs.mkdirSync(dir, { recursive: true });
     for (const [k, v] of Object.entries(files)) fs.writeFileSync(path.join(dir, k), v);
     const tmp = `${exe}.${process.pid}`;
-    execFileSync('nice', ['g++', '-std=c++17', '-O1', '-Wno-attributes', ...cxxflags, `-I${dir}`, `-I${EMU}`, `-I${path.join(EMU, 'include')}`, `-I${CPP}`, `-I${BRIDGE}`,
+    execFileSync('nice', ['g++', '-std=c++17', '-O1', '-Wno-attributes', ...flags, `-I${dir}`, `-I${EMU}`, `-I${path.join(EMU, 'include')}`, `-I${CPP}`, `-I${BRIDGE}`,
       path.join(dir, 'model_metal_emu.cc'), path.join(CPP, 'mpsc_runtime.cc'), path.join(EMU, 'emu_test_main.cc'), '-o', tmp, '-lpthread'],
       { stdio: ['ignore', 'ignore', 'pipe'] });
     fs.renameSync(tmp, exe);

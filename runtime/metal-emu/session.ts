@@ -43,11 +43,34 @@ export function metalEmuProjectFiles(programs: ProgramSet, opts: { fallbackOps?:
   return { files, warnings: art.warnings };
 }
 
+let f16c: boolean | undefined;
+/**
+ * Flags for the emulator's C++ on this machine: `-mf16c` where an x86-64 CPU has F16C (Linux: the
+ * flags of /proc/cpuinfo), so `half` (_Float16) converts to and from float by instruction instead
+ * of a libgcc call (__extendhfsf2 was about 40% of an fp16 LeNet run on metal-emu). The same bits:
+ * checked against the software conversions over every half, a stride of 613 million float and 44
+ * million double patterns, and half arithmetic (bench/NOTES.md, "CI time"). Part of the build key.
+ */
+export function emuArchFlags(): string[] {
+  if (f16c === undefined) {
+    f16c = false;
+    if (process.arch === 'x64' && process.platform === 'linux') {
+      try {
+        f16c = /^flags\s*:.*\bf16c\b/m.test(fs.readFileSync('/proc/cpuinfo', 'utf8'));
+      } catch {
+        f16c = false;
+      }
+    }
+  }
+  return f16c ? ['-mf16c'] : [];
+}
+
 export async function createMetalEmuSession(programs: ProgramSet, opts: MetalEmuOptions = {}): Promise<Session> {
   const { files, warnings } = metalEmuProjectFiles(programs, opts);
   for (const w of warnings) opts.onProgress?.(`warning: ${w}`);
   // -O2 without -march=native: the emulator is about correctness, and a portable build keeps the cache shareable
-  const built = await buildAddon({ files, cxxflags: opts.cxxflags ?? '-O2', cacheDir: opts.cacheDir, onProgress: opts.onProgress });
+  // (-mf16c only where this CPU has it: emuArchFlags)
+  const built = await buildAddon({ files, cxxflags: opts.cxxflags ?? ['-O2', ...emuArchFlags()].join(' '), cacheDir: opts.cacheDir, onProgress: opts.onProgress });
   opts.onProgress?.(built.cached ? `using cached metal-emu build ${built.dir}` : `built metal-emu model into ${built.dir}`);
   try {
     return createNativeSession(built.modulePath, programs, 'metal-emu', opts.threads);

@@ -1,6 +1,6 @@
 // cuda_thread_emu.h: runs generated CUDA kernels on the CPU for test/cuda_conv_emu.test.ts and
 // test/cuda_gemm_emu.test.ts. Each CUDA
-// thread of a block is a fiber (ucontext, its own stack) on one OS thread; blocks run one after
+// thread of a block is a fiber (its own stack) on one OS thread; blocks run one after
 // another. __syncthreads() and the warp-wide mma are real barriers: a fiber arriving at one yields
 // until every participant (the block's threads, or the warp's 32 lanes) has arrived, so every
 // thread's index arithmetic, predicates and shared-memory traffic run as written, in a fixed
@@ -20,8 +20,16 @@
 //    copy into a stage other threads still read, without a barrier between, shows; with emu_cp_late
 //    true it lands only at the wait that requires its group (cp.async.wait_group N: all but the N
 //    youngest committed groups) or at the thread's end, so a read before its wait sees stale data.
+// Fibers switch by a few instructions on x86-64 (emu_switch: the callee-saved registers pushed, the
+// stack pointer swapped), else (or with -DEMU_UCONTEXT) by ucontext's swapcontext, which also saves
+// and restores the signal mask with a system call at every switch: the same fibers in the same order,
+// only the cost differs (the conv cases switch tens of millions of times).
 #pragma once
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(EMU_UCONTEXT)
+#define EMU_ASM_SWITCH 1
+#else
 #include <ucontext.h>
+#endif
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -50,7 +58,11 @@ using std::max;
 #define __align__(n) __attribute__((aligned(n)))
 
 struct EmuFiber {
+#if EMU_ASM_SWITCH
+  void* sp = nullptr;      // the fiber's saved stack pointer while it is not running
+#else
   ucontext_t ctx;
+#endif
   std::vector<char> stack;
   uint3 tid;
   bool done = false;
@@ -64,9 +76,42 @@ struct EmuBarrier { uint need = 0, have = 0; unsigned gen = 0; };
 
 static std::vector<EmuFiber> emu_fibers;
 static std::vector<EmuBarrier> emu_bars;  // [0]: the block; [1 + w]: warp w
-static ucontext_t emu_sched;
 static uint emu_cur = 0;
 static std::function<void()> emu_kernel;
+static void emu_entry();
+
+#if EMU_ASM_SWITCH
+// saves the callee-saved registers (System V x86-64) on the current stack, stores the stack pointer in
+// *from, loads `to` and pops what the other side pushed; a fresh fiber's stack returns into emu_entry
+__attribute__((naked, noinline)) static void emu_switch(void** /*from*/, void* /*to*/) {
+  asm("pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
+      "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
+      "popq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n\tret\n\t");
+}
+static void* emu_sched_sp;
+static inline void emu_to_sched(EmuFiber& f) { emu_switch(&f.sp, emu_sched_sp); }
+static inline void emu_to_fiber(EmuFiber& f) { emu_switch(&emu_sched_sp, f.sp); }
+static inline void emu_fiber_init(EmuFiber& f) {
+  // from the 16-byte aligned top: a null return address for emu_entry (entered with rsp = 8 mod 16, as
+  // after a call), emu_entry's address for emu_switch's ret, six zero registers for its pops
+  void** sp = reinterpret_cast<void**>((reinterpret_cast<uintptr_t>(f.stack.data()) + f.stack.size()) & ~uintptr_t(15));
+  *--sp = nullptr;
+  *--sp = reinterpret_cast<void*>(&emu_entry);
+  for (int i = 0; i < 6; i++) *--sp = nullptr;
+  f.sp = sp;
+}
+#else
+static ucontext_t emu_sched;
+static inline void emu_to_sched(EmuFiber& f) { swapcontext(&f.ctx, &emu_sched); }
+static inline void emu_to_fiber(EmuFiber& f) { swapcontext(&emu_sched, &f.ctx); }
+static inline void emu_fiber_init(EmuFiber& f) {
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.data();
+  f.ctx.uc_stack.ss_size = f.stack.size();
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, emu_entry, 0);
+}
+#endif
 
 static inline uint emu_tidx() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 
@@ -76,7 +121,7 @@ static void emu_arrive(int b) {
   EmuFiber& f = emu_fibers[emu_cur];
   f.waitBar = b;
   f.waitGen = bar.gen;
-  swapcontext(&f.ctx, &emu_sched);
+  emu_to_sched(f);
 }
 static inline void __syncthreads() { emu_arrive(0); }
 
@@ -87,7 +132,7 @@ static inline void emu_land(const std::vector<EmuFiber::Copy>& g) {
 static inline void mpsc_cp_async4(float* dst, const float* src, bool ok) {
   EmuFiber& f = emu_fibers[emu_cur];
   if (emu_cp_late) f.open.push_back({dst, src, ok});
-  else emu_land({{dst, src, ok}});
+  else *dst = ok ? *src : 0.0f;  // lands at issue (emu_land's rule, without a vector per copy)
 }
 // the 16-byte copy: both addresses must be 16-byte aligned (the hardware faults otherwise): checked
 static inline void mpsc_cp_async16f(float* dst, const float* src, bool ok) {
@@ -197,7 +242,7 @@ static void emu_entry() {
   for (const auto& g : f.groups) emu_land(g);
   f.groups.clear();
   emu_fibers[emu_cur].done = true;
-  swapcontext(&emu_fibers[emu_cur].ctx, &emu_sched);
+  emu_to_sched(emu_fibers[emu_cur]);  // never resumed
 }
 
 // runs kernel() over the grid, one block at a time, one fiber per thread of the block
@@ -225,11 +270,7 @@ static void emu_launch(uint3 grid, uint3 block, F kernel) {
           f.open.clear();
           f.groups.clear();
           f.tid = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-          getcontext(&f.ctx);
-          f.ctx.uc_stack.ss_sp = f.stack.data();
-          f.ctx.uc_stack.ss_size = f.stack.size();
-          f.ctx.uc_link = nullptr;
-          makecontext(&f.ctx, emu_entry, 0);
+          emu_fiber_init(f);
         }
         for (uint left = n; left > 0;) {
           bool progress = false;
@@ -239,7 +280,7 @@ static void emu_launch(uint3 grid, uint3 block, F kernel) {
             f.waitBar = -1;
             emu_cur = t;
             threadIdx = f.tid;
-            swapcontext(&emu_sched, &f.ctx);
+            emu_to_fiber(f);
             progress = true;
             if (f.done) left--;
           }
