@@ -135,6 +135,8 @@ export const GRAD_FROM_OUTPUT: readonly UnaryFn[] = ['relu'];
 
 export const EPILOGUE_ATTR = 'epilogue';
 const PREFIX = 'epilogue_';
+/** the attrs a fusion adds to a node (with the `epilogue_<name>` ones): what `unfusedAttrs` drops */
+const FUSION_FLAGS = new Set([EPILOGUE_ATTR, 'relu_grad', 'relu_in', 'add_in', 'add_out', 'sum_out', 'a_sums', 'fwd_out']);
 
 /** the fused epilogue of a GEMM-family node as `unary` attrs ({ fn, ...fn attrs }), or null */
 export function epilogueOf(n: Node): Record<string, AttrValue> | null {
@@ -147,7 +149,7 @@ export function epilogueOf(n: Node): Record<string, AttrValue> | null {
 
 /** a node's attrs without the fusion attrs (what its unfused op reads) */
 export function unfusedAttrs(n: Node): Record<string, AttrValue> {
-  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => k !== EPILOGUE_ATTR && !k.startsWith(PREFIX) && k !== 'relu_grad' && k !== 'relu_in' && k !== 'add_in' && k !== 'add_out' && k !== 'sum_out' && k !== 'a_sums' && k !== 'fwd_out'));
+  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => !FUSION_FLAGS.has(k) && !k.startsWith(PREFIX)));
 }
 
 /**

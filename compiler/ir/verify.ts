@@ -69,12 +69,13 @@ export function graphProblems(graph: Graph): string[] {
       return;
     }
     const def = OPS[n.op];
-    // fuse.ts rule 5: the addend input and the sum output after the op's own
+    // fusion extras after the op's own inputs / outputs: the addend (add_in, add_out: fuse.ts rules 5, 6) and one
+    // extra last output (add_in's sum; sum_out, a_sums, fwd_out: rules 7, 8, grad_fwd.ts)
     const addIn = n.attrs.add_in === true && (ADD_IN_OPS as readonly string[]).includes(n.op);
     const addOut = n.attrs.add_out === true && (ADD_OUT_OPS as readonly string[]).includes(n.op);
-    const sumOut = (addOut && n.attrs.sum_out === true) || (n.attrs.a_sums === true && (A_SUMS_OPS as readonly string[]).includes(n.op)) ||
+    const extraOut = (addOut && n.attrs.sum_out === true) || (n.attrs.a_sums === true && (A_SUMS_OPS as readonly string[]).includes(n.op)) ||
       (n.attrs.fwd_out === true && (FWD_OUT_OPS as readonly string[]).includes(n.op));
-    const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = addIn || sumOut ? n.outputs.slice(0, -1) : n.outputs;
+    const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = addIn || extraOut ? n.outputs.slice(0, -1) : n.outputs;
     const variadic = def.inputs.includes('...');
     if (variadic) {
       const min = def.minInputs ?? 2;
@@ -108,7 +109,7 @@ export function graphProblems(graph: Graph): string[] {
       if (!isPersistent(values[id])) problems.push(`${where}: mutates %${id} (${values[id].name}) which is not persistent (${values[id].kind})`);
     }
     if (outs.length !== def.outputs.length) {
-      problems.push(`${where}: expects ${def.outputs.length} outputs${addIn || sumOut ? ' and the sum' : ''}, has ${n.outputs.length}`);
+      problems.push(`${where}: expects ${def.outputs.length} outputs${addIn || extraOut ? ' and the sum' : ''}, has ${n.outputs.length}`);
     }
     for (const id of n.outputs) {
       if (!validId(id)) {
