@@ -119,7 +119,7 @@ describe('MPSC_CUDA_ATTN_TF32X3', () => {
     } finally {
       if (before !== undefined) process.env.MPSC_CUDA_ATTN_TF32X3 = before;
     }
-    expect(() => withX3('yes', () => cudaInputsKey(ps))).toThrow(/MPSC_CUDA_ATTN_TF32X3 must be '0' or '1', got 'yes'/);
+    expect(() => withX3('yes', () => cudaInputsKey(ps))).toThrow(/MPSC_CUDA_ATTN_TF32X3 must be one of '0', '1', got 'yes'/);
   });
 });
 
@@ -147,8 +147,8 @@ describe('MPSC_CUDA_ATTN_X3_ASYNC, MPSC_CUDA_ATTN_X3_KSPLIT (the 3xTF32 kernels\
     const keys = [unset, { ...unset, MPSC_CUDA_ATTN_X3_ASYNC: 'none' }, { ...unset, MPSC_CUDA_ATTN_X3_ASYNC: 'kv' }, { ...unset, MPSC_CUDA_ATTN_X3_KSPLIT: '0' }]
       .map((e) => withEnv(e, () => cudaInputsKey(ps)));
     expect(new Set(keys).size).toBe(4);
-    expect(() => withEnv({ MPSC_CUDA_ATTN_X3_ASYNC: 'fwd,dq' }, () => x3Async('fwd'))).toThrow(/MPSC_CUDA_ATTN_X3_ASYNC=fwd,dq: expected a comma list of fwd, kv, q, or none/);
-    expect(() => withEnv({ MPSC_CUDA_ATTN_X3_KSPLIT: '2' }, () => x3KSplit())).toThrow(/MPSC_CUDA_ATTN_X3_KSPLIT must be '0' or '1', got '2'/);
+    expect(() => withEnv({ MPSC_CUDA_ATTN_X3_ASYNC: 'fwd,dq' }, () => x3Async('fwd'))).toThrow(/MPSC_CUDA_ATTN_X3_ASYNC=fwd,dq: expected a comma list of 'fwd', 'kv', 'q' \(each once\), or 'none'; 'dq' is not one of them/);
+    expect(() => withEnv({ MPSC_CUDA_ATTN_X3_KSPLIT: '2' }, () => x3KSplit())).toThrow(/MPSC_CUDA_ATTN_X3_KSPLIT must be one of '0', '1', got '2'/);
   });
   it('double-buffered kernels stream by cp.async, past 48 KiB of tiles in dynamic shared memory; the synchronous ones by loads between barriers', () => {
     const i = cases.findIndex((c) => String(c.program.name) === 'flash_f32_2x3_t70_s70_d64_causal_grad');

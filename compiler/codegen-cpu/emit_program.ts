@@ -38,6 +38,7 @@ import { matmulWithColumnSum } from './kernels/gemm.js';
 import { crossEntropyWithGrad } from './kernels/losses.js';
 import { columnSumOf } from './kernels/elementwise.js';
 import { tpl } from './template.js';
+import { envFlag } from '../env_switch.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ALIGN = 64;
@@ -258,12 +259,12 @@ export interface CpuCodegenOptions {
 
 /** the programs as the CPU backend runs them: fused with CPU_FUSIONS (or none) and planned again */
 export function cpuPrograms(ps: ProgramSet, opts: CpuCodegenOptions = {}): ProgramSet {
-  const fuse = opts.fuse ?? process.env.MPSC_CPU_FUSE !== '0';
+  const fuse = opts.fuse ?? envFlag('MPSC_CPU_FUSE', true);
   return fuseProgramSet(ps, fuse ? CPU_FUSIONS : NO_FUSIONS);
 }
 
 export function generateCpuModel(unfused: ProgramSet, opts: CpuCodegenOptions = {}): GeneratedCpuModel {
-  const fuse = opts.fuse ?? process.env.MPSC_CPU_FUSE !== '0';
+  const fuse = opts.fuse ?? envFlag('MPSC_CPU_FUSE', true);
   const ps = cpuPrograms(unfused, { fuse });
   const programs = programsOf(ps);
   const { tensors, bytes: persistentBytes } = persistentTable(programs);

@@ -61,6 +61,7 @@ import { mmaSuffix, type Mma16Type } from './mma.js';
 import { lowerAttentionTf32x3, tf32x3Refusal } from './attention_tf32x3.js';
 import { forwardStore, kvProbStep, qProbStep, softmaxStep } from './attention_steps.js';
 import { ATTENTION_FAMILY, attnGeom, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
+import { envChoice, envInts, envList } from '../env_switch.js';
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
 export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
@@ -76,12 +77,7 @@ export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
  * 16 and 4 bytes of spill) pays.
  */
 export function flashMinBlocks(): [number, number, number] {
-  const e = process.env.MPSC_CUDA_FLASH_MINBLOCKS;
-  if (e === undefined || e === '') return [0, 0, 0];
-  const v = e.split(',').map((x) => Number(x));
-  if (v.length !== 3 || !v.every((x) => Number.isInteger(x) && x >= 0 && x <= 8))
-    throw new Error(`MPSC_CUDA_FLASH_MINBLOCKS=${e}: expected three integers 0..8 (forward, dK/dV, dQ; 0: no bound)`);
-  return v as [number, number, number];
+  return envInts('MPSC_CUDA_FLASH_MINBLOCKS', 3, 0, 8, [0, 0, 0], 'forward, dK/dV, dQ; 0: no bound') as [number, number, number];
 }
 
 /** the kernels whose scores' B fragments come by ldmatrix.x4 rather than 32-bit loads */
@@ -93,11 +89,7 @@ export type LdsmKernel = 'fwd' | 'kv' | 'q';
  * -> 174 registers: 3 -> 2 blocks per SM), so dQ keeps the 32-bit loads.
  */
 export function flashLdsm(k: LdsmKernel): boolean {
-  const e = process.env.MPSC_CUDA_FLASH_LDSM;
-  if (e === undefined || e === '') return k !== 'q';
-  const v = e === 'none' ? [] : e.split(',');
-  if (!v.every((x) => x === 'fwd' || x === 'kv' || x === 'q')) throw new Error(`MPSC_CUDA_FLASH_LDSM=${e}: expected a comma list of fwd, kv, q, or none`);
-  return v.includes(k);
+  return envList<LdsmKernel>('MPSC_CUDA_FLASH_LDSM', ['fwd', 'kv', 'q'], ['fwd', 'kv']).includes(k);
 }
 
 /** rows per block (4 warps x 16) and per streamed tile */
@@ -321,10 +313,7 @@ function forwardBody128(gm: Geom, o: KernelArg): string {
 
 /** query rows per forward block: 128 (forwardBody128, default) or 64 (MPSC_CUDA_FLASH_FWD_ROWS=64 at build time, for A/B) */
 export function flashForwardRows(): number {
-  const e = process.env.MPSC_CUDA_FLASH_FWD_ROWS;
-  if (e === undefined || e === '') return 2 * BR;
-  if (e !== '64' && e !== '128') throw new Error(`MPSC_CUDA_FLASH_FWD_ROWS=${e}: expected 64 or 128`);
-  return Number(e);
+  return Number(envChoice('MPSC_CUDA_FLASH_FWD_ROWS', ['64', '128'], `${2 * BR}` as '128'));
 }
 
 function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {

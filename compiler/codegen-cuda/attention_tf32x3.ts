@@ -39,12 +39,12 @@
  * offsets are multiples of 4 floats), sm_80+ (mma.sync TF32, cp.async), 4 x 52 KiB of shared memory per SM
  * (sm_90: 227 KiB).
  */
-import { UserError } from '../errors.js';
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { attnGeom, flashKernels, headOffsets, indexType, isForward, lit, lseValue, type AttnGeom } from './attention_f32.js';
 import { forwardStore, kvProbStep, qProbStep, softmaxStep } from './attention_steps.js';
 import { SMEM_STATIC_MAX } from './cuda_dialect.js';
+import { envFlag, envList } from '../env_switch.js';
 
 /** head widths of the 3xTF32 kernels (multiples of the k8 step; 64 is gpt_char's and GPT-2's, wider exceeds 48 KiB) */
 export const TF32X3_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
@@ -63,9 +63,7 @@ const LOG2E = Math.LOG2E;
  * (attention_f32.ts); part of the CUDA build cache's inputs key (runtime/cuda/session.ts cudaInputsKey)
  */
 export function attnTf32x3Enabled(): boolean {
-  const v = process.env.MPSC_CUDA_ATTN_TF32X3 ?? '1';
-  if (v !== '0' && v !== '1') throw new UserError(`error: MPSC_CUDA_ATTN_TF32X3 must be '0' or '1', got '${v}'`);
-  return v === '1';
+  return envFlag('MPSC_CUDA_ATTN_TF32X3', true);
 }
 
 /** the three kernels of a 3xTF32 attention node: forward, dK/dV, dQ */
@@ -80,11 +78,7 @@ export type X3Kernel = 'fwd' | 'kv' | 'q';
  * forward 112 -> 99 us, dK/dV 215 -> 193, dQ 158 -> 146; graph step 22.96 -> 22.67 ms.
  */
 export function x3Async(k: X3Kernel): boolean {
-  const e = process.env.MPSC_CUDA_ATTN_X3_ASYNC;
-  if (e === undefined || e === '') return true;
-  const v = e === 'none' ? [] : e.split(',');
-  if (!v.every((x) => x === 'fwd' || x === 'kv' || x === 'q')) throw new UserError(`error: MPSC_CUDA_ATTN_X3_ASYNC=${e}: expected a comma list of fwd, kv, q, or none`);
-  return v.includes(k);
+  return envList<X3Kernel>('MPSC_CUDA_ATTN_X3_ASYNC', ['fwd', 'kv', 'q'], ['fwd', 'kv', 'q']).includes(k);
 }
 
 /**
@@ -92,9 +86,7 @@ export function x3Async(k: X3Kernel): boolean {
  * MPSC_CUDA_ATTN_X3_KSPLIT at build time, 1 (default) or 0, for A/B on the GPU.
  */
 export function x3KSplit(): boolean {
-  const v = process.env.MPSC_CUDA_ATTN_X3_KSPLIT ?? '1';
-  if (v !== '0' && v !== '1') throw new UserError(`error: MPSC_CUDA_ATTN_X3_KSPLIT must be '0' or '1', got '${v}'`);
-  return v === '1';
+  return envFlag('MPSC_CUDA_ATTN_X3_KSPLIT', true);
 }
 
 /** why a node does not run on the 3xTF32 kernels (null: they take it) */

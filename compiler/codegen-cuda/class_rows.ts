@@ -36,6 +36,7 @@ import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js
 import { argOf, blockKernel, ceilDiv, elemOf, kernelSpec, numAttr, numel, readF, shapeOf } from '../kernels/common.js';
 import { isHalfElem } from '../kernels/dialect.js';
 import { keptCount } from '../kernels/rows.js';
+import { envChoice, envFlag } from '../env_switch.js';
 
 /** classes per row up to which a warp takes a row (above: a block of rowBlock() threads) */
 export const WARP_C = 1024;
@@ -47,10 +48,7 @@ export const WARP_C = 1024;
  * bf16, 4 Dec 16:40) the plain loss kernel over 16384 x 50304 bf16 took 847 us at 1024 against 661 at 256.
  */
 export function rowBlock(): number {
-  const e = process.env.MPSC_CUDA_CE_ROW_BLOCK;
-  if (e === undefined || e === '') return 1024;
-  if (e !== '256' && e !== '512' && e !== '1024') throw new Error(`MPSC_CUDA_CE_ROW_BLOCK=${e}: expected 256, 512 or 1024`);
-  return Number(e);
+  return Number(envChoice('MPSC_CUDA_CE_ROW_BLOCK', ['256', '512', '1024'], '1024'));
 }
 /** rows up to which a warp-per-row forward op is ONE block (8 warps taking rows in turn) rather than two kernels */
 export const ONE_BLOCK_ROWS = 256;
@@ -94,7 +92,7 @@ export function lseConsumer(g: Graph, n: Node): Node | undefined {
  * MPSC_CUDA_CE_FUSE=0 at build time turns it off (the two kernels, lseConsumer).
  */
 export function fusedGrad(g: Graph, n: Node): Node | undefined {
-  if (n.op !== 'cross_entropy' || process.env.MPSC_CUDA_CE_FUSE === '0') return undefined;
+  if (n.op !== 'cross_entropy' || !envFlag('MPSC_CUDA_CE_FUSE', true)) return undefined;
   const m = g.nodes[g.nodes.indexOf(n) + 1];
   if (!m || m.op !== 'cross_entropy_grad' || !sameLoss(n, m)) return undefined;
   const { R, C } = classRows(g, n);

@@ -41,12 +41,12 @@
  * into the scratch region, then gemm_cuda.ts's reduction kernel adds them in chunk order (no
  * atomics: the result does not depend on launch order).
  */
-import { UserError } from '../errors.js';
 import { isHalf, numel, type Graph, type Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { ceilDiv, label, shapeOf } from '../kernels/common.js';
 import { convGeom, gemmParts } from '../kernels/gemm.js';
 import { splitK, splitReduceKernel, type Split } from './gemm_cuda.js';
+import { envChoice, envFlag } from '../env_switch.js';
 
 const THREADS = 256, BK = 16;
 
@@ -83,9 +83,7 @@ interface Lay { vec: boolean; kp: number; rp: number; round: (x: string) => stri
 export type ConvRound = 'rna' | 'add' | 'rn';
 const ROUNDS: readonly ConvRound[] = ['rna', 'add', 'rn'];
 export function convRound(): ConvRound {
-  const v = process.env.MPSC_CONV_ROUND ?? 'rn';
-  if (!(ROUNDS as readonly string[]).includes(v)) throw new UserError(`error: MPSC_CONV_ROUND must be one of ${ROUNDS.join(', ')}, got '${v}'`);
-  return v as ConvRound;
+  return envChoice('MPSC_CONV_ROUND', ROUNDS, 'rn');
 }
 /** the rounding `r` of the float expression `x` as a C++ expression (a .tf32 register's bits) */
 export function roundExpr(r: ConvRound, x: string): string {
@@ -103,9 +101,8 @@ const LONG_K = 256;
  * variant): that number for every kernel.
  */
 function stagesOf(BM: number, BN: number, Kloop: number): number {
-  const v = process.env.MPSC_CONV_STAGES;
-  if (v === '2' || v === '3') return +v;
-  if (v !== undefined) throw new UserError(`error: MPSC_CONV_STAGES must be 2 or 3, got '${v}'`);
+  const v = envChoice('MPSC_CONV_STAGES', ['auto', '2', '3'], 'auto');
+  if (v !== 'auto') return +v;
   return BM * BN >= 128 * 128 && Kloop >= LONG_K ? 2 : 3;
 }
 const layOf = (vec: boolean, BM: number, BN: number, Kloop: number): Lay => {
@@ -282,8 +279,7 @@ export function convTiles(M: number, N: number, G: number, split: boolean, K: nu
   // every SM (the seed CNN's grad_input: its A copies, the costly ones, then feed a 64x32 warp tile; not its first conv,
   // K = 27, bound by its store, nor the MNIST CNN's 98-tile layers). MPSC_CONV_BM256 at build time (A/B variants):
   // 0, never (as before 4 Dec evening); 1, wherever BN is 64, the GEMM is not split and M >= 256 (whatever K and grid)
-  const bm256 = process.env.MPSC_CONV_BM256;
-  if (bm256 !== undefined && bm256 !== '0' && bm256 !== '1') throw new UserError(`error: MPSC_CONV_BM256 must be 0 or 1, got '${bm256}'`);
+  const bm256 = envChoice('MPSC_CONV_BM256', ['auto', '0', '1'], 'auto');
   if (bm256 !== '0' && BN === 64 && !split && M >= 256 && (bm256 === '1' || (K >= LONG_K && ceilDiv(M, 256) * G >= SMS))) return { BM: 256, BN };
   return { BM: M >= 128 && (split || ceilDiv(M, 128) * ceilDiv(N, BN) * G >= SMS) ? 128 : 64, BN };
 }
@@ -327,9 +323,7 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
     }
     return { pre, load };
   }
-  const v16 = process.env.MPSC_CONV_VEC16;
-  if (v16 !== undefined && v16 !== '0' && v16 !== '1') throw new UserError(`error: MPSC_CONV_VEC16 must be 0 or 1, got '${v16}'`);
-  if (side.vec4 && R >= 64 && v16 !== '0') {
+  if (side.vec4 && R >= 64 && envFlag('MPSC_CONV_VEC16', true)) {
     // thread t copies reduction indices 4 (t % 4) .. + 3 of rows t / 4 + 64 i, one 16-byte copy each (Side.vec4; the
     // tile's rows of kp floats keep every run's destination 16-byte aligned)
     let pre = `const uint ${tag}k = 4u * (tidx % 4u), ${tag}r = tidx / 4u;\n`;
@@ -528,12 +522,12 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
   const { a, b } = sidesOf(n.op, c, gm.M, gm.N, gm.K);
   // 4-byte fragment reads by default; MPSC_CONV_FRAG=vec at build time: the vector reads (Lay; they need B loaded along k, as every conv's is)
-  const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K, L: layOf(b.mode === 'k' && process.env.MPSC_CONV_FRAG === 'vec', BM, BN, sp?.Kc ?? gm.K) };
+  const s: Shape = { BM, BN, M: gm.M, N: gm.N, K: gm.K, L: layOf(b.mode === 'k' && envChoice('MPSC_CONV_FRAG', ['scalar', 'vec'], 'scalar') === 'vec', BM, BN, sp?.Kc ?? gm.K) };
   // the k table where it fits next to the stages in SMEM_BLOCK; 'bounds' where its dh = 0x4000 marker lies outside the images,
   // 'taps' where the offset separates and the window has at most 31 taps (MPSC_CONV_TAPS=0 at build time: 'bounds', for A/B)
   const fits = a.mode === 'row' && !sp && (tableFloats(s) + s.L.stages * (tileFloats(a.mode, BM, s.L) + tileFloats(b.mode, BN, s.L))) * 4 <= SMEM_BLOCK;
   const boundsOk = Math.max(c.H, c.W, c.OH, c.OW, c.PH, c.PW) < 8192 && (c.KH - 1) * c.DH < 8192 && (c.KW - 1) * c.DW < 8192;
-  const tapsOk = a.taps !== undefined && a.taps.n <= NO_TAP && process.env.MPSC_CONV_TAPS !== '0';
+  const tapsOk = a.taps !== undefined && a.taps.n <= NO_TAP && envFlag('MPSC_CONV_TAPS', true);
   const tab: Tab = !fits ? 'none' : tapsOk ? 'taps' : boundsOk ? 'bounds' : 'none';
   const tgmem = ((tab !== 'none' ? tableFloats(s) : 0) + s.L.stages * (tileFloats(a.mode, BM, s.L) + tileFloats(b.mode, BN, s.L))) * 4;
   const name = ctx.next();

@@ -51,6 +51,7 @@ import { gemmParts } from '../kernels/gemm.js';
 import { splitKernels, tf32x3Layout, tf32x3Rule, type Tf32x3Mode } from './tf32x3.js';
 import { lowerSumToCuda } from './reduce_cuda.js';
 import { GPU_KERNELS } from '../kernels/registry.js';
+import { envFlag } from '../env_switch.js';
 
 /** where a GEMM node runs, and why (plain data for reports) */
 export interface GemmChoice {
@@ -153,7 +154,7 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): P
  * `tf32x3`: whether an fp32 call may run over split operands on the tensor cores (tf32x3.ts's rule);
  * `smallGen`: small fp32 products run gemm_cuda.ts's small-tile kernel instead of a call (MPSC_CUDA_SMALL_GEN=1; A/B)
  */
-export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule', smallGen = process.env.MPSC_CUDA_SMALL_GEN === '1'): CudaGemmLowering | null {
+export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule', smallGen = envFlag('MPSC_CUDA_SMALL_GEN', false)): CudaGemmLowering | null {
   const gemmKernels = lowerGemmCuda(ctx, g, n, epilogue);
   if (!gemmKernels) return null;
   // a matmul with `a_sums` (fuse.ts rule 8): a's column sums as a sum_to over its rows (the generated path's second kernel(s))

@@ -30,6 +30,7 @@ import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { ceilDiv, label } from '../kernels/common.js';
 import { gemmParts, type GemmParts } from '../kernels/gemm.js';
 import { lowerConvCuda } from './conv_cuda.js';
+import { envFlag } from '../env_switch.js';
 
 const BM = 64, BN = 64, BK = 16, LDA = 20, LDB = 72;
 const TGMEM = (BM * LDA + BK * LDB) * 4;
@@ -213,7 +214,7 @@ export const SMALL_MAX_MACS = 2 ** 28;
 
 /** whether a linear / matmul of this size runs on the small tiles (MPSC_CUDA_GEMM_SMALL=0: never) */
 export function smallGemm(op: string, M: number, N: number, K: number, G: number): boolean {
-  if (process.env.MPSC_CUDA_GEMM_SMALL === '0' || (op !== 'linear' && op !== 'matmul')) return false;
+  if (!envFlag('MPSC_CUDA_GEMM_SMALL', true) || (op !== 'linear' && op !== 'matmul')) return false;
   return Math.max(1, ceilDiv(M, BM)) * Math.max(1, ceilDiv(N, BN)) * G < SMALL_BELOW && M * N * K * G <= SMALL_MAX_MACS;
 }
 
@@ -302,7 +303,7 @@ const smallTgmem = (v: View, presplit = false) => (stageFloats(stageOf('As', SBM
  * each fragment in the k loop: 3 instructions per fragment, each A element split by both warps that read it).
  * Measured slower on the H200 (gpt_tiny with the small products generated: 0.882 against 0.871 ms, bench/NOTES.md)
  */
-const presplitOn = (p: Passes) => process.env.MPSC_CUDA_SMALL_PRESPLIT === '1' && !p.tf32;
+const presplitOn = (p: Passes) => envFlag('MPSC_CUDA_SMALL_PRESPLIT', false) && !p.tf32;
 
 /** small tiles, fp32 FFMA (MPSC_CUDA_PLAIN=1): 16x16 threads, a 2x4 register block each */
 function smallPlainBody(v: View, sp: Split | null): string {

@@ -23,6 +23,7 @@ import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { argOf, ceilDiv, elemOf, elementwise, kernelSpec, numAttr, readF, writeF } from '../kernels/common.js';
 import { isHalfElem } from '../kernels/dialect.js';
 import { layernormRows } from '../kernels/reduce.js';
+import { envChoice } from '../env_switch.js';
 
 /** the widest row a warp takes (32 values per lane in registers) */
 export const WARP_D = 1024;
@@ -170,7 +171,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   // H200 (bench/NOTES.md, tinygemm): graph steps gpt_tiny 0.920 -> 0.821 ms, gpt_char fp32 23.81 -> 23.63 ms
   const Q = ceilDiv(G, 32);
   // MPSC_CUDA_LN_FINISH=serial (build time): the thread-per-column chain (A/B)
-  const serial = process.env.MPSC_CUDA_LN_FINISH === 'serial';
+  const serial = envChoice('MPSC_CUDA_LN_FINISH', ['warp', 'serial'], 'warp') === 'serial';
   const finish = serial ? elementwise(ctx, g, n, writes, D,
     `  // the ${G} blocks' sums of column i, in block order\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
     `  for (uint b = 0u; b < ${u(G)}; ++b) {${sums.map((_, j) => ` t${j} += mpsc_scratch[b * ${u(P * D)} + ${j ? `${u(j * D)} + ` : ''}i];`).join('')} }\n` +

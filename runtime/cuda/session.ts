@@ -23,6 +23,7 @@ import { cudaFuseOff } from '../../compiler/codegen-cuda/fusions.js';
 import { buildAddon, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
+import { envChoice, envFlag } from '../../compiler/env_switch.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXT = path.extname(fileURLToPath(import.meta.url));
@@ -90,9 +91,7 @@ export function cudaIncludeDirs(nvcc: string | null): string[] {
 
 /** whether GEMM nodes may become cuBLASLt calls: $MPSC_CUDA_CUBLASLT = 1 (default) | 0 (every GEMM generated, for A/B runs and checks) */
 export function cublasLtChoice(): boolean {
-  const v = process.env.MPSC_CUDA_CUBLASLT ?? '1';
-  if (v !== '0' && v !== '1') throw new UserError(`error: MPSC_CUDA_CUBLASLT must be '0' or '1', got '${v}'`);
-  return v === '1';
+  return envFlag('MPSC_CUDA_CUBLASLT', true);
 }
 
 /**
@@ -100,8 +99,7 @@ export function cublasLtChoice(): boolean {
  * 1 (default: the size rule) | 0 (never: every fp32 call is fp32 FMA, for A/B runs) | all (every fp32 call, for checks)
  */
 export function tf32x3Choice(): Tf32x3Mode {
-  const v = process.env.MPSC_CUDA_TF32X3 ?? '1';
-  if (v !== '0' && v !== '1' && v !== 'all') throw new UserError(`error: MPSC_CUDA_TF32X3 must be '0', '1' or 'all', got '${v}'`);
+  const v = envChoice('MPSC_CUDA_TF32X3', ['0', '1', 'all'], '1');
   return v === '1' ? 'rule' : v === '0' ? 'off' : 'all';
 }
 
@@ -137,9 +135,7 @@ let generatorDigest: string | undefined;
 
 /** the GEMM kernels to generate: $MPSC_CUDA_GEMM = cuda (64x64 tiles, default) | shared (the kernel language's 16x16 tiles) */
 export function cudaGemmChoice(): CudaGemm {
-  const v = process.env.MPSC_CUDA_GEMM ?? 'cuda';
-  if (v !== 'cuda' && v !== 'shared') throw new UserError(`error: MPSC_CUDA_GEMM must be 'cuda' or 'shared', got '${v}'`);
-  return v;
+  return envChoice<CudaGemm>('MPSC_CUDA_GEMM', ['cuda', 'shared'], 'cuda');
 }
 
 /**

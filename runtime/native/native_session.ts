@@ -14,6 +14,7 @@ import { PROGRAM_NAMES, type ProgramName, type ProgramSet, type StepScalars } fr
 import { generateCpuModel } from '../../compiler/codegen-cpu/emit_program.js';
 import type { Batch, DeviceCollective, RunOptions, Session } from '../session.js';
 import { buildAddon, loadAddon, sourcesDigest } from './build.js';
+import { envFlag } from '../../compiler/env_switch.js';
 
 export interface AddonTensor {
   name: string;
@@ -124,7 +125,7 @@ let generatorDigest: string | undefined;
 export function cpuInputsKey(programs: ProgramSet): string {
   generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
   // MPSC_CPU_FUSE=0 turns the CPU fusions off (an A/B switch of generateCpuModel): part of the key
-  const fuse = process.env.MPSC_CPU_FUSE === '0' ? 'nofuse' : 'fuse';
+  const fuse = envFlag('MPSC_CPU_FUSE', true) ? 'fuse' : 'nofuse';
   return createHash('sha256').update(generatorDigest).update('\0').update(fuse).update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 

@@ -1,0 +1,87 @@
+/**
+ * compiler/env_switch.ts: the build-time switches parsed in one place. Every reader rejects a typo with a
+ * UserError (exit 1) naming the variable, the values it takes and the value it got, and an unset or empty
+ * variable means the default.
+ */
+import { describe, expect, it } from 'vitest';
+import { envChoice, envFlag, envInts, envList } from '../compiler/env_switch.js';
+import { UserError } from '../compiler/errors.js';
+import { flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen-cuda/attention_cuda.js';
+import { attnTf32x3Enabled, x3Async, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
+import { rowBlock } from '../compiler/codegen-cuda/class_rows.js';
+import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
+import { cublasLtChoice, cudaGemmChoice, tf32x3Choice } from '../runtime/cuda/session.js';
+
+/** f with `name` set to `value` (undefined: unset), restored afterwards */
+function withEnv<T>(name: string, value: string | undefined, f: () => T): T {
+  const before = process.env[name];
+  if (value === undefined) delete process.env[name];
+  else process.env[name] = value;
+  try {
+    return f();
+  } finally {
+    if (before === undefined) delete process.env[name];
+    else process.env[name] = before;
+  }
+}
+
+function userError(f: () => unknown): UserError {
+  try {
+    f();
+  } catch (e) {
+    expect(e).toBeInstanceOf(UserError);
+    return e as UserError;
+  }
+  throw new Error('expected a UserError, got none');
+}
+
+describe('envChoice / envFlag / envList / envInts', () => {
+  it('unset or empty: the default; a listed value: itself; anything else: a UserError naming all three', () => {
+    expect(envChoice('X', ['a', 'b'], 'b', undefined)).toBe(withEnv('X', undefined, () => 'b'));
+    expect(withEnv('MPSC_TEST_SWITCH', '', () => envChoice('MPSC_TEST_SWITCH', ['a', 'b'], 'b'))).toBe('b');
+    expect(envChoice('X', ['a', 'b'], 'b', 'a')).toBe('a');
+    expect(userError(() => envChoice('X', ['a', 'b'], 'b', 'A')).message).toBe("error: X must be one of 'a', 'b', got 'A'");
+    expect(withEnv('MPSC_TEST_SWITCH', 'c', () => userError(() => envChoice('MPSC_TEST_SWITCH', ['a', 'b'], 'a')).message)).toMatch(/MPSC_TEST_SWITCH .*got 'c'/);
+  });
+  it('flags take 0 and 1 only (not yes / true / on)', () => {
+    expect(envFlag('F', true, '0')).toBe(false);
+    expect(envFlag('F', false, '1')).toBe(true);
+    expect(envFlag('F', true, '')).toBe(true);
+    for (const v of ['yes', 'true', 'on', '2']) expect(userError(() => envFlag('F', true, v)).message).toBe(`error: F must be one of '0', '1', got '${v}'`);
+  });
+  it("lists: members once each, in the user's order; 'none' is empty; a stranger or a repeat is refused", () => {
+    expect(envList('L', ['fwd', 'kv', 'q'], ['fwd'], 'q, fwd')).toEqual(['q', 'fwd']);
+    expect(envList('L', ['fwd', 'kv', 'q'], ['fwd'], 'none')).toEqual([]);
+    expect(envList('L', ['fwd', 'kv', 'q'], ['fwd'], '')).toEqual(['fwd']);
+    expect(userError(() => envList('L', ['fwd', 'kv', 'q'], [], 'fwd,dq')).message).toMatch(/'dq' is not one of them/);
+    expect(userError(() => envList('L', ['fwd', 'kv', 'q'], [], 'kv,kv')).message).toMatch(/'kv' is repeated/);
+  });
+  it('integer lists: the count and the range are checked', () => {
+    expect(envInts('I', 3, 0, 8, [0, 0, 0], 'x', '4,0,3')).toEqual([4, 0, 3]);
+    expect(envInts('I', 3, 0, 8, [0, 0, 0], 'x', undefined)).toEqual(withEnv('I', undefined, () => [0, 0, 0]));
+    for (const v of ['4,0', '4,0,9', '4,0,1.5', 'a,b,c']) expect(userError(() => envInts('I', 3, 0, 8, [0, 0, 0], 'x', v)).message).toMatch(/^error: I=.*: expected 3 comma-separated integers 0..8 \(x\)$/);
+  });
+});
+
+describe('every exported switch reader refuses a typo with a UserError and takes its default when unset', () => {
+  const readers: [string, () => unknown, unknown][] = [
+    ['MPSC_CONV_ROUND', convRound, 'rn'],
+    ['MPSC_CUDA_FLASH_LDSM', () => [flashLdsm('fwd'), flashLdsm('kv'), flashLdsm('q')], [true, true, false]],
+    ['MPSC_CUDA_FLASH_MINBLOCKS', flashMinBlocks, [0, 0, 0]],
+    ['MPSC_CUDA_FLASH_FWD_ROWS', flashForwardRows, 128],
+    ['MPSC_CUDA_CE_ROW_BLOCK', rowBlock, 1024],
+    ['MPSC_CUDA_ATTN_TF32X3', attnTf32x3Enabled, true],
+    ['MPSC_CUDA_ATTN_X3_ASYNC', () => [x3Async('fwd'), x3Async('kv'), x3Async('q')], [true, true, true]],
+    ['MPSC_CUDA_ATTN_X3_KSPLIT', x3KSplit, true],
+    ['MPSC_CUDA_CUBLASLT', cublasLtChoice, true],
+    ['MPSC_CUDA_TF32X3', tf32x3Choice, 'rule'],
+    ['MPSC_CUDA_GEMM', cudaGemmChoice, 'cuda'],
+  ];
+  for (const [name, read, dflt] of readers) {
+    it(name, () => {
+      expect(withEnv(name, undefined, read)).toEqual(dflt);
+      expect(withEnv(name, '', read)).toEqual(dflt);
+      expect(withEnv(name, 'typo', () => userError(read).message)).toMatch(new RegExp(`^error: ${name}`));
+    });
+  }
+});
