@@ -12,6 +12,7 @@ import { ONE_BLOCK_ROWS, rowBlock, rowGroupThreads } from '../compiler/codegen-c
 import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { fuseProgram } from '../compiler/ir/fuse.js';
 import { MIN_WIDE, PER_THREAD } from '../compiler/codegen-cuda/wide_ew_cuda.js';
+import { countThreads } from '../compiler/codegen-cuda/avgpool_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
 import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
@@ -215,6 +216,8 @@ export function cudaLongCases(): OpCase[] {
   // the gradient right after the loss: one kernel (class_rows.ts fusedGrad), a block and a warp per row
   cases.push(lossAndGradCase(rng, 'loss_grad_fused_gpt2_vocab', 3, 50304, 0, undefined, true), lossAndGradCase(rng, 'loss_grad_fused_block_ignore', 5, 1025, 0.1, 2, true),
     lossAndGradCase(rng, 'loss_grad_fused_warp_ignore', 301, 1000, 0.1, -100, true));
+  // a conv bias gradient folded into the avgpool gradient (fuse.ts rule 9: buildCuda fuses the plain programs)
+  cases.push(...poolGradSumsCases(rng));
   return cases;
 }
 
@@ -402,6 +405,47 @@ export function layernormGradAddCase(rng: Rng, name: string, rows: number[], D: 
   const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
   const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
   return { program, data: fdata, check: ['out', 'dw', 'db', ...(biasSum ? ['dlinear_bias'] : [])].map(id) };
+}
+
+/**
+ * A convolution's bias gradient folded into the global-avgpool gradient after it (fuse.ts rule 9 with CUDA's caps;
+ * codegen-cuda/avgpool_cuda.ts): dx = global_avgpool_grad(dy) over planes of x_shape, with `relu` masked by a separate
+ * mask (rule 2's relu-grad: the mask where the forward's relu output was), then sum_to(dx) over N, H, W; checks dx and
+ * the channel sums. Plane 0's mask is all negative and its dy infinite: the masked zeros add 0 (the kernel's count of
+ * 0, never 0 * inf). `fused` as in addLayernormCase.
+ */
+export function poolGradSumsCase(rng: Rng, name: string, xs: number[], relu: boolean, fused = false): OpCase {
+  const { b, data, input } = caseGraph(rng, name);
+  const [N, C] = xs;
+  const dy = input('dy', [N, C, 1, 1], -1, 1), mask = relu ? input('mask', xs, -1, 1) : -1;
+  if (relu) {
+    data.get(dy)![0] = Infinity;
+    const m = data.get(mask)!;
+    for (let i = 0; i < xs[2] * xs[3]; i++) m[i] = -Math.abs(m[i]) - 0.5;
+  }
+  const act = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const g = act('g', xs), dx = relu ? act('dx', xs) : g, sums = act('dbias', [C]);
+  b.node('global_avgpool_grad', [dy], [g], { x_shape: xs }, 'pool');
+  if (relu) b.node('unary_grad', [g, mask], [dx], { fn: 'relu' }, 'relu');
+  b.node('sum_to', [dx], [sums], { shape: [C], axes: [0, 2, 3] }, 'bias_grad');
+  const plain = { name, batch: 1, graph: b.graph, inputs: [dy, ...(relu ? [mask] : [])], outputs: [] } as unknown as Program;
+  const f = fuseProgram(plain, { poolGradRelu: { globalAvgpool: true, maxpool2x2: false }, poolGradBiasSum: true });
+  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.c_sums !== true || (f.graph.nodes[0].attrs.relu_grad === true) !== relu) {
+    throw new Error(`internal: ${name}: the bias gradient is not folded into the pool gradient`);
+  }
+  const program = fused ? f : plain;
+  const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
+  const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
+  return { program, data: fdata, check: [relu ? 'dx' : 'g', 'dbias'].map(id) };
+}
+
+/** poolGradSumsCase's shapes: masked planes over two chunks (the second guarded), one exact chunk, planes under a warp's span (32 threads), and unmasked ones on the wide kernel and on the shared one */
+export function poolGradSumsCases(rng: Rng, fused = false): OpCase[] {
+  const shapes: [string, number[], boolean][] = [['pool_sums_relu_47x47', [3, 5, 47, 47], true], ['pool_sums_relu_64x32', [2, 3, 64, 32], true],
+    ['pool_sums_relu_5x7', [5, 7, 5, 7], true], ['pool_sums_wide_183x183', [2, 4, 183, 183], false], ['pool_sums_9x11', [3, 5, 9, 11], false]];
+  if (countThreads(47 * 47) !== 256 || Math.ceil((47 * 47) / (256 * PER_THREAD)) !== 2 || (47 * 47) % (256 * PER_THREAD) === 0 || 64 * 32 !== 256 * PER_THREAD ||
+    countThreads(35) !== 32 || numel([2, 4, 183, 183]) < MIN_WIDE || numel([3, 5, 9, 11]) >= MIN_WIDE) throw new Error('internal: the pool-sum cases miss a layout');
+  return shapes.map(([name, xs, relu]) => poolGradSumsCase(rng, name, xs, relu, fused));
 }
 
 /**

@@ -26,8 +26,8 @@ import { CUDA, SMEM_STATIC_MAX } from '../compiler/codegen-cuda/cuda_dialect.js'
 import { kernelSource } from '../compiler/kernels/prelude.js';
 import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types.js';
 import { numel } from '../compiler/ir/graph.js';
-import { relError } from '../compiler/reference/fixtures.js';
-import { cudaConvCases, cudaLongCases } from './cuda_cases.js';
+import { makeRng, relError } from '../compiler/reference/fixtures.js';
+import { cudaConvCases, cudaLongCases, poolGradSumsCases } from './cuda_cases.js';
 import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
@@ -190,6 +190,22 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     // without the mask the result is wrong (negative control: the fold really applies it)
     const unmasked = emulate(all, (b) => b.replace(/mask\[[^\]]*\] > 0\.0f/g, 'true').replace(/&& v(\d) > 0\.0f/g, ''), false);
     for (const c of all) expect(unmasked.problems.join('\n')).toMatch(new RegExp(`${c.program.name} `));
+  }, 600_000);
+
+  it('run the avgpool gradient with the conv bias gradient folded in (fuse.ts rule 9: avgpool_cuda.ts, the unmasked counts in the scratch region) as CUDA, matching the reference', () => {
+    const all = poolGradSumsCases(makeRng(31));
+    const a = buildCuda(all.map((c) => c.program), 'pool_sums_emu', { merge: false });
+    for (const lp of a.lowered) {
+      expect(lp.program.graph.nodes.map((n) => [n.op, n.attrs.c_sums])).toEqual([['global_avgpool_grad', true]]);
+      expect(lp.kernels.map((k) => k.scratch !== undefined)).toEqual(lp.program.graph.nodes[0].attrs.relu_grad === true ? [true, true] : [false, false]);
+    }
+    const r = emulate(all, (b) => b, false);
+    expect(r.problems).toEqual([]);
+    expect(r.checked).toBe(2 * 2 * all.length);
+    // negative control: each warp's count alone (no butterfly sum) undercounts every masked case's channel sums
+    const lone = emulate(all, (b) => b.replace(/c = mpsc_warp_sum\(c\);/, ''), false);
+    for (const c of all.filter((x) => /relu/.test(String(x.program.name)))) expect(lone.problems.join('\n')).toMatch(new RegExp(`${c.program.name} ${c.program.name}\\.dbias`));
+    expect(lone.problems.join('\n')).not.toMatch(/\.dx /);
   }, 600_000);
 
   it('fails a kernel whose im2col offset is off by one, in both variants, by case name (negative control)', () => {

@@ -61,6 +61,12 @@
  *     itself, or a `reshape` of it), b 2-D, with no reader of S's output before P: S disappears and P,
  *     attr `a_sums: true`, writes S's output as its last output (a's column sums: the linear's bias
  *     gradient; cuBLASLt's BGRADB epilogue on CUDA, codegen-cuda/cublaslt.ts). The same sum in another order.
+ *  9. a bias gradient into the global-avgpool gradient (caps.poolGradBiasSum; after rule 2): S = `sum_to` of a
+ *     global_avgpool_grad G's output 0 (f32 [N, C, H, W]; with or without a folded relu-grad) over
+ *     axes [0, 2, 3] (shape [C], f32: the bias gradient of the convolution before the pool): S disappears and G, attr
+ *     `c_sums: true`, writes S's output as its last output (output 0's channel sums). No node reads S's output before S
+ *     (it reads G's output, so G comes first). The same sum in another order (CUDA: per plane the count of unmasked
+ *     elements times the plane's value, codegen-cuda/avgpool_cuda.ts): within rounding, not bitwise.
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -106,6 +112,8 @@ export interface FusionCaps {
   addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean };
   /** rule 8: a bias gradient (sum_to over the rows) into the weight-gradient matmul reading the same rows */
   matmulBiasGrad?: boolean;
+  /** rule 9: a conv bias gradient (sum_to over N, H, W) into the global_avgpool_grad writing what it sums */
+  poolGradBiasSum?: boolean;
   /** after remat: a recomputed unary and the unary_grad of the same fn over the same x as one node (grad_fwd.ts, programs.ts fuseForBackend) */
   gradWithForward?: boolean;
 }
@@ -122,6 +130,8 @@ export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
 export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
 /** the ops that may carry `a_sums` (+ input 0's column sums as the last output: rule 8) */
 export const A_SUMS_OPS: readonly OpName[] = ['matmul'];
+/** the ops that may carry `c_sums` (+ output 0's channel sums, over N, H, W, as the last output: rule 9) */
+export const C_SUMS_OPS: readonly OpName[] = ['global_avgpool_grad'];
 /** the ops that may carry `fwd_out` (+ f(x) of input 1 as the last output: grad_fwd.ts) */
 export const FWD_OUT_OPS: readonly OpName[] = ['unary_grad'];
 /** the ops that may carry `relu_in` */
@@ -136,7 +146,7 @@ export const GRAD_FROM_OUTPUT: readonly UnaryFn[] = ['relu'];
 export const EPILOGUE_ATTR = 'epilogue';
 const PREFIX = 'epilogue_';
 /** the attrs a fusion adds to a node (with the `epilogue_<name>` ones): what `unfusedAttrs` drops */
-const FUSION_FLAGS = new Set([EPILOGUE_ATTR, 'relu_grad', 'relu_in', 'add_in', 'add_out', 'sum_out', 'a_sums', 'fwd_out']);
+const FUSION_FLAGS = new Set([EPILOGUE_ATTR, 'relu_grad', 'relu_in', 'add_in', 'add_out', 'sum_out', 'a_sums', 'c_sums', 'fwd_out']);
 
 /** the fused epilogue of a GEMM-family node as `unary` attrs ({ fn, ...fn attrs }), or null */
 export function epilogueOf(n: Node): Record<string, AttrValue> | null {
@@ -159,8 +169,9 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
  *  - `post`: the core's output 0 then goes through `unary` (epilogue), through
  *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad), or
  *            through `binary add` with input `addendInput` (the last one; add_out);
- *  - `sumOut`: after `post`, output `sumOut` (the last one) is output 0 summed over every dim but its
- *            last (`sum_to`; sum_out): the core has the node's outputs before it;
+ *  - `sumOut`: after `post`, output `sumOut` (the last one) is output 0 summed over the dims `sumAxes`
+ *            (`sum_to`): every dim but its last (sum_out) or N, H and W (c_sums); the core has the node's
+ *            outputs before it;
  *  - `aSums`: output `aSums` (the last one) is input 0 (2-D [K, M]) summed over its rows (`sum_to`
  *            with axes [0]; a_sums): the core has the node's outputs before it;
  *  - `fwdOut`: output `fwdOut` (the last one) is `unary` of input 1 with the node's attrs (fn and its
@@ -173,6 +184,7 @@ export interface FusedParts {
   pre?: Record<string, AttrValue>;
   add?: { input: number; output: number };
   sumOut?: number;
+  sumAxes?: number[];
   aSums?: number;
   fwdOut?: number;
   coreInputs: number;
@@ -183,7 +195,10 @@ export interface FusedParts {
 export function fusedParts(n: Node): FusedParts | null {
   const epi = epilogueOf(n);
   if (epi) return { coreInputs: n.inputs.length, post: { op: 'unary', attrs: epi } };
-  if (n.attrs.relu_grad === true) return { coreInputs: n.inputs.length - 1, post: { op: 'unary_grad', attrs: { fn: 'relu' }, maskInput: n.inputs.length - 1 } };
+  // c_sums (rule 9): output 0's channel sums as the last output, after the relu-grad when there is one
+  const cSums = n.attrs.c_sums === true ? { sumOut: n.outputs.length - 1, sumAxes: [0, 2, 3] } : {};
+  if (n.attrs.relu_grad === true) return { coreInputs: n.inputs.length - 1, post: { op: 'unary_grad', attrs: { fn: 'relu' }, maskInput: n.inputs.length - 1 }, ...cSums };
+  if (n.attrs.c_sums === true) return { coreInputs: n.inputs.length, ...cSums };
   if (n.attrs.relu_in === true) return { pre: { fn: 'relu' }, coreInputs: n.inputs.length };
   if (n.attrs.add_out === true) {
     const post = { op: 'binary' as const, attrs: { fn: 'add' }, addendInput: n.inputs.length - 1 };
@@ -425,6 +440,24 @@ function fuseLayernormGradBiasSum(g: Graph, w: Work): void {
   }
 }
 
+/** rule 9 */
+function fusePoolGradBiasSum(g: Graph, w: Work): void {
+  for (const G of w.nodes) {
+    if (!G || G.op !== 'global_avgpool_grad' || G.attrs.c_sums !== undefined || G.outputs.length !== 1) continue;
+    const dx = G.outputs[0], xs = g.values[dx].shape;
+    if (g.values[dx].dtype !== 'f32' || xs.length !== 4) continue;
+    const S = (w.readers.get(dx) ?? []).map((id) => w.nodes[id]!).find((n) => n.op === 'sum_to' && n.inputs[0] === dx);
+    if (!S) continue;
+    const sv = g.values[S.outputs[0]];
+    if (sv.dtype !== 'f32' || sv.shape.length !== 1 || sv.shape[0] !== xs[1] || JSON.stringify(S.attrs.shape) !== JSON.stringify([xs[1]]) ||
+      JSON.stringify(S.attrs.axes) !== JSON.stringify([0, 2, 3])) continue;
+    w.nodes[G.id] = { ...G, outputs: [...G.outputs, S.outputs[0]], attrs: { ...G.attrs, c_sums: true } };
+    w.nodes[S.id] = null;
+    w.changed = true;
+    w.readers = readersOf(w.nodes);
+  }
+}
+
 /** rule 8 */
 function fuseMatmulBiasGrad(g: Graph, w: Work): void {
   const writer = new Map<number, Node>();
@@ -467,6 +500,7 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
     if (al.biasSum !== false) fuseLayernormGradBiasSum(g, w);
   }
   if (caps.matmulBiasGrad) fuseMatmulBiasGrad(g, w);
+  if (caps.poolGradBiasSum) fusePoolGradBiasSum(g, w);
   if (w.dropValues.size === 0 && !w.changed) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
   // renumber: kept values and nodes in their old order
   const vmap = new Map<number, number>();

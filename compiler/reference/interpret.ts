@@ -103,9 +103,9 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       outputs[0] = exec(REFERENCE_OPS.unary_grad, post.attrs, [outputs[0], inputs[k]], [outShapes[0], inShapes[k]], [outShapes[0]])[0];
     }
     if (parts.sumOut !== undefined) {
-      // output 0 summed over every dim but its last (a bias gradient: sum_to)
+      // output 0 summed over sumAxes, by default every dim but its last (a bias gradient: sum_to)
       const s0 = outShapes[0], to = outShapes[parts.sumOut];
-      outputs[parts.sumOut] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: s0.slice(0, -1).map((_, i) => i) }, [outputs[0]], [s0], [to])[0];
+      outputs[parts.sumOut] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: parts.sumAxes ?? s0.slice(0, -1).map((_, i) => i) }, [outputs[0]], [s0], [to])[0];
     }
     if (parts.fwdOut !== undefined) {
       // f(x) of the gradient's x (input 1): the recomputed forward value (grad_fwd.ts)
