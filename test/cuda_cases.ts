@@ -13,6 +13,7 @@ import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { fuseProgram } from '../compiler/ir/fuse.js';
 import { MIN_WIDE, PER_THREAD } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { countThreads } from '../compiler/codegen-cuda/avgpool_cuda.js';
+import { convTiles } from '../compiler/codegen-cuda/conv_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
 import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
@@ -218,6 +219,8 @@ export function cudaLongCases(): OpCase[] {
     lossAndGradCase(rng, 'loss_grad_fused_warp_ignore', 301, 1000, 0.1, -100, true));
   // a conv bias gradient folded into the avgpool gradient (fuse.ts rule 9: buildCuda fuses the plain programs)
   cases.push(...poolGradSumsCases(rng));
+  // a global_avgpool folded into the conv2d before it (fuse.ts rule 10), and one the conv's tiles cannot pool
+  cases.push(...convPoolCases(rng));
   return cases;
 }
 
@@ -446,6 +449,46 @@ export function poolGradSumsCases(rng: Rng, fused = false): OpCase[] {
   if (countThreads(47 * 47) !== 256 || Math.ceil((47 * 47) / (256 * PER_THREAD)) !== 2 || (47 * 47) % (256 * PER_THREAD) === 0 || 64 * 32 !== 256 * PER_THREAD ||
     countThreads(35) !== 32 || numel([2, 4, 183, 183]) < MIN_WIDE || numel([3, 5, 9, 11]) >= MIN_WIDE) throw new Error('internal: the pool-sum cases miss a layout');
   return shapes.map(([name, xs, relu]) => poolGradSumsCase(rng, name, xs, relu, fused));
+}
+
+/**
+ * A global average pool folded into the conv2d before it (fuse.ts rule 10 with CUDA's caps; conv_cuda.ts: the row tiles'
+ * column sums in the conv's store, then their sum in order): y = conv2d(x, w, b) (padding 1), with `relu` the relu
+ * after it (its epilogue, rule 1), then global_avgpool; checks the conv's output and the pooled one. `fused` as in
+ * addLayernormCase.
+ */
+export function convPoolCase(rng: Rng, name: string, xs: number[], ws: number[], relu: boolean, fused = false): OpCase {
+  const { b, data, input } = caseGraph(rng, name);
+  const x = input('x', xs, -1, 1), w = input('w', ws, -0.5, 0.5), bias = input('b', [ws[0]], -0.2, 0.2);
+  const ys = [xs[0], ws[0], xs[2], xs[3]];
+  const act = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const y = act('y', ys), z = relu ? act('z', ys) : y, pooled = act('pooled', [xs[0], ws[0], 1, 1]);
+  b.node('conv2d', [x, w, bias], [y], { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 }, 'conv');
+  if (relu) b.node('unary', [y], [z], { fn: 'relu' }, 'relu');
+  b.node('global_avgpool', [z], [pooled], {}, 'pool');
+  const plain = { name, batch: 1, graph: b.graph, inputs: [x, w, bias], outputs: [] } as unknown as Program;
+  const f = fuseProgram(plain, { epilogue: { ops: ['conv2d'], fns: ['relu'], gradReaders: true }, convPool: true });
+  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.pool_out !== true) throw new Error(`internal: ${name}: the pool is not folded into the conv`);
+  const program = fused ? f : plain;
+  const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
+  const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
+  return { program, data: fdata, check: [relu ? 'z' : 'y', 'pooled'].map(id) };
+}
+
+/**
+ * convPoolCase's shapes: 64-row tiles with a partial column tile, 128 x 128 tiles (the seed CNN's conv 2's), no
+ * epilogue, and planes of 255 pixels (not a multiple of the row tile: the conv, then the shared pool kernel)
+ */
+export function convPoolCases(rng: Rng): OpCase[] {
+  const shapes: [string, number[], number[], boolean][] = [['conv_pool_64x64_n70', [3, 5, 16, 24], [70, 5, 3, 3], true],
+    ['conv_pool_128x128', [2, 3, 96, 96], [128, 3, 3, 3], true], ['conv_pool_plain', [2, 6, 8, 16], [33, 6, 3, 3], false],
+    ['conv_pool_unfolded_255', [2, 4, 15, 17], [9, 4, 3, 3], true]];
+  const tiles = shapes.map(([, x, w]) => convTiles(x[0] * x[2] * x[3], w[0], 1, false, w[1] * 9));
+  const fold = shapes.map(([, x], i) => (x[2] * x[3]) % tiles[i].BM === 0);
+  if (tiles[0].BM !== 64 || 70 % tiles[0].BN === 0 || tiles[1].BM !== 128 || tiles[1].BN !== 128 || fold.join() !== 'true,true,true,false') {
+    throw new Error('internal: the conv-pool cases miss a tile shape');
+  }
+  return shapes.map(([name, x, w, relu]) => convPoolCase(rng, name, x, w, relu));
 }
 
 /**

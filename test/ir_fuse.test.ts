@@ -561,6 +561,20 @@ it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7, 8 (and remat) off one by one; an 
   expect(() => cudaFuseOff('remat,nope')).toThrow(/unknown fusion 'nope'/);
 });
 
+/**
+ * p fused with caps is `op` then the unary reading its output 0 (rules 9, 10: the folded node is gone), `op` writing
+ * `outs`; the three values both programs have are equal in the reference; fusing again changes nothing. Returns `op`'s node.
+ */
+function foldedInto(p: Program, caps: FusionCaps, op: string, outs: string[]): Node {
+  const f = fused(p, caps);
+  expect(opsOf(f)).toEqual([op, 'unary']);
+  const n = nodeOf(f, op);
+  expect(n.outputs.map((id) => f.graph.values[id].name)).toEqual(outs);
+  expect(sameValues(p, f)).toBe(3);
+  expect(fuseProgram(f, caps)).toEqual(f);
+  return n;
+}
+
 describe('rule 9: a conv bias gradient into the global-avgpool gradient (c_sums)', () => {
   const CAPS: FusionCaps = { poolGradRelu: { globalAvgpool: true, maxpool2x2: false }, poolGradBiasSum: true };
   /** dy [2, 3, 1, 1] -> global_avgpool_grad -> (relu-grad by a mask) -> sum_to over `axes` (default N, H, W) */
@@ -580,13 +594,8 @@ describe('rule 9: a conv bias gradient into the global-avgpool gradient (c_sums)
   it('the pool gradient (with or without its folded relu-grad) writes the channel sums as its last output; the sum_to is gone; same values', () => {
     for (const relu of [true, false]) {
       const p = poolAndBias({ relu });
-      const f = fused(p, CAPS);
-      expect(opsOf(f)).toEqual(['global_avgpool_grad', 'unary']);
-      const G = nodeOf(f, 'global_avgpool_grad');
+      const G = foldedInto(p, CAPS, 'global_avgpool_grad', [relu ? 'dx' : 'g', 'db']);
       expect(G.attrs).toEqual({ x_shape: [2, 3, 4, 5], c_sums: true, ...(relu ? { relu_grad: true } : {}) });
-      expect(G.outputs.map((id) => f.graph.values[id].name)).toEqual([relu ? 'dx' : 'g', 'db']);
-      expect(sameValues(p, f)).toBe(3);
-      expect(fuseProgram(f, CAPS)).toEqual(f);
       expect(opsOf(fused(p, { poolGradRelu: CAPS.poolGradRelu }))).toContain('sum_to');
     }
     // a pool gradient that is a program output still writes it (and the sums)
@@ -603,14 +612,49 @@ describe('rule 9: a conv bias gradient into the global-avgpool gradient (c_sums)
   });
 });
 
-it("rule 9 and MPSC_CUDA_FUSE_OFF=pool_bias on the seed CNN's train step (conv 2's bias gradient): the reference gives the same loss and update bit for bit", async () => {
+describe('rule 10: a global average pool into the conv2d before it (pool_out)', () => {
+  const CAPS: FusionCaps = { epilogue: { ops: ['conv2d'], fns: ['relu'], gradReaders: true }, convPool: true };
+  /** conv2d [2, 3, 5, 6] -> (relu) -> global_avgpool, and y (or relu's output) read again after the pool */
+  function convPool(opts: { relu?: boolean; reluIn?: boolean } = {}) {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [2, 3, 5, 6], 'input'), w = b.value('w', 'f32', [4, 3, 3, 3], 'param');
+    const ys = [2, 4, 5, 6];
+    const [y] = b.emit('conv2d', [x, w], [{ name: 'y', shape: ys }], { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 });
+    const [z] = opts.relu === false ? [y] : b.emit('unary', [y], [{ name: 'z', shape: ys }], { fn: 'relu' });
+    const [p] = b.emit('global_avgpool', [z], [{ name: 'p', shape: [2, 4, 1, 1] }], opts.reluIn ? { relu_in: true } : {});
+    const [after] = b.emit('unary', [z], [{ name: 'after', shape: ys }], { fn: 'neg' });
+    return program(b, [x], [p, after]);
+  }
+
+  it('the conv (with or without its relu epilogue) writes the pooled output last; the pool is gone; same values', () => {
+    for (const relu of [true, false]) {
+      const p = convPool({ relu });
+      const C = foldedInto(p, CAPS, 'conv2d', [relu ? 'z' : 'y', 'p']);
+      expect(C.attrs.pool_out).toBe(true);
+      expect(C.attrs.epilogue).toBe(relu ? 'relu' : undefined);
+      expect(opsOf(fused(p, { epilogue: CAPS.epilogue }))).toContain('global_avgpool');
+    }
+  });
+
+  it('not for a pool with relu_in; verify.ts checks pool_out', () => {
+    expect(opsOf(fused(convPool({ relu: false, reluIn: true }), CAPS))).toContain('global_avgpool');
+    const bad = problemsAfter(fused(convPool(), CAPS));
+    expect(bad((p) => (nodeOf(p, 'unary').attrs.pool_out = true))).toMatch(/pool_out is only `true` on conv2d/);
+    expect(bad((p) => (p.graph.values[nodeOf(p, 'conv2d').outputs[1]].shape = [2, 4]))).toMatch(/pooled output is f32\[2,4\], expected f32\[N, C, 1, 1\]/);
+  });
+});
+
+it("rules 9, 10 and MPSC_CUDA_FUSE_OFF=pool_bias / conv_pool on the seed CNN's train step (conv 2's bias gradient, its pool): the reference gives the same loss and update bit for bit", async () => {
   const { cudaFusions } = await import('../compiler/codegen-cuda/fusions.js');
   const { checkFile } = await import('../compiler/check/index.js');
   const model = checkFile(new URL('../specs/seed_cnn.model', import.meta.url).pathname);
   const unfused = buildPrograms(model, { batch: 2 }).train_step;
   const f = fused(unfused, cudaFusions([]));
-  expect(f.graph.nodes.filter((n) => n.attrs.c_sums === true)).toHaveLength(1);
-  expect(fused(unfused, cudaFusions(['pool_bias'])).graph.nodes.filter((n) => n.attrs.c_sums === true)).toHaveLength(0);
+  const count = (p: Program) => [p.graph.nodes.filter((n) => n.attrs.c_sums === true).length, p.graph.nodes.filter((n) => n.attrs.pool_out === true).length];
+  expect(count(f)).toEqual([1, 1]);
+  expect(f.graph.nodes.some((n) => n.op === 'global_avgpool')).toBe(false);
+  expect(count(fused(unfused, cudaFusions(['pool_bias'])))).toEqual([0, 1]);
+  expect(count(fused(unfused, cudaFusions(['conv_pool'])))).toEqual([1, 0]);
   const { losses, stores } = runTwin(model.params, unfused, f, 3, 2);
   for (const [a, b] of losses) expect(b).toBe(a);
   for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));

@@ -30,6 +30,7 @@ import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { ceilDiv, label } from '../kernels/common.js';
 import { gemmParts, type GemmParts } from '../kernels/gemm.js';
 import { lowerConvCuda } from './conv_cuda.js';
+import { GPU_KERNELS } from '../kernels/registry.js';
 
 const BM = 64, BN = 64, BK = 16, LDA = 20, LDB = 72;
 const TGMEM = (BM * LDA + BK * LDB) * 4;
@@ -359,6 +360,15 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   // fp32 convolutions: conv_cuda.ts's 128-row implicit GEMMs (null: this file's kernels, convKernelNote says why)
   const conv = lowerConvCuda(ctx, g, n, epilogue);
   if (conv) return conv;
+  if (n.attrs.pool_out === true) {
+    // a conv2d with its pooled output (fuse.ts rule 10) that conv_cuda.ts does not pool in its store: the conv, then the
+    // shared global_avgpool kernel over its output
+    const { pool_out: _, ...attrs } = n.attrs;
+    const ks = lowerGemmCuda(ctx, g, { ...n, outputs: [n.outputs[0]], attrs }, epilogue);
+    const avg = GPU_KERNELS.global_avgpool;
+    if (!ks || avg === 'cpu') return null;
+    return [...ks, ...avg(ctx, g, { id: n.id, op: 'global_avgpool', inputs: [n.outputs[0]], outputs: [n.outputs[n.outputs.length - 1]], attrs: {} })];
+  }
   const parts = gemmParts(ctx, g, n, epilogue);
   if (!parts) return null;
   const { gm, args, what, store } = parts;
