@@ -221,6 +221,8 @@ export function cudaLongCases(): OpCase[] {
   cases.push(...poolGradSumsCases(rng));
   // a global_avgpool folded into the conv2d before it (fuse.ts rule 10), and one the conv's tiles cannot pool
   cases.push(...convPoolCases(rng));
+  // a conv bias gradient folded into the next conv's input gradient (rule 9), and a grouped one that is not
+  cases.push(...convGradSumsCases(rng));
   return cases;
 }
 
@@ -449,6 +451,41 @@ export function poolGradSumsCases(rng: Rng, fused = false): OpCase[] {
   if (countThreads(47 * 47) !== 256 || Math.ceil((47 * 47) / (256 * PER_THREAD)) !== 2 || (47 * 47) % (256 * PER_THREAD) === 0 || 64 * 32 !== 256 * PER_THREAD ||
     countThreads(35) !== 32 || numel([2, 4, 183, 183]) < MIN_WIDE || numel([3, 5, 9, 11]) >= MIN_WIDE) throw new Error('internal: the pool-sum cases miss a layout');
   return shapes.map(([name, xs, relu]) => poolGradSumsCase(rng, name, xs, relu, fused));
+}
+
+/**
+ * A convolution's bias gradient folded into the input gradient of the next one (fuse.ts rule 9 with CUDA's caps, into
+ * conv2d_grad_input; conv_cuda.ts: each row tile's column sums in the store, then a block per channel): g =
+ * conv2d_grad_input(dy, w) (padding 1, `groups`), with `relu` masked by a separate mask (rule 2, in the store), then
+ * sum_to over N, H, W; checks dx and the sums. `fused` as in addLayernormCase.
+ */
+export function convGradSumsCase(rng: Rng, name: string, xs: number[], ws: number[], relu: boolean, groups = 1, fused = false): OpCase {
+  const { b, data, input } = caseGraph(rng, name);
+  const dy = input('dy', [xs[0], ws[0], xs[2], xs[3]], -1, 1), w = input('w', ws, -0.5, 0.5), mask = relu ? input('mask', xs, -1, 1) : -1;
+  const act = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const g = act('g', xs), dx = relu ? act('dx', xs) : g, sums = act('dbias', [xs[1]]);
+  b.node('conv2d_grad_input', [dy, w], [g], { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups, x_shape: xs }, 'conv');
+  if (relu) b.node('unary_grad', [g, mask], [dx], { fn: 'relu' }, 'relu');
+  b.node('sum_to', [dx], [sums], { shape: [xs[1]], axes: [0, 2, 3] }, 'bias_grad');
+  const plain = { name, batch: 1, graph: b.graph, inputs: [dy, w, ...(relu ? [mask] : [])], outputs: [] } as unknown as Program;
+  const f = fuseProgram(plain, { poolGradRelu: { globalAvgpool: false, maxpool2x2: false, convGradInput: true }, convGradBiasSum: true });
+  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.c_sums !== true) throw new Error(`internal: ${name}: the bias gradient is not folded into the input gradient`);
+  const program = fused ? f : plain;
+  const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
+  const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
+  return { program, data: fdata, check: [relu ? 'dx' : 'g', 'dbias'].map(id) };
+}
+
+/**
+ * convGradSumsCase's shapes: partial row and column tiles with the mask (64x64 tiles; 256x64 with MPSC_CONV_BM256=1), 32
+ * columns without one, and two groups (conv_cuda.ts does not sum those: the sum_to kernel after the gradient)
+ */
+export function convGradSumsCases(rng: Rng): OpCase[] {
+  const m = 3 * 13 * 11, t = convTiles(m, 40, 1, false, 24 * 9);
+  if (t.BM !== 64 || t.BN !== 64 || m % 64 === 0 || convTiles(2 * 81, 20, 1, false, 108).BN !== 32) throw new Error('internal: the conv-gradient sum cases miss a tile shape');
+  return [convGradSumsCase(rng, 'conv_grad_sums_relu', [3, 40, 13, 11], [24, 40, 3, 3], true),
+    convGradSumsCase(rng, 'conv_grad_sums_plain', [2, 20, 9, 9], [12, 20, 3, 3], false),
+    convGradSumsCase(rng, 'conv_grad_sums_groups', [2, 8, 7, 9], [6, 4, 3, 3], true, 2)];
 }
 
 /**

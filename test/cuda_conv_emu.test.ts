@@ -27,7 +27,7 @@ import { helperSource, kernelSource } from '../compiler/kernels/prelude.js';
 import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types.js';
 import { numel } from '../compiler/ir/graph.js';
 import { makeRng, relError } from '../compiler/reference/fixtures.js';
-import { convPoolCases, cudaConvCases, cudaLongCases, poolGradSumsCases } from './cuda_cases.js';
+import { convGradSumsCases, convPoolCases, cudaConvCases, cudaLongCases, poolGradSumsCases } from './cuda_cases.js';
 import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
@@ -230,6 +230,39 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       for (const v of ['fp32', 'mma']) expect(lone.problems.join('\n')).toMatch(new RegExp(`${c.program.name} ${c.program.name}\\.pooled \\(${v}\\)`));
     }
     expect(lone.problems.join('\n')).not.toMatch(/\.(y|z) \(/);
+  }, 600_000);
+
+  it('sum the input gradient per channel in the conv\'s store (fuse.ts rule 9 into conv2d_grad_input: row tiles\' column sums, then a block per channel), also on 256x64 tiles, or run the sum_to after a grouped one, matching the reference in both variants', () => {
+    const all = convGradSumsCases(makeRng(41));
+    const saved = process.env.MPSC_CONV_BM256;
+    try {
+      for (const bm256 of [undefined, '1']) {
+        if (bm256) process.env.MPSC_CONV_BM256 = bm256;
+        else delete process.env.MPSC_CONV_BM256;
+        const a = buildCuda(all.map((c) => c.program), 'conv_grad_sums_emu', { merge: false });
+        for (const lp of a.lowered) {
+          expect(lp.program.graph.nodes.map((n) => [n.op, n.attrs.c_sums])).toEqual([['conv2d_grad_input', true]]);
+          const grouped = /groups/.test(String(lp.program.name)), labels = lp.kernels.map((k) => k.label);
+          expect(labels[0]).toMatch(grouped ? /conv_cuda\.ts \d+x\d+ implicit GEMM\]$/ : /conv_cuda\.ts .* \+ channel sums/);
+          expect(labels[1]).toMatch(grouped ? /sum_to|one block per output/ : /channel sums: the row tiles in order/);
+          // 256-row tiles where BN is 64 (the masked case's 40 channels)
+          if (!grouped) expect(labels[0]).toMatch(bm256 && /relu/.test(String(lp.program.name)) ? /256x64/ : /64x\d+ implicit/);
+        }
+        const r = emulate(all, (b) => b, false);
+        expect(r.problems).toEqual([]);
+        expect(r.checked).toBe(2 * 2 * all.length);
+      }
+      // negative control: without the butterflies of the column partials the sums miss rows (both variants), dx stays right
+      delete process.env.MPSC_CONV_BM256;
+      const lone = emulate(all, (b) => b.replace(/ *v \+= __shfl_xor_sync\(0xffffffffu, v, (4|8|16)\);\n/g, ''), false);
+      for (const c of all.filter((x) => !/groups/.test(String(x.program.name)))) {
+        for (const v of ['fp32', 'mma']) expect(lone.problems.join('\n')).toMatch(new RegExp(`${c.program.name} ${c.program.name}\\.dbias \\(${v}\\)`));
+      }
+      expect(lone.problems.join('\n')).not.toMatch(/\.(dx|g) \(/);
+    } finally {
+      if (saved === undefined) delete process.env.MPSC_CONV_BM256;
+      else process.env.MPSC_CONV_BM256 = saved;
+    }
   }, 600_000);
 
   it('fails a kernel whose im2col offset is off by one, in both variants, by case name (negative control)', () => {

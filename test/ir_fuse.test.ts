@@ -602,6 +602,23 @@ describe('rule 9: a conv bias gradient into the global-avgpool gradient (c_sums)
     expect(opsOf(fused(poolAndBias({ output: true }), CAPS))).not.toContain('sum_to');
   });
 
+  it('also into a conv2d_grad_input (caps.convGradBiasSum; not one with an epilogue)', () => {
+    const b = new GraphBuilder();
+    const dy = b.value('dy', 'f32', [2, 4, 5, 6], 'input'), w = b.value('w', 'f32', [4, 3, 3, 3], 'param');
+    const conv = { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1, x_shape: [2, 3, 5, 6] };
+    const [dx] = b.emit('conv2d_grad_input', [dy, w], [{ name: 'dx', shape: [2, 3, 5, 6] }], conv);
+    const [db] = b.emit('sum_to', [dx], [{ name: 'db', shape: [3] }], { shape: [3], axes: [0, 2, 3] });
+    const [next] = b.emit('unary', [dx], [{ name: 'next', shape: [2, 3, 5, 6] }], { fn: 'neg' });
+    const p = program(b, [dy], [next, db]);
+    const G = foldedInto(p, { convGradBiasSum: true }, 'conv2d_grad_input', ['dx', 'db']);
+    expect(G.attrs.c_sums).toBe(true);
+    expect(opsOf(fused(p, CAPS))).toContain('sum_to');
+    // a gradient carrying a unary epilogue (dx = f(the product)) is left alone
+    const e: Program = JSON.parse(JSON.stringify(p));
+    nodeOf(e, 'conv2d_grad_input').attrs.epilogue = 'neg';
+    expect(opsOf(fused(e, { convGradBiasSum: true }))).toContain('sum_to');
+  });
+
   it('not for a sum over other dims; verify.ts checks c_sums', () => {
     expect(opsOf(fused(poolAndBias({ axes: [0, 1, 2] }), CAPS))).toContain('sum_to');
     expect(opsOf(fused(poolAndBias({ axes: [0] }), CAPS))).toContain('sum_to');
@@ -644,17 +661,20 @@ describe('rule 10: a global average pool into the conv2d before it (pool_out)', 
   });
 });
 
-it("rules 9, 10 and MPSC_CUDA_FUSE_OFF=pool_bias / conv_pool on the seed CNN's train step (conv 2's bias gradient, its pool): the reference gives the same loss and update bit for bit", async () => {
+it("rules 9, 10 and MPSC_CUDA_FUSE_OFF=pool_bias / conv_bias / conv_pool on the seed CNN's train step (both bias gradients, the pool): the reference gives the same loss and update bit for bit", async () => {
   const { cudaFusions } = await import('../compiler/codegen-cuda/fusions.js');
   const { checkFile } = await import('../compiler/check/index.js');
   const model = checkFile(new URL('../specs/seed_cnn.model', import.meta.url).pathname);
   const unfused = buildPrograms(model, { batch: 2 }).train_step;
   const f = fused(unfused, cudaFusions([]));
   const count = (p: Program) => [p.graph.nodes.filter((n) => n.attrs.c_sums === true).length, p.graph.nodes.filter((n) => n.attrs.pool_out === true).length];
-  expect(count(f)).toEqual([1, 1]);
-  expect(f.graph.nodes.some((n) => n.op === 'global_avgpool')).toBe(false);
-  expect(count(fused(unfused, cudaFusions(['pool_bias'])))).toEqual([0, 1]);
-  expect(count(fused(unfused, cudaFusions(['conv_pool'])))).toEqual([1, 0]);
+  // both bias gradients (conv 2's into the pool gradient, conv 1's into conv 2's input gradient), the pool into conv 2
+  expect(count(f)).toEqual([2, 1]);
+  expect(f.graph.nodes.some((n) => n.op === 'global_avgpool' || n.op === 'sum_to')).toBe(false);
+  expect(f.graph.nodes.filter((n) => n.attrs.c_sums === true).map((n) => n.op)).toEqual(['global_avgpool_grad', 'conv2d_grad_input']);
+  expect(count(fused(unfused, cudaFusions(['pool_bias'])))).toEqual([1, 1]);
+  expect(count(fused(unfused, cudaFusions(['conv_bias'])))).toEqual([1, 1]);
+  expect(count(fused(unfused, cudaFusions(['conv_pool'])))).toEqual([2, 0]);
   const { losses, stores } = runTwin(model.params, unfused, f, 3, 2);
   for (const [a, b] of losses) expect(b).toBe(a);
   for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));

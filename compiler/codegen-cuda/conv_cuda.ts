@@ -40,7 +40,9 @@
  * per column (psum), then the block's column sums over its BM rows (lanes by warp butterflies, the row warps in
  * order through the stages' shared memory) go to the scratch region, and a second kernel adds each image's row tiles
  * in order over OH * OW (poolPartials); only where OH * OW is a multiple of BM (a tile in one image), one group, no
- * split: else null, and gemm_cuda.ts runs the conv and the shared pool kernel after it.
+ * split: else null, and gemm_cuda.ts runs the conv and the shared pool kernel after it. A conv2d_grad_input with
+ * `c_sums` (rule 9: the bias gradient of the conv before, a sum of dx over N, H, W) takes the same column sums of every
+ * row tile, and a block per channel adds them in tile order (groups 1; else gemm_cuda.ts adds the sum_to kernel).
  * The weight gradient's reduction dimension (batch x output pixels) is long and its output small:
  * it is split along K at build time (gemm_cuda.ts splitK with these tiles): per-chunk partial sums
  * into the scratch region, then gemm_cuda.ts's reduction kernel adds them in chunk order (no
@@ -49,7 +51,7 @@
 import { UserError } from '../errors.js';
 import { isHalf, numel, type Graph, type Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { argOf, ceilDiv, elementwise, label, shapeOf, writeF } from '../kernels/common.js';
+import { argOf, ceilDiv, elementwise, kernelSpec, label, shapeOf, writeF } from '../kernels/common.js';
 import { convGeom, gemmParts } from '../kernels/gemm.js';
 import { splitK, splitReduceKernel, type Split } from './gemm_cuda.js';
 
@@ -578,7 +580,10 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   // gemm_cuda.ts runs this kernel and the pool after it (null here)
   const pool = n.attrs.pool_out === true;
   if (pool && (n.op !== 'conv2d' || sp || gm.G !== 1 || (c.OH * c.OW) % BM !== 0)) return null;
-  const store = pool ? `${gm.pre}      const float yv = ${parts.value};\n      ${writeF(ctx.d, g, parts.outId, gm.out, gm.idx, 'yv')}` : parts.store;
+  // an input gradient's channel sums (fuse.ts rule 9: the bias gradient of the conv before) from the same column sums
+  const sums = n.attrs.c_sums === true;
+  if (sums && (n.op !== 'conv2d_grad_input' || sp || gm.G !== 1)) return null;
+  const store = pool || sums ? `${gm.pre}      const float yv = ${parts.value};\n      ${writeF(ctx.d, g, parts.outId, gm.out, gm.idx, 'yv')}` : parts.store;
   const tiles: [number, number, number] = [ceilDiv(gm.N, BN), ceilDiv(gm.M, BM), gm.G * (sp?.S ?? 1)];
   if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
   const { a, b } = sidesOf(n.op, c, gm.M, gm.N, gm.K);
@@ -592,16 +597,16 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   const tab: Tab = !fits ? 'none' : tapsOk ? 'taps' : boundsOk ? 'bounds' : 'none';
   const tgmem = ((tab !== 'none' ? tableFloats(s) : 0) + s.L.stages * (tileFloats(a.mode, BM, s.L) + tileFloats(b.mode, BN, s.L))) * 4;
   // the pooled partials reuse the stages' shared memory: 8 row slots of BN columns (the FFMA variant's warps)
-  if (pool && 8 * BN * 4 > tgmem) return null;
+  if ((pool || sums) && 8 * BN * 4 > tgmem) return null;
   const name = ctx.next();
   const lbl = label(g, n) + what;
   const gemm: KernelSpec = {
     name, node: n.id, op: n.op, label: lbl + ` [conv_cuda.ts ${BM}x${BN} implicit GEMM${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
     groups: tiles, tgsize: [THREADS, 1, 1], tgmem, sync: true,
-    body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`, tab, pool),
+    body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`, tab, pool || sums),
     // two blocks per SM (the tiles and SMEM_BLOCK assume it): at most 128 registers (ptxas fits the 3-stage 128x128 split-K
     // weight gradient, 148 unbounded, in 128 without spills)
-    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, minBlocks: 2, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (${{ rna: 'cvt.rna', rn: 'cvt.rn', add: 'half-ulp-add' }[convRound()]} operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab, pool) },
+    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, minBlocks: 2, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (${{ rna: 'cvt.rna', rn: 'cvt.rn', add: 'half-ulp-add' }[convRound()]} operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab, pool || sums) },
   };
   if (pool) {
     // the row tiles' column sums in the scratch region, then the pooled means (a thread per (image, channel): its
@@ -614,6 +619,22 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
       `  const uint nb = i / ${u(gm.N)}, c = i % ${u(gm.N)};\n  float s = 0.0f;\n` +
       `  for (uint t = 0u; t < ${u(TPI)}; ++t) s += mpsc_scratch[(nb * ${u(TPI)} + t) * ${u(gm.N)} + c];\n` +
       `  ${writeF(ctx.d, g, pooled, 'pooled', 'i', `s / ${ctx.d.f(c.OH * c.OW)}`)}\n`, ' [pooled output: sum of the row tiles]');
+    return [gemm, { ...finish, scratch: bytes }];
+  }
+  if (sums) {
+    // the row tiles' column sums in the scratch region, then a block per channel adding them: thread j the tiles j,
+    // j + 256, ... in order, the warps' butterflies, the 8 warps in order
+    const TM = ceilDiv(gm.M, BM), bytes = TM * gm.N * 4, out = n.outputs[n.outputs.length - 1], d = ctx.d, u = (k: number) => d.u(k);
+    gemm.label += ` + channel sums (column sums of each ${BM}-row tile)`;
+    gemm.scratch = bytes;
+    const finish = kernelSpec(ctx, g, n, [argOf(g, 'y', out, 'w')], {
+      groups: [gm.N, 1, 1], tgsize: [THREADS, 1, 1], tgmem: (THREADS / 32) * 4, sync: true,
+      body:
+        `  // channel c = block: the ${TM} row tiles' sums of column c, thread j tiles j, j + ${THREADS}, ... in order; the warps' butterflies, the warps in order\n` +
+        `  const uint c = tgid.x;\n  float s = 0.0f;\n  for (uint t = tidx; t < ${u(TM)}; t += ${u(THREADS)}) s += mpsc_scratch[t * ${u(gm.N)} + c];\n` +
+        `  s = ${d.simdSum('s')};\n  if (lane == 0u) tg[sg] = s;\n  ${d.barrier()}\n` +
+        `  if (tidx == 0u) {\n    float r = 0.0f;\n    for (uint w = 0u; w < ${u(THREADS / 32)}; ++w) r += tg[w];\n    ${writeF(d, g, out, 'y', 'c', 'r')}\n  }\n`,
+    }, ' [channel sums: the row tiles in order, a block per channel]');
     return [gemm, { ...finish, scratch: bytes }];
   }
   if (!sp) return [gemm];

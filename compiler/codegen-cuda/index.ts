@@ -164,9 +164,9 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
   const own = (opts.gemm ?? 'cuda') === 'cuda';
   // the shared kernels (gemm 'shared') have no layernorm with a folded residual add (fuse.ts rule 5), no matmul with column sums (rule 8),
   // no unary_grad with the forward value (grad_fwd.ts; a program that has one gets wide_ew_cuda.ts's kernel for it), no pool gradient
-  // with channel sums (rule 9: avgpool_cuda.ts), no conv with its pooled output (rule 10: conv_cuda.ts)
+  // or conv input gradient with channel sums (rule 9: avgpool_cuda.ts, conv_cuda.ts), no conv with its pooled output (rule 10: conv_cuda.ts)
   const caps = opts.fuse === false ? NO_FUSIONS : own ? cudaFusions() :
-    { ...cudaFusions(), addLayernorm: undefined, matmulBiasGrad: undefined, gradWithForward: undefined, poolGradBiasSum: undefined, convPool: undefined };
+    { ...cudaFusions(), addLayernorm: undefined, matmulBiasGrad: undefined, gradWithForward: undefined, poolGradBiasSum: undefined, convGradBiasSum: undefined, convPool: undefined };
   const programs = unfused.map((p) => fuseForBackend(p, caps));
   const table = persistentTable(programs);
   const gemms: CudaArtifacts['gemms'] = [];

@@ -61,12 +61,14 @@
  *     itself, or a `reshape` of it), b 2-D, with no reader of S's output before P: S disappears and P,
  *     attr `a_sums: true`, writes S's output as its last output (a's column sums: the linear's bias
  *     gradient; cuBLASLt's BGRADB epilogue on CUDA, codegen-cuda/cublaslt.ts). The same sum in another order.
- *  9. a bias gradient into the global-avgpool gradient (caps.poolGradBiasSum; after rule 2): S = `sum_to` of a
- *     global_avgpool_grad G's output 0 (f32 [N, C, H, W]; with or without a folded relu-grad) over
- *     axes [0, 2, 3] (shape [C], f32: the bias gradient of the convolution before the pool): S disappears and G, attr
- *     `c_sums: true`, writes S's output as its last output (output 0's channel sums). No node reads S's output before S
- *     (it reads G's output, so G comes first). The same sum in another order (CUDA: per plane the count of unmasked
- *     elements times the plane's value, codegen-cuda/avgpool_cuda.ts): within rounding, not bitwise.
+ *  9. a bias gradient into the node writing what it sums (after rule 2): S = `sum_to` of the output 0 (f32 [N, C, H, W])
+ *     of G = a global_avgpool_grad (caps.poolGradBiasSum) or a conv2d_grad_input without an epilogue
+ *     (caps.convGradBiasSum), with or without a folded relu-grad, over axes [0, 2, 3] (shape [C], f32: the bias gradient
+ *     of the convolution before, whose output gradient G writes): S disappears and G, attr `c_sums: true`, writes S's
+ *     output as its last output (output 0's channel sums). No node reads S's output before S (it reads G's output, so G
+ *     comes first). The same sum in another order (CUDA: per plane the count of unmasked elements times the plane's
+ *     value, codegen-cuda/avgpool_cuda.ts; each row tile's column sums in the conv's store, conv_cuda.ts): within
+ *     rounding, not bitwise.
  * 10. the global average pool into the convolution before it (caps.convPool; after rule 1): G = `global_avgpool`
  *     (without relu_in) reading the f32 output 0 y of a `conv2d` P (with or without an epilogue) that has one output:
  *     G disappears and P, attr `pool_out: true`, writes G's output as its last output (y's per-plane means); y stays
@@ -117,8 +119,9 @@ export interface FusionCaps {
   addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean };
   /** rule 8: a bias gradient (sum_to over the rows) into the weight-gradient matmul reading the same rows */
   matmulBiasGrad?: boolean;
-  /** rule 9: a conv bias gradient (sum_to over N, H, W) into the global_avgpool_grad writing what it sums */
+  /** rule 9: a conv bias gradient (sum_to over N, H, W) into the global_avgpool_grad / the conv2d_grad_input writing what it sums */
   poolGradBiasSum?: boolean;
+  convGradBiasSum?: boolean;
   /** rule 10: a global_avgpool into the conv2d writing what it reads */
   convPool?: boolean;
   /** after remat: a recomputed unary and the unary_grad of the same fn over the same x as one node (grad_fwd.ts, programs.ts fuseForBackend) */
@@ -138,7 +141,7 @@ export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
 /** the ops that may carry `a_sums` (+ input 0's column sums as the last output: rule 8) */
 export const A_SUMS_OPS: readonly OpName[] = ['matmul'];
 /** the ops that may carry `c_sums` (+ output 0's channel sums, over N, H, W, as the last output: rule 9) */
-export const C_SUMS_OPS: readonly OpName[] = ['global_avgpool_grad'];
+export const C_SUMS_OPS: readonly OpName[] = ['global_avgpool_grad', 'conv2d_grad_input'];
 /** the ops that may carry `pool_out` (+ output 0's global average pool, [N, C, 1, 1], as the last output: rule 10) */
 export const POOL_OUT_OPS: readonly OpName[] = ['conv2d'];
 /** the ops that may carry `fwd_out` (+ f(x) of input 1 as the last output: grad_fwd.ts) */
@@ -456,9 +459,9 @@ function fuseLayernormGradBiasSum(g: Graph, w: Work): void {
 }
 
 /** rule 9 */
-function fusePoolGradBiasSum(g: Graph, w: Work): void {
+function fuseGradBiasSum(g: Graph, w: Work, ops: readonly string[]): void {
   for (const G of w.nodes) {
-    if (!G || G.op !== 'global_avgpool_grad' || G.attrs.c_sums !== undefined || G.outputs.length !== 1) continue;
+    if (!G || !ops.includes(G.op) || G.attrs.c_sums !== undefined || G.attrs[EPILOGUE_ATTR] !== undefined || G.outputs.length !== 1) continue;
     const dx = G.outputs[0], xs = g.values[dx].shape;
     if (g.values[dx].dtype !== 'f32' || xs.length !== 4) continue;
     const S = (w.readers.get(dx) ?? []).map((id) => w.nodes[id]!).find((n) => n.op === 'sum_to' && n.inputs[0] === dx);
@@ -533,7 +536,8 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
     if (al.biasSum !== false) fuseLayernormGradBiasSum(g, w);
   }
   if (caps.matmulBiasGrad) fuseMatmulBiasGrad(g, w);
-  if (caps.poolGradBiasSum) fusePoolGradBiasSum(g, w);
+  const sumOps = [...(caps.poolGradBiasSum ? ['global_avgpool_grad'] : []), ...(caps.convGradBiasSum ? ['conv2d_grad_input'] : [])];
+  if (sumOps.length > 0) fuseGradBiasSum(g, w, sumOps);
   if (caps.convPool) fuseConvPool(g, w);
   if (w.dropValues.size === 0 && !w.changed) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
   // renumber: kept values and nodes in their old order
