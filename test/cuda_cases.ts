@@ -12,6 +12,8 @@ import { ONE_BLOCK_ROWS, rowBlock, rowGroupThreads } from '../compiler/codegen-c
 import { WARP_D } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { fuseProgram } from '../compiler/ir/fuse.js';
 import { MIN_WIDE, PER_THREAD } from '../compiler/codegen-cuda/wide_ew_cuda.js';
+import { countThreads } from '../compiler/codegen-cuda/avgpool_cuda.js';
+import { convTiles } from '../compiler/codegen-cuda/conv_cuda.js';
 import type { CudaArtifacts } from '../compiler/codegen-cuda/index.js';
 import { makeRng, randomInts, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
 import { GraphBuilder, numel, type HalfDType, type Program, type StepScalars } from '../compiler/ir/graph.js';
@@ -215,6 +217,12 @@ export function cudaLongCases(): OpCase[] {
   // the gradient right after the loss: one kernel (class_rows.ts fusedGrad), a block and a warp per row
   cases.push(lossAndGradCase(rng, 'loss_grad_fused_gpt2_vocab', 3, 50304, 0, undefined, true), lossAndGradCase(rng, 'loss_grad_fused_block_ignore', 5, 1025, 0.1, 2, true),
     lossAndGradCase(rng, 'loss_grad_fused_warp_ignore', 301, 1000, 0.1, -100, true));
+  // a conv bias gradient folded into the avgpool gradient (fuse.ts rule 9: buildCuda fuses the plain programs)
+  cases.push(...poolGradSumsCases(rng));
+  // a global_avgpool folded into the conv2d before it (fuse.ts rule 10), and one the conv's tiles cannot pool
+  cases.push(...convPoolCases(rng));
+  // a conv bias gradient folded into the next conv's input gradient (rule 9), and a grouped one that is not
+  cases.push(...convGradSumsCases(rng));
   return cases;
 }
 
@@ -402,6 +410,122 @@ export function layernormGradAddCase(rng: Rng, name: string, rows: number[], D: 
   const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
   const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
   return { program, data: fdata, check: ['out', 'dw', 'db', ...(biasSum ? ['dlinear_bias'] : [])].map(id) };
+}
+
+/**
+ * A convolution's bias gradient folded into the global-avgpool gradient after it (fuse.ts rule 9 with CUDA's caps;
+ * codegen-cuda/avgpool_cuda.ts): dx = global_avgpool_grad(dy) over planes of x_shape, with `relu` masked by a separate
+ * mask (rule 2's relu-grad: the mask where the forward's relu output was), then sum_to(dx) over N, H, W; checks dx and
+ * the channel sums. Plane 0's mask is all negative and its dy infinite: the masked zeros add 0 (the kernel's count of
+ * 0, never 0 * inf). `fused` as in addLayernormCase.
+ */
+export function poolGradSumsCase(rng: Rng, name: string, xs: number[], relu: boolean, fused = false): OpCase {
+  const { b, data, input } = caseGraph(rng, name);
+  const [N, C] = xs;
+  const dy = input('dy', [N, C, 1, 1], -1, 1), mask = relu ? input('mask', xs, -1, 1) : -1;
+  if (relu) {
+    data.get(dy)![0] = Infinity;
+    const m = data.get(mask)!;
+    for (let i = 0; i < xs[2] * xs[3]; i++) m[i] = -Math.abs(m[i]) - 0.5;
+  }
+  const act = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const g = act('g', xs), dx = relu ? act('dx', xs) : g, sums = act('dbias', [C]);
+  b.node('global_avgpool_grad', [dy], [g], { x_shape: xs }, 'pool');
+  if (relu) b.node('unary_grad', [g, mask], [dx], { fn: 'relu' }, 'relu');
+  b.node('sum_to', [dx], [sums], { shape: [C], axes: [0, 2, 3] }, 'bias_grad');
+  const plain = { name, batch: 1, graph: b.graph, inputs: [dy, ...(relu ? [mask] : [])], outputs: [] } as unknown as Program;
+  const f = fuseProgram(plain, { poolGradRelu: { globalAvgpool: true, maxpool2x2: false }, poolGradBiasSum: true });
+  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.c_sums !== true || (f.graph.nodes[0].attrs.relu_grad === true) !== relu) {
+    throw new Error(`internal: ${name}: the bias gradient is not folded into the pool gradient`);
+  }
+  const program = fused ? f : plain;
+  const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
+  const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
+  return { program, data: fdata, check: [relu ? 'dx' : 'g', 'dbias'].map(id) };
+}
+
+/** poolGradSumsCase's shapes: masked planes over two chunks (the second guarded), one exact chunk, planes under a warp's span (32 threads), and unmasked ones on the wide kernel and on the shared one */
+export function poolGradSumsCases(rng: Rng, fused = false): OpCase[] {
+  const shapes: [string, number[], boolean][] = [['pool_sums_relu_47x47', [3, 5, 47, 47], true], ['pool_sums_relu_64x32', [2, 3, 64, 32], true],
+    ['pool_sums_relu_5x7', [5, 7, 5, 7], true], ['pool_sums_wide_183x183', [2, 4, 183, 183], false], ['pool_sums_9x11', [3, 5, 9, 11], false]];
+  if (countThreads(47 * 47) !== 256 || Math.ceil((47 * 47) / (256 * PER_THREAD)) !== 2 || (47 * 47) % (256 * PER_THREAD) === 0 || 64 * 32 !== 256 * PER_THREAD ||
+    countThreads(35) !== 32 || numel([2, 4, 183, 183]) < MIN_WIDE || numel([3, 5, 9, 11]) >= MIN_WIDE) throw new Error('internal: the pool-sum cases miss a layout');
+  return shapes.map(([name, xs, relu]) => poolGradSumsCase(rng, name, xs, relu, fused));
+}
+
+/**
+ * A convolution's bias gradient folded into the input gradient of the next one (fuse.ts rule 9 with CUDA's caps, into
+ * conv2d_grad_input; conv_cuda.ts: each row tile's column sums in the store, then a block per channel): g =
+ * conv2d_grad_input(dy, w) (padding 1, `groups`), with `relu` masked by a separate mask (rule 2, in the store), then
+ * sum_to over N, H, W; checks dx and the sums. `fused` as in addLayernormCase.
+ */
+export function convGradSumsCase(rng: Rng, name: string, xs: number[], ws: number[], relu: boolean, groups = 1, fused = false): OpCase {
+  const { b, data, input } = caseGraph(rng, name);
+  const dy = input('dy', [xs[0], ws[0], xs[2], xs[3]], -1, 1), w = input('w', ws, -0.5, 0.5), mask = relu ? input('mask', xs, -1, 1) : -1;
+  const act = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const g = act('g', xs), dx = relu ? act('dx', xs) : g, sums = act('dbias', [xs[1]]);
+  b.node('conv2d_grad_input', [dy, w], [g], { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups, x_shape: xs }, 'conv');
+  if (relu) b.node('unary_grad', [g, mask], [dx], { fn: 'relu' }, 'relu');
+  b.node('sum_to', [dx], [sums], { shape: [xs[1]], axes: [0, 2, 3] }, 'bias_grad');
+  const plain = { name, batch: 1, graph: b.graph, inputs: [dy, w, ...(relu ? [mask] : [])], outputs: [] } as unknown as Program;
+  const f = fuseProgram(plain, { poolGradRelu: { globalAvgpool: false, maxpool2x2: false, convGradInput: true }, convGradBiasSum: true });
+  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.c_sums !== true) throw new Error(`internal: ${name}: the bias gradient is not folded into the input gradient`);
+  const program = fused ? f : plain;
+  const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
+  const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
+  return { program, data: fdata, check: [relu ? 'dx' : 'g', 'dbias'].map(id) };
+}
+
+/**
+ * convGradSumsCase's shapes: partial row and column tiles with the mask (64x64 tiles; 256x64 with MPSC_CONV_BM256=1), 32
+ * columns without one, and two groups (conv_cuda.ts does not sum those: the sum_to kernel after the gradient)
+ */
+export function convGradSumsCases(rng: Rng): OpCase[] {
+  const m = 3 * 13 * 11, t = convTiles(m, 40, 1, false, 24 * 9);
+  if (t.BM !== 64 || t.BN !== 64 || m % 64 === 0 || convTiles(2 * 81, 20, 1, false, 108).BN !== 32) throw new Error('internal: the conv-gradient sum cases miss a tile shape');
+  return [convGradSumsCase(rng, 'conv_grad_sums_relu', [3, 40, 13, 11], [24, 40, 3, 3], true),
+    convGradSumsCase(rng, 'conv_grad_sums_plain', [2, 20, 9, 9], [12, 20, 3, 3], false),
+    convGradSumsCase(rng, 'conv_grad_sums_groups', [2, 8, 7, 9], [6, 4, 3, 3], true, 2)];
+}
+
+/**
+ * A global average pool folded into the conv2d before it (fuse.ts rule 10 with CUDA's caps; conv_cuda.ts: the row tiles'
+ * column sums in the conv's store, then their sum in order): y = conv2d(x, w, b) (padding 1), with `relu` the relu
+ * after it (its epilogue, rule 1), then global_avgpool; checks the conv's output and the pooled one. `fused` as in
+ * addLayernormCase.
+ */
+export function convPoolCase(rng: Rng, name: string, xs: number[], ws: number[], relu: boolean, fused = false): OpCase {
+  const { b, data, input } = caseGraph(rng, name);
+  const x = input('x', xs, -1, 1), w = input('w', ws, -0.5, 0.5), bias = input('b', [ws[0]], -0.2, 0.2);
+  const ys = [xs[0], ws[0], xs[2], xs[3]];
+  const act = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
+  const y = act('y', ys), z = relu ? act('z', ys) : y, pooled = act('pooled', [xs[0], ws[0], 1, 1]);
+  b.node('conv2d', [x, w, bias], [y], { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 }, 'conv');
+  if (relu) b.node('unary', [y], [z], { fn: 'relu' }, 'relu');
+  b.node('global_avgpool', [z], [pooled], {}, 'pool');
+  const plain = { name, batch: 1, graph: b.graph, inputs: [x, w, bias], outputs: [] } as unknown as Program;
+  const f = fuseProgram(plain, { epilogue: { ops: ['conv2d'], fns: ['relu'], gradReaders: true }, convPool: true });
+  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.pool_out !== true) throw new Error(`internal: ${name}: the pool is not folded into the conv`);
+  const program = fused ? f : plain;
+  const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
+  const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
+  return { program, data: fdata, check: [relu ? 'z' : 'y', 'pooled'].map(id) };
+}
+
+/**
+ * convPoolCase's shapes: 64-row tiles with a partial column tile, 128 x 128 tiles (the seed CNN's conv 2's), no
+ * epilogue, and planes of 255 pixels (not a multiple of the row tile: the conv, then the shared pool kernel)
+ */
+export function convPoolCases(rng: Rng): OpCase[] {
+  const shapes: [string, number[], number[], boolean][] = [['conv_pool_64x64_n70', [3, 5, 16, 24], [70, 5, 3, 3], true],
+    ['conv_pool_128x128', [2, 3, 96, 96], [128, 3, 3, 3], true], ['conv_pool_plain', [2, 6, 8, 16], [33, 6, 3, 3], false],
+    ['conv_pool_unfolded_255', [2, 4, 15, 17], [9, 4, 3, 3], true]];
+  const tiles = shapes.map(([, x, w]) => convTiles(x[0] * x[2] * x[3], w[0], 1, false, w[1] * 9));
+  const fold = shapes.map(([, x], i) => (x[2] * x[3]) % tiles[i].BM === 0);
+  if (tiles[0].BM !== 64 || 70 % tiles[0].BN === 0 || tiles[1].BM !== 128 || tiles[1].BN !== 128 || fold.join() !== 'true,true,true,false') {
+    throw new Error('internal: the conv-pool cases miss a tile shape');
+  }
+  return shapes.map(([name, x, w, relu]) => convPoolCase(rng, name, x, w, relu));
 }
 
 /**

@@ -23,11 +23,11 @@ import { checkFile } from '../compiler/check/index.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { CONV_OPS, roundExpr } from '../compiler/codegen-cuda/conv_cuda.js';
 import { CUDA, SMEM_STATIC_MAX } from '../compiler/codegen-cuda/cuda_dialect.js';
-import { kernelSource } from '../compiler/kernels/prelude.js';
+import { helperSource, kernelSource } from '../compiler/kernels/prelude.js';
 import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types.js';
 import { numel } from '../compiler/ir/graph.js';
-import { relError } from '../compiler/reference/fixtures.js';
-import { cudaConvCases, cudaLongCases } from './cuda_cases.js';
+import { makeRng, relError } from '../compiler/reference/fixtures.js';
+import { convGradSumsCases, convPoolCases, cudaConvCases, cudaLongCases, poolGradSumsCases } from './cuda_cases.js';
 import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
@@ -73,6 +73,9 @@ function emulate(all: OpCase[], mutate: (body: string) => string = (b) => b, con
     'static std::vector<float> load(const std::string& f, size_t n) { std::vector<float> v(n, 0.0f); if (FILE* p = std::fopen(f.c_str(), "rb")) { if (std::fread(v.data(), 4, n, p) != n) std::abort(); std::fclose(p); } return v; }',
     'static void save(const std::string& f, const std::vector<float>& v) { FILE* p = std::fopen(f.c_str(), "wb"); std::fwrite(v.data(), 4, v.size(), p); std::fclose(p); }',
   );
+  // the prelude helpers the kernels call that the emulator does not define itself (the shared block sums: a pool kernel)
+  const helpers = new Set(a.lowered.flatMap((lp) => [...lp.helpers]));
+  if (helpers.has('block_reduce')) src.push(helperSource(CUDA, 'block_reduce'));
   const runs: string[] = [];
   all.forEach((c, i) => {
     const lp = a.lowered[i];
@@ -190,6 +193,76 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     // without the mask the result is wrong (negative control: the fold really applies it)
     const unmasked = emulate(all, (b) => b.replace(/mask\[[^\]]*\] > 0\.0f/g, 'true').replace(/&& v(\d) > 0\.0f/g, ''), false);
     for (const c of all) expect(unmasked.problems.join('\n')).toMatch(new RegExp(`${c.program.name} `));
+  }, 600_000);
+
+  it('run the avgpool gradient with the conv bias gradient folded in (fuse.ts rule 9: avgpool_cuda.ts, the unmasked counts in the scratch region) as CUDA, matching the reference', () => {
+    const all = poolGradSumsCases(makeRng(31));
+    const a = buildCuda(all.map((c) => c.program), 'pool_sums_emu', { merge: false });
+    for (const lp of a.lowered) {
+      expect(lp.program.graph.nodes.map((n) => [n.op, n.attrs.c_sums])).toEqual([['global_avgpool_grad', true]]);
+      expect(lp.kernels.map((k) => k.scratch !== undefined)).toEqual(lp.program.graph.nodes[0].attrs.relu_grad === true ? [true, true] : [false, false]);
+    }
+    const r = emulate(all, (b) => b, false);
+    expect(r.problems).toEqual([]);
+    expect(r.checked).toBe(2 * 2 * all.length);
+    // negative control: each warp's count alone (no butterfly sum) undercounts every masked case's channel sums
+    const lone = emulate(all, (b) => b.replace(/c = mpsc_warp_sum\(c\);/, ''), false);
+    for (const c of all.filter((x) => /relu/.test(String(x.program.name)))) expect(lone.problems.join('\n')).toMatch(new RegExp(`${c.program.name} ${c.program.name}\\.dbias`));
+    expect(lone.problems.join('\n')).not.toMatch(/\.dx /);
+  }, 600_000);
+
+  it('pool the conv output in the conv\'s store (fuse.ts rule 10: row tiles\' column sums, then their sum), or run the shared pool after the conv where the tiles straddle images, matching the reference in both variants', () => {
+    const all = convPoolCases(makeRng(37));
+    const a = buildCuda(all.map((c) => c.program), 'conv_pool_emu', { merge: false });
+    const labels = a.lowered.map((lp) => lp.kernels.map((k) => k.label));
+    for (const [i, lp] of a.lowered.entries()) {
+      expect(lp.program.graph.nodes.map((n) => [n.op, n.attrs.pool_out])).toEqual([['conv2d', true]]);
+      const folded = !/unfolded/.test(String(lp.program.name));
+      expect(labels[i][0]).toMatch(folded ? /conv_cuda\.ts .* \+ pooled output/ : /conv_cuda\.ts \d+x\d+ implicit GEMM\]$/);
+      expect(labels[i][1]).toMatch(folded ? /pooled output: sum of the row tiles/ : /global_avgpool/);
+    }
+    const r = emulate(all, (b) => b, false);
+    expect(r.problems).toEqual([]);
+    expect(r.checked).toBe(2 * 2 * all.length);
+    // negative control: without the butterflies the pooled outputs miss lanes' rows (both variants), the conv outputs stay right
+    const lone = emulate(all, (b) => b.replace(/ *v \+= __shfl_xor_sync\(0xffffffffu, v, (4|8|16)\);\n/g, ''), false);
+    for (const c of all.filter((x) => !/unfolded/.test(String(x.program.name)))) {
+      for (const v of ['fp32', 'mma']) expect(lone.problems.join('\n')).toMatch(new RegExp(`${c.program.name} ${c.program.name}\\.pooled \\(${v}\\)`));
+    }
+    expect(lone.problems.join('\n')).not.toMatch(/\.(y|z) \(/);
+  }, 600_000);
+
+  it('sum the input gradient per channel in the conv\'s store (fuse.ts rule 9 into conv2d_grad_input: row tiles\' column sums, then a block per channel), also on 256x64 tiles, or run the sum_to after a grouped one, matching the reference in both variants', () => {
+    const all = convGradSumsCases(makeRng(41));
+    const saved = process.env.MPSC_CONV_BM256;
+    try {
+      for (const bm256 of [undefined, '1']) {
+        if (bm256) process.env.MPSC_CONV_BM256 = bm256;
+        else delete process.env.MPSC_CONV_BM256;
+        const a = buildCuda(all.map((c) => c.program), 'conv_grad_sums_emu', { merge: false });
+        for (const lp of a.lowered) {
+          expect(lp.program.graph.nodes.map((n) => [n.op, n.attrs.c_sums])).toEqual([['conv2d_grad_input', true]]);
+          const grouped = /groups/.test(String(lp.program.name)), labels = lp.kernels.map((k) => k.label);
+          expect(labels[0]).toMatch(grouped ? /conv_cuda\.ts \d+x\d+ implicit GEMM\]$/ : /conv_cuda\.ts .* \+ channel sums/);
+          expect(labels[1]).toMatch(grouped ? /sum_to|one block per output/ : /channel sums: the row tiles in order/);
+          // 256-row tiles where BN is 64 (the masked case's 40 channels)
+          if (!grouped) expect(labels[0]).toMatch(bm256 && /relu/.test(String(lp.program.name)) ? /256x64/ : /64x\d+ implicit/);
+        }
+        const r = emulate(all, (b) => b, false);
+        expect(r.problems).toEqual([]);
+        expect(r.checked).toBe(2 * 2 * all.length);
+      }
+      // negative control: without the butterflies of the column partials the sums miss rows (both variants), dx stays right
+      delete process.env.MPSC_CONV_BM256;
+      const lone = emulate(all, (b) => b.replace(/ *v \+= __shfl_xor_sync\(0xffffffffu, v, (4|8|16)\);\n/g, ''), false);
+      for (const c of all.filter((x) => !/groups/.test(String(x.program.name)))) {
+        for (const v of ['fp32', 'mma']) expect(lone.problems.join('\n')).toMatch(new RegExp(`${c.program.name} ${c.program.name}\\.dbias \\(${v}\\)`));
+      }
+      expect(lone.problems.join('\n')).not.toMatch(/\.(dx|g) \(/);
+    } finally {
+      if (saved === undefined) delete process.env.MPSC_CONV_BM256;
+      else process.env.MPSC_CONV_BM256 = saved;
+    }
   }, 600_000);
 
   it('fails a kernel whose im2col offset is off by one, in both variants, by case name (negative control)', () => {

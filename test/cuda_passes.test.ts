@@ -19,8 +19,9 @@ import { planKernels, planProblems, type KernelNodePlan } from '../compiler/code
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
 import { WARP_D, lowerLayernormCuda } from '../compiler/codegen-cuda/layernorm_cuda.js';
-import { addLayernormCase, classRowCases, gradForwardCases, layernormGradAddCase, halfLongCases, layernormPair, lossAndGradCase, positionEmbeddingCase, wideElementwiseCases } from './cuda_cases.js';
+import { addLayernormCase, classRowCases, gradForwardCases, layernormGradAddCase, halfLongCases, layernormPair, lossAndGradCase, poolGradSumsCases, positionEmbeddingCase, wideElementwiseCases } from './cuda_cases.js';
 import { wideOr } from '../compiler/codegen-cuda/wide_ew_cuda.js';
+import { lowerAvgpoolGradCuda } from '../compiler/codegen-cuda/avgpool_cuda.js';
 import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
@@ -206,7 +207,8 @@ describe('mixed precision: the bias and layernorm gradients read the 16-bit grad
 });
 
 describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator', () => {
-  it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two), embedding_grad and the class losses / metrics (a warp and a block per row) equal the float64 reference', () => {
+  it('column sums (one chunk and several, the last shorter), the block sum_to (one chunk and two), embedding_grad, the class losses / metrics (a warp and a block per row) and the avgpool gradient with channel sums equal the float64 reference', () => {
+    const poolCases = poolGradSumsCases(makeRng(29), true);
     const rng = makeRng(7);
     const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: randomTensor(shape, rng, lo, hi) });
     const ln = (name: string, rows: number[], D: number, weight: boolean) => {
@@ -238,6 +240,9 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ...([[[3, 7], 768, true], [[5, 1001], 45, false], [[3, 7], WARP_D, true]] as const).map(([rows, D, w]) => layernormGradAddCase(rng, `ln_grad_add_${D}`, [...rows], D, w, true)),
       // and the bias gradient of the sum (rule 7): several blocks, one block
       layernormGradAddCase(rng, 'ln_grad_add_bias_45', [5, 1001], 45, true, true, true), layernormGradAddCase(rng, 'ln_grad_add_bias_65', [3, 5], 65, false, true, true),
+      // a conv bias gradient folded into the avgpool gradient (fuse.ts rule 9, avgpool_cuda.ts): masked planes over two chunks,
+      // one exact chunk and 32 threads, unmasked ones on the wide and the shared kernel
+      ...poolCases,
       opCase('emb_long', 'embedding_grad', [f([7, 300, 70]), { shape: [7, 300], dtype: 'i32', data: randomInts([7, 300], 37, rng) }], [[37, 70]], { w_shape: [37, 70] }),
       opCase('sum_outer', 'sum_to', [f([1200, 33])], [[33]], { axes: [0] }),
       opCase('sum_outer_3d', 'sum_to', [f([40, 30, 33])], [[30, 1]], { shape: [30, 1] }),
@@ -257,7 +262,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       embedding: ((c, g, n) => lowerEmbeddingCuda(c, g, n) ?? sharedEmbedding(c, g, n)) as GpuLowering,
       layernorm: ((c, g, n) => lowerLayernormCuda(c, g, n) ?? sharedLayernorm(c, g, n)) as GpuLowering,
       cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda,
-      sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering };
+      sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering, global_avgpool_grad: lowerAvgpoolGradCuda };
     const SCRATCH_FLOATS = 1 << 16;
     const build = compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_reductions_emu', (a) => {
       for (const p of a.programs) {
@@ -284,6 +289,13 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       expect(half).toHaveLength(5);
       for (const p of half) expect(p.lowered.kernels.find((k) => k.op !== 'cast')!.args.some((x) => x.access === 'r' && (x.type === 'half' || x.type === 'bfloat'))).toBe(true);
       expect(a.programs.some((p) => p.lowered.kernels.some((k) => /one block per output and chunk \(2 chunks/.test(k.label)))).toBe(true);
+      // the masked pool gradients count in blocks of 256 (two chunks) and 32 threads; the unmasked ones keep the plain kernels
+      const pool = (name: string) => a.programs.find((p) => p.lowered.program.name === name)!.lowered.kernels.map((k) => k.label);
+      expect(pool('pool_sums_relu_47x47')[0]).toMatch(/unmasked counts \[a block of 256 per plane and chunk \(2 chunks of 2048\)/);
+      expect(pool('pool_sums_relu_5x7')[0]).toMatch(/unmasked counts \[a block of 32 per plane, 8 elements/);
+      expect(pool('pool_sums_wide_183x183')[0]).toMatch(/\[8 elements per thread\]$/);
+      expect(pool('pool_sums_9x11')).toHaveLength(2);
+      for (const c of poolCases) expect(pool(c.program.name)[1]).toMatch(/\[channel sums/);
     });
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const got = runCases(build, cases, scalars);
@@ -293,6 +305,13 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       const ref = reference(c, scalars);
       for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), `${c.program.name} ${c.program.graph.values[id].name}`).toBeLessThan(1e-5);
     });
+    // the pool gradient's dx: bitwise mask > 0 ? dy / HW : 0 in float (the unfused kernels' expression)
+    for (const c of poolCases) {
+      const r = got[cases.indexOf(c)] as Map<number, Float64Array>, node = c.program.graph.nodes[0];
+      const [N, C, H, W] = node.attrs.x_shape as number[], dy = c.data.get(node.inputs[0])!, mask = node.inputs[1] === undefined ? null : c.data.get(node.inputs[1])!;
+      const want = Float64Array.from({ length: N * C * H * W }, (_, i) => (mask && !(mask[i] > 0) ? 0 : Math.fround(dy[Math.floor(i / (H * W))] / (H * W))));
+      expect(Array.from(r.get(node.outputs[0])!), c.program.name).toEqual(Array.from(want));
+    }
     // the fused loss + gradient: the two kernels' bits (the same expressions per row), and no kernel for the grad node
     for (let i = 0; i < fusedPairs.length; i += 2) {
       const [a, b] = [cases.indexOf(fusedPairs[i]), cases.indexOf(fusedPairs[i + 1])];

@@ -54,6 +54,13 @@ function fused(p: Program, caps: FusionCaps): Program {
   return f;
 }
 
+/** verify.ts's problems with a copy of f edited by `edit` (one string) */
+const problemsAfter = (f: Program) => (edit: (p: Program) => void): string => {
+  const copy: Program = JSON.parse(JSON.stringify(f));
+  edit(copy);
+  return graphProblems(copy.graph).join('\n');
+};
+
 /** runs both graphs in float64 on the same random inputs / params; compares every value both have (by name) */
 function sameValues(a: Program, b: Program, seed = 3): number {
   let s = seed;
@@ -379,11 +386,7 @@ describe('residual add folded into the layernorm after it (rule 5, CUDA)', () =>
 
   it('verify.ts rejects add_in off layernorm, without the addend, with an addend of another shape, and the sum without add_in', () => {
     const f = fused(addLn(7), CAPS);
-    const bad = (edit: (p: Program) => void) => {
-      const copy: Program = JSON.parse(JSON.stringify(f));
-      edit(copy);
-      return graphProblems(copy.graph).join('\n');
-    };
+    const bad = problemsAfter(f);
     expect(bad(() => {})).toBe('');
     expect(bad((p) => (p.graph.nodes[1].attrs.add_in = true))).toMatch(/add_in is only `true` on layernorm/);
     expect(bad((p) => p.graph.nodes[0].inputs.pop())).toMatch(/add_in needs every input/);
@@ -450,11 +453,7 @@ describe('residual-gradient add folded into the layernorm_grad before it (rule 6
     expect(opsOf(fused(gradAdd(7, { late: true }), CAPS))).toContain('binary');
     expect(opsOf(fused(gradAdd(9), CAPS))).toContain('binary');
     const f = fused(gradAdd(7), CAPS);
-    const bad = (edit: (p: Program) => void) => {
-      const copy: Program = JSON.parse(JSON.stringify(f));
-      edit(copy);
-      return graphProblems(copy.graph).join('\n');
-    };
+    const bad = problemsAfter(f);
     expect(bad((p) => (nodeOf(p, 'unary').attrs.add_out = true))).toMatch(/add_out is only `true` on layernorm_grad/);
     expect(bad((p) => (nodeOf(p, 'layernorm_grad').attrs.sum_out = true))).toMatch(/expects 3 outputs and the sum, has 3/);
     expect(bad((p) => (nodeOf(p, 'unary').attrs.sum_out = true))).toMatch(/sum_out is only `true` with add_out/);
@@ -504,11 +503,7 @@ describe('a bias gradient folded into the weight-gradient matmul reading the sam
     expect(opsOf(fused(weightAndBias({ axes: [0] }), CAPS))).toContain('sum_to');
     expect(opsOf(fused(weightAndBias({ early: true }), CAPS))).toContain('sum_to');
     const f = fused(weightAndBias(), CAPS);
-    const bad = (edit: (p: Program) => void) => {
-      const copy: Program = JSON.parse(JSON.stringify(f));
-      edit(copy);
-      return graphProblems(copy.graph).join('\n');
-    };
+    const bad = problemsAfter(f);
     expect(bad((p) => (nodeOf(p, 'unary').attrs.a_sums = true))).toMatch(/a_sums is only `true` on matmul/);
     expect(bad((p) => nodeOf(p, 'matmul').outputs.pop())).toMatch(/expects 1 outputs and the sum, has 1/);
     expect(bad((p) => (nodeOf(p, 'matmul').attrs.transA = false))).toMatch(/a_sums needs transA/);
@@ -564,4 +559,123 @@ it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7, 8 (and remat) off one by one; an 
   expect(cudaFusions(['remat']).remat).toBeUndefined();
   expect(cudaFuseOff(' remat, bias_sum ')).toEqual(['remat', 'bias_sum']);
   expect(() => cudaFuseOff('remat,nope')).toThrow(/unknown fusion 'nope'/);
+});
+
+/**
+ * p fused with caps is `op` then the unary reading its output 0 (rules 9, 10: the folded node is gone), `op` writing
+ * `outs`; the three values both programs have are equal in the reference; fusing again changes nothing. Returns `op`'s node.
+ */
+function foldedInto(p: Program, caps: FusionCaps, op: string, outs: string[]): Node {
+  const f = fused(p, caps);
+  expect(opsOf(f)).toEqual([op, 'unary']);
+  const n = nodeOf(f, op);
+  expect(n.outputs.map((id) => f.graph.values[id].name)).toEqual(outs);
+  expect(sameValues(p, f)).toBe(3);
+  expect(fuseProgram(f, caps)).toEqual(f);
+  return n;
+}
+
+describe('rule 9: a conv bias gradient into the global-avgpool gradient (c_sums)', () => {
+  const CAPS: FusionCaps = { poolGradRelu: { globalAvgpool: true, maxpool2x2: false }, poolGradBiasSum: true };
+  /** dy [2, 3, 1, 1] -> global_avgpool_grad -> (relu-grad by a mask) -> sum_to over `axes` (default N, H, W) */
+  function poolAndBias(opts: { relu?: boolean; axes?: number[]; output?: boolean } = {}) {
+    const b = new GraphBuilder();
+    const xs = [2, 3, 4, 5];
+    const dy = b.value('dy', 'f32', [2, 3, 1, 1], 'input'), mask = b.value('mask', 'f32', xs, 'input');
+    const [g] = b.emit('global_avgpool_grad', [dy], [{ name: 'g', shape: xs }], { x_shape: xs });
+    const [dx] = opts.relu === false ? [g] : b.emit('unary_grad', [g, mask], [{ name: 'dx', shape: xs }], { fn: 'relu' });
+    const axes = opts.axes ?? [0, 2, 3];
+    const sumShape = xs.filter((_, i) => !axes.includes(i));
+    const [db] = b.emit('sum_to', [dx], [{ name: 'db', shape: sumShape }], { shape: sumShape, axes });
+    const [next] = b.emit('unary', [dx], [{ name: 'next', shape: xs }], { fn: 'neg' });
+    return program(b, opts.relu === false ? [dy] : [dy, mask], opts.output ? [next, db, dx] : [next, db]);
+  }
+
+  it('the pool gradient (with or without its folded relu-grad) writes the channel sums as its last output; the sum_to is gone; same values', () => {
+    for (const relu of [true, false]) {
+      const p = poolAndBias({ relu });
+      const G = foldedInto(p, CAPS, 'global_avgpool_grad', [relu ? 'dx' : 'g', 'db']);
+      expect(G.attrs).toEqual({ x_shape: [2, 3, 4, 5], c_sums: true, ...(relu ? { relu_grad: true } : {}) });
+      expect(opsOf(fused(p, { poolGradRelu: CAPS.poolGradRelu }))).toContain('sum_to');
+    }
+    // a pool gradient that is a program output still writes it (and the sums)
+    expect(opsOf(fused(poolAndBias({ output: true }), CAPS))).not.toContain('sum_to');
+  });
+
+  it('also into a conv2d_grad_input (caps.convGradBiasSum; not one with an epilogue)', () => {
+    const b = new GraphBuilder();
+    const dy = b.value('dy', 'f32', [2, 4, 5, 6], 'input'), w = b.value('w', 'f32', [4, 3, 3, 3], 'param');
+    const conv = { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1, x_shape: [2, 3, 5, 6] };
+    const [dx] = b.emit('conv2d_grad_input', [dy, w], [{ name: 'dx', shape: [2, 3, 5, 6] }], conv);
+    const [db] = b.emit('sum_to', [dx], [{ name: 'db', shape: [3] }], { shape: [3], axes: [0, 2, 3] });
+    const [next] = b.emit('unary', [dx], [{ name: 'next', shape: [2, 3, 5, 6] }], { fn: 'neg' });
+    const p = program(b, [dy], [next, db]);
+    const G = foldedInto(p, { convGradBiasSum: true }, 'conv2d_grad_input', ['dx', 'db']);
+    expect(G.attrs.c_sums).toBe(true);
+    expect(opsOf(fused(p, CAPS))).toContain('sum_to');
+    // a gradient carrying a unary epilogue (dx = f(the product)) is left alone
+    const e: Program = JSON.parse(JSON.stringify(p));
+    nodeOf(e, 'conv2d_grad_input').attrs.epilogue = 'neg';
+    expect(opsOf(fused(e, { convGradBiasSum: true }))).toContain('sum_to');
+  });
+
+  it('not for a sum over other dims; verify.ts checks c_sums', () => {
+    expect(opsOf(fused(poolAndBias({ axes: [0, 1, 2] }), CAPS))).toContain('sum_to');
+    expect(opsOf(fused(poolAndBias({ axes: [0] }), CAPS))).toContain('sum_to');
+    const f = fused(poolAndBias(), CAPS);
+    const bad = problemsAfter(f);
+    expect(bad((p) => (nodeOf(p, 'unary').attrs.c_sums = true))).toMatch(/c_sums is only `true` on global_avgpool_grad/);
+    expect(bad((p) => (p.graph.values[nodeOf(p, 'global_avgpool_grad').outputs[1]].shape = [2]))).toMatch(/channel sums are f32\[2\], expected f32\[C\]/);
+  });
+});
+
+describe('rule 10: a global average pool into the conv2d before it (pool_out)', () => {
+  const CAPS: FusionCaps = { epilogue: { ops: ['conv2d'], fns: ['relu'], gradReaders: true }, convPool: true };
+  /** conv2d [2, 3, 5, 6] -> (relu) -> global_avgpool, and y (or relu's output) read again after the pool */
+  function convPool(opts: { relu?: boolean; reluIn?: boolean } = {}) {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [2, 3, 5, 6], 'input'), w = b.value('w', 'f32', [4, 3, 3, 3], 'param');
+    const ys = [2, 4, 5, 6];
+    const [y] = b.emit('conv2d', [x, w], [{ name: 'y', shape: ys }], { stride: [1, 1], padding: [1, 1], dilation: [1, 1], groups: 1 });
+    const [z] = opts.relu === false ? [y] : b.emit('unary', [y], [{ name: 'z', shape: ys }], { fn: 'relu' });
+    const [p] = b.emit('global_avgpool', [z], [{ name: 'p', shape: [2, 4, 1, 1] }], opts.reluIn ? { relu_in: true } : {});
+    const [after] = b.emit('unary', [z], [{ name: 'after', shape: ys }], { fn: 'neg' });
+    return program(b, [x], [p, after]);
+  }
+
+  it('the conv (with or without its relu epilogue) writes the pooled output last; the pool is gone; same values', () => {
+    for (const relu of [true, false]) {
+      const p = convPool({ relu });
+      const C = foldedInto(p, CAPS, 'conv2d', [relu ? 'z' : 'y', 'p']);
+      expect(C.attrs.pool_out).toBe(true);
+      expect(C.attrs.epilogue).toBe(relu ? 'relu' : undefined);
+      expect(opsOf(fused(p, { epilogue: CAPS.epilogue }))).toContain('global_avgpool');
+    }
+  });
+
+  it('not for a pool with relu_in; verify.ts checks pool_out', () => {
+    expect(opsOf(fused(convPool({ relu: false, reluIn: true }), CAPS))).toContain('global_avgpool');
+    const bad = problemsAfter(fused(convPool(), CAPS));
+    expect(bad((p) => (nodeOf(p, 'unary').attrs.pool_out = true))).toMatch(/pool_out is only `true` on conv2d/);
+    expect(bad((p) => (p.graph.values[nodeOf(p, 'conv2d').outputs[1]].shape = [2, 4]))).toMatch(/pooled output is f32\[2,4\], expected f32\[N, C, 1, 1\]/);
+  });
+});
+
+it("rules 9, 10 and MPSC_CUDA_FUSE_OFF=pool_bias / conv_bias / conv_pool on the seed CNN's train step (both bias gradients, the pool): the reference gives the same loss and update bit for bit", async () => {
+  const { cudaFusions } = await import('../compiler/codegen-cuda/fusions.js');
+  const { checkFile } = await import('../compiler/check/index.js');
+  const model = checkFile(new URL('../specs/seed_cnn.model', import.meta.url).pathname);
+  const unfused = buildPrograms(model, { batch: 2 }).train_step;
+  const f = fused(unfused, cudaFusions([]));
+  const count = (p: Program) => [p.graph.nodes.filter((n) => n.attrs.c_sums === true).length, p.graph.nodes.filter((n) => n.attrs.pool_out === true).length];
+  // both bias gradients (conv 2's into the pool gradient, conv 1's into conv 2's input gradient), the pool into conv 2
+  expect(count(f)).toEqual([2, 1]);
+  expect(f.graph.nodes.some((n) => n.op === 'global_avgpool' || n.op === 'sum_to')).toBe(false);
+  expect(f.graph.nodes.filter((n) => n.attrs.c_sums === true).map((n) => n.op)).toEqual(['global_avgpool_grad', 'conv2d_grad_input']);
+  expect(count(fused(unfused, cudaFusions(['pool_bias'])))).toEqual([1, 1]);
+  expect(count(fused(unfused, cudaFusions(['conv_bias'])))).toEqual([1, 1]);
+  expect(count(fused(unfused, cudaFusions(['conv_pool'])))).toEqual([2, 0]);
+  const { losses, stores } = runTwin(model.params, unfused, f, 3, 2);
+  for (const [a, b] of losses) expect(b).toBe(a);
+  for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
 });

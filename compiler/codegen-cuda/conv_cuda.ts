@@ -36,6 +36,13 @@
  * MPSC_CONV_FRAG=vec (float2 / float4 fragment reads from [16][R + 4] / [R][16 + 8] tiles: Lay),
  * MPSC_CONV_STAGES=2|3 (stagesOf), MPSC_CONV_ROUND=rna|add (convRound), MPSC_CONV_BM256=0|1 (convTiles),
  * MPSC_CONV_VEC16=0 (4-byte copies everywhere: Side.vec4).
+ * A conv2d with `pool_out` (fuse.ts rule 10: the global average pool after it folded in) adds what each thread stores
+ * per column (psum), then the block's column sums over its BM rows (lanes by warp butterflies, the row warps in
+ * order through the stages' shared memory) go to the scratch region, and a second kernel adds each image's row tiles
+ * in order over OH * OW (poolPartials); only where OH * OW is a multiple of BM (a tile in one image), one group, no
+ * split: else null, and gemm_cuda.ts runs the conv and the shared pool kernel after it. A conv2d_grad_input with
+ * `c_sums` (rule 9: the bias gradient of the conv before, a sum of dx over N, H, W) takes the same column sums of every
+ * row tile, and a block per channel adds them in tile order (groups 1; else gemm_cuda.ts adds the sum_to kernel).
  * The weight gradient's reduction dimension (batch x output pixels) is long and its output small:
  * it is split along K at build time (gemm_cuda.ts splitK with these tiles): per-chunk partial sums
  * into the scratch region, then gemm_cuda.ts's reduction kernel adds them in chunk order (no
@@ -43,7 +50,7 @@
  */
 import { isHalf, numel, type Graph, type Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { ceilDiv, label, shapeOf } from '../kernels/common.js';
+import { argOf, ceilDiv, elementwise, kernelSpec, label, shapeOf, writeF } from '../kernels/common.js';
 import { convGeom, gemmParts } from '../kernels/gemm.js';
 import { splitK, splitReduceKernel, type Split } from './gemm_cuda.js';
 import { envChoice, envFlag } from '../env_switch.js';
@@ -438,21 +445,66 @@ function tableFill(a: Side, s: Shape, tab: Tab): string {
   );
 }
 
-/** one kernel body: the pipeline around `stage` (tensor cores or FFMA), then the stores; `tab`: A's k part from the k table */
-function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, tf32: boolean, what: string, tab: Tab): string {
+/**
+ * The pooled output of a conv2d with `pool_out` (fuse.ts rule 10), after the stores: each thread's stored values `yv`
+ * were added per column into psum (its rows in store order); the rows' threads of a column are added by butterflies
+ * within the warp, the warps of a column in row order through shared memory (the stages are done), and the block's
+ * column sums go to mpsc_scratch[row tile][column]: every tile's BM rows lie in one image (OH * OW % BM == 0).
+ */
+function poolPartials(s: Shape, tf32: boolean): string {
+  // TF32: lane (gq, tq) holds rows gq + 8h of 16-row tiles, columns 2 tq + c of 8-column ones; the 4 warps sg % 4 share columns.
+  // FFMA: thread (ty, tx) holds rows ty + 16 i, columns tx + 16 j; a warp is ty = 2 sg, 2 sg + 1; all 8 warps share columns
+  const [cols, xors, writer, slot, col, rowsW] = tf32
+    ? [`${s.BN / 16}u][2u`, [4, 8, 16], 'gq == 0u', 'sg % 4u', 'wn + 8u * j + 2u * tq + c', 4]
+    : [`${s.BN / 16}u][1u`, [16], 'lane < 16u', 'sg', 'tx + 16u * j + c', 8];
+  const [J, C2] = cols.split('][');
+  return (
+    `  // the pooled output's partial sums: this block's ${s.BM} rows (one image's) per column, the thread's rows (psum), the
+` +
+    `  // column's lanes (butterflies), then the ${rowsW} warps of the column in row order; into mpsc_scratch[row tile][column]
+` +
+    `  __syncthreads();
+` +
+    `  #pragma unroll
+  for (uint j = 0u; j < ${J}; ++j)
+    #pragma unroll
+    for (uint c = 0u; c < ${C2}; ++c) {
+` +
+    `      float v = psum[j][c];
+` + xors.map((o) => `      v += __shfl_xor_sync(0xffffffffu, v, ${o});
+`).join('') +
+    `      if (${writer}) tg[(${slot}) * ${s.BN}u + ${col}] = v;
+    }
+  __syncthreads();
+` +
+    `  if (tidx < ${s.BN}u && n0 + tidx < ${s.N}u) {
+    float v = tg[tidx];
+` +
+    `    for (uint w = 1u; w < ${rowsW}u; ++w) v += tg[w * ${s.BN}u + tidx];
+` +
+    `    mpsc_scratch[tgid.y * ${s.N}u + n0 + tidx] = v;
+  }
+`
+  );
+}
+
+/** one kernel body: the pipeline around `stage` (tensor cores or FFMA), then the stores; `tab`: A's k part from the k table; `pool`: the store defines yv, added into the pooled partials (poolPartials) */
+function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, tf32: boolean, what: string, tab: Tab, pool = false): string {
   const aF = tileFloats(a.mode, s.BM, s.L), bF = tileFloats(b.mode, s.BN, s.L), stage = aF + bF;
   const T = tab !== 'none' ? tableFloats(s) : 0;
   const ca = copies(a, s.BM, s.L, 'm0', 'a', tab, tf32 && s.L.vec && a.mode === 'row' ? (m) => vecPerm(s.BM / 64, m) : undefined), cb = copies(b, s.BN, s.L, 'n0', 'b', 'none');
   const MI = s.BM / 64, NI = s.BN / 16, RI = s.BM / 16, RJ = s.BN / 16;
   const S = sp?.S ?? 1;
   const split = sp ? `  const uint kbeg = (tgid.z % ${S}u) * ${sp.Kc}u, kend = min(${s.K}u, kbeg + ${sp.Kc}u);\n` : `  const uint kbeg = 0u, kend = ${s.K}u;\n`;
+  const psumAdd = pool ? `    psum[j][${tf32 ? 'q & 1u' : '0u'}] += yv;\n` : '';
   const out = (mi: string, ni: string, acc: string) =>
     `{\n  const uint mi = ${mi}, ni = ${ni};\n  if (mi < ${s.M}u && ni < ${s.N}u) {\n    const float acc = ${acc};\n` +
-    (sp ? `    mpsc_scratch[(tgid.z * ${s.M}u + mi) * ${s.N}u + ni] = acc;\n` : indent(store, '  ') + '\n') + `  }\n}\n`;
-  const acc = tf32
+    (sp ? `    mpsc_scratch[(tgid.z * ${s.M}u + mi) * ${s.N}u + ni] = acc;\n` : indent(store, '  ') + '\n' + psumAdd) + `  }\n}\n`;
+  const psum = pool ? `  float psum[${tf32 ? NI : RJ}][${tf32 ? 2 : 1}] = {};\n` : '';
+  const acc = (tf32
     ? `  const uint gq = lane / 4u, tq = lane % 4u;\n  const uint wm = (sg % 4u) * ${s.BM / 4}u, wn = (sg / 4u) * ${s.BN / 2}u;\n` +
       `  float cacc[${MI}][${NI}][4];\n  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${NI}u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q) cacc[i][j][q] = 0.0f;\n`
-    : `  const uint tx = tidx % 16u, ty = tidx / 16u;\n  float cacc[${RI}][${RJ}];\n  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j) cacc[i][j] = 0.0f;\n`;
+    : `  const uint tx = tidx % 16u, ty = tidx / 16u;\n  float cacc[${RI}][${RJ}];\n  #pragma unroll\n  for (uint i = 0u; i < ${RI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${RJ}u; ++j) cacc[i][j] = 0.0f;\n`) + psum;
   const stores = tf32
     ? `  #pragma unroll\n  for (uint i = 0u; i < ${MI}u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < ${NI}u; ++j)\n      #pragma unroll\n      for (uint q = 0u; q < 4u; ++q)\n` +
       indent(out('m0 + wm + 16u * i + gq + 8u * (q >= 2u ? 1u : 0u)', 'n0 + wn + 8u * j + 2u * tq + (q & 1u)', 'cacc[i][j][q]'), '        ')
@@ -485,7 +537,7 @@ function convBody(a: Side, b: Side, s: Shape, sp: Split | null, store: string, t
     `    {\n      const float* as = tg + ${T ? `${T}u + ` : ''}rs * ${stage}u;\n      const float* bs = as + ${aF}u;\n` +
     indent(tf32 ? mmaStage(a, b, s) : plainStage(a, b, s), '      ') +
     `    }\n    rs = rs == ${s.L.stages - 1}u ? 0u : rs + 1u;\n    ws = ws == ${s.L.stages - 1}u ? 0u : ws + 1u;\n  }\n` +
-    stores
+    stores + (pool ? poolPartials(s, tf32) : '')
   );
 }
 
@@ -512,12 +564,20 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   if (convFallbackReason(g, n)) return null;
   const parts = gemmParts(ctx, g, n, epilogue);
   if (!parts) return null;
-  const { gm, args, what, store } = parts;
+  const { gm, args, what } = parts;
   const xs = n.op === 'conv2d' ? shapeOf(g, n.inputs[0]) : n.op === 'conv2d_grad_input' ? (n.attrs.x_shape as number[]) : shapeOf(g, n.inputs[1]);
   const ws = n.op === 'conv2d_grad_weight' ? (n.attrs.w_shape as number[]) : shapeOf(g, n.inputs[1]);
   const c = convGeom(n, xs, ws);
   const { BM, BN } = convTiles(gm.M, gm.N, gm.G, n.op === 'conv2d_grad_weight', gm.K);
   const sp = n.op === 'conv2d_grad_weight' ? splitK(gm.M, gm.N, gm.K, gm.G, BM, BN) : null;
+  // a pooled output (fuse.ts rule 10) in the store where every row tile lies in one image of one group; else
+  // gemm_cuda.ts runs this kernel and the pool after it (null here)
+  const pool = n.attrs.pool_out === true;
+  if (pool && (n.op !== 'conv2d' || sp || gm.G !== 1 || (c.OH * c.OW) % BM !== 0)) return null;
+  // an input gradient's channel sums (fuse.ts rule 9: the bias gradient of the conv before) from the same column sums
+  const sums = n.attrs.c_sums === true;
+  if (sums && (n.op !== 'conv2d_grad_input' || sp || gm.G !== 1)) return null;
+  const store = pool || sums ? `${gm.pre}      const float yv = ${parts.value};\n      ${writeF(ctx.d, g, parts.outId, gm.out, gm.idx, 'yv')}` : parts.store;
   const tiles: [number, number, number] = [ceilDiv(gm.N, BN), ceilDiv(gm.M, BM), gm.G * (sp?.S ?? 1)];
   if (tiles[1] > GRID_YZ || tiles[2] > GRID_YZ) return null;
   const { a, b } = sidesOf(n.op, c, gm.M, gm.N, gm.K);
@@ -530,16 +590,47 @@ export function lowerConvCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   const tapsOk = a.taps !== undefined && a.taps.n <= NO_TAP && envFlag('MPSC_CONV_TAPS', true);
   const tab: Tab = !fits ? 'none' : tapsOk ? 'taps' : boundsOk ? 'bounds' : 'none';
   const tgmem = ((tab !== 'none' ? tableFloats(s) : 0) + s.L.stages * (tileFloats(a.mode, BM, s.L) + tileFloats(b.mode, BN, s.L))) * 4;
+  // the pooled partials reuse the stages' shared memory: 8 row slots of BN columns (the FFMA variant's warps)
+  if ((pool || sums) && 8 * BN * 4 > tgmem) return null;
   const name = ctx.next();
   const lbl = label(g, n) + what;
   const gemm: KernelSpec = {
     name, node: n.id, op: n.op, label: lbl + ` [conv_cuda.ts ${BM}x${BN} implicit GEMM${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
     groups: tiles, tgsize: [THREADS, 1, 1], tgmem, sync: true,
-    body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`, tab),
+    body: convBody(a, b, s, sp, store, false, `${n.op}: fp32 FFMA, ${BM / 16}x${BN / 16} register block per thread`, tab, pool || sums),
     // two blocks per SM (the tiles and SMEM_BLOCK assume it): at most 128 registers (ptxas fits the 3-stage 128x128 split-K
     // weight gradient, 148 unbounded, in 128 without spills)
-    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, minBlocks: 2, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (${{ rna: 'cvt.rna', rn: 'cvt.rn', add: 'half-ulp-add' }[convRound()]} operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab) },
+    mma: { name: `${name}_mma`, tgsize: [THREADS, 1, 1], tgmem, sync: true, minBlocks: 2, body: convBody(a, b, s, sp, store, true, `${n.op}: TF32 mma.sync m16n8k8 (${{ rna: 'cvt.rna', rn: 'cvt.rn', add: 'half-ulp-add' }[convRound()]} operands, fp32 accumulate), 8 warps of ${BM / 4}x${BN / 2}`, tab, pool || sums) },
   };
+  if (pool) {
+    // the row tiles' column sums in the scratch region, then the pooled means (a thread per (image, channel): its
+    // OH * OW / BM tiles in order)
+    const TPI = (c.OH * c.OW) / BM, bytes = (gm.M / BM) * gm.N * 4, pooled = n.outputs[n.outputs.length - 1], u = (k: number) => ctx.d.u(k);
+    gemm.label += ` + pooled output (column sums of each ${BM}-row tile)`;
+    gemm.scratch = bytes;
+    const finish = elementwise(ctx, g, n, [argOf(g, 'pooled', pooled, 'w')], c.NB * gm.N,
+      `  // pooled[nb, c] (i = nb * ${gm.N} + c): the ${TPI} row tiles of image nb, column c, in tile order, over ${c.OH * c.OW}\n` +
+      `  const uint nb = i / ${u(gm.N)}, c = i % ${u(gm.N)};\n  float s = 0.0f;\n` +
+      `  for (uint t = 0u; t < ${u(TPI)}; ++t) s += mpsc_scratch[(nb * ${u(TPI)} + t) * ${u(gm.N)} + c];\n` +
+      `  ${writeF(ctx.d, g, pooled, 'pooled', 'i', `s / ${ctx.d.f(c.OH * c.OW)}`)}\n`, ' [pooled output: sum of the row tiles]');
+    return [gemm, { ...finish, scratch: bytes }];
+  }
+  if (sums) {
+    // the row tiles' column sums in the scratch region, then a block per channel adding them: thread j the tiles j,
+    // j + 256, ... in order, the warps' butterflies, the 8 warps in order
+    const TM = ceilDiv(gm.M, BM), bytes = TM * gm.N * 4, out = n.outputs[n.outputs.length - 1], d = ctx.d, u = (k: number) => d.u(k);
+    gemm.label += ` + channel sums (column sums of each ${BM}-row tile)`;
+    gemm.scratch = bytes;
+    const finish = kernelSpec(ctx, g, n, [argOf(g, 'y', out, 'w')], {
+      groups: [gm.N, 1, 1], tgsize: [THREADS, 1, 1], tgmem: (THREADS / 32) * 4, sync: true,
+      body:
+        `  // channel c = block: the ${TM} row tiles' sums of column c, thread j tiles j, j + ${THREADS}, ... in order; the warps' butterflies, the warps in order\n` +
+        `  const uint c = tgid.x;\n  float s = 0.0f;\n  for (uint t = tidx; t < ${u(TM)}; t += ${u(THREADS)}) s += mpsc_scratch[t * ${u(gm.N)} + c];\n` +
+        `  s = ${d.simdSum('s')};\n  if (lane == 0u) tg[sg] = s;\n  ${d.barrier()}\n` +
+        `  if (tidx == 0u) {\n    float r = 0.0f;\n    for (uint w = 0u; w < ${u(THREADS / 32)}; ++w) r += tg[w];\n    ${writeF(d, g, out, 'y', 'c', 'r')}\n  }\n`,
+    }, ' [channel sums: the row tiles in order, a block per channel]');
+    return [gemm, { ...finish, scratch: bytes }];
+  }
   if (!sp) return [gemm];
   gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;
   return [gemm, splitReduceKernel(ctx, g, n, parts, sp, lbl)];

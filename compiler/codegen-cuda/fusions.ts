@@ -24,7 +24,12 @@
  * rows (fuse.ts rule 8: `a_sums`), which cublaslt.ts runs as one cuBLASLt call with the BGRADB epilogue.
  * And each recomputed unary paired with its gradient over the same x (compiler/ir/grad_fwd.ts, `fwd_out`: one
  * wide_ew_cuda.ts kernel reads x once and writes both; GPT-2's gelu copy and gelu's gradient).
- * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,grad_fwd,add_ln,grad_add,bias_sum,bias_grad switches any of these off (A/B runs;
+ * And a convolution's bias gradient (sum_to over N, H, W) into the global_avgpool_grad writing what it sums (fuse.ts rule 9:
+ * `c_sums`; avgpool_cuda.ts: per plane the unmasked count times the plane's value, no second read of the gradient), and
+ * into the conv2d_grad_input writing the gradient it sums (rule 9 too; conv_cuda.ts: each row tile's column sums in the store).
+ * And a global_avgpool into the conv2d whose output it reads (fuse.ts rule 10: `pool_out`; conv_cuda.ts: per-tile column
+ * sums in the conv's store, then a fixed-order sum of the tiles; no second read of the conv output).
+ * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,grad_fwd,add_ln,grad_add,bias_sum,bias_grad,pool_bias,conv_bias,conv_pool switches any of these off (A/B runs;
  * remat_unary keeps the layernorm copies only: GPT-2 bf16 then plans 8.26 GiB instead of 7.14, no gelu copies).
  */
 import { UserError } from '../errors.js';
@@ -40,10 +45,10 @@ export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
 const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 /** the fusions $MPSC_CUDA_FUSE_OFF may switch off (a comma-separated list, for A/B runs; runtime/cuda/session.ts keys builds on it) */
-export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'bias_grad'] as const;
+export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'bias_grad', 'pool_bias', 'conv_bias', 'conv_pool'] as const;
 export type CudaFuseSwitch = (typeof CUDA_FUSE_SWITCHES)[number];
 
-/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7), bias_sum (rule 7), bias_grad (rule 8) */
+/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7), bias_sum (rule 7), bias_grad (rule 8), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10) */
 export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE_OFF): CudaFuseSwitch[] {
   const names = (env ?? '').split(',').map((x) => x.trim()).filter(Boolean);
   for (const x of names) {
@@ -62,5 +67,8 @@ export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): Fus
     addLayernorm: { maxD: WARP_D, add: !off.includes('add_ln'), grad: !off.includes('grad_add'), biasSum: !off.includes('bias_sum') },
     ...(off.includes('bias_grad') ? {} : { matmulBiasGrad: true }),
     ...(off.includes('grad_fwd') ? {} : { gradWithForward: true }),
+    ...(off.includes('pool_bias') ? {} : { poolGradBiasSum: true }),
+    ...(off.includes('conv_bias') ? {} : { convGradBiasSum: true }),
+    ...(off.includes('conv_pool') ? {} : { convPool: true }),
   };
 }

@@ -27,10 +27,12 @@
  */
 import { isHalf, type Graph, type Node } from '../ir/graph.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { ceilDiv, label } from '../kernels/common.js';
+import { ceilDiv, label, shapeOf } from '../kernels/common.js';
 import { gemmParts, type GemmParts } from '../kernels/gemm.js';
 import { lowerConvCuda } from './conv_cuda.js';
 import { envFlag } from '../env_switch.js';
+import { GPU_KERNELS } from '../kernels/registry.js';
+import { lowerSumToCuda } from './reduce_cuda.js';
 
 const BM = 64, BN = 64, BK = 16, LDA = 20, LDB = 72;
 const TGMEM = (BM * LDA + BK * LDB) * 4;
@@ -360,6 +362,25 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   // fp32 convolutions: conv_cuda.ts's 128-row implicit GEMMs (null: this file's kernels, convKernelNote says why)
   const conv = lowerConvCuda(ctx, g, n, epilogue);
   if (conv) return conv;
+  if (n.attrs.pool_out === true) {
+    // a conv2d with its pooled output (fuse.ts rule 10) that conv_cuda.ts does not pool in its store: the conv, then the
+    // shared global_avgpool kernel over its output
+    const { pool_out: _, ...attrs } = n.attrs;
+    const ks = lowerGemmCuda(ctx, g, { ...n, outputs: [n.outputs[0]], attrs }, epilogue);
+    const avg = GPU_KERNELS.global_avgpool;
+    if (!ks || avg === 'cpu') return null;
+    return [...ks, ...avg(ctx, g, { id: n.id, op: 'global_avgpool', inputs: [n.outputs[0]], outputs: [n.outputs[n.outputs.length - 1]], attrs: {} })];
+  }
+  if (n.attrs.c_sums === true) {
+    // a conv2d_grad_input with its channel sums (fuse.ts rule 9) that conv_cuda.ts does not sum in its store: the
+    // gradient, then the sum_to over N, H, W (reduce_cuda.ts, or the shared kernel for short sums)
+    const { c_sums: _, ...attrs } = n.attrs;
+    const ks = lowerGemmCuda(ctx, g, { ...n, outputs: [n.outputs[0]], attrs }, epilogue);
+    const shared = GPU_KERNELS.sum_to;
+    if (!ks || shared === 'cpu') return null;
+    const S: Node = { id: n.id, op: 'sum_to', inputs: [n.outputs[0]], outputs: [n.outputs[n.outputs.length - 1]], attrs: { shape: [shapeOf(g, n.outputs[0])[1]], axes: [0, 2, 3] } };
+    return [...ks, ...(lowerSumToCuda(ctx, g, S) ?? shared(ctx, g, S))];
+  }
   const parts = gemmParts(ctx, g, n, epilogue);
   if (!parts) return null;
   const { gm, args, what, store } = parts;

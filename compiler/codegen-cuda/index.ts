@@ -37,6 +37,7 @@ import { lowerLayernormGradCuda, lowerSumToCuda } from './reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from './embedding_cuda.js';
 import { lowerLayernormCuda } from './layernorm_cuda.js';
 import { sharedWithGradForward, wideOr } from './wide_ew_cuda.js';
+import { lowerAvgpoolGradCuda } from './avgpool_cuda.js';
 import { lowerClassForwardCuda, lowerCrossEntropyGradCuda } from './class_rows.js';
 import { lowerAttentionCuda } from './attention_cuda.js';
 import { NO_FUSIONS } from '../ir/fuse.js';
@@ -89,7 +90,7 @@ function gemmRegistry(lt: boolean, tf32x3: Tf32x3Mode, choices: GemmChoice[]): {
     return ks;
   };
   return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, attention_qkv: cudaAttention, attention_qkv_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: cudaEmbeddingGrad, embedding: cudaEmbedding, layernorm: cudaLayernorm,
-    unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'), global_avgpool_grad: wideOr('global_avgpool_grad'),
+    unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'), global_avgpool_grad: lowerAvgpoolGradCuda,
     cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
 }
 
@@ -162,8 +163,10 @@ export interface CudaGenOptions {
 export function buildCuda(unfused: Program[], model: string, opts: CudaGenOptions = {}): CudaArtifacts {
   const own = (opts.gemm ?? 'cuda') === 'cuda';
   // the shared kernels (gemm 'shared') have no layernorm with a folded residual add (fuse.ts rule 5), no matmul with column sums (rule 8),
-  // no unary_grad with the forward value (grad_fwd.ts; a program that has one gets wide_ew_cuda.ts's kernel for it)
-  const caps = opts.fuse === false ? NO_FUSIONS : own ? cudaFusions() : { ...cudaFusions(), addLayernorm: undefined, matmulBiasGrad: undefined, gradWithForward: undefined };
+  // no unary_grad with the forward value (grad_fwd.ts; a program that has one gets wide_ew_cuda.ts's kernel for it), no pool gradient
+  // or conv input gradient with channel sums (rule 9: avgpool_cuda.ts, conv_cuda.ts), no conv with its pooled output (rule 10: conv_cuda.ts)
+  const caps = opts.fuse === false ? NO_FUSIONS : own ? cudaFusions() :
+    { ...cudaFusions(), addLayernorm: undefined, matmulBiasGrad: undefined, gradWithForward: undefined, poolGradBiasSum: undefined, convGradBiasSum: undefined, convPool: undefined };
   const programs = unfused.map((p) => fuseForBackend(p, caps));
   const table = persistentTable(programs);
   const gemms: CudaArtifacts['gemms'] = [];

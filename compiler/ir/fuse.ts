@@ -61,6 +61,19 @@
  *     itself, or a `reshape` of it), b 2-D, with no reader of S's output before P: S disappears and P,
  *     attr `a_sums: true`, writes S's output as its last output (a's column sums: the linear's bias
  *     gradient; cuBLASLt's BGRADB epilogue on CUDA, codegen-cuda/cublaslt.ts). The same sum in another order.
+ *  9. a bias gradient into the node writing what it sums (after rule 2): S = `sum_to` of the output 0 (f32 [N, C, H, W])
+ *     of G = a global_avgpool_grad (caps.poolGradBiasSum) or a conv2d_grad_input without an epilogue
+ *     (caps.convGradBiasSum), with or without a folded relu-grad, over axes [0, 2, 3] (shape [C], f32: the bias gradient
+ *     of the convolution before, whose output gradient G writes): S disappears and G, attr `c_sums: true`, writes S's
+ *     output as its last output (output 0's channel sums). No node reads S's output before S (it reads G's output, so G
+ *     comes first). The same sum in another order (CUDA: per plane the count of unmasked elements times the plane's
+ *     value, codegen-cuda/avgpool_cuda.ts; each row tile's column sums in the conv's store, conv_cuda.ts): within
+ *     rounding, not bitwise.
+ * 10. the global average pool into the convolution before it (caps.convPool; after rule 1): G = `global_avgpool`
+ *     (without relu_in) reading the f32 output 0 y of a `conv2d` P (with or without an epilogue) that has one output:
+ *     G disappears and P, attr `pool_out: true`, writes G's output as its last output (y's per-plane means); y stays
+ *     P's output 0 for its other readers (the backward's relu mask). The same means in another order (CUDA: per
+ *     output tile column sums in the conv's store, then a sum of the tiles in order, codegen-cuda/conv_cuda.ts).
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -106,6 +119,11 @@ export interface FusionCaps {
   addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean };
   /** rule 8: a bias gradient (sum_to over the rows) into the weight-gradient matmul reading the same rows */
   matmulBiasGrad?: boolean;
+  /** rule 9: a conv bias gradient (sum_to over N, H, W) into the global_avgpool_grad / the conv2d_grad_input writing what it sums */
+  poolGradBiasSum?: boolean;
+  convGradBiasSum?: boolean;
+  /** rule 10: a global_avgpool into the conv2d writing what it reads */
+  convPool?: boolean;
   /** after remat: a recomputed unary and the unary_grad of the same fn over the same x as one node (grad_fwd.ts, programs.ts fuseForBackend) */
   gradWithForward?: boolean;
 }
@@ -122,6 +140,10 @@ export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
 export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
 /** the ops that may carry `a_sums` (+ input 0's column sums as the last output: rule 8) */
 export const A_SUMS_OPS: readonly OpName[] = ['matmul'];
+/** the ops that may carry `c_sums` (+ output 0's channel sums, over N, H, W, as the last output: rule 9) */
+export const C_SUMS_OPS: readonly OpName[] = ['global_avgpool_grad', 'conv2d_grad_input'];
+/** the ops that may carry `pool_out` (+ output 0's global average pool, [N, C, 1, 1], as the last output: rule 10) */
+export const POOL_OUT_OPS: readonly OpName[] = ['conv2d'];
 /** the ops that may carry `fwd_out` (+ f(x) of input 1 as the last output: grad_fwd.ts) */
 export const FWD_OUT_OPS: readonly OpName[] = ['unary_grad'];
 /** the ops that may carry `relu_in` */
@@ -136,7 +158,7 @@ export const GRAD_FROM_OUTPUT: readonly UnaryFn[] = ['relu'];
 export const EPILOGUE_ATTR = 'epilogue';
 const PREFIX = 'epilogue_';
 /** the attrs a fusion adds to a node (with the `epilogue_<name>` ones): what `unfusedAttrs` drops */
-const FUSION_FLAGS = new Set([EPILOGUE_ATTR, 'relu_grad', 'relu_in', 'add_in', 'add_out', 'sum_out', 'a_sums', 'fwd_out']);
+const FUSION_FLAGS = new Set([EPILOGUE_ATTR, 'relu_grad', 'relu_in', 'add_in', 'add_out', 'sum_out', 'a_sums', 'c_sums', 'pool_out', 'fwd_out']);
 
 /** the fused epilogue of a GEMM-family node as `unary` attrs ({ fn, ...fn attrs }), or null */
 export function epilogueOf(n: Node): Record<string, AttrValue> | null {
@@ -159,8 +181,11 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
  *  - `post`: the core's output 0 then goes through `unary` (epilogue), through
  *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad), or
  *            through `binary add` with input `addendInput` (the last one; add_out);
- *  - `sumOut`: after `post`, output `sumOut` (the last one) is output 0 summed over every dim but its
- *            last (`sum_to`; sum_out): the core has the node's outputs before it;
+ *  - `sumOut`: after `post`, output `sumOut` (the last one) is output 0 summed over the dims `sumAxes`
+ *            (`sum_to`): every dim but its last (sum_out) or N, H and W (c_sums); the core has the node's
+ *            outputs before it;
+ *  - `poolOut`: after `post`, output `poolOut` (the last one) is output 0's `global_avgpool` (pool_out):
+ *            the core has the node's outputs before it;
  *  - `aSums`: output `aSums` (the last one) is input 0 (2-D [K, M]) summed over its rows (`sum_to`
  *            with axes [0]; a_sums): the core has the node's outputs before it;
  *  - `fwdOut`: output `fwdOut` (the last one) is `unary` of input 1 with the node's attrs (fn and its
@@ -173,6 +198,8 @@ export interface FusedParts {
   pre?: Record<string, AttrValue>;
   add?: { input: number; output: number };
   sumOut?: number;
+  sumAxes?: number[];
+  poolOut?: number;
   aSums?: number;
   fwdOut?: number;
   coreInputs: number;
@@ -182,8 +209,14 @@ export interface FusedParts {
 
 export function fusedParts(n: Node): FusedParts | null {
   const epi = epilogueOf(n);
-  if (epi) return { coreInputs: n.inputs.length, post: { op: 'unary', attrs: epi } };
-  if (n.attrs.relu_grad === true) return { coreInputs: n.inputs.length - 1, post: { op: 'unary_grad', attrs: { fn: 'relu' }, maskInput: n.inputs.length - 1 } };
+  // pool_out (rule 10): output 0's global average pool as the last output, after the epilogue when there is one
+  const pool = n.attrs.pool_out === true ? { poolOut: n.outputs.length - 1 } : {};
+  if (epi) return { coreInputs: n.inputs.length, post: { op: 'unary', attrs: epi }, ...pool };
+  if (n.attrs.pool_out === true) return { coreInputs: n.inputs.length, ...pool };
+  // c_sums (rule 9): output 0's channel sums as the last output, after the relu-grad when there is one
+  const cSums = n.attrs.c_sums === true ? { sumOut: n.outputs.length - 1, sumAxes: [0, 2, 3] } : {};
+  if (n.attrs.relu_grad === true) return { coreInputs: n.inputs.length - 1, post: { op: 'unary_grad', attrs: { fn: 'relu' }, maskInput: n.inputs.length - 1 }, ...cSums };
+  if (n.attrs.c_sums === true) return { coreInputs: n.inputs.length, ...cSums };
   if (n.attrs.relu_in === true) return { pre: { fn: 'relu' }, coreInputs: n.inputs.length };
   if (n.attrs.add_out === true) {
     const post = { op: 'binary' as const, attrs: { fn: 'add' }, addendInput: n.inputs.length - 1 };
@@ -425,6 +458,42 @@ function fuseLayernormGradBiasSum(g: Graph, w: Work): void {
   }
 }
 
+/** rule 9 */
+function fuseGradBiasSum(g: Graph, w: Work, ops: readonly string[]): void {
+  for (const G of w.nodes) {
+    if (!G || !ops.includes(G.op) || G.attrs.c_sums !== undefined || G.attrs[EPILOGUE_ATTR] !== undefined || G.outputs.length !== 1) continue;
+    const dx = G.outputs[0], xs = g.values[dx].shape;
+    if (g.values[dx].dtype !== 'f32' || xs.length !== 4) continue;
+    const S = (w.readers.get(dx) ?? []).map((id) => w.nodes[id]!).find((n) => n.op === 'sum_to' && n.inputs[0] === dx);
+    if (!S) continue;
+    const sv = g.values[S.outputs[0]];
+    if (sv.dtype !== 'f32' || sv.shape.length !== 1 || sv.shape[0] !== xs[1] || JSON.stringify(S.attrs.shape) !== JSON.stringify([xs[1]]) ||
+      JSON.stringify(S.attrs.axes) !== JSON.stringify([0, 2, 3])) continue;
+    w.nodes[G.id] = { ...G, outputs: [...G.outputs, S.outputs[0]], attrs: { ...G.attrs, c_sums: true } };
+    w.nodes[S.id] = null;
+    w.changed = true;
+    w.readers = readersOf(w.nodes);
+  }
+}
+
+/** rule 10 */
+function fuseConvPool(g: Graph, w: Work): void {
+  const writer = new Map<number, Node>();
+  for (const n of w.nodes) if (n) for (const o of n.outputs) writer.set(o, n);
+  for (const G of w.nodes) {
+    if (!G || G.op !== 'global_avgpool' || G.attrs.relu_in !== undefined) continue;
+    const y = G.inputs[0], P = writer.get(y);
+    if (!P || w.nodes[P.id] !== P || P.op !== 'conv2d' || P.outputs.length !== 1 || P.attrs.pool_out !== undefined) continue;
+    if (g.values[y].dtype !== 'f32' || g.values[G.outputs[0]].dtype !== 'f32') continue;
+    const F: Node = { ...P, outputs: [...P.outputs, G.outputs[0]], attrs: { ...P.attrs, pool_out: true } };
+    w.nodes[P.id] = F;
+    writer.set(G.outputs[0], F);
+    w.nodes[G.id] = null;
+    w.changed = true;
+    w.readers = readersOf(w.nodes);
+  }
+}
+
 /** rule 8 */
 function fuseMatmulBiasGrad(g: Graph, w: Work): void {
   const writer = new Map<number, Node>();
@@ -467,6 +536,9 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
     if (al.biasSum !== false) fuseLayernormGradBiasSum(g, w);
   }
   if (caps.matmulBiasGrad) fuseMatmulBiasGrad(g, w);
+  const sumOps = [...(caps.poolGradBiasSum ? ['global_avgpool_grad'] : []), ...(caps.convGradBiasSum ? ['conv2d_grad_input'] : [])];
+  if (sumOps.length > 0) fuseGradBiasSum(g, w, sumOps);
+  if (caps.convPool) fuseConvPool(g, w);
   if (w.dropValues.size === 0 && !w.changed) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
   // renumber: kept values and nodes in their old order
   const vmap = new Map<number, number>();

@@ -37,7 +37,11 @@
  *    on layernorm_grad `add_out: true` with an extra last input `addend`: output 0 is dx + addend,
  *    and with `sum_out: true` an extra last output [D]: output 0 summed over its rows; on matmul
  *    {transA: true} of 2-D operands `a_sums: true` with an extra last output [M]: input 0 [K, M]
- *    summed over its rows (a linear's bias gradient beside its weight gradient).
+ *    summed over its rows (a linear's bias gradient beside its weight gradient); on global_avgpool_grad
+ *    `c_sums: true` with an extra last output [C]: output 0 (after its relu-grad, if any) summed over
+ *    N, H and W (the bias gradient of the convolution before the pool); on conv2d `pool_out: true` with
+ *    an extra last output [N, C, 1, 1]: output 0 (after its epilogue, if any) averaged over H and W
+ *    (the global_avgpool after it).
  */
 import type { AttrValue, DType, Node } from './graph.js';
 import type { SExpr } from './scalar_fns.js';

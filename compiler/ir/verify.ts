@@ -20,7 +20,9 @@
  *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums);
  *    `a_sums` only on a matmul {transA: true} of 2-D operands, exactly with an extra last output
  *    (f32 [M]: input 0's column sums, fuse.ts rule 8); `fwd_out` only on unary_grad, exactly with an
- *    extra last output (a float of x's shape: f(x), grad_fwd.ts)
+ *    extra last output (a float of x's shape: f(x), grad_fwd.ts); `c_sums` only on global_avgpool_grad, exactly
+ *    with an extra last output (f32 [C]: output 0's channel sums, fuse.ts rule 9); `pool_out` only on conv2d, exactly
+ *    with an extra last output (f32 [N, C, 1, 1]: output 0's global average pool, rule 10)
  *  - every referenced value id exists; dtypes/shapes are static (integer dims >= 1)
  *  - SSA: each non-persistent, non-input value is written by exactly one node,
  *    before any node reads it; persistent values and inputs are never node outputs
@@ -38,7 +40,7 @@
  */
 import { OPS, type OpDef, type ShapeCtx, isOpName, opDef } from './ops.js';
 import { isHalf, isPersistent, type Graph, type Node, type Value } from './graph.js';
-import { A_SUMS_OPS, ADD_IN_OPS, ADD_OUT_OPS, EPILOGUE_ATTR, FWD_OUT_OPS, EPILOGUE_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
+import { A_SUMS_OPS, C_SUMS_OPS, POOL_OUT_OPS, ADD_IN_OPS, ADD_OUT_OPS, EPILOGUE_ATTR, FWD_OUT_OPS, EPILOGUE_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
 import { UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
 import { pairOf } from './shapes.js';
 
@@ -74,6 +76,7 @@ export function graphProblems(graph: Graph): string[] {
     const addIn = n.attrs.add_in === true && (ADD_IN_OPS as readonly string[]).includes(n.op);
     const addOut = n.attrs.add_out === true && (ADD_OUT_OPS as readonly string[]).includes(n.op);
     const extraOut = (addOut && n.attrs.sum_out === true) || (n.attrs.a_sums === true && (A_SUMS_OPS as readonly string[]).includes(n.op)) ||
+      (n.attrs.c_sums === true && (C_SUMS_OPS as readonly string[]).includes(n.op)) || (n.attrs.pool_out === true && (POOL_OUT_OPS as readonly string[]).includes(n.op)) ||
       (n.attrs.fwd_out === true && (FWD_OUT_OPS as readonly string[]).includes(n.op));
     const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = addIn || extraOut ? n.outputs.slice(0, -1) : n.outputs;
     const variadic = def.inputs.includes('...');
@@ -189,6 +192,22 @@ function fusionProblems(graph: Graph, n: Node): string[] {
   else if (fo === true) {
     const x = graph.values[n.inputs[1]], y = graph.values[n.outputs[n.outputs.length - 1]];
     if (!x || !y || y.dtype === 'i32' || !eq(y.shape, x.shape)) out.push(`${where}: the forward output is ${y ? `${y.dtype}${fmt(y.shape)}` : 'absent'}, expected a float${x ? fmt(x.shape) : ''} (x's shape)`);
+  }
+  const cs = n.attrs.c_sums;
+  if (cs !== undefined && (!(C_SUMS_OPS as readonly string[]).includes(n.op) || cs !== true)) out.push(`${where}: c_sums is only \`true\` on ${C_SUMS_OPS.join(', ')}`);
+  else if (cs === true) {
+    const y = graph.values[n.outputs[0]], sv = graph.values[n.outputs[n.outputs.length - 1]];
+    if (!y || y.shape.length !== 4 || !sv || sv.dtype !== 'f32' || !eq(sv.shape, [y.shape[1]])) {
+      out.push(`${where}: the channel sums are ${sv ? `${sv.dtype}${fmt(sv.shape)}` : 'absent'}, expected f32[C] of a 4-D output 0`);
+    }
+  }
+  const po = n.attrs.pool_out;
+  if (po !== undefined && (!(POOL_OUT_OPS as readonly string[]).includes(n.op) || po !== true)) out.push(`${where}: pool_out is only \`true\` on ${POOL_OUT_OPS.join(', ')}`);
+  else if (po === true) {
+    const y = graph.values[n.outputs[0]], pv = graph.values[n.outputs[n.outputs.length - 1]];
+    if (!y || y.shape.length !== 4 || y.dtype !== 'f32' || !pv || pv.dtype !== 'f32' || !eq(pv.shape, [y.shape[0], y.shape[1], 1, 1])) {
+      out.push(`${where}: the pooled output is ${pv ? `${pv.dtype}${fmt(pv.shape)}` : 'absent'}, expected f32[N, C, 1, 1] of an f32 output 0`);
+    }
   }
   const as = n.attrs.a_sums;
   if (as !== undefined && (!(A_SUMS_OPS as readonly string[]).includes(n.op) || as !== true)) out.push(`${where}: a_sums is only \`true\` on ${A_SUMS_OPS.join(', ')}`);

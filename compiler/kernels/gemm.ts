@@ -268,6 +268,9 @@ export interface GemmParts {
   what: string;
   /** statements storing `acc` (with mi, ni, g in scope) */
   store: string;
+  /** the stored float expression (of acc, bias, epilogue, mask) and the IR value it is stored to (output `gm.out` at `gm.idx`, after `gm.pre`) */
+  value: string;
+  outId: number;
 }
 
 /** `epilogue`: a following element-wise `unary` node fused into the store (its output replaces the GEMM's). */
@@ -292,7 +295,7 @@ export function gemmParts(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): Ge
   }
   // the output is the node's (or the fused unary's): a 16-bit one is rounded once, at this store
   const out = epilogue ? epilogue.outputs[0] : n.outputs[0];
-  return { gm, args, what, store: `${gm.pre}      ${writeF(ctx.d, g, out, gm.out, gm.idx, value)}` };
+  return { gm, args, what, store: `${gm.pre}      ${writeF(ctx.d, g, out, gm.out, gm.idx, value)}`, value, outId: out };
 }
 
 /** `epilogue`: a following element-wise `unary` node fused into the store (its output replaces the GEMM's). */

@@ -139,6 +139,11 @@ const HELPERS: Record<Helper, (d: Dialect) => string> = {
   },
 };
 
+/** one helper's definitions in the dialect (what kernelFile writes for it; the CUDA thread emulator's tests take them one by one) */
+export function helperSource(d: Dialect, h: Helper): string {
+  return HELPERS[h](d);
+}
+
 /** One kernel function in the dialect (`what` is appended to its comment). */
 export function kernelSource(d: Dialect, k: KernelSpec, v: KernelVariant, what: string): string {
   return d.kernel({

@@ -89,7 +89,7 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       ins[0] = exec(REFERENCE_OPS.binary, { fn: 'add' }, [ins[0], inputs[add.input]], [shapes[0], inShapes[add.input]], [outShapes[add.output]])[0];
       outputs = [...exec(impl, unfusedAttrs(node), ins, shapes, outShapes.slice(0, add.output)), ins[0]!];
     } else {
-      const own = parts.sumOut ?? parts.aSums ?? parts.fwdOut;
+      const own = parts.sumOut ?? parts.poolOut ?? parts.aSums ?? parts.fwdOut;
       outputs = exec(impl, unfusedAttrs(node), ins, shapes, own === undefined ? outShapes : outShapes.slice(0, own));
     }
     const post = parts.post;
@@ -103,9 +103,14 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       outputs[0] = exec(REFERENCE_OPS.unary_grad, post.attrs, [outputs[0], inputs[k]], [outShapes[0], inShapes[k]], [outShapes[0]])[0];
     }
     if (parts.sumOut !== undefined) {
-      // output 0 summed over every dim but its last (a bias gradient: sum_to)
+      // output 0 summed over sumAxes, by default every dim but its last (a bias gradient: sum_to)
       const s0 = outShapes[0], to = outShapes[parts.sumOut];
-      outputs[parts.sumOut] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: s0.slice(0, -1).map((_, i) => i) }, [outputs[0]], [s0], [to])[0];
+      outputs[parts.sumOut] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: parts.sumAxes ?? s0.slice(0, -1).map((_, i) => i) }, [outputs[0]], [s0], [to])[0];
+    }
+    if (parts.poolOut !== undefined) {
+      // output 0's global average pool (a conv's output pooled in its store: pool_out)
+      const s0 = outShapes[0], to = outShapes[parts.poolOut];
+      outputs[parts.poolOut] = exec(REFERENCE_OPS.global_avgpool, {}, [outputs[0]], [s0], [to])[0];
     }
     if (parts.fwdOut !== undefined) {
       // f(x) of the gradient's x (input 1): the recomputed forward value (grad_fwd.ts)

@@ -216,7 +216,7 @@ static inline void mpsc_mma16x8(float* c, const uint* a, const uint* b) {
 }
 
 // __shfl_xor_sync over the full warp: each lane posts its value, the warp meets, each lane reads its partner's
-// (lane ^ o), and the warp meets again before the slots are reused; mpsc_warp_sum is the dialect's butterfly
+// (lane ^ o), and the warp meets again before the slots are reused; mpsc_warp_sum / _max are the dialect's butterflies
 static std::vector<float> emu_shfl;  // [threads in the block]
 static inline float __shfl_xor_sync(uint, float v, int o) {
   const uint t = emu_tidx(), w = t / 32u;
@@ -228,6 +228,10 @@ static inline float __shfl_xor_sync(uint, float v, int o) {
 }
 static inline float mpsc_warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+static inline float mpsc_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
