@@ -22,6 +22,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "mpsc_model.h"
 #include "mpsc_parallel.hpp"
@@ -598,6 +601,107 @@ MK_ALWAYS_INLINE float erf_v(float x) {
   const float big = std::copysign(1.0f - tail, x);
   return a < 0.5f ? small : x != x ? x : big;
 }
+
+/**
+ * gelu and its gradient over a run of floats (the unary / unary_grad kernels of fn gelu and linear's
+ * gelu epilogue call these instead of the table's formula; same function, so the fused and separate
+ * passes give the same bits). With z = x/sqrt(2), a = |z|, t = 1/(1 + p a), e = exp(-z^2):
+ *   1 + erf(z) = z < 0 ? T : 2 - T,  T = t P(t) e   (erfc(a), Abramowitz & Stegun 7.1.26)
+ *   gelu(x) = 0.5 x (1 + erf(z)),  gelu'(x) = 0.5 (1 + erf(z)) + x e / sqrt(2 pi)
+ * so the gradient shares e with erf, and no small-|z| series is needed (A&S's bound is absolute,
+ * |erf error| < 1.5e-7, and 1 + erf is formed without cancellation: near z = 0 it is 2 - T ~ 1, for
+ * z < 0 it is T itself). Max error against float64 (test/cpu_kernels.test.ts points; bench/NOTES.md
+ * phase 11b): gelu 0.75e-7 |x| + rounding, gelu' 0.75e-7 + rounding.
+ * AVX-512: 16 lanes, t from rcp14 + one Newton step (relative error ~1e-7, no division), exp from a
+ * degree-6 polynomial on |r| <= ln2/2 scaled by vscalefps (underflows to 0 below e^-104 without a
+ * special case), the run's tail by masked loads and stores: every element takes the same instruction
+ * sequence wherever it sits in the run, so the bits do not depend on how a run is split (threads,
+ * GEMM tiles). Elsewhere: the same formulas in plain float code (a true division, exp_v) that the
+ * compiler vectorises. NaN passes through (x is a factor of both results); x, y may be the same array.
+ */
+#if defined(__AVX512F__)
+namespace gelu_detail {
+/** the shared part: opef = 1 + erf(x/sqrt2) and e = exp(-x^2/2) for 16 lanes */
+MK_ALWAYS_INLINE void core16(__m512 x, __m512& opef, __m512& e) {
+  const __m512 z = _mm512_mul_ps(x, _mm512_set1_ps(0.707106781186547524f));
+  const __m512 a = _mm512_abs_ps(z);
+  // e = exp(-z^2): n = round(-z^2 log2 e), r = -z^2 - n ln2 (two-part ln2), e = 2^n p(r)
+  const __m512 nz2 = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), z), z), _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(nz2, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), nz2);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-06f), r);
+  __m512 p = _mm512_set1_ps(1.38888892e-03f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333377e-03f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666679e-02f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666672e-01f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  e = _mm512_scalef_ps(p, n);
+  // t = 1/d, d = 1 + p a in [1, 4.3]: |z| clamped at 10 (erfc(10) = 0 in float; keeps d finite for x = inf)
+  const __m512 d = _mm512_fmadd_ps(_mm512_min_ps(a, _mm512_set1_ps(10.0f)), _mm512_set1_ps(0.3275911f), _mm512_set1_ps(1.0f));
+  const __m512 t0 = _mm512_rcp14_ps(d);
+  const __m512 t = _mm512_fmadd_ps(t0, _mm512_fnmadd_ps(d, t0, _mm512_set1_ps(1.0f)), t0);
+  __m512 q = _mm512_set1_ps(1.061405429f);
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-1.453152027f));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.421413741f));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-0.284496736f));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0.254829592f));
+  const __m512 T = _mm512_mul_ps(_mm512_mul_ps(q, t), e);
+  const __mmask16 neg = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
+  opef = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), T), T);
+}
+}  // namespace gelu_detail
+
+inline void gelu_fwd(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    __m512 opef, e;
+    gelu_detail::core16(v, opef, e);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v), opef));
+  }
+}
+
+inline void gelu_grad(const float* dy, const float* x, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i), g = _mm512_maskz_loadu_ps(m, dy + i);
+    __m512 opef, e;
+    gelu_detail::core16(v, opef, e);
+    const __m512 d = _mm512_fmadd_ps(_mm512_mul_ps(v, e), _mm512_set1_ps(0.398942280401432678f), _mm512_mul_ps(_mm512_set1_ps(0.5f), opef));
+    _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(g, d));
+  }
+}
+#else
+namespace gelu_detail {
+MK_ALWAYS_INLINE float one_plus_erf(float x, float& e) {
+  const float z = x * 0.707106781186547524f, a = std::fabs(z);
+  e = exp_v(-z * z);
+  const float t = 1.0f / (1.0f + 0.3275911f * std::min(a, 10.0f));
+  const float T = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) * e;
+  return z < 0.0f ? T : 2.0f - T;
+}
+}  // namespace gelu_detail
+
+inline void gelu_fwd(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float v = x[i];
+    float e;
+    const float opef = gelu_detail::one_plus_erf(v, e);
+    y[i] = 0.5f * v * opef;
+  }
+}
+
+inline void gelu_grad(const float* dy, const float* x, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float v = x[i];
+    float e;
+    const float opef = gelu_detail::one_plus_erf(v, e);
+    dx[i] = dy[i] * (0.5f * opef + v * e * 0.398942280401432678f);
+  }
+}
+#endif
 
 // ------------------------------------------------------------------ blocked attention
 // Tile sizes: ATT_BR queries x ATT_BC keys of scores, plus the tile's K transposed ([D][ATT_BC]),

@@ -1,4 +1,8 @@
-/** batchnorm (train / eval / grad) per channel, layernorm (+ grad) over the last dim. */
+/**
+ * batchnorm (train / eval / grad) per channel, layernorm (+ grad) over the last dim; layernorm with the
+ * residual add before it (`add_in`) and layernorm_grad with the residual-gradient add after it (`add_out`)
+ * folded in (compiler/ir/fuse.ts rules 5 and 6, CPU_FUSIONS.addLayernorm): the same f32 sums as the add kernel.
+ */
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
 
@@ -127,9 +131,20 @@ const LN = tpl(`  const float* x = {{x}};
   float* y = {{y}};
   float* mean = {{mean}};
   float* rstd = {{rstd}};
+{{#if addend}}
+  const float* addend = {{addend}};
+  float* h = {{h}};
+{{/if}}
   mk::par(ctx, {{rows}}, 16, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; r++) {
+{{#if addend}}
+      // add_in (fuse.ts rule 5): the row of h = x + addend written first (the separate add's f32 sums), then normalised
+      float* hr = h + r * {{D}};
+      for (int64_t i = 0; i < {{D}}; i++) hr[i] = x[r * {{D}} + i] + addend[r * {{D}} + i];
+      const float* p = hr;
+{{else}}
       const float* p = x + r * {{D}};
+{{/if}}
       // mean and variance as mk::LANES float lanes combined in double (mk::sum_f / sum_sq_dev): a
       // double chain over the row waited ~4 cycles per element
       const float muf = (float)(mk::sum_f(p, {{D}}) / {{D}});
@@ -147,7 +162,9 @@ export const layernorm: KernelEmitter = (k) => {
   const xs = k.inShape(0), D = xs[xs.length - 1];
   // weight / bias optional (elementwise_affine=False): the product / sum is left out, not multiplied by 1
   const w = k.hasInput(1) ? k.inPtr(1) : '', b = k.hasInput(2) ? k.inPtr(2) : '';
-  return LN({ rows: prod(xs) / D, D, eps: String(k.num('eps', 1e-5)), x: k.inPtr(0), w, b, y: k.outPtr(0), mean: k.outPtr(1), rstd: k.outPtr(2) });
+  // add_in (compiler/ir/fuse.ts rule 5): x + the last input `addend` is normalised and written as the last output
+  const add = k.bool('add_in', false) ? { addend: k.inPtr(3), h: k.outPtr(3) } : { addend: '', h: '' };
+  return LN({ rows: prod(xs) / D, D, eps: String(k.num('eps', 1e-5)), x: k.inPtr(0), w, b, y: k.outPtr(0), mean: k.outPtr(1), rstd: k.outPtr(2), ...add });
 };
 
 const LN_GRAD = tpl(`  const float* dy = {{dy}};
@@ -160,6 +177,9 @@ const LN_GRAD = tpl(`  const float* dy = {{dy}};
   float* dx = {{dx}};
   float* dw = {{dw}};
   float* db = {{db}};
+{{#if addend}}
+  const float* addend = {{addend}};
+{{/if}}
   mk::par(ctx, {{rows}}, 16, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; r++) {
       const float* p = x + r * {{D}};
@@ -184,6 +204,12 @@ const LN_GRAD = tpl(`  const float* dy = {{dy}};
       const float m1 = (float)(s1 / {{D}}), m2 = (float)(s2 / {{D}});
       float* q = dx + r * {{D}};
       for (int64_t i = 0; i < {{D}}; i++) q[i] = rs * (g[i]{{#if w}} * w[i]{{/if}} - m1 - (p[i] - mu) * rs * m2);
+{{#if addend}}
+      // add_out (fuse.ts rule 6): dx + addend, added to the stored dx row in a second loop (no contraction
+      // into the multiply above: the bits of the separate add)
+      const float* ar = addend + r * {{D}};
+      for (int64_t i = 0; i < {{D}}; i++) q[i] += ar[i];
+{{/if}}
     }
   });
   // dweight / dbias: blocks of 64 columns per work item, rows streamed in order (each column's double
@@ -209,8 +235,9 @@ const LN_GRAD = tpl(`  const float* dy = {{dy}};
 
 export const layernorm_grad: KernelEmitter = (k) => {
   const xs = k.inShape(1), D = xs[xs.length - 1];
+  if (k.bool('sum_out', false)) k.fail('the CPU layernorm_grad takes no sum_out (fusions.ts)');
   return LN_GRAD({
-    rows: prod(xs) / D, D,
+    rows: prod(xs) / D, D, addend: k.bool('add_out', false) ? k.inPtr(5) : '',
     dy: k.inPtr(0), x: k.inPtr(1), w: k.hasInput(2) ? k.inPtr(2) : '', mean: k.inPtr(3), rstd: k.inPtr(4), dx: k.outPtr(0), dw: k.outPtr(1), db: k.outPtr(2),
   });
 };
