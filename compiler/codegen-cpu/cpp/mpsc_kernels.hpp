@@ -614,10 +614,9 @@ MK_ALWAYS_INLINE float erf_v(float x) {
  * phase 11b): gelu 0.75e-7 |x| + rounding, gelu' 0.75e-7 + rounding.
  * AVX-512: 16 lanes, t from rcp14 + one Newton step (relative error ~1e-7, no division), exp from a
  * degree-6 polynomial on |r| <= ln2/2 scaled by vscalefps (underflows to 0 below e^-104 without a
- * special case), the run's tail by masked loads and stores: every element takes the same instruction
- * sequence wherever it sits in the run, so the bits do not depend on how a run is split (threads,
- * GEMM tiles). Elsewhere: the same formulas in plain float code (a true division, exp_v) that the
- * compiler vectorises. NaN passes through (x is a factor of both results); x, y may be the same array.
+ * special case), the run's tail by masked loads and stores: every element takes the same arithmetic
+ * wherever it sits in the run, so the bits do not depend on how a run is split (threads, GEMM tiles).
+ * Elsewhere: the same formulas in plain float code (a true division, exp_v) that the compiler vectorises. NaN passes through (x is a factor of both results); x, y may be the same array.
  */
 #if defined(__AVX512F__)
 namespace gelu_detail {
@@ -651,26 +650,36 @@ MK_ALWAYS_INLINE void core16(__m512 x, __m512& opef, __m512& e) {
   const __mmask16 neg = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
   opef = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), T), T);
 }
+
+MK_ALWAYS_INLINE __m512 fwd16(__m512 v) {
+  __m512 opef, e;
+  core16(v, opef, e);
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v), opef);
+}
+MK_ALWAYS_INLINE __m512 grad16(__m512 g, __m512 v) {
+  __m512 opef, e;
+  core16(v, opef, e);
+  return _mm512_mul_ps(g, _mm512_fmadd_ps(_mm512_mul_ps(v, e), _mm512_set1_ps(0.398942280401432678f), _mm512_mul_ps(_mm512_set1_ps(0.5f), opef)));
+}
 }  // namespace gelu_detail
 
+// whole vectors by plain loads and stores, the tail by masked ones (the same arithmetic): masked throughout
+// ran 0.42 / 0.47 ns per element (forward / gradient, 64K floats in L2), this 0.36 / 0.42
 inline void gelu_fwd(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    __m512 opef, e;
-    gelu_detail::core16(v, opef, e);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v), opef));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gelu_detail::fwd16(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, gelu_detail::fwd16(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 
 inline void gelu_grad(const float* dy, const float* x, float* dx, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(m, x + i), g = _mm512_maskz_loadu_ps(m, dy + i);
-    __m512 opef, e;
-    gelu_detail::core16(v, opef, e);
-    const __m512 d = _mm512_fmadd_ps(_mm512_mul_ps(v, e), _mm512_set1_ps(0.398942280401432678f), _mm512_mul_ps(_mm512_set1_ps(0.5f), opef));
-    _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(g, d));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dx + i, gelu_detail::grad16(_mm512_loadu_ps(dy + i), _mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(dx + i, m, gelu_detail::grad16(_mm512_maskz_loadu_ps(m, dy + i), _mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 #else
