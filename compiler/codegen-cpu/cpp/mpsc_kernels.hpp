@@ -615,14 +615,23 @@ MK_ALWAYS_INLINE float erf_v(float x) {
  *   gelu(x) = 0.5 x (1 + erf(z)),  gelu'(x) = 0.5 (1 + erf(z)) + x e / sqrt(2 pi)
  * so the gradient shares e with erf, and no small-|z| series is needed (A&S's bound is absolute,
  * |erf error| < 1.5e-7, and 1 + erf is formed without cancellation: near z = 0 it is 2 - T ~ 1, for
- * z < 0 it is T itself). Max error against float64 (test/cpu_kernels.test.ts points; bench/NOTES.md
- * phase 11b): gelu 0.75e-7 |x| + rounding, gelu' 0.75e-7 + rounding.
+ * z < 0 it is T itself). Max error against float64 on a dense grid over [-12, 12] (bench/NOTES.md phase
+ * 11b; test/cpu_kernels.test.ts gelu_grid bounds it): gelu 4.2e-7 (at x = 3.1), gelu' 3.0e-7 (at x = 0.05:
+ * the polynomial's alternating terms near t = 1 round), every path below.
  * AVX-512: 16 lanes, t from rcp14 + one Newton step (relative error ~1e-7, no division), exp from a
  * degree-6 polynomial on |r| <= ln2/2 scaled by vscalefps (underflows to 0 below e^-104 without a
  * special case), the run's tail by masked loads and stores: every element takes the same arithmetic
  * wherever it sits in the run, so the bits do not depend on how a run is split (threads, GEMM tiles).
- * Elsewhere: the same formulas in plain float code (a true division, exp_v) that the compiler vectorises. NaN passes through (x is a factor of both results); x, y may be the same array.
+ * Elsewhere: the same formulas on 8-float GCC / Clang vectors (a true division; see there).
+ * NaN passes through (x is a factor of both results); x, y may be the same array.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12 -Wall: the AVX-512 intrinsics' own _mm512_undefined_ps() passthroughs read as maybe-uninitialized;
+// 8-float vectors without AVX change the (never used: always inlined) return ABI
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 #if defined(__AVX512F__)
 namespace gelu_detail {
 /** the shared part: opef = 1 + erf(x/sqrt2) and e = exp(-x^2/2) for 16 lanes */
@@ -700,33 +709,81 @@ inline void gelu_grad(const float* dy, const float* x, float* dx, int64_t n) {
   }
 }
 #else
+// the same formulas on 8-float vectors (GCC / Clang vector extensions; plain float loops with the ?: selects stay
+// scalar under GCC's default -ftrapping-math without AVX-512 masks): n by the 1.5 * 2^23 rounding trick, 2^n from
+// the exponent bits with the argument clamped at -87 (e = 0 below -87.33, as exp_v), t by a true division; the
+// tail through a zero-padded vector, so every element takes the same arithmetic
 namespace gelu_detail {
-MK_ALWAYS_INLINE float one_plus_erf(float x, float& e) {
-  const float z = x * 0.707106781186547524f, a = std::fabs(z);
-  e = exp_v(-z * z);
-  const float t = 1.0f / (1.0f + 0.3275911f * std::min(a, 10.0f));
-  const float T = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) * e;
-  return z < 0.0f ? T : 2.0f - T;
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+MK_ALWAYS_INLINE v8f splat(float a) { return v8f{a, a, a, a, a, a, a, a}; }
+MK_ALWAYS_INLINE void core8(v8f x, v8f& opef, v8f& e) {
+  const v8f z = x * 0.707106781186547524f;
+  const v8f a = z < 0.0f ? -z : z;
+  const v8f nz = -(z * z);
+  const v8f nc = nz < -87.0f ? splat(-87.0f) : nz;
+  const v8f n = (nc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  v8f r = nc - n * 0.693145751953125f;
+  r = r - n * 1.42860682030941723e-06f;
+  const v8f p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-01f + r * (4.16666679e-02f + r * (8.33333377e-03f + r * 1.38888892e-03f)))));
+  const v8i bits = (__builtin_convertvector(n, v8i) + 127) << 23;
+  v8f scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  e = nz < -87.3365479f ? splat(0.0f) : p * scale;
+  const v8f t = 1.0f / (1.0f + 0.3275911f * (a < 10.0f ? a : splat(10.0f)));
+  const v8f T = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)))) * e;
+  opef = z < 0.0f ? T : 2.0f - T;
+}
+MK_ALWAYS_INLINE v8f fwd8(v8f v) {
+  v8f opef, e;
+  core8(v, opef, e);
+  return 0.5f * v * opef;
+}
+MK_ALWAYS_INLINE v8f grad8(v8f g, v8f v) {
+  v8f opef, e;
+  core8(v, opef, e);
+  return g * (0.5f * opef + v * e * 0.398942280401432678f);
 }
 }  // namespace gelu_detail
 
 inline void gelu_fwd(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    const float v = x[i];
-    float e;
-    const float opef = gelu_detail::one_plus_erf(v, e);
-    y[i] = 0.5f * v * opef;
+  using gelu_detail::v8f;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8f v;
+    std::memcpy(&v, x + i, sizeof v);
+    v = gelu_detail::fwd8(v);
+    std::memcpy(y + i, &v, sizeof v);
+  }
+  if (i < n) {
+    v8f v = {};
+    std::memcpy(&v, x + i, sizeof(float) * (n - i));
+    v = gelu_detail::fwd8(v);
+    std::memcpy(y + i, &v, sizeof(float) * (n - i));
   }
 }
 
 inline void gelu_grad(const float* dy, const float* x, float* dx, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    const float v = x[i];
-    float e;
-    const float opef = gelu_detail::one_plus_erf(v, e);
-    dx[i] = dy[i] * (0.5f * opef + v * e * 0.398942280401432678f);
+  using gelu_detail::v8f;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8f g, v;
+    std::memcpy(&g, dy + i, sizeof g);
+    std::memcpy(&v, x + i, sizeof v);
+    v = gelu_detail::grad8(g, v);
+    std::memcpy(dx + i, &v, sizeof v);
+  }
+  if (i < n) {
+    v8f g = {}, v = {};
+    std::memcpy(&g, dy + i, sizeof(float) * (n - i));
+    std::memcpy(&v, x + i, sizeof(float) * (n - i));
+    v = gelu_detail::grad8(g, v);
+    std::memcpy(dx + i, &v, sizeof(float) * (n - i));
   }
 }
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
 #endif
 
 // ------------------------------------------------------------------ blocked attention
