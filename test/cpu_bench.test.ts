@@ -115,6 +115,21 @@ describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusin
   });
 });
 
+describe('CPU residual adds in the layernorms (fuse.ts rules 5 and 6)', () => {
+  it('GPT tiny: every residual add of the train step goes into a layernorm (forward) or layernorm_grad (backward)', async () => {
+    const { ps } = await programs('bench/gpt_tiny_b32_t64.model');
+    const plain = ps.train_step.graph.nodes, p = cpuPrograms(ps).train_step;
+    const adds = plain.filter((n) => n.op === 'binary' && n.attrs.fn === 'add').length;
+    expect(p.graph.nodes.filter((n) => n.op === 'binary').length).toBe(0);
+    const lns = p.graph.nodes.filter((n) => n.op === 'layernorm'), grads = p.graph.nodes.filter((n) => n.op === 'layernorm_grad');
+    expect(lns.filter((n) => n.attrs.add_in === true).length + grads.filter((n) => n.attrs.add_out === true).length).toBe(adds);
+    expect(grads.some((n) => n.attrs.sum_out !== undefined)).toBe(false);
+    const code = generateCpuModel(ps).files['model.cc'];
+    expect(code).toMatch(/train_step node \d+: layernorm of the residual add \(fused\)/);
+    expect(code).toMatch(/train_step node \d+: layernorm_grad \+ residual-gradient add \(fused\)/);
+  });
+});
+
 describe('input reshape aliasing', () => {
   it('skips the flatten of the image batch and lets its readers read the input in place', async () => {
     const { ps } = await programs('bench/mnist_mlp_b256_adam.model');

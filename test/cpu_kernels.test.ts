@@ -44,6 +44,8 @@ interface Case {
   attrs?: Record<string, AttrValue>;
   /** the (single) output is i32 */
   outI32?: boolean;
+  /** a bound on each output element's absolute error, tol(x_i) for the case's input 0 value x_i (checked on top of the relative error) */
+  absTol?: (x: number) => number;
 }
 
 const convOut = (H: number, K: number, s: number, p: number, d: number) => Math.floor((H + 2 * p - d * (K - 1) - 1) / s) + 1;
@@ -211,6 +213,12 @@ function elementwiseCases(): Case[] {
       cases.push({ label: `unary_grad_${fn}_${v}`, op: 'unary_grad', inputs: [{ shape }, { shape, values }], outShapes: [shape], attrs });
     });
   }
+  // gelu and its gradient (mk::gelu_fwd / gelu_grad: A&S 7.1.26 erfc, exp(-x^2/2) shared) on a dense grid over
+  // [-12, 12] of odd length (masked 16-lane tails), element by element: gelu within 2.5e-7 max(1, |x|), gelu'
+  // (dy = 1) within 4e-7 (measured 4.2e-7 at x = 3.1 and 3.0e-7 at x = 0.05: bench/NOTES.md phase 11b)
+  const grid = Array.from({ length: 4001 }, (_, i) => -12 + (24 * i) / 4000);
+  cases.push({ label: 'gelu_grid', op: 'unary', inputs: [{ shape: [4001], values: grid }], outShapes: [[4001]], attrs: { fn: 'gelu' }, absTol: (x) => 2.5e-7 * Math.max(1, Math.abs(x)) });
+  cases.push({ label: 'gelu_grad_grid', op: 'unary_grad', inputs: [{ shape: [4001], values: grid.map(() => 1) }, { shape: [4001], values: grid }], outShapes: [[4001]], attrs: { fn: 'gelu' }, absTol: () => 4e-7 });
   cases.push({ label: 'bin_bcast', op: 'binary', inputs: [{ shape: [4, 1, 5] }, { shape: [3, 1] }], outShapes: [[4, 3, 5]], attrs: { fn: 'add' } });
   cases.push({ label: 'bin_same', op: 'binary', inputs: [{ shape: [6, 7] }, { shape: [6, 7] }], outShapes: [[6, 7]], attrs: { fn: 'sub' } });
   cases.push({ label: 'bin_row', op: 'binary', inputs: [{ shape: [6, 7] }, { shape: [7] }], outShapes: [[6, 7]], attrs: { fn: 'mul' } });
@@ -361,6 +369,20 @@ function fusedCases(): Case[] {
         attrs: { stride, padding, dilation: [1, 1], groups, x_shape: xs, relu_grad: true },
       };
     }),
+    // residual adds folded into layernorm (fuse.ts rules 5 / 6, norm.ts): odd row lengths, with and without
+    // weight / bias, rows past the 16-row parallel grain
+    { label: 'ln_add_in', op: 'layernorm', inputs: [{ shape: [5, 7, 37] }, { shape: [37] }, { shape: [37] }, { shape: [5, 7, 37] }], outShapes: [[5, 7, 37], [5, 7], [5, 7], [5, 7, 37]], attrs: { eps: 1e-5, add_in: true } },
+    { label: 'ln_add_in_noaffine', op: 'layernorm', inputs: [{ shape: [3, 130] }, null, null, { shape: [3, 130] }], outShapes: [[3, 130], [3], [3], [3, 130]], attrs: { eps: 1e-5, add_in: true } },
+    {
+      label: 'ln_grad_add_out', op: 'layernorm_grad', attrs: { add_out: true },
+      inputs: [{ shape: [5, 7, 37] }, { shape: [5, 7, 37] }, { shape: [37] }, { shape: [5, 7], lo: -0.2, hi: 0.2 }, { shape: [5, 7], lo: 0.5, hi: 2 }, { shape: [5, 7, 37] }],
+      outShapes: [[5, 7, 37], [37], [37]],
+    },
+    {
+      label: 'ln_grad_add_out_noaffine', op: 'layernorm_grad', attrs: { add_out: true },
+      inputs: [{ shape: [3, 130] }, { shape: [3, 130] }, null, { shape: [3], lo: -0.2, hi: 0.2 }, { shape: [3], lo: 0.5, hi: 2 }, { shape: [3, 130] }],
+      outShapes: [[3, 130], [130], [130]],
+    },
     { label: 'maxpool_g_relu', op: 'maxpool2d_grad', inputs: [{ shape: [2, 3, 7, 5] }, { shape: [2, 3, 15, 11] }, { shape: [2, 3, 15, 11], same: 1 }], outShapes: [[2, 3, 15, 11]], attrs: { kernel: [2, 2], stride: [2, 2], padding: [0, 0], relu_grad: true } },
   ];
 }
@@ -487,6 +509,11 @@ describe('generated CPU kernels vs the reference interpreter', () => {
         const got = c.outI32 ? Int32Array.from(new Int32Array(raw.buffer, raw.byteOffset, raw.length)) : raw;
         expect(got.length).toBe(numel(c.outShapes[k]));
         expect(relError(got, ref), `${c.label} output ${k}`).toBeLessThan(1e-4);
+        if (c.absTol) {
+          const x = refInputs[c.inputs.length - 1]!.data;
+          const bad = Array.from(ref.keys()).filter((i) => !(Math.abs(got[i] - ref[i]) <= c.absTol!(x[i])));
+          expect(bad.map((i) => `x=${x[i]}: ${got[i]} vs ${ref[i]}`).slice(0, 5), `${c.label} output ${k} elements past the bound`).toEqual([]);
+        }
       });
       for (const m of opDef(c.op).mutates ?? []) {
         if (!refInputs[m]) continue;
@@ -649,6 +676,60 @@ describe('linear with a unary epilogue other than relu', () => {
       const [y] = runOp('linear', [{ shape: [c.M, c.K], data: f32(c.x), dtype: 'f32' }, { shape: [c.N, c.K], data: f32(c.w), dtype: 'f32' }, { shape: [c.N], data: f32(c.bias), dtype: 'f32' }], [[c.M, c.N]], {});
       const [z] = runOp('unary', [{ shape: [c.M, c.N], data: y, dtype: 'f32' }], [[c.M, c.N]], { fn: c.fn, ...c.attrs });
       expect(relError(fused[c.i], z), `case ${c.i} ${c.fn} vs the reference`).toBeLessThan(1e-4);
+    }
+  }, 300_000);
+});
+
+/**
+ * Residual adds folded into layernorm (fuse.ts rules 5 and 6 with CPU_FUSIONS.addLayernorm, norm.ts): h = a + r
+ * read by a layernorm (and by a later add, which reads it from the layernorm's extra output), and a layernorm_grad
+ * whose dx is only read by out = dx + r2. The fused kernels must give the bits of the add kernel and the separate
+ * layernorm / layernorm_grad, and the reference values; odd row lengths, 2 threads over more than 16 rows.
+ */
+describe('residual adds folded into layernorm and layernorm_grad', () => {
+  const geos = [{ rows: 45, D: 37 }, { rows: 70, D: 128 }];
+  const rng = makeRng(13);
+  const b = new GraphBuilder();
+  const cases = geos.map((c, i) => {
+    const sh = [c.rows, c.D], v = (name: string, kind: 'param' | 'activation' | 'gradacc', shape = sh) => b.value(`ra${i}.${name}`, 'f32', shape, kind);
+    const ids = {
+      a: v('a', 'param'), r: v('r', 'param'), w: v('w', 'param', [c.D]), bias: v('bias', 'param', [c.D]), dy: v('dy', 'param'), r2: v('r2', 'param'),
+      h: v('h', 'activation'), y: v('y', 'activation'), mean: v('mean', 'activation', [c.rows]), rstd: v('rstd', 'activation', [c.rows]),
+      h2: v('h2', 'activation'), dx: v('dx', 'activation'), out: v('out', 'activation'), dw: v('dw', 'activation', [c.D]), db: v('db', 'activation', [c.D]),
+    };
+    b.node('binary', [ids.a, ids.r], [ids.h], { fn: 'add' });
+    b.node('layernorm', [ids.h, ids.w, ids.bias], [ids.y, ids.mean, ids.rstd], { eps: 1e-5 });
+    b.node('binary', [ids.h, ids.y], [ids.h2], { fn: 'add' });
+    b.node('layernorm_grad', [ids.dy, ids.h, ids.w, ids.mean, ids.rstd], [ids.dx, ids.dw, ids.db], {});
+    b.node('binary', [ids.r2, ids.dx], [ids.out], { fn: 'add' });
+    // the checked values, copied out exactly (0 + 1 * v) into persistent accumulators the test reads
+    for (const n of ['y', 'h2', 'out', 'dw', 'db'] as const) b.node('grad_accumulate', [v(`${n}.acc`, 'gradacc', n === 'dw' || n === 'db' ? [c.D] : sh), ids[n]], [], { scale: 1 });
+    const data = Object.fromEntries((['a', 'r', 'w', 'bias', 'dy', 'r2'] as const).map((n) => [n, randomTensor(n === 'w' || n === 'bias' ? [c.D] : sh, rng)]));
+    return { ...c, i, data };
+  });
+  const train: Program = { name: 'train_step', batch: 1, graph: b.graph, inputs: [], outputs: [] };
+  const programs: ProgramSet = { model: 'cpu_kernels_add_layernorm', train_step: train, eval: { name: 'eval', batch: 1, graph: { values: [], nodes: [] }, inputs: [], outputs: [] } };
+  const outNames = ['y', 'h2', 'out', 'dw', 'db'];
+
+  it('folds both adds next to the layernorms (the add reading h stays)', () => {
+    const fused = generateCpuModel(programs, { fuse: true }).files['model.cc'];
+    expect(fused.match(/train_step node \d+: binary/g)?.length).toBe(geos.length);
+    expect(generateCpuModel(programs, { fuse: false }).files['model.cc'].match(/train_step node \d+: binary/g)?.length).toBe(3 * geos.length);
+  });
+
+  it('gives the bits of the unfused nodes, and the float64 reference values', async () => {
+    const inputs = cases.flatMap((c) => Object.entries(c.data).map(([n, d]): [string, Float64Array] => [`ra${c.i}.${n}`, d]));
+    const names = cases.flatMap((c) => outNames.map((n) => `ra${c.i}.${n}.acc`));
+    const fused = await runWithFusion(programs, true, inputs, names);
+    const unfused = await runWithFusion(programs, false, inputs, names);
+    names.forEach((n, j) => expect(bits(fused[j]), n).toEqual(bits(unfused[j])));
+    for (const c of cases) {
+      const t = (d: Float64Array, shape = [c.rows, c.D]) => ({ shape, data: Float64Array.from(Float32Array.from(d)), dtype: 'f32' as const });
+      const [h] = runOp('binary', [t(c.data.a), t(c.data.r)], [[c.rows, c.D]], { fn: 'add' });
+      const [y, mean, rstd] = runOp('layernorm', [t(h), t(c.data.w, [c.D]), t(c.data.bias, [c.D])], [[c.rows, c.D], [c.rows], [c.rows]], { eps: 1e-5 });
+      const [dx, dw, db] = runOp('layernorm_grad', [t(c.data.dy), t(h), t(c.data.w, [c.D]), t(mean, [c.rows]), t(rstd, [c.rows])], [[c.rows, c.D], [c.D], [c.D]], {});
+      const ref: Record<string, ArrayLike<number>> = { y, h2: h.map((v, j) => v + y[j]), out: dx.map((v, j) => v + c.data.r2[j]), dw, db };
+      outNames.forEach((n) => expect(relError(fused[cases.indexOf(c) * outNames.length + outNames.indexOf(n)], ref[n]), `${c.i} ${n}`).toBeLessThan(1e-4));
     }
   }, 300_000);
 });

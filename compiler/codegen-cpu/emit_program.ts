@@ -331,7 +331,8 @@ export function generateCpuModel(unfused: ProgramSet, opts: CpuCodegenOptions = 
       const body = withWidenedInputs(kc, emit);
       const fusedNote = node.attrs.relu_grad === true
         ? ' + relu-grad (fused)'
-        : node.attrs.epilogue !== undefined ? ` + ${String(node.attrs.epilogue)} (fused)` : node.attrs.relu_in === true ? ' of relu (fused)' : '';
+        : node.attrs.epilogue !== undefined ? ` + ${String(node.attrs.epilogue)} (fused)` : node.attrs.relu_in === true ? ' of relu (fused)'
+        : node.attrs.add_in === true ? ' of the residual add (fused)' : node.attrs.add_out === true ? ' + residual-gradient add (fused)' : '';
       kernels.push({ fn, comment: commentText(`${p.name} node ${node.id}: ${node.op}${fusedNote}${node.path ? ` (${node.path})` : ''}`), body });
       calls.push({ fn, slot: kernels.length - 1 });
     }

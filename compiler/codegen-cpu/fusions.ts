@@ -10,7 +10,9 @@
  *  - relu-grad folded into global_avgpool_grad, into the 2x2 / stride-2 maxpool2d_grad
  *    (mk::maxpool2x2_grad_row<..., true>, which may run in place over the pool input), and into
  *    conv2d_grad_input's store (conv.h mask_store: the select of the separate pass);
- *  - relu folded into the global_avgpool that reads it.
+ *  - relu folded into the global_avgpool that reads it;
+ *  - a residual `binary add` into the layernorm that reads its sum (`add_in`), and the residual-gradient
+ *    add after a layernorm_grad into it (`add_out`): norm.ts, the same f32 additions.
  * The kernels read the fusion attrs from the node (kernels/gemm.ts, conv.ts, pool.ts).
  */
 import type { FusionCaps } from '../ir/fuse.js';
@@ -23,4 +25,7 @@ export const CPU_FUSIONS: FusionCaps = {
   },
   poolGradRelu: { globalAvgpool: true, maxpool2x2: true, convGradInput: true },
   reluIntoGlobalAvgpool: true,
+  // rules 5 and 6 (any row length: the kernels loop over the row); the bias sum of rule 7 stays in the
+  // grad-weight GEMM (gemm.ts matmulWithColumnSum), which reads the same rows while packing them
+  addLayernorm: { maxD: 1 << 30, add: true, grad: true, biasSum: false },
 };

@@ -4,8 +4,11 @@
  * vectorisable mk::exp_v / mk::erf_v of mpsc_kernels.hpp), C's ?:.
  * Consumed by the element-wise kernels (kernels/elementwise.ts); relies on the generated
  * unit including <cmath> and <algorithm> (emit_program.ts does).
+ * CPP_RANGE_FNS: unary fns whose forward and gradient have a hand-written run function in
+ * mpsc_kernels.hpp (the same formula, computed faster: explicit AVX-512 where the flags allow);
+ * the kernels call those instead of rendering the table's formula.
  */
-import { type MathFn, type ScalarLang } from '../ir/scalar_fns.js';
+import { type MathFn, type ScalarLang, type UnaryFn } from '../ir/scalar_fns.js';
 import { f32Lit } from '../cfamily/text.js';
 
 // exp and erf: mk::exp_v / mk::erf_v (mpsc_kernels.hpp), straight-line float code that vectorises
@@ -19,4 +22,13 @@ export const CPP_SCALAR_LANG: ScalarLang = {
   lit: f32Lit,
   call: (fn, args) => `${CPP_MATH[fn]}(${args.join(', ')})`,
   select: (c, a, b) => `${c} ? ${a} : ${b}`,
+};
+
+/**
+ * Run functions over [0, n) in mpsc_kernels.hpp: fwd(x, y, n) is y = f(x), grad(dy, x, dx, n) is dx = dy f'(x)
+ * (attr-free fns only). gelu: the gradient shares erf's exp(-x^2/2), 16 lanes with masked tails (the bits
+ * of an element do not depend on how a run is split).
+ */
+export const CPP_RANGE_FNS: Partial<Record<UnaryFn, { fwd: string; grad: string }>> = {
+  gelu: { fwd: 'mk::gelu_fwd', grad: 'mk::gelu_grad' },
 };

@@ -7,7 +7,7 @@ import { dropoutThreshold } from '../../ir/philox.js';
 import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, type UnaryFnDef, isBinaryFn, isUnaryFn, renderScalar, unaryFnAttrs } from '../../ir/scalar_fns.js';
 import { broadcastShapes, broadcastStrides } from '../../ir/shapes.js';
 import { f32Lit } from '../../cfamily/text.js';
-import { CPP_SCALAR_LANG } from '../scalar_cpp.js';
+import { CPP_RANGE_FNS, CPP_SCALAR_LANG } from '../scalar_cpp.js';
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, PAR_MIN, prod } from '../kernel_ctx.js';
 
@@ -32,20 +32,34 @@ const MAP2 = tpl(`  const float* dy = {{dy}};
   });
 `);
 
+// a fn with run functions (scalar_cpp.ts CPP_RANGE_FNS): each thread's part is one call
+const MAP_RUN = tpl(`  const float* x = {{x}};
+  float* y = {{y}};
+  mk::par(ctx, {{n}}, ${PAR_MIN}, [&](int64_t b, int64_t e) { {{fn}}(x + b, y + b, e - b); });
+`);
+
+const MAP2_RUN = tpl(`  const float* dy = {{dy}};
+  const float* x = {{x}};
+  float* dx = {{dx}};
+  mk::par(ctx, {{n}}, ${PAR_MIN}, [&](int64_t b, int64_t e) { {{fn}}(dy + b, x + b, dx + b, e - b); });
+`);
+
 /** the fn of a unary / unary_grad node and its attribute values (formulas: compiler/ir/scalar_fns.ts) */
-function unaryFn(k: KernelCtx): { def: UnaryFnDef; attrs: Record<string, number> } {
+function unaryFn(k: KernelCtx): { def: UnaryFnDef; attrs: Record<string, number>; run?: { fwd: string; grad: string } } {
   const fn = k.str('fn');
   if (!isUnaryFn(fn)) k.fail(`unknown unary fn '${fn}'`);
-  return { def: UNARY_FNS_TABLE[fn], attrs: unaryFnAttrs(fn, (name, d) => k.num(name, d)) };
+  return { def: UNARY_FNS_TABLE[fn], attrs: unaryFnAttrs(fn, (name, d) => k.num(name, d)), run: CPP_RANGE_FNS[fn] };
 }
 
 export const unary: KernelEmitter = (k) => {
-  const { def, attrs } = unaryFn(k);
+  const { def, attrs, run } = unaryFn(k);
+  if (run) return MAP_RUN({ x: k.inPtr(0), y: k.outPtr(0), n: prod(k.inShape(0)), fn: run.fwd });
   return MAP({ x: k.inPtr(0), y: k.outPtr(0), n: prod(k.inShape(0)), expr: renderScalar(def.fwd, CPP_SCALAR_LANG, { x: 'v' }, attrs) });
 };
 
 export const unary_grad: KernelEmitter = (k) => {
-  const { def, attrs } = unaryFn(k);
+  const { def, attrs, run } = unaryFn(k);
+  if (run) return MAP2_RUN({ dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0), n: prod(k.inShape(0)), fn: run.grad });
   return MAP2({ dy: k.inPtr(0), x: k.inPtr(1), dx: k.outPtr(0), n: prod(k.inShape(0)), expr: renderScalar(def.grad, CPP_SCALAR_LANG, { x: 'v', g: 'g' }, attrs) });
 };
 

@@ -8,19 +8,22 @@ import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
 import { broadcastStrides, matmulDims } from '../../ir/shapes.js';
 import { UNARY_FNS_TABLE, isUnaryFn, renderScalar, unaryFnAttrs } from '../../ir/scalar_fns.js';
-import { CPP_SCALAR_LANG } from '../scalar_cpp.js';
+import { CPP_RANGE_FNS, CPP_SCALAR_LANG } from '../scalar_cpp.js';
 
 /**
  * A linear's fused epilogue (compiler/ir/fuse.ts attr `epilogue`, fusions.ts): relu as the core's
  * vector relu, any other unary fn as `post`, a captureless lambda (sgemm's Epilogue::post) looping
- * the unary kernel's own formula (elementwise.ts, scalar_fns.ts) over a run of floats in place,
- * so the result has the bits of the separate unary pass. post is null without such an epilogue.
+ * the unary kernel's own formula (elementwise.ts, scalar_fns.ts) over a run of floats in place, or
+ * calling its run function (scalar_cpp.ts CPP_RANGE_FNS), so the result has the bits of the separate
+ * unary pass. post is null without such an epilogue.
  */
 export function linearEpilogue(k: KernelCtx): { relu: boolean; post: string | null } {
   const fn = k.str('epilogue', '');
   if (fn === '') return { relu: false, post: null };
   if (fn === 'relu') return { relu: true, post: null };
   if (!isUnaryFn(fn)) return k.fail(`unknown epilogue fn '${fn}'`);
+  const run = CPP_RANGE_FNS[fn];
+  if (run) return { relu: false, post: `[](float* r, int64_t n) { ${run.fwd}(r, r, n); }` };
   const attrs = unaryFnAttrs(fn, (name, d) => k.num(`epilogue_${name}`, d));
   const expr = renderScalar(UNARY_FNS_TABLE[fn].fwd, CPP_SCALAR_LANG, { x: 'v' }, attrs);
   return { relu: false, post: `[](float* r, int64_t n) {
