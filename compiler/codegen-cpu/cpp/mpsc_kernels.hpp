@@ -755,6 +755,29 @@ inline void att_rows(float* c, const float* rs, const float* p, int64_t pr, int6
 /** 64-byte aligned start inside a scratch block of at least n + 16 floats */
 inline float* att_align(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
 
+/** prefetch the floats [p, p + n) into L2 (rw 1: for writing) */
+template <int rw>
+MK_ALWAYS_INLINE void att_prefetch(const float* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, rw, 2);
+  __builtin_prefetch(p + n - 1, rw, 2);
+}
+
+/**
+ * the work a thread does next, prefetched while it copies this item's strided rows (packed layout): the
+ * copies are bound by the misses on rows 3C floats apart, so the next item's rows are fetched into L2
+ * row by row alongside (twice the misses in flight, and its own copies then hit L2).
+ * AttNextTile: the next (head, query tile) of the forward; AttNext: the next head of the backward.
+ */
+struct AttNextTile {
+  const float *q, *k, *v;
+  float* o;
+  int64_t t0, t1;
+};
+struct AttNext {
+  const float *dO, *q, *k, *v, *o;
+  float *dq, *dk, *dv;
+};
+
 /**
  * Forward of one (head, query tile): q [T][D], k and v [S][D] of one head, rows sq / sk / sv floats
  * apart (D for separate [N,H,T,D] tensors; 3C when read in place from a packed [N,T,3C] projection),
@@ -767,7 +790,7 @@ inline float* att_align(float* p) { return reinterpret_cast<float*>((reinterpret
  */
 template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
-                               float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
+                               float scale, bool causal, int64_t t0, int64_t t1, float* ws, const AttNextTile* next = nullptr) {
   // strided rows (a packed projection): each key / value tile is first copied to contiguous rows
   // (the same values, so the same arithmetic; strided rows of 3C floats alias in L1)
   constexpr bool pack_k = sk != D, pack_v = sv != D;
@@ -777,8 +800,11 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   float* kc = acc + ATT_BR * D;       // [ATT_BC][D] when pack_k
   float* vc = kc + (pack_k ? ATT_BC * D : 0);  // [ATT_BC][D] when pack_v
   const int64_t nr = t1 - t0;
-  for (int64_t i = 0; i < ATT_BR; i++)
+  const int64_t nkend = next ? att_key_end(causal, next->t1 - 1, T, S) : 0;  // the next item's keys
+  for (int64_t i = 0; i < ATT_BR; i++) {
+    if (next && i < next->t1 - next->t0) att_prefetch<0>(next->q + (next->t0 + i) * sq, D);
     for (int64_t d = 0; d < D; d++) qt[d * ATT_BR + i] = i < nr ? q[(t0 + i) * sq + d] * scale : 0.0f;
+  }
   std::memset(acc, 0, sizeof(float) * ATT_BR * D);
   // each lane's key end (the lanes past t1 copy the last row's: finite scores of zero, never read)
   alignas(64) int32_t lim_s[ATT_BR];
@@ -798,11 +824,17 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
     const float* kt = k + u0 * sk;
     const float* vt = v + u0 * sv;
     if constexpr (pack_k) {
-      for (int64_t j = 0; j < nc; j++) std::memcpy(kc + j * D, k + (u0 + j) * sk, sizeof(float) * D);
+      for (int64_t j = 0; j < nc; j++) {
+        if (next && u0 + j < nkend) att_prefetch<0>(next->k + (u0 + j) * sk, D);
+        std::memcpy(kc + j * D, k + (u0 + j) * sk, sizeof(float) * D);
+      }
       kt = kc;
     }
     if constexpr (pack_v) {
-      for (int64_t j = 0; j < nc; j++) std::memcpy(vc + j * D, v + (u0 + j) * sv, sizeof(float) * D);
+      for (int64_t j = 0; j < nc; j++) {
+        if (next && u0 + j < nkend) att_prefetch<0>(next->v + (u0 + j) * sv, D);
+        std::memcpy(vc + j * D, v + (u0 + j) * sv, sizeof(float) * D);
+      }
       vt = vc;
     }
     att_lanes<D>(kt, qt, ATT_BR, st, nc);
@@ -850,6 +882,13 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   for (int64_t u = 0; u < ATT_NV; u++) {
     att_st(l_s + u * ATT_AW, l[u]);
     att_st(m_s + u * ATT_AW, m[u]);
+  }
+  if (next) {  // the next item's keys past this one's, and its output rows
+    for (int64_t u = kend; u < nkend; u++) {
+      att_prefetch<0>(next->k + u * sk, D);
+      att_prefetch<0>(next->v + u * sv, D);
+    }
+    for (int64_t t = next->t0; t < next->t1; t++) att_prefetch<1>(next->o + t * so, D);
   }
   for (int64_t i = 0; i < nr; i++) {
     const float inv = 1.0f / l_s[i];
@@ -942,28 +981,48 @@ inline int64_t attention_bwd_ws(int64_t T, int64_t D, bool strided = false, int6
  * tensors, 3C and C for a packed projection). Strided rows are first copied to contiguous ones (q, k, v,
  * o, do: the same values) and dq, dk, dv computed there and copied out, so the arithmetic, and the bits,
  * are those of the contiguous layout; the head's rows stay in L1 / L2 instead of strided rows of 3C floats
- * that alias in L1. ws: attention_bwd_ws(T, D, strided, S) floats.
+ * that alias in L1. The copies are bound by the misses on the strided rows: with `next` (the next head's
+ * operands), its rows are prefetched into L2 row by row alongside, so its copies hit L2 and twice the
+ * misses are in flight. ws: attention_bwd_ws(T, D, strided, S) floats.
  */
 template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                               float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
+                               float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws,
+                               const AttNext* next = nullptr) {
   if constexpr (sq == D && sk == D && sv == D && so == D) {
+    (void)next;
     attention_bwd_head_c<D>(dO, q, k, v, o, lse, dq, dk, dv, T, S, scale, causal, ws);
   } else {
     float* c = ws + attention_bwd_ws(T, D);  // [8][T or S][D]: q, k, v, o, do, dq, dk, dv
     float *qc = c, *kc = qc + T * D, *vc = kc + S * D, *oc = vc + S * D, *gc = oc + T * D, *dqc = gc + T * D, *dkc = dqc + T * D, *dvc = dkc + S * D;
     for (int64_t t = 0; t < T; t++) {
+      if (next) {
+        att_prefetch<0>(next->q + t * sq, D);
+        att_prefetch<0>(next->o + t * so, D);
+        att_prefetch<0>(next->dO + t * so, D);
+      }
       std::memcpy(qc + t * D, q + t * sq, sizeof(float) * D);
       std::memcpy(oc + t * D, o + t * so, sizeof(float) * D);
       std::memcpy(gc + t * D, dO + t * so, sizeof(float) * D);
     }
     for (int64_t u = 0; u < S; u++) {
+      if (next) {
+        att_prefetch<0>(next->k + u * sk, D);
+        att_prefetch<0>(next->v + u * sv, D);
+      }
       std::memcpy(kc + u * D, k + u * sk, sizeof(float) * D);
       std::memcpy(vc + u * D, v + u * sv, sizeof(float) * D);
     }
     attention_bwd_head_c<D>(gc, qc, kc, vc, oc, lse, dqc, dkc, dvc, T, S, scale, causal, ws);
-    for (int64_t t = 0; t < T; t++) std::memcpy(dq + t * sq, dqc + t * D, sizeof(float) * D);
+    for (int64_t t = 0; t < T; t++) {
+      if (next) att_prefetch<1>(next->dq + t * sq, D);
+      std::memcpy(dq + t * sq, dqc + t * D, sizeof(float) * D);
+    }
     for (int64_t u = 0; u < S; u++) {
+      if (next) {
+        att_prefetch<1>(next->dk + u * sk, D);
+        att_prefetch<1>(next->dv + u * sv, D);
+      }
       std::memcpy(dk + u * sk, dkc + u * D, sizeof(float) * D);
       std::memcpy(dv + u * sv, dvc + u * D, sizeof(float) * D);
     }

@@ -43,14 +43,30 @@ const FWD = tpl(`  const float* q = {{q}};
     float* ws = mk::scratch(0, mk::attention_fwd_ws({{D}}{{fstrided}}));
     for (int64_t w = b; w < e; w++) {
       const int64_t h = w / tiles, t0 = (w % tiles) * mk::ATT_BR, t1 = std::min<int64_t>({{T}}, t0 + mk::ATT_BR);
-      mk::attention_fwd_tile<{{tpl}}>(q + {{qo}}, k + {{ko}}, v + {{vo}}, o + {{oo}}, lse + h * {{T}},
-                                    {{T}}, {{S}}, {{scale}}, {{causal}}, t0, t1, ws);
+{{next}}      mk::attention_fwd_tile<{{tpl}}>(q + {{qo}}, k + {{ko}}, v + {{vo}}, o + {{oo}}, lse + h * {{T}},
+                                    {{T}}, {{S}}, {{scale}}, {{causal}}, t0, t1, ws{{nextArg}});
     }
   });
 `);
 
+/**
+ * the strided (packed) forward prefetches the rows of the (head, query tile) the thread does next while it
+ * copies this one's (mk::AttNextTile): the same offsets at x = w + 1
+ */
+function nextTile(g: ReturnType<typeof geo>): { next: string; nextArg: string } {
+  if (g.strided === '') return { next: '', nextArg: '' };
+  const at = (r: HeadRows) => headOffset(r, g.L.H, 'x / tiles');
+  return {
+    next: `      const int64_t x = w + 1 < e ? w + 1 : w;  // (w itself when last: not prefetched)
+      const int64_t x0 = (x % tiles) * mk::ATT_BR;
+      const mk::AttNextTile nx{q + ${at(g.L.q)}, k + ${at(g.L.k)}, v + ${at(g.L.v)}, o + ${at(g.L.o)}, x0, std::min<int64_t>(${g.T}, x0 + mk::ATT_BR)};
+`,
+    nextArg: ', w + 1 < e ? &nx : nullptr',
+  };
+}
+
 const forward: KernelEmitter = (k) => {
-  const g = geo(k), packed = g.L.packed;
+  const g = { ...geo(k), ...nextTile(geo(k)) }, packed = g.L.packed;
   return FWD({ ...g, q: k.inPtr(0), k: k.inPtr(packed ? 0 : 1), v: k.inPtr(packed ? 0 : 2), o: k.outPtr(0), lse: k.outPtr(1) });
 };
 
@@ -67,14 +83,30 @@ const BWD = tpl(`  const float* dO = {{dO}};
     float* ws = mk::scratch(0, mk::attention_bwd_ws({{T}}, {{D}}{{strided}}));
     for (int64_t h = b; h < e; h++) {
       const int64_t qo = {{qo}}, ko = {{ko}}, vo = {{vo}}, oo = {{oo}};
-      mk::attention_bwd_head<{{tpl}}>(dO + oo, q + qo, k + ko, v + vo, o + oo, lse + h * {{T}}, dq + qo, dk + ko, dv + vo,
-                                    {{T}}, {{S}}, {{scale}}, {{causal}}, ws);
+{{next}}      mk::attention_bwd_head<{{tpl}}>(dO + oo, q + qo, k + ko, v + vo, o + oo, lse + h * {{T}}, dq + qo, dk + ko, dv + vo,
+                                    {{T}}, {{S}}, {{scale}}, {{causal}}, ws{{nextArg}});
     }
   });
 `);
 
+/**
+ * the strided (packed) backward prefetches the operands of the head the thread does next while it
+ * copies this one's (mk::AttNext): the same offsets at w = h + 1
+ */
+function nextHead(g: ReturnType<typeof geo>): { next: string; nextArg: string } {
+  if (g.strided === '') return { next: '', nextArg: '' };
+  const at = (r: HeadRows) => headOffset(r, g.L.H, 'w');
+  return {
+    next: `      const int64_t w = h + 1 < e ? h + 1 : h;  // (h itself when last: an offset inside the tensors, not prefetched)
+      const mk::AttNext nx{dO + ${at(g.L.o)}, q + ${at(g.L.q)}, k + ${at(g.L.k)}, v + ${at(g.L.v)}, o + ${at(g.L.o)},
+                           dq + ${at(g.L.q)}, dk + ${at(g.L.k)}, dv + ${at(g.L.v)}};
+`,
+    nextArg: ', w < e ? &nx : nullptr',
+  };
+}
+
 const backward: KernelEmitter = (k) => {
-  const g = geo(k);
+  const g = { ...geo(k), ...nextHead(geo(k)) };
   if (g.L.packed) {
     // inputs (do, qkv, o, lse) -> dqkv: q, k, v and dq, dk, dv are parts of one buffer each
     return BWD({ ...g, dO: k.inPtr(0), q: k.inPtr(1), k: k.inPtr(1), v: k.inPtr(1), o: k.inPtr(2), lse: k.inPtr(3), dq: k.outPtr(0), dk: k.outPtr(0), dv: k.outPtr(0) });
