@@ -755,6 +755,25 @@ inline void att_rows(float* c, const float* rs, const float* p, int64_t pr, int6
 /** 64-byte aligned start inside a scratch block of at least n + 16 floats */
 inline float* att_align(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
 
+/**
+ * dst[d ld + t] = src[t ss + d] * mul for t < rows, d < D (a tile of rows transposed: queries across the
+ * lanes): 8 x 8 blocks transposed in registers (mpsc_fast's transpose8x8), the rest one value at a time
+ */
+template <int64_t D>
+inline void att_transpose(const float* src, int64_t ss, int64_t rows, float* dst, int64_t ld, float mul) {
+  using mpsc_fast::detail::v8f;
+  const int64_t nb = D % 8 == 0 ? rows / 8 : 0;  // 8 x 8 blocks of rows
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t d = 0; d < D; d += 8) {
+      v8f r[8];
+      for (int64_t i = 0; i < 8; i++) r[i] = att_ld<v8f>(src + (8 * b + i) * ss + d) * mul;
+      mpsc_fast::detail::transpose8x8(r);
+      for (int64_t i = 0; i < 8; i++) att_st(dst + (d + i) * ld + 8 * b, r[i]);
+    }
+  for (int64_t t = 8 * nb; t < rows; t++)
+    for (int64_t d = 0; d < D; d++) dst[d * ld + t] = src[t * ss + d] * mul;
+}
+
 /** prefetch the floats [p, p + n) into L2 (rw 1: for writing) */
 template <int rw>
 MK_ALWAYS_INLINE void att_prefetch(const float* p, int64_t n) {
@@ -801,10 +820,11 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   float* vc = kc + (pack_k ? ATT_BC * D : 0);  // [ATT_BC][D] when pack_v
   const int64_t nr = t1 - t0;
   const int64_t nkend = next ? att_key_end(causal, next->t1 - 1, T, S) : 0;  // the next item's keys
-  for (int64_t i = 0; i < ATT_BR; i++) {
-    if (next && i < next->t1 - next->t0) att_prefetch<0>(next->q + (next->t0 + i) * sq, D);
-    for (int64_t d = 0; d < D; d++) qt[d * ATT_BR + i] = i < nr ? q[(t0 + i) * sq + d] * scale : 0.0f;
-  }
+  if (next)
+    for (int64_t t = next->t0; t < next->t1; t++) att_prefetch<0>(next->q + t * sq, D);
+  att_transpose<D>(q + t0 * sq, sq, nr, qt, ATT_BR, scale);
+  for (int64_t d = 0; d < D; d++)
+    for (int64_t i = nr; i < ATT_BR; i++) qt[d * ATT_BR + i] = 0.0f;
   std::memset(acc, 0, sizeof(float) * ATT_BR * D);
   // each lane's key end (the lanes past t1 copy the last row's: finite scores of zero, never read)
   alignas(64) int32_t lim_s[ATT_BR];
@@ -912,27 +932,35 @@ inline int64_t attention_fwd_ws(int64_t D, bool strided = false) {
  */
 template <int64_t D>
 inline void attention_bwd_head_c(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                                 float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
-  const int64_t Tp = T + ATT_BR;    // room for a last query tile past T
-  float* pt = att_align(ws);        // [ATT_BC][ATT_BR] P, transposed
+                                 float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws,
+                                 int64_t so = D) {
+  const int64_t Tv = (T + ATT_AW - 1) / ATT_AW * ATT_AW, Tp = Tv + ATT_BR;  // whole vectors; room for a last query tile
+  float* pt = att_align(ws);          // [ATT_BC][ATT_BR] P, transposed
   float* dst = pt + ATT_BC * ATT_BR;  // [ATT_BC][ATT_BR] dP, then dS, transposed
   float* qt = dst + ATT_BC * ATT_BR;  // [D][Tp] q * scale transposed, zero past T
-  float* gt = qt + D * Tp;          // [D][Tp] do transposed, zero past T
-  float* lp = gt + D * Tp;          // [Tp] lse, zero past T
-  float* dl = lp + Tp;              // [Tp] delta, zero past T
+  float* gt = qt + D * Tp;            // [D][Tp] do transposed, zero past T
+  float* ot = gt + D * Tp;            // [D][Tv] o transposed (for delta), zero past T
+  float* lp = ot + D * Tv;            // [Tp] lse, zero past T
+  float* dl = lp + Tp;                // [Tp] delta, zero past T
   std::memset(dq, 0, sizeof(float) * T * D);
   std::memset(dk, 0, sizeof(float) * S * D);
   std::memset(dv, 0, sizeof(float) * S * D);
-  for (int64_t t = 0; t < Tp; t++) {
-    float s = 0.0f;
-    for (int64_t d = 0; d < D; d++) {
-      qt[d * Tp + t] = t < T ? q[t * D + d] * scale : 0.0f;
-      gt[d * Tp + t] = t < T ? dO[t * D + d] : 0.0f;
-      if (t < T) s += dO[t * D + d] * o[t * D + d];
-    }
-    dl[t] = s;
-    lp[t] = t < T ? lse[t] : 0.0f;
+  att_transpose<D>(q, D, T, qt, Tp, scale);
+  att_transpose<D>(dO, D, T, gt, Tp, 1.0f);
+  att_transpose<D>(o, so, T, ot, Tv, 1.0f);
+  for (int64_t d = 0; d < D; d++) {
+    std::fill(qt + d * Tp + T, qt + (d + 1) * Tp, 0.0f);
+    std::fill(gt + d * Tp + T, gt + (d + 1) * Tp, 0.0f);
+    std::fill(ot + d * Tv + T, ot + (d + 1) * Tv, 0.0f);
   }
+  for (int64_t t = 0; t < Tp; t++) lp[t] = t < T ? lse[t] : 0.0f;
+  // delta[t] = sum over d in order of do[t][d] o[t][d], the rows across the lanes
+  for (int64_t t = 0; t < Tv; t += ATT_AW) {
+    avf s = att_splat<avf>(0.0f);
+    for (int64_t d = 0; d < D; d++) s += att_ld<avf>(gt + d * Tp + t) * att_ld<avf>(ot + d * Tv + t);
+    att_st(dl + t, s);
+  }
+  std::fill(dl + Tv, dl + Tp, 0.0f);
   alignas(64) int32_t lim_s[ATT_BR];
   for (int64_t u0 = 0; u0 < S; u0 += ATT_BC) {
     const int64_t nc = std::min(ATT_BC, S - u0);
@@ -973,13 +1001,14 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
 
 /** floats of scratch attention_bwd_head needs (strided: room for the head's contiguous copies too) */
 inline int64_t attention_bwd_ws(int64_t T, int64_t D, bool strided = false, int64_t S = -1) {
-  return 16 + 2 * ATT_BC * ATT_BR + (2 * D + 2) * (T + ATT_BR) + (strided ? 4 * T * D + 4 * (S < 0 ? T : S) * D : 0);
+  const int64_t Tv = (T + ATT_AW - 1) / ATT_AW * ATT_AW, Tp = Tv + ATT_BR;
+  return 16 + 2 * ATT_BC * ATT_BR + (2 * D + 2) * Tp + D * Tv + (strided ? 3 * T * D + 4 * (S < 0 ? T : S) * D : 0);
 }
 
 /**
  * attention_bwd_head_c over rows sq, sk, sv, so floats apart (template arguments; D each for separate
  * tensors, 3C and C for a packed projection). Strided rows are first copied to contiguous ones (q, k, v,
- * o, do: the same values) and dq, dk, dv computed there and copied out, so the arithmetic, and the bits,
+ * do: the same values; o is only transposed, from its rows in place) and dq, dk, dv computed there and copied out, so the arithmetic, and the bits,
  * are those of the contiguous layout; the head's rows stay in L1 / L2 instead of strided rows of 3C floats
  * that alias in L1. The copies are bound by the misses on the strided rows: with `next` (the next head's
  * operands), its rows are prefetched into L2 row by row alongside, so its copies hit L2 and twice the
@@ -993,8 +1022,8 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
     (void)next;
     attention_bwd_head_c<D>(dO, q, k, v, o, lse, dq, dk, dv, T, S, scale, causal, ws);
   } else {
-    float* c = ws + attention_bwd_ws(T, D);  // [8][T or S][D]: q, k, v, o, do, dq, dk, dv
-    float *qc = c, *kc = qc + T * D, *vc = kc + S * D, *oc = vc + S * D, *gc = oc + T * D, *dqc = gc + T * D, *dkc = dqc + T * D, *dvc = dkc + S * D;
+    float* c = ws + attention_bwd_ws(T, D);  // [7][T or S][D]: q, k, v, do, dq, dk, dv (o is read in place)
+    float *qc = c, *kc = qc + T * D, *vc = kc + S * D, *gc = vc + S * D, *dqc = gc + T * D, *dkc = dqc + T * D, *dvc = dkc + S * D;
     for (int64_t t = 0; t < T; t++) {
       if (next) {
         att_prefetch<0>(next->q + t * sq, D);
@@ -1002,7 +1031,6 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
         att_prefetch<0>(next->dO + t * so, D);
       }
       std::memcpy(qc + t * D, q + t * sq, sizeof(float) * D);
-      std::memcpy(oc + t * D, o + t * so, sizeof(float) * D);
       std::memcpy(gc + t * D, dO + t * so, sizeof(float) * D);
     }
     for (int64_t u = 0; u < S; u++) {
@@ -1013,7 +1041,7 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
       std::memcpy(kc + u * D, k + u * sk, sizeof(float) * D);
       std::memcpy(vc + u * D, v + u * sv, sizeof(float) * D);
     }
-    attention_bwd_head_c<D>(gc, qc, kc, vc, oc, lse, dqc, dkc, dvc, T, S, scale, causal, ws);
+    attention_bwd_head_c<D>(gc, qc, kc, vc, o, lse, dqc, dkc, dvc, T, S, scale, causal, ws, so);
     for (int64_t t = 0; t < T; t++) {
       if (next) att_prefetch<1>(next->dq + t * sq, D);
       std::memcpy(dq + t * sq, dqc + t * D, sizeof(float) * D);
