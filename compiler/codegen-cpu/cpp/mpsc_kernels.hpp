@@ -675,6 +675,11 @@ MK_ALWAYS_INLINE avf exp_av(const avf& x) {
 /** first key hidden from query t (exclusive end of its visible keys): S, or t + 1 + (S - T) when causal */
 inline int64_t att_key_end(bool causal, int64_t t, int64_t T, int64_t S) { return causal ? std::min(S, t + 1 + S - T) : S; }
 
+/** att_lanes / att_rows call tick() after each block of rows (AttPrefetch paces its prefetches so); by default nothing */
+struct AttNoTick {
+  void operator()() const {}
+};
+
 /** what att_mk starts its accumulators from */
 enum AttInit : int { ATT_ZERO = 0, ATT_LOAD = 1, ATT_RESCALE = 2 };
 
@@ -720,11 +725,14 @@ MK_ALWAYS_INLINE void att_mk(float* c, int64_t ldc, const float* rs, const float
  * row-major) and the ATT_BR lanes i of bt's rows (row stride ldb); c rows ATT_BR floats apart. Blocks
  * of the most rows the registers hold, then single rows.
  */
-template <int64_t D>
-inline void att_lanes(const float* a, const float* bt, int64_t ldb, float* c, int64_t n) {
+template <int64_t D, class Tick = AttNoTick>
+inline void att_lanes(const float* a, const float* bt, int64_t ldb, float* c, int64_t n, Tick&& tick = Tick()) {
   constexpr int64_t JB = ATT_ACC / ATT_NV;
   int64_t j = 0;
-  for (; j + JB <= n; j += JB) att_mk<JB, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * D, D, 1, bt, ldb, 0, D);
+  for (; j + JB <= n; j += JB) {
+    att_mk<JB, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * D, D, 1, bt, ldb, 0, D);
+    tick();
+  }
   for (; j < n; j++) att_mk<1, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * D, D, 1, bt, ldb, 0, D);
 }
 
@@ -737,14 +745,20 @@ constexpr int64_t att_dw(int64_t D) { return D % ATT_AW == 0 ? ATT_AW : D % 8 ==
  * Blocks of the most rows the registers hold, then single rows; range(first, last) gives a block's
  * [k0, k1) (the caller's bounds: the coefficients outside a row's own range are zeros).
  */
-template <int64_t D, bool rescale, class Range>
-inline void att_rows(float* c, const float* rs, const float* p, int64_t pr, int64_t pk, const float* b, int64_t n, Range range) {
-  constexpr int64_t W = att_dw(D), ND = D / W, IB = std::max<int64_t>(1, ATT_ACC / ND);
+/** rows per att_rows block: as many as the accumulator registers hold */
+template <int64_t D>
+constexpr int64_t att_rows_ib() { return std::max<int64_t>(1, ATT_ACC / (D / att_dw(D))); }
+
+template <int64_t D, bool rescale, class Range, class Tick = AttNoTick>
+inline void att_rows(float* c, const float* rs, const float* p, int64_t pr, int64_t pk, const float* b, int64_t n, Range range,
+                     Tick&& tick = Tick()) {
+  constexpr int64_t W = att_dw(D), ND = D / W, IB = att_rows_ib<D>();
   constexpr int init = rescale ? ATT_RESCALE : ATT_LOAD;
   int64_t r = 0;
   for (; r + IB <= n; r += IB) {
     const std::pair<int64_t, int64_t> k = range(r, r + IB - 1);
     att_mk<IB, ND, W, init>(c + r * D, D, rescale ? rs + r : nullptr, p + r * pr, pr, pk, b, D, k.first, k.second);
+    tick();
   }
   for (; r < n; r++) {
     const std::pair<int64_t, int64_t> k = range(r, r);
@@ -774,11 +788,11 @@ inline void att_transpose(const float* src, int64_t ss, int64_t rows, float* dst
     for (int64_t d = 0; d < D; d++) dst[d * ld + t] = src[t * ss + d] * mul;
 }
 
-/** prefetch the floats [p, p + n) into L2 (rw 1: for writing) */
+/** prefetch the cache lines of the floats [p, p + n) into L2 (rw 1: for writing) */
 template <int rw>
 MK_ALWAYS_INLINE void att_prefetch(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, rw, 2);
-  __builtin_prefetch(p + n - 1, rw, 2);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), e = reinterpret_cast<uintptr_t>(p + n);
+  for (uintptr_t l = a & ~uintptr_t(63); l < e; l += 64) __builtin_prefetch(reinterpret_cast<const void*>(l), rw, 2);
 }
 
 /**
@@ -795,6 +809,48 @@ struct AttNextTile {
 struct AttNext {
   const float *dO, *q, *k, *v, *o;
   float *dq, *dk, *dv;
+};
+
+/**
+ * Rows of the next work item to prefetch into L2 (packed layout), issued a few at a time between the blocks
+ * of this item's products (as att_lanes / att_rows's tick), so the misses overlap the arithmetic instead of
+ * queueing behind each other: pace(blocks) spreads them evenly over about that many ticks, rest() issues
+ * whatever is left.
+ */
+class AttPrefetch {
+  struct Stream {
+    const float* p;
+    int64_t stride, rows;
+    bool write;
+  };
+  Stream s_[8];
+  int n_ = 0, cur_ = 0;
+  int64_t row_ = 0, per_ = 0, cols_;
+
+ public:
+  explicit AttPrefetch(int64_t cols) : cols_(cols) {}
+  /** rows [0, rows) of p, stride floats apart (write: to be written) */
+  void add(const float* p, int64_t stride, int64_t rows, bool write) { s_[n_++] = Stream{p, stride, rows, write}; }
+  void pace(int64_t blocks) {
+    int64_t total = 0;
+    for (int i = 0; i < n_; i++) total += s_[i].rows;
+    per_ = (total + std::max<int64_t>(1, blocks) - 1) / std::max<int64_t>(1, blocks);
+  }
+  void operator()() {
+    for (int64_t i = 0; i < per_ && cur_ < n_; i++) {
+      const Stream& st = s_[cur_];
+      if (st.write) att_prefetch<1>(st.p + row_ * st.stride, cols_);
+      else att_prefetch<0>(st.p + row_ * st.stride, cols_);
+      if (++row_ == st.rows) {
+        row_ = 0;
+        cur_++;
+      }
+    }
+  }
+  void rest() {
+    per_ = INT64_MAX;
+    (*this)();
+  }
 };
 
 /**
@@ -933,7 +989,7 @@ inline int64_t attention_fwd_ws(int64_t D, bool strided = false) {
 template <int64_t D>
 inline void attention_bwd_head_c(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
                                  float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws,
-                                 int64_t so = D) {
+                                 int64_t so = D, AttPrefetch* pf = nullptr) {
   const int64_t Tv = (T + ATT_AW - 1) / ATT_AW * ATT_AW, Tp = Tv + ATT_BR;  // whole vectors; room for a last query tile
   float* pt = att_align(ws);          // [ATT_BC][ATT_BR] P, transposed
   float* dst = pt + ATT_BC * ATT_BR;  // [ATT_BC][ATT_BR] dP, then dS, transposed
@@ -961,6 +1017,18 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
     att_st(dl + t, s);
   }
   std::fill(dl + Tv, dl + Tp, 0.0f);
+  const auto tick = [pf] {
+    if (pf) (*pf)();
+  };
+  if (pf) {  // the blocks of products ahead, to pace the prefetches
+    int64_t blocks = 0;
+    for (int64_t u0 = 0; u0 < S; u0 += ATT_BC)
+      for (int64_t t0 = causal ? std::max<int64_t>(0, u0 - (S - T)) : 0; t0 < T; t0 += ATT_BR) {
+        const int64_t nr = std::min(ATT_BR, T - t0), jn = std::min(std::min(ATT_BC, S - u0), att_key_end(causal, t0 + nr - 1, T, S) - u0);
+        blocks += 2 * (jn / (ATT_ACC / ATT_NV)) + (2 * jn + nr) / att_rows_ib<D>();
+      }
+    pf->pace(blocks);
+  }
   alignas(64) int32_t lim_s[ATT_BR];
   for (int64_t u0 = 0; u0 < S; u0 += ATT_BC) {
     const int64_t nc = std::min(ATT_BC, S - u0);
@@ -970,8 +1038,8 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
     for (int64_t t0 = tfirst; t0 < T; t0 += ATT_BR) {
       const int64_t nr = std::min(ATT_BR, T - t0);
       const int64_t jn = std::min(nc, att_key_end(causal, t0 + nr - 1, T, S) - u0);  // keys any row of the tile sees
-      att_lanes<D>(kt, qt + t0, Tp, pt, jn);
-      att_lanes<D>(v + u0 * D, gt + t0, Tp, dst, jn);
+      att_lanes<D>(kt, qt + t0, Tp, pt, jn, tick);
+      att_lanes<D>(v + u0 * D, gt + t0, Tp, dst, jn, tick);
       // lanes past T: key end 0, so P = dS = 0 there
       for (int64_t i = 0; i < ATT_BR; i++) lim_s[i] = i < nr ? (int32_t)att_key_end(causal, t0 + i, T, S) : 0;
       for (int64_t u = 0; u < ATT_NV; u++) {
@@ -989,12 +1057,12 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
       const auto qrange = [&](int64_t j, int64_t) {
         return std::pair<int64_t, int64_t>(causal ? std::min(nr, std::max<int64_t>(0, u0 + j - (S - T) - t0)) : 0, int64_t(nr));
       };
-      att_rows<D, false>(dv + u0 * D, nullptr, pt, ATT_BR, 1, dO + t0 * D, jn, qrange);
-      att_rows<D, false>(dk + u0 * D, nullptr, dst, ATT_BR, 1, q + t0 * D, jn, qrange);
+      att_rows<D, false>(dv + u0 * D, nullptr, pt, ATT_BR, 1, dO + t0 * D, jn, qrange, tick);
+      att_rows<D, false>(dk + u0 * D, nullptr, dst, ATT_BR, 1, q + t0 * D, jn, qrange, tick);
       // dq[t] += sum_u dS[t,u] k[u]: up to the last key the block's last row sees
       att_rows<D, false>(dq + t0 * D, nullptr, dst, 1, ATT_BR, kt, nr, [&](int64_t, int64_t ilast) {
         return std::pair<int64_t, int64_t>(0, std::max<int64_t>(0, std::min(jn, att_key_end(causal, t0 + ilast, T, S) - u0)));
-      });
+      }, tick);
     }
   }
 }
@@ -1011,8 +1079,8 @@ inline int64_t attention_bwd_ws(int64_t T, int64_t D, bool strided = false, int6
  * do: the same values; o is only transposed, from its rows in place) and dq, dk, dv computed there and copied out, so the arithmetic, and the bits,
  * are those of the contiguous layout; the head's rows stay in L1 / L2 instead of strided rows of 3C floats
  * that alias in L1. The copies are bound by the misses on the strided rows: with `next` (the next head's
- * operands), its rows are prefetched into L2 row by row alongside, so its copies hit L2 and twice the
- * misses are in flight. ws: attention_bwd_ws(T, D, strided, S) floats.
+ * operands), its rows are prefetched into L2 a few at a time between the blocks of this head's products
+ * (AttPrefetch), so its copies hit L2. ws: attention_bwd_ws(T, D, strided, S) floats.
  */
 template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
@@ -1025,32 +1093,28 @@ inline void attention_bwd_head(const float* dO, const float* q, const float* k, 
     float* c = ws + attention_bwd_ws(T, D);  // [7][T or S][D]: q, k, v, do, dq, dk, dv (o is read in place)
     float *qc = c, *kc = qc + T * D, *vc = kc + S * D, *gc = vc + S * D, *dqc = gc + T * D, *dkc = dqc + T * D, *dvc = dkc + S * D;
     for (int64_t t = 0; t < T; t++) {
-      if (next) {
-        att_prefetch<0>(next->q + t * sq, D);
-        att_prefetch<0>(next->o + t * so, D);
-        att_prefetch<0>(next->dO + t * so, D);
-      }
       std::memcpy(qc + t * D, q + t * sq, sizeof(float) * D);
       std::memcpy(gc + t * D, dO + t * so, sizeof(float) * D);
     }
     for (int64_t u = 0; u < S; u++) {
-      if (next) {
-        att_prefetch<0>(next->k + u * sk, D);
-        att_prefetch<0>(next->v + u * sv, D);
-      }
       std::memcpy(kc + u * D, k + u * sk, sizeof(float) * D);
       std::memcpy(vc + u * D, v + u * sv, sizeof(float) * D);
     }
-    attention_bwd_head_c<D>(gc, qc, kc, vc, o, lse, dqc, dkc, dvc, T, S, scale, causal, ws, so);
-    for (int64_t t = 0; t < T; t++) {
-      if (next) att_prefetch<1>(next->dq + t * sq, D);
-      std::memcpy(dq + t * sq, dqc + t * D, sizeof(float) * D);
+    AttPrefetch pf(D);
+    if (next) {
+      pf.add(next->q, sq, T, false);
+      pf.add(next->dO, so, T, false);
+      pf.add(next->o, so, T, false);
+      pf.add(next->k, sk, S, false);
+      pf.add(next->v, sv, S, false);
+      pf.add(next->dq, sq, T, true);
+      pf.add(next->dk, sk, S, true);
+      pf.add(next->dv, sv, S, true);
     }
+    attention_bwd_head_c<D>(gc, qc, kc, vc, o, lse, dqc, dkc, dvc, T, S, scale, causal, ws, so, next ? &pf : nullptr);
+    pf.rest();
+    for (int64_t t = 0; t < T; t++) std::memcpy(dq + t * sq, dqc + t * D, sizeof(float) * D);
     for (int64_t u = 0; u < S; u++) {
-      if (next) {
-        att_prefetch<1>(next->dk + u * sk, D);
-        att_prefetch<1>(next->dv + u * sv, D);
-      }
       std::memcpy(dk + u * sk, dkc + u * D, sizeof(float) * D);
       std::memcpy(dv + u * sv, dvc + u * D, sizeof(float) * D);
     }
