@@ -721,19 +721,27 @@ MK_ALWAYS_INLINE void att_mk(float* c, int64_t ldc, const float* rs, const float
 }
 
 /**
- * Lanes product: c[j][i] = sum over d in order of a[j][d] * bt[d][i] for the n rows j of a (D floats,
- * row-major) and the ATT_BR lanes i of bt's rows (row stride ldb); c rows ATT_BR floats apart. Blocks
- * of the most rows the registers hold, then single rows.
+ * Lanes product: c[j][i] = sum over d in order of a[j][d] * bt[d][i] for the rows j of a (D floats,
+ * row-major) and the ATT_BR lanes i of bt's rows (row stride ldb); c rows ATT_BR floats apart. Rows
+ * [0, n0) for every lane; rows [n0, n) only for the last vector's lanes (the first vectors' queries do not
+ * see those keys: on the causal diagonal; their c lanes are left as they were). Blocks of the most rows
+ * the registers hold, then single rows.
  */
 template <int64_t D, class Tick = AttNoTick>
-inline void att_lanes(const float* a, const float* bt, int64_t ldb, float* c, int64_t n, Tick&& tick = Tick()) {
-  constexpr int64_t JB = ATT_ACC / ATT_NV;
+inline void att_lanes(const float* a, const float* bt, int64_t ldb, float* c, int64_t n0, int64_t n, Tick&& tick = Tick()) {
+  constexpr int64_t JB = ATT_ACC / ATT_NV, JL = ATT_ACC, L = (ATT_NV - 1) * ATT_AW;
+  n0 = std::min(n0, n);
   int64_t j = 0;
-  for (; j + JB <= n; j += JB) {
+  for (; j + JB <= n0; j += JB) {
     att_mk<JB, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * D, D, 1, bt, ldb, 0, D);
     tick();
   }
-  for (; j < n; j++) att_mk<1, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * D, D, 1, bt, ldb, 0, D);
+  for (; j < n0; j++) att_mk<1, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * D, D, 1, bt, ldb, 0, D);
+  for (; j + JL <= n; j += JL) {
+    att_mk<JL, 1, ATT_AW, ATT_ZERO>(c + j * ATT_BR + L, ATT_BR, nullptr, a + j * D, D, 1, bt + L, ldb, 0, D);
+    tick();
+  }
+  for (; j < n; j++) att_mk<1, 1, ATT_AW, ATT_ZERO>(c + j * ATT_BR + L, ATT_BR, nullptr, a + j * D, D, 1, bt + L, ldb, 0, D);
 }
 
 /** vector width along a row of D floats for att_rows: the widest of ATT_AW, 8, 4, 1 that divides D */
@@ -875,9 +883,6 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   float* kc = acc + ATT_BR * D;       // [ATT_BC][D] when pack_k
   float* vc = kc + (pack_k ? ATT_BC * D : 0);  // [ATT_BC][D] when pack_v
   const int64_t nr = t1 - t0;
-  const int64_t nkend = next ? att_key_end(causal, next->t1 - 1, T, S) : 0;  // the next item's keys
-  if (next)
-    for (int64_t t = next->t0; t < next->t1; t++) att_prefetch<0>(next->q + t * sq, D);
   att_transpose<D>(q + t0 * sq, sq, nr, qt, ATT_BR, scale);
   for (int64_t d = 0; d < D; d++)
     for (int64_t i = nr; i < ATT_BR; i++) qt[d * ATT_BR + i] = 0.0f;
@@ -895,25 +900,36 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   }
   const int64_t kend = att_key_end(causal, t1 - 1, T, S);  // keys past it hidden from every row
   const int64_t kall = att_key_end(causal, t0, T, S);      // keys before it seen by every row
+  // the next item's rows, prefetched between the blocks of this one's products (paced over about as many blocks)
+  AttPrefetch pf(D);
+  if (next) {
+    const int64_t nkend = att_key_end(causal, next->t1 - 1, T, S);
+    pf.add(next->q + next->t0 * sq, sq, next->t1 - next->t0, false);
+    pf.add(next->k, sk, nkend, false);
+    pf.add(next->v, sv, nkend, false);
+    pf.add(next->o + next->t0 * so, so, next->t1 - next->t0, true);
+    int64_t blocks = 0;
+    for (int64_t u0 = 0; u0 < kend; u0 += ATT_BC) blocks += std::min(ATT_BC, kend - u0) / (ATT_ACC / ATT_NV) + nr / att_rows_ib<D>();
+    pf.pace(blocks);
+  }
+  const auto tick = [&pf, next] {
+    if (next) pf();
+  };
   for (int64_t u0 = 0; u0 < kend; u0 += ATT_BC) {
     const int64_t nc = std::min(ATT_BC, kend - u0);
     const float* kt = k + u0 * sk;
     const float* vt = v + u0 * sv;
     if constexpr (pack_k) {
-      for (int64_t j = 0; j < nc; j++) {
-        if (next && u0 + j < nkend) att_prefetch<0>(next->k + (u0 + j) * sk, D);
-        std::memcpy(kc + j * D, k + (u0 + j) * sk, sizeof(float) * D);
-      }
+      for (int64_t j = 0; j < nc; j++) std::memcpy(kc + j * D, k + (u0 + j) * sk, sizeof(float) * D);
       kt = kc;
     }
     if constexpr (pack_v) {
-      for (int64_t j = 0; j < nc; j++) {
-        if (next && u0 + j < nkend) att_prefetch<0>(next->v + (u0 + j) * sv, D);
-        std::memcpy(vc + j * D, v + (u0 + j) * sv, sizeof(float) * D);
-      }
+      for (int64_t j = 0; j < nc; j++) std::memcpy(vc + j * D, v + (u0 + j) * sv, sizeof(float) * D);
       vt = vc;
     }
-    att_lanes<D>(kt, qt, ATT_BR, st, nc);
+    // keys the first vectors' queries see (the last vector's see all nc)
+    const int64_t n0 = causal ? std::min(nc, std::max<int64_t>(0, att_key_end(causal, t0 + std::min(nr, ATT_BR - ATT_AW) - 1, T, S) - u0)) : nc;
+    att_lanes<D>(kt, qt, ATT_BR, st, n0, nc, tick);
     // mask (only a tile some row does not see whole) and the new running max
     avf mn[ATT_NV];
     for (int64_t u = 0; u < ATT_NV; u++) mn[u] = m[u];
@@ -952,20 +968,14 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
     // acc rows: rescale, then P V up to the last key the block's last row sees (later keys' P are 0)
     att_rows<D, true>(acc, corr_s, st, 1, ATT_BR, vt, nr, [&](int64_t, int64_t ilast) {
       return std::pair<int64_t, int64_t>(0, std::max<int64_t>(0, std::min(nc, att_key_end(causal, t0 + ilast, T, S) - u0)));
-    });
+    }, tick);
   }
   alignas(64) float l_s[ATT_BR], m_s[ATT_BR];
   for (int64_t u = 0; u < ATT_NV; u++) {
     att_st(l_s + u * ATT_AW, l[u]);
     att_st(m_s + u * ATT_AW, m[u]);
   }
-  if (next) {  // the next item's keys past this one's, and its output rows
-    for (int64_t u = kend; u < nkend; u++) {
-      att_prefetch<0>(next->k + u * sk, D);
-      att_prefetch<0>(next->v + u * sv, D);
-    }
-    for (int64_t t = next->t0; t < next->t1; t++) att_prefetch<1>(next->o + t * so, D);
-  }
+  pf.rest();
   for (int64_t i = 0; i < nr; i++) {
     const float inv = 1.0f / l_s[i];
     for (int64_t d = 0; d < D; d++) o[(t0 + i) * so + d] = acc[i * D + d] * inv;
@@ -1038,19 +1048,26 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
     for (int64_t t0 = tfirst; t0 < T; t0 += ATT_BR) {
       const int64_t nr = std::min(ATT_BR, T - t0);
       const int64_t jn = std::min(nc, att_key_end(causal, t0 + nr - 1, T, S) - u0);  // keys any row of the tile sees
-      att_lanes<D>(kt, qt + t0, Tp, pt, jn, tick);
-      att_lanes<D>(v + u0 * D, gt + t0, Tp, dst, jn, tick);
+      // keys the first vectors' queries see (the last vector's see all jn)
+      const int64_t n0 = causal ? std::min(jn, std::max<int64_t>(0, att_key_end(causal, t0 + std::min(nr, ATT_BR - ATT_AW) - 1, T, S) - u0)) : jn;
+      att_lanes<D>(kt, qt + t0, Tp, pt, n0, jn, tick);
+      att_lanes<D>(v + u0 * D, gt + t0, Tp, dst, n0, jn, tick);
       // lanes past T: key end 0, so P = dS = 0 there
       for (int64_t i = 0; i < ATT_BR; i++) lim_s[i] = i < nr ? (int32_t)att_key_end(causal, t0 + i, T, S) : 0;
       for (int64_t u = 0; u < ATT_NV; u++) {
         const avi lim = att_ld<avi>(lim_s + u * ATT_AW);
         const avf L = att_ld<avf>(lp + t0 + u * ATT_AW), dlt = att_ld<avf>(dl + t0 + u * ATT_AW);
-        for (int64_t j = 0; j < jn; j++) {
+        const int64_t jv = u < ATT_NV - 1 ? n0 : jn;  // keys past jv: not computed for these lanes, P = dS = 0
+        for (int64_t j = 0; j < jv; j++) {
           float* pj = pt + j * ATT_BR + u * ATT_AW;
           float* sj = dst + j * ATT_BR + u * ATT_AW;
           const avf p = att_splat<avi>((int32_t)(u0 + j)) < lim ? exp_av(att_ld<avf>(pj) - L) : att_splat<avf>(0.0f);
           att_st(pj, p);
           att_st(sj, p * (att_ld<avf>(sj) - dlt) * scale);
+        }
+        for (int64_t j = jv; j < jn; j++) {
+          att_st(pt + j * ATT_BR + u * ATT_AW, att_splat<avf>(0.0f));
+          att_st(dst + j * ATT_BR + u * ATT_AW, att_splat<avf>(0.0f));
         }
       }
       // dv[u] += sum_t P[t,u] do[t], dk[u] += sum_t dS[t,u] q[t]: from the first row that sees the block's first key
