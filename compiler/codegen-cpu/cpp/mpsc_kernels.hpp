@@ -722,34 +722,34 @@ MK_ALWAYS_INLINE void att_mk(float* c, int64_t ldc, const float* rs, const float
 
 /**
  * Lanes product: c[j][i] = sum over d in order of a[j][d] * bt[d][i] for the rows j of a (D floats,
- * row-major) and the ATT_BR lanes i of bt's rows (row stride ldb); c rows ATT_BR floats apart. Rows
+ * lda apart) and the ATT_BR lanes i of bt's rows (row stride ldb); c rows ATT_BR floats apart. Rows
  * [0, n0) for every lane; rows [n0, n) only for the last vector's lanes (the first vectors' queries do not
  * see those keys: on the causal diagonal; their c lanes are left as they were). Blocks of the most rows
  * the registers hold, then single rows.
  */
 template <int64_t D, class Tick = AttNoTick>
-inline void att_lanes(const float* a, const float* bt, int64_t ldb, float* c, int64_t n0, int64_t n, Tick&& tick = Tick()) {
+inline void att_lanes(const float* a, int64_t lda, const float* bt, int64_t ldb, float* c, int64_t n0, int64_t n, Tick&& tick = Tick()) {
   constexpr int64_t JB = ATT_ACC / ATT_NV, JL = ATT_ACC, L = (ATT_NV - 1) * ATT_AW;
   n0 = std::min(n0, n);
   int64_t j = 0;
   for (; j + JB <= n0; j += JB) {
-    att_mk<JB, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * D, D, 1, bt, ldb, 0, D);
+    att_mk<JB, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * lda, lda, 1, bt, ldb, 0, D);
     tick();
   }
-  for (; j < n0; j++) att_mk<1, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * D, D, 1, bt, ldb, 0, D);
+  for (; j < n0; j++) att_mk<1, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * lda, lda, 1, bt, ldb, 0, D);
   for (; j + JL <= n; j += JL) {
-    att_mk<JL, 1, ATT_AW, ATT_ZERO>(c + j * ATT_BR + L, ATT_BR, nullptr, a + j * D, D, 1, bt + L, ldb, 0, D);
+    att_mk<JL, 1, ATT_AW, ATT_ZERO>(c + j * ATT_BR + L, ATT_BR, nullptr, a + j * lda, lda, 1, bt + L, ldb, 0, D);
     tick();
   }
-  for (; j < n; j++) att_mk<1, 1, ATT_AW, ATT_ZERO>(c + j * ATT_BR + L, ATT_BR, nullptr, a + j * D, D, 1, bt + L, ldb, 0, D);
+  for (; j < n; j++) att_mk<1, 1, ATT_AW, ATT_ZERO>(c + j * ATT_BR + L, ATT_BR, nullptr, a + j * lda, lda, 1, bt + L, ldb, 0, D);
 }
 
 /** vector width along a row of D floats for att_rows: the widest of ATT_AW, 8, 4, 1 that divides D */
 constexpr int64_t att_dw(int64_t D) { return D % ATT_AW == 0 ? ATT_AW : D % 8 == 0 ? 8 : D % 4 == 0 ? 4 : 1; }
 
 /**
- * Rows product: for the n rows r of c (D floats each, row-major), c[r][:] = c[r][:] (times rs[r] when
- * rescale) + sum over k in [k0, k1) in order of p[r pr + k pk] * b[k][:] (b rows D floats apart).
+ * Rows product: for the n rows r of c (D floats each, ldc apart), c[r][:] = c[r][:] (times rs[r] when
+ * rescale) + sum over k in [k0, k1) in order of p[r pr + k pk] * b[k][:] (b rows of D floats, ldb apart).
  * Blocks of the most rows the registers hold, then single rows; range(first, last) gives a block's
  * [k0, k1) (the caller's bounds: the coefficients outside a row's own range are zeros).
  */
@@ -758,19 +758,19 @@ template <int64_t D>
 constexpr int64_t att_rows_ib() { return std::max<int64_t>(1, ATT_ACC / (D / att_dw(D))); }
 
 template <int64_t D, bool rescale, class Range, class Tick = AttNoTick>
-inline void att_rows(float* c, const float* rs, const float* p, int64_t pr, int64_t pk, const float* b, int64_t n, Range range,
-                     Tick&& tick = Tick()) {
+inline void att_rows(float* c, int64_t ldc, const float* rs, const float* p, int64_t pr, int64_t pk, const float* b, int64_t ldb, int64_t n,
+                     Range range, Tick&& tick = Tick()) {
   constexpr int64_t W = att_dw(D), ND = D / W, IB = att_rows_ib<D>();
   constexpr int init = rescale ? ATT_RESCALE : ATT_LOAD;
   int64_t r = 0;
   for (; r + IB <= n; r += IB) {
     const std::pair<int64_t, int64_t> k = range(r, r + IB - 1);
-    att_mk<IB, ND, W, init>(c + r * D, D, rescale ? rs + r : nullptr, p + r * pr, pr, pk, b, D, k.first, k.second);
+    att_mk<IB, ND, W, init>(c + r * ldc, ldc, rescale ? rs + r : nullptr, p + r * pr, pr, pk, b, ldb, k.first, k.second);
     tick();
   }
   for (; r < n; r++) {
     const std::pair<int64_t, int64_t> k = range(r, r);
-    att_mk<1, ND, W, init>(c + r * D, D, rescale ? rs + r : nullptr, p + r * pr, pr, pk, b, D, k.first, k.second);
+    att_mk<1, ND, W, init>(c + r * ldc, ldc, rescale ? rs + r : nullptr, p + r * pr, pr, pk, b, ldb, k.first, k.second);
   }
 }
 
@@ -804,9 +804,9 @@ MK_ALWAYS_INLINE void att_prefetch(const float* p, int64_t n) {
 }
 
 /**
- * the work a thread does next, prefetched while it copies this item's strided rows (packed layout): the
- * copies are bound by the misses on rows 3C floats apart, so the next item's rows are fetched into L2
- * row by row alongside (twice the misses in flight, and its own copies then hit L2).
+ * the work a thread does next (packed layout, rows 3C floats apart: each row of a head a separate miss),
+ * its rows prefetched into L2 between the blocks of this item's products (AttPrefetch), so its misses
+ * overlap this item's arithmetic.
  * AttNextTile: the next (head, query tile) of the forward; AttNext: the next head of the backward.
  */
 struct AttNextTile {
@@ -874,14 +874,9 @@ class AttPrefetch {
 template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
                                float scale, bool causal, int64_t t0, int64_t t1, float* ws, const AttNextTile* next = nullptr) {
-  // strided rows (a packed projection): each key / value tile is first copied to contiguous rows
-  // (the same values, so the same arithmetic; strided rows of 3C floats alias in L1)
-  constexpr bool pack_k = sk != D, pack_v = sv != D;
   float* st = att_align(ws);          // [ATT_BC][ATT_BR] scores, then probabilities, transposed
   float* qt = st + ATT_BC * ATT_BR;   // [D][ATT_BR] the query tile transposed, times scale; zero past t1
   float* acc = qt + D * ATT_BR;       // [ATT_BR][D] the unnormalised outputs
-  float* kc = acc + ATT_BR * D;       // [ATT_BC][D] when pack_k
-  float* vc = kc + (pack_k ? ATT_BC * D : 0);  // [ATT_BC][D] when pack_v
   const int64_t nr = t1 - t0;
   att_transpose<D>(q + t0 * sq, sq, nr, qt, ATT_BR, scale);
   for (int64_t d = 0; d < D; d++)
@@ -919,17 +914,9 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
     const int64_t nc = std::min(ATT_BC, kend - u0);
     const float* kt = k + u0 * sk;
     const float* vt = v + u0 * sv;
-    if constexpr (pack_k) {
-      for (int64_t j = 0; j < nc; j++) std::memcpy(kc + j * D, k + (u0 + j) * sk, sizeof(float) * D);
-      kt = kc;
-    }
-    if constexpr (pack_v) {
-      for (int64_t j = 0; j < nc; j++) std::memcpy(vc + j * D, v + (u0 + j) * sv, sizeof(float) * D);
-      vt = vc;
-    }
     // keys the first vectors' queries see (the last vector's see all nc)
     const int64_t n0 = causal ? std::min(nc, std::max<int64_t>(0, att_key_end(causal, t0 + std::min(nr, ATT_BR - ATT_AW) - 1, T, S) - u0)) : nc;
-    att_lanes<D>(kt, qt, ATT_BR, st, n0, nc, tick);
+    att_lanes<D>(kt, sk, qt, ATT_BR, st, n0, nc, tick);
     // mask (only a tile some row does not see whole) and the new running max
     avf mn[ATT_NV];
     for (int64_t u = 0; u < ATT_NV; u++) mn[u] = m[u];
@@ -966,7 +953,7 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
       }
     for (int64_t u = 0; u < ATT_NV; u++) l[u] += rsum[u];
     // acc rows: rescale, then P V up to the last key the block's last row sees (later keys' P are 0)
-    att_rows<D, true>(acc, corr_s, st, 1, ATT_BR, vt, nr, [&](int64_t, int64_t ilast) {
+    att_rows<D, true>(acc, D, corr_s, st, 1, ATT_BR, vt, sv, nr, [&](int64_t, int64_t ilast) {
       return std::pair<int64_t, int64_t>(0, std::max<int64_t>(0, std::min(nc, att_key_end(causal, t0 + ilast, T, S) - u0)));
     }, tick);
   }
@@ -983,23 +970,23 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   }
 }
 
-/** floats of scratch attention_fwd_tile needs (strided: room for the contiguous key and value tiles too) */
-inline int64_t attention_fwd_ws(int64_t D, bool strided = false) {
-  return 16 + ATT_BC * ATT_BR + 2 * D * ATT_BR + (strided ? 2 * ATT_BC * D : 0);
-}
+/** floats of scratch attention_fwd_tile needs */
+inline int64_t attention_fwd_ws(int64_t D) { return 16 + ATT_BC * ATT_BR + 2 * D * ATT_BR; }
 
 /**
  * Backward of one head, blocked like the forward: for each key tile (its dk, dv rows owned here) and
  * each query tile that sees it, st = (scale Q) K^T and dP^T = V dO^T (att_lanes, transposed: queries
  * across the lanes), P = exp(st - lse) (0 where hidden) and dS = scale P (dP - delta) with delta[t] =
  * do[t].o[t] lane-wise, then dv += P^T do, dk += dS^T q, dq += dS k (att_rows, skipping the rows /
- * keys where P is 0 by causality). dq, dk, dv are overwritten. Rows are contiguous (D floats;
- * attention_bwd_head copies strided ones here). ws: attention_bwd_ws(T, D) floats.
+ * keys where P is 0 by causality). dq, dk, dv are overwritten. Rows sq / sk / sv / so floats apart
+ * (as the forward's), read and written in place: the micro-kernels' broadcast and row operands come
+ * from L2 where strided rows alias in L1, which measured cheaper than copying the head to contiguous
+ * rows and back (phase 11a v6). ws: attention_bwd_ws(T, D) floats.
  */
-template <int64_t D>
+template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_bwd_head_c(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
                                  float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws,
-                                 int64_t so = D, AttPrefetch* pf = nullptr) {
+                                 AttPrefetch* pf = nullptr) {
   const int64_t Tv = (T + ATT_AW - 1) / ATT_AW * ATT_AW, Tp = Tv + ATT_BR;  // whole vectors; room for a last query tile
   float* pt = att_align(ws);          // [ATT_BC][ATT_BR] P, transposed
   float* dst = pt + ATT_BC * ATT_BR;  // [ATT_BC][ATT_BR] dP, then dS, transposed
@@ -1008,11 +995,13 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
   float* ot = gt + D * Tp;            // [D][Tv] o transposed (for delta), zero past T
   float* lp = ot + D * Tv;            // [Tp] lse, zero past T
   float* dl = lp + Tp;                // [Tp] delta, zero past T
-  std::memset(dq, 0, sizeof(float) * T * D);
-  std::memset(dk, 0, sizeof(float) * S * D);
-  std::memset(dv, 0, sizeof(float) * S * D);
-  att_transpose<D>(q, D, T, qt, Tp, scale);
-  att_transpose<D>(dO, D, T, gt, Tp, 1.0f);
+  for (int64_t t = 0; t < T; t++) std::memset(dq + t * sq, 0, sizeof(float) * D);
+  for (int64_t u = 0; u < S; u++) {
+    std::memset(dk + u * sk, 0, sizeof(float) * D);
+    std::memset(dv + u * sv, 0, sizeof(float) * D);
+  }
+  att_transpose<D>(q, sq, T, qt, Tp, scale);
+  att_transpose<D>(dO, so, T, gt, Tp, 1.0f);
   att_transpose<D>(o, so, T, ot, Tv, 1.0f);
   for (int64_t d = 0; d < D; d++) {
     std::fill(qt + d * Tp + T, qt + (d + 1) * Tp, 0.0f);
@@ -1042,7 +1031,7 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
   alignas(64) int32_t lim_s[ATT_BR];
   for (int64_t u0 = 0; u0 < S; u0 += ATT_BC) {
     const int64_t nc = std::min(ATT_BC, S - u0);
-    const float* kt = k + u0 * D;
+    const float* kt = k + u0 * sk;
     // the first query that sees key u0: t + 1 + S - T > u0
     const int64_t tfirst = causal ? std::max<int64_t>(0, u0 - (S - T)) : 0;
     for (int64_t t0 = tfirst; t0 < T; t0 += ATT_BR) {
@@ -1050,8 +1039,8 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
       const int64_t jn = std::min(nc, att_key_end(causal, t0 + nr - 1, T, S) - u0);  // keys any row of the tile sees
       // keys the first vectors' queries see (the last vector's see all jn)
       const int64_t n0 = causal ? std::min(jn, std::max<int64_t>(0, att_key_end(causal, t0 + std::min(nr, ATT_BR - ATT_AW) - 1, T, S) - u0)) : jn;
-      att_lanes<D>(kt, qt + t0, Tp, pt, n0, jn, tick);
-      att_lanes<D>(v + u0 * D, gt + t0, Tp, dst, n0, jn, tick);
+      att_lanes<D>(kt, sk, qt + t0, Tp, pt, n0, jn, tick);
+      att_lanes<D>(v + u0 * sv, sv, gt + t0, Tp, dst, n0, jn, tick);
       // lanes past T: key end 0, so P = dS = 0 there
       for (int64_t i = 0; i < ATT_BR; i++) lim_s[i] = i < nr ? (int32_t)att_key_end(causal, t0 + i, T, S) : 0;
       for (int64_t u = 0; u < ATT_NV; u++) {
@@ -1074,68 +1063,45 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
       const auto qrange = [&](int64_t j, int64_t) {
         return std::pair<int64_t, int64_t>(causal ? std::min(nr, std::max<int64_t>(0, u0 + j - (S - T) - t0)) : 0, int64_t(nr));
       };
-      att_rows<D, false>(dv + u0 * D, nullptr, pt, ATT_BR, 1, dO + t0 * D, jn, qrange, tick);
-      att_rows<D, false>(dk + u0 * D, nullptr, dst, ATT_BR, 1, q + t0 * D, jn, qrange, tick);
+      att_rows<D, false>(dv + u0 * sv, sv, nullptr, pt, ATT_BR, 1, dO + t0 * so, so, jn, qrange, tick);
+      att_rows<D, false>(dk + u0 * sk, sk, nullptr, dst, ATT_BR, 1, q + t0 * sq, sq, jn, qrange, tick);
       // dq[t] += sum_u dS[t,u] k[u]: up to the last key the block's last row sees
-      att_rows<D, false>(dq + t0 * D, nullptr, dst, 1, ATT_BR, kt, nr, [&](int64_t, int64_t ilast) {
+      att_rows<D, false>(dq + t0 * sq, sq, nullptr, dst, 1, ATT_BR, kt, sk, nr, [&](int64_t, int64_t ilast) {
         return std::pair<int64_t, int64_t>(0, std::max<int64_t>(0, std::min(jn, att_key_end(causal, t0 + ilast, T, S) - u0)));
       }, tick);
     }
   }
 }
 
-/** floats of scratch attention_bwd_head needs (strided: room for the head's contiguous copies too) */
-inline int64_t attention_bwd_ws(int64_t T, int64_t D, bool strided = false, int64_t S = -1) {
+/** floats of scratch attention_bwd_head needs */
+inline int64_t attention_bwd_ws(int64_t T, int64_t D) {
   const int64_t Tv = (T + ATT_AW - 1) / ATT_AW * ATT_AW, Tp = Tv + ATT_BR;
-  return 16 + 2 * ATT_BC * ATT_BR + (2 * D + 2) * Tp + D * Tv + (strided ? 3 * T * D + 4 * (S < 0 ? T : S) * D : 0);
+  return 16 + 2 * ATT_BC * ATT_BR + (2 * D + 2) * Tp + D * Tv;
 }
 
 /**
- * attention_bwd_head_c over rows sq, sk, sv, so floats apart (template arguments; D each for separate
- * tensors, 3C and C for a packed projection). Strided rows are first copied to contiguous ones (q, k, v,
- * do: the same values; o is only transposed, from its rows in place) and dq, dk, dv computed there and copied out, so the arithmetic, and the bits,
- * are those of the contiguous layout; the head's rows stay in L1 / L2 instead of strided rows of 3C floats
- * that alias in L1. The copies are bound by the misses on the strided rows: with `next` (the next head's
- * operands), its rows are prefetched into L2 a few at a time between the blocks of this head's products
- * (AttPrefetch), so its copies hit L2. ws: attention_bwd_ws(T, D, strided, S) floats.
+ * attention_bwd_head_c with the prefetches of `next` (the operands of the head the thread does next, or
+ * null): their rows are fetched into L2 a few at a time between the blocks of this head's products
+ * (AttPrefetch), so the misses on the next head's strided rows overlap this head's arithmetic.
+ * ws: attention_bwd_ws(T, D) floats.
  */
 template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
                                float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws,
                                const AttNext* next = nullptr) {
-  if constexpr (sq == D && sk == D && sv == D && so == D) {
-    (void)next;
-    attention_bwd_head_c<D>(dO, q, k, v, o, lse, dq, dk, dv, T, S, scale, causal, ws);
-  } else {
-    float* c = ws + attention_bwd_ws(T, D);  // [7][T or S][D]: q, k, v, do, dq, dk, dv (o is read in place)
-    float *qc = c, *kc = qc + T * D, *vc = kc + S * D, *gc = vc + S * D, *dqc = gc + T * D, *dkc = dqc + T * D, *dvc = dkc + S * D;
-    for (int64_t t = 0; t < T; t++) {
-      std::memcpy(qc + t * D, q + t * sq, sizeof(float) * D);
-      std::memcpy(gc + t * D, dO + t * so, sizeof(float) * D);
-    }
-    for (int64_t u = 0; u < S; u++) {
-      std::memcpy(kc + u * D, k + u * sk, sizeof(float) * D);
-      std::memcpy(vc + u * D, v + u * sv, sizeof(float) * D);
-    }
-    AttPrefetch pf(D);
-    if (next) {
-      pf.add(next->q, sq, T, false);
-      pf.add(next->dO, so, T, false);
-      pf.add(next->o, so, T, false);
-      pf.add(next->k, sk, S, false);
-      pf.add(next->v, sv, S, false);
-      pf.add(next->dq, sq, T, true);
-      pf.add(next->dk, sk, S, true);
-      pf.add(next->dv, sv, S, true);
-    }
-    attention_bwd_head_c<D>(gc, qc, kc, vc, o, lse, dqc, dkc, dvc, T, S, scale, causal, ws, so, next ? &pf : nullptr);
-    pf.rest();
-    for (int64_t t = 0; t < T; t++) std::memcpy(dq + t * sq, dqc + t * D, sizeof(float) * D);
-    for (int64_t u = 0; u < S; u++) {
-      std::memcpy(dk + u * sk, dkc + u * D, sizeof(float) * D);
-      std::memcpy(dv + u * sv, dvc + u * D, sizeof(float) * D);
-    }
+  AttPrefetch pf(D);
+  if (next) {
+    pf.add(next->q, sq, T, false);
+    pf.add(next->dO, so, T, false);
+    pf.add(next->o, so, T, false);
+    pf.add(next->k, sk, S, false);
+    pf.add(next->v, sv, S, false);
+    pf.add(next->dq, sq, T, true);
+    pf.add(next->dk, sk, S, true);
+    pf.add(next->dv, sv, S, true);
   }
+  attention_bwd_head_c<D, sq, sk, sv, so>(dO, q, k, v, o, lse, dq, dk, dv, T, S, scale, causal, ws, next ? &pf : nullptr);
+  pf.rest();
 }
 
 }  // namespace mk
