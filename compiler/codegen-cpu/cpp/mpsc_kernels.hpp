@@ -866,10 +866,11 @@ class AttPrefetch {
  * apart (D for separate [N,H,T,D] tensors; 3C when read in place from a packed [N,T,3C] projection),
  * o [T][D] rows so apart; queries t0..t1-1 (at most ATT_BR).
  * Per key tile: st = (scale Q) K^T transposed (att_lanes; keys no query of the tile sees are not
- * computed), hidden keys masked to -inf, the running max m, rescale corr = exp(m_old - m_new), P =
- * exp(st - m) and the row sums l as lane-wise vectors, then acc = acc * corr + P V (att_rows, each row
- * block up to the last key its last row sees). o = acc / l, lse = m + log l.
- * ws: attention_fwd_ws(D, strided) floats.
+ * computed, keys only the last vector's queries see computed for it alone), hidden keys masked to -inf,
+ * the running max m, rescale corr = exp(m_old - m_new), P = exp(st - m) and the row sums l as lane-wise
+ * vectors, then acc = acc * corr + P V (att_rows, each row block up to the last key its last row sees).
+ * o = acc / l, lse = m + log l. next (or null): the item the thread does next, its rows prefetched into
+ * L2 between the blocks of this one's products. ws: attention_fwd_ws(D) floats.
  */
 template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
