@@ -655,7 +655,7 @@ MK_ALWAYS_INLINE V att_splat_(S x, std::index_sequence<L...>) { return V{((void)
 template <class V, class S>
 MK_ALWAYS_INLINE V att_splat(S x) { return att_splat_<V>(x, std::make_index_sequence<sizeof(V) / sizeof(S)>()); }
 
-/** exp_v lane-wise (the same formula and limits) */
+/** exp_v lane-wise: the same reduction, polynomial and limits; n rounded to nearest by adding and subtracting 1.5 * 2^23 */
 MK_ALWAYS_INLINE avf exp_av(const avf& x) {
   const avf lo = att_splat<avf>(-87.0f), hi = att_splat<avf>(88.5f), magic = att_splat<avf>(12582912.0f);  // 1.5 * 2^23
   avf xc = x < lo ? lo : x;
