@@ -9,7 +9,8 @@
  *    mpsc_fast), which emit_program.ts prepends to this header, on the runtime's pool.
  *  - attention_fwd_tile / attention_bwd_head: blocked (flash-attention) scaled dot-product
  *    attention over (query tile, key tile) pairs with the online softmax, so a head's T x S
- *    scores never exist whole (only one ATT_BR x ATT_BC tile, in a thread's scratch).
+ *    scores never exist whole (only one ATT_BC x ATT_BR tile, transposed, in a thread's scratch);
+ *    the products on the register-blocked micro-kernel att_mk, the softmax lane-wise (exp_av).
  */
 #ifndef MPSC_KERNELS_HPP
 #define MPSC_KERNELS_HPP
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -787,287 +789,507 @@ inline void gelu_grad(const float* dy, const float* x, float* dx, int64_t n) {
 #endif
 
 // ------------------------------------------------------------------ blocked attention
-// Tile sizes: ATT_BR queries x ATT_BC keys of scores, plus the tile's K transposed ([D][ATT_BC]),
-// stay in L1/L2 for D <= 128. The head size D and the operands' row strides (D, or 3C / C when q, k, v
-// are read in place from a packed projection) are template arguments (shapes are static), so the
-// loops over D have constant trip counts and vectorise fully, and the code (so the bits) of a layout
-// never depends on runtime pointer checks. Every output element is computed by one thread in a fixed order
-// (tiles visited in increasing key order), so results are the same bits for any thread count.
-constexpr int64_t ATT_BR = 32, ATT_BC = 64;
+// Layout: a tile of scores is held transposed, st[j][i] (key j, query i), with the queries across the
+// lanes of a vector, so every per-query step of the softmax (mask, running max, exp, row sum, the online
+// rescale, lse / delta) is a lane-wise vector operation with no horizontal reduction. The products are
+// register-blocked micro-kernels over L1-resident tiles, like the sgemm's (runtime/cpp/fast):
+//  - att_lanes: S^T = K Q^T (and, backward, dP^T = V dO^T): JB keys x ATT_BR queries of accumulators; per d
+//    the query tile's transposed row Q^T[d] is loaded as vectors and each key's k[d] broadcast;
+//  - att_rows: row-major outputs O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q: IB rows x D columns of
+//    accumulators; per step one row of the right operand is loaded as vectors and each output row's
+//    coefficient (an element of st) broadcast.
+// Tile sizes: ATT_BR queries (2 vectors of ATT_AW lanes) x ATT_BC keys. The head size D and the operands'
+// row strides (D, or 3C / C when q, k, v are read in place from a packed projection) are template
+// arguments (shapes are static), so every loop over D has a constant trip count, and the code (so the
+// bits) of a layout never depends on runtime pointer checks. Every output element is one thread's fixed
+// chain (over d for a score; over keys in increasing order, tile by tile, for O and dQ; over queries in
+// increasing order, tile by tile, for dK and dV), so results are the same bits for any thread count.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+// internal always-inlined vector helpers: GCC's note that vector arguments change the ABI without AVX is
+// noise. Not popped: the helpers are templates, instantiated (and so warned about) at the end of the
+// translation unit, where the diagnostic state in force is the one that counts.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+#if defined(__AVX512F__)
+constexpr int64_t ATT_AW = 16;  // lanes of one vector (zmm)
+#else
+constexpr int64_t ATT_AW = 8;   // ymm, or two NEON q registers
+#endif
+constexpr int64_t ATT_NV = 2, ATT_BR = ATT_NV * ATT_AW, ATT_BC = 64;
+/** accumulator vectors one micro-kernel keeps in registers (32 zmm / 16 ymm in all) */
+constexpr int64_t ATT_ACC = ATT_AW == 16 ? 16 : 12;
+
+template <int64_t W>
+struct attv {
+  typedef float f __attribute__((vector_size(W * 4)));
+  typedef int32_t i __attribute__((vector_size(W * 4)));
+};
+using avf = attv<ATT_AW>::f;
+using avi = attv<ATT_AW>::i;
+
+template <class V>
+MK_ALWAYS_INLINE V att_ld(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+MK_ALWAYS_INLINE void att_st(void* p, const V& v) { std::memcpy(p, &v, sizeof v); }
+/** x in every lane (an initializer list of copies: one broadcast, where a lane-by-lane loop became masked inserts) */
+template <class V, class S, size_t... L>
+MK_ALWAYS_INLINE V att_splat_(S x, std::index_sequence<L...>) { return V{((void)L, x)...}; }
+template <class V, class S>
+MK_ALWAYS_INLINE V att_splat(S x) { return att_splat_<V>(x, std::make_index_sequence<sizeof(V) / sizeof(S)>()); }
+
+/** exp_v lane-wise: the same reduction, polynomial and limits; n rounded to nearest by adding and subtracting 1.5 * 2^23 */
+MK_ALWAYS_INLINE avf exp_av(const avf& x) {
+  const avf lo = att_splat<avf>(-87.0f), hi = att_splat<avf>(88.5f), magic = att_splat<avf>(12582912.0f);  // 1.5 * 2^23
+  avf xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const avf n = (xc * 1.44269504088896341f + magic) - magic;  // round to nearest: |n| <= 128
+  const avf r = (xc - n * 0.693145751953125f) - n * 1.42860682030941723e-06f;
+  const avf p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-01f + r * (4.16666679e-02f + r * (8.33333377e-03f + r * 1.38888892e-03f)))));
+  const avi bits = (__builtin_convertvector(n, avi) + 126) << 23;  // 2^(n-1)
+  avf sc;
+  std::memcpy(&sc, &bits, sizeof sc);
+  avf y = p * sc * 2.0f;
+  y = x < att_splat<avf>(-87.3365479f) ? att_splat<avf>(0.0f) : y;
+  y = x > att_splat<avf>(88.7228394f) ? att_splat<avf>(INFINITY) : y;
+  return x != x ? x : y;
+}
 
 /** first key hidden from query t (exclusive end of its visible keys): S, or t + 1 + (S - T) when causal */
 inline int64_t att_key_end(bool causal, int64_t t, int64_t T, int64_t S) { return causal ? std::min(S, t + 1 + S - T) : S; }
 
+/** att_lanes / att_rows call tick() after each block of rows (AttPrefetch paces its prefetches so); by default nothing */
+struct AttNoTick {
+  void operator()() const {}
+};
+
+/** what att_mk starts its accumulators from */
+enum AttInit : int { ATT_ZERO = 0, ATT_LOAD = 1, ATT_RESCALE = 2 };
+
+/**
+ * The micro-kernel of every attention product: R rows x ND vectors of W lanes of c in registers,
+ * c[r][n W ..] = (0, or c's values, or c's values times rs[r]) + sum over k in [k0, k1) in order of
+ * a[r ar + k ak] (broadcast) * b[k ldb + n W ..] (loaded as vectors); c rows ldc floats apart.
+ */
+template <int64_t R, int64_t ND, int64_t W, int init>
+MK_ALWAYS_INLINE void att_mk(float* c, int64_t ldc, const float* rs, const float* a, int64_t ar, int64_t ak, const float* b, int64_t ldb,
+                             int64_t k0, int64_t k1) {
+  using V = typename attv<W>::f;
+  V acc[R][ND];
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < R; r++) {
+    const V s = att_splat<V>(init == ATT_RESCALE ? rs[r] : 1.0f);
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < ND; n++) {
+      if constexpr (init == ATT_ZERO) acc[r][n] = att_splat<V>(0.0f);
+      else if constexpr (init == ATT_LOAD) acc[r][n] = att_ld<V>(c + r * ldc + n * W);
+      else acc[r][n] = att_ld<V>(c + r * ldc + n * W) * s;
+    }
+  }
+  for (int64_t k = k0; k < k1; k++) {
+    V bv[ND];
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < ND; n++) bv[n] = att_ld<V>(b + k * ldb + n * W);
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < R; r++) {
+      const V x = att_splat<V>(a[r * ar + k * ak]);
+#pragma GCC unroll 16
+      for (int64_t n = 0; n < ND; n++) acc[r][n] += x * bv[n];
+    }
+  }
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < R; r++)
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < ND; n++) att_st(c + r * ldc + n * W, acc[r][n]);
+}
+
+/**
+ * Lanes product: c[j][i] = sum over d in order of a[j][d] * bt[d][i] for the rows j of a (D floats,
+ * lda apart) and the ATT_BR lanes i of bt's rows (row stride ldb); c rows ATT_BR floats apart. Rows
+ * [0, n0) for every lane; rows [n0, n) only for the last vector's lanes (the first vectors' queries do not
+ * see those keys: on the causal diagonal; their c lanes are left as they were). Blocks of the most rows
+ * the registers hold, then single rows.
+ */
+template <int64_t D, class Tick = AttNoTick>
+inline void att_lanes(const float* a, int64_t lda, const float* bt, int64_t ldb, float* c, int64_t n0, int64_t n, Tick&& tick = Tick()) {
+  constexpr int64_t JB = ATT_ACC / ATT_NV, JL = ATT_ACC, L = (ATT_NV - 1) * ATT_AW;
+  n0 = std::min(n0, n);
+  int64_t j = 0;
+  for (; j + JB <= n0; j += JB) {
+    att_mk<JB, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * lda, lda, 1, bt, ldb, 0, D);
+    tick();
+  }
+  for (; j < n0; j++) att_mk<1, ATT_NV, ATT_AW, ATT_ZERO>(c + j * ATT_BR, ATT_BR, nullptr, a + j * lda, lda, 1, bt, ldb, 0, D);
+  for (; j + JL <= n; j += JL) {
+    att_mk<JL, 1, ATT_AW, ATT_ZERO>(c + j * ATT_BR + L, ATT_BR, nullptr, a + j * lda, lda, 1, bt + L, ldb, 0, D);
+    tick();
+  }
+  for (; j < n; j++) att_mk<1, 1, ATT_AW, ATT_ZERO>(c + j * ATT_BR + L, ATT_BR, nullptr, a + j * lda, lda, 1, bt + L, ldb, 0, D);
+}
+
+/** vector width along a row of D floats for att_rows: the widest of ATT_AW, 8, 4, 1 that divides D */
+constexpr int64_t att_dw(int64_t D) { return D % ATT_AW == 0 ? ATT_AW : D % 8 == 0 ? 8 : D % 4 == 0 ? 4 : 1; }
+
+/**
+ * Rows product: for the n rows r of c (D floats each, ldc apart), c[r][:] = c[r][:] (times rs[r] when
+ * rescale) + sum over k in [k0, k1) in order of p[r pr + k pk] * b[k][:] (b rows of D floats, ldb apart).
+ * Blocks of the most rows the registers hold, then single rows; range(first, last) gives a block's
+ * [k0, k1) (the caller's bounds: the coefficients outside a row's own range are zeros).
+ */
+/** rows per att_rows block: as many as the accumulator registers hold */
+template <int64_t D>
+constexpr int64_t att_rows_ib() { return std::max<int64_t>(1, ATT_ACC / (D / att_dw(D))); }
+
+template <int64_t D, bool rescale, class Range, class Tick = AttNoTick>
+inline void att_rows(float* c, int64_t ldc, const float* rs, const float* p, int64_t pr, int64_t pk, const float* b, int64_t ldb, int64_t n,
+                     Range range, Tick&& tick = Tick()) {
+  constexpr int64_t W = att_dw(D), ND = D / W, IB = att_rows_ib<D>();
+  constexpr int init = rescale ? ATT_RESCALE : ATT_LOAD;
+  int64_t r = 0;
+  for (; r + IB <= n; r += IB) {
+    const std::pair<int64_t, int64_t> k = range(r, r + IB - 1);
+    att_mk<IB, ND, W, init>(c + r * ldc, ldc, rescale ? rs + r : nullptr, p + r * pr, pr, pk, b, ldb, k.first, k.second);
+    tick();
+  }
+  for (; r < n; r++) {
+    const std::pair<int64_t, int64_t> k = range(r, r);
+    att_mk<1, ND, W, init>(c + r * ldc, ldc, rescale ? rs + r : nullptr, p + r * pr, pr, pk, b, ldb, k.first, k.second);
+  }
+}
+
+/** 64-byte aligned start inside a scratch block of at least n + 16 floats */
+inline float* att_align(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
+
+/**
+ * dst[d ld + t] = src[t ss + d] * mul for t < rows, d < D (a tile of rows transposed: queries across the
+ * lanes): 8 x 8 blocks transposed in registers (mpsc_fast's transpose8x8), the rest one value at a time
+ */
+template <int64_t D>
+inline void att_transpose(const float* src, int64_t ss, int64_t rows, float* dst, int64_t ld, float mul) {
+  using mpsc_fast::detail::v8f;
+  const int64_t nb = D % 8 == 0 ? rows / 8 : 0;  // 8 x 8 blocks of rows
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t d = 0; d < D; d += 8) {
+      v8f r[8];
+      for (int64_t i = 0; i < 8; i++) r[i] = att_ld<v8f>(src + (8 * b + i) * ss + d) * mul;
+      mpsc_fast::detail::transpose8x8(r);
+      for (int64_t i = 0; i < 8; i++) att_st(dst + (d + i) * ld + 8 * b, r[i]);
+    }
+  for (int64_t t = 8 * nb; t < rows; t++)
+    for (int64_t d = 0; d < D; d++) dst[d * ld + t] = src[t * ss + d] * mul;
+}
+
+/** prefetch the cache lines of the floats [p, p + n) into L2 (rw 1: for writing) */
+template <int rw>
+MK_ALWAYS_INLINE void att_prefetch(const float* p, int64_t n) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), e = reinterpret_cast<uintptr_t>(p + n);
+  for (uintptr_t l = a & ~uintptr_t(63); l < e; l += 64) __builtin_prefetch(reinterpret_cast<const void*>(l), rw, 2);
+}
+
+/**
+ * the work a thread does next (packed layout, rows 3C floats apart: each row of a head a separate miss),
+ * its rows prefetched into L2 between the blocks of this item's products (AttPrefetch), so its misses
+ * overlap this item's arithmetic.
+ * AttNextTile: the next (head, query tile) of the forward; AttNext: the next head of the backward.
+ */
+struct AttNextTile {
+  const float *q, *k, *v;
+  float* o;
+  int64_t t0, t1;
+};
+struct AttNext {
+  const float *dO, *q, *k, *v, *o;
+  float *dq, *dk, *dv;
+};
+
+/**
+ * Rows of the next work item to prefetch into L2 (packed layout), issued a few at a time between the blocks
+ * of this item's products (as att_lanes / att_rows's tick), so the misses overlap the arithmetic instead of
+ * queueing behind each other: pace(blocks) spreads them evenly over about that many ticks, rest() issues
+ * whatever is left.
+ */
+class AttPrefetch {
+  struct Stream {
+    const float* p;
+    int64_t stride, rows;
+    bool write;
+  };
+  Stream s_[8];
+  int n_ = 0, cur_ = 0;
+  int64_t row_ = 0, per_ = 0, cols_;
+
+ public:
+  explicit AttPrefetch(int64_t cols) : cols_(cols) {}
+  /** rows [0, rows) of p, stride floats apart (write: to be written) */
+  void add(const float* p, int64_t stride, int64_t rows, bool write) { s_[n_++] = Stream{p, stride, rows, write}; }
+  void pace(int64_t blocks) {
+    int64_t total = 0;
+    for (int i = 0; i < n_; i++) total += s_[i].rows;
+    per_ = (total + std::max<int64_t>(1, blocks) - 1) / std::max<int64_t>(1, blocks);
+  }
+  void operator()() {
+    for (int64_t i = 0; i < per_ && cur_ < n_; i++) {
+      const Stream& st = s_[cur_];
+      if (st.write) att_prefetch<1>(st.p + row_ * st.stride, cols_);
+      else att_prefetch<0>(st.p + row_ * st.stride, cols_);
+      if (++row_ == st.rows) {
+        row_ = 0;
+        cur_++;
+      }
+    }
+  }
+  void rest() {
+    per_ = INT64_MAX;
+    (*this)();
+  }
+};
+
 /**
  * Forward of one (head, query tile): q [T][D], k and v [S][D] of one head, rows sq / sk / sv floats
  * apart (D for separate [N,H,T,D] tensors; 3C when read in place from a packed [N,T,3C] projection),
- * o [T][D] rows so apart; queries t0..t1-1.
- * Online softmax: per query row the running max m, sum l and unnormalised output acc are
- * rescaled by exp(m_old - m_new) when a key tile raises the max. o = acc / l, lse = m + log l.
- * ws: ATT_BR*ATT_BC + D*ATT_BC + ATT_BR*D + 2*ATT_BR floats.
+ * o [T][D] rows so apart; queries t0..t1-1 (at most ATT_BR).
+ * Per key tile: st = (scale Q) K^T transposed (att_lanes; keys no query of the tile sees are not
+ * computed, keys only the last vector's queries see computed for it alone), hidden keys masked to -inf,
+ * the running max m, rescale corr = exp(m_old - m_new), P = exp(st - m) and the row sums l as lane-wise
+ * vectors, then acc = acc * corr + P V (att_rows, each row block up to the last key its last row sees).
+ * o = acc / l, lse = m + log l. next (or null): the item the thread does next, its rows prefetched into
+ * L2 between the blocks of this one's products. ws: attention_fwd_ws(D) floats.
  */
 template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_fwd_tile(const float* q, const float* k, const float* v, float* o, float* lse, int64_t T, int64_t S,
-                               float scale, bool causal, int64_t t0, int64_t t1, float* ws) {
-  float* sc = ws;                       // [ATT_BR][ATT_BC] scores, then probabilities
-  float* kt = sc + ATT_BR * ATT_BC;     // [D][ATT_BC] the key tile transposed
-  float* acc = kt + D * ATT_BC;         // [ATT_BR][D]
-  float* m = acc + ATT_BR * D;          // [ATT_BR]
-  float* l = m + ATT_BR;                // [ATT_BR]
-  // strided rows (a packed projection): the query tile and each value tile are first copied to
-  // contiguous rows (the same values, so the same arithmetic; strided rows of 3C floats alias in L1)
-  constexpr bool pack_q = sq != D, pack_v = sv != D;
-  float* qc = l + ATT_BR;               // [ATT_BR][D] when pack_q
-  float* vc = qc + (pack_q ? ATT_BR * D : 0);  // [ATT_BC][D] when pack_v
+                               float scale, bool causal, int64_t t0, int64_t t1, float* ws, const AttNextTile* next = nullptr) {
+  float* st = att_align(ws);          // [ATT_BC][ATT_BR] scores, then probabilities, transposed
+  float* qt = st + ATT_BC * ATT_BR;   // [D][ATT_BR] the query tile transposed, times scale; zero past t1
+  float* acc = qt + D * ATT_BR;       // [ATT_BR][D] the unnormalised outputs
   const int64_t nr = t1 - t0;
-  if constexpr (pack_q)
-    for (int64_t i = 0; i < nr; i++) std::memcpy(qc + i * D, q + (t0 + i) * sq, sizeof(float) * D);
-  for (int64_t i = 0; i < nr; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
-  std::memset(acc, 0, sizeof(float) * nr * D);
-  const int64_t kend = att_key_end(causal, t1 - 1, T, S);
+  att_transpose<D>(q + t0 * sq, sq, nr, qt, ATT_BR, scale);
+  for (int64_t d = 0; d < D; d++)
+    for (int64_t i = nr; i < ATT_BR; i++) qt[d * ATT_BR + i] = 0.0f;
+  std::memset(acc, 0, sizeof(float) * ATT_BR * D);
+  // each lane's key end (the lanes past t1 copy the last row's: finite scores of zero, never read)
+  alignas(64) int32_t lim_s[ATT_BR];
+  alignas(64) float corr_s[ATT_BR];
+  for (int64_t i = 0; i < ATT_BR; i++) lim_s[i] = (int32_t)att_key_end(causal, t0 + std::min(i, nr - 1), T, S);
+  avi lim[ATT_NV];
+  avf m[ATT_NV], l[ATT_NV];
+  for (int64_t u = 0; u < ATT_NV; u++) {
+    lim[u] = att_ld<avi>(lim_s + u * ATT_AW);
+    m[u] = att_splat<avf>(-INFINITY);
+    l[u] = att_splat<avf>(0.0f);
+  }
+  const int64_t kend = att_key_end(causal, t1 - 1, T, S);  // keys past it hidden from every row
+  const int64_t kall = att_key_end(causal, t0, T, S);      // keys before it seen by every row
+  // the next item's rows, prefetched between the blocks of this one's products (paced over about as many blocks)
+  AttPrefetch pf(D);
+  if (next) {
+    const int64_t nkend = att_key_end(causal, next->t1 - 1, T, S);
+    pf.add(next->q + next->t0 * sq, sq, next->t1 - next->t0, false);
+    pf.add(next->k, sk, nkend, false);
+    pf.add(next->v, sv, nkend, false);
+    pf.add(next->o + next->t0 * so, so, next->t1 - next->t0, true);
+    int64_t blocks = 0;
+    for (int64_t u0 = 0; u0 < kend; u0 += ATT_BC) blocks += std::min(ATT_BC, kend - u0) / (ATT_ACC / ATT_NV) + nr / att_rows_ib<D>();
+    pf.pace(blocks);
+  }
+  const auto tick = [&pf, next] {
+    if (next) pf();
+  };
   for (int64_t u0 = 0; u0 < kend; u0 += ATT_BC) {
     const int64_t nc = std::min(ATT_BC, kend - u0);
+    const float* kt = k + u0 * sk;
+    const float* vt = v + u0 * sv;
+    // keys the first vectors' queries see (the last vector's see all nc)
+    const int64_t n0 = causal ? std::min(nc, std::max<int64_t>(0, att_key_end(causal, t0 + std::min(nr, ATT_BR - ATT_AW) - 1, T, S) - u0)) : nc;
+    att_lanes<D>(kt, sk, qt, ATT_BR, st, n0, nc, tick);
+    // mask (only a tile some row does not see whole) and the new running max
+    avf mn[ATT_NV];
+    for (int64_t u = 0; u < ATT_NV; u++) mn[u] = m[u];
+    if (u0 + nc > kall) {
+      const avf ninf = att_splat<avf>(-INFINITY);
+      for (int64_t j = 0; j < nc; j++)
+        for (int64_t u = 0; u < ATT_NV; u++) {
+          avf s = att_ld<avf>(st + j * ATT_BR + u * ATT_AW);
+          s = att_splat<avi>((int32_t)(u0 + j)) < lim[u] ? s : ninf;
+          att_st(st + j * ATT_BR + u * ATT_AW, s);
+          mn[u] = mn[u] < s ? s : mn[u];
+        }
+    } else {
+      for (int64_t j = 0; j < nc; j++)
+        for (int64_t u = 0; u < ATT_NV; u++) {
+          const avf s = att_ld<avf>(st + j * ATT_BR + u * ATT_AW);
+          mn[u] = mn[u] < s ? s : mn[u];
+        }
+    }
+    // every row sees key 0 (causal needs S >= T), so mn is finite after the first tile
+    avf rsum[ATT_NV];
+    for (int64_t u = 0; u < ATT_NV; u++) {
+      const avf c = exp_av(m[u] - mn[u]);  // 0 on the first tile (m = -inf)
+      att_st(corr_s + u * ATT_AW, c);
+      l[u] *= c;
+      m[u] = mn[u];
+      rsum[u] = att_splat<avf>(0.0f);
+    }
     for (int64_t j = 0; j < nc; j++)
-      for (int64_t d = 0; d < D; d++) kt[d * ATT_BC + j] = k[(u0 + j) * sk + d];
-    for (int64_t d = 0; d < D; d++)  // a short last tile: zero columns (the score rows span ATT_BC)
-      for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = 0.0f;
-    if constexpr (pack_v)
-      for (int64_t j = 0; j < nc; j++) std::memcpy(vc + j * D, v + (u0 + j) * sv, sizeof(float) * D);
-    float corr[ATT_BR];  // the rows' rescale factors of this tile
-    int64_t visr[ATT_BR];
-    for (int64_t i = 0; i < nr; i++) {
-      const int64_t vis = std::min(nc, att_key_end(causal, t0 + i, T, S) - u0);  // keys of this tile the row sees
-      visr[i] = vis;
-      if (vis <= 0) continue;
-      const float* qi = pack_q ? qc + i * D : q + (t0 + i) * sq;
-      float* si = sc + i * ATT_BC;
-      // the scores of the whole tile width in a fixed-size local row (registers; the columns past
-      // `vis` see stale key columns and are dropped), each visible one the same chain over d
-      float sr[ATT_BC];
-      for (int64_t j = 0; j < ATT_BC; j++) sr[j] = 0.0f;
-      for (int64_t d = 0; d < D; d++) {
-        const float qd = qi[d] * scale;
-        const float* kd = kt + d * ATT_BC;
-        for (int64_t j = 0; j < ATT_BC; j++) sr[j] += qd * kd[j];
+      for (int64_t u = 0; u < ATT_NV; u++) {
+        const avf pj = exp_av(att_ld<avf>(st + j * ATT_BR + u * ATT_AW) - mn[u]);
+        att_st(st + j * ATT_BR + u * ATT_AW, pj);
+        rsum[u] += pj;
       }
-      for (int64_t j = 0; j < vis; j++) si[j] = sr[j];
-      float mx = m[i];
-      for (int64_t j = 0; j < vis; j++) mx = std::max(mx, si[j]);
-      corr[i] = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first visible tile
-      float rs = 0.0f;
-      for (int64_t j = 0; j < vis; j++) si[j] = exp_v(si[j] - mx);
-      for (int64_t j = 0; j < vis; j++) rs += si[j];
-      l[i] = l[i] * corr[i] + rs;
-      m[i] = mx;
-    }
-    // acc[i] = acc[i] * corr[i] + sum over the visible keys j in order of P[i][j] v[j]: the rows' accumulators
-    // in registers (local arrays: no aliasing with v), two rows per pass over the value rows, so 2 * D / lanes
-    // independent FMA chains keep both FMA pipes busy (one row's D / lanes chains wait on the FMA latency);
-    // each element's chain is the same as one row at a time
-    const auto vrow = [&](int64_t j) { return pack_v ? vc + j * D : v + (u0 + j) * sv; };
-    for (int64_t i = 0; i < nr; i++) {
-      if (visr[i] <= 0) continue;
-      float* ai = acc + i * D;
-      const float* si = sc + i * ATT_BC;
-      float ar[D];
-      for (int64_t d = 0; d < D; d++) ar[d] = ai[d] * corr[i];
-      int64_t j = 0;
-      if (i + 1 < nr && visr[i + 1] > 0) {
-        float* bi = ai + D;
-        const float* ti = si + ATT_BC;
-        float br[D];
-        for (int64_t d = 0; d < D; d++) br[d] = bi[d] * corr[i + 1];
-        for (; j < std::min(visr[i], visr[i + 1]); j++) {
-          const float p = si[j], pb = ti[j];
-          const float* vj = vrow(j);
-          for (int64_t d = 0; d < D; d++) {
-            ar[d] += p * vj[d];
-            br[d] += pb * vj[d];
-          }
-        }
-        for (int64_t jb = j; jb < visr[i + 1]; jb++) {
-          const float pb = ti[jb];
-          const float* vj = vrow(jb);
-          for (int64_t d = 0; d < D; d++) br[d] += pb * vj[d];
-        }
-        for (int64_t d = 0; d < D; d++) bi[d] = br[d];
-      }
-      for (; j < visr[i]; j++) {
-        const float p = si[j];
-        const float* vj = vrow(j);
-        for (int64_t d = 0; d < D; d++) ar[d] += p * vj[d];
-      }
-      for (int64_t d = 0; d < D; d++) ai[d] = ar[d];
-      if (i + 1 < nr && visr[i + 1] > 0) i++;  // row i + 1 done with row i
-    }
+    for (int64_t u = 0; u < ATT_NV; u++) l[u] += rsum[u];
+    // acc rows: rescale, then P V up to the last key the block's last row sees (later keys' P are 0)
+    att_rows<D, true>(acc, D, corr_s, st, 1, ATT_BR, vt, sv, nr, [&](int64_t, int64_t ilast) {
+      return std::pair<int64_t, int64_t>(0, std::max<int64_t>(0, std::min(nc, att_key_end(causal, t0 + ilast, T, S) - u0)));
+    }, tick);
   }
+  alignas(64) float l_s[ATT_BR], m_s[ATT_BR];
+  for (int64_t u = 0; u < ATT_NV; u++) {
+    att_st(l_s + u * ATT_AW, l[u]);
+    att_st(m_s + u * ATT_AW, m[u]);
+  }
+  pf.rest();
   for (int64_t i = 0; i < nr; i++) {
-    const float inv = 1.0f / l[i];
+    const float inv = 1.0f / l_s[i];
     for (int64_t d = 0; d < D; d++) o[(t0 + i) * so + d] = acc[i * D + d] * inv;
-    lse[t0 + i] = m[i] + std::log(l[i]);
+    lse[t0 + i] = m_s[i] + std::log(l_s[i]);
   }
 }
 
-/** floats of scratch attention_fwd_tile needs (strided: room for the contiguous query and value tiles too) */
-inline int64_t attention_fwd_ws(int64_t D, bool strided = false) {
-  return ATT_BR * ATT_BC + D * ATT_BC + ATT_BR * D + 2 * ATT_BR + (strided ? (ATT_BR + ATT_BC) * D : 0);
-}
+/** floats of scratch attention_fwd_tile needs */
+inline int64_t attention_fwd_ws(int64_t D) { return 16 + ATT_BC * ATT_BR + 2 * D * ATT_BR; }
 
 /**
- * Backward of one head, blocked like the forward: for each key tile (its dk, dv rows owned here)
- * and each query tile that sees it, P = exp(scale q k^T - lse) is recomputed from the saved lse,
- * dP = do v^T and dS = scale P (dP - delta) with delta[t] = do[t].o[t] are formed as tiles, then
- * dv += P^T do, dk += dS^T q, dq += dS k with each output row accumulated in registers. dq, dk,
- * dv are overwritten. Rows are contiguous (D floats; attention_bwd_head copies strided ones here).
- * ws: attention_bwd_ws(T, D) floats.
+ * Backward of one head, blocked like the forward: for each key tile (its dk, dv rows owned here) and
+ * each query tile that sees it, st = (scale Q) K^T and dP^T = V dO^T (att_lanes, transposed: queries
+ * across the lanes), P = exp(st - lse) (0 where hidden) and dS = scale P (dP - delta) with delta[t] =
+ * do[t].o[t] lane-wise, then dv += P^T do, dk += dS^T q, dq += dS k (att_rows, skipping the rows /
+ * keys where P is 0 by causality). dq, dk, dv are overwritten. Rows sq / sk / sv / so floats apart
+ * (as the forward's), read and written in place: the micro-kernels' broadcast and row operands come
+ * from L2 where strided rows alias in L1, which measured cheaper than copying the head to contiguous
+ * rows and back (phase 11a v6). ws: attention_bwd_ws(T, D) floats.
  */
-template <int64_t D>
+template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_bwd_head_c(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                               float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
-  float* p = ws;                     // [ATT_BR][ATT_BC] probabilities
-  float* ds = p + ATT_BR * ATT_BC;   // [ATT_BR][ATT_BC] dS
-  float* kt = ds + ATT_BR * ATT_BC;  // [D][ATT_BC] key tile transposed
-  float* vt = kt + D * ATT_BC;       // [D][ATT_BC] value tile transposed
-  float* delta = vt + D * ATT_BC;    // [T]
-  std::memset(dq, 0, sizeof(float) * T * D);
-  std::memset(dk, 0, sizeof(float) * S * D);
-  std::memset(dv, 0, sizeof(float) * S * D);
-  for (int64_t t = 0; t < T; t++) {
-    float s = 0.0f;
-    for (int64_t d = 0; d < D; d++) s += dO[t * D + d] * o[t * D + d];
-    delta[t] = s;
+                                 float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws,
+                                 AttPrefetch* pf = nullptr) {
+  const int64_t Tv = (T + ATT_AW - 1) / ATT_AW * ATT_AW, Tp = Tv + ATT_BR;  // whole vectors; room for a last query tile
+  float* pt = att_align(ws);          // [ATT_BC][ATT_BR] P, transposed
+  float* dst = pt + ATT_BC * ATT_BR;  // [ATT_BC][ATT_BR] dP, then dS, transposed
+  float* qt = dst + ATT_BC * ATT_BR;  // [D][Tp] q * scale transposed, zero past T
+  float* gt = qt + D * Tp;            // [D][Tp] do transposed, zero past T
+  float* ot = gt + D * Tp;            // [D][Tv] o transposed (for delta), zero past T
+  float* lp = ot + D * Tv;            // [Tp] lse, zero past T
+  float* dl = lp + Tp;                // [Tp] delta, zero past T
+  for (int64_t t = 0; t < T; t++) std::memset(dq + t * sq, 0, sizeof(float) * D);
+  for (int64_t u = 0; u < S; u++) {
+    std::memset(dk + u * sk, 0, sizeof(float) * D);
+    std::memset(dv + u * sv, 0, sizeof(float) * D);
   }
+  att_transpose<D>(q, sq, T, qt, Tp, scale);
+  att_transpose<D>(dO, so, T, gt, Tp, 1.0f);
+  att_transpose<D>(o, so, T, ot, Tv, 1.0f);
+  for (int64_t d = 0; d < D; d++) {
+    std::fill(qt + d * Tp + T, qt + (d + 1) * Tp, 0.0f);
+    std::fill(gt + d * Tp + T, gt + (d + 1) * Tp, 0.0f);
+    std::fill(ot + d * Tv + T, ot + (d + 1) * Tv, 0.0f);
+  }
+  for (int64_t t = 0; t < Tp; t++) lp[t] = t < T ? lse[t] : 0.0f;
+  // delta[t] = sum over d in order of do[t][d] o[t][d], the rows across the lanes
+  for (int64_t t = 0; t < Tv; t += ATT_AW) {
+    avf s = att_splat<avf>(0.0f);
+    for (int64_t d = 0; d < D; d++) s += att_ld<avf>(gt + d * Tp + t) * att_ld<avf>(ot + d * Tv + t);
+    att_st(dl + t, s);
+  }
+  std::fill(dl + Tv, dl + Tp, 0.0f);
+  const auto tick = [pf] {
+    if (pf) (*pf)();
+  };
+  if (pf) {  // the blocks of products ahead, to pace the prefetches
+    int64_t blocks = 0;
+    for (int64_t u0 = 0; u0 < S; u0 += ATT_BC)
+      for (int64_t t0 = causal ? std::max<int64_t>(0, u0 - (S - T)) : 0; t0 < T; t0 += ATT_BR) {
+        const int64_t nr = std::min(ATT_BR, T - t0), jn = std::min(std::min(ATT_BC, S - u0), att_key_end(causal, t0 + nr - 1, T, S) - u0);
+        blocks += 2 * (jn / (ATT_ACC / ATT_NV)) + (2 * jn + nr) / att_rows_ib<D>();
+      }
+    pf->pace(blocks);
+  }
+  alignas(64) int32_t lim_s[ATT_BR];
   for (int64_t u0 = 0; u0 < S; u0 += ATT_BC) {
     const int64_t nc = std::min(ATT_BC, S - u0);
-    for (int64_t j = 0; j < nc; j++)
-      for (int64_t d = 0; d < D; d++) { kt[d * ATT_BC + j] = k[(u0 + j) * D + d]; vt[d * ATT_BC + j] = v[(u0 + j) * D + d]; }
-    for (int64_t d = 0; d < D; d++)  // a short last tile: zero columns (the score rows span ATT_BC)
-      for (int64_t j = nc; j < ATT_BC; j++) kt[d * ATT_BC + j] = vt[d * ATT_BC + j] = 0.0f;
+    const float* kt = k + u0 * sk;
     // the first query that sees key u0: t + 1 + S - T > u0
     const int64_t tfirst = causal ? std::max<int64_t>(0, u0 - (S - T)) : 0;
     for (int64_t t0 = tfirst; t0 < T; t0 += ATT_BR) {
       const int64_t nr = std::min(ATT_BR, T - t0);
-      // P and dS = P (dP - delta) scale of the tile, zero where a query does not see a key
-      for (int64_t i = 0; i < nr; i++) {
-        const int64_t t = t0 + i;
-        const float* qi = q + t * D;
-        const float* gi = dO + t * D;
-        float* pi = p + i * ATT_BC;
-        float* si = ds + i * ATT_BC;
-        const int64_t vis = std::max<int64_t>(0, std::min(nc, att_key_end(causal, t, T, S) - u0));
-        for (int64_t j = 0; j < nc; j++) { pi[j] = 0.0f; si[j] = 0.0f; }
-        if (vis == 0) continue;
-        // scores and dP of the whole tile width in fixed-size local rows (registers), as in the forward
-        float sr[ATT_BC], dp[ATT_BC];
-        for (int64_t j = 0; j < ATT_BC; j++) { sr[j] = 0.0f; dp[j] = 0.0f; }
-        for (int64_t d = 0; d < D; d++) {
-          const float qd = qi[d] * scale, gd = gi[d];
-          const float* kd = kt + d * ATT_BC;
-          const float* vd = vt + d * ATT_BC;
-          for (int64_t j = 0; j < ATT_BC; j++) { sr[j] += qd * kd[j]; dp[j] += gd * vd[j]; }
+      const int64_t jn = std::min(nc, att_key_end(causal, t0 + nr - 1, T, S) - u0);  // keys any row of the tile sees
+      // keys the first vectors' queries see (the last vector's see all jn)
+      const int64_t n0 = causal ? std::min(jn, std::max<int64_t>(0, att_key_end(causal, t0 + std::min(nr, ATT_BR - ATT_AW) - 1, T, S) - u0)) : jn;
+      att_lanes<D>(kt, sk, qt + t0, Tp, pt, n0, jn, tick);
+      att_lanes<D>(v + u0 * sv, sv, gt + t0, Tp, dst, n0, jn, tick);
+      // lanes past T: key end 0, so P = dS = 0 there
+      for (int64_t i = 0; i < ATT_BR; i++) lim_s[i] = i < nr ? (int32_t)att_key_end(causal, t0 + i, T, S) : 0;
+      for (int64_t u = 0; u < ATT_NV; u++) {
+        const avi lim = att_ld<avi>(lim_s + u * ATT_AW);
+        const avf L = att_ld<avf>(lp + t0 + u * ATT_AW), dlt = att_ld<avf>(dl + t0 + u * ATT_AW);
+        const int64_t jv = u < ATT_NV - 1 ? n0 : jn;  // keys past jv: not computed for these lanes, P = dS = 0
+        for (int64_t j = 0; j < jv; j++) {
+          float* pj = pt + j * ATT_BR + u * ATT_AW;
+          float* sj = dst + j * ATT_BR + u * ATT_AW;
+          const avf p = att_splat<avi>((int32_t)(u0 + j)) < lim ? exp_av(att_ld<avf>(pj) - L) : att_splat<avf>(0.0f);
+          att_st(pj, p);
+          att_st(sj, p * (att_ld<avf>(sj) - dlt) * scale);
         }
-        const float L = lse[t], dl = delta[t];
-        for (int64_t j = 0; j < vis; j++) pi[j] = exp_v(sr[j] - L);
-        for (int64_t j = 0; j < vis; j++) si[j] = pi[j] * (dp[j] - dl) * scale;
-      }
-      // dv[u] += sum_t P[t,u] do[t]; dk[u] += sum_t dS[t,u] q[t]: the key's rows in registers
-      for (int64_t j = 0; j < nc; j++) {
-        float av[D], ak[D];
-        float* dvj = dv + (u0 + j) * D;
-        float* dkj = dk + (u0 + j) * D;
-        for (int64_t d = 0; d < D; d++) { av[d] = dvj[d]; ak[d] = dkj[d]; }
-        // rows before the key's first query (causal) hold P = dS = 0: skipped
-        const int64_t ilo = causal ? std::min(nr, std::max<int64_t>(0, u0 + j - (S - T) - t0)) : 0;
-        for (int64_t i = ilo; i < nr; i++) {
-          const float pij = p[i * ATT_BC + j], sij = ds[i * ATT_BC + j];
-          const float* gi = dO + (t0 + i) * D;
-          const float* qi = q + (t0 + i) * D;
-          for (int64_t d = 0; d < D; d++) { av[d] += pij * gi[d]; ak[d] += sij * qi[d]; }
+        for (int64_t j = jv; j < jn; j++) {
+          att_st(pt + j * ATT_BR + u * ATT_AW, att_splat<avf>(0.0f));
+          att_st(dst + j * ATT_BR + u * ATT_AW, att_splat<avf>(0.0f));
         }
-        for (int64_t d = 0; d < D; d++) { dvj[d] = av[d]; dkj[d] = ak[d]; }
       }
-      // dq[t] += sum_u dS[t,u] k[u], two rows per pass over the key rows (as the forward's P V: twice the
-      // independent FMA chains, each element's chain unchanged)
-      const auto qvis = [&](int64_t i) {  // dS = 0 past it
-        return std::max<int64_t>(0, std::min(nc, att_key_end(causal, t0 + i, T, S) - u0));
+      // dv[u] += sum_t P[t,u] do[t], dk[u] += sum_t dS[t,u] q[t]: from the first row that sees the block's first key
+      const auto qrange = [&](int64_t j, int64_t) {
+        return std::pair<int64_t, int64_t>(causal ? std::min(nr, std::max<int64_t>(0, u0 + j - (S - T) - t0)) : 0, int64_t(nr));
       };
-      for (int64_t i = 0; i < nr; i++) {
-        float aq[D];
-        float* dqi = dq + (t0 + i) * D;
-        for (int64_t d = 0; d < D; d++) aq[d] = dqi[d];
-        const float* si = ds + i * ATT_BC;
-        const int64_t vis = qvis(i);
-        int64_t j = 0;
-        const bool pair = i + 1 < nr;
-        if (pair) {
-          float bq[D];
-          float* dqb = dqi + D;
-          for (int64_t d = 0; d < D; d++) bq[d] = dqb[d];
-          const float* sb = si + ATT_BC;
-          const int64_t visb = qvis(i + 1);
-          for (; j < std::min(vis, visb); j++) {
-            const float sij = si[j], sbj = sb[j];
-            const float* kj = k + (u0 + j) * D;
-            for (int64_t d = 0; d < D; d++) {
-              aq[d] += sij * kj[d];
-              bq[d] += sbj * kj[d];
-            }
-          }
-          for (int64_t jb = j; jb < visb; jb++) {
-            const float sbj = sb[jb];
-            const float* kj = k + (u0 + jb) * D;
-            for (int64_t d = 0; d < D; d++) bq[d] += sbj * kj[d];
-          }
-          for (int64_t d = 0; d < D; d++) dqb[d] = bq[d];
-        }
-        for (; j < vis; j++) {
-          const float sij = si[j];
-          const float* kj = k + (u0 + j) * D;
-          for (int64_t d = 0; d < D; d++) aq[d] += sij * kj[d];
-        }
-        for (int64_t d = 0; d < D; d++) dqi[d] = aq[d];
-        if (pair) i++;
-      }
+      att_rows<D, false>(dv + u0 * sv, sv, nullptr, pt, ATT_BR, 1, dO + t0 * so, so, jn, qrange, tick);
+      att_rows<D, false>(dk + u0 * sk, sk, nullptr, dst, ATT_BR, 1, q + t0 * sq, sq, jn, qrange, tick);
+      // dq[t] += sum_u dS[t,u] k[u]: up to the last key the block's last row sees
+      att_rows<D, false>(dq + t0 * sq, sq, nullptr, dst, 1, ATT_BR, kt, sk, nr, [&](int64_t, int64_t ilast) {
+        return std::pair<int64_t, int64_t>(0, std::max<int64_t>(0, std::min(jn, att_key_end(causal, t0 + ilast, T, S) - u0)));
+      }, tick);
     }
   }
 }
 
-/** floats of scratch attention_bwd_head needs (strided: room for the head's contiguous copies too) */
-inline int64_t attention_bwd_ws(int64_t T, int64_t D, bool strided = false, int64_t S = -1) {
-  return 2 * ATT_BR * ATT_BC + 2 * D * ATT_BC + T + (strided ? 4 * T * D + 4 * (S < 0 ? T : S) * D : 0);
+/** floats of scratch attention_bwd_head needs */
+inline int64_t attention_bwd_ws(int64_t T, int64_t D) {
+  const int64_t Tv = (T + ATT_AW - 1) / ATT_AW * ATT_AW, Tp = Tv + ATT_BR;
+  return 16 + 2 * ATT_BC * ATT_BR + (2 * D + 2) * Tp + D * Tv;
 }
 
 /**
- * attention_bwd_head_c over rows sq, sk, sv, so floats apart (template arguments; D each for separate
- * tensors, 3C and C for a packed projection). Strided rows are first copied to contiguous ones (q, k, v,
- * o, do: the same values) and dq, dk, dv computed there and copied out, so the arithmetic, and the bits,
- * are those of the contiguous layout; the head's rows stay in L1 / L2 instead of strided rows of 3C floats
- * that alias in L1. ws: attention_bwd_ws(T, D, strided, S) floats.
+ * attention_bwd_head_c with the prefetches of `next` (the operands of the head the thread does next, or
+ * null): their rows are fetched into L2 a few at a time between the blocks of this head's products
+ * (AttPrefetch), so the misses on the next head's strided rows overlap this head's arithmetic.
+ * ws: attention_bwd_ws(T, D) floats.
  */
 template <int64_t D, int64_t sq = D, int64_t sk = D, int64_t sv = D, int64_t so = D>
 inline void attention_bwd_head(const float* dO, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                               float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws) {
-  if constexpr (sq == D && sk == D && sv == D && so == D) {
-    attention_bwd_head_c<D>(dO, q, k, v, o, lse, dq, dk, dv, T, S, scale, causal, ws);
-  } else {
-    float* c = ws + attention_bwd_ws(T, D);  // [8][T or S][D]: q, k, v, o, do, dq, dk, dv
-    float *qc = c, *kc = qc + T * D, *vc = kc + S * D, *oc = vc + S * D, *gc = oc + T * D, *dqc = gc + T * D, *dkc = dqc + T * D, *dvc = dkc + S * D;
-    for (int64_t t = 0; t < T; t++) {
-      std::memcpy(qc + t * D, q + t * sq, sizeof(float) * D);
-      std::memcpy(oc + t * D, o + t * so, sizeof(float) * D);
-      std::memcpy(gc + t * D, dO + t * so, sizeof(float) * D);
-    }
-    for (int64_t u = 0; u < S; u++) {
-      std::memcpy(kc + u * D, k + u * sk, sizeof(float) * D);
-      std::memcpy(vc + u * D, v + u * sv, sizeof(float) * D);
-    }
-    attention_bwd_head_c<D>(gc, qc, kc, vc, oc, lse, dqc, dkc, dvc, T, S, scale, causal, ws);
-    for (int64_t t = 0; t < T; t++) std::memcpy(dq + t * sq, dqc + t * D, sizeof(float) * D);
-    for (int64_t u = 0; u < S; u++) {
-      std::memcpy(dk + u * sk, dkc + u * D, sizeof(float) * D);
-      std::memcpy(dv + u * sv, dvc + u * D, sizeof(float) * D);
-    }
+                               float* dq, float* dk, float* dv, int64_t T, int64_t S, float scale, bool causal, float* ws,
+                               const AttNext* next = nullptr) {
+  AttPrefetch pf(D);
+  if (next) {
+    pf.add(next->q, sq, T, false);
+    pf.add(next->dO, so, T, false);
+    pf.add(next->o, so, T, false);
+    pf.add(next->k, sk, S, false);
+    pf.add(next->v, sv, S, false);
+    pf.add(next->dq, sq, T, true);
+    pf.add(next->dk, sk, S, true);
+    pf.add(next->dv, sv, S, true);
   }
+  attention_bwd_head_c<D, sq, sk, sv, so>(dO, q, k, v, o, lse, dq, dk, dv, T, S, scale, causal, ws, next ? &pf : nullptr);
+  pf.rest();
 }
 
 }  // namespace mk
