@@ -234,6 +234,35 @@ inline void pack_rows(RowPtr&& src, int64_t nrows, int64_t ld, int64_t kc, float
   }
 }
 
+/**
+ * Software prefetch (hints only: no value depends on it). Inside a training step a GEMM's operands are
+ * often in no cache: C's rows were last touched a whole step earlier (each store then waits for a
+ * read-for-ownership miss), and A is an activation that has left L2; one core of the 2-vCPU Xeon
+ * streams only ~5 GB/s from memory. Before each micro-tile gemm_driver hints the C rows of the tile
+ * PF_AHEAD tiles later into L2 (its stores' read-for-ownership then hits) and, for a plain A read in
+ * place, on the first column of tiles of a block (the only one whose A rows come from memory) that
+ * tile's MR rows of A over the K block into L1. -DMPSC_FAST_PREFETCH=0 turns it off (A/B measurements).
+ * always_inline: GCC's IPA otherwise finds a function of prefetches alone "const" and drops its calls.
+ */
+#ifndef MPSC_FAST_PREFETCH
+#define MPSC_FAST_PREFETCH 1
+#endif
+/** micro-tiles ahead (in the driver's order) whose C and A rows are prefetched */
+constexpr int64_t PF_AHEAD = 2;
+
+/** hint the cache lines of the n floats at p into L2 (LOC 2: prefetcht1) or L1 (LOC 3: prefetcht0) */
+template <int LOC>
+__attribute__((always_inline)) static inline void prefetch_run(const float* p, int64_t n) {
+#if MPSC_FAST_PREFETCH
+  const char* c = reinterpret_cast<const char*>(p);
+  const char* end = c + n * sizeof(float);
+  for (; c < end; c += 64) __builtin_prefetch(c, 0, LOC);
+  if (n > 0) __builtin_prefetch(end - 1, 0, LOC);  // the last line of an unaligned run
+#else
+  (void)p, (void)n;
+#endif
+}
+
 /** source rows per group of pack_split_rows (see there) */
 constexpr int64_t SPLIT_ROWS = 8;
 
@@ -439,6 +468,7 @@ inline float* thread_workspace(int64_t floats) {
  * packA(ic, mc, pc, kc) -> packed MC x KC block of op(A) (MR-row panels, zero-padded), or, with
  * direct_lda > 0, a pointer to op(A)[ic, pc] in a row-major A of row stride direct_lda (not packed).
  * Callers supply packers that read plain matrices, prepacked blocks, or generate im2col rows.
+ * Each micro-tile first prefetches C (and a direct A) rows of the tile PF_AHEAD later (see prefetch_run).
  */
 template <class PackA, class PackB>
 inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, int64_t nc_max, float alpha,
@@ -454,6 +484,9 @@ inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
         const int64_t mc = std::min(MC, m1 - ic);
         const float* Ap = packA(ic, mc, pc, kc);
         StoreArgs s{alpha, beta, pc == 0, pc + kc >= K, e, 0, 0};
+        // (ir2, jr2): the tile PF_AHEAD later in the order the tiles run (jr outer, ir inner)
+        const int64_t n_ir = (mc + MR - 1) / MR;
+        int64_t ir2 = PF_AHEAD % n_ir * MR, jr2 = PF_AHEAD / n_ir * NR;
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min(NR, nc - jr);
           s.col0 = jc + jr;
@@ -461,6 +494,13 @@ inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
             const int64_t mr = std::min(MR, mc - ir);
             s.row0 = ic + ir;
             float* c = C + (ic + ir) * ldc + (jc + jr);
+            if (MPSC_FAST_PREFETCH && jr2 < nc) {
+              const int64_t rows2 = std::min(MR, mc - ir2), cols2 = std::min(NR, nc - jr2);
+              for (int64_t r = 0; r < rows2; ++r) prefetch_run<2>(C + (ic + ir2 + r) * ldc + (jc + jr2), cols2);
+              if (direct_lda > 0 && jr2 == 0)
+                for (int64_t r = 0; r < rows2; ++r) prefetch_run<3>(Ap + (ir2 + r) * direct_lda, kc);
+              if ((ir2 += MR) >= mc) ir2 = 0, jr2 += NR;
+            }
             if (direct_lda > 0) micro_kernel<true>(kc, Ap + ir * direct_lda, direct_lda, Bp + jr * kc, c, ldc, mr, nr, s);
             else micro_kernel<false>(kc, Ap + ir * kc, 0, Bp + jr * kc, c, ldc, mr, nr, s);
           }
@@ -470,12 +510,29 @@ inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
   }
 }
 
-/** sums[i] += A[p * lda + i] for p = p0 .. p1 - 1 in order, i in [i0, i1) (double accumulators) */
+/**
+ * sums[i] += A[p * lda + i] for p = p0 .. p1 - 1 in order, i in [i0, i1) (double accumulators). Rows go
+ * 8 at a time with each column's sum in a register across them (one load and store of sums per 8 rows
+ * instead of per row); every sum still adds its rows one by one in order, so the bits do not change.
+ */
 inline void add_column_sums(const float* A, int64_t lda, int64_t p0, int64_t p1, int64_t i0, int64_t i1, double* sums) {
-  for (int64_t p = p0; p < p1; ++p) {
-    const float* __restrict row = A + p * lda;
-    double* __restrict acc = sums;
-    for (int64_t i = i0; i < i1; ++i) acc[i] += row[i];
+  double* __restrict acc = sums;
+  for (int64_t p = p0; p < p1; p += 8) {
+    const float* __restrict r = A + p * lda;
+    if (p1 - p >= 8) {
+      for (int64_t i = i0; i < i1; ++i) {
+        double a = acc[i];
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; ++q) a += r[q * lda + i];
+        acc[i] = a;
+      }
+    } else {
+      for (int64_t i = i0; i < i1; ++i) {
+        double a = acc[i];
+        for (int64_t q = 0; q < p1 - p; ++q) a += r[q * lda + i];
+        acc[i] = a;
+      }
+    }
   }
 }
 
