@@ -26,6 +26,9 @@
  * (a 256 x 10 product: 8 tiles of 32 columns instead of 32 tiles three-quarters padding). Each
  * element is the same fused multiply-add chain with its factors swapped: the same bits.
  *
+ * Row blocks outer: a plain A over several K blocks with a small op(B) (detail::ic_outer) runs each row
+ * block through all K blocks before the next, op(B) packed once; same bits (see gemm_block).
+ *
  * Workspace: sgemm_workspace_bytes(M, N, K) bytes per concurrently running part, 64-byte
  * aligned (pass it as ws). Pass ws = nullptr to use a thread_local buffer that grows once
  * and is then reused (no allocation per call in steady state).
@@ -463,12 +466,42 @@ inline float* thread_workspace(int64_t floats) {
 }
 
 /**
+ * The micro-tiles of one (ic, pc, jc) block: C[ic .. ic+mc, jc .. jc+nc) over the K block of depth kc, jr
+ * outer, ir inner. Ap: the packed A block, or with direct_lda > 0 op(A)[ic, pc] read in place; Bp: the
+ * packed B block. Before each tile, the C rows of the tile PF_AHEAD later and (direct A, first column of
+ * tiles) its A rows are prefetched (see prefetch_run).
+ */
+inline void block_tiles(const float* Ap, int64_t direct_lda, const float* Bp, int64_t kc, int64_t ic, int64_t mc,
+                        int64_t jc, int64_t nc, float* C, int64_t ldc, StoreArgs& s) {
+  // (ir2, jr2): the tile PF_AHEAD later in the order the tiles run
+  const int64_t n_ir = (mc + MR - 1) / MR;
+  int64_t ir2 = PF_AHEAD % n_ir * MR, jr2 = PF_AHEAD / n_ir * NR;
+  for (int64_t jr = 0; jr < nc; jr += NR) {
+    const int64_t nr = std::min(NR, nc - jr);
+    s.col0 = jc + jr;
+    for (int64_t ir = 0; ir < mc; ir += MR) {
+      const int64_t mr = std::min(MR, mc - ir);
+      s.row0 = ic + ir;
+      float* c = C + (ic + ir) * ldc + (jc + jr);
+      if (MPSC_FAST_PREFETCH && jr2 < nc) {
+        const int64_t rows2 = std::min(MR, mc - ir2), cols2 = std::min(NR, nc - jr2);
+        for (int64_t r = 0; r < rows2; ++r) prefetch_run<2>(C + (ic + ir2 + r) * ldc + (jc + jr2), cols2);
+        if (direct_lda > 0 && jr2 == 0)
+          for (int64_t r = 0; r < rows2; ++r) prefetch_run<3>(Ap + (ir2 + r) * direct_lda, kc);
+        if ((ir2 += MR) >= mc) ir2 = 0, jr2 += NR;
+      }
+      if (direct_lda > 0) micro_kernel<true>(kc, Ap + ir * direct_lda, direct_lda, Bp + jr * kc, c, ldc, mr, nr, s);
+      else micro_kernel<false>(kc, Ap + ir * kc, 0, Bp + jr * kc, c, ldc, mr, nr, s);
+    }
+  }
+}
+
+/**
  * The blocked loop nest on C[m0..m1, n0..n1) (Goto order: jc, pc, ic, jr, ir).
  * packB(pc, kc, jc, nc) -> packed KC x NC block of op(B) (NR-column panels, zero-padded);
  * packA(ic, mc, pc, kc) -> packed MC x KC block of op(A) (MR-row panels, zero-padded), or, with
  * direct_lda > 0, a pointer to op(A)[ic, pc] in a row-major A of row stride direct_lda (not packed).
  * Callers supply packers that read plain matrices, prepacked blocks, or generate im2col rows.
- * Each micro-tile first prefetches C (and a direct A) rows of the tile PF_AHEAD later (see prefetch_run).
  */
 template <class PackA, class PackB>
 inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, int64_t nc_max, float alpha,
@@ -484,27 +517,7 @@ inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
         const int64_t mc = std::min(MC, m1 - ic);
         const float* Ap = packA(ic, mc, pc, kc);
         StoreArgs s{alpha, beta, pc == 0, pc + kc >= K, e, 0, 0};
-        // (ir2, jr2): the tile PF_AHEAD later in the order the tiles run (jr outer, ir inner)
-        const int64_t n_ir = (mc + MR - 1) / MR;
-        int64_t ir2 = PF_AHEAD % n_ir * MR, jr2 = PF_AHEAD / n_ir * NR;
-        for (int64_t jr = 0; jr < nc; jr += NR) {
-          const int64_t nr = std::min(NR, nc - jr);
-          s.col0 = jc + jr;
-          for (int64_t ir = 0; ir < mc; ir += MR) {
-            const int64_t mr = std::min(MR, mc - ir);
-            s.row0 = ic + ir;
-            float* c = C + (ic + ir) * ldc + (jc + jr);
-            if (MPSC_FAST_PREFETCH && jr2 < nc) {
-              const int64_t rows2 = std::min(MR, mc - ir2), cols2 = std::min(NR, nc - jr2);
-              for (int64_t r = 0; r < rows2; ++r) prefetch_run<2>(C + (ic + ir2 + r) * ldc + (jc + jr2), cols2);
-              if (direct_lda > 0 && jr2 == 0)
-                for (int64_t r = 0; r < rows2; ++r) prefetch_run<3>(Ap + (ir2 + r) * direct_lda, kc);
-              if ((ir2 += MR) >= mc) ir2 = 0, jr2 += NR;
-            }
-            if (direct_lda > 0) micro_kernel<true>(kc, Ap + ir * direct_lda, direct_lda, Bp + jr * kc, c, ldc, mr, nr, s);
-            else micro_kernel<false>(kc, Ap + ir * kc, 0, Bp + jr * kc, c, ldc, mr, nr, s);
-          }
-        }
+        block_tiles(Ap, direct_lda, Bp, kc, ic, mc, jc, nc, C, ldc, s);
       }
     }
   }
@@ -545,16 +558,51 @@ inline void add_column_sums(const float* A, int64_t lda, int64_t p0, int64_t p1,
  */
 inline bool direct_a(bool transA, int64_t lda) { return !transA && lda % 1024 != 0; }
 
+/** at most this many bytes of packed op(B) (all its K blocks for one column block) for the ic-outer order */
+constexpr int64_t IC_OUTER_B_BYTES = 512 * 1024;
+/** floats of every K block of op(B) packed for one column block of up to NC columns */
+inline int64_t packed_b_all_floats(int64_t N, int64_t K) { return round_up(K * round_up(std::min(N, NC), NR), 16); }
+/**
+ * whether gemm_block runs a product of several K blocks ic outer, pc inner (see there): a plain A read in
+ * place (direct_a), K deeper than one block and all of op(B)'s K blocks small enough to stay packed
+ * (IC_OUTER_B_BYTES). Shapes and layout only, so the choice is the same for every part.
+ */
+inline bool ic_outer(bool transA, int64_t lda, int64_t N, int64_t K) {
+  return direct_a(transA, lda) && kc_step(K) < K && packed_b_all_floats(N, K) * (int64_t)sizeof(float) <= IC_OUTER_B_BYTES;
+}
+
 /** the blocked GEMM on the sub-block C[m0..m1, n0..n1), packing from plain matrices into ws (op(A) read
- *  in place where direct_a says so); with a_sums, also the column sums [s0, s1) of A as stored (see sgemm_part) */
+ *  in place where direct_a says so); with a_sums, also the column sums [s0, s1) of A as stored (see sgemm_part).
+ *  ic_outer_order (the caller's ic_outer on the whole product, ws sized by sgemm_workspace_bytes): a plain A of
+ *  several K blocks runs ic outer, pc inner (see below) */
 inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K,
                        float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                        int64_t ldc, const Epilogue& e, float* ws, double* a_sums = nullptr, int64_t s0 = 0,
-                       int64_t s1 = 0) {
+                       int64_t s1 = 0, bool ic_outer_order = false) {
   float* Ap = ws;
   float* Bp = ws + packed_a_floats(m1 - m0, K);
   int64_t cur_jc = n0;
   const bool direct = direct_a(transA, lda);
+  if (ic_outer_order && direct && kc_step(K) < K) {
+    // ic outer, pc inner, every K block of op(B) packed once per column block: each row block of the
+    // in-place A is read whole (its rows K-contiguous, streamed from memory once) and its C block stays
+    // in L2 across the K blocks, where pc outer re-read all of C and fetched each A row once per K block.
+    // Every C element still adds the K blocks in order with the same first / last stores: the same bits
+    const int64_t step = kc_step(K);
+    for (int64_t jc = n0; jc < n1; jc += NC) {
+      const int64_t nc = std::min(NC, n1 - jc), ncr = round_up(nc, NR);
+      for (int64_t pc = 0; pc < K; pc += step) pack_b(transB, B, ldb, pc, std::min(step, K - pc), jc, nc, Bp + pc * ncr);
+      for (int64_t ic = m0; ic < m1; ic += MC) {
+        const int64_t mc = std::min(MC, m1 - ic);
+        for (int64_t pc = 0; pc < K; pc += step) {
+          const int64_t kc = std::min(step, K - pc);
+          StoreArgs s{alpha, beta, pc == 0, pc + kc >= K, e, 0, 0};
+          block_tiles(A + ic * lda + pc, lda, Bp + pc * ncr, kc, ic, mc, jc, nc, C, ldc, s);
+        }
+      }
+    }
+    return;
+  }
   gemm_driver(
       m0, m1, n0, n1, K, NC, alpha, beta, C, ldc, e,
       [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
@@ -643,6 +691,9 @@ inline bool swap_pays(int64_t M, int64_t N) {
 inline size_t sgemm_workspace_bytes(int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   int64_t floats = detail::packed_a_floats(M, K) + detail::packed_b_floats(N, K);
+  // the ic-outer order (detail::ic_outer, which also depends on the layout) keeps all of op(B)'s K blocks
+  if (detail::kc_step(K) < K && detail::packed_b_all_floats(N, K) * (int64_t)sizeof(float) <= detail::IC_OUTER_B_BYTES)
+    floats = std::max(floats, detail::packed_a_floats(M, K) + detail::packed_b_all_floats(N, K));
   // the transposed product (see detail::swap_pays) packs the other way round and keeps C^T after the packing
   if (detail::swap_pays(M, N))
     floats = std::max(floats, detail::packed_a_floats(N, K) + detail::packed_b_floats(M, K) + detail::round_up(M * N, 16));
@@ -692,7 +743,9 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
   }
   float* w = ws ? static_cast<float*>(ws)
                 : detail::thread_workspace((int64_t)(sgemm_workspace_bytes(M, N, K) / sizeof(float)));
-  detail::gemm_block(transA, transB, m0, m1, n0, n1, K, alpha, A, lda, B, ldb, beta, C, ldc, e, w, sums, s0, s1);
+  // ic_outer on the whole N (the workspace is sized for it), not on this part's columns
+  detail::gemm_block(transA, transB, m0, m1, n0, n1, K, alpha, A, lda, B, ldb, beta, C, ldc, e, w, sums, s0, s1,
+                     detail::ic_outer(transA, lda, N, K));
 }
 
 /** the whole product on the calling thread (thread_local workspace when ws is nullptr) */
