@@ -466,58 +466,60 @@ inline float* thread_workspace(int64_t floats) {
 }
 
 /**
- * The micro-tiles of one (ic, pc, jc) block: C[ic .. ic+mc, jc .. jc+nc) over the K block of depth kc, jr
- * outer, ir inner. Ap: the packed A block, or with direct_lda > 0 op(A)[ic, pc] read in place; Bp: the
- * packed B block. Before each tile, the C rows of the tile PF_AHEAD later and (direct A, first column of
- * tiles) its A rows are prefetched (see prefetch_run).
- */
-inline void block_tiles(const float* Ap, int64_t direct_lda, const float* Bp, int64_t kc, int64_t ic, int64_t mc,
-                        int64_t jc, int64_t nc, float* C, int64_t ldc, StoreArgs& s) {
-  // (ir2, jr2): the tile PF_AHEAD later in the order the tiles run
-  const int64_t n_ir = (mc + MR - 1) / MR;
-  int64_t ir2 = PF_AHEAD % n_ir * MR, jr2 = PF_AHEAD / n_ir * NR;
-  for (int64_t jr = 0; jr < nc; jr += NR) {
-    const int64_t nr = std::min(NR, nc - jr);
-    s.col0 = jc + jr;
-    for (int64_t ir = 0; ir < mc; ir += MR) {
-      const int64_t mr = std::min(MR, mc - ir);
-      s.row0 = ic + ir;
-      float* c = C + (ic + ir) * ldc + (jc + jr);
-      if (MPSC_FAST_PREFETCH && jr2 < nc) {
-        const int64_t rows2 = std::min(MR, mc - ir2), cols2 = std::min(NR, nc - jr2);
-        for (int64_t r = 0; r < rows2; ++r) prefetch_run<2>(C + (ic + ir2 + r) * ldc + (jc + jr2), cols2);
-        if (direct_lda > 0 && jr2 == 0)
-          for (int64_t r = 0; r < rows2; ++r) prefetch_run<3>(Ap + (ir2 + r) * direct_lda, kc);
-        if ((ir2 += MR) >= mc) ir2 = 0, jr2 += NR;
-      }
-      if (direct_lda > 0) micro_kernel<true>(kc, Ap + ir * direct_lda, direct_lda, Bp + jr * kc, c, ldc, mr, nr, s);
-      else micro_kernel<false>(kc, Ap + ir * kc, 0, Bp + jr * kc, c, ldc, mr, nr, s);
-    }
-  }
-}
-
-/**
  * The blocked loop nest on C[m0..m1, n0..n1) (Goto order: jc, pc, ic, jr, ir).
  * packB(pc, kc, jc, nc) -> packed KC x NC block of op(B) (NR-column panels, zero-padded);
  * packA(ic, mc, pc, kc) -> packed MC x KC block of op(A) (MR-row panels, zero-padded), or, with
  * direct_lda > 0, a pointer to op(A)[ic, pc] in a row-major A of row stride direct_lda (not packed).
  * Callers supply packers that read plain matrices, prepacked blocks, or generate im2col rows.
+ * Each micro-tile first prefetches C (and a direct A) rows of the tile PF_AHEAD later (see prefetch_run).
+ * ic_outer: the row blocks outer and the K blocks inner, every K block of op(B) packed first (packB must
+ * then place block pc at its block 0's pointer + pc * round_up(nc, NR)); the same bits (see gemm_block).
  */
 template <class PackA, class PackB>
 inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, int64_t nc_max, float alpha,
                         float beta, float* C, int64_t ldc, const Epilogue& e, PackA&& packA, PackB&& packB,
-                        int64_t direct_lda = 0) {
+                        int64_t direct_lda = 0, bool ic_outer = false) {
   const int64_t step = kc_step(K);
+  const int64_t n_pc = (K + step - 1) / step, n_ic = (m1 - m0 + MC - 1) / MC;
   for (int64_t jc = n0; jc < n1; jc += nc_max) {
-    const int64_t nc = std::min(nc_max, n1 - jc);
-    for (int64_t pc = 0; pc < K; pc += step) {
-      const int64_t kc = std::min(step, K - pc);
-      const float* Bp = packB(pc, kc, jc, nc);
-      for (int64_t ic = m0; ic < m1; ic += MC) {
+    const int64_t nc = std::min(nc_max, n1 - jc), ncr = round_up(nc, NR);
+    const float* Bp = nullptr;
+    if (ic_outer)  // every K block packed first: block pc at Bp + pc * ncr (the packer's contract in this order)
+      for (int64_t pc = 0; pc < K; pc += step) {
+        const float* b = packB(pc, std::min(step, K - pc), jc, nc);
+        if (pc == 0) Bp = b;
+      }
+    // the (pc, ic) blocks, pc outer (Goto) or, with ic_outer, ic outer
+    for (int64_t q = 0; q < n_pc * n_ic; ++q) {
+      const int64_t pi = ic_outer ? q % n_pc : q / n_ic, ii = ic_outer ? q / n_pc : q % n_ic;
+      const int64_t pc = pi * step, kc = std::min(step, K - pc);
+      const float* Bb = ic_outer ? Bp + pc * ncr : (ii == 0 ? (Bp = packB(pc, kc, jc, nc)) : Bp);
+      {
+        const int64_t ic = m0 + ii * MC;
         const int64_t mc = std::min(MC, m1 - ic);
         const float* Ap = packA(ic, mc, pc, kc);
         StoreArgs s{alpha, beta, pc == 0, pc + kc >= K, e, 0, 0};
-        block_tiles(Ap, direct_lda, Bp, kc, ic, mc, jc, nc, C, ldc, s);
+        // (ir2, jr2): the tile PF_AHEAD later in the order the tiles run (jr outer, ir inner)
+        const int64_t n_ir = (mc + MR - 1) / MR;
+        int64_t ir2 = PF_AHEAD % n_ir * MR, jr2 = PF_AHEAD / n_ir * NR;
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nr = std::min(NR, nc - jr);
+          s.col0 = jc + jr;
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int64_t mr = std::min(MR, mc - ir);
+            s.row0 = ic + ir;
+            float* c = C + (ic + ir) * ldc + (jc + jr);
+            if (MPSC_FAST_PREFETCH && jr2 < nc) {
+              const int64_t rows2 = std::min(MR, mc - ir2), cols2 = std::min(NR, nc - jr2);
+              for (int64_t r = 0; r < rows2; ++r) prefetch_run<2>(C + (ic + ir2 + r) * ldc + (jc + jr2), cols2);
+              if (direct_lda > 0 && jr2 == 0)
+                for (int64_t r = 0; r < rows2; ++r) prefetch_run<3>(Ap + (ir2 + r) * direct_lda, kc);
+              if ((ir2 += MR) >= mc) ir2 = 0, jr2 += NR;
+            }
+            if (direct_lda > 0) micro_kernel<true>(kc, Ap + ir * direct_lda, direct_lda, Bb + jr * kc, c, ldc, mr, nr, s);
+            else micro_kernel<false>(kc, Ap + ir * kc, 0, Bb + jr * kc, c, ldc, mr, nr, s);
+          }
+        }
       }
     }
   }
@@ -583,26 +585,11 @@ inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t
   float* Bp = ws + packed_a_floats(m1 - m0, K);
   int64_t cur_jc = n0;
   const bool direct = direct_a(transA, lda);
-  if (ic_outer_order && direct && kc_step(K) < K) {
-    // ic outer, pc inner, every K block of op(B) packed once per column block: each row block of the
-    // in-place A is read whole (its rows K-contiguous, streamed from memory once) and its C block stays
-    // in L2 across the K blocks, where pc outer re-read all of C and fetched each A row once per K block.
-    // Every C element still adds the K blocks in order with the same first / last stores: the same bits
-    const int64_t step = kc_step(K);
-    for (int64_t jc = n0; jc < n1; jc += NC) {
-      const int64_t nc = std::min(NC, n1 - jc), ncr = round_up(nc, NR);
-      for (int64_t pc = 0; pc < K; pc += step) pack_b(transB, B, ldb, pc, std::min(step, K - pc), jc, nc, Bp + pc * ncr);
-      for (int64_t ic = m0; ic < m1; ic += MC) {
-        const int64_t mc = std::min(MC, m1 - ic);
-        for (int64_t pc = 0; pc < K; pc += step) {
-          const int64_t kc = std::min(step, K - pc);
-          StoreArgs s{alpha, beta, pc == 0, pc + kc >= K, e, 0, 0};
-          block_tiles(A + ic * lda + pc, lda, Bp + pc * ncr, kc, ic, mc, jc, nc, C, ldc, s);
-        }
-      }
-    }
-    return;
-  }
+  // ic outer, pc inner, every K block of op(B) packed once per column block: each row block of the in-place
+  // A is read whole (its rows K-contiguous, streamed from memory once) and its C block stays in L2 across
+  // the K blocks, where pc outer re-read all of C and fetched each A row once per K block. Every C element
+  // still adds the K blocks in order with the same first / last stores: the same bits
+  const bool by_rows = ic_outer_order && direct && kc_step(K) < K;
   gemm_driver(
       m0, m1, n0, n1, K, NC, alpha, beta, C, ldc, e,
       [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
@@ -615,10 +602,11 @@ inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t
       },
       [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
         cur_jc = jc;
-        pack_b(transB, B, ldb, pc, kc, jc, nc, Bp);
-        return (const float*)Bp;
+        float* dst = by_rows ? Bp + pc * round_up(nc, NR) : Bp;
+        pack_b(transB, B, ldb, pc, kc, jc, nc, dst);
+        return (const float*)dst;
       },
-      direct ? lda : 0);
+      direct ? lda : 0, by_rows);
 }
 
 /** floats of a whole op(A) (M x K) packed once by pack_a_all */
