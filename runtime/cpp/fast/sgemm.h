@@ -241,8 +241,9 @@ inline void pack_rows(RowPtr&& src, int64_t nrows, int64_t ld, int64_t kc, float
  * Software prefetch (hints only: no value depends on it). Inside a training step a GEMM's operands are
  * often in no cache: C's rows were last touched a whole step earlier (each store then waits for a
  * read-for-ownership miss), and A is an activation that has left L2; one core of the 2-vCPU Xeon
- * streams only ~5 GB/s from memory. Before each micro-tile gemm_driver hints the C rows of the tile
- * PF_AHEAD tiles later into L2 (its stores' read-for-ownership then hits) and, for a plain A read in
+ * streams only ~5 GB/s from memory. Before each micro-tile gemm_driver (with prefetch: sgemm's products)
+ * hints the C rows of the tile PF_AHEAD tiles later into L2 in the first K block (its stores'
+ * read-for-ownership then hits; later K blocks re-read what it wrote) and, for a plain A read in
  * place, on the first column of tiles of a block (the only one whose A rows come from memory) that
  * tile's MR rows of A over the K block into L1. -DMPSC_FAST_PREFETCH=0 turns it off (A/B measurements).
  * always_inline: GCC's IPA otherwise finds a function of prefetches alone "const" and drops its calls.
@@ -471,14 +472,16 @@ inline float* thread_workspace(int64_t floats) {
  * packA(ic, mc, pc, kc) -> packed MC x KC block of op(A) (MR-row panels, zero-padded), or, with
  * direct_lda > 0, a pointer to op(A)[ic, pc] in a row-major A of row stride direct_lda (not packed).
  * Callers supply packers that read plain matrices, prepacked blocks, or generate im2col rows.
- * Each micro-tile first prefetches C (and a direct A) rows of the tile PF_AHEAD later (see prefetch_run).
+ * With prefetch (gemm_block: sgemm's products; the convolutions' callers, whose outputs are mostly workspace
+ * blocks, were not measured with it and leave it off) each micro-tile first prefetches C (and a direct A)
+ * rows of the tile PF_AHEAD later (see prefetch_run).
  * ic_outer: the row blocks outer and the K blocks inner, every K block of op(B) packed first (packB must
  * then place block pc at its block 0's pointer + pc * round_up(nc, NR)); the same bits (see gemm_block).
  */
 template <class PackA, class PackB>
 inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, int64_t nc_max, float alpha,
                         float beta, float* C, int64_t ldc, const Epilogue& e, PackA&& packA, PackB&& packB,
-                        int64_t direct_lda = 0, bool ic_outer = false) {
+                        int64_t direct_lda = 0, bool ic_outer = false, bool prefetch = false) {
   const int64_t step = kc_step(K);
   const int64_t n_pc = (K + step - 1) / step, n_ic = (m1 - m0 + MC - 1) / MC;
   for (int64_t jc = n0; jc < n1; jc += nc_max) {
@@ -509,9 +512,11 @@ inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
             const int64_t mr = std::min(MR, mc - ir);
             s.row0 = ic + ir;
             float* c = C + (ic + ir) * ldc + (jc + jr);
-            if (MPSC_FAST_PREFETCH && jr2 < nc) {
+            if (MPSC_FAST_PREFETCH && prefetch && jr2 < nc) {
               const int64_t rows2 = std::min(MR, mc - ir2), cols2 = std::min(NR, nc - jr2);
-              for (int64_t r = 0; r < rows2; ++r) prefetch_run<2>(C + (ic + ir2 + r) * ldc + (jc + jr2), cols2);
+              // C from memory in the first K block only: later blocks re-read what that block wrote
+              if (pc == 0)
+                for (int64_t r = 0; r < rows2; ++r) prefetch_run<2>(C + (ic + ir2 + r) * ldc + (jc + jr2), cols2);
               if (direct_lda > 0 && jr2 == 0)
                 for (int64_t r = 0; r < rows2; ++r) prefetch_run<3>(Ap + (ir2 + r) * direct_lda, kc);
               if ((ir2 += MR) >= mc) ir2 = 0, jr2 += NR;
@@ -606,7 +611,7 @@ inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t
         pack_b(transB, B, ldb, pc, kc, jc, nc, dst);
         return (const float*)dst;
       },
-      direct ? lda : 0, by_rows);
+      direct ? lda : 0, by_rows, true);
 }
 
 /** floats of a whole op(A) (M x K) packed once by pack_a_all */
