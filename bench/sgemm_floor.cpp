@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,10 +15,19 @@
 
 #include "../runtime/cpp/fast/conv.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <emmintrin.h>
+#endif
+
 using namespace mpsc_fast;
 using clk = std::chrono::steady_clock;
 
 static double now_s() { return std::chrono::duration<double>(clk::now().time_since_epoch()).count(); }
+static double thread_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 typedef detail::vf vec;  // the micro-kernel's register: 16 floats with AVX-512, else 8
 
@@ -103,10 +113,30 @@ static std::vector<std::vector<float>> own_workspaces(Pool& pool, size_t bytes) 
 
 struct Shape { const char* name; bool ta, tb; int64_t M, N, K; };
 
+// --cold: every operand written back and evicted from all cache levels before each timed call, as a GEMM
+// inside a training step finds them (its output region was last touched a step earlier, its input has left
+// L2; bench/NOTES.md phase 11). Returns false where this build has no cache-line flush.
+static bool flush_lines(const void* p, size_t bytes) {
+#if defined(__x86_64__) || defined(__i386__)
+  for (size_t i = 0; i < bytes; i += 64) _mm_clflush((const char*)p + i);
+  _mm_mfence();
+  return true;
+#elif defined(__aarch64__)
+  for (size_t i = 0; i < bytes; i += 64) asm volatile("dc civac, %0" ::"r"((const char*)p + i) : "memory");
+  asm volatile("dsb sy" ::: "memory");
+  return true;
+#else
+  (void)p, (void)bytes;
+  return false;
+#endif
+}
+
 struct Rate { double median, best; };
 
-// GFLOP/s over `reps` timed samples (median and best), parts run on a persistent pool of `threads`
-static Rate time_gemm(const Shape& s, int threads, int reps) {
+// GFLOP/s over `reps` timed samples (median and best), parts run on a persistent pool of `threads`;
+// cold: each sample is one call after flush_lines on A, B, C and the workspaces (3x the samples), timed by the
+// thread CPU clock at 1 thread (a single call of ~1 ms is too short for wall time on a shared machine)
+static Rate time_gemm(const Shape& s, int threads, int reps, bool cold = false) {
   const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
   std::vector<float> A(s.M * s.K), B(s.K * s.N), C(s.M * s.N);
   for (size_t i = 0; i < A.size(); ++i) A[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
@@ -128,6 +158,19 @@ static Rate time_gemm(const Shape& s, int threads, int reps) {
   int inner = std::max(1, (int)(30e9 * 0.03 / flop * threads));
   for (int i = 0; i < 3; ++i) run_once();
   std::vector<double> g;
+  if (cold) {
+    for (int r = 0; r < 3 * reps; ++r) {
+      flush_lines(A.data(), A.size() * 4);
+      flush_lines(B.data(), B.size() * 4);
+      flush_lines(C.data(), C.size() * 4);
+      for (auto& w : ws) flush_lines(w.data(), w.size() * 4);
+      double t = threads == 1 ? thread_cpu_s() : now_s();
+      run_once();
+      g.push_back(flop / ((threads == 1 ? thread_cpu_s() : now_s()) - t) / 1e9);
+    }
+    std::sort(g.begin(), g.end());
+    return Rate{g[g.size() / 2], g.back()};
+  }
   for (int r = 0; r < reps; ++r) {
     double t = now_s();
     for (int i = 0; i < inner; ++i) run_once();
@@ -175,9 +218,10 @@ static Rate time_conv(const ConvCase& c, ConvPass pass, int threads, int reps) {
 }
 
 int main(int argc, char** argv) {
-  // args: [--json] [--no-peak] [--no-conv] [--list] [--threads 1,2] [FILTER]: FILTER runs only the measurements
-  // whose name contains it; --list prints the GEMM shapes as JSON and measures nothing
-  bool json = false, peak = true, conv = true, list = false;
+  // args: [--json] [--no-peak] [--no-conv] [--list] [--cold] [--threads 1,2] [FILTER]: FILTER runs only the
+  // measurements whose name contains it; --list prints the GEMM shapes as JSON and measures nothing; --cold
+  // times each GEMM call with its operands flushed from the caches first (flush_lines)
+  bool json = false, peak = true, conv = true, list = false, cold = false;
   std::string filter;
   std::vector<int> nthreads = {1, 2};
   for (int i = 1; i < argc; ++i) {
@@ -186,6 +230,13 @@ int main(int argc, char** argv) {
     else if (a == "--no-peak") peak = false;
     else if (a == "--no-conv") conv = false;
     else if (a == "--list") list = true;
+    else if (a == "--cold") {
+      cold = true;
+      if (!flush_lines(&cold, 1)) {
+        fprintf(stderr, "sgemm_floor: --cold needs a cache-line flush, which this build's architecture lacks\n");
+        return 1;
+      }
+    }
     else if (a == "--threads" && i + 1 < argc) {
       nthreads.clear();
       for (const char* p = argv[++i]; *p;) {
@@ -242,14 +293,14 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes) {
     if (!wanted(s.name)) continue;
     for (int t : nthreads) {
-      Rate g = time_gemm(s, t, 7);
-      if (!json) printf("%-42s threads=%d  median %6.1f  best %6.1f GFLOP/s\n", s.name, t, g.median, g.best);
+      Rate g = time_gemm(s, t, 7, cold);
+      if (!json) printf("%-42s threads=%d %s median %6.1f  best %6.1f GFLOP/s\n", s.name, t, cold ? "cold" : "    ", g.median, g.best);
       char buf[512];
       snprintf(buf, sizeof buf,
                "%s{\"name\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"ta\":%d,\"tb\":%d,\"threads\":%d,\"gflops\":%.2f,"
-               "\"best\":%.2f}",
+               "\"best\":%.2f,\"cold\":%s}",
                firstj ? "" : ",", s.name, (long long)s.M, (long long)s.N, (long long)s.K, (int)s.ta, (int)s.tb, t, g.median,
-               g.best);
+               g.best, cold ? "true" : "false");
       js += buf;
       firstj = false;
     }

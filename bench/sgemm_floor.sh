@@ -1,7 +1,8 @@
 #!/bin/sh
 # Measures this machine's sgemm rate with mpsc's fast kernel (runtime/cpp/fast/sgemm.h) at the
 # reference workloads' shapes on 1 and 2 threads, plus the tight-FMA-loop peak. Pass --json for scripts.
-# Usage: bench/sgemm_floor.sh [--json] [--no-peak] [--no-conv] [--list] [--threads 1,2] [FILTER]
+# Usage: bench/sgemm_floor.sh [--json] [--no-peak] [--no-conv] [--list] [--cold] [--threads 1,2] [FILTER]
+# --cold: each GEMM call timed alone with its operands flushed from the caches first (as inside a train step)
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 out="${TMPDIR:-/tmp}/mpsc_sgemm_floor.$$"

@@ -26,6 +26,9 @@
  * (a 256 x 10 product: 8 tiles of 32 columns instead of 32 tiles three-quarters padding). Each
  * element is the same fused multiply-add chain with its factors swapped: the same bits.
  *
+ * Row blocks outer: a plain A over several K blocks with a small op(B) (detail::ic_outer) runs each row
+ * block through all K blocks before the next, op(B) packed once; same bits (see gemm_block).
+ *
  * Workspace: sgemm_workspace_bytes(M, N, K) bytes per concurrently running part, 64-byte
  * aligned (pass it as ws). Pass ws = nullptr to use a thread_local buffer that grows once
  * and is then reused (no allocation per call in steady state).
@@ -234,6 +237,36 @@ inline void pack_rows(RowPtr&& src, int64_t nrows, int64_t ld, int64_t kc, float
   }
 }
 
+/**
+ * Software prefetch (hints only: no value depends on it). Inside a training step a GEMM's operands are
+ * often in no cache: C's rows were last touched a whole step earlier (each store then waits for a
+ * read-for-ownership miss), and A is an activation that has left L2; one core of the 2-vCPU Xeon
+ * streams only ~5 GB/s from memory. Before each micro-tile gemm_driver (with prefetch: sgemm's products)
+ * hints the C rows of the tile PF_AHEAD tiles later into L2 in the first K block (its stores'
+ * read-for-ownership then hits; later K blocks re-read what it wrote) and, for a plain A read in
+ * place, on the first column of tiles of a block (the only one whose A rows come from memory) that
+ * tile's MR rows of A over the K block into L1. -DMPSC_FAST_PREFETCH=0 turns it off (A/B measurements).
+ * always_inline: GCC's IPA otherwise finds a function of prefetches alone "const" and drops its calls.
+ */
+#ifndef MPSC_FAST_PREFETCH
+#define MPSC_FAST_PREFETCH 1
+#endif
+/** micro-tiles ahead (in the driver's order) whose C and A rows are prefetched */
+constexpr int64_t PF_AHEAD = 2;
+
+/** hint the cache lines of the n floats at p into L2 (LOC 2: prefetcht1) or L1 (LOC 3: prefetcht0) */
+template <int LOC>
+__attribute__((always_inline)) static inline void prefetch_run(const float* p, int64_t n) {
+#if MPSC_FAST_PREFETCH
+  const char* c = reinterpret_cast<const char*>(p);
+  const char* end = c + n * sizeof(float);
+  for (; c < end; c += 64) __builtin_prefetch(c, 0, LOC);
+  if (n > 0) __builtin_prefetch(end - 1, 0, LOC);  // the last line of an unaligned run
+#else
+  (void)p, (void)n;
+#endif
+}
+
 /** source rows per group of pack_split_rows (see there) */
 constexpr int64_t SPLIT_ROWS = 8;
 
@@ -439,21 +472,39 @@ inline float* thread_workspace(int64_t floats) {
  * packA(ic, mc, pc, kc) -> packed MC x KC block of op(A) (MR-row panels, zero-padded), or, with
  * direct_lda > 0, a pointer to op(A)[ic, pc] in a row-major A of row stride direct_lda (not packed).
  * Callers supply packers that read plain matrices, prepacked blocks, or generate im2col rows.
+ * With prefetch (gemm_block: sgemm's products; the convolutions' callers, whose outputs are mostly workspace
+ * blocks, were not measured with it and leave it off) each micro-tile first prefetches C (and a direct A)
+ * rows of the tile PF_AHEAD later (see prefetch_run).
+ * ic_outer: the row blocks outer and the K blocks inner, every K block of op(B) packed first (packB must
+ * then place block pc at its block 0's pointer + pc * round_up(nc, NR)); the same bits (see gemm_block).
  */
 template <class PackA, class PackB>
 inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, int64_t nc_max, float alpha,
                         float beta, float* C, int64_t ldc, const Epilogue& e, PackA&& packA, PackB&& packB,
-                        int64_t direct_lda = 0) {
+                        int64_t direct_lda = 0, bool ic_outer = false, bool prefetch = false) {
   const int64_t step = kc_step(K);
+  const int64_t n_pc = (K + step - 1) / step, n_ic = (m1 - m0 + MC - 1) / MC;
   for (int64_t jc = n0; jc < n1; jc += nc_max) {
-    const int64_t nc = std::min(nc_max, n1 - jc);
-    for (int64_t pc = 0; pc < K; pc += step) {
-      const int64_t kc = std::min(step, K - pc);
-      const float* Bp = packB(pc, kc, jc, nc);
-      for (int64_t ic = m0; ic < m1; ic += MC) {
+    const int64_t nc = std::min(nc_max, n1 - jc), ncr = round_up(nc, NR);
+    const float* Bp = nullptr;
+    if (ic_outer)  // every K block packed first: block pc at Bp + pc * ncr (the packer's contract in this order)
+      for (int64_t pc = 0; pc < K; pc += step) {
+        const float* b = packB(pc, std::min(step, K - pc), jc, nc);
+        if (pc == 0) Bp = b;
+      }
+    // the (pc, ic) blocks, pc outer (Goto) or, with ic_outer, ic outer
+    for (int64_t q = 0; q < n_pc * n_ic; ++q) {
+      const int64_t pi = ic_outer ? q % n_pc : q / n_ic, ii = ic_outer ? q / n_pc : q % n_ic;
+      const int64_t pc = pi * step, kc = std::min(step, K - pc);
+      const float* Bb = ic_outer ? Bp + pc * ncr : (ii == 0 ? (Bp = packB(pc, kc, jc, nc)) : Bp);
+      {
+        const int64_t ic = m0 + ii * MC;
         const int64_t mc = std::min(MC, m1 - ic);
         const float* Ap = packA(ic, mc, pc, kc);
         StoreArgs s{alpha, beta, pc == 0, pc + kc >= K, e, 0, 0};
+        // (ir2, jr2): the tile PF_AHEAD later in the order the tiles run (jr outer, ir inner)
+        const int64_t n_ir = (mc + MR - 1) / MR;
+        int64_t ir2 = PF_AHEAD % n_ir * MR, jr2 = PF_AHEAD / n_ir * NR;
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min(NR, nc - jr);
           s.col0 = jc + jr;
@@ -461,8 +512,17 @@ inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
             const int64_t mr = std::min(MR, mc - ir);
             s.row0 = ic + ir;
             float* c = C + (ic + ir) * ldc + (jc + jr);
-            if (direct_lda > 0) micro_kernel<true>(kc, Ap + ir * direct_lda, direct_lda, Bp + jr * kc, c, ldc, mr, nr, s);
-            else micro_kernel<false>(kc, Ap + ir * kc, 0, Bp + jr * kc, c, ldc, mr, nr, s);
+            if (MPSC_FAST_PREFETCH && prefetch && jr2 < nc) {
+              const int64_t rows2 = std::min(MR, mc - ir2), cols2 = std::min(NR, nc - jr2);
+              // C from memory in the first K block only: later blocks re-read what that block wrote
+              if (pc == 0)
+                for (int64_t r = 0; r < rows2; ++r) prefetch_run<2>(C + (ic + ir2 + r) * ldc + (jc + jr2), cols2);
+              if (direct_lda > 0 && jr2 == 0)
+                for (int64_t r = 0; r < rows2; ++r) prefetch_run<3>(Ap + (ir2 + r) * direct_lda, kc);
+              if ((ir2 += MR) >= mc) ir2 = 0, jr2 += NR;
+            }
+            if (direct_lda > 0) micro_kernel<true>(kc, Ap + ir * direct_lda, direct_lda, Bb + jr * kc, c, ldc, mr, nr, s);
+            else micro_kernel<false>(kc, Ap + ir * kc, 0, Bb + jr * kc, c, ldc, mr, nr, s);
           }
         }
       }
@@ -470,12 +530,29 @@ inline void gemm_driver(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
   }
 }
 
-/** sums[i] += A[p * lda + i] for p = p0 .. p1 - 1 in order, i in [i0, i1) (double accumulators) */
+/**
+ * sums[i] += A[p * lda + i] for p = p0 .. p1 - 1 in order, i in [i0, i1) (double accumulators). Rows go
+ * 8 at a time with each column's sum in a register across them (one load and store of sums per 8 rows
+ * instead of per row); every sum still adds its rows one by one in order, so the bits do not change.
+ */
 inline void add_column_sums(const float* A, int64_t lda, int64_t p0, int64_t p1, int64_t i0, int64_t i1, double* sums) {
-  for (int64_t p = p0; p < p1; ++p) {
-    const float* __restrict row = A + p * lda;
-    double* __restrict acc = sums;
-    for (int64_t i = i0; i < i1; ++i) acc[i] += row[i];
+  double* __restrict acc = sums;
+  for (int64_t p = p0; p < p1; p += 8) {
+    const float* __restrict r = A + p * lda;
+    if (p1 - p >= 8) {
+      for (int64_t i = i0; i < i1; ++i) {
+        double a = acc[i];
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; ++q) a += r[q * lda + i];
+        acc[i] = a;
+      }
+    } else {
+      for (int64_t i = i0; i < i1; ++i) {
+        double a = acc[i];
+        for (int64_t q = 0; q < p1 - p; ++q) a += r[q * lda + i];
+        acc[i] = a;
+      }
+    }
   }
 }
 
@@ -488,16 +565,36 @@ inline void add_column_sums(const float* A, int64_t lda, int64_t p0, int64_t p1,
  */
 inline bool direct_a(bool transA, int64_t lda) { return !transA && lda % 1024 != 0; }
 
+/** at most this many bytes of packed op(B) (all its K blocks for one column block) for the ic-outer order */
+constexpr int64_t IC_OUTER_B_BYTES = 512 * 1024;
+/** floats of every K block of op(B) packed for one column block of up to NC columns */
+inline int64_t packed_b_all_floats(int64_t N, int64_t K) { return round_up(K * round_up(std::min(N, NC), NR), 16); }
+/**
+ * whether gemm_block runs a product of several K blocks ic outer, pc inner (see there): a plain A read in
+ * place (direct_a), K deeper than one block and all of op(B)'s K blocks small enough to stay packed
+ * (IC_OUTER_B_BYTES). Shapes and layout only, so the choice is the same for every part.
+ */
+inline bool ic_outer(bool transA, int64_t lda, int64_t N, int64_t K) {
+  return direct_a(transA, lda) && kc_step(K) < K && packed_b_all_floats(N, K) * (int64_t)sizeof(float) <= IC_OUTER_B_BYTES;
+}
+
 /** the blocked GEMM on the sub-block C[m0..m1, n0..n1), packing from plain matrices into ws (op(A) read
- *  in place where direct_a says so); with a_sums, also the column sums [s0, s1) of A as stored (see sgemm_part) */
+ *  in place where direct_a says so); with a_sums, also the column sums [s0, s1) of A as stored (see sgemm_part).
+ *  ic_outer_order (the caller's ic_outer on the whole product, ws sized by sgemm_workspace_bytes): a plain A of
+ *  several K blocks runs ic outer, pc inner (see below) */
 inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K,
                        float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                        int64_t ldc, const Epilogue& e, float* ws, double* a_sums = nullptr, int64_t s0 = 0,
-                       int64_t s1 = 0) {
+                       int64_t s1 = 0, bool ic_outer_order = false) {
   float* Ap = ws;
   float* Bp = ws + packed_a_floats(m1 - m0, K);
   int64_t cur_jc = n0;
   const bool direct = direct_a(transA, lda);
+  // ic outer, pc inner, every K block of op(B) packed once per column block: each row block of the in-place
+  // A is read whole (its rows K-contiguous, streamed from memory once) and its C block stays in L2 across
+  // the K blocks, where pc outer re-read all of C and fetched each A row once per K block. Every C element
+  // still adds the K blocks in order with the same first / last stores: the same bits
+  const bool by_rows = ic_outer_order && direct && kc_step(K) < K;
   gemm_driver(
       m0, m1, n0, n1, K, NC, alpha, beta, C, ldc, e,
       [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc) {
@@ -510,10 +607,11 @@ inline void gemm_block(bool transA, bool transB, int64_t m0, int64_t m1, int64_t
       },
       [&](int64_t pc, int64_t kc, int64_t jc, int64_t nc) {
         cur_jc = jc;
-        pack_b(transB, B, ldb, pc, kc, jc, nc, Bp);
-        return (const float*)Bp;
+        float* dst = by_rows ? Bp + pc * round_up(nc, NR) : Bp;
+        pack_b(transB, B, ldb, pc, kc, jc, nc, dst);
+        return (const float*)dst;
       },
-      direct ? lda : 0);
+      direct ? lda : 0, by_rows, true);
 }
 
 /** floats of a whole op(A) (M x K) packed once by pack_a_all */
@@ -586,6 +684,9 @@ inline bool swap_pays(int64_t M, int64_t N) {
 inline size_t sgemm_workspace_bytes(int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   int64_t floats = detail::packed_a_floats(M, K) + detail::packed_b_floats(N, K);
+  // the ic-outer order (detail::ic_outer, which also depends on the layout) keeps all of op(B)'s K blocks
+  if (detail::kc_step(K) < K && detail::packed_b_all_floats(N, K) * (int64_t)sizeof(float) <= detail::IC_OUTER_B_BYTES)
+    floats = std::max(floats, detail::packed_a_floats(M, K) + detail::packed_b_all_floats(N, K));
   // the transposed product (see detail::swap_pays) packs the other way round and keeps C^T after the packing
   if (detail::swap_pays(M, N))
     floats = std::max(floats, detail::packed_a_floats(N, K) + detail::packed_b_floats(M, K) + detail::round_up(M * N, 16));
@@ -635,7 +736,9 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
   }
   float* w = ws ? static_cast<float*>(ws)
                 : detail::thread_workspace((int64_t)(sgemm_workspace_bytes(M, N, K) / sizeof(float)));
-  detail::gemm_block(transA, transB, m0, m1, n0, n1, K, alpha, A, lda, B, ldb, beta, C, ldc, e, w, sums, s0, s1);
+  // ic_outer on the whole N (the workspace is sized for it), not on this part's columns
+  detail::gemm_block(transA, transB, m0, m1, n0, n1, K, alpha, A, lda, B, ldb, beta, C, ldc, e, w, sums, s0, s1,
+                     detail::ic_outer(transA, lda, N, K));
 }
 
 /** the whole product on the calling thread (thread_local workspace when ws is nullptr) */
