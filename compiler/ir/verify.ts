@@ -20,7 +20,7 @@
  *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums);
  *    `a_sums` only on a matmul {transA: true} of 2-D operands, exactly with an extra last output
  *    (f32 [M]: input 0's column sums, fuse.ts rule 8); `fwd_out` only on unary_grad, exactly with an
- *    extra last output (a float of x's shape: f(x), grad_fwd.ts); `c_sums` only on global_avgpool_grad, exactly
+ *    extra last output (a float of x's shape: f(x), grad_fwd.ts); `c_sums` only on global_avgpool_grad and conv2d_grad_input, exactly
  *    with an extra last output (f32 [C]: output 0's channel sums, fuse.ts rule 9); `pool_out` only on conv2d, exactly
  *    with an extra last output (f32 [N, C, 1, 1]: output 0's global average pool, rule 10)
  *  - every referenced value id exists; dtypes/shapes are static (integer dims >= 1)
