@@ -29,7 +29,7 @@ export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
   return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(),
-    ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), independentUpdatesCase()];
+    ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), independentUpdatesCase(), ...giVec16Cases()];
 }
 
 /**
@@ -713,4 +713,24 @@ export function judgeCases(cases: OpCase[], got: (Map<number, Float64Array> | st
       return { name, ok: false, worst: Infinity, problems: [`${name}: ${(e as Error).message.split('\n')[0]}`] };
     }
   });
+}
+
+/**
+ * conv2d_grad_input where the input width W is a multiple of 4 (conv_cuda.ts Side.rowVec4: with MPSC_CONV_GI_VEC16=1
+ * its dy gather in runs of 4 rows, 16-byte copies where a run is inside the image and aligned, 4-byte copies at the
+ * edges): padding 1 over 7 x 12 planes (a partial 64-row tile: M = 252), padding 0 (OW = 6: a run's alignment changes
+ * with the row), dilation 2 with padding 2, 2 groups over 5 x 4 planes (K = 27, one k step partly past K), and the bias
+ * gradient folded in with the relu mask over 10 x 16 planes (M = 320: a partial 256-row tile with MPSC_CONV_BM256=1).
+ */
+export function giVec16Cases(): OpCase[] {
+  const rng = makeRng(20261204);
+  const f = (shape: number[]) => ({ shape, data: randomTensor(shape, rng, -1, 1) });
+  const gi = (name: string, x: number[], w: number[], pad: number, dil: number, groups: number) => {
+    const o = (n: number) => n + 2 * pad - dil * 2;
+    const attrs = { stride: [1, 1], padding: [pad, pad], dilation: [dil, dil], groups, x_shape: x };
+    return opCase(name, 'conv2d_grad_input', [f([x[0], w[0], o(x[2]), o(x[3])]), f(w)], [x], attrs);
+  };
+  return [gi('conv_gi_vec16_pad1', [3, 5, 7, 12], [9, 5, 3, 3], 1, 1, 1), gi('conv_gi_vec16_pad0', [2, 4, 9, 8], [5, 4, 3, 3], 0, 1, 1),
+    gi('conv_gi_vec16_dilated', [2, 6, 9, 8], [7, 6, 3, 3], 2, 2, 1), gi('conv_gi_vec16_groups', [1, 4, 5, 4], [6, 2, 3, 3], 1, 1, 2),
+    convGradSumsCase(rng, 'conv_gi_vec16_sums_relu', [2, 40, 10, 16], [12, 40, 3, 3], true)];
 }

@@ -27,7 +27,7 @@ import { helperSource, kernelSource } from '../compiler/kernels/prelude.js';
 import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types.js';
 import { numel } from '../compiler/ir/graph.js';
 import { makeRng, relError } from '../compiler/reference/fixtures.js';
-import { convGradSumsCases, convPoolCases, cudaConvCases, cudaLongCases, poolGradSumsCases } from './cuda_cases.js';
+import { convGradSumsCases, convPoolCases, cudaConvCases, cudaLongCases, giVec16Cases, poolGradSumsCases } from './cuda_cases.js';
 import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
@@ -336,6 +336,41 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     }
   }, 600_000);
 
+  it('MPSC_CONV_GI_VEC16=1: the unit-stride input gradient\'s dy in runs of 4 rows (16-byte copies where inside and aligned, 4-byte at the edges) matches the reference at odd sizes, also on 256x64 tiles; an unchecked alignment aborts and an unchecked edge fails (negative controls)', () => {
+    const cases = giVec16Cases();
+    const saved = { gi: process.env.MPSC_CONV_GI_VEC16, bm256: process.env.MPSC_CONV_BM256 };
+    const runs = (lp: ReturnType<typeof buildCuda>['lowered'][number]) => /aall >> q/.test(lp.kernels[0].mma!.body) && /aall >> q/.test(lp.kernels[0].body);
+    try {
+      delete process.env.MPSC_CONV_GI_VEC16;
+      expect(buildCuda(cases.map((c) => c.program), 'conv_emu_gi_off', { merge: false }).lowered.some(runs)).toBe(false);
+      process.env.MPSC_CONV_GI_VEC16 = '1';
+      for (const bm256 of [undefined, '1']) {
+        if (bm256) process.env.MPSC_CONV_BM256 = bm256;
+        else delete process.env.MPSC_CONV_BM256;
+        const a = buildCuda(cases.map((c) => c.program), 'conv_emu_gi', { merge: false });
+        expect(a.lowered.every(runs)).toBe(true);
+        expect(a.lowered.every((lp) => /mpsc_cp_async16f\(d, dy \+ o, true\)/.test(lp.kernels[0].mma!.body))).toBe(true);
+        expect(a.lowered.filter((lp) => /conv_cuda\.ts 256x64 /.test(lp.kernels[0].label)).map((lp) => String(lp.program.name))).toEqual(bm256 ? ['conv_gi_vec16_sums_relu'] : []);
+        const r = emulate(cases, (b) => b, false);
+        expect(r.problems).toEqual([]);
+        expect(r.checked).toBe(2 * 6);
+      }
+      // without the alignment test a 16-byte copy of a misaligned run aborts the emulator; with `any` for `all`, the runs
+      // partly outside the image (padding 0: the first column's left taps) read neighbours' values
+      expect(() => emulate(cases, (b) => b.replace(/ && \(o & 3\) == 0/g, ''), false)).toThrow();
+      // the 16-byte copies run: zero-filled instead, every case fails
+      const zero = emulate(cases, (b) => b.replace(/mpsc_cp_async16f\(d, dy \+ o, true\)/g, 'mpsc_cp_async16f(d, dy, false)'), false);
+      expect(new Set(zero.problems.map((p) => p.split(' ')[0])).size).toBe(cases.length);
+      const edge = emulate(cases, (b) => b.replace(/\(\(aall >> q\)/g, '((aany >> q)'), false);
+      expect(edge.problems.some((p) => /^conv_gi_vec16_pad0 .* \(fp32\)/.test(p)) && edge.problems.some((p) => /^conv_gi_vec16_pad0 .* \(mma\)/.test(p))).toBe(true);
+    } finally {
+      for (const [k, v] of [['MPSC_CONV_GI_VEC16', saved.gi], ['MPSC_CONV_BM256', saved.bm256]] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+  }, 600_000);
+
   it('the TF32 operand roundings (MPSC_CONV_ROUND) as compiled: rna and rn round to nearest (ties away / to even) and keep NaN; add loses the canonical NaN (negative control)', () => {
     // bit patterns: signed zeros, denormals (smallest, rounding into the normals), ties and their neighbours (odd and even
     // TF32 lsb), values rounding to the next binade, max-finite (rounding to infinity), infinities, NaNs (quiet, canonical
@@ -472,34 +507,40 @@ describe.skipIf(!NV)('conv_cuda.ts kernels under ptxas', () => {
     ptxasCheck(buildCuda(cudaConvCases().map((c) => c.program), 'conv_ptxas', { merge: false }));
   }, 300_000);
 
-  it('the seed CNN\'s conv kernels too (the default 256x64 grad_input and 2-stage 128x128 kernels reach no small case), also with MPSC_CONV_VEC16=0', () => {
+  it('the seed CNN\'s conv kernels too (the default 256x64 grad_input and 2-stage 128x128 kernels reach no small case), also with MPSC_CONV_VEC16=0 and with MPSC_CONV_GI_VEC16=1', () => {
     const model = checkFile(path.resolve(__dirname, '../bench/seed_cnn_b32_64px_adam.model'));
-    const saved = process.env.MPSC_CONV_VEC16;
+    const saved = process.env.MPSC_CONV_VEC16, savedGi = process.env.MPSC_CONV_GI_VEC16;
     try {
-      for (const v16 of [undefined, '0']) {
-        if (v16) process.env.MPSC_CONV_VEC16 = v16;
+      for (const v16 of [undefined, '0', 'gi']) {
+        if (v16 === '0') process.env.MPSC_CONV_VEC16 = v16;
         else delete process.env.MPSC_CONV_VEC16;
+        if (v16 === 'gi') process.env.MPSC_CONV_GI_VEC16 = '1';
+        else delete process.env.MPSC_CONV_GI_VEC16;
         const a = buildCuda([buildPrograms(model, { batch: model.train.batch }).train_step], 'seed_ptxas');
         const convs = a.lowered[0].kernels.filter((k) => /conv_cuda\.ts/.test(k.label));
         const heads = convs.map((k) => k.body.match(/\d+x\d+ tile per block of 256 threads, k steps of 16 in \d cp\.async stages/)?.[0]);
         expect(heads.filter((h) => /256x64 .* 2 cp/.test(h ?? '')).length).toBe(1);
         expect(heads.filter((h) => /128x128 .* 2 cp/.test(h ?? '')).length).toBe(2);
         // 16-byte copies: conv 2's weights (forward) and both weight gradients' dy
-        expect(convs.filter((k) => /mpsc_cp_async16f/.test(k.mma!.body)).length).toBe(v16 === '0' ? 0 : 3);
+        // (and with MPSC_CONV_GI_VEC16=1 the grad_input's dy in runs of 4 rows: 64 x 64 planes)
+        expect(convs.filter((k) => /mpsc_cp_async16f/.test(k.mma!.body)).length).toBe(v16 === '0' ? 0 : v16 === 'gi' ? 4 : 3);
+        expect(convs.filter((k) => /aall >> q/.test(k.mma!.body)).map((k) => k.op)).toEqual(v16 === 'gi' ? ['conv2d_grad_input'] : []);
         ptxasCheck(a);
       }
     } finally {
       if (saved === undefined) delete process.env.MPSC_CONV_VEC16;
       else process.env.MPSC_CONV_VEC16 = saved;
+      if (savedGi === undefined) delete process.env.MPSC_CONV_GI_VEC16;
+      else process.env.MPSC_CONV_GI_VEC16 = savedGi;
     }
   }, 300_000);
 });
 
-/** ptxas -v of the built kernels for sm_90a: every conv_cuda.ts kernel without spills or stack, its TF32 variant within 128 registers */
+/** ptxas -v of the built kernels for sm_90a (no warnings): every conv_cuda.ts kernel without spills or stack, its TF32 variant within 128 registers */
 function ptxasCheck(a: ReturnType<typeof buildCuda>): void {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-ptxas-'));
   fs.writeFileSync(path.join(dir, 'k.cu'), a.files[KERNELS_FILE]);
-  const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Xptxas', '-v'], { encoding: 'utf8' });
+  const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Werror', 'all-warnings', '-Xptxas', '-v'], { encoding: 'utf8' });
   fs.rmSync(dir, { recursive: true, force: true });
   expect(r.status, r.stderr).toBe(0);
   // ptxas -v: "Compiling entry function 'NAME'", then "N bytes stack frame, N bytes spill stores, N bytes spill loads", then "Used N registers"

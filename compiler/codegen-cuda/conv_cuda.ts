@@ -35,7 +35,9 @@
  * GENERATOR_ENV; the defaults are the above): MPSC_CONV_TAPS=0 (the bounds-tested table everywhere),
  * MPSC_CONV_FRAG=vec (float2 / float4 fragment reads from [16][R + 4] / [R][16 + 8] tiles: Lay),
  * MPSC_CONV_STAGES=2|3 (stagesOf), MPSC_CONV_ROUND=rna|add (convRound), MPSC_CONV_BM256=0|1 (convTiles),
- * MPSC_CONV_VEC16=0 (4-byte copies everywhere: Side.vec4).
+ * MPSC_CONV_VEC16=0 (4-byte copies everywhere: Side.vec4), MPSC_CONV_GI_VEC16=1 (the unit-stride input gradient's dy
+ * gather where W % 4 == 0 in runs of 4 rows, 16-byte copies where a run is inside the image and aligned: Side.rowVec4,
+ * rowRuns; default 0, unmeasured).
  * A conv2d with `pool_out` (fuse.ts rule 10: the global average pool after it folded in) adds what each thread stores
  * per column (psum), then the block's column sums over its BM rows (lanes by warp butterflies, the row warps in
  * order through the stages' shared memory) go to the scratch region, and a second kernel adds each image's row tiles
@@ -144,6 +146,16 @@ interface Side {
    */
   taps?: { n: number; kShift: (s: string, k: string) => string; rowBase: (s: string) => string; koff: (s: string) => string; tap: (s: string) => string };
   /**
+   * A row-mode operand with `taps` whose rows 4i .. 4i + 3 lie in one image row and read consecutive elements at every
+   * tap (the unit-stride input gradient's dy where W % 4 == 0): with the k table ('taps') and MPSC_CONV_GI_VEC16=1 at
+   * build time, a thread copies 4 rows at a reduction index, one 16-byte cp.async where the 4 taps are inside the image
+   * and the run's offset is a multiple of 4 (decided per copy at run time: 3x3, padding 1, W % 4 == 0 gives it for the
+   * middle column of taps, kw = 1, a third of them), one 16-byte zero fill where all 4 are outside, else 4 4-byte copies
+   * (rowRuns). Default 0 (unmeasured on the H200: bench/NOTES.md "v10 gradin"). The function declares run row `i`'s
+   * constants that `elem`'s predicate reads (suffix `${i}`) from row 0's.
+   */
+  rowVec4?: (i: number) => string;
+  /**
    * A k-mode operand whose runs of 4 reduction indices from a multiple of 4 are contiguous in memory, 16-byte aligned,
    * and all valid or all not (the forward's weights with K % 4 == 0; the weight gradient's dy with OH * OW % 4 == 0):
    * its copies are 16-byte cp.async, a quarter of the copy instructions (MPSC_CONV_VEC16=0 at build time, an A/B variant:
@@ -224,6 +236,9 @@ function sidesOf(op: string, c: Geom, M: number, N: number, K: number): { a: Sid
         },
         // unit stride: ab + (ath - adh) * OW + atw - adw = (ab + ath * OW + atw) + (-adh * OW - adw)
         taps: unit ? { n: KK, kShift: tapShift, rowBase: (s) => `ab${s} + ath${s} * ${c.OW} + atw${s}`, koff: (s) => `ako${s} - adh${s} * ${c.OW} - adw${s}`, tap: (s) => `aq${s}` } : undefined,
+        // rows m .. m + 3 (m % 4 == 0) share an image row where W % 4 == 0 (M = NB * H * W too: all past M or none), and
+        // with unit stride their offsets at a tap are rowBase(m) + koff + 0 .. 3
+        rowVec4: unit && c.W % 4 === 0 ? (i) => `const bool arv${i} = arv0;\nconst int ath${i} = ath0, atw${i} = atw0 + ${i};\n` : undefined,
       },
       b: {
         // w[(g * OG + o) * CG + n][kh][kw]
@@ -303,6 +318,7 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
     `{\n  const bool ok = ${p.pred};\n` +
     `  const float* src = ok ? ${side.buf} + (${p.off}) : ${side.buf};\n` +
     `  mpsc_cp_async4(&${dst}, src, ok);\n}\n`;
+  if (side.mode === 'row' && tab === 'taps' && side.rowVec4 && !perm && envFlag('MPSC_CONV_GI_VEC16', false)) return rowRuns(side, R, L, tileBase, tag);
   if (side.mode === 'row') {
     // thread t copies row t % R at reduction indices t / R + (256 / R) j
     const step = THREADS / R;
@@ -350,6 +366,42 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
   for (let i = 0; i < per; i++) pre += side.rowDecl(`${i}`, `${tileBase} + ${tag}r + ${(THREADS / BK) * i}u`);
   let load = side.kDecl('k', `lk + ${tag}k`);
   for (let i = 0; i < per; i++) load += cp(at('k', R, L, `${tag}s`, `${tag}r + ${(THREADS / BK) * i}u`, `${tag}k`), side.elem(`${i}`, 'k'));
+  return { pre, load };
+}
+
+/**
+ * The copies of a row-mode operand with `taps` and `rowVec4` in runs of 4 rows (MPSC_CONV_GI_VEC16=1): thread t copies
+ * rows 4 (t % (R / 4)) .. + 3 at reduction indices t / (R / 4) + (1024 / R) j. Each row's tap mask as copies() builds
+ * it, their AND (all 4 inside) and OR (any); per copy from the k table's (offset, tap): one 16-byte cp.async where all
+ * 4 are inside and the first row's offset is a multiple of 4 (the destination is: rows 4i of R + 8 floats, 16-byte
+ * stage bases), one 16-byte zero fill where none is, else the 4 rows' 4-byte copies, each by its own mask bit (the
+ * image's left and right edges, and the taps whose offset is not aligned: at 3x3 padding 1, kw = 0 and 2), in an order
+ * rotated by lane / 8 so that each 4-byte copy instruction of a warp writes 32 distinct banks. A warp's
+ * 32 runs share the tap, and the offset's alignment where OH * OW and OW are multiples of 4: the branch is uniform but
+ * at the edges.
+ */
+function rowRuns(side: Side, R: number, L: Lay, tileBase: string, tag: string): { pre: string; load: string } {
+  const t = side.taps!, G = R / 4, step = THREADS / G, n = (R * BK) / THREADS / 4, four = [0, 1, 2, 3];
+  let pre = `const uint ${tag}r = 4u * (tidx % ${G}u), ${tag}k = tidx / ${G}u;\n`;
+  pre += side.rowDecl('0', `${tileBase} + ${tag}r`);
+  for (const i of four) pre += (i ? side.rowVec4!(i) : '') + `uint ${tag}msk${i} = 0u;\n`;
+  pre += `for (uint qq = 0u; qq < ${t.n}u; ++qq) {\n` + indent(t.kShift('q', 'qq'), '  ') +
+    four.map((i) => `  if (${side.elem(`${i}`, 'q').pred}) ${tag}msk${i} |= 1u << qq;\n`).join('') +
+    `}\nconst uint ${tag}all = ${tag}msk0 & ${tag}msk1 & ${tag}msk2 & ${tag}msk3, ${tag}any = ${tag}msk0 | ${tag}msk1 | ${tag}msk2 | ${tag}msk3;\n` +
+    `const int ${tag}rb = ${t.rowBase('0')};\n` +
+    // the 4-byte copies' rows rotated by lane / 8: a warp's copy i writes rows 4 lane + (i + lane / 8) % 4, 32 distinct
+    // banks (in row order lanes l and l + 8 would share one: 4-way conflicted shared-memory writes); mr i: that row's mask
+    `const uint ${tag}rot = (tidx / 8u) % 4u;\n` +
+    four.map((i) => `const uint ${tag}mr${i} = ` + [0, 1, 2].map((r) => `(${tag}rot + ${i}u) % 4u == ${r}u ? ${tag}msk${r} : `).join('') + `${tag}msk3;\n`).join('');
+  let load = '';
+  for (let j = 0; j < n; j++) {
+    const dst = at('row', R, L, `${tag}s`, `${tag}r`, `${tag}k + ${step * j}u`);
+    load += `{\n  const int2 te = ktab[lk + ${tag}k + ${step * j}u];\n  const uint q = uint(te.y);\n  const int o = ${tag}rb + te.x;\n  float* d = &${dst};\n` +
+      `  if (((${tag}all >> q) & 1u) != 0u && (o & 3) == 0) mpsc_cp_async16f(d, ${side.buf} + o, true);\n` +
+      `  else if (((${tag}any >> q) & 1u) == 0u) mpsc_cp_async16f(d, ${side.buf}, false);\n  else {\n` +
+      four.map((i) => `    { const uint e = (${tag}rot + ${i}u) % 4u; const bool ok = ((${tag}mr${i} >> q) & 1u) != 0u; mpsc_cp_async4(d + e, ok ? ${side.buf} + (o + int(e)) : ${side.buf}, ok); }\n`).join('') +
+      `  }\n}\n`;
+  }
   return { pre, load };
 }
 
