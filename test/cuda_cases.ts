@@ -29,7 +29,7 @@ export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
   return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(),
-    ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), independentUpdatesCase(), ...giVec16Cases()];
+    ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), ...giVec16Cases(), independentUpdatesCase()];
 }
 
 /**
