@@ -29,7 +29,7 @@ import { numel } from '../compiler/ir/graph.js';
 import { makeRng, relError } from '../compiler/reference/fixtures.js';
 import { convGradSumsCases, convPoolCases, cudaConvCases, cudaLongCases, giVec16Cases, poolGradSumsCases } from './cuda_cases.js';
 import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
-import { findNvcc } from '../runtime/cuda/session.js';
+import { cudaInputsKey, findNvcc } from '../runtime/cuda/session.js';
 import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 
@@ -343,7 +343,14 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     try {
       delete process.env.MPSC_CONV_GI_VEC16;
       expect(buildCuda(cases.map((c) => c.program), 'conv_emu_gi_off', { merge: false }).lowered.some(runs)).toBe(false);
+      // part of the CUDA build key; a bad value refused
+      const model = checkFile(path.resolve(__dirname, '../bench/seed_cnn_b32_64px_adam.model'));
+      const ps = buildPrograms(model, { batch: model.train.batch });
+      const off = cudaInputsKey(ps);
+      process.env.MPSC_CONV_GI_VEC16 = 'yes';
+      expect(() => buildCuda(cases.map((c) => c.program), 'conv_emu_gi_bad', { merge: false })).toThrow(/MPSC_CONV_GI_VEC16 must be one of '0', '1', got 'yes'/);
       process.env.MPSC_CONV_GI_VEC16 = '1';
+      expect(cudaInputsKey(ps)).not.toBe(off);
       for (const bm256 of [undefined, '1']) {
         if (bm256) process.env.MPSC_CONV_BM256 = bm256;
         else delete process.env.MPSC_CONV_BM256;
