@@ -153,7 +153,14 @@ export function writeFileAtomic(file: string, bytes: Uint8Array): void {
     throw new UserError(`${file}: error: cannot write the file (${(e as Error).message})`);
   }
   fs.closeSync(fd);
-  fs.renameSync(tmp, file);
+  try {
+    fs.renameSync(tmp, file);
+  } catch (e) {
+    // the temp file must not be left behind; a folder (or an unwritable name) in the way is the user's to fix
+    fs.rmSync(tmp, { force: true });
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new UserError(`${file}: error: cannot write the file (${code === 'EISDIR' ? 'a folder of that name is in the way' : (e as Error).message})\n  help: give a file name that is not a folder's`);
+  }
   try {
     const dfd = fs.openSync(dir, 'r');
     try {
