@@ -3,14 +3,15 @@
  *
  * Consumes: the raw bytes of a file the user gave as text (a .model spec, a text() corpus).
  * Produces: null when the bytes are valid UTF-8 without NUL bytes, else the first problem: its
- *   byte offset, 1-based line (counting '\n') and a short description ("byte 0xE9 is not valid
- *   UTF-8", "a NUL byte"), for messages like `file: error: ... at line 3 (byte offset 120)`.
+ *   byte offset, 1-based line (counting '\n') and column (in characters) and a short description
+ *   ("byte 0xE9 is not valid UTF-8", "a NUL byte"), for `file:line:col: error: ...` messages.
  * The rules are those of a fatal TextDecoder('utf-8'): no overlong forms, no surrogates
  * (U+D800..U+DFFF), nothing above U+10FFFF, no sequence cut short by the end of the file.
  */
 export interface TextProblem {
   offset: number;
   line: number;
+  col: number; // 1-based, in characters of the (valid) text before it on its line
   what: string;
 }
 
@@ -39,12 +40,16 @@ function sequenceLength(b: Uint8Array, i: number): number {
 
 export function textProblem(b: Uint8Array): TextProblem | null {
   let line = 1;
+  let col = 1;
   for (let i = 0; i < b.length; ) {
     const c = b[i];
-    if (c === 0) return { offset: i, line, what: 'a NUL byte' };
-    if (c === 0x0a) line++;
+    if (c === 0) return { offset: i, line, col, what: 'a NUL byte' };
     const len = sequenceLength(b, i);
-    if (len === 0) return { offset: i, line, what: `byte 0x${c.toString(16).toUpperCase().padStart(2, '0')} is not valid UTF-8` };
+    if (len === 0) return { offset: i, line, col, what: `byte 0x${c.toString(16).toUpperCase().padStart(2, '0')} is not valid UTF-8` };
+    if (c === 0x0a) {
+      line++;
+      col = 1;
+    } else col++;
     i += len;
   }
   return null;

@@ -87,7 +87,7 @@ function readText(file: string, tokenizer: 'char' | 'byte'): { bytes: Buffer; te
   const bad = textProblem(bytes);
   if (bad) {
     throw new UserError(
-      `${file}: error: the file is not UTF-8 text: ${bad.what} at line ${bad.line} (byte offset ${bad.offset})\n` +
+      `${file}: error: the file is not UTF-8 text: ${bad.what} at line ${bad.line}, column ${bad.col} (byte offset ${bad.offset})\n` +
         `  help: text in another encoding (Latin-1, Windows-1252, UTF-16) must be converted to UTF-8 first, e.g. iconv -f latin1 -t utf-8 in.txt > out.txt;\n` +
         `        for binary data, use tokenizer: "byte" to train on raw bytes`,
     );

@@ -79,13 +79,13 @@ describe('mpsc check', () => {
     writeFileSync(bin, Buffer.from([0x40, 0, 0, 0, 0, 0, 0, 0, 0x7b, 0xff, 0xfe, 0x89]));
     const b = mpsc('check', bin);
     expect(b.status).toBe(1);
-    expect(b.stderr).toContain(`${bin}:1: error: this is not a .model spec: a NUL byte at line 1 (byte offset 1); a spec is UTF-8 text`);
+    expect(b.stderr).toContain(`${bin}:1:2: error: this is not a .model spec: a NUL byte (byte offset 1); a spec is UTF-8 text`);
     expect(b.stderr.split('\n').filter((l) => l.includes('error:'))).toHaveLength(1);
     const latin1 = join(dir, 'latin1.model');
     writeFileSync(latin1, Buffer.from(readFileSync('specs/lenet.model', 'utf8').replace('model lenet', 'model lenet\n# caf\xe9'), 'latin1'));
     const l = mpsc('check', latin1);
     expect(l.status).toBe(1);
-    expect(l.stderr).toMatch(/latin1\.model:(\d+): error: this is not a \.model spec: byte 0xE9 is not valid UTF-8 at line \1 \(byte offset \d+\)[^]*converted to UTF-8/);
+    expect(l.stderr).toMatch(/latin1\.model:\d+:6: error: this is not a \.model spec: byte 0xE9 is not valid UTF-8 \(byte offset \d+\)[^]*converted to UTF-8/);
     const d = mpsc('check', dir);
     expect(d.status).toBe(1);
     expect(d.stderr).toContain(`${dir}: is a folder, not a .model file`);
@@ -118,8 +118,9 @@ describe('textProblem (compiler/utf8.ts)', () => {
       }
       expect(textProblem(b) === null, Buffer.from(b).toString('hex')).toBe(ok && !b.includes(0));
     }
-    expect(textProblem(Buffer.from('ab\ncd\n\xff', 'latin1'))).toEqual({ offset: 6, line: 3, what: 'byte 0xFF is not valid UTF-8' });
-    expect(textProblem(Buffer.from('a\nb\0'))).toEqual({ offset: 3, line: 2, what: 'a NUL byte' });
+    expect(textProblem(Buffer.from('ab\ncd\n\xff', 'latin1'))).toEqual({ offset: 6, line: 3, col: 1, what: 'byte 0xFF is not valid UTF-8' });
+    expect(textProblem(Buffer.from('a\nb\0'))).toEqual({ offset: 3, line: 2, col: 2, what: 'a NUL byte' });
+    expect(textProblem(Buffer.concat([Buffer.from('é€x'), Buffer.from([0xff])]))).toEqual({ offset: 6, line: 1, col: 4, what: 'byte 0xFF is not valid UTF-8' });
   });
 });
 

@@ -127,7 +127,7 @@ function readSpec(path: string): string {
     const bad = textProblem(bytes);
     if (bad) {
       throw new UserError(
-        `${path}:${bad.line}: error: this is not a .model spec: ${bad.what} at line ${bad.line} (byte offset ${bad.offset}); a spec is UTF-8 text\n` +
+        `${path}:${bad.line}:${bad.col}: error: this is not a .model spec: ${bad.what} (byte offset ${bad.offset}); a spec is UTF-8 text\n` +
           `  help: give the .model file (a binary or data file cannot be a spec); a spec saved in another encoding must be converted to UTF-8`,
       );
     }
