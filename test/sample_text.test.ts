@@ -154,6 +154,21 @@ describe('sample(): an output layer wider than the vocabulary', () => {
     expect(k4.text).toMatch(/^[ abc]{8}$/);
     await expect(sample(model, { weights, tokens: 3, temperature: 1, topK: 5, seed: 0, device: 'reference', onText: () => {} })).rejects.toThrow(/--top-k 5 is larger than the vocabulary \(4 tokens\)[^]*from 1 to 4/);
   });
+
+  it('weights of another spec: the mismatch names the spec hashes when the file has them (--weights latest can pick another spec of the same model name)', async () => {
+    const wide = checkSource(fs.readFileSync(lmSpec('wide', 6, 'linear(6)'), 'utf8'), path.join(dir, 'wide.model'));
+    const { model, init } = lm();
+    const vocab = JSON.stringify({ tokenizer: 'char', chars: [' ', 'a', 'b', 'c'] });
+    const tensors = new Map([...init].map(([n, d]) => [n, { shape: model.params.find((p) => p.path === n)!.shape, data: d }]));
+    const plain = path.join(dir, 'plain.safetensors');
+    saveTensors(plain, tensors, { vocab });
+    const tagged = path.join(dir, 'tagged.safetensors');
+    saveTensors(tagged, tensors, { vocab, model: 'lm', spec_hash: model.sourceHash });
+    const go = (weights: string) => sample(wide, { weights, tokens: 2, temperature: 1, seed: 0, device: 'reference', onText: () => {} });
+    await expect(go(tagged)).rejects.toThrow(new RegExp(`tok\\.weight: file has \\[4, 8\\], model needs \\[6, 8\\][^]*note: the file was written by mpsc train for another spec \\(spec hash ${model.sourceHash.slice(0, 12)}[^]*model 'lm'[^]*--weights latest`));
+    await expect(go(plain)).rejects.toThrow(/tok\.weight: file has \[4, 8\]/);
+    await expect(go(plain)).rejects.not.toThrow(/note: the file was written/);
+  });
 });
 
 describe('mpsc sample: user errors exit 1', () => {
