@@ -54,6 +54,9 @@ The torch folder: import model; m = model.load("model.safetensors"); m(x).`,
       const weights = readExportWeights(model, resolveWeights(o.weights, model.name).file);
       const version = packageVersion();
       if (o.format === 'onnx') {
+        if (fs.existsSync(o.output) && fs.statSync(o.output).isDirectory()) {
+          throw new UserError(`${o.output}: error: --format onnx writes one file, and this is a folder\n  hint: pass a file name such as ${path.join(o.output, `${model.name}.onnx`)}`);
+        }
         const r = exportOnnx(model, weights, version);
         fs.mkdirSync(path.dirname(path.resolve(o.output)), { recursive: true });
         writeFileAtomic(o.output, r.bytes);

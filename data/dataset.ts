@@ -140,7 +140,9 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
             const s = Math.floor(i / per);
             throw new UserError(
               `${src}: error: sample ${s}, position ${i - s * per} of input '${inp.name}': token id ${v} is outside [0, ${emb.vocab}), the vocabulary of embedding '${emb.layer}'\n` +
-                `  help: the embedding has ${emb.vocab} rows; fix the data or make it embedding(${v + 1}, ...) or larger`,
+                (v < 0
+                ? `  help: token ids count from 0 (a row of the embedding); fix the data (a negative id is often padding: replace it with a real id)`
+                : `  help: the embedding has ${emb.vocab} rows; fix the data or make it embedding(${v + 1}, ...) or larger`),
             );
           }
         }
@@ -153,7 +155,11 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
           const range = hi !== null ? `[0, ${hi})` : 'non-negative values';
           throw new UserError(
             `${src}: error: sample ${s}: ${inp.name} ${v} is outside the class range ${range}` +
-              (hi !== null ? `\n  help: the model has ${hi} classes; fix the label or make the last layer output ${v + 1} or more classes` : ''),
+              (v < 0
+                ? `\n  help: class labels count from 0; fix the label (a negative label is often a padding or ignore marker: set the loss's ignore_index to it)`
+                : hi !== null
+                  ? `\n  help: the model has ${hi} classes; fix the label or make the last layer output ${v + 1} or more classes`
+                  : ''),
           );
         }
       }

@@ -22,6 +22,7 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
+import { textProblem } from '../compiler/utf8.js';
 import type { CheckedModel, DataSource } from '../compiler/model.js';
 import { embeddingIdRanges, inputRoles, type DataSplits, type Dataset } from './dataset.js';
 
@@ -83,14 +84,15 @@ function readText(file: string, tokenizer: 'char' | 'byte'): { bytes: Buffer; te
   }
   if (bytes.length === 0) throw new UserError(`${file}: error: the text file is empty\n  help: text() needs some text to train on`);
   if (tokenizer === 'byte') return { bytes, text: null };
-  const nul = bytes.indexOf(0);
-  let text: string;
-  try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
-  } catch {
-    throw new UserError(`${file}: error: the file is not UTF-8 text (it looks binary)\n  help: give a UTF-8 text file, or use tokenizer: "byte" to train on raw bytes`);
+  const bad = textProblem(bytes);
+  if (bad) {
+    throw new UserError(
+      `${file}: error: the file is not UTF-8 text: ${bad.what} at line ${bad.line}, column ${bad.col} (byte offset ${bad.offset})\n` +
+        `  help: text in another encoding (Latin-1, Windows-1252, UTF-16) must be converted to UTF-8 first, e.g. iconv -f latin1 -t utf-8 in.txt > out.txt;\n` +
+        `        for binary data, use tokenizer: "byte" to train on raw bytes`,
+    );
   }
-  if (nul >= 0) throw new UserError(`${file}: error: the file has a NUL byte at offset ${nul}: it looks binary, not text\n  help: give a UTF-8 text file, or use tokenizer: "byte" to train on raw bytes`);
+  const text = bytes.toString('utf8');
   return { bytes, text };
 }
 

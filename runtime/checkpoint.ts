@@ -153,7 +153,14 @@ export function writeFileAtomic(file: string, bytes: Uint8Array): void {
     throw new UserError(`${file}: error: cannot write the file (${(e as Error).message})`);
   }
   fs.closeSync(fd);
-  fs.renameSync(tmp, file);
+  try {
+    fs.renameSync(tmp, file);
+  } catch (e) {
+    // the temp file must not be left behind; a folder (or an unwritable name) in the way is the user's to fix
+    fs.rmSync(tmp, { force: true });
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new UserError(`${file}: error: cannot write the file (${code === 'EISDIR' ? 'a folder of that name is in the way' : (e as Error).message})\n  help: give a file name that is not a folder's`);
+  }
   try {
     const dfd = fs.openSync(dir, 'r');
     try {
@@ -307,6 +314,8 @@ export interface LoadIntoOptions {
   purpose: string;
   /** load only these names (others of the session that the file holds, e.g. optimizer state, are left alone); default: all */
   only?: Set<string>;
+  /** the spec of the model being loaded: on a mismatch, a file written for another spec (its spec_hash metadata) is named as such */
+  spec?: { file: string; hash: string };
 }
 
 /**
@@ -367,7 +376,11 @@ export function loadIntoSession(session: TensorTarget, st: StFile, file: string,
     if (missing.length) parts.push(`missing from the file:\n${missing.join('\n')}`);
     if (unexpected.length) parts.push(`not in the model:\n${unexpected.join('\n')}`);
     if (badDtype.length) parts.push(`wrong dtype:\n${badDtype.join('\n')}`);
-    parts.push('  help: the file must come from the same architecture (same layer names and sizes)');
+    const written = st.metadata.spec_hash;
+    if (opts.spec && written && written !== opts.spec.hash) {
+      parts.push(`  note: the file was written by mpsc train for another spec (spec hash ${written.slice(0, 12)}..., ${opts.spec.file} is ${opts.spec.hash.slice(0, 12)}...)${st.metadata.model ? `, model '${st.metadata.model}'` : ''}`);
+    }
+    parts.push('  help: the file must come from the same architecture (same layer names and sizes)' + (opts.spec && written && written !== opts.spec.hash ? '; --weights latest takes the newest run of the model name, whatever its spec: pass the run folder you meant' : ''));
     throw new UserError(parts.join('\n'));
   }
   for (const [name, data] of loads) session.write(name, data);

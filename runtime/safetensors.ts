@@ -97,6 +97,16 @@ export function decodeSafetensors(buf: Uint8Array, file: string): StFile {
   if (buf.byteLength < 8) throw bad(`the file is ${buf.byteLength} bytes, shorter than the 8-byte header length (truncated?)`);
   const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
   const hlen = dv.getBigUint64(0, true);
+  if (hlen > BigInt(buf.byteLength - 8) && buf.byteLength > 8 && buf[8] !== 0x7b) {
+    // no '{' after the 8 length bytes either: not a cut-short safetensors file but another kind of file
+    const zip = buf[0] === 0x50 && buf[1] === 0x4b;
+    throw new UserError(
+      `${file}: error: this is not a safetensors file (it does not start with an 8-byte header length and a JSON header)\n` +
+        (zip
+          ? `  help: it is a zip archive, as torch.save writes (.pt/.bin); convert it in Python: safetensors.torch.save_file(torch.load(path), "model.safetensors")`
+          : `  help: give a .safetensors file written by mpsc train (a run folder's model.safetensors or a checkpoint) or by safetensors.torch.save_file`),
+    );
+  }
   if (hlen > BigInt(buf.byteLength - 8)) {
     throw bad(`the header length (${hlen} bytes) runs past the end of the file (${buf.byteLength} bytes; truncated?)`);
   }

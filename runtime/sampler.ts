@@ -12,7 +12,9 @@
  *   last T tokens (or all of them, at positions 0..L-1, while shorter), so the cost per token
  *   is one T-position forward pass, whatever the length of the text so far (no KV cache).
  *   Sampling: logits / temperature (temperature 0: the argmax), the top_k largest kept,
- *   softmax, one draw from a mulberry32 stream seeded by `seed`.
+ *   softmax, one draw from a mulberry32 stream seeded by `seed`. Only the first V logits (V = the
+ *   vocabulary size) are candidates: an embedding/output layer wider than the vocabulary has rows
+ *   that name no token; a top_k above V is a user error.
  */
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel } from '../compiler/model.js';
@@ -20,7 +22,7 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { buildSampleProgram, lossLogits } from '../compiler/ir/sample_program.js';
 import { loadData } from '../data/load.js';
 import { uniformStream } from '../data/rng.js';
-import { checkVocabulary, decodeTokens, encodeText, textInputs, type Vocabulary } from '../data/text.js';
+import { checkVocabulary, decodeTokens, encodeText, textInputs, vocabSize, type Vocabulary } from '../data/text.js';
 import { loadIntoSession, programTensorTable, readCheckpointFile } from './checkpoint.js';
 import { openSession } from './device.js';
 import { resolveWeights } from './run_folder.js';
@@ -93,6 +95,12 @@ export async function sample(model0: CheckedModel, o: SampleOptions): Promise<Sa
   const st = readCheckpointFile(w.file);
   const vocab = vocabFromMetadata(st.metadata, w.file) ?? (loadData(model).vocab as Vocabulary);
   checkVocabulary(model, vocab, w.file);
+  // the embedding and output layer may have more rows than the vocabulary: ids past it name no
+  // token, so only the first V logits take part in the choice
+  const V = vocabSize(vocab);
+  if (o.topK !== undefined && o.topK > V) {
+    throw new UserError(`error: --top-k ${o.topK} is larger than the vocabulary (${V} tokens), so it would keep every token\n  help: give --top-k a value from 1 to ${V}, or leave it out to sample among all tokens`);
+  }
   const set = buildPrograms(model, { batch: 1 });
   const logits = lossLogits(set.eval);
   if (logits === null) {
@@ -131,7 +139,7 @@ export async function sample(model0: CheckedModel, o: SampleOptions): Promise<Sa
       select.fill(0);
       select[win.length - 1] = 1;
       const lg = session.run('eval', batch, { lr: 0, t: 1, seed: o.seed, counter: 0 });
-      const id = pickToken(lg, o.temperature, o.topK, u);
+      const id = pickToken(lg.subarray(0, V), o.temperature, o.topK, u);
       ctx.push(id);
       const piece = vocab.tokenizer === 'byte' ? byteDecoder.decode(new Uint8Array([id]), { stream: true }) : decodeTokens(vocab, [id]);
       out.push(piece);

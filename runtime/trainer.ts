@@ -266,7 +266,7 @@ export function isAuxiliaryTensor(name: string): boolean {
 export function weightsLoad(model: CheckedModel, table: TensorTarget): LoadIntoOptions {
   const names = new Set(table.tensorNames());
   const required = new Set([...modelTensorNames(model)].filter((n) => names.has(n)));
-  return { required, only: required, ignorable: isAuxiliaryTensor, purpose: '--weights' };
+  return { required, only: required, ignorable: isAuxiliaryTensor, purpose: '--weights', spec: { file: model.file, hash: model.sourceHash } };
 }
 
 export async function train(model0: CheckedModel, opts: TrainOptions = {}): Promise<TrainResult> {

@@ -84,4 +84,13 @@ describe('safetensors writer/reader', () => {
     notJson[8] = 0x41;
     fails(notJson, 'not valid JSON');
   });
+  it('another kind of file (text, a torch.save zip) is "not a safetensors file", not "truncated?"', () => {
+    const text = new TextEncoder().encode('the quick brown fox jumps over the lazy dog\n'.repeat(4));
+    fails(text, 'bad.safetensors: error: this is not a safetensors file', 'written by mpsc train');
+    const zip = new Uint8Array(64);
+    zip.set([0x50, 0x4b, 0x03, 0x04, 0x14, 0, 0, 0, 0x08]);
+    fails(zip, 'this is not a safetensors file', 'torch.save', 'safetensors.torch.save_file');
+    // a real header cut short still reads as truncated
+    fails(raw({}, new Uint8Array(16), 10_000), 'header length (10000 bytes) runs past the end', 'truncated?');
+  });
 });

@@ -3,6 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { gzipSync } from 'node:zlib';
+import { checkSource } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
 import { loadBundledMnistArrays } from '../data/mnist_bundled.js';
 import { loadData } from '../data/load.js';
@@ -217,6 +218,19 @@ describe('CSV', () => {
     expectUserError(() => loadData(model('w.csv', null)), 'w.csv', '2 feature columns', '3 values per sample');
     expectUserError(() => loadData(model('absent.csv', null)), 'absent.csv', 'not found');
   });
+  it('a negative label gets a help that fits it (not "output 0 or more classes")', () => {
+    fs.writeFileSync(path.join(dir, 'neg.csv'), '0,1,2,3\n-1,1,2,3\n');
+    let msg = '';
+    try {
+      loadData(model('neg.csv', null));
+    } catch (e) {
+      expect(e).toBeInstanceOf(UserError);
+      msg = (e as Error).message;
+    }
+    expect(msg).toMatch(/sample 1: label -1 is outside the class range \[0, 4\)/);
+    expect(msg).toMatch(/class labels count from 0[^]*ignore_index/);
+    expect(msg).not.toMatch(/output 0 or more/);
+  });
 });
 
 describe('safetensors source', () => {
@@ -237,6 +251,40 @@ describe('safetensors source', () => {
     expectUserError(() => loadData(m2), 'tr.safetensors', "no tensor 'nope'", 'x, y');
     const m3 = tinyClassifier({ features: [4], classes: 3, data: { kind: 'safetensors', train: f, test: null, inputs: { image: 'x', label: 'y' } } });
     expectUserError(() => loadData(m3), "tensor 'x'", '[3]', '[4]');
+  });
+});
+
+describe('token ids outside an embedding', () => {
+  it('name sample, position and range; a negative id gets its own help (not "embedding(0, ...)")', () => {
+    const spec = path.join(dir, 'emb.model');
+    fs.writeFileSync(
+      spec,
+      `model emb
+input tokens: i32[N, 5]
+input label: i32[N]
+network {
+  logits = tokens -> embedding(7, 2) as emb -> flatten -> linear(3) as fc
+}
+loss cross_entropy(logits, label)
+optimizer sgd(lr: 0.1)
+train { data: safetensors(train: "ids.safetensors"), batch: 2 }
+`,
+    );
+    const m = checkSource(fs.readFileSync(spec, 'utf8'), spec);
+    const write = (bad: number) => {
+      const tok = new Int32Array(15).map((_, i) => i % 7);
+      tok[1 * 5 + 2] = bad;
+      fs.writeFileSync(path.join(dir, 'ids.safetensors'), encodeSafetensors({ tokens: { shape: [3, 5], data: tok }, label: { shape: [3], data: new Int32Array(3) } }));
+    };
+    write(9);
+    expectUserError(() => loadData(m), 'ids.safetensors', "sample 1, position 2 of input 'tokens': token id 9 is outside [0, 7)", 'embedding(10, ...)');
+    write(-1);
+    expectUserError(() => loadData(m), "sample 1, position 2 of input 'tokens': token id -1 is outside [0, 7)", /token ids count from 0/);
+    try {
+      loadData(m);
+    } catch (e) {
+      expect((e as Error).message).not.toMatch(/embedding\(0, /);
+    }
   });
 });
 

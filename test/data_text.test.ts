@@ -168,10 +168,13 @@ describe('bad input: clear errors, exit 1', () => {
     expect(userError(() => loadData(model(`text("${empty}")`)))).toMatch(/empty\.txt: error: the text file is empty/);
     const bin = path.join(dir, 'bin.dat');
     fs.writeFileSync(bin, Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d, 0xff, 0xfe]));
-    expect(userError(() => loadData(model(`text("${bin}")`)))).toMatch(/bin\.dat: error: the file is not UTF-8 text \(it looks binary\)[^]*tokenizer: "byte"/);
+    expect(userError(() => loadData(model(`text("${bin}")`)))).toMatch(/bin\.dat: error: the file is not UTF-8 text: byte 0x89 is not valid UTF-8 at line 1, column 1 \(byte offset 0\)[^]*tokenizer: "byte"/);
+    const latin1 = path.join(dir, 'latin1.txt');
+    fs.writeFileSync(latin1, Buffer.from('line one\ncaf\xe9 au lait\n', 'latin1'));
+    expect(userError(() => loadData(model(`text("${latin1}")`)))).toMatch(/latin1\.txt: error: the file is not UTF-8 text: byte 0xE9 is not valid UTF-8 at line 2, column 4 \(byte offset 12\)[^]*iconv -f latin1 -t utf-8/);
     const nul = path.join(dir, 'nul.txt');
     fs.writeFileSync(nul, 'abc\0def'.repeat(10));
-    expect(userError(() => loadData(model(`text("${nul}")`)))).toMatch(/NUL byte at offset 3/);
+    expect(userError(() => loadData(model(`text("${nul}")`)))).toMatch(/a NUL byte at line 1, column 4 \(byte offset 3\)/);
     expect(userError(() => loadData(model(`text("${path.join(dir, 'none.txt')}")`)))).toMatch(/cannot read the text file \(no such file\)/);
   });
   it('text() needs two i32 [N, T] inputs and a known tokenizer (check-time errors)', () => {

@@ -7,6 +7,7 @@ import { layersWithRole } from '../compiler/check/layers.js';
 import { OPTIMIZERS, SCHEDULES, DATA_SOURCES, TRAIN_KEYS } from '../compiler/check/settings.js';
 import { INITS } from '../compiler/check/args.js';
 import { checkSource } from '../compiler/check/index.js';
+import { textProblem } from '../compiler/utf8.js';
 
 function mpsc(...args: string[]) {
   return spawnSync(process.execPath, ['bin/mpsc.js', ...args], { encoding: 'utf8', timeout: 60_000 });
@@ -70,6 +71,56 @@ describe('mpsc check', () => {
     const m = mpsc('check', join(dir, 'nope.model'));
     expect(m.status).toBe(1);
     expect(m.stderr).toContain('no such file');
+  });
+
+  it('a binary file, a Latin-1 spec or a folder given as the spec: one line saying so, exit 1 (no dump of the bytes)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mpsc-fe-'));
+    const bin = join(dir, 'w.safetensors');
+    writeFileSync(bin, Buffer.from([0x40, 0, 0, 0, 0, 0, 0, 0, 0x7b, 0xff, 0xfe, 0x89]));
+    const b = mpsc('check', bin);
+    expect(b.status).toBe(1);
+    expect(b.stderr).toContain(`${bin}:1:2: error: this is not a .model spec: a NUL byte (byte offset 1); a spec is UTF-8 text`);
+    expect(b.stderr.split('\n').filter((l) => l.includes('error:'))).toHaveLength(1);
+    const latin1 = join(dir, 'latin1.model');
+    writeFileSync(latin1, Buffer.from(readFileSync('specs/lenet.model', 'utf8').replace('model lenet', 'model lenet\n# caf\xe9'), 'latin1'));
+    const l = mpsc('check', latin1);
+    expect(l.status).toBe(1);
+    expect(l.stderr).toMatch(/latin1\.model:\d+:6: error: this is not a \.model spec: byte 0xE9 is not valid UTF-8 \(byte offset \d+\)[^]*converted to UTF-8/);
+    const d = mpsc('check', dir);
+    expect(d.status).toBe(1);
+    expect(d.stderr).toContain(`${dir}: is a folder, not a .model file`);
+  });
+});
+
+describe('textProblem (compiler/utf8.ts)', () => {
+  it('agrees with a fatal TextDecoder on random and edge-case bytes, and names line and offset', () => {
+    let seed = 12345;
+    const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) >>> 16) & 0xff;
+    const cases: Uint8Array[] = [
+      Uint8Array.from([0xe0, 0x80, 0x80]), // overlong
+      Uint8Array.from([0xed, 0xa0, 0x80]), // surrogate
+      Uint8Array.from([0xf4, 0x90, 0x80, 0x80]), // above U+10FFFF
+      Uint8Array.from([0xf0, 0x9f, 0x98]), // cut short
+      Uint8Array.from([0xc0, 0xaf]),
+      Buffer.from('héllo €𝄞 ok\n'),
+    ];
+    for (let n = 0; n < 3000; n++) {
+      const len = 1 + (rnd() % 6);
+      // bias towards lead and continuation bytes so that multi-byte forms are common
+      cases.push(Uint8Array.from({ length: len }, () => { const r = rnd(); return r < 64 ? 0x61 : r < 128 ? 0x80 | (rnd() & 0x3f) : 0xc0 | (rnd() & 0x3f); }));
+    }
+    for (const b of cases) {
+      let ok = true;
+      try {
+        new TextDecoder('utf-8', { fatal: true }).decode(b);
+      } catch {
+        ok = false;
+      }
+      expect(textProblem(b) === null, Buffer.from(b).toString('hex')).toBe(ok && !b.includes(0));
+    }
+    expect(textProblem(Buffer.from('ab\ncd\n\xff', 'latin1'))).toEqual({ offset: 6, line: 3, col: 1, what: 'byte 0xFF is not valid UTF-8' });
+    expect(textProblem(Buffer.from('a\nb\0'))).toEqual({ offset: 3, line: 2, col: 2, what: 'a NUL byte' });
+    expect(textProblem(Buffer.concat([Buffer.from('é€x'), Buffer.from([0xff])]))).toEqual({ offset: 6, line: 1, col: 4, what: 'byte 0xFF is not valid UTF-8' });
   });
 });
 

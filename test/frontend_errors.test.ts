@@ -1,4 +1,5 @@
 import { describe, it, expect } from 'vitest';
+import { readFileSync } from 'node:fs';
 import { checkSource, checkSourceWithWarnings } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
 import { didYouMean, editDistance, formatDiagnostic } from '../compiler/diagnostics.js';
@@ -122,6 +123,10 @@ describe('robustness: bad input only ever raises UserError', () => {
     'network { '.repeat(2000),
     '('.repeat(100000),
     'network { h = ' + '-'.repeat(50000) + '1 }',
+    // a run of '-' before a non-number (fuzz case 2312 of seed 7: a stack overflow, 'internal error')
+    'train { data: synthetic(train_size: ' + '-'.repeat(19328) + '"a") }',
+    'optimizer sgd(lr: ' + '-'.repeat(30001) + '(0.1))',
+    'input image: f32[N, 4]\ninput label: i32[N]\nnetwork { h = ' + '-'.repeat(30000) + 'image }',
     'network { h = ' + Array.from({ length: 20000 }, () => '1').join(' + ') + ' }',
     'input x: f32[N, 99999, 99999, 99999]\nnetwork { y = x -> relu }',
     'block a() { in x\n out x -> a }\nnetwork { y = image -> a }',
@@ -134,6 +139,11 @@ describe('robustness: bad input only ever raises UserError', () => {
       expect(() => checkSource(s, 'f.model')).toThrow(UserError);
     });
   }
+  it('a long run of minus signs keeps its meaning: an even run cancels, an odd one negates', () => {
+    const spec = (minus: string) => readFileSync('specs/mnist_mlp.model', 'utf8').replace(/optimizer .*\n/, `optimizer sgd(lr: ${minus}(0.1))\n`);
+    expect(checkSource(spec('-'.repeat(4000)), 'f.model').optimizer.lr).toBe(0.1);
+    expect(() => checkSource(spec('-'.repeat(4001)), 'f.model')).toThrow(/lr.*must be > 0, got -0\.1/);
+  });
   it('survives random bytes', () => {
     let seed = 12345;
     const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);

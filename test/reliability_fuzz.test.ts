@@ -4,7 +4,7 @@
  * within 2 s of CPU time, never another exception; a handful also go through the real CLI
  * (exit 0 or 1, no stack trace).
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -117,4 +117,20 @@ describe('the real CLI on hostile files: exit 0 or 1, never a stack trace', () =
     expect(results.find((x) => x.name === 'valid')!.code).toBe(0);
     expect(results.find((x) => x.name === 'empty')!.code).toBe(1);
   }, 300_000);
+});
+
+describe('bench/fuzz_specs.ts arguments', () => {
+  it('--help prints the usage and exits 0 at once (it used to start a 10,000-case run); a bad or unknown argument exits 1', () => {
+    const run = (...a: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'bench/fuzz_specs.ts', ...a], { encoding: 'utf8', timeout: 60_000 });
+    const h = run('--help');
+    expect(h.status).toBe(0);
+    expect(h.stdout).toMatch(/^usage: npx tsx bench\/fuzz_specs\.ts[^]*--cases N[^]*--no-programs/);
+    expect(h.stdout).not.toMatch(/cases \d+ +accepted/);
+    const bad = run('--cases', 'x');
+    expect(bad.status).toBe(1);
+    expect(bad.stderr).toMatch(/error: --cases needs a non-negative integer, got 'x'/);
+    const unknown = run('--case', '3');
+    expect(unknown.status).toBe(1);
+    expect(unknown.stderr).toMatch(/error: unknown argument '--case'/);
+  });
 });

@@ -26,24 +26,28 @@ beforeAll(() => {
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 const T = 6;
-function lm() {
-  const text = path.join(dir, 'tiny.txt');
-  fs.writeFileSync(text, 'abcab cabba acbca '.repeat(20));
-  const file = path.join(dir, 'lm.model');
+/** a one-block character LM spec over a 4-character text, `rows` embedding rows and logits */
+function lmSpec(name: string, rows: number, head: string): string {
+  fs.writeFileSync(path.join(dir, `${name}.txt`), 'abcab cabba acbca '.repeat(20));
+  const file = path.join(dir, `${name}.model`);
   fs.writeFileSync(
     file,
-    `model lm
+    `model ${name}
 input tokens: i32[N, ${T}]
 input targets: i32[N, ${T}]
 network {
-  h = (tokens -> embedding(4, 8) as tok) + (tokens -> positions -> embedding(${T}, 8) as pos)
-  logits = h -> attention(2, causal: true) as attn -> layernorm as ln -> linear(4, tied_to: tok, bias: false) as head
+  h = (tokens -> embedding(${rows}, 8) as tok) + (tokens -> positions -> embedding(${T}, 8) as pos)
+  logits = h -> attention(2, causal: true) as attn -> layernorm as ln -> ${head} as head
 }
 loss cross_entropy(logits, targets)
 optimizer adam(lr: 1e-3)
-train { data: text("tiny.txt"), steps: 1, batch: 2 }
+train { data: text("${name}.txt"), steps: 1, batch: 2 }
 `,
   );
+  return file;
+}
+function lm() {
+  const file = lmSpec('lm', 4, 'linear(4, tied_to: tok, bias: false)');
   const model = checkSource(fs.readFileSync(file, 'utf8'), file);
   const weights = path.join(dir, 'w.safetensors');
   const init = initParams(model, 3);
@@ -129,6 +133,41 @@ describe('sample() on the reference device', () => {
     const g1 = await go({ seed: 1, temperature: 0 });
     const g2 = await go({ seed: 2, temperature: 0 });
     expect(g1.r.text).toBe(g2.r.text);
+  });
+});
+
+describe('sample(): an output layer wider than the vocabulary', () => {
+  // 4 characters, 6 embedding rows and logits: ids 4 and 5 name no character. Their bias is made
+  // the largest, so a sampler that let them compete would pick them (and print 'undefined').
+  it('only draws ids of the vocabulary, greedy or not; --top-k above the vocabulary is a user error', async () => {
+    const file = lmSpec('wide', 6, 'linear(6)');
+    const model = checkSource(fs.readFileSync(file, 'utf8'), file);
+    const init = initParams(model, 3);
+    init.set('head.bias', Float32Array.from([0, 0, 0, 0, 50, 50]));
+    const weights = path.join(dir, 'wide.safetensors');
+    saveTensors(weights, new Map([...init].map(([n, d]) => [n, { shape: model.params.find((p) => p.path === n)!.shape, data: d }])), { vocab: JSON.stringify({ tokenizer: 'char', chars: [' ', 'a', 'b', 'c'] }) });
+    for (const temperature of [0, 1, 5]) {
+      const r = await sample(model, { weights, prompt: 'ab', tokens: 12, temperature, seed: 7, device: 'reference', onText: () => {} });
+      expect(r.text).toMatch(/^[ abc]{12}$/);
+    }
+    const k4 = await sample(model, { weights, prompt: 'a', tokens: 8, temperature: 1, topK: 4, seed: 7, device: 'reference', onText: () => {} });
+    expect(k4.text).toMatch(/^[ abc]{8}$/);
+    await expect(sample(model, { weights, tokens: 3, temperature: 1, topK: 5, seed: 0, device: 'reference', onText: () => {} })).rejects.toThrow(/--top-k 5 is larger than the vocabulary \(4 tokens\)[^]*from 1 to 4/);
+  });
+
+  it('weights of another spec: the mismatch names the spec hashes when the file has them (--weights latest can pick another spec of the same model name)', async () => {
+    const wide = checkSource(fs.readFileSync(lmSpec('wide', 6, 'linear(6)'), 'utf8'), path.join(dir, 'wide.model'));
+    const { model, init } = lm();
+    const vocab = JSON.stringify({ tokenizer: 'char', chars: [' ', 'a', 'b', 'c'] });
+    const tensors = new Map([...init].map(([n, d]) => [n, { shape: model.params.find((p) => p.path === n)!.shape, data: d }]));
+    const plain = path.join(dir, 'plain.safetensors');
+    saveTensors(plain, tensors, { vocab });
+    const tagged = path.join(dir, 'tagged.safetensors');
+    saveTensors(tagged, tensors, { vocab, model: 'lm', spec_hash: model.sourceHash });
+    const go = (weights: string) => sample(wide, { weights, tokens: 2, temperature: 1, seed: 0, device: 'reference', onText: () => {} });
+    await expect(go(tagged)).rejects.toThrow(new RegExp(`tok\\.weight: file has \\[4, 8\\], model needs \\[6, 8\\][^]*note: the file was written by mpsc train for another spec \\(spec hash ${model.sourceHash.slice(0, 12)}[^]*model 'lm'[^]*--weights latest`));
+    await expect(go(plain)).rejects.toThrow(/tok\.weight: file has \[4, 8\]/);
+    await expect(go(plain)).rejects.not.toThrow(/note: the file was written/);
   });
 });
 

@@ -24,7 +24,7 @@ import { runGraph, type Env } from '../compiler/reference/interpret.js';
 import { initParams } from '../compiler/train/init.js';
 import { UserError } from '../compiler/errors.js';
 import { embeddingIdRanges, inputRoles } from '../data/dataset.js';
-import { batchnormLayers, listCheckpoints, saveTensors } from '../runtime/checkpoint.js';
+import { batchnormLayers, listCheckpoints, saveTensors, writeFileAtomic } from '../runtime/checkpoint.js';
 import type { StWriteTensor } from '../runtime/safetensors.js';
 
 const PY = process.env.MPSC_TEST_PYTHON ?? resolve('.venv-test/bin/python');
@@ -298,6 +298,25 @@ describe('mpsc export --format onnx', () => {
     expect(r.status).toBe(1);
     // the message of every --weights load (eval, predict, sample, export: one loading path)
     expect(r.stderr).toContain('error: --weights: the tensors do not match the model\nmissing from the file:\n  fc1.bias [256]\n  fc2.bias [10]\n  fc2.weight [10, 256]');
+  });
+
+  it('-o naming an existing folder exits 1 with a file name to use, and leaves no temp file (it was an internal error, exit 2)', () => {
+    const model = checkFile('specs/mnist_mlp.model');
+    const init = initParams(model, 1);
+    const f = join(dir, 'full.safetensors');
+    saveTensors(f, new Map(model.params.map((p) => [p.path, { shape: p.shape, data: init.get(p.path)! }])));
+    const parent = mkdtempSync(join(tmpdir(), 'mpsc-export-dir-'));
+    const out = join(parent, 'out');
+    mkdirSync(out);
+    const r = mpsc('export', 'specs/mnist_mlp.model', '--weights', f, '--format', 'onnx', '-o', out);
+    expect(r.stderr).not.toContain('internal error');
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain(`${out}: error: --format onnx writes one file, and this is a folder\n  hint: pass a file name such as ${join(out, 'mnist_mlp.onnx')}`);
+    // the atomic writer itself: a folder in the way is a UserError and the temp file is removed
+    expect(() => writeFileAtomic(out, new Uint8Array(8))).toThrow(UserError);
+    expect(() => writeFileAtomic(out, new Uint8Array(8))).toThrow(/cannot write the file \(a folder of that name is in the way\)/);
+    expect(readdirSync(parent)).toEqual(['out']);
+    expect(readdirSync(out)).toEqual([]);
   });
 });
 

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import * as nodePath from 'node:path';
 import { UserError } from '../errors.js';
+import { textProblem } from '../utf8.js';
 import type { CheckedModel } from '../model.js';
 import { errorAt, formatDiagnostic, throwIfErrors, suggestion, type Diagnostic } from '../diagnostics.js';
 import { parseSource } from '../parser/parse.js';
@@ -122,7 +123,15 @@ export function checkSourceWithWarnings(text: string, file: string, overrides: O
 function readSpec(path: string): string {
   try {
     if (statSync(path).isDirectory()) throw new UserError(`${path}: is a folder, not a .model file`);
-    return readFileSync(path, 'utf8');
+    const bytes = readFileSync(path);
+    const bad = textProblem(bytes);
+    if (bad) {
+      throw new UserError(
+        `${path}:${bad.line}:${bad.col}: error: this is not a .model spec: ${bad.what} (byte offset ${bad.offset}); a spec is UTF-8 text\n` +
+          `  help: give the .model file (a binary or data file cannot be a spec); a spec saved in another encoding must be converted to UTF-8`,
+      );
+    }
+    return bytes.toString('utf8');
   } catch (e) {
     if (e instanceof UserError) throw e;
     const code = (e as NodeJS.ErrnoException).code;

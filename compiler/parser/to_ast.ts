@@ -160,7 +160,11 @@ export class AstBuilder {
   unary(n: CstNode): A.Expr {
     const k = n.children as Children;
     let e = this.primary(nodes(k, 'primary')[0]);
-    const minus = toks(k, 'Minus').sort((a, b) => b.startOffset - a.startOffset);
+    let minus = toks(k, 'Minus').sort((a, b) => b.startOffset - a.startOffset);
+    // a run of '-' before a non-number: two negations cancel, so keep one or two (same parity,
+    // same errors for a string or a bool) instead of thousands of nested 'neg' nodes that the
+    // recursive evaluators would overflow the stack on (fuzz case: 19,328 '-' before a string)
+    if (e.kind !== 'num' && minus.length > 2) minus = minus.length % 2 === 0 ? [minus[0], minus[minus.length - 1]] : [minus[minus.length - 1]];
     for (const m of minus) {
       const loc = this.span(this.tokLoc(m), e.loc);
       if (e.kind === 'num') e = { kind: 'num', value: -e.value, isInt: e.isInt, text: '-' + e.text, loc };
