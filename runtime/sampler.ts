@@ -14,7 +14,7 @@
  *   Sampling: logits / temperature (temperature 0: the argmax), the top_k largest kept,
  *   softmax, one draw from a mulberry32 stream seeded by `seed`. Only the first V logits (V = the
  *   vocabulary size) are candidates: an embedding/output layer wider than the vocabulary has rows
- *   that name no token; a top_k above V is a user error.
+ *   that name no token; a top_k above V keeps all V.
  */
 import { UserError } from '../compiler/errors.js';
 import type { CheckedModel } from '../compiler/model.js';
@@ -98,9 +98,8 @@ export async function sample(model0: CheckedModel, o: SampleOptions): Promise<Sa
   // the embedding and output layer may have more rows than the vocabulary: ids past it name no
   // token, so only the first V logits take part in the choice
   const V = vocabSize(vocab);
-  if (o.topK !== undefined && o.topK > V) {
-    throw new UserError(`error: --top-k ${o.topK} is larger than the vocabulary (${V} tokens), so it would keep every token\n  help: give --top-k a value from 1 to ${V}, or leave it out to sample among all tokens`);
-  }
+  // a top_k above the vocabulary keeps every token, as nanoGPT's sample.py does (torch.topk(logits, min(k, V)))
+  if (o.topK !== undefined && o.topK > V) o.onNote?.(`note: --top-k ${o.topK} is above the vocabulary (${V} tokens): every token is kept`);
   const set = buildPrograms(model, { batch: 1 });
   const logits = lossLogits(set.eval);
   if (logits === null) {

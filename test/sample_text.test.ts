@@ -139,7 +139,7 @@ describe('sample() on the reference device', () => {
 describe('sample(): an output layer wider than the vocabulary', () => {
   // 4 characters, 6 embedding rows and logits: ids 4 and 5 name no character. Their bias is made
   // the largest, so a sampler that let them compete would pick them (and print 'undefined').
-  it('only draws ids of the vocabulary, greedy or not; --top-k above the vocabulary is a user error', async () => {
+  it('only draws ids of the vocabulary, greedy or not; --top-k above the vocabulary keeps them all, with a note', async () => {
     const file = lmSpec('wide', 6, 'linear(6)');
     const model = checkSource(fs.readFileSync(file, 'utf8'), file);
     const init = initParams(model, 3);
@@ -152,7 +152,11 @@ describe('sample(): an output layer wider than the vocabulary', () => {
     }
     const k4 = await sample(model, { weights, prompt: 'a', tokens: 8, temperature: 1, topK: 4, seed: 7, device: 'reference', onText: () => {} });
     expect(k4.text).toMatch(/^[ abc]{8}$/);
-    await expect(sample(model, { weights, tokens: 3, temperature: 1, topK: 5, seed: 0, device: 'reference', onText: () => {} })).rejects.toThrow(/--top-k 5 is larger than the vocabulary \(4 tokens\)[^]*from 1 to 4/);
+    // a top-k above the vocabulary keeps every token (nanoGPT's min(k, V)), with a note; never an id past the vocabulary
+    const notes: string[] = [];
+    const k9 = await sample(model, { weights, prompt: 'a', tokens: 8, temperature: 1, topK: 9, seed: 7, device: 'reference', onText: () => {}, onNote: (m) => notes.push(m) });
+    expect(k9.text).toMatch(/^[ abc]{8}$/);
+    expect(notes.join('\n')).toMatch(/--top-k 9 is above the vocabulary \(4 tokens\): every token is kept/);
   });
 
   it('weights of another spec: the mismatch names the spec hashes when the file has them (--weights latest can pick another spec of the same model name)', async () => {
