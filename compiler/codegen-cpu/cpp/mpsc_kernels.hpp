@@ -33,6 +33,24 @@
 
 namespace mk {
 
+// always inlined where it matters: in a large generated model.cc GCC otherwise stops inlining small helpers
+// once its unit-growth limit is reached, and a loop that calls them stays scalar (see exp_v / erf_v)
+#if defined(__GNUC__)
+#define MK_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define MK_ALWAYS_INLINE inline
+#endif
+
+/** a GCC vector V (float or int lanes) loaded from / stored to memory of any alignment (one unaligned move) */
+template <class V>
+MK_ALWAYS_INLINE V vload(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+MK_ALWAYS_INLINE void vstore(void* p, const V& v) { std::memcpy(p, &v, sizeof v); }
+
 /** run f(b, e) over [0, n), in parallel when n is at least `min_parallel` */
 template <class F>
 inline void par(mpsc_ctx* ctx, int64_t n, int64_t min_parallel, F&& f) {
@@ -309,21 +327,11 @@ typedef int32_t mp_i8 __attribute__((vector_size(32)));
 typedef float mp_f4 __attribute__((vector_size(16)));
 typedef int32_t mp_i4 __attribute__((vector_size(16)));
 
-template <class V>
-inline V mp_load(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V>
-inline void mp_store(float* p, V v) {
-  std::memcpy(p, &v, sizeof v);
-}
 
 #if MK_MP8
 /** even / odd floats of p[0, 16) */
 inline void mp_split(const float* p, mp_f8& ev, mp_f8& od) {
-  const mp_f8 lo = mp_load<mp_f8>(p), hi = mp_load<mp_f8>(p + 8);
+  const mp_f8 lo = vload<mp_f8>(p), hi = vload<mp_f8>(p + 8);
 #if defined(__clang__)
   ev = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14);
   od = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -334,7 +342,7 @@ inline void mp_split(const float* p, mp_f8& ev, mp_f8& od) {
 }
 #endif
 inline void mp_split(const float* p, mp_f4& ev, mp_f4& od) {
-  const mp_f4 lo = mp_load<mp_f4>(p), hi = mp_load<mp_f4>(p + 4);
+  const mp_f4 lo = vload<mp_f4>(p), hi = vload<mp_f4>(p + 4);
 #if defined(__clang__)
   ev = __builtin_shufflevector(lo, hi, 0, 2, 4, 6);
   od = __builtin_shufflevector(lo, hi, 1, 3, 5, 7);
@@ -347,21 +355,21 @@ inline void mp_split(const float* p, mp_f4& ev, mp_f4& od) {
 #if MK_MP8
 inline void mp_merge(float* p, mp_f8 ev, mp_f8 od) {
 #if defined(__clang__)
-  mp_store(p, (mp_f8)__builtin_shufflevector(ev, od, 0, 8, 1, 9, 2, 10, 3, 11));
-  mp_store(p + 8, (mp_f8)__builtin_shufflevector(ev, od, 4, 12, 5, 13, 6, 14, 7, 15));
+  vstore(p, (mp_f8)__builtin_shufflevector(ev, od, 0, 8, 1, 9, 2, 10, 3, 11));
+  vstore(p + 8, (mp_f8)__builtin_shufflevector(ev, od, 4, 12, 5, 13, 6, 14, 7, 15));
 #else
-  mp_store(p, __builtin_shuffle(ev, od, mp_i8{0, 8, 1, 9, 2, 10, 3, 11}));
-  mp_store(p + 8, __builtin_shuffle(ev, od, mp_i8{4, 12, 5, 13, 6, 14, 7, 15}));
+  vstore(p, __builtin_shuffle(ev, od, mp_i8{0, 8, 1, 9, 2, 10, 3, 11}));
+  vstore(p + 8, __builtin_shuffle(ev, od, mp_i8{4, 12, 5, 13, 6, 14, 7, 15}));
 #endif
 }
 #endif
 inline void mp_merge(float* p, mp_f4 ev, mp_f4 od) {
 #if defined(__clang__)
-  mp_store(p, (mp_f4)__builtin_shufflevector(ev, od, 0, 4, 1, 5));
-  mp_store(p + 4, (mp_f4)__builtin_shufflevector(ev, od, 2, 6, 3, 7));
+  vstore(p, (mp_f4)__builtin_shufflevector(ev, od, 0, 4, 1, 5));
+  vstore(p + 4, (mp_f4)__builtin_shufflevector(ev, od, 2, 6, 3, 7));
 #else
-  mp_store(p, __builtin_shuffle(ev, od, mp_i4{0, 4, 1, 5}));
-  mp_store(p + 4, __builtin_shuffle(ev, od, mp_i4{2, 6, 3, 7}));
+  vstore(p, __builtin_shuffle(ev, od, mp_i4{0, 4, 1, 5}));
+  vstore(p + 4, __builtin_shuffle(ev, od, mp_i4{2, 6, 3, 7}));
 #endif
 }
 
@@ -375,7 +383,7 @@ inline void mp2_fwd_vec(const float* x0, const float* x1, float* y) {
   m = m < b ? b : m;
   m = m < c ? c : m;
   m = m < d ? d : m;
-  mp_store(y, m);
+  vstore(y, m);
 }
 inline void mp2_fwd_one(const float* x0, const float* x1, float* y) {
   float m = -INFINITY;
@@ -404,7 +412,7 @@ inline void mp2_grad_vec(const float* x0, const float* x1, const float* dy, V (&
   m = s2 ? c : m;
   const auto s3 = d > m;
   m = s3 ? d : m;
-  const V g = Relu ? (m > z ? mp_load<V>(dy) : z) : mp_load<V>(dy);
+  const V g = Relu ? (m > z ? vload<V>(dy) : z) : vload<V>(dy);
   r[0] = (s1 | s2 | s3) ? z : g;
   r[1] = (s1 & ~(s2 | s3)) ? g : z;
   r[2] = (s2 & ~s3) ? g : z;
@@ -583,11 +591,6 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
  * Both are always inlined: in a large generated model.cc GCC otherwise stops inlining them once its
  * unit-growth limit is reached, and a loop that calls them stays scalar (the gelu kernels ran 4-5x slower).
  */
-#if defined(__GNUC__)
-#define MK_ALWAYS_INLINE inline __attribute__((always_inline))
-#else
-#define MK_ALWAYS_INLINE inline
-#endif
 MK_ALWAYS_INLINE float exp_v(float x) {
   const float xc = std::min(std::max(x, -87.0f), 88.5f);
   const float n = std::nearbyint(xc * 1.44269504088896341f);
@@ -828,14 +831,6 @@ struct attv {
 using avf = attv<ATT_AW>::f;
 using avi = attv<ATT_AW>::i;
 
-template <class V>
-MK_ALWAYS_INLINE V att_ld(const void* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V>
-MK_ALWAYS_INLINE void att_st(void* p, const V& v) { std::memcpy(p, &v, sizeof v); }
 /** x in every lane (an initializer list of copies: one broadcast, where a lane-by-lane loop became masked inserts) */
 template <class V, class S, size_t... L>
 MK_ALWAYS_INLINE V att_splat_(S x, std::index_sequence<L...>) { return V{((void)L, x)...}; }
@@ -886,14 +881,14 @@ MK_ALWAYS_INLINE void att_mk(float* c, int64_t ldc, const float* rs, const float
 #pragma GCC unroll 16
     for (int64_t n = 0; n < ND; n++) {
       if constexpr (init == ATT_ZERO) acc[r][n] = att_splat<V>(0.0f);
-      else if constexpr (init == ATT_LOAD) acc[r][n] = att_ld<V>(c + r * ldc + n * W);
-      else acc[r][n] = att_ld<V>(c + r * ldc + n * W) * s;
+      else if constexpr (init == ATT_LOAD) acc[r][n] = vload<V>(c + r * ldc + n * W);
+      else acc[r][n] = vload<V>(c + r * ldc + n * W) * s;
     }
   }
   for (int64_t k = k0; k < k1; k++) {
     V bv[ND];
 #pragma GCC unroll 16
-    for (int64_t n = 0; n < ND; n++) bv[n] = att_ld<V>(b + k * ldb + n * W);
+    for (int64_t n = 0; n < ND; n++) bv[n] = vload<V>(b + k * ldb + n * W);
 #pragma GCC unroll 16
     for (int64_t r = 0; r < R; r++) {
       const V x = att_splat<V>(a[r * ar + k * ak]);
@@ -904,7 +899,7 @@ MK_ALWAYS_INLINE void att_mk(float* c, int64_t ldc, const float* rs, const float
 #pragma GCC unroll 16
   for (int64_t r = 0; r < R; r++)
 #pragma GCC unroll 16
-    for (int64_t n = 0; n < ND; n++) att_st(c + r * ldc + n * W, acc[r][n]);
+    for (int64_t n = 0; n < ND; n++) vstore(c + r * ldc + n * W, acc[r][n]);
 }
 
 /**
@@ -975,9 +970,9 @@ inline void att_transpose(const float* src, int64_t ss, int64_t rows, float* dst
   for (int64_t b = 0; b < nb; b++)
     for (int64_t d = 0; d < D; d += 8) {
       v8f r[8];
-      for (int64_t i = 0; i < 8; i++) r[i] = att_ld<v8f>(src + (8 * b + i) * ss + d) * mul;
+      for (int64_t i = 0; i < 8; i++) r[i] = vload<v8f>(src + (8 * b + i) * ss + d) * mul;
       mpsc_fast::detail::transpose8x8(r);
-      for (int64_t i = 0; i < 8; i++) att_st(dst + (d + i) * ld + 8 * b, r[i]);
+      for (int64_t i = 0; i < 8; i++) vstore(dst + (d + i) * ld + 8 * b, r[i]);
     }
   for (int64_t t = 8 * nb; t < rows; t++)
     for (int64_t d = 0; d < D; d++) dst[d * ld + t] = src[t * ss + d] * mul;
@@ -1077,7 +1072,7 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   avi lim[ATT_NV];
   avf m[ATT_NV], l[ATT_NV];
   for (int64_t u = 0; u < ATT_NV; u++) {
-    lim[u] = att_ld<avi>(lim_s + u * ATT_AW);
+    lim[u] = vload<avi>(lim_s + u * ATT_AW);
     m[u] = att_splat<avf>(-INFINITY);
     l[u] = att_splat<avf>(0.0f);
   }
@@ -1112,15 +1107,15 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
       const avf ninf = att_splat<avf>(-INFINITY);
       for (int64_t j = 0; j < nc; j++)
         for (int64_t u = 0; u < ATT_NV; u++) {
-          avf s = att_ld<avf>(st + j * ATT_BR + u * ATT_AW);
+          avf s = vload<avf>(st + j * ATT_BR + u * ATT_AW);
           s = att_splat<avi>((int32_t)(u0 + j)) < lim[u] ? s : ninf;
-          att_st(st + j * ATT_BR + u * ATT_AW, s);
+          vstore(st + j * ATT_BR + u * ATT_AW, s);
           mn[u] = mn[u] < s ? s : mn[u];
         }
     } else {
       for (int64_t j = 0; j < nc; j++)
         for (int64_t u = 0; u < ATT_NV; u++) {
-          const avf s = att_ld<avf>(st + j * ATT_BR + u * ATT_AW);
+          const avf s = vload<avf>(st + j * ATT_BR + u * ATT_AW);
           mn[u] = mn[u] < s ? s : mn[u];
         }
     }
@@ -1128,15 +1123,15 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
     avf rsum[ATT_NV];
     for (int64_t u = 0; u < ATT_NV; u++) {
       const avf c = exp_av(m[u] - mn[u]);  // 0 on the first tile (m = -inf)
-      att_st(corr_s + u * ATT_AW, c);
+      vstore(corr_s + u * ATT_AW, c);
       l[u] *= c;
       m[u] = mn[u];
       rsum[u] = att_splat<avf>(0.0f);
     }
     for (int64_t j = 0; j < nc; j++)
       for (int64_t u = 0; u < ATT_NV; u++) {
-        const avf pj = exp_av(att_ld<avf>(st + j * ATT_BR + u * ATT_AW) - mn[u]);
-        att_st(st + j * ATT_BR + u * ATT_AW, pj);
+        const avf pj = exp_av(vload<avf>(st + j * ATT_BR + u * ATT_AW) - mn[u]);
+        vstore(st + j * ATT_BR + u * ATT_AW, pj);
         rsum[u] += pj;
       }
     for (int64_t u = 0; u < ATT_NV; u++) l[u] += rsum[u];
@@ -1147,8 +1142,8 @@ inline void attention_fwd_tile(const float* q, const float* k, const float* v, f
   }
   alignas(64) float l_s[ATT_BR], m_s[ATT_BR];
   for (int64_t u = 0; u < ATT_NV; u++) {
-    att_st(l_s + u * ATT_AW, l[u]);
-    att_st(m_s + u * ATT_AW, m[u]);
+    vstore(l_s + u * ATT_AW, l[u]);
+    vstore(m_s + u * ATT_AW, m[u]);
   }
   pf.rest();
   for (int64_t i = 0; i < nr; i++) {
@@ -1200,8 +1195,8 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
   // delta[t] = sum over d in order of do[t][d] o[t][d], the rows across the lanes
   for (int64_t t = 0; t < Tv; t += ATT_AW) {
     avf s = att_splat<avf>(0.0f);
-    for (int64_t d = 0; d < D; d++) s += att_ld<avf>(gt + d * Tp + t) * att_ld<avf>(ot + d * Tv + t);
-    att_st(dl + t, s);
+    for (int64_t d = 0; d < D; d++) s += vload<avf>(gt + d * Tp + t) * vload<avf>(ot + d * Tv + t);
+    vstore(dl + t, s);
   }
   std::fill(dl + Tv, dl + Tp, 0.0f);
   const auto tick = [pf] {
@@ -1232,19 +1227,19 @@ inline void attention_bwd_head_c(const float* dO, const float* q, const float* k
       // lanes past T: key end 0, so P = dS = 0 there
       for (int64_t i = 0; i < ATT_BR; i++) lim_s[i] = i < nr ? (int32_t)att_key_end(causal, t0 + i, T, S) : 0;
       for (int64_t u = 0; u < ATT_NV; u++) {
-        const avi lim = att_ld<avi>(lim_s + u * ATT_AW);
-        const avf L = att_ld<avf>(lp + t0 + u * ATT_AW), dlt = att_ld<avf>(dl + t0 + u * ATT_AW);
+        const avi lim = vload<avi>(lim_s + u * ATT_AW);
+        const avf L = vload<avf>(lp + t0 + u * ATT_AW), dlt = vload<avf>(dl + t0 + u * ATT_AW);
         const int64_t jv = u < ATT_NV - 1 ? n0 : jn;  // keys past jv: not computed for these lanes, P = dS = 0
         for (int64_t j = 0; j < jv; j++) {
           float* pj = pt + j * ATT_BR + u * ATT_AW;
           float* sj = dst + j * ATT_BR + u * ATT_AW;
-          const avf p = att_splat<avi>((int32_t)(u0 + j)) < lim ? exp_av(att_ld<avf>(pj) - L) : att_splat<avf>(0.0f);
-          att_st(pj, p);
-          att_st(sj, p * (att_ld<avf>(sj) - dlt) * scale);
+          const avf p = att_splat<avi>((int32_t)(u0 + j)) < lim ? exp_av(vload<avf>(pj) - L) : att_splat<avf>(0.0f);
+          vstore(pj, p);
+          vstore(sj, p * (vload<avf>(sj) - dlt) * scale);
         }
         for (int64_t j = jv; j < jn; j++) {
-          att_st(pt + j * ATT_BR + u * ATT_AW, att_splat<avf>(0.0f));
-          att_st(dst + j * ATT_BR + u * ATT_AW, att_splat<avf>(0.0f));
+          vstore(pt + j * ATT_BR + u * ATT_AW, att_splat<avf>(0.0f));
+          vstore(dst + j * ATT_BR + u * ATT_AW, att_splat<avf>(0.0f));
         }
       }
       // dv[u] += sum_t P[t,u] do[t], dk[u] += sum_t dS[t,u] q[t]: from the first row that sees the block's first key
