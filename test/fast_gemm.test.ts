@@ -33,6 +33,9 @@ interface DriverRun {
   winoDw: [number, number, number];
   /** the conv cases whose grad-weight took winograd.h */
   winoDwCases: string[];
+  /** detail::use_amx for the GPT's q/k/v projection, LeNet's fc1 (too few flops per packed element) and
+   *  the GPT's 512 x 128 x 2048 grad-weight (a transposed A with N < 256) */
+  amx: [number, number, number];
 }
 
 function runDriver(tag: string, flags: string[]): DriverRun {
@@ -50,7 +53,10 @@ function runDriver(tag: string, flags: string[]): DriverRun {
   let wino: [number, number] = [-1, -1];
   let winoDw: [number, number, number] = [-1, -1, -1];
   const winoDwCases: string[] = [];
+  let amx: [number, number, number] = [-1, -1, -1];
   for (const line of out.split('\n')) {
+    const a = /^AMX ([01]) ([01]) ([01])$/.exec(line);
+    if (a) amx = [Number(a[1]), Number(a[2]), Number(a[3])];
     const wc = /^WINODWCASE (\S+)$/.exec(line);
     if (wc) winoDwCases.push(wc[1]);
     const wd = /^WINODW ([01]) ([01]) (\d+)$/.exec(line);
@@ -64,26 +70,29 @@ function runDriver(tag: string, flags: string[]): DriverRun {
     const d = /^DONE (\d+)$/.exec(line);
     if (d) count = Number(d[1]);
   }
-  return { cases: found, declared: count, dwChunks, wino, winoDw, winoDwCases };
+  return { cases: found, declared: count, dwChunks, wino, winoDw, winoDwCases, amx };
 }
 
 // the kernel of this machine's widest vectors (AVX-512 here: 16 lanes), and the 8-lane kernel
 // that AVX2 machines and arm64 (NEON) compile, forced with -DMPSC_FAST_VW=8
 // (the narrow build also caps grad-weight's batch chunks at 3, so a second chunk count is checked)
-// and a build without Winograd (-DMPSC_FAST_WINOGRAD=0), so the wide GEMM path stays checked on the
-// shapes Winograd takes
+// and a build without Winograd and AMX (-DMPSC_FAST_WINOGRAD=0 -DMPSC_FAST_AMX=0), so the wide GEMM path
+// stays checked on the shapes Winograd takes and the FMA kernel on the products the AMX tiles take
 let dwChunks = -1;
 let wino: [number, number] = [-1, -1];
 let winoDw: [number, number, number] = [-1, -1, -1];
 let winoDwCases: string[] = [];
-const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1], winoDw: [-1, -1, -1], winoDwCases: [] };
+const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1], winoDw: [-1, -1, -1], winoDwCases: [], amx: [-1, -1, -1] };
+let native = none;
 let narrow = none;
 let noWino = none;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'mpsc-fast-gemm-'));
-  ({ cases, declared, dwChunks, wino, winoDw, winoDwCases } = runDriver('native', []));
+  native = runDriver('native', []);
+  ({ cases, declared, dwChunks, wino, winoDw, winoDwCases } = native);
   narrow = runDriver('vw8', ['-DMPSC_FAST_VW=8', '-DMPSC_FAST_CONV_DW_CHUNKS=3']);
-  noWino = runDriver('nowino', ['-DMPSC_FAST_WINOGRAD=0']);
+  // also without the AMX tiles, so the 16-lane FMA kernel stays checked on the products AMX takes here
+  noWino = runDriver('nowino', ['-DMPSC_FAST_WINOGRAD=0', '-DMPSC_FAST_AMX=0']);
 });
 
 afterAll(() => {
@@ -119,6 +128,25 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(swapped(cases).length).toBeGreaterThanOrEqual(5);
     expect(swapped(narrow.cases).length).toBeGreaterThanOrEqual(5);
     expect(bad('sgemm_direct')).toEqual([]);
+  });
+
+  // amx.h: fp32 products as six bf16 tile products. Where -march=native gives AMX and Linux grants the
+  // tiles (Sapphire Rapids and later Xeons: this machine, the CI machine), the large products run there;
+  // elsewhere the driver reports AMX 0 0 and these products run on the FMA kernel, checked by the cases above
+  it('sgemm on the AMX tiles (where available): every transpose, edges, chunked and whole K, 1..3 parts bitwise equal, error within 4x the FMA kernel', () => {
+    const amx = cases.filter((c) => c.kind === 'sgemm_amx');
+    if (native.amx[0] === 1) {
+      expect(amx.length).toBe(4 * 3 + 3);
+      for (const t of ['NN', 'NT', 'TN', 'TT']) expect(amx.some((c) => c.name.startsWith(`${t}_160x272x600_`))).toBe(true);
+      expect(native.amx.slice(1)).toEqual([0, 0]);
+    } else {
+      expect(native.amx).toEqual([0, 0, 0]);
+      expect(amx).toEqual([]);
+    }
+    expect(bad('sgemm_amx')).toEqual([]);
+    expect(noWino.amx).toEqual([0, 0, 0]);
+    expect(noWino.cases.filter((c) => c.kind === 'sgemm_amx')).toEqual([]);
+    expect(narrow.amx).toEqual([0, 0, 0]);
   });
 
   it('conv2d forward (plain and fused bias+relu)', () => {

@@ -232,22 +232,23 @@ const HALF_HPP = path.resolve(HERE, '../../runtime/cpp/mpsc_half.hpp');
 
 let kernelsHppMemo: string | undefined;
 /**
- * mpsc_kernels.hpp as shipped next to generated code: runtime/cpp/fast/sgemm.h, winograd.h and conv.h
+ * mpsc_kernels.hpp as shipped next to generated code: runtime/cpp/fast/amx.h, sgemm.h, winograd.h and conv.h
  * (namespace mpsc_fast) followed by compiler/codegen-cpu/cpp/mpsc_kernels.hpp and runtime/cpp/mpsc_half.hpp,
  * one self-contained file.
  */
 export function kernelsHeader(): string {
   if (kernelsHppMemo === undefined) {
-    const sgemm = fs.readFileSync(path.join(FAST_CORE_DIR, 'sgemm.h'), 'utf8');
     const inlined = (file: string) =>
       fs
         .readFileSync(path.join(FAST_CORE_DIR, file), 'utf8')
-        .replace(/^#include "(sgemm|winograd)\.h"$/gm, '// ($1.h is inlined above)');
+        .replace(/^#include "(amx|sgemm|winograd)\.h"$/gm, '// ($1.h is inlined above)');
+    const amx = inlined('amx.h');
+    const sgemm = inlined('sgemm.h');
     const wino = inlined('winograd.h');
     const conv = inlined('conv.h');
     const mk = fs.readFileSync(path.join(HERE, 'cpp', 'mpsc_kernels.hpp'), 'utf8');
     const half = fs.readFileSync(path.join(HALF_HPP), 'utf8');
-    kernelsHppMemo = `// ---- runtime/cpp/fast/sgemm.h\n${sgemm}\n// ---- runtime/cpp/fast/winograd.h\n${wino}\n// ---- runtime/cpp/fast/conv.h\n${conv}\n// ---- compiler/codegen-cpu/cpp/mpsc_kernels.hpp\n${mk}\n// ---- runtime/cpp/mpsc_half.hpp\n${half}`;
+    kernelsHppMemo = `// ---- runtime/cpp/fast/amx.h\n${amx}\n// ---- runtime/cpp/fast/sgemm.h\n${sgemm}\n// ---- runtime/cpp/fast/winograd.h\n${wino}\n// ---- runtime/cpp/fast/conv.h\n${conv}\n// ---- compiler/codegen-cpu/cpp/mpsc_kernels.hpp\n${mk}\n// ---- runtime/cpp/mpsc_half.hpp\n${half}`;
   }
   return kernelsHppMemo;
 }

@@ -137,6 +137,17 @@ static void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     for (int64_t i = 0; i < M; ++i)
       if (memcmp(&C[i * ldc], &first[i * N], N * 4) != 0) same_direct = false;
     if (detail::swap_pays(M, N)) strncat(name, "_swap", sizeof name - strlen(name) - 1);
+    if (detail::use_amx(ta, M, N, K)) {
+      // sgemm_part ran on the AMX tiles (split bf16 products, amx.h), gemm_block on the FMA kernel: other
+      // bits, so compare accuracy instead: the tiles' error within 4x the FMA kernel's (floor 2e-7)
+      std::vector<float> got((size_t)(M * N));
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) got[i * N + j] = C[i * ldc + j];
+      const double fma_err = rel_err(got, ref);
+      strncat(name, "_amx", sizeof name - strlen(name) - 1);
+      report("sgemm_amx", name, err, err <= std::max(4 * fma_err, 2e-7));
+      return;
+    }
     report("sgemm_direct", name, err, same_direct);
   }
 }
@@ -272,6 +283,20 @@ int main() {
   check_gemm(true, false, 61, 7, 33, -0.5f, 0.0f, BIAS_ROW, true, 2);
   check_gemm(true, true, 203, 17, 5, 1.0f, 0.0f, BIAS_NONE, false, 0);
   check_gemm(false, false, 1000, 3, 600, 1.0f, 0.0f, BIAS_COL, false, 0);
+  // products large enough for the AMX tiles where the machine has them (detail::use_amx): every transpose,
+  // edges in M, N and K (not multiples of 16 / 32), alpha / beta, padded strides, both bias kinds and relu
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      // (N >= 256: a transposed A takes the tiles only from there, amx::pays)
+      check_gemm(ta, tb, 130, 260, 90, 1.0f, 0.0f, BIAS_NONE, false, 0);
+      check_gemm(ta, tb, 129, 257, 33, -0.75f, 1.5f, BIAS_ROW, true, 3);
+      check_gemm(ta, tb, 160, 272, 600, 1.0f, 0.0f, BIAS_COL, true, 1);  // several K chunks, a short last one
+      check_gemm(ta, tb, 1100, 256, 300, 1.0f, 0.0f, BIAS_ROW, false, 0);  // many 32-row panels
+    }
+  check_gemm(false, true, 2048, 384, 128, 1.0f, 0.0f, BIAS_COL, false, 0);  // the GPT's q/k/v projection
+  check_gemm(true, false, 128, 512, 2048, 1.0f, 0.0f, BIAS_NONE, false, 0);  // a GPT grad-weight
+  printf("AMX %d %d %d\n", (int)detail::use_amx(false, 2048, 384, 128), (int)detail::use_amx(false, 64, 128, 3136),
+         (int)detail::use_amx(true, 512, 128, 2048));
 
   // conv2d: N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups
   check_conv("basic", 2, 3, 8, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1);

@@ -43,6 +43,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "amx.h"
+
 // Without AVX (e.g. a portable x86-64 build) GCC warns that 32-byte vector arguments change the
 // ABI; these helpers are internal and inlined, so the warning is noise.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -678,6 +680,142 @@ inline bool swap_pays(int64_t M, int64_t N) {
   return swapped * 4 <= direct * 3;
 }
 
+#if MPSC_FAST_AMX
+static_assert(VW == 16, "the AMX path finishes its 32-column rows with the 16-lane finish_row");
+
+/** part_range for the AMX path: whole 32 x 32 blocks (the same axis rule) */
+inline PartRange amx_part_range(int64_t M, int64_t N, int part, int nparts) {
+  PartRange r{0, M, 0, N, 0, M};
+  if (nparts <= 1) return r;
+  const int64_t mt = (M + 31) / 32, nt = (N + 31) / 32;
+  const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
+  if (split_n) {
+    r.n0 = std::min(N, nt * part / nparts * 32);
+    r.n1 = std::min(N, nt * (part + 1) / nparts * 32);
+    r.s0 = M * part / nparts;
+    r.s1 = M * (part + 1) / nparts;
+  } else {
+    r.m0 = std::min(M, mt * part / nparts * 32);
+    r.m1 = std::min(M, mt * (part + 1) / nparts * 32);
+    r.s0 = r.m0;
+    r.s1 = std::max(r.m0, r.m1);
+  }
+  return r;
+}
+
+/** a finished 32 x 32 block (cbuf, row stride 32; mr x nr of it valid) into C by sgemm's finish code */
+inline void amx_finish(float* c, int64_t ldc, const float* cbuf, int64_t mr, int64_t nr, const StoreArgs& s) {
+  if (nr == 32)
+    for (int64_t r = 0; r < mr; ++r) finish_row(c + r * ldc, loadv(cbuf + r * 32), loadv(cbuf + r * 32 + 16), s, r);
+  else
+    for (int64_t r = 0; r < mr; ++r)
+      for (int64_t j = 0; j < nr; ++j) finish_scalar(c + r * ldc + j, cbuf[r * 32 + j], s, r, j);
+  if (s.epi.post)
+    for (int64_t r = 0; r < mr; ++r) s.epi.post(c + r * ldc, nr);
+}
+
+/**
+ * C[m0..m1, n0..n1) (m0, n0 multiples of 32) on the AMX tiles (amx.h). op(B) is packed into three bf16
+ * planes, all of K, by column chunks that stay in L2 (amx::n_chunk); op(A) one 32-row panel and K chunk of
+ * amx::KCH at a time (24 KiB, L1), just before its row of blocks, while the next panel's source rows are
+ * prefetched (inside a training step they come from memory). Each 32 x 32 block of C keeps its sum in
+ * the tiles through a K chunk; between chunks it goes to a row-of-blocks buffer and back (exact fp32), so
+ * every element is the same chain of tile products over the K blocks in order, whatever the split.
+ * After the last chunk sgemm's own finish code (alpha, beta, bias, relu, post) stores the block.
+ */
+inline void amx_block(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t m0, int64_t m1, int64_t n0,
+                      int64_t n1, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                      float* C, int64_t ldc, const Epilogue& e, void* ws) {
+  const amx::Workspace w = amx::carve(ws, N, K);
+  amx::configure();
+  const int64_t KBall = amx::kpad(K) / amx::TK, bgroup = KBall * amx::PLANES * amx::TILE;
+  const int64_t nch_max = amx::n_chunk(K);
+  StoreArgs s{alpha, beta, true, true, e, 0, 0};
+  for (int64_t jc = n0; jc < n1; jc += nch_max) {
+    const int64_t nc = std::min(nch_max, n1 - jc);
+    amx::pack_b(transB, B, ldb, N, jc, nc, K, w.b);
+    for (int64_t ib = m0; ib < m1; ib += 32) {
+      const int64_t mr = std::min<int64_t>(32, m1 - ib);
+      // the next panel's source rows into L2 while this row of blocks runs
+      if (ib + 32 < m1) {
+        const int64_t nxt = std::min<int64_t>(32, m1 - ib - 32);
+        if (transA)
+          for (int64_t k = 0; k < K; ++k) prefetch_run<2>(A + k * lda + ib + 32, nxt);
+        else
+          for (int64_t r = 0; r < nxt; ++r) prefetch_run<2>(A + (ib + 32 + r) * lda, K);
+      }
+      s.row0 = ib;
+      for (int64_t k0 = 0; k0 < K; k0 += amx::KCH) {
+        const int64_t kc = std::min(amx::KCH, K - k0), KB = amx::kpad(kc) / amx::TK;
+        const int64_t agroup = KB * amx::PLANES * amx::TILE;
+        const bool first = k0 == 0, last = k0 + kc >= K;
+        amx::pack_a(transA, transA ? A + k0 * lda : A + k0, lda, M, ib, mr, kc, w.a);
+        for (int64_t jb = jc; jb < jc + nc; jb += 32) {
+          const int64_t nr = std::min<int64_t>(32, jc + nc - jb);
+          float* c = C + ib * ldc + jb;
+          if (last)
+            for (int64_t r = 0; r < mr; ++r) prefetch_run<3>(c + r * ldc, nr);
+          const uint16_t* b = w.b + (jb - jc) / 16 * bgroup + k0 / amx::TK * amx::PLANES * amx::TILE;
+          // this block's running sum between K chunks: 32 x 32 floats in the row-of-blocks buffer
+          float* acc = w.acc + (jb - jc) / 32 * 1024;
+          amx::block32(w.a, w.a + agroup, b, b + bgroup, KB, first ? nullptr : acc, last ? w.cbuf : acc);
+          if (!last) continue;
+          s.col0 = jb;
+          amx_finish(c, ldc, w.cbuf, mr, nr, s);
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+/**
+ * The same product with the K chunks outer, for a transposed op(A) (stored K x M: the grad-weights dY^T X):
+ * per chunk of amx::KCH, the chunk's rows of A and of B are contiguous in memory, so all of this part's
+ * op(A) rows and op(B) columns are packed from them at once (a 32-column panel of a K x M matrix would read
+ * two cache lines from each of K rows); every block's running sum lives in a buffer of the part's C
+ * between chunks. Same bits as amx_block (the same chain per element).
+ */
+inline void amx_block_kouter(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t m0, int64_t m1,
+                             int64_t n0, int64_t n1, float alpha, const float* A, int64_t lda, const float* B,
+                             int64_t ldb, float beta, float* C, int64_t ldc, const Epilogue& e, void* ws) {
+  const amx::WorkspaceK w = amx::carve_kouter(ws, M, N);
+  amx::configure();
+  const int64_t nb_total = (n1 - n0 + 31) / 32;
+  StoreArgs s{alpha, beta, true, true, e, 0, 0};
+  for (int64_t k0 = 0; k0 < K; k0 += amx::KCH) {
+    const int64_t kc = std::min(amx::KCH, K - k0), KB = amx::kpad(kc) / amx::TK;
+    const int64_t group = KB * amx::PLANES * amx::TILE;
+    const bool first = k0 == 0, last = k0 + kc >= K;
+    amx::pack_b(transB, transB ? B + k0 : B + k0 * ldb, ldb, N, n0, n1 - n0, kc, w.b);
+    amx::pack_a(transA, transA ? A + k0 * lda : A + k0, lda, M, m0, m1 - m0, kc, w.a);
+    for (int64_t ib = m0; ib < m1; ib += 32) {
+      const uint16_t* a = w.a + (ib - m0) / 16 * group;
+      const int64_t mr = std::min<int64_t>(32, m1 - ib);
+      s.row0 = ib;
+      for (int64_t jb = n0; jb < n1; jb += 32) {
+        const int64_t nr = std::min<int64_t>(32, n1 - jb);
+        float* c = C + ib * ldc + jb;
+        if (last)
+          for (int64_t r = 0; r < mr; ++r) prefetch_run<3>(c + r * ldc, nr);
+        const uint16_t* b = w.b + (jb - n0) / 16 * group;
+        float* acc = w.acc + (((ib - m0) / 32) * nb_total + (jb - n0) / 32) * 1024;
+        amx::block32(a, a + group, b, b + group, KB, first ? nullptr : acc, last ? w.cbuf : acc);
+        if (!last) continue;
+        s.col0 = jb;
+        amx_finish(c, ldc, w.cbuf, mr, nr, s);
+      }
+    }
+  }
+  _tile_release();
+}
+#endif
+
+/** whether sgemm_part runs this product on the AMX tiles (shapes and machine only: every part agrees) */
+inline bool use_amx(bool transA, int64_t M, int64_t N, int64_t K) {
+  return amx::pays(transA, M, N, K) && amx::available();
+}
+
 }  // namespace detail
 
 /** bytes of workspace one part needs (64-byte aligned), for any part / nparts of this shape */
@@ -690,6 +828,9 @@ inline size_t sgemm_workspace_bytes(int64_t M, int64_t N, int64_t K) {
   // the transposed product (see detail::swap_pays) packs the other way round and keeps C^T after the packing
   if (detail::swap_pays(M, N))
     floats = std::max(floats, detail::packed_a_floats(N, K) + detail::packed_b_floats(M, K) + detail::round_up(M * N, 16));
+  // the AMX path (amx.h): bf16 planes of this part's op(A) rows and of one column chunk of op(B)
+  // (transA only narrows use_amx, so the plain case covers both)
+  if (detail::use_amx(false, M, N, K)) floats = std::max(floats, (int64_t)(amx::workspace_bytes(M, N, K) + 3) / 4);
   return (size_t)floats * sizeof(float);
 }
 
@@ -726,6 +867,18 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
       for (int64_t j = r.m0; j < r.m1; ++j) C[i * ldc + j] = T[j * M + i];
     return;
   }
+#if MPSC_FAST_AMX
+  if (K > 0 && alpha != 0.0f && detail::use_amx(transA, M, N, K)) {
+    const detail::PartRange r = detail::amx_part_range(M, N, part, nparts);
+    // the column sums in one pass, rows in order: the same chain as the FMA path's per-block passes
+    if (sums) detail::add_column_sums(A, lda, 0, K, r.s0, r.s1, sums);
+    if (r.m0 >= r.m1 || r.n0 >= r.n1) return;
+    void* w = ws ? ws : detail::thread_workspace((int64_t)(sgemm_workspace_bytes(M, N, K) / sizeof(float)));
+    (transA ? detail::amx_block_kouter : detail::amx_block)(transA, transB, M, N, K, r.m0, r.m1, r.n0, r.n1, alpha, A,
+                                                          lda, B, ldb, beta, C, ldc, e, w);
+    return;
+  }
+#endif
   const detail::PartRange r = detail::part_range(M, N, part, nparts);
   const int64_t m0 = r.m0, m1 = r.m1, n0 = r.n0, n1 = r.n1, s0 = r.s0, s1 = r.s1;
   if (m0 >= m1 || n0 >= n1 || K <= 0 || alpha == 0.0f) {
