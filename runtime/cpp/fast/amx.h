@@ -100,7 +100,7 @@ inline int64_t n_chunk(int64_t K) {
 struct Workspace {
   uint16_t* a;
   uint16_t* b;
-  float* cbuf;
+  float* cbuf;  // two 32 x 32 blocks: the one stored last and the one being finished
   float* acc;
 };
 inline int64_t a_elems(int64_t K) { return 32 * kpad(std::min(K, KCH)) * PLANES; }
@@ -112,12 +112,12 @@ inline int64_t acc_floats(int64_t N, int64_t K) { return K > KCH ? b_cols(N, K) 
 struct WorkspaceK {
   uint16_t* a;
   uint16_t* b;
-  float* cbuf;
+  float* cbuf;  // as in Workspace
   float* acc;
 };
 inline size_t workspace_bytes(int64_t M, int64_t N, int64_t K) {
-  const size_t panel = (size_t)(a_elems(K) + b_elems(N, K)) * 2 + (size_t)(1024 + acc_floats(N, K)) * 4;
-  const size_t kouter = (size_t)(r32(M) + r32(N)) * KCH * PLANES * 2 + (size_t)(1024 + r32(M) * r32(N)) * 4;
+  const size_t panel = (size_t)(a_elems(K) + b_elems(N, K)) * 2 + (size_t)(2048 + acc_floats(N, K)) * 4;
+  const size_t kouter = (size_t)(r32(M) + r32(N)) * KCH * PLANES * 2 + (size_t)(2048 + r32(M) * r32(N)) * 4;
   return std::max(panel, kouter) + 4 * 64;
 }
 inline Workspace carve(void* ws, int64_t N, int64_t K) {
@@ -129,7 +129,7 @@ inline Workspace carve(void* ws, int64_t N, int64_t K) {
   w.b = (uint16_t*)p;
   p = up(p + (uintptr_t)b_elems(N, K) * 2);
   w.cbuf = (float*)p;
-  w.acc = (float*)up(p + 1024 * 4);
+  w.acc = (float*)up(p + 2048 * 4);
   return w;
 }
 
@@ -142,7 +142,7 @@ inline WorkspaceK carve_kouter(void* ws, int64_t M, int64_t N) {
   w.b = (uint16_t*)p;
   p = up(p + (uintptr_t)(r32(N) * KCH * PLANES) * 2);
   w.cbuf = (float*)p;
-  w.acc = (float*)up(p + 1024 * 4);
+  w.acc = (float*)up(p + 2048 * 4);
   return w;
 }
 
@@ -370,14 +370,15 @@ inline void configure() {
 }
 
 /**
- * C block (32 x 32, fp32, row stride 32 floats) = cin (or zero when cin is null) + the sum over the K
- * blocks of the six piece products.
+ * Issues one 32 x 32 block of C (in tmm0-3) = cin (32 x 32 floats, row stride 32; zero when cin is null)
+ * + the sum over the K blocks of the six piece products; block32_store writes it out. The TMUL runs the
+ * products while the core goes on, so the caller finishes the previous block in between.
  * a0 / a1: the two 16-row groups' packed blocks, b0 / b1: the two 16-column groups'; KB K blocks of
  * PLANES tiles each. Products per K block in the order a2b0, a1b0, a1b1, a0b1, a0b2, a0b0 (each pair of
  * consecutive products shares one operand, so 14 tile loads per 24 tile products).
  */
-static inline void block32(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1,
-                           int64_t KB, const float* cin, float* cbuf) {
+static inline void block32_run(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1,
+                               int64_t KB, const float* cin) {
   if (cin) {
     _tile_loadd(0, cin, 128);
     _tile_loadd(1, cin + 16, 128);
@@ -419,6 +420,9 @@ static inline void block32(const uint16_t* a0, const uint16_t* a1, const uint16_
     MPSC_AMX_T4
 #undef MPSC_AMX_T4
   }
+}
+/** the block's four C tiles to cbuf (32 x 32 floats, row stride 32); waits for block32_run's products */
+static inline void block32_store(float* cbuf) {
   _tile_stored(0, cbuf, 128);
   _tile_stored(1, cbuf + 16, 128);
   _tile_stored(2, cbuf + 16 * 32, 128);

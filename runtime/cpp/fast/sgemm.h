@@ -715,6 +715,28 @@ inline void amx_finish(float* c, int64_t ldc, const float* cbuf, int64_t mr, int
 }
 
 /**
+ * A finished block waiting for its store into C: the drivers finish block j - 1 after issuing block j's
+ * tile products (the core's bias, activation and store into C, with its cache misses, overlap the TMUL's
+ * work) and store block j to the other half of cbuf.
+ */
+struct AmxPending {
+  float* c = nullptr;
+  const float* buf = nullptr;
+  int64_t row0 = 0, col0 = 0, mr = 0, nr = 0;
+  int flip = 0;
+  void set(float* c_, const float* buf_, int64_t row0_, int64_t col0_, int64_t mr_, int64_t nr_) {
+    c = c_, buf = buf_, row0 = row0_, col0 = col0_, mr = mr_, nr = nr_;
+  }
+  void flush(int64_t ldc, StoreArgs& s) {
+    if (!c) return;
+    s.row0 = row0;
+    s.col0 = col0;
+    amx_finish(c, ldc, buf, mr, nr, s);
+    c = nullptr;
+  }
+};
+
+/**
  * C[m0..m1, n0..n1) (m0, n0 multiples of 32) on the AMX tiles (amx.h). op(B) is packed into three bf16
  * planes, all of K, by column chunks that stay in L2 (amx::n_chunk); op(A) one 32-row panel and K chunk of
  * amx::KCH at a time (24 KiB, L1), just before its row of blocks, while the next panel's source rows are
@@ -750,6 +772,7 @@ inline void amx_block(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
         const int64_t agroup = KB * amx::PLANES * amx::TILE;
         const bool first = k0 == 0, last = k0 + kc >= K;
         amx::pack_a(transA, transA ? A + k0 * lda : A + k0, lda, M, ib, mr, kc, w.a);
+        AmxPending pend;
         for (int64_t jb = jc; jb < jc + nc; jb += 32) {
           const int64_t nr = std::min<int64_t>(32, jc + nc - jb);
           float* c = C + ib * ldc + jb;
@@ -758,11 +781,17 @@ inline void amx_block(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
           const uint16_t* b = w.b + (jb - jc) / 16 * bgroup + k0 / amx::TK * amx::PLANES * amx::TILE;
           // this block's running sum between K chunks: 32 x 32 floats in the row-of-blocks buffer
           float* acc = w.acc + (jb - jc) / 32 * 1024;
-          amx::block32(w.a, w.a + agroup, b, b + bgroup, KB, first ? nullptr : acc, last ? w.cbuf : acc);
-          if (!last) continue;
-          s.col0 = jb;
-          amx_finish(c, ldc, w.cbuf, mr, nr, s);
+          amx::block32_run(w.a, w.a + agroup, b, b + bgroup, KB, first ? nullptr : acc);
+          if (!last) {
+            amx::block32_store(acc);
+            continue;
+          }
+          pend.flush(ldc, s);  // the previous block, while the TMUL runs this one
+          float* cb = w.cbuf + (pend.flip ^= 1) * 1024;
+          pend.set(c, cb, ib, jb, mr, nr);
+          amx::block32_store(cb);
         }
+        pend.flush(ldc, s);
       }
     }
   }
@@ -793,6 +822,7 @@ inline void amx_block_kouter(bool transA, bool transB, int64_t M, int64_t N, int
       const uint16_t* a = w.a + (ib - m0) / 16 * group;
       const int64_t mr = std::min<int64_t>(32, m1 - ib);
       s.row0 = ib;
+      AmxPending pend;
       for (int64_t jb = n0; jb < n1; jb += 32) {
         const int64_t nr = std::min<int64_t>(32, n1 - jb);
         float* c = C + ib * ldc + jb;
@@ -800,11 +830,17 @@ inline void amx_block_kouter(bool transA, bool transB, int64_t M, int64_t N, int
           for (int64_t r = 0; r < mr; ++r) prefetch_run<3>(c + r * ldc, nr);
         const uint16_t* b = w.b + (jb - n0) / 16 * group;
         float* acc = w.acc + (((ib - m0) / 32) * nb_total + (jb - n0) / 32) * 1024;
-        amx::block32(a, a + group, b, b + group, KB, first ? nullptr : acc, last ? w.cbuf : acc);
-        if (!last) continue;
-        s.col0 = jb;
-        amx_finish(c, ldc, w.cbuf, mr, nr, s);
+        amx::block32_run(a, a + group, b, b + group, KB, first ? nullptr : acc);
+        if (!last) {
+          amx::block32_store(acc);
+          continue;
+        }
+        pend.flush(ldc, s);  // the previous block, while the TMUL runs this one
+        float* cb = w.cbuf + (pend.flip ^= 1) * 1024;
+        pend.set(c, cb, ib, jb, mr, nr);
+        amx::block32_store(cb);
       }
+      pend.flush(ldc, s);
     }
   }
   _tile_release();
