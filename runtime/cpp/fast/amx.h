@@ -98,12 +98,12 @@ inline int64_t n_chunk(int64_t K) {
 /** a part's workspace: a packed 32-row panel of op(A) (one K chunk), a column chunk of op(B) (all of K),
  *  the block buffer and the running sums of one row of blocks */
 struct Workspace {
-  uint16_t* a;
+  uint16_t* a[2];  // the panel chunk the blocks read, and the next one being packed
   uint16_t* b;
   float* cbuf;  // two 32 x 32 blocks: the one stored last and the one being finished
   float* acc;
 };
-inline int64_t a_elems(int64_t K) { return 32 * kpad(std::min(K, KCH)) * PLANES; }
+inline int64_t a_elems(int64_t K) { return 32 * kpad(std::min(K, KCH)) * PLANES; }  // one of two buffers
 inline int64_t b_cols(int64_t N, int64_t K) { return std::min(r32(N), n_chunk(K)); }
 inline int64_t b_elems(int64_t N, int64_t K) { return b_cols(N, K) * kpad(K) * PLANES; }
 inline int64_t acc_floats(int64_t N, int64_t K) { return K > KCH ? b_cols(N, K) * 32 : 0; }
@@ -116,7 +116,7 @@ struct WorkspaceK {
   float* acc;
 };
 inline size_t workspace_bytes(int64_t M, int64_t N, int64_t K) {
-  const size_t panel = (size_t)(a_elems(K) + b_elems(N, K)) * 2 + (size_t)(2048 + acc_floats(N, K)) * 4;
+  const size_t panel = (size_t)(2 * a_elems(K) + b_elems(N, K)) * 2 + (size_t)(2048 + acc_floats(N, K)) * 4 + 64;
   const size_t kouter = (size_t)(r32(M) + r32(N)) * KCH * PLANES * 2 + (size_t)(2048 + r32(M) * r32(N)) * 4;
   return std::max(panel, kouter) + 4 * 64;
 }
@@ -124,7 +124,9 @@ inline Workspace carve(void* ws, int64_t N, int64_t K) {
   auto up = [](uintptr_t p) { return (p + 63) & ~(uintptr_t)63; };
   Workspace w;
   uintptr_t p = up((uintptr_t)ws);
-  w.a = (uint16_t*)p;
+  w.a[0] = (uint16_t*)p;
+  p = up(p + (uintptr_t)a_elems(K) * 2);
+  w.a[1] = (uint16_t*)p;
   p = up(p + (uintptr_t)a_elems(K) * 2);
   w.b = (uint16_t*)p;
   p = up(p + (uintptr_t)b_elems(N, K) * 2);
@@ -321,18 +323,22 @@ inline void for_tiles(bool k_major, int64_t groups, int64_t KB, F&& f) {
       for (int64_t kb = 0; kb < KB; ++kb) f(g, kb);
 }
 
+/** the tile triple (g, kb) of op(A) rows [i0, ...) over K [0, K) (A already offset to the chunk) at dst */
+inline void pack_a_tile(bool transA, const float* A, int64_t lda, int64_t M, int64_t i0, int64_t K, int64_t KB,
+                        int64_t g, int64_t kb, uint16_t* dst) {
+  const int64_t r0 = i0 + 16 * g, nr = std::min<int64_t>(16, M - r0);
+  uint16_t* t = dst + (g * KB + kb) * PLANES * TILE;
+  const int64_t k0 = kb * TK, nk = K - k0;
+  if (nr <= 0) memset(t, 0, PLANES * TILE * 2);
+  else if (transA) pack_cols_tile(A + k0 * lda + r0, lda, nr, nk, t);
+  else pack_rows_tile(A + r0 * lda + k0, lda, nr, nk, t);
+}
+
 /** packs op(A) rows [i0, i0 + m) (m rounded up to 32 with zero rows) into dst: [group 16][K block][plane] */
 inline void pack_a(bool transA, const float* A, int64_t lda, int64_t M, int64_t i0, int64_t m, int64_t K,
                    uint16_t* dst) {
   const int64_t KB = kpad(K) / TK, groups = (m + 31) / 32 * 2;
-  for_tiles(transA, groups, KB, [&](int64_t g, int64_t kb) {
-    const int64_t r0 = i0 + 16 * g, nr = std::min<int64_t>(16, M - r0);
-    uint16_t* t = dst + (g * KB + kb) * PLANES * TILE;
-    const int64_t k0 = kb * TK, nk = K - k0;
-    if (nr <= 0) memset(t, 0, PLANES * TILE * 2);
-    else if (transA) pack_cols_tile(A + k0 * lda + r0, lda, nr, nk, t);
-    else pack_rows_tile(A + r0 * lda + k0, lda, nr, nk, t);
-  });
+  for_tiles(transA, groups, KB, [&](int64_t g, int64_t kb) { pack_a_tile(transA, A, lda, M, i0, K, KB, g, kb, dst); });
 }
 
 /** packs op(B) columns [j0, j0 + n) (n rounded up to 32 with zero columns): [group 16][K block][plane] */

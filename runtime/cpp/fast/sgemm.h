@@ -739,8 +739,9 @@ struct AmxPending {
 /**
  * C[m0..m1, n0..n1) (m0, n0 multiples of 32) on the AMX tiles (amx.h). op(B) is packed into three bf16
  * planes, all of K, by column chunks that stay in L2 (amx::n_chunk); op(A) one 32-row panel and K chunk of
- * amx::KCH at a time (24 KiB, L1), just before its row of blocks, while the next panel's source rows are
- * prefetched (inside a training step they come from memory). Each 32 x 32 block of C keeps its sum in
+ * amx::KCH at a time (24 KiB, L1; two buffers): the next chunk is packed a share at a time between the
+ * current one's blocks, while the TMUL runs them, and the next panel's source rows are prefetched (inside a
+ * training step they come from memory). Each 32 x 32 block of C keeps its sum in
  * the tiles through a K chunk; between chunks it goes to a row-of-blocks buffer and back (exact fp32), so
  * every element is the same chain of tile products over the K blocks in order, whatever the split.
  * After the last chunk sgemm's own finish code (alpha, beta, bias, relu, post) stores the block.
@@ -751,48 +752,72 @@ inline void amx_block(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   const amx::Workspace w = amx::carve(ws, N, K);
   amx::configure();
   const int64_t KBall = amx::kpad(K) / amx::TK, bgroup = KBall * amx::PLANES * amx::TILE;
-  const int64_t nch_max = amx::n_chunk(K);
+  const int64_t nch_max = amx::n_chunk(K), nchunks = (K + amx::KCH - 1) / amx::KCH;
+  const int64_t items = (m1 - m0 + 31) / 32 * nchunks;  // (panel, K chunk) pairs, K chunks inner
   StoreArgs s{alpha, beta, true, true, e, 0, 0};
+  // item t's panel chunk: rows ib, K [k0, k0 + kc), packed into w.a[t & 1] tile triple by tile triple
+  struct Item {
+    int64_t ib, k0, kc, KB, tiles;
+  };
+  auto item = [&](int64_t t) {
+    const int64_t ib = m0 + t / nchunks * 32, k0 = t % nchunks * amx::KCH, kc = std::min(amx::KCH, K - k0);
+    const int64_t KB = amx::kpad(kc) / amx::TK;
+    return Item{ib, k0, kc, KB, 2 * KB};
+  };
+  auto pack_tiles = [&](const Item& it, int64_t from, int64_t to, uint16_t* dst) {
+    for (int64_t i = from; i < to; ++i)
+      amx::pack_a_tile(transA, transA ? A + it.k0 * lda : A + it.k0, lda, M, it.ib, it.kc, it.KB, i / it.KB,
+                       i % it.KB, dst);
+  };
   for (int64_t jc = n0; jc < n1; jc += nch_max) {
-    const int64_t nc = std::min(nch_max, n1 - jc);
+    const int64_t nc = std::min(nch_max, n1 - jc), nblocks = (nc + 31) / 32;
     amx::pack_b(transB, B, ldb, N, jc, nc, K, w.b);
-    for (int64_t ib = m0; ib < m1; ib += 32) {
-      const int64_t mr = std::min<int64_t>(32, m1 - ib);
-      // the next panel's source rows into L2 while this row of blocks runs
-      if (ib + 32 < m1) {
+    pack_tiles(item(0), 0, item(0).tiles, w.a[0]);
+    for (int64_t t = 0; t < items; ++t) {
+      const Item it = item(t);
+      const int64_t ib = it.ib, k0 = it.k0, KB = it.KB, mr = std::min<int64_t>(32, m1 - ib);
+      const int64_t agroup = KB * amx::PLANES * amx::TILE;
+      const bool first = k0 == 0, last = k0 + it.kc >= K;
+      const uint16_t* a = w.a[t & 1];
+      // the next item's panel chunk is packed a share at a time between this item's blocks, while the
+      // TMUL runs them; the next panel's source rows are prefetched into L2 at the start of a panel
+      const bool has_next = t + 1 < items;
+      const Item nx = has_next ? item(t + 1) : it;
+      const int64_t share = has_next ? (nx.tiles + nblocks - 1) / nblocks : 0;
+      int64_t packed = 0;
+      if (first && ib + 32 < m1) {
         const int64_t nxt = std::min<int64_t>(32, m1 - ib - 32);
         if (transA)
           for (int64_t k = 0; k < K; ++k) prefetch_run<2>(A + k * lda + ib + 32, nxt);
         else
           for (int64_t r = 0; r < nxt; ++r) prefetch_run<2>(A + (ib + 32 + r) * lda, K);
       }
-      s.row0 = ib;
-      for (int64_t k0 = 0; k0 < K; k0 += amx::KCH) {
-        const int64_t kc = std::min(amx::KCH, K - k0), KB = amx::kpad(kc) / amx::TK;
-        const int64_t agroup = KB * amx::PLANES * amx::TILE;
-        const bool first = k0 == 0, last = k0 + kc >= K;
-        amx::pack_a(transA, transA ? A + k0 * lda : A + k0, lda, M, ib, mr, kc, w.a);
-        AmxPending pend;
-        for (int64_t jb = jc; jb < jc + nc; jb += 32) {
-          const int64_t nr = std::min<int64_t>(32, jc + nc - jb);
-          float* c = C + ib * ldc + jb;
-          if (last)
-            for (int64_t r = 0; r < mr; ++r) prefetch_run<3>(c + r * ldc, nr);
-          const uint16_t* b = w.b + (jb - jc) / 16 * bgroup + k0 / amx::TK * amx::PLANES * amx::TILE;
-          // this block's running sum between K chunks: 32 x 32 floats in the row-of-blocks buffer
-          float* acc = w.acc + (jb - jc) / 32 * 1024;
-          amx::block32_run(w.a, w.a + agroup, b, b + bgroup, KB, first ? nullptr : acc);
-          if (!last) {
-            amx::block32_store(acc);
-            continue;
-          }
-          pend.flush(ldc, s);  // the previous block, while the TMUL runs this one
-          float* cb = w.cbuf + (pend.flip ^= 1) * 1024;
-          pend.set(c, cb, ib, jb, mr, nr);
-          amx::block32_store(cb);
+      AmxPending pend;
+      for (int64_t jb = jc; jb < jc + nc; jb += 32) {
+        const int64_t nr = std::min<int64_t>(32, jc + nc - jb);
+        float* c = C + ib * ldc + jb;
+        if (last)
+          for (int64_t r = 0; r < mr; ++r) prefetch_run<3>(c + r * ldc, nr);
+        const uint16_t* b = w.b + (jb - jc) / 16 * bgroup + k0 / amx::TK * amx::PLANES * amx::TILE;
+        // this block's running sum between K chunks: 32 x 32 floats in the row-of-blocks buffer
+        float* acc = w.acc + (jb - jc) / 32 * 1024;
+        amx::block32_run(a, a + agroup, b, b + bgroup, KB, first ? nullptr : acc);
+        if (has_next) {
+          const int64_t to = std::min(nx.tiles, packed + share);
+          pack_tiles(nx, packed, to, w.a[(t + 1) & 1]);
+          packed = to;
         }
-        pend.flush(ldc, s);
+        if (!last) {
+          amx::block32_store(acc);
+          continue;
+        }
+        pend.flush(ldc, s);  // the previous block, while the TMUL runs this one
+        float* cb = w.cbuf + (pend.flip ^= 1) * 1024;
+        pend.set(c, cb, ib, jb, mr, nr);
+        amx::block32_store(cb);
       }
+      pend.flush(ldc, s);
+      if (has_next) pack_tiles(nx, packed, nx.tiles, w.a[(t + 1) & 1]);
     }
   }
   _tile_release();
