@@ -69,6 +69,10 @@ describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusin
     expect(code).toMatch(/train_step node \d+: linear \+ relu \(fused\)/);
     const off = generateCpuModel(ps, { fuse: false }).files['model.cc'];
     expect(off).not.toMatch(/\(fused\)/);
+    // MPSC_CPU_AMX=0 (amx: false): the generated source turns the AMX path off before the fast core is included
+    const noAmx = generateCpuModel(ps, { amx: false }).files['model.cc'];
+    expect(noAmx).toMatch(/^#define MPSC_FAST_AMX 0 .*\n#include "mpsc_kernels.hpp"$/m);
+    expect(code).not.toMatch(/MPSC_FAST_AMX/);
   });
 
   it('folds the relu-grad after the global-avgpool grad of the seed CNN, masked by the fused relu output', async () => {

@@ -11,6 +11,7 @@ import { attnTf32x3Enabled, x3Async, x3KSplit } from '../compiler/codegen-cuda/a
 import { rowBlock } from '../compiler/codegen-cuda/class_rows.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, tf32x3Choice } from '../runtime/cuda/session.js';
+import { cpuAmxChoice } from '../compiler/codegen-cpu/emit_program.js';
 
 /** f with `name` set to `value` (undefined: unset), restored afterwards */
 function withEnv<T>(name: string, value: string | undefined, f: () => T): T {
@@ -76,6 +77,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_CUBLASLT', cublasLtChoice, true],
     ['MPSC_CUDA_TF32X3', tf32x3Choice, 'rule'],
     ['MPSC_CUDA_GEMM', cudaGemmChoice, 'cuda'],
+    ['MPSC_CPU_AMX', cpuAmxChoice, true],
   ];
   for (const [name, read, dflt] of readers) {
     it(name, () => {
