@@ -144,6 +144,12 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
       expect(amx).toEqual([]);
     }
     expect(bad('sgemm_amx')).toEqual([]);
+    // inf, NaN and values near FLT_MAX in the operands: finite exactly where float64 is (4 transposes)
+    expect(cases.filter((c) => c.kind === 'sgemm_special').length).toBe(4);
+    if (native.amx[0] === 1) expect(cases.filter((c) => c.kind === 'sgemm_special' && c.name.endsWith('_amx')).length).toBe(2);
+    expect(bad('sgemm_special')).toEqual([]);
+    expect(noWino.cases.filter((c) => c.kind === 'sgemm_special').length).toBe(4);
+    expect(noWino.cases.filter((c) => c.kind === 'sgemm_special').filter((c) => !(c.err < 1e-4) || !c.same)).toEqual([]);
     expect(noWino.amx).toEqual([0, 0, 0]);
     expect(noWino.cases.filter((c) => c.kind === 'sgemm_amx')).toEqual([]);
     expect(narrow.amx).toEqual([0, 0, 0]);

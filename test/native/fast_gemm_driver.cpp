@@ -152,6 +152,56 @@ static void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   }
 }
 
+// non-finite and huge operands: every element must be finite where the float64 reference is and non-finite
+// where it is not, NaN where it is NaN, and the finite ones within the usual error. On the FMA kernel an inf
+// stays +-inf as well; on the AMX tiles (amx.h) an inf operand's first bf16 piece meets the other operand's
+// lower pieces (zero, or of the other sign), so +-inf outputs may come out NaN: non-finite either way. A finite
+// value at the top of the range must not become inf (its first piece is truncated, not rounded)
+static void check_gemm_special(bool ta, bool tb) {
+  const int64_t M = 128, N = 128, K = 64, lda = ta ? M : K, ldb = tb ? K : N;
+  std::vector<float> A = rnd((size_t)(M * K)), B = rnd((size_t)(K * N));
+  auto a = [&](int64_t i, int64_t p) -> float& { return ta ? A[p * lda + i] : A[i * lda + p]; };
+  auto b = [&](int64_t p, int64_t j) -> float& { return tb ? B[j * ldb + p] : B[p * ldb + j]; };
+  a(0, 5) = INFINITY;
+  a(1, 7) = -INFINITY;
+  a(2, 3) = NAN;
+  for (int64_t p = 0; p < K; ++p) a(3, p) = (p % 2 ? -3.3e38f : 3.39e38f);  // near FLT_MAX: RNE to bf16 overflows
+  for (int64_t j = 0; j < N; ++j) b(9, j) = j % 5 == 0 ? 0.0f : b(9, j) * 1e-3f;  // row 3 x row 9 stays finite
+  for (int64_t p = 0; p < K; ++p)
+    if (p != 9) b(p, 0) = 0.0f;  // column 0: only k = 9, so inf * 0 (k = 5, 7) is NaN there, as in fp32
+  for (int64_t p = 0; p < K; ++p) a(3, p) = p == 9 ? 3.4e38f : a(3, p) * 1e-30f;  // row 3: one huge term
+  // (3.4e38 is above 0x7F7F8000 = 3.3961e38, where rounding to bf16 would give inf)
+  std::vector<double> ref((size_t)(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < K; ++p) acc += (double)a(i, p) * (double)b(p, j);
+      ref[i * N + j] = acc;
+    }
+  std::vector<float> C((size_t)(M * N));
+  sgemm(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), N);
+  const bool amx = detail::use_amx(ta, M, N, K);
+  bool same = true;
+  double err = 0, den = 0;
+  for (size_t q = 0; q < ref.size(); ++q) {
+    const double r = ref[q], g = C[q];
+    if (!std::isfinite(r) || !std::isfinite(g)) {
+      if (std::isfinite(r) || std::isfinite(g) || (std::isnan(r) && !std::isnan(g))) same = false;
+      if (!amx && std::isinf(r) && g != r) same = false;  // the FMA kernel keeps the sign of an inf
+      continue;
+    }
+    if (std::fabs(r) > 1e30) {  // the huge row: relative to itself
+      err = std::max(err, std::fabs(g - r) / std::fabs(r) * 1e-2);
+      continue;
+    }
+    err = std::max(err, std::fabs(g - r));
+    den = std::max(den, std::fabs(r));
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%s%s_inf_nan_huge%s", ta ? "T" : "N", tb ? "T" : "N", amx ? "_amx" : "");
+  report("sgemm_special", name, den > 0 ? err / den : err, same);
+}
+
 // ---------------------------------------------------------------- conv (naive double references)
 
 struct Ref {
@@ -293,6 +343,8 @@ int main() {
       check_gemm(ta, tb, 160, 272, 600, 1.0f, 0.0f, BIAS_COL, true, 1);  // several K chunks, a short last one
       check_gemm(ta, tb, 1100, 256, 300, 1.0f, 0.0f, BIAS_ROW, false, 0);  // many 32-row panels
     }
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) check_gemm_special(ta, tb);
   check_gemm(false, true, 2048, 384, 128, 1.0f, 0.0f, BIAS_COL, false, 0);  // the GPT's q/k/v projection
   check_gemm(true, false, 128, 512, 2048, 1.0f, 0.0f, BIAS_NONE, false, 0);  // a GPT grad-weight
   printf("AMX %d %d %d\n", (int)detail::use_amx(false, 2048, 384, 128), (int)detail::use_amx(false, 64, 128, 3136),

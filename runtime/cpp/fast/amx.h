@@ -14,8 +14,10 @@
  *
  * Differences from an fp32 FMA chain, all documented in runtime/cpp/fast/README.md: the bits differ (another order of
  * roundings, the same for every thread count); AMX treats bf16 subnormals as zero, so magnitudes below
- * ~1e-38 (and the third piece of values below ~1e-33) contribute nothing; an infinite or NaN operand
- * keeps its own piece only (its residuals are set to zero), so inf and NaN propagate as in fp32.
+ * ~1e-38 (and the third piece of values below ~1e-33) contribute nothing; an infinite or NaN operand keeps
+ * its first piece only (its residuals are set to zero) and a finite one at the top of the range is truncated,
+ * not rounded to inf; but an inf's first piece also meets the other operand's lower pieces (zero, or of the
+ * other sign), so an output that is +-inf in fp32 may come out NaN: non-finite either way.
  *
  * Layout. op(A) (M x K) is packed in groups of 16 rows: per group, per 32-wide K block, the three planes'
  * 16 x 32 bf16 tiles (1 KiB each, 64-byte rows). op(B) (K x N) in groups of 16 columns: per group, per K
