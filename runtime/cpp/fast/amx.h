@@ -161,8 +161,9 @@ inline bool pays(bool transA, int64_t M, int64_t N, int64_t K) {
   // A transposed op(A) (a grad-weight dY^T X, both operands K-major, K the batch) only with N >= 256: with
   // N = 128 (the GPT's 512 x 128 x 2048 and 384 x 128 x 2048) the FMA kernel was faster inside the
   // 2-thread step here (each part packs all of op(B) and transposes its op(A) rows from memory)
+  // The K-outer order keeps every block's running sum (r32(M) x r32(N) floats per part): at most 8 MiB.
   return M >= 32 && N >= 32 && K >= 32 && M * N * K >= (int64_t)1 << 19 && 2 * M * N >= 100 * (M + N) &&
-         (!transA || N >= 256);
+         (!transA || (N >= 256 && r32(M) * r32(N) <= (int64_t)1 << 21));
 }
 
 typedef __m512 f16v;  // 16 floats
