@@ -23,14 +23,16 @@
  * 16 x 32 bf16 tiles (1 KiB each, 64-byte rows). op(B) (K x N) in groups of 16 columns: per group, per K
  * block, the three planes' tiles in the VNNI layout TDPBF16PS reads (16 rows of K pairs, each row 16
  * columns x 2 bf16). K is zero-padded to a multiple of 32, M and N to multiples of 32.
- * Kernel: a 32 x 32 block of C in four 16 x 16 fp32 tiles, the whole K in the tiles (every C element is
- * the same chain of tile products over the K blocks in order, whatever the split into parts: bitwise
- * identical for every thread count), then stored to a 32 x 32 buffer and finished into C by sgemm's
- * epilogue code (alpha, beta, bias, relu, post).
+ * Kernel: a 32 x 32 block of C in four 16 x 16 fp32 tiles through a K chunk (its sum goes to an fp32
+ * buffer and back between chunks, exactly), so every C element is the same chain of tile products over the
+ * K blocks in order, whatever the split into parts: bitwise identical for every thread count. The finished
+ * block is stored to a 32 x 32 buffer and finished into C by sgemm's epilogue code (alpha, beta, bias,
+ * relu, post). The loop orders are sgemm.h's detail::amx_block and amx_block_kouter.
  *
  * Availability: compiled where the flags allow AMX-TILE, AMX-BF16 and AVX512-BF16 (-march=native on a
- * Sapphire Rapids or later Xeon; not with -DMPSC_FAST_VW=8) unless -DMPSC_FAST_AMX=0; used when Linux grants the tile state
- * (arch_prctl ARCH_REQ_XCOMP_PERM, once per process) and the product is large enough (amx_pays).
+ * Sapphire Rapids or later Xeon; not with -DMPSC_FAST_VW=8) unless -DMPSC_FAST_AMX=0 (MPSC_CPU_AMX=0 for
+ * generated models); used when Linux grants the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once per process)
+ * and the product is large enough (amx::pays).
  */
 #ifndef MPSC_FAST_AMX_H
 #define MPSC_FAST_AMX_H
