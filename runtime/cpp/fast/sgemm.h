@@ -646,21 +646,22 @@ struct PartRange {
  * operand, so when both axes have a tile per part, split N (every part packs A, M x K, or reads a
  * plain A in place: direct_a) when M <= N and M otherwise; else the axis with more tiles.
  * s0, s1: the part sums the columns [s0, s1) of A: its own rows of C when M is split, an equal share
- * of all M otherwise (every part packs all of A then); every part has a share, even one without tiles
+ * of all M otherwise (every part packs all of A then); every part has a share, even one without tiles.
+ * tm x tn: the tile the ranges are made of (the FMA kernel's MR x NR; the AMX path's 32 x 32 blocks)
  */
-inline PartRange part_range(int64_t M, int64_t N, int part, int nparts) {
+inline PartRange part_range(int64_t M, int64_t N, int part, int nparts, int64_t tm = MR, int64_t tn = NR) {
   PartRange r{0, M, 0, N, 0, M};
   if (nparts <= 1) return r;
-  const int64_t mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
+  const int64_t mt = (M + tm - 1) / tm, nt = (N + tn - 1) / tn;
   const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
   if (split_n) {
-    r.n0 = std::min(N, nt * part / nparts * NR);
-    r.n1 = std::min(N, nt * (part + 1) / nparts * NR);
+    r.n0 = std::min(N, nt * part / nparts * tn);
+    r.n1 = std::min(N, nt * (part + 1) / nparts * tn);
     r.s0 = M * part / nparts;
     r.s1 = M * (part + 1) / nparts;
   } else {
-    r.m0 = std::min(M, mt * part / nparts * MR);
-    r.m1 = std::min(M, mt * (part + 1) / nparts * MR);
+    r.m0 = std::min(M, mt * part / nparts * tm);
+    r.m1 = std::min(M, mt * (part + 1) / nparts * tm);
     r.s0 = r.m0;
     r.s1 = std::max(r.m0, r.m1);
   }
@@ -682,26 +683,6 @@ inline bool swap_pays(int64_t M, int64_t N) {
 
 #if MPSC_FAST_AMX
 static_assert(VW == 16, "the AMX path finishes its 32-column rows with the 16-lane finish_row");
-
-/** part_range for the AMX path: whole 32 x 32 blocks (the same axis rule) */
-inline PartRange amx_part_range(int64_t M, int64_t N, int part, int nparts) {
-  PartRange r{0, M, 0, N, 0, M};
-  if (nparts <= 1) return r;
-  const int64_t mt = (M + 31) / 32, nt = (N + 31) / 32;
-  const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
-  if (split_n) {
-    r.n0 = std::min(N, nt * part / nparts * 32);
-    r.n1 = std::min(N, nt * (part + 1) / nparts * 32);
-    r.s0 = M * part / nparts;
-    r.s1 = M * (part + 1) / nparts;
-  } else {
-    r.m0 = std::min(M, mt * part / nparts * 32);
-    r.m1 = std::min(M, mt * (part + 1) / nparts * 32);
-    r.s0 = r.m0;
-    r.s1 = std::max(r.m0, r.m1);
-  }
-  return r;
-}
 
 /** a finished 32 x 32 block (cbuf, row stride 32; mr x nr of it valid) into C by sgemm's finish code */
 inline void amx_finish(float* c, int64_t ldc, const float* cbuf, int64_t mr, int64_t nr, const StoreArgs& s) {
@@ -734,10 +715,27 @@ struct AmxPending {
     amx_finish(c, ldc, buf, mr, nr, s);
     c = nullptr;
   }
+  /**
+   * the end of a block whose products block32_run issued: before the last K chunk its sum goes to acc;
+   * in the last, the previous block is finished (while the TMUL runs this one) and this one is stored to
+   * the other half of cbuf (two 32 x 32 blocks) to be finished next
+   */
+  void store(bool last, float* acc, float* cbuf, float* c_, int64_t row0_, int64_t col0_, int64_t mr_, int64_t nr_,
+             int64_t ldc, StoreArgs& s) {
+    if (!last) {
+      amx::block32_store(acc);
+      return;
+    }
+    flush(ldc, s);
+    float* cb = cbuf + (flip ^= 1) * 1024;
+    set(c_, cb, row0_, col0_, mr_, nr_);
+    amx::block32_store(cb);
+  }
 };
 
 /**
- * C[m0..m1, n0..n1) (m0, n0 multiples of 32) on the AMX tiles (amx.h). op(B) is packed into three bf16
+ * C[m0..m1, n0..n1) (m0, n0 multiples of 32) on the AMX tiles (amx.h), op(A) = A not transposed (a transposed
+ * one takes amx_block_kouter). op(B) is packed into three bf16
  * planes, all of K, by column chunks that stay in L2 (amx::n_chunk); op(A) one 32-row panel and K chunk of
  * amx::KCH at a time (24 KiB, L1; two buffers): the next chunk is packed a share at a time between the
  * current one's blocks, while the TMUL runs them, and the next panel's source rows are prefetched (inside a
@@ -746,9 +744,9 @@ struct AmxPending {
  * every element is the same chain of tile products over the K blocks in order, whatever the split.
  * After the last chunk sgemm's own finish code (alpha, beta, bias, relu, post) stores the block.
  */
-inline void amx_block(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t m0, int64_t m1, int64_t n0,
-                      int64_t n1, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                      float* C, int64_t ldc, const Epilogue& e, void* ws) {
+inline void amx_block(bool transB, int64_t M, int64_t N, int64_t K, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                      float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                      int64_t ldc, const Epilogue& e, void* ws) {
   const amx::Workspace w = amx::carve(ws, N, K);
   amx::configure();
   const int64_t KBall = amx::kpad(K) / amx::TK, bgroup = KBall * amx::PLANES * amx::TILE;
@@ -766,8 +764,7 @@ inline void amx_block(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   };
   auto pack_tiles = [&](const Item& it, int64_t from, int64_t to, uint16_t* dst) {
     for (int64_t i = from; i < to; ++i)
-      amx::pack_a_tile(transA, transA ? A + it.k0 * lda : A + it.k0, lda, M, it.ib, it.kc, it.KB, i / it.KB,
-                       i % it.KB, dst);
+      amx::pack_a_tile(false, A + it.k0, lda, M, it.ib, it.kc, it.KB, i / it.KB, i % it.KB, dst);
   };
   for (int64_t jc = n0; jc < n1; jc += nch_max) {
     const int64_t nc = std::min(nch_max, n1 - jc), nblocks = (nc + 31) / 32;
@@ -787,10 +784,7 @@ inline void amx_block(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       int64_t packed = 0;
       if (first && ib + 32 < m1) {
         const int64_t nxt = std::min<int64_t>(32, m1 - ib - 32);
-        if (transA)
-          for (int64_t k = 0; k < K; ++k) prefetch_run<2>(A + k * lda + ib + 32, nxt);
-        else
-          for (int64_t r = 0; r < nxt; ++r) prefetch_run<2>(A + (ib + 32 + r) * lda, K);
+        for (int64_t r = 0; r < nxt; ++r) prefetch_run<2>(A + (ib + 32 + r) * lda, K);
       }
       AmxPending pend;
       for (int64_t jb = jc; jb < jc + nc; jb += 32) {
@@ -807,14 +801,7 @@ inline void amx_block(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
           pack_tiles(nx, packed, to, w.a[(t + 1) & 1]);
           packed = to;
         }
-        if (!last) {
-          amx::block32_store(acc);
-          continue;
-        }
-        pend.flush(ldc, s);  // the previous block, while the TMUL runs this one
-        float* cb = w.cbuf + (pend.flip ^= 1) * 1024;
-        pend.set(c, cb, ib, jb, mr, nr);
-        amx::block32_store(cb);
+        pend.store(last, acc, w.cbuf, c, ib, jb, mr, nr, ldc, s);
       }
       pend.flush(ldc, s);
       if (has_next) pack_tiles(nx, packed, nx.tiles, w.a[(t + 1) & 1]);
@@ -830,9 +817,9 @@ inline void amx_block(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
  * two cache lines from each of K rows); every block's running sum lives in a buffer of the part's C
  * between chunks. Same bits as amx_block (the same chain per element).
  */
-inline void amx_block_kouter(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t m0, int64_t m1,
-                             int64_t n0, int64_t n1, float alpha, const float* A, int64_t lda, const float* B,
-                             int64_t ldb, float beta, float* C, int64_t ldc, const Epilogue& e, void* ws) {
+inline void amx_block_kouter(bool transB, int64_t M, int64_t N, int64_t K, int64_t m0, int64_t m1, int64_t n0,
+                             int64_t n1, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                             float beta, float* C, int64_t ldc, const Epilogue& e, void* ws) {
   const amx::WorkspaceK w = amx::carve_kouter(ws, M, N);
   amx::configure();
   const int64_t nb_total = (n1 - n0 + 31) / 32;
@@ -842,11 +829,10 @@ inline void amx_block_kouter(bool transA, bool transB, int64_t M, int64_t N, int
     const int64_t group = KB * amx::PLANES * amx::TILE;
     const bool first = k0 == 0, last = k0 + kc >= K;
     amx::pack_b(transB, transB ? B + k0 : B + k0 * ldb, ldb, N, n0, n1 - n0, kc, w.b);
-    amx::pack_a(transA, transA ? A + k0 * lda : A + k0, lda, M, m0, m1 - m0, kc, w.a);
+    amx::pack_a(true, A + k0 * lda, lda, M, m0, m1 - m0, kc, w.a);
     for (int64_t ib = m0; ib < m1; ib += 32) {
       const uint16_t* a = w.a + (ib - m0) / 16 * group;
       const int64_t mr = std::min<int64_t>(32, m1 - ib);
-      s.row0 = ib;
       AmxPending pend;
       for (int64_t jb = n0; jb < n1; jb += 32) {
         const int64_t nr = std::min<int64_t>(32, n1 - jb);
@@ -856,14 +842,7 @@ inline void amx_block_kouter(bool transA, bool transB, int64_t M, int64_t N, int
         const uint16_t* b = w.b + (jb - n0) / 16 * group;
         float* acc = w.acc + (((ib - m0) / 32) * nb_total + (jb - n0) / 32) * 1024;
         amx::block32_run(a, a + group, b, b + group, KB, first ? nullptr : acc);
-        if (!last) {
-          amx::block32_store(acc);
-          continue;
-        }
-        pend.flush(ldc, s);  // the previous block, while the TMUL runs this one
-        float* cb = w.cbuf + (pend.flip ^= 1) * 1024;
-        pend.set(c, cb, ib, jb, mr, nr);
-        amx::block32_store(cb);
+        pend.store(last, acc, w.cbuf, c, ib, jb, mr, nr, ldc, s);
       }
       pend.flush(ldc, s);
     }
@@ -930,13 +909,15 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
   }
 #if MPSC_FAST_AMX
   if (K > 0 && alpha != 0.0f && detail::use_amx(transA, M, N, K)) {
-    const detail::PartRange r = detail::amx_part_range(M, N, part, nparts);
+    const detail::PartRange r = detail::part_range(M, N, part, nparts, 32, 32);  // whole 32 x 32 blocks
     // the column sums in one pass, rows in order: the same chain as the FMA path's per-block passes
     if (sums) detail::add_column_sums(A, lda, 0, K, r.s0, r.s1, sums);
     if (r.m0 >= r.m1 || r.n0 >= r.n1) return;
     void* w = ws ? ws : detail::thread_workspace((int64_t)(sgemm_workspace_bytes(M, N, K) / sizeof(float)));
-    (transA ? detail::amx_block_kouter : detail::amx_block)(transA, transB, M, N, K, r.m0, r.m1, r.n0, r.n1, alpha, A,
-                                                          lda, B, ldb, beta, C, ldc, e, w);
+    if (transA)
+      detail::amx_block_kouter(transB, M, N, K, r.m0, r.m1, r.n0, r.n1, alpha, A, lda, B, ldb, beta, C, ldc, e, w);
+    else
+      detail::amx_block(transB, M, N, K, r.m0, r.m1, r.n0, r.n1, alpha, A, lda, B, ldb, beta, C, ldc, e, w);
     return;
   }
 #endif
