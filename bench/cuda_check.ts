@@ -36,8 +36,9 @@
  *             every spec is also judged with its state synced (syncedSteps): each CUDA step starts from the
  *             CPU's parameters / optimizer state before that step, so the per-step difference is that
  *             step's alone (the same tolerances, plus each step's parameter update: UPDATE_TOL); a spec whose
- *             training amplifies fp32 rounding (resnet_small) fails the free-running line between any two
- *             fp32 backends (bench/parity_drift.ts) but must pass this one;
+ *             training amplifies fp32 rounding (resnet_small: DRIFTS) drifts on the free-running line between
+ *             any two fp32 backends (bench/parity_drift.ts), so that line is reported as `info`, not judged,
+ *             and this one is its verdict;
  *   cublaslt  the cuBLASLt GEMM calls: every linear / matmul case (odd shapes, transposes, strided and
  *             shared batches, bias, fused unary fns run after the call, bf16 / f16 operands made by
  *             cast kernels: the reference rounds at the same casts, so 1e-4 holds there too) built with
@@ -119,9 +120,10 @@ if (!nv || !gpu) {
   process.exit(1);
 }
 const ARCH = cudaArchitecture(gpu.computeCap);
-type Row = { part: string; what: string; result: string; ok: boolean };
+/** ok: passed; info: a line reported, not judged (resnet_small's free-running drift: see DRIFTS) */
+type Row = { part: string; what: string; result: string; ok: boolean; info?: boolean };
 const log = (s: string) => process.stdout.write(s + '\n');
-const rowText = (s: Row) => `${s.part.padEnd(9)} ${(s.ok ? 'ok' : 'FAIL').padEnd(5)} ${s.what.padEnd(49)} ${s.result}`;
+const rowText = (s: Row) => `${s.part.padEnd(9)} ${(s.info ? 'info' : s.ok ? 'ok' : 'FAIL').padEnd(5)} ${s.what.padEnd(49)} ${s.result}`;
 /** the results, each also printed when it is known (a run cut short by a time limit keeps what it printed) */
 const summary = {
   rows: [] as Row[],
@@ -479,6 +481,14 @@ function judgeSteps(spec: string, model: CheckedModel, programs: ReturnType<type
 }
 
 /**
+ * Specs whose free-running 20 steps drift apart between any two fp32 backends (training amplifies rounding
+ * about 3x per step: bench/parity_drift.ts shows the CPU backend drifting from the float64 reference the
+ * same way, bench/NOTES.md "resnet_small"): their free-running line is reported as `info`, not judged; the
+ * state-synced line (syncedSteps) is their verdict.
+ */
+const DRIFTS = new Set(['resnet_small.model']);
+
+/**
  * The parity steps with the state synced: before each step every persistent tensor of the CUDA
  * session (parameters, optimizer state, statistics, loss scale) is set to the CPU's before that step
  * (`before`, from trainSteps(..., keep)), so each step's difference is that step's alone. A
@@ -538,7 +548,9 @@ async function checkParity(opened: ReturnType<typeof openParitySessions>): Promi
       log(`  ${spec} per step (loss, metrics): ${a.map((r, s) => `${s}: cpu ${r.map((x) => x.toPrecision(7)).join('/')} cuda ${b[s].map((x) => x.toPrecision(7)).join('/')}`).join('; ')}${judged.first}`);
       log(`parity ${spec}: losses cpu ${a[0][0].toFixed(5)} -> ${a[STEPS - 1][0].toFixed(5)}, cuda ${b[0][0].toFixed(5)} -> ${b[STEPS - 1][0].toFixed(5)}; worst ${judged.where}`);
       const tolNote = `tolerance ${tol}${tf32 ? `: TF32 convolutions; argmax near-tie margin ${margin}` : half ? ': 16-bit' : ''}`;
-      summary.push({ part: 'parity', what: `${spec} ${STEPS} steps + eval vs cpu`, ok: judged.worst < tol, result: `worst rel ${judged.worst.toExponential(2)} (${tolNote})` });
+      const drifts = DRIFTS.has(spec) && judged.worst >= tol;
+      summary.push({ part: 'parity', what: `${spec} ${STEPS} steps + eval vs cpu`, ok: judged.worst < tol, info: drifts || undefined,
+        result: `worst rel ${judged.worst.toExponential(2)} (${tolNote})${drifts ? '; not judged: this spec amplifies fp32 rounding between any two backends (DRIFTS), the synced line is its verdict' : ''}` });
       // the same steps with the state synced: each CUDA step starts from the CPU's state before that step
       const synced = syncedSteps(model, cuda, data, cpuRun.before);
       const js = judgeSteps(spec, model, programs, data, cpuRun.before, a, synced.outs, tol, margin);
@@ -642,6 +654,6 @@ if (want('sanitize')) await run('sanitize', () => checkSanitizer(drivers));
 fs.writeFileSync(path.join(OUT, 'cuda_check.json'), JSON.stringify(summary.rows, null, 1) + '\n');
 log('\npart      ok    what                                              result');
 for (const s of summary.rows) log(rowText(s));
-const failed = summary.rows.filter((s) => !s.ok).length;
+const failed = summary.rows.filter((s) => !s.ok && !s.info).length;
 log(failed ? `\n${failed} check(s) FAILED` : '\nall checks passed');
 process.exit(failed ? 1 : 0);

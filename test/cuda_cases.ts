@@ -716,7 +716,7 @@ export function judgeCases(cases: OpCase[], got: (Map<number, Float64Array> | st
 }
 
 /**
- * conv2d_grad_input where the input width W is a multiple of 4 (conv_cuda.ts Side.rowVec4: with MPSC_CONV_GI_VEC16=1
+ * conv2d_grad_input where the input width W is a multiple of 4 (conv_cuda.ts Side.rowVec4: by default (MPSC_CONV_GI_VEC16=0: off)
  * its dy gather in runs of 4 rows, 16-byte copies where a run is inside the image and aligned, 4-byte copies at the
  * edges): padding 1 over 7 x 12 planes (a partial 64-row tile: M = 252), padding 0 (OW = 6: a run's alignment changes
  * with the row), dilation 2 with padding 2, 2 groups over 5 x 4 planes (K = 27, one k step partly past K), and the bias

@@ -336,12 +336,12 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
     }
   }, 600_000);
 
-  it('MPSC_CONV_GI_VEC16=1: the unit-stride input gradient\'s dy in runs of 4 rows (16-byte copies where inside and aligned, 4-byte at the edges) matches the reference at odd sizes, also on 256x64 tiles; an unchecked alignment aborts and an unchecked edge fails (negative controls)', () => {
+  it('the unit-stride input gradient\'s dy in runs of 4 rows (the default; MPSC_CONV_GI_VEC16=0 turns it off: 16-byte copies where inside and aligned, 4-byte at the edges) matches the reference at odd sizes, also on 256x64 tiles; an unchecked alignment aborts and an unchecked edge fails (negative controls)', () => {
     const cases = giVec16Cases();
     const saved = { gi: process.env.MPSC_CONV_GI_VEC16, bm256: process.env.MPSC_CONV_BM256 };
     const runs = (lp: ReturnType<typeof buildCuda>['lowered'][number]) => /aall >> q/.test(lp.kernels[0].mma!.body) && /aall >> q/.test(lp.kernels[0].body);
     try {
-      delete process.env.MPSC_CONV_GI_VEC16;
+      process.env.MPSC_CONV_GI_VEC16 = '0';
       expect(buildCuda(cases.map((c) => c.program), 'conv_emu_gi_off', { merge: false }).lowered.some(runs)).toBe(false);
       // part of the CUDA build key; a bad value refused
       const model = checkFile(path.resolve(__dirname, '../bench/seed_cnn_b32_64px_adam.model'));
@@ -349,7 +349,7 @@ describe.skipIf(!hasGxx)('conv_cuda.ts kernels on the CPU thread emulator', () =
       const off = cudaInputsKey(ps);
       process.env.MPSC_CONV_GI_VEC16 = 'yes';
       expect(() => buildCuda(cases.map((c) => c.program), 'conv_emu_gi_bad', { merge: false })).toThrow(/MPSC_CONV_GI_VEC16 must be one of '0', '1', got 'yes'/);
-      process.env.MPSC_CONV_GI_VEC16 = '1';
+      delete process.env.MPSC_CONV_GI_VEC16;  // the default: on
       expect(cudaInputsKey(ps)).not.toBe(off);
       for (const bm256 of [undefined, '1']) {
         if (bm256) process.env.MPSC_CONV_BM256 = bm256;
@@ -514,24 +514,24 @@ describe.skipIf(!NV)('conv_cuda.ts kernels under ptxas', () => {
     ptxasCheck(buildCuda(cudaConvCases().map((c) => c.program), 'conv_ptxas', { merge: false }));
   }, 300_000);
 
-  it('the seed CNN\'s conv kernels too (the default 256x64 grad_input and 2-stage 128x128 kernels reach no small case), also with MPSC_CONV_VEC16=0 and with MPSC_CONV_GI_VEC16=1', () => {
+  it('the seed CNN\'s conv kernels too (the default 256x64 grad_input and 2-stage 128x128 kernels reach no small case), also with MPSC_CONV_VEC16=0 and with MPSC_CONV_GI_VEC16=0', () => {
     const model = checkFile(path.resolve(__dirname, '../bench/seed_cnn_b32_64px_adam.model'));
     const saved = process.env.MPSC_CONV_VEC16, savedGi = process.env.MPSC_CONV_GI_VEC16;
     try {
-      for (const v16 of [undefined, '0', 'gi']) {
+      for (const v16 of [undefined, '0', 'gioff']) {
         if (v16 === '0') process.env.MPSC_CONV_VEC16 = v16;
         else delete process.env.MPSC_CONV_VEC16;
-        if (v16 === 'gi') process.env.MPSC_CONV_GI_VEC16 = '1';
+        if (v16 === 'gioff') process.env.MPSC_CONV_GI_VEC16 = '0';
         else delete process.env.MPSC_CONV_GI_VEC16;
         const a = buildCuda([buildPrograms(model, { batch: model.train.batch }).train_step], 'seed_ptxas');
         const convs = a.lowered[0].kernels.filter((k) => /conv_cuda\.ts/.test(k.label));
         const heads = convs.map((k) => k.body.match(/\d+x\d+ tile per block of 256 threads, k steps of 16 in \d cp\.async stages/)?.[0]);
         expect(heads.filter((h) => /256x64 .* 2 cp/.test(h ?? '')).length).toBe(1);
         expect(heads.filter((h) => /128x128 .* 2 cp/.test(h ?? '')).length).toBe(2);
-        // 16-byte copies: conv 2's weights (forward) and both weight gradients' dy
-        // (and with MPSC_CONV_GI_VEC16=1 the grad_input's dy in runs of 4 rows: 64 x 64 planes)
-        expect(convs.filter((k) => /mpsc_cp_async16f/.test(k.mma!.body)).length).toBe(v16 === '0' ? 0 : v16 === 'gi' ? 4 : 3);
-        expect(convs.filter((k) => /aall >> q/.test(k.mma!.body)).map((k) => k.op)).toEqual(v16 === 'gi' ? ['conv2d_grad_input'] : []);
+        // 16-byte copies: conv 2's weights (forward), both weight gradients' dy and (unless MPSC_CONV_GI_VEC16=0)
+        // the grad_input's dy in runs of 4 rows (64 x 64 planes); none with MPSC_CONV_VEC16=0
+        expect(convs.filter((k) => /mpsc_cp_async16f/.test(k.mma!.body)).length).toBe(v16 === '0' ? 0 : v16 === 'gioff' ? 3 : 4);
+        expect(convs.filter((k) => /aall >> q/.test(k.mma!.body)).map((k) => k.op)).toEqual(v16 === undefined ? ['conv2d_grad_input'] : []);
         ptxasCheck(a);
       }
     } finally {

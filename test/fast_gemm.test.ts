@@ -130,6 +130,14 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(bad('sgemm_direct')).toEqual([]);
   });
 
+  it('sgemm with a transposed A sums its columns while packing (a_sums: a bias gradient next to its grad-weight), the exact sequential double chain for 1..3 parts, on the FMA kernel and the AMX tiles', () => {
+    const s = cases.filter((c) => c.kind === 'sgemm_sums');
+    expect(s.length).toBeGreaterThanOrEqual(2 * 11);
+    expect(s.some((c) => c.name.startsWith('TN_160x272x600_'))).toBe(true);  // the AMX path where available
+    expect(bad('sgemm_sums')).toEqual([]);
+    expect(noWino.cases.filter((c) => c.kind === 'sgemm_sums' && !c.same)).toEqual([]);
+  });
+
   // amx.h: fp32 products as six bf16 tile products. Where -march=native gives AMX and Linux grants the
   // tiles (Sapphire Rapids and later Xeons: this machine, the CI machine), the large products run there;
   // elsewhere the driver reports AMX 0 0 and these products run on the FMA kernel, checked by the cases above

@@ -142,6 +142,11 @@ export function allOpCases(): OpCase[] {
   add('adam_update', [f([300]), f([300]), f([300], -0.1, 0.1), f([300], 0, 0.01), f([], 0.3, 1)], [], { beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.05, decoupled: true });
   add('adam_update', [f([33]), f([33]), f([33], -0.1, 0.1), f([33], 0, 0.01), null], [], { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, decoupled: false });
   transformerCases(add, f, ids, rng);
+  // (last, so the random data of the cases above stays as it was) past 256 terms per output sum_to adds blocks of
+  // 256 (elementwise.ts SUM_TO_BLOCK): a partial last block; and a long sum of equal terms (a pooled bias gradient's
+  // shape), whose roundings all go one way: one fp32 chain over its 66978 terms misses the float64 sum by 6.6e-4
+  add('sum_to', [f([3, 5, 37, 29])], [[5]], { axes: [0, 2, 3] });
+  add('sum_to', [{ shape: [2, 4, 183, 183], data: new Float64Array(2 * 4 * 183 * 183).fill(Math.fround(0.7)) }], [[4]], { axes: [0, 2, 3] });
   return cases;
 }
 

@@ -35,9 +35,9 @@
  * GENERATOR_ENV; the defaults are the above): MPSC_CONV_TAPS=0 (the bounds-tested table everywhere),
  * MPSC_CONV_FRAG=vec (float2 / float4 fragment reads from [16][R + 4] / [R][16 + 8] tiles: Lay),
  * MPSC_CONV_STAGES=2|3 (stagesOf), MPSC_CONV_ROUND=rna|add (convRound), MPSC_CONV_BM256=0|1 (convTiles),
- * MPSC_CONV_VEC16=0 (4-byte copies everywhere: Side.vec4), MPSC_CONV_GI_VEC16=1 (the unit-stride input gradient's dy
- * gather where W % 4 == 0 in runs of 4 rows, 16-byte copies where a run is inside the image and aligned: Side.rowVec4,
- * rowRuns; default 0, unmeasured).
+ * MPSC_CONV_VEC16=0 (4-byte copies everywhere: Side.vec4), MPSC_CONV_GI_VEC16=0 (the unit-stride input gradient's dy
+ * gather copied 4 bytes at a time; by default, where W % 4 == 0, in runs of 4 rows, 16-byte copies where a run is inside
+ * the image and aligned: Side.rowVec4, rowRuns; the seed CNN's train step 0.903 -> 0.886 ms on the H200, 5 Dec).
  * A conv2d with `pool_out` (fuse.ts rule 10: the global average pool after it folded in) adds what each thread stores
  * per column (psum), then the block's column sums over its BM rows (lanes by warp butterflies, the row warps in
  * order through the stages' shared memory) go to the scratch region, and a second kernel adds each image's row tiles
@@ -318,7 +318,7 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
     `{\n  const bool ok = ${p.pred};\n` +
     `  const float* src = ok ? ${side.buf} + (${p.off}) : ${side.buf};\n` +
     `  mpsc_cp_async4(&${dst}, src, ok);\n}\n`;
-  if (side.mode === 'row' && tab === 'taps' && side.rowVec4 && !perm && envFlag('MPSC_CONV_GI_VEC16', false)) return rowRuns(side, R, L, tileBase, tag);
+  if (side.mode === 'row' && tab === 'taps' && side.rowVec4 && !perm && envFlag('MPSC_CONV_GI_VEC16', true) && envFlag('MPSC_CONV_VEC16', true)) return rowRuns(side, R, L, tileBase, tag);
   if (side.mode === 'row') {
     // thread t copies row t % R at reduction indices t / R + (256 / R) j
     const step = THREADS / R;
@@ -370,7 +370,7 @@ function copies(side: Side, R: number, L: Lay, tileBase: string, tag: string, ta
 }
 
 /**
- * The copies of a row-mode operand with `taps` and `rowVec4` in runs of 4 rows (MPSC_CONV_GI_VEC16=1): thread t copies
+ * The copies of a row-mode operand with `taps` and `rowVec4` in runs of 4 rows (unless MPSC_CONV_GI_VEC16=0 or MPSC_CONV_VEC16=0): thread t copies
  * rows 4 (t % (R / 4)) .. + 3 at reduction indices t / (R / 4) + (1024 / R) j. Each row's tap mask as copies() builds
  * it, their AND (all 4 inside) and OR (any); per copy from the k table's (offset, tap): one 16-byte cp.async where all
  * 4 are inside and the first row's offset is a multiple of 4 (the destination is: rows 4i of R + 8 floats, 16-byte

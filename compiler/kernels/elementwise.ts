@@ -174,14 +174,27 @@ export function sumToDims(d: Dialect, g: Graph, n: Node) {
   return { kept, red, RN, count: numel(ys), innerReduced: inner >= 0 && reduced[inner] && xs[inner] > 1 };
 }
 
+/** sum_to's terms per partial sum: longer sums go in blocks of this many, the blocks' sums then added in order */
+export const SUM_TO_BLOCK = 256;
+
 function lowerSumTo(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
-  const u32 = (k: number) => ctx.d.u(k);
+  const u32 = (k: number) => ctx.d.u(k), f0 = ctx.d.f(0);
   const { kept, red, RN, count } = sumToDims(ctx.d, g, n);
+  const term = (indent: string) =>
+    `${indent}uint q = t, off = base;\n` +
+    red.map((k) => `${indent}{ const uint c = q % ${k.size}; q /= ${k.size}; off += c * ${k.stride}; }\n`).join('');
+  const x = readF(ctx.d, g, n.inputs[0], 'x', 'off');
+  // up to SUM_TO_BLOCK terms one after another; more in blocks of SUM_TO_BLOCK, each block's sum added to the
+  // total in order: the rounding error grows with the block length plus the number of blocks, not with RN (a
+  // global pool's bias gradient over 2 x 183 x 183 pixels drifted 2e-4 from float64 in one sequential sum)
+  const loop = RN <= SUM_TO_BLOCK
+    ? `  float acc = ${f0};\n  for (uint t = ${u32(0)}; t < ${u32(RN)}; ++t) {\n` + term('    ') + `    acc += ${x};\n  }\n`
+    : `  float acc = ${f0};\n  for (uint t0 = ${u32(0)}; t0 < ${u32(RN)}; t0 += ${u32(SUM_TO_BLOCK)}) {\n` +
+      `    const uint t1 = t0 + ${u32(SUM_TO_BLOCK)} < ${u32(RN)} ? t0 + ${u32(SUM_TO_BLOCK)} : ${u32(RN)};\n` +
+      `    float part = ${f0};\n    for (uint t = t0; t < t1; ++t) {\n` + term('      ') + `      part += ${x};\n    }\n    acc += part;\n  }\n`;
   const body =
-    `  // y[i] = sum of x over the reduced dims (${RN} terms per output)\n  uint rem = i, base = ${u32(0)};\n` +
+    `  // y[i] = sum of x over the reduced dims (${RN} terms per output${RN > SUM_TO_BLOCK ? `, in blocks of ${SUM_TO_BLOCK}` : ''})\n  uint rem = i, base = ${u32(0)};\n` +
     kept.map((k) => `  { const uint c = rem % ${k.size}; rem /= ${k.size}; base += c * ${k.stride}; }\n`).join('') +
-    `  float acc = ${ctx.d.f(0)};\n  for (uint t = ${u32(0)}; t < ${u32(RN)}; ++t) {\n    uint q = t, off = base;\n` +
-    red.map((k) => `    { const uint c = q % ${k.size}; q /= ${k.size}; off += c * ${k.stride}; }\n`).join('') +
-    `    acc += ${readF(ctx.d, g, n.inputs[0], 'x', 'off')};\n  }\n  ${writeF(ctx.d, g, n.outputs[0], 'y', 'i', 'acc')}\n`;
+    loop + `  ${writeF(ctx.d, g, n.outputs[0], 'y', 'i', 'acc')}\n`;
   return elementwise(ctx, g, n, [argOf(g, 'x', n.inputs[0], 'r'), argOf(g, 'y', n.outputs[0], 'w')], count, body);
 }

@@ -97,11 +97,24 @@ static void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   std::vector<float> first;
   bool same = true;
   double err = 0;
+  // a transposed A: its column sums (a_sums, a linear's bias gradient next to its grad-weight) start from a
+  // value and must be exactly the sequential chain in double, K in order, for every part count
+  std::vector<double> sums_ref(ta ? (size_t)M : 0);
+  for (size_t i = 0; i < sums_ref.size(); ++i) {
+    double v = 0.25 * (double)i;
+    for (int64_t p = 0; p < K; ++p) v += A[p * lda + i];
+    sums_ref[i] = v;
+  }
+  bool sums_same = true;
   for (int nparts = 1; nparts <= 3; ++nparts) {
     std::vector<float> C = C0;
+    std::vector<double> sums(sums_ref.size());
+    for (size_t i = 0; i < sums.size(); ++i) sums[i] = 0.25 * (double)i;
     run_parts(nparts, sgemm_workspace_bytes(M, N, K), [&](int p, int np, void* ws) {
-      sgemm_part(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, &e, p, np, ws);
+      sgemm_part(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, &e, p, np, ws,
+                 ta ? sums.data() : nullptr);
     });
+    if (ta && memcmp(sums.data(), sums_ref.data(), sums.size() * sizeof(double)) != 0) sums_same = false;
     std::vector<float> got((size_t)(M * N));
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) got[i * N + j] = C[i * ldc + j];
@@ -127,6 +140,7 @@ static void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   snprintf(name, sizeof name, "%s%s_%lldx%lldx%lld_a%g_b%g_epi%d%s_pad%d", ta ? "T" : "N", tb ? "T" : "N",
            (long long)M, (long long)N, (long long)K, alpha, beta, epi_kind, relu ? "relu" : "", pad);
   report("sgemm", name, err, same);
+  if (ta) report("sgemm_sums", name, 0.0, sums_same);
   // the direct blocked product (gemm_block on all of C) gives sgemm_part's bits; "_swap" in the name: a
   // shape sgemm_part computes as the transposed product (detail::swap_pays, which depends on MR / NR)
   if (beta == 0.0f && K > 0 && alpha != 0.0f) {

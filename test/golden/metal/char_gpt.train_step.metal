@@ -3593,15 +3593,20 @@ kernel void k54(
 {
   const uint i = gid.x;
   if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -3847,15 +3852,20 @@ kernel void k58(
 {
   const uint i = gid.x;
   if (i >= 512u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 512u; rem /= 512u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 512u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 512u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -4159,15 +4169,20 @@ kernel void k64(
 {
   const uint i = gid.x;
   if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -4852,15 +4867,20 @@ kernel void k69(
 {
   const uint i = gid.x;
   if (i >= 384u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 384u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -5164,15 +5184,20 @@ kernel void k75(
 {
   const uint i = gid.x;
   if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -5418,15 +5443,20 @@ kernel void k79(
 {
   const uint i = gid.x;
   if (i >= 512u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 512u; rem /= 512u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 512u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 512u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -5730,15 +5760,20 @@ kernel void k85(
 {
   const uint i = gid.x;
   if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -6423,15 +6458,20 @@ kernel void k90(
 {
   const uint i = gid.x;
   if (i >= 384u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 384u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -6735,15 +6775,20 @@ kernel void k96(
 {
   const uint i = gid.x;
   if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -6989,15 +7034,20 @@ kernel void k100(
 {
   const uint i = gid.x;
   if (i >= 512u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 512u; rem /= 512u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 512u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 512u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -7301,15 +7351,20 @@ kernel void k106(
 {
   const uint i = gid.x;
   if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -7994,15 +8049,20 @@ kernel void k111(
 {
   const uint i = gid.x;
   if (i >= 384u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 384u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -8306,15 +8366,20 @@ kernel void k117(
 {
   const uint i = gid.x;
   if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -8560,15 +8625,20 @@ kernel void k121(
 {
   const uint i = gid.x;
   if (i >= 512u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 512u; rem /= 512u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 512u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 512u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 32768u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -8872,15 +8942,20 @@ kernel void k127(
 {
   const uint i = gid.x;
   if (i >= 128u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 128u; rem /= 128u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 128u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 128u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 8192u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -9565,15 +9640,20 @@ kernel void k132(
 {
   const uint i = gid.x;
   if (i >= 384u) return;
-  // y[i] = sum of x over the reduced dims (2048 terms per output)
+  // y[i] = sum of x over the reduced dims (2048 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 384u; rem /= 384u; base += c * 1u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 2048u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 64u; q /= 64u; off += c * 384u; }
-    { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 2048u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 2048u ? t0 + 256u : 2048u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 64u; q /= 64u; off += c * 384u; }
+      { const uint c = q % 32u; q /= 32u; off += c * 24576u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }

@@ -1397,16 +1397,21 @@ kernel void k23(
 {
   const uint i = gid.x;
   if (i >= 64u) return;
-  // y[i] = sum of x over the reduced dims (12544 terms per output)
+  // y[i] = sum of x over the reduced dims (12544 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 64u; rem /= 64u; base += c * 196u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 12544u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 14u; q /= 14u; off += c * 1u; }
-    { const uint c = q % 14u; q /= 14u; off += c * 14u; }
-    { const uint c = q % 64u; q /= 64u; off += c * 12544u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 12544u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 12544u ? t0 + 256u : 12544u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 14u; q /= 14u; off += c * 1u; }
+      { const uint c = q % 14u; q /= 14u; off += c * 14u; }
+      { const uint c = q % 64u; q /= 64u; off += c * 12544u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
@@ -1582,16 +1587,21 @@ kernel void k27(
 {
   const uint i = gid.x;
   if (i >= 32u) return;
-  // y[i] = sum of x over the reduced dims (50176 terms per output)
+  // y[i] = sum of x over the reduced dims (50176 terms per output, in blocks of 256)
   uint rem = i, base = 0u;
   { const uint c = rem % 32u; rem /= 32u; base += c * 784u; }
   float acc = 0.0f;
-  for (uint t = 0u; t < 50176u; ++t) {
-    uint q = t, off = base;
-    { const uint c = q % 28u; q /= 28u; off += c * 1u; }
-    { const uint c = q % 28u; q /= 28u; off += c * 28u; }
-    { const uint c = q % 64u; q /= 64u; off += c * 25088u; }
-    acc += x[off];
+  for (uint t0 = 0u; t0 < 50176u; t0 += 256u) {
+    const uint t1 = t0 + 256u < 50176u ? t0 + 256u : 50176u;
+    float part = 0.0f;
+    for (uint t = t0; t < t1; ++t) {
+      uint q = t, off = base;
+      { const uint c = q % 28u; q /= 28u; off += c * 1u; }
+      { const uint c = q % 28u; q /= 28u; off += c * 28u; }
+      { const uint c = q % 64u; q /= 64u; off += c * 25088u; }
+      part += x[off];
+    }
+    acc += part;
   }
   y[i] = acc;
 }
