@@ -5,7 +5,6 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cstdio>
-#include <vector>
 #define CK(x) do { auto e_ = (x); if ((int)e_ != 0) { std::printf("error %d at %s:%d\n", (int)e_, __FILE__, __LINE__); return 1; } } while (0)
 int main() {
   cublasLtHandle_t h; CK(cublasLtCreate(&h));

@@ -81,7 +81,7 @@ function withChannelSums(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
   }, ` + fused relu-grad, unmasked counts [a block of ${T} per plane${S === 1 ? '' : ` and chunk (${S} chunks of ${span})`}, ${PER_THREAD} elements per thread]`);
   const finish = elementwise(ctx, g, n, [argOf(g, 'dy', dyId, 'r'), sums], C,
     `  // channel i: the sum over n of plane (n, i)'s unmasked count times dy[n, i] / ${HW} (a plane with none adds 0)\n  float s = ${f(0)};\n` +
-    `  #pragma unroll ${N <= 64 ? '' : '16'}\n  for (uint n = 0u; n < ${u(N)}; ++n) {\n    const uint p = n * ${u(C)} + i;\n` +
+    `  #pragma unroll${N <= 64 ? '' : ' 16'}\n  for (uint n = 0u; n < ${u(N)}; ++n) {\n    const uint p = n * ${u(C)} + i;\n` +
     `    const float v = ${v('p')};  // loaded whatever the count: no load behind the branch below\n` +
     (S === 1 ? `    const float c = mpsc_scratch[p];\n` :
       `    float c = ${f(0)};\n    for (uint k = 0u; k < ${u(S)}; ++k) c += mpsc_scratch[p * ${u(S)} + k];\n`) +

@@ -1093,13 +1093,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k5(
 {
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // split-K reduction: C = sum of 20 partial products (fixed order; the loop unrolled so up to 32 loads are in flight), then the store
+  // split-K reduction: C = sum of 20 partial products (fixed order), then the store
   const uint e = tgid.x * 256u + tidx;
   if (e < 8192u) {
     const uint mi = e / 128u, ni = e % 128u;
     const float* part = mpsc_scratch + tgid.z * 163840u + e;
     float sum = 0.0f;
-    #pragma unroll 
     for (uint s = 0u; s < 20u; ++s) sum += part[s * 8192u];
     {
       const float acc = sum;
@@ -3127,14 +3126,13 @@ extern "C" __global__ void __launch_bounds__(256) p0_k21(
 {
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // split-K reduction: C = sum of 24 partial products (fixed order; the loop unrolled so up to 32 loads are in flight), then the store
+  // split-K reduction: C = sum of 24 partial products (fixed order), then the store
   const uint g = tgid.z;
   const uint e = tgid.x * 256u + tidx;
   if (e < 18432u) {
     const uint mi = e / 288u, ni = e % 288u;
     const float* part = mpsc_scratch + tgid.z * 442368u + e;
     float sum = 0.0f;
-    #pragma unroll 
     for (uint s = 0u; s < 24u; ++s) sum += part[s * 18432u];
     {
       const float acc = sum;
@@ -3483,7 +3481,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k26(
 {
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // split-K reduction: C = sum of 98 partial products (fixed order; the loop unrolled so up to 32 loads are in flight), then the store
+  // split-K reduction: C = sum of 98 partial products (fixed order; unrolled by 32 so that many loads are in flight), then the store
   const uint g = tgid.z;
   const uint e = tgid.x * 256u + tidx;
   if (e < 288u) {

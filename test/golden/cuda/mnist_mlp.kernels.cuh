@@ -349,13 +349,12 @@ extern "C" __global__ void __launch_bounds__(256) p0_k2(
 {
   const uint3 tgid = blockIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // split-K reduction: C = sum of 5 partial products (fixed order; the loop unrolled so up to 32 loads are in flight), then the store
+  // split-K reduction: C = sum of 5 partial products (fixed order), then the store
   const uint e = tgid.x * 256u + tidx;
   if (e < 16384u) {
     const uint mi = e / 256u, ni = e % 256u;
     const float* part = mpsc_scratch + tgid.z * 81920u + e;
     float sum = 0.0f;
-    #pragma unroll 
     for (uint s = 0u; s < 5u; ++s) sum += part[s * 16384u];
     {
       const float acc = sum;
