@@ -13,7 +13,9 @@
  *    the set's device image on the copy stream (one cudaMemcpyAsync; it overlaps the previous
  *    step's kernels), makes the compute stream wait for that copy and launches the set's CUDA graph
  *    (captured ONCE per staging set, replayed afterwards: kernels read the scalars from device
- *    memory, so nothing is re-captured). The graph's last node gathers the scalar outputs into
+ *    memory, so nothing is re-captured; captured on the lanes of lanes.ts: a node on lane c > 0 is
+ *    launched on stream b->lane[c], after events of the earlier nodes it depends on, and every lane
+ *    joins the capture's stream at the end). The graph's last node gathers the scalar outputs into
  *    the staging set through its mapped device address; only when the caller asks for the outputs
  *    (outputs != NULL) does the host wait for the step and read them;
  *  - backend_to_host / backend_from_host: keep the host copy of the persistent block (what
@@ -35,6 +37,7 @@ import { cString, commentText } from '../cfamily/text.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
 import { CUDA } from './cuda_dialect.js';
 import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, LtNodePlan, ProgramPlan } from './plan.js';
+import { planLanes, type LaneSchedule } from './lanes.js';
 
 const LT_TYPE = { f32: 'MPSC_LT_F32', f16: 'MPSC_LT_F16', bf16: 'MPSC_LT_BF16' } as const;
 const LT_EPI = { default: 'MPSC_LT_EPI_DEFAULT', bias: 'MPSC_LT_EPI_BIAS', bgradb: 'MPSC_LT_EPI_BGRADB' } as const;
@@ -45,7 +48,7 @@ function ltTable(plan: CudaPlan): string {
   let s = `const int NLT = ${calls.length};  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)\n`;
   if (!calls.length) return s + '\n';
   s += '#ifdef MPSC_CUBLASLT\n';
-  s += `const size_t LT_WORKSPACE_OFFSET = ${plan.ltWorkspace.offset}, LT_WORKSPACE_BYTES = ${plan.ltWorkspace.bytes};\n`;
+  s += `const size_t LT_WORKSPACE_OFFSET = ${plan.ltWorkspace.offset}, LT_WORKSPACE_BYTES = ${plan.ltWorkspace.bytes / plan.lanes};  // per lane (${plan.lanes})\n`;
   s += '// m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,\n// offsets of A, B, D, bias; node; what; compute (3xTF32: A and B are split operands in the scratch region)\n';
   s += 'const MpscLtGemm LT_GEMMS[NLT] = {\n';
   for (const c of calls) {
@@ -91,7 +94,7 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
     // again before the first step: host_dirty)
     const MpscLtGemm& g = LT_GEMMS[i];
     char why[sizeof ctx->error] = {0};
-    if (b->lt_ok[i] && !(mpsc_lt_run(b->lt, i, b->dev + g.offA, b->dev + g.offB, b->dev + g.offD, b->stream, why, sizeof why) &&
+    if (b->lt_ok[i] && !(mpsc_lt_run(b->lt, i, b->dev + g.offA, b->dev + g.offB, b->dev + g.offD, b->stream, 0, why, sizeof why) &&
                          cudaStreamSynchronize(b->stream) == cudaSuccess)) {
       b->lt_ok[i] = false;
       cudaGetLastError();
@@ -114,14 +117,14 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
 const dim3 = (d: number[]) => `dim3(${d[0]}u, ${d[1]}u, ${d[2]}u)`;
 
 /** one generated kernel's launch and its check (statements at `indent`) */
-function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string): string {
+function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string, st = 'st'): string {
   const args = n.args.map((a) => {
     const t = `${a.access === 'r' ? 'const ' : ''}${CUDA.typeName(a.type)}*`;
     return `reinterpret_cast<${t}>(${devAt(p, a)})`;
   });
   if (n.scratch) args.push('reinterpret_cast<float*>(dev + SCRATCH_OFFSET)');
   args.push(`reinterpret_cast<const StepParams*>(dev + ${p.uploadOffset + p.scalarsHostOffset} + set * ${p.setBytes})`);
-  const call = (k: string, block: number[], dyn = 0) => `${k}<<<${dim3(n.grid)}, ${dim3(block)}, ${dyn}, st>>>(${args.join(', ')});`;
+  const call = (k: string, block: number[], dyn = 0) => `${k}<<<${dim3(n.grid)}, ${dim3(block)}, ${dyn}, ${st}>>>(${args.join(', ')});`;
   const what = cString(`${n.kernel} (node ${n.node}: ${n.op})`);
   const body = n.mma ? `if (mma) ${call(n.mma.kernel, n.mma.block, n.mma.dyn)}\n${indent}else ${call(n.kernel, n.block, n.dyn)}` : call(n.kernel, n.block, n.dyn);
   return `${indent}${body}\n${indent}if (!ck(ctx, cudaGetLastError(), ${what})) return false;\n`;
@@ -150,19 +153,26 @@ function smemSetupFn(plan: CudaPlan): string {
   return `static bool smem_setup(mpsc_ctx* ctx) {\n${lines.join('')}${lines.length ? '' : '  (void)ctx;\n'}  return true;\n}\n`;
 }
 
-/** graph node k: a kernel, or a cuBLASLt call (its fallback kernels when the call has no algorithm or the build no cuBLASLt); then the profiling event */
-function launch(p: ProgramPlan, n: GraphNodePlan, k: number): string {
+/**
+ * graph node k on lane c (lanes.ts; lane 0 is the capture's own stream `st`): its waits for other lanes' nodes,
+ * a kernel or a cuBLASLt call (its fallback kernels when the call has no algorithm or the build no cuBLASLt),
+ * then the profiling event, or its own event when a later node on another lane waits for it
+ */
+function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule, recorded: boolean[]): string {
+  const c = sched.lane[k], st = c === 0 ? 'st' : `ls${c}`;
   let body: string;
-  if (n.kind === 'kernel') body = kernelLaunch(p, n, '    ');
+  if (n.kind === 'kernel') body = kernelLaunch(p, n, '    ', st);
   else {
-    const lt = `    if (!mpsc_lt_run(b->lt, ${n.index}, ${devAt(p, n.a)}, ${devAt(p, n.b)}, ${devAt(p, n.d)}, st, ctx->error, sizeof ctx->error)) return false;\n`;
+    const lt = `    if (!mpsc_lt_run(b->lt, ${n.index}, ${devAt(p, n.a)}, ${devAt(p, n.b)}, ${devAt(p, n.d)}, ${st}, ${c}, ctx->error, sizeof ctx->error)) return false;\n`;
     // the fallback's kernels for what the call does not compute: after a BGRADB call only when cuBLASLt runs it without the epilogue
-    const unfused = !n.unfused.length ? '' : n.gemm.epilogue !== 'bgradb' ? n.unfused.map((a) => kernelLaunch(p, a, '      ')).join('')
-      : `      if (!b->lt_epi[${n.index}]) {  // cuBLASLt runs the call without its epilogue\n${n.unfused.map((a) => kernelLaunch(p, a, '        ')).join('')}      }\n`;
-    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ')).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ')).join('')}${unfused}    } else\n#endif\n` +
-      `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ')).join('')}    }\n`;
+    const unfused = !n.unfused.length ? '' : n.gemm.epilogue !== 'bgradb' ? n.unfused.map((a) => kernelLaunch(p, a, '      ', st)).join('')
+      : `      if (!b->lt_epi[${n.index}]) {  // cuBLASLt runs the call without its epilogue\n${n.unfused.map((a) => kernelLaunch(p, a, '        ', st)).join('')}      }\n`;
+    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ', st)).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ', st)).join('')}${unfused}    } else\n#endif\n` +
+      `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ', st)).join('')}    }\n`;
   }
-  return `  {\n${body}    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n  }\n`;
+  const waits = sched.waits[k].map((d) => `    if (!ev && !lane_wait(ctx, b, ${st}, ${d})) return false;  // after node ${d} (lane ${sched.lane[d]})\n`).join('');
+  const mark = recorded[k] ? `    if (!ev && !lane_mark(ctx, b, ${st}, ${k})) return false;\n` : '';
+  return `  {${sched.lanes > 1 ? `  // lane ${c}` : ''}\n${waits}${body}    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n${mark}  }\n`;
 }
 
 /** the kernel copying program i's scalar outputs (arena floats) into the staging set (mapped pinned memory) */
@@ -174,18 +184,30 @@ function gatherKernel(p: ProgramPlan, i: number): string {
     '}\n\n';
 }
 
-function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets): string {
-  let s = `// program ${commentText(p.name)}: the graph's nodes in stream order (${p.kernels} kernels, then the output gather).\n`;
+function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSchedule): string {
+  const L = sched.lanes;
+  let s = `// program ${commentText(p.name)}: the graph's nodes in plan order (${p.kernels} kernels, then the output gather)${L > 1 ? `, captured on ${L} lanes\n// (lanes.ts: a node waits for the earlier nodes of other lanes that touch its bytes; every lane joins lane 0 at the end)` : ''}.\n`;
   s += `// set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped\n`;
-  s += `// pinned memory); ev (profiling only, NULL when captured): an event after each kernel\n`;
+  s += `// pinned memory); ev (profiling only, NULL when captured): an event after each kernel${L > 1 ? ', all on st (one by one)' : ''}\n`;
   s += `bool record_p${i}(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {\n  (void)b; (void)mma; (void)set; (void)out;\n`;
+  for (let l = 1; l < L; l++) if (sched.lane.includes(l)) s += `  const cudaStream_t ls${l} = ev ? st : b->lane[${l}];\n`;
   const mine = p.name === 'train_step' ? buckets.nodes : [];
+  // data-parallel overlap: before a bucket's all-reduce on st, st waits for every lane's nodes so far (their events recorded)
+  const recorded = [...sched.recorded];
+  const tailsAt = (k: number) => Array.from({ length: L }, (_, l) => { let t = -1; for (let x = 0; x <= k; x++) if (sched.lane[x] === l) t = x; return t; });
+  if (L > 1) for (const k of mine) tailsAt(k).forEach((t, l) => { if (l > 0 && t >= 0) recorded[t] = true; });
   p.nodes.forEach((n, k) => {
-    s += launch(p, n, k);
+    s += launch(p, n, k, sched, recorded);
     const j = mine.indexOf(k);
     // data-parallel overlap: this node wrote the last gradient of bucket j: its all-reduce starts on the side stream
-    if (j >= 0) s += `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_allreduce(ctx, b, st, ${j})) return false;\n#endif\n`;
+    if (j >= 0) {
+      const joins = L > 1 ? tailsAt(k).map((t, l) => (l > 0 && t >= 0 ? `    if (!ev && !lane_wait(ctx, b, st, ${t})) return false;\n` : '')).join('') : '';
+      s += joins ? `#ifdef MPSC_NCCL\n  if (b->overlap) {\n${joins}    if (!bucket_allreduce(ctx, b, st, ${j})) return false;\n  }\n#endif\n`
+        : `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_allreduce(ctx, b, st, ${j})) return false;\n#endif\n`;
+    }
   });
+  const joins = sched.joins.map((t, l) => (t >= 0 ? `  if (!ev && !lane_wait(ctx, b, st, ${t})) return false;  // lane ${l}'s last node\n` : '')).join('');
+  if (joins) s += `  // every lane joins lane 0\n${joins}`;
   if (mine.length) s += `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_join(ctx, b, st)) return false;  // the step ends after every bucket's all-reduce\n#endif\n`;
   if (p.outputs.length) {
     s += `  mpsc_gather_p${i}<<<1, ${p.outputs.length}, 0, st>>>(dev, out);\n`;
@@ -305,6 +327,19 @@ const int BUCKET_FIRST[NBUCKET + 1] = { ${bk.first.join(', ')} };` : ''}
 `;
 }
 
+/** the lanes' event helpers (lanes.ts): stream s waits for node k's event / records it */
+function lanesFns(plan: CudaPlan): string {
+  if (plan.lanes < 2) return '';
+  return `bool lane_wait(mpsc_ctx* ctx, Backend* b, cudaStream_t s, int k) {
+  return ck(ctx, cudaStreamWaitEvent(s, b->lane_ev[k], 0), "cudaStreamWaitEvent (graph lanes)");
+}
+
+bool lane_mark(mpsc_ctx* ctx, Backend* b, cudaStream_t s, int k) {
+  return ck(ctx, cudaEventRecord(b->lane_ev[k], s), "cudaEventRecord (graph lanes)");
+}
+`;
+}
+
 /** the side-stream bucket all-reduce of train_step's graph and its join (NCCL builds with buckets only) */
 function bucketFns(bk: GradBuckets): string {
   if (!bk.nodes.length) return '';
@@ -396,6 +431,7 @@ const KINDS: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE'
 export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFile: string): string {
   const P = plan.programs;
   const buckets = gradBuckets(plan, table);
+  const lanes = planLanes(plan, plan.lanes);
   const tensors = table.tensors.map((t, i) => ({
     shape: `const int64_t tshape${i}[] = { ${t.shape.length ? t.shape.join(', ') : '0'} };`,
     row: `  { ${cString(t.name)}, ${t.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32'}, ${KINDS[t.kind] ?? 'MPSC_STATE'}, ${t.shape.length}, tshape${i}, ${t.shape.reduce((a, b) => a * b, 1)}, ${t.offset} },`,
@@ -431,6 +467,7 @@ const size_t PERSISTENT_OFFSET = ${plan.persistent.offset};
 const size_t ARENA_OFFSET = ${plan.arena.offset};
 const size_t ARENA_BYTES = ${plan.arena.bytes};
 ${P.some((p) => p.nodes.some((n) => (n.kind === 'kernel' ? [n] : n.fallback).some((k) => k.scratch))) ? `const size_t SCRATCH_OFFSET = ${plan.scratch.offset};  // split-K partial sums, ${plan.scratch.bytes} bytes\n` : ''}const int NPROG = ${P.length};
+const int NLANE = ${plan.lanes};  // streams each graph is captured on (lanes.ts)
 const size_t STAGING_BYTES[NPROG] = { ${P.map((p) => p.stagingBytes).join(', ')} };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
 ${gradTables(buckets)}
@@ -469,6 +506,8 @@ struct Backend {
   cudaEvent_t bucket_ev[NBUCKET + 1] = {};
 #endif
   cudaEvent_t prof_ev[${Math.max(0, ...P.map((p) => p.nodes.length)) + 1}] = {};
+  cudaStream_t lane[NLANE] = {};  // lanes 1.. of the graphs (lanes.ts; lane 0 is the capture's stream)
+  cudaEvent_t lane_ev[NLANE > 1 ? ${Math.max(1, ...P.map((p) => p.nodes.length))} : 1] = {};  // node k's event (graph edges between lanes)
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
   bool device_newer = false;      // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -528,7 +567,8 @@ bool profile_step(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out,
 
 ${P.map(gatherKernel).join('')}${P.map(kernelNames).join('')}
 ${bucketFns(buckets)}
-${P.map((p, i) => recordFn(p, i, buckets)).join('\n')}
+${lanesFns(plan)}
+${P.map((p, i) => recordFn(p, i, buckets, lanes[i])).join('\n')}
 ${P.map(runFn).join('\n')}
 const char* const* const KNAMES[NPROG] = { ${P.map((_, i) => `knames_p${i}`).join(', ')} };
 const char* const PNAMES[NPROG] = { ${P.map((p) => cString(p.name)).join(', ')} };
@@ -568,6 +608,8 @@ void destroy(Backend* b) {
     std::free(q.prof_ms);
   }
   for (cudaEvent_t e : b->prof_ev) if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : b->lane_ev) if (e) cudaEventDestroy(e);
+  for (cudaStream_t l : b->lane) if (l) cudaStreamDestroy(l);
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
 #endif
@@ -632,6 +674,8 @@ void* backend_create(mpsc_ctx* ctx) {
            ck(ctx, cudaEventCreateWithFlags(&q.copied[s], cudaEventDisableTiming), "cudaEventCreate");
     }
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
+  for (int l = 1; ok && l < NLANE; ++l) ok = ck(ctx, cudaStreamCreateWithFlags(&b->lane[l], cudaStreamNonBlocking), "cudaStreamCreate (graph lanes)");
+  for (cudaEvent_t& e : b->lane_ev) if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
   if (!ok || !smem_setup(ctx)) { destroy(b); return nullptr; }
   if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);

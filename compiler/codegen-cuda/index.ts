@@ -30,6 +30,7 @@ import { planCuda, type CudaPlan } from './plan.js';
 import { mergeLaunches } from './merge.js';
 import { reshapeViews } from './views.js';
 import { cudaHostSource } from './host.js';
+import { cudaLanes } from './lanes.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
 import { lowerGemmCudaLt, type GemmChoice } from './cublaslt.js';
 import type { Tf32x3Mode } from './tf32x3.js';
@@ -153,6 +154,8 @@ export interface CudaGenOptions {
   tf32x3?: Tf32x3Mode;
   /** false: one launch per element-wise kernel (merge.ts otherwise merges runs of independent ones) */
   merge?: boolean;
+  /** streams each graph is captured on (lanes.ts; default MPSC_CUDA_LANES, else 1: one chain) */
+  lanes?: number;
 }
 
 /**
@@ -182,7 +185,7 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
   });
   const lowered = parts.map((x) => x.lp);
   const alias = sharedKernels(lowered);
-  const plan = planCuda(model, table, parts, alias);
+  const plan = planCuda(model, table, parts, alias, opts.lanes ?? cudaLanes());
   return {
     model, table, lowered, plan, gemms, alias,
     files: { [KERNELS_FILE]: cudaKernelsSource(model, lowered, alias), [HOST_FILE]: cudaHostSource(plan, table, KERNELS_FILE) },

@@ -8,8 +8,8 @@
  *    and offsets as the host block of mpsc_model.h), the arena (max over programs of the memory
  *    plan's arena: activations, gradients, outputs), the scratch region of split-K GEMMs and chunked reductions (the
  *    largest KernelSpec.scratch of any kernel: kernels run in stream order, so one region serves
- *    all), the cuBLASLt workspace (LT_WORKSPACE_BYTES when any GEMM node is a cuBLASLt call: the
- *    calls run in stream order, so one workspace serves all), and per program its upload region: TWO sets, one per pinned staging set, each the
+ *    all), the cuBLASLt workspaces (LT_WORKSPACE_BYTES per lane of the graphs when any GEMM node is a
+ *    cuBLASLt call: calls on one lane run in order, calls on two lanes may overlap), and per program its upload region: TWO sets, one per pinned staging set, each the
  *    byte-for-byte image of the staging set's upload part (the input batch, then the step scalars,
  *    struct StepParams: lr, t, seed, counter), so one asynchronous copy per step moves a whole
  *    set while the step of the other set may still run;
@@ -22,8 +22,8 @@
  *    the split operands' offsets in the scratch region), its generated fallback kernels, the kernels
  *    that run before the call (the 3xTF32 operand splits) and after it (a fused unary fn). A kernel that index.ts sharedKernels found
  *    identical to an earlier one is launched under that one's name (`alias`).
- * Relies on: every kernel binding has a home (dispatch_plan.ts checks), kernels run in stream
- * order (a graph captured from one stream is a chain, so the plan's barriers are implied).
+ * Relies on: every kernel binding has a home (dispatch_plan.ts checks), kernels that touch the same bytes
+ * run in plan order (lanes.ts orders every such pair of graph nodes, so the plan's barriers and memory reuse hold).
  */
 import type { ElemType } from '../kernels/dialect.js';
 import { hostDType, type Program } from '../ir/graph.js';
@@ -126,8 +126,10 @@ export interface CudaPlan {
   arena: DeviceRegion;
   /** split-K and chunked-reduction partial sums (bytes 0 when no kernel needs scratch) */
   scratch: DeviceRegion;
-  /** cuBLASLt's workspace (bytes 0 when no GEMM node is a cuBLASLt call) */
+  /** cuBLASLt's workspaces, LT_WORKSPACE_BYTES per lane of the graphs (lanes.ts; bytes 0 when no GEMM node is a cuBLASLt call) */
   ltWorkspace: DeviceRegion;
+  /** streams each program's graph is captured on (lanes.ts) */
+  lanes: number;
   /** each program's upload region (both sets; in `programs` order) */
   inputs: DeviceRegion[];
   programs: ProgramPlan[];
@@ -142,7 +144,7 @@ function argsOf(k: KernelSpec, bindings: PlanBinding[], base: (b: PlanBinding) =
 }
 
 /** The device layout and graph kernel lists of a model's programs (lowered in the CUDA dialect). */
-export function planCuda(model: string, table: PersistentTable, lowered: { lp: LoweredProgram; plan: DispatchPlan }[], alias: ReadonlyMap<string, string> = new Map()): CudaPlan {
+export function planCuda(model: string, table: PersistentTable, lowered: { lp: LoweredProgram; plan: DispatchPlan }[], alias: ReadonlyMap<string, string> = new Map(), lanes = 1): CudaPlan {
   const launched = (name: string) => alias.get(name) ?? name;
   let off = 0;
   const take = (bytes: number): DeviceRegion => {
@@ -153,7 +155,8 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
   const persistent = take(table.bytes);
   const arena = take(Math.max(0, ...lowered.map((l) => l.plan.arenaBytes)));
   const scratch = take(Math.max(0, ...lowered.flatMap((l) => l.lp.kernels.map((k) => k.scratch ?? 0))));
-  const ltWorkspace = take(lowered.some((l) => l.lp.kernels.some((k) => k.library)) ? LT_WORKSPACE_BYTES : 0);
+  // one cuBLASLt workspace per lane (lanes.ts: calls on different lanes may run at once)
+  const ltWorkspace = take(lowered.some((l) => l.lp.kernels.some((k) => k.library)) ? lanes * LT_WORKSPACE_BYTES : 0);
   const inputs: DeviceRegion[] = [];
   let calls = 0;
   const programs: ProgramPlan[] = lowered.map(({ lp, plan }) => {
@@ -226,7 +229,7 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       uploadOffset: region.offset, setBytes, nodes, kernels: nodes.length, arenaBytes: plan.arenaBytes,
     };
   });
-  return { model, deviceBytes: align(off), persistent, arena, scratch, ltWorkspace, inputs, programs };
+  return { model, deviceBytes: align(off), persistent, arena, scratch, ltWorkspace, lanes, inputs, programs };
 }
 
 /** every generated kernel of a program's graph nodes, in order (a cuBLASLt call's fallback kernels, then its 'before' and 'after' kernels) */

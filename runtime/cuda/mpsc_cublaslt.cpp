@@ -156,10 +156,11 @@ bool mpsc_lt_epilogue(const MpscLt* lt, int i) { return mpsc_lt_ok(lt, i) && lt-
 
 const char* mpsc_lt_note(const MpscLt* lt, int i) { return lt && i >= 0 && i < lt->count ? lt->calls[i].note : "no such cuBLASLt call"; }
 
-bool mpsc_lt_run(MpscLt* lt, int i, const void* A, const void* B, void* D, cudaStream_t st, char* err, size_t errlen) {
+bool mpsc_lt_run(MpscLt* lt, int i, const void* A, const void* B, void* D, cudaStream_t st, int lane, char* err, size_t errlen) {
   Call& c = lt->calls[i];
   const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t s = cublasLtMatmul(lt->handle, c.desc, &alpha, A, c.a, B, c.b, &beta, D, c.d, D, c.d, &c.algo, lt->workspace, lt->workspaceBytes, st);
+  const cublasStatus_t s = cublasLtMatmul(lt->handle, c.desc, &alpha, A, c.a, B, c.b, &beta, D, c.d, D, c.d, &c.algo,
+                                          lt->workspace + (size_t)lane * lt->workspaceBytes, lt->workspaceBytes, st);
   if (s == CUBLAS_STATUS_SUCCESS) return true;
   std::snprintf(err, errlen, "cuBLASLt error in cublasLtMatmul (call %d): %s", i, cublasLtGetStatusString(s));
   return false;

@@ -6,7 +6,7 @@
 //
 // Consumes: the model's GEMM calls as plain descriptions (compiler/kernels/kernel_types.ts
 //           LibraryGemm, emitted by compiler/codegen-cuda/host.ts), the one device allocation and
-//           the workspace region the plan reserved in it.
+//           the workspace region the plan reserved in it (one workspace per lane of the graphs).
 // Produces: at create, per call the cuBLASLt descriptors and ONE algorithm chosen by
 //           cublasLtMatmulAlgoGetHeuristic (or the reason there is none: the generated kernel then
 //           runs); per step, cublasLtMatmul on the compute stream (capturable: fixed workspace,
@@ -55,6 +55,9 @@ bool mpsc_lt_ok(const MpscLt* lt, int i);
 bool mpsc_lt_epilogue(const MpscLt* lt, int i);
 /** one line: the chosen algorithm's workspace and waves, or why there is none */
 const char* mpsc_lt_note(const MpscLt* lt, int i);
-/** call i on stream st with these operand addresses; false with `err` set on failure */
-bool mpsc_lt_run(MpscLt* lt, int i, const void* A, const void* B, void* D, cudaStream_t st, char* err, size_t errlen);
+/**
+ * call i on stream st with these operand addresses, in workspace `lane` (the workspace region holds one of
+ * workspace_bytes per lane of the graphs: calls on two lanes may run at once); false with `err` set on failure
+ */
+bool mpsc_lt_run(MpscLt* lt, int i, const void* A, const void* B, void* D, cudaStream_t st, int lane, char* err, size_t errlen);
 void mpsc_lt_destroy(MpscLt* lt);

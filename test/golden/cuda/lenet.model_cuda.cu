@@ -19,7 +19,7 @@
 namespace {
 const int NLT = 8;  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)
 #ifdef MPSC_CUBLASLT
-const size_t LT_WORKSPACE_OFFSET = 19674880, LT_WORKSPACE_BYTES = 33554432;
+const size_t LT_WORKSPACE_OFFSET = 19674880, LT_WORKSPACE_BYTES = 33554432;  // per lane (1)
 // m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,
 // offsets of A, B, D, bias; node; what; compute (3xTF32: A and B are split operands in the scratch region)
 const MpscLtGemm LT_GEMMS[NLT] = {
@@ -44,6 +44,7 @@ const size_t ARENA_OFFSET = 3375104;
 const size_t ARENA_BYTES = 14530240;
 const size_t SCRATCH_OFFSET = 17905408;  // split-K partial sums, 1769472 bytes
 const int NPROG = 2;
+const int NLANE = 1;  // streams each graph is captured on (lanes.ts)
 const size_t STAGING_BYTES[NPROG] = { 201024, 201024 };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
 #ifdef MPSC_NCCL
@@ -88,6 +89,8 @@ struct Backend {
   cudaEvent_t bucket_ev[NBUCKET + 1] = {};
 #endif
   cudaEvent_t prof_ev[26] = {};
+  cudaStream_t lane[NLANE] = {};  // lanes 1.. of the graphs (lanes.ts; lane 0 is the capture's stream)
+  cudaEvent_t lane_ev[NLANE > 1 ? 25 : 1] = {};  // node k's event (graph edges between lanes)
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
   bool device_newer = false;      // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -161,7 +164,8 @@ const char* const knames_p0[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: maxp
 const char* const knames_p1[] = { "p0_k0 (node 0: conv2d)", "p0_k1 (node 1: maxpool2d)", "p0_k2 (node 2: conv2d)", "p0_k3 (node 3: maxpool2d)", "cuBLASLt call 6 (node 5: linear)", "cuBLASLt call 7 (node 6: linear)", "p1_k8 (node 7: cross_entropy)", "p0_k9 (node 8: accuracy)", nullptr };
 
 
-// program train_step: the graph's nodes in stream order (25 kernels, then the output gather).
+
+// program train_step: the graph's nodes in plan order (25 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
 // pinned memory); ev (profiling only, NULL when captured): an event after each kernel
 bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
@@ -191,7 +195,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[0]) {  // node 5: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)
-    if (!mpsc_lt_run(b->lt, 0, dev + 151552, dev + 16220160, dev + 14614528, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 0, dev + 151552, dev + 16220160, dev + 14614528, st, 0, ctx->error, sizeof ctx->error)) return false;
       p0_k6<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 14614528), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 5: linear)")) return false;
     } else
@@ -208,7 +212,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[1]) {  // node 6: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS
-    if (!mpsc_lt_run(b->lt, 1, dev + 3362944, dev + 14614528, dev + 14680064, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 1, dev + 3362944, dev + 14614528, dev + 14680064, st, 0, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
@@ -236,7 +240,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[2]) {  // node 10: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A B, k 10
-    if (!mpsc_lt_run(b->lt, 2, dev + 3362944, dev + 14680064, dev + 14647296, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 2, dev + 3362944, dev + 14680064, dev + 14647296, st, 0, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
@@ -249,7 +253,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[3]) {  // node 11: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 10] = A B^T, k 64, epilogue BGRADB (a's column sums: linear1.bias.grad)
-    if (!mpsc_lt_run(b->lt, 3, dev + 14614528, dev + 14680064, dev + 17899520, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 3, dev + 14614528, dev + 14680064, dev + 17899520, st, 0, ctx->error, sizeof ctx->error)) return false;
       if (!b->lt_epi[3]) {  // cuBLASLt runs the call without its epilogue
         p0_k13<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 14680064), reinterpret_cast<float*>(dev + 17905152), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
         if (!ck(ctx, cudaGetLastError(), "p0_k13 (node 11: sum_to)")) return false;
@@ -273,7 +277,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[4]) {  // node 13: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 64] = A B, k 128
-    if (!mpsc_lt_run(b->lt, 4, dev + 151552, dev + 17825792, dev + 17022976, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 4, dev + 151552, dev + 17825792, dev + 17022976, st, 0, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
@@ -286,7 +290,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[5]) {  // node 14: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[3136 x 128] = A B^T, k 64, epilogue BGRADB (a's column sums: linear0.bias.grad)
-    if (!mpsc_lt_run(b->lt, 5, dev + 16220160, dev + 17825792, dev + 14614528, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 5, dev + 16220160, dev + 17825792, dev + 14614528, st, 0, ctx->error, sizeof ctx->error)) return false;
       if (!b->lt_epi[5]) {  // cuBLASLt runs the call without its epilogue
         p0_k17<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 17825792), reinterpret_cast<float*>(dev + 17904640), reinterpret_cast<const StepParams*>(dev + 53430272 + set * 201216));
         if (!ck(ctx, cudaGetLastError(), "p0_k17 (node 14: sum_to)")) return false;
@@ -365,7 +369,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   return true;
 }
 
-// program eval: the graph's nodes in stream order (8 kernels, then the output gather).
+// program eval: the graph's nodes in plan order (8 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
 // pinned memory); ev (profiling only, NULL when captured): an event after each kernel
 bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
@@ -395,7 +399,7 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[6]) {  // node 5: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[128 x 64] = A^T B, k 3136, epilogue BIAS + relu (in-place kernel after the call)
-    if (!mpsc_lt_run(b->lt, 6, dev + 151552, dev + 6586368, dev + 3375104, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 6, dev + 151552, dev + 6586368, dev + 3375104, st, 0, ctx->error, sizeof ctx->error)) return false;
       p0_k6<<<dim3(32u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 53832704 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k6 (node 5: linear)")) return false;
     } else
@@ -412,7 +416,7 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[7]) {  // node 6: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 128, epilogue BIAS
-    if (!mpsc_lt_run(b->lt, 7, dev + 3362944, dev + 3375104, dev + 3407872, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 7, dev + 3362944, dev + 3375104, dev + 3407872, st, 0, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
@@ -551,6 +555,8 @@ void destroy(Backend* b) {
     std::free(q.prof_ms);
   }
   for (cudaEvent_t e : b->prof_ev) if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : b->lane_ev) if (e) cudaEventDestroy(e);
+  for (cudaStream_t l : b->lane) if (l) cudaStreamDestroy(l);
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
 #endif
@@ -591,7 +597,7 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
     // again before the first step: host_dirty)
     const MpscLtGemm& g = LT_GEMMS[i];
     char why[sizeof ctx->error] = {0};
-    if (b->lt_ok[i] && !(mpsc_lt_run(b->lt, i, b->dev + g.offA, b->dev + g.offB, b->dev + g.offD, b->stream, why, sizeof why) &&
+    if (b->lt_ok[i] && !(mpsc_lt_run(b->lt, i, b->dev + g.offA, b->dev + g.offB, b->dev + g.offD, b->stream, 0, why, sizeof why) &&
                          cudaStreamSynchronize(b->stream) == cudaSuccess)) {
       b->lt_ok[i] = false;
       cudaGetLastError();
@@ -662,6 +668,8 @@ void* backend_create(mpsc_ctx* ctx) {
            ck(ctx, cudaEventCreateWithFlags(&q.copied[s], cudaEventDisableTiming), "cudaEventCreate");
     }
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
+  for (int l = 1; ok && l < NLANE; ++l) ok = ck(ctx, cudaStreamCreateWithFlags(&b->lane[l], cudaStreamNonBlocking), "cudaStreamCreate (graph lanes)");
+  for (cudaEvent_t& e : b->lane_ev) if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
   if (!ok || !smem_setup(ctx)) { destroy(b); return nullptr; }
   if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);

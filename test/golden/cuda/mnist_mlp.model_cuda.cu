@@ -19,7 +19,7 @@
 namespace {
 const int NLT = 7;  // cuBLASLt calls (GEMM nodes whose rule chose cuBLASLt)
 #ifdef MPSC_CUBLASLT
-const size_t LT_WORKSPACE_OFFSET = 3865856, LT_WORKSPACE_BYTES = 33554432;
+const size_t LT_WORKSPACE_OFFSET = 3865856, LT_WORKSPACE_BYTES = 33554432;  // per lane (1)
 // m, n, k, transA, transB, rowsA, colsA, lda, rowsB, colsB, ldb, ldd, batch, strideA, strideB, strideD, A/B type, D type, epilogue,
 // offsets of A, B, D, bias; node; what; compute (3xTF32: A and B are split operands in the scratch region)
 const MpscLtGemm LT_GEMMS[NLT] = {
@@ -43,6 +43,7 @@ const size_t ARENA_OFFSET = 2457600;
 const size_t ARENA_BYTES = 1080512;
 const size_t SCRATCH_OFFSET = 3538176;  // split-K partial sums, 327680 bytes
 const int NPROG = 2;
+const int NLANE = 1;  // streams each graph is captured on (lanes.ts)
 const size_t STAGING_BYTES[NPROG] = { 201024, 201024 };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
 #ifdef MPSC_NCCL
@@ -87,6 +88,8 @@ struct Backend {
   cudaEvent_t bucket_ev[NBUCKET + 1] = {};
 #endif
   cudaEvent_t prof_ev[11] = {};
+  cudaStream_t lane[NLANE] = {};  // lanes 1.. of the graphs (lanes.ts; lane 0 is the capture's stream)
+  cudaEvent_t lane_ev[NLANE > 1 ? 10 : 1] = {};  // node k's event (graph edges between lanes)
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
   bool device_newer = false;      // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -160,7 +163,8 @@ const char* const knames_p0[] = { "cuBLASLt call 0 (node 1: linear)", "cuBLASLt 
 const char* const knames_p1[] = { "cuBLASLt call 5 (node 1: linear)", "cuBLASLt call 6 (node 2: linear)", "p1_k5 (node 3: cross_entropy)", "p0_k6 (node 4: accuracy)", nullptr };
 
 
-// program train_step: the graph's nodes in stream order (10 kernels, then the output gather).
+
+// program train_step: the graph's nodes in plan order (10 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
 // pinned memory); ev (profiling only, NULL when captured): an event after each kernel
 bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
@@ -168,7 +172,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[0]) {  // node 1: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)
-    if (!mpsc_lt_run(b->lt, 0, dev + 3072, dev + 37420288 + set * 201216, dev + 2457600, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 0, dev + 3072, dev + 37420288 + set * 201216, dev + 2457600, st, 0, ctx->error, sizeof ctx->error)) return false;
       p0_k3<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 1: linear)")) return false;
     } else
@@ -185,7 +189,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[1]) {  // node 2: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS
-    if (!mpsc_lt_run(b->lt, 1, dev + 2411712, dev + 2457600, dev + 2588672, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 1, dev + 2411712, dev + 2457600, dev + 2588672, st, 0, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
@@ -213,7 +217,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[2]) {  // node 6: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A B, k 10
-    if (!mpsc_lt_run(b->lt, 2, dev + 2411712, dev + 2588672, dev + 2523136, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 2, dev + 2411712, dev + 2588672, dev + 2523136, st, 0, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
@@ -226,7 +230,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[3]) {  // node 7: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 10] = A B^T, k 64, epilogue BGRADB (a's column sums: fc2.bias.grad)
-    if (!mpsc_lt_run(b->lt, 3, dev + 2457600, dev + 2588672, dev + 3526656, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 3, dev + 2457600, dev + 2588672, dev + 3526656, st, 0, ctx->error, sizeof ctx->error)) return false;
       if (!b->lt_epi[3]) {  // cuBLASLt runs the call without its epilogue
         p0_k10<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<float*>(dev + 3537920), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
         if (!ck(ctx, cudaGetLastError(), "p0_k10 (node 7: sum_to)")) return false;
@@ -250,7 +254,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[4]) {  // node 9: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[784 x 256] = A B^T, k 64, epilogue BGRADB (a's column sums: fc1.bias.grad)
-    if (!mpsc_lt_run(b->lt, 4, dev + 37420288 + set * 201216, dev + 3461120, dev + 2457600, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 4, dev + 37420288 + set * 201216, dev + 3461120, dev + 2457600, st, 0, ctx->error, sizeof ctx->error)) return false;
       if (!b->lt_epi[4]) {  // cuBLASLt runs the call without its epilogue
         p0_k13<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<float*>(dev + 3536896), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
         if (!ck(ctx, cudaGetLastError(), "p0_k13 (node 9: sum_to)")) return false;
@@ -276,7 +280,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   return true;
 }
 
-// program eval: the graph's nodes in stream order (4 kernels, then the output gather).
+// program eval: the graph's nodes in plan order (4 kernels, then the output gather).
 // set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped
 // pinned memory); ev (profiling only, NULL when captured): an event after each kernel
 bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {
@@ -284,7 +288,7 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[5]) {  // node 1: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[256 x 64] = A^T B, k 784, epilogue BIAS + relu (in-place kernel after the call)
-    if (!mpsc_lt_run(b->lt, 5, dev + 3072, dev + 37822720 + set * 201216, dev + 2658304, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 5, dev + 3072, dev + 37822720 + set * 201216, dev + 2658304, st, 0, ctx->error, sizeof ctx->error)) return false;
       p0_k3<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<const StepParams*>(dev + 38023680 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k3 (node 1: linear)")) return false;
     } else
@@ -301,7 +305,7 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   {
 #ifdef MPSC_CUBLASLT
     if (b->lt_ok[6]) {  // node 2: cuBLASLt fp32 FMA (CUBLAS_COMPUTE_32F): D[10 x 64] = A^T B, k 256, epilogue BIAS
-    if (!mpsc_lt_run(b->lt, 6, dev + 2411712, dev + 2658304, dev + 2457600, st, ctx->error, sizeof ctx->error)) return false;
+    if (!mpsc_lt_run(b->lt, 6, dev + 2411712, dev + 2658304, dev + 2457600, st, 0, ctx->error, sizeof ctx->error)) return false;
     } else
 #endif
     {  // the generated kernels
@@ -440,6 +444,8 @@ void destroy(Backend* b) {
     std::free(q.prof_ms);
   }
   for (cudaEvent_t e : b->prof_ev) if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : b->lane_ev) if (e) cudaEventDestroy(e);
+  for (cudaStream_t l : b->lane) if (l) cudaStreamDestroy(l);
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
 #endif
@@ -480,7 +486,7 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
     // again before the first step: host_dirty)
     const MpscLtGemm& g = LT_GEMMS[i];
     char why[sizeof ctx->error] = {0};
-    if (b->lt_ok[i] && !(mpsc_lt_run(b->lt, i, b->dev + g.offA, b->dev + g.offB, b->dev + g.offD, b->stream, why, sizeof why) &&
+    if (b->lt_ok[i] && !(mpsc_lt_run(b->lt, i, b->dev + g.offA, b->dev + g.offB, b->dev + g.offD, b->stream, 0, why, sizeof why) &&
                          cudaStreamSynchronize(b->stream) == cudaSuccess)) {
       b->lt_ok[i] = false;
       cudaGetLastError();
@@ -551,6 +557,8 @@ void* backend_create(mpsc_ctx* ctx) {
            ck(ctx, cudaEventCreateWithFlags(&q.copied[s], cudaEventDisableTiming), "cudaEventCreate");
     }
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
+  for (int l = 1; ok && l < NLANE; ++l) ok = ck(ctx, cudaStreamCreateWithFlags(&b->lane[l], cudaStreamNonBlocking), "cudaStreamCreate (graph lanes)");
+  for (cudaEvent_t& e : b->lane_ev) if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
   if (!ok || !smem_setup(ctx)) { destroy(b); return nullptr; }
   if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);

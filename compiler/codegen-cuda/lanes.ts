@@ -1,0 +1,187 @@
+/**
+ * lanes: which stream ("lane") each node of a program's CUDA graph is captured on, and which earlier nodes
+ * it must wait for, so that independent nodes run side by side inside the one graph per step (a linear's
+ * weight gradient beside its input gradient, attention's dK/dV beside dQ): at the small transformer's sizes
+ * a cuBLASLt GEMM fills a few dozen of the H200's 132 SMs, so two of them at once take little longer than one.
+ * Consumes a CudaPlan's program (plan.ts: every node's arguments as byte ranges of the one device allocation,
+ * with their access); produces a LaneSchedule, plain data that host.ts turns into stream-capture code
+ * (events recorded and waited on between capturing streams become the graph's edges; nothing is launched).
+ *
+ * The rule: node j must follow node i < j when one of them writes bytes the other reads or writes (the plan's
+ * memory reuse included: a later node writing a buffer an earlier one read is ordered after it). Each node's
+ * ranges: its kernels' arguments (every variant: a cuBLASLt call's operands, bias and all its fallback /
+ * before / after / unfused kernels), the whole scratch region when any of its kernels takes it (split-K and
+ * chunked-reduction partial sums, 3xTF32 operands: one region serves all, so its users stay in order), and for
+ * a cuBLASLt call its lane's own workspace (plan.ltWorkspace holds one per lane, so calls on different lanes
+ * never share one). The step scalars are read-only inside a step.
+ * Greedy list scheduling with vector clocks: node k goes on the lane whose last node it depends on (the most
+ * recent such lane), else on the lane whose last node is oldest (an idle lane first: a new independent chain);
+ * it waits on the latest conflicting node of every other lane that its lane's clock does not already cover.
+ * At the end every lane joins lane 0 (stream capture requires it; the output gather runs after).
+ * laneProblems re-checks a schedule against the rule for every pair of nodes (the build runs it).
+ * MPSC_CUDA_LANES (build time, 1..4, default 1 until measured on the GPU): 1 keeps the single chain of earlier builds.
+ */
+import { envInts } from '../env_switch.js';
+import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, ProgramPlan } from './plan.js';
+
+/** lanes of the CUDA graphs (MPSC_CUDA_LANES at build time; 1: one chain) */
+export function cudaLanes(): number {
+  return envInts('MPSC_CUDA_LANES', 1, 1, 4, [1], 'streams each CUDA graph is captured on; 1: a single chain')[0];
+}
+
+/** byte ranges [lo, hi) a node reads (`r`) and writes (`w`), each sorted by lo */
+export interface NodeAccess { r: [number, number][]; w: [number, number][] }
+
+export interface LaneSchedule {
+  lanes: number;
+  /** lane of node k */
+  lane: number[];
+  /** node k first waits for these earlier nodes (on other lanes) */
+  waits: number[][];
+  /** node k records its event (some later node, or the final join, waits for it) */
+  recorded: boolean[];
+  /** the last node of each lane > 0 that lane 0 waits for at the end (-1: the lane holds no node, or lane 0 already follows it) */
+  joins: number[];
+}
+
+function kernelsOf(n: GraphNodePlan): KernelNodePlan[] {
+  return n.kind === 'kernel' ? [n] : [...n.fallback, ...n.before, ...n.after, ...n.unfused];
+}
+
+const sorted = (xs: [number, number][]) => xs.filter(([lo, hi]) => hi > lo).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+
+/** the byte ranges node n touches (see the header); `lane`: its lane (the cuBLASLt workspace is per lane) */
+export function nodeAccess(plan: CudaPlan, n: GraphNodePlan): NodeAccess {
+  const r: [number, number][] = [], w: [number, number][] = [];
+  const add = (a: KernelArgPlan, access = a.access) => {
+    const x: [number, number] = [a.offset, a.offset + a.bytes];
+    if (access !== 'w') r.push(x);
+    if (access !== 'r') w.push(x);
+  };
+  for (const k of kernelsOf(n)) {
+    k.args.forEach((a) => add(a));
+    if (k.scratch) w.push([plan.scratch.offset, plan.scratch.offset + plan.scratch.bytes]);
+  }
+  if (n.kind === 'cublaslt') {
+    add(n.a, 'r');
+    add(n.b, 'r');
+    add(n.d, 'rw');
+    if (n.bias) add(n.bias, 'rw');
+  }
+  return { r: sorted(r), w: sorted(w) };
+}
+
+function overlaps(a: [number, number][], b: [number, number][]): boolean {
+  let i = 0, j = 0;
+  while (i < a.length && j < b.length) {
+    if (a[i][1] <= b[j][0]) i++;
+    else if (b[j][1] <= a[i][0]) j++;
+    else return true;
+  }
+  return false;
+}
+
+/** whether two nodes must stay in order: one writes what the other reads or writes */
+export function conflicts(x: NodeAccess, y: NodeAccess): boolean {
+  return overlaps(x.w, y.w) || overlaps(x.w, y.r) || overlaps(x.r, y.w);
+}
+
+/** the lanes of one program's nodes (accesses: nodeAccess of each node, in graph order) */
+export function scheduleLanes(acc: NodeAccess[], lanes: number): LaneSchedule {
+  const n = acc.length;
+  const lane = new Array<number>(n).fill(0);
+  const waits: number[][] = acc.map(() => []);
+  const recorded = new Array<boolean>(n).fill(false);
+  const byLane: number[][] = Array.from({ length: lanes }, () => []);
+  // clock[l][m]: the highest node of lane m known finished before lane l's next node starts (-1: none)
+  const clock: number[][] = Array.from({ length: lanes }, () => new Array<number>(lanes).fill(-1));
+  // vc[k]: node k's clock (what is finished before it ends, itself included)
+  const vc: number[][] = [];
+  const tail = (l: number) => (byLane[l].length ? byLane[l][byLane[l].length - 1] : -1);
+  for (let k = 0; k < n; k++) {
+    // the latest node of each lane that k conflicts with (-1: none)
+    const latest = byLane.map((nodes) => {
+      for (let i = nodes.length - 1; i >= 0; i--) if (conflicts(acc[nodes[i]], acc[k])) return nodes[i];
+      return -1;
+    });
+    let c = -1;
+    for (let l = 0; l < lanes; l++) if (latest[l] >= 0 && latest[l] === tail(l) && (c < 0 || tail(l) > tail(c))) c = l;
+    if (c < 0) for (let l = 0; l < lanes; l++) if (c < 0 || tail(l) < tail(c)) c = l;
+    const clk = [...clock[c]];
+    // waits, the most recent first (its clock may cover the others)
+    const order = latest.map((d, l) => ({ d, l })).filter(({ d, l }) => l !== c && d >= 0).sort((a, b) => b.d - a.d);
+    for (const { d, l } of order) {
+      if (d <= clk[l]) continue;
+      waits[k].push(d);
+      recorded[d] = true;
+      vc[d].forEach((x, m) => { if (x > clk[m]) clk[m] = x; });
+    }
+    clk[c] = k;
+    vc[k] = clk;
+    clock[c] = [...clk];
+    lane[k] = c;
+    byLane[c].push(k);
+  }
+  const joins = new Array<number>(lanes).fill(-1);
+  for (let l = 1; l < lanes; l++) {
+    const t = tail(l);
+    if (t > clock[0][l]) {
+      joins[l] = t;
+      recorded[t] = true;
+      vc[t].forEach((x, m) => { if (x > clock[0][m]) clock[0][m] = x; });
+    }
+  }
+  return { lanes, lane, waits, recorded, joins };
+}
+
+/**
+ * Problems of a schedule (empty when sound): a pair of conflicting nodes that may run at the same time (the
+ * later one neither on the earlier one's lane nor after it through waits), a wait on a later node or on one
+ * that records no event, a lane out of range, or a lane's last node that lane 0 does not follow at the end.
+ */
+export function laneProblems(acc: NodeAccess[], s: LaneSchedule, what = 'program'): string[] {
+  const bad: string[] = [];
+  const n = acc.length, L = s.lanes;
+  const vc: number[][] = [];
+  const clock: number[][] = Array.from({ length: L }, () => new Array<number>(L).fill(-1));
+  for (let k = 0; k < n; k++) {
+    const c = s.lane[k];
+    if (!(c >= 0 && c < L)) { bad.push(`${what}: node ${k} on lane ${c} of ${L}`); return bad; }
+    const clk = [...clock[c]];
+    for (const d of s.waits[k]) {
+      if (!(d >= 0 && d < k)) { bad.push(`${what}: node ${k} waits for node ${d}, not an earlier node`); continue; }
+      if (!s.recorded[d]) bad.push(`${what}: node ${k} waits for node ${d}, which records no event`);
+      vc[d].forEach((x, m) => { if (x > clk[m]) clk[m] = x; });
+    }
+    clk[c] = k;
+    vc[k] = clk;
+    clock[c] = [...clk];
+    for (let i = 0; i < k; i++)
+      if (clk[s.lane[i]] < i && conflicts(acc[i], acc[k])) bad.push(`${what}: nodes ${i} (lane ${s.lane[i]}) and ${k} (lane ${c}) touch the same bytes and are not ordered`);
+  }
+  const end = [...clock[0]];
+  for (let l = 1; l < L; l++) {
+    const t = s.joins[l];
+    if (t >= 0) {
+      if (!s.recorded[t]) bad.push(`${what}: the final join waits for node ${t}, which records no event`);
+      vc[t].forEach((x, m) => { if (x > end[m]) end[m] = x; });
+    }
+  }
+  for (let l = 1; l < L; l++) {
+    let last = -1;
+    s.lane.forEach((x, k) => { if (x === l) last = k; });
+    if (last > end[l]) bad.push(`${what}: lane ${l}'s last node ${last} is not joined into lane 0 at the end`);
+  }
+  return bad;
+}
+
+/** the schedule of every program of a plan, checked (an unsound schedule is a compiler bug: it throws) */
+export function planLanes(plan: CudaPlan, lanes: number): LaneSchedule[] {
+  return plan.programs.map((p: ProgramPlan) => {
+    const acc = p.nodes.map((n) => nodeAccess(plan, n));
+    const s = scheduleLanes(acc, lanes);
+    const bad = laneProblems(acc, s, p.name);
+    if (bad.length) throw new Error(`internal: unsound CUDA graph lanes:\n  ${bad.slice(0, 5).join('\n  ')}`);
+    return s;
+  });
+}
