@@ -2,16 +2,22 @@
 // every earlier node that writes bytes it touches or touches bytes it writes) is checked on hand-made access
 // lists, with a negative control for the checker, and on the real plans of every spec and bench model; the host
 // code's lanes (streams, events, per-lane cuBLASLt workspaces) are checked in the generated text.
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { checkFile } from '../compiler/check/index.js';
+import { precisionOverride } from '../compiler/check/overrides.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
 import { conflicts, cudaLanes, laneProblems, nodeAccess, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
 import { LT_WORKSPACE_BYTES } from '../compiler/codegen-cuda/plan.js';
+import { runtimeSources } from '../runtime/native/build.js';
+import { findNvcc } from '../runtime/cuda/session.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+const NV = findNvcc();
 
 /** an access list: reads and writes as [lo, hi) ranges */
 const acc = (r: [number, number][], w: [number, number][]): NodeAccess => ({ r, w });
@@ -125,11 +131,27 @@ describe('the lanes of real plans', () => {
     const cu = a.files[HOST_FILE];
     expect(cu).toContain('const int NLANE = 2;');
     expect(cu).toMatch(/mpsc_lt_run\(b->lt, \d+, [^;]*, ls1, 1, ctx->error/);
-    expect(cu).toMatch(/if \(!ev && !lane_wait\(ctx, b, ls1, \d+\)\) return false;  \/\/ after node \d+ \(lane 0\)/);
-    expect(cu).toMatch(/if \(!ev && !lane_wait\(ctx, b, st, \d+\)\) return false;  \/\/ after node \d+ \(lane 1\)/);
-    expect(cu).toMatch(/if \(!ev && !lane_mark\(ctx, b, ls1, \d+\)\) return false;/);
+    expect(cu).toMatch(/if \(!one && !lane_wait\(ctx, b, ls1, \d+\)\) return false;  \/\/ after node \d+ \(lane 0\)/);
+    expect(cu).toMatch(/if \(!one && !lane_wait\(ctx, b, st, \d+\)\) return false;  \/\/ after node \d+ \(lane 1\)/);
+    expect(cu).toMatch(/if \(!one && !lane_mark\(ctx, b, ls1, \d+\)\) return false;/);
     const one = artifactsOf(path.join(ROOT, 'bench/gpt_tiny_b32_t64.model'), 1);
     expect(one.plan.ltWorkspace.bytes).toBe(LT_WORKSPACE_BYTES);
     expect(one.files[HOST_FILE]).not.toMatch(/lane_wait|lane_mark|ls1/);
   });
+
+  it.skipIf(!NV)('the two-lane host code of gpt_tiny and char_gpt (bf16) compiles with nvcc, with and without -DMPSC_CUBLASLT and -DMPSC_NCCL', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lanes-'));
+    try {
+      for (const [file, precision] of [['bench/gpt_tiny_b32_t64.model', undefined], ['specs/char_gpt.model', 'bf16']] as const) {
+        const model = checkFile(path.join(ROOT, file), precision ? [precisionOverride(precision)] : []);
+        const a = generateCudaModel(buildPrograms(model, { batch: model.train.batch }), { lanes: 2 });
+        expect(a.files[HOST_FILE]).toContain('lane_fork(ctx, b, st, ls1)');
+        for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);
+        for (const def of [['-DMPSC_CUBLASLT'], [], ['-DMPSC_CUBLASLT', '-DMPSC_NCCL']])
+          execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), ...def], { stdio: 'pipe' });
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 600_000);
 });

@@ -83,6 +83,7 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
   if (!b->lt) {
     // no cuBLASLt handle (a library / driver mismatch): every GEMM node runs its generated kernels
     std::fprintf(stderr, "mpsc cuda: cuBLASLt is linked but unusable (%s): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\\n", why0, NLT);
+    b->serial = true;
     return true;
   }
   int ok = 0, x3 = 0;
@@ -103,11 +104,13 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
     ok += b->lt_ok[i] ? 1 : 0;
     x3 += b->lt_ok[i] && g.compute == MPSC_LT_COMPUTE_TF32X3 ? 1 : 0;
   }
+  b->serial = ok < NLT;  // a generated fallback runs: the graphs are captured on one stream
   std::fprintf(stderr, "mpsc cuda: %d of %d GEMM calls run on cuBLASLt (fp32 accumulation; %d of them 3xTF32 split operands), %d as generated kernels (no algorithm)%s\\n",
                ok, NLT, x3, NLT - ok, each ? "" : "; MPSC_CUDA_GEMM_LOG=1 lists every call");
 #else
   std::fprintf(stderr, "mpsc cuda: built without cuBLASLt (CMake found no CUDA::cublasLt): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\\n", NLT);
   if (each) for (int i = 0; i < NLT; ++i) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel\\n", LT_GEMMS_NODE[i], LT_GEMMS_WHAT[i]);
+  b->serial = NLT > 0;  // the generated fallbacks run: the graphs are captured on one stream
 #endif
   return true;
 }
@@ -170,8 +173,8 @@ function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule
     body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ', st)).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ', st)).join('')}${unfused}    } else\n#endif\n` +
       `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ', st)).join('')}    }\n`;
   }
-  const waits = sched.waits[k].map((d) => `    if (!ev && !lane_wait(ctx, b, ${st}, ${d})) return false;  // after node ${d} (lane ${sched.lane[d]})\n`).join('');
-  const mark = recorded[k] ? `    if (!ev && !lane_mark(ctx, b, ${st}, ${k})) return false;\n` : '';
+  const waits = sched.waits[k].map((d) => `    if (!one && !lane_wait(ctx, b, ${st}, ${d})) return false;  // after node ${d} (lane ${sched.lane[d]})\n`).join('');
+  const mark = recorded[k] ? `    if (!one && !lane_mark(ctx, b, ${st}, ${k})) return false;\n` : '';
   return `  {${sched.lanes > 1 ? `  // lane ${c}` : ''}\n${waits}${body}    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n${mark}  }\n`;
 }
 
@@ -190,7 +193,14 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
   s += `// set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped\n`;
   s += `// pinned memory); ev (profiling only, NULL when captured): an event after each kernel${L > 1 ? ', all on st (one by one)' : ''}\n`;
   s += `bool record_p${i}(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {\n  (void)b; (void)mma; (void)set; (void)out;\n`;
-  for (let l = 1; l < L; l++) if (sched.lane.includes(l)) s += `  const cudaStream_t ls${l} = ev ? st : b->lane[${l}];\n`;
+  const used = Array.from({ length: L }, (_, l) => l).filter((l) => l > 0 && sched.lane.includes(l));
+  if (used.length) {
+    s += `  // one stream when profiling (ev) or when a cuBLASLt call runs its generated fallback (b->serial: lanes.ts left those out)\n`;
+    s += `  const bool one = ev || b->serial;\n`;
+    for (const l of used) s += `  const cudaStream_t ls${l} = one ? st : b->lane[${l}];\n`;
+    // every lane joins the capture at its start (a lane's first node may have nothing to wait for)
+    s += `  if (!one && !lane_fork(ctx, b, st${used.map((l) => `, ls${l}`).join('')})) return false;\n`;
+  }
   const mine = p.name === 'train_step' ? buckets.nodes : [];
   // data-parallel overlap: before a bucket's all-reduce on st, st waits for every lane's nodes so far (their events recorded)
   const recorded = [...sched.recorded];
@@ -201,12 +211,12 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
     const j = mine.indexOf(k);
     // data-parallel overlap: this node wrote the last gradient of bucket j: its all-reduce starts on the side stream
     if (j >= 0) {
-      const joins = L > 1 ? tailsAt(k).map((t, l) => (l > 0 && t >= 0 ? `    if (!ev && !lane_wait(ctx, b, st, ${t})) return false;\n` : '')).join('') : '';
+      const joins = L > 1 ? tailsAt(k).map((t, l) => (l > 0 && t >= 0 ? `    if (!one && !lane_wait(ctx, b, st, ${t})) return false;\n` : '')).join('') : '';
       s += joins ? `#ifdef MPSC_NCCL\n  if (b->overlap) {\n${joins}    if (!bucket_allreduce(ctx, b, st, ${j})) return false;\n  }\n#endif\n`
         : `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_allreduce(ctx, b, st, ${j})) return false;\n#endif\n`;
     }
   });
-  const joins = sched.joins.map((t, l) => (t >= 0 ? `  if (!ev && !lane_wait(ctx, b, st, ${t})) return false;  // lane ${l}'s last node\n` : '')).join('');
+  const joins = sched.joins.map((t, l) => (t >= 0 ? `  if (!one && !lane_wait(ctx, b, st, ${t})) return false;  // lane ${l}'s last node\n` : '')).join('');
   if (joins) s += `  // every lane joins lane 0\n${joins}`;
   if (mine.length) s += `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_join(ctx, b, st)) return false;  // the step ends after every bucket's all-reduce\n#endif\n`;
   if (p.outputs.length) {
@@ -336,6 +346,14 @@ function lanesFns(plan: CudaPlan): string {
 
 bool lane_mark(mpsc_ctx* ctx, Backend* b, cudaStream_t s, int k) {
   return ck(ctx, cudaEventRecord(b->lane_ev[k], s), "cudaEventRecord (graph lanes)");
+}
+
+/** the lanes l1.. (0: none) start after what st has captured so far: so they are part of st's capture */
+bool lane_fork(mpsc_ctx* ctx, Backend* b, cudaStream_t st, cudaStream_t l1, cudaStream_t l2 = nullptr, cudaStream_t l3 = nullptr) {
+  if (!ck(ctx, cudaEventRecord(b->lane_fork, st), "cudaEventRecord (graph lanes)")) return false;
+  for (cudaStream_t l : {l1, l2, l3})
+    if (l && !ck(ctx, cudaStreamWaitEvent(l, b->lane_fork, 0), "cudaStreamWaitEvent (graph lanes)")) return false;
+  return true;
 }
 `;
 }
@@ -508,6 +526,8 @@ struct Backend {
   cudaEvent_t prof_ev[${Math.max(0, ...P.map((p) => p.nodes.length)) + 1}] = {};
   cudaStream_t lane[NLANE] = {};  // lanes 1.. of the graphs (lanes.ts; lane 0 is the capture's stream)
   cudaEvent_t lane_ev[NLANE > 1 ? ${Math.max(1, ...P.map((p) => p.nodes.length))} : 1] = {};  // node k's event (graph edges between lanes)
+  cudaEvent_t lane_fork = nullptr;  // the lanes join each capture at its start
+  bool serial = false;  // capture on one stream: a cuBLASLt call runs its generated fallback (lanes.ts scheduled the calls, not the fallbacks)
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
   bool device_newer = false;      // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -609,6 +629,7 @@ void destroy(Backend* b) {
   }
   for (cudaEvent_t e : b->prof_ev) if (e) cudaEventDestroy(e);
   for (cudaEvent_t e : b->lane_ev) if (e) cudaEventDestroy(e);
+  if (b->lane_fork) cudaEventDestroy(b->lane_fork);
   for (cudaStream_t l : b->lane) if (l) cudaStreamDestroy(l);
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
@@ -676,6 +697,7 @@ void* backend_create(mpsc_ctx* ctx) {
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
   for (int l = 1; ok && l < NLANE; ++l) ok = ck(ctx, cudaStreamCreateWithFlags(&b->lane[l], cudaStreamNonBlocking), "cudaStreamCreate (graph lanes)");
   for (cudaEvent_t& e : b->lane_ev) if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
+  if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&b->lane_fork, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
   if (!ok || !smem_setup(ctx)) { destroy(b); return nullptr; }
   if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);

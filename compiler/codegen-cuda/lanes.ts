@@ -9,14 +9,13 @@
  *
  * The rule: node j must follow node i < j when one of them writes bytes the other reads or writes (the plan's
  * memory reuse included: a later node writing a buffer an earlier one read is ordered after it). Each node's
- * ranges: its kernels' arguments (every variant: a cuBLASLt call's operands, bias and all its fallback /
- * before / after / unfused kernels), the whole scratch region when any of its kernels takes it (split-K and
+ * ranges: its kernels' arguments (every variant: a cuBLASLt call's operands, bias and its before / after /
+ * unfused kernels; not its generated fallback, which only runs where host.ts captures on one stream), the whole scratch region when any of its kernels takes it (split-K and
  * chunked-reduction partial sums, 3xTF32 operands: one region serves all, so its users stay in order), and for
  * a cuBLASLt call its lane's own workspace (plan.ltWorkspace holds one per lane, so calls on different lanes
  * never share one). The step scalars are read-only inside a step.
- * Greedy list scheduling with vector clocks: node k goes on the lane whose last node it depends on (the most
- * recent such lane), else on the lane whose last node is oldest (an idle lane first: a new independent chain);
- * it waits on the latest conflicting node of every other lane that its lane's clock does not already cover.
+ * Greedy list scheduling on rough node costs (nodeCost) with vector clocks: node k goes on the lane where it could
+ * start first (its lane's last node and its dependencies finished); it waits on the latest conflicting node of every other lane that its lane's clock does not already cover.
  * At the end every lane joins lane 0 (stream capture requires it; the output gather runs after).
  * laneProblems re-checks a schedule against the rule for every pair of nodes (the build runs it).
  * MPSC_CUDA_LANES (build time, 1..4, default 1 until measured on the GPU): 1 keeps the single chain of earlier builds.
@@ -44,8 +43,13 @@ export interface LaneSchedule {
   joins: number[];
 }
 
+/**
+ * the kernels a node launches on its lane: a cuBLASLt call's before / after / unfused kernels, not its fallback
+ * (the fallback runs only where a call has no algorithm or the build no cuBLASLt: host.ts then captures every
+ * graph on one stream, `b->serial`, so its split-K scratch never meets another lane's)
+ */
 function kernelsOf(n: GraphNodePlan): KernelNodePlan[] {
-  return n.kind === 'kernel' ? [n] : [...n.fallback, ...n.before, ...n.after, ...n.unfused];
+  return n.kind === 'kernel' ? [n] : [...n.before, ...n.after, ...n.unfused];
 }
 
 const sorted = (xs: [number, number][]) => xs.filter(([lo, hi]) => hi > lo).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
@@ -86,8 +90,22 @@ export function conflicts(x: NodeAccess, y: NodeAccess): boolean {
   return overlaps(x.w, y.w) || overlaps(x.w, y.r) || overlaps(x.r, y.w);
 }
 
-/** the lanes of one program's nodes (accesses: nodeAccess of each node, in graph order) */
-export function scheduleLanes(acc: NodeAccess[], lanes: number): LaneSchedule {
+/**
+ * A rough time of node n in microseconds, only to choose lanes (list scheduling): a cuBLASLt call 6 us plus its
+ * multiply-adds at 20 TFLOP/s, a kernel 3 us plus the bytes of its arguments at 3 TB/s.
+ */
+export function nodeCost(n: GraphNodePlan): number {
+  if (n.kind === 'cublaslt') return 6 + (2 * n.gemm.m * n.gemm.n * n.gemm.k * n.gemm.batch) / 20e6 + kernelsOf(n).reduce((t, k) => t + nodeCost(k), 0);
+  return 3 + n.args.reduce((t, a) => t + a.bytes, 0) / 3e6;
+}
+
+/**
+ * The lanes of one program's nodes (accesses: nodeAccess of each node, in graph order; cost: nodeCost of each,
+ * default 1): list scheduling on the rough costs. Node k goes on the lane where it could start first: the lane's
+ * last node's estimated finish or k's dependencies' latest, whichever is later (ties: the lane whose last node
+ * k depends on, then the lower lane).
+ */
+export function scheduleLanes(acc: NodeAccess[], lanes: number, cost: number[] = acc.map(() => 1)): LaneSchedule {
   const n = acc.length;
   const lane = new Array<number>(n).fill(0);
   const waits: number[][] = acc.map(() => []);
@@ -98,15 +116,21 @@ export function scheduleLanes(acc: NodeAccess[], lanes: number): LaneSchedule {
   // vc[k]: node k's clock (what is finished before it ends, itself included)
   const vc: number[][] = [];
   const tail = (l: number) => (byLane[l].length ? byLane[l][byLane[l].length - 1] : -1);
+  const finish: number[] = [];
   for (let k = 0; k < n; k++) {
     // the latest node of each lane that k conflicts with (-1: none)
     const latest = byLane.map((nodes) => {
       for (let i = nodes.length - 1; i >= 0; i--) if (conflicts(acc[nodes[i]], acc[k])) return nodes[i];
       return -1;
     });
-    let c = -1;
-    for (let l = 0; l < lanes; l++) if (latest[l] >= 0 && latest[l] === tail(l) && (c < 0 || tail(l) > tail(c))) c = l;
-    if (c < 0) for (let l = 0; l < lanes; l++) if (c < 0 || tail(l) < tail(c)) c = l;
+    const ready = Math.max(0, ...latest.map((d) => (d >= 0 ? finish[d] : 0)));
+    let c = -1, best = Infinity;
+    for (let l = 0; l < lanes; l++) {
+      const start = Math.max(ready, tail(l) >= 0 ? finish[tail(l)] : 0);
+      const own = latest[l] >= 0 && latest[l] === tail(l);
+      if (start < best - 1e-9 || (Math.abs(start - best) <= 1e-9 && own && !(latest[c] >= 0 && latest[c] === tail(c)))) { c = l; best = start; }
+    }
+    finish[k] = best + cost[k];
     const clk = [...clock[c]];
     // waits, the most recent first (its clock may cover the others)
     const order = latest.map((d, l) => ({ d, l })).filter(({ d, l }) => l !== c && d >= 0).sort((a, b) => b.d - a.d);
@@ -179,7 +203,7 @@ export function laneProblems(acc: NodeAccess[], s: LaneSchedule, what = 'program
 export function planLanes(plan: CudaPlan, lanes: number): LaneSchedule[] {
   return plan.programs.map((p: ProgramPlan) => {
     const acc = p.nodes.map((n) => nodeAccess(plan, n));
-    const s = scheduleLanes(acc, lanes);
+    const s = scheduleLanes(acc, lanes, p.nodes.map(nodeCost));
     const bad = laneProblems(acc, s, p.name);
     if (bad.length) throw new Error(`internal: unsound CUDA graph lanes:\n  ${bad.slice(0, 5).join('\n  ')}`);
     return s;
