@@ -90,6 +90,8 @@ struct Backend {
   cudaEvent_t prof_ev[11] = {};
   cudaStream_t lane[NLANE] = {};  // lanes 1.. of the graphs (lanes.ts; lane 0 is the capture's stream)
   cudaEvent_t lane_ev[NLANE > 1 ? 10 : 1] = {};  // node k's event (graph edges between lanes)
+  cudaEvent_t lane_fork = nullptr;  // the lanes join each capture at its start
+  bool serial = false;  // capture on one stream: a cuBLASLt call runs its generated fallback (lanes.ts scheduled the calls, not the fallbacks)
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
   bool device_newer = false;      // the device copy is newer than the host's
   size_t free_before = 0, total = 0;
@@ -445,6 +447,7 @@ void destroy(Backend* b) {
   }
   for (cudaEvent_t e : b->prof_ev) if (e) cudaEventDestroy(e);
   for (cudaEvent_t e : b->lane_ev) if (e) cudaEventDestroy(e);
+  if (b->lane_fork) cudaEventDestroy(b->lane_fork);
   for (cudaStream_t l : b->lane) if (l) cudaStreamDestroy(l);
 #ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
@@ -475,6 +478,7 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
   if (!b->lt) {
     // no cuBLASLt handle (a library / driver mismatch): every GEMM node runs its generated kernels
     std::fprintf(stderr, "mpsc cuda: cuBLASLt is linked but unusable (%s): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\n", why0, NLT);
+    b->serial = true;
     return true;
   }
   int ok = 0, x3 = 0;
@@ -495,11 +499,13 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
     ok += b->lt_ok[i] ? 1 : 0;
     x3 += b->lt_ok[i] && g.compute == MPSC_LT_COMPUTE_TF32X3 ? 1 : 0;
   }
+  b->serial = ok < NLT;  // a generated fallback runs: the graphs are captured on one stream
   std::fprintf(stderr, "mpsc cuda: %d of %d GEMM calls run on cuBLASLt (fp32 accumulation; %d of them 3xTF32 split operands), %d as generated kernels (no algorithm)%s\n",
                ok, NLT, x3, NLT - ok, each ? "" : "; MPSC_CUDA_GEMM_LOG=1 lists every call");
 #else
   std::fprintf(stderr, "mpsc cuda: built without cuBLASLt (CMake found no CUDA::cublasLt): all %d cuBLASLt-eligible GEMM nodes run as generated kernels\n", NLT);
   if (each) for (int i = 0; i < NLT; ++i) std::fprintf(stderr, "mpsc cuda: GEMM node %d (%s): generated kernel\n", LT_GEMMS_NODE[i], LT_GEMMS_WHAT[i]);
+  b->serial = NLT > 0;  // the generated fallbacks run: the graphs are captured on one stream
 #endif
   return true;
 }
@@ -559,6 +565,7 @@ void* backend_create(mpsc_ctx* ctx) {
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
   for (int l = 1; ok && l < NLANE; ++l) ok = ck(ctx, cudaStreamCreateWithFlags(&b->lane[l], cudaStreamNonBlocking), "cudaStreamCreate (graph lanes)");
   for (cudaEvent_t& e : b->lane_ev) if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
+  if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&b->lane_fork, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
   if (!ok || !smem_setup(ctx)) { destroy(b); return nullptr; }
   if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }
   for (int i = 0; i < NPROG; ++i) for (int s = 0; s < 2; ++s) std::memset(b->progs[i].stage[s], 0, STAGING_BYTES[i]);
