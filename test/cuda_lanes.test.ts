@@ -11,7 +11,7 @@ import { checkFile } from '../compiler/check/index.js';
 import { precisionOverride } from '../compiler/check/overrides.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
-import { conflicts, cudaLanes, laneProblems, nodeAccess, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
+import { conflicts, cudaLanes, laneProblems, MIN_LANE_GAIN_US, nodeAccess, nodeCost, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
 import { LT_WORKSPACE_BYTES } from '../compiler/codegen-cuda/plan.js';
 import { runtimeSources } from '../runtime/native/build.js';
 import { findNvcc } from '../runtime/cuda/session.js';
@@ -137,6 +137,18 @@ describe('the lanes of real plans', () => {
     const one = artifactsOf(path.join(ROOT, 'bench/gpt_tiny_b32_t64.model'), 1);
     expect(one.plan.ltWorkspace.bytes).toBe(LT_WORKSPACE_BYTES);
     expect(one.files[HOST_FILE]).not.toMatch(/lane_wait|lane_mark|ls1/);
+  });
+
+  it('a program whose estimated gain is under MIN_LANE_GAIN_US stays one chain (the MNIST MLP step)', () => {
+    const a = artifactsOf(path.join(ROOT, 'bench/mnist_mlp_b256_adam.model'), 2);
+    const p = a.plan.programs.find((q) => q.name === 'train_step')!;
+    const acc = p.nodes.map((n) => nodeAccess(a.plan, n));
+    const free = scheduleLanes(acc, 2, p.nodes.map(nodeCost));
+    expect(free.lane.some((l) => l > 0)).toBe(true);
+    expect(free.serialUs - free.spanUs).toBeLessThan(MIN_LANE_GAIN_US);
+    const [s] = planLanes({ ...a.plan, programs: [p] }, 2);
+    expect(s.lane.every((l) => l === 0)).toBe(true);
+    expect(a.files[HOST_FILE]).not.toMatch(/lane_wait\(ctx|lane_fork\(ctx/);
   });
 
   it.skipIf(!NV)('the two-lane host code of gpt_tiny and char_gpt (bf16) compiles with nvcc, with and without -DMPSC_CUBLASLT and -DMPSC_NCCL', () => {

@@ -16,7 +16,8 @@
  * never share one). The step scalars are read-only inside a step.
  * Greedy list scheduling on rough node costs (nodeCost) with vector clocks: node k goes on the lane where it could
  * start first (its lane's last node and its dependencies finished); it waits on the latest conflicting node of every other lane that its lane's clock does not already cover.
- * At the end every lane joins lane 0 (stream capture requires it; the output gather runs after).
+ * At the end every lane joins lane 0 (stream capture requires it; the output gather runs after). A program whose
+ * estimated gain is under MIN_LANE_GAIN_US stays one chain.
  * laneProblems re-checks a schedule against the rule for every pair of nodes (the build runs it).
  * MPSC_CUDA_LANES (build time, 1..4, default 1 until measured on the GPU): 1 keeps the single chain of earlier builds.
  */
@@ -41,7 +42,17 @@ export interface LaneSchedule {
   recorded: boolean[];
   /** the last node of each lane > 0 that lane 0 waits for at the end (-1: the lane holds no node, or lane 0 already follows it) */
   joins: number[];
+  /** the rough costs' sum (one chain) and the lanes' estimated makespan, microseconds (nodeCost) */
+  serialUs: number;
+  spanUs: number;
 }
+
+/**
+ * The least estimated gain (one chain's rough time minus the lanes' makespan, nodeCost microseconds) for which a
+ * program is captured on several lanes; below it, one chain: a graph with branches launched slower on the H200 (the
+ * MNIST MLP step +22 us with one weight gradient on a second lane, bench/NOTES.md v13).
+ */
+export const MIN_LANE_GAIN_US = 40;
 
 /**
  * the kernels a node launches on its lane: a cuBLASLt call's before / after / unfused kernels, not its fallback
@@ -155,7 +166,7 @@ export function scheduleLanes(acc: NodeAccess[], lanes: number, cost: number[] =
       vc[t].forEach((x, m) => { if (x > clock[0][m]) clock[0][m] = x; });
     }
   }
-  return { lanes, lane, waits, recorded, joins };
+  return { lanes, lane, waits, recorded, joins, serialUs: cost.reduce((a, b) => a + b, 0), spanUs: Math.max(0, ...finish) };
 }
 
 /**
@@ -203,7 +214,9 @@ export function laneProblems(acc: NodeAccess[], s: LaneSchedule, what = 'program
 export function planLanes(plan: CudaPlan, lanes: number): LaneSchedule[] {
   return plan.programs.map((p: ProgramPlan) => {
     const acc = p.nodes.map((n) => nodeAccess(plan, n));
-    const s = scheduleLanes(acc, lanes, p.nodes.map(nodeCost));
+    const cost = p.nodes.map(nodeCost);
+    let s = scheduleLanes(acc, lanes, cost);
+    if (s.serialUs - s.spanUs < MIN_LANE_GAIN_US) s = scheduleLanes(acc, 1, cost);
     const bad = laneProblems(acc, s, p.name);
     if (bad.length) throw new Error(`internal: unsound CUDA graph lanes:\n  ${bad.slice(0, 5).join('\n  ')}`);
     return s;
