@@ -19,7 +19,8 @@
  * At the end every lane joins lane 0 (stream capture requires it; the output gather runs after). A program whose
  * estimated gain is under MIN_LANE_GAIN_US stays one chain.
  * laneProblems re-checks a schedule against the rule for every pair of nodes (the build runs it).
- * MPSC_CUDA_LANES (build time, 1..4, default 1 until measured on the GPU): 1 keeps the single chain of earlier builds.
+ * MPSC_CUDA_LANES (build time, 1..4, default 1: one chain; two lanes measured on the H200 gained nothing on gpt_tiny,
+ * bench/NOTES.md v13).
  */
 import { envInts } from '../env_switch.js';
 import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, ProgramPlan } from './plan.js';
