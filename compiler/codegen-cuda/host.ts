@@ -204,14 +204,15 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
   const mine = p.name === 'train_step' ? buckets.nodes : [];
   // data-parallel overlap: before a bucket's all-reduce on st, st waits for every lane's nodes so far (their events recorded)
   const recorded = [...sched.recorded];
-  const tailsAt = (k: number) => Array.from({ length: L }, (_, l) => { let t = -1; for (let x = 0; x <= k; x++) if (sched.lane[x] === l) t = x; return t; });
-  if (L > 1) for (const k of mine) tailsAt(k).forEach((t, l) => { if (l > 0 && t >= 0) recorded[t] = true; });
+  // each bucket node's last node so far on every lane
+  const tails = new Map(mine.map((k) => [k, Array.from({ length: L }, (_, l) => sched.lane.slice(0, k + 1).lastIndexOf(l))]));
+  if (L > 1) for (const ts of tails.values()) ts.forEach((t, l) => { if (l > 0 && t >= 0) recorded[t] = true; });
   p.nodes.forEach((n, k) => {
     s += launch(p, n, k, sched, recorded);
     const j = mine.indexOf(k);
     // data-parallel overlap: this node wrote the last gradient of bucket j: its all-reduce starts on the side stream
     if (j >= 0) {
-      const joins = L > 1 ? tailsAt(k).map((t, l) => (l > 0 && t >= 0 ? `    if (!one && !lane_wait(ctx, b, st, ${t})) return false;\n` : '')).join('') : '';
+      const joins = L > 1 ? tails.get(k)!.map((t, l) => (l > 0 && t >= 0 ? `    if (!one && !lane_wait(ctx, b, st, ${t})) return false;\n` : '')).join('') : '';
       s += joins ? `#ifdef MPSC_NCCL\n  if (b->overlap) {\n${joins}    if (!bucket_allreduce(ctx, b, st, ${j})) return false;\n  }\n#endif\n`
         : `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_allreduce(ctx, b, st, ${j})) return false;\n#endif\n`;
     }

@@ -10,10 +10,10 @@
  * The rule: node j must follow node i < j when one of them writes bytes the other reads or writes (the plan's
  * memory reuse included: a later node writing a buffer an earlier one read is ordered after it). Each node's
  * ranges: its kernels' arguments (every variant: a cuBLASLt call's operands, bias and its before / after /
- * unfused kernels; not its generated fallback, which only runs where host.ts captures on one stream), the whole scratch region when any of its kernels takes it (split-K and
- * chunked-reduction partial sums, 3xTF32 operands: one region serves all, so its users stay in order), and for
- * a cuBLASLt call its lane's own workspace (plan.ltWorkspace holds one per lane, so calls on different lanes
- * never share one). The step scalars are read-only inside a step.
+ * unfused kernels; not its generated fallback, which only runs where host.ts captures on one stream), and the
+ * whole scratch region when any of its kernels takes it (split-K and chunked-reduction partial sums, 3xTF32
+ * operands: one region serves all, so its users stay in order). A cuBLASLt call's workspace is its lane's own
+ * (plan.ltWorkspace holds one per lane), so it orders nothing; the step scalars are read-only inside a step.
  * Greedy list scheduling on rough node costs (nodeCost) with vector clocks: node k goes on the lane where it could
  * start first (its lane's last node and its dependencies finished); it waits on the latest conflicting node of every other lane that its lane's clock does not already cover.
  * At the end every lane joins lane 0 (stream capture requires it; the output gather runs after). A program whose
@@ -66,7 +66,7 @@ function kernelsOf(n: GraphNodePlan): KernelNodePlan[] {
 
 const sorted = (xs: [number, number][]) => xs.filter(([lo, hi]) => hi > lo).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
 
-/** the byte ranges node n touches (see the header); `lane`: its lane (the cuBLASLt workspace is per lane) */
+/** the byte ranges node n touches (see the header) */
 export function nodeAccess(plan: CudaPlan, n: GraphNodePlan): NodeAccess {
   const r: [number, number][] = [], w: [number, number][] = [];
   const add = (a: KernelArgPlan, access = a.access) => {
@@ -136,11 +136,11 @@ export function scheduleLanes(acc: NodeAccess[], lanes: number, cost: number[] =
       return -1;
     });
     const ready = Math.max(0, ...latest.map((d) => (d >= 0 ? finish[d] : 0)));
-    let c = -1, best = Infinity;
+    let c = 0, best = Infinity, bestOwn = false;
     for (let l = 0; l < lanes; l++) {
       const start = Math.max(ready, tail(l) >= 0 ? finish[tail(l)] : 0);
       const own = latest[l] >= 0 && latest[l] === tail(l);
-      if (start < best - 1e-9 || (Math.abs(start - best) <= 1e-9 && own && !(latest[c] >= 0 && latest[c] === tail(c)))) { c = l; best = start; }
+      if (start < best - 1e-9 || (start <= best + 1e-9 && own && !bestOwn)) { c = l; best = start; bestOwn = own; }
     }
     finish[k] = best + cost[k];
     const clk = [...clock[c]];
@@ -211,13 +211,20 @@ export function laneProblems(acc: NodeAccess[], s: LaneSchedule, what = 'program
   return bad;
 }
 
+/** one chain: every node on lane 0, in plan order (sound by construction) */
+function oneChain(cost: number[]): LaneSchedule {
+  const us = cost.reduce((a, b) => a + b, 0);
+  return { lanes: 1, lane: cost.map(() => 0), waits: cost.map(() => []), recorded: cost.map(() => false), joins: [-1], serialUs: us, spanUs: us };
+}
+
 /** the schedule of every program of a plan, checked (an unsound schedule is a compiler bug: it throws) */
 export function planLanes(plan: CudaPlan, lanes: number): LaneSchedule[] {
   return plan.programs.map((p: ProgramPlan) => {
-    const acc = p.nodes.map((n) => nodeAccess(plan, n));
     const cost = p.nodes.map(nodeCost);
-    let s = scheduleLanes(acc, lanes, cost);
-    if (s.serialUs - s.spanUs < MIN_LANE_GAIN_US) s = scheduleLanes(acc, 1, cost);
+    if (lanes === 1) return oneChain(cost);
+    const acc = p.nodes.map((n) => nodeAccess(plan, n));
+    const s = scheduleLanes(acc, lanes, cost);
+    if (s.serialUs - s.spanUs < MIN_LANE_GAIN_US) return oneChain(cost);
     const bad = laneProblems(acc, s, p.name);
     if (bad.length) throw new Error(`internal: unsound CUDA graph lanes:\n  ${bad.slice(0, 5).join('\n  ')}`);
     return s;

@@ -7,7 +7,7 @@
  *    block (parameters, gradients accumulators, optimizer state, running statistics: the same table
  *    and offsets as the host block of mpsc_model.h), the arena (max over programs of the memory
  *    plan's arena: activations, gradients, outputs), the scratch region of split-K GEMMs and chunked reductions (the
- *    largest KernelSpec.scratch of any kernel: kernels run in stream order, so one region serves
+ *    largest KernelSpec.scratch of any kernel: its users run in plan order, lanes.ts, so one region serves
  *    all), the cuBLASLt workspaces (LT_WORKSPACE_BYTES per lane of the graphs when any GEMM node is a
  *    cuBLASLt call: calls on one lane run in order, calls on two lanes may overlap), and per program its upload region: TWO sets, one per pinned staging set, each the
  *    byte-for-byte image of the staging set's upload part (the input batch, then the step scalars,
