@@ -11,7 +11,7 @@ import { checkFile } from '../compiler/check/index.js';
 import { precisionOverride } from '../compiler/check/overrides.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
-import { conflicts, cudaLanes, laneProblems, MIN_LANE_GAIN_US, nodeAccess, nodeCost, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
+import { conflicts, cudaLanes, LANE_MAX_MACS, laneProblems, largestCallMacs, MIN_LANE_GAIN_US, nodeAccess, nodeCost, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
 import { LT_WORKSPACE_BYTES } from '../compiler/codegen-cuda/plan.js';
 import { runtimeSources } from '../runtime/native/build.js';
 import { findNvcc } from '../runtime/cuda/session.js';
@@ -81,13 +81,13 @@ describe('scheduleLanes', () => {
     expect(conflicts(acc([], [[0, 10]]), acc([[10, 20]], [[10, 20]]))).toBe(false);
   });
 
-  it('MPSC_CUDA_LANES: 1 by default, 1..4, anything else a clear error', () => {
+  it('MPSC_CUDA_LANES: 2 by default, 1..4, anything else a clear error', () => {
     const old = process.env.MPSC_CUDA_LANES;
     try {
       delete process.env.MPSC_CUDA_LANES;
-      expect(cudaLanes()).toBe(1);
-      process.env.MPSC_CUDA_LANES = '2';
       expect(cudaLanes()).toBe(2);
+      process.env.MPSC_CUDA_LANES = '1';
+      expect(cudaLanes()).toBe(1);
       process.env.MPSC_CUDA_LANES = '9';
       expect(() => cudaLanes()).toThrow(/MPSC_CUDA_LANES=9: expected an integer 1..4/);
     } finally {
@@ -149,6 +149,21 @@ describe('the lanes of real plans', () => {
     const [s] = planLanes({ ...a.plan, programs: [p] }, 2);
     expect(s.lane.every((l) => l === 0)).toBe(true);
     expect(a.files[HOST_FILE]).not.toMatch(/lane_wait\(ctx|lane_fork\(ctx/);
+  });
+
+  it('the default (2 lanes): gpt_tiny and char_gpt take two; GPT-2 and gpt_char (a call over LANE_MAX_MACS), the MNIST MLP (gain under MIN_LANE_GAIN_US) stay one chain on one workspace', () => {
+    const lanesOf = (file: string) => {
+      const a = artifactsOf(path.join(ROOT, file));
+      return { plan: a.plan.lanes, used: planLanes(a.plan, a.plan.lanes).map((s) => Math.max(...s.lane) + 1), macs: a.plan.programs.map(largestCallMacs) };
+    };
+    expect(lanesOf('bench/gpt_tiny_b32_t64.model')).toMatchObject({ plan: 2, used: [2, 1] });
+    expect(lanesOf('specs/char_gpt.model')).toMatchObject({ plan: 2, used: [2, 1] });
+    for (const f of ['bench/gpt2_124m_b16_t1024.model', 'bench/gpt_char_b64_t256.model']) {
+      const l = lanesOf(f);
+      expect(l.plan, f).toBe(1);
+      expect(Math.max(...l.macs), f).toBeGreaterThan(LANE_MAX_MACS);
+    }
+    expect(lanesOf('bench/mnist_mlp_b256_adam.model').plan).toBe(1);
   });
 
   it.skipIf(!NV)('the two-lane host code of gpt_tiny and char_gpt (bf16) compiles with nvcc, with and without -DMPSC_CUBLASLT and -DMPSC_NCCL', () => {

@@ -4,6 +4,7 @@
  * variable means the default.
  */
 import { describe, expect, it } from 'vitest';
+import { withEnv } from './env_helpers.js';
 import { envChoice, envFlag, envInts, envList } from '../compiler/env_switch.js';
 import { UserError } from '../compiler/errors.js';
 import { flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen-cuda/attention_cuda.js';
@@ -12,19 +13,6 @@ import { rowBlock } from '../compiler/codegen-cuda/class_rows.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, tf32x3Choice } from '../runtime/cuda/session.js';
 import { cpuAmxChoice } from '../compiler/codegen-cpu/emit_program.js';
-
-/** f with `name` set to `value` (undefined: unset), restored afterwards */
-function withEnv<T>(name: string, value: string | undefined, f: () => T): T {
-  const before = process.env[name];
-  if (value === undefined) delete process.env[name];
-  else process.env[name] = value;
-  try {
-    return f();
-  } finally {
-    if (before === undefined) delete process.env[name];
-    else process.env[name] = before;
-  }
-}
 
 function userError(f: () => unknown): UserError {
   try {

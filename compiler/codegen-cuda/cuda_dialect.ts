@@ -32,6 +32,14 @@ const DEFINE: Record<Builtin, string> = {
 
 class CudaDialect extends CStyleDialect {
   readonly name = 'cuda';
+  /**
+   * programmatic dependent launch (pdl.ts): every kernel first waits for the grids before it in its stream
+   * (`griddepcontrol.wait`: their completion and memory), then lets the next grid launch; the host launches a
+   * kernel with the PDL attribute only right after another generated kernel
+   */
+  constructor(readonly pdl = false) {
+    super();
+  }
   readonly helperQual = '__device__ __forceinline__';
   readonly space = { global: '', constant: '', shared: '', local: '' };
   protected readonly mathNames: Record<MathFn, string> = {
@@ -72,7 +80,7 @@ class CudaDialect extends CStyleDialect {
   }
   helpers(): string {
     const q = this.helperQual;
-    return (
+    return (this.pdl ? pdlHelper(q) : '') + (
       `// SIMD-group (warp of 32) reductions: butterflies over the full warp, every lane gets the result\n` +
       `${q} float mpsc_warp_sum(float v) {\n` +
       `  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n  return v;\n}\n\n` +
@@ -138,6 +146,8 @@ class CudaDialect extends CStyleDialect {
     params.push('    const StepParams* __restrict__ spp');
     const threads = k.tgsize[0] * k.tgsize[1] * k.tgsize[2];
     const pre: string[] = [];
+    // before any memory access, the step scalars included (pdl.ts)
+    if (this.pdl) pre.push('  mpsc_pdl_enter();');
     if (/\bsp\b/.test(k.body)) pre.push('  const StepParams sp = *spp;');
     // past 48 KB a block's shared memory is dynamic: the launch passes its bytes, create raises the kernel's limit (host.ts)
     if (k.tgmem > SMEM_STATIC_MAX) pre.push(`  extern __shared__ __align__(16) float tg[];  // ${k.tgmem} bytes, dynamic`);
@@ -152,5 +162,17 @@ class CudaDialect extends CStyleDialect {
 /** bytes of static shared memory a CUDA kernel may declare; a kernel asking for more gets it dynamically (host.ts) */
 export const SMEM_STATIC_MAX = 48 * 1024;
 
+/**
+ * programmatic dependent launch (sm_90+; older GPUs run the kernel as without it): wait for the previous grids
+ * of the stream (complete, their writes visible), then allow the next kernel's blocks to be scheduled
+ */
+function pdlHelper(q: string): string {
+  return `// programmatic dependent launch (pdl.ts): the first statement of every kernel\n` +
+    `${q} void mpsc_pdl_enter() {\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n` +
+    `  asm volatile("griddepcontrol.wait;" ::: "memory");\n  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n#endif\n}\n\n`;
+}
+
 /** The CUDA dialect (stateless). */
 export const CUDA = new CudaDialect();
+/** The CUDA dialect whose kernels start with the programmatic-dependent-launch prologue (pdl.ts) */
+export const CUDA_PDL = new CudaDialect(true);

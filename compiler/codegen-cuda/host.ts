@@ -38,6 +38,7 @@ import type { PersistentTable } from '../codegen-metal/layout.js';
 import { CUDA } from './cuda_dialect.js';
 import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, LtNodePlan, ProgramPlan } from './plan.js';
 import { planLanes, type LaneSchedule } from './lanes.js';
+import { pdlHostHelper, type PdlMode } from './pdl.js';
 
 const LT_TYPE = { f32: 'MPSC_LT_F32', f16: 'MPSC_LT_F16', bf16: 'MPSC_LT_BF16' } as const;
 const LT_EPI = { default: 'MPSC_LT_EPI_DEFAULT', bias: 'MPSC_LT_EPI_BIAS', bgradb: 'MPSC_LT_EPI_BGRADB' } as const;
@@ -119,16 +120,24 @@ bool lt_setup(mpsc_ctx* ctx, Backend* b) {
 
 const dim3 = (d: number[]) => `dim3(${d[0]}u, ${d[1]}u, ${d[2]}u)`;
 
-/** one generated kernel's launch and its check (statements at `indent`) */
-function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string, st = 'st'): string {
+/**
+ * one generated kernel's launch and its check (statements at `indent`); with PDL (pdl.ts) through mpsc_launch, the
+ * attribute set when the previous operation on the stream was a generated kernel (`pk`), which it then is
+ */
+function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string, st = 'st', pdl = false): string {
   const args = n.args.map((a) => {
     const t = `${a.access === 'r' ? 'const ' : ''}${CUDA.typeName(a.type)}*`;
     return `reinterpret_cast<${t}>(${devAt(p, a)})`;
   });
   if (n.scratch) args.push('reinterpret_cast<float*>(dev + SCRATCH_OFFSET)');
   args.push(`reinterpret_cast<const StepParams*>(dev + ${p.uploadOffset + p.scalarsHostOffset} + set * ${p.setBytes})`);
-  const call = (k: string, block: number[], dyn = 0) => `${k}<<<${dim3(n.grid)}, ${dim3(block)}, ${dyn}, ${st}>>>(${args.join(', ')});`;
   const what = cString(`${n.kernel} (node ${n.node}: ${n.op})`);
+  if (pdl) {
+    const call = (k: string, block: number[], dyn = 0) => `mpsc_launch(pdl && pk, ${k}, ${dim3(n.grid)}, ${dim3(block)}, ${dyn}, ${st}, ${args.join(', ')})`;
+    const e = n.mma ? `mma ? ${call(n.mma.kernel, n.mma.block, n.mma.dyn)}\n${indent}    : ${call(n.kernel, n.block, n.dyn)}` : call(n.kernel, n.block, n.dyn);
+    return `${indent}if (!ck(ctx, ${e}, ${what})) return false;\n${indent}pk = true;\n`;
+  }
+  const call = (k: string, block: number[], dyn = 0) => `${k}<<<${dim3(n.grid)}, ${dim3(block)}, ${dyn}, ${st}>>>(${args.join(', ')});`;
   const body = n.mma ? `if (mma) ${call(n.mma.kernel, n.mma.block, n.mma.dyn)}\n${indent}else ${call(n.kernel, n.block, n.dyn)}` : call(n.kernel, n.block, n.dyn);
   return `${indent}${body}\n${indent}if (!ck(ctx, cudaGetLastError(), ${what})) return false;\n`;
 }
@@ -161,17 +170,19 @@ function smemSetupFn(plan: CudaPlan): string {
  * a kernel or a cuBLASLt call (its fallback kernels when the call has no algorithm or the build no cuBLASLt),
  * then the profiling event, or its own event when a later node on another lane waits for it
  */
-function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule, recorded: boolean[]): string {
+function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule, recorded: boolean[], pdl: PdlMode = 'off'): string {
+  const on = pdl !== 'off';
   const c = sched.lane[k], st = c === 0 ? 'st' : `ls${c}`;
   let body: string;
-  if (n.kind === 'kernel') body = kernelLaunch(p, n, '    ', st);
+  if (n.kind === 'kernel') body = kernelLaunch(p, n, '    ', st, on);
   else {
-    const lt = `    if (!mpsc_lt_run(b->lt, ${n.index}, ${devAt(p, n.a)}, ${devAt(p, n.b)}, ${devAt(p, n.d)}, ${st}, ${c}, ctx->error, sizeof ctx->error)) return false;\n`;
+    const lt = `    if (!mpsc_lt_run(b->lt, ${n.index}, ${devAt(p, n.a)}, ${devAt(p, n.b)}, ${devAt(p, n.d)}, ${st}, ${c}, ctx->error, sizeof ctx->error)) return false;\n` +
+      (on ? `    pk = ${pdl === 'all' ? 'true' : 'false'};  // after a cuBLASLt call (pdl.ts: ${pdl === 'all' ? 'its last operation taken to be a kernel' : 'mode gen'})\n` : '');
     // the fallback's kernels for what the call does not compute: after a BGRADB call only when cuBLASLt runs it without the epilogue
-    const unfused = !n.unfused.length ? '' : n.gemm.epilogue !== 'bgradb' ? n.unfused.map((a) => kernelLaunch(p, a, '      ', st)).join('')
-      : `      if (!b->lt_epi[${n.index}]) {  // cuBLASLt runs the call without its epilogue\n${n.unfused.map((a) => kernelLaunch(p, a, '        ', st)).join('')}      }\n`;
-    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ', st)).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ', st)).join('')}${unfused}    } else\n#endif\n` +
-      `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ', st)).join('')}    }\n`;
+    const unfused = !n.unfused.length ? '' : n.gemm.epilogue !== 'bgradb' ? n.unfused.map((a) => kernelLaunch(p, a, '      ', st, on)).join('')
+      : `      if (!b->lt_epi[${n.index}]) {  // cuBLASLt runs the call without its epilogue\n${n.unfused.map((a) => kernelLaunch(p, a, '        ', st, on)).join('')}      }\n`;
+    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ', st, on)).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ', st, on)).join('')}${unfused}    } else\n#endif\n` +
+      `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ', st, on)).join('')}    }\n`;
   }
   const waits = sched.waits[k].map((d) => `    if (!one && !lane_wait(ctx, b, ${st}, ${d})) return false;  // after node ${d} (lane ${sched.lane[d]})\n`).join('');
   const mark = recorded[k] ? `    if (!one && !lane_mark(ctx, b, ${st}, ${k})) return false;\n` : '';
@@ -187,12 +198,13 @@ function gatherKernel(p: ProgramPlan, i: number): string {
     '}\n\n';
 }
 
-function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSchedule): string {
+function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSchedule, pdl: PdlMode = 'off'): string {
   const L = sched.lanes;
   let s = `// program ${commentText(p.name)}: the graph's nodes in plan order (${p.kernels} kernels, then the output gather)${L > 1 ? `, captured on ${L} lanes\n// (lanes.ts: a node waits for the earlier nodes of other lanes that touch its bytes; every lane joins lane 0 at the end)` : ''}.\n`;
   s += `// set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped\n`;
   s += `// pinned memory); ev (profiling only, NULL when captured): an event after each kernel${L > 1 ? ', all on st (one by one)' : ''}\n`;
   s += `bool record_p${i}(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {\n  (void)b; (void)mma; (void)set; (void)out;\n`;
+  if (pdl !== 'off') s += `  // programmatic dependent launch (pdl.ts): not in a profiled step; pk: the last operation on st was a generated kernel\n  const bool pdl = !ev;\n  bool pk = false;\n  (void)pdl; (void)pk;\n`;
   const used = Array.from({ length: L }, (_, l) => l).filter((l) => l > 0 && sched.lane.includes(l));
   if (used.length) {
     s += `  // one stream when profiling (ev) or when a cuBLASLt call runs its generated fallback (b->serial: lanes.ts left those out)\n`;
@@ -208,13 +220,14 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
   const tails = new Map(mine.map((k) => [k, Array.from({ length: L }, (_, l) => sched.lane.slice(0, k + 1).lastIndexOf(l))]));
   if (L > 1) for (const ts of tails.values()) ts.forEach((t, l) => { if (l > 0 && t >= 0) recorded[t] = true; });
   p.nodes.forEach((n, k) => {
-    s += launch(p, n, k, sched, recorded);
+    s += launch(p, n, k, sched, recorded, pdl);
     const j = mine.indexOf(k);
     // data-parallel overlap: this node wrote the last gradient of bucket j: its all-reduce starts on the side stream
     if (j >= 0) {
       const joins = L > 1 ? tails.get(k)!.map((t, l) => (l > 0 && t >= 0 ? `    if (!one && !lane_wait(ctx, b, st, ${t})) return false;\n` : '')).join('') : '';
-      s += joins ? `#ifdef MPSC_NCCL\n  if (b->overlap) {\n${joins}    if (!bucket_allreduce(ctx, b, st, ${j})) return false;\n  }\n#endif\n`
-        : `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_allreduce(ctx, b, st, ${j})) return false;\n#endif\n`;
+      const after = pdl !== 'off' ? '  pk = false;\n' : '';
+      s += joins ? `#ifdef MPSC_NCCL\n  if (b->overlap) {\n${joins}    if (!bucket_allreduce(ctx, b, st, ${j})) return false;\n${after ? '  ' + after : ''}  }\n#endif\n`
+        : `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_allreduce(ctx, b, st, ${j})) return false;\n${after}#endif\n`;
     }
   });
   const joins = sched.joins.map((t, l) => (t >= 0 ? `  if (!one && !lane_wait(ctx, b, st, ${t})) return false;  // lane ${l}'s last node\n` : '')).join('');
@@ -480,7 +493,7 @@ export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFi
 #endif
 
 namespace {
-${ltTable(plan)}
+${ltTable(plan)}${plan.pdl !== 'off' ? pdlHostHelper() + '\n' : ''}
 const size_t DEVICE_BYTES = ${plan.deviceBytes};
 const size_t PERSISTENT_OFFSET = ${plan.persistent.offset};
 const size_t ARENA_OFFSET = ${plan.arena.offset};
@@ -589,7 +602,7 @@ bool profile_step(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out,
 ${P.map(gatherKernel).join('')}${P.map(kernelNames).join('')}
 ${bucketFns(buckets)}
 ${lanesFns(plan)}
-${P.map((p, i) => recordFn(p, i, buckets, lanes[i])).join('\n')}
+${P.map((p, i) => recordFn(p, i, buckets, lanes[i], plan.pdl)).join('\n')}
 ${P.map(runFn).join('\n')}
 const char* const* const KNAMES[NPROG] = { ${P.map((_, i) => `knames_p${i}`).join(', ')} };
 const char* const PNAMES[NPROG] = { ${P.map((p) => cString(p.name)).join(', ')} };

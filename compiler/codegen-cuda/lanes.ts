@@ -17,17 +17,18 @@
  * Greedy list scheduling on rough node costs (nodeCost) with vector clocks: node k goes on the lane where it could
  * start first (its lane's last node and its dependencies finished); it waits on the latest conflicting node of every other lane that its lane's clock does not already cover.
  * At the end every lane joins lane 0 (stream capture requires it; the output gather runs after). A program whose
- * estimated gain is under MIN_LANE_GAIN_US stays one chain.
+ * estimated gain is under MIN_LANE_GAIN_US, or whose largest cuBLASLt call is over LANE_MAX_MACS multiply-adds, stays one chain.
  * laneProblems re-checks a schedule against the rule for every pair of nodes (the build runs it).
- * MPSC_CUDA_LANES (build time, 1..4, default 1: one chain; two lanes measured on the H200 gained nothing on gpt_tiny,
- * bench/NOTES.md v13).
+ * MPSC_CUDA_LANES (build time, 1..4, default 2; 1: one chain). Measured on an H100 (5 Dec, bench/NOTES.md v13c): gpt_tiny
+ * 0.803 -> 0.722 ms at two lanes, 0.733 at three; gpt_char 25.06 -> 24.86 (bf16 5.32 -> 5.27); bitwise the same trainings.
+ * (The first measurements, v13 / v13b, had compared one build with itself: the switch was not part of the build key.)
  */
 import { envInts } from '../env_switch.js';
 import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, ProgramPlan } from './plan.js';
 
-/** lanes of the CUDA graphs (MPSC_CUDA_LANES at build time; 1: one chain) */
+/** lanes of the CUDA graphs (MPSC_CUDA_LANES at build time, default 2; 1: one chain) */
 export function cudaLanes(): number {
-  return envInts('MPSC_CUDA_LANES', 1, 1, 4, [1], 'streams each CUDA graph is captured on; 1: a single chain')[0];
+  return envInts('MPSC_CUDA_LANES', 1, 1, 4, [2], 'streams each CUDA graph is captured on; 1: a single chain')[0];
 }
 
 /** byte ranges [lo, hi) a node reads (`r`) and writes (`w`), each sorted by lo */
@@ -54,6 +55,20 @@ export interface LaneSchedule {
  * MNIST MLP step +22 us with one weight gradient on a second lane, bench/NOTES.md v13).
  */
 export const MIN_LANE_GAIN_US = 40;
+
+/**
+ * The most multiply-adds a program's largest cuBLASLt call may have for the program to take lanes: larger GEMMs
+ * fill the GPU by themselves, and two at once only contend. Measured (bench/NOTES.md v13c): gpt_tiny (largest call
+ * 2^27) 0.786 -> 0.707 ms on the H200 at two lanes; GPT-2 small bf16 (2^39) 36.9 -> 37.6 ms on the H200; gpt_char
+ * (2^34.8) 25.06 -> 24.86 ms on an H100, within 1%, so it is left out with GPT-2 rather than a bound drawn between them
+ * on one measurement.
+ */
+export const LANE_MAX_MACS = 2 ** 31;
+
+/** the multiply-adds of a program's largest cuBLASLt call (0 without one) */
+export function largestCallMacs(p: ProgramPlan): number {
+  return Math.max(0, ...p.nodes.map((n) => (n.kind === 'cublaslt' ? n.gemm.m * n.gemm.n * n.gemm.k * n.gemm.batch : 0)));
+}
 
 /**
  * the kernels a node launches on its lane: a cuBLASLt call's before / after / unfused kernels, not its fallback
@@ -221,7 +236,7 @@ function oneChain(cost: number[]): LaneSchedule {
 export function planLanes(plan: CudaPlan, lanes: number): LaneSchedule[] {
   return plan.programs.map((p: ProgramPlan) => {
     const cost = p.nodes.map(nodeCost);
-    if (lanes === 1) return oneChain(cost);
+    if (lanes === 1 || largestCallMacs(p) > LANE_MAX_MACS) return oneChain(cost);
     const acc = p.nodes.map((n) => nodeAccess(plan, n));
     const s = scheduleLanes(acc, lanes, cost);
     if (s.serialUs - s.spanUs < MIN_LANE_GAIN_US) return oneChain(cost);

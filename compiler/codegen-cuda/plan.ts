@@ -25,6 +25,7 @@
  * Relies on: every kernel binding has a home (dispatch_plan.ts checks), kernels that touch the same bytes
  * run in plan order (lanes.ts orders every such pair of graph nodes, so the plan's barriers and memory reuse hold).
  */
+import { pdlFor, type PdlMode } from './pdl.js';
 import type { ElemType } from '../kernels/dialect.js';
 import { hostDType, type Program } from '../ir/graph.js';
 import type { KernelSpec, LibraryGemm } from '../kernels/kernel_types.js';
@@ -130,6 +131,8 @@ export interface CudaPlan {
   ltWorkspace: DeviceRegion;
   /** streams each program's graph is captured on (lanes.ts) */
   lanes: number;
+  /** programmatic dependent launch between the graphs' kernels (pdl.ts; 'off' on more than one lane) */
+  pdl: PdlMode;
   /** each program's upload region (both sets; in `programs` order) */
   inputs: DeviceRegion[];
   programs: ProgramPlan[];
@@ -144,7 +147,7 @@ function argsOf(k: KernelSpec, bindings: PlanBinding[], base: (b: PlanBinding) =
 }
 
 /** The device layout and graph kernel lists of a model's programs (lowered in the CUDA dialect). */
-export function planCuda(model: string, table: PersistentTable, lowered: { lp: LoweredProgram; plan: DispatchPlan }[], alias: ReadonlyMap<string, string> = new Map(), lanes = 1): CudaPlan {
+export function planCuda(model: string, table: PersistentTable, lowered: { lp: LoweredProgram; plan: DispatchPlan }[], alias: ReadonlyMap<string, string> = new Map(), lanes = 1, pdl: PdlMode = 'off'): CudaPlan {
   const launched = (name: string) => alias.get(name) ?? name;
   let off = 0;
   const take = (bytes: number): DeviceRegion => {
@@ -229,7 +232,7 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       uploadOffset: region.offset, setBytes, nodes, kernels: nodes.length, arenaBytes: plan.arenaBytes,
     };
   });
-  return { model, deviceBytes: align(off), persistent, arena, scratch, ltWorkspace, lanes, inputs, programs };
+  return { model, deviceBytes: align(off), persistent, arena, scratch, ltWorkspace, lanes, pdl: pdlFor(pdl, lanes), inputs, programs };
 }
 
 /** every generated kernel of a program's graph nodes, in order (a cuBLASLt call's fallback kernels, then its 'before' and 'after' kernels) */

@@ -142,13 +142,14 @@ export function cudaGemmChoice(): CudaGemm {
  * Build-time env switches of the CUDA generator whose generated code differs by value (A/B variants:
  * class_rows.ts fusedGrad / rowBlock, attention_cuda.ts flashForwardRows / flashLdsm / flashMinBlocks, gemm_cuda.ts smallGemm,
  * cublaslt.ts's small fp32 rule, layernorm_cuda.ts's finish kernel, attention_tf32x3.ts x3Async / x3KSplit, conv_cuda.ts's
- * MPSC_CONV_* switches):
+ * MPSC_CONV_* switches, lanes.ts's graph lanes, pdl.ts's programmatic dependent launch):
  * part of the build key, so that a variant never reuses another's cached build.
  */
 const GENERATOR_ENV = [
   'MPSC_CUDA_CE_FUSE', 'MPSC_CUDA_CE_ROW_BLOCK', 'MPSC_CUDA_FLASH_FWD_ROWS', 'MPSC_CUDA_FLASH_LDSM', 'MPSC_CUDA_FLASH_MINBLOCKS',
   'MPSC_CUDA_GEMM_SMALL', 'MPSC_CUDA_SMALL_GEN', 'MPSC_CUDA_SMALL_PRESPLIT', 'MPSC_CUDA_LN_FINISH', 'MPSC_CUDA_ATTN_X3_ASYNC', 'MPSC_CUDA_ATTN_X3_KSPLIT',
   'MPSC_CONV_TAPS', 'MPSC_CONV_FRAG', 'MPSC_CONV_STAGES', 'MPSC_CONV_ROUND', 'MPSC_CONV_BM256', 'MPSC_CONV_VEC16', 'MPSC_CONV_GI_VEC16',
+  'MPSC_CUDA_LANES', 'MPSC_CUDA_PDL',
 ];
 
 /** digest of what the generated CUDA sources are a pure function of (the generator, the programs, the options, $MPSC_CUDA_ATTN_TF32X3, GENERATOR_ENV) */
