@@ -22,6 +22,7 @@ import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
 import { cpuInputsKey } from '../runtime/native/native_session.js';
 import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
+import { planLanes } from '../compiler/codegen-cuda/lanes.js';
 import { attentionReport } from '../compiler/codegen-cuda/attention_cuda.js';
 import { cublasLtChoice, tf32x3Choice, cudaArchitecture, cudaInputsKey, findCublasLt, findGpu, findNvcc, gemmReport } from '../runtime/cuda/session.js';
 
@@ -69,8 +70,12 @@ async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, lo
     const built = await buildAddon({ files: a.files, inputsKey: cudaInputsKey(programs, 'cuda', cublasLt, true, tf32x3), cxxflags: '-O2', cuda: settings, onProgress: (m) => process.stderr.write(m + '\n') });
     log(`  module: ${built.modulePath} (${built.cached ? 'cached' : 'built'})`);
   } else if (compile) log('  not compiled: nvcc was not found (set MPSC_NVCC or put nvcc on PATH)');
-  log('  program        batch  kernels  graph nodes');
-  for (const p of a.plan.programs) log(`  ${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${String(p.nodes.length).padStart(11)}`);
+  // lanes.ts: how many capture streams each graph uses (1: one chain)
+  const lanes = planLanes(a.plan, a.plan.lanes).map((sc) => Math.max(...sc.lane) + 1);
+  log('  program        batch  kernels  graph nodes  lanes');
+  a.plan.programs.forEach((p, i) => log(`  ${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${String(p.nodes.length).padStart(11)}  ${String(lanes[i]).padStart(5)}`));
+  if (lanes.some((l) => l > 1)) log('  lanes: a graph captured on several streams runs independent nodes side by side (a weight gradient beside its input gradient; compiler/codegen-cuda/lanes.ts); MPSC_CUDA_LANES=1 at build time keeps one chain');
+  if (a.plan.pdl !== 'off') log(`  programmatic dependent launch between the graphs' kernels (MPSC_CUDA_PDL=${a.plan.pdl}; compiler/codegen-cuda/pdl.ts)`);
   log(`  planned device memory: ${formatBytes(a.plan.deviceBytes)} in one allocation (persistent ${formatBytes(a.plan.persistent.bytes)}, arena ${formatBytes(a.plan.arena.bytes)}, input batches ${formatBytes(a.plan.inputs.reduce((s, r) => s + r.bytes, 0))}${a.plan.ltWorkspace.bytes ? `, cuBLASLt workspace ${formatBytes(a.plan.ltWorkspace.bytes)}` : ''})`);
   for (const line of gemmReport(a.gemms, nv ? findCublasLt(nv.nvcc) : null, true)) log(`  ${line}`);
   log('  generated GEMMs: 64x64-tile kernels on the tensor cores, 3xTF32 (16-bit operands exact in one pass); fp32 convolutions: TF32 implicit-GEMM kernels of 64- or 128-row tiles (conv_cuda.ts); MPSC_CUDA_PLAIN=1 at run time: fp32 FFMA');

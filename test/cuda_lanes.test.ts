@@ -2,7 +2,7 @@
 // every earlier node that writes bytes it touches or touches bytes it writes) is checked on hand-made access
 // lists, with a negative control for the checker, and on the real plans of every spec and bench model; the host
 // code's lanes (streams, events, per-lane cuBLASLt workspaces) are checked in the generated text.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -165,6 +165,19 @@ describe('the lanes of real plans', () => {
     }
     expect(lanesOf('bench/mnist_mlp_b256_adam.model').plan).toBe(1);
   });
+
+  it('`mpsc build --device cuda` reports each program\'s lanes', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lanes-cli-'));
+    try {
+      const r = spawnSync(process.execPath, [path.join(ROOT, 'bin/mpsc.js'), 'build', path.join(ROOT, 'specs/char_gpt.model'), '--device', 'cuda', '--no-compile', '-o', dir], { encoding: 'utf8', timeout: 240_000, env: { ...process.env, MPSC_CUDA_LANES: '' } });
+      expect(r.status, r.stderr).toBe(0);
+      const out = r.stdout + r.stderr;
+      expect(out).toMatch(/program +batch +kernels +graph nodes +lanes\n +train_step +32 +\d+ +\d+ +2\n +eval +32 +\d+ +\d+ +1\n/);
+      expect(out).toContain('MPSC_CUDA_LANES=1 at build time keeps one chain');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 240_000);
 
   it.skipIf(!NV)('the two-lane host code of gpt_tiny and char_gpt (bf16) compiles with nvcc, with and without -DMPSC_CUBLASLT and -DMPSC_NCCL', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lanes-'));
