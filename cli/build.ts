@@ -22,7 +22,6 @@ import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
 import { cpuInputsKey } from '../runtime/native/native_session.js';
 import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
-import { planLanes } from '../compiler/codegen-cuda/lanes.js';
 import { attentionReport } from '../compiler/codegen-cuda/attention_cuda.js';
 import { cublasLtChoice, tf32x3Choice, cudaArchitecture, cudaInputsKey, findCublasLt, findGpu, findNvcc, gemmReport } from '../runtime/cuda/session.js';
 
@@ -71,7 +70,7 @@ async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, lo
     log(`  module: ${built.modulePath} (${built.cached ? 'cached' : 'built'})`);
   } else if (compile) log('  not compiled: nvcc was not found (set MPSC_NVCC or put nvcc on PATH)');
   // lanes.ts: how many capture streams each graph uses (1: one chain)
-  const lanes = planLanes(a.plan, a.plan.lanes).map((sc) => Math.max(...sc.lane) + 1);
+  const lanes = a.lanes.map((sc) => Math.max(...sc.lane) + 1);
   log('  program        batch  kernels  graph nodes  lanes');
   a.plan.programs.forEach((p, i) => log(`  ${p.name.padEnd(14)} ${String(p.batch).padStart(5)}  ${String(p.kernels).padStart(7)}  ${String(p.nodes.length).padStart(11)}  ${String(lanes[i]).padStart(5)}`));
   if (lanes.some((l) => l > 1)) log('  lanes: a graph captured on several streams runs independent nodes side by side (a weight gradient beside its input gradient; compiler/codegen-cuda/lanes.ts); MPSC_CUDA_LANES=1 at build time keeps one chain');

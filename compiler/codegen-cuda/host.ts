@@ -460,10 +460,9 @@ ${n ? `  float* ptrs[NGRAD];
 const KINDS: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE', optstate: 'MPSC_OPTSTATE', gradacc: 'MPSC_GRADACC' };
 
 /** `model_cuda.cu`: includes the kernels file `kernelsFile` and implements the model ABI. */
-export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFile: string): string {
+export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFile: string, lanes: LaneSchedule[] = planLanes(plan, plan.lanes)): string {
   const P = plan.programs;
   const buckets = gradBuckets(plan, table);
-  const lanes = planLanes(plan, plan.lanes);
   const tensors = table.tensors.map((t, i) => ({
     shape: `const int64_t tshape${i}[] = { ${t.shape.length ? t.shape.join(', ') : '0'} };`,
     row: `  { ${cString(t.name)}, ${t.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32'}, ${KINDS[t.kind] ?? 'MPSC_STATE'}, ${t.shape.length}, tshape${i}, ${t.shape.reduce((a, b) => a * b, 1)}, ${t.offset} },`,

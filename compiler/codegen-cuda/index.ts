@@ -30,7 +30,7 @@ import { planCuda, type CudaPlan } from './plan.js';
 import { mergeLaunches } from './merge.js';
 import { reshapeViews } from './views.js';
 import { cudaHostSource } from './host.js';
-import { cudaLanes, planLanes } from './lanes.js';
+import { cudaLanes, planLanes, type LaneSchedule } from './lanes.js';
 import { cudaPdl, type PdlMode } from './pdl.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
 import { lowerGemmCudaLt, type GemmChoice } from './cublaslt.js';
@@ -110,6 +110,8 @@ export interface CudaArtifacts {
   alias: Map<string, string>;
   /** per program (plan order), where each GEMM node runs and why */
   gemms: { program: string; choices: GemmChoice[] }[];
+  /** per program (plan order), its graph's lanes (lanes.ts planLanes of `plan`) */
+  lanes: LaneSchedule[];
 }
 
 /**
@@ -190,12 +192,16 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
   const alias = sharedKernels(lowered);
   const lanes = opts.lanes ?? cudaLanes(), pdl = opts.pdl ?? cudaPdl();
   let plan = planCuda(model, table, parts, alias, lanes, pdl);
+  let sched = planLanes(plan, lanes);
   // every program one chain (lanes.ts: estimated gains under its threshold): planned again on one lane, so that the
   // host code has no lanes and the allocation one cuBLASLt workspace
-  if (lanes > 1 && planLanes(plan, lanes).every((s) => s.lane.every((l) => l === 0))) plan = planCuda(model, table, parts, alias, 1, pdl);
+  if (lanes > 1 && sched.every((s) => s.lane.every((l) => l === 0))) {
+    plan = planCuda(model, table, parts, alias, 1, pdl);
+    sched = planLanes(plan, 1);
+  }
   return {
-    model, table, lowered, plan, gemms, alias,
-    files: { [KERNELS_FILE]: cudaKernelsSource(model, lowered, alias, plan.pdl), [HOST_FILE]: cudaHostSource(plan, table, KERNELS_FILE) },
+    model, table, lowered, plan, gemms, alias, lanes: sched,
+    files: { [KERNELS_FILE]: cudaKernelsSource(model, lowered, alias, plan.pdl), [HOST_FILE]: cudaHostSource(plan, table, KERNELS_FILE, sched) },
   };
 }
 

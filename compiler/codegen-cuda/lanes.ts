@@ -19,8 +19,9 @@
  * At the end every lane joins lane 0 (stream capture requires it; the output gather runs after). A program whose
  * estimated gain is under MIN_LANE_GAIN_US, or whose largest cuBLASLt call is over LANE_MAX_MACS multiply-adds, stays one chain.
  * laneProblems re-checks a schedule against the rule for every pair of nodes (the build runs it).
- * MPSC_CUDA_LANES (build time, 1..4, default 2; 1: one chain). Measured on an H100 (5 Dec, bench/NOTES.md v13c): gpt_tiny
- * 0.803 -> 0.722 ms at two lanes, 0.733 at three; gpt_char 25.06 -> 24.86 (bf16 5.32 -> 5.27); bitwise the same trainings.
+ * MPSC_CUDA_LANES (build time, 1..4, default 2; 1: one chain). Measured (5 Dec, bench/NOTES.md v13c): gpt_tiny 0.786 ->
+ * 0.707 ms at two lanes on the H200 (0.803 -> 0.722 on an H100, 0.733 at three), bitwise the same trainings; programs of
+ * large GEMMs stay one chain (LANE_MAX_MACS).
  * (The first measurements, v13 / v13b, had compared one build with itself: the switch was not part of the build key.)
  */
 import { envInts } from '../env_switch.js';
