@@ -9,7 +9,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { gptModel } from '../bench/gpt_tiny.js';
-import { cudaFusions, REMAT_FROM_PEAK_BYTES } from '../compiler/codegen-cuda/fusions.js';
+import { cudaFusions, REMAT_FROM_PEAK_BYTES, REMAT_LN_FROM_PEAK_BYTES } from '../compiler/codegen-cuda/fusions.js';
 import type { FusionCaps } from '../compiler/ir/fuse.js';
 import { fuseProgram } from '../compiler/ir/fuse.js';
 import { planMemory, verifyPlan } from '../compiler/ir/memory_plan.js';
@@ -100,13 +100,34 @@ it('remat is idempotent and leaves a program without a backward as it is', () =>
   expect(rematerialize(set.eval)).toBe(set.eval);
 });
 
-it('the caps may name fewer ops: MPSC_CUDA_FUSE_OFF=remat_unary copies the layernorms only (no gelu copies)', () => {
+it('the caps may name fewer ops: MPSC_CUDA_FUSE_OFF=remat_unary copies the layernorms only (no gelu copies), remat_ln the gelus only', () => {
+  const later = { ops: ['layernorm'], fromPeakBytes: REMAT_LN_FROM_PEAK_BYTES };
   const caps = cudaFusions(['remat_unary']);
-  expect(caps.remat).toEqual({ fromPeakBytes: REMAT_FROM_PEAK_BYTES, ops: ['layernorm'] });
+  expect(caps.remat).toEqual({ fromPeakBytes: REMAT_FROM_PEAK_BYTES, ops: ['layernorm'], later });
+  expect(cudaFusions(['remat_ln']).remat).toEqual({ fromPeakBytes: REMAT_FROM_PEAK_BYTES, ops: ['unary'] });
+  expect(cudaFusions(['remat_ln', 'remat_unary']).remat).toBeUndefined();
   const step = buildPrograms(base, { batch: 2, fusions: { ...caps, remat: { fromPeakBytes: 0, ops: caps.remat!.ops } } }).train_step;
   const copies = step.graph.nodes.filter((n) => n.outputs.some((o) => step.graph.values[o].name.endsWith('.remat')));
   expect(copies.length).toBeGreaterThanOrEqual(4);
   expect(copies.every((n) => n.op === 'layernorm')).toBe(true);
   const all = buildPrograms(base, { batch: 2, fusions: rematAlways }).train_step;
   expect(rematCount(all)).toBeGreaterThan(rematCount(step));
+});
+
+it("the `later` ops (CUDA: layernorm, from 12 GiB) are copied only when the step with the other copies still plans their peak", () => {
+  const caps = cudaFusions(['grad_fwd']);
+  expect(caps.remat!.later).toEqual({ ops: ['layernorm'], fromPeakBytes: REMAT_LN_FROM_PEAK_BYTES });
+  const copied = (laterFrom: number) => {
+    const step = buildPrograms(base, { batch: 2, fusions: { ...caps, remat: { fromPeakBytes: 0, later: { ops: ['layernorm'], fromPeakBytes: laterFrom } } } }).train_step;
+    const ops = step.graph.nodes.filter((n) => n.outputs.some((o) => step.graph.values[o].name.endsWith('.remat'))).map((n) => n.op);
+    return { step, ops: [...new Set(ops)].sort() };
+  };
+  // the toy step plans far below 12 GiB: the gelu copies only, as the first tier gives them
+  const gelus = copied(REMAT_LN_FROM_PEAK_BYTES);
+  expect(gelus.ops).toEqual(['unary']);
+  // its peak with the gelu copies reaches the later tier's bound exactly: the layernorms too, as remat of every op
+  const both = copied(gelus.step.plan!.peakBytes);
+  expect(both.ops).toEqual(['layernorm', 'unary']);
+  expect(rematCount(both.step)).toBe(rematCount(buildPrograms(base, { batch: 2, fusions: rematAlways }).train_step));
+  expect(copied(gelus.step.plan!.peakBytes + 1).ops).toEqual(['unary']);
 });

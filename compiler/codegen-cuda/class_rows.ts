@@ -50,6 +50,19 @@ export const WARP_C = 1024;
 export function rowBlock(): number {
   return Number(envChoice('MPSC_CUDA_CE_ROW_BLOCK', ['256', '512', '1024'], '1024'));
 }
+/**
+ * loads in flight per thread in the fused loss + gradient kernel (fusedGrad, a block of 1024 per row): 4 in its
+ * log-sum-exp pass and 8 in its gradient pass, 2 blocks per SM (registers capped at 32), by default; 16 in both
+ * passes with 1024 threads per SM (1024 / rowBlock() blocks; 64 registers: the 16 loads fit) at MPSC_CUDA_CE_UNROLL=16
+ * (build time, A/B): 32 KB of loads in flight per SM either way, but at 1024 threads per row one row per SM (13 MB of
+ * rows on the GPU instead of 26) for the gradient's second read of the row from L2. Not the default: measured on the
+ * H200 (GPT-2 bf16, 5 Dec, one round) 35.534 -> 35.387 ms per step, inside the rounds' spread; the kernel passed
+ * bench/cuda_check.sh's fused-loss cases there (the GPT-2 vocabulary's included, within 1.5e-7). A warp per row keeps
+ * the default steps either way (the unfused kernels' bits).
+ */
+export function ceUnroll(): 4 | 16 {
+  return envChoice('MPSC_CUDA_CE_UNROLL', ['4', '16'], '4') === '16' ? 16 : 4;
+}
 /** rows up to which a warp-per-row forward op is ONE block (8 warps taking rows in turn) rather than two kernels */
 export const ONE_BLOCK_ROWS = 256;
 const BLOCK = 256;
@@ -117,10 +130,15 @@ function rowLayout(ctx: LowerCtx, R: number, C: number, fused = false) {
   if (!warp) ctx.helpers.add('block_reduce');
   // threads of a block, and its warps
   const tg = warp ? BLOCK : W, nsg = tg / 32;
+  // the fused loss's block per row at MPSC_CUDA_CE_UNROLL=16 (a warp per row keeps the unfused kernels' steps: the same bits)
+  const wide = fused && !warp && ceUnroll() === 16;
   return {
     W, warp, tg, nsg,
     /** 2 blocks of 1024 per SM (registers capped at 32 a thread: ptxas spills 8 bytes in the fused kernel, 48 registers uncapped) */
-    minBlocks: tg === 1024 ? { minBlocks: 2 } : {},
+    minBlocks: wide ? { minBlocks: 1024 / tg } : tg === 1024 ? { minBlocks: 2 } : {},
+    /** loads in flight per thread in the log-sum-exp pass, and in the gradient pass (unrolledRow) */
+    unroll: wide ? 16 : 4,
+    gradUnroll: wide ? 16 : ROW_UNROLL,
     groups: warp ? ceilDiv(R, WARPS) : R,
     tgmem: warp ? 0 : nsg * 4,
     head:
@@ -142,15 +160,21 @@ function rowLayout(ctx: LowerCtx, R: number, C: number, fused = false) {
 function onlineLse(ctx: LowerCtx, g: Graph, n: Node, L: ReturnType<typeof rowLayout>, C: number, sx: boolean): string {
   const d = ctx.d, u = (k: number) => d.u(k), exp = (x: string) => d.math('exp', x), max = (a: string, b: string) => d.math('max', a, b);
   const x = (k: number) => readF(d, g, n.inputs[0], 'logits', k ? `base + c + ${u(k * L.W)}` : 'base + c');
+  const U = L.unroll, ks = Array.from({ length: U }, (_, k) => k);
+  // a balanced tree over names (max of the step's loads, sum of their exps): (a + b) + (c + d) at U = 4
+  const tree = (xs: string[], op: (a: string, b: string) => string): string =>
+    xs.length === 1 ? xs[0] : op(tree(xs.slice(0, xs.length / 2), op), tree(xs.slice(xs.length / 2), op));
+  const paren = (a: string, b: string) => `(${a} + ${b})`;
+  const sumOf = (xs: string[]) => { const t = tree(xs, paren); return t.startsWith('(') ? t.slice(1, -1) : t; };
   return (
     `  float m = ${d.f(-Infinity)}, s = ${d.f(0)};\n` + (sx ? `  float sx = ${d.f(0)};\n` : '') +
     `  uint c = t;\n` +
-    `  for (; c + ${u(3 * L.W)} < ${u(C)}; c += ${u(4 * L.W)}) {\n` +
-    `    const float x0 = ${x(0)}, x1 = ${x(1)}, x2 = ${x(2)}, x3 = ${x(3)};\n` +
-    `    const float mx = ${max(max('x0', 'x1'), max('x2', 'x3'))};\n` +
+    `  for (; c + ${u((U - 1) * L.W)} < ${u(C)}; c += ${u(U * L.W)}) {\n` +
+    `    const float ${ks.map((k) => `x${k} = ${x(k)}`).join(', ')};\n` +
+    `    const float mx = ${tree(ks.map((k) => `x${k}`), max)};\n` +
     `    if (mx > m) { s = s * ${exp('m - mx')}; m = mx; }\n` +
-    `    s += (${exp('x0 - m')} + ${exp('x1 - m')}) + (${exp('x2 - m')} + ${exp('x3 - m')});\n` +
-    (sx ? `    sx += (x0 + x1) + (x2 + x3);\n` : '') +
+    `    s += ${sumOf(ks.map((k) => exp(`x${k} - m`)))};\n` +
+    (sx ? `    sx += ${sumOf(ks.map((k) => `x${k}`))};\n` : '') +
     `  }\n` +
     `  for (; c < ${u(C)}; c += ${u(L.W)}) {\n` +
     `    const float x = ${x(0)};\n` +
@@ -291,7 +315,7 @@ function gradRow(ctx: LowerCtx, g: Graph, m: Node, L: ReturnType<typeof rowLayou
   const outT = elemOf(g, m.outputs[0]);
   const store = (x: string) => (isHalfElem(outT) ? d.fromFloat(outT, x) : x);
   const target = (c: string) => (ls ? `(int(${c}) == lab ? ${f(1 - ls)} : ${f(0)}) + ${f(ls / C)}` : `int(${c}) == lab ? ${f(1)} : ${f(0)}`);
-  return unrolledRow(d, C, L.W, (k, c) => `    const float x${k} = ${readF(d, g, m.inputs[0], 'logits', `base + ${c}`)};\n`, (k, c) =>
+  return unrolledRow(d, C, L.W, L.gradUnroll, (k, c) => `    const float x${k} = ${readF(d, g, m.inputs[0], 'logits', `base + ${c}`)};\n`, (k, c) =>
     `    dlogits[base + ${c}] = ${store(`(${fromLse ? d.math('exp', `x${k} - lse`) : `${d.math('exp', `x${k} - M`)} / S`} - (${target(c)})) / count`)};\n`);
 }
 
@@ -337,17 +361,17 @@ export const ROW_UNROLL = 8;
 
 /**
  * The statements of a thread's pass over its elements t, t + W, ... of a row of C (the body's `c` a
- * uint, `t` its first): ROW_UNROLL at a time, every `load(k, column)` of a step before its first
+ * uint, `t` its first): U (ROW_UNROLL by default) at a time, every `load(k, column)` of a step before its first
  * `store(k, column)` (a store may write bytes the thread loaded, in place, so the compiler keeps loads
- * behind earlier stores: loads first puts ROW_UNROLL in flight, not one), then the rest one at a time;
+ * behind earlier stores: loads first puts U in flight, not one), then the rest one at a time;
  * each element gets the same statements either way.
  */
-function unrolledRow(d: LowerCtx['d'], C: number, W: number, load: (k: number, c: string) => string, store: (k: number, c: string) => string): string {
-  const ks = Array.from({ length: ROW_UNROLL }, (_, k) => k);
+function unrolledRow(d: LowerCtx['d'], C: number, W: number, U: number, load: (k: number, c: string) => string, store: (k: number, c: string) => string): string {
+  const ks = Array.from({ length: U }, (_, k) => k);
   const col = (k: number) => (k ? `(c + ${d.u(k * W)})` : 'c');
-  // (rows too short for one step of ROW_UNROLL: the loop one at a time only)
-  const steps = (ROW_UNROLL - 1) * W < C
-    ? `  for (; c + ${d.u((ROW_UNROLL - 1) * W)} < ${d.u(C)}; c += ${d.u(ROW_UNROLL * W)}) {\n` + ks.map((k) => load(k, col(k))).join('') + ks.map((k) => store(k, col(k))).join('') + `  }\n`
+  // (rows too short for one step of U: the loop one at a time only)
+  const steps = (U - 1) * W < C
+    ? `  for (; c + ${d.u((U - 1) * W)} < ${d.u(C)}; c += ${d.u(U * W)}) {\n` + ks.map((k) => load(k, col(k))).join('') + ks.map((k) => store(k, col(k))).join('') + `  }\n`
     : '';
   return `  {\n  uint c = t;\n` + steps + `  for (; c < ${d.u(C)}; c += ${d.u(W)}) {\n${load(0, 'c')}${store(0, 'c')}  }\n  }\n`;
 }

@@ -11,12 +11,13 @@
  * Mixed precision: the 16-bit casts fold into the loads and stores of the kernels that widen /
  * round (compiler/kernels/registry.ts HALF_IO_OPS; cuBLASLt writes a 16-bit D: cublaslt.ts), except
  * the convolutions (their CUDA kernels are not declared for it). And remat (compiler/ir/remat.ts):
- * gelu and layernorm outputs the backward reads are recomputed there instead of kept, for a
- * program whose planned peak without the copies is at least REMAT_FROM_PEAK_BYTES (4 GiB): the
- * GPU's memory is what limits GPT-2's batch (8.83 -> 7.14 GiB planned with the copies), while below
- * that a step fits any GPU this backend targets (sm_80 and later, 16 GB and up) with room to spare,
- * and each copy is one more kernel of a few microseconds (gpt_tiny: 13 copies for 20 MiB saved;
- * gpt_char: 19 copies, 2.49 -> 1.75 GiB, not worth 19 launches on a 16+ GB device).
+ * gelu outputs the backward reads are recomputed there instead of kept, for a program whose planned
+ * peak without the copies is at least REMAT_FROM_PEAK_BYTES (4 GiB): the GPU's memory is what limits
+ * GPT-2's batch (8.83 -> 7.70 GiB planned with the gelu copies, each one more store in its gradient's
+ * kernel), while below that a step fits any GPU this backend targets (sm_80 and later, 16 GB and up)
+ * with room to spare (gpt_tiny and gpt_char keep theirs). Layernorm outputs only when the step with the
+ * gelu copies still plans REMAT_LN_FROM_PEAK_BYTES (12 GiB) or more: each such copy is a row kernel of its
+ * own (GPT-2 with them: 7.14 GiB, and 0.7 ms slower on the H200, 5 Dec).
  * And a residual add folded into the layernorm reading its sum (fuse.ts rule 5) for rows of at most
  * layernorm_cuda.ts's WARP_D (its warp-per-row kernel stores the sum after loading the row), and the
  * residual-gradient add (with the bias gradient summed from it) into the layernorm_grad before it (rules 6, 7).
@@ -29,12 +30,13 @@
  * into the conv2d_grad_input writing the gradient it sums (rule 9 too; conv_cuda.ts: each row tile's column sums in the store).
  * And a global_avgpool into the conv2d whose output it reads (fuse.ts rule 10: `pool_out`; conv_cuda.ts: per-tile column
  * sums in the conv's store, then a fixed-order sum of the tiles; no second read of the conv output).
- * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,grad_fwd,add_ln,grad_add,bias_sum,bias_grad,pool_bias,conv_bias,conv_pool switches any of these off (A/B runs;
- * remat_unary keeps the layernorm copies only: GPT-2 bf16 then plans 8.26 GiB instead of 7.14, no gelu copies).
+ * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,bias_grad,pool_bias,conv_bias,conv_pool switches any
+ * of these off (A/B runs; remat_unary: no gelu copies, so only the layernorms' from 12 GiB; remat_ln: never layernorm copies).
  */
 import { UserError } from '../errors.js';
 import { EPILOGUE_OPS, type FusionCaps } from '../ir/fuse.js';
 import { UNARY_FNS } from '../ir/scalar_fns.js';
+import { REMAT_OPS } from '../ir/remat.js';
 import { HALF_IO_OPS } from '../kernels/registry.js';
 import { WARP_D } from './layernorm_cuda.js';
 
@@ -45,10 +47,10 @@ export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
 const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 /** the fusions $MPSC_CUDA_FUSE_OFF may switch off (a comma-separated list, for A/B runs; runtime/cuda/session.ts keys builds on it) */
-export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'bias_grad', 'pool_bias', 'conv_bias', 'conv_pool'] as const;
+export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'bias_grad', 'pool_bias', 'conv_bias', 'conv_pool'] as const;
 export type CudaFuseSwitch = (typeof CUDA_FUSE_SWITCHES)[number];
 
-/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7), bias_sum (rule 7), bias_grad (rule 8), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10) */
+/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7), bias_sum (rule 7), bias_grad (rule 8), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10) */
 export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE_OFF): CudaFuseSwitch[] {
   const names = (env ?? '').split(',').map((x) => x.trim()).filter(Boolean);
   for (const x of names) {
@@ -57,13 +59,28 @@ export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE
   return names as CudaFuseSwitch[];
 }
 
+/**
+ * layernorm copies (remat.ts) only for a step still planned at this peak (bytes) or more with the gelu copies: each
+ * is a row kernel of its own (GPT-2 small bf16: 25 x 33 us, 0.7 ms of its 36 ms step measured on the H200, for 0.56
+ * GiB), while a gelu copy is one more store in its gradient's kernel (grad_fwd.ts). As torch.compile's partitioner,
+ * which recomputes no reductions by default, a step of a usual size keeps its layernorm outputs.
+ */
+export const REMAT_LN_FROM_PEAK_BYTES = 12 * 2 ** 30;
+
+/** remat.ts's caps after $MPSC_CUDA_FUSE_OFF's remat_unary / remat_ln (both: no copies at all) */
+function rematCaps(off: readonly CudaFuseSwitch[]): NonNullable<FusionCaps['remat']> | undefined {
+  const ops = REMAT_OPS.filter((op) => !(op === 'unary' && off.includes('remat_unary')) && !(op === 'layernorm' && off.includes('remat_ln')));
+  if (off.includes('remat') || ops.length === 0) return undefined;
+  return { fromPeakBytes: REMAT_FROM_PEAK_BYTES, ops, ...(ops.includes('layernorm') ? { later: { ops: ['layernorm'], fromPeakBytes: REMAT_LN_FROM_PEAK_BYTES } } : {}) };
+}
+
 export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): FusionCaps {
   const half = HALF_IO_OPS.filter((op) => !F32_ONLY.includes(op));
   return {
     epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: true },
     poolGradRelu: { globalAvgpool: true, maxpool2x2: true, convGradInput: true },
     casts: { reads: half, stores: half },
-    ...(off.includes('remat') ? {} : { remat: { fromPeakBytes: REMAT_FROM_PEAK_BYTES, ...(off.includes('remat_unary') ? { ops: ['layernorm'] } : {}) } }),
+    ...(rematCaps(off) ? { remat: rematCaps(off) } : {}),
     addLayernorm: { maxD: WARP_D, add: !off.includes('add_ln'), grad: !off.includes('grad_add'), biasSum: !off.includes('bias_sum') },
     ...(off.includes('bias_grad') ? {} : { matmulBiasGrad: true }),
     ...(off.includes('grad_fwd') ? {} : { gradWithForward: true }),

@@ -112,9 +112,11 @@ export interface FusionCaps {
    * after the rules: recompute cheap forward values in the backward (remat.ts; programs.ts
    * fuseForBackend), only for a program whose planned peak without the copies is at least
    * `fromPeakBytes` (below it memory limits nothing, and every copy costs a kernel launch); `ops`: which of
-   * remat.ts's ops (default all: unary, layernorm)
+   * remat.ts's ops (default all: unary, layernorm); `later`: ops recomputed only when the program, with the
+   * other ops' copies, still plans `later.fromPeakBytes` or more (the costlier copies: a layernorm copy is a whole
+   * row kernel, a gelu copy is one more store in its gradient's kernel, grad_fwd.ts)
    */
-  remat?: { fromPeakBytes: number; ops?: readonly string[] };
+  remat?: { fromPeakBytes: number; ops?: readonly string[]; later?: { ops: readonly string[]; fromPeakBytes: number } };
   /** rules 5-7: a residual add folded into the layernorm after it (add), the residual-gradient add (grad) and its bias gradient (biasSum) into the layernorm_grad before it, for rows of at most maxD; each on unless false */
   addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean };
   /** rule 8: a bias gradient (sum_to over the rows) into the weight-gradient matmul reading the same rows */

@@ -39,7 +39,7 @@ import { evalMode } from './eval_mode.js';
 import { type FusionCaps, NO_FUSIONS, fuseProgram } from './fuse.js';
 import type { Program, ProgramName, ProgramSet } from './graph.js';
 import { planMemory } from './memory_plan.js';
-import { rematerialize } from './remat.js';
+import { REMAT_OPS, rematerialize } from './remat.js';
 import { pairGradWithForward } from './grad_fwd.js';
 import { lowerOptimizer } from './optimizer_lowering.js';
 import { verifyGraph } from './verify.js';
@@ -71,20 +71,29 @@ function finish(p: Program, fusions: FusionCaps): Program {
 /**
  * One program as a backend with these fusions runs it: fused (fuse.ts), rematerialized (remat.ts,
  * when `fusions.remat`, the fused program's planned peak is at least its `fromPeakBytes`, and the
- * copies shrink the arena), the result verified,
+ * copies shrink the arena; the `later` ops' copies too when the peak with the others' is still at least
+ * `later.fromPeakBytes`), the result verified,
  * and planned again (memory_plan.ts) when the program had a plan; a program without one (kernel
  * tests: every value in its own slot) stays without.
  */
 export function fuseForBackend(p: Program, fusions: FusionCaps): Program {
   const fused = fuseProgram(p, fusions);
   if (fusions.remat) {
-    // the recomputations cost kernels: only where memory is large enough to matter, and where they shrink the arena
+    // the recomputations cost kernels: only where memory is large enough to matter, and where they shrink the arena;
+    // the costlier ones (`later`) only where the program is still large with the others' copies
+    const { fromPeakBytes, ops = REMAT_OPS, later } = fusions.remat;
     const plain = planMemory(fused);
-    if (plain.peakBytes >= fusions.remat.fromPeakBytes) {
-      const copies = rematerialize(fused, fusions.remat.ops);
+    const withCopies = (of: readonly string[]): Program | null => {
+      if (of.length === 0) return null;
+      const copies = rematerialize(fused, of);
       // a recomputed unary next to its gradient: one node (grad_fwd.ts), when the backend's caps say so
       const r = fusions.gradWithForward && copies !== fused ? pairGradWithForward(copies) : copies;
-      if (r !== fused && planMemory(r).arenaBytes < plain.arenaBytes) return finishFused(p, r);
+      return r !== fused && planMemory(r).arenaBytes < plain.arenaBytes ? r : null;
+    };
+    if (plain.peakBytes >= fromPeakBytes) {
+      const first = withCopies(ops.filter((op) => !later?.ops.includes(op)));
+      const all = later && planMemory(first ?? fused).peakBytes >= later.fromPeakBytes ? withCopies(ops) : null;
+      if (all ?? first) return finishFused(p, (all ?? first)!);
     }
   }
   return finishFused(p, fused);
