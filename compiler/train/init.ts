@@ -25,7 +25,7 @@
  */
 import { UserError } from '../errors.js';
 import { numel } from '../ir/graph.js';
-import { philox4x32 } from '../ir/philox.js';
+import { philox4x32Into } from '../ir/philox.js';
 import type { CheckedModel, InitSpec, ParamDecl } from '../model.js';
 
 const INIT_COUNTER_TAG = 0x1417;
@@ -54,21 +54,24 @@ export function fanInOut(shape: readonly number[], path: string): { fanIn: numbe
   return { fanIn: shape[1] * receptive, fanOut: shape[0] * receptive };
 }
 
-/** two independent uniforms in [0,1), 53 random bits each, for element i */
-function draws(key0: number, key1: number, i: number): [number, number] {
-  const [w0, w1, w2, w3] = philox4x32(key0, key1, i, INIT_COUNTER_TAG, 0, 0);
-  const u1 = ((w0 >>> 5) * 67108864 + (w1 >>> 6)) / 9007199254740992; // [0,1)
-  const u2 = ((w2 >>> 5) * 67108864 + (w3 >>> 6)) / 9007199254740992;
-  return [u1, u2];
+const words = new Uint32Array(4);
+
+/** the first uniform in [0,1) of element i (53 random bits: words 0 and 1) */
+function draw1(key0: number, key1: number, i: number): number {
+  philox4x32Into(key0, key1, i, INIT_COUNTER_TAG, 0, 0, words);
+  return ((words[0] >>> 5) * 67108864 + (words[1] >>> 6)) / 9007199254740992; // [0,1)
 }
 
 function fillUniform(out: Float32Array, key0: number, key1: number, lo: number, hi: number): void {
-  for (let i = 0; i < out.length; i++) out[i] = lo + (hi - lo) * draws(key0, key1, i)[0];
+  for (let i = 0; i < out.length; i++) out[i] = lo + (hi - lo) * draw1(key0, key1, i);
 }
 
 function fillNormal(out: Float32Array, key0: number, key1: number, mean: number, std: number): void {
   for (let i = 0; i < out.length; i++) {
-    const [u1, u2] = draws(key0, key1, i);
+    // two independent uniforms in [0,1), 53 random bits each: words 0, 1 and words 2, 3
+    philox4x32Into(key0, key1, i, INIT_COUNTER_TAG, 0, 0, words);
+    const u1 = ((words[0] >>> 5) * 67108864 + (words[1] >>> 6)) / 9007199254740992;
+    const u2 = ((words[2] >>> 5) * 67108864 + (words[3] >>> 6)) / 9007199254740992;
     const r = Math.sqrt(-2 * Math.log(1 - u1)); // 1-u1 in (0,1]
     out[i] = mean + std * r * Math.cos(2 * Math.PI * u2);
   }
