@@ -17,7 +17,7 @@ import { plannedPeakBytesOf } from '../compiler/ir/print_ir.js';
 import { NO_FUSIONS } from '../compiler/ir/fuse.js';
 import { deviceFusions } from '../compiler/device_fusions.js';
 import type { CheckedModel } from '../compiler/model.js';
-import { initParams } from '../compiler/train/init.js';
+import { initParamsThreaded } from './init_threads.js';
 import { openSession } from './device.js';
 import type { Batch, Session } from './session.js';
 
@@ -148,7 +148,7 @@ export async function bench(model: CheckedModel, opts: BenchOptions): Promise<Be
   const open_s = (performance.now() - tOpen) / 1000;
   const session: Session = opened.session;
   try {
-    for (const [name, data] of initParams(model, model.train.seed)) session.write(name, data);
+    for (const [name, data] of initParamsThreaded(model, model.train.seed)) session.write(name, data);
     const trainIn = syntheticBatch(programs.train_step, model.numClasses, 1);
     const evalIn = syntheticBatch(programs.eval, model.numClasses, 2);
     let t = 0;

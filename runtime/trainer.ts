@@ -47,7 +47,7 @@ import { createBatcher, epochOrder, trainBatchesPerEpoch } from '../data/batcher
 import { datasetChecksum, type Dataset } from '../data/dataset.js';
 import { loadData } from '../data/load.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
-import { initParams } from '../compiler/train/init.js';
+import { initParamsThreaded } from './init_threads.js';
 import { lrAt } from '../compiler/train/schedule.js';
 import {
   pruneCheckpoints,
@@ -444,7 +444,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       pos = { step: resumeInfo.step, epoch: resumeInfo.epoch, batchInEpoch: resumeInfo.batchInEpoch, counter: resumeInfo.counter };
       emit({ kind: 'note', message: `resuming from ${resumeFile} at step ${pos.step} (epoch ${pos.epoch + 1})` });
     } else {
-      const init = initParams(model, cfg.seed);
+      const init = initParamsThreaded(model, cfg.seed);
       for (const [name, v] of init) if (sessionNames.has(name)) session.write(name, v);
       if (initSt && opts.initFrom !== undefined) {
         const loaded = loadIntoSession(session, initSt, opts.initFrom, initLoad);

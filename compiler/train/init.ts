@@ -62,23 +62,37 @@ function draw1(key0: number, key1: number, i: number): number {
   return ((words[0] >>> 5) * 67108864 + (words[1] >>> 6)) / 9007199254740992; // [0,1)
 }
 
-function fillUniform(out: Float32Array, key0: number, key1: number, lo: number, hi: number): void {
-  for (let i = 0; i < out.length; i++) out[i] = lo + (hi - lo) * draw1(key0, key1, i);
+/** out[j] is element from + j of the tensor (its Philox counter) */
+function fillUniform(out: Float32Array, from: number, key0: number, key1: number, lo: number, hi: number): void {
+  for (let j = 0; j < out.length; j++) out[j] = lo + (hi - lo) * draw1(key0, key1, from + j);
 }
 
-function fillNormal(out: Float32Array, key0: number, key1: number, mean: number, std: number): void {
-  for (let i = 0; i < out.length; i++) {
+function fillNormal(out: Float32Array, from: number, key0: number, key1: number, mean: number, std: number): void {
+  for (let j = 0; j < out.length; j++) {
     // two independent uniforms in [0,1), 53 random bits each: words 0, 1 and words 2, 3
-    philox4x32Into(key0, key1, i, INIT_COUNTER_TAG, 0, 0, words);
+    philox4x32Into(key0, key1, from + j, INIT_COUNTER_TAG, 0, 0, words);
     const u1 = ((words[0] >>> 5) * 67108864 + (words[1] >>> 6)) / 9007199254740992;
     const u2 = ((words[2] >>> 5) * 67108864 + (words[3] >>> 6)) / 9007199254740992;
     const r = Math.sqrt(-2 * Math.log(1 - u1)); // 1-u1 in (0,1]
-    out[i] = mean + std * r * Math.cos(2 * Math.PI * u2);
+    out[j] = mean + std * r * Math.cos(2 * Math.PI * u2);
   }
 }
 
-export function initTensor(decl: Pick<ParamDecl, 'path' | 'shape' | 'init'>, seed: number): Float32Array {
+export function initTensor(decl: InitDecl, seed: number): Float32Array {
   const out = new Float32Array(numel(decl.shape));
+  initSlice(decl, seed, 0, out);
+  return out;
+}
+
+/** what a tensor's initial values depend on */
+export type InitDecl = Pick<ParamDecl, 'path' | 'shape' | 'init'>;
+
+/**
+ * Elements [from, from + out.length) of the tensor's initial values into `out`: the same values as those
+ * elements of initTensor (each element's draws depend only on its index), so slices may be filled apart
+ * (runtime/init_threads.ts fills a large model's slices on worker threads).
+ */
+export function initSlice(decl: InitDecl, seed: number, from: number, out: Float32Array): void {
   const k0 = seed >>> 0;
   const k1 = fnv1a(decl.path);
   const spec: InitSpec = decl.init;
@@ -92,42 +106,42 @@ export function initTensor(decl: Pick<ParamDecl, 'path' | 'shape' | 'init'>, see
       out.fill(spec.value);
       break;
     case 'normal':
-      fillNormal(out, k0, k1, spec.mean, spec.std);
+      fillNormal(out, from, k0, k1, spec.mean, spec.std);
       break;
     case 'uniform':
-      fillUniform(out, k0, k1, spec.a, spec.b);
+      fillUniform(out, from, k0, k1, spec.a, spec.b);
       break;
     case 'default_weight': {
       const { fanIn } = fanInOut(decl.shape, decl.path);
       const b = fanIn > 0 ? 1 / Math.sqrt(fanIn) : 0;
-      fillUniform(out, k0, k1, -b, b);
+      fillUniform(out, from, k0, k1, -b, b);
       break;
     }
     case 'default_bias': {
       const b = spec.fan_in > 0 ? 1 / Math.sqrt(spec.fan_in) : 0;
-      fillUniform(out, k0, k1, -b, b);
+      fillUniform(out, from, k0, k1, -b, b);
       break;
     }
     case 'xavier_uniform': {
       const { fanIn, fanOut } = fanInOut(decl.shape, decl.path);
       const b = spec.gain * Math.sqrt(6 / (fanIn + fanOut));
-      fillUniform(out, k0, k1, -b, b);
+      fillUniform(out, from, k0, k1, -b, b);
       break;
     }
     case 'xavier_normal': {
       const { fanIn, fanOut } = fanInOut(decl.shape, decl.path);
-      fillNormal(out, k0, k1, 0, spec.gain * Math.sqrt(2 / (fanIn + fanOut)));
+      fillNormal(out, from, k0, k1, 0, spec.gain * Math.sqrt(2 / (fanIn + fanOut)));
       break;
     }
     case 'kaiming_uniform': {
       const { fanIn } = fanInOut(decl.shape, decl.path);
       const b = (Math.sqrt(3) * calculateGain(spec.nonlinearity, spec.a)) / Math.sqrt(fanIn);
-      fillUniform(out, k0, k1, -b, b);
+      fillUniform(out, from, k0, k1, -b, b);
       break;
     }
     case 'kaiming_normal': {
       const { fanIn } = fanInOut(decl.shape, decl.path);
-      fillNormal(out, k0, k1, 0, calculateGain(spec.nonlinearity, spec.a) / Math.sqrt(fanIn));
+      fillNormal(out, from, k0, k1, 0, calculateGain(spec.nonlinearity, spec.a) / Math.sqrt(fanIn));
       break;
     }
     default: {
@@ -135,7 +149,6 @@ export function initTensor(decl: Pick<ParamDecl, 'path' | 'shape' | 'init'>, see
       throw new Error(`internal: unknown init ${JSON.stringify(never)}`);
     }
   }
-  return out;
 }
 
 export function initParams(model: CheckedModel, seed: number): Map<string, Float32Array> {
