@@ -59,7 +59,8 @@ for rnd in range(a.rounds + 1):
             print(f"{name}: failed: {err}", file=sys.stderr, flush=True)
             continue
         if rnd == 0:
-            print(f"{name}: built ({' '.join(f'{k}={v}' for k, v in env.items()) or 'defaults'})", flush=True)
+            print(f"{name}: built ({' '.join(f'{k}={v}' for k, v in env.items()) or 'defaults'}); first step after {out.get('first_step_s', 0):.1f} s "
+                  f"(session {out.get('open_s', 0):.1f} s, initial parameters {out.get('init_s', 0):.1f} s)", flush=True)
         else:
             times[name].append(out["train"]["median_ms"])
             print(f"round {rnd} {name:16s} {out['train']['median_ms']:9.3f} ms", flush=True)

@@ -34,7 +34,7 @@ export function formatBench(r: BenchResult): string {
     ...(r.device === 'cuda' && r.train.steps < 10
       ? [`note: with fewer than 10 steps the median of an asynchronous device's steps measures their queueing, not the device: read the mean (or pass --steps 10 or more)`]
       : []),
-    `first train step after ${r.first_step_s.toFixed(2)} s (opening the ${r.device} session: ${r.open_s.toFixed(2)} s)`,
+    `first train step after ${r.first_step_s.toFixed(2)} s (opening the ${r.device} session: ${r.open_s.toFixed(2)} s; initial parameters: ${r.init_s.toFixed(2)} s)`,
   ].join('\n');
 }
 

@@ -56,6 +56,8 @@ export interface BenchResult {
   first_step_s: number;
   /** seconds spent opening the session (code generation, build or cache lookup, loading) */
   open_s: number;
+  /** seconds computing the initial parameters (runtime/init_threads.ts) and writing them into the session */
+  init_s: number;
   train: PhaseTiming;
   eval: PhaseTiming;
   flops: { train_step: number; eval: number; train_step_gemm: number; eval_gemm: number };
@@ -148,7 +150,9 @@ export async function bench(model: CheckedModel, opts: BenchOptions): Promise<Be
   const open_s = (performance.now() - tOpen) / 1000;
   const session: Session = opened.session;
   try {
+    const tInit = performance.now();
     for (const [name, data] of initParamsThreaded(model, model.train.seed)) session.write(name, data);
+    const init_s = (performance.now() - tInit) / 1000;
     const trainIn = syntheticBatch(programs.train_step, model.numClasses, 1);
     const evalIn = syntheticBatch(programs.eval, model.numClasses, 2);
     let t = 0;
@@ -179,6 +183,7 @@ export async function bench(model: CheckedModel, opts: BenchOptions): Promise<Be
       batch: B,
       first_step_s: Number(first_step_s.toFixed(3)),
       open_s: Number(open_s.toFixed(3)),
+      init_s: Number(init_s.toFixed(3)),
       train: timing(trainMs, B, trainFlops),
       eval: timing(evalMs, B, fe.total),
       flops: { train_step: trainFlops, eval: fe.total, train_step_gemm: ft.gemm + fu.gemm, eval_gemm: fe.gemm },
