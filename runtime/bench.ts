@@ -195,3 +195,63 @@ export async function bench(model: CheckedModel, opts: BenchOptions): Promise<Be
     session.close();
   }
 }
+
+/** one build of the model under its environment (generator switches read when the session is opened) */
+export interface BenchVariant { name: string; env: Record<string, string> }
+
+export interface VariantTiming {
+  name: string;
+  env: Record<string, string>;
+  /** seconds opening the variant's session (code generation, build or cache lookup, loading) */
+  open_s: number;
+  /** each round's median ms per train step */
+  rounds: number[];
+  median_ms: number;
+}
+
+/**
+ * A/B of builds in one process (bench/cuda_env_ab.ts): every variant's session opened under its environment
+ * (restored after each), the initial parameters computed once and written into every session, then `rounds`
+ * rounds in which each variant in turn runs `warmup` untimed and `steps` timed train steps; a round's figure is
+ * the median of its steps. All sessions stay open together (device memory: one model per variant), so a drift of
+ * the machine lands on every variant alike and no variant pays a process start or the parameter init again.
+ */
+export async function benchVariants(model: CheckedModel, variants: BenchVariant[], opts: BenchOptions & { rounds: number }): Promise<VariantTiming[]> {
+  if (!model.loss) throw new UserError(`${model.file}: error: model '${model.name}' has no loss, so there is no train step to time; add a loss to the spec`);
+  const B = opts.batch ?? model.train.batch;
+  const programs: ProgramSet = buildPrograms(model, { batch: B });
+  const init = initParamsThreaded(model, model.train.seed);
+  const trainIn = syntheticBatch(programs.train_step, model.numClasses, 1);
+  const opened: { v: BenchVariant; session: Session; open_s: number; t: number; rounds: number[] }[] = [];
+  try {
+    for (const v of variants) {
+      const before = Object.fromEntries(Object.keys(v.env).map((k) => [k, process.env[k]]));
+      Object.assign(process.env, v.env);
+      const t0 = performance.now();
+      try {
+        const { session } = await openSession(opts.device, programs, { threads: opts.threads, onProgress: opts.onProgress });
+        opened.push({ v, session, open_s: (performance.now() - t0) / 1000, t: 0, rounds: [] });
+      } finally {
+        for (const [k, val] of Object.entries(before)) if (val === undefined) delete process.env[k]; else process.env[k] = val;
+      }
+      for (const [name, data] of init) opened[opened.length - 1].session.write(name, data);
+    }
+    for (let r = 0; r < opts.rounds; r++) {
+      for (const o of opened) {
+        const hasUpdate = o.session.hasProgram('apply_update');
+        const step = (read: boolean) => {
+          o.t += 1;
+          const sc: StepScalars = { lr: model.optimizer.lr, t: o.t, seed: model.train.seed, counter: o.t };
+          o.session.run('train_step', trainIn, sc, { read: read && !hasUpdate });
+          if (hasUpdate) o.session.run('apply_update', [], sc, { read });
+        };
+        // the warm-up's last step reads its outputs: the queue is drained before the timed steps
+        timeSteps(Math.max(1, opts.warmup), step);
+        o.rounds.push(Number(median(timeSteps(opts.steps, step)).toFixed(3)));
+      }
+    }
+    return opened.map((o) => ({ name: o.v.name, env: o.v.env, open_s: Number(o.open_s.toFixed(3)), rounds: o.rounds, median_ms: median(o.rounds) }));
+  } finally {
+    for (const o of opened) o.session.close();
+  }
+}
