@@ -179,7 +179,8 @@ function aligned(t: StTensor): ArrayBuffer {
   return ab;
 }
 
-function halfToFloat(h: number): number {
+/** the value of IEEE binary16 bits `h` */
+export function halfToFloat(h: number): number {
   const s = h & 0x8000 ? -1 : 1;
   const e = (h >> 10) & 0x1f;
   const m = h & 0x3ff;

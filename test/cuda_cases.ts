@@ -391,7 +391,7 @@ export function addLayernormCase(rng: Rng, name: string, rows: number[], D: numb
  * checks out, dw, db (and the sums). `fused` as in addLayernormCase (rule 6 drops dx, so the checked ids are
  * looked up by name in the program returned).
  */
-export function layernormGradAddCase(rng: Rng, name: string, rows: number[], D: number, weight: boolean, fused = false, biasSum = false): OpCase {
+export function layernormGradAddCase(rng: Rng, name: string, rows: number[], D: number, weight: boolean, fused = false, biasSum = false, half?: 'bf16' | 'f16'): OpCase {
   const { b, data, input } = caseGraph(rng, name);
   const x = [...rows, D];
   const dy = input('dy', x, -1, 1), xv = input('x', x, -2, 2), w = weight ? input('w', [D], 0.5, 1.5) : -1;
@@ -403,13 +403,18 @@ export function layernormGradAddCase(rng: Rng, name: string, rows: number[], D: 
   // rule 7: the bias gradient of the linear reading the residual stream, folded into the same kernel
   const dbias = biasSum ? act('dlinear_bias', [D]) : -1;
   if (biasSum) b.node('sum_to', [out], [dbias], { shape: [D], axes: rows.map((_, i) => i) }, 'bias_grad');
+  // rule 11: the sum's 16-bit copy (what the next products read), stored by the same kernel: out rounded once from f32
+  // (the reference rounds it from float64: equal unless the f32 rounding lands on a 16-bit midpoint; cuda_passes also
+  // compares it bitwise with the kernel's own out)
+  if (half) b.node('cast', [out], [b.value(`${name}.out_half`, half, x, 'activation')], { to: half }, 'cast');
   const plain = { name, batch: 1, graph: b.graph, inputs: [dy, xv, ...(weight ? [w] : []), mean, rstd, r], outputs: [] } as unknown as Program;
-  const f = fuseProgram(plain, { addLayernorm: { maxD: WARP_D } });
-  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.add_out !== true || (f.graph.nodes[0].attrs.sum_out === true) !== biasSum) throw new Error(`internal: ${name}: the add${biasSum ? ' and the bias sum are' : ' is'} not folded into the layernorm_grad`);
+  const f = fuseProgram(plain, { addLayernorm: { maxD: WARP_D, halfOut: half !== undefined } });
+  if (f.graph.nodes.length !== 1 || f.graph.nodes[0].attrs.add_out !== true || (f.graph.nodes[0].attrs.sum_out === true) !== biasSum ||
+    f.graph.nodes[0].attrs.half_out !== half) throw new Error(`internal: ${name}: the add${biasSum ? ' and the bias sum are' : ' is'}${half ? ' (and the cast)' : ''} not folded into the layernorm_grad`);
   const program = fused ? f : plain;
   const id = (n: string) => program.graph.values.findIndex((v) => v.name === `${name}.${n}`);
   const fdata = new Map([...data].map(([k, v]) => [id(plain.graph.values[k].name.slice(name.length + 1)), v]));
-  return { program, data: fdata, check: ['out', 'dw', 'db', ...(biasSum ? ['dlinear_bias'] : [])].map(id) };
+  return { program, data: fdata, check: ['out', 'dw', 'db', ...(biasSum ? ['dlinear_bias'] : []), ...(half ? ['out_half'] : [])].map(id) };
 }
 
 /**

@@ -30,6 +30,8 @@ import { allOpCases, caseTolerance, independentUpdatesCase } from './metal_cases
 import { MAX_ARGS, mergeLaunches } from '../compiler/codegen-cuda/merge.js';
 import { MSL } from '../compiler/codegen-metal/msl_dialect.js';
 import { librarySource } from '../compiler/codegen-metal/library.js';
+import { roundToHalf } from '../compiler/reference/half.js';
+import type { HalfDType } from '../compiler/ir/graph.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 
@@ -218,6 +220,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
     const pair = (name: string, R: number, C: number, ls: number, ignore?: number) =>
       [false, true].map((fused) => lossAndGradCase(makeRng(R * C), `${name}${fused ? '_fused' : ''}`, R, C, ls, ignore, fused));
     const fusedPairs = [...pair('loss_pair_block', 3, WARP_C + 29, 0.1, 2), ...pair('loss_pair_warp', ONE_BLOCK_ROWS + 9, 165, 0)];
+    const halfCopies = [layernormGradAddCase(rng, 'ln_grad_half_768', [3, 7], 768, true, true, true, 'bf16'), layernormGradAddCase(rng, 'ln_grad_half_65', [3, 5], 65, false, true, false, 'f16')];
     const cases: OpCase[] = [
       ...allOpCases().filter((c) => c.program.graph.nodes.some((n) => ['layernorm', 'layernorm_grad', 'embedding_grad', 'cross_entropy', 'cross_entropy_grad', 'accuracy', 'top_k'].includes(n.op))),
       // ids with gaps and repeats, D not a power of two
@@ -240,6 +243,8 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ...([[[3, 7], 768, true], [[5, 1001], 45, false], [[3, 7], WARP_D, true]] as const).map(([rows, D, w]) => layernormGradAddCase(rng, `ln_grad_add_${D}`, [...rows], D, w, true)),
       // and the bias gradient of the sum (rule 7): several blocks, one block
       layernormGradAddCase(rng, 'ln_grad_add_bias_45', [5, 1001], 45, true, true, true), layernormGradAddCase(rng, 'ln_grad_add_bias_65', [3, 5], 65, false, true, true),
+      // and the sum's 16-bit copy (rule 11): with the bias sum, several blocks; without it, one block, fp16
+      ...halfCopies,
       // a conv bias gradient folded into the avgpool gradient (fuse.ts rule 9, avgpool_cuda.ts): masked planes over two chunks,
       // one exact chunk and 32 threads, unmasked ones on the wide and the shared kernel
       ...poolCases,
@@ -317,6 +322,15 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       const [a, b] = [cases.indexOf(fusedPairs[i]), cases.indexOf(fusedPairs[i + 1])];
       const [ra, rb] = [got[a] as Map<number, Float64Array>, got[b] as Map<number, Float64Array>];
       for (const id of fusedPairs[i].check) expect(Array.from(rb.get(id)!), String(fusedPairs[i + 1].program.name)).toEqual(Array.from(ra.get(id)!));
+    }
+    // rule 11's copy: bitwise the stored sum rounded once to its 16-bit type
+    for (const c of halfCopies) {
+      const g = c.program.graph, r = got[cases.indexOf(c)] as Map<number, Float64Array>, name = String(c.program.name);
+      const id = (n: string) => g.values.findIndex((v) => v.name === `${name}.${n}`);
+      const out = r.get(id('out'))!, copy = r.get(id('out_half'))!, t = g.values[id('out_half')].dtype as HalfDType;
+      expect(copy.length, name).toBe(out.length);
+      expect(Array.from(copy), name).toEqual(Array.from(out, (x) => roundToHalf(Math.fround(x), t)));
+      expect(copy.some((x, i) => x !== out[i]), `${name}: the copy is rounded`).toBe(true);
     }
     // the sorted embedding_grad adds each row's terms in position order: bitwise a float32 sum in that order
     for (const name of ['emb_long', 'emb_sparse']) {

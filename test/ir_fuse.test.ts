@@ -17,6 +17,7 @@ import { type Env, runGraph } from '../compiler/reference/interpret.js';
 import { gptModel } from '../bench/gpt_tiny.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { runTwin } from './ir_helpers.js';
+import { HALF_IO_OPS } from '../compiler/kernels/registry.js';
 
 const SCALARS = { lr: 0.1, t: 1, seed: 1, counter: 0 };
 
@@ -540,6 +541,36 @@ it("rules 5 and 6 on a small GPT's train step (every residual add before a layer
   for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
 });
 
+it("rule 11 on a small bf16 GPT's train step (each residual gradient's bf16 copy stored by the layernorm_grad writing it): the reference gives the same loss and update bit for bit", () => {
+  const base = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+  const model = { ...base, train: { ...base.train, precision: 'bf16' as const } };
+  const unfused = buildPrograms(model, { batch: 2 }).train_step;
+  const caps: FusionCaps = { casts: { reads: HALF_IO_OPS, stores: HALF_IO_OPS }, addLayernorm: { maxD: 16 } };
+  const plain = fused(unfused, caps);
+  const f = fused(unfused, { ...caps, addLayernorm: { maxD: 16, halfOut: true } });
+  const castsOfGrads = (p: Program) => p.graph.nodes.filter((n) => n.op === 'cast' && p.graph.nodes.some((m) => m.op === 'layernorm_grad' && m.attrs.add_out === true && m.outputs[0] === n.inputs[0])).length;
+  // the residual gradient of each add_out layernorm_grad but block 0's ln1 (the embeddings' gradient, read in f32) is
+  // read by a product in bf16: the 3 casts become half_out
+  expect(castsOfGrads(plain)).toBe(3);
+  expect(castsOfGrads(f)).toBe(0);
+  const halves = f.graph.nodes.filter((n) => n.attrs.half_out === 'bf16');
+  expect(halves).toHaveLength(3);
+  // the copy is the last output, after sum_out's column sums where both
+  for (const n of halves) {
+    expect(f.graph.values[n.outputs[n.outputs.length - 1]].dtype).toBe('bf16');
+    if (n.attrs.sum_out === true) expect(f.graph.values[n.outputs[n.outputs.length - 2]].shape).toEqual([16]);
+  }
+  expect(fuseProgram(f, { ...caps, addLayernorm: { maxD: 16, halfOut: true } })).toEqual(f);
+  const { losses, stores } = runTwin(model.params, plain, f, 5, 2);
+  for (const [a, b] of losses) expect(b).toBe(a);
+  for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
+  // verify.ts: half_out needs add_out, a 16-bit type, and a last output of output 0's shape in it
+  const bad = problemsAfter(f);
+  const i = f.graph.nodes.indexOf(halves[0]);
+  expect(bad((p) => { p.graph.nodes[i].attrs.half_out = 'f32'; })).toMatch(/half_out is only 'f16' or 'bf16', with add_out/);
+  expect(bad((p) => { p.graph.nodes[i].attrs.half_out = 'f16'; })).toMatch(/the 16-bit copy is bf16\[.*\], expected f16/);
+});
+
 it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7, 8 (and remat) off one by one; an unknown name is a user error', async () => {
   const { cudaFusions, cudaFuseOff } = await import('../compiler/codegen-cuda/fusions.js');
   const model = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
@@ -557,6 +588,8 @@ it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7, 8 (and remat) off one by one; an 
   expect(count(['grad_add'])).toEqual([5, 0, 0, 8]);
   expect(count(['bias_grad'])).toEqual([5, 4, ln, 0]);
   expect(cudaFusions(['remat']).remat).toBeUndefined();
+  // rule 11 (a bf16 step's casts: the test above) on by default, off by ln_half
+  expect([cudaFusions([]).addLayernorm?.halfOut, cudaFusions(['ln_half']).addLayernorm?.halfOut]).toEqual([true, false]);
   expect(cudaFuseOff(' remat, bias_sum ')).toEqual(['remat', 'bias_sum']);
   expect(() => cudaFuseOff('remat,nope')).toThrow(/unknown fusion 'nope'/);
 });

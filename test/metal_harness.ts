@@ -15,6 +15,7 @@ import { buildMetal, metalEmuSources, type MetalArtifacts, type MetalOptions } f
 import { programLayout, type PersistentTable } from '../compiler/codegen-metal/layout.js';
 import { emuArchFlags } from '../runtime/metal-emu/session.js';
 import type { CpuFallbackEmitter } from '../compiler/codegen-metal/emu_model.js';
+import { halfToFloat } from '../runtime/safetensors.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const EMU = path.join(ROOT, 'runtime/metal-emu');
@@ -181,8 +182,18 @@ export function runCases(b: EmuBuild<CaseArtifacts>, cases: OpCase[], scalars: S
       const buf = h.region === 'arena' ? r.arena : h.region === 'persistent' ? persistent : null;
       if (!buf) return `value ${v.name} lives in the ${h.region} region, which the driver does not return`;
       const f = new Float64Array(numel(v.shape));
-      if (h.offset + 4 * f.length > buf.length) return `value ${v.name}: ${h.region} bytes ${h.offset}..${h.offset + 4 * f.length} beyond the ${buf.length} the driver returned`;
-      for (let i = 0; i < f.length; i++) f[i] = v.dtype === 'i32' ? buf.readInt32LE(h.offset + 4 * i) : buf.readFloatLE(h.offset + 4 * i);
+      // 16-bit values read back widened (bf16: the high half of an f32; f16: IEEE binary16)
+      const w = v.dtype === 'f16' || v.dtype === 'bf16' ? 2 : 4;
+      if (h.offset + w * f.length > buf.length) return `value ${v.name}: ${h.region} bytes ${h.offset}..${h.offset + w * f.length} beyond the ${buf.length} the driver returned`;
+      const bf16 = new DataView(new ArrayBuffer(4));
+      const read = (i: number): number => {
+        const at = h.offset + w * i;
+        if (v.dtype === 'i32') return buf.readInt32LE(at);
+        if (v.dtype === 'f16') return halfToFloat(buf.readUInt16LE(at));
+        if (v.dtype === 'bf16') { bf16.setUint32(0, buf.readUInt16LE(at) << 16); return bf16.getFloat32(0); }
+        return buf.readFloatLE(at);
+      };
+      for (let i = 0; i < f.length; i++) f[i] = read(i);
       m.set(id, f);
     }
     return m;

@@ -30,7 +30,7 @@
  * into the conv2d_grad_input writing the gradient it sums (rule 9 too; conv_cuda.ts: each row tile's column sums in the store).
  * And a global_avgpool into the conv2d whose output it reads (fuse.ts rule 10: `pool_out`; conv_cuda.ts: per-tile column
  * sums in the conv's store, then a fixed-order sum of the tiles; no second read of the conv output).
- * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,bias_grad,pool_bias,conv_bias,conv_pool switches any
+ * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,pool_bias,conv_bias,conv_pool switches any
  * of these off (A/B runs; remat_unary: no gelu copies, so only the layernorms' from 12 GiB; remat_ln: never layernorm copies).
  */
 import { UserError } from '../errors.js';
@@ -47,10 +47,10 @@ export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
 const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 /** the fusions $MPSC_CUDA_FUSE_OFF may switch off (a comma-separated list, for A/B runs; runtime/cuda/session.ts keys builds on it) */
-export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'bias_grad', 'pool_bias', 'conv_bias', 'conv_pool'] as const;
+export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'ln_half', 'bias_grad', 'pool_bias', 'conv_bias', 'conv_pool'] as const;
 export type CudaFuseSwitch = (typeof CUDA_FUSE_SWITCHES)[number];
 
-/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7), bias_sum (rule 7), bias_grad (rule 8), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10) */
+/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7 and 11), bias_sum (rule 7), ln_half (rule 11), bias_grad (rule 8), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10) */
 export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE_OFF): CudaFuseSwitch[] {
   const names = (env ?? '').split(',').map((x) => x.trim()).filter(Boolean);
   for (const x of names) {
@@ -81,7 +81,7 @@ export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): Fus
     poolGradRelu: { globalAvgpool: true, maxpool2x2: true, convGradInput: true },
     casts: { reads: half, stores: half },
     ...(rematCaps(off) ? { remat: rematCaps(off) } : {}),
-    addLayernorm: { maxD: WARP_D, add: !off.includes('add_ln'), grad: !off.includes('grad_add'), biasSum: !off.includes('bias_sum') },
+    addLayernorm: { maxD: WARP_D, add: !off.includes('add_ln'), grad: !off.includes('grad_add'), biasSum: !off.includes('bias_sum'), halfOut: !off.includes('ln_half') },
     ...(off.includes('bias_grad') ? {} : { matmulBiasGrad: true }),
     ...(off.includes('grad_fwd') ? {} : { gradWithForward: true }),
     ...(off.includes('pool_bias') ? {} : { poolGradBiasSum: true }),

@@ -14,7 +14,8 @@
  * lanes' partial weight / bias gradients in registers, so dy and x are read once for all three outputs
  * (layernormGradCuda); a second kernel adds the blocks' partials. With the residual-gradient add folded
  * in (fuse.ts rule 6, `add_out`) dx is stored plus the addend (the residual stream's gradient), and with
- * `sum_out` (rule 7) the stored values' column sums (a linear's bias gradient) are a third partial.
+ * `sum_out` (rule 7) the stored values' column sums (a linear's bias gradient) are a third partial; with `half_out`
+ * (rule 11) each stored value is also stored rounded to 16 bits (the copy the next products read: no cast kernel).
  * Consumes layernorm and layernorm_grad nodes in a CUDA dialect context (the bodies use only the kernel
  * language); produces KernelSpecs (null: the shared kernels, with reduce_cuda.ts's column sums).
  */
@@ -109,6 +110,8 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   const { D, rows } = layernormRows(g, n);
   // the residual gradient added to dx as it is stored (fuse.ts rule 6, `add_out`: the addend is the last input)
   const addOut = n.attrs.add_out === true;
+  // output 0's 16-bit copy as the last output (fuse.ts rule 11, `half_out`; only with add_out)
+  const half = n.attrs.half_out !== undefined;
   if (D > WARP_D) {
     if (addOut) throw new Error(`internal: node ${n.id}: a layernorm_grad with a folded add over rows of ${D} > WARP_D (fuse.ts rule 6 takes D <= ${WARP_D})`);
     return null;
@@ -125,7 +128,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   const writes = sums.map((x) => argOf(g, x.arg, x.out, 'w'));
   const args = [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), ...(weight ? [argOf(g, 'w', ins[2], 'r')] : []),
     argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r'), ...(addOut ? [argOf(g, 'xa', ins[5], 'r')] : []),
-    argOf(g, 'dx', outs[0], 'w'), ...(G === 1 ? writes : [])];
+    argOf(g, 'dx', outs[0], 'w'), ...(half ? [argOf(g, 'dxh', outs[outs.length - 1], 'w')] : []), ...(G === 1 ? writes : [])];
   const plus = (idx: string) => (addOut ? ` + ${readF(d, g, ins[5], 'xa', idx)}` : '');
   const decl = (p: string) => `  float ${Array.from({ length: K }, (_, k) => `${p}${k} = ${f(0)}`).join(', ')};\n`;
   /** stores of the column totals, the j-th from the expression total(j) */
@@ -134,7 +137,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   // with the addend: every lane's dx + addend computed (all its loads issued) before any store to dx, whose overlap with
   // xa the compiler cannot rule out (a store between the loads costs a memory round trip per element); g_k holds the result
   const dxLine = (k: number, idx: string) => addOut
-    ? `dx[${idx}] = ${store(ctx, g, outs[0], `g${k}`)};${P === 3 ? ` po${k} += g${k};` : ''}`
+    ? `dx[${idx}] = ${store(ctx, g, outs[0], `g${k}`)};${half ? ` dxh[${idx}] = ${store(ctx, g, outs[outs.length - 1], `g${k}`)};` : ''}${P === 3 ? ` po${k} += g${k};` : ''}`
     : `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`;
   const sumLine = (k: number, idx: string) => `g${k} = rs * (g${k} - s1 - h${k} * s2)${plus(idx)};`;
   const first = kernelSpec(ctx, g, n, args, {
@@ -163,7 +166,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
       (G === 1
         ? `  for (uint c = tidx; c < ${u(D)}; c += ${u(32 * WARPS)}) { ${storeAll('c', (j) => (j ? `tg[${u(j * D)} + c]` : 'tg[c]'))} }\n`
         : `  for (uint c = tidx; c < ${u(P * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(P * D)} + c] = tg[c];\n`),
-  }, ` [dx${addOut ? ' + the residual gradient' : ''}, and dweight / dbias${P === 3 ? ' / its column sums' : ''} partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
+  }, ` [dx${addOut ? ' + the residual gradient' : ''}${half ? ' (and its 16-bit copy)' : ''}, and dweight / dbias${P === 3 ? ' / its column sums' : ''} partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
   if (G === 1) return [first];
   // a warp per column: lane l adds the slots of blocks l, l + 32, ... in order (every load issued at once), then the
   // warp's butterfly sum (a fixed order); one thread per column adding all G slots in a chain of G dependent loads

@@ -74,6 +74,11 @@
  *     G disappears and P, attr `pool_out: true`, writes G's output as its last output (y's per-plane means); y stays
  *     P's output 0 for its other readers (the backward's relu mask). The same means in another order (CUDA: per
  *     output tile column sums in the conv's store, then a sum of the tiles in order, codegen-cuda/conv_cuda.ts).
+ * 11. the 16-bit copy of a residual gradient into the layernorm_grad writing it (caps.addLayernorm.halfOut; after
+ *     rules 6 and 7): C = `cast {to: f16|bf16}` of the f32 output 0 of a rule-6 node L (`add_out`; the residual
+ *     stream's gradient, which the next layernorm_grad reads in f32 while the products read its 16-bit copy), C's
+ *     output not a program output: C disappears and L, attr `half_out: <type>`, writes C's output as its last
+ *     output (after `sum_out`'s when both). Exact: the same f32 values, each rounded once as the cast did.
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -117,8 +122,8 @@ export interface FusionCaps {
    * row kernel, a gelu copy is one more store in its gradient's kernel, grad_fwd.ts)
    */
   remat?: { fromPeakBytes: number; ops?: readonly string[]; later?: { ops: readonly string[]; fromPeakBytes: number } };
-  /** rules 5-7: a residual add folded into the layernorm after it (add), the residual-gradient add (grad) and its bias gradient (biasSum) into the layernorm_grad before it, for rows of at most maxD; each on unless false */
-  addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean };
+  /** rules 5-7: a residual add folded into the layernorm after it (add), the residual-gradient add (grad) and its bias gradient (biasSum) into the layernorm_grad before it, for rows of at most maxD; each on unless false; rule 11 (halfOut) only when true */
+  addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean; halfOut?: boolean };
   /** rule 8: a bias gradient (sum_to over the rows) into the weight-gradient matmul reading the same rows */
   matmulBiasGrad?: boolean;
   /** rule 9: a conv bias gradient (sum_to over N, H, W) into the global_avgpool_grad / the conv2d_grad_input writing what it sums */
@@ -140,6 +145,8 @@ export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool
 export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
 /** the ops that may carry `add_out` (+ the `addend` input, added to output 0), and with it `sum_out` (+ output 0's column sums as the last output) */
 export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
+/** the ops that may carry `half_out` (with add_out: + output 0 rounded to a 16-bit type as the last output: rule 11) */
+export const HALF_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
 /** the ops that may carry `a_sums` (+ input 0's column sums as the last output: rule 8) */
 export const A_SUMS_OPS: readonly OpName[] = ['matmul'];
 /** the ops that may carry `c_sums` (+ output 0's channel sums, over N, H, W, as the last output: rule 9) */
@@ -160,7 +167,7 @@ export const GRAD_FROM_OUTPUT: readonly UnaryFn[] = ['relu'];
 export const EPILOGUE_ATTR = 'epilogue';
 const PREFIX = 'epilogue_';
 /** the attrs a fusion adds to a node (with the `epilogue_<name>` ones): what `unfusedAttrs` drops */
-const FUSION_FLAGS = new Set([EPILOGUE_ATTR, 'relu_grad', 'relu_in', 'add_in', 'add_out', 'sum_out', 'a_sums', 'c_sums', 'pool_out', 'fwd_out']);
+const FUSION_FLAGS = new Set([EPILOGUE_ATTR, 'relu_grad', 'relu_in', 'add_in', 'add_out', 'sum_out', 'half_out', 'a_sums', 'c_sums', 'pool_out', 'fwd_out']);
 
 /** the fused epilogue of a GEMM-family node as `unary` attrs ({ fn, ...fn attrs }), or null */
 export function epilogueOf(n: Node): Record<string, AttrValue> | null {
@@ -183,9 +190,11 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
  *  - `post`: the core's output 0 then goes through `unary` (epilogue), through
  *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad), or
  *            through `binary add` with input `addendInput` (the last one; add_out);
- *  - `sumOut`: after `post`, output `sumOut` (the last one) is output 0 summed over the dims `sumAxes`
- *            (`sum_to`): every dim but its last (sum_out) or N, H and W (c_sums); the core has the node's
- *            outputs before it;
+ *  - `sumOut`: after `post`, output `sumOut` (the last one, or the one before `halfOut`) is output 0 summed over the
+ *            dims `sumAxes` (`sum_to`): every dim but its last (sum_out) or N, H and W (c_sums); the core has the
+ *            node's outputs before it;
+ *  - `halfOut`: after `post`, output `halfOut` (the last one) is output 0 again, stored in its 16-bit type (`cast`;
+ *            half_out): the core has the node's outputs before it (and before `sumOut`'s);
  *  - `poolOut`: after `post`, output `poolOut` (the last one) is output 0's `global_avgpool` (pool_out):
  *            the core has the node's outputs before it;
  *  - `aSums`: output `aSums` (the last one) is input 0 (2-D [K, M]) summed over its rows (`sum_to`
@@ -201,6 +210,7 @@ export interface FusedParts {
   add?: { input: number; output: number };
   sumOut?: number;
   sumAxes?: number[];
+  halfOut?: number;
   poolOut?: number;
   aSums?: number;
   fwdOut?: number;
@@ -222,7 +232,10 @@ export function fusedParts(n: Node): FusedParts | null {
   if (n.attrs.relu_in === true) return { pre: { fn: 'relu' }, coreInputs: n.inputs.length };
   if (n.attrs.add_out === true) {
     const post = { op: 'binary' as const, attrs: { fn: 'add' }, addendInput: n.inputs.length - 1 };
-    return { coreInputs: n.inputs.length - 1, post, ...(n.attrs.sum_out === true ? { sumOut: n.outputs.length - 1 } : {}) };
+    // the extra outputs in order: sum_out's, then half_out's (last)
+    const half = n.attrs.half_out !== undefined ? 1 : 0;
+    return { coreInputs: n.inputs.length - 1, post, ...(n.attrs.sum_out === true ? { sumOut: n.outputs.length - 1 - half } : {}),
+      ...(half ? { halfOut: n.outputs.length - 1 } : {}) };
   }
   if (n.attrs.add_in === true) return { coreInputs: n.inputs.length - 1, add: { input: n.inputs.length - 1, output: n.outputs.length - 1 } };
   if (n.attrs.a_sums === true) return { coreInputs: n.inputs.length, aSums: n.outputs.length - 1 };
@@ -460,6 +473,20 @@ function fuseLayernormGradBiasSum(g: Graph, w: Work): void {
   }
 }
 
+/** rule 11 */
+function fuseLayernormGradHalfOut(g: Graph, w: Work): void {
+  for (const L of w.nodes) {
+    if (!L || L.op !== 'layernorm_grad' || L.attrs.add_out !== true || L.attrs.half_out !== undefined) continue;
+    const out = L.outputs[0];
+    const C = (w.readers.get(out) ?? []).map((id) => w.nodes[id]!).find((n) => n.op === 'cast' && n.inputs[0] === out && isHalf(g.values[n.outputs[0]].dtype));
+    if (!C || w.outputs.has(C.outputs[0]) || g.values[out].dtype !== 'f32') continue;
+    w.nodes[L.id] = { ...L, outputs: [...L.outputs, C.outputs[0]], attrs: { ...L.attrs, half_out: g.values[C.outputs[0]].dtype } };
+    w.nodes[C.id] = null;
+    w.changed = true;
+    w.readers = readersOf(w.nodes);
+  }
+}
+
 /** rule 9 */
 function fuseGradBiasSum(g: Graph, w: Work, ops: readonly string[]): void {
   for (const G of w.nodes) {
@@ -541,6 +568,8 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
   const sumOps = [...(caps.poolGradBiasSum ? ['global_avgpool_grad'] : []), ...(caps.convGradBiasSum ? ['conv2d_grad_input'] : [])];
   if (sumOps.length > 0) fuseGradBiasSum(g, w, sumOps);
   if (caps.convPool) fuseConvPool(g, w);
+  // rule 11 last: the casts rule 4 left, of rule 6's outputs
+  if (caps.addLayernorm?.halfOut === true) fuseLayernormGradHalfOut(g, w);
   if (w.dropValues.size === 0 && !w.changed) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };
   // renumber: kept values and nodes in their old order
   const vmap = new Map<number, number>();

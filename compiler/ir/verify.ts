@@ -18,6 +18,8 @@
  *    extra last input `addend` (a float of x's shape) and extra last output (the sum: f32, x's shape);
  *    `add_out` only on layernorm_grad, exactly with the extra last input `addend` (output 0's shape);
  *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums);
+ *    `half_out` ('f16' | 'bf16') only with add_out, exactly with one more extra last output (output 0's shape in
+ *    that type: output 0 rounded, fuse.ts rule 11), after sum_out's when both;
  *    `a_sums` only on a matmul {transA: true} of 2-D operands, exactly with an extra last output
  *    (f32 [M]: input 0's column sums, fuse.ts rule 8); `fwd_out` only on unary_grad, exactly with an
  *    extra last output (a float of x's shape: f(x), grad_fwd.ts); `c_sums` only on global_avgpool_grad and conv2d_grad_input, exactly
@@ -78,7 +80,9 @@ export function graphProblems(graph: Graph): string[] {
     const extraOut = (addOut && n.attrs.sum_out === true) || (n.attrs.a_sums === true && (A_SUMS_OPS as readonly string[]).includes(n.op)) ||
       (n.attrs.c_sums === true && (C_SUMS_OPS as readonly string[]).includes(n.op)) || (n.attrs.pool_out === true && (POOL_OUT_OPS as readonly string[]).includes(n.op)) ||
       (n.attrs.fwd_out === true && (FWD_OUT_OPS as readonly string[]).includes(n.op));
-    const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = addIn || extraOut ? n.outputs.slice(0, -1) : n.outputs;
+    const halfOut = addOut && n.attrs.half_out !== undefined;
+    const extras = (addIn || extraOut ? 1 : 0) + (halfOut ? 1 : 0);
+    const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = extras ? n.outputs.slice(0, -extras) : n.outputs;
     const variadic = def.inputs.includes('...');
     if (variadic) {
       const min = def.minInputs ?? 2;
@@ -181,10 +185,16 @@ function fusionProblems(graph: Graph, n: Node): string[] {
     if (n.inputs.length !== opDef(n.op).inputs.length + 1) out.push(`${where}: add_out needs every input (-1 for an absent one) and the addend last`);
     else if (!r || r.dtype === 'i32' || !eq(r.shape, y.shape)) out.push(`${where}: the addend is ${r ? `${r.dtype}${fmt(r.shape)}` : 'absent'}, expected a float${fmt(y.shape)} (output 0's shape)`);
   }
+  const ho = n.attrs.half_out;
+  if (ho !== undefined && (ao !== true || (ho !== 'f16' && ho !== 'bf16'))) out.push(`${where}: half_out is only 'f16' or 'bf16', with add_out`);
+  else if (ho !== undefined) {
+    const y = graph.values[n.outputs[0]], hv = graph.values[n.outputs[n.outputs.length - 1]];
+    if (!hv || hv.dtype !== ho || !eq(hv.shape, y.shape)) out.push(`${where}: the 16-bit copy is ${hv ? `${hv.dtype}${fmt(hv.shape)}` : 'absent'}, expected ${ho}${fmt(y.shape)} (output 0's shape)`);
+  }
   const so = n.attrs.sum_out;
   if (so !== undefined && (ao !== true || so !== true)) out.push(`${where}: sum_out is only \`true\` with add_out`);
   else if (so === true) {
-    const y = graph.values[n.outputs[0]], sv = graph.values[n.outputs[n.outputs.length - 1]];
+    const y = graph.values[n.outputs[0]], sv = graph.values[n.outputs[n.outputs.length - 1 - (ho !== undefined ? 1 : 0)]];
     if (sv.dtype !== 'f32' || !eq(sv.shape, y.shape.slice(-1))) out.push(`${where}: the column sums are ${sv.dtype}${fmt(sv.shape)}, expected f32${fmt(y.shape.slice(-1))}`);
   }
   const fo = n.attrs.fwd_out;

@@ -89,7 +89,7 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       ins[0] = exec(REFERENCE_OPS.binary, { fn: 'add' }, [ins[0], inputs[add.input]], [shapes[0], inShapes[add.input]], [outShapes[add.output]])[0];
       outputs = [...exec(impl, unfusedAttrs(node), ins, shapes, outShapes.slice(0, add.output)), ins[0]!];
     } else {
-      const own = parts.sumOut ?? parts.poolOut ?? parts.aSums ?? parts.fwdOut;
+      const own = parts.sumOut ?? parts.poolOut ?? parts.aSums ?? parts.fwdOut ?? parts.halfOut;
       outputs = exec(impl, unfusedAttrs(node), ins, shapes, own === undefined ? outShapes : outShapes.slice(0, own));
     }
     const post = parts.post;
@@ -107,6 +107,8 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       const s0 = outShapes[0], to = outShapes[parts.sumOut];
       outputs[parts.sumOut] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: parts.sumAxes ?? s0.slice(0, -1).map((_, i) => i) }, [outputs[0]], [s0], [to])[0];
     }
+    // output 0 again, stored in its 16-bit type (rounded below, as a cast stores it: half_out)
+    if (parts.halfOut !== undefined) outputs[parts.halfOut] = Float64Array.from(outputs[0]);
     if (parts.poolOut !== undefined) {
       // output 0's global average pool (a conv's output pooled in its store: pool_out)
       const s0 = outShapes[0], to = outShapes[parts.poolOut];

@@ -258,6 +258,7 @@ const LN_GRAD = tpl(`  const float* dy = {{dy}};
 export const layernorm_grad: KernelEmitter = (k) => {
   const xs = k.inShape(1), D = xs[xs.length - 1];
   if (k.bool('sum_out', false)) k.fail('the CPU layernorm_grad takes no sum_out (fusions.ts)');
+  if (k.node.attrs.half_out !== undefined) k.fail('the CPU layernorm_grad takes no half_out (fusions.ts)');
   return LN_GRAD({
     rows: prod(xs) / D, D, pf: prefetchRows(D), addend: k.bool('add_out', false) ? k.inPtr(5) : '',
     dy: k.inPtr(0), x: k.inPtr(1), w: k.hasInput(2) ? k.inPtr(2) : '', mean: k.inPtr(3), rstd: k.inPtr(4), dx: k.outPtr(0), dw: k.outPtr(1), db: k.outPtr(2),
