@@ -2,21 +2,23 @@
  * The CUDA flash attention kernels (compiler/codegen-cuda/attention_cuda.ts, attention_tf32x3.ts,
  * attention_f32.ts) run on the CPU: each case's generated kernel text (the same text model_kernels.cuh
  * gets, without the prelude's PTX helpers; mma.ts's plain-C++ 3xTF32 product helper included) is
- * compiled by g++ with test/native/cuda_warp_shim.h (threads for CUDA threads, barriers, warp shuffles,
+ * compiled by g++ with test/native/cuda_warp_shim.h (a fiber for each CUDA thread, barriers, warp shuffles,
  * and mma.m16n8k16 / mma.m16n8k8 TF32 / ldmatrix.trans / cvt.rna.tf32 modelled from the PTX ISA's
  * fragment tables; the 16-bit kernels' cp.async copies landing at the copy and, in a second run, at the
- * wait) and launched block by block; the outputs are compared with the float64 reference within
+ * wait) and launched block by block; every case's kernel sets go into one emulator program (one g++ build
+ * per file, the operands read from a file), each run its own process; the outputs are compared with the float64 reference within
  * cuda_check's tolerances (FLASH_TOL for 16-bit operands), 1e-5 for the fp32 3xTF32 kernels (with a
  * negative control: the same kernel text with the split's lo dropped, plain TF32, must miss it) and 1e-4
  * for the fp32 CUDA-core ones (MPSC_CUDA_ATTN_TF32X3=0). This catches index,
  * masking, tiling and barrier mistakes of the generator without a GPU; a misreading of the PTX
  * fragment layouts shared by the shim would not be caught (bench/cuda_check.sh on the GPU is).
  */
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { lowerAttentionCuda } from '../compiler/codegen-cuda/attention_cuda.js';
 import { tf32x3MmaHelpers } from '../compiler/codegen-cuda/mma.js';
@@ -30,6 +32,7 @@ import { reference, type OpCase } from './metal_harness.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const SHIM = path.join(ROOT, 'test/native/cuda_warp_shim.h');
+const execFileAsync = promisify(execFile);
 /** a few cases covering every path: several tiles with a short last one, causal with S = T and S > T, non-causal, 1 to 16 heads, bf16 / fp16 / fp32 (each fp32 head width) */
 const NAMES = /^flash_(2x3_t130_s130_d64_causal_bf16|1x2_t70_s150_d16_causal_f16|1x16_t21_s21_d64_f16|f32_1x2_t45_s100_d32_causal|f32_1x3_t33_s65_d16|f32_2x3_t70_s70_d64_causal|f32_2x1_t64_s64_d48|qkv_2x3_t130_d64_causal_bf16|qkv_1x2_t70_d32_f16|qkv_1x2_t45_d16_causal_f32|qkv_2x3_t70_d64_f32)_(fwd|grad)$/;
 
@@ -52,14 +55,14 @@ function halfBits(x: number, t: HalfDType): number {
  */
 interface Mode { late: boolean; x3: boolean; plain: boolean; env?: Record<string, string> }
 
-/** the lowering of one node with MPSC_CUDA_ATTN_TF32X3 set for `x3` and the generator switches `env` */
-function lower(g: OpCase['program']['graph'], n: OpCase['program']['graph']['nodes'][number], x3: boolean, helpers: Set<Helper>, env: Record<string, string> = {}) {
+/** the lowering of one node with MPSC_CUDA_ATTN_TF32X3 set for `x3` and the generator switches `env`; kernels named `${prefix}k0`, ... */
+function lower(g: OpCase['program']['graph'], n: OpCase['program']['graph']['nodes'][number], x3: boolean, helpers: Set<Helper>, prefix: string, env: Record<string, string> = {}) {
   const set = { ...env, MPSC_CUDA_ATTN_TF32X3: x3 ? '1' : '0' };
   const before = Object.fromEntries(Object.keys(set).map((k) => [k, process.env[k]]));
   Object.assign(process.env, set);
   try {
     let k = 0;
-    return lowerAttentionCuda({ next: () => `k${k++}`, helpers, d: CUDA }, g, n);
+    return lowerAttentionCuda({ next: () => `${prefix}k${k++}`, helpers, d: CUDA }, g, n);
   } finally {
     for (const [k, v] of Object.entries(before)) {
       if (v === undefined) delete process.env[k];
@@ -74,63 +77,107 @@ function shimSource(k: KernelSpec): string {
   return k.tgmem ? src.replace('extern __shared__ __align__(16) float tg[];', `__shared__ __align__(16) float tg[${k.tgmem / 4}];`) : src;
 }
 
-/** runs the flash kernels of case c on the CPU; returns each output of its attention node as floats, and the kernels' labels */
-function runOnCpu(c: OpCase, dir: string, mode: Mode): { out: Map<number, Float32Array>; labels: string[] } {
+/**
+ * One kernel set of a case (the case's attention node lowered in a mode; `late` is chosen when it runs): its
+ * C++ (the kernels, renamed r<index>_k0, ..., and a function run_<index> that reads the node's operands from a
+ * file, launches the kernels and writes the node's outputs), the operands' bytes, or why it cannot run.
+ */
+interface Build { index: number; c: OpCase; cc: string; input: Buffer; labels: string[]; helpers: Set<Helper>; error?: string }
+
+const modeKey = (m: Mode) => JSON.stringify([m.x3, m.plain, m.env ?? {}]);
+
+function buildOf(c: OpCase, mode: Mode, index: number): Build {
   const g = c.program.graph;
   const n = g.nodes.find((x) => x.op.startsWith('attention'))!;
   const helpers = new Set<Helper>();
-  const ks = lower(g, n, mode.x3, helpers, mode.env);
-  if (!ks) throw new Error(`${c.program.name}: no flash kernels`);
+  const ks = lower(g, n, mode.x3, helpers, `r${index}_`, mode.env);
+  const none = { index, c, cc: '', input: Buffer.alloc(0), labels: [], helpers };
+  if (!ks) return { ...none, error: `${c.program.name}: no flash kernels` };
   // the node's operands: program inputs, or cast outputs (rounded as the cast kernel rounds)
   const data = new Map<number, number[]>();
   for (const id of c.program.inputs) data.set(id, Array.from(c.data.get(id)!));
   for (const x of g.nodes) if (x.op === 'cast') data.set(x.outputs[0], data.get(x.inputs[0])!.map((v) => roundToHalf(v, g.values[x.outputs[0]].dtype as HalfDType)));
-  // the helpers written in plain C++ over the shim's models of the PTX ones (mma.ts: the 3xTF32 product)
   const kernels = ks.map(shimSource).join('\n');
-  if (mode.plain && !kernels.includes('mpsc_split_tf32_hl(')) throw new Error(`${c.program.name}: no 3xTF32 split to drop`);
-  let src = `#include "${SHIM}"\n` + (helpers.has('mma_tf32x3') ? tf32x3MmaHelpers() : '') +
-    (mode.plain ? kernels.replaceAll('mpsc_split_tf32_hl(', 'mpsc_split_tf32_hi_only(') : kernels) + '\nint main(int, char** argv) {\n  StepParams sp{};\n';
+  if (mode.plain && !kernels.includes('mpsc_split_tf32_hl(')) return { ...none, error: `${c.program.name}: no 3xTF32 split to drop` };
+  let src = (mode.plain ? kernels.replaceAll('mpsc_split_tf32_hl(', 'mpsc_split_tf32_hi_only(') : kernels) + `\nstatic void run_${index}(FILE* in, FILE* out) {\n  StepParams sp{};\n`;
   const ids = [...new Set(ks.flatMap((kk) => kk.args.map((a) => a.value)))];
   const scratch = Math.max(1, ...ks.map((kk) => (kk.scratch ?? 0) / 4));
-  src += `  static float scratch[${scratch}];\n`;
+  src += `  float* scratch = shim_buffer<float>(${scratch}, nullptr);\n`;
+  const input: Buffer[] = [];
   for (const id of ids) {
     const v = g.values[id], d = data.get(id);
     const type = v.dtype === 'bf16' ? '__nv_bfloat16' : v.dtype === 'f16' ? '__half' : 'float';
-    const init = !d ? '' : v.dtype === 'f32' ? d.map((x) => `${Math.fround(x)}f`).join(',') : d.map((x) => `{${halfBits(x, v.dtype as HalfDType)}}`).join(',');
-    src += `  alignas(64) static ${type} v${id}[${v.shape.reduce((p, q) => p * q, 1)}] = {${init}};\n`;
+    if (d) input.push(Buffer.from(v.dtype === 'f32' ? Float32Array.from(d).buffer : Uint16Array.from(d, (x) => halfBits(x, v.dtype as HalfDType)).buffer));
+    src += `  ${type}* v${id} = shim_buffer<${type}>(${v.shape.reduce((p, q) => p * q, 1)}, ${d ? 'in' : 'nullptr'});\n`;
   }
   for (const kk of ks) {
     const args = [...kk.args.map((a) => `v${a.value}`), ...(/\bmpsc_scratch\b/.test(kk.body) ? ['scratch'] : []), '&sp'];
     src += `  launch({${kk.groups.join(', ')}}, {${kk.tgsize.join(', ')}}, [&] { ${kk.name}(${args.join(', ')}); });\n`;
   }
-  src += '  FILE* f = fopen(argv[1], "wb");\n';
-  for (const id of n.outputs) src += `  for (auto x : v${id}) { const float y = x; fwrite(&y, 4, 1, f); }\n`;
-  src += '  fclose(f);\n}\n';
-  fs.writeFileSync(path.join(dir, 'k.cc'), src);
-  execFileSync('g++', ['-std=c++20', '-O1', '-pthread', '-w', `-DMPSC_SHIM_CP_ASYNC_LATE=${mode.late ? 1 : 0}`, path.join(dir, 'k.cc'), '-o', path.join(dir, 'k')], { stdio: 'pipe' });
-  execFileSync(path.join(dir, 'k'), [path.join(dir, 'out.bin')], { stdio: 'pipe' });
-  const all = new Float32Array(new Uint8Array(fs.readFileSync(path.join(dir, 'out.bin'))).buffer);
-  const out = new Map<number, Float32Array>();
-  let off = 0;
-  for (const id of n.outputs) {
-    const cnt = g.values[id].shape.reduce((p, q) => p * q, 1);
-    out.set(id, all.subarray(off, off + cnt));
-    off += cnt;
-  }
-  return { out, labels: ks.map((kk) => kk.label) };
+  for (const id of n.outputs) src += `  shim_write(v${id}, ${g.values[id].shape.reduce((p, q) => p * q, 1)}, out);\n`;
+  src += '}\n';
+  return { index, c, cc: src, input: Buffer.concat(input), labels: ks.map((kk) => kk.label), helpers };
 }
 
-/** max-norm relative error of each output of case c run in `mode`, against the float64 reference */
-function errors(c: OpCase, mode: Mode): { err: Map<string, number>; labels: string[] } {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-emu-'));
-  try {
-    const { out, labels } = runOnCpu(c, dir, mode);
-    const ref = reference(c, { lr: 0, t: 1, seed: 0, counter: 0 });
+/**
+ * Every kernel set of the chosen cases in one emulator program (`emu <index> <late> <operands> <outputs>` runs
+ * one), built by two g++ processes (two halves of the sets) and linked: one build per file instead of one per run.
+ */
+class Emulator {
+  private readonly builds = new Map<string, Build>();
+  private readonly refs = new Map<OpCase, Map<number, Float64Array>>();
+  readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-emu-'));
+  private readonly exe = path.join(this.dir, 'emu');
+
+  add(c: OpCase, mode: Mode): void {
+    const key = `${c.program.name} ${modeKey(mode)}`;
+    if (!this.builds.has(key)) this.builds.set(key, buildOf(c, mode, this.builds.size));
+  }
+
+  async compile(): Promise<void> {
+    const all = [...this.builds.values()].filter((b) => !b.error);
+    const x3 = all.some((b) => b.helpers.has('mma_tf32x3')) ? tf32x3MmaHelpers() : '';
+    const head = `#include "${SHIM}"\n` + x3;
+    const half = Math.ceil(all.length / 2);
+    const parts = [all.slice(0, half), all.slice(half)];
+    const objs = await Promise.all(parts.map(async (part, i) => {
+      const cc = path.join(this.dir, `part${i}.cc`), o = path.join(this.dir, `part${i}.o`);
+      const decls = parts[1 - i].map((b) => `void run_${b.index}(FILE*, FILE*);\n`).join('');
+      fs.writeFileSync(cc, head + part.map((b) => b.cc.replace(`static void run_${b.index}(`, `void run_${b.index}(`)).join('\n') +
+        (i === 0 ? `${decls}\nint main(int argc, char** argv) {\n  if (argc != 5) return 2;\n  shim_cp_late = argv[2][0] == '1';\n` +
+          `  FILE* in = fopen(argv[3], "rb");\n  FILE* out = fopen(argv[4], "wb");\n  if (!in || !out) return 2;\n  switch (atoi(argv[1])) {\n` +
+          all.map((b) => `    case ${b.index}: run_${b.index}(in, out); break;\n`).join('') + '    default: return 2;\n  }\n  fclose(in);\n  return fclose(out) ? 1 : 0;\n}\n' : ''));
+      await execFileAsync('g++', ['-std=c++20', '-O1', '-w', '-c', cc, '-o', o]);
+      return o;
+    }));
+    await execFileAsync('g++', [...objs, '-o', this.exe]);
+  }
+
+  /** max-norm relative error of each output of case c run in `mode`, against the float64 reference */
+  errors(c: OpCase, mode: Mode): { err: Map<string, number>; labels: string[] } {
+    const b = this.builds.get(`${c.program.name} ${modeKey(mode)}`);
+    if (!b) throw new Error(`${c.program.name}: ${modeKey(mode)} not built`);
+    if (b.error) throw new Error(b.error);
+    const inFile = path.join(this.dir, `in${b.index}.bin`), outFile = path.join(this.dir, `out${b.index}.bin`);
+    fs.writeFileSync(inFile, b.input);
+    execFileSync(this.exe, [String(b.index), mode.late ? '1' : '0', inFile, outFile], { stdio: 'pipe' });
+    const all = new Float32Array(new Uint8Array(fs.readFileSync(outFile)).buffer);
+    if (!this.refs.has(c)) this.refs.set(c, reference(c, { lr: 0, t: 1, seed: 0, counter: 0 }));
+    const ref = this.refs.get(c)!;
+    const g = c.program.graph, n = g.nodes.find((x) => x.op.startsWith('attention'))!;
     const err = new Map<string, number>();
-    for (const [id, x] of out) err.set(c.program.graph.values[id].name, relError(x, ref.get(id)!));
-    return { err, labels };
-  } finally {
-    fs.rmSync(dir, { recursive: true, force: true });
+    let off = 0;
+    for (const id of n.outputs) {
+      const cnt = g.values[id].shape.reduce((p, q) => p * q, 1);
+      err.set(g.values[id].name, relError(all.subarray(off, off + cnt), ref.get(id)!));
+      off += cnt;
+    }
+    if (off !== all.length) throw new Error(`${c.program.name}: ${all.length} output floats, ${off} expected`);
+    return { err, labels: b.labels };
+  }
+
+  dispose(): void {
+    fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }
 
@@ -141,9 +188,20 @@ function errors(c: OpCase, mode: Mode): { err: Map<string, number>; labels: stri
  */
 const X3_TOL = 1e-5;
 
+/** the modes the tests run: the default kernels; fp32: plain TF32 (the negative control), the synchronous 3xTF32 variant, the CUDA-core kernels */
+const DEFAULT: Mode = { late: false, x3: true, plain: false };
+const PLAIN: Mode = { ...DEFAULT, plain: true };
+const SYNC: Mode = { ...DEFAULT, env: { MPSC_CUDA_ATTN_X3_ASYNC: 'none', MPSC_CUDA_ATTN_X3_KSPLIT: '0' } };
+const SIMT: Mode = { ...DEFAULT, x3: false };
+
 describe('the flash attention kernels run on the CPU through the warp shim', () => {
   const cases = cudaAttentionCases().filter((c) => NAMES.test(String(c.program.name)));
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
+  const emu = new Emulator();
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT] : [DEFAULT]) emu.add(c, m);
+  beforeAll(() => emu.compile(), 300_000);
+  afterAll(() => emu.dispose());
+  const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
   it('covers the chosen cases', () => expect(cases.length).toBe(22));
   for (const c of cases) {
     const name = String(c.program.name);
@@ -151,35 +209,35 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
       // the 16-bit kernels stream their tiles with cp.async: both ends of when a copy may land
       for (const late of [false, true]) {
         it(`${name}${late ? ' (cp.async landing at the wait)' : ''}: every output within the check's tolerance of the float64 reference`, () => {
-          const { err } = errors(c, { late, x3: true, plain: false });
+          const { err } = errors(c, { ...DEFAULT, late });
           for (const [v, e] of err) expect(e, v).toBeLessThan(flashTolerance(c)!);
-        }, 120_000);
+        });
       }
       continue;
     }
     it(`${name}, fp32 as 3xTF32 on the tensor cores: every output within ${X3_TOL} of the float64 reference; as plain TF32 (lo dropped) not`, () => {
-      const x3 = errors(c, { late: false, x3: true, plain: false });
+      const x3 = errors(c, DEFAULT);
       expect(x3.labels.filter((l) => /flash attention, fp32 as 3xTF32/.test(l)).length).toBe(/_fwd$/.test(name) ? 1 : 2);
       for (const [v, e] of x3.err) expect(e, v).toBeLessThan(X3_TOL);
       // the negative control: the same kernels with plain TF32 products miss the bound on every output (lse,
       // of magnitude ~log S, the least: 4e-5), the worst by more than 10x (4e-4 ... 8e-4 measured)
-      const plain = errors(c, { late: false, x3: true, plain: true });
+      const plain = errors(c, PLAIN);
       for (const [v, e] of plain.err) expect(e, `${v} as plain TF32`).toBeGreaterThan(X3_TOL);
       expect(Math.max(...plain.err.values())).toBeGreaterThan(10 * X3_TOL);
-    }, 240_000);
+    });
     // the default kernels stream their tiles with cp.async (MPSC_CUDA_ATTN_X3_ASYNC): copies landing at the wait;
     // and the synchronous variant (=none, with the dK/dV kernel's single score accumulators, MPSC_CUDA_ATTN_X3_KSPLIT=0)
     it(`${name}, fp32 as 3xTF32, cp.async landing at the wait; the synchronous variant: every output within ${X3_TOL}`, () => {
-      const late = errors(c, { late: true, x3: true, plain: false });
+      const late = errors(c, { ...DEFAULT, late: true });
       expect(late.labels.length).toBe(/_fwd$/.test(name) ? 1 : 3);
       for (const [v, e] of late.err) expect(e, v).toBeLessThan(X3_TOL);
-      const sync = errors(c, { late: false, x3: true, plain: false, env: { MPSC_CUDA_ATTN_X3_ASYNC: 'none', MPSC_CUDA_ATTN_X3_KSPLIT: '0' } });
+      const sync = errors(c, SYNC);
       for (const [v, e] of sync.err) expect(e, `${v} (synchronous)`).toBeLessThan(X3_TOL);
-    }, 240_000);
+    });
     it(`${name}, fp32 on the CUDA cores (MPSC_CUDA_ATTN_TF32X3=0): every output within 1e-4 of the float64 reference`, () => {
-      const simt = errors(c, { late: false, x3: false, plain: false });
+      const simt = errors(c, SIMT);
       expect(simt.labels.some((l) => /fp32 on the CUDA cores/.test(l))).toBe(true);
       for (const [v, e] of simt.err) expect(e, v).toBeLessThan(1e-4);
-    }, 120_000);
+    });
   }
 });

@@ -187,7 +187,13 @@ describe('the lanes of real plans', () => {
         const a = generateCudaModel(buildPrograms(model, { batch: model.train.batch }), { lanes: 2 });
         expect(a.files[HOST_FILE]).toContain('lane_fork(ctx, b, st, ls1)');
         for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);
-        for (const def of [['-DMPSC_CUBLASLT'], [], ['-DMPSC_CUBLASLT', '-DMPSC_NCCL']])
+        // char_gpt bf16 without defines is test/cuda_codegen.test.ts's "char_gpt.model at bf16" compile: the same two
+        // generated files (checked here: its generation, at the default lanes), mpsc_model.h and nvcc flags; not built twice
+        if (precision) {
+          const m = checkFile(path.join(ROOT, file));
+          expect(generateCudaModel(buildPrograms({ ...m, train: { ...m.train, precision } }, { batch: m.train.batch })).files).toEqual(a.files);
+        }
+        for (const def of [['-DMPSC_CUBLASLT'], ...(precision ? [] : [[]]), ['-DMPSC_CUBLASLT', '-DMPSC_NCCL']])
           execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), ...def], { stdio: 'pipe' });
       }
     } finally {

@@ -20,16 +20,9 @@
 //    copy into a stage other threads still read, without a barrier between, shows; with emu_cp_late
 //    true it lands only at the wait that requires its group (cp.async.wait_group N: all but the N
 //    youngest committed groups) or at the thread's end, so a read before its wait sees stale data.
-// Fibers switch by a few instructions on x86-64 (emu_switch: the callee-saved registers pushed, the
-// stack pointer swapped), else (or with -DEMU_UCONTEXT) by ucontext's swapcontext, which also saves
-// and restores the signal mask with a system call at every switch: the same fibers in the same order,
-// only the cost differs (the conv cases switch tens of millions of times).
+// The fibers, their barriers and their switch: test/native/cuda_fibers.h.
 #pragma once
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(EMU_UCONTEXT)
-#define EMU_ASM_SWITCH 1
-#else
-#include <ucontext.h>
-#endif
+#include "cuda_fibers.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -57,80 +50,25 @@ using std::max;
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 
-struct EmuFiber {
-#if EMU_ASM_SWITCH
-  void* sp = nullptr;      // the fiber's saved stack pointer while it is not running
-#else
-  ucontext_t ctx;
-#endif
-  std::vector<char> stack;
+// each thread's own state beside its fiber
+struct EmuThread {
   uint3 tid;
-  bool done = false;
-  int waitBar = -1;        // barrier waited on (-1: none)
-  unsigned waitGen = 0;    // that barrier's generation when this fiber arrived
   struct Copy { float* dst; const float* src; bool ok; };
   std::vector<Copy> open;                 // cp.async copies not yet committed
   std::vector<std::vector<Copy>> groups;  // committed groups, oldest first (emu_cp_late: not landed yet)
 };
-struct EmuBarrier { uint need = 0, have = 0; unsigned gen = 0; };
-
-static std::vector<EmuFiber> emu_fibers;
-static std::vector<EmuBarrier> emu_bars;  // [0]: the block; [1 + w]: warp w
-static uint emu_cur = 0;
-static std::function<void()> emu_kernel;
-static void emu_entry();
-
-#if EMU_ASM_SWITCH
-// saves the callee-saved registers (System V x86-64) on the current stack, stores the stack pointer in
-// *from, loads `to` and pops what the other side pushed; a fresh fiber's stack returns into emu_entry
-__attribute__((naked, noinline)) static void emu_switch(void** /*from*/, void* /*to*/) {
-  asm("pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
-      "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
-      "popq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n\tret\n\t");
-}
-static void* emu_sched_sp;
-static inline void emu_to_sched(EmuFiber& f) { emu_switch(&f.sp, emu_sched_sp); }
-static inline void emu_to_fiber(EmuFiber& f) { emu_switch(&emu_sched_sp, f.sp); }
-static inline void emu_fiber_init(EmuFiber& f) {
-  // from the 16-byte aligned top: a null return address for emu_entry (entered with rsp = 8 mod 16, as
-  // after a call), emu_entry's address for emu_switch's ret, six zero registers for its pops
-  void** sp = reinterpret_cast<void**>((reinterpret_cast<uintptr_t>(f.stack.data()) + f.stack.size()) & ~uintptr_t(15));
-  *--sp = nullptr;
-  *--sp = reinterpret_cast<void*>(&emu_entry);
-  for (int i = 0; i < 6; i++) *--sp = nullptr;
-  f.sp = sp;
-}
-#else
-static ucontext_t emu_sched;
-static inline void emu_to_sched(EmuFiber& f) { swapcontext(&f.ctx, &emu_sched); }
-static inline void emu_to_fiber(EmuFiber& f) { swapcontext(&emu_sched, &f.ctx); }
-static inline void emu_fiber_init(EmuFiber& f) {
-  getcontext(&f.ctx);
-  f.ctx.uc_stack.ss_sp = f.stack.data();
-  f.ctx.uc_stack.ss_size = f.stack.size();
-  f.ctx.uc_link = nullptr;
-  makecontext(&f.ctx, emu_entry, 0);
-}
-#endif
+static std::vector<EmuThread> emu_threads;
 
 static inline uint emu_tidx() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 
-static void emu_arrive(int b) {
-  EmuBarrier& bar = emu_bars[b];
-  if (++bar.have == bar.need) { bar.have = 0; bar.gen++; return; }
-  EmuFiber& f = emu_fibers[emu_cur];
-  f.waitBar = b;
-  f.waitGen = bar.gen;
-  emu_to_sched(f);
-}
 static inline void __syncthreads() { emu_arrive(0); }
 
 static bool emu_cp_late = false;
-static inline void emu_land(const std::vector<EmuFiber::Copy>& g) {
+static inline void emu_land(const std::vector<EmuThread::Copy>& g) {
   for (const auto& c : g) *c.dst = c.ok ? *c.src : 0.0f;
 }
 static inline void mpsc_cp_async4(float* dst, const float* src, bool ok) {
-  EmuFiber& f = emu_fibers[emu_cur];
+  EmuThread& f = emu_threads[emu_cur];
   if (emu_cp_late) f.open.push_back({dst, src, ok});
   else *dst = ok ? *src : 0.0f;  // lands at issue (emu_land's rule, without a vector per copy)
 }
@@ -143,13 +81,13 @@ static inline void mpsc_cp_async16f(float* dst, const float* src, bool ok) {
   for (int e = 0; e < 4; e++) mpsc_cp_async4(dst + e, src + (ok ? e : 0), ok);
 }
 static inline void mpsc_cp_async_commit() {
-  EmuFiber& f = emu_fibers[emu_cur];
+  EmuThread& f = emu_threads[emu_cur];
   f.groups.push_back(std::move(f.open));
   f.open.clear();
 }
 template <int N>
 static inline void mpsc_cp_async_wait() {
-  EmuFiber& f = emu_fibers[emu_cur];
+  EmuThread& f = emu_threads[emu_cur];
   while (f.groups.size() > size_t(N)) {
     emu_land(f.groups.front());
     f.groups.erase(f.groups.begin());
@@ -237,61 +175,38 @@ static inline float mpsc_warp_max(float v) {
 
 struct StepParams { float lr; int t; uint seed; uint counter; };
 
-static void emu_entry() {
-  emu_kernel();
-  // copies never waited for land when the thread ends (the kernel's exit waits for them)
-  EmuFiber& f = emu_fibers[emu_cur];
-  f.groups.push_back(std::move(f.open));
-  f.open.clear();
-  for (const auto& g : f.groups) emu_land(g);
-  f.groups.clear();
-  emu_fibers[emu_cur].done = true;
-  emu_to_sched(emu_fibers[emu_cur]);  // never resumed
-}
-
 // runs kernel() over the grid, one block at a time, one fiber per thread of the block
 template <class F>
 static void emu_launch(uint3 grid, uint3 block, F kernel) {
   gridDim = grid;
   blockDim = block;
-  emu_kernel = kernel;
+  emu_body = [kernel] {
+    kernel();
+    // copies never waited for land when the thread ends (the kernel's exit waits for them)
+    EmuThread& f = emu_threads[emu_cur];
+    f.groups.push_back(std::move(f.open));
+    f.open.clear();
+    for (const auto& g : f.groups) emu_land(g);
+    f.groups.clear();
+  };
   const uint n = block.x * block.y * block.z;
   emu_frags.assign(n, EmuFrag{});
   emu_shfl.assign(n, 0.0f);
-  emu_fibers.resize(n);
-  for (auto& f : emu_fibers) f.stack.resize(256 * 1024);
+  emu_threads.resize(n);
+  emu_prepare(n);
   for (uint bz = 0; bz < grid.z; bz++)
     for (uint by = 0; by < grid.y; by++)
       for (uint bx = 0; bx < grid.x; bx++) {
         blockIdx = uint3{bx, by, bz};
-        emu_bars.assign(1 + (n + 31u) / 32u, EmuBarrier{});
-        emu_bars[0].need = n;
-        for (uint w = 0; w < (n + 31u) / 32u; w++) emu_bars[1 + w].need = std::min(32u, n - 32u * w);
         for (uint t = 0; t < n; t++) {
-          EmuFiber& f = emu_fibers[t];
-          f.done = false;
-          f.waitBar = -1;
+          EmuThread& f = emu_threads[t];
           f.open.clear();
           f.groups.clear();
           f.tid = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-          emu_fiber_init(f);
         }
-        for (uint left = n; left > 0;) {
-          bool progress = false;
-          for (uint t = 0; t < n; t++) {
-            EmuFiber& f = emu_fibers[t];
-            if (f.done || (f.waitBar >= 0 && emu_bars[f.waitBar].gen == f.waitGen)) continue;
-            f.waitBar = -1;
-            emu_cur = t;
-            threadIdx = f.tid;
-            emu_to_fiber(f);
-            progress = true;
-            if (f.done) left--;
-          }
-          if (!progress) {
-            std::fprintf(stderr, "emu: deadlock in block (%u, %u, %u): a barrier not every thread reaches\n", bx, by, bz);
-            std::exit(3);
-          }
+        if (!emu_run_block(n, [](uint t) { threadIdx = emu_threads[t].tid; })) {
+          std::fprintf(stderr, "emu: deadlock in block (%u, %u, %u): a barrier not every thread reaches\n", bx, by, bz);
+          std::exit(3);
         }
       }
 }

@@ -1,23 +1,22 @@
 // cuda_warp_shim: a CPU stand-in for the CUDA built-ins and the mma.ts helpers that the flash attention
 // kernels (compiler/codegen-cuda/attention_cuda.ts, attention_tf32x3.ts, attention_f32.ts) use, so that the generated kernel
 // text compiles with g++ and runs here (test/cuda_flash_emu.test.ts). Test only; no GPU semantics beyond
-// what those kernels need. One OS thread per CUDA thread, one block at a time; __syncthreads is a block
-// barrier; warp collectives (shuffles, mma.sync, ldmatrix) exchange through per-warp slots between two
-// warp barriers (every lane of a warp calls them in uniform control flow, as on the GPU). mma.m16n8k16
+// what those kernels need. One fiber per CUDA thread (test/native/cuda_fibers.h), one block at a time;
+// __syncthreads is a block barrier; warp collectives (shuffles, mma.sync, ldmatrix) exchange through per-warp
+// slots between two warp barriers (every lane of a warp calls them in uniform control flow, as on the GPU). mma.m16n8k16
 // and ldmatrix (plain and .trans) are modelled from the PTX ISA's fragment tables (written independently of the
 // generator's index arithmetic; the GPU run, bench/cuda_check.sh, stays the ground truth); cp.async
-// copies land at the copy or at the wait (MPSC_SHIM_CP_ASYNC_LATE), the two ends of what the hardware may
+// copies land at the copy or at the wait (shim_cp_late), the two ends of what the hardware may
 // do; __shared__ arrays are function statics (blocks run one after another; test/cuda_flash_emu.test.ts declares
 // a kernel's dynamic shared memory `tg` as one of its tgmem bytes).
-#include <barrier>
+#include "cuda_fibers.h"
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <cstdio>
-#include <thread>
+#include <cstdlib>
 #include <vector>
 #include <algorithm>
-#include <memory>
 typedef unsigned int uint;
 struct u3 { unsigned x, y, z; };
 struct uint4 { uint x, y, z, w; };
@@ -46,16 +45,14 @@ struct StepParams { float lr; int t; uint seed; uint counter; };
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
 
-thread_local u3 threadIdx, blockIdx;
-u3 gridDim, blockDim;
-std::barrier<>* g_block = nullptr;
-std::vector<std::unique_ptr<std::barrier<>>> g_warp;
+inline u3 threadIdx, blockIdx;  // the running fiber's (set as the scheduler resumes it)
+inline u3 gridDim, blockDim;
 struct Slot { uint a[4]; uint b[2]; float f; const unsigned short* p; };
-Slot g_slot[32 * 32];
+inline Slot g_slot[32 * 32];
 static inline int lane_() { return threadIdx.x & 31; }
 static inline int warp_() { return threadIdx.x >> 5; }
-static inline void warp_sync() { g_warp[warp_()]->arrive_and_wait(); }
-static inline void __syncthreads() { g_block->arrive_and_wait(); }
+static inline void warp_sync() { emu_arrive(1 + warp_()); }
+static inline void __syncthreads() { emu_arrive(0); }
 static inline Slot& me() { return g_slot[warp_() * 32 + lane_()]; }
 static inline Slot& of(int l) { return g_slot[warp_() * 32 + l]; }
 static inline float __shfl_xor_sync(uint, float v, int o) {
@@ -126,38 +123,49 @@ static inline void mpsc_ldsm_x4(uint* r, const unsigned short* p) {
   for (int i = 0; i < 4; ++i) r[i] = (uint)of(8 * i + g).p[2 * t] | ((uint)of(8 * i + g).p[2 * t + 1] << 16);
   warp_sync();
 }
-// cp.async lands somewhere between the copy and the wait: MPSC_SHIM_CP_ASYNC_LATE=1 performs the copies at
-// the wait (a read before its wait sees stale data), 0 at the copy (a write into a buffer that another
-// thread still reads, without the barrier between, shows)
-#ifndef MPSC_SHIM_CP_ASYNC_LATE
-#define MPSC_SHIM_CP_ASYNC_LATE 0
-#endif
+// cp.async lands somewhere between the copy and the wait: shim_cp_late true performs the copies at
+// the wait (a read before its wait sees stale data), false at the copy (a write into a buffer that another
+// thread still reads, without the barrier between, shows); copies a thread never waits for are dropped
+inline bool shim_cp_late = false;
 struct PendingCopy { void* dst; const void* src; bool full; unsigned bytes; };
-thread_local std::vector<PendingCopy> t_pending;
+inline std::vector<std::vector<PendingCopy>> shim_pending;  // [thread in the block]: copies not landed yet
 static inline void copy_(const PendingCopy& c) { if (c.full) std::memcpy(c.dst, c.src, c.bytes); else std::memset(c.dst, 0, c.bytes); }
 static inline void cp_async_(void* dst, const void* src, bool full, unsigned bytes) {
   if (((uintptr_t)dst) % bytes || ((uintptr_t)src) % bytes) { std::fprintf(stderr, "cp.async of %u bytes not aligned\n", bytes); std::abort(); }
-  if (MPSC_SHIM_CP_ASYNC_LATE) t_pending.push_back({dst, src, full, bytes}); else copy_({dst, src, full, bytes});
+  if (shim_cp_late) shim_pending[emu_cur].push_back({dst, src, full, bytes}); else copy_({dst, src, full, bytes});
 }
 static inline void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) { cp_async_(dst, src, full, 16); }
 // cuda_dialect.ts's 4-byte copy (the fp32 3xTF32 kernels' lse / Delta rows)
 static inline void mpsc_cp_async4(float* dst, const float* src, bool ok) { cp_async_(dst, src, ok, 4); }
 static inline void mpsc_cp_async_commit() {}
 static inline void mpsc_cp_async_wait_all() {
-  for (const PendingCopy& c : t_pending) copy_(c);
-  t_pending.clear();
+  for (const PendingCopy& c : shim_pending[emu_cur]) copy_(c);
+  shim_pending[emu_cur].clear();
 }
 
 template <class F> void launch(u3 grid, u3 block, F f) {
   gridDim = grid; blockDim = block;
   const unsigned n = block.x * block.y * block.z;
+  emu_body = f;
+  emu_prepare(n);
+  shim_pending.resize(n);
   for (unsigned bz = 0; bz < grid.z; ++bz) for (unsigned by = 0; by < grid.y; ++by) for (unsigned bx = 0; bx < grid.x; ++bx) {
-    std::barrier<> bb(n);
-    g_block = &bb;
-    g_warp.clear();
-    for (unsigned w = 0; w < (n + 31) / 32; ++w) g_warp.emplace_back(new std::barrier<>(std::min(32u, n - 32 * w)));
-    std::vector<std::thread> ts;
-    for (unsigned i = 0; i < n; ++i) ts.emplace_back([&, i] { threadIdx = {i, 0, 0}; blockIdx = {bx, by, bz}; f(); });
-    for (auto& t : ts) t.join();
+    blockIdx = {bx, by, bz};
+    for (auto& p : shim_pending) p.clear();
+    if (!emu_run_block(n, [](unsigned t) { threadIdx = {t, 0, 0}; })) {
+      std::fprintf(stderr, "shim: deadlock in block (%u, %u, %u): a barrier not every thread reaches\n", bx, by, bz);
+      std::exit(3);
+    }
   }
 }
+
+// the test driver's buffers (test/cuda_flash_emu.test.ts): n elements, 64-byte aligned, read from `in` (the
+// operands' bytes, in order) or zero; outputs written to `out` as floats
+template <class T> T* shim_buffer(size_t n, FILE* in) {
+  T* p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64));
+  if (!p) std::abort();
+  if (!in) std::memset(p, 0, n * sizeof(T));
+  else if (std::fread(p, sizeof(T), n, in) != n) { std::fprintf(stderr, "shim: short operand file\n"); std::exit(2); }
+  return p;
+}
+static void shim_write(const float* p, size_t n, FILE* out) { std::fwrite(p, 4, n, out); }
