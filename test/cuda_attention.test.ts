@@ -5,7 +5,7 @@
  * ones (F32_HEAD_DIMS; all fp32 nodes with MPSC_CUDA_ATTN_TF32X3=0) and which keep the shared kernel,
  * the launch geometry and scratch of its kernels, the build report, and the generated kernels of
  * every attention case of cuda_check (both fp32 paths) (test/cuda_cases.ts cudaAttentionCases) compiled by
- * `nvcc -arch=sm_90a -Werror` with ptxas's resource report: no spills, no stack, static shared
+ * `nvcc` for sm_90a (test/nvcc_target.ts) with `-Werror` with ptxas's resource report: no spills, no stack, static shared
  * memory within 48 KiB. The numbers themselves are checked on the GPU by bench/cuda_check.sh.
  */
 import { spawnSync } from 'node:child_process';
@@ -23,6 +23,7 @@ import { cudaInputsKey, findNvcc } from '../runtime/cuda/session.js';
 import { checkFile } from '../compiler/check/index.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { cudaAttentionCases } from './cuda_cases.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const cases = cudaAttentionCases();
 /** the cases built with MPSC_CUDA_ATTN_TF32X3 set to `x3` (the fp32 nodes' path is chosen at generation time) */
@@ -227,12 +228,12 @@ describe('flash kernel geometry', () => {
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  for (const x3 of [true, false]) it(`compile with -arch=sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${x3 ? '' : ' (MPSC_CUDA_ATTN_TF32X3=0)'}`, () => {
+  for (const x3 of [true, false]) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${x3 ? '' : ' (MPSC_CUDA_ATTN_TF32X3=0)'}`, () => {
     const a = x3 ? art : artOff;
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');
     fs.writeFileSync(file, a.files['model_kernels.cuh']);
-    const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', file, '-o', path.join(dir, 'k.o'), '-Werror', 'all-warnings', '-Xptxas', '-v'], { encoding: 'utf8' });
+    const r = spawnSync(NV!.nvcc, [...NVCC_SM90A, '-fmad=true', '-c', file, '-o', path.join(dir, 'k.o'), '-Werror', 'all-warnings', '-Xptxas', '-v'], { encoding: 'utf8' });
     fs.rmSync(dir, { recursive: true, force: true });
     expect(r.status, r.stderr).toBe(0);
     // ptxas: "Compiling entry function 'NAME' for 'sm_90a'", then "N bytes stack frame, N bytes spill stores, N bytes spill loads", then "Used N registers, ... N bytes smem"

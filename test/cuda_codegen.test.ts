@@ -2,7 +2,7 @@
  * The CUDA backend without a GPU: the generated sources of every example spec (kernels from the
  * shared kernel language + host code over the device plan), golden files for two specs
  * (test/golden/cuda; UPDATE_GOLDEN=1 rewrites them: review the diff), every generated model
- * compiled with `nvcc -arch=sm_90a` with warnings as errors (a deliberately broken kernel must
+ * compiled by `nvcc` for sm_90a (test/nvcc_target.ts: the CMake build's compute_90a / sm_90a) with warnings as errors (a deliberately broken kernel must
  * fail: negative control), the host-side planning (one device allocation: regions, kernel
  * argument offsets, the graph's node list and the step-scalar slot), and one full cmake-js build
  * of the CUDA addon whose `create` must say that there is no CUDA device (CI has none).
@@ -21,6 +21,7 @@ import { CUDA_ALIGN, planKernels, planProblems, SCALAR_BYTES, type CudaPlan } fr
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { buildAddon, loadAddon } from '../runtime/native/build.js';
 import { cudaInputsKey, findGpu, findNvcc } from '../runtime/cuda/session.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const GOLDEN = path.join(ROOT, 'test/golden/cuda');
@@ -36,7 +37,7 @@ function programsOf(spec: string): ProgramSet {
 function nvccCompile(dir: string, file: string): string {
   fs.copyFileSync(path.join(ROOT, 'runtime/cpp/mpsc_model.h'), path.join(dir, 'mpsc_model.h'));
   try {
-    execFileSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', path.join(dir, file), '-o', path.join(dir, 'out.o'), '-Werror', 'all-warnings'], { stdio: 'pipe' });
+    execFileSync(NV!.nvcc, [...NVCC_SM90A, '-fmad=true', '-c', path.join(dir, file), '-o', path.join(dir, 'out.o'), '-Werror', 'all-warnings'], { stdio: 'pipe' });
     return '';
   } catch (e) {
     const err = e as { stderr?: Buffer; message: string };
@@ -50,7 +51,7 @@ function writeAll(dir: string, files: Record<string, string>): void {
 
 describe('CUDA sources of every example spec', () => {
   for (const spec of SPECS) {
-    it(`${spec}: generated, planned soundly, and compiled by nvcc -arch=sm_90a -Werror`, () => {
+    it(`${spec}: generated, planned soundly, and compiled by nvcc for sm_90a -Werror`, () => {
       const a = generateCudaModel(programsOf(spec));
       expect(planProblems(a.plan)).toEqual([]);
       expect(Object.keys(a.files).sort()).toEqual([KERNELS_FILE, HOST_FILE].sort());
@@ -72,7 +73,7 @@ describe('CUDA sources of every example spec', () => {
   // 16-bit precisions: autocast's types with the casts folded into the kernels (16-bit loads and
   // stores, cuBLASLt with a 16-bit D), the convolutions' casts kept (no remat copies: both steps are planned far below CUDA's 4 GiB)
   for (const [spec, precision] of [['char_gpt.model', 'bf16'], ['lenet.model', 'fp16']] as const) {
-    it(`${spec} at ${precision}: generated, planned soundly, and compiled by nvcc -arch=sm_90a -Werror`, () => {
+    it(`${spec} at ${precision}: generated, planned soundly, and compiled by nvcc for sm_90a -Werror`, () => {
       const m = checkFile(path.join(ROOT, 'specs', spec));
       const a = generateCudaModel(buildPrograms({ ...m, train: { ...m.train, precision } }, { batch: m.train.batch }));
       expect(planProblems(a.plan)).toEqual([]);

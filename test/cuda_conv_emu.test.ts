@@ -32,6 +32,7 @@ import { HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { cudaInputsKey, findNvcc } from '../runtime/cuda/session.js';
 import { allOpCases, fusedCases, reluGradFoldCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const SCALARS = { lr: 0.05, t: 3, seed: 987654321, counter: 5 };
 const HARNESS = path.resolve(__dirname, 'native/cuda_thread_emu.h');
@@ -547,7 +548,7 @@ describe.skipIf(!NV)('conv_cuda.ts kernels under ptxas', () => {
 function ptxasCheck(a: ReturnType<typeof buildCuda>): void {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'conv-ptxas-'));
   fs.writeFileSync(path.join(dir, 'k.cu'), a.files[KERNELS_FILE]);
-  const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-fmad=true', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Werror', 'all-warnings', '-Xptxas', '-v'], { encoding: 'utf8' });
+  const r = spawnSync(NV!.nvcc, [...NVCC_SM90A, '-fmad=true', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Werror', 'all-warnings', '-Xptxas', '-v'], { encoding: 'utf8' });
   fs.rmSync(dir, { recursive: true, force: true });
   expect(r.status, r.stderr).toBe(0);
   // ptxas -v: "Compiling entry function 'NAME'", then "N bytes stack frame, N bytes spill stores, N bytes spill loads", then "Used N registers"

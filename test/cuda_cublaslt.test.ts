@@ -22,6 +22,7 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { runtimeSources, writeCmakeProject } from '../runtime/native/build.js';
 import { cudaIncludeDirs, findNvcc } from '../runtime/cuda/session.js';
 import { blas, blasBgradB, ctxOf, data, graphOf, maxDiff, rowMajor } from './cuda_gemm_helpers.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const NV = findNvcc();
@@ -241,7 +242,7 @@ describe('the CUDA model with cuBLASLt calls', () => {
       for (const files of [a.files, bf16.files]) {
         for (const [f, t] of Object.entries({ ...runtimeSources(true), ...files })) fs.writeFileSync(path.join(dir, f), t);
         for (const def of [['-DMPSC_CUBLASLT'], []])
-          execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', ...def], { stdio: 'pipe' });
+          execFileSync(NV!.nvcc, [...NVCC_SM90A, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', ...def], { stdio: 'pipe' });
       }
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });

@@ -1,7 +1,7 @@
 /**
  * The CUDA dialect of the GPU kernel language (compiler/codegen-cuda/cuda_dialect.ts): every
  * kernel of the example specs (train_step and eval) and of every op case of the Metal kernel
- * tests (the 16-bit cases of mixed precision included: __half / __nv_bfloat16 buffers), lowered once more for CUDA, compiles with `nvcc -arch=sm_90a` with warnings as errors.
+ * tests (the 16-bit cases of mixed precision included: __half / __nv_bfloat16 buffers), lowered once more for CUDA, compiles with `nvcc` for sm_90a (test/nvcc_target.ts) with warnings as errors.
  * Compile only: nothing runs on a GPU here (bench/cuda_check.sh runs them on one).
  * The same lowering gives MSL without any CUDA spelling, and CUDA without any MSL spelling.
  */
@@ -21,6 +21,7 @@ import { MSL } from '../compiler/codegen-metal/msl_dialect.js';
 import { kernelFile } from '../compiler/kernels/prelude.js';
 import type { Helper } from '../compiler/kernels/kernel_types.js';
 import { allOpCases, fusedCases, halfCases, halfIoCases, reluGradFoldCases } from './metal_cases.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const NVCC = ['/usr/local/bin/nvcc', '/usr/local/cuda/bin/nvcc'].find((p) => fs.existsSync(p)) ?? 'nvcc';
@@ -41,7 +42,7 @@ function nvcc(files: string[]): string[] {
   const bad: string[] = [];
   for (const f of files) {
     try {
-      execFileSync(NVCC, ['-arch=sm_90a', '-c', f, '-o', f.replace(/\.cu$/, '.o'), '-Werror', 'all-warnings'], { stdio: 'pipe' });
+      execFileSync(NVCC, [...NVCC_SM90A, '-c', f, '-o', f.replace(/\.cu$/, '.o'), '-Werror', 'all-warnings'], { stdio: 'pipe' });
     } catch (e) {
       const err = e as { stderr?: Buffer; message: string };
       bad.push(`${path.basename(f)}: ${err.stderr?.toString() || err.message}`);
@@ -68,7 +69,7 @@ describe('the CUDA dialect', () => {
     expect(msl).not.toMatch(/__syncthreads|__global__|__shared__|mpsc_warp|mpsc_mat8|expf\(/);
   });
 
-  it('every kernel of the example specs and of every op case compiles with nvcc -arch=sm_90a', () => {
+  it('every kernel of the example specs and of every op case compiles with nvcc for sm_90a', () => {
     const out = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-cuda-'));
     try {
       const files: string[] = [];

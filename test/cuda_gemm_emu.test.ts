@@ -27,6 +27,7 @@ import { findNvcc } from '../runtime/cuda/session.js';
 import { cudaLongCases, gemmTileCases } from './cuda_cases.js';
 import { allOpCases, fusedCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const EMU = path.resolve(__dirname, 'native/cuda_thread_emu.h');
 const hasGxx = spawnSync('g++', ['--version']).status === 0;
@@ -165,7 +166,7 @@ describe.skipIf(!NV)('gemm_cuda.ts small-tile kernels under ptxas', () => {
     const built = buildCuda(gemmTileCases(makeRng(20261204)).map((c) => c.program), 'gemm_ptxas', { merge: false, cublasLt: false });
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gemm-ptxas-'));
     fs.writeFileSync(path.join(dir, 'k.cu'), built.files[KERNELS_FILE]);
-    const r = spawnSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Xptxas', '-v'], { encoding: 'utf8' });
+    const r = spawnSync(NV!.nvcc, [...NVCC_SM90A, '-c', path.join(dir, 'k.cu'), '-o', path.join(dir, 'k.o'), '-Xptxas', '-v'], { encoding: 'utf8' });
     fs.rmSync(dir, { recursive: true, force: true });
     expect(r.status, r.stderr).toBe(0);
     const small = new Set(built.lowered.flatMap((lp) => lp.kernels).filter((k) => /small 32x64/.test(k.label)).flatMap((k) => [k.name, k.mma!.name]).map((n) => built.alias.get(n) ?? n));

@@ -15,6 +15,7 @@ import { conflicts, cudaLanes, LANE_MAX_MACS, laneProblems, largestCallMacs, MIN
 import { LT_WORKSPACE_BYTES } from '../compiler/codegen-cuda/plan.js';
 import { runtimeSources } from '../runtime/native/build.js';
 import { findNvcc } from '../runtime/cuda/session.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const NV = findNvcc();
@@ -194,7 +195,7 @@ describe('the lanes of real plans', () => {
           expect(generateCudaModel(buildPrograms({ ...m, train: { ...m.train, precision } }, { batch: m.train.batch })).files).toEqual(a.files);
         }
         for (const def of [['-DMPSC_CUBLASLT'], ...(precision ? [] : [[]]), ['-DMPSC_CUBLASLT', '-DMPSC_NCCL']])
-          execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), ...def], { stdio: 'pipe' });
+          execFileSync(NV!.nvcc, [...NVCC_SM90A, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), ...def], { stdio: 'pipe' });
       }
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });

@@ -15,6 +15,7 @@ import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-
 import { cudaPdl, pdlFor, type PdlMode } from '../compiler/codegen-cuda/pdl.js';
 import { runtimeSources } from '../runtime/native/build.js';
 import { cudaInputsKey, findNvcc } from '../runtime/cuda/session.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const NV = findNvcc();
@@ -96,9 +97,9 @@ describe('programmatic dependent launch (pdl.ts)', () => {
     try {
       const a = generateCudaModel(programsOf('specs/char_gpt.model', 'bf16'), { pdl: 'all', lanes: 1 });
       for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);
-      execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), '-DMPSC_CUBLASLT'], { stdio: 'pipe' });
+      execFileSync(NV!.nvcc, [...NVCC_SM90A, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), '-DMPSC_CUBLASLT'], { stdio: 'pipe' });
       // the wait and the trigger reach the PTX of every kernel for sm_90a
-      execFileSync(NV!.nvcc, ['-arch=sm_90a', '-ptx', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.ptx'), '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), '-DMPSC_CUBLASLT'], { stdio: 'pipe' });
+      execFileSync(NV!.nvcc, [...NVCC_SM90A, '-ptx', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.ptx'), '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), '-DMPSC_CUBLASLT'], { stdio: 'pipe' });
       const ptx = fs.readFileSync(path.join(dir, 'o.ptx'), 'utf8');
       const entries = (ptx.match(/\.entry p\d+_k/g) ?? []).length;
       expect(entries).toBeGreaterThan(20);

@@ -31,6 +31,7 @@ import { buildPrograms } from '../compiler/ir/programs.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { runtimeSources } from '../runtime/native/build.js';
 import { blas, ctxOf, data, graphOf, rowMajor } from './cuda_gemm_helpers.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const NV = findNvcc();
@@ -87,7 +88,7 @@ describe('the 3xTF32 split (tf32Split, the kernel helper)', () => {
       `  while (std::fread(&u, 4, 1, f) == 1) {\n    float hi, lo;\n    mpsc_tf32_split(mpsc_u2f(u), hi, lo);\n    const uint r[2] = {mpsc_f2u(hi), mpsc_f2u(lo)};\n    std::fwrite(r, 4, 2, o);\n  }\n` +
       `  std::fclose(f);\n  std::fclose(o);\n  return 0;\n}\n`;
     fs.writeFileSync(path.join(dir, 'split.cu'), src);
-    execFileSync(NV!.nvcc, ['-O2', '-arch=sm_90a', path.join(dir, 'split.cu'), '-o', path.join(dir, 'split')], { stdio: 'pipe' });
+    execFileSync(NV!.nvcc, ['-O2', ...NVCC_SM90A, path.join(dir, 'split.cu'), '-o', path.join(dir, 'split')], { stdio: 'pipe' });
     const ins = patterns(50000, 11);
     // specials: +-inf, NaNs (payload high and low), FLT_MAX, values that round up across a binade, subnormals
     ins.set([0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0xffffffff, 0x7f7fffff, 0xff7fffff, 0x3fffffff, 0x3ffff000, 0x00000001, 0x00001fff, 0x807fffff, 0, 0x80000000]);
@@ -155,7 +156,7 @@ describe('the split kernels, the rewritten call and the K chunks\' sum compute t
     lowered.forEach((_, i) => (src += `      case ${i}: c${i}_r(y.data(), bias.data(), s.data()); break;\n`));
     src += `    }\n    save(argv[6], y);\n  }\n  return 0;\n}\n`;
     fs.writeFileSync(path.join(dir, 'layout.cu'), src);
-    execFileSync(NV!.nvcc, ['-O2', '-std=c++17', '-arch=sm_90a', '-include', 'cstdlib', path.join(dir, 'layout.cu'), '-o', path.join(dir, 'layout')], { stdio: 'pipe' });
+    execFileSync(NV!.nvcc, ['-O2', '-std=c++17', ...NVCC_SM90A, '-include', 'cstdlib', path.join(dir, 'layout.cu'), '-o', path.join(dir, 'layout')], { stdio: 'pipe' });
     const f = (n: string) => path.join(dir, n);
     const readF32 = (n: string) => new Float32Array(new Uint8Array(fs.readFileSync(f(n))).buffer);
     let chunked = 0;
@@ -307,7 +308,7 @@ describe('the 3xTF32 rule and the model', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-tf32x3-model-'));
     try {
       for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);
-      execFileSync(NV.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-DMPSC_CUBLASLT'], { stdio: 'pipe' });
+      execFileSync(NV.nvcc, [...NVCC_SM90A, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-DMPSC_CUBLASLT'], { stdio: 'pipe' });
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }

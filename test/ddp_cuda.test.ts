@@ -23,6 +23,7 @@ import { UserError } from '../compiler/errors.js';
 import { writeCmakeProject } from '../runtime/native/build.js';
 import { cudaIncludeDirs, findNvcc } from '../runtime/cuda/session.js';
 import { pickGpus, visibleGpus } from '../runtime/ddp/launcher.js';
+import { NVCC_SM90A } from './nvcc_target.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const NV = findNvcc();
@@ -94,7 +95,7 @@ describe('the generated host code with NCCL', () => {
     try {
       for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);
       fs.copyFileSync(path.join(ROOT, 'runtime/cpp/mpsc_model.h'), path.join(dir, 'mpsc_model.h'));
-      const args = ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'out.o'), '-Werror', 'all-warnings',
+      const args = [...NVCC_SM90A, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'out.o'), '-Werror', 'all-warnings',
         '-I', path.join(ROOT, 'runtime/cuda'), '-I', path.join(ROOT, 'test/fixtures/nccl_decl')];
       execFileSync(NV!.nvcc, [...args, '-DMPSC_NCCL'], { stdio: 'pipe' });
       // without NCCL the hooks say so: the message is in the generated source
@@ -116,7 +117,7 @@ describe('the generated host code with NCCL', () => {
       try {
         for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);
         fs.copyFileSync(path.join(ROOT, 'runtime/cpp/mpsc_model.h'), path.join(dir, 'mpsc_model.h'));
-        execFileSync(NV!.nvcc, ['-arch=sm_90a', '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'out.o'), '-Werror', 'all-warnings',
+        execFileSync(NV!.nvcc, [...NVCC_SM90A, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'out.o'), '-Werror', 'all-warnings',
           '-I', path.join(ROOT, 'runtime/cuda'), '-I', path.join(ROOT, 'test/fixtures/nccl_decl'), '-DMPSC_NCCL'], { stdio: 'pipe' });
       } catch (e) {
         throw new Error(`${what}: ${(e as { stderr?: Buffer }).stderr?.toString() ?? e}`);
