@@ -140,10 +140,33 @@ function timeSteps(n: number, f: (read: boolean) => void): number[] {
   return ms;
 }
 
+/** the model's loss, or the user's error of timing a model without one */
+function requireLoss(model: CheckedModel): void {
+  if (!model.loss) throw new UserError(`${model.file}: error: model '${model.name}' has no loss, so there is no train step to time; add a loss to the spec`);
+}
+
+/**
+ * `train(read)` runs one train step (train_step, + apply_update when the model accumulates gradients) of the batch
+ * `trainIn`, its step count t counting the calls; `scalars()` the current step's StepScalars
+ */
+function stepper(session: Session, model: CheckedModel, trainIn: Batch): { train: (read: boolean) => void; scalars: () => StepScalars } {
+  let t = 0;
+  const scalars = (): StepScalars => ({ lr: model.optimizer.lr, t, seed: model.train.seed, counter: t });
+  const hasUpdate = session.hasProgram('apply_update');
+  return {
+    scalars,
+    train: (read) => {
+      t += 1;
+      session.run('train_step', trainIn, scalars(), { read: read && !hasUpdate });
+      if (hasUpdate) session.run('apply_update', [], scalars(), { read });
+    },
+  };
+}
+
 export async function bench(model: CheckedModel, opts: BenchOptions): Promise<BenchResult> {
   const t0 = performance.now();
   const B = opts.batch ?? model.train.batch;
-  if (!model.loss) throw new UserError(`${model.file}: error: model '${model.name}' has no loss, so there is no train step to time; add a loss to the spec`);
+  requireLoss(model);
   const programs: ProgramSet = buildPrograms(model, { batch: B });
   const tOpen = performance.now();
   const opened = await openSession(opts.device, programs, { threads: opts.threads, onProgress: opts.onProgress });
@@ -153,16 +176,8 @@ export async function bench(model: CheckedModel, opts: BenchOptions): Promise<Be
     const tInit = performance.now();
     for (const [name, data] of initParamsThreaded(model, model.train.seed)) session.write(name, data);
     const init_s = (performance.now() - tInit) / 1000;
-    const trainIn = syntheticBatch(programs.train_step, model.numClasses, 1);
     const evalIn = syntheticBatch(programs.eval, model.numClasses, 2);
-    let t = 0;
-    const scalars = (): StepScalars => ({ lr: model.optimizer.lr, t, seed: model.train.seed, counter: t });
-    const hasUpdate = session.hasProgram('apply_update');
-    const trainStep = (read: boolean) => {
-      t += 1;
-      session.run('train_step', trainIn, scalars(), { read: read && !hasUpdate });
-      if (hasUpdate) session.run('apply_update', [], scalars(), { read });
-    };
+    const { train: trainStep, scalars } = stepper(session, model, syntheticBatch(programs.train_step, model.numClasses, 1));
     const evalStep = (read: boolean) => void session.run('eval', evalIn, scalars(), { read });
     trainStep(true);
     const first_step_s = (performance.now() - t0) / 1000;
@@ -217,12 +232,12 @@ export interface VariantTiming {
  * the machine lands on every variant alike and no variant pays a process start or the parameter init again.
  */
 export async function benchVariants(model: CheckedModel, variants: BenchVariant[], opts: BenchOptions & { rounds: number }): Promise<VariantTiming[]> {
-  if (!model.loss) throw new UserError(`${model.file}: error: model '${model.name}' has no loss, so there is no train step to time; add a loss to the spec`);
+  requireLoss(model);
   const B = opts.batch ?? model.train.batch;
   const programs: ProgramSet = buildPrograms(model, { batch: B });
   const init = initParamsThreaded(model, model.train.seed);
   const trainIn = syntheticBatch(programs.train_step, model.numClasses, 1);
-  const opened: { v: BenchVariant; session: Session; open_s: number; t: number; rounds: number[] }[] = [];
+  const opened: { v: BenchVariant; session: Session; open_s: number; step: (read: boolean) => void; rounds: number[] }[] = [];
   try {
     for (const v of variants) {
       const before = Object.fromEntries(Object.keys(v.env).map((k) => [k, process.env[k]]));
@@ -230,7 +245,7 @@ export async function benchVariants(model: CheckedModel, variants: BenchVariant[
       const t0 = performance.now();
       try {
         const { session } = await openSession(opts.device, programs, { threads: opts.threads, onProgress: opts.onProgress });
-        opened.push({ v, session, open_s: (performance.now() - t0) / 1000, t: 0, rounds: [] });
+        opened.push({ v, session, open_s: (performance.now() - t0) / 1000, step: stepper(session, model, trainIn).train, rounds: [] });
       } finally {
         for (const [k, val] of Object.entries(before)) if (val === undefined) delete process.env[k]; else process.env[k] = val;
       }
@@ -238,16 +253,9 @@ export async function benchVariants(model: CheckedModel, variants: BenchVariant[
     }
     for (let r = 0; r < opts.rounds; r++) {
       for (const o of opened) {
-        const hasUpdate = o.session.hasProgram('apply_update');
-        const step = (read: boolean) => {
-          o.t += 1;
-          const sc: StepScalars = { lr: model.optimizer.lr, t: o.t, seed: model.train.seed, counter: o.t };
-          o.session.run('train_step', trainIn, sc, { read: read && !hasUpdate });
-          if (hasUpdate) o.session.run('apply_update', [], sc, { read });
-        };
         // the warm-up's last step reads its outputs: the queue is drained before the timed steps
-        timeSteps(Math.max(1, opts.warmup), step);
-        o.rounds.push(Number(median(timeSteps(opts.steps, step)).toFixed(3)));
+        timeSteps(Math.max(1, opts.warmup), o.step);
+        o.rounds.push(Number(median(timeSteps(opts.steps, o.step)).toFixed(3)));
       }
     }
     return opened.map((o) => ({ name: o.v.name, env: o.v.env, open_s: Number(o.open_s.toFixed(3)), rounds: o.rounds, median_ms: median(o.rounds) }));

@@ -165,7 +165,7 @@ function onlineLse(ctx: LowerCtx, g: Graph, n: Node, L: ReturnType<typeof rowLay
   const tree = (xs: string[], op: (a: string, b: string) => string): string =>
     xs.length === 1 ? xs[0] : op(tree(xs.slice(0, xs.length / 2), op), tree(xs.slice(xs.length / 2), op));
   const paren = (a: string, b: string) => `(${a} + ${b})`;
-  const sumOf = (xs: string[]) => { const t = tree(xs, paren); return t.startsWith('(') ? t.slice(1, -1) : t; };
+  const sumOf = (xs: string[]) => `${tree(xs.slice(0, xs.length / 2), paren)} + ${tree(xs.slice(xs.length / 2), paren)}`;
   return (
     `  float m = ${d.f(-Infinity)}, s = ${d.f(0)};\n` + (sx ? `  float sx = ${d.f(0)};\n` : '') +
     `  uint c = t;\n` +

@@ -76,11 +76,12 @@ function rematCaps(off: readonly CudaFuseSwitch[]): NonNullable<FusionCaps['rema
 
 export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): FusionCaps {
   const half = HALF_IO_OPS.filter((op) => !F32_ONLY.includes(op));
+  const remat = rematCaps(off);
   return {
     epilogue: { ops: EPILOGUE_OPS, fns: UNARY_FNS, gradReaders: true },
     poolGradRelu: { globalAvgpool: true, maxpool2x2: true, convGradInput: true },
     casts: { reads: half, stores: half },
-    ...(rematCaps(off) ? { remat: rematCaps(off) } : {}),
+    ...(remat ? { remat } : {}),
     addLayernorm: { maxD: WARP_D, add: !off.includes('add_ln'), grad: !off.includes('grad_add'), biasSum: !off.includes('bias_sum'), halfOut: !off.includes('ln_half') },
     ...(off.includes('bias_grad') ? {} : { matmulBiasGrad: true }),
     ...(off.includes('grad_fwd') ? {} : { gradWithForward: true }),

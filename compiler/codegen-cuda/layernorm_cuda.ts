@@ -111,7 +111,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   // the residual gradient added to dx as it is stored (fuse.ts rule 6, `add_out`: the addend is the last input)
   const addOut = n.attrs.add_out === true;
   // output 0's 16-bit copy as the last output (fuse.ts rule 11, `half_out`; only with add_out)
-  const half = n.attrs.half_out !== undefined;
+  const half = n.attrs.half_out !== undefined, halfId = n.outputs[n.outputs.length - 1];
   if (D > WARP_D) {
     if (addOut) throw new Error(`internal: node ${n.id}: a layernorm_grad with a folded add over rows of ${D} > WARP_D (fuse.ts rule 6 takes D <= ${WARP_D})`);
     return null;
@@ -128,7 +128,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   const writes = sums.map((x) => argOf(g, x.arg, x.out, 'w'));
   const args = [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), ...(weight ? [argOf(g, 'w', ins[2], 'r')] : []),
     argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r'), ...(addOut ? [argOf(g, 'xa', ins[5], 'r')] : []),
-    argOf(g, 'dx', outs[0], 'w'), ...(half ? [argOf(g, 'dxh', outs[outs.length - 1], 'w')] : []), ...(G === 1 ? writes : [])];
+    argOf(g, 'dx', outs[0], 'w'), ...(half ? [argOf(g, 'dxh', halfId, 'w')] : []), ...(G === 1 ? writes : [])];
   const plus = (idx: string) => (addOut ? ` + ${readF(d, g, ins[5], 'xa', idx)}` : '');
   const decl = (p: string) => `  float ${Array.from({ length: K }, (_, k) => `${p}${k} = ${f(0)}`).join(', ')};\n`;
   /** stores of the column totals, the j-th from the expression total(j) */
@@ -137,7 +137,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   // with the addend: every lane's dx + addend computed (all its loads issued) before any store to dx, whose overlap with
   // xa the compiler cannot rule out (a store between the loads costs a memory round trip per element); g_k holds the result
   const dxLine = (k: number, idx: string) => addOut
-    ? `dx[${idx}] = ${store(ctx, g, outs[0], `g${k}`)};${half ? ` dxh[${idx}] = ${store(ctx, g, outs[outs.length - 1], `g${k}`)};` : ''}${P === 3 ? ` po${k} += g${k};` : ''}`
+    ? `dx[${idx}] = ${store(ctx, g, outs[0], `g${k}`)};${half ? ` dxh[${idx}] = ${store(ctx, g, halfId, `g${k}`)};` : ''}${P === 3 ? ` po${k} += g${k};` : ''}`
     : `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`;
   const sumLine = (k: number, idx: string) => `g${k} = rs * (g${k} - s1 - h${k} * s2)${plus(idx)};`;
   const first = kernelSpec(ctx, g, n, args, {

@@ -145,8 +145,6 @@ export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool
 export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
 /** the ops that may carry `add_out` (+ the `addend` input, added to output 0), and with it `sum_out` (+ output 0's column sums as the last output) */
 export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
-/** the ops that may carry `half_out` (with add_out: + output 0 rounded to a 16-bit type as the last output: rule 11) */
-export const HALF_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
 /** the ops that may carry `a_sums` (+ input 0's column sums as the last output: rule 8) */
 export const A_SUMS_OPS: readonly OpName[] = ['matmul'];
 /** the ops that may carry `c_sums` (+ output 0's channel sums, over N, H, W, as the last output: rule 9) */

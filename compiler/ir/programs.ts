@@ -83,17 +83,21 @@ export function fuseForBackend(p: Program, fusions: FusionCaps): Program {
     // the costlier ones (`later`) only where the program is still large with the others' copies
     const { fromPeakBytes, ops = REMAT_OPS, later } = fusions.remat;
     const plain = planMemory(fused);
-    const withCopies = (of: readonly string[]): Program | null => {
+    /** the program with copies of `of`'s nodes and its planned peak, or null when they do not shrink the arena */
+    const withCopies = (of: readonly string[]): { r: Program; peakBytes: number } | null => {
       if (of.length === 0) return null;
       const copies = rematerialize(fused, of);
       // a recomputed unary next to its gradient: one node (grad_fwd.ts), when the backend's caps say so
       const r = fusions.gradWithForward && copies !== fused ? pairGradWithForward(copies) : copies;
-      return r !== fused && planMemory(r).arenaBytes < plain.arenaBytes ? r : null;
+      if (r === fused) return null;
+      const plan = planMemory(r);
+      return plan.arenaBytes < plain.arenaBytes ? { r, peakBytes: plan.peakBytes } : null;
     };
     if (plain.peakBytes >= fromPeakBytes) {
       const first = withCopies(ops.filter((op) => !later?.ops.includes(op)));
-      const all = later && planMemory(first ?? fused).peakBytes >= later.fromPeakBytes ? withCopies(ops) : null;
-      if (all ?? first) return finishFused(p, (all ?? first)!);
+      const all = later && (first?.peakBytes ?? plain.peakBytes) >= later.fromPeakBytes ? withCopies(ops) : null;
+      const chosen = all ?? first;
+      if (chosen) return finishFused(p, chosen.r);
     }
   }
   return finishFused(p, fused);
