@@ -27,8 +27,8 @@ interface DriverRun {
   cases: Case[];
   declared: number;
   dwChunks: number;
-  /** winograd.h taken for the seed CNN's 64 -> 128 layer, and for LeNet's 32 -> 64 (it should not be) */
-  wino: [number, number];
+  /** winograd.h taken for the seed CNN's 64 -> 128 layer, LeNet's 32 -> 64, and a 16 -> 32 layer (it should not be) */
+  wino: [number, number, number];
   /** the same for the grad-weight, and the seed layer's batch chunks (b32) */
   winoDw: [number, number, number];
   /** the conv cases whose grad-weight took winograd.h */
@@ -50,7 +50,7 @@ function runDriver(tag: string, flags: string[]): DriverRun {
   const found: Case[] = [];
   let count = -1;
   let dwChunks = -1;
-  let wino: [number, number] = [-1, -1];
+  let wino: [number, number, number] = [-1, -1, -1];
   let winoDw: [number, number, number] = [-1, -1, -1];
   const winoDwCases: string[] = [];
   let amx: [number, number, number] = [-1, -1, -1];
@@ -61,8 +61,8 @@ function runDriver(tag: string, flags: string[]): DriverRun {
     if (wc) winoDwCases.push(wc[1]);
     const wd = /^WINODW ([01]) ([01]) (\d+)$/.exec(line);
     if (wd) winoDw = [Number(wd[1]), Number(wd[2]), Number(wd[3])];
-    const w = /^WINO ([01]) ([01])$/.exec(line);
-    if (w) wino = [Number(w[1]), Number(w[2])];
+    const w = /^WINO ([01]) ([01]) ([01])$/.exec(line);
+    if (w) wino = [Number(w[1]), Number(w[2]), Number(w[3])];
     const q = /^DWCHUNKS batch_chunks (\d+)$/.exec(line);
     if (q) dwChunks = Number(q[1]);
     const m = /^CASE (\S+) (\S+) err=(\S+) same=([01])$/.exec(line);
@@ -79,10 +79,10 @@ function runDriver(tag: string, flags: string[]): DriverRun {
 // and a build without Winograd and AMX (-DMPSC_FAST_WINOGRAD=0 -DMPSC_FAST_AMX=0), so the wide GEMM path
 // stays checked on the shapes Winograd takes and the FMA kernel on the products the AMX tiles take
 let dwChunks = -1;
-let wino: [number, number] = [-1, -1];
+let wino: [number, number, number] = [-1, -1, -1];
 let winoDw: [number, number, number] = [-1, -1, -1];
 let winoDwCases: string[] = [];
-const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1], winoDw: [-1, -1, -1], winoDwCases: [], amx: [-1, -1, -1] };
+const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1, -1], winoDw: [-1, -1, -1], winoDwCases: [], amx: [-1, -1, -1] };
 let native = none;
 let narrow = none;
 let noWino = none;
@@ -179,10 +179,10 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(bad('conv_grad_bias')).toEqual([]);
   });
 
-  it('Winograd F(2x2, 3x3) for 3x3 stride-1 layers with enough channels (seed 64 -> 128, not LeNet 32 -> 64), at both widths; the build without it passes every case on the wide path', () => {
-    expect(wino).toEqual([1, 0]);
-    expect(narrow.wino).toEqual([1, 0]);
-    expect(noWino.wino).toEqual([0, 0]);
+  it('Winograd F(2x2, 3x3) for 3x3 stride-1 layers with enough channels (seed 64 -> 128 and LeNet 32 -> 64, not 16 -> 32), at both widths; the build without it passes every case on the wide path', () => {
+    expect(wino).toEqual([1, 1, 0]);
+    expect(narrow.wino).toEqual([1, 1, 0]);
+    expect(noWino.wino).toEqual([0, 0, 0]);
     expect(noWino.declared).toBe(declared);
     expect(noWino.cases.length).toBe(declared);
     expect(noWino.cases.filter((c) => !(c.err < 1e-4) || !c.same).map((c) => `${c.kind} ${c.name} err=${c.err}`)).toEqual([]);

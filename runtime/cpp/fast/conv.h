@@ -7,9 +7,10 @@
  *   OH = floor((H + 2ph - dh*(KH-1) - 1)/sh) + 1 (same for OW)
  *
  * Four methods, picked per shape (results are the same bits for any thread count in each):
- *  - 3x3, stride 1, one group, C*O/(C+O) >= 32: Winograd F(2x2, 3x3) (winograd.h) for the forward,
- *    the grad-input (as the forward convolution below) and the grad-weight (the tiles as the GEMMs'
- *    K, summed per batch chunk in the transformed domain, transformed back in a second phase).
+ *  - 3x3, stride 1, one group, C*O/(C+O) >= 16: Winograd F(2x2, 3x3) (winograd.h) for the forward and
+ *    the grad-input (as the forward convolution below); with C*O/(C+O) >= 32 also the grad-weight (the
+ *    tiles as the GEMMs' K, summed per batch chunk in the transformed domain, transformed back in a
+ *    second phase).
  *  - stride 1, Kd <= 32 (first layers: 1 or 3 input channels): direct kernels. Each output row
  *    (in "wide" columns, below) is accumulated in registers from the padded image; grad-weight is
  *    one dot product per (image, o, p). A GEMM with K = Kd would be bound by writing C.
@@ -403,13 +404,15 @@ inline int64_t wino_dw_chunks(const Conv2dShape& s) {
 }
 
 /**
- * Winograd F(2x2, 3x3) for this shape's grad-weight: the forward's rule, and at least 32 tiles per
+ * Winograd F(2x2, 3x3) for this shape's grad-weight: the forward's rule with C*O/(C + O) >= 32
+ * (not 16: LeNet's 32 -> 64 grad-weight ran 3.4-3.6 ms on either path, and the wide one left the
+ * 2-thread step 0.5 ms faster), and at least 32 tiles per
  * batch chunk, since every chunk writes and phase 1 reads its 16 x O x C sums: with 16 tiles per
  * chunk (batch 8 of 8 x 8 images, 128 -> 128 channels) the wide path took 1.5 ms and this one 3.1
  * (1 thread); with 64 (batch 16 of 8 x 8, 256 -> 256) 18.2 against 12.1.
  */
 inline bool wino_grad_weight_ok(const Conv2dShape& s) {
-  if (!wino_conv_ok(s)) return false;
+  if (!wino_conv_ok(s) || s.C * s.O < 32 * (s.C + s.O)) return false;
   const int64_t q = wino_dw_chunks(s);
   return q > 0 && wino_dims(s.N, s.C, s.O, s.OH, s.OW).T >= 32 * q;
 }

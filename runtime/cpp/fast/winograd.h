@@ -74,13 +74,15 @@ inline int64_t wino_xs(const Wino& w, int64_t rows) { return rows * w.Tbs + 16; 
  * The shapes Winograd takes: a 3x3 kernel, stride 1, dilation 1, one group, padding <= 2 (the
  * grad-input's padding 2 - p is then one too), and channels where the GEMMs outweigh the
  * transforms: per tile the GEMMs cost 16*C*O multiply-adds, the transforms ~C + O loads and
- * stores of 16 values each, so C*O/(C + O) >= 32 (64 -> 64 and 64 -> 128 qualify; LeNet's 32 -> 64,
- * where both ran at the same speed, does not).
+ * stores of 16 values each, so C*O/(C + O) >= 16 (32 -> 32, LeNet's 32 -> 64, 64 -> 128 qualify).
+ * The bound was 32 until 5 Dec; on the AMD EPYC of bench/NOTES.md phase 17 LeNet's 32 -> 64 forward
+ * then ran 4.1 -> 2.2-2.8 ms and its grad-input 4.0 -> 2.4-3.0 (1 thread), resnet_small's 32 -> 32
+ * layers' step 157-168 -> 134-152 ms CPU. The grad-weight keeps 32 (conv.h wino_grad_weight_ok).
  */
 inline bool wino_ok(int64_t N, int64_t C, int64_t O, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh,
                     int64_t dw, int64_t groups, int64_t ph, int64_t pw, int64_t OH, int64_t OW) {
   return MPSC_FAST_WINOGRAD && N > 0 && KH == 3 && KW == 3 && sh == 1 && sw == 1 && dh == 1 && dw == 1 &&
-         groups == 1 && ph >= 0 && ph <= 2 && pw >= 0 && pw <= 2 && C * O >= 32 * (C + O) && OH > 0 && OW > 0;
+         groups == 1 && ph >= 0 && ph <= 2 && pw >= 0 && pw <= 2 && C * O >= 16 * (C + O) && OH > 0 && OW > 0;
 }
 
 /** floats of one part's scratch: packed U (16 x O x C), U before packing, V, M, a packed B block, input rows */
