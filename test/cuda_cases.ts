@@ -217,6 +217,9 @@ export function cudaLongCases(): OpCase[] {
   // the gradient right after the loss: one kernel (class_rows.ts fusedGrad), a block and a warp per row
   cases.push(lossAndGradCase(rng, 'loss_grad_fused_gpt2_vocab', 3, 50304, 0, undefined, true), lossAndGradCase(rng, 'loss_grad_fused_block_ignore', 5, 1025, 0.1, 2, true),
     lossAndGradCase(rng, 'loss_grad_fused_warp_ignore', 301, 1000, 0.1, -100, true));
+  // and over bf16 / f16 logits with C a multiple of 8: the vector path (16-byte accesses, exp2; MPSC_CUDA_CE_VEC)
+  cases.push(lossAndGradCase(rng, 'loss_grad_fused_gpt2_vocab_bf16', 3, 50304, 0, undefined, true, 'bf16'),
+    lossAndGradCase(rng, 'loss_grad_fused_block_ignore_f16', 5, 1032, 0.1, 2, true, 'f16'));
   // a conv bias gradient folded into the avgpool gradient (fuse.ts rule 9: buildCuda fuses the plain programs)
   cases.push(...poolGradSumsCases(rng));
   // a global_avgpool folded into the conv2d before it (fuse.ts rule 10), and one the conv's tiles cannot pool
@@ -538,24 +541,30 @@ export function convPoolCases(rng: Rng): OpCase[] {
  * (codegen-cuda/class_rows.ts lseConsumer: the gradient reads the loss kernel's per-row log-sum-exp from the
  * scratch region), over R rows of C with label smoothing `ls` and ignore_index `ignore` when given; `fused`:
  * the gradient right after the loss, accuracy last (class_rows.ts fusedGrad: one kernel writes the row terms
- * and the gradient).
+ * and the gradient). `half`: the logits cast to that 16-bit type first and the gradient stored in it (a 16-bit train
+ * step's head), checked widened by a cast back to f32 (so caseTolerance allows one unit of the type); with C a multiple
+ * of 8 and `fused`, class_rows.ts's vector path.
  */
-export function lossAndGradCase(rng: Rng, name: string, R: number, C: number, ls: number, ignore?: number, fused = false): OpCase {
+export function lossAndGradCase(rng: Rng, name: string, R: number, C: number, ls: number, ignore?: number, fused = false, half?: 'bf16' | 'f16'): OpCase {
   const b = new GraphBuilder();
   const data = new Map<number, Float64Array>();
-  const logits = b.value(`${name}.logits`, 'f32', [R, C], 'input');
-  data.set(logits, Float64Array.from(randomTensor([R, C], rng, -3, 3), (x) => Math.fround(x)));
+  const input = b.value(`${name}.logits`, 'f32', [R, C], 'input');
+  data.set(input, Float64Array.from(randomTensor([R, C], rng, -3, 3), (x) => Math.fround(x)));
   const label = b.value(`${name}.label`, 'i32', [R], 'input');
   data.set(label, randomInts([R], C, rng).map((l, i) => (ignore !== undefined && i % 3 === 1 ? ignore : l)));
   const ii: Record<string, number> = ignore === undefined ? {} : { ignore_index: ignore };
-  const out = (n: string, shape: number[]) => b.value(`${name}.${n}`, 'f32', shape, 'activation');
-  const loss = out('loss', []), acc = out('acc', []), dlogits = out('dlogits', [R, C]);
+  const out = (n: string, shape: number[], dtype: 'f32' | 'bf16' | 'f16' = 'f32') => b.value(`${name}.${n}`, dtype, shape, 'activation');
+  const logits = half ? out('logits16', [R, C], half) : input;
+  if (half) b.node('cast', [input], [logits], { to: half }, 'cast');
+  const loss = out('loss', []), acc = out('acc', []), dlogits = out(half ? 'dlogits16' : 'dlogits', [R, C], half);
   b.node('cross_entropy', [logits, label], [loss], { label_smoothing: ls, ...ii }, 'loss');
   if (!fused) b.node('accuracy', [logits, label], [acc], ii, 'accuracy');
   b.node('cross_entropy_grad', [logits, label], [dlogits], { label_smoothing: ls, ...ii }, 'loss');
   if (fused) b.node('accuracy', [logits, label], [acc], ii, 'accuracy');
-  const program = { name, batch: R, graph: b.graph, inputs: [logits, label], outputs: [] } as unknown as Program;
-  return { program, data, check: [loss, acc, dlogits] };
+  const wide = half ? out('dlogits', [R, C]) : dlogits;
+  if (half) b.node('cast', [dlogits], [wide], { to: 'f32' }, 'cast');
+  const program = { name, batch: R, graph: b.graph, inputs: [input, label], outputs: [] } as unknown as Program;
+  return { program, data, check: [loss, acc, wide] };
 }
 
 /**

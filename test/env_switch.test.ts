@@ -9,7 +9,7 @@ import { envChoice, envFlag, envInts, envList } from '../compiler/env_switch.js'
 import { UserError } from '../compiler/errors.js';
 import { flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen-cuda/attention_cuda.js';
 import { attnTf32x3Enabled, x3Async, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
-import { rowBlock, ceUnroll } from '../compiler/codegen-cuda/class_rows.js';
+import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, tf32x3Choice } from '../runtime/cuda/session.js';
 import { cpuAmxChoice } from '../compiler/codegen-cpu/emit_program.js';
@@ -60,6 +60,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_FLASH_FWD_ROWS', flashForwardRows, 128],
     ['MPSC_CUDA_CE_ROW_BLOCK', rowBlock, 1024],
     ['MPSC_CUDA_CE_UNROLL', ceUnroll, 4],
+    ['MPSC_CUDA_CE_VEC', ceVec, true],
     ['MPSC_CUDA_ATTN_TF32X3', attnTf32x3Enabled, true],
     ['MPSC_CUDA_ATTN_X3_ASYNC', () => [x3Async('fwd'), x3Async('kv'), x3Async('q')], [true, true, true]],
     ['MPSC_CUDA_ATTN_X3_KSPLIT', x3KSplit, true],

@@ -504,12 +504,13 @@ export function halfIoCases(): OpCase[] {
  * The tolerance of a case at `base`, plus one unit in the last place of a 16-bit type (relative: 2^-7
  * for bf16, 2^-10 for f16) when a checked value is a 16-bit output widened (halfIoCases): a kernel's
  * f32 result within f32 noise of a 16-bit rounding midpoint rounds to the other neighbour than the
- * float64 reference's, which moves that element by one unit of the 16-bit type.
+ * float64 reference's, which moves that element by one unit of the 16-bit type. With `only`, that checked
+ * value's tolerance (the unit only if it is such an output).
  */
-export function caseTolerance(c: OpCase, base: number): number {
+export function caseTolerance(c: OpCase, base: number, only?: number): number {
   const g = c.program.graph;
   let ulp = 0;
-  for (const id of c.check) {
+  for (const id of only === undefined ? c.check : [only]) {
     const w = g.nodes.find((n) => n.outputs.includes(id));
     if (w?.op !== 'cast' || w.attrs.to !== 'f32') continue;
     const src = g.nodes.find((n) => n.outputs.includes(w.inputs[0]));

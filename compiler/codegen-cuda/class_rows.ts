@@ -63,6 +63,21 @@ export function rowBlock(): number {
 export function ceUnroll(): 4 | 16 {
   return envChoice('MPSC_CUDA_CE_UNROLL', ['4', '16'], '4') === '16' ? 16 : 4;
 }
+/**
+ * The fused loss + gradient (fusedGrad, a block per row) over 16-bit logits and a 16-bit gradient with C a multiple of 8
+ * (GPT-2's 50304): each thread takes 8 consecutive classes per 16-byte load and store (the dialect's load8 / store8), two
+ * vectors in flight per step, and every exp(x - m) as 2^(x log2(e) - m log2(e)), one fma and the hardware's exp2 (CUDA
+ * exp2f). The scalar kernel spends ~40 instructions per element over its two passes (2-byte loads and stores with
+ * their index arithmetic, and two full-precision expf of ~10 instructions each: ptxas of GPT-2's kernel), so it is
+ * bound by issue, not bytes: GPT-2's 16384 x 50304 took 1.80 ms against 0.79 at the copy rate (H200, 5 Dec). Here
+ * ~12. The error of the exponent's argument is ~|m| 2^-24 (the rounding of m log2(e)), a few 1e-7 relative in each
+ * exponential at GPT-2's logits, and the gradient is then rounded to 16 bits anyway. MPSC_CUDA_CE_VEC=0 at build time
+ * keeps the scalar kernel (A/B); other rows (f32, C not a multiple of 8, a warp per row) always keep it.
+ */
+export function ceVec(): boolean {
+  return envFlag('MPSC_CUDA_CE_VEC', true);
+}
+
 /** rows up to which a warp-per-row forward op is ONE block (8 warps taking rows in turn) rather than two kernels */
 export const ONE_BLOCK_ROWS = 256;
 const BLOCK = 256;
@@ -146,6 +161,8 @@ function rowLayout(ctx: LowerCtx, R: number, C: number, fused = false) {
         ? `  const uint r = tgid.x * ${u(WARPS)} + sg;\n  if (r >= ${u(R)}) return;\n  const uint t = lane;\n`
         : `  const uint r = tgid.x;\n  const uint t = tidx;\n`) +
       `  const uint base = r * ${u(C)};\n`,
+    /** the row's first 8-class vector (the vector path: C a multiple of 8; '' otherwise) */
+    vbase: C % 8 === 0 ? `r * ${u(C / 8)}` : '',
     max: (v: string) => (warp ? d.simdMax(v) : `mpsc_block_max(${v}, tg, lane, sg, ${u(nsg)})`),
     sum: (v: string) => (warp ? d.simdSum(v) : `mpsc_block_sum(${v}, tg, lane, sg, ${u(nsg)})`),
   };
@@ -161,9 +178,7 @@ function onlineLse(ctx: LowerCtx, g: Graph, n: Node, L: ReturnType<typeof rowLay
   const d = ctx.d, u = (k: number) => d.u(k), exp = (x: string) => d.math('exp', x), max = (a: string, b: string) => d.math('max', a, b);
   const x = (k: number) => readF(d, g, n.inputs[0], 'logits', k ? `base + c + ${u(k * L.W)}` : 'base + c');
   const U = L.unroll, ks = Array.from({ length: U }, (_, k) => k);
-  // a balanced tree over names (max of the step's loads, sum of their exps): (a + b) + (c + d) at U = 4
-  const tree = (xs: string[], op: (a: string, b: string) => string): string =>
-    xs.length === 1 ? xs[0] : op(tree(xs.slice(0, xs.length / 2), op), tree(xs.slice(xs.length / 2), op));
+  // balanced trees over names (max of the step's loads, sum of their exps): (a + b) + (c + d) at U = 4
   const paren = (a: string, b: string) => `(${a} + ${b})`;
   const sumOf = (xs: string[]) => `${tree(xs.slice(0, xs.length / 2), paren)} + ${tree(xs.slice(xs.length / 2), paren)}`;
   return (
@@ -187,6 +202,81 @@ function onlineLse(ctx: LowerCtx, g: Graph, n: Node, L: ReturnType<typeof rowLay
   );
 }
 
+/** log2(e) as a float: the vector path's exponentials are 2^(x LOG2E - m LOG2E) */
+const LOG2E = Math.LOG2E;
+/** 16-byte vectors per thread and step in the vector path (16 classes in flight) */
+const VEC_STEP = 2;
+
+/** the 16-bit type of the fused loss's logits and gradient when the vector path serves it (ceVec), else null */
+function vecType(g: Graph, n: Node, grad: Node | undefined, L: ReturnType<typeof rowLayout>, C: number): 'half' | 'bfloat' | null {
+  if (!grad || L.warp || C % 8 !== 0 || !ceVec()) return null;
+  const t = elemOf(g, n.inputs[0]);
+  return (t === 'half' || t === 'bfloat') && elemOf(g, grad.outputs[0]) === t ? t : null;
+}
+
+/**
+ * The vector path's passes over a row of C = 8 V classes (thread t takes vectors t, t + W, ...; VEC_STEP of them per
+ * step while that many remain, then one at a time): `step(vs)` gets the vector index expressions of one step and
+ * returns its statements.
+ */
+function vecLoop(d: LowerCtx['d'], V: number, W: number, step: (vs: string[]) => string): string {
+  const ks = Array.from({ length: VEC_STEP }, (_, k) => k);
+  return `  {\n  uint v = t;\n` +
+    (V > (VEC_STEP - 1) * W
+      ? `  for (; v + ${d.u((VEC_STEP - 1) * W)} < ${d.u(V)}; v += ${d.u(VEC_STEP * W)}) {\n${step(ks.map((k) => (k ? `(v + ${d.u(k * W)})` : 'v')))}  }\n`
+      : '') +
+    `  for (; v < ${d.u(V)}; v += ${d.u(W)}) {\n${step(['v'])}  }\n  }\n`;
+}
+
+/** a balanced tree of `op` over names: (a + b) + (c + d) */
+function tree(xs: string[], op: (a: string, b: string) => string): string {
+  return xs.length === 1 ? xs[0] : op(tree(xs.slice(0, xs.length >> 1), op), tree(xs.slice(xs.length >> 1), op));
+}
+
+/** statements (vector path): declare the floats x[8j .. 8j + 7] of each of the step's vectors vs[j] */
+function vecLoads(d: LowerCtx['d'], L: ReturnType<typeof rowLayout>, t16: 'half' | 'bfloat', vs: string[]): string {
+  return vs.map((v, j) => `    ${d.load8(t16, 'logits', `${L.vbase} + ${v}`, Array.from({ length: 8 }, (_, k) => `x${8 * j + k}`))}\n`).join('');
+}
+
+/**
+ * statements (vector path): the row's max M and sum S of exp(x - M) as onlineLse computes them, and with `sx` the sum of
+ * logits SX, over 8-class vectors: one running-max test per step, each exponential 2^(fma(x, LOG2E, -m LOG2E)).
+ */
+function vecLse(ctx: LowerCtx, L: ReturnType<typeof rowLayout>, t16: 'half' | 'bfloat', C: number, sx: boolean): string {
+  const d = ctx.d, l2e = d.f(LOG2E);
+  const add = (a: string, b: string) => `(${a} + ${b})`, max = (a: string, b: string) => d.math('max', a, b);
+  return `  float m = ${d.f(-Infinity)}, s = ${d.f(0)};\n` + (sx ? `  float sx = ${d.f(0)};\n` : '') +
+    vecLoop(d, C / 8, L.W, (vs) => {
+      const xs = Array.from({ length: 8 * vs.length }, (_, k) => `x${k}`);
+      return vecLoads(d, L, t16, vs) +
+        `    const float mx = ${tree(xs, max)};\n` +
+        `    if (mx > m) { s = s * ${d.exp2(`(m - mx) * ${l2e}`)}; m = mx; }\n` +
+        `    const float ml = m * ${l2e};\n` +
+        `    s += ${tree(xs.map((x) => d.exp2(d.fma(x, l2e, '-ml'))), add)};\n` +
+        (sx ? `    sx += ${tree(xs, add)};\n` : '');
+    }) +
+    `  const float M = ${L.max('m')};\n` +
+    `  const float S = ${L.sum(`m == M ? s : s * ${d.exp2(`(m - M) * ${l2e}`)}`)};\n` +
+    (sx ? `  const float SX = ${L.sum('sx')};\n` : '');
+}
+
+/** statements (vector path): the row's gradient (cross_entropy_grad node `m`), (softmax - target) / count, 8 classes per 16-byte load and store */
+function vecGrad(ctx: LowerCtx, g: Graph, m: Node, L: ReturnType<typeof rowLayout>, t16: 'half' | 'bfloat'): string {
+  const d = ctx.d, f = (x: number) => d.f(x), { C } = classRows(g, m), ls = numAttr(m, 'label_smoothing', 0);
+  // the label's place in the step's vector j, lab - 8 v: the vector that holds it (one per row) takes the branch that
+  // compares each class with it; every other vector's target is the constant ls / C (none without smoothing)
+  const target = (dl: string | null, k: number): string | null => (dl === null ? (ls ? f(ls / C) : null)
+    : ls ? `(${dl} == ${k} ? ${f(1 - ls)} : ${f(0)}) + ${f(ls / C)}` : `${dl} == ${k} ? ${f(1)} : ${f(0)}`);
+  const store = (v: string, j: number, dl: string | null) => d.store8(t16, 'dlogits', `${L.vbase} + ${v}`, Array.from({ length: 8 }, (_, k) => {
+    const p = d.exp2(d.fma(`x${8 * j + k}`, f(LOG2E), '-lsel')), tk = target(dl, k);
+    return `(${tk === null ? p : `${p} - (${tk})`}) / count`;
+  }));
+  return `  const float lsel = lse * ${f(LOG2E)};\n` +
+    vecLoop(d, C / 8, L.W, (vs) => vecLoads(d, L, t16, vs) +
+      vs.map((v, j) => `    const int dl${j} = lab - int(8u * ${v});\n` +
+        `    if (uint(dl${j}) < 8u) ${store(v, j, `dl${j}`)}\n    else ${store(v, j, null)}\n`).join(''));
+}
+
 /** cross_entropy / accuracy / top_k: per-row terms into the scratch region, then their fixed-order mean */
 export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
@@ -194,6 +284,8 @@ export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelS
   // the gradient right after the loss: this kernel writes it too, the row's second read hot in L2
   const grad = fusedGrad(g, n);
   const L = rowLayout(ctx, R, C, grad !== undefined);
+  // the loss fused with its gradient over 16-bit rows of 8k classes: 16-byte loads and stores, exp2 (ceVec)
+  const vec = n.op === 'cross_entropy' ? vecType(g, n, grad, L, C) : null;
   const counted = ignore !== undefined;
   const xAt = (idx: string) => readF(d, g, n.inputs[0], 'logits', idx);
   const keepLse = lseConsumer(g, n) !== undefined;
@@ -207,7 +299,7 @@ export function lowerClassForwardCuda(ctx: LowerCtx, g: Graph, n: Node): KernelS
       // row's reductions are done): the label's logit read before them
       const early = fusedGrad(g, n) !== undefined;
       row = (early ? `  const float xlab = ${xAt('base + uint(lab)')};  // before any thread of the row writes\n` : '') +
-        onlineLse(ctx, g, n, L, C, ls !== 0) +
+        (vec ? vecLse(ctx, L, vec, C, ls !== 0) : onlineLse(ctx, g, n, L, C, ls !== 0)) +
         `  const float lse = M + ${d.math('log', 'S')};\n` +
         `  const float term = -${f(1 - ls)} * (${early ? 'xlab' : xAt('base + uint(lab)')} - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n') +
         (keepLse ? `  if (t == 0u) mpsc_scratch[${u(2 * R)} + r] = lse;  // for the gradient kernel\n` : '');
@@ -280,7 +372,8 @@ ${inner}      part += term;
   const zeroTerm = `    if (t == 0u) { mpsc_scratch[r] = ${f(0)}; mpsc_scratch[${u(R)} + r] = ${f(0)}; }\n`;
   const rows: KernelSpec = {
     ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), ...(grad ? [argOf(g, 'dlogits', grad.outputs[0], 'w')] : [])], {
-      groups: [L.groups, 1, 1], tgsize: [L.tg, 1, 1], tgmem: grad && counted ? L.nsg * 4 : L.tgmem, sync: true, ...L.minBlocks,
+      // (the vector path: one block of 1024 per SM, 64 registers for its 16 classes in flight)
+      groups: [L.groups, 1, 1], tgsize: [L.tg, 1, 1], tgmem: grad && counted ? L.nsg * 4 : L.tgmem, sync: true, ...(vec ? { minBlocks: 1 } : L.minBlocks),
       body:
         `  // row r of ${u(C)} classes (${L.warp ? 'a warp per row' : 'a block per row'}): its ${what}, then its term into the scratch region` +
         (grad ? `,\n  // then its gradient (node ${grad.id}: (softmax - target) / count) over the row read again (from L2), each element read then written by the same thread\n` : '\n') +
@@ -289,8 +382,8 @@ ${inner}      part += term;
         (grad ? ignoredRow(ctx, g, grad, L, zeroTerm) : counted ? `  if (lab == ${ignore}) {\n${zeroTerm}    return;\n  }\n` : '') +
         row +
         `  if (t == 0u) {\n    mpsc_scratch[r] = term;\n${counted ? `    mpsc_scratch[${u(R)} + r] = ${f(1)};\n` : ''}  }\n` +
-        (grad ? gradRow(ctx, g, grad, L, true) : ''),
-    }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows: the row terms${grad ? ` and node ${grad.id}'s cross_entropy_grad (fused)` : ''}]`),
+        (grad ? (vec ? vecGrad(ctx, g, grad, L, vec) : gradRow(ctx, g, grad, L, true)) : ''),
+    }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows: the row terms${grad ? ` and node ${grad.id}'s cross_entropy_grad (fused${vec ? `, 8 ${vec} classes per 16-byte access, exp2` : ''})` : ''}]`),
     scratch: bytes,
   };
   const mean = blockKernel(ctx, g, n, [argOf(g, out, n.outputs[0], 'w')], 1, BLOCK, (s) =>

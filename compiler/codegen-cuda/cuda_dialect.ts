@@ -16,7 +16,7 @@
  * `__bfloat162float` (exact) and written through `__float2half_rn` / `__float2bfloat16_rn`
  * (round to nearest even, overflow to inf, subnormals kept).
  */
-import { CStyleDialect, type Builtin, type ElemType, type HalfElem, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
+import { CStyleDialect, eight, type Builtin, type ElemType, type HalfElem, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
 
 const TYPE: Record<ElemType, string> = { float: 'float', int: 'int', half: '__half', bfloat: '__nv_bfloat16' };
 
@@ -68,6 +68,31 @@ class CudaDialect extends CStyleDialect {
   }
   mulhi(a: string, b: string): string {
     return `__umulhi(${a}, ${b})`;
+  }
+  exp2(x: string): string {
+    return `exp2f(${x})`;
+  }
+  fma(a: string, b: string, c: string): string {
+    return `fmaf(${a}, ${b}, ${c})`;
+  }
+  /** one 16-byte load (uint4), its four pairs widened by __bfloat1622float2 / __half22float2 (exact) */
+  load8(t: HalfElem, ptr: string, v: string, names: readonly string[]): string {
+    eight('load8', names);
+    const q = `${names[0]}_q`, pair = t === 'half' ? '__half2' : '__nv_bfloat162', wide = t === 'half' ? '__half22float2' : '__bfloat1622float2';
+    const parts = ['x', 'y', 'z', 'w'].map((c, i) => `${names[2 * i]}_p = ${wide}(*reinterpret_cast<const ${pair}*>(&${q}.${c}))`);
+    return `const uint4 ${q} = *reinterpret_cast<const uint4*>(${ptr} + 8u * (${v}));
+` +
+      `    const float2 ${parts.join(', ')};
+` +
+      `    const float ${names.map((x, k) => `${x} = ${names[k & ~1]}_p.${k & 1 ? 'y' : 'x'}`).join(', ')};`;
+  }
+  /** four pairs rounded by __floats2bfloat162_rn / __floats2half2_rn (each to nearest even, as fromFloat), one 16-byte store */
+  store8(t: HalfElem, ptr: string, v: string, vals: readonly string[]): string {
+    eight('store8', vals);
+    const pack = t === 'half' ? '__floats2half2_rn' : '__floats2bfloat162_rn', pair = t === 'half' ? '__half2' : '__nv_bfloat162';
+    const h = [0, 1, 2, 3].map((i) => `const ${pair} h${i} = ${pack}(${vals[2 * i]}, ${vals[2 * i + 1]});`).join(' ');
+    return `{ ${h} uint4 q; q.x = *reinterpret_cast<const uint*>(&h0); q.y = *reinterpret_cast<const uint*>(&h1); ` +
+      `q.z = *reinterpret_cast<const uint*>(&h2); q.w = *reinterpret_cast<const uint*>(&h3); *reinterpret_cast<uint4*>(${ptr} + 8u * (${v})) = q; }`;
   }
   barrier(): string {
     return '__syncthreads();';

@@ -60,6 +60,9 @@ class MslDialect extends CStyleDialect {
   fromFloat(t: HalfElem, x: string): string {
     return `${t}(${x})`;
   }
+  exp2(x: string): string {
+    return `precise::exp2(${x})`;
+  }
   barrier(): string {
     return 'threadgroup_barrier(mem_flags::mem_threadgroup);';
   }

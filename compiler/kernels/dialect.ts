@@ -145,6 +145,17 @@ export interface Dialect {
   imin(a: string, b: string): string;
   /** high 32 bits of the 64-bit product of two uints */
   mulhi(a: string, b: string): string;
+  /** expression: 2^x by the target's base-2 exponential (CUDA exp2f: the hardware's ex2, 2 ulp; MSL precise::exp2) */
+  exp2(x: string): string;
+  /** expression: a * b + c rounded once */
+  fma(a: string, b: string, c: string): string;
+  /**
+   * statements: declare the floats `names[k]` = the 16-bit `ptr[8 * v + k]` widened, k < 8 (`v` a uint expression;
+   * ptr + 8v 16-byte aligned): one 16-byte load where the target has one, else eight element loads
+   */
+  load8(t: HalfElem, ptr: string, v: string, names: readonly string[]): string;
+  /** statement: `ptr[8 * v + k]` = the float `vals[k]` rounded to the 16-bit type (as fromFloat), k < 8; one 16-byte store where the target has one */
+  store8(t: HalfElem, ptr: string, v: string, vals: readonly string[]): string;
   /** statement: every thread of the threadgroup waits; shared memory writes become visible */
   barrier(): string;
   /** sum / max over the 32 threads of a SIMD-group; every thread gets the result (uniform control flow) */
@@ -155,6 +166,12 @@ export interface Dialect {
   helpers(): string;
   /** the kernel function: signature, bindings, built-ins the body reads, shared memory, body */
   kernel(k: KernelDecl): string;
+}
+
+/** `xs` when it holds the 8 names / values of a load8 / store8 (an internal error otherwise) */
+export function eight(what: 'load8' | 'store8', xs: readonly string[]): readonly string[] {
+  if (xs.length !== 8) throw new Error(`internal: ${what} takes 8 ${what === 'load8' ? 'names' : 'values'}, not ${xs.length}`);
+  return xs;
 }
 
 /**
@@ -200,6 +217,18 @@ export abstract class CStyleDialect implements Dialect {
   }
   mulhi(a: string, b: string): string {
     return `mulhi(${a}, ${b})`;
+  }
+  exp2(x: string): string {
+    return `exp2(${x})`;
+  }
+  fma(a: string, b: string, c: string): string {
+    return `fma(${a}, ${b}, ${c})`;
+  }
+  load8(t: HalfElem, ptr: string, v: string, names: readonly string[]): string {
+    return `const float ${eight('load8', names).map((x, k) => `${x} = ${this.toFloat(t, `${ptr}[8u * (${v}) + ${k}u]`)}`).join(', ')};`;
+  }
+  store8(t: HalfElem, ptr: string, v: string, vals: readonly string[]): string {
+    return `{ ${eight('store8', vals).map((x, k) => `${ptr}[8u * (${v}) + ${k}u] = ${this.fromFloat(t, x)};`).join(' ')} }`;
   }
   helpers(): string {
     return '';

@@ -90,6 +90,7 @@ inline float fmin(float a, float b) { return std::fmin(a, b); }
 inline float abs(float a) { return std::fabs(a); }
 inline int abs(int a) { return a < 0 ? -a : a; }
 inline float fabs(float a) { return std::fabs(a); }
+inline float fma(float a, float b, float c) { return std::fma(a, b, c); }
 template <typename T> inline T clamp(T x, T lo, T hi) { return x < lo ? lo : (x > hi ? hi : x); }
 template <typename T> inline T select(T a, T b, bool c) { return c ? b : a; }
 inline uint mulhi(uint a, uint b) { return static_cast<uint>((uint64_t(a) * uint64_t(b)) >> 32); }
@@ -105,6 +106,7 @@ inline T as_type(U v) {
 
 namespace precise {
 inline float exp(float x) { return std::exp(x); }
+inline float exp2(float x) { return std::exp2(x); }
 inline float log(float x) { return std::log(x); }
 inline float sqrt(float x) { return std::sqrt(x); }
 inline float rsqrt(float x) { return 1.0f / std::sqrt(x); }
