@@ -364,6 +364,9 @@ describe('long 16-bit element-wise nodes, fp32 unary ones, adam_update and the a
       // every node of the cases takes this kernel (the input casts too), except the shared build
       const labels = a.programs.flatMap((p) => p.lowered.kernels.map((k) => k.label));
       expect(labels.every((l) => / elements per thread\]$/.test(l))).toBe(wide);
+      // all-16-bit nodes of a multiple of 8 elements by 16-byte vectors (vecKernel): the f16 gelu gradient, the bf16 add
+      const vec = a.programs.filter((p) => p.lowered.kernels.some((k) => /\[16-byte vectors: 8 elements per thread\]$/.test(k.label))).map((p) => p.lowered.program.name);
+      expect(vec).toEqual(wide ? ['wide_gelu_grad_f16', 'wide_add_bf16'] : []);
     }), cases, scalars);
     const [wide, shared] = [run(true), run(false)];
     cases.forEach((c, i) => {
@@ -382,7 +385,11 @@ describe('a recomputed gelu and its gradient as one node (grad_fwd.ts, wide_ew_c
   it('gives bitwise the unfused pair\'s results (each on its own wide / shared kernel) and equals the float64 reference', () => {
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), cast: wideOr('cast') };
-    const run = (cases: OpCase[], tag: string) => runCases(compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, `grad_fwd_emu_${tag}`), cases, scalars);
+    const run = (cases: OpCase[], tag: string) => runCases(compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, `grad_fwd_emu_${tag}`, (a) => {
+      // the f16 pair (all 16-bit, a multiple of 8 elements) by 16-byte vectors (vecKernel), fused and not
+      const vec = a.programs.filter((p) => p.lowered.kernels.some((k) => k.op.startsWith('unary') && /\[16-byte vectors: 8 elements per thread\]$/.test(k.label))).map((p) => p.lowered.program.name);
+      expect(vec).toEqual(['grad_fwd_gelu_f16']);
+    }), cases, scalars);
     const fused = gradForwardCases(makeRng(5)), plain = gradForwardCases(makeRng(5), false);
     const [a, b] = [run(fused, 'fused'), run(plain, 'plain')];
     fused.forEach((c, i) => {

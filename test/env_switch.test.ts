@@ -10,6 +10,7 @@ import { UserError } from '../compiler/errors.js';
 import { flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen-cuda/attention_cuda.js';
 import { attnTf32x3Enabled, x3Async, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
+import { ewVec } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, tf32x3Choice } from '../runtime/cuda/session.js';
 import { cpuAmxChoice } from '../compiler/codegen-cpu/emit_program.js';
@@ -61,6 +62,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_CE_ROW_BLOCK', rowBlock, 1024],
     ['MPSC_CUDA_CE_UNROLL', ceUnroll, 4],
     ['MPSC_CUDA_CE_VEC', ceVec, true],
+    ['MPSC_CUDA_EW_VEC', ewVec, true],
     ['MPSC_CUDA_ATTN_TF32X3', attnTf32x3Enabled, true],
     ['MPSC_CUDA_ATTN_X3_ASYNC', () => [x3Async('fwd'), x3Async('kv'), x3Async('q')], [true, true, true]],
     ['MPSC_CUDA_ATTN_X3_KSPLIT', x3KSplit, true],

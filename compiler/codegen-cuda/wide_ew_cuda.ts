@@ -30,7 +30,8 @@ import { isHalf } from '../ir/graph.js';
 import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs } from '../ir/scalar_fns.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { GPU_KERNELS, type GpuLowering } from '../kernels/registry.js';
-import { argOf, boolAttr, ceilDiv, EW_THREADS, kernelSpec, numAttr, numel, readF, scalarExpr, shapeOf, writeF } from '../kernels/common.js';
+import { argOf, boolAttr, ceilDiv, elemOf, EW_THREADS, kernelSpec, numAttr, numel, readF, scalarExpr, shapeOf, writeF } from '../kernels/common.js';
+import { envFlag } from '../env_switch.js';
 import { unaryFwd } from '../kernels/elementwise.js';
 
 /** elements per thread */
@@ -97,6 +98,9 @@ export function lowerWideElementwiseCuda(ctx: LowerCtx, g: Graph, n: Node): Kern
   const unary = n.op === 'unary' || n.op === 'unary_grad';
   if (!(unary || n.op === 'global_avgpool_grad' || form.args.some((x) => x.type === 'bfloat' || x.type === 'half')) || !isHalfOrF32(g, [...n.inputs, o])) return null;
   const sub = (e: string, k: number) => form.loads.reduce((x, l) => x.replace(new RegExp(`\\b${l.v}\\b`, 'g'), `${l.v}${k}`), e);
+  const vec = form.loads.every((l) => !l.index) &&
+    vecKernel(ctx, g, n, form.args, count, form.loads, [{ id: o, name: form.out, value: (k) => sub(form.expr, k) }], n.attrs.relu_grad === true ? ' + fused relu-grad' : '');
+  if (vec) return vec;
   return wideKernel(ctx, g, n, form.args, count, '', form.loads.map((l) => ({ v: l.v, load: (i: string) => readF(ctx.d, g, l.id, l.name, l.index ? l.index(i) : i) })),
     (k, i) => writeF(ctx.d, g, o, form.out, i, sub(form.expr, k)), n.attrs.relu_grad === true ? ' + fused relu-grad' : '');
 }
@@ -125,6 +129,41 @@ function wideKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: 
 }
 
 /**
+ * MPSC_CUDA_EW_VEC=0 at build time keeps the strided kernel for every node (A/B): by default a node whose inputs and
+ * outputs are all 16-bit, with a multiple of 8 elements, takes vecKernel.
+ */
+export function ewVec(): boolean {
+  return envFlag('MPSC_CUDA_EW_VEC', true);
+}
+
+/**
+ * The kernel over 16-bit values only (every load and output bf16 / f16; count a multiple of 8; ewVec): thread gid.x
+ * takes the 8 consecutive elements 8 gid.x .. 8 gid.x + 7, each input by one 16-byte load and each output by one
+ * 16-byte store (the dialect's load8 / store8: on CUDA a uint4, where the strided kernel's 2-byte accesses made a
+ * warp's load 64 bytes and an element cost a load instruction per input), the same statements per element (the
+ * exact widening, the same float expression, the same rounding: bitwise the strided kernel's values). A thread
+ * reads all its elements before its first store (an output may share an input's bytes). The launch is the same 1-D
+ * one of EW_THREADS (merge.ts merges it like the others); null when a value is not 16-bit or count % 8 != 0.
+ */
+function vecKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, loads: { v: string; id: number; name: string }[],
+  outs: { id: number; name: string; value: (k: number) => string }[], what = ''): KernelSpec | null {
+  const half = (id: number) => elemOf(g, id);
+  const types = [...loads.map((l) => half(l.id)), ...outs.map((o) => half(o.id))];
+  if (count % 8 !== 0 || !ewVec() || !types.every((t) => t === 'half' || t === 'bfloat')) return null;
+  const d = ctx.d, u = (k: number) => d.u(k), V = count / 8;
+  const exact = V % EW_THREADS === 0;
+  const ks = Array.from({ length: 8 }, (_, k) => k);
+  return kernelSpec(ctx, g, n, args, {
+    groups: [Math.max(1, ceilDiv(V, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
+    body:
+      `  // 8 consecutive elements per thread, one 16-byte access per input and output; every load before the first store\n` +
+      (exact ? '' : `  if (gid.x >= ${u(V)}) return;\n`) +
+      loads.map((l) => `  ${d.load8(half(l.id) as 'half' | 'bfloat', l.name, 'gid.x', ks.map((k) => `${l.v}${k}`))}\n`).join('') +
+      outs.map((o) => `  ${d.store8(half(o.id) as 'half' | 'bfloat', o.name, 'gid.x', ks.map((k) => o.value(k)))}\n`).join(''),
+  }, `${what} [16-byte vectors: 8 elements per thread]`);
+}
+
+/**
  * unary_grad with `fwd_out` (compiler/ir/grad_fwd.ts: the gradient and the recomputed f(x) in one node), at any
  * size and type (no other kernel serves it): per element the gradient's and the forward's own statements, each as
  * its separate kernel has them (bitwise the same values; nvcc computes what they share, gelu's erf, once),
@@ -138,6 +177,9 @@ function gradWithForward(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
   const fwd = unaryFwd(ctx, n, 'v');
   const args = [argOf(g, 'dy', dy, 'r'), argOf(g, 'x', x, 'r'), argOf(g, 'dx', dx, 'w'), argOf(g, 'y', y, 'w')];
   const sub = (e: string, k: number) => e.replace(/\bv\b/g, `v${k}`).replace(/\bd\b/g, `d${k}`);
+  const vec = vecKernel(ctx, g, n, args, numel(shapeOf(g, dx)), [{ v: 'd', id: dy, name: 'dy' }, { v: 'v', id: x, name: 'x' }],
+    [{ id: dx, name: 'dx', value: (k) => sub(grad, k) }, { id: y, name: 'y', value: (k) => sub(fwd, k) }]);
+  if (vec) return vec;
   return wideKernel(ctx, g, n, args, numel(shapeOf(g, dx)), '',
     [{ v: 'd', load: (i: string) => readF(ctx.d, g, dy, 'dy', i) }, { v: 'v', load: (i: string) => readF(ctx.d, g, x, 'x', i) }],
     (k, i) => `${writeF(ctx.d, g, dx, 'dx', i, sub(grad, k))} ${writeF(ctx.d, g, y, 'y', i, sub(fwd, k))}`);
