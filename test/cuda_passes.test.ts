@@ -40,6 +40,20 @@ function programs(file: string): ProgramSet {
   return buildPrograms(model, { batch: model.train.batch });
 }
 
+/** fn() with the given build-time switches set (the vector paths are off by default until measured on a GPU) */
+function withSwitches<T>(vars: Record<string, string>, fn: () => T): T {
+  const old = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, vars);
+  try {
+    return fn();
+  } finally {
+    for (const [k, v] of Object.entries(old)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
 const ranges = (n: KernelNodePlan) => n.args.map((a) => ({ lo: a.offset, hi: a.offset + a.bytes, w: a.access !== 'r' }));
 
 describe('merged launches (merge.ts) and input views (views.ts)', () => {
@@ -221,7 +235,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       [false, true].map((fused) => lossAndGradCase(makeRng(R * C), `${name}${fused ? '_fused' : ''}`, R, C, ls, ignore, fused));
     const fusedPairs = [...pair('loss_pair_block', 3, WARP_C + 29, 0.1, 2), ...pair('loss_pair_warp', ONE_BLOCK_ROWS + 9, 165, 0)];
     // the fused loss over 16-bit logits with C a multiple of 8 (class_rows.ts vector path): label smoothing and an ignored
-    // row, and none; beside the same data with the path off (MPSC_CUDA_CE_VEC=0: the scalar kernel)
+    // row, and none (MPSC_CUDA_CE_VEC=1 for this build: the path is opt-in)
     const vecCases = [lossAndGradCase(makeRng(7), 'loss_vec_bf16', 5, WARP_C + 8 * 5, 0.1, 2, true, 'bf16'),
       lossAndGradCase(makeRng(8), 'loss_vec_f16', 3, 2048 + 8 * 7 * 1024 + 8, 0, undefined, true, 'f16')];
     const halfCopies = [layernormGradAddCase(rng, 'ln_grad_half_768', [3, 7], 768, true, true, true, 'bf16'), layernormGradAddCase(rng, 'ln_grad_half_65', [3, 5], 65, false, true, false, 'f16')];
@@ -273,7 +287,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda,
       sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering, global_avgpool_grad: lowerAvgpoolGradCuda };
     const SCRATCH_FLOATS = 1 << 16;
-    const build = compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_reductions_emu', (a) => {
+    const build = withSwitches({ MPSC_CUDA_CE_VEC: '1' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_reductions_emu', (a) => {
       for (const p of a.programs) {
         // CUDA binds the plan's scratch region as `mpsc_scratch`; here it is a static array, and every
         // launch waits for the one before (CUDA's stream order; Metal's plan only orders visible buffers)
@@ -310,7 +324,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       expect(pool('pool_sums_wide_183x183')[0]).toMatch(/\[8 elements per thread\]$/);
       expect(pool('pool_sums_9x11')).toHaveLength(2);
       for (const c of poolCases) expect(pool(c.program.name)[1]).toMatch(/\[channel sums/);
-    });
+    }));
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const got = runCases(build, cases, scalars);
     cases.forEach((c, i) => {
@@ -360,14 +374,14 @@ describe('long 16-bit element-wise nodes, fp32 unary ones, adam_update and the a
     const cases = wideElementwiseCases(makeRng(11));
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'), global_avgpool_grad: wideOr('global_avgpool_grad') };
-    const run = (wide: boolean) => runCases(compileEmu(cases.map((c) => c.program), { noFallback: true, ...(wide ? { registry } : {}) }, undefined, `wide_ew_emu_${wide}`, (a) => {
+    const run = (wide: boolean) => runCases(withSwitches({ MPSC_CUDA_EW_VEC: '1' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, ...(wide ? { registry } : {}) }, undefined, `wide_ew_emu_${wide}`, (a) => {
       // every node of the cases takes this kernel (the input casts too), except the shared build
       const labels = a.programs.flatMap((p) => p.lowered.kernels.map((k) => k.label));
       expect(labels.every((l) => / elements per thread\]$/.test(l))).toBe(wide);
       // all-16-bit nodes of a multiple of 8 elements by 16-byte vectors (vecKernel): the f16 gelu gradient, the bf16 add
       const vec = a.programs.filter((p) => p.lowered.kernels.some((k) => /\[16-byte vectors: 8 elements per thread\]$/.test(k.label))).map((p) => p.lowered.program.name);
       expect(vec).toEqual(wide ? ['wide_gelu_grad_f16', 'wide_add_bf16'] : []);
-    }), cases, scalars);
+    })), cases, scalars);
     const [wide, shared] = [run(true), run(false)];
     cases.forEach((c, i) => {
       const w = wide[i], s = shared[i];
@@ -385,11 +399,11 @@ describe('a recomputed gelu and its gradient as one node (grad_fwd.ts, wide_ew_c
   it('gives bitwise the unfused pair\'s results (each on its own wide / shared kernel) and equals the float64 reference', () => {
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), cast: wideOr('cast') };
-    const run = (cases: OpCase[], tag: string) => runCases(compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, `grad_fwd_emu_${tag}`, (a) => {
+    const run = (cases: OpCase[], tag: string) => runCases(withSwitches({ MPSC_CUDA_EW_VEC: '1' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, `grad_fwd_emu_${tag}`, (a) => {
       // the f16 pair (all 16-bit, a multiple of 8 elements) by 16-byte vectors (vecKernel), fused and not
       const vec = a.programs.filter((p) => p.lowered.kernels.some((k) => k.op.startsWith('unary') && /\[16-byte vectors: 8 elements per thread\]$/.test(k.label))).map((p) => p.lowered.program.name);
       expect(vec).toEqual(['grad_fwd_gelu_f16']);
-    }), cases, scalars);
+    })), cases, scalars);
     const fused = gradForwardCases(makeRng(5)), plain = gradForwardCases(makeRng(5), false);
     const [a, b] = [run(fused, 'fused'), run(plain, 'plain')];
     fused.forEach((c, i) => {
