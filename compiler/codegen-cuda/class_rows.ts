@@ -34,7 +34,7 @@
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { argOf, blockKernel, ceilDiv, elemOf, kernelSpec, numAttr, numel, readF, shapeOf } from '../kernels/common.js';
-import { isHalfElem } from '../kernels/dialect.js';
+import { isHalfElem, type HalfElem } from '../kernels/dialect.js';
 import { keptCount } from '../kernels/rows.js';
 import { envChoice, envFlag } from '../env_switch.js';
 
@@ -210,10 +210,10 @@ const LOG2E = Math.LOG2E;
 const VEC_STEP = 2;
 
 /** the 16-bit type of the fused loss's logits and gradient when the vector path serves it (ceVec), else null */
-function vecType(g: Graph, n: Node, grad: Node | undefined, L: ReturnType<typeof rowLayout>, C: number): 'half' | 'bfloat' | null {
+function vecType(g: Graph, n: Node, grad: Node | undefined, L: ReturnType<typeof rowLayout>, C: number): HalfElem | null {
   if (!grad || L.warp || C % 8 !== 0 || !ceVec()) return null;
   const t = elemOf(g, n.inputs[0]);
-  return (t === 'half' || t === 'bfloat') && elemOf(g, grad.outputs[0]) === t ? t : null;
+  return isHalfElem(t) && elemOf(g, grad.outputs[0]) === t ? t : null;
 }
 
 /**
@@ -236,7 +236,7 @@ function tree(xs: string[], op: (a: string, b: string) => string): string {
 }
 
 /** statements (vector path): declare the floats x[8j .. 8j + 7] of each of the step's vectors vs[j] */
-function vecLoads(d: LowerCtx['d'], L: ReturnType<typeof rowLayout>, t16: 'half' | 'bfloat', vs: string[]): string {
+function vecLoads(d: LowerCtx['d'], L: ReturnType<typeof rowLayout>, t16: HalfElem, vs: string[]): string {
   return vs.map((v, j) => `    ${d.load8(t16, 'logits', `${L.vbase} + ${v}`, Array.from({ length: 8 }, (_, k) => `x${8 * j + k}`))}\n`).join('');
 }
 
@@ -244,7 +244,7 @@ function vecLoads(d: LowerCtx['d'], L: ReturnType<typeof rowLayout>, t16: 'half'
  * statements (vector path): the row's max M and sum S of exp(x - M) as onlineLse computes them, and with `sx` the sum of
  * logits SX, over 8-class vectors: one running-max test per step, each exponential 2^(fma(x, LOG2E, -m LOG2E)).
  */
-function vecLse(ctx: LowerCtx, L: ReturnType<typeof rowLayout>, t16: 'half' | 'bfloat', C: number, sx: boolean): string {
+function vecLse(ctx: LowerCtx, L: ReturnType<typeof rowLayout>, t16: HalfElem, C: number, sx: boolean): string {
   const d = ctx.d, l2e = d.f(LOG2E);
   const add = (a: string, b: string) => `(${a} + ${b})`, max = (a: string, b: string) => d.math('max', a, b);
   return `  float m = ${d.f(-Infinity)}, s = ${d.f(0)};\n` + (sx ? `  float sx = ${d.f(0)};\n` : '') +
@@ -263,7 +263,7 @@ function vecLse(ctx: LowerCtx, L: ReturnType<typeof rowLayout>, t16: 'half' | 'b
 }
 
 /** statements (vector path): the row's gradient (cross_entropy_grad node `m`), (softmax - target) / count, 8 classes per 16-byte load and store */
-function vecGrad(ctx: LowerCtx, g: Graph, m: Node, L: ReturnType<typeof rowLayout>, t16: 'half' | 'bfloat'): string {
+function vecGrad(ctx: LowerCtx, g: Graph, m: Node, L: ReturnType<typeof rowLayout>, t16: HalfElem): string {
   const d = ctx.d, f = (x: number) => d.f(x), { C } = classRows(g, m), ls = numAttr(m, 'label_smoothing', 0);
   // the label's place in the step's vector j, lab - 8 v: the vector that holds it (one per row) takes the branch that
   // compares each class with it; every other vector's target is the constant ls / C (none without smoothing)

@@ -80,10 +80,8 @@ class CudaDialect extends CStyleDialect {
     eight('load8', names);
     const q = `${names[0]}_q`, pair = t === 'half' ? '__half2' : '__nv_bfloat162', wide = t === 'half' ? '__half22float2' : '__bfloat1622float2';
     const parts = ['x', 'y', 'z', 'w'].map((c, i) => `${names[2 * i]}_p = ${wide}(*reinterpret_cast<const ${pair}*>(&${q}.${c}))`);
-    return `const uint4 ${q} = *reinterpret_cast<const uint4*>(${ptr} + 8u * (${v}));
-` +
-      `    const float2 ${parts.join(', ')};
-` +
+    return `const uint4 ${q} = *reinterpret_cast<const uint4*>(${ptr} + 8u * (${v}));\n` +
+      `    const float2 ${parts.join(', ')};\n` +
       `    const float ${names.map((x, k) => `${x} = ${names[k & ~1]}_p.${k & 1 ? 'y' : 'x'}`).join(', ')};`;
   }
   /** four pairs rounded by __floats2bfloat162_rn / __floats2half2_rn (each to nearest even, as fromFloat), one 16-byte store */

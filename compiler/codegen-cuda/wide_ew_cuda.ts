@@ -32,6 +32,7 @@ import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js
 import { GPU_KERNELS, type GpuLowering } from '../kernels/registry.js';
 import { argOf, boolAttr, ceilDiv, elemOf, EW_THREADS, kernelSpec, numAttr, numel, readF, scalarExpr, shapeOf, writeF } from '../kernels/common.js';
 import { envFlag } from '../env_switch.js';
+import { isHalfElem, type HalfElem } from '../kernels/dialect.js';
 import { unaryFwd } from '../kernels/elementwise.js';
 
 /** elements per thread */
@@ -148,9 +149,8 @@ export function ewVec(): boolean {
  */
 function vecKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, loads: { v: string; id: number; name: string }[],
   outs: { id: number; name: string; value: (k: number) => string }[], what = ''): KernelSpec | null {
-  const half = (id: number) => elemOf(g, id);
-  const types = [...loads.map((l) => half(l.id)), ...outs.map((o) => half(o.id))];
-  if (count % 8 !== 0 || !ewVec() || !types.every((t) => t === 'half' || t === 'bfloat')) return null;
+  const half = (id: number) => elemOf(g, id) as HalfElem;
+  if (count % 8 !== 0 || !ewVec() || ![...loads, ...outs].every((x) => isHalfElem(elemOf(g, x.id)))) return null;
   const d = ctx.d, u = (k: number) => d.u(k), V = count / 8;
   const exact = V % EW_THREADS === 0;
   const ks = Array.from({ length: 8 }, (_, k) => k);
@@ -159,8 +159,8 @@ function vecKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: n
     body:
       `  // 8 consecutive elements per thread, one 16-byte access per input and output; every load before the first store\n` +
       (exact ? '' : `  if (gid.x >= ${u(V)}) return;\n`) +
-      loads.map((l) => `  ${d.load8(half(l.id) as 'half' | 'bfloat', l.name, 'gid.x', ks.map((k) => `${l.v}${k}`))}\n`).join('') +
-      outs.map((o) => `  ${d.store8(half(o.id) as 'half' | 'bfloat', o.name, 'gid.x', ks.map((k) => o.value(k)))}\n`).join(''),
+      loads.map((l) => `  ${d.load8(half(l.id), l.name, 'gid.x', ks.map((k) => `${l.v}${k}`))}\n`).join('') +
+      outs.map((o) => `  ${d.store8(half(o.id), o.name, 'gid.x', ks.map((k) => o.value(k)))}\n`).join(''),
   }, `${what} [16-byte vectors: 8 elements per thread]`);
 }
 
