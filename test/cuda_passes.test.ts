@@ -26,7 +26,7 @@ import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCud
 import { GPU_KERNELS, type GpuLowering } from '../compiler/kernels/registry.js';
 import { makeRng, randomInts, randomTensor, relError } from '../compiler/reference/fixtures.js';
 import { compileEmu, opCase, reference, runCases, type OpCase } from './metal_harness.js';
-import { allOpCases, caseTolerance, independentUpdatesCase } from './metal_cases.js';
+import { allOpCases, caseTolerance, halfIoCase, independentUpdatesCase } from './metal_cases.js';
 import { MAX_ARGS, mergeLaunches } from '../compiler/codegen-cuda/merge.js';
 import { MSL } from '../compiler/codegen-metal/msl_dialect.js';
 import { librarySource } from '../compiler/codegen-metal/library.js';
@@ -41,6 +41,16 @@ function programs(file: string): ProgramSet {
 }
 
 /** fn() with the given build-time switches set (the vector paths are off by default until measured on a GPU) */
+/** every case's checked values within 1e-5 of the float64 reference (a 16-bit output checked widened: one unit of its type more, caseTolerance) */
+function expectReference(cases: OpCase[], got: ReturnType<typeof runCases>, scalars: Parameters<typeof reference>[1]): void {
+  cases.forEach((c, i) => {
+    const r = got[i];
+    if (typeof r === 'string') throw new Error(`${c.program.name}: ${r}`);
+    const ref = reference(c, scalars);
+    for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), `${c.program.name} ${c.program.graph.values[id].name}`).toBeLessThan(caseTolerance(c, 1e-5, id));
+  });
+}
+
 function withSwitches<T>(vars: Record<string, string>, fn: () => T): T {
   const old = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
   Object.assign(process.env, vars);
@@ -327,13 +337,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
     }));
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const got = runCases(build, cases, scalars);
-    cases.forEach((c, i) => {
-      const r = got[i];
-      if (typeof r === 'string') throw new Error(`${c.program.name}: ${r}`);
-      const ref = reference(c, scalars);
-      // (a 16-bit output checked widened: one unit of its type more, caseTolerance; the case's other values 1e-5)
-      for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), `${c.program.name} ${c.program.graph.values[id].name}`).toBeLessThan(caseTolerance(c, 1e-5, id));
-    });
+    expectReference(cases, got, scalars);
     // the pool gradient's dx: bitwise mask > 0 ? dy / HW : 0 in float (the unfused kernels' expression)
     for (const c of poolCases) {
       const r = got[cases.indexOf(c)] as Map<number, Float64Array>, node = c.program.graph.nodes[0];
@@ -366,6 +370,47 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       ids.forEach((v, j) => { for (let k = 0; k < D; k++) want[v * D + k] = Math.fround(want[v * D + k] + dy[j * D + k]); });
       expect(Array.from((got[ci] as Map<number, Float64Array>).get(node.outputs[0])!), name).toEqual(Array.from(want));
     }
+  });
+});
+
+describe('layernorm and its gradient by 16-byte vectors (layernorm_cuda.ts, MPSC_CUDA_LN_VEC=1), rendered in MSL, in the Metal emulator', () => {
+  it('every row of D a multiple of 256 takes the vector layout (f32, bf16 and f16 rows, the folded adds, the bias sum and the 16-bit copy, several rows per warp) and equals the float64 reference', () => {
+    const rng = makeRng(41);
+    const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
+    const halfFwd = (name: string, to: HalfDType, rows: number[], D: number) =>
+      halfIoCase(name, to, 'layernorm', [f([...rows, D], -2, 3), f([D]), f([D])], [[...rows, D], rows, rows], { eps: 1e-5 }, [1, 2], [1, 2]);
+    const halfGrad = (name: string, to: HalfDType, rows: number[], D: number, f32In: number[]) =>
+      halfIoCase(name, to, 'layernorm_grad', [f([...rows, D]), f([...rows, D], -2, 2), f([D]), f(rows, -0.2, 0.2), f(rows, 0.5, 2)], [[...rows, D], [D], [D]], {}, f32In, [0, 1, 2]);
+    const cases: OpCase[] = [
+      ...layernormPair(rng, 'ln_vec_768', [3, 7], 768, true), ...layernormPair(rng, 'ln_vec_256', [5], 256, false),
+      ...layernormPair(rng, 'ln_vec_1024', [2, 3], WARP_D, true),
+      addLayernormCase(rng, 'add_ln_vec_768', [3, 7], 768, true, true), addLayernormCase(rng, 'add_ln_vec_512', [4], 512, false, true),
+      layernormGradAddCase(rng, 'ln_grad_vec_768', [3, 7], 768, true, true),
+      // 3003 rows: several rows per warp (RW > 1) and many blocks' partials
+      layernormGradAddCase(rng, 'ln_grad_vec_rows_256', [3, 1001], 256, false, true, true),
+      layernormGradAddCase(rng, 'ln_grad_vec_half_768', [3, 7], 768, true, true, true, 'bf16'),
+      halfFwd('ln_vec_half_fwd_bf16', 'bf16', [3, 7], 768), halfFwd('ln_vec_half_fwd_f16', 'f16', [5], 512),
+      halfGrad('ln_vec_half_grad_bf16', 'bf16', [3, 7], 768, [1, 2, 3, 4]), halfGrad('ln_vec_half_grad_x_f16', 'f16', [2, 5], 256, [2, 3, 4]),
+      // not a multiple of 256: the strided layout
+      ...layernormPair(rng, 'ln_strided_333', [3], 333, true),
+    ];
+    const sharedLayernorm = GPU_KERNELS.layernorm as GpuLowering;
+    const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda,
+      layernorm: ((c, g, n) => lowerLayernormCuda(c, g, n) ?? sharedLayernorm(c, g, n)) as GpuLowering };
+    const SCRATCH_FLOATS = 1 << 20;
+    const build = withSwitches({ MPSC_CUDA_LN_VEC: '1' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_ln_vec_emu', (a) => {
+      for (const p of a.programs) {
+        expect(Math.max(0, ...p.lowered.kernels.map((k) => k.scratch ?? 0))).toBeLessThanOrEqual(SCRATCH_FLOATS * 4);
+        p.library = p.library.replace(/#include <metal_stdlib>\n/, `$&static float mpsc_scratch[${SCRATCH_FLOATS}];\n`);
+        for (const s of p.plan.steps) if (s.kind === 'kernel') s.barrier = true;
+        const name = String(p.lowered.program.name);
+        const ln = p.lowered.kernels.filter((k) => k.op === 'layernorm' || (k.op === 'layernorm_grad' && / partials of /.test(k.label)));
+        expect(ln.length, name).toBeGreaterThan(0);
+        for (const k of ln) expect(/16-byte vectors/.test(k.label), `${name}: ${k.label}`).toBe(!name.includes('strided'));
+      }
+    }));
+    const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
+    expectReference(cases, runCases(build, cases, scalars), scalars);
   });
 });
 

@@ -11,6 +11,7 @@ import { flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen
 import { attnTf32x3Enabled, x3Async, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
 import { ewVec } from '../compiler/codegen-cuda/wide_ew_cuda.js';
+import { lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, tf32x3Choice } from '../runtime/cuda/session.js';
 import { cpuAmxChoice } from '../compiler/codegen-cpu/emit_program.js';
@@ -63,6 +64,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_CE_UNROLL', ceUnroll, 4],
     ['MPSC_CUDA_CE_VEC', ceVec, false],
     ['MPSC_CUDA_EW_VEC', ewVec, false],
+    ['MPSC_CUDA_LN_VEC', lnVec, false],
     ['MPSC_CUDA_ATTN_TF32X3', attnTf32x3Enabled, true],
     ['MPSC_CUDA_ATTN_X3_ASYNC', () => [x3Async('fwd'), x3Async('kv'), x3Async('q')], [true, true, true]],
     ['MPSC_CUDA_ATTN_X3_KSPLIT', x3KSplit, true],

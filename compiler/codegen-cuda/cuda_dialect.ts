@@ -16,7 +16,7 @@
  * `__bfloat162float` (exact) and written through `__float2half_rn` / `__float2bfloat16_rn`
  * (round to nearest even, overflow to inf, subnormals kept).
  */
-import { CStyleDialect, eight, type Builtin, type ElemType, type HalfElem, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
+import { CStyleDialect, eight, type Builtin, type ElemType, type HalfElem, type VecElem, type KernelDecl, type MathFn, builtinsOf } from '../kernels/dialect.js';
 
 const TYPE: Record<ElemType, string> = { float: 'float', int: 'int', half: '__half', bfloat: '__nv_bfloat16' };
 
@@ -75,18 +75,27 @@ class CudaDialect extends CStyleDialect {
   fma(a: string, b: string, c: string): string {
     return `fmaf(${a}, ${b}, ${c})`;
   }
-  /** one 16-byte load (uint4), its four pairs widened by __bfloat1622float2 / __half22float2 (exact) */
-  load8(t: HalfElem, ptr: string, v: string, names: readonly string[]): string {
+  /** one 16-byte load (uint4), its four pairs widened by __bfloat1622float2 / __half22float2 (exact); f32: two float4 loads */
+  load8(t: VecElem, ptr: string, v: string, names: readonly string[]): string {
     eight('load8', names);
+    if (t === 'float') {
+      const q = `${names[0]}_f`;
+      return `const float4 ${q}0 = *reinterpret_cast<const float4*>(${ptr} + 8u * (${v})), ${q}1 = *reinterpret_cast<const float4*>(${ptr} + 8u * (${v}) + 4u);\n` +
+        `    const float ${names.map((x, k) => `${x} = ${q}${k >> 2}.${'xyzw'[k & 3]}`).join(', ')};`;
+    }
     const q = `${names[0]}_q`, pair = t === 'half' ? '__half2' : '__nv_bfloat162', wide = t === 'half' ? '__half22float2' : '__bfloat1622float2';
     const parts = ['x', 'y', 'z', 'w'].map((c, i) => `${names[2 * i]}_p = ${wide}(*reinterpret_cast<const ${pair}*>(&${q}.${c}))`);
     return `const uint4 ${q} = *reinterpret_cast<const uint4*>(${ptr} + 8u * (${v}));\n` +
       `    const float2 ${parts.join(', ')};\n` +
       `    const float ${names.map((x, k) => `${x} = ${names[k & ~1]}_p.${k & 1 ? 'y' : 'x'}`).join(', ')};`;
   }
-  /** four pairs rounded by __floats2bfloat162_rn / __floats2half2_rn (each to nearest even, as fromFloat), one 16-byte store */
-  store8(t: HalfElem, ptr: string, v: string, vals: readonly string[]): string {
+  /** four pairs rounded by __floats2bfloat162_rn / __floats2half2_rn (each to nearest even, as fromFloat), one 16-byte store; f32: two float4 stores */
+  store8(t: VecElem, ptr: string, v: string, vals: readonly string[]): string {
     eight('store8', vals);
+    if (t === 'float') {
+      return `{ *reinterpret_cast<float4*>(${ptr} + 8u * (${v})) = make_float4(${vals.slice(0, 4).join(', ')}); ` +
+        `*reinterpret_cast<float4*>(${ptr} + 8u * (${v}) + 4u) = make_float4(${vals.slice(4).join(', ')}); }`;
+    }
     const pack = t === 'half' ? '__floats2half2_rn' : '__floats2bfloat162_rn', pair = t === 'half' ? '__half2' : '__nv_bfloat162';
     const h = [0, 1, 2, 3].map((i) => `const ${pair} h${i} = ${pack}(${vals[2 * i]}, ${vals[2 * i + 1]});`).join(' ');
     return `{ ${h} uint4 q; q.x = *reinterpret_cast<const uint*>(&h0); q.y = *reinterpret_cast<const uint*>(&h1); ` +

@@ -61,6 +61,9 @@ export type ElemType = (typeof ELEM_TYPES)[number];
 /** the 16-bit float storage types (read and written through toFloat / fromFloat only) */
 export type HalfElem = Extract<ElemType, 'half' | 'bfloat'>;
 export const isHalfElem = (t: ElemType): t is HalfElem => t === 'half' || t === 'bfloat';
+/** the element types load8 / store8 take: 16-bit (8 values = 16 bytes) and f32 (8 values = 32 bytes) */
+export type VecElem = HalfElem | 'float';
+export const isVecElem = (t: ElemType): t is VecElem => t === 'float' || isHalfElem(t);
 
 /** The float value of element expression `x` of a buffer of type `t` (itself unless 16-bit). */
 export function asFloat(d: Dialect, t: ElemType, x: string): string {
@@ -150,12 +153,13 @@ export interface Dialect {
   /** expression: a * b + c rounded once */
   fma(a: string, b: string, c: string): string;
   /**
-   * statements: declare the floats `names[k]` = the 16-bit `ptr[8 * v + k]` widened, k < 8 (`v` a uint expression;
-   * ptr + 8v 16-byte aligned): one 16-byte load where the target has one, else eight element loads
+   * statements: declare the floats `names[k]` = `ptr[8 * v + k]` (a 16-bit value widened), k < 8 (`v` a uint expression;
+   * ptr + 8v 16-byte aligned for 16-bit t, 32-byte for f32): one 16-byte load (two for f32) where the target has
+   * them, else eight element loads
    */
-  load8(t: HalfElem, ptr: string, v: string, names: readonly string[]): string;
-  /** statement: `ptr[8 * v + k]` = the float `vals[k]` rounded to the 16-bit type (as fromFloat), k < 8; one 16-byte store where the target has one */
-  store8(t: HalfElem, ptr: string, v: string, vals: readonly string[]): string;
+  load8(t: VecElem, ptr: string, v: string, names: readonly string[]): string;
+  /** statement: `ptr[8 * v + k]` = the float `vals[k]` (rounded to a 16-bit t as fromFloat), k < 8; one 16-byte store (two for f32) where the target has them */
+  store8(t: VecElem, ptr: string, v: string, vals: readonly string[]): string;
   /** statement: every thread of the threadgroup waits; shared memory writes become visible */
   barrier(): string;
   /** sum / max over the 32 threads of a SIMD-group; every thread gets the result (uniform control flow) */
@@ -224,11 +228,11 @@ export abstract class CStyleDialect implements Dialect {
   fma(a: string, b: string, c: string): string {
     return `fma(${a}, ${b}, ${c})`;
   }
-  load8(t: HalfElem, ptr: string, v: string, names: readonly string[]): string {
-    return `const float ${eight('load8', names).map((x, k) => `${x} = ${this.toFloat(t, `${ptr}[8u * (${v}) + ${k}u]`)}`).join(', ')};`;
+  load8(t: VecElem, ptr: string, v: string, names: readonly string[]): string {
+    return `const float ${eight('load8', names).map((x, k) => `${x} = ${asFloat(this, t, `${ptr}[8u * (${v}) + ${k}u]`)}`).join(', ')};`;
   }
-  store8(t: HalfElem, ptr: string, v: string, vals: readonly string[]): string {
-    return `{ ${eight('store8', vals).map((x, k) => `${ptr}[8u * (${v}) + ${k}u] = ${this.fromFloat(t, x)};`).join(' ')} }`;
+  store8(t: VecElem, ptr: string, v: string, vals: readonly string[]): string {
+    return `{ ${eight('store8', vals).map((x, k) => `${ptr}[8u * (${v}) + ${k}u] = ${t === 'float' ? x : this.fromFloat(t, x)};`).join(' ')} }`;
   }
   helpers(): string {
     return '';
