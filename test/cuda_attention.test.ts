@@ -39,6 +39,17 @@ function withX3<T>(x3: string, f: () => T): T {
 }
 const art = withX3('1', () => buildCuda(cases.map((c) => c.program), 'flash_cases'));
 const artOff = withX3('0', () => buildCuda(cases.map((c) => c.program), 'flash_cases'));
+/** the 16-bit backward with dQ from the stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored) */
+const artStored = (() => {
+  const before = process.env.MPSC_CUDA_FLASH_DQ;
+  process.env.MPSC_CUDA_FLASH_DQ = 'stored';
+  try {
+    return withX3('1', () => buildCuda(cases.map((c) => c.program), 'flash_cases'));
+  } finally {
+    if (before === undefined) delete process.env.MPSC_CUDA_FLASH_DQ;
+    else process.env.MPSC_CUDA_FLASH_DQ = before;
+  }
+})();
 const NV = findNvcc();
 
 /** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off) */
@@ -228,8 +239,8 @@ describe('flash kernel geometry', () => {
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  for (const x3 of [true, false]) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${x3 ? '' : ' (MPSC_CUDA_ATTN_TF32X3=0)'}`, () => {
-    const a = x3 ? art : artOff;
+  for (const mode of ['x3', 'f32', 'stored'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)' }[mode]}`, () => {
+    const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored }[mode];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');
     fs.writeFileSync(file, a.files['model_kernels.cuh']);
@@ -248,6 +259,8 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
     expect(flash.length).toBeGreaterThanOrEqual(52);
     // the fp32 nodes' kernels are this build's path
     expect(flash.filter((k) => (x3 ? LABEL.x3 : LABEL.f32).test(k.label)).length).toBeGreaterThanOrEqual(18);
+    // the 16-bit backward's dK/dV and dQ kernels of the stored build store / read dS^T
+    expect(flash.filter((k) => /: (dK, dV, dS\^T stored|dQ = dS K from the stored dS\^T)\]$/.test(k.label)).length > 0).toBe(mode === 'stored');
     for (const k of flash) {
       const text = info.get(k.name) ?? '';
       expect(text, k.name).toMatch(/0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/);

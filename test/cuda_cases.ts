@@ -226,9 +226,10 @@ export function cudaLongCases(): OpCase[] {
   cases.push(...convPoolCases(rng));
   // a conv bias gradient folded into the next conv's input gradient (rule 9), and a grouped one that is not
   cases.push(...convGradSumsCases(rng));
-  // GPT-2's layernorm_grad in full (rules 6, 7 and 11: the residual add, the bias sum, the bf16 copy) over several rows per
-  // warp: with MPSC_CUDA_LN_VEC=1 by 16-byte vectors (layernorm_cuda.ts), as the folded-add forward cases above at 768 / WARP_D
-  cases.push(layernormGradAddCase(makeRng(768), 'layernorm_grad_add_bias_half_768', [5, 1001], 768, true, false, true, 'bf16'));
+  // GPT-2's layernorm_grad with rules 6 and 7 (the residual add, the bias sum) over several rows per warp: with
+  // MPSC_CUDA_LN_VEC=all by 16-byte vectors (layernorm_cuda.ts), as the folded-add forward cases above at 768 / WARP_D
+  // (the bf16 copy of rule 11 is a 16-bit checked value, which this harness does not read back: cuda_passes checks it)
+  cases.push(layernormGradAddCase(makeRng(768), 'layernorm_grad_add_bias_768', [5, 1001], 768, true, false, true));
   return cases;
 }
 

@@ -193,12 +193,15 @@ const DEFAULT: Mode = { late: false, x3: true, plain: false };
 const PLAIN: Mode = { ...DEFAULT, plain: true };
 const SYNC: Mode = { ...DEFAULT, env: { MPSC_CUDA_ATTN_X3_ASYNC: 'none', MPSC_CUDA_ATTN_X3_KSPLIT: '0' } };
 const SIMT: Mode = { ...DEFAULT, x3: false };
+/** the 16-bit backward with dQ from the dK/dV kernel's stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored) */
+const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
 
 describe('the flash attention kernels run on the CPU through the warp shim', () => {
   const cases = cudaAttentionCases().filter((c) => NAMES.test(String(c.program.name)));
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
   const emu = new Emulator();
-  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT] : [DEFAULT]) emu.add(c, m);
+  const isGrad = (c: OpCase) => /_grad$/.test(String(c.program.name));
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT] : isGrad(c) ? [DEFAULT, STORED] : [DEFAULT]) emu.add(c, m);
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
@@ -212,6 +215,13 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
           const { err } = errors(c, { ...DEFAULT, late });
           for (const [v, e] of err) expect(e, v).toBeLessThan(flashTolerance(c)!);
         });
+        if (isGrad(c)) {
+          it(`${name}, dQ from the stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored)${late ? ', cp.async landing at the wait' : ''}: every output within the check's tolerance`, () => {
+            const { err, labels } = errors(c, { ...STORED, late });
+            expect(labels.filter((l) => /: dK, dV, dS\^T stored\]$|: dQ = dS K from the stored dS\^T\]$/.test(l))).toHaveLength(2);
+            for (const [v, e] of err) expect(e, `${v} (stored dS)`).toBeLessThan(flashTolerance(c)!);
+          });
+        }
       }
       continue;
     }

@@ -373,7 +373,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
   });
 });
 
-describe('layernorm and its gradient by 16-byte vectors (layernorm_cuda.ts, MPSC_CUDA_LN_VEC=1), rendered in MSL, in the Metal emulator', () => {
+describe('layernorm and its gradient by 16-byte vectors (layernorm_cuda.ts, MPSC_CUDA_LN_VEC=all), rendered in MSL, in the Metal emulator', () => {
   it('every row of D a multiple of 256 takes the vector layout (f32, bf16 and f16 rows, the folded adds, the bias sum and the 16-bit copy, several rows per warp) and equals the float64 reference', () => {
     const rng = makeRng(41);
     const f = (shape: number[], lo = -1, hi = 1) => ({ shape, data: Float64Array.from(randomTensor(shape, rng, lo, hi), (x) => Math.fround(x)) });
@@ -398,7 +398,7 @@ describe('layernorm and its gradient by 16-byte vectors (layernorm_cuda.ts, MPSC
     const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda,
       layernorm: ((c, g, n) => lowerLayernormCuda(c, g, n) ?? sharedLayernorm(c, g, n)) as GpuLowering };
     const SCRATCH_FLOATS = 1 << 20;
-    const build = withSwitches({ MPSC_CUDA_LN_VEC: '1' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_ln_vec_emu', (a) => {
+    const build = withSwitches({ MPSC_CUDA_LN_VEC: 'all' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_ln_vec_emu', (a) => {
       for (const p of a.programs) {
         expect(Math.max(0, ...p.lowered.kernels.map((k) => k.scratch ?? 0))).toBeLessThanOrEqual(SCRATCH_FLOATS * 4);
         p.library = p.library.replace(/#include <metal_stdlib>\n/, `$&static float mpsc_scratch[${SCRATCH_FLOATS}];\n`);

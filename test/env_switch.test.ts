@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { withEnv } from './env_helpers.js';
 import { envChoice, envFlag, envInts, envList } from '../compiler/env_switch.js';
 import { UserError } from '../compiler/errors.js';
-import { flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen-cuda/attention_cuda.js';
+import { flashDq, flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen-cuda/attention_cuda.js';
 import { attnTf32x3Enabled, x3Async, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
 import { ewVec } from '../compiler/codegen-cuda/wide_ew_cuda.js';
@@ -60,11 +60,12 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_FLASH_LDSM', () => [flashLdsm('fwd'), flashLdsm('kv'), flashLdsm('q')], [true, true, false]],
     ['MPSC_CUDA_FLASH_MINBLOCKS', flashMinBlocks, [0, 0, 0]],
     ['MPSC_CUDA_FLASH_FWD_ROWS', flashForwardRows, 128],
+    ['MPSC_CUDA_FLASH_DQ', flashDq, 'recompute'],
     ['MPSC_CUDA_CE_ROW_BLOCK', rowBlock, 1024],
     ['MPSC_CUDA_CE_UNROLL', ceUnroll, 4],
-    ['MPSC_CUDA_CE_VEC', ceVec, false],
-    ['MPSC_CUDA_EW_VEC', ewVec, false],
-    ['MPSC_CUDA_LN_VEC', lnVec, false],
+    ['MPSC_CUDA_CE_VEC', ceVec, true],
+    ['MPSC_CUDA_EW_VEC', ewVec, true],
+    ['MPSC_CUDA_LN_VEC', lnVec, 'fwd'],
     ['MPSC_CUDA_ATTN_TF32X3', attnTf32x3Enabled, true],
     ['MPSC_CUDA_ATTN_X3_ASYNC', () => [x3Async('fwd'), x3Async('kv'), x3Async('q')], [true, true, true]],
     ['MPSC_CUDA_ATTN_X3_KSPLIT', x3KSplit, true],

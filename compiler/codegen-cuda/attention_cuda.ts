@@ -316,7 +316,34 @@ export function flashForwardRows(): number {
   return Number(envChoice('MPSC_CUDA_FLASH_FWD_ROWS', ['64', '128'], `${2 * BR}` as '128'));
 }
 
-function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
+/**
+ * How the 16-bit backward gets dQ: `recompute` (default) in its own kernel that computes S and dP a second time
+ * (3 products per tile pair, 7 in the backward), or `stored` (MPSC_CUDA_FLASH_DQ=stored at build time, opt-in until it
+ * has run on a GPU): the dK/dV kernel stores each tile pair's dS^T, rounded to 16 bits exactly as its dK product reads
+ * it, into the scratch region (dsLayout: GPT-2 small 201 MB, causal tiles only), and the dQ kernel is dQ = dS K alone
+ * over those tiles (5 products in the backward; the dS tiles read once from memory instead of two products
+ * recomputed). Both are deterministic (no atomics); dQ's values differ from the recomputed ones by the tensor cores'
+ * summation order of S^T against S.
+ */
+export function flashDq(): 'recompute' | 'stored' {
+  return envChoice('MPSC_CUDA_FLASH_DQ', ['recompute', 'stored'], 'recompute');
+}
+
+/**
+ * Where the stored dS^T tiles (flashDq 'stored') sit in the scratch region, after Delta's H x T floats: per head bh
+ * `perHead` tiles of 64 x 64 16-bit values (keys x queries, row-major), the tile of query tile qt and key tile kt
+ * at (bh * perHead + rowStart(qt) + kt) * 4096 elements; a causal node with S = T keeps only the tiles kt <= qt
+ * (row qt starts at qt (qt + 1) / 2), any other all nq x nk.
+ */
+export interface DsLayout { offFloats: number; perHead: number; bytes: number; rowStart(qt: string): string }
+export function dsLayout(gm: AttnGeom): DsLayout {
+  const nq = Math.ceil(gm.T / BR), nk = Math.ceil(gm.S / BR), tri = gm.causal && gm.S === gm.T;
+  const perHead = tri ? (nq * (nq + 1)) / 2 : nq * nk;
+  const offFloats = Math.ceil((gm.H * gm.T) / 64) * 64;
+  return { offFloats, perHead, bytes: offFloats * 4 + gm.H * perHead * BR * BR * 2, rowStart: (qt) => (tri ? `${qt} * (${qt} + 1) / 2` : `${qt} * ${nk}`) };
+}
+
+function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg, ds: DsLayout | null = null): string {
   const x = text(gm, 'kv'), P = x.P;
   const edge = `q0 + ${BR} > T` + (gm.causal ? ` || kw + 15 > q0 + ${x.shift}` : '');
   // the first query tile holding a query that sees key k0 (query i sees key j iff i >= j - (S - T))
@@ -334,6 +361,7 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
     `  const int k0 = blockIdx.x * ${BR}, kw = k0 + w * 16;\n` +
     `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
     `  const unsigned short* vh = ${x.raw('v', 'voff')};\n  const unsigned short* oh = ${x.raw('dout', 'ooff')};\n` +
+    (ds ? `  unsigned short* const dsT = reinterpret_cast<unsigned short*>(mpsc_scratch + ${ds.offFloats});  // the stored dS^T tiles (dsLayout)\n` : '') +
     x.load('k0', 'S', [['Ks', 'kh', 'RK'], ['Vs', 'vh', 'RV']]) +
     `  __syncthreads();\n` +
     x.aFrag('ka', 'Ks') + x.aFrag('va', 'Vs') +
@@ -346,6 +374,11 @@ function gradKVBody(gm: Geom, dk: KernelArg, dv: KernelArg): string {
     x.scores('st', 'ka', 'Qs').replace(/^(?=.)/gm, '  ') +
     x.scores('dpt', 'va', 'Os').replace(/^(?=.)/gm, '  ') +
     kvProbStep(gm, 8, edge) +
+    (ds
+      ? `    {  // this tile pair's dS^T (rows: the warp's keys, columns: the tile's queries), rounded as dK's product reads it, for the dQ kernel\n` +
+        `      uint* const dst = reinterpret_cast<uint*>(dsT + ((size_t)bh * ${ds.perHead} + ${ds.rowStart(`(q0 / ${BR})`)} + blockIdx.x) * ${BR * BR} + (w * 16 + g) * ${BR} + 2 * t);\n` +
+        `      #pragma unroll\n      for (int j = 0; j < 8; ++j) { dst[j * 4] = mpsc_pack_${mmaSuffix(gm.type)}(dpt[j][0], dpt[j][1]); dst[${4 * BR} + j * 4] = mpsc_pack_${mmaSuffix(gm.type)}(dpt[j][2], dpt[j][3]); }\n    }\n`
+      : '') +
     `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS)\n` +
     x.times('dva', 'st', 'Os').replace(/^(?=.)/gm, '  ') +
     x.times('dka', 'dpt', 'Qs').replace(/^(?=.)/gm, '  ') +
@@ -389,6 +422,44 @@ function gradQBody(gm: Geom, dq: KernelArg): string {
 }
 
 /**
+ * dQ from the dK/dV kernel's stored dS^T tiles (flashDq 'stored'): block (64-query tile, head), the key tiles streamed
+ * with their dS^T tiles (cp.async, double-buffered), dQ += dS K, dS's A fragments by ldmatrix.x4.trans from the
+ * keys x queries tile, K's B fragments as the recomputing kernel's; no S, no dP, no lse or Delta.
+ */
+function gradQStoredBody(gm: Geom, dq: KernelArg, ds: DsLayout): string {
+  const x = text(gm, 'q'), P = x.P, PS = BR + 8, s = mmaSuffix(gm.type);
+  const tile = (dst: string, r0: string) =>
+    `  {\n    const unsigned short* src = dsq + (size_t)((${r0}) / ${BR}) * ${BR * BR};\n` +
+    `    for (int e = threadIdx.x; e < ${(BR * BR) / 8}; e += ${THREADS}) {\n      const int r = e / ${BR / 8}, c = (e % ${BR / 8}) * 8;\n` +
+    `      mpsc_cp_async16(${dst} + r * PS + c, src + r * ${BR} + c, true);\n    }\n    mpsc_cp_async_commit();\n  }\n`;
+  return (
+    `  // flash attention backward, dQ = dS K from the stored dS^T tiles: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''}, ${s} tensor cores;\n` +
+    `  // block (64-query tile, head), the key tiles and their dS^T tiles streamed\n` +
+    x.consts.replace(/ {2}constexpr float SC = [^\n]*\n/, '') +  // (no scores here)
+    `  constexpr int PS = ${PS};  // the dS^T tiles' pitch\n` +
+    `  __shared__ __align__(16) unsigned short sm[${2 * BR * P + 2 * BR * PS}];\n` +
+    `  unsigned short* Ks = sm;\n  unsigned short* Kn = sm + ${BR * P};\n  unsigned short* Ss = sm + ${2 * BR * P};\n  unsigned short* Sn = sm + ${2 * BR * P + BR * PS};\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    `  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
+    `  // this query tile's row of dS^T tiles (dsLayout): key tile kt at dsq + kt * ${BR * BR}\n` +
+    `  const unsigned short* dsq = reinterpret_cast<const unsigned short*>(mpsc_scratch + ${ds.offFloats}) + ((size_t)bh * ${ds.perHead} + ${ds.rowStart(`(q0 / ${BR})`)}) * ${BR * BR};\n` +
+    x.zero('dqa') +
+    `  const int kbeg = 0, kend = ${x.kend};\n` +
+    x.stream('k0', 'kbeg', 'kend', 'S', [['Ks', 'Kn', 'kh', 'RK']], (r0, which) => tile(which === 'cur' ? 'Ss' : 'Sn', r0)) +
+    `    // dQ += dS K: A fragments (the warp's 16 queries x 16 keys) from the keys x queries tile by ldmatrix.x4.trans\n` +
+    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
+    `      uint a[4];\n` +
+    `      mpsc_ldsm_x4_trans(a, Ss + (kk * 16 + (l >> 4) * 8 + (l & 7)) * PS + w * 16 + ((l >> 3) & 1) * 8);\n` +
+    `      #pragma unroll\n      for (int jd = 0; jd < ${gm.D / 16}; ++jd) {\n` +
+    `        uint bf[4];\n` +
+    `        mpsc_ldsm_x4_trans(bf, Ks + (kk * 16 + (l & 7) + ((l >> 3) & 1) * 8) * P + jd * 16 + (l >> 4) * 8);\n` +
+    `        mpsc_mma_${s}(dqa[2 * jd], a, bf);\n        mpsc_mma_${s}(dqa[2 * jd + 1], a, bf + 2);\n      }\n    }\n` +
+    x.closeStream([['Ks', 'Kn'], ['Ss', 'Sn']]) +
+    storeRows(x, dq, 'dqa', 'qw', 'T', 'qoff', 'RQ')
+  );
+}
+
+/**
  * The flash kernels of an attention / attention_grad node: the 16-bit tensor-core ones (flashRefusal
  * null), else the fp32 3xTF32 tensor-core ones (attention_tf32x3.ts, tf32x3Refusal null), else the fp32
  * CUDA-core ones (attention_f32.ts, f32Refusal null), else null: the node keeps the shared kernel.
@@ -403,9 +474,12 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
   const fr = flashForwardRows();
+  const ds = flashDq() === 'stored' ? dsLayout(gm) : null;
   const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
-    forward: (_args, o) => (fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv), gradQ: (_args, dq) => gradQBody(gm, dq),
+    forward: (_args, o) => (fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv, ds),
+    gradQ: (_args, dq) => (ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
+    ...(ds ? { gradScratch: ds.bytes } : {}),
   });
   // the forward of 128 rows per block: its grid and label
   const fwd = (k: KernelSpec): KernelSpec => fr === BR ? k
@@ -413,7 +487,10 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   // the register bounds: forward; or Delta (none), dK/dV, dQ
   const [f, kv, q] = flashMinBlocks();
   const bounds = isForward(n) ? [f] : [0, kv, q];
-  return ks.map((k) => (isForward(n) ? fwd(k) : k)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
+  // the stored dS^T (flashDq): said in the dK/dV and dQ kernels' labels
+  const stored = (k: KernelSpec, i: number): KernelSpec => !ds || isForward(n) || i === 0 ? k
+    : { ...k, label: k.label.replace(/: (dK, dV|dQ)\]$/, (_m, w: string) => (w === 'dQ' ? ': dQ = dS K from the stored dS^T]' : ': dK, dV, dS^T stored]')) };
+  return ks.map((k, i) => stored(isForward(n) ? fwd(k) : k, i)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
 }
 
 /**

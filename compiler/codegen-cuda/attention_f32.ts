@@ -335,6 +335,8 @@ export interface FlashBodies {
   gradQ(args: KernelArg[], dq: KernelArg): string;
   /** bytes of dynamic shared memory (the dialect's `tg`, past 48 KiB) per kernel; absent: 0 (static tiles) */
   tgmem?: { forward?: number; gradKV?: number; gradQ?: number };
+  /** bytes of the scratch region the dK/dV and dQ kernels take (at least Delta's H x T floats, which come first); absent: Delta's */
+  gradScratch?: number;
 }
 
 /**
@@ -358,7 +360,7 @@ export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): 
     return [spec(args, gm.T, p.forward(args, o), '', undefined, p.tgmem?.forward)];
   }
   // inputs (do, q, k, v, o, lse) -> dq, dk, dv; packed (do, qkv, o, lse) -> dqkv
-  const scratch = gm.H * gm.T * 4;
+  const scratch = gm.H * gm.T * 4, gradScratch = Math.max(scratch, p.gradScratch ?? 0);
   const dout = a(ins[0], 'dout');
   const [qkv, o, lse] = gm.L.packed ? [[a(ins[1], 'qkv')], a(ins[2], 'o'), a(ins[3], 'lse')] : [[a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v')], a(ins[4], 'o'), a(ins[5], 'lse')];
   const [dq, dk, dv] = gm.L.packed ? [0, 0, 0].map(() => a(outs[0], 'dqkv', 'w')) : [a(outs[0], 'dq', 'w'), a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')];
@@ -366,8 +368,8 @@ export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): 
   const q = [dout, ...qkv, lse, dq];
   return [
     deltaKernel(ctx, g, n, [dout, o], gm, scratch),
-    spec(kv, gm.S, p.gradKV(kv, dk, dv), ': dK, dV', scratch, p.tgmem?.gradKV),
-    spec(q, gm.T, p.gradQ(q, dq), ': dQ', scratch, p.tgmem?.gradQ),
+    spec(kv, gm.S, p.gradKV(kv, dk, dv), ': dK, dV', gradScratch, p.tgmem?.gradKV),
+    spec(q, gm.T, p.gradQ(q, dq), ': dQ', gradScratch, p.tgmem?.gradQ),
   ];
 }
 

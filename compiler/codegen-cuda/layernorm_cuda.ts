@@ -24,7 +24,7 @@ import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { argOf, ceilDiv, elemOf, elementwise, kernelSpec, numAttr, readF, writeF } from '../kernels/common.js';
 import { isHalfElem, isVecElem, type VecElem } from '../kernels/dialect.js';
 import { layernormRows } from '../kernels/reduce.js';
-import { envChoice, envFlag } from '../env_switch.js';
+import { envChoice } from '../env_switch.js';
 
 /** the widest row a warp takes (32 values per lane in registers) */
 export const WARP_D = 1024;
@@ -43,21 +43,23 @@ function lanes(d: LowerCtx['d'], D: number, line: (k: number, idx: string, col: 
 }
 
 /**
- * MPSC_CUDA_LN_VEC=1 at build time: rows of D a multiple of 256 whose row tensors are all f32 or 16-bit take the
- * vector layout (vecRow): lane l keeps the 8 consecutive elements 256 c + 8 l .. + 7 of each group c < D / 256, read
- * and written by the dialect's load8 / store8 (on CUDA one 16-byte access per 8 16-bit values, two per 8 f32 ones,
- * where the strided layout spends a load or store instruction per element and tensor: GPT-2's 16 384 x 768 rows
- * moved at ~67% of the copy rate, 54 us forward and 59 us per dx against ~36 at the copy rate). The same statements
- * per element; the row sums add each lane's values in its own order, so the bits differ from the strided layout's
- * (both a fixed order). Off by default until it has run on a GPU.
+ * MPSC_CUDA_LN_VEC at build time (`fwd`, the default: the forward kernel; `all`: the gradient's dx kernel too;
+ * `off`): rows of D a multiple of 256 whose row tensors are all f32 or 16-bit take the vector layout: lane l keeps the
+ * 8 consecutive elements 256 c + 8 l .. + 7 of each group c < D / 256, read and written by the dialect's load8 /
+ * store8 (on CUDA one 16-byte access per 8 16-bit values, two per 8 f32 ones, where the strided layout spends a load
+ * or store instruction per element and tensor). The same statements per element; the row sums add each lane's
+ * values in its own order, so the bits differ from the strided layout's (both a fixed order). Measured on an H100
+ * (GPT-2 bf16, bench/NOTES.md v20): the forward 63.7 -> 55.0 us per layernorm, but the gradient's dx kernel 43.1 ->
+ * 53.0 us per kernel (slower), hence `fwd`.
  */
-export function lnVec(): boolean {
-  return envFlag('MPSC_CUDA_LN_VEC', false);
+export function lnVec(): 'off' | 'fwd' | 'all' {
+  return envChoice('MPSC_CUDA_LN_VEC', ['off', 'fwd', 'all'], 'fwd');
 }
 
-/** the vector layout's element types of the given values, or null when the layout does not apply (lnVec off, D % 256, a type) */
-function vecTypes(g: Graph, D: number, ids: number[]): VecElem[] | null {
-  if (!lnVec() || D % 256 !== 0) return null;
+/** the vector layout's element types of the given values, or null when the layout does not apply (lnVec for this kernel, D % 256, a type) */
+function vecTypes(g: Graph, D: number, ids: number[], grad: boolean): VecElem[] | null {
+  const on = lnVec();
+  if (on === 'off' || (grad && on !== 'all') || D % 256 !== 0) return null;
   const ts = ids.map((id) => elemOf(g, id));
   return ts.every(isVecElem) ? (ts as VecElem[]) : null;
 }
@@ -109,7 +111,7 @@ export function lowerLayernormCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
     : `v${k} = ${readF(d, g, ins[0], 'x', idx)};`;
   const wAt = (col: string) => (weight ? ` * ${readF(d, g, ins[1], 'w', col)}` : '');
   const bAt = (col: string) => (bias ? ` + ${readF(d, g, ins[2], 'b', col)}` : '');
-  const vt = vecTypes(g, D, [ins[0], outs[0], ...(addIn ? [addend, sum] : []), ...(weight ? [ins[1]] : []), ...(bias ? [ins[2]] : [])]);
+  const vt = vecTypes(g, D, [ins[0], outs[0], ...(addIn ? [addend, sum] : []), ...(weight ? [ins[1]] : []), ...(bias ? [ins[2]] : [])], false);
   if (vt) {
     const t = (id: number) => elemOf(g, id) as VecElem;
     const ks = Array.from({ length: K }, (_, k) => k);
@@ -196,7 +198,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
     : `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`;
   const sumLine = (k: number, idx: string) => `g${k} = rs * (g${k} - s1 - h${k} * s2)${plus(idx)};`;
   // the vector layout (lnVec): loads and stores by load8 / store8 per group of 8, the same statements per element
-  const vt = vecTypes(g, D, [ins[0], ins[1], outs[0], ...(weight ? [ins[2]] : []), ...(addOut ? [ins[5]] : []), ...(half ? [halfId] : [])]);
+  const vt = vecTypes(g, D, [ins[0], ins[1], outs[0], ...(weight ? [ins[2]] : []), ...(addOut ? [ins[5]] : []), ...(half ? [halfId] : [])], true);
   const t = (id: number) => elemOf(g, id) as VecElem;
   const ks = Array.from({ length: K }, (_, k) => k);
   /** per value k of the lane: the statement line(k, col) (the strided layout's guard where D % 32 != 0) */

@@ -183,12 +183,14 @@ function lowerScalarReduce(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | nul
     case 'accuracy': case 'top_k': {
       const { C } = classRows(g, n);
       args = [a(ins[0], 'logits'), a(ins[1], 'label'), a(outs[0], 'acc', 'w')];
+      // 16-bit logits (fuse.ts rule 4) widened as read: CUDA's __nv_bfloat16 / __half compared with a float is ambiguous
+      const lg = (i: string) => readF(d, g, ins[0], 'logits', i);
       const item = n.op === 'accuracy'
-        ? `${B}const uint base = j * ${u32(C)};\n${B}uint bi = 0u;\n${B}float best = logits[base];\n` +
-          `${B}for (uint c = 1u; c < ${u32(C)}; ++c) if (logits[base + c] > best) { best = logits[base + c]; bi = c; }\n` +
+        ? `${B}const uint base = j * ${u32(C)};\n${B}uint bi = 0u;\n${B}float best = ${lg('base')};\n` +
+          `${B}for (uint c = 1u; c < ${u32(C)}; ++c) if (${lg('base + c')} > best) { best = ${lg('base + c')}; bi = c; }\n` +
           `${B}part += int(bi) == label[j] ? ${f32(1)} : ${f32(0)};`
-        : `${B}const uint base = j * ${u32(C)};\n${B}const float xl = logits[base + uint(label[j])];\n${B}uint above = 0u;\n` +
-          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) if (logits[base + c] > xl) ++above;\n` +
+        : `${B}const uint base = j * ${u32(C)};\n${B}const float xl = ${lg('base + uint(label[j])')};\n${B}uint above = 0u;\n` +
+          `${B}for (uint c = 0u; c < ${u32(C)}; ++c) if (${lg('base + c')} > xl) ++above;\n` +
           `${B}part += above < ${u32(numAttr(n, 'k'))} ? ${f32(1)} : ${f32(0)};`;
       ({ loops, finish, T, counted } = classLoop(item, 'acc'));
       break;
