@@ -74,9 +74,6 @@ function vecGroups(D: number, line: (c: number, names: (p: string) => string[], 
   return s;
 }
 
-/** the column of the vector layout's value k of the lane (l8 = 8 * lane) */
-const vecCol = (d: LowerCtx['d'], k: number) => `l8 + ${d.u(256 * (k >> 3) + (k & 7))}`;
-
 function store(ctx: LowerCtx, g: Graph, id: number, x: string): string {
   const t = elemOf(g, id);
   return isHalfElem(t) ? ctx.d.fromFloat(t, x) : x;
@@ -201,9 +198,16 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   const vt = vecTypes(g, D, [ins[0], ins[1], outs[0], ...(weight ? [ins[2]] : []), ...(addOut ? [ins[5]] : []), ...(half ? [halfId] : [])], true);
   const t = (id: number) => elemOf(g, id) as VecElem;
   const ks = Array.from({ length: K }, (_, k) => k);
-  /** per value k of the lane: the statement line(k, col) (the strided layout's guard where D % 32 != 0) */
-  const perCol = (line: (k: number, col: string) => string) =>
-    vt ? ks.map((k) => `  ${line(k, vecCol(d, k))}\n`).join('') : lanes(d, D, (k, _idx, col) => line(k, col));
+  /**
+   * per value k of the lane: the statement line(k, slot) with its column's slot in the block's shared sums (the strided
+   * layout: the column, with its guard where D % 32 != 0; the vector layout: column 256 c + 8 l + j at slot 256 c + 32 j + l,
+   * so a warp's 32 lanes write 32 consecutive words, where by column they would meet in 4 banks: 8-way conflicts in
+   * each of the warps' turns, ~10 us per GPT-2 dx kernel on the H100)
+   */
+  const perSlot = (line: (k: number, slot: string) => string) =>
+    vt ? ks.map((k) => `  ${line(k, `lane + ${u(256 * (k >> 3) + 32 * (k & 7))}`)}\n`).join('') : lanes(d, D, (k, _idx, col) => line(k, col));
+  /** the shared sums' slot of column expression c (c itself in the strided layout) */
+  const slotOf = (c: string) => (vt ? `((${c}) & ~255u) + (((${c}) & 7u) << 5) + (((${c}) & 255u) >> 3)` : c);
   const elemStmt = (k: number, e: string, w: string | null, x: string) =>
     `g${k} = ${e}${w ? ` * ${w}` : ''}; h${k} = (${x} - mu) * rs; s1 += g${k}; s2 += g${k} * h${k}; pw${k} += ${e} * h${k}; pb${k} += ${e};`;
   const rowBody = vt
@@ -228,21 +232,23 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
     body:
       `  // warp sg of block b: rows (b * ${u(WARPS)} + sg) * ${u(RW)} + j (j < ${u(RW)}) in order, each as a warp per row of D = ${u(D)}${vt ? ' (8 consecutive elements per lane and group of 256: 16-byte accesses)' : ''}:\n` +
       `  // dx = rstd * (g - sum(g)/D - xhat * sum(g*xhat)/D), g = dy${weight ? ' * w' : ''}; the lanes' sums of dy * xhat (pw) and dy (pb)${P === 3 ? ' and of the stored dx (po)' : ''} per column kept\n` +
-      decl('g') + decl('h') + sums.map((x) => decl(x.p)).join('') + (vt ? '  const uint l8 = lane * 8u;\n' : '') +
+      decl('g') + decl('h') + sums.map((x) => decl(x.p)).join('') +
       `  const uint r0 = (tgid.x * ${u(WARPS)} + sg) * ${u(RW)};\n` +
       `  for (uint j = 0u; j < ${u(RW)}; ++j) {\n    const uint r = r0 + j;\n    if (r < ${u(rows)}) {\n` +
       rowBody +
       `    }\n  }\n` +
       `  // the block's sums per column: its warps' partials added in warp order (tg: ${sums.map((x) => x.p).join(' then ')})\n` +
       `  for (uint wi = 0u; wi < ${u(WARPS)}; ++wi) {\n    if (sg == wi) {\n` +
-      perCol((k, col) => sums.map((x, j) => {
-        const at = j ? `${u(j * D)} + ${col}` : col;
+      perSlot((k, slot) => sums.map((x, j) => {
+        const at = j ? `${u(j * D)} + ${slot}` : slot;
         return `tg[${at}] = (wi == 0u ? ${f(0)} : tg[${at}]) + ${x.p}${k};`;
       }).join(' ')) +
       `    }\n    ${d.barrier()}\n  }\n` +
       (G === 1
-        ? `  for (uint c = tidx; c < ${u(D)}; c += ${u(32 * WARPS)}) { ${storeAll('c', (j) => (j ? `tg[${u(j * D)} + c]` : 'tg[c]'))} }\n`
-        : `  for (uint c = tidx; c < ${u(P * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(P * D)} + c] = tg[c];\n`),
+        ? `  for (uint c = tidx; c < ${u(D)}; c += ${u(32 * WARPS)}) { ${storeAll('c', (j) => (j ? `tg[${u(j * D)} + ${slotOf('c')}]` : `tg[${slotOf('c')}]`))} }\n`
+        : vt
+          ? `  for (uint c = tidx; c < ${u(P * D)}; c += ${u(32 * WARPS)}) { const uint q = c / ${u(D)}, cc = c - q * ${u(D)}; mpsc_scratch[tgid.x * ${u(P * D)} + c] = tg[q * ${u(D)} + ${slotOf('cc')}]; }\n`
+          : `  for (uint c = tidx; c < ${u(P * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(P * D)} + c] = tg[c];\n`),
   }, ` [dx${addOut ? ' + the residual gradient' : ''}${half ? ' (and its 16-bit copy)' : ''}${vt ? ' by 16-byte vectors' : ''}, and dweight / dbias${P === 3 ? ' / its column sums' : ''} partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
   if (G === 1) return [first];
   // a warp per column: lane l adds the slots of blocks l, l + 32, ... in order (every load issued at once), then the
