@@ -50,7 +50,7 @@ function lanes(d: LowerCtx['d'], D: number, line: (k: number, idx: string, col: 
  * or store instruction per element and tensor). The same statements per element; the row sums add each lane's
  * values in its own order, so the bits differ from the strided layout's (both a fixed order). Measured on an H100
  * (GPT-2 bf16, bench/NOTES.md v20): the forward 63.7 -> 55.0 us per layernorm, but the gradient's dx kernel 43.1 ->
- * 53.0 us per kernel (slower), hence `fwd`.
+ * 53.0 us per kernel (slower; with its block partials free of bank conflicts still +0.32 ms per step), hence `fwd`.
  */
 export function lnVec(): 'off' | 'fwd' | 'all' {
   return envChoice('MPSC_CUDA_LN_VEC', ['off', 'fwd', 'all'], 'fwd');
@@ -202,7 +202,8 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
    * per value k of the lane: the statement line(k, slot) with its column's slot in the block's shared sums (the strided
    * layout: the column, with its guard where D % 32 != 0; the vector layout: column 256 c + 8 l + j at slot 256 c + 32 j + l,
    * so a warp's 32 lanes write 32 consecutive words, where by column they would meet in 4 banks: 8-way conflicts in
-   * each of the warps' turns, ~10 us per GPT-2 dx kernel on the H100)
+   * each of the warps' turns. Without them the vector dx kernel is still slower than the strided one in GPT-2's step on
+   * an H100, +0.32 ms: bench/NOTES.md v20, hence lnVec's default `fwd`)
    */
   const perSlot = (line: (k: number, slot: string) => string) =>
     vt ? ks.map((k) => `  ${line(k, `lane + ${u(256 * (k >> 3) + 32 * (k & 7))}`)}\n`).join('') : lanes(d, D, (k, _idx, col) => line(k, col));
