@@ -45,7 +45,8 @@
  *    3. dQ: block (64-query tile, head), Q and dO fragments in registers; loops over the key tiles
  *       the queries see: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
  *    FlashAttention-2 uses one kernel with atomic adds for dQ; the separate pass keeps reruns
- *    bitwise equal at the cost of computing S and dP twice (7 instead of 5 T x S x D products).
+ *    bitwise equal at the cost of computing S and dP twice (7 instead of 5 T x S x D products;
+ *    flashDq 'stored' trades them for dS^T tiles stored and read back, measured no faster).
  * Causal: tiles entirely above the diagonal are never visited; the element mask is applied only
  * in tiles that cross the diagonal or the T / S edge (a warp-uniform test).
  * Relies on: 16-byte aligned buffers (the device plan aligns every value to 64 bytes; D a multiple
@@ -318,12 +319,13 @@ export function flashForwardRows(): number {
 
 /**
  * How the 16-bit backward gets dQ: `recompute` (default) in its own kernel that computes S and dP a second time
- * (3 products per tile pair, 7 in the backward), or `stored` (MPSC_CUDA_FLASH_DQ=stored at build time, opt-in until it
- * has run on a GPU): the dK/dV kernel stores each tile pair's dS^T, rounded to 16 bits exactly as its dK product reads
- * it, into the scratch region (dsLayout: GPT-2 small 201 MB, causal tiles only), and the dQ kernel is dQ = dS K alone
- * over those tiles (5 products in the backward; the dS tiles read once from memory instead of two products
- * recomputed). Both are deterministic (no atomics); dQ's values differ from the recomputed ones by the tensor cores'
- * summation order of S^T against S.
+ * (3 products per tile pair, 7 in the backward), or `stored` (MPSC_CUDA_FLASH_DQ=stored at build time): the dK/dV
+ * kernel stores each tile pair's dS^T, rounded to 16 bits exactly as its dK product reads it, into the scratch region
+ * (dsLayout: GPT-2 small 201 MB, causal tiles only), and the dQ kernel is dQ = dS K alone over those tiles (5 products
+ * in the backward; the dS tiles read once from memory instead of two products recomputed). Both are deterministic (no
+ * atomics); dQ's values differ from the recomputed ones by the tensor cores' summation order of S^T against S.
+ * Measured on an H100 (GPT-2 bf16, bench/NOTES.md v21): dQ 193 -> 123 us per layer, but dK/dV 271 -> 345 us (the
+ * 4-byte stores from the C fragments do not hide under its products): no gain, so `recompute` stays the default.
  */
 export function flashDq(): 'recompute' | 'stored' {
   return envChoice('MPSC_CUDA_FLASH_DQ', ['recompute', 'stored'], 'recompute');
