@@ -9,7 +9,8 @@
  * ~2 x the bytes at the copy rate. Wider rows keep the shared kernels.
  * The sums run in a fixed order (each lane's K values in order, then the butterfly), so results do
  * not depend on scheduling. 16-bit inputs are read through the dialect's typed loads, 16-bit outputs
- * written through its typed stores.
+ * written through its typed stores. Rows of D a multiple of 256 take a vector layout instead (lnVec: 8 consecutive
+ * elements per lane and group of 256, 16-byte accesses; the forward by default).
  * layernorm_grad: the same warp per row for dx, each warp taking several rows in turn and keeping its
  * lanes' partial weight / bias gradients in registers, so dy and x are read once for all three outputs
  * (layernormGradCuda); a second kernel adds the blocks' partials. With the residual-gradient add folded
