@@ -57,12 +57,10 @@ export function lnVec(): 'off' | 'fwd' | 'all' {
   return envChoice('MPSC_CUDA_LN_VEC', ['off', 'fwd', 'all'], 'fwd');
 }
 
-/** the vector layout's element types of the given values, or null when the layout does not apply (lnVec for this kernel, D % 256, a type) */
-function vecTypes(g: Graph, D: number, ids: number[], grad: boolean): VecElem[] | null {
+/** whether the vector layout applies: lnVec takes this kernel, D % 256 == 0, every given value f32 or 16-bit */
+function vecLayout(g: Graph, D: number, ids: number[], grad: boolean): boolean {
   const on = lnVec();
-  if (on === 'off' || (grad && on !== 'all') || D % 256 !== 0) return null;
-  const ts = ids.map((id) => elemOf(g, id));
-  return ts.every(isVecElem) ? (ts as VecElem[]) : null;
+  return on !== 'off' && (!grad || on === 'all') && D % 256 === 0 && ids.every((id) => isVecElem(elemOf(g, id)));
 }
 
 /** the vector layout: per group c the statement text, with `names(p)` the 8 names p<8c + j> and `at` the group's 8-element index of a row slot / a column slot */
@@ -109,7 +107,7 @@ export function lowerLayernormCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
     : `v${k} = ${readF(d, g, ins[0], 'x', idx)};`;
   const wAt = (col: string) => (weight ? ` * ${readF(d, g, ins[1], 'w', col)}` : '');
   const bAt = (col: string) => (bias ? ` + ${readF(d, g, ins[2], 'b', col)}` : '');
-  const vt = vecTypes(g, D, [ins[0], outs[0], ...(addIn ? [addend, sum] : []), ...(weight ? [ins[1]] : []), ...(bias ? [ins[2]] : [])], false);
+  const vt = vecLayout(g, D, [ins[0], outs[0], ...(addIn ? [addend, sum] : []), ...(weight ? [ins[1]] : []), ...(bias ? [ins[2]] : [])], false);
   if (vt) {
     const t = (id: number) => elemOf(g, id) as VecElem;
     const ks = Array.from({ length: K }, (_, k) => k);
@@ -196,7 +194,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
     : `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`;
   const sumLine = (k: number, idx: string) => `g${k} = rs * (g${k} - s1 - h${k} * s2)${plus(idx)};`;
   // the vector layout (lnVec): loads and stores by load8 / store8 per group of 8, the same statements per element
-  const vt = vecTypes(g, D, [ins[0], ins[1], outs[0], ...(weight ? [ins[2]] : []), ...(addOut ? [ins[5]] : []), ...(half ? [halfId] : [])], true);
+  const vt = vecLayout(g, D, [ins[0], ins[1], outs[0], ...(weight ? [ins[2]] : []), ...(addOut ? [ins[5]] : []), ...(half ? [halfId] : [])], true);
   const t = (id: number) => elemOf(g, id) as VecElem;
   const ks = Array.from({ length: K }, (_, k) => k);
   /**
