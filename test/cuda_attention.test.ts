@@ -14,6 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildCuda } from '../compiler/codegen-cuda/index.js';
+import { withEnv } from './env_helpers.js';
 import { attentionReport, FLASH_HEAD_DIMS, flashForwardRows, flashRefusal, lowerAttentionCuda } from '../compiler/codegen-cuda/attention_cuda.js';
 import { ATTENTION_FAMILY, attnGeom, F32_HEAD_DIMS, f32Refusal, isForward } from '../compiler/codegen-cuda/attention_f32.js';
 import { TF32X3_HEAD_DIMS, tf32x3Refusal, x3Async, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
@@ -41,16 +42,7 @@ const art = withX3('1', () => buildCuda(cases.map((c) => c.program), 'flash_case
 const artOff = withX3('0', () => buildCuda(cases.map((c) => c.program), 'flash_cases'));
 /** the 16-bit backward with dQ from the stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored): the cases it changes, 16-bit gradients */
 const storedCases = cases.filter((c) => /_grad$/.test(String(c.program.name)) && c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
-const artStored = (() => {
-  const before = process.env.MPSC_CUDA_FLASH_DQ;
-  process.env.MPSC_CUDA_FLASH_DQ = 'stored';
-  try {
-    return withX3('1', () => buildCuda(storedCases.map((c) => c.program), 'flash_cases_stored'));
-  } finally {
-    if (before === undefined) delete process.env.MPSC_CUDA_FLASH_DQ;
-    else process.env.MPSC_CUDA_FLASH_DQ = before;
-  }
-})();
+const artStored = withEnv('MPSC_CUDA_FLASH_DQ', 'stored', () => withX3('1', () => buildCuda(storedCases.map((c) => c.program), 'flash_cases_stored')));
 const NV = findNvcc();
 
 /** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off) */

@@ -31,6 +31,7 @@ import { MAX_ARGS, mergeLaunches } from '../compiler/codegen-cuda/merge.js';
 import { MSL } from '../compiler/codegen-metal/msl_dialect.js';
 import { librarySource } from '../compiler/codegen-metal/library.js';
 import { roundToHalf } from '../compiler/reference/half.js';
+import { withEnv } from './env_helpers.js';
 import type { HalfDType } from '../compiler/ir/graph.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -40,7 +41,8 @@ function programs(file: string): ProgramSet {
   return buildPrograms(model, { batch: model.train.batch });
 }
 
-/** fn() with the given build-time switches set (the vector paths are off by default until measured on a GPU) */
+const ranges = (n: KernelNodePlan) => n.args.map((a) => ({ lo: a.offset, hi: a.offset + a.bytes, w: a.access !== 'r' }));
+
 /** every case's checked values within 1e-5 of the float64 reference (a 16-bit output checked widened: one unit of its type more, caseTolerance) */
 function expectReference(cases: OpCase[], got: ReturnType<typeof runCases>, scalars: Parameters<typeof reference>[1]): void {
   cases.forEach((c, i) => {
@@ -50,21 +52,6 @@ function expectReference(cases: OpCase[], got: ReturnType<typeof runCases>, scal
     for (const id of c.check) expect(relError(r.get(id)!, ref.get(id)!), `${c.program.name} ${c.program.graph.values[id].name}`).toBeLessThan(caseTolerance(c, 1e-5, id));
   });
 }
-
-function withSwitches<T>(vars: Record<string, string>, fn: () => T): T {
-  const old = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
-  Object.assign(process.env, vars);
-  try {
-    return fn();
-  } finally {
-    for (const [k, v] of Object.entries(old)) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  }
-}
-
-const ranges = (n: KernelNodePlan) => n.args.map((a) => ({ lo: a.offset, hi: a.offset + a.bytes, w: a.access !== 'r' }));
 
 describe('merged launches (merge.ts) and input views (views.ts)', () => {
   const ps = programs('specs/mnist_mlp.model');
@@ -297,7 +284,7 @@ describe('the CUDA reduction lowerings, rendered in MSL, in the Metal emulator',
       cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda,
       sum_to: ((c, g, n) => lowerSumToCuda(c, g, n) ?? shared(c, g, n)) as GpuLowering, global_avgpool_grad: lowerAvgpoolGradCuda };
     const SCRATCH_FLOATS = 1 << 16;
-    const build = withSwitches({ MPSC_CUDA_CE_VEC: '1' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_reductions_emu', (a) => {
+    const build = withEnv('MPSC_CUDA_CE_VEC', '1', () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_reductions_emu', (a) => {
       for (const p of a.programs) {
         // CUDA binds the plan's scratch region as `mpsc_scratch`; here it is a static array, and every
         // launch waits for the one before (CUDA's stream order; Metal's plan only orders visible buffers)
@@ -398,7 +385,7 @@ describe('layernorm and its gradient by 16-byte vectors (layernorm_cuda.ts, MPSC
     const registry = { ...GPU_KERNELS, layernorm_grad: lowerLayernormGradCuda,
       layernorm: ((c, g, n) => lowerLayernormCuda(c, g, n) ?? sharedLayernorm(c, g, n)) as GpuLowering };
     const SCRATCH_FLOATS = 1 << 20;
-    const build = withSwitches({ MPSC_CUDA_LN_VEC: 'all' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_ln_vec_emu', (a) => {
+    const build = withEnv('MPSC_CUDA_LN_VEC', 'all', () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'cuda_ln_vec_emu', (a) => {
       for (const p of a.programs) {
         expect(Math.max(0, ...p.lowered.kernels.map((k) => k.scratch ?? 0))).toBeLessThanOrEqual(SCRATCH_FLOATS * 4);
         p.library = p.library.replace(/#include <metal_stdlib>\n/, `$&static float mpsc_scratch[${SCRATCH_FLOATS}];\n`);
@@ -419,7 +406,7 @@ describe('long 16-bit element-wise nodes, fp32 unary ones, adam_update and the a
     const cases = wideElementwiseCases(makeRng(11));
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'), global_avgpool_grad: wideOr('global_avgpool_grad') };
-    const run = (wide: boolean) => runCases(withSwitches({ MPSC_CUDA_EW_VEC: '1' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, ...(wide ? { registry } : {}) }, undefined, `wide_ew_emu_${wide}`, (a) => {
+    const run = (wide: boolean) => runCases(withEnv('MPSC_CUDA_EW_VEC', '1', () => compileEmu(cases.map((c) => c.program), { noFallback: true, ...(wide ? { registry } : {}) }, undefined, `wide_ew_emu_${wide}`, (a) => {
       // every node of the cases takes this kernel (the input casts too), except the shared build
       const labels = a.programs.flatMap((p) => p.lowered.kernels.map((k) => k.label));
       expect(labels.every((l) => / elements per thread\]$/.test(l))).toBe(wide);
@@ -444,7 +431,7 @@ describe('a recomputed gelu and its gradient as one node (grad_fwd.ts, wide_ew_c
   it('gives bitwise the unfused pair\'s results (each on its own wide / shared kernel) and equals the float64 reference', () => {
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), cast: wideOr('cast') };
-    const run = (cases: OpCase[], tag: string) => runCases(withSwitches({ MPSC_CUDA_EW_VEC: '1' }, () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, `grad_fwd_emu_${tag}`, (a) => {
+    const run = (cases: OpCase[], tag: string) => runCases(withEnv('MPSC_CUDA_EW_VEC', '1', () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, `grad_fwd_emu_${tag}`, (a) => {
       // the f16 pair (all 16-bit, a multiple of 8 elements) by 16-byte vectors (vecKernel), fused and not
       const vec = a.programs.filter((p) => p.lowered.kernels.some((k) => k.op.startsWith('unary') && /\[16-byte vectors: 8 elements per thread\]$/.test(k.label))).map((p) => p.lowered.program.name);
       expect(vec).toEqual(['grad_fwd_gelu_f16']);
