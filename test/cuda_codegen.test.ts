@@ -15,7 +15,9 @@ import { describe, expect, it } from 'vitest';
 import { checkFile } from '../compiler/check/index.js';
 import { buildPrograms, fuseForBackend } from '../compiler/ir/programs.js';
 import { cudaFusions } from '../compiler/codegen-cuda/fusions.js';
-import { isPersistent, type ProgramSet } from '../compiler/ir/graph.js';
+import { isPersistent, type Program, type ProgramSet } from '../compiler/ir/graph.js';
+import { planMemory } from '../compiler/ir/memory_plan.js';
+import { reuseGap } from '../compiler/codegen-cuda/lanes.js';
 import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { CUDA_ALIGN, planKernels, planProblems, SCALAR_BYTES, type CudaPlan } from '../compiler/codegen-cuda/plan.js';
 import { splitK } from '../compiler/codegen-cuda/gemm_cuda.js';
@@ -172,7 +174,10 @@ describe('host-side planning', () => {
   // (lenet: the relus fold into the conv / linear stores with their relu-grads reading the relus' outputs,
   // and those relu-grads into the max-pool gradients: 38 -> 33 nodes, the train step's arena 26.5 -> 14.5 MB,
   // the CPU's plan; the eval's unary epilogues drop its arena from 12.8 to 8.0 MB)
-  const fused = { train_step: fuseForBackend(ps.train_step, cudaFusions()), eval: fuseForBackend(ps.eval, cudaFusions()) };
+  // on lanes (lenet's train step takes three) the memory plan keeps each dead buffer reuseGap() nodes (lanes.ts)
+  const gap = plan.lanes > 1 ? reuseGap() : 0;
+  const replan = (p: Program): Program => (gap > 0 ? { ...p, plan: planMemory(p, gap) } : p);
+  const fused = { train_step: replan(fuseForBackend(ps.train_step, cudaFusions())), eval: replan(fuseForBackend(ps.eval, cudaFusions())) };
 
   it('lays out one allocation: persistent block, arena, split-K scratch, two upload sets per program, aligned and disjoint', () => {
     expect(plan.persistent.offset).toBe(0);
@@ -182,7 +187,9 @@ describe('host-side planning', () => {
     // lenet's first conv weight gradient (K = 64 * 28 * 28 on one output tile) is split along K
     const split = a.lowered.flatMap((l) => l.kernels).filter((k) => k.scratch);
     expect(split.length).toBeGreaterThan(0);
-    expect(plan.scratch.bytes).toBe(Math.max(...split.map((k) => k.scratch!)));
+    // one slice per lane (lanes.ts laneScratch), each as large as the largest kernel's partial sums
+    expect(plan.scratchLane).toBe(Math.ceil(Math.max(...split.map((k) => k.scratch!)) / CUDA_ALIGN) * CUDA_ALIGN);
+    expect(plan.scratch.bytes).toBe(plan.scratchLane * plan.lanes);
     expect(plan.inputs).toHaveLength(plan.programs.length);
     for (const r of [plan.persistent, plan.arena, plan.scratch, ...plan.inputs]) expect(r.offset % CUDA_ALIGN).toBe(0);
     plan.programs.forEach((p, i) => {

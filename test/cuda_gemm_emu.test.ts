@@ -28,6 +28,7 @@ import { cudaLongCases, gemmTileCases } from './cuda_cases.js';
 import { allOpCases, fusedCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 import { NVCC_SM90A } from './nvcc_target.js';
+import { withEnv } from './env_helpers.js';
 
 const EMU = path.resolve(__dirname, 'native/cuda_thread_emu.h');
 const hasGxx = spawnSync('g++', ['--version']).status === 0;
@@ -100,19 +101,40 @@ function runOnEmulator(all: OpCase[], edit: (body: string) => string = (b) => b)
 
 describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emulator', () => {
   it('match the float64 reference within 1e-4 in both variants, for every small GEMM case (split K, transposes, batches, fused unary fns)', () => {
+    // MPSC_CUDA_SMALL_FP32=x3: fp32 operands keep the 3xTF32 small kernel as their tensor-core variant
+    withEnv('MPSC_CUDA_SMALL_FP32', 'x3', () => {
+      const all = cases();
+      const built = buildCuda(all.map((c) => c.program), 'gemm_emu_labels', { merge: false, cublasLt: false });
+      const firsts = built.lowered.map((lp) => lp.kernels[0]);
+      // every case runs on the small tiles; both operand stagings and uneven K splits are reached
+      expect(firsts.every((k) => /small 32x64 tiles/.test(k.label))).toBe(true);
+      expect(firsts.filter((k) => /split K: \d+ chunks/.test(k.label)).length).toBeGreaterThanOrEqual(3);
+      expect(firsts.some((k) => /As\[k \* 40 \+ m\]/.test(k.mma!.body)) && firsts.some((k) => /As\[m \* 36 \+ k\]/.test(k.mma!.body))).toBe(true);
+      expect(firsts.some((k) => /Bs\[k \* 72 \+ n\]/.test(k.mma!.body)) && firsts.some((k) => /Bs\[n \* 36 \+ k\]/.test(k.mma!.body))).toBe(true);
+      const r = runOnEmulator(all);
+      expect(r.filter((x) => !(x.fp32 < TOL && x.mma < TOL))).toEqual([]);
+      // the tensor-core variant really ran its TF32 products (not bitwise the fp32 one) and stays fp32-accurate
+      expect(Math.max(...r.map((x) => x.mma))).toBeGreaterThan(0);
+      expect(Math.max(...r.map((x) => x.mma))).toBeLessThan(1e-5);
+    });
+  }, 900_000);
+
+  it('by default (MPSC_CUDA_SMALL_FP32=ffma) fp32 products run the FFMA kernel alone (4x4 per thread, float4 reads of both k-major stages), within 1e-5', () => {
     const all = cases();
-    const built = buildCuda(all.map((c) => c.program), 'gemm_emu_labels', { merge: false, cublasLt: false });
+    const built = buildCuda(all.map((c) => c.program), 'gemm_emu_ffma', { merge: false, cublasLt: false });
     const firsts = built.lowered.map((lp) => lp.kernels[0]);
-    // every case runs on the small tiles; both operand stagings and uneven K splits are reached
-    expect(firsts.every((k) => /small 32x64 tiles/.test(k.label))).toBe(true);
-    expect(firsts.filter((k) => /split K: \d+ chunks/.test(k.label)).length).toBeGreaterThanOrEqual(3);
-    expect(firsts.some((k) => /As\[k \* 40 \+ m\]/.test(k.mma!.body)) && firsts.some((k) => /As\[m \* 36 \+ k\]/.test(k.mma!.body))).toBe(true);
-    expect(firsts.some((k) => /Bs\[k \* 72 \+ n\]/.test(k.mma!.body)) && firsts.some((k) => /Bs\[n \* 36 \+ k\]/.test(k.mma!.body))).toBe(true);
+    const fp32 = firsts.filter((k) => /fp32 FFMA/.test(k.label));
+    expect(fp32.length).toBeGreaterThan(10);
+    for (const k of fp32) expect(k.mma).toBeUndefined();
+    // both load orders of each operand are reached (k-contiguous: 8 k x 4 rows per warp; row-contiguous)
+    const bodies = firsts.map((k) => k.body);
+    expect(bodies.some((b) => /As\[\(e % 8u \+ 8u \* \(e \/ 256u\)\) \* 36u/.test(b)) && bodies.some((b) => /As\[\(e \/ 32u\) \* 36u \+ e % 32u\]/.test(b))).toBe(true);
+    expect(bodies.some((b) => /Bs\[\(e % 8u \+ 8u \* \(e \/ 512u\)\) \* 68u/.test(b)) && bodies.some((b) => /Bs\[\(e \/ 64u\) \* 68u \+ e % 64u\]/.test(b))).toBe(true);
     const r = runOnEmulator(all);
-    expect(r.filter((x) => !(x.fp32 < TOL && x.mma < TOL))).toEqual([]);
-    // the tensor-core variant really ran its TF32 products (not bitwise the fp32 one) and stays fp32-accurate
-    expect(Math.max(...r.map((x) => x.mma))).toBeGreaterThan(0);
-    expect(Math.max(...r.map((x) => x.mma))).toBeLessThan(1e-5);
+    expect(r.filter((x) => !(x.fp32 < 1e-5 && x.mma < 1e-5))).toEqual([]);
+    // negative control: the row quads of A read one row off (4 tm + 1) fail every case
+    const off = runOnEmulator(all.slice(0, 4), (b) => b.replace('As + kk * 36u + 4u * tm', 'As + kk * 36u + 4u * tm + 1u'));
+    for (const x of off) expect(x.fp32, x.name).toBeGreaterThan(TOL);
   }, 900_000);
 
   it('MPSC_CUDA_SMALL_PRESPLIT=1 (each operand element split once, when staged, into hi / lo stages) matches too', () => {

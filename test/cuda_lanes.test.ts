@@ -11,7 +11,7 @@ import { checkFile } from '../compiler/check/index.js';
 import { precisionOverride } from '../compiler/check/overrides.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
-import { conflicts, cudaLanes, LANE_MAX_MACS, laneProblems, largestCallMacs, MIN_LANE_GAIN_US, nodeAccess, nodeCost, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
+import { conflicts, cudaLanes, LANE_MAX_MACS, laneProblems, laneScratch, largestCallMacs, MIN_LANE_GAIN_US, nodeAccess, nodeCost, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
 import { LT_WORKSPACE_BYTES } from '../compiler/codegen-cuda/plan.js';
 import { runtimeSources } from '../runtime/native/build.js';
 import { findNvcc } from '../runtime/cuda/session.js';
@@ -74,6 +74,18 @@ describe('scheduleLanes', () => {
     expect(laneProblems(a, unrecorded).join('\n')).toMatch(/records no event/);
   });
 
+  it('the graph nodes of one IR node passing partial sums through their lane\'s scratch slice stay on one lane, in order; laneProblems catches them split', () => {
+    // 0: a split-K GEMM's partials (IR node 7) and 2: its reduction; 1: an independent node that would take the other lane
+    const slice = (r: [number, number][], w: [number, number][], node: number): NodeAccess => ({ r, w: [...w, [2 ** 48 + node, 2 ** 48 + node + 1]], slice: node });
+    const a = [slice([[0, 100]], [], 7), acc([[200, 300]], [[300, 400]]), slice([], [[100, 200]], 7), slice([[100, 200]], [], 9)];
+    const s = scheduleLanes(a, 2, [10, 10, 1, 1]);
+    expect(s.lane[2]).toBe(s.lane[0]);
+    expect(laneProblems(a, s)).toEqual([]);
+    // another IR node's slice user is free to run beside them
+    expect(laneProblems(a, { ...s, lane: s.lane.map((l, k) => (k === 2 ? 1 - l : l)), waits: s.waits.map((w, k) => (k === 2 ? [0] : w)), recorded: s.recorded.map((r, k) => r || k === 0) }).join('\n'))
+      .toMatch(/share IR node 7's scratch partial sums on different lanes/);
+  });
+
   it('conflicts: read-read is free; write-read, read-write and write-write overlap are not; touching ends do not overlap', () => {
     expect(conflicts(acc([[0, 10]], []), acc([[5, 20]], []))).toBe(false);
     expect(conflicts(acc([], [[0, 10]]), acc([[9, 20]], []))).toBe(true);
@@ -82,11 +94,11 @@ describe('scheduleLanes', () => {
     expect(conflicts(acc([], [[0, 10]]), acc([[10, 20]], [[10, 20]]))).toBe(false);
   });
 
-  it('MPSC_CUDA_LANES: 2 by default, 1..4, anything else a clear error', () => {
+  it('MPSC_CUDA_LANES: 3 by default, 1..4, anything else a clear error', () => {
     const old = process.env.MPSC_CUDA_LANES;
     try {
       delete process.env.MPSC_CUDA_LANES;
-      expect(cudaLanes()).toBe(2);
+      expect(cudaLanes()).toBe(3);
       process.env.MPSC_CUDA_LANES = '1';
       expect(cudaLanes()).toBe(1);
       process.env.MPSC_CUDA_LANES = '9';
@@ -106,10 +118,13 @@ describe('the lanes of real plans', () => {
   for (const file of files)
     it(`${path.relative(ROOT, file)}: every pair of nodes that touch the same bytes is ordered, at 2 and 3 lanes`, () => {
       const a = artifactsOf(file);
-      // planLanes (run by the build) throws on an unsound schedule; check again here at 3 lanes, and that one lane is the chain
+      // planLanes (run by the build) throws on an unsound schedule; check again here at 2 and 3 lanes, each on a plan of
+      // that many scratch slices (each lane's partial sums its own) and on the 2-lane plan (3 lanes: one shared slice)
       for (const lanes of [2, 3]) {
-        const s = planLanes(a.plan, lanes);
-        a.plan.programs.forEach((p, i) => expect(laneProblems(p.nodes.map((n) => nodeAccess(a.plan, n)), s[i], p.name)).toEqual([]));
+        for (const plan of [artifactsOf(file, lanes).plan, a.plan]) {
+          const s = planLanes(plan, lanes);
+          plan.programs.forEach((p, i) => expect(laneProblems(p.nodes.map((n) => nodeAccess(plan, n, laneScratch(plan, p, lanes))), s[i], p.name)).toEqual([]));
+        }
       }
       for (const s of planLanes(a.plan, 1)) expect(s.lane.every((l) => l === 0)).toBe(true);
     });
@@ -152,13 +167,13 @@ describe('the lanes of real plans', () => {
     expect(a.files[HOST_FILE]).not.toMatch(/lane_wait\(ctx|lane_fork\(ctx/);
   });
 
-  it('the default (2 lanes): gpt_tiny and char_gpt take two; GPT-2 and gpt_char (a call over LANE_MAX_MACS), the MNIST MLP (gain under MIN_LANE_GAIN_US) stay one chain on one workspace', () => {
+  it('the default (3 lanes): gpt_tiny and char_gpt take three; GPT-2 and gpt_char (a call over LANE_MAX_MACS), the MNIST MLP (gain under MIN_LANE_GAIN_US) stay one chain on one workspace', () => {
     const lanesOf = (file: string) => {
       const a = artifactsOf(path.join(ROOT, file));
       return { plan: a.plan.lanes, used: planLanes(a.plan, a.plan.lanes).map((s) => Math.max(...s.lane) + 1), macs: a.plan.programs.map(largestCallMacs) };
     };
-    expect(lanesOf('bench/gpt_tiny_b32_t64.model')).toMatchObject({ plan: 2, used: [2, 1] });
-    expect(lanesOf('specs/char_gpt.model')).toMatchObject({ plan: 2, used: [2, 1] });
+    expect(lanesOf('bench/gpt_tiny_b32_t64.model')).toMatchObject({ plan: 3, used: [3, 1] });
+    expect(lanesOf('specs/char_gpt.model')).toMatchObject({ plan: 3, used: [3, 1] });
     for (const f of ['bench/gpt2_124m_b16_t1024.model', 'bench/gpt_char_b64_t256.model']) {
       const l = lanesOf(f);
       expect(l.plan, f).toBe(1);
@@ -173,20 +188,22 @@ describe('the lanes of real plans', () => {
       const r = spawnSync(process.execPath, [path.join(ROOT, 'bin/mpsc.js'), 'build', path.join(ROOT, 'specs/char_gpt.model'), '--device', 'cuda', '--no-compile', '-o', dir], { encoding: 'utf8', timeout: 240_000, env: { ...process.env, MPSC_CUDA_LANES: '' } });
       expect(r.status, r.stderr).toBe(0);
       const out = r.stdout + r.stderr;
-      expect(out).toMatch(/program +batch +kernels +graph nodes +lanes\n +train_step +32 +\d+ +\d+ +2\n +eval +32 +\d+ +\d+ +1\n/);
+      expect(out).toMatch(/program +batch +kernels +graph nodes +lanes\n +train_step +32 +\d+ +\d+ +3\n +eval +32 +\d+ +\d+ +1\n/);
       expect(out).toContain('MPSC_CUDA_LANES=1 at build time keeps one chain');
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
   }, 240_000);
 
-  it.skipIf(!NV)('the two-lane host code of gpt_tiny and char_gpt (bf16) compiles with nvcc, with and without -DMPSC_CUBLASLT and -DMPSC_NCCL', () => {
+  it.skipIf(!NV)('the three-lane host code (the default) of gpt_tiny and char_gpt (bf16) compiles with nvcc, with and without -DMPSC_CUBLASLT and -DMPSC_NCCL', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lanes-'));
     try {
       for (const [file, precision] of [['bench/gpt_tiny_b32_t64.model', undefined], ['specs/char_gpt.model', 'bf16']] as const) {
         const model = checkFile(path.join(ROOT, file), precision ? [precisionOverride(precision)] : []);
-        const a = generateCudaModel(buildPrograms(model, { batch: model.train.batch }), { lanes: 2 });
-        expect(a.files[HOST_FILE]).toContain('lane_fork(ctx, b, st, ls1)');
+        const a = generateCudaModel(buildPrograms(model, { batch: model.train.batch }), { lanes: 3 });
+        expect(a.files[HOST_FILE]).toContain('lane_fork(ctx, b, st, ls1, ls2)');
+        // each lane's kernels take its own slice of the scratch region
+        expect(a.files[HOST_FILE]).toMatch(/SCRATCH_OFFSET \+ \d+/);
         for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);
         // char_gpt bf16 without defines is test/cuda_codegen.test.ts's "char_gpt.model at bf16" compile: the same two
         // generated files (checked here: its generation, at the default lanes), mpsc_model.h and nvcc flags; not built twice

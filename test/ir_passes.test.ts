@@ -203,6 +203,14 @@ describe('memory plan', () => {
     p.plan = planMemory(p);
     expect(verifyPlan(p)).toEqual([]);
     expect(p.plan.arenaBytes).toBe(128); // two 64-byte slots ping-pong
+    // reuseGap 2 (the CUDA lanes'): a buffer waits two more nodes after its last reader: a0 (read by node 1) is
+    // reused by a4 (written by node 4), not by a2; four slots rotate
+    const gap = { ...p, plan: planMemory(p, 2) };
+    expect(verifyPlan(gap)).toEqual([]);
+    expect(gap.plan.arenaBytes).toBe(256);
+    const off = (name: string) => gap.plan.offsets[b.graph.values.find((v) => v.name === name)!.id];
+    expect(off('a4')).toBe(off('a0'));
+    expect(new Set(['a0', 'a1', 'a2', 'a3'].map(off)).size).toBe(4);
   });
 });
 

@@ -46,12 +46,20 @@ import type { KernelSpec, LibraryDType, LibraryGemm, LowerCtx } from '../kernels
 import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
 import { unaryFwd } from '../kernels/elementwise.js';
 import { convKernelNote } from './conv_cuda.js';
-import { SMALL_BELOW, SMALL_MAX_MACS, lowerGemmCuda, smallGemm } from './gemm_cuda.js';
+import { SMALL_BELOW, SMALL_MAX_MACS, lowerGemmCuda, smallFp32, smallGemm } from './gemm_cuda.js';
 import { gemmParts } from '../kernels/gemm.js';
 import { splitKernels, tf32x3Layout, tf32x3Rule, type Tf32x3Mode } from './tf32x3.js';
 import { lowerSumToCuda } from './reduce_cuda.js';
 import { GPU_KERNELS } from '../kernels/registry.js';
-import { envFlag } from '../env_switch.js';
+import { envChoice } from '../env_switch.js';
+
+/**
+ * MPSC_CUDA_SMALL_GEN (build time): which small fp32 products (gemm_cuda.ts smallGemm) run the generated small-tile
+ * kernel instead of a cuBLASLt call: '0' none, '1' all, 'nowgrad' all but the weight gradients (matmuls with
+ * transA, whose call sums the bias gradient in its BGRADB epilogue)
+ */
+export type SmallGen = '0' | '1' | 'nowgrad';
+export const smallGenMode = (): SmallGen => envChoice('MPSC_CUDA_SMALL_GEN', ['0', '1', 'nowgrad'], '0');
 
 /** where a GEMM node runs, and why (plain data for reports) */
 export interface GemmChoice {
@@ -154,7 +162,7 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): P
  * `tf32x3`: whether an fp32 call may run over split operands on the tensor cores (tf32x3.ts's rule);
  * `smallGen`: small fp32 products run gemm_cuda.ts's small-tile kernel instead of a call (MPSC_CUDA_SMALL_GEN=1; A/B)
  */
-export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule', smallGen = envFlag('MPSC_CUDA_SMALL_GEN', false)): CudaGemmLowering | null {
+export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule', smallGen: SmallGen | boolean = smallGenMode()): CudaGemmLowering | null {
   const gemmKernels = lowerGemmCuda(ctx, g, n, epilogue);
   if (!gemmKernels) return null;
   // a matmul with `a_sums` (fuse.ts rule 8): a's column sums as a sum_to over its rows (the generated path's second kernel(s))
@@ -164,9 +172,12 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   const generated = (why: string): CudaGemmLowering => ({ kernels: fallback, choice: { node: n.id, op: n.op, path: 'generated', shape: p.shape, why } });
   if (!lt) return generated('cuBLASLt switched off (MPSC_CUDA_CUBLASLT=0) or not in this CUDA toolkit');
   if ('reason' in p) return generated(p.reason);
-  // small fp32 products on gemm_cuda.ts's small-tile 3xTF32 kernel when asked (MPSC_CUDA_SMALL_GEN=1; the rule's bullet above)
-  const gm = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' && smallGen ? gemmParts(ctx, g, n)?.gm : undefined;
-  if (gm && smallGemm(n.op, gm.M, gm.N, gm.K, gm.G)) return generated(`a small fp32 product (under ${SMALL_BELOW} tiles of 64 x 64, at most 2^${Math.log2(SMALL_MAX_MACS)} multiply-adds): gemm_cuda.ts's small-tile 3xTF32 kernel, asked for by MPSC_CUDA_SMALL_GEN=1 (the default keeps cuBLASLt: measured faster in the graph, bench/NOTES.md, tinygemm)`);
+  // small fp32 products on gemm_cuda.ts's small-tile kernel (MPSC_CUDA_SMALL_GEN; the rule's bullet above)
+  const mode = smallGen === true ? '1' : smallGen === false ? '0' : smallGen;
+  const wgrad = n.op === 'matmul' && Boolean(n.attrs.transA);
+  const gm = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' && (mode === '1' || (mode === 'nowgrad' && !wgrad)) ? gemmParts(ctx, g, n)?.gm : undefined;
+  if (gm && smallGemm(n.op, gm.M, gm.N, gm.K, gm.G))
+    return generated(`a small fp32 product (under ${SMALL_BELOW} tiles of 64 x 64, at most 2^${Math.log2(SMALL_MAX_MACS)} multiply-adds): gemm_cuda.ts's small-tile ${smallFp32() === 'ffma' ? 'fp32 FFMA' : '3xTF32'} kernel (MPSC_CUDA_SMALL_GEN=${mode})`);
   const first = fallback[0];
   const nargs = first.args.length;
   const ltArgs = n.op === 'linear' ? { argA: 1, argB: 0, ...(p.gemm.epilogue === 'bias' ? { argBias: 2 } : {}) } : { argA: 1, argB: 0 };

@@ -183,8 +183,8 @@ class CudaDialect extends CStyleDialect {
     if (/\bsp\b/.test(k.body)) pre.push('  const StepParams sp = *spp;');
     // past 48 KB a block's shared memory is dynamic: the launch passes its bytes, create raises the kernel's limit (host.ts)
     if (k.tgmem > SMEM_STATIC_MAX) pre.push(`  extern __shared__ __align__(16) float tg[];  // ${k.tgmem} bytes, dynamic`);
-    // 16-byte copies (conv_cuda.ts MPSC_CONV_VEC16) need 16-byte aligned destinations
-    else if (k.tgmem > 0) pre.push(`  __shared__ ${/\bmpsc_cp_async16f\b/.test(k.body) ? '__align__(16) ' : ''}float tg[${k.tgmem / 4}];`);
+    // 16-byte copies (conv_cuda.ts MPSC_CONV_VEC16) and float4 reads (gemm_cuda.ts's small FFMA kernel) need 16-byte alignment
+    else if (k.tgmem > 0) pre.push(`  __shared__ ${/\bmpsc_cp_async16f\b|\bfloat4\b/.test(k.body) ? '__align__(16) ' : ''}float tg[${k.tgmem / 4}];`);
     for (const b of builtinsOf(k.body)) pre.push(`  ${DEFINE[b]}`);
     return `// ${k.comment}\nextern "C" __global__ void __launch_bounds__(${threads}${k.minBlocks ? `, ${k.minBlocks}` : ''}) ${k.name}(\n${params.join(',\n')})\n{\n` +
       `${pre.map((l) => l + '\n').join('')}${k.body.replace(/\n+$/, '')}\n}`;

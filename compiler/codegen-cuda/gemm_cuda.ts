@@ -30,7 +30,7 @@ import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { ceilDiv, label, shapeOf } from '../kernels/common.js';
 import { gemmParts, type GemmParts } from '../kernels/gemm.js';
 import { lowerConvCuda } from './conv_cuda.js';
-import { envFlag } from '../env_switch.js';
+import { envChoice, envFlag } from '../env_switch.js';
 import { GPU_KERNELS } from '../kernels/registry.js';
 import { lowerSumToCuda } from './reduce_cuda.js';
 
@@ -308,18 +308,65 @@ const smallTgmem = (v: View, presplit = false) => (stageFloats(stageOf('As', SBM
  */
 const presplitOn = (p: Passes) => envFlag('MPSC_CUDA_SMALL_PRESPLIT', false) && !p.tf32;
 
-/** small tiles, fp32 FFMA (MPSC_CUDA_PLAIN=1): 16x16 threads, a 2x4 register block each */
-function smallPlainBody(v: View, sp: Split | null): string {
-  const step =
-    `    #pragma unroll\n    for (uint kk = 0u; kk < ${SBK}u; ++kk) {\n      float a[2], b[4];\n` +
-    `      #pragma unroll\n      for (uint i = 0u; i < 2u; ++i) a[i] = ${smallA(v, 'tid.y + 16u * i', 'kk')};\n` +
-    `      #pragma unroll\n      for (uint j = 0u; j < 4u; ++j) b[j] = ${smallB(v, 'tid.x + 16u * j', 'kk')};\n` +
-    `      #pragma unroll\n      for (uint i = 0u; i < 2u; ++i)\n        #pragma unroll\n        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];\n    }\n`;
-  const store = `  #pragma unroll\n  for (uint i = 0u; i < 2u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n` +
-    storeOne(v, sp, 'm0 + tid.y + 16u * i', 'n0 + tid.x + 16u * j', 'cacc[i][j]');
-  const decl = `  float cacc[2][4];\n  #pragma unroll\n  for (uint i = 0u; i < 2u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;\n`;
-  return smallFrame(v, sp, `${SBM}x${SBN} tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK ${SBK}, next k step prefetched`, 256, decl, step, store);
+/**
+ * small tiles, fp32 FFMA: 128 threads, a 4x4 register block each (thread t: rows 4 (t / 16) .., columns 4 (t % 16) ..).
+ * Both operands are staged k-major ([SBK][rows + 4]: row-contiguous, so each k step reads one float4 of A (a
+ * broadcast: a warp holds two row quads) and one of B (16 consecutive quads, 2 wavefronts) for 16 FFMA). The loads
+ * follow the operand's global order: a k-contiguous operand (x, w of linear) in groups of 8 k x 4 rows per warp
+ * (four 32-byte sectors; the transposing stores hit 32 distinct banks since rows + 4 = 4 mod 32 words), a
+ * row-contiguous one (dY^T of a weight gradient, b of a plain matmul) 32 rows per warp. fp32 FMA throughout: the
+ * fp32 products cuBLASLt's CUBLAS_COMPUTE_32F computes, in this kernel's summation order.
+ */
+const FFMA_THREADS = 128;
+/** the (row, k) of element e of a `rows` x SBK stage tile in the loads' order (kMajor: k-contiguous in global memory) */
+const ffmaRowK = (rows: number, kMajor: boolean): [string, string] =>
+  kMajor ? [`(e / 8u) % ${rows}u`, `e % 8u + 8u * (e / ${8 * rows}u)`] : [`e % ${rows}u`, `e / ${rows}u`];
+const ffmaLd = (rows: number) => rows + 4;
+
+function smallFfmaBody(v: View, sp: Split | null): string {
+  const T = FFMA_THREADS;
+  const ops = [
+    { st: 'As', reg: 'pa', rows: SBM, kMajor: !v.aAlongM, at: 'm0', idx: 'mi', bound: v.M, load: v.loadA },
+    { st: 'Bs', reg: 'pb', rows: SBN, kMajor: v.bAlongK, at: 'n0', idx: 'ni', bound: v.N, load: v.loadB },
+  ];
+  const fetch = (k0: string) => ops.map((o) => {
+    const [r, k] = ffmaRowK(o.rows, o.kMajor);
+    return `    #pragma unroll\n    for (uint r = 0u; r < ${(o.rows * SBK) / T}u; ++r) {\n      const uint e = tidx + r * ${T}u;\n` +
+      `      const uint ${o.idx} = ${o.at} + ${r}, ki = ${k0} + ${k};\n      float v = 0.0f;\n` +
+      `      if (${o.idx} < ${o.bound} && ki < ${v.K}) {\n${o.load}\n      }\n      ${o.reg}[r] = v;\n    }\n`;
+  }).join('');
+  const stage = ops.map((o) => {
+    const [r, k] = ffmaRowK(o.rows, o.kMajor);
+    return `    #pragma unroll\n    for (uint r = 0u; r < ${(o.rows * SBK) / T}u; ++r) {\n      const uint e = tidx + r * ${T}u;\n` +
+      `      ${o.st}[(${k}) * ${ffmaLd(o.rows)}u + ${r}] = ${o.reg}[r];\n    }\n`;
+  }).join('');
+  const [kb, ke] = sp ? ['kbeg', 'kend'] : ['0u', v.K];
+  const la = ffmaLd(SBM), lb = ffmaLd(SBN);
+  return (
+    prologueHead(v, `${SBM}x${SBN} tile per block of ${T} threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK ${SBK}, next k step prefetched`, sp) +
+    `  const uint m0 = tgid.y * ${SBM}u, n0 = tgid.x * ${SBN}u;\n` +
+    `  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..\n` +
+    `  float* As = tg;  // A (${SBM} rows) [${SBK}][${la}]: As[k * ${la} + m]\n` +
+    `  float* Bs = As + ${SBK * la};  // B (${SBN} columns) [${SBK}][${lb}]: Bs[k * ${lb} + n]\n` +
+    `  float cacc[4][4];\n  #pragma unroll\n  for (uint i = 0u; i < 4u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;\n` +
+    `  float pa[${(SBM * SBK) / T}], pb[${(SBN * SBK) / T}];  // the next k step's A and B elements of this thread\n` +
+    `  // register double buffering: step k0's elements were fetched during step k0 - ${SBK}'s products\n` +
+    fetch(kb) +
+    `  for (uint k0 = ${kb}; k0 < ${ke}; k0 += ${SBK}u) {\n` +
+    stage + `    __syncthreads();\n` +
+    `    if (k0 + ${SBK}u < ${ke}) {\n` + fetch(`k0 + ${SBK}u`).replace(/^/gm, '  ') + `    }\n` +
+    `    #pragma unroll\n    for (uint kk = 0u; kk < ${SBK}u; ++kk) {\n` +
+    `      const float4 fa = *reinterpret_cast<const float4*>(As + kk * ${la}u + 4u * tm);\n` +
+    `      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * ${lb}u + 4u * tn);\n` +
+    `      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};\n` +
+    `      #pragma unroll\n      for (uint i = 0u; i < 4u; ++i)\n        #pragma unroll\n        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];\n    }\n` +
+    `    __syncthreads();\n  }\n` +
+    `  #pragma unroll\n  for (uint i = 0u; i < 4u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n` +
+    storeOne(v, sp, 'm0 + 4u * tm + i', 'n0 + 4u * tn + j', 'cacc[i][j]')
+  );
 }
+/** shared bytes of the FFMA small kernel */
+const ffmaTgmem = () => SBK * (ffmaLd(SBM) + ffmaLd(SBN)) * 4;
 
 /** small tiles on the tensor cores: 4 warps of 16x32 (1x4 m16n8k8 tiles), the passes of mmaBody */
 function smallMmaBody(v: View, sp: Split | null, p: Passes): string {
@@ -403,17 +450,27 @@ export function lowerGemmCuda(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node)
   return [gemm, splitReduceKernel(ctx, g, n, parts, sp, label(g, n) + what)];
 }
 
+/**
+ * The kernels of a small GEMM whose operands are both fp32 (the products 3xTF32 would split), MPSC_CUDA_SMALL_FP32
+ * (build time): 'x3' (default) the 3xTF32 small kernel as the tensor-core variant and the FFMA kernel as the plain one
+ * (MPSC_CUDA_PLAIN=1); 'ffma' the FFMA kernel alone. Measured (H100, 6 Dec, bench/NOTES.md v22a: gpt_tiny with its
+ * small products generated, MPSC_CUDA_SMALL_GEN=1): 0.964 ms per step with the FFMA kernel against 0.822 with the
+ * 3xTF32 one and 0.751 on cuBLASLt; the FFMA kernel took 11.5-36.7 us per product one by one, cuBLASLt 8.9-18.7.
+ * Operands with a 16-bit input keep their tensor-core variant either way.
+ */
+export const smallFp32 = () => envChoice('MPSC_CUDA_SMALL_FP32', ['ffma', 'x3'], 'x3');
+
 /** a small GEMM (smallGemm): the 32x64-tile kernel, split along K by smallSplit, then splitReduceKernel */
 function lowerSmall(ctx: LowerCtx, g: Graph, n: Node, parts: GemmParts, view: View, passes: Passes): KernelSpec[] {
   const { gm, args, what } = parts;
   const sp = smallSplit(gm.M, gm.N, gm.K, gm.G);
   const name = ctx.next();
-  const tgmem = smallTgmem(view), tgmemMma = smallTgmem(view, presplitOn(passes));
+  const ffmaOnly = !passes.tf32 && !passes.exactA && !passes.exactB && smallFp32() === 'ffma';
   const gemm: KernelSpec = {
-    name, node: n.id, op: n.op, label: label(g, n) + what + ` [gemm_cuda.ts small ${SBM}x${SBN} tiles${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
+    name, node: n.id, op: n.op, label: label(g, n) + what + ` [gemm_cuda.ts small ${SBM}x${SBN} tiles${ffmaOnly ? ', fp32 FFMA' : ''}${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
     groups: [Math.max(1, ceilDiv(gm.N, SBN)), Math.max(1, ceilDiv(gm.M, SBM)), gm.G * (sp?.S ?? 1)],
-    tgsize: [16, 16, 1], tgmem, sync: true, body: smallPlainBody(view, sp),
-    mma: { name: `${name}_mma`, tgsize: [128, 1, 1], tgmem: tgmemMma, sync: true, body: smallMmaBody(view, sp, passes) },
+    tgsize: [FFMA_THREADS, 1, 1], tgmem: ffmaTgmem(), sync: true, body: smallFfmaBody(view, sp),
+    ...(ffmaOnly ? {} : { mma: { name: `${name}_mma`, tgsize: [128, 1, 1] as [number, number, number], tgmem: smallTgmem(view, presplitOn(passes)), sync: true, body: smallMmaBody(view, sp, passes) } }),
   };
   if (!sp) return [gemm];
   gemm.scratch = sp.S * gm.G * gm.M * gm.N * 4;

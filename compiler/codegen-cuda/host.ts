@@ -37,7 +37,7 @@ import { cString, commentText } from '../cfamily/text.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
 import { CUDA } from './cuda_dialect.js';
 import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, LtNodePlan, ProgramPlan } from './plan.js';
-import { planLanes, type LaneSchedule } from './lanes.js';
+import { laneScratch, planLanes, type LaneSchedule } from './lanes.js';
 import { pdlHostHelper, type PdlMode } from './pdl.js';
 
 const LT_TYPE = { f32: 'MPSC_LT_F32', f16: 'MPSC_LT_F16', bf16: 'MPSC_LT_BF16' } as const;
@@ -124,12 +124,13 @@ const dim3 = (d: number[]) => `dim3(${d[0]}u, ${d[1]}u, ${d[2]}u)`;
  * one generated kernel's launch and its check (statements at `indent`); with PDL (pdl.ts) through mpsc_launch, the
  * attribute set when the previous operation on the stream was a generated kernel (`pk`), which it then is
  */
-function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string, st = 'st', pdl = false): string {
+function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string, st = 'st', pdl = false, scratchAt = 0): string {
   const args = n.args.map((a) => {
     const t = `${a.access === 'r' ? 'const ' : ''}${CUDA.typeName(a.type)}*`;
     return `reinterpret_cast<${t}>(${devAt(p, a)})`;
   });
-  if (n.scratch) args.push('reinterpret_cast<float*>(dev + SCRATCH_OFFSET)');
+  // its lane's slice of the scratch region (scratchAt bytes in: lanes.ts laneScratch)
+  if (n.scratch) args.push(`reinterpret_cast<float*>(dev + SCRATCH_OFFSET${scratchAt ? ` + ${scratchAt}` : ''})`);
   args.push(`reinterpret_cast<const StepParams*>(dev + ${p.uploadOffset + p.scalarsHostOffset} + set * ${p.setBytes})`);
   const what = cString(`${n.kernel} (node ${n.node}: ${n.op})`);
   if (pdl) {
@@ -170,19 +171,21 @@ function smemSetupFn(plan: CudaPlan): string {
  * a kernel or a cuBLASLt call (its fallback kernels when the call has no algorithm or the build no cuBLASLt),
  * then the profiling event, or its own event when a later node on another lane waits for it
  */
-function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule, recorded: boolean[], pdl: PdlMode = 'off'): string {
+function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule, recorded: boolean[], pdl: PdlMode = 'off', scratchLane = 0): string {
   const on = pdl !== 'off';
   const c = sched.lane[k], st = c === 0 ? 'st' : `ls${c}`;
+  // the kernels' scratch slice: their lane's (scratchLane: its bytes, 0 when the program shares slice 0)
+  const kl = (x: KernelNodePlan, indent: string) => kernelLaunch(p, x, indent, st, on, c * scratchLane);
   let body: string;
-  if (n.kind === 'kernel') body = kernelLaunch(p, n, '    ', st, on);
+  if (n.kind === 'kernel') body = kl(n, '    ');
   else {
     const lt = `    if (!mpsc_lt_run(b->lt, ${n.index}, ${devAt(p, n.a)}, ${devAt(p, n.b)}, ${devAt(p, n.d)}, ${st}, ${c}, ctx->error, sizeof ctx->error)) return false;\n` +
       (on ? `    pk = ${pdl === 'all' ? 'true' : 'false'};  // after a cuBLASLt call (pdl.ts: ${pdl === 'all' ? 'its last operation taken to be a kernel' : 'mode gen'})\n` : '');
     // the fallback's kernels for what the call does not compute: after a BGRADB call only when cuBLASLt runs it without the epilogue
-    const unfused = !n.unfused.length ? '' : n.gemm.epilogue !== 'bgradb' ? n.unfused.map((a) => kernelLaunch(p, a, '      ', st, on)).join('')
-      : `      if (!b->lt_epi[${n.index}]) {  // cuBLASLt runs the call without its epilogue\n${n.unfused.map((a) => kernelLaunch(p, a, '        ', st, on)).join('')}      }\n`;
-    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kernelLaunch(p, a, '      ', st, on)).join('')}${lt}${n.after.map((a) => kernelLaunch(p, a, '      ', st, on)).join('')}${unfused}    } else\n#endif\n` +
-      `    {  // the generated kernels\n${n.fallback.map((f) => kernelLaunch(p, f, '      ', st, on)).join('')}    }\n`;
+    const unfused = !n.unfused.length ? '' : n.gemm.epilogue !== 'bgradb' ? n.unfused.map((a) => kl(a, '      ')).join('')
+      : `      if (!b->lt_epi[${n.index}]) {  // cuBLASLt runs the call without its epilogue\n${n.unfused.map((a) => kl(a, '        ')).join('')}      }\n`;
+    body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kl(a, '      ')).join('')}${lt}${n.after.map((a) => kl(a, '      ')).join('')}${unfused}    } else\n#endif\n` +
+      `    {  // the generated kernels\n${n.fallback.map((f) => kl(f, '      ')).join('')}    }\n`;
   }
   const waits = sched.waits[k].map((d) => `    if (!one && !lane_wait(ctx, b, ${st}, ${d})) return false;  // after node ${d} (lane ${sched.lane[d]})\n`).join('');
   const mark = recorded[k] ? `    if (!one && !lane_mark(ctx, b, ${st}, ${k})) return false;\n` : '';
@@ -198,7 +201,7 @@ function gatherKernel(p: ProgramPlan, i: number): string {
     '}\n\n';
 }
 
-function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSchedule, pdl: PdlMode = 'off'): string {
+function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSchedule, pdl: PdlMode = 'off', scratchLane = 0): string {
   const L = sched.lanes;
   let s = `// program ${commentText(p.name)}: the graph's nodes in plan order (${p.kernels} kernels, then the output gather)${L > 1 ? `, captured on ${L} lanes\n// (lanes.ts: a node waits for the earlier nodes of other lanes that touch its bytes; every lane joins lane 0 at the end)` : ''}.\n`;
   s += `// set: the staging set (its upload image in the device allocation); out: its outputs (device address of mapped\n`;
@@ -220,7 +223,7 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
   const tails = new Map(mine.map((k) => [k, Array.from({ length: L }, (_, l) => sched.lane.slice(0, k + 1).lastIndexOf(l))]));
   if (L > 1) for (const ts of tails.values()) ts.forEach((t, l) => { if (l > 0 && t >= 0) recorded[t] = true; });
   p.nodes.forEach((n, k) => {
-    s += launch(p, n, k, sched, recorded, pdl);
+    s += launch(p, n, k, sched, recorded, pdl, scratchLane);
     const j = mine.indexOf(k);
     // data-parallel overlap: this node wrote the last gradient of bucket j: its all-reduce starts on the side stream
     if (j >= 0) {
@@ -601,7 +604,7 @@ bool profile_step(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out,
 ${P.map(gatherKernel).join('')}${P.map(kernelNames).join('')}
 ${bucketFns(buckets)}
 ${lanesFns(plan)}
-${P.map((p, i) => recordFn(p, i, buckets, lanes[i], plan.pdl)).join('\n')}
+${P.map((p, i) => recordFn(p, i, buckets, lanes[i], plan.pdl, laneScratch(plan, p) ? plan.scratchLane : 0)).join('\n')}
 ${P.map(runFn).join('\n')}
 const char* const* const KNAMES[NPROG] = { ${P.map((_, i) => `knames_p${i}`).join(', ')} };
 const char* const PNAMES[NPROG] = { ${P.map((p) => cString(p.name)).join(', ')} };

@@ -30,7 +30,8 @@ import { planCuda, type CudaPlan } from './plan.js';
 import { mergeLaunches } from './merge.js';
 import { reshapeViews } from './views.js';
 import { cudaHostSource } from './host.js';
-import { cudaLanes, planLanes, type LaneSchedule } from './lanes.js';
+import { cudaLanes, planLanes, reuseGap, type LaneSchedule } from './lanes.js';
+import { planMemory } from '../ir/memory_plan.js';
 import { cudaPdl, type PdlMode } from './pdl.js';
 import { lowerGemmCuda } from './gemm_cuda.js';
 import { lowerGemmCudaLt, type GemmChoice } from './cublaslt.js';
@@ -175,7 +176,12 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
   // or conv input gradient with channel sums (rule 9: avgpool_cuda.ts, conv_cuda.ts), no conv with its pooled output (rule 10: conv_cuda.ts)
   const caps = opts.fuse === false ? NO_FUSIONS : own ? cudaFusions() :
     { ...cudaFusions(), addLayernorm: undefined, matmulBiasGrad: undefined, gradWithForward: undefined, poolGradBiasSum: undefined, convGradBiasSum: undefined, convPool: undefined };
-  const programs = unfused.map((p) => fuseForBackend(p, caps));
+  const lanes = opts.lanes ?? cudaLanes(), pdl = opts.pdl ?? cudaPdl();
+  // on lanes, buffers are reused only reuseGap() nodes after their last reader (lanes.ts: no write-after-read edges
+  // between neighbours; planned again without the gap below when every program stays one chain)
+  const gap = lanes > 1 ? reuseGap() : 0;
+  const fused = unfused.map((p) => fuseForBackend(p, caps));
+  const programs = gap > 0 ? fused.map((p) => (p.plan ? { ...p, plan: planMemory(p, gap) } : p)) : fused;
   const table = persistentTable(programs);
   const gemms: CudaArtifacts['gemms'] = [];
   const parts = programs.map((p, i) => {
@@ -190,12 +196,12 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
   });
   const lowered = parts.map((x) => x.lp);
   const alias = sharedKernels(lowered);
-  const lanes = opts.lanes ?? cudaLanes(), pdl = opts.pdl ?? cudaPdl();
   let plan = planCuda(model, table, parts, alias, lanes, pdl);
   let sched = planLanes(plan, lanes);
   // every program one chain (lanes.ts: estimated gains under its threshold): planned again on one lane, so that the
   // host code has no lanes and the allocation one cuBLASLt workspace
   if (lanes > 1 && sched.every((s) => s.lane.every((l) => l === 0))) {
+    if (gap > 0) return buildCuda(unfused, model, { ...opts, lanes: 1 });
     plan = planCuda(model, table, parts, alias, 1, pdl);
     sched = planLanes(plan, 1);
   }

@@ -10,30 +10,54 @@
  * The rule: node j must follow node i < j when one of them writes bytes the other reads or writes (the plan's
  * memory reuse included: a later node writing a buffer an earlier one read is ordered after it). Each node's
  * ranges: its kernels' arguments (every variant: a cuBLASLt call's operands, bias and its before / after /
- * unfused kernels; not its generated fallback, which only runs where host.ts captures on one stream), and the
- * whole scratch region when any of its kernels takes it (split-K and chunked-reduction partial sums, 3xTF32
- * operands: one region serves all, so its users stay in order). A cuBLASLt call's workspace is its lane's own
+ * unfused kernels; not its generated fallback, which only runs where host.ts captures on one stream), and, where
+ * the program shares one scratch slice between its lanes (laneScratch false), the whole scratch region when any of
+ * its kernels takes it. The scratch region holds one slice per lane (plan.ts scratchLane): a kernel takes its own
+ * lane's slice (host.ts), so split-K and chunked-reduction partial sums on different lanes never meet and order
+ * nothing; only a program with 3xTF32 calls (their split operands planned at fixed offsets of slice 0) keeps one
+ * slice for all its kernels, whose users then stay in order. (Before 6 Dec one slice served all: every layernorm
+ * gradient's partials waited for the weight gradient beside it, bench/NOTES.md v22.) A cuBLASLt call's workspace is its lane's own
  * (plan.ltWorkspace holds one per lane), so it orders nothing; the step scalars are read-only inside a step.
  * Greedy list scheduling on rough node costs (nodeCost) with vector clocks: node k goes on the lane where it could
  * start first (its lane's last node and its dependencies finished); it waits on the latest conflicting node of every other lane that its lane's clock does not already cover.
  * At the end every lane joins lane 0 (stream capture requires it; the output gather runs after). A program whose
  * estimated gain is under MIN_LANE_GAIN_US, or whose largest cuBLASLt call is over LANE_MAX_MACS multiply-adds, stays one chain.
  * laneProblems re-checks a schedule against the rule for every pair of nodes (the build runs it).
- * MPSC_CUDA_LANES (build time, 1..4, default 2; 1: one chain). Measured (5 Dec, bench/NOTES.md v13c): gpt_tiny 0.786 ->
+ * MPSC_CUDA_LANES (build time, 1..4, default 3; 1: one chain). Measured (6 Dec, H100, bench/NOTES.md v22): gpt_tiny 0.753 ms
+ * at two lanes with one shared scratch slice -> 0.732 with a slice per lane -> 0.719 at three -> 0.706 with the memory plan's
+ * reuse gap (MPSC_CUDA_REUSE_GAP=2); four lanes 0.722, one 0.847. Before (5 Dec, v13c): gpt_tiny 0.786 ->
  * 0.707 ms at two lanes on the H200 (0.803 -> 0.722 on an H100, 0.733 at three), bitwise the same trainings; programs of
  * large GEMMs stay one chain (LANE_MAX_MACS).
  * (The first measurements, v13 / v13b, had compared one build with itself: the switch was not part of the build key.)
  */
-import { envInts } from '../env_switch.js';
+import { envFlag, envInts } from '../env_switch.js';
 import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, ProgramPlan } from './plan.js';
 
-/** lanes of the CUDA graphs (MPSC_CUDA_LANES at build time, default 2; 1: one chain) */
+/** lanes of the CUDA graphs (MPSC_CUDA_LANES at build time, default 3; 1: one chain) */
 export function cudaLanes(): number {
-  return envInts('MPSC_CUDA_LANES', 1, 1, 4, [2], 'streams each CUDA graph is captured on; 1: a single chain')[0];
+  return envInts('MPSC_CUDA_LANES', 1, 1, 4, [3], 'streams each CUDA graph is captured on; 1: a single chain')[0];
 }
 
-/** byte ranges [lo, hi) a node reads (`r`) and writes (`w`), each sorted by lo */
-export interface NodeAccess { r: [number, number][]; w: [number, number][] }
+/**
+ * MPSC_CUDA_REUSE_GAP (build time, 0..64): on more than one lane, the memory plan reuses a dead buffer only for a
+ * value written more than this many IR nodes after its last reader (ir/memory_plan.ts reuseGap), so that a node
+ * does not wait for its neighbour on another lane only because it writes where that one read
+ */
+export function reuseGap(): number {
+  return envInts('MPSC_CUDA_REUSE_GAP', 1, 0, 64, [2], 'IR nodes between a buffer\'s last reader and its next writer, on lanes')[0];
+}
+
+/**
+ * byte ranges [lo, hi) a node reads (`r`) and writes (`w`), each sorted by lo; `slice`: the IR node whose partial
+ * sums the node keeps in its lane's scratch slice (laneScratch), which every graph node of that IR node must share
+ */
+export interface NodeAccess { r: [number, number][]; w: [number, number][]; slice?: number }
+
+/**
+ * where the scratch users of one IR node (a split-K GEMM and its reduction, a layernorm gradient and its finish) are
+ * ordered among themselves when each lane has its own slice: one byte per IR node past any device address
+ */
+const SLICE_ORDER_BASE = 2 ** 48;
 
 export interface LaneSchedule {
   lanes: number;
@@ -82,9 +106,20 @@ function kernelsOf(n: GraphNodePlan): KernelNodePlan[] {
 
 const sorted = (xs: [number, number][]) => xs.filter(([lo, hi]) => hi > lo).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
 
-/** the byte ranges node n touches (see the header) */
-export function nodeAccess(plan: CudaPlan, n: GraphNodePlan): NodeAccess {
+/**
+ * whether program p's kernels take their own lane's slice of the scratch region (see the header): on more than one
+ * lane (`lanes`, at most the plan's: one slice each), unless a 3xTF32 call of p reads its split operands from fixed
+ * offsets of the region; MPSC_CUDA_LANE_SCRATCH=0
+ * (build time, A/B) shares slice 0 as before 6 Dec
+ */
+export function laneScratch(plan: CudaPlan, p: ProgramPlan, lanes = plan.lanes): boolean {
+  return lanes > 1 && lanes <= plan.lanes && envFlag('MPSC_CUDA_LANE_SCRATCH', true) && !p.nodes.some((n) => n.kind === 'cublaslt' && n.gemm.tf32x3 !== undefined);
+}
+
+/** the byte ranges node n touches (see the header; `ownScratch`: laneScratch of its program) */
+export function nodeAccess(plan: CudaPlan, n: GraphNodePlan, ownScratch = false): NodeAccess {
   const r: [number, number][] = [], w: [number, number][] = [];
+  let slice: number | undefined;
   const add = (a: KernelArgPlan, access = a.access) => {
     const x: [number, number] = [a.offset, a.offset + a.bytes];
     if (access !== 'w') r.push(x);
@@ -92,7 +127,12 @@ export function nodeAccess(plan: CudaPlan, n: GraphNodePlan): NodeAccess {
   };
   for (const k of kernelsOf(n)) {
     k.args.forEach((a) => add(a));
-    if (k.scratch) w.push([plan.scratch.offset, plan.scratch.offset + plan.scratch.bytes]);
+    if (k.scratch && !ownScratch) w.push([plan.scratch.offset, plan.scratch.offset + plan.scratch.bytes]);
+    // its lane's slice: ordered after (and on the lane of) the IR node's earlier users of it, nothing else
+    else if (k.scratch) {
+      slice = k.node;
+      w.push([SLICE_ORDER_BASE + k.node, SLICE_ORDER_BASE + k.node + 1]);
+    }
   }
   if (n.kind === 'cublaslt') {
     add(n.a, 'r');
@@ -100,7 +140,7 @@ export function nodeAccess(plan: CudaPlan, n: GraphNodePlan): NodeAccess {
     add(n.d, 'rw');
     if (n.bias) add(n.bias, 'rw');
   }
-  return { r: sorted(r), w: sorted(w) };
+  return { r: sorted(r), w: sorted(w), ...(slice !== undefined ? { slice } : {}) };
 }
 
 function overlaps(a: [number, number][], b: [number, number][]): boolean {
@@ -152,8 +192,12 @@ export function scheduleLanes(acc: NodeAccess[], lanes: number, cost: number[] =
       return -1;
     });
     const ready = Math.max(0, ...latest.map((d) => (d >= 0 ? finish[d] : 0)));
+    // a scratch slice's users stay on the lane of the IR node's first one (its partial sums are in that lane's slice)
+    let pin = -1;
+    if (acc[k].slice !== undefined) for (let j = k - 1; j >= 0 && pin < 0; j--) if (acc[j].slice === acc[k].slice) pin = lane[j];
     let c = 0, best = Infinity, bestOwn = false;
     for (let l = 0; l < lanes; l++) {
+      if (pin >= 0 && l !== pin) continue;
       const start = Math.max(ready, tail(l) >= 0 ? finish[tail(l)] : 0);
       const own = latest[l] >= 0 && latest[l] === tail(l);
       if (start < best - 1e-9 || (start <= best + 1e-9 && own && !bestOwn)) { c = l; best = start; bestOwn = own; }
@@ -208,8 +252,10 @@ export function laneProblems(acc: NodeAccess[], s: LaneSchedule, what = 'program
     clk[c] = k;
     vc[k] = clk;
     clock[c] = [...clk];
-    for (let i = 0; i < k; i++)
+    for (let i = 0; i < k; i++) {
       if (clk[s.lane[i]] < i && conflicts(acc[i], acc[k])) bad.push(`${what}: nodes ${i} (lane ${s.lane[i]}) and ${k} (lane ${c}) touch the same bytes and are not ordered`);
+      if (acc[k].slice !== undefined && acc[i].slice === acc[k].slice && s.lane[i] !== c) bad.push(`${what}: nodes ${i} (lane ${s.lane[i]}) and ${k} (lane ${c}) share IR node ${acc[k].slice}'s scratch partial sums on different lanes`);
+    }
   }
   const end = [...clock[0]];
   for (let l = 1; l < L; l++) {
@@ -238,7 +284,8 @@ export function planLanes(plan: CudaPlan, lanes: number): LaneSchedule[] {
   return plan.programs.map((p: ProgramPlan) => {
     const cost = p.nodes.map(nodeCost);
     if (lanes === 1 || largestCallMacs(p) > LANE_MAX_MACS) return oneChain(cost);
-    const acc = p.nodes.map((n) => nodeAccess(plan, n));
+    const own = laneScratch(plan, p, lanes);
+    const acc = p.nodes.map((n) => nodeAccess(plan, n, own));
     const s = scheduleLanes(acc, lanes, cost);
     if (s.serialUs - s.spanUs < MIN_LANE_GAIN_US) return oneChain(cost);
     const bad = laneProblems(acc, s, p.name);

@@ -7,8 +7,8 @@
  *    block (parameters, gradients accumulators, optimizer state, running statistics: the same table
  *    and offsets as the host block of mpsc_model.h), the arena (max over programs of the memory
  *    plan's arena: activations, gradients, outputs), the scratch region of split-K GEMMs and chunked reductions (the
- *    largest KernelSpec.scratch of any kernel: its users run in plan order, lanes.ts, so one region serves
- *    all), the cuBLASLt workspaces (LT_WORKSPACE_BYTES per lane of the graphs when any GEMM node is a
+ *    largest KernelSpec.scratch of any kernel, once per lane: the users on one lane run in order and share its
+ *    slice; lanes.ts laneScratch says when a program keeps one slice for all), the cuBLASLt workspaces (LT_WORKSPACE_BYTES per lane of the graphs when any GEMM node is a
  *    cuBLASLt call: calls on one lane run in order, calls on two lanes may overlap), and per program its upload region: TWO sets, one per pinned staging set, each the
  *    byte-for-byte image of the staging set's upload part (the input batch, then the step scalars,
  *    struct StepParams: lr, t, seed, counter), so one asynchronous copy per step moves a whole
@@ -125,8 +125,13 @@ export interface CudaPlan {
   deviceBytes: number;
   persistent: DeviceRegion;
   arena: DeviceRegion;
-  /** split-K and chunked-reduction partial sums (bytes 0 when no kernel needs scratch) */
+  /**
+   * split-K and chunked-reduction partial sums (bytes 0 when no kernel needs scratch); on more than one lane, one
+   * slice of `scratchLane` bytes per lane (lanes.ts laneScratch: a kernel takes its lane's slice)
+   */
   scratch: DeviceRegion;
+  /** bytes of one lane's slice of the scratch region (= scratch.bytes on one lane) */
+  scratchLane: number;
   /** cuBLASLt's workspaces, LT_WORKSPACE_BYTES per lane of the graphs (lanes.ts; bytes 0 when no GEMM node is a cuBLASLt call) */
   ltWorkspace: DeviceRegion;
   /** streams each program's graph is captured on (lanes.ts) */
@@ -157,7 +162,9 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
   };
   const persistent = take(table.bytes);
   const arena = take(Math.max(0, ...lowered.map((l) => l.plan.arenaBytes)));
-  const scratch = take(Math.max(0, ...lowered.flatMap((l) => l.lp.kernels.map((k) => k.scratch ?? 0))));
+  // one slice per lane (lanes.ts laneScratch: kernels on different lanes never share partial sums)
+  const scratchLane = align(Math.max(0, ...lowered.flatMap((l) => l.lp.kernels.map((k) => k.scratch ?? 0))));
+  const scratch = take(scratchLane * Math.max(1, lanes));
   // one cuBLASLt workspace per lane (lanes.ts: calls on different lanes may run at once)
   const ltWorkspace = take(lowered.some((l) => l.lp.kernels.some((k) => k.library)) ? lanes * LT_WORKSPACE_BYTES : 0);
   const inputs: DeviceRegion[] = [];
@@ -232,7 +239,7 @@ export function planCuda(model: string, table: PersistentTable, lowered: { lp: L
       uploadOffset: region.offset, setBytes, nodes, kernels: nodes.length, arenaBytes: plan.arenaBytes,
     };
   });
-  return { model, deviceBytes: align(off), persistent, arena, scratch, ltWorkspace, lanes, pdl: pdlFor(pdl, lanes), inputs, programs };
+  return { model, deviceBytes: align(off), persistent, arena, scratch, scratchLane, ltWorkspace, lanes, pdl: pdlFor(pdl, lanes), inputs, programs };
 }
 
 /** every generated kernel of a program's graph nodes, in order (a cuBLASLt call's fallback kernels, then its 'before' and 'after' kernels) */

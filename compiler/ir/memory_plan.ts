@@ -142,12 +142,19 @@ export function bufferRoots(graph: Graph, life: (Lifetime | undefined)[] = lifet
   return view.map((r) => follow(r));
 }
 
-export function planMemory(program: Program): MemoryPlan {
+/**
+ * `reuseGap` (default 0): a dead buffer is reused only by a value written more than reuseGap nodes after its last
+ * reader (each placement's lifetime ends reuseGap nodes late). The CUDA backend's lane programs use it
+ * (codegen-cuda/lanes.ts): a write into a buffer that the node just before still read would order the two, and
+ * with them the lanes they run on.
+ */
+export function planMemory(program: Program, reuseGap = 0): MemoryPlan {
   const { graph } = program;
   const life = lifetimes(graph);
   const root = bufferRoots(graph, life);
   // a chain of views and in-place outputs is placed once, at its root, live over the union of its members' lifetimes
-  const joined = joinedLifetimes(graph, life, root);
+  const last = graph.nodes.length - 1;
+  const joined = joinedLifetimes(graph, life, root).map((l) => (l && reuseGap > 0 ? { start: l.start, end: Math.min(last, l.end + reuseGap) } : l));
   const offsets = graph.values.map(() => -1);
   const order = graph.values
     .filter((v) => life[v.id] !== undefined && root[v.id] === v.id)

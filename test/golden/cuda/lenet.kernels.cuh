@@ -853,7 +853,7 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
 }
 
 // node 5: linear (linear0) -> relu2.out + fused node 5: unary relu -> relu2.out [gemm_cuda.ts small 32x64 tiles, split K: 20 chunks of 160, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k4(
+extern "C" __global__ void __launch_bounds__(128) p0_k4(
     const float* x,
     const float* w,
     const float* b,
@@ -861,27 +861,27 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3456];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[64u x 128u] = A[64u x 3136u] * B[3136u x 128u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   // split K: block z = group * 20 + chunk; chunk ks sums k in [ks * 160, (ks + 1) * 160)
   const uint kbeg = (tgid.z % 20u) * 160u, kend = min(3136u, kbeg + 160u);
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint mi = m0 + e / 32u, ki = kbeg + e % 32u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint mi = m0 + (e / 8u) % 32u, ki = kbeg + e % 8u + 8u * (e / 256u);
       float v = 0.0f;
       if (mi < 64u && ki < 3136u) {
           v = x[mi * 3136u + ki];
@@ -889,9 +889,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint ni = n0 + e / 32u, ki = kbeg + e % 32u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + (e / 8u) % 64u, ki = kbeg + e % 8u + 8u * (e / 512u);
       float v = 0.0f;
       if (ni < 128u && ki < 3136u) {
           v = w[ni * 3136u + ki];
@@ -900,21 +900,21 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
     }
   for (uint k0 = kbeg; k0 < kend; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e % 8u + 8u * (e / 256u)) * 36u + (e / 8u) % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e % 8u + 8u * (e / 512u)) * 68u + (e / 8u) % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < kend) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + (e / 8u) % 32u, ki = k0 + 32u + e % 8u + 8u * (e / 256u);
         float v = 0.0f;
         if (mi < 64u && ki < 3136u) {
             v = x[mi * 3136u + ki];
@@ -922,9 +922,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + (e / 8u) % 64u, ki = k0 + 32u + e % 8u + 8u * (e / 512u);
         float v = 0.0f;
         if (ni < 128u && ki < 3136u) {
             v = w[ni * 3136u + ki];
@@ -934,24 +934,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(tid.x + 16u * j) * 36u + kk];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 64u && ni < 128u) {
           const float acc = cacc[i][j];
           mpsc_scratch[(tgid.z * 64u + mi) * 128u + ni] = acc;
@@ -1120,32 +1118,32 @@ extern "C" __global__ void __launch_bounds__(256) p0_k6(
 }
 
 // node 6: linear (linear1) -> linear1.out [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k7(
+extern "C" __global__ void __launch_bounds__(128) p0_k7(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3456];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[64u x 10u] = A[64u x 128u] * B[128u x 10u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint mi = m0 + (e / 8u) % 32u, ki = 0u + e % 8u + 8u * (e / 256u);
       float v = 0.0f;
       if (mi < 64u && ki < 128u) {
           v = x[mi * 128u + ki];
@@ -1153,9 +1151,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint ni = n0 + e / 32u, ki = 0u + e % 32u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + (e / 8u) % 64u, ki = 0u + e % 8u + 8u * (e / 512u);
       float v = 0.0f;
       if (ni < 10u && ki < 128u) {
           v = w[ni * 128u + ki];
@@ -1164,21 +1162,21 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
     }
   for (uint k0 = 0u; k0 < 128u; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e % 8u + 8u * (e / 256u)) * 36u + (e / 8u) % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e % 8u + 8u * (e / 512u)) * 68u + (e / 8u) % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < 128u) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + (e / 8u) % 32u, ki = k0 + 32u + e % 8u + 8u * (e / 256u);
         float v = 0.0f;
         if (mi < 64u && ki < 128u) {
             v = x[mi * 128u + ki];
@@ -1186,9 +1184,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + (e / 8u) % 64u, ki = k0 + 32u + e % 8u + 8u * (e / 512u);
         float v = 0.0f;
         if (ni < 10u && ki < 128u) {
             v = w[ni * 128u + ki];
@@ -1198,24 +1196,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(tid.x + 16u * j) * 36u + kk];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 64u && ni < 10u) {
           const float acc = cacc[i][j];
       y[mi * 10u + ni] = acc + b[ni];
@@ -1458,31 +1454,31 @@ extern "C" __global__ void __launch_bounds__(256) p0_k10(
 }
 
 // node 10: matmul (linear1) -> d_relu2.out [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k11(
+extern "C" __global__ void __launch_bounds__(128) p0_k11(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3456];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[64u x 128u] = A[64u x 10u] * B[10u x 128u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = As + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint mi = m0 + (e / 8u) % 32u, ki = 0u + e % 8u + 8u * (e / 256u);
       float v = 0.0f;
       if (mi < 64u && ki < 10u) {
           v = a[mi * 10u + ki];
@@ -1490,8 +1486,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
       float v = 0.0f;
       if (ni < 128u && ki < 10u) {
@@ -1501,21 +1497,21 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
     }
   for (uint k0 = 0u; k0 < 10u; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e % 8u + 8u * (e / 256u)) * 36u + (e / 8u) % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 68u + e % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < 10u) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + (e / 8u) % 32u, ki = k0 + 32u + e % 8u + 8u * (e / 256u);
         float v = 0.0f;
         if (mi < 64u && ki < 10u) {
             v = a[mi * 10u + ki];
@@ -1523,8 +1519,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
         float v = 0.0f;
         if (ni < 128u && ki < 10u) {
@@ -1535,24 +1531,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 64u && ni < 128u) {
           const float acc = cacc[i][j];
       y[mi * 128u + ni] = acc;
@@ -1680,30 +1674,30 @@ extern "C" __global__ void __launch_bounds__(128) p0_k11_mma(
 }
 
 // node 11: matmul (linear1) -> linear1.weight.grad, linear1.bias.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k12(
+extern "C" __global__ void __launch_bounds__(128) p0_k12(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3584];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[10u x 128u] = A[10u x 64u] * B[64u x 128u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
       float v = 0.0f;
       if (mi < 10u && ki < 64u) {
@@ -1712,8 +1706,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
       float v = 0.0f;
       if (ni < 128u && ki < 64u) {
@@ -1723,20 +1717,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
     }
   for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 68u + e % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < 64u) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
         float v = 0.0f;
         if (mi < 10u && ki < 64u) {
@@ -1745,8 +1739,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
         float v = 0.0f;
         if (ni < 128u && ki < 64u) {
@@ -1757,24 +1751,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(kk) * 40u + tid.y + 16u * i];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 10u && ni < 128u) {
           const float acc = cacc[i][j];
       y[mi * 128u + ni] = acc;
@@ -1937,31 +1929,31 @@ extern "C" __global__ void __launch_bounds__(256) p0_k14(
 }
 
 // node 13: matmul (linear0) -> d_flatten0.out [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k15(
+extern "C" __global__ void __launch_bounds__(128) p0_k15(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3456];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[64u x 3136u] = A[64u x 128u] * B[128u x 3136u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = As + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint mi = m0 + (e / 8u) % 32u, ki = 0u + e % 8u + 8u * (e / 256u);
       float v = 0.0f;
       if (mi < 64u && ki < 128u) {
           v = a[mi * 128u + ki];
@@ -1969,8 +1961,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
       float v = 0.0f;
       if (ni < 3136u && ki < 128u) {
@@ -1980,21 +1972,21 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
     }
   for (uint k0 = 0u; k0 < 128u; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e % 8u + 8u * (e / 256u)) * 36u + (e / 8u) % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 68u + e % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < 128u) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + (e / 8u) % 32u, ki = k0 + 32u + e % 8u + 8u * (e / 256u);
         float v = 0.0f;
         if (mi < 64u && ki < 128u) {
             v = a[mi * 128u + ki];
@@ -2002,8 +1994,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
         float v = 0.0f;
         if (ni < 3136u && ki < 128u) {
@@ -2014,24 +2006,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k15(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 64u && ni < 3136u) {
           const float acc = cacc[i][j];
       y[mi * 3136u + ni] = acc;
@@ -2159,30 +2149,30 @@ extern "C" __global__ void __launch_bounds__(128) p0_k15_mma(
 }
 
 // node 14: matmul (linear0) -> linear0.weight.grad, linear0.bias.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k16(
+extern "C" __global__ void __launch_bounds__(128) p0_k16(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3584];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[128u x 3136u] = A[128u x 64u] * B[64u x 3136u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
       float v = 0.0f;
       if (mi < 128u && ki < 64u) {
@@ -2191,8 +2181,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
       float v = 0.0f;
       if (ni < 3136u && ki < 64u) {
@@ -2202,20 +2192,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16(
     }
   for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 68u + e % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < 64u) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
         float v = 0.0f;
         if (mi < 128u && ki < 64u) {
@@ -2224,8 +2214,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
         float v = 0.0f;
         if (ni < 3136u && ki < 64u) {
@@ -2236,24 +2226,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k16(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(kk) * 40u + tid.y + 16u * i];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 128u && ni < 3136u) {
           const float acc = cacc[i][j];
       y[mi * 3136u + ni] = acc;

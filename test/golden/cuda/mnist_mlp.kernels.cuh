@@ -109,7 +109,7 @@ __device__ __forceinline__ void mpsc_mat8_store(const mpsc_acc8& acc, float* dst
 }
 
 // node 1: linear (fc1) -> relu0.out + fused node 1: unary relu -> relu0.out [gemm_cuda.ts small 32x64 tiles, split K: 5 chunks of 160, partial sums] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k1(
+extern "C" __global__ void __launch_bounds__(128) p0_k1(
     const float* x,
     const float* w,
     const float* b,
@@ -117,27 +117,27 @@ extern "C" __global__ void __launch_bounds__(256) p0_k1(
     float* __restrict__ mpsc_scratch,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3456];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[64u x 256u] = A[64u x 784u] * B[784u x 256u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   // split K: block z = group * 5 + chunk; chunk ks sums k in [ks * 160, (ks + 1) * 160)
   const uint kbeg = (tgid.z % 5u) * 160u, kend = min(784u, kbeg + 160u);
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint mi = m0 + e / 32u, ki = kbeg + e % 32u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint mi = m0 + (e / 8u) % 32u, ki = kbeg + e % 8u + 8u * (e / 256u);
       float v = 0.0f;
       if (mi < 64u && ki < 784u) {
           v = x[mi * 784u + ki];
@@ -145,9 +145,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k1(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint ni = n0 + e / 32u, ki = kbeg + e % 32u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + (e / 8u) % 64u, ki = kbeg + e % 8u + 8u * (e / 512u);
       float v = 0.0f;
       if (ni < 256u && ki < 784u) {
           v = w[ni * 784u + ki];
@@ -156,21 +156,21 @@ extern "C" __global__ void __launch_bounds__(256) p0_k1(
     }
   for (uint k0 = kbeg; k0 < kend; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e % 8u + 8u * (e / 256u)) * 36u + (e / 8u) % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e % 8u + 8u * (e / 512u)) * 68u + (e / 8u) % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < kend) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + (e / 8u) % 32u, ki = k0 + 32u + e % 8u + 8u * (e / 256u);
         float v = 0.0f;
         if (mi < 64u && ki < 784u) {
             v = x[mi * 784u + ki];
@@ -178,9 +178,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k1(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + (e / 8u) % 64u, ki = k0 + 32u + e % 8u + 8u * (e / 512u);
         float v = 0.0f;
         if (ni < 256u && ki < 784u) {
             v = w[ni * 784u + ki];
@@ -190,24 +190,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k1(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(tid.x + 16u * j) * 36u + kk];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 64u && ni < 256u) {
           const float acc = cacc[i][j];
           mpsc_scratch[(tgid.z * 64u + mi) * 256u + ni] = acc;
@@ -376,32 +374,32 @@ extern "C" __global__ void __launch_bounds__(256) p0_k3(
 }
 
 // node 2: linear (fc2) -> fc2.out [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k4(
+extern "C" __global__ void __launch_bounds__(128) p0_k4(
     const float* x,
     const float* w,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3456];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[64u x 10u] = A[64u x 256u] * B[256u x 10u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = As + 1152;  // B (64 columns) [64][36]: Bs[n * 36 + k]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint mi = m0 + (e / 8u) % 32u, ki = 0u + e % 8u + 8u * (e / 256u);
       float v = 0.0f;
       if (mi < 64u && ki < 256u) {
           v = x[mi * 256u + ki];
@@ -409,9 +407,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint ni = n0 + e / 32u, ki = 0u + e % 32u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint ni = n0 + (e / 8u) % 64u, ki = 0u + e % 8u + 8u * (e / 512u);
       float v = 0.0f;
       if (ni < 10u && ki < 256u) {
           v = w[ni * 256u + ki];
@@ -420,21 +418,21 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
     }
   for (uint k0 = 0u; k0 < 256u; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e % 8u + 8u * (e / 256u)) * 36u + (e / 8u) % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 32u) * 36u + e % 32u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e % 8u + 8u * (e / 512u)) * 68u + (e / 8u) % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < 256u) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + (e / 8u) % 32u, ki = k0 + 32u + e % 8u + 8u * (e / 256u);
         float v = 0.0f;
         if (mi < 64u && ki < 256u) {
             v = x[mi * 256u + ki];
@@ -442,9 +440,9 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint ni = n0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint ni = n0 + (e / 8u) % 64u, ki = k0 + 32u + e % 8u + 8u * (e / 512u);
         float v = 0.0f;
         if (ni < 10u && ki < 256u) {
             v = w[ni * 256u + ki];
@@ -454,24 +452,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k4(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(tid.x + 16u * j) * 36u + kk];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 64u && ni < 10u) {
           const float acc = cacc[i][j];
       y[mi * 10u + ni] = acc + b[ni];
@@ -714,31 +710,31 @@ extern "C" __global__ void __launch_bounds__(256) p0_k7(
 }
 
 // node 6: matmul (fc2) -> d_relu0.out [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k8(
+extern "C" __global__ void __launch_bounds__(128) p0_k8(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3456];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[64u x 256u] = A[64u x 10u] * B[10u x 256u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][36]: As[m * 36 + k]
-  float* Bs = As + 1152;  // B (64 columns) [32][72]: Bs[k * 72 + n]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      const uint mi = m0 + e / 32u, ki = 0u + e % 32u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      const uint mi = m0 + (e / 8u) % 32u, ki = 0u + e % 8u + 8u * (e / 256u);
       float v = 0.0f;
       if (mi < 64u && ki < 10u) {
           v = a[mi * 10u + ki];
@@ -746,8 +742,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
       float v = 0.0f;
       if (ni < 256u && ki < 10u) {
@@ -757,21 +753,21 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
     }
   for (uint k0 = 0u; k0 < 10u; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 36u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e % 8u + 8u * (e / 256u)) * 36u + (e / 8u) % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 68u + e % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < 10u) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
-        const uint mi = m0 + e / 32u, ki = k0 + 32u + e % 32u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
+        const uint mi = m0 + (e / 8u) % 32u, ki = k0 + 32u + e % 8u + 8u * (e / 256u);
         float v = 0.0f;
         if (mi < 64u && ki < 10u) {
             v = a[mi * 10u + ki];
@@ -779,8 +775,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
         float v = 0.0f;
         if (ni < 256u && ki < 10u) {
@@ -791,24 +787,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k8(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(tid.y + 16u * i) * 36u + kk];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 64u && ni < 256u) {
           const float acc = cacc[i][j];
       y[mi * 256u + ni] = acc;
@@ -936,30 +930,30 @@ extern "C" __global__ void __launch_bounds__(128) p0_k8_mma(
 }
 
 // node 7: matmul (fc2) -> fc2.weight.grad, fc2.bias.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k9(
+extern "C" __global__ void __launch_bounds__(128) p0_k9(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3584];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[10u x 256u] = A[10u x 64u] * B[64u x 256u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
       float v = 0.0f;
       if (mi < 10u && ki < 64u) {
@@ -968,8 +962,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
       float v = 0.0f;
       if (ni < 256u && ki < 64u) {
@@ -979,20 +973,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9(
     }
   for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 68u + e % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < 64u) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
         float v = 0.0f;
         if (mi < 10u && ki < 64u) {
@@ -1001,8 +995,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
         float v = 0.0f;
         if (ni < 256u && ki < 64u) {
@@ -1013,24 +1007,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k9(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(kk) * 40u + tid.y + 16u * i];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 10u && ni < 256u) {
           const float acc = cacc[i][j];
       y[mi * 256u + ni] = acc;
@@ -1193,30 +1185,30 @@ extern "C" __global__ void __launch_bounds__(256) p0_k11(
 }
 
 // node 9: matmul (fc1) -> fc1.weight.grad, fc1.bias.grad [gemm_cuda.ts small 32x64 tiles] [fp32]
-extern "C" __global__ void __launch_bounds__(256) p0_k12(
+extern "C" __global__ void __launch_bounds__(128) p0_k12(
     const float* a,
     const float* b,
     float* y,
     const StepParams* __restrict__ spp)
 {
-  __shared__ float tg[3584];
+  __shared__ __align__(16) float tg[3328];
   const uint3 tgid = blockIdx;
-  const uint3 tid = threadIdx;
   const uint tidx = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 32x64 tile per block of 16x16 threads, a 2x4 fp32 register block per thread, BK 32, next k step prefetched
+  // C[256u x 784u] = A[256u x 64u] * B[64u x 784u] per group (grid z): 32x64 tile per block of 128 threads, a 4x4 fp32 FFMA register block per thread (float4 operand reads), BK 32, next k step prefetched
   const uint m0 = tgid.y * 32u, n0 = tgid.x * 64u;
-  float* As = tg;  // A (32 rows) [32][40]: As[k * 40 + m]
-  float* Bs = As + 1280;  // B (64 columns) [32][72]: Bs[k * 72 + n]
-  float cacc[2][4];
+  const uint tm = tidx / 16u, tn = tidx % 16u;  // rows m0 + 4 tm .., columns n0 + 4 tn ..
+  float* As = tg;  // A (32 rows) [32][36]: As[k * 36 + m]
+  float* Bs = As + 1152;  // B (64 columns) [32][68]: Bs[k * 68 + n]
+  float cacc[4][4];
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;
-  float pa[4], pb[8];  // the next k step's A and B elements of this thread
+  float pa[8], pb[16];  // the next k step's A and B elements of this thread
   // register double buffering: step k0's elements were fetched during step k0 - 32's products
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint mi = m0 + e % 32u, ki = 0u + e / 32u;
       float v = 0.0f;
       if (mi < 256u && ki < 64u) {
@@ -1225,8 +1217,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
       pa[r] = v;
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
       const uint ni = n0 + e % 64u, ki = 0u + e / 64u;
       float v = 0.0f;
       if (ni < 784u && ki < 64u) {
@@ -1236,20 +1228,20 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
     }
   for (uint k0 = 0u; k0 < 64u; k0 += 32u) {
     #pragma unroll
-    for (uint r = 0u; r < 4u; ++r) {
-      const uint e = tidx + r * 256u;
-      As[(e / 32u) * 40u + e % 32u] = pa[r];
+    for (uint r = 0u; r < 8u; ++r) {
+      const uint e = tidx + r * 128u;
+      As[(e / 32u) * 36u + e % 32u] = pa[r];
     }
     #pragma unroll
-    for (uint r = 0u; r < 8u; ++r) {
-      const uint e = tidx + r * 256u;
-      Bs[(e / 64u) * 72u + e % 64u] = pb[r];
+    for (uint r = 0u; r < 16u; ++r) {
+      const uint e = tidx + r * 128u;
+      Bs[(e / 64u) * 68u + e % 64u] = pb[r];
     }
     __syncthreads();
     if (k0 + 32u < 64u) {
       #pragma unroll
-      for (uint r = 0u; r < 4u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 8u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint mi = m0 + e % 32u, ki = k0 + 32u + e / 32u;
         float v = 0.0f;
         if (mi < 256u && ki < 64u) {
@@ -1258,8 +1250,8 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
         pa[r] = v;
       }
       #pragma unroll
-      for (uint r = 0u; r < 8u; ++r) {
-        const uint e = tidx + r * 256u;
+      for (uint r = 0u; r < 16u; ++r) {
+        const uint e = tidx + r * 128u;
         const uint ni = n0 + e % 64u, ki = k0 + 32u + e / 64u;
         float v = 0.0f;
         if (ni < 784u && ki < 64u) {
@@ -1270,24 +1262,22 @@ extern "C" __global__ void __launch_bounds__(256) p0_k12(
       }
     #pragma unroll
     for (uint kk = 0u; kk < 32u; ++kk) {
-      float a[2], b[4];
+      const float4 fa = *reinterpret_cast<const float4*>(As + kk * 36u + 4u * tm);
+      const float4 fb = *reinterpret_cast<const float4*>(Bs + kk * 68u + 4u * tn);
+      const float av[4] = {fa.x, fa.y, fa.z, fa.w}, bv[4] = {fb.x, fb.y, fb.z, fb.w};
       #pragma unroll
-      for (uint i = 0u; i < 2u; ++i) a[i] = As[(kk) * 40u + tid.y + 16u * i];
-      #pragma unroll
-      for (uint j = 0u; j < 4u; ++j) b[j] = Bs[(kk) * 72u + tid.x + 16u * j];
-      #pragma unroll
-      for (uint i = 0u; i < 2u; ++i)
+      for (uint i = 0u; i < 4u; ++i)
         #pragma unroll
-        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += a[i] * b[j];
+        for (uint j = 0u; j < 4u; ++j) cacc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
   #pragma unroll
-  for (uint i = 0u; i < 2u; ++i)
+  for (uint i = 0u; i < 4u; ++i)
     #pragma unroll
     for (uint j = 0u; j < 4u; ++j)
       {
-        const uint mi = m0 + tid.y + 16u * i, ni = n0 + tid.x + 16u * j;
+        const uint mi = m0 + 4u * tm + i, ni = n0 + 4u * tn + j;
         if (mi < 256u && ni < 784u) {
           const float acc = cacc[i][j];
       y[mi * 784u + ni] = acc;

@@ -181,7 +181,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 #endif
     {  // the generated kernels
       if (mma) p0_k1_mma<<<dim3(4u, 2u, 5u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37420288 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
-      else p0_k1<<<dim3(4u, 2u, 5u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37420288 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
+      else p0_k1<<<dim3(4u, 2u, 5u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37420288 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k1 (node 1: linear)")) return false;
       p0_k2<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37420288 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k2 (node 1: linear)")) return false;
@@ -196,7 +196,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 #endif
     {  // the generated kernels
       if (mma) p0_k4_mma<<<dim3(1u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
-      else p0_k4<<<dim3(1u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
+      else p0_k4<<<dim3(1u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2588672), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k4 (node 2: linear)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
@@ -224,7 +224,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 #endif
     {  // the generated kernels
       if (mma) p0_k8_mma<<<dim3(4u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
-      else p0_k8<<<dim3(4u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
+      else p0_k8<<<dim3(4u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<float*>(dev + 2523136), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k8 (node 6: matmul)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[6], st), "cudaEventRecord")) return false;
@@ -241,7 +241,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 #endif
     {  // the generated kernels
       if (mma) p0_k9_mma<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
-      else p0_k9<<<dim3(4u, 1u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
+      else p0_k9<<<dim3(4u, 1u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<const float*>(dev + 2457600), reinterpret_cast<float*>(dev + 3526656), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k9 (node 7: matmul)")) return false;
       p0_k10<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2588672), reinterpret_cast<float*>(dev + 3537920), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k10 (node 7: sum_to)")) return false;
@@ -265,7 +265,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 #endif
     {  // the generated kernels
       if (mma) p0_k12_mma<<<dim3(13u, 8u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 37420288 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
-      else p0_k12<<<dim3(13u, 8u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 37420288 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
+      else p0_k12<<<dim3(13u, 8u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<const float*>(dev + 37420288 + set * 201216), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k12 (node 9: matmul)")) return false;
       p0_k13<<<dim3(1u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 3461120), reinterpret_cast<float*>(dev + 3536896), reinterpret_cast<const StepParams*>(dev + 37621248 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k13 (node 9: sum_to)")) return false;
@@ -297,7 +297,7 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 #endif
     {  // the generated kernels
       if (mma) p0_k1_mma<<<dim3(4u, 2u, 5u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37822720 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 38023680 + set * 201216));
-      else p0_k1<<<dim3(4u, 2u, 5u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37822720 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 38023680 + set * 201216));
+      else p0_k1<<<dim3(4u, 2u, 5u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37822720 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 38023680 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k1 (node 1: linear)")) return false;
       p0_k2<<<dim3(64u, 1u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 37822720 + set * 201216), reinterpret_cast<const float*>(dev + 3072), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 2658304), reinterpret_cast<float*>(dev + SCRATCH_OFFSET), reinterpret_cast<const StepParams*>(dev + 38023680 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k2 (node 1: linear)")) return false;
@@ -312,7 +312,7 @@ bool record_p1(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
 #endif
     {  // the generated kernels
       if (mma) p0_k4_mma<<<dim3(1u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 38023680 + set * 201216));
-      else p0_k4<<<dim3(1u, 2u, 1u), dim3(16u, 16u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 38023680 + set * 201216));
+      else p0_k4<<<dim3(1u, 2u, 1u), dim3(128u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 2658304), reinterpret_cast<const float*>(dev + 2411712), reinterpret_cast<const float*>(dev + 2411520), reinterpret_cast<float*>(dev + 2457600), reinterpret_cast<const StepParams*>(dev + 38023680 + set * 201216));
       if (!ck(ctx, cudaGetLastError(), "p0_k4 (node 2: linear)")) return false;
     }
     if (ev && !ck(ctx, cudaEventRecord(ev[2], st), "cudaEventRecord")) return false;
