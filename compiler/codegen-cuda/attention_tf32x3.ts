@@ -89,6 +89,34 @@ export function x3KSplit(): boolean {
   return envFlag('MPSC_CUDA_ATTN_X3_KSPLIT', true);
 }
 
+/**
+ * Whether the backward's dK/dV and dQ kernels run as ONE launch (MPSC_CUDA_FLASH_BWD_MERGE at build time, 1 by
+ * default, 0 for A/B): blocks y < H run the dK/dV body, y >= H the dQ body for head y - H (the two read the same
+ * operands and Delta and write disjoint parts of the gradients), so the dQ blocks fill the SMs the dK/dV blocks
+ * leave idle instead of waiting for them: at gpt_tiny's T = 64 each kernel is one block of 64 rows per head, 128
+ * blocks on 132 SMs. Both double-buffered (x3Async kv and q) with the same arguments and grid width, else two
+ * launches; the merged kernel keeps the dK/dV kernel's register bound and the larger shared-memory tile.
+ */
+export function x3BwdMerge(): boolean {
+  return envFlag('MPSC_CUDA_FLASH_BWD_MERGE', true);
+}
+
+/** the dK/dV and dQ kernels of a backward node as one launch (x3BwdMerge), or null where they cannot share one */
+function mergeBackward(kv: KernelSpec, q: KernelSpec, gm: AttnGeom): KernelSpec | null {
+  const sig = (k: KernelSpec) => JSON.stringify(k.args.map((a) => [a.name, a.value, a.access]));
+  const words = asyncWords(gm), dkv = smem(words.kv).decl, dq = smem(words.q).decl;
+  if (sig(kv) !== sig(q) || kv.groups[0] !== q.groups[0] || kv.groups[1] !== gm.H || q.groups[1] !== gm.H || !kv.body.includes(dkv) || !q.body.includes(dq)) return null;
+  const both = smem(Math.max(words.kv, words.q));
+  const ind = (b: string) => b.replace(/\n+$/, '').replace(/^(?=.)/gm, '  ') + '\n';
+  const body = both.decl +
+    `  if (blockIdx.y < ${gm.H}) {  // dK, dV of head blockIdx.y\n` + ind(kv.body.replace(dkv, '')) +
+    `  } else {  // dQ of head blockIdx.y - ${gm.H}\n` + ind(q.body.replace(dq, '').replace(/\bblockIdx\.y\b/g, `(blockIdx.y - ${gm.H})`)) + `  }\n`;
+  return {
+    ...kv, label: kv.label.replace(/: dK, dV\]$/, ': dK, dV and dQ in one launch (blocks y < H: dK / dV, y >= H: dQ)]'),
+    groups: [kv.groups[0], 2 * gm.H, 1], tgmem: both.tgmem, body, scratch: Math.max(kv.scratch ?? 0, q.scratch ?? 0),
+  };
+}
+
 /** why a node does not run on the 3xTF32 kernels (null: they take it) */
 export function tf32x3Refusal(g: Graph, n: Node): string | null {
   if (!attnTf32x3Enabled()) return 'switched off (MPSC_CUDA_ATTN_TF32X3=0)';
@@ -328,5 +356,7 @@ export function lowerAttentionTf32x3(ctx: LowerCtx, g: Graph, n: Node): KernelSp
   // unbounded: 3 blocks); 51 KiB of shared memory each fits 4. Unbounded otherwise: the separate layout's
   // 64-bit offsets spill 12 bytes at 128, the synchronous kernel 12, the single-accumulator one 4.
   const bound = !isForward(n) && x3Async('kv') && x3KSplit() && indexType(gm) === 'int';
-  return bound ? ks.map((k, i) => (i === 1 ? { ...k, minBlocks: KV_MIN_BLOCKS } : k)) : ks;
+  const out = bound ? ks.map((k, i) => (i === 1 ? { ...k, minBlocks: KV_MIN_BLOCKS } : k)) : ks;
+  const merged = !isForward(n) && x3BwdMerge() && x3Async('kv') && x3Async('q') ? mergeBackward(out[1], out[2], gm) : null;
+  return merged ? [out[0], merged] : out;
 }
