@@ -101,7 +101,7 @@ function runOnEmulator(all: OpCase[], edit: (body: string) => string = (b) => b)
 
 describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emulator', () => {
   it('match the float64 reference within 1e-4 in both variants, for every small GEMM case (split K, transposes, batches, fused unary fns)', () => {
-    // MPSC_CUDA_SMALL_FP32=x3: fp32 operands keep the 3xTF32 small kernel as their tensor-core variant
+    // MPSC_CUDA_SMALL_FP32=x3 (the default): fp32 operands keep the 3xTF32 small kernel as their tensor-core variant
     withEnv('MPSC_CUDA_SMALL_FP32', 'x3', () => {
       const all = cases();
       const built = buildCuda(all.map((c) => c.program), 'gemm_emu_labels', { merge: false, cublasLt: false });
@@ -119,9 +119,9 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
     });
   }, 900_000);
 
-  it('by default (MPSC_CUDA_SMALL_FP32=ffma) fp32 products run the FFMA kernel alone (4x4 per thread, float4 reads of both k-major stages), within 1e-5', () => {
+  it('with MPSC_CUDA_SMALL_FP32=ffma fp32 products run the FFMA kernel alone (4x4 per thread, float4 reads of both k-major stages), within 1e-5', () => {
     const all = cases();
-    const built = buildCuda(all.map((c) => c.program), 'gemm_emu_ffma', { merge: false, cublasLt: false });
+    const built = withEnv('MPSC_CUDA_SMALL_FP32', 'ffma', () => buildCuda(all.map((c) => c.program), 'gemm_emu_ffma', { merge: false, cublasLt: false }));
     const firsts = built.lowered.map((lp) => lp.kernels[0]);
     const fp32 = firsts.filter((k) => /fp32 FFMA/.test(k.label));
     expect(fp32.length).toBeGreaterThan(10);
@@ -130,10 +130,10 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
     const bodies = firsts.map((k) => k.body);
     expect(bodies.some((b) => /As\[\(e % 8u \+ 8u \* \(e \/ 256u\)\) \* 36u/.test(b)) && bodies.some((b) => /As\[\(e \/ 32u\) \* 36u \+ e % 32u\]/.test(b))).toBe(true);
     expect(bodies.some((b) => /Bs\[\(e % 8u \+ 8u \* \(e \/ 512u\)\) \* 68u/.test(b)) && bodies.some((b) => /Bs\[\(e \/ 64u\) \* 68u \+ e % 64u\]/.test(b))).toBe(true);
-    const r = runOnEmulator(all);
+    const r = withEnv('MPSC_CUDA_SMALL_FP32', 'ffma', () => runOnEmulator(all));
     expect(r.filter((x) => !(x.fp32 < 1e-5 && x.mma < 1e-5))).toEqual([]);
     // negative control: the row quads of A read one row off (4 tm + 1) fail every case
-    const off = runOnEmulator(all.slice(0, 4), (b) => b.replace('As + kk * 36u + 4u * tm', 'As + kk * 36u + 4u * tm + 1u'));
+    const off = withEnv('MPSC_CUDA_SMALL_FP32', 'ffma', () => runOnEmulator(all.slice(0, 4), (b) => b.replace('As + kk * 36u + 4u * tm', 'As + kk * 36u + 4u * tm + 1u')));
     for (const x of off) expect(x.fp32, x.name).toBeGreaterThan(TOL);
   }, 900_000);
 

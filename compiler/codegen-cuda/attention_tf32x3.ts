@@ -94,8 +94,11 @@ export function x3KSplit(): boolean {
  * default, 0 for A/B): blocks y < H run the dK/dV body, y >= H the dQ body for head y - H (the two read the same
  * operands and Delta and write disjoint parts of the gradients), so the dQ blocks fill the SMs the dK/dV blocks
  * leave idle instead of waiting for them: at gpt_tiny's T = 64 each kernel is one block of 64 rows per head, 128
- * blocks on 132 SMs. Both double-buffered (x3Async kv and q) with the same arguments and grid width, else two
- * launches; the merged kernel keeps the dK/dV kernel's register bound and the larger shared-memory tile.
+ * blocks on 132 SMs. Both double-buffered (x3Async kv and q) with the same arguments and grid width, and a head width
+ * of at most 32 where the dK/dV kernel is held to 128 registers (D = 64 spilled in one merged case), else two
+ * launches; the merged kernel keeps the dK/dV kernel's register bound and the larger shared-memory tile. Measured (H100,
+ * 6 Dec): gpt_tiny 0.705 -> 0.690 ms; gpt_char fp32 (D = 64, causal, no spill there) 25.03 -> 24.74 ms before the
+ * head-width rule left it out.
  */
 export function x3BwdMerge(): boolean {
   return envFlag('MPSC_CUDA_FLASH_BWD_MERGE', true);
@@ -357,6 +360,8 @@ export function lowerAttentionTf32x3(ctx: LowerCtx, g: Graph, n: Node): KernelSp
   // 64-bit offsets spill 12 bytes at 128, the synchronous kernel 12, the single-accumulator one 4.
   const bound = !isForward(n) && x3Async('kv') && x3KSplit() && indexType(gm) === 'int';
   const out = bound ? ks.map((k, i) => (i === 1 ? { ...k, minBlocks: KV_MIN_BLOCKS } : k)) : ks;
-  const merged = !isForward(n) && x3BwdMerge() && x3Async('kv') && x3Async('q') ? mergeBackward(out[1], out[2], gm) : null;
+  // merged only where the dK/dV kernel's register bound leaves the dQ body room: at D = 64 the bounded merged kernel
+  // spilled 32 bytes (ptxas, a non-causal packed case), so wider heads keep two launches
+  const merged = !isForward(n) && x3BwdMerge() && x3Async('kv') && x3Async('q') && (!bound || gm.D <= 32) ? mergeBackward(out[1], out[2], gm) : null;
   return merged ? [out[0], merged] : out;
 }
