@@ -3,17 +3,22 @@
  * UserError (exit 1) naming the variable, the values it takes and the value it got, and an unset or empty
  * variable means the default.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { withEnv } from './env_helpers.js';
 import { envChoice, envFlag, envInts, envList } from '../compiler/env_switch.js';
 import { UserError } from '../compiler/errors.js';
 import { flashDq, flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen-cuda/attention_cuda.js';
-import { attnTf32x3Enabled, x3Async, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
+import { attnTf32x3Enabled, x3Async, x3BwdMerge, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
+import { smallFp32 } from '../compiler/codegen-cuda/gemm_cuda.js';
+import { smallGenMode } from '../compiler/codegen-cuda/cublaslt.js';
+import { cudaLanes, reuseGap } from '../compiler/codegen-cuda/lanes.js';
 import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
 import { ewVec } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
-import { cublasLtChoice, cudaGemmChoice, tf32x3Choice } from '../runtime/cuda/session.js';
+import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, tf32x3Choice } from '../runtime/cuda/session.js';
 import { cpuAmxChoice } from '../compiler/codegen-cpu/emit_program.js';
 
 function userError(f: () => unknown): UserError {
@@ -73,6 +78,11 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_TF32X3', tf32x3Choice, 'rule'],
     ['MPSC_CUDA_GEMM', cudaGemmChoice, 'cuda'],
     ['MPSC_CPU_AMX', cpuAmxChoice, true],
+    ['MPSC_CUDA_FLASH_BWD_MERGE', x3BwdMerge, true],
+    ['MPSC_CUDA_SMALL_FP32', smallFp32, 'x3'],
+    ['MPSC_CUDA_SMALL_GEN', smallGenMode, '0'],
+    ['MPSC_CUDA_LANES', cudaLanes, 3],
+    ['MPSC_CUDA_REUSE_GAP', reuseGap, 2],
   ];
   for (const [name, read, dflt] of readers) {
     it(name, () => {
@@ -81,4 +91,17 @@ describe('every exported switch reader refuses a typo with a UserError and takes
       expect(withEnv(name, 'typo', () => userError(read).message)).toMatch(new RegExp(`^error: ${name}`));
     });
   }
+});
+
+describe('the CUDA build key', () => {
+  it('holds every MPSC_CUDA_* / MPSC_CONV_* switch the generator reads (a switch left out would let a variant reuse another\'s cached build: bench/NOTES.md phase 15)', () => {
+    const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+    const files = fs.readdirSync(path.join(root, 'compiler'), { recursive: true }).map(String).filter((f) => f.endsWith('.ts'));
+    const read = new Set<string>();
+    for (const f of files)
+      for (const m of fs.readFileSync(path.join(root, 'compiler', f), 'utf8').matchAll(/env(?:Flag|Choice|Ints|List)(?:<[^>]*>)?\('(MPSC_(?:CUDA|CONV)_[A-Z0-9_]+)'/g)) read.add(m[1]);
+    expect(read.size).toBeGreaterThan(25);
+    // MPSC_CUDA_ATTN_TF32X3 enters the key on its own (cudaInputsKey)
+    expect([...read].filter((k) => k !== 'MPSC_CUDA_ATTN_TF32X3' && !GENERATOR_ENV.includes(k))).toEqual([]);
+  });
 });

@@ -17,9 +17,10 @@
  *    reason names which kernel, conv_cuda.ts convKernelNote: the TF32 implicit-GEMM kernel, or
  *    gemm_cuda.ts's 64x64 one and why) and for partially broadcast batch dims.
  *  - `lt: false` (MPSC_CUDA_CUBLASLT=0 at generation time): every GEMM is generated.
- *  - with MPSC_CUDA_SMALL_GEN=1 (generation time; off by default), the generated kernel for a small fp32 product
- *    (fp32 operands and output; gemm_cuda.ts smallGemm: its 64x64 grid under two blocks per SM, at most 2^28
- *    multiply-adds), on the small tiles. Measured on the H200 at gpt_tiny's shapes (bench/NOTES.md, tinygemm): the
+ *  - with MPSC_CUDA_SMALL_GEN=1 (generation time; off by default; `nowgrad`: all but the weight gradients), the
+ *    generated kernel for a small fp32 product (fp32 operands and output; gemm_cuda.ts smallGemm: its 64x64 grid under
+ *    two blocks per SM, at most 2^28 multiply-adds), on the small tiles (gemm_cuda.ts smallFp32: the 3xTF32 kernel, or
+ *    with MPSC_CUDA_SMALL_FP32=ffma the FFMA one, slower still: bench/NOTES.md v22a). Measured on the H200 at gpt_tiny's shapes (bench/NOTES.md, tinygemm): the
  *    small-tile 3xTF32 kernel takes 8.5-20.6 us per product one by one against cuBLASLt's fp32 calls' 8.8-21.5, and
  *    the graph step is slower with it (gpt_tiny 0.975 vs 0.924 ms, mnist_mlp 0.084-0.087 vs 0.074-0.078; with the
  *    layernorm_grad finish of layernorm_cuda.ts in both, gpt_tiny 0.871 vs 0.821): so the default stays cuBLASLt;
