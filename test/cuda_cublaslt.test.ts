@@ -85,22 +85,22 @@ describe('the small fp32 rule (cublaslt.ts, gemm_cuda.ts smallGemm)', () => {
     const d = lowerGemmCudaLt(ctxOf(), small.g, small.n, undefined, true)!;
     expect(d.choice.path).toBe('cublaslt');
     expect(d.kernels[0].label).toMatch(/small 32x64 tiles/);
-    const r = lowerGemmCudaLt(ctxOf(), small.g, small.n, undefined, true, 'rule', true)!;
+    const r = lowerGemmCudaLt(ctxOf(), small.g, small.n, undefined, true, 'rule', '1')!;
     expect(r.choice.path).toBe('generated');
     expect(r.choice.why).toMatch(/small fp32 product .*MPSC_CUDA_SMALL_GEN=1/);
     expect(r.kernels.every((k) => k.libraryPart === undefined && k.library === undefined)).toBe(true);
     const dw = graphOf('matmul', [[2048, 128], [2048, 128], [128, 128]], { transA: true, transB: false });
-    const rw = lowerGemmCudaLt(ctxOf(), dw.g, dw.n, undefined, true, 'rule', true)!;
+    const rw = lowerGemmCudaLt(ctxOf(), dw.g, dw.n, undefined, true, 'rule', '1')!;
     expect(rw.choice.path).toBe('generated');
     // split along K (16 chunks of 128 over 8 tiles of 32 x 64), then the fixed-order sum
     expect(rw.kernels.map((k) => k.label.match(/split K: [^\]]*/)?.[0])).toEqual(['split K: 16 chunks of 128, partial sums', 'split K: sum of 16 partials']);
     // 264 tiles of 64 x 64 (two blocks per SM), or more than 2^28 multiply-adds: not small
     const large = graphOf('linear', [[2048, 128], [528, 128], [528], [2048, 528]]);
-    expect(lowerGemmCudaLt(ctxOf(), large.g, large.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
+    expect(lowerGemmCudaLt(ctxOf(), large.g, large.n, undefined, true, 'rule', '1')!.choice.path).toBe('cublaslt');
     const long = graphOf('matmul', [[16384, 384], [16384, 384], [384, 384]], { transA: true, transB: false });
-    expect(lowerGemmCudaLt(ctxOf(), long.g, long.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
+    expect(lowerGemmCudaLt(ctxOf(), long.g, long.n, undefined, true, 'rule', '1')!.choice.path).toBe('cublaslt');
     const half = graphOf('linear', [[2048, 128], [128, 128], [128], [2048, 128]], {}, 'bf16');
-    expect(lowerGemmCudaLt(ctxOf(), half.g, half.n, undefined, true, 'rule', true)!.choice.path).toBe('cublaslt');
+    expect(lowerGemmCudaLt(ctxOf(), half.g, half.n, undefined, true, 'rule', '1')!.choice.path).toBe('cublaslt');
   });
 });
 

@@ -119,9 +119,9 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
     });
   }, 900_000);
 
-  it('with MPSC_CUDA_SMALL_FP32=ffma fp32 products run the FFMA kernel alone (4x4 per thread, float4 reads of both k-major stages), within 1e-5', () => {
+  it('with MPSC_CUDA_SMALL_FP32=ffma fp32 products run the FFMA kernel alone (4x4 per thread, float4 reads of both k-major stages), within 1e-5', () => withEnv('MPSC_CUDA_SMALL_FP32', 'ffma', () => {
     const all = cases();
-    const built = withEnv('MPSC_CUDA_SMALL_FP32', 'ffma', () => buildCuda(all.map((c) => c.program), 'gemm_emu_ffma', { merge: false, cublasLt: false }));
+    const built = buildCuda(all.map((c) => c.program), 'gemm_emu_ffma', { merge: false, cublasLt: false });
     const firsts = built.lowered.map((lp) => lp.kernels[0]);
     const fp32 = firsts.filter((k) => /fp32 FFMA/.test(k.label));
     expect(fp32.length).toBeGreaterThan(10);
@@ -130,12 +130,12 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
     const bodies = firsts.map((k) => k.body);
     expect(bodies.some((b) => /As\[\(e % 8u \+ 8u \* \(e \/ 256u\)\) \* 36u/.test(b)) && bodies.some((b) => /As\[\(e \/ 32u\) \* 36u \+ e % 32u\]/.test(b))).toBe(true);
     expect(bodies.some((b) => /Bs\[\(e % 8u \+ 8u \* \(e \/ 512u\)\) \* 68u/.test(b)) && bodies.some((b) => /Bs\[\(e \/ 64u\) \* 68u \+ e % 64u\]/.test(b))).toBe(true);
-    const r = withEnv('MPSC_CUDA_SMALL_FP32', 'ffma', () => runOnEmulator(all));
+    const r = runOnEmulator(all);
     expect(r.filter((x) => !(x.fp32 < 1e-5 && x.mma < 1e-5))).toEqual([]);
     // negative control: the row quads of A read one row off (4 tm + 1) fail every case
-    const off = withEnv('MPSC_CUDA_SMALL_FP32', 'ffma', () => runOnEmulator(all.slice(0, 4), (b) => b.replace('As + kk * 36u + 4u * tm', 'As + kk * 36u + 4u * tm + 1u')));
+    const off = runOnEmulator(all.slice(0, 4), (b) => b.replace('As + kk * 36u + 4u * tm', 'As + kk * 36u + 4u * tm + 1u'));
     for (const x of off) expect(x.fp32, x.name).toBeGreaterThan(TOL);
-  }, 900_000);
+  }), 900_000);
 
   it('MPSC_CUDA_SMALL_PRESPLIT=1 (each operand element split once, when staged, into hi / lo stages) matches too', () => {
     const saved = process.env.MPSC_CUDA_SMALL_PRESPLIT;

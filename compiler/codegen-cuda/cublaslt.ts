@@ -161,9 +161,9 @@ function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): P
 /**
  * `epilogue`: the fused unary (its output replaces the GEMM's); `lt`: cuBLASLt may be chosen at all;
  * `tf32x3`: whether an fp32 call may run over split operands on the tensor cores (tf32x3.ts's rule);
- * `smallGen`: small fp32 products run gemm_cuda.ts's small-tile kernel instead of a call (MPSC_CUDA_SMALL_GEN=1; A/B)
+ * `smallGen`: which small fp32 products run gemm_cuda.ts's small-tile kernel instead of a call (MPSC_CUDA_SMALL_GEN; A/B)
  */
-export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule', smallGen: SmallGen | boolean = smallGenMode()): CudaGemmLowering | null {
+export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined, lt: boolean, tf32x3: Tf32x3Mode = 'rule', smallGen: SmallGen = smallGenMode()): CudaGemmLowering | null {
   const gemmKernels = lowerGemmCuda(ctx, g, n, epilogue);
   if (!gemmKernels) return null;
   // a matmul with `a_sums` (fuse.ts rule 8): a's column sums as a sum_to over its rows (the generated path's second kernel(s))
@@ -174,11 +174,10 @@ export function lowerGemmCudaLt(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node
   if (!lt) return generated('cuBLASLt switched off (MPSC_CUDA_CUBLASLT=0) or not in this CUDA toolkit');
   if ('reason' in p) return generated(p.reason);
   // small fp32 products on gemm_cuda.ts's small-tile kernel (MPSC_CUDA_SMALL_GEN; the rule's bullet above)
-  const mode = smallGen === true ? '1' : smallGen === false ? '0' : smallGen;
   const wgrad = n.op === 'matmul' && Boolean(n.attrs.transA);
-  const gm = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' && (mode === '1' || (mode === 'nowgrad' && !wgrad)) ? gemmParts(ctx, g, n)?.gm : undefined;
+  const gm = p.gemm.abType === 'f32' && p.gemm.dType === 'f32' && (smallGen === '1' || (smallGen === 'nowgrad' && !wgrad)) ? gemmParts(ctx, g, n)?.gm : undefined;
   if (gm && smallGemm(n.op, gm.M, gm.N, gm.K, gm.G))
-    return generated(`a small fp32 product (under ${SMALL_BELOW} tiles of 64 x 64, at most 2^${Math.log2(SMALL_MAX_MACS)} multiply-adds): gemm_cuda.ts's small-tile ${smallFp32() === 'ffma' ? 'fp32 FFMA' : '3xTF32'} kernel (MPSC_CUDA_SMALL_GEN=${mode})`);
+    return generated(`a small fp32 product (under ${SMALL_BELOW} tiles of 64 x 64, at most 2^${Math.log2(SMALL_MAX_MACS)} multiply-adds): gemm_cuda.ts's small-tile ${smallFp32() === 'ffma' ? 'fp32 FFMA' : '3xTF32'} kernel (MPSC_CUDA_SMALL_GEN=${smallGen})`);
   const first = fallback[0];
   const nargs = first.args.length;
   const ltArgs = n.op === 'linear' ? { argA: 1, argB: 0, ...(p.gemm.epilogue === 'bias' ? { argBias: 2 } : {}) } : { argA: 1, argB: 0 };

@@ -185,6 +185,8 @@ export function scheduleLanes(acc: NodeAccess[], lanes: number, cost: number[] =
   const vc: number[][] = [];
   const tail = (l: number) => (byLane[l].length ? byLane[l][byLane[l].length - 1] : -1);
   const finish: number[] = [];
+  // the lane of each IR node's scratch slice (its first user's)
+  const sliceLane = new Map<number, number>();
   for (let k = 0; k < n; k++) {
     // the latest node of each lane that k conflicts with (-1: none)
     const latest = byLane.map((nodes) => {
@@ -193,8 +195,7 @@ export function scheduleLanes(acc: NodeAccess[], lanes: number, cost: number[] =
     });
     const ready = Math.max(0, ...latest.map((d) => (d >= 0 ? finish[d] : 0)));
     // a scratch slice's users stay on the lane of the IR node's first one (its partial sums are in that lane's slice)
-    let pin = -1;
-    if (acc[k].slice !== undefined) for (let j = k - 1; j >= 0 && pin < 0; j--) if (acc[j].slice === acc[k].slice) pin = lane[j];
+    const slice = acc[k].slice, pin = slice === undefined ? -1 : (sliceLane.get(slice) ?? -1);
     let c = 0, best = Infinity, bestOwn = false;
     for (let l = 0; l < lanes; l++) {
       if (pin >= 0 && l !== pin) continue;
@@ -216,6 +217,7 @@ export function scheduleLanes(acc: NodeAccess[], lanes: number, cost: number[] =
     vc[k] = clk;
     clock[c] = [...clk];
     lane[k] = c;
+    if (slice !== undefined && pin < 0) sliceLane.set(slice, c);
     byLane[c].push(k);
   }
   const joins = new Array<number>(lanes).fill(-1);
