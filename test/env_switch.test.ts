@@ -18,7 +18,7 @@ import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.j
 import { ewVec } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
-import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, tf32x3Choice } from '../runtime/cuda/session.js';
+import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, ltTuneChoice, ltTuneFile, tf32x3Choice } from '../runtime/cuda/session.js';
 import { cpuAmxChoice } from '../compiler/codegen-cpu/emit_program.js';
 
 function userError(f: () => unknown): UserError {
@@ -83,6 +83,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_SMALL_GEN', smallGenMode, '0'],
     ['MPSC_CUDA_LANES', cudaLanes, 3],
     ['MPSC_CUDA_REUSE_GAP', reuseGap, 2],
+    ['MPSC_CUDA_LT_TUNE', ltTuneChoice, 'waves'],
   ];
   for (const [name, read, dflt] of readers) {
     it(name, () => {
@@ -91,6 +92,14 @@ describe('every exported switch reader refuses a typo with a UserError and takes
       expect(withEnv(name, 'typo', () => userError(read).message)).toMatch(new RegExp(`^error: ${name}`));
     });
   }
+});
+
+describe('the cuBLASLt tuning file (runtime/cuda/mpsc_cublaslt.cpp reads and appends it at create)', () => {
+  it('is $MPSC_CUDA_LT_TUNE_FILE when set, else cublaslt-tune.tsv in the build cache', () => {
+    expect(withEnv('MPSC_CUDA_LT_TUNE_FILE', undefined, () => ltTuneFile('/c'))).toBe(path.join('/c', 'cublaslt-tune.tsv'));
+    expect(withEnv('MPSC_CUDA_LT_TUNE_FILE', '/x/t.tsv', () => ltTuneFile('/c'))).toBe('/x/t.tsv');
+    expect(withEnv('MPSC_CUDA_LT_TUNE_FILE', undefined, () => withEnv('MPSC_CACHE_DIR', '/m', () => ltTuneFile()))).toBe(path.join('/m', 'cublaslt-tune.tsv'));
+  });
 });
 
 describe('the CUDA build key', () => {

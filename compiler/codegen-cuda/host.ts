@@ -70,7 +70,7 @@ function ltTable(plan: CudaPlan): string {
 function ltSetupFn(plan: CudaPlan): string {
   if (!plan.programs.some((p) => p.nodes.some((n) => n.kind === 'cublaslt'))) return 'bool lt_setup(mpsc_ctx* ctx, Backend* b) {\n  (void)ctx; (void)b;\n  return true;\n}\n';
   return `/**
- * The cuBLASLt calls: descriptors and one heuristic algorithm each (mpsc_cublaslt.cpp); a call
+ * The cuBLASLt calls: descriptors and one algorithm each, tuned among the heuristic's (mpsc_cublaslt.cpp); a call
  * without an algorithm runs its generated kernels. One line to stderr says which GEMM path the
  * model's GEMM nodes take (MPSC_CUDA_GEMM_LOG=1: one line per call, with the reason).
  */

@@ -7,14 +7,27 @@
 // autocast's storage of a product), the bias vector of D's type (cuBLASLt's default; an fp32 bias with a
 // 16-bit D has no algorithm on the H200); A and B fp32, or both fp16 / bf16 with the same fp32 accumulation.
 // BGRADB calls (an fp32 D) write op(B)'s column sums over k into the bias vector (cuBLASLt's reduction order).
-// Algorithm: the first result of cublasLtMatmulAlgoGetHeuristic for the call's descriptors, the
-// workspace the plan reserved and the operands' actual alignments (their offsets in the one device
-// allocation, which cudaMalloc aligns to 256 bytes), chosen once at create and kept.
+// Algorithm: chosen once at create and kept, among the results of cublasLtMatmulAlgoGetHeuristic for the
+// call's descriptors, the workspace the plan reserved and the operands' actual alignments (their offsets in
+// the one device allocation, which cudaMalloc aligns to 256 bytes). MPSC_CUDA_LT_TUNE=0: the heuristic's
+// first, as cuBLASLt ranks them. Default (tuned): up to TUNE_CANDIDATES of them are each timed on the call's
+// own operands (cudaEvents, the eager stream, before any graph capture: the writes land in D and a BGRADB
+// call's bias gradient, arena bytes the first step recomputes, as the eager first call below does) and the
+// fastest is kept when it beats the first by more than TUNE_MARGIN (else the first: timing noise never
+// moves a call off cuBLASLt's own choice). The choice depends on the call's description only, so it is
+// made once per process for repeated shapes (every layer) and, where MPSC_CUDA_LT_TUNE_FILE names a file
+// (runtime/cuda/session.ts: the build cache's cublaslt-tune.tsv), once per GPU and cuBLASLt version:
+// later processes read it back, so two runs of one spec pick the same algorithms (the same bits).
 #include "mpsc_cublaslt.h"
 #include <cublasLt.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <new>
+#include <string>
+#include <unordered_map>
 
 namespace {
 
@@ -24,8 +37,11 @@ struct Call {
   cublasLtMatmulAlgo_t algo;
   bool ok = false;
   bool epi = true;  // the call applies its epilogue (a BGRADB call may run without it)
-  char note[192] = {0};
+  char note[256] = {0};
 };
+
+constexpr int TUNE_CANDIDATES = 16;  // results asked of the heuristic when tuning
+constexpr double TUNE_MARGIN = 0.97;  // a candidate replaces the heuristic's first only below this fraction of its time
 
 cudaDataType_t abTypeOf(int t) { return t == MPSC_LT_F16 ? CUDA_R_16F : t == MPSC_LT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
@@ -40,6 +56,8 @@ uint32_t alignmentOf(size_t off) {
 
 struct MpscLt {
   cublasLtHandle_t handle = nullptr;
+  int tune = 2;           // MPSC_CUDA_LT_TUNE: 0 off, 1 every candidate, 2 (waves, default) see tuneCall
+  std::string machine;    // GPU name, SM count, cuBLASLt version: the tuning file's first column
   unsigned char* workspace = nullptr;
   size_t workspaceBytes = 0;
   int count = 0;
@@ -56,6 +74,117 @@ static bool layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, in
     if (*st != CUBLAS_STATUS_SUCCESS) return false;
   }
   return true;
+}
+
+// ---- tuning (see the head of this file)
+
+namespace {
+
+std::mutex& tuneMutex() {
+  static std::mutex m;
+  return m;
+}
+
+/** "machine\tcall" -> the chosen candidate's index in the heuristic's list: this process's choices and the file's */
+std::unordered_map<std::string, int>& tunedChoices() {
+  static std::unordered_map<std::string, int> t;
+  return t;
+}
+
+const char* tuneFile() {
+  const char* f = std::getenv("MPSC_CUDA_LT_TUNE_FILE");
+  return f && *f ? f : nullptr;
+}
+
+/** the tuning file's lines (machine \t call \t index \t ...) into tunedChoices, once per process; the first line of a key wins */
+void readTuneFile() {
+  static bool read = false;
+  if (read) return;
+  read = true;
+  const char* f = tuneFile();
+  FILE* fp = f ? std::fopen(f, "r") : nullptr;
+  if (!fp) return;
+  char line[1024];
+  while (std::fgets(line, sizeof line, fp)) {
+    char* t1 = std::strchr(line, '\t');
+    char* t2 = t1 ? std::strchr(t1 + 1, '\t') : nullptr;
+    if (!t2) continue;
+    tunedChoices().emplace(std::string(line, (size_t)(t2 - line)), std::atoi(t2 + 1));
+  }
+  std::fclose(fp);
+}
+
+/** what the algorithm choice depends on: the call's descriptors, the operands' alignments and the workspace */
+std::string callKey(const MpscLtGemm& g, bool epi, uint32_t alA, uint32_t alB, uint32_t alD, size_t ws) {
+  char b[512];
+  std::snprintf(b, sizeof b, "m%lld n%lld k%lld t%d%d a%lldx%lld/%lld b%lldx%lld/%lld d%lld x%d s%lld,%lld,%lld ab%d d%d e%d%s c%d al%u,%u,%u ws%zu",
+                (long long)g.m, (long long)g.n, (long long)g.k, g.transA, g.transB, (long long)g.rowsA, (long long)g.colsA, (long long)g.lda,
+                (long long)g.rowsB, (long long)g.colsB, (long long)g.ldb, (long long)g.ldd, g.batch, (long long)g.strideA, (long long)g.strideB,
+                (long long)g.strideD, g.abType, g.dType, g.epilogue, epi ? "" : "-off", g.compute, alA, alB, alD, ws);
+  return b;
+}
+
+}  // namespace
+
+/** mean ms of `reps` back-to-back runs of `algo` on the eager stream, or -1 when a run fails */
+static float timeAlgo(MpscLt* lt, const Call* c, const cublasLtMatmulAlgo_t& algo, const void* A, const void* B, void* D, cudaEvent_t e0, cudaEvent_t e1, int reps) {
+  const float alpha = 1.0f, beta = 0.0f;
+  if (cudaEventRecord(e0, 0) != cudaSuccess) return -1;
+  for (int r = 0; r < reps; ++r)
+    if (cublasLtMatmul(lt->handle, c->desc, &alpha, A, c->a, B, c->b, &beta, D, c->d, D, c->d, &algo, lt->workspace, lt->workspaceBytes, 0) != CUBLAS_STATUS_SUCCESS)
+      return -1;
+  float ms = 0;
+  if (cudaEventRecord(e1, 0) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) return -1;
+  return ms / (float)reps;
+}
+
+/**
+ * the fastest of the heuristic's `found` results for call c on its own operands, or 0 (the first) unless one beats it
+ * by TUNE_MARGIN; us[0] / us[1]: the first's and the chosen one's microseconds (0 when not timed). Clears any CUDA
+ * error a failing candidate left.
+ */
+static int tuneCall(MpscLt* lt, const Call* c, const MpscLtGemm& g, unsigned char* dev, const cublasLtMatmulHeuristicResult_t* res, int found, float us[2]) {
+  us[0] = us[1] = 0;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+    if (e0) cudaEventDestroy(e0);
+    cudaGetLastError();
+    return 0;
+  }
+  const void* A = dev + g.offA;
+  const void* B = dev + g.offB;
+  void* D = dev + g.offD;
+  float best[TUNE_CANDIDATES];
+  // one run each first (loads its kernels; a failing candidate drops out), then the repetitions sized by the first's time
+  // waves mode: where the first leaves SMs idle (under one wave), only candidates that leave at least as many: the graph's
+  // other lanes run there (gpt_tiny's three lanes: every candidate, each faster alone, made the step 5% slower)
+  const bool keepRoom = lt->tune == 2 && res[0].wavesCount < 1.0f;
+  for (int j = 0; j < found; ++j)
+    best[j] = res[j].state == CUBLAS_STATUS_SUCCESS && (j == 0 || !keepRoom || res[j].wavesCount <= res[0].wavesCount)
+                  ? timeAlgo(lt, c, res[j].algo, A, B, D, e0, e1, 1) : -1;
+  int chosen = 0;
+  if (best[0] > 0) {
+    const float one = timeAlgo(lt, c, res[0].algo, A, B, D, e0, e1, 1);
+    const int reps = one > 0 ? (int)std::min(50.0f, std::max(2.0f, 0.3f / one)) : 2;  // ~0.3 ms a measurement
+    for (int j = 0; j < found; ++j) best[j] = best[j] > 0 ? 1e30f : -1;
+    for (int round = 0; round < 2; ++round)  // the candidates interleaved, the best of two rounds each
+      for (int j = 0; j < found; ++j) {
+        if (best[j] < 0) continue;
+        const float t = timeAlgo(lt, c, res[j].algo, A, B, D, e0, e1, reps);
+        if (t < 0) best[j] = -1;
+        else if (t < best[j]) best[j] = t;
+      }
+    if (best[0] > 0) {
+      for (int j = 1; j < found; ++j)
+        if (best[j] > 0 && best[j] < best[chosen] && best[j] < TUNE_MARGIN * best[0]) chosen = j;
+      us[0] = best[0] * 1000;
+      us[1] = best[chosen] * 1000;
+    }
+  }
+  cudaGetLastError();
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return chosen;
 }
 
 /** descriptors and algorithm of one call; false (with c->note saying why) when cuBLASLt has none */
@@ -98,22 +227,47 @@ static bool setup(MpscLt* lt, const MpscLtGemm& g, unsigned char* dev, Call* c) 
   }
   if (st == CUBLAS_STATUS_SUCCESS) {
     step = "cublasLtMatmulAlgoGetHeuristic";
-    cublasLtMatmulHeuristicResult_t res[1];
+    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
+    const int want = lt->tune ? TUNE_CANDIDATES : 1;
     int found = 0;
-    st = cublasLtMatmulAlgoGetHeuristic(lt->handle, c->desc, c->a, c->b, c->d, c->d, pref, 1, res, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(lt->handle, c->desc, c->a, c->b, c->d, c->d, pref, want, res, &found);
     if (g.epilogue == MPSC_LT_EPI_BGRADB && !(st == CUBLAS_STATUS_SUCCESS && found > 0 && res[0].state == CUBLAS_STATUS_SUCCESS)) {
       // no algorithm with the bias-gradient epilogue: the plain product, the generated code sums the columns after it
       uint32_t none = CUBLASLT_EPILOGUE_DEFAULT;
       c->epi = false;
       st = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none);
       found = 0;
-      if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(lt->handle, c->desc, c->a, c->b, c->d, c->d, pref, 1, res, &found);
+      if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(lt->handle, c->desc, c->a, c->b, c->d, c->d, pref, want, res, &found);
     }
     if (st == CUBLAS_STATUS_SUCCESS && found > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
-      c->algo = res[0].algo;
+      int chosen = 0;
+      float us[2] = {0, 0};
+      const char* how = "heuristic algorithm";
+      if (lt->tune && found > 1) {
+        const std::string key = lt->machine + (lt->tune == 2 ? "" : " all") + "\t" + callKey(g, c->epi, alignmentOf(g.offA), alignmentOf(g.offB), alignmentOf(g.offD), lt->workspaceBytes);
+        std::lock_guard<std::mutex> hold(tuneMutex());
+        readTuneFile();
+        const auto hit = tunedChoices().find(key);
+        if (hit != tunedChoices().end() && hit->second >= 0 && hit->second < found && res[hit->second].state == CUBLAS_STATUS_SUCCESS) {
+          chosen = hit->second;
+          how = "tuned earlier (MPSC_CUDA_LT_TUNE_FILE or this process)";
+        } else {
+          chosen = tuneCall(lt, c, g, dev, res, found, us);
+          how = "tuned";
+          tunedChoices()[key] = chosen;
+          if (const char* f = tuneFile())
+            if (FILE* fp = std::fopen(f, "a")) {  // one line per choice; a file that cannot be written only costs the next process a tuning
+              std::fprintf(fp, "%s\t%d\t%.2f\t%.2f\t%d\n", key.c_str(), chosen, us[0], us[1], found);
+              std::fclose(fp);
+            }
+        }
+      }
+      c->algo = res[chosen].algo;
       c->ok = true;
-      std::snprintf(c->note, sizeof c->note, "cuBLASLt%s, heuristic algorithm (workspace %zu bytes, %.2f waves)%s", g.compute == MPSC_LT_COMPUTE_TF32X3 ? " 3xTF32" : "",
-                    res[0].workspaceSize, (double)res[0].wavesCount,
+      char tuned[96] = {0};
+      if (us[0] > 0) std::snprintf(tuned, sizeof tuned, ", %.1f us against the first's %.1f", us[1], us[0]);
+      std::snprintf(c->note, sizeof c->note, "cuBLASLt%s, %s: candidate %d of %d%s (workspace %zu bytes, %.2f waves)%s", g.compute == MPSC_LT_COMPUTE_TF32X3 ? " 3xTF32" : "",
+                    how, chosen + 1, found, tuned, res[chosen].workspaceSize, (double)res[chosen].wavesCount,
                     g.epilogue != MPSC_LT_EPI_BGRADB ? "" : c->epi ? ", BGRADB epilogue (the bias gradient)" : ", without the BGRADB epilogue (no algorithm with it): the bias gradient as kernels after the call");
     } else if (st == CUBLAS_STATUS_SUCCESS) {
       st = found > 0 ? res[0].state : CUBLAS_STATUS_NOT_SUPPORTED;
@@ -139,6 +293,20 @@ MpscLt* mpsc_lt_create(const MpscLtGemm* gemms, int count, unsigned char* dev, s
   }
   lt->workspace = dev + workspace_offset;
   lt->workspaceBytes = workspace_bytes;
+  const char* tune = std::getenv("MPSC_CUDA_LT_TUNE");
+  lt->tune = !tune || !*tune || std::strcmp(tune, "waves") == 0 ? 2 : tune[0] == '0' ? 0 : 1;
+  int device = 0;
+  cudaDeviceProp prop;
+  if (lt->tune && cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+    char m[384];
+    std::snprintf(m, sizeof m, "%s, %d SMs, cuBLASLt %zu", prop.name, prop.multiProcessorCount, cublasLtGetVersion());
+    for (char* q = m; *q; ++q)
+      if (*q == '\t' || *q == '\n') *q = ' ';
+    lt->machine = m;
+  } else {
+    cudaGetLastError();
+    lt->tune = 0;
+  }
   lt->count = count;
   lt->calls = new (std::nothrow) Call[count > 0 ? count : 1];
   if (!lt->calls) {

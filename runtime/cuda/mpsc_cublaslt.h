@@ -7,9 +7,10 @@
 // Consumes: the model's GEMM calls as plain descriptions (compiler/kernels/kernel_types.ts
 //           LibraryGemm, emitted by compiler/codegen-cuda/host.ts), the one device allocation and
 //           the workspace region the plan reserved in it (one workspace per lane of the graphs).
-// Produces: at create, per call the cuBLASLt descriptors and ONE algorithm chosen by
-//           cublasLtMatmulAlgoGetHeuristic (or the reason there is none: the generated kernel then
-//           runs); per step, cublasLtMatmul on the compute stream (capturable: fixed workspace,
+// Produces: at create, per call the cuBLASLt descriptors and ONE algorithm among
+//           cublasLtMatmulAlgoGetHeuristic's candidates, tuned by timing them (MPSC_CUDA_LT_TUNE; the
+//           choice remembered in MPSC_CUDA_LT_TUNE_FILE), or the reason there is none (the generated
+//           kernel then runs); per step, cublasLtMatmul on the compute stream (capturable: fixed workspace,
 //           host-side alpha / beta, no allocation).
 #pragma once
 #include <cuda_runtime.h>

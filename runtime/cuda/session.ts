@@ -20,7 +20,7 @@ import { gemmChoiceLine } from '../../compiler/codegen-cuda/cublaslt.js';
 import type { Tf32x3Mode } from '../../compiler/codegen-cuda/tf32x3.js';
 import { attnTf32x3Enabled } from '../../compiler/codegen-cuda/attention_tf32x3.js';
 import { cudaFuseOff } from '../../compiler/codegen-cuda/fusions.js';
-import { buildAddon, sourcesDigest, type CudaBuild } from '../native/build.js';
+import { buildAddon, defaultCacheDir, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
 import { envChoice, envFlag } from '../../compiler/env_switch.js';
@@ -108,6 +108,26 @@ export function cudaArchitecture(computeCap: string | null): string {
   if (!computeCap) return '90a';
   const [maj, min] = computeCap.split('.');
   return maj === '9' && min === '0' ? '90a' : `${maj}${min}`;
+}
+
+/**
+ * how the cuBLASLt calls' algorithms are chosen at create ($MPSC_CUDA_LT_TUNE): waves (default: each call's heuristic
+ * candidates timed on its own operands, the fastest kept; where the heuristic's first fills less than one wave of
+ * the GPU, only candidates that fill no more, leaving the SMs to the graph's other lanes), 1 (every candidate), 0
+ * (the heuristic's first, for A/B runs). Read by runtime/cuda/mpsc_cublaslt.cpp at create; validated here so a typo
+ * is a UserError, not a silent default.
+ */
+export function ltTuneChoice(): 'waves' | '1' | '0' {
+  return envChoice('MPSC_CUDA_LT_TUNE', ['waves', '1', '0'], 'waves');
+}
+
+/**
+ * The file where mpsc_cublaslt.cpp remembers its tuned choices (one line per GPU, cuBLASLt version and call
+ * description): $MPSC_CUDA_LT_TUNE_FILE, else cublaslt-tune.tsv in the build cache. Later sessions read it back,
+ * so every run of a spec on one GPU takes the same algorithms (the same bits), and tunes nothing again.
+ */
+export function ltTuneFile(cacheDir?: string): string {
+  return process.env.MPSC_CUDA_LT_TUNE_FILE || path.join(cacheDir ?? defaultCacheDir(), 'cublaslt-tune.tsv');
 }
 
 /** Why CUDA cannot run here, or null when a toolkit and a GPU are both present. */
@@ -218,6 +238,13 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   if (!planned) generate();
   opts.onProgress?.(`${built.cached ? 'using cached' : 'built'} CUDA model (sm_${settings.architectures}, ${gpu.name}, ${gemm} GEMMs) in ${built.dir}; planned device memory ${planned} bytes (one allocation)`);
   for (const line of report) opts.onProgress?.(line);
+  const tune = ltTuneChoice();
+  const tuneFile = ltTuneFile(opts.cacheDir);
+  if (tune !== '0' && report.some((l) => /chosen for cuBLASLt/.test(l)) && ltHeader)
+    opts.onProgress?.(`cuBLASLt algorithms: each call's heuristic candidates timed once at create, the fastest kept (remembered in ${tuneFile}; MPSC_CUDA_LT_TUNE=0: the heuristic's first)`);
+  // the model's create (inside createNativeSession) reads both from the environment: set for that call only
+  const saved = { file: process.env.MPSC_CUDA_LT_TUNE_FILE };
+  process.env.MPSC_CUDA_LT_TUNE_FILE = tuneFile;
   try {
     // one host thread: the work runs on the GPU
     return createNativeSession(built.modulePath, programs, 'cuda', 1);
@@ -225,5 +252,8 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
     const msg = (e as Error).message;
     if (/^mpsc: /.test(msg) && !/internal/.test(msg)) throw new UserError(`error: --device cuda: ${msg.replace(/^mpsc: /, '')}`);
     throw e;
+  } finally {
+    if (saved.file === undefined) delete process.env.MPSC_CUDA_LT_TUNE_FILE;
+    else process.env.MPSC_CUDA_LT_TUNE_FILE = saved.file;
   }
 }
