@@ -666,6 +666,8 @@ export function cudaAttentionCases(): OpCase[] {
   // d(qkv)) on the same kernels: 16-bit (tensor cores) and fp32, heads 1 to 3, T not a tile multiple
   for (const [N, H, T, D, causal, to] of [
     [2, 3, 130, 64, true, 'bf16'], [1, 2, 70, 32, false, 'f16'], [2, 1, 37, 16, true, 'f16'], [1, 2, 45, 16, true, 'f32'], [2, 3, 70, 64, false, 'f32'],
+    // causal D = 64: gpt_char's merged dK/dV + dQ launch (attention_tf32x3.ts mergeBackward)
+    [2, 2, 70, 64, true, 'f32'],
   ] as [number, number, number, number, boolean, HalfDType | 'f32'][]) {
     const tag = `flash_qkv_${N}x${H}_t${T}_d${D}${causal ? '_causal' : ''}_${to}`;
     const C = H * D, qkv = f([N, T, 3 * C], -2, 2);

@@ -617,7 +617,7 @@ void destroy(Backend* b) {
 }
 
 /**
- * The cuBLASLt calls: descriptors and one heuristic algorithm each (mpsc_cublaslt.cpp); a call
+ * The cuBLASLt calls: descriptors and one algorithm each, tuned among the heuristic's (mpsc_cublaslt.cpp); a call
  * without an algorithm runs its generated kernels. One line to stderr says which GEMM path the
  * model's GEMM nodes take (MPSC_CUDA_GEMM_LOG=1: one line per call, with the reason).
  */
