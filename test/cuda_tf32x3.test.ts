@@ -24,6 +24,7 @@ import type { DType, Node } from '../compiler/ir/graph.js';
 import { lowerGemmCudaLt } from '../compiler/codegen-cuda/cublaslt.js';
 import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { planProblems } from '../compiler/codegen-cuda/plan.js';
+import { withEnv } from './env_helpers.js';
 import { chunksOf, tf32Split, tf32SplitHelper, tf32x3Rule, type Tf32x3Mode } from '../compiler/codegen-cuda/tf32x3.js';
 import type { KernelSpec } from '../compiler/kernels/kernel_types.js';
 import { checkFile } from '../compiler/check/index.js';
@@ -260,9 +261,12 @@ describe('the 3xTF32 rule and the model', () => {
     expect(tf32x3Rule({ m: 4096, n: 1024, k: 4096, batch: 1 }, 4096 * 4096 + 1024 * 4096, 'rule').take).toBe(true);
     expect(tf32x3Rule({ m: 10, n: 1024, k: 4096, batch: 1 }, 10 * 4096 + 1024 * 4096, 'rule').take).toBe(false);
     expect(tf32x3Rule({ m: 4096, n: 1024, k: 10, batch: 1 }, 4096 * 10 + 1024 * 10, 'rule').take).toBe(false);
-    // outputs that do not fill the GPU with 128 x 128 tiles: a thin product, a long-K weight gradient (measured 1.3x slower as 3xTF32)
+    // outputs that do not fill the GPU with 128 x 128 tiles: a thin product, a long-K weight gradient (measured slower as
+    // 3xTF32: 1.3x unchunked; chunked, its K chunks' tiles counted with MPSC_CUDA_TF32X3_CHUNK_TILES=1, the step 6.6% slower)
     expect(tf32x3Rule({ m: 128, n: 16384, k: 128, batch: 1 }, 128 * 128 + 16384 * 128, 'rule').take).toBe(false);
     expect(tf32x3Rule({ m: 384, n: 1536, k: 16384, batch: 1 }, 16384 * (384 + 1536), 'rule').why).toMatch(/36 tiles/);
+    expect(withEnv('MPSC_CUDA_TF32X3_CHUNK_TILES', '1', () => tf32x3Rule({ m: 384, n: 1536, k: 16384, batch: 1 }, 16384 * (384 + 1536), 'rule').take)).toBe(true);
+    expect(withEnv('MPSC_CUDA_TF32X3_CHUNK_TILES', '1', () => tf32x3Rule({ m: 128, n: 512, k: 2048, batch: 1 }, 2048 * (128 + 512), 'rule').why)).toMatch(/16 tiles of 128 x 128 over 4 K chunks/);
     // K beyond 4096 in a strided batch (no K chunks): the tensor cores' accumulation error (measured) would approach the 1e-4 check
     expect(tf32x3Rule({ m: 4096, n: 4096, k: 8192, batch: 2 }, 4 * 4096 * 8192, 'rule').why).toMatch(/k 8192 > 4096/);
     expect(tf32x3Rule({ m: 4096, n: 4096, k: 8192, batch: 1 }, 2 * 4096 * 8192, 'rule').take).toBe(true);

@@ -12,6 +12,7 @@ import { UserError } from '../compiler/errors.js';
 import { flashDq, flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen-cuda/attention_cuda.js';
 import { attnTf32x3Enabled, x3Async, x3BwdMerge, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import { smallFp32 } from '../compiler/codegen-cuda/gemm_cuda.js';
+import { tf32x3ChunkTiles } from '../compiler/codegen-cuda/tf32x3.js';
 import { smallGenMode } from '../compiler/codegen-cuda/cublaslt.js';
 import { cudaLanes, reuseGap } from '../compiler/codegen-cuda/lanes.js';
 import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
@@ -84,6 +85,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_LANES', cudaLanes, 3],
     ['MPSC_CUDA_REUSE_GAP', reuseGap, 2],
     ['MPSC_CUDA_LT_TUNE', ltTuneChoice, 'waves'],
+    ['MPSC_CUDA_TF32X3_CHUNK_TILES', tf32x3ChunkTiles, false],
   ];
   for (const [name, read, dflt] of readers) {
     it(name, () => {

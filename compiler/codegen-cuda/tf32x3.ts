@@ -53,6 +53,7 @@
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelSpec, LibraryGemm, LowerCtx } from '../kernels/kernel_types.js';
 import { argOf, elementwise, numel, shapeOf } from '../kernels/common.js';
+import { envFlag } from '../env_switch.js';
 
 /** MPSC_CUDA_TF32X3: the size rule (default), never, or every fp32 cuBLASLt call */
 export type Tf32x3Mode = 'rule' | 'off' | 'all';
@@ -102,14 +103,27 @@ export function tf32SplitHelper(): string {
   );
 }
 
+/**
+ * $MPSC_CUDA_TF32X3_CHUNK_TILES (default 0): whether the size rule counts a chunked call's K-chunk products' output
+ * tiles. 1 takes gpt_char's long-K weight gradients (384 x 1536 x 16384: 36 tiles, 1152 over its 32 chunks): their
+ * chunked TF32 product ran 288 us against fp32's 421, but with the two operand splits (~150 us) and the partial sums the
+ * step went 24.09 -> 25.67 ms (H100, bench/NOTES.md phase 20), so the rule counts the call's own tiles (A/B switch)
+ */
+export function tf32x3ChunkTiles(): boolean {
+  return envFlag('MPSC_CUDA_TF32X3_CHUNK_TILES', false);
+}
+
 /** the rule's verdict on one fp32 call: take it, and the one-line reason either way */
 export function tf32x3Rule(gemm: Pick<LibraryGemm, 'm' | 'n' | 'k' | 'batch'>, operandElems: number, mode: Tf32x3Mode): { take: boolean; why: string } {
   const { m, n, k, batch } = gemm;
   if (mode === 'off') return { take: false, why: '3xTF32 switched off (MPSC_CUDA_TF32X3=0)' };
   if (mode === 'all') return { take: true, why: 'MPSC_CUDA_TF32X3=all' };
   const M = TF32X3_MODEL;
-  const tiles = Math.ceil(m / M.tile) * Math.ceil(n / M.tile) * batch;
-  if (tiles < M.minTiles) return { take: false, why: `too small an output to fill the GPU's tensor cores (${tiles} tiles of ${M.tile} x ${M.tile}, under ${M.minTiles})` };
+  // a single product over 3K runs as S K-chunk products (chunksOf): with MPSC_CUDA_TF32X3_CHUNK_TILES=1 their tiles
+  // count (a long-K weight gradient's small output, 384 x 1536 x 16384: 36 tiles, 1152 over its 32 chunks; measured slower)
+  const chunkTiles = tf32x3ChunkTiles() ? chunksOf(3 * k, batch) : 1;
+  const tiles = Math.ceil(m / M.tile) * Math.ceil(n / M.tile) * batch * chunkTiles;
+  if (tiles < M.minTiles) return { take: false, why: `too small an output to fill the GPU's tensor cores (${tiles} tiles of ${M.tile} x ${M.tile}${chunkTiles > 1 ? ` over ${chunkTiles} K chunks` : ''}, under ${M.minTiles})` };
   if (k < M.minK) return { take: false, why: `k ${k} < ${M.minK}` };
   // accuracy: the tensor cores' accumulation error grows with K (5.2e-5 max-norm relative measured at K 4096);
   // a single product is cut into K chunks (chunksOf), a strided batch is not: cap its K
