@@ -51,52 +51,66 @@ inline bool spin_until(Ready&& ready, int us) {
  *  the caller runs its chunks instead of waiting a time slice for it (issue 16, bug 4).
  *  `claim` packs (job generation << 20 | next chunk), so a worker that wakes late can never claim a chunk
  *  of a newer job with the old job's function; `done` counts finished chunks of the current job.
- *  Workers and the caller spin briefly (SPIN_US) before sleeping on the condition variables. */
+ *  Workers and the caller spin briefly (SPIN_US) before sleeping on the condition variables.
+ *  A spinning worker picks the job up without the mutex: the job's fields are atomics stored before `agen`
+ *  (release) and read after it (acquire). A field read while a newer job overwrites it is harmless: `claim`
+ *  also holds the job's chunk count, so a chunk is only run after a successful claim of its own job's
+ *  generation and count, which can succeed only while that job is unfinished, and a newer job (the only
+ *  writer of the fields) starts only after every chunk of this one is done. With 8 threads
+ *  every job start used to take the mutex once per worker, one after the other (issue 17: the 8-thread
+ *  steps of ~15-140 jobs). The mutex and condition variables remain for sleeping and waking only. */
 struct Pool {
   static constexpr int SPIN_US = 100;
-  static constexpr int CHUNK_BITS = 20;  // T <= 2^20 threads
+  // claim = (generation mod 2^32) << 32 | chunks << 16 | next chunk: T <= 2^16 - 1 threads
+  static constexpr int CHUNK_BITS = 16;
   int T;
   std::vector<std::thread> workers;
   std::mutex mu;
   std::condition_variable cv_start, cv_done;
-  uint64_t generation = 0;
-  bool stop = false;
+  uint64_t generation = 0;  // under mu: the sleepers' predicate
+  std::atomic<bool> stop{false};
   std::atomic<uint64_t> agen{0};
   std::atomic<uint64_t> claim{0};
   std::atomic<int> done{0};
-  // the current job (written under mu before agen / generation move)
-  int64_t n = 0;
-  int jobT = 0;
-  mpsc_range_fn fn = nullptr;
-  void* arg = nullptr;
+  std::atomic<int> sleepers{0};  // workers blocked (or about to block) on cv_start
+  std::atomic<bool> caller_waits{false};  // the caller blocked (or about to block) on cv_done
+  // the current job (stored before agen moves)
+  std::atomic<int64_t> n{0};
+  std::atomic<mpsc_range_fn> fn{nullptr};
+  std::atomic<void*> arg{nullptr};
 
-  explicit Pool(int threads) : T(threads) {
+  explicit Pool(int threads) : T(threads < 65535 ? threads : 65535) {
     for (int w = 1; w < T; w++) workers.emplace_back([this] { loop(); });
   }
   ~Pool() {
     {
       std::lock_guard<std::mutex> lk(mu);
-      stop = true;
+      stop.store(true, std::memory_order_release);
+      ++generation;
       agen.fetch_add(1, std::memory_order_release);
     }
     cv_start.notify_all();
     for (auto& t : workers) t.join();
   }
-  /** claims and runs chunks of job `gen` until none is left; returns how many it ran */
-  int work(uint64_t gen, int64_t jn, int jT, mpsc_range_fn jfn, void* jarg) {
+  static uint64_t claimWord(uint64_t gen, int jT) { return (gen & 0xffffffffu) << 32 | (uint64_t)jT << CHUNK_BITS; }
+  /** claims and runs chunks of job `gen` (jn, jfn, jarg: its fields as read, trusted only once a claim succeeds) until none is left */
+  int work(uint64_t gen, int64_t jn, mpsc_range_fn jfn, void* jarg) {
     int ran = 0;
+    const uint64_t mask = (uint64_t(1) << CHUNK_BITS) - 1;
     for (;;) {
       uint64_t c = claim.load(std::memory_order_acquire);
-      int t;
+      int t, jT;
       do {
-        if ((c >> CHUNK_BITS) != (gen & ((uint64_t(1) << (64 - CHUNK_BITS)) - 1))) return ran;
-        t = (int)(c & ((uint64_t(1) << CHUNK_BITS) - 1));
+        if ((c >> 32) != (gen & 0xffffffffu)) return ran;
+        jT = (int)((c >> CHUNK_BITS) & mask);
+        t = (int)(c & mask);
         if (t >= jT) return ran;
       } while (!claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire));
       const int64_t b = jn * t / jT, e = jn * (t + 1) / jT;
       if (e > b) jfn(jarg, b, e);
       ran++;
-      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == jT) {
+      // the last chunk wakes the caller only if it went to sleep (seq_cst pairs with the caller's store + re-check)
+      if (done.fetch_add(1, std::memory_order_seq_cst) + 1 == jT && caller_waits.load(std::memory_order_seq_cst)) {
         std::lock_guard<std::mutex> lk(mu);  // pairs with the caller's predicate check under mu
         cv_done.notify_one();
       }
@@ -106,40 +120,43 @@ struct Pool {
     tl_in_parallel = true;
     uint64_t seen = 0;
     for (;;) {
-      int64_t jn;
-      mpsc_range_fn jfn;
-      void* jarg;
-      int jT;
-      spin_until([&] { return agen.load(std::memory_order_acquire) != seen; }, SPIN_US);
-      {
+      if (!spin_until([&] { return agen.load(std::memory_order_acquire) != seen; }, SPIN_US)) {
         std::unique_lock<std::mutex> lk(mu);
-        cv_start.wait(lk, [&] { return stop || generation != seen; });
-        if (stop) return;
-        seen = generation;
-        jn = n; jfn = fn; jarg = arg; jT = jobT;
+        sleepers.fetch_add(1, std::memory_order_seq_cst);
+        cv_start.wait(lk, [&] { return generation != seen; });
+        sleepers.fetch_sub(1, std::memory_order_relaxed);
       }
-      work(seen, jn, jT, jfn, jarg);
+      if (stop.load(std::memory_order_acquire)) return;
+      const uint64_t gen = agen.load(std::memory_order_acquire);
+      seen = gen;
+      work(gen, n.load(std::memory_order_relaxed), fn.load(std::memory_order_relaxed), arg.load(std::memory_order_relaxed));
     }
   }
   void run(int64_t jn, mpsc_range_fn jfn, void* jarg) {
     const int jT = (int)(jn < T ? jn : T);
+    n.store(jn, std::memory_order_relaxed);
+    fn.store(jfn, std::memory_order_relaxed);
+    arg.store(jarg, std::memory_order_relaxed);
+    done.store(0, std::memory_order_relaxed);
+    caller_waits.store(false, std::memory_order_relaxed);
     uint64_t gen;
     {
+      // under mu only for the sleepers: generation is their predicate; a worker registers as a sleeper under mu
+      // before checking it, so either it sees the new generation or the notify below finds it counted
       std::lock_guard<std::mutex> lk(mu);
-      n = jn; fn = jfn; arg = jarg; jobT = jT;
       gen = ++generation;
-      done.store(0, std::memory_order_relaxed);
-      claim.store((gen & ((uint64_t(1) << (64 - CHUNK_BITS)) - 1)) << CHUNK_BITS, std::memory_order_release);
-      agen.store(gen, std::memory_order_release);
+      claim.store(claimWord(gen, jT), std::memory_order_release);
+      agen.store(gen, std::memory_order_seq_cst);
     }
-    cv_start.notify_all();
+    if (sleepers.load(std::memory_order_seq_cst) > 0) cv_start.notify_all();
     tl_in_parallel = true;
-    work(gen, jn, jT, jfn, jarg);
+    work(gen, jn, jfn, jarg);
     tl_in_parallel = false;
     // every chunk is claimed now; wait for the ones other threads are still running
     if (spin_until([&] { return done.load(std::memory_order_acquire) == jT; }, SPIN_US)) return;
     std::unique_lock<std::mutex> lk(mu);
-    cv_done.wait(lk, [&] { return done.load(std::memory_order_acquire) == jT; });
+    caller_waits.store(true, std::memory_order_seq_cst);
+    cv_done.wait(lk, [&] { return done.load(std::memory_order_seq_cst) == jT; });
   }
 };
 
