@@ -112,8 +112,8 @@ export function cudaArchitecture(computeCap: string | null): string {
 
 /**
  * how the cuBLASLt calls' algorithms are chosen at create ($MPSC_CUDA_LT_TUNE): waves (default: each call's heuristic
- * candidates timed on its own operands, the fastest kept; where the heuristic's first fills less than one wave of
- * the GPU, only candidates that fill no more, leaving the SMs to the graph's other lanes), 1 (every candidate), 0
+ * candidates timed on its own operands, the fastest kept, except where the heuristic's first fills less than one wave
+ * of the GPU: that call keeps it, since it shares the SMs with the graph's other lanes), 1 (every call tuned), 0
  * (the heuristic's first, for A/B runs). Read by runtime/cuda/mpsc_cublaslt.cpp at create; validated here so a typo
  * is a UserError, not a silent default.
  */
