@@ -110,8 +110,19 @@ const SANITIZE_TIMEOUT_S = Number(process.env.SANITIZE_TIMEOUT_S ?? 90);
 const SANITIZE_BATCH = Number(process.env.SANITIZE_BATCH ?? 4);
 /** the compute-sanitizer tools ($SANITIZE_TOOLS: a comma-separated subset) */
 const SANITIZE_TOOLS = (process.env.SANITIZE_TOOLS ?? 'memcheck,racecheck,synccheck').split(',');
-/** the example specs ($CUDA_CHECK_SPECS: a comma-separated subset) */
-const SPECS = fs.readdirSync(path.join(ROOT, 'specs')).filter((f) => f.endsWith('.model') && (!process.env.CUDA_CHECK_SPECS || process.env.CUDA_CHECK_SPECS.split(',').includes(f))).sort();
+/**
+ * the example specs ($CUDA_CHECK_SPECS: a comma-separated subset; an entry with a '/' is a spec file by its path from the
+ * project root, e.g. bench/gpt_char_b64_t256.model, whose kernels no example spec has: head width 64)
+ */
+const SPECS = (() => {
+  const want = process.env.CUDA_CHECK_SPECS ? process.env.CUDA_CHECK_SPECS.split(',').filter(Boolean) : null;
+  const examples = fs.readdirSync(path.join(ROOT, 'specs')).filter((f) => f.endsWith('.model') && (!want || want.includes(f))).sort();
+  const files = (want ?? []).filter((f) => f.includes('/'));
+  for (const f of files) if (!fs.existsSync(path.resolve(ROOT, f))) throw new Error(`CUDA_CHECK_SPECS: no spec file ${f} (paths are from the project root)`);
+  return [...examples, ...files];
+})();
+/** a SPECS entry's file */
+const specFile = (spec: string) => (spec.includes('/') ? path.resolve(ROOT, spec) : path.join(ROOT, 'specs', spec));
 
 const nv = findNvcc();
 const gpu = findGpu();
@@ -416,7 +427,7 @@ const MERGE_SPECS = (process.env.CUDA_CHECK_MERGE_SPECS ?? 'mnist_mlp.model,char
 function openParitySessions() {
   const runs = [...SPECS.map((spec) => ({ spec, precision: '' })), ...HALF_RUNS];
   return runs.map(({ spec, precision }) => {
-    const model = checkFile(path.join(ROOT, 'specs', spec), precision ? [precisionOverride(precision)] : []);
+    const model = checkFile(specFile(spec), precision ? [precisionOverride(precision)] : []);
     const programs = buildPrograms(model, { batch: model.train.batch });
     const cpu = createCpuSession(programs, { threads: Math.min(8, os.cpus().length) });
     const cuda = createCudaSession(programs, { onProgress: (m) => log(`  ${m}`) });
@@ -584,7 +595,7 @@ function sanitizerPath(): string {
 /** one train step's driver per spec, built concurrently */
 function sanitizeDrivers() {
   return SPECS.map((spec) => {
-    const model = checkFile(path.join(ROOT, 'specs', spec));
+    const model = checkFile(specFile(spec));
     const p = buildPrograms(model, { batch: Math.min(model.train.batch, SANITIZE_BATCH) }).train_step;
     const build = buildDriver([p], `sanitize_${spec.replace(/\W/g, '_')}`);
     build.catch(() => undefined); // reported when awaited
@@ -606,7 +617,7 @@ async function checkSanitizer(drivers: ReturnType<typeof sanitizeDrivers>): Prom
     const writes = build.art.table.tensors.flatMap((t, i) => (init.has(t.name) ? [{ tensor: i, data: init.get(t.name)! }] : []));
     const runs = [{ program: 0, scalars: { lr: model.optimizer.lr, t: 1, seed: 3, counter: 0 }, inputs: parityBatches(model, p, 1)[0] }];
     for (const tool of SANITIZE_TOOLS) {
-      const logFile = path.join(OUT, `sanitize_${spec.replace(/\.model$/, '')}_${tool}.log`);
+      const logFile = path.join(OUT, `sanitize_${path.basename(spec).replace(/\.model$/, '')}_${tool}.log`);
       const wrapper = path.join(path.dirname(build.exe), `san_${tool}.sh`);
       fs.writeFileSync(wrapper, `#!/bin/sh\nexec timeout ${SANITIZE_TIMEOUT_S} ${cs} --tool ${tool} --error-exitcode 9 --print-limit 20 --log-file ${logFile} ${build.exe} "$@"\n`, { mode: 0o755 });
       let ok = true, result = 'clean';
