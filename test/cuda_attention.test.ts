@@ -84,13 +84,16 @@ describe('which attention nodes the flash kernels take', () => {
           return;
         }
         expect(flashRefusal(g, n) === null).toBe(path === 'tc');
-        // forward: one kernel; backward: Delta, dK/dV, dQ (3xTF32 on the packed layout, D <= 32 or causal: Delta, then dK/dV and dQ in one launch)
+        // forward: one kernel; backward: Delta, dK/dV, dQ (3xTF32 on the packed layout, D <= 32 or causal: Delta, then dK/dV
+        // and dQ in one launch; 3xTF32 with one key tile per head, S <= 64: no Delta kernel, the bodies compute it)
         const merged = ks.some((k) => /dK, dV and dQ in one launch/.test(k.label));
         expect(merged).toBe(path === 'x3' && n.op === 'attention_qkv_grad' && (attnGeom(g, n).D <= 32 || attnGeom(g, n).causal));
-        expect(ks.length).toBe(isForward(n) ? 1 : merged ? 2 : 3);
-        const main = isForward(n) ? ks : ks.slice(1);
+        const folded = path === 'x3' && !isForward(n) && attnGeom(g, n).S <= 64;
+        expect(ks.length).toBe(isForward(n) ? 1 : (merged ? 1 : 2) + (folded ? 0 : 1));
+        const main = isForward(n) || folded ? ks : ks.slice(1);
         for (const k of main) expect(k.label).toMatch(LABEL[path]);
-        if (!isForward(n)) expect(ks[0].label).toMatch(/Delta = rowsum/);
+        if (!isForward(n) && !folded) expect(ks[0].label).toMatch(/Delta = rowsum/);
+        if (folded) for (const k of ks) expect(k.body).toMatch(/Delta = rowsum\(dO \* O\) of \d+ query rows/);
       });
       expect(seen.tc).toBeGreaterThanOrEqual(20);
       expect(x3 ? seen.x3 : seen.f32).toBeGreaterThanOrEqual(12);
@@ -202,8 +205,10 @@ describe('flash kernel geometry', () => {
         expect(ks[0].tgsize).toEqual([128, 1, 1]);
         return;
       }
-      const [delta, kv, dq] = ks;
-      expect(delta.groups[0] * delta.tgsize[0]).toBeGreaterThanOrEqual(8 * N * H * T);  // 8 lanes per row
+      // 3xTF32 with one key tile per head: Delta inside the dK/dV and dQ bodies (x3DeltaFold), no scratch
+      const folded = path === 'x3' && S <= 64;
+      const [delta, kv, dq] = folded ? [undefined, ...ks] : ks;
+      if (delta) expect(delta.groups[0] * delta.tgsize[0]).toBeGreaterThanOrEqual(8 * N * H * T);  // 8 lanes per row
       if (dq) {
         expect(kv.groups).toEqual([Math.ceil(S / rows), N * H, 1]);
         expect(dq.groups).toEqual([Math.ceil(T / rows), N * H, 1]);
@@ -214,10 +219,11 @@ describe('flash kernel geometry', () => {
         expect(kv.body).toMatch(new RegExp(`if \\(blockIdx\\.y < ${N * H}\\) \\{`));
         expect(kv.body).toMatch(new RegExp(`const int bh = \\(blockIdx\\.y - ${N * H}\\);`));
       }
-      for (const x of ks) expect(x.scratch).toBe(N * H * T * 4);
+      for (const x of ks) expect(x.scratch).toBe(folded ? undefined : N * H * T * 4);
       // Delta is written before the kernels that read it, and never by them
-      expect(delta.body).toMatch(/mpsc_scratch\[row\] = acc/);
-      for (const x of ks.slice(1)) expect(x.body).not.toMatch(/mpsc_scratch\[[^\]]*\] =/);
+      if (delta) expect(delta.body).toMatch(/mpsc_scratch\[row\] = acc/);
+      for (const x of delta ? ks.slice(1) : ks) expect(x.body).not.toMatch(/mpsc_scratch\[[^\]]*\] =/);
+      if (!delta) for (const x of ks) expect(x.body).not.toMatch(/mpsc_scratch/);
     });
   });
 

@@ -34,7 +34,7 @@ const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 const SHIM = path.join(ROOT, 'test/native/cuda_warp_shim.h');
 const execFileAsync = promisify(execFile);
 /** a few cases covering every path: several tiles with a short last one, causal with S = T and S > T, non-causal, 1 to 16 heads, bf16 / fp16 / fp32 (each fp32 head width) */
-const NAMES = /^flash_(2x3_t130_s130_d64_causal_bf16|1x2_t70_s150_d16_causal_f16|1x16_t21_s21_d64_f16|f32_1x2_t45_s100_d32_causal|f32_1x3_t33_s65_d16|f32_2x3_t70_s70_d64_causal|f32_2x1_t64_s64_d48|qkv_2x3_t130_d64_causal_bf16|qkv_1x2_t70_d32_f16|qkv_1x2_t45_d16_causal_f32|qkv_2x3_t70_d64_f32)_(fwd|grad)$/;
+const NAMES = /^flash_(2x3_t130_s130_d64_causal_bf16|1x2_t70_s150_d16_causal_f16|1x16_t21_s21_d64_f16|f32_1x2_t45_s100_d32_causal|f32_1x3_t33_s65_d16|f32_2x3_t70_s70_d64_causal|f32_2x1_t64_s64_d48|qkv_2x3_t130_d64_causal_bf16|qkv_1x2_t70_d32_f16|qkv_1x2_t45_d16_causal_f32|qkv_2x3_t70_d64_f32|qkv_2x2_t70_d64_causal_f32)_(fwd|grad)$/;
 
 /** the 16-bit storage bits of x (already representable) */
 function halfBits(x: number, t: HalfDType): number {
@@ -196,6 +196,14 @@ const SIMT: Mode = { ...DEFAULT, x3: false };
 /** the 16-bit backward with dQ from the dK/dV kernel's stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored) */
 const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
 
+/** a 3xTF32 backward case's kernels by its name (flash_[qkv_]NxH_tT[_sS]_dD[_causal]_...): dK/dV and dQ merged, Delta folded in */
+function backwardShape(name: string): { merged: boolean; folded: boolean } {
+  const m = /_t(\d+)(?:_s(\d+))?_d(\d+)(_causal)?_/.exec(name);
+  if (!m || !/_grad$/.test(name)) return { merged: false, folded: false };
+  const S = Number(m[2] ?? m[1]), D = Number(m[3]);
+  return { merged: /^flash_qkv_/.test(name) && (D <= 32 || m[4] !== undefined), folded: S <= 64 };
+}
+
 describe('the flash attention kernels run on the CPU through the warp shim', () => {
   const cases = cudaAttentionCases().filter((c) => NAMES.test(String(c.program.name)));
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
@@ -205,7 +213,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
-  it('covers the chosen cases', () => expect(cases.length).toBe(22));
+  it('covers the chosen cases', () => expect(cases.length).toBe(24));
   for (const c of cases) {
     const name = String(c.program.name);
     if (!isF32(c)) {
@@ -227,11 +235,13 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
     }
     it(`${name}, fp32 as 3xTF32 on the tensor cores: every output within ${X3_TOL} of the float64 reference; as plain TF32 (lo dropped) not`, () => {
       const x3 = errors(c, DEFAULT);
-      // the packed backward's dK/dV and dQ kernels run as one launch at head widths up to 32 (MPSC_CUDA_FLASH_BWD_MERGE),
-      // the separate layout's and wider heads' as two
-      const merged = /^flash_qkv_.*_d(16|32)_.*grad$/.test(name);
+      // the packed backward's dK/dV and dQ kernels run as one launch at head widths up to 32 or causal
+      // (MPSC_CUDA_FLASH_BWD_MERGE), the separate layout's and wider non-causal heads' as two; with one key tile per
+      // head (S <= 64) they compute Delta themselves (MPSC_CUDA_FLASH_DELTA_FOLD): no Delta kernel
+      const { merged, folded } = backwardShape(name);
       expect(x3.labels.filter((l) => /flash attention, fp32 as 3xTF32/.test(l)).length).toBe(/_fwd$/.test(name) || merged ? 1 : 2);
       expect(x3.labels.some((l) => /dK, dV and dQ in one launch/.test(l))).toBe(merged);
+      expect(x3.labels.some((l) => /Delta = rowsum/.test(l))).toBe(/_grad$/.test(name) && !folded);
       for (const [v, e] of x3.err) expect(e, v).toBeLessThan(X3_TOL);
       // the negative control: the same kernels with plain TF32 products miss the bound on every output (lse,
       // of magnitude ~log S, the least: 4e-5), the worst by more than 10x (4e-4 ... 8e-4 measured)
@@ -243,7 +253,8 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
     // and the synchronous variant (=none, with the dK/dV kernel's single score accumulators, MPSC_CUDA_ATTN_X3_KSPLIT=0)
     it(`${name}, fp32 as 3xTF32, cp.async landing at the wait; the synchronous variant: every output within ${X3_TOL}`, () => {
       const late = errors(c, { ...DEFAULT, late: true });
-      expect(late.labels.length).toBe(/_fwd$/.test(name) ? 1 : /^flash_qkv_.*_d(16|32)_/.test(name) ? 2 : 3);
+      const { merged, folded } = backwardShape(name);
+      expect(late.labels.length).toBe(/_fwd$/.test(name) ? 1 : (merged ? 1 : 2) + (folded ? 0 : 1));
       for (const [v, e] of late.err) expect(e, v).toBeLessThan(X3_TOL);
       const sync = errors(c, SYNC);
       for (const [v, e] of sync.err) expect(e, `${v} (synchronous)`).toBeLessThan(X3_TOL);

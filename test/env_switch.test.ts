@@ -10,7 +10,7 @@ import { withEnv } from './env_helpers.js';
 import { envChoice, envFlag, envInts, envList } from '../compiler/env_switch.js';
 import { UserError } from '../compiler/errors.js';
 import { flashDq, flashForwardRows, flashLdsm, flashMinBlocks } from '../compiler/codegen-cuda/attention_cuda.js';
-import { attnTf32x3Enabled, x3Async, x3BwdMerge, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
+import { attnTf32x3Enabled, x3Async, x3BwdMerge, x3DeltaFold, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import { smallFp32 } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { tf32x3ChunkTiles } from '../compiler/codegen-cuda/tf32x3.js';
 import { smallGenMode } from '../compiler/codegen-cuda/cublaslt.js';
@@ -80,6 +80,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_GEMM', cudaGemmChoice, 'cuda'],
     ['MPSC_CPU_AMX', cpuAmxChoice, true],
     ['MPSC_CUDA_FLASH_BWD_MERGE', x3BwdMerge, true],
+    ['MPSC_CUDA_FLASH_DELTA_FOLD', x3DeltaFold, true],
     ['MPSC_CUDA_SMALL_FP32', smallFp32, 'x3'],
     ['MPSC_CUDA_SMALL_GEN', smallGenMode, '0'],
     ['MPSC_CUDA_LANES', cudaLanes, 3],

@@ -337,6 +337,11 @@ export interface FlashBodies {
   tgmem?: { forward?: number; gradKV?: number; gradQ?: number };
   /** bytes of the scratch region the dK/dV and dQ kernels take (at least Delta's H x T floats, which come first); absent: Delta's */
   gradScratch?: number;
+  /**
+   * the dK/dV and dQ bodies compute Delta themselves from dO and O (o then among their arguments, after q / k / v
+   * or qkv): no Delta kernel, and no scratch unless gradScratch asks for it
+   */
+  foldDelta?: boolean;
 }
 
 /**
@@ -364,12 +369,14 @@ export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): 
   const dout = a(ins[0], 'dout');
   const [qkv, o, lse] = gm.L.packed ? [[a(ins[1], 'qkv')], a(ins[2], 'o'), a(ins[3], 'lse')] : [[a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v')], a(ins[4], 'o'), a(ins[5], 'lse')];
   const [dq, dk, dv] = gm.L.packed ? [0, 0, 0].map(() => a(outs[0], 'dqkv', 'w')) : [a(outs[0], 'dq', 'w'), a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')];
-  const kv = [dout, ...qkv, lse, ...(gm.L.packed ? [dk] : [dk, dv])];
-  const q = [dout, ...qkv, lse, dq];
+  const fold = p.foldDelta === true, withO = fold ? [o] : [];
+  const kv = [dout, ...qkv, ...withO, lse, ...(gm.L.packed ? [dk] : [dk, dv])];
+  const q = [dout, ...qkv, ...withO, lse, dq];
+  const bwdScratch = fold ? p.gradScratch : gradScratch;
   return [
-    deltaKernel(ctx, g, n, [dout, o], gm, scratch),
-    spec(kv, gm.S, p.gradKV(kv, dk, dv), ': dK, dV', gradScratch, p.tgmem?.gradKV),
-    spec(q, gm.T, p.gradQ(q, dq), ': dQ', gradScratch, p.tgmem?.gradQ),
+    ...(fold ? [] : [deltaKernel(ctx, g, n, [dout, o], gm, scratch)]),
+    spec(kv, gm.S, p.gradKV(kv, dk, dv), ': dK, dV', bwdScratch, p.tgmem?.gradKV),
+    spec(q, gm.T, p.gradQ(q, dq), ': dQ', bwdScratch, p.tgmem?.gradQ),
   ];
 }
 

@@ -104,6 +104,38 @@ export function x3BwdMerge(): boolean {
   return envFlag('MPSC_CUDA_FLASH_BWD_MERGE', true);
 }
 
+/**
+ * Whether a merged backward over one key tile per head (S <= 64: gpt_tiny, char_gpt) computes Delta = rowsum(dO * O)
+ * itself instead of the Delta kernel before it (MPSC_CUDA_FLASH_DELTA_FOLD at build time, 1 by default, 0 for A/B): the
+ * dK/dV half for all T query rows, the dQ half for its block's rows, each into shared memory in the Delta kernel's
+ * own order (deltaRows: the same bits), while the first tiles' copies are in flight. With one key tile no row is
+ * computed twice by the dK/dV blocks; the backward of such a layer becomes one launch instead of two on the step's
+ * longest path.
+ */
+export function x3DeltaFold(): boolean {
+  return envFlag('MPSC_CUDA_FLASH_DELTA_FOLD', true);
+}
+
+/**
+ * Delta = rowsum(dO * O) of the query rows [r0, r0 + 16 passes) of head bh into the shared floats `dst` (rows past T:
+ * 0), summed as attention_f32.ts's Delta kernel sums them (lane p of each 8 takes features p, p + 8, ..., then the
+ * butterfly 4, 2, 1), so the bits are the Delta kernel's; every thread of the block takes part (the shuffles)
+ */
+function deltaRows(gm: AttnGeom, r0: string, passes: number, dst: string): string {
+  const ix = indexType(gm);
+  return (
+    `  {  // Delta = rowsum(dO * O) of ${16 * passes} query rows from ${r0}, 8 lanes per row in the Delta kernel's order\n` +
+    `    const int part = threadIdx.x & 7;\n` +
+    `    #pragma unroll\n    for (int pass = 0; pass < ${passes}; ++pass) {\n` +
+    `      const int rl = pass * 16 + (threadIdx.x >> 3), qi = ${r0} + rl;\n` +
+    `      float acc = 0.0f;\n` +
+    `      if (qi < T) {\n        const ${ix} base = ooff + (${ix})qi * RO;\n` +
+    `        for (int c = part; c < ${gm.D}; c += 8) acc += ${gm.buf.dout}[base + c] * ${gm.buf.o}[base + c];\n      }\n` +
+    `      acc += __shfl_xor_sync(0xffffffffu, acc, 4);\n      acc += __shfl_xor_sync(0xffffffffu, acc, 2);\n      acc += __shfl_xor_sync(0xffffffffu, acc, 1);\n` +
+    `      if (part == 0) ${dst}[rl] = acc;\n    }\n  }\n`
+  );
+}
+
 /** the dK/dV and dQ kernels of a backward node as one launch (x3BwdMerge), or null where they cannot share one */
 function mergeBackward(kv: KernelSpec, q: KernelSpec, gm: AttnGeom): KernelSpec | null {
   const sig = (k: KernelSpec) => JSON.stringify(k.args.map((a) => [a.name, a.value, a.access]));
@@ -116,7 +148,7 @@ function mergeBackward(kv: KernelSpec, q: KernelSpec, gm: AttnGeom): KernelSpec 
     `  } else {  // dQ of head blockIdx.y - ${gm.H}\n` + ind(q.body.replace(dq, '').replace(/\bblockIdx\.y\b/g, `(blockIdx.y - ${gm.H})`)) + `  }\n`;
   return {
     ...kv, label: kv.label.replace(/: dK, dV\]$/, ': dK, dV and dQ in one launch (blocks y < H: dK / dV, y >= H: dQ)]'),
-    groups: [kv.groups[0], 2 * gm.H, 1], tgmem: both.tgmem, body, scratch: Math.max(kv.scratch ?? 0, q.scratch ?? 0),
+    groups: [kv.groups[0], 2 * gm.H, 1], tgmem: both.tgmem, body, ...(kv.scratch || q.scratch ? { scratch: Math.max(kv.scratch ?? 0, q.scratch ?? 0) } : {}),
   };
 }
 
@@ -168,16 +200,18 @@ function text(gm: AttnGeom) {
      * phase ph (0 / 1, flipped every step, also past a `continue`); `copy(r0, ph)` issues the copies of the
      * tile at r0 into buffer ph, committed as one group: the first before the loop (with whatever the
      * caller issued before it), the next one after this step's barrier, so it lands while this step
-     * computes. Synchronous: `copy(v, '')` between two barriers (decl unused: static tiles).
+     * computes. Synchronous: `copy(v, '')` between two barriers (decl unused: static tiles). `issued`: statements
+     * run once before the loop, after the first copies are issued (they land meanwhile; the loop's first barrier
+     * publishes the shared memory it writes).
      */
-    stream: (async: boolean, v: string, v0: string, vend: string, bc: number, decl: (ph: string) => string, copy: (r0: string, ph: string) => string) =>
+    stream: (async: boolean, v: string, v0: string, vend: string, bc: number, decl: (ph: string) => string, copy: (r0: string, ph: string) => string, issued = '') =>
       async
-        ? copy(v0, '0') + `  mpsc_cp_async_commit();\n` +
+        ? copy(v0, '0') + `  mpsc_cp_async_commit();\n` + issued +
           `  for (int ${v} = ${v0}, ph = 0; ${v} < ${vend}; ${v} += ${bc}, ph ^= 1) {\n` + ind(decl('ph')) +
           `    mpsc_cp_async_wait_all();\n    __syncthreads();  // this step's tiles are in place; the other buffer's are consumed\n` +
           `    if (${v} + ${bc} < ${vend}) {  // the next step's tiles, copied while this one computes\n` +
           ind(ind(copy(`${v} + ${bc}`, 'ph ^ 1'))) + `      mpsc_cp_async_commit();\n    }\n`
-        : `  for (int ${v} = ${v0}; ${v} < ${vend}; ${v} += ${bc}) {\n` +
+        : issued + `  for (int ${v} = ${v0}; ${v} < ${vend}; ${v} += ${bc}) {\n` +
           `    __syncthreads();  // the previous tiles are consumed (and the block's own loaded)\n` + ind(copy(v, '')) + `    __syncthreads();\n`,
     /**
      * acc[nt][4] = rows a0.. (16, of shared tile A) times rows 0 .. 8 nt of shared tile B, transposed,
@@ -270,8 +304,10 @@ function forwardBody(gm: AttnGeom, o: KernelArg): string {
   );
 }
 
-function gradKVBody(gm: AttnGeom, dk: KernelArg, dv: KernelArg): string {
+function gradKVBody(gm: AttnGeom, dk: KernelArg, dv: KernelArg, fold = false): string {
   const x = text(gm), P = x.P, NT = BC_BWD / 8, as = x3Async('kv'), two = x3KSplit();
+  // fold (S <= BR: this block streams every query tile): Delta of all T rows computed first into Dall (deltaRows)
+  const tPad = Math.ceil(gm.T / 16) * 16;
   const edge = `q0 + ${BC_BWD} > T` + (gm.causal ? ` || kw + 15 > q0 + ${x.shift}` : '');
   // the first query tile holding a query that sees key k0 (query i sees key j iff i >= j - (S - T))
   const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${BC_BWD} * ${BC_BWD}` : '0';
@@ -283,9 +319,10 @@ function gradKVBody(gm: AttnGeom, dk: KernelArg, dv: KernelArg): string {
     `  if (threadIdx.x < ${BC_BWD}) {\n    const int qi = ${r0} + threadIdx.x;\n` +
     (as
       ? `    mpsc_cp_async4(${ldAt(ph, 0)} + threadIdx.x, lse + (size_t)bh * T + (qi < T ? qi : 0), qi < T);\n` +
-        `    mpsc_cp_async4(${ldAt(ph, 1)} + threadIdx.x, mpsc_scratch + (size_t)bh * T + (qi < T ? qi : 0), qi < T);\n  }\n`
+        (fold ? '' : `    mpsc_cp_async4(${ldAt(ph, 1)} + threadIdx.x, mpsc_scratch + (size_t)bh * T + (qi < T ? qi : 0), qi < T);\n`) + `  }\n`
       : `    Ls[threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
-        `    Ds[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n  }\n`);
+        (fold ? '' : `    Ds[threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n`) + `  }\n`);
+  if (fold && !as) throw new Error('internal: the Delta fold is made for the double-buffered dK/dV kernel only');
   return (
     `  // flash attention backward, dK and dV, fp32 as 3xTF32 on the tensor cores: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = ${gm.D}${gm.causal ? ', causal' : ''};\n` +
     `  // block (64-key tile, head), warp w its keys kw..; query tiles of ${BC_BWD} streamed${as ? ' (cp.async, double-buffered)' : ''}: S^T = K Q^T, dP^T = V dO^T\n` +
@@ -293,15 +330,17 @@ function gradKVBody(gm: AttnGeom, dk: KernelArg, dv: KernelArg): string {
     (as
       ? smem(asyncWords(gm).kv).decl + `  float* const Ks = sm;\n  float* const Vs = sm + ${BR * P};\n`
       : `  __shared__ __align__(16) float Ks[${BR * P}], Vs[${BR * P}], Qs[${BC_BWD * P}], Os[${BC_BWD * P}];\n` +
-        `  __shared__ float Ls[${BC_BWD}], Ds[${BC_BWD}];  // lse (base 2) and Delta of the query tile\n`) +
+        `  __shared__ float Ls[${BC_BWD}]${fold ? '' : `, Ds[${BC_BWD}]`};  // lse (base 2)${fold ? '' : ' and Delta'} of the query tile\n`) +
+    (fold ? `  __shared__ float Dall[${tPad}];  // Delta of every query row (deltaRows, below)\n` : '') +
     `  const int k0 = blockIdx.x * ${BR}, kw = k0 + w * 16;\n` +
     (as ? x.asyncLoad : x.load)('k0', BR, 'S', [['Ks', 'k', 'koff', 'RK'], ['Vs', 'v', 'voff', 'RV']]) +
     x.zero('dka') + x.zero('dva') +
     `  const int qbeg = ${qbeg};\n` +
     x.stream(as, 'q0', 'qbeg', 'T', BC_BWD,
       (ph) => `  const float* const Qs = ${qoAt(ph, 0)};\n  const float* const Os = Qs + ${BC_BWD * P};  // dO\n` +
-        `  const float* const Ls = ${ldAt(ph, 0)};\n  const float* const Ds = Ls + ${BC_BWD};  // lse (natural log) and Delta of the query tile\n`,
-      (r0, ph) => (as ? x.asyncLoad : x.load)(r0, BC_BWD, 'T', [[as ? qoAt(ph, 0) : 'Qs', 'q', 'qoff', 'RQ'], [as ? qoAt(ph, 1) : 'Os', 'dout', 'ooff', 'RO']]) + rowValues(r0, ph)) +
+        `  const float* const Ls = ${ldAt(ph, 0)};\n  const float* const Ds = ${fold ? 'Dall + q0;  // lse (natural log); Delta of the query tile (deltaRows above)' : `Ls + ${BC_BWD};  // lse (natural log) and Delta of the query tile`}\n`,
+      (r0, ph) => (as ? x.asyncLoad : x.load)(r0, BC_BWD, 'T', [[as ? qoAt(ph, 0) : 'Qs', 'q', 'qoff', 'RQ'], [as ? qoAt(ph, 1) : 'Os', 'dout', 'ooff', 'RO']]) + rowValues(r0, ph),
+      fold ? deltaRows(gm, '0', tPad / 16, 'Dall') : '') +
     (gm.causal ? `    if (kw > q0 + ${BC_BWD - 1 + x.shift}) continue;  // none of this tile's queries sees the warp's keys\n` : '') +
     x.ind(x.scores('st', 'Ks', 'w * 16', 'Qs', NT, two)) + x.ind(x.scores('dpt', 'Vs', 'w * 16', 'Os', NT, two)) +
     kvProbStep(gm, NT, edge, as ? `Ls[qc] * ${lit(LOG2E)}` : 'Ls[qc]') +
@@ -312,8 +351,11 @@ function gradKVBody(gm: AttnGeom, dk: KernelArg, dv: KernelArg): string {
   );
 }
 
-function gradQBody(gm: AttnGeom, dq: KernelArg): string {
+function gradQBody(gm: AttnGeom, dq: KernelArg, fold = false): string {
   const x = text(gm), P = x.P, NT = BC_BWD / 8, as = x3Async('q');
+  // fold: Delta of the block's 64 rows computed into Dall while the Q / dO / first K, V copies land, then read per row
+  const deltaOf = (r: string) => (fold ? `Dall[${r} - q0]` : `mpsc_scratch[(size_t)bh * T + ${r}]`);
+  const dRows = `  const float D0 = r0 < T ? ${deltaOf('r0')} : 0.0f, D1 = r1 < T ? ${deltaOf('r1')} : 0.0f;\n`;
   const edge = `k0 + ${BC_BWD} > S` + (gm.causal ? ` || k0 + ${BC_BWD - 1} > qw + ${x.shift}` : '');
   /** double-buffered: K, V of buffer ph after Q and dO */
   const kvAt = (ph: string, i: number) => `sm + ${2 * BR * P + i * BC_BWD * P} + (${ph}) * ${2 * BC_BWD * P}`;
@@ -324,15 +366,17 @@ function gradQBody(gm: AttnGeom, dq: KernelArg): string {
     (as
       ? smem(asyncWords(gm).q).decl + `  float* const Qs = sm;\n  float* const Os = sm + ${BR * P};  // dO\n`
       : `  __shared__ __align__(16) float Qs[${BR * P}], Os[${BR * P}], Ks[${BC_BWD * P}], Vs[${BC_BWD * P}];\n`) +
+    (fold ? `  __shared__ float Dall[${BR}];  // Delta of the block's query rows (deltaRows, below)\n` : '') +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
     (as ? x.asyncLoad : x.load)('q0', BR, 'T', [['Qs', 'q', 'qoff', 'RQ'], ['Os', 'dout', 'ooff', 'RO']]) +
     `  const int r0 = qw + g, r1 = r0 + 8;\n` +
     `  const float L0 = r0 < T ? lse[(size_t)bh * T + r0] * ${lit(LOG2E)} : 0.0f, L1 = r1 < T ? lse[(size_t)bh * T + r1] * ${lit(LOG2E)} : 0.0f;\n` +
-    `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n` +
+    (fold ? '' : dRows) +
     x.zero('dqa') +
     `  const int kend = ${gm.causal ? `min(S, q0 + ${BR + x.shift})` : 'S'};\n` +
     x.stream(as, 'k0', '0', 'kend', BC_BWD, (ph) => `  const float* const Ks = ${kvAt(ph, 0)};\n  const float* const Vs = Ks + ${BC_BWD * P};\n`,
-      (r0, ph) => (as ? x.asyncLoad : x.load)(r0, BC_BWD, 'S', [[as ? kvAt(ph, 0) : 'Ks', 'k', 'koff', 'RK'], [as ? kvAt(ph, 1) : 'Vs', 'v', 'voff', 'RV']])) +
+      (r0, ph) => (as ? x.asyncLoad : x.load)(r0, BC_BWD, 'S', [[as ? kvAt(ph, 0) : 'Ks', 'k', 'koff', 'RK'], [as ? kvAt(ph, 1) : 'Vs', 'v', 'voff', 'RV']]),
+      fold ? deltaRows(gm, 'q0', BR / 16, 'Dall') + `  __syncthreads();  // Dall in place\n` + dRows : '') +
     (gm.causal ? `    if (k0 > qw + ${15 + x.shift}) continue;  // none of the warp's queries sees this tile\n` : '') +
     x.ind(x.scores('s', 'Qs', 'w * 16', 'Ks', NT)) + x.ind(x.scores('dp', 'Os', 'w * 16', 'Vs', NT)) +
     qProbStep(gm, NT, edge) +
@@ -349,20 +393,25 @@ export function lowerAttentionTf32x3(ctx: LowerCtx, g: Graph, n: Node): KernelSp
   ctx.helpers.add('mma16');  // the quad reductions, the 16-byte cp.async
   ctx.helpers.add('mma_tf32x3');
   const dyn = (k: X3Kernel) => (x3Async(k) ? smem(words[k]).tgmem : 0);
-  const ks = flashKernels(ctx, g, n, {
-    what: `fp32 as 3xTF32 on the tensor cores, ${BR} rows per block`, rows: BR,
-    forward: (_args, o) => forwardBody(gm, o), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv), gradQ: (_args, dq) => gradQBody(gm, dq),
-    tgmem: { forward: dyn('fwd'), gradKV: dyn('kv'), gradQ: dyn('q') },
-  });
   // the double-buffered dK/dV kernel with split score accumulators and 32-bit head offsets (the packed layout's)
   // at 4 blocks per SM (__launch_bounds__(128, 4): 128 registers, no spills at gpt_char's D = 64, ptxas 13.0; 165
   // unbounded: 3 blocks); 51 KiB of shared memory each fits 4. Unbounded otherwise: the separate layout's
   // 64-bit offsets spill 12 bytes at 128, the synchronous kernel 12, the single-accumulator one 4.
   const bound = !isForward(n) && x3Async('kv') && x3KSplit() && indexType(gm) === 'int';
-  const out = bound ? ks.map((k, i) => (i === 1 ? { ...k, minBlocks: KV_MIN_BLOCKS } : k)) : ks;
   // merged only where the dK/dV kernel's register bound leaves the dQ body room: at D = 64 the bounded merged kernel
   // spilled 32 bytes in a non-causal packed case (ptxas) but not in the causal ones (gpt_char: 25.03 -> 24.74 ms merged),
   // so wider non-causal heads keep two launches (test/cuda_attention.test.ts compiles every case: no spills)
-  const merged = !isForward(n) && x3BwdMerge() && x3Async('kv') && x3Async('q') && (!bound || gm.D <= 32 || gm.causal) ? mergeBackward(out[1], out[2], gm) : null;
-  return merged ? [out[0], merged] : out;
+  const merge = !isForward(n) && x3BwdMerge() && x3Async('kv') && x3Async('q') && (!bound || gm.D <= 32 || gm.causal);
+  // one key tile per head: the merged kernel computes Delta itself (x3DeltaFold)
+  const fold = merge && gm.S <= BR && x3DeltaFold();
+  const ks = flashKernels(ctx, g, n, {
+    what: `fp32 as 3xTF32 on the tensor cores, ${BR} rows per block`, rows: BR,
+    forward: (_args, o) => forwardBody(gm, o), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv, fold), gradQ: (_args, dq) => gradQBody(gm, dq, fold),
+    tgmem: { forward: dyn('fwd'), gradKV: dyn('kv'), gradQ: dyn('q') }, foldDelta: fold,
+  });
+  if (isForward(n)) return ks;
+  // [Delta,] dK/dV, dQ
+  const first = fold ? 0 : 1, kv = bound ? { ...ks[first], minBlocks: KV_MIN_BLOCKS } : ks[first];
+  const merged = merge ? mergeBackward(kv, ks[first + 1], gm) : null;
+  return [...ks.slice(0, first), ...(merged ? [merged] : [kv, ks[first + 1]])];
 }
