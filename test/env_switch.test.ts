@@ -80,7 +80,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_GEMM', cudaGemmChoice, 'cuda'],
     ['MPSC_CPU_AMX', cpuAmxChoice, true],
     ['MPSC_CUDA_FLASH_BWD_MERGE', x3BwdMerge, true],
-    ['MPSC_CUDA_FLASH_DELTA_FOLD', x3DeltaFold, true],
+    ['MPSC_CUDA_FLASH_DELTA_FOLD', x3DeltaFold, false],
     ['MPSC_CUDA_SMALL_FP32', smallFp32, 'x3'],
     ['MPSC_CUDA_SMALL_GEN', smallGenMode, '0'],
     ['MPSC_CUDA_LANES', cudaLanes, 3],

@@ -106,14 +106,15 @@ export function x3BwdMerge(): boolean {
 
 /**
  * Whether a merged backward over one key tile per head (S <= 64: gpt_tiny, char_gpt) computes Delta = rowsum(dO * O)
- * itself instead of the Delta kernel before it (MPSC_CUDA_FLASH_DELTA_FOLD at build time, 1 by default, 0 for A/B): the
+ * itself instead of the Delta kernel before it (MPSC_CUDA_FLASH_DELTA_FOLD at build time; 0 by default until it has
+ * run on a GPU: checked by the CUDA emulator and ptxas only, bench/NOTES.md v27): the
  * dK/dV half for all T query rows, the dQ half for its block's rows, each into shared memory in the Delta kernel's
  * own order (deltaRows: the same bits), while the first tiles' copies are in flight. With one key tile no row is
  * computed twice by the dK/dV blocks; the backward of such a layer becomes one launch instead of two on the step's
  * longest path.
  */
 export function x3DeltaFold(): boolean {
-  return envFlag('MPSC_CUDA_FLASH_DELTA_FOLD', true);
+  return envFlag('MPSC_CUDA_FLASH_DELTA_FOLD', false);
 }
 
 /**
