@@ -298,6 +298,13 @@ export function f32Refusal(g: Graph, n: Node): string | null {
 }
 
 /**
+ * Delta's 8-lane row sum, the one order every Delta takes (this file's kernel, attention_tf32x3.ts deltaRows): lane
+ * `part` adds `term` (of feature c) over c = part, part + 8, ... into `acc`, then deltaButterfly adds the 8 lanes
+ */
+export const deltaTerms = (D: number, term: string, indent: string) => `${indent}for (int c = part; c < ${D}; c += 8) acc += ${term};\n`;
+export const deltaButterfly = (indent: string) => [4, 2, 1].map((m) => `${indent}acc += __shfl_xor_sync(0xffffffffu, acc, ${m});\n`).join('');
+
+/**
  * Delta = rowsum(dO * O) of the H * T query rows into the scratch region: the first backward kernel of
  * both flash paths. 8 lanes per row (lane p takes features p, p + 8, ...: each load instruction reads 4
  * rows' contiguous runs), summed over the 8 lanes by a butterfly in a fixed order.
@@ -314,9 +321,9 @@ function deltaKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], gm: Ge
       `  const int bh = min(row, ${rows - 1}) / ${gm.T}, qi = min(row, ${rows - 1}) % ${gm.T};  // (head, query) of the row\n` +
       headOffsets(gm) +
       `  const size_t base = ooff + (size_t)qi * RO;\n  float acc = 0.0f;\n` +
-      `  for (int c = part; c < ${gm.D}; c += 8) acc += ${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')};\n` +
+      deltaTerms(gm.D, `${asFloat(ctx.d, dout.type, 'dout[base + c]')} * ${asFloat(ctx.d, o.type, 'o[base + c]')}`, '  ') +
       `  // (whole warps reach the butterfly: rows past the end read the last row and do not store)\n` +
-      `  acc += __shfl_xor_sync(0xffffffffu, acc, 4);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 2);\n  acc += __shfl_xor_sync(0xffffffffu, acc, 1);\n` +
+      deltaButterfly('  ') +
       `  if (part == 0 && row < ${rows}) mpsc_scratch[row] = acc;\n`),
   };
 }

@@ -41,7 +41,7 @@
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { attnGeom, flashKernels, headOffsets, indexType, isForward, lit, lseValue, type AttnGeom } from './attention_f32.js';
+import { attnGeom, deltaButterfly, deltaTerms, flashKernels, headOffsets, indexType, isForward, lit, lseValue, type AttnGeom } from './attention_f32.js';
 import { forwardStore, kvProbStep, qProbStep, softmaxStep } from './attention_steps.js';
 import { SMEM_STATIC_MAX } from './cuda_dialect.js';
 import { envFlag, envList } from '../env_switch.js';
@@ -94,11 +94,10 @@ export function x3KSplit(): boolean {
  * default, 0 for A/B): blocks y < H run the dK/dV body, y >= H the dQ body for head y - H (the two read the same
  * operands and Delta and write disjoint parts of the gradients), so the dQ blocks fill the SMs the dK/dV blocks
  * leave idle instead of waiting for them: at gpt_tiny's T = 64 each kernel is one block of 64 rows per head, 128
- * blocks on 132 SMs. Both double-buffered (x3Async kv and q) with the same arguments and grid width, and a head width
- * of at most 32 where the dK/dV kernel is held to 128 registers (D = 64 spilled in one merged case), else two
- * launches; the merged kernel keeps the dK/dV kernel's register bound and the larger shared-memory tile. Measured (H100,
- * 6 Dec): gpt_tiny 0.705 -> 0.690 ms; gpt_char fp32 (D = 64, causal, no spill there) 25.03 -> 24.74 ms before the
- * head-width rule left it out.
+ * blocks on 132 SMs. Both double-buffered (x3Async kv and q) with the same arguments and grid width, and, where the
+ * dK/dV kernel is held to 128 registers, a head width of at most 32 or a causal head (a non-causal D = 64 merged
+ * kernel spilled), else two launches; the merged kernel keeps the dK/dV kernel's register bound and the larger
+ * shared-memory tile. Measured (H100, 6 Dec): gpt_tiny 0.705 -> 0.690 ms; gpt_char fp32 (D = 64, causal) 24.34 -> 24.09.
  */
 export function x3BwdMerge(): boolean {
   return envFlag('MPSC_CUDA_FLASH_BWD_MERGE', true);
@@ -119,8 +118,8 @@ export function x3DeltaFold(): boolean {
 
 /**
  * Delta = rowsum(dO * O) of the query rows [r0, r0 + 16 passes) of head bh into the shared floats `dst` (rows past T:
- * 0), summed as attention_f32.ts's Delta kernel sums them (lane p of each 8 takes features p, p + 8, ..., then the
- * butterfly 4, 2, 1), so the bits are the Delta kernel's; every thread of the block takes part (the shuffles)
+ * 0), summed as attention_f32.ts's Delta kernel sums them (deltaTerms, deltaButterfly), so the bits are the Delta
+ * kernel's; every thread of the block takes part (the shuffles)
  */
 function deltaRows(gm: AttnGeom, r0: string, passes: number, dst: string): string {
   const ix = indexType(gm);
@@ -131,8 +130,8 @@ function deltaRows(gm: AttnGeom, r0: string, passes: number, dst: string): strin
     `      const int rl = pass * 16 + (threadIdx.x >> 3), qi = ${r0} + rl;\n` +
     `      float acc = 0.0f;\n` +
     `      if (qi < T) {\n        const ${ix} base = ooff + (${ix})qi * RO;\n` +
-    `        for (int c = part; c < ${gm.D}; c += 8) acc += ${gm.buf.dout}[base + c] * ${gm.buf.o}[base + c];\n      }\n` +
-    `      acc += __shfl_xor_sync(0xffffffffu, acc, 4);\n      acc += __shfl_xor_sync(0xffffffffu, acc, 2);\n      acc += __shfl_xor_sync(0xffffffffu, acc, 1);\n` +
+    deltaTerms(gm.D, `${gm.buf.dout}[base + c] * ${gm.buf.o}[base + c]`, '        ') + `      }\n` +
+    deltaButterfly('      ') +
     `      if (part == 0) ${dst}[rl] = acc;\n    }\n  }\n`
   );
 }

@@ -37,7 +37,7 @@ import { cString, commentText } from '../cfamily/text.js';
 import type { PersistentTable } from '../codegen-metal/layout.js';
 import { CUDA } from './cuda_dialect.js';
 import type { CudaPlan, GraphNodePlan, KernelArgPlan, KernelNodePlan, LtNodePlan, ProgramPlan } from './plan.js';
-import { laneScratch, planLanes, type LaneSchedule } from './lanes.js';
+import { planLanes, type LaneSchedule } from './lanes.js';
 import { pdlHostHelper, type PdlMode } from './pdl.js';
 
 const LT_TYPE = { f32: 'MPSC_LT_F32', f16: 'MPSC_LT_F16', bf16: 'MPSC_LT_BF16' } as const;
@@ -129,7 +129,7 @@ function kernelLaunch(p: ProgramPlan, n: KernelNodePlan, indent: string, st = 's
     const t = `${a.access === 'r' ? 'const ' : ''}${CUDA.typeName(a.type)}*`;
     return `reinterpret_cast<${t}>(${devAt(p, a)})`;
   });
-  // its lane's slice of the scratch region (scratchAt bytes in: lanes.ts laneScratch)
+  // its lane's slice of the scratch region (scratchAt bytes in: lanes.ts LaneSchedule.ownScratch)
   if (n.scratch) args.push(`reinterpret_cast<float*>(dev + SCRATCH_OFFSET${scratchAt ? ` + ${scratchAt}` : ''})`);
   args.push(`reinterpret_cast<const StepParams*>(dev + ${p.uploadOffset + p.scalarsHostOffset} + set * ${p.setBytes})`);
   const what = cString(`${n.kernel} (node ${n.node}: ${n.op})`);
@@ -604,7 +604,7 @@ bool profile_step(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out,
 ${P.map(gatherKernel).join('')}${P.map(kernelNames).join('')}
 ${bucketFns(buckets)}
 ${lanesFns(plan)}
-${P.map((p, i) => recordFn(p, i, buckets, lanes[i], plan.pdl, laneScratch(plan, p) ? plan.scratchLane : 0)).join('\n')}
+${P.map((p, i) => recordFn(p, i, buckets, lanes[i], plan.pdl, lanes[i].ownScratch ? plan.scratchLane : 0)).join('\n')}
 ${P.map(runFn).join('\n')}
 const char* const* const KNAMES[NPROG] = { ${P.map((_, i) => `knames_p${i}`).join(', ')} };
 const char* const PNAMES[NPROG] = { ${P.map((p) => cString(p.name)).join(', ')} };

@@ -72,6 +72,8 @@ export interface LaneSchedule {
   /** the rough costs' sum (one chain) and the lanes' estimated makespan, microseconds (nodeCost) */
   serialUs: number;
   spanUs: number;
+  /** the program's kernels take their own lane's slice of the scratch region (laneScratch; planLanes sets it) */
+  ownScratch?: boolean;
 }
 
 /**
@@ -112,7 +114,7 @@ const sorted = (xs: [number, number][]) => xs.filter(([lo, hi]) => hi > lo).sort
  * offsets of the region; MPSC_CUDA_LANE_SCRATCH=0
  * (build time, A/B) shares slice 0 as before 6 Dec
  */
-export function laneScratch(plan: CudaPlan, p: ProgramPlan, lanes = plan.lanes): boolean {
+export function laneScratch(plan: CudaPlan, p: ProgramPlan, lanes: number): boolean {
   return lanes > 1 && lanes <= plan.lanes && envFlag('MPSC_CUDA_LANE_SCRATCH', true) && !p.nodes.some((n) => n.kind === 'cublaslt' && n.gemm.tf32x3 !== undefined);
 }
 
@@ -292,6 +294,6 @@ export function planLanes(plan: CudaPlan, lanes: number): LaneSchedule[] {
     if (s.serialUs - s.spanUs < MIN_LANE_GAIN_US) return oneChain(cost);
     const bad = laneProblems(acc, s, p.name);
     if (bad.length) throw new Error(`internal: unsound CUDA graph lanes:\n  ${bad.slice(0, 5).join('\n  ')}`);
-    return s;
+    return { ...s, ownScratch: own };
   });
 }

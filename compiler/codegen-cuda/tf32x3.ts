@@ -121,7 +121,7 @@ export function tf32x3Rule(gemm: Pick<LibraryGemm, 'm' | 'n' | 'k' | 'batch'>, o
   const M = TF32X3_MODEL;
   // a single product over 3K runs as S K-chunk products (chunksOf): with MPSC_CUDA_TF32X3_CHUNK_TILES=1 their tiles
   // count (a long-K weight gradient's small output, 384 x 1536 x 16384: 36 tiles, 1152 over its 32 chunks; measured slower)
-  const chunkTiles = tf32x3ChunkTiles() ? chunksOf(3 * k, batch) : 1;
+  const S = chunksOf(3 * k, batch), chunkTiles = tf32x3ChunkTiles() ? S : 1;
   const tiles = Math.ceil(m / M.tile) * Math.ceil(n / M.tile) * batch * chunkTiles;
   if (tiles < M.minTiles) return { take: false, why: `too small an output to fill the GPU's tensor cores (${tiles} tiles of ${M.tile} x ${M.tile}${chunkTiles > 1 ? ` over ${chunkTiles} K chunks` : ''}, under ${M.minTiles})` };
   if (k < M.minK) return { take: false, why: `k ${k} < ${M.minK}` };
@@ -130,7 +130,7 @@ export function tf32x3Rule(gemm: Pick<LibraryGemm, 'm' | 'n' | 'k' | 'batch'>, o
   if (batch > 1 && k > M.maxK) return { take: false, why: `k ${k} > ${M.maxK} in a strided batch (no K chunks): the tensor cores' accumulation error grows with K (5e-5 at 4096 against the 1e-4 check)` };
   const flops = 2 * m * n * k * batch;
   // the K chunks' partial products: written by the call, read by the sum kernel, which writes D
-  const S = chunksOf(3 * k, batch), partials = S > 1 ? (S + 1) * m * n * batch * 4 : 0;
+  const partials = S > 1 ? (S + 1) * m * n * batch * 4 : 0;
   const t1 = flops / M.fp32Flops, t3 = (3 * flops) / M.tf32Flops + (operandElems * M.bytesPerElement + partials) / M.bytesPerSecond;
   const us = (t: number) => `${(t * 1e6).toFixed(1)} us`;
   const take = t3 <= M.take * t1;

@@ -215,7 +215,7 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   const gpu = findGpu();
   if (!gpu) throw new UserError('error: --device cuda: no CUDA device found (nvidia-smi lists no GPU, or there is no NVIDIA driver)\n  help: use --device cpu on this machine');
   const settings = cudaBuildSettings();
-  let planned = 0;
+  let planned = 0, ltCalls = 0;
   const gemm = cudaGemmChoice();
   const cublasLt = cublasLtChoice();
   const tf32x3 = tf32x3Choice();
@@ -224,6 +224,7 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   const generate = () => {
     const a = generateCudaModel(programs, { gemm, cublasLt, merge: opts.merge, tf32x3 });
     planned = a.plan.deviceBytes;
+    ltCalls = a.gemms.flatMap((p) => p.choices).filter((c) => c.path === 'cublaslt').length;
     report = gemmReport(a.gemms, ltHeader);
     return a;
   };
@@ -240,10 +241,10 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   for (const line of report) opts.onProgress?.(line);
   const tune = ltTuneChoice();
   const tuneFile = ltTuneFile(opts.cacheDir);
-  if (tune !== '0' && report.some((l) => /chosen for cuBLASLt/.test(l)) && ltHeader)
-    opts.onProgress?.(`cuBLASLt algorithms: each call's heuristic candidates timed once at create, the fastest kept (remembered in ${tuneFile}; MPSC_CUDA_LT_TUNE=0: the heuristic's first)`);
-  // the model's create (inside createNativeSession) reads both from the environment: set for that call only
-  const saved = { file: process.env.MPSC_CUDA_LT_TUNE_FILE };
+  if (tune !== '0' && ltCalls > 0 && ltHeader)
+    opts.onProgress?.(`cuBLASLt algorithms: each call's heuristic candidates timed once at create, the fastest kept${tune === 'waves' ? ' (calls under one wave of the GPU keep the first)' : ''} (remembered in ${tuneFile}; MPSC_CUDA_LT_TUNE=0: the heuristic's first)`);
+  // the model's create (inside createNativeSession) reads the file's name from the environment: set for that call only
+  const savedFile = process.env.MPSC_CUDA_LT_TUNE_FILE;
   process.env.MPSC_CUDA_LT_TUNE_FILE = tuneFile;
   try {
     // one host thread: the work runs on the GPU
@@ -253,7 +254,7 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
     if (/^mpsc: /.test(msg) && !/internal/.test(msg)) throw new UserError(`error: --device cuda: ${msg.replace(/^mpsc: /, '')}`);
     throw e;
   } finally {
-    if (saved.file === undefined) delete process.env.MPSC_CUDA_LT_TUNE_FILE;
-    else process.env.MPSC_CUDA_LT_TUNE_FILE = saved.file;
+    if (savedFile === undefined) delete process.env.MPSC_CUDA_LT_TUNE_FILE;
+    else process.env.MPSC_CUDA_LT_TUNE_FILE = savedFile;
   }
 }
