@@ -87,7 +87,7 @@ export function gptModel(name: string, dims?: [number, number, number, number, n
 
 /**
  * Writes the generated C++ of the model's programs, the runtime sources and bench/native_step_driver.cc
- * into dir, with build.sh (the backend's -O3 -march=native) and run.sh (THREADS [STEPS WARMUP]): the
+ * into dir, with build.sh (the backend's -O3 -march=native) and run.sh (THREADS [STEPS WARMUP [PROGRAM]]): the
  * train step timed without Node, on a machine that has only a C++ compiler.
  */
 export function emit(model: CheckedModel, dir: string): void {
@@ -98,7 +98,7 @@ export function emit(model: CheckedModel, dir: string): void {
   for (const f of ['mpsc_model.h', 'mpsc_parallel.hpp', 'mpsc_runtime.cc']) fs.copyFileSync(path.join(root, 'runtime', 'cpp', f), path.join(dir, f));
   fs.copyFileSync(path.join(root, 'bench', 'native_step_driver.cc'), path.join(dir, 'native_step_driver.cc'));
   fs.writeFileSync(path.join(dir, 'build.sh'), `#!/bin/sh\nset -e\ncd "$(dirname "$0")"\n\${CXX:-g++} -std=c++17 ${DEFAULT_CXXFLAGS} -pthread -o step model.cc mpsc_runtime.cc native_step_driver.cc\n`);
-  fs.writeFileSync(path.join(dir, 'run.sh'), `#!/bin/sh\ncd "$(dirname "$0")"\nexec ./step "\${1:-2}" "\${2:-20}" "\${3:-5}" ${model.numClasses ?? 1}\n`);
+  fs.writeFileSync(path.join(dir, 'run.sh'), `#!/bin/sh\ncd "$(dirname "$0")"\nexec ./step "\${1:-2}" "\${2:-20}" "\${3:-5}" ${model.numClasses ?? 1} "\${4:-train_step}"\n`);
 }
 
 async function main(): Promise<void> {

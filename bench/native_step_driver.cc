@@ -3,7 +3,8 @@
  * a C++ compiler but no Node, e.g. the accelerator host's Xeon). Links the generated model.cc
  * (mpsc_model()) with runtime/cpp/mpsc_runtime.cc; written next to them by
  * `npx tsx bench/gpt_tiny.ts --emit DIR`, whose build.sh compiles it with the backend's flags.
- *   ./step THREADS STEPS WARMUP INT_RANGE
+ *   ./step THREADS STEPS WARMUP INT_RANGE [PROGRAM]
+ * PROGRAM: train_step (default) or eval (the forward pass bench/compare.sh times as "forward").
  * Parameters are filled with a fixed-seed uniform(-0.1, 0.1) (layernorm-like tensors of rank 1
  * named *.weight with 1), i32 inputs with uniform ints in [0, INT_RANGE); prints one JSON line
  * with the median and min ms per train step, and the process CPU time (user + system, all threads,
@@ -34,7 +35,7 @@ static uint32_t next_u32() {
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s THREADS STEPS WARMUP INT_RANGE\n", argv[0]);
+    std::fprintf(stderr, "usage: %s THREADS STEPS WARMUP INT_RANGE [PROGRAM]\n", argv[0]);
     return 2;
   }
   const int threads = std::atoi(argv[1]), steps = std::atoi(argv[2]), warmup = std::atoi(argv[3]), range = std::atoi(argv[4]);
@@ -53,11 +54,15 @@ int main(int argc, char** argv) {
     const bool ones = t.rank == 1 && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
     for (int64_t j = 0; j < t.numel; j++) p[j] = ones ? 1.0f : ((next_u32() >> 8) * (1.0f / 16777216.0f) - 0.5f) * 0.2f;
   }
+  const char* program = argc > 5 ? argv[5] : "train_step";
   const mpsc_program_desc* prog = nullptr;
   int32_t index = -1;
   for (int i = 0; i < m->n_programs; i++)
-    if (std::strcmp(m->programs[i].name, "train_step") == 0) prog = &m->programs[index = i];
-  if (!prog) return 1;
+    if (std::strcmp(m->programs[i].name, program) == 0) prog = &m->programs[index = i];
+  if (!prog) {
+    std::fprintf(stderr, "no program '%s' in model %s\n", program, m->model_name);
+    return 1;
+  }
   std::vector<std::vector<int32_t>> ints;
   std::vector<std::vector<float>> floats;
   std::vector<const void*> inputs;
@@ -96,8 +101,8 @@ int main(int argc, char** argv) {
   std::sort(ms.begin(), ms.end());
   uint64_t h = 1469598103934665603ull;
   for (int64_t i = 0; i < m->persistent_bytes; i++) h = (h ^ ctx->persistent[i]) * 1099511628211ull;
-  std::printf("{\"model\":\"%s\",\"threads\":%d,\"train\":{\"median_ms\":%.3f,\"min_ms\":%.3f,\"cpu_ms\":%.3f,\"steps\":%d},\"loss\":%.5f,\"state\":\"%016llx\"}\n",
-              m->model_name, threads, ms[ms.size() / 2], ms[0], cpu, steps, outs[0], (unsigned long long)h);
+  std::printf("{\"model\":\"%s\",\"threads\":%d,\"%s\":{\"median_ms\":%.3f,\"min_ms\":%.3f,\"cpu_ms\":%.3f,\"steps\":%d},\"loss\":%.5f,\"state\":\"%016llx\"}\n",
+              m->model_name, threads, std::strcmp(program, "train_step") == 0 ? "train" : program, ms[ms.size() / 2], ms[0], cpu, steps, outs[0], (unsigned long long)h);
   mpsc_free(ctx);
   return 0;
 }

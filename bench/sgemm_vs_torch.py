@@ -2,7 +2,8 @@
 """sgemm_vs_torch: mpsc's sgemm (bench/sgemm_floor.cpp) against torch.mm shape by shape, same transposes, same
 thread counts: the per-shape view behind compare.py's single "sgemm rate" (the best torch.mm square).
 
-  python3 bench/sgemm_vs_torch.py [--threads 1,2] [--rounds 1] [--pin] [FILTER]   (a python that imports torch)
+  python3 bench/sgemm_vs_torch.py [--threads 1,2] [--rounds 1] [--pin] [--variant NAME:FLAGS ...] [FILTER]
+  (a python that imports torch)
 
 sgemm_floor.cpp is built once (g++ -O2 -march=native, $CXX to override); then for every shape, thread count and
 round, mpsc and torch are measured right after each other (the order swapped every round), so a machine whose
@@ -10,7 +11,10 @@ speed drifts moves both alike. One line per shape and thread count: the median o
 mpsc's GFLOP/s (each itself a median of 7 samples of >= ~20 ms) and mpsc / torch.
 --pin: each measurement at T threads runs under `taskset` on the first T physical cores (one logical CPU per core
 from `lscpu -p=CPU,CORE,SOCKET`, as bench/cpu_sweep_pinned.sh picks them), torch in a child python, so neither
-side's threads can land on hyperthread siblings of each other."""
+side's threads can land on hyperthread siblings of each other.
+--variant NAME:FLAGS (repeatable): one more build of sgemm_floor.cpp with extra compiler FLAGS (space-separated,
+e.g. `fma:-DMPSC_FAST_AMX=0` or `grid:-DMPSC_FAST_AMX_GRID=1`), measured right after the default build at every
+shape and thread count: one more column each (GFLOP/s and its ratio to torch.mm)."""
 import argparse
 import json
 import os
@@ -91,31 +95,45 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--pin", action="store_true")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:FLAGS")
     ap.add_argument("filter", nargs="?", default="")
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
     cpus = physical_cpus() if a.pin else None
+    variants = [("mpsc", [])]
+    for v in a.variant:
+        name, _, flags = v.partition(":")
+        if not name or name in [n for n, _ in variants]:
+            raise SystemExit(f"sgemm_vs_torch: --variant {v!r}: give each variant a new NAME, as NAME:FLAGS")
+        variants.append((name, flags.split()))
     with tempfile.TemporaryDirectory() as tmp:
-        exe = os.path.join(tmp, "sgemm_floor")
-        subprocess.run([os.environ.get("CXX", "g++"), "-O2", "-march=native", "-std=c++17", "-pthread", "-o", exe,
-                        os.path.join(HERE, "sgemm_floor.cpp")], check=True)
+        exes = {}
+        for name, flags in variants:
+            exes[name] = os.path.join(tmp, f"sgemm_floor_{name}")
+            subprocess.run([os.environ.get("CXX", "g++"), "-O2", "-march=native", "-std=c++17", "-pthread"] + flags +
+                           ["-o", exes[name], os.path.join(HERE, "sgemm_floor.cpp")], check=True)
+        exe = exes["mpsc"]
         shapes = [s for s in json.loads(subprocess.run([exe, "--list"], capture_output=True, text=True,
                                                        check=True).stdout) if a.filter in s["name"]]
         if cpus is not None:
             print(f"pinned: T threads on the first T of CPUs {','.join(str(c) for c in cpus)} (one per physical core)")
-        print(f"{'shape':42s} thr   torch.mm      mpsc  mpsc/torch   (GFLOP/s, medians; torch {torch.__version__})")
+        head = "".join(f" {n:>9s} {'/torch':>7s}" for n, _ in variants)
+        print(f"{'shape':42s} thr   torch.mm{head}   (GFLOP/s, medians; torch {torch.__version__})")
         for s in shapes:
             for t in threads:
-                tr, mr = [], []
+                tr, mr = [], {n: [] for n, _ in variants}
                 for r in range(a.rounds):
                     first_mpsc = r % 2 == 0
                     if first_mpsc:
-                        mr.append(mpsc_rate(exe, s["name"], t, cpus))
+                        for n, _ in variants:
+                            mr[n].append(mpsc_rate(exes[n], s["name"], t, cpus))
                     tr.append(torch_rate_pinned(cpus, s, t))
                     if not first_mpsc:
-                        mr.append(mpsc_rate(exe, s["name"], t, cpus))
-                tm, mm = median(tr), median(mr)
-                print(f"{s['name']:42s} {t:3d} {tm:10.1f} {mm:9.1f} {mm / tm:11.2f}", flush=True)
+                        for n, _ in variants:
+                            mr[n].append(mpsc_rate(exes[n], s["name"], t, cpus))
+                tm = median(tr)
+                cols = "".join(f" {median(mr[n]):9.1f} {median(mr[n]) / tm:7.2f}" for n, _ in variants)
+                print(f"{s['name']:42s} {t:3d} {tm:10.1f}{cols}", flush=True)
 
 
 if __name__ == "__main__":

@@ -40,16 +40,16 @@ function withX3<T>(x3: string, f: () => T): T {
 }
 const art = withX3('1', () => buildCuda(cases.map((c) => c.program), 'flash_cases'));
 const artOff = withX3('0', () => buildCuda(cases.map((c) => c.program), 'flash_cases'));
-/** with MPSC_CUDA_FLASH_DELTA_FOLD=1 (off by default until it has run on a GPU): Delta inside the 3xTF32 backward where S <= 64 */
-const artFold = withEnv('MPSC_CUDA_FLASH_DELTA_FOLD', '1', () => withX3('1', () => buildCuda(cases.map((c) => c.program), 'flash_cases')));
+/** with MPSC_CUDA_FLASH_DELTA_FOLD=0 (on by default: Delta inside the 3xTF32 backward where S <= 64): the separate Delta kernel there too */
+const artNoFold = withEnv('MPSC_CUDA_FLASH_DELTA_FOLD', '0', () => withX3('1', () => buildCuda(cases.map((c) => c.program), 'flash_cases')));
 /** the 16-bit backward with dQ from the stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored): the cases it changes, 16-bit gradients */
 const storedCases = cases.filter((c) => /_grad$/.test(String(c.program.name)) && c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
 const artStored = withEnv('MPSC_CUDA_FLASH_DQ', 'stored', () => withX3('1', () => buildCuda(storedCases.map((c) => c.program), 'flash_cases_stored')));
 const NV = findNvcc();
 
-/** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off; `fold`: with the Delta fold) */
-function attnKernels(i: number, x3 = true, fold = false): KernelSpec[] {
-  return (fold ? artFold : x3 ? art : artOff).lowered[i].kernels.filter((k) => ATTENTION_FAMILY.includes(k.op));
+/** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off; `noFold`: without the Delta fold) */
+function attnKernels(i: number, x3 = true, noFold = false): KernelSpec[] {
+  return (noFold ? artNoFold : x3 ? art : artOff).lowered[i].kernels.filter((k) => ATTENTION_FAMILY.includes(k.op));
 }
 
 function attnNode(i: number) {
@@ -71,12 +71,12 @@ const LABEL: Record<Exclude<Path, 'shared'>, RegExp> = {
 };
 
 describe('which attention nodes the flash kernels take', () => {
-  for (const [x3, fold] of [[true, false], [false, false], [true, true]]) {
-    it(`16-bit operands with a head width in FLASH_HEAD_DIMS: the tensor-core kernels; fp32: the ${x3 ? '3xTF32' : 'CUDA-core (MPSC_CUDA_ATTN_TF32X3=0)'} ones; other widths: the shared kernel${fold ? ' (MPSC_CUDA_FLASH_DELTA_FOLD=1)' : ''}`, () => {
+  for (const [x3, noFold] of [[true, false], [false, false], [true, true]]) {
+    it(`16-bit operands with a head width in FLASH_HEAD_DIMS: the tensor-core kernels; fp32: the ${x3 ? '3xTF32' : 'CUDA-core (MPSC_CUDA_ATTN_TF32X3=0)'} ones; other widths: the shared kernel${noFold ? ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)' : ''}`, () => {
       const seen = { tc: 0, x3: 0, f32: 0, shared: 0 };
       cases.forEach((c, i) => {
         const { g, n } = attnNode(i);
-        const ks = attnKernels(i, x3, fold);
+        const ks = attnKernels(i, x3, noFold);
         const path = expectedPath(i, x3);
         seen[path]++;
         if (path === 'shared') {
@@ -87,10 +87,11 @@ describe('which attention nodes the flash kernels take', () => {
         }
         expect(flashRefusal(g, n) === null).toBe(path === 'tc');
         // forward: one kernel; backward: Delta, dK/dV, dQ (3xTF32 on the packed layout, D <= 32 or causal: Delta, then dK/dV
-        // and dQ in one launch; 3xTF32 with one key tile per head, S <= 64: no Delta kernel, the bodies compute it)
+        // and dQ in one launch; 3xTF32 with one key tile per head, S <= 64: no Delta kernel, the bodies compute it,
+        // unless MPSC_CUDA_FLASH_DELTA_FOLD=0)
         const merged = ks.some((k) => /dK, dV and dQ in one launch/.test(k.label));
         expect(merged).toBe(path === 'x3' && n.op === 'attention_qkv_grad' && (attnGeom(g, n).D <= 32 || attnGeom(g, n).causal));
-        const folded = fold && path === 'x3' && !isForward(n) && attnGeom(g, n).S <= 64;
+        const folded = !noFold && path === 'x3' && !isForward(n) && attnGeom(g, n).S <= 64;
         expect(ks.length).toBe(isForward(n) ? 1 : (merged ? 1 : 2) + (folded ? 0 : 1));
         const main = isForward(n) || folded ? ks : ks.slice(1);
         for (const k of main) expect(k.label).toMatch(LABEL[path]);
@@ -177,8 +178,10 @@ describe('MPSC_CUDA_ATTN_X3_ASYNC, MPSC_CUDA_ATTN_X3_KSPLIT (the 3xTF32 kernels\
     expect([kv.tgmem, dq.tgmem]).toEqual([52480, 52224]);
     for (const k of [kv, dq]) expect(k.body).toMatch(/float\* const sm = tg;[\s\S]*mpsc_cp_async16\([\s\S]*mpsc_cp_async_wait_all\(\);\n\s*__syncthreads\(\);/);
     expect(kv.body).toMatch(/mpsc_cp_async4\(/);
-    // D = 48: static shared memory
-    for (const k of lowered(j, {}).slice(1)) {
+    // D = 48: static shared memory (S = 64: by default no Delta kernel, the bodies compute it)
+    const dkdvDq = lowered(j, {}).filter((k) => !/Delta = rowsum/.test(k.label));
+    expect(dkdvDq).toHaveLength(2);
+    for (const k of dkdvDq) {
       expect(k.tgmem).toBe(0);
       expect(k.body).toMatch(/__shared__ __align__\(16\) float sm\[\d+\];/);
     }
@@ -193,7 +196,7 @@ describe('MPSC_CUDA_ATTN_X3_ASYNC, MPSC_CUDA_ATTN_X3_KSPLIT (the 3xTF32 kernels\
 });
 
 describe('flash kernel geometry', () => {
-  for (const [x3, fold] of [[true, false], [false, false], [true, true]]) it(`64 (16-bit, 3xTF32) or 32 (fp32 CUDA cores) rows per block over (tiles, heads); the backward kernels share a Delta scratch of H*T floats${x3 ? '' : ' (MPSC_CUDA_ATTN_TF32X3=0)'}${fold ? ' (MPSC_CUDA_FLASH_DELTA_FOLD=1: none where S <= 64)' : ''}`, () => {
+  for (const [x3, noFold] of [[true, false], [false, false], [true, true]]) it(`64 (16-bit, 3xTF32) or 32 (fp32 CUDA cores) rows per block over (tiles, heads); the backward kernels share a Delta scratch of H*T floats${!x3 ? ' (MPSC_CUDA_ATTN_TF32X3=0)' : noFold ? ' (MPSC_CUDA_FLASH_DELTA_FOLD=0: also where S <= 64)' : ' (3xTF32: none where S <= 64)'}`, () => {
     cases.forEach((c, i) => {
       const { n } = attnNode(i);
       const path = expectedPath(i, x3);
@@ -201,14 +204,14 @@ describe('flash kernel geometry', () => {
       const rows = path === 'f32' ? 32 : 64;
       const g = c.program.graph;
       const { H: NH, T, S } = attnGeom(g, n), N = 1, H = NH;  // N * H heads
-      const ks = attnKernels(i, x3, fold);
+      const ks = attnKernels(i, x3, noFold);
       if (isForward(n)) {
         expect(ks[0].groups).toEqual([Math.ceil(T / (path === 'tc' ? flashForwardRows() : rows)), N * H, 1]);
         expect(ks[0].tgsize).toEqual([128, 1, 1]);
         return;
       }
-      // 3xTF32 with one key tile per head: Delta inside the dK/dV and dQ bodies (x3DeltaFold), no scratch
-      const folded = fold && path === 'x3' && S <= 64;
+      // 3xTF32 with one key tile per head: Delta inside the dK/dV and dQ bodies (x3DeltaFold, on by default), no scratch
+      const folded = !noFold && path === 'x3' && S <= 64;
       const delta = folded ? undefined : ks[0];
       const [kv, dq] = folded ? ks : ks.slice(1);
       if (delta) expect(delta.groups[0] * delta.tgsize[0]).toBeGreaterThanOrEqual(8 * N * H * T);  // 8 lanes per row
@@ -251,8 +254,8 @@ describe('flash kernel geometry', () => {
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  for (const mode of ['x3', 'f32', 'stored', 'fold'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', fold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=1)' }[mode]}`, () => {
-    const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, fold: artFold }[mode];
+  for (const mode of ['x3', 'f32', 'stored', 'nofold'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)' }[mode]}`, () => {
+    const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, nofold: artNoFold }[mode];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');
     fs.writeFileSync(file, a.files['model_kernels.cuh']);
@@ -277,9 +280,9 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
       // (3xTF32: the packed backward's dK/dV and dQ are one kernel)
       const mergedX3 = flash.filter((k) => /dK, dV and dQ in one launch/.test(k.label)).length;
       expect(mergedX3 > 0).toBe(x3);
-      // (with the fold, the Delta kernels of the S <= 64 3xTF32 backward cases are gone: their bodies compute it)
+      // (with the fold, on by default, the Delta kernels of the S <= 64 3xTF32 backward cases are gone: their bodies compute it)
       const foldedX3 = flash.filter((k) => /Delta = rowsum\(dO \* O\) of \d+ query rows/.test(k.body)).length;
-      expect(foldedX3 > 0).toBe(mode === 'fold');
+      expect(foldedX3 > 0).toBe(mode === 'x3');
       expect(flash.length + mergedX3 + foldedX3).toBeGreaterThanOrEqual(52);
       // the fp32 nodes' kernels are this build's path
       expect(flash.filter((k) => (x3 ? LABEL.x3 : LABEL.f32).test(k.label)).length + mergedX3).toBeGreaterThanOrEqual(18);

@@ -193,8 +193,8 @@ const DEFAULT: Mode = { late: false, x3: true, plain: false };
 const PLAIN: Mode = { ...DEFAULT, plain: true };
 const SYNC: Mode = { ...DEFAULT, env: { MPSC_CUDA_ATTN_X3_ASYNC: 'none', MPSC_CUDA_ATTN_X3_KSPLIT: '0' } };
 const SIMT: Mode = { ...DEFAULT, x3: false };
-/** the 3xTF32 backward computing Delta itself where S <= 64 (MPSC_CUDA_FLASH_DELTA_FOLD=1; off by default until it has run on a GPU) */
-const FOLD: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DELTA_FOLD: '1' } };
+/** the 3xTF32 backward with the separate Delta kernel also where S <= 64 (MPSC_CUDA_FLASH_DELTA_FOLD=0; by default the bodies compute Delta there) */
+const NOFOLD: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DELTA_FOLD: '0' } };
 /** the 16-bit backward with dQ from the dK/dV kernel's stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored) */
 const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
 
@@ -211,7 +211,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
   const emu = new Emulator();
   const isGrad = (c: OpCase) => /_grad$/.test(String(c.program.name));
-  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [FOLD] : [])] : isGrad(c) ? [DEFAULT, STORED] : [DEFAULT]) emu.add(c, m);
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : isGrad(c) ? [DEFAULT, STORED] : [DEFAULT]) emu.add(c, m);
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
@@ -239,11 +239,11 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
       const x3 = errors(c, DEFAULT);
       // the packed backward's dK/dV and dQ kernels run as one launch at head widths up to 32 or causal
       // (MPSC_CUDA_FLASH_BWD_MERGE), the separate layout's and wider non-causal heads' as two; with one key tile per
-      // head (S <= 64) they compute Delta themselves (MPSC_CUDA_FLASH_DELTA_FOLD): no Delta kernel
-      const { merged } = backwardShape(name);
+      // head (S <= 64) they compute Delta themselves (MPSC_CUDA_FLASH_DELTA_FOLD, on by default): no Delta kernel
+      const { merged, folded } = backwardShape(name);
       expect(x3.labels.filter((l) => /flash attention, fp32 as 3xTF32/.test(l)).length).toBe(/_fwd$/.test(name) || merged ? 1 : 2);
       expect(x3.labels.some((l) => /dK, dV and dQ in one launch/.test(l))).toBe(merged);
-      expect(x3.labels.some((l) => /Delta = rowsum/.test(l))).toBe(/_grad$/.test(name));
+      expect(x3.labels.some((l) => /Delta = rowsum/.test(l))).toBe(/_grad$/.test(name) && !folded);
       for (const [v, e] of x3.err) expect(e, v).toBeLessThan(X3_TOL);
       // the negative control: the same kernels with plain TF32 products miss the bound on every output (lse,
       // of magnitude ~log S, the least: 4e-5), the worst by more than 10x (4e-4 ... 8e-4 measured)
@@ -255,19 +255,19 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
     // and the synchronous variant (=none, with the dK/dV kernel's single score accumulators, MPSC_CUDA_ATTN_X3_KSPLIT=0)
     it(`${name}, fp32 as 3xTF32, cp.async landing at the wait; the synchronous variant: every output within ${X3_TOL}`, () => {
       const late = errors(c, { ...DEFAULT, late: true });
-      const { merged } = backwardShape(name);
-      expect(late.labels.length).toBe(/_fwd$/.test(name) ? 1 : merged ? 2 : 3);
+      const { merged, folded } = backwardShape(name);
+      expect(late.labels.length).toBe(/_fwd$/.test(name) ? 1 : (merged ? 1 : 2) + (folded ? 0 : 1));
       for (const [v, e] of late.err) expect(e, v).toBeLessThan(X3_TOL);
       const sync = errors(c, SYNC);
       for (const [v, e] of sync.err) expect(e, `${v} (synchronous)`).toBeLessThan(X3_TOL);
     });
     if (/_grad$/.test(name))
-      it(`${name}, fp32 as 3xTF32 with MPSC_CUDA_FLASH_DELTA_FOLD=1: every output within ${X3_TOL}; no Delta kernel where S <= 64`, () => {
-        const fold = errors(c, FOLD);
-        const { merged, folded } = backwardShape(name);
-        expect(fold.labels.length).toBe((merged ? 1 : 2) + (folded ? 0 : 1));
-        expect(fold.labels.some((l) => /Delta = rowsum/.test(l))).toBe(!folded);
-        for (const [v, e] of fold.err) expect(e, `${v} (Delta folded)`).toBeLessThan(X3_TOL);
+      it(`${name}, fp32 as 3xTF32 with MPSC_CUDA_FLASH_DELTA_FOLD=0: every output within ${X3_TOL}; the Delta kernel also where S <= 64`, () => {
+        const nofold = errors(c, NOFOLD);
+        const { merged } = backwardShape(name);
+        expect(nofold.labels.length).toBe((merged ? 1 : 2) + 1);
+        expect(nofold.labels.some((l) => /Delta = rowsum/.test(l))).toBe(true);
+        for (const [v, e] of nofold.err) expect(e, `${v} (separate Delta kernel)`).toBeLessThan(X3_TOL);
       });
     it(`${name}, fp32 on the CUDA cores (MPSC_CUDA_ATTN_TF32X3=0): every output within 1e-4 of the float64 reference`, () => {
       const simt = errors(c, SIMT);

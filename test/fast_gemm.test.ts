@@ -1,7 +1,7 @@
 /**
  * runtime/cpp/fast (sgemm.h, winograd.h, conv.h) against naive double-precision loops: compiles
  * test/native/fast_gemm_driver.cpp once, runs it, and checks every case it reports
- * (relative error < 1e-4, and nparts = 2, 3 bitwise equal to nparts = 1).
+ * (relative error < 1e-4, and nparts = 2, 3, 4, 8 bitwise equal to nparts = 1).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -36,6 +36,9 @@ interface DriverRun {
   /** detail::use_amx for the GPT's q/k/v projection, LeNet's fc1 (too few flops per packed element) and
    *  the GPT's 512 x 128 x 2048 grad-weight (a transposed A with N < 256) */
   amx: [number, number, number];
+  /** detail::part_grid over 10 x 10 shapes and 1..16 parts: [rectangles off the 32-block grid or cells not covered
+   *  exactly once, parts split in both axes] */
+  grid: [number, number];
 }
 
 function runDriver(tag: string, flags: string[]): DriverRun {
@@ -54,7 +57,10 @@ function runDriver(tag: string, flags: string[]): DriverRun {
   let winoDw: [number, number, number] = [-1, -1, -1];
   const winoDwCases: string[] = [];
   let amx: [number, number, number] = [-1, -1, -1];
+  let grid: [number, number] = [-1, -1];
   for (const line of out.split('\n')) {
+    const g = /^GRID (\d+) (\d+)$/.exec(line);
+    if (g) grid = [Number(g[1]), Number(g[2])];
     const a = /^AMX ([01]) ([01]) ([01])$/.exec(line);
     if (a) amx = [Number(a[1]), Number(a[2]), Number(a[3])];
     const wc = /^WINODWCASE (\S+)$/.exec(line);
@@ -70,7 +76,7 @@ function runDriver(tag: string, flags: string[]): DriverRun {
     const d = /^DONE (\d+)$/.exec(line);
     if (d) count = Number(d[1]);
   }
-  return { cases: found, declared: count, dwChunks, wino, winoDw, winoDwCases, amx };
+  return { cases: found, declared: count, dwChunks, wino, winoDw, winoDwCases, amx, grid };
 }
 
 // the kernel of this machine's widest vectors (AVX-512 here: 16 lanes), and the 8-lane kernel
@@ -82,7 +88,7 @@ let dwChunks = -1;
 let wino: [number, number, number] = [-1, -1, -1];
 let winoDw: [number, number, number] = [-1, -1, -1];
 let winoDwCases: string[] = [];
-const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1, -1], winoDw: [-1, -1, -1], winoDwCases: [], amx: [-1, -1, -1] };
+const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1, -1], winoDw: [-1, -1, -1], winoDwCases: [], amx: [-1, -1, -1], grid: [-1, -1] };
 let native = none;
 let narrow = none;
 let noWino = none;
@@ -109,6 +115,11 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   it('the driver ran to the end and reported every case', () => {
     expect(declared).toBeGreaterThan(0);
     expect(cases.length).toBe(declared);
+  });
+
+  it('the AMX path\'s grid of parts (detail::part_grid, MPSC_FAST_AMX_GRID) covers every C element exactly once, in whole 32 x 32 blocks, and splits both axes where that packs less', () => {
+    expect(native.grid[0]).toBe(0);
+    expect(native.grid[1]).toBeGreaterThan(0);
   });
 
   it('the 8-lane build (-DMPSC_FAST_VW=8: AVX2 / NEON width) passes every case too', () => {
@@ -141,7 +152,7 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   // amx.h: fp32 products as six bf16 tile products. Where -march=native gives AMX and Linux grants the
   // tiles (Sapphire Rapids and later Xeons: this machine, the CI machine), the large products run there;
   // elsewhere the driver reports AMX 0 0 and these products run on the FMA kernel, checked by the cases above
-  it('sgemm on the AMX tiles (where available): every transpose, edges, chunked and whole K, 1..3 parts bitwise equal, error within 4x the FMA kernel', () => {
+  it('sgemm on the AMX tiles (where available): every transpose, edges, chunked and whole K, 1, 2, 3, 4, 8 parts bitwise equal, error within 4x the FMA kernel', () => {
     const amx = cases.filter((c) => c.kind === 'sgemm_amx');
     if (native.amx[0] === 1) {
       expect(amx.length).toBe(4 * 3 + 3);

@@ -105,15 +105,20 @@ export function x3BwdMerge(): boolean {
 
 /**
  * Whether a merged backward over one key tile per head (S <= 64: gpt_tiny, char_gpt) computes Delta = rowsum(dO * O)
- * itself instead of the Delta kernel before it (MPSC_CUDA_FLASH_DELTA_FOLD at build time; 0 by default until it has
- * run on a GPU: checked by the CUDA emulator and ptxas only, bench/NOTES.md v27): the
+ * itself instead of the Delta kernel before it (MPSC_CUDA_FLASH_DELTA_FOLD at build time; on by default, =0 keeps
+ * the Delta kernel): the
  * dK/dV half for all T query rows, the dQ half for its block's rows, each into shared memory in the Delta kernel's
  * own order (deltaRows: the same bits), while the first tiles' copies are in flight. With one key tile no row is
  * computed twice by the dK/dV blocks; the backward of such a layer becomes one launch instead of two on the step's
- * longest path.
+ * longest path. Measured (H100, 6 Dec 2026; `node --import tsx bench/cuda_env_ab.ts --workload gpt_tiny_b32_t64
+ * --rounds 3 --steps 50 base fold:MPSC_CUDA_FLASH_DELTA_FOLD=1`): gpt_tiny 0.692 -> 0.686 ms per step (rounds
+ * 0.697 0.689 0.692 vs 0.686 0.683 0.689; -0.9%, less than the predicted ~-3%). `MPSC_CUDA_FLASH_DELTA_FOLD=1
+ * CUDA_CHECK_CASES=flash CUDA_CHECK_SPECS=char_gpt.model bench/cuda_check.sh kernels parity` passed there: 36/36
+ * flash cases in all five configurations (fp32 worst 2.45e-6); char_gpt fp32 parity 2.08e-7, merged launches
+ * bitwise over 159 tensors.
  */
 export function x3DeltaFold(): boolean {
-  return envFlag('MPSC_CUDA_FLASH_DELTA_FOLD', false);
+  return envFlag('MPSC_CUDA_FLASH_DELTA_FOLD', true);
 }
 
 /**

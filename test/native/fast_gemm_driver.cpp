@@ -1,6 +1,6 @@
 // fast_gemm_driver.cpp: checks runtime/cpp/fast (sgemm.h, conv.h) against naive double-precision loops.
 // Driven by test/fast_gemm.test.ts. Prints one line per case:
-//   CASE <kind> <name> err=<max|got-ref| / max|ref|> same=<1 if nparts = 2, 3 match nparts = 1 bit for bit>
+//   CASE <kind> <name> err=<max|got-ref| / max|ref|> same=<1 if nparts = 2, 3, 4, 8 match nparts = 1 bit for bit>
 // and a final line "DONE <cases>". Parts run concurrently on std::threads, each with its own workspace.
 #include <cmath>
 #include <cstdio>
@@ -106,7 +106,7 @@ static void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     sums_ref[i] = v;
   }
   bool sums_same = true;
-  for (int nparts = 1; nparts <= 3; ++nparts) {
+  for (int nparts : {1, 2, 3, 4, 8}) {
     std::vector<float> C = C0;
     std::vector<double> sums(sums_ref.size());
     for (size_t i = 0; i < sums.size(); ++i) sums[i] = 0.25 * (double)i;
@@ -363,6 +363,26 @@ int main() {
   check_gemm(true, false, 128, 512, 2048, 1.0f, 0.0f, BIAS_NONE, false, 0);  // a GPT grad-weight
   printf("AMX %d %d %d\n", (int)detail::use_amx(false, 2048, 384, 128), (int)detail::use_amx(false, 64, 128, 3136),
          (int)detail::use_amx(true, 512, 128, 2048));
+  // detail::part_grid (the AMX path's 2D split of parts, MPSC_FAST_AMX_GRID): for every shape and part count the
+  // parts' rectangles cover C exactly once, in whole 32 x 32 blocks but at C's edges
+  {
+    int bad = 0, two_d = 0;
+    const int64_t dims[] = {1, 31, 32, 33, 64, 100, 256, 257, 784, 1100};
+    for (int64_t M : dims)
+      for (int64_t N : dims)
+        for (int np = 1; np <= 16; ++np) {
+          std::vector<int> cover((size_t)(M * N), 0);
+          for (int p = 0; p < np; ++p) {
+            const detail::PartRange r = detail::part_grid(M, N, p, np);
+            if (r.m0 % 32 || r.n0 % 32 || (r.m1 % 32 && r.m1 != M) || (r.n1 % 32 && r.n1 != N)) ++bad;
+            if (r.m1 - r.m0 < M && r.n1 - r.n0 < N && r.m1 > r.m0 && r.n1 > r.n0) ++two_d;
+            for (int64_t i = r.m0; i < r.m1; ++i)
+              for (int64_t j = r.n0; j < r.n1; ++j) ++cover[(size_t)(i * N + j)];
+          }
+          for (int c : cover) bad += c != 1;
+        }
+    printf("GRID %d %d\n", bad, two_d);
+  }
 
   // conv2d: N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups
   check_conv("basic", 2, 3, 8, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1);

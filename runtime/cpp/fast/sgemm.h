@@ -668,6 +668,48 @@ inline PartRange part_range(int64_t M, int64_t N, int part, int nparts, int64_t 
   return r;
 }
 
+#ifndef MPSC_FAST_AMX_GRID
+#define MPSC_FAST_AMX_GRID 1
+#endif
+/**
+ * The AMX path's parts (plain op(A)) as a pm x pn grid of whole 32 x 32 blocks, pm * pn = nparts, where
+ * part_range's 1D split makes every part pack all of the other operand (8 parts over 256 x 256: each packs all
+ * 256 rows of op(A) for its 32 columns). Per part, in units of one block's products over all K: ~2 per 32-row
+ * panel of op(A) or 32-column panel of op(B) packed (three bf16 planes: ~0.3 ns an element against ~9.5 ns per
+ * K step of a block's six tile products) plus one per block: cost(pm, pn) = 2 (bm + bn) + bm bn with
+ * bm = ceil(mt / pm), bn = ceil(nt / pn). A grid replaces part_range's split only where it is strictly cheaper
+ * (8 parts: the MLP's 256 x 256 x 784 forward 2 x 4; the GPT's 2048-row products keep their row split).
+ * Shapes and nparts only; each element is the same chain of tile products whatever its part, so every grid
+ * gives the same bits. MPSC_FAST_AMX_GRID=0 at build time (MPSC_CPU_AMX_GRID=0 for generated models):
+ * part_range's split always.
+ */
+inline PartRange part_grid(int64_t M, int64_t N, int part, int nparts) {
+  const PartRange line = part_range(M, N, part, nparts, 32, 32);
+  if (nparts <= 3) return line;  // 2 and 3 parts: no grid but the 1D ones
+  const int64_t mt = (M + 31) / 32, nt = (N + 31) / 32;
+  auto cost = [&](int64_t pm, int64_t pn) {
+    const int64_t bm = (mt + pm - 1) / pm, bn = (nt + pn - 1) / pn;
+    return 2 * (bm + bn) + bm * bn;
+  };
+  // part_range's own choice, as a grid (the same test as there)
+  const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
+  int64_t best_pm = split_n ? 1 : nparts, best_cost = split_n ? cost(1, nparts) : cost(nparts, 1);
+  bool grid = false;
+  for (int64_t pm = 2; pm < nparts; ++pm) {
+    if (nparts % pm != 0 || pm > mt || nparts / pm > nt) continue;
+    const int64_t c = cost(pm, nparts / pm);
+    if (c < best_cost) best_pm = pm, best_cost = c, grid = true;
+  }
+  if (!grid) return line;
+  const int64_t pm = best_pm, pn = nparts / pm, pi = part / pn, pj = part % pn;
+  PartRange r{0, M, 0, N, 0, 0};
+  r.m0 = std::min(M, mt * pi / pm * 32);
+  r.m1 = std::min(M, mt * (pi + 1) / pm * 32);
+  r.n0 = std::min(N, nt * pj / pn * 32);
+  r.n1 = std::min(N, nt * (pj + 1) / pn * 32);
+  return r;
+}
+
 /**
  * whether C = op(A) op(B) (M x N) is cheaper as the transposed product C^T = op(B)^T op(A)^T (N x M):
  * N narrower than one micro-tile (NR columns, most of every tile padding, e.g. a 256 x 10 classifier
@@ -909,7 +951,9 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
   }
 #if MPSC_FAST_AMX
   if (K > 0 && alpha != 0.0f && detail::use_amx(transA, M, N, K)) {
-    const detail::PartRange r = detail::part_range(M, N, part, nparts, 32, 32);  // whole 32 x 32 blocks
+    // whole 32 x 32 blocks; a plain op(A) on a grid of parts where MPSC_FAST_AMX_GRID (no column sums there)
+    const detail::PartRange r = MPSC_FAST_AMX_GRID && !transA ? detail::part_grid(M, N, part, nparts)
+                                                              : detail::part_range(M, N, part, nparts, 32, 32);
     // the column sums in one pass, rows in order: the same chain as the FMA path's per-block passes
     if (sums) detail::add_column_sums(A, lda, 0, K, r.s0, r.s1, sums);
     if (r.m0 >= r.m1 || r.n0 >= r.n1) return;
