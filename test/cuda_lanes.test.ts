@@ -11,11 +11,12 @@ import { checkFile } from '../compiler/check/index.js';
 import { precisionOverride } from '../compiler/check/overrides.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
-import { conflicts, cudaLanes, LANE_MAX_MACS, laneProblems, laneScratch, largestCallMacs, MIN_LANE_GAIN_US, nodeAccess, nodeCost, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
+import { conflicts, criticalNodes, cudaLanes, LANE_MAX_MACS, laneProblems, laneScratch, largestCallMacs, MIN_LANE_GAIN_US, nodeAccess, nodeCost, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
 import { LT_WORKSPACE_BYTES } from '../compiler/codegen-cuda/plan.js';
 import { runtimeSources } from '../runtime/native/build.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { NVCC_SM90A } from './nvcc_target.js';
+import { withEnv } from './env_helpers.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const NV = findNvcc();
@@ -92,6 +93,14 @@ describe('scheduleLanes', () => {
     expect(conflicts(acc([[0, 10]], []), acc([], [[9, 20]]))).toBe(true);
     expect(conflicts(acc([], [[0, 10]]), acc([], [[9, 20]]))).toBe(true);
     expect(conflicts(acc([], [[0, 10]]), acc([[10, 20]], [[10, 20]]))).toBe(false);
+  });
+
+  it('criticalNodes: the nodes on the longest weighted path (a chain with a cheap side branch and a costly one)', () => {
+    // 0 -> 1 -> 3 and 0 -> 2 -> 3: node 2 (cost 5) is on the longest path, node 1 (cost 1) has 4 us of slack; 4 is free
+    const a = [acc([], [[0, 4]]), acc([[0, 4]], [[4, 8]]), acc([[0, 4]], [[8, 12]]), acc([[4, 12]], [[12, 16]]), acc([], [[16, 20]])];
+    expect(criticalNodes(a, [1, 1, 5, 1, 2])).toEqual([true, false, true, true, false]);
+    // a node longer than the whole chain is the only critical one
+    expect(criticalNodes(a, [1, 1, 5, 1, 8])).toEqual([false, false, false, false, true]);
   });
 
   it('MPSC_CUDA_LANES: 3 by default, 1..4, anything else a clear error', () => {
@@ -196,13 +205,52 @@ describe('the lanes of real plans', () => {
     }
   }, 240_000);
 
+  it('MPSC_CUDA_LANE_PRIORITY=1: gpt_tiny\'s critical nodes on their lane\'s high-priority stream, each switch of stream within a lane ordered by an event, node priorities at instantiation; off by default', () => {
+    const file = path.join(ROOT, 'bench/gpt_tiny_b32_t64.model');
+    expect(artifactsOf(file).lanes.every((l) => l.critical === undefined)).toBe(true);
+    expect(artifactsOf(file).files[HOST_FILE]).not.toContain('lane_hi');
+    const a = withEnv('MPSC_CUDA_LANE_PRIORITY', '1', () => artifactsOf(file));
+    const s = a.lanes[0], host = a.files[HOST_FILE];
+    expect(s.lanes).toBe(3);
+    const crit = s.critical!;
+    // the backward's chain moves between lanes: critical nodes on every lane, and some of every lane's nodes not
+    for (let l = 0; l < 3; l++) {
+      expect(crit.some((c, k) => c && s.lane[k] === l)).toBe(true);
+      expect(crit.some((c, k) => !c && s.lane[k] === l)).toBe(true);
+    }
+    // every switch between a lane's two streams waits for the lane's previous node (its event recorded)
+    let switches = 0;
+    s.lane.forEach((l, k) => {
+      const prev = s.lane.lastIndexOf(l, k - 1);
+      if (k > 0 && prev >= 0 && crit[prev] !== crit[k]) {
+        switches++;
+        expect(host).toMatch(new RegExp(`lane_mark\\(ctx, b, \\w+, ${prev}\\)`));
+        expect(host).toContain(`lane_wait(ctx, b, ${crit[k] ? `lh${l}` : l === 0 ? 'st' : `ls${l}`}, ${prev})) return false;  // after node ${prev} (lane ${l}, its other stream)`);
+      }
+    });
+    expect(switches).toBeGreaterThan(3);
+    expect(host.split('its other stream').length - 1).toBe(switches);
+    expect(host).toContain('cudaGraphInstantiate(exec, g, cudaGraphInstantiateFlagUseNodePriority)');
+    expect(host).toContain('cudaStreamCreateWithPriority(&b->lane_hi[l], cudaStreamNonBlocking, greatest_prio)');
+    expect(host).toMatch(/lane_fork\(ctx, b, st, \{ls1, ls2, lh0, lh1, lh2\}\)/);
+    if (NV) {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lanes-prio-'));
+      try {
+        for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);
+        execFileSync(NV.nvcc, [...NVCC_SM90A, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), '-DMPSC_CUBLASLT'], { stdio: 'pipe' });
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    }
+  }, 300_000);
+
   it.skipIf(!NV)('the three-lane host code (the default) of gpt_tiny and char_gpt (bf16) compiles with nvcc, with and without -DMPSC_CUBLASLT and -DMPSC_NCCL', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lanes-'));
     try {
       for (const [file, precision] of [['bench/gpt_tiny_b32_t64.model', undefined], ['specs/char_gpt.model', 'bf16']] as const) {
         const model = checkFile(path.join(ROOT, file), precision ? [precisionOverride(precision)] : []);
         const a = generateCudaModel(buildPrograms(model, { batch: model.train.batch }), { lanes: 3 });
-        expect(a.files[HOST_FILE]).toContain('lane_fork(ctx, b, st, ls1, ls2)');
+        expect(a.files[HOST_FILE]).toContain('lane_fork(ctx, b, st, {ls1, ls2})');
         // each lane's kernels take its own slice of the scratch region
         expect(a.files[HOST_FILE]).toMatch(/SCRATCH_OFFSET \+ \d+/);
         for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);

@@ -171,9 +171,11 @@ function smemSetupFn(plan: CudaPlan): string {
  * a kernel or a cuBLASLt call (its fallback kernels when the call has no algorithm or the build no cuBLASLt),
  * then the profiling event, or its own event when a later node on another lane waits for it
  */
-function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule, recorded: boolean[], pdl: PdlMode = 'off', scratchLane = 0): string {
+function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule, recorded: boolean[], pdl: PdlMode = 'off', scratchLane = 0,
+  streams: string[] = []): string {
   const on = pdl !== 'off';
-  const c = sched.lane[k], st = c === 0 ? 'st' : `ls${c}`;
+  // its lane's stream (streams[k]: the stream recordFn chose, a lane's high-priority one for a critical node)
+  const c = sched.lane[k], st = streams[k] ?? (c === 0 ? 'st' : `ls${c}`);
   // the kernels' scratch slice: their lane's (scratchLane: its bytes, 0 when the program shares slice 0)
   const kl = (x: KernelNodePlan, indent: string) => kernelLaunch(p, x, indent, st, on, c * scratchLane);
   let body: string;
@@ -187,7 +189,11 @@ function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule
     body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kl(a, '      ')).join('')}${lt}${n.after.map((a) => kl(a, '      ')).join('')}${unfused}    } else\n#endif\n` +
       `    {  // the generated kernels\n${n.fallback.map((f) => kl(f, '      ')).join('')}    }\n`;
   }
-  const waits = sched.waits[k].map((d) => `    if (!one && !lane_wait(ctx, b, ${st}, ${d})) return false;  // after node ${d} (lane ${sched.lane[d]})\n`).join('');
+  // the lane's previous node, where it was captured on the lane's other stream (lane priorities)
+  let prev = -1;
+  for (let j = k - 1; j >= 0 && prev < 0; j--) if (sched.lane[j] === c) prev = j;
+  const order = prev >= 0 && streams.length && streams[prev] !== st ? [prev] : [];
+  const waits = [...order, ...sched.waits[k]].map((d) => `    if (!one && !lane_wait(ctx, b, ${st}, ${d})) return false;  // after node ${d} (lane ${sched.lane[d]}${order.includes(d) ? ', its other stream' : ''})\n`).join('');
   const mark = recorded[k] ? `    if (!one && !lane_mark(ctx, b, ${st}, ${k})) return false;\n` : '';
   return `  {${sched.lanes > 1 ? `  // lane ${c}` : ''}\n${waits}${body}    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n${mark}  }\n`;
 }
@@ -208,22 +214,38 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
   s += `// pinned memory); ev (profiling only, NULL when captured): an event after each kernel${L > 1 ? ', all on st (one by one)' : ''}\n`;
   s += `bool record_p${i}(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* out, cudaStream_t st, bool mma, cudaEvent_t* ev) {\n  (void)b; (void)mma; (void)set; (void)out;\n`;
   if (pdl !== 'off') s += `  // programmatic dependent launch (pdl.ts): not in a profiled step; pk: the last operation on st was a generated kernel\n  const bool pdl = !ev;\n  bool pk = false;\n  (void)pdl; (void)pk;\n`;
+  const mine = p.name === 'train_step' ? buckets.nodes : [];
+  // lane priorities (lanes.ts lanePriority): a critical node on its lane's high-priority stream lh<c>; not with the
+  // data-parallel buckets (their joins take lane 0 to be st)
+  const prio = L > 1 && !!sched.critical && !mine.length;
+  const streams = !prio ? [] : sched.lane.map((c, k) => (sched.critical![k] ? `lh${c}` : c === 0 ? 'st' : `ls${c}`));
   const used = Array.from({ length: L }, (_, l) => l).filter((l) => l > 0 && sched.lane.includes(l));
+  const hi = Array.from({ length: L }, (_, l) => l).filter((l) => streams.includes(`lh${l}`));
   if (used.length) {
     s += `  // one stream when profiling (ev) or when a cuBLASLt call runs its generated fallback (b->serial: lanes.ts left those out)\n`;
     s += `  const bool one = ev || b->serial;\n`;
     for (const l of used) s += `  const cudaStream_t ls${l} = one ? st : b->lane[${l}];\n`;
+    for (const l of hi) s += `  const cudaStream_t lh${l} = one ? st : b->lane_hi[${l}];  // lane ${l}'s critical nodes\n`;
     // every lane joins the capture at its start (a lane's first node may have nothing to wait for)
-    s += `  if (!one && !lane_fork(ctx, b, st${used.map((l) => `, ls${l}`).join('')})) return false;\n`;
+    s += `  if (!one && !lane_fork(ctx, b, st, {${[...used.map((l) => `ls${l}`), ...hi.map((l) => `lh${l}`)].join(', ')}})) return false;\n`;
   }
-  const mine = p.name === 'train_step' ? buckets.nodes : [];
   // data-parallel overlap: before a bucket's all-reduce on st, st waits for every lane's nodes so far (their events recorded)
   const recorded = [...sched.recorded];
+  // lane priorities: a node followed on its lane by one on the lane's other stream records its event; so does lane 0's
+  // last node when it is on lh0 (st waits for it at the end)
+  const last0 = sched.lane.lastIndexOf(0);
+  if (prio) {
+    sched.lane.forEach((c, k) => {
+      const next = sched.lane.indexOf(c, k + 1);
+      if (next >= 0 && streams[next] !== streams[k]) recorded[k] = true;
+    });
+    if (last0 >= 0 && streams[last0] !== 'st') recorded[last0] = true;
+  }
   // each bucket node's last node so far on every lane
   const tails = new Map(mine.map((k) => [k, Array.from({ length: L }, (_, l) => sched.lane.slice(0, k + 1).lastIndexOf(l))]));
   if (L > 1) for (const ts of tails.values()) ts.forEach((t, l) => { if (l > 0 && t >= 0) recorded[t] = true; });
   p.nodes.forEach((n, k) => {
-    s += launch(p, n, k, sched, recorded, pdl, scratchLane);
+    s += launch(p, n, k, sched, recorded, pdl, scratchLane, streams);
     const j = mine.indexOf(k);
     // data-parallel overlap: this node wrote the last gradient of bucket j: its all-reduce starts on the side stream
     if (j >= 0) {
@@ -233,7 +255,8 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
         : `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_allreduce(ctx, b, st, ${j})) return false;\n${after}#endif\n`;
     }
   });
-  const joins = sched.joins.map((t, l) => (t >= 0 ? `  if (!one && !lane_wait(ctx, b, st, ${t})) return false;  // lane ${l}'s last node\n` : '')).join('');
+  const joins = (prio && last0 >= 0 && streams[last0] !== 'st' ? `  if (!one && !lane_wait(ctx, b, st, ${last0})) return false;  // lane 0's last node (on lh0)\n` : '') +
+    sched.joins.map((t, l) => (t >= 0 ? `  if (!one && !lane_wait(ctx, b, st, ${t})) return false;  // lane ${l}'s last node\n` : '')).join('');
   if (joins) s += `  // every lane joins lane 0\n${joins}`;
   if (mine.length) s += `#ifdef MPSC_NCCL\n  if (b->overlap && !bucket_join(ctx, b, st)) return false;  // the step ends after every bucket's all-reduce\n#endif\n`;
   if (p.outputs.length) {
@@ -365,11 +388,11 @@ bool lane_mark(mpsc_ctx* ctx, Backend* b, cudaStream_t s, int k) {
   return ck(ctx, cudaEventRecord(b->lane_ev[k], s), "cudaEventRecord (graph lanes)");
 }
 
-/** the lanes l1.. (0: none) start after what st has captured so far: so they are part of st's capture */
-bool lane_fork(mpsc_ctx* ctx, Backend* b, cudaStream_t st, cudaStream_t l1, cudaStream_t l2 = nullptr, cudaStream_t l3 = nullptr) {
+/** the lanes' streams ls start after what st has captured so far: so they are part of st's capture */
+bool lane_fork(mpsc_ctx* ctx, Backend* b, cudaStream_t st, std::initializer_list<cudaStream_t> ls) {
   if (!ck(ctx, cudaEventRecord(b->lane_fork, st), "cudaEventRecord (graph lanes)")) return false;
-  for (cudaStream_t l : {l1, l2, l3})
-    if (l && !ck(ctx, cudaStreamWaitEvent(l, b->lane_fork, 0), "cudaStreamWaitEvent (graph lanes)")) return false;
+  for (cudaStream_t l : ls)
+    if (!ck(ctx, cudaStreamWaitEvent(l, b->lane_fork, 0), "cudaStreamWaitEvent (graph lanes)")) return false;
   return true;
 }
 `;
@@ -466,6 +489,8 @@ const KINDS: Record<string, string> = { param: 'MPSC_PARAM', state: 'MPSC_STATE'
 export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFile: string, lanes: LaneSchedule[] = planLanes(plan, plan.lanes)): string {
   const P = plan.programs;
   const buckets = gradBuckets(plan, table);
+  // lane priorities (lanes.ts lanePriority) in some program: the high-priority streams, node priorities in the graphs
+  const prio = plan.lanes > 1 && lanes.some((l) => l.lanes > 1 && l.critical);
   const tensors = table.tensors.map((t, i) => ({
     shape: `const int64_t tshape${i}[] = { ${t.shape.length ? t.shape.join(', ') : '0'} };`,
     row: `  { ${cString(t.name)}, ${t.dtype === 'i32' ? 'MPSC_I32' : 'MPSC_F32'}, ${KINDS[t.kind] ?? 'MPSC_STATE'}, ${t.shape.length}, tshape${i}, ${t.shape.reduce((a, b) => a * b, 1)}, ${t.offset} },`,
@@ -487,6 +512,7 @@ export function cudaHostSource(plan: CudaPlan, table: PersistentTable, kernelsFi
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #ifdef MPSC_CUBLASLT
 #include "mpsc_cublaslt.h"  // defined by the CMake project where it finds CUDA::cublasLt
 #endif
@@ -502,7 +528,8 @@ const size_t ARENA_OFFSET = ${plan.arena.offset};
 const size_t ARENA_BYTES = ${plan.arena.bytes};
 ${P.some((p) => p.nodes.some((n) => (n.kind === 'kernel' ? [n] : n.fallback).some((k) => k.scratch))) ? `const size_t SCRATCH_OFFSET = ${plan.scratch.offset};  // split-K partial sums, ${plan.scratch.bytes} bytes\n` : ''}const int NPROG = ${P.length};
 const int NLANE = ${plan.lanes};  // streams each graph is captured on (lanes.ts)
-const size_t STAGING_BYTES[NPROG] = { ${P.map((p) => p.stagingBytes).join(', ')} };
+${prio ? `// (lanes.ts lanePriority: each lane's critical nodes on a high-priority stream, the graphs instantiated with node priorities)
+` : ''}const size_t STAGING_BYTES[NPROG] = { ${P.map((p) => p.stagingBytes).join(', ')} };
 static_assert(sizeof(StepParams) == sizeof(mpsc_scalars), "StepParams must match mpsc_scalars");
 ${gradTables(buckets)}
 struct Prog {
@@ -541,7 +568,8 @@ struct Backend {
 #endif
   cudaEvent_t prof_ev[${Math.max(0, ...P.map((p) => p.nodes.length)) + 1}] = {};
   cudaStream_t lane[NLANE] = {};  // lanes 1.. of the graphs (lanes.ts; lane 0 is the capture's stream)
-  cudaEvent_t lane_ev[NLANE > 1 ? ${Math.max(1, ...P.map((p) => p.nodes.length))} : 1] = {};  // node k's event (graph edges between lanes)
+${prio ? `  cudaStream_t lane_hi[NLANE] = {};  // each lane's high-priority stream (its critical nodes)
+` : ''}  cudaEvent_t lane_ev[NLANE > 1 ? ${Math.max(1, ...P.map((p) => p.nodes.length))} : 1] = {};  // node k's event (graph edges between lanes)
   cudaEvent_t lane_fork = nullptr;  // the lanes join each capture at its start
   bool serial = false;  // capture on one stream: a cuBLASLt call runs its generated fallback (lanes.ts scheduled the calls, not the fallbacks)
   bool host_dirty = true;         // the host copy of the persistent block is newer than the device's
@@ -574,7 +602,7 @@ bool capture(mpsc_ctx* ctx, Backend* b, record_fn rec, int set, float* out, cuda
   const cudaError_t e = cudaStreamEndCapture(b->stream, &g);
   if (!ok) { if (g) cudaGraphDestroy(g); return false; }
   if (!ck(ctx, e, "cudaStreamEndCapture")) return false;
-  const cudaError_t ei = cudaGraphInstantiate(exec, g, 0);
+  const cudaError_t ei = cudaGraphInstantiate(exec, g, ${prio ? 'cudaGraphInstantiateFlagUseNodePriority' : '0'});
   cudaGraphDestroy(g);
   if (ei != cudaSuccess) {
     std::snprintf(ctx->error, sizeof ctx->error, "CUDA error instantiating the %s graph: %s", name, cudaGetErrorString(ei));
@@ -647,7 +675,8 @@ void destroy(Backend* b) {
   for (cudaEvent_t e : b->lane_ev) if (e) cudaEventDestroy(e);
   if (b->lane_fork) cudaEventDestroy(b->lane_fork);
   for (cudaStream_t l : b->lane) if (l) cudaStreamDestroy(l);
-#ifdef MPSC_CUBLASLT
+${prio ? `  for (cudaStream_t l : b->lane_hi) if (l) cudaStreamDestroy(l);
+` : ''}#ifdef MPSC_CUBLASLT
   mpsc_lt_destroy(b->lt);
 #endif
 #ifdef MPSC_NCCL
@@ -712,7 +741,11 @@ void* backend_create(mpsc_ctx* ctx) {
     }
   for (cudaEvent_t& e : b->prof_ev) if (ok && b->profile) ok = ck(ctx, cudaEventCreate(&e), "cudaEventCreate");
   for (int l = 1; ok && l < NLANE; ++l) ok = ck(ctx, cudaStreamCreateWithFlags(&b->lane[l], cudaStreamNonBlocking), "cudaStreamCreate (graph lanes)");
-  for (cudaEvent_t& e : b->lane_ev) if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
+${prio ? `  int least_prio = 0, greatest_prio = 0;
+  if (ok) ok = ck(ctx, cudaDeviceGetStreamPriorityRange(&least_prio, &greatest_prio), "cudaDeviceGetStreamPriorityRange");
+  for (int l = 0; ok && l < NLANE; ++l)
+    ok = ck(ctx, cudaStreamCreateWithPriority(&b->lane_hi[l], cudaStreamNonBlocking, greatest_prio), "cudaStreamCreateWithPriority (graph lanes)");
+` : ''}  for (cudaEvent_t& e : b->lane_ev) if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
   if (ok && NLANE > 1) ok = ck(ctx, cudaEventCreateWithFlags(&b->lane_fork, cudaEventDisableTiming), "cudaEventCreate (graph lanes)");
   if (!ok || !smem_setup(ctx)) { destroy(b); return nullptr; }
   if (!lt_setup(ctx, b)) { destroy(b); return nullptr; }

@@ -74,6 +74,42 @@ export interface LaneSchedule {
   spanUs: number;
   /** the program's kernels take their own lane's slice of the scratch region (laneScratch; planLanes sets it) */
   ownScratch?: boolean;
+  /**
+   * node k is on the estimated critical path (criticalNodes): captured on its lane's high-priority stream, so its
+   * kernels' blocks go first when the other lanes' kernels hold the SMs (MPSC_CUDA_LANE_PRIORITY; absent: off)
+   */
+  critical?: boolean[];
+}
+
+/**
+ * MPSC_CUDA_LANE_PRIORITY (build time, default 0): the graph's nodes on the estimated critical path (criticalNodes)
+ * captured on a high-priority stream of their lane and the graph instantiated with the nodes' priorities
+ * (cudaGraphInstantiateFlagUseNodePriority: a kernel node takes its capturing stream's priority), the other nodes at
+ * the default (lowest) priority
+ */
+export function lanePriority(): boolean {
+  return envFlag('MPSC_CUDA_LANE_PRIORITY', false);
+}
+
+/**
+ * the nodes without slack on the dependency graph's longest path (edges: conflicts, weights: cost): top level +
+ * bottom level = the longest path, within 0.5 us. On several lanes the backward's chain moves between lanes (a
+ * weight gradient takes the lane its input gradient's predecessor was on), so priority is per node, not per lane.
+ */
+export function criticalNodes(acc: NodeAccess[], cost: number[]): boolean[] {
+  const n = acc.length;
+  const succ: number[][] = acc.map(() => []);
+  const top = new Array<number>(n).fill(0);
+  for (let k = 0; k < n; k++)
+    for (let i = 0; i < k; i++)
+      if (conflicts(acc[i], acc[k])) {
+        succ[i].push(k);
+        top[k] = Math.max(top[k], top[i] + cost[i]);
+      }
+  const bottom = new Array<number>(n).fill(0);
+  for (let k = n - 1; k >= 0; k--) bottom[k] = cost[k] + Math.max(0, ...succ[k].map((j) => bottom[j]));
+  const span = Math.max(0, ...bottom);
+  return top.map((t, k) => span - t - bottom[k] < 0.5);
 }
 
 /**
@@ -294,6 +330,6 @@ export function planLanes(plan: CudaPlan, lanes: number): LaneSchedule[] {
     if (s.serialUs - s.spanUs < MIN_LANE_GAIN_US) return oneChain(cost);
     const bad = laneProblems(acc, s, p.name);
     if (bad.length) throw new Error(`internal: unsound CUDA graph lanes:\n  ${bad.slice(0, 5).join('\n  ')}`);
-    return { ...s, ownScratch: own };
+    return { ...s, ownScratch: own, ...(lanePriority() ? { critical: criticalNodes(acc, cost) } : {}) };
   });
 }
