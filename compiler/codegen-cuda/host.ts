@@ -219,9 +219,10 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
   // data-parallel buckets (their joins take lane 0 to be st)
   const prio = L > 1 && !!sched.critical && !mine.length;
   const streams = !prio ? [] : sched.lane.map((c, k) => (sched.critical![k] ? `lh${c}` : c === 0 ? 'st' : `ls${c}`));
-  const used = Array.from({ length: L }, (_, l) => l).filter((l) => l > 0 && sched.lane.includes(l));
+  // the lanes' streams that capture something (with priorities, ls<l> only where lane l has a node off the critical path)
+  const used = Array.from({ length: L }, (_, l) => l).filter((l) => l > 0 && sched.lane.some((c, k) => c === l && (!prio || streams[k] === `ls${l}`)));
   const hi = Array.from({ length: L }, (_, l) => l).filter((l) => streams.includes(`lh${l}`));
-  if (used.length) {
+  if (used.length || hi.length) {
     s += `  // one stream when profiling (ev) or when a cuBLASLt call runs its generated fallback (b->serial: lanes.ts left those out)\n`;
     s += `  const bool one = ev || b->serial;\n`;
     for (const l of used) s += `  const cudaStream_t ls${l} = one ? st : b->lane[${l}];\n`;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #ifdef MPSC_CUBLASLT
 #include "mpsc_cublaslt.h"  // defined by the CMake project where it finds CUDA::cublasLt
 #endif
@@ -174,11 +175,11 @@ bool lane_mark(mpsc_ctx* ctx, Backend* b, cudaStream_t s, int k) {
   return ck(ctx, cudaEventRecord(b->lane_ev[k], s), "cudaEventRecord (graph lanes)");
 }
 
-/** the lanes l1.. (0: none) start after what st has captured so far: so they are part of st's capture */
-bool lane_fork(mpsc_ctx* ctx, Backend* b, cudaStream_t st, cudaStream_t l1, cudaStream_t l2 = nullptr, cudaStream_t l3 = nullptr) {
+/** the lanes' streams ls start after what st has captured so far: so they are part of st's capture */
+bool lane_fork(mpsc_ctx* ctx, Backend* b, cudaStream_t st, std::initializer_list<cudaStream_t> ls) {
   if (!ck(ctx, cudaEventRecord(b->lane_fork, st), "cudaEventRecord (graph lanes)")) return false;
-  for (cudaStream_t l : {l1, l2, l3})
-    if (l && !ck(ctx, cudaStreamWaitEvent(l, b->lane_fork, 0), "cudaStreamWaitEvent (graph lanes)")) return false;
+  for (cudaStream_t l : ls)
+    if (!ck(ctx, cudaStreamWaitEvent(l, b->lane_fork, 0), "cudaStreamWaitEvent (graph lanes)")) return false;
   return true;
 }
 
@@ -192,7 +193,7 @@ bool record_p0(mpsc_ctx* ctx, Backend* b, unsigned char* dev, int set, float* ou
   const bool one = ev || b->serial;
   const cudaStream_t ls1 = one ? st : b->lane[1];
   const cudaStream_t ls2 = one ? st : b->lane[2];
-  if (!one && !lane_fork(ctx, b, st, ls1, ls2)) return false;
+  if (!one && !lane_fork(ctx, b, st, {ls1, ls2})) return false;
   {  // lane 0
     if (mma) p0_k0_mma<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 124679936 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 124880896 + set * 201216));
     else p0_k0<<<dim3(1u, 392u, 1u), dim3(256u, 1u, 1u), 0, st>>>(reinterpret_cast<const float*>(dev + 124679936 + set * 201216), reinterpret_cast<const float*>(dev + 256), reinterpret_cast<const float*>(dev + 0), reinterpret_cast<float*>(dev + 3375104), reinterpret_cast<const StepParams*>(dev + 124880896 + set * 201216));
