@@ -24,7 +24,7 @@ if [ -z "$out" ] || [ $# -eq 0 ]; then
   exit 2
 fi
 mkdir -p "$out"
-cpus=$(lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -k1,1n | awk -F, '!seen[$3","$2]++ {print $1}')
+cpus=$(sh "$here/physical_cpus.sh")
 for w in "$@"; do
   spec="$here/$w.model"
   [ -f "$spec" ] || { echo "cpu_profile: no $spec" >&2; exit 2; }

@@ -9,8 +9,7 @@ set -e
 out=$1; shift
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-# one logical CPU per physical core, in core order
-cpus=$(lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -k1,1n | awk -F, '!seen[$3","$2]++ {print $1}')
+cpus=$(sh "$here/physical_cpus.sh")
 n=$(echo "$cpus" | wc -l)
 set2=$(echo "$cpus" | head -n 2 | paste -sd, -)
 set8=$(echo "$cpus" | sed -n '3,10p' | paste -sd, -)

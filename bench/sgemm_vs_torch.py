@@ -122,15 +122,18 @@ def main():
         for s in shapes:
             for t in threads:
                 tr, mr = [], {n: [] for n, _ in variants}
+
+                def measure_mpsc():
+                    for n, _ in variants:
+                        mr[n].append(mpsc_rate(exes[n], s["name"], t, cpus))
+
                 for r in range(a.rounds):
-                    first_mpsc = r % 2 == 0
-                    if first_mpsc:
-                        for n, _ in variants:
-                            mr[n].append(mpsc_rate(exes[n], s["name"], t, cpus))
+                    # mpsc first in even rounds, torch first in odd ones
+                    if r % 2 == 0:
+                        measure_mpsc()
                     tr.append(torch_rate_pinned(cpus, s, t))
-                    if not first_mpsc:
-                        for n, _ in variants:
-                            mr[n].append(mpsc_rate(exes[n], s["name"], t, cpus))
+                    if r % 2 == 1:
+                        measure_mpsc()
                 tm = median(tr)
                 cols = "".join(f" {median(mr[n]):9.1f} {median(mr[n]) / tm:7.2f}" for n, _ in variants)
                 print(f"{s['name']:42s} {t:3d} {tm:10.1f}{cols}", flush=True)

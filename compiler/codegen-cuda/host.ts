@@ -172,7 +172,7 @@ function smemSetupFn(plan: CudaPlan): string {
  * then the profiling event, or its own event when a later node on another lane waits for it
  */
 function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule, recorded: boolean[], pdl: PdlMode = 'off', scratchLane = 0,
-  streams: string[] = []): string {
+  streams: string[] = [], switchAfter = -1): string {
   const on = pdl !== 'off';
   // its lane's stream (streams[k]: the stream recordFn chose, a lane's high-priority one for a critical node)
   const c = sched.lane[k], st = streams[k] ?? (c === 0 ? 'st' : `ls${c}`);
@@ -189,11 +189,9 @@ function launch(p: ProgramPlan, n: GraphNodePlan, k: number, sched: LaneSchedule
     body = `#ifdef MPSC_CUBLASLT\n    if (b->lt_ok[${n.index}]) {  // node ${n.node}: ${commentText(n.gemm.what)}\n${n.before.map((a) => kl(a, '      ')).join('')}${lt}${n.after.map((a) => kl(a, '      ')).join('')}${unfused}    } else\n#endif\n` +
       `    {  // the generated kernels\n${n.fallback.map((f) => kl(f, '      ')).join('')}    }\n`;
   }
-  // the lane's previous node, where it was captured on the lane's other stream (lane priorities)
-  let prev = -1;
-  for (let j = k - 1; j >= 0 && prev < 0; j--) if (sched.lane[j] === c) prev = j;
-  const order = prev >= 0 && streams.length && streams[prev] !== st ? [prev] : [];
-  const waits = [...order, ...sched.waits[k]].map((d) => `    if (!one && !lane_wait(ctx, b, ${st}, ${d})) return false;  // after node ${d} (lane ${sched.lane[d]}${order.includes(d) ? ', its other stream' : ''})\n`).join('');
+  // switchAfter: the lane's previous node, captured on the lane's other stream (lane priorities; -1: none)
+  const order = switchAfter >= 0 ? [switchAfter] : [];
+  const waits = [...order, ...sched.waits[k]].map((d) => `    if (!one && !lane_wait(ctx, b, ${st}, ${d})) return false;  // after node ${d} (lane ${sched.lane[d]}${d === switchAfter ? ', its other stream' : ''})\n`).join('');
   const mark = recorded[k] ? `    if (!one && !lane_mark(ctx, b, ${st}, ${k})) return false;\n` : '';
   return `  {${sched.lanes > 1 ? `  // lane ${c}` : ''}\n${waits}${body}    if (ev && !ck(ctx, cudaEventRecord(ev[${k + 1}], st), "cudaEventRecord")) return false;\n${mark}  }\n`;
 }
@@ -232,13 +230,17 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
   }
   // data-parallel overlap: before a bucket's all-reduce on st, st waits for every lane's nodes so far (their events recorded)
   const recorded = [...sched.recorded];
-  // lane priorities: a node followed on its lane by one on the lane's other stream records its event; so does lane 0's
-  // last node when it is on lh0 (st waits for it at the end)
+  // lane priorities: switchAfter[k], node k's previous node on its lane where that one is on the lane's other stream
+  // (k waits for it; it records its event); lane 0's last node records its event when it is on lh0 (st waits for it
+  // at the end)
+  const switchAfter = sched.lane.map(() => -1);
   const last0 = sched.lane.lastIndexOf(0);
   if (prio) {
+    const prevOn = new Array<number>(L).fill(-1);
     sched.lane.forEach((c, k) => {
-      const next = sched.lane.indexOf(c, k + 1);
-      if (next >= 0 && streams[next] !== streams[k]) recorded[k] = true;
+      const j = prevOn[c];
+      if (j >= 0 && streams[j] !== streams[k]) { switchAfter[k] = j; recorded[j] = true; }
+      prevOn[c] = k;
     });
     if (last0 >= 0 && streams[last0] !== 'st') recorded[last0] = true;
   }
@@ -246,7 +248,7 @@ function recordFn(p: ProgramPlan, i: number, buckets: GradBuckets, sched: LaneSc
   const tails = new Map(mine.map((k) => [k, Array.from({ length: L }, (_, l) => sched.lane.slice(0, k + 1).lastIndexOf(l))]));
   if (L > 1) for (const ts of tails.values()) ts.forEach((t, l) => { if (l > 0 && t >= 0) recorded[t] = true; });
   p.nodes.forEach((n, k) => {
-    s += launch(p, n, k, sched, recorded, pdl, scratchLane, streams);
+    s += launch(p, n, k, sched, recorded, pdl, scratchLane, streams, switchAfter[k]);
     const j = mine.indexOf(k);
     // data-parallel overlap: this node wrote the last gradient of bucket j: its all-reduce starts on the side stream
     if (j >= 0) {

@@ -649,12 +649,15 @@ struct PartRange {
  * of all M otherwise (every part packs all of A then); every part has a share, even one without tiles.
  * tm x tn: the tile the ranges are made of (the FMA kernel's MR x NR; the AMX path's 32 x 32 blocks)
  */
+/** part_range's axis: N when both axes have a tile per part and M <= N, else the axis with more tiles (mt, nt) */
+inline bool split_n_axis(int64_t M, int64_t N, int64_t mt, int64_t nt, int nparts) {
+  return mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
+}
 inline PartRange part_range(int64_t M, int64_t N, int part, int nparts, int64_t tm = MR, int64_t tn = NR) {
   PartRange r{0, M, 0, N, 0, M};
   if (nparts <= 1) return r;
   const int64_t mt = (M + tm - 1) / tm, nt = (N + tn - 1) / tn;
-  const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
-  if (split_n) {
+  if (split_n_axis(M, N, mt, nt, nparts)) {
     r.n0 = std::min(N, nt * part / nparts * tn);
     r.n1 = std::min(N, nt * (part + 1) / nparts * tn);
     r.s0 = M * part / nparts;
@@ -691,16 +694,14 @@ inline PartRange part_grid(int64_t M, int64_t N, int part, int nparts) {
     const int64_t bm = (mt + pm - 1) / pm, bn = (nt + pn - 1) / pn;
     return 2 * (bm + bn) + bm * bn;
   };
-  // part_range's own choice, as a grid (the same test as there)
-  const bool split_n = mt >= nparts && nt >= nparts ? M <= N : nt >= mt;
-  int64_t best_pm = split_n ? 1 : nparts, best_cost = split_n ? cost(1, nparts) : cost(nparts, 1);
-  bool grid = false;
+  // part_range's own choice, as a 1 x nparts or nparts x 1 grid, is the one to beat
+  int64_t best_pm = 0, best_cost = split_n_axis(M, N, mt, nt, nparts) ? cost(1, nparts) : cost(nparts, 1);
   for (int64_t pm = 2; pm < nparts; ++pm) {
     if (nparts % pm != 0 || pm > mt || nparts / pm > nt) continue;
     const int64_t c = cost(pm, nparts / pm);
-    if (c < best_cost) best_pm = pm, best_cost = c, grid = true;
+    if (c < best_cost) best_pm = pm, best_cost = c;
   }
-  if (!grid) return line;
+  if (best_pm == 0) return line;
   const int64_t pm = best_pm, pn = nparts / pm, pi = part / pn, pj = part % pn;
   PartRange r{0, M, 0, N, 0, 0};
   r.m0 = std::min(M, mt * pi / pm * 32);
