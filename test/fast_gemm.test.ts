@@ -33,6 +33,8 @@ interface DriverRun {
   winoDw: [number, number, number];
   /** the conv cases whose grad-weight took winograd.h */
   winoDwCases: string[];
+  /** the conv cases whose grad-weight ran as transposed batch chunks (conv.h detail::dw_t_chunks) */
+  dwtCases: string[];
   /** detail::use_amx for the GPT's q/k/v projection, LeNet's fc1 (too few flops per packed element) and
    *  the GPT's 512 x 128 x 2048 grad-weight (a transposed A with N < 256) */
   amx: [number, number, number];
@@ -56,6 +58,7 @@ function runDriver(tag: string, flags: string[]): DriverRun {
   let wino: [number, number, number] = [-1, -1, -1];
   let winoDw: [number, number, number] = [-1, -1, -1];
   const winoDwCases: string[] = [];
+  const dwtCases: string[] = [];
   let amx: [number, number, number] = [-1, -1, -1];
   let grid: [number, number] = [-1, -1];
   for (const line of out.split('\n')) {
@@ -65,6 +68,8 @@ function runDriver(tag: string, flags: string[]): DriverRun {
     if (a) amx = [Number(a[1]), Number(a[2]), Number(a[3])];
     const wc = /^WINODWCASE (\S+)$/.exec(line);
     if (wc) winoDwCases.push(wc[1]);
+    const tc = /^DWTCASE (\S+)$/.exec(line);
+    if (tc) dwtCases.push(tc[1]);
     const wd = /^WINODW ([01]) ([01]) (\d+)$/.exec(line);
     if (wd) winoDw = [Number(wd[1]), Number(wd[2]), Number(wd[3])];
     const w = /^WINO ([01]) ([01]) ([01])$/.exec(line);
@@ -76,7 +81,7 @@ function runDriver(tag: string, flags: string[]): DriverRun {
     const d = /^DONE (\d+)$/.exec(line);
     if (d) count = Number(d[1]);
   }
-  return { cases: found, declared: count, dwChunks, wino, winoDw, winoDwCases, amx, grid };
+  return { cases: found, declared: count, dwChunks, wino, winoDw, winoDwCases, dwtCases, amx, grid };
 }
 
 // the kernel of this machine's widest vectors (AVX-512 here: 16 lanes), and the 8-lane kernel
@@ -88,7 +93,7 @@ let dwChunks = -1;
 let wino: [number, number, number] = [-1, -1, -1];
 let winoDw: [number, number, number] = [-1, -1, -1];
 let winoDwCases: string[] = [];
-const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1, -1], winoDw: [-1, -1, -1], winoDwCases: [], amx: [-1, -1, -1], grid: [-1, -1] };
+const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1, -1], winoDw: [-1, -1, -1], winoDwCases: [], dwtCases: [], amx: [-1, -1, -1], grid: [-1, -1] };
 let native = none;
 let narrow = none;
 let noWino = none;
@@ -175,17 +180,17 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   });
 
   it('conv2d forward (plain and fused bias+relu)', () => {
-    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 30);
+    expect(cases.filter((c) => c.kind.startsWith('conv_fwd')).length).toBe(2 * 34);
     expect(bad(/^conv_fwd/)).toEqual([]);
   });
 
   it('conv2d grad-input', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(30);
+    expect(cases.filter((c) => c.kind === 'conv_grad_input').length).toBe(34);
     expect(bad('conv_grad_input')).toEqual([]);
   });
 
   it('conv2d grad-weight and grad-bias', () => {
-    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(30);
+    expect(cases.filter((c) => c.kind === 'conv_grad_weight').length).toBe(34);
     expect(bad('conv_grad_weight')).toEqual([]);
     expect(bad('conv_grad_bias')).toEqual([]);
   });
@@ -218,6 +223,13 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(dwChunks).toBe(8);
     expect(narrow.dwChunks).toBe(3);
     expect(cases.some((c) => c.kind === 'conv_grad_weight' && c.name.startsWith('batch_chunks_'))).toBe(true);
+  });
+
+  it('grad-weight chunks computed transposed (dW^T = col dy^T, col read in place): LeNet 32 -> 64, several K and o blocks, a partial channel tile, dilation with OW != W, groups, at both widths and without Winograd', () => {
+    const dwt = ['wide_out', 'dwt_lenet', 'dwt_blocks', 'dwt_dil', 'dwt_g2'];
+    for (const run of [native, narrow, noWino]) expect(dwt.filter((l) => !run.dwtCases.includes(l))).toEqual([]);
+    for (const label of dwt)
+      expect(cases.some((c) => c.kind === 'conv_grad_weight' && c.name.startsWith(`${label}_`))).toBe(true);
   });
 
   it('covers stride 2, dilation 2, groups 2, depthwise, 1 channel, 1x1, chunked im2col and the stride-1 wide and direct paths', () => {

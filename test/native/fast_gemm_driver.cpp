@@ -247,6 +247,7 @@ static void check_conv(const char* label, int64_t N, int64_t C, int64_t H, int64
                        int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups) {
   const Conv2dShape s = conv2d_shape(N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups);
   if (detail::wino_grad_weight_ok(s)) printf("WINODWCASE %s\n", label);
+  if (detail::dw_t_chunks(s)) printf("DWTCASE %s\n", label);
   const size_t nx = (size_t)(N * C * H * W), nw = (size_t)(O * (C / groups) * KH * KW), ny = (size_t)(N * O * s.OH * s.OW);
   std::vector<float> x = rnd(nx), w = rnd(nw), bias = rnd((size_t)O), dy = rnd(ny);
   Ref r(s);
@@ -411,6 +412,13 @@ int main() {
   // grad-weight in batch chunks of unequal size (10 images: Q = 8 chunks of 1-2, or 3 of 3-4 with
   // -DMPSC_FAST_CONV_DW_CHUNKS=3), partial sums added in a second phase
   check_conv("batch_chunks", 10, 8, 7, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  // the chunks computed transposed (dW^T = col dy^T, col read in place from per-kw shifted copies): LeNet's
+  // 32 -> 64; two K blocks (P = 289 > KC), two 256-column blocks of o and a partial channel tile (Cg = 20);
+  // dilation 2 with OW != W (row-by-row copies); two groups
+  check_conv("dwt_lenet", 4, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("dwt_blocks", 3, 20, 17, 17, 300, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  check_conv("dwt_dil", 3, 16, 9, 11, 64, 3, 3, 1, 1, 2, 1, 2, 2, 1);
+  check_conv("dwt_g2", 3, 32, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 2);
   // Winograd F(2x2, 3x3) (winograd.h: 3x3, stride 1, C*O/(C+O) >= 16; chunked and wide_out above take
   // it for the forward and grad-input too, with C = 32 and 64 -> 32): odd output sizes (cut last
   // tile row / column), padding 0 and 2 (grad-input padding 2 and 0), blocks of tiles that start

@@ -20,12 +20,15 @@
  *    ow >= OW are computed and dropped (a few %). Forward splits (image, group, band of output
  *    rows); grad-input is the forward convolution of dy with the flipped, transposed weights
  *    (padding (K-1)*d - p), so no col2im scatter; grad-weight is a GEMM over wide columns with
- *    dy = 0 on the dropped ones.
+ *    dy = 0 on the dropped ones, or, in batch chunks where its micro-tiles allow (wide_dw_t_ok: LeNet's
+ *    32 -> 64), transposed: dW_g^T = col dy^T over the OH*OW real columns, col's rows in (kh, kw, c) order
+ *    read in place from one shifted copy of the image per kw, only dy packed.
  *  - any other stride: im2col generated straight into the packed B panels (no col buffer);
  *    grad-input computes a chunk of col (<= 512 KiB) and scatters it back with col2im.
  *   forward:      y_g[n]  (Og x P)  = W_g (Og x Kd) * col (Kd x P)    + bias, relu (fused epilogue)
  *   grad-input:   col     (Kd x P)  = W_g^T * dy_g[n],  dx_g[n] = col2im(col)
  *   grad-weight:  dW_g    (Og x Kd) = sum_n dy_g[n] (Og x P) * col^T (P x Kd)
+ *                 (transposed chunks: dW_g^T (Kd x Og) = sum_n col (Kd x P) * dy_g[n]^T (P x Og))
  *   (Kd = C/groups*KH*KW, P = OH*OW)
  *
  * Threading without owning threads: every *_part(..., part, nparts, scratch) function
@@ -580,6 +583,167 @@ inline void wide_grad_weight_chunk(const Conv2dShape& s, const float* dy, const 
 }
 
 /*
+ * The batch chunks' grad-weight transposed (wide_dw_t_ok): per image dW_g^T (Kd x Og) += col (Kd x P) dy^T
+ * (P x Og), K = P = OH*OW exactly (no dropped wide columns), col's rows in (kh, kw, c) order:
+ * m = (kh*KW + kw)*Cg + c. The image is copied once per kw, shifted by kw*dw - pw and zero-padded, into
+ * planes of OH + (KH-1)*dh rows of OW floats (dwt_fill), so row m of col is the contiguous run at row kh*dh
+ * of plane (kw, c), and a micro-tile's MR rows (MR channels of one (kh, kw)) are runs `plane` floats apart:
+ * the micro-kernel broadcasts them in place (micro_kernel<true>, lda = plane). Only dy is packed (NR-column
+ * panels of output channels: dy's rows through 8 x 8 transposes): Og x P floats per image instead of
+ * wide_grad_weight_block's Og x OH*Wp of dy plus Kd x OH*Wp of col^T. Each element is one fused multiply-add
+ * chain per K block (kc_step(P)), blocks and images added in order; the chunk sums stay transposed in the
+ * shared block and wide_dw_t_finish adds them in order into dw's [o][c][kh][kw] order.
+ */
+/** o columns of dy^T packed at a time (a KC x 256 block: 256 KiB, L2) */
+constexpr int64_t CONV_DW_T_NC = 256;
+
+/** the transposed chunks for this shape: at most a quarter more micro-tiles than the untransposed product */
+inline bool wide_dw_t_ok(const Conv2dShape& s) {
+  if (!wide_ok(s) || s.groups <= 0) return false;
+  const ConvDims d = conv_dims(s);
+  if (d.Cg <= 0 || d.Og <= 0) return false;
+  const int64_t t_tiles = s.KH * s.KW * ((d.Cg + MR - 1) / MR) * ((d.Og + NR - 1) / NR);
+  const int64_t tiles = ((d.Og + MR - 1) / MR) * ((d.Kd + NR - 1) / NR);
+  return 4 * t_tiles <= 5 * tiles;
+}
+
+/** floats of one (kw, c) plane of the shifted copies: OH + (KH-1)*dh rows of OW floats */
+inline int64_t dwt_plane(const Conv2dShape& s) { return align16((s.OH + (s.KH - 1) * s.dh) * s.OW); }
+
+/** floats of the transposed grad-weight's scratch: one packed block of dy^T, the KW shifted copies of Cg channels */
+inline int64_t wide_dw_t_floats(const Conv2dShape& s) {
+  const ConvDims d = conv_dims(s);
+  return align16(std::min(KC, d.P) * round_up(std::min(CONV_DW_T_NC, d.Og), NR)) + s.KW * d.Cg * dwt_plane(s);
+}
+
+/**
+ * plane (kw, c) at dst + (kw*Cg + c)*plane: row q, column ow = x_g[c][q - ph][ow + kw*dw - pw], 0 outside x.
+ * With OW == W (the usual "same" padding) a plane is one copy of the channel's rows shifted by kw*dw - pw,
+ * then the columns that took a neighbouring row's values zeroed; otherwise row by row. The padding rows are
+ * zeroed only with `pad_rows` (the first image of a block: no later fill writes them).
+ */
+inline void dwt_fill(const Conv2dShape& s, const float* xg, int64_t Cg, int64_t plane, bool pad_rows,
+                     float* __restrict dst) {
+  const int64_t rows = s.OH + (s.KH - 1) * s.dh, OW = s.OW;
+  // input rows [0, ih1) land in plane rows [ph, ph + ih1); the plane's other rows are padding
+  const int64_t ih1 = std::max<int64_t>(0, std::min(s.H, rows - s.ph)), q0 = std::min(rows, s.ph);
+  for (int64_t kw = 0; kw < s.KW; ++kw) {
+    const int64_t sh = kw * s.dw - s.pw;  // iw = ow + sh
+    const int64_t lo = std::min(OW, std::max<int64_t>(0, -sh)), hi = std::max(lo, std::min(OW, s.W - sh));
+    for (int64_t c = 0; c < Cg; ++c) {
+      float* d = dst + (kw * Cg + c) * plane;
+      const float* xc = xg + c * s.H * s.W;
+      if (pad_rows) {
+        memset(d, 0, (size_t)(q0 * OW) * sizeof(float));
+        memset(d + (q0 + ih1) * OW, 0, (size_t)((rows - q0 - ih1) * OW) * sizeof(float));
+      }
+      float* body = d + q0 * OW;
+      if (OW == s.W) {
+        const int64_t j0 = std::max<int64_t>(0, -sh), j1 = std::max(j0, ih1 * OW - std::max<int64_t>(0, sh));
+        memcpy(body + j0, xc + j0 + sh, (size_t)(j1 - j0) * sizeof(float));
+        // column by column (a few columns, every row): no library call per row
+        for (int64_t i = 0; i < lo; ++i)
+          for (int64_t ih = 0; ih < ih1; ++ih) body[ih * OW + i] = 0.0f;
+        for (int64_t i = hi; i < OW; ++i)
+          for (int64_t ih = 0; ih < ih1; ++ih) body[ih * OW + i] = 0.0f;
+      } else {
+        for (int64_t ih = 0; ih < ih1; ++ih) {
+          float* dr = body + ih * OW;
+          for (int64_t i = 0; i < lo; ++i) dr[i] = 0.0f;
+          memcpy(dr + lo, xc + ih * s.W + lo + sh, (size_t)(hi - lo) * sizeof(float));
+          for (int64_t i = hi; i < OW; ++i) dr[i] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+/** group g's dW^T (Kd x Og, rows (kh, kw, c)) summed over images [n0, n1) into out (zero when the range is empty) */
+inline void wide_dw_t_block(const Conv2dShape& s, const float* dy, const float* x, float* out, int64_t g, int64_t n0,
+                            int64_t n1, void* scratch) {
+  const ConvDims d = conv_dims(s);
+  const int64_t plane = dwt_plane(s), KK = s.KH * s.KW, step = kc_step(d.P), ctiles = (d.Cg + MR - 1) / MR;
+  float* Bp = align64(scratch);
+  float* img = Bp + align16(std::min(KC, d.P) * round_up(std::min(CONV_DW_T_NC, d.Og), NR));
+  if (n1 <= n0) {
+    memset(out, 0, (size_t)(d.Kd * d.Og) * sizeof(float));
+    return;
+  }
+  for (int64_t n = n0; n < n1; ++n) {
+    dwt_fill(s, x + (n * s.C + g * d.Cg) * d.HW, d.Cg, plane, n == n0, img);
+    const float* dyg = dy + (n * s.O + g * d.Og) * d.P;
+    for (int64_t pc = 0; pc < d.P; pc += step) {
+      const int64_t kc = std::min(step, d.P - pc);
+      StoreArgs st{1.0f, n == n0 ? 0.0f : 1.0f, pc == 0, pc + kc >= d.P, Epilogue{}, 0, 0};
+      for (int64_t jc = 0; jc < d.Og; jc += CONV_DW_T_NC) {
+        const int64_t nc = std::min(CONV_DW_T_NC, d.Og - jc);
+        // NR-column panels of dy^T over [pc, pc+kc): dy's rows, 0 in the columns past Og
+        for (int64_t jr = 0; jr < nc; jr += NR)
+          pack_rows([&](int64_t r) { return dyg + (jc + jr + r) * d.P + pc; }, std::min(NR, nc - jr), NR, kc,
+                    Bp + jr * kc);
+        // micro-tiles: panels outer (one kc x NR panel of dy^T stays in L1), then (kh, kw, channel tile); in the
+        // first block the next image's x and dy channels are prefetched into L2 a slice per (panel, kk)
+        const int64_t slices = pc == 0 && jc == 0 && n + 1 < n1 ? (nc + NR - 1) / NR * KK : 0;
+        int64_t slice = 0;
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nr = std::min(NR, nc - jr);
+          st.col0 = jc + jr;
+          for (int64_t kk = 0; kk < KK; ++kk) {
+            if (slice < slices) {
+              const int64_t nx = d.Cg * d.HW, ny = d.Og * d.P, lo = (nx + ny) * slice / slices;
+              const int64_t hi = (nx + ny) * ++slice / slices;
+              const float* xn = x + ((n + 1) * s.C + g * d.Cg) * d.HW;
+              const float* yn = dy + ((n + 1) * s.O + g * d.Og) * d.P;
+              if (lo < nx) prefetch_run<2>(xn + lo, std::min(hi, nx) - lo);
+              if (hi > nx) prefetch_run<2>(yn + std::max(lo, nx) - nx, hi - std::max(lo, nx));
+            }
+            const float* a = img + (kk % s.KW) * d.Cg * plane + (kk / s.KW) * s.dh * s.OW + pc;
+            for (int64_t t = 0; t < ctiles; ++t) {
+              const int64_t c = t * MR, mr = std::min(MR, d.Cg - c), m = kk * d.Cg + c;
+              st.row0 = m;
+              micro_kernel<true>(kc, a + c * plane, plane, Bp + jr * kc, out + m * d.Og + jc + jr, d.Og, mr, nr, st);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+/** chunk q of Q (images [N*q/Q, N*(q+1)/Q)) of every group, transposed, into out (O x Kd floats) */
+inline void wide_dw_t_chunk(const Conv2dShape& s, const float* dy, const float* x, float* out, int64_t q, int64_t Q,
+                            void* scratch) {
+  const ConvDims d = conv_dims(s);
+  for (int64_t g = 0; g < s.groups; ++g)
+    wide_dw_t_block(s, dy, x, out + g * d.Og * d.Kd, g, s.N * q / Q, s.N * (q + 1) / Q, scratch);
+}
+
+/** dw's blocks of 16 output channels (units [u0, u1) over groups) = the Q transposed chunks added in order */
+inline void wide_dw_t_finish(const Conv2dShape& s, const float* chunks, int64_t Q, int64_t u0, int64_t u1, float* dw) {
+  const ConvDims d = conv_dims(s);
+  const int64_t KK = s.KH * s.KW, ob = (d.Og + 15) / 16, wsize = s.O * d.Kd;
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t g = u / ob, o0 = u % ob * 16, no = std::min<int64_t>(16, d.Og - o0);
+    const float* t0 = chunks + g * d.Og * d.Kd + o0;
+    float* dwg = dw + (g * d.Og + o0) * d.Kd;
+    for (int64_t m = 0; m < d.Kd; ++m) {
+      const int64_t p = m % d.Cg * KK + m / d.Cg;
+      float v[16];
+      if (no == 16) {
+        for (int64_t i = 0; i < 16; ++i) v[i] = t0[m * d.Og + i];
+        for (int64_t q = 1; q < Q; ++q)
+          for (int64_t i = 0; i < 16; ++i) v[i] += t0[q * wsize + m * d.Og + i];
+      } else {
+        for (int64_t i = 0; i < no; ++i) v[i] = t0[m * d.Og + i];
+        for (int64_t q = 1; q < Q; ++q)
+          for (int64_t i = 0; i < no; ++i) v[i] += t0[q * wsize + m * d.Og + i];
+      }
+      for (int64_t i = 0; i < no; ++i) dwg[i * d.Kd + p] = v[i];
+    }
+  }
+}
+
+/*
  * Direct stride-1 kernels for convolutions with a short unrolled window (Kd = C/groups*KH*KW
  * <= 32, e.g. a network's first 1- or 3-channel layer): a GEMM with K = Kd is bound by writing C,
  * so these compute each output row straight from the padded image (one multiply-add pass per
@@ -786,6 +950,7 @@ inline size_t conv2d_scratch_bytes(const Conv2dShape& s, ConvPass pass) {
     f = wide_forward_floats(grad_input_as_forward(s), true);
   } else if (pass == CONV_GRAD_WEIGHT && wide_ok(s)) {
     f = wide_grad_weight_floats(s);
+    if (wide_dw_t_ok(s)) f = std::max(f, wide_dw_t_floats(s));
   } else if (pass == CONV_FORWARD) {
     f = packed_a_all_floats(d.Og, d.Kd) + align16(std::min(KC, d.Kd) * round_up(std::min(CONV_NC, d.P), NR));
   } else if (pass == CONV_GRAD_INPUT) {
@@ -976,12 +1141,21 @@ inline int64_t conv2d_grad_weight_chunks(const Conv2dShape& s) {
   return q;
 }
 
+namespace detail {
+/** the grad-weight runs as transposed batch chunks (wide_dw_t_block) */
+inline bool dw_t_chunks(const Conv2dShape& s) {
+  return !wino_grad_weight_ok(s) && conv2d_grad_weight_chunks(s) > 1 && wide_dw_t_ok(s);
+}
+}  // namespace detail
+
 /** bytes of the block shared by all parts of a grad-weight call (0 when conv2d_grad_weight_chunks(s) == 1) */
 inline size_t conv2d_grad_weight_shared_bytes(const Conv2dShape& s) {
   const int64_t Q = conv2d_grad_weight_chunks(s);
   if (detail::wino_grad_weight_ok(s))
     return (size_t)(Q * detail::wino_dw_chunk_floats(s.C, s.O)) * sizeof(float);
-  return Q > 1 ? (size_t)((Q - 1) * s.O * detail::conv_dims(s).Kd) * sizeof(float) : 0;
+  if (Q <= 1) return 0;
+  // the transposed chunks (detail::wide_dw_t_ok) all go there, chunk 0 too; otherwise chunk 0 goes to dw
+  return (size_t)((detail::dw_t_chunks(s) ? Q : Q - 1) * s.O * detail::conv_dims(s).Kd) * sizeof(float);
 }
 
 /** phases of a grad-weight call: run every part of phase 0, then every part of phase 1 (if 2) */
@@ -1011,6 +1185,20 @@ inline void conv2d_grad_weight_part(const Conv2dShape& s, const float* dy, const
     } else {
       detail::share(s.O * s.C, part, nparts, b, e);
       detail::wino_dw_finish(shared, Q, s.C, s.O, b, e, dw);
+    }
+    return;
+  }
+  if (detail::dw_t_chunks(s)) {
+    // phase 0: chunk q's dW^T at shared + q * wsize; phase 1: their sum in order, transposed into dw, per 16 o's
+    const detail::ConvDims d = detail::conv_dims(s);
+    const int64_t wsize = s.O * d.Kd;
+    int64_t b, e;
+    if (phase == 0) {
+      detail::share(Q, part, nparts, b, e);
+      for (int64_t q = b; q < e; ++q) detail::wide_dw_t_chunk(s, dy, x, shared + q * wsize, q, Q, scratch);
+    } else {
+      detail::share(s.groups * ((d.Og + 15) / 16), part, nparts, b, e);
+      detail::wide_dw_t_finish(s, shared, Q, b, e, dw);
     }
     return;
   }
