@@ -4,7 +4,8 @@
 //    the kernel file's split helper, compiled by nvcc for the host, gives the same bits as the emulation
 //    (tf32Split) for random bit patterns, subnormals, values near FLT_MAX, inf and NaN;
 //  - the layout: the generated split kernels (their bodies, compiled by nvcc for the host and run on the
-//    CPU) write the operands that the rewritten call description (k tripled) multiplies, in float64 by
+//    CPU) write the operands, both K-major (K-outer ones transposed), that the rewritten call description
+//    (k tripled) multiplies, in float64 by
 //    the column-major interpreter, into the node's product (linear + bias, every matmul transpose, strided
 //    and shared batches, the folded batch) at odd sizes;
 //  - the accuracy: the split arithmetic with IEEE fp32 accumulation (tensor-core products of TF32 values
@@ -138,9 +139,10 @@ describe('the split kernels, the rewritten call and the K chunks\' sum compute t
     }
   }
 
-  it.skipIf(!NV)('generated split kernels (run on the CPU through nvcc) + the call description (float64 interpreter) + the chunks\' sum kernel = the product within 2^-20', () => {
+  // K-major (default: K-outer operands transposed by their split) and stacked (MPSC_CUDA_TF32X3_KMAJOR=0, the A/B switch)
+  it.skipIf(!NV).each(['1', '0'])('generated split kernels (run on the CPU through nvcc) + the call description (float64 interpreter) + the chunks\' sum kernel = the product within 2^-20 (MPSC_CUDA_TF32X3_KMAJOR=%s)', (kMajor) => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-tf32x3-'));
-    const lowered = cases.map((c) => lower(c.op, c.shapes, c.attrs));
+    const lowered = withEnv('MPSC_CUDA_TF32X3_KMAJOR', kMajor, () => cases.map((c) => lower(c.op, c.shapes, c.attrs)));
     let src = `#include <cuda_runtime.h>\n#include <cstdio>\n#include <cstring>\n#include <vector>\ntypedef unsigned int uint;\n${tf32SplitHelper()}\n`;
     lowered.forEach((r, i) => {
       const { before, after } = splitOf(r);
@@ -163,6 +165,8 @@ describe('the split kernels, the rewritten call and the K chunks\' sum compute t
     let chunked = 0;
     cases.forEach((c, i) => {
       const { lib, after } = splitOf(lowered[i]);
+      // K-major: both split operands K-major (a K-outer operand transposed by its split kernel), cuBLASLt's A^T B
+      if (kMajor === '1') expect([lib.transA, lib.transB], c.what).toEqual([true, false]);
       const na = c.shapes[0].reduce((x, y) => x * y, 1), nb = c.shapes[1].reduce((x, y) => x * y, 1);
       const a = Float32Array.from(data(na, 3 + i)), b = Float32Array.from(data(nb, 40 + i));
       fs.writeFileSync(f('a.bin'), Buffer.from(a.buffer));

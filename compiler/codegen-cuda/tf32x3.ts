@@ -24,11 +24,14 @@
  * 0x7fffe000 (an exact TF32 NaN); a value whose rounding would overflow to inf keeps its truncation.
  * This is NOT plain TF32 (issue 14 rules that out for matmuls): the products keep ~22 bits of each operand.
  *
- * Layout. The split kernel of an operand reads its IR value (element i) and writes hi / lo into
- * three consecutive blocks of `block` elements: out[(i / block) * 3 block + j block + i % block],
- * j = 0, 1, 2. `block` is K when K is the operand's contiguous dim (then each row of K becomes a row
- * of 3K), or the whole matrix when K is its outer dim (then the matrix becomes three stacked
- * matrices); the call's leading dims / rows / cols / batch strides follow (tf32x3Layout).
+ * Layout. Both split operands are K-major: each row of K becomes a row of 3K, three consecutive blocks
+ * of K elements (hi / lo in the pattern below). An operand whose K is its contiguous dim is split in
+ * place, out[(i / K) * 3K + j K + i % K], j = 0, 1, 2; one whose K is its outer dim (a linear's weight
+ * in the input gradient dY W) is transposed by its split kernel (each thread writes one element of the
+ * K-major result, so the stores are coalesced): Hopper's TF32 tensor cores take K-major operands, and
+ * with the earlier stacked K-outer layout cuBLASLt ran gpt_char's input gradients 10-20% slower than
+ * the same shapes' forward products (bench/NOTES.md v30). The call's leading dims / rows / cols /
+ * batch strides follow (tf32x3Layout): cuBLASLt's A always transposed, its B never.
  *
  * The rule (MPSC_CUDA_TF32X3: 1 the rule, default; 0 never; all every fp32 cuBLASLt call, for checks):
  * a cost model in H200 figures, split when the predicted 3xTF32 time is at most 0.85 of the fp32
@@ -137,11 +140,6 @@ export function tf32x3Rule(gemm: Pick<LibraryGemm, 'm' | 'n' | 'k' | 'batch'>, o
   return { take, why: `predicted ${us(t3)} as 3xTF32 (split included) vs ${us(t1)} fp32${take ? '' : `: not below ${M.take} of it`}` };
 }
 
-/** element-blocks of the split of an operand stored rows x cols column-major (ld = rows) whose K is its `kInner` (rows) or outer (cols) dim */
-function blockOf(rows: number, cols: number, kInner: boolean): number {
-  return kInner ? rows : rows * cols;
-}
-
 /** K chunks of a call over 3K: the fewest, at most TF32X3_MODEL.chunk long each, that divide 3K (1 for a strided batch) */
 export function chunksOf(k3: number, batch: number): number {
   if (batch > 1) return 1;
@@ -151,32 +149,52 @@ export function chunksOf(k3: number, batch: number): number {
 }
 
 /**
- * The call over split operands: k tripled; an operand whose K is its contiguous dim gets 3x rows and
- * leading dim, one whose K is the outer dim 3x cols; nonzero batch strides triple. With S > 1 K chunks
- * (chunksOf) the call is S strided products of k = 3K / S each (the chunk offsets along K are the batch
- * strides; D: S partial products, summed in fp32 by the reduce kernel, which also adds the bias: the
- * call's epilogue is then the default). Also each operand's split block (elements). Only for packed
- * operands (ld = rows), which cublaslt.ts always describes.
+ * How the split kernel of one operand writes it: `k` the product's K; each row of K becomes a row of 3K (blocks of k
+ * elements). `t` for an operand whose K is its outer dim (stored `rows` x K column-major, `mat` elements a matrix):
+ * the split is written transposed, K-major, so that both of the call's operands are K-major (the layout Hopper's TF32
+ * tensor-core kernels take; bench/NOTES.md v30). `stacked` (MPSC_CUDA_TF32X3_KMAJOR=0, the layout before v30): a
+ * K-outer operand's matrix of `stacked` elements becomes three stacked matrices, not transposed.
  */
-export function tf32x3Layout(L: LibraryGemm): { gemm: LibraryGemm; blockA: number; blockB: number; chunks: number } {
+export interface SplitSide { k: number; t?: { rows: number; mat: number }; stacked?: number }
+
+/** $MPSC_CUDA_TF32X3_KMAJOR (build time, default 1): K-outer operands transposed to K-major by their split (0: stacked, as before v30; A/B) */
+export function tf32x3KMajor(): boolean {
+  return envFlag('MPSC_CUDA_TF32X3_KMAJOR', true);
+}
+
+/**
+ * The call over split operands: k tripled. K-major (default): an operand whose K is its outer dim is transposed by
+ * its split kernel (SplitSide), so cuBLASLt's A is always op = transposed (stored K x m) and its B not (stored K x n),
+ * each with rows and leading dim 3K; stacked (MPSC_CUDA_TF32X3_KMAJOR=0): a K-outer operand keeps its transpose flag
+ * and gets 3x cols. Nonzero batch strides triple. With S > 1 K chunks (chunksOf) the call is S strided products of
+ * k = 3K / S each (the chunk offsets along K are the batch strides: the next k rows of a K-major operand, the next k
+ * columns of a stacked one; D: S partial products, summed in fp32 by the reduce kernel, which also adds the bias: the
+ * call's epilogue is then the default). Only for packed operands (ld = rows), which cublaslt.ts always describes.
+ */
+export function tf32x3Layout(L: LibraryGemm, kMajor = tf32x3KMajor()): { gemm: LibraryGemm; a: SplitSide; b: SplitSide; chunks: number } {
   if (L.lda !== L.rowsA || L.ldb !== L.rowsB) throw new Error('internal: 3xTF32 split of a strided (unpacked) operand');
-  // cuBLASLt's A is m x k after op: stored k x m (K inner) when transposed, else m x k (K outer)
-  const aKInner = L.transA, bKInner = !L.transB;
-  const blockA = blockOf(L.rowsA, L.colsA, aKInner), blockB = blockOf(L.rowsB, L.colsB, bKInner);
-  const S = chunksOf(3 * L.k, L.batch), k = (3 * L.k) / S;
+  // cuBLASLt's A is m x k after op: stored k x m (K inner) when transposed, else m x k (K outer); its B k x n after op
+  const aKInner = L.transA || kMajor, bKInner = !L.transB || kMajor;
+  const K = L.k;
+  // cuBLASLt's A is our b, its B our a
+  const side = (kInner: boolean, rows: number, cols: number): SplitSide =>
+    kInner ? { k: K } : kMajor ? { k: K, t: { rows, mat: rows * cols } } : { k: K, stacked: rows * cols };
+  const b = side(L.transA, L.rowsA, L.colsA), a = side(!L.transB, L.rowsB, L.colsB);
+  const S = chunksOf(3 * K, L.batch), k = (3 * K) / S;
+  // K-major: A transposed (K x m), B not (K x n)
+  const T: LibraryGemm = kMajor ? { ...L, transA: true, rowsA: K, colsA: L.m, lda: K, transB: false, rowsB: K, colsB: L.n, ldb: K } : L;
   const gemm: LibraryGemm = S === 1 ? {
-    ...L, k,
-    ...(aKInner ? { rowsA: 3 * L.rowsA, lda: 3 * L.lda } : { colsA: 3 * L.colsA }),
-    ...(bKInner ? { rowsB: 3 * L.rowsB, ldb: 3 * L.ldb } : { colsB: 3 * L.colsB }),
+    ...T, k,
+    ...(aKInner ? { rowsA: 3 * K, lda: 3 * K } : { colsA: 3 * K }),
+    ...(bKInner ? { rowsB: 3 * K, ldb: 3 * K } : { colsB: 3 * K }),
     strideA: 3 * L.strideA, strideB: 3 * L.strideB,
   } : {
-    ...L, k, batch: S, epilogue: 'default', argBias: undefined,
-    // chunk c starts k * c along K: the next rows of a K-inner operand (same leading dim 3K), the next columns of a K-outer one
-    ...(aKInner ? { rowsA: k, lda: 3 * L.lda, strideA: k } : { colsA: k, strideA: k * L.rowsA }),
-    ...(bKInner ? { rowsB: k, ldb: 3 * L.ldb, strideB: k } : { colsB: k, strideB: k * L.rowsB }),
+    ...T, k, batch: S, epilogue: 'default', argBias: undefined,
+    ...(aKInner ? { rowsA: k, lda: 3 * K, strideA: k } : { colsA: k, strideA: k * L.rowsA }),
+    ...(bKInner ? { rowsB: k, ldb: 3 * K, strideB: k } : { colsB: k, strideB: k * L.rowsB }),
     strideD: L.m * L.n,
   };
-  return { gemm, blockA, blockB, chunks: S };
+  return { gemm, a, b, chunks: S };
 }
 
 /** hi / lo in the three blocks: our a (cuBLASLt's B) [hi, hi, lo], our b (cuBLASLt's A) [hi, lo, hi] */
@@ -188,24 +206,37 @@ export const SPLIT_PATTERN = { a: ['hi', 'hi', 'lo'], b: ['hi', 'lo', 'hi'] } as
  * order (+ the bias of the output's last dim). The call's scratch offsets; null when the split operands
  * do not fit 32-bit element indices.
  */
-export function splitKernels(ctx: LowerCtx, g: Graph, n: Node, ops: { a: number; b: number; y: number; bias?: number }, lay: { blockA: number; blockB: number; chunks: number }, outElems: number): { kernels: KernelSpec[]; split: Tf32x3Split } | null {
-  // our a is cuBLASLt's B (block blockB), our b is cuBLASLt's A (block blockA)
+export function splitKernels(ctx: LowerCtx, g: Graph, n: Node, ops: { a: number; b: number; y: number; bias?: number }, lay: { a: SplitSide; b: SplitSide; chunks: number }, outElems: number): { kernels: KernelSpec[]; split: Tf32x3Split } | null {
   const ea = numel(shapeOf(g, ops.a)), eb = numel(shapeOf(g, ops.b));
   const S = lay.chunks;
   const offB = 0, offA = alignUp(3 * ea * 4), offD = alignUp(offA + 3 * eb * 4), bytes = S > 1 ? offD + S * outElems * 4 : offA + 3 * eb * 4;
   if (bytes / 4 >= 2 ** 32) return null;
   const d = ctx.d;
-  const kernel = (value: number, count: number, block: number, off: number, role: 'a' | 'b'): KernelSpec => {
+  const kernel = (value: number, count: number, side: SplitSide, off: number, role: 'a' | 'b'): KernelSpec => {
     const [p0, p1, p2] = SPLIT_PATTERN[role];
-    const o = off / 4;
-    const base = block === count ? `${o > 0 ? `${d.u(o)} + ` : ''}i` : `${o > 0 ? `${d.u(o)} + ` : ''}(i / ${d.u(block)}) * ${d.u(3 * block)} + i % ${d.u(block)}`;
-    const body = `  float hi, lo;\n  mpsc_tf32_split(x[i], hi, lo);\n  const uint o = ${base};\n` +
-      `  mpsc_scratch[o] = ${p0};\n  mpsc_scratch[o + ${d.u(block)}] = ${p1};\n  mpsc_scratch[o + ${d.u(2 * block)}] = ${p2};\n`;
-    const k = elementwise(ctx, g, n, [argOf(g, 'x', value, 'r')], count, body, ` [3xTF32 split of operand ${role}: ${p0} | ${p1} | ${p2} in blocks of ${block}]`);
+    const o = off / 4, K = side.k, at = o > 0 ? `${d.u(o)} + ` : '';
+    let body: string;
+    if (side.t) {
+      // K-outer: thread i writes element i of the K-major split (coalesced stores); matrix g, row r of K, k = c
+      const { rows, mat } = side.t;
+      const g0 = count > mat;
+      body = `${g0 ? `  const uint g = i / ${d.u(mat)}, t = i % ${d.u(mat)};\n` : '  const uint t = i;\n'}` +
+        `  const uint r = t / ${d.u(K)}, c = t % ${d.u(K)};\n` +
+        `  float hi, lo;\n  mpsc_tf32_split(x[${g0 ? `g * ${d.u(mat)} + ` : ''}c * ${d.u(rows)} + r], hi, lo);\n` +
+        `  const uint o = ${at}${g0 ? `g * ${d.u(3 * mat)} + ` : ''}r * ${d.u(3 * K)} + c;\n`;
+    } else {
+      // in place: blocks of K along each row of K, or (stacked) of the whole matrix
+      const B = side.stacked ?? K;
+      body = `  float hi, lo;\n  mpsc_tf32_split(x[i], hi, lo);\n  const uint o = ${B === count ? `${at}i` : `${at}(i / ${d.u(B)}) * ${d.u(3 * B)} + i % ${d.u(B)}`};\n`;
+    }
+    const B = side.stacked ?? K;
+    body += `  mpsc_scratch[o] = ${p0};\n  mpsc_scratch[o + ${d.u(B)}] = ${p1};\n  mpsc_scratch[o + ${d.u(2 * B)}] = ${p2};\n`;
+    const k = elementwise(ctx, g, n, [argOf(g, 'x', value, 'r')], count, body, ` [3xTF32 split of operand ${role}${side.t ? ', transposed to K-major' : ''}: ${p0} | ${p1} | ${p2} in blocks of ${B}]`);
     return { ...k, scratch: bytes, libraryPart: 'before' };
   };
   ctx.helpers.add('tf32split');
-  const kernels = [kernel(ops.a, ea, lay.blockB, offB, 'a'), kernel(ops.b, eb, lay.blockA, offA, 'b')];
+  // our a is cuBLASLt's B, our b is cuBLASLt's A
+  const kernels = [kernel(ops.a, ea, lay.a, offB, 'a'), kernel(ops.b, eb, lay.b, offA, 'b')];
   if (S > 1) {
     const o = offD / 4;
     const biasLen = ops.bias !== undefined ? numel(shapeOf(g, ops.bias)) : 0;
