@@ -214,7 +214,8 @@ export function splitKernels(ctx: LowerCtx, g: Graph, n: Node, ops: { a: number;
   const d = ctx.d;
   const kernel = (value: number, count: number, side: SplitSide, off: number, role: 'a' | 'b'): KernelSpec => {
     const [p0, p1, p2] = SPLIT_PATTERN[role];
-    const o = off / 4, K = side.k, at = o > 0 ? `${d.u(o)} + ` : '';
+    // B: the block length (K; a stacked operand's whole matrix)
+    const o = off / 4, K = side.k, B = side.stacked ?? K, at = o > 0 ? `${d.u(o)} + ` : '';
     let body: string;
     if (side.t) {
       // K-outer: thread i writes element i of the K-major split (coalesced stores); matrix g, row r of K, k = c
@@ -226,10 +227,8 @@ export function splitKernels(ctx: LowerCtx, g: Graph, n: Node, ops: { a: number;
         `  const uint o = ${at}${g0 ? `g * ${d.u(3 * mat)} + ` : ''}r * ${d.u(3 * K)} + c;\n`;
     } else {
       // in place: blocks of K along each row of K, or (stacked) of the whole matrix
-      const B = side.stacked ?? K;
       body = `  float hi, lo;\n  mpsc_tf32_split(x[i], hi, lo);\n  const uint o = ${B === count ? `${at}i` : `${at}(i / ${d.u(B)}) * ${d.u(3 * B)} + i % ${d.u(B)}`};\n`;
     }
-    const B = side.stacked ?? K;
     body += `  mpsc_scratch[o] = ${p0};\n  mpsc_scratch[o + ${d.u(B)}] = ${p1};\n  mpsc_scratch[o + ${d.u(2 * B)}] = ${p2};\n`;
     const k = elementwise(ctx, g, n, [argOf(g, 'x', value, 'r')], count, body, ` [3xTF32 split of operand ${role}${side.t ? ', transposed to K-major' : ''}: ${p0} | ${p1} | ${p2} in blocks of ${B}]`);
     return { ...k, scratch: bytes, libraryPart: 'before' };
