@@ -45,6 +45,8 @@
 #ifndef MPSC_FAST_CONV_H
 #define MPSC_FAST_CONV_H
 
+#include <type_traits>
+
 #include "sgemm.h"
 #include "winograd.h"
 
@@ -729,15 +731,14 @@ inline void wide_dw_t_finish(const Conv2dShape& s, const float* chunks, int64_t 
     for (int64_t m = 0; m < d.Kd; ++m) {
       const int64_t p = m % d.Cg * KK + m / d.Cg;
       float v[16];
-      if (no == 16) {
-        for (int64_t i = 0; i < 16; ++i) v[i] = t0[m * d.Og + i];
+      // the chunks of row m added in order; a full block as a constant trip count (one vector per chunk)
+      const auto sum = [&](auto cnt) {
+        for (int64_t i = 0; i < cnt; ++i) v[i] = t0[m * d.Og + i];
         for (int64_t q = 1; q < Q; ++q)
-          for (int64_t i = 0; i < 16; ++i) v[i] += t0[q * wsize + m * d.Og + i];
-      } else {
-        for (int64_t i = 0; i < no; ++i) v[i] = t0[m * d.Og + i];
-        for (int64_t q = 1; q < Q; ++q)
-          for (int64_t i = 0; i < no; ++i) v[i] += t0[q * wsize + m * d.Og + i];
-      }
+          for (int64_t i = 0; i < cnt; ++i) v[i] += t0[q * wsize + m * d.Og + i];
+      };
+      if (no == 16) sum(std::integral_constant<int64_t, 16>{});
+      else sum(no);
       for (int64_t i = 0; i < no; ++i) dwg[i * d.Kd + p] = v[i];
     }
   }
