@@ -25,7 +25,7 @@ import { numel } from '../compiler/ir/graph.js';
 import { makeRng, relError } from '../compiler/reference/fixtures.js';
 import { findNvcc } from '../runtime/cuda/session.js';
 import { cudaLongCases, gemmTileCases } from './cuda_cases.js';
-import { allOpCases, fusedCases } from './metal_cases.js';
+import { allOpCases, fusedCases, smallEpilogueCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 import { NVCC_SM90A } from './nvcc_target.js';
 import { withEnv } from './env_helpers.js';
@@ -54,7 +54,8 @@ function runOnEmulator(all: OpCase[], edit: (body: string) => string = (b) => b)
   const source = (k: KernelSpec, v: KernelVariant) => {
     if (seen.has(v.name)) return;
     seen.add(v.name);
-    lines.push(kernelSource(CUDA, k, { ...v, body: edit(v.body) }, ''));
+    // dynamic shared memory (past 48 KiB) as the emulator's static block-shared array of the same size
+    lines.push(kernelSource(CUDA, k, { ...v, body: edit(v.body) }, '').replace(/extern __shared__ __align__\(16\) float tg\[\];\s*\/\/ (\d+) bytes, dynamic/, (_, b) => `__shared__ __align__(16) float tg[${Number(b) / 4}];`));
   };
   const calls: string[] = [];
   all.forEach((c, i) => {
@@ -119,23 +120,46 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
     });
   }, 900_000);
 
-  it('with MPSC_CUDA_SMALL_FP32=ffma fp32 products run the FFMA kernel alone (4x4 per thread, float4 reads of both k-major stages), within 1e-5', () => withEnv('MPSC_CUDA_SMALL_FP32', 'ffma', () => {
+  it('with MPSC_CUDA_SMALL_FP32=ffma fp32 products run the cp.async-pipelined FFMA kernel alone (a 3-stage ring, 2 k-groups summed in order), within 1e-5', () => withEnv('MPSC_CUDA_SMALL_FP32', 'ffma', () => {
     const all = cases();
     const built = buildCuda(all.map((c) => c.program), 'gemm_emu_ffma', { merge: false, cublasLt: false });
     const firsts = built.lowered.map((lp) => lp.kernels[0]);
-    const fp32 = firsts.filter((k) => /fp32 FFMA/.test(k.label));
+    const fp32 = firsts.filter((k) => /fp32 FFMA \(cp\.async ring, 2 k-groups\)/.test(k.label));
     expect(fp32.length).toBeGreaterThan(10);
     for (const k of fp32) expect(k.mma).toBeUndefined();
-    // both load orders of each operand are reached (k-contiguous: 8 k x 4 rows per warp; row-contiguous)
-    const bodies = firsts.map((k) => k.body);
-    expect(bodies.some((b) => /As\[\(e % 8u \+ 8u \* \(e \/ 256u\)\) \* 36u/.test(b)) && bodies.some((b) => /As\[\(e \/ 32u\) \* 36u \+ e % 32u\]/.test(b))).toBe(true);
-    expect(bodies.some((b) => /Bs\[\(e % 8u \+ 8u \* \(e \/ 512u\)\) \* 68u/.test(b)) && bodies.some((b) => /Bs\[\(e \/ 64u\) \* 68u \+ e % 64u\]/.test(b))).toBe(true);
+    // both stagings of each operand (k-contiguous [rows][36], row-contiguous [32][rows + 4]), 16- and 4-byte copies, K splits
+    const bodies = fp32.map((k) => k.body);
+    expect(bodies.some((b) => /As\[m \* 36 \+ k\]/.test(b)) && bodies.some((b) => /As\[k \* 36 \+ m\]/.test(b))).toBe(true);
+    expect(bodies.some((b) => /Bs\[n \* 36 \+ k\]/.test(b)) && bodies.some((b) => /Bs\[k \* 68 \+ n\]/.test(b))).toBe(true);
+    expect(bodies.some((b) => /mpsc_cp_async16f/.test(b)) && bodies.some((b) => /mpsc_cp_async4\(/.test(b))).toBe(true);
+    expect(fp32.filter((k) => /split K: \d+ chunks/.test(k.label)).length).toBeGreaterThanOrEqual(2);
     const r = runOnEmulator(all);
     expect(r.filter((x) => !(x.fp32 < 1e-5 && x.mma < 1e-5))).toEqual([]);
-    // negative control: the row quads of A read one row off (4 tm + 1) fail every case
-    const off = runOnEmulator(all.slice(0, 4), (b) => b.replace('As + kk * 36u + 4u * tm', 'As + kk * 36u + 4u * tm + 1u'));
-    for (const x of off) expect(x.fp32, x.name).toBeGreaterThan(TOL);
+    // negative controls: the ring's next stage copied from the current step's k (stale tiles), and group 1's sums
+    // dropped, each fail
+    // (cases of more than two k steps, so that the ring's in-loop copies run)
+    const steps = (b: string) => Number(/const uint nk = \((\d+)u - 0u \+ 31u\) \/ 32u/.exec(b)?.[1] ?? 0);
+    const some = all.filter((_, i) => /cp\.async ring/.test(firsts[i].label) && steps(firsts[i].body) > 64);
+    expect(some.length).toBeGreaterThanOrEqual(2);
+    for (const x of runOnEmulator(some, (b) => b.replaceAll('nx * 32u', 'kt * 32u'))) expect(x.fp32, x.name).toBeGreaterThan(TOL);
+    for (const x of runOnEmulator(some, (b) => b.replace('cacc[i][j] += tg[', 'cacc[i][j] += 0.0f * tg['))) expect(x.fp32, x.name).toBeGreaterThan(TOL);
   }), 900_000);
+
+  it('fuse.ts rules 12, 13 (a unary gradient into the product writing its g; a unary into the product, the product kept) run in the pipelined kernel\'s store, within 1e-5', () => {
+    const all = smallEpilogueCases();
+    const built = buildCuda(all.map((c) => c.program), 'gemm_emu_small_epi', { merge: false, cublasLt: false });
+    const firsts = built.lowered.map((lp) => lp.kernels.find((k) => /matmul|linear/.test(k.label))!);
+    expect(firsts.every((k) => /fp32 FFMA \(cp\.async ring/.test(k.label))).toBe(true);
+    expect(firsts.filter((k) => /fused unary_grad/.test(k.label)).length).toBe(3);
+    expect(firsts.filter((k) => /and the product before it/.test(k.label)).length).toBe(2);
+    // the unary / the unary_grad has no kernel of its own (the kept product's gradient, a separate node, has one)
+    for (const lp of built.lowered) expect(lp.kernels.length).toBe(/keep/.test(lp.program.name) ? 2 : 1);
+    const r = runOnEmulator(all);
+    expect(r.filter((x) => !(x.fp32 < 1e-5 && x.mma < 1e-5))).toEqual([]);
+    // negative control: the kept product stored with the epilogue applied (z twice) fails the rule-13 cases
+    const keep = all.filter((c) => /keep/.test(String(c.program.name)));
+    for (const x of runOnEmulator(keep, (b) => b.replace(/ypre\[(.*)\] = acc/, 'ypre[$1] = 2.0f * acc'))) expect(x.fp32, x.name).toBeGreaterThan(TOL);
+  }, 900_000);
 
   it('MPSC_CUDA_SMALL_PRESPLIT=1 (each operand element split once, when staged, into hi / lo stages) matches too', () => {
     const saved = process.env.MPSC_CUDA_SMALL_PRESPLIT;

@@ -712,3 +712,60 @@ it("rules 9, 10 and MPSC_CUDA_FUSE_OFF=pool_bias / conv_bias / conv_pool on the 
   for (const [a, b] of losses) expect(b).toBe(a);
   for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
 });
+
+describe('rules 12, 13: a unary gradient into the small product writing its g (grad_fn); a unary into the small product before it, the product kept (pre_out)', () => {
+  const CAPS: FusionCaps = { smallEpilogues: { fns: ['gelu', 'tanh'], maxMacs: 1000 } };
+  /** x [4, 6] -> linear (w [5, 6]) -> y -> fn -> z; the backward: dz -> matmul (dz' [4, 5] . w2 [5, 5]) -> g -> unary_grad(g, y) */
+  function mlp(fn = 'gelu', opts: { gReaders?: number; macs?: number } = {}) {
+    const b = new GraphBuilder();
+    const x = b.value('x', 'f32', [4, 6], 'input'), w = b.value('w', 'f32', [5, 6], 'param'), w2 = b.value('w2', 'f32', [5, 5], 'param');
+    const [y] = b.emit('linear', [x, w], [{ name: 'y', shape: [4, 5] }]);
+    const [z] = b.emit('unary', [y], [{ name: 'z', shape: [4, 5] }], { fn });
+    const [dz] = b.emit('unary', [z], [{ name: 'dz', shape: [4, 5] }], { fn: 'neg' });
+    const [g] = b.emit('matmul', [dz, w2], [{ name: 'g', shape: [4, 5], kind: 'grad' }], { transA: false, transB: false });
+    const [dy] = b.emit('unary_grad', [g, y], [{ name: 'dy', shape: [4, 5], kind: 'grad' }], { fn });
+    const outs = [dy];
+    if (opts.gReaders) outs.push(b.emit('unary', [g], [{ name: 'extra', shape: [4, 5] }], { fn: 'neg' })[0]);
+    return program(b, [x], outs);
+  }
+
+  it('the gradient goes into the matmul (x last), the unary into the linear (y kept last); same values', () => {
+    const p = mlp();
+    const f = fused(p, CAPS);
+    expect(opsOf(f)).not.toContain('unary_grad');
+    const M = nodeOf(f, 'matmul'), L = nodeOf(f, 'linear');
+    expect(M.attrs.grad_fn).toBe('gelu');
+    expect(f.graph.values[M.inputs[M.inputs.length - 1]].name).toBe('y');
+    expect(L.attrs.epilogue).toBe('gelu');
+    expect(L.attrs.pre_out).toBe(true);
+    expect(L.outputs.map((id) => f.graph.values[id].name)).toEqual(['z', 'y']);
+    // the reference runs the fused nodes as the original ones in sequence: every value both graphs have, the same
+    expect(sameValues(p, f)).toBeGreaterThan(3);
+  });
+
+  it('not past maxMacs, for fns outside the caps, or when g has another reader; verify.ts checks grad_fn and pre_out', () => {
+    expect(opsOf(fused(mlp(), { smallEpilogues: { fns: ['gelu'], maxMacs: 99 } }))).toEqual(opsOf(mlp()));
+    expect(opsOf(fused(mlp('sigmoid'), CAPS))).toEqual(opsOf(mlp('sigmoid')));
+    expect(opsOf(fused(mlp('gelu', { gReaders: 1 }), CAPS))).toContain('unary_grad');
+    const bad = problemsAfter(fused(mlp(), CAPS));
+    expect(bad((p) => (nodeOf(p, 'linear').attrs.grad_fn = 'gelu'))).toMatch(/grad_fn is only a unary fn's name, on matmul/);
+    expect(bad((p) => delete nodeOf(p, 'linear').attrs.epilogue)).toMatch(/pre_out is only `true` with an epilogue, on linear, matmul/);
+    expect(bad((p) => (p.graph.values[nodeOf(p, 'linear').outputs[1]].shape = [5, 4]))).toMatch(/product before the epilogue is f32\[5,4\], expected f32\[4,5\]/);
+  });
+});
+
+it("rules 12, 13 and MPSC_CUDA_FUSE_OFF=small_epi on char_gpt's train step (every layer's gelu and its gradient): the reference gives the same loss and update bit for bit", async () => {
+  const { cudaFusions } = await import('../compiler/codegen-cuda/fusions.js');
+  const { checkFile } = await import('../compiler/check/index.js');
+  const model = checkFile(new URL('../specs/char_gpt.model', import.meta.url).pathname);
+  const unfused = buildPrograms(model, { batch: 2 }).train_step;
+  const f = fused(unfused, cudaFusions([]));
+  const count = (p: Program) => [p.graph.nodes.filter((n) => n.attrs.grad_fn === 'gelu').length, p.graph.nodes.filter((n) => n.attrs.pre_out === true).length];
+  const layers = unfused.graph.nodes.filter((n) => n.op === 'unary' && n.attrs.fn === 'gelu').length;
+  expect(layers).toBeGreaterThan(1);
+  expect(count(f)).toEqual([layers, layers]);
+  expect(count(fused(unfused, cudaFusions(['small_epi'])))).toEqual([0, 0]);
+  const { losses, stores } = runTwin(model.params, unfused, f, 3, 2);
+  for (const [a, b] of losses) expect(b).toBe(a);
+  for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
+});

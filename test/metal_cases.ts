@@ -269,6 +269,49 @@ export function fusedCases(): OpCase[] {
 }
 
 /**
+ * Unary gradients and unaries-with-the-product-kept that the CUDA backend folds into small products (fuse.ts rules 12,
+ * 13: gemm_cuda.ts's small-tile kernel applies them in its store); other backends run the nodes as they are.
+ */
+export function smallEpilogueCases(): OpCase[] {
+  const rng = makeRng(79);
+  const out: OpCase[] = [];
+  const make = (name: string, build: (b: GraphBuilder, input: (shape: number[]) => number) => number[]) => {
+    const b = new GraphBuilder();
+    const data = new Map<number, Float64Array>();
+    let k = 0;
+    const input = (shape: number[]) => {
+      const id = b.value(`${name}.in${k++}`, 'f32', shape, 'input');
+      data.set(id, Float64Array.from(randomTensor(shape, rng), (v) => Math.fround(v)));
+      return id;
+    };
+    const check = build(b, input);
+    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+    out.push({ program, data, check });
+  };
+  // rule 13: linear -> gelu with the pre-activation read again (by its gradient): z and the gradient both checked
+  const keep = (name: string, rows: number, K: number, N: number, fn: string) => make(name, (b, input) => {
+    const x = input([rows, K]), w = input([N, K]), bias = input([N]), dz = input([rows, N]);
+    const [y] = b.emit('linear', [x, w, bias], [{ name: `${name}.y`, shape: [rows, N] }]);
+    const [z] = b.emit('unary', [y], [{ name: `${name}.z`, shape: [rows, N] }], { fn });
+    const [dy] = b.emit('unary_grad', [dz, y], [{ name: `${name}.dy`, shape: [rows, N] }], { fn });
+    return [z, dy];
+  });
+  keep('fuse_linear_gelu_keep', 70, 40, 300, 'gelu');
+  keep('fuse_linear_tanh_keep', 33, 65, 37, 'tanh');
+  // rule 12: a matmul's output read only by a unary gradient (its x another input)
+  const grad = (name: string, as: number[], bs: number[], ys: number[], attrs: Record<string, boolean>, fn: string) => make(name, (b, input) => {
+    const a = input(as), m = input(bs), x = input(ys);
+    const [g] = b.emit('matmul', [a, m], [{ name: `${name}.g`, shape: ys }], attrs);
+    const [dx] = b.emit('unary_grad', [g, x], [{ name: `${name}.dx`, shape: ys }], { fn });
+    return [dx];
+  });
+  grad('fuse_matmul_gelu_grad', [70, 40], [40, 300], [70, 300], { transA: false, transB: false }, 'gelu');
+  grad('fuse_matmul_silu_grad_batched', [3, 21, 65], [65, 130], [3, 21, 130], { transA: false, transB: false }, 'silu');
+  grad('fuse_matmul_tanh_grad_tb', [45, 96], [50, 96], [45, 50], { transA: false, transB: true }, 'tanh');
+  return out;
+}
+
+/**
  * Relu-grads the CUDA backend folds into the gradient before them (fuse.ts rule 2: conv2d_grad_input's store,
  * the global-avgpool gradient, the 2x2 max-pool gradient over the relu's output); other backends run two kernels.
  */

@@ -116,6 +116,12 @@ type Plan = { gemm: Omit<LibraryGemm, 'argA' | 'argB' | 'argD' | 'argBias' | 'wh
 
 function planOf(ctx: LowerCtx, g: Graph, n: Node, epilogue: Node | undefined): Plan {
   const ins = n.inputs;
+  // fuse.ts rules 12 / 13 (small products only): the generated store applies them, where a call would need the extra kernel
+  if (n.attrs.grad_fn !== undefined || n.attrs.pre_out === true) {
+    const gm = gemmParts(ctx, g, n)?.gm;
+    const why = n.attrs.grad_fn !== undefined ? `the ${String(n.attrs.grad_fn)} gradient fused into its store` : `${String(n.attrs.epilogue)} fused into its store beside the product`;
+    return { reason: `a small product with ${why} (fuse.ts rules 12, 13): gemm_cuda.ts's kernel applies it, a call would need the unfused kernel after it`, shape: gm ? `${gm.M} x ${gm.N} x ${gm.K}${gm.G > 1 ? ` x ${gm.G} batches` : ''}` : '' };
+  }
   const out = epilogue ? epilogue.outputs[0] : n.outputs[0];
   const dType = libType(g, out);
   if (n.op === 'linear') {

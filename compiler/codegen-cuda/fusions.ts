@@ -30,15 +30,26 @@
  * into the conv2d_grad_input writing the gradient it sums (rule 9 too; conv_cuda.ts: each row tile's column sums in the store).
  * And a global_avgpool into the conv2d whose output it reads (fuse.ts rule 10: `pool_out`; conv_cuda.ts: per-tile column
  * sums in the conv's store, then a fixed-order sum of the tiles; no second read of the conv output).
- * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,pool_bias,conv_bias,conv_pool switches any
+ * And on small products (gemm_cuda.ts SMALL_MAX_MACS; fuse.ts rules 12, 13; not relu): a unary gradient into the product writing
+ * its g (gpt_tiny's gelu gradient into the fc2 input gradient) and a unary into the product before it with the product kept
+ * (its gelu into the fc linear, whose pre-activation the gradient reads): those products run gemm_cuda.ts's small-tile FFMA
+ * kernel, which applies them in its store, instead of a cuBLASLt call and the unfused kernel (cublaslt.ts).
+ * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,pool_bias,conv_bias,conv_pool,small_epi switches any
  * of these off (A/B runs; remat_unary: no gelu copies, so only the layernorms' from 12 GiB; remat_ln: never layernorm copies).
  */
 import { UserError } from '../errors.js';
-import { EPILOGUE_OPS, type FusionCaps } from '../ir/fuse.js';
+import { EPILOGUE_OPS, GRAD_FROM_OUTPUT, type FusionCaps } from '../ir/fuse.js';
+import { SMALL_MAX_MACS } from './gemm_cuda.js';
 import { UNARY_FNS } from '../ir/scalar_fns.js';
 import { REMAT_OPS } from '../ir/remat.js';
 import { HALF_IO_OPS } from '../kernels/registry.js';
 import { WARP_D } from './layernorm_cuda.js';
+
+/**
+ * fuse.ts rules 12, 13 on small products (at most gemm_cuda.ts's SMALL_MAX_MACS multiply-adds, where its small-tile kernel
+ * runs them): every unary fn but relu, whose gradient rule 1 already reads from the fused output
+ */
+const SMALL_EPILOGUE_FNS = UNARY_FNS.filter((f) => !GRAD_FROM_OUTPUT.includes(f));
 
 /** remat only for a program planned at this peak (bytes) or more without it */
 export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
@@ -47,10 +58,10 @@ export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
 const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 /** the fusions $MPSC_CUDA_FUSE_OFF may switch off (a comma-separated list, for A/B runs; runtime/cuda/session.ts keys builds on it) */
-export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'ln_half', 'bias_grad', 'pool_bias', 'conv_bias', 'conv_pool'] as const;
+export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'ln_half', 'bias_grad', 'pool_bias', 'conv_bias', 'conv_pool', 'small_epi'] as const;
 export type CudaFuseSwitch = (typeof CUDA_FUSE_SWITCHES)[number];
 
-/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7 and 11), bias_sum (rule 7), ln_half (rule 11), bias_grad (rule 8), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10) */
+/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7 and 11), bias_sum (rule 7), ln_half (rule 11), bias_grad (rule 8), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10), small_epi (rules 12, 13) */
 export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE_OFF): CudaFuseSwitch[] {
   const names = (env ?? '').split(',').map((x) => x.trim()).filter(Boolean);
   for (const x of names) {
@@ -88,5 +99,6 @@ export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): Fus
     ...(off.includes('pool_bias') ? {} : { poolGradBiasSum: true }),
     ...(off.includes('conv_bias') ? {} : { convGradBiasSum: true }),
     ...(off.includes('conv_pool') ? {} : { convPool: true }),
+    ...(off.includes('small_epi') ? {} : { smallEpilogues: { fns: SMALL_EPILOGUE_FNS, maxMacs: SMALL_MAX_MACS } }),
   };
 }

@@ -26,8 +26,9 @@
  * reuse splitK with their own tiles and splitReduceKernel); this file's kernels take the rest.
  */
 import { isHalf, type Graph, type Node } from '../ir/graph.js';
+import { matmulNodeDims } from '../ir/shapes.js';
 import type { KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
-import { ceilDiv, label, shapeOf } from '../kernels/common.js';
+import { ceilDiv, label, numel, shapeOf } from '../kernels/common.js';
 import { gemmParts, type GemmParts } from '../kernels/gemm.js';
 import { lowerConvCuda } from './conv_cuda.js';
 import { envChoice, envFlag } from '../env_switch.js';
@@ -368,6 +369,125 @@ function smallFfmaBody(v: View, sp: Split | null): string {
 /** shared bytes of the FFMA small kernel */
 const ffmaTgmem = () => SBK * (ffmaLd(SBM) + ffmaLd(SBN)) * 4;
 
+/**
+ * The pipelined FFMA small kernel (fp32 operands; MPSC_CUDA_SMALL_FP32=ffma): the operands are copied raw, global to
+ * shared, by cp.async into a PIPE_STAGES ring of BK = 32 steps (no register staging, no transposing stores), each in its
+ * global order: k-contiguous as [rows][BK + 4], row-contiguous as [BK][rows + 4]. A block of PIPE_KS k-groups of
+ * (PIPE_BM / 4) x (PIPE_BN / 4) threads computes a PIPE_BM x PIPE_BN tile, each thread a 4x4 register block; group q takes k
+ * steps [q BK / KS, (q + 1) BK / KS) of every stage (more warps per SM to hide the latencies of a one-wave grid), the
+ * groups' sums added through shared memory at the end in group order (fixed: the same bits every run). Each 4-k step
+ * reads 8 float4 for 64 FFMA, conflict-free: a k-contiguous operand's rows are strided by the thread grid (row t + 8 i
+ * or n + 16 j: quarter-warps read rows 36 words apart, distinct bank quads), a row-contiguous one's are 4 t + i
+ * (consecutive float4). bench/small_ffma.cu measured the tile shapes (bench/NOTES.md v31).
+ */
+const PIPE_STAGES = 3;
+/** a pipelined kernel's tile: bm x bn outputs per block, ks k-groups of (bm / 4) x (bn / 4) threads */
+interface PipeTile { bm: number; bn: number; ks: number }
+/**
+ * the tile by output width (bench/small_ffma.cu at gpt_tiny's shapes, H100, R = 40 launches per graph): N >= 256
+ * (2048 x 512 x 128: 64x64, one k-group, 11.8 / 11.5 us against 12.7-16.4 for the 32-row tiles), else 32x64 in two
+ * k-groups (2048 x 128 x K: within 0.3 us of the best variant at every K)
+ */
+const pipeTile = (N: number): PipeTile => (N >= 256 ? { bm: 64, bn: 64, ks: 1 } : { bm: 32, bn: 64, ks: 2 });
+/** one fp32 operand as the pipelined kernel copies it: buffer, batch offset (`ao + ` or ''), leading dimension, k-contiguous, 16-byte copies */
+interface RawOperand { buf: string; off: string; ld: number; kc: boolean; vec: boolean }
+const pipeLd = (rows: number, kc: boolean) => (kc ? SBK + 4 : rows + 4);
+const pipeStage = (rows: number, kc: boolean) => (kc ? rows * (SBK + 4) : SBK * (rows + 4));
+/** shared bytes of the pipelined kernel: the stage ring (the k-groups' partial sums reuse it) */
+const pipeTgmem = (t: PipeTile, a: RawOperand, b: RawOperand) => PIPE_STAGES * (pipeStage(t.bm, a.kc) + pipeStage(t.bn, b.kc)) * 4;
+
+/** the raw operands of a linear / matmul with fp32 inputs (null otherwise: the register-staged kernel takes 16-bit ones) */
+function rawOperands(g: Graph, n: Node): { a: RawOperand; b: RawOperand } | null {
+  if (g.values[n.inputs[0]].dtype !== 'f32' || g.values[n.inputs[1]].dtype !== 'f32') return null;
+  const vec = (ld: number, batchStride: number) => ld % 4 === 0 && batchStride % 4 === 0;
+  if (n.op === 'linear') {
+    const xs = shapeOf(g, n.inputs[0]), K = xs[xs.length - 1];
+    return { a: { buf: 'x', off: '', ld: K, kc: true, vec: vec(K, 0) }, b: { buf: 'w', off: '', ld: K, kc: true, vec: vec(K, 0) } };
+  }
+  if (n.op !== 'matmul') return null;
+  const { ta, tb, batch, M, N, K } = matmulNodeDims(n.id, n.attrs, shapeOf(g, n.inputs[0]), shapeOf(g, n.inputs[1]));
+  const batched = numel(batch) > 1;
+  const lda = ta ? M : K, ldb = tb ? K : N;
+  return {
+    a: { buf: 'a', off: batched ? 'ao + ' : '', ld: lda, kc: !ta, vec: vec(lda, M * K) },
+    b: { buf: 'b', off: batched ? 'bo + ' : '', ld: ldb, kc: tb, vec: vec(ldb, K * N) },
+  };
+}
+
+/**
+ * one operand's copies of the stage at k0 into `dst` (rows r0 .., `bound` rows; k below `klim`): element (row, k) of a
+ * k-contiguous operand at buf[off + row ld + k], of a row-contiguous one at buf[off + k ld + row]; 16-byte copies of 4
+ * consecutive elements (vec: the contiguous extent and the batch offsets multiples of 4, so a quad is all in or all
+ * out), else 4-byte ones; out-of-range elements zero-filled
+ */
+function pipeCopy(o: RawOperand, rows: number, dst: string, r0: string, bound: string, k0: string, klim: string, threads: number): string {
+  const ld = pipeLd(rows, o.kc);
+  const [outer, inner] = o.kc ? [rows, SBK] : [SBK, rows];
+  const q = o.vec ? 4 : 1, per = inner / q, total = outer * per;
+  const [row, k] = o.kc ? ['oi', 'ii'] : ['ii', 'oi'];
+  const okRow = o.vec && !o.kc ? `${r0} + ${row} + 3u < ${bound}` : `${r0} + ${row} < ${bound}`;
+  const okK = o.vec && o.kc ? `${k0} + ${k} + 3u < ${klim}` : `${k0} + ${k} < ${klim}`;
+  const src = o.kc ? `${o.buf} + ${o.off}(${r0} + ${row}) * ${o.ld}u + ${k0} + ${k}` : `${o.buf} + ${o.off}(${k0} + ${k}) * ${o.ld}u + ${r0} + ${row}`;
+  return (
+    `    #pragma unroll\n    for (uint c = tidx; c < ${total}u; c += ${threads}u) {\n` +
+    `      const uint oi = c / ${per}u, ii = ${q}u * (c % ${per}u);\n` +
+    `      const bool ok = ${okRow} && ${okK};\n` +
+    `      ${o.vec ? 'mpsc_cp_async16f' : 'mpsc_cp_async4'}(${dst} + oi * ${ld}u + ii, ok ? ${src} : ${o.buf}, ok);\n    }\n`
+  );
+}
+
+function smallPipeBody(v: View, sp: Split | null, tile: PipeTile, a: RawOperand, b: RawOperand): string {
+  const PIPE_BM = tile.bm, PIPE_BN = tile.bn, PIPE_KS = tile.ks;
+  const TX = PIPE_BN / 4, TY = PIPE_BM / 4, NT = TX * TY, T = NT * PIPE_KS, KG = SBK / PIPE_KS, S = PIPE_STAGES;
+  const la = pipeLd(PIPE_BM, a.kc), lb = pipeLd(PIPE_BN, b.kc);
+  const sa = pipeStage(PIPE_BM, a.kc), sb = pipeStage(PIPE_BN, b.kc);
+  const [kb, ke] = sp ? ['kbeg', 'kend'] : ['0u', v.K];
+  const copies = (slot: string, k0: string) =>
+    pipeCopy(a, PIPE_BM, `As + ${slot} * ${sa}u`, 'm0', v.M, k0, ke, T) + pipeCopy(b, PIPE_BN, `Bs + ${slot} * ${sb}u`, 'n0', v.N, k0, ke, T);
+  // thread (tm, tn)'s rows / columns: k-contiguous operands strided by the grid, row-contiguous ones as quads
+  const rowOf = a.kc ? `tm + ${TY}u * i` : `4u * tm + i`, colOf = b.kc ? `tn + ${TX}u * j` : `4u * tn + j`;
+  const readA = a.kc ? `*reinterpret_cast<const float4*>(as + (tm + ${TY}u * u) * ${la}u + kk)` : `*reinterpret_cast<const float4*>(as + (kk + u) * ${la}u + 4u * tm)`;
+  const readB = b.kc ? `*reinterpret_cast<const float4*>(bs + (tn + ${TX}u * u) * ${lb}u + kk)` : `*reinterpret_cast<const float4*>(bs + (kk + u) * ${lb}u + 4u * tn)`;
+  const putA = a.kc ? 'av[u][0] = fa.x; av[u][1] = fa.y; av[u][2] = fa.z; av[u][3] = fa.w;' : 'av[0][u] = fa.x; av[1][u] = fa.y; av[2][u] = fa.z; av[3][u] = fa.w;';
+  const putB = b.kc ? 'bv[0][u] = fb.x; bv[1][u] = fb.y; bv[2][u] = fb.z; bv[3][u] = fb.w;' : 'bv[u][0] = fb.x; bv[u][1] = fb.y; bv[u][2] = fb.z; bv[u][3] = fb.w;';
+  const reduce = PIPE_KS > 1
+    ? `  // the k-groups' sums through shared memory (the stages are free now), added to group 0's in group order\n` +
+      `  __syncthreads();\n` +
+      `  if (grp > 0u) {\n    #pragma unroll\n    for (uint i = 0u; i < 4u; ++i)\n      #pragma unroll\n      for (uint j = 0u; j < 4u; ++j) tg[((grp - 1u) * 16u + i * 4u + j) * ${NT}u + pt] = cacc[i][j];\n  }\n` +
+      `  __syncthreads();\n  if (grp > 0u) return;\n` +
+      `  #pragma unroll\n  for (uint q = 1u; q < ${PIPE_KS}u; ++q)\n    #pragma unroll\n    for (uint i = 0u; i < 4u; ++i)\n      #pragma unroll\n      for (uint j = 0u; j < 4u; ++j) cacc[i][j] += tg[((q - 1u) * 16u + i * 4u + j) * ${NT}u + pt];\n`
+    : '';
+  return (
+    prologueHead(v, `${PIPE_BM}x${PIPE_BN} tile per block of ${T} threads (${PIPE_KS} k-groups), a 4x4 fp32 FFMA register block per thread, operands copied by cp.async into a ${S}-stage ring of BK ${SBK}`, sp) +
+    `  const uint m0 = tgid.y * ${PIPE_BM}u, n0 = tgid.x * ${PIPE_BN}u;\n` +
+    `  const uint grp = tidx / ${NT}u, pt = tidx % ${NT}u, tm = pt / ${TX}u, tn = pt % ${TX}u;  // k-group, rows ${a.kc ? `tm + ${TY} i` : '4 tm + i'}, columns ${b.kc ? `tn + ${TX} j` : '4 tn + j'}\n` +
+    `  float* As = tg;  // ${S} stages of A: ${a.kc ? `[${PIPE_BM}][${la}]: As[m * ${la} + k]` : `[${SBK}][${la}]: As[k * ${la} + m]`}\n` +
+    `  float* Bs = tg + ${S * sa};  // ${S} stages of B: ${b.kc ? `[${PIPE_BN}][${lb}]: Bs[n * ${lb} + k]` : `[${SBK}][${lb}]: Bs[k * ${lb} + n]`}\n` +
+    `  float cacc[4][4];\n  #pragma unroll\n  for (uint i = 0u; i < 4u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j) cacc[i][j] = 0.0f;\n` +
+    `  const uint nk = (${ke} - ${kb} + ${SBK - 1}u) / ${SBK}u;\n` +
+    `  #pragma unroll\n  for (uint s = 0u; s < ${S - 1}u; ++s) {\n    if (s < nk) {\n` +
+    copies('s', `${kb} + s * ${SBK}u`).replace(/^/gm, '  ') +
+    `    }\n    mpsc_cp_async_commit();\n  }\n` +
+    `  for (uint kt = 0u; kt < nk; ++kt) {\n` +
+    `    mpsc_cp_async_wait<${S - 2}>();\n    __syncthreads();  // stage kt landed for every thread; stage kt - 1's slot is free\n` +
+    `    if (kt + ${S - 1}u < nk) {\n      const uint nx = kt + ${S - 1}u;\n` +
+    copies(`(nx % ${S}u)`, `${kb} + nx * ${SBK}u`).replace(/^/gm, '  ') +
+    `    }\n    mpsc_cp_async_commit();\n` +
+    `    const float* as = As + (kt % ${S}u) * ${sa}u;\n    const float* bs = Bs + (kt % ${S}u) * ${sb}u;\n` +
+    `    #pragma unroll\n    for (uint kk = grp * ${KG}u; kk < grp * ${KG}u + ${KG}u; kk += 4u) {\n` +
+    `      float av[4][4], bv[4][4];  // av[i][k], bv[k][j]\n` +
+    `      #pragma unroll\n      for (uint u = 0u; u < 4u; ++u) {\n` +
+    `        const float4 fa = ${readA};\n        ${putA}\n` +
+    `        const float4 fb = ${readB};\n        ${putB}\n      }\n` +
+    `      #pragma unroll\n      for (uint k = 0u; k < 4u; ++k)\n        #pragma unroll\n        for (uint i = 0u; i < 4u; ++i)\n          #pragma unroll\n` +
+    `          for (uint j = 0u; j < 4u; ++j) cacc[i][j] = fmaf(av[i][k], bv[k][j], cacc[i][j]);\n    }\n  }\n` +
+    `  mpsc_cp_async_wait_all();\n` +
+    reduce +
+    `  #pragma unroll\n  for (uint i = 0u; i < 4u; ++i)\n    #pragma unroll\n    for (uint j = 0u; j < 4u; ++j)\n` +
+    storeOne(v, sp, `m0 + ${rowOf}`, `n0 + ${colOf}`, 'cacc[i][j]')
+  );
+}
+
 /** small tiles on the tensor cores: 4 warps of 16x32 (1x4 m16n8k8 tiles), the passes of mmaBody */
 function smallMmaBody(v: View, sp: Split | null, p: Passes): string {
   const pre = presplitOn(p);
@@ -465,11 +585,19 @@ function lowerSmall(ctx: LowerCtx, g: Graph, n: Node, parts: GemmParts, view: Vi
   const { gm, args, what } = parts;
   const sp = smallSplit(gm.M, gm.N, gm.K, gm.G);
   const name = ctx.next();
-  const ffmaOnly = !passes.tf32 && !passes.exactA && !passes.exactB && smallFp32() === 'ffma';
+  // a product whose store applies a fused unary gradient or keeps the product beside its epilogue (fuse.ts rules 12, 13)
+  const fusedStore = n.attrs.grad_fn !== undefined || n.attrs.pre_out === true;
+  const ffmaOnly = !passes.tf32 && !passes.exactA && !passes.exactB && (smallFp32() === 'ffma' || fusedStore);
+  // fp32 operands on the FFMA kernel alone: the cp.async-pipelined one (raw copies), its tile by the output width
+  const raw = ffmaOnly ? rawOperands(g, n) : null;
+  const tile = pipeTile(gm.N);
+  const [tm, tn] = raw ? [tile.bm, tile.bn] : [SBM, SBN];
   const gemm: KernelSpec = {
-    name, node: n.id, op: n.op, label: label(g, n) + what + ` [gemm_cuda.ts small ${SBM}x${SBN} tiles${ffmaOnly ? ', fp32 FFMA' : ''}${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
-    groups: [Math.max(1, ceilDiv(gm.N, SBN)), Math.max(1, ceilDiv(gm.M, SBM)), gm.G * (sp?.S ?? 1)],
-    tgsize: [FFMA_THREADS, 1, 1], tgmem: ffmaTgmem(), sync: true, body: smallFfmaBody(view, sp),
+    name, node: n.id, op: n.op, label: label(g, n) + what + ` [gemm_cuda.ts small ${tm}x${tn} tiles${ffmaOnly ? `, fp32 FFMA${raw ? ` (cp.async ring, ${tile.ks} k-group${tile.ks > 1 ? 's' : ''})` : ''}` : ''}${sp ? `, split K: ${sp.S} chunks of ${sp.Kc}, partial sums` : ''}]`, args,
+    groups: [Math.max(1, ceilDiv(gm.N, tn)), Math.max(1, ceilDiv(gm.M, tm)), gm.G * (sp?.S ?? 1)],
+    ...(raw
+      ? { tgsize: [(tile.bm / 4) * (tile.bn / 4) * tile.ks, 1, 1] as [number, number, number], tgmem: pipeTgmem(tile, raw.a, raw.b), sync: true, body: smallPipeBody(view, sp, tile, raw.a, raw.b) }
+      : { tgsize: [FFMA_THREADS, 1, 1] as [number, number, number], tgmem: ffmaTgmem(), sync: true, body: smallFfmaBody(view, sp) }),
     ...(ffmaOnly ? {} : { mma: { name: `${name}_mma`, tgsize: [128, 1, 1] as [number, number, number], tgmem: smallTgmem(view, presplitOn(passes)), sync: true, body: smallMmaBody(view, sp, passes) } }),
   };
   if (!sp) return [gemm];

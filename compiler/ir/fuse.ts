@@ -79,6 +79,20 @@
  *     stream's gradient, which the next layernorm_grad reads in f32 while the products read its 16-bit copy), C's
  *     output not a program output: C disappears and L, attr `half_out: <type>`, writes C's output as its last
  *     output (after `sum_out`'s when both). Exact: the same f32 values, each rounded once as the cast did.
+ * 12. a unary gradient into the small product writing its g (caps.smallEpilogues; after rule 8): U = `unary_grad` (fn in
+ *     caps.fns, without fwd_out) whose g (input 0, f32, not a program output) a `matmul` P without fusion attrs writes and
+ *     U alone reads, with x (input 1) an f32 of g's shape, P at most caps.maxMacs multiply-adds: U disappears and P, attrs
+ *     `grad_fn: fn` (and fn's attrs as `grad_fn_<name>`), reads x as its last input and writes U's output (the product's
+ *     store computes fn's gradient of x at g). Exact: the same f32 g, the same formula.
+ * 13. a unary into the small product before it, keeping the product (caps.smallEpilogues; after rule 1, for what it
+ *     left): R = `unary` (fn in caps.fns) reading the f32 output y (not a program output) of a `linear` / `matmul` P
+ *     without fusion attrs (at most caps.maxMacs multiply-adds), y read by R and at least one other node (the gradient
+ *     reads y as its x): R disappears and P, attrs `epilogue: fn` (+ `epilogue_<name>`) and `pre_out: true`, writes
+ *     R's output as output 0 and y as its last output (both in its store). Exact: y is the same f32 value, R's
+ *     formula applied to it.
+ *     Only small products: a backend runs these on a kernel of its own that applies them in its store (CUDA:
+ *     gemm_cuda.ts's small tiles), where a library call without such an epilogue would need the same extra kernel;
+ *     and rematerialisation (remat.ts), which looks for the `unary` nodes, only acts on large programs.
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -90,7 +104,7 @@
 import { type AttrValue, type Graph, type Node, type Program, isHalf } from './graph.js';
 import type { OpName } from './ops.js';
 import { type UnaryFn, UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
-import { pairOf } from './shapes.js';
+import { matmulNodeDims, pairOf } from './shapes.js';
 
 /** Which fusions a backend executes (plain data). An absent field means none of that kind. */
 export interface FusionCaps {
@@ -131,6 +145,8 @@ export interface FusionCaps {
   convGradBiasSum?: boolean;
   /** rule 10: a global_avgpool into the conv2d writing what it reads */
   convPool?: boolean;
+  /** rules 12, 13: unary gradients / unaries keeping their input folded into the stores of products of at most maxMacs multiply-adds */
+  smallEpilogues?: { fns: readonly UnaryFn[]; maxMacs: number };
   /** after remat: a recomputed unary and the unary_grad of the same fn over the same x as one node (grad_fwd.ts, programs.ts fuseForBackend) */
   gradWithForward?: boolean;
 }
@@ -153,6 +169,10 @@ export const C_SUMS_OPS: readonly OpName[] = ['global_avgpool_grad', 'conv2d_gra
 export const POOL_OUT_OPS: readonly OpName[] = ['conv2d'];
 /** the ops that may carry `fwd_out` (+ f(x) of input 1 as the last output: grad_fwd.ts) */
 export const FWD_OUT_OPS: readonly OpName[] = ['unary_grad'];
+/** the ops that may carry `grad_fn` (+ the gradient's x as the last input: rule 12) */
+export const GRAD_FN_OPS: readonly OpName[] = ['matmul'];
+/** the ops that may carry `pre_out` with their epilogue (+ the product before the epilogue as the last output: rule 13) */
+export const PRE_OUT_OPS: readonly OpName[] = ['linear', 'matmul'];
 /** the ops that may carry `relu_in` */
 export const RELU_IN_OPS: readonly OpName[] = ['global_avgpool'];
 /**
@@ -164,21 +184,29 @@ export const GRAD_FROM_OUTPUT: readonly UnaryFn[] = ['relu'];
 
 export const EPILOGUE_ATTR = 'epilogue';
 const PREFIX = 'epilogue_';
+export const GRAD_FN_ATTR = 'grad_fn';
+const GRAD_PREFIX = 'grad_fn_';
 /** the attrs a fusion adds to a node (with the `epilogue_<name>` ones): what `unfusedAttrs` drops */
-const FUSION_FLAGS = new Set([EPILOGUE_ATTR, 'relu_grad', 'relu_in', 'add_in', 'add_out', 'sum_out', 'half_out', 'a_sums', 'c_sums', 'pool_out', 'fwd_out']);
+const FUSION_FLAGS = new Set([EPILOGUE_ATTR, GRAD_FN_ATTR, 'pre_out', 'relu_grad', 'relu_in', 'add_in', 'add_out', 'sum_out', 'half_out', 'a_sums', 'c_sums', 'pool_out', 'fwd_out']);
 
-/** the fused epilogue of a GEMM-family node as `unary` attrs ({ fn, ...fn attrs }), or null */
-export function epilogueOf(n: Node): Record<string, AttrValue> | null {
-  const fn = n.attrs[EPILOGUE_ATTR];
+/** a fused fn attr and its `<attr>_<name>` attrs as { fn, ...fn attrs }, or null */
+function fnAttrsOf(n: Node, attr: string, prefix: string): Record<string, AttrValue> | null {
+  const fn = n.attrs[attr];
   if (fn === undefined) return null;
   const out: Record<string, AttrValue> = { fn };
-  for (const [k, v] of Object.entries(n.attrs)) if (k.startsWith(PREFIX)) out[k.slice(PREFIX.length)] = v;
+  for (const [k, v] of Object.entries(n.attrs)) if (k.startsWith(prefix)) out[k.slice(prefix.length)] = v;
   return out;
 }
 
+/** the fused epilogue of a GEMM-family node as `unary` attrs ({ fn, ...fn attrs }), or null */
+export const epilogueOf = (n: Node) => fnAttrsOf(n, EPILOGUE_ATTR, PREFIX);
+
+/** the fused unary gradient of a product (rule 12) as `unary_grad` attrs ({ fn, ...fn attrs }), or null */
+export const gradFnOf = (n: Node) => fnAttrsOf(n, GRAD_FN_ATTR, GRAD_PREFIX);
+
 /** a node's attrs without the fusion attrs (what its unfused op reads) */
 export function unfusedAttrs(n: Node): Record<string, AttrValue> {
-  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => !FUSION_FLAGS.has(k) && !k.startsWith(PREFIX)));
+  return Object.fromEntries(Object.entries(n.attrs).filter(([k]) => !FUSION_FLAGS.has(k) && !k.startsWith(PREFIX) && !k.startsWith(GRAD_PREFIX)));
 }
 
 /**
@@ -186,7 +214,8 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
  *  - `pre`:  input 0 is first mapped through `unary` with these attrs (relu_in);
  *  - `core`: the node's own op with `unfusedAttrs` and its first `coreInputs` inputs;
  *  - `post`: the core's output 0 then goes through `unary` (epilogue), through
- *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad), or
+ *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad; rule 12's `grad_fn`:
+ *            `unary_grad` of that fn with the last input as its x), or
  *            through `binary add` with input `addendInput` (the last one; add_out);
  *  - `sumOut`: after `post`, output `sumOut` (the last one, or the one before `halfOut`) is output 0 summed over the
  *            dims `sumAxes` (`sum_to`): every dim but its last (sum_out) or N, H and W (c_sums); the core has the
@@ -197,6 +226,8 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
  *            the core has the node's outputs before it;
  *  - `aSums`: output `aSums` (the last one) is input 0 (2-D [K, M]) summed over its rows (`sum_to`
  *            with axes [0]; a_sums): the core has the node's outputs before it;
+ *  - `preOut`: before `post`, output `preOut` (the last one) is output 0 as the core wrote it (pre_out): the core has
+ *            the node's outputs before it;
  *  - `fwdOut`: output `fwdOut` (the last one) is `unary` of input 1 with the node's attrs (fn and its
  *            attrs; grad_fwd.ts `fwd_out` on unary_grad): the core has the node's outputs before it;
  *  - `add`:  input 0 is first replaced by input 0 + input `input` (the last one; `binary add`), and
@@ -212,6 +243,7 @@ export interface FusedParts {
   poolOut?: number;
   aSums?: number;
   fwdOut?: number;
+  preOut?: number;
   coreInputs: number;
   post?: { op: 'unary'; attrs: Record<string, AttrValue> } | { op: 'unary_grad'; attrs: Record<string, AttrValue>; maskInput: number } |
     { op: 'binary'; attrs: Record<string, AttrValue>; addendInput: number };
@@ -221,7 +253,9 @@ export function fusedParts(n: Node): FusedParts | null {
   const epi = epilogueOf(n);
   // pool_out (rule 10): output 0's global average pool as the last output, after the epilogue when there is one
   const pool = n.attrs.pool_out === true ? { poolOut: n.outputs.length - 1 } : {};
-  if (epi) return { coreInputs: n.inputs.length, post: { op: 'unary', attrs: epi }, ...pool };
+  if (epi) return { coreInputs: n.inputs.length, post: { op: 'unary', attrs: epi }, ...pool, ...(n.attrs.pre_out === true ? { preOut: n.outputs.length - 1 } : {}) };
+  const gradFn = gradFnOf(n);
+  if (gradFn) return { coreInputs: n.inputs.length - 1, post: { op: 'unary_grad', attrs: gradFn, maskInput: n.inputs.length - 1 } };
   if (n.attrs.pool_out === true) return { coreInputs: n.inputs.length, ...pool };
   // c_sums (rule 9): output 0's channel sums as the last output, after the relu-grad when there is one
   const cSums = n.attrs.c_sums === true ? { sumOut: n.outputs.length - 1, sumAxes: [0, 2, 3] } : {};
@@ -547,6 +581,55 @@ function fuseMatmulBiasGrad(g: Graph, w: Work): void {
   }
 }
 
+/** multiply-adds of a linear / matmul node (for rules 12, 13's size bound) */
+function productMacs(g: Graph, n: Node): number {
+  const as = g.values[n.inputs[0]].shape, bs = g.values[n.inputs[1]].shape;
+  if (n.op === 'linear') return as.reduce((a, b) => a * b, 1) * bs[0];
+  const { batch, M, N, K } = matmulNodeDims(n.id, n.attrs, as, bs);
+  return batch.reduce((a, b) => a * b, 1) * M * N * K;
+}
+
+/** rule 12 */
+function fuseGradEpilogues(g: Graph, w: Work, caps: NonNullable<FusionCaps['smallEpilogues']>): void {
+  for (const U of w.nodes) {
+    if (!U || U.op !== 'unary_grad' || U.attrs.fwd_out !== undefined) continue;
+    const fn = String(U.attrs.fn);
+    const [gv, x] = U.inputs;
+    if (!isUnaryFn(fn) || !caps.fns.includes(fn) || gv === x || g.values[gv].dtype !== 'f32' || w.outputs.has(gv)) continue;
+    if (g.values[x].dtype !== 'f32' || g.values[U.outputs[0]].dtype !== 'f32' || g.values[x].shape.join(',') !== g.values[gv].shape.join(',')) continue;
+    if ((w.readers.get(gv) ?? []).length !== 1) continue;
+    const P = w.nodes.find((n) => n !== null && n.outputs.includes(gv));
+    if (!P || !(GRAD_FN_OPS as readonly string[]).includes(P.op) || P.outputs.length !== 1 || fusedParts(P) !== null || productMacs(g, P) > caps.maxMacs) continue;
+    const attrs: Record<string, AttrValue> = { ...P.attrs, [GRAD_FN_ATTR]: fn };
+    for (const name of Object.keys(UNARY_FNS_TABLE[fn].attrs)) if (U.attrs[name] !== undefined) attrs[GRAD_PREFIX + name] = U.attrs[name];
+    w.nodes[P.id] = { ...P, inputs: [...P.inputs, x], outputs: [...U.outputs], attrs };
+    w.nodes[U.id] = null;
+    w.dropValues.add(gv);
+    w.readers = readersOf(w.nodes);
+  }
+}
+
+/** rule 13 */
+function fusePreOutEpilogues(g: Graph, w: Work, caps: NonNullable<FusionCaps['smallEpilogues']>): void {
+  for (const P of w.nodes) {
+    if (!P || !(PRE_OUT_OPS as readonly string[]).includes(P.op) || P.outputs.length !== 1 || fusedParts(P) !== null) continue;
+    const y = P.outputs[0];
+    if (g.values[y].dtype !== 'f32' || w.outputs.has(y)) continue;
+    const rs = (w.readers.get(y) ?? []).map((id) => w.nodes[id]!);
+    const unaries = rs.filter((r) => r.op === 'unary' && r.inputs[0] === y);
+    if (unaries.length !== 1 || rs.length < 2) continue;
+    const R = unaries[0];
+    const fn = String(R.attrs.fn);
+    if (!isUnaryFn(fn) || !caps.fns.includes(fn) || productMacs(g, P) > caps.maxMacs) continue;
+    const attrs: Record<string, AttrValue> = { ...P.attrs, [EPILOGUE_ATTR]: fn, pre_out: true };
+    for (const name of Object.keys(UNARY_FNS_TABLE[fn].attrs)) if (R.attrs[name] !== undefined) attrs[PREFIX + name] = R.attrs[name];
+    w.nodes[P.id] = { ...P, attrs, outputs: [R.outputs[0], y] };
+    w.nodes[R.id] = null;
+    w.changed = true;
+    w.readers = readersOf(w.nodes);
+  }
+}
+
 /** The fused Program for a backend with these capabilities (see the header). */
 export function fuseProgram(p: Program, caps: FusionCaps): Program {
   const g = p.graph;
@@ -566,6 +649,10 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
   const sumOps = [...(caps.poolGradBiasSum ? ['global_avgpool_grad'] : []), ...(caps.convGradBiasSum ? ['conv2d_grad_input'] : [])];
   if (sumOps.length > 0) fuseGradBiasSum(g, w, sumOps);
   if (caps.convPool) fuseConvPool(g, w);
+  if (caps.smallEpilogues) {
+    fuseGradEpilogues(g, w, caps.smallEpilogues);
+    fusePreOutEpilogues(g, w, caps.smallEpilogues);
+  }
   // rule 11 last: the casts rule 4 left, of rule 6's outputs
   if (caps.addLayernorm?.halfOut === true) fuseLayernormGradHalfOut(g, w);
   if (w.dropValues.size === 0 && !w.changed) return { name: p.name, batch: p.batch, graph: g, inputs: p.inputs, outputs: p.outputs };

@@ -41,7 +41,9 @@
  *    `c_sums: true` with an extra last output [C]: output 0 (after its relu-grad, if any) summed over
  *    N, H and W (the bias gradient of the convolution before the pool); on conv2d `pool_out: true` with
  *    an extra last output [N, C, 1, 1]: output 0 (after its epilogue, if any) averaged over H and W
- *    (the global_avgpool after it).
+ *    (the global_avgpool after it); on linear / matmul with an epilogue `pre_out: true` with an extra last output:
+ *    the result before the epilogue (rule 13); on matmul `grad_fn: <unary fn>` (+ `grad_fn_<name>`) with an extra
+ *    last input x: output 0 is `unary_grad` of that fn at x with the op's result as the gradient (rule 12).
  */
 import type { AttrValue, DType, Node } from './graph.js';
 import type { SExpr } from './scalar_fns.js';

@@ -24,7 +24,10 @@
  *    (f32 [M]: input 0's column sums, fuse.ts rule 8); `fwd_out` only on unary_grad, exactly with an
  *    extra last output (a float of x's shape: f(x), grad_fwd.ts); `c_sums` only on global_avgpool_grad and conv2d_grad_input, exactly
  *    with an extra last output (f32 [C]: output 0's channel sums, fuse.ts rule 9); `pool_out` only on conv2d, exactly
- *    with an extra last output (f32 [N, C, 1, 1]: output 0's global average pool, rule 10)
+ *    with an extra last output (f32 [N, C, 1, 1]: output 0's global average pool, rule 10); `grad_fn` (a unary fn, with
+ *    `grad_fn_<name>` for its numeric attrs) only on matmul, exactly with an extra last input (f32 of output 0's shape:
+ *    the gradient's x, rule 12); `pre_out` only with an epilogue on linear / matmul, exactly with an extra last output
+ *    (f32 of output 0's shape: the product before the epilogue, rule 13)
  *  - every referenced value id exists; dtypes/shapes are static (integer dims >= 1)
  *  - SSA: each non-persistent, non-input value is written by exactly one node,
  *    before any node reads it; persistent values and inputs are never node outputs
@@ -42,7 +45,7 @@
  */
 import { OPS, type OpDef, type ShapeCtx, isOpName, opDef } from './ops.js';
 import { isHalf, isPersistent, type Graph, type Node, type Value } from './graph.js';
-import { A_SUMS_OPS, C_SUMS_OPS, POOL_OUT_OPS, ADD_IN_OPS, ADD_OUT_OPS, EPILOGUE_ATTR, FWD_OUT_OPS, EPILOGUE_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
+import { A_SUMS_OPS, C_SUMS_OPS, POOL_OUT_OPS, ADD_IN_OPS, ADD_OUT_OPS, EPILOGUE_ATTR, FWD_OUT_OPS, EPILOGUE_OPS, GRAD_FN_ATTR, GRAD_FN_OPS, PRE_OUT_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
 import { UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
 import { pairOf } from './shapes.js';
 
@@ -81,8 +84,11 @@ export function graphProblems(graph: Graph): string[] {
       (n.attrs.c_sums === true && (C_SUMS_OPS as readonly string[]).includes(n.op)) || (n.attrs.pool_out === true && (POOL_OUT_OPS as readonly string[]).includes(n.op)) ||
       (n.attrs.fwd_out === true && (FWD_OUT_OPS as readonly string[]).includes(n.op));
     const halfOut = addOut && n.attrs.half_out !== undefined;
-    const extras = (addIn || extraOut ? 1 : 0) + (halfOut ? 1 : 0);
-    const ins = addIn || addOut ? n.inputs.slice(0, -1) : n.inputs, outs = extras ? n.outputs.slice(0, -extras) : n.outputs;
+    // rule 12's x (an extra last input) and rule 13's product before the epilogue (an extra last output)
+    const gradFn = n.attrs[GRAD_FN_ATTR] !== undefined && (GRAD_FN_OPS as readonly string[]).includes(n.op);
+    const preOut = n.attrs.pre_out === true && (PRE_OUT_OPS as readonly string[]).includes(n.op);
+    const extras = (addIn || extraOut || preOut ? 1 : 0) + (halfOut ? 1 : 0);
+    const ins = addIn || addOut || gradFn ? n.inputs.slice(0, -1) : n.inputs, outs = extras ? n.outputs.slice(0, -extras) : n.outputs;
     const variadic = def.inputs.includes('...');
     if (variadic) {
       const min = def.minInputs ?? 2;
@@ -196,6 +202,24 @@ function fusionProblems(graph: Graph, n: Node): string[] {
   else if (so === true) {
     const y = graph.values[n.outputs[0]], sv = graph.values[n.outputs[n.outputs.length - 1 - (ho !== undefined ? 1 : 0)]];
     if (sv.dtype !== 'f32' || !eq(sv.shape, y.shape.slice(-1))) out.push(`${where}: the column sums are ${sv.dtype}${fmt(sv.shape)}, expected f32${fmt(y.shape.slice(-1))}`);
+  }
+  const gf = n.attrs[GRAD_FN_ATTR];
+  if (gf !== undefined && (!(GRAD_FN_OPS as readonly string[]).includes(n.op) || typeof gf !== 'string' || !isUnaryFn(gf))) out.push(`${where}: grad_fn is only a unary fn's name, on ${GRAD_FN_OPS.join(', ')}`);
+  else if (gf !== undefined) {
+    const x = graph.values[n.inputs[n.inputs.length - 1]], dx = graph.values[n.outputs[0]];
+    if (n.inputs.length !== opDef(n.op).inputs.length + 1) out.push(`${where}: grad_fn needs every input and the gradient's x last`);
+    else if (!x || x.dtype !== 'f32' || dx.dtype !== 'f32' || !eq(x.shape, dx.shape)) out.push(`${where}: the gradient's x is ${x ? `${x.dtype}${fmt(x.shape)}` : 'absent'}, expected f32${fmt(dx.shape)} (output 0's shape, f32)`);
+    const gAttrs = UNARY_FNS_TABLE[gf as keyof typeof UNARY_FNS_TABLE].attrs;
+    for (const [k, v] of Object.entries(n.attrs)) {
+      if (!k.startsWith(`${GRAD_FN_ATTR}_`)) continue;
+      if (!(k.slice(GRAD_FN_ATTR.length + 1) in gAttrs) || typeof v !== 'number') out.push(`${where}: attr ${k} is not a number attr of '${gf}'`);
+    }
+  }
+  const pre = n.attrs.pre_out;
+  if (pre !== undefined && (!(PRE_OUT_OPS as readonly string[]).includes(n.op) || pre !== true || fn === undefined)) out.push(`${where}: pre_out is only \`true\` with an epilogue, on ${PRE_OUT_OPS.join(', ')}`);
+  else if (pre === true) {
+    const y = graph.values[n.outputs[0]], pv = graph.values[n.outputs[n.outputs.length - 1]];
+    if (n.outputs.length !== 2 || !pv || pv.dtype !== 'f32' || !eq(pv.shape, y.shape)) out.push(`${where}: the product before the epilogue is ${pv && n.outputs.length === 2 ? `${pv.dtype}${fmt(pv.shape)}` : 'absent'}, expected f32${fmt(y.shape)} (output 0's shape)`);
   }
   const fo = n.attrs.fwd_out;
   if (fo !== undefined && (!(FWD_OUT_OPS as readonly string[]).includes(n.op) || fo !== true)) out.push(`${where}: fwd_out is only \`true\` on ${FWD_OUT_OPS.join(', ')}`);

@@ -24,8 +24,10 @@ import type { Graph, Node } from '../ir/graph.js';
 import { broadcastStrides, matmulNodeDims, windowOut } from '../ir/shapes.js';
 import { type Dialect, type HalfElem, isHalfElem } from './dialect.js';
 import type { KernelArg, KernelSpec, LowerCtx } from './kernel_types.js';
-import { argOf, ceilDiv, elemOf, label, numAttr, numel, pairAttr, readF, shapeOf, stridedIndex, writeF } from './common.js';
+import { argOf, ceilDiv, elemOf, label, numAttr, numel, pairAttr, readF, scalarExpr, shapeOf, stridedIndex, writeF } from './common.js';
 import { unaryFwd } from './elementwise.js';
+import { gradFnOf } from '../ir/fuse.js';
+import { UNARY_FNS_TABLE, unaryFnAttrs, type UnaryFn } from '../ir/scalar_fns.js';
 
 const L = '          ';
 
@@ -293,9 +295,29 @@ export function gemmParts(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): Ge
     args = [...args.slice(0, -1), argOf(g, 'mask', mask, 'r'), args[args.length - 1]];
     what += ` + fused relu-grad (mask ${g.values[mask].name})`;
   }
+  const gradFn = gradFnOf(n);
+  let pre = gm.pre;
+  if (gradFn) {
+    // a unary gradient folded into the product writing its g (fuse.ts rule 12): fn's gradient of x (the last input, read
+    // once into gxv before the store) at g
+    const x = n.inputs[n.inputs.length - 1], fn = String(gradFn.fn) as UnaryFn;
+    value = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'gxv', g: `(${value})` }, unaryFnAttrs(fn, (name, dflt) => (typeof gradFn[name] === 'number' ? (gradFn[name] as number) : dflt)));
+    pre += `      const float gxv = ${readF(ctx.d, g, x, 'gx', gm.idx)};\n`;
+    args = [...args.slice(0, -1), argOf(g, 'gx', x, 'r'), args[args.length - 1]];
+    what += ` + fused unary_grad ${fn} (x ${g.values[x].name})`;
+  }
   // the output is the node's (or the fused unary's): a 16-bit one is rounded once, at this store
   const out = epilogue ? epilogue.outputs[0] : n.outputs[0];
-  return { gm, args, what, store: `${gm.pre}      ${writeF(ctx.d, g, out, gm.out, gm.idx, value)}`, value, outId: out };
+  const store = `${pre}      ${writeF(ctx.d, g, out, gm.out, gm.idx, value)}`;
+  if (epilogue && n.attrs.pre_out === true) {
+    // the product before the epilogue kept as the last output (fuse.ts rule 13), stored beside it
+    const kept = n.outputs[n.outputs.length - 1];
+    args = [...args, argOf(g, 'ypre', kept, 'w')];
+    what += ` (and the product before it -> ${g.values[kept].name})`;
+    const raw = gm.bias ? `acc + ${gm.bias}` : 'acc';
+    return { gm, args, what, store: `${store}\n      ${writeF(ctx.d, g, kept, 'ypre', gm.idx, raw)}`, value, outId: out };
+  }
+  return { gm, args, what, store, value, outId: out };
 }
 
 /** `epilogue`: a following element-wise `unary` node fused into the store (its output replaces the GEMM's). */

@@ -89,9 +89,11 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       ins[0] = exec(REFERENCE_OPS.binary, { fn: 'add' }, [ins[0], inputs[add.input]], [shapes[0], inShapes[add.input]], [outShapes[add.output]])[0];
       outputs = [...exec(impl, unfusedAttrs(node), ins, shapes, outShapes.slice(0, add.output)), ins[0]!];
     } else {
-      const own = parts.sumOut ?? parts.poolOut ?? parts.aSums ?? parts.fwdOut ?? parts.halfOut;
+      const own = parts.sumOut ?? parts.poolOut ?? parts.aSums ?? parts.fwdOut ?? parts.halfOut ?? parts.preOut;
       outputs = exec(impl, unfusedAttrs(node), ins, shapes, own === undefined ? outShapes : outShapes.slice(0, own));
     }
+    // the product before its epilogue, kept as the last output (pre_out)
+    if (parts.preOut !== undefined) outputs[parts.preOut] = Float64Array.from(outputs[0]);
     const post = parts.post;
     if (post?.op === 'unary') outputs[0] = exec(REFERENCE_OPS.unary, post.attrs, [outputs[0]], [outShapes[0]], [outShapes[0]])[0];
     else if (post?.op === 'binary') {

@@ -32,6 +32,10 @@ const CONV_ATTRS = ['stride', 'padding', 'dilation', 'groups'] as const;
 
 /** the fused epilogue attrs every GEMM-family op may carry (fuse.ts, checked by verify.ts) */
 const EPILOGUE = { epilogue: 'fused unary fn (fuse.ts): the output is fn(result); its attrs as epilogue_<name>' };
+/** fuse.ts rule 13 (linear, matmul) */
+const PRE_OUT = { pre_out: 'with an epilogue (fuse.ts rule 13): the result before fn as an extra last output' };
+/** fuse.ts rule 12 (matmul) */
+const GRAD_FN = { grad_fn: "fused unary gradient (fuse.ts rule 12): the output is fn's gradient, at x (an extra last input), of the result; its attrs as grad_fn_<name>" };
 
 /**
  * conv2d_grad_input (wrt = 'x': inputs dy, weight; attr x_shape) and conv2d_grad_weight
@@ -72,7 +76,7 @@ export const GEMM_CONV_OPS = {
     // (the bias too: autocast rounds it to the operands' type, and cuBLASLt adds a bias of D's type)
     halfInputs: [0, 1, 2],
     outputs: ['y'],
-    attrs: { ...EPILOGUE },
+    attrs: { ...EPILOGUE, ...PRE_OUT },
     doc: 'x [..., K], weight [N,K], bias [N] -> y [..., N] = x @ weight^T + bias over the last dim (torch.nn.functional.linear).',
     category: 'forward',
     shape(c) {
@@ -123,7 +127,7 @@ export const GEMM_CONV_OPS = {
     inputs: ['a', 'b'],
     halfInputs: [0, 1],
     outputs: ['y'],
-    attrs: { transA: 'bool: op(a) swaps the last two dims of a', transB: 'bool: the same for b', ...EPILOGUE },
+    attrs: { transA: 'bool: op(a) swaps the last two dims of a', transB: 'bool: the same for b', ...EPILOGUE, ...PRE_OUT, ...GRAD_FN },
     doc:
       'a [..., M, K] (transA: [..., K, M]), b [..., K, N] (transB: [..., N, K]) -> y [..., M, N] = op(a) @ op(b), ' +
       'one product per batch index; the leading (batch) dims broadcast numpy-style (torch.matmul for rank >= 2, ' +
