@@ -71,17 +71,19 @@ function finish(p: Program, fusions: FusionCaps): Program {
 /**
  * One program as a backend with these fusions runs it: fused (fuse.ts), rematerialized (remat.ts,
  * when `fusions.remat`, the fused program's planned peak is at least its `fromPeakBytes`, and the
- * copies shrink the arena; the `later` ops' copies too when the peak with the others' is still at least
+ * copies shrink the arena; that is decided, and done, on the program fused without `smallEpilogues`, whose unaries
+ * remat.ts would not see; the `later` ops' copies too when the peak with the others' is still at least
  * `later.fromPeakBytes`), the result verified,
  * and planned again (memory_plan.ts) when the program had a plan; a program without one (kernel
  * tests: every value in its own slot) stays without.
  */
 export function fuseForBackend(p: Program, fusions: FusionCaps): Program {
-  const fused = fuseProgram(p, fusions);
   if (fusions.remat) {
     // the recomputations cost kernels: only where memory is large enough to matter, and where they shrink the arena;
-    // the costlier ones (`later`) only where the program is still large with the others' copies
+    // the costlier ones (`later`) only where the program is still large with the others' copies. Decided on the
+    // program fused without fuse.ts rules 12, 13 (smallEpilogues), whose fused unaries remat.ts would not see
     const { fromPeakBytes, ops = REMAT_OPS, later } = fusions.remat;
+    const fused = fuseProgram(p, { ...fusions, smallEpilogues: undefined });
     const plain = planMemory(fused);
     /** the program with copies of `of`'s nodes and its planned peak, or null when they do not shrink the arena */
     const withCopies = (of: readonly string[]): { r: Program; peakBytes: number } | null => {
@@ -99,8 +101,9 @@ export function fuseForBackend(p: Program, fusions: FusionCaps): Program {
       const chosen = all ?? first;
       if (chosen) return finishFused(p, chosen.r);
     }
+    if (!fusions.smallEpilogues) return finishFused(p, fused);
   }
-  return finishFused(p, fused);
+  return finishFused(p, fuseProgram(p, fusions));
 }
 
 function finishFused(p: Program, fused: Program): Program {
