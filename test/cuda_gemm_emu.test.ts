@@ -145,9 +145,12 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
     for (const x of runOnEmulator(some, (b) => b.replace('cacc[i][j] += tg[', 'cacc[i][j] += 0.0f * tg['))) expect(x.fp32, x.name).toBeGreaterThan(TOL);
   }), 900_000);
 
-  it('fuse.ts rules 12, 13 (a unary gradient into the product writing its g; a unary into the product, the product kept) run in the pipelined kernel\'s store, within 1e-5', () => {
+  it('fuse.ts rules 12, 13 (MPSC_CUDA_SMALL_EPI=1: a unary gradient into the product writing its g; a unary into the product, the product kept) run in the pipelined kernel\'s store, within 1e-5', () => withEnv('MPSC_CUDA_SMALL_EPI', '1', () => {
     const all = smallEpilogueCases();
     const built = buildCuda(all.map((c) => c.program), 'gemm_emu_small_epi', { merge: false, cublasLt: false });
+    // off by default: the same cases build their unary / unary_grad kernels
+    const plain = withEnv('MPSC_CUDA_SMALL_EPI', '0', () => buildCuda(all.map((c) => c.program), 'gemm_emu_small_epi0', { merge: false, cublasLt: false }));
+    for (const lp of plain.lowered) expect(lp.kernels.length, lp.program.name).toBe(/keep/.test(lp.program.name) ? 3 : 2);
     const firsts = built.lowered.map((lp) => lp.kernels.find((k) => /matmul|linear/.test(k.label))!);
     expect(firsts.every((k) => /fp32 FFMA \(cp\.async ring/.test(k.label))).toBe(true);
     expect(firsts.filter((k) => /fused unary_grad/.test(k.label)).length).toBe(3);
@@ -159,7 +162,7 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
     // negative control: the kept product stored with the epilogue applied (z twice) fails the rule-13 cases
     const keep = all.filter((c) => /keep/.test(String(c.program.name)));
     for (const x of runOnEmulator(keep, (b) => b.replace(/ypre\[(.*)\] = acc/, 'ypre[$1] = 2.0f * acc'))) expect(x.fp32, x.name).toBeGreaterThan(TOL);
-  }, 900_000);
+  }), 900_000);
 
   it('MPSC_CUDA_SMALL_PRESPLIT=1 (each operand element split once, when staged, into hi / lo stages) matches too', () => {
     const saved = process.env.MPSC_CUDA_SMALL_PRESPLIT;

@@ -13,6 +13,7 @@ import { flashDq, flashForwardRows, flashLdsm, flashMinBlocks } from '../compile
 import { attnTf32x3Enabled, x3Async, x3BwdMerge, x3DeltaFold, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import { smallFp32 } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { tf32x3ChunkTiles, tf32x3KMajor } from '../compiler/codegen-cuda/tf32x3.js';
+import { smallEpiOn } from '../compiler/codegen-cuda/fusions.js';
 import { smallGenMode } from '../compiler/codegen-cuda/cublaslt.js';
 import { cudaLanes, reuseGap } from '../compiler/codegen-cuda/lanes.js';
 import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
@@ -89,6 +90,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_LT_TUNE', ltTuneChoice, 'waves'],
     ['MPSC_CUDA_TF32X3_CHUNK_TILES', tf32x3ChunkTiles, false],
     ['MPSC_CUDA_TF32X3_KMAJOR', tf32x3KMajor, true],
+    ['MPSC_CUDA_SMALL_EPI', smallEpiOn, false],
   ];
   for (const [name, read, dflt] of readers) {
     it(name, () => {

@@ -33,11 +33,13 @@
  * And on small products (gemm_cuda.ts SMALL_MAX_MACS; fuse.ts rules 12, 13; not relu): a unary gradient into the product writing
  * its g (gpt_tiny's gelu gradient into the fc2 input gradient) and a unary into the product before it with the product kept
  * (its gelu into the fc linear, whose pre-activation the gradient reads): those products run gemm_cuda.ts's small-tile FFMA
- * kernel, which applies them in its store, instead of a cuBLASLt call and the unfused kernel (cublaslt.ts).
+ * kernel, which applies them in its store, instead of a cuBLASLt call and the unfused kernel (cublaslt.ts); with
+ * MPSC_CUDA_SMALL_EPI=1 at build time (off by default until a GPU measures the step).
  * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,pool_bias,conv_bias,conv_pool,small_epi switches any
  * of these off (A/B runs; remat_unary: no gelu copies, so only the layernorms' from 12 GiB; remat_ln: never layernorm copies).
  */
 import { UserError } from '../errors.js';
+import { envFlag } from '../env_switch.js';
 import { EPILOGUE_OPS, GRAD_FROM_OUTPUT, type FusionCaps } from '../ir/fuse.js';
 import { SMALL_MAX_MACS } from './gemm_cuda.js';
 import { UNARY_FNS } from '../ir/scalar_fns.js';
@@ -50,6 +52,13 @@ import { WARP_D } from './layernorm_cuda.js';
  * runs them): every unary fn but relu, whose gradient rule 1 already reads from the fused output
  */
 const SMALL_EPILOGUE_FNS = UNARY_FNS.filter((f) => !GRAD_FROM_OUTPUT.includes(f));
+
+/**
+ * MPSC_CUDA_SMALL_EPI (build time): whether rules 12, 13 run at all (MPSC_CUDA_FUSE_OFF=small_epi also switches them off).
+ * Off by default: correct (test/ir_fuse.test.ts, test/cuda_gemm_emu.test.ts) but not yet measured on a GPU in the step
+ * (bench/NOTES.md v31b: no device machine was lent for the A/B)
+ */
+export const smallEpiOn = () => envFlag('MPSC_CUDA_SMALL_EPI', false);
 
 /** remat only for a program planned at this peak (bytes) or more without it */
 export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
@@ -99,6 +108,6 @@ export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): Fus
     ...(off.includes('pool_bias') ? {} : { poolGradBiasSum: true }),
     ...(off.includes('conv_bias') ? {} : { convGradBiasSum: true }),
     ...(off.includes('conv_pool') ? {} : { convPool: true }),
-    ...(off.includes('small_epi') ? {} : { smallEpilogues: { fns: SMALL_EPILOGUE_FNS, maxMacs: SMALL_MAX_MACS } }),
+    ...(off.includes('small_epi') || !smallEpiOn() ? {} : { smallEpilogues: { fns: SMALL_EPILOGUE_FNS, maxMacs: SMALL_MAX_MACS } }),
   };
 }
