@@ -101,7 +101,7 @@
  *  moving the write earlier never reorders a read. Every fused form's meaning is "the
  *  original nodes in sequence" (`fusedParts`), which the reference interpreter executes.
  */
-import { type AttrValue, type Graph, type Node, type Program, isHalf } from './graph.js';
+import { type AttrValue, type Graph, type Node, type Program, isHalf, numel } from './graph.js';
 import type { OpName } from './ops.js';
 import { type UnaryFn, UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
 import { matmulNodeDims, pairOf } from './shapes.js';
@@ -196,6 +196,13 @@ function fnAttrsOf(n: Node, attr: string, prefix: string): Record<string, AttrVa
   const out: Record<string, AttrValue> = { fn };
   for (const [k, v] of Object.entries(n.attrs)) if (k.startsWith(prefix)) out[k.slice(prefix.length)] = v;
   return out;
+}
+
+/** P's attrs with `attr: fn` and the fn's own attrs of node `from` (a unary or unary_grad) as `<prefix><name>` */
+function withFnAttrs(P: Node, attr: string, prefix: string, fn: UnaryFn, from: Node, extra: Record<string, AttrValue> = {}): Record<string, AttrValue> {
+  const attrs: Record<string, AttrValue> = { ...P.attrs, [attr]: fn, ...extra };
+  for (const name of Object.keys(UNARY_FNS_TABLE[fn].attrs)) if (from.attrs[name] !== undefined) attrs[prefix + name] = from.attrs[name];
+  return attrs;
 }
 
 /** the fused epilogue of a GEMM-family node as `unary` attrs ({ fn, ...fn attrs }), or null */
@@ -321,9 +328,7 @@ function fuseEpilogues(g: Graph, w: Work, caps: NonNullable<FusionCaps['epilogue
       u.op === 'unary_grad' && u.inputs[1] === y && u.inputs[0] !== y && sameAttrs(u.attrs, R.attrs);
     if (grads.length > 0 && !(caps.gradReaders && GRAD_FROM_OUTPUT.includes(fn) && grads.every(gradOk))) continue;
     const z = R.outputs[0];
-    const attrs: Record<string, AttrValue> = { ...P.attrs, [EPILOGUE_ATTR]: fn };
-    for (const name of Object.keys(UNARY_FNS_TABLE[fn].attrs)) if (R.attrs[name] !== undefined) attrs[PREFIX + name] = R.attrs[name];
-    w.nodes[P.id] = { ...P, attrs, outputs: [z] };
+    w.nodes[P.id] = { ...P, attrs: withFnAttrs(P, EPILOGUE_ATTR, PREFIX, fn, R), outputs: [z] };
     w.nodes[R.id] = null;
     for (const u of grads) w.nodes[u.id] = replaceInput(u, y, z);
     w.dropValues.add(y);
@@ -584,9 +589,9 @@ function fuseMatmulBiasGrad(g: Graph, w: Work): void {
 /** multiply-adds of a linear / matmul node (for rules 12, 13's size bound) */
 function productMacs(g: Graph, n: Node): number {
   const as = g.values[n.inputs[0]].shape, bs = g.values[n.inputs[1]].shape;
-  if (n.op === 'linear') return as.reduce((a, b) => a * b, 1) * bs[0];
+  if (n.op === 'linear') return numel(as) * bs[0];
   const { batch, M, N, K } = matmulNodeDims(n.id, n.attrs, as, bs);
-  return batch.reduce((a, b) => a * b, 1) * M * N * K;
+  return numel(batch) * M * N * K;
 }
 
 /** rule 12 */
@@ -600,9 +605,7 @@ function fuseGradEpilogues(g: Graph, w: Work, caps: NonNullable<FusionCaps['smal
     if ((w.readers.get(gv) ?? []).length !== 1) continue;
     const P = w.nodes.find((n) => n !== null && n.outputs.includes(gv));
     if (!P || !(GRAD_FN_OPS as readonly string[]).includes(P.op) || P.outputs.length !== 1 || fusedParts(P) !== null || productMacs(g, P) > caps.maxMacs) continue;
-    const attrs: Record<string, AttrValue> = { ...P.attrs, [GRAD_FN_ATTR]: fn };
-    for (const name of Object.keys(UNARY_FNS_TABLE[fn].attrs)) if (U.attrs[name] !== undefined) attrs[GRAD_PREFIX + name] = U.attrs[name];
-    w.nodes[P.id] = { ...P, inputs: [...P.inputs, x], outputs: [...U.outputs], attrs };
+    w.nodes[P.id] = { ...P, inputs: [...P.inputs, x], outputs: [...U.outputs], attrs: withFnAttrs(P, GRAD_FN_ATTR, GRAD_PREFIX, fn, U) };
     w.nodes[U.id] = null;
     w.dropValues.add(gv);
     w.readers = readersOf(w.nodes);
@@ -621,9 +624,7 @@ function fusePreOutEpilogues(g: Graph, w: Work, caps: NonNullable<FusionCaps['sm
     const R = unaries[0];
     const fn = String(R.attrs.fn);
     if (!isUnaryFn(fn) || !caps.fns.includes(fn) || productMacs(g, P) > caps.maxMacs) continue;
-    const attrs: Record<string, AttrValue> = { ...P.attrs, [EPILOGUE_ATTR]: fn, pre_out: true };
-    for (const name of Object.keys(UNARY_FNS_TABLE[fn].attrs)) if (R.attrs[name] !== undefined) attrs[PREFIX + name] = R.attrs[name];
-    w.nodes[P.id] = { ...P, attrs, outputs: [R.outputs[0], y] };
+    w.nodes[P.id] = { ...P, attrs: withFnAttrs(P, EPILOGUE_ATTR, PREFIX, fn, R, { pre_out: true }), outputs: [R.outputs[0], y] };
     w.nodes[R.id] = null;
     w.changed = true;
     w.readers = readersOf(w.nodes);

@@ -279,7 +279,9 @@ export interface GemmParts {
 export function gemmParts(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): GemmParts | null {
   const gm = gemmOf(ctx.d, g, n);
   if (!gm) return null;
-  let value = gm.bias ? `acc + ${gm.bias}` : 'acc';
+  // the product (with its bias): stored as is, or the input of the fused fn
+  const product = gm.bias ? `acc + ${gm.bias}` : 'acc';
+  let value = product;
   let args = gm.args;
   let what = '';
   if (epilogue) {
@@ -314,8 +316,7 @@ export function gemmParts(ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): Ge
     const kept = n.outputs[n.outputs.length - 1];
     args = [...args, argOf(g, 'ypre', kept, 'w')];
     what += ` (and the product before it -> ${g.values[kept].name})`;
-    const raw = gm.bias ? `acc + ${gm.bias}` : 'acc';
-    return { gm, args, what, store: `${store}\n      ${writeF(ctx.d, g, kept, 'ypre', gm.idx, raw)}`, value, outId: out };
+    return { gm, args, what, store: `${store}\n      ${writeF(ctx.d, g, kept, 'ypre', gm.idx, product)}`, value, outId: out };
   }
   return { gm, args, what, store, value, outId: out };
 }
