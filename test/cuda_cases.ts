@@ -21,14 +21,15 @@ import { FLASH_HEAD_DIMS } from '../compiler/codegen-cuda/attention_cuda.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import type { CheckedModel } from '../compiler/model.js';
 import type { Batch } from '../runtime/session.js';
-import { allOpCases, castCase, fusedCases, halfCases, halfIoCase, halfIoCases, independentUpdatesCase, reluGradFoldCases } from './metal_cases.js';
+import { allOpCases, castCase, fusedCases, halfCases, halfIoCase, halfIoCases, independentUpdatesCase, reluGradFoldCases, smallEpilogueCases } from './metal_cases.js';
 import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } from './metal_harness.js';
 
 /** every case of cuda_check's kernel part, in the order of the programs built from them */
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
-  return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(),
+  // (smallEpilogueCases: fuse.ts rules 12, 13, folded into the small products' store with MPSC_CUDA_SMALL_EPI=1)
+  return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...smallEpilogueCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(),
     ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), ...giVec16Cases(), independentUpdatesCase()];
 }
 
