@@ -28,7 +28,7 @@ import { opCase, reference, type CaseArtifacts, type EmuBuild, type OpCase } fro
 export function cudaKernelCases(): OpCase[] {
   // (independentUpdatesCase: six optimizer / element-wise nodes the CUDA build runs as one launch, merge.ts)
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
-  // (smallEpilogueCases: fuse.ts rules 12, 13, folded into the small products' store with MPSC_CUDA_SMALL_EPI=1)
+  // (smallEpilogueCases: fuse.ts rules 12, 13, folded into the small products' store, by default)
   return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...smallEpilogueCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(),
     ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), ...giVec16Cases(), independentUpdatesCase()];
 }

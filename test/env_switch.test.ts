@@ -90,7 +90,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_LT_TUNE', ltTuneChoice, 'waves'],
     ['MPSC_CUDA_TF32X3_CHUNK_TILES', tf32x3ChunkTiles, false],
     ['MPSC_CUDA_TF32X3_KMAJOR', tf32x3KMajor, true],
-    ['MPSC_CUDA_SMALL_EPI', smallEpiOn, false],
+    ['MPSC_CUDA_SMALL_EPI', smallEpiOn, true],
   ];
   for (const [name, read, dflt] of readers) {
     it(name, () => {

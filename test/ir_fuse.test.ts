@@ -755,18 +755,18 @@ describe('rules 12, 13: a unary gradient into the small product writing its g (g
   });
 });
 
-it("rules 12, 13 (MPSC_CUDA_SMALL_EPI=1) and MPSC_CUDA_FUSE_OFF=small_epi on char_gpt's train step (every layer's gelu and its gradient): the reference gives the same loss and update bit for bit", async () => {
+it("rules 12, 13 (on by default; MPSC_CUDA_SMALL_EPI=0 switches them off) and MPSC_CUDA_FUSE_OFF=small_epi on char_gpt's train step (every layer's gelu and its gradient): the reference gives the same loss and update bit for bit", async () => {
   const { cudaFusions } = await import('../compiler/codegen-cuda/fusions.js');
   const { checkFile } = await import('../compiler/check/index.js');
   const model = checkFile(new URL('../specs/char_gpt.model', import.meta.url).pathname);
   const unfused = buildPrograms(model, { batch: 2 }).train_step;
-  expect(cudaFusions([]).smallEpilogues).toBeUndefined(); // off by default (MPSC_CUDA_SMALL_EPI)
-  const f = fused(unfused, withEnv('MPSC_CUDA_SMALL_EPI', '1', () => cudaFusions([])));
+  expect(withEnv('MPSC_CUDA_SMALL_EPI', '0', () => cudaFusions([])).smallEpilogues).toBeUndefined();
+  const f = fused(unfused, withEnv('MPSC_CUDA_SMALL_EPI', undefined, () => cudaFusions([]))); // on by default
   const count = (p: Program) => [p.graph.nodes.filter((n) => n.attrs.grad_fn === 'gelu').length, p.graph.nodes.filter((n) => n.attrs.pre_out === true).length];
   const layers = unfused.graph.nodes.filter((n) => n.op === 'unary' && n.attrs.fn === 'gelu').length;
   expect(layers).toBeGreaterThan(1);
   expect(count(f)).toEqual([layers, layers]);
-  expect(count(fused(unfused, withEnv('MPSC_CUDA_SMALL_EPI', '1', () => cudaFusions(['small_epi']))))).toEqual([0, 0]);
+  expect(count(fused(unfused, cudaFusions(['small_epi'])))).toEqual([0, 0]);
   const { losses, stores } = runTwin(model.params, unfused, f, 3, 2);
   for (const [a, b] of losses) expect(b).toBe(a);
   for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
