@@ -148,7 +148,7 @@ describe.skipIf(!hasGxx)('gemm_cuda.ts small-tile kernels on the CPU thread emul
   it('fuse.ts rules 12, 13 (MPSC_CUDA_SMALL_EPI=1: a unary gradient into the product writing its g; a unary into the product, the product kept) run in the pipelined kernel\'s store, within 1e-5', () => withEnv('MPSC_CUDA_SMALL_EPI', '1', () => {
     const all = smallEpilogueCases();
     const built = buildCuda(all.map((c) => c.program), 'gemm_emu_small_epi', { merge: false, cublasLt: false });
-    // off by default: the same cases build their unary / unary_grad kernels
+    // switched off (MPSC_CUDA_SMALL_EPI=0): the same cases build their unary / unary_grad kernels
     const plain = withEnv('MPSC_CUDA_SMALL_EPI', '0', () => buildCuda(all.map((c) => c.program), 'gemm_emu_small_epi0', { merge: false, cublasLt: false }));
     for (const lp of plain.lowered) expect(lp.kernels.length, lp.program.name).toBe(/keep/.test(lp.program.name) ? 3 : 2);
     const firsts = built.lowered.map((lp) => lp.kernels.find((k) => /matmul|linear/.test(k.label))!);

@@ -33,8 +33,8 @@
  * And on small products (gemm_cuda.ts SMALL_MAX_MACS; fuse.ts rules 12, 13; not relu): a unary gradient into the product writing
  * its g (gpt_tiny's gelu gradient into the fc2 input gradient) and a unary into the product before it with the product kept
  * (its gelu into the fc linear, whose pre-activation the gradient reads): those products run gemm_cuda.ts's small-tile FFMA
- * kernel, which applies them in its store, instead of a cuBLASLt call and the unfused kernel (cublaslt.ts); with
- * on by default (MPSC_CUDA_SMALL_EPI=0 at build time keeps the unfused nodes).
+ * kernel, which applies them in its store, instead of a cuBLASLt call and the unfused kernel (cublaslt.ts); on by
+ * default (MPSC_CUDA_SMALL_EPI=0 at build time keeps the unfused nodes).
  * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,pool_bias,conv_bias,conv_pool,small_epi switches any
  * of these off (A/B runs; remat_unary: no gelu copies, so only the layernorms' from 12 GiB; remat_ln: never layernorm copies).
  */
