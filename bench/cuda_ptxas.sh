@@ -12,7 +12,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 node "$root/bin/mpsc.js" build "$spec" --device cuda --no-compile -o "$dir/out" >/dev/null
 cp "$dir/out/cuda/src/model_kernels.cuh" "$dir/k.cu"
-"$nvcc" -arch=sm_$arch -fmad=true -c "$dir/k.cu" -o "$dir/k.o" -Xptxas -v 2>"$dir/log"
+"$nvcc" -gencode arch=compute_${arch},code=sm_${arch} -fmad=true -c "$dir/k.cu" -o "$dir/k.o" -Xptxas -v 2>"$dir/log"
 awk '
   /Compiling entry function/ { k = $0; sub(/.*entry function ./, "", k); sub(/. for .*/, "", k) }
   /bytes stack frame/ { n = split($0, f, /[ ,]+/); for (i = 1; i < n; i++) { if (f[i+1] == "bytes" && f[i+2] == "stack") stack = f[i]; if (f[i+2] == "spill" && f[i+3] == "stores") ss = f[i]; if (f[i+2] == "spill" && f[i+3] == "loads") sl = f[i] } }

@@ -62,7 +62,7 @@ import { mmaSuffix, type Mma16Type } from './mma.js';
 import { lowerAttentionTf32x3, tf32x3Refusal } from './attention_tf32x3.js';
 import { forwardStore, kvProbStep, qProbStep, softmaxStep } from './attention_steps.js';
 import { ATTENTION_FAMILY, attnGeom, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
-import { envChoice, envInts, envList } from '../env_switch.js';
+import { envChoice, envFlag, envInts, envList } from '../env_switch.js';
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
 export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
@@ -312,6 +312,69 @@ function forwardBody128(gm: Geom, o: KernelArg): string {
   );
 }
 
+/**
+ * The forward on Hopper's warpgroup products (MPSC_CUDA_FLASH_WGMMA=1 at build time; head width 64, sm_90a): the block's
+ * 4 warps are one warpgroup over a 64-query tile; Q, and the K / V tiles of 64 keys (double-buffered), sit in
+ * 128B-swizzled shared tiles (mma.ts wgmma16Helpers), copied by 16-byte cp.async; per key tile S = Q K^T is 4 wgmma
+ * from shared memory into fp32 fragments of the mma.sync C layout, so the online softmax is softmaxStep as in the
+ * other forwards; P = S rounded to 16 bits becomes register A fragments, and O += P V is 4 wgmma with V read as
+ * stored (MN-major). Each product group is waited for: the overlap is the other blocks on the SM (~100 registers,
+ * 40 KiB: 5 blocks), not warp specialisation. The same online softmax, rounding points and lse as forwardBody; the
+ * products' fp32 summation order differs from mma.sync's. bench/flash_wgmma_probe.cu, its standalone twin at GPT-2's
+ * shape, ran in 98.2 us per layer on an H100 against this file's 128-row mma.sync forward's 157 us (7 Dec).
+ */
+function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
+  const x = text(gm, 'fwd'), fold = gm.scale > 0, s = mmaSuffix(gm.type);
+  if (gm.D !== 64) throw new Error(`internal: the wgmma forward at head width ${gm.D}`);
+  return (
+    `  // flash attention forward on wgmma (sm_90a): ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s}; one warpgroup per 64 queries\n` +
+    x.consts +
+    `  (void)P;\n` +
+    `  __shared__ __align__(1024) unsigned short sm[${5 * BR * 64}];  // Q, K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
+    `  unsigned short* const Qs = sm;\n` +
+    `  // the last query tiles see the most keys: they start first\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
+    `  const int kbeg = 0, kend = ${x.kend};\n` +
+    `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n` +
+    `  if (kbeg < kend) {\n    mpsc_sw128_load(sm + ${BR * 64}, kh, RK, kbeg, S);\n    mpsc_sw128_load(sm + ${3 * BR * 64}, vh, RV, kbeg, S);\n  }\n` +
+    `  mpsc_cp_async_commit();\n` +
+    x.zero('acc') +
+    `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
+    `  for (int k0 = kbeg, b = 0; k0 < kend; k0 += ${BR}, b ^= 1) {\n` +
+    `    unsigned short* const Ks = sm + ${BR * 64} * (1 + b);\n    unsigned short* const Vs = sm + ${BR * 64} * (3 + b);\n` +
+    `    __syncthreads();  // every thread is done with the other buffers (the previous step's)\n` +
+    `    if (k0 + ${BR} < kend) {  // the next step's tiles, copied while this one computes\n` +
+    `      mpsc_sw128_load(sm + ${BR * 64} * (2 - b), kh, RK, k0 + ${BR}, S);\n      mpsc_sw128_load(sm + ${BR * 64} * (4 - b), vh, RV, k0 + ${BR}, S);\n` +
+    `      mpsc_cp_async_commit();\n      mpsc_cp_async_wait<1>();\n    } else {\n      mpsc_cp_async_wait<0>();\n    }\n` +
+    `    mpsc_fence_proxy_async();  // this thread's copies, seen by the products' async proxy\n` +
+    `    __syncthreads();\n` +
+    `    float sc[8][4];  // S = Q K^T: 4 wgmma from shared memory\n` +
+    `    mpsc_wgmma_fence();\n` +
+    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_ss_${s}(sc, mpsc_sw128_desc(Qs + kk * 16), mpsc_sw128_desc(Ks + kk * 16), kk);\n` +
+    `    mpsc_wgmma_commit();\n    mpsc_wgmma_wait0();\n` +
+    softmaxStep(gm, 8, x.ND, fold, 'sc', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
+    `    // O += P V: P rounded to 16 bits as this warp's A fragments (n8 tiles 2kk, 2kk + 1), 4 wgmma with V as stored\n` +
+    `    uint pa[4][4];\n` +
+    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
+    `      pa[kk][0] = mpsc_pack_${s}(sc[2 * kk][0], sc[2 * kk][1]);\n      pa[kk][1] = mpsc_pack_${s}(sc[2 * kk][2], sc[2 * kk][3]);\n` +
+    `      pa[kk][2] = mpsc_pack_${s}(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);\n      pa[kk][3] = mpsc_pack_${s}(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);\n    }\n` +
+    `    mpsc_wgmma_fence();\n` +
+    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_rs_tb_${s}(acc, pa[kk], mpsc_sw128_desc(Vs + kk * ${16 * 64}), 1);\n` +
+    `    mpsc_wgmma_commit();\n    mpsc_wgmma_wait0();\n` +
+    `  }\n` +
+    forwardStore(fold, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
+  );
+}
+
+/**
+ * Whether a 16-bit forward runs on forwardBodyWgmma: MPSC_CUDA_FLASH_WGMMA=1 at build time (default 0) and head width
+ * 64. Hopper only (wgmma is sm_90a): a build for another GPU with it set fails in nvcc.
+ */
+export function flashWgmma(D: number): boolean {
+  return envFlag('MPSC_CUDA_FLASH_WGMMA', false) && D === 64;
+}
+
 /** query rows per forward block: 128 (forwardBody128, default) or 64 (MPSC_CUDA_FLASH_FWD_ROWS=64 at build time, for A/B) */
 export function flashForwardRows(): number {
   return Number(envChoice('MPSC_CUDA_FLASH_FWD_ROWS', ['64', '128'], `${2 * BR}` as '128'));
@@ -475,16 +538,19 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   }
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
-  const fr = flashForwardRows();
+  const wg = isForward(n) && flashWgmma(gm.D);
+  if (wg) ctx.helpers.add('wgmma16');
+  const fr = wg ? BR : flashForwardRows();
   const ds = flashDq() === 'stored' ? dsLayout(gm) : null;
   const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
-    forward: (_args, o) => (fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv, ds),
+    forward: (_args, o) => (wg ? forwardBodyWgmma(gm, o) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv, ds),
     gradQ: (_args, dq) => (ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
     ...(ds ? { gradScratch: ds.bytes } : {}),
   });
   // the forward of 128 rows per block: its grid and label
-  const fwd = (k: KernelSpec): KernelSpec => fr === BR ? k
+  const fwd = (k: KernelSpec): KernelSpec => wg ? { ...k, label: k.label.replace('tensor cores, 64 rows per block', 'wgmma (sm_90a), 64 rows per block') }
+    : fr === BR ? k
     : { ...k, groups: [Math.max(1, Math.ceil(gm.T / fr)), k.groups[1], k.groups[2]], label: k.label.replace('64 rows per block', `${fr} rows per block`) };
   // the register bounds: forward; or Delta (none), dK/dV, dQ
   const [f, kv, q] = flashMinBlocks();

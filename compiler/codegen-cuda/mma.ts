@@ -92,6 +92,59 @@ export function mma16Helpers(): string {
 }
 
 /**
+ * The Hopper warpgroup products of the wgmma flash forward (attention_cuda.ts forwardBodyWgmma, MPSC_CUDA_FLASH_WGMMA;
+ * sm_90a only: emitted only for a build that asks for them), as checked on an H100 by bench/wgmma_probe.cu:
+ * `wgmma.mma_async m64n64k16` with fp32 accumulation, d (the warpgroup's 64 x 64 fp32 tile) in the mma.sync C-fragment
+ * layout per warp (warp w: rows 16w + g and + 8; n8 tile j: columns 8j + 2t, + 1), so d[j][e] is the 16-row C
+ * fragments the flash steps already read; SS: both operands in shared memory (K-major), RS: A in registers (the
+ * m16n8k16 A fragment per warp) and B in shared memory as stored row-major [k][n] (MN-major, imm-trans-b = 1). Shared
+ * tiles are 64 rows of 128 bytes, 1024-byte aligned, the 16-byte chunk c of row r at chunk c ^ (r % 8) (the 128-byte
+ * swizzle); the descriptor: start >> 4, LBO 16 bytes (unused by a swizzled K-major tile), SBO 1024 (the 8-row atom),
+ * layout 128B swizzle; a k16 step inside a row is + 32 bytes, down the rows of an MN-major B + 2048 bytes.
+ */
+export function wgmma16Helpers(): string {
+  // the 32 accumulator operands %0 .. %31 and their constraints, d[j][e] = register 4j + e
+  const regs = Array.from({ length: 32 }, (_, i) => `%${i}`).join(', ');
+  const outs = Array.from({ length: 32 }, (_, i) => `"+f"(d[${i >> 2}][${i & 3}])`).join(', ');
+  const typedOps = (t: Mma16Type): string => {
+    const s = mmaSuffix(t);
+    return (
+      `// d (64 x 64 fp32, C fragments per warp) (+)= A (64 x 16 ${s}, shared) * B^T (64 x 16 ${s}, shared, K-major); accumulate != 0 adds to d\n` +
+      `${Q} void mpsc_wgmma_ss_${s}(float (&d)[8][4], unsigned long long da, unsigned long long db, int accumulate) {\n` +
+      `  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %34, 0;\\n"\n` +
+      `               "wgmma.mma_async.sync.aligned.m64n64k16.f32.${s}.${s} {${regs}}, %32, %33, p, 1, 1, 0, 0;\\n}\\n"\n` +
+      `               : ${outs}\n` +
+      `               : "l"(da), "l"(db), "r"(accumulate));\n}\n\n` +
+      `// d (+)= A (64 x 16 ${s}: this warp's m16n8k16 A fragment a) * B (16 x 64 ${s}, shared, stored [k][n]: MN-major)\n` +
+      `${Q} void mpsc_wgmma_rs_tb_${s}(float (&d)[8][4], const uint (&a)[4], unsigned long long db, int accumulate) {\n` +
+      `  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %37, 0;\\n"\n` +
+      `               "wgmma.mma_async.sync.aligned.m64n64k16.f32.${s}.${s} {${regs}}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\\n}\\n"\n` +
+      `               : ${outs}\n` +
+      `               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));\n}\n\n`
+    );
+  };
+  return (
+    `// Hopper warpgroup products (wgmma, sm_90a) of the flash forward over 128B-swizzled shared tiles (codegen-cuda/mma.ts)\n` +
+    typedOps('bfloat') + typedOps('half') +
+    `// the descriptor of a 128B-swizzled tile (1024-byte aligned) from element p on: LBO 16 bytes, SBO 1024\n` +
+    `${Q} unsigned long long mpsc_sw128_desc(const unsigned short* p) {\n` +
+    `  const uint a = (uint)__cvta_generic_to_shared(p);\n` +
+    `  return (unsigned long long)((a & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);\n}\n\n` +
+    `// rows [r0, r0 + 64) of a [rows x 64] 16-bit slab (row stride st elements) into a 128B-swizzled tile by 16-byte\n` +
+    `// cp.async (zeros past rows); 128 threads, 4 copies each\n` +
+    `${Q} void mpsc_sw128_load(unsigned short* tile, const unsigned short* src, int st, int r0, int rows) {\n` +
+    `  #pragma unroll\n  for (int i = 0; i < 4; ++i) {\n` +
+    `    const int e = (int)threadIdx.x + 128 * i, r = e >> 3, c = e & 7;\n    const bool in = r0 + r < rows;\n` +
+    `    mpsc_cp_async16(tile + r * 64 + ((c ^ (r & 7)) << 3), src + (size_t)(in ? r0 + r : 0) * st + c * 8, in);\n  }\n}\n\n` +
+    `// generic-proxy writes (cp.async's) made visible to the products' async proxy; wgmma fence / commit / wait\n` +
+    `${Q} void mpsc_fence_proxy_async() {\n  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");\n}\n\n` +
+    `${Q} void mpsc_wgmma_fence() {\n  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n}\n\n` +
+    `${Q} void mpsc_wgmma_commit() {\n  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n}\n\n` +
+    `${Q} void mpsc_wgmma_wait0() {\n  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n}\n`
+  );
+}
+
+/**
  * The 3xTF32 product of the fp32 flash attention (attention_tf32x3.ts): c (a 16x8 fp32 C fragment) +=
  * a (16x8) * b (8x8) with both operands split as x = hi + lo (mpsc_split_tf32_hl: hi = tf32(x) rounded to
  * nearest, ties away, as cvt.rna.tf32.f32 rounds, but as an integer add of half a TF32 ulp and a mask: ptxas

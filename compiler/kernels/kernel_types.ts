@@ -99,8 +99,8 @@ export interface LibraryGemm {
   what: string;
 }
 
-/** Helper functions a library prelude must contain ('mma16', 'mma_tf32x3': CUDA only, codegen-cuda/mma.ts; 'tf32split': CUDA only, codegen-cuda/tf32x3.ts). */
-export type Helper = 'erf' | 'erfc' | 'expm1' | 'log1p' | 'philox' | 'block_reduce' | 'mma16' | 'mma_tf32x3' | 'tf32split';
+/** Helper functions a library prelude must contain ('mma16', 'wgmma16' (sm_90a), 'mma_tf32x3': CUDA only, codegen-cuda/mma.ts; 'tf32split': CUDA only, codegen-cuda/tf32x3.ts). */
+export type Helper = 'erf' | 'erfc' | 'expm1' | 'log1p' | 'philox' | 'block_reduce' | 'mma16' | 'wgmma16' | 'mma_tf32x3' | 'tf32split';
 
 export interface LowerCtx {
   /** next kernel number within the program */

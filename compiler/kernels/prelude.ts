@@ -9,7 +9,7 @@
 import { commentText } from '../cfamily/text.js';
 import { type Dialect, type HalfElem, isHalfElem } from './dialect.js';
 import type { Helper, KernelSpec, KernelVariant } from './kernel_types.js';
-import { mma16Helpers, tf32x3MmaHelpers } from '../codegen-cuda/mma.js';
+import { mma16Helpers, tf32x3MmaHelpers, wgmma16Helpers } from '../codegen-cuda/mma.js';
 import { tf32SplitHelper } from '../codegen-cuda/tf32x3.js';
 
 function erfcHelper(d: Dialect): string {
@@ -126,6 +126,11 @@ const HELPERS: Record<Helper, (d: Dialect) => string> = {
   mma16: (d) => {
     if (d.name !== 'cuda') throw new Error(`internal: the mma16 helpers requested in dialect ${d.name}`);
     return mma16Helpers();
+  },
+  // Hopper warpgroup products (sm_90a): only the wgmma flash forward (MPSC_CUDA_FLASH_WGMMA) asks for them
+  wgmma16: (d) => {
+    if (d.name !== 'cuda') throw new Error(`internal: the wgmma16 helpers requested in dialect ${d.name}`);
+    return wgmma16Helpers();
   },
   // the 3xTF32 m16n8k8 product: only the fp32 flash attention on the tensor cores asks for it
   mma_tf32x3: (d) => {
