@@ -1,9 +1,9 @@
 /**
  * The CUDA flash attention kernels (compiler/codegen-cuda/attention_cuda.ts, attention_tf32x3.ts,
  * attention_f32.ts) run on the CPU: each case's generated kernel text (the same text model_kernels.cuh
- * gets, without the prelude's PTX helpers; mma.ts's plain-C++ 3xTF32 product helper included) is
+ * gets, without the prelude's PTX helpers; mma.ts's plain-C++ 3xTF32 product and swizzled tile copy included) is
  * compiled by g++ with test/native/cuda_warp_shim.h (a fiber for each CUDA thread, barriers, warp shuffles,
- * and mma.m16n8k16 / mma.m16n8k8 TF32 / ldmatrix.trans / cvt.rna.tf32 modelled from the PTX ISA's
+ * and mma.m16n8k16 / mma.m16n8k8 TF32 / ldmatrix.trans / cvt.rna.tf32 / wgmma m64n64k16 over 128B-swizzled tiles modelled from the PTX ISA's
  * fragment tables; the 16-bit kernels' cp.async copies landing at the copy and, in a second run, at the
  * wait) and launched block by block; every case's kernel sets go into one emulator program (one g++ build
  * per file, the operands read from a file), each run its own process; the outputs are compared with the float64 reference within
@@ -21,7 +21,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { lowerAttentionCuda } from '../compiler/codegen-cuda/attention_cuda.js';
-import { tf32x3MmaHelpers } from '../compiler/codegen-cuda/mma.js';
+import { sw128LoadHelper, tf32x3MmaHelpers } from '../compiler/codegen-cuda/mma.js';
 import { kernelSource } from '../compiler/kernels/prelude.js';
 import type { Helper, KernelSpec } from '../compiler/kernels/kernel_types.js';
 import { relError } from '../compiler/reference/fixtures.js';
@@ -137,7 +137,8 @@ class Emulator {
   async compile(): Promise<void> {
     const all = [...this.builds.values()].filter((b) => !b.error);
     const x3 = all.some((b) => b.helpers.has('mma_tf32x3')) ? tf32x3MmaHelpers() : '';
-    const head = `#include "${SHIM}"\n` + x3;
+    const sw = all.some((b) => b.helpers.has('wgmma16')) ? sw128LoadHelper() : '';
+    const head = `#include "${SHIM}"\n` + x3 + sw;
     const half = Math.ceil(all.length / 2);
     const parts = [all.slice(0, half), all.slice(half)];
     const objs = await Promise.all(parts.map(async (part, i) => {
@@ -197,6 +198,9 @@ const SIMT: Mode = { ...DEFAULT, x3: false };
 const NOFOLD: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DELTA_FOLD: '0' } };
 /** the 16-bit backward with dQ from the dK/dV kernel's stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored) */
 const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
+/** the 16-bit head-width-64 forward on wgmma (MPSC_CUDA_FLASH_WGMMA=1; the shim models wgmma over the swizzled tiles) */
+const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: '1' } };
+const isWgmmaCase = (name: string) => /_d64_.*_fwd$|_d64_fwd$/.test(name) && !/f32/.test(name);
 
 /** a 3xTF32 backward case's kernels by its name (flash_[qkv_]NxH_tT[_sS]_dD[_causal]_...): dK/dV and dQ merged, Delta folded in */
 function backwardShape(name: string): { merged: boolean; folded: boolean } {
@@ -211,7 +215,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
   const emu = new Emulator();
   const isGrad = (c: OpCase) => /_grad$/.test(String(c.program.name));
-  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : isGrad(c) ? [DEFAULT, STORED] : [DEFAULT]) emu.add(c, m);
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : isGrad(c) ? [DEFAULT, STORED] : isWgmmaCase(String(c.program.name)) ? [DEFAULT, WGMMA] : [DEFAULT]) emu.add(c, m);
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
@@ -225,6 +229,14 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
           const { err } = errors(c, { ...DEFAULT, late });
           for (const [v, e] of err) expect(e, v).toBeLessThan(flashTolerance(c)!);
         });
+        if (isWgmmaCase(name)) {
+          it(`${name} on wgmma (MPSC_CUDA_FLASH_WGMMA=1)${late ? ', cp.async landing at the wait' : ''}: every output within the check's tolerance`, () => {
+            const { err, labels } = errors(c, { ...WGMMA, late });
+            expect(labels).toHaveLength(1);
+            expect(labels[0]).toMatch(/wgmma \(sm_90a\), 64 rows per block\]$/);
+            for (const [v, e] of err) expect(e, `${v} (wgmma)`).toBeLessThan(flashTolerance(c)!);
+          });
+        }
         if (isGrad(c)) {
           it(`${name}, dQ from the stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored)${late ? ', cp.async landing at the wait' : ''}: every output within the check's tolerance`, () => {
             const { err, labels } = errors(c, { ...STORED, late });

@@ -92,6 +92,21 @@ export function mma16Helpers(): string {
 }
 
 /**
+ * The wgmma forward's tile copy (plain C++ over mma16Helpers' mpsc_cp_async16, so test/cuda_flash_emu.test.ts runs this
+ * very text over the CPU shim): rows [r0, r0 + 64) of a [rows x 64] 16-bit slab into a 128B-swizzled tile.
+ */
+export function sw128LoadHelper(): string {
+  return (
+    `// rows [r0, r0 + 64) of a [rows x 64] 16-bit slab (row stride st elements) into a 128B-swizzled tile by 16-byte\n` +
+    `// cp.async (zeros past rows); 128 threads, 4 copies each\n` +
+    `${Q} void mpsc_sw128_load(unsigned short* tile, const unsigned short* src, int st, int r0, int rows) {\n` +
+    `  #pragma unroll\n  for (int i = 0; i < 4; ++i) {\n` +
+    `    const int e = (int)threadIdx.x + 128 * i, r = e >> 3, c = e & 7;\n    const bool in = r0 + r < rows;\n` +
+    `    mpsc_cp_async16(tile + r * 64 + ((c ^ (r & 7)) << 3), src + (size_t)(in ? r0 + r : 0) * st + c * 8, in);\n  }\n}\n`
+  );
+}
+
+/**
  * The Hopper warpgroup products of the wgmma flash forward (attention_cuda.ts forwardBodyWgmma, MPSC_CUDA_FLASH_WGMMA;
  * sm_90a only: emitted only for a build that asks for them), as checked on an H100 by bench/wgmma_probe.cu:
  * `wgmma.mma_async m64n64k16` with fp32 accumulation, d (the warpgroup's 64 x 64 fp32 tile) in the mma.sync C-fragment
@@ -130,12 +145,7 @@ export function wgmma16Helpers(): string {
     `${Q} unsigned long long mpsc_sw128_desc(const unsigned short* p) {\n` +
     `  const uint a = (uint)__cvta_generic_to_shared(p);\n` +
     `  return (unsigned long long)((a & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);\n}\n\n` +
-    `// rows [r0, r0 + 64) of a [rows x 64] 16-bit slab (row stride st elements) into a 128B-swizzled tile by 16-byte\n` +
-    `// cp.async (zeros past rows); 128 threads, 4 copies each\n` +
-    `${Q} void mpsc_sw128_load(unsigned short* tile, const unsigned short* src, int st, int r0, int rows) {\n` +
-    `  #pragma unroll\n  for (int i = 0; i < 4; ++i) {\n` +
-    `    const int e = (int)threadIdx.x + 128 * i, r = e >> 3, c = e & 7;\n    const bool in = r0 + r < rows;\n` +
-    `    mpsc_cp_async16(tile + r * 64 + ((c ^ (r & 7)) << 3), src + (size_t)(in ? r0 + r : 0) * st + c * 8, in);\n  }\n}\n\n` +
+    sw128LoadHelper() + '\n' +
     `// generic-proxy writes (cp.async's) made visible to the products' async proxy; wgmma fence / commit / wait\n` +
     `${Q} void mpsc_fence_proxy_async() {\n  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");\n}\n\n` +
     `${Q} void mpsc_wgmma_fence() {\n  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n}\n\n` +

@@ -4,7 +4,7 @@
 // what those kernels need. One fiber per CUDA thread (test/native/cuda_fibers.h), one block at a time;
 // __syncthreads is a block barrier; warp collectives (shuffles, mma.sync, ldmatrix) exchange through per-warp
 // slots between two warp barriers (every lane of a warp calls them in uniform control flow, as on the GPU). mma.m16n8k16
-// and ldmatrix (plain and .trans) are modelled from the PTX ISA's fragment tables (written independently of the
+// and ldmatrix (plain and .trans), and wgmma m64n64k16 over 128B-swizzled tiles, are modelled from the PTX ISA's fragment tables (written independently of the
 // generator's index arithmetic; the GPU run, bench/cuda_check.sh, stays the ground truth); cp.async
 // copies land at the copy or at the wait (shim_cp_late), the two ends of what the hardware may
 // do; __shared__ arrays are function statics (blocks run one after another; test/cuda_flash_emu.test.ts declares
@@ -127,21 +127,79 @@ static inline void mpsc_ldsm_x4(uint* r, const unsigned short* p) {
 // the wait (a read before its wait sees stale data), false at the copy (a write into a buffer that another
 // thread still reads, without the barrier between, shows); copies a thread never waits for are dropped
 inline bool shim_cp_late = false;
-struct PendingCopy { void* dst; const void* src; bool full; unsigned bytes; };
+struct PendingCopy { void* dst; const void* src; bool full; unsigned bytes; unsigned group; };
 inline std::vector<std::vector<PendingCopy>> shim_pending;  // [thread in the block]: copies not landed yet
+inline std::vector<unsigned> shim_commits;                   // [thread in the block]: its commit_group count (a copy's group)
 static inline void copy_(const PendingCopy& c) { if (c.full) std::memcpy(c.dst, c.src, c.bytes); else std::memset(c.dst, 0, c.bytes); }
 static inline void cp_async_(void* dst, const void* src, bool full, unsigned bytes) {
   if (((uintptr_t)dst) % bytes || ((uintptr_t)src) % bytes) { std::fprintf(stderr, "cp.async of %u bytes not aligned\n", bytes); std::abort(); }
-  if (shim_cp_late) shim_pending[emu_cur].push_back({dst, src, full, bytes}); else copy_({dst, src, full, bytes});
+  const PendingCopy c{dst, src, full, bytes, shim_commits[emu_cur]};
+  if (shim_cp_late) shim_pending[emu_cur].push_back(c); else copy_(c);
 }
 static inline void mpsc_cp_async16(unsigned short* dst, const unsigned short* src, bool full) { cp_async_(dst, src, full, 16); }
 // cuda_dialect.ts's 4-byte copy (the fp32 3xTF32 kernels' lse / Delta rows)
 static inline void mpsc_cp_async4(float* dst, const float* src, bool ok) { cp_async_(dst, src, ok, 4); }
-static inline void mpsc_cp_async_commit() {}
+static inline void mpsc_cp_async_commit() { ++shim_commits[emu_cur]; }
 static inline void mpsc_cp_async_wait_all() {
   for (const PendingCopy& c : shim_pending[emu_cur]) copy_(c);
   shim_pending[emu_cur].clear();
 }
+// cp.async.wait_group N: every committed group but the N youngest landed (a copy of a younger or open group may wait)
+template <int N> void mpsc_cp_async_wait() {
+  std::vector<PendingCopy>& q = shim_pending[emu_cur];
+  const unsigned done = shim_commits[emu_cur] >= (unsigned)N ? shim_commits[emu_cur] - N : 0u;
+  std::vector<PendingCopy> keep;
+  for (const PendingCopy& c : q) if (c.group < done) copy_(c); else keep.push_back(c);
+  q.swap(keep);
+}
+
+// wgmma (the wgmma flash forward, attention_cuda.ts forwardBodyWgmma; mma.ts wgmma16Helpers): here the descriptor is
+// the tile pointer itself (the GPU's packs a 14-bit shared address, LBO, SBO and the swizzle mode); an operand
+// element at byte offset off from it sits at the 128-byte swizzle's place: its address's 16-byte chunk bits [4:6]
+// XOR its row bits [7:9] (the tiles are 1024-byte aligned). Computed at the call (the asynchronous issue, fence, commit
+// and wait have nothing to order here), in fp32, k in order.
+static inline unsigned long long mpsc_sw128_desc(const unsigned short* p) { return (unsigned long long)(uintptr_t)p; }
+static inline float sw128_(unsigned long long desc, size_t off, bool bf) {
+  uintptr_t a = (uintptr_t)desc + off;
+  if ((uintptr_t)desc % 16) { std::fprintf(stderr, "wgmma descriptor start not 16-byte aligned\n"); std::abort(); }
+  a ^= ((a >> 7) & 7u) << 4;
+  return half_of(*reinterpret_cast<const unsigned short*>(a), 0, bf);
+}
+// SS: d (64 x 64, warp w's rows 16w + g and + 8, n8 tile j's columns 8j + 2t, + 1) (+)= sum over k < 16 of A (m, k)
+// at desc_a + 128 m + 2 k times B^T (n, k) at desc_b + 128 n + 2 k (both K-major)
+static inline void wgmma_ss_(float (&d)[8][4], unsigned long long da, unsigned long long db, int acc, bool bf) {
+  const int w = warp_(), g = lane_() >> 2, t = lane_() & 3;
+  for (int j = 0; j < 8; ++j)
+    for (int e = 0; e < 4; ++e) {
+      const int m = 16 * w + g + 8 * (e >> 1), n = 8 * j + 2 * t + (e & 1);
+      float s = 0.0f;
+      for (int k = 0; k < 16; ++k) s += sw128_(da, 128 * m + 2 * k, bf) * sw128_(db, 128 * n + 2 * k, bf);
+      d[j][e] = (acc ? d[j][e] : 0.0f) + s;
+    }
+}
+// RS: A (the warp's rows, k < 16) from its lanes' m16n8k16 A fragments (mma_'s layout), B (k, n) at desc_b + 128 k + 2 n
+// (MN-major: stored [k][n])
+static inline void wgmma_rs_(float (&d)[8][4], const uint (&a)[4], unsigned long long db, int acc, bool bf) {
+  std::memcpy(me().a, a, 16); warp_sync();
+  const int g = lane_() >> 2, t = lane_() & 3;
+  for (int j = 0; j < 8; ++j)
+    for (int e = 0; e < 4; ++e) {
+      const int r = g + 8 * (e >> 1), n = 8 * j + 2 * t + (e & 1);
+      float s = 0.0f;
+      for (int k = 0; k < 16; ++k) s += half_of(of((r % 8) * 4 + (k % 8) / 2).a[(r >= 8) + 2 * (k >= 8)], k & 1, bf) * sw128_(db, 128 * k + 2 * n, bf);
+      d[j][e] = (acc ? d[j][e] : 0.0f) + s;
+    }
+  warp_sync();
+}
+static inline void mpsc_wgmma_ss_bf16(float (&d)[8][4], unsigned long long da, unsigned long long db, int acc) { wgmma_ss_(d, da, db, acc, true); }
+static inline void mpsc_wgmma_ss_f16(float (&d)[8][4], unsigned long long da, unsigned long long db, int acc) { wgmma_ss_(d, da, db, acc, false); }
+static inline void mpsc_wgmma_rs_tb_bf16(float (&d)[8][4], const uint (&a)[4], unsigned long long db, int acc) { wgmma_rs_(d, a, db, acc, true); }
+static inline void mpsc_wgmma_rs_tb_f16(float (&d)[8][4], const uint (&a)[4], unsigned long long db, int acc) { wgmma_rs_(d, a, db, acc, false); }
+static inline void mpsc_fence_proxy_async() {}
+static inline void mpsc_wgmma_fence() {}
+static inline void mpsc_wgmma_commit() {}
+static inline void mpsc_wgmma_wait0() {}
+// (mma.ts's swizzled tile copy, mpsc_sw128_load, is the generator's own text: the test puts it after this file)
 
 template <class F> void launch(u3 grid, u3 block, F f) {
   gridDim = grid; blockDim = block;
@@ -149,9 +207,11 @@ template <class F> void launch(u3 grid, u3 block, F f) {
   emu_body = f;
   emu_prepare(n);
   shim_pending.resize(n);
+  shim_commits.resize(n);
   for (unsigned bz = 0; bz < grid.z; ++bz) for (unsigned by = 0; by < grid.y; ++by) for (unsigned bx = 0; bx < grid.x; ++bx) {
     blockIdx = {bx, by, bz};
     for (auto& p : shim_pending) p.clear();
+    for (auto& c : shim_commits) c = 0;
     if (!emu_run_block(n, [](unsigned t) { threadIdx = {t, 0, 0}; })) {
       std::fprintf(stderr, "shim: deadlock in block (%u, %u, %u): a barrier not every thread reaches\n", bx, by, bz);
       std::exit(3);
