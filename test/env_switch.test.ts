@@ -20,7 +20,7 @@ import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.j
 import { ewVec } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
-import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, ltTuneChoice, ltTuneFile, tf32x3Choice } from '../runtime/cuda/session.js';
+import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, ltTuneChoice, ltTuneFile, tf32x3Choice, wgmmaArchCheck } from '../runtime/cuda/session.js';
 import { cpuAmxChoice, cpuAmxGridChoice } from '../compiler/codegen-cpu/emit_program.js';
 
 function userError(f: () => unknown): UserError {
@@ -100,6 +100,14 @@ describe('every exported switch reader refuses a typo with a UserError and takes
       expect(withEnv(name, 'typo', () => userError(read).message)).toMatch(new RegExp(`^error: ${name}`));
     });
   }
+});
+
+describe('MPSC_CUDA_FLASH_WGMMA on a GPU other than Hopper', () => {
+  it('is a UserError naming the switch and the build\'s target before nvcc runs; on sm_90a, or unset, nothing', () => {
+    expect(withEnv('MPSC_CUDA_FLASH_WGMMA', '1', () => userError(() => wgmmaArchCheck('80')).message)).toMatch(/^error: MPSC_CUDA_FLASH_WGMMA=1 needs a Hopper GPU \(sm_90a: wgmma\); this build targets sm_80\n  help: unset MPSC_CUDA_FLASH_WGMMA/);
+    expect(() => withEnv('MPSC_CUDA_FLASH_WGMMA', '1', () => wgmmaArchCheck('90a'))).not.toThrow();
+    expect(() => withEnv('MPSC_CUDA_FLASH_WGMMA', undefined, () => wgmmaArchCheck('80'))).not.toThrow();
+  });
 });
 
 describe('the cuBLASLt tuning file (runtime/cuda/mpsc_cublaslt.cpp reads and appends it at create)', () => {

@@ -103,6 +103,15 @@ export function tf32x3Choice(): Tf32x3Mode {
   return v === '1' ? 'rule' : v === '0' ? 'off' : 'all';
 }
 
+/**
+ * MPSC_CUDA_FLASH_WGMMA=1 (the flash forward on Hopper's wgmma, codegen-cuda/attention_cuda.ts) builds only for sm_90a:
+ * on another GPU it is the user's setting that cannot apply, said before nvcc would fail on the instructions
+ */
+export function wgmmaArchCheck(architectures: string): void {
+  if (envFlag('MPSC_CUDA_FLASH_WGMMA', false) && architectures !== '90a')
+    throw new UserError(`error: MPSC_CUDA_FLASH_WGMMA=1 needs a Hopper GPU (sm_90a: wgmma); this build targets sm_${architectures}\n  help: unset MPSC_CUDA_FLASH_WGMMA (the default forward runs on any GPU of sm_80 or later)`);
+}
+
 /** CMAKE_CUDA_ARCHITECTURES for a compute capability: 90a on Hopper (its own instructions), else e.g. 89 */
 export function cudaArchitecture(computeCap: string | null): string {
   if (!computeCap) return '90a';
@@ -215,6 +224,7 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   const gpu = findGpu();
   if (!gpu) throw new UserError('error: --device cuda: no CUDA device found (nvidia-smi lists no GPU, or there is no NVIDIA driver)\n  help: use --device cpu on this machine');
   const settings = cudaBuildSettings();
+  wgmmaArchCheck(settings.architectures);
   let planned = 0, ltCalls = 0;
   const gemm = cudaGemmChoice();
   const cublasLt = cublasLtChoice();
