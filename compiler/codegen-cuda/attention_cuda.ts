@@ -368,11 +368,16 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
 }
 
 /**
- * Whether a 16-bit forward runs on forwardBodyWgmma: MPSC_CUDA_FLASH_WGMMA=1 at build time (default 0) and head width
- * 64. Hopper only (wgmma is sm_90a): a build for another GPU with it set fails in nvcc.
+ * MPSC_CUDA_FLASH_WGMMA at build time (default 0): whether 16-bit head-width-64 forwards run on forwardBodyWgmma.
+ * Hopper only (wgmma is sm_90a): runtime/cuda/session.ts wgmmaArchCheck refuses it for another GPU before nvcc runs.
  */
+export function flashWgmmaOn(): boolean {
+  return envFlag('MPSC_CUDA_FLASH_WGMMA', false);
+}
+
+/** whether a 16-bit forward of head width D runs on forwardBodyWgmma (flashWgmmaOn and D = 64) */
 export function flashWgmma(D: number): boolean {
-  return envFlag('MPSC_CUDA_FLASH_WGMMA', false) && D === 64;
+  return flashWgmmaOn() && D === 64;
 }
 
 /** query rows per forward block: 128 (forwardBody128, default) or 64 (MPSC_CUDA_FLASH_FWD_ROWS=64 at build time, for A/B) */

@@ -19,6 +19,7 @@ import { generateCudaModel, type CudaArtifacts, type CudaGemm } from '../../comp
 import { gemmChoiceLine } from '../../compiler/codegen-cuda/cublaslt.js';
 import type { Tf32x3Mode } from '../../compiler/codegen-cuda/tf32x3.js';
 import { attnTf32x3Enabled } from '../../compiler/codegen-cuda/attention_tf32x3.js';
+import { flashWgmmaOn } from '../../compiler/codegen-cuda/attention_cuda.js';
 import { cudaFuseOff } from '../../compiler/codegen-cuda/fusions.js';
 import { buildAddon, defaultCacheDir, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
@@ -108,7 +109,7 @@ export function tf32x3Choice(): Tf32x3Mode {
  * on another GPU it is the user's setting that cannot apply, said before nvcc would fail on the instructions
  */
 export function wgmmaArchCheck(architectures: string): void {
-  if (envFlag('MPSC_CUDA_FLASH_WGMMA', false) && architectures !== '90a')
+  if (flashWgmmaOn() && architectures !== '90a')
     throw new UserError(`error: MPSC_CUDA_FLASH_WGMMA=1 needs a Hopper GPU (sm_90a: wgmma); this build targets sm_${architectures}\n  help: unset MPSC_CUDA_FLASH_WGMMA (the default forward runs on any GPU of sm_80 or later)`);
 }
 
