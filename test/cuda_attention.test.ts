@@ -45,9 +45,9 @@ const artNoFold = withEnv('MPSC_CUDA_FLASH_DELTA_FOLD', '0', () => withX3('1', (
 /** the 16-bit backward with dQ from the stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored): the cases it changes, 16-bit gradients */
 const storedCases = cases.filter((c) => /_grad$/.test(String(c.program.name)) && c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
 const artStored = withEnv('MPSC_CUDA_FLASH_DQ', 'stored', () => withX3('1', () => buildCuda(storedCases.map((c) => c.program), 'flash_cases_stored')));
-/** the 16-bit forwards with MPSC_CUDA_FLASH_WGMMA=1: head width 64 on Hopper's warpgroup products, the others unchanged */
-const fwd16Cases = cases.filter((c) => /_fwd$/.test(String(c.program.name)) && c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
-const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA', '1', () => withX3('1', () => buildCuda(fwd16Cases.map((c) => c.program), 'flash_cases_wgmma')));
+/** the 16-bit cases with MPSC_CUDA_FLASH_WGMMA=1: head width 64 on Hopper's warpgroup products (forward, dK/dV, dQ), the others unchanged */
+const cases16 = cases.filter((c) => c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
+const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA', '1', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma')));
 const NV = findNvcc();
 
 /** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off; `noFold`: without the Delta fold) */
@@ -257,7 +257,7 @@ describe('flash kernel geometry', () => {
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=1: the 16-bit forwards)' }[mode]}`, () => {
+  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=1: the 16-bit kernels)' }[mode]}`, () => {
     const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, nofold: artNoFold, wgmma: artWgmma }[mode];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');
@@ -276,11 +276,14 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
     const flash = a.lowered.flatMap((l) => l.kernels).filter((k) => /flash attention/.test(k.label) && !a.alias.has(k.name));
     const stored = flash.filter((k) => /: (dK, dV, dS\^T stored|dQ = dS K from the stored dS\^T)\]$/.test(k.label));
     if (mode === 'wgmma') {
-      // head width 64 on wgmma (its PTX in the body's helpers), the other widths on mma.sync as before
-      const d64 = fwd16Cases.filter((c) => c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && attnGeom(c.program.graph, n).D === 64));
-      expect(d64.length).toBeGreaterThanOrEqual(3);
-      expect(flash.filter((k) => /wgmma \(sm_90a\), 64 rows per block/.test(k.label))).toHaveLength(d64.length);
-      expect(flash.filter((k) => /tensor cores, (64|128) rows per block/.test(k.label))).toHaveLength(fwd16Cases.length - d64.length);
+      // head width 64 on wgmma (its PTX in the body's helpers): the forward, or dK/dV and dQ; the other widths on mma.sync as before
+      const d64 = cases16.filter((c) => c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && attnGeom(c.program.graph, n).D === 64));
+      const [f64, g64] = [/_fwd$/, /_grad$/].map((re) => d64.filter((c) => re.test(String(c.program.name))).length);
+      expect(Math.min(f64, g64)).toBeGreaterThanOrEqual(3);
+      const onWg = flash.filter((k) => /wgmma \(sm_90a\), 64 rows per block/.test(k.label));
+      expect(onWg).toHaveLength(f64 + 2 * g64);
+      expect(onWg.filter((k) => /: dK, dV\]$/.test(k.label))).toHaveLength(g64);
+      expect(flash.filter((k) => /tensor cores, (64|128) rows per block/.test(k.label)).length).toBeGreaterThan(0);
       expect(a.files['model_kernels.cuh']).toMatch(/wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16/);
     } else if (mode === 'stored') {
       // every 16-bit gradient's dK/dV and dQ kernels store / read dS^T

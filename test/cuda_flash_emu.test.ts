@@ -198,9 +198,9 @@ const SIMT: Mode = { ...DEFAULT, x3: false };
 const NOFOLD: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DELTA_FOLD: '0' } };
 /** the 16-bit backward with dQ from the dK/dV kernel's stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored) */
 const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
-/** the 16-bit head-width-64 forward on wgmma (MPSC_CUDA_FLASH_WGMMA=1; the shim models wgmma over the swizzled tiles) */
+/** the 16-bit head-width-64 kernels on wgmma (MPSC_CUDA_FLASH_WGMMA=1: the forward, dK/dV and dQ; the shim models wgmma over the swizzled tiles) */
 const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: '1' } };
-const isWgmmaCase = (name: string) => /_d64_.*_fwd$|_d64_fwd$/.test(name) && !/f32/.test(name);
+const isWgmmaCase = (name: string) => /_d64_(.*_)?(fwd|grad)$/.test(name) && !/f32/.test(name);
 
 /** a 3xTF32 backward case's kernels by its name (flash_[qkv_]NxH_tT[_sS]_dD[_causal]_...): dK/dV and dQ merged, Delta folded in */
 function backwardShape(name: string): { merged: boolean; folded: boolean } {
@@ -215,7 +215,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
   const emu = new Emulator();
   const isGrad = (c: OpCase) => /_grad$/.test(String(c.program.name));
-  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : isGrad(c) ? [DEFAULT, STORED] : isWgmmaCase(String(c.program.name)) ? [DEFAULT, WGMMA] : [DEFAULT]) emu.add(c, m);
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA] : [])]) emu.add(c, m);
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
@@ -232,8 +232,9 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
         if (isWgmmaCase(name)) {
           it(`${name} on wgmma (MPSC_CUDA_FLASH_WGMMA=1)${late ? ', cp.async landing at the wait' : ''}: every output within the check's tolerance`, () => {
             const { err, labels } = errors(c, { ...WGMMA, late });
-            expect(labels).toHaveLength(1);
-            expect(labels[0]).toMatch(/wgmma \(sm_90a\), 64 rows per block\]$/);
+            // the forward; or Delta, dK/dV, dQ: every flash kernel on wgmma
+            expect(labels).toHaveLength(isGrad(c) ? 3 : 1);
+            expect(labels.filter((l) => /wgmma \(sm_90a\), 64 rows per block(: dK, dV|: dQ)?\]$/.test(l))).toHaveLength(isGrad(c) ? 2 : 1);
             for (const [v, e] of err) expect(e, `${v} (wgmma)`).toBeLessThan(flashTolerance(c)!);
           });
         }

@@ -312,8 +312,56 @@ function forwardBody128(gm: Geom, o: KernelArg): string {
   );
 }
 
+/** elements of one 128B-swizzled 64 x 64 tile of the wgmma kernels */
+const TILE = BR * 64;
+
 /**
- * The forward on Hopper's warpgroup products (MPSC_CUDA_FLASH_WGMMA=1 at build time; head width 64, sm_90a): the block's
+ * The wgmma kernels' loop over streamed 64-row tiles, double-buffered in 128B-swizzled shared tiles (`sm` the
+ * kernel's 1024-byte aligned shared memory, in tiles of TILE elements): `tiles` [name, first slot, source, row
+ * stride]: the tile of step parity b at slot + b, the next step's copied into slot + 1 - b by cp.async while this
+ * step computes; the first step's copies are committed with any copies issued before (the block's own tiles).
+ * `extra(r0, b)` plain statements run with each step's copies (they write buffer b, visible after the barrier).
+ * Up to the loop body (the brace left open): in the body, each name points at this step's tile, every copy of it
+ * landed and seen by the async proxy.
+ */
+function wgStream(v: string, v0: string, vend: string, rows: string, tiles: [string, number, string, string][], extra: (r0: string, b: string) => string = () => ''): string {
+  const copies = (r0: string, b: (slot: number) => string) =>
+    tiles.map(([, slot, src, st]) => `mpsc_sw128_load(sm + ${TILE} * ${b(slot)}, ${src}, ${st}, ${r0}, ${rows});\n`);
+  return (
+    `  if (${v0} < ${vend}) {\n` + copies(v0, (slot) => `${slot}`).map((c) => `    ${c}`).join('') + extra(v0, '0').replace(/^(?=.)/gm, '  ') + `  }\n` +
+    `  mpsc_cp_async_commit();\n` +
+    `  for (int ${v} = ${v0}, b = 0; ${v} < ${vend}; ${v} += ${BR}, b ^= 1) {\n` +
+    tiles.map(([name, slot]) => `    unsigned short* const ${name} = sm + ${TILE} * (${slot} + b);\n`).join('') +
+    `    __syncthreads();  // every thread is done with the other buffers (the previous step's)\n` +
+    `    if (${v} + ${BR} < ${vend}) {  // the next step's tiles, copied while this one computes\n` +
+    copies(`${v} + ${BR}`, (slot) => `(${slot + 1} - b)`).map((c) => `      ${c}`).join('') + extra(`${v} + ${BR}`, '(1 - b)').replace(/^(?=.)/gm, '    ') +
+    `      mpsc_cp_async_commit();\n      mpsc_cp_async_wait<1>();\n    } else {\n      mpsc_cp_async_wait<0>();\n    }\n` +
+    `    mpsc_fence_proxy_async();  // this thread's copies, seen by the products' async proxy\n` +
+    `    __syncthreads();\n`
+  );
+}
+
+/** `d` (+)= the 64 x 64 product of two swizzled shared tiles A [m][k] and B [n][k] (both K-major: A B^T), 4 wgmma k16 steps */
+const wgSS = (s: string, d: string, a: string, b: string) =>
+  `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_ss_${s}(${d}, mpsc_sw128_desc(${a} + kk * 16), mpsc_sw128_desc(${b} + kk * 16), kk);\n`;
+
+/** `acc` += `c` (this warp's 16 x 64 fp32 fragments, rounded to 16 bits as A fragments) times the swizzled tile `b` as stored ([k][n]: MN-major) */
+function wgRS(s: string, acc: string, c: string, b: string): string {
+  const a = `${c}a`;
+  return (
+    `    uint ${a}[4][4];  // ${c} rounded to 16 bits: this warp's A fragments (n8 tiles 2kk, 2kk + 1)\n` +
+    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
+    `      ${a}[kk][0] = mpsc_pack_${s}(${c}[2 * kk][0], ${c}[2 * kk][1]);\n      ${a}[kk][1] = mpsc_pack_${s}(${c}[2 * kk][2], ${c}[2 * kk][3]);\n` +
+    `      ${a}[kk][2] = mpsc_pack_${s}(${c}[2 * kk + 1][0], ${c}[2 * kk + 1][1]);\n      ${a}[kk][3] = mpsc_pack_${s}(${c}[2 * kk + 1][2], ${c}[2 * kk + 1][3]);\n    }\n` +
+    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_rs_tb_${s}(${acc}, ${a}[kk], mpsc_sw128_desc(${b} + kk * ${16 * 64}), 1);\n`
+  );
+}
+
+/** one group of wgmma products (`body`), issued after the fence and waited for */
+const wgGroup = (body: string) => `    mpsc_wgmma_fence();\n${body}    mpsc_wgmma_commit();\n    mpsc_wgmma_wait0();\n`;
+
+/**
+ * The forward on Hopper's warpgroup products (MPSC_CUDA_FLASH_WGMMA at build time, flashWgmma; head width 64, sm_90a): the block's
  * 4 warps are one warpgroup over a 64-query tile; Q, and the K / V tiles of 64 keys (double-buffered), sit in
  * 128B-swizzled shared tiles (mma.ts wgmma16Helpers), copied by 16-byte cp.async; per key tile S = Q K^T is 4 wgmma
  * from shared memory into fp32 fragments of the mma.sync C layout, so the online softmax is softmaxStep as in the
@@ -330,54 +378,125 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
     `  // flash attention forward on wgmma (sm_90a): ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s}; one warpgroup per 64 queries\n` +
     x.consts +
     `  (void)P;\n` +
-    `  __shared__ __align__(1024) unsigned short sm[${5 * BR * 64}];  // Q, K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
+    `  __shared__ __align__(1024) unsigned short sm[${5 * TILE}];  // Q, K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
     `  unsigned short* const Qs = sm;\n` +
     `  // the last query tiles see the most keys: they start first\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
     `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
     `  const int kbeg = 0, kend = ${x.kend};\n` +
     `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n` +
-    `  if (kbeg < kend) {\n    mpsc_sw128_load(sm + ${BR * 64}, kh, RK, kbeg, S);\n    mpsc_sw128_load(sm + ${3 * BR * 64}, vh, RV, kbeg, S);\n  }\n` +
-    `  mpsc_cp_async_commit();\n` +
     x.zero('acc') +
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
-    `  for (int k0 = kbeg, b = 0; k0 < kend; k0 += ${BR}, b ^= 1) {\n` +
-    `    unsigned short* const Ks = sm + ${BR * 64} * (1 + b);\n    unsigned short* const Vs = sm + ${BR * 64} * (3 + b);\n` +
-    `    __syncthreads();  // every thread is done with the other buffers (the previous step's)\n` +
-    `    if (k0 + ${BR} < kend) {  // the next step's tiles, copied while this one computes\n` +
-    `      mpsc_sw128_load(sm + ${BR * 64} * (2 - b), kh, RK, k0 + ${BR}, S);\n      mpsc_sw128_load(sm + ${BR * 64} * (4 - b), vh, RV, k0 + ${BR}, S);\n` +
-    `      mpsc_cp_async_commit();\n      mpsc_cp_async_wait<1>();\n    } else {\n      mpsc_cp_async_wait<0>();\n    }\n` +
-    `    mpsc_fence_proxy_async();  // this thread's copies, seen by the products' async proxy\n` +
-    `    __syncthreads();\n` +
-    `    float sc[8][4];  // S = Q K^T: 4 wgmma from shared memory\n` +
-    `    mpsc_wgmma_fence();\n` +
-    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_ss_${s}(sc, mpsc_sw128_desc(Qs + kk * 16), mpsc_sw128_desc(Ks + kk * 16), kk);\n` +
-    `    mpsc_wgmma_commit();\n    mpsc_wgmma_wait0();\n` +
+    wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 1, 'kh', 'RK'], ['Vs', 3, 'vh', 'RV']]) +
+    `    float sc[8][4];  // S = Q K^T\n` +
+    wgGroup(wgSS(s, 'sc', 'Qs', 'Ks')) +
     softmaxStep(gm, 8, x.ND, fold, 'sc', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
-    `    // O += P V: P rounded to 16 bits as this warp's A fragments (n8 tiles 2kk, 2kk + 1), 4 wgmma with V as stored\n` +
-    `    uint pa[4][4];\n` +
-    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
-    `      pa[kk][0] = mpsc_pack_${s}(sc[2 * kk][0], sc[2 * kk][1]);\n      pa[kk][1] = mpsc_pack_${s}(sc[2 * kk][2], sc[2 * kk][3]);\n` +
-    `      pa[kk][2] = mpsc_pack_${s}(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);\n      pa[kk][3] = mpsc_pack_${s}(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);\n    }\n` +
-    `    mpsc_wgmma_fence();\n` +
-    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_rs_tb_${s}(acc, pa[kk], mpsc_sw128_desc(Vs + kk * ${16 * 64}), 1);\n` +
-    `    mpsc_wgmma_commit();\n    mpsc_wgmma_wait0();\n` +
+    `    // O += P V, V read as stored\n` +
+    wgGroup(wgRS(s, 'acc', 'sc', 'Vs')) +
     `  }\n` +
     forwardStore(fold, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
   );
 }
 
+/** bytes of dynamic shared memory of the wgmma dK/dV kernel: 6 swizzled tiles, lse and Delta of two query tiles, 1 KiB to align the tiles */
+const WG_KV_SMEM = 6 * TILE * 2 + 4 * BR * 4 + 1024;
+
 /**
- * MPSC_CUDA_FLASH_WGMMA at build time (default 0): whether 16-bit head-width-64 forwards run on forwardBodyWgmma.
- * Hopper only (wgmma is sm_90a): runtime/cuda/session.ts wgmmaArchCheck refuses it for another GPU before nvcc runs.
+ * dK and dV on Hopper's warpgroup products (flashWgmma(D, 'bwd')): block (64-key tile, head), one warpgroup; K and V
+ * stay in swizzled shared tiles, the query tiles (Q, dO; lse and Delta) stream double-buffered. Per query tile
+ * S^T = K Q^T and dP^T = V dO^T are 8 wgmma from shared memory (one group), kvProbStep turns them into P^T and dS^T
+ * exactly as gradKVBody, and dV += P^T dO, dK += dS^T Q are 8 wgmma with P^T / dS^T rounded to 16 bits as register A
+ * fragments and dO / Q read as stored (MN-major). 6 tiles + 1 KiB of lse / Delta pass 48 KiB: dynamic shared memory,
+ * its tiles aligned to 1024 bytes in it (mpsc_sw128_base).
  */
-export function flashWgmmaOn(): boolean {
-  return envFlag('MPSC_CUDA_FLASH_WGMMA', false);
+function gradKVBodyWgmma(gm: Geom, dk: KernelArg, dv: KernelArg): string {
+  const x = text(gm, 'kv'), s = mmaSuffix(gm.type);
+  if (gm.D !== 64) throw new Error(`internal: the wgmma dK/dV kernel at head width ${gm.D}`);
+  const edge = `q0 + ${BR} > T` + (gm.causal ? ` || kw + 15 > q0 + ${x.shift}` : '');
+  const qbeg = gm.causal ? `max(0, k0 - ${x.shift}) / ${BR} * ${BR}` : '0';
+  return (
+    `  // flash attention backward, dK and dV, on wgmma (sm_90a): ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s};\n` +
+    `  // block (64-key tile, head), one warpgroup, the query tiles streamed; S^T = K Q^T, dP^T = V dO^T\n` +
+    x.consts +
+    `  (void)P;\n` +
+    `  unsigned short* const sm = mpsc_sw128_base(tg);  // K, V, Q x 2, dO x 2: 128B-swizzled tiles of 64 x 64; then lse, Delta\n` +
+    `  float* const Lb = reinterpret_cast<float*>(sm + ${6 * TILE});  // lse (base 2) of the query tile, double-buffered\n` +
+    `  float* const Db = Lb + ${2 * BR};  // Delta, double-buffered\n` +
+    `  unsigned short* const Ks = sm;\n  unsigned short* const Vs = sm + ${TILE};\n` +
+    `  const int k0 = blockIdx.x * ${BR}, kw = k0 + w * 16;\n` +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
+    `  const unsigned short* vh = ${x.raw('v', 'voff')};\n  const unsigned short* oh = ${x.raw('dout', 'ooff')};\n` +
+    `  mpsc_sw128_load(Ks, kh, RK, k0, S);\n  mpsc_sw128_load(Vs, vh, RV, k0, S);\n` +
+    x.zero('dka') + x.zero('dva') +
+    `  const int qbeg = ${qbeg};\n` +
+    wgStream('q0', 'qbeg', 'T', 'T', [['Qs', 2, 'qh', 'RQ'], ['Os', 4, 'oh', 'RO']], (r0, b) =>
+      `  if (threadIdx.x < ${BR}) {\n    const int qi = ${r0} + threadIdx.x;\n` +
+      `    Lb[${b} * ${BR} + threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
+      `    Db[${b} * ${BR} + threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n  }\n`) +
+    `    const float* const Ls = Lb + b * ${BR};\n    const float* const Ds = Db + b * ${BR};\n` +
+    `    float st[8][4], dpt[8][4];  // S^T = K Q^T, dP^T = V dO^T\n` +
+    wgGroup(wgSS(s, 'st', 'Ks', 'Qs') + wgSS(s, 'dpt', 'Vs', 'Os')) +
+    kvProbStep(gm, 8, edge) +
+    `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS), dO and Q read as stored\n` +
+    wgGroup(wgRS(s, 'dva', 'st', 'Os') + wgRS(s, 'dka', 'dpt', 'Qs')) +
+    `  }\n` +
+    storeRows(x, dk, 'dka', 'kw', 'S', 'koff', 'RK') +
+    storeRows(x, dv, 'dva', 'kw', 'S', 'voff', 'RV')
+  );
 }
 
-/** whether a 16-bit forward of head width D runs on forwardBodyWgmma (flashWgmmaOn and D = 64) */
-export function flashWgmma(D: number): boolean {
-  return flashWgmmaOn() && D === 64;
+/**
+ * dQ on Hopper's warpgroup products (flashWgmma(D, 'bwd')): block (64-query tile, head), one warpgroup; Q and dO stay in
+ * swizzled shared tiles, the key tiles (K, V) stream double-buffered. Per key tile S = Q K^T and dP = dO V^T are 8
+ * wgmma from shared memory, qProbStep makes dS as gradQBody, and dQ += dS K is 4 wgmma with dS rounded to 16 bits as
+ * register A fragments and K read as stored (MN-major). 6 tiles: 48 KiB of static shared memory.
+ */
+function gradQBodyWgmma(gm: Geom, dq: KernelArg): string {
+  const x = text(gm, 'q'), s = mmaSuffix(gm.type);
+  if (gm.D !== 64) throw new Error(`internal: the wgmma dQ kernel at head width ${gm.D}`);
+  return (
+    `  // flash attention backward, dQ, on wgmma (sm_90a): ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s};\n` +
+    `  // block (64-query tile, head), one warpgroup, the key tiles streamed: S = Q K^T, dP = dO V^T, dQ += dS K\n` +
+    x.consts +
+    `  (void)P;\n` +
+    `  __shared__ __align__(1024) unsigned short sm[${6 * TILE}];  // Q, dO, K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
+    `  unsigned short* const Qs = sm;\n  unsigned short* const Os = sm + ${TILE};  // dO\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
+    `  const unsigned short* vh = ${x.raw('v', 'voff')};\n  const unsigned short* oh = ${x.raw('dout', 'ooff')};\n` +
+    `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n  mpsc_sw128_load(Os, oh, RO, q0, T);\n` +
+    `  const int r0 = qw + g, r1 = r0 + 8;\n` +
+    `  const float L0 = r0 < T ? lse[(size_t)bh * T + r0] * ${lit(LOG2E)} : 0.0f, L1 = r1 < T ? lse[(size_t)bh * T + r1] * ${lit(LOG2E)} : 0.0f;\n` +
+    `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n` +
+    x.zero('dqa') +
+    `  const int kbeg = 0, kend = ${x.kend};\n` +
+    wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 2, 'kh', 'RK'], ['Vs', 4, 'vh', 'RV']]) +
+    `    float s[8][4], dp[8][4];  // S = Q K^T, dP = dO V^T\n` +
+    wgGroup(wgSS(s, 's', 'Qs', 'Ks') + wgSS(s, 'dp', 'Os', 'Vs')) +
+    qProbStep(gm, 8, `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '')) +
+    `    // dQ += dS K (the scale folded into dS), K read as stored\n` +
+    wgGroup(wgRS(s, 'dqa', 's', 'Ks')) +
+    `  }\n` +
+    storeRows(x, dq, 'dqa', 'qw', 'T', 'qoff', 'RQ')
+  );
+}
+
+/**
+ * MPSC_CUDA_FLASH_WGMMA at build time (default 0): which 16-bit head-width-64 kernels run on Hopper's wgmma: `fwd`
+ * (forwardBodyWgmma), `bwd` (gradKVBodyWgmma, gradQBodyWgmma), `1` both. sm_90a only: runtime/cuda/session.ts
+ * wgmmaArchCheck refuses it for another GPU before nvcc runs.
+ */
+export function flashWgmmaMode(): '0' | 'fwd' | 'bwd' | '1' {
+  return envChoice('MPSC_CUDA_FLASH_WGMMA', ['0', 'fwd', 'bwd', '1'], '0');
+}
+export function flashWgmmaOn(): boolean {
+  return flashWgmmaMode() !== '0';
+}
+
+/** whether the 16-bit kernels of head width D of `part` (forward, or the two backward kernels) run on wgmma */
+export function flashWgmma(D: number, part: 'fwd' | 'bwd'): boolean {
+  const m = flashWgmmaMode();
+  return D === 64 && (m === '1' || m === part);
 }
 
 /** query rows per forward block: 128 (forwardBody128, default) or 64 (MPSC_CUDA_FLASH_FWD_ROWS=64 at build time, for A/B) */
@@ -543,19 +662,22 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   }
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
-  const wg = isForward(n) && flashWgmma(gm.D);
+  // Hopper's warpgroup products (flashWgmma): the forward, or the dK/dV and dQ kernels
+  const wg = flashWgmma(gm.D, isForward(n) ? 'fwd' : 'bwd');
   if (wg) ctx.helpers.add('wgmma16');
   const fr = wg ? BR : flashForwardRows();
-  const ds = flashDq() === 'stored' ? dsLayout(gm) : null;
+  const ds = !wg && flashDq() === 'stored' ? dsLayout(gm) : null;
   const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
-    forward: (_args, o) => (wg ? forwardBodyWgmma(gm, o) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)), gradKV: (_args, dk, dv) => gradKVBody(gm, dk, dv, ds),
-    gradQ: (_args, dq) => (ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
+    forward: (_args, o) => (wg ? forwardBodyWgmma(gm, o) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
+    gradKV: (_args, dk, dv) => (wg ? gradKVBodyWgmma(gm, dk, dv) : gradKVBody(gm, dk, dv, ds)),
+    gradQ: (_args, dq) => (wg ? gradQBodyWgmma(gm, dq) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
     ...(ds ? { gradScratch: ds.bytes } : {}),
+    ...(wg ? { tgmem: { gradKV: WG_KV_SMEM } } : {}),
   });
-  // the forward of 128 rows per block: its grid and label
-  const fwd = (k: KernelSpec): KernelSpec => wg ? { ...k, label: k.label.replace('tensor cores, 64 rows per block', 'wgmma (sm_90a), 64 rows per block') }
-    : fr === BR ? k
+  // the wgmma kernels' label; the forward of 128 rows per block: its grid and label
+  const onWg = (k: KernelSpec, i: number): KernelSpec => (wg && (isForward(n) || i > 0) ? { ...k, label: k.label.replace('tensor cores, 64 rows per block', 'wgmma (sm_90a), 64 rows per block') } : k);
+  const fwd = (k: KernelSpec): KernelSpec => wg || fr === BR ? k
     : { ...k, groups: [Math.max(1, Math.ceil(gm.T / fr)), k.groups[1], k.groups[2]], label: k.label.replace('64 rows per block', `${fr} rows per block`) };
   // the register bounds: forward; or Delta (none), dK/dV, dQ
   const [f, kv, q] = flashMinBlocks();
@@ -563,7 +685,7 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   // the stored dS^T (flashDq): said in the dK/dV and dQ kernels' labels
   const stored = (k: KernelSpec, i: number): KernelSpec => !ds || isForward(n) || i === 0 ? k
     : { ...k, label: k.label.replace(/: (dK, dV|dQ)\]$/, (_m, w: string) => (w === 'dQ' ? ': dQ = dS K from the stored dS^T]' : ': dK, dV, dS^T stored]')) };
-  return ks.map((k, i) => stored(isForward(n) ? fwd(k) : k, i)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
+  return ks.map((k, i) => onWg(stored(isForward(n) ? fwd(k) : k, i), i)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
 }
 
 /**

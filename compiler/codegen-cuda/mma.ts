@@ -107,7 +107,8 @@ export function sw128LoadHelper(): string {
 }
 
 /**
- * The Hopper warpgroup products of the wgmma flash forward (attention_cuda.ts forwardBodyWgmma, MPSC_CUDA_FLASH_WGMMA;
+ * The Hopper warpgroup products of the wgmma flash kernels (attention_cuda.ts forwardBodyWgmma, gradKVBodyWgmma,
+ * gradQBodyWgmma; MPSC_CUDA_FLASH_WGMMA;
  * sm_90a only: emitted only for a build that asks for them), as checked on an H100 by bench/wgmma_probe.cu:
  * `wgmma.mma_async m64n64k16` with fp32 accumulation, d (the warpgroup's 64 x 64 fp32 tile) in the mma.sync C-fragment
  * layout per warp (warp w: rows 16w + g and + 8; n8 tile j: columns 8j + 2t, + 1), so d[j][e] is the 16-row C
@@ -139,12 +140,16 @@ export function wgmma16Helpers(): string {
     );
   };
   return (
-    `// Hopper warpgroup products (wgmma, sm_90a) of the flash forward over 128B-swizzled shared tiles (codegen-cuda/mma.ts)\n` +
+    `// Hopper warpgroup products (wgmma, sm_90a) of the flash kernels over 128B-swizzled shared tiles (codegen-cuda/mma.ts)\n` +
     typedOps('bfloat') + typedOps('half') +
     `// the descriptor of a 128B-swizzled tile (1024-byte aligned) from element p on: LBO 16 bytes, SBO 1024\n` +
     `${Q} unsigned long long mpsc_sw128_desc(const unsigned short* p) {\n` +
     `  const uint a = (uint)__cvta_generic_to_shared(p);\n` +
     `  return (unsigned long long)((a & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);\n}\n\n` +
+    `// the first 1024-byte aligned place (in the shared address space) of dynamic shared memory tg: the wgmma dK/dV kernel's tiles\n` +
+    `${Q} unsigned short* mpsc_sw128_base(float* tg) {\n` +
+    `  const uint a = (uint)__cvta_generic_to_shared(tg);\n` +
+    `  return reinterpret_cast<unsigned short*>(reinterpret_cast<char*>(tg) + ((1024u - (a & 1023u)) & 1023u));\n}\n\n` +
     sw128LoadHelper() + '\n' +
     `// generic-proxy writes (cp.async's) made visible to the products' async proxy; wgmma fence / commit / wait\n` +
     `${Q} void mpsc_fence_proxy_async() {\n  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");\n}\n\n` +

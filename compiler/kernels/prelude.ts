@@ -127,7 +127,7 @@ const HELPERS: Record<Helper, (d: Dialect) => string> = {
     if (d.name !== 'cuda') throw new Error(`internal: the mma16 helpers requested in dialect ${d.name}`);
     return mma16Helpers();
   },
-  // Hopper warpgroup products (sm_90a): only the wgmma flash forward (MPSC_CUDA_FLASH_WGMMA) asks for them
+  // Hopper warpgroup products (sm_90a): only the wgmma flash kernels (MPSC_CUDA_FLASH_WGMMA) ask for them
   wgmma16: (d) => {
     if (d.name !== 'cuda') throw new Error(`internal: the wgmma16 helpers requested in dialect ${d.name}`);
     return wgmma16Helpers();

@@ -159,6 +159,7 @@ template <int N> void mpsc_cp_async_wait() {
 // XOR its row bits [7:9] (the tiles are 1024-byte aligned). Computed at the call (the asynchronous issue, fence, commit
 // and wait have nothing to order here), in fp32, k in order.
 static inline unsigned long long mpsc_sw128_desc(const unsigned short* p) { return (unsigned long long)(uintptr_t)p; }
+static inline unsigned short* mpsc_sw128_base(float* tg) { return reinterpret_cast<unsigned short*>(((uintptr_t)tg + 1023u) & ~(uintptr_t)1023u); }
 static inline float sw128_(unsigned long long desc, size_t off, bool bf) {
   uintptr_t a = (uintptr_t)desc + off;
   if ((uintptr_t)desc % 16) { std::fprintf(stderr, "wgmma descriptor start not 16-byte aligned\n"); std::abort(); }
