@@ -151,7 +151,7 @@ const summary = {
  * $MPSC_CUDA_TF32X3 (0 | 1 | all) picks which fp32 calls run as 3xTF32 (codegen-cuda/tf32x3.ts), as in a session.
  */
 async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 'cuda', lt = false): Promise<EmuBuild<CaseArtifacts> & { lowered: LoweredProgram[] }> {
-  const a = buildCuda(programs, model, { gemm, cublasLt: lt, tf32x3: tf32x3Choice() });
+  const a = buildCuda(programs, model, { gemm, cublasLt: lt, tf32x3: tf32x3Choice(), arch: ARCH });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `cuda-driver-${model}-`));
   for (const [f, t] of Object.entries(a.files)) fs.writeFileSync(path.join(dir, f), t);
   for (const f of ['mpsc_model.h', 'mpsc_runtime.cc']) fs.copyFileSync(path.join(ROOT, 'runtime/cpp', f), path.join(dir, f));

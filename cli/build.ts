@@ -23,7 +23,7 @@ import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/nativ
 import { cpuInputsKey } from '../runtime/native/native_session.js';
 import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
 import { attentionReport } from '../compiler/codegen-cuda/attention_cuda.js';
-import { cublasLtChoice, tf32x3Choice, cudaArchitecture, cudaInputsKey, findCublasLt, findGpu, findNvcc, gemmReport } from '../runtime/cuda/session.js';
+import { cublasLtChoice, tf32x3Choice, cudaArchitecture, cudaInputsKey, findCublasLt, findGpu, findNvcc, gemmReport, wgmmaArchCheck } from '../runtime/cuda/session.js';
 
 interface BuildOpts {
   output?: string;
@@ -58,10 +58,11 @@ function writeMetal(programs: ProgramSet, dir: string, opts: { fallbackOps: stri
 async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, log: (s: string) => void): Promise<void> {
   const cublasLt = cublasLtChoice();
   const tf32x3 = tf32x3Choice();
-  const a = generateCudaModel(programs, { cublasLt, tf32x3 });
   const nv = findNvcc();
   const gpu = findGpu();
   const settings = { nvcc: nv?.nvcc ?? 'nvcc', version: nv?.version ?? 'unknown', architectures: cudaArchitecture(gpu?.computeCap ?? null) };
+  wgmmaArchCheck(settings.architectures);
+  const a = generateCudaModel(programs, { cublasLt, tf32x3, arch: settings.architectures });
   const target = `mpsc_${programs.model.replace(/[^A-Za-z0-9_]/g, '_')}_cuda`;
   const files = writeCmakeProject(dir, a.files, '-O2', target, settings);
   log(`cuda: ${files.length} files in ${dir} (CMake targets ${target}, ${target}_embed; CMAKE_CUDA_ARCHITECTURES ${settings.architectures}${gpu ? ` for ${gpu.name}` : ' (no GPU here: Hopper assumed)'})`);

@@ -17,11 +17,11 @@ import { precisionOverride } from '../compiler/check/overrides.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import type { CheckedModel } from '../compiler/model.js';
 import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
-import { cublasLtChoice, findCublasLt, gemmReport, tf32x3Choice } from '../runtime/cuda/session.js';
+import { cublasLtChoice, cudaArchitecture, findCublasLt, findGpu, gemmReport, tf32x3Choice } from '../runtime/cuda/session.js';
 
 /** `--ir --device cuda`: where each GEMM node of each program runs (cuBLASLt or the generated kernel) and why */
 function cudaGemmPaths(model: CheckedModel): string {
-  const a = generateCudaModel(buildPrograms(model, { batch: model.train.batch }), { cublasLt: cublasLtChoice(), tf32x3: tf32x3Choice() });
+  const a = generateCudaModel(buildPrograms(model, { batch: model.train.batch }), { cublasLt: cublasLtChoice(), tf32x3: tf32x3Choice(), arch: cudaArchitecture(findGpu()?.computeCap ?? null) });
   return `\n# CUDA GEMM paths (compiler/codegen-cuda/cublaslt.ts)\n${gemmReport(a.gemms, findCublasLt(), true).join('\n')}\n`;
 }
 

@@ -482,21 +482,26 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg): string {
 }
 
 /**
- * MPSC_CUDA_FLASH_WGMMA at build time (default 0): which 16-bit head-width-64 kernels run on Hopper's wgmma: `fwd`
- * (forwardBodyWgmma), `bwd` (gradKVBodyWgmma, gradQBodyWgmma), `1` both. sm_90a only: runtime/cuda/session.ts
- * wgmmaArchCheck refuses it for another GPU before nvcc runs.
+ * MPSC_CUDA_FLASH_WGMMA at build time: which 16-bit head-width-64 kernels run on Hopper's wgmma: `fwd`
+ * (forwardBodyWgmma), `bwd` (gradKVBodyWgmma, gradQBodyWgmma), `1` both, `0` none, `auto` (the default) both when the
+ * build targets sm_90a (the generator's `hopper`), else none. wgmma is sm_90a only: runtime/cuda/session.ts
+ * wgmmaArchCheck refuses fwd / bwd / 1 for another GPU before nvcc runs.
  */
-export function flashWgmmaMode(): '0' | 'fwd' | 'bwd' | '1' {
-  return envChoice('MPSC_CUDA_FLASH_WGMMA', ['0', 'fwd', 'bwd', '1'], '0');
+export function flashWgmmaMode(): '0' | 'fwd' | 'bwd' | '1' | 'auto' {
+  return envChoice('MPSC_CUDA_FLASH_WGMMA', ['0', 'fwd', 'bwd', '1', 'auto'], FLASH_WGMMA_DEFAULT);
 }
-export function flashWgmmaOn(): boolean {
-  return flashWgmmaMode() !== '0';
+const FLASH_WGMMA_DEFAULT = '0';
+
+/** whether MPSC_CUDA_FLASH_WGMMA asks for wgmma kernels whatever the target (fwd, bwd, 1) */
+export function flashWgmmaForced(): boolean {
+  const m = flashWgmmaMode();
+  return m !== '0' && m !== 'auto';
 }
 
-/** whether the 16-bit kernels of head width D of `part` (forward, or the two backward kernels) run on wgmma */
-export function flashWgmma(D: number, part: 'fwd' | 'bwd'): boolean {
+/** whether the 16-bit kernels of head width D of `part` (forward, or the two backward kernels) run on wgmma, for a build for Hopper (sm_90a) or not */
+export function flashWgmma(D: number, part: 'fwd' | 'bwd', hopper: boolean): boolean {
   const m = flashWgmmaMode();
-  return D === 64 && (m === '1' || m === part);
+  return D === 64 && (m === 'auto' ? hopper : m === '1' || m === part);
 }
 
 /** query rows per forward block: 128 (forwardBody128, default) or 64 (MPSC_CUDA_FLASH_FWD_ROWS=64 at build time, for A/B) */
@@ -651,9 +656,10 @@ function gradQStoredBody(gm: Geom, dq: KernelArg, ds: DsLayout): string {
 /**
  * The flash kernels of an attention / attention_grad node: the 16-bit tensor-core ones (flashRefusal
  * null), else the fp32 3xTF32 tensor-core ones (attention_tf32x3.ts, tf32x3Refusal null), else the fp32
- * CUDA-core ones (attention_f32.ts, f32Refusal null), else null: the node keeps the shared kernel.
+ * CUDA-core ones (attention_f32.ts, f32Refusal null), else null: the node keeps the shared kernel. `hopper`: the build
+ * targets sm_90a (flashWgmma's auto mode).
  */
-export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
+export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = false): KernelSpec[] | null {
   if (ctx.d.name !== 'cuda') throw new Error(`internal: the CUDA attention lowered for dialect ${ctx.d.name}`);
   if (!ATTENTION_FAMILY.includes(n.op)) return null;
   if (flashRefusal(g, n) !== null) {
@@ -663,7 +669,7 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
   // Hopper's warpgroup products (flashWgmma): the forward, or the dK/dV and dQ kernels
-  const wg = flashWgmma(gm.D, isForward(n) ? 'fwd' : 'bwd');
+  const wg = flashWgmma(gm.D, isForward(n) ? 'fwd' : 'bwd', hopper);
   if (wg) ctx.helpers.add('wgmma16');
   const fr = wg ? BR : flashForwardRows();
   const ds = !wg && flashDq() === 'stored' ? dsLayout(gm) : null;

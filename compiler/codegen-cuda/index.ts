@@ -63,8 +63,8 @@ if (sharedLayernorm === 'cpu') throw new Error('internal: layernorm has no share
 const cudaLayernorm: GpuLowering = (ctx, g, n) => lowerLayernormCuda(ctx, g, n) ?? sharedLayernorm(ctx, g, n);
 const sharedAttention = GPU_KERNELS.attention;
 if (sharedAttention === 'cpu') throw new Error('internal: attention has no shared GPU kernel');
-/** flash attention (attention_cuda.ts: 16-bit on the tensor cores, fp32 on attention_f32.ts); other head widths: the shared kernel */
-const cudaAttention: GpuLowering = (ctx, g, n) => lowerAttentionCuda(ctx, g, n) ?? sharedAttention(ctx, g, n);
+/** flash attention (attention_cuda.ts: 16-bit on the tensor cores, fp32 on attention_f32.ts; `hopper`: a build for sm_90a); other head widths: the shared kernel */
+const cudaAttention = (hopper: boolean): GpuLowering => (ctx, g, n) => lowerAttentionCuda(ctx, g, n, hopper) ?? sharedAttention(ctx, g, n);
 const sharedEmbeddingGrad = GPU_KERNELS.embedding_grad;
 if (sharedEmbeddingGrad === 'cpu') throw new Error('internal: embedding_grad has no shared GPU kernel');
 /** embedding_grad on embedding_cuda.ts (sorted ids, or positions); past its float slots the shared kernel */
@@ -81,7 +81,7 @@ const cudaEmbedding: GpuLowering = (ctx, g, n) => lowerEmbeddingCuda(ctx, g, n) 
  * (cuBLASLt where its rule says and `lt` allows, fp32 calls as 3xTF32 where tf32x3.ts's rule and `tf32x3` say; else gemm_cuda.ts's kernels), recording each
  * GEMM node's choice in `choices`; `gemm` is the same lowering for nodes with a fused epilogue.
  */
-function gemmRegistry(lt: boolean, tf32x3: Tf32x3Mode, choices: GemmChoice[]): { registry: GpuRegistry; gemm: typeof lowerGemmCuda } {
+function gemmRegistry(lt: boolean, tf32x3: Tf32x3Mode, choices: GemmChoice[], hopper: boolean): { registry: GpuRegistry; gemm: typeof lowerGemmCuda } {
   const gemm = (ctx: LowerCtx, g: Graph, n: Node, epilogue?: Node): KernelSpec[] | null => {
     const r = lowerGemmCudaLt(ctx, g, n, epilogue, lt, tf32x3);
     if (r) choices.push(r.choice);
@@ -92,7 +92,8 @@ function gemmRegistry(lt: boolean, tf32x3: Tf32x3Mode, choices: GemmChoice[]): {
     if (!ks) throw new Error(`internal: op '${n.op}' is not a GEMM`);
     return ks;
   };
-  return { registry: { ...GPU_KERNELS, attention: cudaAttention, attention_grad: cudaAttention, attention_qkv: cudaAttention, attention_qkv_grad: cudaAttention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: cudaEmbeddingGrad, embedding: cudaEmbedding, layernorm: cudaLayernorm,
+  const attention = cudaAttention(hopper);
+  return { registry: { ...GPU_KERNELS, attention, attention_grad: attention, attention_qkv: attention, attention_qkv_grad: attention, sum_to: cudaSumTo, layernorm_grad: lowerLayernormGradCuda, embedding_grad: cudaEmbeddingGrad, embedding: cudaEmbedding, layernorm: cudaLayernorm,
     unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'), global_avgpool_grad: lowerAvgpoolGradCuda,
     cross_entropy: lowerClassForwardCuda, accuracy: lowerClassForwardCuda, top_k: lowerClassForwardCuda, cross_entropy_grad: lowerCrossEntropyGradCuda, linear: entry, matmul: entry, conv2d: entry, conv2d_grad_input: entry, conv2d_grad_weight: entry }, gemm };
 }
@@ -162,6 +163,8 @@ export interface CudaGenOptions {
   lanes?: number;
   /** programmatic dependent launch between the graphs' kernels (pdl.ts; default MPSC_CUDA_PDL, else off) */
   pdl?: PdlMode;
+  /** the build's CMAKE_CUDA_ARCHITECTURES (runtime/cuda/session.ts cudaArchitecture): 90a (Hopper) lets the flash kernels use wgmma (attention_cuda.ts flashWgmma) */
+  arch?: string;
 }
 
 /**
@@ -188,7 +191,7 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
     const layout = programLayout(p, table);
     const choices: GemmChoice[] = [];
     gemms.push({ program: p.name, choices });
-    const reg = gemmRegistry(opts.cublasLt ?? true, opts.tf32x3 ?? 'rule', choices);
+    const reg = gemmRegistry(opts.cublasLt ?? true, opts.tf32x3 ?? 'rule', choices, opts.arch === '90a');
     const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: reg.registry, gemm: reg.gemm } : { registry: { ...GPU_KERNELS, unary_grad: sharedWithGradForward() } }) }, layout, CUDA);
     const plan = buildPlan(lp, layout, table, model);
     const viewed = reshapeViews(lp, plan);

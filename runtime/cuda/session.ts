@@ -19,7 +19,7 @@ import { generateCudaModel, type CudaArtifacts, type CudaGemm } from '../../comp
 import { gemmChoiceLine } from '../../compiler/codegen-cuda/cublaslt.js';
 import type { Tf32x3Mode } from '../../compiler/codegen-cuda/tf32x3.js';
 import { attnTf32x3Enabled } from '../../compiler/codegen-cuda/attention_tf32x3.js';
-import { flashWgmmaMode, flashWgmmaOn } from '../../compiler/codegen-cuda/attention_cuda.js';
+import { flashWgmmaForced, flashWgmmaMode } from '../../compiler/codegen-cuda/attention_cuda.js';
 import { cudaFuseOff } from '../../compiler/codegen-cuda/fusions.js';
 import { buildAddon, defaultCacheDir, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
@@ -105,11 +105,11 @@ export function tf32x3Choice(): Tf32x3Mode {
 }
 
 /**
- * MPSC_CUDA_FLASH_WGMMA (fwd / bwd / 1: flash kernels on Hopper's wgmma, codegen-cuda/attention_cuda.ts) builds only for sm_90a:
+ * MPSC_CUDA_FLASH_WGMMA=fwd / bwd / 1 (flash kernels on Hopper's wgmma whatever the target, codegen-cuda/attention_cuda.ts) builds only for sm_90a:
  * on another GPU it is the user's setting that cannot apply, said before nvcc would fail on the instructions
  */
 export function wgmmaArchCheck(architectures: string): void {
-  if (flashWgmmaOn() && architectures !== '90a')
+  if (flashWgmmaForced() && architectures !== '90a')
     throw new UserError(`error: MPSC_CUDA_FLASH_WGMMA=${flashWgmmaMode()} needs a Hopper GPU (sm_90a: wgmma); this build targets sm_${architectures}\n  help: unset MPSC_CUDA_FLASH_WGMMA (the default flash kernels run on any GPU of sm_80 or later)`);
 }
 
@@ -233,7 +233,7 @@ export async function createCudaSession(programs: ProgramSet, opts: CudaSessionO
   const ltHeader = findCublasLt(settings.nvcc);
   let report: string[] = [];
   const generate = () => {
-    const a = generateCudaModel(programs, { gemm, cublasLt, merge: opts.merge, tf32x3 });
+    const a = generateCudaModel(programs, { gemm, cublasLt, merge: opts.merge, tf32x3, arch: settings.architectures });
     planned = a.plan.deviceBytes;
     ltCalls = a.gemms.flatMap((p) => p.choices).filter((c) => c.path === 'cublaslt').length;
     report = gemmReport(a.gemms, ltHeader);
