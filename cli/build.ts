@@ -79,7 +79,7 @@ async function writeCuda(programs: ProgramSet, dir: string, compile: boolean, lo
   log(`  planned device memory: ${formatBytes(a.plan.deviceBytes)} in one allocation (persistent ${formatBytes(a.plan.persistent.bytes)}, arena ${formatBytes(a.plan.arena.bytes)}, input batches ${formatBytes(a.plan.inputs.reduce((s, r) => s + r.bytes, 0))}${a.plan.scratch.bytes > 1 ? `, scratch ${formatBytes(a.plan.scratch.bytes)}${a.plan.lanes > 1 ? ` (${a.plan.lanes} lanes' slices)` : ''}` : ''}${a.plan.ltWorkspace.bytes ? `, cuBLASLt workspace ${formatBytes(a.plan.ltWorkspace.bytes)}` : ''})`);
   for (const line of gemmReport(a.gemms, nv ? findCublasLt(nv.nvcc) : null, true)) log(`  ${line}`);
   log('  generated GEMMs: 64x64-tile kernels on the tensor cores, 3xTF32 (16-bit operands exact in one pass); fp32 convolutions: TF32 implicit-GEMM kernels of 64- or 128-row tiles (conv_cuda.ts); MPSC_CUDA_PLAIN=1 at run time: fp32 FFMA');
-  for (const line of attentionReport(a.lowered.map((l) => l.program.graph))) log(`  ${line}`);
+  for (const line of attentionReport(a.lowered.map((l) => l.program.graph), settings.architectures === '90a')) log(`  ${line}`);
 }
 
 export function register(program: Command): void {

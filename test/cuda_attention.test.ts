@@ -114,6 +114,11 @@ describe('which attention nodes the flash kernels take', () => {
     expect(lines.some((l) => /on flash attention \((bf16|f16) tensor cores/.test(l))).toBe(true);
     expect(lines.some((l) => /on flash attention \(fp32 as 3xTF32 on the tensor cores, attention_tf32x3.ts\)/.test(l))).toBe(true);
     expect(lines.some((l) => /shared 16x16-tile kernel: head width 8/.test(l))).toBe(true);
+    expect(lines.some((l) => /wgmma/.test(l))).toBe(false);
+    // on Hopper with MPSC_CUDA_FLASH_WGMMA=auto: the 16-bit head-width-64 nodes are said to be on wgmma
+    const hopper = withEnv('MPSC_CUDA_FLASH_WGMMA', 'auto', () => withX3('1', () => attentionReport(graphs, true)));
+    expect(hopper.some((l) => /on flash attention \((bf16|f16) tensor cores, wgmma \(sm_90a\), attention_cuda.ts\)/.test(l))).toBe(true);
+    expect(hopper.some((l) => /on flash attention \((bf16|f16) tensor cores, attention_cuda.ts\)/.test(l))).toBe(true);
     const off = withX3('0', () => attentionReport(graphs));
     expect(off.some((l) => /on flash attention \(fp32 on the CUDA cores, attention_f32.ts: switched off \(MPSC_CUDA_ATTN_TF32X3=0\)\)/.test(l))).toBe(true);
     // a 16-bit node is refused by the 3xTF32 kernels for its operands

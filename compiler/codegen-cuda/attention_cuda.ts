@@ -697,16 +697,17 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
 /**
  * One line per kind of attention choice over the programs' graphs (`mpsc build --device cuda`): how
  * many attention-family nodes run on each flash path (16-bit tensor cores, fp32 as 3xTF32, fp32 on
- * the CUDA cores: why not the one before), and how many on the shared kernel and why.
+ * the CUDA cores: why not the one before), and how many on the shared kernel and why. `hopper`: the
+ * build targets sm_90a (the 16-bit head-width-64 kernels may be on wgmma: flashWgmma).
  */
-export function attentionReport(graphs: Graph[]): string[] {
+export function attentionReport(graphs: Graph[], hopper = false): string[] {
   const counts = new Map<string, number>();
   for (const g of graphs)
     for (const n of g.nodes) {
       if (!ATTENTION_FAMILY.includes(n.op)) continue;
       const why = flashRefusal(g, n), whyX3 = why === null ? null : tf32x3Refusal(g, n), whyF32 = whyX3 === null ? null : f32Refusal(g, n);
       const key = why === null
-        ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores, attention_cuda.ts)`
+        ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores${flashWgmma(geomOf(g, n).D, isForward(n) ? 'fwd' : 'bwd', hopper) ? ', wgmma (sm_90a)' : ''}, attention_cuda.ts)`
         : whyX3 === null ? `flash attention (fp32 as 3xTF32 on the tensor cores, attention_tf32x3.ts)`
         : whyF32 === null ? `flash attention (fp32 on the CUDA cores, attention_f32.ts: ${whyX3})` : `the shared 16x16-tile kernel: ${whyF32}`;
       counts.set(key, (counts.get(key) ?? 0) + 1);
