@@ -159,7 +159,7 @@ async function buildDriver(programs: Program[], model: string, gemm: CudaGemm = 
   fs.copyFileSync(path.join(ROOT, 'runtime/metal-emu/emu_test_main.cc'), path.join(dir, 'emu_test_main.cc'));
   const exe = path.join(dir, 'driver');
   const withLt = lt ? ['-DMPSC_CUBLASLT', path.join(dir, 'mpsc_cublaslt.cpp')] : [];
-  await promisify(execFile)(nv!.nvcc, [`-arch=sm_${ARCH}`, '-O3', '-fmad=true', '-lineinfo', '-std=c++17', `-I${dir}`, ...withLt,
+  await promisify(execFile)(nv!.nvcc, [`-gencode=arch=compute_${ARCH},code=sm_${ARCH}`, '-O3', '-fmad=true', '-lineinfo', '-std=c++17', `-I${dir}`, ...withLt,
     path.join(dir, 'model_cuda.cu'), path.join(dir, 'mpsc_runtime.cc'), path.join(dir, 'emu_test_main.cc'), '-o', exe, '-lpthread', ...(lt ? ['-lcublasLt'] : [])], { maxBuffer: 1 << 24 });
   return { ...cudaCaseBuild(a, exe), lowered: a.lowered };
 }

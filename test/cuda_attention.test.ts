@@ -47,7 +47,7 @@ const storedCases = cases.filter((c) => /_grad$/.test(String(c.program.name)) &&
 const artStored = withEnv('MPSC_CUDA_FLASH_DQ', 'stored', () => withX3('1', () => buildCuda(storedCases.map((c) => c.program), 'flash_cases_stored')));
 /** the 16-bit cases with MPSC_CUDA_FLASH_WGMMA=1: head width 64 on Hopper's warpgroup products (forward, dK/dV, dQ), the others unchanged */
 const cases16 = cases.filter((c) => c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
-const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA', '1', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma')));
+const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma')));
 const NV = findNvcc();
 
 /** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off; `noFold`: without the Delta fold) */
@@ -262,7 +262,7 @@ describe('flash kernel geometry', () => {
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=1: the 16-bit kernels)' }[mode]}`, () => {
+  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q: the 16-bit kernels)' }[mode]}`, () => {
     const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, nofold: artNoFold, wgmma: artWgmma }[mode];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');

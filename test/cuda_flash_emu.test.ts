@@ -198,8 +198,8 @@ const SIMT: Mode = { ...DEFAULT, x3: false };
 const NOFOLD: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DELTA_FOLD: '0' } };
 /** the 16-bit backward with dQ from the dK/dV kernel's stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored) */
 const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
-/** the 16-bit head-width-64 kernels on wgmma (MPSC_CUDA_FLASH_WGMMA=1: the forward, dK/dV and dQ; the shim models wgmma over the swizzled tiles) */
-const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: '1' } };
+/** the 16-bit head-width-64 kernels on wgmma (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q: the forward, dK/dV and dQ; the shim models wgmma over the swizzled tiles) */
+const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q' } };
 const isWgmmaCase = (name: string) => /_d64_(.*_)?(fwd|grad)$/.test(name) && !/f32/.test(name);
 
 /** a 3xTF32 backward case's kernels by its name (flash_[qkv_]NxH_tT[_sS]_dD[_causal]_...): dK/dV and dQ merged, Delta folded in */
@@ -230,7 +230,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
           for (const [v, e] of err) expect(e, v).toBeLessThan(flashTolerance(c)!);
         });
         if (isWgmmaCase(name)) {
-          it(`${name} on wgmma (MPSC_CUDA_FLASH_WGMMA=1)${late ? ', cp.async landing at the wait' : ''}: every output within the check's tolerance`, () => {
+          it(`${name} on wgmma (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q)${late ? ', cp.async landing at the wait' : ''}: every output within the check's tolerance`, () => {
             const { err, labels } = errors(c, { ...WGMMA, late });
             // the forward; or Delta, dK/dV, dQ: every flash kernel on wgmma
             expect(labels).toHaveLength(isGrad(c) ? 3 : 1);

@@ -68,7 +68,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_FLASH_MINBLOCKS', flashMinBlocks, [0, 0, 0]],
     ['MPSC_CUDA_FLASH_FWD_ROWS', flashForwardRows, 128],
     ['MPSC_CUDA_FLASH_DQ', flashDq, 'recompute'],
-    ['MPSC_CUDA_FLASH_WGMMA', () => [flashWgmma(64, 'fwd', true), flashWgmma(64, 'bwd', true)], [false, false]],
+    ['MPSC_CUDA_FLASH_WGMMA', () => [flashWgmma(64, 'fwd', true), flashWgmma(64, 'kv', true), flashWgmma(64, 'q', true), flashWgmma(64, 'fwd', false)], [true, false, true, false]],
     ['MPSC_CUDA_CE_ROW_BLOCK', rowBlock, 1024],
     ['MPSC_CUDA_CE_UNROLL', ceUnroll, 4],
     ['MPSC_CUDA_CE_VEC', ceVec, true],
@@ -103,19 +103,21 @@ describe('every exported switch reader refuses a typo with a UserError and takes
 });
 
 describe('MPSC_CUDA_FLASH_WGMMA: which kernels, and a GPU other than Hopper', () => {
-  it('fwd, bwd and 1 pick the forward, the backward kernels, both; auto both on Hopper only; only at head width 64', () => {
-    const picks = (v: string, hopper = false) => withEnv('MPSC_CUDA_FLASH_WGMMA', v, () => [flashWgmma(64, 'fwd', hopper), flashWgmma(64, 'bwd', hopper), flashWgmma(32, 'fwd', hopper), flashWgmma(32, 'bwd', hopper)]);
-    expect(picks('fwd')).toEqual([true, false, false, false]);
-    expect(picks('bwd')).toEqual([false, true, false, false]);
-    expect(picks('1')).toEqual([true, true, false, false]);
-    expect(picks('0', true)).toEqual([false, false, false, false]);
-    expect(picks('auto', true)).toEqual([true, true, false, false]);
-    expect(picks('auto', false)).toEqual([false, false, false, false]);
+  it('a list picks kernels (fwd, kv, q); none, none; auto (the default) the forward and dQ on Hopper only; only at head width 64', () => {
+    const picks = (v: string | undefined, hopper = false) => withEnv('MPSC_CUDA_FLASH_WGMMA', v, () => [flashWgmma(64, 'fwd', hopper), flashWgmma(64, 'kv', hopper), flashWgmma(64, 'q', hopper), flashWgmma(32, 'fwd', hopper), flashWgmma(32, 'q', hopper)]);
+    expect(picks('fwd')).toEqual([true, false, false, false, false]);
+    expect(picks('kv,q')).toEqual([false, true, true, false, false]);
+    expect(picks('fwd,kv,q')).toEqual([true, true, true, false, false]);
+    expect(picks('none', true)).toEqual([false, false, false, false, false]);
+    expect(picks('auto', true)).toEqual([true, false, true, false, false]);
+    expect(picks(undefined, true)).toEqual([true, false, true, false, false]);
+    expect(picks('auto', false)).toEqual([false, false, false, false, false]);
+    expect(withEnv('MPSC_CUDA_FLASH_WGMMA', 'auto,fwd', () => userError(() => flashWgmma(64, 'fwd', true)).message)).toMatch(/^error: MPSC_CUDA_FLASH_WGMMA=auto,fwd: 'auto' stands alone/);
   });
   it('is a UserError naming the switch and the build\'s target before nvcc runs; on sm_90a, or unset, nothing', () => {
-    expect(withEnv('MPSC_CUDA_FLASH_WGMMA', '1', () => userError(() => wgmmaArchCheck('80')).message)).toMatch(/^error: MPSC_CUDA_FLASH_WGMMA=1 needs a Hopper GPU \(sm_90a: wgmma\); this build targets sm_80\n  help: unset MPSC_CUDA_FLASH_WGMMA/);
-    expect(withEnv('MPSC_CUDA_FLASH_WGMMA', 'bwd', () => userError(() => wgmmaArchCheck('89')).message)).toMatch(/^error: MPSC_CUDA_FLASH_WGMMA=bwd needs a Hopper GPU/);
-    expect(() => withEnv('MPSC_CUDA_FLASH_WGMMA', '1', () => wgmmaArchCheck('90a'))).not.toThrow();
+    expect(withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => userError(() => wgmmaArchCheck('80')).message)).toMatch(/^error: MPSC_CUDA_FLASH_WGMMA=fwd,kv,q needs a Hopper GPU \(sm_90a: wgmma\); this build targets sm_80\n  help: unset MPSC_CUDA_FLASH_WGMMA/);
+    expect(withEnv('MPSC_CUDA_FLASH_WGMMA', 'q', () => userError(() => wgmmaArchCheck('89')).message)).toMatch(/^error: MPSC_CUDA_FLASH_WGMMA=q needs a Hopper GPU/);
+    expect(() => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => wgmmaArchCheck('90a'))).not.toThrow();
     expect(() => withEnv('MPSC_CUDA_FLASH_WGMMA', undefined, () => wgmmaArchCheck('80'))).not.toThrow();
     expect(() => withEnv('MPSC_CUDA_FLASH_WGMMA', 'auto', () => wgmmaArchCheck('80'))).not.toThrow();
   });

@@ -62,7 +62,8 @@ import { mmaSuffix, type Mma16Type } from './mma.js';
 import { lowerAttentionTf32x3, tf32x3Refusal } from './attention_tf32x3.js';
 import { forwardStore, kvProbStep, qProbStep, softmaxStep } from './attention_steps.js';
 import { ATTENTION_FAMILY, attnGeom, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
-import { envChoice, envFlag, envInts, envList } from '../env_switch.js';
+import { envChoice, envInts, envList } from '../env_switch.js';
+import { UserError } from '../errors.js';
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
 export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
@@ -481,27 +482,38 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg): string {
   );
 }
 
+/** the flash kernels that may run on Hopper's wgmma: the forward, dK/dV, dQ */
+export type WgmmaPart = 'fwd' | 'kv' | 'q';
 /**
- * MPSC_CUDA_FLASH_WGMMA at build time: which 16-bit head-width-64 kernels run on Hopper's wgmma: `fwd`
- * (forwardBodyWgmma), `bwd` (gradKVBodyWgmma, gradQBodyWgmma), `1` both, `0` none, `auto` (the default) both when the
- * build targets sm_90a (the generator's `hopper`), else none. wgmma is sm_90a only: runtime/cuda/session.ts
- * wgmmaArchCheck refuses fwd / bwd / 1 for another GPU before nvcc runs.
+ * The parts `auto` puts on wgmma on Hopper. Measured on an H100 (GPT-2 bf16, 7 Dec, bench/NOTES.md v34; mma.sync -> wgmma,
+ * per layer): forward 171 -> 124 us, dQ 195 -> 129 us, dK/dV 275 -> 308 us (slower: 198 registers, 2 blocks per SM), so
+ * dK/dV stays on mma.sync.
  */
-export function flashWgmmaMode(): '0' | 'fwd' | 'bwd' | '1' | 'auto' {
-  return envChoice('MPSC_CUDA_FLASH_WGMMA', ['0', 'fwd', 'bwd', '1', 'auto'], FLASH_WGMMA_DEFAULT);
-}
-const FLASH_WGMMA_DEFAULT = '0';
+const AUTO_PARTS: readonly WgmmaPart[] = ['fwd', 'q'];
 
-/** whether MPSC_CUDA_FLASH_WGMMA asks for wgmma kernels whatever the target (fwd, bwd, 1) */
+/**
+ * MPSC_CUDA_FLASH_WGMMA at build time: which 16-bit head-width-64 flash kernels run on Hopper's wgmma: a comma list of
+ * fwd (forwardBodyWgmma), kv (gradKVBodyWgmma), q (gradQBodyWgmma), whatever the target; `none`; or `auto` (the
+ * default): AUTO_PARTS when the build targets sm_90a (the generator's `hopper`), else none. wgmma is sm_90a only:
+ * runtime/cuda/session.ts wgmmaArchCheck refuses a list for another GPU before nvcc runs.
+ */
+export function flashWgmmaSetting(): WgmmaPart[] | 'auto' {
+  const v = envList('MPSC_CUDA_FLASH_WGMMA', ['fwd', 'kv', 'q', 'auto'] as const, ['auto']);
+  if (!v.includes('auto')) return v as WgmmaPart[];
+  if (v.length > 1) throw new UserError(`error: MPSC_CUDA_FLASH_WGMMA=${v.join(',')}: 'auto' stands alone (or give a list of fwd, kv, q; or 'none')`);
+  return 'auto';
+}
+
+/** whether MPSC_CUDA_FLASH_WGMMA asks for wgmma kernels whatever the target (a non-empty list) */
 export function flashWgmmaForced(): boolean {
-  const m = flashWgmmaMode();
-  return m !== '0' && m !== 'auto';
+  const v = flashWgmmaSetting();
+  return v !== 'auto' && v.length > 0;
 }
 
-/** whether the 16-bit kernels of head width D of `part` (forward, or the two backward kernels) run on wgmma, for a build for Hopper (sm_90a) or not */
-export function flashWgmma(D: number, part: 'fwd' | 'bwd', hopper: boolean): boolean {
-  const m = flashWgmmaMode();
-  return D === 64 && (m === 'auto' ? hopper : m === '1' || m === part);
+/** whether the 16-bit flash kernel `part` of head width D runs on wgmma, in a build for Hopper (sm_90a) or not */
+export function flashWgmma(D: number, part: WgmmaPart, hopper: boolean): boolean {
+  const v = flashWgmmaSetting();
+  return D === 64 && (v === 'auto' ? hopper && AUTO_PARTS.includes(part) : v.includes(part));
 }
 
 /** query rows per forward block: 128 (forwardBody128, default) or 64 (MPSC_CUDA_FLASH_FWD_ROWS=64 at build time, for A/B) */
@@ -668,22 +680,22 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   }
   const gm = geomOf(g, n);
   ctx.helpers.add('mma16');
-  // Hopper's warpgroup products (flashWgmma): the forward, or the dK/dV and dQ kernels
-  const wg = flashWgmma(gm.D, isForward(n) ? 'fwd' : 'bwd', hopper);
-  if (wg) ctx.helpers.add('wgmma16');
-  const fr = wg ? BR : flashForwardRows();
-  const ds = !wg && flashDq() === 'stored' ? dsLayout(gm) : null;
+  // Hopper's warpgroup products (flashWgmma): the forward, dK/dV, dQ
+  const [wf, wkv, wq] = (['fwd', 'kv', 'q'] as const).map((p) => flashWgmma(gm.D, p, hopper) && (p === 'fwd') === isForward(n));
+  if (wf || wkv || wq) ctx.helpers.add('wgmma16');
+  const fr = wf ? BR : flashForwardRows();
+  const ds = !wkv && !wq && flashDq() === 'stored' ? dsLayout(gm) : null;
   const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
-    forward: (_args, o) => (wg ? forwardBodyWgmma(gm, o) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
-    gradKV: (_args, dk, dv) => (wg ? gradKVBodyWgmma(gm, dk, dv) : gradKVBody(gm, dk, dv, ds)),
-    gradQ: (_args, dq) => (wg ? gradQBodyWgmma(gm, dq) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
+    forward: (_args, o) => (wf ? forwardBodyWgmma(gm, o) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
+    gradKV: (_args, dk, dv) => (wkv ? gradKVBodyWgmma(gm, dk, dv) : gradKVBody(gm, dk, dv, ds)),
+    gradQ: (_args, dq) => (wq ? gradQBodyWgmma(gm, dq) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
     ...(ds ? { gradScratch: ds.bytes } : {}),
-    ...(wg ? { tgmem: { gradKV: WG_KV_SMEM } } : {}),
+    ...(wkv ? { tgmem: { gradKV: WG_KV_SMEM } } : {}),
   });
-  // the wgmma kernels' label; the forward of 128 rows per block: its grid and label
-  const onWg = (k: KernelSpec, i: number): KernelSpec => (wg && (isForward(n) || i > 0) ? { ...k, label: k.label.replace('tensor cores, 64 rows per block', 'wgmma (sm_90a), 64 rows per block') } : k);
-  const fwd = (k: KernelSpec): KernelSpec => wg || fr === BR ? k
+  // the wgmma kernels' label (forward; or Delta, dK/dV, dQ); the forward of 128 rows per block: its grid and label
+  const onWg = (k: KernelSpec, i: number): KernelSpec => ((isForward(n) ? [wf] : [false, wkv, wq])[i] ? { ...k, label: k.label.replace('tensor cores, 64 rows per block', 'wgmma (sm_90a), 64 rows per block') } : k);
+  const fwd = (k: KernelSpec): KernelSpec => wf || fr === BR ? k
     : { ...k, groups: [Math.max(1, Math.ceil(gm.T / fr)), k.groups[1], k.groups[2]], label: k.label.replace('64 rows per block', `${fr} rows per block`) };
   // the register bounds: forward; or Delta (none), dK/dV, dQ
   const [f, kv, q] = flashMinBlocks();
@@ -701,13 +713,17 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
  * build targets sm_90a (the 16-bit head-width-64 kernels may be on wgmma: flashWgmma).
  */
 export function attentionReport(graphs: Graph[], hopper = false): string[] {
+  const wgmmaSaid = (D: number, fwd: boolean, hop: boolean) => {
+    const parts = (fwd ? ['fwd'] as const : ['kv', 'q'] as const).filter((p) => flashWgmma(D, p, hop));
+    return parts.length === 0 ? '' : `, wgmma (sm_90a)${fwd ? '' : `: ${parts.map((p) => (p === 'kv' ? 'dK/dV' : 'dQ')).join(', ')}`}`;
+  };
   const counts = new Map<string, number>();
   for (const g of graphs)
     for (const n of g.nodes) {
       if (!ATTENTION_FAMILY.includes(n.op)) continue;
       const why = flashRefusal(g, n), whyX3 = why === null ? null : tf32x3Refusal(g, n), whyF32 = whyX3 === null ? null : f32Refusal(g, n);
       const key = why === null
-        ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores${flashWgmma(geomOf(g, n).D, isForward(n) ? 'fwd' : 'bwd', hopper) ? ', wgmma (sm_90a)' : ''}, attention_cuda.ts)`
+        ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores${wgmmaSaid(geomOf(g, n).D, isForward(n), hopper)}, attention_cuda.ts)`
         : whyX3 === null ? `flash attention (fp32 as 3xTF32 on the tensor cores, attention_tf32x3.ts)`
         : whyF32 === null ? `flash attention (fp32 on the CUDA cores, attention_f32.ts: ${whyX3})` : `the shared 16x16-tile kernel: ${whyF32}`;
       counts.set(key, (counts.get(key) ?? 0) + 1);

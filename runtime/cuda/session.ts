@@ -19,7 +19,7 @@ import { generateCudaModel, type CudaArtifacts, type CudaGemm } from '../../comp
 import { gemmChoiceLine } from '../../compiler/codegen-cuda/cublaslt.js';
 import type { Tf32x3Mode } from '../../compiler/codegen-cuda/tf32x3.js';
 import { attnTf32x3Enabled } from '../../compiler/codegen-cuda/attention_tf32x3.js';
-import { flashWgmmaForced, flashWgmmaMode } from '../../compiler/codegen-cuda/attention_cuda.js';
+import { flashWgmmaForced, flashWgmmaSetting } from '../../compiler/codegen-cuda/attention_cuda.js';
 import { cudaFuseOff } from '../../compiler/codegen-cuda/fusions.js';
 import { buildAddon, defaultCacheDir, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
@@ -105,12 +105,12 @@ export function tf32x3Choice(): Tf32x3Mode {
 }
 
 /**
- * MPSC_CUDA_FLASH_WGMMA=fwd / bwd / 1 (flash kernels on Hopper's wgmma whatever the target, codegen-cuda/attention_cuda.ts) builds only for sm_90a:
+ * MPSC_CUDA_FLASH_WGMMA=fwd,kv,q (a list: flash kernels on Hopper's wgmma whatever the target, codegen-cuda/attention_cuda.ts) builds only for sm_90a:
  * on another GPU it is the user's setting that cannot apply, said before nvcc would fail on the instructions
  */
 export function wgmmaArchCheck(architectures: string): void {
   if (flashWgmmaForced() && architectures !== '90a')
-    throw new UserError(`error: MPSC_CUDA_FLASH_WGMMA=${flashWgmmaMode()} needs a Hopper GPU (sm_90a: wgmma); this build targets sm_${architectures}\n  help: unset MPSC_CUDA_FLASH_WGMMA (the default flash kernels run on any GPU of sm_80 or later)`);
+    throw new UserError(`error: MPSC_CUDA_FLASH_WGMMA=${String(flashWgmmaSetting())} needs a Hopper GPU (sm_90a: wgmma); this build targets sm_${architectures}\n  help: unset MPSC_CUDA_FLASH_WGMMA (auto: wgmma only where the build targets Hopper; the other flash kernels run on any GPU of sm_80 or later)`);
 }
 
 /** CMAKE_CUDA_ARCHITECTURES for a compute capability: 90a on Hopper (its own instructions), else e.g. 89 */
