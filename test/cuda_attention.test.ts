@@ -45,7 +45,7 @@ const artNoFold = withEnv('MPSC_CUDA_FLASH_DELTA_FOLD', '0', () => withX3('1', (
 /** the 16-bit backward with dQ from the stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored): the cases it changes, 16-bit gradients */
 const storedCases = cases.filter((c) => /_grad$/.test(String(c.program.name)) && c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
 const artStored = withEnv('MPSC_CUDA_FLASH_DQ', 'stored', () => withX3('1', () => buildCuda(storedCases.map((c) => c.program), 'flash_cases_stored')));
-/** the 16-bit cases with MPSC_CUDA_FLASH_WGMMA=1: head width 64 on Hopper's warpgroup products (forward, dK/dV, dQ), the others unchanged */
+/** the 16-bit cases with MPSC_CUDA_FLASH_WGMMA=fwd,kv,q: head width 64 on Hopper's warpgroup products (forward, dK/dV, dQ), the others unchanged */
 const cases16 = cases.filter((c) => c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
 const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma')));
 const NV = findNvcc();

@@ -54,6 +54,10 @@
  * memory under 48 KiB (at D = 64: 5 tiles of 64 x 72 16-bit elements in the 64-row forward, 45 KiB;
  * 4 in the 128-row forward (its 128 Q rows in the next-tile buffers until their fragments are in
  * registers) and in the backward kernels, 36 KiB).
+ * On Hopper (a build for sm_90a, flashWgmma) the head-width-64 forward and dQ (and dK/dV when asked for) are the same
+ * algorithm on wgmma m64n64k16 instead: one warpgroup per 64 rows, the tiles 128B-swizzled without padding (wgStream,
+ * wgSS, wgRS; the forward 40 KiB, dQ 48 KiB static, dK/dV 49 KiB dynamic), the same per-tile steps
+ * (attention_steps.ts), rounding points and outputs; their fp32 sums in the products' order.
  */
 import type { Graph, Node } from '../ir/graph.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
@@ -713,8 +717,8 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
  * build targets sm_90a (the 16-bit head-width-64 kernels may be on wgmma: flashWgmma).
  */
 export function attentionReport(graphs: Graph[], hopper = false): string[] {
-  const wgmmaSaid = (D: number, fwd: boolean, hop: boolean) => {
-    const parts = (fwd ? ['fwd'] as const : ['kv', 'q'] as const).filter((p) => flashWgmma(D, p, hop));
+  const wgmmaSaid = (D: number, fwd: boolean) => {
+    const parts = (fwd ? ['fwd'] as const : ['kv', 'q'] as const).filter((p) => flashWgmma(D, p, hopper));
     return parts.length === 0 ? '' : `, wgmma (sm_90a)${fwd ? '' : `: ${parts.map((p) => (p === 'kv' ? 'dK/dV' : 'dQ')).join(', ')}`}`;
   };
   const counts = new Map<string, number>();
@@ -723,7 +727,7 @@ export function attentionReport(graphs: Graph[], hopper = false): string[] {
       if (!ATTENTION_FAMILY.includes(n.op)) continue;
       const why = flashRefusal(g, n), whyX3 = why === null ? null : tf32x3Refusal(g, n), whyF32 = whyX3 === null ? null : f32Refusal(g, n);
       const key = why === null
-        ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores${wgmmaSaid(geomOf(g, n).D, isForward(n), hopper)}, attention_cuda.ts)`
+        ? `flash attention (${mmaSuffix(geomOf(g, n).type)} tensor cores${wgmmaSaid(geomOf(g, n).D, isForward(n))}, attention_cuda.ts)`
         : whyX3 === null ? `flash attention (fp32 as 3xTF32 on the tensor cores, attention_tf32x3.ts)`
         : whyF32 === null ? `flash attention (fp32 on the CUDA cores, attention_f32.ts: ${whyX3})` : `the shared 16x16-tile kernel: ${whyF32}`;
       counts.set(key, (counts.get(key) ?? 0) + 1);
