@@ -5,7 +5,7 @@
  * compiled by g++ with test/native/cuda_warp_shim.h (a fiber for each CUDA thread, barriers, warp shuffles,
  * and mma.m16n8k16 / mma.m16n8k8 TF32 / ldmatrix.trans / cvt.rna.tf32 / wgmma m64n64k16 over 128B-swizzled tiles modelled from the PTX ISA's
  * fragment tables; the 16-bit kernels' cp.async copies landing at the copy and, in a second run, at the
- * wait) and launched block by block; every case's kernel sets go into one emulator program (one g++ build
+ * wait, where the wgmma products are then also computed at the wait_group that retires them) and launched block by block; every case's kernel sets go into one emulator program (one g++ build
  * per file, the operands read from a file), each run its own process; the outputs are compared with the float64 reference within
  * cuda_check's tolerances (FLASH_TOL for 16-bit operands), 1e-5 for the fp32 3xTF32 kernels (with a
  * negative control: the same kernel text with the split's lo dropped, plain TF32, must miss it) and 1e-4
@@ -200,6 +200,8 @@ const NOFOLD: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DELTA_FOLD: '0' } };
 const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
 /** the 16-bit head-width-64 kernels on wgmma (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q: the forward, dK/dV and dQ; the shim models wgmma over the swizzled tiles) */
 const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q' } };
+/** the wgmma backward with its products overlapped with the exp / dS work (MPSC_CUDA_FLASH_WGMMA_PIPE=1) */
+const WGPIPE: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1' } };
 const isWgmmaCase = (name: string) => /_d64_(.*_)?(fwd|grad)$/.test(name) && !/f32/.test(name);
 
 /** a 3xTF32 backward case's kernels by its name (flash_[qkv_]NxH_tT[_sS]_dD[_causal]_...): dK/dV and dQ merged, Delta folded in */
@@ -215,7 +217,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
   const emu = new Emulator();
   const isGrad = (c: OpCase) => /_grad$/.test(String(c.program.name));
-  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA] : [])]) emu.add(c, m);
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA, ...(isGrad(c) ? [WGPIPE] : [])] : [])]) emu.add(c, m);
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
@@ -230,12 +232,18 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
           for (const [v, e] of err) expect(e, v).toBeLessThan(flashTolerance(c)!);
         });
         if (isWgmmaCase(name)) {
-          it(`${name} on wgmma (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q)${late ? ', cp.async landing at the wait' : ''}: every output within the check's tolerance`, () => {
+          it(`${name} on wgmma (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q)${late ? ', cp.async copies and wgmma products completing at their waits' : ''}: every output within the check's tolerance`, () => {
             const { err, labels } = errors(c, { ...WGMMA, late });
             // the forward; or Delta, dK/dV, dQ: every flash kernel on wgmma
             expect(labels).toHaveLength(isGrad(c) ? 3 : 1);
             expect(labels.filter((l) => /wgmma \(sm_90a\), 64 rows per block(: dK, dV|: dQ)?\]$/.test(l))).toHaveLength(isGrad(c) ? 2 : 1);
             for (const [v, e] of err) expect(e, `${v} (wgmma)`).toBeLessThan(flashTolerance(c)!);
+          });
+        }
+        if (isWgmmaCase(name) && isGrad(c)) {
+          it(`${name} on wgmma, products overlapped (MPSC_CUDA_FLASH_WGMMA_PIPE=1)${late ? ', cp.async copies and wgmma products completing at their waits' : ''}: every output within the check's tolerance`, () => {
+            const { err } = errors(c, { ...WGPIPE, late });
+            for (const [v, e] of err) expect(e, `${v} (wgmma, overlapped)`).toBeLessThan(flashTolerance(c)!);
           });
         }
         if (isGrad(c)) {

@@ -403,6 +403,57 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
   );
 }
 
+/**
+ * MPSC_CUDA_FLASH_WGMMA_PIPE=1 at build time (default 0): the wgmma dK/dV and dQ kernels overlap their exp / dS work with
+ * their products (kvStepsPiped, qStepsPiped) instead of waiting for each group of products before it. Off until the GPU
+ * has checked and timed it (bench/NOTES.md v35).
+ */
+export function flashWgmmaPipe(): boolean {
+  return envChoice('MPSC_CUDA_FLASH_WGMMA_PIPE', ['0', '1'], '0') === '1';
+}
+
+/**
+ * One query tile of the wgmma dK/dV kernel with its products overlapped (flashWgmmaPipe): S^T and dP^T as two product
+ * groups; P^T from S^T while dP^T's product runs; dV += P^T dO issued, and dS^T computed while it runs; dK += dS^T Q;
+ * both waited for before the step ends. P^T and dS^T go to arrays of their own (pt, dst): ptxas serializes every
+ * product of a kernel (info C7515) where plain instructions write a wgmma accumulator while a group is in flight,
+ * and so where a group stays in flight across the loop's back edge (its phi moves).
+ */
+function kvStepsPiped(gm: Geom, s: string, edge: string): string {
+  const a = { s: 'st', p: 'pt', dp: 'dpt', ds: 'dst' };
+  return (
+    `    float st[8][4], dpt[8][4];  // S^T = K Q^T, then dP^T = V dO^T: two product groups (accumulators only)\n` +
+    `    float pt[8][4], dst[8][4];  // P^T, dS^T\n` +
+    `    mpsc_wgmma_fence();\n` + wgSS(s, 'st', 'Ks', 'Qs') + `    mpsc_wgmma_commit();\n` + wgSS(s, 'dpt', 'Vs', 'Os') + `    mpsc_wgmma_commit();\n` +
+    `    mpsc_wgmma_wait1();  // S^T (dP^T's product may still run)\n` +
+    kvProbStep(gm, 8, edge, 'Ls[qc]', 'p', a) +
+    `    // dV += P^T dO, dO read as stored; it runs while dS^T is computed\n` +
+    `    mpsc_wgmma_fence();\n` + wgRS(s, 'dva', 'pt', 'Os') + `    mpsc_wgmma_commit();\n` +
+    `    mpsc_wgmma_wait1();  // dP^T (dV's product may still run)\n` +
+    kvProbStep(gm, 8, edge, 'Ls[qc]', 'ds', a) +
+    `    // dK += dS^T Q (the scale folded into dS), Q read as stored\n` +
+    `    mpsc_wgmma_fence();\n` + wgRS(s, 'dka', 'dst', 'Qs') + `    mpsc_wgmma_commit();\n` +
+    `    mpsc_wgmma_wait0();  // dV and dK: none in flight past the step\n`
+  );
+}
+
+/** One key tile of the wgmma dQ kernel with its products overlapped (flashWgmmaPipe; as kvStepsPiped): P from S while dP's product runs */
+function qStepsPiped(gm: Geom, s: string, edge: string): string {
+  const a = { s: 's', p: 'pq', dp: 'dp', ds: 'dsq' };
+  return (
+    `    float s[8][4], dp[8][4];  // S = Q K^T, then dP = dO V^T: two product groups (accumulators only)\n` +
+    `    float pq[8][4], dsq[8][4];  // P, dS\n` +
+    `    mpsc_wgmma_fence();\n` + wgSS(s, 's', 'Qs', 'Ks') + `    mpsc_wgmma_commit();\n` + wgSS(s, 'dp', 'Os', 'Vs') + `    mpsc_wgmma_commit();\n` +
+    `    mpsc_wgmma_wait1();  // S (dP's product may still run)\n` +
+    qProbStep(gm, 8, edge, 'p', a) +
+    `    mpsc_wgmma_wait0();  // dP\n` +
+    qProbStep(gm, 8, '', 'ds', a) +
+    `    // dQ += dS K (the scale folded into dS), K read as stored\n` +
+    `    mpsc_wgmma_fence();\n` + wgRS(s, 'dqa', 'dsq', 'Ks') + `    mpsc_wgmma_commit();\n` +
+    `    mpsc_wgmma_wait0();\n`
+  );
+}
+
 /** bytes of dynamic shared memory of the wgmma dK/dV kernel: 6 swizzled tiles, lse and Delta of two query tiles, 1 KiB to align the tiles */
 const WG_KV_SMEM = 6 * TILE * 2 + 4 * BR * 4 + 1024;
 
@@ -439,11 +490,12 @@ function gradKVBodyWgmma(gm: Geom, dk: KernelArg, dv: KernelArg): string {
       `    Lb[${b} * ${BR} + threadIdx.x] = qi < T ? lse[(size_t)bh * T + qi] * ${lit(LOG2E)} : 0.0f;\n` +
       `    Db[${b} * ${BR} + threadIdx.x] = qi < T ? mpsc_scratch[(size_t)bh * T + qi] : 0.0f;\n  }\n`) +
     `    const float* const Ls = Lb + b * ${BR};\n    const float* const Ds = Db + b * ${BR};\n` +
-    `    float st[8][4], dpt[8][4];  // S^T = K Q^T, dP^T = V dO^T\n` +
-    wgGroup(wgSS(s, 'st', 'Ks', 'Qs') + wgSS(s, 'dpt', 'Vs', 'Os')) +
-    kvProbStep(gm, 8, edge) +
-    `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS), dO and Q read as stored\n` +
-    wgGroup(wgRS(s, 'dva', 'st', 'Os') + wgRS(s, 'dka', 'dpt', 'Qs')) +
+    (flashWgmmaPipe() ? kvStepsPiped(gm, s, edge) :
+      `    float st[8][4], dpt[8][4];  // S^T = K Q^T, dP^T = V dO^T\n` +
+      wgGroup(wgSS(s, 'st', 'Ks', 'Qs') + wgSS(s, 'dpt', 'Vs', 'Os')) +
+      kvProbStep(gm, 8, edge) +
+      `    // dV += P^T dO, dK += dS^T Q (the scale folded into dS), dO and Q read as stored\n` +
+      wgGroup(wgRS(s, 'dva', 'st', 'Os') + wgRS(s, 'dka', 'dpt', 'Qs'))) +
     `  }\n` +
     storeRows(x, dk, 'dka', 'kw', 'S', 'koff', 'RK') +
     storeRows(x, dv, 'dva', 'kw', 'S', 'voff', 'RV')
@@ -459,6 +511,7 @@ function gradKVBodyWgmma(gm: Geom, dk: KernelArg, dv: KernelArg): string {
 function gradQBodyWgmma(gm: Geom, dq: KernelArg): string {
   const x = text(gm, 'q'), s = mmaSuffix(gm.type);
   if (gm.D !== 64) throw new Error(`internal: the wgmma dQ kernel at head width ${gm.D}`);
+  const edge = `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '');
   return (
     `  // flash attention backward, dQ, on wgmma (sm_90a): ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s};\n` +
     `  // block (64-query tile, head), one warpgroup, the key tiles streamed: S = Q K^T, dP = dO V^T, dQ += dS K\n` +
@@ -476,11 +529,12 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg): string {
     x.zero('dqa') +
     `  const int kbeg = 0, kend = ${x.kend};\n` +
     wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 2, 'kh', 'RK'], ['Vs', 4, 'vh', 'RV']]) +
-    `    float s[8][4], dp[8][4];  // S = Q K^T, dP = dO V^T\n` +
-    wgGroup(wgSS(s, 's', 'Qs', 'Ks') + wgSS(s, 'dp', 'Os', 'Vs')) +
-    qProbStep(gm, 8, `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '')) +
-    `    // dQ += dS K (the scale folded into dS), K read as stored\n` +
-    wgGroup(wgRS(s, 'dqa', 's', 'Ks')) +
+    (flashWgmmaPipe() ? qStepsPiped(gm, s, edge) :
+      `    float s[8][4], dp[8][4];  // S = Q K^T, dP = dO V^T\n` +
+      wgGroup(wgSS(s, 's', 'Qs', 'Ks') + wgSS(s, 'dp', 'Os', 'Vs')) +
+      qProbStep(gm, 8, edge) +
+      `    // dQ += dS K (the scale folded into dS), K read as stored\n` +
+      wgGroup(wgRS(s, 'dqa', 's', 'Ks'))) +
     `  }\n` +
     storeRows(x, dq, 'dqa', 'qw', 'T', 'qoff', 'RQ')
   );

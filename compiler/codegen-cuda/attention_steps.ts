@@ -64,41 +64,60 @@ export function forwardStore(fold: boolean, m: [string, string], l: [string, str
   );
 }
 
+/** which half of a backward recompute step: P and dS together, P alone (its mask included), or dS from the P already there */
+export type ProbPart = 'both' | 'p' | 'ds';
+/**
+ * the fp32 fragment arrays a recompute step reads and writes: scores s, P, dP, dS (the mma.sync kernels: P over s and dS
+ * over dP, in place; the wgmma kernels write new arrays, as ptxas serializes the products when plain instructions
+ * write a wgmma accumulator while a product group is in flight)
+ */
+export interface ProbArrays { s: string; p: string; dp: string; ds: string }
+
 /**
  * The dK/dV kernel's recompute over one query tile (q0..): the transposed scores `st[nt][4]` (keys kw + g
  * (+ 8) by queries q0 + 8j + 2t (+1)) become P^T = exp2(st * SC - lse) (zero where masked; Ls[] the
  * tile's lse in base 2, or the expression `lse2` of qc giving it), and `dpt[nt][4]` (dP^T) becomes dS^T = P^T (dP^T - Delta) scale (Ds[] the tile's
- * Delta), the scale folded in so the products need none.
+ * Delta), the scale folded in so the products need none. `part` 'p' / 'ds': only P^T, or only dS^T from the P^T there
+ * (the wgmma kernels compute P^T while dP^T's product runs); `a`: the arrays (default in place). The statements per
+ * element are the same.
  */
-export function kvProbStep(gm: AttnGeom, nt: number, edge: string, lse2 = 'Ls[qc]'): string {
+export function kvProbStep(gm: AttnGeom, nt: number, edge: string, lse2 = 'Ls[qc]', part: ProbPart = 'both', a: ProbArrays = { s: 'st', p: 'st', dp: 'dpt', ds: 'dpt' }): string {
   const visible = visibleTest(gm);
+  const p = part !== 'ds', ds = part !== 'p';
   return (
-    `    const bool edge = ${edge};\n` +
+    (p ? `    const bool edge = ${edge};\n` : '') +
     `    #pragma unroll\n    for (int j = 0; j < ${nt}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
     `        const int qc = j * 8 + 2 * t + (e & 1);\n` +
-    `        float p = exp2f(st[j][e] * SC - ${lse2});\n` +
-    `        if (edge) {\n          const int qr = q0 + qc;\n` +
-    (gm.causal ? `          const int kr = kw + g + (e >> 1) * 8;\n` : '') +
-    `          if (!(${visible('qr', 'kr', { q: true })})) p = 0.0f;\n        }\n` +
-    `        st[j][e] = p;\n` +
-    `        dpt[j][e] = p * (dpt[j][e] - Ds[qc]) * ${lit(gm.scale)};\n      }\n`
+    (p
+      ? `        float p = exp2f(${a.s}[j][e] * SC - ${lse2});\n` +
+        `        if (edge) {\n          const int qr = q0 + qc;\n` +
+        (gm.causal ? `          const int kr = kw + g + (e >> 1) * 8;\n` : '') +
+        `          if (!(${visible('qr', 'kr', { q: true })})) p = 0.0f;\n        }\n` +
+        `        ${a.p}[j][e] = p;\n`
+      : `        const float p = ${a.p}[j][e];\n`) +
+    (ds ? `        ${a.ds}[j][e] = p * (${a.dp}[j][e] - Ds[qc]) * ${lit(gm.scale)};\n` : '') +
+    `      }\n`
   );
 }
 
 /**
  * The dQ kernel's recompute over one key tile (k0..): the scores `s[nt][4]` (queries r0 = qw + g, r1 =
  * r0 + 8, with lse L0 / L1 in base 2 and Delta D0 / D1) and dP `dp[nt][4]` give dS = P (dP - Delta) scale
- * in `s` (P zero where masked).
+ * in `s` (P zero where masked). `part` 'p' / 'ds': only P, or only dS from the P there; `a`: the arrays (default in place).
  */
-export function qProbStep(gm: AttnGeom, nt: number, edge: string): string {
+export function qProbStep(gm: AttnGeom, nt: number, edge: string, part: ProbPart = 'both', a: ProbArrays = { s: 's', p: 's', dp: 'dp', ds: 's' }): string {
   const visible = visibleTest(gm);
+  const p = part !== 'ds', ds = part !== 'p';
   return (
-    `    const bool edge = ${edge};\n` +
+    (p ? `    const bool edge = ${edge};\n` : '') +
     `    #pragma unroll\n    for (int j = 0; j < ${nt}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
-    `        float p = exp2f(s[j][e] * SC - (e < 2 ? L0 : L1));\n` +
-    `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
-    (gm.causal ? `          const int qr = e < 2 ? r0 : r1;\n` : '') +
-    `          if (!(${visible('qr', 'kc', { k: true })})) p = 0.0f;\n        }\n` +
-    `        s[j][e] = p * (dp[j][e] - (e < 2 ? D0 : D1)) * ${lit(gm.scale)};\n      }\n`
+    (p
+      ? `        float p = exp2f(${a.s}[j][e] * SC - (e < 2 ? L0 : L1));\n` +
+        `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
+        (gm.causal ? `          const int qr = e < 2 ? r0 : r1;\n` : '') +
+        `          if (!(${visible('qr', 'kc', { k: true })})) p = 0.0f;\n        }\n`
+      : `        const float p = ${a.p}[j][e];\n`) +
+    (ds ? `        ${a.ds}[j][e] = p * (${a.dp}[j][e] - (e < 2 ? D0 : D1)) * ${lit(gm.scale)};\n` : `        ${a.p}[j][e] = p;\n`) +
+    `      }\n`
   );
 }

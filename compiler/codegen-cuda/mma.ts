@@ -155,7 +155,9 @@ export function wgmma16Helpers(): string {
     `${Q} void mpsc_fence_proxy_async() {\n  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");\n}\n\n` +
     `${Q} void mpsc_wgmma_fence() {\n  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n}\n\n` +
     `${Q} void mpsc_wgmma_commit() {\n  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n}\n\n` +
-    `${Q} void mpsc_wgmma_wait0() {\n  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n}\n`
+    `${Q} void mpsc_wgmma_wait0() {\n  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n}\n\n` +
+    `// every committed product group but the youngest done\n` +
+    `${Q} void mpsc_wgmma_wait1() {\n  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");\n}\n`
   );
 }
 

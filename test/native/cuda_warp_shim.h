@@ -156,8 +156,11 @@ template <int N> void mpsc_cp_async_wait() {
 // wgmma (the wgmma flash forward, attention_cuda.ts forwardBodyWgmma; mma.ts wgmma16Helpers): here the descriptor is
 // the tile pointer itself (the GPU's packs a 14-bit shared address, LBO, SBO and the swizzle mode); an operand
 // element at byte offset off from it sits at the 128-byte swizzle's place: its address's 16-byte chunk bits [4:6]
-// XOR its row bits [7:9] (the tiles are 1024-byte aligned). Computed at the call (the asynchronous issue, fence, commit
-// and wait have nothing to order here), in fp32, k in order.
+// XOR its row bits [7:9] (the tiles are 1024-byte aligned). In fp32, k in order. Computed at the call, or, with
+// shim_cp_late (the run where cp.async copies land at their wait), at the wait_group that retires the product's commit
+// group: a kernel that reads an accumulator before its wait, or overwrites a shared tile a product in flight still
+// reads, then gets wrong results (the register A fragment is taken at the call: keeping its registers until the wait
+// is ptxas's part, as it is on the GPU).
 static inline unsigned long long mpsc_sw128_desc(const unsigned short* p) { return (unsigned long long)(uintptr_t)p; }
 static inline unsigned short* mpsc_sw128_base(float* tg) { return reinterpret_cast<unsigned short*>(((uintptr_t)tg + 1023u) & ~(uintptr_t)1023u); }
 static inline float sw128_(unsigned long long desc, size_t off, bool bf) {
@@ -192,14 +195,36 @@ static inline void wgmma_rs_(float (&d)[8][4], const uint (&a)[4], unsigned long
     }
   warp_sync();
 }
-static inline void mpsc_wgmma_ss_bf16(float (&d)[8][4], unsigned long long da, unsigned long long db, int acc) { wgmma_ss_(d, da, db, acc, true); }
-static inline void mpsc_wgmma_ss_f16(float (&d)[8][4], unsigned long long da, unsigned long long db, int acc) { wgmma_ss_(d, da, db, acc, false); }
-static inline void mpsc_wgmma_rs_tb_bf16(float (&d)[8][4], const uint (&a)[4], unsigned long long db, int acc) { wgmma_rs_(d, a, db, acc, true); }
-static inline void mpsc_wgmma_rs_tb_f16(float (&d)[8][4], const uint (&a)[4], unsigned long long db, int acc) { wgmma_rs_(d, a, db, acc, false); }
+// the products of one thread not yet computed (shim_cp_late), with the commit group each belongs to
+struct PendingWgmma { bool rs; float (*d)[4]; uint a[4]; unsigned long long da, db; int acc; bool bf; unsigned group; };
+inline std::vector<std::vector<PendingWgmma>> shim_wg_pending;
+inline std::vector<unsigned> shim_wg_commits;
+static inline void wgmma_run_(const PendingWgmma& p) {
+  float (&d)[8][4] = *reinterpret_cast<float (*)[8][4]>(p.d);
+  if (p.rs) wgmma_rs_(d, p.a, p.db, p.acc, p.bf); else wgmma_ss_(d, p.da, p.db, p.acc, p.bf);
+}
+static inline void wgmma_issue_(bool rs, float (&d)[8][4], const uint* a, unsigned long long da, unsigned long long db, int acc, bool bf) {
+  PendingWgmma p{rs, d, {0u, 0u, 0u, 0u}, da, db, acc, bf, shim_wg_commits[emu_cur]};
+  if (a) std::memcpy(p.a, a, 16);
+  if (shim_cp_late) shim_wg_pending[emu_cur].push_back(p); else wgmma_run_(p);
+}
+static inline void mpsc_wgmma_ss_bf16(float (&d)[8][4], unsigned long long da, unsigned long long db, int acc) { wgmma_issue_(false, d, nullptr, da, db, acc, true); }
+static inline void mpsc_wgmma_ss_f16(float (&d)[8][4], unsigned long long da, unsigned long long db, int acc) { wgmma_issue_(false, d, nullptr, da, db, acc, false); }
+static inline void mpsc_wgmma_rs_tb_bf16(float (&d)[8][4], const uint (&a)[4], unsigned long long db, int acc) { wgmma_issue_(true, d, a, 0, db, acc, true); }
+static inline void mpsc_wgmma_rs_tb_f16(float (&d)[8][4], const uint (&a)[4], unsigned long long db, int acc) { wgmma_issue_(true, d, a, 0, db, acc, false); }
 static inline void mpsc_fence_proxy_async() {}
 static inline void mpsc_wgmma_fence() {}
-static inline void mpsc_wgmma_commit() {}
-static inline void mpsc_wgmma_wait0() {}
+static inline void mpsc_wgmma_commit() { ++shim_wg_commits[emu_cur]; }
+// wgmma.wait_group N: every committed group but the N youngest computed, in issue order
+static inline void wgmma_wait_(unsigned n) {
+  std::vector<PendingWgmma>& q = shim_wg_pending[emu_cur];
+  const unsigned done = shim_wg_commits[emu_cur] >= n ? shim_wg_commits[emu_cur] - n : 0u;
+  std::vector<PendingWgmma> keep;
+  for (const PendingWgmma& p : q) if (p.group < done) wgmma_run_(p); else keep.push_back(p);
+  q.swap(keep);
+}
+static inline void mpsc_wgmma_wait0() { wgmma_wait_(0); }
+static inline void mpsc_wgmma_wait1() { wgmma_wait_(1); }
 // (mma.ts's swizzled tile copy, mpsc_sw128_load, is the generator's own text: the test puts it after this file)
 
 template <class F> void launch(u3 grid, u3 block, F f) {
@@ -209,10 +234,14 @@ template <class F> void launch(u3 grid, u3 block, F f) {
   emu_prepare(n);
   shim_pending.resize(n);
   shim_commits.resize(n);
+  shim_wg_pending.resize(n);
+  shim_wg_commits.resize(n);
   for (unsigned bz = 0; bz < grid.z; ++bz) for (unsigned by = 0; by < grid.y; ++by) for (unsigned bx = 0; bx < grid.x; ++bx) {
     blockIdx = {bx, by, bz};
     for (auto& p : shim_pending) p.clear();
     for (auto& c : shim_commits) c = 0;
+    for (auto& p : shim_wg_pending) p.clear();
+    for (auto& c : shim_wg_commits) c = 0;
     if (!emu_run_block(n, [](unsigned t) { threadIdx = {t, 0, 0}; })) {
       std::fprintf(stderr, "shim: deadlock in block (%u, %u, %u): a barrier not every thread reaches\n", bx, by, bz);
       std::exit(3);
