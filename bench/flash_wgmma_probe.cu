@@ -102,13 +102,7 @@ __global__ void __launch_bounds__(128) flash_fwd(const __nv_bfloat16* __restrict
 #pragma unroll
     for (int j = 0; j < 8; ++j) { acc[4 * j] *= al0; acc[4 * j + 1] *= al0; acc[4 * j + 2] *= al1; acc[4 * j + 3] *= al1; }
     uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-    }
+    pack_a_bf16(s, pa);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb(acc, pa[kk], smem_desc(Vs + kk * 16 * 64), 1);

@@ -1,6 +1,7 @@
 // wgmma_ops.cuh: what bench/wgmma_probe.cu and bench/flash_wgmma_probe.cu share: a CUDA error check, the two
 // Hopper products (wgmma m64n64k16 bf16 -> f32: SS from two shared-memory descriptors, RS with A in registers and an
-// MN-major B, imm-trans-b = 1), accumulate != 0 adding to d, and two floats rounded to bf16 in one register.
+// MN-major B, imm-trans-b = 1), accumulate != 0 adding to d, two floats rounded to bf16 in one register, and an
+// accumulator rounded to bf16 as the RS product's A fragments.
 // The generator's own text of these is compiler/codegen-cuda/mma.ts wgmma16Helpers.
 #pragma once
 #include <cstdint>
@@ -29,4 +30,16 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// P = bf16 of a warpgroup accumulator s (per thread 32 floats, the mma.sync C layout): n8 chunks 2kk, 2kk + 1 are the
+// k16 step kk's A fragment (the mma.sync m16n8k16 layout) of an RS product
+__device__ __forceinline__ void pack_a_bf16(const float (&s)[32], uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+    pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+  }
 }

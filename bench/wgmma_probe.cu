@@ -54,13 +54,7 @@ __global__ void __launch_bounds__(128) probe(const __nv_bfloat16* q, const __nv_
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     // P = bf16(S): accumulator n8 chunks 2kk, 2kk + 1 are the k16 step kk's A fragment (the mma.sync m16n8k16 layout)
     uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      pa[kk][0] = pack_bf16(acc[8 * kk + 0], acc[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(acc[8 * kk + 2], acc[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(acc[8 * kk + 4], acc[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(acc[8 * kk + 6], acc[8 * kk + 7]);
-    }
+    pack_a_bf16(acc, pa);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb(out, pa[kk], smem_desc(Vs + kk * 16 * 64, vlbo, vsbo), kk > 0 || rep > 0);

@@ -92,7 +92,7 @@ export function mma16Helpers(): string {
 }
 
 /**
- * The wgmma forward's tile copy (plain C++ over mma16Helpers' mpsc_cp_async16, so test/cuda_flash_emu.test.ts runs this
+ * The wgmma flash kernels' tile copy (plain C++ over mma16Helpers' mpsc_cp_async16, so test/cuda_flash_emu.test.ts runs this
  * very text over the CPU shim): rows [r0, r0 + 64) of a [rows x 64] 16-bit slab into a 128B-swizzled tile.
  */
 export function sw128LoadHelper(): string {

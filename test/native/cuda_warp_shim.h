@@ -144,16 +144,18 @@ static inline void mpsc_cp_async_wait_all() {
   for (const PendingCopy& c : shim_pending[emu_cur]) copy_(c);
   shim_pending[emu_cur].clear();
 }
-// cp.async.wait_group N: every committed group but the N youngest landed (a copy of a younger or open group may wait)
-template <int N> void mpsc_cp_async_wait() {
-  std::vector<PendingCopy>& q = shim_pending[emu_cur];
-  const unsigned done = shim_commits[emu_cur] >= (unsigned)N ? shim_commits[emu_cur] - N : 0u;
-  std::vector<PendingCopy> keep;
-  for (const PendingCopy& c : q) if (c.group < done) copy_(c); else keep.push_back(c);
+// a thread's pending operations (cp.async copies, wgmma products) of every committed group but the n youngest: run in
+// issue order and removed (those of younger or open groups stay)
+template <class P, class F> void retire_(std::vector<P>& q, unsigned commits, unsigned n, F run) {
+  const unsigned done = commits >= n ? commits - n : 0u;
+  std::vector<P> keep;
+  for (const P& p : q) if (p.group < done) run(p); else keep.push_back(p);
   q.swap(keep);
 }
+// cp.async.wait_group N: every committed group but the N youngest landed
+template <int N> void mpsc_cp_async_wait() { retire_(shim_pending[emu_cur], shim_commits[emu_cur], N, copy_); }
 
-// wgmma (the wgmma flash forward, attention_cuda.ts forwardBodyWgmma; mma.ts wgmma16Helpers): here the descriptor is
+// wgmma (the wgmma flash kernels, attention_cuda.ts forwardBodyWgmma / gradKVBodyWgmma / gradQBodyWgmma; mma.ts wgmma16Helpers): here the descriptor is
 // the tile pointer itself (the GPU's packs a 14-bit shared address, LBO, SBO and the swizzle mode); an operand
 // element at byte offset off from it sits at the 128-byte swizzle's place: its address's 16-byte chunk bits [4:6]
 // XOR its row bits [7:9] (the tiles are 1024-byte aligned). In fp32, k in order. Computed at the call, or, with
@@ -215,16 +217,9 @@ static inline void mpsc_wgmma_rs_tb_f16(float (&d)[8][4], const uint (&a)[4], un
 static inline void mpsc_fence_proxy_async() {}
 static inline void mpsc_wgmma_fence() {}
 static inline void mpsc_wgmma_commit() { ++shim_wg_commits[emu_cur]; }
-// wgmma.wait_group N: every committed group but the N youngest computed, in issue order
-static inline void wgmma_wait_(unsigned n) {
-  std::vector<PendingWgmma>& q = shim_wg_pending[emu_cur];
-  const unsigned done = shim_wg_commits[emu_cur] >= n ? shim_wg_commits[emu_cur] - n : 0u;
-  std::vector<PendingWgmma> keep;
-  for (const PendingWgmma& p : q) if (p.group < done) wgmma_run_(p); else keep.push_back(p);
-  q.swap(keep);
-}
-static inline void mpsc_wgmma_wait0() { wgmma_wait_(0); }
-static inline void mpsc_wgmma_wait1() { wgmma_wait_(1); }
+// wgmma.wait_group N: every committed group but the N youngest computed
+static inline void mpsc_wgmma_wait0() { retire_(shim_wg_pending[emu_cur], shim_wg_commits[emu_cur], 0, wgmma_run_); }
+static inline void mpsc_wgmma_wait1() { retire_(shim_wg_pending[emu_cur], shim_wg_commits[emu_cur], 1, wgmma_run_); }
 // (mma.ts's swizzled tile copy, mpsc_sw128_load, is the generator's own text: the test puts it after this file)
 
 template <class F> void launch(u3 grid, u3 block, F f) {
