@@ -45,10 +45,10 @@ const artNoFold = withEnv('MPSC_CUDA_FLASH_DELTA_FOLD', '0', () => withX3('1', (
 /** the 16-bit backward with dQ from the stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored): the cases it changes, 16-bit gradients */
 const storedCases = cases.filter((c) => /_grad$/.test(String(c.program.name)) && c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
 const artStored = withEnv('MPSC_CUDA_FLASH_DQ', 'stored', () => withX3('1', () => buildCuda(storedCases.map((c) => c.program), 'flash_cases_stored')));
-/** the 16-bit cases with MPSC_CUDA_FLASH_WGMMA=fwd,kv,q: head width 64 on Hopper's warpgroup products (forward, dK/dV, dQ), the others unchanged */
+/** the 16-bit cases with MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0: head width 64 on Hopper's warpgroup products (forward, dK/dV, dQ; v34's backward bodies), the others unchanged */
 const cases16 = cases.filter((c) => c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && flashRefusal(c.program.graph, n) === null));
-const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma')));
-/** the same with the wgmma backward's products overlapped (MPSC_CUDA_FLASH_WGMMA_PIPE=1) */
+const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA_PIPE', '0', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma'))));
+/** the same with the wgmma backward's products overlapped (MPSC_CUDA_FLASH_WGMMA_PIPE=1, the default) */
 const artWgPipe = withEnv('MPSC_CUDA_FLASH_WGMMA_PIPE', '1', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma'))));
 const NV = findNvcc();
 
@@ -264,7 +264,7 @@ describe('flash kernel geometry', () => {
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma', 'wgpipe'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q: the 16-bit kernels)', wgpipe: ' (the same, MPSC_CUDA_FLASH_WGMMA_PIPE=1)' }[mode]}`, () => {
+  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma', 'wgpipe'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0: the 16-bit kernels)', wgpipe: ' (the same, MPSC_CUDA_FLASH_WGMMA_PIPE=1)' }[mode]}`, () => {
     const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, nofold: artNoFold, wgmma: artWgmma, wgpipe: artWgPipe }[mode];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');

@@ -198,9 +198,9 @@ const SIMT: Mode = { ...DEFAULT, x3: false };
 const NOFOLD: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DELTA_FOLD: '0' } };
 /** the 16-bit backward with dQ from the dK/dV kernel's stored dS^T tiles (MPSC_CUDA_FLASH_DQ=stored) */
 const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
-/** the 16-bit head-width-64 kernels on wgmma (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q: the forward, dK/dV and dQ; the shim models wgmma over the swizzled tiles) */
-const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q' } };
-/** the wgmma backward with its products overlapped with the exp / dS work (MPSC_CUDA_FLASH_WGMMA_PIPE=1) */
+/** the 16-bit head-width-64 kernels on wgmma without the overlap (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0: v34's bodies; the shim models wgmma over the swizzled tiles) */
+const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '0' } };
+/** the wgmma backward with its products overlapped with the exp / dS work (MPSC_CUDA_FLASH_WGMMA_PIPE=1, the default) */
 const WGPIPE: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1' } };
 const isWgmmaCase = (name: string) => /_d64_(.*_)?(fwd|grad)$/.test(name) && !/f32/.test(name);
 
@@ -232,7 +232,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
           for (const [v, e] of err) expect(e, v).toBeLessThan(flashTolerance(c)!);
         });
         if (isWgmmaCase(name)) {
-          it(`${name} on wgmma (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q)${late ? ', cp.async copies and wgmma products completing at their waits' : ''}: every output within the check's tolerance`, () => {
+          it(`${name} on wgmma without the overlap (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0)${late ? ', cp.async copies and wgmma products completing at their waits' : ''}: every output within the check's tolerance`, () => {
             const { err, labels } = errors(c, { ...WGMMA, late });
             // the forward; or Delta, dK/dV, dQ: every flash kernel on wgmma
             expect(labels).toHaveLength(isGrad(c) ? 3 : 1);

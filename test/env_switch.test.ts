@@ -68,8 +68,8 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_FLASH_MINBLOCKS', flashMinBlocks, [0, 0, 0]],
     ['MPSC_CUDA_FLASH_FWD_ROWS', flashForwardRows, 128],
     ['MPSC_CUDA_FLASH_DQ', flashDq, 'recompute'],
-    ['MPSC_CUDA_FLASH_WGMMA', () => [flashWgmma(64, 'fwd', true), flashWgmma(64, 'kv', true), flashWgmma(64, 'q', true), flashWgmma(64, 'fwd', false)], [true, false, true, false]],
-    ['MPSC_CUDA_FLASH_WGMMA_PIPE', flashWgmmaPipe, false],
+    ['MPSC_CUDA_FLASH_WGMMA', () => [flashWgmma(64, 'fwd', true), flashWgmma(64, 'kv', true), flashWgmma(64, 'q', true), flashWgmma(64, 'fwd', false)], [true, true, true, false]],
+    ['MPSC_CUDA_FLASH_WGMMA_PIPE', flashWgmmaPipe, true],
     ['MPSC_CUDA_CE_ROW_BLOCK', rowBlock, 1024],
     ['MPSC_CUDA_CE_UNROLL', ceUnroll, 4],
     ['MPSC_CUDA_CE_VEC', ceVec, true],
@@ -104,14 +104,14 @@ describe('every exported switch reader refuses a typo with a UserError and takes
 });
 
 describe('MPSC_CUDA_FLASH_WGMMA: which kernels, and a GPU other than Hopper', () => {
-  it('a list picks kernels (fwd, kv, q); none, none; auto (the default) the forward and dQ on Hopper only; only at head width 64', () => {
+  it('a list picks kernels (fwd, kv, q); none, none; auto (the default) all three on Hopper only; only at head width 64', () => {
     const picks = (v: string | undefined, hopper = false) => withEnv('MPSC_CUDA_FLASH_WGMMA', v, () => [flashWgmma(64, 'fwd', hopper), flashWgmma(64, 'kv', hopper), flashWgmma(64, 'q', hopper), flashWgmma(32, 'fwd', hopper), flashWgmma(32, 'q', hopper)]);
     expect(picks('fwd')).toEqual([true, false, false, false, false]);
     expect(picks('kv,q')).toEqual([false, true, true, false, false]);
     expect(picks('fwd,kv,q')).toEqual([true, true, true, false, false]);
     expect(picks('none', true)).toEqual([false, false, false, false, false]);
-    expect(picks('auto', true)).toEqual([true, false, true, false, false]);
-    expect(picks(undefined, true)).toEqual([true, false, true, false, false]);
+    expect(picks('auto', true)).toEqual([true, true, true, false, false]);
+    expect(picks(undefined, true)).toEqual([true, true, true, false, false]);
     expect(picks('auto', false)).toEqual([false, false, false, false, false]);
     expect(withEnv('MPSC_CUDA_FLASH_WGMMA', 'auto,fwd', () => userError(() => flashWgmma(64, 'fwd', true)).message)).toMatch(/^error: MPSC_CUDA_FLASH_WGMMA=auto,fwd: 'auto' stands alone/);
   });

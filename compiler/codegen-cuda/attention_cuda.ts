@@ -54,7 +54,7 @@
  * memory under 48 KiB (at D = 64: 5 tiles of 64 x 72 16-bit elements in the 64-row forward, 45 KiB;
  * 4 in the 128-row forward (its 128 Q rows in the next-tile buffers until their fragments are in
  * registers) and in the backward kernels, 36 KiB).
- * On Hopper (a build for sm_90a, flashWgmma) the head-width-64 forward and dQ (and dK/dV when asked for) are the same
+ * On Hopper (a build for sm_90a, flashWgmma) the head-width-64 forward, dK/dV and dQ are the same
  * algorithm on wgmma m64n64k16 instead: one warpgroup per 64 rows, the tiles 128B-swizzled without padding (wgStream,
  * wgSS, wgRS; the forward 40 KiB, dQ 48 KiB static, dK/dV 49 KiB dynamic), the same per-tile steps
  * (attention_steps.ts), rounding points and outputs; their fp32 sums in the products' order.
@@ -404,12 +404,13 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
 }
 
 /**
- * MPSC_CUDA_FLASH_WGMMA_PIPE=1 at build time (default 0): the wgmma dK/dV and dQ kernels overlap their exp / dS work with
- * their products (kvStepsPiped, qStepsPiped) instead of waiting for each group of products before it. Off until the GPU
- * has checked and timed it (bench/NOTES.md v35).
+ * MPSC_CUDA_FLASH_WGMMA_PIPE at build time (default 1): the wgmma dK/dV and dQ kernels overlap their exp / dS work with
+ * their products (kvStepsPiped, qStepsPiped) instead of waiting for each group of products before it; 0 gives v34's
+ * bodies (for A/B). Measured on an H100 (GPT-2 bf16, 7 Dec, bench/NOTES.md v35, per layer): dK/dV 308 -> 189 us (168
+ * registers instead of 198: 3 blocks per SM), dQ 129 -> 128 us.
  */
 export function flashWgmmaPipe(): boolean {
-  return envChoice('MPSC_CUDA_FLASH_WGMMA_PIPE', ['0', '1'], '0') === '1';
+  return envChoice('MPSC_CUDA_FLASH_WGMMA_PIPE', ['0', '1'], '1') === '1';
 }
 
 /**
@@ -543,11 +544,11 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg): string {
 /** the flash kernels that may run on Hopper's wgmma: the forward, dK/dV, dQ */
 export type WgmmaPart = 'fwd' | 'kv' | 'q';
 /**
- * The parts `auto` puts on wgmma on Hopper. Measured on an H100 (GPT-2 bf16, 7 Dec, bench/NOTES.md v34; mma.sync -> wgmma,
- * per layer): forward 171 -> 124 us, dQ 195 -> 129 us, dK/dV 275 -> 308 us (slower: 198 registers, 2 blocks per SM), so
- * dK/dV stays on mma.sync.
+ * The parts `auto` puts on wgmma on Hopper: all three. Measured on an H100 (GPT-2 bf16, 7 Dec, bench/NOTES.md v34 / v35;
+ * mma.sync -> wgmma, per layer): forward 171 -> 124 us, dQ 195 -> 128 us, dK/dV 275 -> 189 us with the products
+ * overlapped (flashWgmmaPipe; 308 us without, which is why v34 left dK/dV on mma.sync).
  */
-const AUTO_PARTS: readonly WgmmaPart[] = ['fwd', 'q'];
+const AUTO_PARTS: readonly WgmmaPart[] = ['fwd', 'kv', 'q'];
 
 /**
  * MPSC_CUDA_FLASH_WGMMA at build time: which 16-bit head-width-64 flash kernels run on Hopper's wgmma: a comma list of
