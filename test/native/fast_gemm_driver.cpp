@@ -172,7 +172,7 @@ static void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 // lower pieces (zero, or of the other sign), so +-inf outputs may come out NaN: non-finite either way. A finite
 // value at the top of the range must not become inf (its first piece is truncated, not rounded)
 static void check_gemm_special(bool ta, bool tb) {
-  const int64_t M = 128, N = 128, K = 64, lda = ta ? M : K, ldb = tb ? K : N;
+  const int64_t M = 1024, N = 128, K = 64, lda = ta ? M : K, ldb = tb ? K : N;  // M >= 1024: on the tiles (amx::pays) where not ta
   std::vector<float> A = rnd((size_t)(M * K)), B = rnd((size_t)(K * N));
   auto a = [&](int64_t i, int64_t p) -> float& { return ta ? A[p * lda + i] : A[i * lda + p]; };
   auto b = [&](int64_t p, int64_t j) -> float& { return tb ? B[j * ldb + p] : B[p * ldb + j]; };
@@ -352,18 +352,18 @@ int main() {
   // edges in M, N and K (not multiples of 16 / 32), alpha / beta, padded strides, both bias kinds and relu
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
-      // (N >= 256: a transposed A takes the tiles only from there, amx::pays)
-      check_gemm(ta, tb, 130, 260, 90, 1.0f, 0.0f, BIAS_NONE, false, 0);
-      check_gemm(ta, tb, 129, 257, 33, -0.75f, 1.5f, BIAS_ROW, true, 3);
-      check_gemm(ta, tb, 160, 272, 600, 1.0f, 0.0f, BIAS_COL, true, 1);  // several K chunks, a short last one
+      // (N >= 256: a transposed A takes the tiles only from there; some dimension >= 1024: amx::pays)
+      check_gemm(ta, tb, 1030, 260, 90, 1.0f, 0.0f, BIAS_NONE, false, 0);
+      check_gemm(ta, tb, 1029, 257, 33, -0.75f, 1.5f, BIAS_ROW, true, 3);
+      check_gemm(ta, tb, 160, 272, 1100, 1.0f, 0.0f, BIAS_COL, true, 1);  // several K chunks, a short last one
       check_gemm(ta, tb, 1100, 256, 300, 1.0f, 0.0f, BIAS_ROW, false, 0);  // many 32-row panels
     }
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) check_gemm_special(ta, tb);
   check_gemm(false, true, 2048, 384, 128, 1.0f, 0.0f, BIAS_COL, false, 0);  // the GPT's q/k/v projection
   check_gemm(true, false, 128, 512, 2048, 1.0f, 0.0f, BIAS_NONE, false, 0);  // a GPT grad-weight
-  printf("AMX %d %d %d\n", (int)detail::use_amx(false, 2048, 384, 128), (int)detail::use_amx(false, 64, 128, 3136),
-         (int)detail::use_amx(true, 512, 128, 2048));
+  printf("AMX %d %d %d %d\n", (int)detail::use_amx(false, 2048, 384, 128), (int)detail::use_amx(false, 64, 128, 3136),
+         (int)detail::use_amx(true, 512, 128, 2048), (int)detail::use_amx(false, 256, 256, 784));
   // detail::part_grid (the AMX path's 2D split of parts, MPSC_FAST_AMX_GRID): for every shape and part count the
   // parts' rectangles cover C exactly once, in whole 32 x 32 blocks but at C's edges
   {

@@ -157,6 +157,7 @@ inline WorkspaceK carve_kouter(void* ws, int64_t M, int64_t N) {
  * operands) and the per-block stores are paid back. Shapes only, so every part and thread count agrees
  * (bench/sgemm_floor.sh, bench/NOTES.md "AMX").
  */
+constexpr int64_t AMX_MIN_LONG = 1024;
 inline bool pays(bool transA, int64_t M, int64_t N, int64_t K) {
   // 2MN / (M + N): flops per packed element (each of op(A)'s M x K and op(B)'s K x N is split once);
   // below ~100 the three-plane packing costs more than the tiles save (LeNet's 64 x 128 x 3136: 85).
@@ -164,8 +165,12 @@ inline bool pays(bool transA, int64_t M, int64_t N, int64_t K) {
   // N = 128 (the GPT's 512 x 128 x 2048 and 384 x 128 x 2048) the FMA kernel was faster inside the
   // 2-thread step here (each part packs all of op(B) and transposes its op(A) rows from memory)
   // The K-outer order keeps every block's running sum (r32(M) x r32(N) floats per part): at most 8 MiB.
+  // Some dimension at least 1024 (AMX_MIN_LONG): inside the MLP's step (256 x 256 x 784 and its grad-weight
+  // 256 x 784 x 256) the tiles ran 1.5x slower than the FMA kernel on a Xeon at 2 and at 8 threads (bench/NOTES.md
+  // phase 27), while the GPT's 2048-row products gained; every product of the reference workloads with a dimension
+  // of 1024 or more was measured at least even on the tiles.
   return M >= 32 && N >= 32 && K >= 32 && M * N * K >= (int64_t)1 << 19 && 2 * M * N >= 100 * (M + N) &&
-         (!transA || (N >= 256 && r32(M) * r32(N) <= (int64_t)1 << 21));
+         std::max(M, std::max(N, K)) >= AMX_MIN_LONG && (!transA || (N >= 256 && r32(M) * r32(N) <= (int64_t)1 << 21));
 }
 
 typedef __m512 f16v;  // 16 floats
