@@ -412,7 +412,8 @@ inline void wino_dy(const float* dy, int64_t O, int64_t OH, int64_t OW, const Wi
     e = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14);
     od = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15);
   };
-  alignas(64) float stage[16][8][8];  // [xi][row of the panel][tile]
+  constexpr int64_t MRS = (MR + 7) / 8 * 8;  // the panel's rows in whole groups of 8 (MR = 6, 8, 12, 14)
+  alignas(64) float stage[16][MRS][8];  // [xi][row of the panel][tile]
   wino_runs(w, t0, t1, [&](int64_t n, int64_t ty, int64_t tx0, int64_t tx1, int64_t tloc) {
     const int64_t oy = 2 * ty;
     for (int64_t o0 = 0; o0 < O; o0 += MR) {
@@ -437,18 +438,20 @@ inline void wino_dy(const float* dy, int64_t O, int64_t OH, int64_t OW, const Wi
         // 8 x 8 transposes: each tile's mr values together (rows past O copy row 0: the GEMM drops them)
         const int64_t cnt = std::min<int64_t>(8, tx1 - k);
         float* dst = panel + (tloc + (k - tx0)) * MR;
-        for (int xi = 0; xi < 16; ++xi) {
-          v8f blk[8];
+        for (int xi = 0; xi < 16; ++xi)
+          for (int64_t g = 0; g < MR; g += 8) {  // rows g .. g + 7 of the panel
+            v8f blk[8];
 #pragma GCC unroll 8
-          for (int r = 0; r < 8; ++r) blk[r] = load8(stage[xi][r < mr ? r : 0]);
-          transpose8x8(blk);
-          if (MR == 8 && cnt == 8) {
+            for (int r = 0; r < 8; ++r) blk[r] = load8(stage[xi][g + r < mr ? g + r : 0]);
+            transpose8x8(blk);
+            if (MR == 8 && cnt == 8) {
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; ++j) store8(dst + xi * xs + j * 8, blk[j]);
-          } else {
-            for (int64_t j = 0; j < cnt; ++j) memcpy(dst + xi * xs + j * MR, &blk[j], (size_t)MR * sizeof(float));
+              for (int j = 0; j < 8; ++j) store8(dst + xi * xs + j * 8, blk[j]);
+            } else {
+              const size_t w = (size_t)std::min<int64_t>(8, MR - g) * sizeof(float);
+              for (int64_t j = 0; j < cnt; ++j) memcpy(dst + xi * xs + j * MR + g, &blk[j], w);
+            }
           }
-        }
       }
     }
   });
