@@ -97,6 +97,7 @@ const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1, 
 let native = none;
 let narrow = none;
 let noWino = none;
+let mr12 = none;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'mpsc-fast-gemm-'));
   native = runDriver('native', []);
@@ -104,6 +105,9 @@ beforeAll(() => {
   narrow = runDriver('vw8', ['-DMPSC_FAST_VW=8', '-DMPSC_FAST_CONV_DW_CHUNKS=3']);
   // also without the AMX tiles, so the 16-lane FMA kernel stays checked on the products AMX takes here
   noWino = runDriver('nowino', ['-DMPSC_FAST_WINOGRAD=0', '-DMPSC_FAST_AMX=0']);
+  // a 12-row micro-tile (24 accumulators; -DMPSC_FAST_MR is a documented override): every kernel that lays out
+  // MR-row panels (the GEMM's packing, Winograd's transformed dy) must work at any MR, with the same bits
+  mr12 = runDriver('mr12', ['-DMPSC_FAST_MR=12', '-DMPSC_FAST_AMX=0']);
 });
 
 afterAll(() => {
@@ -120,6 +124,16 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   it('the driver ran to the end and reported every case', () => {
     expect(declared).toBeGreaterThan(0);
     expect(cases.length).toBe(declared);
+  });
+
+  it('a 12-row micro-tile build (-DMPSC_FAST_MR=12) passes every case with the same errors as the 8-row one (each element is the same chain whatever the tile)', () => {
+    expect(mr12.declared).toBeGreaterThan(0);
+    expect(mr12.cases.length).toBe(mr12.declared);
+    expect(mr12.cases.filter((c) => !(c.err < 1e-4) || !c.same).map((c) => `${c.kind} ${c.name}`)).toEqual([]);
+    const errOf = new Map(cases.map((c) => [`${c.kind} ${c.name}`, c.err]));
+    const shared = mr12.cases.filter((c) => errOf.has(`${c.kind} ${c.name}`));
+    expect(shared.length).toBeGreaterThan(300);
+    expect(shared.filter((c) => errOf.get(`${c.kind} ${c.name}`) !== c.err).map((c) => `${c.kind} ${c.name}`)).toEqual([]);
   });
 
   it('the AMX path\'s grid of parts (detail::part_grid, MPSC_FAST_AMX_GRID) covers every C element exactly once, in whole 32 x 32 blocks, and splits both axes where that packs less', () => {

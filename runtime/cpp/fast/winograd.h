@@ -448,8 +448,8 @@ inline void wino_dy(const float* dy, int64_t O, int64_t OH, int64_t OW, const Wi
 #pragma GCC unroll 8
               for (int j = 0; j < 8; ++j) store8(dst + xi * xs + j * 8, blk[j]);
             } else {
-              const size_t w = (size_t)std::min<int64_t>(8, MR - g) * sizeof(float);
-              for (int64_t j = 0; j < cnt; ++j) memcpy(dst + xi * xs + j * MR + g, &blk[j], w);
+              const size_t bytes = (size_t)std::min<int64_t>(8, MR - g) * sizeof(float);
+              for (int64_t j = 0; j < cnt; ++j) memcpy(dst + xi * xs + j * MR + g, &blk[j], bytes);
             }
           }
       }
