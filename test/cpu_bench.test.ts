@@ -73,6 +73,10 @@ describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusin
     const noAmx = generateCpuModel(ps, { amx: false }).files['model.cc'];
     expect(noAmx).toMatch(/^#define MPSC_FAST_AMX 0 .*\n#include "mpsc_kernels.hpp"$/m);
     expect(code).not.toMatch(/MPSC_FAST_AMX/);
+    // MPSC_CPU_MR=12 (mr: 12): the 16-lane kernel's 12-row tile, only where the build has AVX-512
+    const mr12 = generateCpuModel(ps, { mr: 12 }).files['model.cc'];
+    expect(mr12).toMatch(/^#if defined\(__AVX512F__\)\n#define MPSC_FAST_MR 12 .*\n#endif\n#include "mpsc_kernels.hpp"$/m);
+    expect(code).not.toMatch(/MPSC_FAST_MR/);
   });
 
   it('folds the relu-grad after the global-avgpool grad of the seed CNN, masked by the fused relu output', async () => {
