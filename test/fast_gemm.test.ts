@@ -174,7 +174,9 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   it('sgemm on the AMX tiles (where available): every transpose, edges, chunked and whole K, 1, 2, 3, 4, 8 parts bitwise equal, error within 4x the FMA kernel', () => {
     const amx = cases.filter((c) => c.kind === 'sgemm_amx');
     if (native.amx[0] === 1) {
-      expect(amx.length).toBe(4 * 3 + 3);
+      // 3 beta-0 shapes x 4 transposes in the AMX block, the GPT's q/k/v projection and grad-weight (the MLP-like
+      // 256 x 784 x 64 grad-weight has no dimension >= 1024: the FMA kernel, amx::pays)
+      expect(amx.length).toBe(4 * 3 + 2);
       for (const t of ['NN', 'NT', 'TN', 'TT']) expect(amx.some((c) => c.name.startsWith(`${t}_160x272x1100_`))).toBe(true);
       expect(native.amx.slice(1)).toEqual([0, 0, 0]);
     } else {
