@@ -363,7 +363,9 @@ function wgRS(s: string, acc: string, c: string, b: string): string {
 }
 
 /** one group of wgmma products (`body`), issued after the fence and waited for */
-const wgGroup = (body: string) => `    mpsc_wgmma_fence();\n${body}    mpsc_wgmma_commit();\n    mpsc_wgmma_wait0();\n`;
+/** product groups issued after one wgmma fence, each committed as a group of its own (not waited for) */
+const wgIssue = (...groups: string[]) => `    mpsc_wgmma_fence();\n` + groups.map((g) => `${g}    mpsc_wgmma_commit();\n`).join('');
+const wgGroup = (body: string) => `${wgIssue(body)}    mpsc_wgmma_wait0();\n`;
 
 /**
  * The forward on Hopper's warpgroup products (MPSC_CUDA_FLASH_WGMMA at build time, flashWgmma; head width 64, sm_90a): the block's
@@ -425,15 +427,15 @@ function kvStepsPiped(gm: Geom, s: string, edge: string): string {
   return (
     `    float st[8][4], dpt[8][4];  // S^T = K Q^T, then dP^T = V dO^T: two product groups (accumulators only)\n` +
     `    float pt[8][4], dst[8][4];  // P^T, dS^T\n` +
-    `    mpsc_wgmma_fence();\n` + wgSS(s, 'st', 'Ks', 'Qs') + `    mpsc_wgmma_commit();\n` + wgSS(s, 'dpt', 'Vs', 'Os') + `    mpsc_wgmma_commit();\n` +
+    wgIssue(wgSS(s, 'st', 'Ks', 'Qs'), wgSS(s, 'dpt', 'Vs', 'Os')) +
     `    mpsc_wgmma_wait1();  // S^T (dP^T's product may still run)\n` +
     kvProbStep(gm, 8, edge, 'Ls[qc]', 'p', a) +
     `    // dV += P^T dO, dO read as stored; it runs while dS^T is computed\n` +
-    `    mpsc_wgmma_fence();\n` + wgRS(s, 'dva', 'pt', 'Os') + `    mpsc_wgmma_commit();\n` +
+    wgIssue(wgRS(s, 'dva', 'pt', 'Os')) +
     `    mpsc_wgmma_wait1();  // dP^T (dV's product may still run)\n` +
     kvProbStep(gm, 8, edge, 'Ls[qc]', 'ds', a) +
     `    // dK += dS^T Q (the scale folded into dS), Q read as stored\n` +
-    `    mpsc_wgmma_fence();\n` + wgRS(s, 'dka', 'dst', 'Qs') + `    mpsc_wgmma_commit();\n` +
+    wgIssue(wgRS(s, 'dka', 'dst', 'Qs')) +
     `    mpsc_wgmma_wait0();  // dV and dK: none in flight past the step\n`
   );
 }
@@ -444,13 +446,13 @@ function qStepsPiped(gm: Geom, s: string, edge: string): string {
   return (
     `    float s[8][4], dp[8][4];  // S = Q K^T, then dP = dO V^T: two product groups (accumulators only)\n` +
     `    float pq[8][4], dsq[8][4];  // P, dS\n` +
-    `    mpsc_wgmma_fence();\n` + wgSS(s, 's', 'Qs', 'Ks') + `    mpsc_wgmma_commit();\n` + wgSS(s, 'dp', 'Os', 'Vs') + `    mpsc_wgmma_commit();\n` +
+    wgIssue(wgSS(s, 's', 'Qs', 'Ks'), wgSS(s, 'dp', 'Os', 'Vs')) +
     `    mpsc_wgmma_wait1();  // S (dP's product may still run)\n` +
     qProbStep(gm, 8, edge, 'p', a) +
     `    mpsc_wgmma_wait0();  // dP\n` +
     qProbStep(gm, 8, '', 'ds', a) +
     `    // dQ += dS K (the scale folded into dS), K read as stored\n` +
-    `    mpsc_wgmma_fence();\n` + wgRS(s, 'dqa', 'dsq', 'Ks') + `    mpsc_wgmma_commit();\n` +
+    wgIssue(wgRS(s, 'dqa', 'dsq', 'Ks')) +
     `    mpsc_wgmma_wait0();\n`
   );
 }
