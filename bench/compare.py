@@ -214,9 +214,13 @@ def main():
         fl = flops.get(w, {}).get("train_step" if pas == "train" else "eval")
         rate = max([x for x in rates.get(t, {}).values() if x], default=None)
         floor = fl / (rate * 1e9) * 1e3 if fl and rate else None
+        # the step time the ratio target asks for, and whether it lies under the FLOP floor: a target no run of the
+        # direct algorithm's multiply-adds at the machine's measured sgemm rate can meet (only fewer FLOPs could)
+        target_ms = TARGET[pas] * best if best else None
         rows.append({"workload": w, "pass": pas, "threads": t, "torch_eager_ms": eager, "torch_compile_ms": comp,
                      "mpsc_ms": m, "ratio": m / best if m is not None and best else None, "target": TARGET[pas],
                      "ratio_rounds": rounds, "ratio_best_rounds": best_round, "gflop": fl / 1e9 if fl else None, "floor_ms": floor,
+                     "target_ms": target_ms, "target_below_floor": target_ms < floor if target_ms and floor else None,
                      "floor_ratio": m / floor if m is not None and floor else None, "errors": sorted(e["errors"])})
     head = {"machine": machine(), "torch": info, "threads": thread_list, "rounds": a.rounds,
             "loadavg_start": load0, "loadavg_end": loadavg(),
@@ -230,20 +234,24 @@ def main():
         tm, mm = r["torch_mm"], r["mpsc"]
         print(f"sgemm rate, {t} threads: torch.mm {f(tm, 0, 1)} GFLOP/s, mpsc {f(mm, 0, 1)} GFLOP/s; floor at the better")
     print(f"ratio = mpsc / min(eager, compile); targets: train <= {TARGET['train']}, forward <= {TARGET['forward']}; "
-          f"x floor <= {FLOOR_TARGET} for {', '.join(FLOOR_WORKLOADS)} train")
+          f"x floor <= {FLOOR_TARGET} for {', '.join(FLOOR_WORKLOADS)} train; "
+          f"target ms = the ratio target x the better torch ('<' marks one under the floor: the direct algorithm's FLOPs "
+          f"at the measured sgemm rate take longer)")
     print(f"{'workload':24s} {'pass':7s} {'thr':>3s} {'eager ms':>9s} {'compile':>9s} {'mpsc ms':>9s} {'ratio':>8s} "
-          f"{'GFLOP':>7s} {'floor ms':>9s} {'x floor':>8s}  per-round ratios (best rounds' ratio)")
+          f"{'GFLOP':>7s} {'floor ms':>9s} {'x floor':>8s} {'target ms':>10s}  per-round ratios (best rounds' ratio)")
     for row in rows:
         q = row["ratio"]
         qs = f"{'-':>8s}" if q is None else f"{q:5.2f}{' ok' if q <= row['target'] else '   '}"
         fr = row["floor_ratio"]
         tgt = row["pass"] == "train" and row["workload"] in FLOOR_WORKLOADS
         fs = f"{'-':>8s}" if fr is None else f"{fr:5.2f}{(' ok' if fr <= FLOOR_TARGET else '   ') if tgt else '   '}"
+        tms = row["target_ms"]
+        ts = f"{'-':>10s}" if tms is None else f"{tms:8.2f}{' <' if row['target_below_floor'] else '  '}"
         rs = " ".join(f"{x:.2f}" for x in row["ratio_rounds"]) if len(row["ratio_rounds"]) > 1 else ""
         if rs and row["ratio_best_rounds"] is not None: rs += f" ({row['ratio_best_rounds']:.2f})"
         print(f"{row['workload']:24s} {row['pass']:7s} {row['threads']:3d} {f(row['torch_eager_ms'], 9)} "
               f"{f(row['torch_compile_ms'], 9)} {f(row['mpsc_ms'], 9)} {qs} {f(row['gflop'], 7, 3)} "
-              f"{f(row['floor_ms'], 9)} {fs}  {rs}")
+              f"{f(row['floor_ms'], 9)} {fs} {ts}  {rs}")
         for err in row["errors"]:
             print(f"  {err}")
 
