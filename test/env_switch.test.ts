@@ -21,7 +21,7 @@ import { ewVec } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, ltTuneChoice, ltTuneFile, tf32x3Choice, wgmmaArchCheck } from '../runtime/cuda/session.js';
-import { cpuAmxChoice, cpuAmxGridChoice, cpuMrChoice } from '../compiler/codegen-cpu/emit_program.js';
+import { cpuAmxChoice, cpuAmxGridChoice, cpuFmaGridChoice, cpuMrChoice } from '../compiler/codegen-cpu/emit_program.js';
 
 function userError(f: () => unknown): UserError {
   try {
@@ -84,6 +84,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CPU_AMX', cpuAmxChoice, true],
     ['MPSC_CPU_AMX_GRID', cpuAmxGridChoice, true],
     ['MPSC_CPU_MR', cpuMrChoice, 8],
+    ['MPSC_CPU_FMA_GRID', cpuFmaGridChoice, false],
     ['MPSC_CUDA_FLASH_BWD_MERGE', x3BwdMerge, true],
     ['MPSC_CUDA_FLASH_DELTA_FOLD', x3DeltaFold, true],
     ['MPSC_CUDA_SMALL_FP32', smallFp32, 'x3'],

@@ -41,6 +41,9 @@ interface DriverRun {
   /** detail::part_grid over 10 x 10 shapes and 1..16 parts: [rectangles off the 32-block grid or cells not covered
    *  exactly once, parts split in both axes] */
   grid: [number, number];
+  /** detail::part_grid_fma over 13 x 13 shapes, 1..16 parts, direct A or not: [rectangles off the MR x NR tile grid or cells
+   *  not covered exactly once, parts split in both axes among the MLP forward's and LeNet fc1's 8 parts] */
+  gridFma: [number, number];
 }
 
 function runDriver(tag: string, flags: string[]): DriverRun {
@@ -61,7 +64,10 @@ function runDriver(tag: string, flags: string[]): DriverRun {
   const dwtCases: string[] = [];
   let amx: [number, number, number, number] = [-1, -1, -1, -1];
   let grid: [number, number] = [-1, -1];
+  let gridFma: [number, number] = [-1, -1];
   for (const line of out.split('\n')) {
+    const gf = /^GRIDFMA (\d+) (\d+)$/.exec(line);
+    if (gf) gridFma = [Number(gf[1]), Number(gf[2])];
     const g = /^GRID (\d+) (\d+)$/.exec(line);
     if (g) grid = [Number(g[1]), Number(g[2])];
     const a = /^AMX ([01]) ([01]) ([01]) ([01])$/.exec(line);
@@ -81,7 +87,7 @@ function runDriver(tag: string, flags: string[]): DriverRun {
     const d = /^DONE (\d+)$/.exec(line);
     if (d) count = Number(d[1]);
   }
-  return { cases: found, declared: count, dwChunks, wino, winoDw, winoDwCases, dwtCases, amx, grid };
+  return { cases: found, declared: count, dwChunks, wino, winoDw, winoDwCases, dwtCases, amx, grid, gridFma };
 }
 
 // the kernel of this machine's widest vectors (AVX-512 here: 16 lanes), and the 8-lane kernel
@@ -93,7 +99,7 @@ let dwChunks = -1;
 let wino: [number, number, number] = [-1, -1, -1];
 let winoDw: [number, number, number] = [-1, -1, -1];
 let winoDwCases: string[] = [];
-const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1, -1], winoDw: [-1, -1, -1], winoDwCases: [], dwtCases: [], amx: [-1, -1, -1, -1], grid: [-1, -1] };
+const none: DriverRun = { cases: [], declared: -1, dwChunks: -1, wino: [-1, -1, -1], winoDw: [-1, -1, -1], winoDwCases: [], dwtCases: [], amx: [-1, -1, -1, -1], grid: [-1, -1], gridFma: [-1, -1] };
 let native = none;
 let narrow = none;
 let noWino = none;
@@ -106,8 +112,9 @@ beforeAll(() => {
   // also without the AMX tiles, so the 16-lane FMA kernel stays checked on the products AMX takes here
   noWino = runDriver('nowino', ['-DMPSC_FAST_WINOGRAD=0', '-DMPSC_FAST_AMX=0']);
   // a 12-row micro-tile (24 accumulators; -DMPSC_FAST_MR is a documented override): every kernel that lays out
-  // MR-row panels (the GEMM's packing, Winograd's transformed dy) must work at any MR, with the same bits
-  mr12 = runDriver('mr12', ['-DMPSC_FAST_MR=12', '-DMPSC_FAST_AMX=0']);
+  // MR-row panels (the GEMM's packing, Winograd's transformed dy) must work at any MR, with the same bits; also with
+  // the FMA path's 2D grid of parts (MPSC_FAST_FMA_GRID), whose parts must give the bits of one part
+  mr12 = runDriver('mr12', ['-DMPSC_FAST_MR=12', '-DMPSC_FAST_AMX=0', '-DMPSC_FAST_FMA_GRID=1']);
 });
 
 afterAll(() => {
@@ -126,7 +133,14 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(cases.length).toBe(declared);
   });
 
-  it('a 12-row micro-tile build (-DMPSC_FAST_MR=12) passes every case with the same errors as the 8-row one (each element is the same chain whatever the tile)', () => {
+  it('the FMA path\'s grid of parts (detail::part_grid_fma, MPSC_FAST_FMA_GRID) covers every C element exactly once, in whole MR x NR tiles, and splits both axes of the MLP forward and LeNet fc1 at 8 parts', () => {
+    for (const r of [native, mr12]) {
+      expect(r.gridFma[0]).toBe(0);
+      expect(r.gridFma[1]).toBe(16);
+    }
+  });
+
+  it('a 12-row micro-tile build with the FMA grid (-DMPSC_FAST_MR=12 -DMPSC_FAST_FMA_GRID=1) passes every case with the same errors as the 8-row one (each element is the same chain whatever the tile)', () => {
     expect(mr12.declared).toBeGreaterThan(0);
     expect(mr12.cases.length).toBe(mr12.declared);
     expect(mr12.cases.filter((c) => !(c.err < 1e-4) || !c.same).map((c) => `${c.kind} ${c.name}`)).toEqual([]);

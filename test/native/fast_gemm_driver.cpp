@@ -384,6 +384,32 @@ int main() {
         }
     printf("GRID %d %d\n", bad, two_d);
   }
+  // detail::part_grid_fma (the FMA path's 2D split, MPSC_FAST_FMA_GRID): the same cover, in whole MR x NR tiles; the
+  // 2D counts of the MLP's forward and LeNet's fc1 at 8 parts, direct A (both are grids: 8 each)
+  {
+    int bad = 0, two_d = 0;
+    const int64_t dims[] = {1, 7, 8, 9, 31, 32, 33, 64, 100, 256, 257, 784, 1100};
+    for (int64_t M : dims)
+      for (int64_t N : dims)
+        for (int np = 1; np <= 16; ++np)
+          for (int direct = 0; direct < 2; ++direct) {
+            std::vector<int> cover((size_t)(M * N), 0);
+            for (int p = 0; p < np; ++p) {
+              const detail::PartRange r = detail::part_grid_fma(direct, M, N, p, np);
+              if (r.m0 % MR || r.n0 % NR || (r.m1 % MR && r.m1 != M) || (r.n1 % NR && r.n1 != N)) ++bad;
+              for (int64_t i = r.m0; i < r.m1; ++i)
+                for (int64_t j = r.n0; j < r.n1; ++j) ++cover[(size_t)(i * N + j)];
+            }
+            for (int c : cover) bad += c != 1;
+          }
+    const int64_t grids[2][2] = {{256, 256}, {64, 128}};
+    for (const auto& s : grids)
+      for (int p = 0; p < 8; ++p) {
+        const detail::PartRange r = detail::part_grid_fma(true, s[0], s[1], p, 8);
+        two_d += r.m1 - r.m0 < s[0] && r.n1 - r.n0 < s[1];
+      }
+    printf("GRIDFMA %d %d\n", bad, two_d);
+  }
 
   // conv2d: N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups
   check_conv("basic", 2, 3, 8, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1);

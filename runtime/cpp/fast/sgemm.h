@@ -711,6 +711,46 @@ inline PartRange part_grid(int64_t M, int64_t N, int part, int nparts) {
   return r;
 }
 
+#ifndef MPSC_FAST_FMA_GRID
+#define MPSC_FAST_FMA_GRID 0
+#endif
+/**
+ * The FMA path's parts (no column sums) as a pm x pn grid of whole MR x NR tiles, pm * pn = nparts, where that
+ * moves fewer floats per part than part_range's one-axis split. Per K step a part reads its rows of op(A) (once in
+ * place, direct_a; twice when packed: read and write) and packs its columns of op(B) (read and write):
+ * cost(pm, pn) = (direct ? 1 : 2) rows + 2 cols, rows = ceil(mt / pm) MR, cols = ceil(nt / pn) NR. 8 parts over the
+ * MLP's 256 x 256 x 784 forward: one axis gives each part all 256 rows of A for 32 columns (320), a 2 x 4 grid 128
+ * rows and 64 columns (256); LeNet's 64 x 128 x 3136 fc1: one axis packs all 128 columns of B per part (264), 2 x 4
+ * packs 32 (96). A grid replaces the one-axis split only where it is at least an eighth cheaper; 2 and 3 parts keep
+ * it. Shapes and nparts only; every element is the same chain over K whatever its part and tile (the splits fall on
+ * MR x NR tile boundaries), so every grid gives the same bits. MPSC_FAST_FMA_GRID=1 at build time
+ * (MPSC_CPU_FMA_GRID=1 for generated models) turns it on.
+ */
+inline PartRange part_grid_fma(bool direct, int64_t M, int64_t N, int part, int nparts) {
+  const PartRange line = part_range(M, N, part, nparts);
+  if (nparts <= 3) return line;
+  const int64_t mt = (M + MR - 1) / MR, nt = (N + NR - 1) / NR;
+  auto cost = [&](int64_t pm, int64_t pn) {
+    return (direct ? 1 : 2) * ((mt + pm - 1) / pm) * MR + 2 * ((nt + pn - 1) / pn) * NR;
+  };
+  const int64_t line_cost = split_n_axis(M, N, mt, nt, nparts) ? cost(1, nparts) : cost(nparts, 1);
+  const int64_t bar = line_cost - line_cost / 8;  // a grid must cost at most this
+  int64_t best_pm = 0, best_cost = bar + 1;
+  for (int64_t pm = 2; pm < nparts; ++pm) {
+    if (nparts % pm != 0 || pm > mt || nparts / pm > nt) continue;
+    const int64_t c = cost(pm, nparts / pm);
+    if (c < best_cost) best_pm = pm, best_cost = c;
+  }
+  if (best_pm == 0) return line;
+  const int64_t pm = best_pm, pn = nparts / pm, pi = part / pn, pj = part % pn;
+  PartRange r{0, M, 0, N, 0, 0};
+  r.m0 = std::min(M, mt * pi / pm * MR);
+  r.m1 = std::min(M, mt * (pi + 1) / pm * MR);
+  r.n0 = std::min(N, nt * pj / pn * NR);
+  r.n1 = std::min(N, nt * (pj + 1) / pn * NR);
+  return r;
+}
+
 /**
  * whether C = op(A) op(B) (M x N) is cheaper as the transposed product C^T = op(B)^T op(A)^T (N x M):
  * N narrower than one micro-tile (NR columns, most of every tile padding, e.g. a 256 x 10 classifier
@@ -966,7 +1006,9 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
     return;
   }
 #endif
-  const detail::PartRange r = detail::part_range(M, N, part, nparts);
+  // a 2D grid of parts where MPSC_FAST_FMA_GRID and it moves less (no column sums there: they follow part_range's rows)
+  const detail::PartRange r = MPSC_FAST_FMA_GRID && !sums ? detail::part_grid_fma(detail::direct_a(transA, lda), M, N, part, nparts)
+                                                          : detail::part_range(M, N, part, nparts);
   const int64_t m0 = r.m0, m1 = r.m1, n0 = r.n0, n1 = r.n1, s0 = r.s0, s1 = r.s1;
   if (m0 >= m1 || n0 >= n1 || K <= 0 || alpha == 0.0f) {
     if (sums) detail::add_column_sums(A, lda, 0, K, s0, s1, sums);
