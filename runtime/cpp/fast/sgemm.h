@@ -671,6 +671,30 @@ inline PartRange part_range(int64_t M, int64_t N, int part, int nparts, int64_t 
   return r;
 }
 
+/**
+ * part `part`'s rectangle in the cheapest pm x pn grid of tm x tn tiles (pm * pn = nparts, both axes split, pm rows
+ * of parts) whose cost(pm, pn) is below `bar`; `line` (the one-axis split) where no grid is
+ */
+template <class Cost>
+inline PartRange grid_part(int64_t M, int64_t N, int part, int nparts, int64_t tm, int64_t tn, int64_t bar, Cost&& cost,
+                           const PartRange& line) {
+  const int64_t mt = (M + tm - 1) / tm, nt = (N + tn - 1) / tn;
+  int64_t best_pm = 0, best_cost = bar;
+  for (int64_t pm = 2; pm < nparts; ++pm) {
+    if (nparts % pm != 0 || pm > mt || nparts / pm > nt) continue;
+    const int64_t c = cost(pm, nparts / pm);
+    if (c < best_cost) best_pm = pm, best_cost = c;
+  }
+  if (best_pm == 0) return line;
+  const int64_t pm = best_pm, pn = nparts / pm, pi = part / pn, pj = part % pn;
+  PartRange r{0, M, 0, N, 0, 0};
+  r.m0 = std::min(M, mt * pi / pm * tm);
+  r.m1 = std::min(M, mt * (pi + 1) / pm * tm);
+  r.n0 = std::min(N, nt * pj / pn * tn);
+  r.n1 = std::min(N, nt * (pj + 1) / pn * tn);
+  return r;
+}
+
 #ifndef MPSC_FAST_AMX_GRID
 #define MPSC_FAST_AMX_GRID 1
 #endif
@@ -695,20 +719,8 @@ inline PartRange part_grid(int64_t M, int64_t N, int part, int nparts) {
     return 2 * (bm + bn) + bm * bn;
   };
   // part_range's own choice, as a 1 x nparts or nparts x 1 grid, is the one to beat
-  int64_t best_pm = 0, best_cost = split_n_axis(M, N, mt, nt, nparts) ? cost(1, nparts) : cost(nparts, 1);
-  for (int64_t pm = 2; pm < nparts; ++pm) {
-    if (nparts % pm != 0 || pm > mt || nparts / pm > nt) continue;
-    const int64_t c = cost(pm, nparts / pm);
-    if (c < best_cost) best_pm = pm, best_cost = c;
-  }
-  if (best_pm == 0) return line;
-  const int64_t pm = best_pm, pn = nparts / pm, pi = part / pn, pj = part % pn;
-  PartRange r{0, M, 0, N, 0, 0};
-  r.m0 = std::min(M, mt * pi / pm * 32);
-  r.m1 = std::min(M, mt * (pi + 1) / pm * 32);
-  r.n0 = std::min(N, nt * pj / pn * 32);
-  r.n1 = std::min(N, nt * (pj + 1) / pn * 32);
-  return r;
+  const int64_t line_cost = split_n_axis(M, N, mt, nt, nparts) ? cost(1, nparts) : cost(nparts, 1);
+  return grid_part(M, N, part, nparts, 32, 32, line_cost, cost, line);
 }
 
 #ifndef MPSC_FAST_FMA_GRID
@@ -734,21 +746,8 @@ inline PartRange part_grid_fma(bool direct, int64_t M, int64_t N, int part, int 
     return (direct ? 1 : 2) * ((mt + pm - 1) / pm) * MR + 2 * ((nt + pn - 1) / pn) * NR;
   };
   const int64_t line_cost = split_n_axis(M, N, mt, nt, nparts) ? cost(1, nparts) : cost(nparts, 1);
-  const int64_t bar = line_cost - line_cost / 8;  // a grid must cost at most this
-  int64_t best_pm = 0, best_cost = bar + 1;
-  for (int64_t pm = 2; pm < nparts; ++pm) {
-    if (nparts % pm != 0 || pm > mt || nparts / pm > nt) continue;
-    const int64_t c = cost(pm, nparts / pm);
-    if (c < best_cost) best_pm = pm, best_cost = c;
-  }
-  if (best_pm == 0) return line;
-  const int64_t pm = best_pm, pn = nparts / pm, pi = part / pn, pj = part % pn;
-  PartRange r{0, M, 0, N, 0, 0};
-  r.m0 = std::min(M, mt * pi / pm * MR);
-  r.m1 = std::min(M, mt * (pi + 1) / pm * MR);
-  r.n0 = std::min(N, nt * pj / pn * NR);
-  r.n1 = std::min(N, nt * (pj + 1) / pn * NR);
-  return r;
+  // a grid must cost at most 7/8 of the one-axis split
+  return grid_part(M, N, part, nparts, MR, NR, line_cost - line_cost / 8 + 1, cost, line);
 }
 
 /**
