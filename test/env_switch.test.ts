@@ -84,7 +84,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CPU_AMX', cpuAmxChoice, true],
     ['MPSC_CPU_AMX_GRID', cpuAmxGridChoice, true],
     ['MPSC_CPU_MR', cpuMrChoice, 8],
-    ['MPSC_CPU_FMA_GRID', cpuFmaGridChoice, false],
+    ['MPSC_CPU_FMA_GRID', cpuFmaGridChoice, true],
     ['MPSC_CUDA_FLASH_BWD_MERGE', x3BwdMerge, true],
     ['MPSC_CUDA_FLASH_DELTA_FOLD', x3DeltaFold, true],
     ['MPSC_CUDA_SMALL_FP32', smallFp32, 'x3'],

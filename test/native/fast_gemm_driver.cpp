@@ -341,6 +341,7 @@ int main() {
     }
   // workload-like shapes
   check_gemm(false, true, 64, 128, 3136, 1.0f, 0.0f, BIAS_COL, true, 0);
+  check_gemm(true, false, 64, 128, 700, 1.0f, 0.0f, BIAS_ROW, false, 0);  // a packed op(A) on part_grid_fma's 2 x 4 grid at 8 parts
   check_gemm(true, false, 256, 784, 64, 1.0f, 0.0f, BIAS_NONE, false, 0);
   // narrow outputs (N < one micro-tile: the transposed product), e.g. the MLP's 256 -> 10 classifier
   check_gemm(false, true, 256, 10, 256, 1.0f, 0.0f, BIAS_COL, false, 0);
@@ -385,7 +386,7 @@ int main() {
     printf("GRID %d %d\n", bad, two_d);
   }
   // detail::part_grid_fma (the FMA path's 2D split, MPSC_FAST_FMA_GRID): the same cover, in whole MR x NR tiles; the
-  // 2D counts of the MLP's forward and LeNet's fc1 at 8 parts, direct A (both are grids: 8 each)
+  // 2D counts of LeNet's fc1 (a grid: 8) and the MLP's forward (not: 0) at 8 parts, direct A
   {
     int bad = 0, two_d = 0;
     const int64_t dims[] = {1, 7, 8, 9, 31, 32, 33, 64, 100, 256, 257, 784, 1100};

@@ -724,19 +724,21 @@ inline PartRange part_grid(int64_t M, int64_t N, int part, int nparts) {
 }
 
 #ifndef MPSC_FAST_FMA_GRID
-#define MPSC_FAST_FMA_GRID 0
+#define MPSC_FAST_FMA_GRID 1
 #endif
 /**
  * The FMA path's parts (no column sums) as a pm x pn grid of whole MR x NR tiles, pm * pn = nparts, where that
- * moves fewer floats per part than part_range's one-axis split. Per K step a part reads its rows of op(A) (once in
- * place, direct_a; twice when packed: read and write) and packs its columns of op(B) (read and write):
- * cost(pm, pn) = (direct ? 1 : 2) rows + 2 cols, rows = ceil(mt / pm) MR, cols = ceil(nt / pn) NR. 8 parts over the
- * MLP's 256 x 256 x 784 forward: one axis gives each part all 256 rows of A for 32 columns (320), a 2 x 4 grid 128
- * rows and 64 columns (256); LeNet's 64 x 128 x 3136 fc1: one axis packs all 128 columns of B per part (264), 2 x 4
- * packs 32 (96). A grid replaces the one-axis split only where it is at least an eighth cheaper; 2 and 3 parts keep
- * it. Shapes and nparts only; every element is the same chain over K whatever its part and tile (the splits fall on
- * MR x NR tile boundaries), so every grid gives the same bits. MPSC_FAST_FMA_GRID=1 at build time
- * (MPSC_CPU_FMA_GRID=1 for generated models) turns it on.
+ * moves at most half the floats per part of part_range's one-axis split. Per K step a part reads its rows of op(A)
+ * (once in place, direct_a; twice when packed: read and write) and packs its columns of op(B) (read and write):
+ * cost(pm, pn) = (direct ? 1 : 2) rows + 2 cols, rows = ceil(mt / pm) MR, cols = ceil(nt / pn) NR. The case it is
+ * for: few rows and columns over a long K, where the one-axis split gives each part a few rows and all of op(B) to
+ * pack (LeNet's 64 x 128 x 3136 fc1 at 8 parts: each part packed all 128 columns, 1.6 MB, for 6.4 MFLOP; 2 x 4
+ * parts pack 32 each, cost 264 -> 96). Measured on the Xeon at 8 threads (bench/NOTES.md phase 28): that product
+ * 222 -> 609 GFLOP/s alone, its kernel in LeNet's step 0.199 -> 0.147 ms. Where the gain is smaller (the MLP's
+ * 256 x 256 x 784 forward, 320 -> 256: 668 -> 751 GFLOP/s alone, no gain inside the step) the one-axis split
+ * stays; 2 and 3 parts always keep it. Shapes and nparts only; every element is the same chain over K whatever its
+ * part and tile (the splits fall on MR x NR tile boundaries), so every grid gives the same bits.
+ * MPSC_FAST_FMA_GRID=0 at build time (MPSC_CPU_FMA_GRID=0 for generated models): part_range's split always.
  */
 inline PartRange part_grid_fma(bool direct, int64_t M, int64_t N, int part, int nparts) {
   const PartRange line = part_range(M, N, part, nparts);
@@ -746,8 +748,8 @@ inline PartRange part_grid_fma(bool direct, int64_t M, int64_t N, int part, int 
     return (direct ? 1 : 2) * ((mt + pm - 1) / pm) * MR + 2 * ((nt + pn - 1) / pn) * NR;
   };
   const int64_t line_cost = split_n_axis(M, N, mt, nt, nparts) ? cost(1, nparts) : cost(nparts, 1);
-  // a grid must cost at most 7/8 of the one-axis split
-  return grid_part(M, N, part, nparts, MR, NR, line_cost - line_cost / 8 + 1, cost, line);
+  // a grid must cost at most half the one-axis split
+  return grid_part(M, N, part, nparts, MR, NR, line_cost / 2 + 1, cost, line);
 }
 
 /**
