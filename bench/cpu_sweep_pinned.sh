@@ -3,10 +3,14 @@
 # threads, run at the same time on disjoint sets of PHYSICAL cores (one logical CPU per core, from
 # `lscpu -p=CPU,CORE`), so both fit one device call; each run compares mpsc and PyTorch side by side on its own
 # cores, so the ratios stay like-for-like (both share the memory bandwidth with the other run: said in the log).
-# With fewer than 10 physical cores the two runs go one after the other.
-# Usage: bench/cpu_sweep_pinned.sh OUTDIR [compare.sh args...]   (logs: OUTDIR/threads2.log, OUTDIR/threads8.log)
+# With fewer than 10 physical cores, or with --serial, the two runs go one after the other (twice the time, but neither
+# run shares the memory system with the other: the 2-thread MLP train step took 1.23 ms in the concurrent sweep on a
+# 16-core Xeon and 1.00 ms in a native run alone on another host of that kind, bench/NOTES.md phase 28).
+# Usage: bench/cpu_sweep_pinned.sh OUTDIR [--serial] [compare.sh args...]   (logs: OUTDIR/threads2.log, OUTDIR/threads8.log)
 set -e
 out=$1; shift
+serial=0
+if [ "${1:-}" = "--serial" ]; then serial=1; shift; fi
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 cpus=$(sh "$here/physical_cpus.sh")
@@ -14,12 +18,13 @@ n=$(echo "$cpus" | wc -l)
 set2=$(echo "$cpus" | head -n 2 | paste -sd, -)
 set8=$(echo "$cpus" | sed -n '3,10p' | paste -sd, -)
 echo "physical cores: $n; 2-thread run on CPUs $set2, 8-thread run on CPUs $set8" | tee "$out/pinning.txt"
-if [ "$n" -ge 10 ]; then
+if [ "$n" -ge 10 ] && [ "$serial" = 0 ]; then
   taskset -c "$set2" sh "$here/compare.sh" --threads 2 "$@" > "$out/threads2.log" 2>&1 &
   p2=$!
   taskset -c "$set8" sh "$here/compare.sh" --threads 8 "$@" > "$out/threads8.log" 2>&1 || echo "8-thread run failed" >&2
   wait $p2 || echo "2-thread run failed" >&2
 else
+  [ "$serial" = 1 ] && echo "one run after the other (--serial)" | tee -a "$out/pinning.txt"
   set8=$(echo "$cpus" | head -n 8 | paste -sd, -)
   taskset -c "$set2" sh "$here/compare.sh" --threads 2 "$@" > "$out/threads2.log" 2>&1 || true
   taskset -c "$set8" sh "$here/compare.sh" --threads 8 "$@" > "$out/threads8.log" 2>&1 || true
