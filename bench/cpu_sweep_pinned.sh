@@ -16,16 +16,20 @@ mkdir -p "$out"
 cpus=$(sh "$here/physical_cpus.sh")
 n=$(echo "$cpus" | wc -l)
 set2=$(echo "$cpus" | head -n 2 | paste -sd, -)
-set8=$(echo "$cpus" | sed -n '3,10p' | paste -sd, -)
-echo "physical cores: $n; 2-thread run on CPUs $set2, 8-thread run on CPUs $set8" | tee "$out/pinning.txt"
+together=0
 if [ "$n" -ge 10 ] && [ "$serial" = 0 ]; then
+  together=1
+  set8=$(echo "$cpus" | sed -n '3,10p' | paste -sd, -)
+else
+  set8=$(echo "$cpus" | head -n 8 | paste -sd, -)
+fi
+echo "physical cores: $n; 2-thread run on CPUs $set2, 8-thread run on CPUs $set8 ($([ $together = 1 ] && echo 'at the same time' || echo 'one after the other'))" | tee "$out/pinning.txt"
+if [ "$together" = 1 ]; then
   taskset -c "$set2" sh "$here/compare.sh" --threads 2 "$@" > "$out/threads2.log" 2>&1 &
   p2=$!
   taskset -c "$set8" sh "$here/compare.sh" --threads 8 "$@" > "$out/threads8.log" 2>&1 || echo "8-thread run failed" >&2
   wait $p2 || echo "2-thread run failed" >&2
 else
-  [ "$serial" = 1 ] && echo "one run after the other (--serial)" | tee -a "$out/pinning.txt"
-  set8=$(echo "$cpus" | head -n 8 | paste -sd, -)
   taskset -c "$set2" sh "$here/compare.sh" --threads 2 "$@" > "$out/threads2.log" 2>&1 || true
   taskset -c "$set8" sh "$here/compare.sh" --threads 8 "$@" > "$out/threads8.log" 2>&1 || true
 fi
