@@ -47,13 +47,18 @@ describe('countFlops', () => {
 describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusing)', () => {
   const fusedNodes = (p: Program) => p.graph.nodes.filter((n) => n.attrs.epilogue !== undefined || n.attrs.relu_grad !== undefined || n.attrs.relu_in !== undefined);
 
-  it('folds the MLP relu into fc1 and points its relu-grad at the relu output', async () => {
+  it('folds the MLP relu into fc1, and its relu-grad, reading the relu output, into the grad-input product before it', async () => {
     const { ps } = await programs('bench/mnist_mlp_b256_adam.model');
     const p = cpuPrograms(ps).train_step;
     expect(p.graph.nodes.some((n) => n.op === 'unary' && n.attrs.fn === 'relu')).toBe(false);
     const fc1 = p.graph.nodes.find((n) => n.op === 'linear' && n.attrs.epilogue === 'relu')!;
-    const grad = p.graph.nodes.find((n) => n.op === 'unary_grad' && n.attrs.fn === 'relu')!;
-    expect(grad.inputs[1]).toBe(fc1.outputs[0]);
+    // rule 12: no unary_grad left; the matmul writing its g masks its store with fc1's relu output (its last input)
+    expect(p.graph.nodes.some((n) => n.op === 'unary_grad')).toBe(false);
+    const dx = p.graph.nodes.find((n) => n.op === 'matmul' && n.attrs.grad_fn === 'relu')!;
+    expect(dx.inputs.at(-1)).toBe(fc1.outputs[0]);
+    const code = generateCpuModel(ps).files['model.cc'];
+    expect(code).toMatch(new RegExp(`train_step node ${dx.id}: matmul \\+ relu-grad \\(fused\\)`));
+    expect(code).toMatch(/ep\.mask = /);
     expect(fusedNodes(cpuPrograms(ps).eval).map((n) => [n.op, n.attrs.epilogue])).toEqual([['linear', 'relu']]);
   });
 
@@ -107,9 +112,10 @@ describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusin
       expect(p.plan!.offsets[P.outputs[0]]).toBe(p.plan!.offsets[x]);
       expect(code).toMatch(new RegExp(`train_step node ${P.id}: maxpool2d_grad \\+ relu-grad \\(fused\\)`));
     }
-    // what remains is the relu-grad of fc1 (no pool to fold into), reading fc1's fused relu output
-    const left = p.graph.nodes.filter((n) => n.op === 'unary_grad');
-    expect(left.map((n) => p.graph.nodes.find((m) => m.outputs.includes(n.inputs[1]))!.op)).toEqual(['linear']);
+    // fc1's relu-grad (no pool to fold into) went into fc2's grad-input product, masked by fc1's fused relu output
+    expect(p.graph.nodes.filter((n) => n.op === 'unary_grad')).toEqual([]);
+    const masked = p.graph.nodes.filter((n) => n.attrs.grad_fn === 'relu');
+    expect(masked.map((n) => [n.op, p.graph.nodes.find((m) => m.outputs.includes(n.inputs.at(-1)!))!.op])).toEqual([['matmul', 'linear']]);
   });
 
   it('folds a relu whose producer is not a GEMM into the global_avgpool reading it (ResNet: after the residual add)', async () => {

@@ -150,6 +150,15 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(shared.filter((c) => errOf.get(`${c.kind} ${c.name}`) !== c.err).map((c) => `${c.kind} ${c.name}`)).toEqual([]);
   });
 
+  it('relu\'s gradient in the product\'s store (Epilogue::mask, fuse.ts rule 12 on the CPU): bit for bit the product and the separate select, every transpose, 1 to 8 parts, the narrow shape kept direct', () => {
+    for (const r of [native, narrow, noWino, mr12]) {
+      const m = r.cases.filter((c) => c.kind === 'sgemm_mask');
+      expect(m.length).toBe(7);
+      expect(m.filter((c) => !(c.err < 1e-4) || !c.same).map((c) => `${c.name} err=${c.err}`)).toEqual([]);
+      expect(m.some((c) => c.name.endsWith('_noswap'))).toBe(true);
+    }
+  });
+
   it('the AMX path\'s grid of parts (detail::part_grid, MPSC_FAST_AMX_GRID) covers every C element exactly once, in whole 32 x 32 blocks, and splits both axes where that packs less', () => {
     expect(native.grid[0]).toBe(0);
     expect(native.grid[1]).toBeGreaterThan(0);

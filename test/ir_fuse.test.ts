@@ -753,6 +753,14 @@ describe('rules 12, 13: a unary gradient into the small product writing its g (g
     expect(bad((p) => delete nodeOf(p, 'linear').attrs.epilogue)).toMatch(/pre_out is only `true` with an epilogue, on linear, matmul/);
     expect(bad((p) => (p.graph.values[nodeOf(p, 'linear').outputs[1]].shape = [5, 4]))).toMatch(/product before the epilogue is f32\[5,4\], expected f32\[4,5\]/);
   });
+
+  it('preOut false (the CPU\'s caps): rule 12 alone, the unary stays its own node', () => {
+    const f = fused(mlp('relu'), { smallEpilogues: { fns: ['relu'], maxMacs: Number.MAX_SAFE_INTEGER, preOut: false } });
+    expect(opsOf(f)).not.toContain('unary_grad');
+    expect(nodeOf(f, 'matmul').attrs.grad_fn).toBe('relu');
+    expect(opsOf(f)).toContain('unary');
+    expect(nodeOf(f, 'linear').attrs.pre_out).toBeUndefined();
+  });
 });
 
 it("rules 12, 13 (on by default; MPSC_CUDA_SMALL_EPI=0 switches them off) and MPSC_CUDA_FUSE_OFF=small_epi on char_gpt's train step (every layer's gelu and its gradient): the reference gives the same loss and update bit for bit", async () => {

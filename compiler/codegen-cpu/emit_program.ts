@@ -384,7 +384,7 @@ export function generateCpuModel(unfused: ProgramSet, opts: CpuCodegenOptions = 
       }
       const fn = `${id}_k${node.id}_${node.op}`;
       const body = withWidenedInputs(kc, emit);
-      const fusedNote = node.attrs.relu_grad === true
+      const fusedNote = node.attrs.relu_grad === true || node.attrs.grad_fn === 'relu'
         ? ' + relu-grad (fused)'
         : node.attrs.epilogue !== undefined ? ` + ${String(node.attrs.epilogue)} (fused)` : node.attrs.relu_in === true ? ' of relu (fused)'
         : node.attrs.add_in === true ? ' of the residual add (fused)' : node.attrs.add_out === true ? ' + residual-gradient add (fused)' : '';

@@ -12,7 +12,8 @@
  *    conv2d_grad_input's store (conv.h mask_store: the select of the separate pass);
  *  - relu folded into the global_avgpool that reads it;
  *  - a residual `binary add` into the layernorm that reads its sum (`add_in`), and the residual-gradient
- *    add after a layernorm_grad into it (`add_out`): norm.ts, the same f32 additions.
+ *    add after a layernorm_grad into it (`add_out`): norm.ts, the same f32 additions;
+ *  - relu's gradient into the matmul writing the g it masks (rule 12, `grad_fn: relu`; sgemm.h Epilogue::mask).
  * The kernels read the fusion attrs from the node (kernels/gemm.ts, conv.ts, pool.ts).
  */
 import type { FusionCaps } from '../ir/fuse.js';
@@ -28,4 +29,7 @@ export const CPU_FUSIONS: FusionCaps = {
   // rules 5 and 6 (any row length: the kernels loop over the row); the bias sum of rule 7 stays in the
   // grad-weight GEMM (gemm.ts matmulWithColumnSum), which reads the same rows while packing them
   addLayernorm: { maxD: 1 << 30, add: true, grad: true, biasSum: false },
+  // rule 12 only, relu only, any size: a matmul writing the g that only a relu gradient reads masks its own store
+  // (sgemm.h Epilogue::mask: the select of the separate pass), e.g. the MLP's grad-input through its relu
+  smallEpilogues: { fns: ['relu'], maxMacs: Number.MAX_SAFE_INTEGER, preOut: false },
 };

@@ -92,7 +92,8 @@
  *     formula applied to it.
  *     Only small products: a backend runs these on a kernel of its own that applies them in its store (CUDA:
  *     gemm_cuda.ts's small tiles), where a library call without such an epilogue would need the same extra kernel;
- *     and rematerialisation (remat.ts), which looks for the `unary` nodes, only acts on large programs.
+ *     and rematerialisation (remat.ts), which looks for the `unary` nodes, only acts on large programs. The CPU takes
+ *     rule 12 alone, for relu at any size (sgemm.h's Epilogue::mask; caps.smallEpilogues.preOut false).
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -145,8 +146,9 @@ export interface FusionCaps {
   convGradBiasSum?: boolean;
   /** rule 10: a global_avgpool into the conv2d writing what it reads */
   convPool?: boolean;
-  /** rules 12, 13: unary gradients / unaries keeping their input folded into the stores of products of at most maxMacs multiply-adds */
-  smallEpilogues?: { fns: readonly UnaryFn[]; maxMacs: number };
+  /** rules 12, 13: unary gradients / unaries keeping their input folded into the stores of products of at most maxMacs
+   *  multiply-adds (preOut false: rule 12 only) */
+  smallEpilogues?: { fns: readonly UnaryFn[]; maxMacs: number; preOut?: boolean };
   /** after remat: a recomputed unary and the unary_grad of the same fn over the same x as one node (grad_fwd.ts, programs.ts fuseForBackend) */
   gradWithForward?: boolean;
 }
@@ -652,7 +654,7 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
   if (caps.convPool) fuseConvPool(g, w);
   if (caps.smallEpilogues) {
     fuseGradEpilogues(g, w, caps.smallEpilogues);
-    fusePreOutEpilogues(g, w, caps.smallEpilogues);
+    if (caps.smallEpilogues.preOut !== false) fusePreOutEpilogues(g, w, caps.smallEpilogues);
   }
   // rule 11 last: the casts rule 4 left, of rule 6's outputs
   if (caps.addLayernorm?.halfOut === true) fuseLayernormGradHalfOut(g, w);

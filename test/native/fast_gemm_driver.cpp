@@ -319,6 +319,50 @@ static void check_conv(const char* label, int64_t N, int64_t C, int64_t H, int64
 }
 
 
+// relu's gradient in the product's store (Epilogue::mask, compiler/ir/fuse.ts rule 12 on the CPU): bit for bit the
+// product followed by the separate pass's select (mask > 0 ? c : 0), for 1, 2, 3, 4 and 8 parts; the mask has its own
+// row stride, zeros and negative values; on the AMX tiles where the shape takes them
+static void check_gemm_mask(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N + 1, ldm = N + 3;
+  std::vector<float> A = rnd((size_t)std::max<int64_t>(1, (ta ? K : M) * lda));
+  std::vector<float> B = rnd((size_t)std::max<int64_t>(1, (tb ? N : K) * ldb));
+  std::vector<float> mask = rnd((size_t)(M * ldm));
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = i % 7 == 0 ? 0.0f : mask[i] - 0.5f;
+  std::vector<float> plain((size_t)(M * ldc), 0.0f);
+  sgemm(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, plain.data(), ldc, nullptr);
+  std::vector<float> want((size_t)(M * N));
+  std::vector<double> ref((size_t)(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const float g = plain[i * ldc + j], m = mask[i * ldm + j];
+      want[i * N + j] = m > 0.0f ? g : 0.0f;
+      double s = 0;
+      for (int64_t p = 0; p < K; ++p)
+        s += (double)(ta ? A[p * lda + i] : A[i * lda + p]) * (double)(tb ? B[j * ldb + p] : B[p * ldb + j]);
+      ref[i * N + j] = m > 0.0f ? s : 0.0;
+    }
+  Epilogue e;
+  e.mask = mask.data();
+  e.ld_mask = ldm;
+  bool same = true;
+  double err = 0;
+  for (int nparts : {1, 2, 3, 4, 8}) {
+    std::vector<float> C((size_t)(M * ldc), NAN);
+    run_parts(nparts, sgemm_workspace_bytes(M, N, K), [&](int p, int np, void* ws) {
+      sgemm_part(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), ldc, &e, p, np, ws);
+    });
+    std::vector<float> got((size_t)(M * N));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) got[i * N + j] = C[i * ldc + j];
+    if (memcmp(got.data(), want.data(), got.size() * 4) != 0) same = false;
+    err = std::max(err, rel_err(got, ref));
+  }
+  char name[120];
+  snprintf(name, sizeof name, "%s%s_%lldx%lldx%lld%s", ta ? "T" : "N", tb ? "T" : "N", (long long)M, (long long)N,
+           (long long)K, detail::use_amx(ta, M, N, K) ? "_amx" : detail::swap_pays(M, N) ? "_noswap" : "");
+  report("sgemm_mask", name, err, same);
+}
+
 int main() {
   // sgemm: every trans combination, odd sizes incl. 1, blocks larger than MC / KC / NC; plain A is read in
   // place (rows clamped at the edge tile) except when its rows are 4 KiB apart
@@ -339,6 +383,13 @@ int main() {
       check_gemm(ta, tb, 9, 10, 11, 0.0f, 0.25f, BIAS_ROW, true, 1);
       check_gemm(ta, tb, 9, 10, 0, 1.0f, 0.5f, BIAS_COL, false, 0);
     }
+  // relu's gradient in the store: every transpose with edges, the MLP's 256 x 256 x 10 grad-input, a narrow output
+  // (the transposed product's shape: the mask keeps it direct), a shape for the AMX tiles where they run
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) check_gemm_mask(ta, tb, 19, 35, 41);
+  check_gemm_mask(false, false, 256, 256, 10);
+  check_gemm_mask(false, true, 256, 10, 256);
+  check_gemm_mask(false, true, 1030, 260, 90);
   // workload-like shapes
   check_gemm(false, true, 64, 128, 3136, 1.0f, 0.0f, BIAS_COL, true, 0);
   check_gemm(true, false, 64, 128, 700, 1.0f, 0.0f, BIAS_ROW, false, 0);  // a packed op(A) on part_grid_fma's 2 x 4 grid at 8 parts

@@ -2,7 +2,8 @@
  * linear and the batched matmul through the fast core's sgemm_part (runtime/cpp/fast/sgemm.h): one part per
  * pool thread, each with its own workspace from mk::run_parts; bias (and the unary fn that
  * compiler/ir/fuse.ts folded into this node, attr `epilogue`: relu, or any fn through
- * linearEpilogue's post) in the GEMM's epilogue.
+ * linearEpilogue's post) in the GEMM's epilogue; a matmul's `grad_fn: relu` (rule 12) as the
+ * Epilogue's mask, the gradient's x being the node's last input.
  */
 import { tpl } from '../template.js';
 import { type KernelCtx, type KernelEmitter, prod } from '../kernel_ctx.js';
@@ -64,9 +65,15 @@ export const linear: KernelEmitter = (k) => {
 const MATMUL = tpl(`  const float* a = {{a}};
   const float* b = {{b}};
   float* y = {{y}};
+{{#if mask}}
+  // relu's gradient at the mask in the store (fuse.ts rule 12, grad_fn relu): y = mask > 0 ? a b : 0
+  mpsc_fast::Epilogue ep;
+  ep.mask = {{mask}};
+  ep.ld_mask = {{N}};
+{{/if}}
 {{#if single}}
   mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) {
-    mpsc_fast::sgemm_part({{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, 1.0f, a, {{lda}}, b, {{ldb}}, 0.0f, y, {{N}}, nullptr, part, nparts, ws);
+    mpsc_fast::sgemm_part({{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, 1.0f, a, {{lda}}, b, {{ldb}}, 0.0f, y, {{N}}, {{epi}}, part, nparts, ws);
   });
 {{else}}
   // {{nb}} products; batch offsets of a and b through the broadcast strides (in matrices)
@@ -76,8 +83,12 @@ const MATMUL = tpl(`  const float* a = {{a}};
   auto one = [&](int64_t i, int part, int nparts, void* ws) {
     int64_t oa, ob;
     mk::bcast_offsets(i, {{rank}}, dims, sa, sb, oa, ob);
+{{#if mask}}
+    mpsc_fast::Epilogue epi = ep;
+    epi.mask = ep.mask + i * {{sizeY}};
+{{/if}}
     mpsc_fast::sgemm_part({{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, 1.0f, a + oa * {{sizeA}}, {{lda}}, b + ob * {{sizeB}}, {{ldb}}, 0.0f,
-                          y + i * {{sizeY}}, {{N}}, nullptr, part, nparts, ws);
+                          y + i * {{sizeY}}, {{N}}, {{#if mask}}&epi{{else}}nullptr{{/if}}, part, nparts, ws);
   };
   if ({{nb}} >= 2 * mpsc::threads(ctx)) {
     // many small products: whole products per thread (the same bits as any split: sgemm_part's contract)
@@ -97,10 +108,17 @@ export const matmul: KernelEmitter = (k) => {
   const d = matmulDims(as, bs, tA, tB);
   if (!d) return k.fail(`op(a) [${as}] and op(b) [${bs}] do not multiply`);
   if (k.str('epilogue', '') !== '') k.fail('the CPU matmul takes no epilogue (fusions.ts)');
+  // rule 12 (fusions.ts: relu only): the gradient's x, the last input, masks the store
+  const gradFn = k.str('grad_fn', '');
+  if (gradFn !== '' && gradFn !== 'relu') k.fail(`the CPU matmul applies only relu's gradient in its store, not '${gradFn}'`);
+  const mask = gradFn === 'relu' ? k.inPtr(2) : '';
   const { batch, N, K } = d;
   let M = d.M;
   const nb = prod(batch);
-  const vm = { tA: String(tA), tB: String(tB), N, K, a: k.inPtr(0), lda: as[as.length - 1], b: k.inPtr(1), ldb: bs[bs.length - 1], y: k.outPtr(0) };
+  const vm = {
+    tA: String(tA), tB: String(tB), N, K, a: k.inPtr(0), lda: as[as.length - 1], b: k.inPtr(1), ldb: bs[bs.length - 1], y: k.outPtr(0),
+    mask, epi: mask ? '&ep' : 'nullptr',
+  };
   // a [..., M, K] (not transposed) times a shared 2-D b: one GEMM with the batch folded into M
   if (nb === 1 || (!tA && bs.length === 2 && prod(as.slice(0, -2)) === nb)) {
     M *= nb;

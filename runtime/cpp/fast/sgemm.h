@@ -91,7 +91,10 @@ static_assert(MC % MR == 0, "MC must be a multiple of MR");
 enum BiasKind : int { BIAS_NONE = 0, BIAS_ROW = 1, BIAS_COL = 2 };
 
 /**
- * fused epilogue applied once the full K sum is in C: C += bias, then relu if asked, then post.
+ * fused epilogue applied once the full K sum is in C: C += bias, then relu if asked, then the mask, then post.
+ * mask (optional, with row stride ld_mask): C[i][j] = mask[i][j] > 0 ? C[i][j] : 0, relu's gradient at the mask
+ * (its input or output) applied to the product as its store (compiler/ir/fuse.ts rule 12, `grad_fn: relu`): the
+ * select of the separate unary_grad pass, so the same bits.
  * post (optional): an element-wise function applied in place to each finished run of C (the rows
  * of a micro-tile, NR floats or fewer at edges, while they are still in L1); it must give each
  * element's result from that element alone, so the split into runs does not change any bits
@@ -102,6 +105,8 @@ struct Epilogue {
   int bias_kind = BIAS_NONE;
   bool relu = false;
   void (*post)(float* x, int64_t n) = nullptr;
+  const float* mask = nullptr;  // M x N, row stride ld_mask
+  int64_t ld_mask = 0;
 };
 
 namespace detail {
@@ -144,6 +149,13 @@ static inline vf maxv(vf a, vf b) {
 #else
   return a > b ? a : b;  // GCC vector conditional
 #endif
+}
+
+/** x where m > 0, else 0 (relu's gradient at m): the comparison's all-ones / zero lanes as a bit mask, which GCC
+ *  and Clang both take for vector_size types (no vector ?:, which older Clang lacks) */
+typedef int32_t vmask __attribute__((vector_size(VW * 4)));
+static inline vf select_pos(vf m, vf x) {
+  return (vf)((vmask)x & (vmask)(m > splatv(0.0f)));
 }
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -367,6 +379,11 @@ static inline void finish_row(float* c, vf a0, vf a1, const StoreArgs& s, int64_
       x0 = maxv(x0, z);
       x1 = maxv(x1, z);
     }
+    if (s.epi.mask) {
+      const float* m = s.epi.mask + (s.row0 + r) * s.epi.ld_mask + s.col0;
+      x0 = select_pos(loadv(m), x0);
+      x1 = select_pos(loadv(m + VW), x1);
+    }
   }
   storev(c, x0);
   storev(c + VW, x1);
@@ -381,6 +398,7 @@ static inline void finish_scalar(float* c, float acc, const StoreArgs& s, int64_
     if (s.epi.bias_kind == BIAS_ROW) x += s.epi.bias[s.row0 + r];
     else if (s.epi.bias_kind == BIAS_COL) x += s.epi.bias[s.col0 + col];
     if (s.epi.relu) x = x > 0.0f ? x : 0.0f;
+    if (s.epi.mask) x = s.epi.mask[(s.row0 + r) * s.epi.ld_mask + s.col0 + col] > 0.0f ? x : 0.0f;
   }
   *c = x;
 }
@@ -455,6 +473,7 @@ inline void scale_only(int64_t m0, int64_t m1, int64_t n0, int64_t n1, float bet
       if (e.bias_kind == BIAS_ROW) x += e.bias[i];
       else if (e.bias_kind == BIAS_COL) x += e.bias[j];
       if (e.relu) x = x > 0.0f ? x : 0.0f;
+      if (e.mask) x = e.mask[i * e.ld_mask + j] > 0.0f ? x : 0.0f;
       c[j] = x;
     }
     if (e.post && n1 > n0) e.post(c + n0, n1 - n0);
@@ -974,7 +993,7 @@ inline void sgemm_part(bool transA, bool transB, int64_t M, int64_t N, int64_t K
   if (nparts < 1) nparts = 1;
   const Epilogue e = epi ? *epi : Epilogue{};
   double* sums = a_sums && transA ? a_sums : nullptr;
-  if (beta == 0.0f && !sums && K > 0 && alpha != 0.0f && detail::swap_pays(M, N)) {
+  if (beta == 0.0f && !sums && !e.mask && K > 0 && alpha != 0.0f && detail::swap_pays(M, N)) {
     // C^T = op(B)^T op(A)^T into the workspace (N x M), then this part's rectangle copied back transposed.
     // Every element is the same fused multiply-add chain over p (the products' factors swap places), the
     // same bias, relu and post: the bits of the direct product
