@@ -383,6 +383,11 @@ function fusedCases(): Case[] {
       inputs: [{ shape: [3, 130] }, { shape: [3, 130] }, null, { shape: [3], lo: -0.2, hi: 0.2 }, { shape: [3], lo: 0.5, hi: 2 }, { shape: [3, 130] }],
       outShapes: [[3, 130], [130], [130]],
     },
+    // relu's gradient in a matmul's store (fuse.ts rule 12, grad_fn relu: the mask = x, the last input): one GEMM
+    // (edges, a batch folded into M) and products with a batched b (a mask per product)
+    { label: 'matmul_relu_grad', op: 'matmul', inputs: [{ shape: [37, 11] }, { shape: [11, 45] }, { shape: [37, 45] }], outShapes: [[37, 45]], attrs: { transA: false, transB: false, grad_fn: 'relu' } },
+    { label: 'matmul_relu_grad_folded', op: 'matmul', inputs: [{ shape: [3, 5, 19] }, { shape: [41, 19] }, { shape: [3, 5, 41] }], outShapes: [[3, 5, 41]], attrs: { transA: false, transB: true, grad_fn: 'relu' } },
+    { label: 'matmul_relu_grad_batched', op: 'matmul', inputs: [{ shape: [4, 9, 6] }, { shape: [4, 6, 13] }, { shape: [4, 9, 13] }], outShapes: [[4, 9, 13]], attrs: { transA: false, transB: false, grad_fn: 'relu' } },
     { label: 'maxpool_g_relu', op: 'maxpool2d_grad', inputs: [{ shape: [2, 3, 7, 5] }, { shape: [2, 3, 15, 11] }, { shape: [2, 3, 15, 11], same: 1 }], outShapes: [[2, 3, 15, 11]], attrs: { kernel: [2, 2], stride: [2, 2], padding: [0, 0], relu_grad: true } },
   ];
 }
