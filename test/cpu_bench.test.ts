@@ -82,6 +82,10 @@ describe('CPU fusions (compiler/ir/fuse.ts with CPU_FUSIONS, planned after fusin
     const mr12 = generateCpuModel(ps, { mr: 12 }).files['model.cc'];
     expect(mr12).toMatch(/^#if defined\(__AVX512F__\)\n#define MPSC_FAST_MR 12 .*\n#endif\n#include "mpsc_kernels.hpp"$/m);
     expect(code).not.toMatch(/MPSC_FAST_MR/);
+    // MPSC_CPU_FMA_GRID=0 (fmaGrid: false): the FMA path's one-axis split; the default leaves sgemm.h's grid on
+    const noGrid = generateCpuModel(ps, { fmaGrid: false }).files['model.cc'];
+    expect(noGrid).toMatch(/^#define MPSC_FAST_FMA_GRID 0 .*\n#include "mpsc_kernels.hpp"$/m);
+    expect(code).not.toMatch(/MPSC_FAST_FMA_GRID/);
   });
 
   it('folds the relu-grad after the global-avgpool grad of the seed CNN, masked by the fused relu output', async () => {
