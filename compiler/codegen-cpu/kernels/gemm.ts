@@ -73,7 +73,7 @@ const MATMUL = tpl(`  const float* a = {{a}};
 {{/if}}
 {{#if single}}
   mk::run_parts(ctx, mpsc_fast::sgemm_workspace_bytes({{M}}, {{N}}, {{K}}), [&](int part, int nparts, void* ws) {
-    mpsc_fast::sgemm_part({{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, 1.0f, a, {{lda}}, b, {{ldb}}, 0.0f, y, {{N}}, {{epi}}, part, nparts, ws);
+    mpsc_fast::sgemm_part({{tA}}, {{tB}}, {{M}}, {{N}}, {{K}}, 1.0f, a, {{lda}}, b, {{ldb}}, 0.0f, y, {{N}}, {{#if mask}}&ep{{else}}nullptr{{/if}}, part, nparts, ws);
   });
 {{else}}
   // {{nb}} products; batch offsets of a and b through the broadcast strides (in matrices)
@@ -115,10 +115,7 @@ export const matmul: KernelEmitter = (k) => {
   const { batch, N, K } = d;
   let M = d.M;
   const nb = prod(batch);
-  const vm = {
-    tA: String(tA), tB: String(tB), N, K, a: k.inPtr(0), lda: as[as.length - 1], b: k.inPtr(1), ldb: bs[bs.length - 1], y: k.outPtr(0),
-    mask, epi: mask ? '&ep' : 'nullptr',
-  };
+  const vm = { tA: String(tA), tB: String(tB), N, K, a: k.inPtr(0), lda: as[as.length - 1], b: k.inPtr(1), ldb: bs[bs.length - 1], y: k.outPtr(0), mask };
   // a [..., M, K] (not transposed) times a shared 2-D b: one GEMM with the batch folded into M
   if (nb === 1 || (!tA && bs.length === 2 && prod(as.slice(0, -2)) === nb)) {
     M *= nb;

@@ -152,12 +152,14 @@ inline WorkspaceK carve_kouter(void* ws, int64_t M, int64_t N) {
   return w;
 }
 
+/** amx::pays: some dimension of a product the tiles take is at least this long (see there) */
+constexpr int64_t AMX_MIN_LONG = 1024;
+
 /**
  * whether sgemm runs this product on the tiles: large enough that the packing (three planes of both
  * operands) and the per-block stores are paid back. Shapes only, so every part and thread count agrees
  * (bench/sgemm_floor.sh, bench/NOTES.md "AMX").
  */
-constexpr int64_t AMX_MIN_LONG = 1024;
 inline bool pays(bool transA, int64_t M, int64_t N, int64_t K) {
   // 2MN / (M + N): flops per packed element (each of op(A)'s M x K and op(B)'s K x N is split once);
   // below ~100 the three-plane packing costs more than the tiles save (LeNet's 64 x 128 x 3136: 85).
