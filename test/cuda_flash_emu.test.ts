@@ -154,8 +154,8 @@ class Emulator {
     await execFileAsync('g++', [...objs, '-o', this.exe]);
   }
 
-  /** max-norm relative error of each output of case c run in `mode`, against the float64 reference */
-  errors(c: OpCase, mode: Mode): { err: Map<string, number>; labels: string[] } {
+  /** max-norm relative error of each output of case c run in `mode`, against the float64 reference; `out` the outputs' floats */
+  errors(c: OpCase, mode: Mode): { err: Map<string, number>; labels: string[]; out: Float32Array } {
     const b = this.builds.get(`${c.program.name} ${modeKey(mode)}`);
     if (!b) throw new Error(`${c.program.name}: ${modeKey(mode)} not built`);
     if (b.error) throw new Error(b.error);
@@ -174,7 +174,7 @@ class Emulator {
       off += cnt;
     }
     if (off !== all.length) throw new Error(`${c.program.name}: ${all.length} output floats, ${off} expected`);
-    return { err, labels: b.labels };
+    return { err, labels: b.labels, out: all };
   }
 
   dispose(): void {
@@ -202,6 +202,8 @@ const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
 const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '0' } };
 /** the wgmma backward with its products overlapped with the exp / dS work (MPSC_CUDA_FLASH_WGMMA_PIPE=1, the default) */
 const WGPIPE: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1' } };
+/** the wgmma backward with the separate Delta kernel (MPSC_CUDA_FLASH_WGMMA_DELTA=kernel; by default the dQ kernel computes Delta and runs first) */
+const WGDELTA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1', MPSC_CUDA_FLASH_WGMMA_DELTA: 'kernel' } };
 const isWgmmaCase = (name: string) => /_d64_(.*_)?(fwd|grad)$/.test(name) && !/f32/.test(name);
 
 /** a 3xTF32 backward case's kernels by its name (flash_[qkv_]NxH_tT[_sS]_dD[_causal]_...): dK/dV and dQ merged, Delta folded in */
@@ -217,7 +219,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
   const emu = new Emulator();
   const isGrad = (c: OpCase) => /_grad$/.test(String(c.program.name));
-  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA, ...(isGrad(c) ? [WGPIPE] : [])] : [])]) emu.add(c, m);
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA, ...(isGrad(c) ? [WGPIPE, WGDELTA] : [])] : [])]) emu.add(c, m);
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
@@ -234,9 +236,10 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
         if (isWgmmaCase(name)) {
           it(`${name} on wgmma without the overlap (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0)${late ? ', cp.async copies and wgmma products completing at their waits' : ''}: every output within the check's tolerance`, () => {
             const { err, labels } = errors(c, { ...WGMMA, late });
-            // the forward; or Delta, dK/dV, dQ: every flash kernel on wgmma
-            expect(labels).toHaveLength(isGrad(c) ? 3 : 1);
-            expect(labels.filter((l) => /wgmma \(sm_90a\), 64 rows per block(: dK, dV|: dQ)?\]$/.test(l))).toHaveLength(isGrad(c) ? 2 : 1);
+            // the forward; or dQ (with Delta, first), dK/dV: every flash kernel on wgmma
+            expect(labels).toHaveLength(isGrad(c) ? 2 : 1);
+            expect(labels.filter((l) => /wgmma \(sm_90a\), 64 rows per block(: dK, dV|: dQ and Delta)?\]$/.test(l))).toHaveLength(isGrad(c) ? 2 : 1);
+            if (isGrad(c)) expect(labels[0]).toMatch(/: dQ and Delta\]$/);
             for (const [v, e] of err) expect(e, `${v} (wgmma)`).toBeLessThan(flashTolerance(c)!);
           });
         }
@@ -244,6 +247,13 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
           it(`${name} on wgmma, products overlapped (MPSC_CUDA_FLASH_WGMMA_PIPE=1)${late ? ', cp.async copies and wgmma products completing at their waits' : ''}: every output within the check's tolerance`, () => {
             const { err } = errors(c, { ...WGPIPE, late });
             for (const [v, e] of err) expect(e, `${v} (wgmma, overlapped)`).toBeLessThan(flashTolerance(c)!);
+          });
+          it(`${name} on wgmma with the Delta kernel (MPSC_CUDA_FLASH_WGMMA_DELTA=kernel)${late ? ', copies and products completing at their waits' : ''}: within the tolerance, and the same bits as Delta in the dQ kernel`, () => {
+            const sep = errors(c, { ...WGDELTA, late }), inQ = errors(c, { ...WGPIPE, late });
+            expect(sep.labels).toHaveLength(3);
+            expect(sep.labels[0]).toMatch(/Delta = rowsum\(dO \* O\)/);
+            for (const [v, e] of sep.err) expect(e, `${v} (wgmma, Delta kernel)`).toBeLessThan(flashTolerance(c)!);
+            expect(Buffer.from(sep.out.buffer).equals(Buffer.from(inQ.out.buffer))).toBe(true);
           });
         }
         if (isGrad(c)) {

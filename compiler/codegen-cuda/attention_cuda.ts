@@ -37,7 +37,8 @@
  *    O += P V in registers; o = O / l, lse = m ln 2 + ln l. No T x S matrix exists anywhere.
  *  - backward, three kernels, no atomics (bitwise-equal reruns):
  *    1. Delta[i] = sum_d dO[i,d] O[i,d], one thread per query row, into the plan's scratch region
- *       (KernelSpec.scratch; the three kernels run back to back in stream order);
+ *       (KernelSpec.scratch; the three kernels run back to back in stream order; the wgmma dQ kernel
+ *       computes its rows' Delta itself and runs first instead, flashWgmmaDelta);
  *    2. dK, dV: block (64-key tile, head), the warp's K and V fragments in registers; loops over the
  *       query tiles that see the key tile, computing the transposed products S^T = K Q^T and
  *       dP^T = V dO^T, so P^T and dS^T = P^T (dP^T - Delta) scale are A fragments already;
@@ -65,7 +66,7 @@ import { asFloat, isHalfElem, type ElemType } from '../kernels/dialect.js';
 import { mmaSuffix, type Mma16Type } from './mma.js';
 import { lowerAttentionTf32x3, tf32x3Refusal } from './attention_tf32x3.js';
 import { forwardStore, kvProbStep, qProbStep, softmaxStep } from './attention_steps.js';
-import { ATTENTION_FAMILY, attnGeom, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
+import { ATTENTION_FAMILY, attnGeom, deltaButterfly, deltaTerms, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
 import { envChoice, envInts, envList } from '../env_switch.js';
 import { UserError } from '../errors.js';
 
@@ -511,13 +512,28 @@ function gradKVBodyWgmma(gm: Geom, dk: KernelArg, dv: KernelArg): string {
  * wgmma from shared memory, qProbStep makes dS as gradQBody, and dQ += dS K is 4 wgmma with dS rounded to 16 bits as
  * register A fragments and K read as stored (MN-major). 6 tiles: 48 KiB of static shared memory.
  */
-function gradQBodyWgmma(gm: Geom, dq: KernelArg): string {
+function gradQBodyWgmma(gm: Geom, dq: KernelArg, delta: boolean): string {
   const x = text(gm, 'q'), s = mmaSuffix(gm.type);
   if (gm.D !== 64) throw new Error(`internal: the wgmma dQ kernel at head width ${gm.D}`);
+  const elem = (name: string) => `${gm.type === 'bfloat' ? '__bfloat162float' : '__half2float'}(${gm.buf[name]}[base + c])`;
+  // Delta in this kernel (flashWgmmaDelta): each warp its 16 query rows, 8 lanes per row (4 rows per pass) in the Delta
+  // kernel's order, so the same bits; a row's sum goes to the lanes that keep it (rows qw + g, + 8) by a shuffle, and
+  // into the scratch region for the dK/dV kernel after this one. Static shared memory is full (6 tiles, 48 KiB).
+  const deltaLines =
+    `  float D0 = 0.0f, D1 = 0.0f;  // Delta of rows r0, r1: computed here, while the tiles' copies fly\n` +
+    `  {\n    const int part = l & 7;\n` +
+    `    #pragma unroll\n    for (int pass = 0; pass < 4; ++pass) {\n` +
+    `      const int qi = qw + pass * 4 + (l >> 3);\n      float acc = 0.0f;\n` +
+    `      if (qi < T) {\n        const size_t base = ooff + (size_t)qi * RO;\n` +
+    deltaTerms(64, `${elem('dout')} * ${elem('o')}`, '        ') + `      }\n` +
+    deltaButterfly('      ') +
+    `      if (part == 0 && qi < T) mpsc_scratch[(size_t)bh * T + qi] = acc;\n` +
+    `      const float v = __shfl_sync(0xffffffffu, acc, (g & 3) * 8);\n` +
+    `      if (pass == (g >> 2)) D0 = v;\n      if (pass == 2 + (g >> 2)) D1 = v;\n    }\n  }\n`;
   const edge = `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '');
   return (
     `  // flash attention backward, dQ, on wgmma (sm_90a): ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s};\n` +
-    `  // block (64-query tile, head), one warpgroup, the key tiles streamed: S = Q K^T, dP = dO V^T, dQ += dS K\n` +
+    `  // block (64-query tile, head), one warpgroup, the key tiles streamed: S = Q K^T, dP = dO V^T, dQ += dS K${delta ? '; Delta first' : ''}\n` +
     x.consts +
     `  (void)P;\n` +
     `  __shared__ __align__(1024) unsigned short sm[${6 * TILE}];  // Q, dO, K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
@@ -528,7 +544,7 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg): string {
     `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n  mpsc_sw128_load(Os, oh, RO, q0, T);\n` +
     `  const int r0 = qw + g, r1 = r0 + 8;\n` +
     `  const float L0 = r0 < T ? lse[(size_t)bh * T + r0] * ${lit(LOG2E)} : 0.0f, L1 = r1 < T ? lse[(size_t)bh * T + r1] * ${lit(LOG2E)} : 0.0f;\n` +
-    `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n` +
+    (delta ? deltaLines : `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n`) +
     x.zero('dqa') +
     `  const int kbeg = 0, kend = ${x.kend};\n` +
     wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 2, 'kh', 'RK'], ['Vs', 4, 'vh', 'RV']]) +
@@ -541,6 +557,16 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg): string {
     `  }\n` +
     storeRows(x, dq, 'dqa', 'qw', 'T', 'qoff', 'RQ')
   );
+}
+
+/**
+ * MPSC_CUDA_FLASH_WGMMA_DELTA at build time: where the wgmma dQ kernel's backward gets Delta = rowsum(dO * O): `q` (the
+ * default) computes it in the dQ kernel for the block's own rows (gradQBodyWgmma; the same bits as the Delta kernel), which
+ * then runs first and leaves it in the scratch region for the dK/dV kernel: one launch and one pass over dO fewer per layer;
+ * `kernel`: the Delta kernel before dK/dV and dQ, as the other flash paths.
+ */
+export function flashWgmmaDelta(): 'q' | 'kernel' {
+  return envChoice('MPSC_CUDA_FLASH_WGMMA_DELTA', ['q', 'kernel'], 'q') as 'q' | 'kernel';
 }
 
 /** the flash kernels that may run on Hopper's wgmma: the forward, dK/dV, dQ */
@@ -746,23 +772,29 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   if (wf || wkv || wq) ctx.helpers.add('wgmma16');
   const fr = wf ? BR : flashForwardRows();
   const ds = !wkv && !wq && flashDq() === 'stored' ? dsLayout(gm) : null;
+  const deltaInQ = wq && flashWgmmaDelta() === 'q';
   const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
     forward: (_args, o) => (wf ? forwardBodyWgmma(gm, o) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
     gradKV: (_args, dk, dv) => (wkv ? gradKVBodyWgmma(gm, dk, dv) : gradKVBody(gm, dk, dv, ds)),
-    gradQ: (_args, dq) => (wq ? gradQBodyWgmma(gm, dq) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
+    gradQ: (_args, dq) => (wq ? gradQBodyWgmma(gm, dq, deltaInQ) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
     ...(ds ? { gradScratch: ds.bytes } : {}),
     ...(wkv ? { tgmem: { gradKV: WG_KV_SMEM } } : {}),
+    deltaInQ,
   });
-  // the wgmma kernels' label (forward; or Delta, dK/dV, dQ); the forward of 128 rows per block: its grid and label
-  const onWg = (k: KernelSpec, i: number): KernelSpec => ((isForward(n) ? [wf] : [false, wkv, wq])[i] ? { ...k, label: k.label.replace('tensor cores, 64 rows per block', 'wgmma (sm_90a), 64 rows per block') } : k);
+  // each kernel's part: the forward; or Delta, dK/dV, dQ; or dQ (with Delta), dK/dV (deltaInQ)
+  const parts: ('fwd' | 'delta' | 'kv' | 'q')[] = isForward(n) ? ['fwd'] : deltaInQ ? ['q', 'kv'] : ['delta', 'kv', 'q'];
+  const onWgPart = { fwd: wf, delta: false, kv: wkv, q: wq };
+  // the wgmma kernels' label; the forward of 128 rows per block: its grid and label
+  const onWg = (k: KernelSpec, i: number): KernelSpec => (onWgPart[parts[i]] ? { ...k, label: k.label.replace('tensor cores, 64 rows per block', 'wgmma (sm_90a), 64 rows per block') } : k);
   const fwd = (k: KernelSpec): KernelSpec => wf || fr === BR ? k
     : { ...k, groups: [Math.max(1, Math.ceil(gm.T / fr)), k.groups[1], k.groups[2]], label: k.label.replace('64 rows per block', `${fr} rows per block`) };
-  // the register bounds: forward; or Delta (none), dK/dV, dQ
+  // the register bounds: forward, dK/dV, dQ (the Delta kernel none)
   const [f, kv, q] = flashMinBlocks();
-  const bounds = isForward(n) ? [f] : [0, kv, q];
+  const bound = { fwd: f, delta: 0, kv, q };
+  const bounds = parts.map((p) => bound[p]);
   // the stored dS^T (flashDq): said in the dK/dV and dQ kernels' labels
-  const stored = (k: KernelSpec, i: number): KernelSpec => !ds || isForward(n) || i === 0 ? k
+  const stored = (k: KernelSpec, i: number): KernelSpec => !ds || isForward(n) || parts[i] === 'delta' ? k
     : { ...k, label: k.label.replace(/: (dK, dV|dQ)\]$/, (_m, w: string) => (w === 'dQ' ? ': dQ = dS K from the stored dS^T]' : ': dK, dV, dS^T stored]')) };
   return ks.map((k, i) => onWg(stored(isForward(n) ? fwd(k) : k, i), i)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
 }

@@ -349,6 +349,12 @@ export interface FlashBodies {
    * or qkv): no Delta kernel, and no scratch unless gradScratch asks for it
    */
   foldDelta?: boolean;
+  /**
+   * the dQ kernel computes Delta for its own query rows (o then among its arguments, after q / k / v or qkv), keeps
+   * it and stores it into the scratch region, and runs first: the dK/dV kernel after it reads Delta there as it
+   * would the Delta kernel's (no Delta kernel; the kernels come as [dQ, dK/dV])
+   */
+  deltaInQ?: boolean;
 }
 
 /**
@@ -376,15 +382,14 @@ export function flashKernels(ctx: LowerCtx, g: Graph, n: Node, p: FlashBodies): 
   const dout = a(ins[0], 'dout');
   const [qkv, o, lse] = gm.L.packed ? [[a(ins[1], 'qkv')], a(ins[2], 'o'), a(ins[3], 'lse')] : [[a(ins[1], 'q'), a(ins[2], 'k'), a(ins[3], 'v')], a(ins[4], 'o'), a(ins[5], 'lse')];
   const [dq, dk, dv] = gm.L.packed ? [0, 0, 0].map(() => a(outs[0], 'dqkv', 'w')) : [a(outs[0], 'dq', 'w'), a(outs[1], 'dk', 'w'), a(outs[2], 'dv', 'w')];
-  const fold = p.foldDelta === true, withO = fold ? [o] : [];
+  const fold = p.foldDelta === true, inQ = !fold && p.deltaInQ === true, withO = fold ? [o] : [];
   const kv = [dout, ...qkv, ...withO, lse, ...(gm.L.packed ? [dk] : [dk, dv])];
-  const q = [dout, ...qkv, ...withO, lse, dq];
+  const q = [dout, ...qkv, ...(fold || inQ ? [o] : []), lse, dq];
   const bwdScratch = fold ? p.gradScratch : gradScratch;
-  return [
-    ...(fold ? [] : [deltaKernel(ctx, g, n, [dout, o], gm, scratch)]),
-    spec(kv, gm.S, p.gradKV(kv, dk, dv), ': dK, dV', bwdScratch, p.tgmem?.gradKV),
-    spec(q, gm.T, p.gradQ(q, dq), ': dQ', bwdScratch, p.tgmem?.gradQ),
-  ];
+  const kvSpec = () => spec(kv, gm.S, p.gradKV(kv, dk, dv), ': dK, dV', bwdScratch, p.tgmem?.gradKV);
+  const qSpec = () => spec(q, gm.T, p.gradQ(q, dq), inQ ? ': dQ and Delta' : ': dQ', bwdScratch, p.tgmem?.gradQ);
+  if (inQ) return [qSpec(), kvSpec()];
+  return [...(fold ? [] : [deltaKernel(ctx, g, n, [dout, o], gm, scratch)]), kvSpec(), qSpec()];
 }
 
 /** The fp32 flash kernels of an attention / attention_grad node (f32Refusal null). */

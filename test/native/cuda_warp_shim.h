@@ -58,6 +58,10 @@ static inline Slot& of(int l) { return g_slot[warp_() * 32 + l]; }
 static inline float __shfl_xor_sync(uint, float v, int o) {
   me().f = v; warp_sync(); const float r = of(lane_() ^ o).f; warp_sync(); return r;
 }
+// __shfl_sync over the full warp: each lane reads lane src's value
+static inline float __shfl_sync(uint, float v, int src) {
+  me().f = v; warp_sync(); const float r = of(src & 31).f; warp_sync(); return r;
+}
 static inline float mpsc_quad_max(float v) { v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1)); return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2)); }
 static inline float mpsc_quad_sum(float v) { v += __shfl_xor_sync(0xffffffffu, v, 1); return v + __shfl_xor_sync(0xffffffffu, v, 2); }
 static inline uint mpsc_ld32(const unsigned short* p) { uint u; std::memcpy(&u, p, 4); return u; }
