@@ -202,6 +202,8 @@ const STORED: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_DQ: 'stored' } };
 const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '0' } };
 /** the wgmma backward with its products overlapped with the exp / dS work (MPSC_CUDA_FLASH_WGMMA_PIPE=1, the default) */
 const WGPIPE: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1' } };
+/** the wgmma forward with each tile's softmax overlapped with the previous tile's P V (MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1) */
+const WGFPIPE: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '0', MPSC_CUDA_FLASH_WGMMA_FWD_PIPE: '1' } };
 /** the wgmma backward with the separate Delta kernel (MPSC_CUDA_FLASH_WGMMA_DELTA=kernel; by default the dQ kernel computes Delta and runs first) */
 const WGDELTA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1', MPSC_CUDA_FLASH_WGMMA_DELTA: 'kernel' } };
 const isWgmmaCase = (name: string) => /_d64_(.*_)?(fwd|grad)$/.test(name) && !/f32/.test(name);
@@ -219,7 +221,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
   const emu = new Emulator();
   const isGrad = (c: OpCase) => /_grad$/.test(String(c.program.name));
-  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA, ...(isGrad(c) ? [WGPIPE, WGDELTA] : [])] : [])]) emu.add(c, m);
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA, ...(isGrad(c) ? [WGPIPE, WGDELTA] : [WGFPIPE])] : [])]) emu.add(c, m);
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
@@ -241,6 +243,14 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
             expect(labels.filter((l) => /wgmma \(sm_90a\), 64 rows per block(: dK, dV|: dQ and Delta)?\]$/.test(l))).toHaveLength(isGrad(c) ? 2 : 1);
             if (isGrad(c)) expect(labels[0]).toMatch(/: dQ and Delta\]$/);
             for (const [v, e] of err) expect(e, `${v} (wgmma)`).toBeLessThan(flashTolerance(c)!);
+          });
+        }
+        if (isWgmmaCase(name) && !isGrad(c)) {
+          it(`${name} on wgmma, softmax overlapped with the previous tile's P V (MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1)${late ? ', copies and products completing at their waits' : ''}: the same bits as the forward without the overlap`, () => {
+            const piped = errors(c, { ...WGFPIPE, late }), plain = errors(c, { ...WGMMA, late });
+            expect(piped.labels).toHaveLength(1);
+            for (const [v, e] of piped.err) expect(e, `${v} (wgmma, forward overlapped)`).toBeLessThan(flashTolerance(c)!);
+            expect(Buffer.from(piped.out.buffer).equals(Buffer.from(plain.out.buffer))).toBe(true);
           });
         }
         if (isWgmmaCase(name) && isGrad(c)) {

@@ -65,7 +65,7 @@ import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js
 import { asFloat, isHalfElem, type ElemType } from '../kernels/dialect.js';
 import { mmaSuffix, type Mma16Type } from './mma.js';
 import { lowerAttentionTf32x3, tf32x3Refusal } from './attention_tf32x3.js';
-import { forwardStore, kvProbStep, qProbStep, softmaxStep } from './attention_steps.js';
+import { forwardStore, kvProbStep, qProbStep, rescaleAcc, softmaxStep, softmaxStepSplit } from './attention_steps.js';
 import { ATTENTION_FAMILY, attnGeom, deltaButterfly, deltaTerms, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
 import { envChoice, envInts, envList } from '../env_switch.js';
 import { UserError } from '../errors.js';
@@ -402,6 +402,75 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
     `    // O += P V, V read as stored\n` +
     wgGroup(wgRS(s, 'acc', 'sc', 'Vs')) +
     `  }\n` +
+    forwardStore(fold, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
+  );
+}
+
+/**
+ * MPSC_CUDA_FLASH_WGMMA_FWD_PIPE at build time (default 0 until measured on a Hopper GPU): the wgmma forward overlaps each
+ * key tile's softmax with the previous tile's O += P V (forwardBodyWgmmaPiped) instead of waiting for every product group.
+ */
+export function flashWgmmaFwdPipe(): boolean {
+  return envChoice('MPSC_CUDA_FLASH_WGMMA_FWD_PIPE', ['0', '1'], '0') === '1';
+}
+
+/**
+ * The wgmma forward with its products overlapped (flashWgmmaFwdPipe; FlashAttention-3's intra-warpgroup pipelining):
+ * per key tile j, S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued as two groups; the softmax of S_j (into another
+ * array, softmaxStepSplit) runs while the second product does, then O is rescaled by step j's factors once that product
+ * is done and P_j is packed for the next step; the last tile's P V after the loop. O sees the same operations in the
+ * same order as forwardBodyWgmma's (O = O * al_j + P_j V_j, unrolled), so the same bits. V_{j-1} must stay in shared
+ * memory while step j + 1's tiles are copied: K double-buffered, V in three slots (6 tiles, 48 KiB static; 4 blocks per
+ * SM where the other forward has 5).
+ */
+function forwardBodyWgmmaPiped(gm: Geom, o: KernelArg): string {
+  const x = text(gm, 'fwd'), fold = gm.scale > 0, s = mmaSuffix(gm.type);
+  if (gm.D !== 64) throw new Error(`internal: the wgmma forward at head width ${gm.D}`);
+  const vCopy = (r0: string, slot: string) => `mpsc_sw128_load(sm + ${TILE} * (${slot}), vh, RV, ${r0}, S);\n`;
+  const kCopy = (r0: string, slot: string) => `mpsc_sw128_load(sm + ${TILE} * (${slot}), kh, RK, ${r0}, S);\n`;
+  // the P V product: acc += pa (this warp's A fragments) times the V tile `vt` as stored (MN-major)
+  const pv = (vt: string) => `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_rs_tb_${s}(acc, pa[kk], mpsc_sw128_desc(${vt} + kk * ${16 * 64}), 1);\n`;
+  return (
+    `  // flash attention forward on wgmma (sm_90a), softmax overlapped with the previous tile's P V: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s}; one warpgroup per 64 queries\n` +
+    x.consts +
+    `  (void)P;\n` +
+    `  __shared__ __align__(1024) unsigned short sm[${6 * TILE}];  // Q, K x 2, V x 3: 128B-swizzled tiles of 64 x 64\n` +
+    `  unsigned short* const Qs = sm;\n` +
+    `  // the last query tiles see the most keys: they start first\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
+    `  const int kbeg = 0, kend = ${x.kend};\n` +
+    `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n` +
+    `  if (kbeg < kend) {\n    ${kCopy('kbeg', '1')}    ${vCopy('kbeg', '3')}  }\n  mpsc_cp_async_commit();\n` +
+    x.zero('acc') +
+    `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
+    `  uint pa[4][4];  // P of the previous key tile, rounded to 16 bits: this warp's A fragments (n8 tiles 2kk, 2kk + 1)\n` +
+    `  int vs = 0;  // this step's V slot (3 + vs); the previous step's is 3 + (vs + 2) % 3\n` +
+    `  for (int k0 = kbeg, b = 0; k0 < kend; k0 += ${BR}, b ^= 1) {\n` +
+    `    unsigned short* const Ks = sm + ${TILE} * (1 + b);\n` +
+    `    const unsigned short* const Vp = sm + ${TILE} * (3 + (vs + 2) % 3);\n` +
+    `    __syncthreads();  // every thread is done with K slot 1 + (1 - b) (step j - 1's S) and V slot 3 + (vs + 1) % 3 (step j - 2's, its P V waited for)\n` +
+    `    if (k0 + ${BR} < kend) {  // the next step's tiles, copied while this one computes\n` +
+    `      ${kCopy(`k0 + ${BR}`, '2 - b')}      ${vCopy(`k0 + ${BR}`, '3 + (vs + 1) % 3')}` +
+    `      mpsc_cp_async_commit();\n      mpsc_cp_async_wait<1>();\n    } else {\n      mpsc_cp_async_wait<0>();\n    }\n` +
+    `    mpsc_fence_proxy_async();  // this thread's copies, seen by the products' async proxy\n` +
+    `    __syncthreads();\n` +
+    `    float sc[8][4], pf[8][4];  // S = Q K^T (the accumulators of the first group); P\n` +
+    `    mpsc_wgmma_fence();\n` +
+    wgSS(s, 'sc', 'Qs', 'Ks') + `    mpsc_wgmma_commit();\n` +
+    `    if (k0 > kbeg) {  // O += P V of the previous tile, while this tile's softmax runs (its own fence: another block of the program)\n      mpsc_wgmma_fence();\n` + pv('Vp').replace(/^(?=.)/gm, '  ') + `      mpsc_wgmma_commit();\n      mpsc_wgmma_wait1();  // S (P V may still run)\n    } else {\n      mpsc_wgmma_wait0();\n    }\n` +
+    `    float al0, al1;  // this step's rescale of O and l\n` +
+    softmaxStepSplit(gm, 8, fold, 'sc', 'pf', ['m0', 'm1'], ['l0', 'l1'], 'qw', forwardEdge(gm, x, 'qw')) +
+    `    mpsc_wgmma_wait0();  // P V of the previous tile: O is free\n` +
+    rescaleAcc(x.ND, 'acc') +
+    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
+    `      pa[kk][0] = mpsc_pack_${s}(pf[2 * kk][0], pf[2 * kk][1]);\n      pa[kk][1] = mpsc_pack_${s}(pf[2 * kk][2], pf[2 * kk][3]);\n` +
+    `      pa[kk][2] = mpsc_pack_${s}(pf[2 * kk + 1][0], pf[2 * kk + 1][1]);\n      pa[kk][3] = mpsc_pack_${s}(pf[2 * kk + 1][2], pf[2 * kk + 1][3]);\n    }\n` +
+    `    vs = vs == 2 ? 0 : vs + 1;\n` +
+    `  }\n` +
+    `  if (kbeg < kend) {  // the last tile's P V\n` +
+    `    const unsigned short* const Vp = sm + ${TILE} * (3 + (vs + 2) % 3);\n` +
+    `    mpsc_wgmma_fence();\n` + pv('Vp') + `    mpsc_wgmma_commit();\n    mpsc_wgmma_wait0();\n  }\n` +
     forwardStore(fold, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
   );
 }
@@ -775,7 +844,7 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   const deltaInQ = wq && flashWgmmaDelta() === 'q';
   const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
-    forward: (_args, o) => (wf ? forwardBodyWgmma(gm, o) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
+    forward: (_args, o) => (wf ? (flashWgmmaFwdPipe() ? forwardBodyWgmmaPiped(gm, o) : forwardBodyWgmma(gm, o)) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
     gradKV: (_args, dk, dv) => (wkv ? gradKVBodyWgmma(gm, dk, dv) : gradKVBody(gm, dk, dv, ds)),
     gradQ: (_args, dq) => (wq ? gradQBodyWgmma(gm, dq, deltaInQ) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
     ...(ds ? { gradScratch: ds.bytes } : {}),

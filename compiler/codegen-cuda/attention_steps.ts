@@ -20,31 +20,52 @@ import { lit, visibleTest, type AttnGeom } from './attention_f32.js';
  * becomes P. One braced block of statements.
  */
 export function softmaxStep(gm: AttnGeom, nt: number, nd: number, fold: boolean, sv: string, m: [string, string], l: [string, string], acc: string, qw: string, edge: string): string {
+  return `    {\n` + softmaxCore(gm, nt, fold, sv, sv, m, l, qw, edge, 'const float al0') + rescaleAcc(nd, acc) + `    }\n`;
+}
+
+/**
+ * softmaxStep for the pipelined wgmma forward (attention_cuda.ts forwardBodyWgmmaPiped): the same statements per
+ * element, reading the scores `sv` and writing P into `pv` (another array: ptxas serializes every product of a kernel
+ * where plain instructions write a wgmma accumulator while a product group is in flight), and the accumulator's
+ * rescale left to the caller (rescaleAcc, once the product that adds into it is done): the factors into `al0`, `al1`,
+ * which the caller declares. Statements in the caller's scope (no braces): mx0 / mx1, mn0 / mn1, b0 / b1, c0 / c1,
+ * ls0 / ls1 and edge are declared here.
+ */
+export function softmaxStepSplit(gm: AttnGeom, nt: number, fold: boolean, sv: string, pv: string, m: [string, string], l: [string, string], qw: string, edge: string): string {
+  return softmaxCore(gm, nt, fold, sv, pv, m, l, qw, edge, 'al0');
+}
+
+/** the online softmax's rescale of the accumulator `acc[nd][4]` by the step's factors al0 (row g), al1 (row g + 8) */
+export function rescaleAcc(nd: number, acc: string): string {
+  return `    #pragma unroll\n    for (int j = 0; j < ${nd}; ++j) { ${acc}[j][0] *= al0; ${acc}[j][1] *= al0; ${acc}[j][2] *= al1; ${acc}[j][3] *= al1; }\n`;
+}
+
+/** softmaxStep's statements up to the accumulator's rescale: P of `sv` into `pv` (the same array: in place); `alDecl` how al0 / al1 are introduced */
+function softmaxCore(gm: AttnGeom, nt: number, fold: boolean, sv: string, pv: string, m: [string, string], l: [string, string], qw: string, edge: string, alDecl: 'const float al0' | 'al0'): string {
   const visible = visibleTest(gm);
   return (
-    `    {\n    const bool edge = ${edge};\n` +
+    `    const bool edge = ${edge};\n` +
     `    float mx0 = -INFINITY, mx1 = -INFINITY;\n` +
     `    #pragma unroll\n    for (int j = 0; j < ${nt}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
     `        float z = ${sv}[j][e]${fold ? '' : ' * SC'};\n` +
     `        if (edge) {\n          const int kc = k0 + j * 8 + 2 * t + (e & 1);\n` +
     (gm.causal ? `          const int qr = ${qw} + g + (e >> 1) * 8;\n` : '') +
     `          if (!(${visible('qr', 'kc', { k: true })})) z = -INFINITY;\n        }\n` +
-    `        ${sv}[j][e] = z;\n        if (e < 2) mx0 = fmaxf(mx0, z); else mx1 = fmaxf(mx1, z);\n      }\n` +
+    `        ${pv}[j][e] = z;\n        if (e < 2) mx0 = fmaxf(mx0, z); else mx1 = fmaxf(mx1, z);\n      }\n` +
     `    mx0 = mpsc_quad_max(mx0);\n    mx1 = mpsc_quad_max(mx1);\n` +
     `    const float mn0 = fmaxf(${m[0]}, mx0), mn1 = fmaxf(${m[1]}, mx1);\n` +
     `    const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;\n` +
     (fold
-      ? `    const float al0 = exp2f((${m[0]} - b0) * SC), al1 = exp2f((${m[1]} - b1) * SC);\n    const float c0 = -b0 * SC, c1 = -b1 * SC;\n`
-      : `    const float al0 = exp2f(${m[0]} - b0), al1 = exp2f(${m[1]} - b1);\n`) +
+      ? `    ${alDecl} = exp2f((${m[0]} - b0) * SC), al1 = exp2f((${m[1]} - b1) * SC);\n    const float c0 = -b0 * SC, c1 = -b1 * SC;\n`
+      : `    ${alDecl} = exp2f(${m[0]} - b0), al1 = exp2f(${m[1]} - b1);\n`) +
     `    ${m[0]} = mn0;\n    ${m[1]} = mn1;\n` +
     `    float ls0 = 0.0f, ls1 = 0.0f;\n` +
     `    #pragma unroll\n    for (int j = 0; j < ${nt}; ++j)\n      #pragma unroll\n      for (int e = 0; e < 4; ++e) {\n` +
     (fold
-      ? `        const float p = exp2f(fmaf(${sv}[j][e], SC, e < 2 ? c0 : c1));\n`
-      : `        const float p = exp2f(${sv}[j][e] - (e < 2 ? b0 : b1));\n`) +
-    `        ${sv}[j][e] = p;\n        if (e < 2) ls0 += p; else ls1 += p;\n      }\n` +
-    `    ${l[0]} = ${l[0]} * al0 + ls0;\n    ${l[1]} = ${l[1]} * al1 + ls1;\n` +
-    `    #pragma unroll\n    for (int j = 0; j < ${nd}; ++j) { ${acc}[j][0] *= al0; ${acc}[j][1] *= al0; ${acc}[j][2] *= al1; ${acc}[j][3] *= al1; }\n    }\n`
+      ? `        const float p = exp2f(fmaf(${pv}[j][e], SC, e < 2 ? c0 : c1));\n`
+      : `        const float p = exp2f(${pv}[j][e] - (e < 2 ? b0 : b1));\n`) +
+    `        ${pv}[j][e] = p;\n        if (e < 2) ls0 += p; else ls1 += p;\n      }\n` +
+    `    ${l[0]} = ${l[0]} * al0 + ls0;\n    ${l[1]} = ${l[1]} * al1 + ls1;\n`
   );
 }
 
