@@ -368,6 +368,22 @@ function wgRS(s: string, acc: string, c: string, b: string): string {
 const wgIssue = (...groups: string[]) => `    mpsc_wgmma_fence();\n` + groups.map((g) => `${g}    mpsc_wgmma_commit();\n`).join('');
 const wgGroup = (body: string) => `${wgIssue(body)}    mpsc_wgmma_wait0();\n`;
 
+/** the wgmma forwards' start: constants, `tiles` 128B-swizzled shared tiles (Q, K x 2, then `vTiles`), the block's query tile, the operands' rows, Q's copy issued */
+function wgForwardHead(gm: Geom, x: ReturnType<typeof text>, what: string, tiles: number, vTiles: string): string {
+  return (
+    `  // flash attention forward on wgmma (sm_90a)${what}: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${mmaSuffix(gm.type)}; one warpgroup per 64 queries\n` +
+    x.consts +
+    `  (void)P;\n` +
+    `  __shared__ __align__(1024) unsigned short sm[${tiles * TILE}];  // Q, K x 2, ${vTiles}: 128B-swizzled tiles of 64 x 64\n` +
+    `  unsigned short* const Qs = sm;\n` +
+    `  // the last query tiles see the most keys: they start first\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
+    `  const int kbeg = 0, kend = ${x.kend};\n` +
+    `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n`
+  );
+}
+
 /**
  * The forward on Hopper's warpgroup products (MPSC_CUDA_FLASH_WGMMA at build time, flashWgmma; head width 64, sm_90a): the block's
  * 4 warps are one warpgroup over a 64-query tile; Q, and the K / V tiles of 64 keys (double-buffered), sit in
@@ -383,16 +399,7 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
   const x = text(gm, 'fwd'), fold = gm.scale > 0, s = mmaSuffix(gm.type);
   if (gm.D !== 64) throw new Error(`internal: the wgmma forward at head width ${gm.D}`);
   return (
-    `  // flash attention forward on wgmma (sm_90a): ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s}; one warpgroup per 64 queries\n` +
-    x.consts +
-    `  (void)P;\n` +
-    `  __shared__ __align__(1024) unsigned short sm[${5 * TILE}];  // Q, K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
-    `  unsigned short* const Qs = sm;\n` +
-    `  // the last query tiles see the most keys: they start first\n` +
-    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
-    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
-    `  const int kbeg = 0, kend = ${x.kend};\n` +
-    `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n` +
+    wgForwardHead(gm, x, '', 5, 'V x 2') +
     x.zero('acc') +
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
     wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 1, 'kh', 'RK'], ['Vs', 3, 'vh', 'RV']]) +
@@ -431,16 +438,7 @@ function forwardBodyWgmmaPiped(gm: Geom, o: KernelArg): string {
   // the P V product: acc += pa (this warp's A fragments) times the V tile `vt` as stored (MN-major)
   const pv = (vt: string) => `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_rs_tb_${s}(acc, pa[kk], mpsc_sw128_desc(${vt} + kk * ${16 * 64}), 1);\n`;
   return (
-    `  // flash attention forward on wgmma (sm_90a), softmax overlapped with the previous tile's P V: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s}; one warpgroup per 64 queries\n` +
-    x.consts +
-    `  (void)P;\n` +
-    `  __shared__ __align__(1024) unsigned short sm[${6 * TILE}];  // Q, K x 2, V x 3: 128B-swizzled tiles of 64 x 64\n` +
-    `  unsigned short* const Qs = sm;\n` +
-    `  // the last query tiles see the most keys: they start first\n` +
-    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
-    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
-    `  const int kbeg = 0, kend = ${x.kend};\n` +
-    `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n` +
+    wgForwardHead(gm, x, ', softmax overlapped with the previous tile\'s P V', 6, 'V x 3') +
     `  if (kbeg < kend) {\n    ${kCopy('kbeg', '1')}    ${vCopy('kbeg', '3')}  }\n  mpsc_cp_async_commit();\n` +
     x.zero('acc') +
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
