@@ -66,7 +66,7 @@ import { asFloat, isHalfElem, type ElemType } from '../kernels/dialect.js';
 import { mmaSuffix, type Mma16Type } from './mma.js';
 import { lowerAttentionTf32x3, tf32x3Refusal } from './attention_tf32x3.js';
 import { forwardStore, kvProbStep, qProbStep, rescaleAcc, softmaxStep, softmaxStepSplit } from './attention_steps.js';
-import { ATTENTION_FAMILY, attnGeom, deltaButterfly, deltaTerms, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
+import { ATTENTION_FAMILY, attnGeom, deltaButterfly, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
 import { envChoice, envInts, envList } from '../env_switch.js';
 import { UserError } from '../errors.js';
 
@@ -414,8 +414,10 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
 }
 
 /**
- * MPSC_CUDA_FLASH_WGMMA_FWD_PIPE at build time (default 0 until measured on a Hopper GPU): the wgmma forward overlaps each
- * key tile's softmax with the previous tile's O += P V (forwardBodyWgmmaPiped) instead of waiting for every product group.
+ * MPSC_CUDA_FLASH_WGMMA_FWD_PIPE at build time (default 0): the wgmma forward overlaps each key tile's softmax with the
+ * previous tile's O += P V (forwardBodyWgmmaPiped) instead of waiting for every product group. Measured slower on an H100
+ * (GPT-2 bf16, 7 Dec, bench/NOTES.md v37): 128.6 us per layer against 123.5 (its 48 KiB leave 4 blocks per SM where
+ * the plain forward has 5, whose interleaving already hid the softmax); kept for A/B (e.g. with two warpgroups per block).
  */
 export function flashWgmmaFwdPipe(): boolean {
   return envChoice('MPSC_CUDA_FLASH_WGMMA_FWD_PIPE', ['0', '1'], '0') === '1';
@@ -582,17 +584,25 @@ function gradKVBodyWgmma(gm: Geom, dk: KernelArg, dv: KernelArg): string {
 function gradQBodyWgmma(gm: Geom, dq: KernelArg, delta: boolean): string {
   const x = text(gm, 'q'), s = mmaSuffix(gm.type);
   if (gm.D !== 64) throw new Error(`internal: the wgmma dQ kernel at head width ${gm.D}`);
-  const elem = (name: string) => `${gm.type === 'bfloat' ? '__bfloat162float' : '__half2float'}(${gm.buf[name]}[base + c])`;
   // Delta in this kernel (flashWgmmaDelta): each warp its 16 query rows, 8 lanes per row (4 rows per pass) in the Delta
-  // kernel's order, so the same bits; a row's sum goes to the lanes that keep it (rows qw + g, + 8) by a shuffle, and
-  // into the scratch region for the dK/dV kernel after this one. Static shared memory is full (6 tiles, 48 KiB).
+  // kernel's order, so the same bits; every pass's loads issued before any sum (one memory round trip, not four: the
+  // sums pass by pass took ~19 us a layer at GPT-2's shape on an H100); a row's sum goes to the lanes that keep it
+  // (rows qw + g, + 8) by a shuffle, and into the scratch region for the dK/dV kernel after this one. Static shared
+  // memory is full (6 tiles, 48 KiB).
+  const cvt = gm.type === 'bfloat' ? '__bfloat162float' : '__half2float';
   const deltaLines =
     `  float D0 = 0.0f, D1 = 0.0f;  // Delta of rows r0, r1: computed here, while the tiles' copies fly\n` +
     `  {\n    const int part = l & 7;\n` +
+    `    float dv[4][8], ov[4][8];  // dO and O of the lane's 8 features of its row in each pass (zeros past T)\n` +
+    `    #pragma unroll\n    for (int pass = 0; pass < 4; ++pass) {\n` +
+    `      const int qi = qw + pass * 4 + (l >> 3);\n` +
+    `      const size_t base = ooff + (size_t)min(qi, T - 1) * RO;\n` +
+    `      #pragma unroll\n      for (int i = 0; i < 8; ++i) {\n` +
+    `        const int c = part + 8 * i;\n` +
+    `        dv[pass][i] = qi < T ? ${cvt}(${gm.buf.dout}[base + c]) : 0.0f;\n        ov[pass][i] = qi < T ? ${cvt}(${gm.buf.o}[base + c]) : 0.0f;\n      }\n    }\n` +
     `    #pragma unroll\n    for (int pass = 0; pass < 4; ++pass) {\n` +
     `      const int qi = qw + pass * 4 + (l >> 3);\n      float acc = 0.0f;\n` +
-    `      if (qi < T) {\n        const size_t base = ooff + (size_t)qi * RO;\n` +
-    deltaTerms(64, `${elem('dout')} * ${elem('o')}`, '        ') + `      }\n` +
+    `      #pragma unroll\n      for (int i = 0; i < 8; ++i) acc += dv[pass][i] * ov[pass][i];\n` +
     deltaButterfly('      ') +
     `      if (part == 0 && qi < T) mpsc_scratch[(size_t)bh * T + qi] = acc;\n` +
     `      const float v = __shfl_sync(0xffffffffu, acc, (g & 3) * 8);\n` +
@@ -630,7 +640,8 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg, delta: boolean): string {
  * MPSC_CUDA_FLASH_WGMMA_DELTA at build time: where the wgmma dQ kernel's backward gets Delta = rowsum(dO * O): `q` (the
  * default) computes it in the dQ kernel for the block's own rows (gradQBodyWgmma; the same bits as the Delta kernel), which
  * then runs first and leaves it in the scratch region for the dK/dV kernel: one launch and one pass over dO fewer per layer;
- * `kernel`: the Delta kernel before dK/dV and dQ, as the other flash paths.
+ * `kernel`: the Delta kernel before dK/dV and dQ, as the other flash paths. Measured on an H100 (GPT-2 bf16, 7 Dec,
+ * bench/NOTES.md v36, per layer): Delta 28.1 + dQ 123.1 us -> dQ with Delta 131.1 us; the step 33.75 -> 33.57 ms.
  */
 export function flashWgmmaDelta(): 'q' | 'kernel' {
   return envChoice('MPSC_CUDA_FLASH_WGMMA_DELTA', ['q', 'kernel'], 'q') as 'q' | 'kernel';
