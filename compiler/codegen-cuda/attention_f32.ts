@@ -359,7 +359,8 @@ export interface FlashBodies {
 
 /**
  * The kernels of an attention / attention_qkv node (one) or an attention_grad / attention_qkv_grad node
- * (Delta into the scratch region, dK/dV, dQ; all three bind the H * T floats of scratch) for one flash
+ * (Delta into the scratch region, dK/dV, dQ; all three bind the H * T floats of scratch; with deltaInQ: dQ, which
+ * computes Delta itself, then dK/dV; with foldDelta: dK/dV and dQ, each computing it) for one flash
  * path: 128 threads per block, blocks over (row tiles, heads). Packed nodes bind the one qkv (dqkv)
  * buffer once; the bodies address it through AttnGeom.buf and the head offsets.
  */
