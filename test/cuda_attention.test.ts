@@ -50,6 +50,8 @@ const cases16 = cases.filter((c) => c.program.graph.nodes.some((n) => ATTENTION_
 const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA_PIPE', '0', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma'))));
 /** the same with the wgmma backward's products overlapped (MPSC_CUDA_FLASH_WGMMA_PIPE=1, the default) */
 const artWgPipe = withEnv('MPSC_CUDA_FLASH_WGMMA_PIPE', '1', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma'))));
+/** the wgmma variants off by default: the forward's softmax overlapped (MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1), the Delta kernel (MPSC_CUDA_FLASH_WGMMA_DELTA=kernel) */
+const artWgAlt = withEnv('MPSC_CUDA_FLASH_WGMMA_FWD_PIPE', '1', () => withEnv('MPSC_CUDA_FLASH_WGMMA_DELTA', 'kernel', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma')))));
 const NV = findNvcc();
 
 /** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off; `noFold`: without the Delta fold) */
@@ -264,8 +266,8 @@ describe('flash kernel geometry', () => {
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma', 'wgpipe'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0: the 16-bit kernels)', wgpipe: ' (the same, MPSC_CUDA_FLASH_WGMMA_PIPE=1)' }[mode]}`, () => {
-    const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, nofold: artNoFold, wgmma: artWgmma, wgpipe: artWgPipe }[mode];
+  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma', 'wgpipe', 'wgalt'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0: the 16-bit kernels)', wgpipe: ' (the same, MPSC_CUDA_FLASH_WGMMA_PIPE=1)', wgalt: ' (the same, MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1 MPSC_CUDA_FLASH_WGMMA_DELTA=kernel)' }[mode]}`, () => {
+    const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, nofold: artNoFold, wgmma: artWgmma, wgpipe: artWgPipe, wgalt: artWgAlt }[mode];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');
     fs.writeFileSync(file, a.files['model_kernels.cuh']);
@@ -282,7 +284,7 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
     }
     const flash = a.lowered.flatMap((l) => l.kernels).filter((k) => /flash attention/.test(k.label) && !a.alias.has(k.name));
     const stored = flash.filter((k) => /: (dK, dV, dS\^T stored|dQ = dS K from the stored dS\^T)\]$/.test(k.label));
-    if (mode === 'wgmma' || mode === 'wgpipe') {
+    if (mode === 'wgmma' || mode === 'wgpipe' || mode === 'wgalt') {
       // head width 64 on wgmma (its PTX in the body's helpers): the forward, or dK/dV and dQ; the other widths on mma.sync as before
       const d64 = cases16.filter((c) => c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && attnGeom(c.program.graph, n).D === 64));
       const [f64, g64] = [/_fwd$/, /_grad$/].map((re) => d64.filter((c) => re.test(String(c.program.name))).length);
@@ -293,7 +295,10 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
       expect(flash.filter((k) => /tensor cores, (64|128) rows per block/.test(k.label)).length).toBeGreaterThan(0);
       expect(a.files['model_kernels.cuh']).toMatch(/wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16/);
       // the overlapped backward waits for all but the youngest group between its product groups
-      expect(a.files['model_kernels.cuh'].includes('mpsc_wgmma_wait1();')).toBe(mode === 'wgpipe');
+      expect(a.files['model_kernels.cuh'].includes('mpsc_wgmma_wait1();')).toBe(mode !== 'wgmma');
+      // Delta: computed by the dQ kernel (the default), or by its own kernel (wgalt)
+      expect(flash.filter((k) => /: dQ and Delta\]$/.test(k.label))).toHaveLength(mode === 'wgalt' ? 0 : g64);
+      expect(a.files['model_kernels.cuh'].includes('softmax overlapped with the previous tile')).toBe(mode === 'wgalt');
       // ptxas keeps the product groups asynchronous (it serializes them, info C7515, when plain instructions write an accumulator while a group is in flight)
       expect(r.stderr).not.toMatch(/C7515|wgmma\.mma_async instructions are serialized/);
     } else if (mode === 'stored') {

@@ -593,7 +593,7 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg, delta: boolean): string {
   const deltaLines =
     `  float D0 = 0.0f, D1 = 0.0f;  // Delta of rows r0, r1: computed here, while the tiles' copies fly\n` +
     `  {\n    const int part = l & 7;\n` +
-    `    float dv[4][8], ov[4][8];  // dO and O of the lane's 8 features of its row in each pass (zeros past T)\n` +
+    `    float dv[4][8], ov[4][8];  // dO and O: this thread's 8 features of its row in each pass (zeros past T)\n` +
     `    #pragma unroll\n    for (int pass = 0; pass < 4; ++pass) {\n` +
     `      const int qi = qw + pass * 4 + (l >> 3);\n` +
     `      const size_t base = ooff + (size_t)min(qi, T - 1) * RO;\n` +
