@@ -236,6 +236,21 @@ inline double sum_f(const float* __restrict p, int64_t n) {
 }
 
 /**
+ * the sum of n floats in double: 8 double lanes (lane j adds elements j, j + 8, ... in order), then the lanes in
+ * order and the tail: a fixed order that the compiler vectorises (the class losses' row sums of exps and logits)
+ */
+inline double sum_d8(const float* __restrict p, int64_t n) {
+  double lane[8] = {};
+  const int64_t nb = n > 0 ? n / 8 * 8 : 0;
+  for (int64_t i = 0; i < nb; i += 8)
+    for (int64_t j = 0; j < 8; j++) lane[j] += (double)p[i + j];
+  double s = 0.0;
+  for (int64_t j = 0; j < 8; j++) s += lane[j];
+  for (int64_t i = nb; i < n; i++) s += (double)p[i];
+  return s;
+}
+
+/**
  * sum_f of four rows at once: the same bits as four sum_f calls (same lanes, same order), with four
  * independent accumulator chains in flight (sum_f alone waits on one chain of vector adds)
  */

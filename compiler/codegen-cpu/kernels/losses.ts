@@ -1,5 +1,5 @@
 /**
- * Losses (mean-reduced, accumulated in double), their gradients, and metrics (accuracy,
+ * Losses (mean-reduced, accumulated in double; the class losses' exps in float, ROW_EXPS), their gradients, and metrics (accuracy,
  * top_k); class losses over logits [N, ..., C] (every position a row) with ignore_index. Labels are checked against the class range (a clear error, never an out-of-bounds read).
  * cross_entropy / nll and their gradients split the rows across the pool (same bits for any thread count).
  */
@@ -48,7 +48,7 @@ const GRAD_ROW = `    for (int64_t n = b; n < e; n++) {
 // the gradient of a row from its exps ex and their sum s
 const GRAD_STORE = `      const double inv = 1.0 / s;
       for (int64_t c = 0; c < {{C}}; c++) {
-        const double p = ex[c] * inv;
+        const double p = (double)ex[c] * inv;
         d[c] = (float)((p - (c == lab ? 1.0 - {{ls}} : 0.0) - {{ls}} / {{C}}) / cnt);
       }
 `;
@@ -65,11 +65,21 @@ function nc(k: KernelCtx, i: number) {
 }
 
 /**
- * work of one logit of a class loss in element-wise elements (PAR_MIN's unit): a double exp (~7 ns on
- * the 2-vCPU Xeon) against ~0.2 ns per element of a vectorised pass. With PAR_MIN alone the MNIST MLP's
- * 256 x 10 logits ran serially: 21 + 19 us per step, 11 + 12 us split over 2 threads (bench/NOTES.md phase 7)
+ * work of one logit of a class loss in element-wise elements (PAR_MIN's unit), set when each logit took a double
+ * exp (~7 ns on the 2-vCPU Xeon) against ~0.2 ns per element of a vectorised pass. With PAR_MIN alone the MNIST MLP's
+ * 256 x 10 logits ran serially: 21 + 19 us per step, 11 + 12 us split over 2 threads (bench/NOTES.md phase 7). With
+ * ROW_EXPS a logit costs ~1.5 ns per thread (GPT tiny, Zen 4): this splits smaller batches than it needs to; the
+ * MNIST MLP's loss kernels take ~10 us either way.
  */
 const LOGIT_COST = 32;
+
+// a row's exps e^(x - m) in float by mk::exp_v into the thread's scratch `ex` (slot 1), a loop the compiler
+// vectorises; the sums over them and over the logits in double lanes (mk::sum_d8). A double std::exp per logit and
+// one serial double sum kept the loops scalar: ~3 ns a logit,
+// 0.43 ms of the GPT tiny's 18.8 ms forward here at 2 threads (65 classes x 2048 rows), and for a 50k-class head
+// about 0.8 s a step on the CPU. exp_v's relative error is < 2e-7 (mpsc_kernels.hpp), inside a float's rounding.
+const ROW_EXPS = `      for (int64_t c = 0; c < {{C}}; c++) ex[c] = mk::exp_v(row[c] - m);
+`;
 
 // Rows in parallel (mk::par over rows, at least PAR_MIN / LOGIT_COST logits): the forward writes each
 // counted row's loss into the caller's scratch (slot 3) and sums them afterwards in row order, and
@@ -80,6 +90,9 @@ const CE = tpl(`  const float* x = {{x}};
   float* out = {{out}};
 ${LABELS}  double* rl = (double*)mk::scratch(3, 2 * {{N}});
   mk::par(ctx, {{N}}, {{minRows}}, [&](int64_t b, int64_t e) {
+{{#unless nll}}
+    float* ex = mk::scratch(1, {{C}});
+{{/unless}}
     for (int64_t n = b; n < e; n++) {
       const int32_t lab = label[n];
 {{#if ignore}}
@@ -91,8 +104,7 @@ ${LABELS}  double* rl = (double*)mk::scratch(3, 2 * {{N}});
 {{else}}
       float m = -INFINITY;
       for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
-      double s = 0.0, sumx = 0.0;
-      for (int64_t c = 0; c < {{C}}; c++) { s += std::exp((double)row[c] - m); sumx += row[c]; }
+${ROW_EXPS}      const double s = mk::sum_d8(ex, {{C}}), sumx = mk::sum_d8(row, {{C}});
       const double lse = m + std::log(s);
       rl[n] = -(1.0 - {{ls}}) * (row[lab] - lse) - {{ls}} / {{C}} * (sumx - {{C}} * lse);
 {{/if}}
@@ -106,7 +118,7 @@ const CE_GRAD = tpl(`  const float* x = {{x}};
 ${LABELS}  const double cnt = (double)count;
   mk::par(ctx, {{N}}, {{minRows}}, [&](int64_t b, int64_t e) {
 {{#unless nll}}
-    double* ex = (double*)mk::scratch(1, 2 * {{C}});
+    float* ex = mk::scratch(1, {{C}});
 {{/unless}}
 ${GRAD_ROW}{{#if nll}}
       (void)row;
@@ -115,8 +127,7 @@ ${GRAD_ROW}{{#if nll}}
 {{else}}
       float m = -INFINITY;
       for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
-      double s = 0.0;
-      for (int64_t c = 0; c < {{C}}; c++) s += (ex[c] = std::exp((double)row[c] - m));
+${ROW_EXPS}      const double s = mk::sum_d8(ex, {{C}});
 ${GRAD_STORE}{{/if}}
     }
   });
@@ -139,11 +150,10 @@ const CE_WITH_GRAD = tpl(`  const float* x = {{x}};
 ${LABELS}  const double cnt = (double)count;
   double* rl = (double*)mk::scratch(3, 2 * {{N}});
   mk::par(ctx, {{N}}, {{minRows}}, [&](int64_t b, int64_t e) {
-    double* ex = (double*)mk::scratch(1, 2 * {{C}});
+    float* ex = mk::scratch(1, {{C}});
 ${GRAD_ROW}      float m = -INFINITY;
       for (int64_t c = 0; c < {{C}}; c++) m = std::max(m, row[c]);
-      double s = 0.0, sumx = 0.0;
-      for (int64_t c = 0; c < {{C}}; c++) { s += (ex[c] = std::exp((double)row[c] - m)); sumx += row[c]; }
+${ROW_EXPS}      const double s = mk::sum_d8(ex, {{C}}), sumx = mk::sum_d8(row, {{C}});
       const double lse = m + std::log(s);
       rl[n] = -(1.0 - {{ls}}) * (row[lab] - lse) - {{ls}} / {{C}} * (sumx - {{C}} * lse);
 ${GRAD_STORE}    }
