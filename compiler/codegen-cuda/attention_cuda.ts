@@ -351,21 +351,25 @@ function wgStream(v: string, v0: string, vend: string, rows: string, tiles: [str
 const wgSS = (s: string, d: string, a: string, b: string) =>
   `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_ss_${s}(${d}, mpsc_sw128_desc(${a} + kk * 16), mpsc_sw128_desc(${b} + kk * 16), kk);\n`;
 
+/** `c` (this warp's 16 x 64 fp32 fragments) rounded to 16 bits into its A fragments `a[4][4]` (n8 tiles 2kk, 2kk + 1) */
+const wgPack = (s: string, a: string, c: string) =>
+  `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
+  `      ${a}[kk][0] = mpsc_pack_${s}(${c}[2 * kk][0], ${c}[2 * kk][1]);\n      ${a}[kk][1] = mpsc_pack_${s}(${c}[2 * kk][2], ${c}[2 * kk][3]);\n` +
+  `      ${a}[kk][2] = mpsc_pack_${s}(${c}[2 * kk + 1][0], ${c}[2 * kk + 1][1]);\n      ${a}[kk][3] = mpsc_pack_${s}(${c}[2 * kk + 1][2], ${c}[2 * kk + 1][3]);\n    }\n`;
+
+/** `acc` += the A fragments `a[4][4]` times the swizzled tile `b` as stored ([k][n]: MN-major), 4 wgmma k16 steps */
+const wgRSProducts = (s: string, acc: string, a: string, b: string) =>
+  `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_rs_tb_${s}(${acc}, ${a}[kk], mpsc_sw128_desc(${b} + kk * ${16 * 64}), 1);\n`;
+
 /** `acc` += `c` (this warp's 16 x 64 fp32 fragments, rounded to 16 bits as A fragments) times the swizzled tile `b` as stored ([k][n]: MN-major) */
 function wgRS(s: string, acc: string, c: string, b: string): string {
   const a = `${c}a`;
-  return (
-    `    uint ${a}[4][4];  // ${c} rounded to 16 bits: this warp's A fragments (n8 tiles 2kk, 2kk + 1)\n` +
-    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
-    `      ${a}[kk][0] = mpsc_pack_${s}(${c}[2 * kk][0], ${c}[2 * kk][1]);\n      ${a}[kk][1] = mpsc_pack_${s}(${c}[2 * kk][2], ${c}[2 * kk][3]);\n` +
-    `      ${a}[kk][2] = mpsc_pack_${s}(${c}[2 * kk + 1][0], ${c}[2 * kk + 1][1]);\n      ${a}[kk][3] = mpsc_pack_${s}(${c}[2 * kk + 1][2], ${c}[2 * kk + 1][3]);\n    }\n` +
-    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_rs_tb_${s}(${acc}, ${a}[kk], mpsc_sw128_desc(${b} + kk * ${16 * 64}), 1);\n`
-  );
+  return `    uint ${a}[4][4];  // ${c} rounded to 16 bits: this warp's A fragments (n8 tiles 2kk, 2kk + 1)\n` + wgPack(s, a, c) + wgRSProducts(s, acc, a, b);
 }
 
-/** one group of wgmma products (`body`), issued after the fence and waited for */
 /** product groups issued after one wgmma fence, each committed as a group of its own (not waited for) */
 const wgIssue = (...groups: string[]) => `    mpsc_wgmma_fence();\n` + groups.map((g) => `${g}    mpsc_wgmma_commit();\n`).join('');
+/** one group of wgmma products (`body`), issued after the fence and waited for */
 const wgGroup = (body: string) => `${wgIssue(body)}    mpsc_wgmma_wait0();\n`;
 
 /** the wgmma forwards' start: constants, `tiles` 128B-swizzled shared tiles (Q, K x 2, then `vTiles`), the block's query tile, the operands' rows, Q's copy issued */
@@ -438,7 +442,7 @@ function forwardBodyWgmmaPiped(gm: Geom, o: KernelArg): string {
   const vCopy = (r0: string, slot: string) => `mpsc_sw128_load(sm + ${TILE} * (${slot}), vh, RV, ${r0}, S);\n`;
   const kCopy = (r0: string, slot: string) => `mpsc_sw128_load(sm + ${TILE} * (${slot}), kh, RK, ${r0}, S);\n`;
   // the P V product: acc += pa (this warp's A fragments) times the V tile `vt` as stored (MN-major)
-  const pv = (vt: string) => `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) mpsc_wgmma_rs_tb_${s}(acc, pa[kk], mpsc_sw128_desc(${vt} + kk * ${16 * 64}), 1);\n`;
+  const pv = (vt: string) => wgRSProducts(s, 'acc', 'pa', vt);
   return (
     wgForwardHead(gm, x, ', softmax overlapped with the previous tile\'s P V', 6, 'V x 3') +
     `  if (kbeg < kend) {\n    ${kCopy('kbeg', '1')}    ${vCopy('kbeg', '3')}  }\n  mpsc_cp_async_commit();\n` +
@@ -463,9 +467,7 @@ function forwardBodyWgmmaPiped(gm: Geom, o: KernelArg): string {
     softmaxStepSplit(gm, 8, fold, 'sc', 'pf', ['m0', 'm1'], ['l0', 'l1'], 'qw', forwardEdge(gm, x, 'qw')) +
     `    mpsc_wgmma_wait0();  // P V of the previous tile: O is free\n` +
     rescaleAcc(x.ND, 'acc') +
-    `    #pragma unroll\n    for (int kk = 0; kk < 4; ++kk) {\n` +
-    `      pa[kk][0] = mpsc_pack_${s}(pf[2 * kk][0], pf[2 * kk][1]);\n      pa[kk][1] = mpsc_pack_${s}(pf[2 * kk][2], pf[2 * kk][3]);\n` +
-    `      pa[kk][2] = mpsc_pack_${s}(pf[2 * kk + 1][0], pf[2 * kk + 1][1]);\n      pa[kk][3] = mpsc_pack_${s}(pf[2 * kk + 1][2], pf[2 * kk + 1][3]);\n    }\n` +
+    wgPack(s, 'pa', 'pf') +
     `    vs = vs == 2 ? 0 : vs + 1;\n` +
     `  }\n` +
     `  if (kbeg < kend) {  // the last tile's P V\n` +
