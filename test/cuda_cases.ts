@@ -30,7 +30,7 @@ export function cudaKernelCases(): OpCase[] {
   // (halfCases, halfIoCases: 16-bit operands, and kernels reading / writing 16-bit values: a 16-bit precision)
   // (smallEpilogueCases: fuse.ts rules 12, 13, folded into the small products' store, by default)
   return [...allOpCases(), ...fusedCases(), ...reluGradFoldCases(), ...smallEpilogueCases(), ...cudaLongCases(), ...cudaAttentionCases(), ...cudaConvCases(), ...halfCases(), ...halfIoCases(),
-    ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), ...giVec16Cases(), independentUpdatesCase()];
+    ...weightBiasGradCases(), ...gradForwardCases(makeRng(20261206)), ...gradSumCases(makeRng(20261207)), ...giVec16Cases(), independentUpdatesCase()];
 }
 
 /**
@@ -59,6 +59,39 @@ export function gradForwardCases(rng: Rng, fused = true): OpCase[] {
   };
   const odd = [521, 509], even = [256, 1024];
   return [one('grad_fwd_gelu_bf16', 'bf16', odd), one('grad_fwd_gelu_f16', 'f16', even), one('grad_fwd_gelu_f32_small', 'f32', [7, 13])];
+}
+
+/**
+ * A unary gradient with its column sums (fuse.ts rule 14: unary_grad with `sum_out`, wide_ew_cuda.ts gradWithSums), with
+ * and without the recomputed forward (`fwd_out`): dx = gelu'(x) dy, the column sums of dx as stored (the bias gradient),
+ * y = gelu(x). Shapes that take every guard: rows a multiple of the row block (bf16 [3, 300, 512]: 2-row blocks, the
+ * unrolled rows past a block's end), a ragged last block (f32 [1030, 256]: 3-row blocks) and one row (f16 [1, 512]:
+ * the sums stored without partials). `fused` false: the same values from the unfused nodes (unary_grad, unary, sum_to),
+ * the same value ids (dx and y bitwise, the sums within rounding).
+ */
+export function gradSumCases(rng: Rng, fused = true): OpCase[] {
+  const one = (name: string, dtype: 'f32' | HalfDType, shape: number[], fwd: boolean): OpCase => {
+    const { b, data, input } = caseGraph(rng, name);
+    const val = (n: string, t: 'f32' | HalfDType, sh = shape) => b.value(`${name}.${n}`, t, sh, 'activation');
+    const D = shape[shape.length - 1];
+    const dy0 = input('dy', shape, -1, 1), x0 = input('x', shape, -3, 3);
+    const dy = dtype === 'f32' ? dy0 : val(`dy.${dtype}`, dtype), x = dtype === 'f32' ? x0 : val(`x.${dtype}`, dtype);
+    const dx = val('dx', dtype), sum = val('dx.sum', 'f32', [D]), y = val('y', dtype);
+    const wide = dtype === 'f32' ? [dx, y] : [val('dx.f32', 'f32'), val('y.f32', 'f32')];
+    if (dtype !== 'f32') for (const [from, to] of [[dy0, dy], [x0, x]]) b.node('cast', [from], [to], { to: dtype });
+    const axes = shape.slice(0, -1).map((_, i) => i);
+    if (fused) b.node('unary_grad', [dy, x], fwd ? [dx, sum, y] : [dx, sum], { fn: 'gelu', sum_out: true, ...(fwd ? { fwd_out: true } : {}) }, 'gelu');
+    else {
+      b.node('unary_grad', [dy, x], [dx], { fn: 'gelu' }, 'gelu');
+      b.node('sum_to', [dx], [sum], { shape: [D], axes }, 'bias');
+    }
+    if (fwd && !fused) b.node('unary', [x], [y], { fn: 'gelu' }, 'gelu');
+    const outs = fwd ? [dx, y] : [dx];
+    if (dtype !== 'f32') outs.forEach((v, k) => b.node('cast', [v], [wide[k]], { to: 'f32' }));
+    const program = { name, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+    return { program, data, check: [...(dtype === 'f32' ? outs : wide.slice(0, outs.length)), sum] };
+  };
+  return [one('grad_sum_gelu_bf16', 'bf16', [3, 300, 512], true), one('grad_sum_gelu_f32', 'f32', [1030, 256], false), one('grad_sum_gelu_f16_row', 'f16', [1, 512], true)];
 }
 
 /**

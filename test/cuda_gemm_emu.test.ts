@@ -24,7 +24,7 @@ import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types
 import { numel } from '../compiler/ir/graph.js';
 import { makeRng, relError } from '../compiler/reference/fixtures.js';
 import { findNvcc } from '../runtime/cuda/session.js';
-import { cudaLongCases, gemmTileCases } from './cuda_cases.js';
+import { cudaLongCases, gemmTileCases, gradSumCases } from './cuda_cases.js';
 import { allOpCases, fusedCases, smallEpilogueCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 import { NVCC_SM90A } from './nvcc_target.js';
@@ -207,6 +207,19 @@ describe.skipIf(!hasGxx)('layernorm_cuda.ts layernorm_grad (warp-per-column fini
     // negative control: the finish's threads adding only the first 32 blocks' slots fail exactly the cases of more blocks
     const short = runOnEmulator(all, (b) => b.replace(/for \(uint q = 0u; q < \d+u; \+\+q\)/g, 'for (uint q = 0u; q < 1u; ++q)'));
     expect(short.map((x) => x.fp32 > TOL)).toEqual(G.map((x) => x > 32));
+  }, 900_000);
+});
+
+describe.skipIf(!hasGxx)('wide_ew_cuda.ts unary gradient with its column sums (fuse.ts rule 14) on the CPU thread emulator', () => {
+  it('matches the float64 reference within 1e-4 over row blocks with a ragged last one; fails when a block skips its last unrolled row', () => {
+    const all = gradSumCases(makeRng(7)).filter((c) => /_f32$/.test(String(c.program.name)));
+    const built = buildCuda(all.map((c) => c.program), 'grad_sum_emu_labels', { merge: false });
+    const labels = built.lowered[0].kernels.map((k) => k.label).join(' | ');
+    expect(labels).toMatch(/over 3 rows, and dx's column sums \(partials of 344 row blocks\).*dsum: sum of 344 blocks, a warp per column/);
+    expect(runOnEmulator(all).map((x) => x.fp32 < TOL)).toEqual([true]);
+    // negative control: the third row of each unrolled group dropped from the sums (its dx still stored)
+    const short = runOnEmulator(all, (b) => b.replace(/if \(j \+ 2u < 3u && r \+ 2u < 1030u\) \{/, 'if (false) {'));
+    expect(short.map((x) => x.fp32 > TOL)).toEqual([true]);
   }, 900_000);
 });
 

@@ -19,7 +19,7 @@ import { planKernels, planProblems, type KernelNodePlan } from '../compiler/code
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
 import { WARP_D, lowerLayernormCuda } from '../compiler/codegen-cuda/layernorm_cuda.js';
-import { addLayernormCase, classRowCases, gradForwardCases, layernormGradAddCase, halfLongCases, layernormPair, lossAndGradCase, poolGradSumsCases, positionEmbeddingCase, wideElementwiseCases } from './cuda_cases.js';
+import { addLayernormCase, classRowCases, gradForwardCases, gradSumCases, layernormGradAddCase, halfLongCases, layernormPair, lossAndGradCase, poolGradSumsCases, positionEmbeddingCase, wideElementwiseCases } from './cuda_cases.js';
 import { wideOr } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { lowerAvgpoolGradCuda } from '../compiler/codegen-cuda/avgpool_cuda.js';
 import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
@@ -447,6 +447,36 @@ describe('a recomputed gelu and its gradient as one node (grad_fwd.ts, wide_ew_c
         expect(Array.from(x.get(id)!), c.program.name).toEqual(Array.from(y.get(id)!));
         expect(relError(x.get(id)!, ref.get(id)!), c.program.name).toBeLessThan(caseTolerance(c, 1e-5, id));
       }
+    });
+  });
+});
+
+describe('a unary gradient with its column sums (fuse.ts rule 14, wide_ew_cuda.ts gradWithSums), in the Metal emulator', () => {
+  // the emulator has no scratch region: here the one-row case (its sums stored without partials); the row blocks' partials
+  // run on the CPU thread emulator (cuda_gemm_emu.test.ts) and every case on the GPU (bench/cuda_check.sh kernels)
+  it('gives bitwise the unfused nodes\' dx and f(x), their sums within rounding, and equals the float64 reference', () => {
+    const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
+    const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), cast: wideOr('cast') };
+    const run = (cases: OpCase[], tag: string, expectSums: boolean) => runCases(withEnv('MPSC_CUDA_EW_VEC', '1', () => compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, `grad_sum_emu_${tag}`, (a) => {
+      // the fused nodes on gradWithSums: partials and their finish, except the one-row case (the sums stored directly)
+      const labels = a.programs.map((p) => p.lowered.kernels.filter((k) => k.op === 'unary_grad').map((k) => k.label).join(' | '));
+      if (expectSums) expect(labels).toEqual([expect.stringMatching(/8 columns per thread over 1 rows, and dx's column sums\]$/)]);
+    })), cases, scalars);
+    const row = (c: OpCase) => /_row$/.test(String(c.program.name));
+    const fused = gradSumCases(makeRng(6)).filter(row), plain = gradSumCases(makeRng(6), false).filter(row);
+    expect(fused).toHaveLength(1);
+    const [a, b] = [run(fused, 'fused', true), run(plain, 'plain', false)];
+    fused.forEach((c, i) => {
+      const x = a[i], y = b[i];
+      if (typeof x === 'string' || typeof y === 'string') throw new Error(`${c.program.name}: ${x} / ${y}`);
+      expect(c.program.graph.nodes.filter((n) => n.attrs.sum_out === true)).toHaveLength(1);
+      const ref = reference(c, scalars);
+      c.check.forEach((id, k) => {
+        const sums = k === c.check.length - 1;
+        if (!sums) expect(Array.from(x.get(id)!), c.program.name).toEqual(Array.from(y.get(id)!));
+        else expect(relError(x.get(id)!, y.get(id)!), `${c.program.name} sums against the unfused`).toBeLessThan(1e-5);
+        expect(relError(x.get(id)!, ref.get(id)!), c.program.name).toBeLessThan(caseTolerance(c, 1e-5, id));
+      });
     });
   });
 });

@@ -16,6 +16,8 @@ import { graphProblems } from '../compiler/ir/verify.js';
 import { type Env, runGraph } from '../compiler/reference/interpret.js';
 import { gptModel } from '../bench/gpt_tiny.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
+import { rematerialize } from '../compiler/ir/remat.js';
+import { pairGradWithForward } from '../compiler/ir/grad_fwd.js';
 import { runTwin } from './ir_helpers.js';
 import { withEnv } from './env_helpers.js';
 import { HALF_IO_OPS } from '../compiler/kernels/registry.js';
@@ -458,7 +460,7 @@ describe('residual-gradient add folded into the layernorm_grad before it (rule 6
     const bad = problemsAfter(f);
     expect(bad((p) => (nodeOf(p, 'unary').attrs.add_out = true))).toMatch(/add_out is only `true` on layernorm_grad/);
     expect(bad((p) => (nodeOf(p, 'layernorm_grad').attrs.sum_out = true))).toMatch(/expects 3 outputs and the sum, has 3/);
-    expect(bad((p) => (nodeOf(p, 'unary').attrs.sum_out = true))).toMatch(/sum_out is only `true` with add_out/);
+    expect(bad((p) => (nodeOf(p, 'unary').attrs.sum_out = true))).toMatch(/sum_out is only `true`, with add_out or on unary_grad/);
     expect(bad((p) => nodeOf(p, 'layernorm_grad').inputs.pop())).toMatch(/expects 5 inputs \(.*\) and the addend, has 5/);
     expect(bad((p) => (nodeOf(p, 'layernorm_grad').inputs[5] = nodeOf(p, 'layernorm_grad').inputs[3]))).toMatch(/the addend is f32\[3\], expected a float\[3,7\]/);
   });
@@ -570,6 +572,42 @@ it("rule 11 on a small bf16 GPT's train step (each residual gradient's bf16 copy
   const i = f.graph.nodes.indexOf(halves[0]);
   expect(bad((p) => { p.graph.nodes[i].attrs.half_out = 'f32'; })).toMatch(/half_out is only 'f16' or 'bf16', with add_out/);
   expect(bad((p) => { p.graph.nodes[i].attrs.half_out = 'f16'; })).toMatch(/the 16-bit copy is bf16\[.*\], expected f16/);
+});
+
+it("rule 14 on a small GPT's train step, fp32 and bf16 (each gelu gradient with its fc bias sum; then grad_fwd's fwd_out after it): the reference gives the same loss and update bit for bit", () => {
+  const base = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+  for (const precision of ['fp32', 'bf16'] as const) {
+    const model = { ...base, train: { ...base.train, precision } };
+    const unfused = buildPrograms(model, { batch: 2 }).train_step;
+    const casts: FusionCaps = precision === 'bf16' ? { casts: { reads: HALF_IO_OPS, stores: HALF_IO_OPS } } : {};
+    const caps: FusionCaps = { ...casts, unaryGradBiasSum: { multipleOf: 8, maxD: 64, minElements: 0 }, matmulBiasGrad: true };
+    const f = fused(unfused, caps);
+    // the fc bias of each of the 2 blocks (its gelu gradient's dx summed), which rule 8 takes without rule 14
+    const sums = f.graph.nodes.filter((n) => n.op === 'unary_grad' && n.attrs.sum_out === true);
+    expect(sums).toHaveLength(2);
+    const aSums = (p: Program) => p.graph.nodes.filter((n) => n.attrs.a_sums === true).length;
+    const rule8 = aSums(fused(unfused, { ...casts, matmulBiasGrad: true }));
+    expect(aSums(f)).toBe(rule8 - 2);
+    for (const n of sums) expect(f.graph.values[n.outputs[1]].name).toMatch(/fc\.bias\.grad$/);
+    expect(fuseProgram(f, caps)).toEqual(f);
+    // rows too narrow for the caps: rule 8 keeps them all
+    expect(aSums(fused(unfused, { ...caps, unaryGradBiasSum: { multipleOf: 256, maxD: 1 << 16, minElements: 0 } }))).toBe(rule8);
+    const { losses, stores } = runTwin(model.params, unfused, f, 5, 2);
+    for (const [a, b] of losses) expect(b).toBe(a);
+    for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), `${precision} ${pd.path}`).toEqual(Array.from(stores[0].get(pd.path)!));
+    // with the gelu outputs recomputed in the backward and paired with their gradients (grad_fwd.ts): f(x) after the sums
+    const r = pairGradWithForward(rematerialize(f, ['unary']));
+    const both = r.graph.nodes.filter((n) => n.attrs.sum_out === true && n.attrs.fwd_out === true);
+    expect(both).toHaveLength(2);
+    for (const n of both) expect(n.outputs.map((id) => r.graph.values[id].name.replace(/^.*\.(fc\.bias\.grad|gelu\.out\.remat|fc\.out)$/, '$1'))).toEqual(['fc.out', 'fc.bias.grad', 'gelu.out.remat']);
+    const twin = runTwin(model.params, unfused, r, 5, 2);
+    for (const [a, b] of twin.losses) expect(b).toBe(a);
+    // verify.ts: sum_out on a unary_grad needs its f32 [D] sums as output 1
+    const bad = problemsAfter(f);
+    const i = f.graph.nodes.indexOf(sums[0]);
+    expect(bad((p) => { p.graph.values[p.graph.nodes[i].outputs[1]].shape = [3]; })).toMatch(/the column sums are f32\[3\], expected f32\[\d+\]/);
+    expect(bad((p) => { p.graph.nodes[i].outputs.pop(); })).toMatch(/outputs/);
+  }
 });
 
 it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7, 8 (and remat) off one by one; an unknown name is a user error', async () => {

@@ -23,6 +23,10 @@
  * residual-gradient add (with the bias gradient summed from it) into the layernorm_grad before it (rules 6, 7).
  * And a linear's bias gradient (sum_to of dy over its rows) into the weight-gradient matmul reading the same
  * rows (fuse.ts rule 8: `a_sums`), which cublaslt.ts runs as one cuBLASLt call with the BGRADB epilogue.
+ * And a linear's bias gradient into the unary gradient writing the dy it sums (fuse.ts rule 14: `sum_out`, before rule 8 takes
+ * it; wide_ew_cuda.ts gradWithSums: dy's column sums kept while the kernel has the values, then its row blocks' partials
+ * added), for rows of a multiple of 256 and at least MIN_WIDE elements: GPT-2's fc bias, whose BGRADB epilogue cost the fc
+ * weight-gradient GEMM ~47 us per call on an H100 (bench/NOTES.md v39).
  * And each recomputed unary paired with its gradient over the same x (compiler/ir/grad_fwd.ts, `fwd_out`: one
  * wide_ew_cuda.ts kernel reads x once and writes both; GPT-2's gelu copy and gelu's gradient).
  * And a convolution's bias gradient (sum_to over N, H, W) into the global_avgpool_grad writing what it sums (fuse.ts rule 9:
@@ -35,7 +39,7 @@
  * (its gelu into the fc linear, whose pre-activation the gradient reads): those products run gemm_cuda.ts's small-tile FFMA
  * kernel, which applies them in its store, instead of a cuBLASLt call and the unfused kernel (cublaslt.ts); on by
  * default (MPSC_CUDA_SMALL_EPI=0 at build time keeps the unfused nodes).
- * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,pool_bias,conv_bias,conv_pool,small_epi switches any
+ * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,grad_sum,pool_bias,conv_bias,conv_pool,small_epi switches any
  * of these off (A/B runs; remat_unary: no gelu copies, so only the layernorms' from 12 GiB; remat_ln: never layernorm copies).
  */
 import { UserError } from '../errors.js';
@@ -46,6 +50,7 @@ import { UNARY_FNS } from '../ir/scalar_fns.js';
 import { REMAT_OPS } from '../ir/remat.js';
 import { HALF_IO_OPS } from '../kernels/registry.js';
 import { WARP_D } from './layernorm_cuda.js';
+import { MIN_WIDE } from './wide_ew_cuda.js';
 
 /**
  * fuse.ts rules 12, 13 on small products (at most gemm_cuda.ts's SMALL_MAX_MACS multiply-adds, where its small-tile kernel
@@ -68,10 +73,10 @@ export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
 const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 /** the fusions $MPSC_CUDA_FUSE_OFF may switch off (a comma-separated list, for A/B runs; runtime/cuda/session.ts keys builds on it) */
-export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'ln_half', 'bias_grad', 'pool_bias', 'conv_bias', 'conv_pool', 'small_epi'] as const;
+export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'ln_half', 'bias_grad', 'grad_sum', 'pool_bias', 'conv_bias', 'conv_pool', 'small_epi'] as const;
 export type CudaFuseSwitch = (typeof CUDA_FUSE_SWITCHES)[number];
 
-/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7 and 11), bias_sum (rule 7), ln_half (rule 11), bias_grad (rule 8), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10), small_epi (rules 12, 13) */
+/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7 and 11), bias_sum (rule 7), ln_half (rule 11), bias_grad (rule 8), grad_sum (rule 14), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10), small_epi (rules 12, 13) */
 export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE_OFF): CudaFuseSwitch[] {
   const names = (env ?? '').split(',').map((x) => x.trim()).filter(Boolean);
   for (const x of names) {
@@ -104,6 +109,7 @@ export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): Fus
     casts: { reads: half, stores: half },
     ...(remat ? { remat } : {}),
     addLayernorm: { maxD: WARP_D, add: !off.includes('add_ln'), grad: !off.includes('grad_add'), biasSum: !off.includes('bias_sum'), halfOut: !off.includes('ln_half') },
+    ...(off.includes('grad_sum') ? {} : { unaryGradBiasSum: { multipleOf: 256, maxD: 65536, minElements: MIN_WIDE } }),
     ...(off.includes('bias_grad') ? {} : { matmulBiasGrad: true }),
     ...(off.includes('grad_fwd') ? {} : { gradWithForward: true }),
     ...(off.includes('pool_bias') ? {} : { poolGradBiasSum: true }),

@@ -251,23 +251,36 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
           : `  for (uint c = tidx; c < ${u(P * D)}; c += ${u(32 * WARPS)}) mpsc_scratch[tgid.x * ${u(P * D)} + c] = tg[c];\n`),
   }, ` [dx${addOut ? ' + the residual gradient' : ''}${half ? ' (and its 16-bit copy)' : ''}${vt ? ' by 16-byte vectors' : ''}, and dweight / dbias${P === 3 ? ' / its column sums' : ''} partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
   if (G === 1) return [first];
-  // a warp per column: lane l adds the slots of blocks l, l + 32, ... in order (every load issued at once), then the
-  // warp's butterfly sum (a fixed order); one thread per column adding all G slots in a chain of G dependent loads
-  // took 12-20 us at G = 256 (gpt_tiny, main fe774ce profile), several times the grad kernel itself; measured on the
-  // H200 (bench/NOTES.md, tinygemm): graph steps gpt_tiny 0.920 -> 0.821 ms, gpt_char fp32 23.81 -> 23.63 ms
-  const Q = ceilDiv(G, 32);
   // MPSC_CUDA_LN_FINISH=serial (build time): the thread-per-column chain (A/B)
   const serial = envChoice('MPSC_CUDA_LN_FINISH', ['warp', 'serial'], 'warp') === 'serial';
-  const finish = serial ? elementwise(ctx, g, n, writes, D,
+  if (!serial) return [first, blockSumsFinish(ctx, g, n, sums, D, G)];
+  const finish = elementwise(ctx, g, n, writes, D,
     `  // the ${G} blocks' sums of column i, in block order\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
     `  for (uint b = 0u; b < ${u(G)}; ++b) {${sums.map((_, j) => ` t${j} += mpsc_scratch[b * ${u(P * D)} + ${j ? `${u(j * D)} + ` : ''}i];`).join('')} }\n` +
-    `  ${storeAll('i', (j) => `t${j}`)}\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks]`) : elementwise(ctx, g, n, writes, 32 * D,
+    `  ${storeAll('i', (j) => `t${j}`)}\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks]`);
+  return [first, { ...finish, scratch: bytes }];
+}
+
+/**
+ * The second kernel of a column sum kept as G blocks' partials: block b's P sums of D columns at mpsc_scratch[b * P * D +
+ * j * D + c] (sum j, column c); writes each sum's D totals to its output (`sums[j]`: argument name, value id). A warp per
+ * column: lane l adds the slots of blocks l, l + 32, ... in order (every load issued at once), then the warp's butterfly
+ * sum (a fixed order). One thread per column adding all G slots in a chain of G dependent loads took 12-20 us at G = 256
+ * (gpt_tiny, main fe774ce profile), several times the grad kernel itself; measured on the H200 (bench/NOTES.md, tinygemm):
+ * graph steps gpt_tiny 0.920 -> 0.821 ms, gpt_char fp32 23.81 -> 23.63 ms. Serves layernorm_grad's partials and
+ * wide_ew_cuda.ts's unary gradient column sums.
+ */
+export function blockSumsFinish(ctx: LowerCtx, g: Graph, n: Node, sums: readonly { arg: string; out: number }[], D: number, G: number): KernelSpec {
+  const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
+  const P = sums.length, Q = ceilDiv(G, 32);
+  const writes = sums.map((x) => argOf(g, x.arg, x.out, 'w'));
+  const finish = elementwise(ctx, g, n, writes, 32 * D,
     `  // the ${G} blocks' sums of column c (warp c): its thread l adds blocks l + 32 q (q < ${Q}) in order, then the warp's sum\n` +
     `  const uint c = i / 32u, l = i % 32u;\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
     `  #pragma unroll\n  for (uint q = 0u; q < ${u(Q)}; ++q) {\n    const uint b = l + 32u * q;\n` +
     `    if (b < ${u(G)}) {${sums.map((_, j) => ` t${j} += mpsc_scratch[b * ${u(P * D)} + ${j ? `${u(j * D)} + ` : ''}c];`).join('')} }\n  }\n` +
     sums.map((_, j) => `  t${j} = ${d.simdSum(`t${j}`)};\n`).join('') +
-    `  if (l == 0u) { ${storeAll('c', (j) => `t${j}`)} }\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks, a warp per column]`);
+    `  if (l == 0u) { ${sums.map((x, j) => writeF(d, g, x.out, x.arg, 'c', `t${j}`)).join(' ')} }\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks, a warp per column]`);
   // the warp sums are SIMD-group functions: declared with barriers (sync), so merge.ts leaves the kernel its own launch
-  return [first, { ...finish, scratch: bytes, ...(serial ? {} : { sync: true }) }];
+  return { ...finish, scratch: G * P * D * 4, sync: true };
 }

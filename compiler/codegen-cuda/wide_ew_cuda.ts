@@ -10,6 +10,7 @@
  * (readF, the scalar-math table, writeF): bitwise the same results. The launch is the shared 1-D one
  * (256 threads, only `gid.x`), so merge.ts still merges it with its independent neighbours.
  * Serves: unary_grad with `fwd_out` (the gradient and the recomputed forward value, compiler/ir/grad_fwd.ts) at any size;
+ * unary_grad with `sum_out` (fuse.ts rule 14: with dx's column sums, gradWithSums, two kernels; with or without fwd_out);
  * unary, unary_grad, same-shape binary and cast nodes with at least MIN_WIDE elements and a
  * 16-bit input or output (f32 element-wise kernels of two inputs already ran near the copy rate: the
  * residual add, 150 MB in 47 us), fp32 unary and unary_grad nodes of at least MIN_WIDE elements too (gpt_char
@@ -32,7 +33,8 @@ import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js
 import { GPU_KERNELS, type GpuLowering } from '../kernels/registry.js';
 import { argOf, boolAttr, ceilDiv, elemOf, EW_THREADS, kernelSpec, numAttr, numel, readF, scalarExpr, shapeOf, writeF } from '../kernels/common.js';
 import { envFlag } from '../env_switch.js';
-import { isHalfElem, type HalfElem } from '../kernels/dialect.js';
+import { isHalfElem, isVecElem, type HalfElem, type VecElem } from '../kernels/dialect.js';
+import { blockSumsFinish } from './layernorm_cuda.js';
 import { unaryFwd } from '../kernels/elementwise.js';
 
 /** elements per thread */
@@ -186,6 +188,72 @@ function gradWithForward(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
     (k, i) => `${writeF(ctx.d, g, dx, 'dx', i, sub(grad, k))} ${writeF(ctx.d, g, y, 'y', i, sub(fwd, k))}`);
 }
 
+/** rows of a unary gradient's column sums each block takes at most: up to SUM_ROW_BLOCKS row blocks, ROW_UNROLL rows' loads at once */
+const SUM_ROW_BLOCKS = 512, ROW_UNROLL = 4;
+
+/**
+ * unary_grad with `sum_out` (fuse.ts rule 14: dx's column sums over its rows, a linear's bias gradient, as output 1), with
+ * or without `fwd_out` (then f(x) is output 2): rows of D columns (D a multiple of 256, every value f32 or 16-bit: the
+ * rule's caps, cudaFusions). Thread t of block (cx, ry) keeps the 8 consecutive columns 8 (cx T + t) .. + 7 and takes the
+ * rows ry R .. ry R + R - 1 in order, ROW_UNROLL at a time (all their loads, 16-byte load8s, before the first store);
+ * per element the gradient's (and the forward's) own statements, as gradWithForward has them, dx stored by store8 and
+ * its stored value (rounded to 16 bits when dx is 16-bit: what the sum_to read) added to the thread's column sum. The
+ * row blocks' partials go to the scratch region and blockSumsFinish adds them in block order: a fixed order, so the
+ * sums do not depend on scheduling (another order than the sum_to kernel's or cuBLASLt's BGRADB: within rounding).
+ * dy and x are read once for all outputs, where the unfused form read dx again in the weight-gradient GEMM's BGRADB
+ * epilogue (GPT-2's fc: ~47 us more per call on an H100 than the plain call, bench/NOTES.md v39).
+ */
+function gradWithSums(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
+  const fn = String(n.attrs.fn);
+  if (!isUnaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown unary fn '${fn}'`);
+  const [dy, x] = n.inputs, [dx, sum] = n.outputs, fwd = n.attrs.fwd_out === true ? n.outputs[2] : undefined;
+  const shape = shapeOf(g, dx), D = shape[shape.length - 1], rows = numel(shape) / D;
+  const vals = [dy, x, dx, ...(fwd === undefined ? [] : [fwd])];
+  if (D % 256 !== 0 || !vals.every((id) => isVecElem(elemOf(g, id)))) {
+    throw new Error(`internal: node ${n.id}: a unary_grad with column sums over rows of ${D} (${vals.map((id) => elemOf(g, id)).join(', ')}): fuse.ts rule 14's caps take D % 256 == 0, f32 or 16-bit values`);
+  }
+  const d = ctx.d, u = (k: number) => d.u(k), f = (v: number) => d.f(v);
+  const C8 = D / 8, T = [256, 128, 64, 32].find((t) => C8 % t === 0)!, NC = C8 / T;
+  const R = ceilDiv(rows, Math.min(rows, SUM_ROW_BLOCKS)), G = ceilDiv(rows, R);
+  const t = (id: number) => elemOf(g, id) as VecElem;
+  const gradE = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+  const fwdE = unaryFwd(ctx, n, 'v');
+  const ks = Array.from({ length: 8 }, (_, k) => k);
+  const sub = (e: string, a: number, k: number) => e.replace(/\bv\b/g, `v${a}_${k}`).replace(/\bd\b/g, `d${a}_${k}`);
+  // the stored value of dx as a float: rounded through its 16-bit type, or the f32 itself
+  const stored = (e: string) => (isHalfElem(t(dx)) ? d.toFloat(t(dx) as HalfElem, d.fromFloat(t(dx) as HalfElem, e)) : e);
+  const args = [argOf(g, 'dy', dy, 'r'), argOf(g, 'x', x, 'r'), argOf(g, 'dx', dx, 'w'), ...(fwd === undefined ? [] : [argOf(g, 'y', fwd, 'w')]),
+    ...(G === 1 ? [argOf(g, 'dsum', sum, 'w')] : [])];
+  const As = Array.from({ length: ROW_UNROLL }, (_, a) => a);
+  const rowAt = (a: number) => (a ? `r + ${u(a)}` : 'r');
+  // row r + a is the block's (j + a < R, only in doubt when R % ROW_UNROLL != 0) and the tensor's (only in doubt when G R > rows)
+  const guard = (a: number) => {
+    const conds = [...(a && R % ROW_UNROLL ? [`j + ${u(a)} < ${u(R)}`] : []), ...(G * R > rows ? [`${rowAt(a)} < ${u(rows)}`] : [])];
+    return conds.length ? `if (${conds.join(' && ')}) ` : '';
+  };
+  const body =
+    `  // columns 8 c .. 8 c + 7 (c = tgid.x * ${u(T)} + tidx) of rows tgid.y * ${u(R)} + j (j < ${u(R)}) in order, ${ROW_UNROLL} rows' loads at once\n` +
+    `  const uint c = tgid.x * ${u(T)} + tidx, r0 = tgid.y * ${u(R)};\n` +
+    `  float ${ks.map((k) => `s${k} = ${f(0)}`).join(', ')};\n` +
+    `  for (uint j = 0u; j < ${u(R)}; j += ${u(ROW_UNROLL)}) {\n    const uint r = r0 + j;\n` +
+    // every row's loads first (a row past the end reads the last row again and stores nothing)
+    As.map((a) => `    const uint q${a} = ${d.imin(rowAt(a), u(rows - 1))} * ${u(C8)} + c;\n` +
+      `    ${d.load8(t(dy), 'dy', `q${a}`, ks.map((k) => `d${a}_${k}`))}\n    ${d.load8(t(x), 'x', `q${a}`, ks.map((k) => `v${a}_${k}`))}\n`).join('') +
+    As.map((a) => `    ${guard(a)}{\n` +
+      `      const float ${ks.map((k) => `e${k} = ${stored(sub(gradE, a, k))}`).join(', ')};\n` +
+      `      ${d.store8(t(dx), 'dx', `q${a}`, ks.map((k) => `e${k}`))}\n` +
+      (fwd === undefined ? '' : `      ${d.store8(t(fwd), 'y', `q${a}`, ks.map((k) => sub(fwdE, a, k)))}\n`) +
+      `      ${ks.map((k) => `s${k} += e${k};`).join(' ')}\n    }\n`).join('') +
+    `  }\n` +
+    (G === 1
+      ? `  ${ks.map((k) => writeF(d, g, sum, 'dsum', `8u * c + ${u(k)}`, `s${k}`)).join(' ')}\n`
+      : `  ${ks.map((k) => `mpsc_scratch[tgid.y * ${u(D)} + 8u * c + ${u(k)}] = s${k};`).join(' ')}\n`);
+  const first = kernelSpec(ctx, g, n, args, {
+    groups: [NC, G, 1], tgsize: [T, 1, 1], tgmem: 0, sync: true, ...(G === 1 ? {} : { scratch: G * D * 4 }), body,
+  }, ` [dx${fwd === undefined ? '' : ' and f(x)'} by 16-byte vectors, 8 columns per thread over ${R} rows, and dx's column sums${G === 1 ? '' : ` (partials of ${G} row blocks)`}]`);
+  return G === 1 ? [first] : [first, blockSumsFinish(ctx, g, n, [{ arg: 'dsum', out: sum }], D, G)];
+}
+
 /** adam_update (compiler/kernels/optim.ts's statements per element, its bias corrections once per thread); null below MIN_WIDE */
 function wideAdam(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
   const ins = n.inputs, count = numel(shapeOf(g, ins[0]));
@@ -217,7 +285,7 @@ function isHalfOrF32(g: Graph, ids: number[]): boolean {
 export function sharedWithGradForward(): GpuLowering {
   const shared = GPU_KERNELS.unary_grad;
   if (shared === 'cpu') throw new Error('internal: unary_grad has no shared GPU kernel');
-  return (ctx, g, n) => (n.attrs.fwd_out === true ? [gradWithForward(ctx, g, n)] : shared(ctx, g, n));
+  return (ctx, g, n) => (n.attrs.sum_out === true ? gradWithSums(ctx, g, n) : n.attrs.fwd_out === true ? [gradWithForward(ctx, g, n)] : shared(ctx, g, n));
 }
 
 /** the registry entry of op: this kernel where it serves the node, else the shared kernel */
@@ -225,6 +293,7 @@ export function wideOr(op: 'unary' | 'unary_grad' | 'binary' | 'cast' | 'adam_up
   const shared = GPU_KERNELS[op];
   if (shared === 'cpu') throw new Error(`internal: ${op} has no shared GPU kernel`);
   return (ctx, g, n) => {
+    if (n.op === 'unary_grad' && n.attrs.sum_out === true) return gradWithSums(ctx, g, n);
     const k = lowerWideElementwiseCuda(ctx, g, n);
     return k ? [k] : shared(ctx, g, n);
   };

@@ -94,6 +94,14 @@
  *     gemm_cuda.ts's small tiles), where a library call without such an epilogue would need the same extra kernel;
  *     and rematerialisation (remat.ts), which looks for the `unary` nodes, only acts on large programs. The CPU takes
  *     rule 12 alone, for relu at any size (sgemm.h's Epilogue::mask; caps.smallEpilogues.preOut false).
+ * 14. a bias gradient into the unary gradient writing what it sums (caps.unaryGradBiasSum; after rule 4, before rule 8):
+ *     S = `sum_to` of the output 0 dx (any float [..., D], D a multiple of caps.multipleOf and at most caps.maxD, at least
+ *     caps.minElements elements) of U = a `unary_grad` without fusion attrs, over every leading dim (shape [D], f32): S
+ *     disappears and U, attr `sum_out: true`, writes S's output as its output 1 (dx's column sums; grad_fwd.ts may then
+ *     add `fwd_out`, whose f(x) comes after it). The sums are of dx as stored (rounded when dx is 16-bit), as S read it:
+ *     the same sum in another order (codegen-cuda/wide_ew_cuda.ts: each thread's columns over its rows, then the blocks'
+ *     partials in order), within rounding, not bitwise. For GPT-2 the fc bias gradient, which rule 8 would otherwise
+ *     give the weight-gradient GEMM (cuBLASLt's BGRADB epilogue: ~47 us more per call on an H100 than the plain call).
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -141,6 +149,9 @@ export interface FusionCaps {
   addLayernorm?: { maxD: number; add?: boolean; grad?: boolean; biasSum?: boolean; halfOut?: boolean };
   /** rule 8: a bias gradient (sum_to over the rows) into the weight-gradient matmul reading the same rows */
   matmulBiasGrad?: boolean;
+  /** rule 14: a bias gradient (sum_to over the rows) into the unary_grad writing what it sums, for rows of D (a multiple of
+   *  multipleOf, at most maxD) and at least minElements elements */
+  unaryGradBiasSum?: { multipleOf: number; maxD: number; minElements: number };
   /** rule 9: a conv bias gradient (sum_to over N, H, W) into the global_avgpool_grad / the conv2d_grad_input writing what it sums */
   poolGradBiasSum?: boolean;
   convGradBiasSum?: boolean;
@@ -163,6 +174,8 @@ export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool
 export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
 /** the ops that may carry `add_out` (+ the `addend` input, added to output 0), and with it `sum_out` (+ output 0's column sums as the last output) */
 export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
+/** the ops that may carry `sum_out` without `add_out` (+ output 0's column sums as output 1: rule 14) */
+export const SUM_OUT_OPS: readonly OpName[] = ['unary_grad'];
 /** the ops that may carry `a_sums` (+ input 0's column sums as the last output: rule 8) */
 export const A_SUMS_OPS: readonly OpName[] = ['matmul'];
 /** the ops that may carry `c_sums` (+ output 0's channel sums, over N, H, W, as the last output: rule 9) */
@@ -226,7 +239,7 @@ export function unfusedAttrs(n: Node): Record<string, AttrValue> {
  *            `unary_grad relu` with input `maskInput` (the last one) as the mask (relu_grad; rule 12's `grad_fn`:
  *            `unary_grad` of that fn with the last input as its x), or
  *            through `binary add` with input `addendInput` (the last one; add_out);
- *  - `sumOut`: after `post`, output `sumOut` (the last one, or the one before `halfOut`) is output 0 summed over the
+ *  - `sumOut`: after `post`, output `sumOut` (the last one, or the one before `halfOut`; a unary_grad's output 1) is output 0 (as stored: rounded when 16-bit) summed over the
  *            dims `sumAxes` (`sum_to`): every dim but its last (sum_out) or N, H and W (c_sums); the core has the
  *            node's outputs before it;
  *  - `halfOut`: after `post`, output `halfOut` (the last one) is output 0 again, stored in its 16-bit type (`cast`;
@@ -280,6 +293,8 @@ export function fusedParts(n: Node): FusedParts | null {
   }
   if (n.attrs.add_in === true) return { coreInputs: n.inputs.length - 1, add: { input: n.inputs.length - 1, output: n.outputs.length - 1 } };
   if (n.attrs.a_sums === true) return { coreInputs: n.inputs.length, aSums: n.outputs.length - 1 };
+  // sum_out on a unary_grad (rule 14): dx's column sums as output 1, before fwd_out's f(x) when both
+  if (n.attrs.sum_out === true) return { coreInputs: n.inputs.length, sumOut: 1, ...(n.attrs.fwd_out === true ? { fwdOut: 2 } : {}) };
   if (n.attrs.fwd_out === true) return { coreInputs: n.inputs.length, fwdOut: n.outputs.length - 1 };
   return null;
 }
@@ -494,21 +509,43 @@ function fuseLayernormGradAdd(g: Graph, w: Work, caps: NonNullable<FusionCaps['a
   }
 }
 
+/** the `sum_to` reading value `out` ([..., D]) over every leading dim into an f32 [D] (a bias gradient), or undefined */
+function rowSumOf(g: Graph, w: Work, out: number): Node | undefined {
+  const shape = g.values[out].shape, D = shape[shape.length - 1];
+  const leading = JSON.stringify(shape.slice(0, -1).map((_, i) => i));
+  return (w.readers.get(out) ?? []).map((id) => w.nodes[id]!).find((S) => {
+    if (S.op !== 'sum_to' || S.inputs[0] !== out) return false;
+    const sv = g.values[S.outputs[0]], axes = S.attrs.axes;
+    return sv.dtype === 'f32' && sv.shape.length === 1 && sv.shape[0] === D && JSON.stringify(S.attrs.shape) === JSON.stringify([D]) &&
+      (axes === undefined || JSON.stringify(axes) === leading);
+  });
+}
+
+/** node F (in w) takes S's output as its last output with attr `sum_out: true`; S goes */
+function takeRowSum(w: Work, F: Node, S: Node): void {
+  w.nodes[F.id] = { ...F, outputs: [...F.outputs, S.outputs[0]], attrs: { ...F.attrs, sum_out: true } };
+  w.nodes[S.id] = null;
+  w.changed = true;
+  w.readers = readersOf(w.nodes);
+}
+
 /** rule 7 */
 function fuseLayernormGradBiasSum(g: Graph, w: Work): void {
   for (const L of w.nodes) {
     if (!L || L.op !== 'layernorm_grad' || L.attrs.add_out !== true || L.attrs.sum_out !== undefined) continue;
-    const out = L.outputs[0], shape = g.values[out].shape, D = shape[shape.length - 1];
-    const S = (w.readers.get(out) ?? []).map((id) => w.nodes[id]!).find((n) => n.op === 'sum_to' && n.inputs[0] === out);
-    if (!S) continue;
-    const sv = g.values[S.outputs[0]], axes = S.attrs.axes;
-    const leading = shape.slice(0, -1).map((_, i) => i);
-    if (sv.dtype !== 'f32' || sv.shape.length !== 1 || sv.shape[0] !== D || JSON.stringify(S.attrs.shape) !== JSON.stringify([D])) continue;
-    if (axes !== undefined && JSON.stringify(axes) !== JSON.stringify(leading)) continue;
-    w.nodes[L.id] = { ...L, outputs: [...L.outputs, S.outputs[0]], attrs: { ...L.attrs, sum_out: true } };
-    w.nodes[S.id] = null;
-    w.changed = true;
-    w.readers = readersOf(w.nodes);
+    const S = rowSumOf(g, w, L.outputs[0]);
+    if (S) takeRowSum(w, L, S);
+  }
+}
+
+/** rule 14 */
+function fuseUnaryGradBiasSum(g: Graph, w: Work, caps: NonNullable<FusionCaps['unaryGradBiasSum']>): void {
+  for (const U of w.nodes) {
+    if (!U || U.op !== 'unary_grad' || U.outputs.length !== 1 || Object.keys(U.attrs).some((k) => FUSION_FLAGS.has(k))) continue;
+    const dx = U.outputs[0], shape = g.values[dx].shape, D = shape[shape.length - 1];
+    if (shape.length < 2 || g.values[dx].dtype === 'i32' || D % caps.multipleOf !== 0 || D > caps.maxD || numel(shape) < caps.minElements) continue;
+    const S = rowSumOf(g, w, dx);
+    if (S) takeRowSum(w, U, S);
   }
 }
 
@@ -599,7 +636,7 @@ function productMacs(g: Graph, n: Node): number {
 /** rule 12 */
 function fuseGradEpilogues(g: Graph, w: Work, caps: NonNullable<FusionCaps['smallEpilogues']>): void {
   for (const U of w.nodes) {
-    if (!U || U.op !== 'unary_grad' || U.attrs.fwd_out !== undefined) continue;
+    if (!U || U.op !== 'unary_grad' || U.attrs.fwd_out !== undefined || U.attrs.sum_out !== undefined) continue;
     const fn = String(U.attrs.fn);
     const [gv, x] = U.inputs;
     if (!isUnaryFn(fn) || !caps.fns.includes(fn) || gv === x || g.values[gv].dtype !== 'f32' || w.outputs.has(gv)) continue;
@@ -648,6 +685,8 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
     if (al.grad !== false) fuseLayernormGradAdd(g, w, al);
     if (al.biasSum !== false) fuseLayernormGradBiasSum(g, w);
   }
+  // rule 14 before rule 8: a unary gradient's bias sum in its own kernel rather than in the GEMM reading it
+  if (caps.unaryGradBiasSum) fuseUnaryGradBiasSum(g, w, caps.unaryGradBiasSum);
   if (caps.matmulBiasGrad) fuseMatmulBiasGrad(g, w);
   const sumOps = [...(caps.poolGradBiasSum ? ['global_avgpool_grad'] : []), ...(caps.convGradBiasSum ? ['conv2d_grad_input'] : [])];
   if (sumOps.length > 0) fuseGradBiasSum(g, w, sumOps);

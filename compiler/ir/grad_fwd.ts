@@ -9,12 +9,14 @@
  * Produces: the same Program object when nothing applies, else a new one (the input is not changed): for
  *           each pair C = `unary` {fn, attrs} (y = f(x)) and U = `unary_grad` {fn, same attrs} (dx = f'(x) dy)
  *           after C, where dy is written before C (or is an input / persistent value) and neither dx nor y
- *           is a program output: U moves to C's place with attr `fwd_out: true` and y as its last output,
+ *           is a program output (U may carry fuse.ts rule 14's `sum_out`, its column sums as output 1, which then
+ *           also move): U moves to C's place with attr `fwd_out: true` and y as its last output,
  *           C and U's old place are gone. Value ids are kept, node ids renumbered. Exact: the same two
  *           formulas on the same values (fuse.ts `fusedParts`: the grad, then the unary of input 1).
  * Relies on: SSA and topological order (verify.ts). Moving U earlier reorders no read: its inputs are
  *           written before C, and its output's readers all come after U's old place.
  */
+import { unfusedAttrs } from './fuse.js';
 import type { Program } from './graph.js';
 
 export function pairGradWithForward(p: Program): Program {
@@ -28,11 +30,13 @@ export function pairGradWithForward(p: Program): Program {
   g.nodes.forEach((C, ci) => {
     if (C.op !== 'unary' || outputs.has(C.outputs[0]) || C.inputs.length !== 1) return;
     const x = C.inputs[0];
-    const ui = g.nodes.findIndex((U, i) => i > ci && !drop.has(i) && U.op === 'unary_grad' && U.inputs[1] === x && U.outputs.length === 1 &&
-      U.attrs.fwd_out === undefined && sameAttrs(U.attrs, C.attrs) && !outputs.has(U.outputs[0]) && (writer.get(U.inputs[0]) ?? -1) < ci);
+    // U as fuse.ts left it: plain, or with its column sums (rule 14, `sum_out`: output 1, which stays before f(x))
+    const ui = g.nodes.findIndex((U, i) => i > ci && !drop.has(i) && U.op === 'unary_grad' && U.inputs[1] === x &&
+      U.outputs.length === (U.attrs.sum_out === true ? 2 : 1) && U.attrs.fwd_out === undefined && sameAttrs(unfusedAttrs(U), C.attrs) &&
+      !U.outputs.some((o) => outputs.has(o)) && (writer.get(U.inputs[0]) ?? -1) < ci);
     if (ui < 0) return;
     const U = g.nodes[ui];
-    nodes[ci] = { ...U, outputs: [U.outputs[0], C.outputs[0]], attrs: { ...U.attrs, fwd_out: true } };
+    nodes[ci] = { ...U, outputs: [...U.outputs, C.outputs[0]], attrs: { ...U.attrs, fwd_out: true } };
     drop.add(ui);
     changed = true;
   });

@@ -17,7 +17,8 @@
  *    shape; `relu_in` only on global_avgpool; `add_in` only on layernorm, exactly when it has the
  *    extra last input `addend` (a float of x's shape) and extra last output (the sum: f32, x's shape);
  *    `add_out` only on layernorm_grad, exactly with the extra last input `addend` (output 0's shape);
- *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums);
+ *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums), or on
+ *    unary_grad, exactly with output 1 (f32 [D]: output 0's column sums, fuse.ts rule 14; before fwd_out's f(x));
  *    `half_out` ('f16' | 'bf16') only with add_out, exactly with one more extra last output (output 0's shape in
  *    that type: output 0 rounded, fuse.ts rule 11), after sum_out's when both;
  *    `a_sums` only on a matmul {transA: true} of 2-D operands, exactly with an extra last output
@@ -45,7 +46,7 @@
  */
 import { OPS, type OpDef, type ShapeCtx, isOpName, opDef } from './ops.js';
 import { isHalf, isPersistent, type Graph, type Node, type Value } from './graph.js';
-import { A_SUMS_OPS, C_SUMS_OPS, POOL_OUT_OPS, ADD_IN_OPS, ADD_OUT_OPS, EPILOGUE_ATTR, FWD_OUT_OPS, EPILOGUE_OPS, GRAD_FN_ATTR, GRAD_FN_OPS, PRE_OUT_OPS, RELU_GRAD_OPS, RELU_IN_OPS } from './fuse.js';
+import { A_SUMS_OPS, C_SUMS_OPS, POOL_OUT_OPS, ADD_IN_OPS, ADD_OUT_OPS, EPILOGUE_ATTR, FWD_OUT_OPS, EPILOGUE_OPS, GRAD_FN_ATTR, GRAD_FN_OPS, PRE_OUT_OPS, RELU_GRAD_OPS, RELU_IN_OPS, SUM_OUT_OPS } from './fuse.js';
 import { UNARY_FNS_TABLE, isUnaryFn } from './scalar_fns.js';
 import { pairOf } from './shapes.js';
 
@@ -84,10 +85,12 @@ export function graphProblems(graph: Graph): string[] {
       (n.attrs.c_sums === true && (C_SUMS_OPS as readonly string[]).includes(n.op)) || (n.attrs.pool_out === true && (POOL_OUT_OPS as readonly string[]).includes(n.op)) ||
       (n.attrs.fwd_out === true && (FWD_OUT_OPS as readonly string[]).includes(n.op));
     const halfOut = addOut && n.attrs.half_out !== undefined;
+    // a unary gradient's column sums (rule 14): output 1, one more extra output beside fwd_out's
+    const gradSum = n.attrs.sum_out === true && (SUM_OUT_OPS as readonly string[]).includes(n.op);
     // rule 12's x (an extra last input) and rule 13's product before the epilogue (an extra last output)
     const gradFn = n.attrs[GRAD_FN_ATTR] !== undefined && (GRAD_FN_OPS as readonly string[]).includes(n.op);
     const preOut = n.attrs.pre_out === true && (PRE_OUT_OPS as readonly string[]).includes(n.op);
-    const extras = (addIn || extraOut || preOut ? 1 : 0) + (halfOut ? 1 : 0);
+    const extras = (addIn || extraOut || preOut ? 1 : 0) + (halfOut ? 1 : 0) + (gradSum ? 1 : 0);
     const ins = addIn || addOut || gradFn ? n.inputs.slice(0, -1) : n.inputs, outs = extras ? n.outputs.slice(0, -extras) : n.outputs;
     const variadic = def.inputs.includes('...');
     if (variadic) {
@@ -198,10 +201,11 @@ function fusionProblems(graph: Graph, n: Node): string[] {
     if (!hv || hv.dtype !== ho || !eq(hv.shape, y.shape)) out.push(`${where}: the 16-bit copy is ${hv ? `${hv.dtype}${fmt(hv.shape)}` : 'absent'}, expected ${ho}${fmt(y.shape)} (output 0's shape)`);
   }
   const so = n.attrs.sum_out;
-  if (so !== undefined && (ao !== true || so !== true)) out.push(`${where}: sum_out is only \`true\` with add_out`);
+  const ownSum = (SUM_OUT_OPS as readonly string[]).includes(n.op);
+  if (so !== undefined && ((ao !== true && !ownSum) || so !== true)) out.push(`${where}: sum_out is only \`true\`, with add_out or on ${SUM_OUT_OPS.join(', ')}`);
   else if (so === true) {
-    const y = graph.values[n.outputs[0]], sv = graph.values[n.outputs[n.outputs.length - 1 - (ho !== undefined ? 1 : 0)]];
-    if (sv.dtype !== 'f32' || !eq(sv.shape, y.shape.slice(-1))) out.push(`${where}: the column sums are ${sv.dtype}${fmt(sv.shape)}, expected f32${fmt(y.shape.slice(-1))}`);
+    const y = graph.values[n.outputs[0]], sv = graph.values[n.outputs[ownSum ? 1 : n.outputs.length - 1 - (ho !== undefined ? 1 : 0)]];
+    if (!sv || sv.dtype !== 'f32' || !eq(sv.shape, y.shape.slice(-1))) out.push(`${where}: the column sums are ${sv ? `${sv.dtype}${fmt(sv.shape)}` : 'absent'}, expected f32${fmt(y.shape.slice(-1))}`);
   }
   const gf = n.attrs[GRAD_FN_ATTR];
   if (gf !== undefined && (!(GRAD_FN_OPS as readonly string[]).includes(n.op) || typeof gf !== 'string' || !isUnaryFn(gf))) out.push(`${where}: grad_fn is only a unary fn's name, on ${GRAD_FN_OPS.join(', ')}`);

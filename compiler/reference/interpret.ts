@@ -105,9 +105,11 @@ export function runNode(graph: Graph, node: Node, env: Env, scalars: StepScalars
       outputs[0] = exec(REFERENCE_OPS.unary_grad, post.attrs, [outputs[0], inputs[k]], [outShapes[0], inShapes[k]], [outShapes[0]])[0];
     }
     if (parts.sumOut !== undefined) {
-      // output 0 summed over sumAxes, by default every dim but its last (a bias gradient: sum_to)
-      const s0 = outShapes[0], to = outShapes[parts.sumOut];
-      outputs[parts.sumOut] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: parts.sumAxes ?? s0.slice(0, -1).map((_, i) => i) }, [outputs[0]], [s0], [to])[0];
+      // output 0 as stored (rounded when 16-bit: what the sum_to read) summed over sumAxes, by default every dim but its
+      // last (a bias gradient: sum_to)
+      const s0 = outShapes[0], to = outShapes[parts.sumOut], t0 = graph.values[node.outputs[0]].dtype;
+      const stored = t0 === 'f16' || t0 === 'bf16' ? outputs[0].map((x) => roundToHalf(x, t0)) : outputs[0];
+      outputs[parts.sumOut] = exec(REFERENCE_OPS.sum_to, { shape: to, axes: parts.sumAxes ?? s0.slice(0, -1).map((_, i) => i) }, [stored], [s0], [to])[0];
     }
     // output 0 again, stored in its 16-bit type (rounded below, as a cast stores it: half_out)
     if (parts.halfOut !== undefined) outputs[parts.halfOut] = Float64Array.from(outputs[0]);

@@ -36,7 +36,8 @@ typedef unsigned int uint;
 struct uint3 { uint x, y, z; };
 struct int2 { int x, y; };
 struct float2 { float x, y; };
-struct float4 { float x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };
+static inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 static inline uint3 make_uint3(uint x, uint y, uint z) { return uint3{x, y, z}; }
 static uint3 threadIdx, blockIdx, blockDim, gridDim;
 using std::min;
