@@ -17,7 +17,7 @@ import { smallEpiOn } from '../compiler/codegen-cuda/fusions.js';
 import { smallGenMode } from '../compiler/codegen-cuda/cublaslt.js';
 import { cudaLanes, reuseGap } from '../compiler/codegen-cuda/lanes.js';
 import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
-import { ewVec } from '../compiler/codegen-cuda/wide_ew_cuda.js';
+import { ewVec, gradSumBlocks } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, ltTuneChoice, ltTuneFile, tf32x3Choice, wgmmaArchCheck } from '../runtime/cuda/session.js';
@@ -97,6 +97,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_TF32X3_CHUNK_TILES', tf32x3ChunkTiles, false],
     ['MPSC_CUDA_TF32X3_KMAJOR', tf32x3KMajor, true],
     ['MPSC_CUDA_SMALL_EPI', smallEpiOn, true],
+    ['MPSC_CUDA_GRAD_SUM_BLOCKS', gradSumBlocks, 512],
   ];
   for (const [name, read, dflt] of readers) {
     it(name, () => {

@@ -32,7 +32,7 @@ import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs 
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { GPU_KERNELS, type GpuLowering } from '../kernels/registry.js';
 import { argOf, boolAttr, ceilDiv, elemOf, EW_THREADS, kernelSpec, numAttr, numel, readF, scalarExpr, shapeOf, writeF } from '../kernels/common.js';
-import { envFlag } from '../env_switch.js';
+import { envFlag, envInts } from '../env_switch.js';
 import { isHalfElem, isVecElem, type HalfElem, type VecElem } from '../kernels/dialect.js';
 import { blockSumsFinish } from './layernorm_cuda.js';
 import { unaryFwd } from '../kernels/elementwise.js';
@@ -188,8 +188,17 @@ function gradWithForward(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
     (k, i) => `${writeF(ctx.d, g, dx, 'dx', i, sub(grad, k))} ${writeF(ctx.d, g, y, 'y', i, sub(fwd, k))}`);
 }
 
-/** rows of a unary gradient's column sums each block takes at most: up to SUM_ROW_BLOCKS row blocks, ROW_UNROLL rows' loads at once */
-const SUM_ROW_BLOCKS = 512, ROW_UNROLL = 4;
+/** rows' loads a thread of gradWithSums issues at once */
+const ROW_UNROLL = 4;
+
+/**
+ * MPSC_CUDA_GRAD_SUM_BLOCKS (build time, 32..4096, default 512): how many row blocks gradWithSums splits the rows into
+ * at most (each block's column sums a partial that blockSumsFinish adds). Measured on an H200 (GPT-2 bf16, bench/NOTES.md
+ * v39): at 512 the gelu gradient with its sums 127 us, the finish 12 us.
+ */
+export function gradSumBlocks(): number {
+  return envInts('MPSC_CUDA_GRAD_SUM_BLOCKS', 1, 32, 4096, [512], 'row blocks of a unary gradient\'s column sums')[0];
+}
 
 /**
  * unary_grad with `sum_out` (fuse.ts rule 14: dx's column sums over its rows, a linear's bias gradient, as output 1), with
@@ -214,7 +223,7 @@ function gradWithSums(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
   }
   const d = ctx.d, u = (k: number) => d.u(k), f = (v: number) => d.f(v);
   const C8 = D / 8, T = [256, 128, 64, 32].find((t) => C8 % t === 0)!, NC = C8 / T;
-  const R = ceilDiv(rows, Math.min(rows, SUM_ROW_BLOCKS)), G = ceilDiv(rows, R);
+  const R = ceilDiv(rows, Math.min(rows, gradSumBlocks())), G = ceilDiv(rows, R);
   const t = (id: number) => elemOf(g, id) as VecElem;
   const gradE = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
   const fwdE = unaryFwd(ctx, n, 'v');
