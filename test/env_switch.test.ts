@@ -18,6 +18,7 @@ import { smallGenMode } from '../compiler/codegen-cuda/cublaslt.js';
 import { cudaLanes, reuseGap } from '../compiler/codegen-cuda/lanes.js';
 import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
 import { ewVec, gradSumBlocks } from '../compiler/codegen-cuda/wide_ew_cuda.js';
+import { finishMode } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, ltTuneChoice, ltTuneFile, tf32x3Choice, wgmmaArchCheck } from '../runtime/cuda/session.js';
@@ -98,6 +99,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_TF32X3_KMAJOR', tf32x3KMajor, true],
     ['MPSC_CUDA_SMALL_EPI', smallEpiOn, true],
     ['MPSC_CUDA_GRAD_SUM_BLOCKS', gradSumBlocks, 512],
+    ['MPSC_CUDA_LN_FINISH', finishMode, 'cols'],
   ];
   for (const [name, read, dflt] of readers) {
     it(name, () => {

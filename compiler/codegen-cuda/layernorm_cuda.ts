@@ -252,7 +252,7 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   }, ` [dx${addOut ? ' + the residual gradient' : ''}${half ? ' (and its 16-bit copy)' : ''}${vt ? ' by 16-byte vectors' : ''}, and dweight / dbias${P === 3 ? ' / its column sums' : ''} partials of ${RW} row${RW === 1 ? '' : 's'} per warp, ${G} block${G === 1 ? '' : 's'}]`);
   if (G === 1) return [first];
   // MPSC_CUDA_LN_FINISH=serial (build time): the thread-per-column chain (A/B)
-  const serial = envChoice('MPSC_CUDA_LN_FINISH', ['warp', 'serial'], 'warp') === 'serial';
+  const serial = finishMode() === 'serial';
   if (!serial) return [first, blockSumsFinish(ctx, g, n, sums, D, G)];
   const finish = elementwise(ctx, g, n, writes, D,
     `  // the ${G} blocks' sums of column i, in block order\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
@@ -262,18 +262,49 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
 }
 
 /**
+ * MPSC_CUDA_LN_FINISH (build time): how the blocks' partial column sums are added (blockSumsFinish). `cols` (default):
+ * a block per 32 slots, its warps taking consecutive runs of blocks, each warp reading 32 consecutive slots per block
+ * (one 128-byte line); `warp`: a warp per column (each lane every 32nd block: 32 lines a load, the slots a row apart);
+ * `serial` (layernorm_grad only): one thread per column adding all slots in a chain.
+ */
+export function finishMode(): 'cols' | 'warp' | 'serial' {
+  return envChoice('MPSC_CUDA_LN_FINISH', ['cols', 'warp', 'serial'], 'cols');
+}
+
+/**
  * The second kernel of a column sum kept as G blocks' partials: block b's P sums of D columns at mpsc_scratch[b * P * D +
- * j * D + c] (sum j, column c); writes each sum's D totals to its output (`sums[j]`: argument name, value id). A warp per
- * column: lane l adds the slots of blocks l, l + 32, ... in order (every load issued at once), then the warp's butterfly
- * sum (a fixed order). One thread per column adding all G slots in a chain of G dependent loads took 12-20 us at G = 256
- * (gpt_tiny, main fe774ce profile), several times the grad kernel itself; measured on the H200 (bench/NOTES.md, tinygemm):
- * graph steps gpt_tiny 0.920 -> 0.821 ms, gpt_char fp32 23.81 -> 23.63 ms. Serves layernorm_grad's partials and
- * wide_ew_cuda.ts's unary gradient column sums.
+ * j * D + c] (sum j, column c); writes each sum's D totals to its output (`sums[j]`: argument name, value id).
+ * `cols` (finishMode's default): the P * D slots of a block as one row, block x of the kernel taking slots 32 x .. 32 x + 31
+ * with S = min(32, G) warps: warp w adds blocks w Q .. w Q + Q - 1 in order (Q = ceil(G / S), every load issued at once;
+ * the 32 lanes read 32 consecutive slots, one line), then warp 0 adds the S warps' sums in warp order: a fixed order.
+ * The `warp` form (a warp per column, lane l adding the blocks l, l + 32, ... then the warp's butterfly sum) read one
+ * line per lane and load, the slots a row of P * D floats apart: 12.1 us for GPT-2's fc bias (512 x 3072 slots) and
+ * 8.7 us per layernorm gradient (256 x 2304) on an H200 (bench/NOTES.md v40). One thread per column adding all G slots
+ * in a chain took 12-20 us at G = 256 (gpt_tiny, main fe774ce profile); the warp form's graph steps, H200: gpt_tiny
+ * 0.920 -> 0.821 ms, gpt_char fp32 23.81 -> 23.63 ms. Serves layernorm_grad's partials and wide_ew_cuda.ts's unary
+ * gradient column sums.
  */
 export function blockSumsFinish(ctx: LowerCtx, g: Graph, n: Node, sums: readonly { arg: string; out: number }[], D: number, G: number): KernelSpec {
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
-  const P = sums.length, Q = ceilDiv(G, 32);
+  const P = sums.length, W = P * D;
   const writes = sums.map((x) => argOf(g, x.arg, x.out, 'w'));
+  if (finishMode() !== 'warp') {
+    const S = Math.min(32, G), Q = ceilDiv(G, S);
+    // slot w of the row: sum j = w / D, column w - j D
+    const store = sums.map((x, j) => `${j ? ' else ' : ''}${j < P - 1 ? `if (w < ${u((j + 1) * D)}) ` : ''}{ ${writeF(d, g, x.out, x.arg, j ? `w - ${u(j * D)}` : 'w', 't')} }`).join('');
+    const spec = kernelSpec(ctx, g, n, writes, {
+      groups: [ceilDiv(W, 32), 1, 1], tgsize: [32 * S, 1, 1], tgmem: 32 * S * 4, sync: true,
+      body:
+        `  // slots w = 32 tgid.x + l (l = tidx % 32) of the ${G} blocks' rows of ${W}: warp sg adds blocks sg * ${u(Q)} + q (q < ${u(Q)}) in order, then warp 0 the ${S} warps' sums in order\n` +
+        `  const uint w = tgid.x * 32u + tidx % 32u;\n  float t = ${f(0)};\n` +
+        `  if (w < ${u(W)}) {\n    #pragma unroll\n    for (uint q = 0u; q < ${u(Q)}; ++q) {\n      const uint b = sg * ${u(Q)} + q;\n` +
+        `      ${Q * S > G ? `if (b < ${u(G)}) ` : ''}t += mpsc_scratch[b * ${u(W)} + w];\n    }\n  }\n` +
+        `  tg[tidx] = t;\n  ${d.barrier()}\n` +
+        `  if (sg == 0u && w < ${u(W)}) {\n    t = ${f(0)};\n    for (uint k = 0u; k < ${u(S)}; ++k) t += tg[k * 32u + tidx];\n    ${store}\n  }\n`,
+    }, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks, 32 slots per block of ${S} warps]`);
+    return { ...spec, scratch: G * W * 4 };
+  }
+  const Q = ceilDiv(G, 32);
   const finish = elementwise(ctx, g, n, writes, 32 * D,
     `  // the ${G} blocks' sums of column c (warp c): its thread l adds blocks l + 32 q (q < ${Q}) in order, then the warp's sum\n` +
     `  const uint c = i / 32u, l = i % 32u;\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
@@ -282,5 +313,5 @@ export function blockSumsFinish(ctx: LowerCtx, g: Graph, n: Node, sums: readonly
     sums.map((_, j) => `  t${j} = ${d.simdSum(`t${j}`)};\n`).join('') +
     `  if (l == 0u) { ${sums.map((x, j) => writeF(d, g, x.out, x.arg, 'c', `t${j}`)).join(' ')} }\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks, a warp per column]`);
   // the warp sums are SIMD-group functions: declared with barriers (sync), so merge.ts leaves the kernel its own launch
-  return { ...finish, scratch: G * P * D * 4, sync: true };
+  return { ...finish, scratch: G * W * 4, sync: true };
 }
