@@ -9,9 +9,9 @@
  * (the prefetch's k offset dropped) and 3xTF32 reduced to plain TF32 (the lo products dropped) fail; the A/B variant
  * MPSC_CUDA_SMALL_PRESPLIT=1 (operands split once when staged) on the tile cases.
  * Where nvcc is found, the small kernels go through ptxas for sm_90a: no spills, no stack.
- * Also layernorm_cuda.ts's layernorm_grad over many blocks (its finish kernel, blockSumsFinish: each warp of a block adding a
- * run of the blocks' slots for 32 consecutive slots, then the warps' sums in order; and MPSC_CUDA_LN_FINISH=warp, a warp per
- * column with its butterfly sum) on the same emulator (warp shuffles included).
+ * Also layernorm_cuda.ts's layernorm_grad over many blocks (its finish kernel, blockSumsFinish: a warp per column adding the
+ * blocks' slots, every 32nd block per thread, then the warp's butterfly sum; and MPSC_CUDA_LN_FINISH=cols, each warp of a
+ * block adding a run of the blocks' slots for 32 consecutive slots, then the warps' sums in order) on the same emulator.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -199,21 +199,22 @@ describe.skipIf(!hasGxx)('layernorm_cuda.ts layernorm_grad (blockSumsFinish) on 
     const all = cudaLongCases().filter((c) => /layernorm_grad/.test(String(c.program.name)) && !/wide|half/.test(String(c.program.name)));
     const built = buildCuda(all.map((c) => c.program), 'ln_emu_labels', { merge: false });
     // each case's block count G (its finish kernel's label)
-    const G = built.lowered.map((lp) => Number(lp.kernels.map((k) => k.label.match(/sum of (\d+) blocks, 32 slots per block of \d+ warps/)?.[1]).find((x) => x) ?? 0));
+    const G = built.lowered.map((lp) => Number(lp.kernels.map((k) => k.label.match(/sum of (\d+) blocks, a warp per column/)?.[1]).find((x) => x) ?? 0));
     expect(G.every((x) => x > 1) && G.some((x) => x < 32) && G.some((x) => x > 32 && x % 32 !== 0)).toBe(true);
     expect(built.lowered.some((lp) => lp.kernels.some((k) => /dsum: sum of/.test(k.label)))).toBe(true);
     const r = runOnEmulator(all);
     expect(r).toHaveLength(9);
     expect(r.filter((x) => !(x.fp32 < TOL))).toEqual([]);
-    // negative control: each warp adding only the first block of its run fails exactly the cases of more than 32 blocks
+    // negative control: the finish's lanes adding only the first 32 blocks' slots fail exactly the cases of more blocks
     const short = runOnEmulator(all, (b) => b.replace(/for \(uint q = 0u; q < \d+u; \+\+q\)/g, 'for (uint q = 0u; q < 1u; ++q)'));
     expect(short.map((x) => x.fp32 > TOL)).toEqual(G.map((x) => x > 32));
-    // the warp-per-column form (MPSC_CUDA_LN_FINISH=warp, the A/B) too, and its negative control (lanes adding only the first 32 blocks)
-    withEnv('MPSC_CUDA_LN_FINISH', 'warp', () => {
-      expect(buildCuda(all.map((c) => c.program), 'ln_emu_warp', { merge: false }).lowered.every((lp) => lp.kernels.some((k) => /a warp per column\]$/.test(k.label)))).toBe(true);
+    // the by-lines form (MPSC_CUDA_LN_FINISH=cols, not yet timed on a GPU) too, and its negative control (each warp adding
+    // only the first block of its run)
+    withEnv('MPSC_CUDA_LN_FINISH', 'cols', () => {
+      expect(buildCuda(all.map((c) => c.program), 'ln_emu_cols', { merge: false }).lowered.every((lp) => lp.kernels.some((k) => /32 slots per block of \d+ warps\]$/.test(k.label)))).toBe(true);
       expect(runOnEmulator(all).filter((x) => !(x.fp32 < TOL))).toEqual([]);
-      const shortWarp = runOnEmulator(all, (b) => b.replace(/for \(uint q = 0u; q < \d+u; \+\+q\)/g, 'for (uint q = 0u; q < 1u; ++q)'));
-      expect(shortWarp.map((x) => x.fp32 > TOL)).toEqual(G.map((x) => x > 32));
+      const shortCols = runOnEmulator(all, (b) => b.replace(/for \(uint q = 0u; q < \d+u; \+\+q\)/g, 'for (uint q = 0u; q < 1u; ++q)'));
+      expect(shortCols.map((x) => x.fp32 > TOL)).toEqual(G.map((x) => x > 32));
     });
   }, 900_000);
 });
@@ -223,7 +224,7 @@ describe.skipIf(!hasGxx)('wide_ew_cuda.ts unary gradient with its column sums (f
     const all = gradSumCases(makeRng(7)).filter((c) => /_f32$/.test(String(c.program.name)));
     const built = buildCuda(all.map((c) => c.program), 'grad_sum_emu_labels', { merge: false });
     const labels = built.lowered[0].kernels.map((k) => k.label).join(' | ');
-    expect(labels).toMatch(/over 3 rows, and dx's column sums \(partials of 344 row blocks\).*dsum: sum of 344 blocks, 32 slots per block of 32 warps/);
+    expect(labels).toMatch(/over 3 rows, and dx's column sums \(partials of 344 row blocks\).*dsum: sum of 344 blocks, a warp per column/);
     expect(runOnEmulator(all).map((x) => x.fp32 < TOL)).toEqual([true]);
     // negative control: the third row of each unrolled group dropped from the sums (its dx still stored)
     const short = runOnEmulator(all, (b) => b.replace(/if \(j \+ 2u < 3u && r \+ 2u < 1030u\) \{/, 'if (false) {'));

@@ -99,7 +99,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_TF32X3_KMAJOR', tf32x3KMajor, true],
     ['MPSC_CUDA_SMALL_EPI', smallEpiOn, true],
     ['MPSC_CUDA_GRAD_SUM_BLOCKS', gradSumBlocks, 512],
-    ['MPSC_CUDA_LN_FINISH', finishMode, 'cols'],
+    ['MPSC_CUDA_LN_FINISH', finishMode, 'warp'],
   ];
   for (const [name, read, dflt] of readers) {
     it(name, () => {

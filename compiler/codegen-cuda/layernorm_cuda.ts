@@ -262,24 +262,25 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
 }
 
 /**
- * MPSC_CUDA_LN_FINISH (build time): how the blocks' partial column sums are added (blockSumsFinish). `cols` (default):
- * a block per 32 slots, its warps taking consecutive runs of blocks, each warp reading 32 consecutive slots per block
- * (one 128-byte line); `warp`: a warp per column (each lane every 32nd block: 32 lines a load, the slots a row apart);
+ * MPSC_CUDA_LN_FINISH (build time): how the blocks' partial column sums are added (blockSumsFinish). `warp` (default): a
+ * warp per column (each lane every 32nd block: a line per lane and load, the slots a row apart); `cols`: a block per 32
+ * slots, its warps taking consecutive runs of blocks, each warp reading 32 consecutive slots per block (one 128-byte
+ * line): checked on the CPU thread emulator only, not yet on a GPU nor timed (bench/NOTES.md v40), so not the default;
  * `serial` (layernorm_grad only): one thread per column adding all slots in a chain.
  */
 export function finishMode(): 'cols' | 'warp' | 'serial' {
-  return envChoice('MPSC_CUDA_LN_FINISH', ['cols', 'warp', 'serial'], 'cols');
+  return envChoice('MPSC_CUDA_LN_FINISH', ['warp', 'cols', 'serial'], 'warp');
 }
 
 /**
  * The second kernel of a column sum kept as G blocks' partials: block b's P sums of D columns at mpsc_scratch[b * P * D +
  * j * D + c] (sum j, column c); writes each sum's D totals to its output (`sums[j]`: argument name, value id).
- * `cols` (finishMode's default): the P * D slots of a block as one row, block x of the kernel taking slots 32 x .. 32 x + 31
+ * `cols` (MPSC_CUDA_LN_FINISH=cols, finishMode): the P * D slots of a block as one row, block x of the kernel taking slots 32 x .. 32 x + 31
  * with S = min(32, G) warps: warp w adds blocks w Q .. w Q + Q - 1 in order (Q = ceil(G / S), every load issued at once;
  * the 32 lanes read 32 consecutive slots, one line), then warp 0 adds the S warps' sums in warp order: a fixed order.
- * The `warp` form (a warp per column, lane l adding the blocks l, l + 32, ... then the warp's butterfly sum) read one
- * line per lane and load, the slots a row of P * D floats apart: 12.1 us for GPT-2's fc bias (512 x 3072 slots) and
- * 8.7 us per layernorm gradient (256 x 2304) on an H200 (bench/NOTES.md v40). One thread per column adding all G slots
+ * The `warp` form (the default: a warp per column, lane l adding the blocks l, l + 32, ... then the warp's butterfly sum)
+ * reads one line per lane and load, the slots a row of P * D floats apart: 12.1 us for GPT-2's fc bias (512 x 3072 slots)
+ * and 8.7 us per layernorm gradient (256 x 2304) on an H200 (bench/NOTES.md v40). One thread per column adding all G slots
  * in a chain took 12-20 us at G = 256 (gpt_tiny, main fe774ce profile); the warp form's graph steps, H200: gpt_tiny
  * 0.920 -> 0.821 ms, gpt_char fp32 23.81 -> 23.63 ms. Serves layernorm_grad's partials and wide_ew_cuda.ts's unary
  * gradient column sums.
@@ -288,7 +289,7 @@ export function blockSumsFinish(ctx: LowerCtx, g: Graph, n: Node, sums: readonly
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
   const P = sums.length, W = P * D;
   const writes = sums.map((x) => argOf(g, x.arg, x.out, 'w'));
-  if (finishMode() !== 'warp') {
+  if (finishMode() === 'cols') {
     const S = Math.min(32, G), Q = ceilDiv(G, S);
     // slot w of the row: sum j = w / D, column w - j D
     const store = sums.map((x, j) => `${j ? ' else ' : ''}${j < P - 1 ? `if (w < ${u((j + 1) * D)}) ` : ''}{ ${writeF(d, g, x.out, x.arg, j ? `w - ${u(j * D)}` : 'w', 't')} }`).join('');
