@@ -28,14 +28,14 @@
  */
 import type { Graph, Node } from '../ir/graph.js';
 import { isHalf } from '../ir/graph.js';
-import { BINARY_FNS_TABLE, UNARY_FNS_TABLE, isBinaryFn, isUnaryFn, unaryFnAttrs } from '../ir/scalar_fns.js';
+import { BINARY_FNS_TABLE, isBinaryFn, isUnaryFn } from '../ir/scalar_fns.js';
 import type { KernelArg, KernelSpec, LowerCtx } from '../kernels/kernel_types.js';
 import { GPU_KERNELS, type GpuLowering } from '../kernels/registry.js';
 import { argOf, boolAttr, ceilDiv, elemOf, EW_THREADS, kernelSpec, numAttr, numel, readF, scalarExpr, shapeOf, writeF } from '../kernels/common.js';
 import { envFlag, envInts } from '../env_switch.js';
 import { isHalfElem, isVecElem, type HalfElem, type VecElem } from '../kernels/dialect.js';
 import { blockSumsFinish } from './layernorm_cuda.js';
-import { unaryFwd } from '../kernels/elementwise.js';
+import { unaryFwd, unaryGradExpr } from '../kernels/elementwise.js';
 
 /** elements per thread */
 export const PER_THREAD = 8;
@@ -55,7 +55,7 @@ function formOf(ctx: LowerCtx, g: Graph, n: Node): { loads: Load[]; expr: string
     case 'unary_grad': {
       const fn = String(n.attrs.fn);
       if (!isUnaryFn(fn)) return null;
-      const expr = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+      const expr = unaryGradExpr(ctx, n);
       const loads = [{ v: 'd', id: ins[0], name: 'dy' }, ...(/\bv\b/.test(expr) ? [{ v: 'v', id: ins[1], name: 'x' }] : [])];
       return { loads, expr, args: [a(ins[0], 'dy', 'r'), a(ins[1], 'x', 'r'), a(o, 'dx', 'w')], out: 'dx' };
     }
@@ -173,10 +173,8 @@ function vecKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: n
  * x and dy read once.
  */
 function gradWithForward(ctx: LowerCtx, g: Graph, n: Node): KernelSpec {
-  const fn = String(n.attrs.fn);
-  if (!isUnaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown unary fn '${fn}'`);
   const [dy, x] = n.inputs, [dx, y] = n.outputs;
-  const grad = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+  const grad = unaryGradExpr(ctx, n);
   const fwd = unaryFwd(ctx, n, 'v');
   const args = [argOf(g, 'dy', dy, 'r'), argOf(g, 'x', x, 'r'), argOf(g, 'dx', dx, 'w'), argOf(g, 'y', y, 'w')];
   const sub = (e: string, k: number) => e.replace(/\bv\b/g, `v${k}`).replace(/\bd\b/g, `d${k}`);
@@ -213,8 +211,6 @@ export function gradSumBlocks(): number {
  * epilogue (GPT-2's fc: ~47 us more per call on an H100 than the plain call, bench/NOTES.md v39).
  */
 function gradWithSums(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
-  const fn = String(n.attrs.fn);
-  if (!isUnaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown unary fn '${fn}'`);
   const [dy, x] = n.inputs, [dx, sum] = n.outputs, fwd = n.attrs.fwd_out === true ? n.outputs[2] : undefined;
   const shape = shapeOf(g, dx), D = shape[shape.length - 1], rows = numel(shape) / D;
   const vals = [dy, x, dx, ...(fwd === undefined ? [] : [fwd])];
@@ -225,7 +221,7 @@ function gradWithSums(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
   const C8 = D / 8, T = [256, 128, 64, 32].find((t) => C8 % t === 0)!, NC = C8 / T;
   const R = ceilDiv(rows, Math.min(rows, gradSumBlocks())), G = ceilDiv(rows, R);
   const t = (id: number) => elemOf(g, id) as VecElem;
-  const gradE = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+  const gradE = unaryGradExpr(ctx, n);
   const fwdE = unaryFwd(ctx, n, 'v');
   const ks = Array.from({ length: 8 }, (_, k) => k);
   const sub = (e: string, a: number, k: number) => e.replace(/\bv\b/g, `v${a}_${k}`).replace(/\bd\b/g, `d${a}_${k}`);

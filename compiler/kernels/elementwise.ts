@@ -24,6 +24,12 @@ export function unaryFwd(ctx: LowerCtx, n: Node, x: string): string {
   return scalarExpr(ctx, UNARY_FNS_TABLE[fn].fwd, { x }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
 }
 
+/** the gradient expression of node n's unary fn (a unary_grad, or a node carrying its fn), at x = `v` and incoming gradient `d` */
+export function unaryGradExpr(ctx: LowerCtx, n: Node): string {
+  const fn = unaryFnOf(n);
+  return scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+}
+
 function unaryFnOf(n: Node): UnaryFn {
   const fn = String(n.attrs.fn);
   if (!isUnaryFn(fn)) throw new Error(`internal: node ${n.id} has unknown unary fn '${fn}'`);
@@ -48,8 +54,7 @@ export function lowerElementwise(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[]
       return [elementwise(ctx, g, n, [a(ins[0], 'x'), a(outs[0], 'y', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
     case 'unary_grad': {
-      const fn = unaryFnOf(n);
-      const expr = scalarExpr(ctx, UNARY_FNS_TABLE[fn].grad, { x: 'v', g: 'd' }, unaryFnAttrs(fn, (name, dflt) => numAttr(n, name, dflt)));
+      const expr = unaryGradExpr(ctx, n);
       const body = `${I}const float ${/\bv\b/.test(expr) ? `v = ${rd(ins[1], 'x', 'i')}, ` : ''}d = ${rd(ins[0], 'dy', 'i')};\n${I}${wr(0, 'dx', 'i', expr)}\n`;
       return [elementwise(ctx, g, n, [a(ins[0], 'dy'), a(ins[1], 'x'), a(outs[0], 'dx', 'w')], numel(shapeOf(g, outs[0])), body)];
     }
