@@ -56,8 +56,11 @@ const NV = findNvcc();
 
 /** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off; `noFold`: without the Delta fold) */
 function attnKernels(i: number, x3 = true, noFold = false): KernelSpec[] {
-  return (noFold ? artNoFold : x3 ? art : artOff).lowered[i].kernels.filter((k) => ATTENTION_FAMILY.includes(k.op));
+  return (noFold ? artNoFold : x3 ? art : artOff).lowered[i].kernels.filter((k) => ATTENTION_FAMILY.includes(k.op) && !FINISH.test(k.label));
 }
+/** fuse.ts rule 15's finish (the qkv_sum cases: a node with `sum_out`), after the flash kernels */
+const FINISH = /: sum of \d+ blocks/;
+const isSumCase = (i: number) => /^flash_qkv_sum_/.test(String(cases[i].program.name));
 
 function attnNode(i: number) {
   const g = cases[i].program.graph;
@@ -237,12 +240,37 @@ describe('flash kernel geometry', () => {
         expect(kv.body).toMatch(new RegExp(`if \\(blockIdx\\.y < ${N * H}\\) \\{`));
         expect(kv.body).toMatch(new RegExp(`const int bh = \\(blockIdx\\.y - ${N * H}\\);`));
       }
-      for (const x of ks) expect(x.scratch).toBe(folded ? undefined : N * H * T * 4);
+      // (rule 15's partial rows after Delta: the sum cases' test below)
+      if (!isSumCase(i)) for (const x of ks) expect(x.scratch).toBe(folded ? undefined : N * H * T * 4);
       // Delta is written before the kernels that read it, and never by them
       if (delta) expect(delta.body).toMatch(/mpsc_scratch\[row\] = acc/);
-      for (const x of delta ? ks.slice(1) : ks) expect(x.body).not.toMatch(/mpsc_scratch\[[^\]]*\] =/);
+      if (!isSumCase(i)) for (const x of delta ? ks.slice(1) : ks) expect(x.body).not.toMatch(/mpsc_scratch\[[^\]]*\] =/);
       if (!delta) for (const x of ks) expect(x.body).not.toMatch(/mpsc_scratch/);
     });
+  });
+
+  it('fuse.ts rule 15 (the qkv_sum cases): the dK/dV and dQ kernels write partial rows of 3C after Delta in the scratch region, one per (batch, 64-row tile); the finish adds them', () => {
+    const idx = cases.map((_, i) => i).filter(isSumCase);
+    expect(idx).toHaveLength(2);
+    for (const i of idx) {
+      const { g, n } = attnNode(i);
+      const { T } = attnGeom(g, n), H = Number(n.attrs.heads), N = g.values[n.outputs[0]].shape[0], W = g.values[n.outputs[0]].shape[2];
+      const all = art.lowered[i].kernels.filter((k) => ATTENTION_FAMILY.includes(k.op));
+      const flash = all.filter((k) => !FINISH.test(k.label)), finish = all.filter((k) => FINISH.test(k.label));
+      expect(finish).toHaveLength(1);
+      expect(all[all.length - 1]).toBe(finish[0]);
+      const G = N * Math.ceil(T / 64), base = Math.ceil(N * H * T / 4) * 4;
+      expect(finish[0].label).toMatch(new RegExp(`dsum: sum of ${G} blocks`));
+      // the dK/dV and dQ kernels each add their part (and reach past Delta); the Delta kernel none
+      const adding = flash.filter((k) => /fuse.ts rule 15/.test(k.body));
+      expect(adding.map((k) => (/: dK, dV\]$/.test(k.label) ? 'kv' : 'q')).sort()).toEqual(['kv', 'q']);
+      for (const k of [...adding, finish[0]]) expect(k.scratch, k.label).toBe((base + G * W) * 4);
+      for (const k of adding) {
+        expect(k.body).toMatch(new RegExp(`const size_t prow = ${base} \\+ `));
+        // its only scratch writes: the partial row
+        expect(k.body.match(/mpsc_scratch\[[^\]]*\] =/g)).toEqual([expect.stringMatching(/^mpsc_scratch\[prow \+/)]);
+      }
+    }
   });
 
   it('causal kernels skip the key tiles above the diagonal and mask only the tiles that cross it', () => {

@@ -254,6 +254,12 @@ export function cudaLongCases(): OpCase[] {
   // and over bf16 / f16 logits with C a multiple of 8: the vector path (16-byte accesses, exp2; MPSC_CUDA_CE_VEC)
   cases.push(lossAndGradCase(rng, 'loss_grad_fused_gpt2_vocab_bf16', 3, 50304, 0, undefined, true, 'bf16'),
     lossAndGradCase(rng, 'loss_grad_fused_block_ignore_f16', 5, 1032, 0.1, 2, true, 'f16'));
+  // several rows per block where MPSC_CUDA_CE_SMEM=1 stages the rows in shared memory (class_rows.ts smemRows: min(R, 132)
+  // persistent blocks): GPT-2's vocabulary (runs of 2 rows in the first two blocks: both buffers at full width), and an
+  // ignore_index case (runs of 3 and 2: row i + 2's copies) (own seed: the cases after keep their data)
+  const staged = makeRng(20261208);
+  cases.push(lossAndGradCase(staged, 'loss_grad_fused_gpt2_vocab_bf16_runs', 134, 50304, 0, undefined, true, 'bf16'),
+    lossAndGradCase(staged, 'loss_grad_fused_runs_ignore_f16', 301, 1032, 0.1, 2, true, 'f16'));
   // a conv bias gradient folded into the avgpool gradient (fuse.ts rule 9: buildCuda fuses the plain programs)
   cases.push(...poolGradSumsCases(rng));
   // a global_avgpool folded into the conv2d before it (fuse.ts rule 10), and one the conv's tiles cannot pool
@@ -717,6 +723,36 @@ export function cudaAttentionCases(): OpCase[] {
       add(`${tag}_fwd`, 'attention_qkv', [qkv], outs, attrs, to);
       add(`${tag}_grad`, 'attention_qkv_grad', [f([N, T, C]), qkv, o, lse], [[N, T, 3 * C]], attrs, to);
     }
+  }
+  // fuse.ts rule 15: the packed backward storing a 16-bit dqkv (as a 16-bit step stores it) with its column sums (`sum_out`:
+  // the in_proj bias gradient; each backward block's partial row, then blockSumsFinish); T past a tile multiple, 2 batches
+  for (const [N, H, T, D, causal, to] of [[2, 3, 130, 64, true, 'bf16'], [1, 2, 70, 32, false, 'f16']] as [number, number, number, number, boolean, HalfDType][]) {
+    const tag = `flash_qkv_sum_${N}x${H}_t${T}_d${D}${causal ? '_causal' : ''}_${to}`;
+    const C = H * D, qkv = f([N, T, 3 * C], -2, 2), dO = f([N, T, C]);
+    const attrs = { heads: H, causal, scale: 1 / Math.sqrt(D) };
+    const fwd = opCase(`${tag}_ref`, 'attention_qkv', [round(to, qkv)], [[N, T, C], [N, H, T]], attrs);
+    const r = reference(fwd, { lr: 0, t: 1, seed: 0, counter: 0 });
+    const [o, lse] = fwd.check.map((id) => ({ shape: fwd.program.graph.values[id].shape, data: r.get(id)! }));
+    const b = new GraphBuilder(), data = new Map<number, Float64Array>();
+    const input = (nm: string, x: { shape: number[]; data: Float64Array }) => {
+      const id = b.value(`${tag}.${nm}`, 'f32', x.shape, 'input');
+      data.set(id, x.data);
+      return id;
+    };
+    const half = (nm: string, x: { shape: number[]; data: Float64Array }) => {
+      const id = b.value(`${tag}.${nm}.${to}`, to, x.shape, 'activation');
+      b.node('cast', [input(nm, x)], [id], { to });
+      return id;
+    };
+    const ins = [half('do', dO), half('qkv', qkv), half('o', o), input('lse', lse)];
+    const dqkv = b.value(`${tag}.dqkv`, to, [N, T, 3 * C], 'activation'), sum = b.value(`${tag}.dqkv.sum`, 'f32', [3 * C], 'activation');
+    b.node('attention_qkv_grad', ins, [dqkv, sum], { ...attrs, sum_out: true }, 'attn');
+    const wide = b.value(`${tag}.dqkv.f32`, 'f32', [N, T, 3 * C], 'activation');
+    b.node('cast', [dqkv], [wide], { to: 'f32' });
+    const program = { name: `${tag}_grad`, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
+    const c: OpCase = { program, data, check: [wide, sum] };
+    flashTol.set(c, FLASH_TOL[to]);
+    out.push(c);
   }
   return out;
 }

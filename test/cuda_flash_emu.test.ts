@@ -13,11 +13,10 @@
  * masking, tiling and barrier mistakes of the generator without a GPU; a misreading of the PTX
  * fragment layouts shared by the shim would not be caught (bench/cuda_check.sh on the GPU is).
  */
-import { execFile, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { lowerAttentionCuda } from '../compiler/codegen-cuda/attention_cuda.js';
@@ -28,13 +27,13 @@ import { relError } from '../compiler/reference/fixtures.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import type { HalfDType } from '../compiler/ir/graph.js';
 import { cudaAttentionCases, flashTolerance } from './cuda_cases.js';
+import { buildShimProgram } from './warp_shim_build.js';
 import { reference, type OpCase } from './metal_harness.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const SHIM = path.join(ROOT, 'test/native/cuda_warp_shim.h');
-const execFileAsync = promisify(execFile);
 /** a few cases covering every path: several tiles with a short last one, causal with S = T and S > T, non-causal, 1 to 16 heads, bf16 / fp16 / fp32 (each fp32 head width) */
-const NAMES = /^flash_(2x3_t130_s130_d64_causal_bf16|1x2_t70_s150_d16_causal_f16|1x16_t21_s21_d64_f16|f32_1x2_t45_s100_d32_causal|f32_1x3_t33_s65_d16|f32_2x3_t70_s70_d64_causal|f32_2x1_t64_s64_d48|qkv_2x3_t130_d64_causal_bf16|qkv_1x2_t70_d32_f16|qkv_1x2_t45_d16_causal_f32|qkv_2x3_t70_d64_f32|qkv_2x2_t70_d64_causal_f32)_(fwd|grad)$/;
+const NAMES = /^flash_(2x3_t130_s130_d64_causal_bf16|1x2_t70_s150_d16_causal_f16|1x16_t21_s21_d64_f16|f32_1x2_t45_s100_d32_causal|f32_1x3_t33_s65_d16|f32_2x3_t70_s70_d64_causal|f32_2x1_t64_s64_d48|qkv_2x3_t130_d64_causal_bf16|qkv_1x2_t70_d32_f16|qkv_1x2_t45_d16_causal_f32|qkv_2x3_t70_d64_f32|qkv_2x2_t70_d64_causal_f32|qkv_sum_2x3_t130_d64_causal_bf16|qkv_sum_1x2_t70_d32_f16)_(fwd|grad)$/;
 
 /** the 16-bit storage bits of x (already representable) */
 function halfBits(x: number, t: HalfDType): number {
@@ -53,7 +52,7 @@ function halfBits(x: number, t: HalfDType): number {
  * (mma.ts mpsc_split_tf32_hl) replaced by the shim's hi-only one, so the 3xTF32 kernels compute plain
  * TF32 products (the negative control)
  */
-interface Mode { late: boolean; x3: boolean; plain: boolean; env?: Record<string, string> }
+interface Mode { late: boolean; x3: boolean; plain: boolean; env?: Record<string, string>; edit?: [string, string] }
 
 /** the lowering of one node with MPSC_CUDA_ATTN_TF32X3 set for `x3` and the generator switches `env`; kernels named `${prefix}k0`, ... */
 function lower(g: OpCase['program']['graph'], n: OpCase['program']['graph']['nodes'][number], x3: boolean, helpers: Set<Helper>, prefix: string, env: Record<string, string> = {}) {
@@ -84,7 +83,7 @@ function shimSource(k: KernelSpec): string {
  */
 interface Build { index: number; c: OpCase; cc: string; input: Buffer; labels: string[]; helpers: Set<Helper>; error?: string }
 
-const modeKey = (m: Mode) => JSON.stringify([m.x3, m.plain, m.env ?? {}]);
+const modeKey = (m: Mode) => JSON.stringify([m.x3, m.plain, m.env ?? {}, m.edit ?? []]);
 
 function buildOf(c: OpCase, mode: Mode, index: number): Build {
   const g = c.program.graph;
@@ -96,8 +95,11 @@ function buildOf(c: OpCase, mode: Mode, index: number): Build {
   // the node's operands: program inputs, or cast outputs (rounded as the cast kernel rounds)
   const data = new Map<number, number[]>();
   for (const id of c.program.inputs) data.set(id, Array.from(c.data.get(id)!));
-  for (const x of g.nodes) if (x.op === 'cast') data.set(x.outputs[0], data.get(x.inputs[0])!.map((v) => roundToHalf(v, g.values[x.outputs[0]].dtype as HalfDType)));
-  const kernels = ks.map(shimSource).join('\n');
+  for (const x of g.nodes) if (x.op === 'cast' && data.has(x.inputs[0])) data.set(x.outputs[0], data.get(x.inputs[0])!.map((v) => roundToHalf(v, g.values[x.outputs[0]].dtype as HalfDType)));
+  const text = ks.map(shimSource).join('\n');
+  // a negative control's edit of the kernels' text (it must change something)
+  if (mode.edit && !text.includes(mode.edit[0])) return { ...none, error: `${c.program.name}: nothing to edit (${mode.edit[0]})` };
+  const kernels = mode.edit ? text.replaceAll(mode.edit[0], mode.edit[1]) : text;
   if (mode.plain && !kernels.includes('mpsc_split_tf32_hl(')) return { ...none, error: `${c.program.name}: no 3xTF32 split to drop` };
   let src = (mode.plain ? kernels.replaceAll('mpsc_split_tf32_hl(', 'mpsc_split_tf32_hi_only(') : kernels) + `\nstatic void run_${index}(FILE* in, FILE* out) {\n  StepParams sp{};\n`;
   const ids = [...new Set(ks.flatMap((kk) => kk.args.map((a) => a.value)))];
@@ -116,7 +118,9 @@ function buildOf(c: OpCase, mode: Mode, index: number): Build {
   }
   for (const id of n.outputs) src += `  shim_write(v${id}, ${g.values[id].shape.reduce((p, q) => p * q, 1)}, out);\n`;
   src += '}\n';
-  return { index, c, cc: src, input: Buffer.concat(input), labels: ks.map((kk) => kk.label), helpers };
+  // fuse.ts rule 15's finish (the qkv_sum cases), which the label checks below leave out (they are about the flash kernels)
+  const labels = ks.map((kk) => kk.label).filter((l) => !/: sum of \d+ blocks/.test(l));
+  return { index, c, cc: src, input: Buffer.concat(input), labels, helpers };
 }
 
 /**
@@ -138,20 +142,7 @@ class Emulator {
     const all = [...this.builds.values()].filter((b) => !b.error);
     const x3 = all.some((b) => b.helpers.has('mma_tf32x3')) ? tf32x3MmaHelpers() : '';
     const sw = all.some((b) => b.helpers.has('wgmma16')) ? sw128LoadHelper() : '';
-    const head = `#include "${SHIM}"\n` + x3 + sw;
-    const half = Math.ceil(all.length / 2);
-    const parts = [all.slice(0, half), all.slice(half)];
-    const objs = await Promise.all(parts.map(async (part, i) => {
-      const cc = path.join(this.dir, `part${i}.cc`), o = path.join(this.dir, `part${i}.o`);
-      const decls = parts[1 - i].map((b) => `void run_${b.index}(FILE*, FILE*);\n`).join('');
-      fs.writeFileSync(cc, head + part.map((b) => b.cc.replace(`static void run_${b.index}(`, `void run_${b.index}(`)).join('\n') +
-        (i === 0 ? `${decls}\nint main(int argc, char** argv) {\n  if (argc != 5) return 2;\n  shim_cp_late = argv[2][0] == '1';\n` +
-          `  FILE* in = fopen(argv[3], "rb");\n  FILE* out = fopen(argv[4], "wb");\n  if (!in || !out) return 2;\n  switch (atoi(argv[1])) {\n` +
-          all.map((b) => `    case ${b.index}: run_${b.index}(in, out); break;\n`).join('') + '    default: return 2;\n  }\n  fclose(in);\n  return fclose(out) ? 1 : 0;\n}\n' : ''));
-      await execFileAsync('g++', ['-std=c++20', '-O1', '-w', '-c', cc, '-o', o]);
-      return o;
-    }));
-    await execFileAsync('g++', [...objs, '-o', this.exe]);
+    await buildShimProgram(this.dir, this.exe, `#include "${SHIM}"\n` + x3 + sw, all);
   }
 
   /** max-norm relative error of each output of case c run in `mode`, against the float64 reference; `out` the outputs' floats */
@@ -225,7 +216,23 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
-  it('covers the chosen cases', () => expect(cases.length).toBe(24));
+  it('covers the chosen cases', () => expect(cases.length).toBe(26));
+  // rule 15 (the sum cases): a butterfly step dropped must miss the tolerance on the sums (the negative control)
+  const DROP: [string, string] = ['a0 += __shfl_xor_sync(0xffffffffu, a0, 16);', ''];
+  const sumCases = cases.filter((c) => /^flash_qkv_sum_/.test(String(c.program.name)));
+  for (const c of sumCases) for (const m of [{ ...DEFAULT, edit: DROP }, ...(isWgmmaCase(String(c.program.name)) ? [{ ...WGPIPE, edit: DROP }] : [])]) emu.add(c, m);
+  for (const c of sumCases) {
+    const name = String(c.program.name);
+    it(`${name}: dqkv and its column sums (fuse.ts rule 15) within the tolerance${isWgmmaCase(name) ? ', on mma.sync and on wgmma' : ''}; a dropped butterfly step misses it`, () => {
+      for (const m of [DEFAULT, ...(isWgmmaCase(name) ? [WGPIPE] : [])]) {
+        const { err } = errors(c, m);
+        expect([...err.keys()].some((k) => /dqkv\.sum$/.test(k))).toBe(true);
+        for (const [v, e] of err) expect(e, v).toBeLessThan(flashTolerance(c)!);
+        const bad = errors(c, { ...m, edit: DROP }).err;
+        expect(bad.get(`${name.replace(/_grad$/, '')}.dqkv.sum`)!, 'the sums with a dropped butterfly step').toBeGreaterThan(flashTolerance(c)!);
+      }
+    });
+  }
   for (const c of cases) {
     const name = String(c.program.name);
     if (!isF32(c)) {

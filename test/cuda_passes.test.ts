@@ -212,10 +212,14 @@ describe('mixed precision: the bias and layernorm gradients read the 16-bit grad
     expect(widen(fused)).toHaveLength(0);
     const lnGrads = fused.nodes.filter((n) => n.op === 'layernorm_grad').length;
     expect(halfIn(fused, 'layernorm_grad')).toBe(lnGrads);
-    // the bias gradients over a product's 16-bit gradient: sum_to, or the weight gradient's column sums (fuse.ts rule 8)
-    const sums = fused.nodes.filter((n) => n.attrs.a_sums === true && fused.values[n.inputs[0]].dtype === 'bf16').length;
-    expect(halfIn(fused, 'sum_to') + sums).toBeGreaterThan(0);
-    expect(sums).toBeGreaterThan(0);
+    // the bias gradients over a product's 16-bit gradient: sum_to, the weight gradient's column sums (fuse.ts rule 8), or
+    // the attention gradient's (rule 15: the qkv bias, summed from the 16-bit dqkv as stored, one per block)
+    const attnSums = fused.nodes.filter((n) => n.op === 'attention_qkv_grad' && n.attrs.sum_out === true && fused.values[n.outputs[0]].dtype === 'bf16').length;
+    expect(attnSums).toBe(fused.nodes.filter((n) => n.op === 'attention_qkv_grad').length);
+    expect(attnSums).toBeGreaterThan(0);
+    // no bias gradient left reading an f32 copy (every sum_to / a_sums over dy reads it in bf16)
+    expect(fused.nodes.filter((n) => (n.op === 'sum_to' || n.attrs.a_sums === true) && fused.values[n.inputs[0]].dtype === 'f32' &&
+      unfused.nodes.some((m) => m.op === 'cast' && m.outputs[0] === n.inputs[0]))).toHaveLength(0);
   });
 });
 

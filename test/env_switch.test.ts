@@ -16,10 +16,10 @@ import { tf32x3ChunkTiles, tf32x3KMajor } from '../compiler/codegen-cuda/tf32x3.
 import { smallEpiOn } from '../compiler/codegen-cuda/fusions.js';
 import { smallGenMode } from '../compiler/codegen-cuda/cublaslt.js';
 import { cudaLanes, reuseGap } from '../compiler/codegen-cuda/lanes.js';
-import { rowBlock, ceUnroll, ceVec } from '../compiler/codegen-cuda/class_rows.js';
+import { rowBlock, ceUnroll, ceVec, ceSmem } from '../compiler/codegen-cuda/class_rows.js';
 import { ewVec, gradSumBlocks } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { finishMode } from '../compiler/codegen-cuda/layernorm_cuda.js';
-import { lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
+import { lnGrad, lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, ltTuneChoice, ltTuneFile, tf32x3Choice, wgmmaArchCheck } from '../runtime/cuda/session.js';
 import { cpuAmxChoice, cpuAmxGridChoice, cpuFmaGridChoice, cpuMrChoice } from '../compiler/codegen-cpu/emit_program.js';
@@ -76,8 +76,10 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_CE_ROW_BLOCK', rowBlock, 1024],
     ['MPSC_CUDA_CE_UNROLL', ceUnroll, 4],
     ['MPSC_CUDA_CE_VEC', ceVec, true],
+    ['MPSC_CUDA_CE_SMEM', ceSmem, false],
     ['MPSC_CUDA_EW_VEC', ewVec, true],
     ['MPSC_CUDA_LN_VEC', lnVec, 'fwd'],
+    ['MPSC_CUDA_LN_GRAD', lnGrad, 'regs'],
     ['MPSC_CUDA_ATTN_TF32X3', attnTf32x3Enabled, true],
     ['MPSC_CUDA_ATTN_X3_ASYNC', () => [x3Async('fwd'), x3Async('kv'), x3Async('q')], [true, true, true]],
     ['MPSC_CUDA_ATTN_X3_KSPLIT', x3KSplit, true],

@@ -610,6 +610,38 @@ it("rule 14 on a small GPT's train step, fp32 and bf16 (each gelu gradient with 
   }
 });
 
+it("rule 15 on a small bf16 GPT's train step (each attention gradient with its in_proj bias sum, which rule 8 takes without it): the reference gives the same loss and update bit for bit", () => {
+  const base = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+  const caps = (precision: 'fp32' | 'bf16'): FusionCaps => ({ ...(precision === 'bf16' ? { casts: { reads: HALF_IO_OPS, stores: HALF_IO_OPS } } : {}),
+    attnGradBiasSum: { dtypes: ['bf16', 'f16'] }, matmulBiasGrad: true });
+  const aSums = (p: Program) => p.graph.nodes.filter((n) => n.attrs.a_sums === true).length;
+  const sumsOf = (p: Program) => p.graph.nodes.filter((n) => n.op === 'attention_qkv_grad' && n.attrs.sum_out === true);
+  // fp32: dqkv is not of the caps' dtypes, rule 8 keeps the sums
+  const f32 = buildPrograms(base, { batch: 2 }).train_step;
+  expect(sumsOf(fused(f32, caps('fp32')))).toHaveLength(0);
+  const model = { ...base, train: { ...base.train, precision: 'bf16' as const } };
+  const unfused = buildPrograms(model, { batch: 2 }).train_step;
+  const f = fused(unfused, caps('bf16'));
+  const sums = sumsOf(f);
+  expect(sums).toHaveLength(2);
+  for (const n of sums) {
+    expect(f.graph.values[n.outputs[0]].dtype).toBe('bf16');
+    expect(f.graph.values[n.outputs[1]].name).toMatch(/in_proj_bias\.grad$/);
+    expect(f.graph.values[n.outputs[1]].shape).toEqual([48]);
+  }
+  const { attnGradBiasSum: _, ...rest } = caps('bf16');
+  expect(aSums(f)).toBe(aSums(fused(unfused, rest)) - 2);
+  expect(fuseProgram(f, caps('bf16'))).toEqual(f);
+  const { losses, stores } = runTwin(model.params, unfused, f, 5, 2);
+  for (const [a, b] of losses) expect(b).toBe(a);
+  for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
+  // verify.ts: its sums are f32 [3C] as output 1
+  const bad = problemsAfter(f);
+  const i = f.graph.nodes.indexOf(sums[0]);
+  expect(bad((p) => { p.graph.values[p.graph.nodes[i].outputs[1]].shape = [16]; })).toMatch(/the column sums are f32\[16\], expected f32\[48\]/);
+  expect(bad((p) => { p.graph.nodes[i].outputs.pop(); })).toMatch(/outputs/);
+});
+
 it('MPSC_CUDA_FUSE_OFF switches rules 5, 6, 7, 8 (and remat) off one by one; an unknown name is a user error', async () => {
   const { cudaFusions, cudaFuseOff } = await import('../compiler/codegen-cuda/fusions.js');
   const model = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);

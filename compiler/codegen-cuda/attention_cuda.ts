@@ -69,6 +69,7 @@ import { forwardStore, kvProbStep, qProbStep, rescaleAcc, softmaxStep, softmaxSt
 import { ATTENTION_FAMILY, attnGeom, deltaButterfly, f32Refusal, flashKernels, headOffsets, isForward, lit, lowerAttentionF32, lseValue, type AttnGeom } from './attention_f32.js';
 import { envChoice, envInts, envList } from '../env_switch.js';
 import { UserError } from '../errors.js';
+import { blockSumsFinish } from './layernorm_cuda.js';
 
 /** head widths the tensor-core kernels take (multiples of the k16 step; wider heads exceed 48 KiB of tiles) */
 export const FLASH_HEAD_DIMS: readonly number[] = [16, 32, 48, 64];
@@ -833,6 +834,71 @@ function gradQStoredBody(gm: Geom, dq: KernelArg, ds: DsLayout): string {
 }
 
 /**
+ * fuse.ts rule 15 (`sum_out` on attention_qkv_grad): the column sums of dqkv as stored, over every row. Each backward block
+ * (dK/dV: a 64-key tile of one head; dQ: a 64-query tile) adds the values it stores (rounded to 16 bits, as the sum_to
+ * read them) over its rows into a partial per (batch, row tile) and column, in the scratch region after the kernels' own
+ * (`base` floats in): G = N x ceil(T / 64) partial rows of 3C columns, each written by exactly one block (dQ's columns
+ * by the dQ kernel, dK's and dV's by the dK/dV kernel); layernorm_cuda.ts's blockSumsFinish then adds them in order.
+ */
+interface ColSums { base: number; G: number; W: number; tiles: number }
+
+function colSumsOf(gm: Geom, base: number): ColSums {
+  const tiles = Math.ceil(gm.T / BR);
+  return { base, G: gm.L.N * tiles, W: 3 * gm.L.H * gm.D, tiles };
+}
+
+/**
+ * A block's partial column sums of the values its storeRows calls stored (accumulators `parts`, each with its part of the
+ * packed row: 0 dq, 1 dk, 2 dv), appended after them: per thread its rows g, g + 8 of each column pair (rounded as stored),
+ * then a butterfly over the 8 row groups of the warp (every lane the same sums), then the 4 warps' sums in warp order
+ * through shared memory (the tiles' `sm`, free after a barrier), one float per column into the block's partial row.
+ * `rw`: the warp's first row; `r0b`: the block's first row (a multiple of 64); `rows`: T or S.
+ */
+function colSumsText(gm: Geom, cs: ColSums, out: KernelArg, parts: { acc: string; part: number }[], rw: string, r0b: string, rows: string): string {
+  const D = gm.D, ND = D / 8, NP = parts.length, C = gm.L.H * D;
+  // the value as storePair stores it: rounded to nearest even into a 16-bit output, itself into an fp32 one
+  const round = (v: string) => (out.type === 'bfloat' ? `__bfloat162float(__float2bfloat16_rn(${v}))` : out.type === 'half' ? `__half2float(__float2half_rn(${v}))` : v);
+  const xor = (v: string) => [4, 8, 16].map((o) => `${v} += __shfl_xor_sync(0xffffffffu, ${v}, ${o});`).join(' ');
+  return (
+    `  {  // fuse.ts rule 15: the stored values' column sums over this block's rows, its partial row (batch, row tile) in the scratch region
+` +
+    `    float* const cs = reinterpret_cast<float*>(sm);  // [4 warps][${NP} x ${D}], over the tiles once every warp is past them
+` +
+    `    __syncthreads();
+` +
+    `    const int c0 = ${rw} + g, c1 = c0 + 8;
+` +
+    parts.map((p, pi) =>
+      `    #pragma unroll
+    for (int j = 0; j < ${ND}; ++j) {
+` +
+      `      float a0 = (c0 < ${rows} ? ${round(`${p.acc}[j][0]`)} : 0.0f) + (c1 < ${rows} ? ${round(`${p.acc}[j][2]`)} : 0.0f);
+` +
+      `      float a1 = (c0 < ${rows} ? ${round(`${p.acc}[j][1]`)} : 0.0f) + (c1 < ${rows} ? ${round(`${p.acc}[j][3]`)} : 0.0f);
+` +
+      `      ${xor('a0')}
+      ${xor('a1')}
+` +
+      `      if (g == 0) { cs[w * ${NP * D} + ${pi * D} + j * 8 + 2 * t] = a0; cs[w * ${NP * D} + ${pi * D} + j * 8 + 2 * t + 1] = a1; }
+    }
+`).join('') +
+    `    __syncthreads();
+` +
+    `    const size_t prow = ${cs.base} + ((size_t)(bh / ${gm.L.H}) * ${cs.tiles} + (${r0b}) / ${BR}) * ${cs.W} + (size_t)(bh % ${gm.L.H}) * ${D};
+` +
+    `    for (int c = threadIdx.x; c < ${NP * D}; c += ${THREADS}) {
+` +
+    `      const int pc = c / ${D};
+` +
+    `      mpsc_scratch[prow + (${parts.map((p, pi) => (pi < NP - 1 ? `pc == ${pi} ? ${p.part * C} : ` : `${p.part * C}`)).join('')}) + (c - pc * ${D})] = ((cs[c] + cs[${NP * D} + c]) + cs[${2 * NP * D} + c]) + cs[${3 * NP * D} + c];
+` +
+    `    }
+  }
+`
+  );
+}
+
+/**
  * The flash kernels of an attention / attention_grad node: the 16-bit tensor-core ones (flashRefusal
  * null), else the fp32 3xTF32 tensor-core ones (attention_tf32x3.ts, tf32x3Refusal null), else the fp32
  * CUDA-core ones (attention_f32.ts, f32Refusal null), else null: the node keeps the shared kernel. `hopper`: the build
@@ -853,12 +919,17 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   const fr = wf ? BR : flashForwardRows();
   const ds = !wkv && !wq && flashDq() === 'stored' ? dsLayout(gm) : null;
   const deltaInQ = wq && flashWgmmaDelta() === 'q';
+  // rule 15's partial column sums after the kernels' own scratch (Delta; the stored dS^T tiles)
+  const own = Math.max(gm.H * gm.T * 4, ds ? ds.bytes : 0);
+  const cs = n.attrs.sum_out === true && !isForward(n) ? colSumsOf(gm, Math.ceil(own / 16) * 4) : null;
+  const kvSums = (dk: KernelArg) => (cs ? colSumsText(gm, cs, dk, [{ acc: 'dka', part: 1 }, { acc: 'dva', part: 2 }], 'kw', 'k0', 'S') : '');
+  const qSums = (dq: KernelArg) => (cs ? colSumsText(gm, cs, dq, [{ acc: 'dqa', part: 0 }], 'qw', 'q0', 'T') : '');
   const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
     forward: (_args, o) => (wf ? (flashWgmmaFwdPipe() ? forwardBodyWgmmaPiped(gm, o) : forwardBodyWgmma(gm, o)) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
-    gradKV: (_args, dk, dv) => (wkv ? gradKVBodyWgmma(gm, dk, dv) : gradKVBody(gm, dk, dv, ds)),
-    gradQ: (_args, dq) => (wq ? gradQBodyWgmma(gm, dq, deltaInQ) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)),
-    ...(ds ? { gradScratch: ds.bytes } : {}),
+    gradKV: (_args, dk, dv) => (wkv ? gradKVBodyWgmma(gm, dk, dv) : gradKVBody(gm, dk, dv, ds)) + kvSums(dk),
+    gradQ: (_args, dq) => (wq ? gradQBodyWgmma(gm, dq, deltaInQ) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)) + qSums(dq),
+    ...(cs ? { gradScratch: (cs.base + cs.G * cs.W) * 4 } : ds ? { gradScratch: ds.bytes } : {}),
     ...(wkv ? { tgmem: { gradKV: WG_KV_SMEM } } : {}),
     deltaInQ,
   });
@@ -876,7 +947,9 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   // the stored dS^T (flashDq): said in the dK/dV and dQ kernels' labels
   const stored = (k: KernelSpec, i: number): KernelSpec => !ds || isForward(n) || parts[i] === 'delta' ? k
     : { ...k, label: k.label.replace(/: (dK, dV|dQ)\]$/, (_m, w: string) => (w === 'dQ' ? ': dQ = dS K from the stored dS^T]' : ': dK, dV, dS^T stored]')) };
-  return ks.map((k, i) => onWg(stored(isForward(n) ? fwd(k) : k, i), i)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
+  const out = ks.map((k, i) => onWg(stored(isForward(n) ? fwd(k) : k, i), i)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
+  // rule 15: the partials' finish last (the flash kernels' bodies say what they add)
+  return cs ? [...out, blockSumsFinish(ctx, g, n, [{ arg: 'dsum', out: n.outputs[1] }], cs.W, cs.G, cs.base)] : out;
 }
 
 /**

@@ -25,7 +25,12 @@
  *    same bits, as the two kernels below (the term's label logit is read before the row's
  *    reductions: in place, its owner thread may overwrite it after them). With at most accuracy / top_k in between (lseConsumer),
  *    the loss kernel leaves each row's log-sum-exp in the scratch region and the gradient reads it:
- *    one pass over the logits instead of two.
+ *    one pass over the logits instead of two;
+ *  - opt-in, MPSC_CUDA_CE_SMEM=1 (ceSmem, smemRows): the fused loss + gradient over 16-bit rows of 8k classes that fit
+ *    twice in a block's shared memory (GPT-2's) reads each row from global memory once: 132 persistent blocks, each a
+ *    run of rows staged by 16-byte cp.async into two shared buffers (the next row's copies in flight while this row's
+ *    reductions and gradient run from shared memory), the same bits as the vector kernel; checked on the CPU thread
+ *    emulator (test/cuda_loss_emu.test.ts), not yet on a GPU.
  * Logits are read through the dialect's typed loads (16-bit logits widened to float), dlogits
  * written through its typed stores. Consumes those nodes (CUDA dialect context; the bodies use
  * only the kernel language); produces KernelSpecs. nll / nll_grad keep the shared kernels (a
@@ -37,6 +42,7 @@ import { argOf, blockKernel, ceilDiv, elemOf, kernelSpec, numAttr, numel, readF,
 import { isHalfElem, type HalfElem } from '../kernels/dialect.js';
 import { keptCount } from '../kernels/rows.js';
 import { envChoice, envFlag } from '../env_switch.js';
+import { SMEM_STATIC_MAX } from './cuda_dialect.js';
 
 /** classes per row up to which a warp takes a row (above: a block of rowBlock() threads) */
 export const WARP_C = 1024;
@@ -78,6 +84,25 @@ export function ceUnroll(): 4 | 16 {
 export function ceVec(): boolean {
   return envFlag('MPSC_CUDA_CE_VEC', true);
 }
+/**
+ * MPSC_CUDA_CE_SMEM=1 (build time, opt-in; off by default, the kernel text then unchanged): the vector path's fused loss +
+ * gradient (ceVec) with each row read from global memory ONCE. Persistent blocks (min(R, SMEM_SMS) of them, one per SM of
+ * an H100 / H200, each a run of consecutive rows: floor(R / G), the first R % G blocks one more) of rowBlock() threads
+ * stage their rows in shared memory by 16-byte cp.async, double-buffered: row i + 1's copies are in flight while row i's
+ * max / sum of exp and then its gradient are computed from shared memory (and the gradient stored by 16-byte stores), so
+ * the SM's next read is queued at HBM during the row's block reductions; row i + 2's copies go into row i's buffer once
+ * every thread is done with it. 4 C + 4 (rowBlock() / 32) bytes of dynamic shared memory per block (GPT-2's 50 304 classes:
+ * 201 344 bytes; needs sm_90's 227 KB per block: where 4 C plus that does not fit SMEM_BLOCK the existing kernel serves
+ * the row; an sm_80 GPU's 163 KB would refuse GPT-2's at create; on a GPU of fewer than 132 SMs the grid takes two
+ * waves: right, slower); an ignored row (ignore_index) copies zeros instead of reading its logits. The same per-thread order of
+ * every sum as the global-memory vector kernel (each thread's vectors t, t + W, ... two per step, then the same block
+ * reductions), so the same bits. Checked on the CPU thread emulator (test/cuda_loss_emu.test.ts), not yet on a GPU.
+ */
+export function ceSmem(): boolean {
+  return envFlag('MPSC_CUDA_CE_SMEM', false);
+}
+/** SMs the MPSC_CUDA_CE_SMEM grid is sized for (H100 SXM, H200: one wave of persistent blocks), bytes of shared memory a block may have (sm_90) */
+const SMEM_SMS = 132, SMEM_BLOCK = 227 * 1024;
 
 /** rows up to which a warp-per-row forward op is ONE block (8 warps taking rows in turn) rather than two kernels */
 export const ONE_BLOCK_ROWS = 256;
@@ -235,21 +260,24 @@ function tree(xs: string[], op: (a: string, b: string) => string): string {
 }
 
 /** statements (vector path): declare the floats x[8j .. 8j + 7] of each of the step's vectors vs[j] */
-function vecLoads(d: LowerCtx['d'], L: ReturnType<typeof rowLayout>, t16: HalfElem, vs: string[]): string {
-  return vs.map((v, j) => `    ${d.load8(t16, 'logits', `${L.vbase} + ${v}`, Array.from({ length: 8 }, (_, k) => `x${8 * j + k}`))}\n`).join('');
+function vecLoads(d: LowerCtx['d'], L: ReturnType<typeof rowLayout>, t16: HalfElem, vs: string[], src?: VecSrc): string {
+  return vs.map((v, j) => `    ${d.load8(t16, src ? src.ptr : 'logits', src ? src.at(v) : `${L.vbase} + ${v}`, Array.from({ length: 8 }, (_, k) => `x${8 * j + k}`))}\n`).join('');
 }
+
+/** where the vector path's loads read other than the row's vectors of `logits` (MPSC_CUDA_CE_SMEM: the row staged in shared memory): a typed pointer, the vector index of v */
+interface VecSrc { ptr: string; at: (v: string) => string }
 
 /**
  * statements (vector path): the row's max M and sum S of exp(x - M) as onlineLse computes them, and with `sx` the sum of
  * logits SX, over 8-class vectors: one running-max test per step, each exponential 2^(fma(x, LOG2E, -m LOG2E)).
  */
-function vecLse(ctx: LowerCtx, L: ReturnType<typeof rowLayout>, t16: HalfElem, C: number, sx: boolean): string {
+function vecLse(ctx: LowerCtx, L: ReturnType<typeof rowLayout>, t16: HalfElem, C: number, sx: boolean, src?: VecSrc): string {
   const d = ctx.d, l2e = d.f(LOG2E);
   const add = (a: string, b: string) => `(${a} + ${b})`, max = (a: string, b: string) => d.math('max', a, b);
   return `  float m = ${d.f(-Infinity)}, s = ${d.f(0)};\n` + (sx ? `  float sx = ${d.f(0)};\n` : '') +
     vecLoop(d, C / 8, L.W, (vs) => {
       const xs = Array.from({ length: 8 * vs.length }, (_, k) => `x${k}`);
-      return vecLoads(d, L, t16, vs) +
+      return vecLoads(d, L, t16, vs, src) +
         `    const float mx = ${tree(xs, max)};\n` +
         `    if (mx > m) { s = s * ${d.exp2(`(m - mx) * ${l2e}`)}; m = mx; }\n` +
         `    const float ml = m * ${l2e};\n` +
@@ -262,7 +290,7 @@ function vecLse(ctx: LowerCtx, L: ReturnType<typeof rowLayout>, t16: HalfElem, C
 }
 
 /** statements (vector path): the row's gradient (cross_entropy_grad node `m`), (softmax - target) / count, 8 classes per 16-byte load and store */
-function vecGrad(ctx: LowerCtx, g: Graph, m: Node, L: ReturnType<typeof rowLayout>, t16: HalfElem): string {
+function vecGrad(ctx: LowerCtx, g: Graph, m: Node, L: ReturnType<typeof rowLayout>, t16: HalfElem, src?: VecSrc): string {
   const d = ctx.d, f = (x: number) => d.f(x), { C } = classRows(g, m), ls = numAttr(m, 'label_smoothing', 0);
   // the label's place in the step's vector j, lab - 8 v: the vector that holds it (one per row) takes the branch that
   // compares each class with it; every other vector's target is the constant ls / C (none without smoothing)
@@ -273,7 +301,7 @@ function vecGrad(ctx: LowerCtx, g: Graph, m: Node, L: ReturnType<typeof rowLayou
     return `(${tk === null ? p : `${p} - (${tk})`}) / count`;
   }));
   return `  const float lsel = lse * ${f(LOG2E)};\n` +
-    vecLoop(d, C / 8, L.W, (vs) => vecLoads(d, L, t16, vs) +
+    vecLoop(d, C / 8, L.W, (vs) => vecLoads(d, L, t16, vs, src) +
       vs.map((v, j) => `    const int dl${j} = lab - int(8u * ${v});\n` +
         `    if (uint(dl${j}) < 8u) ${store(v, j, `dl${j}`)}\n    else ${store(v, j, null)}\n`).join(''));
 }
@@ -387,6 +415,8 @@ ${inner}      part += term;
     }, ` [${L.warp ? 'a warp' : 'a block'} per row of ${C}, ${R} rows: the row terms${grad ? ` and node ${grad.id}'s cross_entropy_grad (fused${vec ? `, 8 ${vec} classes per 16-byte access, exp2` : ''})` : ''}]`),
     scratch: bytes,
   };
+  // MPSC_CUDA_CE_SMEM: the same row terms and gradient from rows staged in shared memory (one read of the logits)
+  const staged = grad && vec ? smemRows(ctx, g, n, grad, L, vec, bytes) : null;
   const mean = blockKernel(ctx, g, n, [argOf(g, out, n.outputs[0], 'w')], 1, BLOCK, (s) =>
     `  // the mean of the ${u(R)} row terms${counted ? ' over the counted rows' : ''}: thread j adds rows j, j + ${s.T}, ... in order, then the block sum\n` +
     `  float part = ${f(0)};\n` + (counted ? `  float cnt = ${f(0)};\n` : '') +
@@ -394,7 +424,77 @@ ${inner}      part += term;
     `  const float total = mpsc_block_sum(part, tg, lane, sg, ${s.nsg});\n` +
     (counted ? `  const float count = mpsc_block_sum(cnt, tg, lane, sg, ${s.nsg});\n` : '') +
     `  if (tidx == 0u) ${out}[0] = total / ${counted ? 'count' : f(R)};\n`, ' [mean of the row terms]');
-  return [rows, { ...mean, scratch: bytes }];
+  return [staged ?? rows, { ...mean, scratch: bytes }];
+}
+
+/**
+ * The fused loss + gradient's rows kernel of MPSC_CUDA_CE_SMEM (ceSmem: see there), or null where it does not serve
+ * (switched off, not CUDA, or two rows of C do not fit a block's shared memory): G persistent blocks of L.tg threads,
+ * block b the rows [r0, r0 + nr) (nr = floor(R / G), one more for the first R % G blocks), row i of its run copied into
+ * buffer i % 2 (16-byte cp.async, one commit group per row: the two first rows' groups before the loop, then one per
+ * row, empty where no row is left, so that wait<1> at row i leaves only row i + 1's group in flight), then the row's
+ * term and gradient as the global-memory vector kernel computes them (vecLse / vecGrad over the staged row), a barrier
+ * (every thread done reading the buffer), row i + 2's copies into it. `bytes`: the scratch region's, as the rows kernel's.
+ */
+function smemRows(ctx: LowerCtx, g: Graph, n: Node, grad: Node, L: ReturnType<typeof rowLayout>, t16: HalfElem, bytes: number): KernelSpec | null {
+  const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
+  const { R, C, ignore } = classRows(g, n);
+  // the block reductions' slots, then the two row buffers (16-byte aligned: 4 nsg bytes is a multiple of 16)
+  const head = L.nsg, need = 4 * head + 2 * 2 * C;
+  if (!ceSmem() || d.name !== 'cuda' || L.warp || need > SMEM_BLOCK) return null;
+  ctx.helpers.add('mma16');  // mpsc_cp_async16
+  const G = Math.min(R, SMEM_SMS), Q = Math.floor(R / G), E = R % G, V = C / 8;
+  const ls = numAttr(n, 'label_smoothing', 0), counted = ignore !== undefined;
+  const T = d.typeName(t16);
+  // row i of the run into buffer i & 1 (an ignored row: zeros, its logits unread)
+  const copy = (i: string, pad: string) => `${pad}{\n${pad}  const uint rc = r0 + ${i};\n` +
+    `${pad}  const unsigned short* const src = reinterpret_cast<const unsigned short*>(logits) + rc * ${u(C)};\n` +
+    `${pad}  unsigned short* const dst = xs + (${i} & 1u) * ${u(C)};\n` +
+    (counted ? `${pad}  const bool keep = label[rc] != ${ignore};\n` : '') +
+    `${pad}  for (uint j = tidx; j < ${u(V)}; j += ${u(L.tg)}) mpsc_cp_async16(dst + 8u * j, src + 8u * j, ${counted ? 'keep' : 'true'});\n${pad}}\n`;
+  const src: VecSrc = { ptr: 'xr', at: (v) => v };
+  const zeros = Array.from({ length: 8 }, () => f(0));
+  const row =
+    `  const float xlab = ${d.toFloat(t16, 'xr[uint(lab)]')};\n` +
+    vecLse(ctx, L, t16, C, ls !== 0, src) +
+    `  const float lse = M + ${d.math('log', 'S')};\n` +
+    `  const float term = -${f(1 - ls)} * (xlab - lse)` + (ls ? ` - ${f(ls / C)} * (SX - ${f(C)} * lse);\n` : ';\n') +
+    `  if (t == 0u) {\n    mpsc_scratch[r] = term;\n${counted ? `    mpsc_scratch[${u(R)} + r] = ${f(1)};\n` : ''}  }\n` +
+    vecGrad(ctx, g, grad, L, t16, src);
+  const body =
+    `  // rows [r0, r0 + nr) of ${u(R)} (${u(C)} classes each; ${u(G)} blocks, runs of ${Q}${E ? ` or ${Q + 1}` : ''} rows), each read from global memory once:\n` +
+    `  // row i staged in shared buffer i % 2 by cp.async (row i + 1's copies in flight while row i is computed), its term into\n` +
+    `  // the scratch region and its gradient (node ${grad.id}: (softmax - target) / count) from the staged row, 16-byte stores\n` +
+    keptCount(d, { T: u(L.tg), nsg: u(L.nsg) }, { R, ignore }) +
+    `  const uint r0 = tgid.x * ${u(Q)}${E ? ` + min(tgid.x, ${u(E)})` : ''};\n` +
+    `  const uint nr = ${E ? `tgid.x < ${u(E)} ? ${u(Q + 1)} : ${u(Q)}` : u(Q)};\n` +
+    `  const uint t = tidx;\n` +
+    `  unsigned short* const xs = reinterpret_cast<unsigned short*>(tg + ${u(head)});  // two rows of ${u(C)} 16-bit logits\n` +
+    `  for (uint i = 0u; i < 2u; ++i) {\n    if (i < nr) ${copy('i', '    ').trimStart()}    mpsc_cp_async_commit();\n  }\n` +
+    `  for (uint i = 0u; i < nr; ++i) {\n` +
+    `    const uint r = r0 + i;\n` +
+    `    const ${T}* const xr = reinterpret_cast<const ${T}*>(xs + (i & 1u) * ${u(C)});\n` +
+    `    mpsc_cp_async_wait<1>();  // this thread's copies of row i landed (row i + 1's may be in flight)\n` +
+    `    ${d.barrier()}  // every thread's\n` +
+    `    const int lab = label[r];\n` +
+    (counted
+      ? `    if (lab == ${ignore}) {\n      if (t == 0u) { mpsc_scratch[r] = ${f(0)}; mpsc_scratch[${u(R)} + r] = ${f(0)}; }\n` +
+        `      for (uint v = t; v < ${u(V)}; v += ${u(L.tg)}) ${d.store8(t16, 'dlogits', `${L.vbase} + v`, zeros)}\n    } else {\n` +
+        row.replace(/^(?=.)/gm, '    ') + `    }\n`
+      : row.replace(/^(?=.)/gm, '  ')) +
+    `    ${d.barrier()}  // every thread done reading buffer i & 1\n` +
+    `    if (i + 2u < nr) ${copy('(i + 2u)', '    ').trimStart()}    mpsc_cp_async_commit();\n` +
+    `  }\n`;
+  return {
+    ...kernelSpec(ctx, g, n, [argOf(g, 'logits', n.inputs[0], 'r'), argOf(g, 'label', n.inputs[1], 'r'), argOf(g, 'dlogits', grad.outputs[0], 'w')], {
+      // dynamic shared memory always (cuda_dialect.ts declares it 16-byte aligned, as the 16-byte copies need): at least
+      // SMEM_STATIC_MAX + 16 bytes; a block of 1024 threads shares its SM with at most one other anyway
+      groups: [G, 1, 1], tgsize: [L.tg, 1, 1], tgmem: Math.max(need, SMEM_STATIC_MAX + 16), sync: true, body,
+    }, ` [${G} blocks of ${L.tg} per run of rows of ${C}, ${R} rows, each row staged in shared memory by cp.async (double-buffered, MPSC_CUDA_CE_SMEM): ` +
+      `the row terms and node ${grad.id}'s cross_entropy_grad (fused, 8 ${t16} classes per 16-byte access, exp2)]`),
+    // one block of 1024 per SM (its shared memory): 64 registers
+    minBlocks: 1, scratch: bytes,
+  };
 }
 
 /**

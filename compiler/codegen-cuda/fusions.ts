@@ -27,6 +27,10 @@
  * it; wide_ew_cuda.ts gradWithSums: dy's column sums kept while the kernel has the values, then its row blocks' partials
  * added), for rows of a multiple of 256 and at least MIN_WIDE elements: GPT-2's fc bias, whose BGRADB epilogue cost the fc
  * weight-gradient GEMM ~47 us per call on an H100 (bench/NOTES.md v39).
+ * And the in_proj bias gradient (sum_to of the 16-bit dqkv over its rows) into the attention gradient writing dqkv (fuse.ts
+ * rule 15: `sum_out`, before rule 8; attention_cuda.ts: each flash backward block's column sums over its 64 rows as it
+ * stores them, then the blocks' partials added in order; a path without them sums dqkv after its kernels): GPT-2's qkv
+ * bias, whose BGRADB epilogue cost the qkv weight-gradient GEMM ~43 us per call on an H100 (bench/NOTES.md v41).
  * And each recomputed unary paired with its gradient over the same x (compiler/ir/grad_fwd.ts, `fwd_out`: one
  * wide_ew_cuda.ts kernel reads x once and writes both; GPT-2's gelu copy and gelu's gradient).
  * And a convolution's bias gradient (sum_to over N, H, W) into the global_avgpool_grad writing what it sums (fuse.ts rule 9:
@@ -39,7 +43,7 @@
  * (its gelu into the fc linear, whose pre-activation the gradient reads): those products run gemm_cuda.ts's small-tile FFMA
  * kernel, which applies them in its store, instead of a cuBLASLt call and the unfused kernel (cublaslt.ts); on by
  * default (MPSC_CUDA_SMALL_EPI=0 at build time keeps the unfused nodes).
- * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,grad_sum,pool_bias,conv_bias,conv_pool,small_epi switches any
+ * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,grad_sum,attn_sum,pool_bias,conv_bias,conv_pool,small_epi switches any
  * of these off (A/B runs; remat_unary: no gelu copies, so only the layernorms' from 12 GiB; remat_ln: never layernorm copies).
  */
 import { UserError } from '../errors.js';
@@ -73,10 +77,10 @@ export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
 const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 /** the fusions $MPSC_CUDA_FUSE_OFF may switch off (a comma-separated list, for A/B runs; runtime/cuda/session.ts keys builds on it) */
-export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'ln_half', 'bias_grad', 'grad_sum', 'pool_bias', 'conv_bias', 'conv_pool', 'small_epi'] as const;
+export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'ln_half', 'bias_grad', 'grad_sum', 'attn_sum', 'pool_bias', 'conv_bias', 'conv_pool', 'small_epi'] as const;
 export type CudaFuseSwitch = (typeof CUDA_FUSE_SWITCHES)[number];
 
-/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7 and 11), bias_sum (rule 7), ln_half (rule 11), bias_grad (rule 8), grad_sum (rule 14), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10), small_epi (rules 12, 13) */
+/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7 and 11), bias_sum (rule 7), ln_half (rule 11), bias_grad (rule 8), grad_sum (rule 14), attn_sum (rule 15), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10), small_epi (rules 12, 13) */
 export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE_OFF): CudaFuseSwitch[] {
   const names = (env ?? '').split(',').map((x) => x.trim()).filter(Boolean);
   for (const x of names) {
@@ -110,6 +114,7 @@ export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): Fus
     ...(remat ? { remat } : {}),
     addLayernorm: { maxD: WARP_D, add: !off.includes('add_ln'), grad: !off.includes('grad_add'), biasSum: !off.includes('bias_sum'), halfOut: !off.includes('ln_half') },
     ...(off.includes('grad_sum') ? {} : { unaryGradBiasSum: { multipleOf: 256, maxD: 65536, minElements: MIN_WIDE } }),
+    ...(off.includes('attn_sum') ? {} : { attnGradBiasSum: { dtypes: ['bf16', 'f16'] } }),
     ...(off.includes('bias_grad') ? {} : { matmulBiasGrad: true }),
     ...(off.includes('grad_fwd') ? {} : { gradWithForward: true }),
     ...(off.includes('pool_bias') ? {} : { poolGradBiasSum: true }),

@@ -43,7 +43,7 @@ import { sharedWithGradForward, wideOr } from './wide_ew_cuda.js';
 import { lowerAvgpoolGradCuda } from './avgpool_cuda.js';
 import { lowerClassForwardCuda, lowerCrossEntropyGradCuda } from './class_rows.js';
 import { lowerAttentionCuda } from './attention_cuda.js';
-import { NO_FUSIONS } from '../ir/fuse.js';
+import { NO_FUSIONS, unfusedAttrs } from '../ir/fuse.js';
 import { fuseForBackend } from '../ir/programs.js';
 import { cudaFusions } from './fusions.js';
 import { GPU_KERNELS, type GpuLowering, type GpuRegistry } from '../kernels/registry.js';
@@ -64,7 +64,21 @@ const cudaLayernorm: GpuLowering = (ctx, g, n) => lowerLayernormCuda(ctx, g, n) 
 const sharedAttention = GPU_KERNELS.attention;
 if (sharedAttention === 'cpu') throw new Error('internal: attention has no shared GPU kernel');
 /** flash attention (attention_cuda.ts: 16-bit on the tensor cores, fp32 on attention_f32.ts; `hopper`: a build for sm_90a); other head widths: the shared kernel */
-const cudaAttention = (hopper: boolean): GpuLowering => (ctx, g, n) => lowerAttentionCuda(ctx, g, n, hopper) ?? sharedAttention(ctx, g, n);
+/**
+ * The shared attention kernel, and for an attention_qkv_grad with `sum_out` (fuse.ts rule 15: a node the flash kernels
+ * refuse, or the shared GEMM build's registry) that kernel for the unfused node, then dqkv's column sums by `sumTo` as the
+ * sum_to the rule took would have run
+ */
+const sharedAttentionThenSums = (sumTo: GpuLowering): GpuLowering => (ctx, g, n) => {
+  if (n.attrs.sum_out !== true) return sharedAttention(ctx, g, n);
+  const dqkv = n.outputs[0], shape = g.values[dqkv].shape;
+  const core: Node = { ...n, outputs: [dqkv], attrs: unfusedAttrs(n) };
+  const sum: Node = { ...n, op: 'sum_to', inputs: [dqkv], outputs: [n.outputs[1]], attrs: { shape: [shape[shape.length - 1]], axes: shape.slice(0, -1).map((_, i) => i) } };
+  return [...sharedAttention(ctx, g, core), ...sumTo(ctx, g, sum)];
+};
+/** the shared GEMM build's registry: the shared kernels, with wide_ew_cuda.ts's for a unary_grad with fwd_out and rule 15's sums after attention */
+const SHARED_REGISTRY: GpuRegistry = { ...GPU_KERNELS, unary_grad: sharedWithGradForward(), attention_qkv_grad: sharedAttentionThenSums(sharedSumTo) };
+const cudaAttention = (hopper: boolean): GpuLowering => (ctx, g, n) => lowerAttentionCuda(ctx, g, n, hopper) ?? sharedAttentionThenSums(cudaSumTo)(ctx, g, n);
 const sharedEmbeddingGrad = GPU_KERNELS.embedding_grad;
 if (sharedEmbeddingGrad === 'cpu') throw new Error('internal: embedding_grad has no shared GPU kernel');
 /** embedding_grad on embedding_cuda.ts (sorted ids, or positions); past its float slots the shared kernel */
@@ -176,9 +190,10 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
   const own = (opts.gemm ?? 'cuda') === 'cuda';
   // the shared kernels (gemm 'shared') have no layernorm with a folded residual add (fuse.ts rule 5), no matmul with column sums (rule 8),
   // no unary_grad with the forward value (grad_fwd.ts; a program that has one gets wide_ew_cuda.ts's kernel for it), no pool gradient
-  // or conv input gradient with channel sums (rule 9: avgpool_cuda.ts, conv_cuda.ts), no conv with its pooled output (rule 10: conv_cuda.ts)
+  // or conv input gradient with channel sums (rule 9: avgpool_cuda.ts, conv_cuda.ts), no conv with its pooled output (rule 10: conv_cuda.ts),
+  // no attention gradient with its column sums (rule 15: a program that has one gets the shared kernel, then the sum_to kernel)
   const caps = opts.fuse === false ? NO_FUSIONS : own ? cudaFusions() :
-    { ...cudaFusions(), addLayernorm: undefined, matmulBiasGrad: undefined, gradWithForward: undefined, poolGradBiasSum: undefined, convGradBiasSum: undefined, convPool: undefined };
+    { ...cudaFusions(), addLayernorm: undefined, matmulBiasGrad: undefined, gradWithForward: undefined, poolGradBiasSum: undefined, convGradBiasSum: undefined, convPool: undefined, attnGradBiasSum: undefined };
   const lanes = opts.lanes ?? cudaLanes(), pdl = opts.pdl ?? cudaPdl();
   // on lanes, buffers are reused only reuseGap() nodes after their last reader (lanes.ts: no write-after-read edges
   // between neighbours; planned again without the gap below when every program stays one chain)
@@ -192,7 +207,7 @@ export function buildCuda(unfused: Program[], model: string, opts: CudaGenOption
     const choices: GemmChoice[] = [];
     gemms.push({ program: p.name, choices });
     const reg = gemmRegistry(opts.cublasLt ?? true, opts.tf32x3 ?? 'rule', choices, opts.arch === '90a');
-    const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: reg.registry, gemm: reg.gemm } : { registry: { ...GPU_KERNELS, unary_grad: sharedWithGradForward() } }) }, layout, CUDA);
+    const lp = lowerProgram(p, { noFallback: true, kernelPrefix: `p${i}_`, ...(own ? { registry: reg.registry, gemm: reg.gemm } : { registry: SHARED_REGISTRY }) }, layout, CUDA);
     const plan = buildPlan(lp, layout, table, model);
     const viewed = reshapeViews(lp, plan);
     return opts.merge === false ? viewed : mergeLaunches(viewed.lp, viewed.plan, CUDA);

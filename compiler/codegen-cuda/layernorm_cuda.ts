@@ -13,7 +13,8 @@
  * elements per lane and group of 256, 16-byte accesses; the forward by default).
  * layernorm_grad: the same warp per row for dx, each warp taking several rows in turn and keeping its
  * lanes' partial weight / bias gradients in registers, so dy and x are read once for all three outputs
- * (layernormGradCuda); a second kernel adds the blocks' partials. With the residual-gradient add folded
+ * (layernormGradCuda; MPSC_CUDA_LN_GRAD=smem / smem2, opt-in: each warp's partials in its own shared-memory slots instead,
+ * 24 warps per SM where the registers' form fits one block of 8: lnGrad); a second kernel adds the blocks' partials. With the residual-gradient add folded
  * in (fuse.ts rule 6, `add_out`) dx is stored plus the addend (the residual stream's gradient), and with
  * `sum_out` (rule 7) the stored values' column sums (a linear's bias gradient) are a third partial; with `half_out`
  * (rule 11) each stored value is also stored rounded to 16 bits (the copy the next products read: no cast kernel).
@@ -150,6 +151,43 @@ export function lowerLayernormCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec
 const GRAD_BLOCKS = 264;
 
 /**
+ * MPSC_CUDA_LN_GRAD at build time: where layernormGradCuda's first kernel (the strided layout; lnVec's vector dx keeps
+ * `regs`) keeps each lane's per-column weight / bias (/ sum_out) partials over the rows its warp takes. `regs` (the
+ * default): in registers, next to the row's K = ceil(D / 32) values g, h: 5 K floats per lane with sum_out, GPT-2's
+ * kernel 230 registers, one block of 8 warps per SM (ncu: 12.5% occupancy, no eligible warp 84% of cycles, DRAM 72%;
+ * ~68 us per kernel on an H200 where its bytes need ~48). `smem`: in shared memory, each warp its own P x D floats
+ * (lane l's columns l + 32 k: conflict-free, no atomics, nothing shared between warps until the block's end), so a lane
+ * keeps only g, h (2 K floats): one block of W = 24 warps per SM (W x P x D x 4 bytes of shared, 221 KB for GPT-2's
+ * P = 3, D = 768; registers capped at 80 by __launch_bounds__), the rows split evenly over the grid's warps (each
+ * warp a run of consecutive rows, one more for the first rows % warps, taken across the blocks: GPT-2 124 or 125 rows per block), G <= 132 blocks (one wave on the H100 / H200's
+ * 132 SMs), so the finish adds fewer slots than `regs`'s 256; `smem2`: the same with two blocks of 12 warps per SM
+ * (G <= 264). Per element and partial a shared load and store instead of a register add. Fixed order either way (a
+ * warp's rows in order, then the block's warps in order, then blockSumsFinish); the bits differ from `regs`'s where
+ * the rows per warp differ. Checked on the CPU thread emulator (test/cuda_ln_emu.test.ts) and under ptxas, not yet on a GPU.
+ */
+export function lnGrad(): 'regs' | 'smem' | 'smem2' {
+  return envChoice('MPSC_CUDA_LN_GRAD', ['regs', 'smem', 'smem2'], 'regs');
+}
+
+/** SMs the `smem` forms' grid is sized for (H100 SXM, H200), shared bytes per SM and per block (sm_90), registers per SM */
+const SMS = 132, SMEM_SM = 228 * 1024, SMEM_BLOCK = 227 * 1024, REGS_SM = 65536;
+
+/**
+ * lnGrad's shared-memory forms: B blocks per SM of W warps, G blocks; null for `regs`. W * B warps per SM (at most 24),
+ * as many as the row's registers (an estimate of 2 K + 32 per lane, rounded up to 8: 80 at K = 24) and the warps' shared
+ * slots (P * D floats each, plus 1 KB reserved per block) allow.
+ */
+function smemLayout(form: 'regs' | 'smem' | 'smem2', rows: number, D: number, P: number): { W: number; B: number; G: number } | null {
+  if (form === 'regs') return null;
+  const B = form === 'smem' ? 1 : 2, K = ceilDiv(D, 32), regs = 8 * ceilDiv(2 * K + 32, 8);
+  const bySmem = Math.min(Math.floor(SMEM_BLOCK / (P * D * 4)), Math.floor((SMEM_SM / B - 1024) / (P * D * 4)));
+  // ptxas gives each of the SM's 4 partitions (16K registers each) ceil(warps / 4) warps: 24 warps at most 80 registers, 20 at 96
+  const perSm = Math.min(24, 4 * Math.floor(REGS_SM / 4 / (32 * regs)));
+  const W = Math.max(1, Math.min(4 * Math.floor(perSm / (4 * B)), bySmem));
+  return { W, B, G: Math.min(ceilDiv(rows, W), SMS * B) };
+}
+
+/**
  * layernorm_grad whole (dy, x, w?, mean, rstd -> dx, dweight, dbias) over rows of D <= WARP_D, or null:
  * the dx of layernormGradDxCuda, a warp per row, but each warp takes RW consecutive rows in order and
  * keeps its lanes' partial weight / bias gradients (sum of dy * xhat, sum of dy per column) in registers
@@ -158,6 +196,10 @@ const GRAD_BLOCKS = 264;
  * (a warp per column: each lane the slots of every 32nd block in block order, then the warp's butterfly sum;
  * G = 1: the block stores the gradients itself). dy and x are read once (the column sums
  * of reduce_cuda.ts read them a second time); fixed order throughout, so results do not depend on scheduling.
+ * MPSC_CUDA_LN_GRAD=smem / smem2 (lnGrad, opt-in; the strided layout only): the same row body, but each warp adds its
+ * lanes' partials into its own slots of shared memory (smemKernel), rows through per-row pointers, up to 24 warps per SM
+ * at 80 registers (GPT-2: no spills under ptxas 13.0), the blocks' slots in the same scratch layout for blockSumsFinish;
+ * checked on the CPU thread emulator (test/cuda_ln_emu.test.ts), not yet on a GPU.
  */
 export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const { D, rows } = layernormRows(g, n);
@@ -173,28 +215,40 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   const ins = n.inputs, outs = n.outputs;
   const weight = ins.length > 2 && ins[2] >= 0;
   const K = ceilDiv(D, 32);
-  const RW = Math.max(1, ceilDiv(rows, GRAD_BLOCKS * WARPS)), G = ceilDiv(rows, WARPS * RW);
+  const RW = Math.max(1, ceilDiv(rows, GRAD_BLOCKS * WARPS));
+  let G = ceilDiv(rows, WARPS * RW);
   // the column sums kept per lane: dy * xhat (dweight), dy (dbias), and with `sum_out` (rule 7) the stored dx + addend (its last output)
   const sums = [{ p: 'pw', arg: 'dweight', out: outs[1] }, { p: 'pb', arg: 'dbias', out: outs[2] },
     ...(n.attrs.sum_out === true ? [{ p: 'po', arg: 'dsum', out: outs[3] }] : [])];
   const P = sums.length;
+  // the vector layout (lnVec): loads and stores by load8 / store8 per group of 8, the same statements per element
+  const vt = vecLayout(g, D, [ins[0], ins[1], outs[0], ...(weight ? [ins[2]] : []), ...(addOut ? [ins[5]] : []), ...(half ? [halfId] : [])], true);
+  // lnGrad's shared-memory forms (the strided layout only): W warps per block, G blocks
+  const sm = vt ? null : smemLayout(lnGrad(), rows, D, P);
+  if (sm) G = sm.G;
   const writes = sums.map((x) => argOf(g, x.arg, x.out, 'w'));
   const args = [argOf(g, 'dy', ins[0], 'r'), argOf(g, 'x', ins[1], 'r'), ...(weight ? [argOf(g, 'w', ins[2], 'r')] : []),
     argOf(g, 'mean', ins[3], 'r'), argOf(g, 'rstd', ins[4], 'r'), ...(addOut ? [argOf(g, 'xa', ins[5], 'r')] : []),
     argOf(g, 'dx', outs[0], 'w'), ...(half ? [argOf(g, 'dxh', halfId, 'w')] : []), ...(G === 1 ? writes : [])];
-  const plus = (idx: string) => (addOut ? ` + ${readF(d, g, ins[5], 'xa', idx)}` : '');
+  // a row tensor's element at column col of row r: name[base + col] (`regs`), or namer[col] through the row's pointer (lnGrad's
+  // `smem` forms: one 64-bit address per row and constant offsets, where the 32-bit index base + col, which may wrap, costs
+  // an address computation and two registers per element: GPT-2's kernel spilled 160 bytes at 80 registers without them)
+  const nm = (name: string) => (sm ? `${name}r` : name);
+  const ix = (idx: string, col: string) => (sm ? col : idx);
+  const plus = (idx: string, col: string) => (addOut ? ` + ${readF(d, g, ins[5], nm('xa'), ix(idx, col))}` : '');
   const decl = (p: string) => `  float ${Array.from({ length: K }, (_, k) => `${p}${k} = ${f(0)}`).join(', ')};\n`;
   /** stores of the column totals, the j-th from the expression total(j) */
   const storeAll = (c: string, total: (j: number) => string) => sums.map((x, j) => writeF(d, g, x.out, x.arg, c, total(j))).join(' ');
   const bytes = G * P * D * 4;
+  // partial j (sums[j]) of the lane's value k += x: a register (`regs`), or the warp's own slot in shared memory (lnGrad's `smem` forms: tl = sg * P * D + lane)
+  const slot = (j: number, k: number) => (j * D + 32 * k ? `tl + ${u(j * D + 32 * k)}` : 'tl');
+  const acc = (j: number, k: number, x: string) => (sm ? `tg[${slot(j, k)}] += ${x};` : `${sums[j].p}${k} += ${x};`);
   // with the addend: every lane's dx + addend computed (all its loads issued) before any store to dx, whose overlap with
   // xa the compiler cannot rule out (a store between the loads costs a memory round trip per element); g_k holds the result
-  const dxLine = (k: number, idx: string) => addOut
-    ? `dx[${idx}] = ${store(ctx, g, outs[0], `g${k}`)};${half ? ` dxh[${idx}] = ${store(ctx, g, halfId, `g${k}`)};` : ''}${P === 3 ? ` po${k} += g${k};` : ''}`
-    : `dx[${idx}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`;
-  const sumLine = (k: number, idx: string) => `g${k} = rs * (g${k} - s1 - h${k} * s2)${plus(idx)};`;
-  // the vector layout (lnVec): loads and stores by load8 / store8 per group of 8, the same statements per element
-  const vt = vecLayout(g, D, [ins[0], ins[1], outs[0], ...(weight ? [ins[2]] : []), ...(addOut ? [ins[5]] : []), ...(half ? [halfId] : [])], true);
+  const dxLine = (k: number, idx: string, col: string) => addOut
+    ? `${nm('dx')}[${ix(idx, col)}] = ${store(ctx, g, outs[0], `g${k}`)};${half ? ` ${nm('dxh')}[${ix(idx, col)}] = ${store(ctx, g, halfId, `g${k}`)};` : ''}${P === 3 ? ` ${acc(2, k, `g${k}`)}` : ''}`
+    : `${nm('dx')}[${ix(idx, col)}] = ${store(ctx, g, outs[0], `rs * (g${k} - s1 - h${k} * s2)`)};`;
+  const sumLine = (k: number, idx: string, col: string) => `g${k} = rs * (g${k} - s1 - h${k} * s2)${plus(idx, col)};`;
   const t = (id: number) => elemOf(g, id) as VecElem;
   const ks = Array.from({ length: K }, (_, k) => k);
   /**
@@ -209,7 +263,10 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
   /** the shared sums' slot of column expression c (c itself in the strided layout) */
   const slotOf = (c: string) => (vt ? `((${c}) & ~255u) + (((${c}) & 7u) << 5) + (((${c}) & 255u) >> 3)` : c);
   const elemStmt = (k: number, e: string, w: string | null, x: string) =>
-    `g${k} = ${e}${w ? ` * ${w}` : ''}; h${k} = (${x} - mu) * rs; s1 += g${k}; s2 += g${k} * h${k}; pw${k} += ${e} * h${k}; pb${k} += ${e};`;
+    `g${k} = ${e}${w ? ` * ${w}` : ''}; h${k} = (${x} - mu) * rs; s1 += g${k}; s2 += g${k} * h${k}; ${acc(0, k, `${e} * h${k}`)} ${acc(1, k, e)}`;
+  const rowPtr = (name: string, id: number, access: 'r' | 'w') => `  ${d.space.global}${access === 'r' ? 'const ' : ''}${d.typeName(elemOf(g, id))}* const ${nm(name)} = ${name} + base;\n`;
+  const rowPointers = rowPtr('dy', ins[0], 'r') + rowPtr('x', ins[1], 'r') + (addOut ? rowPtr('xa', ins[5], 'r') : '') + rowPtr('dx', outs[0], 'w') +
+    (half ? rowPtr('dxh', halfId, 'w') : '');
   const rowBody = vt
     ? `  const uint vb = r * ${u(D / 8)} + lane;\n  const float mu = mean[r], rs = rstd[r];\n  float s1 = ${f(0)}, s2 = ${f(0)};\n` +
       vecGroups(D, (c, nm, at, col) => `  ${d.load8(t(ins[0]), 'dy', at, nm('e'))}\n  ${d.load8(t(ins[1]), 'x', at, nm('xv'))}\n` +
@@ -221,13 +278,45 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
           nm('g').map((gk, j) => `  ${gk} = rs * (${gk} - s1 - h${8 * c + j} * s2) + ${nm('a')[j]};${P === 3 ? ` po${8 * c + j} += ${gk};` : ''}\n`).join('') +
           `  ${d.store8(t(outs[0]), 'dx', at, nm('g'))}\n` + (half ? `  ${d.store8(t(halfId), 'dxh', at, nm('g'))}\n` : ''))
         : vecGroups(D, (c, nm, at) => `  ${d.store8(t(outs[0]), 'dx', at, nm('g').map((gk, j) => `rs * (${gk} - s1 - h${8 * c + j} * s2)`))}\n`))
-    : `  const uint base = r * ${u(D)};\n  const float mu = mean[r], rs = rstd[r];\n  float s1 = ${f(0)}, s2 = ${f(0)};\n` +
+    : `  const uint base = r * ${u(D)};\n` + (sm ? rowPointers : '') + `  const float mu = mean[r], rs = rstd[r];\n  float s1 = ${f(0)}, s2 = ${f(0)};\n` +
       lanes(d, D, (k, idx, col) =>
-        `{ const float e = ${readF(d, g, ins[0], 'dy', idx)}; ${elemStmt(k, 'e', weight ? readF(d, g, ins[2], 'w', col) : null, readF(d, g, ins[1], 'x', idx))} }`) +
+        `{ const float e = ${readF(d, g, ins[0], nm('dy'), ix(idx, col))}; ${elemStmt(k, 'e', weight ? readF(d, g, ins[2], 'w', col) : null, readF(d, g, ins[1], nm('x'), ix(idx, col)))} }`) +
       `  s1 = ${d.simdSum('s1')} / ${f(D)};\n  s2 = ${d.simdSum('s2')} / ${f(D)};\n` +
-      (addOut ? lanes(d, D, (k, idx) => sumLine(k, idx)) : '') +
-      lanes(d, D, (k, idx) => dxLine(k, idx));
-  const first = kernelSpec(ctx, g, n, args, {
+      (addOut ? lanes(d, D, sumLine) : '') +
+      lanes(d, D, dxLine);
+  /**
+   * lnGrad's shared-memory forms: warp wg = sg G + b (warp sg of block b) of the grid's G W takes a run of consecutive rows
+   * (rows / (G W), one more for the first rows % (G W) warps: spread over the blocks, so that no SM takes many more rows) in order, each as a warp per row (the strided row body), adding its lanes'
+   * partials into its own P x D floats of tg; then the block adds its W warps' slots per column in warp order into its
+   * scratch slot (the layout blockSumsFinish reads; G = 1: the gradients themselves).
+   */
+  const smemKernel = ({ W, B }: { W: number; B: number }): KernelSpec => {
+    const NW = G * W, Q = Math.floor(rows / NW), REM = rows % NW, PD = P * D, T = 32 * W;
+    const slots = (c: string) => `tg[wi * ${u(PD)} + ${c}]`;
+    return kernelSpec(ctx, g, n, args, {
+      groups: [G, 1, 1], tgsize: [T, 1, 1], tgmem: W * PD * 4, sync: true, ...{ minBlocks: B }, ...(G === 1 ? {} : { scratch: bytes }),
+      body:
+        `  // warp wg = sg * ${G} + b of the grid's ${NW} (so that every block gets its share of the longer runs): ${REM ? `${Q + 1} rows (wg < ${REM}) or ${Q}` : `${Q} rows`} from r0 in order, each as a warp per row of D = ${D}:\n` +
+        `  // dx = rstd * (g - sum(g)/D - xhat * sum(g*xhat)/D), g = dy${weight ? ' * w' : ''}; the lanes' sums of dy * xhat, dy${P === 3 ? ' and the stored dx' : ''} per column in the warp's own ${P} x ${D} floats of tg, not in registers\n` +
+        `  const uint wg = sg * ${u(G)} + tgid.x;\n` +
+        (REM ? `  const uint nr = wg < ${u(REM)} ? ${u(Q + 1)} : ${u(Q)}, r0 = wg * ${u(Q)} + (wg < ${u(REM)} ? wg : ${u(REM)});\n`
+          : `  const uint nr = ${u(Q)}, r0 = wg * ${u(Q)};\n`) +
+        `  const uint tl = sg * ${u(PD)} + lane;\n` +
+        lanes(d, D, (k) => sums.map((_, j) => `tg[${slot(j, k)}] = ${f(0)};`).join(' ')) +
+        // (a barrier: where a warp takes at most one row, ptxas otherwise folds the zeros into the row's sums and spills at D = 1024)
+        `  ${d.barrier()}\n` + decl('g') + decl('h') +
+        `  for (uint j = 0u; j < nr; ++j) {\n    const uint r = r0 + j;\n` + rowBody + `  }\n` +
+        `  // the block's sums per column: its ${W} warps' slots added in warp order\n  ${d.barrier()}\n` +
+        (G === 1
+          ? `  for (uint c = tidx; c < ${u(D)}; c += ${u(T)}) {\n    float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
+            `    #pragma unroll\n    for (uint wi = 0u; wi < ${u(W)}; ++wi) {${sums.map((_, j) => ` t${j} += ${slots(j ? `${u(j * D)} + c` : 'c')};`).join('')} }\n` +
+            `    ${storeAll('c', (j) => `t${j}`)}\n  }\n`
+          : `  for (uint c = tidx; c < ${u(PD)}; c += ${u(T)}) {\n    float t = ${f(0)};\n` +
+            `    #pragma unroll\n    for (uint wi = 0u; wi < ${u(W)}; ++wi) t += ${slots('c')};\n` +
+            `    mpsc_scratch[tgid.x * ${u(PD)} + c] = t;\n  }\n`),
+    }, ` [dx${addOut ? ' + the residual gradient' : ''}${half ? ' (and its 16-bit copy)' : ''}, and dweight / dbias${P === 3 ? ' / its column sums' : ''} partials in shared memory (each warp its own) of ${REM ? `${Q}-${Q + 1}` : Q} rows per warp, ${W} warps per block, ${G} block${G === 1 ? '' : 's'}]`);
+  };
+  const first = sm ? smemKernel(sm) : kernelSpec(ctx, g, n, args, {
     groups: [G, 1, 1], tgsize: [32 * WARPS, 1, 1], tgmem: P * D * 4, sync: true, ...(G === 1 ? {} : { scratch: bytes }),
     body:
       `  // warp sg of block b: rows (b * ${u(WARPS)} + sg) * ${u(RW)} + j (j < ${u(RW)}) in order, each as a warp per row of D = ${u(D)}${vt ? ' (8 consecutive elements per lane and group of 256: 16-byte accesses)' : ''}:\n` +
@@ -285,9 +374,11 @@ export function finishMode(): 'cols' | 'warp' | 'serial' {
  * 0.920 -> 0.821 ms, gpt_char fp32 23.81 -> 23.63 ms. Serves layernorm_grad's partials and wide_ew_cuda.ts's unary
  * gradient column sums.
  */
-export function blockSumsFinish(ctx: LowerCtx, g: Graph, n: Node, sums: readonly { arg: string; out: number }[], D: number, G: number): KernelSpec {
+export function blockSumsFinish(ctx: LowerCtx, g: Graph, n: Node, sums: readonly { arg: string; out: number }[], D: number, G: number, base = 0): KernelSpec {
   const d = ctx.d, u = (k: number) => d.u(k), f = (x: number) => d.f(x);
   const P = sums.length, W = P * D;
+  // the partials' first float in the scratch region (after a kernel's own scratch: attention_cuda.ts's rule-15 sums)
+  const at = (i: string) => (base ? `${u(base)} + ${i}` : i);
   const writes = sums.map((x) => argOf(g, x.arg, x.out, 'w'));
   if (finishMode() === 'cols') {
     const S = Math.min(32, G), Q = ceilDiv(G, S);
@@ -299,20 +390,20 @@ export function blockSumsFinish(ctx: LowerCtx, g: Graph, n: Node, sums: readonly
         `  // slots w = 32 tgid.x + l (l = tidx % 32) of the ${G} blocks' rows of ${W}: warp sg adds blocks sg * ${u(Q)} + q (q < ${u(Q)}) in order, then warp 0 the ${S} warps' sums in order\n` +
         `  const uint w = tgid.x * 32u + tidx % 32u;\n  float t = ${f(0)};\n` +
         `  if (w < ${u(W)}) {\n    #pragma unroll\n    for (uint q = 0u; q < ${u(Q)}; ++q) {\n      const uint b = sg * ${u(Q)} + q;\n` +
-        `      ${Q * S > G ? `if (b < ${u(G)}) ` : ''}t += mpsc_scratch[b * ${u(W)} + w];\n    }\n  }\n` +
+        `      ${Q * S > G ? `if (b < ${u(G)}) ` : ''}t += mpsc_scratch[${at(`b * ${u(W)} + w`)}];\n    }\n  }\n` +
         `  tg[tidx] = t;\n  ${d.barrier()}\n` +
         `  if (sg == 0u && w < ${u(W)}) {\n    t = ${f(0)};\n    for (uint k = 0u; k < ${u(S)}; ++k) t += tg[k * 32u + tidx];\n    ${store}\n  }\n`,
     }, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks, 32 slots per block of ${S} warps]`);
-    return { ...spec, scratch: G * W * 4 };
+    return { ...spec, scratch: (base + G * W) * 4 };
   }
   const Q = ceilDiv(G, 32);
   const finish = elementwise(ctx, g, n, writes, 32 * D,
     `  // the ${G} blocks' sums of column c (warp c): its thread l adds blocks l + 32 q (q < ${Q}) in order, then the warp's sum\n` +
     `  const uint c = i / 32u, l = i % 32u;\n  float ${sums.map((_, j) => `t${j} = ${f(0)}`).join(', ')};\n` +
     `  #pragma unroll\n  for (uint q = 0u; q < ${u(Q)}; ++q) {\n    const uint b = l + 32u * q;\n` +
-    `    if (b < ${u(G)}) {${sums.map((_, j) => ` t${j} += mpsc_scratch[b * ${u(P * D)} + ${j ? `${u(j * D)} + ` : ''}c];`).join('')} }\n  }\n` +
+    `    if (b < ${u(G)}) {${sums.map((_, j) => ` t${j} += mpsc_scratch[${at(`b * ${u(P * D)} + ${j ? `${u(j * D)} + ` : ''}c`)}];`).join('')} }\n  }\n` +
     sums.map((_, j) => `  t${j} = ${d.simdSum(`t${j}`)};\n`).join('') +
     `  if (l == 0u) { ${sums.map((x, j) => writeF(d, g, x.out, x.arg, 'c', `t${j}`)).join(' ')} }\n`, ` [${sums.map((x) => x.arg).join(', ')}: sum of ${G} blocks, a warp per column]`);
   // the warp sums are SIMD-group functions: declared with barriers (sync), so merge.ts leaves the kernel its own launch
-  return { ...finish, scratch: G * W * 4, sync: true };
+  return { ...finish, scratch: (base + G * W) * 4, sync: true };
 }

@@ -102,6 +102,13 @@
  *     the same sum in another order (codegen-cuda/wide_ew_cuda.ts: each thread's columns over its rows, then the blocks'
  *     partials in order), within rounding, not bitwise. For GPT-2 the fc bias gradient, which rule 8 would otherwise
  *     give the weight-gradient GEMM (cuBLASLt's BGRADB epilogue: ~47 us more per call on an H100 than the plain call).
+ * 15. a bias gradient into the attention gradient writing what it sums (caps.attnGradBiasSum; after rule 4, before rule 8):
+ *     S = `sum_to` of the output 0 dqkv (of a dtype in caps.dtypes) of A = an `attention_qkv_grad` without fusion attrs,
+ *     over every leading dim (shape [3C], f32: the in_proj bias gradient): S disappears and A, attr `sum_out: true`,
+ *     writes S's output as its output 1 (dqkv's column sums, of dqkv as stored). The same sum in another order
+ *     (codegen-cuda/attention_cuda.ts: each flash backward block's column sums over its 64 rows in its store, then
+ *     the blocks' partials in order), within rounding, not bitwise. For GPT-2 the qkv bias gradient, whose BGRADB
+ *     epilogue (rule 8) cost its weight-gradient GEMM ~43 us per call on an H100.
  *  The rules run in this order over the whole graph (so rule 3 takes only relus rule 1 left).
  *  A node never carries two fusions of the same kind; running the pass on its own output
  *  changes nothing.
@@ -152,6 +159,8 @@ export interface FusionCaps {
   /** rule 14: a bias gradient (sum_to over the rows) into the unary_grad writing what it sums, for rows of D (a multiple of
    *  multipleOf, at most maxD) and at least minElements elements */
   unaryGradBiasSum?: { multipleOf: number; maxD: number; minElements: number };
+  /** rule 15: a bias gradient (sum_to over the rows) into the attention_qkv_grad writing what it sums, for dqkv of these dtypes */
+  attnGradBiasSum?: { dtypes: readonly string[] };
   /** rule 9: a conv bias gradient (sum_to over N, H, W) into the global_avgpool_grad / the conv2d_grad_input writing what it sums */
   poolGradBiasSum?: boolean;
   convGradBiasSum?: boolean;
@@ -174,8 +183,8 @@ export const RELU_GRAD_OPS: readonly OpName[] = ['global_avgpool_grad', 'maxpool
 export const ADD_IN_OPS: readonly OpName[] = ['layernorm'];
 /** the ops that may carry `add_out` (+ the `addend` input, added to output 0), and with it `sum_out` (+ output 0's column sums as the last output) */
 export const ADD_OUT_OPS: readonly OpName[] = ['layernorm_grad'];
-/** the ops that may carry `sum_out` without `add_out` (+ output 0's column sums as output 1: rule 14) */
-export const SUM_OUT_OPS: readonly OpName[] = ['unary_grad'];
+/** the ops that may carry `sum_out` without `add_out` (+ output 0's column sums as output 1: rules 14, 15) */
+export const SUM_OUT_OPS: readonly OpName[] = ['unary_grad', 'attention_qkv_grad'];
 /** the ops that may carry `a_sums` (+ input 0's column sums as the last output: rule 8) */
 export const A_SUMS_OPS: readonly OpName[] = ['matmul'];
 /** the ops that may carry `c_sums` (+ output 0's channel sums, over N, H, W, as the last output: rule 9) */
@@ -293,7 +302,7 @@ export function fusedParts(n: Node): FusedParts | null {
   }
   if (n.attrs.add_in === true) return { coreInputs: n.inputs.length - 1, add: { input: n.inputs.length - 1, output: n.outputs.length - 1 } };
   if (n.attrs.a_sums === true) return { coreInputs: n.inputs.length, aSums: n.outputs.length - 1 };
-  // sum_out on a unary_grad (rule 14): dx's column sums as output 1, before fwd_out's f(x) when both
+  // sum_out on a unary_grad (rule 14) or an attention_qkv_grad (rule 15): output 0's column sums as output 1, before fwd_out's f(x) when both
   if (n.attrs.sum_out === true) return { coreInputs: n.inputs.length, sumOut: 1, ...(n.attrs.fwd_out === true ? { fwdOut: 2 } : {}) };
   if (n.attrs.fwd_out === true) return { coreInputs: n.inputs.length, fwdOut: n.outputs.length - 1 };
   return null;
@@ -549,6 +558,16 @@ function fuseUnaryGradBiasSum(g: Graph, w: Work, caps: NonNullable<FusionCaps['u
   }
 }
 
+/** rule 15 */
+function fuseAttnGradBiasSum(g: Graph, w: Work, caps: NonNullable<FusionCaps['attnGradBiasSum']>): void {
+  for (const A of w.nodes) {
+    if (!A || A.op !== 'attention_qkv_grad' || A.outputs.length !== 1 || Object.keys(A.attrs).some((k) => FUSION_FLAGS.has(k))) continue;
+    if (!caps.dtypes.includes(g.values[A.outputs[0]].dtype)) continue;
+    const S = rowSumOf(g, w, A.outputs[0]);
+    if (S) takeRowSum(w, A, S);
+  }
+}
+
 /** rule 11 */
 function fuseLayernormGradHalfOut(g: Graph, w: Work): void {
   for (const L of w.nodes) {
@@ -685,8 +704,9 @@ export function fuseProgram(p: Program, caps: FusionCaps): Program {
     if (al.grad !== false) fuseLayernormGradAdd(g, w, al);
     if (al.biasSum !== false) fuseLayernormGradBiasSum(g, w);
   }
-  // rule 14 before rule 8: a unary gradient's bias sum in its own kernel rather than in the GEMM reading it
+  // rules 14, 15 before rule 8: a unary / attention gradient's bias sum in its own kernels rather than in the GEMM reading it
   if (caps.unaryGradBiasSum) fuseUnaryGradBiasSum(g, w, caps.unaryGradBiasSum);
+  if (caps.attnGradBiasSum) fuseAttnGradBiasSum(g, w, caps.attnGradBiasSum);
   if (caps.matmulBiasGrad) fuseMatmulBiasGrad(g, w);
   const sumOps = [...(caps.poolGradBiasSum ? ['global_avgpool_grad'] : []), ...(caps.convGradBiasSum ? ['conv2d_grad_input'] : [])];
   if (sumOps.length > 0) fuseGradBiasSum(g, w, sumOps);

@@ -35,8 +35,8 @@
  *    relu(x); on layernorm `add_in: true` with an extra last input `addend` and an extra last
  *    output (every input present or -1): the op normalises x + addend and also writes that sum;
  *    on layernorm_grad `add_out: true` with an extra last input `addend`: output 0 is dx + addend,
- *    and with `sum_out: true` an extra last output [D]: output 0 summed over its rows; on unary_grad `sum_out: true`
- *    with output 1 [D]: output 0 (as stored) summed over its rows (rule 14); on matmul
+ *    and with `sum_out: true` an extra last output [D]: output 0 summed over its rows; on unary_grad (rule 14) and
+ *    attention_qkv_grad (rule 15) `sum_out: true` with output 1 [D]: output 0 (as stored) summed over its rows; on matmul
  *    {transA: true} of 2-D operands `a_sums: true` with an extra last output [M]: input 0 [K, M]
  *    summed over its rows (a linear's bias gradient beside its weight gradient); on global_avgpool_grad
  *    `c_sums: true` with an extra last output [C]: output 0 (after its relu-grad, if any) summed over

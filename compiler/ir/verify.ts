@@ -18,7 +18,7 @@
  *    extra last input `addend` (a float of x's shape) and extra last output (the sum: f32, x's shape);
  *    `add_out` only on layernorm_grad, exactly with the extra last input `addend` (output 0's shape);
  *    `sum_out` only with add_out, exactly with an extra last output (f32 [D]: output 0's column sums), or on
- *    unary_grad, exactly with output 1 (f32 [D]: output 0's column sums, fuse.ts rule 14; before fwd_out's f(x));
+ *    unary_grad or attention_qkv_grad, exactly with output 1 (f32 [D]: output 0's column sums, fuse.ts rules 14, 15; before fwd_out's f(x));
  *    `half_out` ('f16' | 'bf16') only with add_out, exactly with one more extra last output (output 0's shape in
  *    that type: output 0 rounded, fuse.ts rule 11), after sum_out's when both;
  *    `a_sums` only on a matmul {transA: true} of 2-D operands, exactly with an extra last output
@@ -85,7 +85,7 @@ export function graphProblems(graph: Graph): string[] {
       (n.attrs.c_sums === true && (C_SUMS_OPS as readonly string[]).includes(n.op)) || (n.attrs.pool_out === true && (POOL_OUT_OPS as readonly string[]).includes(n.op)) ||
       (n.attrs.fwd_out === true && (FWD_OUT_OPS as readonly string[]).includes(n.op));
     const halfOut = addOut && n.attrs.half_out !== undefined;
-    // a unary gradient's column sums (rule 14): output 1, one more extra output beside fwd_out's
+    // a unary / attention gradient's column sums (rules 14, 15): output 1, one more extra output beside fwd_out's
     const gradSum = n.attrs.sum_out === true && (SUM_OUT_OPS as readonly string[]).includes(n.op);
     // rule 12's x (an extra last input) and rule 13's product before the epilogue (an extra last output)
     const gradFn = n.attrs[GRAD_FN_ATTR] !== undefined && (GRAD_FN_OPS as readonly string[]).includes(n.op);

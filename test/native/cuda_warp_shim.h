@@ -20,6 +20,8 @@
 typedef unsigned int uint;
 struct u3 { unsigned x, y, z; };
 struct uint4 { uint x, y, z, w; };
+using uint3 = u3;  // the kernel language's tgid / gid (the shim's blockIdx, ... are u3)
+static inline uint3 make_uint3(uint a, uint b, uint c) { return {a, b, c}; }
 struct float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 static inline uint4 make_uint4(uint a, uint b, uint c, uint d) { return {a, b, c, d}; }
@@ -58,6 +60,9 @@ static inline Slot& of(int l) { return g_slot[warp_() * 32 + l]; }
 static inline float __shfl_xor_sync(uint, float v, int o) {
   me().f = v; warp_sync(); const float r = of(lane_() ^ o).f; warp_sync(); return r;
 }
+// the dialect's warp reductions (cuda_dialect.ts), for the kernel-language kernels (blockSumsFinish, the class rows)
+static inline float mpsc_warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
+static inline float mpsc_warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
 // __shfl_sync over the full warp: each lane reads lane src's value
 static inline float __shfl_sync(uint, float v, int src) {
   me().f = v; warp_sync(); const float r = of(src & 31).f; warp_sync(); return r;
@@ -258,3 +263,6 @@ template <class T> T* shim_buffer(size_t n, FILE* in) {
   return p;
 }
 static void shim_write(const float* p, size_t n, FILE* out) { std::fwrite(p, 4, n, out); }
+// a 16-bit output written as floats (exact), as the tests read every output
+static void shim_write(const __nv_bfloat16* p, size_t n, FILE* out) { for (size_t i = 0; i < n; ++i) { const float f = __bfloat162float(p[i]); std::fwrite(&f, 4, 1, out); } }
+static void shim_write(const __half* p, size_t n, FILE* out) { for (size_t i = 0; i < n; ++i) { const float f = __half2float(p[i]); std::fwrite(&f, 4, 1, out); } }
