@@ -849,3 +849,81 @@ it("rules 12, 13 (on by default; MPSC_CUDA_SMALL_EPI=0 switches them off) and MP
   for (const [a, b] of losses) expect(b).toBe(a);
   for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
 });
+
+it("rule 16 (caps hoistParamCasts; MPSC_CUDA_FUSE_OFF=cast_hoist) on a small bf16 GPT: every parameter's bf16 copy before the first other node, the same losses and updates bit for bit, and the CUDA build launches the copies as one kernel", async () => {
+  const { cudaFusions } = await import('../compiler/codegen-cuda/fusions.js');
+  const { buildCuda } = await import('../compiler/codegen-cuda/index.js');
+  const base = gptModel('gpt_toy', [13, 11, 16, 2, 2, 3, 1e-3]);
+  const model = { ...base, train: { ...base.train, precision: 'bf16' as const } };
+  const set = buildPrograms(model, { batch: 2 });
+  const isCopy = (p: Program, n: Node) => n.op === 'cast' && p.graph.values[n.inputs[0]].kind === 'param' && p.graph.values[n.outputs[0]].dtype === 'bf16';
+  const copies = (p: Program) => p.graph.nodes.flatMap((n, i) => (isCopy(p, n) ? [i] : []));
+  const firstOther = (p: Program) => p.graph.nodes.findIndex((n) => !isCopy(p, n));
+  const names = (p: Program) => copies(p).map((i) => p.graph.values[p.graph.nodes[i].outputs[0]].name);
+  expect(cudaFusions([]).hoistParamCasts).toBe(true);
+  expect(cudaFusions(['cast_hoist']).hoistParamCasts).toBeUndefined();
+  const on: Record<string, Program> = {};
+  for (const name of ['train_step', 'eval'] as const) {
+    const p = (on[name] = fused(set[name], cudaFusions([])));
+    const off = fused(set[name], cudaFusions(['cast_hoist']));
+    // the 2 blocks' 4 linears (weight and bias each) and the head's weight: 17 copies, first, in their order without the hoist
+    expect(copies(p)).toEqual([...Array(17).keys()]);
+    expect(firstOther(p)).toBe(17);
+    expect(names(p)).toEqual(names(off));
+    // without it, each copy before its first reader, layer by layer
+    expect(Math.max(...copies(off))).toBeGreaterThan(firstOther(off));
+    // the same nodes otherwise, in the same order
+    expect(p.graph.nodes.filter((n) => !isCopy(p, n)).map((n) => n.op)).toEqual(off.graph.nodes.filter((n) => !isCopy(off, n)).map((n) => n.op));
+    expect(fuseProgram(p, cudaFusions([]))).toEqual(p);
+    // the copies live from the start: the toy's planned arena may grow, by at most the copies' bytes
+    const bytes = copies(p).reduce((s, i) => s + 2 * p.graph.values[p.graph.nodes[i].outputs[0]].shape.reduce((a, b) => a * b, 1), 0);
+    expect(planMemory(p).arenaBytes).toBeLessThanOrEqual(planMemory(off).arenaBytes + bytes + 64 * 17);
+  }
+  // the updates come after every copy (the optimizer's nodes end the step)
+  const t = on.train_step.graph.nodes;
+  expect(t.findIndex((n) => n.op === 'adam_update' || n.op === 'sgd_update')).toBeGreaterThan(16);
+  const unfused = set.train_step;
+  const plain = fused(unfused, cudaFusions(['cast_hoist']));
+  for (const [a, b] of [[unfused, on.train_step], [plain, on.train_step]]) {
+    const { losses, stores } = runTwin(model.params, a, b, 5, 2);
+    for (const [x, y] of losses) expect(y).toBe(x);
+    for (const pd of model.params) expect(Array.from(stores[1].get(pd.path)!), pd.path).toEqual(Array.from(stores[0].get(pd.path)!));
+  }
+  // CUDA: merge.ts runs the consecutive copies as one launch (without the hoist, several)
+  const progs = [set.train_step, set.eval];
+  const art = buildCuda(progs, 'gpt_toy_bf16');
+  const artOff = withEnv('MPSC_CUDA_FUSE_OFF', 'cast_hoist', () => buildCuda(progs, 'gpt_toy_bf16'));
+  const want = names(on.train_step);
+  /** the kernels of program i whose text names a copy as its output (a merged kernel's segments carry their kernels' labels) */
+  const holders = (a: typeof art, i: number) => new Set(want.flatMap((c) => a.lowered[i].kernels.filter((k) => [' ', '\n'].some((e) => `${k.label}\n${k.body}`.includes(`-> ${c}${e}`))).map((k) => k.name)));
+  for (const i of [0, 1]) {
+    const h = [...holders(art, i)];
+    expect(h).toHaveLength(1);
+    expect(art.lowered[i].kernels.find((k) => k.name === h[0])!.label).toMatch(/^\d+ element-wise kernels in one launch \(cast/);
+    expect(holders(artOff, i).size).toBeGreaterThan(1);
+    expect(art.plan.programs[i].kernels).toBeLessThan(artOff.plan.programs[i].kernels);
+  }
+});
+
+it('rule 16 leaves a copy of a parameter after a node that updates it where it is', () => {
+  // x -> relu; w's update (sgd_update mutates w); then the copies of w and v: v's moves first, w's stays after the update
+  const b = new GraphBuilder();
+  const x = b.value('x', 'f32', [2, 4], 'input');
+  const w = b.value('w', 'f32', [3, 4], 'param');
+  const v = b.value('v', 'f32', [3, 4], 'param');
+  const [r] = b.emit('unary', [x], [{ name: 'r', shape: [2, 4] }], { fn: 'relu' });
+  const [gw] = b.emit('unary', [w], [{ name: 'gw', shape: [3, 4] }], { fn: 'neg' });
+  b.emit('sgd_update', [w, gw, -1, -1], [], { momentum: 0, nesterov: false, weight_decay: 0 });
+  const [wh] = b.emit('cast', [w], [{ name: 'w.bf16', dtype: 'bf16', shape: [3, 4] }], { to: 'bf16' });
+  const [vh] = b.emit('cast', [v], [{ name: 'v.bf16', dtype: 'bf16', shape: [3, 4] }], { to: 'bf16' });
+  const [wf] = b.emit('cast', [wh], [{ name: 'wf', shape: [3, 4] }], { to: 'f32' });
+  const [vf] = b.emit('cast', [vh], [{ name: 'vf', shape: [3, 4] }], { to: 'f32' });
+  const p = program(b, [x], [r, wf, vf]);
+  expect(graphProblems(p.graph)).toEqual([]);
+  const f = fused(p, { hoistParamCasts: true });
+  const label = (q: Program) => q.graph.nodes.map((n) => `${n.op}:${q.graph.values[n.outputs[0]]?.name ?? ''}`);
+  expect(label(f)).toEqual(['cast:v.bf16', 'unary:r', 'unary:gw', 'sgd_update:', 'cast:w.bf16', 'cast:wf', 'cast:vf']);
+  expect(fuseProgram(f, { hoistParamCasts: true })).toEqual(f);
+  // without the caps, nothing moves
+  expect(label(fused(p, {}))).toEqual(label(p));
+});

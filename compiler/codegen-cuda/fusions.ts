@@ -43,7 +43,11 @@
  * (its gelu into the fc linear, whose pre-activation the gradient reads): those products run gemm_cuda.ts's small-tile FFMA
  * kernel, which applies them in its store, instead of a cuBLASLt call and the unfused kernel (cublaslt.ts); on by
  * default (MPSC_CUDA_SMALL_EPI=0 at build time keeps the unfused nodes).
- * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,grad_sum,attn_sum,pool_bias,conv_bias,conv_pool,small_epi switches any
+ * And the 16-bit copies of the parameters (precision.ts's casts, each before its first reader, layer by layer) moved to the start of
+ * each program (fuse.ts rule 16: `hoistParamCasts`), where merge.ts launches them as one kernel: GPT-2 small's train step had 38
+ * cast launches of 5-11 us each (82 us the head weight's) on an H100, ~0.42 ms, for 0.74 GB moved (~0.25 ms at 3 TB/s);
+ * planned peak unchanged (7.70 GiB: the later layers' copies are live at the forward's end, the peak, anyway).
+ * $MPSC_CUDA_FUSE_OFF=remat,remat_unary,remat_ln,grad_fwd,add_ln,grad_add,bias_sum,ln_half,bias_grad,grad_sum,attn_sum,pool_bias,conv_bias,conv_pool,small_epi,cast_hoist switches any
  * of these off (A/B runs; remat_unary: no gelu copies, so only the layernorms' from 12 GiB; remat_ln: never layernorm copies).
  */
 import { UserError } from '../errors.js';
@@ -77,10 +81,10 @@ export const REMAT_FROM_PEAK_BYTES = 4 * 2 ** 30;
 const F32_ONLY = ['conv2d', 'conv2d_grad_input', 'conv2d_grad_weight'];
 
 /** the fusions $MPSC_CUDA_FUSE_OFF may switch off (a comma-separated list, for A/B runs; runtime/cuda/session.ts keys builds on it) */
-export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'ln_half', 'bias_grad', 'grad_sum', 'attn_sum', 'pool_bias', 'conv_bias', 'conv_pool', 'small_epi'] as const;
+export const CUDA_FUSE_SWITCHES = ['remat', 'remat_unary', 'remat_ln', 'grad_fwd', 'add_ln', 'grad_add', 'bias_sum', 'ln_half', 'bias_grad', 'grad_sum', 'attn_sum', 'pool_bias', 'conv_bias', 'conv_pool', 'small_epi', 'cast_hoist'] as const;
 export type CudaFuseSwitch = (typeof CUDA_FUSE_SWITCHES)[number];
 
-/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7 and 11), bias_sum (rule 7), ln_half (rule 11), bias_grad (rule 8), grad_sum (rule 14), attn_sum (rule 15), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10), small_epi (rules 12, 13) */
+/** $MPSC_CUDA_FUSE_OFF parsed: remat (remat.ts), remat_unary (remat.ts's unary copies only: GPT-2's gelu), remat_ln (its layernorm copies), grad_fwd (grad_fwd.ts), add_ln (fuse.ts rule 5), grad_add (rule 6, and so 7 and 11), bias_sum (rule 7), ln_half (rule 11), bias_grad (rule 8), grad_sum (rule 14), attn_sum (rule 15), pool_bias (rule 9 into the avgpool gradient), conv_bias (rule 9 into conv2d_grad_input), conv_pool (rule 10), small_epi (rules 12, 13), cast_hoist (rule 16) */
 export function cudaFuseOff(env: string | undefined = process.env.MPSC_CUDA_FUSE_OFF): CudaFuseSwitch[] {
   const names = (env ?? '').split(',').map((x) => x.trim()).filter(Boolean);
   for (const x of names) {
@@ -121,5 +125,6 @@ export function cudaFusions(off: readonly CudaFuseSwitch[] = cudaFuseOff()): Fus
     ...(off.includes('conv_bias') ? {} : { convGradBiasSum: true }),
     ...(off.includes('conv_pool') ? {} : { convPool: true }),
     ...(off.includes('small_epi') || !smallEpiOn() ? {} : { smallEpilogues: { fns: SMALL_EPILOGUE_FNS, maxMacs: SMALL_MAX_MACS } }),
+    ...(off.includes('cast_hoist') ? {} : { hoistParamCasts: true }),
   };
 }

@@ -354,7 +354,8 @@ export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[
  * MPSC_CUDA_LN_FINISH (build time): how the blocks' partial column sums are added (blockSumsFinish). `warp` (default): a
  * warp per column (each lane every 32nd block: a line per lane and load, the slots a row apart); `cols`: a block per 32
  * slots, its warps taking consecutive runs of blocks, each warp reading 32 consecutive slots per block (one 128-byte
- * line): checked on the CPU thread emulator only, not yet on a GPU nor timed (bench/NOTES.md v40), so not the default;
+ * line): right on an H100 (bench/cuda_check.sh kernels) and faster per finish there (~7 us against phase 30's 9-12 on an
+ * H200), but no faster step within the rounds' spread (bench/NOTES.md phase 31), so not the default (new bits for no measured gain);
  * `serial` (layernorm_grad only): one thread per column adding all slots in a chain.
  */
 export function finishMode(): 'cols' | 'warp' | 'serial' {
