@@ -30,7 +30,8 @@
  *    twice in a block's shared memory (GPT-2's) reads each row from global memory once: 132 persistent blocks, each a
  *    run of rows staged by 16-byte cp.async into two shared buffers (the next row's copies in flight while this row's
  *    reductions and gradient run from shared memory), the same bits as the vector kernel; checked on the CPU thread
- *    emulator (test/cuda_loss_emu.test.ts), not yet on a GPU.
+ *    emulator (test/cuda_loss_emu.test.ts) and on an H100 (bench/cuda_check.sh kernels), but not faster in GPT-2's step
+ *    (+0.22 ms, bench/NOTES.md v42): opt-in.
  * Logits are read through the dialect's typed loads (16-bit logits widened to float), dlogits
  * written through its typed stores. Consumes those nodes (CUDA dialect context; the bodies use
  * only the kernel language); produces KernelSpecs. nll / nll_grad keep the shared kernels (a
@@ -96,7 +97,8 @@ export function ceVec(): boolean {
  * the row; an sm_80 GPU's 163 KB would refuse GPT-2's at create; on a GPU of fewer than 132 SMs the grid takes two
  * waves: right, slower); an ignored row (ignore_index) copies zeros instead of reading its logits. The same per-thread order of
  * every sum as the global-memory vector kernel (each thread's vectors t, t + W, ... two per step, then the same block
- * reductions), so the same bits. Checked on the CPU thread emulator (test/cuda_loss_emu.test.ts), not yet on a GPU.
+ * reductions), so the same bits. Checked on the CPU thread emulator (test/cuda_loss_emu.test.ts) and right on an H100
+ * (bench/cuda_check.sh kernels); GPT-2's step on the H100 was not faster with it (33.53 against 33.31 ms, bench/NOTES.md v42).
  */
 export function ceSmem(): boolean {
   return envFlag('MPSC_CUDA_CE_SMEM', false);

@@ -163,7 +163,9 @@ const GRAD_BLOCKS = 264;
  * 132 SMs), so the finish adds fewer slots than `regs`'s 256; `smem2`: the same with two blocks of 12 warps per SM
  * (G <= 264). Per element and partial a shared load and store instead of a register add. Fixed order either way (a
  * warp's rows in order, then the block's warps in order, then blockSumsFinish); the bits differ from `regs`'s where
- * the rows per warp differ. Checked on the CPU thread emulator (test/cuda_ln_emu.test.ts) and under ptxas, not yet on a GPU.
+ * the rows per warp differ. Checked on the CPU thread emulator (test/cuda_ln_emu.test.ts), under ptxas and on an H100
+ * (bench/cuda_check.sh kernels); `smem` made GPT-2's step slower there (33.63 against 33.31 ms, bench/NOTES.md v43): the
+ * shared read-modify-write per element and partial costs more than the occupancy buys. Opt-in.
  */
 export function lnGrad(): 'regs' | 'smem' | 'smem2' {
   return envChoice('MPSC_CUDA_LN_GRAD', ['regs', 'smem', 'smem2'], 'regs');
@@ -199,7 +201,7 @@ function smemLayout(form: 'regs' | 'smem' | 'smem2', rows: number, D: number, P:
  * MPSC_CUDA_LN_GRAD=smem / smem2 (lnGrad, opt-in; the strided layout only): the same row body, but each warp adds its
  * lanes' partials into its own slots of shared memory (smemKernel), rows through per-row pointers, up to 24 warps per SM
  * at 80 registers (GPT-2: no spills under ptxas 13.0), the blocks' slots in the same scratch layout for blockSumsFinish;
- * checked on the CPU thread emulator (test/cuda_ln_emu.test.ts), not yet on a GPU.
+ * right on an H100 but slower in GPT-2's step (bench/NOTES.md v43).
  */
 export function layernormGradCuda(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] | null {
   const { D, rows } = layernormRows(g, n);
