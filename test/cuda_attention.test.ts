@@ -111,7 +111,7 @@ describe('which attention nodes the flash kernels take', () => {
       expect(seen.tc).toBeGreaterThanOrEqual(20);
       expect(x3 ? seen.x3 : seen.f32).toBeGreaterThanOrEqual(12);
       expect(x3 ? seen.f32 : seen.x3).toBe(0);
-      expect(seen.shared).toBe(2);
+      expect(seen.shared).toBe(3);
     });
   }
 
@@ -250,8 +250,19 @@ describe('flash kernel geometry', () => {
   });
 
   it('fuse.ts rule 15 (the qkv_sum cases): the dK/dV and dQ kernels write partial rows of 3C after Delta in the scratch region, one per (batch, 64-row tile); the finish adds them', () => {
-    const idx = cases.map((_, i) => i).filter(isSumCase);
+    const idx = cases.map((_, i) => i).filter((i) => isSumCase(i) && expectedPath(i) === 'tc');
     expect(idx).toHaveLength(2);
+    // a head width the flash kernels refuse: the shared kernel for the unfused node, then a sum_to kernel writing the sums
+    const refused = cases.map((_, i) => i).filter((i) => isSumCase(i) && expectedPath(i) === 'shared');
+    expect(refused).toHaveLength(1);
+    for (const i of refused) {
+      const { g, n } = attnNode(i);
+      const ks = art.lowered[i].kernels.filter((k) => k.node === n.id);
+      expect(ks.some((k) => /flash attention/.test(k.label))).toBe(false);
+      expect(ks.filter((k) => k.args.some((a) => a.value === n.outputs[1] && a.access !== 'r')).length).toBeGreaterThan(0);
+      expect(ks[ks.length - 1].args.some((a) => a.value === n.outputs[1])).toBe(true);
+      expect(g.values[n.outputs[1]].shape).toEqual([3 * 2 * 8]);
+    }
     for (const i of idx) {
       const { g, n } = attnNode(i);
       const { T } = attnGeom(g, n), H = Number(n.attrs.heads), N = g.values[n.outputs[0]].shape[0], W = g.values[n.outputs[0]].shape[2];

@@ -725,8 +725,9 @@ export function cudaAttentionCases(): OpCase[] {
     }
   }
   // fuse.ts rule 15: the packed backward storing a 16-bit dqkv (as a 16-bit step stores it) with its column sums (`sum_out`:
-  // the in_proj bias gradient; each backward block's partial row, then blockSumsFinish); T past a tile multiple, 2 batches
-  for (const [N, H, T, D, causal, to] of [[2, 3, 130, 64, true, 'bf16'], [1, 2, 70, 32, false, 'f16']] as [number, number, number, number, boolean, HalfDType][]) {
+  // the in_proj bias gradient; each backward block's partial row, then blockSumsFinish); T past a tile multiple, 2 batches;
+  // and a head width the flash kernels refuse (8: the shared kernel, then the sum_to kernel over dqkv)
+  for (const [N, H, T, D, causal, to] of [[2, 3, 130, 64, true, 'bf16'], [1, 2, 70, 32, false, 'f16'], [2, 2, 21, 8, true, 'bf16']] as [number, number, number, number, boolean, HalfDType][]) {
     const tag = `flash_qkv_sum_${N}x${H}_t${T}_d${D}${causal ? '_causal' : ''}_${to}`;
     const C = H * D, qkv = f([N, T, 3 * C], -2, 2), dO = f([N, T, C]);
     const attrs = { heads: H, causal, scale: 1 / Math.sqrt(D) };
@@ -751,7 +752,7 @@ export function cudaAttentionCases(): OpCase[] {
     b.node('cast', [dqkv], [wide], { to: 'f32' });
     const program = { name: `${tag}_grad`, batch: 1, graph: b.graph, inputs: [...data.keys()], outputs: [] } as unknown as Program;
     const c: OpCase = { program, data, check: [wide, sum] };
-    flashTol.set(c, FLASH_TOL[to]);
+    if (FLASH_HEAD_DIMS.includes(D)) flashTol.set(c, FLASH_TOL[to]);
     out.push(c);
   }
   return out;

@@ -14,12 +14,12 @@ import { buildPrograms, fuseForBackend } from '../compiler/ir/programs.js';
 import { cudaFusions } from '../compiler/codegen-cuda/fusions.js';
 import { programsOf } from '../compiler/ir/graph.js';
 import type { ProgramSet } from '../compiler/ir/graph.js';
-import { buildCuda, generateCudaModel } from '../compiler/codegen-cuda/index.js';
+import { buildCuda, generateCudaModel, sharedAttentionThenSums } from '../compiler/codegen-cuda/index.js';
 import { planKernels, planProblems, type KernelNodePlan } from '../compiler/codegen-cuda/plan.js';
 import { columnChunks, lowerLayernormGradCuda, lowerSumToCuda } from '../compiler/codegen-cuda/reduce_cuda.js';
 import { lowerEmbeddingCuda, lowerEmbeddingGradCuda } from '../compiler/codegen-cuda/embedding_cuda.js';
 import { WARP_D, lowerLayernormCuda } from '../compiler/codegen-cuda/layernorm_cuda.js';
-import { addLayernormCase, classRowCases, gradForwardCases, gradSumCases, layernormGradAddCase, halfLongCases, layernormPair, lossAndGradCase, poolGradSumsCases, positionEmbeddingCase, wideElementwiseCases } from './cuda_cases.js';
+import { addLayernormCase, classRowCases, cudaAttentionCases, gradForwardCases, gradSumCases, layernormGradAddCase, halfLongCases, layernormPair, lossAndGradCase, poolGradSumsCases, positionEmbeddingCase, wideElementwiseCases } from './cuda_cases.js';
 import { wideOr } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { lowerAvgpoolGradCuda } from '../compiler/codegen-cuda/avgpool_cuda.js';
 import { ONE_BLOCK_ROWS, WARP_C, lowerClassForwardCuda, lowerCrossEntropyGradCuda } from '../compiler/codegen-cuda/class_rows.js';
@@ -482,6 +482,29 @@ describe('a unary gradient with its column sums (fuse.ts rule 14, wide_ew_cuda.t
         expect(relError(x.get(id)!, ref.get(id)!), c.program.name).toBeLessThan(caseTolerance(c, 1e-5, id));
       });
     });
+  });
+});
+
+describe('an attention gradient with its column sums (fuse.ts rule 15) that the flash kernels refuse, in the Metal emulator', () => {
+  it('runs the shared kernel for the unfused node, then the sum_to kernel: dqkv and its sums equal the float64 reference', () => {
+    const scalars = { lr: 0, t: 1, seed: 0, counter: 0 };
+    const sumTo = GPU_KERNELS.sum_to;
+    if (sumTo === 'cpu') throw new Error('sum_to has no shared kernel');
+    const registry = { ...GPU_KERNELS, attention_qkv_grad: sharedAttentionThenSums(sumTo) };
+    // head width 8: no flash kernel (test/cuda_attention.test.ts); its rule-15 node as the index.ts fallback lowers it
+    const cases = cudaAttentionCases().filter((c) => /^flash_qkv_sum_.*_d8_/.test(String(c.program.name)));
+    expect(cases).toHaveLength(1);
+    const [r] = runCases(compileEmu(cases.map((c) => c.program), { noFallback: true, registry }, undefined, 'attn_sum_emu', (a) => {
+      const ks = a.programs[0].lowered.kernels.filter((k) => k.op === 'attention_qkv_grad');
+      expect(ks.length).toBeGreaterThanOrEqual(2);
+    }), cases, scalars);
+    if (typeof r === 'string') throw new Error(r);
+    const ref = reference(cases[0], scalars);
+    // dqkv rounded to bf16 (one unit where the kernel's f32 sum rounds the other way); its sums from those values
+    for (const id of cases[0].check) expect(relError(r.get(id)!, ref.get(id)!), cases[0].program.graph.values[id].name).toBeLessThan(1e-2);
+    // a sum that dropped a row (or read the wrong column) would be O(1) off: each column's sum against the reference's
+    const sum = cases[0].check[1];
+    expect(relError(r.get(sum)!, ref.get(sum)!)).toBeLessThan(1e-3);
   });
 });
 

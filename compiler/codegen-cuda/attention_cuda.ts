@@ -908,6 +908,8 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   if (ctx.d.name !== 'cuda') throw new Error(`internal: the CUDA attention lowered for dialect ${ctx.d.name}`);
   if (!ATTENTION_FAMILY.includes(n.op)) return null;
   if (flashRefusal(g, n) !== null) {
+    // fuse.ts rule 15's column sums: only the 16-bit kernels below add them (index.ts: else the shared kernel, then the sum)
+    if (n.attrs.sum_out === true) return null;
     if (tf32x3Refusal(g, n) === null) return lowerAttentionTf32x3(ctx, g, n);
     return f32Refusal(g, n) === null ? lowerAttentionF32(ctx, g, n) : null;
   }

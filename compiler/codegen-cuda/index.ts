@@ -63,13 +63,12 @@ if (sharedLayernorm === 'cpu') throw new Error('internal: layernorm has no share
 const cudaLayernorm: GpuLowering = (ctx, g, n) => lowerLayernormCuda(ctx, g, n) ?? sharedLayernorm(ctx, g, n);
 const sharedAttention = GPU_KERNELS.attention;
 if (sharedAttention === 'cpu') throw new Error('internal: attention has no shared GPU kernel');
-/** flash attention (attention_cuda.ts: 16-bit on the tensor cores, fp32 on attention_f32.ts; `hopper`: a build for sm_90a); other head widths: the shared kernel */
 /**
  * The shared attention kernel, and for an attention_qkv_grad with `sum_out` (fuse.ts rule 15: a node the flash kernels
  * refuse, or the shared GEMM build's registry) that kernel for the unfused node, then dqkv's column sums by `sumTo` as the
  * sum_to the rule took would have run
  */
-const sharedAttentionThenSums = (sumTo: GpuLowering): GpuLowering => (ctx, g, n) => {
+export const sharedAttentionThenSums = (sumTo: GpuLowering): GpuLowering => (ctx, g, n) => {
   if (n.attrs.sum_out !== true) return sharedAttention(ctx, g, n);
   const dqkv = n.outputs[0], shape = g.values[dqkv].shape;
   const core: Node = { ...n, outputs: [dqkv], attrs: unfusedAttrs(n) };
@@ -78,6 +77,7 @@ const sharedAttentionThenSums = (sumTo: GpuLowering): GpuLowering => (ctx, g, n)
 };
 /** the shared GEMM build's registry: the shared kernels, with wide_ew_cuda.ts's for a unary_grad with fwd_out and rule 15's sums after attention */
 const SHARED_REGISTRY: GpuRegistry = { ...GPU_KERNELS, unary_grad: sharedWithGradForward(), attention_qkv_grad: sharedAttentionThenSums(sharedSumTo) };
+/** flash attention (attention_cuda.ts: 16-bit on the tensor cores, fp32 on attention_f32.ts; `hopper`: a build for sm_90a); other head widths: the shared kernel */
 const cudaAttention = (hopper: boolean): GpuLowering => (ctx, g, n) => lowerAttentionCuda(ctx, g, n, hopper) ?? sharedAttentionThenSums(cudaSumTo)(ctx, g, n);
 const sharedEmbeddingGrad = GPU_KERNELS.embedding_grad;
 if (sharedEmbeddingGrad === 'cpu') throw new Error('internal: embedding_grad has no shared GPU kernel');
