@@ -396,7 +396,7 @@ export function layernormPair(rng: Rng, name: string, rows: number[], D: number,
 }
 
 /** a case's graph builder, its input data, and `input(n, shape, lo, hi)`: an f32 input `${name}.${n}` of float32-rounded uniform values */
-function caseGraph(rng: Rng, name: string) {
+export function caseGraph(rng: Rng, name: string) {
   const b = new GraphBuilder();
   const data = new Map<number, Float64Array>();
   const input = (n: string, shape: number[], lo: number, hi: number) => {

@@ -21,30 +21,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { lowerAttentionCuda } from '../compiler/codegen-cuda/attention_cuda.js';
 import { sw128LoadHelper, tf32x3MmaHelpers } from '../compiler/codegen-cuda/mma.js';
-import { kernelSource } from '../compiler/kernels/prelude.js';
-import type { Helper, KernelSpec } from '../compiler/kernels/kernel_types.js';
+import type { Helper } from '../compiler/kernels/kernel_types.js';
 import { relError } from '../compiler/reference/fixtures.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import type { HalfDType } from '../compiler/ir/graph.js';
 import { cudaAttentionCases, flashTolerance } from './cuda_cases.js';
-import { buildShimProgram } from './warp_shim_build.js';
+import { buildShimProgram, emuKernelSource, halfBits } from './warp_shim_build.js';
 import { reference, type OpCase } from './metal_harness.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const SHIM = path.join(ROOT, 'test/native/cuda_warp_shim.h');
 /** a few cases covering every path: several tiles with a short last one, causal with S = T and S > T, non-causal, 1 to 16 heads, bf16 / fp16 / fp32 (each fp32 head width) */
 const NAMES = /^flash_(2x3_t130_s130_d64_causal_bf16|1x2_t70_s150_d16_causal_f16|1x16_t21_s21_d64_f16|f32_1x2_t45_s100_d32_causal|f32_1x3_t33_s65_d16|f32_2x3_t70_s70_d64_causal|f32_2x1_t64_s64_d48|qkv_2x3_t130_d64_causal_bf16|qkv_1x2_t70_d32_f16|qkv_1x2_t45_d16_causal_f32|qkv_2x3_t70_d64_f32|qkv_2x2_t70_d64_causal_f32|qkv_sum_2x3_t130_d64_causal_bf16|qkv_sum_1x2_t70_d32_f16)_(fwd|grad)$/;
-
-/** the 16-bit storage bits of x (already representable) */
-function halfBits(x: number, t: HalfDType): number {
-  const f = new DataView(new ArrayBuffer(4));
-  if (t === 'bf16') { f.setFloat32(0, x); return f.getUint32(0) >>> 16; }
-  if (x === 0) return Object.is(x, -0) ? 0x8000 : 0;
-  const s = x < 0 ? 0x8000 : 0, a = Math.abs(x);
-  const e = Math.floor(Math.log2(a));
-  if (e < -14) return s | Math.round(a / 2 ** -24);
-  return s | ((e + 15) << 10) | Math.round((a / 2 ** e - 1) * 1024);
-}
 
 /**
  * how a case runs: cp.async copies landing at the wait (`late`); fp32 operands on the 3xTF32 kernels
@@ -70,12 +58,6 @@ function lower(g: OpCase['program']['graph'], n: OpCase['program']['graph']['nod
   }
 }
 
-/** the kernel's text for g++ over the shim: its dynamic shared memory `tg` (past 48 KiB) as a static array of its tgmem bytes */
-function shimSource(k: KernelSpec): string {
-  const src = kernelSource(CUDA, k, k, '');
-  return k.tgmem ? src.replace('extern __shared__ __align__(16) float tg[];', `__shared__ __align__(16) float tg[${k.tgmem / 4}];`) : src;
-}
-
 /**
  * One kernel set of a case (the case's attention node lowered in a mode; `late` is chosen when it runs): its
  * C++ (the kernels, renamed r<index>_k0, ..., and a function run_<index> that reads the node's operands from a
@@ -96,7 +78,7 @@ function buildOf(c: OpCase, mode: Mode, index: number): Build {
   const data = new Map<number, number[]>();
   for (const id of c.program.inputs) data.set(id, Array.from(c.data.get(id)!));
   for (const x of g.nodes) if (x.op === 'cast' && data.has(x.inputs[0])) data.set(x.outputs[0], data.get(x.inputs[0])!.map((v) => roundToHalf(v, g.values[x.outputs[0]].dtype as HalfDType)));
-  const text = ks.map(shimSource).join('\n');
+  const text = ks.map((k) => emuKernelSource(k)).join('\n');
   // a negative control's edit of the kernels' text (it must change something)
   if (mode.edit && !text.includes(mode.edit[0])) return { ...none, error: `${c.program.name}: nothing to edit (${mode.edit[0]})` };
   const kernels = mode.edit ? text.replaceAll(mode.edit[0], mode.edit[1]) : text;

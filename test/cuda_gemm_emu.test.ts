@@ -19,8 +19,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildCuda, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
-import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
-import { kernelSource } from '../compiler/kernels/prelude.js';
 import type { KernelSpec, KernelVariant } from '../compiler/kernels/kernel_types.js';
 import { numel } from '../compiler/ir/graph.js';
 import { makeRng, relError } from '../compiler/reference/fixtures.js';
@@ -30,6 +28,7 @@ import { allOpCases, fusedCases, smallEpilogueCases } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 import { NVCC_SM90A } from './nvcc_target.js';
 import { withEnv } from './env_helpers.js';
+import { emuKernelSource } from './warp_shim_build.js';
 
 const EMU = path.resolve(__dirname, 'native/cuda_thread_emu.h');
 const hasGxx = spawnSync('g++', ['--version']).status === 0;
@@ -56,7 +55,7 @@ function runOnEmulator(all: OpCase[], edit: (body: string) => string = (b) => b)
     if (seen.has(v.name)) return;
     seen.add(v.name);
     // dynamic shared memory (past 48 KiB) as the emulator's static block-shared array of the same size
-    lines.push(kernelSource(CUDA, k, { ...v, body: edit(v.body) }, '').replace(/extern __shared__ __align__\(16\) float tg\[\];\s*\/\/ (\d+) bytes, dynamic/, (_, b) => `__shared__ __align__(16) float tg[${Number(b) / 4}];`));
+    lines.push(emuKernelSource(k, v, edit));
   };
   const calls: string[] = [];
   all.forEach((c, i) => {

@@ -16,18 +16,17 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildCuda, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
-import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { lnGrad } from '../compiler/codegen-cuda/layernorm_cuda.js';
-import { kernelSource } from '../compiler/kernels/prelude.js';
 import type { KernelSpec } from '../compiler/kernels/kernel_types.js';
-import { makeRng, randomTensor, relError, type Rng } from '../compiler/reference/fixtures.js';
-import { GraphBuilder, numel, type Program } from '../compiler/ir/graph.js';
+import { makeRng, relError, type Rng } from '../compiler/reference/fixtures.js';
+import { numel, type Program } from '../compiler/ir/graph.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import { findNvcc } from '../runtime/cuda/session.js';
-import { cudaLongCases, layernormGradAddCase, layernormPair } from './cuda_cases.js';
+import { caseGraph, cudaLongCases, layernormGradAddCase, layernormPair } from './cuda_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 import { NVCC_SM90A } from './nvcc_target.js';
 import { withEnv } from './env_helpers.js';
+import { emuKernelSource } from './warp_shim_build.js';
 
 const EMU = path.resolve(__dirname, 'native/cuda_thread_emu.h');
 const hasGxx = spawnSync('g++', ['--version']).status === 0;
@@ -55,13 +54,7 @@ function cases(): OpCase[] {
  * product's output), out = r + layernorm_grad's dx (rule 6), its column sums (rule 7) and its bf16 copy (rule 11)
  */
 function gptCase(rng: Rng, name: string, rows: number[], D: number): OpCase {
-  const b = new GraphBuilder();
-  const data = new Map<number, Float64Array>();
-  const input = (n: string, shape: number[], lo: number, hi: number) => {
-    const id = b.value(`${name}.${n}`, 'f32', shape, 'input');
-    data.set(id, Float64Array.from(randomTensor(shape, rng, lo, hi), (v) => Math.fround(v)));
-    return id;
-  };
+  const { b, data, input } = caseGraph(rng, name);
   const x = [...rows, D];
   const dy32 = input('dy32', x, -1, 1), xv = input('x', x, -2, 2), w = input('w', [D], 0.5, 1.5);
   const mean = input('mean', rows, -0.2, 0.2), rstd = input('rstd', rows, 0.5, 2), r = input('r', x, -1, 1);
@@ -106,7 +99,7 @@ function runOnEmulator(all: OpCase[], edit: (body: string) => string = (b) => b)
     if (seen.has(k.name)) return;
     seen.add(k.name);
     // dynamic shared memory (past 48 KiB) as the emulator's static block-shared array of the same size
-    lines.push(kernelSource(CUDA, k, { ...k, body: edit(k.body) }, '').replace(/extern __shared__ __align__\(16\) float tg\[\];\s*\/\/ (\d+) bytes, dynamic/, (_, b) => `__shared__ __align__(16) float tg[${Number(b) / 4}];`));
+    lines.push(emuKernelSource(k, k, edit));
   };
   const calls: string[] = [];
   all.forEach((c, i) => {

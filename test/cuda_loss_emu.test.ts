@@ -19,15 +19,15 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CUDA } from '../compiler/codegen-cuda/cuda_dialect.js';
 import { lowerClassForwardCuda } from '../compiler/codegen-cuda/class_rows.js';
-import { helperSource, kernelSource } from '../compiler/kernels/prelude.js';
-import type { Helper, KernelSpec } from '../compiler/kernels/kernel_types.js';
+import { helperSource } from '../compiler/kernels/prelude.js';
+import type { Helper } from '../compiler/kernels/kernel_types.js';
 import { makeRng, relError } from '../compiler/reference/fixtures.js';
 import { roundToHalf } from '../compiler/reference/half.js';
 import { lossAndGradCase } from './cuda_cases.js';
 import { caseTolerance } from './metal_cases.js';
 import { reference, type OpCase } from './metal_harness.js';
 import { withEnv } from './env_helpers.js';
-import { buildShimProgram } from './warp_shim_build.js';
+import { buildShimProgram, emuKernelSource, halfBits } from './warp_shim_build.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const SHIM = path.join(ROOT, 'test/native/cuda_warp_shim.h');
@@ -43,27 +43,11 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {_
 static inline __half2 __floats2half2_rn(float a, float b) { return {__float2half_rn(a), __float2half_rn(b)}; }
 `;
 
-/** the 16-bit storage bits of x (already representable) */
-function halfBits(x: number, t: 'bf16' | 'f16'): number {
-  const f = new DataView(new ArrayBuffer(4));
-  if (t === 'bf16') { f.setFloat32(0, x); return f.getUint32(0) >>> 16; }
-  if (x === 0) return Object.is(x, -0) ? 0x8000 : 0;
-  const s = x < 0 ? 0x8000 : 0, a = Math.abs(x);
-  const e = Math.floor(Math.log2(a));
-  if (e < -14) return s | Math.round(a / 2 ** -24);
-  return s | ((e + 15) << 10) | Math.round((a / 2 ** e - 1) * 1024);
-}
-
 /** a variant of a case's kernels: the switch on or off, and an edit of the rows kernel's body (the negative controls) */
 interface Variant { smem: boolean; edit?: (body: string) => string; tag: string }
 
 /** one kernel set: its C++ (kernels r<index>_k0, ... and run_<index>), the operands' bytes, the kernels' labels */
 interface Build { index: number; c: OpCase; cc: string; input: Buffer; labels: string[]; bodies: string[]; helpers: Set<Helper> }
-
-/** the kernel's text for g++ over the shim: dynamic shared memory `tg` as a static array of its tgmem bytes */
-function shimSource(k: KernelSpec): string {
-  return kernelSource(CUDA, k, k, '').replace(/extern __shared__ __align__\(16\) float tg\[\];\s*\/\/ (\d+) bytes, dynamic/, (_, b) => `__shared__ __align__(16) float tg[${Number(b) / 4}];`);
-}
 
 /** a case's operand bytes (the logits' 16-bit bits, then the labels), once per case */
 const operandCache = new WeakMap<OpCase, Buffer>();
@@ -92,7 +76,7 @@ function buildOf(c: OpCase, v: Variant, index: number): Build {
   const input = g.nodes.find((x) => x.op === 'cast' && x.outputs[0] === logits)!.inputs[0];
   const bytes = operands(c, input, label, t16);
   const ptr = new Map<number, string>([[logits, 'x'], [label, 'lab'], [dl, 'dx'], [loss, 'loss']]);
-  let src = ks.map(shimSource).join('\n') + `\nstatic void run_${index}(FILE* in, FILE* out) {\n  StepParams sp{};\n` +
+  let src = ks.map((k) => emuKernelSource(k)).join('\n') + `\nstatic void run_${index}(FILE* in, FILE* out) {\n  StepParams sp{};\n` +
     `  float* scratch = shim_buffer<float>(${Math.max(...ks.map((kk) => (kk.scratch ?? 0) / 4))}, nullptr);\n` +
     `  ${T}* x = shim_buffer<${T}>(${R * C}, in);\n  int* lab = shim_buffer<int>(${R}, in);\n` +
     // in place, as GPT-2's plan has it (dlogits over the logits' bytes)
