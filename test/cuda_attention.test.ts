@@ -52,6 +52,8 @@ const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA_PIPE', '0', () => withEnv('MPSC_
 const artWgPipe = withEnv('MPSC_CUDA_FLASH_WGMMA_PIPE', '1', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma'))));
 /** the wgmma variants off by default: the forward's softmax overlapped (MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1), the Delta kernel (MPSC_CUDA_FLASH_WGMMA_DELTA=kernel) */
 const artWgAlt = withEnv('MPSC_CUDA_FLASH_WGMMA_FWD_PIPE', '1', () => withEnv('MPSC_CUDA_FLASH_WGMMA_DELTA', 'kernel', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma')))));
+/** the wgmma forward with 128 queries per block in two warpgroups (MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128, off by default) */
+const artWgFwd2 = withEnv('MPSC_CUDA_FLASH_WGMMA_FWD_ROWS', '128', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma'))));
 const NV = findNvcc();
 
 /** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off; `noFold`: without the Delta fold) */
@@ -305,8 +307,8 @@ describe('flash kernel geometry', () => {
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma', 'wgpipe', 'wgalt'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0: the 16-bit kernels)', wgpipe: ' (the same, MPSC_CUDA_FLASH_WGMMA_PIPE=1)', wgalt: ' (the same, MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1 MPSC_CUDA_FLASH_WGMMA_DELTA=kernel)' }[mode]}`, () => {
-    const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, nofold: artNoFold, wgmma: artWgmma, wgpipe: artWgPipe, wgalt: artWgAlt }[mode];
+  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma', 'wgpipe', 'wgalt', 'wgfwd2'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0: the 16-bit kernels)', wgpipe: ' (the same, MPSC_CUDA_FLASH_WGMMA_PIPE=1)', wgalt: ' (the same, MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1 MPSC_CUDA_FLASH_WGMMA_DELTA=kernel)', wgfwd2: ' (the same, MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128)' }[mode]}`, () => {
+    const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, nofold: artNoFold, wgmma: artWgmma, wgpipe: artWgPipe, wgalt: artWgAlt, wgfwd2: artWgFwd2 }[mode];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');
     fs.writeFileSync(file, a.files['model_kernels.cuh']);
@@ -323,13 +325,17 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
     }
     const flash = a.lowered.flatMap((l) => l.kernels).filter((k) => /flash attention/.test(k.label) && !a.alias.has(k.name));
     const stored = flash.filter((k) => /: (dK, dV, dS\^T stored|dQ = dS K from the stored dS\^T)\]$/.test(k.label));
-    if (mode === 'wgmma' || mode === 'wgpipe' || mode === 'wgalt') {
+    if (mode === 'wgmma' || mode === 'wgpipe' || mode === 'wgalt' || mode === 'wgfwd2') {
       // head width 64 on wgmma (its PTX in the body's helpers): the forward, or dK/dV and dQ; the other widths on mma.sync as before
       const d64 = cases16.filter((c) => c.program.graph.nodes.some((n) => ATTENTION_FAMILY.includes(n.op) && attnGeom(c.program.graph, n).D === 64));
       const [f64, g64] = [/_fwd$/, /_grad$/].map((re) => d64.filter((c) => re.test(String(c.program.name))).length);
       expect(Math.min(f64, g64)).toBeGreaterThanOrEqual(3);
       const onWg = flash.filter((k) => /wgmma \(sm_90a\), 64 rows per block/.test(k.label));
-      expect(onWg).toHaveLength(f64 + 2 * g64);
+      // (wgfwd2: the forwards at 128 rows per block, two warpgroups of 256 threads)
+      const fwd2 = flash.filter((k) => /wgmma \(sm_90a\), 128 rows per block \(two warpgroups\)\]$/.test(k.label));
+      expect(fwd2).toHaveLength(mode === 'wgfwd2' ? f64 : 0);
+      expect(fwd2.every((k) => k.tgsize[0] === 256)).toBe(true);
+      expect(onWg).toHaveLength((mode === 'wgfwd2' ? 0 : f64) + 2 * g64);
       expect(onWg.filter((k) => /: dK, dV\]$/.test(k.label))).toHaveLength(g64);
       expect(flash.filter((k) => /tensor cores, (64|128) rows per block/.test(k.label)).length).toBeGreaterThan(0);
       expect(a.files['model_kernels.cuh']).toMatch(/wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16/);

@@ -177,6 +177,8 @@ const WGMMA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC
 const WGPIPE: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1' } };
 /** the wgmma forward with each tile's softmax overlapped with the previous tile's P V (MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1) */
 const WGFPIPE: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '0', MPSC_CUDA_FLASH_WGMMA_FWD_PIPE: '1' } };
+/** the wgmma forward with 128 queries per block, two warpgroups sharing each K / V tile (MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128) */
+const WGFWD2: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '0', MPSC_CUDA_FLASH_WGMMA_FWD_ROWS: '128' } };
 /** the wgmma backward with the separate Delta kernel (MPSC_CUDA_FLASH_WGMMA_DELTA=kernel; by default the dQ kernel computes Delta and runs first) */
 const WGDELTA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1', MPSC_CUDA_FLASH_WGMMA_DELTA: 'kernel' } };
 const isWgmmaCase = (name: string) => /_d64_(.*_)?(fwd|grad)$/.test(name) && !/f32/.test(name);
@@ -194,7 +196,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
   const emu = new Emulator();
   const isGrad = (c: OpCase) => /_grad$/.test(String(c.program.name));
-  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA, ...(isGrad(c) ? [WGPIPE, WGDELTA] : [WGFPIPE])] : [])]) emu.add(c, m);
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA, ...(isGrad(c) ? [WGPIPE, WGDELTA] : [WGFPIPE, WGFWD2])] : [])]) emu.add(c, m);
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
@@ -240,6 +242,15 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
             expect(piped.labels).toHaveLength(1);
             for (const [v, e] of piped.err) expect(e, `${v} (wgmma, forward overlapped)`).toBeLessThan(flashTolerance(c)!);
             expect(Buffer.from(piped.out.buffer).equals(Buffer.from(plain.out.buffer))).toBe(true);
+          });
+        }
+        if (isWgmmaCase(name) && !isGrad(c)) {
+          it(`${name} on wgmma, 128 queries per block in two warpgroups (MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128)${late ? ', copies and products completing at their waits' : ''}: the same bits as the 64-row forward`, () => {
+            const two = errors(c, { ...WGFWD2, late }), one = errors(c, { ...WGMMA, late });
+            expect(two.labels).toHaveLength(1);
+            expect(two.labels[0]).toMatch(/wgmma \(sm_90a\), 128 rows per block \(two warpgroups\)\]$/);
+            for (const [v, e] of two.err) expect(e, `${v} (wgmma, two warpgroups)`).toBeLessThan(flashTolerance(c)!);
+            expect(Buffer.from(two.out.buffer).equals(Buffer.from(one.out.buffer))).toBe(true);
           });
         }
         if (isWgmmaCase(name) && isGrad(c)) {

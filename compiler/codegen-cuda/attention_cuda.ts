@@ -328,12 +328,15 @@ const TILE = BR * 64;
  * stride]: the tile of step parity b at slot + b, the next step's copied into slot + 1 - b by cp.async while this
  * step computes; the first step's copies are committed with any copies issued before (the block's own tiles).
  * `extra(r0, b)` plain statements run with each step's copies (they write buffer b, visible after the barrier).
+ * `split`: a block of two warpgroups (256 threads, `wg` its warpgroup): tile i's copies by warpgroup i % 2 alone.
  * Up to the loop body (the brace left open): in the body, each name points at this step's tile, every copy of it
  * landed and seen by the async proxy.
  */
-function wgStream(v: string, v0: string, vend: string, rows: string, tiles: [string, number, string, string][], extra: (r0: string, b: string) => string = () => ''): string {
+function wgStream(v: string, v0: string, vend: string, rows: string, tiles: [string, number, string, string][], extra: (r0: string, b: string) => string = () => '', split = false): string {
   const copies = (r0: string, b: (slot: number) => string) =>
-    tiles.map(([, slot, src, st]) => `mpsc_sw128_load(sm + ${TILE} * ${b(slot)}, ${src}, ${st}, ${r0}, ${rows});\n`);
+    tiles.map(([, slot, src, st], i) => split
+      ? `if (wg == ${i % 2}) mpsc_sw128_load_wg(sm + ${TILE} * ${b(slot)}, ${src}, ${st}, ${r0}, ${rows});\n`
+      : `mpsc_sw128_load(sm + ${TILE} * ${b(slot)}, ${src}, ${st}, ${r0}, ${rows});\n`);
   return (
     `  if (${v0} < ${vend}) {\n` + copies(v0, (slot) => `${slot}`).map((c) => `    ${c}`).join('') + extra(v0, '0').replace(/^(?=.)/gm, '  ') + `  }\n` +
     `  mpsc_cp_async_commit();\n` +
@@ -413,6 +416,54 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
     softmaxStep(gm, 8, x.ND, fold, 'sc', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
     `    // O += P V, V read as stored\n` +
     wgGroup(wgRS(s, 'acc', 'sc', 'Vs')) +
+    `  }\n` +
+    forwardStore(fold, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
+  );
+}
+
+/**
+ * MPSC_CUDA_FLASH_WGMMA_FWD_ROWS at build time: query rows per block of the wgmma forward: 64 (the default: one warpgroup,
+ * forwardBodyWgmma) or 128 (two warpgroups sharing each streamed K / V tile, forwardBodyWgmma2).
+ */
+export function flashWgmmaFwdRows(): 64 | 128 {
+  return Number(envChoice('MPSC_CUDA_FLASH_WGMMA_FWD_ROWS', ['64', '128'], '64')) as 64 | 128;
+}
+
+/**
+ * The wgmma forward with 128 queries per block (flashWgmmaFwdRows): two warpgroups of 256 threads, warpgroup wg the
+ * queries q0 + 64 wg .. + 63 with its own Q tile, both reading the same double-buffered K / V tiles (warpgroup 0 copies K,
+ * warpgroup 1 V), so each K / V tile crosses from L2 into shared memory once per 128 queries instead of once per 64
+ * (FlashAttention-2 / 3's 128-row forward blocks). Each warpgroup runs forwardBodyWgmma's step on its own rows, and skips
+ * the key tiles its rows cannot see (causal: past its own diagonal; the block's loop runs to the second warpgroup's):
+ * every row sees the same tiles, products and operations in the same order as in forwardBodyWgmma, so the same bits.
+ * 6 tiles: 48 KiB of static shared memory; ~100 registers: 2 blocks (16 warps) per SM.
+ */
+function forwardBodyWgmma2(gm: Geom, o: KernelArg): string {
+  const x = text(gm, 'fwd'), fold = gm.scale > 0, s = mmaSuffix(gm.type);
+  if (gm.D !== 64) throw new Error(`internal: the wgmma forward at head width ${gm.D}`);
+  return (
+    `  // flash attention forward on wgmma (sm_90a), 128 queries per block: ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s}; two warpgroups of 64 queries share each K / V tile\n` +
+    x.consts +
+    `  (void)P;\n` +
+    `  const int wg = threadIdx.x >> 7;  // the warpgroup: queries q0 + 64 wg ..; warp w's 16 rows from q0 + 16 w\n` +
+    `  __shared__ __align__(1024) unsigned short sm[${6 * TILE}];  // Q x 2 (one a warpgroup), K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
+    `  unsigned short* const Qs = sm + ${TILE} * wg;\n` +
+    `  // the last query tiles see the most keys: they start first\n` +
+    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${2 * BR}, qw = q0 + w * 16;\n` +
+    `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
+    `  const int kbeg = 0, kend = ${gm.causal ? `min(S, q0 + ${2 * BR + x.shift})` : 'S'};\n` +
+    `  const int kown = ${gm.causal ? `min(S, q0 + ${BR} * wg + ${BR + x.shift})` : 'S'};  // the key tiles below it: this warpgroup's rows see some of their keys\n` +
+    `  mpsc_sw128_load_wg(Qs, qh, RQ, q0 + ${BR} * wg, T);\n` +
+    x.zero('acc') +
+    `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
+    wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 2, 'kh', 'RK'], ['Vs', 4, 'vh', 'RV']], undefined, true) +
+    `    if (k0 < kown) {  // warpgroup-uniform: the products are the warpgroup's\n` +
+    (`    float sc[8][4];  // S = Q K^T\n` +
+      wgGroup(wgSS(s, 'sc', 'Qs', 'Ks')) +
+      softmaxStep(gm, 8, x.ND, fold, 'sc', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
+      `    // O += P V, V read as stored\n` +
+      wgGroup(wgRS(s, 'acc', 'sc', 'Vs'))).replace(/^(?=.)/gm, '  ') +
+    `    }\n` +
     `  }\n` +
     forwardStore(fold, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
   );
@@ -918,7 +969,10 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   // Hopper's warpgroup products (flashWgmma): the forward, dK/dV, dQ
   const [wf, wkv, wq] = (['fwd', 'kv', 'q'] as const).map((p) => flashWgmma(gm.D, p, hopper) && (p === 'fwd') === isForward(n));
   if (wf || wkv || wq) ctx.helpers.add('wgmma16');
-  const fr = wf ? BR : flashForwardRows();
+  // the wgmma forward: 64 rows per block (one warpgroup), or 128 (two: flashWgmmaFwdRows; the overlapped form is one warpgroup's)
+  const wf2 = wf && flashWgmmaFwdRows() === 2 * BR;
+  if (wf2 && flashWgmmaFwdPipe()) throw new UserError('error: MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128 and MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1 do not combine (the overlapped forward has one warpgroup per block); set one of them');
+  const fr = wf ? (wf2 ? 2 * BR : BR) : flashForwardRows();
   const ds = !wkv && !wq && flashDq() === 'stored' ? dsLayout(gm) : null;
   const deltaInQ = wq && flashWgmmaDelta() === 'q';
   // rule 15's partial column sums after the kernels' own scratch (Delta; the stored dS^T tiles)
@@ -928,7 +982,7 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   const qSums = (dq: KernelArg) => (cs ? colSumsText(gm, cs, dq, [{ acc: 'dqa', part: 0 }], 'qw', 'q0', 'T') : '');
   const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
-    forward: (_args, o) => (wf ? (flashWgmmaFwdPipe() ? forwardBodyWgmmaPiped(gm, o) : forwardBodyWgmma(gm, o)) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
+    forward: (_args, o) => (wf ? (wf2 ? forwardBodyWgmma2(gm, o) : flashWgmmaFwdPipe() ? forwardBodyWgmmaPiped(gm, o) : forwardBodyWgmma(gm, o)) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
     gradKV: (_args, dk, dv) => (wkv ? gradKVBodyWgmma(gm, dk, dv) : gradKVBody(gm, dk, dv, ds)) + kvSums(dk),
     gradQ: (_args, dq) => (wq ? gradQBodyWgmma(gm, dq, deltaInQ) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)) + qSums(dq),
     ...(cs ? { gradScratch: (cs.base + cs.G * cs.W) * 4 } : ds ? { gradScratch: ds.bytes } : {}),
@@ -939,9 +993,10 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   const parts: ('fwd' | 'delta' | 'kv' | 'q')[] = isForward(n) ? ['fwd'] : deltaInQ ? ['q', 'kv'] : ['delta', 'kv', 'q'];
   const onWgPart = { fwd: wf, delta: false, kv: wkv, q: wq };
   // the wgmma kernels' label; the forward of 128 rows per block: its grid and label
-  const onWg = (k: KernelSpec, i: number): KernelSpec => (onWgPart[parts[i]] ? { ...k, label: k.label.replace('tensor cores, 64 rows per block', 'wgmma (sm_90a), 64 rows per block') } : k);
-  const fwd = (k: KernelSpec): KernelSpec => wf || fr === BR ? k
-    : { ...k, groups: [Math.max(1, Math.ceil(gm.T / fr)), k.groups[1], k.groups[2]], label: k.label.replace('64 rows per block', `${fr} rows per block`) };
+  const onWg = (k: KernelSpec, i: number): KernelSpec => (onWgPart[parts[i]] ? { ...k, label: k.label.replace('tensor cores, ', 'wgmma (sm_90a), ') } : k);
+  const fwd = (k: KernelSpec): KernelSpec => fr === BR ? k
+    : { ...k, groups: [Math.max(1, Math.ceil(gm.T / fr)), k.groups[1], k.groups[2]], ...(wf2 ? { tgsize: [2 * THREADS, 1, 1] as [number, number, number] } : {}),
+      label: k.label.replace('64 rows per block', `${fr} rows per block${wf2 ? ' (two warpgroups)' : ''}`) };
   // the register bounds: forward, dK/dV, dQ (the Delta kernel none)
   const [f, kv, q] = flashMinBlocks();
   const bound = { fwd: f, delta: 0, kv, q };

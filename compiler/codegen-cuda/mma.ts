@@ -96,13 +96,16 @@ export function mma16Helpers(): string {
  * very text over the CPU shim): rows [r0, r0 + 64) of a [rows x 64] 16-bit slab into a 128B-swizzled tile.
  */
 export function sw128LoadHelper(): string {
-  return (
+  const load = (name: string, tid: string, who: string) =>
     `// rows [r0, r0 + 64) of a [rows x 64] 16-bit slab (row stride st elements) into a 128B-swizzled tile by 16-byte\n` +
-    `// cp.async (zeros past rows); 128 threads, 4 copies each\n` +
-    `${Q} void mpsc_sw128_load(unsigned short* tile, const unsigned short* src, int st, int r0, int rows) {\n` +
+    `// cp.async (zeros past rows); ${who}, 4 copies each\n` +
+    `${Q} void ${name}(unsigned short* tile, const unsigned short* src, int st, int r0, int rows) {\n` +
     `  #pragma unroll\n  for (int i = 0; i < 4; ++i) {\n` +
-    `    const int e = (int)threadIdx.x + 128 * i, r = e >> 3, c = e & 7;\n    const bool in = r0 + r < rows;\n` +
-    `    mpsc_cp_async16(tile + r * 64 + ((c ^ (r & 7)) << 3), src + (size_t)(in ? r0 + r : 0) * st + c * 8, in);\n  }\n}\n`
+    `    const int e = ${tid} + 128 * i, r = e >> 3, c = e & 7;\n    const bool in = r0 + r < rows;\n` +
+    `    mpsc_cp_async16(tile + r * 64 + ((c ^ (r & 7)) << 3), src + (size_t)(in ? r0 + r : 0) * st + c * 8, in);\n  }\n}\n`;
+  return (
+    load('mpsc_sw128_load', '(int)threadIdx.x', '128 threads') + '\n' +
+    load('mpsc_sw128_load_wg', '(int)(threadIdx.x & 127u)', 'the 128 threads of the calling warpgroup (a block of several)')
   );
 }
 

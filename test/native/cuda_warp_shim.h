@@ -180,10 +180,10 @@ static inline float sw128_(unsigned long long desc, size_t off, bool bf) {
   a ^= ((a >> 7) & 7u) << 4;
   return half_of(*reinterpret_cast<const unsigned short*>(a), 0, bf);
 }
-// SS: d (64 x 64, warp w's rows 16w + g and + 8, n8 tile j's columns 8j + 2t, + 1) (+)= sum over k < 16 of A (m, k)
+// SS: d (64 x 64, warp w's rows 16w + g and + 8 (w the warp's rank in its warpgroup of 4), n8 tile j's columns 8j + 2t, + 1) (+)= sum over k < 16 of A (m, k)
 // at desc_a + 128 m + 2 k times B^T (n, k) at desc_b + 128 n + 2 k (both K-major)
 static inline void wgmma_ss_(float (&d)[8][4], unsigned long long da, unsigned long long db, int acc, bool bf) {
-  const int w = warp_(), g = lane_() >> 2, t = lane_() & 3;
+  const int w = warp_() & 3, g = lane_() >> 2, t = lane_() & 3;  // the warp's rank in its warpgroup
   for (int j = 0; j < 8; ++j)
     for (int e = 0; e < 4; ++e) {
       const int m = 16 * w + g + 8 * (e >> 1), n = 8 * j + 2 * t + (e & 1);
