@@ -52,8 +52,8 @@ const artWgmma = withEnv('MPSC_CUDA_FLASH_WGMMA_PIPE', '0', () => withEnv('MPSC_
 const artWgPipe = withEnv('MPSC_CUDA_FLASH_WGMMA_PIPE', '1', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma'))));
 /** the wgmma variants off by default: the forward's softmax overlapped (MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1), the Delta kernel (MPSC_CUDA_FLASH_WGMMA_DELTA=kernel) */
 const artWgAlt = withEnv('MPSC_CUDA_FLASH_WGMMA_FWD_PIPE', '1', () => withEnv('MPSC_CUDA_FLASH_WGMMA_DELTA', 'kernel', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma')))));
-/** the wgmma forward with 128 queries per block in two warpgroups (MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128, off by default) */
-const artWgFwd2 = withEnv('MPSC_CUDA_FLASH_WGMMA_FWD_ROWS', '128', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma'))));
+/** the wgmma forward and dQ kernels with 128 queries per block in two warpgroups (MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128, MPSC_CUDA_FLASH_WGMMA_Q_ROWS=128, off by default) */
+const artWgFwd2 = withEnv('MPSC_CUDA_FLASH_WGMMA_Q_ROWS', '128', () => withEnv('MPSC_CUDA_FLASH_WGMMA_FWD_ROWS', '128', () => withEnv('MPSC_CUDA_FLASH_WGMMA', 'fwd,kv,q', () => withX3('1', () => buildCuda(cases16.map((c) => c.program), 'flash_cases_wgmma')))));
 const NV = findNvcc();
 
 /** the kernels of case i's attention node (built with the 3xTF32 kernels on, or off; `noFold`: without the Delta fold) */
@@ -307,7 +307,7 @@ describe('flash kernel geometry', () => {
 });
 
 describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
-  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma', 'wgpipe', 'wgalt', 'wgfwd2'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0: the 16-bit kernels)', wgpipe: ' (the same, MPSC_CUDA_FLASH_WGMMA_PIPE=1)', wgalt: ' (the same, MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1 MPSC_CUDA_FLASH_WGMMA_DELTA=kernel)', wgfwd2: ' (the same, MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128)' }[mode]}`, () => {
+  for (const mode of ['x3', 'f32', 'stored', 'nofold', 'wgmma', 'wgpipe', 'wgalt', 'wgfwd2'] as const) it(`compile for sm_90a -Werror; ptxas: no spills, no stack, shared memory within 48 KiB${{ x3: '', f32: ' (MPSC_CUDA_ATTN_TF32X3=0)', stored: ' (MPSC_CUDA_FLASH_DQ=stored)', nofold: ' (MPSC_CUDA_FLASH_DELTA_FOLD=0)', wgmma: ' (MPSC_CUDA_FLASH_WGMMA=fwd,kv,q MPSC_CUDA_FLASH_WGMMA_PIPE=0: the 16-bit kernels)', wgpipe: ' (the same, MPSC_CUDA_FLASH_WGMMA_PIPE=1)', wgalt: ' (the same, MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1 MPSC_CUDA_FLASH_WGMMA_DELTA=kernel)', wgfwd2: ' (the same, MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128 MPSC_CUDA_FLASH_WGMMA_Q_ROWS=128)' }[mode]}`, () => {
     const x3 = mode !== 'f32', a = { x3: art, f32: artOff, stored: artStored, nofold: artNoFold, wgmma: artWgmma, wgpipe: artWgPipe, wgalt: artWgAlt, wgfwd2: artWgFwd2 }[mode];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-flash-'));
     const file = path.join(dir, 'k.cu');
@@ -331,11 +331,11 @@ describe.skipIf(!NV)('the flash kernels compiled by nvcc', () => {
       const [f64, g64] = [/_fwd$/, /_grad$/].map((re) => d64.filter((c) => re.test(String(c.program.name))).length);
       expect(Math.min(f64, g64)).toBeGreaterThanOrEqual(3);
       const onWg = flash.filter((k) => /wgmma \(sm_90a\), 64 rows per block/.test(k.label));
-      // (wgfwd2: the forwards at 128 rows per block, two warpgroups of 256 threads)
-      const fwd2 = flash.filter((k) => /wgmma \(sm_90a\), 128 rows per block \(two warpgroups\)\]$/.test(k.label));
-      expect(fwd2).toHaveLength(mode === 'wgfwd2' ? f64 : 0);
-      expect(fwd2.every((k) => k.tgsize[0] === 256)).toBe(true);
-      expect(onWg).toHaveLength((mode === 'wgfwd2' ? 0 : f64) + 2 * g64);
+      // (wgfwd2: the forwards and dQ kernels at 128 rows per block, two warpgroups of 256 threads)
+      const two = flash.filter((k) => /wgmma \(sm_90a\), 128 rows per block \(two warpgroups\)(: dQ and Delta)?\]$/.test(k.label));
+      expect(two).toHaveLength(mode === 'wgfwd2' ? f64 + g64 : 0);
+      expect(two.every((k) => k.tgsize[0] === 256)).toBe(true);
+      expect(onWg).toHaveLength((mode === 'wgfwd2' ? g64 : f64 + 2 * g64));
       expect(onWg.filter((k) => /: dK, dV\]$/.test(k.label))).toHaveLength(g64);
       expect(flash.filter((k) => /tensor cores, (64|128) rows per block/.test(k.label)).length).toBeGreaterThan(0);
       expect(a.files['model_kernels.cuh']).toMatch(/wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16/);

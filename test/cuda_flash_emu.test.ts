@@ -179,6 +179,8 @@ const WGPIPE: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPS
 const WGFPIPE: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '0', MPSC_CUDA_FLASH_WGMMA_FWD_PIPE: '1' } };
 /** the wgmma forward with 128 queries per block, two warpgroups sharing each K / V tile (MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128) */
 const WGFWD2: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '0', MPSC_CUDA_FLASH_WGMMA_FWD_ROWS: '128' } };
+/** the wgmma dQ kernel with 128 queries per block, two warpgroups sharing each K / V tile (MPSC_CUDA_FLASH_WGMMA_Q_ROWS=128), products overlapped */
+const WGQ2: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1', MPSC_CUDA_FLASH_WGMMA_Q_ROWS: '128' } };
 /** the wgmma backward with the separate Delta kernel (MPSC_CUDA_FLASH_WGMMA_DELTA=kernel; by default the dQ kernel computes Delta and runs first) */
 const WGDELTA: Mode = { ...DEFAULT, env: { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_PIPE: '1', MPSC_CUDA_FLASH_WGMMA_DELTA: 'kernel' } };
 const isWgmmaCase = (name: string) => /_d64_(.*_)?(fwd|grad)$/.test(name) && !/f32/.test(name);
@@ -196,7 +198,7 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
   const isF32 = (c: OpCase) => /^flash_f32|_f32_(fwd|grad)$/.test(String(c.program.name));
   const emu = new Emulator();
   const isGrad = (c: OpCase) => /_grad$/.test(String(c.program.name));
-  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA, ...(isGrad(c) ? [WGPIPE, WGDELTA] : [WGFPIPE, WGFWD2])] : [])]) emu.add(c, m);
+  for (const c of cases) for (const m of isF32(c) ? [DEFAULT, PLAIN, SYNC, SIMT, ...(isGrad(c) ? [NOFOLD] : [])] : [DEFAULT, ...(isGrad(c) ? [STORED] : []), ...(isWgmmaCase(String(c.program.name)) ? [WGMMA, ...(isGrad(c) ? [WGPIPE, WGDELTA, WGQ2] : [WGFPIPE, WGFWD2])] : [])]) emu.add(c, m);
   beforeAll(() => emu.compile(), 300_000);
   afterAll(() => emu.dispose());
   const errors = (c: OpCase, mode: Mode) => emu.errors(c, mode);
@@ -257,6 +259,13 @@ describe('the flash attention kernels run on the CPU through the warp shim', () 
           it(`${name} on wgmma, products overlapped (MPSC_CUDA_FLASH_WGMMA_PIPE=1)${late ? ', cp.async copies and wgmma products completing at their waits' : ''}: every output within the check's tolerance`, () => {
             const { err } = errors(c, { ...WGPIPE, late });
             for (const [v, e] of err) expect(e, `${v} (wgmma, overlapped)`).toBeLessThan(flashTolerance(c)!);
+          });
+          it(`${name} on wgmma, dQ with 128 queries per block in two warpgroups (MPSC_CUDA_FLASH_WGMMA_Q_ROWS=128)${late ? ', copies and products completing at their waits' : ''}: the same bits as the 64-row dQ kernel`, () => {
+            const two = errors(c, { ...WGQ2, late }), one = errors(c, { ...WGPIPE, late });
+            expect(two.labels).toHaveLength(2);
+            expect(two.labels[0]).toMatch(/wgmma \(sm_90a\), 128 rows per block \(two warpgroups\): dQ and Delta\]$/);
+            for (const [v, e] of two.err) expect(e, `${v} (wgmma, dQ in two warpgroups)`).toBeLessThan(flashTolerance(c)!);
+            expect(Buffer.from(two.out.buffer).equals(Buffer.from(one.out.buffer))).toBe(true);
           });
           it(`${name} on wgmma with the Delta kernel (MPSC_CUDA_FLASH_WGMMA_DELTA=kernel)${late ? ', copies and products completing at their waits' : ''}: within the tolerance, and the same bits as Delta in the dQ kernel`, () => {
             const sep = errors(c, { ...WGDELTA, late }), inQ = errors(c, { ...WGPIPE, late });

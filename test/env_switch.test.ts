@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { withEnv } from './env_helpers.js';
 import { envChoice, envFlag, envInts, envList } from '../compiler/env_switch.js';
 import { UserError } from '../compiler/errors.js';
-import { flashDq, flashForwardRows, flashLdsm, flashMinBlocks, flashWgmma, flashWgmmaDelta, flashWgmmaFwdPipe, flashWgmmaFwdRows, flashWgmmaPipe } from '../compiler/codegen-cuda/attention_cuda.js';
+import { flashDq, flashForwardRows, flashLdsm, flashMinBlocks, flashWgmma, flashWgmmaDelta, flashWgmmaFwdPipe, flashWgmmaFwdRows, flashWgmmaQRows, flashWgmmaPipe } from '../compiler/codegen-cuda/attention_cuda.js';
 import { attnTf32x3Enabled, x3Async, x3BwdMerge, x3DeltaFold, x3KSplit } from '../compiler/codegen-cuda/attention_tf32x3.js';
 import { smallFp32 } from '../compiler/codegen-cuda/gemm_cuda.js';
 import { tf32x3ChunkTiles, tf32x3KMajor } from '../compiler/codegen-cuda/tf32x3.js';
@@ -74,6 +74,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_FLASH_WGMMA_DELTA', flashWgmmaDelta, 'q'],
     ['MPSC_CUDA_FLASH_WGMMA_FWD_PIPE', flashWgmmaFwdPipe, false],
     ['MPSC_CUDA_FLASH_WGMMA_FWD_ROWS', flashWgmmaFwdRows, 64],
+    ['MPSC_CUDA_FLASH_WGMMA_Q_ROWS', flashWgmmaQRows, 64],
     ['MPSC_CUDA_CE_ROW_BLOCK', rowBlock, 1024],
     ['MPSC_CUDA_CE_UNROLL', ceUnroll, 4],
     ['MPSC_CUDA_CE_VEC', ceVec, true],

@@ -430,6 +430,14 @@ export function flashWgmmaFwdRows(): 64 | 128 {
 }
 
 /**
+ * MPSC_CUDA_FLASH_WGMMA_Q_ROWS at build time: query rows per block of the wgmma dQ kernel: 64 (the default: one warpgroup)
+ * or 128 (two warpgroups sharing each streamed K / V tile: gradQBodyWgmma's `wgs` 2).
+ */
+export function flashWgmmaQRows(): 64 | 128 {
+  return Number(envChoice('MPSC_CUDA_FLASH_WGMMA_Q_ROWS', ['64', '128'], '64')) as 64 | 128;
+}
+
+/**
  * The wgmma forward with 128 queries per block (flashWgmmaFwdRows): two warpgroups of 256 threads, warpgroup wg the
  * queries q0 + 64 wg .. + 63 with its own Q tile, both reading the same double-buffered K / V tiles (warpgroup 0 copies K,
  * warpgroup 1 V), so each K / V tile crosses from L2 into shared memory once per 128 queries instead of once per 64
@@ -583,6 +591,8 @@ function qStepsPiped(gm: Geom, s: string, edge: string): string {
 
 /** bytes of dynamic shared memory of the wgmma dK/dV kernel: 6 swizzled tiles, lse and Delta of two query tiles, 1 KiB to align the tiles */
 const WG_KV_SMEM = 6 * TILE * 2 + 4 * BR * 4 + 1024;
+/** bytes of dynamic shared memory of the two-warpgroup wgmma dQ kernel: 8 swizzled tiles, 1 KiB to align them */
+const WG_Q2_SMEM = 8 * TILE * 2 + 1024;
 
 /**
  * dK and dV on Hopper's warpgroup products (flashWgmma(D, 'bwd')): block (64-key tile, head), one warpgroup; K and V
@@ -634,8 +644,12 @@ function gradKVBodyWgmma(gm: Geom, dk: KernelArg, dv: KernelArg): string {
  * swizzled shared tiles, the key tiles (K, V) stream double-buffered. Per key tile S = Q K^T and dP = dO V^T are 8
  * wgmma from shared memory, qProbStep makes dS as gradQBody, and dQ += dS K is 4 wgmma with dS rounded to 16 bits as
  * register A fragments and K read as stored (MN-major). 6 tiles: 48 KiB of static shared memory.
+ * `wgs` 2 (flashWgmmaQRows 128): 128 queries per block in two warpgroups of 64 (256 threads, warpgroup wg the rows
+ * q0 + 64 wg .., its own Q and dO tiles), both reading the same streamed K / V tiles (warpgroup 0 copies K, warpgroup 1
+ * V), each skipping the key tiles its rows cannot see: every row sees the same tiles and products in the same order as
+ * with one warpgroup, so the same bits. 8 tiles: 64 KiB of dynamic shared memory.
  */
-function gradQBodyWgmma(gm: Geom, dq: KernelArg, delta: boolean): string {
+function gradQBodyWgmma(gm: Geom, dq: KernelArg, delta: boolean, wgs: 1 | 2 = 1): string {
   const x = text(gm, 'q'), s = mmaSuffix(gm.type);
   if (gm.D !== 64) throw new Error(`internal: the wgmma dQ kernel at head width ${gm.D}`);
   // Delta in this kernel (flashWgmmaDelta): each warp its 16 query rows, 8 lanes per row (4 rows per pass) in the Delta
@@ -662,29 +676,44 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg, delta: boolean): string {
     `      const float v = __shfl_sync(0xffffffffu, acc, (g & 3) * 8);\n` +
     `      if (pass == (g >> 2)) D0 = v;\n      if (pass == 2 + (g >> 2)) D1 = v;\n    }\n  }\n`;
   const edge = `k0 + ${BR} > S` + (gm.causal ? ` || k0 + ${BR - 1} > qw + ${x.shift}` : '');
+  const two = wgs === 2;
+  const steps = flashWgmmaPipe() ? qStepsPiped(gm, s, edge) :
+    `    float s[8][4], dp[8][4];  // S = Q K^T, dP = dO V^T\n` +
+    wgGroup(wgSS(s, 's', 'Qs', 'Ks') + wgSS(s, 'dp', 'Os', 'Vs')) +
+    qProbStep(gm, 8, edge) +
+    `    // dQ += dS K (the scale folded into dS), K read as stored\n` +
+    wgGroup(wgRS(s, 'dqa', 's', 'Ks'));
   return (
     `  // flash attention backward, dQ, on wgmma (sm_90a): ${gm.H} heads, T = ${gm.T}, S = ${gm.S}, D = 64${gm.causal ? ', causal' : ''}, ${s};\n` +
-    `  // block (64-query tile, head), one warpgroup, the key tiles streamed: S = Q K^T, dP = dO V^T, dQ += dS K${delta ? '; Delta first' : ''}\n` +
+    (two
+      ? `  // block (128-query tile, head), two warpgroups of 64 queries sharing each streamed key tile: S = Q K^T, dP = dO V^T, dQ += dS K${delta ? '; Delta first' : ''}\n`
+      : `  // block (64-query tile, head), one warpgroup, the key tiles streamed: S = Q K^T, dP = dO V^T, dQ += dS K${delta ? '; Delta first' : ''}\n`) +
     x.consts +
     `  (void)P;\n` +
-    `  __shared__ __align__(1024) unsigned short sm[${6 * TILE}];  // Q, dO, K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
-    `  unsigned short* const Qs = sm;\n  unsigned short* const Os = sm + ${TILE};  // dO\n` +
-    `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n` +
+    (two
+      ? `  const int wg = threadIdx.x >> 7;  // the warpgroup: queries q0 + 64 wg ..; warp w's 16 rows from q0 + 16 w\n` +
+        `  unsigned short* const sm = mpsc_sw128_base(tg);  // Q x 2, dO x 2 (one each a warpgroup), K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
+        `  unsigned short* const Qs = sm + ${TILE} * wg;\n  unsigned short* const Os = sm + ${TILE} * (2 + wg);  // dO\n` +
+        `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${2 * BR}, qw = q0 + w * 16;\n`
+      : `  __shared__ __align__(1024) unsigned short sm[${6 * TILE}];  // Q, dO, K x 2, V x 2: 128B-swizzled tiles of 64 x 64\n` +
+        `  unsigned short* const Qs = sm;\n  unsigned short* const Os = sm + ${TILE};  // dO\n` +
+        `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${BR}, qw = q0 + w * 16;\n`) +
     `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n` +
     `  const unsigned short* vh = ${x.raw('v', 'voff')};\n  const unsigned short* oh = ${x.raw('dout', 'ooff')};\n` +
-    `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n  mpsc_sw128_load(Os, oh, RO, q0, T);\n` +
+    (two
+      ? `  mpsc_sw128_load_wg(Qs, qh, RQ, q0 + ${BR} * wg, T);\n  mpsc_sw128_load_wg(Os, oh, RO, q0 + ${BR} * wg, T);\n`
+      : `  mpsc_sw128_load(Qs, qh, RQ, q0, T);\n  mpsc_sw128_load(Os, oh, RO, q0, T);\n`) +
     `  const int r0 = qw + g, r1 = r0 + 8;\n` +
     `  const float L0 = r0 < T ? lse[(size_t)bh * T + r0] * ${lit(LOG2E)} : 0.0f, L1 = r1 < T ? lse[(size_t)bh * T + r1] * ${lit(LOG2E)} : 0.0f;\n` +
     (delta ? deltaLines : `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n`) +
     x.zero('dqa') +
-    `  const int kbeg = 0, kend = ${x.kend};\n` +
-    wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 2, 'kh', 'RK'], ['Vs', 4, 'vh', 'RV']]) +
-    (flashWgmmaPipe() ? qStepsPiped(gm, s, edge) :
-      `    float s[8][4], dp[8][4];  // S = Q K^T, dP = dO V^T\n` +
-      wgGroup(wgSS(s, 's', 'Qs', 'Ks') + wgSS(s, 'dp', 'Os', 'Vs')) +
-      qProbStep(gm, 8, edge) +
-      `    // dQ += dS K (the scale folded into dS), K read as stored\n` +
-      wgGroup(wgRS(s, 'dqa', 's', 'Ks'))) +
+    (two
+      ? `  const int kbeg = 0, kend = ${gm.causal ? `min(S, q0 + ${2 * BR + x.shift})` : 'S'};\n` +
+        `  const int kown = ${gm.causal ? `min(S, q0 + ${BR} * wg + ${BR + x.shift})` : 'S'};  // the key tiles below it: this warpgroup's rows see some of their keys\n` +
+        wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 4, 'kh', 'RK'], ['Vs', 6, 'vh', 'RV']], undefined, true) +
+        `    if (k0 < kown) {  // warpgroup-uniform: the products are the warpgroup's\n` + steps.replace(/^(?=.)/gm, '  ') + `    }\n`
+      : `  const int kbeg = 0, kend = ${x.kend};\n` +
+        wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 2, 'kh', 'RK'], ['Vs', 4, 'vh', 'RV']]) + steps) +
     `  }\n` +
     storeRows(x, dq, 'dqa', 'qw', 'T', 'qoff', 'RQ')
   );
@@ -905,7 +934,7 @@ function colSumsOf(gm: Geom, base: number): ColSums {
  * through shared memory (the tiles' `sm`, free after a barrier), one float per column into the block's partial row.
  * `rw`: the warp's first row; `r0b`: the block's first row (a multiple of 64); `rows`: T or S.
  */
-function colSumsText(gm: Geom, cs: ColSums, out: KernelArg, parts: { acc: string; part: number }[], rw: string, r0b: string, rows: string): string {
+function colSumsText(gm: Geom, cs: ColSums, out: KernelArg, parts: { acc: string; part: number }[], rw: string, r0b: string, rows: string, wgs: 1 | 2 = 1): string {
   const D = gm.D, ND = D / 8, NP = parts.length, C = gm.L.H * D;
   // the value as storePair stores it: rounded to nearest even into a 16-bit output, itself into an fp32 one
   const round = (v: string) => (out.type === 'bfloat' ? `__bfloat162float(__float2bfloat16_rn(${v}))` : out.type === 'half' ? `__half2float(__float2half_rn(${v}))` : v);
@@ -913,7 +942,7 @@ function colSumsText(gm: Geom, cs: ColSums, out: KernelArg, parts: { acc: string
   return (
     `  {  // fuse.ts rule 15: the stored values' column sums over this block's rows, its partial row (batch, row tile) in the scratch region
 ` +
-    `    float* const cs = reinterpret_cast<float*>(sm);  // [4 warps][${NP} x ${D}], over the tiles once every warp is past them
+    `    float* const cs = reinterpret_cast<float*>(sm);  // [${4 * wgs} warps][${NP} x ${D}], over the tiles once every warp is past them
 ` +
     `    __syncthreads();
 ` +
@@ -935,16 +964,33 @@ function colSumsText(gm: Geom, cs: ColSums, out: KernelArg, parts: { acc: string
 `).join('') +
     `    __syncthreads();
 ` +
-    `    const size_t prow = ${cs.base} + ((size_t)(bh / ${gm.L.H}) * ${cs.tiles} + (${r0b}) / ${BR}) * ${cs.W} + (size_t)(bh % ${gm.L.H}) * ${D};
+    (wgs === 1
+      ? `    const size_t prow = ${cs.base} + ((size_t)(bh / ${gm.L.H}) * ${cs.tiles} + (${r0b}) / ${BR}) * ${cs.W} + (size_t)(bh % ${gm.L.H}) * ${D};
 ` +
-    `    for (int c = threadIdx.x; c < ${NP * D}; c += ${THREADS}) {
+        `    for (int c = threadIdx.x; c < ${NP * D}; c += ${THREADS}) {
 ` +
-    `      const int pc = c / ${D};
+        `      const int pc = c / ${D};
 ` +
-    `      mpsc_scratch[prow + (${parts.map((p, pi) => (pi < NP - 1 ? `pc == ${pi} ? ${p.part * C} : ` : `${p.part * C}`)).join('')}) + (c - pc * ${D})] = ((cs[c] + cs[${NP * D} + c]) + cs[${2 * NP * D} + c]) + cs[${3 * NP * D} + c];
+        `      mpsc_scratch[prow + (${parts.map((p, pi) => (pi < NP - 1 ? `pc == ${pi} ? ${p.part * C} : ` : `${p.part * C}`)).join('')}) + (c - pc * ${D})] = ((cs[c] + cs[${NP * D} + c]) + cs[${2 * NP * D} + c]) + cs[${3 * NP * D} + c];
 ` +
-    `    }
-  }
+        `    }
+`
+      // two warpgroups: each its own row tile's partial row (warps 4 wg .. 4 wg + 3 in order, as one warpgroup's block adds them)
+      : `    for (int e = threadIdx.x; e < ${2 * NP * D}; e += ${2 * THREADS}) {
+` +
+        `      const int wi = e / ${NP * D}, c = e - wi * ${NP * D}, pc = c / ${D};
+` +
+        `      if (${r0b} + ${BR} * wi >= ${rows}) continue;  // a warpgroup past the rows: no row tile
+` +
+        `      const size_t prow = ${cs.base} + ((size_t)(bh / ${gm.L.H}) * ${cs.tiles} + (${r0b}) / ${BR} + wi) * ${cs.W} + (size_t)(bh % ${gm.L.H}) * ${D};
+` +
+        `      const float* const cw = cs + wi * ${4 * NP * D};
+` +
+        `      mpsc_scratch[prow + (${parts.map((p, pi) => (pi < NP - 1 ? `pc == ${pi} ? ${p.part * C} : ` : `${p.part * C}`)).join('')}) + (c - pc * ${D})] = ((cw[c] + cw[${NP * D} + c]) + cw[${2 * NP * D} + c]) + cw[${3 * NP * D} + c];
+` +
+        `    }
+`) +
+    `  }
 `
   );
 }
@@ -979,14 +1025,16 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   const own = Math.max(gm.H * gm.T * 4, ds ? ds.bytes : 0);
   const cs = n.attrs.sum_out === true && !isForward(n) ? colSumsOf(gm, Math.ceil(own / 16) * 4) : null;
   const kvSums = (dk: KernelArg) => (cs ? colSumsText(gm, cs, dk, [{ acc: 'dka', part: 1 }, { acc: 'dva', part: 2 }], 'kw', 'k0', 'S') : '');
-  const qSums = (dq: KernelArg) => (cs ? colSumsText(gm, cs, dq, [{ acc: 'dqa', part: 0 }], 'qw', 'q0', 'T') : '');
+  // the wgmma dQ kernel: 64 query rows per block (one warpgroup), or 128 (two: flashWgmmaQRows)
+  const wq2 = wq && flashWgmmaQRows() === 2 * BR;
+  const qSums = (dq: KernelArg) => (cs ? colSumsText(gm, cs, dq, [{ acc: 'dqa', part: 0 }], 'qw', 'q0', 'T', wq2 ? 2 : 1) : '');
   const ks = flashKernels(ctx, g, n, {
     what: `${mmaSuffix(gm.type)} tensor cores, 64 rows per block`, rows: BR,
     forward: (_args, o) => (wf ? (wf2 ? forwardBodyWgmma2(gm, o) : flashWgmmaFwdPipe() ? forwardBodyWgmmaPiped(gm, o) : forwardBodyWgmma(gm, o)) : fr === BR ? forwardBody(gm, o) : forwardBody128(gm, o)),
     gradKV: (_args, dk, dv) => (wkv ? gradKVBodyWgmma(gm, dk, dv) : gradKVBody(gm, dk, dv, ds)) + kvSums(dk),
-    gradQ: (_args, dq) => (wq ? gradQBodyWgmma(gm, dq, deltaInQ) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)) + qSums(dq),
+    gradQ: (_args, dq) => (wq ? gradQBodyWgmma(gm, dq, deltaInQ, wq2 ? 2 : 1) : ds ? gradQStoredBody(gm, dq, ds) : gradQBody(gm, dq)) + qSums(dq),
     ...(cs ? { gradScratch: (cs.base + cs.G * cs.W) * 4 } : ds ? { gradScratch: ds.bytes } : {}),
-    ...(wkv ? { tgmem: { gradKV: WG_KV_SMEM } } : {}),
+    ...(wkv || wq2 ? { tgmem: { ...(wkv ? { gradKV: WG_KV_SMEM } : {}), ...(wq2 ? { gradQ: WG_Q2_SMEM } : {}) } } : {}),
     deltaInQ,
   });
   // each kernel's part: the forward; or Delta, dK/dV, dQ; or dQ (with Delta), dK/dV (deltaInQ)
@@ -1004,7 +1052,10 @@ export function lowerAttentionCuda(ctx: LowerCtx, g: Graph, n: Node, hopper = fa
   // the stored dS^T (flashDq): said in the dK/dV and dQ kernels' labels
   const stored = (k: KernelSpec, i: number): KernelSpec => !ds || isForward(n) || parts[i] === 'delta' ? k
     : { ...k, label: k.label.replace(/: (dK, dV|dQ)\]$/, (_m, w: string) => (w === 'dQ' ? ': dQ = dS K from the stored dS^T]' : ': dK, dV, dS^T stored]')) };
-  const out = ks.map((k, i) => onWg(stored(isForward(n) ? fwd(k) : k, i), i)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
+  // the dQ kernel of 128 rows per block: its grid, block and label
+  const q2 = (k: KernelSpec, i: number): KernelSpec => !wq2 || parts[i] !== 'q' ? k
+    : { ...k, groups: [Math.max(1, Math.ceil(gm.T / (2 * BR))), k.groups[1], k.groups[2]], tgsize: [2 * THREADS, 1, 1], label: k.label.replace('64 rows per block', '128 rows per block (two warpgroups)') };
+  const out = ks.map((k, i) => onWg(q2(stored(isForward(n) ? fwd(k) : k, i), i), i)).map((k, i) => (bounds[i] ? { ...k, minBlocks: bounds[i] } : k));
   // rule 15: the partials' finish last (the flash kernels' bodies say what they add)
   return cs ? [...out, blockSumsFinish(ctx, g, n, [{ arg: 'dsum', out: n.outputs[1] }], cs.W, cs.G, cs.base)] : out;
 }
