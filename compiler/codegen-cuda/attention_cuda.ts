@@ -437,6 +437,14 @@ export function flashWgmmaQRows(): 64 | 128 {
   return Number(envChoice('MPSC_CUDA_FLASH_WGMMA_Q_ROWS', ['64', '128'], '64')) as 64 | 128;
 }
 
+/** a two-warpgroup block's key range (q0 its first of 128 queries): the block's, and below `kown` the tiles warpgroup wg's rows see (causal) */
+function twoWgKeys(gm: Geom, x: ReturnType<typeof text>): string {
+  return (
+    `  const int kbeg = 0, kend = ${gm.causal ? `min(S, q0 + ${2 * BR + x.shift})` : 'S'};\n` +
+    `  const int kown = ${gm.causal ? `min(S, q0 + ${BR} * wg + ${BR + x.shift})` : 'S'};  // the key tiles below it: this warpgroup's rows see some of their keys\n`
+  );
+}
+
 /**
  * The wgmma forward with 128 queries per block (flashWgmmaFwdRows): two warpgroups of 256 threads, warpgroup wg the
  * queries q0 + 64 wg .. + 63 with its own Q tile, both reading the same double-buffered K / V tiles (warpgroup 0 copies K,
@@ -459,8 +467,7 @@ function forwardBodyWgmma2(gm: Geom, o: KernelArg): string {
     `  // the last query tiles see the most keys: they start first\n` +
     `  const int q0 = (gridDim.x - 1 - blockIdx.x) * ${2 * BR}, qw = q0 + w * 16;\n` +
     `  const unsigned short* qh = ${x.raw('q', 'qoff')};\n  const unsigned short* kh = ${x.raw('k', 'koff')};\n  const unsigned short* vh = ${x.raw('v', 'voff')};\n` +
-    `  const int kbeg = 0, kend = ${gm.causal ? `min(S, q0 + ${2 * BR + x.shift})` : 'S'};\n` +
-    `  const int kown = ${gm.causal ? `min(S, q0 + ${BR} * wg + ${BR + x.shift})` : 'S'};  // the key tiles below it: this warpgroup's rows see some of their keys\n` +
+    twoWgKeys(gm, x) +
     `  mpsc_sw128_load_wg(Qs, qh, RQ, q0 + ${BR} * wg, T);\n` +
     x.zero('acc') +
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
@@ -708,8 +715,7 @@ function gradQBodyWgmma(gm: Geom, dq: KernelArg, delta: boolean, wgs: 1 | 2 = 1)
     (delta ? deltaLines : `  const float D0 = r0 < T ? mpsc_scratch[(size_t)bh * T + r0] : 0.0f, D1 = r1 < T ? mpsc_scratch[(size_t)bh * T + r1] : 0.0f;\n`) +
     x.zero('dqa') +
     (two
-      ? `  const int kbeg = 0, kend = ${gm.causal ? `min(S, q0 + ${2 * BR + x.shift})` : 'S'};\n` +
-        `  const int kown = ${gm.causal ? `min(S, q0 + ${BR} * wg + ${BR + x.shift})` : 'S'};  // the key tiles below it: this warpgroup's rows see some of their keys\n` +
+      ? twoWgKeys(gm, x) +
         wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 4, 'kh', 'RK'], ['Vs', 6, 'vh', 'RV']], undefined, true) +
         `    if (k0 < kown) {  // warpgroup-uniform: the products are the warpgroup's\n` + steps.replace(/^(?=.)/gm, '  ') + `    }\n`
       : `  const int kbeg = 0, kend = ${x.kend};\n` +
