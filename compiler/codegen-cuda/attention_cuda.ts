@@ -423,7 +423,9 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
 
 /**
  * MPSC_CUDA_FLASH_WGMMA_FWD_ROWS at build time: query rows per block of the wgmma forward: 64 (the default: one warpgroup,
- * forwardBodyWgmma) or 128 (two warpgroups sharing each streamed K / V tile, forwardBodyWgmma2).
+ * forwardBodyWgmma) or 128 (two warpgroups sharing each streamed K / V tile, forwardBodyWgmma2). Measured slower on an
+ * H200 (GPT-2 bf16, 7 Dec, bench/NOTES.md v45 / v46, per layer): 130 -> 160 us; with the dQ kernel's 128 rows the step
+ * 32.64 -> 33.42 ms. Kept for A/B.
  */
 export function flashWgmmaFwdRows(): 64 | 128 {
   return Number(envChoice('MPSC_CUDA_FLASH_WGMMA_FWD_ROWS', ['64', '128'], '64')) as 64 | 128;
@@ -431,7 +433,9 @@ export function flashWgmmaFwdRows(): 64 | 128 {
 
 /**
  * MPSC_CUDA_FLASH_WGMMA_Q_ROWS at build time: query rows per block of the wgmma dQ kernel: 64 (the default: one warpgroup)
- * or 128 (two warpgroups sharing each streamed K / V tile: gradQBodyWgmma's `wgs` 2).
+ * or 128 (two warpgroups sharing each streamed K / V tile: gradQBodyWgmma's `wgs` 2). Measured slower on an H200 (GPT-2
+ * bf16, 7 Dec, per layer, with Delta): 148 -> 167 us, at 16 warps per SM either way: the block-wide barrier per key tile
+ * couples the two warpgroups. Kept for A/B.
  */
 export function flashWgmmaQRows(): 64 | 128 {
   return Number(envChoice('MPSC_CUDA_FLASH_WGMMA_Q_ROWS', ['64', '128'], '64')) as 64 | 128;
