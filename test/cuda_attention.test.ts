@@ -180,6 +180,16 @@ describe('MPSC_CUDA_ATTN_X3_ASYNC, MPSC_CUDA_ATTN_X3_KSPLIT (the 3xTF32 kernels\
     expect(() => withEnv({ MPSC_CUDA_ATTN_X3_ASYNC: 'fwd,dq' }, () => x3Async('fwd'))).toThrow(/MPSC_CUDA_ATTN_X3_ASYNC=fwd,dq: expected a comma list of 'fwd', 'kv', 'q' \(each once\), or 'none'; 'dq' is not one of them/);
     expect(() => withEnv({ MPSC_CUDA_ATTN_X3_KSPLIT: '2' }, () => x3KSplit())).toThrow(/MPSC_CUDA_ATTN_X3_KSPLIT must be one of '0', '1', got '2'/);
   });
+  it('the two-warpgroup wgmma forward (MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128) with the overlapped one-warpgroup forward (MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1): a UserError naming both', () => {
+    const c = cases.find((x) => String(x.program.name) === 'flash_2x3_t130_s130_d64_causal_bf16_fwd')!;
+    const g = c.program.graph, n = g.nodes.find((x) => ATTENTION_FAMILY.includes(x.op))!;
+    const lower = () => { let k = 0; return lowerAttentionCuda({ next: () => `k${k++}`, helpers: new Set(), d: CUDA }, g, n, true); };
+    const env = { MPSC_CUDA_FLASH_WGMMA: 'fwd,kv,q', MPSC_CUDA_FLASH_WGMMA_FWD_ROWS: '128' };
+    expect(withEnv(env, lower)![0].tgsize[0]).toBe(256);
+    const err = (() => { try { withEnv({ ...env, MPSC_CUDA_FLASH_WGMMA_FWD_PIPE: '1' }, lower); } catch (e) { return e as Error; } return null; })();
+    expect(err?.name).toBe('UserError');
+    expect(err?.message).toMatch(/MPSC_CUDA_FLASH_WGMMA_FWD_ROWS=128 and MPSC_CUDA_FLASH_WGMMA_FWD_PIPE=1 do not combine/);
+  });
   it('double-buffered kernels stream by cp.async, past 48 KiB of tiles in dynamic shared memory; the synchronous ones by loads between barriers', () => {
     const i = cases.findIndex((c) => String(c.program.name) === 'flash_f32_2x3_t70_s70_d64_causal_grad');
     const j = cases.findIndex((c) => String(c.program.name) === 'flash_f32_2x1_t64_s64_d48_grad');
