@@ -392,6 +392,18 @@ function wgForwardHead(gm: Geom, x: ReturnType<typeof text>, what: string, tiles
   );
 }
 
+/** one key tile of the wgmma forward (a warpgroup's 64 queries): S = Q K^T, the online softmax, O += P V with V read as stored */
+function wgForwardStep(gm: Geom, x: ReturnType<typeof text>): string {
+  const s = mmaSuffix(gm.type);
+  return (
+    `    float sc[8][4];  // S = Q K^T\n` +
+    wgGroup(wgSS(s, 'sc', 'Qs', 'Ks')) +
+    softmaxStep(gm, 8, x.ND, gm.scale > 0, 'sc', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
+    `    // O += P V, V read as stored\n` +
+    wgGroup(wgRS(s, 'acc', 'sc', 'Vs'))
+  );
+}
+
 /**
  * The forward on Hopper's warpgroup products (MPSC_CUDA_FLASH_WGMMA at build time, flashWgmma; head width 64, sm_90a): the block's
  * 4 warps are one warpgroup over a 64-query tile; Q, and the K / V tiles of 64 keys (double-buffered), sit in
@@ -411,11 +423,7 @@ function forwardBodyWgmma(gm: Geom, o: KernelArg): string {
     x.zero('acc') +
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
     wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 1, 'kh', 'RK'], ['Vs', 3, 'vh', 'RV']]) +
-    `    float sc[8][4];  // S = Q K^T\n` +
-    wgGroup(wgSS(s, 'sc', 'Qs', 'Ks')) +
-    softmaxStep(gm, 8, x.ND, fold, 'sc', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
-    `    // O += P V, V read as stored\n` +
-    wgGroup(wgRS(s, 'acc', 'sc', 'Vs')) +
+    wgForwardStep(gm, x) +
     `  }\n` +
     forwardStore(fold, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
   );
@@ -477,11 +485,7 @@ function forwardBodyWgmma2(gm: Geom, o: KernelArg): string {
     `  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8: running max (${fold ? 'of the unscaled scores' : 'base 2'}), partial sums\n` +
     wgStream('k0', 'kbeg', 'kend', 'S', [['Ks', 2, 'kh', 'RK'], ['Vs', 4, 'vh', 'RV']], undefined, true) +
     `    if (k0 < kown) {  // warpgroup-uniform: the products are the warpgroup's\n` +
-    (`    float sc[8][4];  // S = Q K^T\n` +
-      wgGroup(wgSS(s, 'sc', 'Qs', 'Ks')) +
-      softmaxStep(gm, 8, x.ND, fold, 'sc', ['m0', 'm1'], ['l0', 'l1'], 'acc', 'qw', forwardEdge(gm, x, 'qw')) +
-      `    // O += P V, V read as stored\n` +
-      wgGroup(wgRS(s, 'acc', 'sc', 'Vs'))).replace(/^(?=.)/gm, '  ') +
+    wgForwardStep(gm, x).replace(/^(?=.)/gm, '  ') +
     `    }\n` +
     `  }\n` +
     forwardStore(fold, ['m0', 'm1'], ['l0', 'l1'], 'qw', (mul) => storeRows(x, o, 'acc', 'qw', 'T', 'ooff', 'RO', mul))
