@@ -259,7 +259,20 @@ function gradWithSums(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
   return G === 1 ? [first] : [first, blockSumsFinish(ctx, g, n, [{ arg: 'dsum', out: sum }], D, G)];
 }
 
-/** adam_update (compiler/kernels/optim.ts's statements per element, its bias corrections once per thread); null below MIN_WIDE */
+/**
+ * MPSC_CUDA_ADAM_VEC (build time, default off): an adam_update of a multiple of 8 elements takes its 8 consecutive
+ * elements per thread by the dialect's load8 / store8 (two 16-byte accesses per f32 stream, where the strided form
+ * issues eight 4-byte ones), the same statements per element (the same bits). GPT-2's AdamW (163 M parameters x 28 B,
+ * three merged launches) ran at 3.0 TB/s on the H200, 73% of its copy rate, strided (bench/NOTES.md v47).
+ */
+export function adamVec(): boolean {
+  return envFlag('MPSC_CUDA_ADAM_VEC', false);
+}
+
+/**
+ * adam_update (compiler/kernels/optim.ts's statements per element, its bias corrections once per thread); null below
+ * MIN_WIDE. Strided (elements i0 + 256 k), or with adamVec and count % 8 == 0 the 8 consecutive elements 8 gid.x + k.
+ */
 function wideAdam(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
   const ins = n.inputs, count = numel(shapeOf(g, ins[0]));
   if (count < MIN_WIDE || ins.slice(0, 4).some((id) => g.values[id].dtype !== 'f32')) return null;
@@ -272,13 +285,31 @@ function wideAdam(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
   const pre =
     `  const float bc1 = ${f(1)} - ${d.math('pow', f(b1), 'float(sp.t)')};\n` +
     `  const float bc2 = ${f(1)} - ${d.math('pow', f(b2), 'float(sp.t)')};\n`;
-  const loads = [{ v: 'gr', load: (i: string) => `grad[${i}]${gscale ? ' * gscale[0]' : ''}` }, { v: 'p', load: (i: string) => `param[${i}]` },
-    { v: 'ma', load: (i: string) => `ea[${i}]` }, { v: 'va', load: (i: string) => `eas[${i}]` }];
-  return wideKernel(ctx, g, n, args, count, pre, loads, (k, i) =>
+  const scaled = (x: string) => `${x}${gscale ? ' * gscale[0]' : ''}`;
+  // element k's statements: the decay, the two moments (m<k>, v<k>), then the parameter's step (p<k>)
+  const moments = (k: number) =>
     (wd !== 0 ? (decoupled ? `p${k} *= ${f(1)} - sp.lr * ${f(wd)}; ` : `gr${k} += ${f(wd)} * p${k}; `) : '') +
-    `const float m${k} = ${f(b1)} * ma${k} + ${f(1 - b1)} * gr${k}; const float v${k} = ${f(b2)} * va${k} + ${f(1 - b2)} * gr${k} * gr${k}; ` +
-    `ea[${i}] = m${k}; eas[${i}] = v${k}; ` +
-    `p${k} -= (sp.lr / bc1) * m${k} / (${d.math('sqrt', `v${k}`)} / ${d.math('sqrt', 'bc2')} + ${f(eps)}); param[${i}] = p${k};`);
+    `const float m${k} = ${f(b1)} * ma${k} + ${f(1 - b1)} * gr${k}; const float v${k} = ${f(b2)} * va${k} + ${f(1 - b2)} * gr${k} * gr${k}; `;
+  const step = (k: number) => `p${k} -= (sp.lr / bc1) * m${k} / (${d.math('sqrt', `v${k}`)} / ${d.math('sqrt', 'bc2')} + ${f(eps)});`;
+  if (count % 8 === 0 && adamVec()) {
+    const V = count / 8, ks = Array.from({ length: 8 }, (_, k) => k), u = (k: number) => d.u(k);
+    const names = (v: string) => ks.map((k) => `${v}${k}`);
+    return kernelSpec(ctx, g, n, args, {
+      groups: [Math.max(1, ceilDiv(V, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
+      body:
+        `  // 8 consecutive elements per thread, two 16-byte accesses per stream; every load before the first store\n` +
+        (V % EW_THREADS === 0 ? '' : `  if (gid.x >= ${u(V)}) return;\n`) + pre +
+        `  ${d.load8('float', 'grad', 'gid.x', names('gl'))}\n  ${d.load8('float', 'param', 'gid.x', names('pl'))}\n` +
+        `  ${d.load8('float', 'ea', 'gid.x', names('ma'))}\n  ${d.load8('float', 'eas', 'gid.x', names('va'))}\n` +
+        `  float ${ks.map((k) => `gr${k} = ${scaled(`gl${k}`)}, p${k} = pl${k}`).join(', ')};\n` +
+        ks.map((k) => `  ${moments(k)}${step(k)}\n`).join('') +
+        `  ${d.store8('float', 'ea', 'gid.x', names('m'))}\n  ${d.store8('float', 'eas', 'gid.x', names('v'))}\n` +
+        `  ${d.store8('float', 'param', 'gid.x', names('p'))}\n`,
+    }, ' [16-byte vectors: 8 elements per thread]');
+  }
+  const loads = [{ v: 'gr', load: (i: string) => scaled(`grad[${i}]`) }, { v: 'p', load: (i: string) => `param[${i}]` },
+    { v: 'ma', load: (i: string) => `ea[${i}]` }, { v: 'va', load: (i: string) => `eas[${i}]` }];
+  return wideKernel(ctx, g, n, args, count, pre, loads, (k, i) => `${moments(k)}ea[${i}] = m${k}; eas[${i}] = v${k}; ${step(k)} param[${i}] = p${k};`);
 }
 
 /** every value f32 or 16-bit (no integer operand) */
