@@ -61,12 +61,35 @@ describe('CPU build cache and binding', () => {
     fs.rmSync(cacheDir, { recursive: true, force: true });
   });
 
-  it('concurrent builders leave exactly one complete cache entry and no temporary folders', () => {
+  it('concurrent builders leave exactly one complete cache entry, one set of runtime objects and no temporary folders', () => {
     const entries = fs.readdirSync(cacheDir).filter((e) => e !== 'by-inputs');
     expect(entries.filter((e) => e.startsWith('tmp-'))).toEqual([]);
-    expect(entries).toHaveLength(1);
+    const rt = entries.filter((e) => e.startsWith('rt-'));
+    expect(rt).toHaveLength(1);
+    expect(entries.filter((e) => !e.startsWith('rt-'))).toHaveLength(1);
     expect(fs.existsSync(modulePath)).toBe(true);
     expect(path.basename(modulePath)).toMatch(/^mpsc_[0-9a-f]{16}\.node$/);
+    // binding.cc and mpsc_runtime.cc compiled once, linked as objects (the model's own source compiled in the entry)
+    const objects = ['binding.cc.o', 'mpsc_runtime.cc.o'].map((o) => path.join(cacheDir, rt[0], o));
+    for (const o of objects) expect(fs.existsSync(o), o).toBe(true);
+    const cm = fs.readFileSync(path.join(path.dirname(modulePath), 'CMakeLists.txt'), 'utf8');
+    const addon = cm.match(/add_library\(mpsc_\w+ SHARED ([^\n]*)\)/)![1];
+    expect(addon).toContain('"src/model.cc"');
+    expect(addon).not.toMatch(/src\/binding\.cc|src\/mpsc_runtime\.cc/);
+    for (const o of objects) expect(addon).toContain(`"${o}"`);
+  });
+
+  it('another model of the same flags links the same runtime objects (no second compile of them)', async () => {
+    const other = tinyProgramSet(2, `${TAG}_b`);
+    const built = await buildAddon({ files: generateCpuModel(other).files, cacheDir, jobs: 1 });
+    expect(built.cached).toBe(false);
+    expect(fs.readdirSync(cacheDir).filter((e) => e.startsWith('rt-'))).toHaveLength(1);
+    const s2 = createNativeSession(built.modulePath, other, 'cpu', 1);
+    try {
+      expect(s2.tensorNames()).toEqual([ODD_NAME, 'fc1.bias'].sort());
+    } finally {
+      s2.close();
+    }
   });
 
   it('a second build of the same sources is a cache hit', async () => {

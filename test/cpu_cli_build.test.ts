@@ -24,6 +24,8 @@ describe('mpsc build', () => {
     for (const f of ['CMakeLists.txt', 'package.json', 'src/model.cc', 'src/mpsc_model.h', 'src/mpsc_runtime.cc', 'src/binding.cc', 'src/mpsc_kernels.hpp']) {
       expect(fs.existsSync(path.join(out, 'cpu', f)), f).toBe(true);
     }
+    // the written project stands alone: it compiles the runtime's sources itself (the build cache links them prebuilt)
+    expect(fs.readFileSync(path.join(out, 'cpu', 'CMakeLists.txt'), 'utf8')).toMatch(/add_library\(\w+ SHARED "src\/binding\.cc" "src\/model\.cc" "src\/mpsc_runtime\.cc"/);
     expect(r.stdout).toMatch(/model mnist_mlp .*batch 16/);
     expect(r.stdout).toMatch(/module: .*mpsc_[0-9a-f]{16}\.node \((built|cached)\)/);
     expect(r.stdout).toMatch(/train_step\s+16\s+\d+\s/);

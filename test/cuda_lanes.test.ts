@@ -10,12 +10,12 @@ import { describe, expect, it } from 'vitest';
 import { checkFile } from '../compiler/check/index.js';
 import { precisionOverride } from '../compiler/check/overrides.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
-import { generateCudaModel, HOST_FILE } from '../compiler/codegen-cuda/index.js';
+import { generateCudaModel, HOST_FILE, KERNELS_FILE } from '../compiler/codegen-cuda/index.js';
 import { conflicts, criticalNodes, cudaLanes, LANE_MAX_MACS, laneProblems, laneScratch, largestCallMacs, MIN_LANE_GAIN_US, nodeAccess, nodeCost, planLanes, scheduleLanes, type NodeAccess } from '../compiler/codegen-cuda/lanes.js';
 import { LT_WORKSPACE_BYTES } from '../compiler/codegen-cuda/plan.js';
 import { runtimeSources } from '../runtime/native/build.js';
 import { findNvcc } from '../runtime/cuda/session.js';
-import { NVCC_SM90A } from './nvcc_target.js';
+import { NVCC_HOST_VARIANT, NVCC_SM90A } from './nvcc_target.js';
 import { withEnv } from './env_helpers.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -240,7 +240,9 @@ describe('the lanes of real plans', () => {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-lanes-prio-'));
       try {
         for (const [f, t] of Object.entries({ ...runtimeSources(true), ...a.files })) fs.writeFileSync(path.join(dir, f), t);
-        execFileSync(NV.nvcc, [...NVCC_SM90A, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), '-DMPSC_CUBLASLT'], { stdio: 'pipe' });
+        // the priority streams change the host code only (the kernels: the three-lane build's, compiled optimised below)
+        expect(a.files[KERNELS_FILE]).toBe(artifactsOf(file).files[KERNELS_FILE]);
+        execFileSync(NV.nvcc, [...NVCC_HOST_VARIANT, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), '-DMPSC_CUBLASLT'], { stdio: 'pipe' });
       } finally {
         fs.rmSync(dir, { recursive: true, force: true });
       }
@@ -263,8 +265,9 @@ describe('the lanes of real plans', () => {
           const m = checkFile(path.join(ROOT, file));
           expect(generateCudaModel(buildPrograms({ ...m, train: { ...m.train, precision } }, { batch: m.train.batch })).files).toEqual(a.files);
         }
-        for (const def of [['-DMPSC_CUBLASLT'], ...(precision ? [] : [[]]), ['-DMPSC_CUBLASLT', '-DMPSC_NCCL']])
-          execFileSync(NV!.nvcc, [...NVCC_SM90A, '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), ...def], { stdio: 'pipe' });
+        // the first define set with the kernels optimised as the build compiles them, the other host variants unoptimised
+        for (const [k, def] of [['-DMPSC_CUBLASLT'], ...(precision ? [] : [[]]), ['-DMPSC_CUBLASLT', '-DMPSC_NCCL']].entries())
+          execFileSync(NV!.nvcc, [...(k ? NVCC_HOST_VARIANT : NVCC_SM90A), '-c', path.join(dir, HOST_FILE), '-o', path.join(dir, 'o.o'), '-Werror', 'all-warnings', '-I', path.join(ROOT, 'test/fixtures/cublaslt_decl'), ...def], { stdio: 'pipe' });
       }
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });

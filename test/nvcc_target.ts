@@ -5,3 +5,11 @@
 // compute_90 PTX (a second cicc and ptxas pass per file) that no build of mpsc makes; these flags compile exactly
 // the build's target, about 29% less compile time per file (bench/NOTES.md, CI time round 2).
 export const NVCC_SM90A: readonly string[] = ['-gencode', 'arch=compute_90a,code=sm_90a'];
+
+/**
+ * A compile that checks a host-code variant (-DMPSC_CUBLASLT or not, -DMPSC_NCCL, graph-lane priorities) of generated
+ * sources whose kernels the same test (or the one it names) compiles with NVCC_SM90A alone: the device code still goes
+ * through cicc and ptxas for sm_90a (a kernel that does not compile still fails) but unoptimised, which took ~60% less
+ * CPU time for char_gpt at bf16 (user 13.7 -> 5.6 s; bench/NOTES.md phase 33). Register and spill checks never use it.
+ */
+export const NVCC_HOST_VARIANT: readonly string[] = [...NVCC_SM90A, '-Xcicc', '-O0', '-Xptxas', '-O0'];
