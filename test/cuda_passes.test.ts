@@ -410,25 +410,30 @@ describe('long 16-bit element-wise nodes, fp32 unary ones, adam_update and the a
     const cases = wideElementwiseCases(makeRng(11));
     const scalars = { lr: 0.05, t: 3, seed: 1, counter: 0 };
     const registry = { ...GPU_KERNELS, unary: wideOr('unary'), unary_grad: wideOr('unary_grad'), binary: wideOr('binary'), cast: wideOr('cast'), adam_update: wideOr('adam_update'), global_avgpool_grad: wideOr('global_avgpool_grad') };
-    // adam: MPSC_CUDA_ADAM_VEC=1 (the optimizer cases only: the even-sized one by 16-byte vectors, the odd one strided)
+    // adam: MPSC_CUDA_ADAM_VEC=1 (the optimizer cases only: the even-sized one by 16-byte vectors, the odd one strided);
+    // vec32: MPSC_CUDA_EW_VEC32=1 (every case: f32 values by 16-byte vectors too, the input casts of the even-sized cases among them)
     const adamCases = cases.filter((c) => c.program.name.startsWith('wide_adam'));
-    const run = (wide: boolean, adam = false) => runCases(withEnv('MPSC_CUDA_EW_VEC', '1', () => withEnv('MPSC_CUDA_ADAM_VEC', adam ? '1' : undefined, () =>
-      compileEmu((adam ? adamCases : cases).map((c) => c.program), { noFallback: true, ...(wide ? { registry } : {}) }, undefined, `wide_ew_emu_${wide}${adam ? '_adam' : ''}`, (a) => {
-        // every node of the cases takes this kernel (the input casts too), except the shared build
-        const labels = a.programs.flatMap((p) => p.lowered.kernels.map((k) => k.label));
-        expect(labels.every((l) => / elements per thread\]$/.test(l))).toBe(wide);
-        // all-16-bit nodes of a multiple of 8 elements by 16-byte vectors (vecKernel): the f16 gelu gradient, the bf16 add;
-        // with adam, the Adam case of a multiple of 8 elements
-        const vec = a.programs.filter((p) => p.lowered.kernels.some((k) => /\[16-byte vectors: 8 elements per thread\]$/.test(k.label))).map((p) => p.lowered.program.name);
-        expect(vec).toEqual(adam ? ['wide_adam_l2_gscale'] : wide ? ['wide_gelu_grad_f16', 'wide_add_bf16'] : []);
-      }))), adam ? adamCases : cases, scalars);
-    const [wide, shared, adam] = [run(true), run(false), run(true, true)];
+    const run = (wide: boolean, mode: '' | 'adam' | 'vec32' = '') => runCases(withEnv('MPSC_CUDA_EW_VEC', '1', () => withEnv('MPSC_CUDA_ADAM_VEC', mode === 'adam' ? '1' : undefined, () =>
+      withEnv('MPSC_CUDA_EW_VEC32', mode === 'vec32' ? '1' : undefined, () =>
+        compileEmu((mode === 'adam' ? adamCases : cases).map((c) => c.program), { noFallback: true, ...(wide ? { registry } : {}) }, undefined, `wide_ew_emu_${wide}${mode ? `_${mode}` : ''}`, (a) => {
+          // every node of the cases takes this kernel (the input casts too), except the shared build
+          const labels = a.programs.flatMap((p) => p.lowered.kernels.map((k) => k.label));
+          expect(labels.every((l) => / elements per thread\]$/.test(l))).toBe(wide);
+          // all-16-bit nodes of a multiple of 8 elements by 16-byte vectors (vecKernel): the f16 gelu gradient, the bf16 add;
+          // with adam, the Adam case of a multiple of 8 elements; with vec32 also the fp32 gelu gradient
+          const vec = a.programs.filter((p) => p.lowered.kernels.some((k) => /\[16-byte vectors: 8 elements per thread\]$/.test(k.label))).map((p) => p.lowered.program.name);
+          expect(vec).toEqual(mode === 'adam' ? ['wide_adam_l2_gscale'] : !wide ? [] : mode === 'vec32' ? ['wide_gelu_grad_f16', 'wide_add_bf16', 'wide_gelu_grad_f32'] : ['wide_gelu_grad_f16', 'wide_add_bf16']);
+          // vec32: the even-sized cases' f32 -> 16-bit input casts by vectors too
+          if (mode === 'vec32') expect(a.programs.flatMap((p) => p.lowered.kernels).filter((k) => k.op === 'cast' && /16-byte vectors/.test(k.label)).length).toBeGreaterThan(1);
+        })))), mode === 'adam' ? adamCases : cases, scalars);
+    const [wide, shared, adam, vec32] = [run(true), run(false), run(true, 'adam'), run(true, 'vec32')];
     cases.forEach((c, i) => {
-      const w = wide[i], s = shared[i];
-      if (typeof w === 'string' || typeof s === 'string') throw new Error(`${c.program.name}: ${w} / ${s}`);
+      const w = wide[i], s = shared[i], v = vec32[i];
+      if (typeof w === 'string' || typeof s === 'string' || typeof v === 'string') throw new Error(`${c.program.name}: ${w} / ${s} / ${v}`);
       const ref = reference(c, scalars);
       for (const id of c.check) {
         expect(Array.from(w.get(id)!), c.program.name).toEqual(Array.from(s.get(id)!));
+        expect(Array.from(v.get(id)!), `${c.program.name} (MPSC_CUDA_EW_VEC32)`).toEqual(Array.from(s.get(id)!));
         expect(relError(w.get(id)!, ref.get(id)!), c.program.name).toBeLessThan(caseTolerance(c, 1e-5, id));
       }
     });

@@ -17,7 +17,7 @@ import { smallEpiOn } from '../compiler/codegen-cuda/fusions.js';
 import { smallGenMode } from '../compiler/codegen-cuda/cublaslt.js';
 import { cudaLanes, reuseGap } from '../compiler/codegen-cuda/lanes.js';
 import { rowBlock, ceUnroll, ceVec, ceSmem } from '../compiler/codegen-cuda/class_rows.js';
-import { adamVec, ewVec, gradSumBlocks } from '../compiler/codegen-cuda/wide_ew_cuda.js';
+import { adamVec, ewVec, ewVec32, gradSumBlocks } from '../compiler/codegen-cuda/wide_ew_cuda.js';
 import { finishMode } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { lnGrad, lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
@@ -81,6 +81,7 @@ describe('every exported switch reader refuses a typo with a UserError and takes
     ['MPSC_CUDA_CE_SMEM', ceSmem, false],
     ['MPSC_CUDA_EW_VEC', ewVec, true],
     ['MPSC_CUDA_ADAM_VEC', adamVec, false],
+    ['MPSC_CUDA_EW_VEC32', ewVec32, false],
     ['MPSC_CUDA_LN_VEC', lnVec, 'fwd'],
     ['MPSC_CUDA_LN_GRAD', lnGrad, 'regs'],
     ['MPSC_CUDA_ATTN_TF32X3', attnTf32x3Enabled, true],

@@ -141,18 +141,28 @@ export function ewVec(): boolean {
 }
 
 /**
- * The kernel over 16-bit values only (every load and output bf16 / f16; count a multiple of 8; ewVec): thread gid.x
+ * MPSC_CUDA_EW_VEC32 (build time, default off; bench/NOTES.md v48): vecKernel also takes nodes with f32 values beside
+ * 16-bit ones or alone (load8 / store8 of f32: two 16-byte accesses), e.g. the parameters' bf16 copies (f32 -> bf16
+ * casts, rule 16's merged launch: 163 M elements in 0.41 ms on the H200, ~2.4 TB/s strided) and fp32 unary nodes.
+ */
+export function ewVec32(): boolean {
+  return envFlag('MPSC_CUDA_EW_VEC32', false);
+}
+
+/**
+ * The kernel over 16-bit values only (every load and output bf16 / f16, or also f32 with ewVec32; count a multiple of 8; ewVec): thread gid.x
  * takes the 8 consecutive elements 8 gid.x .. 8 gid.x + 7, each input by one 16-byte load and each output by one
  * 16-byte store (the dialect's load8 / store8: on CUDA a uint4, where the strided kernel's 2-byte accesses made a
  * warp's load 64 bytes and an element cost a load instruction per input), the same statements per element (the
  * exact widening, the same float expression, the same rounding: bitwise the strided kernel's values). A thread
  * reads all its elements before its first store (an output may share an input's bytes). The launch is the same 1-D
- * one of EW_THREADS (merge.ts merges it like the others); null when a value is not 16-bit or count % 8 != 0.
+ * one of EW_THREADS (merge.ts merges it like the others); null when a value is not 16-bit (or f32 with ewVec32) or count % 8 != 0.
  */
 function vecKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, loads: { v: string; id: number; name: string }[],
   outs: { id: number; name: string; value: (k: number) => string }[], what = ''): KernelSpec | null {
-  const half = (id: number) => elemOf(g, id) as HalfElem;
-  if (count % 8 !== 0 || !ewVec() || ![...loads, ...outs].every((x) => isHalfElem(elemOf(g, x.id)))) return null;
+  const half = (id: number) => elemOf(g, id) as VecElem;
+  const vecElem = (id: number) => isHalfElem(elemOf(g, id)) || (ewVec32() && elemOf(g, id) === 'float');
+  if (count % 8 !== 0 || !ewVec() || ![...loads, ...outs].every((x) => vecElem(x.id))) return null;
   const d = ctx.d, u = (k: number) => d.u(k), V = count / 8;
   const exact = V % EW_THREADS === 0;
   const ks = Array.from({ length: 8 }, (_, k) => k);

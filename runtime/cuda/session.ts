@@ -172,7 +172,7 @@ export function cudaGemmChoice(): CudaGemm {
  * Build-time env switches of the CUDA generator whose generated code differs by value (A/B variants:
  * class_rows.ts fusedGrad / rowBlock, attention_cuda.ts flashForwardRows / flashLdsm / flashMinBlocks, gemm_cuda.ts smallGemm,
  * cublaslt.ts's small fp32 rule, layernorm_cuda.ts's finish kernel, attention_tf32x3.ts x3Async / x3KSplit, conv_cuda.ts's
- * MPSC_CONV_* switches, lanes.ts's graph lanes, pdl.ts's programmatic dependent launch, wide_ew_cuda.ts gradSumBlocks / adamVec):
+ * MPSC_CONV_* switches, lanes.ts's graph lanes, pdl.ts's programmatic dependent launch, wide_ew_cuda.ts gradSumBlocks / adamVec / ewVec32):
  * part of the build key, so that a variant never reuses another's cached build.
  */
 export const GENERATOR_ENV: readonly string[] = [
@@ -180,7 +180,7 @@ export const GENERATOR_ENV: readonly string[] = [
   'MPSC_CUDA_GEMM_SMALL', 'MPSC_CUDA_SMALL_GEN', 'MPSC_CUDA_SMALL_FP32', 'MPSC_CUDA_LANE_SCRATCH', 'MPSC_CUDA_REUSE_GAP', 'MPSC_CUDA_SMALL_PRESPLIT', 'MPSC_CUDA_LN_FINISH', 'MPSC_CUDA_ATTN_X3_ASYNC', 'MPSC_CUDA_ATTN_X3_KSPLIT', 'MPSC_CUDA_FLASH_BWD_MERGE',
   'MPSC_CONV_TAPS', 'MPSC_CONV_FRAG', 'MPSC_CONV_STAGES', 'MPSC_CONV_ROUND', 'MPSC_CONV_BM256', 'MPSC_CONV_VEC16', 'MPSC_CONV_GI_VEC16',
   'MPSC_CUDA_LANES', 'MPSC_CUDA_PDL', 'MPSC_CUDA_TF32X3_CHUNK_TILES', 'MPSC_CUDA_TF32X3_KMAJOR', 'MPSC_CUDA_FLASH_DELTA_FOLD', 'MPSC_CUDA_LANE_PRIORITY', 'MPSC_CUDA_SMALL_EPI', 'MPSC_CUDA_FLASH_WGMMA', 'MPSC_CUDA_FLASH_WGMMA_PIPE',
-  'MPSC_CUDA_FLASH_WGMMA_DELTA', 'MPSC_CUDA_FLASH_WGMMA_FWD_PIPE', 'MPSC_CUDA_FLASH_WGMMA_FWD_ROWS', 'MPSC_CUDA_FLASH_WGMMA_Q_ROWS', 'MPSC_CUDA_GRAD_SUM_BLOCKS', 'MPSC_CUDA_CE_SMEM', 'MPSC_CUDA_LN_GRAD', 'MPSC_CUDA_ADAM_VEC',
+  'MPSC_CUDA_FLASH_WGMMA_DELTA', 'MPSC_CUDA_FLASH_WGMMA_FWD_PIPE', 'MPSC_CUDA_FLASH_WGMMA_FWD_ROWS', 'MPSC_CUDA_FLASH_WGMMA_Q_ROWS', 'MPSC_CUDA_GRAD_SUM_BLOCKS', 'MPSC_CUDA_CE_SMEM', 'MPSC_CUDA_LN_GRAD', 'MPSC_CUDA_ADAM_VEC', 'MPSC_CUDA_EW_VEC32',
 ];
 
 /** digest of what the generated CUDA sources are a pure function of (the generator, the programs, the options, $MPSC_CUDA_ATTN_TF32X3, GENERATOR_ENV) */
