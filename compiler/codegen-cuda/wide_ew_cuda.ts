@@ -144,6 +144,7 @@ export function ewVec(): boolean {
  * MPSC_CUDA_EW_VEC32 (build time, default off; bench/NOTES.md v48): vecKernel also takes nodes with f32 values beside
  * 16-bit ones or alone (load8 / store8 of f32: two 16-byte accesses), e.g. the parameters' bf16 copies (f32 -> bf16
  * casts, rule 16's merged launch: 163 M elements in 0.41 ms on the H200, ~2.4 TB/s strided) and fp32 unary nodes.
+ * Measured on an H100 (7 Dec): that launch 462.7 -> 463.9 us, no step-level gain; so off by default.
  */
 export function ewVec32(): boolean {
   return envFlag('MPSC_CUDA_EW_VEC32', false);
@@ -160,7 +161,7 @@ export function ewVec32(): boolean {
  */
 function vecKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, loads: { v: string; id: number; name: string }[],
   outs: { id: number; name: string; value: (k: number) => string }[], what = ''): KernelSpec | null {
-  const half = (id: number) => elemOf(g, id) as VecElem;
+  const elem = (id: number) => elemOf(g, id) as VecElem;
   const vecElem = (id: number) => isHalfElem(elemOf(g, id)) || (ewVec32() && elemOf(g, id) === 'float');
   if (count % 8 !== 0 || !ewVec() || ![...loads, ...outs].every((x) => vecElem(x.id))) return null;
   const d = ctx.d, u = (k: number) => d.u(k), V = count / 8;
@@ -171,8 +172,8 @@ function vecKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: n
     body:
       `  // 8 consecutive elements per thread, one 16-byte access per input and output; every load before the first store\n` +
       (exact ? '' : `  if (gid.x >= ${u(V)}) return;\n`) +
-      loads.map((l) => `  ${d.load8(half(l.id), l.name, 'gid.x', ks.map((k) => `${l.v}${k}`))}\n`).join('') +
-      outs.map((o) => `  ${d.store8(half(o.id), o.name, 'gid.x', ks.map((k) => o.value(k)))}\n`).join(''),
+      loads.map((l) => `  ${d.load8(elem(l.id), l.name, 'gid.x', ks.map((k) => `${l.v}${k}`))}\n`).join('') +
+      outs.map((o) => `  ${d.store8(elem(o.id), o.name, 'gid.x', ks.map((k) => o.value(k)))}\n`).join(''),
   }, `${what} [16-byte vectors: 8 elements per thread]`);
 }
 
@@ -273,7 +274,8 @@ function gradWithSums(ctx: LowerCtx, g: Graph, n: Node): KernelSpec[] {
  * MPSC_CUDA_ADAM_VEC (build time, default off): an adam_update of a multiple of 8 elements takes its 8 consecutive
  * elements per thread by the dialect's load8 / store8 (two 16-byte accesses per f32 stream, where the strided form
  * issues eight 4-byte ones), the same statements per element (the same bits). GPT-2's AdamW (163 M parameters x 28 B,
- * three merged launches) ran at 3.0 TB/s on the H200, 73% of its copy rate, strided (bench/NOTES.md v47).
+ * three merged launches) ran at 3.0 TB/s on the H200, 73% of its copy rate, strided (bench/NOTES.md v47). Measured on
+ * an H100 (7 Dec, 87% of its copy rate strided): 1767 -> 1721 us, no step-level gain; so off by default.
  */
 export function adamVec(): boolean {
   return envFlag('MPSC_CUDA_ADAM_VEC', false);
