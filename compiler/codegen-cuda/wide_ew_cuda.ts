@@ -161,18 +161,30 @@ export function ewVec32(): boolean {
  */
 function vecKernel(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, loads: { v: string; id: number; name: string }[],
   outs: { id: number; name: string; value: (k: number) => string }[], what = ''): KernelSpec | null {
-  const elem = (id: number) => elemOf(g, id) as VecElem;
   const vecElem = (id: number) => isHalfElem(elemOf(g, id)) || (ewVec32() && elemOf(g, id) === 'float');
   if (count % 8 !== 0 || !ewVec() || ![...loads, ...outs].every((x) => vecElem(x.id))) return null;
+  return vecLaunch(ctx, g, n, args, count, loads, outs, what);
+}
+
+/**
+ * vecKernel's launch and body, ungated (count a multiple of 8, every value 16-bit or f32): thread gid.x takes the 8
+ * consecutive elements 8 gid.x .. 8 gid.x + 7; `pre` (per thread, before the loads), the loads (load8 into <v>0..<v>7),
+ * `mid` (statements after the loads: mutable locals the stores read), the stores (store8 of value(k)). wideAdam's
+ * vector form takes it with its bias corrections as `pre` and its per-element statements as `mid`.
+ */
+function vecLaunch(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: number, loads: { v: string; id: number; name: string }[],
+  outs: { id: number; name: string; value: (k: number) => string }[], what: string, pre = '', mid = ''): KernelSpec {
+  const elem = (id: number) => elemOf(g, id) as VecElem;
   const d = ctx.d, u = (k: number) => d.u(k), V = count / 8;
   const exact = V % EW_THREADS === 0;
   const ks = Array.from({ length: 8 }, (_, k) => k);
+  const access = [...loads, ...outs].every((x) => isHalfElem(elemOf(g, x.id))) ? 'one 16-byte access per input and output' : 'one 16-byte access per 8 16-bit values, two per 8 f32';
   return kernelSpec(ctx, g, n, args, {
     groups: [Math.max(1, ceilDiv(V, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
     body:
-      `  // 8 consecutive elements per thread, one 16-byte access per input and output; every load before the first store\n` +
-      (exact ? '' : `  if (gid.x >= ${u(V)}) return;\n`) +
-      loads.map((l) => `  ${d.load8(elem(l.id), l.name, 'gid.x', ks.map((k) => `${l.v}${k}`))}\n`).join('') +
+      `  // 8 consecutive elements per thread, ${access}; every load before the first store\n` +
+      (exact ? '' : `  if (gid.x >= ${u(V)}) return;\n`) + pre +
+      loads.map((l) => `  ${d.load8(elem(l.id), l.name, 'gid.x', ks.map((k) => `${l.v}${k}`))}\n`).join('') + mid +
       outs.map((o) => `  ${d.store8(elem(o.id), o.name, 'gid.x', ks.map((k) => o.value(k)))}\n`).join(''),
   }, `${what} [16-byte vectors: 8 elements per thread]`);
 }
@@ -304,20 +316,12 @@ function wideAdam(ctx: LowerCtx, g: Graph, n: Node): KernelSpec | null {
     `const float m${k} = ${f(b1)} * ma${k} + ${f(1 - b1)} * gr${k}; const float v${k} = ${f(b2)} * va${k} + ${f(1 - b2)} * gr${k} * gr${k}; `;
   const step = (k: number) => `p${k} -= (sp.lr / bc1) * m${k} / (${d.math('sqrt', `v${k}`)} / ${d.math('sqrt', 'bc2')} + ${f(eps)});`;
   if (count % 8 === 0 && adamVec()) {
-    const V = count / 8, ks = Array.from({ length: 8 }, (_, k) => k), u = (k: number) => d.u(k);
-    const names = (v: string) => ks.map((k) => `${v}${k}`);
-    return kernelSpec(ctx, g, n, args, {
-      groups: [Math.max(1, ceilDiv(V, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
-      body:
-        `  // 8 consecutive elements per thread, two 16-byte accesses per stream; every load before the first store\n` +
-        (V % EW_THREADS === 0 ? '' : `  if (gid.x >= ${u(V)}) return;\n`) + pre +
-        `  ${d.load8('float', 'grad', 'gid.x', names('gl'))}\n  ${d.load8('float', 'param', 'gid.x', names('pl'))}\n` +
-        `  ${d.load8('float', 'ea', 'gid.x', names('ma'))}\n  ${d.load8('float', 'eas', 'gid.x', names('va'))}\n` +
-        `  float ${ks.map((k) => `gr${k} = ${scaled(`gl${k}`)}, p${k} = pl${k}`).join(', ')};\n` +
-        ks.map((k) => `  ${moments(k)}${step(k)}\n`).join('') +
-        `  ${d.store8('float', 'ea', 'gid.x', names('m'))}\n  ${d.store8('float', 'eas', 'gid.x', names('v'))}\n` +
-        `  ${d.store8('float', 'param', 'gid.x', names('p'))}\n`,
-    }, ' [16-byte vectors: 8 elements per thread]');
+    const ks = Array.from({ length: 8 }, (_, k) => k);
+    const mid = `  float ${ks.map((k) => `gr${k} = ${scaled(`gl${k}`)}, p${k} = pl${k}`).join(', ')};\n` + ks.map((k) => `  ${moments(k)}${step(k)}\n`).join('');
+    return vecLaunch(ctx, g, n, args, count,
+      [{ v: 'gl', id: ins[1], name: 'grad' }, { v: 'pl', id: ins[0], name: 'param' }, { v: 'ma', id: ins[2], name: 'ea' }, { v: 'va', id: ins[3], name: 'eas' }],
+      [{ id: ins[2], name: 'ea', value: (k) => `m${k}` }, { id: ins[3], name: 'eas', value: (k) => `v${k}` }, { id: ins[0], name: 'param', value: (k) => `p${k}` }],
+      '', pre, mid);
   }
   const loads = [{ v: 'gr', load: (i: string) => scaled(`grad[${i}]`) }, { v: 'p', load: (i: string) => `param[${i}]` },
     { v: 'ma', load: (i: string) => `ea[${i}]` }, { v: 'va', load: (i: string) => `eas[${i}]` }];
