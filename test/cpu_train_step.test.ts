@@ -1,6 +1,6 @@
 /**
  * Whole programs of the example specs on the CPU backend vs the float64 reference
- * interpreter: the same initial parameters and batches, 20 train steps (6 for the two below that
+ * interpreter: the same initial parameters and batches, 20 train steps (4 for the two below that
  * start each step from the reference's state; plus apply_update
  * for grad_accum > 1), then eval and eval_tail. Per-step losses and metrics, and every
  * persistent tensor at the end (parameters, optimizer state, batchnorm running stats) must agree.
@@ -30,9 +30,9 @@ const STEPS = 20;
 /**
  * steps of the specs that start every step from the reference's state (resnet_small, seed_cnn): each step is then its
  * own check (a fresh batch, t = step + 1 for Adam's bias corrections), nothing compounds over them, and the float64
- * interpreter's convolutions cost seconds per step (seed_cnn ~4.5 s): 6 such steps, not 20
+ * interpreter's convolutions cost seconds per step (seed_cnn ~4.5 s): 4 such steps, not 20
  */
-const RESYNC_STEPS = 6;
+const RESYNC_STEPS = 4;
 
 function randomBatch(p: Program, rng: () => number, classes: number): { f64: Float64Array[]; native: (Float32Array | Int32Array)[] } {
   const f64: Float64Array[] = [];
