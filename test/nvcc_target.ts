@@ -13,3 +13,11 @@ export const NVCC_SM90A: readonly string[] = ['-gencode', 'arch=compute_90a,code
  * CPU time for char_gpt at bf16 (user 13.7 -> 5.6 s; bench/NOTES.md phase 33). Register and spill checks never use it.
  */
 export const NVCC_HOST_VARIANT: readonly string[] = [...NVCC_SM90A, '-Xcicc', '-O0', '-Xptxas', '-O0'];
+
+/**
+ * A compile whose test asks only that nvcc accepts the text without a warning (test/cuda_dialect.test.ts: the shared
+ * kernels of every example spec and op case in the CUDA dialect): NVCC_HOST_VARIANT's unoptimised cicc and ptxas, which
+ * still parse, type-check and assemble every kernel for sm_90a (70 -> 47 s for that test on the 2-core machine,
+ * bench/NOTES.md phase 34). The optimised compiles of the example specs' CUDA sources are test/cuda_codegen.test.ts's.
+ */
+export const NVCC_COMPILE_CHECK: readonly string[] = NVCC_HOST_VARIANT;
