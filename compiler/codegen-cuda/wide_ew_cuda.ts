@@ -178,7 +178,7 @@ function vecLaunch(ctx: LowerCtx, g: Graph, n: Node, args: KernelArg[], count: n
   const d = ctx.d, u = (k: number) => d.u(k), V = count / 8;
   const exact = V % EW_THREADS === 0;
   const ks = Array.from({ length: 8 }, (_, k) => k);
-  const access = [...loads, ...outs].every((x) => isHalfElem(elemOf(g, x.id))) ? 'one 16-byte access per input and output' : 'one 16-byte access per 8 16-bit values, two per 8 f32';
+  const access = [...loads, ...outs].every((x) => isHalfElem(elem(x.id))) ? 'one 16-byte access per input and output' : 'one 16-byte access per 8 16-bit values, two per 8 f32';
   return kernelSpec(ctx, g, n, args, {
     groups: [Math.max(1, ceilDiv(V, EW_THREADS)), 1, 1], tgsize: [EW_THREADS, 1, 1], tgmem: 0, sync: false,
     body:

@@ -357,7 +357,8 @@ async function runtimeObjects(root: string, cxxflags: string, jobs: number, onPr
   const key = digest();
   const dir = path.join(root, `rt-${key.slice(0, 32)}`);
   const objects = PREBUILT_SOURCES.map((f) => path.join(dir, `${f}.o`));
-  if (objects.every((o) => fs.existsSync(o))) return objects;
+  const complete = () => objects.every((o) => fs.existsSync(o));
+  if (complete()) return objects;
   const tmp = path.join(root, `tmp-rt-${key.slice(0, 16)}-${process.pid}-${randomBytes(4).toString('hex')}`);
   try {
     fs.mkdirSync(path.join(tmp, 'src'), { recursive: true });
@@ -372,7 +373,7 @@ async function runtimeObjects(root: string, cxxflags: string, jobs: number, onPr
       fs.copyFileSync(o, path.join(tmp, `${f}.o`));
     }
     fs.rmSync(path.join(tmp, 'build'), { recursive: true, force: true });
-    renameIntoPlace(tmp, dir, () => objects.every((o) => fs.existsSync(o)));
+    renameIntoPlace(tmp, dir, complete);
   } catch (e) {
     fs.rmSync(tmp, { recursive: true, force: true });
     throw e;
