@@ -4,7 +4,9 @@
  *  - a later build of the same sources is a cache hit (no rebuild, no leftovers);
  *  - the binding rejects wrong inputs with a JS Error before native code reads them;
  *  - names reach generated C++ only as escaped string literals (odd names round-trip);
- *  - a fixed thread count gives bitwise-identical results.
+ *  - a fixed thread count gives bitwise-identical results;
+ *  - the CPU and CUDA build keys digest every module their generators reach and every header they ship
+ *    (moduleClosure), so an edit to any of them never reuses a stale build.
  */
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -13,9 +15,10 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cString } from '../compiler/cfamily/text.js';
-import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
-import { buildAddon } from '../runtime/native/build.js';
-import { cpuInputsKey, createNativeSession } from '../runtime/native/native_session.js';
+import { generateCpuModel, kernelsHeader, KERNELS_HEADER_FILES } from '../compiler/codegen-cpu/emit_program.js';
+import { buildAddon, moduleClosure } from '../runtime/native/build.js';
+import { cpuGeneratorFiles, cpuInputsKey, createNativeSession } from '../runtime/native/native_session.js';
+import { cudaGeneratorFiles } from '../runtime/cuda/session.js';
 import type { Session } from '../runtime/session.js';
 import { ODD_NAME, tinyProgramSet } from './cpu_helpers.js';
 
@@ -32,6 +35,46 @@ function child(): Promise<{ code: number | null; out: string; err: string }> {
     p.on('close', (code) => resolve({ code, out, err }));
   });
 }
+
+describe('the build keys digest what the generators reach', () => {
+  it('moduleClosure follows relative imports and re-exports, in either quote style, from .ts or .js', () => {
+    const d = fs.mkdtempSync(path.join(os.tmpdir(), 'mpsc-closure-'));
+    const put = (f: string, text: string) => {
+      fs.mkdirSync(path.dirname(path.join(d, f)), { recursive: true });
+      fs.writeFileSync(path.join(d, f), text);
+    };
+    try {
+      put('src/a.ts', "import fs from 'node:fs';\nimport { b } from './b.js';\nimport type { T } from \"./t.js\";\nexport * from './e.js';\nimport './side.js';\nimport { gone } from './missing.js';\n// not an import: see './note.js'\n");
+      put('src/b.ts', 'import {\n  c,\n  c2,\n} from "../lib/c.js"; export const b = c;\n');
+      put('src/t.ts', 'export type T = number;\n');
+      put('src/e.ts', "export { b } from './b.js';\n");
+      put('src/side.js', 'globalThis.x = 1;\n');
+      put('src/note.ts', '');
+      put('lib/c.ts', 'export const c = 1, c2 = 2;\n');
+      const rel = moduleClosure(path.join(d, 'src', 'a.ts')).map((f) => path.relative(d, f).split(path.sep).join('/'));
+      expect(rel).toEqual(['lib/c.ts', 'src/a.ts', 'src/b.ts', 'src/e.ts', 'src/side.js', 'src/t.ts']);
+    } finally {
+      fs.rmSync(d, { recursive: true, force: true });
+    }
+  });
+
+  it('the CPU key covers the headers the generated code ships and the IR passes the generator runs', () => {
+    const files = new Set(cpuGeneratorFiles());
+    for (const f of KERNELS_HEADER_FILES) expect(files.has(f), f).toBe(true);
+    // every file kernelsHeader() inlines is one of KERNELS_HEADER_FILES (its `// ---- path` lines)
+    const shipped = [...kernelsHeader().matchAll(/^\/\/ ---- (\S+)$/gm)].map((m) => m[1]);
+    expect(shipped).toEqual(KERNELS_HEADER_FILES.map((f) => path.relative(path.join(HERE, '..'), f).split(path.sep).join('/')));
+    const rel = [...files].map((f) => path.relative(path.join(HERE, '..'), f).split(path.sep).join('/'));
+    for (const f of ['runtime/cpp/mpsc_half.hpp', 'compiler/codegen-cpu/cpp/mpsc_kernels.hpp', 'compiler/codegen-cpu/kernels/precision.ts', 'compiler/ir/fuse.ts', 'compiler/ir/scalar_fns.ts', 'compiler/cfamily/text.ts'])
+      expect(rel, f).toContain(f);
+  });
+
+  it('the CUDA key covers the shared kernels, the Metal lowering it reuses and the IR passes it runs', () => {
+    const rel = cudaGeneratorFiles().map((f) => path.relative(path.join(HERE, '..'), f).split(path.sep).join('/'));
+    for (const f of ['compiler/codegen-cuda/attention_cuda.ts', 'compiler/kernels/registry.ts', 'compiler/codegen-metal/lower_program.ts', 'compiler/ir/memory_plan.ts', 'compiler/ir/fuse.ts', 'compiler/ir/remat.ts'])
+      expect(rel, f).toContain(f);
+  });
+});
 
 describe('cString', () => {
   it('escapes everything that could end or bend a C string literal', () => {

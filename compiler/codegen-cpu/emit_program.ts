@@ -241,29 +241,25 @@ extern "C" const mpsc_model_desc* mpsc_model(void) { return &model; }
 
 /** the fast GEMM / conv core (runtime/cpp/fast), inlined in front of mpsc_kernels.hpp */
 export const FAST_CORE_DIR = path.resolve(HERE, '../../runtime/cpp/fast');
-/** the 16-bit storage helpers (mixed precision), inlined after mpsc_kernels.hpp */
-const HALF_HPP = path.resolve(HERE, '../../runtime/cpp/mpsc_half.hpp');
+/**
+ * the C++ texts kernelsHeader() ships in the generated code, in its order: the fast core's amx.h, sgemm.h, winograd.h
+ * and conv.h (namespace mpsc_fast), this backend's cpp/mpsc_kernels.hpp, and the 16-bit storage helpers (mixed
+ * precision) runtime/cpp/mpsc_half.hpp; also what the CPU build key digests beside the generator's modules
+ * (runtime/native/native_session.ts cpuInputsKey)
+ */
+export const KERNELS_HEADER_FILES: readonly string[] = [
+  ...['amx.h', 'sgemm.h', 'winograd.h', 'conv.h'].map((f) => path.join(FAST_CORE_DIR, f)),
+  path.join(HERE, 'cpp', 'mpsc_kernels.hpp'),
+  path.resolve(HERE, '../../runtime/cpp/mpsc_half.hpp'),
+];
 
 let kernelsHppMemo: string | undefined;
-/**
- * mpsc_kernels.hpp as shipped next to generated code: runtime/cpp/fast/amx.h, sgemm.h, winograd.h and conv.h
- * (namespace mpsc_fast) followed by compiler/codegen-cpu/cpp/mpsc_kernels.hpp and runtime/cpp/mpsc_half.hpp,
- * one self-contained file.
- */
+/** mpsc_kernels.hpp as shipped next to generated code: the KERNELS_HEADER_FILES in order, one self-contained file */
 export function kernelsHeader(): string {
-  if (kernelsHppMemo === undefined) {
-    const inlined = (file: string) =>
-      fs
-        .readFileSync(path.join(FAST_CORE_DIR, file), 'utf8')
-        .replace(/^#include "(amx|sgemm|winograd)\.h"$/gm, '// ($1.h is inlined above)');
-    const amx = inlined('amx.h');
-    const sgemm = inlined('sgemm.h');
-    const wino = inlined('winograd.h');
-    const conv = inlined('conv.h');
-    const mk = fs.readFileSync(path.join(HERE, 'cpp', 'mpsc_kernels.hpp'), 'utf8');
-    const half = fs.readFileSync(path.join(HALF_HPP), 'utf8');
-    kernelsHppMemo = `// ---- runtime/cpp/fast/amx.h\n${amx}\n// ---- runtime/cpp/fast/sgemm.h\n${sgemm}\n// ---- runtime/cpp/fast/winograd.h\n${wino}\n// ---- runtime/cpp/fast/conv.h\n${conv}\n// ---- compiler/codegen-cpu/cpp/mpsc_kernels.hpp\n${mk}\n// ---- runtime/cpp/mpsc_half.hpp\n${half}`;
-  }
+  kernelsHppMemo ??= KERNELS_HEADER_FILES.map((file) => {
+    const text = fs.readFileSync(file, 'utf8').replace(/^#include "(amx|sgemm|winograd)\.h"$/gm, '// ($1.h is inlined above)');
+    return `// ---- ${path.relative(path.resolve(HERE, '../..'), file).split(path.sep).join('/')}\n${text}`;
+  }).join('\n');
   return kernelsHppMemo;
 }
 

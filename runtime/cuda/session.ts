@@ -21,7 +21,7 @@ import type { Tf32x3Mode } from '../../compiler/codegen-cuda/tf32x3.js';
 import { attnTf32x3Enabled } from '../../compiler/codegen-cuda/attention_tf32x3.js';
 import { flashWgmmaForced, flashWgmmaSetting } from '../../compiler/codegen-cuda/attention_cuda.js';
 import { cudaFuseOff } from '../../compiler/codegen-cuda/fusions.js';
-import { buildAddon, defaultCacheDir, sourcesDigest, type CudaBuild } from '../native/build.js';
+import { buildAddon, defaultCacheDir, moduleClosure, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
 import { envChoice, envFlag } from '../../compiler/env_switch.js';
@@ -156,11 +156,14 @@ export interface CudaSessionOptions {
   merge?: boolean;
 }
 
-const GENERATOR_SOURCES = [
-  path.resolve(HERE, '../../compiler/codegen-cuda'), path.resolve(HERE, '../../compiler/kernels'),
-  path.resolve(HERE, `../../compiler/codegen-metal/lower_program${EXT}`), path.resolve(HERE, `../../compiler/codegen-metal/dispatch_plan${EXT}`),
-  path.resolve(HERE, `../../compiler/codegen-metal/layout${EXT}`), path.resolve(HERE, `../../compiler/ir/scalar_fns${EXT}`),
-];
+/**
+ * what the generated CUDA sources are a pure function of, besides the ProgramSet and the options cudaInputsKey names:
+ * every module the generator reaches (codegen-cuda/index and its imports: the shared kernels, codegen-metal's lowering
+ * and dispatch plan, compiler/ir's fusion, memory plan and recomputation it runs itself); it reads no file as text
+ */
+export function cudaGeneratorFiles(): string[] {
+  return moduleClosure(path.resolve(HERE, `../../compiler/codegen-cuda/index${EXT}`));
+}
 let generatorDigest: string | undefined;
 
 /** the GEMM kernels to generate: $MPSC_CUDA_GEMM = cuda (64x64 tiles, default) | shared (the kernel language's 16x16 tiles) */
@@ -185,7 +188,7 @@ export const GENERATOR_ENV: readonly string[] = [
 
 /** digest of what the generated CUDA sources are a pure function of (the generator, the programs, the options, $MPSC_CUDA_ATTN_TF32X3, GENERATOR_ENV) */
 export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true, merge = true, tf32x3: Tf32x3Mode = 'rule'): string {
-  generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
+  generatorDigest ??= sourcesDigest(cudaGeneratorFiles());
   const env = GENERATOR_ENV.filter((k) => process.env[k]).map((k) => `\0${k}=${process.env[k]}`).join('');
   return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update(merge ? '' : '\0unmerged')
     .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`).update(attnTf32x3Enabled() ? '' : '\0attn-cuda-cores').update(env)

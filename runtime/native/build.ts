@@ -159,6 +159,34 @@ export function sourcesDigest(paths: string[]): string {
   return h.digest('hex');
 }
 
+/** relative module specifiers of a JavaScript / TypeScript source: `import ... from`, `export ... from`, `import '...'` */
+const IMPORT_RE = /(?:^|[\n;])\s*(?:(?:import|export)\b[^'"]*?\bfrom\s*|import\s*)['"](\.{1,2}\/[^'"]+)['"]/g;
+
+/**
+ * `entry` and every module it imports, transitively, by relative specifiers (sorted absolute paths): the sources a
+ * code generator's output is a function of, wherever it runs from (the sources through tsx: `./x.js` resolves to
+ * `x.ts`; dist/: to `x.js`). Keys built on it (cpuInputsKey, cudaInputsKey) then change with any module the generator
+ * reaches, not a hand-kept list of folders: a list drifts as the generator grows imports (before 8 Dec, the CUDA key
+ * left out compiler/ir/memory_plan.ts and fuse.ts, which the CUDA backend runs while generating, and the CPU key the
+ * 16-bit header it inlines, so an edit there reused a stale build). Files a generator reads as text (C++ headers it
+ * ships) are not imports: its caller names them beside.
+ */
+export function moduleClosure(entry: string): string[] {
+  const seen = new Set<string>();
+  const todo = [entry];
+  while (todo.length > 0) {
+    const f = todo.pop()!;
+    if (seen.has(f)) continue;
+    seen.add(f);
+    for (const m of fs.readFileSync(f, 'utf8').matchAll(IMPORT_RE)) {
+      const js = path.resolve(path.dirname(f), m[1]);
+      const p = [js, js.replace(/\.js$/, '.ts')].find((c) => fs.existsSync(c) && fs.statSync(c).isFile());
+      if (p !== undefined) todo.push(p);
+    }
+  }
+  return [...seen].sort();
+}
+
 /** a sha256 of labelled texts (each prefixed by its label and length, so no two sequences collide) */
 function keyHasher(): { add: (label: string, text: string) => void; digest: () => string } {
   const h = createHash('sha256');

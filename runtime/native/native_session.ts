@@ -11,9 +11,9 @@ import { createHash } from 'node:crypto';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PROGRAM_NAMES, type ProgramName, type ProgramSet, type StepScalars } from '../../compiler/ir/graph.js';
-import { generateCpuModel } from '../../compiler/codegen-cpu/emit_program.js';
+import { generateCpuModel, KERNELS_HEADER_FILES } from '../../compiler/codegen-cpu/emit_program.js';
 import type { Batch, DeviceCollective, RunOptions, Session } from '../session.js';
-import { buildAddon, loadAddon, sourcesDigest } from './build.js';
+import { buildAddon, loadAddon, moduleClosure, sourcesDigest } from './build.js';
 import { envFlag } from '../../compiler/env_switch.js';
 
 export interface AddonTensor {
@@ -115,15 +115,20 @@ export interface CpuSessionOptions {
 }
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-/** what the generated CPU sources are a pure function of, besides the ProgramSet */
-// compiler/ir as a whole: the backend fuses and plans the programs itself (fuse.ts, memory_plan.ts,
-// the ops' in-place rules) and renders element-wise math from scalar_fns.ts
-const GENERATOR_SOURCES = [path.resolve(HERE, '../../compiler/codegen-cpu'), path.resolve(HERE, '../cpp/fast'), path.resolve(HERE, '../../compiler/ir')];
+const EXT = path.extname(fileURLToPath(import.meta.url));
+/**
+ * what the generated CPU sources are a pure function of, besides the ProgramSet and MPSC_CPU_FUSE: every module the
+ * generator reaches (emit_program and its imports: the kernels, compiler/ir's fusion and memory plan it runs itself,
+ * scalar_fns' math) and the C++ headers it ships (KERNELS_HEADER_FILES)
+ */
+export function cpuGeneratorFiles(): string[] {
+  return [...moduleClosure(path.resolve(HERE, `../../compiler/codegen-cpu/emit_program${EXT}`)), ...KERNELS_HEADER_FILES];
+}
 let generatorDigest: string | undefined;
 
 /** digest of the CPU generator's inputs: the ProgramSet (plain data) and the generator's sources */
 export function cpuInputsKey(programs: ProgramSet): string {
-  generatorDigest ??= sourcesDigest(GENERATOR_SOURCES);
+  generatorDigest ??= sourcesDigest(cpuGeneratorFiles());
   // MPSC_CPU_FUSE=0 turns the CPU fusions off (an A/B switch of generateCpuModel): part of the key
   const fuse = envFlag('MPSC_CPU_FUSE', true) ? 'fuse' : 'nofuse';
   return createHash('sha256').update(generatorDigest).update('\0').update(fuse).update('\0').update(JSON.stringify(programs)).digest('hex');
