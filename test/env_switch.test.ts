@@ -22,7 +22,9 @@ import { finishMode } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { lnGrad, lnVec } from '../compiler/codegen-cuda/layernorm_cuda.js';
 import { convRound } from '../compiler/codegen-cuda/conv_cuda.js';
 import { cublasLtChoice, cudaGemmChoice, GENERATOR_ENV, ltTuneChoice, ltTuneFile, tf32x3Choice, wgmmaArchCheck } from '../runtime/cuda/session.js';
-import { cpuAmxChoice, cpuAmxGridChoice, cpuFmaGridChoice, cpuMrChoice } from '../compiler/codegen-cpu/emit_program.js';
+import { cpuAmxChoice, cpuAmxGridChoice, cpuFmaGridChoice, cpuMrChoice, CPU_GENERATOR_ENV } from '../compiler/codegen-cpu/emit_program.js';
+import { cpuInputsKey } from '../runtime/native/native_session.js';
+import { tinyProgramSet } from './cpu_helpers.js';
 
 function userError(f: () => unknown): UserError {
   try {
@@ -145,15 +147,31 @@ describe('the cuBLASLt tuning file (runtime/cuda/mpsc_cublaslt.cpp reads and app
   });
 });
 
+/** the env switches with this name prefix (a regex source) that compiler/ reads through env_switch.ts's helpers */
+function switchesRead(prefix: string): Set<string> {
+  const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+  const files = fs.readdirSync(path.join(root, 'compiler'), { recursive: true }).map(String).filter((f) => f.endsWith('.ts'));
+  const re = new RegExp(`env(?:Flag|Choice|Ints|List)(?:<[^>]*>)?\\('(${prefix}[A-Z0-9_]+)'`, 'g');
+  return new Set(files.flatMap((f) => [...fs.readFileSync(path.join(root, 'compiler', f), 'utf8').matchAll(re)].map((m) => m[1])));
+}
+
 describe('the CUDA build key', () => {
   it('holds every MPSC_CUDA_* / MPSC_CONV_* switch the generator reads (a switch left out would let a variant reuse another\'s cached build: bench/NOTES.md phase 15)', () => {
-    const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
-    const files = fs.readdirSync(path.join(root, 'compiler'), { recursive: true }).map(String).filter((f) => f.endsWith('.ts'));
-    const read = new Set<string>();
-    for (const f of files)
-      for (const m of fs.readFileSync(path.join(root, 'compiler', f), 'utf8').matchAll(/env(?:Flag|Choice|Ints|List)(?:<[^>]*>)?\('(MPSC_(?:CUDA|CONV)_[A-Z0-9_]+)'/g)) read.add(m[1]);
+    const read = switchesRead('MPSC_(?:CUDA|CONV)_');
     expect(read.size).toBeGreaterThan(25);
     // MPSC_CUDA_ATTN_TF32X3 enters the key on its own (cudaInputsKey)
     expect([...read].filter((k) => k !== 'MPSC_CUDA_ATTN_TF32X3' && !GENERATOR_ENV.includes(k))).toEqual([]);
   });
 });
+
+describe('the CPU build key', () => {
+  it('holds every MPSC_CPU_* switch the generator reads, and a switch set builds another module', () => {
+    const read = switchesRead('MPSC_CPU_');
+    expect(read.size).toBeGreaterThanOrEqual(5);
+    expect([...read].filter((k) => !CPU_GENERATOR_ENV.includes(k))).toEqual([]);
+    const ps = tinyProgramSet();
+    const base = withEnv('MPSC_CPU_AMX', undefined, () => cpuInputsKey(ps));
+    for (const k of CPU_GENERATOR_ENV) expect(withEnv(k, k === 'MPSC_CPU_MR' ? '12' : '0', () => cpuInputsKey(ps)), k).not.toBe(base);
+  });
+});
+

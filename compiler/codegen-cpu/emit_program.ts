@@ -303,6 +303,14 @@ export function cpuAmxGridChoice(): boolean {
   return envFlag('MPSC_CPU_AMX_GRID', true);
 }
 
+/**
+ * Build-time env switches of the CPU generator whose generated code differs by value (MPSC_CPU_FUSE: cpuPrograms'
+ * fusions; the others: #defines of the fast core in the model's source): part of the build key (cpuInputsKey), so that
+ * a variant never reuses another's cached build (before 8 Dec only MPSC_CPU_FUSE was: `mpsc bench` with
+ * MPSC_CPU_AMX=0, MPSC_CPU_MR=12 or MPSC_CPU_FMA_GRID=0 ran the default build)
+ */
+export const CPU_GENERATOR_ENV: readonly string[] = ['MPSC_CPU_FUSE', 'MPSC_CPU_AMX', 'MPSC_CPU_AMX_GRID', 'MPSC_CPU_MR', 'MPSC_CPU_FMA_GRID'];
+
 /** MPSC_CPU_AMX (default 1): whether the generated code may run sgemm on the AMX tiles (runtime/cpp/fast/amx.h) */
 export function cpuAmxChoice(): boolean {
   return envFlag('MPSC_CPU_AMX', true);

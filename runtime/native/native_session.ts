@@ -11,10 +11,9 @@ import { createHash } from 'node:crypto';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PROGRAM_NAMES, type ProgramName, type ProgramSet, type StepScalars } from '../../compiler/ir/graph.js';
-import { generateCpuModel, KERNELS_HEADER_FILES } from '../../compiler/codegen-cpu/emit_program.js';
+import { CPU_GENERATOR_ENV, generateCpuModel, KERNELS_HEADER_FILES } from '../../compiler/codegen-cpu/emit_program.js';
 import type { Batch, DeviceCollective, RunOptions, Session } from '../session.js';
 import { buildAddon, loadAddon, moduleClosure, sourcesDigest } from './build.js';
-import { envFlag } from '../../compiler/env_switch.js';
 
 export interface AddonTensor {
   name: string;
@@ -126,12 +125,11 @@ export function cpuGeneratorFiles(): string[] {
 }
 let generatorDigest: string | undefined;
 
-/** digest of the CPU generator's inputs: the ProgramSet (plain data) and the generator's sources */
+/** digest of the CPU generator's inputs: the ProgramSet (plain data), the generator's sources and its build-time switches (CPU_GENERATOR_ENV) */
 export function cpuInputsKey(programs: ProgramSet): string {
   generatorDigest ??= sourcesDigest(cpuGeneratorFiles());
-  // MPSC_CPU_FUSE=0 turns the CPU fusions off (an A/B switch of generateCpuModel): part of the key
-  const fuse = envFlag('MPSC_CPU_FUSE', true) ? 'fuse' : 'nofuse';
-  return createHash('sha256').update(generatorDigest).update('\0').update(fuse).update('\0').update(JSON.stringify(programs)).digest('hex');
+  const env = CPU_GENERATOR_ENV.filter((k) => process.env[k]).map((k) => `${k}=${process.env[k]}`).join('\0');
+  return createHash('sha256').update(generatorDigest).update('\0').update(env).update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 
 /**
