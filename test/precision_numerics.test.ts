@@ -6,9 +6,11 @@
  *    NaN, inf, signed zeros) and on random values over each format's range;
  *  - the CPU backend's cast kernels (runtime/cpp/mpsc_half.hpp, F16C where the build targets it)
  *    give the same values (a generated program: cast -> cast back -> accumulate into a gradacc),
- *    and its bf16 x bf16 linear (VDPBF16PS where the build targets AVX-512 BF16) equals the
- *    reference's to f32 summation noise; built twice: native flags and the x86-64 baseline
- *    (-O3 alone: the scalar paths);
+ *    and its bf16 x bf16 linears (linear_bf16: AMX tiles, VDPBF16PS or the widened f32 GEMM) equal the
+ *    reference's to f32 summation noise; built three times: native flags (the AMX tiles where the CPU
+ *    has them, else the default kernel), native flags with MPSC_CPU_BF16=vnni (the VDPBF16PS kernel
+ *    where the build targets AVX-512 BF16) and the x86-64 baseline (-O3 alone: the scalar conversions,
+ *    the widened GEMM);
  *  - runtime/loss_scaler.ts follows torch.amp.GradScaler step by step on the same inf / NaN
  *    pattern (4100 steps: back-offs, growth after 2000 finite steps, back-off after growth).
  */
@@ -75,15 +77,21 @@ function castProgram(lengths: number[]): ProgramSet {
   const e = new GraphBuilder();
   const ins = lengths.map((n, j) => g.value(`x${j}`, 'f32', [n], 'input'));
   lengths.forEach((n, j) => e.value(`x${j}`, 'f32', [n], 'input'));
-  // and a linear with both operands bf16 (the CPU's bf16 dot-product kernel): [M, K] x [N, K]^T + bias, relu
-  const [M, N, K] = LIN;
-  const lx = g.value('lin.x', 'f32', [M, K], 'input'), lw = g.value('lin.w', 'f32', [N, K], 'input'), lb = g.value('lin.b', 'f32', [N], 'input');
-  e.value('lin.x', 'f32', [M, K], 'input'), e.value('lin.w', 'f32', [N, K], 'input'), e.value('lin.b', 'f32', [N], 'input');
-  ins.push(lx, lw, lb);
-  const [x16] = g.emit('cast', [lx], [{ name: 'lin.x.bf16', dtype: 'bf16', shape: [M, K] }], { to: 'bf16' });
-  const [w16] = g.emit('cast', [lw], [{ name: 'lin.w.bf16', dtype: 'bf16', shape: [N, K] }], { to: 'bf16' });
-  const [ly] = g.emit('linear', [x16, w16, lb], [{ name: 'lin.y', shape: [M, N] }], { epilogue: 'relu' });
-  g.node('grad_accumulate', [g.value('lin.out', 'f32', [M, N], 'gradacc'), ly], [], { scale: 1 });
+  // and linears with both operands bf16 (the CPU's bf16 kernels): [M, K] x [N, K]^T + bias, relu, one per LINS shape
+  // (every input declared first, in the same order in both graphs: `ins` holds train_step's value ids for both programs)
+  const linIns = LINS.map(([M, N, K], i) => {
+    const vs = [g.value(`lin${i}.x`, 'f32', [M, K], 'input'), g.value(`lin${i}.w`, 'f32', [N, K], 'input'), g.value(`lin${i}.b`, 'f32', [N], 'input')];
+    e.value(`lin${i}.x`, 'f32', [M, K], 'input'), e.value(`lin${i}.w`, 'f32', [N, K], 'input'), e.value(`lin${i}.b`, 'f32', [N], 'input');
+    ins.push(...vs);
+    return vs;
+  });
+  LINS.forEach(([M, N, K], i) => {
+    const [lx, lw, lb] = linIns[i];
+    const [x16] = g.emit('cast', [lx], [{ name: `lin${i}.x.bf16`, dtype: 'bf16', shape: [M, K] }], { to: 'bf16' });
+    const [w16] = g.emit('cast', [lw], [{ name: `lin${i}.w.bf16`, dtype: 'bf16', shape: [N, K] }], { to: 'bf16' });
+    const [ly] = g.emit('linear', [x16, w16, lb], [{ name: `lin${i}.y`, shape: [M, N] }], { epilogue: 'relu' });
+    g.node('grad_accumulate', [g.value(`lin${i}.out`, 'f32', [M, N], 'gradacc'), ly], [], { scale: 1 });
+  });
   lengths.forEach((n, j) => {
     for (const d of ['f16', 'bf16'] as const) {
       const acc = g.value(`${d}.out${j}`, 'f32', [n], 'gradacc');
@@ -100,27 +108,43 @@ function castProgram(lengths: number[]): ProgramSet {
   return { model: 'casts', train_step: p('train_step', g.graph), eval: p('eval', e.graph) };
 }
 
-const LIN = [3, 5, 75]; // M, N, K: K = 2 x 32 + 11 (a masked tail for VDPBF16PS)
+/**
+ * the bf16 linears' M, N, K: odd K everywhere (a last pair of one element); 3 x 5: fewer rows and columns than one
+ * register block; 70 x 45: a row chunk and 6 rows past it, a panel of 32 columns and 13; 1100 x 70 x 65: large enough
+ * for the AMX tiles where the CPU has them (amx::pays), else the VDPBF16PS kernel or the widened f32 GEMM
+ */
+const LINS: [number, number, number][] = [[3, 5, 75], [70, 45, 33], [1100, 70, 65]];
 
 describe('CPU cast kernels equal torch; the bf16 linear equals the reference', () => {
-  // native: F16C and AVX-512 BF16 on this machine; -O3 alone (x86-64 baseline): the scalar conversions and dot products
-  for (const cxxflags of [undefined, '-O3']) {
-    it(`f16 and bf16, vector and scalar paths (${cxxflags ?? 'native flags'})`, async () => {
+  // native: F16C and AVX-512 BF16 on this machine; -O3 alone (x86-64 baseline): the scalar conversions, the widened GEMM
+  const variants: { cxxflags?: string; bf16?: string }[] = [{}, { bf16: 'vnni' }, { cxxflags: '-O3' }];
+  for (const { cxxflags, bf16 } of variants) {
+    it(`f16 and bf16, vector and scalar paths (${cxxflags ?? 'native flags'}${bf16 ? `, MPSC_CPU_BF16=${bf16}` : ''})`, async () => {
       // all values (mostly the vector path), then the first 49 (the edge cases) in pieces of 7 (the scalar path)
       const starts = [0, ...Array.from({ length: 7 }, (_, j) => j * 7)];
       const lengths = [xs.length, ...Array(7).fill(7)];
       const programs = castProgram(lengths);
-      const session = await createCpuSession(programs, { threads: 2, cacheDir: CACHE, cxxflags });
+      const before = process.env.MPSC_CPU_BF16;
+      if (bf16) process.env.MPSC_CPU_BF16 = bf16;
+      let session: Awaited<ReturnType<typeof createCpuSession>>;
+      try {
+        session = await createCpuSession(programs, { threads: 2, cacheDir: CACHE, cxxflags });
+      } finally {
+        if (before === undefined) delete process.env.MPSC_CPU_BF16;
+        else process.env.MPSC_CPU_BF16 = before;
+      }
       try {
         const rng = makeRng(1);
-        const [M, N, K] = LIN;
-        const lin = [M * K, N * K, N].map((n) => Float32Array.from({ length: n }, () => Math.fround(rng() * 4 - 2)));
+        const lin = LINS.flatMap(([M, N, K]) => [M * K, N * K, N].map((n) => Float32Array.from({ length: n }, () => Math.fround(rng() * 4 - 2))));
         const inputs = [...lengths.map((n, j) => Float32Array.from(xs.slice(starts[j], starts[j] + n))), ...lin];
         session.run('train_step', inputs, { lr: 0, t: 1, seed: 0, counter: 0 });
-        const store = new Map([['lin.out', new Float64Array(M * N)], ...lengths.map((n, j) => [`f16.out${j}`, new Float64Array(n)] as const), ...lengths.map((n, j) => [`bf16.out${j}`, new Float64Array(n)] as const)]);
+        const store = new Map([...LINS.map(([M, N], i) => [`lin${i}.out`, new Float64Array(M * N)] as const), ...lengths.map((n, j) => [`f16.out${j}`, new Float64Array(n)] as const), ...lengths.map((n, j) => [`bf16.out${j}`, new Float64Array(n)] as const)]);
         runProgram(programs.train_step, store, inputs.map((a) => Float64Array.from(a)), { lr: 0, t: 1, seed: 0, counter: 0 });
-        expect(relError(session.read('lin.out'), store.get('lin.out')!)).toBeLessThan(1e-6);
-        expect(store.get('lin.out')!.some((v) => v === 0) && store.get('lin.out')!.some((v) => v > 0)).toBe(true); // the relu epilogue acted
+        LINS.forEach((_, i) => {
+          const want64 = store.get(`lin${i}.out`)!;
+          expect(relError(session.read(`lin${i}.out`), want64), `linear ${LINS[i]}`).toBeLessThan(1e-6);
+          expect(want64.some((v) => v === 0) && want64.some((v) => v > 0)).toBe(true); // the relu epilogue acted
+        });
         for (const d of ['f16', 'bf16'] as const) {
           const w = want(d);
           lengths.forEach((n, j) => {

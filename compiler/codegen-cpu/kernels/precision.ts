@@ -24,7 +24,7 @@ const LINEAR_BF16 = tpl(`  mh::linear_bf16(ctx, {{x}}, {{w}}, {{bias}}, {{y}}, {
 `);
 
 /**
- * linear with both operands bf16: rows of bf16 dot products (VDPBF16PS where the build targets AVX-512 BF16), bias
+ * linear with both operands bf16: runtime/cpp/mpsc_half.hpp linear_bf16 (the AMX tiles, VDPBF16PS or the widened f32 GEMM), bias
  * (a bf16 one widened first, exactly) and the relu epilogue in f32
  */
 function linearBf16(k: KernelCtx): string {
