@@ -137,12 +137,50 @@ function ampOf(md: Record<string, string>, int: (k: string) => number, file: str
   return { scale, growthTracker: int('amp_growth_tracker'), skipped: int('amp_skipped_steps'), consecutiveSkips: int('amp_consecutive_skips') };
 }
 
+/**
+ * Create a folder and its parents for a path the user gave (-o, --run-dir, --checkpoint-dir,
+ * --metrics, ...): a file in the way or a folder that cannot be written is theirs to fix (UserError).
+ */
+export function makeDirs(dir: string, what = 'the folder'): void {
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+  } catch (e) {
+    throw new UserError(`${dir}: error: cannot create ${what} (${(e as Error).message})\n  help: ${outputPathHelp(e)}`);
+  }
+}
+
+/** Open a file for writing (a metrics file: 'w', or 'a' to append), creating its folder; failures as makeDirs. */
+export function openForWriting(file: string, flags: 'w' | 'a'): number {
+  makeDirs(path.dirname(path.resolve(file)));
+  try {
+    return fs.openSync(file, flags);
+  } catch (e) {
+    throw cannotWrite(file, e);
+  }
+}
+
+function cannotWrite(file: string, e: unknown): UserError {
+  return new UserError(`${file}: error: cannot write the file (${(e as Error).message})\n  help: ${outputPathHelp(e)}`);
+}
+
+function outputPathHelp(e: unknown): string {
+  const code = (e as NodeJS.ErrnoException).code;
+  if (code === 'ENOTDIR' || code === 'EEXIST') return 'a file stands where the path needs a folder: choose another path';
+  if (code === 'EISDIR') return 'a folder of that name is in the way: give a file name';
+  return 'choose a path in a folder you can write to';
+}
+
 /** Write bytes to `file` atomically: temp file in the same folder, fsync, rename, fsync the folder. */
 export function writeFileAtomic(file: string, bytes: Uint8Array): void {
   const dir = path.dirname(path.resolve(file));
-  fs.mkdirSync(dir, { recursive: true });
+  makeDirs(dir);
   const tmp = path.join(dir, `.${path.basename(file)}.tmp-${process.pid}-${Date.now()}`);
-  const fd = fs.openSync(tmp, 'w');
+  let fd: number;
+  try {
+    fd = fs.openSync(tmp, 'w');
+  } catch (e) {
+    throw cannotWrite(file, e);
+  }
   try {
     let off = 0;
     while (off < bytes.byteLength) off += fs.writeSync(fd, bytes, off, bytes.byteLength - off);

@@ -58,6 +58,8 @@ import {
   programTensorTable,
   metadataToInfo,
   listCheckpoints,
+  makeDirs,
+  openForWriting,
   saveWeights,
   writeFileAtomic,
   type CheckpointInfo,
@@ -425,7 +427,10 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   let scaler: ScalerState = resumeInfo?.amp ? { ...resumeInfo.amp } : initialScaler();
   const gradAccs = programs.train_step.graph.values.filter((v) => v.kind === 'gradacc').map((v) => ({ name: v.name, n: numel(v.shape) }));
   try {
-    // ---- the run folder (after the backend is built: a compile stopped by Ctrl-C leaves none)
+    // ---- the other output paths the user named, then the run folder (after the backend is built: a
+    // compile stopped by Ctrl-C leaves none; a bad --checkpoint-dir or --metrics path leaves none either)
+    if (lead && opts.checkpointDir !== undefined) makeDirs(opts.checkpointDir, 'the checkpoint folder');
+    if (lead && opts.metricsFile !== undefined) metricsFds.push(openForWriting(opts.metricsFile, resumeInfo ? 'a' : 'w'));
     let runDir: string | null = null;
     if (!lead) {
       // data-parallel ranks other than 0 write no files
@@ -456,10 +461,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       saveWeights(opts.saveInit, session, model, pos.counter, { seed: String(cfg.seed), ...vocabMeta });
       emit({ kind: 'note', message: `initial parameters written to ${opts.saveInit}` });
     }
-    for (const f of lead ? [...(runDir !== null ? [path.join(runDir, METRICS_FILE)] : []), ...(opts.metricsFile !== undefined ? [opts.metricsFile] : [])] : []) {
-      fs.mkdirSync(path.dirname(path.resolve(f)), { recursive: true });
-      metricsFds.push(fs.openSync(f, resumeInfo ? 'a' : 'w'));
-    }
+    if (lead && runDir !== null) metricsFds.push(openForWriting(path.join(runDir, METRICS_FILE), resumeInfo ? 'a' : 'w'));
     const writeMetrics = (obj: Record<string, unknown>) => {
       const line = JSON.stringify(obj) + '\n';
       for (const fd of metricsFds) fs.writeSync(fd, line);

@@ -314,4 +314,27 @@ describe('command-line rough edges', () => {
     expect(x.stderr).toContain('disagree');
     expect(mpsc(dir, 'build', '--help').stdout).toContain('--device <device>');
   });
+
+  it('an output path blocked by a file or a folder is a user error (exit 1) naming it, and a bad --checkpoint-dir / --metrics stops the run before a run folder is made', () => {
+    const cwd = path.join(dir, 'blocked');
+    fs.mkdirSync(cwd, { recursive: true });
+    fs.writeFileSync(path.join(cwd, 'afile'), 'x');
+    const user = (r: { code: number | null; stderr: string }, text: string) => {
+      expect(r.stderr).not.toContain('internal error');
+      expect(r.stderr).toContain(text);
+      expect(r.code).toBe(1);
+    };
+    const train = (...a: string[]) => mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '2', ...a);
+    user(train('--checkpoint-dir', 'afile/ck'), 'cannot create the checkpoint folder');
+    user(train('--metrics', 'afile/m.jsonl'), 'a file stands where the path needs a folder');
+    user(train('--metrics', '.'), 'a folder of that name is in the way');
+    user(train('--run-dir', 'afile'), 'cannot create the run folder');
+    expect(fs.existsSync(path.join(cwd, 'runs'))).toBe(false);
+    const ok = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '2', '--json'));
+    user(train('--save-init', 'afile/init.safetensors'), 'afile');
+    user(mpsc(cwd, 'export', TINY, '--weights', ok.run_dir, '--format', 'onnx', '-o', 'afile/x.onnx'), 'afile');
+    user(mpsc(cwd, 'export', TINY, '--weights', ok.run_dir, '--format', 'torch', '-o', 'afile/t'), 'cannot create the export folder');
+    user(mpsc(cwd, 'report', ok.run_dir, '-o', 'afile/r.html'), 'afile');
+    user(mpsc(cwd, 'build', TINY, '--no-compile', '-o', 'afile/b'), 'cannot create the output folder');
+  });
 });
