@@ -490,6 +490,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       ...(data.vocab ? { vocab: data.vocab } : {}),
       precision: cfg.precision ?? 'fp32',
       ...(scaling ? { amp: { ...scaler } } : {}),
+      ...(monitor ? { monitor: { monitor: monitor.monitor, best: best && { value: best.value, step: best.step }, earlyStop: esRef, sinceBest } } : {}),
     });
     let lastCheckpoint: string | null = null;
     let lastCheckpointStep = -1;
@@ -514,6 +515,17 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     let sinceBest = 0;
     let esRef: { value: number; step: number } | null = null;
     let stopEarly = false;
+    // resumed: the checkpoint's monitor state (same monitor only), so best.safetensors is replaced only by a
+    // better value and early stopping counts on as in the uninterrupted run; the best file itself only
+    // where this run writes into the resumed checkpoint's folder
+    const saved = resumeInfo?.monitor;
+    if (saved && monitor && saved.monitor === monitor.monitor) {
+      const bestFile = path.join(ckptDir, BEST_FILE);
+      const sameFolder = resumeFile !== null && path.resolve(path.dirname(resumeFile)) === path.resolve(ckptDir);
+      if (saved.best && sameFolder && fs.existsSync(bestFile)) best = { file: bestFile, step: saved.best.step, monitor: saved.monitor, value: saved.best.value };
+      esRef = saved.earlyStop;
+      sinceBest = saved.sinceBest;
+    }
     const improves = (v: number, ref: number, delta: number) => (monitor!.mode === 'min' ? v < ref - delta : v > ref + delta);
     const runUpdate = () => {
       if (runDir === null || !opts.onRunUpdate) return;
@@ -549,19 +561,21 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       if (!monitor) return;
       const v = values[monitor.monitor];
       if (v === undefined || !Number.isFinite(v)) return;
-      // best.safetensors: any improvement; early stopping (as Keras): an improvement beyond min_delta resets the count
-      if (best === null || improves(v, best.value, 0)) {
-        const file = path.join(ckptDir, BEST_FILE);
-        saveCheckpoint(file, session, model, infoNow());
-        best = { file, step: pos.step, monitor: monitor.monitor, value: v };
-        emit({ kind: 'best', step: pos.step, monitor: monitor.monitor, value: v, file });
+      // best.safetensors: any improvement; early stopping (as Keras): an improvement beyond min_delta resets
+      // the count. The state is updated before best.safetensors is written, so the file carries it too.
+      const improved = best === null || improves(v, best.value, 0);
+      if (improved) best = { file: path.join(ckptDir, BEST_FILE), step: pos.step, monitor: monitor.monitor, value: v };
+      if (cfg.early_stop) {
+        if (esRef === null || improves(v, esRef.value, cfg.early_stop.min_delta)) {
+          esRef = { value: v, step: pos.step };
+          sinceBest = 0;
+        } else sinceBest += 1;
       }
-      if (!cfg.early_stop) return;
-      if (esRef === null || improves(v, esRef.value, cfg.early_stop.min_delta)) {
-        esRef = { value: v, step: pos.step };
-        sinceBest = 0;
-      } else sinceBest += 1;
-      if (sinceBest >= cfg.early_stop.patience && pos.step < totalSteps) {
+      if (improved && best) {
+        saveCheckpoint(best.file, session, model, infoNow());
+        emit({ kind: 'best', step: pos.step, monitor: monitor.monitor, value: v, file: best.file });
+      }
+      if (cfg.early_stop && esRef && sinceBest >= cfg.early_stop.patience && pos.step < totalSteps) {
         stopEarly = true;
         emit({ kind: 'early_stop', step: pos.step, monitor: monitor.monitor, best: esRef.value, bestStep: esRef.step, patience: cfg.early_stop.patience, minDelta: cfg.early_stop.min_delta });
       }

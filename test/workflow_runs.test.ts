@@ -38,6 +38,13 @@ function stNames(file: string): string[] {
   return [...decodeSafetensors(asU8(fs.readFileSync(file)), file).tensors.keys()].sort();
 }
 const lines = (f: string) => fs.readFileSync(f, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+/** the tiny fixture with text replacements ([from, to] pairs), written as `cwd/name`; returns its path */
+function tinyVariant(cwd: string, name: string, edits: [string, string][]): string {
+  const spec = path.resolve(cwd, name);
+  fs.mkdirSync(cwd, { recursive: true });
+  fs.writeFileSync(spec, edits.reduce((text, [from, to]) => text.replace(from, to), fs.readFileSync(TINY, 'utf8')));
+  return spec;
+}
 
 describe('run folders and checkpoints', () => {
   it('issue 16 bug 1: a 5-epoch run then a 1-epoch run each print checkpoint paths that exist, in their own folders; eval and --resume use the right run', () => {
@@ -209,12 +216,7 @@ describe('overrides, validation split, early stopping', () => {
 
   it('val_split holds out the last samples; early_stop stops, keeps best.safetensors, and is reported', () => {
     const cwd = path.join(dir, 'val');
-    const spec = path.resolve(cwd, 'v.model');
-    fs.mkdirSync(cwd, { recursive: true });
-    fs.writeFileSync(
-      spec,
-      fs.readFileSync(TINY, 'utf8').replace('epochs: 2, batch: 8 }', 'epochs: 40, batch: 8, eval_every: 2, val_split: 0.25, early_stop: { monitor: "val_accuracy", patience: 2, min_delta: 0.5 } }'),
-    );
+    const spec = tinyVariant(cwd, 'v.model', [['epochs: 2, batch: 8 }', 'epochs: 40, batch: 8, eval_every: 2, val_split: 0.25, early_stop: { monitor: "val_accuracy", patience: 2, min_delta: 0.5 } }']]);
     const r = json(mpsc(cwd, 'train', spec, '--device', 'reference', '--json'));
     // 100 samples: 75 train (10 steps per epoch), 25 validation (3 batches of 8 + a tail of 1)
     expect(r.stopped_early).toBe(true);
@@ -234,6 +236,29 @@ describe('overrides, validation split, early stopping', () => {
     const bad = mpsc(cwd, 'train', spec, '--device', 'reference');
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain("early_stop monitors 'val_loss' but the train section has no val_split");
+  });
+
+  it('--resume keeps the monitor state: best.safetensors is not replaced by a worse value, and early stopping stops where the uninterrupted run stops', () => {
+    const cwd = path.join(dir, 'resume-best');
+    const spec = tinyVariant(cwd, 'es.model', [
+      ['x -> linear(3) as fc', 'x -> linear(32) as fc1 -> relu -> linear(3) as fc2'],
+      ['sgd(lr: 0.1, momentum: 0.9)', 'sgd(lr: 0.2, momentum: 0.9)'],
+      ['epochs: 2, batch: 8 }', 'steps: 60, batch: 8, eval_every: 4, val_split: 0.25, early_stop: { patience: 4 } }'],
+    ]);
+    const whole = json(mpsc(cwd, 'train', spec, '--device', 'reference', '--json'));
+    // val_loss is lowest at step 12, then worse: four evaluations later the run stops
+    expect(whole.best.step).toBe(12);
+    expect(whole.stopped_early).toBe(true);
+    const first = json(mpsc(cwd, 'train', spec, '--device', 'reference', '--steps', '12', '--json'));
+    expect(first.best.step).toBe(12);
+    const resumed = json(mpsc(cwd, 'train', spec, '--device', 'reference', '--resume', first.run_dir, '--steps', '60', '--json'));
+    expect(resumed.steps).toBe(whole.steps);
+    expect(resumed.stopped_early).toBe(true);
+    expect(resumed.best.step).toBe(12);
+    expect(resumed.best.value).toBe(whole.best.value);
+    const bestMeta = decodeSafetensors(asU8(fs.readFileSync(path.resolve(cwd, resumed.best.file))), 'best').metadata;
+    expect(bestMeta.step).toBe('12');
+    expect(bestMeta.monitor_best_step).toBe('12');
   });
 
   it('val_split and early_stop are checked like every setting', () => {
