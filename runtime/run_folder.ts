@@ -86,6 +86,31 @@ export function updateLatest(modelDir: string, runDir: string): void {
   }
 }
 
+/**
+ * Resuming in a run folder from a checkpoint at `step`: keep the lines of metrics.jsonl up to that
+ * step. Later lines were written after the checkpoint (a run killed by SIGTERM or SIGKILL between two
+ * checkpoints, or a resume from an older checkpoint) and the resumed run writes them again; a torn
+ * line (killed while writing) goes too, so appending starts on a line of its own.
+ */
+export function trimMetrics(file: string, step: number): void {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch {
+    return; // no metrics yet
+  }
+  const upTo = (line: string): boolean => {
+    try {
+      const o = JSON.parse(line) as { step?: unknown };
+      return typeof o.step !== 'number' || o.step <= step;
+    } catch {
+      return false;
+    }
+  };
+  const kept = text.split('\n').filter(upTo).map((l) => l + '\n').join('');
+  if (kept !== text) writeFileAtomic(file, new TextEncoder().encode(kept));
+}
+
 /** The run folder `latest` points at (symlink or text file), or null. */
 export function readLatest(modelDir: string): string | null {
   const link = path.join(modelDir, LATEST);

@@ -83,6 +83,7 @@ import {
   ensureRunDir,
   modelRunsDir,
   resolveResume,
+  trimMetrics,
   updateLatest,
 } from './run_folder.js';
 
@@ -461,7 +462,11 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       saveWeights(opts.saveInit, session, model, pos.counter, { seed: String(cfg.seed), ...vocabMeta });
       emit({ kind: 'note', message: `initial parameters written to ${opts.saveInit}` });
     }
-    if (lead && runDir !== null) metricsFds.push(openForWriting(path.join(runDir, METRICS_FILE), resumeInfo ? 'a' : 'w'));
+    if (lead && runDir !== null) {
+      const file = path.join(runDir, METRICS_FILE);
+      if (resumeInfo && resumeRunDir !== null && path.resolve(runDir) === path.resolve(resumeRunDir)) trimMetrics(file, resumeInfo.step);
+      metricsFds.push(openForWriting(file, resumeInfo ? 'a' : 'w'));
+    }
     const writeMetrics = (obj: Record<string, unknown>) => {
       const line = JSON.stringify(obj) + '\n';
       for (const fd of metricsFds) fs.writeSync(fd, line);

@@ -142,6 +142,19 @@ describe('run folders and checkpoints', () => {
     expect(b.seconds).toBeLessThan(1100);
   });
 
+  it('--resume from a checkpoint older than the metrics (a run killed without a checkpoint) rewrites nothing twice: every step once, a torn line dropped', () => {
+    const cwd = path.join(dir, 'killed');
+    const whole = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--log-every', '5', '--json'));
+    const want = lines(path.resolve(cwd, whole.run_dir, 'metrics.jsonl')).map((l) => `${l.split}@${l.step}`);
+    // a run killed at step 20 (after its lines for steps 15 and 20, before a checkpoint) and mid-write
+    const r = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--log-every', '5', '--json'));
+    const metrics = path.resolve(cwd, r.run_dir, 'metrics.jsonl');
+    fs.writeFileSync(metrics, fs.readFileSync(metrics, 'utf8').split('\n').filter((l) => l && JSON.parse(l).step <= 20).join('\n') + '\n{"split":"tr');
+    const resumed = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--log-every', '5', '--resume', path.join(r.run_dir, 'checkpoint-13.safetensors'), '--json'));
+    expect(resumed.run_dir).toBe(r.run_dir);
+    expect(lines(metrics).map((l) => `${l.split}@${l.step}`)).toEqual(want);
+  });
+
   it('--run-dir chooses the folder; runs/<model>/latest points at it, nothing is written next to it', () => {
     const cwd = path.join(dir, 'rundir');
     const r = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '3', '--run-dir', 'exp/one', '--json'));
