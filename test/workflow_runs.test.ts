@@ -12,7 +12,8 @@ import { physicalCoresFromCpuinfo } from '../runtime/threads.js';
 import { evalTailBatch, train } from '../runtime/trainer.js';
 import { tinyClassifier } from './fixtures/train/models.js';
 import { runIdFor } from '../runtime/run_folder.js';
-import { checkSource } from '../compiler/check/index.js';
+import { checkFile, checkSource } from '../compiler/check/index.js';
+import { parseSetArg } from '../compiler/check/overrides.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'mpsc.js');
@@ -206,6 +207,15 @@ describe('the report hook', () => {
 });
 
 describe('overrides, validation split, early stopping', () => {
+  it('data paths given with --set are relative to the current folder, in data.<arg> and in a whole data=<call> alike', () => {
+    const data = (spec: string, ...sets: string[]) => checkFile(path.join(ROOT, spec), sets.map((s) => parseSetArg(s))).train.data as unknown as Record<string, unknown>;
+    expect(data('test/fixtures/train/tiny.model', 'data=csv(train: "a.csv", test: "b.csv")')).toMatchObject({ kind: 'csv', train: path.resolve('a.csv'), test: path.resolve('b.csv') });
+    expect(data('test/fixtures/train/tiny.model', 'data=csv("a.csv")')).toMatchObject({ train: path.resolve('a.csv') });
+    expect(data('specs/mnist_mlp.model', 'data=mnist("digits")')).toMatchObject({ kind: 'mnist', dir: path.resolve('digits') });
+    expect(data('specs/char_gpt.model', 'data.file=other.txt')).toMatchObject({ kind: 'text', file: path.resolve('other.txt') });
+    expect(data('specs/char_gpt.model', 'data=text(file: "book.txt")')).toMatchObject({ file: path.resolve('book.txt') });
+  });
+
   it('--set errors read like spec errors and point at the argument; --lr is optimizer.lr', () => {
     const cwd = path.join(dir, 'set');
     const r = mpsc(cwd, 'train', TINY, '--device', 'reference', '--set', 'optimizer.lrr=3', '--set', 'train.batch=0', '--set', 'lr=1');
