@@ -10,7 +10,6 @@
  * then prints where everything went and a short report: kernels, buffers, planned memory.
  */
 import { Option, type Command } from 'commander';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { checkFile } from '../compiler/check/index.js';
 import { generateCpuModel } from '../compiler/codegen-cpu/emit_program.js';
@@ -20,6 +19,7 @@ import { type ProgramSet, programsOf } from '../compiler/ir/graph.js';
 import { buildPrograms } from '../compiler/ir/programs.js';
 import { formatBytes } from '../compiler/ir/print_ir.js';
 import { buildAddon, resolveCxxflags, writeCmakeProject } from '../runtime/native/build.js';
+import { makeDirs } from '../runtime/checkpoint.js';
 import { cpuInputsKey } from '../runtime/native/native_session.js';
 import { generateCudaModel } from '../compiler/codegen-cuda/index.js';
 import { attentionReport } from '../compiler/codegen-cuda/attention_cuda.js';
@@ -116,7 +116,7 @@ Examples:
       const programs = buildPrograms(model, { batch: batch ?? model.train.batch });
       const outDir = path.resolve(opts.output ?? path.join('build', model.name));
       const log = (s: string) => process.stdout.write(s + '\n');
-      fs.mkdirSync(outDir, { recursive: true });
+      makeDirs(outDir, 'the output folder');
       log(`model ${model.name} (${spec}), batch ${programs.train_step.batch}`);
 
       if (device === 'cpu' || device === 'all') {

@@ -16,7 +16,7 @@ import { UserError } from '../compiler/errors.js';
 import { exportOnnx } from '../compiler/export/onnx.js';
 import { exportTorch } from '../compiler/export/torch.js';
 import { readExportWeights } from '../compiler/export/weights.js';
-import { saveTensors, writeFileAtomic } from '../runtime/checkpoint.js';
+import { makeDirs, saveTensors, writeFileAtomic } from '../runtime/checkpoint.js';
 import { resolveWeights } from '../runtime/run_folder.js';
 import { packageVersion } from './version.js';
 
@@ -58,7 +58,6 @@ The torch folder: import model; m = model.load("model.safetensors"); m(x).`,
           throw new UserError(`${o.output}: error: --format onnx writes one file, and this is a folder\n  hint: pass a file name such as ${path.join(o.output, `${model.name}.onnx`)}`);
         }
         const r = exportOnnx(model, weights, version);
-        fs.mkdirSync(path.dirname(path.resolve(o.output)), { recursive: true });
         writeFileAtomic(o.output, r.bytes);
         const info = { format: 'onnx', file: o.output, bytes: r.bytes.length, nodes: r.nodes, inputs: r.inputs, outputs: r.outputs };
         process.stdout.write(o.json ? JSON.stringify(info) + '\n' : `wrote ${o.output} (ONNX opset 17, ${r.nodes} nodes, inputs ${r.inputs.join(', ')}; outputs ${r.outputs.join(', ')})\n`);
@@ -68,7 +67,7 @@ The torch folder: import model; m = model.load("model.safetensors"); m(x).`,
         throw new UserError(`${o.output}: error: --format torch writes a folder, and this is a file\n  hint: pass a folder name such as ${path.basename(o.output).replace(/\.[^.]*$/, '')}_torch/`);
       }
       const r = exportTorch(model, weights, version);
-      fs.mkdirSync(o.output, { recursive: true });
+      makeDirs(o.output, 'the export folder');
       const py = path.join(o.output, 'model.py');
       const st = path.join(o.output, 'model.safetensors');
       writeFileAtomic(py, new TextEncoder().encode(r.source));

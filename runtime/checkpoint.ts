@@ -7,8 +7,11 @@
  * batchnorm layer. `__metadata__` (all strings): format, model, spec_hash, data_sha256,
  * seed, step, epoch, batch_in_epoch, counter, total_steps, batch, grad_accum, shuffle,
  * drop_last, device, precision (fp16 / bf16 only), for fp16 the loss scaler's amp_scale / amp_growth_tracker /
- * amp_skipped_steps / amp_consecutive_skips (the `amp.loss_scale` tensor is saved too), tensors_sha256 (sha256 of the data block: detects corruption), and for text
- * data vocab (the tokenizer and its characters, JSON: `mpsc sample` decodes with it).
+ * amp_skipped_steps / amp_consecutive_skips (the `amp.loss_scale` tensor is saved too), tensors_sha256 (sha256 of the data block: detects corruption), for text
+ * data vocab (the tokenizer and its characters, JSON: `mpsc sample` decodes with it), and with a
+ * monitored value the state of best.safetensors and early stopping (monitor, monitor_best /
+ * monitor_best_step, early_stop_best / early_stop_best_step / early_stop_since), so a resumed run
+ * keeps the best file and stops where the uninterrupted run stops.
  *
  * Files are written atomically: a temporary file in the same folder, fsync, rename, fsync
  * the folder. A folder keeps `checkpoint-<step>.safetensors` files; `latest` is found by
@@ -58,6 +61,19 @@ export interface CheckpointInfo extends TrainPosition {
   precision?: Precision;
   /** fp16: the loss scaler's state (metadata `amp_scale`, `amp_growth_tracker`, `amp_skipped_steps`, `amp_consecutive_skips`) */
   amp?: ScalerState;
+  /** the monitored value's state when the run has one (best.safetensors, early stopping) */
+  monitor?: MonitorState;
+}
+
+/** What best.safetensors and early stopping have seen so far (runtime/trainer.ts). */
+export interface MonitorState {
+  /** `val_loss`, `test_accuracy`, ... */
+  monitor: string;
+  /** the best value so far and its step (any improvement: best.safetensors holds that state) */
+  best: { value: number; step: number } | null;
+  /** early stopping's reference (an improvement beyond min_delta) and the evaluations since it */
+  earlyStop: { value: number; step: number } | null;
+  sinceBest: number;
 }
 
 /** torch's batchnorm layers carry num_batches_tracked; ours are the layers with a `<layer>.running_mean` state. */
@@ -93,6 +109,14 @@ export function infoToMetadata(info: CheckpointInfo): Record<string, string> {
           amp_consecutive_skips: String(info.amp.consecutiveSkips),
         }
       : {}),
+    ...(info.monitor
+      ? {
+          monitor: info.monitor.monitor,
+          early_stop_since: String(info.monitor.sinceBest),
+          ...(info.monitor.best ? { monitor_best: String(info.monitor.best.value), monitor_best_step: String(info.monitor.best.step) } : {}),
+          ...(info.monitor.earlyStop ? { early_stop_best: String(info.monitor.earlyStop.value), early_stop_best_step: String(info.monitor.earlyStop.step) } : {}),
+        }
+      : {}),
   };
 }
 
@@ -123,7 +147,18 @@ export function metadataToInfo(md: Record<string, string>, file: string): Checkp
     trainSeconds: Number.isFinite(Number(md.train_seconds)) ? Number(md.train_seconds) : 0,
     ...(md.precision !== undefined ? { precision: precisionOf(md.precision, file) } : {}),
     ...(md.amp_scale !== undefined ? { amp: ampOf(md, int, file) } : {}),
+    ...(md.monitor !== undefined ? { monitor: monitorOf(md, int, file) } : {}),
   };
+}
+
+function monitorOf(md: Record<string, string>, int: (k: string) => number, file: string): MonitorState {
+  const point = (valueKey: string, stepKey: string): { value: number; step: number } | null => {
+    if (md[valueKey] === undefined) return null;
+    const value = Number(md[valueKey]);
+    if (!Number.isFinite(value)) throw new UserError(`${file}: error: checkpoint metadata '${valueKey}' is invalid (${JSON.stringify(md[valueKey])})`);
+    return { value, step: int(stepKey) };
+  };
+  return { monitor: md.monitor, best: point('monitor_best', 'monitor_best_step'), earlyStop: point('early_stop_best', 'early_stop_best_step'), sinceBest: int('early_stop_since') };
 }
 
 function precisionOf(p: string, file: string): Precision {
@@ -137,12 +172,50 @@ function ampOf(md: Record<string, string>, int: (k: string) => number, file: str
   return { scale, growthTracker: int('amp_growth_tracker'), skipped: int('amp_skipped_steps'), consecutiveSkips: int('amp_consecutive_skips') };
 }
 
+/**
+ * Create a folder and its parents for a path the user gave (-o, --run-dir, --checkpoint-dir,
+ * --metrics, ...): a file in the way or a folder that cannot be written is theirs to fix (UserError).
+ */
+export function makeDirs(dir: string, what = 'the folder'): void {
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+  } catch (e) {
+    throw new UserError(`${dir}: error: cannot create ${what} (${(e as Error).message})\n  help: ${outputPathHelp(e)}`);
+  }
+}
+
+/** Open a file for writing (a metrics file: 'w', or 'a' to append), creating its folder; failures as makeDirs. */
+export function openForWriting(file: string, flags: 'w' | 'a'): number {
+  makeDirs(path.dirname(path.resolve(file)));
+  try {
+    return fs.openSync(file, flags);
+  } catch (e) {
+    throw cannotWrite(file, e);
+  }
+}
+
+function cannotWrite(file: string, e: unknown): UserError {
+  return new UserError(`${file}: error: cannot write the file (${(e as Error).message})\n  help: ${outputPathHelp(e)}`);
+}
+
+function outputPathHelp(e: unknown): string {
+  const code = (e as NodeJS.ErrnoException).code;
+  if (code === 'ENOTDIR' || code === 'EEXIST') return 'a file stands where the path needs a folder: choose another path';
+  if (code === 'EISDIR') return 'a folder of that name is in the way: give a file name';
+  return 'choose a path in a folder you can write to';
+}
+
 /** Write bytes to `file` atomically: temp file in the same folder, fsync, rename, fsync the folder. */
 export function writeFileAtomic(file: string, bytes: Uint8Array): void {
   const dir = path.dirname(path.resolve(file));
-  fs.mkdirSync(dir, { recursive: true });
+  makeDirs(dir);
   const tmp = path.join(dir, `.${path.basename(file)}.tmp-${process.pid}-${Date.now()}`);
-  const fd = fs.openSync(tmp, 'w');
+  let fd: number;
+  try {
+    fd = fs.openSync(tmp, 'w');
+  } catch (e) {
+    throw cannotWrite(file, e);
+  }
   try {
     let off = 0;
     while (off < bytes.byteLength) off += fs.writeSync(fd, bytes, off, bytes.byteLength - off);

@@ -19,7 +19,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../compiler/errors.js';
-import { listCheckpoints, resolveCheckpoint, writeFileAtomic } from './checkpoint.js';
+import { listCheckpoints, makeDirs, resolveCheckpoint, writeFileAtomic } from './checkpoint.js';
 
 export const RUNS_ROOT = 'runs';
 export const CONFIG_FILE = 'config.json';
@@ -41,7 +41,7 @@ export function runIdFor(date: Date): string {
 
 /** Create a fresh run folder under `modelDir` (mkdir is the lock: two runs in one second get -2). */
 export function createRunDir(modelDir: string, now = new Date()): string {
-  fs.mkdirSync(modelDir, { recursive: true });
+  makeDirs(modelDir, 'the runs folder');
   const base = runIdFor(now);
   for (let k = 1; k < 10_000; k++) {
     const dir = path.join(modelDir, k === 1 ? base : `${base}-${k}`);
@@ -57,11 +57,7 @@ export function createRunDir(modelDir: string, now = new Date()): string {
 
 /** Create (or reuse) an explicit --run-dir. */
 export function ensureRunDir(dir: string): string {
-  try {
-    fs.mkdirSync(dir, { recursive: true });
-  } catch (e) {
-    throw new UserError(`${dir}: error: cannot create the run folder (${(e as Error).message})`);
-  }
+  makeDirs(dir, 'the run folder');
   return dir;
 }
 
@@ -88,6 +84,31 @@ export function updateLatest(modelDir: string, runDir: string): void {
     }
     writeFileAtomic(link, new TextEncoder().encode(target + '\n'));
   }
+}
+
+/**
+ * Resuming in a run folder from a checkpoint at `step`: keep the lines of metrics.jsonl up to that
+ * step. Later lines were written after the checkpoint (a run killed by SIGTERM or SIGKILL between two
+ * checkpoints, or a resume from an older checkpoint) and the resumed run writes them again; a torn
+ * line (killed while writing) goes too, so appending starts on a line of its own.
+ */
+export function trimMetrics(file: string, step: number): void {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch {
+    return; // no metrics yet
+  }
+  const upTo = (line: string): boolean => {
+    try {
+      const o = JSON.parse(line) as { step?: unknown };
+      return typeof o.step !== 'number' || o.step <= step;
+    } catch {
+      return false;
+    }
+  };
+  const kept = text.split('\n').filter(upTo).map((l) => l + '\n').join('');
+  if (kept !== text) writeFileAtomic(file, new TextEncoder().encode(kept));
 }
 
 /** The run folder `latest` points at (symlink or text file), or null. */

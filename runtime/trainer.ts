@@ -58,6 +58,8 @@ import {
   programTensorTable,
   metadataToInfo,
   listCheckpoints,
+  makeDirs,
+  openForWriting,
   saveWeights,
   writeFileAtomic,
   type CheckpointInfo,
@@ -81,6 +83,7 @@ import {
   ensureRunDir,
   modelRunsDir,
   resolveResume,
+  trimMetrics,
   updateLatest,
 } from './run_folder.js';
 
@@ -425,7 +428,10 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
   let scaler: ScalerState = resumeInfo?.amp ? { ...resumeInfo.amp } : initialScaler();
   const gradAccs = programs.train_step.graph.values.filter((v) => v.kind === 'gradacc').map((v) => ({ name: v.name, n: numel(v.shape) }));
   try {
-    // ---- the run folder (after the backend is built: a compile stopped by Ctrl-C leaves none)
+    // ---- the other output paths the user named, then the run folder (after the backend is built: a
+    // compile stopped by Ctrl-C leaves none; a bad --checkpoint-dir or --metrics path leaves none either)
+    if (lead && opts.checkpointDir !== undefined) makeDirs(opts.checkpointDir, 'the checkpoint folder');
+    if (lead && opts.metricsFile !== undefined) metricsFds.push(openForWriting(opts.metricsFile, resumeInfo ? 'a' : 'w'));
     let runDir: string | null = null;
     if (!lead) {
       // data-parallel ranks other than 0 write no files
@@ -456,9 +462,10 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       saveWeights(opts.saveInit, session, model, pos.counter, { seed: String(cfg.seed), ...vocabMeta });
       emit({ kind: 'note', message: `initial parameters written to ${opts.saveInit}` });
     }
-    for (const f of lead ? [...(runDir !== null ? [path.join(runDir, METRICS_FILE)] : []), ...(opts.metricsFile !== undefined ? [opts.metricsFile] : [])] : []) {
-      fs.mkdirSync(path.dirname(path.resolve(f)), { recursive: true });
-      metricsFds.push(fs.openSync(f, resumeInfo ? 'a' : 'w'));
+    if (lead && runDir !== null) {
+      const file = path.join(runDir, METRICS_FILE);
+      if (resumeInfo && resumeRunDir !== null && path.resolve(runDir) === path.resolve(resumeRunDir)) trimMetrics(file, resumeInfo.step);
+      metricsFds.push(openForWriting(file, resumeInfo ? 'a' : 'w'));
     }
     const writeMetrics = (obj: Record<string, unknown>) => {
       const line = JSON.stringify(obj) + '\n';
@@ -488,6 +495,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       ...(data.vocab ? { vocab: data.vocab } : {}),
       precision: cfg.precision ?? 'fp32',
       ...(scaling ? { amp: { ...scaler } } : {}),
+      ...(monitor ? { monitor: { monitor: monitor.monitor, best: best && { value: best.value, step: best.step }, earlyStop: esRef, sinceBest } } : {}),
     });
     let lastCheckpoint: string | null = null;
     let lastCheckpointStep = -1;
@@ -512,6 +520,17 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     let sinceBest = 0;
     let esRef: { value: number; step: number } | null = null;
     let stopEarly = false;
+    // resumed: the checkpoint's monitor state (same monitor only), so best.safetensors is replaced only by a
+    // better value and early stopping counts on as in the uninterrupted run; the best file itself only
+    // where this run writes into the resumed checkpoint's folder
+    const saved = resumeInfo?.monitor;
+    if (saved && monitor && saved.monitor === monitor.monitor) {
+      const bestFile = path.join(ckptDir, BEST_FILE);
+      const sameFolder = resumeFile !== null && path.resolve(path.dirname(resumeFile)) === path.resolve(ckptDir);
+      if (saved.best && sameFolder && fs.existsSync(bestFile)) best = { file: bestFile, step: saved.best.step, monitor: saved.monitor, value: saved.best.value };
+      esRef = saved.earlyStop;
+      sinceBest = saved.sinceBest;
+    }
     const improves = (v: number, ref: number, delta: number) => (monitor!.mode === 'min' ? v < ref - delta : v > ref + delta);
     const runUpdate = () => {
       if (runDir === null || !opts.onRunUpdate) return;
@@ -547,19 +566,21 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       if (!monitor) return;
       const v = values[monitor.monitor];
       if (v === undefined || !Number.isFinite(v)) return;
-      // best.safetensors: any improvement; early stopping (as Keras): an improvement beyond min_delta resets the count
-      if (best === null || improves(v, best.value, 0)) {
-        const file = path.join(ckptDir, BEST_FILE);
-        saveCheckpoint(file, session, model, infoNow());
-        best = { file, step: pos.step, monitor: monitor.monitor, value: v };
-        emit({ kind: 'best', step: pos.step, monitor: monitor.monitor, value: v, file });
+      // best.safetensors: any improvement; early stopping (as Keras): an improvement beyond min_delta resets
+      // the count. The state is updated before best.safetensors is written, so the file carries it too.
+      const improved = best === null || improves(v, best.value, 0);
+      if (improved) best = { file: path.join(ckptDir, BEST_FILE), step: pos.step, monitor: monitor.monitor, value: v };
+      if (cfg.early_stop) {
+        if (esRef === null || improves(v, esRef.value, cfg.early_stop.min_delta)) {
+          esRef = { value: v, step: pos.step };
+          sinceBest = 0;
+        } else sinceBest += 1;
       }
-      if (!cfg.early_stop) return;
-      if (esRef === null || improves(v, esRef.value, cfg.early_stop.min_delta)) {
-        esRef = { value: v, step: pos.step };
-        sinceBest = 0;
-      } else sinceBest += 1;
-      if (sinceBest >= cfg.early_stop.patience && pos.step < totalSteps) {
+      if (improved && best) {
+        saveCheckpoint(best.file, session, model, infoNow());
+        emit({ kind: 'best', step: pos.step, monitor: monitor.monitor, value: v, file: best.file });
+      }
+      if (cfg.early_stop && esRef && sinceBest >= cfg.early_stop.patience && pos.step < totalSteps) {
         stopEarly = true;
         emit({ kind: 'early_stop', step: pos.step, monitor: monitor.monitor, best: esRef.value, bestStep: esRef.step, patience: cfg.early_stop.patience, minDelta: cfg.early_stop.min_delta });
       }

@@ -7,7 +7,7 @@ import { checkSource } from '../compiler/check/index.js';
 import { UserError } from '../compiler/errors.js';
 import { loadBundledMnistArrays } from '../data/mnist_bundled.js';
 import { loadData } from '../data/load.js';
-import { datasetChecksum, validateDataset } from '../data/dataset.js';
+import { datasetChecksum, holdOut, validateDataset } from '../data/dataset.js';
 import { encodeSafetensors } from '../runtime/safetensors.js';
 import { tinyClassifier } from './fixtures/train/models.js';
 
@@ -122,6 +122,19 @@ describe('bundled MNIST', () => {
   });
   it('rejects an image input of the wrong size', () => {
     expectUserError(() => loadData(mnistModel(null, [1, 32, 32])), '784 pixels', "'image'");
+  });
+  it('val_split holds out the last fraction of each digit (the file order is digit by digit), not the last digits', () => {
+    const d = loadData(mnistModel(null));
+    const { train, val } = holdOut(d.train, 0.1, 'x');
+    const perDigit = (ds: typeof train) => Array.from({ length: 10 }, (_, k) => (ds.tensors.get('label') as Int32Array).filter((l) => l === k).length);
+    const all = perDigit(d.train);
+    expect(perDigit(val)).toEqual(all.map((n) => Math.floor(n * 0.1)));
+    expect(perDigit(train)).toEqual(all.map((n) => n - Math.floor(n * 0.1)));
+    expect(train.count + val.count).toBe(7996);
+    // digit 0's held-out tail is its last samples: validation sample 0 is training-split sample 800 - 80
+    const img = (ds: typeof train, i: number) => (ds.tensors.get('image') as Float32Array).subarray(i * 784, (i + 1) * 784);
+    expect(sameBytes(img(val, 0), img(d.train, 720))).toBe(true);
+    expect(sameBytes(img(train, 720), img(d.train, 800))).toBe(true);
   });
 });
 

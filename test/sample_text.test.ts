@@ -186,4 +186,15 @@ describe('mpsc sample: user errors exit 1', () => {
     expect(m.status).toBe(1);
     expect(m.stderr).toMatch(/mpsc sample generates text, but this spec trains on mnist\(\) data/);
   });
+  it('the default --threads is the other commands\' (physical cores, or $MPSC_THREADS), not every logical core', () => {
+    expect(mpsc('sample', '--help').stdout.replace(/\s+/g, ' ')).toContain('default: the physical cores, or $MPSC_THREADS');
+    const { weights } = lm();
+    const r = spawnSync(process.execPath, ['bin/mpsc.js', 'sample', path.join(dir, 'lm.model'), '--weights', weights, '--device', 'reference', '--tokens', '1'], {
+      encoding: 'utf8',
+      timeout: 120_000,
+      env: { ...process.env, MPSC_THREADS: 'many' },
+    });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain("MPSC_THREADS must be a positive integer (got 'many')");
+  });
 });

@@ -12,7 +12,8 @@ import { physicalCoresFromCpuinfo } from '../runtime/threads.js';
 import { evalTailBatch, train } from '../runtime/trainer.js';
 import { tinyClassifier } from './fixtures/train/models.js';
 import { runIdFor } from '../runtime/run_folder.js';
-import { checkSource } from '../compiler/check/index.js';
+import { checkFile, checkSource } from '../compiler/check/index.js';
+import { parseSetArg } from '../compiler/check/overrides.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'mpsc.js');
@@ -38,6 +39,13 @@ function stNames(file: string): string[] {
   return [...decodeSafetensors(asU8(fs.readFileSync(file)), file).tensors.keys()].sort();
 }
 const lines = (f: string) => fs.readFileSync(f, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+/** the tiny fixture with text replacements ([from, to] pairs), written as `cwd/name`; returns its path */
+function tinyVariant(cwd: string, name: string, edits: [string, string][]): string {
+  const spec = path.resolve(cwd, name);
+  fs.mkdirSync(cwd, { recursive: true });
+  fs.writeFileSync(spec, edits.reduce((text, [from, to]) => text.replace(from, to), fs.readFileSync(TINY, 'utf8')));
+  return spec;
+}
 
 describe('run folders and checkpoints', () => {
   it('issue 16 bug 1: a 5-epoch run then a 1-epoch run each print checkpoint paths that exist, in their own folders; eval and --resume use the right run', () => {
@@ -135,6 +143,19 @@ describe('run folders and checkpoints', () => {
     expect(b.seconds).toBeLessThan(1100);
   });
 
+  it('--resume from a checkpoint older than the metrics (a run killed without a checkpoint) rewrites nothing twice: every step once, a torn line dropped', () => {
+    const cwd = path.join(dir, 'killed');
+    const whole = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--log-every', '5', '--json'));
+    const want = lines(path.resolve(cwd, whole.run_dir, 'metrics.jsonl')).map((l) => `${l.split}@${l.step}`);
+    // a run killed at step 20 (after its lines for steps 15 and 20, before a checkpoint) and mid-write
+    const r = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--log-every', '5', '--json'));
+    const metrics = path.resolve(cwd, r.run_dir, 'metrics.jsonl');
+    fs.writeFileSync(metrics, fs.readFileSync(metrics, 'utf8').split('\n').filter((l) => l && JSON.parse(l).step <= 20).join('\n') + '\n{"split":"tr');
+    const resumed = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--log-every', '5', '--resume', path.join(r.run_dir, 'checkpoint-13.safetensors'), '--json'));
+    expect(resumed.run_dir).toBe(r.run_dir);
+    expect(lines(metrics).map((l) => `${l.split}@${l.step}`)).toEqual(want);
+  });
+
   it('--run-dir chooses the folder; runs/<model>/latest points at it, nothing is written next to it', () => {
     const cwd = path.join(dir, 'rundir');
     const r = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '3', '--run-dir', 'exp/one', '--json'));
@@ -186,6 +207,15 @@ describe('the report hook', () => {
 });
 
 describe('overrides, validation split, early stopping', () => {
+  it('data paths given with --set are relative to the current folder, in data.<arg> and in a whole data=<call> alike', () => {
+    const data = (spec: string, ...sets: string[]) => checkFile(path.join(ROOT, spec), sets.map((s) => parseSetArg(s))).train.data as unknown as Record<string, unknown>;
+    expect(data('test/fixtures/train/tiny.model', 'data=csv(train: "a.csv", test: "b.csv")')).toMatchObject({ kind: 'csv', train: path.resolve('a.csv'), test: path.resolve('b.csv') });
+    expect(data('test/fixtures/train/tiny.model', 'data=csv("a.csv")')).toMatchObject({ train: path.resolve('a.csv') });
+    expect(data('specs/mnist_mlp.model', 'data=mnist("digits")')).toMatchObject({ kind: 'mnist', dir: path.resolve('digits') });
+    expect(data('specs/char_gpt.model', 'data.file=other.txt')).toMatchObject({ kind: 'text', file: path.resolve('other.txt') });
+    expect(data('specs/char_gpt.model', 'data=text(file: "book.txt")')).toMatchObject({ file: path.resolve('book.txt') });
+  });
+
   it('--set errors read like spec errors and point at the argument; --lr is optimizer.lr', () => {
     const cwd = path.join(dir, 'set');
     const r = mpsc(cwd, 'train', TINY, '--device', 'reference', '--set', 'optimizer.lrr=3', '--set', 'train.batch=0', '--set', 'lr=1');
@@ -209,12 +239,7 @@ describe('overrides, validation split, early stopping', () => {
 
   it('val_split holds out the last samples; early_stop stops, keeps best.safetensors, and is reported', () => {
     const cwd = path.join(dir, 'val');
-    const spec = path.resolve(cwd, 'v.model');
-    fs.mkdirSync(cwd, { recursive: true });
-    fs.writeFileSync(
-      spec,
-      fs.readFileSync(TINY, 'utf8').replace('epochs: 2, batch: 8 }', 'epochs: 40, batch: 8, eval_every: 2, val_split: 0.25, early_stop: { monitor: "val_accuracy", patience: 2, min_delta: 0.5 } }'),
-    );
+    const spec = tinyVariant(cwd, 'v.model', [['epochs: 2, batch: 8 }', 'epochs: 40, batch: 8, eval_every: 2, val_split: 0.25, early_stop: { monitor: "val_accuracy", patience: 2, min_delta: 0.5 } }']]);
     const r = json(mpsc(cwd, 'train', spec, '--device', 'reference', '--json'));
     // 100 samples: 75 train (10 steps per epoch), 25 validation (3 batches of 8 + a tail of 1)
     expect(r.stopped_early).toBe(true);
@@ -234,6 +259,29 @@ describe('overrides, validation split, early stopping', () => {
     const bad = mpsc(cwd, 'train', spec, '--device', 'reference');
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain("early_stop monitors 'val_loss' but the train section has no val_split");
+  });
+
+  it('--resume keeps the monitor state: best.safetensors is not replaced by a worse value, and early stopping stops where the uninterrupted run stops', () => {
+    const cwd = path.join(dir, 'resume-best');
+    const spec = tinyVariant(cwd, 'es.model', [
+      ['x -> linear(3) as fc', 'x -> linear(32) as fc1 -> relu -> linear(3) as fc2'],
+      ['sgd(lr: 0.1, momentum: 0.9)', 'sgd(lr: 0.2, momentum: 0.9)'],
+      ['epochs: 2, batch: 8 }', 'steps: 60, batch: 8, eval_every: 4, val_split: 0.25, early_stop: { patience: 4 } }'],
+    ]);
+    const whole = json(mpsc(cwd, 'train', spec, '--device', 'reference', '--json'));
+    // val_loss is lowest at step 12, then worse: four evaluations later the run stops
+    expect(whole.best.step).toBe(12);
+    expect(whole.stopped_early).toBe(true);
+    const first = json(mpsc(cwd, 'train', spec, '--device', 'reference', '--steps', '12', '--json'));
+    expect(first.best.step).toBe(12);
+    const resumed = json(mpsc(cwd, 'train', spec, '--device', 'reference', '--resume', first.run_dir, '--steps', '60', '--json'));
+    expect(resumed.steps).toBe(whole.steps);
+    expect(resumed.stopped_early).toBe(true);
+    expect(resumed.best.step).toBe(12);
+    expect(resumed.best.value).toBe(whole.best.value);
+    const bestMeta = decodeSafetensors(asU8(fs.readFileSync(path.resolve(cwd, resumed.best.file))), 'best').metadata;
+    expect(bestMeta.step).toBe('12');
+    expect(bestMeta.monitor_best_step).toBe('12');
   });
 
   it('val_split and early_stop are checked like every setting', () => {
@@ -313,5 +361,28 @@ describe('command-line rough edges', () => {
     expect(x.code).toBe(1);
     expect(x.stderr).toContain('disagree');
     expect(mpsc(dir, 'build', '--help').stdout).toContain('--device <device>');
+  });
+
+  it('an output path blocked by a file or a folder is a user error (exit 1) naming it, and a bad --checkpoint-dir / --metrics stops the run before a run folder is made', () => {
+    const cwd = path.join(dir, 'blocked');
+    fs.mkdirSync(cwd, { recursive: true });
+    fs.writeFileSync(path.join(cwd, 'afile'), 'x');
+    const user = (r: { code: number | null; stderr: string }, text: string) => {
+      expect(r.stderr).not.toContain('internal error');
+      expect(r.stderr).toContain(text);
+      expect(r.code).toBe(1);
+    };
+    const train = (...a: string[]) => mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '2', ...a);
+    user(train('--checkpoint-dir', 'afile/ck'), 'cannot create the checkpoint folder');
+    user(train('--metrics', 'afile/m.jsonl'), 'a file stands where the path needs a folder');
+    user(train('--metrics', '.'), 'a folder of that name is in the way');
+    user(train('--run-dir', 'afile'), 'cannot create the run folder');
+    expect(fs.existsSync(path.join(cwd, 'runs'))).toBe(false);
+    const ok = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '2', '--json'));
+    user(train('--save-init', 'afile/init.safetensors'), 'afile');
+    user(mpsc(cwd, 'export', TINY, '--weights', ok.run_dir, '--format', 'onnx', '-o', 'afile/x.onnx'), 'afile');
+    user(mpsc(cwd, 'export', TINY, '--weights', ok.run_dir, '--format', 'torch', '-o', 'afile/t'), 'cannot create the export folder');
+    user(mpsc(cwd, 'report', ok.run_dir, '-o', 'afile/r.html'), 'afile');
+    user(mpsc(cwd, 'build', TINY, '--no-compile', '-o', 'afile/b'), 'cannot create the output folder');
   });
 });

@@ -13,7 +13,8 @@
  * `schedule` / `schedule.<arg>`, `data` / `data.<arg>` (the train section's data source).
  * Values are spec expressions (`3e-4`, `true`, `[100, 200]`, `cosine(t_max: 500)`); anything
  * that does not start like one (`runs/x.csv`, `val_accuracy`) is taken as a string. Relative
- * data paths given here (data.train, data.test, data.dir) resolve against the current folder.
+ * data paths given here (data.train, data.test, data.dir, data.file, and those arguments of a
+ * whole `data=<call>`) resolve against the current folder.
  */
 import * as nodePath from 'node:path';
 import type * as A from '../parser/ast.js';
@@ -116,9 +117,34 @@ function ident(name: string, loc: A.Loc): A.Ident {
 }
 
 /** set a named argument of a call (replacing a positional one at the same place) */
+/** the arguments a value can be given by position (in this order) */
+function positionalArgs(specs: ArgSpec[] | undefined): ArgSpec[] {
+  return (specs ?? []).filter((s) => s.type !== 'init' && s.type !== 'strmap' && s.type !== 'call' && s.type !== 'map');
+}
+
+/** the data source arguments that are file or folder paths */
+const DATA_PATH_ARGS = ['train', 'test', 'dir', 'file'];
+
+/** a path given on the command line is relative to the current folder (the spec's own paths to the spec's folder) */
+function cwdPath(v: A.Expr): A.Expr {
+  return v.kind === 'str' ? { ...v, value: nodePath.resolve(v.value) } : v;
+}
+
+/** `--set data=<call>`: its path arguments, named or positional, resolved against the current folder */
+function cwdDataPaths(value: A.Expr): A.Expr {
+  if (value.kind !== 'call') return value;
+  const positional = positionalArgs(DATA_SOURCES[value.callee.name]?.args);
+  let i = 0;
+  const args = value.args.map((a) => {
+    const name = a.name ? a.name.name : positional[i++]?.name;
+    return name !== undefined && DATA_PATH_ARGS.includes(name) ? { ...a, value: cwdPath(a.value) } : a;
+  });
+  return { ...value, args };
+}
+
 function setCallArg(call: A.CallExpr, specs: ArgSpec[] | undefined, key: A.Ident, value: A.Expr): A.CallExpr {
   const args = call.args.map((a) => ({ ...a }));
-  const positional = (specs ?? []).filter((s) => s.type !== 'init' && s.type !== 'strmap' && s.type !== 'call' && s.type !== 'map');
+  const positional = positionalArgs(specs);
   const pIdx = positional.findIndex((s) => s.name === key.name);
   const posArgs = args.filter((a) => !a.name);
   if (pIdx >= 0 && pIdx < posArgs.length) {
@@ -201,14 +227,13 @@ export function applyOverrides(ast0: A.ModelFile, overrides: Override[], diags: 
     if (section === 'data') {
       const dataEntry = map.entries.find((e) => e.key.name === 'data');
       if (parts.length === 1) {
-        map = setMapEntry(map, dataEntry?.key ?? ident('data', keyLoc(0)), value);
+        map = setMapEntry(map, dataEntry?.key ?? ident('data', keyLoc(0)), cwdDataPaths(value));
       } else {
         if (!dataEntry || dataEntry.value.kind !== 'call') {
           diags.push(errorAt(keyLoc(0), `${o.flag}: the train section has no data source call to change`, 'give the whole source: --set data="csv(train: \\"x.csv\\")"'));
           continue;
         }
-        let v = value;
-        if (['train', 'test', 'dir'].includes(parts[1]) && v.kind === 'str') v = { ...v, value: nodePath.resolve(v.value) };
+        const v = DATA_PATH_ARGS.includes(parts[1]) ? cwdPath(value) : value;
         map = setMapEntry(map, dataEntry.key, setCallArg(dataEntry.value, DATA_SOURCES[dataEntry.value.callee.name]?.args, ident(parts[1], keyLoc(1)), v));
       }
     } else if (parts.length === 3) {

@@ -8,7 +8,6 @@
  * config.json records (so a report still builds after the spec file changed or moved); a spec
  * that no longer checks shows its errors there instead of failing the report.
  */
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { checkSource } from '../../compiler/check/index.js';
 import { UserError } from '../../compiler/errors.js';
@@ -72,7 +71,6 @@ export function writeReport(runDir: string): string {
 /** Write one page overlaying several runs to outFile; returns its path. */
 export function writeComparison(runDirs: string[], outFile: string): string {
   const runs = runDirs.map(readRun);
-  fs.mkdirSync(path.dirname(path.resolve(outFile)), { recursive: true });
   writeFileAtomic(outFile, new TextEncoder().encode(page(runs)));
   return outFile;
 }
