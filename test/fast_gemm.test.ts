@@ -104,6 +104,7 @@ let native = none;
 let narrow = none;
 let noWino = none;
 let mr12 = none;
+let mr8 = none;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'mpsc-fast-gemm-'));
   native = runDriver('native', []);
@@ -115,6 +116,9 @@ beforeAll(() => {
   // a 12-row micro-tile (24 accumulators; -DMPSC_FAST_MR is a documented override): every kernel that lays out
   // MR-row panels (the GEMM's packing, Winograd's transformed dy) must work at any MR, with the same bits
   mr12 = runDriver('mr12', ['-DMPSC_FAST_MR=12', '-DMPSC_FAST_AMX=0']);
+  // its reference: the 8-row kernel on the same products, i.e. native where the tiles are absent, else an 8-row build
+  // without them (on an AMX machine native's large products ran on the tiles, whose errors are their own)
+  mr8 = native.amx[0] === 1 ? runDriver('mr8', ['-DMPSC_FAST_AMX=0']) : native;
 });
 
 afterAll(() => {
@@ -144,7 +148,8 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
     expect(mr12.declared).toBeGreaterThan(0);
     expect(mr12.cases.length).toBe(mr12.declared);
     expect(mr12.cases.filter((c) => !(c.err < 1e-4) || !c.same).map((c) => `${c.kind} ${c.name}`)).toEqual([]);
-    const errOf = new Map(cases.map((c) => [`${c.kind} ${c.name}`, c.err]));
+    expect(mr8.amx[0]).toBe(0);
+    const errOf = new Map(mr8.cases.map((c) => [`${c.kind} ${c.name}`, c.err]));
     const shared = mr12.cases.filter((c) => errOf.has(`${c.kind} ${c.name}`));
     expect(shared.length).toBeGreaterThan(300);
     expect(shared.filter((c) => errOf.get(`${c.kind} ${c.name}`) !== c.err).map((c) => `${c.kind} ${c.name}`)).toEqual([]);
@@ -192,7 +197,7 @@ describe('fast sgemm / conv core (runtime/cpp/fast)', () => {
   });
 
   // amx.h: fp32 products as six bf16 tile products. Where -march=native gives AMX and Linux grants the
-  // tiles (Sapphire Rapids and later Xeons: the GPU machine's host, not the AMD development and CI machines), the large products run there;
+  // tiles (Sapphire Rapids and later Xeons: the GPU machine's host and some development / CI hosts; not AMD's), the large products run there;
   // elsewhere the driver reports AMX 0 0 and these products run on the FMA kernel, checked by the cases above
   it('sgemm on the AMX tiles (where available): every transpose, edges, chunked and whole K, 1, 2, 3, 4, 8 parts bitwise equal, error within 4x the FMA kernel', () => {
     const amx = cases.filter((c) => c.kind === 'sgemm_amx');
