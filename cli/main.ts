@@ -59,7 +59,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     if (e instanceof UserError) {
       // with --json the error is also one JSON object on stdout (for editors and CI annotators)
-      if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ok: false, diagnostics: userErrorJson(e) }) + '\n');
+      if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ok: e.exitCode === 0, diagnostics: userErrorJson(e) }) + '\n');
       process.stderr.write(e.message.endsWith('\n') ? e.message : e.message + '\n');
       return e.exitCode;
     }

@@ -3,9 +3,9 @@
  * build the programs, open a device session and run the training loop (runtime/trainer.ts) in a
  * run folder (runtime/run_folder.ts). Progress goes to stderr (a progress bar on a terminal,
  * else one line every --log-every steps) and, as lines, to the run's train.log; the end summary
- * goes to stdout and train.log (one JSON object with --json). SIGINT during training writes a
- * checkpoint at the current position and exits with code 130; before training starts (checking,
- * compiling) it prints one line and exits 130 at once.
+ * goes to stdout and train.log (one JSON object with --json). SIGINT (and SIGTERM, except in a
+ * data-parallel rank) during training writes a checkpoint at the current position and exits with code
+ * 130 (143 for SIGTERM); before training starts (checking, compiling) it prints one line and exits at once.
  * Data-parallel (issue 18, runtime/ddp): `--gpus N|all` (cuda, NCCL) or `--ranks N` (cpu and the other
  * devices, host all-reduce) makes this process the launcher (runtime/ddp/launcher.ts), which re-runs
  * this command line once per rank; a worker (MPSC_DDP_WORKER=1) joins the group and trains its shard,
@@ -303,6 +303,37 @@ function collect(v: string, prev: string[] | undefined): string[] {
   return [...(prev ?? []), v];
 }
 
+/**
+ * The stop signals of a training process: SIGINT (Ctrl-C) and, in a single process, SIGTERM (what job
+ * schedulers, `timeout` and `docker stop` send). Before training starts (`started()` false) the first one
+ * prints a line and exits at once (nothing is written yet); during training the first one calls `abort`
+ * (the trainer finishes the step and writes a checkpoint) and a second one exits at once. The exit code is
+ * 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM. A data-parallel rank (`single` false) takes
+ * SIGINT only: the launcher forwards the stop as SIGINT and sends SIGTERM to end a rank at once.
+ * Produces `code()`, the exit code of the first signal (130 when none came), and `remove()`.
+ */
+export function stopOnSignals(quiet: boolean, single: boolean, log: (line: string) => void, started: () => boolean, abort: () => void): { code(): number; remove(): void } {
+  const signals: NodeJS.Signals[] = single ? ['SIGINT', 'SIGTERM'] : ['SIGINT'];
+  let first: NodeJS.Signals | null = null;
+  const exitCode = (sig: NodeJS.Signals) => (sig === 'SIGTERM' ? 143 : 130);
+  const on = (sig: NodeJS.Signals) => {
+    if (!started()) {
+      // still checking, loading or compiling: nothing to save, stop at once
+      if (!quiet) process.stderr.write(`\n${sig === 'SIGINT' ? 'interrupted' : `stopped by ${sig}`} before training started (nothing was written)\n`);
+      process.exit(exitCode(sig));
+    }
+    if (first !== null) process.exit(exitCode(sig));
+    first = sig;
+    const again = sig === 'SIGINT' ? 'press Ctrl-C again' : `send ${sig} or Ctrl-C again`;
+    const l = `${sig === 'SIGINT' ? 'interrupt' : sig}: finishing the current step and writing a checkpoint (${again} to quit at once)`;
+    if (!quiet) process.stderr.write(`\n${l}\n`);
+    log(l);
+    abort();
+  };
+  for (const s of signals) process.on(s, on);
+  return { code: () => exitCode(first ?? 'SIGINT'), remove: () => signals.forEach((s) => process.off(s, on)) };
+}
+
 export const TRAIN_EXAMPLES = `
 Examples:
   mpsc train specs/mnist_mlp.model                          train; writes runs/mnist_mlp/<run-id>/
@@ -314,7 +345,10 @@ Examples:
 
 Run folder (runs/<model>/<run-id>/, or --run-dir): config.json, metrics.jsonl, train.log,
 checkpoint-<step>.safetensors, best.safetensors, model.safetensors, report.html;
-runs/<model>/latest points at the newest run.
+runs/<model>/latest points at the newest run that has written a checkpoint.
+Stopping: Ctrl-C or SIGTERM finishes the current step, writes a checkpoint and exits 130 (Ctrl-C)
+or 143 (SIGTERM); a second signal quits at once. --resume of a run that already reached its end
+says so and changes nothing (exit 0): give a later --steps / --epochs to train further.
 Checkpoints: one at each epoch end (or every checkpoint_every steps) and at the end; the newest
 --keep K (default 3) are kept. best.safetensors (a full checkpoint) is rewritten whenever the
 monitored value improves: early_stop's monitor, else val_loss with a val_split, else test_loss.
@@ -347,7 +381,7 @@ export function register(program: Command): void {
     .option('--run-dir <dir>', "the run folder (default: runs/<model>/<YYYYMMDD-HHMMSS>, or the resumed run's folder)")
     .option('--keep <k>', 'keep the newest K checkpoint-<step> files (best.safetensors and model.safetensors are extra)', parsePositiveInt('--keep'), 3)
     .option('--checkpoint-dir <dir>', 'write checkpoints here instead of the run folder')
-    .option('--resume <ref>', 'continue a run: latest, a run folder, a checkpoint file, or a folder of checkpoints (its newest)')
+    .option('--resume <ref>', 'continue a run: latest, a run folder, runs/<model> (its latest run), a checkpoint file, or a folder of checkpoints (its newest)')
     .option('--metrics <file>', 'also write the metrics JSON lines to this file')
     .option('--log-every <n>', 'log every N steps', parsePositiveInt('--log-every'), 50)
     .option('--json', 'print the end summary as one JSON object on stdout')
@@ -386,21 +420,7 @@ export function register(program: Command): void {
       };
       const controller = new AbortController();
       let started = false;
-      let sigints = 0;
-      const onSigint = () => {
-        sigints += 1;
-        if (!started) {
-          // still checking, loading or compiling: nothing to save, stop at once
-          if (!quiet) process.stderr.write('\ninterrupted before training started (nothing was written)\n');
-          process.exit(130);
-        }
-        if (sigints > 1) process.exit(130);
-        const l = 'interrupt: finishing the current step and writing a checkpoint (press Ctrl-C again to quit at once)';
-        if (!quiet) process.stderr.write(`\n${l}\n`);
-        log(l);
-        controller.abort();
-      };
-      process.on('SIGINT', onSigint);
+      const stop = stopOnSignals(quiet, group === null, log, () => started, () => controller.abort());
       const progress: Progress = quiet ? { onEvent() {}, stop() {} } : makeProgress(process.stderr.isTTY === true && !process.env.CI, log);
       let result: TrainResult;
       try {
@@ -439,10 +459,10 @@ export function register(program: Command): void {
         throw e;
       } finally {
         progress.stop();
-        process.off('SIGINT', onSigint);
+        stop.remove();
         group?.close();
       }
-      if (result.interrupted) process.exitCode = 130;
+      if (result.interrupted) process.exitCode = stop.code();
       if (quiet) return;
       const summary = trainSummary(result, o.json === true);
       process.stdout.write(summary);
@@ -450,6 +470,5 @@ export function register(program: Command): void {
         fs.writeSync(logFd, summary);
         fs.closeSync(logFd);
       }
-      if (result.interrupted) process.exitCode = 130;
     });
 }

@@ -150,11 +150,18 @@ export function resolveRunRef(ref: string, model: string, root = RUNS_ROOT): str
     }
     return dir;
   }
-  if (fs.existsSync(ref) && fs.statSync(ref).isDirectory() && !isRunDir(ref) && listCheckpoints(ref).length === 0) {
-    const latest = readLatest(ref);
-    if (latest && fs.existsSync(latest)) return latest;
-  }
-  return ref;
+  return latestOfModelDir(ref) ?? ref;
+}
+
+/**
+ * A `runs/<model>` folder (not a run folder, no checkpoints of its own, a `latest` entry): the run folder
+ * its `latest` points at, when that exists; null for anything else. --resume, --weights and mpsc report
+ * take such a folder as its latest run.
+ */
+export function latestOfModelDir(dir: string): string | null {
+  if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory() || isRunDir(dir) || listCheckpoints(dir).length > 0) return null;
+  const latest = readLatest(dir);
+  return latest && fs.existsSync(latest) ? latest : null;
 }
 
 export interface ResumeTarget {

@@ -7,7 +7,8 @@
  * Evaluation on the test split: every eval_every optimizer steps (or at each epoch end), and
  * at the end: full batches through `eval`, the remainder through `eval_tail`; the results are
  * the sample-weighted means. Checkpoints: every checkpoint_every steps (or each epoch end) and
- * at the end; a stop request (SIGINT) saves one at the current position. Resume restores every
+ * at the end; a stop request (SIGINT, SIGTERM) saves one at the current position and logs that step's
+ * train line (on an asynchronous device, after the next step whose outputs are read). Resume restores every
  * persistent tensor and the position (epoch, micro-batch, counter); since the shuffle order is a
  * pure function of (seed, epoch) and dropout of (seed, counter), the continued run is exactly
  * the uninterrupted one.
@@ -32,7 +33,8 @@
  * Run folders (run_folder.ts): with `runDir` / `runsRoot` the run writes config.json, metrics.jsonl
  * (every line has `split`: train / val / test; epochs 1-based as on the console), its checkpoints,
  * model.safetensors (weights only, rewritten with every checkpoint) and best.safetensors (a full
- * checkpoint whenever the monitored value improves) into one folder and points `latest` at it.
+ * checkpoint whenever the monitored value improves) into one folder and points `latest` at it once it
+ * has written one of them. Resuming a checkpoint at or past the run's end is a UserError (nothing to do).
  * Retention: the newest `keepCheckpoints` checkpoint-<step> files of this run (best and model are
  * extra). Validation: `val_split` holds out the last fraction of the training data (file order),
  * evaluated with the test split at each evaluation. Monitor (best + early stopping): early_stop's
@@ -118,7 +120,7 @@ export interface TrainOptions {
   onRunUpdate?: (runDir: string) => void;
   /** recorded in config.json */
   runConfig?: { argv: string[]; overrides: string[]; mpscVersion: string; threads: number | null };
-  /** set to request a stop (SIGINT): a checkpoint is written at the current position */
+  /** set to request a stop (SIGINT, SIGTERM): a checkpoint is written at the current position */
   signal?: AbortSignal;
   onEvent?: (e: TrainEvent) => void;
   /** this process is one rank of a data-parallel group (runtime/ddp); the flag that started it names it in messages */
@@ -195,6 +197,27 @@ export function effectiveTrainConfig(model: CheckedModel, o: TrainOptions): Trai
   }
   if (t.steps === null && t.epochs === null) t.epochs = 1;
   return t;
+}
+
+/**
+ * --resume of a checkpoint at or past the run's end (`step` >= `totalSteps`): there is nothing to train, so
+ * a UserError says so before anything is built or written (no evaluation, no metrics line, no checkpoint,
+ * `latest` unchanged). At the end exactly, the run is done: a note with exit 0, so a kill-and-resume loop
+ * (a job scheduler requeueing a run killed after its last checkpoint) ends cleanly; past the end (a smaller
+ * --steps / --epochs) it cannot be honoured: an error, exit 1. Consumes the checkpoint's file and step,
+ * the end of this run and its train settings; returns when there is work left.
+ */
+export function refuseFinishedResume(file: string, step: number, totalSteps: number, cfg: TrainConfig, stepsPerEpoch: number): void {
+  if (step < totalSteps) return;
+  const end = cfg.steps !== null ? `--steps ${cfg.steps}` : `${cfg.epochs} epoch${cfg.epochs === 1 ? '' : 's'} of ${stepsPerEpoch} steps`;
+  const done = step === totalSteps;
+  const what = done ? `the run finished at step ${step}, its last step (${end})` : `the checkpoint is at step ${step}, past this run's end at step ${totalSteps} (${end})`;
+  const epochs = Math.floor(step / stepsPerEpoch) + 1;
+  throw new UserError(
+    `${file}: ${done ? 'note' : 'error'}: nothing to resume: ${what}; nothing was changed\n` +
+      `  help: to train further, give a later end: --steps ${step + stepsPerEpoch} (any number above ${step}) or --epochs ${epochs}; to evaluate it, use mpsc eval --weights`,
+    done ? 0 : 1,
+  );
 }
 
 /** Run the eval program over a dataset (file order), sample-weighted means of loss and metrics. */
@@ -372,6 +395,8 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     });
   }
 
+  if (resumeInfo && resumeFile) refuseFinishedResume(resumeFile, resumeInfo.step, totalSteps, cfg, stepsPerEpoch);
+
   // ---- programs and session
   const evalTail = evalTailBatch(localB, [test?.count ?? 0, val?.count ?? 0]);
   const programs = buildPrograms(model, { batch: localB, evalTail, splitUpdate: dp !== null });
@@ -440,7 +465,6 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     else if (opts.runsRoot !== undefined) runDir = createRunDir(modelRunsDir(model.name, opts.runsRoot));
     if (runDir !== null) {
       writeRunConfig(runDir, model, opts, opened.device, resumeFile);
-      if (opts.runsRoot !== undefined) updateLatest(modelRunsDir(model.name, opts.runsRoot), runDir);
       emit({ kind: 'run', dir: runDir, resumed: resumeRunDir !== null && runDir === resumeRunDir });
     }
 
@@ -500,6 +524,14 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     let lastCheckpoint: string | null = null;
     let lastCheckpointStep = -1;
     let weightsFile: string | null = null;
+    // runs/<model>/latest points at this run once it holds a usable file (a checkpoint or best.safetensors):
+    // a run that fails or stops before that leaves `latest` on the previous run
+    let latestSet = false;
+    const pointLatest = () => {
+      if (latestSet || runDir === null || opts.runsRoot === undefined) return;
+      updateLatest(modelRunsDir(model.name, opts.runsRoot), runDir);
+      latestSet = true;
+    };
     const checkpoint = () => {
       if (!lead) return;
       const file = path.join(ckptDir, checkpointFileName(pos.step));
@@ -509,6 +541,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       lastCheckpointStep = pos.step;
       weightsFile = path.join(ckptDir, WEIGHTS_FILE);
       saveWeights(weightsFile, session, model, pos.counter, { seed: String(cfg.seed), step: String(pos.step), ...vocabMeta });
+      pointLatest();
       emit({ kind: 'checkpoint', step: pos.step, file });
     };
 
@@ -578,6 +611,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       }
       if (improved && best) {
         saveCheckpoint(best.file, session, model, infoNow());
+        pointLatest();
         emit({ kind: 'best', step: pos.step, monitor: monitor.monitor, value: v, file: best.file });
       }
       if (cfg.early_stop && esRef && sinceBest >= cfg.early_stop.patience && pos.step < totalSteps) {
@@ -600,6 +634,10 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
     const deferReads = session.device === 'cuda';
     const loopStart = Date.now();
     let interrupted = false;
+    // a stop request seen (data-parallel: agreed by every rank): the run stops after the next step whose
+    // outputs were read (at once where every step is read), so its train line and checkpoint hold real values
+    let stopRequested = false;
+    let trainLine: { line: Record<string, unknown>; written: boolean } | null = null;
     const startStep = pos.step;
 
     while (pos.step < totalSteps) {
@@ -619,7 +657,7 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       // reads every step (the scaler needs each step's gradient norm)
       const next = pos.step + 1;
       const endsEpoch = pos.batchInEpoch + 2 * K > stepsPerEpoch * K;
-      const read = !deferReads || scaling || next === 1 || next % logEvery === 0 || next === totalSteps ||
+      const read = stopRequested || !deferReads || scaling || next === 1 || next % logEvery === 0 || next === totalSteps ||
         (cfg.eval_every !== null ? next % cfg.eval_every === 0 : endsEpoch) || (cfg.checkpoint_every !== null ? next % cfg.checkpoint_every === 0 : endsEpoch);
       for (let k = 0; k < K; k++) {
         scalars.counter = pos.counter;
@@ -678,10 +716,9 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       const amp = scaling ? { scale: usedScale, skipped: skippedNow, skippedSteps: scaler.skipped } : undefined;
       emit({ kind: 'step', step: pos.step, epoch: pos.epoch, loss, lr, metrics, samplesPerSec, logged, ...(amp ? { amp } : {}) });
       // fp16: every skipped step gets a line too (loss_scale: the scale the step ran with; skipped_steps: the run's total so far)
-      if (logged || skippedNow) {
-        const ampFields = amp ? { loss_scale: amp.scale, skipped: amp.skipped, skipped_steps: amp.skippedSteps } : {};
-        writeMetrics({ split: 'train', step: pos.step, epoch: pos.epoch + 1, loss, lr, samples_per_sec: samplesPerSec, ...metrics, ...ampFields });
-      }
+      const ampFields = amp ? { loss_scale: amp.scale, skipped: amp.skipped, skipped_steps: amp.skippedSteps } : {};
+      trainLine = { line: { split: 'train', step: pos.step, epoch: pos.epoch + 1, loss, lr, samples_per_sec: samplesPerSec, ...metrics, ...ampFields }, written: logged || skippedNow };
+      if (trainLine.written) writeMetrics(trainLine.line);
 
       const epochEnd = pos.batchInEpoch + K > stepsPerEpoch * K;
       const evalNow = cfg.eval_every !== null ? pos.step % cfg.eval_every === 0 : epochEnd;
@@ -695,14 +732,14 @@ export async function train(model0: CheckedModel, opts: TrainOptions = {}): Prom
       if (dp && (evalNow || read || pos.step % 16 === 0)) {
         const agreed: Float64Array = await dp.allreduce(Float64Array.of(Number(stopEarly), Number(opts.signal?.aborted === true)), 'max');
         stopEarly = agreed[0] > 0;
-        if (agreed[1] > 0 && pos.step < totalSteps && !stopEarly) {
-          interrupted = true;
-          break;
-        }
+        if (agreed[1] > 0) stopRequested = true;
       }
       if (stopEarly) break;
-      if (!dp && opts.signal?.aborted && pos.step < totalSteps) {
+      if (!dp && opts.signal?.aborted) stopRequested = true;
+      if (stopRequested && read && pos.step < totalSteps) {
         interrupted = true;
+        // the last step is logged (as at the end of a run), also between two --log-every steps
+        if (trainLine && !trainLine.written) writeMetrics(trainLine.line);
         break;
       }
     }

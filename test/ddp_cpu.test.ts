@@ -5,7 +5,7 @@
  *    within float tolerance; only rank 0 writes (one metrics line per step, one checkpoint folder);
  *  - grad_accum and an odd N (3) on the reference device; --resume with a different N;
  *  - a rank killed mid-run: the others stop within seconds, the launcher says which rank died, exit 1;
- *  - SIGINT to the launcher: one agreed stop, rank 0's checkpoint, exit 130, and the run resumes;
+ *  - SIGINT (and SIGTERM) to the launcher: one agreed stop, rank 0's checkpoint, exit 130 (143), and the run resumes;
  *  - the user errors of --ranks / --gpus (batch not divisible, wrong device, no GPU here), and batch
  *    norm: per-replica statistics train, sync_batchnorm: true is refused.
  */
@@ -173,30 +173,33 @@ describe('mpsc train --ranks N', () => {
     for (const p of kids) expect(fs.existsSync(`/proc/${p}/environ`) && !fs.readFileSync(`/proc/${p}/stat`, 'utf8').includes(') Z ')).toBe(false);
   }, 180_000);
 
-  it('SIGINT to the launcher: the ranks stop at one step, rank 0 writes the checkpoint, exit 130; the run resumes', async () => {
-    const runDir = path.join(dir, 'int');
-    const child = spawn(process.execPath, [BIN, 'train', spec, '--device', 'reference', '--ranks', '2', '--batch', '6', '--steps', '1000000', '--log-every', '1000', '--run-dir', runDir], {
-      cwd: dir,
-      env: { ...process.env, CI: '1' },
-    });
-    let stderr = '';
-    let stdout = '';
-    child.stderr.on('data', (d) => (stderr += d));
-    child.stdout.on('data', (d) => (stdout += d));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-    const t0 = Date.now();
-    while (!stderr.includes('training:') && Date.now() - t0 < 120_000) await new Promise((r) => setTimeout(r, 100));
-    await new Promise((r) => setTimeout(r, 500));
-    child.kill('SIGINT');
-    expect(await exited).toBe(130);
-    const m = stdout.match(/interrupted at step (\d+); checkpoint saved/);
-    expect(m, stdout + stderr).not.toBeNull();
-    expect(fs.existsSync(path.join(runDir, `checkpoint-${m![1]}.safetensors`))).toBe(true);
-    expect(stderr).not.toContain('[rank 1]'); // rank 1 stopped quietly at the same step
-    const r = mpsc('train', spec, '--device', 'reference', '--batch', '6', '--steps', String(Number(m![1]) + 2), '--resume', runDir, '--ranks', '2');
-    expect(r.code, r.stderr).toBe(0);
-    expect(r.stderr).toContain(`resuming from ${path.join(runDir, `checkpoint-${m![1]}.safetensors`)}`);
-  }, 180_000);
+  // SIGTERM (a job scheduler's stop) is forwarded to the ranks as the first Ctrl-C: a graceful stop, exit 143
+  for (const [sig, exitCode] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+    it(`${sig} to the launcher: the ranks stop at one step, rank 0 writes the checkpoint, exit ${exitCode}; the run resumes`, async () => {
+      const runDir = path.join(dir, `int-${sig}`);
+      const child = spawn(process.execPath, [BIN, 'train', spec, '--device', 'reference', '--ranks', '2', '--batch', '6', '--steps', '1000000', '--log-every', '1000', '--run-dir', runDir], {
+        cwd: dir,
+        env: { ...process.env, CI: '1' },
+      });
+      let stderr = '';
+      let stdout = '';
+      child.stderr.on('data', (d) => (stderr += d));
+      child.stdout.on('data', (d) => (stdout += d));
+      const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+      const t0 = Date.now();
+      while (!stderr.includes('training:') && Date.now() - t0 < 120_000) await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, 500));
+      child.kill(sig);
+      expect(await exited).toBe(exitCode);
+      const m = stdout.match(/interrupted at step (\d+); checkpoint saved/);
+      expect(m, stdout + stderr).not.toBeNull();
+      expect(fs.existsSync(path.join(runDir, `checkpoint-${m![1]}.safetensors`))).toBe(true);
+      expect(stderr).not.toContain('[rank 1]'); // rank 1 stopped quietly at the same step
+      const r = mpsc('train', spec, '--device', 'reference', '--batch', '6', '--steps', String(Number(m![1]) + 2), '--resume', runDir, '--ranks', '2');
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).toContain(`resuming from ${path.join(runDir, `checkpoint-${m![1]}.safetensors`)}`);
+    }, 180_000);
+  }
 
   it('user errors: a batch that does not split, the wrong device for the flag, no GPU here', () => {
     const odd = mpsc('train', spec, '--device', 'reference', '--ranks', '5', '--steps', '1');

@@ -25,6 +25,29 @@ function spec(name: string, text: string): string {
 }
 const TINY_TEXT = fs.readFileSync(TINY, 'utf8');
 
+/** `mpsc train TINY` for a million steps (plus `args`), sent `sig` once step 30 is logged; its exit code and signal, and its output */
+async function signalAtStep30(args: string[], sig: NodeJS.Signals): Promise<{ exit: [number | null, string | null]; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [BIN, 'train', TINY, '--device', 'reference', '--steps', '1000000', '--log-every', '1', '--json', ...args], {
+    cwd: dir,
+    env: { ...process.env, CI: '1' },
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  const exit = await new Promise<[number | null, string | null]>((resolve) => {
+    let sent = false;
+    child.stderr.on('data', (d) => {
+      stderr += d;
+      if (!sent && /step 30\//.test(stderr)) {
+        sent = true;
+        child.kill(sig);
+      }
+    });
+    child.on('exit', (c, s) => resolve([c, s]));
+  });
+  return { exit, stdout, stderr };
+}
+
 describe('mpsc train / eval (child process)', () => {
   it('train --json prints the summary object; eval on the checkpoint agrees; --metrics writes JSON lines', () => {
     const ck = path.join(dir, 'ck');
@@ -111,25 +134,8 @@ describe('mpsc train / eval (child process)', () => {
 
   it('SIGINT writes a checkpoint and exits 130; --resume continues from it', async () => {
     const ck = path.join(dir, 'sig');
-    const child = spawn(process.execPath, [BIN, 'train', TINY, '--device', 'reference', '--steps', '1000000', '--log-every', '1', '--checkpoint-dir', ck, '--json'], {
-      cwd: dir,
-      env: { ...process.env, CI: '1' },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    const code = await new Promise<number | null>((resolve) => {
-      let sent = false;
-      child.stderr.on('data', (d) => {
-        stderr += d;
-        if (!sent && /step 30\//.test(stderr)) {
-          sent = true;
-          child.kill('SIGINT');
-        }
-      });
-      child.on('exit', (c) => resolve(c));
-    });
-    expect(code).toBe(130);
+    const { exit, stdout } = await signalAtStep30(['--checkpoint-dir', ck], 'SIGINT');
+    expect(exit[0]).toBe(130);
     const out = JSON.parse(stdout.trim());
     expect(out.interrupted).toBe(true);
     expect(out.steps).toBeGreaterThanOrEqual(30);
@@ -138,5 +144,20 @@ describe('mpsc train / eval (child process)', () => {
     expect(r.code).toBe(0);
     expect(r.stderr).toContain(`resuming from ${out.checkpoint} at step ${out.steps}`);
     expect(JSON.parse(r.stdout.trim()).steps).toBe(out.steps + 3);
+  });
+
+  it('SIGTERM (job schedulers, timeout, docker stop) stops like the first Ctrl-C: the step finishes, a checkpoint is written, exit 143; --resume continues', async () => {
+    const runDir = path.join(dir, 'term');
+    const { exit, stdout, stderr } = await signalAtStep30(['--run-dir', runDir], 'SIGTERM');
+    expect(exit, stderr).toEqual([143, null]); // exited by itself (143 = 128 + SIGTERM), not killed
+    expect(stderr).toContain('SIGTERM: finishing the current step and writing a checkpoint');
+    const out = JSON.parse(stdout.trim());
+    expect(out.interrupted).toBe(true);
+    expect(out.checkpoint).toBe(path.join(runDir, `checkpoint-${out.steps}.safetensors`));
+    expect(fs.existsSync(out.checkpoint)).toBe(true);
+    expect(fs.readFileSync(path.join(runDir, 'train.log'), 'utf8')).toContain('SIGTERM: finishing the current step');
+    const r = mpsc('train', TINY, '--device', 'reference', '--steps', String(out.steps + 2), '--resume', runDir, '--json');
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain(`resuming from ${out.checkpoint} at step ${out.steps}`);
   });
 });

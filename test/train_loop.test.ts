@@ -192,9 +192,14 @@ for (const device of ['reference', 'cpu']) {
       const mEvery = { ...m, train: { ...m.train, checkpoint_every: 9 } };
       const straight = await runOn(device, mEvery, `${device}-sig-straight`, { steps: 20 });
       const ac = new AbortController();
-      const stopped = await runOn(device, mEvery, `${device}-sig`, { steps: 20, signal: ac.signal, onEvent: (e) => e.kind === 'step' && e.step === 9 && ac.abort() });
+      const metricsFile = path.join(dir, `${device}-sig.jsonl`);
+      const stopped = await runOn(device, mEvery, `${device}-sig`, { steps: 20, logEvery: 5, metricsFile, signal: ac.signal, onEvent: (e) => e.kind === 'step' && e.step === 9 && ac.abort() });
       expect(stopped.interrupted).toBe(true);
       expect(stopped.steps).toBe(9);
+      // the last step is logged, as at the end of a run, although 9 is not a --log-every step
+      const trainSteps = fs.readFileSync(metricsFile, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.split === 'train');
+      expect(trainSteps.map((l) => l.step)).toEqual([1, 5, 9]);
+      expect(trainSteps[2].loss).toBe(stopped.lastLoss);
       expect(path.basename(stopped.checkpoint!)).toBe('checkpoint-9.safetensors');
       const resumed = await runOn(device, mEvery, `${device}-sig`, { steps: 20, resume: path.join(dir, `${device}-sig`) });
       expectBitwiseEqual(tensors(straight.checkpoint!), tensors(resumed.checkpoint!));

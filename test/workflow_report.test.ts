@@ -111,7 +111,7 @@ describe('report page in headless chromium', () => {
     await page.close();
   }, 60_000);
 
-  it('mpsc report A B -o FILE overlays the runs; one folder rebuilds its report.html; a non-run folder exits 1', async () => {
+  it('mpsc report A B -o FILE overlays the runs; one folder, latest or runs/<model> rebuilds its report.html; a non-run folder exits 1', async () => {
     const a = makeRun(root, '20261203-110000', 0.01);
     const b = makeRun(root, '20261203-120000', 0.03);
     const out = join(root, 'compare.html');
@@ -141,6 +141,13 @@ describe('report page in headless chromium', () => {
     writeFileSync(join(root, 'runs', 'lenet', 'latest'), '20261203-120000\n');
     const latest = mpsc('report', join(root, 'runs', 'lenet', 'latest'));
     expect(latest.stdout).toBe(`wrote ${join(b, 'report.html')}\n`);
+    // runs/<model> is its latest run, as for --resume (also a `latest` holding a --run-dir's absolute path)
+    const model = mpsc('report', join(root, 'runs', 'lenet'));
+    expect(model.stderr).toBe('');
+    expect(model.stdout).toBe(`wrote ${join(b, 'report.html')}\n`);
+    writeFileSync(join(root, 'runs', 'lenet', 'latest'), `${a}\n`);
+    expect(mpsc('report', join(root, 'runs', 'lenet')).stdout).toBe(`wrote ${join(a, 'report.html')}\n`);
+    rmSync(join(root, 'runs', 'lenet', 'latest'));
 
     const bad = mpsc('report', root);
     expect(bad.status).toBe(1);

@@ -176,6 +176,48 @@ describe('run folders and checkpoints', () => {
     expect(fs.existsSync(b.checkpoint)).toBe(true);
     expect(fs.existsSync(path.join(ck, 'checkpoint-65.safetensors'))).toBe(true);
   });
+
+  it('--resume of a finished run says there is nothing to resume (exit 0; before its end exit 1) and changes nothing on disk; a later end trains on', () => {
+    const cwd = path.join(dir, 'finished');
+    const a = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '4', '--json'));
+    const runDir = path.resolve(cwd, a.run_dir);
+    const snapshot = () => fs.readdirSync(runDir).sort().map((f) => [f, fs.statSync(path.join(runDir, f)).mtimeMs, fs.readFileSync(path.join(runDir, f)).toString('base64')]);
+    const before = snapshot();
+    // latest (with the run's own --steps 4), the folder with --steps 4, and an end before the checkpoint
+    for (const [ref, ...more] of [['latest'], [a.run_dir, '--steps', '4'], [a.checkpoint, '--steps', '2']]) {
+      const r = mpsc(cwd, 'train', TINY, '--device', 'reference', '--resume', ref, ...more);
+      expect(r.stderr).not.toContain('internal error');
+      const past = more[1] === '2';
+      expect(r.code).toBe(past ? 1 : 0);
+      expect(r.stderr).toContain(`checkpoint-4.safetensors: ${past ? 'error' : 'note'}: nothing to resume: `);
+      expect(r.stderr).toContain(past ? "the checkpoint is at step 4, past this run's end at step 2" : 'the run finished at step 4, its last step (--steps 4)');
+      expect(r.stderr).toContain('help: to train further, give a later end: --steps 17');
+    }
+    expect(snapshot()).toEqual(before);
+    const c = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--resume', 'latest', '--steps', '6', '--json'));
+    expect(c.steps).toBe(6);
+    expect(lines(path.join(runDir, 'metrics.jsonl')).filter((l) => l.split === 'test').map((l) => l.step)).toEqual([4, 6]);
+  });
+
+  it('a run that fails before writing a checkpoint (bad --save-init path, NaN at step 2) does not become latest: --weights latest and --resume latest still find the good run', () => {
+    const cwd = path.join(dir, 'failed');
+    fs.mkdirSync(cwd, { recursive: true });
+    fs.writeFileSync(path.join(cwd, 'afile'), 'x');
+    const good = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '3', '--json'));
+    const latest = () => fs.realpathSync(path.resolve(cwd, 'runs', 'tiny', 'latest'));
+    expect(latest()).toBe(fs.realpathSync(path.resolve(cwd, good.run_dir)));
+    const badInit = mpsc(cwd, 'train', TINY, '--device', 'reference', '--steps', '3', '--save-init', 'afile/init.safetensors');
+    expect(badInit.code).toBe(1);
+    const nan = mpsc(cwd, 'train', tinyVariant(cwd, 'nan.model', [['sgd(lr: 0.1', 'sgd(lr: 1e308']]), '--device', 'reference', '--steps', '3');
+    expect(nan.code).toBe(1);
+    expect(nan.stderr).toContain('the loss became');
+    expect(fs.readdirSync(path.resolve(cwd, 'runs', 'tiny')).filter((f) => f !== 'latest')).toHaveLength(3); // the failed runs keep their folders (config.json, train.log)
+    expect(latest()).toBe(fs.realpathSync(path.resolve(cwd, good.run_dir)));
+    const e = json(mpsc(cwd, 'eval', TINY, '--weights', 'latest', '--device', 'reference', '--json'));
+    expect(e.test_loss).toBeCloseTo(good.test_loss, 5);
+    const resumed = json(mpsc(cwd, 'train', TINY, '--device', 'reference', '--resume', 'latest', '--steps', '5', '--json'));
+    expect(fs.realpathSync(path.resolve(cwd, resumed.run_dir))).toBe(fs.realpathSync(path.resolve(cwd, good.run_dir)));
+  });
 });
 
 describe('the report hook', () => {

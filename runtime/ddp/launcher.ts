@@ -6,15 +6,16 @@
  * unless set: NVLink multicast off) re-running the same command line, and watches them.
  *
  * Consumes: the worker command line and the group's size (and the GPUs for --gpus). Produces: the exit
- * code of the run: 0 when every rank finished, 130 when they were interrupted, else the first failing
+ * code of the run: 0 when every rank finished, 130 when they were interrupted (143 by SIGTERM), else the first failing
  * rank's (1 for a rank killed by a signal), after printing which rank died and why.
  * Watchdog: when a rank exits non-zero or dies, the launcher sends ABORT to the others (a rank waiting
  * in a host collective stops at once with a UserError), then SIGTERM after 1 s and SIGKILL after 5 s
  * (a rank blocked inside NCCL cannot read the ABORT), so nothing hangs. SIGINT is forwarded to every
  * rank (they agree on the step to stop at, and rank 0 writes the checkpoint); the workers run in their
- * own process group so a terminal's Ctrl-C reaches them only through the launcher, once. SIGTERM /
- * SIGHUP of the launcher stop every rank (exit 143 / 129); a rank still running 30 s after rank 0
- * finished is stopped as stuck.
+ * own process group so a terminal's Ctrl-C reaches them only through the launcher, once. The launcher's
+ * first SIGTERM is forwarded as SIGINT too (a graceful stop, exit 143); a second SIGTERM, or SIGHUP, stops
+ * every rank as a failure does (exit 143 / 129). The ranks themselves keep SIGTERM's default (the
+ * watchdog's SIGTERM ends a rank at once). A rank still running 30 s after rank 0 finished is stopped as stuck.
  * Output: rank 0's stdout and stderr are the run's (it alone writes the run folder and the console
  * lines); the other ranks' stderr lines are forwarded with a `[rank r]` prefix.
  */
@@ -138,8 +139,16 @@ export async function launch(o: LaunchOptions): Promise<number> {
 
   const onSigint = () => children.forEach((c, r) => { if (!exited[r] && c.pid) try { process.kill(c.pid, 'SIGINT'); } catch { /* gone */ } });
   process.on('SIGINT', onSigint);
-  // the launcher itself asked to stop (a job scheduler's SIGTERM, a closed terminal): the ranks stop too
-  const onTerm = (sig: NodeJS.Signals) => stopAll(`the launcher got ${sig}`, sig === 'SIGTERM' ? 143 : 129);
+  // a job scheduler's SIGTERM: the first stops the ranks as Ctrl-C does (one agreed step, rank 0's
+  // checkpoint; exit 143), a second one ends them at once; a closed terminal (SIGHUP) ends them at once
+  let terminated = false;
+  const onTerm = (sig: NodeJS.Signals) => {
+    if (sig === 'SIGTERM' && !terminated) {
+      terminated = true;
+      return onSigint();
+    }
+    stopAll(`the launcher got ${sig}`, sig === 'SIGTERM' ? 143 : 129);
+  };
   process.on('SIGTERM', onTerm);
   process.on('SIGHUP', onTerm);
   const codes: number[] = new Array(N).fill(0);
@@ -194,5 +203,5 @@ export async function launch(o: LaunchOptions): Promise<number> {
     server.close();
   }
   const f = failed as { code: number; reason: string } | null;
-  return f ? f.code : codes.includes(130) ? 130 : 0;
+  return f ? f.code : codes.includes(130) ? (terminated ? 143 : 130) : 0;
 }

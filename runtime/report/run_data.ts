@@ -8,12 +8,14 @@
  * Produces: `RunData`: the run's id and config, and its metric records grouped by split. A line
  *           that is not a JSON object (a run killed mid-write leaves a partial last line) is
  *           skipped and counted, never fatal.
- * Also resolveRunDir: a run-folder argument (a folder, or a `latest` file holding a run-id).
- * Relies on: nothing else of mpsc; a missing or unreadable config.json is a UserError.
+ * Also resolveRunDir: a run-folder argument (a folder, runs/<model> for its latest run, or a `latest`
+ * file holding a run-id).
+ * Relies on: run_folder.ts (what `latest` points at); a missing or unreadable config.json is a UserError.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../../compiler/errors.js';
+import { latestOfModelDir } from '../run_folder.js';
 
 export interface RunConfig {
   mpsc_version?: string;
@@ -50,7 +52,7 @@ export interface RunData {
  */
 export function resolveRunDir(arg: string): string {
   if (!fs.existsSync(arg)) throw new UserError(`${arg}: error: no such run folder\n  hint: run folders are runs/<model>/<run-id>/ (or runs/<model>/latest)`);
-  if (fs.statSync(arg).isDirectory()) return arg;
+  if (fs.statSync(arg).isDirectory()) return latestOfModelDir(arg) ?? arg; // runs/<model>: its latest run, as for --resume
   const id = fs.readFileSync(arg, 'utf8').trim();
   const dir = path.join(path.dirname(arg), id);
   if (id !== '' && !id.includes('/') && fs.existsSync(dir) && fs.statSync(dir).isDirectory()) return dir;
