@@ -116,7 +116,6 @@ function ident(name: string, loc: A.Loc): A.Ident {
   return { name, loc };
 }
 
-/** set a named argument of a call (replacing a positional one at the same place) */
 /** the arguments a value can be given by position (in this order) */
 function positionalArgs(specs: ArgSpec[] | undefined): ArgSpec[] {
   return (specs ?? []).filter((s) => s.type !== 'init' && s.type !== 'strmap' && s.type !== 'call' && s.type !== 'map');
@@ -142,6 +141,7 @@ function cwdDataPaths(value: A.Expr): A.Expr {
   return { ...value, args };
 }
 
+/** set a named argument of a call (replacing a positional one at the same place) */
 function setCallArg(call: A.CallExpr, specs: ArgSpec[] | undefined, key: A.Ident, value: A.Expr): A.CallExpr {
   const args = call.args.map((a) => ({ ...a }));
   const positional = positionalArgs(specs);
