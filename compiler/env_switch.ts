@@ -52,3 +52,8 @@ export function envInts(name: string, count: number, min: number, max: number, f
     throw new UserError(`error: ${name}=${v}: expected ${count === 1 ? 'an integer' : `${count} comma-separated integers`} ${min}..${max} (${what})`);
   return xs;
 }
+
+/** the set ones of these switches as `\0NAME=value` fragments, in the given order: a build key's part (cpuInputsKey, cudaInputsKey) */
+export function setSwitches(names: readonly string[]): string {
+  return names.filter((k) => process.env[k]).map((k) => `\0${k}=${process.env[k]}`).join('');
+}

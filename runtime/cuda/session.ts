@@ -24,7 +24,7 @@ import { cudaFuseOff } from '../../compiler/codegen-cuda/fusions.js';
 import { buildAddon, defaultCacheDir, moduleClosure, sourcesDigest, type CudaBuild } from '../native/build.js';
 import { createNativeSession } from '../native/native_session.js';
 import type { Session } from '../session.js';
-import { envChoice, envFlag } from '../../compiler/env_switch.js';
+import { envChoice, envFlag, setSwitches } from '../../compiler/env_switch.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXT = path.extname(fileURLToPath(import.meta.url));
@@ -189,7 +189,7 @@ export const GENERATOR_ENV: readonly string[] = [
 /** digest of what the generated CUDA sources are a pure function of (the generator, the programs, the options, $MPSC_CUDA_ATTN_TF32X3, GENERATOR_ENV) */
 export function cudaInputsKey(programs: ProgramSet, gemm: CudaGemm = 'cuda', cublasLt = true, merge = true, tf32x3: Tf32x3Mode = 'rule'): string {
   generatorDigest ??= sourcesDigest(cudaGeneratorFiles());
-  const env = GENERATOR_ENV.filter((k) => process.env[k]).map((k) => `\0${k}=${process.env[k]}`).join('');
+  const env = setSwitches(GENERATOR_ENV);
   return createHash('sha256').update(generatorDigest).update('\0').update(gemm).update(cublasLt ? '\0lt' : '\0nolt').update(merge ? '' : '\0unmerged')
     .update(tf32x3 === 'rule' ? '' : `\0tf32x3:${tf32x3}`).update(attnTf32x3Enabled() ? '' : '\0attn-cuda-cores').update(env)
     // $MPSC_CUDA_FUSE_OFF changes what buildCuda fuses (codegen-cuda/fusions.ts)

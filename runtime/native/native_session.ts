@@ -14,6 +14,7 @@ import { PROGRAM_NAMES, type ProgramName, type ProgramSet, type StepScalars } fr
 import { CPU_GENERATOR_ENV, generateCpuModel, KERNELS_HEADER_FILES } from '../../compiler/codegen-cpu/emit_program.js';
 import type { Batch, DeviceCollective, RunOptions, Session } from '../session.js';
 import { buildAddon, loadAddon, moduleClosure, sourcesDigest } from './build.js';
+import { setSwitches } from '../../compiler/env_switch.js';
 
 export interface AddonTensor {
   name: string;
@@ -116,7 +117,7 @@ export interface CpuSessionOptions {
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXT = path.extname(fileURLToPath(import.meta.url));
 /**
- * what the generated CPU sources are a pure function of, besides the ProgramSet and MPSC_CPU_FUSE: every module the
+ * what the generated CPU sources are a pure function of, besides the ProgramSet and CPU_GENERATOR_ENV: every module the
  * generator reaches (emit_program and its imports: the kernels, compiler/ir's fusion and memory plan it runs itself,
  * scalar_fns' math) and the C++ headers it ships (KERNELS_HEADER_FILES)
  */
@@ -128,8 +129,7 @@ let generatorDigest: string | undefined;
 /** digest of the CPU generator's inputs: the ProgramSet (plain data), the generator's sources and its build-time switches (CPU_GENERATOR_ENV) */
 export function cpuInputsKey(programs: ProgramSet): string {
   generatorDigest ??= sourcesDigest(cpuGeneratorFiles());
-  const env = CPU_GENERATOR_ENV.filter((k) => process.env[k]).map((k) => `${k}=${process.env[k]}`).join('\0');
-  return createHash('sha256').update(generatorDigest).update('\0').update(env).update('\0').update(JSON.stringify(programs)).digest('hex');
+  return createHash('sha256').update(generatorDigest).update(setSwitches(CPU_GENERATOR_ENV)).update('\0').update(JSON.stringify(programs)).digest('hex');
 }
 
 /**
